@@ -1,0 +1,58 @@
+//! # zverbs-core
+//!
+//! The backend-neutral vocabulary of the zverbs data path: what a work request, a receive
+//! request and a completion are, the errors a post can return, and the traits that every
+//! backend (the mlx5 direct path in `zverbs-mlx5dv`, the libibverbs fallback in `zverbs`)
+//! implements. It also holds the small pieces of machinery that the backends share: ring index
+//! arithmetic ([`ring`]), memory barriers named by purpose ([`barrier`]), a write-only MMIO
+//! pointer ([`mmio`]) and the `sync` shim that swaps atomics and cells for loom's under
+//! `cfg(zverbs_loom)` ([`sync`]).
+//!
+//! The crate is `#![no_std]` and does not use `alloc`: nothing in it allocates, locks, makes a
+//! system call or panics on the data path.
+//!
+//! ## Quick start
+//!
+//! ```
+//! use zverbs_core::{RemoteBuf, SendFlags, SendWr, Sge};
+//!
+//! let buf = [0u8; 64];
+//! let sgl = [Sge::from_slice(&buf, 0x1100)];
+//! let wr = SendWr::write(7, &sgl, RemoteBuf::new(0x7f00_0000_1000, 0xdead_beef))
+//!     .with_flags(SendFlags::SIGNALED);
+//! assert_eq!(wr.wr_id, 7);
+//! assert!(wr.flags.contains(SendFlags::SIGNALED));
+//! ```
+//!
+//! ## Features
+//!
+//! None. Under `--cfg zverbs_loom` the [`sync`] module re-exports loom's types so that loom
+//! models can drive the backends' own code.
+//!
+//! ## Thread safety
+//!
+//! The data types here are plain values (`Copy`, `Send`, `Sync`). The traits take `&mut self`
+//! for posting: a send queue belongs to one thread at a time.
+#![no_std]
+#![deny(
+    unsafe_op_in_unsafe_fn,
+    missing_docs,
+    clippy::undocumented_unsafe_blocks,
+    clippy::missing_safety_doc
+)]
+
+pub mod barrier;
+mod error;
+pub mod mmio;
+mod queue;
+pub mod ring;
+mod sge;
+pub mod sync;
+mod wc;
+mod wr;
+
+pub use error::{BatchError, PostError};
+pub use queue::{PollCq, PostRecv, PostSend};
+pub use sge::{RemoteBuf, Sge};
+pub use wc::{Completion, WcFlags, WcOpcode, WcStatus};
+pub use wr::{RecvWr, SendFlags, SendOp, SendWr};

@@ -1,0 +1,91 @@
+//! Scatter/gather entries and remote buffers.
+
+/// One scatter/gather entry: a span of registered local memory.
+///
+/// The layout is identical to `struct ibv_sge` in `<infiniband/verbs.h>` (`addr` u64, `length`
+/// u32, `lkey` u32, 16 bytes), so a slice of `Sge` can be handed to libibverbs unchanged.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[repr(C)]
+pub struct Sge {
+    /// Virtual address of the first byte.
+    pub addr: u64,
+    /// Length in bytes. A zero-length entry carries no data and is skipped by the backends.
+    pub length: u32,
+    /// Local key of the memory region that holds the span.
+    pub lkey: u32,
+}
+
+const _: () = assert!(core::mem::size_of::<Sge>() == 16);
+const _: () = assert!(core::mem::align_of::<Sge>() == 8);
+
+impl Sge {
+    /// An entry for `length` bytes at `addr` in the region with key `lkey`.
+    #[inline]
+    pub const fn new(addr: u64, length: u32, lkey: u32) -> Self {
+        Self { addr, length, lkey }
+    }
+
+    /// An entry covering `buf`, which must lie in the region with key `lkey`.
+    ///
+    /// Only the address and length are taken: the entry does not borrow `buf`. Lengths above
+    /// `u32::MAX` are clamped to `u32::MAX` bytes (the largest an IB scatter entry can name).
+    #[inline]
+    pub fn from_slice(buf: &[u8], lkey: u32) -> Self {
+        let length = if buf.len() > u32::MAX as usize {
+            u32::MAX
+        } else {
+            buf.len() as u32
+        };
+        Self {
+            addr: buf.as_ptr() as u64,
+            length,
+            lkey,
+        }
+    }
+}
+
+/// A span of the peer's registered memory: the target of RDMA WRITE and READ and of atomics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct RemoteBuf {
+    /// Virtual address in the peer's address space.
+    pub addr: u64,
+    /// Remote key of the peer's memory region.
+    pub rkey: u32,
+}
+
+impl RemoteBuf {
+    /// The remote span starting at `addr` in the region with key `rkey`.
+    #[inline]
+    pub const fn new(addr: u64, rkey: u32) -> Self {
+        Self { addr, rkey }
+    }
+
+    /// The same region, `off` bytes further on.
+    #[inline]
+    pub const fn offset(self, off: u64) -> Self {
+        Self {
+            addr: self.addr.wrapping_add(off),
+            rkey: self.rkey,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn from_slice_takes_address_and_length() {
+        let buf = [0u8; 40];
+        let sge = Sge::from_slice(&buf[8..], 0x1234);
+        assert_eq!(sge.addr, buf.as_ptr() as u64 + 8);
+        assert_eq!(sge.length, 32);
+        assert_eq!(sge.lkey, 0x1234);
+    }
+
+    #[test]
+    fn remote_offset_keeps_key() {
+        let r = RemoteBuf::new(0x1000, 7).offset(0x20);
+        assert_eq!(r, RemoteBuf::new(0x1020, 7));
+    }
+}

@@ -1,0 +1,373 @@
+//! Completions: what a completion queue reports about a finished work request.
+
+/// Status of a completion: every `enum ibv_wc_status` of `<infiniband/verbs.h>`, with the same
+/// numbers ([`WcStatus::to_raw`]), and unknown values kept as data.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum WcStatus {
+    /// The request completed successfully (`IBV_WC_SUCCESS`, 0).
+    #[default]
+    Success,
+    /// Local length error: a message exceeded the receive buffers or the port's limits (1).
+    LocLenErr,
+    /// Local QP operation error: an inconsistency in the work queue entry (2).
+    LocQpOpErr,
+    /// Local EE context operation error (3).
+    LocEecOpErr,
+    /// Local protection error: a local buffer is not in a valid region for the access (4).
+    LocProtErr,
+    /// Flushed: the QP was in the error state when the request was processed (5).
+    WrFlushErr,
+    /// Memory window bind error (6).
+    MwBindErr,
+    /// Bad response from the responder (7).
+    BadRespErr,
+    /// Local access error: a protection error on a local buffer during a READ/atomic reply or
+    /// an incoming write with immediate (8).
+    LocAccessErr,
+    /// Remote invalid request: the responder saw an invalid message or opcode (9).
+    RemInvReqErr,
+    /// Remote access error: a protection error on the remote buffer (10).
+    RemAccessErr,
+    /// Remote operation error: the responder could not complete the operation (11).
+    RemOpErr,
+    /// Transport retry counter exceeded: no acknowledgement from the peer (12).
+    RetryExcErr,
+    /// RNR retry counter exceeded: the peer had no receive posted (13).
+    RnrRetryExcErr,
+    /// Local RDD violation (14).
+    LocRddViolErr,
+    /// Remote invalid RD request (15).
+    RemInvRdReqErr,
+    /// Remote aborted (16).
+    RemAbortErr,
+    /// Invalid EE context number (17).
+    InvEecnErr,
+    /// Invalid EE context state (18).
+    InvEecStateErr,
+    /// Fatal error (19).
+    FatalErr,
+    /// Response timeout (20).
+    RespTimeoutErr,
+    /// General error, for failures no other status names (21).
+    GeneralErr,
+    /// Tag-matching error (22).
+    TmErr,
+    /// Tag-matching rendezvous incomplete (23).
+    TmRndvIncomplete,
+    /// A status number this crate does not know.
+    Unknown(u32),
+}
+
+impl WcStatus {
+    const TABLE: [WcStatus; 24] = [
+        WcStatus::Success,
+        WcStatus::LocLenErr,
+        WcStatus::LocQpOpErr,
+        WcStatus::LocEecOpErr,
+        WcStatus::LocProtErr,
+        WcStatus::WrFlushErr,
+        WcStatus::MwBindErr,
+        WcStatus::BadRespErr,
+        WcStatus::LocAccessErr,
+        WcStatus::RemInvReqErr,
+        WcStatus::RemAccessErr,
+        WcStatus::RemOpErr,
+        WcStatus::RetryExcErr,
+        WcStatus::RnrRetryExcErr,
+        WcStatus::LocRddViolErr,
+        WcStatus::RemInvRdReqErr,
+        WcStatus::RemAbortErr,
+        WcStatus::InvEecnErr,
+        WcStatus::InvEecStateErr,
+        WcStatus::FatalErr,
+        WcStatus::RespTimeoutErr,
+        WcStatus::GeneralErr,
+        WcStatus::TmErr,
+        WcStatus::TmRndvIncomplete,
+    ];
+
+    /// The status for libibverbs' number `raw`.
+    #[inline]
+    pub const fn from_raw(raw: u32) -> Self {
+        if (raw as usize) < Self::TABLE.len() {
+            Self::TABLE[raw as usize]
+        } else {
+            WcStatus::Unknown(raw)
+        }
+    }
+
+    /// libibverbs' number for this status.
+    #[inline]
+    pub const fn to_raw(self) -> u32 {
+        match self {
+            WcStatus::Success => 0,
+            WcStatus::LocLenErr => 1,
+            WcStatus::LocQpOpErr => 2,
+            WcStatus::LocEecOpErr => 3,
+            WcStatus::LocProtErr => 4,
+            WcStatus::WrFlushErr => 5,
+            WcStatus::MwBindErr => 6,
+            WcStatus::BadRespErr => 7,
+            WcStatus::LocAccessErr => 8,
+            WcStatus::RemInvReqErr => 9,
+            WcStatus::RemAccessErr => 10,
+            WcStatus::RemOpErr => 11,
+            WcStatus::RetryExcErr => 12,
+            WcStatus::RnrRetryExcErr => 13,
+            WcStatus::LocRddViolErr => 14,
+            WcStatus::RemInvRdReqErr => 15,
+            WcStatus::RemAbortErr => 16,
+            WcStatus::InvEecnErr => 17,
+            WcStatus::InvEecStateErr => 18,
+            WcStatus::FatalErr => 19,
+            WcStatus::RespTimeoutErr => 20,
+            WcStatus::GeneralErr => 21,
+            WcStatus::TmErr => 22,
+            WcStatus::TmRndvIncomplete => 23,
+            WcStatus::Unknown(raw) => raw,
+        }
+    }
+
+    /// Whether the request succeeded.
+    #[inline]
+    pub const fn is_success(self) -> bool {
+        matches!(self, WcStatus::Success)
+    }
+
+    /// libibverbs' name for the status, as `ibv_wc_status_str` spells it.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            WcStatus::Success => "success",
+            WcStatus::LocLenErr => "local length error",
+            WcStatus::LocQpOpErr => "local QP operation error",
+            WcStatus::LocEecOpErr => "local EE context operation error",
+            WcStatus::LocProtErr => "local protection error",
+            WcStatus::WrFlushErr => "Work Request Flushed Error",
+            WcStatus::MwBindErr => "memory management operation error",
+            WcStatus::BadRespErr => "bad response error",
+            WcStatus::LocAccessErr => "local access error",
+            WcStatus::RemInvReqErr => "remote invalid request error",
+            WcStatus::RemAccessErr => "remote access error",
+            WcStatus::RemOpErr => "remote operation error",
+            WcStatus::RetryExcErr => "transport retry counter exceeded",
+            WcStatus::RnrRetryExcErr => "RNR retry counter exceeded",
+            WcStatus::LocRddViolErr => "local RDD violation error",
+            WcStatus::RemInvRdReqErr => "remote invalid RD request",
+            WcStatus::RemAbortErr => "aborted error",
+            WcStatus::InvEecnErr => "invalid EE context number",
+            WcStatus::InvEecStateErr => "invalid EE context state",
+            WcStatus::FatalErr => "fatal error",
+            WcStatus::RespTimeoutErr => "response timeout error",
+            WcStatus::GeneralErr => "general error",
+            WcStatus::TmErr => "TM error",
+            WcStatus::TmRndvIncomplete => "TM software rendezvous",
+            WcStatus::Unknown(_) => "unknown",
+        }
+    }
+}
+
+impl core::fmt::Display for WcStatus {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            WcStatus::Unknown(raw) => write!(f, "unknown status {raw}"),
+            s => f.write_str(s.as_str()),
+        }
+    }
+}
+
+/// What kind of request a completion is for, as `enum ibv_wc_opcode`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum WcOpcode {
+    /// A SEND or SEND with immediate (requester side) (`IBV_WC_SEND`, 0).
+    #[default]
+    Send,
+    /// An RDMA WRITE or WRITE with immediate (requester side) (1).
+    RdmaWrite,
+    /// An RDMA READ (2).
+    RdmaRead,
+    /// An atomic compare-and-swap (3).
+    CompSwap,
+    /// An atomic fetch-and-add (4).
+    FetchAdd,
+    /// A NOP. libibverbs has no number for it; [`WcOpcode::to_raw`] reports it as `SEND`, as
+    /// libmlx5 does.
+    Nop,
+    /// A received SEND or SEND with immediate (`IBV_WC_RECV`, 128).
+    Recv,
+    /// A received RDMA WRITE with immediate (`IBV_WC_RECV_RDMA_WITH_IMM`, 129).
+    RecvRdmaWithImm,
+    /// An opcode number this crate does not know.
+    Unknown(u32),
+}
+
+impl WcOpcode {
+    /// The opcode for libibverbs' number `raw`.
+    #[inline]
+    pub const fn from_raw(raw: u32) -> Self {
+        match raw {
+            0 => WcOpcode::Send,
+            1 => WcOpcode::RdmaWrite,
+            2 => WcOpcode::RdmaRead,
+            3 => WcOpcode::CompSwap,
+            4 => WcOpcode::FetchAdd,
+            128 => WcOpcode::Recv,
+            129 => WcOpcode::RecvRdmaWithImm,
+            other => WcOpcode::Unknown(other),
+        }
+    }
+
+    /// libibverbs' number for this opcode.
+    #[inline]
+    pub const fn to_raw(self) -> u32 {
+        match self {
+            WcOpcode::Send | WcOpcode::Nop => 0,
+            WcOpcode::RdmaWrite => 1,
+            WcOpcode::RdmaRead => 2,
+            WcOpcode::CompSwap => 3,
+            WcOpcode::FetchAdd => 4,
+            WcOpcode::Recv => 128,
+            WcOpcode::RecvRdmaWithImm => 129,
+            WcOpcode::Unknown(raw) => raw,
+        }
+    }
+
+    /// Whether the completion belongs to the receive side.
+    #[inline]
+    pub const fn is_recv(self) -> bool {
+        matches!(self, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm)
+    }
+}
+
+/// Flags of a completion, as `enum ibv_wc_flags`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct WcFlags(u8);
+
+impl WcFlags {
+    /// No flags.
+    pub const NONE: Self = Self(0);
+    /// A GRH is present in the receive buffer (`IBV_WC_GRH`).
+    pub const GRH: Self = Self(1 << 0);
+    /// [`Completion::imm`] holds immediate data (`IBV_WC_WITH_IMM`).
+    pub const WITH_IMM: Self = Self(1 << 1);
+
+    /// The raw bits (equal to libibverbs' values).
+    #[inline]
+    pub const fn bits(self) -> u8 {
+        self.0
+    }
+
+    /// Flags from libibverbs' raw bits; bits not defined above are dropped.
+    #[inline]
+    pub const fn from_bits_truncate(bits: u32) -> Self {
+        Self((bits & 0b11) as u8)
+    }
+
+    /// Whether every flag of `other` is set.
+    #[inline]
+    pub const fn contains(self, other: Self) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// The union of both sets.
+    #[inline]
+    pub const fn union(self, other: Self) -> Self {
+        Self(self.0 | other.0)
+    }
+}
+
+/// One completion.
+///
+/// For an error completion only `wr_id`, `status`, `vendor_err` and `qp_num` are meaningful, as
+/// in libibverbs; backends that know the request's opcode report it too.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Completion {
+    /// The `wr_id` of the work request.
+    pub wr_id: u64,
+    /// Bytes transferred: the message size for receives, the READ length, 8 for atomics.
+    pub byte_len: u32,
+    /// Immediate data in host byte order, valid when `flags` contains [`WcFlags::WITH_IMM`].
+    pub imm: u32,
+    /// Local QP number of the queue the request was posted to.
+    pub qp_num: u32,
+    /// The device's raw vendor syndrome for error completions (for mlx5, `vendor_err_synd`).
+    pub vendor_err: u32,
+    /// How the request ended.
+    pub status: WcStatus,
+    /// What kind of request it was.
+    pub opcode: WcOpcode,
+    /// Completion flags.
+    pub flags: WcFlags,
+}
+
+impl Completion {
+    /// An all-zero completion, for initialising the caller's poll buffer.
+    pub const EMPTY: Self = Self {
+        wr_id: 0,
+        byte_len: 0,
+        imm: 0,
+        qp_num: 0,
+        vendor_err: 0,
+        status: WcStatus::Success,
+        opcode: WcOpcode::Send,
+        flags: WcFlags::NONE,
+    };
+
+    /// The immediate data, when the completion carries some.
+    #[inline]
+    pub const fn imm(&self) -> Option<u32> {
+        if self.flags.contains(WcFlags::WITH_IMM) {
+            Some(self.imm)
+        } else {
+            None
+        }
+    }
+
+    /// Whether the request succeeded.
+    #[inline]
+    pub const fn is_success(&self) -> bool {
+        self.status.is_success()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_numbers_round_trip() {
+        for raw in 0..=30u32 {
+            assert_eq!(WcStatus::from_raw(raw).to_raw(), raw);
+        }
+        assert_eq!(WcStatus::from_raw(5), WcStatus::WrFlushErr);
+        assert_eq!(WcStatus::from_raw(13), WcStatus::RnrRetryExcErr);
+        assert_eq!(WcStatus::from_raw(21), WcStatus::GeneralErr);
+        assert_eq!(WcStatus::from_raw(99), WcStatus::Unknown(99));
+    }
+
+    #[test]
+    fn opcode_numbers_round_trip() {
+        for raw in [0, 1, 2, 3, 4, 128, 129, 7, 200] {
+            assert_eq!(WcOpcode::from_raw(raw).to_raw(), raw);
+        }
+        assert_eq!(WcOpcode::Nop.to_raw(), 0);
+        assert!(WcOpcode::RecvRdmaWithImm.is_recv());
+        assert!(!WcOpcode::RdmaRead.is_recv());
+    }
+
+    #[test]
+    fn imm_only_with_flag() {
+        let mut c = Completion {
+            imm: 5,
+            ..Completion::EMPTY
+        };
+        assert_eq!(c.imm(), None);
+        c.flags = WcFlags::WITH_IMM;
+        assert_eq!(c.imm(), Some(5));
+        assert_eq!(WcFlags::from_bits_truncate(0xff), WcFlags(3));
+    }
+
+    #[test]
+    fn completion_is_small() {
+        assert!(core::mem::size_of::<Completion>() <= 48);
+    }
+}

@@ -1,0 +1,2 @@
+//! mlx5 direct path (work in progress).
+#![no_std]
