@@ -46,9 +46,6 @@ pub enum PostError {
     MessageTooLong,
     /// The backend does not implement this operation (for example NOP through libibverbs).
     Unsupported,
-    /// The queue pair has reported an error completion and is in the error state; requests
-    /// would only be flushed. Recover the QP through the control path.
-    QpInError,
     /// The underlying verbs call refused the request with this errno (fallback backend only).
     Verbs {
         /// The errno the provider returned.
@@ -81,7 +78,6 @@ impl core::fmt::Display for PostError {
             PostError::AtomicAlignment => f.write_str("atomic address is not 8-byte aligned"),
             PostError::MessageTooLong => f.write_str("message longer than 2 GiB"),
             PostError::Unsupported => f.write_str("operation not supported by this backend"),
-            PostError::QpInError => f.write_str("queue pair is in the error state"),
             PostError::Verbs { errno } => write!(f, "verbs post failed with errno {errno}"),
         }
     }

@@ -335,7 +335,11 @@ mod tests {
     #[test]
     fn builders_compose_flags() {
         let sgl = [Sge::new(0x1000, 8, 1)];
-        let wr = SendWr::send(3, &sgl).signaled().inline().fenced().solicited();
+        let wr = SendWr::send(3, &sgl)
+            .signaled()
+            .inline()
+            .fenced()
+            .solicited();
         assert!(wr.flags.contains(SendFlags::SIGNALED | SendFlags::INLINE));
         assert!(wr.flags.contains(SendFlags::FENCE | SendFlags::SOLICITED));
         assert_eq!(wr.payload_len(), 8);

@@ -1,0 +1,196 @@
+//! Access to memory shared with the device: WQE rings, CQE rings and doorbell records.
+//!
+//! This is the one module that turns the raw pointers `mlx5dv_init_obj` reports into accesses,
+//! so that under `cfg(zverbs_loom)` the same queue code runs over loom-tracked cells: a loom
+//! thread playing the NIC then proves that every byte of a WQE is written before the doorbell
+//! record that publishes it, and that a CQE body is read only after its owner byte.
+//!
+//! In normal builds a ring is plain memory (`repr(transparent)` cells over bytes); under loom
+//! it must have been allocated as an array of the cell types below.
+
+use core::ptr::NonNull;
+use zverbs_core::sync::atomic::{AtomicU32, Ordering};
+use zverbs_core::sync::cell::UnsafeCell;
+
+/// One 16-byte WQE segment of a ring.
+pub type SegCell = UnsafeCell<[u8; 16]>;
+
+/// A ring of 16-byte segments addressed by a free-running segment counter.
+#[derive(Debug)]
+pub(crate) struct SegRing {
+    base: NonNull<SegCell>,
+    mask: u32,
+}
+
+impl SegRing {
+    /// A ring of `segs` (a power of two) segments at `base`.
+    ///
+    /// # Safety
+    ///
+    /// `base` points to `segs` segments (in normal builds: `16 × segs` bytes, 16-byte aligned;
+    /// under loom: `segs` [`SegCell`]s) that stay valid for the ring's lifetime, and no one but
+    /// the device and this ring's owner accesses them.
+    #[inline]
+    pub(crate) unsafe fn new(base: NonNull<u8>, segs: u32) -> Self {
+        debug_assert!(segs.is_power_of_two());
+        Self {
+            base: base.cast(),
+            mask: segs - 1,
+        }
+    }
+
+    #[inline(always)]
+    fn cell(&self, idx: u32) -> &SegCell {
+        // SAFETY: the index is masked into the ring, which `new`'s contract makes valid.
+        unsafe { &*self.base.as_ptr().add((idx & self.mask) as usize) }
+    }
+
+    /// Calls `f` with segment `idx` (masked) for writing.
+    ///
+    /// # Safety
+    ///
+    /// The device is not reading the segment: it lies in a part of the ring that was not yet
+    /// published, or whose work the device has completed.
+    #[inline(always)]
+    pub(crate) unsafe fn with_mut<R>(&self, idx: u32, f: impl FnOnce(&mut [u8; 16]) -> R) -> R {
+        // SAFETY: only the owner writes the ring, and (caller) the device is not reading this
+        // segment, so the exclusive reference is unique for its short life.
+        self.cell(idx).with_mut(|p| f(unsafe { &mut *p }))
+    }
+
+    /// Calls `f` with segment `idx` (masked) for reading.
+    #[inline(always)]
+    pub(crate) fn with<R>(&self, idx: u32, f: impl FnOnce(&[u8; 16]) -> R) -> R {
+        // SAFETY: only the ring's owner writes segments, and it is the caller: no write can
+        // overlap this read. The device only reads them.
+        self.cell(idx).with(|p| f(unsafe { &*p }))
+    }
+}
+
+/// A doorbell record word, shared with the device.
+///
+/// # Safety
+///
+/// `ptr` is 4-byte aligned, valid for the returned lifetime, and (under loom) points to a
+/// loom `AtomicU32`.
+#[inline]
+pub(crate) unsafe fn dbrec_word<'a>(ptr: NonNull<u32>, word: usize) -> &'a AtomicU32 {
+    // SAFETY: `AtomicU32` has the size, alignment and bit validity of `u32` (and under loom
+    // the memory holds loom atomics); the caller guarantees validity for 'a. Every access
+    // to the word from this side goes through the atomic.
+    unsafe { &*ptr.as_ptr().cast::<AtomicU32>().add(word) }
+}
+
+/// Stores `counter` as a big-endian doorbell-record value.
+#[inline(always)]
+pub(crate) fn publish(word: &AtomicU32, counter: u32, order: Ordering) {
+    word.store(counter.to_be(), order);
+}
+
+/// A CQE as laid out in memory under loom: the body and the owner byte as separate loom
+/// objects, so that loom checks the poller reads the body only after the owner byte says the
+/// CQE is software's. (In normal builds `op_own` is byte 63 of the body.)
+#[cfg(zverbs_loom)]
+#[derive(Debug)]
+pub struct LoomCqe {
+    /// The 64 CQE bytes (byte 63 is ignored: see `op_own`).
+    pub body: UnsafeCell<[u8; 64]>,
+    /// The `op_own` byte.
+    pub op_own: zverbs_core::sync::atomic::AtomicU8,
+}
+
+#[cfg(zverbs_loom)]
+impl LoomCqe {
+    /// An invalid CQE (opcode 15, owner 1), as libmlx5 initialises a CQ.
+    pub fn new() -> Self {
+        Self {
+            body: UnsafeCell::new([0; 64]),
+            op_own: zverbs_core::sync::atomic::AtomicU8::new(0xf1),
+        }
+    }
+}
+
+#[cfg(zverbs_loom)]
+impl Default for LoomCqe {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A ring of CQEs.
+#[derive(Debug)]
+pub(crate) struct CqeRing {
+    base: NonNull<u8>,
+    #[cfg(not(zverbs_loom))]
+    cqe_size: usize,
+}
+
+impl CqeRing {
+    /// A ring at `base` of CQEs of `cqe_size` (64 or 128) bytes.
+    ///
+    /// # Safety
+    ///
+    /// `base` points to the CQE ring (under loom: to an array of [`LoomCqe`]) for the ring's
+    /// lifetime; only the device and the ring's owner access it.
+    #[inline]
+    pub(crate) unsafe fn new(base: NonNull<u8>, cqe_size: u32) -> Self {
+        #[cfg(zverbs_loom)]
+        let _ = cqe_size;
+        Self {
+            base,
+            #[cfg(not(zverbs_loom))]
+            cqe_size: cqe_size as usize,
+        }
+    }
+
+    /// Loads the `op_own` byte of CQE `slot` (already masked).
+    #[inline(always)]
+    pub(crate) fn op_own(&self, slot: u32) -> u8 {
+        #[cfg(not(zverbs_loom))]
+        {
+            let off = slot as usize * self.cqe_size + self.cqe_size - 1;
+            // SAFETY: `slot` is in the ring (masked by the caller). The byte is written by the
+            // device at any time, so it is read through an atomic (a single byte load, the
+            // same instruction as a volatile read), never through a reference.
+            unsafe {
+                (*self
+                    .base
+                    .as_ptr()
+                    .add(off)
+                    .cast::<zverbs_core::sync::atomic::AtomicU8>())
+                .load(Ordering::Relaxed)
+            }
+        }
+        #[cfg(zverbs_loom)]
+        {
+            // SAFETY: under loom the ring is an array of `LoomCqe` (constructor contract).
+            let cqe = unsafe { &*self.base.as_ptr().cast::<LoomCqe>().add(slot as usize) };
+            cqe.op_own.load(Ordering::Relaxed)
+        }
+    }
+
+    /// Calls `f` with the 64-byte CQE in `slot` (already masked).
+    ///
+    /// # Safety
+    ///
+    /// The CQE is software's: its owner byte was checked and followed by
+    /// [`from_device`](zverbs_core::barrier::from_device), and the consumer index that
+    /// would let the device reuse the entry has not been published yet.
+    #[inline(always)]
+    pub(crate) unsafe fn with_cqe<R>(&self, slot: u32, f: impl FnOnce(&[u8; 64]) -> R) -> R {
+        #[cfg(not(zverbs_loom))]
+        {
+            let off = slot as usize * self.cqe_size + self.cqe_size - 64;
+            // SAFETY: the entry is in the ring and (caller) the device will not write it until
+            // the consumer index moves past it, so a shared reference is not aliased by writes.
+            f(unsafe { &*self.base.as_ptr().add(off).cast::<[u8; 64]>() })
+        }
+        #[cfg(zverbs_loom)]
+        {
+            // SAFETY: under loom the ring is an array of `LoomCqe` (constructor contract).
+            let cqe = unsafe { &*self.base.as_ptr().cast::<LoomCqe>().add(slot as usize) };
+            // SAFETY: the caller guarantees the device is not writing the body now.
+            cqe.body.with(|p| f(unsafe { &*p }))
+        }
+    }
+}

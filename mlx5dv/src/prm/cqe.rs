@@ -1,0 +1,454 @@
+//! The 64-byte CQE (`struct mlx5_cqe64`) and the error CQE (`struct mlx5_err_cqe`).
+//!
+//! With 128-byte CQEs the 64-byte CQE is the second half of each entry.
+
+use super::{Field, Truncated, get_be16, get_be32, set_be16, set_be32};
+
+/// Field offsets of `struct mlx5_cqe64`.
+pub mod field {
+    use super::Field;
+    /// `srqn_uidx`: be32, SRQ number or (CQE version 1) the QP's user index, low 24 bits.
+    pub const SRQN_UIDX: Field = 32..36;
+    /// `imm_inval_pkey`: be32 immediate data (as sent, big-endian) of a responder CQE.
+    pub const IMM_INVAL_PKEY: Field = 36..40;
+    /// `byte_cnt`: be32 bytes received, or the RDMA READ length.
+    pub const BYTE_CNT: Field = 44..48;
+    /// `timestamp`: be64.
+    pub const TIMESTAMP: Field = 48..56;
+    /// `sop_drop_qpn`: be32, send opcode in the top byte of a requester CQE, QPN in the low
+    /// 24 bits.
+    pub const SOP_DROP_QPN: Field = 56..60;
+    /// `wqe_counter`: be16, the WQE the CQE completes (the first basic block of a send WQE).
+    pub const WQE_COUNTER: Field = 60..62;
+    /// `signature`: u8.
+    pub const SIGNATURE: usize = 62;
+    /// `op_own`: u8, CQE opcode in the high nibble, owner bit in bit 0.
+    pub const OP_OWN: usize = 63;
+    /// Size of the CQE.
+    pub const LEN: usize = 64;
+}
+
+/// Field offsets of `struct mlx5_err_cqe` (the same 64 bytes, read as an error).
+pub mod err_field {
+    use super::Field;
+    /// `srqn`: be32.
+    pub const SRQN: Field = 32..36;
+    /// `vendor_err_synd`: u8, the device's own error code.
+    pub const VENDOR_ERR_SYND: usize = 54;
+    /// `syndrome`: u8, an [`Syndrome`](super::Syndrome).
+    pub const SYNDROME: usize = 55;
+    /// `s_wqe_opcode_qpn`: be32, the failed WQE's opcode in the top byte, QPN below.
+    pub const S_WQE_OPCODE_QPN: Field = 56..60;
+    /// `wqe_counter`: be16.
+    pub const WQE_COUNTER: Field = 60..62;
+}
+
+const _: () = assert!(field::LEN == 64 && field::OP_OWN == 63 && field::SIGNATURE == 62);
+const _: () = assert!(field::SRQN_UIDX.start == 32 && field::IMM_INVAL_PKEY.start == 36);
+const _: () = assert!(field::BYTE_CNT.start == 44 && field::TIMESTAMP.start == 48);
+const _: () = assert!(field::SOP_DROP_QPN.start == 56 && field::WQE_COUNTER.start == 60);
+const _: () = assert!(err_field::VENDOR_ERR_SYND == 54 && err_field::SYNDROME == 55);
+const _: () = assert!(err_field::S_WQE_OPCODE_QPN.start == 56);
+
+/// Bit 0 of `op_own` (`MLX5_CQE_OWNER_MASK`).
+pub const OWNER_MASK: u8 = 1;
+/// `op_own` bit: 32 bytes of data were scattered into this CQE (`MLX5_INLINE_SCATTER_32`).
+pub const INLINE_SCATTER_32: u8 = 0x4;
+/// `op_own` bit: 64 bytes were scattered into the CQE before this one (`MLX5_INLINE_SCATTER_64`).
+pub const INLINE_SCATTER_64: u8 = 0x8;
+
+/// The CQE opcode: the high nibble of `op_own` (`MLX5_CQE_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CqeOpcode {
+    /// A send-side (requester) completion (0).
+    Req,
+    /// A received RDMA WRITE with immediate (1).
+    RespWrImm,
+    /// A received SEND (2).
+    RespSend,
+    /// A received SEND with immediate (3).
+    RespSendImm,
+    /// A received SEND with invalidate (4).
+    RespSendInv,
+    /// CQ resize marker (5).
+    ResizeCq,
+    /// Tag matching: no packet (6).
+    NoPacket,
+    /// Signature error (12).
+    SigErr,
+    /// A send-side error (13).
+    ReqErr,
+    /// A receive-side error (14).
+    RespErr,
+    /// Never written by the device: the initial value of every CQE (15).
+    Invalid,
+    /// Any other nibble.
+    Unknown(u8),
+}
+
+impl CqeOpcode {
+    /// Decodes the 4-bit opcode.
+    #[inline]
+    pub const fn from_raw(raw: u8) -> Self {
+        match raw {
+            0 => CqeOpcode::Req,
+            1 => CqeOpcode::RespWrImm,
+            2 => CqeOpcode::RespSend,
+            3 => CqeOpcode::RespSendImm,
+            4 => CqeOpcode::RespSendInv,
+            5 => CqeOpcode::ResizeCq,
+            6 => CqeOpcode::NoPacket,
+            12 => CqeOpcode::SigErr,
+            13 => CqeOpcode::ReqErr,
+            14 => CqeOpcode::RespErr,
+            15 => CqeOpcode::Invalid,
+            other => CqeOpcode::Unknown(other),
+        }
+    }
+
+    /// The 4-bit number.
+    #[inline]
+    pub const fn to_raw(self) -> u8 {
+        match self {
+            CqeOpcode::Req => 0,
+            CqeOpcode::RespWrImm => 1,
+            CqeOpcode::RespSend => 2,
+            CqeOpcode::RespSendImm => 3,
+            CqeOpcode::RespSendInv => 4,
+            CqeOpcode::ResizeCq => 5,
+            CqeOpcode::NoPacket => 6,
+            CqeOpcode::SigErr => 12,
+            CqeOpcode::ReqErr => 13,
+            CqeOpcode::RespErr => 14,
+            CqeOpcode::Invalid => 15,
+            CqeOpcode::Unknown(raw) => raw,
+        }
+    }
+}
+
+/// The raw `CQE_INVALID` nibble value.
+pub const CQE_INVALID: u8 = 15;
+
+/// The error syndrome of an error CQE (`MLX5_CQE_SYNDROME_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Syndrome {
+    /// Local length error (0x01).
+    LocalLengthErr,
+    /// Local QP operation error (0x02).
+    LocalQpOpErr,
+    /// Local protection error (0x04).
+    LocalProtErr,
+    /// WR flushed because the QP is in the error state (0x05).
+    WrFlushErr,
+    /// Memory window bind error (0x06).
+    MwBindErr,
+    /// Bad response (0x10).
+    BadRespErr,
+    /// Local access error (0x11).
+    LocalAccessErr,
+    /// Remote invalid request (0x12).
+    RemoteInvalReqErr,
+    /// Remote access error (0x13).
+    RemoteAccessErr,
+    /// Remote operation error (0x14).
+    RemoteOpErr,
+    /// Transport retry counter exceeded (0x15).
+    TransportRetryExcErr,
+    /// RNR retry counter exceeded (0x16).
+    RnrRetryExcErr,
+    /// Remote aborted (0x22).
+    RemoteAbortedErr,
+    /// Any other value.
+    Unknown(u8),
+}
+
+impl Syndrome {
+    /// Decodes a syndrome byte.
+    #[inline]
+    pub const fn from_raw(raw: u8) -> Self {
+        match raw {
+            0x01 => Syndrome::LocalLengthErr,
+            0x02 => Syndrome::LocalQpOpErr,
+            0x04 => Syndrome::LocalProtErr,
+            0x05 => Syndrome::WrFlushErr,
+            0x06 => Syndrome::MwBindErr,
+            0x10 => Syndrome::BadRespErr,
+            0x11 => Syndrome::LocalAccessErr,
+            0x12 => Syndrome::RemoteInvalReqErr,
+            0x13 => Syndrome::RemoteAccessErr,
+            0x14 => Syndrome::RemoteOpErr,
+            0x15 => Syndrome::TransportRetryExcErr,
+            0x16 => Syndrome::RnrRetryExcErr,
+            0x22 => Syndrome::RemoteAbortedErr,
+            other => Syndrome::Unknown(other),
+        }
+    }
+
+    /// The syndrome byte.
+    #[inline]
+    pub const fn to_raw(self) -> u8 {
+        match self {
+            Syndrome::LocalLengthErr => 0x01,
+            Syndrome::LocalQpOpErr => 0x02,
+            Syndrome::LocalProtErr => 0x04,
+            Syndrome::WrFlushErr => 0x05,
+            Syndrome::MwBindErr => 0x06,
+            Syndrome::BadRespErr => 0x10,
+            Syndrome::LocalAccessErr => 0x11,
+            Syndrome::RemoteInvalReqErr => 0x12,
+            Syndrome::RemoteAccessErr => 0x13,
+            Syndrome::RemoteOpErr => 0x14,
+            Syndrome::TransportRetryExcErr => 0x15,
+            Syndrome::RnrRetryExcErr => 0x16,
+            Syndrome::RemoteAbortedErr => 0x22,
+            Syndrome::Unknown(raw) => raw,
+        }
+    }
+}
+
+/// A view of a 64-byte CQE.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cqe64<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> Cqe64<T> {
+    /// Size of the CQE.
+    pub const LEN: usize = field::LEN;
+
+    /// A view without a length check; accessors panic on a buffer shorter than 64 bytes.
+    #[inline(always)]
+    pub const fn new_unchecked(buffer: T) -> Self {
+        Self { buffer }
+    }
+
+    /// A view, or [`Truncated`] for a buffer shorter than 64 bytes.
+    ///
+    /// # Errors
+    ///
+    /// [`Truncated`] when `buffer` is too short.
+    #[inline]
+    pub fn new_checked(buffer: T) -> Result<Self, Truncated> {
+        if buffer.as_ref().len() < Self::LEN {
+            Err(Truncated)
+        } else {
+            Ok(Self { buffer })
+        }
+    }
+
+    /// The underlying buffer.
+    #[inline(always)]
+    pub fn into_inner(self) -> T {
+        self.buffer
+    }
+
+    /// `op_own`.
+    #[inline(always)]
+    pub fn op_own(&self) -> u8 {
+        self.buffer.as_ref()[field::OP_OWN]
+    }
+    /// The CQE opcode (`mlx5dv_get_cqe_opcode`).
+    #[inline]
+    pub fn opcode(&self) -> CqeOpcode {
+        CqeOpcode::from_raw(self.op_own() >> 4)
+    }
+    /// The owner bit (`mlx5dv_get_cqe_owner`).
+    #[inline]
+    pub fn owner(&self) -> u8 {
+        self.op_own() & OWNER_MASK
+    }
+    /// The solicited-event bit (`mlx5dv_get_cqe_se`).
+    #[inline]
+    pub fn se(&self) -> u8 {
+        (self.op_own() >> 1) & 1
+    }
+    /// The CQE format (`mlx5dv_get_cqe_format`): 0 for a plain CQE, 3 for a compressed block.
+    #[inline]
+    pub fn format(&self) -> u8 {
+        (self.op_own() >> 2) & 3
+    }
+    /// `srqn_uidx` (all 32 bits).
+    #[inline]
+    pub fn srqn_uidx(&self) -> u32 {
+        get_be32(self.buffer.as_ref(), field::SRQN_UIDX)
+    }
+    /// `imm_inval_pkey` as the host value of the big-endian wire immediate.
+    #[inline]
+    pub fn imm_inval_pkey(&self) -> u32 {
+        get_be32(self.buffer.as_ref(), field::IMM_INVAL_PKEY)
+    }
+    /// `byte_cnt`.
+    #[inline]
+    pub fn byte_cnt(&self) -> u32 {
+        get_be32(self.buffer.as_ref(), field::BYTE_CNT)
+    }
+    /// `sop_drop_qpn` (all 32 bits).
+    #[inline]
+    pub fn sop_drop_qpn(&self) -> u32 {
+        get_be32(self.buffer.as_ref(), field::SOP_DROP_QPN)
+    }
+    /// The QP number (low 24 bits of `sop_drop_qpn`).
+    #[inline]
+    pub fn qpn(&self) -> u32 {
+        self.sop_drop_qpn() & 0x00ff_ffff
+    }
+    /// The send opcode of a requester CQE (top byte of `sop_drop_qpn`).
+    #[inline]
+    pub fn send_opcode(&self) -> u8 {
+        (self.sop_drop_qpn() >> 24) as u8
+    }
+    /// `wqe_counter`.
+    #[inline]
+    pub fn wqe_counter(&self) -> u16 {
+        get_be16(self.buffer.as_ref(), field::WQE_COUNTER)
+    }
+    /// `signature`.
+    #[inline]
+    pub fn signature(&self) -> u8 {
+        self.buffer.as_ref()[field::SIGNATURE]
+    }
+    /// Error syndrome (meaningful when the opcode is `ReqErr` or `RespErr`).
+    #[inline]
+    pub fn syndrome(&self) -> Syndrome {
+        Syndrome::from_raw(self.buffer.as_ref()[err_field::SYNDROME])
+    }
+    /// Vendor error syndrome (meaningful for error CQEs).
+    #[inline]
+    pub fn vendor_err_synd(&self) -> u8 {
+        self.buffer.as_ref()[err_field::VENDOR_ERR_SYND]
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Cqe64<T> {
+    /// Sets `op_own`.
+    #[inline]
+    pub fn set_op_own(&mut self, v: u8) {
+        self.buffer.as_mut()[field::OP_OWN] = v;
+    }
+    /// Sets `srqn_uidx`.
+    #[inline]
+    pub fn set_srqn_uidx(&mut self, v: u32) {
+        set_be32(self.buffer.as_mut(), field::SRQN_UIDX, v);
+    }
+    /// Sets `imm_inval_pkey` (host value of the big-endian wire word).
+    #[inline]
+    pub fn set_imm_inval_pkey(&mut self, v: u32) {
+        set_be32(self.buffer.as_mut(), field::IMM_INVAL_PKEY, v);
+    }
+    /// Sets `byte_cnt`.
+    #[inline]
+    pub fn set_byte_cnt(&mut self, v: u32) {
+        set_be32(self.buffer.as_mut(), field::BYTE_CNT, v);
+    }
+    /// Sets `sop_drop_qpn`.
+    #[inline]
+    pub fn set_sop_drop_qpn(&mut self, v: u32) {
+        set_be32(self.buffer.as_mut(), field::SOP_DROP_QPN, v);
+    }
+    /// Sets `wqe_counter`.
+    #[inline]
+    pub fn set_wqe_counter(&mut self, v: u16) {
+        set_be16(self.buffer.as_mut(), field::WQE_COUNTER, v);
+    }
+    /// Sets the error syndrome byte.
+    #[inline]
+    pub fn set_syndrome(&mut self, v: u8) {
+        self.buffer.as_mut()[err_field::SYNDROME] = v;
+    }
+    /// Sets the vendor error syndrome byte.
+    #[inline]
+    pub fn set_vendor_err_synd(&mut self, v: u8) {
+        self.buffer.as_mut()[err_field::VENDOR_ERR_SYND] = v;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A requester CQE for an RDMA WRITE (send opcode 0x08) on QPN 0x000100, wqe_counter 5,
+    /// owner bit 1.
+    const REQ_CQE: [u8; 64] = {
+        let mut c = [0u8; 64];
+        c[56] = 0x08;
+        c[57] = 0x00;
+        c[58] = 0x01;
+        c[59] = 0x00;
+        c[60] = 0x00;
+        c[61] = 0x05;
+        c[63] = 0x01;
+        c
+    };
+
+    #[test]
+    fn requester_cqe_deconstruct() {
+        let c = Cqe64::new_unchecked(&REQ_CQE);
+        assert_eq!(c.opcode(), CqeOpcode::Req);
+        assert_eq!(c.owner(), 1);
+        assert_eq!(c.qpn(), 0x100);
+        assert_eq!(c.send_opcode(), 0x08);
+        assert_eq!(c.wqe_counter(), 5);
+    }
+
+    #[test]
+    fn responder_cqe_construct_and_deconstruct() {
+        let mut b = [0u8; 64];
+        let mut c = Cqe64::new_unchecked(&mut b);
+        c.set_byte_cnt(0x1234);
+        c.set_imm_inval_pkey(0xcafe_babe);
+        c.set_sop_drop_qpn(0x0000_0101);
+        c.set_wqe_counter(0xfffe);
+        c.set_srqn_uidx(0x42);
+        c.set_op_own((3 << 4) | 1);
+        let mut want = [0u8; 64];
+        want[32..36].copy_from_slice(&[0, 0, 0, 0x42]);
+        want[36..40].copy_from_slice(&[0xca, 0xfe, 0xba, 0xbe]);
+        want[44..48].copy_from_slice(&[0, 0, 0x12, 0x34]);
+        want[56..60].copy_from_slice(&[0, 0, 1, 1]);
+        want[60..62].copy_from_slice(&[0xff, 0xfe]);
+        want[63] = 0x31;
+        assert_eq!(b, want);
+        let v = Cqe64::new_unchecked(&b);
+        assert_eq!(v.opcode(), CqeOpcode::RespSendImm);
+        assert_eq!(v.imm_inval_pkey(), 0xcafe_babe);
+        assert_eq!(v.byte_cnt(), 0x1234);
+        assert_eq!(v.srqn_uidx(), 0x42);
+    }
+
+    #[test]
+    fn error_cqe_construct_and_deconstruct() {
+        let mut b = [0u8; 64];
+        let mut c = Cqe64::new_unchecked(&mut b);
+        c.set_syndrome(0x13);
+        c.set_vendor_err_synd(0x88);
+        c.set_op_own(13 << 4);
+        assert_eq!(b[54], 0x88);
+        assert_eq!(b[55], 0x13);
+        let v = Cqe64::new_unchecked(&b);
+        assert_eq!(v.opcode(), CqeOpcode::ReqErr);
+        assert_eq!(v.syndrome(), Syndrome::RemoteAccessErr);
+        assert_eq!(v.vendor_err_synd(), 0x88);
+    }
+
+    #[test]
+    fn unknown_values_are_data() {
+        for raw in 0..=15u8 {
+            assert_eq!(CqeOpcode::from_raw(raw).to_raw(), raw);
+        }
+        assert_eq!(CqeOpcode::from_raw(9), CqeOpcode::Unknown(9));
+        for raw in 0..=255u8 {
+            assert_eq!(Syndrome::from_raw(raw).to_raw(), raw);
+        }
+        assert_eq!(Syndrome::from_raw(0x99), Syndrome::Unknown(0x99));
+    }
+
+    #[test]
+    fn op_own_helpers() {
+        let mut b = [0u8; 64];
+        b[63] = 0xf0 | 0x0c | 0x02 | 0x01;
+        let v = Cqe64::new_unchecked(&b);
+        assert_eq!(v.opcode(), CqeOpcode::Invalid);
+        assert_eq!((v.owner(), v.se(), v.format()), (1, 1, 3));
+        assert!(Cqe64::new_checked(&b[..63]).is_err());
+    }
+}

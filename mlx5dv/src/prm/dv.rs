@@ -1,0 +1,173 @@
+//! `repr(C)` mirrors of the structs `mlx5dv_init_obj` fills (`struct mlx5dv_qp`,
+//! `struct mlx5dv_cq`), field for field as in rdma-core 44's `mlx5dv.h`, and their conversion
+//! to the layouts the queues are built from.
+
+use core::ffi::c_void;
+use core::ptr::NonNull;
+
+use crate::layout::{BfLayout, CqLayout, QpLayout, WqLayout};
+
+/// `struct mlx5dv_qp`'s `sq` / `rq` member.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+#[allow(non_camel_case_types)]
+pub struct mlx5dv_qp_wq {
+    /// `void *buf`.
+    pub buf: *mut c_void,
+    /// `uint32_t wqe_cnt`.
+    pub wqe_cnt: u32,
+    /// `uint32_t stride`.
+    pub stride: u32,
+}
+
+/// `struct mlx5dv_qp`'s `bf` member.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+#[allow(non_camel_case_types)]
+pub struct mlx5dv_qp_bf {
+    /// `void *reg`.
+    pub reg: *mut c_void,
+    /// `uint32_t size`.
+    pub size: u32,
+}
+
+/// `struct mlx5dv_qp`.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+#[allow(non_camel_case_types)]
+pub struct mlx5dv_qp {
+    /// `__be32 *dbrec`.
+    pub dbrec: *mut u32,
+    /// The send ring.
+    pub sq: mlx5dv_qp_wq,
+    /// The receive ring.
+    pub rq: mlx5dv_qp_wq,
+    /// The BlueFlame register.
+    pub bf: mlx5dv_qp_bf,
+    /// `uint64_t comp_mask`: which optional fields to fill (input) / were filled.
+    pub comp_mask: u64,
+    /// `off_t uar_mmap_offset`.
+    pub uar_mmap_offset: i64,
+    /// `uint32_t tirn`.
+    pub tirn: u32,
+    /// `uint32_t tisn`.
+    pub tisn: u32,
+    /// `uint32_t rqn`.
+    pub rqn: u32,
+    /// `uint32_t sqn`.
+    pub sqn: u32,
+    /// `uint64_t tir_icm_addr`.
+    pub tir_icm_addr: u64,
+}
+
+/// `struct mlx5dv_cq`.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+#[allow(non_camel_case_types)]
+pub struct mlx5dv_cq {
+    /// `void *buf`.
+    pub buf: *mut c_void,
+    /// `__be32 *dbrec`.
+    pub dbrec: *mut u32,
+    /// `uint32_t cqe_cnt`.
+    pub cqe_cnt: u32,
+    /// `uint32_t cqe_size`.
+    pub cqe_size: u32,
+    /// `void *cq_uar`.
+    pub cq_uar: *mut c_void,
+    /// `uint32_t cqn`.
+    pub cqn: u32,
+    /// `uint64_t comp_mask`.
+    pub comp_mask: u64,
+}
+
+#[cfg(target_pointer_width = "64")]
+const _: () = {
+    use core::mem::{offset_of, size_of};
+    assert!(size_of::<mlx5dv_qp>() == 88);
+    assert!(offset_of!(mlx5dv_qp, sq) == 8 && offset_of!(mlx5dv_qp, rq) == 24);
+    assert!(offset_of!(mlx5dv_qp, bf) == 40 && offset_of!(mlx5dv_qp, comp_mask) == 56);
+    assert!(offset_of!(mlx5dv_qp, tir_icm_addr) == 80);
+    assert!(size_of::<mlx5dv_cq>() == 48);
+    assert!(offset_of!(mlx5dv_cq, cqe_cnt) == 16 && offset_of!(mlx5dv_cq, cq_uar) == 24);
+    assert!(offset_of!(mlx5dv_cq, cqn) == 32 && offset_of!(mlx5dv_cq, comp_mask) == 40);
+};
+
+impl Default for mlx5dv_qp {
+    fn default() -> Self {
+        let wq = mlx5dv_qp_wq {
+            buf: core::ptr::null_mut(),
+            wqe_cnt: 0,
+            stride: 0,
+        };
+        Self {
+            dbrec: core::ptr::null_mut(),
+            sq: wq,
+            rq: wq,
+            bf: mlx5dv_qp_bf {
+                reg: core::ptr::null_mut(),
+                size: 0,
+            },
+            comp_mask: 0,
+            uar_mmap_offset: 0,
+            tirn: 0,
+            tisn: 0,
+            rqn: 0,
+            sqn: 0,
+            tir_icm_addr: 0,
+        }
+    }
+}
+
+impl Default for mlx5dv_cq {
+    fn default() -> Self {
+        Self {
+            buf: core::ptr::null_mut(),
+            dbrec: core::ptr::null_mut(),
+            cqe_cnt: 0,
+            cqe_size: 0,
+            cq_uar: core::ptr::null_mut(),
+            cqn: 0,
+            comp_mask: 0,
+        }
+    }
+}
+
+impl mlx5dv_qp {
+    /// The layout of QP `qpn`, or `None` if a pointer the data path needs is null. A QP without
+    /// a receive ring gets a dangling receive pointer and `wqe_cnt` 0.
+    pub fn layout(&self, qpn: u32) -> Option<QpLayout> {
+        let rq_buf = NonNull::new(self.rq.buf.cast::<u8>());
+        Some(QpLayout {
+            qpn,
+            dbrec: NonNull::new(self.dbrec)?,
+            sq: WqLayout {
+                buf: NonNull::new(self.sq.buf.cast())?,
+                wqe_cnt: self.sq.wqe_cnt,
+                stride: self.sq.stride,
+            },
+            rq: WqLayout {
+                buf: rq_buf.unwrap_or(NonNull::dangling()),
+                wqe_cnt: if rq_buf.is_some() { self.rq.wqe_cnt } else { 0 },
+                stride: self.rq.stride,
+            },
+            bf: BfLayout {
+                reg: NonNull::new(self.bf.reg.cast())?,
+                size: self.bf.size,
+            },
+        })
+    }
+}
+
+impl mlx5dv_cq {
+    /// The layout, or `None` if a pointer is null.
+    pub fn layout(&self) -> Option<CqLayout> {
+        Some(CqLayout {
+            buf: NonNull::new(self.buf.cast())?,
+            dbrec: NonNull::new(self.dbrec)?,
+            cqe_cnt: self.cqe_cnt,
+            cqe_size: self.cqe_size,
+            cqn: self.cqn,
+        })
+    }
+}

@@ -1,0 +1,125 @@
+//! Raw mlx5 layouts and constants, named as `<infiniband/mlx5dv.h>` (rdma-core) names them.
+//!
+//! This module makes no policy decisions: it says where each field is and what each number
+//! means. Views follow smoltcp's `wire` style: a view wraps any `AsRef<[u8]>`, `field` modules
+//! give each field's byte range, accessors convert from and to big-endian, and compile-time
+//! assertions pin every size and offset (checked again against the C header by the
+//! `zverbs-crosscheck` tests).
+//!
+//! Values read from the device (CQE opcodes, syndromes) decode to enums with an `Unknown`
+//! variant: an unexpected number is data, never a panic.
+
+pub mod cqe;
+pub mod dv;
+pub mod wqe;
+
+/// A byte range of a field inside a segment.
+pub type Field = core::ops::Range<usize>;
+
+/// Size of a send WQE basic block (`MLX5_SEND_WQE_BB`).
+pub const SEND_WQE_BB: usize = 64;
+/// Size of a WQE segment, the unit of the control segment's `ds` count (an octoword).
+pub const WQE_SEG: usize = 16;
+/// Segments per basic block.
+pub const SEGS_PER_BB: usize = SEND_WQE_BB / WQE_SEG;
+/// The largest `ds` a control segment can carry (6 bits).
+pub const MAX_DS: usize = 0x3f;
+
+/// Index of the receive counter in a QP's doorbell record (`MLX5_RCV_DBR`).
+pub const RCV_DBR: usize = 0;
+/// Index of the send counter in a QP's doorbell record (`MLX5_SND_DBR`).
+pub const SND_DBR: usize = 1;
+/// Index of the consumer counter in a CQ's doorbell record (`MLX5_CQ_SET_CI`).
+pub const CQ_SET_CI: usize = 0;
+/// Index of the arm word in a CQ's doorbell record (`MLX5_CQ_ARM_DB`).
+pub const CQ_ARM_DB: usize = 1;
+
+/// Flag in an inline segment's byte count (`MLX5_INLINE_SEG`).
+pub const INLINE_SEG: u32 = 0x8000_0000;
+/// The lkey that ends a short receive scatter list (`MLX5_INVALID_LKEY`).
+pub const INVALID_LKEY: u32 = 0x100;
+
+/// Send WQE opcodes (`MLX5_OPCODE_*`), the low byte of `opmod_idx_opcode`.
+pub mod opcode {
+    /// No operation.
+    pub const NOP: u8 = 0x00;
+    /// RDMA WRITE.
+    pub const RDMA_WRITE: u8 = 0x08;
+    /// RDMA WRITE with immediate.
+    pub const RDMA_WRITE_IMM: u8 = 0x09;
+    /// SEND.
+    pub const SEND: u8 = 0x0a;
+    /// SEND with immediate.
+    pub const SEND_IMM: u8 = 0x0b;
+    /// RDMA READ.
+    pub const RDMA_READ: u8 = 0x10;
+    /// 8-byte atomic compare-and-swap.
+    pub const ATOMIC_CS: u8 = 0x11;
+    /// 8-byte atomic fetch-and-add.
+    pub const ATOMIC_FA: u8 = 0x12;
+}
+
+/// Bits of the control segment's `fm_ce_se` byte (`MLX5_WQE_CTRL_*`).
+pub mod fm_ce_se {
+    /// Ask for a CQE when the WQE completes (`MLX5_WQE_CTRL_CQ_UPDATE`, 2 << 2).
+    pub const CQ_UPDATE: u8 = 2 << 2;
+    /// Solicited event (`MLX5_WQE_CTRL_SOLICITED`, 1 << 1).
+    pub const SOLICITED: u8 = 1 << 1;
+    /// Fence: wait for earlier READs and atomics (`MLX5_WQE_CTRL_FENCE`, 4 << 5), what
+    /// libmlx5 sets for `IBV_SEND_FENCE`.
+    pub const FENCE: u8 = 4 << 5;
+    /// Initiator small fence (`MLX5_WQE_CTRL_INITIATOR_SMALL_FENCE`, 1 << 5).
+    pub const INITIATOR_SMALL_FENCE: u8 = 1 << 5;
+}
+
+/// Reads a big-endian `u16` at `f`.
+#[inline(always)]
+pub(crate) fn get_be16(b: &[u8], f: Field) -> u16 {
+    let mut a = [0u8; 2];
+    a.copy_from_slice(&b[f]);
+    u16::from_be_bytes(a)
+}
+
+/// Reads a big-endian `u32` at `f`.
+#[inline(always)]
+pub(crate) fn get_be32(b: &[u8], f: Field) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[f]);
+    u32::from_be_bytes(a)
+}
+
+/// Reads a big-endian `u64` at `f`.
+#[inline(always)]
+pub(crate) fn get_be64(b: &[u8], f: Field) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[f]);
+    u64::from_be_bytes(a)
+}
+
+/// Writes `v` big-endian at `f`.
+#[inline(always)]
+pub(crate) fn set_be16(b: &mut [u8], f: Field, v: u16) {
+    b[f].copy_from_slice(&v.to_be_bytes());
+}
+
+/// Writes `v` big-endian at `f`.
+#[inline(always)]
+pub(crate) fn set_be32(b: &mut [u8], f: Field, v: u32) {
+    b[f].copy_from_slice(&v.to_be_bytes());
+}
+
+/// Writes `v` big-endian at `f`.
+#[inline(always)]
+pub(crate) fn set_be64(b: &mut [u8], f: Field, v: u64) {
+    b[f].copy_from_slice(&v.to_be_bytes());
+}
+
+/// A buffer shorter than the view needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Truncated;
+
+impl core::fmt::Display for Truncated {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("buffer shorter than the layout")
+    }
+}

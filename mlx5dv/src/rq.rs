@@ -1,0 +1,192 @@
+//! The receive queue: receive WQEs and their doorbell record.
+//!
+//! A receive WQE is `stride / 16` data segments; a list shorter than that ends with a data
+//! segment whose lkey is `MLX5_INVALID_LKEY`. Zero-length entries are skipped, as libmlx5 does
+//! (a zero byte count means 2 GiB to the device). There is no MMIO: the device learns of new
+//! receives from the doorbell record `dbrec[MLX5_RCV_DBR] = be32(head & 0xffff)`, which each
+//! post updates after a [`to_device`](zverbs_core::barrier::to_device) barrier.
+
+use zverbs_core::ring::Ring;
+use zverbs_core::sync::atomic::{AtomicU32, Ordering};
+use zverbs_core::{BatchError, PostError, PostRecv, RecvWr, barrier};
+
+use crate::devmem::{SegRing, dbrec_word, publish};
+use crate::layout::{LayoutError, QpLayout};
+use crate::prm::wqe::DataSeg;
+use crate::prm::{INVALID_LKEY, RCV_DBR};
+use crate::state::RqState;
+
+/// The receive queue of an mlx5 QP, driven directly.
+#[derive(Debug)]
+pub struct RecvQueue<'a> {
+    ring: SegRing,
+    entries: Ring,
+    /// log2 of segments per entry.
+    seg_shift: u32,
+    /// Entries posted (free-running).
+    head: u32,
+    /// Entries completed, last read from the state.
+    tail: u32,
+    max_sge: u32,
+    dbrec: &'a AtomicU32,
+    state: &'a RqState<'a>,
+}
+
+// SAFETY: the queue owns its part of the ring; shared state goes through `RqState` (Sync).
+unsafe impl Send for RecvQueue<'_> {}
+
+impl<'a> RecvQueue<'a> {
+    /// Drives the receive queue of the QP that `layout` describes.
+    ///
+    /// # Safety
+    ///
+    /// - `layout` is what `mlx5dv_init_obj` reported for a live QP (or the software device's
+    ///   equivalent); the ring and doorbell record stay valid for `'a`;
+    /// - nothing else posts to this receive queue (no `ibv_post_recv`) while this value lives;
+    /// - `state` is bound to the CQ that receives this QP's receive completions, and no other
+    ///   receive queue uses it; the queue is new or reset (head 0);
+    /// - under `cfg(zverbs_loom)` the ring and doorbell record are loom cells.
+    ///
+    /// # Errors
+    ///
+    /// A [`LayoutError`] when the QP has no receive queue, the ring is not a power of two, the
+    /// stride is not a power of two ≥ 16, or `state` does not match.
+    pub unsafe fn new(layout: &QpLayout, state: &'a RqState<'a>) -> Result<Self, LayoutError> {
+        let cnt = layout.rq.wqe_cnt;
+        if cnt == 0 {
+            return Err(LayoutError::NoReceiveQueue);
+        }
+        let entries = Ring::new(cnt).ok_or(LayoutError::NotPowerOfTwo { count: cnt })?;
+        if cnt > 1 << 15 {
+            return Err(LayoutError::RingTooLarge { count: cnt });
+        }
+        let stride = layout.rq.stride;
+        if stride < 16 || !stride.is_power_of_two() {
+            return Err(LayoutError::BadStride { stride });
+        }
+        if state.len() != cnt {
+            return Err(LayoutError::StorageLength {
+                needed: cnt,
+                given: state.len() as usize,
+            });
+        }
+        let segs_per = stride / 16;
+        Ok(Self {
+            // SAFETY: (caller) the ring holds `cnt × stride` bytes for 'a, owned by this queue.
+            ring: unsafe { SegRing::new(layout.rq.buf, cnt * segs_per) },
+            entries,
+            seg_shift: segs_per.trailing_zeros(),
+            head: 0,
+            tail: 0,
+            max_sge: segs_per,
+            // SAFETY: (caller) the doorbell record is valid for 'a; word 0 is MLX5_RCV_DBR.
+            dbrec: unsafe { dbrec_word(layout.dbrec, RCV_DBR) },
+            state,
+        })
+    }
+
+    /// Scatter entries a receive can have (`stride / 16`).
+    #[inline]
+    pub fn max_sge(&self) -> u32 {
+        self.max_sge
+    }
+
+    /// Receives posted (free-running counter).
+    #[inline]
+    pub fn head(&self) -> u32 {
+        self.head
+    }
+
+    /// Number of entries in the ring.
+    #[inline]
+    pub fn entries(&self) -> u32 {
+        self.entries.size()
+    }
+
+    /// Free entries, after taking what the poller has completed.
+    #[inline]
+    pub fn free(&mut self) -> u32 {
+        self.tail = self.state.load_tail();
+        self.entries.free(self.head, self.tail)
+    }
+
+    #[inline(always)]
+    fn check(&mut self, wr: &RecvWr<'_>, needed: u32) -> Result<(), PostError> {
+        if wr.sgl.len() > self.max_sge as usize {
+            return Err(PostError::TooManySges {
+                got: wr.sgl.len() as u32,
+                max: self.max_sge,
+            });
+        }
+        if self.entries.free(self.head, self.tail) < needed {
+            self.tail = self.state.load_tail();
+            let free = self.entries.free(self.head, self.tail);
+            if free < needed {
+                return Err(PostError::QueueFull { needed, free });
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the receive WQE for `wr` at `head` and records it.
+    ///
+    /// # Safety
+    ///
+    /// `check` passed for this entry.
+    #[inline(always)]
+    unsafe fn write(&mut self, wr: &RecvWr<'_>) {
+        let mut seg = self.head.wrapping_shl(self.seg_shift);
+        let end = seg.wrapping_add(self.max_sge);
+        for s in wr.sgl.iter().filter(|s| s.length != 0) {
+            // SAFETY: the entry is free (checked) and unpublished.
+            unsafe {
+                self.ring.with_mut(seg, |b| {
+                    DataSeg::new_unchecked(b).set(s.length, s.lkey, s.addr)
+                })
+            };
+            seg = seg.wrapping_add(1);
+        }
+        if seg != end {
+            // SAFETY: as above.
+            unsafe {
+                self.ring
+                    .with_mut(seg, |b| DataSeg::new_unchecked(b).set(0, INVALID_LKEY, 0))
+            };
+        }
+        // SAFETY: the slot is free and unpublished.
+        unsafe { self.state.record(self.head, wr.wr_id) };
+        self.head = self.head.wrapping_add(1);
+    }
+
+    #[inline(always)]
+    fn publish(&self) {
+        barrier::to_device();
+        publish(self.dbrec, self.head & 0xffff, Ordering::Relaxed);
+    }
+}
+
+impl PostRecv for RecvQueue<'_> {
+    #[inline]
+    unsafe fn post_recv(&mut self, wr: &RecvWr<'_>) -> Result<(), PostError> {
+        self.check(wr, 1)?;
+        // SAFETY: checked.
+        unsafe { self.write(wr) };
+        self.publish();
+        Ok(())
+    }
+
+    unsafe fn post_recv_batch(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), BatchError> {
+        for (index, wr) in wrs.iter().enumerate() {
+            self.check(wr, index as u32 + 1)
+                .map_err(|error| BatchError { index, error })?;
+        }
+        for wr in wrs {
+            // SAFETY: every entry was checked, with room for the whole batch.
+            unsafe { self.write(wr) };
+        }
+        if !wrs.is_empty() {
+            self.publish();
+        }
+        Ok(())
+    }
+}
