@@ -84,10 +84,10 @@ pub struct mlx5dv_cq {
 #[cfg(target_pointer_width = "64")]
 const _: () = {
     use core::mem::{offset_of, size_of};
-    assert!(size_of::<mlx5dv_qp>() == 88);
+    assert!(size_of::<mlx5dv_qp>() == 96);
     assert!(offset_of!(mlx5dv_qp, sq) == 8 && offset_of!(mlx5dv_qp, rq) == 24);
     assert!(offset_of!(mlx5dv_qp, bf) == 40 && offset_of!(mlx5dv_qp, comp_mask) == 56);
-    assert!(offset_of!(mlx5dv_qp, tir_icm_addr) == 80);
+    assert!(offset_of!(mlx5dv_qp, tir_icm_addr) == 88);
     assert!(size_of::<mlx5dv_cq>() == 48);
     assert!(offset_of!(mlx5dv_cq, cqe_cnt) == 16 && offset_of!(mlx5dv_cq, cq_uar) == 24);
     assert!(offset_of!(mlx5dv_cq, cqn) == 32 && offset_of!(mlx5dv_cq, comp_mask) == 40);
