@@ -1,0 +1,1 @@
+//! Cross-checks against rdma-core's mlx5dv.h.
