@@ -312,3 +312,272 @@ impl PollCq for CompletionQueue<'_> {
         n
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::{QPN, Rig, caps, err_cqe, req_cqe, resp_cqe};
+    use zverbs_core::{PostRecv, PostSend, RecvWr, RemoteBuf, SendWr, Sge};
+
+    fn wcs() -> [Completion; 8] {
+        [Completion::EMPTY; 8]
+    }
+
+    fn send(rig: &mut Rig, wr: &SendWr<'_>) {
+        // SAFETY: never executed by a device.
+        unsafe { rig.sq.send(wr) }.unwrap();
+    }
+
+    #[test]
+    fn empty_ring_polls_nothing() {
+        let mut rig = Rig::new(8, 256, caps(1, 0));
+        assert_eq!(rig.cq.poll(&mut wcs()), 0);
+        assert_eq!(rig.mem.cq_dbrec(), 0, "nothing consumed, nothing published");
+    }
+
+    #[test]
+    fn unsignaled_work_is_retired_by_the_next_completion() {
+        let mut rig = Rig::new(8, 256, caps(2, 0));
+        let sgl = [Sge::new(0x1000, 8, 1)];
+        for i in 0..3 {
+            send(&mut rig, &SendWr::write(i, &sgl, RemoteBuf::new(0, 1)));
+        }
+        send(
+            &mut rig,
+            &SendWr::read(3, &sgl, RemoteBuf::new(0, 1)).signaled(),
+        );
+        assert_eq!(rig.sq.free_blocks(), 4);
+        rig.mem.put_cqe(0, req_cqe(QPN, opcode::RDMA_READ, 3, 8, 0));
+        let mut wc = wcs();
+        assert_eq!(rig.cq.poll(&mut wc), 1);
+        assert_eq!(wc[0].wr_id, 3);
+        assert_eq!(wc[0].opcode, WcOpcode::RdmaRead);
+        assert_eq!(wc[0].byte_len, 8);
+        assert_eq!(wc[0].qp_num, QPN);
+        assert!(wc[0].is_success());
+        assert_eq!(rig.sq.free_blocks(), 8, "all four WQEs retired");
+        assert_eq!(rig.sq.outstanding_signaled(), 0);
+        assert_eq!(rig.mem.cq_dbrec(), 1);
+    }
+
+    #[test]
+    fn owner_bit_follows_the_pass() {
+        let mut rig = Rig::with_cq(8, 256, caps(1, 0), 2);
+        let mut wc = wcs();
+        for i in 0..5u16 {
+            send(&mut rig, &SendWr::nop(u64::from(i)).signaled());
+            let pass = (i / 2) & 1;
+            let slot = usize::from(i % 2);
+            // A CQE with the previous pass's owner bit is still the device's.
+            rig.mem
+                .put_cqe(slot, req_cqe(QPN, opcode::NOP, i, 0, (pass ^ 1) as u8));
+            assert_eq!(rig.cq.poll(&mut wc), 0, "stale owner at {i}");
+            rig.mem
+                .put_cqe(slot, req_cqe(QPN, opcode::NOP, i, 0, pass as u8));
+            assert_eq!(rig.cq.poll(&mut wc), 1);
+            assert_eq!((wc[0].wr_id, wc[0].opcode), (u64::from(i), WcOpcode::Nop));
+        }
+        assert_eq!(rig.mem.cq_dbrec(), 5);
+    }
+
+    #[test]
+    fn polls_no_more_than_the_slice_holds() {
+        let mut rig = Rig::new(8, 256, caps(1, 0));
+        for i in 0..5u16 {
+            send(&mut rig, &SendWr::nop(u64::from(i)).signaled());
+            rig.mem
+                .put_cqe(usize::from(i), req_cqe(QPN, opcode::NOP, i, 0, 0));
+        }
+        let mut two = [Completion::EMPTY; 2];
+        assert_eq!(rig.cq.poll(&mut two), 2);
+        assert_eq!(rig.mem.cq_dbrec(), 2);
+        let mut wc = wcs();
+        assert_eq!(rig.cq.poll(&mut wc), 3);
+        assert_eq!(wc[2].wr_id, 4);
+        assert_eq!(rig.cq.poll(&mut []), 0);
+    }
+
+    #[test]
+    fn requester_opcodes_and_immediates() {
+        let mut rig = Rig::new(16, 256, caps(1, 0));
+        let sgl = [Sge::new(0x1000, 8, 1)];
+        let local = Sge::new(0x1000, 8, 1);
+        let r = RemoteBuf::new(0, 1);
+        let wrs = [
+            (SendWr::write(0, &sgl, r), WcOpcode::RdmaWrite, false, 0),
+            (
+                SendWr::write_imm(1, &sgl, r, 7),
+                WcOpcode::RdmaWrite,
+                true,
+                0,
+            ),
+            (SendWr::send(2, &sgl), WcOpcode::Send, false, 0),
+            (SendWr::send_imm(3, &sgl, 7), WcOpcode::Send, true, 0),
+            (
+                SendWr::compare_swap(4, local, r, 1, 2),
+                WcOpcode::CompSwap,
+                false,
+                8,
+            ),
+            (
+                SendWr::fetch_add(5, local, r, 1),
+                WcOpcode::FetchAdd,
+                false,
+                8,
+            ),
+        ];
+        let ops = [
+            opcode::RDMA_WRITE,
+            opcode::RDMA_WRITE_IMM,
+            opcode::SEND,
+            opcode::SEND_IMM,
+            opcode::ATOMIC_CS,
+            opcode::ATOMIC_FA,
+        ];
+        for (i, (wr, _, _, _)) in wrs.iter().enumerate() {
+            send(&mut rig, &wr.signaled());
+            rig.mem.put_cqe(i, req_cqe(QPN, ops[i], i as u16, 99, 0));
+        }
+        let mut wc = wcs();
+        assert_eq!(rig.cq.poll(&mut wc), 6);
+        for (i, (_, op, imm, len)) in wrs.iter().enumerate() {
+            assert_eq!(wc[i].wr_id, i as u64);
+            assert_eq!(wc[i].opcode, *op);
+            assert_eq!(wc[i].flags.contains(WcFlags::WITH_IMM), *imm);
+            assert_eq!(wc[i].byte_len, *len);
+        }
+    }
+
+    #[test]
+    fn error_then_flushes() {
+        let mut rig = Rig::new(8, 256, caps(1, 0));
+        let sgl = [Sge::new(0x1000, 8, 1)];
+        send(&mut rig, &SendWr::write(10, &sgl, RemoteBuf::new(0, 1)));
+        send(&mut rig, &SendWr::read(11, &sgl, RemoteBuf::new(0, 1)));
+        send(&mut rig, &SendWr::send(12, &sgl).signaled());
+        rig.mem.put_cqe(0, err_cqe(QPN, 13, 1, 0x13, 0x88, 0));
+        rig.mem.put_cqe(1, err_cqe(QPN, 13, 2, 0x05, 0xf9, 0));
+        let mut wc = wcs();
+        assert_eq!(rig.cq.poll(&mut wc), 2);
+        assert_eq!(
+            (wc[0].wr_id, wc[0].status, wc[0].vendor_err, wc[0].opcode),
+            (11, WcStatus::RemAccessErr, 0x88, WcOpcode::RdmaRead)
+        );
+        assert_eq!(
+            (wc[1].wr_id, wc[1].status, wc[1].opcode),
+            (12, WcStatus::WrFlushErr, WcOpcode::Send)
+        );
+        assert_eq!(rig.sq.free_blocks(), 8);
+        assert_eq!(rig.sq.outstanding_signaled(), 0);
+    }
+
+    #[test]
+    fn receive_completions_in_order() {
+        let mut rig = Rig::new(8, 256, caps(1, 0));
+        let sgl = [Sge::new(0x1000, 64, 1)];
+        for i in 0..4 {
+            // SAFETY: never executed.
+            unsafe { rig.rq.post_recv(&RecvWr::new(100 + i, &sgl)) }.unwrap();
+        }
+        assert_eq!(rig.rq.free(), 4);
+        rig.mem.put_cqe(0, resp_cqe(QPN, 2, 17, 0, 0));
+        rig.mem.put_cqe(1, resp_cqe(QPN, 3, 18, 0xdead_beef, 0));
+        rig.mem.put_cqe(2, resp_cqe(QPN, 1, 19, 0x1234, 0));
+        rig.mem.put_cqe(3, err_cqe(QPN, 14, 3, 0x01, 0x51, 0));
+        let mut wc = wcs();
+        assert_eq!(rig.cq.poll(&mut wc), 4);
+        assert_eq!(
+            (wc[0].wr_id, wc[0].opcode, wc[0].byte_len, wc[0].imm()),
+            (100, WcOpcode::Recv, 17, None)
+        );
+        assert_eq!(
+            (wc[1].wr_id, wc[1].opcode, wc[1].imm()),
+            (101, WcOpcode::Recv, Some(0xdead_beef))
+        );
+        assert_eq!(
+            (wc[2].wr_id, wc[2].opcode, wc[2].imm()),
+            (102, WcOpcode::RecvRdmaWithImm, Some(0x1234))
+        );
+        assert_eq!(
+            (wc[3].wr_id, wc[3].status, wc[3].vendor_err),
+            (103, WcStatus::LocLenErr, 0x51)
+        );
+        assert_eq!(rig.rq.free(), 8);
+    }
+
+    #[test]
+    fn unknown_queue_and_formats_are_reported_not_dropped() {
+        let mut rig = Rig::new(8, 256, caps(1, 0));
+        send(&mut rig, &SendWr::nop(5).signaled());
+        rig.mem.put_cqe(0, req_cqe(0x999, opcode::NOP, 0, 0, 0));
+        let mut scattered = req_cqe(QPN, opcode::RDMA_READ, 0, 4, 0);
+        scattered[63] |= INLINE_SCATTER_32;
+        rig.mem.put_cqe(1, scattered);
+        let mut resize = [0u8; 64];
+        resize[63] = 5 << 4;
+        rig.mem.put_cqe(2, resize);
+        let mut wc = wcs();
+        assert_eq!(rig.cq.poll(&mut wc), 3);
+        assert_eq!(
+            (wc[0].qp_num, wc[0].status, wc[0].wr_id),
+            (0x999, WcStatus::GeneralErr, 0)
+        );
+        assert_eq!((wc[1].wr_id, wc[1].status), (5, WcStatus::GeneralErr));
+        assert_eq!(
+            wc[1].vendor_err,
+            VENDOR_ERR_UNSUPPORTED_FORMAT | u32::from(INLINE_SCATTER_32)
+        );
+        assert_eq!(wc[2].opcode, WcOpcode::Unknown(5));
+        assert_eq!(
+            rig.sq.free_blocks(),
+            8,
+            "the scattered CQE still retired its WQE"
+        );
+    }
+
+    #[test]
+    fn status_mapping_matches_libmlx5() {
+        let pairs = [
+            (0x01, WcStatus::LocLenErr),
+            (0x02, WcStatus::LocQpOpErr),
+            (0x04, WcStatus::LocProtErr),
+            (0x05, WcStatus::WrFlushErr),
+            (0x06, WcStatus::MwBindErr),
+            (0x10, WcStatus::BadRespErr),
+            (0x11, WcStatus::LocAccessErr),
+            (0x12, WcStatus::RemInvReqErr),
+            (0x13, WcStatus::RemAccessErr),
+            (0x14, WcStatus::RemOpErr),
+            (0x15, WcStatus::RetryExcErr),
+            (0x16, WcStatus::RnrRetryExcErr),
+            (0x22, WcStatus::RemAbortErr),
+            (0x77, WcStatus::GeneralErr),
+        ];
+        for (raw, st) in pairs {
+            assert_eq!(status_of(Syndrome::from_raw(raw)), st);
+        }
+    }
+
+    #[test]
+    fn big_cqes_use_the_second_half() {
+        let mut rig = Rig::new(8, 256, caps(1, 0));
+        // Re-layout the CQ memory as 4 CQEs of 128 bytes.
+        let mut layout = rig.mem.cq_layout();
+        layout.cqe_cnt = 4;
+        layout.cqe_size = 128;
+        // A fresh CQ over the same memory and bindings; the rig's CQ is not polled again.
+        let bindings = rig.cq.bindings;
+        // SAFETY: the memory is leaked and only this CQ polls it.
+        let mut cq = unsafe { CompletionQueue::new(&layout, bindings) }.unwrap();
+        send(&mut rig, &SendWr::nop(42).signaled());
+        for b in rig.mem.cq.iter_mut() {
+            b.0[63] = 0xf0;
+        }
+        // First half: garbage that would decode as a valid CQE; second half: the real one.
+        rig.mem.put_cqe(0, req_cqe(0x555, opcode::NOP, 0, 0, 0));
+        rig.mem.put_cqe(1, req_cqe(QPN, opcode::NOP, 0, 0, 0));
+        let mut wc = wcs();
+        assert_eq!(cq.poll(&mut wc), 1);
+        assert_eq!((wc[0].wr_id, wc[0].qp_num), (42, QPN));
+    }
+}

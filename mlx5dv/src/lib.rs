@@ -55,6 +55,8 @@ pub mod prm;
 mod rq;
 mod sq;
 mod state;
+#[cfg(test)]
+mod testutil;
 
 pub use cq::{CompletionQueue, VENDOR_ERR_UNSUPPORTED_FORMAT, status_of};
 pub use layout::{BfLayout, CqLayout, LayoutError, QpLayout, SqCaps, WqLayout};

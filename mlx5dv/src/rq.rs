@@ -190,3 +190,72 @@ impl PostRecv for RecvQueue<'_> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+
+    use super::*;
+    use crate::testutil::{Rig, caps};
+    use zverbs_core::Sge;
+
+    fn seg(b: &[u8]) -> (u32, u32, u64) {
+        let d = DataSeg::new_unchecked(b);
+        (d.byte_count(), d.lkey(), d.addr())
+    }
+
+    #[test]
+    fn receive_wqes_and_terminator() {
+        // Stride 32: two entries per receive.
+        let mut rig = Rig::new(8, 0, caps(1, 0));
+        assert_eq!(rig.rq.max_sge(), 2);
+        let one = [Sge::new(0x1000, 64, 7)];
+        let two = [Sge::new(0x2000, 16, 8), Sge::new(0x3000, 32, 9)];
+        let holey = [Sge::new(0x4000, 0, 8), Sge::new(0x5000, 4, 9)];
+        // SAFETY: never executed.
+        unsafe {
+            rig.rq.post_recv(&RecvWr::new(1, &one)).unwrap();
+            rig.rq.post_recv(&RecvWr::new(2, &two)).unwrap();
+            rig.rq.post_recv(&RecvWr::new(3, &holey)).unwrap();
+        }
+        let ring = rig.mem.rq_bytes();
+        assert_eq!(seg(&ring[0..16]), (64, 7, 0x1000));
+        assert_eq!(seg(&ring[16..32]), (0, INVALID_LKEY, 0));
+        assert_eq!(seg(&ring[32..48]), (16, 8, 0x2000));
+        assert_eq!(seg(&ring[48..64]), (32, 9, 0x3000));
+        assert_eq!(
+            seg(&ring[64..80]),
+            (4, 9, 0x5000),
+            "zero-length entry skipped"
+        );
+        assert_eq!(seg(&ring[80..96]), (0, INVALID_LKEY, 0));
+        assert_eq!(rig.mem.dbrec(0), 3);
+        assert_eq!(rig.mem.dbrec(1), 0, "the send counter is untouched");
+    }
+
+    #[test]
+    fn refused_receives_change_nothing() {
+        let mut rig = Rig::new(8, 0, caps(1, 0));
+        let one = [Sge::new(0x1000, 64, 7)];
+        let three = [Sge::new(0x1000, 64, 7); 3];
+        let before = rig.mem.rq_bytes();
+        // SAFETY: never executed.
+        let err = unsafe { rig.rq.post_recv(&RecvWr::new(1, &three)) };
+        assert_eq!(err, Err(PostError::TooManySges { got: 3, max: 2 }));
+        let batch = [RecvWr::new(1, &one); 9];
+        // SAFETY: never executed.
+        let err = unsafe { rig.rq.post_recv_batch(&batch) }.unwrap_err();
+        assert_eq!(err.index, 8);
+        assert_eq!(err.error, PostError::QueueFull { needed: 9, free: 8 });
+        assert_eq!(rig.mem.rq_bytes(), before);
+        assert_eq!(rig.mem.dbrec(0), 0);
+        // SAFETY: never executed.
+        unsafe { rig.rq.post_recv_batch(&batch[..8]) }.unwrap();
+        assert_eq!(rig.mem.dbrec(0), 8);
+        let before = rig.mem.rq_bytes();
+        // SAFETY: never executed.
+        let err = unsafe { rig.rq.post_recv(&RecvWr::new(1, &one)) };
+        assert_eq!(err, Err(PostError::QueueFull { needed: 1, free: 0 }));
+        assert_eq!(rig.mem.rq_bytes(), before);
+    }
+}

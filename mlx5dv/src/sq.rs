@@ -537,3 +537,605 @@ impl PostSend for SendQueue<'_> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+
+    use std::vec::Vec;
+
+    use super::*;
+    use crate::testutil::{QPN, Rig, caps};
+    use zverbs_core::RemoteBuf;
+
+    fn words(b: &[u8]) -> Vec<u32> {
+        b.chunks(4)
+            .map(|c| u32::from_be_bytes(c.try_into().unwrap()))
+            .collect()
+    }
+
+    fn post(rig: &mut Rig, wr: &SendWr<'_>) -> Result<(), PostError> {
+        // SAFETY: requests in these tests are never executed by a device; inline sources are
+        // live slices.
+        unsafe { rig.sq.post_send(wr) }
+    }
+
+    // Golden WQEs: what libmlx5 (rdma-core 44) wrote on an emulated ConnectX for the same
+    // requests on QPN 0x100 with 128 basic blocks and a 256-byte BlueFlame buffer.
+    #[test]
+    fn matches_libmlx5_golden_wqes() {
+        let mut rig = Rig::new(128, 256, caps(4, 124));
+        let sgl = [Sge::new(0x55a7_b9cd_5000, 0x100, 0x1100)];
+        let wr = SendWr::write(1, &sgl, RemoteBuf::new(0x7f00_0000_1000, 0xdead_beef)).signaled();
+        post(&mut rig, &wr).unwrap();
+        rig.sq.ring();
+        let ring = rig.mem.sq_bytes();
+        assert_eq!(
+            words(&ring[..48]),
+            [
+                0x0000_0008,
+                0x0001_0003,
+                0x0000_0008,
+                0,
+                0x0000_7f00,
+                0x0000_1000,
+                0xdead_beef,
+                0,
+                0x0000_0100,
+                0x0000_1100,
+                0x0000_55a7,
+                0xb9cd_5000
+            ]
+        );
+        assert_eq!(rig.mem.dbrec(1), 1);
+        // Single WQE with BlueFlame: the whole WQE (one block) in the first buffer.
+        assert_eq!(rig.mem.bf_bytes()[..64], ring[..64]);
+
+        let hello = *b"Hello, mlx5 inline!\0";
+        let sgl = [Sge::from_slice(&hello, 0)];
+        post(&mut rig, &SendWr::send(2, &sgl).inline().signaled()).unwrap();
+        rig.sq.ring();
+        let ring = rig.mem.sq_bytes();
+        assert_eq!(
+            words(&ring[64..112]),
+            [
+                0x0000_010a,
+                0x0001_0003,
+                0x0000_0008,
+                0,
+                0x8000_0014,
+                0x4865_6c6c,
+                0x6f2c_206d,
+                0x6c78_3520,
+                0x696e_6c69,
+                0x6e65_2100,
+                0,
+                0
+            ]
+        );
+        assert_eq!(rig.mem.dbrec(1), 2);
+        // The second BlueFlame buffer.
+        assert_eq!(rig.mem.bf_bytes()[256..320], ring[64..128]);
+
+        let rd = [
+            Sge::new(0x55a7_b9cd_5000, 0x40, 0x1100),
+            Sge::new(0x55a7_b9cd_5400, 0x20, 0x1100),
+        ];
+        let wsgl = [Sge::new(0x55a7_b9cd_5000, 0x100, 0x1100)];
+        let chain = [
+            SendWr::read(3, &rd, RemoteBuf::new(0x7f00_0000_3000, 0x5678)).signaled(),
+            SendWr::write_imm(4, &wsgl, RemoteBuf::new(0x7f00_0000_2000, 0x1234), 0xcafe),
+        ];
+        // SAFETY: never executed.
+        unsafe { rig.sq.post_send_batch(&chain) }.unwrap();
+        let ring = rig.mem.sq_bytes();
+        assert_eq!(
+            words(&ring[128..256]),
+            [
+                0x0000_0210,
+                0x0001_0004,
+                0x0000_0008,
+                0,
+                0x0000_7f00,
+                0x0000_3000,
+                0x0000_5678,
+                0,
+                0x0000_0040,
+                0x0000_1100,
+                0x0000_55a7,
+                0xb9cd_5000,
+                0x0000_0020,
+                0x0000_1100,
+                0x0000_55a7,
+                0xb9cd_5400,
+                0x0000_0309,
+                0x0001_0003,
+                0,
+                0x0000_cafe,
+                0x0000_7f00,
+                0x0000_2000,
+                0x0000_1234,
+                0,
+                0x0000_0100,
+                0x0000_1100,
+                0x0000_55a7,
+                0xb9cd_5000,
+                0,
+                0,
+                0,
+                0
+            ]
+        );
+        assert_eq!(rig.mem.dbrec(1), 4);
+        // A chain rings the 8-byte doorbell with the last WQE's control segment, at the
+        // buffer after the two BlueFlame copies: the first one again.
+        let bf = rig.mem.bf_bytes();
+        assert_eq!(bf[..8], ring[192..200]);
+        assert_eq!(
+            bf[8..64],
+            ring[8..64],
+            "rest of buffer 0 still holds the first copy"
+        );
+    }
+
+    #[test]
+    fn doorbell_only_writes_eight_bytes_at_the_register() {
+        let mut rig = Rig::new(8, 0, caps(2, 64));
+        let sgl = [Sge::new(0x1000, 8, 1)];
+        for i in 0..3u64 {
+            post(&mut rig, &SendWr::send(i, &sgl).signaled()).unwrap();
+            rig.sq.ring();
+            let ring = rig.mem.sq_bytes();
+            let at = i as usize * 64;
+            assert_eq!(rig.mem.bf_bytes()[..8], ring[at..at + 8]);
+            assert_eq!(rig.mem.dbrec(1), i as u32 + 1);
+        }
+        assert!(!rig.sq.has_blueflame());
+    }
+
+    #[test]
+    fn large_wqe_skips_blueflame() {
+        // A WQE larger than the BlueFlame buffer goes by doorbell.
+        let mut rig = Rig::new(16, 64, caps(8, 64));
+        let sgl: Vec<Sge> = (0..6).map(|i| Sge::new(0x1000 * i, 4, 9)).collect();
+        post(&mut rig, &SendWr::write(1, &sgl, RemoteBuf::new(0, 1))).unwrap();
+        rig.sq.ring();
+        let ring = rig.mem.sq_bytes();
+        let bf = rig.mem.bf_bytes();
+        assert_eq!(bf[..8], ring[..8]);
+        assert!(bf[8..].iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn ring_without_posts_does_nothing() {
+        let mut rig = Rig::new(8, 256, caps(2, 64));
+        rig.sq.ring();
+        assert_eq!(rig.mem.dbrec(1), 0);
+        assert!(rig.mem.bf_bytes().iter().all(|&b| b == 0));
+    }
+
+    /// Builds the expected segments of a WRITE with `n` SGEs or inline `data`, at `pi`.
+    fn expect_write(pi: u32, n: usize, inline: Option<&[u8]>) -> Vec<u8> {
+        let mut v = Vec::new();
+        let ds = 2 + inline.map_or(n, |d| inline_ds(d.len()));
+        let mut ctrl = [0u8; 16];
+        CtrlSeg::new_unchecked(&mut ctrl).set(
+            pi as u16,
+            opcode::RDMA_WRITE,
+            0,
+            QPN,
+            0,
+            ds as u8,
+            0,
+        );
+        v.extend_from_slice(&ctrl);
+        let mut r = [0u8; 16];
+        RaddrSeg::new_unchecked(&mut r).set(0xabc0, 0x77);
+        v.extend_from_slice(&r);
+        match inline {
+            Some(d) if !d.is_empty() => {
+                v.extend_from_slice(&inline_byte_count(d.len() as u32).to_be_bytes());
+                v.extend_from_slice(d);
+                while v.len() % 16 != 0 {
+                    v.push(0);
+                }
+            }
+            Some(_) => {}
+            None => {
+                for i in 0..n {
+                    let mut d = [0u8; 16];
+                    DataSeg::new_unchecked(&mut d).set(
+                        i as u32 + 1,
+                        0x10 + i as u32,
+                        0x1000 * (i as u64 + 1),
+                    );
+                    v.extend_from_slice(&d);
+                }
+            }
+        }
+        v
+    }
+
+    /// Reads `len` bytes of the ring from block `pi`, following the wrap.
+    fn read_wrapped(ring: &[u8], pi: u32, len: usize) -> Vec<u8> {
+        (0..len)
+            .map(|i| ring[(pi as usize * 64 + i) % ring.len()])
+            .collect()
+    }
+
+    #[test]
+    fn every_wrap_position_and_size() {
+        // For WQEs of 1..=4 blocks (up to 14 SGEs) and inline payloads of every length up to
+        // the limit, start at every block of an 8-block ring.
+        let blocks = 8u32;
+        for n in 0..=14usize {
+            for start in 0..blocks {
+                let mut rig = Rig::new(blocks, 256, caps(14, 200));
+                advance(&mut rig, start);
+                let sgl: Vec<Sge> = (0..n)
+                    .map(|i| Sge::new(0x1000 * (i as u64 + 1), i as u32 + 1, 0x10 + i as u32))
+                    .collect();
+                let pi = rig.sq.producer();
+                post(
+                    &mut rig,
+                    &SendWr::write(9, &sgl, RemoteBuf::new(0xabc0, 0x77)),
+                )
+                .unwrap();
+                let want = expect_write(pi, n, None);
+                assert_eq!(
+                    read_wrapped(&rig.mem.sq_bytes(), pi, want.len()),
+                    want,
+                    "n={n} start={start}"
+                );
+                rig.sq.ring();
+                assert_eq!(rig.mem.dbrec(1), rig.sq.producer() & 0xffff);
+                // BlueFlame carries the wrapped WQE in ring order.
+                let bf = rig.mem.bf_bytes();
+                let off = if start % 2 == 0 { 0 } else { 256 };
+                if want.len() <= 256 {
+                    assert_eq!(
+                        bf[off..off + want.len()],
+                        want[..],
+                        "BlueFlame n={n} start={start}"
+                    );
+                }
+            }
+        }
+        for len in 0..=200usize {
+            for start in [0, blocks - 1, blocks - 2] {
+                let mut rig = Rig::new(blocks, 256, caps(2, 200));
+                advance(&mut rig, start);
+                let data: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
+                let sgl = [Sge::from_slice(&data, 0)];
+                let pi = rig.sq.producer();
+                post(
+                    &mut rig,
+                    &SendWr::write(9, &sgl, RemoteBuf::new(0xabc0, 0x77)).inline(),
+                )
+                .unwrap();
+                let want = expect_write(pi, 0, Some(&data));
+                assert_eq!(
+                    read_wrapped(&rig.mem.sq_bytes(), pi, want.len()),
+                    want,
+                    "len={len} start={start}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn inline_gathers_across_entries() {
+        let mut rig = Rig::new(8, 0, caps(4, 64));
+        for b in rig.mem.sq.iter_mut() {
+            b.0 = [0xaa; 64]; // stale bytes from earlier WQEs
+        }
+        let a = [1u8, 2, 3];
+        let b = [4u8; 20];
+        let c = [5u8, 6];
+        let sgl = [
+            Sge::from_slice(&a, 0),
+            Sge::from_slice(&b, 0),
+            Sge::from_slice(&c, 0),
+        ];
+        post(&mut rig, &SendWr::send(1, &sgl).inline()).unwrap();
+        let ring = rig.mem.sq_bytes();
+        let mut want = std::vec![0x80, 0, 0, 25];
+        want.extend_from_slice(&a);
+        want.extend_from_slice(&b);
+        want.extend_from_slice(&c);
+        assert_eq!(&ring[16..16 + 29], &want[..]);
+        assert!(ring[45..48].iter().all(|&x| x == 0), "padding is zeroed");
+        assert!(
+            ring[48..64].iter().all(|&x| x == 0xaa),
+            "nothing past the WQE is written"
+        );
+        assert_eq!(CtrlSeg::new_unchecked(&ring[..16]).ds(), 1 + 2);
+    }
+
+    #[test]
+    fn zero_length_entries_are_skipped() {
+        let mut rig = Rig::new(8, 0, caps(4, 64));
+        let sgl = [
+            Sge::new(0x10, 0, 1),
+            Sge::new(0x20, 5, 2),
+            Sge::new(0x30, 0, 3),
+        ];
+        post(&mut rig, &SendWr::send(1, &sgl)).unwrap();
+        let ring = rig.mem.sq_bytes();
+        assert_eq!(CtrlSeg::new_unchecked(&ring[..16]).ds(), 2);
+        let d = DataSeg::new_unchecked(&ring[16..32]);
+        assert_eq!((d.byte_count(), d.lkey(), d.addr()), (5, 2, 0x20));
+    }
+
+    #[test]
+    fn atomics_are_one_block() {
+        let mut rig = Rig::new(8, 256, caps(1, 0));
+        let local = Sge::new(0x2000, 8, 0x33);
+        post(
+            &mut rig,
+            &SendWr::compare_swap(1, local, RemoteBuf::new(0x4000, 0x44), 5, 6).signaled(),
+        )
+        .unwrap();
+        post(
+            &mut rig,
+            &SendWr::fetch_add(2, local, RemoteBuf::new(0x4008, 0x44), 9),
+        )
+        .unwrap();
+        let ring = rig.mem.sq_bytes();
+        assert_eq!(
+            words(&ring[..64]),
+            [
+                0x0000_0011,
+                0x0001_0004,
+                0x0000_0008,
+                0,
+                0,
+                0x4000,
+                0x44,
+                0,
+                0,
+                6,
+                0,
+                5,
+                8,
+                0x33,
+                0,
+                0x2000
+            ]
+        );
+        assert_eq!(
+            words(&ring[64..128]),
+            [
+                0x0000_0112,
+                0x0001_0004,
+                0,
+                0,
+                0,
+                0x4008,
+                0x44,
+                0,
+                0,
+                9,
+                0,
+                0,
+                8,
+                0x33,
+                0,
+                0x2000
+            ]
+        );
+        assert_eq!(rig.sq.producer(), 2);
+    }
+
+    #[test]
+    fn nop_and_flags() {
+        let mut rig = Rig::new(8, 256, caps(1, 0));
+        post(&mut rig, &SendWr::nop(1).signaled().fenced().solicited()).unwrap();
+        let ring = rig.mem.sq_bytes();
+        let c = CtrlSeg::new_unchecked(&ring[..16]);
+        assert_eq!((c.opcode(), c.ds()), (opcode::NOP, 1));
+        assert_eq!(
+            c.fm_ce_se(),
+            fm_ce_se::CQ_UPDATE | fm_ce_se::FENCE | fm_ce_se::SOLICITED
+        );
+        assert_eq!(c.fm_ce_se(), 0x8a);
+    }
+
+    #[test]
+    fn sig_all_signals_everything() {
+        let mut rig = Rig::new(
+            8,
+            256,
+            SqCaps {
+                sig_all: true,
+                ..caps(1, 0)
+            },
+        );
+        post(&mut rig, &SendWr::nop(1)).unwrap();
+        assert_eq!(
+            CtrlSeg::new_unchecked(&rig.mem.sq_bytes()[..16]).fm_ce_se(),
+            fm_ce_se::CQ_UPDATE
+        );
+        assert_eq!(rig.sq.outstanding_signaled(), 1);
+    }
+
+    /// Posts and completes `n` single-block NOPs so the producer starts at block `n`.
+    fn advance(rig: &mut Rig, n: u32) {
+        use crate::testutil::req_cqe;
+        use zverbs_core::{Completion, PollCq};
+        for i in 0..n {
+            post(rig, &SendWr::nop(1000 + u64::from(i)).signaled()).unwrap();
+            rig.sq.ring();
+            let ci = rig.cq.consumer();
+            let owner = ((ci / rig.cq.cqe_cnt()) & 1) as u8;
+            let slot = (ci % rig.cq.cqe_cnt()) as usize;
+            rig.mem
+                .put_cqe(slot, req_cqe(QPN, opcode::NOP, i as u16, 0, owner));
+            let mut wc = [Completion::EMPTY; 1];
+            assert_eq!(rig.cq.poll(&mut wc), 1);
+        }
+        assert_eq!(rig.sq.producer(), n);
+    }
+
+    /// Every refused request leaves the ring, the doorbell record, the BlueFlame buffer and the
+    /// counters exactly as they were.
+    #[test]
+    fn bad_input_changes_nothing() {
+        let mut rig = Rig::with_cq(
+            8,
+            256,
+            SqCaps {
+                max_signaled: 2,
+                ..caps(2, 32)
+            },
+            64,
+        );
+        let sgl = [Sge::new(0x1000, 8, 1)];
+        post(&mut rig, &SendWr::send(1, &sgl)).unwrap();
+        let before = (
+            rig.mem.sq_bytes(),
+            rig.mem.dbrec(1),
+            rig.mem.bf_bytes(),
+            rig.sq.producer(),
+            rig.sq.pending(),
+        );
+        let three = [Sge::new(0x1000, 8, 1); 3];
+        let big = [0u8; 33];
+        let big_sgl = [Sge::from_slice(&big, 0)];
+        let r = RemoteBuf::new(0x4000, 1);
+        let huge = [Sge::new(0, u32::MAX, 1), Sge::new(0, 2, 1)];
+        let cases: [(SendWr<'_>, PostError); 9] = [
+            (
+                SendWr::write(2, &three, r),
+                PostError::TooManySges { got: 3, max: 2 },
+            ),
+            (
+                SendWr::send(2, &big_sgl).inline(),
+                PostError::InlineTooLarge { len: 33, max: 32 },
+            ),
+            (
+                SendWr::read(2, &sgl, r).inline(),
+                PostError::InlineNotAllowed,
+            ),
+            (SendWr::nop(2).inline(), PostError::InlineNotAllowed),
+            (
+                SendWr::fetch_add(2, Sge::new(0x1000, 4, 1), r, 1),
+                PostError::AtomicSize { len: 4 },
+            ),
+            (
+                SendWr::fetch_add(2, Sge::new(0x1004, 8, 1), r, 1),
+                PostError::AtomicAlignment,
+            ),
+            (
+                SendWr::compare_swap(2, Sge::new(0x1000, 8, 1), r.offset(4), 1, 2),
+                PostError::AtomicAlignment,
+            ),
+            (SendWr::write(2, &huge, r), PostError::MessageTooLong),
+            (
+                SendWr::compare_swap(2, Sge::new(0x1000, 16, 1), r, 1, 2),
+                PostError::AtomicSize { len: 16 },
+            ),
+        ];
+        for (wr, err) in &cases {
+            assert_eq!(post(&mut rig, wr), Err(*err), "{wr:?}");
+            let after = (
+                rig.mem.sq_bytes(),
+                rig.mem.dbrec(1),
+                rig.mem.bf_bytes(),
+                rig.sq.producer(),
+                rig.sq.pending(),
+            );
+            assert_eq!(after, before, "{wr:?} changed the queue");
+        }
+
+        // The CQ share: two signaled requests may be outstanding, not three.
+        post(&mut rig, &SendWr::send(3, &sgl).signaled()).unwrap();
+        post(&mut rig, &SendWr::send(4, &sgl).signaled()).unwrap();
+        let before = (rig.mem.sq_bytes(), rig.sq.producer());
+        assert_eq!(
+            post(&mut rig, &SendWr::send(5, &sgl).signaled()),
+            Err(PostError::CqFull { limit: 2 })
+        );
+        assert_eq!((rig.mem.sq_bytes(), rig.sq.producer()), before);
+        // Unsignaled work still fits.
+        post(&mut rig, &SendWr::send(6, &sgl)).unwrap();
+
+        // A full ring: 4 blocks used, 4 free.
+        let two = [Sge::new(0x1000, 8, 1); 2];
+        for i in 0..4 {
+            post(&mut rig, &SendWr::write(7 + i, &two, r)).unwrap();
+        }
+        let before = (rig.mem.sq_bytes(), rig.sq.producer());
+        assert_eq!(
+            post(&mut rig, &SendWr::nop(9)),
+            Err(PostError::QueueFull { needed: 1, free: 0 })
+        );
+        assert_eq!((rig.mem.sq_bytes(), rig.sq.producer()), before);
+    }
+
+    #[test]
+    fn refused_batch_writes_nothing() {
+        let mut rig = Rig::new(8, 256, caps(2, 16));
+        let sgl = [Sge::new(0x1000, 8, 1)];
+        let three = [Sge::new(0x1000, 8, 1); 3];
+        let before = rig.mem.sq_bytes();
+        let bad = [
+            SendWr::send(1, &sgl),
+            SendWr::send(2, &sgl),
+            SendWr::send(3, &three),
+        ];
+        // SAFETY: never executed.
+        let err = unsafe { rig.sq.post_send_batch(&bad) }.unwrap_err();
+        assert_eq!(err.index, 2);
+        assert_eq!(err.error, PostError::TooManySges { got: 3, max: 2 });
+        // Too many for the ring in total: 9 one-block WQEs in 8 blocks.
+        let many = [SendWr::send(1, &sgl); 9];
+        // SAFETY: never executed.
+        let err = unsafe { rig.sq.post_send_batch(&many) }.unwrap_err();
+        assert_eq!(err.index, 8);
+        assert!(matches!(err.error, PostError::QueueFull { .. }));
+        assert_eq!(rig.mem.sq_bytes(), before);
+        assert_eq!((rig.sq.producer(), rig.mem.dbrec(1)), (0, 0));
+
+        // A full-ring batch rings once, by doorbell (more than one WQE).
+        let eight = [SendWr::send(1, &sgl); 8];
+        // SAFETY: never executed.
+        unsafe { rig.sq.post_send_batch(&eight) }.unwrap();
+        assert_eq!(
+            (rig.sq.producer(), rig.sq.pending(), rig.mem.dbrec(1)),
+            (8, 0, 8)
+        );
+        let bf = rig.mem.bf_bytes();
+        assert_eq!(bf[..8], rig.mem.sq_bytes()[7 * 64..7 * 64 + 8]);
+        assert!(bf[8..64].iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn wqe_index_wraps_at_16_bits() {
+        let mut rig = Rig::new(4, 256, caps(1, 0));
+        advance(&mut rig, 3);
+        // Drive the producer past 0xffff through completions and check the index field.
+        use crate::testutil::req_cqe;
+        use zverbs_core::{Completion, PollCq};
+        let mut wc = [Completion::EMPTY; 1];
+        for i in 3u32..0x1_0003 {
+            post(&mut rig, &SendWr::nop(u64::from(i)).signaled()).unwrap();
+            let ring = rig.mem.sq_bytes();
+            let slot = (i % 4) as usize * 64;
+            assert_eq!(
+                CtrlSeg::new_unchecked(&ring[slot..slot + 16]).wqe_index(),
+                i as u16
+            );
+            rig.sq.ring();
+            let ci = rig.cq.consumer();
+            let owner = ((ci / rig.cq.cqe_cnt()) & 1) as u8;
+            rig.mem.put_cqe(
+                (ci % rig.cq.cqe_cnt()) as usize,
+                req_cqe(QPN, opcode::NOP, i as u16, 0, owner),
+            );
+            assert_eq!(rig.cq.poll(&mut wc), 1);
+            assert_eq!(wc[0].wr_id, u64::from(i));
+        }
+        assert_eq!(rig.mem.dbrec(1), 0x0003);
+    }
+}
