@@ -307,7 +307,12 @@ impl PollCq for CompletionQueue<'_> {
             n += 1;
         }
         if n > 0 {
+            // Release: the reads of the CQEs consumed above happen before the device may see
+            // their slots free and overwrite them.
+            #[cfg(not(zverbs_mutant = "relaxed_cq_ci"))]
             publish(self.dbrec, self.ci & 0x00ff_ffff, Ordering::Release);
+            #[cfg(zverbs_mutant = "relaxed_cq_ci")]
+            publish(self.dbrec, self.ci & 0x00ff_ffff, Ordering::Relaxed);
         }
         n
     }
