@@ -1,0 +1,277 @@
+//! The models. Run with `cargo xtask loom` (all models, then every mutant).
+
+use zverbs_core::{Completion, PollCq, PostRecv, PostSend, RecvWr, RemoteBuf, SendWr, Sge};
+use zverbs_loom_tests::mem::{Mem, QPN, caps, free, leak, req_cqe};
+use zverbs_loom_tests::{check, thread};
+use zverbs_mlx5dv::prm::opcode;
+use zverbs_mlx5dv::{
+    CompletionQueue, CqBinding, RecvQueue, RqSlot, RqState, SendQueue, SqSlot, SqState,
+};
+
+fn sq_state(blocks: usize) -> (&'static Vec<SqSlot>, &'static SqState<'static>) {
+    let slots: &'static Vec<SqSlot> = leak((0..blocks).map(|_| SqSlot::new()).collect());
+    let state = leak(SqState::new(slots).expect("power of two"));
+    (slots, state)
+}
+
+/// Basic blocks of a WQE of `ds` segments.
+fn blocks(ds: u8) -> u32 {
+    u32::from(ds).div_ceil(4)
+}
+
+/// Send path: the poster writes two WQEs and rings after each; a NIC that sees a doorbell-record
+/// value reads every segment of every WQE before it, and must see exactly what was written.
+/// Catches `no_to_device` (the barrier between the WQE stores and the doorbell record).
+fn send_path() {
+    let mem = leak(Mem::new(4, 1, 4));
+    let (slots, state) = sq_state(4);
+    let layout = mem.qp_layout();
+    // SAFETY: the memory outlives the queue (freed after the joins below); only this queue
+    // posts to it.
+    let mut sq = unsafe { SendQueue::new(&layout, caps(), state) }.expect("valid layout");
+
+    let nic = thread::spawn(move || {
+        let mut seen = 0u32;
+        let mut wqes = 0;
+        while wqes < 2 {
+            let pi = Mem::nic_dbrec(&mem.dbrec[1]);
+            while seen != pi {
+                let ctrl = mem.nic_read_sq(seen * 4);
+                let ds = ctrl[7] & 0x3f;
+                assert_eq!(
+                    u16::from_be_bytes([ctrl[1], ctrl[2]]),
+                    seen as u16,
+                    "wqe index"
+                );
+                let want = if wqes == 0 {
+                    opcode::RDMA_WRITE
+                } else {
+                    opcode::SEND
+                };
+                assert_eq!(ctrl[3], want, "opcode of WQE {wqes}");
+                let segs: Vec<[u8; 16]> = (1..u32::from(ds))
+                    .map(|s| mem.nic_read_sq(seen * 4 + s))
+                    .collect();
+                if wqes == 0 {
+                    assert_eq!(&segs[1][..4], &[0x80, 0, 0, 8], "inline header");
+                    assert_eq!(&segs[1][4..12], &[7; 8], "inline data");
+                } else {
+                    assert_eq!(&segs[0][..4], &64u32.to_be_bytes(), "byte count");
+                }
+                seen += blocks(ds);
+                wqes += 1;
+            }
+            thread::yield_now();
+        }
+    });
+    let poster = thread::spawn(move || {
+        let payload = [7u8; 8];
+        let inline = [Sge::from_slice(&payload, 0)];
+        let sgl = [Sge::new(0x2000, 64, 9)];
+        // SAFETY: the model's NIC never touches local memory.
+        unsafe {
+            sq.send(&SendWr::write(1, &inline, RemoteBuf::new(0x1000, 5)).inline())
+                .expect("fits");
+            sq.send(&SendWr::send(2, &sgl).signaled()).expect("fits");
+        }
+        sq
+    });
+    // The joined queues are dropped at once, before the memory they point into is freed.
+    poster.join().expect("poster");
+    nic.join().expect("nic");
+    // SAFETY: every thread is joined and every queue dropped.
+    unsafe {
+        free(state);
+        free(slots);
+        free(mem);
+    }
+}
+
+/// Completion path: the NIC writes three CQEs into a 2-entry CQ (body, then owner byte), so it
+/// must wait for the poller's consumer index before reusing an entry; the poller reads a body
+/// only after its owner byte. Catches `no_from_device` (the barrier after the owner check) and
+/// `relaxed_cq_ci` (a consumer index published without `Release`, which would let the NIC
+/// overwrite an entry still being read).
+fn completion_path() {
+    let mem = leak(Mem::new(4, 1, 2));
+    let (slots, state) = sq_state(4);
+    let bindings: &'static [CqBinding<'static>; 1] = leak([CqBinding::new(QPN, Some(state), None)]);
+    let layout = mem.qp_layout();
+    {
+        // SAFETY: as in `send_path`.
+        let mut sq = unsafe { SendQueue::new(&layout, caps(), state) }.expect("valid layout");
+        for i in 0..3 {
+            // SAFETY: the NIC touches no local memory.
+            unsafe { sq.post_send(&SendWr::nop(10 + i).signaled()) }.expect("fits");
+        }
+        sq.ring();
+    }
+    // SAFETY: the memory outlives the CQ; only this CQ polls it.
+    let mut cq = unsafe { CompletionQueue::new(&mem.cq_layout(), bindings) }.expect("valid layout");
+
+    let nic = thread::spawn(move || {
+        for k in 0..3u32 {
+            // Wait for room: the poller's consumer index, published in the CQ doorbell record.
+            while k - Mem::nic_dbrec(&mem.cq_dbrec[0]) >= 2 {
+                thread::yield_now();
+            }
+            mem.nic_write_cqe((k % 2) as usize, req_cqe(opcode::NOP, k as u16, k / 2));
+        }
+    });
+    let poller = thread::spawn(move || {
+        let mut got = Vec::new();
+        let mut wc = [Completion::EMPTY; 2];
+        while got.len() < 3 {
+            let n = cq.poll(&mut wc);
+            got.extend(wc[..n].iter().map(|c| c.wr_id));
+            thread::yield_now();
+        }
+        assert_eq!(got, [10, 11, 12]);
+        cq
+    });
+    poller.join().expect("poller");
+    nic.join().expect("nic");
+    // SAFETY: every thread is joined and every queue dropped.
+    unsafe {
+        free(bindings);
+        free(state);
+        free(slots);
+        free(mem);
+    }
+}
+
+/// Credit return: the poster posts three signaled NOPs into a 2-block ring, so it must wait for
+/// credits; another thread plays the NIC (executing what the doorbell record publishes and
+/// writing CQEs) and then polls and returns credits. The poster never overwrites a slot whose
+/// completion has not been consumed, and does not stall once completions arrive. Catches
+/// `relaxed_credit` (credits handed back without `Release`). The device and the poller share a
+/// thread here to keep the model small; their own protocol is `completion_path`'s.
+fn credit_return() {
+    let mem = leak(Mem::new(2, 1, 4));
+    let (slots, state) = sq_state(2);
+    let bindings: &'static [CqBinding<'static>; 1] = leak([CqBinding::new(QPN, Some(state), None)]);
+    let layout = mem.qp_layout();
+    // SAFETY: as in `send_path`.
+    let mut sq = unsafe { SendQueue::new(&layout, caps(), state) }.expect("valid layout");
+    // SAFETY: as in `completion_path`.
+    let mut cq = unsafe { CompletionQueue::new(&mem.cq_layout(), bindings) }.expect("valid layout");
+
+    let poster = thread::spawn(move || {
+        for i in 0..3u64 {
+            loop {
+                // SAFETY: the NIC touches no local memory.
+                match unsafe { sq.send(&SendWr::nop(20 + i).signaled()) } {
+                    Ok(()) => break,
+                    Err(zverbs_core::PostError::QueueFull { .. }) => thread::yield_now(),
+                    Err(e) => panic!("unexpected {e}"),
+                }
+            }
+        }
+        sq
+    });
+    let device_and_poller = thread::spawn(move || {
+        let mut seen = 0u32;
+        let mut got = Vec::new();
+        let mut wc = [Completion::EMPTY; 4];
+        while got.len() < 3 {
+            let pi = Mem::nic_dbrec(&mem.dbrec[1]);
+            while seen != pi {
+                let ctrl = mem.nic_read_sq(seen * 4);
+                assert_eq!(ctrl[3], opcode::NOP);
+                mem.nic_write_cqe(seen as usize, req_cqe(opcode::NOP, seen as u16, 0));
+                seen += 1;
+            }
+            let n = cq.poll(&mut wc);
+            got.extend(wc[..n].iter().map(|c| c.wr_id));
+            thread::yield_now();
+        }
+        assert_eq!(got, [20, 21, 22]);
+        cq
+    });
+    poster.join().expect("poster");
+    device_and_poller.join().expect("device and poller");
+    // SAFETY: every thread is joined and every queue dropped.
+    unsafe {
+        free(bindings);
+        free(state);
+        free(slots);
+        free(mem);
+    }
+}
+
+/// Receive path: receive WQEs are visible to the NIC before the receive doorbell record that
+/// publishes them. Catches `no_to_device`.
+fn recv_path() {
+    let mem = leak(Mem::new(1, 4, 4));
+    let rslots: &'static Vec<RqSlot> = leak((0..4).map(|_| RqSlot::new()).collect());
+    let rstate = leak(RqState::new(rslots).expect("power of two"));
+    let layout = mem.qp_layout();
+    // SAFETY: the memory outlives the queue; only this queue posts receives.
+    let mut rq = unsafe { RecvQueue::new(&layout, rstate) }.expect("valid layout");
+    let nic = thread::spawn(move || {
+        let mut seen = 0u32;
+        while seen < 2 {
+            let head = Mem::nic_dbrec(&mem.dbrec[0]);
+            while seen != head {
+                let seg = mem.nic_read_rq(seen);
+                assert_eq!(&seg[..8], &[0, 0, 0, 32, 0, 0, 0, 7 + seen as u8]);
+                seen += 1;
+            }
+            thread::yield_now();
+        }
+    });
+    let poster = thread::spawn(move || {
+        for i in 0..2u32 {
+            let sgl = [Sge::new(0x1000, 32, 7 + i)];
+            // SAFETY: the NIC touches no local memory.
+            unsafe { rq.post_recv(&RecvWr::new(u64::from(i), &sgl)) }.expect("fits");
+        }
+        rq
+    });
+    poster.join().expect("poster");
+    nic.join().expect("nic");
+    // SAFETY: every thread is joined and every queue dropped.
+    unsafe {
+        free(rstate);
+        free(rslots);
+        free(mem);
+    }
+}
+
+#[test]
+fn model_send_path() {
+    check("send_path", &["no_to_device"], send_path);
+}
+
+#[test]
+fn model_completion_path() {
+    check(
+        "completion_path",
+        &["no_from_device", "relaxed_cq_ci"],
+        completion_path,
+    );
+}
+
+#[test]
+fn model_credit_return() {
+    check(
+        "credit_return",
+        &["relaxed_credit", "no_to_device"],
+        credit_return,
+    );
+}
+
+#[test]
+fn model_recv_path() {
+    check("recv_path", &["no_to_device"], recv_path);
+}
+
+#[cfg(not(zverbs_loom))]
+#[test]
+fn mem_helpers_build_consistent_layouts() {
+    let m = Mem::new(4, 2, 2);
+    let l = m.qp_layout();
+    assert_eq!((l.sq.wqe_cnt, l.rq.wqe_cnt, l.bf.size), (4, 2, 64));
+    assert_eq!(m.cq_layout().cqe_cnt, 2);
+    assert_eq!(req_cqe(opcode::NOP, 3, 1)[63], 1);
+}
