@@ -49,19 +49,20 @@ pub fn ensure() -> Result<Option<String>> {
         for n in &missing {
             println!("missing: {} (Debian package {})", n.what, n.package);
         }
-        let install = format!(
-            "apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y \
-             --no-install-recommends {}",
-            packages.join(" ")
-        );
+        let list = packages.join(" ");
         if !is_root() {
-            bail!("missing system packages; as root, run:\n    {install}");
+            bail!(
+                "missing system packages; as root, run:\n    \
+                 apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y \
+                 --no-install-recommends {list}\nor with sudo:\n    \
+                 sudo apt-get update && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y \
+                 --no-install-recommends {list}"
+            );
         }
         if !util::succeeds(Command::new("apt-get").arg("--version")) {
             bail!(
-                "missing system packages and no apt-get: install the equivalent of {} \
-                 (Debian package names)",
-                packages.join(" ")
+                "missing system packages and no apt-get: install the equivalent of {list} \
+                 (Debian package names)"
             );
         }
         util::run(
@@ -83,7 +84,7 @@ pub fn ensure() -> Result<Option<String>> {
         if !still.is_empty() {
             bail!("still missing after installing: {}", still.join("; "));
         }
-        note = format!("installed {}", packages.join(" "));
+        note = format!("installed {list}");
     }
     for (sub, component) in COMPONENTS {
         if !util::succeeds(&mut util::cargo([*sub, "--version"])) {
