@@ -116,17 +116,14 @@ pub fn succeeds(cmd: &mut Command) -> bool {
 pub fn run_lines(cmd: &mut Command, mut on_line: impl FnMut(&str) -> bool) -> Result<ExitStatus> {
     println!("$ {}", show(cmd));
     let (reader, writer) = std::io::pipe()?;
-    let mut child = {
-        // Both ends of `cmd` hold the only writers; they are dropped with `cmd`'s stdio when
-        // the spawn returns, so the reader sees EOF when the child and its children exit.
-        cmd.stdin(Stdio::null())
-            .stdout(writer.try_clone()?)
-            .stderr(writer);
-        let child = cmd.spawn();
-        // Drop the parent's copies of the writer now (they live in `cmd`).
-        cmd.stdout(Stdio::null()).stderr(Stdio::null());
-        child.map_err(|e| Error(format!("cannot start `{}`: {e}", show(cmd))))?
-    };
+    cmd.stdin(Stdio::null())
+        .stdout(writer.try_clone()?)
+        .stderr(writer);
+    let child = cmd.spawn();
+    // `cmd` still holds this process's copies of the pipe's write end: replace them, so that
+    // the reader sees end-of-file once the child and everything it started have exited.
+    cmd.stdout(Stdio::null()).stderr(Stdio::null());
+    let mut child = child.map_err(|e| Error(format!("cannot start `{}`: {e}", show(cmd))))?;
     let mut reader = BufReader::new(reader);
     let mut buf = Vec::new();
     loop {
