@@ -224,6 +224,15 @@ fn test(run: &mut Run) -> Result<Option<String>> {
     table.row(row("total", &total));
     println!("\ntests per crate (binaries: unit, integration and doc-test runs):");
     table.print(true);
+    let empty: Vec<&str> = tally
+        .crates
+        .iter()
+        .filter(|(_, c)| c.passed + c.failed + c.ignored == 0)
+        .map(|(name, _)| name.as_str())
+        .collect();
+    if !empty.is_empty() {
+        println!("crates without any test: {}", empty.join(", "));
+    }
     for b in &tally.no_result {
         println!("a test binary of {b} ended without a result (crashed?); counted as a failure");
     }
