@@ -24,7 +24,8 @@ pub struct Counts {
 }
 
 impl Counts {
-    fn add(&mut self, other: Counts) {
+    /// Adds `other` to these counts.
+    pub fn add(&mut self, other: Counts) {
         self.binaries += other.binaries;
         self.passed += other.passed;
         self.failed += other.failed;

@@ -24,7 +24,9 @@ pub struct Stage {
 
 /// The stages, in the order they run.
 ///
-/// Later stages plug in here, each as its own module with a `run` function, in this order:
+/// Later stages plug in here, each as its own module with a `run` function (stages that run
+/// `cargo test` go through [`counted_tests`], so their tests join the table and the final
+/// count), in this order:
 /// - `loom`: the loom models of `loom-tests` (`RUSTFLAGS="--cfg zverbs_loom"`, its own target
 ///   directory), each model's mutant required to fail;
 /// - `rxe`: the libibverbs fallback on rxe devices inside a qemu VM;
@@ -64,11 +66,18 @@ pub const STAGES: &[Stage] = &[
     // Later: loom, rxe, connectx (see above).
 ];
 
-/// State of one `cargo xtask test` run.
+/// State of one `cargo xtask test` run, shared by its stages.
 #[derive(Debug, Default)]
 pub struct Run {
-    /// Test counts, once the `test` stage ran.
+    /// Test counts of every stage that ran tests, summed.
     pub tests: Option<Counts>,
+}
+
+impl Run {
+    /// Adds a stage's test counts to the run's.
+    pub fn add_tests(&mut self, c: Counts) {
+        self.tests.get_or_insert_default().add(c);
+    }
 }
 
 /// `cargo xtask test [--list] [--only a,b] [--skip a,b]`.
@@ -196,13 +205,23 @@ fn clippy(_: &mut Run) -> Result<Option<String>> {
 }
 
 fn test(run: &mut Run) -> Result<Option<String>> {
-    let mut cmd = util::cargo([
-        "test",
-        "--workspace",
-        "--all-features",
-        "--no-fail-fast",
-        "--message-format=json-render-diagnostics",
-    ]);
+    let cmd = util::cargo(["test", "--workspace", "--all-features"]);
+    let (total, crates) = counted_tests(cmd, run)?;
+    if total.passed == 0 {
+        bail!("no test ran");
+    }
+    Ok(Some(format!(
+        "{} passed, {} failed, {} ignored in {crates} crates",
+        total.passed, total.failed, total.ignored
+    )))
+}
+
+/// Runs a `cargo test` command (any package selection, features or flags), counting its
+/// results per crate: prints the table, adds the counts to `run` (so later stages' tests,
+/// such as loom models, join the final count), and fails if the command or any test failed.
+/// Returns the total and the number of crates.
+pub fn counted_tests(mut cmd: std::process::Command, run: &mut Run) -> Result<(Counts, usize)> {
+    cmd.args(["--no-fail-fast", "--message-format=json-render-diagnostics"]);
     let mut tally = Tally::default();
     let status = util::run_lines(&mut cmd, |line| tally.line(line))?;
     tally.finish();
@@ -222,7 +241,10 @@ fn test(run: &mut Run) -> Result<Option<String>> {
     }
     let total = tally.total();
     table.row(row("total", &total));
-    println!("\ntests per crate (binaries: unit, integration and doc-test runs):");
+    println!(
+        "
+tests per crate (binaries: unit, integration and doc-test runs):"
+    );
     table.print(true);
     let empty: Vec<&str> = tally
         .crates
@@ -236,22 +258,13 @@ fn test(run: &mut Run) -> Result<Option<String>> {
     for b in &tally.no_result {
         println!("a test binary of {b} ended without a result (crashed?); counted as a failure");
     }
-    run.tests = Some(total);
+    run.add_tests(total);
 
     util::check(&cmd, status)?;
     if total.failed > 0 {
         bail!("{} tests failed", total.failed);
     }
-    if total.passed == 0 {
-        bail!("no test ran");
-    }
-    Ok(Some(format!(
-        "{} passed, {} failed, {} ignored in {} crates",
-        total.passed,
-        total.failed,
-        total.ignored,
-        tally.crates.len()
-    )))
+    Ok((total, tally.crates.len()))
 }
 
 fn doc(_: &mut Run) -> Result<Option<String>> {
