@@ -2,7 +2,7 @@
 //! "abort"` and no global allocator that drives the mlx5 data path (send, receive and
 //! completion queues over static memory). It is its own workspace, so nothing of the main
 //! workspace's dev-dependencies or features leaks into it. If a data-path crate starts using
-//! `std`, the link fails with E0152 (duplicate `panic_impl` lang item); if it allocates, with
+//! `std`, the build fails with E0152 (duplicate `panic_impl` lang item); if it allocates, with
 //! "no global memory allocator found". The binary exits 0 when the completion it polled is the
 //! one it expected.
 

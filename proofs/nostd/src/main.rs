@@ -7,7 +7,7 @@
 //! plays the device by writing a requester and a responder CQE, and polls them. Inputs pass
 //! through [`black_box`] so nothing is folded away or dead-stripped before linking.
 //!
-//! If a data-path crate used `std`, this would fail to link with E0152 (a second
+//! If a data-path crate used `std`, the build would fail with E0152 (a second
 //! `panic_impl` lang item); if it allocated, with "no global memory allocator found".
 //!
 //! The exit status is 0 when every check passes, else the number of the first failed check.
