@@ -1,21 +1,52 @@
 //! `cargo xtask <command>`: the project's automation, in Rust so it runs wherever cargo does.
 //!
 //! Commands:
-//! - `demo`: the main job (see the README).
-//! - `test`: everything CI runs.
+//! - `demo [-- args]`: the main job (see the README).
+//! - `test [--list] [--only a,b] [--skip a,b]`: everything CI runs, stage by stage.
+//!
+//! One module per command; `util` holds what they share (running commands, tables).
+
+mod demo;
+mod libtest;
+mod nostd;
+mod prereq;
+mod test;
+mod util;
 
 use std::process::ExitCode;
+
+const USAGE: &str = "usage: cargo xtask <command> [args]
+
+commands:
+  demo [-- args]                   the main job: build WQEs over ordinary memory and show them
+  test [--list] [--only a,b] [--skip a,b]
+                                   everything CI runs (prerequisites, fmt, clippy, tests, doc,
+                                   no_std proof), with a summary";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(cmd) = args.first() else {
-        eprintln!("usage: cargo xtask <demo|test> [args]");
+        eprintln!("{USAGE}");
         return ExitCode::from(2);
     };
-    match cmd.as_str() {
+    let rest = &args[1..];
+    let result = match cmd.as_str() {
+        "demo" => demo::main(rest),
+        "test" => test::main(rest),
+        "help" | "-h" | "--help" => {
+            println!("{USAGE}");
+            Ok(())
+        }
         other => {
-            eprintln!("unknown command {other:?}; try: demo, test");
-            ExitCode::from(2)
+            eprintln!("unknown command {other:?}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("\nerror: {e}");
+            ExitCode::FAILURE
         }
     }
 }
