@@ -151,7 +151,7 @@ fn nn<T>(p: *const T) -> NonNull<u8> {
 pub fn caps() -> SqCaps {
     SqCaps {
         max_send_sge: 1,
-        max_inline_data: 8,
+        max_inline_data: 40,
         sig_all: false,
         max_signaled: 16,
     }

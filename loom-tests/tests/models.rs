@@ -19,19 +19,34 @@ fn blocks(ds: u8) -> u32 {
     u32::from(ds).div_ceil(4)
 }
 
-/// Send path: the poster writes two WQEs and rings after each; a NIC that sees a doorbell-record
-/// value reads every segment of every WQE before it, and must see exactly what was written.
-/// Catches `no_to_device` (the barrier between the WQE stores and the doorbell record).
+/// Send path: the poster writes a WQE of two basic blocks that wraps the end of the ring and
+/// rings, then a one-block WQE and rings again; a NIC that sees a doorbell-record value reads
+/// every segment of every WQE before it, and must see exactly what was written. Catches
+/// `no_to_device` (the barrier between the WQE stores and the doorbell record).
 fn send_path() {
     let mem = leak(Mem::new(4, 1, 4));
     let (slots, state) = sq_state(4);
+    let bindings: &'static [CqBinding<'static>; 1] = leak([CqBinding::new(QPN, Some(state), None)]);
     let layout = mem.qp_layout();
     // SAFETY: the memory outlives the queue (freed after the joins below); only this queue
     // posts to it.
     let mut sq = unsafe { SendQueue::new(&layout, caps(), state) }.expect("valid layout");
+    // Set-up, before the threads: three NOPs executed and completed, so the producer is at
+    // block 3 and the next two-block WQE wraps to block 0.
+    {
+        // SAFETY: the memory outlives the CQ; only this CQ polls it.
+        let mut cq = unsafe { CompletionQueue::new(&mem.cq_layout(), bindings) }.expect("layout");
+        let mut wc = [Completion::EMPTY; 4];
+        for i in 0..3u16 {
+            // SAFETY: nothing executes the NOPs' memory.
+            unsafe { sq.send(&SendWr::nop(u64::from(i)).signaled()) }.expect("fits");
+            mem.nic_write_cqe(usize::from(i), req_cqe(opcode::NOP, i, 0));
+        }
+        assert_eq!(cq.poll(&mut wc), 3);
+    }
 
     let nic = thread::spawn(move || {
-        let mut seen = 0u32;
+        let mut seen = 3u32;
         let mut wqes = 0;
         while wqes < 2 {
             let pi = Mem::nic_dbrec(&mem.dbrec[1]);
@@ -53,8 +68,11 @@ fn send_path() {
                     .map(|s| mem.nic_read_sq(seen * 4 + s))
                     .collect();
                 if wqes == 0 {
-                    assert_eq!(&segs[1][..4], &[0x80, 0, 0, 8], "inline header");
-                    assert_eq!(&segs[1][4..12], &[7; 8], "inline data");
+                    assert_eq!(ds, 5, "ctrl, raddr and 3 inline segments");
+                    assert_eq!(&segs[1][..4], &[0x80, 0, 0, 40], "inline header");
+                    assert_eq!(&segs[1][4..], &[7; 12], "inline data, first block");
+                    assert_eq!(segs[2], [7; 16], "inline data, wrapped to block 0");
+                    assert_eq!(&segs[3][..12], &[7; 12], "inline data, end");
                 } else {
                     assert_eq!(&segs[0][..4], &64u32.to_be_bytes(), "byte count");
                 }
@@ -65,7 +83,7 @@ fn send_path() {
         }
     });
     let poster = thread::spawn(move || {
-        let payload = [7u8; 8];
+        let payload = [7u8; 40];
         let inline = [Sge::from_slice(&payload, 0)];
         let sgl = [Sge::new(0x2000, 64, 9)];
         // SAFETY: the model's NIC never touches local memory.
@@ -81,6 +99,7 @@ fn send_path() {
     nic.join().expect("nic");
     // SAFETY: every thread is joined and every queue dropped.
     unsafe {
+        free(bindings);
         free(state);
         free(slots);
         free(mem);

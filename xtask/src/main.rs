@@ -3,11 +3,13 @@
 //! Commands:
 //! - `demo [-- args]`: the main job (see the README).
 //! - `test [--list] [--only a,b] [--skip a,b]`: everything CI runs, stage by stage.
+//! - `loom`: the loom models and their mutants.
 //!
 //! One module per command; `util` holds what they share (running commands, tables).
 
 mod demo;
 mod libtest;
+mod loom;
 mod nostd;
 mod prereq;
 mod test;
@@ -21,7 +23,8 @@ commands:
   demo [-- args]                   the main job: build WQEs over ordinary memory and show them
   test [--list] [--only a,b] [--skip a,b]
                                    everything CI runs (prerequisites, fmt, clippy, tests, doc,
-                                   no_std proof), with a summary";
+                                   no_std proof, loom models), with a summary
+  loom                             the loom models, then each mutant (which loom must reject)";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -33,6 +36,7 @@ fn main() -> ExitCode {
     let result = match cmd.as_str() {
         "demo" => demo::main(rest),
         "test" => test::main(rest),
+        "loom" => loom::main(rest),
         "help" | "-h" | "--help" => {
             println!("{USAGE}");
             Ok(())

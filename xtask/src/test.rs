@@ -27,8 +27,6 @@ pub struct Stage {
 /// Later stages plug in here, each as its own module with a `run` function (stages that run
 /// `cargo test` go through [`counted_tests`], so their tests join the table and the final
 /// count), in this order:
-/// - `loom`: the loom models of `loom-tests` (`RUSTFLAGS="--cfg zverbs_loom"`, its own target
-///   directory), each model's mutant required to fail;
 /// - `rxe`: the libibverbs fallback on rxe devices inside a qemu VM;
 /// - `connectx`: the direct path through Debian's libmlx5 on the emulated ConnectX (fake sysfs
 ///   tree and uverbs shim in front of the software device), WQEs compared with libmlx5's own.
@@ -63,7 +61,12 @@ pub const STAGES: &[Stage] = &[
         about: "the no_std proof: the data-path crates linked into a no_std, no-alloc binary",
         run: crate::nostd::run,
     },
-    // Later: loom, rxe, connectx (see above).
+    Stage {
+        name: "loom",
+        about: "loom models of the lock-free protocols, and each mutant rejected",
+        run: crate::loom::run,
+    },
+    // Later: rxe, connectx (see above).
 ];
 
 /// State of one `cargo xtask test` run, shared by its stages.
@@ -206,7 +209,7 @@ fn clippy(_: &mut Run) -> Result<Option<String>> {
 
 fn test(run: &mut Run) -> Result<Option<String>> {
     let cmd = util::cargo(["test", "--workspace", "--all-features"]);
-    let (total, crates) = counted_tests(cmd, run)?;
+    let (total, crates) = counted_tests(cmd, &[], run)?;
     if total.passed == 0 {
         bail!("no test ran");
     }
@@ -220,8 +223,16 @@ fn test(run: &mut Run) -> Result<Option<String>> {
 /// results per crate: prints the table, adds the counts to `run` (so later stages' tests,
 /// such as loom models, join the final count), and fails if the command or any test failed.
 /// Returns the total and the number of crates.
-pub fn counted_tests(mut cmd: std::process::Command, run: &mut Run) -> Result<(Counts, usize)> {
+/// `test_args` go to the test binaries (after `--`).
+pub fn counted_tests(
+    mut cmd: std::process::Command,
+    test_args: &[&str],
+    run: &mut Run,
+) -> Result<(Counts, usize)> {
     cmd.args(["--no-fail-fast", "--message-format=json-render-diagnostics"]);
+    if !test_args.is_empty() {
+        cmd.arg("--").args(test_args);
+    }
     let mut tally = Tally::default();
     let status = util::run_lines(&mut cmd, |line| tally.line(line))?;
     tally.finish();

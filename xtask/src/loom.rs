@@ -1,0 +1,83 @@
+//! `cargo xtask loom`: the loom models of `loom-tests`, then every mutant.
+//!
+//! The models are built with `--cfg zverbs_loom`, which swaps the library's atomics, fences and
+//! cells for loom's, in release mode (loom explores thousands of executions) with
+//! `LOOM_MAX_PREEMPTIONS=2`. Then, for each mutant, the same models are rebuilt with
+//! `--cfg zverbs_mutant="<name>"`, which weakens exactly one ordering in the library; the
+//! model that depends on that ordering must be rejected by loom (the test asserts it, so the
+//! mutant run passes only when loom catches the mutant), and every other model must still pass.
+//! Each build has its own target directory under `target/loom*`, so reruns rebuild nothing.
+
+use crate::test::{Run, counted_tests};
+use crate::util::{self, Result};
+
+/// The mutants: each weakens one ordering (see `docs/ordering.md`).
+pub const MUTANTS: &[(&str, &str)] = &[
+    (
+        "no_to_device",
+        "no barrier between WQE stores and the doorbell record",
+    ),
+    (
+        "no_from_device",
+        "no barrier between the CQE owner check and the CQE reads",
+    ),
+    (
+        "relaxed_credit",
+        "send/receive credits handed back with Relaxed instead of Release",
+    ),
+    (
+        "relaxed_cq_ci",
+        "CQ consumer index published with Relaxed instead of Release",
+    ),
+];
+
+fn models(mutant: Option<&str>, run: &mut Run) -> Result<u32> {
+    let mut flags = String::from("--cfg zverbs_loom");
+    let mut target = String::from("target/loom");
+    if let Some(m) = mutant {
+        flags.push_str(&format!(" --cfg zverbs_mutant=\"{m}\""));
+        target.push('-');
+        target.push_str(m);
+    }
+    let mut cmd = util::cargo([
+        "test",
+        "--release",
+        "-p",
+        "zverbs-loom-tests",
+        "--target-dir",
+        &target,
+    ]);
+    cmd.env("RUSTFLAGS", flags);
+    if std::env::var_os("LOOM_MAX_PREEMPTIONS").is_none() {
+        cmd.env("LOOM_MAX_PREEMPTIONS", "2");
+    }
+    // The models print their explored-execution counts (or the mutant's rejection).
+    let (counts, _) = counted_tests(cmd, &["--nocapture", "--test-threads=1"], run)?;
+    Ok(counts.passed)
+}
+
+/// Runs the models, then each mutant. Used by `cargo xtask loom` and the `loom` test stage.
+pub fn run(run: &mut Run) -> Result<Option<String>> {
+    let mut passed = models(None, run)?;
+    for (m, what) in MUTANTS {
+        println!("\n--> mutant {m}: {what}");
+        passed += models(Some(m), run)?;
+    }
+    Ok(Some(format!(
+        "{passed} model runs passed; {} mutants each rejected",
+        MUTANTS.len()
+    )))
+}
+
+/// `cargo xtask loom`.
+pub fn main(args: &[String]) -> Result {
+    if let Some(a) = args.first() {
+        util::bail!("`loom` takes no arguments (got {a:?}); set LOOM_MAX_PREEMPTIONS to widen");
+    }
+    let mut r = Run::default();
+    let note = run(&mut r)?;
+    if let Some(n) = note {
+        println!("\nloom: {n}");
+    }
+    Ok(())
+}
