@@ -75,16 +75,22 @@ pub fn set_ctrl_seg(buf: &mut [u8; 16], a: &CtrlArgs) {
     }
 }
 
-/// `mlx5dv_x86_set_ctrl_seg(buf, …)`, the header's SSSE3 variant; `false` (and nothing
-/// written) when this is not an x86_64 CPU with SSSE3.
+/// `mlx5dv_x86_set_ctrl_seg(buf, …)`, the header's SSSE3 variant (run on a 16-byte aligned
+/// copy of `buf`, as the helper needs); `false` (and nothing written) when this is not an
+/// x86_64 CPU with SSSE3.
 pub fn set_ctrl_seg_x86(buf: &mut [u8; 16], a: &CtrlArgs) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         if std::arch::is_x86_feature_detected!("ssse3") {
-            // SAFETY: `buf` is 16 writable bytes; the CPU has SSSE3 (checked above).
+            // The helper stores one aligned 128-bit word, as a segment in a ring is.
+            #[repr(C, align(16))]
+            struct Aligned([u8; 16]);
+            let mut seg = Aligned(*buf);
+            // SAFETY: `seg` is 16 writable, 16-byte aligned bytes; the CPU has SSSE3 (checked
+            // above).
             unsafe {
                 ffi::zv_x86_set_ctrl_seg(
-                    buf.as_mut_ptr().cast(),
+                    seg.0.as_mut_ptr().cast(),
                     a.pi,
                     a.opcode,
                     a.opmod,
@@ -95,6 +101,7 @@ pub fn set_ctrl_seg_x86(buf: &mut [u8; 16], a: &CtrlArgs) -> bool {
                     a.imm,
                 )
             };
+            *buf = seg.0;
             return true;
         }
     }
