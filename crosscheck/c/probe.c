@@ -7,6 +7,7 @@
  *   mlx5dv_get_cqe_* helpers, with libmlx5's syndrome -> ibv_wc_status mapping.
  * - zv_post_send / zv_ring_db: a send queue that lays WQEs out the way libmlx5 (rdma-core 44,
  *   providers/mlx5/qp.c, `_mlx5_post_send` and `post_send_db`) does for an RC QP.
+ * - zv_post_recv: a receive queue that lays receive WQEs out as libmlx5's `mlx5_post_recv`.
  */
 #include <endian.h>
 #include <errno.h>
@@ -218,6 +219,8 @@ static const struct zv_fact facts[] = {
 	ALIGN(struct zv_wr),
 	SIZE(struct zv_sq),
 	ALIGN(struct zv_sq),
+	SIZE(struct zv_rq),
+	ALIGN(struct zv_rq),
 	CONST(ZV_OP_WRITE),
 	CONST(ZV_OP_WRITE_IMM),
 	CONST(ZV_OP_SEND),
@@ -593,4 +596,44 @@ int zv_post_send(struct zv_sq *sq, const struct zv_wr *in, uint32_t *ds)
 void zv_ring_db(struct zv_sq *sq)
 {
 	sq->dbrec[MLX5_SND_DBR] = htobe32(sq->cur_post & 0xffff);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Receive WQEs                                                                              */
+/* ---------------------------------------------------------------------------------------- */
+
+/*
+ * One receive WQE at `head`, as libmlx5's `mlx5_post_recv` writes it for a QP without WQE
+ * signatures: a data segment per non-empty entry, then, if the entry has room left, a
+ * terminating segment with byte count 0, MLX5_INVALID_LKEY and address 0; the rest of the
+ * entry keeps what it held. Then the doorbell record: the receive counter, 16 bits,
+ * big-endian.
+ */
+int zv_post_recv(struct zv_rq *rq, const struct ibv_sge *sg_list, uint32_t num_sge)
+{
+	uint32_t max_gs = rq->stride / sizeof(struct mlx5_wqe_data_seg);
+	unsigned idx = rq->head & (rq->wqe_cnt - 1);
+	struct mlx5_wqe_data_seg *scat =
+		(struct mlx5_wqe_data_seg *)(rq->buf + (size_t)idx * rq->stride);
+	uint32_t i, j;
+
+	if (num_sge > max_gs)
+		return EINVAL;
+	for (i = 0, j = 0; i < num_sge; i++) {
+		if (sg_list[i].length == 0)
+			continue;
+		mlx5dv_set_data_seg(&scat[j], sg_list[i].length, sg_list[i].lkey,
+				    (uintptr_t)sg_list[i].addr);
+		memset(rq->written + ((uint8_t *)&scat[j] - rq->buf), 1, sizeof(scat[j]));
+		j++;
+	}
+	if (j < max_gs) {
+		scat[j].byte_count = 0;
+		scat[j].lkey = htobe32(MLX5_INVALID_LKEY);
+		scat[j].addr = 0;
+		memset(rq->written + ((uint8_t *)&scat[j] - rq->buf), 1, sizeof(scat[j]));
+	}
+	rq->head++;
+	rq->dbrec[MLX5_RCV_DBR] = htobe32(rq->head & 0xffff);
+	return 0;
 }

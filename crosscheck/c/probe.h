@@ -81,6 +81,17 @@ struct zv_sq {
 	uint32_t pad;
 };
 
+/* A receive queue modelled the way libmlx5 keeps one (no WQE signature). */
+struct zv_rq {
+	uint8_t *buf; /* wqe_cnt * stride bytes */
+	uint8_t *written; /* as large as buf: the builder sets 1 for every byte it stores */
+	uint32_t wqe_cnt; /* a power of two */
+	uint32_t stride; /* a power of two >= 16: stride / 16 scatter entries */
+	uint32_t head; /* receives posted */
+	uint32_t dbrec[2]; /* the doorbell record, [MLX5_RCV_DBR] and [MLX5_SND_DBR] */
+	uint32_t pad;
+};
+
 const struct zv_fact *zv_facts(size_t *len);
 
 void zv_set_ctrl_seg(void *buf, uint16_t pi, uint8_t opcode, uint8_t opmod, uint32_t qpn,
@@ -94,5 +105,7 @@ uint32_t zv_wc_status_of_syndrome(uint8_t syndrome);
 
 int zv_post_send(struct zv_sq *sq, const struct zv_wr *wr, uint32_t *ds);
 void zv_ring_db(struct zv_sq *sq);
+
+int zv_post_recv(struct zv_rq *rq, const struct ibv_sge *sg_list, uint32_t num_sge);
 
 #endif

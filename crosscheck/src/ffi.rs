@@ -135,6 +135,26 @@ pub struct ZvSq {
     pub pad: u32,
 }
 
+/// `struct zv_rq`: the probe's model of a libmlx5 receive queue.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct ZvRq {
+    /// The ring, `wqe_cnt * stride` bytes.
+    pub buf: *mut u8,
+    /// As large as the ring: 1 for every byte the builder stored.
+    pub written: *mut u8,
+    /// Entries in the ring, a power of two.
+    pub wqe_cnt: u32,
+    /// Bytes per entry, a power of two of at least 16.
+    pub stride: u32,
+    /// Receives posted.
+    pub head: u32,
+    /// The doorbell record (`[MLX5_RCV_DBR]`, `[MLX5_SND_DBR]`), big-endian words.
+    pub dbrec: [u32; 2],
+    /// Padding.
+    pub pad: u32,
+}
+
 // SAFETY: every declaration matches `c/probe.h` (the struct mirrors are checked by the layout
 // test); `zv_wc_status_of_syndrome` takes and returns plain integers, so any call is sound.
 unsafe extern "C" {
@@ -174,6 +194,10 @@ unsafe extern "C" {
 
     /// Writes the doorbell record for `sq.cur_post`.
     pub fn zv_ring_db(sq: *mut ZvSq);
+
+    /// Builds one receive WQE at `rq.head` as libmlx5 does and updates the doorbell record;
+    /// returns 0 or an errno.
+    pub fn zv_post_recv(rq: *mut ZvRq, sg_list: *const Sge, num_sge: u32) -> c_int;
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -4,7 +4,7 @@ use std::ffi::CStr;
 
 use zverbs_core::Sge;
 
-use crate::ffi::{self, ZvCqeFields, ZvSq, ZvWr};
+use crate::ffi::{self, ZvCqeFields, ZvRq, ZvSq, ZvWr};
 use crate::mem::DeviceMem;
 
 /// The fact table: `(C expression, value)` for every size, offset and constant the Rust side
@@ -256,6 +256,73 @@ impl CSendQueue {
         let mut out = [0u8; 8];
         out[..4].copy_from_slice(&self.sq.dbrec[0].to_ne_bytes());
         out[4..].copy_from_slice(&self.sq.dbrec[1].to_ne_bytes());
+        out
+    }
+}
+
+/// The probe's libmlx5-style receive queue over its own ring.
+#[derive(Debug)]
+pub struct CRecvQueue {
+    ring: DeviceMem,
+    written: DeviceMem,
+    rq: ZvRq,
+}
+
+impl CRecvQueue {
+    /// A queue of `wqe_cnt` entries of `stride` bytes (powers of two) whose ring starts as
+    /// `initial`.
+    pub fn new(wqe_cnt: u32, stride: u32, initial: &[u8]) -> Self {
+        assert!(wqe_cnt.is_power_of_two() && stride.is_power_of_two() && stride >= 16);
+        let len = wqe_cnt as usize * stride as usize;
+        assert_eq!(initial.len(), len);
+        let ring = DeviceMem::new(len, 64);
+        ring.write_at(0, initial);
+        let written = DeviceMem::new(len, 64);
+        let rq = ZvRq {
+            buf: ring.ptr().as_ptr(),
+            written: written.ptr().as_ptr(),
+            wqe_cnt,
+            stride,
+            head: 0,
+            dbrec: [0; 2],
+            pad: 0,
+        };
+        Self { ring, written, rq }
+    }
+
+    /// The ring.
+    pub fn ring(&self) -> &DeviceMem {
+        &self.ring
+    }
+
+    /// Which ring bytes the builder stored since the last [`clear_written`](Self::clear_written).
+    pub fn written(&self) -> &DeviceMem {
+        &self.written
+    }
+
+    /// Forgets which bytes were stored.
+    pub fn clear_written(&self) {
+        self.written.fill(0);
+    }
+
+    /// Receives posted.
+    pub fn head(&self) -> u32 {
+        self.rq.head
+    }
+
+    /// Builds one receive WQE for `sgl` and updates the doorbell record, or returns the errno.
+    pub fn post(&mut self, sgl: &[Sge]) -> Result<(), i32> {
+        // SAFETY: `self.rq` points to this queue's live ring and written map; the list is
+        // valid for the call and only its fields are read.
+        let rc = unsafe { ffi::zv_post_recv(&mut self.rq, sgl.as_ptr(), sgl.len() as u32) };
+        if rc == 0 { Ok(()) } else { Err(rc) }
+    }
+
+    /// The doorbell record's 8 bytes, as they lie in memory.
+    pub fn dbrec_bytes(&self) -> [u8; 8] {
+        let mut out = [0u8; 8];
+        out[..4].copy_from_slice(&self.rq.dbrec[0].to_ne_bytes());
+        out[4..].copy_from_slice(&self.rq.dbrec[1].to_ne_bytes());
         out
     }
 }
