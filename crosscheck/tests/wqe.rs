@@ -1,7 +1,8 @@
 //! Whole WQEs: zverbs' `SendQueue` writes, request after request, the bytes that libmlx5's
 //! `_mlx5_post_send` lays out for the same requests (modelled by the C probe with
-//! `mlx5dv_set_ctrl_seg`, `mlx5dv_set_data_seg` and the header's structs), rings the doorbell
-//! record and BlueFlame as `post_send_db` does, and gets its credits back through CQEs.
+//! `mlx5dv_set_ctrl_seg`, `mlx5dv_set_data_seg` and the header's structs), writes the doorbell
+//! record as `post_send_db` does, rings BlueFlame or the doorbell, and gets its credits back
+//! through CQEs.
 //!
 //! Both queues run side by side over plain heap memory: a ring of `wqe_cnt` basic blocks that
 //! starts as the same random bytes on both sides, a doorbell record, a BlueFlame register of
@@ -15,8 +16,12 @@
 //! libmlx5's, except where libmlx5 stores nothing and leaves stale ring bytes (the padding
 //! after inline data, the compare word of a fetch-and-add): there ours must be zero. Then the
 //! whole ring must be equal, so neither side wrote outside the WQE. After every ring the
-//! doorbell record must equal libmlx5's, and the BlueFlame register must hold the WQE (one
-//! WQE that fits the buffer) or the 8-byte doorbell (otherwise), in the alternating buffer.
+//! doorbell record must equal libmlx5's, and the BlueFlame register must hold, in the buffer
+//! whose turn it is, the WQE's basic blocks (one WQE since the last ring that fits the buffer)
+//! or else the first 8 bytes of the last WQE (the doorbell), and nothing else. That is
+//! zverbs' policy; libmlx5 44 takes the BlueFlame path only when, in addition, the WQE has more
+//! than one segment and carries inline data or the context prefers BlueFlame, and rings the
+//! doorbell otherwise. Both are valid for the device.
 
 use std::fmt::Write as _;
 use std::ptr::NonNull;
@@ -192,6 +197,9 @@ impl Req {
     }
 }
 
+/// What the BlueFlame register holds before each ring, to see exactly what was written.
+const MARK: u8 = 0x5a;
+
 /// `total` bytes split over `n` entries at random (some of them empty).
 fn split(rng: &mut SplitMix64, total: u64, n: usize) -> Vec<u64> {
     if n == 0 {
@@ -287,6 +295,7 @@ struct Stats {
     inline_wrapped: u64,
     index_wraps: u64,
     left_by_libmlx5: u64,
+    batches: u64,
     blueflame: u64,
     doorbell: u64,
     completions: u64,
@@ -348,32 +357,51 @@ impl Run<'_> {
         );
     }
 
-    /// Posts `req` on both sides and compares the WQEs and the rings.
-    fn post(&mut self, req: &Req) {
-        let start = self.sq.producer();
-        if start != self.c.producer() {
+    /// Posts `reqs` on both sides (one `post_send`, or a `post_send_batch` that rings once)
+    /// and compares the WQEs and the rings.
+    fn post(&mut self, reqs: &[Req]) {
+        let first = self.sq.producer();
+        if first != self.c.producer() {
             self.fail(&format!(
-                "producers differ: ours {start}, C {}",
+                "producers differ: ours {first}, C {}",
                 self.c.producer()
             ));
         }
+        // The C side: (first block, ds, wr_id) of each WQE.
         self.c.clear_written();
-        // SAFETY: inline entries point into `self.payload`, which is alive and readable.
-        let ds = unsafe { self.c.post(&req.c_request()) }
-            .unwrap_or_else(|e| self.fail(&format!("the C builder refused {req:?}: errno {e}")));
-        let wr_id = self.next_wr_id;
-        self.next_wr_id += 1;
-        // SAFETY: inline entries point into `self.payload`; the other entries are never read
-        // (nothing executes the WQEs).
-        if let Err(e) = unsafe { self.sq.post_send(&req.send_wr(wr_id)) } {
-            self.fail(&format!("SendQueue refused {req:?}: {e:?}"));
+        let mut posted = Vec::with_capacity(reqs.len());
+        for req in reqs {
+            let start = self.c.producer();
+            // SAFETY: inline entries point into `self.payload`, which is alive and readable.
+            let ds = unsafe { self.c.post(&req.c_request()) }.unwrap_or_else(|e| {
+                self.fail(&format!("the C builder refused {req:?}: errno {e}"))
+            });
+            posted.push((start, ds, self.next_wr_id));
+            self.next_wr_id += 1;
         }
-        let blocks = ds.div_ceil(4);
-        if self.sq.producer() != start.wrapping_add(blocks)
-            || self.c.producer() != self.sq.producer()
-        {
+
+        let wrs: Vec<SendWr<'_>> = reqs
+            .iter()
+            .zip(&posted)
+            .map(|(req, &(_, _, wr_id))| req.send_wr(wr_id))
+            .collect();
+        if let [wr] = &wrs[..] {
+            // SAFETY: inline entries point into `self.payload`; the other entries are never
+            // read (nothing executes the WQEs).
+            if let Err(e) = unsafe { self.sq.post_send(wr) } {
+                self.fail(&format!("SendQueue refused {:?}: {e:?}", reqs[0]));
+            }
+        } else {
+            self.bf.fill(MARK);
+            // SAFETY: as above.
+            if let Err(e) = unsafe { self.sq.post_send_batch(&wrs) } {
+                self.fail(&format!("SendQueue refused the batch {reqs:?}: {e:?}"));
+            }
+        }
+        if self.c.producer() != self.sq.producer() {
             self.fail(&format!(
-                "ds {ds}: producer went {start} -> ours {}, C {}",
+                "WQEs of ds {:?}: producer went {first} -> ours {}, C {}",
+                posted.iter().map(|p| p.1).collect::<Vec<_>>(),
                 self.sq.producer(),
                 self.c.producer()
             ));
@@ -383,66 +411,80 @@ impl Run<'_> {
         let mut theirs = self.c.ring().to_vec();
         let written = self.c.written().to_vec();
         let ring_len = ours.len();
-        let base = (start % self.cfg.wqe_cnt) as usize * 64;
-        let len = ds as usize * 16;
-        let mut diffs = Vec::new();
-        for i in 0..len {
-            let at = (base + i) % ring_len;
-            if written[at] != 0 {
-                if ours[at] != theirs[at] {
-                    diffs.push(i);
+        for (req, &(start, ds, wr_id)) in reqs.iter().zip(&posted) {
+            let base = (start % self.cfg.wqe_cnt) as usize * 64;
+            let len = ds as usize * 16;
+            let mut diffs = Vec::new();
+            for i in 0..len {
+                let at = (base + i) % ring_len;
+                if written[at] != 0 {
+                    if ours[at] != theirs[at] {
+                        diffs.push(i);
+                    }
+                } else {
+                    // libmlx5 leaves this byte as it was; ours writes zero.
+                    if ours[at] != 0 {
+                        diffs.push(i);
+                    }
+                    self.stats.left_by_libmlx5 += 1;
+                    theirs[at] = ours[at];
+                    self.c.ring().write_at(at, &[ours[at]]);
                 }
-            } else {
-                // libmlx5 leaves this byte as it was; ours writes zero.
-                if ours[at] != 0 {
-                    diffs.push(i);
-                }
-                self.stats.left_by_libmlx5 += 1;
-                theirs[at] = ours[at];
-                self.c.ring().write_at(at, &[ours[at]]);
             }
-        }
-        if !diffs.is_empty() {
-            self.fail(&format!(
-                "WQE bytes differ at {diffs:?} of {len}, {req:?}\n  ours:{}\n  libmlx5:{}\n  \
-                 (bytes libmlx5 leaves as they were must be zero in ours)",
-                hex(&wqe_bytes(&ours, start, len)),
-                hex(&wqe_bytes(&theirs, start, len)),
-            ));
+            if !diffs.is_empty() {
+                self.fail(&format!(
+                    "WQE at block {start} differs at bytes {diffs:?} of {len}, {req:?}\n  \
+                     ours:{}\n  libmlx5:{}\n  (bytes libmlx5 leaves as they were must be zero \
+                     in ours)",
+                    hex(&wqe_bytes(&ours, start, len)),
+                    hex(&wqe_bytes(&theirs, start, len)),
+                ));
+            }
+
+            let blocks = ds.div_ceil(4);
+            let s = &mut *self.stats;
+            s.wqes += 1;
+            s.per_op[req.op as usize] += 1;
+            s.inline += u64::from(req.flags.contains(SendFlags::INLINE) && !req.sgl.is_empty());
+            s.zero_len_sges += req.sgl.iter().filter(|e| e.length == 0).count() as u64;
+            let wraps = (start % self.cfg.wqe_cnt) + blocks > self.cfg.wqe_cnt;
+            s.wrapped += u64::from(wraps);
+            s.inline_wrapped += u64::from(wraps && req.flags.contains(SendFlags::INLINE));
+            s.index_wraps += u64::from(start >> 16 != start.wrapping_add(blocks) >> 16);
+            self.seen_starts[(start % self.cfg.wqe_cnt) as usize] = true;
+            self.pending.push((start, blocks));
+            if self.cfg.sig_all || req.flags.contains(SendFlags::SIGNALED) {
+                self.signaled.push((start, wr_id, req.mlx5_opcode()));
+            }
         }
         if ours != theirs {
             let at: Vec<usize> = (0..ring_len).filter(|&i| ours[i] != theirs[i]).collect();
             self.fail(&format!(
-                "ring bytes outside the WQE (block {start}, {len} bytes) differ at {at:?}"
+                "ring bytes outside the WQEs (blocks {first}..{}) differ at {at:?}",
+                self.sq.producer()
             ));
         }
-
-        let s = &mut *self.stats;
-        s.wqes += 1;
-        s.per_op[req.op as usize] += 1;
-        s.inline += u64::from(req.flags.contains(SendFlags::INLINE) && !req.sgl.is_empty());
-        s.zero_len_sges += req.sgl.iter().filter(|e| e.length == 0).count() as u64;
-        let wraps = (start % self.cfg.wqe_cnt) + blocks > self.cfg.wqe_cnt;
-        s.wrapped += u64::from(wraps);
-        s.inline_wrapped += u64::from(wraps && req.flags.contains(SendFlags::INLINE));
-        self.seen_starts[(start % self.cfg.wqe_cnt) as usize] = true;
-        s.index_wraps += u64::from(start >> 16 != self.sq.producer() >> 16);
-        self.pending.push((start, blocks));
-        if self.cfg.sig_all || req.flags.contains(SendFlags::SIGNALED) {
-            self.signaled.push((start, wr_id, req.mlx5_opcode()));
+        if reqs.len() > 1 {
+            self.stats.batches += 1;
+            self.c.ring_db();
+            self.check_ring();
         }
     }
 
     /// Rings on both sides and checks the doorbell record and the BlueFlame register.
     fn ring(&mut self) {
-        let Some(&(start, blocks)) = self.pending.last() else {
+        if self.pending.is_empty() {
             return;
-        };
-        const MARK: u8 = 0x5a;
+        }
         self.bf.fill(MARK);
         self.sq.ring();
         self.c.ring_db();
+        self.check_ring();
+    }
 
+    /// Checks the doorbell record and the BlueFlame register after ringing `self.pending`.
+    fn check_ring(&mut self) {
+        let &(start, blocks) = self.pending.last().expect("something to ring");
         let db = self.dbrec.to_vec();
         let pi = self.sq.producer();
         if db[..] != self.c.dbrec_bytes() || db[4..] != (pi & 0xffff).to_be_bytes() {
@@ -525,17 +567,31 @@ impl Run<'_> {
             let mut last_signaled = true;
             let mut posted = 0;
             // Leave room for a closing signaled NOP.
-            while self.sq.free_blocks() > max_blocks && (posted == 0 || !self.rng.chance(1, 6)) {
-                let req = random_req(self.rng, &cfg, &self.payload);
-                self.post(&req);
-                last_signaled = cfg.sig_all || req.flags.contains(SendFlags::SIGNALED);
-                posted += 1;
-                if self.rng.chance(1, 2) {
+            loop {
+                let free = self.sq.free_blocks();
+                if free <= max_blocks || (posted > 0 && self.rng.chance(1, 6)) {
+                    break;
+                }
+                // Now and then a batch, as many as surely fit.
+                let fit = (free - 1) / max_blocks;
+                let n = if fit >= 2 && self.rng.chance(1, 5) {
+                    self.rng.range(2, u64::from(fit.min(8))) as usize
+                } else {
+                    1
+                };
+                let reqs: Vec<Req> = (0..n)
+                    .map(|_| random_req(self.rng, &cfg, &self.payload))
+                    .collect();
+                self.post(&reqs);
+                let last = &reqs[n - 1];
+                last_signaled = cfg.sig_all || last.flags.contains(SendFlags::SIGNALED);
+                posted += n;
+                if n == 1 && self.rng.chance(1, 2) {
                     self.ring();
                 }
             }
             if !last_signaled {
-                self.post(&Req::nop(SendFlags::SIGNALED));
+                self.post(&[Req::nop(SendFlags::SIGNALED)]);
             }
             self.ring();
             self.complete();
@@ -654,7 +710,7 @@ fn send_queue_wqes_match_libmlx5() {
         "wqe: {} randomized WQEs compared with libmlx5's layout (WRITE {}, WRITE_IMM {}, SEND {}, \
          SEND_IMM {}, READ {}, CS {}, FA {}, NOP {}); {} inline, {} zero-length SGEs skipped, \
          {} WQEs wrapping the ring end ({} inline), {} WQE-index wraps, {} bytes libmlx5 leaves stale (zero in \
-         ours); {} BlueFlame rings, {} doorbell rings; {} completions",
+         ours); {} batches; {} BlueFlame rings, {} doorbell rings; {} completions",
         s.wqes,
         s.per_op[0],
         s.per_op[1],
@@ -670,10 +726,12 @@ fn send_queue_wqes_match_libmlx5() {
         s.inline_wrapped,
         s.index_wraps,
         s.left_by_libmlx5,
+        s.batches,
         s.blueflame,
         s.doorbell,
         s.completions,
     );
     assert!(s.wrapped > 0 && s.inline_wrapped > 0 && s.index_wraps >= CONFIGS.len() as u64);
-    assert!(s.blueflame > 0 && s.doorbell > 0 && s.inline > 0 && s.zero_len_sges > 0);
+    assert!(s.blueflame > 0 && s.doorbell > 0 && s.batches > 0);
+    assert!(s.inline > 0 && s.zero_len_sges > 0);
 }
