@@ -1,0 +1,639 @@
+/*
+ * The C reference for zverbs' mlx5 layouts, built only from rdma-core's installed headers.
+ *
+ * - zv_facts: every sizeof / offsetof / constant the Rust side relies on.
+ * - zv_set_*_seg: WQE segments written with mlx5dv.h's helpers or through its structs.
+ * - zv_read_cqe: a CQE read through struct mlx5_cqe64 / struct mlx5_err_cqe and the
+ *   mlx5dv_get_cqe_* helpers, with libmlx5's syndrome -> ibv_wc_status mapping.
+ * - zv_post_send / zv_ring_db: a send queue that lays WQEs out the way libmlx5 (rdma-core 44,
+ *   providers/mlx5/qp.c, `_mlx5_post_send` and `post_send_db`) does for an RC QP.
+ * - zv_post_recv: a receive queue that lays receive WQEs out as libmlx5's `mlx5_post_recv`.
+ */
+#include <endian.h>
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <infiniband/mlx5dv.h>
+#include <infiniband/verbs.h>
+
+#include "probe.h"
+
+/* ---------------------------------------------------------------------------------------- */
+/* The fact table                                                                            */
+/* ---------------------------------------------------------------------------------------- */
+
+#define SIZE(T) { "sizeof(" #T ")", sizeof(T) }
+#define ALIGN(T) { "alignof(" #T ")", _Alignof(T) }
+#define OFF(T, m) { "offsetof(" #T ", " #m ")", offsetof(T, m) }
+#define MSIZE(T, m) { "sizeof(" #T "." #m ")", sizeof(((T *)0)->m) }
+/* A field: its offset and its size. */
+#define FIELD(T, m) OFF(T, m), MSIZE(T, m)
+#define CONST(c) { #c, (uint64_t)(c) }
+
+static const struct zv_fact facts[] = {
+	/* Send WQE segments. */
+	SIZE(struct mlx5_wqe_ctrl_seg),
+	FIELD(struct mlx5_wqe_ctrl_seg, opmod_idx_opcode),
+	FIELD(struct mlx5_wqe_ctrl_seg, qpn_ds),
+	FIELD(struct mlx5_wqe_ctrl_seg, signature),
+	FIELD(struct mlx5_wqe_ctrl_seg, dci_stream_channel_id),
+	FIELD(struct mlx5_wqe_ctrl_seg, fm_ce_se),
+	FIELD(struct mlx5_wqe_ctrl_seg, imm),
+
+	SIZE(struct mlx5_wqe_raddr_seg),
+	FIELD(struct mlx5_wqe_raddr_seg, raddr),
+	FIELD(struct mlx5_wqe_raddr_seg, rkey),
+	FIELD(struct mlx5_wqe_raddr_seg, reserved),
+
+	SIZE(struct mlx5_wqe_data_seg),
+	FIELD(struct mlx5_wqe_data_seg, byte_count),
+	FIELD(struct mlx5_wqe_data_seg, lkey),
+	FIELD(struct mlx5_wqe_data_seg, addr),
+
+	SIZE(struct mlx5_wqe_inl_data_seg),
+	FIELD(struct mlx5_wqe_inl_data_seg, byte_count),
+
+	SIZE(struct mlx5_wqe_atomic_seg),
+	FIELD(struct mlx5_wqe_atomic_seg, swap_add),
+	FIELD(struct mlx5_wqe_atomic_seg, compare),
+
+	/* CQEs. */
+	SIZE(struct mlx5_cqe64),
+	FIELD(struct mlx5_cqe64, srqn_uidx),
+	FIELD(struct mlx5_cqe64, imm_inval_pkey),
+	FIELD(struct mlx5_cqe64, byte_cnt),
+	FIELD(struct mlx5_cqe64, timestamp),
+	FIELD(struct mlx5_cqe64, sop_drop_qpn),
+	FIELD(struct mlx5_cqe64, wqe_counter),
+	FIELD(struct mlx5_cqe64, signature),
+	FIELD(struct mlx5_cqe64, op_own),
+
+	SIZE(struct mlx5_err_cqe),
+	FIELD(struct mlx5_err_cqe, srqn),
+	FIELD(struct mlx5_err_cqe, vendor_err_synd),
+	FIELD(struct mlx5_err_cqe, syndrome),
+	FIELD(struct mlx5_err_cqe, s_wqe_opcode_qpn),
+	FIELD(struct mlx5_err_cqe, wqe_counter),
+	FIELD(struct mlx5_err_cqe, signature),
+	FIELD(struct mlx5_err_cqe, op_own),
+
+	/* What mlx5dv_init_obj fills. */
+	SIZE(struct mlx5dv_qp),
+	ALIGN(struct mlx5dv_qp),
+	FIELD(struct mlx5dv_qp, dbrec),
+	FIELD(struct mlx5dv_qp, sq),
+	FIELD(struct mlx5dv_qp, sq.buf),
+	FIELD(struct mlx5dv_qp, sq.wqe_cnt),
+	FIELD(struct mlx5dv_qp, sq.stride),
+	FIELD(struct mlx5dv_qp, rq),
+	FIELD(struct mlx5dv_qp, rq.buf),
+	FIELD(struct mlx5dv_qp, rq.wqe_cnt),
+	FIELD(struct mlx5dv_qp, rq.stride),
+	FIELD(struct mlx5dv_qp, bf),
+	FIELD(struct mlx5dv_qp, bf.reg),
+	FIELD(struct mlx5dv_qp, bf.size),
+	FIELD(struct mlx5dv_qp, comp_mask),
+	FIELD(struct mlx5dv_qp, uar_mmap_offset),
+	FIELD(struct mlx5dv_qp, tirn),
+	FIELD(struct mlx5dv_qp, tisn),
+	FIELD(struct mlx5dv_qp, rqn),
+	FIELD(struct mlx5dv_qp, sqn),
+	FIELD(struct mlx5dv_qp, tir_icm_addr),
+
+	SIZE(struct mlx5dv_cq),
+	ALIGN(struct mlx5dv_cq),
+	FIELD(struct mlx5dv_cq, buf),
+	FIELD(struct mlx5dv_cq, dbrec),
+	FIELD(struct mlx5dv_cq, cqe_cnt),
+	FIELD(struct mlx5dv_cq, cqe_size),
+	FIELD(struct mlx5dv_cq, cq_uar),
+	FIELD(struct mlx5dv_cq, cqn),
+	FIELD(struct mlx5dv_cq, comp_mask),
+
+	/* zverbs-core's Sge is handed to libibverbs as a struct ibv_sge. */
+	SIZE(struct ibv_sge),
+	ALIGN(struct ibv_sge),
+	FIELD(struct ibv_sge, addr),
+	FIELD(struct ibv_sge, length),
+	FIELD(struct ibv_sge, lkey),
+
+	/* Send WQE opcodes. */
+	CONST(MLX5_OPCODE_NOP),
+	CONST(MLX5_OPCODE_RDMA_WRITE),
+	CONST(MLX5_OPCODE_RDMA_WRITE_IMM),
+	CONST(MLX5_OPCODE_SEND),
+	CONST(MLX5_OPCODE_SEND_IMM),
+	CONST(MLX5_OPCODE_RDMA_READ),
+	CONST(MLX5_OPCODE_ATOMIC_CS),
+	CONST(MLX5_OPCODE_ATOMIC_FA),
+
+	/* fm_ce_se bits. */
+	CONST(MLX5_WQE_CTRL_CQ_UPDATE),
+	CONST(MLX5_WQE_CTRL_SOLICITED),
+	CONST(MLX5_WQE_CTRL_FENCE),
+	CONST(MLX5_WQE_CTRL_INITIATOR_SMALL_FENCE),
+
+	/* CQE opcodes. */
+	CONST(MLX5_CQE_REQ),
+	CONST(MLX5_CQE_RESP_WR_IMM),
+	CONST(MLX5_CQE_RESP_SEND),
+	CONST(MLX5_CQE_RESP_SEND_IMM),
+	CONST(MLX5_CQE_RESP_SEND_INV),
+	CONST(MLX5_CQE_RESIZE_CQ),
+	CONST(MLX5_CQE_NO_PACKET),
+	CONST(MLX5_CQE_SIG_ERR),
+	CONST(MLX5_CQE_REQ_ERR),
+	CONST(MLX5_CQE_RESP_ERR),
+	CONST(MLX5_CQE_INVALID),
+
+	/* Error syndromes. */
+	CONST(MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR),
+	CONST(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR),
+	CONST(MLX5_CQE_SYNDROME_LOCAL_PROT_ERR),
+	CONST(MLX5_CQE_SYNDROME_WR_FLUSH_ERR),
+	CONST(MLX5_CQE_SYNDROME_MW_BIND_ERR),
+	CONST(MLX5_CQE_SYNDROME_BAD_RESP_ERR),
+	CONST(MLX5_CQE_SYNDROME_LOCAL_ACCESS_ERR),
+	CONST(MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR),
+	CONST(MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR),
+	CONST(MLX5_CQE_SYNDROME_REMOTE_OP_ERR),
+	CONST(MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR),
+	CONST(MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR),
+	CONST(MLX5_CQE_SYNDROME_REMOTE_ABORTED_ERR),
+
+	/* Other mlx5 constants. */
+	CONST(MLX5_INLINE_SEG),
+	CONST(MLX5_INVALID_LKEY),
+	CONST(MLX5_RCV_DBR),
+	CONST(MLX5_SND_DBR),
+	CONST(MLX5_SEND_WQE_BB),
+	CONST(MLX5_INLINE_SCATTER_32),
+	CONST(MLX5_INLINE_SCATTER_64),
+	CONST(MLX5_CQE_OWNER_MASK),
+
+	/* libibverbs: completion statuses, opcodes and flags, send flags. */
+	CONST(IBV_WC_SUCCESS),
+	CONST(IBV_WC_LOC_LEN_ERR),
+	CONST(IBV_WC_LOC_QP_OP_ERR),
+	CONST(IBV_WC_LOC_EEC_OP_ERR),
+	CONST(IBV_WC_LOC_PROT_ERR),
+	CONST(IBV_WC_WR_FLUSH_ERR),
+	CONST(IBV_WC_MW_BIND_ERR),
+	CONST(IBV_WC_BAD_RESP_ERR),
+	CONST(IBV_WC_LOC_ACCESS_ERR),
+	CONST(IBV_WC_REM_INV_REQ_ERR),
+	CONST(IBV_WC_REM_ACCESS_ERR),
+	CONST(IBV_WC_REM_OP_ERR),
+	CONST(IBV_WC_RETRY_EXC_ERR),
+	CONST(IBV_WC_RNR_RETRY_EXC_ERR),
+	CONST(IBV_WC_LOC_RDD_VIOL_ERR),
+	CONST(IBV_WC_REM_INV_RD_REQ_ERR),
+	CONST(IBV_WC_REM_ABORT_ERR),
+	CONST(IBV_WC_INV_EECN_ERR),
+	CONST(IBV_WC_INV_EEC_STATE_ERR),
+	CONST(IBV_WC_FATAL_ERR),
+	CONST(IBV_WC_RESP_TIMEOUT_ERR),
+	CONST(IBV_WC_GENERAL_ERR),
+	CONST(IBV_WC_TM_ERR),
+	CONST(IBV_WC_TM_RNDV_INCOMPLETE),
+	CONST(IBV_WC_SEND),
+	CONST(IBV_WC_RDMA_WRITE),
+	CONST(IBV_WC_RDMA_READ),
+	CONST(IBV_WC_COMP_SWAP),
+	CONST(IBV_WC_FETCH_ADD),
+	CONST(IBV_WC_RECV),
+	CONST(IBV_WC_RECV_RDMA_WITH_IMM),
+	CONST(IBV_WC_GRH),
+	CONST(IBV_WC_WITH_IMM),
+	CONST(IBV_SEND_FENCE),
+	CONST(IBV_SEND_SIGNALED),
+	CONST(IBV_SEND_SOLICITED),
+	CONST(IBV_SEND_INLINE),
+
+	/* This probe's own structs, mirrored in Rust. */
+	SIZE(struct zv_cqe_fields),
+	ALIGN(struct zv_cqe_fields),
+	SIZE(struct zv_wr),
+	ALIGN(struct zv_wr),
+	SIZE(struct zv_sq),
+	ALIGN(struct zv_sq),
+	SIZE(struct zv_rq),
+	ALIGN(struct zv_rq),
+	CONST(ZV_OP_WRITE),
+	CONST(ZV_OP_WRITE_IMM),
+	CONST(ZV_OP_SEND),
+	CONST(ZV_OP_SEND_IMM),
+	CONST(ZV_OP_READ),
+	CONST(ZV_OP_CS),
+	CONST(ZV_OP_FA),
+	CONST(ZV_OP_NOP),
+};
+
+const struct zv_fact *zv_facts(size_t *len)
+{
+	*len = sizeof(facts) / sizeof(facts[0]);
+	return facts;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Segments                                                                                  */
+/* ---------------------------------------------------------------------------------------- */
+
+/*
+ * `imm` is the host value; mlx5dv_set_ctrl_seg stores its argument as given, and a verbs
+ * caller hands it the big-endian imm_data, so the helper gets htobe32(imm).
+ */
+void zv_set_ctrl_seg(void *buf, uint16_t pi, uint8_t opcode, uint8_t opmod, uint32_t qpn,
+		     uint8_t fm_ce_se, uint8_t ds, uint8_t signature, uint32_t imm)
+{
+	mlx5dv_set_ctrl_seg(buf, pi, opcode, opmod, qpn, fm_ce_se, ds, signature, htobe32(imm));
+}
+
+void zv_set_data_seg(void *buf, uint32_t length, uint32_t lkey, uint64_t addr)
+{
+	mlx5dv_set_data_seg(buf, length, lkey, (uintptr_t)addr);
+}
+
+void zv_set_raddr_seg(void *buf, uint64_t raddr, uint32_t rkey)
+{
+	struct mlx5_wqe_raddr_seg *seg = buf;
+
+	seg->raddr = htobe64(raddr);
+	seg->rkey = htobe32(rkey);
+	seg->reserved = 0;
+}
+
+void zv_set_atomic_seg(void *buf, uint64_t swap_add, uint64_t compare)
+{
+	struct mlx5_wqe_atomic_seg *seg = buf;
+
+	seg->swap_add = htobe64(swap_add);
+	seg->compare = htobe64(compare);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* CQEs                                                                                      */
+/* ---------------------------------------------------------------------------------------- */
+
+void zv_read_cqe(const void *buf, struct zv_cqe_fields *out)
+{
+	/* The helpers take a non-const pointer; they only read. */
+	struct mlx5_cqe64 *cqe = (struct mlx5_cqe64 *)buf;
+	const struct mlx5_err_cqe *ecqe = buf;
+
+	memset(out, 0, sizeof(*out));
+	out->timestamp = be64toh(cqe->timestamp);
+	out->srqn_uidx = be32toh(cqe->srqn_uidx);
+	out->imm_inval_pkey = be32toh(cqe->imm_inval_pkey);
+	out->byte_cnt = be32toh(cqe->byte_cnt);
+	out->sop_drop_qpn = be32toh(cqe->sop_drop_qpn);
+	out->wqe_counter = be16toh(cqe->wqe_counter);
+	out->signature = cqe->signature;
+	out->op_own = cqe->op_own;
+	out->owner = mlx5dv_get_cqe_owner(cqe);
+	out->se = mlx5dv_get_cqe_se(cqe);
+	out->format = mlx5dv_get_cqe_format(cqe);
+	out->opcode = mlx5dv_get_cqe_opcode(cqe);
+
+	/* struct mlx5_err_cqe declares its words as host integers; libmlx5 swaps them. */
+	out->err_srqn = be32toh(ecqe->srqn);
+	out->err_s_wqe_opcode_qpn = be32toh(ecqe->s_wqe_opcode_qpn);
+	out->err_wqe_counter = be16toh(ecqe->wqe_counter);
+	out->syndrome = ecqe->syndrome;
+	out->vendor_err_synd = ecqe->vendor_err_synd;
+	out->err_signature = ecqe->signature;
+	out->err_op_own = ecqe->op_own;
+	out->wc_status = zv_wc_status_of_syndrome(ecqe->syndrome);
+}
+
+/* The status libmlx5 (cq.c, mlx5_handle_error_cqe) reports for an error CQE's syndrome. */
+uint32_t zv_wc_status_of_syndrome(uint8_t syndrome)
+{
+	switch (syndrome) {
+	case MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR:
+		return IBV_WC_LOC_LEN_ERR;
+	case MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR:
+		return IBV_WC_LOC_QP_OP_ERR;
+	case MLX5_CQE_SYNDROME_LOCAL_PROT_ERR:
+		return IBV_WC_LOC_PROT_ERR;
+	case MLX5_CQE_SYNDROME_WR_FLUSH_ERR:
+		return IBV_WC_WR_FLUSH_ERR;
+	case MLX5_CQE_SYNDROME_MW_BIND_ERR:
+		return IBV_WC_MW_BIND_ERR;
+	case MLX5_CQE_SYNDROME_BAD_RESP_ERR:
+		return IBV_WC_BAD_RESP_ERR;
+	case MLX5_CQE_SYNDROME_LOCAL_ACCESS_ERR:
+		return IBV_WC_LOC_ACCESS_ERR;
+	case MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR:
+		return IBV_WC_REM_INV_REQ_ERR;
+	case MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR:
+		return IBV_WC_REM_ACCESS_ERR;
+	case MLX5_CQE_SYNDROME_REMOTE_OP_ERR:
+		return IBV_WC_REM_OP_ERR;
+	case MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR:
+		return IBV_WC_RETRY_EXC_ERR;
+	case MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR:
+		return IBV_WC_RNR_RETRY_EXC_ERR;
+	case MLX5_CQE_SYNDROME_REMOTE_ABORTED_ERR:
+		return IBV_WC_REM_ABORT_ERR;
+	default:
+		return IBV_WC_GENERAL_ERR;
+	}
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Whole WQEs                                                                                */
+/* ---------------------------------------------------------------------------------------- */
+
+static uint8_t *sq_end(const struct zv_sq *sq)
+{
+	return sq->buf + (size_t)sq->wqe_cnt * MLX5_SEND_WQE_BB;
+}
+
+/* Records that `len` bytes at `p` (not crossing the end of the ring) were stored. */
+static void wrote(struct zv_sq *sq, const void *p, size_t len)
+{
+	memset(sq->written + ((const uint8_t *)p - sq->buf), 1, len);
+}
+
+/* Copies `len` bytes to `dst`, continuing at the start of the ring when it meets the end. */
+static uint8_t *copy_wrapping(struct zv_sq *sq, uint8_t *dst, const uint8_t *src, size_t len)
+{
+	uint8_t *end = sq_end(sq);
+
+	if (dst + len > end) {
+		size_t first = (size_t)(end - dst);
+
+		memcpy(dst, src, first);
+		wrote(sq, dst, first);
+		src += first;
+		len -= first;
+		dst = sq->buf;
+	}
+	memcpy(dst, src, len);
+	wrote(sq, dst, len);
+	return dst + len;
+}
+
+static int to_ibv_wr(const struct zv_wr *in, struct ibv_send_wr *wr)
+{
+	memset(wr, 0, sizeof(*wr));
+	wr->sg_list = (struct ibv_sge *)in->sg_list;
+	wr->num_sge = (int)in->num_sge;
+	wr->send_flags = in->send_flags;
+	switch (in->op) {
+	case ZV_OP_WRITE:
+		wr->opcode = IBV_WR_RDMA_WRITE;
+		break;
+	case ZV_OP_WRITE_IMM:
+		wr->opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+		wr->imm_data = htobe32(in->imm);
+		break;
+	case ZV_OP_SEND:
+		wr->opcode = IBV_WR_SEND;
+		break;
+	case ZV_OP_SEND_IMM:
+		wr->opcode = IBV_WR_SEND_WITH_IMM;
+		wr->imm_data = htobe32(in->imm);
+		break;
+	case ZV_OP_READ:
+		wr->opcode = IBV_WR_RDMA_READ;
+		break;
+	case ZV_OP_CS:
+		wr->opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
+		break;
+	case ZV_OP_FA:
+		wr->opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+		break;
+	default:
+		return EINVAL;
+	}
+	if (in->op == ZV_OP_CS || in->op == ZV_OP_FA) {
+		wr->wr.atomic.remote_addr = in->remote_addr;
+		wr->wr.atomic.rkey = in->rkey;
+		wr->wr.atomic.compare_add = in->compare_add;
+		wr->wr.atomic.swap = in->swap;
+	} else {
+		wr->wr.rdma.remote_addr = in->remote_addr;
+		wr->wr.rdma.rkey = in->rkey;
+	}
+	return 0;
+}
+
+static uint8_t mlx5_opcode_of(enum ibv_wr_opcode op)
+{
+	switch (op) {
+	case IBV_WR_RDMA_WRITE:
+		return MLX5_OPCODE_RDMA_WRITE;
+	case IBV_WR_RDMA_WRITE_WITH_IMM:
+		return MLX5_OPCODE_RDMA_WRITE_IMM;
+	case IBV_WR_SEND:
+		return MLX5_OPCODE_SEND;
+	case IBV_WR_SEND_WITH_IMM:
+		return MLX5_OPCODE_SEND_IMM;
+	case IBV_WR_RDMA_READ:
+		return MLX5_OPCODE_RDMA_READ;
+	case IBV_WR_ATOMIC_CMP_AND_SWP:
+		return MLX5_OPCODE_ATOMIC_CS;
+	case IBV_WR_ATOMIC_FETCH_AND_ADD:
+		return MLX5_OPCODE_ATOMIC_FA;
+	default:
+		return MLX5_OPCODE_NOP;
+	}
+}
+
+/*
+ * The inline segment: a byte count with MLX5_INLINE_SEG, then the gathered bytes, wrapping at
+ * the end of the ring. libmlx5 leaves the padding up to the next 16 bytes as it was. Returns
+ * the segment's size in 16-byte units (0 and nothing written when there are no bytes).
+ */
+static int put_inline(struct zv_sq *sq, const struct ibv_send_wr *wr, uint8_t *seg,
+		      unsigned *units)
+{
+	struct mlx5_wqe_inl_data_seg *hdr = (struct mlx5_wqe_inl_data_seg *)seg;
+	uint8_t *dst = seg + sizeof(*hdr);
+	uint32_t total = 0;
+	int i;
+
+	for (i = 0; i < wr->num_sge; i++) {
+		const struct ibv_sge *sge = &wr->sg_list[i];
+
+		total += sge->length;
+		if (total > sq->max_inline_data)
+			return ENOMEM;
+		dst = copy_wrapping(sq, dst, (const uint8_t *)(uintptr_t)sge->addr, sge->length);
+	}
+	if (total == 0) {
+		*units = 0;
+		return 0;
+	}
+	hdr->byte_count = htobe32(total | MLX5_INLINE_SEG);
+	wrote(sq, hdr, sizeof(*hdr));
+	*units = (total + sizeof(*hdr) + 15) / 16;
+	return 0;
+}
+
+/*
+ * One WQE at the producer counter, laid out as libmlx5's `_mlx5_post_send` lays out an RC
+ * request: control, [remote address], [atomic], then data segments (zero-length entries
+ * skipped, continuing at the start of the ring when they meet its end) or the inline segment.
+ * The control segment is written last through mlx5dv_set_ctrl_seg, after the word at byte 8
+ * (signature, dci_stream_channel_id, fm_ce_se) was cleared, as libmlx5 clears it.
+ */
+int zv_post_send(struct zv_sq *sq, const struct zv_wr *in, uint32_t *ds)
+{
+	struct ibv_send_wr wr;
+	unsigned idx = sq->cur_post & (sq->wqe_cnt - 1);
+	uint8_t *ctrl = sq->buf + (size_t)idx * MLX5_SEND_WQE_BB;
+	uint8_t *seg = ctrl + sizeof(struct mlx5_wqe_ctrl_seg);
+	unsigned size = sizeof(struct mlx5_wqe_ctrl_seg) / 16;
+	uint8_t opcode = MLX5_OPCODE_NOP;
+	uint32_t imm = 0;
+	uint8_t fm_ce_se;
+	int err;
+
+	if (in->op == ZV_OP_NOP) {
+		memset(&wr, 0, sizeof(wr));
+		wr.send_flags = in->send_flags;
+	} else {
+		err = to_ibv_wr(in, &wr);
+		if (err)
+			return err;
+		opcode = mlx5_opcode_of(wr.opcode);
+		if (wr.opcode == IBV_WR_SEND_WITH_IMM || wr.opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
+			imm = wr.imm_data;
+	}
+
+	fm_ce_se = (sq->sig_all ? MLX5_WQE_CTRL_CQ_UPDATE : 0) |
+		   (wr.send_flags & IBV_SEND_FENCE ? MLX5_WQE_CTRL_FENCE : 0) |
+		   (wr.send_flags & IBV_SEND_SIGNALED ? MLX5_WQE_CTRL_CQ_UPDATE : 0) |
+		   (wr.send_flags & IBV_SEND_SOLICITED ? MLX5_WQE_CTRL_SOLICITED : 0);
+
+	if (in->op != ZV_OP_NOP) {
+		switch (wr.opcode) {
+		case IBV_WR_RDMA_WRITE:
+		case IBV_WR_RDMA_WRITE_WITH_IMM:
+		case IBV_WR_RDMA_READ: {
+			struct mlx5_wqe_raddr_seg *r = (struct mlx5_wqe_raddr_seg *)seg;
+
+			r->raddr = htobe64(wr.wr.rdma.remote_addr);
+			r->rkey = htobe32(wr.wr.rdma.rkey);
+			r->reserved = 0;
+			wrote(sq, r, sizeof(*r));
+			seg += sizeof(*r);
+			size += sizeof(*r) / 16;
+			break;
+		}
+		case IBV_WR_ATOMIC_CMP_AND_SWP:
+		case IBV_WR_ATOMIC_FETCH_AND_ADD: {
+			struct mlx5_wqe_raddr_seg *r = (struct mlx5_wqe_raddr_seg *)seg;
+			struct mlx5_wqe_atomic_seg *a = (struct mlx5_wqe_atomic_seg *)(r + 1);
+
+			r->raddr = htobe64(wr.wr.atomic.remote_addr);
+			r->rkey = htobe32(wr.wr.atomic.rkey);
+			r->reserved = 0;
+			wrote(sq, r, sizeof(*r));
+			/* Fetch-and-add carries only the addend; `compare` keeps what was there. */
+			if (wr.opcode == IBV_WR_ATOMIC_CMP_AND_SWP) {
+				a->swap_add = htobe64(wr.wr.atomic.swap);
+				a->compare = htobe64(wr.wr.atomic.compare_add);
+				wrote(sq, a, sizeof(*a));
+			} else {
+				a->swap_add = htobe64(wr.wr.atomic.compare_add);
+				wrote(sq, &a->swap_add, sizeof(a->swap_add));
+			}
+			seg += sizeof(*r) + sizeof(*a);
+			size += (sizeof(*r) + sizeof(*a)) / 16;
+			break;
+		}
+		default:
+			break;
+		}
+
+		if ((wr.send_flags & IBV_SEND_INLINE) && wr.num_sge) {
+			unsigned units;
+
+			err = put_inline(sq, &wr, seg, &units);
+			if (err)
+				return err;
+			size += units;
+		} else {
+			struct mlx5_wqe_data_seg *d = (struct mlx5_wqe_data_seg *)seg;
+			int atomic = wr.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+				     wr.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+			int i;
+
+			for (i = 0; i < wr.num_sge; i++) {
+				const struct ibv_sge *sge = &wr.sg_list[i];
+
+				if ((uint8_t *)d == sq_end(sq))
+					d = (struct mlx5_wqe_data_seg *)sq->buf;
+				if (sge->length == 0)
+					continue;
+				/* An atomic's local buffer is always 8 bytes. */
+				mlx5dv_set_data_seg(d, atomic ? 8 : sge->length, sge->lkey,
+						    (uintptr_t)sge->addr);
+				wrote(sq, d, sizeof(*d));
+				d++;
+				size += sizeof(*d) / 16;
+			}
+		}
+	}
+
+	*(uint32_t *)(ctrl + 8) = 0;
+	mlx5dv_set_ctrl_seg((struct mlx5_wqe_ctrl_seg *)ctrl, sq->cur_post & 0xffff, opcode, 0,
+			    sq->qpn, fm_ce_se, size, 0, imm);
+	wrote(sq, ctrl, sizeof(struct mlx5_wqe_ctrl_seg));
+
+	sq->cur_post += (size * 16 + MLX5_SEND_WQE_BB - 1) / MLX5_SEND_WQE_BB;
+	*ds = size;
+	return 0;
+}
+
+/* The doorbell record, as `post_send_db` writes it: the producer counter, 16 bits, big-endian. */
+void zv_ring_db(struct zv_sq *sq)
+{
+	sq->dbrec[MLX5_SND_DBR] = htobe32(sq->cur_post & 0xffff);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Receive WQEs                                                                              */
+/* ---------------------------------------------------------------------------------------- */
+
+/*
+ * One receive WQE at `head`, as libmlx5's `mlx5_post_recv` writes it for a QP without WQE
+ * signatures: a data segment per non-empty entry, then, if the entry has room left, a
+ * terminating segment with byte count 0, MLX5_INVALID_LKEY and address 0; the rest of the
+ * entry keeps what it held. Then the doorbell record: the receive counter, 16 bits,
+ * big-endian.
+ */
+int zv_post_recv(struct zv_rq *rq, const struct ibv_sge *sg_list, uint32_t num_sge)
+{
+	uint32_t max_gs = rq->stride / sizeof(struct mlx5_wqe_data_seg);
+	unsigned idx = rq->head & (rq->wqe_cnt - 1);
+	struct mlx5_wqe_data_seg *scat =
+		(struct mlx5_wqe_data_seg *)(rq->buf + (size_t)idx * rq->stride);
+	uint32_t i, j;
+
+	if (num_sge > max_gs)
+		return EINVAL;
+	for (i = 0, j = 0; i < num_sge; i++) {
+		if (sg_list[i].length == 0)
+			continue;
+		mlx5dv_set_data_seg(&scat[j], sg_list[i].length, sg_list[i].lkey,
+				    (uintptr_t)sg_list[i].addr);
+		memset(rq->written + ((uint8_t *)&scat[j] - rq->buf), 1, sizeof(scat[j]));
+		j++;
+	}
+	if (j < max_gs) {
+		scat[j].byte_count = 0;
+		scat[j].lkey = htobe32(MLX5_INVALID_LKEY);
+		scat[j].addr = 0;
+		memset(rq->written + ((uint8_t *)&scat[j] - rq->buf), 1, sizeof(scat[j]));
+	}
+	rq->head++;
+	rq->dbrec[MLX5_RCV_DBR] = htobe32(rq->head & 0xffff);
+	return 0;
+}

@@ -1,0 +1,111 @@
+/*
+ * The C side of zverbs' cross-checks: plain functions over rdma-core's own <infiniband/mlx5dv.h>
+ * and <infiniband/verbs.h>, called from Rust through `extern "C"` (see src/ffi.rs, which mirrors
+ * every struct below; their sizes are in the fact table, so a drifting mirror fails a test).
+ */
+#ifndef ZVERBS_CROSSCHECK_PROBE_H
+#define ZVERBS_CROSSCHECK_PROBE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <infiniband/verbs.h>
+
+/* One entry of the fact table: a C expression and its value. */
+struct zv_fact {
+	const char *name;
+	uint64_t value;
+};
+
+/* Every field of a 64-byte CQE, read the way rdma-core reads it. */
+struct zv_cqe_fields {
+	uint64_t timestamp;
+	uint32_t srqn_uidx;
+	uint32_t imm_inval_pkey;
+	uint32_t byte_cnt;
+	uint32_t sop_drop_qpn;
+	uint32_t err_srqn;
+	uint32_t err_s_wqe_opcode_qpn;
+	uint32_t wc_status;
+	uint16_t wqe_counter;
+	uint16_t err_wqe_counter;
+	uint8_t signature;
+	uint8_t op_own;
+	uint8_t owner;
+	uint8_t se;
+	uint8_t format;
+	uint8_t opcode;
+	uint8_t syndrome;
+	uint8_t vendor_err_synd;
+	uint8_t err_signature;
+	uint8_t err_op_own;
+	uint8_t pad[6];
+};
+
+/* The operations the WQE builder knows; NOP has no IBV_WR_* number. */
+enum zv_op {
+	ZV_OP_WRITE = 0,
+	ZV_OP_WRITE_IMM = 1,
+	ZV_OP_SEND = 2,
+	ZV_OP_SEND_IMM = 3,
+	ZV_OP_READ = 4,
+	ZV_OP_CS = 5,
+	ZV_OP_FA = 6,
+	ZV_OP_NOP = 7,
+};
+
+/* A send request in flat form; the builder turns it into a struct ibv_send_wr. */
+struct zv_wr {
+	const struct ibv_sge *sg_list;
+	uint64_t remote_addr;
+	uint64_t compare_add; /* CS: the compare value; FA: the addend */
+	uint64_t swap;
+	uint32_t op; /* enum zv_op */
+	uint32_t num_sge;
+	uint32_t send_flags; /* IBV_SEND_* */
+	uint32_t rkey;
+	uint32_t imm; /* host order; goes to imm_data as htobe32(imm), as a verbs caller does */
+	uint32_t pad;
+};
+
+/* A send queue modelled the way libmlx5 keeps one. */
+struct zv_sq {
+	uint8_t *buf; /* wqe_cnt * MLX5_SEND_WQE_BB bytes */
+	uint8_t *written; /* as large as buf: the builder sets 1 for every byte it stores */
+	uint32_t wqe_cnt; /* a power of two */
+	uint32_t cur_post; /* producer counter in basic blocks */
+	uint32_t qpn;
+	uint32_t sig_all; /* sq_sig_all: every WQE asks for a CQE */
+	uint32_t max_inline_data;
+	uint32_t dbrec[2]; /* the doorbell record, [MLX5_RCV_DBR] and [MLX5_SND_DBR] */
+	uint32_t pad;
+};
+
+/* A receive queue modelled the way libmlx5 keeps one (no WQE signature). */
+struct zv_rq {
+	uint8_t *buf; /* wqe_cnt * stride bytes */
+	uint8_t *written; /* as large as buf: the builder sets 1 for every byte it stores */
+	uint32_t wqe_cnt; /* a power of two */
+	uint32_t stride; /* a power of two >= 16: stride / 16 scatter entries */
+	uint32_t head; /* receives posted */
+	uint32_t dbrec[2]; /* the doorbell record, [MLX5_RCV_DBR] and [MLX5_SND_DBR] */
+	uint32_t pad;
+};
+
+const struct zv_fact *zv_facts(size_t *len);
+
+void zv_set_ctrl_seg(void *buf, uint16_t pi, uint8_t opcode, uint8_t opmod, uint32_t qpn,
+		     uint8_t fm_ce_se, uint8_t ds, uint8_t signature, uint32_t imm);
+void zv_set_data_seg(void *buf, uint32_t length, uint32_t lkey, uint64_t addr);
+void zv_set_raddr_seg(void *buf, uint64_t raddr, uint32_t rkey);
+void zv_set_atomic_seg(void *buf, uint64_t swap_add, uint64_t compare);
+
+void zv_read_cqe(const void *cqe, struct zv_cqe_fields *out);
+uint32_t zv_wc_status_of_syndrome(uint8_t syndrome);
+
+int zv_post_send(struct zv_sq *sq, const struct zv_wr *wr, uint32_t *ds);
+void zv_ring_db(struct zv_sq *sq);
+
+int zv_post_recv(struct zv_rq *rq, const struct ibv_sge *sg_list, uint32_t num_sge);
+
+#endif

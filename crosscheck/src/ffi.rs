@@ -1,0 +1,218 @@
+//! The C probe's functions and structs (`c/probe.h`), declared for Rust.
+//!
+//! Every struct here mirrors one in `probe.h`; their sizes and alignments are in the probe's
+//! fact table, so a mirror that drifts from its C original fails the layout test.
+
+use core::ffi::{c_char, c_int, c_void};
+
+use zverbs_core::Sge;
+
+/// `struct zv_fact`: a C expression and its value.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct ZvFact {
+    /// The expression, NUL-terminated, static.
+    pub name: *const c_char,
+    /// Its value.
+    pub value: u64,
+}
+
+/// `struct zv_cqe_fields`: every field of a 64-byte CQE as rdma-core reads it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct ZvCqeFields {
+    /// `be64toh(cqe->timestamp)`.
+    pub timestamp: u64,
+    /// `be32toh(cqe->srqn_uidx)`.
+    pub srqn_uidx: u32,
+    /// `be32toh(cqe->imm_inval_pkey)`.
+    pub imm_inval_pkey: u32,
+    /// `be32toh(cqe->byte_cnt)`.
+    pub byte_cnt: u32,
+    /// `be32toh(cqe->sop_drop_qpn)`.
+    pub sop_drop_qpn: u32,
+    /// `be32toh(ecqe->srqn)` through `struct mlx5_err_cqe`.
+    pub err_srqn: u32,
+    /// `be32toh(ecqe->s_wqe_opcode_qpn)`.
+    pub err_s_wqe_opcode_qpn: u32,
+    /// libmlx5's `ibv_wc_status` for the syndrome.
+    pub wc_status: u32,
+    /// `be16toh(cqe->wqe_counter)`.
+    pub wqe_counter: u16,
+    /// `be16toh(ecqe->wqe_counter)`.
+    pub err_wqe_counter: u16,
+    /// `cqe->signature`.
+    pub signature: u8,
+    /// `cqe->op_own`.
+    pub op_own: u8,
+    /// `mlx5dv_get_cqe_owner`.
+    pub owner: u8,
+    /// `mlx5dv_get_cqe_se`.
+    pub se: u8,
+    /// `mlx5dv_get_cqe_format`.
+    pub format: u8,
+    /// `mlx5dv_get_cqe_opcode`.
+    pub opcode: u8,
+    /// `ecqe->syndrome`.
+    pub syndrome: u8,
+    /// `ecqe->vendor_err_synd`.
+    pub vendor_err_synd: u8,
+    /// `ecqe->signature`.
+    pub err_signature: u8,
+    /// `ecqe->op_own`.
+    pub err_op_own: u8,
+    /// Padding.
+    pub pad: [u8; 6],
+}
+
+/// `enum zv_op`: the operations the probe's WQE builder knows.
+pub mod op {
+    /// RDMA WRITE.
+    pub const WRITE: u32 = 0;
+    /// RDMA WRITE with immediate.
+    pub const WRITE_IMM: u32 = 1;
+    /// SEND.
+    pub const SEND: u32 = 2;
+    /// SEND with immediate.
+    pub const SEND_IMM: u32 = 3;
+    /// RDMA READ.
+    pub const READ: u32 = 4;
+    /// Atomic compare-and-swap.
+    pub const CS: u32 = 5;
+    /// Atomic fetch-and-add.
+    pub const FA: u32 = 6;
+    /// NOP.
+    pub const NOP: u32 = 7;
+}
+
+/// `struct zv_wr`: a send request in flat form.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct ZvWr {
+    /// The scatter/gather list (`struct ibv_sge`, which [`Sge`] mirrors).
+    pub sg_list: *const Sge,
+    /// Remote address (RDMA and atomics).
+    pub remote_addr: u64,
+    /// Compare value (CS) or addend (FA).
+    pub compare_add: u64,
+    /// Swap value (CS).
+    pub swap: u64,
+    /// One of [`op`].
+    pub op: u32,
+    /// Entries in `sg_list`.
+    pub num_sge: u32,
+    /// `IBV_SEND_*` flags.
+    pub send_flags: u32,
+    /// Remote key.
+    pub rkey: u32,
+    /// Immediate data, host order.
+    pub imm: u32,
+    /// Padding.
+    pub pad: u32,
+}
+
+/// `struct zv_sq`: the probe's model of a libmlx5 send queue.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct ZvSq {
+    /// The ring, `wqe_cnt * 64` bytes.
+    pub buf: *mut u8,
+    /// As large as the ring: 1 for every byte the builder stored.
+    pub written: *mut u8,
+    /// Basic blocks in the ring, a power of two.
+    pub wqe_cnt: u32,
+    /// Producer counter in basic blocks.
+    pub cur_post: u32,
+    /// QP number.
+    pub qpn: u32,
+    /// Nonzero: every WQE asks for a CQE.
+    pub sig_all: u32,
+    /// Largest inline payload.
+    pub max_inline_data: u32,
+    /// The doorbell record (`[MLX5_RCV_DBR]`, `[MLX5_SND_DBR]`), big-endian words.
+    pub dbrec: [u32; 2],
+    /// Padding.
+    pub pad: u32,
+}
+
+/// `struct zv_rq`: the probe's model of a libmlx5 receive queue.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct ZvRq {
+    /// The ring, `wqe_cnt * stride` bytes.
+    pub buf: *mut u8,
+    /// As large as the ring: 1 for every byte the builder stored.
+    pub written: *mut u8,
+    /// Entries in the ring, a power of two.
+    pub wqe_cnt: u32,
+    /// Bytes per entry, a power of two of at least 16.
+    pub stride: u32,
+    /// Receives posted.
+    pub head: u32,
+    /// The doorbell record (`[MLX5_RCV_DBR]`, `[MLX5_SND_DBR]`), big-endian words.
+    pub dbrec: [u32; 2],
+    /// Padding.
+    pub pad: u32,
+}
+
+// SAFETY: every declaration matches `c/probe.h` (the struct mirrors are checked by the layout
+// test); `zv_wc_status_of_syndrome` takes and returns plain integers, so any call is sound.
+unsafe extern "C" {
+    /// The fact table: `*len` entries of static storage.
+    pub fn zv_facts(len: *mut usize) -> *const ZvFact;
+
+    /// `mlx5dv_set_ctrl_seg` on `buf` (16 bytes), with the immediate given big-endian.
+    pub fn zv_set_ctrl_seg(
+        buf: *mut c_void,
+        pi: u16,
+        opcode: u8,
+        opmod: u8,
+        qpn: u32,
+        fm_ce_se: u8,
+        ds: u8,
+        signature: u8,
+        imm: u32,
+    );
+
+    /// `mlx5dv_set_data_seg` on `buf` (16 bytes).
+    pub fn zv_set_data_seg(buf: *mut c_void, length: u32, lkey: u32, addr: u64);
+
+    /// A `struct mlx5_wqe_raddr_seg` filled field by field on `buf` (16 bytes).
+    pub fn zv_set_raddr_seg(buf: *mut c_void, raddr: u64, rkey: u32);
+
+    /// A `struct mlx5_wqe_atomic_seg` filled field by field on `buf` (16 bytes).
+    pub fn zv_set_atomic_seg(buf: *mut c_void, swap_add: u64, compare: u64);
+
+    /// Reads the 64-byte CQE at `cqe` into `out`.
+    pub fn zv_read_cqe(cqe: *const c_void, out: *mut ZvCqeFields);
+
+    /// libmlx5's `ibv_wc_status` number for an error CQE's syndrome.
+    pub safe fn zv_wc_status_of_syndrome(syndrome: u8) -> u32;
+
+    /// Builds one WQE at `sq.cur_post` as libmlx5 does; returns 0 or an errno.
+    pub fn zv_post_send(sq: *mut ZvSq, wr: *const ZvWr, ds: *mut u32) -> c_int;
+
+    /// Writes the doorbell record for `sq.cur_post`.
+    pub fn zv_ring_db(sq: *mut ZvSq);
+
+    /// Builds one receive WQE at `rq.head` as libmlx5 does and updates the doorbell record;
+    /// returns 0 or an errno.
+    pub fn zv_post_recv(rq: *mut ZvRq, sg_list: *const Sge, num_sge: u32) -> c_int;
+}
+
+#[cfg(target_arch = "x86_64")]
+// SAFETY: matches `c/probe_x86.c`. Callers check that the CPU has SSSE3 first.
+unsafe extern "C" {
+    /// `mlx5dv_x86_set_ctrl_seg` (SSSE3) on `buf` (16 bytes), immediate given big-endian.
+    pub fn zv_x86_set_ctrl_seg(
+        buf: *mut c_void,
+        pi: u16,
+        opcode: u8,
+        opmod: u8,
+        qpn: u32,
+        fm_ce_se: u8,
+        ds: u8,
+        signature: u8,
+        imm: u32,
+    );
+}

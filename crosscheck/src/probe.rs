@@ -1,0 +1,328 @@
+//! Safe wrappers over the C probe: what the tests call.
+
+use std::ffi::CStr;
+
+use zverbs_core::Sge;
+
+use crate::ffi::{self, ZvCqeFields, ZvRq, ZvSq, ZvWr};
+use crate::mem::DeviceMem;
+
+/// The fact table: `(C expression, value)` for every size, offset and constant the Rust side
+/// relies on, computed by the C compiler from rdma-core's headers.
+pub fn facts() -> Vec<(&'static str, u64)> {
+    let mut len = 0usize;
+    // SAFETY: the probe writes the length and returns a static array of that many entries.
+    let table = unsafe { std::slice::from_raw_parts(ffi::zv_facts(&mut len), len) };
+    table
+        .iter()
+        .map(|f| {
+            // SAFETY: each name is a static NUL-terminated string literal of the probe.
+            let name = unsafe { CStr::from_ptr(f.name) };
+            (name.to_str().expect("fact names are ASCII"), f.value)
+        })
+        .collect()
+}
+
+/// The value of the fact named `name`.
+///
+/// # Panics
+///
+/// When the table has no such entry.
+pub fn fact(name: &str) -> u64 {
+    facts()
+        .into_iter()
+        .find(|(n, _)| *n == name)
+        .unwrap_or_else(|| panic!("no fact {name:?} in the C probe"))
+        .1
+}
+
+/// The arguments of `mlx5dv_set_ctrl_seg`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CtrlArgs {
+    /// The WQE index (`pi`).
+    pub pi: u16,
+    /// The mlx5 opcode.
+    pub opcode: u8,
+    /// The opcode modifier.
+    pub opmod: u8,
+    /// The QP number.
+    pub qpn: u32,
+    /// `fm_ce_se`.
+    pub fm_ce_se: u8,
+    /// Size in 16-byte units.
+    pub ds: u8,
+    /// `signature`.
+    pub signature: u8,
+    /// The immediate, host order (the helper gets it big-endian, as verbs' `imm_data`).
+    pub imm: u32,
+}
+
+/// `mlx5dv_set_ctrl_seg(buf, …)`.
+pub fn set_ctrl_seg(buf: &mut [u8; 16], a: &CtrlArgs) {
+    // SAFETY: `buf` is 16 writable bytes, a whole control segment.
+    unsafe {
+        ffi::zv_set_ctrl_seg(
+            buf.as_mut_ptr().cast(),
+            a.pi,
+            a.opcode,
+            a.opmod,
+            a.qpn,
+            a.fm_ce_se,
+            a.ds,
+            a.signature,
+            a.imm,
+        )
+    }
+}
+
+/// `mlx5dv_x86_set_ctrl_seg(buf, …)`, the header's SSSE3 variant (run on a 16-byte aligned
+/// copy of `buf`, as the helper needs); `false` (and nothing written) when this is not an
+/// x86_64 CPU with SSSE3.
+pub fn set_ctrl_seg_x86(buf: &mut [u8; 16], a: &CtrlArgs) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("ssse3") {
+            // The helper stores one aligned 128-bit word, as a segment in a ring is.
+            #[repr(C, align(16))]
+            struct Aligned([u8; 16]);
+            let mut seg = Aligned(*buf);
+            // SAFETY: `seg` is 16 writable, 16-byte aligned bytes; the CPU has SSSE3 (checked
+            // above).
+            unsafe {
+                ffi::zv_x86_set_ctrl_seg(
+                    seg.0.as_mut_ptr().cast(),
+                    a.pi,
+                    a.opcode,
+                    a.opmod,
+                    a.qpn,
+                    a.fm_ce_se,
+                    a.ds,
+                    a.signature,
+                    a.imm,
+                )
+            };
+            *buf = seg.0;
+            return true;
+        }
+    }
+    let _ = (buf, a);
+    false
+}
+
+/// `mlx5dv_set_data_seg(buf, length, lkey, addr)`.
+pub fn set_data_seg(buf: &mut [u8; 16], length: u32, lkey: u32, addr: u64) {
+    // SAFETY: `buf` is 16 writable bytes, a whole data segment.
+    unsafe { ffi::zv_set_data_seg(buf.as_mut_ptr().cast(), length, lkey, addr) }
+}
+
+/// `struct mlx5_wqe_raddr_seg` filled field by field (reserved word zero).
+pub fn set_raddr_seg(buf: &mut [u8; 16], raddr: u64, rkey: u32) {
+    // SAFETY: `buf` is 16 writable bytes, a whole remote address segment.
+    unsafe { ffi::zv_set_raddr_seg(buf.as_mut_ptr().cast(), raddr, rkey) }
+}
+
+/// `struct mlx5_wqe_atomic_seg` filled field by field.
+pub fn set_atomic_seg(buf: &mut [u8; 16], swap_add: u64, compare: u64) {
+    // SAFETY: `buf` is 16 writable bytes, a whole atomic segment.
+    unsafe { ffi::zv_set_atomic_seg(buf.as_mut_ptr().cast(), swap_add, compare) }
+}
+
+/// Every field of the CQE `cqe`, read through `struct mlx5_cqe64`, `struct mlx5_err_cqe` and
+/// the `mlx5dv_get_cqe_*` helpers.
+pub fn read_cqe(cqe: &[u8; 64]) -> ZvCqeFields {
+    let mut out = ZvCqeFields::default();
+    // SAFETY: `cqe` is 64 readable bytes, `out` a writable `struct zv_cqe_fields`.
+    unsafe { ffi::zv_read_cqe(cqe.as_ptr().cast(), &mut out) };
+    out
+}
+
+/// libmlx5's `ibv_wc_status` number for an error syndrome.
+pub fn wc_status_of_syndrome(syndrome: u8) -> u32 {
+    ffi::zv_wc_status_of_syndrome(syndrome)
+}
+
+/// A send request for [`CSendQueue::post`].
+#[derive(Clone, Copy, Debug)]
+pub struct CRequest<'a> {
+    /// One of [`ffi::op`].
+    pub op: u32,
+    /// The scatter/gather list (an atomic's local buffer is its single entry).
+    pub sgl: &'a [Sge],
+    /// `IBV_SEND_*` flags.
+    pub send_flags: u32,
+    /// Remote address.
+    pub remote_addr: u64,
+    /// Remote key.
+    pub rkey: u32,
+    /// Immediate, host order.
+    pub imm: u32,
+    /// Compare value (CS) or addend (FA).
+    pub compare_add: u64,
+    /// Swap value (CS).
+    pub swap: u64,
+}
+
+/// The probe's libmlx5-style send queue over its own ring.
+#[derive(Debug)]
+pub struct CSendQueue {
+    ring: DeviceMem,
+    written: DeviceMem,
+    sq: ZvSq,
+}
+
+impl CSendQueue {
+    /// A queue of `wqe_cnt` basic blocks (a power of two) whose ring starts as `initial`.
+    pub fn new(
+        wqe_cnt: u32,
+        qpn: u32,
+        sig_all: bool,
+        max_inline_data: u32,
+        initial: &[u8],
+    ) -> Self {
+        assert!(wqe_cnt.is_power_of_two());
+        let len = wqe_cnt as usize * 64;
+        assert_eq!(initial.len(), len);
+        let ring = DeviceMem::new(len, 64);
+        ring.write_at(0, initial);
+        let written = DeviceMem::new(len, 64);
+        let sq = ZvSq {
+            buf: ring.ptr().as_ptr(),
+            written: written.ptr().as_ptr(),
+            wqe_cnt,
+            cur_post: 0,
+            qpn,
+            sig_all: u32::from(sig_all),
+            max_inline_data,
+            dbrec: [0; 2],
+            pad: 0,
+        };
+        Self { ring, written, sq }
+    }
+
+    /// The ring.
+    pub fn ring(&self) -> &DeviceMem {
+        &self.ring
+    }
+
+    /// Which ring bytes the builder stored since the last [`clear_written`](Self::clear_written).
+    pub fn written(&self) -> &DeviceMem {
+        &self.written
+    }
+
+    /// Forgets which bytes were stored.
+    pub fn clear_written(&self) {
+        self.written.fill(0);
+    }
+
+    /// The producer counter in basic blocks.
+    pub fn producer(&self) -> u32 {
+        self.sq.cur_post
+    }
+
+    /// Builds one WQE at the producer counter; its size in 16-byte units, or the errno.
+    ///
+    /// # Safety
+    ///
+    /// With `IBV_SEND_INLINE`, every entry of `req.sgl` names `length` readable bytes at
+    /// `addr`.
+    pub unsafe fn post(&mut self, req: &CRequest<'_>) -> Result<u32, i32> {
+        let wr = ZvWr {
+            sg_list: req.sgl.as_ptr(),
+            remote_addr: req.remote_addr,
+            compare_add: req.compare_add,
+            swap: req.swap,
+            op: req.op,
+            num_sge: req.sgl.len() as u32,
+            send_flags: req.send_flags,
+            rkey: req.rkey,
+            imm: req.imm,
+            pad: 0,
+        };
+        let mut ds = 0;
+        // SAFETY: `self.sq` points to this queue's live ring and written map; `wr` and its
+        // list are valid for the call; inline sources are readable (caller).
+        let rc = unsafe { ffi::zv_post_send(&mut self.sq, &wr, &mut ds) };
+        if rc == 0 { Ok(ds) } else { Err(rc) }
+    }
+
+    /// Writes the doorbell record as `post_send_db` does.
+    pub fn ring_db(&mut self) {
+        // SAFETY: `self.sq` is a valid queue.
+        unsafe { ffi::zv_ring_db(&mut self.sq) }
+    }
+
+    /// The doorbell record's 8 bytes, as they lie in memory.
+    pub fn dbrec_bytes(&self) -> [u8; 8] {
+        let mut out = [0u8; 8];
+        out[..4].copy_from_slice(&self.sq.dbrec[0].to_ne_bytes());
+        out[4..].copy_from_slice(&self.sq.dbrec[1].to_ne_bytes());
+        out
+    }
+}
+
+/// The probe's libmlx5-style receive queue over its own ring.
+#[derive(Debug)]
+pub struct CRecvQueue {
+    ring: DeviceMem,
+    written: DeviceMem,
+    rq: ZvRq,
+}
+
+impl CRecvQueue {
+    /// A queue of `wqe_cnt` entries of `stride` bytes (powers of two) whose ring starts as
+    /// `initial`.
+    pub fn new(wqe_cnt: u32, stride: u32, initial: &[u8]) -> Self {
+        assert!(wqe_cnt.is_power_of_two() && stride.is_power_of_two() && stride >= 16);
+        let len = wqe_cnt as usize * stride as usize;
+        assert_eq!(initial.len(), len);
+        let ring = DeviceMem::new(len, 64);
+        ring.write_at(0, initial);
+        let written = DeviceMem::new(len, 64);
+        let rq = ZvRq {
+            buf: ring.ptr().as_ptr(),
+            written: written.ptr().as_ptr(),
+            wqe_cnt,
+            stride,
+            head: 0,
+            dbrec: [0; 2],
+            pad: 0,
+        };
+        Self { ring, written, rq }
+    }
+
+    /// The ring.
+    pub fn ring(&self) -> &DeviceMem {
+        &self.ring
+    }
+
+    /// Which ring bytes the builder stored since the last [`clear_written`](Self::clear_written).
+    pub fn written(&self) -> &DeviceMem {
+        &self.written
+    }
+
+    /// Forgets which bytes were stored.
+    pub fn clear_written(&self) {
+        self.written.fill(0);
+    }
+
+    /// Receives posted.
+    pub fn head(&self) -> u32 {
+        self.rq.head
+    }
+
+    /// Builds one receive WQE for `sgl` and updates the doorbell record, or returns the errno.
+    pub fn post(&mut self, sgl: &[Sge]) -> Result<(), i32> {
+        // SAFETY: `self.rq` points to this queue's live ring and written map; the list is
+        // valid for the call and only its fields are read.
+        let rc = unsafe { ffi::zv_post_recv(&mut self.rq, sgl.as_ptr(), sgl.len() as u32) };
+        if rc == 0 { Ok(()) } else { Err(rc) }
+    }
+
+    /// The doorbell record's 8 bytes, as they lie in memory.
+    pub fn dbrec_bytes(&self) -> [u8; 8] {
+        let mut out = [0u8; 8];
+        out[..4].copy_from_slice(&self.rq.dbrec[0].to_ne_bytes());
+        out[4..].copy_from_slice(&self.rq.dbrec[1].to_ne_bytes());
+        out
+    }
+}
