@@ -40,8 +40,9 @@ pub struct CompletionQueue<'a> {
     ci: u32,
     dbrec: &'a AtomicU32,
     bindings: &'a [CqBinding<'a>],
-    /// Index of the binding that matched last.
-    last: usize,
+    /// The binding that matched last (CQEs of one QP come in runs); `qpn` `u32::MAX` (never
+    /// a 24-bit QPN) until the first match.
+    last: CqBinding<'a>,
     cqn: u32,
 }
 
@@ -88,7 +89,7 @@ impl<'a> CompletionQueue<'a> {
             // SAFETY: (caller) the doorbell record is valid for 'a.
             dbrec: unsafe { dbrec_word(layout.dbrec, CQ_SET_CI) },
             bindings,
-            last: 0,
+            last: CqBinding::new(u32::MAX, None, None),
             cqn: layout.cqn,
         })
     }
@@ -114,16 +115,12 @@ impl<'a> CompletionQueue<'a> {
     /// The binding for `qpn`, trying the last match first.
     #[inline(always)]
     fn binding(&mut self, qpn: u32) -> Option<CqBinding<'a>> {
-        let bindings = self.bindings;
-        if let Some(b) = bindings.get(self.last)
-            && b.qpn == qpn
-        {
-            return Some(*b);
+        if self.last.qpn == qpn {
+            return Some(self.last);
         }
-        find_binding(bindings, qpn).map(|i| {
-            self.last = i;
-            bindings[i]
-        })
+        let found = find_binding(self.bindings, qpn)?;
+        self.last = found;
+        Some(found)
     }
 
     /// Decodes one software-owned CQE into `out`.
@@ -209,8 +206,8 @@ impl RawCqe {
 }
 
 #[inline(never)]
-fn find_binding(bindings: &[CqBinding<'_>], qpn: u32) -> Option<usize> {
-    bindings.iter().position(|b| b.qpn == qpn)
+fn find_binding<'a>(bindings: &[CqBinding<'a>], qpn: u32) -> Option<CqBinding<'a>> {
+    bindings.iter().find(|b| b.qpn == qpn).copied()
 }
 
 /// The verbs opcode for a requester CQE's send opcode, and whether it carried an immediate.

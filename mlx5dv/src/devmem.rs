@@ -120,9 +120,11 @@ impl Default for LoomCqe {
 /// A ring of CQEs.
 #[derive(Debug)]
 pub(crate) struct CqeRing {
+    /// The first 64-byte CQE: the ring's start, or its second half with 128-byte CQEs.
     base: NonNull<u8>,
+    /// log2 of the CQE size.
     #[cfg(not(zverbs_loom))]
-    cqe_size: usize,
+    shift: u32,
 }
 
 impl CqeRing {
@@ -134,12 +136,18 @@ impl CqeRing {
     /// lifetime; only the device and the ring's owner access it.
     #[inline]
     pub(crate) unsafe fn new(base: NonNull<u8>, cqe_size: u32) -> Self {
+        debug_assert!(cqe_size == 64 || cqe_size == 128);
         #[cfg(zverbs_loom)]
         let _ = cqe_size;
         Self {
+            // SAFETY: (caller) a ring of `cqe_size`-byte CQEs; its 64-byte CQEs start
+            // `cqe_size - 64` bytes in.
+            #[cfg(not(zverbs_loom))]
+            base: unsafe { base.add(cqe_size as usize - 64) },
+            #[cfg(zverbs_loom)]
             base,
             #[cfg(not(zverbs_loom))]
-            cqe_size: cqe_size as usize,
+            shift: cqe_size.trailing_zeros(),
         }
     }
 
@@ -148,7 +156,7 @@ impl CqeRing {
     pub(crate) fn op_own(&self, slot: u32) -> u8 {
         #[cfg(not(zverbs_loom))]
         {
-            let off = slot as usize * self.cqe_size + self.cqe_size - 1;
+            let off = ((slot as usize) << self.shift) + 63;
             // SAFETY: `slot` is in the ring (masked by the caller). The byte is written by the
             // device at any time, so it is read through an atomic (a single byte load, the
             // same instruction as a volatile read), never through a reference.
@@ -180,7 +188,7 @@ impl CqeRing {
     pub(crate) unsafe fn with_cqe<R>(&self, slot: u32, f: impl FnOnce(&[u8; 64]) -> R) -> R {
         #[cfg(not(zverbs_loom))]
         {
-            let off = slot as usize * self.cqe_size + self.cqe_size - 64;
+            let off = (slot as usize) << self.shift;
             // SAFETY: the entry is in the ring and (caller) the device will not write it until
             // the consumer index moves past it, so a shared reference is not aliased by writes.
             f(unsafe { &*self.base.as_ptr().add(off).cast::<[u8; 64]>() })

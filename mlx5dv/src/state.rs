@@ -59,6 +59,8 @@ impl RqSlot {
 #[derive(Debug)]
 pub struct SqState<'a> {
     slots: &'a [SqSlot],
+    /// `slots.len() - 1`.
+    mask: u32,
     /// Low 16 bits: consumer counter in basic blocks. High 16 bits: signaled requests
     /// completed. Both wrap; written only by the poller.
     done: CachePadded<AtomicU32>,
@@ -82,6 +84,7 @@ impl<'a> SqState<'a> {
         check_slots(slots.len())?;
         Ok(Self {
             slots,
+            mask: slots.len() as u32 - 1,
             done: CachePadded(AtomicU32::new(0)),
         })
     }
@@ -100,10 +103,10 @@ impl<'a> SqState<'a> {
 
     #[inline(always)]
     fn slot(&self, counter: u32) -> &SqSlot {
-        let i = counter as usize & (self.slots.len() - 1);
+        let i = (counter & self.mask) as usize;
         debug_assert!(i < self.slots.len());
-        // SAFETY: the length is a power of two (checked in `new`), so the masked index is in
-        // bounds.
+        // SAFETY: the length is a power of two (checked in `new`) and `mask` is one less, so
+        // the masked index is in bounds.
         unsafe { self.slots.get_unchecked(i) }
     }
 
@@ -155,6 +158,8 @@ impl<'a> SqState<'a> {
 #[derive(Debug)]
 pub struct RqState<'a> {
     slots: &'a [RqSlot],
+    /// `slots.len() - 1`.
+    mask: u32,
     /// Receive requests completed (free-running); written only by the poller.
     tail: CachePadded<AtomicU32>,
 }
@@ -175,6 +180,7 @@ impl<'a> RqState<'a> {
         check_slots(slots.len())?;
         Ok(Self {
             slots,
+            mask: slots.len() as u32 - 1,
             tail: CachePadded(AtomicU32::new(0)),
         })
     }
@@ -193,9 +199,9 @@ impl<'a> RqState<'a> {
 
     #[inline(always)]
     fn slot(&self, counter: u32) -> &RqSlot {
-        let i = counter as usize & (self.slots.len() - 1);
+        let i = (counter & self.mask) as usize;
         debug_assert!(i < self.slots.len());
-        // SAFETY: the length is a power of two (checked in `new`).
+        // SAFETY: the length is a power of two (checked in `new`) and `mask` is one less.
         unsafe { self.slots.get_unchecked(i) }
     }
 
