@@ -141,6 +141,23 @@ pub unsafe fn post_ring(sq: &mut SendQueue<'_>, wr: &SendWr<'_>) {
     sq.ring();
 }
 
+/// One poll into a one-entry buffer, kept out of line so its code can be read and counted.
+#[inline(never)]
+pub fn poll_one(cq: &mut CompletionQueue<'_>, wc: &mut [Completion; 1]) -> usize {
+    cq.poll(wc)
+}
+
+/// [`post_ring`], kept out of line so its code can be read and counted.
+///
+/// # Safety
+///
+/// As [`post_ring`].
+#[inline(never)]
+pub unsafe fn post_ring_out_of_line(sq: &mut SendQueue<'_>, wr: &SendWr<'_>) {
+    // SAFETY: (caller) as `post_ring`.
+    unsafe { post_ring(sq, wr) }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -164,21 +181,4 @@ mod tests {
             assert_eq!(qp.cq.poll(&mut wc), 16, "round {round}");
         }
     }
-}
-
-/// One poll into a one-entry buffer, kept out of line so its code can be read and counted.
-#[inline(never)]
-pub fn poll_one(cq: &mut CompletionQueue<'_>, wc: &mut [Completion; 1]) -> usize {
-    cq.poll(wc)
-}
-
-/// [`post_ring`], kept out of line so its code can be read and counted.
-///
-/// # Safety
-///
-/// As [`post_ring`].
-#[inline(never)]
-pub unsafe fn post_ring_out_of_line(sq: &mut SendQueue<'_>, wr: &SendWr<'_>) {
-    // SAFETY: (caller) as `post_ring`.
-    unsafe { post_ring(sq, wr) }
 }
