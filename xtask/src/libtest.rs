@@ -80,12 +80,7 @@ impl Tally {
                 .unwrap_or_else(|| lib.replace('_', "-"));
             self.start(package);
         } else if let Some(rest) = trimmed.strip_prefix("test result: ") {
-            let counts = Counts {
-                binaries: 0,
-                passed: number_before(rest, " passed"),
-                failed: number_before(rest, " failed"),
-                ignored: number_before(rest, " ignored"),
-            };
+            let counts = result_counts(rest);
             if let Some((package, seen)) = &mut self.current {
                 *seen = true;
                 self.crates.entry(package.clone()).or_default().add(counts);
@@ -140,6 +135,17 @@ impl Tally {
     }
 }
 
+/// The counts of a libtest summary line, given what follows `test result: `
+/// (`ok. 2 passed; 0 failed; 1 ignored; ...`).
+pub fn result_counts(rest: &str) -> Counts {
+    Counts {
+        binaries: 0,
+        passed: number_before(rest, " passed"),
+        failed: number_before(rest, " failed"),
+        ignored: number_before(rest, " ignored"),
+    }
+}
+
 /// The package name in a cargo package id: `path+file:///w/core#zverbs-core@0.1.0` or, when
 /// the directory has the package's name, `path+file:///w/xtask#0.1.0`.
 fn package_name(id: &str) -> String {
@@ -152,7 +158,7 @@ fn package_name(id: &str) -> String {
 
 /// The first string value of `"key":"…"` in a JSON text (unescaping `\\` and `\"`), or `None`
 /// when absent or not a string.
-fn json_str(json: &str, key: &str) -> Option<String> {
+pub fn json_str(json: &str, key: &str) -> Option<String> {
     let start = json.find(&format!("\"{key}\":\""))? + key.len() + 4;
     let mut out = String::new();
     let mut chars = json[start..].chars();
@@ -167,7 +173,7 @@ fn json_str(json: &str, key: &str) -> Option<String> {
 }
 
 /// `zverbs_core-0123abcd` → `zverbs_core`.
-fn strip_hash(file: &str) -> &str {
+pub fn strip_hash(file: &str) -> &str {
     match file.rsplit_once('-') {
         Some((stem, hash)) if hash.chars().all(|c| c.is_ascii_hexdigit()) => stem,
         _ => file,

@@ -38,54 +38,26 @@ const NEEDS: &[Need] = &[
 /// Rust toolchain components the checks run.
 const COMPONENTS: &[(&str, &str)] = &[("fmt", "rustfmt"), ("clippy", "clippy")];
 
+/// What the rxe VM needs from the host (`cargo xtask rxe` and the `rxe` stage). Building its
+/// image also uses apt-get, dpkg and ldd, which every Debian system has.
+const VM_NEEDS: &[Need] = &[
+    Need {
+        what: "qemu-system-x86_64 (the rxe VM)",
+        present: || util::succeeds(Command::new("qemu-system-x86_64").arg("--version")),
+        package: "qemu-system-x86",
+    },
+    Need {
+        what: "xz (uncompressing the VM's kernel, which then boots seconds faster)",
+        present: || util::succeeds(Command::new("xz").arg("--version")),
+        package: "xz-utils",
+    },
+];
+
 /// Checks the system and installs what is missing when root; otherwise fails naming the exact
 /// command to run.
 pub fn ensure() -> Result<Option<String>> {
-    let missing: Vec<&Need> = NEEDS.iter().filter(|n| !(n.present)()).collect();
-    let mut note = String::from("all present");
-    if !missing.is_empty() {
-        let mut packages: Vec<&str> = missing.iter().map(|n| n.package).collect();
-        packages.dedup();
-        for n in &missing {
-            println!("missing: {} (Debian package {})", n.what, n.package);
-        }
-        let list = packages.join(" ");
-        if !is_root() {
-            bail!(
-                "missing system packages; as root, run:\n    \
-                 apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y \
-                 --no-install-recommends {list}\nor with sudo:\n    \
-                 sudo apt-get update && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y \
-                 --no-install-recommends {list}"
-            );
-        }
-        if !util::succeeds(Command::new("apt-get").arg("--version")) {
-            bail!(
-                "missing system packages and no apt-get: install the equivalent of {list} \
-                 (Debian package names)"
-            );
-        }
-        util::run(
-            Command::new("apt-get")
-                .arg("update")
-                .env("DEBIAN_FRONTEND", "noninteractive"),
-        )?;
-        util::run(
-            Command::new("apt-get")
-                .args(["install", "-y", "--no-install-recommends"])
-                .args(&packages)
-                .env("DEBIAN_FRONTEND", "noninteractive"),
-        )?;
-        let still: Vec<&str> = NEEDS
-            .iter()
-            .filter(|n| !(n.present)())
-            .map(|n| n.what)
-            .collect();
-        if !still.is_empty() {
-            bail!("still missing after installing: {}", still.join("; "));
-        }
-        note = format!("installed {list}");
-    }
+    let needs: Vec<&Need> = NEEDS.iter().chain(VM_NEEDS).collect();
+    let note = install_missing(&needs)?;
     for (sub, component) in COMPONENTS {
         if !util::succeeds(&mut util::cargo([*sub, "--version"])) {
             bail!("`cargo {sub}` is not installed; run:\n    rustup component add {component}");
@@ -95,8 +67,66 @@ pub fn ensure() -> Result<Option<String>> {
     Ok(Some(note))
 }
 
+/// What the rxe VM needs, installed when missing (as [`ensure`] does).
+pub fn ensure_vm() -> Result {
+    let needs: Vec<&Need> = VM_NEEDS.iter().collect();
+    install_missing(&needs)?;
+    Ok(())
+}
+
+/// Installs the packages of the needs that are missing, with apt when root; otherwise fails
+/// naming the exact command to run. Returns a note for the summary.
+fn install_missing(needs: &[&Need]) -> Result<String> {
+    let missing: Vec<&Need> = needs.iter().copied().filter(|n| !(n.present)()).collect();
+    if missing.is_empty() {
+        return Ok("all present".into());
+    }
+    let mut packages: Vec<&str> = missing.iter().map(|n| n.package).collect();
+    packages.dedup();
+    for n in &missing {
+        println!("missing: {} (Debian package {})", n.what, n.package);
+    }
+    let list = packages.join(" ");
+    if !is_root() {
+        bail!(
+            "missing system packages; as root, run:\n    \
+             apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y \
+             --no-install-recommends {list}\nor with sudo:\n    \
+             sudo apt-get update && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y \
+             --no-install-recommends {list}"
+        );
+    }
+    if !util::succeeds(Command::new("apt-get").arg("--version")) {
+        bail!(
+            "missing system packages and no apt-get: install the equivalent of {list} \
+             (Debian package names)"
+        );
+    }
+    util::run(
+        Command::new("apt-get")
+            .arg("update")
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+    )?;
+    util::run(
+        Command::new("apt-get")
+            .args(["install", "-y", "--no-install-recommends"])
+            .args(["-o", "DPkg::Lock::Timeout=600"])
+            .args(&packages)
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+    )?;
+    let still: Vec<&str> = missing
+        .iter()
+        .filter(|n| !(n.present)())
+        .map(|n| n.what)
+        .collect();
+    if !still.is_empty() {
+        bail!("still missing after installing: {}", still.join("; "));
+    }
+    Ok(format!("installed {list}"))
+}
+
 /// Whether this process runs as root (effective uid 0).
-fn is_root() -> bool {
+pub fn is_root() -> bool {
     // `Uid:` in /proc/self/status lists real, effective, saved and filesystem uids.
     if let Ok(status) = std::fs::read_to_string("/proc/self/status")
         && let Some(uids) = status.lines().find_map(|l| l.strip_prefix("Uid:"))

@@ -27,7 +27,6 @@ pub struct Stage {
 /// Later stages plug in here, each as its own module with a `run` function (stages that run
 /// `cargo test` go through [`counted_tests`], so their tests join the table and the final
 /// count), in this order:
-/// - `rxe`: the libibverbs fallback on rxe devices inside a qemu VM;
 /// - `connectx`: the direct path through Debian's libmlx5 on the emulated ConnectX (fake sysfs
 ///   tree and uverbs shim in front of the software device), WQEs compared with libmlx5's own.
 pub const STAGES: &[Stage] = &[
@@ -66,7 +65,12 @@ pub const STAGES: &[Stage] = &[
         about: "loom models of the lock-free protocols, and each mutant rejected",
         run: crate::loom::run,
     },
-    // Later: rxe, connectx (see above).
+    Stage {
+        name: "rxe",
+        about: "rdma-core's tools and the device tests on rxe devices in a qemu VM",
+        run: crate::rxe::stage,
+    },
+    // Later: connectx (see above).
 ];
 
 /// State of one `cargo xtask test` run, shared by its stages.

@@ -1,0 +1,645 @@
+//! `cargo xtask rxe`: commands on RDMA devices, in the rxe VM or on this host's own devices,
+//! and the `rxe` stage of `cargo xtask test`.
+//!
+//! The stage boots the VM once and runs, one at a time and each with a timeout:
+//! - interop checks with tools no one here wrote (rdma-core's `ibv_devices`, `ibv_devinfo`,
+//!   `ibv_rc_pingpong`, perftest's `ib_write_lat` and `ib_send_lat`, librdmacm's `rping`), on
+//!   the single device and across the linked pair;
+//! - the device tests: cargo test executables built on the host ([`DEVICE_TESTS`]), each of
+//!   their tests a process of its own.
+//!
+//! With `ZVERBS_RXE=host` the same checks run directly on this machine's devices, named by the
+//! `ZVERBS_TEST_*` variables ([`topology`]): for a machine with real rxe or a ConnectX.
+
+pub mod checks;
+pub mod topology;
+
+use std::fs;
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+use std::time::{Duration, Instant};
+
+use checks::{Check, CheckResult, Kind, Ready, Status};
+use topology::Topology;
+
+use crate::libtest::{self, Counts};
+use crate::test::Run;
+use crate::util::{self, Error, Result, Table, bail};
+use crate::vm::{self, GUEST_CTL, Spec};
+
+/// Where the `rxe` stage runs: `vm` (the default) or `host`.
+pub const MODE_ENV: &str = "ZVERBS_RXE";
+
+/// A cargo test selection whose executables run on the devices.
+pub struct DeviceTests {
+    /// What they test, for reports.
+    pub what: &'static str,
+    /// The package and target selection given to `cargo test --no-run`.
+    pub select: &'static [&'static str],
+}
+
+/// The device tests the stage runs. A new suite of device tests plugs in as one more entry:
+/// its executables are built on the host and run in the guest, test by test.
+pub const DEVICE_TESTS: &[DeviceTests] = &[DeviceTests {
+    what: "the device environment",
+    select: &["-p", "xtask", "--test", "device_env"],
+}];
+
+/// The limit for each device test.
+const TEST_TIMEOUT: Duration = Duration::from_secs(120);
+/// The limit for each interop command or pair.
+const TOOL_TIMEOUT: Duration = Duration::from_secs(120);
+/// Default limit for `cargo xtask rxe -- CMD`.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(1800);
+
+const USAGE: &str = "usage:
+  cargo xtask rxe [--timeout SECS] -- CMD [ARGS...]
+        run CMD in the rxe VM, in this directory; exits with CMD's exit code
+        (124: CMD ran out of time, 125: the VM failed)
+  cargo xtask rxe --host [--timeout SECS] -- CMD [ARGS...]
+        run CMD here, on this machine's devices named by ZVERBS_TEST_DEVICE (and
+        ZVERBS_TEST_PAIR, ...; see docs/testing.md)
+  cargo xtask rxe --shell
+        an interactive shell in the VM
+  cargo xtask rxe --image [--rebuild]
+        build the VM image if needed (--rebuild: in any case) and show where it is";
+
+/// `cargo xtask rxe ...`; exits with the command's code.
+pub fn main(args: &[String]) -> ExitCode {
+    let mut host = false;
+    let mut shell = false;
+    let mut image_only = false;
+    let mut rebuild = false;
+    let mut timeout = COMMAND_TIMEOUT;
+    let mut it = args.iter();
+    let mut argv: Vec<String> = Vec::new();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--host" => host = true,
+            "--shell" => shell = true,
+            "--image" => image_only = true,
+            "--rebuild" => rebuild = true,
+            "--timeout" => match it.next().and_then(|s| s.parse().ok()) {
+                Some(s) => timeout = Duration::from_secs(s),
+                None => return usage("--timeout needs a number of seconds"),
+            },
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return ExitCode::SUCCESS;
+            }
+            "--" => {
+                argv = it.by_ref().cloned().collect();
+            }
+            other => return usage(&format!("unknown option {other:?}")),
+        }
+    }
+    let modes = usize::from(shell) + usize::from(image_only) + usize::from(!argv.is_empty());
+    if modes != 1 || (host && (shell || image_only)) {
+        return usage("give one of: -- CMD, --shell, --image");
+    }
+    if host {
+        return match on_host(&argv, timeout) {
+            Ok(code) => ExitCode::from(code),
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(vm::VM_FAILED)
+            }
+        };
+    }
+    match in_vm(argv, timeout, shell, image_only, rebuild) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("\nerror: {e}");
+            ExitCode::from(vm::VM_FAILED)
+        }
+    }
+}
+
+fn usage(why: &str) -> ExitCode {
+    eprintln!("{why}\n\n{USAGE}");
+    ExitCode::from(2)
+}
+
+fn in_vm(
+    argv: Vec<String>,
+    timeout: Duration,
+    shell: bool,
+    image_only: bool,
+    rebuild: bool,
+) -> Result<u8> {
+    crate::prereq::ensure_vm()?;
+    let image = vm::image(rebuild)?;
+    if image_only {
+        println!(
+            "kernel {} ({}), initramfs {}",
+            image.kernel_version,
+            image.kernel.display(),
+            image.base.display()
+        );
+        return Ok(0);
+    }
+    let cwd = std::env::current_dir()?;
+    let mut spec = Spec::command(argv, timeout);
+    spec.shell = shell;
+    spec.share_dir_of(&cwd);
+    spec.cwd = cwd;
+    if let Some(p) = spec.argv.first().map(PathBuf::from)
+        && p.is_file()
+    {
+        let p = fs::canonicalize(&p)?;
+        spec.share_dir_of(&p);
+        spec.programs.push(p);
+    }
+    let ctl = vm::RunDir::new()?;
+    let outcome = vm::boot(&image, &spec, &ctl)?;
+    if let Some(boot) = outcome.boot {
+        eprintln!(
+            "rxe VM: exit code {}, boot {}, total {}",
+            outcome.exit_code(),
+            util::duration(boot),
+            util::duration(outcome.total)
+        );
+    }
+    Ok(outcome.exit_code())
+}
+
+/// Runs a command here with the topology's variables and a timeout.
+fn on_host(argv: &[String], timeout: Duration) -> Result<u8> {
+    let topo = Topology::from_env()?;
+    let Some((program, args)) = argv.split_first() else {
+        bail!("no command given");
+    };
+    let mut cmd = Command::new(program);
+    cmd.args(args).envs(topo.env());
+    println!("$ {}", util::show(&cmd));
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| Error(format!("cannot start {program}: {e}")))?;
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(status
+                .code()
+                .and_then(|c| u8::try_from(c).ok())
+                .unwrap_or(1));
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            eprintln!("{program} ran out of time ({})", util::duration(timeout));
+            return Ok(vm::TIMED_OUT);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The test stage
+
+/// What running a list of checks gave.
+#[derive(Debug)]
+pub struct Report {
+    /// One result per check that ran, in order.
+    pub results: Vec<CheckResult>,
+    /// The VM's boot time (none on the host).
+    pub boot: Option<Duration>,
+    /// From start to end (boot included).
+    pub total: Duration,
+    /// How long building the VM image took, when it was built for this run.
+    pub image_built_in: Option<Duration>,
+}
+
+/// The `rxe` stage of `cargo xtask test`.
+pub fn stage(run: &mut Run) -> Result<Option<String>> {
+    let host = match std::env::var(MODE_ENV).as_deref() {
+        Ok("host") => true,
+        Ok("vm") | Err(_) => false,
+        Ok(other) => bail!("{MODE_ENV}={other:?}: expected vm or host"),
+    };
+    if !host {
+        crate::prereq::ensure_vm()?;
+    }
+    let topo = if host {
+        Topology::from_env()?
+    } else {
+        Topology::vm()
+    };
+    let mut checks = interop(&topo);
+    for d in DEVICE_TESTS {
+        for exe in test_executables(d.select)? {
+            let file = exe.file_name().unwrap_or_default().to_string_lossy();
+            checks.push(Check {
+                name: format!("{} ({})", d.what, libtest::strip_hash(&file)),
+                timeout: TEST_TIMEOUT,
+                kind: Kind::Tests {
+                    exe: exe.to_string_lossy().into_owned(),
+                },
+            });
+        }
+    }
+    let report = if host {
+        on_host_checks(&checks, &topo)?
+    } else {
+        run_in_vm(&checks)?
+    };
+    summarize(&checks, &report, run, host)
+}
+
+/// The interop checks for a topology: rdma-core's, perftest's and librdmacm's own tools.
+pub fn interop(t: &Topology) -> Vec<Check> {
+    let w = |v: &[&str]| -> Vec<String> { v.iter().map(|s| s.to_string()).collect() };
+    let gid = t.gid_index.to_string();
+    let mut port: u16 = 18515;
+    let mut next_port = || {
+        port += 1;
+        port.to_string()
+    };
+    let mut checks = vec![Check {
+        name: "ibv_devices".into(),
+        timeout: TOOL_TIMEOUT,
+        kind: Kind::Command {
+            argv: w(&["ibv_devices"]),
+            expect: t.devices().iter().map(|d| d.to_string()).collect(),
+        },
+    }];
+    for d in t.devices() {
+        checks.push(Check {
+            name: format!("ibv_devinfo {d}"),
+            timeout: TOOL_TIMEOUT,
+            kind: Kind::Command {
+                argv: w(&["ibv_devinfo", "-d", d]),
+                expect: w(&["PORT_ACTIVE"]),
+            },
+        });
+    }
+    let mut ends: Vec<(String, &str, &str)> = vec![(t.device.clone(), &t.device, &t.device)];
+    if let Some((a, b)) = &t.pair {
+        ends.push((format!("{a}<->{b}"), a, b));
+    }
+    // Each pair: the server on the first device, the client on the second, exchanging
+    // connection data over TCP on the loopback.
+    for (label, a, b) in &ends {
+        let p = next_port();
+        checks.push(Check {
+            name: format!("ibv_rc_pingpong {label}"),
+            timeout: TOOL_TIMEOUT,
+            kind: Kind::Pair {
+                server: w(&[
+                    "ibv_rc_pingpong",
+                    "-d",
+                    a,
+                    "-g",
+                    &gid,
+                    "-n",
+                    "100",
+                    "-c",
+                    "-p",
+                    &p,
+                ]),
+                client: w(&[
+                    "ibv_rc_pingpong",
+                    "-d",
+                    b,
+                    "-g",
+                    &gid,
+                    "-n",
+                    "100",
+                    "-c",
+                    "-p",
+                    &p,
+                    "127.0.0.1",
+                ]),
+                ready: Ready::Tcp(p.parse().unwrap_or_default()),
+                expect: w(&["100 iters in"]),
+            },
+        });
+        for tool in ["ib_write_lat", "ib_send_lat"] {
+            let p = next_port();
+            checks.push(Check {
+                name: format!("{tool} {label}"),
+                timeout: TOOL_TIMEOUT,
+                kind: Kind::Pair {
+                    server: w(&[tool, "-d", a, "-x", &gid, "-n", "200", "-p", &p]),
+                    client: w(&[
+                        tool,
+                        "-d",
+                        b,
+                        "-x",
+                        &gid,
+                        "-n",
+                        "200",
+                        "-p",
+                        &p,
+                        "127.0.0.1",
+                    ]),
+                    ready: Ready::Tcp(p.parse().unwrap_or_default()),
+                    expect: w(&["t_typical"]),
+                },
+            });
+        }
+    }
+    // rdma_cm picks the device by address.
+    if let Some(addr) = &t.addr {
+        let p = next_port();
+        checks.push(rping(
+            &format!("rping {} (rdma_cm)", t.device),
+            addr,
+            None,
+            &p,
+        ));
+    }
+    if let (Some((a, b)), Some((aa, ba))) = (&t.pair, &t.pair_addrs) {
+        let p = next_port();
+        checks.push(rping(
+            &format!("rping {b}->{a} (rdma_cm)"),
+            aa,
+            Some(ba),
+            &p,
+        ));
+    }
+    checks
+}
+
+/// `rping` server on `addr`, client from `source` (or the route's choice), ten pings whose
+/// contents the tool checks.
+fn rping(name: &str, addr: &str, source: Option<&str>, port: &str) -> Check {
+    let mut client: Vec<String> = ["rping", "-c", "-v", "-C", "10", "-a", addr, "-p", port]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    if let Some(s) = source {
+        client.extend(["-I".to_string(), s.to_string()]);
+    }
+    Check {
+        name: name.into(),
+        timeout: TOOL_TIMEOUT,
+        kind: Kind::Pair {
+            server: ["rping", "-s", "-C", "10", "-a", addr, "-p", port]
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            client,
+            ready: Ready::RdmaCm(port.parse().unwrap_or_default()),
+            expect: vec!["ping data: rdma-ping-9".into()],
+        },
+    }
+}
+
+/// Builds the test executables of a cargo test selection (`-p zverbs --test rxe`) without
+/// running them, and returns their paths.
+pub fn test_executables(select: &[&str]) -> Result<Vec<PathBuf>> {
+    let mut cmd = util::cargo([
+        "test",
+        "--no-run",
+        "--message-format=json-render-diagnostics",
+    ]);
+    cmd.args(select);
+    let mut exes = Vec::new();
+    let status = util::run_lines(&mut cmd, |line| {
+        if line.starts_with("{\"reason\":\"compiler-artifact\"") {
+            // A test harness has `"test":true` in its profile (a plain binary, built for
+            // integration tests to run, has it in its target only).
+            let profile = line
+                .split_once("\"profile\":{")
+                .and_then(|(_, p)| p.split('}').next());
+            if profile.is_some_and(|p| p.contains("\"test\":true"))
+                && let Some(exe) = libtest::json_str(line, "executable")
+            {
+                exes.push(PathBuf::from(exe));
+            }
+            return false;
+        }
+        !line.starts_with('{')
+    })?;
+    util::check(&cmd, status)?;
+    if exes.is_empty() {
+        bail!("`{}` built no test executable", util::show(&cmd));
+    }
+    Ok(exes)
+}
+
+/// How many tests a libtest executable lists (run on the host, which needs no device).
+fn tests_in(exe: &str) -> Option<u32> {
+    let out = Command::new(exe)
+        .args(["--list", "--format", "terse"])
+        .output()
+        .ok()?;
+    out.status.success().then(|| {
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.ends_with(": test"))
+            .count() as u32
+    })
+}
+
+/// Runs checks in one boot of the VM. Programs that checks run from the host (the xtask
+/// binary itself, test executables) are reached through the shares.
+pub fn run_in_vm(checks: &[Check]) -> Result<Report> {
+    let image = vm::image(false)?;
+    let ctl = vm::RunDir::new()?;
+    fs::write(ctl.path().join("plan"), checks::encode_plan(checks)?)?;
+    let exe = std::env::current_exe()?;
+    // The guest's own limit: every check's, each test of an executable counted.
+    let mut limit = Duration::ZERO;
+    for c in checks {
+        limit += match &c.kind {
+            Kind::Tests { exe } => c.timeout * (tests_in(exe).unwrap_or(50) + 1),
+            _ => c.timeout,
+        };
+    }
+    let mut spec = Spec::command(
+        vec![
+            exe.to_string_lossy().into_owned(),
+            "run-checks".into(),
+            format!("{GUEST_CTL}/plan"),
+            format!("{GUEST_CTL}/results"),
+        ],
+        limit,
+    );
+    spec.share_dir_of(&exe);
+    spec.programs.push(exe);
+    for c in checks {
+        if let Kind::Tests { exe } = &c.kind {
+            spec.share_dir_of(exe.as_ref());
+            spec.programs.push(exe.into());
+        }
+    }
+    let outcome = vm::boot(&image, &spec, &ctl)?;
+    let text = fs::read_to_string(ctl.path().join("results")).unwrap_or_default();
+    let results = checks::decode_results(&text)?;
+    if let Some(f) = &outcome.failure {
+        print_table(&results);
+        bail!("{f}");
+    }
+    if outcome.code != Some(0) {
+        print_table(&results);
+        bail!(
+            "the check runner in the VM exited with {} after {} of {} checks",
+            outcome.exit_code(),
+            results.len(),
+            checks.len()
+        );
+    }
+    Ok(Report {
+        results,
+        boot: outcome.boot,
+        total: outcome.total,
+        image_built_in: image.built_in,
+    })
+}
+
+/// Runs checks here, on this machine's devices.
+pub fn on_host_checks(checks: &[Check], topo: &Topology) -> Result<Report> {
+    let t = Instant::now();
+    let results = checks::run_all(checks, &topo.env(), &mut |_| Ok(()))?;
+    Ok(Report {
+        results,
+        boot: None,
+        total: t.elapsed(),
+        image_built_in: None,
+    })
+}
+
+fn print_table(results: &[CheckResult]) {
+    let mut table = Table::new(&["check", "result", ">passed", ">failed", ">time", "detail"]);
+    let mut total = Counts::default();
+    for r in results {
+        total.add(r.counts);
+        table.row(vec![
+            r.name.clone(),
+            match r.status {
+                Status::Pass => "ok".into(),
+                Status::Fail => "FAILED".into(),
+            },
+            r.counts.passed.to_string(),
+            r.counts.failed.to_string(),
+            util::duration(r.took),
+            r.detail.clone(),
+        ]);
+    }
+    table.row(vec![
+        "total".into(),
+        String::new(),
+        total.passed.to_string(),
+        total.failed.to_string(),
+        util::duration(results.iter().map(|r| r.took).sum()),
+        String::new(),
+    ]);
+    println!("\nrxe checks:");
+    table.print(true);
+}
+
+fn summarize(
+    checks: &[Check],
+    report: &Report,
+    run: &mut Run,
+    host: bool,
+) -> Result<Option<String>> {
+    print_table(&report.results);
+    let mut total = Counts::default();
+    for r in &report.results {
+        total.add(r.counts);
+    }
+    run.add_tests(total);
+    let ran = report.results.len();
+    if ran < checks.len() {
+        bail!("only {ran} of {} checks reported a result", checks.len());
+    }
+    let failed: Vec<&str> = report
+        .results
+        .iter()
+        .filter(|r| r.status == Status::Fail)
+        .map(|r| r.name.as_str())
+        .collect();
+    if !failed.is_empty() {
+        bail!("rxe checks failed: {}", failed.join(", "));
+    }
+    let tools = checks
+        .iter()
+        .filter(|c| !matches!(c.kind, Kind::Tests { .. }))
+        .count();
+    let device_tests: u32 = report
+        .results
+        .iter()
+        .zip(checks)
+        .filter(|(_, c)| matches!(c.kind, Kind::Tests { .. }))
+        .map(|(r, _)| r.counts.passed)
+        .sum();
+    let mut note = format!(
+        "{} passed, {} failed, {} ignored ({tools} interop checks, {device_tests} device tests)",
+        total.passed, total.failed, total.ignored
+    );
+    let checks_time: Duration = report.results.iter().map(|r| r.took).sum();
+    if host {
+        note.push_str(&format!("; on this host, {}", util::duration(checks_time)));
+    } else {
+        note.push_str(&format!(
+            "; VM boot {}, checks {}, VM total {}",
+            report.boot.map_or_else(|| "?".into(), util::duration),
+            util::duration(checks_time),
+            util::duration(report.total)
+        ));
+    }
+    if let Some(b) = report.image_built_in {
+        note.push_str(&format!("; image built in {}", util::duration(b)));
+    }
+    Ok(Some(note))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_vm_gets_every_interop_check_and_a_host_only_what_it_has() {
+        let vm = interop(&Topology::vm());
+        let names: Vec<&str> = vm.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "ibv_devices",
+                "ibv_devinfo rxe0",
+                "ibv_devinfo rxe1",
+                "ibv_devinfo rxe2",
+                "ibv_rc_pingpong rxe0",
+                "ib_write_lat rxe0",
+                "ib_send_lat rxe0",
+                "ibv_rc_pingpong rxe1<->rxe2",
+                "ib_write_lat rxe1<->rxe2",
+                "ib_send_lat rxe1<->rxe2",
+                "rping rxe0 (rdma_cm)",
+                "rping rxe2->rxe1 (rdma_cm)",
+            ]
+        );
+        // Every pair on its own port.
+        let mut ports: Vec<u16> = vm
+            .iter()
+            .filter_map(|c| match &c.kind {
+                Kind::Pair {
+                    ready: Ready::Tcp(p) | Ready::RdmaCm(p),
+                    ..
+                } => Some(*p),
+                _ => None,
+            })
+            .collect();
+        let n = ports.len();
+        ports.dedup();
+        assert_eq!(ports.len(), n);
+        // The plan survives the trip to the guest.
+        assert_eq!(
+            checks::decode_plan(&checks::encode_plan(&vm).unwrap()).unwrap(),
+            vm
+        );
+
+        let host = Topology {
+            device: "mlx5_0".into(),
+            addr: None,
+            pair: None,
+            pair_addrs: None,
+            gid_index: 3,
+        };
+        let h = interop(&host);
+        assert_eq!(h.len(), 5);
+        assert!(h.iter().all(|c| !c.name.contains("rping")));
+    }
+}
