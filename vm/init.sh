@@ -4,7 +4,7 @@
 # It loads the kernel modules, mounts the host's control directory (9p tag "ctl") on /run/vm
 # and the host directories listed in /run/vm/mounts at their host paths, creates the rxe
 # devices that /run/vm/env describes, runs /run/vm/cmd with /run/vm/timeout seconds to finish
-# (or an interactive shell when /run/vm/shell exists), writes its exit code to /run/vm/rc
+# (or an interactive shell in /run/vm/cwd when /run/vm/shell exists), writes its exit code to /run/vm/rc
 # (124 when it ran out of time) and the kernel log to /run/vm/dmesg, and powers off.
 #
 # Devices (the variables of /run/vm/env, see xtask/src/rxe/topology.rs):
@@ -113,7 +113,8 @@ echo 1 > /proc/sys/kernel/printk
 
 if [ -e "$CTL/shell" ]; then
   log "shell: devices $ZVERBS_TEST_DEVICE, $A, $B; 'exit' powers off"
-  setsid cttyhack sh -l
+  cd "$(cat "$CTL/cwd")" || cd /
+  setsid cttyhack sh
   finish 0
 fi
 

@@ -225,6 +225,9 @@ pub fn stage(run: &mut Run) -> Result<Option<String>> {
         Topology::vm()
     };
     let mut checks = interop(&topo);
+    if !host {
+        checks.push(veth_traffic());
+    }
     for d in DEVICE_TESTS {
         for exe in test_executables(d.select)? {
             let file = exe.file_name().unwrap_or_default().to_string_lossy();
@@ -358,6 +361,25 @@ pub fn interop(t: &Topology) -> Vec<Check> {
         ));
     }
     checks
+}
+
+/// In the VM, after the checks across the pair: their packets went through the veth pair
+/// (`veth1`, `veth2`, as `vm/init.sh` names them), not through the loopback. One 100-iteration
+/// `ibv_rc_pingpong` alone sends about 500 packets each way.
+fn veth_traffic() -> Check {
+    let script = "set -e; for i in veth1 veth2; do \
+        rx=$(cat /sys/class/net/$i/statistics/rx_packets); \
+        tx=$(cat /sys/class/net/$i/statistics/tx_packets); \
+        echo \"$i: $rx packets received, $tx sent\"; \
+        [ \"$rx\" -ge 500 ] && [ \"$tx\" -ge 500 ]; done";
+    Check {
+        name: "the pair's packets crossed the veth".into(),
+        timeout: TOOL_TIMEOUT,
+        kind: Kind::Command {
+            argv: vec!["sh".into(), "-c".into(), script.into()],
+            expect: Vec::new(),
+        },
+    }
 }
 
 /// `rping` server on `addr`, client from `source` (or the route's choice), ten pings whose

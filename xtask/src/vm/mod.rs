@@ -226,6 +226,7 @@ pub fn boot(image: &Image, spec: &Spec, ctl: &RunDir) -> Result<Outcome> {
         mounts.push_str(&format!("share{i}\t{s}\n"));
     }
     fs::write(dir.join("mounts"), mounts)?;
+    fs::write(dir.join("cwd"), format!("{}\n", spec.cwd.display()))?;
     if spec.shell {
         fs::write(dir.join("shell"), "")?;
     } else {
