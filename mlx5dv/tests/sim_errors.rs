@@ -550,6 +550,7 @@ fn doorbell_claiming_more_than_the_ring() {
         assert_eq!(p.dev.stats().bad_doorbells, 1);
         assert_eq!(p.dev.stats().wqes_failed, 1);
         // The error CQE names block 0, where no WQE was posted: poll it raw.
+        // SAFETY: the device's CQ; stepped mode.
         let raw = unsafe { zverbs_mlx5dv::sim::read_cqe(&p.a.cq.layout, 0) };
         assert_eq!(
             (raw[63] >> 4, raw[55], raw[54]),

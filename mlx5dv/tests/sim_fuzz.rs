@@ -223,7 +223,7 @@ fn gen_wqe(w: &World<'_>, rng: &mut Rng, qp: &SimQp, pi: u32) -> u32 {
         c[12..16].copy_from_slice(&rng.bytes(4));
         segs.push(c);
         segs.extend(body);
-        while segs.len() % 4 != 0 {
+        while !segs.len().is_multiple_of(4) {
             segs.push(rng.bytes(16).try_into().unwrap());
         }
     }

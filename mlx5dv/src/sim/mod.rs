@@ -4,7 +4,7 @@
 //! of 64-byte basic blocks, a receive ring of `16 × max_recv_sge` strides, a two-word doorbell
 //! record, a BlueFlame register of two buffers (or a bare 8-byte doorbell), a CQE ring of
 //! 64-byte CQEs initialised invalid and a CQ doorbell record — and hands out the same
-//! [`QpLayout`](crate::QpLayout) and [`CqLayout`](crate::CqLayout) that `mlx5dv_init_obj`
+//! [`QpLayout`] and [`CqLayout`] that `mlx5dv_init_obj`
 //! reports on hardware. So the [`SendQueue`](crate::SendQueue),
 //! [`RecvQueue`](crate::RecvQueue) and [`CompletionQueue`](crate::CompletionQueue) driven here
 //! are exactly the ones used on a ConnectX.
