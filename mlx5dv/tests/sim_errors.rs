@@ -452,7 +452,7 @@ fn malformed_wqes_are_local_qp_operation_errors() {
     type Patch = fn(&mut [u8]);
     let cases: [(&str, Patch, u8); 8] = [
         ("ds 0", |b| b[7] = 0, vendor::DS_ZERO),
-        ("ds past the producer", |b| b[7] = 9, vendor::PAST_PRODUCER),
+        ("ds past the producer", |b| b[7] = 5, vendor::PAST_PRODUCER),
         ("unknown opcode", |b| b[3] = 0x0f, vendor::OPCODE),
         ("wrong WQE index", |b| b[2] ^= 1, vendor::WQE_INDEX),
         ("wrong QPN", |b| b[6] ^= 1, vendor::QPN),

@@ -45,11 +45,15 @@ struct World<'a> {
 impl World<'_> {
     /// A consistent (key, address, length) in a random region; `remote` picks its rkey.
     fn valid(&self, rng: &mut Rng, remote: bool, need: Access) -> (u32, u64, u32) {
-        let fit: Vec<&Mr> = self
-            .mrs
-            .iter()
-            .filter(|m| m.access.contains(need))
-            .collect();
+        // Mostly a region with the rights the use needs; sometimes any region (wrong rights).
+        let fit: Vec<&Mr> = if rng.chance(80) {
+            self.mrs
+                .iter()
+                .filter(|m| m.access.contains(need))
+                .collect()
+        } else {
+            self.mrs.iter().collect()
+        };
         let mr = *fit[rng.below(fit.len() as u64) as usize];
         let key = if remote { mr.rkey } else { mr.lkey };
         match rng.below(10) {
