@@ -120,7 +120,9 @@ impl DevCq {
             cnt,
             log2: cnt.trailing_zeros(),
             pi: 0,
-            held: VecDeque::with_capacity(cnt as usize),
+            // Sized when holding or delaying is first asked for (a control call), so CQs
+            // that never hold CQEs cost nothing.
+            held: VecDeque::new(),
             delay: 0,
             holding: false,
             overruns: 0,
@@ -133,11 +135,19 @@ impl DevCq {
     }
 
     pub(crate) fn set_delay(&mut self, steps: u64) {
+        self.reserve();
         self.delay = steps;
     }
 
     pub(crate) fn hold(&mut self) {
+        self.reserve();
         self.holding = true;
+    }
+
+    /// Room for a ring's worth of held CQEs, so holding never allocates per completion.
+    fn reserve(&mut self) {
+        self.held
+            .reserve_exact((self.cnt as usize).saturating_sub(self.held.len()));
     }
 
     /// Releases every held CQE now; returns how many were written.
@@ -208,5 +218,71 @@ impl DevCq {
         self.pi = self.pi.wrapping_add(1);
         *stats_cqes += 1;
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requester_cqe_bytes() {
+        let c = req(0x000102, 0x10, 0xbeef, 0x40);
+        let mut want = [0u8; 64];
+        want[32..36].copy_from_slice(&[0, 0, 1, 2]);
+        want[44..48].copy_from_slice(&[0, 0, 0, 0x40]);
+        want[56..60].copy_from_slice(&[0x10, 0, 1, 2]);
+        want[60..62].copy_from_slice(&[0xbe, 0xef]);
+        want[63] = 0x00;
+        assert_eq!(c, want);
+    }
+
+    #[test]
+    fn responder_and_error_cqe_bytes() {
+        let c = resp(
+            0x103,
+            op::RESP_SEND_IMM,
+            7,
+            5,
+            [0xca, 0xfe, 0xba, 0xbe],
+            true,
+        );
+        assert_eq!(&c[36..40], &[0xca, 0xfe, 0xba, 0xbe]);
+        assert_eq!(&c[44..48], &[0, 0, 0, 5]);
+        assert_eq!(&c[56..60], &[0, 0, 1, 3]);
+        assert_eq!(&c[60..62], &[0, 7]);
+        assert_eq!(c[63], 0x32, "RESP_SEND_IMM with the solicited bit");
+        let e = err(0x103, op::REQ_ERR, 0x0a, 9, 0x13, 0x31);
+        assert_eq!((e[54], e[55], e[63]), (0x31, 0x13, 0xd0));
+        assert_eq!(&e[56..60], &[0x0a, 0, 1, 3]);
+    }
+
+    /// A CQ over a local ring: owner bits by pass, and overrun instead of overwrite.
+    #[test]
+    fn owner_bits_and_overrun() {
+        let mut ring = [[0u8; 64]; 2];
+        for c in &mut ring {
+            c[63] = 0xf0;
+        }
+        let mut dbrec = [0u32; 2];
+        let region = Region {
+            ptr: NonNull::new(ring.as_mut_ptr().cast::<u8>()).unwrap(),
+            len: 128,
+        };
+        let mut cq = DevCq::new(1, region, NonNull::new(dbrec.as_mut_ptr()).unwrap(), 2);
+        let mut written = 0;
+        cq.push(0, req(1, 0, 0, 0), &mut written);
+        cq.push(0, req(1, 0, 1, 0), &mut written);
+        cq.push(0, req(1, 0, 2, 0), &mut written);
+        assert_eq!(
+            (written, cq.overruns),
+            (2, 1),
+            "the third finds the CQ full"
+        );
+        dbrec[0] = 2u32.to_be(); // the poller consumed both
+        cq.push(0, req(1, 0, 3, 0), &mut written);
+        assert_eq!(ring[0][63], 0x01, "second pass: owner 1");
+        assert_eq!(ring[1][63], 0x00);
+        assert_eq!(&ring[0][60..62], &[0, 3]);
     }
 }

@@ -258,3 +258,80 @@ impl RqRing {
         n
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// libmlx5's RDMA_WRITE of 256 bytes, signaled, QPN 0x100, index 0 (the golden bytes of
+    /// `prm::wqe`), in a one-block ring.
+    const WRITE_WQE: [u8; 64] = [
+        0x00, 0x00, 0x00, 0x08, 0x00, 0x01, 0x00, 0x03, 0x00, 0x00, 0x00, 0x08, 0x00, 0x00, 0x00,
+        0x00, // ctrl
+        0x00, 0x00, 0x7f, 0x00, 0x00, 0x00, 0x10, 0x00, 0xde, 0xad, 0xbe, 0xef, 0x00, 0x00, 0x00,
+        0x00, // raddr
+        0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x11, 0x00, 0x00, 0x00, 0x55, 0xa7, 0xb9, 0xcd, 0x50,
+        0x00, // data
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    ];
+
+    fn ring(bytes: &mut [u8; 64]) -> SqRing {
+        SqRing {
+            region: Region {
+                ptr: NonNull::new(bytes.as_mut_ptr()).unwrap(),
+                len: 64,
+            },
+            blocks: 1,
+        }
+    }
+
+    #[test]
+    fn parses_libmlx5_write() {
+        let mut b = WRITE_WQE;
+        let w = ring(&mut b).parse(0, 1, 0x100).unwrap();
+        assert_eq!(
+            (w.opcode, w.blocks, w.fm_ce_se),
+            (opcode::RDMA_WRITE, 1, 0x08)
+        );
+        assert_eq!((w.raddr, w.rkey), (0x7f00_0000_1000, 0xdead_beef));
+        assert_eq!(w.payload, Payload::Sges(1));
+        assert_eq!(
+            w.sges[0],
+            DataEntry {
+                addr: 0x55a7_b9cd_5000,
+                len: 0x100,
+                lkey: 0x1100
+            }
+        );
+    }
+
+    #[test]
+    fn refuses_inconsistent_wqes() {
+        let bad = |patch: fn(&mut [u8; 64]), qpn: u32| {
+            let mut b = WRITE_WQE;
+            patch(&mut b);
+            ring(&mut b).parse(0, 1, qpn).unwrap_err().vendor
+        };
+        assert_eq!(bad(|_| {}, 0x101), vendor::QPN);
+        assert_eq!(bad(|b| b[7] = 0, 0x100), vendor::DS_ZERO);
+        assert_eq!(bad(|b| b[7] = 5, 0x100), vendor::PAST_PRODUCER);
+        assert_eq!(bad(|b| b[2] = 1, 0x100), vendor::WQE_INDEX);
+        assert_eq!(bad(|b| b[3] = 0x01, 0x100), vendor::OPCODE);
+        assert_eq!(bad(|b| b[7] = 1, 0x100), vendor::LAYOUT);
+        // An inline header claiming 13 bytes in one segment (room for 12).
+        assert_eq!(
+            bad(|b| b[32..36].copy_from_slice(&[0x80, 0, 0, 13]), 0x100),
+            vendor::INLINE_LEN
+        );
+    }
+
+    #[test]
+    fn inline_data_continues_at_the_ring_start() {
+        let mut b = [0u8; 64];
+        let r = ring(&mut b);
+        let base = b.as_ptr() as u64;
+        // Header in the last segment (48..64): data at 52..64, then from 0.
+        assert_eq!(r.inline_spans(3, 20), [(base + 52, 12), (base, 8)]);
+        assert_eq!(r.inline_spans(7, 4), [(base + 52, 4), (base, 0)]);
+    }
+}
