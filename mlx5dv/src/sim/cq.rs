@@ -269,7 +269,8 @@ mod tests {
             ptr: NonNull::new(ring.as_mut_ptr().cast::<u8>()).unwrap(),
             len: 128,
         };
-        let mut cq = DevCq::new(1, region, NonNull::new(dbrec.as_mut_ptr()).unwrap(), 2);
+        let db = NonNull::new(dbrec.as_mut_ptr()).unwrap();
+        let mut cq = DevCq::new(1, region, db, 2);
         let mut written = 0;
         cq.push(0, req(1, 0, 0, 0), &mut written);
         cq.push(0, req(1, 0, 1, 0), &mut written);
@@ -279,7 +280,9 @@ mod tests {
             (2, 1),
             "the third finds the CQ full"
         );
-        dbrec[0] = 2u32.to_be(); // the poller consumed both
+        // The poller consumed both.
+        // SAFETY: word 0 of the local doorbell record, written through the device's pointer.
+        unsafe { db.as_ptr().write(2u32.to_be()) };
         cq.push(0, req(1, 0, 3, 0), &mut written);
         assert_eq!(ring[0][63], 0x01, "second pass: owner 1");
         assert_eq!(ring[1][63], 0x00);
