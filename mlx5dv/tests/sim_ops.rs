@@ -473,3 +473,98 @@ fn doorbell_only_mode_works() {
         assert_eq!(p.b.mem.read(0, 32), b"abcdefgh".repeat(4));
     });
 }
+
+/// The device driving rings it did not allocate (as behind libmlx5): the same backend, the
+/// same results.
+#[test]
+fn external_rings_are_driven_like_the_devices_own() {
+    use std::ptr::NonNull;
+    use zverbs_mlx5dv::{BfLayout, CqLayout, QpLayout, WqLayout};
+    let rings = common::Arena::new(64 * 1024);
+    let mem = common::Arena::new(4096);
+    let nn = |off: usize| NonNull::new(rings.ptr(off)).unwrap();
+    // CQ: 16 CQEs at 0, initialised invalid as libmlx5 does; doorbell record at 1024.
+    for i in 0..16 {
+        rings.write(i * 64 + 63, &[0xf0]);
+    }
+    let cq_layout = CqLayout {
+        buf: nn(0),
+        dbrec: nn(1024).cast(),
+        cqe_cnt: 16,
+        cqe_size: 64,
+        cqn: 0x77,
+    };
+    // QP: 16-block send ring at 4096, 8 receive entries of 32 bytes at 8192, doorbell record
+    // at 1088, BlueFlame 2 × 256 bytes at 2048.
+    let qp_layout = |qpn, sq: usize, rq: usize, db: usize, bf: usize| QpLayout {
+        qpn,
+        dbrec: nn(db).cast(),
+        sq: WqLayout {
+            buf: nn(sq),
+            wqe_cnt: 16,
+            stride: 64,
+        },
+        rq: WqLayout {
+            buf: nn(rq),
+            wqe_cnt: 8,
+            stride: 32,
+        },
+        bf: BfLayout {
+            reg: nn(bf),
+            size: 256,
+        },
+    };
+    let qa = qp_layout(0x5001, 4096, 8192, 1088, 2048);
+    let qb = qp_layout(0x5002, 12288, 16384, 1152, 2560);
+    let dev = zverbs_mlx5dv::sim::Device::new();
+    // SAFETY: the arenas outlive the device and are used as mlx5 rings only.
+    unsafe {
+        dev.create_cq_external(&cq_layout).unwrap();
+        dev.create_qp_external(&qa, 0x77, 0x77, 0).unwrap();
+        dev.create_qp_external(&qb, 0x77, 0x77, 0).unwrap();
+    }
+    dev.connect(qa.qpn, qb.qpn).unwrap();
+    // SAFETY: as above.
+    let mr = unsafe { dev.reg_mr(mem.ptr(0), 4096, zverbs_mlx5dv::sim::Access::ALL) }.unwrap();
+    let sq_slots: Vec<_> = (0..16).map(|_| zverbs_mlx5dv::SqSlot::new()).collect();
+    let rq_slots: Vec<_> = (0..8).map(|_| zverbs_mlx5dv::RqSlot::new()).collect();
+    let sq_state = zverbs_mlx5dv::SqState::new(&sq_slots).unwrap();
+    let rq_state = zverbs_mlx5dv::RqState::new(&rq_slots).unwrap();
+    let bindings = [
+        zverbs_mlx5dv::CqBinding::new(qa.qpn, Some(&sq_state), None),
+        zverbs_mlx5dv::CqBinding::new(qb.qpn, None, Some(&rq_state)),
+    ];
+    let caps = zverbs_mlx5dv::SqCaps {
+        max_send_sge: 2,
+        max_inline_data: 28,
+        sig_all: false,
+        max_signaled: 8,
+    };
+    // SAFETY: the layouts above, each driven by one queue only.
+    let (mut sq, mut rq, mut cq) = unsafe {
+        (
+            zverbs_mlx5dv::SendQueue::new(&qa, caps, &sq_state).unwrap(),
+            zverbs_mlx5dv::RecvQueue::new(&qb, &rq_state).unwrap(),
+            zverbs_mlx5dv::CompletionQueue::new(&cq_layout, &bindings).unwrap(),
+        )
+    };
+    mem.write(0, b"external");
+    let sgl = [Sge::new(mem.addr(0), 8, mr.lkey)];
+    let rx = [Sge::new(mem.addr(512), 64, mr.lkey)];
+    // SAFETY: entries in the registered arena.
+    unsafe {
+        rq.post_recv(&RecvWr::new(2, &rx)).unwrap();
+        sq.send(&SendWr::send_imm(1, &sgl, 9).signaled()).unwrap();
+    }
+    dev.run_until_idle();
+    let mut wc = [zverbs_core::Completion::EMPTY; 4];
+    use zverbs_core::PollCq;
+    assert_eq!(cq.poll(&mut wc), 2);
+    // The responder's CQE comes first: it is written when the message lands, the requester's
+    // when the WQE completes (on a wire, after the acknowledgement).
+    assert_eq!((wc[0].wr_id, wc[0].qp_num, wc[0].byte_len), (2, 0x5002, 8));
+    assert_eq!(wc[0].imm(), Some(9));
+    assert_eq!((wc[1].wr_id, wc[1].qp_num), (1, 0x5001));
+    assert_eq!(mem.read(512, 8), b"external");
+    assert!(rings.guards_intact() && mem.guards_intact());
+}
