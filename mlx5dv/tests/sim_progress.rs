@@ -26,7 +26,12 @@ fn spin_poll(cq: &mut zverbs_mlx5dv::CompletionQueue<'_>) -> Completion {
     wc[0]
 }
 
+/// The tests of this file take turns: each runs a spinning progress thread and spins itself,
+/// and the machine may have two cores.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn with_running<R>(f: impl FnOnce(&mut Pair<'_>) -> R) -> R {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mem_a = Arena::new(64 * 1024);
     let mem_b = Arena::new(64 * 1024);
     let mut dev = Device::new();
@@ -86,7 +91,7 @@ fn write_ping_pong_polling_the_last_byte() {
         let len = 32usize;
         let mut last_a = 0u8;
         for i in 1..=2_000u32 {
-            let tag = i as u8 | 1; // never 0
+            let tag = (i % 255) as u8 + 1; // never 0, and never the previous round's
             p.a.mem.fill(0, len, tag);
             // Unsignaled WRITEs with a signaled one every 16 keep the send queue's credits.
             let sig = i % 16 == 0;
@@ -144,6 +149,7 @@ fn errors_complete_on_the_progress_thread() {
 
 #[test]
 fn stop_and_restart() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mem_a = Arena::new(4096);
     let mem_b = Arena::new(4096);
     let mut dev = Device::new();
