@@ -196,8 +196,9 @@ impl End<'_> {
     /// Spins until a receive completes; reposts it.
     fn wait_recv(&mut self, size: usize) {
         let mut wc = [Completion::EMPTY; 1];
+        let mut spins = 0u32;
         while self.recv_cq.poll(&mut wc) == 0 {
-            std::hint::spin_loop();
+            backoff(&mut spins);
         }
         assert_eq!(
             wc[0].status,
@@ -211,14 +212,26 @@ impl End<'_> {
     /// Spins until the last byte of the receive buffer holds `tag`.
     fn wait_byte(&self, size: usize, tag: u8) {
         let b = self.rx.byte(size - 1);
+        let mut spins = 0u32;
         while b.load(Ordering::Acquire) != tag {
-            std::hint::spin_loop();
+            backoff(&mut spins);
         }
     }
 
     /// Sets the last byte of the send buffer (read by the device after the doorbell).
     fn set_tag(&self, size: usize, tag: u8) {
         self.tx.byte(size - 1).store(tag, Ordering::Relaxed);
+    }
+}
+
+/// Spins; after a long wait, gives the core away now and then (the progress thread may need
+/// it when the machine has fewer free cores than spinning threads).
+fn backoff(spins: &mut u32) {
+    *spins += 1;
+    if spins.is_multiple_of(4096) {
+        std::thread::yield_now();
+    } else {
+        std::hint::spin_loop();
     }
 }
 
