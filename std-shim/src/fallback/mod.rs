@@ -89,3 +89,5 @@ pub(crate) const MAX_MESSAGE: u64 = 1 << 31;
 
 #[cfg(test)]
 pub(crate) mod fake;
+#[cfg(test)]
+mod tests;

@@ -75,7 +75,7 @@ macro_rules! table {
                             concat!(stringify!($sym), "\0").as_bytes(),
                         )
                     }
-                    .map_err(|e| err(e.to_string()))?;
+                    .map_err(|e| err(format!("{}: {e}", stringify!($sym))))?;
                 )*
                 $(
                     // SAFETY: as above; a missing optional symbol is `None`.
