@@ -118,3 +118,5 @@ pub use zverbs_mlx5dv as mlx5;
 
 #[cfg(test)]
 mod test_alloc;
+#[cfg(test)]
+mod tests;

@@ -14,6 +14,8 @@
 //! (the software mlx5 device) implements the same traits and answers with `Direct` engines
 //! only; the rest of the crate needs no change for it but a device-list entry.
 
+#[cfg(test)]
+pub(crate) mod fake;
 pub(crate) mod verbs;
 
 use std::fmt::Debug;

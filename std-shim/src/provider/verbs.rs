@@ -40,7 +40,12 @@ impl DeviceList {
         // SAFETY: `n` is a valid out-pointer.
         let ptr = unsafe { (verbs.ibv_get_device_list)(&mut n) };
         if ptr.is_null() {
-            return Err(Error::last_os("ibv_get_device_list"));
+            let e = Error::last_os("ibv_get_device_list");
+            // ENOSYS: the kernel has no RDMA support at all; that is "no device".
+            if e.errno() == Some(libc::ENOSYS) {
+                return Ok(Self { ptr, len: 0, verbs });
+            }
+            return Err(e);
         }
         Ok(Self {
             ptr,
@@ -77,15 +82,22 @@ impl DeviceList {
 
 impl Drop for DeviceList {
     fn drop(&mut self) {
-        // SAFETY: the list came from `ibv_get_device_list` and is freed once.
-        unsafe { (self.verbs.ibv_free_device_list)(self.ptr) };
+        if !self.ptr.is_null() {
+            // SAFETY: the list came from `ibv_get_device_list` and is freed once.
+            unsafe { (self.verbs.ibv_free_device_list)(self.ptr) };
+        }
     }
 }
 
-/// Why no device was found, when the machine tells: kernel devices without a provider library.
+/// Why no device was found, as far as the machine tells.
 pub(crate) fn no_device_hint() -> Option<String> {
-    let names: Vec<String> = std::fs::read_dir("/sys/class/infiniband")
-        .ok()?
+    let Ok(dir) = std::fs::read_dir("/sys/class/infiniband") else {
+        return Some(String::from(
+            "the kernel exposes no RDMA device (/sys/class/infiniband is missing): load the \
+             driver (mlx5_ib for ConnectX, rdma_rxe for soft-RoCE) and ib_uverbs",
+        ));
+    };
+    let names: Vec<String> = dir
         .filter_map(|e| e.ok())
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
