@@ -645,9 +645,7 @@ const HEADERS: &[(&str, &str)] = &[
 ];
 
 fn main() {
-    for h in ["build.rs"] {
-        println!("cargo:rerun-if-changed={h}");
-    }
+    println!("cargo:rerun-if-changed=build.rs");
     let missing: Vec<&str> = HEADERS
         .iter()
         .filter(|(p, _)| !Path::new(p).exists())
