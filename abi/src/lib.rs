@@ -24,6 +24,8 @@ unsafe extern "C" {
     static zverbs_abi_count: u64;
 }
 
+// Generated casts are uniform `as u64`, also where the value already is one.
+#[allow(clippy::unnecessary_cast)]
 mod generated {
     include!(concat!(env!("OUT_DIR"), "/rust_table.rs"));
 }
