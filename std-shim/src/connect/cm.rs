@@ -220,7 +220,16 @@ fn new_id(cm: &'static Rdmacm) -> Result<Arc<Id>> {
     // SAFETY: no preconditions.
     let ch = unsafe { (cm.rdma_create_event_channel)() };
     if ch.is_null() {
-        return Err(Error::last_os("rdma_create_event_channel"));
+        let e = Error::last_os("rdma_create_event_channel");
+        if matches!(e.errno(), Some(libc::ENODEV | libc::ENOENT)) {
+            return Err(Error::NoDevice {
+                hint: Some(String::from(
+                    "rdma_cm finds no RDMA device (/dev/infiniband/rdma_cm is missing: load \
+                     the driver and rdma_ucm)",
+                )),
+            });
+        }
+        return Err(e);
     }
     let ch = Arc::new(Channel { ch, cm });
     let mut id = ptr::null_mut();
