@@ -21,7 +21,8 @@ use crate::device::Context;
 use crate::error::{Error, Result};
 use crate::ffi::cm::*;
 use crate::ffi::lib::{self, Rdmacm};
-use crate::ffi::types::ibv_qp_attr;
+use crate::ffi::types::{ibv_qp_attr, qp_attr_mask};
+use crate::mr::AccessFlags;
 use crate::provider::verbs::borrow_context;
 use crate::qp::Qp;
 
@@ -263,8 +264,10 @@ fn context_of(id: &Arc<Id>) -> Result<Context> {
     ))
 }
 
-/// Moves `qp` to `state` with the attributes rdma_cm computes for `id`.
-fn transition(id: &Id, qp: &Qp, state: u32) -> Result<()> {
+/// Moves `qp` to `state` with the attributes rdma_cm computes for `id`. At INIT the access
+/// rights are `access`: the kernel gives the active side none (it computes them from the
+/// connection, which does not exist yet), so the caller's are applied on both sides.
+fn transition(id: &Id, qp: &Qp, state: u32, access: AccessFlags) -> Result<()> {
     let mut attr = ibv_qp_attr {
         qp_state: state,
         ..Default::default()
@@ -274,6 +277,10 @@ fn transition(id: &Id, qp: &Qp, state: u32) -> Result<()> {
     let ret = unsafe { (id.cm.rdma_init_qp_attr)(id.id, &mut attr, &mut mask) };
     if ret != 0 {
         return Err(Error::from_ret("rdma_init_qp_attr", ret));
+    }
+    if state == 1 {
+        attr.qp_access_flags = access.bits();
+        mask |= qp_attr_mask::IBV_QP_ACCESS_FLAGS;
     }
     qp.modify_raw(&mut attr, mask)
 }
@@ -319,6 +326,7 @@ pub struct CmClient {
     id: Arc<Id>,
     ctx: Context,
     timeout: Duration,
+    access: AccessFlags,
 }
 
 impl CmClient {
@@ -353,7 +361,18 @@ impl CmClient {
         }
         wait(&id._ch, event::ROUTE_RESOLVED, "ROUTE_RESOLVED", timeout)?;
         let ctx = context_of(&id)?;
-        Ok(Self { id, ctx, timeout })
+        Ok(Self {
+            id,
+            ctx,
+            timeout,
+            access: AccessFlags::ALL,
+        })
+    }
+
+    /// What the peer may do to this side's memory through the QP (default: everything).
+    pub fn access(mut self, access: AccessFlags) -> Self {
+        self.access = access;
+        self
     }
 
     /// The device context the route goes through: create the PD, CQs and QP on it.
@@ -374,7 +393,7 @@ impl CmClient {
     /// [`Error::Cm`] when the server rejects or does not answer; [`Error::Verbs`] from the QP
     /// transitions.
     pub fn connect(self, qp: &Qp, private: &[u8]) -> Result<CmConnection> {
-        transition(&self.id, qp, 1)?;
+        transition(&self.id, qp, 1, self.access)?;
         let mut p = conn_param(qp, private)?;
         // SAFETY: a live id with a resolved route; `p` and its private data outlive the call.
         let ret = unsafe { (self.id.cm.rdma_connect)(self.id.id, &mut p) };
@@ -387,8 +406,8 @@ impl CmClient {
             "CONNECT_RESPONSE",
             self.timeout,
         )?;
-        transition(&self.id, qp, 2)?;
-        transition(&self.id, qp, 3)?;
+        transition(&self.id, qp, 2, self.access)?;
+        transition(&self.id, qp, 3, self.access)?;
         // SAFETY: a live id that received its connect response.
         let ret = unsafe { (self.id.cm.rdma_establish)(self.id.id) };
         if ret != 0 {
@@ -460,6 +479,7 @@ impl CmListener {
             ctx,
             private: ev.private,
             timeout: self.timeout,
+            access: AccessFlags::ALL,
         })
     }
 }
@@ -471,6 +491,7 @@ pub struct CmRequest {
     ctx: Context,
     private: Vec<u8>,
     timeout: Duration,
+    access: AccessFlags,
 }
 
 impl CmRequest {
@@ -490,6 +511,12 @@ impl CmRequest {
         &self.private
     }
 
+    /// What the peer may do to this side's memory through the QP (default: everything).
+    pub fn access(mut self, access: AccessFlags) -> Self {
+        self.access = access;
+        self
+    }
+
     /// Accepts with `qp` (created on [`CmRequest::context`], in RESET), answering `private`.
     ///
     /// # Errors
@@ -497,9 +524,9 @@ impl CmRequest {
     /// [`Error::Verbs`] from the QP transitions or `rdma_accept`; [`Error::Cm`] when the
     /// connection is not established.
     pub fn accept(self, qp: &Qp, private: &[u8]) -> Result<CmConnection> {
-        transition(&self.id, qp, 1)?;
-        transition(&self.id, qp, 2)?;
-        transition(&self.id, qp, 3)?;
+        transition(&self.id, qp, 1, self.access)?;
+        transition(&self.id, qp, 2, self.access)?;
+        transition(&self.id, qp, 3, self.access)?;
         let mut p = conn_param(qp, private)?;
         // SAFETY: a live id with a pending request; `p` outlives the call.
         let ret = unsafe { (self.id.cm.rdma_accept)(self.id.id, &mut p) };

@@ -209,9 +209,7 @@ pub(crate) fn run(opts: &Opts) -> Result<()> {
             println!(" Waiting for a client on TCP port {}", opts.port);
             let mut s = exchange::accept(&l, opts.timeout)?;
             let peer = exchange::server(&mut s, &hello, Wire::Zverbs, |p| {
-                check_tag(p.app.as_bytes(), &tag).map_err(|e| Error::Protocol {
-                    detail: e.to_string(),
-                })?;
+                check_tag(p.app.as_bytes(), &tag)?;
                 let a = attr(&p.endpoint);
                 qp.to_rtr(&a.rtr)?;
                 qp.to_rts(&a.rts)
@@ -259,13 +257,15 @@ fn resolve(addr: &str) -> Result<SocketAddr> {
         .ok_or_else(|| bad(format!("{addr} resolves to no address")))
 }
 
-fn check_tag(peer: &[u8], mine: &str) -> Result<()> {
+fn check_tag(peer: &[u8], mine: &str) -> zverbs::Result<()> {
     let end = peer.iter().position(|&b| b == 0).unwrap_or(peer.len());
     let theirs = String::from_utf8_lossy(&peer[..end]);
     if theirs != mine {
-        return Err(bad(format!(
-            "the peer runs `{theirs}` (test:size:iters:warmup), this side `{mine}`"
-        )));
+        return Err(Error::Protocol {
+            detail: format!(
+                "the peer runs `{theirs}` (test:size:iters:warmup), this side `{mine}`"
+            ),
+        });
     }
     Ok(())
 }
