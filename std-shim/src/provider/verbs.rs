@@ -466,7 +466,9 @@ impl PdProvider for VerbsPd {
             max_recv_sge: init.caps.max_recv_sge,
             max_inline_data: init.caps.max_inline_data,
         };
-        let qp = if init.direct {
+        // ibv_create_qp and mlx5dv_create_qp write the granted capabilities back into the
+        // attributes' `cap` (verbs.h: "updated with the actual QP values").
+        let (qp, granted) = if init.direct {
             let m = lib::mlx5()?;
             let mut attr = ibv_qp_init_attr_ex {
                 qp_context: ptr::null_mut(),
@@ -506,7 +508,7 @@ impl PdProvider for VerbsPd {
             if qp.is_null() {
                 return Err(Error::last_os("mlx5dv_create_qp"));
             }
-            qp
+            (qp, attr.cap)
         } else {
             let mut attr = ibv_qp_init_attr {
                 qp_context: ptr::null_mut(),
@@ -522,17 +524,22 @@ impl PdProvider for VerbsPd {
             if qp.is_null() {
                 return Err(Error::last_os("ibv_create_qp"));
             }
-            qp
+            (qp, attr.cap)
         };
         // SAFETY: non-null (checked).
         let qp = unsafe { NonNull::new_unchecked(qp) };
         let mut out = VerbsQp {
             qp,
             verbs: self.verbs,
-            caps: init.caps,
+            caps: QpCaps {
+                max_send_wr: granted.max_send_wr,
+                max_recv_wr: granted.max_recv_wr,
+                max_send_sge: granted.max_send_sge,
+                max_recv_sge: granted.max_recv_sge,
+                max_inline_data: granted.max_inline_data,
+            },
             layout: None,
         };
-        out.caps = out.query_caps()?;
         let note = if init.direct {
             let l = init_qp(qp)?;
             let note = format!(
@@ -652,34 +659,6 @@ struct VerbsQp {
 unsafe impl Send for VerbsQp {}
 // SAFETY: as above.
 unsafe impl Sync for VerbsQp {}
-
-impl VerbsQp {
-    fn query_caps(&self) -> Result<QpCaps> {
-        let mut attr = ibv_qp_attr::default();
-        // SAFETY: all-zero bytes are a valid `ibv_qp_init_attr`.
-        let mut init: ibv_qp_init_attr = unsafe { core::mem::zeroed() };
-        // SAFETY: a live QP and valid out-structs.
-        let ret = unsafe {
-            (self.verbs.ibv_query_qp)(
-                self.qp.as_ptr(),
-                &mut attr,
-                qp_attr_mask::IBV_QP_CAP,
-                &mut init,
-            )
-        };
-        if ret != 0 {
-            return Err(Error::from_ret("ibv_query_qp", ret));
-        }
-        let c = init.cap;
-        Ok(QpCaps {
-            max_send_wr: c.max_send_wr,
-            max_recv_wr: c.max_recv_wr,
-            max_send_sge: c.max_send_sge,
-            max_recv_sge: c.max_recv_sge,
-            max_inline_data: c.max_inline_data,
-        })
-    }
-}
 
 impl QpProvider for VerbsQp {
     fn qpn(&self) -> u32 {
