@@ -84,7 +84,9 @@ impl<'a> CqBuilder<'a> {
             (crate::backend::DirectSupport::Yes(s), BackendKind::Verbs) if direct => {
                 format!("{s}, but {}", note.0)
             }
-            (crate::backend::DirectSupport::Yes(_), BackendKind::Verbs) => note.0,
+            (crate::backend::DirectSupport::Yes(s), BackendKind::Verbs) => {
+                format!("{s}, but the verbs backend was requested; {}", note.0)
+            }
             (crate::backend::DirectSupport::No(s), _) => format!("{s}; {}", note.0),
         };
         Ok(Cq {

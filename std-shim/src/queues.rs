@@ -7,11 +7,17 @@
 //! with one `match` per call; [`Queues`] pairs a QP's queues with its CQ's poller so that code
 //! can branch once and run a monomorphised loop:
 //!
-//! ```ignore
-//! match zverbs::Queues::take(&qp, &cq)? {
-//!     Queues::Direct(q) => run(q.sq, q.rq, q.cq),
-//!     Queues::Verbs(q) => run(q.sq, q.rq, q.cq),
+//! ```no_run
+//! use zverbs::{PollCq, PostRecv, PostSend, Queues};
+//!
+//! fn run(sq: impl PostSend, rq: impl PostRecv, cq: impl PollCq) { /* the hot loop */ }
+//!
+//! # fn f(qp: &zverbs::Qp, cq: &zverbs::Cq) -> zverbs::Result<()> {
+//! match Queues::take(qp, cq)? {
+//!     Queues::Direct(q) => run(q.sq, q.rq, q.cq), // monomorphised for mlx5
+//!     Queues::Verbs(q) => run(q.sq, q.rq, q.cq),  // monomorphised for libibverbs
 //! }
+//! # Ok(()) }
 //! ```
 //!
 //! Every handle keeps its QP (and so its CQs, PD and context) alive: the objects can be
