@@ -367,3 +367,78 @@ fn device_errors_without_hardware_are_clear() {
         }
     }
 }
+
+#[test]
+fn direct_engine_plugs_in_through_the_provider_seam() {
+    use crate::provider::fake::Block;
+    let log = new_log();
+    let mem = Arc::new(Mutex::new(Vec::new()));
+    let ctx = ctx_with(&log, |c| {
+        c.direct = true;
+        c.mem = mem.clone();
+    });
+    let pd = ctx.alloc_pd().unwrap();
+    let buf = pd.alloc_buf(64, AccessFlags::ALL).unwrap();
+    let cq = ctx.cq_builder().cqe(16).build().unwrap();
+    assert_eq!(cq.backend().kind, BackendKind::Direct);
+    let qp = pd
+        .qp_builder(&cq, &cq)
+        .max_send_wr(8)
+        .max_recv_wr(4)
+        .build()
+        .unwrap();
+    assert_eq!(qp.backend().kind, BackendKind::Direct);
+    assert!(
+        qp.backend().reason.contains("fake direct QP"),
+        "{}",
+        qp.backend()
+    );
+    // A verbs QP cannot share a direct CQ.
+    let e = pd
+        .qp_builder(&cq, &cq)
+        .backend(BackendRequest::Verbs)
+        .build()
+        .unwrap_err();
+    assert!(matches!(e, Error::Backend { .. }), "{e}");
+    let Queues::Direct(mut q) = Queues::take(&qp, &cq).unwrap() else {
+        panic!("expected the direct backend");
+    };
+    let sgl = [buf.sge(0..8).unwrap()];
+    let remote = RemoteBuf::new(0x1000, 0x77);
+    // SAFETY: nothing executes the request (the test plays the device).
+    unsafe { q.sq.send(&SendWr::write(42, &sgl, remote).signaled()) }.unwrap();
+    let (wqe, sq_dbrec) = {
+        let m = mem.lock().unwrap();
+        let qpm = &m[1];
+        // SAFETY: the queue wrote the ring and doorbell record; nothing writes them now.
+        unsafe { ((*qpm.ring.at(0)).0, u32::from_be(*qpm.dbrec.at(1))) }
+    };
+    // Control segment: opmod_idx_opcode = index 0, RDMA_WRITE; qpn_ds = QPN << 8 | 3 segments.
+    assert_eq!(&wqe[0..4], &0x0000_0008u32.to_be_bytes());
+    assert_eq!(&wqe[4..8], &((fake::QPN << 8) | 3).to_be_bytes());
+    assert_eq!(wqe[11], 0x08, "CQ_UPDATE for a signaled request");
+    assert_eq!(sq_dbrec, 1, "the doorbell record counts one basic block");
+    // Play the device: a requester CQE for the WQE at counter 0, owner 0 (first pass).
+    {
+        let m = mem.lock().unwrap();
+        let mut c = Block([0; 64]);
+        c.0[56..60].copy_from_slice(&((0x08u32 << 24) | fake::QPN).to_be_bytes());
+        // SAFETY: the CQE slot is the device's until it flips the owner byte (last).
+        unsafe { *m[0].ring.at(0) = c };
+    }
+    let mut wc = [Completion::EMPTY; 4];
+    assert_eq!(q.cq.poll(&mut wc), 1);
+    assert_eq!(
+        (wc[0].wr_id, wc[0].opcode, wc[0].qp_num),
+        (42, WcOpcode::RdmaWrite, fake::QPN)
+    );
+    assert!(wc[0].is_success());
+    // Everything still tears down in order with the direct handles out.
+    drop((ctx, pd, cq));
+    drop(qp);
+    drop(q);
+    drop(buf);
+    let ev = events(&log);
+    assert!(pos(&ev, "destroy_qp") < pos(&ev, "destroy_cq"), "{ev:?}");
+    assert_eq!(ev.last().map(String::as_str), Some("close"));
+}

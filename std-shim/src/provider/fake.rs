@@ -10,6 +10,7 @@ use super::{
 use crate::backend::DirectSupport;
 use crate::device::{DeviceAttr, Gid, GidEntry, GidType, LinkLayer, Mtu, PortAttr, PortState};
 use crate::error::{Error, Result};
+use crate::fallback::RawArray;
 use crate::fallback::fake::FakeDevice;
 use crate::ffi::types::{ibv_cq, ibv_qp_attr};
 use crate::mr::AccessFlags;
@@ -42,6 +43,49 @@ pub(crate) struct FakeContext {
     pub(crate) ports: Vec<PortState>,
     /// Make `reg_mr` fail with this errno.
     pub(crate) reg_fail: Option<i32>,
+    /// Offer direct engines over ordinary memory laid out as libmlx5 lays it out (the shape
+    /// of a device that is not rdma-core underneath, like the software mlx5 device).
+    pub(crate) direct: bool,
+    /// Where the direct engines' memory is, for the tests to play the device.
+    pub(crate) mem: Arc<Mutex<Vec<DirectMem>>>,
+}
+
+/// A 64-byte aligned block of queue memory.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+pub(crate) struct Block(pub(crate) [u8; 64]);
+
+/// Queue memory of one direct CQ or QP.
+pub(crate) struct DirectMem {
+    pub(crate) ring: RawArray<Block>,
+    pub(crate) dbrec: RawArray<u32>,
+    pub(crate) bf: RawArray<u64>,
+    pub(crate) rq: RawArray<Block>,
+}
+
+impl std::fmt::Debug for DirectMem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DirectMem")
+    }
+}
+
+// SAFETY: test-only plain memory.
+unsafe impl Sync for DirectMem {}
+
+impl DirectMem {
+    fn new(blocks: usize, rq_blocks: usize, init: u8) -> Self {
+        let mut b = Block([0; 64]);
+        b.0[63] = init;
+        Self {
+            ring: RawArray::new(blocks, b),
+            dbrec: RawArray::new(2, 0),
+            bf: RawArray::new(1, 0),
+            rq: RawArray::new(rq_blocks, Block([0; 64])),
+        }
+    }
+    fn nn<T>(p: *mut T) -> std::ptr::NonNull<T> {
+        std::ptr::NonNull::new(p).expect("RawArray pointers are not null")
+    }
 }
 
 impl FakeContext {
@@ -52,6 +96,8 @@ impl FakeContext {
             log: log.clone(),
             ports: vec![PortState::Active],
             reg_fail: None,
+            direct: false,
+            mem: Arc::default(),
         }
     }
 }
@@ -118,7 +164,11 @@ impl ContextProvider for FakeContext {
         })
     }
     fn direct_support(&self) -> DirectSupport {
-        DirectSupport::No("the provider of fake0 is not mlx5".into())
+        if self.direct {
+            DirectSupport::Yes("fake0 lays its queues out as mlx5 does".into())
+        } else {
+            DirectSupport::No("the provider of fake0 is not mlx5".into())
+        }
     }
     fn alloc_pd(&self) -> Result<Box<dyn PdProvider>> {
         note(&self.log, "alloc_pd");
@@ -126,18 +176,40 @@ impl ContextProvider for FakeContext {
             dev: self.dev.clone(),
             log: self.log.clone(),
             reg_fail: self.reg_fail,
+            mem: self.mem.clone(),
         }))
     }
     fn create_cq(&self, cqe: u32, direct: bool) -> Result<(Box<dyn CqProvider>, EngineNote)> {
-        assert!(!direct, "the fake device has no direct engine");
         note(&self.log, "create_cq");
+        let mut layout = None;
+        if direct {
+            let n = cqe.next_power_of_two();
+            // Invalid opcode, owner 1: nothing for software on the first pass.
+            let m = DirectMem::new(n as usize, 1, 0xf1);
+            layout = Some(zverbs_mlx5dv::CqLayout {
+                buf: DirectMem::nn(m.ring.at(0)).cast(),
+                dbrec: DirectMem::nn(m.dbrec.at(0)),
+                cqe_cnt: n,
+                cqe_size: 64,
+                cqn: 7,
+            });
+            self.mem.lock().unwrap().push(m);
+        }
         Ok((
             Box::new(FakeCq {
                 dev: self.dev.clone(),
                 log: self.log.clone(),
                 cqe,
+                layout,
             }),
-            EngineNote("fake ibv_poll_cq".into()),
+            EngineNote(
+                if direct {
+                    "fake direct CQ"
+                } else {
+                    "fake ibv_poll_cq"
+                }
+                .into(),
+            ),
         ))
     }
 }
@@ -147,6 +219,7 @@ struct FakePd {
     dev: Arc<Dev>,
     log: Log,
     reg_fail: Option<i32>,
+    mem: Arc<Mutex<Vec<DirectMem>>>,
 }
 
 impl Drop for FakePd {
@@ -171,15 +244,55 @@ impl PdProvider for FakePd {
         }))
     }
     fn create_qp(&self, init: &QpInit<'_>) -> Result<(Box<dyn QpProvider>, EngineNote)> {
-        assert!(!init.direct);
         note(&self.log, "create_qp");
+        let mut layout = None;
+        let mut caps = init.caps;
+        if init.direct {
+            let sq_blocks = (caps.max_send_wr * 4).next_power_of_two();
+            let rq_entries = caps.max_recv_wr.next_power_of_two();
+            let stride = 16 * caps.max_recv_sge.max(1).next_power_of_two();
+            caps.max_recv_wr = rq_entries;
+            caps.max_recv_sge = stride / 16;
+            let m = DirectMem::new(
+                sq_blocks as usize,
+                (rq_entries * stride).div_ceil(64) as usize,
+                0,
+            );
+            layout = Some(zverbs_mlx5dv::QpLayout {
+                qpn: crate::fallback::fake::QPN,
+                dbrec: DirectMem::nn(m.dbrec.at(0)),
+                sq: zverbs_mlx5dv::WqLayout {
+                    buf: DirectMem::nn(m.ring.at(0)).cast(),
+                    wqe_cnt: sq_blocks,
+                    stride: 64,
+                },
+                rq: zverbs_mlx5dv::WqLayout {
+                    buf: DirectMem::nn(m.rq.at(0)).cast(),
+                    wqe_cnt: rq_entries,
+                    stride,
+                },
+                bf: zverbs_mlx5dv::BfLayout {
+                    reg: DirectMem::nn(m.bf.at(0)).cast(),
+                    size: 0,
+                },
+            });
+            self.mem.lock().unwrap().push(m);
+        }
         Ok((
             Box::new(FakeQp {
                 dev: self.dev.clone(),
                 log: self.log.clone(),
-                caps: init.caps,
+                caps,
+                layout,
             }),
-            EngineNote("fake ibv_post_send".into()),
+            EngineNote(
+                if init.direct {
+                    "fake direct QP"
+                } else {
+                    "fake ibv_post_send"
+                }
+                .into(),
+            ),
         ))
     }
 }
@@ -209,14 +322,23 @@ struct FakeCq {
     dev: Arc<Dev>,
     log: Log,
     cqe: u32,
+    layout: Option<zverbs_mlx5dv::CqLayout>,
 }
+
+// SAFETY: test-only; the layout points into memory the context keeps.
+unsafe impl Send for FakeCq {}
+// SAFETY: as above.
+unsafe impl Sync for FakeCq {}
 
 impl CqProvider for FakeCq {
     fn cqe(&self) -> u32 {
         self.cqe
     }
     fn engine(&self) -> CqEngine {
-        CqEngine::Verbs(std::ptr::NonNull::new(self.dev.0.cq()).unwrap())
+        match self.layout {
+            Some(l) => CqEngine::Direct(l),
+            None => CqEngine::Verbs(std::ptr::NonNull::new(self.dev.0.cq()).unwrap()),
+        }
     }
     fn verbs_cq(&self) -> Option<*mut ibv_cq> {
         Some(self.dev.0.cq())
@@ -234,7 +356,13 @@ struct FakeQp {
     dev: Arc<Dev>,
     log: Log,
     caps: QpCaps,
+    layout: Option<zverbs_mlx5dv::QpLayout>,
 }
+
+// SAFETY: test-only; the layout points into memory the context keeps.
+unsafe impl Send for FakeQp {}
+// SAFETY: as above.
+unsafe impl Sync for FakeQp {}
 
 impl QpProvider for FakeQp {
     fn qpn(&self) -> u32 {
@@ -251,7 +379,10 @@ impl QpProvider for FakeQp {
         Ok(())
     }
     fn engine(&self) -> QpEngine {
-        QpEngine::Verbs(std::ptr::NonNull::new(self.dev.0.qp()).unwrap())
+        match self.layout {
+            Some(l) => QpEngine::Direct(l),
+            None => QpEngine::Verbs(std::ptr::NonNull::new(self.dev.0.qp()).unwrap()),
+        }
     }
 }
 
