@@ -1,5 +1,7 @@
 //! `repr(C)` mirrors of the librdmacm structs the connection manager path uses, as in
 //! rdma-core 44's `<rdma/rdma_cma.h>`. The `abi` crate checks every size and offset.
+// Every struct, field and constant here carries the name it has in `<rdma/rdma_cma.h>`, where
+// its meaning is documented; repeating each field's header comment would add nothing.
 #![allow(non_camel_case_types, missing_docs)]
 
 use core::ffi::{c_int, c_uint, c_void};
