@@ -1,8 +1,9 @@
 //! `repr(C)` mirrors of the libibverbs structs the control path and the fallback use, field for
 //! field as in rdma-core 44's `<infiniband/verbs.h>`. The `abi` crate checks every size and
 //! offset against the header.
-// Every struct, field and constant here carries the name it has in `<infiniband/verbs.h>` and `<infiniband/mlx5dv.h>`, where
-// its meaning is documented; repeating each field's header comment would add nothing.
+// Every struct, field and constant here carries the name it has in `<infiniband/verbs.h>` or
+// `<infiniband/mlx5dv.h>`, where its meaning is documented; repeating each field's header
+// comment would add nothing.
 #![allow(non_camel_case_types, missing_docs)]
 
 use core::ffi::{c_char, c_int, c_uint, c_void};
