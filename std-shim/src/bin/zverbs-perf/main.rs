@@ -93,6 +93,7 @@ pub(crate) struct Opts {
 
 const USAGE: &str = "\
 usage: zverbs-perf <test> [server-host] [options]
+       zverbs-perf devices     (list devices, ports, GIDs and the backend each would get)
 
 tests:  write_lat send_lat read_lat atomic_lat write_bw send_bw
         (no host: run as the server; with a host: run as the client)
@@ -234,6 +235,15 @@ impl Opts {
 }
 
 fn main() -> ExitCode {
+    if std::env::args().nth(1).as_deref() == Some("devices") {
+        return match run::list_devices() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("zverbs-perf: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let opts = match parse_args(std::env::args().skip(1)) {
         Ok(o) => o,
         Err(e) if e.is_empty() => {

@@ -561,3 +561,41 @@ where
     println!("{}", "-".repeat(78));
     Ok(())
 }
+
+/// Lists every device with its ports, GIDs and the backend it would get.
+pub(crate) fn list_devices() -> Result<()> {
+    let devs = zverbs::devices()?;
+    if devs.is_empty() {
+        // Opening "the first device" explains why there is none.
+        zverbs::open_device(None, &ContextOptions::default())?;
+    }
+    for d in devs {
+        println!("{}  (node GUID {:016x})", d.name(), d.guid());
+        let ctx = match d.open() {
+            Ok(c) => c,
+            Err(e) => {
+                println!("  cannot open: {e}");
+                continue;
+            }
+        };
+        match ctx.direct_support() {
+            Ok(why) => println!("  backend: direct ({why})"),
+            Err(why) => println!("  backend: verbs ({why})"),
+        }
+        let ports = ctx.attr().map(|a| a.phys_port_cnt).unwrap_or(1);
+        for p in 1..=ports {
+            let Ok(a) = ctx.port(p) else { continue };
+            println!(
+                "  port {p}: {} {:?} LID {:#06x} active MTU {}",
+                a.state,
+                a.link_layer,
+                a.lid,
+                a.active_mtu.bytes()
+            );
+            for g in ctx.gids(p).unwrap_or_default() {
+                println!("    GID[{}] {} {:?}", g.index, g.gid, g.gid_type);
+            }
+        }
+    }
+    Ok(())
+}
