@@ -162,14 +162,7 @@ impl PostRecv for RecvQueue<'_> {
         let ret = unsafe { (self.post)(self.qp, first, &mut bad) };
         if ret != 0 {
             // The provider posted the requests before `bad` and none from it on.
-            let mut index = 0usize;
-            if !bad.is_null() {
-                // SAFETY: the provider points `bad` into the chain it was given.
-                let off = unsafe { bad.offset_from(first) };
-                if off >= 0 && (off as usize) < wrs.len() {
-                    index = off as usize;
-                }
-            }
+            let index = super::sq::chain_index(bad, first, wrs.len()).unwrap_or(0);
             self.head = self.head.wrapping_add(index as u32);
             return Err(BatchError {
                 index,

@@ -392,12 +392,8 @@ impl SendQueue<'_> {
         let base = self.wrs.at(0);
         let staged = self.staged as usize;
         let mut first = 0usize;
-        if !bad.is_null() {
-            // SAFETY: the provider points `bad` into the chain it was given.
-            let off = unsafe { bad.offset_from(base) };
-            if off >= 0 && (off as usize) < staged {
-                first = off as usize;
-            }
+        if let Some(i) = chain_index(bad, base, staged) {
+            first = i;
         }
         let dropped = (staged - first) as u32;
         let mut sig = 0u32;
@@ -418,6 +414,14 @@ impl SendQueue<'_> {
             first_wr_id,
         });
     }
+}
+
+/// The index of `bad` in the chain of `len` elements starting at `base`, computed on addresses
+/// (the provider's pointer is not trusted to be in the array).
+pub(super) fn chain_index<T>(bad: *const T, base: *const T, len: usize) -> Option<usize> {
+    let size = core::mem::size_of::<T>();
+    let off = (bad as usize).checked_sub(base as usize)?;
+    (off.is_multiple_of(size) && off / size < len).then_some(off / size)
 }
 
 fn check_atomic(local: &Sge, raddr: u64) -> Result<(), PostError> {
