@@ -606,3 +606,17 @@ fn no_allocation_per_operation() {
     });
     assert_eq!(n, 0, "allocations on the fallback's data path");
 }
+
+#[test]
+fn bad_wr_outside_the_chain_is_not_trusted() {
+    let arr = [ibv_recv_wr::ZERO; 4];
+    let base = arr.as_ptr();
+    assert_eq!(
+        super::sq::chain_index(base.wrapping_add(2), base, 4),
+        Some(2)
+    );
+    assert_eq!(super::sq::chain_index(base.wrapping_add(4), base, 4), None);
+    assert_eq!(super::sq::chain_index(core::ptr::null(), base, 4), None);
+    let odd = (base as usize + 8) as *const ibv_recv_wr;
+    assert_eq!(super::sq::chain_index(odd, base, 4), None);
+}
