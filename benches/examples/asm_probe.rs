@@ -1,6 +1,6 @@
 //! Runs the out-of-line post+ring and poll functions many times, for instruction counting:
 //! `valgrind --tool=callgrind --toggle-collect='zverbs_benches::poll_one' ...`.
-use zverbs_benches::{MemQp, poll_one, post_ring_out_of_line, write_1sge};
+use zverbs_benches::{MemQp, poll_one, post_ring_out_of_line, post_write_1sge, write_1sge};
 use zverbs_core::{Completion, Sge};
 
 fn main() {
@@ -19,7 +19,13 @@ fn main() {
             qp.complete_all(last);
         }
         // SAFETY: nothing executes the request.
-        unsafe { post_ring_out_of_line(&mut qp.sq, &wr) };
+        unsafe {
+            if std::env::var_os("GENERIC").is_some() {
+                post_ring_out_of_line(&mut qp.sq, &wr)
+            } else {
+                post_write_1sge(&mut qp.sq, 0x1000, 64, 1, 0x2000, 2, 7).unwrap()
+            }
+        };
         qp.write_cqes(1, |i| i as u16);
         polled += poll_one(&mut qp.cq, &mut wc);
     }

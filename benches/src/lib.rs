@@ -147,6 +147,31 @@ pub fn poll_one(cq: &mut CompletionQueue<'_>, wc: &mut [Completion; 1]) -> usize
     cq.poll(wc)
 }
 
+/// Posts and rings a 1-SGE RDMA WRITE built from run-time operands, the way an application
+/// posts: the operation is known where the request is built, its operands are not. Kept out
+/// of line so its code can be read and counted.
+///
+/// # Safety
+///
+/// As [`post_ring`].
+#[inline(never)]
+pub unsafe fn post_write_1sge(
+    sq: &mut SendQueue<'_>,
+    addr: u64,
+    len: u32,
+    lkey: u32,
+    raddr: u64,
+    rkey: u32,
+    wr_id: u64,
+) -> Result<(), zverbs_core::PostError> {
+    let sgl = [Sge::new(addr, len, lkey)];
+    let wr = SendWr::write(wr_id, &sgl, RemoteBuf::new(raddr, rkey)).signaled();
+    // SAFETY: (caller) nothing executes the request.
+    unsafe { sq.post_send(&wr) }?;
+    sq.ring();
+    Ok(())
+}
+
 /// [`post_ring`], kept out of line so its code can be read and counted.
 ///
 /// # Safety

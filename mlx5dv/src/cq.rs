@@ -28,6 +28,9 @@ use crate::prm::cqe::{CQE_INVALID, Cqe64, INLINE_SCATTER_32, INLINE_SCATTER_64, 
 use crate::prm::{CQ_SET_CI, opcode};
 use crate::state::CqBinding;
 
+/// The cached binding before any CQE matched one.
+const UNBOUND: &CqBinding<'static> = &CqBinding::new(u32::MAX, None, None);
+
 /// `vendor_err` bit marking a CQE format the poller does not decode (compressed or scattered).
 pub const VENDOR_ERR_UNSUPPORTED_FORMAT: u32 = 0x100;
 
@@ -40,9 +43,9 @@ pub struct CompletionQueue<'a> {
     ci: u32,
     dbrec: &'a AtomicU32,
     bindings: &'a [CqBinding<'a>],
-    /// The binding that matched last (CQEs of one QP come in runs); `qpn` `u32::MAX` (never
-    /// a 24-bit QPN) until the first match.
-    last: CqBinding<'a>,
+    /// The binding that matched last (CQEs of one QP come in runs); [`UNBOUND`] (whose QPN
+    /// `u32::MAX` is never a 24-bit QPN) until the first match.
+    last: &'a CqBinding<'a>,
     cqn: u32,
 }
 
@@ -89,7 +92,7 @@ impl<'a> CompletionQueue<'a> {
             // SAFETY: (caller) the doorbell record is valid for 'a.
             dbrec: unsafe { dbrec_word(layout.dbrec, CQ_SET_CI) },
             bindings,
-            last: CqBinding::new(u32::MAX, None, None),
+            last: UNBOUND,
             cqn: layout.cqn,
         })
     }
@@ -114,7 +117,7 @@ impl<'a> CompletionQueue<'a> {
 
     /// The binding for `qpn`, trying the last match first.
     #[inline(always)]
-    fn binding(&mut self, qpn: u32) -> Option<CqBinding<'a>> {
+    fn binding(&mut self, qpn: u32) -> Option<&'a CqBinding<'a>> {
         if self.last.qpn == qpn {
             return Some(self.last);
         }
@@ -125,7 +128,7 @@ impl<'a> CompletionQueue<'a> {
 
     /// Decodes one software-owned CQE into `out`.
     #[inline(always)]
-    fn decode(&mut self, c: &RawCqe, op_own: u8, out: &mut Completion) {
+    fn decode(&mut self, c: RawCqe, op_own: u8, out: &mut Completion) {
         let qpn = c.sop_drop_qpn & 0x00ff_ffff;
         let binding = self.binding(qpn);
         out.qp_num = qpn;
@@ -136,7 +139,7 @@ impl<'a> CompletionQueue<'a> {
         let cqe_op = op_own >> 4;
         let scattered = op_own & (INLINE_SCATTER_32 | INLINE_SCATTER_64) != 0;
         match (cqe_op, binding) {
-            (0, Some(CqBinding { sq: Some(sq), .. })) => {
+            (0, Some(&CqBinding { sq: Some(sq), .. })) => {
                 // SAFETY: this poller is the only one for the CQ, and the device reported the
                 // WQE at `wqe_counter` complete.
                 let slot = unsafe { sq.retire(c.wqe_counter) };
@@ -156,7 +159,7 @@ impl<'a> CompletionQueue<'a> {
                     unsupported_format(out, op_own);
                 }
             }
-            (1..=4, Some(CqBinding { rq: Some(rq), .. })) => {
+            (1..=4, Some(&CqBinding { rq: Some(rq), .. })) => {
                 // SAFETY: the only poller; the device reported the oldest receive complete.
                 out.wr_id = unsafe { rq.retire() };
                 out.status = WcStatus::Success;
@@ -206,8 +209,8 @@ impl RawCqe {
 }
 
 #[inline(never)]
-fn find_binding<'a>(bindings: &[CqBinding<'a>], qpn: u32) -> Option<CqBinding<'a>> {
-    bindings.iter().find(|b| b.qpn == qpn).copied()
+fn find_binding<'a>(bindings: &'a [CqBinding<'a>], qpn: u32) -> Option<&'a CqBinding<'a>> {
+    bindings.iter().find(|b| b.qpn == qpn)
 }
 
 /// The verbs opcode for a requester CQE's send opcode, and whether it carried an immediate.
@@ -255,10 +258,10 @@ pub fn status_of(syndrome: Syndrome) -> WcStatus {
 /// Error CQEs, and CQEs for queues this CQ does not know.
 #[cold]
 #[inline(never)]
-fn decode_cold(c: &RawCqe, cqe_op: u8, binding: Option<CqBinding<'_>>, out: &mut Completion) {
+fn decode_cold(c: RawCqe, cqe_op: u8, binding: Option<&CqBinding<'_>>, out: &mut Completion) {
     out.wr_id = 0;
     match (cqe_op, binding) {
-        (13, Some(CqBinding { sq: Some(sq), .. })) => {
+        (13, Some(&CqBinding { sq: Some(sq), .. })) => {
             // SAFETY: the only poller; an error CQE completes the WQE it names.
             let slot = unsafe { sq.retire(c.wqe_counter) };
             out.wr_id = slot.wr_id;
@@ -266,7 +269,7 @@ fn decode_cold(c: &RawCqe, cqe_op: u8, binding: Option<CqBinding<'_>>, out: &mut
             out.vendor_err = u32::from(c.vendor_err_synd);
             out.opcode = wc_opcode(slot.opcode).0;
         }
-        (14, Some(CqBinding { rq: Some(rq), .. })) => {
+        (14, Some(&CqBinding { rq: Some(rq), .. })) => {
             // SAFETY: the only poller; receives complete in order, errors included.
             out.wr_id = unsafe { rq.retire() };
             out.status = status_of(Syndrome::from_raw(c.syndrome));
@@ -299,7 +302,7 @@ impl PollCq for CompletionQueue<'_> {
             // after that check, and the consumer counter that would free the entry is
             // published only after them.
             let raw = unsafe { self.cqes.with_cqe(slot, RawCqe::read) };
-            self.decode(&raw, op_own, &mut out[n]);
+            self.decode(raw, op_own, &mut out[n]);
             self.ci = self.ci.wrapping_add(1);
             n += 1;
         }

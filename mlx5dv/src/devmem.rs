@@ -58,6 +58,39 @@ impl SegRing {
         self.cell(idx).with_mut(|p| f(unsafe { &mut *p }))
     }
 
+    /// The 64 bytes of basic block `block` (masked), as eight 64-bit words in memory order.
+    /// The ring must consist of whole blocks (4 segments each).
+    #[inline(always)]
+    pub(crate) fn read_block(&self, block: u32) -> [u64; 8] {
+        let first = block.wrapping_mul(4) & self.mask;
+        #[cfg(not(zverbs_loom))]
+        {
+            // SAFETY: a block never straddles the ring's end (the ring is whole blocks, and
+            // `first` is a multiple of 4 below the segment count), so its 64 bytes are
+            // contiguous and in the ring; only the ring's owner (the caller) writes them.
+            unsafe {
+                self.base
+                    .as_ptr()
+                    .add(first as usize)
+                    .cast::<[u64; 8]>()
+                    .read()
+            }
+        }
+        #[cfg(zverbs_loom)]
+        {
+            let mut words = [0u64; 8];
+            for s in 0..4 {
+                let seg = self.with(first + s, |b| *b);
+                for (w, chunk) in words[2 * s as usize..].iter_mut().zip(seg.chunks_exact(8)) {
+                    let mut a = [0u8; 8];
+                    a.copy_from_slice(chunk);
+                    *w = u64::from_ne_bytes(a);
+                }
+            }
+            words
+        }
+    }
+
     /// Calls `f` with segment `idx` (masked) for reading.
     #[inline(always)]
     pub(crate) fn with<R>(&self, idx: u32, f: impl FnOnce(&[u8; 16]) -> R) -> R {

@@ -69,16 +69,17 @@ impl<'a> Doorbell<'a> {
         barrier::wc_start();
         let word0 = (self.offset / 8) as usize;
         if single && self.bf_size != 0 && last_blocks * 64 <= self.bf_size {
-            // 5a. BlueFlame: the whole WQE, 64-bit stores in order, following the ring's wrap.
-            let segs = last_blocks * SEGS_PER_BB as u32;
-            for s in 0..segs {
-                let (lo, hi) = sq.with(last_seg.wrapping_add(s), split_seg);
-                let w = word0 + 2 * s as usize;
-                // SAFETY: `w + 1 < (offset + bf_size) / 8` because the WQE fits the buffer,
-                // and the region spans both buffers (constructor contract of the queue).
-                unsafe {
-                    self.reg.write_u64(w, lo);
-                    self.reg.write_u64(w + 1, hi);
+            // 5a. BlueFlame: the whole WQE, 64-bit stores in order, block by block following
+            // the ring's wrap.
+            let first = last_seg / SEGS_PER_BB as u32;
+            for b in 0..last_blocks {
+                let words = sq.read_block(first.wrapping_add(b));
+                let w = word0 + 8 * b as usize;
+                for (i, word) in words.into_iter().enumerate() {
+                    // SAFETY: `w + i < (offset + bf_size) / 8` because the WQE fits the
+                    // buffer, and the region spans both buffers (constructor contract of the
+                    // queue).
+                    unsafe { self.reg.write_u64(w + i, word) };
                 }
             }
         } else {

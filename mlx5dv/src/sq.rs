@@ -372,7 +372,10 @@ impl<'a> SendQueue<'a> {
                 // SAFETY: the segments are free (as above); the sources are readable (caller).
                 Some(len) => unsafe { write_inline(ring, seg, sgl, len) },
                 None => {
-                    for s in sgl.iter().filter(|s| s.length != 0) {
+                    for s in sgl {
+                        if s.length == 0 {
+                            continue;
+                        }
                         // SAFETY: as above.
                         unsafe {
                             ring.with_mut(seg, |b| {
@@ -491,7 +494,7 @@ unsafe fn write_inline(ring: &SegRing, mut seg: u32, sgl: &[Sge], len: u32) {
 }
 
 impl PostSend for SendQueue<'_> {
-    #[inline]
+    #[inline(always)]
     unsafe fn post_send(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
         let plan = self.plan(wr)?;
         self.check_room(plan.blocks, u32::from(plan.signaled))?;

@@ -14,7 +14,7 @@
 //! A receive WQE is `max_recv_sge` data segments at the RQ stride; a shorter list ends with a
 //! data segment whose lkey is [`INVALID_LKEY`](super::INVALID_LKEY).
 
-use super::{Field, Truncated, get_be32, get_be64, set_be16, set_be32, set_be64};
+use super::{Field, Truncated, get_be32, get_be64, set_be32, set_be64};
 
 macro_rules! seg_view {
     ($(#[$m:meta])* $name:ident, $len:expr) => {
@@ -216,9 +216,10 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> CtrlSeg<T> {
             (u32::from(opmod) << 24) | (u32::from(wqe_index) << 8) | u32::from(opcode),
         );
         set_be32(b, ctrl::QPN_DS, (qpn << 8) | u32::from(ds));
-        b[ctrl::SIGNATURE] = 0;
-        set_be16(b, ctrl::DCI_STREAM_CHANNEL_ID, 0);
-        b[ctrl::FM_CE_SE] = fm_ce_se;
+        // `signature`, `dci_stream_channel_id` and `fm_ce_se` in one store: bytes 8..12 are
+        // [0, 0, 0, fm_ce_se].
+        const _: () = assert!(ctrl::SIGNATURE == 8 && ctrl::FM_CE_SE == 11);
+        set_be32(b, ctrl::SIGNATURE..ctrl::FM_CE_SE + 1, u32::from(fm_ce_se));
         set_be32(b, ctrl::IMM, imm);
     }
 }

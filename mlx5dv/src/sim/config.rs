@@ -1,0 +1,275 @@
+//! What the software device is asked to create, and what it hands back.
+
+use std::vec::Vec;
+
+use crate::layout::{CqLayout, QpLayout, SqCaps};
+use crate::state::{RqSlot, SqSlot};
+
+/// Access rights of a memory region, with the values of `enum ibv_access_flags`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Access(u32);
+
+impl Access {
+    /// Local reads only: the region can be the source of WRITE and SEND payloads.
+    pub const NONE: Self = Self(0);
+    /// The device may write the region for local requests: READ and atomic results, incoming
+    /// SENDs (`IBV_ACCESS_LOCAL_WRITE`).
+    pub const LOCAL_WRITE: Self = Self(1 << 0);
+    /// Peers may RDMA WRITE into the region (`IBV_ACCESS_REMOTE_WRITE`).
+    pub const REMOTE_WRITE: Self = Self(1 << 1);
+    /// Peers may RDMA READ the region (`IBV_ACCESS_REMOTE_READ`).
+    pub const REMOTE_READ: Self = Self(1 << 2);
+    /// Peers may run atomics on the region (`IBV_ACCESS_REMOTE_ATOMIC`).
+    pub const REMOTE_ATOMIC: Self = Self(1 << 3);
+    /// Every right above.
+    pub const ALL: Self = Self(0b1111);
+
+    /// The raw bits (libibverbs' values).
+    #[inline]
+    pub const fn bits(self) -> u32 {
+        self.0
+    }
+
+    /// Rights from raw bits; undefined bits are dropped.
+    #[inline]
+    pub const fn from_bits_truncate(bits: u32) -> Self {
+        Self(bits & Self::ALL.0)
+    }
+
+    /// Whether every right of `other` is in `self`.
+    #[inline]
+    pub const fn contains(self, other: Self) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl core::ops::BitOr for Access {
+    type Output = Self;
+    #[inline]
+    fn bitor(self, rhs: Self) -> Self {
+        Self(self.0 | rhs.0)
+    }
+}
+
+/// A registered memory region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Mr {
+    /// First byte.
+    pub addr: u64,
+    /// Length in bytes.
+    pub len: u64,
+    /// Key for local scatter/gather entries.
+    pub lkey: u32,
+    /// Key peers use in RDMA and atomic requests. Differs from `lkey`, so that a backend which
+    /// mixes them up is caught.
+    pub rkey: u32,
+    /// The rights granted.
+    pub access: Access,
+}
+
+/// Size limits of a device, fixed at creation (all tables are allocated then).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceConfig {
+    /// Queue pairs the device can create.
+    pub max_qps: u32,
+    /// Completion queues the device can create.
+    pub max_cqs: u32,
+    /// Memory regions that can be registered at once.
+    pub max_mrs: u32,
+}
+
+impl Default for DeviceConfig {
+    fn default() -> Self {
+        Self {
+            max_qps: 64,
+            max_cqs: 64,
+            max_mrs: 256,
+        }
+    }
+}
+
+/// A completion queue to create, as `ibv_create_cq`'s `cqe`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CqConfig {
+    /// Completions the CQ must hold. As libmlx5 does, the ring gets the next power of two of
+    /// `cqe + 1` entries.
+    pub cqe: u32,
+}
+
+/// The RNR retry count meaning "retry for ever" (`rnr_retry = 7` in `ibv_qp_attr`).
+pub const RNR_RETRY_INFINITE: u8 = 7;
+
+/// A queue pair to create, as `ibv_qp_init_attr` plus the connection attributes the device
+/// honours.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpConfig {
+    /// CQN of the CQ for send completions.
+    pub send_cq: u32,
+    /// CQN of the CQ for receive completions.
+    pub recv_cq: u32,
+    /// Send requests of the largest size the ring must hold.
+    pub max_send_wr: u32,
+    /// Gather entries per send request.
+    pub max_send_sge: u32,
+    /// Inline bytes per send request (the device may report more, as libmlx5 does).
+    pub max_inline_data: u32,
+    /// Receive requests the ring must hold (0: no receive queue).
+    pub max_recv_wr: u32,
+    /// Scatter entries per receive request.
+    pub max_recv_sge: u32,
+    /// Every send request asks for a CQE (`sq_sig_all`). The device itself only looks at each
+    /// WQE's `CQ_UPDATE` bit; this is handed back in [`SimQp::caps`].
+    pub sig_all: bool,
+    /// BlueFlame buffer size in bytes (a multiple of 64); 0 for doorbell-only mode.
+    pub bf_size: u32,
+    /// How many times a request that finds no receive at the peer is retried (one retry per
+    /// device step) before it fails with "RNR retry exceeded"; [`RNR_RETRY_INFINITE`] (7) waits
+    /// for a receive for ever, as on real hardware.
+    pub rnr_retry: u8,
+}
+
+impl Default for QpConfig {
+    fn default() -> Self {
+        Self {
+            send_cq: 0,
+            recv_cq: 0,
+            max_send_wr: 64,
+            max_send_sge: 4,
+            max_inline_data: 64,
+            max_recv_wr: 64,
+            max_recv_sge: 4,
+            sig_all: false,
+            bf_size: 256,
+            rnr_retry: 0,
+        }
+    }
+}
+
+/// A created completion queue: its number and the layout `mlx5dv_init_obj` would report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SimCq {
+    /// The CQ number.
+    pub cqn: u32,
+    /// Its memory. Valid while the [`Device`](super::Device) lives.
+    pub layout: CqLayout,
+}
+
+/// A created queue pair: its number, the layout `mlx5dv_init_obj` would report, and the
+/// capabilities the device granted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SimQp {
+    /// The QP number.
+    pub qpn: u32,
+    /// Its memory. Valid while the [`Device`](super::Device) lives.
+    pub layout: QpLayout,
+    /// Gather entries per send request.
+    pub max_send_sge: u32,
+    /// Inline bytes per send request: what fits the largest WQE, which may exceed the request.
+    pub max_inline_data: u32,
+    /// Scatter entries per receive request (`rq.stride / 16`).
+    pub max_recv_sge: u32,
+    /// `sq_sig_all` as requested.
+    pub sig_all: bool,
+    /// Entries of the send CQ.
+    pub send_cqe_cnt: u32,
+}
+
+impl SimQp {
+    /// The capabilities to build a [`SendQueue`](crate::SendQueue) with. `max_signaled` is the
+    /// whole send CQ; give less when several queues share that CQ.
+    pub fn caps(&self) -> SqCaps {
+        SqCaps {
+            max_send_sge: self.max_send_sge,
+            max_inline_data: self.max_inline_data,
+            sig_all: self.sig_all,
+            max_signaled: self.send_cqe_cnt,
+        }
+    }
+
+    /// Bookkeeping storage for the send queue: one slot per basic block.
+    pub fn sq_slots(&self) -> Vec<SqSlot> {
+        (0..self.layout.sq.wqe_cnt).map(|_| SqSlot::new()).collect()
+    }
+
+    /// Bookkeeping storage for the receive queue: one slot per entry.
+    pub fn rq_slots(&self) -> Vec<RqSlot> {
+        (0..self.layout.rq.wqe_cnt).map(|_| RqSlot::new()).collect()
+    }
+}
+
+/// The state of a queue pair as the device sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QpStatus {
+    /// Created, not connected: its send queue is not executed yet.
+    Init,
+    /// Connected and working (ready to send).
+    Rts,
+    /// In the error state: every work request completes with "WR flushed".
+    Error,
+}
+
+/// Why the device refused a control request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SimError {
+    /// The device's table for this object is full.
+    TooMany,
+    /// A size or count the device does not support (zero, too large, not a multiple of 64).
+    InvalidConfig(&'static str),
+    /// No such CQ number.
+    NoSuchCq(u32),
+    /// No such QP number.
+    NoSuchQp(u32),
+    /// No registered region with this key.
+    NoSuchMr(u32),
+    /// The QP is already connected.
+    AlreadyConnected(u32),
+    /// Remote write or remote atomic access without local write (as `ibv_reg_mr`'s `EINVAL`).
+    InvalidAccess,
+    /// Memory the device cannot allocate.
+    OutOfMemory,
+}
+
+impl core::fmt::Display for SimError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            SimError::TooMany => f.write_str("device table full"),
+            SimError::InvalidConfig(why) => write!(f, "invalid configuration: {why}"),
+            SimError::NoSuchCq(n) => write!(f, "no CQ {n:#x}"),
+            SimError::NoSuchQp(n) => write!(f, "no QP {n:#x}"),
+            SimError::NoSuchMr(k) => write!(f, "no memory region with key {k:#x}"),
+            SimError::AlreadyConnected(n) => write!(f, "QP {n:#x} is already connected"),
+            SimError::InvalidAccess => {
+                f.write_str("remote write or atomic access requires local write")
+            }
+            SimError::OutOfMemory => f.write_str("out of memory"),
+        }
+    }
+}
+
+impl std::error::Error for SimError {}
+
+/// Counters of what the device did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Calls of `step` (by the caller or the progress thread).
+    pub steps: u64,
+    /// Send WQEs that completed successfully.
+    pub wqes_ok: u64,
+    /// Send WQEs that completed with an error other than a flush.
+    pub wqes_failed: u64,
+    /// Send and receive WQEs flushed.
+    pub flushed: u64,
+    /// Receive WQEs consumed by incoming messages.
+    pub recvs: u64,
+    /// CQEs written to CQ rings.
+    pub cqes: u64,
+    /// CQEs that found their CQ full and were dropped (CQ overrun). Tests assert it stays 0.
+    pub cq_overruns: u64,
+    /// Times a request found no receive posted at the peer (RNR NAKs).
+    pub rnr_naks: u64,
+    /// Doorbell records that claimed more than a ring of new entries.
+    pub bad_doorbells: u64,
+    /// Payload bytes moved.
+    pub bytes: u64,
+}

@@ -1,0 +1,291 @@
+//! The device side of a completion queue: building CQEs and writing them with owner bits.
+//!
+//! A CQE goes to slot `pi & (cqe_cnt - 1)` with owner bit `(pi >> log2(cqe_cnt)) & 1`: the body
+//! first, then `op_own` alone with `Release`, so a poller that sees the new owner bit (and
+//! issues its `from_device` barrier) reads a complete CQE. Before writing, the device reads
+//! the consumer counter from the CQ doorbell record (`Acquire`, pairing with the poller's
+//! `Release` store): when `pi - ci == cqe_cnt` the CQ is full and the CQE is not written (a CQ
+//! overrun: counted, never a silent overwrite).
+//!
+//! CQEs can be held back (fault injection): for a number of steps, or until released. Held CQEs
+//! wait, in order, in a queue sized at creation; nothing is allocated per completion.
+
+use core::ptr::NonNull;
+use std::collections::VecDeque;
+
+use zverbs_core::sync::atomic::{AtomicU8, Ordering};
+
+use super::mem::{Region, load_be32_acquire};
+
+/// CQE opcodes (`MLX5_CQE_*`).
+pub(crate) mod op {
+    pub(crate) const REQ: u8 = 0;
+    pub(crate) const RESP_WR_IMM: u8 = 1;
+    pub(crate) const RESP_SEND: u8 = 2;
+    pub(crate) const RESP_SEND_IMM: u8 = 3;
+    pub(crate) const REQ_ERR: u8 = 13;
+    pub(crate) const RESP_ERR: u8 = 14;
+    pub(crate) const INVALID: u8 = 15;
+}
+
+/// A 64-byte CQE under construction. Byte 63 (`op_own`) holds the opcode and flags; the owner
+/// bit is added when it is written.
+pub(crate) type RawCqe = [u8; 64];
+
+fn put32(c: &mut RawCqe, at: usize, v: u32) {
+    c[at..at + 4].copy_from_slice(&v.to_be_bytes());
+}
+
+/// A successful requester CQE.
+pub(crate) fn req(qpn: u32, wqe_opcode: u8, wqe_counter: u16, byte_cnt: u32) -> RawCqe {
+    let mut c = [0u8; 64];
+    put32(&mut c, 32, qpn); // srqn_uidx: the user index, here the QPN
+    put32(&mut c, 44, byte_cnt);
+    put32(&mut c, 56, (u32::from(wqe_opcode) << 24) | qpn);
+    c[60..62].copy_from_slice(&wqe_counter.to_be_bytes());
+    c[63] = op::REQ << 4;
+    c
+}
+
+/// A successful responder CQE (`RESP_SEND`, `RESP_SEND_IMM` or `RESP_WR_IMM`).
+pub(crate) fn resp(
+    qpn: u32,
+    opcode: u8,
+    wqe_counter: u16,
+    byte_cnt: u32,
+    imm: [u8; 4],
+    solicited: bool,
+) -> RawCqe {
+    let mut c = [0u8; 64];
+    put32(&mut c, 32, qpn);
+    c[36..40].copy_from_slice(&imm);
+    put32(&mut c, 44, byte_cnt);
+    put32(&mut c, 56, qpn);
+    c[60..62].copy_from_slice(&wqe_counter.to_be_bytes());
+    c[63] = (opcode << 4) | (u8::from(solicited) << 1);
+    c
+}
+
+/// An error CQE (`REQ_ERR` or `RESP_ERR`).
+pub(crate) fn err(
+    qpn: u32,
+    opcode: u8,
+    wqe_opcode: u8,
+    wqe_counter: u16,
+    syndrome: u8,
+    vendor: u8,
+) -> RawCqe {
+    let mut c = [0u8; 64];
+    put32(&mut c, 32, qpn);
+    c[54] = vendor;
+    c[55] = syndrome;
+    put32(&mut c, 56, (u32::from(wqe_opcode) << 24) | qpn);
+    c[60..62].copy_from_slice(&wqe_counter.to_be_bytes());
+    c[63] = opcode << 4;
+    c
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Held {
+    due: u64,
+    cqe: RawCqe,
+}
+
+/// A CQ as the device drives it.
+#[derive(Debug)]
+pub(crate) struct DevCq {
+    pub(crate) cqn: u32,
+    buf: Region,
+    dbrec: NonNull<u32>,
+    cnt: u32,
+    log2: u32,
+    /// Producer counter (free-running).
+    pi: u32,
+    held: VecDeque<Held>,
+    /// CQEs written from now on wait this many steps.
+    delay: u64,
+    /// CQEs wait until released.
+    holding: bool,
+    pub(crate) overruns: u64,
+}
+
+impl DevCq {
+    /// A CQ over `buf` (`cnt` 64-byte CQEs, already initialised) and its doorbell record.
+    pub(crate) fn new(cqn: u32, buf: Region, dbrec: NonNull<u32>, cnt: u32) -> Self {
+        debug_assert!(cnt.is_power_of_two() && buf.len >= cnt as usize * 64);
+        Self {
+            cqn,
+            buf,
+            dbrec,
+            cnt,
+            log2: cnt.trailing_zeros(),
+            pi: 0,
+            // Sized when holding or delaying is first asked for (a control call), so CQs
+            // that never hold CQEs cost nothing.
+            held: VecDeque::new(),
+            delay: 0,
+            holding: false,
+            overruns: 0,
+        }
+    }
+
+    /// Number of CQEs.
+    pub(crate) fn cnt(&self) -> u32 {
+        self.cnt
+    }
+
+    pub(crate) fn set_delay(&mut self, steps: u64) {
+        self.reserve();
+        self.delay = steps;
+    }
+
+    pub(crate) fn hold(&mut self) {
+        self.reserve();
+        self.holding = true;
+    }
+
+    /// Room for a ring's worth of held CQEs, so holding never allocates per completion.
+    fn reserve(&mut self) {
+        self.held
+            .reserve_exact((self.cnt as usize).saturating_sub(self.held.len()));
+    }
+
+    /// Releases every held CQE now; returns how many were written.
+    pub(crate) fn release(&mut self, stats_cqes: &mut u64) -> usize {
+        self.holding = false;
+        let mut n = 0;
+        while let Some(h) = self.held.pop_front() {
+            n += usize::from(self.write(&h.cqe, stats_cqes));
+        }
+        n
+    }
+
+    /// Queues or writes `cqe` at step `now`.
+    pub(crate) fn push(&mut self, now: u64, cqe: RawCqe, stats_cqes: &mut u64) {
+        if self.holding || self.delay > 0 || !self.held.is_empty() {
+            if self.held.len() < self.cnt as usize {
+                let due = if self.holding {
+                    u64::MAX
+                } else {
+                    now.saturating_add(self.delay)
+                };
+                self.held.push_back(Held { due, cqe });
+            } else {
+                self.overruns += 1;
+            }
+            return;
+        }
+        self.write(&cqe, stats_cqes);
+    }
+
+    /// Writes the held CQEs that are due at step `now`; returns the work done (CQEs written,
+    /// or 1 while CQEs wait for a step that will come).
+    pub(crate) fn tick(&mut self, now: u64, stats_cqes: &mut u64) -> usize {
+        if self.holding {
+            return 0;
+        }
+        let mut n = 0;
+        while let Some(h) = self.held.front() {
+            if h.due > now {
+                return n.max(1);
+            }
+            let cqe = h.cqe;
+            self.held.pop_front();
+            n += usize::from(self.write(&cqe, stats_cqes));
+        }
+        n
+    }
+
+    /// Writes one CQE at the producer counter, or counts an overrun when the CQ is full.
+    fn write(&mut self, cqe: &RawCqe, stats_cqes: &mut u64) -> bool {
+        // SAFETY: the doorbell record is valid for the device's life (creation contract).
+        let ci = unsafe { load_be32_acquire(self.dbrec) } & 0x00ff_ffff;
+        if (self.pi & 0x00ff_ffff).wrapping_sub(ci) & 0x00ff_ffff >= self.cnt {
+            self.overruns += 1;
+            return false;
+        }
+        let slot = (self.pi & (self.cnt - 1)) as usize;
+        let owner = ((self.pi >> self.log2) & 1) as u8;
+        // SAFETY: `slot < cnt` and the ring holds `cnt` 64-byte CQEs.
+        let p = unsafe { self.buf.ptr.add(slot * 64) };
+        // SAFETY: the CQE is the device's (the consumer counter is past it), so the poller does
+        // not read its body now; it reads only `op_own`, which is not written here.
+        unsafe { core::ptr::copy_nonoverlapping(cqe.as_ptr(), p.as_ptr(), 63) };
+        // SAFETY: byte 63 of the CQE, valid; `AtomicU8` has the layout of `u8`. Release orders
+        // the body before it.
+        unsafe { AtomicU8::from_ptr(p.as_ptr().add(63)) }
+            .store((cqe[63] & !1) | owner, Ordering::Release);
+        self.pi = self.pi.wrapping_add(1);
+        *stats_cqes += 1;
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requester_cqe_bytes() {
+        let c = req(0x000102, 0x10, 0xbeef, 0x40);
+        let mut want = [0u8; 64];
+        want[32..36].copy_from_slice(&[0, 0, 1, 2]);
+        want[44..48].copy_from_slice(&[0, 0, 0, 0x40]);
+        want[56..60].copy_from_slice(&[0x10, 0, 1, 2]);
+        want[60..62].copy_from_slice(&[0xbe, 0xef]);
+        want[63] = 0x00;
+        assert_eq!(c, want);
+    }
+
+    #[test]
+    fn responder_and_error_cqe_bytes() {
+        let c = resp(
+            0x103,
+            op::RESP_SEND_IMM,
+            7,
+            5,
+            [0xca, 0xfe, 0xba, 0xbe],
+            true,
+        );
+        assert_eq!(&c[36..40], &[0xca, 0xfe, 0xba, 0xbe]);
+        assert_eq!(&c[44..48], &[0, 0, 0, 5]);
+        assert_eq!(&c[56..60], &[0, 0, 1, 3]);
+        assert_eq!(&c[60..62], &[0, 7]);
+        assert_eq!(c[63], 0x32, "RESP_SEND_IMM with the solicited bit");
+        let e = err(0x103, op::REQ_ERR, 0x0a, 9, 0x13, 0x31);
+        assert_eq!((e[54], e[55], e[63]), (0x31, 0x13, 0xd0));
+        assert_eq!(&e[56..60], &[0x0a, 0, 1, 3]);
+    }
+
+    /// A CQ over a local ring: owner bits by pass, and overrun instead of overwrite.
+    #[test]
+    fn owner_bits_and_overrun() {
+        let mut ring = [[0u8; 64]; 2];
+        for c in &mut ring {
+            c[63] = 0xf0;
+        }
+        let mut dbrec = [0u32; 2];
+        let region = Region {
+            ptr: NonNull::new(ring.as_mut_ptr().cast::<u8>()).unwrap(),
+            len: 128,
+        };
+        let db = NonNull::new(dbrec.as_mut_ptr()).unwrap();
+        let mut cq = DevCq::new(1, region, db, 2);
+        let mut written = 0;
+        cq.push(0, req(1, 0, 0, 0), &mut written);
+        cq.push(0, req(1, 0, 1, 0), &mut written);
+        cq.push(0, req(1, 0, 2, 0), &mut written);
+        assert_eq!(
+            (written, cq.overruns),
+            (2, 1),
+            "the third finds the CQ full"
+        );
+        // The poller consumed both.
+        // SAFETY: word 0 of the local doorbell record, written through the device's pointer.
+        unsafe { db.as_ptr().write(2u32.to_be()) };
+        cq.push(0, req(1, 0, 3, 0), &mut written);
+        assert_eq!(ring[0][63], 0x01, "second pass: owner 1");
+        assert_eq!(ring[1][63], 0x00);
+        assert_eq!(&ring[0][60..62], &[0, 3]);
+    }
+}

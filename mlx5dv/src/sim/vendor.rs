@@ -1,0 +1,65 @@
+//! The `vendor_err_synd` values the device writes into error CQEs.
+//!
+//! Real ConnectX firmware reports its own codes there, undocumented; these are the device's
+//! own, chosen so that a test (or a user reading `Completion::vendor_err`) can tell exactly
+//! which check failed. The high nibble groups them by syndrome.
+
+/// The WQE's lkey names no live region (local protection, 0x04).
+pub const LKEY: u8 = 0x41;
+/// A local span lies outside its region or its end overflows (local protection, 0x04).
+pub const LOCAL_BOUNDS: u8 = 0x42;
+/// The local region lacks local write for a READ or atomic result (local protection, 0x04).
+pub const LOCAL_ACCESS: u8 = 0x43;
+/// A receive entry names no live region (responder: local protection, 0x04).
+pub const RECV_LKEY: u8 = 0x44;
+/// A receive entry lies outside its region (responder: local protection, 0x04).
+pub const RECV_BOUNDS: u8 = 0x45;
+/// A receive entry's region lacks local write (responder: local protection, 0x04).
+pub const RECV_ACCESS: u8 = 0x46;
+
+/// The message is longer than 2 GiB (local length, 0x01).
+pub const MSG_TOO_LONG: u8 = 0x11;
+/// The message is longer than the receive it consumes (responder: local length, 0x01;
+/// requester: remote invalid request, 0x12).
+pub const RECV_TOO_SHORT: u8 = 0x12;
+
+/// The remote key names no live region (remote access, 0x13).
+pub const RKEY: u8 = 0x31;
+/// The remote span lies outside its region (remote access, 0x13).
+pub const REMOTE_BOUNDS: u8 = 0x32;
+/// The remote region lacks the right for the operation (remote access, 0x13).
+pub const REMOTE_ACCESS: u8 = 0x33;
+/// An atomic's remote address is not 8-byte aligned (remote invalid request, 0x12).
+pub const ATOMIC_ALIGN: u8 = 0x34;
+/// The receive WQE at the responder was malformed (requester: remote operation error, 0x14).
+pub const REMOTE_RECV: u8 = 0x35;
+
+/// `ds` is 0 (local QP operation, 0x02).
+pub const DS_ZERO: u8 = 0x21;
+/// The WQE runs past the doorbell record's producer counter (local QP operation, 0x02).
+pub const PAST_PRODUCER: u8 = 0x22;
+/// Unknown opcode (local QP operation, 0x02).
+pub const OPCODE: u8 = 0x23;
+/// The segments do not fit the opcode (count, kind, or an atomic's data length)
+/// (local QP operation, 0x02).
+pub const LAYOUT: u8 = 0x24;
+/// An inline segment's length runs past `ds` (local QP operation, 0x02).
+pub const INLINE_LEN: u8 = 0x25;
+/// The control segment's WQE index is not the WQE's basic block (local QP operation, 0x02).
+pub const WQE_INDEX: u8 = 0x26;
+/// The control segment names another QP (local QP operation, 0x02).
+pub const QPN: u8 = 0x27;
+/// The doorbell record claims more than a ring of new WQEs (local QP operation, 0x02).
+pub const DOORBELL: u8 = 0x28;
+
+/// The peer QP is in the error state or gone: no acknowledgement ever comes (transport retry
+/// counter exceeded, 0x15).
+pub const PEER_DOWN: u8 = 0x51;
+/// No receive was posted at the peer within the RNR retries (RNR retry exceeded, 0x16).
+pub const RNR: u8 = 0x52;
+
+/// Default value for an injected failure (see `Device::fail_next_wqe`).
+pub const INJECTED: u8 = 0xee;
+/// A WQE flushed because its QP is in the error state (WR flushed, 0x05); the value ConnectX
+/// reports for flushes.
+pub const FLUSH: u8 = 0xf9;

@@ -1,0 +1,317 @@
+//! Test fixture: two connected QPs on the software device, driven through the real
+//! `SendQueue` / `RecvQueue` / `CompletionQueue`, each with its own CQ and a registered arena.
+#![allow(dead_code)]
+
+use std::alloc::{Layout, alloc_zeroed, dealloc};
+use std::collections::HashMap;
+use std::ptr::NonNull;
+
+use zverbs_core::{Completion, PollCq, RemoteBuf, Sge};
+use zverbs_mlx5dv::sim::{Access, CqConfig, Device, Mr, QpConfig, SimCq, SimQp};
+use zverbs_mlx5dv::{CompletionQueue, CqBinding, RecvQueue, RqState, SendQueue, SqCaps, SqState};
+
+/// Guard bytes on each side of an arena.
+pub const GUARD: usize = 256;
+const GUARD_BYTE: u8 = 0x5a;
+
+/// Memory the device reads and writes, accessed by the test only through raw pointers (never a
+/// reference that the device's writes could alias). Guard bytes on both sides.
+pub struct Arena {
+    base: NonNull<u8>,
+    len: usize,
+    layout: Layout,
+}
+
+impl Arena {
+    pub fn new(len: usize) -> Self {
+        let layout = Layout::from_size_align(len + 2 * GUARD, 64).unwrap();
+        // SAFETY: non-zero size.
+        let base = NonNull::new(unsafe { alloc_zeroed(layout) }).unwrap();
+        // SAFETY: the guards are inside the allocation.
+        unsafe {
+            base.as_ptr().write_bytes(GUARD_BYTE, GUARD);
+            base.as_ptr()
+                .add(GUARD + len)
+                .write_bytes(GUARD_BYTE, GUARD);
+        }
+        Self { base, len, layout }
+    }
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn ptr(&self, off: usize) -> *mut u8 {
+        assert!(off <= self.len);
+        // SAFETY: in bounds.
+        unsafe { self.base.as_ptr().add(GUARD + off) }
+    }
+    pub fn addr(&self, off: usize) -> u64 {
+        self.ptr(off) as u64
+    }
+    pub fn write(&self, off: usize, data: &[u8]) {
+        assert!(off + data.len() <= self.len);
+        // SAFETY: in bounds; the device is not running concurrently with tests that use this.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr(off), data.len()) };
+    }
+    pub fn fill(&self, off: usize, len: usize, b: u8) {
+        assert!(off + len <= self.len);
+        // SAFETY: in bounds.
+        unsafe { self.ptr(off).write_bytes(b, len) };
+    }
+    pub fn read(&self, off: usize, len: usize) -> Vec<u8> {
+        assert!(off + len <= self.len);
+        let mut v = vec![0u8; len];
+        // SAFETY: in bounds.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr(off), v.as_mut_ptr(), len) };
+        v
+    }
+    pub fn read_u64_be(&self, off: usize) -> u64 {
+        u64::from_be_bytes(self.read(off, 8).try_into().unwrap())
+    }
+    pub fn write_u64_be(&self, off: usize, v: u64) {
+        self.write(off, &v.to_be_bytes());
+    }
+    pub fn guards_intact(&self) -> bool {
+        // SAFETY: the guards are inside the allocation.
+        unsafe {
+            (0..GUARD).all(|i| {
+                *self.base.as_ptr().add(i) == GUARD_BYTE
+                    && *self.base.as_ptr().add(GUARD + self.len + i) == GUARD_BYTE
+            })
+        }
+    }
+}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { dealloc(self.base.as_ptr(), self.layout) };
+    }
+}
+
+/// What a pair is made of.
+#[derive(Clone, Copy, Debug)]
+pub struct PairCfg {
+    pub qp: QpConfig,
+    /// Entries of each end's CQ (send and receive completions share it).
+    pub cqe: u32,
+    /// Bytes of each end's arena.
+    pub arena: usize,
+    /// `max_signaled` override (None: the whole CQ).
+    pub max_signaled: Option<u32>,
+}
+
+impl Default for PairCfg {
+    fn default() -> Self {
+        Self {
+            qp: QpConfig {
+                max_send_wr: 16,
+                max_recv_wr: 16,
+                ..QpConfig::default()
+            },
+            cqe: 255,
+            arena: 64 * 1024,
+            max_signaled: None,
+        }
+    }
+}
+
+/// One side: its QP, CQ, queues and registered arena.
+pub struct End<'a> {
+    pub qp: SimQp,
+    pub cq: SimCq,
+    pub sq: SendQueue<'a>,
+    pub rq: RecvQueue<'a>,
+    pub cqp: CompletionQueue<'a>,
+    pub mem: &'a Arena,
+    pub mr: Mr,
+}
+
+impl End<'_> {
+    pub fn qpn(&self) -> u32 {
+        self.qp.qpn
+    }
+    /// A local entry in this end's arena.
+    pub fn sge(&self, off: usize, len: u32) -> Sge {
+        Sge::new(self.mem.addr(off), len, self.mr.lkey)
+    }
+    /// This end's arena as a remote target for the peer.
+    pub fn remote(&self, off: usize) -> RemoteBuf {
+        RemoteBuf::new(self.mem.addr(off), self.mr.rkey)
+    }
+    /// Every completion ready now.
+    pub fn poll_all(&mut self) -> Vec<Completion> {
+        let mut out = Vec::new();
+        let mut wc = [Completion::EMPTY; 16];
+        loop {
+            let n = self.cqp.poll(&mut wc);
+            out.extend_from_slice(&wc[..n]);
+            if n == 0 {
+                return out;
+            }
+        }
+    }
+    /// The raw CQE that the poller consumed `back` polls ago (1: the last one).
+    pub fn last_cqe(&self, back: u32) -> [u8; 64] {
+        let idx = self.cqp.consumer().wrapping_sub(back);
+        // SAFETY: the CQE was polled, the device is stepped.
+        unsafe { zverbs_mlx5dv::sim::read_cqe(&self.cq.layout, idx) }
+    }
+}
+
+pub struct Pair<'a> {
+    pub dev: &'a Device,
+    pub a: End<'a>,
+    pub b: End<'a>,
+}
+
+impl Pair<'_> {
+    /// Runs the device until idle and returns (A's completions, B's completions).
+    pub fn run(&mut self) -> (Vec<Completion>, Vec<Completion>) {
+        self.dev.run_until_idle();
+        (self.a.poll_all(), self.b.poll_all())
+    }
+}
+
+/// Builds a device with two connected QPs and runs `f` on them; then checks that no CQ
+/// overran and no guard byte changed.
+pub fn with_pair<R>(cfg: PairCfg, f: impl FnOnce(&mut Pair<'_>) -> R) -> R {
+    let mem_a = Arena::new(cfg.arena);
+    let mem_b = Arena::new(cfg.arena);
+    let dev = Device::new();
+    let r = with_pair_on(&dev, &mem_a, &mem_b, cfg, f);
+    assert_eq!(dev.cq_overruns(), 0, "a CQ overran");
+    assert!(dev.guards_intact(), "a device buffer's guard bytes changed");
+    assert!(
+        mem_a.guards_intact() && mem_b.guards_intact(),
+        "an arena guard changed"
+    );
+    r
+}
+
+/// As [`with_pair`], on a given device and arenas.
+pub fn with_pair_on<R>(
+    dev: &Device,
+    mem_a: &Arena,
+    mem_b: &Arena,
+    cfg: PairCfg,
+    f: impl FnOnce(&mut Pair<'_>) -> R,
+) -> R {
+    let cq_a = dev.create_cq(CqConfig { cqe: cfg.cqe }).unwrap();
+    let cq_b = dev.create_cq(CqConfig { cqe: cfg.cqe }).unwrap();
+    let qa = dev
+        .create_qp(QpConfig {
+            send_cq: cq_a.cqn,
+            recv_cq: cq_a.cqn,
+            ..cfg.qp
+        })
+        .unwrap();
+    let qb = dev
+        .create_qp(QpConfig {
+            send_cq: cq_b.cqn,
+            recv_cq: cq_b.cqn,
+            ..cfg.qp
+        })
+        .unwrap();
+    dev.connect(qa.qpn, qb.qpn).unwrap();
+    // SAFETY: the arenas outlive the device's use of them (the caller keeps them alive).
+    let mr_a = unsafe { dev.reg_mr(mem_a.ptr(0), mem_a.len(), Access::ALL) }.unwrap();
+    // SAFETY: as above.
+    let mr_b = unsafe { dev.reg_mr(mem_b.ptr(0), mem_b.len(), Access::ALL) }.unwrap();
+
+    let sq_slots_a = qa.sq_slots();
+    let rq_slots_a = qa.rq_slots();
+    let sq_slots_b = qb.sq_slots();
+    let rq_slots_b = qb.rq_slots();
+    let sq_state_a = SqState::new(&sq_slots_a).unwrap();
+    let rq_state_a = RqState::new(&rq_slots_a).unwrap();
+    let sq_state_b = SqState::new(&sq_slots_b).unwrap();
+    let rq_state_b = RqState::new(&rq_slots_b).unwrap();
+    let bind_a = [CqBinding::new(qa.qpn, Some(&sq_state_a), Some(&rq_state_a))];
+    let bind_b = [CqBinding::new(qb.qpn, Some(&sq_state_b), Some(&rq_state_b))];
+    let caps = |q: &SimQp| SqCaps {
+        max_signaled: cfg.max_signaled.unwrap_or(q.caps().max_signaled),
+        ..q.caps()
+    };
+    // SAFETY: the layouts are the device's, which outlives the queues; each queue is the only
+    // driver of its ring; the states are bound to the CQs that serve them.
+    let mut pair = unsafe {
+        Pair {
+            dev,
+            a: End {
+                qp: qa,
+                cq: cq_a,
+                sq: SendQueue::new(&qa.layout, caps(&qa), &sq_state_a).unwrap(),
+                rq: RecvQueue::new(&qa.layout, &rq_state_a).unwrap(),
+                cqp: CompletionQueue::new(&cq_a.layout, &bind_a).unwrap(),
+                mem: mem_a,
+                mr: mr_a,
+            },
+            b: End {
+                qp: qb,
+                cq: cq_b,
+                sq: SendQueue::new(&qb.layout, caps(&qb), &sq_state_b).unwrap(),
+                rq: RecvQueue::new(&qb.layout, &rq_state_b).unwrap(),
+                cqp: CompletionQueue::new(&cq_b.layout, &bind_b).unwrap(),
+                mem: mem_b,
+                mr: mr_b,
+            },
+        }
+    };
+    f(&mut pair)
+}
+
+/// Asserts that every id in `posted` has exactly one completion in `got` and that `got` holds
+/// no other completion.
+pub fn assert_exactly_once(posted: &[u64], got: &[Completion]) {
+    let mut count: HashMap<u64, u32> = HashMap::new();
+    for c in got {
+        *count.entry(c.wr_id).or_default() += 1;
+    }
+    for id in posted {
+        assert_eq!(
+            count.remove(id),
+            Some(1),
+            "work request {id:#x} must complete exactly once; completions: {got:#?}"
+        );
+    }
+    assert!(count.is_empty(), "invented completions: {count:?}");
+}
+
+/// A small deterministic generator (SplitMix64).
+#[derive(Clone, Debug)]
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `0..n` (n > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next_u64() as u8).collect()
+    }
+}
+
+/// A seed from the environment variable `var`, or `default`.
+pub fn env_u64(var: &str, default: u64) -> u64 {
+    match std::env::var(var) {
+        Ok(s) => {
+            let s = s.trim();
+            if let Some(hex) = s.strip_prefix("0x") {
+                u64::from_str_radix(hex, 16).unwrap()
+            } else {
+                s.parse().unwrap()
+            }
+        }
+        Err(_) => default,
+    }
+}
