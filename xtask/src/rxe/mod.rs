@@ -45,6 +45,17 @@ pub const DEVICE_TESTS: &[DeviceTests] = &[DeviceTests {
     select: &["-p", "xtask", "--test", "device_env"],
 }];
 
+/// The project's programs that run on the devices, built with `cargo build` (see
+/// [`own_programs`]).
+pub const PROGRAMS: &[&str] = &[
+    "-p",
+    "zverbs",
+    "--example",
+    "loopback",
+    "--example",
+    "rc_pingpong",
+];
+
 /// The limit for each device test.
 const TEST_TIMEOUT: Duration = Duration::from_secs(120);
 /// The limit for each interop command or pair.
@@ -225,14 +236,15 @@ pub fn stage(run: &mut Run) -> Result<Option<String>> {
         Topology::vm()
     };
     let mut checks = interop(&topo);
+    let programs = build_executables(PROGRAMS, false)?;
+    checks.extend(own_programs(&topo, &programs)?);
     if !host {
         checks.push(veth_traffic());
     }
     for d in DEVICE_TESTS {
-        for exe in test_executables(d.select)? {
-            let file = exe.file_name().unwrap_or_default().to_string_lossy();
+        for (target, exe) in build_executables(d.select, true)? {
             checks.push(Check {
-                name: format!("{} ({})", d.what, libtest::strip_hash(&file)),
+                name: format!("{} ({target})", d.what),
                 timeout: TEST_TIMEOUT,
                 kind: Kind::Tests {
                     exe: exe.to_string_lossy().into_owned(),
@@ -363,6 +375,78 @@ pub fn interop(t: &Topology) -> Vec<Check> {
     checks
 }
 
+/// Checks with the project's own programs ([`PROGRAMS`], built on the host): the `loopback`
+/// self-test (two QPs of one device, every operation, results checked by the program), and
+/// the `rc_pingpong` example against rdma-core's `ibv_rc_pingpong`, each side as server once,
+/// with messages larger than the path MTU across the pair.
+pub fn own_programs(t: &Topology, built: &[(String, PathBuf)]) -> Result<Vec<Check>> {
+    let exe = |name: &str| -> Result<String> {
+        match built.iter().find(|(n, _)| n == name) {
+            Some((_, p)) => Ok(p.to_string_lossy().into_owned()),
+            None => bail!("the build of {PROGRAMS:?} gave no {name}"),
+        }
+    };
+    let (loopback, ours) = (exe("loopback")?, exe("rc_pingpong")?);
+    let gid = t.gid_index.to_string();
+    let w = |v: &[&str]| -> Vec<String> { v.iter().map(|s| s.to_string()).collect() };
+    let mut checks = vec![Check {
+        name: format!("zverbs loopback {}", t.device),
+        timeout: TOOL_TIMEOUT,
+        kind: Kind::Command {
+            argv: w(&[&loopback, &t.device, "--gid-idx", &gid]),
+            expect: w(&["loopback: ", " passed, 0 failed"]),
+        },
+    }];
+    let pingpong = |name: String, server: Vec<String>, client: Vec<String>, port: u16| Check {
+        name,
+        timeout: TOOL_TIMEOUT,
+        kind: Kind::Pair {
+            server,
+            client,
+            ready: Ready::Tcp(port),
+            expect: w(&["200 iters in"]),
+        },
+    };
+    let args = |dev: &str, size: &str, port: &str| -> Vec<String> {
+        w(&["-d", dev, "-g", &gid, "-n", "200", "-s", size, "-p", port])
+    };
+    let with = |prog: &str, mut args: Vec<String>, client: bool| -> Vec<String> {
+        args.insert(0, prog.to_string());
+        if client {
+            args.push("127.0.0.1".into());
+        }
+        args
+    };
+    let d = &t.device;
+    checks.push(pingpong(
+        format!("rc_pingpong (zverbs) <- ibv_rc_pingpong {d}"),
+        with(&ours, args(d, "4096", "18600"), false),
+        with("ibv_rc_pingpong", args(d, "4096", "18600"), true),
+        18600,
+    ));
+    checks.push(pingpong(
+        format!("ibv_rc_pingpong <- rc_pingpong (zverbs) {d}"),
+        with("ibv_rc_pingpong", args(d, "4096", "18601"), false),
+        with(&ours, args(d, "4096", "18601"), true),
+        18601,
+    ));
+    if let Some((a, b)) = &t.pair {
+        checks.push(pingpong(
+            format!("rc_pingpong (zverbs) {a} <- ibv_rc_pingpong {b}, 8 KiB"),
+            with(&ours, args(a, "8192", "18602"), false),
+            with("ibv_rc_pingpong", args(b, "8192", "18602"), true),
+            18602,
+        ));
+        checks.push(pingpong(
+            format!("ibv_rc_pingpong {a} <- rc_pingpong (zverbs) {b}, 8 KiB"),
+            with("ibv_rc_pingpong", args(a, "8192", "18603"), false),
+            with(&ours, args(b, "8192", "18603"), true),
+            18603,
+        ));
+    }
+    Ok(checks)
+}
+
 /// In the VM, after the checks across the pair: their packets went through the veth pair
 /// (`veth1`, `veth2`, as `vm/init.sh` names them), not through the loopback. One 100-iteration
 /// `ibv_rc_pingpong` alone sends about 500 packets each way.
@@ -407,15 +491,16 @@ fn rping(name: &str, addr: &str, source: Option<&str>, port: &str) -> Check {
     }
 }
 
-/// Builds the test executables of a cargo test selection (`-p zverbs --test rxe`) without
-/// running them, and returns their paths.
-pub fn test_executables(select: &[&str]) -> Result<Vec<PathBuf>> {
-    let mut cmd = util::cargo([
-        "test",
-        "--no-run",
-        "--message-format=json-render-diagnostics",
-    ]);
-    cmd.args(select);
+/// Builds executables without running them and returns them as (target name, path):
+/// `cargo test --no-run SELECT` (`tests`: test harnesses only) or `cargo build SELECT`.
+pub fn build_executables(select: &[&str], tests: bool) -> Result<Vec<(String, PathBuf)>> {
+    let mut cmd = if tests {
+        util::cargo(["test", "--no-run"])
+    } else {
+        util::cargo(["build"])
+    };
+    cmd.arg("--message-format=json-render-diagnostics")
+        .args(select);
     let mut exes = Vec::new();
     let status = util::run_lines(&mut cmd, |line| {
         if line.starts_with("{\"reason\":\"compiler-artifact\"") {
@@ -424,10 +509,14 @@ pub fn test_executables(select: &[&str]) -> Result<Vec<PathBuf>> {
             let profile = line
                 .split_once("\"profile\":{")
                 .and_then(|(_, p)| p.split('}').next());
-            if profile.is_some_and(|p| p.contains("\"test\":true"))
+            let target = line
+                .split_once("\"target\":{")
+                .and_then(|(_, t)| libtest::json_str(t, "name"));
+            if (!tests || profile.is_some_and(|p| p.contains("\"test\":true")))
                 && let Some(exe) = libtest::json_str(line, "executable")
+                && let Some(target) = target
             {
-                exes.push(PathBuf::from(exe));
+                exes.push((target, PathBuf::from(exe)));
             }
             return false;
         }
@@ -435,7 +524,7 @@ pub fn test_executables(select: &[&str]) -> Result<Vec<PathBuf>> {
     })?;
     util::check(&cmd, status)?;
     if exes.is_empty() {
-        bail!("`{}` built no test executable", util::show(&cmd));
+        bail!("`{}` built no executable", util::show(&cmd));
     }
     Ok(exes)
 }
@@ -588,7 +677,7 @@ fn summarize(
         .map(|(r, _)| r.counts.passed)
         .sum();
     let mut note = format!(
-        "{} passed, {} failed, {} ignored ({tools} interop checks, {device_tests} device tests)",
+        "{} passed, {} failed, {} ignored ({tools} program checks, {device_tests} device tests)",
         total.passed, total.failed, total.ignored
     );
     let checks_time: Duration = report.results.iter().map(|r| r.took).sum();
