@@ -4,12 +4,17 @@
 //! The stage boots the VM once and runs, one at a time and each with a timeout:
 //! - interop checks with tools no one here wrote (rdma-core's `ibv_devices`, `ibv_devinfo`,
 //!   `ibv_rc_pingpong`, perftest's `ib_write_lat` and `ib_send_lat`, librdmacm's `rping`), on
-//!   the single device and across the linked pair;
+//!   the single device and across the linked pair ([`interop`]);
+//! - the project's own programs built on the host ([`PROGRAMS`]): the `loopback` self-test of
+//!   every operation, and `rc_pingpong` against `ibv_rc_pingpong` ([`own_programs`]);
 //! - the device tests: cargo test executables built on the host ([`DEVICE_TESTS`]), each of
 //!   their tests a process of its own.
 //!
 //! With `ZVERBS_RXE=host` the same checks run directly on this machine's devices, named by the
 //! `ZVERBS_TEST_*` variables ([`topology`]): for a machine with real rxe or a ConnectX.
+//!
+//! Other code can run its own list of checks in one boot with [`run_in_vm`] (or on the host
+//! with [`on_host_checks`]), after building its executables with [`build_executables`].
 
 pub mod checks;
 pub mod topology;
