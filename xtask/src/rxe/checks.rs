@@ -353,11 +353,27 @@ fn one(
         Ok(p) => p,
         Err(e) => return fail(e),
     };
-    let status = p.wait(deadline);
+    let status = Ended::from_wait(p.wait(deadline), timeout);
     let out = p.output();
     print_output(&argv[0], &out);
-    let verdict = verdict(&[(&argv[0], status)], expect, &out, timeout);
-    finish(verdict)
+    finish(verdict(&[(&argv[0], status)], expect, &out))
+}
+
+/// How one process of a check ended.
+#[derive(Clone, Debug)]
+enum Ended {
+    /// It exited (or was killed by a signal of its own).
+    Exited(ExitStatus),
+    /// It was killed at the check's time limit.
+    OutOfTime(Duration),
+    /// It never ran, and why.
+    NotStarted(String),
+}
+
+impl Ended {
+    fn from_wait(status: Option<ExitStatus>, limit: Duration) -> Self {
+        status.map_or(Ended::OutOfTime(limit), Ended::Exited)
+    }
 }
 
 fn pair(
@@ -385,29 +401,31 @@ fn pair(
     let (c_status, c_out) = if listening {
         match Proc::spawn(client, env) {
             Ok(mut c) => {
-                let st = c.wait(deadline);
+                let st = Ended::from_wait(c.wait(deadline), timeout);
                 (st, c.output())
             }
-            Err(e) => (None, format!("{e}")),
+            Err(e) => (Ended::NotStarted(e.to_string()), String::new()),
         }
+    } else if s.running() {
+        let why = format!(
+            "the server did not listen within {}",
+            util::duration(timeout)
+        );
+        (Ended::NotStarted(why), String::new())
     } else {
-        (
-            None,
-            String::from("(not started: the server never listened)"),
-        )
+        let why = "the server ended before it listened".to_string();
+        (Ended::NotStarted(why), String::new())
     };
-    let s_status = s.wait(deadline);
+    let s_status = Ended::from_wait(s.wait(deadline), timeout);
     let s_out = s.output();
     print_output("server", &s_out);
     print_output("client", &c_out);
     let both = format!("{s_out}\n{c_out}");
-    let verdict = verdict(
+    finish(verdict(
         &[("server", s_status), ("client", c_status)],
         expect,
         &both,
-        timeout,
-    );
-    finish(verdict)
+    ))
 }
 
 fn tests(exe: &str, timeout: Duration, env: &[(String, String)]) -> (Status, Counts, String) {
@@ -498,21 +516,25 @@ fn finish(verdict: std::result::Result<(), String>) -> (Status, Counts, String) 
 
 /// Ok when every process exited 0 and the output holds every expected string; else why not.
 fn verdict(
-    procs: &[(&str, Option<ExitStatus>)],
+    procs: &[(&str, Ended)],
     expect: &[String],
     out: &str,
-    timeout: Duration,
 ) -> std::result::Result<(), String> {
     let mut why = Vec::new();
     for (name, st) in procs {
         match st {
-            Some(s) if s.success() => {}
-            Some(s) => why.push(format!("{name}: {s}")),
-            None => why.push(format!(
-                "{name}: killed after the {} limit (or never started)",
-                util::duration(timeout)
+            Ended::Exited(s) if s.success() => {}
+            Ended::Exited(s) => why.push(format!("{name}: {s}")),
+            Ended::OutOfTime(limit) => why.push(format!(
+                "{name}: killed at the {} limit",
+                util::duration(*limit)
             )),
+            Ended::NotStarted(reason) => why.push(format!("{name}: not started: {reason}")),
         }
+    }
+    if !why.is_empty() {
+        // What the output lacks says nothing more.
+        return Err(why.join("; "));
     }
     for e in expect {
         if !out.contains(e.as_str()) {
@@ -803,7 +825,7 @@ link rxe1/- cm-idn 0 state LISTEN ps TCP pid 160 comm ib_write_lat src-addr 0.0.
             &[],
         );
         assert_eq!(hung.0, Status::Fail);
-        assert!(hung.2.contains("killed"), "{}", hung.2);
+        assert!(hung.2.contains("killed at the"), "{}", hung.2);
         assert!(t.elapsed() < Duration::from_secs(20));
         assert_eq!(
             one(&s(&["/nonexistent"]), &[], Duration::from_secs(1), &[]).0,

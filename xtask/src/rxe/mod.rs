@@ -630,7 +630,7 @@ fn print_table(results: &[CheckResult]) {
             r.counts.passed.to_string(),
             r.counts.failed.to_string(),
             util::duration(r.took),
-            r.detail.clone(),
+            shorten(&r.detail, 90),
         ]);
     }
     table.row(vec![
@@ -643,6 +643,17 @@ fn print_table(results: &[CheckResult]) {
     ]);
     println!("\nrxe checks:");
     table.print(true);
+}
+
+/// `s`, cut to `max` characters with an ellipsis.
+fn shorten(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        s.to_string()
+    } else {
+        let mut t: String = s.chars().take(max - 1).collect();
+        t.push('…');
+        t
+    }
 }
 
 fn summarize(
