@@ -4,8 +4,9 @@
 # It loads the kernel modules, mounts the host's control directory (9p tag "ctl") on /run/vm
 # and the host directories listed in /run/vm/mounts at their host paths, creates the rxe
 # devices that /run/vm/env describes, runs /run/vm/cmd with /run/vm/timeout seconds to finish
-# (or an interactive shell in /run/vm/cwd when /run/vm/shell exists), writes its exit code to /run/vm/rc
-# (124 when it ran out of time) and the kernel log to /run/vm/dmesg, and powers off.
+# (or an interactive shell in /run/vm/cwd when /run/vm/shell exists), writes its exit code
+# to /run/vm/rc (124 when it ran out of time) and the kernel log to /run/vm/dmesg, and powers
+# off.
 #
 # Devices (the variables of /run/vm/env, see xtask/src/rxe/topology.rs):
 #   $ZVERBS_TEST_DEVICE on dummy0 ($ZVERBS_TEST_ADDR): both ends of a connection on one device

@@ -157,15 +157,24 @@ impl Outcome {
 pub struct RunDir(PathBuf);
 
 impl RunDir {
-    /// A new, empty control directory under the cache.
+    /// A new, empty control directory under the cache. Directories left behind by runs whose
+    /// process is gone (killed before it could clean up) are removed.
     pub fn new() -> Result<Self> {
+        let runs = cache_dir().join("runs");
+        if let Ok(entries) = fs::read_dir(&runs) {
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let pid = name.split('-').next().unwrap_or_default();
+                if !pid.is_empty() && !Path::new("/proc").join(pid).exists() {
+                    let _ = fs::remove_dir_all(e.path());
+                }
+            }
+        }
         let stamp = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default()
             .as_nanos();
-        let dir = cache_dir()
-            .join("runs")
-            .join(format!("{}-{stamp}", std::process::id()));
+        let dir = runs.join(format!("{}-{stamp}", std::process::id()));
         fs::create_dir_all(&dir)?;
         Ok(Self(dir))
     }
