@@ -390,12 +390,13 @@ impl Drop for Device {
 }
 
 /// The progress thread: steps while there is work, spins a little when idle, then yields.
-/// Empty passes after which the progress thread sleeps between passes (about 10 ms of
-/// yielding on this kind of machine).
-const IDLE_SPINS_BEFORE_SLEEP: u32 = 20_000;
+/// How long the device must have had nothing to do before its progress thread sleeps between
+/// passes instead of spinning.
+const IDLE_BEFORE_SLEEP: std::time::Duration = std::time::Duration::from_millis(20);
 
 fn progress(shared: &Shared) {
     let mut idle = 0u32;
+    let mut last_work = std::time::Instant::now();
     while !shared.stop.load(Ordering::Relaxed) {
         let n = shared
             .engine
@@ -404,17 +405,21 @@ fn progress(shared: &Shared) {
             .step();
         if n == 0 {
             idle = idle.saturating_add(1);
-            if idle > IDLE_SPINS_BEFORE_SLEEP {
-                // Long idle (a process that opened the device and went quiet): do not keep
-                // a core busy; the next doorbell waits at most one short sleep.
-                std::thread::sleep(std::time::Duration::from_micros(50));
-            } else if idle > 64 {
-                std::thread::yield_now();
+            if idle > 64 {
+                // Long idle (a process that opened the device and went quiet): do not keep a
+                // core busy; the next doorbell then waits at most one short sleep.
+                if idle.is_multiple_of(1024) && last_work.elapsed() > IDLE_BEFORE_SLEEP {
+                    std::thread::sleep(std::time::Duration::from_micros(50));
+                    idle -= 1;
+                } else {
+                    std::thread::yield_now();
+                }
             } else {
                 core::hint::spin_loop();
             }
         } else {
             idle = 0;
+            last_work = std::time::Instant::now();
         }
     }
 }
