@@ -93,6 +93,7 @@ fn run(
     c: &mut Checks,
 ) -> Res<()> {
     let ctx = zverbs::open_device(device, &ContextOptions { backend })?;
+    let be = ctx.atomics_big_endian();
     let port = ctx.active_port()?;
     let local = ctx.address(port, gid_index)?;
     println!(
@@ -135,10 +136,10 @@ fn run(
     c.check(true, "QPs connected to each other (INIT, RTR, RTS)");
     match (Queues::take(&a, &a_cq)?, Queues::take(&b, &b_cq)?) {
         (Queues::Direct(qa), Queues::Direct(qb)) => {
-            ops(qa.sq, qa.cq, qb.rq, qb.cq, &a_buf, &b_buf, c)
+            ops(qa.sq, qa.cq, qb.rq, qb.cq, (&a_buf, &b_buf, be), c)
         }
         (Queues::Verbs(qa), Queues::Verbs(qb)) => {
-            ops(qa.sq, qa.cq, qb.rq, qb.cq, &a_buf, &b_buf, c)
+            ops(qa.sq, qa.cq, qb.rq, qb.cq, (&a_buf, &b_buf, be), c)
         }
         _ => Err("the two QPs got different backends".into()),
     }
@@ -149,8 +150,7 @@ fn ops<S: PostSend, C: PollCq, R: PostRecv, D: PollCq>(
     mut acq: C,
     rq: R,
     mut bcq: D,
-    a: &zverbs::MrBuf,
-    b: &zverbs::MrBuf,
+    (a, b, be): (&zverbs::MrBuf, &zverbs::MrBuf, bool),
     c: &mut Checks,
 ) -> Res<()> {
     let mut sq = SafeSendQueue::new(sq);
@@ -231,8 +231,9 @@ fn ops<S: PostSend, C: PollCq, R: PostRecv, D: PollCq>(
         "READ fetches the peer's bytes",
     );
 
-    // Atomics
-    b.store_u64(4000, 40);
+    // Atomics (ConnectX, and the software device, use big-endian values).
+    let v = |x: u64| if be { x.to_be() } else { x };
+    b.store_u64(4000, v(40));
     sq.fetch_add(
         7,
         a.slice(4000..4008).ok_or("slice")?,
@@ -243,7 +244,7 @@ fn ops<S: PostSend, C: PollCq, R: PostRecv, D: PollCq>(
     sq.ring();
     let w = wait(&mut acq, 1)?;
     c.check(
-        w[0].opcode == WcOpcode::FetchAdd && a.load_u64(4000) == 40 && b.load_u64(4000) == 42,
+        w[0].opcode == WcOpcode::FetchAdd && a.load_u64(4000) == v(40) && b.load_u64(4000) == v(42),
         "FETCH_ADD returns the old value and adds",
     );
     sq.compare_swap(
@@ -257,7 +258,7 @@ fn ops<S: PostSend, C: PollCq, R: PostRecv, D: PollCq>(
     sq.ring();
     let w = wait(&mut acq, 1)?;
     c.check(
-        w[0].opcode == WcOpcode::CompSwap && a.load_u64(4000) == 42 && b.load_u64(4000) == 7,
+        w[0].opcode == WcOpcode::CompSwap && a.load_u64(4000) == v(42) && b.load_u64(4000) == v(7),
         "COMPARE_SWAP swaps on a match",
     );
 

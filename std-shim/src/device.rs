@@ -8,8 +8,8 @@ use crate::backend::{BackendChoice, BackendRequest, DirectSupport};
 use crate::cq::CqBuilder;
 use crate::error::{Error, Result};
 use crate::pd::Pd;
-use crate::provider::ContextProvider;
 use crate::provider::verbs::{self, DeviceList};
+use crate::provider::{ContextProvider, sim};
 
 /// An RDMA device that can be opened.
 #[derive(Clone, Debug)]
@@ -23,12 +23,20 @@ pub struct Device {
 enum DeviceKind {
     /// A device found by libibverbs: index into a device list kept alive by the `Arc`.
     Verbs { list: Arc<DeviceList>, index: usize },
+    /// The software mlx5 device of this process.
+    Sim,
 }
 
 impl Device {
     /// The device's name (`mlx5_0`, `rxe0`, ...).
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Whether this is the software mlx5 device (which exists in this process only: both
+    /// ends of its connections must be here too).
+    pub fn is_software(&self) -> bool {
+        matches!(self.kind, DeviceKind::Sim)
     }
 
     /// The node GUID (host order).
@@ -55,55 +63,74 @@ impl Device {
         let choice = BackendChoice::resolve(options.backend)?;
         let provider: Box<dyn ContextProvider> = match &self.kind {
             DeviceKind::Verbs { list, index } => Box::new(verbs::open(list, *index)?),
+            DeviceKind::Sim => Box::new(sim::open()),
         };
         Ok(Context::from_provider(provider, choice))
     }
 }
 
-/// Every RDMA device on this machine, in libibverbs' order.
+/// Every RDMA device on this machine, in libibverbs' order, then the software mlx5 device
+/// (`zverbs_sim0`), which is always there.
 ///
-/// An empty list is not an error here; [`open_device`] turns it into [`Error::NoDevice`].
+/// Without rdma-core installed, the list holds the software device only; opening a real device
+/// by name then fails with [`Error::Library`], naming the package to install.
 ///
 /// # Errors
 ///
-/// [`Error::Library`] when libibverbs is not installed (it names the package);
 /// [`Error::Verbs`] from `ibv_get_device_list`.
 pub fn devices() -> Result<Vec<Device>> {
-    let list = Arc::new(DeviceList::get()?);
-    Ok((0..list.len())
-        .map(|index| Device {
-            name: list.name(index),
-            guid: list.guid(index),
-            kind: DeviceKind::Verbs {
-                list: list.clone(),
-                index,
-            },
-        })
-        .collect())
+    Ok(list()?.0)
 }
 
-/// Opens the device called `name`, or the first device when `name` is `None`.
+/// The devices, and why libibverbs could not be loaded if it could not.
+fn list() -> Result<(Vec<Device>, Option<Error>)> {
+    let (mut all, missing) = match DeviceList::get() {
+        Ok(list) => {
+            let list = Arc::new(list);
+            let real = (0..list.len())
+                .map(|index| Device {
+                    name: list.name(index),
+                    guid: list.guid(index),
+                    kind: DeviceKind::Verbs {
+                        list: list.clone(),
+                        index,
+                    },
+                })
+                .collect();
+            (real, None)
+        }
+        Err(e @ Error::Library(_)) => (Vec::new(), Some(e)),
+        Err(e) => return Err(e),
+    };
+    all.push(Device {
+        name: sim::NAME.to_string(),
+        guid: sim::GUID,
+        kind: DeviceKind::Sim,
+    });
+    Ok((all, missing))
+}
+
+/// Opens the device called `name`, or the first device when `name` is `None`: the first NIC,
+/// or the software mlx5 device when there is none.
 ///
 /// # Errors
 ///
-/// [`Error::NoDevice`] when there is none, [`Error::DeviceNotFound`] when none has that name,
-/// and the errors of [`devices`] and [`Device::open_with`].
+/// [`Error::Library`] for a device name other than the software device's when rdma-core is
+/// not installed, [`Error::DeviceNotFound`] when no device has that name, and the errors of
+/// [`devices`] and [`Device::open_with`].
 pub fn open_device(name: Option<&str>, options: &ContextOptions) -> Result<Context> {
-    let all = devices()?;
-    if all.is_empty() {
-        return Err(Error::NoDevice {
-            hint: verbs::no_device_hint(),
-        });
-    }
+    let (all, missing) = list()?;
     let dev = match name {
         None => &all[0],
-        Some(n) => all
-            .iter()
-            .find(|d| d.name == n)
-            .ok_or_else(|| Error::DeviceNotFound {
-                name: n.to_string(),
-                available: all.iter().map(|d| d.name.clone()).collect(),
-            })?,
+        Some(n) => match all.iter().find(|d| d.name == n) {
+            Some(d) => d,
+            None => {
+                return Err(missing.unwrap_or_else(|| Error::DeviceNotFound {
+                    name: n.to_string(),
+                    available: all.iter().map(|d| d.name.clone()).collect(),
+                }));
+            }
+        },
     };
     dev.open_with(options)
 }
@@ -160,6 +187,14 @@ impl Context {
             DirectSupport::Yes(s) => Ok(s),
             DirectSupport::No(s) => Err(s),
         }
+    }
+
+    /// Whether the device's 8-byte atomics (compare-and-swap, fetch-and-add) treat the remote
+    /// value, and the original value they return, as big-endian: true for ConnectX devices
+    /// (and the software mlx5 device, which behaves as one) on little-endian hosts, false for
+    /// rxe and most others, which use host order. Convert with `u64::from_be`/`to_be` then.
+    pub fn atomics_big_endian(&self) -> bool {
+        self.inner.provider.atomics_big_endian()
     }
 
     /// Device attributes (`ibv_query_device`).

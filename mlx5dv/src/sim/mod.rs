@@ -390,8 +390,13 @@ impl Drop for Device {
 }
 
 /// The progress thread: steps while there is work, spins a little when idle, then yields.
+/// How long the device must have had nothing to do before its progress thread sleeps between
+/// passes instead of spinning.
+const IDLE_BEFORE_SLEEP: std::time::Duration = std::time::Duration::from_millis(20);
+
 fn progress(shared: &Shared) {
     let mut idle = 0u32;
+    let mut last_work = std::time::Instant::now();
     while !shared.stop.load(Ordering::Relaxed) {
         let n = shared
             .engine
@@ -401,12 +406,20 @@ fn progress(shared: &Shared) {
         if n == 0 {
             idle = idle.saturating_add(1);
             if idle > 64 {
-                std::thread::yield_now();
+                // Long idle (a process that opened the device and went quiet): do not keep a
+                // core busy; the next doorbell then waits at most one short sleep.
+                if idle.is_multiple_of(1024) && last_work.elapsed() > IDLE_BEFORE_SLEEP {
+                    std::thread::sleep(std::time::Duration::from_micros(50));
+                    idle -= 1;
+                } else {
+                    std::thread::yield_now();
+                }
             } else {
                 core::hint::spin_loop();
             }
         } else {
             idle = 0;
+            last_work = std::time::Instant::now();
         }
     }
 }

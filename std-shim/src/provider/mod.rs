@@ -16,6 +16,7 @@
 
 #[cfg(test)]
 pub(crate) mod fake;
+pub(crate) mod sim;
 pub(crate) mod verbs;
 
 use std::fmt::Debug;
@@ -42,6 +43,12 @@ pub(crate) trait ContextProvider: Send + Sync + Debug {
     fn query_gid(&self, port: u8, index: u32) -> Result<GidEntry>;
     /// Whether the direct backend can drive this device's queues.
     fn direct_support(&self) -> DirectSupport;
+    /// Whether the device's 8-byte atomics treat memory as big-endian (ConnectX on a
+    /// little-endian host: the target and the returned original value are big-endian) rather
+    /// than in host order (rxe and most other devices).
+    fn atomics_big_endian(&self) -> bool {
+        false
+    }
     /// A protection domain.
     fn alloc_pd(&self) -> Result<Box<dyn PdProvider>>;
     /// A completion queue of at least `cqe` entries; `direct` asks for a direct engine.

@@ -90,6 +90,7 @@ impl Drop for DeviceList {
 }
 
 /// Why no device was found, as far as the machine tells.
+#[allow(dead_code)]
 pub(crate) fn no_device_hint() -> Option<String> {
     let Ok(dir) = std::fs::read_dir("/sys/class/infiniband") else {
         return Some(String::from(
@@ -314,6 +315,15 @@ impl ContextProvider for VerbsContext {
 
     fn direct_support(&self) -> DirectSupport {
         self.direct.clone()
+    }
+
+    fn atomics_big_endian(&self) -> bool {
+        // Mellanox/NVIDIA HCAs (PCI vendors 0x02c9, 0x15b3) run 8-byte atomics on big-endian
+        // values and return the original big-endian, whatever the host's byte order.
+        cfg!(target_endian = "little")
+            && self
+                .query_device()
+                .is_ok_and(|a| matches!(a.vendor_id, 0x02c9 | 0x15b3))
     }
 
     fn alloc_pd(&self) -> Result<Box<dyn PdProvider>> {

@@ -6,7 +6,7 @@
 //!   `ibv_rc_pingpong`, perftest's `ib_write_lat` and `ib_send_lat`, librdmacm's `rping`), on
 //!   the single device and across the linked pair ([`interop`]);
 //! - the project's own programs built on the host ([`PROGRAMS`]): the `loopback` self-test of
-//!   every operation, and `rc_pingpong` against `ibv_rc_pingpong` ([`own_programs`]);
+//!   every operation, and `pingpong --rc` against `ibv_rc_pingpong` ([`own_programs`]);
 //! - the device tests: cargo test executables built on the host ([`DEVICE_TESTS`]), each of
 //!   their tests a process of its own.
 //!
@@ -58,7 +58,7 @@ pub const PROGRAMS: &[&str] = &[
     "--example",
     "loopback",
     "--example",
-    "rc_pingpong",
+    "pingpong",
 ];
 
 /// The limit for each device test.
@@ -382,8 +382,9 @@ pub fn interop(t: &Topology) -> Vec<Check> {
 
 /// Checks with the project's own programs ([`PROGRAMS`], built on the host): the `loopback`
 /// self-test (two QPs of one device, every operation, results checked by the program), and
-/// the `rc_pingpong` example against rdma-core's `ibv_rc_pingpong`, each side as server once,
-/// with messages larger than the path MTU across the pair.
+/// the `pingpong` example's `--rc` mode against rdma-core's `ibv_rc_pingpong`, each side as
+/// server once, with messages larger than the path MTU across the pair; ours checks every
+/// byte it receives.
 pub fn own_programs(t: &Topology, built: &[(String, PathBuf)]) -> Result<Vec<Check>> {
     let exe = |name: &str| -> Result<String> {
         match built.iter().find(|(n, _)| n == name) {
@@ -391,7 +392,7 @@ pub fn own_programs(t: &Topology, built: &[(String, PathBuf)]) -> Result<Vec<Che
             None => bail!("the build of {PROGRAMS:?} gave no {name}"),
         }
     };
-    let (loopback, ours) = (exe("loopback")?, exe("rc_pingpong")?);
+    let (loopback, ours) = (exe("loopback")?, exe("pingpong")?);
     let gid = t.gid_index.to_string();
     let w = |v: &[&str]| -> Vec<String> { v.iter().map(|s| s.to_string()).collect() };
     let mut checks = vec![Check {
@@ -409,13 +410,16 @@ pub fn own_programs(t: &Topology, built: &[(String, PathBuf)]) -> Result<Vec<Che
             server,
             client,
             ready: Ready::Tcp(port),
-            expect: w(&["200 iters in"]),
+            expect: w(&["200 iters in", "200 messages received, every byte checked"]),
         },
     };
     let args = |dev: &str, size: &str, port: &str| -> Vec<String> {
         w(&["-d", dev, "-g", &gid, "-n", "200", "-s", size, "-p", port])
     };
     let with = |prog: &str, mut args: Vec<String>, client: bool| -> Vec<String> {
+        if prog == ours {
+            args.insert(0, "--rc".into());
+        }
         args.insert(0, prog.to_string());
         if client {
             args.push("127.0.0.1".into());
@@ -424,26 +428,26 @@ pub fn own_programs(t: &Topology, built: &[(String, PathBuf)]) -> Result<Vec<Che
     };
     let d = &t.device;
     checks.push(pingpong(
-        format!("rc_pingpong (zverbs) <- ibv_rc_pingpong {d}"),
+        format!("pingpong --rc (zverbs) <- ibv_rc_pingpong {d}"),
         with(&ours, args(d, "4096", "18600"), false),
         with("ibv_rc_pingpong", args(d, "4096", "18600"), true),
         18600,
     ));
     checks.push(pingpong(
-        format!("ibv_rc_pingpong <- rc_pingpong (zverbs) {d}"),
+        format!("ibv_rc_pingpong <- pingpong --rc (zverbs) {d}"),
         with("ibv_rc_pingpong", args(d, "4096", "18601"), false),
         with(&ours, args(d, "4096", "18601"), true),
         18601,
     ));
     if let Some((a, b)) = &t.pair {
         checks.push(pingpong(
-            format!("rc_pingpong (zverbs) {a} <- ibv_rc_pingpong {b}, 8 KiB"),
+            format!("pingpong --rc (zverbs) {a} <- ibv_rc_pingpong {b}, 8 KiB"),
             with(&ours, args(a, "8192", "18602"), false),
             with("ibv_rc_pingpong", args(b, "8192", "18602"), true),
             18602,
         ));
         checks.push(pingpong(
-            format!("ibv_rc_pingpong {a} <- rc_pingpong (zverbs) {b}, 8 KiB"),
+            format!("ibv_rc_pingpong {a} <- pingpong --rc (zverbs) {b}, 8 KiB"),
             with("ibv_rc_pingpong", args(a, "8192", "18603"), false),
             with(&ours, args(b, "8192", "18603"), true),
             18603,

@@ -234,6 +234,56 @@ impl Opts {
     }
 }
 
+/// Whether the test runs on the software device with both sides in this process: the device
+/// exists in this process only, so without a server address (and without rdma_cm) the server
+/// runs on a thread and the client connects to it over the TCP exchange on loopback.
+fn software_loopback(opts: &Opts) -> bool {
+    if opts.server.is_some() || opts.cm {
+        return false;
+    }
+    let devices = zverbs::devices().unwrap_or_default();
+    let chosen = match opts.device.as_deref() {
+        Some(name) => devices.iter().find(|d| d.name() == name),
+        None => devices.first(),
+    };
+    chosen.is_some_and(|d| d.is_software())
+}
+
+/// Runs the server on a silent thread and the client here, both on the software device.
+fn run_in_process(opts: &Opts) -> run::Result<()> {
+    run::YIELD_WHEN_IDLE.store(true, std::sync::atomic::Ordering::Relaxed);
+    let server_opts = opts.clone();
+    let server = std::thread::Builder::new()
+        .name("zverbs-perf server".into())
+        .spawn(move || {
+            run::QUIET.with(|q| q.set(true));
+            run::run(&server_opts).map_err(|e| e.to_string())
+        })?;
+    let mut client_opts = opts.clone();
+    client_opts.server = Some(format!("127.0.0.1:{}", opts.port));
+    // Connect once the server listens (or has failed before it could).
+    {
+        let (lock, cv) = &run::LISTENING;
+        let mut up = lock.lock().unwrap_or_else(|e| e.into_inner());
+        while !*up && !server.is_finished() {
+            up = cv
+                .wait_timeout(up, Duration::from_millis(50))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+    let result = run::run(&client_opts);
+    let served = server
+        .join()
+        .map_err(|_| "the in-process server thread panicked")?;
+    match (result, served) {
+        (Ok(()), Ok(())) => Ok(()),
+        (Ok(()), Err(s)) => Err(format!("server side: {s}").into()),
+        (Err(c), Ok(())) => Err(c),
+        (Err(c), Err(s)) => Err(format!("{c} (server side: {s})").into()),
+    }
+}
+
 fn main() -> ExitCode {
     if std::env::args().nth(1).as_deref() == Some("devices") {
         return match run::list_devices() {
@@ -255,7 +305,12 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match run::run(&opts) {
+    let result = if software_loopback(&opts) {
+        run_in_process(&opts)
+    } else {
+        run::run(&opts)
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("zverbs-perf: {e}");

@@ -14,7 +14,7 @@ use zverbs::{
 use crate::stats::{self, Histogram};
 use crate::{Opts, Test};
 
-type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+pub(crate) type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 /// Immediate of the client's closing SEND.
 const DONE_IMM: u32 = 0xd0_4e_d0_4e;
@@ -67,6 +67,40 @@ enum Conn {
     Cm(#[allow(dead_code)] CmConnection),
 }
 
+/// Signalled when a server's TCP listener is bound (for the in-process client of a
+/// software-device run, which must not connect before it).
+pub(crate) static LISTENING: (std::sync::Mutex<bool>, std::sync::Condvar) =
+    (std::sync::Mutex::new(false), std::sync::Condvar::new());
+
+/// Set for a software-device run with both sides in this process: more threads spin than
+/// there may be cores (both sides and the device's progress thread), so an empty poll yields
+/// the core rather than burn a scheduler time slice.
+pub(crate) static YIELD_WHEN_IDLE: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+thread_local! {
+    /// Set on the in-process server of a software-device run, whose side stays silent.
+    pub(crate) static QUIET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// `println!` unless this thread is the silent side.
+macro_rules! say {
+    ($($t:tt)*) => {
+        if !QUIET.with(|q| q.get()) {
+            println!($($t)*);
+        }
+    };
+}
+
+/// `print!` unless this thread is the silent side.
+macro_rules! say_raw {
+    ($($t:tt)*) => {
+        if !QUIET.with(|q| q.get()) {
+            print!($($t)*);
+        }
+    };
+}
+
 fn bad(detail: impl Into<String>) -> Box<dyn std::error::Error> {
     Box::new(Error::Protocol {
         detail: detail.into(),
@@ -94,7 +128,7 @@ pub(crate) fn run(opts: &Opts) -> Result<()> {
             ctx
         } else {
             let l = CmListener::bind(SocketAddr::from(([0, 0, 0, 0], opts.port)), opts.timeout)?;
-            println!(" Waiting for a client on rdma_cm port {}", opts.port);
+            say!(" Waiting for a client on rdma_cm port {}", opts.port);
             let r = l.next_request()?;
             let ctx = r.context().clone();
             cm_request = Some((l, r));
@@ -146,22 +180,25 @@ pub(crate) fn run(opts: &Opts) -> Result<()> {
         len: lay.slot as u64,
     };
 
-    println!("{}", "-".repeat(78));
-    println!(" {} (zverbs-perf)", opts.test.title());
-    println!(
+    say!("{}", "-".repeat(78));
+    say!(" {} (zverbs-perf)", opts.test.title());
+    say!(
         " Device: {}  port {port}  link {:?}  MTU {}",
         ctx.name(),
         local.link_layer,
         opts.mtu.bytes()
     );
-    println!(" Backend: {}", qp.backend());
-    println!(
+    say!(" Backend: {}", qp.backend());
+    say!(
         " Connection: {}",
         if opts.cm { "rdma_cm" } else { "TCP exchange" }
     );
-    println!(
+    say!(
         " local address:  LID {:#06x} QPN {:#08x} PSN {:#08x} GID {}",
-        me.lid, me.qpn, me.psn, me.gid
+        me.lid,
+        me.qpn,
+        me.psn,
+        me.gid
     );
 
     let mut queues = Queues::take(&qp, &cq)?;
@@ -206,7 +243,9 @@ pub(crate) fn run(opts: &Opts) -> Result<()> {
             (peer, s)
         } else {
             let l = exchange::listen(opts.port)?;
-            println!(" Waiting for a client on TCP port {}", opts.port);
+            say!(" Waiting for a client on TCP port {}", opts.port);
+            *LISTENING.0.lock().unwrap_or_else(|e| e.into_inner()) = true;
+            LISTENING.1.notify_all();
             let mut s = exchange::accept(&l, opts.timeout)?;
             let peer = exchange::server(&mut s, &hello, Wire::Zverbs, |p| {
                 check_tag(p.app.as_bytes(), &tag)?;
@@ -216,9 +255,12 @@ pub(crate) fn run(opts: &Opts) -> Result<()> {
             })?;
             (peer, s)
         };
-        println!(
+        say!(
             " remote address: LID {:#06x} QPN {:#08x} PSN {:#08x} GID {}",
-            peer.endpoint.lid, peer.endpoint.qpn, peer.endpoint.psn, peer.endpoint.gid
+            peer.endpoint.lid,
+            peer.endpoint.qpn,
+            peer.endpoint.psn,
+            peer.endpoint.gid
         );
         let region = peer.region.ok_or_else(|| bad("the peer sent no buffer"))?;
         (region, Conn::Tcp(stream))
@@ -229,7 +271,7 @@ pub(crate) fn run(opts: &Opts) -> Result<()> {
             remote.len, opts.size
         )));
     }
-    println!("{}", "-".repeat(78));
+    say!("{}", "-".repeat(78));
 
     let env = Env {
         opts,
@@ -326,6 +368,9 @@ struct Seen {
 fn drain<C: PollCq>(cq: &mut C, seen: &mut Seen) -> Result<usize> {
     let mut wc = [Completion::EMPTY; 16];
     let n = cq.poll(&mut wc);
+    if n == 0 && YIELD_WHEN_IDLE.load(std::sync::atomic::Ordering::Relaxed) {
+        std::thread::yield_now();
+    }
     for c in &wc[..n] {
         if !c.is_success() {
             return Err(bad(format!(
@@ -532,9 +577,9 @@ where
 
     if o.test.is_latency() && env.client {
         let s = stats::summarize(&mut lat);
-        print!("{}", stats::latency_table(o.size, &s));
+        say_raw!("{}", stats::latency_table(o.size, &s));
         if o.test != Test::WriteLat && o.test != Test::SendLat {
-            println!(" (READ and atomic latencies are full round trips, as perftest reports them)");
+            say!(" (READ and atomic latencies are full round trips, as perftest reports them)");
         }
         if let Some(f) = &o.histogram {
             let h = Histogram::new(&lat, 60);
@@ -548,17 +593,17 @@ where
                 h.to_csv()
             };
             std::fs::write(f, text)?;
-            println!(" histogram written to {f}");
+            say!(" histogram written to {f}");
         }
     } else if !o.test.is_latency() && (env.client || o.test == Test::SendBw) {
-        print!(
+        say_raw!(
             "{}",
             stats::bandwidth_table(o.size, o.iters, seconds.max(1e-9))
         );
     } else {
-        println!(" server side done");
+        say!(" server side done");
     }
-    println!("{}", "-".repeat(78));
+    say!("{}", "-".repeat(78));
     Ok(())
 }
 
@@ -570,22 +615,22 @@ pub(crate) fn list_devices() -> Result<()> {
         zverbs::open_device(None, &ContextOptions::default())?;
     }
     for d in devs {
-        println!("{}  (node GUID {:016x})", d.name(), d.guid());
+        say!("{}  (node GUID {:016x})", d.name(), d.guid());
         let ctx = match d.open() {
             Ok(c) => c,
             Err(e) => {
-                println!("  cannot open: {e}");
+                say!("  cannot open: {e}");
                 continue;
             }
         };
         match ctx.direct_support() {
-            Ok(why) => println!("  backend: direct ({why})"),
-            Err(why) => println!("  backend: verbs ({why})"),
+            Ok(why) => say!("  backend: direct ({why})"),
+            Err(why) => say!("  backend: verbs ({why})"),
         }
         let ports = ctx.attr().map(|a| a.phys_port_cnt).unwrap_or(1);
         for p in 1..=ports {
             let Ok(a) = ctx.port(p) else { continue };
-            println!(
+            say!(
                 "  port {p}: {} {:?} LID {:#06x} active MTU {}",
                 a.state,
                 a.link_layer,
@@ -593,7 +638,7 @@ pub(crate) fn list_devices() -> Result<()> {
                 a.active_mtu.bytes()
             );
             for g in ctx.gids(p).unwrap_or_default() {
-                println!("    GID[{}] {} {:?}", g.index, g.gid, g.gid_type);
+                say!("    GID[{}] {} {:?}", g.index, g.gid, g.gid_type);
             }
         }
     }

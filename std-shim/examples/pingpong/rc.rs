@@ -1,9 +1,9 @@
-//! An RC ping-pong that speaks `ibv_rc_pingpong`'s protocol, so either side can be rdma-core's
-//! own `ibv_rc_pingpong` (package `ibverbs-utils`).
+//! `pingpong --rc`: an RC ping-pong that speaks `ibv_rc_pingpong`'s protocol, so either side
+//! can be rdma-core's own `ibv_rc_pingpong` (package `ibverbs-utils`).
 //!
 //! ```text
-//! rc_pingpong [options]           # server
-//! rc_pingpong [options] <host>    # client
+//! pingpong --rc [options]           # server
+//! pingpong --rc [options] <host>    # client
 //!   -p PORT  TCP port (18515)      -d DEV   device (first)     -i N  device port (1)
 //!   -s SIZE  message size (4096)   -m MTU   path MTU (1024)    -r N  receive depth (500)
 //!   -n N     iterations (1000)     -l SL    service level (0)  -g N  GID index (none)
@@ -13,7 +13,13 @@
 //! As in `ibv_rc_pingpong`, both sides keep `rx-depth` receives posted, the client sends
 //! first, and each side sends its next message once its previous send and one receive have
 //! completed; the GID is exchanged only when `-g` is given (needed on RoCE, on both sides).
+//!
+//! Messages carry `ibv_rc_pingpong`'s fill byte (0x7b) in every byte. The receive buffer is
+//! separate from the send buffer and zeroed before each receive is taken, so every message
+//! that arrives is checked byte for byte: a lost or partial message is reported, and the run
+//! fails.
 
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use zverbs::connect::exchange::{self, Hello, Wire};
@@ -41,7 +47,10 @@ struct Opts {
     backend: Option<zverbs::BackendRequest>,
 }
 
-fn parse() -> Result<Opts, String> {
+/// `ibv_rc_pingpong` fills its buffer with this byte (and sends it, unless `--chk`).
+const FILL: u8 = 0x7b;
+
+fn parse(args: impl IntoIterator<Item = String>) -> Result<Opts, String> {
     let mut o = Opts {
         server: None,
         port: exchange::DEFAULT_PORT,
@@ -55,7 +64,7 @@ fn parse() -> Result<Opts, String> {
         gid_index: None,
         backend: None,
     };
-    let mut it = std::env::args().skip(1);
+    let mut it = args.into_iter();
     fn num<T: std::str::FromStr>(f: &str, v: Option<String>) -> Result<T, String> {
         v.and_then(|v| v.parse().ok())
             .ok_or_else(|| format!("{f} needs a number"))
@@ -87,17 +96,21 @@ fn parse() -> Result<Opts, String> {
     Ok(o)
 }
 
-fn main() {
-    let o = match parse() {
+/// Runs the `--rc` mode with the arguments after `--rc`.
+pub fn main(args: Vec<String>) -> ExitCode {
+    let o = match parse(args) {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("rc_pingpong: {e}");
-            std::process::exit(2);
+            eprintln!("pingpong --rc: {e}");
+            return ExitCode::from(2);
         }
     };
-    if let Err(e) = run(&o) {
-        eprintln!("rc_pingpong: {e}");
-        std::process::exit(1);
+    match run(&o) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("pingpong --rc: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 
@@ -110,6 +123,8 @@ fn run(o: &Opts) -> Result<(), Box<dyn std::error::Error>> {
     }
     let pd = ctx.alloc_pd()?;
     let buf = pd.alloc_buf(o.size, AccessFlags::LOCAL_WRITE)?;
+    let rbuf = pd.alloc_buf(o.size, AccessFlags::LOCAL_WRITE)?;
+    buf.fill(0..o.size, FILL);
     let cq = ctx.cq_builder().cqe(o.rx_depth + 1).build()?;
     let qp = pd
         .qp_builder(&cq, &cq)
@@ -185,8 +200,8 @@ fn run(o: &Opts) -> Result<(), Box<dyn std::error::Error>> {
     };
     let client = o.server.is_some();
     let start = match queues {
-        Queues::Direct(q) => session(q.sq, q.rq, q.cq, &buf, slice, o, client, exchange)?,
-        Queues::Verbs(q) => session(q.sq, q.rq, q.cq, &buf, slice, o, client, exchange)?,
+        Queues::Direct(q) => session(q.sq, q.rq, q.cq, &rbuf, slice, o, client, exchange)?,
+        Queues::Verbs(q) => session(q.sq, q.rq, q.cq, &rbuf, slice, o, client, exchange)?,
     };
     let usec = start.elapsed().as_secs_f64() * 1e6;
     let bytes = o.size as u64 * o.iters * 2;
@@ -201,6 +216,26 @@ fn run(o: &Opts) -> Result<(), Box<dyn std::error::Error>> {
         usec / 1e6,
         usec / o.iters as f64
     );
+    println!(
+        "{} messages received, every byte checked ({FILL:#04x})",
+        o.iters
+    );
+    Ok(())
+}
+
+/// Checks that the message just received is `size` bytes of [`FILL`], then zeroes the buffer
+/// so the next message is checked afresh (lockstep: no other message is in flight now).
+fn check_message(buf: &MrBuf, size: usize, n: u64) -> Result<(), Box<dyn std::error::Error>> {
+    let mut got = vec![0u8; size];
+    buf.read(0, &mut got);
+    if let Some(at) = got.iter().position(|&b| b != FILL) {
+        return Err(format!(
+            "message {n}: byte {at} of {size} is {:#04x}, expected {FILL:#04x}",
+            got[at]
+        )
+        .into());
+    }
+    buf.fill(0..size, 0);
     Ok(())
 }
 
@@ -257,6 +292,7 @@ fn session<S: PostSend, R: PostRecv, C: PollCq>(
             match c.wr_id {
                 SEND_WRID => scnt += 1,
                 RECV_WRID => {
+                    check_message(buf, o.size, rcnt)?;
                     routs -= 1;
                     if routs <= 1 {
                         post_recvs(&mut rq, buf, o.size, o.rx_depth - routs)?;
