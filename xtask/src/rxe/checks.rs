@@ -355,8 +355,11 @@ fn one(
     };
     let status = Ended::from_wait(p.wait(deadline), timeout);
     let out = p.output();
-    print_output(&argv[0], &out);
-    finish(verdict(&[(&argv[0], status)], expect, &out))
+    let name = std::path::Path::new(&argv[0])
+        .file_name()
+        .map_or_else(|| argv[0].clone(), |n| n.to_string_lossy().into_owned());
+    print_output(&name, &out);
+    finish(verdict(&[(&name, status)], expect, &out))
 }
 
 /// How one process of a check ended.
