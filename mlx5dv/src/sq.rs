@@ -489,7 +489,14 @@ unsafe fn write_inline(ring: &SegRing, mut seg: u32, sgl: &[Sge], len: u32) {
     }
     if off != 0 {
         // SAFETY: (caller) the segment is free.
-        unsafe { ring.with_mut(seg, |b| b[off..].fill(0)) };
+        // (`get_mut` rather than indexing: `off < 16` here, and no panic path is compiled in.)
+        unsafe {
+            ring.with_mut(seg, |b| {
+                if let Some(pad) = b.get_mut(off..) {
+                    pad.fill(0);
+                }
+            })
+        };
     }
 }
 
