@@ -46,14 +46,17 @@ pub struct SendQueue<'a> {
     blocks: Ring,
     /// Producer counter in basic blocks (free-running).
     pi: u32,
-    /// Consumer counter last read from the credit word.
-    ci: u32,
+    /// The producer counter the ring has room up to: the consumer counter last read from the
+    /// credit word plus the ring size. Posting checks `limit - pi` alone.
+    limit: u32,
     /// Signaled requests posted (16-bit wrapping, as in the credit word).
     sig_posted: u16,
     /// Signaled requests completed, last read from the credit word.
     sig_done: u16,
-    /// `qpn << 8`, ready for `qpn_ds`.
-    qpn_shifted: u32,
+    /// `sig_done + max_signaled` (16-bit wrapping): how far `sig_posted` may go.
+    sig_limit: u16,
+    /// The QP number.
+    qpn: u32,
     /// WQEs written since the last ring, and where the last one starts.
     pending: u32,
     last_seg: u32,
@@ -138,10 +141,11 @@ impl<'a> SendQueue<'a> {
             ring: unsafe { SegRing::new(layout.sq.buf, cnt * SEGS_PER_BB as u32) },
             blocks,
             pi: 0,
-            ci: 0,
+            limit: cnt,
             sig_posted: 0,
             sig_done: 0,
-            qpn_shifted: layout.qpn << 8,
+            sig_limit: caps.max_signaled as u16,
+            qpn: layout.qpn,
             pending: 0,
             last_seg: 0,
             last_blocks: 0,
@@ -154,7 +158,7 @@ impl<'a> SendQueue<'a> {
     /// The QP number.
     #[inline]
     pub fn qpn(&self) -> u32 {
-        self.qpn_shifted >> 8
+        self.qpn
     }
 
     /// The capabilities the queue enforces.
@@ -191,7 +195,7 @@ impl<'a> SendQueue<'a> {
     #[inline]
     pub fn free_blocks(&mut self) -> u32 {
         self.refresh();
-        self.blocks.free(self.pi, self.ci)
+        self.limit.wrapping_sub(self.pi)
     }
 
     /// Signaled requests posted whose completions have not been polled yet.
@@ -201,15 +205,25 @@ impl<'a> SendQueue<'a> {
         u32::from(self.sig_posted.wrapping_sub(self.sig_done))
     }
 
-    /// Reads the credit word the poller writes.
+    /// Reads the credit word the poller writes and moves the limits.
     #[inline]
     fn refresh(&mut self) {
         let done = self.state.load_done();
         let ci16 = done as u16;
-        self.ci = self
+        let ci = self
             .pi
             .wrapping_sub(u32::from((self.pi as u16).wrapping_sub(ci16)));
+        self.limit = ci.wrapping_add(self.blocks.size());
         self.sig_done = (done >> 16) as u16;
+        // `max_signaled <= 2^15` (clamped in `new`), so the 16-bit difference is exact.
+        self.sig_limit = self.sig_done.wrapping_add(self.caps.max_signaled as u16);
+    }
+
+    /// Whether `blocks` more basic blocks and `signaled` more CQEs fit the limits last read.
+    #[inline(always)]
+    fn fits(&self, blocks: u32, signaled: u32) -> bool {
+        self.limit.wrapping_sub(self.pi) >= blocks
+            && u32::from(self.sig_limit.wrapping_sub(self.sig_posted)) >= signaled
     }
 
     /// Validates `wr` against the queue's limits and sizes it. Writes nothing.
@@ -285,12 +299,21 @@ impl<'a> SendQueue<'a> {
     /// Checks that `blocks` basic blocks and `signaled` more CQEs fit now.
     #[inline(always)]
     fn check_room(&mut self, blocks: u32, signaled: u32) -> Result<(), PostError> {
-        if self.blocks.free(self.pi, self.ci) < blocks
-            || u32::from(self.sig_posted.wrapping_sub(self.sig_done)) + signaled
-                > self.caps.max_signaled
+        if self.fits(blocks, signaled) {
+            Ok(())
+        } else {
+            self.check_room_again(blocks, signaled)
+        }
+    }
+
+    /// [`SendQueue::check_room`] when the limits last read are reached: reads the credit word
+    /// and checks again (out of line, so the posting code keeps its registers).
+    #[cold]
+    #[inline(never)]
+    fn check_room_again(&mut self, blocks: u32, signaled: u32) -> Result<(), PostError> {
         {
             self.refresh();
-            let free = self.blocks.free(self.pi, self.ci);
+            let free = self.limit.wrapping_sub(self.pi);
             if free < blocks {
                 return Err(PostError::QueueFull {
                     needed: blocks,
@@ -307,44 +330,49 @@ impl<'a> SendQueue<'a> {
         Ok(())
     }
 
-    /// Writes the planned WQE at the producer counter and records it.
+    /// Writes the planned WQE at the producer counter, records it and advances the counters.
+    /// Returns the segment counter of its control segment.
     ///
     /// # Safety
     ///
     /// `plan` is `self.plan(wr)`'s, room was checked, and the caller upholds the posting
     /// contract of [`PostSend`] (inline sources are readable).
     #[inline(always)]
-    unsafe fn write(&mut self, wr: &SendWr<'_>, plan: &Plan) {
-        let start = self.pi.wrapping_mul(SEGS_PER_BB as u32);
-        let ring = &self.ring;
+    unsafe fn write(&mut self, wr: &SendWr<'_>, plan: &Plan) -> u32 {
+        // Locals, not fields: the compiler cannot prove that the ring stores below do not
+        // alias `self`, and would reload fields after each one.
+        let (ring, pi, qpn, state) = (&{ self.ring }, self.pi, self.qpn, self.state);
+        let start = pi.wrapping_mul(SEGS_PER_BB as u32);
         let imm = wr.op.imm().unwrap_or(0);
-        // SAFETY: this and every `with_mut` below write segments of blocks `pi..pi+blocks`,
-        // which are free (room was checked) and not yet published.
+        // SAFETY: this and every write below are to segments `0..ds` of the WQE at `start`
+        // (a block boundary), in blocks `pi..pi+blocks`, which are free (room was checked) and
+        // not yet published.
         unsafe {
-            ring.with_mut(start, |b| {
+            ring.with_mut_wqe(start, 0, |b| {
                 CtrlSeg::new_unchecked(b).set(
-                    self.pi as u16,
+                    pi as u16,
                     plan.opcode,
                     0,
-                    self.qpn_shifted >> 8,
+                    qpn,
                     plan.fm_ce_se,
                     plan.ds as u8,
                     imm,
                 )
             });
         }
-        let mut seg = start.wrapping_add(1);
+        // The next segment to write, counted from the control segment.
+        let mut k = 1;
         match &wr.op {
             SendOp::Write { remote, .. }
             | SendOp::WriteImm { remote, .. }
             | SendOp::Read { remote, .. } => {
                 // SAFETY: as above.
                 unsafe {
-                    ring.with_mut(seg, |b| {
+                    ring.with_mut_wqe(start, k, |b| {
                         RaddrSeg::new_unchecked(b).set(remote.addr, remote.rkey)
                     })
                 };
-                seg = seg.wrapping_add(1);
+                k += 1;
             }
             SendOp::CompareSwap {
                 local,
@@ -354,12 +382,20 @@ impl<'a> SendQueue<'a> {
             } => {
                 // SAFETY: as above.
                 unsafe {
-                    write_atomic(ring, seg, local, remote.addr, remote.rkey, *swap, *compare)
+                    write_atomic(
+                        ring,
+                        start,
+                        local,
+                        remote.addr,
+                        remote.rkey,
+                        *swap,
+                        *compare,
+                    )
                 };
             }
             SendOp::FetchAdd { local, remote, add } => {
                 // SAFETY: as above.
-                unsafe { write_atomic(ring, seg, local, remote.addr, remote.rkey, *add, 0) };
+                unsafe { write_atomic(ring, start, local, remote.addr, remote.rkey, *add, 0) };
             }
             SendOp::Send { .. } | SendOp::SendImm { .. } | SendOp::Nop => {}
         }
@@ -370,29 +406,34 @@ impl<'a> SendQueue<'a> {
             let sgl = wr.op.sgl();
             match plan.inline {
                 // SAFETY: the segments are free (as above); the sources are readable (caller).
-                Some(len) => unsafe { write_inline(ring, seg, sgl, len) },
+                Some(len) => unsafe { write_inline(ring, start.wrapping_add(k), sgl, len) },
+                // One entry, the common case, as straight-line code.
+                None if sgl.len() == 1 => {
+                    if let Some(s) = sgl.first()
+                        && s.length != 0
+                    {
+                        // SAFETY: as above.
+                        unsafe { write_data(ring, start, k, s) };
+                    }
+                }
                 None => {
                     for s in sgl {
                         if s.length == 0 {
                             continue;
                         }
                         // SAFETY: as above.
-                        unsafe {
-                            ring.with_mut(seg, |b| {
-                                DataSeg::new_unchecked(b).set(s.length, s.lkey, s.addr)
-                            })
-                        };
-                        seg = seg.wrapping_add(1);
+                        unsafe { write_data(ring, start, k, s) };
+                        k += 1;
                     }
                 }
             }
         }
-        let next = self.pi.wrapping_add(plan.blocks);
+        let next = pi.wrapping_add(plan.blocks);
         // SAFETY: the slot of block `pi` is free (room was checked: the poller has retired
         // every earlier WQE there) and the WQE is not published yet.
         unsafe {
-            self.state.record(
-                self.pi,
+            state.record(
+                pi,
                 SlotData {
                     wr_id: wr.wr_id,
                     next,
@@ -401,11 +442,25 @@ impl<'a> SendQueue<'a> {
                 },
             )
         };
-        self.last_seg = start;
-        self.last_blocks = plan.blocks;
-        self.pending += 1;
         self.sig_posted = self.sig_posted.wrapping_add(u16::from(plan.signaled));
         self.pi = next;
+        start
+    }
+
+    /// [`PostSend::ring`] out of line, for [`PostSend::send`] after requests were written and
+    /// not rung (not the latency path).
+    #[cold]
+    #[inline(never)]
+    fn ring_pending(&mut self) {
+        self.ring();
+    }
+
+    /// Notes a WQE written by [`SendQueue::write`] for the next [`PostSend::ring`].
+    #[inline(always)]
+    fn note_pending(&mut self, start: u32, blocks: u32) {
+        self.last_seg = start;
+        self.last_blocks = blocks;
+        self.pending += 1;
     }
 }
 
@@ -421,15 +476,15 @@ fn check_atomic(local: &Sge, raddr: u64) -> Result<(), PostError> {
     Ok(())
 }
 
-/// Writes raddr, atomic and data segments from `seg` on.
+/// Writes the raddr, atomic and data segments (1, 2, 3) of the WQE at segment `start`.
 ///
 /// # Safety
 ///
-/// The three segments are free and unpublished.
+/// The three segments are free and unpublished; `start` is a block boundary.
 #[inline(always)]
 unsafe fn write_atomic(
     ring: &SegRing,
-    seg: u32,
+    start: u32,
     local: &Sge,
     raddr: u64,
     rkey: u32,
@@ -438,14 +493,29 @@ unsafe fn write_atomic(
 ) {
     // SAFETY: (caller) the segments are free and unpublished.
     unsafe {
-        ring.with_mut(seg, |b| RaddrSeg::new_unchecked(b).set(raddr, rkey));
-        ring.with_mut(seg.wrapping_add(1), |b| {
+        ring.with_mut_wqe(start, 1, |b| RaddrSeg::new_unchecked(b).set(raddr, rkey));
+        ring.with_mut_wqe(start, 2, |b| {
             AtomicSeg::new_unchecked(b).set(swap_add, compare)
         });
-        ring.with_mut(seg.wrapping_add(2), |b| {
+        ring.with_mut_wqe(start, 3, |b| {
             DataSeg::new_unchecked(b).set(8, local.lkey, local.addr)
         });
     }
+}
+
+/// Writes a data segment for `s` as segment `k` of the WQE at segment `start`.
+///
+/// # Safety
+///
+/// The segment is free and unpublished; `start` is a block boundary.
+#[inline(always)]
+unsafe fn write_data(ring: &SegRing, start: u32, k: u32, s: &Sge) {
+    // SAFETY: (caller) the segment is free and unpublished.
+    unsafe {
+        ring.with_mut_wqe(start, k, |b| {
+            DataSeg::new_unchecked(b).set(s.length, s.lkey, s.addr)
+        })
+    };
 }
 
 /// Writes an inline segment carrying the bytes of `sgl` (`len` in all) from segment `seg` on,
@@ -499,7 +569,28 @@ impl PostSend for SendQueue<'_> {
         let plan = self.plan(wr)?;
         self.check_room(plan.blocks, u32::from(plan.signaled))?;
         // SAFETY: planned and room checked; the caller upholds the posting contract.
-        unsafe { self.write(wr, &plan) };
+        let start = unsafe { self.write(wr, &plan) };
+        self.note_pending(start, plan.blocks);
+        Ok(())
+    }
+
+    /// Posts and rings, inlined into the caller like [`PostSend::post_send`], so that a request
+    /// whose operation is known at the call compiles to that operation's code alone (the
+    /// trait's provided `send` is an ordinary call, where the request is opaque). The WQE goes
+    /// straight to the doorbell; requests written earlier and not yet rung are rung first
+    /// (once this one is known to be valid and to fit), so that this one alone rides on
+    /// BlueFlame.
+    #[inline(always)]
+    unsafe fn send(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
+        let plan = self.plan(wr)?;
+        self.check_room(plan.blocks, u32::from(plan.signaled))?;
+        if self.pending != 0 {
+            self.ring_pending();
+        }
+        // SAFETY: planned and room checked; the caller upholds the posting contract.
+        let start = unsafe { self.write(wr, &plan) };
+        self.doorbell
+            .ring(self.ring, self.pi, start, plan.blocks, true);
         Ok(())
     }
 
@@ -509,7 +600,7 @@ impl PostSend for SendQueue<'_> {
             return;
         }
         self.doorbell.ring(
-            &self.ring,
+            self.ring,
             self.pi,
             self.last_seg,
             self.last_blocks,
@@ -533,7 +624,8 @@ impl PostSend for SendQueue<'_> {
             if let Ok(plan) = self.plan(wr) {
                 // SAFETY: planned, and room for the whole batch was checked; the caller
                 // upholds the posting contract for every request.
-                unsafe { self.write(wr, &plan) };
+                let start = unsafe { self.write(wr, &plan) };
+                self.note_pending(start, plan.blocks);
             }
         }
         self.ring();
