@@ -49,12 +49,10 @@ impl SegRing {
         unsafe { &*self.base.as_ptr().add((idx & self.mask) as usize) }
     }
 
-    /// The cell of segment `idx`, already in the ring (`idx <= mask`).
+    /// The basic block, in the ring, of segment counter `start` (`(start mod segments) / 4`).
     #[inline(always)]
-    fn cell_in_ring(&self, idx: u32) -> &SegCell {
-        debug_assert!(idx <= self.mask);
-        // SAFETY: (caller) the index is in the ring, which `new`'s contract makes valid.
-        unsafe { &*self.base.as_ptr().add(idx as usize) }
+    pub(crate) fn block_of(&self, start: u32) -> u32 {
+        (start & self.mask) / 4
     }
 
     /// Calls `f` with segment `k` of the WQE whose control segment is segment `start`, for
@@ -73,8 +71,15 @@ impl SegRing {
     ) -> R {
         debug_assert!(start.is_multiple_of(4));
         let cell = if k < 4 {
-            // `start & mask` is a multiple of 4 at most `mask - 3` (the ring is whole blocks).
-            self.cell_in_ring((start & self.mask) | k)
+            // SAFETY: `start & mask` is a multiple of 4 at most `mask - 3` (the ring is whole
+            // blocks), so the block's four segments are in the ring.
+            unsafe {
+                &*self
+                    .base
+                    .as_ptr()
+                    .add((start & self.mask) as usize)
+                    .add(k as usize)
+            }
         } else {
             self.cell(start.wrapping_add(k))
         };

@@ -341,7 +341,8 @@ impl<'a> SendQueue<'a> {
     unsafe fn write(&mut self, wr: &SendWr<'_>, plan: &Plan) -> u32 {
         // Locals, not fields: the compiler cannot prove that the ring stores below do not
         // alias `self`, and would reload fields after each one.
-        let (ring, pi, qpn, state) = (&{ self.ring }, self.pi, self.qpn, self.state);
+        let (ring, pi, qpn) = (&{ self.ring }, self.pi, self.qpn);
+        let slots = self.state.slots();
         let start = pi.wrapping_mul(SEGS_PER_BB as u32);
         let imm = wr.op.imm().unwrap_or(0);
         // SAFETY: this and every write below are to segments `0..ds` of the WQE at `start`
@@ -429,18 +430,19 @@ impl<'a> SendQueue<'a> {
             }
         }
         let next = pi.wrapping_add(plan.blocks);
-        // SAFETY: the slot of block `pi` is free (room was checked: the poller has retired
-        // every earlier WQE there) and the WQE is not published yet.
+        // The slot of block `pi`: its place in the ring, which the slots mirror (`new` checked
+        // that there is one per block).
+        let slot = ring.block_of(start) as usize;
+        debug_assert!(slot < slots.len());
+        // SAFETY: in bounds (above); the slot is free (room was checked: the poller has
+        // retired every earlier WQE there) and the WQE is not published yet.
         unsafe {
-            state.record(
-                pi,
-                SlotData {
-                    wr_id: wr.wr_id,
-                    next,
-                    opcode: plan.opcode,
-                    signaled: plan.signaled,
-                },
-            )
+            slots.get_unchecked(slot).record(SlotData {
+                wr_id: wr.wr_id,
+                next,
+                opcode: plan.opcode,
+                signaled: plan.signaled,
+            })
         };
         self.sig_posted = self.sig_posted.wrapping_add(u16::from(plan.signaled));
         self.pi = next;
