@@ -8,7 +8,8 @@
 //!
 //! `Collected` divided by the calls (and by the case's units) is the count per operation.
 //! `count --list` prints the cases: name, units per call, the zverbs function and the C
-//! function to toggle on (tab-separated); `cargo xtask bench --instructions` reads it.
+//! function to toggle on, and what the case does (tab-separated); `cargo xtask bench
+//! --instructions` reads it.
 
 use std::process::ExitCode;
 
@@ -21,7 +22,7 @@ fn main() -> ExitCode {
     if args.first().map(String::as_str) == Some("--list") {
         for c in CASES {
             if let (Some(ours), Some(c_fn)) = (c.ours_fn, c.c_fn) {
-                println!("{}\t{}\t{}\t{}", c.name, c.units, ours, c_fn);
+                println!("{}\t{}\t{}\t{}\t{}", c.name, c.units, ours, c_fn, c.about);
             }
         }
         return ExitCode::SUCCESS;
