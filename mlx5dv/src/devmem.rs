@@ -193,7 +193,10 @@ impl Default for LoomCqe {
 }
 
 /// A ring of CQEs.
-#[derive(Debug)]
+///
+/// `Copy` for the same reason as [`SegRing`]: the poller keeps it in a local while it writes
+/// completions.
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct CqeRing {
     /// The first 64-byte CQE: the ring's start, or its second half with 128-byte CQEs.
     base: NonNull<u8>,

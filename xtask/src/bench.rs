@@ -84,15 +84,18 @@ pub fn main(args: &[String]) -> Result {
 pub struct TimeRow {
     /// Case name.
     pub case: String,
-    /// zverbs, ns per unit.
+    /// zverbs, ns per unit (fastest sample).
     pub ours: f64,
-    /// C baseline, ns per unit.
+    /// C baseline, ns per unit (fastest sample).
     pub c: f64,
     /// What the case does.
     pub about: String,
+    /// zverbs and C, median samples.
+    pub medians: Option<(f64, f64)>,
 }
 
-/// Parses `times.tsv` (`case units ours_ns c_ns about`, with a header line).
+/// Parses `times.tsv` (`case units ours_ns c_ns about [ours_median c_median]`, with a header
+/// line).
 pub fn parse_times(text: &str) -> Vec<TimeRow> {
     text.lines()
         .skip(1)
@@ -103,6 +106,10 @@ pub fn parse_times(text: &str) -> Vec<TimeRow> {
                 ours: f.get(2)?.parse().ok()?,
                 c: f.get(3)?.parse().ok()?,
                 about: f.get(4).unwrap_or(&"").to_string(),
+                medians: f
+                    .get(5)
+                    .zip(f.get(6))
+                    .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?))),
             })
         })
         .collect()
@@ -140,12 +147,17 @@ fn times(o: &Options, out: &Path) -> Result {
 /// The markdown table of times, with the machine it was measured on.
 fn times_markdown(rows: &[TimeRow]) -> String {
     let mut s = String::from(
-        "| case | what one unit is | zverbs ns | C ns | zverbs / C |\n|---|---|---:|---:|---:|\n",
+        "| case | what one unit is | zverbs ns | C ns | zverbs / C | medians (zverbs, C) |\n\
+         |---|---|---:|---:|---:|---:|\n",
     );
     for r in rows {
+        let medians = r
+            .medians
+            .map(|(a, b)| format!("{a:.2}, {b:.2}"))
+            .unwrap_or_default();
         let _ = writeln!(
             s,
-            "| `{}` | {} | {:.2} | {:.2} | {:.2}× |",
+            "| `{}` | {} | {:.2} | {:.2} | {:.2}× | {medians} |",
             r.case,
             r.about,
             r.ours,
@@ -489,15 +501,18 @@ mod tests {
 
     #[test]
     fn reads_what_the_benchmark_and_callgrind_write() {
-        let rows =
-            parse_times("case\tunits\tours_ns\tc_ns\tabout\nwrite\t1\t9.5\t10.0\tRDMA WRITE\n");
+        let rows = parse_times(
+            "case\tunits\tours_ns\tc_ns\tabout\tours_median\tc_median\n\
+             write\t1\t9.5\t10.0\tRDMA WRITE\t9.9\t10.5\n",
+        );
         assert_eq!(
             rows,
             [TimeRow {
                 case: "write".into(),
                 ours: 9.5,
                 c: 10.0,
-                about: "RDMA WRITE".into()
+                about: "RDMA WRITE".into(),
+                medians: Some((9.9, 10.5)),
             }]
         );
         let cases =
@@ -527,6 +542,7 @@ mod tests {
             ours,
             c,
             about: String::new(),
+            medians: None,
         };
         let svg = times_svg(&[
             row("write", 9.0, 8.5),
