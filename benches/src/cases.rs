@@ -657,3 +657,170 @@ pub fn runner(case: &Case, side: Side) -> Option<Box<dyn Runner>> {
         Side::C => c_runner(case),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ffi::IbvWc;
+    use zverbs_core::{PollCq, WcOpcode};
+
+    /// Both sides over rings of `blocks` blocks.
+    fn pair(blocks: u32, bf: u32) -> (Ours, CBase) {
+        (
+            Ours::new(QpMem::new(blocks, 64, bf)),
+            CBase::new(QpMem::new(blocks, 64, bf)),
+        )
+    }
+
+    /// Posts one request of `kind` on both sides.
+    fn post_both(o: &mut Ours, c: &mut CBase, kind: &str, wr_id: u64) {
+        let data: Vec<u8> = (0..64).map(|i| (i * 7 + wr_id as usize) as u8).collect();
+        let sq = &mut *c.sq;
+        // SAFETY: no device reads the memory the requests name; inline sources are live.
+        let (ours, rc) = unsafe {
+            match kind {
+                "write" => (
+                    ours::post_write(&mut o.sq, ADDR, LEN, LKEY, RADDR, RKEY, wr_id),
+                    ffi::zvb_post_write(sq, ADDR, LEN, LKEY, RADDR, RKEY, wr_id),
+                ),
+                "write0" => (
+                    ours::post_write(&mut o.sq, ADDR, 0, LKEY, RADDR, RKEY, wr_id),
+                    ffi::zvb_post_write(sq, ADDR, 0, LKEY, RADDR, RKEY, wr_id),
+                ),
+                "inline8" | "inline64" | "inline13" => {
+                    let len = kind[6..].parse::<usize>().unwrap();
+                    (
+                        ours::post_write_inline(&mut o.sq, &data[..len], RADDR, RKEY, wr_id),
+                        ffi::zvb_post_write_inline(
+                            sq,
+                            data.as_ptr(),
+                            len as u32,
+                            RADDR,
+                            RKEY,
+                            wr_id,
+                        ),
+                    )
+                }
+                "send" => (
+                    ours::post_send(&mut o.sq, ADDR, LEN, LKEY, wr_id),
+                    ffi::zvb_post_send(sq, ADDR, LEN, LKEY, wr_id),
+                ),
+                "read" => (
+                    ours::post_read(&mut o.sq, ADDR, LEN, LKEY, RADDR, RKEY, wr_id),
+                    ffi::zvb_post_read(sq, ADDR, LEN, LKEY, RADDR, RKEY, wr_id),
+                ),
+                "cas" => (
+                    ours::post_cas(&mut o.sq, ADDR, LKEY, RADDR, RKEY, 11, 22, wr_id),
+                    ffi::zvb_post_cas(sq, ADDR, LKEY, RADDR, RKEY, 11, 22, wr_id),
+                ),
+                "faa" => (
+                    ours::post_faa(&mut o.sq, ADDR, LKEY, RADDR, RKEY, 33, wr_id),
+                    ffi::zvb_post_faa(sq, ADDR, LKEY, RADDR, RKEY, 33, wr_id),
+                ),
+                other => panic!("no request kind {other}"),
+            }
+        };
+        assert_eq!((ours, rc), (Ok(()), 0), "{kind}");
+    }
+
+    fn assert_same(o: &Ours, c: &CBase, what: &str) {
+        assert_eq!(o.mem.sq_bytes(), c.mem.sq_bytes(), "ring after {what}");
+        assert_eq!(o.mem.bf_bytes(), c.mem.bf_bytes(), "BlueFlame after {what}");
+        assert_eq!(
+            o.mem.sq_dbrec(),
+            c.mem.sq_dbrec(),
+            "doorbell record after {what}"
+        );
+    }
+
+    /// The benchmarked requests are the same bytes on both sides: WQEs, BlueFlame copies and
+    /// doorbell records, at every position of a small ring (so WQEs of two blocks straddle its
+    /// end), with BlueFlame and doorbell only.
+    #[test]
+    fn both_sides_write_the_same_bytes() {
+        let kinds = [
+            "write", "write0", "inline8", "inline13", "inline64", "send", "read", "cas", "faa",
+        ];
+        for bf in [BF_SIZE, 0] {
+            for kind in kinds {
+                let (mut o, mut c) = pair(8, bf);
+                for i in 0..19u64 {
+                    // A one-block request first shifts the two-block ones onto odd blocks.
+                    let k = if i % 3 == 0 { "write" } else { kind };
+                    post_both(&mut o, &mut c, k, 100 + i);
+                    assert_same(&o, &c, &format!("{k} #{i} (bf {bf})"));
+                    o.complete_all(1);
+                    c.complete_all(1);
+                }
+            }
+        }
+    }
+
+    /// A verbs chain and a zverbs batch of the same requests write the same bytes and ring the
+    /// same doorbell (8 bytes of the last control segment).
+    #[test]
+    fn batches_write_the_same_bytes() {
+        for n in [1usize, 3, 8] {
+            let (mut o, mut c) = pair(32, BF_SIZE);
+            let descs: Vec<ZvbWrDesc> = (0..n).map(|i| write_desc(i, n)).collect();
+            let chain = WrChain::new(&descs);
+            let wrs = write_wrs(n);
+            let mut bad = std::ptr::null_mut();
+            // SAFETY: no device reads the memory the requests name.
+            let (ours, rc) = unsafe {
+                (
+                    ours::post_batch(&mut o.sq, &wrs),
+                    ffi::zvb_post_send_wr(&mut *c.sq, chain.head(), &mut bad),
+                )
+            };
+            assert_eq!((ours, rc), (Ok(()), 0));
+            assert_same(&o, &c, &format!("a batch of {n}"));
+        }
+    }
+
+    /// Both pollers report the same completions for the same CQEs.
+    #[test]
+    fn both_sides_poll_the_same_completions() {
+        let (mut o, mut c) = pair(16, BF_SIZE);
+        for i in 0..4 {
+            post_both(&mut o, &mut c, "write", 7 + i);
+        }
+        // One CQE naming each WQE, as the device writes them.
+        o.write_cqes(4);
+        c.write_cqes(4);
+        let mut ours = [zverbs_core::Completion::EMPTY; 8];
+        let mut theirs = [IbvWc::default(); 8];
+        assert_eq!(ours::poll(&mut o.cq, &mut ours), 4);
+        // SAFETY: a live CQ and an 8-entry array.
+        assert_eq!(
+            unsafe { ffi::zvb_poll_cq(&mut *c.cq, 8, theirs.as_mut_ptr()) },
+            4
+        );
+        for (a, b) in ours.iter().zip(&theirs).take(4) {
+            assert_eq!(
+                (a.wr_id, a.qp_num, a.byte_len),
+                (b.wr_id, b.qp_num, b.byte_len)
+            );
+            assert!(a.is_success() && b.status == 0);
+            assert_eq!((a.opcode, b.opcode), (WcOpcode::RdmaWrite, 1));
+        }
+        assert_eq!(o.mem.cq_dbrec(), c.mem.cq_dbrec());
+        assert_eq!(o.cq.poll(&mut ours), 0);
+    }
+
+    /// Every case runs on both sides, across the fixtures' refills.
+    #[test]
+    fn every_case_runs_on_both_sides() {
+        for case in CASES {
+            for side in [Side::Ours, Side::C] {
+                let calls = if case.group == Group::RoundTrip {
+                    20
+                } else {
+                    5000
+                };
+                let mut r = runner(case, side).expect("runner");
+                r.run(calls);
+            }
+        }
+    }
+}
