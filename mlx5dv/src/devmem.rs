@@ -133,6 +133,52 @@ impl SegRing {
         }
     }
 
+    /// Copies `len` bytes from `src` into the ring at byte counter `at` (16 per segment,
+    /// free-running like the segment counter), continuing at the ring's start when it meets
+    /// the end: at most two copies.
+    ///
+    /// # Safety
+    ///
+    /// The segments written are free and unpublished (as for [`SegRing::with_mut`]);
+    /// `src..src + len` is readable and does not overlap the ring; `len` is at most the
+    /// ring's size.
+    #[inline(always)]
+    pub(crate) unsafe fn copy_in(&self, at: u32, src: *const u8, len: usize) {
+        #[cfg(not(zverbs_loom))]
+        {
+            let ring_bytes = (self.mask as usize + 1) * 16;
+            let pos = at as usize & (ring_bytes - 1);
+            let first = len.min(ring_bytes - pos);
+            let dst = self.base.as_ptr().cast::<u8>();
+            // SAFETY: `pos + first <= ring_bytes` and `len - first <= ring_bytes`, so both
+            // copies stay in the ring; (caller) the source is readable, does not overlap, and
+            // the bytes written belong to free segments.
+            unsafe {
+                core::ptr::copy_nonoverlapping(src, dst.add(pos), first);
+                if first < len {
+                    core::ptr::copy_nonoverlapping(src.add(first), dst, len - first);
+                }
+            }
+        }
+        #[cfg(zverbs_loom)]
+        {
+            let (mut at, mut src, mut left) = (at, src, len);
+            while left > 0 {
+                let off = (at % 16) as usize;
+                let n = left.min(16 - off);
+                // SAFETY: (caller) as above; `off + n <= 16`.
+                unsafe {
+                    self.with_mut(at / 16, |b| {
+                        core::ptr::copy_nonoverlapping(src, b.as_mut_ptr().add(off), n)
+                    });
+                    src = src.add(n);
+                }
+                at = at.wrapping_add(n as u32);
+                left -= n;
+            }
+        }
+    }
+
     /// Calls `f` with segment `idx` (masked) for reading.
     #[inline(always)]
     pub(crate) fn with<R>(&self, idx: u32, f: impl FnOnce(&[u8; 16]) -> R) -> R {

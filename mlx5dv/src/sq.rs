@@ -527,7 +527,7 @@ unsafe fn write_data(ring: &SegRing, start: u32, k: u32, s: &Sge) {
 ///
 /// The segments are free and unpublished; every entry's bytes are readable.
 #[inline(always)]
-unsafe fn write_inline(ring: &SegRing, mut seg: u32, sgl: &[Sge], len: u32) {
+unsafe fn write_inline(ring: &SegRing, seg: u32, sgl: &[Sge], len: u32) {
     if len == 0 {
         return;
     }
@@ -537,31 +537,26 @@ unsafe fn write_inline(ring: &SegRing, mut seg: u32, sgl: &[Sge], len: u32) {
             b[..4].copy_from_slice(&inline_byte_count(len).to_be_bytes())
         })
     };
-    let mut off = 4usize;
+    // A byte counter into the ring (free-running like the segment counter, 16 per segment).
+    let mut at = seg.wrapping_mul(16).wrapping_add(4);
     for s in sgl {
-        let mut src = s.addr as usize as *const u8;
-        let mut left = s.length as usize;
-        while left > 0 {
-            let n = left.min(16 - off);
-            // SAFETY: (caller) `src..src+left` is readable and the segment is free; `off + n
-            // <= 16`.
-            unsafe {
-                ring.with_mut(seg, |b| {
-                    core::ptr::copy_nonoverlapping(src, b.as_mut_ptr().add(off), n)
-                });
-                src = src.add(n);
-            }
-            left -= n;
-            off += n;
-            if off == 16 {
-                seg = seg.wrapping_add(1);
-                off = 0;
-            }
-        }
+        // SAFETY: (caller) `addr..addr+length` is readable and the segments are free; the
+        // payload (at most `max_inline_data`, which fits the largest WQE) is shorter than the
+        // ring.
+        unsafe { ring.copy_in(at, s.addr as usize as *const u8, s.length as usize) };
+        at = at.wrapping_add(s.length);
     }
+    let off = at % 16;
     if off != 0 {
+        // Zero the padding, bytes `off..16`, with a mask over the whole segment rather than a
+        // fill of variable length (a call to memset).
+        let keep = (1u128 << (8 * off)) - 1;
         // SAFETY: (caller) the segment is free.
-        unsafe { ring.with_mut(seg, |b| b[off..].fill(0)) };
+        unsafe {
+            ring.with_mut(at / 16, |b| {
+                *b = (u128::from_le_bytes(*b) & keep).to_le_bytes();
+            })
+        };
     }
 }
 
