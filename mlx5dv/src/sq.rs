@@ -7,6 +7,8 @@
 //! continues at slot 0 whatever its size and alignment (as rdma-core does, without padding
 //! NOPs). Nothing is visible to the device until [`PostSend::ring`].
 
+use core::mem::MaybeUninit;
+
 use zverbs_core::mmio::MmioRegion;
 use zverbs_core::ring::Ring;
 use zverbs_core::{BatchError, PostError, PostSend, SendFlags, SendOp, SendWr, Sge};
@@ -34,6 +36,9 @@ struct Plan {
     /// Inline payload length, or `None` for data segments.
     inline: Option<u32>,
 }
+
+/// Requests of a batch whose plans are kept between its checking and writing passes.
+const BATCH_PLANS: usize = 32;
 
 /// The send queue of an mlx5 QP, driven directly.
 ///
@@ -266,6 +271,12 @@ impl<'a> SendQueue<'a> {
             }
             ds += inline_ds(len as usize) as u32;
             inline = Some(len as u32);
+        } else if let [s] = sgl {
+            // One entry, the common case, without a loop.
+            ds += u32::from(s.length != 0);
+            if u64::from(s.length) > MAX_MESSAGE {
+                return Err(PostError::MessageTooLong);
+            }
         } else {
             let mut len = 0u64;
             for s in sgl {
@@ -457,6 +468,23 @@ impl<'a> SendQueue<'a> {
         self.ring();
     }
 
+    /// The index of the first request of `wrs` that does not fit after the ones before it
+    /// (all of them valid), for a batch refused as a whole.
+    #[cold]
+    fn first_misfit(&self, wrs: &[SendWr<'_>]) -> usize {
+        let (mut blocks, mut signaled) = (0u32, 0u32);
+        for (index, wr) in wrs.iter().enumerate() {
+            if let Ok(plan) = self.plan(wr) {
+                blocks += plan.blocks;
+                signaled += u32::from(plan.signaled);
+            }
+            if !self.fits(blocks, signaled) {
+                return index;
+            }
+        }
+        wrs.len().saturating_sub(1)
+    }
+
     /// Notes a WQE written by [`SendQueue::write`] for the next [`PostSend::ring`].
     #[inline(always)]
     fn note_pending(&mut self, start: u32, blocks: u32) {
@@ -607,23 +635,51 @@ impl PostSend for SendQueue<'_> {
     }
 
     unsafe fn post_send_batch(&mut self, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
+        // The plans of the first requests are kept for the writing pass (a small array on the
+        // stack, left uninitialised: no allocation, no clearing); later ones, if any, are
+        // planned again.
+        let mut plans = [const { MaybeUninit::<Plan>::uninit() }; BATCH_PLANS];
         let mut blocks = 0u32;
         let mut signaled = 0u32;
         for (index, wr) in wrs.iter().enumerate() {
-            let plan = self.plan(wr).map_err(|error| BatchError { index, error })?;
+            let plan = match self.plan(wr) {
+                Ok(plan) => plan,
+                Err(error) => {
+                    // A request before this one that does not fit comes first, as when posting
+                    // one by one.
+                    self.check_room(blocks, signaled).map_err(|error| BatchError {
+                        index: self.first_misfit(wrs),
+                        error,
+                    })?;
+                    return Err(BatchError { index, error });
+                }
+            };
             blocks += plan.blocks;
             signaled += u32::from(plan.signaled);
-            self.check_room(blocks, signaled)
-                .map_err(|error| BatchError { index, error })?;
-        }
-        for wr in wrs {
-            // Infallible: the same plan succeeded above and nothing changed since.
-            if let Ok(plan) = self.plan(wr) {
-                // SAFETY: planned, and room for the whole batch was checked; the caller
-                // upholds the posting contract for every request.
-                let start = unsafe { self.write(wr, &plan) };
-                self.note_pending(start, plan.blocks);
+            if let Some(p) = plans.get_mut(index) {
+                p.write(plan);
             }
+        }
+        self.check_room(blocks, signaled)
+            .map_err(|error| BatchError {
+                index: self.first_misfit(wrs),
+                error,
+            })?;
+        for (index, wr) in wrs.iter().enumerate() {
+            let plan = match plans.get(index) {
+                // SAFETY: the first pass wrote the plan of every request with a place in the
+                // array.
+                Some(p) => unsafe { p.assume_init_read() },
+                // Infallible: the same plan succeeded above and nothing changed since.
+                None => match self.plan(wr) {
+                    Ok(p) => p,
+                    Err(_) => continue,
+                },
+            };
+            // SAFETY: planned, and room for the whole batch was checked; the caller upholds
+            // the posting contract for every request.
+            let start = unsafe { self.write(wr, &plan) };
+            self.note_pending(start, plan.blocks);
         }
         self.ring();
         Ok(())
