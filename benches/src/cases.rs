@@ -183,6 +183,13 @@ pub const CASES: &[Case] = &[
         32,
         ("zverbs_benches::ours::post_batch", "zvb_post_send_wr"),
     ),
+    case(
+        "chain8",
+        "8 WRITEs posted one by one, then one doorbell, per WQE",
+        Group::Post,
+        8,
+        ("zverbs_benches::ours::post_chain", "zvb_post_send_wr"),
+    ),
     Case {
         goal_ns: Some(5.0),
         ..case(
@@ -491,6 +498,14 @@ fn ours_runner(case: &Case) -> Option<Box<dyn Runner>> {
                 unsafe { ours::post_batch(&mut f.sq, bb(&wrs)) }.is_ok()
             })
         }
+        "chain8" => {
+            let n = case.units;
+            let wrs = write_wrs(n as usize);
+            post(Ours::new(mem(BF_SIZE)), n, n, move |f: &mut Ours| {
+                // SAFETY: as above.
+                unsafe { ours::post_chain(&mut f.sq, bb(&wrs)) }.is_ok()
+            })
+        }
         "poll1" | "poll_empty" => {
             let per_call = u32::from(case.name == "poll1");
             let mut wc = [Completion::EMPTY; 1];
@@ -605,7 +620,7 @@ fn c_runner(case: &Case) -> Option<Box<dyn Runner>> {
             };
             rc == 0
         }),
-        "opaque" | "batch1" | "batch8" | "batch32" => {
+        "opaque" | "batch1" | "batch8" | "batch32" | "chain8" => {
             let n = case.units;
             let chain = WrChain::new(
                 &(0..n as usize)

@@ -289,6 +289,31 @@ pub unsafe fn post_batch(sq: &mut SendQueue<'_>, wrs: &[SendWr<'_>]) -> Result<(
     unsafe { sq.post_send_batch(wrs) }
 }
 
+/// Requests written one by one, then one doorbell for all: what `ibv_post_send` does with a
+/// chain (each request checked and written in turn; a refused one stops the loop and what
+/// was written before it is rung).
+///
+/// # Safety
+///
+/// As [`post_write`].
+///
+/// # Errors
+///
+/// The first refused request's error and index.
+#[inline(never)]
+pub unsafe fn post_chain(sq: &mut SendQueue<'_>, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
+    let mut result = Ok(());
+    for (index, wr) in wrs.iter().enumerate() {
+        // SAFETY: (caller) the posting contract.
+        if let Err(error) = unsafe { sq.post_send(wr) } {
+            result = Err(BatchError { index, error });
+            break;
+        }
+    }
+    sq.ring();
+    result
+}
+
 /// Polls up to `out.len()` completions.
 #[inline(never)]
 pub fn poll(cq: &mut CompletionQueue<'_>, out: &mut [Completion]) -> usize {

@@ -647,10 +647,11 @@ impl PostSend for SendQueue<'_> {
                 Err(error) => {
                     // A request before this one that does not fit comes first, as when posting
                     // one by one.
-                    self.check_room(blocks, signaled).map_err(|error| BatchError {
-                        index: self.first_misfit(wrs),
-                        error,
-                    })?;
+                    self.check_room(blocks, signaled)
+                        .map_err(|error| BatchError {
+                            index: self.first_misfit(wrs),
+                            error,
+                        })?;
                     return Err(BatchError { index, error });
                 }
             };
