@@ -1,8 +1,81 @@
 //! # zverbs
 //!
-//! Zero-allocation RDMA verbs for latency-critical code. This crate is what applications depend
-//! on; it re-exports the data-path vocabulary of [`zverbs_core`] and the mlx5 direct backend of
-//! [`zverbs_mlx5dv`].
+//! Zero-allocation RDMA verbs for latency-critical code. Set-up (devices, protection domains,
+//! memory regions, completion queues, queue pairs, connection) goes through rdma-core; after
+//! that, on mlx5 (ConnectX) devices the data path is `zverbs-mlx5dv`'s direct one, and on
+//! every other device the libibverbs fallback — behind the same traits, [`PostSend`],
+//! [`PostRecv`] and [`PollCq`].
+//!
+//! ## Quick start
+//!
+//! ```no_run
+//! use zverbs::{AccessFlags, ConnectAttr, ContextOptions, Queues, SendWr, PostSend, PollCq};
+//! use zverbs::connect::{exchange, random_psn};
+//!
+//! # fn main() -> zverbs::Result<()> {
+//! let ctx = zverbs::open_device(None, &ContextOptions::default())?;
+//! let port = ctx.active_port()?;
+//! let local = ctx.address(port, None)?;
+//! let pd = ctx.alloc_pd()?;
+//! let buf = pd.alloc_buf(4096, AccessFlags::ALL)?;
+//! let cq = ctx.cq_builder().cqe(256).build()?;
+//! let qp = pd.qp_builder(&cq, &cq).max_send_wr(64).max_recv_wr(64).build()?;
+//! println!("backend: {}", qp.backend());
+//!
+//! // Tell the peer where we are (ibv_rc_pingpong's exchange), then connect.
+//! let me = zverbs::connect::Endpoint { lid: local.lid, qpn: qp.qpn(), psn: random_psn(), gid: local.gid };
+//! let mut s = exchange::connect("server:18515", std::time::Duration::from_secs(10))?;
+//! let hello = exchange::Hello { endpoint: me, ..Default::default() };
+//! let peer = exchange::client(&mut s, &hello, exchange::Wire::RcPingpong)?;
+//! qp.connect(&ConnectAttr::new(port, me.psn, &peer.endpoint, local.gid_index))?;
+//!
+//! let sge = [buf.sge(0..64).unwrap()];
+//! match Queues::take(&qp, &cq)? {
+//!     Queues::Direct(mut q) => send_one(&mut q.sq, &mut q.cq, &sge),
+//!     Queues::Verbs(mut q) => send_one(&mut q.sq, &mut q.cq, &sge),
+//! }
+//! # Ok(()) }
+//! fn send_one(sq: &mut impl PostSend, cq: &mut impl PollCq, sge: &[zverbs::Sge]) {
+//!     // SAFETY: `sge` lies in a registered buffer that outlives the request, and nothing
+//!     // writes it until the completion is polled.
+//!     unsafe { sq.send(&SendWr::send(1, sge).signaled()) }.unwrap();
+//!     let mut wc = [zverbs::Completion::EMPTY; 4];
+//!     while cq.poll(&mut wc) == 0 {}
+//! }
+//! ```
+//!
+//! ## Features
+//!
+//! None. rdma-core is loaded at run time (`libibverbs.so.1`, `libmlx5.so.1`,
+//! `librdmacm.so.1`): the crate builds anywhere, and asking for a device on a machine without
+//! rdma-core is an [`Error::Library`] naming the package to install.
+//!
+//! ## Backends
+//!
+//! See [`backend`]: automatic (direct on mlx5, fallback elsewhere), overridden by the caller
+//! or by `ZVERBS_BACKEND=auto|direct|verbs`, and reported by [`Qp::backend`] and
+//! [`Cq::backend`]. The handles are in [`queues`].
+//!
+//! ## Safety: which posting is `unsafe`
+//!
+//! The core traits' post methods are `unsafe`: the device reads and writes memory by address,
+//! and the caller promises the buffers stay registered and untouched by Rust references until
+//! their completion. [`safe`] wraps a send or receive queue so that it only posts buffers the
+//! library allocated ([`MrBuf`]) and holds them alive: no `unsafe` at the call site.
+//! Registering caller-owned memory ([`Pd::register`]) is `unsafe` with a written contract.
+//!
+//! ## Thread safety
+//!
+//! [`Context`], [`Pd`], [`Cq`], [`Qp`], [`Mr`] and [`MrBuf`] are `Send + Sync` handles. A
+//! send queue, a receive queue and a poller are each `Send` and driven through `&mut self` by
+//! one thread at a time; a QP's send queue and the poller of its CQ may live on different
+//! threads (they share only atomics).
+//!
+//! ## Resource cleanup
+//!
+//! Every handle holds its parents (a QP its CQs and PD, a CQ and a PD their context, a queue
+//! handle its QP, a poller its CQ and QPs), so objects can be dropped in any order: rdma-core
+//! objects are destroyed children first, when the last handle goes.
 #![deny(
     unsafe_op_in_unsafe_fn,
     missing_docs,
@@ -10,9 +83,40 @@
     clippy::missing_safety_doc
 )]
 
+pub mod backend;
+pub mod connect;
+mod cq;
+mod device;
+mod error;
+pub mod fallback;
+pub mod ffi;
+mod mr;
+mod pd;
+mod provider;
+mod qp;
+pub mod queues;
+pub mod safe;
+
+pub use backend::{BackendChoice, BackendKind, BackendReport, BackendRequest};
+pub use cq::{Cq, CqBuilder};
+pub use device::{
+    Context, ContextOptions, Device, DeviceAttr, Gid, GidEntry, GidType, LinkLayer, LocalAddress,
+    Mtu, PortAttr, PortState, devices, open_device,
+};
+pub use error::{Error, Result};
+pub use mr::{AccessFlags, Mr, MrBuf};
+pub use pd::Pd;
+pub use qp::{ConnectAttr, GlobalRoute, InitAttr, Qp, QpBuilder, QpCaps, RtrAttr, RtsAttr};
+pub use queues::{AnyPoller, AnyRecvQueue, AnySendQueue, QueueSet, Queues};
+
 pub use zverbs_core as core;
 pub use zverbs_core::{
     BatchError, Completion, PollCq, PostError, PostRecv, PostSend, RecvWr, RemoteBuf, SendFlags,
     SendOp, SendWr, Sge, WcFlags, WcOpcode, WcStatus,
 };
 pub use zverbs_mlx5dv as mlx5;
+
+#[cfg(test)]
+mod test_alloc;
+#[cfg(test)]
+mod tests;

@@ -24,6 +24,11 @@ const NEEDS: &[Need] = &[
         package: "libibverbs-dev",
     },
     Need {
+        what: "librdmacm's <rdma/rdma_cma.h> (ABI probe of the control path's FFI)",
+        present: || Path::new("/usr/include/rdma/rdma_cma.h").exists(),
+        package: "librdmacm-dev",
+    },
+    Need {
         what: "a C compiler `cc` (cross-check probes, linking)",
         present: || util::succeeds(Command::new("cc").arg("--version")),
         package: "gcc",

@@ -390,6 +390,10 @@ impl Drop for Device {
 }
 
 /// The progress thread: steps while there is work, spins a little when idle, then yields.
+/// Empty passes after which the progress thread sleeps between passes (about 10 ms of
+/// yielding on this kind of machine).
+const IDLE_SPINS_BEFORE_SLEEP: u32 = 20_000;
+
 fn progress(shared: &Shared) {
     let mut idle = 0u32;
     while !shared.stop.load(Ordering::Relaxed) {
@@ -400,7 +404,11 @@ fn progress(shared: &Shared) {
             .step();
         if n == 0 {
             idle = idle.saturating_add(1);
-            if idle > 64 {
+            if idle > IDLE_SPINS_BEFORE_SLEEP {
+                // Long idle (a process that opened the device and went quiet): do not keep
+                // a core busy; the next doorbell waits at most one short sleep.
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            } else if idle > 64 {
                 std::thread::yield_now();
             } else {
                 core::hint::spin_loop();

@@ -1,0 +1,719 @@
+//! Compiles a C probe against rdma-core's headers that records the size and alignment of
+//! every struct zverbs declares, the offset of every field, and the value of every constant;
+//! generates the matching Rust table from the same list.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// A struct: the Rust path under `zverbs::ffi`, the C type, and its fields as
+/// `(rust field path, C field path)`; an empty C path means the same as the Rust one.
+type Spec = (
+    &'static str,
+    &'static str,
+    &'static [(&'static str, &'static str)],
+);
+
+const STRUCTS: &[Spec] = &[
+    ("types::ibv_gid", "union ibv_gid", &[("raw", "")]),
+    (
+        "types::ibv_gid_entry",
+        "struct ibv_gid_entry",
+        &[
+            ("gid", ""),
+            ("gid_index", ""),
+            ("port_num", ""),
+            ("gid_type", ""),
+            ("ndev_ifindex", ""),
+        ],
+    ),
+    (
+        "types::ibv_device_attr",
+        "struct ibv_device_attr",
+        &[
+            ("fw_ver", ""),
+            ("node_guid", ""),
+            ("sys_image_guid", ""),
+            ("max_mr_size", ""),
+            ("page_size_cap", ""),
+            ("vendor_id", ""),
+            ("vendor_part_id", ""),
+            ("hw_ver", ""),
+            ("max_qp", ""),
+            ("max_qp_wr", ""),
+            ("device_cap_flags", ""),
+            ("max_sge", ""),
+            ("max_sge_rd", ""),
+            ("max_cq", ""),
+            ("max_cqe", ""),
+            ("max_mr", ""),
+            ("max_pd", ""),
+            ("max_qp_rd_atom", ""),
+            ("max_ee_rd_atom", ""),
+            ("max_res_rd_atom", ""),
+            ("max_qp_init_rd_atom", ""),
+            ("max_ee_init_rd_atom", ""),
+            ("atomic_cap", ""),
+            ("max_ee", ""),
+            ("max_rdd", ""),
+            ("max_mw", ""),
+            ("max_raw_ipv6_qp", ""),
+            ("max_raw_ethy_qp", ""),
+            ("max_mcast_grp", ""),
+            ("max_mcast_qp_attach", ""),
+            ("max_total_mcast_qp_attach", ""),
+            ("max_ah", ""),
+            ("max_fmr", ""),
+            ("max_map_per_fmr", ""),
+            ("max_srq", ""),
+            ("max_srq_wr", ""),
+            ("max_srq_sge", ""),
+            ("max_pkeys", ""),
+            ("local_ca_ack_delay", ""),
+            ("phys_port_cnt", ""),
+        ],
+    ),
+    (
+        "types::ibv_port_attr",
+        "struct ibv_port_attr",
+        &[
+            ("state", ""),
+            ("max_mtu", ""),
+            ("active_mtu", ""),
+            ("gid_tbl_len", ""),
+            ("port_cap_flags", ""),
+            ("max_msg_sz", ""),
+            ("bad_pkey_cntr", ""),
+            ("qkey_viol_cntr", ""),
+            ("pkey_tbl_len", ""),
+            ("lid", ""),
+            ("sm_lid", ""),
+            ("lmc", ""),
+            ("max_vl_num", ""),
+            ("sm_sl", ""),
+            ("subnet_timeout", ""),
+            ("init_type_reply", ""),
+            ("active_width", ""),
+            ("active_speed", ""),
+            ("phys_state", ""),
+            ("link_layer", ""),
+            ("flags", ""),
+            ("port_cap_flags2", ""),
+        ],
+    ),
+    (
+        "types::ibv_wc",
+        "struct ibv_wc",
+        &[
+            ("wr_id", ""),
+            ("status", ""),
+            ("opcode", ""),
+            ("vendor_err", ""),
+            ("byte_len", ""),
+            ("imm_data", ""),
+            ("imm_data", "invalidated_rkey"),
+            ("qp_num", ""),
+            ("src_qp", ""),
+            ("wc_flags", ""),
+            ("pkey_index", ""),
+            ("slid", ""),
+            ("sl", ""),
+            ("dlid_path_bits", ""),
+        ],
+    ),
+    (
+        "types::ibv_pd",
+        "struct ibv_pd",
+        &[("context", ""), ("handle", "")],
+    ),
+    (
+        "types::ibv_mr",
+        "struct ibv_mr",
+        &[
+            ("context", ""),
+            ("pd", ""),
+            ("addr", ""),
+            ("length", ""),
+            ("handle", ""),
+            ("lkey", ""),
+            ("rkey", ""),
+        ],
+    ),
+    (
+        "types::ibv_global_route",
+        "struct ibv_global_route",
+        &[
+            ("dgid", ""),
+            ("flow_label", ""),
+            ("sgid_index", ""),
+            ("hop_limit", ""),
+            ("traffic_class", ""),
+        ],
+    ),
+    (
+        "types::ibv_ah_attr",
+        "struct ibv_ah_attr",
+        &[
+            ("grh", ""),
+            ("dlid", ""),
+            ("sl", ""),
+            ("src_path_bits", ""),
+            ("static_rate", ""),
+            ("is_global", ""),
+            ("port_num", ""),
+        ],
+    ),
+    (
+        "types::ibv_qp_cap",
+        "struct ibv_qp_cap",
+        &[
+            ("max_send_wr", ""),
+            ("max_recv_wr", ""),
+            ("max_send_sge", ""),
+            ("max_recv_sge", ""),
+            ("max_inline_data", ""),
+        ],
+    ),
+    (
+        "types::ibv_qp_init_attr",
+        "struct ibv_qp_init_attr",
+        &[
+            ("qp_context", ""),
+            ("send_cq", ""),
+            ("recv_cq", ""),
+            ("srq", ""),
+            ("cap", ""),
+            ("qp_type", ""),
+            ("sq_sig_all", ""),
+        ],
+    ),
+    (
+        "types::ibv_rx_hash_conf",
+        "struct ibv_rx_hash_conf",
+        &[
+            ("rx_hash_function", ""),
+            ("rx_hash_key_len", ""),
+            ("rx_hash_key", ""),
+            ("rx_hash_fields_mask", ""),
+        ],
+    ),
+    (
+        "types::ibv_qp_init_attr_ex",
+        "struct ibv_qp_init_attr_ex",
+        &[
+            ("qp_context", ""),
+            ("send_cq", ""),
+            ("recv_cq", ""),
+            ("srq", ""),
+            ("cap", ""),
+            ("qp_type", ""),
+            ("sq_sig_all", ""),
+            ("comp_mask", ""),
+            ("pd", ""),
+            ("xrcd", ""),
+            ("create_flags", ""),
+            ("max_tso_header", ""),
+            ("rwq_ind_tbl", ""),
+            ("rx_hash_conf", ""),
+            ("source_qpn", ""),
+            ("send_ops_flags", ""),
+        ],
+    ),
+    (
+        "types::ibv_qp_attr",
+        "struct ibv_qp_attr",
+        &[
+            ("qp_state", ""),
+            ("cur_qp_state", ""),
+            ("path_mtu", ""),
+            ("path_mig_state", ""),
+            ("qkey", ""),
+            ("rq_psn", ""),
+            ("sq_psn", ""),
+            ("dest_qp_num", ""),
+            ("qp_access_flags", ""),
+            ("cap", ""),
+            ("ah_attr", ""),
+            ("alt_ah_attr", ""),
+            ("pkey_index", ""),
+            ("alt_pkey_index", ""),
+            ("en_sqd_async_notify", ""),
+            ("sq_draining", ""),
+            ("max_rd_atomic", ""),
+            ("max_dest_rd_atomic", ""),
+            ("min_rnr_timer", ""),
+            ("port_num", ""),
+            ("timeout", ""),
+            ("retry_cnt", ""),
+            ("rnr_retry", ""),
+            ("alt_port_num", ""),
+            ("alt_timeout", ""),
+            ("rate_limit", ""),
+        ],
+    ),
+    (
+        "types::ibv_send_wr",
+        "struct ibv_send_wr",
+        &[
+            ("wr_id", ""),
+            ("next", ""),
+            ("sg_list", ""),
+            ("num_sge", ""),
+            ("opcode", ""),
+            ("send_flags", ""),
+            ("imm_data", ""),
+            ("imm_data", "invalidate_rkey"),
+            ("wr", ""),
+            ("wr.rdma.remote_addr", ""),
+            ("wr.rdma.rkey", ""),
+            ("wr.atomic.remote_addr", ""),
+            ("wr.atomic.compare_add", ""),
+            ("wr.atomic.swap", ""),
+            ("wr.atomic.rkey", ""),
+            ("wr.ud.ah", ""),
+            ("wr.ud.remote_qpn", ""),
+            ("wr.ud.remote_qkey", ""),
+            ("qp_type", ""),
+            ("qp_type.remote_srqn", "qp_type.xrc.remote_srqn"),
+            ("ext", "bind_mw"),
+            ("ext.bind_mw.mw", "bind_mw.mw"),
+            ("ext.bind_mw.rkey", "bind_mw.rkey"),
+            ("ext.bind_mw.bind_info", "bind_mw.bind_info"),
+            ("ext.tso.hdr", "tso.hdr"),
+            ("ext.tso.hdr_sz", "tso.hdr_sz"),
+            ("ext.tso.mss", "tso.mss"),
+        ],
+    ),
+    (
+        "types::ibv_send_wr_wr",
+        "__typeof__(((struct ibv_send_wr *)0)->wr)",
+        &[],
+    ),
+    (
+        "types::ibv_mw_bind_info",
+        "struct ibv_mw_bind_info",
+        &[
+            ("mr", ""),
+            ("addr", ""),
+            ("length", ""),
+            ("mw_access_flags", ""),
+        ],
+    ),
+    (
+        "types::ibv_recv_wr",
+        "struct ibv_recv_wr",
+        &[
+            ("wr_id", ""),
+            ("next", ""),
+            ("sg_list", ""),
+            ("num_sge", ""),
+        ],
+    ),
+    (
+        "types::ibv_sge",
+        "struct ibv_sge",
+        &[("addr", ""), ("length", ""), ("lkey", "")],
+    ),
+    (
+        "types::ibv_comp_channel",
+        "struct ibv_comp_channel",
+        &[("context", ""), ("fd", ""), ("refcnt", "")],
+    ),
+    (
+        "types::ibv_cq",
+        "struct ibv_cq",
+        &[
+            ("context", ""),
+            ("channel", ""),
+            ("cq_context", ""),
+            ("handle", ""),
+            ("cqe", ""),
+            ("mutex", ""),
+            ("cond", ""),
+            ("comp_events_completed", ""),
+            ("async_events_completed", ""),
+        ],
+    ),
+    (
+        "types::ibv_qp",
+        "struct ibv_qp",
+        &[
+            ("context", ""),
+            ("qp_context", ""),
+            ("pd", ""),
+            ("send_cq", ""),
+            ("recv_cq", ""),
+            ("srq", ""),
+            ("handle", ""),
+            ("qp_num", ""),
+            ("state", ""),
+            ("qp_type", ""),
+            ("mutex", ""),
+            ("cond", ""),
+            ("events_completed", ""),
+        ],
+    ),
+    (
+        "types::ibv_context_ops",
+        "struct ibv_context_ops",
+        &[
+            ("_compat_query_device", ""),
+            ("_compat_query_port", ""),
+            ("_compat_alloc_pd", ""),
+            ("_compat_dealloc_pd", ""),
+            ("_compat_reg_mr", ""),
+            ("_compat_rereg_mr", ""),
+            ("_compat_dereg_mr", ""),
+            ("alloc_mw", ""),
+            ("bind_mw", ""),
+            ("dealloc_mw", ""),
+            ("_compat_create_cq", ""),
+            ("poll_cq", ""),
+            ("req_notify_cq", ""),
+            ("_compat_cq_event", ""),
+            ("_compat_resize_cq", ""),
+            ("_compat_destroy_cq", ""),
+            ("_compat_create_srq", ""),
+            ("_compat_modify_srq", ""),
+            ("_compat_query_srq", ""),
+            ("_compat_destroy_srq", ""),
+            ("post_srq_recv", ""),
+            ("_compat_create_qp", ""),
+            ("_compat_query_qp", ""),
+            ("_compat_modify_qp", ""),
+            ("_compat_destroy_qp", ""),
+            ("post_send", ""),
+            ("post_recv", ""),
+            ("_compat_create_ah", ""),
+            ("_compat_destroy_ah", ""),
+            ("_compat_attach_mcast", ""),
+            ("_compat_detach_mcast", ""),
+            ("_compat_async_event", ""),
+        ],
+    ),
+    (
+        "types::ibv_context",
+        "struct ibv_context",
+        &[
+            ("device", ""),
+            ("ops", ""),
+            ("cmd_fd", ""),
+            ("async_fd", ""),
+            ("num_comp_vectors", ""),
+            ("mutex", ""),
+            ("abi_compat", ""),
+        ],
+    ),
+    (
+        "types::mlx5dv_obj",
+        "struct mlx5dv_obj",
+        &[
+            ("qp", ""),
+            ("qp.r#in", "qp.in"),
+            ("qp.out", ""),
+            ("cq", ""),
+            ("cq.r#in", "cq.in"),
+            ("cq.out", ""),
+            ("srq", ""),
+            ("rwq", ""),
+            ("dm", ""),
+            ("ah", ""),
+            ("pd", ""),
+            ("pd.out", ""),
+        ],
+    ),
+    (
+        "types::mlx5dv_dci_streams",
+        "struct mlx5dv_dci_streams",
+        &[("log_num_concurent", ""), ("log_num_errored", "")],
+    ),
+    (
+        "types::mlx5dv_dc_init_attr",
+        "struct mlx5dv_dc_init_attr",
+        &[
+            ("dc_type", ""),
+            ("u.dct_access_key", "dct_access_key"),
+            ("u.dci_streams", "dci_streams"),
+        ],
+    ),
+    (
+        "types::mlx5dv_qp_init_attr",
+        "struct mlx5dv_qp_init_attr",
+        &[
+            ("comp_mask", ""),
+            ("create_flags", ""),
+            ("dc_init_attr", ""),
+            ("send_ops_flags", ""),
+        ],
+    ),
+    (
+        "cm::rdma_event_channel",
+        "struct rdma_event_channel",
+        &[("fd", "")],
+    ),
+    (
+        "cm::rdma_ib_addr",
+        "struct rdma_ib_addr",
+        &[("sgid", ""), ("dgid", ""), ("pkey", "")],
+    ),
+    (
+        "cm::rdma_addr",
+        "struct rdma_addr",
+        &[
+            ("src_storage", ""),
+            ("dst_storage", ""),
+            ("ibaddr", "addr.ibaddr"),
+        ],
+    ),
+    (
+        "cm::rdma_route",
+        "struct rdma_route",
+        &[("addr", ""), ("path_rec", ""), ("num_paths", "")],
+    ),
+    (
+        "cm::rdma_cm_id",
+        "struct rdma_cm_id",
+        &[
+            ("verbs", ""),
+            ("channel", ""),
+            ("context", ""),
+            ("qp", ""),
+            ("route", ""),
+            ("ps", ""),
+            ("port_num", ""),
+            ("event", ""),
+            ("send_cq_channel", ""),
+            ("send_cq", ""),
+            ("recv_cq_channel", ""),
+            ("recv_cq", ""),
+            ("srq", ""),
+            ("pd", ""),
+            ("qp_type", ""),
+        ],
+    ),
+    (
+        "cm::rdma_conn_param",
+        "struct rdma_conn_param",
+        &[
+            ("private_data", ""),
+            ("private_data_len", ""),
+            ("responder_resources", ""),
+            ("initiator_depth", ""),
+            ("flow_control", ""),
+            ("retry_count", ""),
+            ("rnr_retry_count", ""),
+            ("srq", ""),
+            ("qp_num", ""),
+        ],
+    ),
+    (
+        "cm::rdma_ud_param",
+        "struct rdma_ud_param",
+        &[
+            ("private_data", ""),
+            ("private_data_len", ""),
+            ("ah_attr", ""),
+            ("qp_num", ""),
+            ("qkey", ""),
+        ],
+    ),
+    (
+        "cm::rdma_cm_event",
+        "struct rdma_cm_event",
+        &[
+            ("id", ""),
+            ("listen_id", ""),
+            ("event", ""),
+            ("status", ""),
+            ("param", ""),
+            ("param.conn", ""),
+            ("param.ud", ""),
+        ],
+    ),
+];
+
+/// Constants: `(Rust expression under zverbs::ffi, C expression)`.
+const CONSTS: &[(&str, &str)] = &[
+    ("types::IBV_WR_RDMA_WRITE", "IBV_WR_RDMA_WRITE"),
+    (
+        "types::IBV_WR_RDMA_WRITE_WITH_IMM",
+        "IBV_WR_RDMA_WRITE_WITH_IMM",
+    ),
+    ("types::IBV_WR_SEND", "IBV_WR_SEND"),
+    ("types::IBV_WR_SEND_WITH_IMM", "IBV_WR_SEND_WITH_IMM"),
+    ("types::IBV_WR_RDMA_READ", "IBV_WR_RDMA_READ"),
+    (
+        "types::IBV_WR_ATOMIC_CMP_AND_SWP",
+        "IBV_WR_ATOMIC_CMP_AND_SWP",
+    ),
+    (
+        "types::IBV_WR_ATOMIC_FETCH_AND_ADD",
+        "IBV_WR_ATOMIC_FETCH_AND_ADD",
+    ),
+    ("types::IBV_SEND_SIGNALED", "IBV_SEND_SIGNALED"),
+    ("types::IBV_SEND_INLINE", "IBV_SEND_INLINE"),
+    ("types::IBV_QPT_RC", "IBV_QPT_RC"),
+    ("types::IBV_QP_INIT_ATTR_PD", "IBV_QP_INIT_ATTR_PD"),
+    (
+        "types::MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS",
+        "MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS",
+    ),
+    (
+        "types::MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE",
+        "MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE",
+    ),
+    ("types::MLX5DV_OBJ_QP", "MLX5DV_OBJ_QP"),
+    ("types::MLX5DV_OBJ_CQ", "MLX5DV_OBJ_CQ"),
+    (
+        "types::IBV_LINK_LAYER_INFINIBAND",
+        "IBV_LINK_LAYER_INFINIBAND",
+    ),
+    ("types::IBV_LINK_LAYER_ETHERNET", "IBV_LINK_LAYER_ETHERNET"),
+    ("types::IBV_GID_TYPE_IB", "IBV_GID_TYPE_IB"),
+    ("types::IBV_GID_TYPE_ROCE_V1", "IBV_GID_TYPE_ROCE_V1"),
+    ("types::IBV_GID_TYPE_ROCE_V2", "IBV_GID_TYPE_ROCE_V2"),
+    ("types::qp_attr_mask::IBV_QP_STATE", "IBV_QP_STATE"),
+    (
+        "types::qp_attr_mask::IBV_QP_ACCESS_FLAGS",
+        "IBV_QP_ACCESS_FLAGS",
+    ),
+    (
+        "types::qp_attr_mask::IBV_QP_PKEY_INDEX",
+        "IBV_QP_PKEY_INDEX",
+    ),
+    ("types::qp_attr_mask::IBV_QP_PORT", "IBV_QP_PORT"),
+    ("types::qp_attr_mask::IBV_QP_AV", "IBV_QP_AV"),
+    ("types::qp_attr_mask::IBV_QP_PATH_MTU", "IBV_QP_PATH_MTU"),
+    ("types::qp_attr_mask::IBV_QP_TIMEOUT", "IBV_QP_TIMEOUT"),
+    ("types::qp_attr_mask::IBV_QP_RETRY_CNT", "IBV_QP_RETRY_CNT"),
+    ("types::qp_attr_mask::IBV_QP_RNR_RETRY", "IBV_QP_RNR_RETRY"),
+    ("types::qp_attr_mask::IBV_QP_RQ_PSN", "IBV_QP_RQ_PSN"),
+    (
+        "types::qp_attr_mask::IBV_QP_MAX_QP_RD_ATOMIC",
+        "IBV_QP_MAX_QP_RD_ATOMIC",
+    ),
+    (
+        "types::qp_attr_mask::IBV_QP_MIN_RNR_TIMER",
+        "IBV_QP_MIN_RNR_TIMER",
+    ),
+    ("types::qp_attr_mask::IBV_QP_SQ_PSN", "IBV_QP_SQ_PSN"),
+    (
+        "types::qp_attr_mask::IBV_QP_MAX_DEST_RD_ATOMIC",
+        "IBV_QP_MAX_DEST_RD_ATOMIC",
+    ),
+    ("types::qp_attr_mask::IBV_QP_CAP", "IBV_QP_CAP"),
+    ("types::qp_attr_mask::IBV_QP_DEST_QPN", "IBV_QP_DEST_QPN"),
+    ("cm::RDMA_PS_TCP", "RDMA_PS_TCP"),
+    ("cm::event::ADDR_RESOLVED", "RDMA_CM_EVENT_ADDR_RESOLVED"),
+    ("cm::event::ADDR_ERROR", "RDMA_CM_EVENT_ADDR_ERROR"),
+    ("cm::event::ROUTE_RESOLVED", "RDMA_CM_EVENT_ROUTE_RESOLVED"),
+    ("cm::event::ROUTE_ERROR", "RDMA_CM_EVENT_ROUTE_ERROR"),
+    (
+        "cm::event::CONNECT_REQUEST",
+        "RDMA_CM_EVENT_CONNECT_REQUEST",
+    ),
+    (
+        "cm::event::CONNECT_RESPONSE",
+        "RDMA_CM_EVENT_CONNECT_RESPONSE",
+    ),
+    ("cm::event::CONNECT_ERROR", "RDMA_CM_EVENT_CONNECT_ERROR"),
+    ("cm::event::UNREACHABLE", "RDMA_CM_EVENT_UNREACHABLE"),
+    ("cm::event::REJECTED", "RDMA_CM_EVENT_REJECTED"),
+    ("cm::event::ESTABLISHED", "RDMA_CM_EVENT_ESTABLISHED"),
+    ("cm::event::DISCONNECTED", "RDMA_CM_EVENT_DISCONNECTED"),
+];
+
+/// C enum types whose size the Rust declarations assume to be 4 bytes (`c_uint`).
+const ENUMS: &[&str] = &[
+    "enum ibv_wr_opcode",
+    "enum ibv_wc_status",
+    "enum ibv_wc_opcode",
+    "enum ibv_qp_type",
+    "enum ibv_qp_state",
+    "enum ibv_mtu",
+    "enum ibv_port_state",
+    "enum ibv_mig_state",
+    "enum ibv_atomic_cap",
+    "enum rdma_port_space",
+    "enum rdma_cm_event_type",
+    "enum mlx5dv_dc_type",
+];
+
+const HEADERS: &[(&str, &str)] = &[
+    ("/usr/include/infiniband/verbs.h", "libibverbs-dev"),
+    ("/usr/include/infiniband/mlx5dv.h", "libibverbs-dev"),
+    ("/usr/include/rdma/rdma_cma.h", "librdmacm-dev"),
+];
+
+fn main() {
+    println!("cargo:rerun-if-changed=build.rs");
+    let missing: Vec<&str> = HEADERS
+        .iter()
+        .filter(|(p, _)| !Path::new(p).exists())
+        .map(|(p, pkg)| {
+            println!("cargo:warning=missing {p} (package {pkg})");
+            *pkg
+        })
+        .collect();
+    if !missing.is_empty() {
+        panic!(
+            "zverbs-abi checks the FFI against rdma-core's headers, which are not installed: \
+             apt-get install libibverbs-dev librdmacm-dev (missing: {})",
+            missing.join(", ")
+        );
+    }
+    for (p, _) in HEADERS {
+        println!("cargo:rerun-if-changed={p}");
+    }
+
+    let mut c = String::from(
+        "#include <stddef.h>\n#include <infiniband/verbs.h>\n#include <infiniband/mlx5dv.h>\n\
+         #include <rdma/rdma_cma.h>\n\
+         struct zverbs_abi_entry { const char *name; unsigned long long value; };\n\
+         const struct zverbs_abi_entry zverbs_abi_entries[] = {\n",
+    );
+    let mut rs = String::from(
+        "/// `(name, value)` computed by Rust, in the C table's order.\npub static RUST: &[(&str, u64)] = &[\n",
+    );
+    for (rust, cty, fields) in STRUCTS {
+        let name = rust.rsplit("::").next().unwrap_or(rust);
+        writeln!(c, "  {{\"{name} size\", sizeof({cty})}},").unwrap();
+        writeln!(c, "  {{\"{name} align\", _Alignof({cty})}},").unwrap();
+        writeln!(
+            rs,
+            "  (\"{name} size\", ::core::mem::size_of::<zverbs::ffi::{rust}>() as u64),"
+        )
+        .unwrap();
+        writeln!(
+            rs,
+            "  (\"{name} align\", ::core::mem::align_of::<zverbs::ffi::{rust}>() as u64),"
+        )
+        .unwrap();
+        for (rf, cf) in *fields {
+            let cf = if cf.is_empty() { rf } else { cf };
+            writeln!(c, "  {{\"{name}.{cf}\", offsetof({cty}, {cf})}},").unwrap();
+            writeln!(
+                rs,
+                "  (\"{name}.{cf}\", ::core::mem::offset_of!(zverbs::ffi::{rust}, {rf}) as u64),"
+            )
+            .unwrap();
+        }
+    }
+    for e in ENUMS {
+        writeln!(c, "  {{\"sizeof({e})\", sizeof({e})}},").unwrap();
+        writeln!(rs, "  (\"sizeof({e})\", 4),").unwrap();
+    }
+    for (rust, cexpr) in CONSTS {
+        writeln!(c, "  {{\"{cexpr}\", (unsigned long long)({cexpr})}},").unwrap();
+        writeln!(rs, "  (\"{cexpr}\", zverbs::ffi::{rust} as u64),").unwrap();
+    }
+    c.push_str("};\nconst unsigned long long zverbs_abi_count = sizeof(zverbs_abi_entries) / sizeof(zverbs_abi_entries[0]);\n");
+    rs.push_str("];\n");
+
+    let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));
+    std::fs::write(out.join("probe.c"), c).expect("write probe.c");
+    std::fs::write(out.join("rust_table.rs"), rs).expect("write rust_table.rs");
+    cc::Build::new()
+        .file(out.join("probe.c"))
+        .warnings(true)
+        .compile("zverbs_abi_probe");
+}

@@ -1,0 +1,275 @@
+//! A self-test on a real device: two RC queue pairs of one device connected to each other,
+//! every operation run through the backend zverbs chooses, every result checked. Exits 0
+//! when all checks pass, 1 otherwise. Needs an RDMA device (rxe is enough):
+//!
+//! ```text
+//! cargo run --example loopback -- [device] [--backend auto|direct|verbs] [--gid-idx N]
+//! ```
+//!
+//! This is the device test the rxe VM harness runs; it is not part of `cargo test`, which
+//! must pass on machines without RDMA.
+
+use std::time::{Duration, Instant};
+
+use zverbs::connect::{Endpoint, random_psn};
+use zverbs::safe::{SafeRecvQueue, SafeSendQueue};
+use zverbs::{
+    AccessFlags, BackendRequest, Completion, ConnectAttr, ContextOptions, PollCq, PostRecv,
+    PostSend, Queues, SendFlags, WcOpcode, WcStatus,
+};
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+struct Checks {
+    passed: u32,
+    failed: u32,
+}
+
+impl Checks {
+    fn check(&mut self, ok: bool, what: &str) {
+        if ok {
+            self.passed += 1;
+            println!("  ok    {what}");
+        } else {
+            self.failed += 1;
+            println!("  FAIL  {what}");
+        }
+    }
+}
+
+fn wait<C: PollCq>(cq: &mut C, n: usize) -> Res<Vec<Completion>> {
+    let mut out = Vec::new();
+    let mut wc = [Completion::EMPTY; 8];
+    let t0 = Instant::now();
+    while out.len() < n {
+        let k = cq.poll(&mut wc);
+        out.extend_from_slice(&wc[..k]);
+        if t0.elapsed() > Duration::from_secs(10) {
+            return Err(format!("timed out with {} of {n} completions", out.len()).into());
+        }
+    }
+    Ok(out)
+}
+
+fn main() {
+    let mut device = None;
+    let mut backend = None;
+    let mut gid_index = None;
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--backend" => {
+                backend = it
+                    .next()
+                    .and_then(|v| BackendRequest::parse(&v).ok())
+                    .or_else(|| {
+                        eprintln!("--backend auto|direct|verbs");
+                        std::process::exit(2)
+                    })
+            }
+            "--gid-idx" => gid_index = it.next().and_then(|v| v.parse().ok()),
+            d => device = Some(d.to_string()),
+        }
+    }
+    let mut checks = Checks {
+        passed: 0,
+        failed: 0,
+    };
+    if let Err(e) = run(device.as_deref(), backend, gid_index, &mut checks) {
+        println!("  FAIL  {e}");
+        checks.failed += 1;
+    }
+    println!(
+        "loopback: {} passed, {} failed",
+        checks.passed, checks.failed
+    );
+    std::process::exit(i32::from(checks.failed > 0));
+}
+
+fn run(
+    device: Option<&str>,
+    backend: Option<BackendRequest>,
+    gid_index: Option<u32>,
+    c: &mut Checks,
+) -> Res<()> {
+    let ctx = zverbs::open_device(device, &ContextOptions { backend })?;
+    let be = ctx.atomics_big_endian();
+    let port = ctx.active_port()?;
+    let local = ctx.address(port, gid_index)?;
+    println!(
+        "device {} port {port}, GID {} (index {:?})",
+        ctx.name(),
+        local.gid,
+        local.gid_index
+    );
+    let pd = ctx.alloc_pd()?;
+    let a_buf = pd.alloc_buf(4096, AccessFlags::ALL)?;
+    let b_buf = pd.alloc_buf(4096, AccessFlags::ALL)?;
+    let a_cq = ctx.cq_builder().cqe(64).build()?;
+    let b_cq = ctx.cq_builder().cqe(64).build()?;
+    let a = pd
+        .qp_builder(&a_cq, &a_cq)
+        .max_send_wr(16)
+        .max_recv_wr(16)
+        .max_send_sge(2)
+        .build()?;
+    let b = pd
+        .qp_builder(&b_cq, &b_cq)
+        .max_send_wr(16)
+        .max_recv_wr(16)
+        .build()?;
+    println!("backend: {}", a.backend());
+    let ea = Endpoint {
+        lid: local.lid,
+        qpn: a.qpn(),
+        psn: random_psn(),
+        gid: local.gid,
+    };
+    let eb = Endpoint {
+        lid: local.lid,
+        qpn: b.qpn(),
+        psn: random_psn(),
+        gid: local.gid,
+    };
+    a.connect(&ConnectAttr::new(port, ea.psn, &eb, local.gid_index).mtu(local.active_mtu))?;
+    b.connect(&ConnectAttr::new(port, eb.psn, &ea, local.gid_index).mtu(local.active_mtu))?;
+    c.check(true, "QPs connected to each other (INIT, RTR, RTS)");
+    match (Queues::take(&a, &a_cq)?, Queues::take(&b, &b_cq)?) {
+        (Queues::Direct(qa), Queues::Direct(qb)) => {
+            ops(qa.sq, qa.cq, qb.rq, qb.cq, (&a_buf, &b_buf, be), c)
+        }
+        (Queues::Verbs(qa), Queues::Verbs(qb)) => {
+            ops(qa.sq, qa.cq, qb.rq, qb.cq, (&a_buf, &b_buf, be), c)
+        }
+        _ => Err("the two QPs got different backends".into()),
+    }
+}
+
+fn ops<S: PostSend, C: PollCq, R: PostRecv, D: PollCq>(
+    sq: S,
+    mut acq: C,
+    rq: R,
+    mut bcq: D,
+    (a, b, be): (&zverbs::MrBuf, &zverbs::MrBuf, bool),
+    c: &mut Checks,
+) -> Res<()> {
+    let mut sq = SafeSendQueue::new(sq);
+    let mut rq = SafeRecvQueue::new(rq);
+    let sig = SendFlags::SIGNALED;
+
+    // RDMA WRITE
+    a.write(0, b"written by RDMA WRITE");
+    sq.write(1, a.slice(0..21).ok_or("slice")?, b.remote(100), sig)?;
+    sq.ring();
+    let w = wait(&mut acq, 1)?;
+    let mut got = [0u8; 21];
+    b.read(100, &mut got);
+    c.check(
+        w[0].is_success() && w[0].wr_id == 1 && w[0].opcode == WcOpcode::RdmaWrite,
+        "WRITE completes",
+    );
+    c.check(
+        &got == b"written by RDMA WRITE",
+        "WRITE lands in the peer's buffer",
+    );
+
+    // Inline WRITE, unsignaled, then a signaled one retires both.
+    sq.write_inline(2, b"inline!", b.remote(200), SendFlags::NONE)?;
+    sq.write_inline(3, b"second", b.remote(220), sig)?;
+    sq.ring();
+    let w = wait(&mut acq, 1)?;
+    let mut got = [0u8; 7];
+    b.read(200, &mut got);
+    c.check(
+        w[0].wr_id == 3 && &got == b"inline!",
+        "inline WRITE, selective signaling",
+    );
+
+    // SEND with immediate into a posted receive.
+    rq.post(10, b.slice(1024..2048).ok_or("slice")?)?;
+    a.write(512, b"a message");
+    sq.send_imm(4, a.slice(512..521).ok_or("slice")?, 0xfeed_f00d, sig)?;
+    sq.ring();
+    let w = wait(&mut acq, 1)?;
+    let r = wait(&mut bcq, 1)?;
+    let mut got = [0u8; 9];
+    b.read(1024, &mut got);
+    c.check(
+        w[0].is_success() && w[0].opcode == WcOpcode::Send,
+        "SEND completes",
+    );
+    c.check(
+        r[0].wr_id == 10 && r[0].opcode == WcOpcode::Recv && r[0].byte_len == 9,
+        "receive completes with the message length",
+    );
+    c.check(
+        r[0].imm() == Some(0xfeed_f00d),
+        "immediate arrives in host order",
+    );
+    c.check(&got == b"a message", "SEND lands in the receive buffer");
+
+    // WRITE with immediate consumes a receive.
+    rq.post(11, b.slice(2048..2049).ok_or("slice")?)?;
+    sq.write_imm(5, a.slice(0..4).ok_or("slice")?, b.remote(300), 77, sig)?;
+    sq.ring();
+    wait(&mut acq, 1)?;
+    let r = wait(&mut bcq, 1)?;
+    c.check(
+        r[0].opcode == WcOpcode::RecvRdmaWithImm && r[0].imm() == Some(77),
+        "WRITE with immediate reports RECV_RDMA_WITH_IMM",
+    );
+
+    // RDMA READ
+    b.write(3000, b"read me back");
+    sq.read(6, a.slice(3000..3012).ok_or("slice")?, b.remote(3000), sig)?;
+    sq.ring();
+    let w = wait(&mut acq, 1)?;
+    let mut got = [0u8; 12];
+    a.read(3000, &mut got);
+    c.check(
+        w[0].opcode == WcOpcode::RdmaRead && w[0].byte_len == 12 && &got == b"read me back",
+        "READ fetches the peer's bytes",
+    );
+
+    // Atomics (ConnectX, and the software device, use big-endian values).
+    let v = |x: u64| if be { x.to_be() } else { x };
+    b.store_u64(4000, v(40));
+    sq.fetch_add(
+        7,
+        a.slice(4000..4008).ok_or("slice")?,
+        b.remote(4000),
+        2,
+        sig,
+    )?;
+    sq.ring();
+    let w = wait(&mut acq, 1)?;
+    c.check(
+        w[0].opcode == WcOpcode::FetchAdd && a.load_u64(4000) == v(40) && b.load_u64(4000) == v(42),
+        "FETCH_ADD returns the old value and adds",
+    );
+    sq.compare_swap(
+        8,
+        a.slice(4000..4008).ok_or("slice")?,
+        b.remote(4000),
+        42,
+        7,
+        sig,
+    )?;
+    sq.ring();
+    let w = wait(&mut acq, 1)?;
+    c.check(
+        w[0].opcode == WcOpcode::CompSwap && a.load_u64(4000) == v(42) && b.load_u64(4000) == v(7),
+        "COMPARE_SWAP swaps on a match",
+    );
+
+    // A remote access error: a WRITE with a wrong rkey.
+    let bad = zverbs::RemoteBuf::new(b.addr(), b.rkey() ^ 0x5a5a_0000);
+    sq.write(9, a.slice(0..8).ok_or("slice")?, bad, sig)?;
+    sq.ring();
+    let w = wait(&mut acq, 1)?;
+    c.check(
+        w[0].wr_id == 9 && w[0].status == WcStatus::RemAccessErr,
+        "a wrong rkey completes with a remote access error",
+    );
+    Ok(())
+}

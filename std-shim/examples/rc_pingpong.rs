@@ -1,0 +1,278 @@
+//! An RC ping-pong that speaks `ibv_rc_pingpong`'s protocol, so either side can be rdma-core's
+//! own `ibv_rc_pingpong` (package `ibverbs-utils`).
+//!
+//! ```text
+//! rc_pingpong [options]           # server
+//! rc_pingpong [options] <host>    # client
+//!   -p PORT  TCP port (18515)      -d DEV   device (first)     -i N  device port (1)
+//!   -s SIZE  message size (4096)   -m MTU   path MTU (1024)    -r N  receive depth (500)
+//!   -n N     iterations (1000)     -l SL    service level (0)  -g N  GID index (none)
+//!   --backend auto|direct|verbs
+//! ```
+//!
+//! As in `ibv_rc_pingpong`, both sides keep `rx-depth` receives posted, the client sends
+//! first, and each side sends its next message once its previous send and one receive have
+//! completed; the GID is exchanged only when `-g` is given (needed on RoCE, on both sides).
+
+use std::time::{Duration, Instant};
+
+use zverbs::connect::exchange::{self, Hello, Wire};
+use zverbs::connect::{Endpoint, random_psn};
+use zverbs::safe::{SafeRecvQueue, SafeSendQueue};
+use zverbs::{
+    AccessFlags, Completion, ConnectAttr, ContextOptions, MrBuf, PollCq, PostRecv, PostSend,
+    Queues, SendFlags,
+};
+
+const RECV_WRID: u64 = 1;
+const SEND_WRID: u64 = 2;
+
+struct Opts {
+    server: Option<String>,
+    port: u16,
+    device: Option<String>,
+    ib_port: u8,
+    size: usize,
+    mtu: zverbs::Mtu,
+    rx_depth: u32,
+    iters: u64,
+    sl: u8,
+    gid_index: Option<u32>,
+    backend: Option<zverbs::BackendRequest>,
+}
+
+fn parse() -> Result<Opts, String> {
+    let mut o = Opts {
+        server: None,
+        port: exchange::DEFAULT_PORT,
+        device: None,
+        ib_port: 1,
+        size: 4096,
+        mtu: zverbs::Mtu::M1024,
+        rx_depth: 500,
+        iters: 1000,
+        sl: 0,
+        gid_index: None,
+        backend: None,
+    };
+    let mut it = std::env::args().skip(1);
+    fn num<T: std::str::FromStr>(f: &str, v: Option<String>) -> Result<T, String> {
+        v.and_then(|v| v.parse().ok())
+            .ok_or_else(|| format!("{f} needs a number"))
+    }
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "-p" | "--port" => o.port = num(&a, it.next())?,
+            "-d" | "--ib-dev" => o.device = it.next(),
+            "-i" | "--ib-port" => o.ib_port = num(&a, it.next())?,
+            "-s" | "--size" => o.size = num(&a, it.next())?,
+            "-m" | "--mtu" => {
+                o.mtu = zverbs::Mtu::from_bytes(num(&a, it.next())?).ok_or("bad MTU")?
+            }
+            "-r" | "--rx-depth" => o.rx_depth = num(&a, it.next())?,
+            "-n" | "--iters" => o.iters = num(&a, it.next())?,
+            "-l" | "--sl" => o.sl = num(&a, it.next())?,
+            "-g" | "--gid-idx" => o.gid_index = Some(num(&a, it.next())?),
+            "--backend" => {
+                let v = it.next().ok_or("--backend needs a value")?;
+                o.backend = Some(zverbs::BackendRequest::parse(&v).map_err(|e| e.to_string())?);
+            }
+            s if !s.starts_with('-') && o.server.is_none() => o.server = Some(s.to_string()),
+            s => return Err(format!("unknown argument {s}")),
+        }
+    }
+    if o.size == 0 || o.rx_depth < 2 {
+        return Err("size must be positive and rx-depth at least 2".into());
+    }
+    Ok(o)
+}
+
+fn main() {
+    let o = match parse() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("rc_pingpong: {e}");
+            std::process::exit(2);
+        }
+    };
+    if let Err(e) = run(&o) {
+        eprintln!("rc_pingpong: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run(o: &Opts) -> Result<(), Box<dyn std::error::Error>> {
+    let copts = ContextOptions { backend: o.backend };
+    let ctx = zverbs::open_device(o.device.as_deref(), &copts)?;
+    let port = ctx.port(o.ib_port)?;
+    if port.link_layer != zverbs::LinkLayer::Ethernet && port.lid == 0 {
+        return Err("Couldn't get local LID".into());
+    }
+    let pd = ctx.alloc_pd()?;
+    let buf = pd.alloc_buf(o.size, AccessFlags::LOCAL_WRITE)?;
+    let cq = ctx.cq_builder().cqe(o.rx_depth + 1).build()?;
+    let qp = pd
+        .qp_builder(&cq, &cq)
+        .max_send_wr(1)
+        .max_recv_wr(o.rx_depth)
+        .max_inline_data(0)
+        .build()?;
+    println!("  backend: {}", qp.backend());
+    let gid = match o.gid_index {
+        Some(i) => ctx.gid(o.ib_port, i)?.gid,
+        None => zverbs::Gid::default(),
+    };
+    let me = Endpoint {
+        lid: port.lid,
+        qpn: qp.qpn(),
+        psn: random_psn(),
+        gid,
+    };
+    let attr = |peer: &Endpoint| {
+        let mut a = ConnectAttr::new(o.ib_port, me.psn, peer, o.gid_index)
+            .mtu(o.mtu)
+            .sl(o.sl)
+            .access(AccessFlags::LOCAL_WRITE);
+        if let Some(g) = &mut a.rtr.grh {
+            g.hop_limit = 1; // as ibv_rc_pingpong
+        }
+        a
+    };
+    qp.to_init(&attr(&Endpoint::default()).init)?;
+    let queues = Queues::take(&qp, &cq)?;
+    let slice = buf.slice(0..o.size).ok_or("buffer")?;
+    println!(
+        "  local address:  LID {:#06x}, QPN {:#08x}, PSN {:#08x}, GID {}",
+        me.lid, me.qpn, me.psn, me.gid
+    );
+    // The exchange, run after the receives are posted (as ibv_rc_pingpong does).
+    let exchange = || -> Result<Endpoint, Box<dyn std::error::Error>> {
+        let hello = Hello {
+            endpoint: me,
+            ..Hello::default()
+        };
+        let timeout = Duration::from_secs(60);
+        let peer = match &o.server {
+            Some(host) => {
+                let addr = if host.contains(':') {
+                    host.clone()
+                } else {
+                    format!("{host}:{}", o.port)
+                };
+                let mut s = exchange::connect(&addr, timeout)?;
+                let peer = exchange::client(&mut s, &hello, Wire::RcPingpong)?;
+                let a = attr(&peer.endpoint);
+                qp.to_rtr(&a.rtr)?;
+                qp.to_rts(&a.rts)?;
+                peer
+            }
+            None => {
+                let l = exchange::listen(o.port)?;
+                let mut s = exchange::accept(&l, timeout)?;
+                exchange::server(&mut s, &hello, Wire::RcPingpong, |p| {
+                    let a = attr(&p.endpoint);
+                    qp.to_rtr(&a.rtr)?;
+                    qp.to_rts(&a.rts)
+                })?
+            }
+        };
+        let p = peer.endpoint;
+        println!(
+            "  remote address: LID {:#06x}, QPN {:#08x}, PSN {:#08x}, GID {}",
+            p.lid, p.qpn, p.psn, p.gid
+        );
+        Ok(p)
+    };
+    let client = o.server.is_some();
+    let start = match queues {
+        Queues::Direct(q) => session(q.sq, q.rq, q.cq, &buf, slice, o, client, exchange)?,
+        Queues::Verbs(q) => session(q.sq, q.rq, q.cq, &buf, slice, o, client, exchange)?,
+    };
+    let usec = start.elapsed().as_secs_f64() * 1e6;
+    let bytes = o.size as u64 * o.iters * 2;
+    println!(
+        "{bytes} bytes in {:.2} seconds = {:.2} Mbit/sec",
+        usec / 1e6,
+        bytes as f64 * 8.0 / usec
+    );
+    println!(
+        "{} iters in {:.2} seconds = {:.2} usec/iter",
+        o.iters,
+        usec / 1e6,
+        usec / o.iters as f64
+    );
+    Ok(())
+}
+
+fn post_recvs<R: PostRecv>(
+    rq: &mut SafeRecvQueue<R>,
+    buf: &MrBuf,
+    size: usize,
+    n: u32,
+) -> Result<(), Box<dyn std::error::Error>> {
+    for _ in 0..n {
+        rq.post(RECV_WRID, buf.slice(0..size).ok_or("buffer")?)?;
+    }
+    Ok(())
+}
+
+/// Posts the receives, runs the exchange, then the ping-pong; returns when timing started.
+#[allow(clippy::too_many_arguments)]
+fn session<S: PostSend, R: PostRecv, C: PollCq>(
+    sq: S,
+    rq: R,
+    mut cq: C,
+    buf: &MrBuf,
+    slice: zverbs::safe::BufSlice<'_>,
+    o: &Opts,
+    client: bool,
+    exchange: impl FnOnce() -> Result<Endpoint, Box<dyn std::error::Error>>,
+) -> Result<Instant, Box<dyn std::error::Error>> {
+    let mut sq = SafeSendQueue::new(sq);
+    let mut rq = SafeRecvQueue::new(rq);
+    post_recvs(&mut rq, buf, o.size, o.rx_depth)?;
+    exchange()?;
+    let start = Instant::now();
+    let mut routs = o.rx_depth;
+    let (mut scnt, mut rcnt) = (0u64, 0u64);
+    let mut pending = RECV_WRID;
+    if client {
+        sq.send(SEND_WRID, slice, SendFlags::SIGNALED)?;
+        sq.ring();
+        pending |= SEND_WRID;
+    }
+    let mut wc = [Completion::EMPTY; 2];
+    while rcnt < o.iters || scnt < o.iters {
+        let n = cq.poll(&mut wc);
+        for c in &wc[..n] {
+            if !c.is_success() {
+                return Err(format!(
+                    "Failed status {} ({}) for wr_id {}",
+                    c.status,
+                    c.status.to_raw(),
+                    c.wr_id
+                )
+                .into());
+            }
+            match c.wr_id {
+                SEND_WRID => scnt += 1,
+                RECV_WRID => {
+                    routs -= 1;
+                    if routs <= 1 {
+                        post_recvs(&mut rq, buf, o.size, o.rx_depth - routs)?;
+                        routs = o.rx_depth;
+                    }
+                    rcnt += 1;
+                }
+                other => return Err(format!("Completion for unknown wr_id {other}").into()),
+            }
+            pending &= !c.wr_id;
+            if scnt < o.iters && pending == 0 {
+                sq.send(SEND_WRID, slice, SendFlags::SIGNALED)?;
+                sq.ring();
+                pending = RECV_WRID | SEND_WRID;
+            }
+        }
+    }
+    Ok(start)
+}

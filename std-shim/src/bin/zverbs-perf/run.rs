@@ -1,0 +1,646 @@
+//! Connection set-up and the test loops, generic over the backend's queue types.
+
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::time::Instant;
+
+use zverbs::connect::cm::{self, CmClient, CmConnection, CmListener};
+use zverbs::connect::exchange::{self, Hello, Wire};
+use zverbs::connect::{Endpoint, RemoteRegion, random_psn};
+use zverbs::{
+    AccessFlags, Completion, ConnectAttr, ContextOptions, Error, MrBuf, PollCq, PostError,
+    PostRecv, PostSend, QueueSet, Queues, RecvWr, SendFlags, SendWr, Sge, WcOpcode,
+};
+
+use crate::stats::{self, Histogram};
+use crate::{Opts, Test};
+
+pub(crate) type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+/// Immediate of the client's closing SEND.
+const DONE_IMM: u32 = 0xd0_4e_d0_4e;
+/// wr_id of receives (their buffers are all the same landing area).
+const RECV_ID: u64 = u64::MAX;
+/// wr_id of the closing SEND.
+const DONE_ID: u64 = u64::MAX - 1;
+
+/// Buffer layout: `[A: peer's target | B: send source | C: receive area | D: atomic result]`.
+#[derive(Clone, Copy, Debug)]
+struct Layout {
+    slot: usize,
+}
+
+impl Layout {
+    fn new(size: usize) -> Self {
+        Self {
+            slot: size.max(8).next_multiple_of(64),
+        }
+    }
+    fn a(&self) -> usize {
+        0
+    }
+    fn b(&self) -> usize {
+        self.slot
+    }
+    fn c(&self) -> usize {
+        2 * self.slot
+    }
+    fn d(&self) -> usize {
+        3 * self.slot
+    }
+    fn len(&self) -> usize {
+        3 * self.slot + 64
+    }
+}
+
+/// What the test loops need besides the queues.
+struct Env<'a> {
+    opts: &'a Opts,
+    buf: MrBuf,
+    lay: Layout,
+    remote: RemoteRegion,
+    client: bool,
+    max_inline: u32,
+}
+
+enum Conn {
+    Tcp(#[allow(dead_code)] TcpStream),
+    Cm(#[allow(dead_code)] CmConnection),
+}
+
+/// Signalled when a server's TCP listener is bound (for the in-process client of a
+/// software-device run, which must not connect before it).
+pub(crate) static LISTENING: (std::sync::Mutex<bool>, std::sync::Condvar) =
+    (std::sync::Mutex::new(false), std::sync::Condvar::new());
+
+/// Set for a software-device run with both sides in this process: more threads spin than
+/// there may be cores (both sides and the device's progress thread), so an empty poll yields
+/// the core rather than burn a scheduler time slice.
+pub(crate) static YIELD_WHEN_IDLE: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+thread_local! {
+    /// Set on the in-process server of a software-device run, whose side stays silent.
+    pub(crate) static QUIET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// `println!` unless this thread is the silent side.
+macro_rules! say {
+    ($($t:tt)*) => {
+        if !QUIET.with(|q| q.get()) {
+            println!($($t)*);
+        }
+    };
+}
+
+/// `print!` unless this thread is the silent side.
+macro_rules! say_raw {
+    ($($t:tt)*) => {
+        if !QUIET.with(|q| q.get()) {
+            print!($($t)*);
+        }
+    };
+}
+
+fn bad(detail: impl Into<String>) -> Box<dyn std::error::Error> {
+    Box::new(Error::Protocol {
+        detail: detail.into(),
+    })
+}
+
+/// Runs the test described by `opts`.
+pub(crate) fn run(opts: &Opts) -> Result<()> {
+    let lay = Layout::new(opts.size);
+    let copts = match opts.backend {
+        Some(b) => ContextOptions::default().backend(b),
+        None => ContextOptions::default(),
+    };
+    let client = opts.server.is_some();
+
+    // rdma_cm decides the device from the address; the TCP exchange opens the one asked for.
+    let mut cm_client = None;
+    let mut cm_request = None;
+    let ctx = if opts.cm {
+        if client {
+            let addr = resolve(&opts.server_addr().unwrap_or_default())?;
+            let c = CmClient::resolve(addr, opts.timeout)?;
+            let ctx = c.context().clone();
+            cm_client = Some(c);
+            ctx
+        } else {
+            let l = CmListener::bind(SocketAddr::from(([0, 0, 0, 0], opts.port)), opts.timeout)?;
+            say!(" Waiting for a client on rdma_cm port {}", opts.port);
+            let r = l.next_request()?;
+            let ctx = r.context().clone();
+            cm_request = Some((l, r));
+            ctx
+        }
+    } else {
+        zverbs::open_device(opts.device.as_deref(), &copts)?
+    };
+    let port = match (opts.ib_port, &cm_client, &cm_request) {
+        (Some(p), _, _) => p,
+        (None, Some(c), _) => c.port(),
+        (None, None, Some((_, r))) => r.port(),
+        _ => ctx.active_port()?,
+    };
+    let local = ctx.address(port, opts.gid_index)?;
+    let pd = ctx.alloc_pd()?;
+    let buf = if opts.hugepages {
+        pd.alloc_buf_hugepages(lay.len(), AccessFlags::ALL)?
+    } else {
+        pd.alloc_buf(lay.len(), AccessFlags::ALL)?
+    };
+    let cq = ctx
+        .cq_builder()
+        .cqe(opts.tx_depth + opts.rx_depth + 16)
+        .build()?;
+    let mut qb = pd
+        .qp_builder(&cq, &cq)
+        .max_send_wr(opts.tx_depth)
+        .max_recv_wr(opts.rx_depth)
+        .max_inline_data(opts.inline);
+    if let Some(b) = opts.backend {
+        qb = qb.backend(b);
+    }
+    let qp = qb.build()?;
+    let max_inline = if opts.inline == 0 {
+        0
+    } else {
+        qp.caps().max_inline_data
+    };
+    let me = Endpoint {
+        lid: local.lid,
+        qpn: qp.qpn(),
+        psn: random_psn(),
+        gid: local.gid,
+    };
+    let region = RemoteRegion {
+        addr: buf.addr() + lay.a() as u64,
+        rkey: buf.rkey(),
+        len: lay.slot as u64,
+    };
+
+    say!("{}", "-".repeat(78));
+    say!(" {} (zverbs-perf)", opts.test.title());
+    say!(
+        " Device: {}  port {port}  link {:?}  MTU {}",
+        ctx.name(),
+        local.link_layer,
+        opts.mtu.bytes()
+    );
+    say!(" Backend: {}", qp.backend());
+    say!(
+        " Connection: {}",
+        if opts.cm { "rdma_cm" } else { "TCP exchange" }
+    );
+    say!(
+        " local address:  LID {:#06x} QPN {:#08x} PSN {:#08x} GID {}",
+        me.lid,
+        me.qpn,
+        me.psn,
+        me.gid
+    );
+
+    let mut queues = Queues::take(&qp, &cq)?;
+    let tag = opts.tag();
+    let (remote, conn) = if opts.cm {
+        let mut private = cm::encode_region(&region).to_vec();
+        private.extend_from_slice(tag.as_bytes());
+        private.truncate(cm::MAX_PRIVATE);
+        let (conn, peer) = if let Some(c) = cm_client {
+            let conn = c.connect(&qp, &private)?;
+            let peer = conn.private_data().to_vec();
+            (conn, peer)
+        } else {
+            let (_l, r) = cm_request.take().ok_or_else(|| bad("no request"))?;
+            let peer = r.private_data().to_vec();
+            check_tag(&peer[24.min(peer.len())..], &tag)?;
+            (r.accept(&qp, &private)?, peer)
+        };
+        check_tag(&peer[24.min(peer.len())..], &tag)?;
+        post_receives(&mut queues, &buf, lay, opts.rx_depth)?;
+        (cm::decode_region(&peer)?, Conn::Cm(conn))
+    } else {
+        let attr = |peer: &Endpoint| {
+            ConnectAttr::new(port, me.psn, peer, local.gid_index)
+                .mtu(opts.mtu)
+                .rd_atomic(1)
+        };
+        qp.to_init(&attr(&Endpoint::default()).init)?;
+        post_receives(&mut queues, &buf, lay, opts.rx_depth)?;
+        let hello = Hello {
+            endpoint: me,
+            region: Some(region),
+            app: tag.clone(),
+        };
+        let (peer, stream) = if client {
+            let mut s = exchange::connect(&opts.server_addr().unwrap_or_default(), opts.timeout)?;
+            let peer = exchange::client(&mut s, &hello, Wire::Zverbs)?;
+            check_tag(peer.app.as_bytes(), &tag)?;
+            let a = attr(&peer.endpoint);
+            qp.to_rtr(&a.rtr)?;
+            qp.to_rts(&a.rts)?;
+            (peer, s)
+        } else {
+            let l = exchange::listen(opts.port)?;
+            say!(" Waiting for a client on TCP port {}", opts.port);
+            *LISTENING.0.lock().unwrap_or_else(|e| e.into_inner()) = true;
+            LISTENING.1.notify_all();
+            let mut s = exchange::accept(&l, opts.timeout)?;
+            let peer = exchange::server(&mut s, &hello, Wire::Zverbs, |p| {
+                check_tag(p.app.as_bytes(), &tag)?;
+                let a = attr(&p.endpoint);
+                qp.to_rtr(&a.rtr)?;
+                qp.to_rts(&a.rts)
+            })?;
+            (peer, s)
+        };
+        say!(
+            " remote address: LID {:#06x} QPN {:#08x} PSN {:#08x} GID {}",
+            peer.endpoint.lid,
+            peer.endpoint.qpn,
+            peer.endpoint.psn,
+            peer.endpoint.gid
+        );
+        let region = peer.region.ok_or_else(|| bad("the peer sent no buffer"))?;
+        (region, Conn::Tcp(stream))
+    };
+    if remote.len < opts.size as u64 {
+        return Err(bad(format!(
+            "the peer's buffer has {} bytes, the test needs {}",
+            remote.len, opts.size
+        )));
+    }
+    say!("{}", "-".repeat(78));
+
+    let env = Env {
+        opts,
+        buf: buf.clone(),
+        lay,
+        remote,
+        client,
+        max_inline,
+    };
+    match queues {
+        Queues::Direct(q) => test(q, &env)?,
+        Queues::Verbs(q) => test(q, &env)?,
+    }
+    drop(conn);
+    Ok(())
+}
+
+fn resolve(addr: &str) -> Result<SocketAddr> {
+    addr.to_socket_addrs()
+        .map_err(|source| Error::PeerUnreachable {
+            peer: addr.to_string(),
+            source,
+        })?
+        .next()
+        .ok_or_else(|| bad(format!("{addr} resolves to no address")))
+}
+
+fn check_tag(peer: &[u8], mine: &str) -> zverbs::Result<()> {
+    let end = peer.iter().position(|&b| b == 0).unwrap_or(peer.len());
+    let theirs = String::from_utf8_lossy(&peer[..end]);
+    if theirs != mine {
+        return Err(Error::Protocol {
+            detail: format!(
+                "the peer runs `{theirs}` (test:size:iters:warmup), this side `{mine}`"
+            ),
+        });
+    }
+    Ok(())
+}
+
+fn post_receives(q: &mut Queues, buf: &MrBuf, lay: Layout, n: u32) -> Result<()> {
+    let sgl = [recv_sge(buf, lay)];
+    for _ in 0..n {
+        let wr = RecvWr::new(RECV_ID, &sgl);
+        match q {
+            // SAFETY: the receive area lies in `buf`, a registered buffer alive for the test;
+            // Rust only touches it through copies.
+            Queues::Direct(q) => unsafe { q.rq.post_recv(&wr) }?,
+            // SAFETY: as above.
+            Queues::Verbs(q) => unsafe { q.rq.post_recv(&wr) }?,
+        }
+    }
+    Ok(())
+}
+
+fn recv_sge(buf: &MrBuf, lay: Layout) -> Sge {
+    buf.sge(lay.c()..lay.c() + lay.slot)
+        .expect("the receive area is inside the buffer")
+}
+
+/// Posts `wr`, polling completions while the queue or the CQ is full.
+fn post<S: PostSend, C: PollCq>(
+    sq: &mut S,
+    cq: &mut C,
+    wr: &SendWr<'_>,
+    seen: &mut Seen,
+) -> Result<()> {
+    loop {
+        // SAFETY: every local entry of the test's requests lies in the registered test buffer,
+        // which outlives the queues; Rust only touches it through copies.
+        match unsafe { sq.post_send(wr) } {
+            Ok(()) => return Ok(()),
+            Err(PostError::QueueFull { .. } | PostError::CqFull { .. }) => {
+                sq.ring();
+                drain(cq, seen)?;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// What polling has seen so far.
+#[derive(Default)]
+struct Seen {
+    /// Receive completions not yet consumed.
+    recvs: u64,
+    /// The largest send wr_id completed, plus one.
+    sends_done: u64,
+    /// The closing SEND completed (client) or arrived (server).
+    done: bool,
+}
+
+/// Polls once and accounts for what completed.
+fn drain<C: PollCq>(cq: &mut C, seen: &mut Seen) -> Result<usize> {
+    let mut wc = [Completion::EMPTY; 16];
+    let n = cq.poll(&mut wc);
+    if n == 0 && YIELD_WHEN_IDLE.load(std::sync::atomic::Ordering::Relaxed) {
+        std::thread::yield_now();
+    }
+    for c in &wc[..n] {
+        if !c.is_success() {
+            return Err(bad(format!(
+                "completion {:#x} ({:?}) failed: {} (vendor error {:#x})",
+                c.wr_id, c.opcode, c.status, c.vendor_err
+            )));
+        }
+        match c.opcode {
+            WcOpcode::Recv | WcOpcode::RecvRdmaWithImm => {
+                if c.imm() == Some(DONE_IMM) {
+                    seen.done = true;
+                } else {
+                    seen.recvs += 1;
+                }
+            }
+            _ if c.wr_id == DONE_ID => seen.done = true,
+            _ => seen.sends_done = seen.sends_done.max(c.wr_id + 1),
+        }
+    }
+    Ok(n)
+}
+
+fn test<S, R, C>(mut q: QueueSet<S, R, C>, env: &Env<'_>) -> Result<()>
+where
+    S: PostSend,
+    R: PostRecv,
+    C: PollCq,
+{
+    let o = env.opts;
+    let total = if o.test.is_latency() {
+        o.warmup + o.iters
+    } else {
+        o.iters
+    };
+    let mut seen = Seen::default();
+    let mut lat: Vec<u64> = Vec::with_capacity(total);
+    let mut seconds = 0.0;
+    // Signal one send in `sig`, so the send queue's credits come back.
+    let sig = (o.tx_depth as u64 / 2).max(1);
+    let flags = |i: u64, last: bool| {
+        let mut f = SendFlags::NONE;
+        if (i + 1).is_multiple_of(sig) || last {
+            f |= SendFlags::SIGNALED;
+        }
+        if o.size as u32 <= env.max_inline {
+            f |= SendFlags::INLINE;
+        }
+        f
+    };
+    let buf = &env.buf;
+    let lay = env.lay;
+    let src = [buf
+        .sge(lay.b()..lay.b() + o.size)
+        .ok_or("buffer too small")?];
+    let target = env.remote.at(0);
+    let recv = [recv_sge(buf, lay)];
+    let repost = |rq: &mut R, n: u64| -> Result<()> {
+        for _ in 0..n {
+            // SAFETY: the receive area lies in the registered test buffer.
+            unsafe { rq.post_recv(&RecvWr::new(RECV_ID, &recv)) }?;
+        }
+        Ok(())
+    };
+
+    match (o.test, env.client) {
+        (Test::WriteLat, _) => {
+            let flag_at = lay.a() + o.size - 1;
+            for i in 0..total as u64 {
+                let v = (i % 255 + 1) as u8;
+                let t0 = Instant::now();
+                if env.client {
+                    buf.store_u8(lay.b() + o.size - 1, v);
+                    post(
+                        &mut q.sq,
+                        &mut q.cq,
+                        &SendWr::write(i, &src, target).with_flags(flags(i, false)),
+                        &mut seen,
+                    )?;
+                    q.sq.ring();
+                }
+                while buf.load_u8(flag_at) != v {
+                    drain(&mut q.cq, &mut seen)?;
+                }
+                if !env.client {
+                    buf.store_u8(lay.b() + o.size - 1, v);
+                    post(
+                        &mut q.sq,
+                        &mut q.cq,
+                        &SendWr::write(i, &src, target).with_flags(flags(i, false)),
+                        &mut seen,
+                    )?;
+                    q.sq.ring();
+                } else if i as usize >= o.warmup {
+                    lat.push(t0.elapsed().as_nanos() as u64 / 2);
+                }
+            }
+        }
+        (Test::SendLat, _) => {
+            for i in 0..total as u64 {
+                let t0 = Instant::now();
+                if env.client {
+                    post(
+                        &mut q.sq,
+                        &mut q.cq,
+                        &SendWr::send(i, &src).with_flags(flags(i, false)),
+                        &mut seen,
+                    )?;
+                    q.sq.ring();
+                }
+                while seen.recvs == 0 {
+                    drain(&mut q.cq, &mut seen)?;
+                }
+                seen.recvs -= 1;
+                repost(&mut q.rq, 1)?;
+                if !env.client {
+                    post(
+                        &mut q.sq,
+                        &mut q.cq,
+                        &SendWr::send(i, &src).with_flags(flags(i, false)),
+                        &mut seen,
+                    )?;
+                    q.sq.ring();
+                } else if i as usize >= o.warmup {
+                    lat.push(t0.elapsed().as_nanos() as u64 / 2);
+                }
+            }
+        }
+        (Test::ReadLat | Test::AtomicLat, true) => {
+            let dst = [buf.sge(lay.d()..lay.d() + 8).ok_or("buffer too small")?];
+            let rdst = [buf
+                .sge(lay.c()..lay.c() + o.size)
+                .ok_or("buffer too small")?];
+            for i in 0..total as u64 {
+                let wr = if o.test == Test::ReadLat {
+                    SendWr::read(i, &rdst, target)
+                } else {
+                    SendWr::fetch_add(i, dst[0], target, 1)
+                };
+                let t0 = Instant::now();
+                post(&mut q.sq, &mut q.cq, &wr.signaled(), &mut seen)?;
+                q.sq.ring();
+                while seen.sends_done <= i {
+                    drain(&mut q.cq, &mut seen)?;
+                }
+                if i as usize >= o.warmup {
+                    lat.push(t0.elapsed().as_nanos() as u64);
+                }
+            }
+        }
+        (Test::WriteBw | Test::SendBw, true) => {
+            let window = u64::from(o.tx_depth);
+            let n = o.iters as u64;
+            let t0 = Instant::now();
+            let mut posted = 0u64;
+            while seen.sends_done < n {
+                while posted < n && posted - seen.sends_done < window {
+                    let f = flags(posted, posted + 1 == n);
+                    let wr = if o.test == Test::WriteBw {
+                        SendWr::write(posted, &src, target)
+                    } else {
+                        SendWr::send(posted, &src)
+                    };
+                    post(&mut q.sq, &mut q.cq, &wr.with_flags(f), &mut seen)?;
+                    posted += 1;
+                }
+                q.sq.ring();
+                drain(&mut q.cq, &mut seen)?;
+            }
+            seconds = t0.elapsed().as_secs_f64();
+        }
+        (Test::SendBw, false) => {
+            let t0 = Instant::now();
+            let mut got = 0u64;
+            while got < o.iters as u64 {
+                drain(&mut q.cq, &mut seen)?;
+                if seen.recvs > 0 {
+                    got += seen.recvs;
+                    repost(&mut q.rq, seen.recvs)?;
+                    seen.recvs = 0;
+                }
+            }
+            seconds = t0.elapsed().as_secs_f64();
+        }
+        (Test::ReadLat | Test::AtomicLat | Test::WriteBw, false) => {}
+    }
+
+    // The client tells the server it is done with a SEND carrying DONE_IMM.
+    if env.client {
+        post(
+            &mut q.sq,
+            &mut q.cq,
+            &SendWr::send_imm(DONE_ID, &[], DONE_IMM).signaled(),
+            &mut seen,
+        )?;
+        q.sq.ring();
+    }
+    while !seen.done {
+        drain(&mut q.cq, &mut seen)?;
+        if seen.recvs > 0 {
+            repost(&mut q.rq, seen.recvs)?;
+            seen.recvs = 0;
+        }
+    }
+
+    if o.test.is_latency() && env.client {
+        let s = stats::summarize(&mut lat);
+        say_raw!("{}", stats::latency_table(o.size, &s));
+        if o.test != Test::WriteLat && o.test != Test::SendLat {
+            say!(" (READ and atomic latencies are full round trips, as perftest reports them)");
+        }
+        if let Some(f) = &o.histogram {
+            let h = Histogram::new(&lat, 60);
+            let text = if f.ends_with(".svg") {
+                h.to_svg(&format!(
+                    "zverbs-perf {} {} B: latency histogram",
+                    o.test.name(),
+                    o.size
+                ))
+            } else {
+                h.to_csv()
+            };
+            std::fs::write(f, text)?;
+            say!(" histogram written to {f}");
+        }
+    } else if !o.test.is_latency() && (env.client || o.test == Test::SendBw) {
+        say_raw!(
+            "{}",
+            stats::bandwidth_table(o.size, o.iters, seconds.max(1e-9))
+        );
+    } else {
+        say!(" server side done");
+    }
+    say!("{}", "-".repeat(78));
+    Ok(())
+}
+
+/// Lists every device with its ports, GIDs and the backend it would get.
+pub(crate) fn list_devices() -> Result<()> {
+    let devs = zverbs::devices()?;
+    if devs.is_empty() {
+        // Opening "the first device" explains why there is none.
+        zverbs::open_device(None, &ContextOptions::default())?;
+    }
+    for d in devs {
+        say!("{}  (node GUID {:016x})", d.name(), d.guid());
+        let ctx = match d.open() {
+            Ok(c) => c,
+            Err(e) => {
+                say!("  cannot open: {e}");
+                continue;
+            }
+        };
+        match ctx.direct_support() {
+            Ok(why) => say!("  backend: direct ({why})"),
+            Err(why) => say!("  backend: verbs ({why})"),
+        }
+        let ports = ctx.attr().map(|a| a.phys_port_cnt).unwrap_or(1);
+        for p in 1..=ports {
+            let Ok(a) = ctx.port(p) else { continue };
+            say!(
+                "  port {p}: {} {:?} LID {:#06x} active MTU {}",
+                a.state,
+                a.link_layer,
+                a.lid,
+                a.active_mtu.bytes()
+            );
+            for g in ctx.gids(p).unwrap_or_default() {
+                say!("    GID[{}] {} {:?}", g.index, g.gid, g.gid_type);
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,177 @@
+//! Completion queues.
+
+use std::sync::{Arc, Mutex, Weak};
+
+use crate::backend::{BackendKind, BackendReport, BackendRequest, want_direct};
+use crate::device::Context;
+use crate::error::{Error, Result};
+use crate::provider::{CqEngine, CqProvider};
+use crate::qp::QpInner;
+use crate::queues::AnyPoller;
+
+/// A builder for a [`Cq`].
+#[derive(Debug)]
+pub struct CqBuilder<'a> {
+    ctx: &'a Context,
+    cqe: u32,
+    backend: Option<BackendRequest>,
+    poll_batch: u32,
+}
+
+impl<'a> CqBuilder<'a> {
+    pub(crate) fn new(ctx: &'a Context) -> Self {
+        Self {
+            ctx,
+            cqe: 256,
+            backend: None,
+            poll_batch: 32,
+        }
+    }
+
+    /// At least this many entries (default 256). Size it for every signaled send and every
+    /// receive that may be outstanding on the QPs it serves.
+    pub fn cqe(mut self, cqe: u32) -> Self {
+        self.cqe = cqe;
+        self
+    }
+
+    /// The backend, overriding the context's choice.
+    pub fn backend(mut self, backend: BackendRequest) -> Self {
+        self.backend = Some(backend);
+        self
+    }
+
+    /// Completions fetched per `ibv_poll_cq` call by the fallback (default 32; the size of
+    /// the `ibv_wc` array allocated once).
+    pub fn poll_batch(mut self, n: u32) -> Self {
+        self.poll_batch = n.max(1);
+        self
+    }
+
+    /// Creates the CQ.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verbs`] from `ibv_create_cq`; [`Error::Backend`] when the direct backend was
+    /// required and the CQ cannot be driven directly.
+    pub fn build(self) -> Result<Cq> {
+        let mut choice = self.ctx.backend_choice();
+        if let Some(r) = self.backend {
+            choice = crate::backend::BackendChoice {
+                request: r,
+                source: crate::backend::RequestSource::Caller,
+            };
+        }
+        let support = self.ctx.inner.provider.direct_support();
+        let direct = want_direct(choice, &support)?;
+        let (provider, note) = self.ctx.inner.provider.create_cq(self.cqe, direct)?;
+        let engine = provider.engine();
+        if choice.request == BackendRequest::Direct && !engine.is_direct() {
+            return Err(Error::Backend {
+                requested: BackendKind::Direct,
+                reason: note.0,
+            });
+        }
+        let kind = if engine.is_direct() {
+            BackendKind::Direct
+        } else {
+            BackendKind::Verbs
+        };
+        let reason = match (&support, kind) {
+            (crate::backend::DirectSupport::Yes(s), BackendKind::Direct) => {
+                format!("{s}; {}", note.0)
+            }
+            (crate::backend::DirectSupport::Yes(s), BackendKind::Verbs) if direct => {
+                format!("{s}, but {}", note.0)
+            }
+            (crate::backend::DirectSupport::Yes(s), BackendKind::Verbs) => {
+                format!("{s}, but the verbs backend was requested; {}", note.0)
+            }
+            (crate::backend::DirectSupport::No(s), _) => format!("{s}; {}", note.0),
+        };
+        Ok(Cq {
+            inner: Arc::new(CqInner {
+                provider,
+                ctx: self.ctx.clone(),
+                report: BackendReport {
+                    kind,
+                    choice,
+                    reason,
+                },
+                poll_batch: self.poll_batch,
+                registry: Mutex::new(Registry::default()),
+            }),
+        })
+    }
+}
+
+/// A completion queue. Cloning is cheap; the CQ is destroyed when the last clone, every QP
+/// using it and its poller are gone.
+#[derive(Clone, Debug)]
+pub struct Cq {
+    pub(crate) inner: Arc<CqInner>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Registry {
+    pub(crate) qps: Vec<Weak<QpInner>>,
+    pub(crate) poller_taken: bool,
+}
+
+#[derive(Debug)]
+pub(crate) struct CqInner {
+    // Field order is drop order: the CQ goes before its context.
+    pub(crate) provider: Box<dyn CqProvider>,
+    pub(crate) ctx: Context,
+    pub(crate) report: BackendReport,
+    pub(crate) poll_batch: u32,
+    pub(crate) registry: Mutex<Registry>,
+}
+
+impl Cq {
+    /// Entries the CQ really has (at least the number asked for).
+    pub fn cqe(&self) -> u32 {
+        self.inner.provider.cqe()
+    }
+
+    /// The backend that polls it, and why.
+    pub fn backend(&self) -> &BackendReport {
+        &self.inner.report
+    }
+
+    /// The context it belongs to.
+    pub fn context(&self) -> &Context {
+        &self.inner.ctx
+    }
+
+    pub(crate) fn engine(&self) -> CqEngine {
+        self.inner.provider.engine()
+    }
+
+    pub(crate) fn is(&self, other: &Cq) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// The CQ's poller, for the QPs created on it so far; it can be taken once. Create every
+    /// QP that uses this CQ before taking it (a later QP is refused).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::AlreadyTaken`] on a second call; [`Error::Layout`] if the direct backend
+    /// rejects the CQ's layout.
+    pub fn poller(&self) -> Result<AnyPoller> {
+        let qps: Vec<Arc<QpInner>> = {
+            let mut reg = self
+                .inner
+                .registry
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if reg.poller_taken {
+                return Err(Error::AlreadyTaken("CQ poller"));
+            }
+            reg.poller_taken = true;
+            reg.qps.iter().filter_map(Weak::upgrade).collect()
+        };
+        AnyPoller::new(self, qps)
+    }
+}

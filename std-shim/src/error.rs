@@ -1,0 +1,285 @@
+//! The control path's errors.
+
+use std::fmt;
+use std::io;
+
+use crate::backend::BackendKind;
+use crate::ffi::lib::LoadError;
+
+/// A `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What went wrong on the control path. Each variant says what to do about it where there is
+/// something to do.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// An rdma-core library is missing: install the package it names.
+    Library(LoadError),
+    /// No RDMA device was found.
+    NoDevice {
+        /// Why, when it can be told (for example: kernel devices exist but no provider library).
+        hint: Option<String>,
+    },
+    /// No device has the requested name.
+    DeviceNotFound {
+        /// The name asked for.
+        name: String,
+        /// The devices that exist.
+        available: Vec<String>,
+    },
+    /// The device has no port in the ACTIVE state.
+    NoActivePort {
+        /// The device.
+        device: String,
+        /// Each port and its state.
+        ports: Vec<(u8, crate::device::PortState)>,
+    },
+    /// A verb failed; `source` carries its errno.
+    Verbs {
+        /// The libibverbs / librdmacm function that failed (`ibv_reg_mr`, ...).
+        verb: &'static str,
+        /// The errno.
+        source: io::Error,
+    },
+    /// Registering memory failed because the locked-memory limit (`RLIMIT_MEMLOCK`) is too low.
+    MemlockLimit {
+        /// Bytes the registration asked for.
+        requested: usize,
+        /// The soft limit in bytes (`None`: unlimited, and the failure has another cause).
+        limit: Option<u64>,
+        /// The errno `ibv_reg_mr` returned.
+        source: io::Error,
+    },
+    /// A hugepage-backed buffer could not be mapped (no hugepages reserved, or too few).
+    NoHugepages {
+        /// Bytes asked for (rounded to the hugepage size).
+        requested: usize,
+        /// Why `mmap` refused.
+        source: io::Error,
+    },
+    /// The backend asked for cannot drive this object.
+    Backend {
+        /// The backend that was required.
+        requested: BackendKind,
+        /// Why it cannot be used.
+        reason: String,
+    },
+    /// An argument is out of range or inconsistent.
+    InvalidArgument(String),
+    /// A queue's data-path handle was already taken.
+    AlreadyTaken(&'static str),
+    /// The direct backend rejected the layout rdma-core reported.
+    Layout(zverbs_mlx5dv::LayoutError),
+    /// The peer could not be reached for the connection exchange.
+    PeerUnreachable {
+        /// The peer's address as given.
+        peer: String,
+        /// The socket error.
+        source: io::Error,
+    },
+    /// The peer answered with something that is not this protocol.
+    Protocol {
+        /// What was expected and what arrived.
+        detail: String,
+    },
+    /// The out-of-band connection failed after it was established.
+    Exchange {
+        /// What was being done.
+        during: &'static str,
+        /// The socket error.
+        source: io::Error,
+    },
+    /// The connection manager reported an unexpected event.
+    Cm {
+        /// The event that was expected.
+        expected: &'static str,
+        /// The event that arrived (`rdma_event_str`), with its status.
+        got: String,
+        /// The event's status (a negative errno, or a reject reason).
+        status: i32,
+    },
+}
+
+impl Error {
+    /// A failed verb with the errno read from `errno` (for verbs that return NULL or -1).
+    pub(crate) fn last_os(verb: &'static str) -> Self {
+        Self::Verbs {
+            verb,
+            source: io::Error::last_os_error(),
+        }
+    }
+
+    /// A failed verb that returned its errno (positive) or -1 with `errno` set.
+    pub(crate) fn from_ret(verb: &'static str, ret: i32) -> Self {
+        let source = if ret > 0 {
+            io::Error::from_raw_os_error(ret)
+        } else if ret < -1 {
+            io::Error::from_raw_os_error(-ret)
+        } else {
+            io::Error::last_os_error()
+        };
+        Self::Verbs { verb, source }
+    }
+
+    /// The errno behind the error, when there is one.
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            Error::Verbs { source, .. }
+            | Error::MemlockLimit { source, .. }
+            | Error::NoHugepages { source, .. }
+            | Error::PeerUnreachable { source, .. }
+            | Error::Exchange { source, .. } => source.raw_os_error(),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Library(e) => e.fmt(f),
+            Error::NoDevice { hint } => {
+                f.write_str("no RDMA device found")?;
+                match hint {
+                    Some(h) => write!(f, ": {h}"),
+                    None => f.write_str(
+                        " (load a driver, or create a soft-RoCE device: \
+                         `rdma link add rxe0 type rxe netdev <if>`)",
+                    ),
+                }
+            }
+            Error::DeviceNotFound { name, available } => {
+                write!(f, "no RDMA device named `{name}`; devices: ")?;
+                if available.is_empty() {
+                    f.write_str("none")
+                } else {
+                    f.write_str(&available.join(", "))
+                }
+            }
+            Error::NoActivePort { device, ports } => {
+                write!(f, "device `{device}` has no active port (")?;
+                for (i, (p, s)) in ports.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "port {p}: {s}")?;
+                }
+                f.write_str("); check the link and, for RoCE, the network interface")
+            }
+            Error::Verbs { verb, source } => write!(f, "{verb} failed: {source}"),
+            Error::MemlockLimit {
+                requested,
+                limit,
+                source,
+            } => {
+                write!(f, "ibv_reg_mr of {requested} bytes failed ({source}): ")?;
+                match limit {
+                    Some(l) => write!(
+                        f,
+                        "the locked-memory limit is {l} bytes; raise it with `ulimit -l unlimited` \
+                         (or memlock in /etc/security/limits.conf, LimitMEMLOCK for systemd)"
+                    ),
+                    None => f.write_str("the locked-memory limit is already unlimited"),
+                }
+            }
+            Error::NoHugepages { requested, source } => write!(
+                f,
+                "cannot map {requested} bytes of hugepages ({source}); reserve some with \
+                 `echo 64 > /proc/sys/vm/nr_hugepages`, or use a plain buffer"
+            ),
+            Error::Backend { requested, reason } => {
+                write!(f, "the {requested} backend cannot be used: {reason}")
+            }
+            Error::InvalidArgument(s) => write!(f, "invalid argument: {s}"),
+            Error::AlreadyTaken(what) => write!(f, "the {what} was already taken"),
+            Error::Layout(e) => write!(f, "the direct backend rejected the queue layout: {e}"),
+            Error::PeerUnreachable { peer, source } => write!(
+                f,
+                "cannot reach the peer at {peer} ({source}); is the server running and the \
+                 port open?"
+            ),
+            Error::Protocol { detail } => write!(
+                f,
+                "the peer does not speak this protocol: {detail} (is it the same tool, in the \
+                 same mode?)"
+            ),
+            Error::Exchange { during, source } => {
+                write!(f, "connection exchange failed while {during}: {source}")
+            }
+            Error::Cm {
+                expected,
+                got,
+                status,
+            } => write!(
+                f,
+                "rdma_cm: expected {expected}, got {got} (status {status})"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Library(e) => Some(e),
+            Error::Verbs { source, .. }
+            | Error::MemlockLimit { source, .. }
+            | Error::NoHugepages { source, .. }
+            | Error::PeerUnreachable { source, .. }
+            | Error::Exchange { source, .. } => Some(source),
+            Error::Layout(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<LoadError> for Error {
+    fn from(e: LoadError) -> Self {
+        Error::Library(e)
+    }
+}
+
+impl From<zverbs_mlx5dv::LayoutError> for Error {
+    fn from(e: zverbs_mlx5dv::LayoutError) -> Self {
+        Error::Layout(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verb_errors_carry_verb_and_errno() {
+        let e = Error::from_ret("ibv_modify_qp", libc::EINVAL);
+        assert_eq!(e.errno(), Some(libc::EINVAL));
+        assert!(e.to_string().starts_with("ibv_modify_qp failed:"), "{e}");
+        let e = Error::from_ret("ibv_poll_cq", -libc::EAGAIN);
+        assert_eq!(e.errno(), Some(libc::EAGAIN));
+    }
+
+    #[test]
+    fn memlock_message_says_ulimit() {
+        let e = Error::MemlockLimit {
+            requested: 1 << 20,
+            limit: Some(65536),
+            source: io::Error::from_raw_os_error(libc::ENOMEM),
+        };
+        let s = e.to_string();
+        assert!(s.contains("ulimit -l"), "{s}");
+        assert!(s.contains("65536"), "{s}");
+    }
+
+    #[test]
+    fn library_error_names_package() {
+        let e: Error = LoadError {
+            library: "libibverbs.so.1",
+            package: "libibverbs1",
+            detail: "not found".into(),
+        }
+        .into();
+        assert!(e.to_string().contains("`libibverbs1`"));
+        assert!(std::error::Error::source(&e).is_some());
+    }
+}

@@ -1,0 +1,155 @@
+//! The fallback's completion queue poller: `ibv_poll_cq` into a preallocated `ibv_wc` array,
+//! translated into [`Completion`]s.
+
+use zverbs_core::{Completion, PollCq, WcFlags, WcOpcode, WcStatus};
+
+use super::RawArray;
+use super::state::{RECV_TAG, RqShared, SqShared};
+use crate::ffi::types::*;
+
+/// Which queues of one QP a poller serves.
+#[derive(Clone, Copy, Debug)]
+pub struct Binding<'a> {
+    /// The QP number completions name.
+    pub qpn: u32,
+    /// The send queue's state, if its completions go to this CQ.
+    pub sq: Option<&'a SqShared>,
+    /// The receive queue's state, if its completions go to this CQ.
+    pub rq: Option<&'a RqShared>,
+}
+
+/// A CQ polled through `ibv_poll_cq`.
+#[derive(Debug)]
+pub struct Poller<'a> {
+    cq: *mut ibv_cq,
+    poll: PollCqFn,
+    wcs: RawArray<ibv_wc>,
+    bindings: &'a [Binding<'a>],
+    last: usize,
+    error: Option<i32>,
+}
+
+// SAFETY: the poller owns its `ibv_wc` array; libibverbs allows polling a CQ from any thread
+// (one at a time, which `&mut self` ensures); shared state goes through Sync types.
+unsafe impl Send for Poller<'_> {}
+
+impl<'a> Poller<'a> {
+    /// Polls `cq`, at most `batch` completions per `ibv_poll_cq` call.
+    ///
+    /// # Safety
+    ///
+    /// - `cq` is a live CQ (and its context live) for `'a`, and nothing else polls it while
+    ///   this value lives;
+    /// - each binding names a QP whose completions go to this CQ, with the states its fallback
+    ///   queues were built with.
+    ///
+    /// Returns `None` if the provider has no `poll_cq` entry.
+    pub unsafe fn new(cq: *mut ibv_cq, batch: u32, bindings: &'a [Binding<'a>]) -> Option<Self> {
+        // SAFETY: (caller) `cq` and its context are live.
+        let poll = unsafe { (*(*cq).context).ops.poll_cq }?;
+        Some(Self {
+            cq,
+            poll,
+            wcs: RawArray::new(batch.max(1) as usize, ibv_wc::default()),
+            bindings,
+            last: 0,
+            error: None,
+        })
+    }
+
+    /// The errno of the last failed `ibv_poll_cq`, if any; clears it. A failed poll returns 0
+    /// completions.
+    pub fn take_error(&mut self) -> Option<i32> {
+        self.error.take()
+    }
+
+    #[inline(always)]
+    fn binding(&mut self, qpn: u32) -> Option<Binding<'a>> {
+        let b = self.bindings;
+        if let Some(x) = b.get(self.last)
+            && x.qpn == qpn
+        {
+            return Some(*x);
+        }
+        let i = b.iter().position(|x| x.qpn == qpn)?;
+        self.last = i;
+        Some(b[i])
+    }
+
+    /// Translates one work completion.
+    #[inline(always)]
+    fn convert(&mut self, wc: &ibv_wc, out: &mut Completion) {
+        let status = WcStatus::from_raw(wc.status);
+        out.status = status;
+        out.qp_num = wc.qp_num;
+        out.vendor_err = wc.vendor_err;
+        out.imm = 0;
+        out.flags = WcFlags::NONE;
+        out.byte_len = 0;
+        let counter = wc.wr_id as u32;
+        match (wc.wr_id & RECV_TAG != 0, self.binding(wc.qp_num)) {
+            (false, Some(Binding { sq: Some(sq), .. })) => {
+                // SAFETY: the only poller of this queue; libibverbs reported the request.
+                let slot = unsafe { sq.retire(counter) };
+                out.wr_id = slot.wr_id;
+                out.opcode = slot.opcode;
+                if status.is_success() {
+                    out.byte_len = match slot.opcode {
+                        WcOpcode::RdmaRead => wc.byte_len,
+                        WcOpcode::CompSwap | WcOpcode::FetchAdd => 8,
+                        _ => 0,
+                    };
+                    if slot.imm {
+                        out.flags = WcFlags::WITH_IMM;
+                    }
+                }
+            }
+            (true, Some(Binding { rq: Some(rq), .. })) => {
+                // SAFETY: the only poller of this queue; receives complete in order.
+                out.wr_id = unsafe { rq.retire() };
+                out.opcode = WcOpcode::Recv;
+                if status.is_success() {
+                    out.opcode = WcOpcode::from_raw(wc.opcode);
+                    out.byte_len = wc.byte_len;
+                    out.flags = WcFlags::from_bits_truncate(wc.wc_flags);
+                    if out.flags.contains(WcFlags::WITH_IMM) {
+                        out.imm = u32::from_be(wc.imm_data);
+                    }
+                }
+            }
+            _ => unknown(wc, out),
+        }
+    }
+}
+
+/// A completion for a queue this poller was not given: reported, nothing retired.
+#[cold]
+fn unknown(wc: &ibv_wc, out: &mut Completion) {
+    out.wr_id = wc.wr_id;
+    out.status = WcStatus::GeneralErr;
+    out.opcode = WcOpcode::from_raw(wc.opcode);
+}
+
+impl PollCq for Poller<'_> {
+    #[inline]
+    fn poll(&mut self, out: &mut [Completion]) -> usize {
+        let n = out.len().min(self.wcs.len());
+        if n == 0 {
+            return 0;
+        }
+        let wcs = self.wcs.at(0);
+        // SAFETY: (constructor) the CQ is live and polled only here; `wcs` has room for `n`.
+        let ret = unsafe { (self.poll)(self.cq, n as i32, wcs) };
+        if ret < 0 {
+            self.error = Some(-ret);
+            return 0;
+        }
+        let got = (ret as usize).min(n);
+        for (i, o) in out.iter_mut().enumerate().take(got) {
+            // SAFETY: the provider filled the first `got` entries.
+            let wc = unsafe { *self.wcs.at(i) };
+            self.convert(&wc, o);
+        }
+        got
+    }
+}

@@ -1,0 +1,175 @@
+//! The fallback's receive queue: each post goes to the provider at once.
+
+use zverbs_core::{BatchError, PostError, PostRecv, RecvWr, Sge};
+
+use super::RawArray;
+use super::state::{RECV_TAG, RqShared};
+use crate::ffi::types::*;
+
+/// A receive queue driven through `ibv_post_recv`.
+#[derive(Debug)]
+pub struct RecvQueue<'a> {
+    qp: *mut ibv_qp,
+    post: PostRecvFn,
+    wrs: RawArray<ibv_recv_wr>,
+    sges: RawArray<ibv_sge>,
+    max_wr: u32,
+    max_sge: u32,
+    /// Receives posted (free-running).
+    head: u32,
+    /// Receives completed, last read from the shared state.
+    tail: u32,
+    shared: &'a RqShared,
+}
+
+// SAFETY: the queue owns its staging memory; shared state goes through `RqShared` (Sync).
+unsafe impl Send for RecvQueue<'_> {}
+
+impl<'a> RecvQueue<'a> {
+    /// Drives the receive queue of `qp` through its provider's `post_recv`.
+    ///
+    /// # Safety
+    ///
+    /// - `qp` is a live QP (and its context live) for `'a`, and nothing else posts to its
+    ///   receive queue while this value lives;
+    /// - `max_recv_wr` and `max_recv_sge` are the QP's real capabilities;
+    /// - `shared` was made for this queue (`RqShared::new(max_recv_wr)`), is bound to the poller
+    ///   of the CQ that receives its completions, and serves no other queue.
+    ///
+    /// Returns `None` if the provider has no `post_recv` entry.
+    pub unsafe fn new(
+        qp: *mut ibv_qp,
+        max_recv_wr: u32,
+        max_recv_sge: u32,
+        shared: &'a RqShared,
+    ) -> Option<Self> {
+        // SAFETY: (caller) `qp` and its context are live.
+        let post = unsafe { (*(*qp).context).ops.post_recv }?;
+        let max_wr = max_recv_wr.max(1);
+        let max_sge = max_recv_sge;
+        Some(Self {
+            qp,
+            post,
+            wrs: RawArray::new(max_wr as usize, ibv_recv_wr::ZERO),
+            sges: RawArray::new(max_wr as usize * max_sge.max(1) as usize, Sge::default()),
+            max_wr,
+            max_sge,
+            head: 0,
+            tail: 0,
+            shared,
+        })
+    }
+
+    /// Scatter entries a receive may have.
+    #[inline]
+    pub fn max_sge(&self) -> u32 {
+        self.max_sge
+    }
+
+    /// Free entries, after taking what the poller completed.
+    #[inline]
+    pub fn free(&mut self) -> u32 {
+        self.tail = self.shared.load_tail();
+        self.max_wr - self.head.wrapping_sub(self.tail)
+    }
+
+    #[inline(always)]
+    fn check(&mut self, wr: &RecvWr<'_>, needed: u32) -> Result<(), PostError> {
+        if wr.sgl.len() > self.max_sge as usize {
+            return Err(PostError::TooManySges {
+                got: wr.sgl.len() as u32,
+                max: self.max_sge,
+            });
+        }
+        if self.head.wrapping_sub(self.tail) + needed > self.max_wr {
+            self.tail = self.shared.load_tail();
+            let free = self.max_wr - self.head.wrapping_sub(self.tail);
+            if free < needed {
+                return Err(PostError::QueueFull { needed, free });
+            }
+        }
+        Ok(())
+    }
+
+    /// Builds element `i` of the chain for receive counter `counter`.
+    ///
+    /// # Safety
+    ///
+    /// `i < max_wr`, `check` passed, and the slot of `counter` is free.
+    #[inline(always)]
+    unsafe fn build(&mut self, i: usize, counter: u32, wr: &RecvWr<'_>) -> *mut ibv_recv_wr {
+        let per = self.max_sge.max(1) as usize;
+        let sg = self.sges.at(i * per);
+        for (k, s) in wr.sgl.iter().enumerate() {
+            // SAFETY: `k < max_sge` (checked), inside element `i`'s scatter entries.
+            unsafe { sg.add(k).write(*s) };
+        }
+        let this = self.wrs.at(i);
+        // SAFETY: `i < max_wr` (caller), inside the array.
+        unsafe {
+            this.write(ibv_recv_wr {
+                wr_id: RECV_TAG | u64::from(counter),
+                next: core::ptr::null_mut(),
+                sg_list: sg,
+                num_sge: wr.sgl.len() as i32,
+            })
+        };
+        // SAFETY: (caller) the slot is free and the receive not yet posted.
+        unsafe { self.shared.record(counter, wr.wr_id) };
+        this
+    }
+}
+
+impl PostRecv for RecvQueue<'_> {
+    #[inline]
+    unsafe fn post_recv(&mut self, wr: &RecvWr<'_>) -> Result<(), PostError> {
+        self.check(wr, 1)?;
+        // SAFETY: element 0 exists; checked; the slot of `head` is free (room checked).
+        let first = unsafe { self.build(0, self.head, wr) };
+        let mut bad = core::ptr::null_mut();
+        // SAFETY: (constructor) the QP is live and only this queue posts receives to it; the
+        // request is in our arrays. (Caller) the buffers obey the posting contract.
+        let ret = unsafe { (self.post)(self.qp, first, &mut bad) };
+        if ret != 0 {
+            return Err(PostError::Verbs { errno: ret.abs() });
+        }
+        self.head = self.head.wrapping_add(1);
+        Ok(())
+    }
+
+    unsafe fn post_recv_batch(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), BatchError> {
+        if wrs.is_empty() {
+            return Ok(());
+        }
+        for (index, wr) in wrs.iter().enumerate() {
+            self.check(wr, index as u32 + 1)
+                .map_err(|error| BatchError { index, error })?;
+        }
+        let mut prev: *mut ibv_recv_wr = core::ptr::null_mut();
+        for (i, wr) in wrs.iter().enumerate() {
+            // SAFETY: `i < len <= max_wr` (room checked for the whole batch); the slots of
+            // `head..head+len` are free.
+            let this = unsafe { self.build(i, self.head.wrapping_add(i as u32), wr) };
+            if !prev.is_null() {
+                // SAFETY: `prev` is element `i - 1`, ours.
+                unsafe { (*prev).next = this };
+            }
+            prev = this;
+        }
+        let first = self.wrs.at(0);
+        let mut bad: *mut ibv_recv_wr = core::ptr::null_mut();
+        // SAFETY: as in `post_recv`, for the whole chain.
+        let ret = unsafe { (self.post)(self.qp, first, &mut bad) };
+        if ret != 0 {
+            // The provider posted the requests before `bad` and none from it on.
+            let index = super::sq::chain_index(bad, first, wrs.len()).unwrap_or(0);
+            self.head = self.head.wrapping_add(index as u32);
+            return Err(BatchError {
+                index,
+                error: PostError::Verbs { errno: ret.abs() },
+            });
+        }
+        self.head = self.head.wrapping_add(wrs.len() as u32);
+        Ok(())
+    }
+}

@@ -1,0 +1,435 @@
+//! The fallback's send queue: validate, stage, post the chain at `ring`.
+
+use zverbs_core::{BatchError, PostError, PostSend, SendFlags, SendOp, SendWr, Sge, WcOpcode};
+use zverbs_mlx5dv::SqCaps;
+
+use super::state::{SendSlot, SqShared};
+use super::{MAX_MESSAGE, RawArray};
+use crate::ffi::types::*;
+
+/// Requests the provider refused at [`ring`](PostSend::ring).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RingError {
+    /// The provider's errno.
+    pub errno: i32,
+    /// How many requests of the chain were not posted (they will never complete).
+    pub dropped: u32,
+    /// The caller's `wr_id` of the first request not posted.
+    pub first_wr_id: u64,
+}
+
+/// What a validated request becomes.
+#[derive(Clone, Copy, Debug)]
+struct Plan {
+    opcode: u32,
+    wc_opcode: WcOpcode,
+    signaled: bool,
+    /// Inline payload length, or `None`.
+    inline: Option<u32>,
+}
+
+/// A send queue driven through `ibv_post_send`.
+#[derive(Debug)]
+pub struct SendQueue<'a> {
+    qp: *mut ibv_qp,
+    post: PostSendFn,
+    wrs: RawArray<ibv_send_wr>,
+    sges: RawArray<ibv_sge>,
+    inline_buf: RawArray<u8>,
+    /// Staged, not yet posted.
+    staged: u32,
+    /// Requests accepted (free-running); the next request's counter.
+    pi: u32,
+    /// Retired, last read from the credit word.
+    ci: u32,
+    sig_posted: u32,
+    sig_done: u32,
+    max_wr: u32,
+    caps: SqCaps,
+    shared: &'a SqShared,
+    ring_error: Option<RingError>,
+}
+
+// SAFETY: the queue owns its staging memory; the QP pointer is only used to post, which
+// libibverbs allows from any thread; shared state goes through `SqShared` (Sync).
+unsafe impl Send for SendQueue<'_> {}
+
+impl<'a> SendQueue<'a> {
+    /// Drives the send queue of `qp` through its provider's `post_send`.
+    ///
+    /// # Safety
+    ///
+    /// - `qp` is a live QP (and its context live) for `'a`, and nothing else posts to its send
+    ///   queue while this value lives;
+    /// - `max_send_wr` and `caps` are the QP's real capabilities (`ibv_qp_cap` after creation),
+    ///   `caps.max_signaled` no more than its CQ can hold for it;
+    /// - `shared` was made for this queue (`SqShared::new(max_send_wr)`), is bound to the
+    ///   poller of the CQ that receives its send completions, and serves no other queue.
+    ///
+    /// Returns `None` if the provider has no `post_send` entry.
+    pub unsafe fn new(
+        qp: *mut ibv_qp,
+        max_send_wr: u32,
+        caps: SqCaps,
+        shared: &'a SqShared,
+    ) -> Option<Self> {
+        // SAFETY: (caller) `qp` and its context are live.
+        let post = unsafe { (*(*qp).context).ops.post_send }?;
+        let max_wr = max_send_wr.max(1);
+        let sges = (max_wr as usize) * (caps.max_send_sge.max(1) as usize);
+        Some(Self {
+            qp,
+            post,
+            wrs: RawArray::new(max_wr as usize, ibv_send_wr::ZERO),
+            sges: RawArray::new(sges, Sge::default()),
+            inline_buf: RawArray::new(max_wr as usize * caps.max_inline_data as usize, 0u8),
+            staged: 0,
+            pi: 0,
+            ci: 0,
+            sig_posted: 0,
+            sig_done: 0,
+            max_wr,
+            caps,
+            shared,
+            ring_error: None,
+        })
+    }
+
+    /// The limits the queue enforces.
+    #[inline]
+    pub fn caps(&self) -> SqCaps {
+        self.caps
+    }
+
+    /// Requests staged and not yet rung.
+    #[inline]
+    pub fn pending(&self) -> u32 {
+        self.staged
+    }
+
+    /// Free request slots, after taking the credits the poller returned.
+    #[inline]
+    pub fn free(&mut self) -> u32 {
+        self.refresh();
+        self.max_wr - self.pi.wrapping_sub(self.ci)
+    }
+
+    /// Signaled requests posted whose completions have not been polled.
+    #[inline]
+    pub fn outstanding_signaled(&mut self) -> u32 {
+        self.refresh();
+        self.sig_posted.wrapping_sub(self.sig_done)
+    }
+
+    /// The last refusal by the provider at `ring`, if not yet reported; clears it.
+    pub fn take_ring_error(&mut self) -> Option<RingError> {
+        self.ring_error.take()
+    }
+
+    #[inline(always)]
+    fn refresh(&mut self) {
+        let (ci, sig) = self.shared.load_done();
+        self.ci = ci;
+        self.sig_done = sig;
+    }
+
+    /// Validates `wr`. Writes nothing.
+    #[inline(always)]
+    fn plan(&self, wr: &SendWr<'_>) -> Result<Plan, PostError> {
+        let (opcode, wc_opcode, sgl) = match &wr.op {
+            SendOp::Write { sgl, .. } => (IBV_WR_RDMA_WRITE, WcOpcode::RdmaWrite, *sgl),
+            SendOp::WriteImm { sgl, .. } => (IBV_WR_RDMA_WRITE_WITH_IMM, WcOpcode::RdmaWrite, *sgl),
+            SendOp::Send { sgl } => (IBV_WR_SEND, WcOpcode::Send, *sgl),
+            SendOp::SendImm { sgl, .. } => (IBV_WR_SEND_WITH_IMM, WcOpcode::Send, *sgl),
+            SendOp::Read { sgl, .. } => (IBV_WR_RDMA_READ, WcOpcode::RdmaRead, *sgl),
+            SendOp::CompareSwap { local, remote, .. } => {
+                check_atomic(local, remote.addr)?;
+                (IBV_WR_ATOMIC_CMP_AND_SWP, WcOpcode::CompSwap, &[][..])
+            }
+            SendOp::FetchAdd { local, remote, .. } => {
+                check_atomic(local, remote.addr)?;
+                (IBV_WR_ATOMIC_FETCH_AND_ADD, WcOpcode::FetchAdd, &[][..])
+            }
+            SendOp::Nop => return Err(PostError::Unsupported),
+        };
+        if sgl.len() > self.caps.max_send_sge as usize {
+            return Err(PostError::TooManySges {
+                got: sgl.len() as u32,
+                max: self.caps.max_send_sge,
+            });
+        }
+        let len: u64 = sgl.iter().map(|s| u64::from(s.length)).sum();
+        let mut inline = None;
+        if wr.flags.contains(SendFlags::INLINE) {
+            if !wr.op.can_inline() {
+                return Err(PostError::InlineNotAllowed);
+            }
+            if len > u64::from(self.caps.max_inline_data) {
+                return Err(PostError::InlineTooLarge {
+                    len: len.min(u64::from(u32::MAX)) as u32,
+                    max: self.caps.max_inline_data,
+                });
+            }
+            inline = Some(len as u32);
+        } else if len > MAX_MESSAGE {
+            return Err(PostError::MessageTooLong);
+        }
+        Ok(Plan {
+            opcode,
+            wc_opcode,
+            signaled: self.caps.sig_all || wr.flags.contains(SendFlags::SIGNALED),
+            inline,
+        })
+    }
+
+    /// Checks that `n` more requests, `signaled` of them signaled, fit now.
+    #[inline(always)]
+    fn check_room(&mut self, n: u32, signaled: u32) -> Result<(), PostError> {
+        let fits = |q: &Self| {
+            q.pi.wrapping_sub(q.ci) + n <= q.max_wr
+                && q.sig_posted.wrapping_sub(q.sig_done) + signaled <= q.caps.max_signaled
+        };
+        if fits(self) {
+            return Ok(());
+        }
+        self.refresh();
+        let free = self.max_wr - self.pi.wrapping_sub(self.ci);
+        if free < n {
+            return Err(PostError::QueueFull { needed: n, free });
+        }
+        if self.sig_posted.wrapping_sub(self.sig_done) + signaled > self.caps.max_signaled {
+            return Err(PostError::CqFull {
+                limit: self.caps.max_signaled,
+            });
+        }
+        Ok(())
+    }
+
+    /// Stages the planned request and records it.
+    ///
+    /// # Safety
+    ///
+    /// `plan` is `self.plan(wr)`'s and room was checked; inline sources are readable (the
+    /// posting contract of [`PostSend`]).
+    #[inline(always)]
+    unsafe fn stage(&mut self, wr: &SendWr<'_>, plan: &Plan) {
+        let i = self.staged as usize;
+        let slot_sges = self.caps.max_send_sge.max(1) as usize;
+        let sg_base = self.sges.at(i * slot_sges);
+        let sgl = wr.op.sgl();
+        let mut out = ibv_send_wr::ZERO;
+        out.wr_id = u64::from(self.pi);
+        out.opcode = plan.opcode;
+        out.sg_list = sg_base;
+        out.send_flags = (wr.flags.bits() & !SendFlags::SIGNALED.bits())
+            | if plan.signaled { IBV_SEND_SIGNALED } else { 0 };
+        if let Some(imm) = wr.op.imm() {
+            out.imm_data = imm.to_be();
+        }
+        match &wr.op {
+            SendOp::Write { remote, .. }
+            | SendOp::WriteImm { remote, .. }
+            | SendOp::Read { remote, .. } => {
+                out.wr.rdma = ibv_send_wr_rdma {
+                    remote_addr: remote.addr,
+                    rkey: remote.rkey,
+                };
+            }
+            SendOp::CompareSwap {
+                remote,
+                compare,
+                swap,
+                ..
+            } => {
+                out.wr.atomic = ibv_send_wr_atomic {
+                    remote_addr: remote.addr,
+                    compare_add: *compare,
+                    swap: *swap,
+                    rkey: remote.rkey,
+                };
+            }
+            SendOp::FetchAdd { remote, add, .. } => {
+                out.wr.atomic = ibv_send_wr_atomic {
+                    remote_addr: remote.addr,
+                    compare_add: *add,
+                    swap: 0,
+                    rkey: remote.rkey,
+                };
+            }
+            SendOp::Send { .. } | SendOp::SendImm { .. } | SendOp::Nop => {}
+        }
+        match plan.inline {
+            Some(len) => {
+                // Copy the payload now: the caller may reuse it when the post returns, and the
+                // provider reads it only at `ring`.
+                let dst = self.inline_buf.at(i * self.caps.max_inline_data as usize);
+                let mut off = 0usize;
+                for s in sgl {
+                    // SAFETY: (caller) each inline source is readable for `length` bytes; the
+                    // destination area holds `max_inline_data >= len` bytes for this request
+                    // (plan checked), and the two do not overlap (ours is private).
+                    unsafe {
+                        core::ptr::copy_nonoverlapping(
+                            s.addr as usize as *const u8,
+                            dst.add(off),
+                            s.length as usize,
+                        )
+                    };
+                    off += s.length as usize;
+                }
+                if len > 0 {
+                    // SAFETY: the request's first scatter entry is inside `sges`.
+                    unsafe { sg_base.write(Sge::new(dst as u64, len, 0)) };
+                    out.num_sge = 1;
+                }
+            }
+            None => {
+                let local = match &wr.op {
+                    SendOp::CompareSwap { local, .. } | SendOp::FetchAdd { local, .. } => {
+                        core::slice::from_ref(local)
+                    }
+                    _ => sgl,
+                };
+                for (k, s) in local.iter().enumerate() {
+                    // SAFETY: `k < max_send_sge` (plan checked; atomics have one entry), so the
+                    // entry is inside this request's part of `sges`.
+                    unsafe { sg_base.add(k).write(*s) };
+                }
+                out.num_sge = local.len() as i32;
+            }
+        }
+        let this = self.wrs.at(i);
+        // SAFETY: `i < max_wr`: every staged request holds a credit, and credits are at most
+        // `max_wr`. The previous element, if any, is staged and ours.
+        unsafe {
+            this.write(out);
+            if i > 0 {
+                (*self.wrs.at(i - 1)).next = this;
+            }
+        }
+        let slot = SendSlot {
+            wr_id: wr.wr_id,
+            opcode: plan.wc_opcode,
+            imm: wr.op.imm().is_some(),
+            signaled: plan.signaled,
+        };
+        // SAFETY: room was checked, so the slot of `pi` is retired; the request is unposted.
+        unsafe { self.shared.record(self.pi, slot) };
+        self.pi = self.pi.wrapping_add(1);
+        self.sig_posted = self.sig_posted.wrapping_add(u32::from(plan.signaled));
+        self.staged += 1;
+    }
+
+    /// Reports a refusal left from the last `ring`.
+    #[inline(always)]
+    fn pending_refusal(&mut self) -> Result<(), PostError> {
+        match self.ring_error {
+            None => Ok(()),
+            Some(e) => {
+                self.ring_error = None;
+                Err(PostError::Verbs { errno: e.errno })
+            }
+        }
+    }
+}
+
+impl PostSend for SendQueue<'_> {
+    #[inline]
+    unsafe fn post_send(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
+        self.pending_refusal()?;
+        let plan = self.plan(wr)?;
+        self.check_room(1, u32::from(plan.signaled))?;
+        // SAFETY: planned and room checked; the caller upholds the posting contract.
+        unsafe { self.stage(wr, &plan) };
+        Ok(())
+    }
+
+    #[inline]
+    fn ring(&mut self) {
+        if self.staged == 0 {
+            return;
+        }
+        let head = self.wrs.at(0);
+        // SAFETY: the last staged request ends the chain.
+        unsafe { (*self.wrs.at(self.staged as usize - 1)).next = core::ptr::null_mut() };
+        let mut bad: *mut ibv_send_wr = core::ptr::null_mut();
+        // SAFETY: (constructor) the QP is live and only this queue posts to it; the chain and
+        // its scatter lists are in our staging arrays, which outlive the call.
+        let ret = unsafe { (self.post)(self.qp, head, &mut bad) };
+        if ret != 0 {
+            self.refused(ret, bad);
+        }
+        self.staged = 0;
+    }
+
+    unsafe fn post_send_batch(&mut self, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
+        self.pending_refusal()
+            .map_err(|error| BatchError { index: 0, error })?;
+        let mut signaled = 0u32;
+        for (index, wr) in wrs.iter().enumerate() {
+            let plan = self.plan(wr).map_err(|error| BatchError { index, error })?;
+            signaled += u32::from(plan.signaled);
+            self.check_room(index as u32 + 1, signaled)
+                .map_err(|error| BatchError { index, error })?;
+        }
+        for wr in wrs {
+            // Infallible: the same plan succeeded above and nothing changed since.
+            if let Ok(plan) = self.plan(wr) {
+                // SAFETY: planned, room for the whole batch checked; the caller upholds the
+                // posting contract for every request.
+                unsafe { self.stage(wr, &plan) };
+            }
+        }
+        self.ring();
+        Ok(())
+    }
+}
+
+impl SendQueue<'_> {
+    /// Unwinds the requests from `bad` on, which the provider did not post.
+    #[cold]
+    fn refused(&mut self, ret: i32, bad: *mut ibv_send_wr) {
+        let base = self.wrs.at(0);
+        let staged = self.staged as usize;
+        let mut first = 0usize;
+        if let Some(i) = chain_index(bad, base, staged) {
+            first = i;
+        }
+        let dropped = (staged - first) as u32;
+        let mut sig = 0u32;
+        for i in first..staged {
+            // SAFETY: `i < staged`, inside the array.
+            sig += u32::from(unsafe { (*self.wrs.at(i)).send_flags } & IBV_SEND_SIGNALED != 0);
+        }
+        self.pi = self.pi.wrapping_sub(dropped);
+        self.sig_posted = self.sig_posted.wrapping_sub(sig);
+        // SAFETY: `first < staged`, inside the array.
+        let counter = unsafe { (*self.wrs.at(first)).wr_id } as u32;
+        // SAFETY: the request was recorded by `stage` and never posted, so its slot is still
+        // the poster's alone.
+        let first_wr_id = unsafe { self.shared.peek(counter) }.wr_id;
+        self.ring_error = Some(RingError {
+            errno: ret.abs(),
+            dropped,
+            first_wr_id,
+        });
+    }
+}
+
+/// The index of `bad` in the chain of `len` elements starting at `base`, computed on addresses
+/// (the provider's pointer is not trusted to be in the array).
+pub(super) fn chain_index<T>(bad: *const T, base: *const T, len: usize) -> Option<usize> {
+    let size = core::mem::size_of::<T>();
+    let off = (bad as usize).checked_sub(base as usize)?;
+    (off.is_multiple_of(size) && off / size < len).then_some(off / size)
+}
+
+fn check_atomic(local: &Sge, raddr: u64) -> Result<(), PostError> {
+    if local.length != 8 {
+        return Err(PostError::AtomicSize { len: local.length });
+    }
+    if !local.addr.is_multiple_of(8) || !raddr.is_multiple_of(8) {
+        return Err(PostError::AtomicAlignment);
+    }
+    Ok(())
+}

@@ -1,0 +1,645 @@
+//! `repr(C)` mirrors of the libibverbs structs the control path and the fallback use, field for
+//! field as in rdma-core 44's `<infiniband/verbs.h>`. The `abi` crate checks every size and
+//! offset against the header.
+// Every struct, field and constant here carries the name it has in `<infiniband/verbs.h>` or
+// `<infiniband/mlx5dv.h>`, where its meaning is documented; repeating each field's header
+// comment would add nothing.
+#![allow(non_camel_case_types, missing_docs)]
+
+use core::ffi::{c_char, c_int, c_uint, c_void};
+
+/// `struct ibv_sge`: identical to [`zverbs_core::Sge`] (checked by the ABI probe).
+pub type ibv_sge = zverbs_core::Sge;
+
+/// `struct ibv_device`: opaque here; only pointers to it are handled.
+#[repr(C)]
+pub struct ibv_device {
+    _opaque: [u8; 0],
+}
+
+/// `union ibv_gid`: 16 raw bytes (the `global` view of two `__be64` is the same bytes, and
+/// gives the union its 8-byte alignment).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C, align(8))]
+pub struct ibv_gid {
+    pub raw: [u8; 16],
+}
+
+/// `struct ibv_gid_entry`.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub struct ibv_gid_entry {
+    pub gid: ibv_gid,
+    pub gid_index: u32,
+    pub port_num: u32,
+    pub gid_type: u32,
+    pub ndev_ifindex: u32,
+}
+
+/// `struct ibv_device_attr`.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct ibv_device_attr {
+    pub fw_ver: [c_char; 64],
+    pub node_guid: u64,
+    pub sys_image_guid: u64,
+    pub max_mr_size: u64,
+    pub page_size_cap: u64,
+    pub vendor_id: u32,
+    pub vendor_part_id: u32,
+    pub hw_ver: u32,
+    pub max_qp: c_int,
+    pub max_qp_wr: c_int,
+    pub device_cap_flags: c_uint,
+    pub max_sge: c_int,
+    pub max_sge_rd: c_int,
+    pub max_cq: c_int,
+    pub max_cqe: c_int,
+    pub max_mr: c_int,
+    pub max_pd: c_int,
+    pub max_qp_rd_atom: c_int,
+    pub max_ee_rd_atom: c_int,
+    pub max_res_rd_atom: c_int,
+    pub max_qp_init_rd_atom: c_int,
+    pub max_ee_init_rd_atom: c_int,
+    pub atomic_cap: c_uint,
+    pub max_ee: c_int,
+    pub max_rdd: c_int,
+    pub max_mw: c_int,
+    pub max_raw_ipv6_qp: c_int,
+    pub max_raw_ethy_qp: c_int,
+    pub max_mcast_grp: c_int,
+    pub max_mcast_qp_attach: c_int,
+    pub max_total_mcast_qp_attach: c_int,
+    pub max_ah: c_int,
+    pub max_fmr: c_int,
+    pub max_map_per_fmr: c_int,
+    pub max_srq: c_int,
+    pub max_srq_wr: c_int,
+    pub max_srq_sge: c_int,
+    pub max_pkeys: u16,
+    pub local_ca_ack_delay: u8,
+    pub phys_port_cnt: u8,
+}
+
+/// `struct ibv_port_attr`.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub struct ibv_port_attr {
+    pub state: c_uint,
+    pub max_mtu: c_uint,
+    pub active_mtu: c_uint,
+    pub gid_tbl_len: c_int,
+    pub port_cap_flags: u32,
+    pub max_msg_sz: u32,
+    pub bad_pkey_cntr: u32,
+    pub qkey_viol_cntr: u32,
+    pub pkey_tbl_len: u16,
+    pub lid: u16,
+    pub sm_lid: u16,
+    pub lmc: u8,
+    pub max_vl_num: u8,
+    pub sm_sl: u8,
+    pub subnet_timeout: u8,
+    pub init_type_reply: u8,
+    pub active_width: u8,
+    pub active_speed: u8,
+    pub phys_state: u8,
+    pub link_layer: u8,
+    pub flags: u8,
+    pub port_cap_flags2: u16,
+}
+
+/// `struct ibv_wc`. `imm_data` is the union with `invalidated_rkey` (same size and place).
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub struct ibv_wc {
+    pub wr_id: u64,
+    pub status: c_uint,
+    pub opcode: c_uint,
+    pub vendor_err: u32,
+    pub byte_len: u32,
+    /// Big-endian immediate data when `wc_flags & IBV_WC_WITH_IMM`.
+    pub imm_data: u32,
+    pub qp_num: u32,
+    pub src_qp: u32,
+    pub wc_flags: c_uint,
+    pub pkey_index: u16,
+    pub slid: u16,
+    pub sl: u8,
+    pub dlid_path_bits: u8,
+}
+
+/// `struct ibv_pd`.
+#[repr(C)]
+pub struct ibv_pd {
+    pub context: *mut ibv_context,
+    pub handle: u32,
+}
+
+/// `struct ibv_mr`.
+#[repr(C)]
+pub struct ibv_mr {
+    pub context: *mut ibv_context,
+    pub pd: *mut ibv_pd,
+    pub addr: *mut c_void,
+    pub length: usize,
+    pub handle: u32,
+    pub lkey: u32,
+    pub rkey: u32,
+}
+
+/// `struct ibv_global_route`.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub struct ibv_global_route {
+    pub dgid: ibv_gid,
+    pub flow_label: u32,
+    pub sgid_index: u8,
+    pub hop_limit: u8,
+    pub traffic_class: u8,
+}
+
+/// `struct ibv_ah_attr`.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub struct ibv_ah_attr {
+    pub grh: ibv_global_route,
+    pub dlid: u16,
+    pub sl: u8,
+    pub src_path_bits: u8,
+    pub static_rate: u8,
+    pub is_global: u8,
+    pub port_num: u8,
+}
+
+/// `struct ibv_qp_cap`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct ibv_qp_cap {
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+    pub max_inline_data: u32,
+}
+
+/// `struct ibv_qp_init_attr`.
+#[repr(C)]
+pub struct ibv_qp_init_attr {
+    pub qp_context: *mut c_void,
+    pub send_cq: *mut ibv_cq,
+    pub recv_cq: *mut ibv_cq,
+    pub srq: *mut c_void,
+    pub cap: ibv_qp_cap,
+    pub qp_type: c_uint,
+    pub sq_sig_all: c_int,
+}
+
+/// `struct ibv_rx_hash_conf`.
+#[repr(C)]
+pub struct ibv_rx_hash_conf {
+    pub rx_hash_function: u8,
+    pub rx_hash_key_len: u8,
+    pub rx_hash_key: *mut u8,
+    pub rx_hash_fields_mask: u64,
+}
+
+/// `struct ibv_qp_init_attr_ex` (for `mlx5dv_create_qp`).
+#[repr(C)]
+pub struct ibv_qp_init_attr_ex {
+    pub qp_context: *mut c_void,
+    pub send_cq: *mut ibv_cq,
+    pub recv_cq: *mut ibv_cq,
+    pub srq: *mut c_void,
+    pub cap: ibv_qp_cap,
+    pub qp_type: c_uint,
+    pub sq_sig_all: c_int,
+    pub comp_mask: u32,
+    pub pd: *mut ibv_pd,
+    pub xrcd: *mut c_void,
+    pub create_flags: u32,
+    pub max_tso_header: u16,
+    pub rwq_ind_tbl: *mut c_void,
+    pub rx_hash_conf: ibv_rx_hash_conf,
+    pub source_qpn: u32,
+    pub send_ops_flags: u64,
+}
+
+/// `struct ibv_qp_attr`.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub struct ibv_qp_attr {
+    pub qp_state: c_uint,
+    pub cur_qp_state: c_uint,
+    pub path_mtu: c_uint,
+    pub path_mig_state: c_uint,
+    pub qkey: u32,
+    pub rq_psn: u32,
+    pub sq_psn: u32,
+    pub dest_qp_num: u32,
+    pub qp_access_flags: c_uint,
+    pub cap: ibv_qp_cap,
+    pub ah_attr: ibv_ah_attr,
+    pub alt_ah_attr: ibv_ah_attr,
+    pub pkey_index: u16,
+    pub alt_pkey_index: u16,
+    pub en_sqd_async_notify: u8,
+    pub sq_draining: u8,
+    pub max_rd_atomic: u8,
+    pub max_dest_rd_atomic: u8,
+    pub min_rnr_timer: u8,
+    pub port_num: u8,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub alt_port_num: u8,
+    pub alt_timeout: u8,
+    pub rate_limit: u32,
+}
+
+/// `struct ibv_send_wr`'s `wr.rdma`.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub struct ibv_send_wr_rdma {
+    pub remote_addr: u64,
+    pub rkey: u32,
+}
+
+/// `struct ibv_send_wr`'s `wr.atomic`.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub struct ibv_send_wr_atomic {
+    pub remote_addr: u64,
+    pub compare_add: u64,
+    pub swap: u64,
+    pub rkey: u32,
+}
+
+/// `struct ibv_send_wr`'s `wr.ud`.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct ibv_send_wr_ud {
+    pub ah: *mut c_void,
+    pub remote_qpn: u32,
+    pub remote_qkey: u32,
+}
+
+/// `struct ibv_send_wr`'s `wr` union.
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub union ibv_send_wr_wr {
+    pub rdma: ibv_send_wr_rdma,
+    pub atomic: ibv_send_wr_atomic,
+    pub ud: ibv_send_wr_ud,
+}
+
+/// `struct ibv_send_wr`'s `qp_type` union (`xrc.remote_srqn`).
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub struct ibv_send_wr_qp_type {
+    pub remote_srqn: u32,
+}
+
+/// `struct ibv_mw_bind_info`.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct ibv_mw_bind_info {
+    pub mr: *mut ibv_mr,
+    pub addr: u64,
+    pub length: u64,
+    pub mw_access_flags: c_uint,
+}
+
+/// `struct ibv_send_wr`'s `bind_mw` member.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct ibv_send_wr_bind_mw {
+    pub mw: *mut c_void,
+    pub rkey: u32,
+    pub bind_info: ibv_mw_bind_info,
+}
+
+/// `struct ibv_send_wr`'s `tso` member.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct ibv_send_wr_tso {
+    pub hdr: *mut c_void,
+    pub hdr_sz: u16,
+    pub mss: u16,
+}
+
+/// `struct ibv_send_wr`'s anonymous `bind_mw` / `tso` union.
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub union ibv_send_wr_ext {
+    pub bind_mw: ibv_send_wr_bind_mw,
+    pub tso: ibv_send_wr_tso,
+}
+
+/// `struct ibv_send_wr`. `imm_data` is the union with `invalidate_rkey`.
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub struct ibv_send_wr {
+    pub wr_id: u64,
+    pub next: *mut ibv_send_wr,
+    pub sg_list: *mut ibv_sge,
+    pub num_sge: c_int,
+    pub opcode: c_uint,
+    pub send_flags: c_uint,
+    /// Big-endian immediate data for the `*_WITH_IMM` opcodes.
+    pub imm_data: u32,
+    pub wr: ibv_send_wr_wr,
+    pub qp_type: ibv_send_wr_qp_type,
+    pub ext: ibv_send_wr_ext,
+}
+
+impl core::fmt::Debug for ibv_send_wr {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("ibv_send_wr")
+            .field("wr_id", &self.wr_id)
+            .field("opcode", &self.opcode)
+            .field("num_sge", &self.num_sge)
+            .field("send_flags", &self.send_flags)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ibv_send_wr {
+    /// An all-zero request (null pointers, zero counts).
+    pub const ZERO: Self = Self {
+        wr_id: 0,
+        next: core::ptr::null_mut(),
+        sg_list: core::ptr::null_mut(),
+        num_sge: 0,
+        opcode: 0,
+        send_flags: 0,
+        imm_data: 0,
+        wr: ibv_send_wr_wr {
+            atomic: ibv_send_wr_atomic {
+                remote_addr: 0,
+                compare_add: 0,
+                swap: 0,
+                rkey: 0,
+            },
+        },
+        qp_type: ibv_send_wr_qp_type { remote_srqn: 0 },
+        ext: ibv_send_wr_ext {
+            bind_mw: ibv_send_wr_bind_mw {
+                mw: core::ptr::null_mut(),
+                rkey: 0,
+                bind_info: ibv_mw_bind_info {
+                    mr: core::ptr::null_mut(),
+                    addr: 0,
+                    length: 0,
+                    mw_access_flags: 0,
+                },
+            },
+        },
+    };
+}
+
+/// `struct ibv_recv_wr`.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct ibv_recv_wr {
+    pub wr_id: u64,
+    pub next: *mut ibv_recv_wr,
+    pub sg_list: *mut ibv_sge,
+    pub num_sge: c_int,
+}
+
+impl ibv_recv_wr {
+    /// An all-zero request.
+    pub const ZERO: Self = Self {
+        wr_id: 0,
+        next: core::ptr::null_mut(),
+        sg_list: core::ptr::null_mut(),
+        num_sge: 0,
+    };
+}
+
+/// `struct ibv_comp_channel`.
+#[repr(C)]
+pub struct ibv_comp_channel {
+    pub context: *mut ibv_context,
+    pub fd: c_int,
+    pub refcnt: c_int,
+}
+
+/// `struct ibv_cq`.
+#[repr(C)]
+pub struct ibv_cq {
+    pub context: *mut ibv_context,
+    pub channel: *mut ibv_comp_channel,
+    pub cq_context: *mut c_void,
+    pub handle: u32,
+    pub cqe: c_int,
+    pub mutex: libc::pthread_mutex_t,
+    pub cond: libc::pthread_cond_t,
+    pub comp_events_completed: u32,
+    pub async_events_completed: u32,
+}
+
+/// `struct ibv_qp`.
+#[repr(C)]
+pub struct ibv_qp {
+    pub context: *mut ibv_context,
+    pub qp_context: *mut c_void,
+    pub pd: *mut ibv_pd,
+    pub send_cq: *mut ibv_cq,
+    pub recv_cq: *mut ibv_cq,
+    pub srq: *mut c_void,
+    pub handle: u32,
+    pub qp_num: u32,
+    pub state: c_uint,
+    pub qp_type: c_uint,
+    pub mutex: libc::pthread_mutex_t,
+    pub cond: libc::pthread_cond_t,
+    pub events_completed: u32,
+}
+
+/// `ibv_context_ops.post_send`.
+pub type PostSendFn =
+    unsafe extern "C" fn(*mut ibv_qp, *mut ibv_send_wr, *mut *mut ibv_send_wr) -> c_int;
+/// `ibv_context_ops.post_recv`.
+pub type PostRecvFn =
+    unsafe extern "C" fn(*mut ibv_qp, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int;
+/// `ibv_context_ops.poll_cq`.
+pub type PollCqFn = unsafe extern "C" fn(*mut ibv_cq, c_int, *mut ibv_wc) -> c_int;
+/// `ibv_context_ops.req_notify_cq`.
+pub type ReqNotifyCqFn = unsafe extern "C" fn(*mut ibv_cq, c_int) -> c_int;
+/// A slot of `ibv_context_ops` this crate never calls.
+pub type UnusedOp = Option<unsafe extern "C" fn()>;
+
+/// `struct ibv_context_ops`: the provider's function table. Only the data-path entries that
+/// `verbs.h` calls from its static inline functions are typed; the rest keep their places.
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub struct ibv_context_ops {
+    pub _compat_query_device: UnusedOp,
+    pub _compat_query_port: UnusedOp,
+    pub _compat_alloc_pd: UnusedOp,
+    pub _compat_dealloc_pd: UnusedOp,
+    pub _compat_reg_mr: UnusedOp,
+    pub _compat_rereg_mr: UnusedOp,
+    pub _compat_dereg_mr: UnusedOp,
+    pub alloc_mw: UnusedOp,
+    pub bind_mw: UnusedOp,
+    pub dealloc_mw: UnusedOp,
+    pub _compat_create_cq: UnusedOp,
+    pub poll_cq: Option<PollCqFn>,
+    pub req_notify_cq: Option<ReqNotifyCqFn>,
+    pub _compat_cq_event: UnusedOp,
+    pub _compat_resize_cq: UnusedOp,
+    pub _compat_destroy_cq: UnusedOp,
+    pub _compat_create_srq: UnusedOp,
+    pub _compat_modify_srq: UnusedOp,
+    pub _compat_query_srq: UnusedOp,
+    pub _compat_destroy_srq: UnusedOp,
+    pub post_srq_recv: UnusedOp,
+    pub _compat_create_qp: UnusedOp,
+    pub _compat_query_qp: UnusedOp,
+    pub _compat_modify_qp: UnusedOp,
+    pub _compat_destroy_qp: UnusedOp,
+    pub post_send: Option<PostSendFn>,
+    pub post_recv: Option<PostRecvFn>,
+    pub _compat_create_ah: UnusedOp,
+    pub _compat_destroy_ah: UnusedOp,
+    pub _compat_attach_mcast: UnusedOp,
+    pub _compat_detach_mcast: UnusedOp,
+    pub _compat_async_event: UnusedOp,
+}
+
+/// `struct ibv_context`.
+#[repr(C)]
+pub struct ibv_context {
+    pub device: *mut ibv_device,
+    pub ops: ibv_context_ops,
+    pub cmd_fd: c_int,
+    pub async_fd: c_int,
+    pub num_comp_vectors: c_int,
+    pub mutex: libc::pthread_mutex_t,
+    pub abi_compat: *mut c_void,
+}
+
+/// `struct mlx5dv_obj`'s `{in, out}` pairs; only `qp` and `cq` are used.
+#[repr(C)]
+pub struct mlx5dv_obj_pair<I, O> {
+    pub r#in: *mut I,
+    pub out: *mut O,
+}
+
+/// `struct mlx5dv_obj`.
+#[repr(C)]
+pub struct mlx5dv_obj {
+    pub qp: mlx5dv_obj_pair<ibv_qp, zverbs_mlx5dv::prm::dv::mlx5dv_qp>,
+    pub cq: mlx5dv_obj_pair<ibv_cq, zverbs_mlx5dv::prm::dv::mlx5dv_cq>,
+    pub srq: mlx5dv_obj_pair<c_void, c_void>,
+    pub rwq: mlx5dv_obj_pair<c_void, c_void>,
+    pub dm: mlx5dv_obj_pair<c_void, c_void>,
+    pub ah: mlx5dv_obj_pair<c_void, c_void>,
+    pub pd: mlx5dv_obj_pair<c_void, c_void>,
+}
+
+/// `struct mlx5dv_dci_streams`.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub struct mlx5dv_dci_streams {
+    pub log_num_concurent: u8,
+    pub log_num_errored: u8,
+}
+
+/// `struct mlx5dv_dc_init_attr`'s union.
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub union mlx5dv_dc_init_attr_u {
+    pub dct_access_key: u64,
+    pub dci_streams: mlx5dv_dci_streams,
+}
+
+/// `struct mlx5dv_dc_init_attr`.
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub struct mlx5dv_dc_init_attr {
+    pub dc_type: c_uint,
+    pub u: mlx5dv_dc_init_attr_u,
+}
+
+/// `struct mlx5dv_qp_init_attr`.
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub struct mlx5dv_qp_init_attr {
+    pub comp_mask: u64,
+    pub create_flags: u32,
+    pub dc_init_attr: mlx5dv_dc_init_attr,
+    pub send_ops_flags: u64,
+}
+
+// Constants, named as in the headers.
+
+/// `IBV_WR_RDMA_WRITE`.
+pub const IBV_WR_RDMA_WRITE: c_uint = 0;
+/// `IBV_WR_RDMA_WRITE_WITH_IMM`.
+pub const IBV_WR_RDMA_WRITE_WITH_IMM: c_uint = 1;
+/// `IBV_WR_SEND`.
+pub const IBV_WR_SEND: c_uint = 2;
+/// `IBV_WR_SEND_WITH_IMM`.
+pub const IBV_WR_SEND_WITH_IMM: c_uint = 3;
+/// `IBV_WR_RDMA_READ`.
+pub const IBV_WR_RDMA_READ: c_uint = 4;
+/// `IBV_WR_ATOMIC_CMP_AND_SWP`.
+pub const IBV_WR_ATOMIC_CMP_AND_SWP: c_uint = 5;
+/// `IBV_WR_ATOMIC_FETCH_AND_ADD`.
+pub const IBV_WR_ATOMIC_FETCH_AND_ADD: c_uint = 6;
+
+/// `IBV_SEND_SIGNALED`.
+pub const IBV_SEND_SIGNALED: c_uint = 1 << 1;
+/// `IBV_SEND_INLINE`.
+pub const IBV_SEND_INLINE: c_uint = 1 << 3;
+
+/// `IBV_QPT_RC`.
+pub const IBV_QPT_RC: c_uint = 2;
+
+/// `IBV_QP_INIT_ATTR_PD`.
+pub const IBV_QP_INIT_ATTR_PD: u32 = 1 << 0;
+/// `MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS`.
+pub const MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS: u64 = 1 << 0;
+/// `MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE`.
+pub const MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE: u32 = 1 << 3;
+/// `MLX5DV_OBJ_QP`.
+pub const MLX5DV_OBJ_QP: u64 = 1 << 0;
+/// `MLX5DV_OBJ_CQ`.
+pub const MLX5DV_OBJ_CQ: u64 = 1 << 1;
+
+/// `IBV_LINK_LAYER_INFINIBAND`.
+pub const IBV_LINK_LAYER_INFINIBAND: u8 = 1;
+/// `IBV_LINK_LAYER_ETHERNET`.
+pub const IBV_LINK_LAYER_ETHERNET: u8 = 2;
+
+/// `IBV_GID_TYPE_IB`.
+pub const IBV_GID_TYPE_IB: u32 = 0;
+/// `IBV_GID_TYPE_ROCE_V1`.
+pub const IBV_GID_TYPE_ROCE_V1: u32 = 1;
+/// `IBV_GID_TYPE_ROCE_V2`.
+pub const IBV_GID_TYPE_ROCE_V2: u32 = 2;
+
+/// `IBV_QP_STATE` and the other `enum ibv_qp_attr_mask` bits.
+pub mod qp_attr_mask {
+    pub const IBV_QP_STATE: i32 = 1 << 0;
+    pub const IBV_QP_ACCESS_FLAGS: i32 = 1 << 3;
+    pub const IBV_QP_PKEY_INDEX: i32 = 1 << 4;
+    pub const IBV_QP_PORT: i32 = 1 << 5;
+    pub const IBV_QP_AV: i32 = 1 << 7;
+    pub const IBV_QP_PATH_MTU: i32 = 1 << 8;
+    pub const IBV_QP_TIMEOUT: i32 = 1 << 9;
+    pub const IBV_QP_RETRY_CNT: i32 = 1 << 10;
+    pub const IBV_QP_RNR_RETRY: i32 = 1 << 11;
+    pub const IBV_QP_RQ_PSN: i32 = 1 << 12;
+    pub const IBV_QP_MAX_QP_RD_ATOMIC: i32 = 1 << 13;
+    pub const IBV_QP_MIN_RNR_TIMER: i32 = 1 << 15;
+    pub const IBV_QP_SQ_PSN: i32 = 1 << 16;
+    pub const IBV_QP_MAX_DEST_RD_ATOMIC: i32 = 1 << 17;
+    pub const IBV_QP_CAP: i32 = 1 << 19;
+    pub const IBV_QP_DEST_QPN: i32 = 1 << 20;
+}

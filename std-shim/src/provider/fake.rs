@@ -1,0 +1,393 @@
+//! A provider for unit tests: the control path over the recording fake `ibv_context` of
+//! `fallback::fake`, logging every object's creation and destruction.
+
+use std::sync::{Arc, Mutex};
+
+use super::{
+    ContextProvider, CqEngine, CqProvider, EngineNote, MrProvider, PdProvider, QpEngine, QpInit,
+    QpProvider,
+};
+use crate::backend::DirectSupport;
+use crate::device::{DeviceAttr, Gid, GidEntry, GidType, LinkLayer, Mtu, PortAttr, PortState};
+use crate::error::{Error, Result};
+use crate::fallback::RawArray;
+use crate::fallback::fake::FakeDevice;
+use crate::ffi::types::{ibv_cq, ibv_qp_attr};
+use crate::mr::AccessFlags;
+use crate::qp::QpCaps;
+
+/// What happened, in order.
+pub(crate) type Log = Arc<Mutex<Vec<String>>>;
+
+struct Dev(FakeDevice);
+// SAFETY: test-only; the fake device is plain memory used by one test at a time.
+unsafe impl Send for Dev {}
+// SAFETY: as above.
+unsafe impl Sync for Dev {}
+
+impl std::fmt::Debug for Dev {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FakeDevice")
+    }
+}
+
+fn note(log: &Log, s: impl Into<String>) {
+    log.lock().unwrap().push(s.into());
+}
+
+#[derive(Debug)]
+pub(crate) struct FakeContext {
+    dev: Arc<Dev>,
+    log: Log,
+    /// Ports and their states.
+    pub(crate) ports: Vec<PortState>,
+    /// Make `reg_mr` fail with this errno.
+    pub(crate) reg_fail: Option<i32>,
+    /// Offer direct engines over ordinary memory laid out as libmlx5 lays it out (the shape
+    /// of a device that is not rdma-core underneath, like the software mlx5 device).
+    pub(crate) direct: bool,
+    /// Where the direct engines' memory is, for the tests to play the device.
+    pub(crate) mem: Arc<Mutex<Vec<DirectMem>>>,
+}
+
+/// A 64-byte aligned block of queue memory.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+pub(crate) struct Block(pub(crate) [u8; 64]);
+
+/// Queue memory of one direct CQ or QP.
+pub(crate) struct DirectMem {
+    pub(crate) ring: RawArray<Block>,
+    pub(crate) dbrec: RawArray<u32>,
+    pub(crate) bf: RawArray<u64>,
+    pub(crate) rq: RawArray<Block>,
+}
+
+impl std::fmt::Debug for DirectMem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DirectMem")
+    }
+}
+
+// SAFETY: test-only plain memory.
+unsafe impl Sync for DirectMem {}
+
+impl DirectMem {
+    fn new(blocks: usize, rq_blocks: usize, init: u8) -> Self {
+        let mut b = Block([0; 64]);
+        b.0[63] = init;
+        Self {
+            ring: RawArray::new(blocks, b),
+            dbrec: RawArray::new(2, 0),
+            bf: RawArray::new(1, 0),
+            rq: RawArray::new(rq_blocks, Block([0; 64])),
+        }
+    }
+    fn nn<T>(p: *mut T) -> std::ptr::NonNull<T> {
+        std::ptr::NonNull::new(p).expect("RawArray pointers are not null")
+    }
+}
+
+impl FakeContext {
+    pub(crate) fn new(log: &Log) -> Self {
+        note(log, "open");
+        Self {
+            dev: Arc::new(Dev(FakeDevice::new())),
+            log: log.clone(),
+            ports: vec![PortState::Active],
+            reg_fail: None,
+            direct: false,
+            mem: Arc::default(),
+        }
+    }
+}
+
+impl Drop for FakeContext {
+    fn drop(&mut self) {
+        note(&self.log, "close");
+    }
+}
+
+impl ContextProvider for FakeContext {
+    fn name(&self) -> &str {
+        "fake0"
+    }
+    fn query_device(&self) -> Result<DeviceAttr> {
+        Ok(DeviceAttr {
+            fw_ver: "0".into(),
+            node_guid: 1,
+            vendor_id: 0,
+            vendor_part_id: 0,
+            max_mr_size: 1 << 40,
+            max_qp: 16,
+            max_qp_wr: 1024,
+            max_sge: 4,
+            max_cq: 16,
+            max_cqe: 4096,
+            max_qp_rd_atom: 16,
+            max_qp_init_rd_atom: 16,
+            atomic_cap: 1,
+            phys_port_cnt: self.ports.len() as u8,
+        })
+    }
+    fn query_port(&self, port: u8) -> Result<PortAttr> {
+        let state = *self
+            .ports
+            .get(usize::from(port).wrapping_sub(1))
+            .ok_or_else(|| Error::from_ret("ibv_query_port", libc::EINVAL))?;
+        Ok(PortAttr {
+            state,
+            max_mtu: Mtu::M4096,
+            active_mtu: Mtu::M1024,
+            lid: 0,
+            sm_lid: 0,
+            gid_tbl_len: 2,
+            max_msg_sz: 1 << 31,
+            link_layer: LinkLayer::Ethernet,
+        })
+    }
+    fn query_gid(&self, port: u8, index: u32) -> Result<GidEntry> {
+        let mut g = Gid::default();
+        let gid_type = if index == 0 {
+            g.0[..2].copy_from_slice(&[0xfe, 0x80]);
+            g.0[15] = 1;
+            GidType::RoceV1
+        } else {
+            g.0[10..].copy_from_slice(&[0xff, 0xff, 192, 168, 7, 1]);
+            GidType::RoceV2
+        };
+        Ok(GidEntry {
+            gid: g,
+            index,
+            port,
+            gid_type,
+        })
+    }
+    fn direct_support(&self) -> DirectSupport {
+        if self.direct {
+            DirectSupport::Yes("fake0 lays its queues out as mlx5 does".into())
+        } else {
+            DirectSupport::No("the provider of fake0 is not mlx5".into())
+        }
+    }
+    fn alloc_pd(&self) -> Result<Box<dyn PdProvider>> {
+        note(&self.log, "alloc_pd");
+        Ok(Box::new(FakePd {
+            dev: self.dev.clone(),
+            log: self.log.clone(),
+            reg_fail: self.reg_fail,
+            mem: self.mem.clone(),
+        }))
+    }
+    fn create_cq(&self, cqe: u32, direct: bool) -> Result<(Box<dyn CqProvider>, EngineNote)> {
+        note(&self.log, "create_cq");
+        let mut layout = None;
+        if direct {
+            let n = cqe.next_power_of_two();
+            // Invalid opcode, owner 1: nothing for software on the first pass.
+            let m = DirectMem::new(n as usize, 1, 0xf1);
+            layout = Some(zverbs_mlx5dv::CqLayout {
+                buf: DirectMem::nn(m.ring.at(0)).cast(),
+                dbrec: DirectMem::nn(m.dbrec.at(0)),
+                cqe_cnt: n,
+                cqe_size: 64,
+                cqn: 7,
+            });
+            self.mem.lock().unwrap().push(m);
+        }
+        Ok((
+            Box::new(FakeCq {
+                dev: self.dev.clone(),
+                log: self.log.clone(),
+                cqe,
+                layout,
+            }),
+            EngineNote(
+                if direct {
+                    "fake direct CQ"
+                } else {
+                    "fake ibv_poll_cq"
+                }
+                .into(),
+            ),
+        ))
+    }
+}
+
+#[derive(Debug)]
+struct FakePd {
+    dev: Arc<Dev>,
+    log: Log,
+    reg_fail: Option<i32>,
+    mem: Arc<Mutex<Vec<DirectMem>>>,
+}
+
+impl Drop for FakePd {
+    fn drop(&mut self) {
+        note(&self.log, "dealloc_pd");
+    }
+}
+
+impl PdProvider for FakePd {
+    unsafe fn reg_mr(
+        &self,
+        _addr: *mut u8,
+        len: usize,
+        _access: AccessFlags,
+    ) -> Result<Box<dyn MrProvider>> {
+        if let Some(errno) = self.reg_fail {
+            return Err(super::verbs::reg_mr_error(errno, len, Some(65536)));
+        }
+        note(&self.log, "reg_mr");
+        Ok(Box::new(FakeMr {
+            log: self.log.clone(),
+        }))
+    }
+    fn create_qp(&self, init: &QpInit<'_>) -> Result<(Box<dyn QpProvider>, EngineNote)> {
+        note(&self.log, "create_qp");
+        let mut layout = None;
+        let mut caps = init.caps;
+        if init.direct {
+            let sq_blocks = (caps.max_send_wr * 4).next_power_of_two();
+            let rq_entries = caps.max_recv_wr.next_power_of_two();
+            let stride = 16 * caps.max_recv_sge.max(1).next_power_of_two();
+            caps.max_recv_wr = rq_entries;
+            caps.max_recv_sge = stride / 16;
+            let m = DirectMem::new(
+                sq_blocks as usize,
+                (rq_entries * stride).div_ceil(64) as usize,
+                0,
+            );
+            layout = Some(zverbs_mlx5dv::QpLayout {
+                qpn: crate::fallback::fake::QPN,
+                dbrec: DirectMem::nn(m.dbrec.at(0)),
+                sq: zverbs_mlx5dv::WqLayout {
+                    buf: DirectMem::nn(m.ring.at(0)).cast(),
+                    wqe_cnt: sq_blocks,
+                    stride: 64,
+                },
+                rq: zverbs_mlx5dv::WqLayout {
+                    buf: DirectMem::nn(m.rq.at(0)).cast(),
+                    wqe_cnt: rq_entries,
+                    stride,
+                },
+                bf: zverbs_mlx5dv::BfLayout {
+                    reg: DirectMem::nn(m.bf.at(0)).cast(),
+                    size: 0,
+                },
+            });
+            self.mem.lock().unwrap().push(m);
+        }
+        Ok((
+            Box::new(FakeQp {
+                dev: self.dev.clone(),
+                log: self.log.clone(),
+                caps,
+                layout,
+            }),
+            EngineNote(
+                if init.direct {
+                    "fake direct QP"
+                } else {
+                    "fake ibv_post_send"
+                }
+                .into(),
+            ),
+        ))
+    }
+}
+
+#[derive(Debug)]
+struct FakeMr {
+    log: Log,
+}
+
+impl MrProvider for FakeMr {
+    fn lkey(&self) -> u32 {
+        0x1111
+    }
+    fn rkey(&self) -> u32 {
+        0x2222
+    }
+}
+
+impl Drop for FakeMr {
+    fn drop(&mut self) {
+        note(&self.log, "dereg_mr");
+    }
+}
+
+#[derive(Debug)]
+struct FakeCq {
+    dev: Arc<Dev>,
+    log: Log,
+    cqe: u32,
+    layout: Option<zverbs_mlx5dv::CqLayout>,
+}
+
+// SAFETY: test-only; the layout points into memory the context keeps.
+unsafe impl Send for FakeCq {}
+// SAFETY: as above.
+unsafe impl Sync for FakeCq {}
+
+impl CqProvider for FakeCq {
+    fn cqe(&self) -> u32 {
+        self.cqe
+    }
+    fn engine(&self) -> CqEngine {
+        match self.layout {
+            Some(l) => CqEngine::Direct(l),
+            None => CqEngine::Verbs(std::ptr::NonNull::new(self.dev.0.cq()).unwrap()),
+        }
+    }
+    fn verbs_cq(&self) -> Option<*mut ibv_cq> {
+        Some(self.dev.0.cq())
+    }
+}
+
+impl Drop for FakeCq {
+    fn drop(&mut self) {
+        note(&self.log, "destroy_cq");
+    }
+}
+
+#[derive(Debug)]
+struct FakeQp {
+    dev: Arc<Dev>,
+    log: Log,
+    caps: QpCaps,
+    layout: Option<zverbs_mlx5dv::QpLayout>,
+}
+
+// SAFETY: test-only; the layout points into memory the context keeps.
+unsafe impl Send for FakeQp {}
+// SAFETY: as above.
+unsafe impl Sync for FakeQp {}
+
+impl QpProvider for FakeQp {
+    fn qpn(&self) -> u32 {
+        crate::fallback::fake::QPN
+    }
+    fn caps(&self) -> QpCaps {
+        self.caps
+    }
+    fn modify(&self, attr: &mut ibv_qp_attr, mask: i32) -> Result<()> {
+        note(
+            &self.log,
+            format!("modify state={} mask={mask:#x}", attr.qp_state),
+        );
+        Ok(())
+    }
+    fn engine(&self) -> QpEngine {
+        match self.layout {
+            Some(l) => QpEngine::Direct(l),
+            None => QpEngine::Verbs(std::ptr::NonNull::new(self.dev.0.qp()).unwrap()),
+        }
+    }
+}
+
+impl Drop for FakeQp {
+    fn drop(&mut self) {
+        note(&self.log, "destroy_qp");
+    }
+}

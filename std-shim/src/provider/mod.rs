@@ -1,0 +1,137 @@
+//! The seam between the control-path API and what implements a device.
+//!
+//! The public types ([`Context`](crate::Context), [`Pd`](crate::Pd), [`Cq`](crate::Cq),
+//! [`Qp`](crate::Qp), the memory regions) own a boxed provider object each and know nothing
+//! of rdma-core. A provider creates the objects and tells, for each CQ and QP, which engine
+//! drives its data path:
+//!
+//! - [`CqEngine::Direct`] / [`QpEngine::Direct`]: the queue memory laid out as libmlx5 lays
+//!   it out ([`CqLayout`], [`QpLayout`]), driven by `zverbs-mlx5dv`;
+//! - [`CqEngine::Verbs`] / [`QpEngine::Verbs`]: an rdma-core `ibv_cq` / `ibv_qp`, driven by
+//!   the libibverbs fallback.
+//!
+//! The one provider today is rdma-core ([`verbs`]). A device without rdma-core underneath
+//! (the software mlx5 device) implements the same traits and answers with `Direct` engines
+//! only; the rest of the crate needs no change for it but a device-list entry.
+
+#[cfg(test)]
+pub(crate) mod fake;
+pub(crate) mod sim;
+pub(crate) mod verbs;
+
+use std::fmt::Debug;
+use std::ptr::NonNull;
+
+use zverbs_mlx5dv::{CqLayout, QpLayout};
+
+use crate::backend::DirectSupport;
+use crate::device::{DeviceAttr, GidEntry, PortAttr};
+use crate::error::Result;
+use crate::ffi::types::{ibv_cq, ibv_qp, ibv_qp_attr};
+use crate::mr::AccessFlags;
+use crate::qp::QpCaps;
+
+/// An open device.
+pub(crate) trait ContextProvider: Send + Sync + Debug {
+    /// The device's name (`mlx5_0`, `rxe0`, ...).
+    fn name(&self) -> &str;
+    /// Device attributes.
+    fn query_device(&self) -> Result<DeviceAttr>;
+    /// Port attributes.
+    fn query_port(&self, port: u8) -> Result<PortAttr>;
+    /// One GID table entry.
+    fn query_gid(&self, port: u8, index: u32) -> Result<GidEntry>;
+    /// Whether the direct backend can drive this device's queues.
+    fn direct_support(&self) -> DirectSupport;
+    /// Whether the device's 8-byte atomics treat memory as big-endian (ConnectX on a
+    /// little-endian host: the target and the returned original value are big-endian) rather
+    /// than in host order (rxe and most other devices).
+    fn atomics_big_endian(&self) -> bool {
+        false
+    }
+    /// A protection domain.
+    fn alloc_pd(&self) -> Result<Box<dyn PdProvider>>;
+    /// A completion queue of at least `cqe` entries; `direct` asks for a direct engine.
+    fn create_cq(&self, cqe: u32, direct: bool) -> Result<(Box<dyn CqProvider>, EngineNote)>;
+}
+
+/// A protection domain.
+pub(crate) trait PdProvider: Send + Sync + Debug {
+    /// Registers `len` bytes at `addr`.
+    ///
+    /// # Safety
+    ///
+    /// `addr..addr+len` is mapped memory that stays valid until the returned registration is
+    /// dropped.
+    unsafe fn reg_mr(
+        &self,
+        addr: *mut u8,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<Box<dyn MrProvider>>;
+    /// An RC queue pair. Its engine kind must match both CQs' (`direct`).
+    fn create_qp(&self, init: &QpInit<'_>) -> Result<(Box<dyn QpProvider>, EngineNote)>;
+}
+
+/// What a QP is created with.
+#[derive(Debug)]
+pub(crate) struct QpInit<'a> {
+    pub(crate) send_cq: &'a dyn CqProvider,
+    pub(crate) recv_cq: &'a dyn CqProvider,
+    pub(crate) caps: QpCaps,
+    pub(crate) sig_all: bool,
+    pub(crate) direct: bool,
+}
+
+/// A registered memory region.
+pub(crate) trait MrProvider: Send + Sync + Debug {
+    fn lkey(&self) -> u32;
+    fn rkey(&self) -> u32;
+}
+
+/// A completion queue.
+pub(crate) trait CqProvider: Send + Sync + Debug {
+    /// Entries the CQ really has.
+    fn cqe(&self) -> u32;
+    /// What drives it.
+    fn engine(&self) -> CqEngine;
+    /// The rdma-core CQ behind it, if it is one (QPs of rdma-core devices need it).
+    fn verbs_cq(&self) -> Option<*mut ibv_cq> {
+        None
+    }
+}
+
+/// A queue pair.
+pub(crate) trait QpProvider: Send + Sync + Debug {
+    fn qpn(&self) -> u32;
+    /// The capabilities the QP really has.
+    fn caps(&self) -> QpCaps;
+    /// `ibv_modify_qp` with `mask` (the attribute struct is the neutral carrier).
+    fn modify(&self, attr: &mut ibv_qp_attr, mask: i32) -> Result<()>;
+    /// What drives it.
+    fn engine(&self) -> QpEngine;
+}
+
+/// Why an object got the engine it got (for [`BackendReport`](crate::BackendReport)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct EngineNote(pub(crate) String);
+
+/// A CQ's data-path engine.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum CqEngine {
+    Direct(CqLayout),
+    Verbs(NonNull<ibv_cq>),
+}
+
+/// A QP's data-path engine.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum QpEngine {
+    Direct(QpLayout),
+    Verbs(NonNull<ibv_qp>),
+}
+
+impl CqEngine {
+    pub(crate) fn is_direct(&self) -> bool {
+        matches!(self, CqEngine::Direct(_))
+    }
+}

@@ -1,0 +1,338 @@
+//! The software mlx5 device as a provider.
+//!
+//! One device per process, [`NAME`], started on first use with its progress thread and kept
+//! for the life of the process (its queue memory lives as long as it does). Every CQ and QP is
+//! a direct engine: the device hands out the layouts `mlx5dv_init_obj` would, and
+//! `zverbs-mlx5dv` drives them exactly as on a ConnectX. It has no libibverbs side, so the
+//! fallback backend cannot be asked for.
+//!
+//! Two QPs are connected when the first of them reaches RTR naming the other as its
+//! destination (a QP may name itself); both sides of a connection must be in this process.
+//! Dropping a QP moves it to the error state so the device stops executing it; its memory
+//! stays with the device.
+
+use std::io;
+use std::sync::OnceLock;
+
+use zverbs_mlx5dv::sim::{self, Access, CqConfig, QpConfig, SimError};
+
+use super::{
+    ContextProvider, CqEngine, CqProvider, EngineNote, MrProvider, PdProvider, QpEngine, QpInit,
+    QpProvider,
+};
+use crate::backend::DirectSupport;
+use crate::device::{DeviceAttr, Gid, GidEntry, GidType, LinkLayer, Mtu, PortAttr, PortState};
+use crate::error::{Error, Result};
+use crate::ffi::types::{ibv_qp_attr, qp_attr_mask};
+use crate::mr::AccessFlags;
+use crate::qp::QpCaps;
+
+/// The software device's name in the device list.
+pub(crate) const NAME: &str = "zverbs_sim0";
+
+/// Its node GUID.
+pub(crate) const GUID: u64 = 0x7a76_6572_6273_0001;
+
+/// `IBV_QPS_RTR` and `IBV_QPS_ERR`.
+const QPS_RTR: u32 = 2;
+const QPS_ERR: u32 = 6;
+
+/// BlueFlame buffer size the device offers (what a ConnectX offers), unless
+/// `MLX5_SHUT_UP_BF=1` asks for doorbell-only queues as it does of libmlx5.
+const BF_SIZE: u32 = 256;
+
+/// The process's software device, started on first use.
+fn device() -> &'static sim::Device {
+    static DEVICE: OnceLock<sim::Device> = OnceLock::new();
+    DEVICE.get_or_init(|| {
+        let mut d = sim::Device::with_config(sim::DeviceConfig {
+            max_qps: 1024,
+            max_cqs: 1024,
+            max_mrs: 4096,
+        });
+        d.start();
+        d
+    })
+}
+
+fn bf_size() -> u32 {
+    match std::env::var("MLX5_SHUT_UP_BF") {
+        Ok(v) if v != "0" => 0,
+        _ => BF_SIZE,
+    }
+}
+
+fn sim_err(op: &'static str, e: SimError) -> Error {
+    let kind = match e {
+        SimError::TooMany | SimError::OutOfMemory => io::ErrorKind::OutOfMemory,
+        SimError::NoSuchQp(_) | SimError::NoSuchCq(_) | SimError::NoSuchMr(_) => {
+            io::ErrorKind::NotFound
+        }
+        SimError::AlreadyConnected(_) => io::ErrorKind::AlreadyExists,
+        _ => io::ErrorKind::InvalidInput,
+    };
+    Error::Verbs {
+        verb: op,
+        source: io::Error::new(kind, e.to_string()),
+    }
+}
+
+/// An open software device.
+#[derive(Debug)]
+pub(crate) struct SimContext;
+
+/// Opens the software device.
+pub(crate) fn open() -> SimContext {
+    device();
+    SimContext
+}
+
+impl ContextProvider for SimContext {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn query_device(&self) -> Result<DeviceAttr> {
+        Ok(DeviceAttr {
+            fw_ver: env!("CARGO_PKG_VERSION").into(),
+            node_guid: GUID,
+            vendor_id: 0,
+            vendor_part_id: 0,
+            max_mr_size: 1 << 40,
+            max_qp: 1024,
+            max_qp_wr: 4096,
+            max_sge: 30,
+            max_cq: 1024,
+            max_cqe: 1 << 22,
+            max_qp_rd_atom: 16,
+            max_qp_init_rd_atom: 16,
+            atomic_cap: 1,
+            phys_port_cnt: 1,
+        })
+    }
+
+    fn query_port(&self, port: u8) -> Result<PortAttr> {
+        if port != 1 {
+            return Err(Error::from_ret("ibv_query_port", libc::EINVAL));
+        }
+        Ok(PortAttr {
+            state: PortState::Active,
+            max_mtu: Mtu::M4096,
+            active_mtu: Mtu::M4096,
+            lid: 1,
+            sm_lid: 1,
+            gid_tbl_len: 1,
+            max_msg_sz: 1 << 31,
+            link_layer: LinkLayer::InfiniBand,
+        })
+    }
+
+    fn query_gid(&self, port: u8, index: u32) -> Result<GidEntry> {
+        if port != 1 || index != 0 {
+            return Err(Error::from_ret("ibv_query_gid", libc::EINVAL));
+        }
+        let mut gid = Gid::default();
+        gid.0[..2].copy_from_slice(&[0xfe, 0x80]);
+        gid.0[8..].copy_from_slice(&GUID.to_be_bytes());
+        Ok(GidEntry {
+            gid,
+            index,
+            port,
+            gid_type: GidType::Ib,
+        })
+    }
+
+    fn direct_support(&self) -> DirectSupport {
+        DirectSupport::Yes(format!(
+            "{NAME} is the software mlx5 device: its queues are laid out as libmlx5 lays them out"
+        ))
+    }
+
+    fn atomics_big_endian(&self) -> bool {
+        // As a ConnectX: the device operates on big-endian values.
+        true
+    }
+
+    fn alloc_pd(&self) -> Result<Box<dyn PdProvider>> {
+        Ok(Box::new(SimPd))
+    }
+
+    fn create_cq(&self, cqe: u32, direct: bool) -> Result<(Box<dyn CqProvider>, EngineNote)> {
+        if !direct {
+            return Err(no_fallback());
+        }
+        let cq = device()
+            .create_cq(CqConfig { cqe })
+            .map_err(|e| sim_err("create_cq", e))?;
+        Ok((
+            Box::new(SimCq(cq)),
+            EngineNote(format!("{NAME}: direct CQ of {} CQEs", cq.layout.cqe_cnt)),
+        ))
+    }
+}
+
+fn no_fallback() -> Error {
+    Error::Backend {
+        requested: crate::backend::BackendKind::Verbs,
+        reason: format!("{NAME} has no libibverbs side; only the direct backend drives it"),
+    }
+}
+
+/// A protection domain (the device's keys are device-wide).
+#[derive(Debug)]
+struct SimPd;
+
+impl PdProvider for SimPd {
+    unsafe fn reg_mr(
+        &self,
+        addr: *mut u8,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<Box<dyn MrProvider>> {
+        // SAFETY: (caller) the memory stays valid until the registration is dropped, which
+        // deregisters it first.
+        let mr = unsafe { device().reg_mr(addr, len, Access::from_bits_truncate(access.bits())) }
+            .map_err(|e| sim_err("reg_mr", e))?;
+        Ok(Box::new(SimMr(mr)))
+    }
+
+    fn create_qp(&self, init: &QpInit<'_>) -> Result<(Box<dyn QpProvider>, EngineNote)> {
+        if !init.direct {
+            return Err(no_fallback());
+        }
+        let cqn = |cq: &dyn CqProvider| match cq.engine() {
+            CqEngine::Direct(l) => Ok(l.cqn),
+            CqEngine::Verbs(_) => Err(no_fallback()),
+        };
+        let c = init.caps;
+        let bf = bf_size();
+        let qp = device()
+            .create_qp(QpConfig {
+                send_cq: cqn(init.send_cq)?,
+                recv_cq: cqn(init.recv_cq)?,
+                max_send_wr: c.max_send_wr,
+                max_send_sge: c.max_send_sge,
+                max_inline_data: c.max_inline_data,
+                max_recv_wr: c.max_recv_wr,
+                max_recv_sge: c.max_recv_sge,
+                sig_all: init.sig_all,
+                bf_size: bf,
+                rnr_retry: sim::RNR_RETRY_INFINITE,
+            })
+            .map_err(|e| sim_err("create_qp", e))?;
+        let caps = QpCaps {
+            max_send_wr: c.max_send_wr,
+            max_recv_wr: qp.layout.rq.wqe_cnt,
+            max_send_sge: qp.max_send_sge,
+            max_recv_sge: if qp.layout.rq.wqe_cnt == 0 {
+                0
+            } else {
+                qp.max_recv_sge
+            },
+            max_inline_data: qp.max_inline_data,
+        };
+        let doorbell = if bf == 0 {
+            "doorbell only".to_string()
+        } else {
+            format!("BlueFlame {bf} B")
+        };
+        Ok((
+            Box::new(SimQp { qp, caps }),
+            EngineNote(format!("{NAME}: direct QP, {doorbell}")),
+        ))
+    }
+}
+
+/// A registered region, deregistered on drop.
+#[derive(Debug)]
+struct SimMr(sim::Mr);
+
+impl MrProvider for SimMr {
+    fn lkey(&self) -> u32 {
+        self.0.lkey
+    }
+    fn rkey(&self) -> u32 {
+        self.0.rkey
+    }
+}
+
+impl Drop for SimMr {
+    fn drop(&mut self) {
+        // The key is ours and registered once; failure would mean it was already gone.
+        let _ = device().dereg_mr(self.0.lkey);
+    }
+}
+
+/// A CQ; its memory stays with the device.
+#[derive(Debug)]
+struct SimCq(sim::SimCq);
+
+// SAFETY: the layout points into memory the process-wide device owns and never frees; the
+// queues built from it take care of their own thread-safety.
+unsafe impl Send for SimCq {}
+// SAFETY: as above; the provider itself is immutable.
+unsafe impl Sync for SimCq {}
+
+impl CqProvider for SimCq {
+    fn cqe(&self) -> u32 {
+        // One entry is kept free, as libmlx5 reports `cqe_cnt - 1`.
+        self.0.layout.cqe_cnt - 1
+    }
+    fn engine(&self) -> CqEngine {
+        CqEngine::Direct(self.0.layout)
+    }
+}
+
+/// A QP.
+#[derive(Debug)]
+struct SimQp {
+    qp: sim::SimQp,
+    caps: QpCaps,
+}
+
+// SAFETY: as for `SimCq`.
+unsafe impl Send for SimQp {}
+// SAFETY: as above.
+unsafe impl Sync for SimQp {}
+
+impl QpProvider for SimQp {
+    fn qpn(&self) -> u32 {
+        self.qp.qpn
+    }
+    fn caps(&self) -> QpCaps {
+        self.caps
+    }
+    fn modify(&self, attr: &mut ibv_qp_attr, mask: i32) -> Result<()> {
+        if mask & qp_attr_mask::IBV_QP_STATE == 0 {
+            return Ok(());
+        }
+        match attr.qp_state {
+            QPS_RTR => {
+                if mask & qp_attr_mask::IBV_QP_DEST_QPN == 0 {
+                    return Err(Error::from_ret("ibv_modify_qp", libc::EINVAL));
+                }
+                match device().connect(self.qp.qpn, attr.dest_qp_num) {
+                    // The peer reached RTR first and connected both.
+                    Ok(()) | Err(SimError::AlreadyConnected(_)) => Ok(()),
+                    Err(e) => Err(sim_err("ibv_modify_qp", e)),
+                }
+            }
+            QPS_ERR => device()
+                .set_error(self.qp.qpn)
+                .map_err(|e| sim_err("ibv_modify_qp", e)),
+            // INIT and RTS need nothing from the device: it connects QPs at RTR.
+            _ => Ok(()),
+        }
+    }
+    fn engine(&self) -> QpEngine {
+        QpEngine::Direct(self.qp.layout)
+    }
+}
+
+impl Drop for SimQp {
+    fn drop(&mut self) {
+        // Stop the device executing it: outstanding work flushes into its CQ, whose memory the
+        // device keeps.
+        let _ = device().set_error(self.qp.qpn);
+    }
+}

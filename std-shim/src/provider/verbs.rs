@@ -1,0 +1,727 @@
+//! The rdma-core provider: devices found and driven by libibverbs (and libmlx5 for the
+//! direct engine).
+
+use std::any::Any;
+use std::ffi::CStr;
+use std::ptr::{self, NonNull};
+use std::sync::Arc;
+
+use super::{
+    ContextProvider, CqEngine, CqProvider, EngineNote, MrProvider, PdProvider, QpEngine, QpInit,
+    QpProvider,
+};
+use crate::backend::DirectSupport;
+use crate::device::{DeviceAttr, Gid, GidEntry, GidType, LinkLayer, Mtu, PortAttr, PortState};
+use crate::error::{Error, Result};
+use crate::ffi::lib::{self, Verbs};
+use crate::ffi::types::*;
+use crate::mr::AccessFlags;
+use crate::qp::QpCaps;
+use zverbs_mlx5dv::prm::dv::{mlx5dv_cq, mlx5dv_qp};
+
+/// A libibverbs device list, freed when the last device of it is dropped.
+#[derive(Debug)]
+pub(crate) struct DeviceList {
+    ptr: *mut *mut ibv_device,
+    len: usize,
+    verbs: &'static Verbs,
+}
+
+// SAFETY: the list is immutable after `ibv_get_device_list`; libibverbs' device objects are
+// safe to use from any thread.
+unsafe impl Send for DeviceList {}
+// SAFETY: as above.
+unsafe impl Sync for DeviceList {}
+
+impl DeviceList {
+    pub(crate) fn get() -> Result<Self> {
+        let verbs = lib::verbs()?;
+        let mut n = 0;
+        // SAFETY: `n` is a valid out-pointer.
+        let ptr = unsafe { (verbs.ibv_get_device_list)(&mut n) };
+        if ptr.is_null() {
+            let e = Error::last_os("ibv_get_device_list");
+            // ENOSYS: the kernel has no RDMA support at all; that is "no device".
+            if e.errno() == Some(libc::ENOSYS) {
+                return Ok(Self { ptr, len: 0, verbs });
+            }
+            return Err(e);
+        }
+        Ok(Self {
+            ptr,
+            len: n.max(0) as usize,
+            verbs,
+        })
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    fn device(&self, i: usize) -> *mut ibv_device {
+        debug_assert!(i < self.len);
+        // SAFETY: the list holds `len` device pointers.
+        unsafe { *self.ptr.add(i) }
+    }
+
+    pub(crate) fn name(&self, i: usize) -> String {
+        // SAFETY: a live device; libibverbs returns a NUL-terminated name it owns.
+        let p = unsafe { (self.verbs.ibv_get_device_name)(self.device(i)) };
+        if p.is_null() {
+            return String::from("?");
+        }
+        // SAFETY: non-null, NUL-terminated, lives as long as the device.
+        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    }
+
+    pub(crate) fn guid(&self, i: usize) -> u64 {
+        // SAFETY: a live device.
+        u64::from_be(unsafe { (self.verbs.ibv_get_device_guid)(self.device(i)) })
+    }
+}
+
+impl Drop for DeviceList {
+    fn drop(&mut self) {
+        if !self.ptr.is_null() {
+            // SAFETY: the list came from `ibv_get_device_list` and is freed once.
+            unsafe { (self.verbs.ibv_free_device_list)(self.ptr) };
+        }
+    }
+}
+
+/// Why no device was found, as far as the machine tells.
+#[allow(dead_code)]
+pub(crate) fn no_device_hint() -> Option<String> {
+    let Ok(dir) = std::fs::read_dir("/sys/class/infiniband") else {
+        return Some(String::from(
+            "the kernel exposes no RDMA device (/sys/class/infiniband is missing): load the \
+             driver (mlx5_ib for ConnectX, rdma_rxe for soft-RoCE) and ib_uverbs",
+        ));
+    };
+    let names: Vec<String> = dir
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    if names.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "the kernel has RDMA devices ({}) but libibverbs found none: install the \
+         `ibverbs-providers` package, and check /dev/infiniband permissions",
+        names.join(", ")
+    ))
+}
+
+/// Whether libmlx5 drives `dev`.
+fn direct_support(dev: *mut ibv_device, name: &str) -> DirectSupport {
+    match lib::mlx5() {
+        Err(e) => DirectSupport::No(format!("libmlx5 unavailable: {e}")),
+        // SAFETY: a live device.
+        Ok(m) if unsafe { (m.mlx5dv_is_supported)(dev) } => {
+            DirectSupport::Yes(format!("{name} is driven by the mlx5 provider"))
+        }
+        Ok(_) => DirectSupport::No(format!("the provider of {name} is not mlx5")),
+    }
+}
+
+/// An open rdma-core device context.
+#[derive(Debug)]
+pub(crate) struct VerbsContext {
+    ctx: *mut ibv_context,
+    name: String,
+    direct: DirectSupport,
+    verbs: &'static Verbs,
+    /// Close the context on drop (false for contexts librdmacm owns).
+    owned: bool,
+    /// Keeps what the context depends on alive (the device list, or the rdma_cm id).
+    _keep: Option<Arc<dyn Any + Send + Sync>>,
+}
+
+// SAFETY: libibverbs contexts may be used from any thread; the fields are immutable.
+unsafe impl Send for VerbsContext {}
+// SAFETY: as above.
+unsafe impl Sync for VerbsContext {}
+
+/// Opens device `index` of `list`.
+pub(crate) fn open(list: &Arc<DeviceList>, index: usize) -> Result<VerbsContext> {
+    let dev = list.device(index);
+    let name = list.name(index);
+    // SAFETY: a live device of a live list.
+    let ctx = unsafe { (list.verbs.ibv_open_device)(dev) };
+    if ctx.is_null() {
+        return Err(Error::last_os("ibv_open_device"));
+    }
+    Ok(VerbsContext {
+        ctx,
+        direct: direct_support(dev, &name),
+        name,
+        verbs: list.verbs,
+        owned: true,
+        _keep: Some(list.clone()),
+    })
+}
+
+/// Wraps a context that librdmacm opened (not closed on drop); `keep` holds what keeps it
+/// open.
+///
+/// # Safety
+///
+/// `ctx` is a live context that stays open while `keep` lives.
+pub(crate) unsafe fn borrow_context(
+    ctx: *mut ibv_context,
+    keep: Arc<dyn Any + Send + Sync>,
+) -> Result<VerbsContext> {
+    let verbs = lib::verbs()?;
+    // SAFETY: (caller) a live context; its device pointer is live with it.
+    let dev = unsafe { (*ctx).device };
+    // SAFETY: as above; the name is NUL-terminated and owned by libibverbs.
+    let p = unsafe { (verbs.ibv_get_device_name)(dev) };
+    let name = if p.is_null() {
+        String::from("?")
+    } else {
+        // SAFETY: non-null and NUL-terminated.
+        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    };
+    Ok(VerbsContext {
+        ctx,
+        direct: direct_support(dev, &name),
+        name,
+        verbs,
+        owned: false,
+        _keep: Some(keep),
+    })
+}
+
+impl Drop for VerbsContext {
+    fn drop(&mut self) {
+        if self.owned {
+            // SAFETY: opened by us, closed once; every child object holds this context
+            // alive, so none is left.
+            unsafe { (self.verbs.ibv_close_device)(self.ctx) };
+        }
+    }
+}
+
+fn c_chars_to_string(chars: &[core::ffi::c_char]) -> String {
+    let bytes: Vec<u8> = chars
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+impl ContextProvider for VerbsContext {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn query_device(&self) -> Result<DeviceAttr> {
+        // SAFETY: all-zero bytes are a valid `ibv_device_attr`.
+        let mut a: ibv_device_attr = unsafe { core::mem::zeroed() };
+        // SAFETY: a live context and a valid out-pointer.
+        let ret = unsafe { (self.verbs.ibv_query_device)(self.ctx, &mut a) };
+        if ret != 0 {
+            return Err(Error::from_ret("ibv_query_device", ret));
+        }
+        Ok(DeviceAttr {
+            fw_ver: c_chars_to_string(&a.fw_ver),
+            node_guid: u64::from_be(a.node_guid),
+            vendor_id: a.vendor_id,
+            vendor_part_id: a.vendor_part_id,
+            max_mr_size: a.max_mr_size,
+            max_qp: a.max_qp.max(0) as u32,
+            max_qp_wr: a.max_qp_wr.max(0) as u32,
+            max_sge: a.max_sge.max(0) as u32,
+            max_cq: a.max_cq.max(0) as u32,
+            max_cqe: a.max_cqe.max(0) as u32,
+            max_qp_rd_atom: a.max_qp_rd_atom.max(0) as u32,
+            max_qp_init_rd_atom: a.max_qp_init_rd_atom.max(0) as u32,
+            atomic_cap: a.atomic_cap,
+            phys_port_cnt: a.phys_port_cnt,
+        })
+    }
+
+    fn query_port(&self, port: u8) -> Result<PortAttr> {
+        let mut a = ibv_port_attr::default();
+        // SAFETY: a live context and a valid out-pointer. The exported `ibv_query_port`
+        // fills the fields up to `flags`; the rest stays zero.
+        let ret = unsafe { (self.verbs.ibv_query_port)(self.ctx, port, &mut a) };
+        if ret != 0 {
+            return Err(Error::from_ret("ibv_query_port", ret));
+        }
+        Ok(PortAttr {
+            state: PortState::from_raw(a.state),
+            max_mtu: Mtu::from_raw(a.max_mtu).unwrap_or_default(),
+            active_mtu: Mtu::from_raw(a.active_mtu).unwrap_or_default(),
+            lid: a.lid,
+            sm_lid: a.sm_lid,
+            gid_tbl_len: a.gid_tbl_len.max(0) as u32,
+            max_msg_sz: a.max_msg_sz,
+            link_layer: match a.link_layer {
+                IBV_LINK_LAYER_INFINIBAND => LinkLayer::InfiniBand,
+                IBV_LINK_LAYER_ETHERNET => LinkLayer::Ethernet,
+                _ => LinkLayer::Unspecified,
+            },
+        })
+    }
+
+    fn query_gid(&self, port: u8, index: u32) -> Result<GidEntry> {
+        if let Some(f) = self.verbs._ibv_query_gid_ex {
+            let mut e = ibv_gid_entry::default();
+            // SAFETY: a live context, a valid out-pointer and its size.
+            let ret = unsafe {
+                f(
+                    self.ctx,
+                    u32::from(port),
+                    index,
+                    &mut e,
+                    0,
+                    core::mem::size_of::<ibv_gid_entry>(),
+                )
+            };
+            if ret == libc::ENODATA {
+                // An empty entry.
+                return Ok(GidEntry {
+                    gid: Gid::default(),
+                    index,
+                    port,
+                    gid_type: GidType::Ib,
+                });
+            }
+            if ret != 0 {
+                return Err(Error::from_ret("ibv_query_gid_ex", ret));
+            }
+            return Ok(GidEntry {
+                gid: Gid(e.gid.raw),
+                index,
+                port,
+                gid_type: GidType::from_raw(e.gid_type),
+            });
+        }
+        let mut g = ibv_gid::default();
+        // SAFETY: a live context and a valid out-pointer.
+        let ret = unsafe { (self.verbs.ibv_query_gid)(self.ctx, port, index as i32, &mut g) };
+        if ret != 0 {
+            return Err(Error::from_ret("ibv_query_gid", ret));
+        }
+        Ok(GidEntry {
+            gid: Gid(g.raw),
+            index,
+            port,
+            gid_type: GidType::Unknown(u32::MAX),
+        })
+    }
+
+    fn direct_support(&self) -> DirectSupport {
+        self.direct.clone()
+    }
+
+    fn atomics_big_endian(&self) -> bool {
+        // Mellanox/NVIDIA HCAs (PCI vendors 0x02c9, 0x15b3) run 8-byte atomics on big-endian
+        // values and return the original big-endian, whatever the host's byte order.
+        cfg!(target_endian = "little")
+            && self
+                .query_device()
+                .is_ok_and(|a| matches!(a.vendor_id, 0x02c9 | 0x15b3))
+    }
+
+    fn alloc_pd(&self) -> Result<Box<dyn PdProvider>> {
+        // SAFETY: a live context.
+        let pd = unsafe { (self.verbs.ibv_alloc_pd)(self.ctx) };
+        if pd.is_null() {
+            return Err(Error::last_os("ibv_alloc_pd"));
+        }
+        Ok(Box::new(VerbsPd {
+            pd,
+            ctx: self.ctx,
+            verbs: self.verbs,
+        }))
+    }
+
+    fn create_cq(&self, cqe: u32, direct: bool) -> Result<(Box<dyn CqProvider>, EngineNote)> {
+        let n = i32::try_from(cqe.max(1))
+            .map_err(|_| Error::InvalidArgument(format!("CQ of {cqe} entries")))?;
+        // SAFETY: a live context; no channel, vector 0.
+        let cq =
+            unsafe { (self.verbs.ibv_create_cq)(self.ctx, n, ptr::null_mut(), ptr::null_mut(), 0) };
+        let Some(cq) = NonNull::new(cq) else {
+            return Err(Error::last_os("ibv_create_cq"));
+        };
+        let mut out = VerbsCq {
+            cq,
+            verbs: self.verbs,
+            layout: None,
+        };
+        let note = if direct {
+            match init_cq(cq) {
+                Ok(l) => {
+                    let note = format!(
+                        "mlx5dv_init_obj: CQ {:#x}, {} CQEs of {} bytes",
+                        l.cqn, l.cqe_cnt, l.cqe_size
+                    );
+                    out.layout = Some(l);
+                    note
+                }
+                Err(why) => why,
+            }
+        } else {
+            String::from("libibverbs ibv_poll_cq")
+        };
+        Ok((Box::new(out), EngineNote(note)))
+    }
+}
+
+/// `mlx5dv_init_obj` for a CQ.
+fn init_cq(cq: NonNull<ibv_cq>) -> std::result::Result<zverbs_mlx5dv::CqLayout, String> {
+    let m = lib::mlx5().map_err(|e| e.to_string())?;
+    let mut dv = mlx5dv_cq::default();
+    let mut obj = empty_obj();
+    obj.cq.r#in = cq.as_ptr();
+    obj.cq.out = &mut dv;
+    // SAFETY: a live CQ of an mlx5 context; `dv` is a valid out-struct.
+    let ret = unsafe { (m.mlx5dv_init_obj)(&mut obj, MLX5DV_OBJ_CQ) };
+    if ret != 0 {
+        return Err(format!(
+            "mlx5dv_init_obj(CQ) failed: {}",
+            std::io::Error::from_raw_os_error(ret.abs())
+        ));
+    }
+    dv.layout()
+        .ok_or_else(|| String::from("mlx5dv_init_obj(CQ) reported a null buffer"))
+}
+
+fn empty_obj() -> mlx5dv_obj {
+    // SAFETY: all-zero bytes (null pointers) are a valid `mlx5dv_obj`.
+    unsafe { core::mem::zeroed() }
+}
+
+#[derive(Debug)]
+struct VerbsPd {
+    pd: *mut ibv_pd,
+    ctx: *mut ibv_context,
+    verbs: &'static Verbs,
+}
+
+// SAFETY: libibverbs objects may be used from any thread; the fields are immutable.
+unsafe impl Send for VerbsPd {}
+// SAFETY: as above.
+unsafe impl Sync for VerbsPd {}
+
+impl Drop for VerbsPd {
+    fn drop(&mut self) {
+        // SAFETY: allocated by us, freed once; children hold the PD alive, so none is left.
+        unsafe { (self.verbs.ibv_dealloc_pd)(self.pd) };
+    }
+}
+
+/// The error for a failed `ibv_reg_mr` of `len` bytes with `errno`: a memlock error when the
+/// limit is finite and the errno is what the kernel returns for it.
+pub(crate) fn reg_mr_error(errno: i32, len: usize, memlock: Option<u64>) -> Error {
+    let source = std::io::Error::from_raw_os_error(errno);
+    match (errno, memlock) {
+        (libc::ENOMEM | libc::EPERM | libc::EAGAIN, Some(limit)) => Error::MemlockLimit {
+            requested: len,
+            limit: Some(limit),
+            source,
+        },
+        _ => Error::Verbs {
+            verb: "ibv_reg_mr",
+            source,
+        },
+    }
+}
+
+/// The soft `RLIMIT_MEMLOCK`, or `None` when unlimited.
+pub(crate) fn memlock_limit() -> Option<u64> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: a valid out-pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) } != 0 {
+        return None;
+    }
+    (r.rlim_cur != libc::RLIM_INFINITY).then_some(r.rlim_cur)
+}
+
+impl PdProvider for VerbsPd {
+    unsafe fn reg_mr(
+        &self,
+        addr: *mut u8,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<Box<dyn MrProvider>> {
+        // SAFETY: a live PD; (caller) the memory stays mapped while registered.
+        let mr =
+            unsafe { (self.verbs.ibv_reg_mr)(self.pd, addr.cast(), len, access.bits() as i32) };
+        if mr.is_null() {
+            let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+            return Err(reg_mr_error(errno, len, memlock_limit()));
+        }
+        Ok(Box::new(VerbsMr {
+            mr,
+            verbs: self.verbs,
+        }))
+    }
+
+    fn create_qp(&self, init: &QpInit<'_>) -> Result<(Box<dyn QpProvider>, EngineNote)> {
+        let foreign = || Error::InvalidArgument("the CQ belongs to another kind of device".into());
+        let send_cq = init.send_cq.verbs_cq().ok_or_else(foreign)?;
+        let recv_cq = init.recv_cq.verbs_cq().ok_or_else(foreign)?;
+        let cap = ibv_qp_cap {
+            max_send_wr: init.caps.max_send_wr,
+            max_recv_wr: init.caps.max_recv_wr,
+            max_send_sge: init.caps.max_send_sge,
+            max_recv_sge: init.caps.max_recv_sge,
+            max_inline_data: init.caps.max_inline_data,
+        };
+        // ibv_create_qp and mlx5dv_create_qp write the granted capabilities back into the
+        // attributes' `cap` (verbs.h: "updated with the actual QP values").
+        let (qp, granted) = if init.direct {
+            let m = lib::mlx5()?;
+            let mut attr = ibv_qp_init_attr_ex {
+                qp_context: ptr::null_mut(),
+                send_cq,
+                recv_cq,
+                srq: ptr::null_mut(),
+                cap,
+                qp_type: IBV_QPT_RC,
+                sq_sig_all: i32::from(init.sig_all),
+                comp_mask: IBV_QP_INIT_ATTR_PD,
+                pd: self.pd,
+                xrcd: ptr::null_mut(),
+                create_flags: 0,
+                max_tso_header: 0,
+                rwq_ind_tbl: ptr::null_mut(),
+                rx_hash_conf: ibv_rx_hash_conf {
+                    rx_hash_function: 0,
+                    rx_hash_key_len: 0,
+                    rx_hash_key: ptr::null_mut(),
+                    rx_hash_fields_mask: 0,
+                },
+                source_qpn: 0,
+                send_ops_flags: 0,
+            };
+            let mut dv = mlx5dv_qp_init_attr {
+                comp_mask: MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS,
+                create_flags: MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE,
+                dc_init_attr: mlx5dv_dc_init_attr {
+                    dc_type: 0,
+                    u: mlx5dv_dc_init_attr_u { dct_access_key: 0 },
+                },
+                send_ops_flags: 0,
+            };
+            // SAFETY: a live context and PD; valid attribute structs. Scatter-to-CQE is
+            // disabled because the direct poller does not decode scattered CQEs.
+            let qp = unsafe { (m.mlx5dv_create_qp)(self.ctx, &mut attr, &mut dv) };
+            if qp.is_null() {
+                return Err(Error::last_os("mlx5dv_create_qp"));
+            }
+            (qp, attr.cap)
+        } else {
+            let mut attr = ibv_qp_init_attr {
+                qp_context: ptr::null_mut(),
+                send_cq,
+                recv_cq,
+                srq: ptr::null_mut(),
+                cap,
+                qp_type: IBV_QPT_RC,
+                sq_sig_all: i32::from(init.sig_all),
+            };
+            // SAFETY: a live PD and CQs; a valid attribute struct.
+            let qp = unsafe { (self.verbs.ibv_create_qp)(self.pd, &mut attr) };
+            if qp.is_null() {
+                return Err(Error::last_os("ibv_create_qp"));
+            }
+            (qp, attr.cap)
+        };
+        // SAFETY: non-null (checked).
+        let qp = unsafe { NonNull::new_unchecked(qp) };
+        let mut out = VerbsQp {
+            qp,
+            verbs: self.verbs,
+            caps: QpCaps {
+                max_send_wr: granted.max_send_wr,
+                max_recv_wr: granted.max_recv_wr,
+                max_send_sge: granted.max_send_sge,
+                max_recv_sge: granted.max_recv_sge,
+                max_inline_data: granted.max_inline_data,
+            },
+            layout: None,
+        };
+        let note = if init.direct {
+            let l = init_qp(qp)?;
+            let note = format!(
+                "mlx5dv_init_obj: QP {:#x}, send ring {} blocks, {}",
+                l.qpn,
+                l.sq.wqe_cnt,
+                if l.bf.size == 0 {
+                    String::from("doorbell only (no BlueFlame)")
+                } else {
+                    format!("BlueFlame {} bytes", l.bf.size)
+                }
+            );
+            out.layout = Some(l);
+            note
+        } else {
+            String::from("libibverbs ibv_post_send/ibv_post_recv")
+        };
+        Ok((Box::new(out), EngineNote(note)))
+    }
+}
+
+/// `mlx5dv_init_obj` for a QP.
+fn init_qp(qp: NonNull<ibv_qp>) -> Result<zverbs_mlx5dv::QpLayout> {
+    let m = lib::mlx5()?;
+    let mut dv = mlx5dv_qp::default();
+    let mut obj = empty_obj();
+    obj.qp.r#in = qp.as_ptr();
+    obj.qp.out = &mut dv;
+    // SAFETY: a live QP of an mlx5 context; `dv` is a valid out-struct (comp_mask 0: only the
+    // base fields).
+    let ret = unsafe { (m.mlx5dv_init_obj)(&mut obj, MLX5DV_OBJ_QP) };
+    if ret != 0 {
+        return Err(Error::from_ret("mlx5dv_init_obj", ret));
+    }
+    // SAFETY: a live QP.
+    let qpn = unsafe { (*qp.as_ptr()).qp_num };
+    dv.layout(qpn).ok_or_else(|| Error::Backend {
+        requested: crate::BackendKind::Direct,
+        reason: String::from("mlx5dv_init_obj(QP) reported a null ring or register"),
+    })
+}
+
+#[derive(Debug)]
+struct VerbsMr {
+    mr: *mut ibv_mr,
+    verbs: &'static Verbs,
+}
+
+// SAFETY: an immutable handle to an rdma-core object usable from any thread.
+unsafe impl Send for VerbsMr {}
+// SAFETY: as above.
+unsafe impl Sync for VerbsMr {}
+
+impl MrProvider for VerbsMr {
+    fn lkey(&self) -> u32 {
+        // SAFETY: a live MR.
+        unsafe { (*self.mr).lkey }
+    }
+    fn rkey(&self) -> u32 {
+        // SAFETY: a live MR.
+        unsafe { (*self.mr).rkey }
+    }
+}
+
+impl Drop for VerbsMr {
+    fn drop(&mut self) {
+        // SAFETY: registered by us, deregistered once.
+        unsafe { (self.verbs.ibv_dereg_mr)(self.mr) };
+    }
+}
+
+#[derive(Debug)]
+struct VerbsCq {
+    cq: NonNull<ibv_cq>,
+    verbs: &'static Verbs,
+    layout: Option<zverbs_mlx5dv::CqLayout>,
+}
+
+// SAFETY: an rdma-core CQ handle; the data path that polls it takes `&mut` of its poller.
+unsafe impl Send for VerbsCq {}
+// SAFETY: as above; the fields are immutable.
+unsafe impl Sync for VerbsCq {}
+
+impl CqProvider for VerbsCq {
+    fn cqe(&self) -> u32 {
+        // SAFETY: a live CQ.
+        unsafe { (*self.cq.as_ptr()).cqe.max(0) as u32 }
+    }
+    fn engine(&self) -> CqEngine {
+        match self.layout {
+            Some(l) => CqEngine::Direct(l),
+            None => CqEngine::Verbs(self.cq),
+        }
+    }
+    fn verbs_cq(&self) -> Option<*mut ibv_cq> {
+        Some(self.cq.as_ptr())
+    }
+}
+
+impl Drop for VerbsCq {
+    fn drop(&mut self) {
+        // SAFETY: created by us, destroyed once, after every QP using it (they hold it alive).
+        unsafe { (self.verbs.ibv_destroy_cq)(self.cq.as_ptr()) };
+    }
+}
+
+#[derive(Debug)]
+struct VerbsQp {
+    qp: NonNull<ibv_qp>,
+    verbs: &'static Verbs,
+    caps: QpCaps,
+    layout: Option<zverbs_mlx5dv::QpLayout>,
+}
+
+// SAFETY: an rdma-core QP handle; `ibv_modify_qp` may be called from any thread, and the data
+// path's queues take `&mut` of their own handles.
+unsafe impl Send for VerbsQp {}
+// SAFETY: as above.
+unsafe impl Sync for VerbsQp {}
+
+impl QpProvider for VerbsQp {
+    fn qpn(&self) -> u32 {
+        // SAFETY: a live QP.
+        unsafe { (*self.qp.as_ptr()).qp_num }
+    }
+    fn caps(&self) -> QpCaps {
+        self.caps
+    }
+    fn modify(&self, attr: &mut ibv_qp_attr, mask: i32) -> Result<()> {
+        // SAFETY: a live QP and a valid attribute struct.
+        let ret = unsafe { (self.verbs.ibv_modify_qp)(self.qp.as_ptr(), attr, mask) };
+        if ret != 0 {
+            return Err(Error::from_ret("ibv_modify_qp", ret));
+        }
+        Ok(())
+    }
+    fn engine(&self) -> QpEngine {
+        match self.layout {
+            Some(l) => QpEngine::Direct(l),
+            None => QpEngine::Verbs(self.qp),
+        }
+    }
+}
+
+impl Drop for VerbsQp {
+    fn drop(&mut self) {
+        // SAFETY: created by us, destroyed once; its queues hold it alive, so none is left.
+        unsafe { (self.verbs.ibv_destroy_qp)(self.qp.as_ptr()) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reg_mr_enomem_with_finite_memlock_says_ulimit() {
+        let e = reg_mr_error(libc::ENOMEM, 1 << 20, Some(8 << 20));
+        assert!(matches!(e, Error::MemlockLimit { .. }), "{e:?}");
+        assert!(e.to_string().contains("ulimit -l"));
+        let e = reg_mr_error(libc::ENOMEM, 1 << 20, None);
+        assert!(
+            matches!(
+                e,
+                Error::Verbs {
+                    verb: "ibv_reg_mr",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let e = reg_mr_error(libc::EINVAL, 1 << 20, Some(8 << 20));
+        assert!(matches!(e, Error::Verbs { .. }), "{e:?}");
+    }
+}

@@ -1,0 +1,679 @@
+//! RC queue pairs: creation, capabilities, and the INIT → RTR → RTS transitions.
+
+use std::sync::{Arc, Mutex};
+
+use zverbs_mlx5dv::{RqSlot, RqState, SqCaps, SqSlot, SqState};
+
+use crate::backend::{BackendChoice, BackendKind, BackendReport, BackendRequest, RequestSource};
+use crate::connect::Endpoint;
+use crate::cq::Cq;
+use crate::device::{Gid, Mtu};
+use crate::error::{Error, Result};
+use crate::fallback::{RqShared, SqShared};
+use crate::ffi::types::{ibv_qp_attr, qp_attr_mask as m};
+use crate::mr::AccessFlags;
+use crate::pd::Pd;
+use crate::provider::{QpEngine, QpInit, QpProvider};
+use crate::queues::{AnyRecvQueue, AnySendQueue};
+
+/// A queue pair's capabilities (`struct ibv_qp_cap`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpCaps {
+    /// Outstanding send requests.
+    pub max_send_wr: u32,
+    /// Outstanding receive requests.
+    pub max_recv_wr: u32,
+    /// Scatter entries per send request.
+    pub max_send_sge: u32,
+    /// Scatter entries per receive request.
+    pub max_recv_sge: u32,
+    /// Bytes of inline data per send request.
+    pub max_inline_data: u32,
+}
+
+impl Default for QpCaps {
+    fn default() -> Self {
+        Self {
+            max_send_wr: 128,
+            max_recv_wr: 128,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 64,
+        }
+    }
+}
+
+/// A builder for an RC [`Qp`].
+#[derive(Debug)]
+pub struct QpBuilder<'a> {
+    pd: &'a Pd,
+    send_cq: &'a Cq,
+    recv_cq: &'a Cq,
+    caps: QpCaps,
+    sig_all: bool,
+    max_signaled: Option<u32>,
+    backend: Option<BackendRequest>,
+}
+
+impl<'a> QpBuilder<'a> {
+    pub(crate) fn new(pd: &'a Pd, send_cq: &'a Cq, recv_cq: &'a Cq) -> Self {
+        Self {
+            pd,
+            send_cq,
+            recv_cq,
+            caps: QpCaps::default(),
+            sig_all: false,
+            max_signaled: None,
+            backend: None,
+        }
+    }
+
+    /// The capabilities to ask for (the device may grant more).
+    pub fn caps(mut self, caps: QpCaps) -> Self {
+        self.caps = caps;
+        self
+    }
+
+    /// Outstanding send requests.
+    pub fn max_send_wr(mut self, n: u32) -> Self {
+        self.caps.max_send_wr = n;
+        self
+    }
+
+    /// Outstanding receive requests (at least 1).
+    pub fn max_recv_wr(mut self, n: u32) -> Self {
+        self.caps.max_recv_wr = n;
+        self
+    }
+
+    /// Scatter entries per send request.
+    pub fn max_send_sge(mut self, n: u32) -> Self {
+        self.caps.max_send_sge = n;
+        self
+    }
+
+    /// Scatter entries per receive request.
+    pub fn max_recv_sge(mut self, n: u32) -> Self {
+        self.caps.max_recv_sge = n;
+        self
+    }
+
+    /// Inline bytes per send request.
+    pub fn max_inline_data(mut self, n: u32) -> Self {
+        self.caps.max_inline_data = n;
+        self
+    }
+
+    /// Every send request produces a completion (`sq_sig_all`).
+    pub fn sig_all(mut self, on: bool) -> Self {
+        self.sig_all = on;
+        self
+    }
+
+    /// Signaled send requests that may be outstanding: this QP's share of its send CQ. By
+    /// default the send CQ's size, less the receive queue when both share one CQ. Set it when
+    /// several QPs share a CQ.
+    pub fn max_signaled(mut self, n: u32) -> Self {
+        self.max_signaled = Some(n);
+        self
+    }
+
+    /// The backend, overriding the context's choice. It must match the CQs' backend.
+    pub fn backend(mut self, backend: BackendRequest) -> Self {
+        self.backend = Some(backend);
+        self
+    }
+
+    /// Creates the QP, in the RESET state.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verbs`] from `ibv_create_qp` / `mlx5dv_create_qp`; [`Error::Backend`] when the
+    /// backend asked for differs from the CQs' or cannot be used; [`Error::InvalidArgument`]
+    /// for CQs of another context, or a CQ whose poller was already taken.
+    pub fn build(self) -> Result<Qp> {
+        let ctx = self.pd.context();
+        for cq in [self.send_cq, self.recv_cq] {
+            if !Arc::ptr_eq(&cq.context().inner, &ctx.inner) {
+                return Err(Error::InvalidArgument(
+                    "the CQ belongs to another context than the PD".into(),
+                ));
+            }
+        }
+        if self.caps.max_recv_wr == 0 || self.caps.max_send_wr == 0 {
+            return Err(Error::InvalidArgument(
+                "max_send_wr and max_recv_wr must be at least 1".into(),
+            ));
+        }
+        let send_kind = self.send_cq.backend().kind;
+        if self.recv_cq.backend().kind != send_kind {
+            return Err(Error::Backend {
+                requested: send_kind,
+                reason: "the send and receive CQs use different backends".into(),
+            });
+        }
+        let choice = match self.backend {
+            Some(request) => BackendChoice {
+                request,
+                source: RequestSource::Caller,
+            },
+            None => ctx.backend_choice(),
+        };
+        let wanted = match choice.request {
+            BackendRequest::Auto => send_kind,
+            BackendRequest::Direct => BackendKind::Direct,
+            BackendRequest::Verbs => BackendKind::Verbs,
+        };
+        if wanted != send_kind {
+            return Err(Error::Backend {
+                requested: wanted,
+                reason: format!(
+                    "its CQs are driven by the {send_kind} backend; create them with the same \
+                     backend"
+                ),
+            });
+        }
+        let direct = send_kind == BackendKind::Direct;
+        let (provider, note) = {
+            check_pollers_free(self.send_cq, self.recv_cq)?;
+            self.pd.inner.provider.create_qp(&QpInit {
+                send_cq: &*self.send_cq.inner.provider,
+                recv_cq: &*self.recv_cq.inner.provider,
+                caps: self.caps,
+                sig_all: self.sig_all,
+                direct,
+            })?
+        };
+        let caps = provider.caps();
+        let shared_cq = self.send_cq.is(self.recv_cq);
+        let max_signaled = self.max_signaled.unwrap_or_else(|| {
+            let cqe = self.send_cq.cqe();
+            if shared_cq {
+                cqe.saturating_sub(caps.max_recv_wr)
+            } else {
+                cqe
+            }
+        });
+        let sq_caps = SqCaps {
+            max_send_sge: caps.max_send_sge,
+            max_inline_data: caps.max_inline_data,
+            sig_all: self.sig_all,
+            max_signaled: max_signaled.clamp(1, caps.max_send_wr.max(1)),
+        };
+        let data = match provider.engine() {
+            QpEngine::Direct(layout) => QpData::Direct(DirectData::new(&layout)?),
+            QpEngine::Verbs(_) => QpData::Verbs(VerbsData {
+                sq: SqShared::new(caps.max_send_wr),
+                rq: RqShared::new(caps.max_recv_wr),
+            }),
+        };
+        let report = BackendReport {
+            kind: send_kind,
+            choice,
+            reason: format!("{}; {}", self.send_cq.backend().reason, note.0),
+        };
+        let inner = Arc::new(QpInner {
+            provider,
+            data,
+            caps,
+            sq_caps,
+            report,
+            taken: Mutex::new((false, false)),
+            send_cq: self.send_cq.clone(),
+            recv_cq: self.recv_cq.clone(),
+            _pd: self.pd.clone(),
+        });
+        for cq in [self.send_cq, self.recv_cq] {
+            let mut reg = cq.inner.registry.lock().unwrap_or_else(|p| p.into_inner());
+            reg.qps.retain(|w| w.strong_count() > 0);
+            reg.qps.push(Arc::downgrade(&inner));
+            if shared_cq {
+                break;
+            }
+        }
+        Ok(Qp { inner })
+    }
+}
+
+/// Refuses a new QP on a CQ whose poller is already out.
+fn check_pollers_free(a: &Cq, b: &Cq) -> Result<()> {
+    for cq in [a, b] {
+        let reg = cq.inner.registry.lock().unwrap_or_else(|p| p.into_inner());
+        if reg.poller_taken {
+            return Err(Error::InvalidArgument(
+                "the CQ's poller was already taken; create every QP on a CQ before \
+                 calling Cq::poller"
+                    .into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Memory allocated once and freed on drop, whose contents are referenced with `'static`
+/// lifetimes by the states next to it (see [`DirectData`]).
+#[derive(Debug)]
+pub(crate) struct Leaked<T: 'static>(pub(crate) &'static [T]);
+
+impl<T> Leaked<T> {
+    pub(crate) fn new(v: Vec<T>) -> Self {
+        Self(Box::leak(v.into_boxed_slice()))
+    }
+}
+
+impl<T> Drop for Leaked<T> {
+    fn drop(&mut self) {
+        let p = core::ptr::from_ref(self.0).cast_mut();
+        // SAFETY: the slice came from `Box::leak` in `new`, and is freed once, after every
+        // reference to it is gone: the states that borrow it are fields dropped before this
+        // one, and the queues that borrow them hold the `QpInner` that owns both.
+        drop(unsafe { Box::from_raw(p) });
+    }
+}
+
+/// The direct backend's per-QP bookkeeping.
+#[derive(Debug)]
+pub(crate) struct DirectData {
+    pub(crate) layout: zverbs_mlx5dv::QpLayout,
+    // Field order is drop order: the states borrow the slots.
+    pub(crate) sq_state: SqState<'static>,
+    pub(crate) rq_state: RqState<'static>,
+    _sq_slots: Leaked<SqSlot>,
+    _rq_slots: Leaked<RqSlot>,
+}
+
+impl DirectData {
+    fn new(layout: &zverbs_mlx5dv::QpLayout) -> Result<Self> {
+        let sq_slots = Leaked::new((0..layout.sq.wqe_cnt).map(|_| SqSlot::new()).collect());
+        let rq_slots = Leaked::new((0..layout.rq.wqe_cnt).map(|_| RqSlot::new()).collect());
+        Ok(Self {
+            layout: *layout,
+            sq_state: SqState::new(sq_slots.0)?,
+            rq_state: RqState::new(rq_slots.0)?,
+            _sq_slots: sq_slots,
+            _rq_slots: rq_slots,
+        })
+    }
+}
+
+/// The fallback's per-QP bookkeeping.
+#[derive(Debug)]
+pub(crate) struct VerbsData {
+    pub(crate) sq: SqShared,
+    pub(crate) rq: RqShared,
+}
+
+#[derive(Debug)]
+pub(crate) enum QpData {
+    Direct(DirectData),
+    Verbs(VerbsData),
+}
+
+// SAFETY: `DirectData` holds the raw layout (pointers into queue memory that the QP owns) and
+// states that are Send + Sync; the layout is only turned into accesses by the queues, each
+// owned by one thread.
+unsafe impl Send for QpData {}
+// SAFETY: as above.
+unsafe impl Sync for QpData {}
+
+/// A reliable-connected queue pair. Cloning is cheap.
+#[derive(Clone, Debug)]
+pub struct Qp {
+    pub(crate) inner: Arc<QpInner>,
+}
+
+#[derive(Debug)]
+pub(crate) struct QpInner {
+    // Field order is drop order: destroy the QP, then its bookkeeping, then release the CQs
+    // and the PD.
+    pub(crate) provider: Box<dyn QpProvider>,
+    pub(crate) data: QpData,
+    pub(crate) caps: QpCaps,
+    pub(crate) sq_caps: SqCaps,
+    pub(crate) report: BackendReport,
+    /// Whether the send / receive queue handles were taken.
+    pub(crate) taken: Mutex<(bool, bool)>,
+    pub(crate) send_cq: Cq,
+    pub(crate) recv_cq: Cq,
+    pub(crate) _pd: Pd,
+}
+
+impl Qp {
+    /// The QP number.
+    pub fn qpn(&self) -> u32 {
+        self.inner.provider.qpn()
+    }
+
+    /// The capabilities the device granted.
+    pub fn caps(&self) -> QpCaps {
+        self.inner.caps
+    }
+
+    /// The limits the send queue enforces (including its share of the CQ).
+    pub fn send_caps(&self) -> SqCaps {
+        self.inner.sq_caps
+    }
+
+    /// The backend that drives the QP, and why.
+    pub fn backend(&self) -> &BackendReport {
+        &self.inner.report
+    }
+
+    /// The send queue, for posting; it can be taken once.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::AlreadyTaken`]; [`Error::Layout`] if the direct backend rejects the layout.
+    pub fn send_queue(&self) -> Result<AnySendQueue> {
+        {
+            let mut t = self.inner.taken.lock().unwrap_or_else(|p| p.into_inner());
+            if t.0 {
+                return Err(Error::AlreadyTaken("send queue"));
+            }
+            t.0 = true;
+        }
+        AnySendQueue::new(&self.inner)
+    }
+
+    /// The receive queue, for posting; it can be taken once.
+    ///
+    /// # Errors
+    ///
+    /// As [`Qp::send_queue`].
+    pub fn recv_queue(&self) -> Result<AnyRecvQueue> {
+        {
+            let mut t = self.inner.taken.lock().unwrap_or_else(|p| p.into_inner());
+            if t.1 {
+                return Err(Error::AlreadyTaken("receive queue"));
+            }
+            t.1 = true;
+        }
+        AnyRecvQueue::new(&self.inner)
+    }
+
+    /// RESET → INIT.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verbs`] from `ibv_modify_qp`.
+    pub fn to_init(&self, a: &InitAttr) -> Result<()> {
+        let mut attr = ibv_qp_attr {
+            qp_state: 1,
+            pkey_index: a.pkey_index,
+            port_num: a.port,
+            qp_access_flags: a.access.bits(),
+            ..Default::default()
+        };
+        self.inner.provider.modify(
+            &mut attr,
+            m::IBV_QP_STATE | m::IBV_QP_PKEY_INDEX | m::IBV_QP_PORT | m::IBV_QP_ACCESS_FLAGS,
+        )
+    }
+
+    /// INIT → RTR.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verbs`] from `ibv_modify_qp` (EINVAL often means a wrong GID index or a
+    /// missing GRH on RoCE).
+    pub fn to_rtr(&self, a: &RtrAttr) -> Result<()> {
+        let mut attr = ibv_qp_attr {
+            qp_state: 2,
+            path_mtu: a.path_mtu as u32,
+            dest_qp_num: a.dest_qpn,
+            rq_psn: a.rq_psn & 0xff_ffff,
+            max_dest_rd_atomic: a.max_dest_rd_atomic,
+            min_rnr_timer: a.min_rnr_timer,
+            ..Default::default()
+        };
+        attr.ah_attr.dlid = a.dlid;
+        attr.ah_attr.sl = a.sl;
+        attr.ah_attr.port_num = a.port;
+        if let Some(g) = &a.grh {
+            attr.ah_attr.is_global = 1;
+            attr.ah_attr.grh.dgid.raw = g.dgid.0;
+            attr.ah_attr.grh.sgid_index = g.sgid_index;
+            attr.ah_attr.grh.hop_limit = g.hop_limit;
+            attr.ah_attr.grh.traffic_class = g.traffic_class;
+            attr.ah_attr.grh.flow_label = g.flow_label;
+        }
+        self.inner.provider.modify(
+            &mut attr,
+            m::IBV_QP_STATE
+                | m::IBV_QP_AV
+                | m::IBV_QP_PATH_MTU
+                | m::IBV_QP_DEST_QPN
+                | m::IBV_QP_RQ_PSN
+                | m::IBV_QP_MAX_DEST_RD_ATOMIC
+                | m::IBV_QP_MIN_RNR_TIMER,
+        )
+    }
+
+    /// RTR → RTS.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verbs`] from `ibv_modify_qp`.
+    pub fn to_rts(&self, a: &RtsAttr) -> Result<()> {
+        let mut attr = ibv_qp_attr {
+            qp_state: 3,
+            sq_psn: a.sq_psn & 0xff_ffff,
+            timeout: a.timeout,
+            retry_cnt: a.retry_cnt,
+            rnr_retry: a.rnr_retry,
+            max_rd_atomic: a.max_rd_atomic,
+            ..Default::default()
+        };
+        self.inner.provider.modify(
+            &mut attr,
+            m::IBV_QP_STATE
+                | m::IBV_QP_TIMEOUT
+                | m::IBV_QP_RETRY_CNT
+                | m::IBV_QP_RNR_RETRY
+                | m::IBV_QP_SQ_PSN
+                | m::IBV_QP_MAX_QP_RD_ATOMIC,
+        )
+    }
+
+    /// INIT, RTR and RTS in one go.
+    ///
+    /// # Errors
+    ///
+    /// As the three steps.
+    pub fn connect(&self, c: &ConnectAttr) -> Result<()> {
+        self.to_init(&c.init)?;
+        self.to_rtr(&c.rtr)?;
+        self.to_rts(&c.rts)
+    }
+
+    /// `ibv_modify_qp` with attributes computed elsewhere (rdma_cm's `rdma_init_qp_attr`).
+    pub(crate) fn modify_raw(&self, attr: &mut ibv_qp_attr, mask: i32) -> Result<()> {
+        self.inner.provider.modify(attr, mask)
+    }
+}
+
+/// RESET → INIT attributes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InitAttr {
+    /// The port (from 1).
+    pub port: u8,
+    /// P_Key table index.
+    pub pkey_index: u16,
+    /// What the peer may do to this side's memory through this QP.
+    pub access: AccessFlags,
+}
+
+/// The GRH of an address vector: needed on RoCE and across IB subnets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GlobalRoute {
+    /// The peer's GID.
+    pub dgid: Gid,
+    /// This side's GID index.
+    pub sgid_index: u8,
+    /// Hop limit (TTL).
+    pub hop_limit: u8,
+    /// Traffic class (DSCP/ECN on RoCE v2).
+    pub traffic_class: u8,
+    /// Flow label.
+    pub flow_label: u32,
+}
+
+/// INIT → RTR attributes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RtrAttr {
+    /// The port (from 1).
+    pub port: u8,
+    /// Path MTU.
+    pub path_mtu: Mtu,
+    /// The peer's QP number.
+    pub dest_qpn: u32,
+    /// The peer's first PSN.
+    pub rq_psn: u32,
+    /// READ/atomic requests the peer may have outstanding at this side.
+    pub max_dest_rd_atomic: u8,
+    /// RNR NAK timer code (12: 0.64 ms).
+    pub min_rnr_timer: u8,
+    /// The peer's LID (0 on RoCE).
+    pub dlid: u16,
+    /// Service level.
+    pub sl: u8,
+    /// The GRH, or `None` for LID routing.
+    pub grh: Option<GlobalRoute>,
+}
+
+/// RTR → RTS attributes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RtsAttr {
+    /// This side's first PSN.
+    pub sq_psn: u32,
+    /// ACK timeout code (4.096 µs × 2^timeout; 14 ≈ 67 ms).
+    pub timeout: u8,
+    /// Transport retries (7 max).
+    pub retry_cnt: u8,
+    /// RNR retries (7: infinite).
+    pub rnr_retry: u8,
+    /// READ/atomic requests this side may have outstanding.
+    pub max_rd_atomic: u8,
+}
+
+/// Everything to take a QP from RESET to RTS against a peer, with `ibv_rc_pingpong`'s
+/// defaults; the three steps' attributes are public to adjust.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnectAttr {
+    /// RESET → INIT.
+    pub init: InitAttr,
+    /// INIT → RTR.
+    pub rtr: RtrAttr,
+    /// RTR → RTS.
+    pub rts: RtsAttr,
+}
+
+impl ConnectAttr {
+    /// Attributes to connect to `remote` from `port`, sending from PSN `local_psn`.
+    ///
+    /// A GRH is used when the peer's GID is set (as `ibv_rc_pingpong` decides: non-zero
+    /// interface id), with this side's GID `sgid_index` (from
+    /// [`LocalAddress::gid_index`](crate::LocalAddress::gid_index)). Defaults: MTU 1024, every
+    /// remote access right, one outstanding READ/atomic each way, RNR timer 12, timeout 14,
+    /// 7 retries, infinite RNR retries.
+    pub fn new(port: u8, local_psn: u32, remote: &Endpoint, sgid_index: Option<u32>) -> Self {
+        let grh = (remote.gid.interface_id() != 0).then(|| GlobalRoute {
+            dgid: remote.gid,
+            sgid_index: sgid_index.unwrap_or(0) as u8,
+            hop_limit: 64,
+            traffic_class: 0,
+            flow_label: 0,
+        });
+        Self {
+            init: InitAttr {
+                port,
+                pkey_index: 0,
+                access: AccessFlags::ALL,
+            },
+            rtr: RtrAttr {
+                port,
+                path_mtu: Mtu::M1024,
+                dest_qpn: remote.qpn,
+                rq_psn: remote.psn,
+                max_dest_rd_atomic: 1,
+                min_rnr_timer: 12,
+                dlid: remote.lid,
+                sl: 0,
+                grh,
+            },
+            rts: RtsAttr {
+                sq_psn: local_psn,
+                timeout: 14,
+                retry_cnt: 7,
+                rnr_retry: 7,
+                max_rd_atomic: 1,
+            },
+        }
+    }
+
+    /// The path MTU.
+    pub fn mtu(mut self, mtu: Mtu) -> Self {
+        self.rtr.path_mtu = mtu;
+        self
+    }
+
+    /// Outstanding READ/atomic requests, both ways.
+    pub fn rd_atomic(mut self, n: u8) -> Self {
+        self.rtr.max_dest_rd_atomic = n;
+        self.rts.max_rd_atomic = n;
+        self
+    }
+
+    /// The service level.
+    pub fn sl(mut self, sl: u8) -> Self {
+        self.rtr.sl = sl;
+        self
+    }
+
+    /// ACK timeout code and transport retries.
+    pub fn timeout(mut self, timeout: u8, retry_cnt: u8) -> Self {
+        self.rts.timeout = timeout;
+        self.rts.retry_cnt = retry_cnt;
+        self
+    }
+
+    /// RNR retries (7: infinite) and this side's RNR timer code.
+    pub fn rnr(mut self, rnr_retry: u8, min_rnr_timer: u8) -> Self {
+        self.rts.rnr_retry = rnr_retry;
+        self.rtr.min_rnr_timer = min_rnr_timer;
+        self
+    }
+
+    /// What the peer may do to this side's memory.
+    pub fn access(mut self, access: AccessFlags) -> Self {
+        self.init.access = access;
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grh_only_when_the_peer_has_a_gid() {
+        let mut ep = Endpoint {
+            lid: 5,
+            qpn: 0x11,
+            psn: 0x22,
+            gid: Gid::default(),
+        };
+        let c = ConnectAttr::new(1, 7, &ep, None);
+        assert_eq!(c.rtr.grh, None);
+        assert_eq!((c.rtr.dlid, c.rtr.dest_qpn, c.rtr.rq_psn), (5, 0x11, 0x22));
+        assert_eq!(
+            (c.rts.timeout, c.rts.retry_cnt, c.rts.rnr_retry),
+            (14, 7, 7)
+        );
+        ep.gid.0[15] = 1;
+        let c = ConnectAttr::new(1, 7, &ep, Some(3)).mtu(Mtu::M4096);
+        let g = c.rtr.grh.unwrap();
+        assert_eq!((g.sgid_index, g.dgid), (3, ep.gid));
+        assert_eq!(c.rtr.path_mtu, Mtu::M4096);
+    }
+}

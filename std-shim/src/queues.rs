@@ -1,0 +1,511 @@
+//! The data-path handles: one send queue, one receive queue per QP and one poller per CQ,
+//! driven by either backend through the [`zverbs_core`] traits.
+//!
+//! Each backend has its own concrete types ([`direct`], [`verbs`]); generic code over
+//! [`PostSend`], [`PostRecv`] and [`PollCq`] instantiated with them compiles to static dispatch.
+//! The `Any*` enums hold whichever backend was chosen at run time and implement the same traits
+//! with one `match` per call; [`Queues`] pairs a QP's queues with its CQ's poller so that code
+//! can branch once and run a monomorphised loop:
+//!
+//! ```no_run
+//! use zverbs::{PollCq, PostRecv, PostSend, Queues};
+//!
+//! fn run(sq: impl PostSend, rq: impl PostRecv, cq: impl PollCq) { /* the hot loop */ }
+//!
+//! # fn f(qp: &zverbs::Qp, cq: &zverbs::Cq) -> zverbs::Result<()> {
+//! match Queues::take(qp, cq)? {
+//!     Queues::Direct(q) => run(q.sq, q.rq, q.cq), // monomorphised for mlx5
+//!     Queues::Verbs(q) => run(q.sq, q.rq, q.cq),  // monomorphised for libibverbs
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! Every handle keeps its QP (and so its CQs, PD and context) alive: the objects can be
+//! dropped in any order.
+
+use std::sync::Arc;
+
+use zverbs_core::{BatchError, Completion, PollCq, PostError, PostRecv, PostSend, RecvWr, SendWr};
+
+use crate::backend::BackendKind;
+use crate::cq::Cq;
+use crate::error::{Error, Result};
+use crate::provider::{CqEngine, QpEngine};
+use crate::qp::{Leaked, Qp, QpData, QpInner};
+
+/// Extends a borrow of data inside an `Arc` to `'static`.
+///
+/// # Safety
+///
+/// The value returned must not outlive the `Arc` it points into; the caller stores a clone of
+/// that `Arc` next to it, in a field dropped after it.
+unsafe fn forever<T: ?Sized>(r: &T) -> &'static T {
+    // SAFETY: (caller) the pointee lives as long as the `Arc` kept beside the result.
+    unsafe { &*core::ptr::from_ref(r) }
+}
+
+/// The direct (mlx5) backend's handles.
+pub mod direct {
+    use super::*;
+
+    /// A send queue driven by `zverbs-mlx5dv`.
+    #[derive(Debug)]
+    pub struct SendQueue {
+        // Field order is drop order: the queue before the QP it borrows from.
+        pub(super) q: zverbs_mlx5dv::SendQueue<'static>,
+        pub(super) _qp: Arc<QpInner>,
+    }
+
+    /// A receive queue driven by `zverbs-mlx5dv`.
+    #[derive(Debug)]
+    pub struct RecvQueue {
+        pub(super) q: zverbs_mlx5dv::RecvQueue<'static>,
+        pub(super) _qp: Arc<QpInner>,
+    }
+
+    /// A CQ polled by `zverbs-mlx5dv`.
+    #[derive(Debug)]
+    pub struct Poller {
+        pub(super) q: zverbs_mlx5dv::CompletionQueue<'static>,
+        pub(super) _bindings: Leaked<zverbs_mlx5dv::CqBinding<'static>>,
+        pub(super) _qps: Vec<Arc<QpInner>>,
+        pub(super) _cq: Cq,
+    }
+
+    impl SendQueue {
+        /// The underlying `zverbs-mlx5dv` queue (counters, BlueFlame).
+        pub fn raw(&self) -> &zverbs_mlx5dv::SendQueue<'static> {
+            &self.q
+        }
+    }
+
+    impl PostSend for SendQueue {
+        #[inline(always)]
+        unsafe fn post_send(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
+            // SAFETY: forwarded; the caller upholds the posting contract.
+            unsafe { self.q.post_send(wr) }
+        }
+        #[inline(always)]
+        fn ring(&mut self) {
+            self.q.ring()
+        }
+        #[inline(always)]
+        unsafe fn post_send_batch(&mut self, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
+            // SAFETY: forwarded.
+            unsafe { self.q.post_send_batch(wrs) }
+        }
+        #[inline(always)]
+        unsafe fn send(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
+            // SAFETY: forwarded.
+            unsafe { self.q.send(wr) }
+        }
+    }
+
+    impl PostRecv for RecvQueue {
+        #[inline(always)]
+        unsafe fn post_recv(&mut self, wr: &RecvWr<'_>) -> Result<(), PostError> {
+            // SAFETY: forwarded.
+            unsafe { self.q.post_recv(wr) }
+        }
+        #[inline(always)]
+        unsafe fn post_recv_batch(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), BatchError> {
+            // SAFETY: forwarded.
+            unsafe { self.q.post_recv_batch(wrs) }
+        }
+    }
+
+    impl PollCq for Poller {
+        #[inline(always)]
+        fn poll(&mut self, out: &mut [Completion]) -> usize {
+            self.q.poll(out)
+        }
+    }
+}
+
+/// The libibverbs fallback's handles.
+pub mod verbs {
+    use super::*;
+    use crate::fallback;
+
+    /// A send queue driven through `ibv_post_send`.
+    #[derive(Debug)]
+    pub struct SendQueue {
+        pub(super) q: fallback::SendQueue<'static>,
+        pub(super) _qp: Arc<QpInner>,
+    }
+
+    /// A receive queue driven through `ibv_post_recv`.
+    #[derive(Debug)]
+    pub struct RecvQueue {
+        pub(super) q: fallback::RecvQueue<'static>,
+        pub(super) _qp: Arc<QpInner>,
+    }
+
+    /// A CQ polled through `ibv_poll_cq`.
+    #[derive(Debug)]
+    pub struct Poller {
+        pub(super) q: fallback::Poller<'static>,
+        pub(super) _bindings: Leaked<fallback::Binding<'static>>,
+        pub(super) _qps: Vec<Arc<QpInner>>,
+        pub(super) _cq: Cq,
+    }
+
+    impl SendQueue {
+        /// The refusal the provider made at the last `ring`, if any (see [`fallback`]).
+        pub fn take_ring_error(&mut self) -> Option<fallback::RingError> {
+            self.q.take_ring_error()
+        }
+    }
+
+    impl Poller {
+        /// The errno of the last failed `ibv_poll_cq`, if any.
+        pub fn take_error(&mut self) -> Option<i32> {
+            self.q.take_error()
+        }
+    }
+
+    impl PostSend for SendQueue {
+        #[inline(always)]
+        unsafe fn post_send(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
+            // SAFETY: forwarded.
+            unsafe { self.q.post_send(wr) }
+        }
+        #[inline(always)]
+        fn ring(&mut self) {
+            self.q.ring()
+        }
+        #[inline(always)]
+        unsafe fn post_send_batch(&mut self, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
+            // SAFETY: forwarded.
+            unsafe { self.q.post_send_batch(wrs) }
+        }
+    }
+
+    impl PostRecv for RecvQueue {
+        #[inline(always)]
+        unsafe fn post_recv(&mut self, wr: &RecvWr<'_>) -> Result<(), PostError> {
+            // SAFETY: forwarded.
+            unsafe { self.q.post_recv(wr) }
+        }
+        #[inline(always)]
+        unsafe fn post_recv_batch(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), BatchError> {
+            // SAFETY: forwarded.
+            unsafe { self.q.post_recv_batch(wrs) }
+        }
+    }
+
+    impl PollCq for Poller {
+        #[inline(always)]
+        fn poll(&mut self, out: &mut [Completion]) -> usize {
+            self.q.poll(out)
+        }
+    }
+}
+
+/// A send queue of either backend.
+#[derive(Debug)]
+pub enum AnySendQueue {
+    /// Driven directly.
+    Direct(direct::SendQueue),
+    /// Driven through libibverbs.
+    Verbs(verbs::SendQueue),
+}
+
+/// A receive queue of either backend.
+#[derive(Debug)]
+pub enum AnyRecvQueue {
+    /// Driven directly.
+    Direct(direct::RecvQueue),
+    /// Driven through libibverbs.
+    Verbs(verbs::RecvQueue),
+}
+
+/// A CQ poller of either backend.
+#[derive(Debug)]
+pub enum AnyPoller {
+    /// Polled directly.
+    Direct(direct::Poller),
+    /// Polled through libibverbs.
+    Verbs(verbs::Poller),
+}
+
+fn qp_ptr(qp: &QpInner) -> Result<*mut crate::ffi::types::ibv_qp> {
+    match qp.provider.engine() {
+        QpEngine::Verbs(p) => Ok(p.as_ptr()),
+        QpEngine::Direct(_) => Err(Error::Backend {
+            requested: BackendKind::Verbs,
+            reason: "the QP is driven directly".into(),
+        }),
+    }
+}
+
+fn no_entry(what: &str) -> Error {
+    Error::Backend {
+        requested: BackendKind::Verbs,
+        reason: format!("the provider has no {what} entry in ibv_context.ops"),
+    }
+}
+
+impl AnySendQueue {
+    pub(crate) fn new(qp: &Arc<QpInner>) -> Result<Self> {
+        match &qp.data {
+            QpData::Direct(d) => {
+                // SAFETY: the state lives in `qp`, whose `Arc` the handle keeps.
+                let state = unsafe { forever(&d.sq_state) };
+                // SAFETY: the layout is libmlx5's for this live QP, kept alive by the `Arc`;
+                // this is the QP's only send queue handle (taken once) and libibverbs never
+                // posts to it; the caps are the QP's, its state is bound to its send CQ's
+                // poller only; the QP is new; it was created without scatter-to-CQE.
+                let q = unsafe { zverbs_mlx5dv::SendQueue::new(&d.layout, qp.sq_caps, state)? };
+                Ok(Self::Direct(direct::SendQueue { q, _qp: qp.clone() }))
+            }
+            QpData::Verbs(v) => {
+                // SAFETY: as above.
+                let shared = unsafe { forever(&v.sq) };
+                let ptr = qp_ptr(qp)?;
+                // SAFETY: a live QP kept alive by the `Arc`; the only send queue handle; the
+                // QP's real caps; the state made for it and bound to its send CQ only.
+                let q = unsafe {
+                    crate::fallback::SendQueue::new(ptr, qp.caps.max_send_wr, qp.sq_caps, shared)
+                }
+                .ok_or_else(|| no_entry("post_send"))?;
+                Ok(Self::Verbs(verbs::SendQueue { q, _qp: qp.clone() }))
+            }
+        }
+    }
+
+    /// Which backend drives it.
+    pub fn kind(&self) -> BackendKind {
+        match self {
+            Self::Direct(_) => BackendKind::Direct,
+            Self::Verbs(_) => BackendKind::Verbs,
+        }
+    }
+}
+
+impl AnyRecvQueue {
+    pub(crate) fn new(qp: &Arc<QpInner>) -> Result<Self> {
+        match &qp.data {
+            QpData::Direct(d) => {
+                // SAFETY: the state lives in `qp`, whose `Arc` the handle keeps.
+                let state = unsafe { forever(&d.rq_state) };
+                // SAFETY: as for the send queue.
+                let q = unsafe { zverbs_mlx5dv::RecvQueue::new(&d.layout, state)? };
+                Ok(Self::Direct(direct::RecvQueue { q, _qp: qp.clone() }))
+            }
+            QpData::Verbs(v) => {
+                // SAFETY: as above.
+                let shared = unsafe { forever(&v.rq) };
+                let ptr = qp_ptr(qp)?;
+                // SAFETY: as for the send queue.
+                let q = unsafe {
+                    crate::fallback::RecvQueue::new(
+                        ptr,
+                        qp.caps.max_recv_wr,
+                        qp.caps.max_recv_sge,
+                        shared,
+                    )
+                }
+                .ok_or_else(|| no_entry("post_recv"))?;
+                Ok(Self::Verbs(verbs::RecvQueue { q, _qp: qp.clone() }))
+            }
+        }
+    }
+
+    /// Which backend drives it.
+    pub fn kind(&self) -> BackendKind {
+        match self {
+            Self::Direct(_) => BackendKind::Direct,
+            Self::Verbs(_) => BackendKind::Verbs,
+        }
+    }
+}
+
+impl AnyPoller {
+    pub(crate) fn new(cq: &Cq, qps: Vec<Arc<QpInner>>) -> Result<Self> {
+        match cq.engine() {
+            CqEngine::Direct(layout) => {
+                let mut bindings = Vec::with_capacity(qps.len());
+                for qp in &qps {
+                    let QpData::Direct(d) = &qp.data else {
+                        continue;
+                    };
+                    // SAFETY: the states live in the QPs whose `Arc`s the poller keeps.
+                    let (sq, rq) = unsafe { (forever(&d.sq_state), forever(&d.rq_state)) };
+                    bindings.push(zverbs_mlx5dv::CqBinding::new(
+                        qp.provider.qpn(),
+                        qp.send_cq.is(cq).then_some(sq),
+                        qp.recv_cq.is(cq).then_some(rq),
+                    ));
+                }
+                // Freed by the poller after the queue that borrows it.
+                let bindings = Leaked::new(bindings);
+                let b = bindings.0;
+                // SAFETY: the layout is libmlx5's for this live CQ (kept alive by `_cq`); the
+                // poller is taken once and libibverbs never polls the CQ; each binding names a
+                // QP of this CQ with its states; the CQ was created without compression.
+                let q = unsafe { zverbs_mlx5dv::CompletionQueue::new(&layout, b)? };
+                Ok(Self::Direct(direct::Poller {
+                    q,
+                    _bindings: bindings,
+                    _qps: qps,
+                    _cq: cq.clone(),
+                }))
+            }
+            CqEngine::Verbs(ptr) => {
+                let mut bindings = Vec::with_capacity(qps.len());
+                for qp in &qps {
+                    let QpData::Verbs(v) = &qp.data else {
+                        continue;
+                    };
+                    // SAFETY: as above.
+                    let (sq, rq) = unsafe { (forever(&v.sq), forever(&v.rq)) };
+                    bindings.push(crate::fallback::Binding {
+                        qpn: qp.provider.qpn(),
+                        sq: qp.send_cq.is(cq).then_some(sq),
+                        rq: qp.recv_cq.is(cq).then_some(rq),
+                    });
+                }
+                let bindings = Leaked::new(bindings);
+                let b = bindings.0;
+                // SAFETY: a live CQ kept alive by `_cq`, polled only through this handle;
+                // the bindings name its QPs with their states.
+                let q =
+                    unsafe { crate::fallback::Poller::new(ptr.as_ptr(), cq.inner.poll_batch, b) }
+                        .ok_or_else(|| no_entry("poll_cq"))?;
+                Ok(Self::Verbs(verbs::Poller {
+                    q,
+                    _bindings: bindings,
+                    _qps: qps,
+                    _cq: cq.clone(),
+                }))
+            }
+        }
+    }
+
+    /// Which backend polls it.
+    pub fn kind(&self) -> BackendKind {
+        match self {
+            Self::Direct(_) => BackendKind::Direct,
+            Self::Verbs(_) => BackendKind::Verbs,
+        }
+    }
+}
+
+impl PostSend for AnySendQueue {
+    #[inline]
+    unsafe fn post_send(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
+        match self {
+            // SAFETY: forwarded.
+            Self::Direct(q) => unsafe { q.post_send(wr) },
+            // SAFETY: forwarded.
+            Self::Verbs(q) => unsafe { q.post_send(wr) },
+        }
+    }
+    #[inline]
+    fn ring(&mut self) {
+        match self {
+            Self::Direct(q) => q.ring(),
+            Self::Verbs(q) => q.ring(),
+        }
+    }
+    #[inline]
+    unsafe fn post_send_batch(&mut self, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
+        match self {
+            // SAFETY: forwarded.
+            Self::Direct(q) => unsafe { q.post_send_batch(wrs) },
+            // SAFETY: forwarded.
+            Self::Verbs(q) => unsafe { q.post_send_batch(wrs) },
+        }
+    }
+}
+
+impl PostRecv for AnyRecvQueue {
+    #[inline]
+    unsafe fn post_recv(&mut self, wr: &RecvWr<'_>) -> Result<(), PostError> {
+        match self {
+            // SAFETY: forwarded.
+            Self::Direct(q) => unsafe { q.post_recv(wr) },
+            // SAFETY: forwarded.
+            Self::Verbs(q) => unsafe { q.post_recv(wr) },
+        }
+    }
+    #[inline]
+    unsafe fn post_recv_batch(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), BatchError> {
+        match self {
+            // SAFETY: forwarded.
+            Self::Direct(q) => unsafe { q.post_recv_batch(wrs) },
+            // SAFETY: forwarded.
+            Self::Verbs(q) => unsafe { q.post_recv_batch(wrs) },
+        }
+    }
+}
+
+impl PollCq for AnyPoller {
+    #[inline]
+    fn poll(&mut self, out: &mut [Completion]) -> usize {
+        match self {
+            Self::Direct(q) => q.poll(out),
+            Self::Verbs(q) => q.poll(out),
+        }
+    }
+}
+
+/// One QP's send and receive queues with the poller of the CQ they share, all of one backend.
+#[derive(Debug)]
+pub struct QueueSet<S, R, C> {
+    /// The send queue.
+    pub sq: S,
+    /// The receive queue.
+    pub rq: R,
+    /// The poller of the QP's CQ.
+    pub cq: C,
+}
+
+/// A [`QueueSet`] of the backend chosen at run time: match once, then run generic code.
+#[derive(Debug)]
+pub enum Queues {
+    /// Driven directly.
+    Direct(QueueSet<direct::SendQueue, direct::RecvQueue, direct::Poller>),
+    /// Driven through libibverbs.
+    Verbs(QueueSet<verbs::SendQueue, verbs::RecvQueue, verbs::Poller>),
+}
+
+impl Queues {
+    /// Takes `qp`'s queues and the poller of `cq`, which must serve both of its queues.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] when `cq` is not the QP's send and receive CQ; the errors of
+    /// [`Qp::send_queue`], [`Qp::recv_queue`] and [`Cq::poller`].
+    pub fn take(qp: &Qp, cq: &Cq) -> Result<Self> {
+        if !qp.inner.send_cq.is(cq) || !qp.inner.recv_cq.is(cq) {
+            return Err(Error::InvalidArgument(
+                "Queues::take needs the CQ that serves both queues of the QP".into(),
+            ));
+        }
+        let sq = qp.send_queue()?;
+        let rq = qp.recv_queue()?;
+        let cq = cq.poller()?;
+        match (sq, rq, cq) {
+            (AnySendQueue::Direct(sq), AnyRecvQueue::Direct(rq), AnyPoller::Direct(cq)) => {
+                Ok(Self::Direct(QueueSet { sq, rq, cq }))
+            }
+            (AnySendQueue::Verbs(sq), AnyRecvQueue::Verbs(rq), AnyPoller::Verbs(cq)) => {
+                Ok(Self::Verbs(QueueSet { sq, rq, cq }))
+            }
+            _ => Err(Error::Backend {
+                requested: qp.backend().kind,
+                reason: "the QP and its CQ are driven by different backends".into(),
+            }),
+        }
+    }
+
+    /// Which backend drives them.
+    pub fn kind(&self) -> BackendKind {
+        match self {
+            Self::Direct(_) => BackendKind::Direct,
+            Self::Verbs(_) => BackendKind::Verbs,
+        }
+    }
+}

@@ -1,0 +1,444 @@
+//! The control path end to end over the fake provider: object lifetimes, backend choice and
+//! reports, queue handles, the safe layer, and error paths.
+
+use std::sync::{Arc, Mutex};
+
+use crate::backend::{BackendChoice, BackendRequest, RequestSource};
+use crate::fallback::fake::{self, with};
+use crate::provider::fake::{FakeContext, Log};
+use crate::safe::{SafePostError, SafeRecvQueue, SafeSendQueue};
+use crate::*;
+
+fn ctx_with(log: &Log, f: impl FnOnce(&mut FakeContext)) -> Context {
+    fake::reset(256);
+    let mut c = FakeContext::new(log);
+    f(&mut c);
+    Context::from_provider(
+        Box::new(c),
+        BackendChoice {
+            request: BackendRequest::Auto,
+            source: RequestSource::Default,
+        },
+    )
+}
+
+fn ctx(log: &Log) -> Context {
+    ctx_with(log, |_| {})
+}
+
+fn new_log() -> Log {
+    Arc::new(Mutex::new(Vec::new()))
+}
+
+fn events(log: &Log) -> Vec<String> {
+    log.lock().unwrap().clone()
+}
+
+fn pos(ev: &[String], what: &str) -> usize {
+    ev.iter()
+        .position(|e| e == what)
+        .unwrap_or_else(|| panic!("{what} not in {ev:?}"))
+}
+
+/// Builds every object and hands them to `drop_in_order`, which drops them in its own order.
+fn teardown_case(order: &[usize]) {
+    let log = new_log();
+    {
+        let ctx = ctx(&log);
+        let pd = ctx.alloc_pd().unwrap();
+        let buf = pd.alloc_buf(100, AccessFlags::ALL).unwrap();
+        let cq = ctx.cq_builder().cqe(64).build().unwrap();
+        let qp = pd.qp_builder(&cq, &cq).build().unwrap();
+        let queues = Queues::take(&qp, &cq).unwrap();
+        let mut slots: Vec<Option<Box<dyn std::any::Any>>> = vec![
+            Some(Box::new(ctx)),
+            Some(Box::new(pd)),
+            Some(Box::new(buf)),
+            Some(Box::new(cq)),
+            Some(Box::new(qp)),
+            Some(Box::new(queues)),
+        ];
+        for &i in order {
+            slots[i] = None;
+            // Nothing is destroyed while a handle that needs it lives.
+            let ev = events(&log);
+            assert!(!ev.contains(&"close".to_string()) || slots.iter().all(Option::is_none));
+        }
+    }
+    let ev = events(&log);
+    // Children before parents, whatever order the handles went in.
+    assert!(pos(&ev, "destroy_qp") < pos(&ev, "destroy_cq"), "{ev:?}");
+    assert!(pos(&ev, "destroy_qp") < pos(&ev, "dealloc_pd"), "{ev:?}");
+    assert!(pos(&ev, "dereg_mr") < pos(&ev, "dealloc_pd"), "{ev:?}");
+    assert!(pos(&ev, "dealloc_pd") < pos(&ev, "close"), "{ev:?}");
+    assert!(pos(&ev, "destroy_cq") < pos(&ev, "close"), "{ev:?}");
+    assert_eq!(ev.last().map(String::as_str), Some("close"));
+    for once in [
+        "destroy_qp",
+        "destroy_cq",
+        "dealloc_pd",
+        "dereg_mr",
+        "close",
+    ] {
+        assert_eq!(
+            ev.iter().filter(|e| *e == once).count(),
+            1,
+            "{once}: {ev:?}"
+        );
+    }
+}
+
+#[test]
+fn teardown_is_correct_in_any_drop_order() {
+    teardown_case(&[0, 1, 2, 3, 4, 5]); // parents first
+    teardown_case(&[5, 4, 3, 2, 1, 0]); // children first
+    teardown_case(&[3, 0, 5, 1, 4, 2]);
+    teardown_case(&[4, 3, 1, 0, 2, 5]); // queues last
+}
+
+#[test]
+fn backend_is_reported_with_its_reason() {
+    let log = new_log();
+    let ctx = ctx(&log);
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.cq_builder().build().unwrap();
+    assert_eq!(cq.backend().kind, BackendKind::Verbs);
+    assert!(cq.backend().reason.contains("not mlx5"), "{}", cq.backend());
+    let qp = pd.qp_builder(&cq, &cq).build().unwrap();
+    let r = qp.backend();
+    assert_eq!(r.kind, BackendKind::Verbs);
+    assert_eq!(r.choice.source, RequestSource::Default);
+    let text = r.to_string();
+    assert!(text.starts_with("verbs (libibverbs): "), "{text}");
+    assert!(text.contains("requested auto (default)"), "{text}");
+    // Direct forced on a device that cannot run it: an error naming why.
+    let e = ctx
+        .cq_builder()
+        .backend(BackendRequest::Direct)
+        .build()
+        .unwrap_err();
+    assert!(matches!(e, Error::Backend { .. }), "{e}");
+    assert!(e.to_string().contains("not mlx5"), "{e}");
+    let e = pd
+        .qp_builder(&cq, &cq)
+        .backend(BackendRequest::Direct)
+        .build()
+        .unwrap_err();
+    assert!(matches!(e, Error::Backend { .. }), "{e}");
+    // Verbs asked for explicitly is honoured and reported as the caller's.
+    let cq2 = ctx
+        .cq_builder()
+        .backend(BackendRequest::Verbs)
+        .build()
+        .unwrap();
+    assert_eq!(cq2.backend().choice.source, RequestSource::Caller);
+}
+
+#[test]
+fn handles_are_taken_once_and_qps_come_before_the_poller() {
+    let log = new_log();
+    let ctx = ctx(&log);
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.cq_builder().build().unwrap();
+    let qp = pd.qp_builder(&cq, &cq).build().unwrap();
+    let sq = qp.send_queue().unwrap();
+    assert_eq!(sq.kind(), BackendKind::Verbs);
+    assert!(matches!(
+        qp.send_queue(),
+        Err(Error::AlreadyTaken("send queue"))
+    ));
+    let _rq = qp.recv_queue().unwrap();
+    assert!(matches!(qp.recv_queue(), Err(Error::AlreadyTaken(_))));
+    let _p = cq.poller().unwrap();
+    assert!(matches!(cq.poller(), Err(Error::AlreadyTaken("CQ poller"))));
+    let e = pd.qp_builder(&cq, &cq).build().unwrap_err();
+    assert!(e.to_string().contains("before calling Cq::poller"), "{e}");
+    // Queues::take wants the CQ that serves both queues.
+    let other = ctx.cq_builder().build().unwrap();
+    let qp2 = pd.qp_builder(&other, &other).build().unwrap();
+    let third = ctx.cq_builder().build().unwrap();
+    assert!(matches!(
+        Queues::take(&qp2, &third),
+        Err(Error::InvalidArgument(_))
+    ));
+}
+
+#[test]
+fn qp_caps_and_cq_share() {
+    let log = new_log();
+    let ctx = ctx(&log);
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.cq_builder().cqe(100).build().unwrap();
+    let qp = pd
+        .qp_builder(&cq, &cq)
+        .max_send_wr(64)
+        .max_recv_wr(30)
+        .max_send_sge(2)
+        .build()
+        .unwrap();
+    assert_eq!(qp.caps().max_send_wr, 64);
+    // Send and receive share the CQ: the send side may have 100 - 30 signaled outstanding,
+    // clamped to the send queue's depth.
+    assert_eq!(qp.send_caps().max_signaled, 64);
+    let qp = pd
+        .qp_builder(&cq, &cq)
+        .max_send_wr(128)
+        .max_recv_wr(90)
+        .build()
+        .unwrap();
+    assert_eq!(qp.send_caps().max_signaled, 10);
+    let e = pd.qp_builder(&cq, &cq).max_recv_wr(0).build().unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)));
+}
+
+#[test]
+fn connect_runs_init_rtr_rts_with_the_attributes() {
+    let log = new_log();
+    let ctx = ctx(&log);
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.cq_builder().build().unwrap();
+    let qp = pd.qp_builder(&cq, &cq).build().unwrap();
+    let addr = ctx.address(1, None).unwrap();
+    // RoCE: the RoCE v2 GID with an IPv4 address is picked.
+    assert_eq!(addr.gid_index, Some(1));
+    assert_eq!(
+        addr.gid.to_ipv4(),
+        Some(std::net::Ipv4Addr::new(192, 168, 7, 1))
+    );
+    let remote = connect::Endpoint {
+        lid: 0,
+        qpn: 0x42,
+        psn: 0x777,
+        gid: addr.gid,
+    };
+    qp.connect(&ConnectAttr::new(1, 0x123, &remote, addr.gid_index))
+        .unwrap();
+    let ev = events(&log);
+    let modifies: Vec<&String> = ev.iter().filter(|e| e.starts_with("modify")).collect();
+    assert_eq!(
+        modifies,
+        [
+            // STATE | PKEY_INDEX | PORT | ACCESS_FLAGS
+            "modify state=1 mask=0x39",
+            // STATE | AV | PATH_MTU | DEST_QPN | RQ_PSN | MAX_DEST_RD_ATOMIC | MIN_RNR_TIMER
+            "modify state=2 mask=0x129181",
+            // STATE | TIMEOUT | RETRY_CNT | RNR_RETRY | SQ_PSN | MAX_QP_RD_ATOMIC
+            "modify state=3 mask=0x12e01",
+        ]
+    );
+}
+
+#[test]
+fn no_active_port_lists_the_ports() {
+    let log = new_log();
+    let ctx = ctx_with(&log, |c| c.ports = vec![PortState::Down, PortState::Init]);
+    let e = ctx.active_port().unwrap_err();
+    assert!(matches!(e, Error::NoActivePort { .. }), "{e}");
+    let s = e.to_string();
+    assert!(
+        s.contains("fake0") && s.contains("port 1: DOWN") && s.contains("port 2: INIT"),
+        "{s}"
+    );
+    let log2 = new_log();
+    let ctx = ctx_with(&log2, |c| {
+        c.ports = vec![PortState::Down, PortState::Active]
+    });
+    assert_eq!(ctx.active_port().unwrap(), 2);
+}
+
+#[test]
+fn memlock_failure_says_ulimit() {
+    let log = new_log();
+    let ctx = ctx_with(&log, |c| c.reg_fail = Some(libc::ENOMEM));
+    let pd = ctx.alloc_pd().unwrap();
+    let e = pd.alloc_buf(1 << 20, AccessFlags::ALL).unwrap_err();
+    assert!(matches!(e, Error::MemlockLimit { .. }), "{e}");
+    assert!(e.to_string().contains("ulimit -l"), "{e}");
+}
+
+#[test]
+fn safe_layer_posts_buffer_spans_with_their_keys() {
+    let log = new_log();
+    let ctx = ctx(&log);
+    let pd = ctx.alloc_pd().unwrap();
+    let buf = pd.alloc_buf(4096, AccessFlags::ALL).unwrap();
+    let ro = pd.alloc_buf(4096, AccessFlags::REMOTE_READ).unwrap();
+    let cq = ctx.cq_builder().build().unwrap();
+    let qp = pd.qp_builder(&cq, &cq).build().unwrap();
+    let mut sq = SafeSendQueue::new(qp.send_queue().unwrap());
+    let mut rq = SafeRecvQueue::new(qp.recv_queue().unwrap());
+    buf.write(8, b"payload!");
+    assert!(buf.slice(4000..4097).is_none());
+    sq.send(1, buf.slice(8..16).unwrap(), SendFlags::SIGNALED)
+        .unwrap();
+    sq.write_inline(2, b"tiny", buf.remote(0), SendFlags::NONE)
+        .unwrap();
+    assert_eq!(
+        sq.read(3, ro.slice(0..8).unwrap(), buf.remote(0), SendFlags::NONE),
+        Err(SafePostError::NotWritable)
+    );
+    assert_eq!(
+        sq.fetch_add(
+            4,
+            buf.slice(8..12).unwrap(),
+            buf.remote(0),
+            1,
+            SendFlags::NONE
+        ),
+        Err(SafePostError::Post(PostError::AtomicSize { len: 4 }))
+    );
+    sq.ring();
+    let s = with(|f| f.sends.clone());
+    assert_eq!(s.len(), 2);
+    assert_eq!(s[0].sges[0], Sge::new(buf.addr() + 8, 8, 0x1111));
+    assert_eq!(&s[0].payload[..8], b"payload!");
+    assert_eq!(&s[1].payload[..4], b"tiny");
+    assert_eq!((s[1].remote_addr, s[1].rkey), (buf.addr(), 0x2222));
+    rq.post(9, buf.slice(0..64).unwrap()).unwrap();
+    assert_eq!(
+        rq.post(10, ro.slice(0..64).unwrap()),
+        Err(SafePostError::NotWritable)
+    );
+    assert_eq!(with(|f| f.recvs.len()), 1);
+}
+
+#[test]
+fn mr_buf_copies_in_and_out() {
+    let log = new_log();
+    let ctx = ctx(&log);
+    let pd = ctx.alloc_pd().unwrap();
+    let buf = pd.alloc_buf(10, AccessFlags::ALL).unwrap();
+    assert_eq!(buf.len(), 4096);
+    assert!(buf.addr().is_multiple_of(4096));
+    assert_eq!((buf.lkey(), buf.rkey()), (0x1111, 0x2222));
+    buf.write(100, b"abc");
+    let mut out = [0u8; 5];
+    buf.read(99, &mut out);
+    assert_eq!(&out, b"\0abc\0");
+    buf.store_u64(8, 0x0102_0304_0506_0708);
+    assert_eq!(buf.load_u64(8), 0x0102_0304_0506_0708);
+    buf.fill(0..4096, 0xee);
+    assert_eq!(buf.load_u8(4095), 0xee);
+    assert_eq!(buf.remote(16), RemoteBuf::new(buf.addr() + 16, 0x2222));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| buf.write(4094, b"xyz")));
+    assert!(r.is_err());
+}
+
+#[test]
+fn generic_code_runs_on_the_chosen_backend() {
+    fn ping<S: PostSend, C: PollCq>(sq: &mut S, cq: &mut C, sge: Sge) -> usize {
+        let sgl = [sge];
+        // SAFETY: the fake provider only reads the request.
+        unsafe { sq.send(&SendWr::send(5, &sgl).signaled()) }.unwrap();
+        let mut wc = [Completion::EMPTY; 4];
+        let n = cq.poll(&mut wc);
+        assert_eq!(wc[0].wr_id, 5);
+        n
+    }
+    let log = new_log();
+    let ctx = ctx(&log);
+    let pd = ctx.alloc_pd().unwrap();
+    let buf = pd.alloc_buf(64, AccessFlags::ALL).unwrap();
+    let cq = ctx.cq_builder().build().unwrap();
+    let qp = pd.qp_builder(&cq, &cq).build().unwrap();
+    with(|f| f.auto_complete = true);
+    let sge = buf.sge(0..8).unwrap();
+    let n = match Queues::take(&qp, &cq).unwrap() {
+        Queues::Direct(mut q) => ping(&mut q.sq, &mut q.cq, sge),
+        Queues::Verbs(mut q) => ping(&mut q.sq, &mut q.cq, sge),
+    };
+    assert_eq!(n, 1);
+}
+
+#[test]
+fn device_errors_without_hardware_are_clear() {
+    // The software device is always listed, last; a bogus name is not found (or, without
+    // rdma-core, the missing package is named).
+    let list = devices().unwrap();
+    let last = list.last().unwrap();
+    assert_eq!(last.name(), "zverbs_sim0");
+    assert!(last.is_software());
+    assert!(list[..list.len() - 1].iter().all(|d| !d.is_software()));
+    match open_device(Some("no-such-dev"), &ContextOptions::default()).unwrap_err() {
+        Error::DeviceNotFound { available, .. } => {
+            assert!(available.iter().any(|n| n == "zverbs_sim0"))
+        }
+        Error::Library(e) => assert!(e.to_string().contains("libibverbs1")),
+        e => panic!("unexpected {e}"),
+    }
+}
+
+#[test]
+fn direct_engine_plugs_in_through_the_provider_seam() {
+    use crate::provider::fake::Block;
+    let log = new_log();
+    let mem = Arc::new(Mutex::new(Vec::new()));
+    let ctx = ctx_with(&log, |c| {
+        c.direct = true;
+        c.mem = mem.clone();
+    });
+    let pd = ctx.alloc_pd().unwrap();
+    let buf = pd.alloc_buf(64, AccessFlags::ALL).unwrap();
+    let cq = ctx.cq_builder().cqe(16).build().unwrap();
+    assert_eq!(cq.backend().kind, BackendKind::Direct);
+    let qp = pd
+        .qp_builder(&cq, &cq)
+        .max_send_wr(8)
+        .max_recv_wr(4)
+        .build()
+        .unwrap();
+    assert_eq!(qp.backend().kind, BackendKind::Direct);
+    assert!(
+        qp.backend().reason.contains("fake direct QP"),
+        "{}",
+        qp.backend()
+    );
+    // A verbs QP cannot share a direct CQ.
+    let e = pd
+        .qp_builder(&cq, &cq)
+        .backend(BackendRequest::Verbs)
+        .build()
+        .unwrap_err();
+    assert!(matches!(e, Error::Backend { .. }), "{e}");
+    let Queues::Direct(mut q) = Queues::take(&qp, &cq).unwrap() else {
+        panic!("expected the direct backend");
+    };
+    let sgl = [buf.sge(0..8).unwrap()];
+    let remote = RemoteBuf::new(0x1000, 0x77);
+    // SAFETY: nothing executes the request (the test plays the device).
+    unsafe { q.sq.send(&SendWr::write(42, &sgl, remote).signaled()) }.unwrap();
+    let (wqe, sq_dbrec) = {
+        let m = mem.lock().unwrap();
+        let qpm = &m[1];
+        // SAFETY: the queue wrote the ring and doorbell record; nothing writes them now.
+        unsafe { ((*qpm.ring.at(0)).0, u32::from_be(*qpm.dbrec.at(1))) }
+    };
+    // Control segment: opmod_idx_opcode = index 0, RDMA_WRITE; qpn_ds = QPN << 8 | 3 segments.
+    assert_eq!(&wqe[0..4], &0x0000_0008u32.to_be_bytes());
+    assert_eq!(&wqe[4..8], &((fake::QPN << 8) | 3).to_be_bytes());
+    assert_eq!(wqe[11], 0x08, "CQ_UPDATE for a signaled request");
+    assert_eq!(sq_dbrec, 1, "the doorbell record counts one basic block");
+    // Play the device: a requester CQE for the WQE at counter 0, owner 0 (first pass).
+    {
+        let m = mem.lock().unwrap();
+        let mut c = Block([0; 64]);
+        c.0[56..60].copy_from_slice(&((0x08u32 << 24) | fake::QPN).to_be_bytes());
+        // SAFETY: the CQE slot is the device's until it flips the owner byte (last).
+        unsafe { *m[0].ring.at(0) = c };
+    }
+    let mut wc = [Completion::EMPTY; 4];
+    assert_eq!(q.cq.poll(&mut wc), 1);
+    assert_eq!(
+        (wc[0].wr_id, wc[0].opcode, wc[0].qp_num),
+        (42, WcOpcode::RdmaWrite, fake::QPN)
+    );
+    assert!(wc[0].is_success());
+    // Everything still tears down in order with the direct handles out.
+    drop((ctx, pd, cq));
+    drop(qp);
+    drop(q);
+    drop(buf);
+    let ev = events(&log);
+    assert!(pos(&ev, "destroy_qp") < pos(&ev, "destroy_cq"), "{ev:?}");
+    assert_eq!(ev.last().map(String::as_str), Some("close"));
+}
