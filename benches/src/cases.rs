@@ -249,9 +249,9 @@ pub trait Runner {
 }
 
 /// Send basic blocks of the post fixtures.
-pub const BLOCKS: u32 = 4096;
+pub const BLOCKS: u32 = 512;
 /// CQEs of the fixtures.
-pub const CQES: u32 = 4096;
+pub const CQES: u32 = 512;
 /// BlueFlame buffer size of the fixtures (as ConnectX reports it).
 pub const BF_SIZE: u32 = 256;
 

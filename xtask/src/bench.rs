@@ -336,8 +336,18 @@ fn machine() -> String {
             })
             .unwrap_or_else(|| format!("{prog} (unknown version)"))
     };
+    // The machine's load when the figures were taken: times from a shared machine mean
+    // little without it.
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_string))
+        .map(|l| {
+            let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+            format!(" Load average {l} on {cpus} CPUs at the end of the run.")
+        })
+        .unwrap_or_default();
     format!(
-        "Measured on {cpu}, {} and {}.\n",
+        "Measured on {cpu}, {} and {}.{load}\n",
         first_line("rustc", "--version"),
         first_line("cc", "--version")
     )
