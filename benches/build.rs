@@ -1,4 +1,4 @@
-//! Compiles the C baselines (`c/baseline.c`) against rdma-core's installed
+//! Compiles the C baselines (`c/baseline.c`, `c/verbs_loop.c`) against rdma-core's installed
 //! `<infiniband/mlx5dv.h>` and `<infiniband/verbs.h>`, with the optimisation level of the
 //! profile (release for `cargo bench`), so the C side is built as a C user would build it.
 //!
@@ -11,8 +11,9 @@ use std::path::{Path, PathBuf};
 const DEFAULT_INCLUDE_DIRS: &[&str] = &["/usr/include", "/usr/local/include"];
 
 fn main() {
-    println!("cargo:rerun-if-changed=c/baseline.c");
-    println!("cargo:rerun-if-changed=c/baseline.h");
+    for f in ["baseline.c", "baseline.h", "verbs_loop.c", "verbs_loop.h"] {
+        println!("cargo:rerun-if-changed=c/{f}");
+    }
     println!("cargo:rerun-if-env-changed=ZVERBS_RDMA_INCLUDE");
 
     let include = find_headers();
@@ -26,6 +27,7 @@ fn main() {
     let mut build = cc::Build::new();
     build
         .file("c/baseline.c")
+        .file("c/verbs_loop.c")
         .include(&include)
         .include("c")
         .flag_if_supported("-std=gnu11")
@@ -36,6 +38,10 @@ fn main() {
     // The baselines are always optimised as C users build them (gcc -O2).
     build.opt_level(2);
     build.compile("zverbs_baseline");
+    // `verbs_loop.c` loads libibverbs with dlopen (in libc since glibc 2.34; libdl before).
+    if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
+        println!("cargo:rustc-link-lib=dl");
+    }
 }
 
 /// The directory holding `infiniband/mlx5dv.h` and `infiniband/verbs.h`, or a build failure

@@ -1,4 +1,5 @@
-//! The C baselines (`c/baseline.c`): mirrors of their structures and their functions.
+//! The C baselines (`c/baseline.c`, `c/verbs_loop.c`): mirrors of their structures and their
+//! functions.
 //!
 //! Sizes are checked against the C compiler's in the tests below.
 
@@ -254,6 +255,33 @@ unsafe extern "C" {
     pub fn zvb_wrs_free(wrs: *mut IbvSendWr);
     /// `sizeof` of the structures mirrored here (0: sq, 1: cq, 2: ibv_wc, 3: wr_desc).
     pub fn zvb_sizeof(which: c_int) -> usize;
+}
+
+/// `struct zvb_vloop` of `c/verbs_loop.c` (opaque): two RC QPs of one device connected to
+/// each other, driven with raw `ibv_post_send` / `ibv_poll_cq`.
+#[repr(C)]
+#[derive(Debug)]
+pub struct ZvbVloop {
+    _private: [u8; 0],
+}
+
+unsafe extern "C" {
+    /// Opens device `dev` (null: the first), port `port`, GID index `gid_index` (-1: no GRH)
+    /// and connects two RC QPs to each other for RDMA WRITEs of `size` bytes. 0, or -1 with a
+    /// NUL-terminated message in `err`.
+    pub fn zvb_vloop_open(
+        dev: *const std::ffi::c_char,
+        port: c_int,
+        gid_index: c_int,
+        size: u32,
+        out: *mut *mut ZvbVloop,
+        err: *mut std::ffi::c_char,
+        errlen: usize,
+    ) -> c_int;
+    /// `n` iterations of: post one signaled RDMA WRITE, poll until its completion. 0 or -1.
+    pub fn zvb_vloop_run(l: *mut ZvbVloop, n: u64) -> c_int;
+    /// Destroys what `zvb_vloop_open` created (null: nothing).
+    pub fn zvb_vloop_close(l: *mut ZvbVloop);
 }
 
 #[cfg(test)]

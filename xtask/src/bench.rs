@@ -6,7 +6,11 @@
 //! - `cargo xtask bench --instructions [--calls N]`: callgrind instruction counts of the same
 //!   cases (the out-of-line function of each side, `--toggle-collect`), with the ratios:
 //!   stable where times are noisy;
-//! - `--write-docs` (with either): also writes the figures into `docs/performance.md` (between
+//! - `cargo xtask bench --fallback [--host] [-- args]`: the libibverbs fallback against the
+//!   same post+poll loop in C on raw `ibv_post_send` / `ibv_poll_cq` (the `fallback` example),
+//!   on rxe in the VM of `cargo xtask rxe`, or with `--host` on this machine's own device
+//!   (arguments after `--` go to the example: `--device`, `--iters`, `--rounds`, `--size`);
+//! - `--write-docs` (with any): also writes the figures into `docs/performance.md` (between
 //!   its `bench:` markers) and the plot to `docs/performance-times.svg`.
 //!
 //! Results also go to `target/zverbs-bench/` (`times.tsv`, `times.svg`, `instructions.tsv`).
@@ -21,6 +25,7 @@ use crate::util::{self, Result, Table, bail};
 const PACKAGE: &str = "zverbs-benches";
 const BENCH: &str = "datapath";
 const COUNT_EXAMPLE: &str = "count";
+const FALLBACK_EXAMPLE: &str = "fallback";
 
 /// The performance report and the plot it shows.
 const DOC: &str = "docs/performance.md";
@@ -33,6 +38,8 @@ const DEFAULT_CALLS: u64 = 20_000;
 #[derive(Debug, Default)]
 struct Options {
     instructions: bool,
+    fallback: bool,
+    host: bool,
     quick: bool,
     write_docs: bool,
     calls: Option<u64>,
@@ -45,6 +52,8 @@ fn parse(args: &[String]) -> Result<Options> {
     while let Some(a) = it.next() {
         match a.as_str() {
             "--instructions" => o.instructions = true,
+            "--fallback" => o.fallback = true,
+            "--host" => o.host = true,
             "--quick" => o.quick = true,
             "--write-docs" => o.write_docs = true,
             "--calls" => {
@@ -55,8 +64,8 @@ fn parse(args: &[String]) -> Result<Options> {
             }
             "--" => o.criterion.extend(it.by_ref().cloned()),
             other => bail!(
-                "unknown option {other:?} for `bench`; try --instructions, --quick, \
-                 --write-docs, --calls N, -- <criterion args>"
+                "unknown option {other:?} for `bench`; try --instructions, --fallback [--host], \
+                 --quick, --write-docs, --calls N, -- <args>"
             ),
         }
     }
@@ -68,8 +77,13 @@ pub fn main(args: &[String]) -> Result {
     let o = parse(args)?;
     let out = util::root().join("target/zverbs-bench");
     std::fs::create_dir_all(&out)?;
+    if o.instructions && o.fallback {
+        bail!("--instructions and --fallback are separate runs");
+    }
     if o.instructions {
         instructions(&o, &out)
+    } else if o.fallback {
+        fallback(&o, &out)
     } else {
         times(&o, &out)
     }
@@ -167,6 +181,68 @@ fn times_markdown(rows: &[TimeRow]) -> String {
     }
     let _ = write!(s, "\n{}", machine());
     s
+}
+
+// ---------------------------------------------------------------------------------------------
+// The fallback on a device
+// ---------------------------------------------------------------------------------------------
+
+fn fallback(o: &Options, out: &Path) -> Result {
+    util::run(&mut util::cargo([
+        "build",
+        "--release",
+        "-p",
+        PACKAGE,
+        "--example",
+        FALLBACK_EXAMPLE,
+    ]))?;
+    let exe = target_dir().join("release/examples").join(FALLBACK_EXAMPLE);
+    let tsv = out.join("fallback.tsv");
+    let _ = std::fs::remove_file(&tsv);
+    let mut args: Vec<String> = vec![
+        exe.to_string_lossy().into_owned(),
+        "--out".into(),
+        tsv.to_string_lossy().into_owned(),
+    ];
+    args.extend(o.criterion.iter().cloned());
+    // On rxe in the VM (the project directory is shared with the guest at the same path, so
+    // the result lands in `target/zverbs-bench`), or directly on this machine's device.
+    let mut cmd = if o.host {
+        let mut c = Command::new(&args[0]);
+        c.args(&args[1..]).current_dir(util::root());
+        c
+    } else {
+        let mut c = util::cargo(["xtask", "rxe", "--timeout", "1800", "--"]);
+        c.args(&args);
+        c
+    };
+    util::run(&mut cmd).map_err(|e| {
+        util::Error(format!(
+            "{e}\n(the fallback runs on a device the libibverbs fallback drives: rxe in the VM \
+             of `cargo xtask rxe`, or this machine's own device with --host)"
+        ))
+    })?;
+    let Ok(text) = std::fs::read_to_string(&tsv) else {
+        bail!("the fallback benchmark wrote no {}", tsv.display());
+    };
+    let rows = parse_times(&text);
+    let mut table = Table::new(&["case", ">zverbs ns", ">C ns", ">zverbs/C", "what"]);
+    for r in &rows {
+        table.row(vec![
+            r.case.clone(),
+            format!("{:.1}", r.ours),
+            format!("{:.1}", r.c),
+            format!("{:.3}x", r.ours / r.c),
+            r.about.clone(),
+        ]);
+    }
+    println!("\nthe libibverbs fallback against raw libibverbs (fastest rounds):");
+    table.print(false);
+    if o.write_docs {
+        replace_block(&util::root().join(DOC), "fallback", &times_markdown(&rows))?;
+        println!("wrote the fallback's figures in {DOC}");
+    }
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------
