@@ -4,9 +4,13 @@
 //! - `demo [-- args]`: the main job (see the README).
 //! - `test [--list] [--only a,b] [--skip a,b]`: everything CI runs, stage by stage.
 //! - `loom`: the loom models and their mutants.
+//! - `bench [--instructions | --fallback] [--quick] [--write-docs] [-- args]`: the direct
+//!   path against the C baselines (criterion times, or callgrind instruction counts), or the
+//!   libibverbs fallback against raw libibverbs on a device, with the ratios.
 //!
 //! One module per command; `util` holds what they share (running commands, tables).
 
+mod bench;
 mod demo;
 mod libtest;
 mod loom;
@@ -24,7 +28,13 @@ commands:
   test [--list] [--only a,b] [--skip a,b]
                                    everything CI runs (prerequisites, fmt, clippy, tests, doc,
                                    no_std proof, loom models), with a summary
-  loom                             the loom models, then each mutant (which loom must reject)";
+  loom                             the loom models, then each mutant (which loom must reject)
+  bench [--instructions] [--quick] [--write-docs] [--calls N] [-- criterion args]
+                                   the direct path against C baselines on mlx5dv.h: criterion
+                                   times (or callgrind instruction counts) with the ratios
+  bench --fallback [--host] [--write-docs] [-- args]
+                                   the libibverbs fallback against raw libibverbs, on rxe in
+                                   the VM (or this machine's device with --host)";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -37,6 +47,7 @@ fn main() -> ExitCode {
         "demo" => demo::main(rest),
         "test" => test::main(rest),
         "loom" => loom::main(rest),
+        "bench" => bench::main(rest),
         "help" | "-h" | "--help" => {
             println!("{USAGE}");
             Ok(())
