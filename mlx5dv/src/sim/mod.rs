@@ -79,6 +79,7 @@ mod engine;
 mod mem;
 mod mr;
 pub mod vendor;
+pub mod wire;
 mod wqe;
 
 use core::ptr::NonNull;
@@ -93,6 +94,8 @@ pub use config::{
 
 use crate::layout::{CqLayout, QpLayout};
 use engine::Engine;
+pub use engine::Peer;
+use wire::Wire;
 
 #[derive(Debug)]
 struct Shared {
@@ -211,6 +214,61 @@ impl Device {
     /// [`SimError::NoSuchQp`], [`SimError::AlreadyConnected`].
     pub fn connect(&self, a: u32, b: u32) -> Result<(), SimError> {
         self.engine().connect(a, b)
+    }
+
+    /// Points QP `qpn`'s requests at `peer` and moves it to RTS, as `ibv_modify_qp` to RTR and
+    /// RTS does on one side of a connection (the peer is connected on its own side). A peer
+    /// in another process is reached through the device's [`Wire`].
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::NoSuchQp`] (for either QP of a local pair), [`SimError::AlreadyConnected`].
+    pub fn connect_to(&self, qpn: u32, peer: Peer) -> Result<(), SimError> {
+        self.engine().connect_to(qpn, peer)
+    }
+
+    /// Sets the user index QP `qpn`'s CQEs carry in `srqn_uidx` (by default its QPN). With CQE
+    /// version 1, libmlx5 finds a CQE's QP by this index, which it chose and passed in the
+    /// create-QP command.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::NoSuchQp`].
+    pub fn set_user_index(&self, qpn: u32, uidx: u32) -> Result<(), SimError> {
+        self.engine().set_user_index(qpn, uidx)
+    }
+
+    /// Destroys QP `qpn`: from the return on, the device never touches its memory (a QP
+    /// created with [`Device::create_qp_external`] can then be freed). Its number is not
+    /// found any more.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::NoSuchQp`].
+    pub fn destroy_qp(&self, qpn: u32) -> Result<(), SimError> {
+        self.engine().destroy_qp(qpn)
+    }
+
+    /// Destroys CQ `cqn`, as [`Device::destroy_qp`].
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::NoSuchCq`], [`SimError::InvalidConfig`] while a QP uses it.
+    pub fn destroy_cq(&self, cqn: u32) -> Result<(), SimError> {
+        self.engine().destroy_cq(cqn)
+    }
+
+    /// Connects this device instance to others (in other processes): `wire` carries its
+    /// messages, `lid` is the address other instances send to. See [`wire`].
+    pub fn set_wire(&self, wire: std::sync::Arc<dyn Wire>, lid: u16) {
+        self.engine().set_wire(wire, lid);
+    }
+
+    /// Hands a message from another device instance to this one: a request is served (the
+    /// responder's work, its answer sent through the wire), a response completes the
+    /// requester's WQE. Bytes that are no message are counted in [`Stats::bad_messages`].
+    pub fn deliver(&self, msg: &[u8]) {
+        self.engine().deliver(msg);
     }
 
     /// Registers `len` bytes at `addr` with `access`.
