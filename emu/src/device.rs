@@ -136,7 +136,14 @@ impl Emu {
             max_cqs: 4096,
             max_mrs: 16384,
         });
-        // The device's progress thread serves the doorbells from now on.
+        // The device's progress thread serves the doorbells from now on; when idle it sleeps
+        // (`ZVERBS_EMU_IDLE_US`, default 20 µs) rather than compete for the CPU with the
+        // programs polling their CQs.
+        let idle_us = std::env::var("ZVERBS_EMU_IDLE_US")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(20);
+        dev.set_idle_sleep(std::time::Duration::from_micros(idle_us));
         dev.start();
         let first = 1 + (std::process::id() % u32::from(0xbffe_u16)) as u16;
         let (fabric, listener) = Fabric::bind(&namespace(), first)
@@ -278,7 +285,11 @@ impl Emu {
         self.ctl().bfregs = (total, low);
         // struct mlx5_ib_alloc_ucontext_resp.
         put::<4>(drv_out, 0, 1 << 18); // qp_tab_size
-        put::<4>(drv_out, 4, 512); // bf_reg_size: two BlueFlame buffers of 256 bytes
+        // bf_reg_size: two BlueFlame buffers of 256 bytes; 0 with ZVERBS_EMU_BF=0, a device
+        // without BlueFlame (as when the kernel's write-combining test fails): libmlx5 then
+        // rings 8-byte doorbells and `mlx5dv_init_obj` reports `bf.size` 0.
+        let bf = std::env::var_os("ZVERBS_EMU_BF").is_none_or(|v| v != "0");
+        put::<4>(drv_out, 4, if bf { 512 } else { 0 });
         // A non-zero tot_bfregs puts libmlx5 in the static UAR scheme: it maps its UAR pages
         // at context creation and takes each QP's bfreg from the create-QP answer.
         put::<4>(drv_out, 8, u64::from(total));

@@ -35,6 +35,7 @@ pub mod device;
 pub mod fabric;
 mod preload;
 pub mod sysfs;
+pub mod verbs;
 
 use std::sync::atomic::{AtomicU8, Ordering};
 

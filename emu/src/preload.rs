@@ -415,7 +415,11 @@ unsafe fn verbs_ioctl(hdr: *mut u8) -> i32 {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: *mut c_void) -> c_int {
     if is_fake(fd) {
-        let r = if write_abi_only() || u64::from(req) != abi::RDMA_VERBS_IOCTL {
+        // `c_ulong` is `u64` on the LP64 targets this builds for; the conversion keeps it so
+        // should it not be.
+        #[allow(clippy::useless_conversion)]
+        let req = u64::from(req);
+        let r = if write_abi_only() || req != abi::RDMA_VERBS_IOCTL {
             libc::ENOTTY
         } else {
             // SAFETY: (caller) the argument of RDMA_VERBS_IOCTL is its header.

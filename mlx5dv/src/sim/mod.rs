@@ -83,7 +83,8 @@ pub mod wire;
 mod wqe;
 
 use core::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, Ordering};
+use core::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
@@ -101,6 +102,8 @@ use wire::Wire;
 struct Shared {
     engine: Mutex<Engine>,
     stop: AtomicBool,
+    /// Nanoseconds the progress thread sleeps when long idle (0: it only yields).
+    idle_sleep_ns: AtomicU64,
 }
 
 /// A software mlx5 device.
@@ -132,6 +135,7 @@ impl Device {
             shared: Arc::new(Shared {
                 engine: Mutex::new(Engine::new(cfg)),
                 stop: AtomicBool::new(false),
+                idle_sleep_ns: AtomicU64::new(0),
             }),
             thread: None,
         }
@@ -349,6 +353,15 @@ impl Device {
         }
     }
 
+    /// Lets the progress thread sleep for `d` at a time once it has been idle for a while
+    /// (after spinning, then yielding), instead of yielding for ever: it leaves the CPU to the
+    /// programs it serves on a small machine, at the cost of up to `d` of extra latency on the
+    /// first doorbell after a pause. `Duration::ZERO` (the default) only yields.
+    pub fn set_idle_sleep(&self, d: Duration) {
+        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.shared.idle_sleep_ns.store(ns, Ordering::Relaxed);
+    }
+
     /// Whether the progress thread runs.
     pub fn is_running(&self) -> bool {
         self.thread.is_some()
@@ -447,12 +460,17 @@ impl Drop for Device {
     }
 }
 
-/// The progress thread: steps while there is work, spins a little when idle, then yields.
 /// How long the device must have had nothing to do before its progress thread sleeps between
-/// passes instead of spinning.
+/// passes instead of spinning (unless [`Device::set_idle_sleep`] chose a sleep).
 const IDLE_BEFORE_SLEEP: std::time::Duration = std::time::Duration::from_millis(20);
 
+/// The progress thread: steps while there is work, spins a little when idle, then yields; after
+/// a long idle it sleeps between passes. [`Device::set_idle_sleep`] makes it sleep sooner (after
+/// a few hundred idle passes) and for the chosen time.
 fn progress(shared: &Shared) {
+    /// Idle passes that spin, then that yield, before sleeping starts.
+    const SPIN: u32 = 64;
+    const YIELD: u32 = 256;
     let mut idle = 0u32;
     let mut last_work = std::time::Instant::now();
     while !shared.stop.load(Ordering::Relaxed) {
@@ -463,7 +481,10 @@ fn progress(shared: &Shared) {
             .step();
         if n == 0 {
             idle = idle.saturating_add(1);
-            if idle > 64 {
+            let sleep = shared.idle_sleep_ns.load(Ordering::Relaxed);
+            if sleep > 0 && idle > SPIN + YIELD {
+                std::thread::sleep(Duration::from_nanos(sleep));
+            } else if idle > SPIN {
                 // Long idle (a process that opened the device and went quiet): do not keep a
                 // core busy; the next doorbell then waits at most one short sleep.
                 if idle.is_multiple_of(1024) && last_work.elapsed() > IDLE_BEFORE_SLEEP {
