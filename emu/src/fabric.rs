@@ -5,19 +5,24 @@
 //! holds: binding `zverbs-emu.<ns>.lid.<lid>` is the reservation (an abstract name vanishes
 //! with the process that bound it, so nothing is left behind). A message for LID `n` goes on
 //! the stream this process opened to `n`'s listener; an incoming stream is read by its own
-//! thread, which hands each message to the device ([`Device::deliver`]). Writes happen on a
-//! writer thread per peer, fed by a channel, so the device (which sends with its lock held)
-//! never blocks on a socket, and two processes sending large messages to each other cannot
-//! deadlock.
+//! thread, which hands each message to the device ([`Device::deliver`]).
+//!
+//! The device sends with its lock held, so a send never blocks: it writes the message at once
+//! when the socket takes all of it without waiting (`MSG_DONTWAIT`) and nothing is queued
+//! before it; otherwise the rest goes, in order, to a writer thread per peer. So two processes
+//! sending large messages to each other cannot deadlock, and a small message costs no thread
+//! hand-off on the sending side.
 //!
 //! Framing: a little-endian `u32` length, then the message.
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
-use std::sync::Mutex;
-use std::sync::mpsc::{Sender, channel};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use zverbs_mlx5dv::sim::Device;
@@ -33,12 +38,23 @@ fn name(ns: &str, lid: u16) -> String {
     format!("zverbs-emu.{ns}.lid.{lid}")
 }
 
+/// The way to one peer instance.
+#[derive(Debug)]
+struct Link {
+    /// The connected stream, once connected (written directly when `backlog` is 0).
+    stream: Option<Arc<UnixStream>>,
+    /// The writer thread's queue.
+    tx: Sender<Vec<u8>>,
+    /// Messages (or rests of messages) queued to the writer thread and not yet written.
+    backlog: Arc<AtomicUsize>,
+}
+
 /// This process's end of the channel.
 #[derive(Debug)]
 pub struct Fabric {
     ns: String,
     lid: u16,
-    peers: Mutex<HashMap<u16, Sender<Vec<u8>>>>,
+    peers: Mutex<HashMap<u16, Link>>,
 }
 
 impl Fabric {
@@ -125,34 +141,69 @@ fn read_loop(mut s: UnixStream, dev: &Device) {
     }
 }
 
-/// Writes what `rx` receives to the instance at `lid`, connecting first (waiting up to a few
-/// seconds for it to appear).
-fn write_loop(ns: &str, lid: u16, rx: &std::sync::mpsc::Receiver<Vec<u8>>) {
-    let Ok(addr) = SocketAddr::from_abstract_name(name(ns, lid).as_bytes()) else {
-        return;
-    };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut s = loop {
-        match UnixStream::connect_addr(&addr) {
-            Ok(s) => break s,
-            Err(e) if Instant::now() < deadline => {
-                let _ = e;
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            Err(e) => {
-                crate::log(format_args!(
-                    "no device instance at LID {lid} ({e}); its requests are dropped"
-                ));
-                return;
+/// Connects to the instance at `lid` now.
+fn connect(ns: &str, lid: u16) -> io::Result<UnixStream> {
+    let addr = SocketAddr::from_abstract_name(name(ns, lid).as_bytes())?;
+    UnixStream::connect_addr(&addr)
+}
+
+/// Writes what `rx` receives on `stream`, or, when there is none yet, connects to the instance
+/// at `lid` first (waiting up to a few seconds for it to appear).
+fn write_loop(
+    ns: &str,
+    lid: u16,
+    stream: Option<Arc<UnixStream>>,
+    rx: &Receiver<Vec<u8>>,
+    backlog: &AtomicUsize,
+) {
+    let stream = match stream {
+        Some(s) => s,
+        None => {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                match connect(ns, lid) {
+                    Ok(s) => break Arc::new(s),
+                    Err(_) if Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    Err(e) => {
+                        crate::log(format_args!(
+                            "no device instance at LID {lid} ({e}); its requests are dropped"
+                        ));
+                        return;
+                    }
+                }
             }
         }
     };
     while let Ok(msg) = rx.recv() {
-        if s.write_all(&msg).is_err() {
+        if (&*stream).write_all(&msg).is_err() {
             crate::log(format_args!("the device instance at LID {lid} went away"));
             return;
         }
+        backlog.fetch_sub(1, Ordering::Release);
     }
+}
+
+/// Writes as much of `frame` as the socket takes without waiting; returns how much.
+fn write_now(s: &UnixStream, frame: &[u8]) -> usize {
+    let mut done = 0;
+    while done < frame.len() {
+        // SAFETY: sends initialised bytes from a live buffer on an open socket.
+        let n = unsafe {
+            libc::send(
+                s.as_raw_fd(),
+                frame[done..].as_ptr().cast(),
+                frame.len() - done,
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            )
+        };
+        if n <= 0 {
+            break;
+        }
+        done += n as usize;
+    }
+    done
 }
 
 impl Wire for Fabric {
@@ -161,20 +212,36 @@ impl Wire for Fabric {
         frame.extend_from_slice(&(msg.len() as u32).to_le_bytes());
         frame.extend_from_slice(&msg);
         let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(tx) = peers.get(&lid) {
-            match tx.send(frame) {
-                Ok(()) => return,
-                // The writer gave up (the peer went away): start over with a new stream.
-                Err(back) => frame = back.0,
+        let link = peers.entry(lid).or_insert_with(|| {
+            let stream = connect(&self.ns, lid).ok().map(Arc::new);
+            let (tx, rx) = channel();
+            let backlog = Arc::new(AtomicUsize::new(0));
+            let (ns, s, b) = (self.ns.clone(), stream.clone(), backlog.clone());
+            let _ = std::thread::Builder::new()
+                .name("zverbs-emu-tx".into())
+                .spawn(move || write_loop(&ns, lid, s, &rx, &b));
+            Link {
+                stream,
+                tx,
+                backlog,
             }
+        });
+        // Directly, when nothing waits before this message (all sends hold the lock, so no
+        // message can be queued between the check and the write).
+        if let Some(s) = &link.stream
+            && link.backlog.load(Ordering::Acquire) == 0
+        {
+            let done = write_now(s, &frame);
+            if done == frame.len() {
+                return;
+            }
+            frame.drain(..done);
         }
-        let (tx, rx) = channel();
-        let ns = self.ns.clone();
-        let started = std::thread::Builder::new()
-            .name("zverbs-emu-tx".into())
-            .spawn(move || write_loop(&ns, lid, &rx));
-        if started.is_ok() && tx.send(frame).is_ok() {
-            peers.insert(lid, tx);
+        link.backlog.fetch_add(1, Ordering::AcqRel);
+        if link.tx.send(frame).is_err() {
+            // The writer gave up (the peer went away): forget the link, so the next message
+            // tries a new one.
+            peers.remove(&lid);
         }
     }
 }

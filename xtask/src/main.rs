@@ -4,10 +4,12 @@
 //! - `demo [-- args]`: the main job (see the README).
 //! - `test [--list] [--only a,b] [--skip a,b]`: everything CI runs, stage by stage.
 //! - `loom`: the loom models and their mutants.
+//! - `emu [--] program [args]`: runs a program on the emulated ConnectX.
 //!
 //! One module per command; `util` holds what they share (running commands, tables).
 
 mod demo;
+mod emu;
 mod libtest;
 mod loom;
 mod nostd;
@@ -24,7 +26,9 @@ commands:
   test [--list] [--only a,b] [--skip a,b]
                                    everything CI runs (prerequisites, fmt, clippy, tests, doc,
                                    no_std proof, loom models), with a summary
-  loom                             the loom models, then each mutant (which loom must reject)";
+  loom                             the loom models, then each mutant (which loom must reject)
+  emu [--] program [args]          runs a program on the emulated ConnectX (libibverbs and
+                                   libmlx5 unmodified, the software device behind them)";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -37,6 +41,7 @@ fn main() -> ExitCode {
         "demo" => demo::main(rest),
         "test" => test::main(rest),
         "loom" => loom::main(rest),
+        "emu" => emu::main(rest),
         "help" | "-h" | "--help" => {
             println!("{USAGE}");
             Ok(())

@@ -39,16 +39,23 @@ pub fn in_emulator(test: &str, env: &[(&str, &str)], timeout: Duration) -> bool 
     let dir = std::env::temp_dir().join(format!("zverbs-emu-test-{}-{test}", std::process::id()));
     zverbs_emu::sysfs::write_tree(&dir).expect("write the fake sysfs tree");
     let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args([test, "--exact", "--nocapture", "--test-threads", "1"])
-        .env(CHILD, "1")
-        .env("SYSFS_PATH", &dir)
-        .env("LD_PRELOAD", &so)
-        .env(
-            "ZVERBS_EMU_NS",
-            format!("test-{}-{test}", std::process::id()),
-        )
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    cmd.args([
+        test,
+        "--exact",
+        "--include-ignored",
+        "--nocapture",
+        "--test-threads",
+        "1",
+    ])
+    .env(CHILD, "1")
+    .env("SYSFS_PATH", &dir)
+    .env("LD_PRELOAD", &so)
+    .env(
+        "ZVERBS_EMU_NS",
+        format!("test-{}-{test}", std::process::id()),
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -66,8 +73,14 @@ pub fn in_emulator(test: &str, env: &[(&str, &str)], timeout: Duration) -> bool 
         std::thread::sleep(Duration::from_millis(20));
     };
     let out = child.wait_with_output().unwrap();
-    print!("{}", String::from_utf8_lossy(&out.stdout));
-    eprint!("{}", String::from_utf8_lossy(&out.stderr));
+    // The child's lines, marked (so that its own `test result:` line is not taken for one of
+    // this binary's by whoever counts them).
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        println!("  | {line}");
+    }
+    for line in String::from_utf8_lossy(&out.stderr).lines() {
+        eprintln!("  | {line}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
     match status {
         Some(s) => assert!(s.success(), "{test} failed under the emulator ({s})"),
