@@ -216,6 +216,14 @@ fn which(program: &str) -> Option<PathBuf> {
     })
 }
 
+/// One run of a tool: program, arguments, extra environment, what the run shows.
+type ToolRun = (
+    &'static str,
+    &'static [&'static str],
+    &'static [(&'static str, &'static str)],
+    &'static str,
+);
+
 /// The `connectx` stage.
 pub fn run(run: &mut Run) -> Result<Option<String>> {
     let emu = build()?;
@@ -231,7 +239,7 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
         port
     };
     let mut table = Table::new(&["program", "mode", "result"]);
-    let tools: &[(&str, &[&str], &[(&str, &str)], &str)] = &[
+    let tools: &[ToolRun] = &[
         ("ib_write_lat", &["-n", ITERS], &[], "BlueFlame"),
         ("ib_send_lat", &["-n", ITERS], &[], "BlueFlame"),
         ("ib_read_lat", &["-n", ITERS], &[], "BlueFlame"),
