@@ -144,6 +144,9 @@ impl Emu {
             .and_then(|v| v.parse::<u64>().ok())
             .unwrap_or(20);
         dev.set_idle_sleep(std::time::Duration::from_micros(idle_us));
+        // The device advertises IBV_ATOMIC_HCA, which the Linux driver does only for a
+        // ConnectX it has set to host-endian atomics.
+        dev.set_atomic_host_endian(true);
         dev.start();
         let first = 1 + (std::process::id() % u32::from(0xbffe_u16)) as u16;
         let (fabric, listener) = Fabric::bind(&namespace(), first)

@@ -238,3 +238,41 @@ fn destroyed_objects_are_never_touched() {
     assert!(dev.delay_completions(cq.cqn, 1).is_err());
     assert_eq!(dev.run_until_idle(), 0);
 }
+
+#[test]
+fn atomics_in_host_endian_mode() {
+    let dev = Device::new();
+    dev.set_atomic_host_endian(true);
+    let (ma, mb) = (Arena::new(4096), Arena::new(4096));
+    common::with_pair_on(&dev, &ma, &mb, common::PairCfg::default(), |p| {
+        p.b.mem.write(64, &40u64.to_ne_bytes());
+        let l = p.a.sge(128, 8);
+        // SAFETY: entries in registered arenas, untouched until completion.
+        unsafe {
+            p.a.sq
+                .send(&SendWr::fetch_add(1, l, p.b.remote(64), 2).signaled())
+        }
+        .unwrap();
+        let (ca, _) = p.run();
+        assert!(ca[0].is_success());
+        assert_eq!(
+            p.b.mem.read(64, 8),
+            42u64.to_ne_bytes(),
+            "added in host order"
+        );
+        assert_eq!(
+            p.a.mem.read(128, 8),
+            40u64.to_ne_bytes(),
+            "original in host order"
+        );
+        // SAFETY: as above.
+        unsafe {
+            p.a.sq
+                .send(&SendWr::compare_swap(2, l, p.b.remote(64), 42, 7).signaled())
+        }
+        .unwrap();
+        p.run();
+        assert_eq!(p.b.mem.read(64, 8), 7u64.to_ne_bytes());
+        assert_eq!(p.a.mem.read(128, 8), 42u64.to_ne_bytes());
+    });
+}

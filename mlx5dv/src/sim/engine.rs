@@ -229,6 +229,8 @@ pub(crate) struct Engine {
     wire: Option<(Arc<dyn Wire>, u16)>,
     /// Tag of the next request sent through the wire.
     next_seq: u32,
+    /// Atomics treat memory as host-endian instead of big-endian.
+    pub(crate) atomic_host_endian: bool,
 }
 
 impl core::fmt::Debug for Engine {
@@ -308,6 +310,7 @@ impl Engine {
             cfg,
             wire: None,
             next_seq: 0,
+            atomic_host_endian: false,
         }
     }
 
@@ -1276,12 +1279,20 @@ impl Engine {
                 self.remote_check(p, ask, 8, Access::REMOTE_ATOMIC)?;
                 // SAFETY: the 8 aligned bytes lie in the responder's region with remote atomic
                 // access; `AtomicU64` has the layout of `u64`. The value in memory is
-                // big-endian, as ConnectX treats it.
+                // big-endian (a ConnectX in its big-endian requester mode), or host-endian
+                // when the device was set so (the mode the Linux driver configures when the
+                // firmware offers it, and then advertises IBV_ATOMIC_HCA).
                 let target = unsafe { AtomicU64::from_ptr(ask.raddr as usize as *mut u64) };
+                let (to_mem, from_mem): (fn(u64) -> u64, fn(u64) -> u64) =
+                    if self.atomic_host_endian {
+                        (|v| v, |v| v)
+                    } else {
+                        (u64::to_be, u64::from_be)
+                    };
                 let orig = if ask.opcode == opcode::ATOMIC_CS {
                     match target.compare_exchange(
-                        ask.compare.to_be(),
-                        ask.swap_add.to_be(),
+                        to_mem(ask.compare),
+                        to_mem(ask.swap_add),
                         Ordering::AcqRel,
                         Ordering::Acquire,
                     ) {
@@ -1289,7 +1300,7 @@ impl Engine {
                     }
                 } else {
                     match target.fetch_update(Ordering::AcqRel, Ordering::Acquire, |raw| {
-                        Some(u64::from_be(raw).wrapping_add(ask.swap_add).to_be())
+                        Some(to_mem(from_mem(raw).wrapping_add(ask.swap_add)))
                     }) {
                         Ok(v) | Err(v) => v,
                     }

@@ -262,6 +262,14 @@ impl Device {
         self.engine().destroy_cq(cqn)
     }
 
+    /// Makes atomics treat the 8 bytes as a host-endian integer (and return the original in
+    /// host order) instead of big-endian. The Linux mlx5 driver sets a ConnectX to this mode
+    /// when its firmware offers it, and only then advertises `IBV_ATOMIC_HCA`; the default
+    /// (big-endian) is the mode of a device that does not.
+    pub fn set_atomic_host_endian(&self, on: bool) {
+        self.engine().atomic_host_endian = on;
+    }
+
     /// Connects this device instance to others (in other processes): `wire` carries its
     /// messages, `lid` is the address other instances send to. See [`wire`].
     pub fn set_wire(&self, wire: std::sync::Arc<dyn Wire>, lid: u16) {
