@@ -8,10 +8,13 @@
 //! instances find each other.
 //!
 //! The stage runs, on the emulated device: the differential check against libmlx5 (the
-//! `zverbs-emu` tests), perftest's `ib_write_lat`, `ib_send_lat`, `ib_read_lat`,
-//! `ib_atomic_lat` and `ib_write_bw` and `ibv_rc_pingpong` as server and client on 127.0.0.1
-//! (each under a timeout; every child is ended), and then the direct path's WRITE latency
-//! against `ib_write_lat` side by side, with the ratios in a table (no assertion on time).
+//! `zverbs-emu` tests); the project's control path on libmlx5 (the `loopback` self-test, which
+//! must choose the direct backend through `mlx5dv_init_obj`, with BlueFlame and without, and
+//! the libibverbs fallback); perftest's `ib_write_lat`, `ib_send_lat`, `ib_read_lat`,
+//! `ib_atomic_lat` and `ib_write_bw` and `ibv_rc_pingpong` as server and client on 127.0.0.1,
+//! and `ibv_rc_pingpong` against our `rc_pingpong` both ways (each under a timeout; every child
+//! is ended); and then `zverbs-perf` (direct path, and the fallback) against perftest
+//! (libmlx5's post path) side by side, with the ratios in a table (no assertion on time).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -25,7 +28,7 @@ const TIMEOUT: Duration = Duration::from_secs(120);
 /// Iterations of each perftest run (latency tests and `ib_write_bw`).
 const ITERS: &str = "300";
 
-/// What the emulator needs: the shim, the tool and the latency example, built in release.
+/// What the emulator needs: the shim and the sysfs tool, built in release.
 fn build() -> Result<(PathBuf, PathBuf)> {
     util::run(&mut util::cargo([
         "build",
@@ -34,7 +37,6 @@ fn build() -> Result<(PathBuf, PathBuf)> {
         "zverbs-emu",
         "--lib",
         "--bins",
-        "--examples",
     ]))?;
     let rel = util::root().join("target/release");
     let so = rel.join("libzverbs_emu.so");
@@ -152,15 +154,33 @@ fn pair(
     env: &[(&str, &str)],
     emu: &(PathBuf, PathBuf),
 ) -> Result<String> {
-    let name = tool
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    pair2(tool, tool, args, port, env, emu)
+}
+
+/// As [`pair`], with one program as the server and another as the client.
+fn pair2(
+    server_tool: &Path,
+    client_tool: &Path,
+    args: &[&str],
+    port: u16,
+    env: &[(&str, &str)],
+    emu: &(PathBuf, PathBuf),
+) -> Result<String> {
+    let file = |p: &Path| {
+        p.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    };
+    let name = if server_tool == client_tool {
+        file(server_tool)
+    } else {
+        format!("{}-{}", file(server_tool), file(client_tool))
+    };
     let dir = util::root().join("target/emu/runs");
     std::fs::create_dir_all(&dir)?;
     let port_s = port.to_string();
     let make = |server: bool| {
-        let mut c = Command::new(tool);
+        let mut c = Command::new(if server { server_tool } else { client_tool });
         c.args(args).args(["-p", &port_s]);
         if !server {
             c.arg("127.0.0.1");
@@ -198,6 +218,31 @@ fn pair(
     Ok(out)
 }
 
+/// Runs `program args` on the emulated device with `env`; its output, or an error naming it.
+fn solo(
+    program: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    emu: &(PathBuf, PathBuf),
+) -> Result<String> {
+    let mut c = Command::new(program);
+    c.args(args);
+    emulated(&mut c, &emu.0, &emu.1);
+    c.env("ZVERBS_EMU_NS", format!("xtask-{}", std::process::id()));
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    println!("$ {}", util::show(&c));
+    let dir = util::root().join("target/emu/runs");
+    std::fs::create_dir_all(&dir)?;
+    let name = program
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let p = Proc::spawn(c, dir.join(format!("{name}-solo.txt")), name)?;
+    p.finish(Instant::now() + TIMEOUT)
+}
+
 /// The `t_typical` (median) column of a latency tool's result line.
 fn typical(out: &str) -> Option<f64> {
     let header = out.lines().position(|l| l.contains("t_typical"))?;
@@ -232,13 +277,65 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
     cmd.env("ZVERBS_EMU_SO", &emu.0);
     let (tests, _) = counted_tests(cmd, &["--include-ignored", "--nocapture"], run)?;
 
-    // 2. Tools no one here wrote, unmodified, server and client in two processes.
+    // 2. The project's control path on libmlx5: the loopback self-test chooses the direct
+    //    backend through mlx5dv_init_obj (with BlueFlame, and on a device without), and the
+    //    libibverbs fallback (libmlx5's own post path) when asked.
+    util::run(&mut util::cargo([
+        "build",
+        "--release",
+        "-p",
+        "zverbs",
+        "--bins",
+        "--example",
+        "loopback",
+        "--example",
+        "rc_pingpong",
+    ]))?;
+    let rel = util::root().join("target/release");
+    let loopback = rel.join("examples/loopback");
+    // (what the backend line says, arguments, environment, what else the output shows)
+    let checks: &[ToolRun] = &[
+        (
+            "backend: direct (mlx5)",
+            &["mlx5_0"],
+            &[],
+            "BlueFlame 256 bytes",
+        ),
+        (
+            "backend: direct (mlx5)",
+            &["mlx5_0"],
+            &[("ZVERBS_EMU_BF", "0")],
+            "doorbell only",
+        ),
+        (
+            "backend: verbs",
+            &["mlx5_0", "--backend", "verbs"],
+            &[],
+            "loopback:",
+        ),
+    ];
+    let mut table = Table::new(&["program", "mode", "result"]);
+    for (backend, args, env, mode) in checks {
+        let out = solo(&loopback, args, env, &emu)?;
+        for l in out.lines() {
+            println!("    {l}");
+        }
+        if !out.contains(backend) || !out.contains(mode) || !out.contains(" 0 failed") {
+            bail!("loopback {args:?} {env:?}: expected {backend:?}, {mode:?} and no failure");
+        }
+        table.row(vec![
+            format!("loopback {}", args.join(" ")),
+            format!("{backend}, {mode}"),
+            "ok".into(),
+        ]);
+    }
+
+    // 3. Tools no one here wrote, unmodified, server and client in two processes.
     let mut port = 18700 + (std::process::id() % 500) as u16;
     let mut next_port = || {
         port += 1;
         port
     };
-    let mut table = Table::new(&["program", "mode", "result"]);
     let tools: &[ToolRun] = &[
         ("ib_write_lat", &["-n", ITERS], &[], "BlueFlame"),
         ("ib_send_lat", &["-n", ITERS], &[], "BlueFlame"),
@@ -282,44 +379,82 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
         }
         table.row(vec![tool.to_string(), mode.to_string(), "ok".into()]);
     }
-    println!("\nunmodified tools on the emulated ConnectX (server and client on 127.0.0.1):");
-    table.print(false);
-
-    // 3. Side by side: the direct path's WRITE latency against perftest's on the same device.
-    let direct = util::root().join("target/release/examples/direct_write_lat");
-    let perftest = which("ib_write_lat").unwrap_or_default();
-    let mut ratios = Table::new(&[
-        ">bytes",
-        ">direct path [us]",
-        ">ib_write_lat [us]",
-        ">ratio",
-    ]);
-    let mut notes = Vec::new();
-    for size in ["2", "64", "1024"] {
-        let args = ["-n", "1000", "-s", size];
-        let ours = typical(&pair(&direct, &args, next_port(), &[], &emu)?);
-        let theirs = typical(&pair(&perftest, &args, next_port(), &[], &emu)?);
-        let (Some(o), Some(t)) = (ours, theirs) else {
-            bail!("no t_typical in a latency tool's output");
-        };
-        ratios.row(vec![
-            size.into(),
-            format!("{o:.2}"),
-            format!("{t:.2}"),
-            format!("{:.2}", o / t),
-        ]);
-        notes.push(format!("{size} B {:.2}", o / t));
+    let ibv_rc = which("ibv_rc_pingpong").unwrap_or_default();
+    let ours_rc = rel.join("examples/rc_pingpong");
+    for (server, client, mode) in [
+        (
+            &ibv_rc,
+            &ours_rc,
+            "server ibv_rc_pingpong, client our rc_pingpong",
+        ),
+        (
+            &ours_rc,
+            &ibv_rc,
+            "server our rc_pingpong, client ibv_rc_pingpong",
+        ),
+    ] {
+        let out = pair2(server, client, &["-n", ITERS], next_port(), &[], &emu)?;
+        println!("--- {mode}, client output:");
+        for l in out.lines().filter(|l| !l.trim().is_empty()) {
+            println!("    {l}");
+        }
+        table.row(vec!["rc_pingpong".into(), mode.into(), "ok".into()]);
     }
     println!(
-        "\nWRITE latency, t_typical (median of half round trips), direct path / ib_write_lat \
-         (libmlx5's post path), same emulated device, same run; the figures are dominated by \
-         the software device's threads on a shared machine, not by either post path:"
+        "\nthe emulated ConnectX: our control path, and tools no one here wrote (server and client on 127.0.0.1):"
+    );
+    table.print(false);
+
+    // 4. Side by side on the same emulated device, same run: zverbs-perf on the direct path
+    //    and on the fallback, against perftest (libmlx5's post path).
+    let perf = rel.join("zverbs-perf");
+    let mut ratios = Table::new(&[
+        "test",
+        ">zverbs-perf direct [us]",
+        ">zverbs-perf verbs [us]",
+        ">perftest [us]",
+        ">direct/perftest",
+        ">verbs/perftest",
+    ]);
+    let mut notes = Vec::new();
+    for (test, tool) in [
+        ("write_lat", "ib_write_lat"),
+        ("send_lat", "ib_send_lat"),
+        ("read_lat", "ib_read_lat"),
+        ("atomic_lat", "ib_atomic_lat"),
+    ] {
+        let Some(perftest) = which(tool) else {
+            bail!("{tool} is not installed (Debian package perftest)");
+        };
+        let n = ["-n", "500"];
+        let direct = [&[test][..], &n, &["--backend", "direct"]].concat();
+        let verbs = [&[test][..], &n, &["--backend", "verbs"]].concat();
+        let d = typical(&pair(&perf, &direct, next_port(), &[], &emu)?);
+        let v = typical(&pair(&perf, &verbs, next_port(), &[], &emu)?);
+        let p = typical(&pair(&perftest, &n, next_port(), &[], &emu)?);
+        let (Some(d), Some(v), Some(p)) = (d, v, p) else {
+            bail!("no t_typical in a latency tool's output ({test})");
+        };
+        ratios.row(vec![
+            test.into(),
+            format!("{d:.2}"),
+            format!("{v:.2}"),
+            format!("{p:.2}"),
+            format!("{:.2}", d / p),
+            format!("{:.2}", v / p),
+        ]);
+        notes.push(format!("{test} {:.2}", d / p));
+    }
+    println!(
+        "\nlatency, t_typical (median of half round trips), 2-byte messages (8 for atomics), same \
+         emulated device, same run; the figures measure the software device's threads and the \
+         hand-off between processes on a shared machine far more than either post path:"
     );
     ratios.print(false);
     Ok(Some(format!(
-        "{} tests, {} tool runs; write-lat ratio {}",
+        "{} tests, {} tool runs; direct/perftest {}",
         tests.passed,
-        tools.len(),
+        tools.len() + checks.len() + 2,
         notes.join(", ")
     )))
 }
