@@ -440,10 +440,10 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
             format!("{d:.2}"),
             format!("{v:.2}"),
             format!("{p:.2}"),
-            format!("{:.2}", d / p),
-            format!("{:.2}", v / p),
+            format!("{:.3}", d / p),
+            format!("{:.3}", v / p),
         ]);
-        notes.push(format!("{test} {:.2}", d / p));
+        notes.push(format!("{test} {:.3}", d / p));
     }
     println!(
         "\nlatency, t_typical (median of half round trips), 2-byte messages (8 for atomics), same \
