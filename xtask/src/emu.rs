@@ -315,6 +315,21 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
         ),
     ];
     let mut table = Table::new(&["program", "mode", "result"]);
+    let Some(devinfo) = which("ibv_devinfo") else {
+        bail!("ibv_devinfo is not installed (Debian package ibverbs-utils)");
+    };
+    let out = solo(&devinfo, &["-v"], &[], &emu)?;
+    for l in out.lines().take(12) {
+        println!("    {l}");
+    }
+    if !out.contains("mlx5_0") || !out.contains("PORT_ACTIVE") || !out.contains("4123") {
+        bail!("ibv_devinfo does not show an active ConnectX-6 mlx5_0:\n{out}");
+    }
+    table.row(vec![
+        "ibv_devinfo -v".into(),
+        "the device as libibverbs sees it".into(),
+        "ok".into(),
+    ]);
     for (backend, args, env, mode) in checks {
         let out = solo(&loopback, args, env, &emu)?;
         for l in out.lines() {
@@ -454,7 +469,7 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
     Ok(Some(format!(
         "{} tests, {} tool runs; direct/perftest {}",
         tests.passed,
-        tools.len() + checks.len() + 2,
+        tools.len() + checks.len() + 3,
         notes.join(", ")
     )))
 }
