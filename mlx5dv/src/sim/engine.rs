@@ -124,6 +124,9 @@ pub(crate) struct DevQp {
     drop_next_recv: bool,
 }
 
+/// Converts an atomic operand to or from its order in memory.
+type ByteOrder = fn(u64) -> u64;
+
 /// Spans of memory: (address, length).
 type Span = (u64, u64);
 
@@ -1283,12 +1286,11 @@ impl Engine {
                 // when the device was set so (the mode the Linux driver configures when the
                 // firmware offers it, and then advertises IBV_ATOMIC_HCA).
                 let target = unsafe { AtomicU64::from_ptr(ask.raddr as usize as *mut u64) };
-                let (to_mem, from_mem): (fn(u64) -> u64, fn(u64) -> u64) =
-                    if self.atomic_host_endian {
-                        (|v| v, |v| v)
-                    } else {
-                        (u64::to_be, u64::from_be)
-                    };
+                let (to_mem, from_mem): (ByteOrder, ByteOrder) = if self.atomic_host_endian {
+                    (|v| v, |v| v)
+                } else {
+                    (u64::to_be, u64::from_be)
+                };
                 let orig = if ask.opcode == opcode::ATOMIC_CS {
                     match target.compare_exchange(
                         to_mem(ask.compare),
