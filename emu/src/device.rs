@@ -147,7 +147,7 @@ impl Emu {
         // The device advertises IBV_ATOMIC_HCA, which the Linux driver does only for a
         // ConnectX it has set to host-endian atomics.
         dev.set_atomic_host_endian(true);
-        dev.start();
+        with_realtime(|| dev.start());
         let first = 1 + (std::process::id() % u32::from(0xbffe_u16)) as u16;
         let (fabric, listener) = Fabric::bind(&namespace(), first)
             .map_err(|e| format!("cannot bind the emulator's socket: {e}"))?;
@@ -179,7 +179,7 @@ impl Emu {
     fn start(&'static self) {
         let l = LISTENER.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(l) = l
-            && let Err(e) = Fabric::serve(l, &self.dev)
+            && let Err(e) = with_realtime(|| Fabric::serve(l, &self.dev))
         {
             crate::log(format_args!("cannot serve peers: {e}"));
         }
@@ -647,6 +647,39 @@ impl Emu {
         let qp = ctl.qps.remove(&h).ok_or(errno::EINVAL)?;
         let _ = (qp.send_cq, qp.recv_cq);
         self.dev.destroy_qp(qp.qpn).map_err(sim_errno)
+    }
+}
+
+/// Runs `f` with the calling thread in `SCHED_FIFO` at the lowest priority when
+/// `ZVERBS_EMU_RT=1` (and the process may), so that the threads `f` starts (the device's
+/// progress thread, the channel's threads, and the threads those start) inherit it; then
+/// restores the calling thread's policy. Device threads that preempt the program's busy-polling
+/// threads at once, as a NIC needs no CPU time slice, make latency figures mean something on a
+/// small machine; they are still bounded by the kernel's real-time throttling, and the device
+/// threads sleep when idle.
+fn with_realtime<R>(f: impl FnOnce() -> R) -> R {
+    let wanted = std::env::var_os("ZVERBS_EMU_RT").is_some_and(|v| v == "1");
+    if !wanted {
+        return f();
+    }
+    // SAFETY: reading and setting the calling thread's own scheduling parameters.
+    unsafe {
+        let me = libc::pthread_self();
+        let mut policy = 0;
+        let mut old = core::mem::zeroed::<libc::sched_param>();
+        let saved = libc::pthread_getschedparam(me, &mut policy, &mut old) == 0;
+        let rt = libc::sched_param { sched_priority: 1 };
+        let set = libc::pthread_setschedparam(me, libc::SCHED_FIFO, &rt) == 0;
+        if !set {
+            crate::log(format_args!(
+                "ZVERBS_EMU_RT=1: SCHED_FIFO refused; normal scheduling"
+            ));
+        }
+        let r = f();
+        if set && saved {
+            libc::pthread_setschedparam(me, policy, &old);
+        }
+        r
     }
 }
 

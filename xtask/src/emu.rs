@@ -15,6 +15,8 @@
 //! and `ibv_rc_pingpong` against our `rc_pingpong` both ways (each under a timeout; every child
 //! is ended); and then `zverbs-perf` (direct path, and the fallback) against perftest
 //! (libmlx5's post path) side by side, with the ratios in a table (no assertion on time).
+//! The programs run with `ZVERBS_EMU_RT=1`: the device's threads preempt the programs'
+//! busy-polling threads, so that latency is not a matter of scheduler time slices.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -186,7 +188,8 @@ fn pair2(
             c.arg("127.0.0.1");
         }
         emulated(&mut c, &emu.0, &emu.1);
-        c.env("ZVERBS_EMU_NS", format!("xtask-{}", std::process::id()));
+        c.env("ZVERBS_EMU_NS", format!("xtask-{}", std::process::id()))
+            .env("ZVERBS_EMU_RT", "1");
         for (k, v) in env {
             c.env(k, v);
         }
@@ -228,7 +231,8 @@ fn solo(
     let mut c = Command::new(program);
     c.args(args);
     emulated(&mut c, &emu.0, &emu.1);
-    c.env("ZVERBS_EMU_NS", format!("xtask-{}", std::process::id()));
+    c.env("ZVERBS_EMU_NS", format!("xtask-{}", std::process::id()))
+        .env("ZVERBS_EMU_RT", "1");
     for (k, v) in env {
         c.env(k, v);
     }
@@ -462,8 +466,9 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
     }
     println!(
         "\nlatency, t_typical (median of half round trips), 2-byte messages (8 for atomics), same \
-         emulated device, same run; the figures measure the software device's threads and the \
-         hand-off between processes on a shared machine far more than either post path:"
+         emulated device, same run: the figures are mostly the software device's threads and the \
+         hand-off between processes through a socket, the same for every row; the post paths \
+         differ by nanoseconds within them:"
     );
     ratios.print(false);
     Ok(Some(format!(
