@@ -12,6 +12,7 @@
 //! | `class/infiniband_verbs/uverbs0/abi_version` | `1` (mlx5's ABI) | libibverbs |
 //! | `class/infiniband/mlx5_0/node_type` | `1: CA` | libibverbs |
 //! | `class/infiniband/mlx5_0/device/modalias` | a ConnectX-6 (`v000015B3d0000101B`), matched against libmlx5's PCI table | libibverbs |
+//! | `class/infiniband/mlx5_0/node_guid` | the node GUID, as QUERY_DEVICE reports it | `ibv_get_device_guid` (`ibv_devices`) |
 //! | `class/infiniband/mlx5_0/ports/1/gids/0`, `gid_attrs/types/0` | the port's GID and its type | `ibv_query_gid` |
 
 use std::io;
@@ -33,6 +34,13 @@ pub fn files() -> Vec<(String, String)> {
         g & 0xffff
     );
     let dev = format!("class/infiniband/{IBDEV}");
+    let guid = format!(
+        "{:04x}:{:04x}:{:04x}:{:04x}",
+        (g >> 48) & 0xffff,
+        (g >> 32) & 0xffff,
+        (g >> 16) & 0xffff,
+        g & 0xffff
+    );
     vec![
         ("class/infiniband_verbs/abi_version".into(), "6".into()),
         ("class/infiniband_verbs/uverbs0/ibdev".into(), IBDEV.into()),
@@ -42,6 +50,7 @@ pub fn files() -> Vec<(String, String)> {
             "1".into(),
         ),
         (format!("{dev}/node_type"), "1: CA".into()),
+        (format!("{dev}/node_guid"), guid),
         (
             format!("{dev}/device/modalias"),
             "pci:v000015B3d0000101Bsv000015B3sd00000007bc02sc00i00".into(),
@@ -86,6 +95,10 @@ mod tests {
             get("class/infiniband/mlx5_0/device/modalias")
                 .unwrap()
                 .contains("v000015B3d0000101B")
+        );
+        assert_eq!(
+            get("class/infiniband/mlx5_0/node_guid"),
+            Some("0c42:a103:00aa:bbcc")
         );
         assert_eq!(
             get("class/infiniband/mlx5_0/ports/1/gids/0"),
