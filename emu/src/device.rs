@@ -144,9 +144,12 @@ impl Emu {
             .and_then(|v| v.parse::<u64>().ok())
             .unwrap_or(20);
         dev.set_idle_sleep(std::time::Duration::from_micros(idle_us));
-        // The device advertises IBV_ATOMIC_HCA, which the Linux driver does only for a
-        // ConnectX it has set to host-endian atomics.
-        dev.set_atomic_host_endian(true);
+        // Atomics on big-endian values, as the project's control path expects of a Mellanox
+        // device; ZVERBS_EMU_ATOMICS=host switches to host order, the requester mode the Linux
+        // mlx5 driver configures when the firmware offers it (it then advertises
+        // IBV_ATOMIC_HCA, as this device does).
+        let host = std::env::var_os("ZVERBS_EMU_ATOMICS").is_some_and(|v| v == "host");
+        dev.set_atomic_host_endian(host);
         with_realtime(|| dev.start());
         let first = 1 + (std::process::id() % u32::from(0xbffe_u16)) as u16;
         let (fabric, listener) = Fabric::bind(&namespace(), first)
