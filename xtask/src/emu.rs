@@ -12,7 +12,7 @@
 //! must choose the direct backend through `mlx5dv_init_obj`, with BlueFlame and without, and
 //! the libibverbs fallback); perftest's `ib_write_lat`, `ib_send_lat`, `ib_read_lat`,
 //! `ib_atomic_lat` and `ib_write_bw` and `ibv_rc_pingpong` as server and client on 127.0.0.1,
-//! and `ibv_rc_pingpong` against our `rc_pingpong` both ways (each under a timeout; every child
+//! and `ibv_rc_pingpong` against our `pingpong --rc` both ways (each under a timeout; every child
 //! is ended); and then `zverbs-perf` (direct path, and the fallback) against perftest
 //! (libmlx5's post path) side by side, with the ratios in a table (no assertion on time).
 //! The programs run with `ZVERBS_EMU_RT=1`: the device's threads preempt the programs'
@@ -156,14 +156,13 @@ fn pair(
     env: &[(&str, &str)],
     emu: &(PathBuf, PathBuf),
 ) -> Result<String> {
-    pair2(tool, tool, args, port, env, emu)
+    pair2((tool, args), (tool, args), port, env, emu)
 }
 
-/// As [`pair`], with one program as the server and another as the client.
+/// As [`pair`], with one program (and its arguments) as the server and another as the client.
 fn pair2(
-    server_tool: &Path,
-    client_tool: &Path,
-    args: &[&str],
+    (server_tool, server_args): (&Path, &[&str]),
+    (client_tool, client_args): (&Path, &[&str]),
     port: u16,
     env: &[(&str, &str)],
     emu: &(PathBuf, PathBuf),
@@ -183,7 +182,8 @@ fn pair2(
     let port_s = port.to_string();
     let make = |server: bool| {
         let mut c = Command::new(if server { server_tool } else { client_tool });
-        c.args(args).args(["-p", &port_s]);
+        c.args(if server { server_args } else { client_args })
+            .args(["-p", &port_s]);
         if !server {
             c.arg("127.0.0.1");
         }
@@ -293,7 +293,7 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
         "--example",
         "loopback",
         "--example",
-        "rc_pingpong",
+        "pingpong",
     ]))?;
     let rel = util::root().join("target/release");
     let loopback = rel.join("examples/loopback");
@@ -399,25 +399,27 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
         table.row(vec![tool.to_string(), mode.to_string(), "ok".into()]);
     }
     let ibv_rc = which("ibv_rc_pingpong").unwrap_or_default();
-    let ours_rc = rel.join("examples/rc_pingpong");
+    let ours = rel.join("examples/pingpong");
+    let theirs: (&Path, &[&str]) = (&ibv_rc, &["-n", ITERS]);
+    let ours: (&Path, &[&str]) = (&ours, &["--rc", "-n", ITERS]);
     for (server, client, mode) in [
         (
-            &ibv_rc,
-            &ours_rc,
-            "server ibv_rc_pingpong, client our rc_pingpong",
+            theirs,
+            ours,
+            "server ibv_rc_pingpong, client our pingpong --rc",
         ),
         (
-            &ours_rc,
-            &ibv_rc,
-            "server our rc_pingpong, client ibv_rc_pingpong",
+            ours,
+            theirs,
+            "server our pingpong --rc, client ibv_rc_pingpong",
         ),
     ] {
-        let out = pair2(server, client, &["-n", ITERS], next_port(), &[], &emu)?;
+        let out = pair2(server, client, next_port(), &[], &emu)?;
         println!("--- {mode}, client output:");
         for l in out.lines().filter(|l| !l.trim().is_empty()) {
             println!("    {l}");
         }
-        table.row(vec!["rc_pingpong".into(), mode.into(), "ok".into()]);
+        table.row(vec!["pingpong --rc".into(), mode.into(), "ok".into()]);
     }
     println!(
         "\nthe emulated ConnectX: our control path, and tools no one here wrote (server and client on 127.0.0.1):"
