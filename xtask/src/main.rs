@@ -7,11 +7,13 @@
 //! - `bench [--instructions | --fallback] [--quick] [--write-docs] [-- args]`: the direct
 //!   path against the C baselines (criterion times, or callgrind instruction counts), or the
 //!   libibverbs fallback against raw libibverbs on a device, with the ratios.
+//! - `emu [--] program [args]`: runs a program on the emulated ConnectX.
 //!
 //! One module per command; `util` holds what they share (running commands, tables).
 
 mod bench;
 mod demo;
+mod emu;
 mod libtest;
 mod loom;
 mod nostd;
@@ -24,7 +26,7 @@ use std::process::ExitCode;
 const USAGE: &str = "usage: cargo xtask <command> [args]
 
 commands:
-  demo [-- args]                   the main job: build WQEs over ordinary memory and show them
+  demo [-- args]                   the main job: SEND and WRITE ping-pong on the software device
   test [--list] [--only a,b] [--skip a,b]
                                    everything CI runs (prerequisites, fmt, clippy, tests, doc,
                                    no_std proof, loom models), with a summary
@@ -34,7 +36,9 @@ commands:
                                    times (or callgrind instruction counts) with the ratios
   bench --fallback [--host] [--write-docs] [-- args]
                                    the libibverbs fallback against raw libibverbs, on rxe in
-                                   the VM (or this machine's device with --host)";
+                                   the VM (or this machine's device with --host)
+  emu [--] program [args]          runs a program on the emulated ConnectX (libibverbs and
+                                   libmlx5 unmodified, the software device behind them)";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -48,6 +52,7 @@ fn main() -> ExitCode {
         "test" => test::main(rest),
         "loom" => loom::main(rest),
         "bench" => bench::main(rest),
+        "emu" => emu::main(rest),
         "help" | "-h" | "--help" => {
             println!("{USAGE}");
             Ok(())

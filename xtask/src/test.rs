@@ -28,8 +28,9 @@ pub struct Stage {
 /// `cargo test` go through [`counted_tests`], so their tests join the table and the final
 /// count), in this order:
 /// - `rxe`: the libibverbs fallback on rxe devices inside a qemu VM;
-/// - `connectx`: the direct path through Debian's libmlx5 on the emulated ConnectX (fake sysfs
-///   tree and uverbs shim in front of the software device), WQEs compared with libmlx5's own.
+/// - `connectx` (built): the direct path through Debian's libmlx5 on the emulated ConnectX
+///   (fake sysfs tree and uverbs shim in front of the software device), WQEs compared with
+///   libmlx5's own, perftest and `ibv_rc_pingpong` unmodified (`crate::emu`).
 pub const STAGES: &[Stage] = &[
     Stage {
         name: "prerequisites",
@@ -66,7 +67,12 @@ pub const STAGES: &[Stage] = &[
         about: "loom models of the lock-free protocols, and each mutant rejected",
         run: crate::loom::run,
     },
-    // Later: rxe, connectx (see above).
+    Stage {
+        name: "connectx",
+        about: "the emulated ConnectX: WQEs and CQEs against libmlx5, perftest, ibv_rc_pingpong",
+        run: crate::emu::run,
+    },
+    // Later: rxe (see above).
 ];
 
 /// State of one `cargo xtask test` run, shared by its stages.
