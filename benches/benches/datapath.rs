@@ -1,102 +1,204 @@
-//! The direct path's CPU cost over ordinary memory: post+ring of one RDMA WRITE, and poll of
-//! one CQE.
+//! The direct path's CPU cost against the C baselines, case by case, in one run.
 //!
-//! `cargo bench -p zverbs-benches --bench datapath`. Each measurement times whole runs of
-//! back-to-back operations (as many as the ring holds) and leaves the bookkeeping between runs
-//! (handing credits back, refilling CQEs) out of the time.
+//! `cargo xtask bench` (or `cargo bench -p zverbs-benches --bench datapath`). Every case of
+//! `zverbs_benches::cases` runs on both sides as criterion benchmarks `<group>/<case>/ours`
+//! and `<group>/<case>/c`; times are per unit (work request or CQE). At the end a table gives,
+//! for each side, the fastest of criterion's samples (each the mean of many back-to-back calls)
+//! and the median sample, and the ratio zverbs / C of the fastest ones, with the goals. On a
+//! machine shared with other work, interference only ever adds time, so the fastest sample is
+//! the steadier estimate of what the code costs; the median shows how much the run was
+//! disturbed.
+//!
+//! Options after `--` are criterion's (a filter, `--warm-up-time`, `--measurement-time`,
+//! `--sample-size`, `--quick`, ...). With `ZVERBS_BENCH_OUT=<file>` the table is also written
+//! there as tab-separated values (what `cargo xtask bench` reads to update the docs and plot).
 
-use std::hint::black_box;
-use std::time::{Duration, Instant};
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::sync::Mutex;
+use std::time::Duration;
 
-use criterion::{Criterion, criterion_group, criterion_main};
-use zverbs_benches::{MemQp, post_ring, write_1sge};
-use zverbs_core::{Completion, PollCq, RemoteBuf, SendWr, Sge};
+use criterion::{BenchmarkId, Criterion, Throughput};
+use zverbs_benches::cases::{CASES, Case, Group, Side, find, runner};
 
-const BLOCKS: u32 = 4096;
+/// Samples criterion took, per (case, side): (iterations, time).
+type Samples = BTreeMap<(&'static str, &'static str), Vec<(u64, Duration)>>;
 
-/// Times `op` run back to back as long as the send queue has room, handing credits back
-/// (untimed) whenever it fills.
-fn timed_posts(qp: &mut MemQp, iters: u64, mut op: impl FnMut(&mut MemQp)) -> Duration {
-    let mut total = Duration::ZERO;
-    let mut left = iters;
-    while left > 0 {
-        let n = left.min(u64::from(qp.sq.free_blocks()));
-        let t = Instant::now();
-        for _ in 0..n {
-            op(qp);
-        }
-        total += t.elapsed();
-        left -= n;
-        let last = qp.sq.producer().wrapping_sub(1) as u16;
-        qp.complete_all(last);
-    }
-    total
+static SAMPLES: Mutex<Samples> = Mutex::new(BTreeMap::new());
+
+const SAMPLE_SIZE: usize = 30;
+
+fn record(case: &'static str, side: Side, iters: u64, t: Duration) {
+    let mut s = SAMPLES.lock().unwrap_or_else(|e| e.into_inner());
+    s.entry((case, side.name())).or_default().push((iters, t));
 }
 
-fn post(c: &mut Criterion) {
-    let mut g = c.benchmark_group("post_ring");
-    for (name, bf) in [("write_1sge_blueflame", 256), ("write_1sge_doorbell", 0)] {
-        let mut qp = MemQp::new(BLOCKS, 64, bf);
-        // The operation is known where the request is built, as in an application; its
-        // operands come from run time.
-        g.bench_function(name, |b| {
-            b.iter_custom(|iters| {
-                timed_posts(&mut qp, iters, |qp| {
-                    let sgl = [Sge::new(
-                        black_box(0x10_0000),
-                        black_box(64),
-                        black_box(0x1100),
-                    )];
-                    let wr = SendWr::write(
-                        black_box(7),
-                        &sgl,
-                        RemoteBuf::new(black_box(0x7f00_0000_1000), black_box(0xdead_beef)),
-                    );
-                    // SAFETY: the fixture has no device; nothing reads the memory.
-                    unsafe { post_ring(&mut qp.sq, &wr) };
-                })
-            })
-        });
+fn group_name(g: Group) -> &'static str {
+    match g {
+        Group::Post => "post",
+        Group::Poll => "poll",
+        Group::RoundTrip => "round_trip",
     }
-    // A request whose operation the compiler cannot see: the generic post path.
-    let mut qp = MemQp::new(BLOCKS, 64, 256);
-    let sgl = [Sge::new(0x10_0000, 64, 0x1100)];
-    let wr = write_1sge(&sgl);
-    g.bench_function("write_1sge_opaque_request", |b| {
-        b.iter_custom(|iters| {
-            timed_posts(&mut qp, iters, |qp| {
-                // SAFETY: the fixture has no device; nothing reads the memory.
-                unsafe { post_ring(&mut qp.sq, black_box(&wr)) };
-            })
-        })
-    });
-    g.finish();
 }
 
-fn poll(c: &mut Criterion) {
-    let mut g = c.benchmark_group("poll");
-    let cqes = 4096u32;
-    let mut qp = MemQp::new(8, cqes, 256);
-    g.bench_function("one_cqe", |b| {
-        let mut wc = [Completion::EMPTY; 1];
-        b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            let mut left = iters;
-            while left > 0 {
-                let n = left.min(u64::from(cqes));
-                qp.write_cqes(n as u32, |i| (i % 8) as u16);
-                let t = Instant::now();
-                for _ in 0..n {
-                    black_box(qp.cq.poll(black_box(&mut wc)));
+fn main() {
+    let sample_size = sample_size_arg().unwrap_or(SAMPLE_SIZE);
+    let mut c = Criterion::default()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+        .sample_size(SAMPLE_SIZE)
+        .configure_from_args();
+    for group in [Group::Post, Group::Poll, Group::RoundTrip] {
+        let mut g = c.benchmark_group(group_name(group));
+        for case in CASES.iter().filter(|c| c.group == group) {
+            g.throughput(Throughput::Elements(u64::from(case.units)));
+            for side in [Side::Ours, Side::C] {
+                if side == Side::Ours && case.ours_from.is_some() {
+                    continue;
                 }
-                total += t.elapsed();
-                left -= n;
+                let Some(mut r) = runner(case, side) else {
+                    continue;
+                };
+                g.bench_function(BenchmarkId::new(case.name, side.name()), |b| {
+                    b.iter_custom(|iters| {
+                        let t = r.run(iters);
+                        record(case.name, side, iters, t);
+                        t
+                    })
+                });
             }
-            total
-        })
-    });
-    g.finish();
+        }
+        g.finish();
+    }
+    c.final_summary();
+    report(sample_size);
 }
 
-criterion_group!(benches, post, poll);
-criterion_main!(benches);
+/// `--sample-size N` if given (criterion reads it too).
+fn sample_size_arg() -> Option<usize> {
+    let args: Vec<String> = std::env::args().collect();
+    let i = args.iter().position(|a| a == "--sample-size")?;
+    args.get(i + 1)?.parse().ok()
+}
+
+/// Fastest and median time per unit of the measurement samples (criterion takes them after
+/// its warm-up: the last `sample_size` recorded), in ns.
+fn estimate_ns(samples: &[(u64, Duration)], units: u32, sample_size: usize) -> Option<Estimate> {
+    let from = samples.len().saturating_sub(sample_size);
+    let mut v: Vec<f64> = samples[from..]
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, t)| t.as_nanos() as f64 / *n as f64 / f64::from(units))
+        .collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let m = v.len() / 2;
+    let median = if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    };
+    Some(Estimate { best: v[0], median })
+}
+
+/// ns per unit.
+#[derive(Clone, Copy, Debug)]
+struct Estimate {
+    /// The fastest sample.
+    best: f64,
+    /// The median sample.
+    median: f64,
+}
+
+/// One row of the report.
+struct Row {
+    case: &'static Case,
+    ours: Estimate,
+    c: Estimate,
+}
+
+fn report(sample_size: usize) {
+    let samples = SAMPLES.lock().unwrap_or_else(|e| e.into_inner());
+    let ns = |case: &Case, side: Side| {
+        let name = match side {
+            Side::Ours => case.ours_from.unwrap_or(case.name),
+            Side::C => case.name,
+        };
+        let units = find(name).map_or(case.units, |c| c.units);
+        estimate_ns(samples.get(&(name, side.name()))?, units, sample_size)
+    };
+    let rows: Vec<Row> = CASES
+        .iter()
+        .filter_map(|case| {
+            Some(Row {
+                case,
+                ours: ns(case, Side::Ours)?,
+                c: ns(case, Side::C)?,
+            })
+        })
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    println!(
+        "\nzverbs vs C baseline: ns per unit (work request or CQE), fastest and median of \
+         {sample_size} samples"
+    );
+    println!(
+        "{:<15} {:>9} {:>9} {:>9}  {:>9} {:>9}  goals: ratio <= 1.00x; time",
+        "case", "zverbs", "C", "zverbs/C", "zv median", "C median"
+    );
+    println!("{}", "-".repeat(92));
+    let mut missed = 0;
+    for r in &rows {
+        let ratio = r.ours.best / r.c.best;
+        let mut goals = vec![if ratio <= 1.0 { "met" } else { "MISSED" }.to_string()];
+        if ratio > 1.0 {
+            missed += 1;
+        }
+        if let Some(g) = r.case.goal_ns {
+            let met = r.ours.best < g;
+            if !met {
+                missed += 1;
+            }
+            goals.push(format!("< {g} ns {}", if met { "met" } else { "MISSED" }));
+        }
+        println!(
+            "{:<15} {:>9.2} {:>9.2} {:>8.2}x  {:>9.2} {:>9.2}  {}",
+            r.case.name,
+            r.ours.best,
+            r.c.best,
+            ratio,
+            r.ours.median,
+            r.c.median,
+            goals.join("; ")
+        );
+    }
+    println!("{}", "-".repeat(92));
+    println!(
+        "{} of {} cases at or below the C baseline; {missed} goal(s) missed",
+        rows.iter().filter(|r| r.ours.best <= r.c.best).count(),
+        rows.len()
+    );
+    if let Some(path) = std::env::var_os("ZVERBS_BENCH_OUT") {
+        let mut out = String::from("case\tunits\tours_ns\tc_ns\tabout\tours_median\tc_median\n");
+        for r in &rows {
+            out.push_str(&format!(
+                "{}\t{}\t{:.3}\t{:.3}\t{}\t{:.3}\t{:.3}\n",
+                r.case.name,
+                r.case.units,
+                r.ours.best,
+                r.c.best,
+                r.case.about,
+                r.ours.median,
+                r.c.median
+            ));
+        }
+        let written = std::fs::File::create(&path).and_then(|mut f| f.write_all(out.as_bytes()));
+        if let Err(e) = written {
+            eprintln!("cannot write {}: {e}", path.to_string_lossy());
+        }
+    }
+}

@@ -28,8 +28,8 @@ use crate::prm::cqe::{CQE_INVALID, Cqe64, INLINE_SCATTER_32, INLINE_SCATTER_64, 
 use crate::prm::{CQ_SET_CI, opcode};
 use crate::state::CqBinding;
 
-/// The cached binding before any CQE matched one.
-const UNBOUND: &CqBinding<'static> = &CqBinding::new(u32::MAX, None, None);
+/// The cached binding before any CQE matched one (`u32::MAX` is never a 24-bit QPN).
+const UNBOUND: CqBinding<'static> = CqBinding::new(u32::MAX, None, None);
 
 /// `vendor_err` bit marking a CQE format the poller does not decode (compressed or scattered).
 pub const VENDOR_ERR_UNSUPPORTED_FORMAT: u32 = 0x100;
@@ -43,9 +43,9 @@ pub struct CompletionQueue<'a> {
     ci: u32,
     dbrec: &'a AtomicU32,
     bindings: &'a [CqBinding<'a>],
-    /// The binding that matched last (CQEs of one QP come in runs); [`UNBOUND`] (whose QPN
-    /// `u32::MAX` is never a 24-bit QPN) until the first match.
-    last: &'a CqBinding<'a>,
+    /// A copy of the binding that matched last (CQEs of one QP come in runs); [`UNBOUND`]
+    /// until the first match.
+    last: CqBinding<'a>,
     cqn: u32,
 }
 
@@ -117,18 +117,145 @@ impl<'a> CompletionQueue<'a> {
 
     /// The binding for `qpn`, trying the last match first.
     #[inline(always)]
-    fn binding(&mut self, qpn: u32) -> Option<&'a CqBinding<'a>> {
+    fn binding(&mut self, qpn: u32) -> Option<CqBinding<'a>> {
         if self.last.qpn == qpn {
             return Some(self.last);
         }
-        let found = find_binding(self.bindings, qpn)?;
+        let found = *find_binding(self.bindings, qpn)?;
         self.last = found;
         Some(found)
     }
 
-    /// Decodes one software-owned CQE into `out`.
+    /// Decodes the software-owned CQE in `slot` into `out` if it is what a poll loop sees all
+    /// the time (a requester or responder CQE of the QP that matched last, a known send
+    /// opcode, the plain format), reading only the fields that needs. Returns `false`, having
+    /// changed nothing, for any other CQE.
+    ///
+    /// # Safety
+    ///
+    /// As [`CqeRing::with_cqe`] for `slot`.
     #[inline(always)]
-    fn decode(&mut self, c: RawCqe, op_own: u8, out: &mut Completion) {
+    unsafe fn decode(
+        &mut self,
+        cqes: CqeRing,
+        slot: u32,
+        op_own: u8,
+        out: &mut Completion,
+    ) -> bool {
+        let cqe_op = op_own >> 4;
+        if op_own & (INLINE_SCATTER_32 | INLINE_SCATTER_64) == 0 {
+            // SAFETY: (caller) the CQE is software's until the consumer index moves.
+            let c = unsafe { cqes.with_cqe(slot, HotCqe::read) };
+            let qpn = c.sop_drop_qpn & 0x00ff_ffff;
+            if qpn == self.last.qpn {
+                match (cqe_op, self.last) {
+                    (0, CqBinding { sq: Some(sq), .. }) => {
+                        if let Some((opcode, flags, len)) = req_decode((c.sop_drop_qpn >> 24) as u8)
+                        {
+                            let byte_len = match len {
+                                ReqLen::Zero => 0,
+                                ReqLen::Atomic => 8,
+                                // SAFETY: as above.
+                                ReqLen::ByteCnt => unsafe {
+                                    cqes.with_cqe(slot, |b| Cqe64::new_unchecked(b).byte_cnt())
+                                },
+                            };
+                            // SAFETY: this poller is the only one for the CQ, and the device
+                            // reported the WQE at `wqe_counter` complete.
+                            let wr_id = unsafe { sq.retire(c.wqe_counter) }.wr_id;
+                            *out = Completion {
+                                wr_id,
+                                byte_len,
+                                imm: 0,
+                                qp_num: qpn,
+                                vendor_err: 0,
+                                status: WcStatus::Success,
+                                opcode,
+                                flags,
+                            };
+                            return true;
+                        }
+                    }
+                    (1..=4, CqBinding { rq: Some(rq), .. }) => {
+                        // SAFETY: as above.
+                        let (byte_len, imm) = unsafe {
+                            cqes.with_cqe(slot, |b| {
+                                let c = Cqe64::new_unchecked(b);
+                                (c.byte_cnt(), c.imm_inval_pkey())
+                            })
+                        };
+                        let with_imm = cqe_op == 1 || cqe_op == 3;
+                        // SAFETY: the only poller; the device reported the oldest receive
+                        // complete.
+                        let wr_id = unsafe { rq.retire() };
+                        *out = Completion {
+                            wr_id,
+                            byte_len,
+                            imm: if with_imm { imm } else { 0 },
+                            qp_num: qpn,
+                            vendor_err: 0,
+                            status: WcStatus::Success,
+                            opcode: if cqe_op == 1 {
+                                WcOpcode::RecvRdmaWithImm
+                            } else {
+                                WcOpcode::Recv
+                            },
+                            flags: if with_imm {
+                                WcFlags::WITH_IMM
+                            } else {
+                                WcFlags::NONE
+                            },
+                        };
+                        return true;
+                    }
+                    _ => {}
+                }
+            }
+        }
+        false
+    }
+
+    /// The rest of a poll from `out[n]` on, when the CQE at the consumer counter is not for
+    /// the inline path (out of line, so the inline loop keeps its registers: it makes no
+    /// call it must come back from). Returns the completions of the whole poll.
+    #[cold]
+    #[inline(never)]
+    fn poll_rest(&mut self, out: &mut [Completion], mut n: usize) -> usize {
+        while let Some(wc) = out.get_mut(n) {
+            let slot = self.ring.slot(self.ci);
+            let op_own = self.cqes.op_own(slot);
+            if op_own >> 4 == CQE_INVALID || u32::from(op_own & 1) != self.ring.pass_parity(self.ci)
+            {
+                break;
+            }
+            barrier::from_device();
+            // SAFETY: as in `poll`.
+            let raw = unsafe { self.cqes.with_cqe(slot, RawCqe::read) };
+            self.decode_any(raw, op_own, wc);
+            self.ci = self.ci.wrapping_add(1);
+            n += 1;
+        }
+        if n > 0 {
+            self.publish_ci();
+        }
+        n
+    }
+
+    /// Publishes the consumer counter to the CQ doorbell record.
+    #[inline(always)]
+    fn publish_ci(&self) {
+        // Release: the reads of the CQEs consumed before happen before the device may see
+        // their slots free and overwrite them.
+        #[cfg(not(zverbs_mutant = "relaxed_cq_ci"))]
+        publish(self.dbrec, self.ci & 0x00ff_ffff, Ordering::Release);
+        #[cfg(zverbs_mutant = "relaxed_cq_ci")]
+        publish(self.dbrec, self.ci & 0x00ff_ffff, Ordering::Relaxed);
+    }
+
+    /// Decodes any software-owned CQE into `out`: the binding lookup, the formats and kinds
+    /// the inline path leaves out.
+    #[inline(always)]
+    fn decode_any(&mut self, c: RawCqe, op_own: u8, out: &mut Completion) {
         let qpn = c.sop_drop_qpn & 0x00ff_ffff;
         let binding = self.binding(qpn);
         out.qp_num = qpn;
@@ -139,7 +266,7 @@ impl<'a> CompletionQueue<'a> {
         let cqe_op = op_own >> 4;
         let scattered = op_own & (INLINE_SCATTER_32 | INLINE_SCATTER_64) != 0;
         match (cqe_op, binding) {
-            (0, Some(&CqBinding { sq: Some(sq), .. })) => {
+            (0, Some(CqBinding { sq: Some(sq), .. })) => {
                 // SAFETY: this poller is the only one for the CQ, and the device reported the
                 // WQE at `wqe_counter` complete.
                 let slot = unsafe { sq.retire(c.wqe_counter) };
@@ -159,7 +286,7 @@ impl<'a> CompletionQueue<'a> {
                     unsupported_format(out, op_own);
                 }
             }
-            (1..=4, Some(&CqBinding { rq: Some(rq), .. })) => {
+            (1..=4, Some(CqBinding { rq: Some(rq), .. })) => {
                 // SAFETY: the only poller; the device reported the oldest receive complete.
                 out.wr_id = unsafe { rq.retire() };
                 out.status = WcStatus::Success;
@@ -177,7 +304,79 @@ impl<'a> CompletionQueue<'a> {
                     unsupported_format(out, op_own);
                 }
             }
-            _ => decode_cold(c, cqe_op, binding, out),
+            _ => decode_cold(c, cqe_op, binding.as_ref(), out),
+        }
+    }
+}
+
+/// How a requester completion's `byte_len` is found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ReqLen {
+    /// 0 (writes, sends, NOP).
+    Zero,
+    /// 8 (atomics).
+    Atomic,
+    /// The CQE's `byte_cnt` (READ).
+    ByteCnt,
+}
+
+/// What a requester CQE's send opcode decodes to.
+type ReqDecode = Option<(WcOpcode, WcFlags, ReqLen)>;
+
+/// [`req_decode_slow`] for every opcode below 32 (the send opcodes the queue posts), looked
+/// up without branches.
+const REQ_DECODE: [ReqDecode; 32] = {
+    let mut t = [None; 32];
+    let mut op = 0;
+    while op < 32 {
+        t[op] = req_decode_slow(op as u8);
+        op += 1;
+    }
+    t
+};
+
+/// The verbs opcode, flags and length rule of a requester CQE's send opcode, for the opcodes
+/// the send queue posts; `None` otherwise.
+#[inline(always)]
+fn req_decode(send_opcode: u8) -> ReqDecode {
+    REQ_DECODE.get(usize::from(send_opcode)).copied().flatten()
+}
+
+/// [`req_decode`], by cases.
+const fn req_decode_slow(send_opcode: u8) -> ReqDecode {
+    let (op, imm, len) = match send_opcode {
+        opcode::RDMA_WRITE => (WcOpcode::RdmaWrite, false, ReqLen::Zero),
+        opcode::RDMA_WRITE_IMM => (WcOpcode::RdmaWrite, true, ReqLen::Zero),
+        opcode::SEND => (WcOpcode::Send, false, ReqLen::Zero),
+        opcode::SEND_IMM => (WcOpcode::Send, true, ReqLen::Zero),
+        opcode::RDMA_READ => (WcOpcode::RdmaRead, false, ReqLen::ByteCnt),
+        opcode::ATOMIC_CS => (WcOpcode::CompSwap, false, ReqLen::Atomic),
+        opcode::ATOMIC_FA => (WcOpcode::FetchAdd, false, ReqLen::Atomic),
+        opcode::NOP => (WcOpcode::Nop, false, ReqLen::Zero),
+        _ => return None,
+    };
+    let flags = if imm {
+        WcFlags::WITH_IMM
+    } else {
+        WcFlags::NONE
+    };
+    Some((op, flags, len))
+}
+
+/// The two fields every CQE on the inline path needs.
+#[derive(Clone, Copy, Debug)]
+struct HotCqe {
+    sop_drop_qpn: u32,
+    wqe_counter: u16,
+}
+
+impl HotCqe {
+    #[inline(always)]
+    fn read(cqe: &[u8; 64]) -> Self {
+        let c = Cqe64::new_unchecked(cqe);
+        Self {
+            sop_drop_qpn: c.sop_drop_qpn(),
+            wqe_counter: c.wqe_counter(),
         }
     }
 }
@@ -289,30 +488,29 @@ fn decode_cold(c: RawCqe, cqe_op: u8, binding: Option<&CqBinding<'_>>, out: &mut
 impl PollCq for CompletionQueue<'_> {
     #[inline]
     fn poll(&mut self, out: &mut [Completion]) -> usize {
+        // Locals, which the compiler need not reload after each completion it writes.
+        let (ring, cqes, mut ci) = (self.ring, self.cqes, self.ci);
         let mut n = 0;
-        while n < out.len() {
-            let slot = self.ring.slot(self.ci);
-            let op_own = self.cqes.op_own(slot);
-            if op_own >> 4 == CQE_INVALID || u32::from(op_own & 1) != self.ring.pass_parity(self.ci)
-            {
+        while let Some(wc) = out.get_mut(n) {
+            let slot = ring.slot(ci);
+            let op_own = cqes.op_own(slot);
+            if op_own >> 4 == CQE_INVALID || u32::from(op_own & 1) != ring.pass_parity(ci) {
                 break;
             }
             barrier::from_device();
             // SAFETY: the owner bit says the CQE is software's, the barrier orders the reads
             // after that check, and the consumer counter that would free the entry is
             // published only after them.
-            let raw = unsafe { self.cqes.with_cqe(slot, RawCqe::read) };
-            self.decode(raw, op_own, &mut out[n]);
-            self.ci = self.ci.wrapping_add(1);
+            if !unsafe { self.decode(cqes, slot, op_own, wc) } {
+                self.ci = ci;
+                return self.poll_rest(out, n);
+            }
+            ci = ci.wrapping_add(1);
             n += 1;
         }
+        self.ci = ci;
         if n > 0 {
-            // Release: the reads of the CQEs consumed above happen before the device may see
-            // their slots free and overwrite them.
-            #[cfg(not(zverbs_mutant = "relaxed_cq_ci"))]
-            publish(self.dbrec, self.ci & 0x00ff_ffff, Ordering::Release);
-            #[cfg(zverbs_mutant = "relaxed_cq_ci")]
-            publish(self.dbrec, self.ci & 0x00ff_ffff, Ordering::Relaxed);
+            self.publish_ci();
         }
         n
     }

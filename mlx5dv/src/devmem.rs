@@ -16,7 +16,11 @@ use zverbs_core::sync::cell::UnsafeCell;
 pub type SegCell = UnsafeCell<[u8; 16]>;
 
 /// A ring of 16-byte segments addressed by a free-running segment counter.
-#[derive(Debug)]
+///
+/// `Copy`: a copy is the same address and mask, which the ring's owner takes into a local
+/// before writing a WQE (so the compiler need not reload them after each segment store, which
+/// it cannot prove does not alias the owner's fields).
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct SegRing {
     base: NonNull<SegCell>,
     mask: u32,
@@ -45,6 +49,45 @@ impl SegRing {
         unsafe { &*self.base.as_ptr().add((idx & self.mask) as usize) }
     }
 
+    /// The basic block, in the ring, of segment counter `start` (`(start mod segments) / 4`).
+    #[inline(always)]
+    pub(crate) fn block_of(&self, start: u32) -> u32 {
+        (start & self.mask) / 4
+    }
+
+    /// Calls `f` with segment `k` of the WQE whose control segment is segment `start`, for
+    /// writing. WQEs start on a basic block, so the segments of the first block (`k < 4`) are
+    /// addressed from the block without masking each one; later ones follow the ring's wrap.
+    ///
+    /// # Safety
+    ///
+    /// As [`SegRing::with_mut`]; `start` is a multiple of 4.
+    #[inline(always)]
+    pub(crate) unsafe fn with_mut_wqe<R>(
+        &self,
+        start: u32,
+        k: u32,
+        f: impl FnOnce(&mut [u8; 16]) -> R,
+    ) -> R {
+        debug_assert!(start.is_multiple_of(4));
+        let cell = if k < 4 {
+            // SAFETY: `start & mask` is a multiple of 4 at most `mask - 3` (the ring is whole
+            // blocks), so the block's four segments are in the ring.
+            unsafe {
+                &*self
+                    .base
+                    .as_ptr()
+                    .add((start & self.mask) as usize)
+                    .add(k as usize)
+            }
+        } else {
+            self.cell(start.wrapping_add(k))
+        };
+        // SAFETY: only the owner writes the ring, and (caller) the device is not reading this
+        // segment, so the exclusive reference is unique for its short life.
+        cell.with_mut(|p| f(unsafe { &mut *p }))
+    }
+
     /// Calls `f` with segment `idx` (masked) for writing.
     ///
     /// # Safety
@@ -58,36 +101,81 @@ impl SegRing {
         self.cell(idx).with_mut(|p| f(unsafe { &mut *p }))
     }
 
-    /// The 64 bytes of basic block `block` (masked), as eight 64-bit words in memory order.
-    /// The ring must consist of whole blocks (4 segments each).
+    /// Hands the 64 bytes of basic block `block` (masked) to `f` as eight 64-bit words in
+    /// memory order, `f(i, word)`, reading each word just before its call (a copy to device
+    /// memory then needs one register, not eight). The ring must consist of whole blocks
+    /// (4 segments each).
     #[inline(always)]
-    pub(crate) fn read_block(&self, block: u32) -> [u64; 8] {
+    pub(crate) fn for_each_word(&self, block: u32, mut f: impl FnMut(usize, u64)) {
         let first = block.wrapping_mul(4) & self.mask;
         #[cfg(not(zverbs_loom))]
         {
             // SAFETY: a block never straddles the ring's end (the ring is whole blocks, and
             // `first` is a multiple of 4 below the segment count), so its 64 bytes are
-            // contiguous and in the ring; only the ring's owner (the caller) writes them.
-            unsafe {
-                self.base
-                    .as_ptr()
-                    .add(first as usize)
-                    .cast::<[u64; 8]>()
-                    .read()
+            // contiguous and in the ring.
+            let words = unsafe { self.base.as_ptr().add(first as usize).cast::<u64>() };
+            for i in 0..8 {
+                // SAFETY: word `i < 8` of the block above; only the ring's owner (the caller)
+                // writes it, and not during this call.
+                f(i, unsafe { words.add(i).read() });
             }
         }
         #[cfg(zverbs_loom)]
         {
-            let mut words = [0u64; 8];
-            for s in 0..4 {
+            for s in 0..4u32 {
                 let seg = self.with(first + s, |b| *b);
-                for (w, chunk) in words[2 * s as usize..].iter_mut().zip(seg.chunks_exact(8)) {
+                for (h, chunk) in seg.chunks_exact(8).enumerate() {
                     let mut a = [0u8; 8];
                     a.copy_from_slice(chunk);
-                    *w = u64::from_ne_bytes(a);
+                    f(2 * s as usize + h, u64::from_ne_bytes(a));
                 }
             }
-            words
+        }
+    }
+
+    /// Copies `len` bytes from `src` into the ring at byte counter `at` (16 per segment,
+    /// free-running like the segment counter), continuing at the ring's start when it meets
+    /// the end: at most two copies.
+    ///
+    /// # Safety
+    ///
+    /// The segments written are free and unpublished (as for [`SegRing::with_mut`]);
+    /// `src..src + len` is readable and does not overlap the ring; `len` is at most the
+    /// ring's size.
+    #[inline(always)]
+    pub(crate) unsafe fn copy_in(&self, at: u32, src: *const u8, len: usize) {
+        #[cfg(not(zverbs_loom))]
+        {
+            let ring_bytes = (self.mask as usize + 1) * 16;
+            let pos = at as usize & (ring_bytes - 1);
+            let first = len.min(ring_bytes - pos);
+            let dst = self.base.as_ptr().cast::<u8>();
+            // SAFETY: `pos + first <= ring_bytes` and `len - first <= ring_bytes`, so both
+            // copies stay in the ring; (caller) the source is readable, does not overlap, and
+            // the bytes written belong to free segments.
+            unsafe {
+                core::ptr::copy_nonoverlapping(src, dst.add(pos), first);
+                if first < len {
+                    core::ptr::copy_nonoverlapping(src.add(first), dst, len - first);
+                }
+            }
+        }
+        #[cfg(zverbs_loom)]
+        {
+            let (mut at, mut src, mut left) = (at, src, len);
+            while left > 0 {
+                let off = (at % 16) as usize;
+                let n = left.min(16 - off);
+                // SAFETY: (caller) as above; `off + n <= 16`.
+                unsafe {
+                    self.with_mut(at / 16, |b| {
+                        core::ptr::copy_nonoverlapping(src, b.as_mut_ptr().add(off), n)
+                    });
+                    src = src.add(n);
+                }
+                at = at.wrapping_add(n as u32);
+                left -= n;
+            }
         }
     }
 
@@ -151,7 +239,10 @@ impl Default for LoomCqe {
 }
 
 /// A ring of CQEs.
-#[derive(Debug)]
+///
+/// `Copy` for the same reason as [`SegRing`]: the poller keeps it in a local while it writes
+/// completions.
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct CqeRing {
     /// The first 64-byte CQE: the ring's start, or its second half with 128-byte CQEs.
     base: NonNull<u8>,

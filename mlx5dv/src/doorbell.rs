@@ -29,6 +29,8 @@ pub(crate) struct Doorbell<'a> {
     reg: MmioRegion,
     /// BlueFlame buffer size in bytes (0: doorbell only).
     bf_size: u32,
+    /// The largest WQE, in basic blocks, that BlueFlame carries (`bf_size / 64`; 0: none).
+    bf_blocks: u32,
     /// Byte offset of the buffer to use next: 0 or `bf_size`.
     offset: u32,
 }
@@ -39,6 +41,7 @@ impl<'a> Doorbell<'a> {
             dbrec,
             reg,
             bf_size,
+            bf_blocks: bf_size / 64,
             offset: 0,
         }
     }
@@ -55,43 +58,50 @@ impl<'a> Doorbell<'a> {
     #[inline(always)]
     pub(crate) fn ring(
         &mut self,
-        sq: &SegRing,
+        sq: SegRing,
         pi: u32,
         last_seg: u32,
         last_blocks: u32,
         single: bool,
     ) {
+        // Everything the steps below need is decided before the barriers, which make the
+        // compiler reload whatever it keeps in memory, and kept in locals (`sq` too), which it
+        // need not reload after each MMIO store either.
+        // SAFETY: the same registers as `self.reg`, which the queue's constructor contract
+        // keeps mapped while this doorbell lives; the copy lives for this call only.
+        let reg = unsafe { MmioRegion::new(self.reg.base(), self.reg.len_bytes()) };
+        let offset = self.offset;
+        let word0 = (offset / 8) as usize;
+        let blueflame = single && last_blocks <= self.bf_blocks;
+        self.offset = offset ^ self.bf_size;
         // 2. WQE stores before the doorbell record.
         barrier::to_device();
         // 3. The doorbell record: basic blocks produced, 16 bits, big-endian.
         publish(self.dbrec, pi & 0xffff, Ordering::Relaxed);
         // 4. The record before the MMIO writes.
         barrier::wc_start();
-        let word0 = (self.offset / 8) as usize;
-        if single && self.bf_size != 0 && last_blocks * 64 <= self.bf_size {
+        if blueflame {
             // 5a. BlueFlame: the whole WQE, 64-bit stores in order, block by block following
-            // the ring's wrap.
+            // the ring's wrap (`last_blocks >= 1` and `bf_blocks == 0` without BlueFlame).
             let first = last_seg / SEGS_PER_BB as u32;
             for b in 0..last_blocks {
-                let words = sq.read_block(first.wrapping_add(b));
                 let w = word0 + 8 * b as usize;
-                for (i, word) in words.into_iter().enumerate() {
+                sq.for_each_word(first.wrapping_add(b), |i, word| {
                     // SAFETY: `w + i < (offset + bf_size) / 8` because the WQE fits the
                     // buffer, and the region spans both buffers (constructor contract of the
                     // queue).
-                    unsafe { self.reg.write_u64(w + i, word) };
-                }
+                    unsafe { reg.write_u64(w + i, word) };
+                });
             }
         } else {
             // 5b. Doorbell: the first 8 bytes of the last control segment.
             let (lo, _) = sq.with(last_seg, split_seg);
             // SAFETY: the region holds at least the 8-byte doorbell at `offset`.
-            unsafe { self.reg.write_u64(word0, lo) };
+            unsafe { reg.write_u64(word0, lo) };
         }
-        // 6. Out of the write-combining buffer now.
+        // 6. Out of the write-combining buffer now; 7. the next ring uses the other buffer
+        // (`offset` was flipped above: it is this thread's alone).
         barrier::wc_flush();
-        // 7. Alternate BlueFlame buffers.
-        self.offset ^= self.bf_size;
     }
 }
 

@@ -7,6 +7,8 @@
 //! continues at slot 0 whatever its size and alignment (as rdma-core does, without padding
 //! NOPs). Nothing is visible to the device until [`PostSend::ring`].
 
+use core::mem::MaybeUninit;
+
 use zverbs_core::mmio::MmioRegion;
 use zverbs_core::ring::Ring;
 use zverbs_core::{BatchError, PostError, PostSend, SendFlags, SendOp, SendWr, Sge};
@@ -35,6 +37,9 @@ struct Plan {
     inline: Option<u32>,
 }
 
+/// Requests of a batch whose plans are kept between its checking and writing passes.
+const BATCH_PLANS: usize = 32;
+
 /// The send queue of an mlx5 QP, driven directly.
 ///
 /// Owned by one thread at a time (`&mut self` to post); its completions are polled through a
@@ -46,14 +51,17 @@ pub struct SendQueue<'a> {
     blocks: Ring,
     /// Producer counter in basic blocks (free-running).
     pi: u32,
-    /// Consumer counter last read from the credit word.
-    ci: u32,
+    /// The producer counter the ring has room up to: the consumer counter last read from the
+    /// credit word plus the ring size. Posting checks `limit - pi` alone.
+    limit: u32,
     /// Signaled requests posted (16-bit wrapping, as in the credit word).
     sig_posted: u16,
     /// Signaled requests completed, last read from the credit word.
     sig_done: u16,
-    /// `qpn << 8`, ready for `qpn_ds`.
-    qpn_shifted: u32,
+    /// `sig_done + max_signaled` (16-bit wrapping): how far `sig_posted` may go.
+    sig_limit: u16,
+    /// The QP number.
+    qpn: u32,
     /// WQEs written since the last ring, and where the last one starts.
     pending: u32,
     last_seg: u32,
@@ -138,10 +146,11 @@ impl<'a> SendQueue<'a> {
             ring: unsafe { SegRing::new(layout.sq.buf, cnt * SEGS_PER_BB as u32) },
             blocks,
             pi: 0,
-            ci: 0,
+            limit: cnt,
             sig_posted: 0,
             sig_done: 0,
-            qpn_shifted: layout.qpn << 8,
+            sig_limit: caps.max_signaled as u16,
+            qpn: layout.qpn,
             pending: 0,
             last_seg: 0,
             last_blocks: 0,
@@ -154,7 +163,7 @@ impl<'a> SendQueue<'a> {
     /// The QP number.
     #[inline]
     pub fn qpn(&self) -> u32 {
-        self.qpn_shifted >> 8
+        self.qpn
     }
 
     /// The capabilities the queue enforces.
@@ -191,7 +200,7 @@ impl<'a> SendQueue<'a> {
     #[inline]
     pub fn free_blocks(&mut self) -> u32 {
         self.refresh();
-        self.blocks.free(self.pi, self.ci)
+        self.limit.wrapping_sub(self.pi)
     }
 
     /// Signaled requests posted whose completions have not been polled yet.
@@ -201,15 +210,25 @@ impl<'a> SendQueue<'a> {
         u32::from(self.sig_posted.wrapping_sub(self.sig_done))
     }
 
-    /// Reads the credit word the poller writes.
+    /// Reads the credit word the poller writes and moves the limits.
     #[inline]
     fn refresh(&mut self) {
         let done = self.state.load_done();
         let ci16 = done as u16;
-        self.ci = self
+        let ci = self
             .pi
             .wrapping_sub(u32::from((self.pi as u16).wrapping_sub(ci16)));
+        self.limit = ci.wrapping_add(self.blocks.size());
         self.sig_done = (done >> 16) as u16;
+        // `max_signaled <= 2^15` (clamped in `new`), so the 16-bit difference is exact.
+        self.sig_limit = self.sig_done.wrapping_add(self.caps.max_signaled as u16);
+    }
+
+    /// Whether `blocks` more basic blocks and `signaled` more CQEs fit the limits last read.
+    #[inline(always)]
+    fn fits(&self, blocks: u32, signaled: u32) -> bool {
+        self.limit.wrapping_sub(self.pi) >= blocks
+            && u32::from(self.sig_limit.wrapping_sub(self.sig_posted)) >= signaled
     }
 
     /// Validates `wr` against the queue's limits and sizes it. Writes nothing.
@@ -252,6 +271,12 @@ impl<'a> SendQueue<'a> {
             }
             ds += inline_ds(len as usize) as u32;
             inline = Some(len as u32);
+        } else if let [s] = sgl {
+            // One entry, the common case, without a loop.
+            ds += u32::from(s.length != 0);
+            if u64::from(s.length) > MAX_MESSAGE {
+                return Err(PostError::MessageTooLong);
+            }
         } else {
             let mut len = 0u64;
             for s in sgl {
@@ -285,12 +310,21 @@ impl<'a> SendQueue<'a> {
     /// Checks that `blocks` basic blocks and `signaled` more CQEs fit now.
     #[inline(always)]
     fn check_room(&mut self, blocks: u32, signaled: u32) -> Result<(), PostError> {
-        if self.blocks.free(self.pi, self.ci) < blocks
-            || u32::from(self.sig_posted.wrapping_sub(self.sig_done)) + signaled
-                > self.caps.max_signaled
+        if self.fits(blocks, signaled) {
+            Ok(())
+        } else {
+            self.check_room_again(blocks, signaled)
+        }
+    }
+
+    /// [`SendQueue::check_room`] when the limits last read are reached: reads the credit word
+    /// and checks again (out of line, so the posting code keeps its registers).
+    #[cold]
+    #[inline(never)]
+    fn check_room_again(&mut self, blocks: u32, signaled: u32) -> Result<(), PostError> {
         {
             self.refresh();
-            let free = self.blocks.free(self.pi, self.ci);
+            let free = self.limit.wrapping_sub(self.pi);
             if free < blocks {
                 return Err(PostError::QueueFull {
                     needed: blocks,
@@ -307,44 +341,50 @@ impl<'a> SendQueue<'a> {
         Ok(())
     }
 
-    /// Writes the planned WQE at the producer counter and records it.
+    /// Writes the planned WQE at the producer counter, records it and advances the counters.
+    /// Returns the segment counter of its control segment.
     ///
     /// # Safety
     ///
     /// `plan` is `self.plan(wr)`'s, room was checked, and the caller upholds the posting
     /// contract of [`PostSend`] (inline sources are readable).
     #[inline(always)]
-    unsafe fn write(&mut self, wr: &SendWr<'_>, plan: &Plan) {
-        let start = self.pi.wrapping_mul(SEGS_PER_BB as u32);
-        let ring = &self.ring;
+    unsafe fn write(&mut self, wr: &SendWr<'_>, plan: &Plan) -> u32 {
+        // Locals, not fields: the compiler cannot prove that the ring stores below do not
+        // alias `self`, and would reload fields after each one.
+        let (ring, pi, qpn) = (&{ self.ring }, self.pi, self.qpn);
+        let slots = self.state.slots();
+        let start = pi.wrapping_mul(SEGS_PER_BB as u32);
         let imm = wr.op.imm().unwrap_or(0);
-        // SAFETY: this and every `with_mut` below write segments of blocks `pi..pi+blocks`,
-        // which are free (room was checked) and not yet published.
+        // SAFETY: this and every write below are to segments `0..ds` of the WQE at `start`
+        // (a block boundary), in blocks `pi..pi+blocks`, which are free (room was checked) and
+        // not yet published.
         unsafe {
-            ring.with_mut(start, |b| {
+            ring.with_mut_wqe(start, 0, |b| {
                 CtrlSeg::new_unchecked(b).set(
-                    self.pi as u16,
+                    pi as u16,
                     plan.opcode,
                     0,
-                    self.qpn_shifted >> 8,
+                    qpn,
                     plan.fm_ce_se,
                     plan.ds as u8,
                     imm,
                 )
             });
         }
-        let mut seg = start.wrapping_add(1);
+        // The next segment to write, counted from the control segment.
+        let mut k = 1;
         match &wr.op {
             SendOp::Write { remote, .. }
             | SendOp::WriteImm { remote, .. }
             | SendOp::Read { remote, .. } => {
                 // SAFETY: as above.
                 unsafe {
-                    ring.with_mut(seg, |b| {
+                    ring.with_mut_wqe(start, k, |b| {
                         RaddrSeg::new_unchecked(b).set(remote.addr, remote.rkey)
                     })
                 };
-                seg = seg.wrapping_add(1);
+                k += 1;
             }
             SendOp::CompareSwap {
                 local,
@@ -354,12 +394,20 @@ impl<'a> SendQueue<'a> {
             } => {
                 // SAFETY: as above.
                 unsafe {
-                    write_atomic(ring, seg, local, remote.addr, remote.rkey, *swap, *compare)
+                    write_atomic(
+                        ring,
+                        start,
+                        local,
+                        remote.addr,
+                        remote.rkey,
+                        *swap,
+                        *compare,
+                    )
                 };
             }
             SendOp::FetchAdd { local, remote, add } => {
                 // SAFETY: as above.
-                unsafe { write_atomic(ring, seg, local, remote.addr, remote.rkey, *add, 0) };
+                unsafe { write_atomic(ring, start, local, remote.addr, remote.rkey, *add, 0) };
             }
             SendOp::Send { .. } | SendOp::SendImm { .. } | SendOp::Nop => {}
         }
@@ -370,42 +418,79 @@ impl<'a> SendQueue<'a> {
             let sgl = wr.op.sgl();
             match plan.inline {
                 // SAFETY: the segments are free (as above); the sources are readable (caller).
-                Some(len) => unsafe { write_inline(ring, seg, sgl, len) },
+                Some(len) => unsafe { write_inline(ring, start.wrapping_add(k), sgl, len) },
+                // One entry, the common case, as straight-line code.
+                None if sgl.len() == 1 => {
+                    if let Some(s) = sgl.first()
+                        && s.length != 0
+                    {
+                        // SAFETY: as above.
+                        unsafe { write_data(ring, start, k, s) };
+                    }
+                }
                 None => {
                     for s in sgl {
                         if s.length == 0 {
                             continue;
                         }
                         // SAFETY: as above.
-                        unsafe {
-                            ring.with_mut(seg, |b| {
-                                DataSeg::new_unchecked(b).set(s.length, s.lkey, s.addr)
-                            })
-                        };
-                        seg = seg.wrapping_add(1);
+                        unsafe { write_data(ring, start, k, s) };
+                        k += 1;
                     }
                 }
             }
         }
-        let next = self.pi.wrapping_add(plan.blocks);
-        // SAFETY: the slot of block `pi` is free (room was checked: the poller has retired
-        // every earlier WQE there) and the WQE is not published yet.
+        let next = pi.wrapping_add(plan.blocks);
+        // The slot of block `pi`: its place in the ring, which the slots mirror (`new` checked
+        // that there is one per block).
+        let slot = ring.block_of(start) as usize;
+        debug_assert!(slot < slots.len());
+        // SAFETY: in bounds (above); the slot is free (room was checked: the poller has
+        // retired every earlier WQE there) and the WQE is not published yet.
         unsafe {
-            self.state.record(
-                self.pi,
-                SlotData {
-                    wr_id: wr.wr_id,
-                    next,
-                    opcode: plan.opcode,
-                    signaled: plan.signaled,
-                },
-            )
+            slots.get_unchecked(slot).record(SlotData {
+                wr_id: wr.wr_id,
+                next,
+                opcode: plan.opcode,
+                signaled: plan.signaled,
+            })
         };
-        self.last_seg = start;
-        self.last_blocks = plan.blocks;
-        self.pending += 1;
         self.sig_posted = self.sig_posted.wrapping_add(u16::from(plan.signaled));
         self.pi = next;
+        start
+    }
+
+    /// [`PostSend::ring`] out of line, for [`PostSend::send`] after requests were written and
+    /// not rung (not the latency path).
+    #[cold]
+    #[inline(never)]
+    fn ring_pending(&mut self) {
+        self.ring();
+    }
+
+    /// The index of the first request of `wrs` that does not fit after the ones before it
+    /// (all of them valid), for a batch refused as a whole.
+    #[cold]
+    fn first_misfit(&self, wrs: &[SendWr<'_>]) -> usize {
+        let (mut blocks, mut signaled) = (0u32, 0u32);
+        for (index, wr) in wrs.iter().enumerate() {
+            if let Ok(plan) = self.plan(wr) {
+                blocks += plan.blocks;
+                signaled += u32::from(plan.signaled);
+            }
+            if !self.fits(blocks, signaled) {
+                return index;
+            }
+        }
+        wrs.len().saturating_sub(1)
+    }
+
+    /// Notes a WQE written by [`SendQueue::write`] for the next [`PostSend::ring`].
+    #[inline(always)]
+    fn note_pending(&mut self, start: u32, blocks: u32) {
+        self.last_seg = start;
+        self.last_blocks = blocks;
+        self.pending += 1;
     }
 }
 
@@ -421,15 +506,15 @@ fn check_atomic(local: &Sge, raddr: u64) -> Result<(), PostError> {
     Ok(())
 }
 
-/// Writes raddr, atomic and data segments from `seg` on.
+/// Writes the raddr, atomic and data segments (1, 2, 3) of the WQE at segment `start`.
 ///
 /// # Safety
 ///
-/// The three segments are free and unpublished.
+/// The three segments are free and unpublished; `start` is a block boundary.
 #[inline(always)]
 unsafe fn write_atomic(
     ring: &SegRing,
-    seg: u32,
+    start: u32,
     local: &Sge,
     raddr: u64,
     rkey: u32,
@@ -438,14 +523,29 @@ unsafe fn write_atomic(
 ) {
     // SAFETY: (caller) the segments are free and unpublished.
     unsafe {
-        ring.with_mut(seg, |b| RaddrSeg::new_unchecked(b).set(raddr, rkey));
-        ring.with_mut(seg.wrapping_add(1), |b| {
+        ring.with_mut_wqe(start, 1, |b| RaddrSeg::new_unchecked(b).set(raddr, rkey));
+        ring.with_mut_wqe(start, 2, |b| {
             AtomicSeg::new_unchecked(b).set(swap_add, compare)
         });
-        ring.with_mut(seg.wrapping_add(2), |b| {
+        ring.with_mut_wqe(start, 3, |b| {
             DataSeg::new_unchecked(b).set(8, local.lkey, local.addr)
         });
     }
+}
+
+/// Writes a data segment for `s` as segment `k` of the WQE at segment `start`.
+///
+/// # Safety
+///
+/// The segment is free and unpublished; `start` is a block boundary.
+#[inline(always)]
+unsafe fn write_data(ring: &SegRing, start: u32, k: u32, s: &Sge) {
+    // SAFETY: (caller) the segment is free and unpublished.
+    unsafe {
+        ring.with_mut_wqe(start, k, |b| {
+            DataSeg::new_unchecked(b).set(s.length, s.lkey, s.addr)
+        })
+    };
 }
 
 /// Writes an inline segment carrying the bytes of `sgl` (`len` in all) from segment `seg` on,
@@ -455,7 +555,7 @@ unsafe fn write_atomic(
 ///
 /// The segments are free and unpublished; every entry's bytes are readable.
 #[inline(always)]
-unsafe fn write_inline(ring: &SegRing, mut seg: u32, sgl: &[Sge], len: u32) {
+unsafe fn write_inline(ring: &SegRing, seg: u32, sgl: &[Sge], len: u32) {
     if len == 0 {
         return;
     }
@@ -465,31 +565,26 @@ unsafe fn write_inline(ring: &SegRing, mut seg: u32, sgl: &[Sge], len: u32) {
             b[..4].copy_from_slice(&inline_byte_count(len).to_be_bytes())
         })
     };
-    let mut off = 4usize;
+    // A byte counter into the ring (free-running like the segment counter, 16 per segment).
+    let mut at = seg.wrapping_mul(16).wrapping_add(4);
     for s in sgl {
-        let mut src = s.addr as usize as *const u8;
-        let mut left = s.length as usize;
-        while left > 0 {
-            let n = left.min(16 - off);
-            // SAFETY: (caller) `src..src+left` is readable and the segment is free; `off + n
-            // <= 16`.
-            unsafe {
-                ring.with_mut(seg, |b| {
-                    core::ptr::copy_nonoverlapping(src, b.as_mut_ptr().add(off), n)
-                });
-                src = src.add(n);
-            }
-            left -= n;
-            off += n;
-            if off == 16 {
-                seg = seg.wrapping_add(1);
-                off = 0;
-            }
-        }
+        // SAFETY: (caller) `addr..addr+length` is readable and the segments are free; the
+        // payload (at most `max_inline_data`, which fits the largest WQE) is shorter than the
+        // ring.
+        unsafe { ring.copy_in(at, s.addr as usize as *const u8, s.length as usize) };
+        at = at.wrapping_add(s.length);
     }
+    let off = at % 16;
     if off != 0 {
+        // Zero the padding, bytes `off..16`, with a mask over the whole segment rather than a
+        // fill of variable length (a call to memset).
+        let keep = (1u128 << (8 * off)) - 1;
         // SAFETY: (caller) the segment is free.
-        unsafe { ring.with_mut(seg, |b| b[off..].fill(0)) };
+        unsafe {
+            ring.with_mut(at / 16, |b| {
+                *b = (u128::from_le_bytes(*b) & keep).to_le_bytes();
+            })
+        };
     }
 }
 
@@ -499,7 +594,28 @@ impl PostSend for SendQueue<'_> {
         let plan = self.plan(wr)?;
         self.check_room(plan.blocks, u32::from(plan.signaled))?;
         // SAFETY: planned and room checked; the caller upholds the posting contract.
-        unsafe { self.write(wr, &plan) };
+        let start = unsafe { self.write(wr, &plan) };
+        self.note_pending(start, plan.blocks);
+        Ok(())
+    }
+
+    /// Posts and rings, inlined into the caller like [`PostSend::post_send`], so that a request
+    /// whose operation is known at the call compiles to that operation's code alone (the
+    /// trait's provided `send` is an ordinary call, where the request is opaque). The WQE goes
+    /// straight to the doorbell; requests written earlier and not yet rung are rung first
+    /// (once this one is known to be valid and to fit), so that this one alone rides on
+    /// BlueFlame.
+    #[inline(always)]
+    unsafe fn send(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
+        let plan = self.plan(wr)?;
+        self.check_room(plan.blocks, u32::from(plan.signaled))?;
+        if self.pending != 0 {
+            self.ring_pending();
+        }
+        // SAFETY: planned and room checked; the caller upholds the posting contract.
+        let start = unsafe { self.write(wr, &plan) };
+        self.doorbell
+            .ring(self.ring, self.pi, start, plan.blocks, true);
         Ok(())
     }
 
@@ -509,7 +625,7 @@ impl PostSend for SendQueue<'_> {
             return;
         }
         self.doorbell.ring(
-            &self.ring,
+            self.ring,
             self.pi,
             self.last_seg,
             self.last_blocks,
@@ -519,22 +635,52 @@ impl PostSend for SendQueue<'_> {
     }
 
     unsafe fn post_send_batch(&mut self, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
+        // The plans of the first requests are kept for the writing pass (a small array on the
+        // stack, left uninitialised: no allocation, no clearing); later ones, if any, are
+        // planned again.
+        let mut plans = [const { MaybeUninit::<Plan>::uninit() }; BATCH_PLANS];
         let mut blocks = 0u32;
         let mut signaled = 0u32;
         for (index, wr) in wrs.iter().enumerate() {
-            let plan = self.plan(wr).map_err(|error| BatchError { index, error })?;
+            let plan = match self.plan(wr) {
+                Ok(plan) => plan,
+                Err(error) => {
+                    // A request before this one that does not fit comes first, as when posting
+                    // one by one.
+                    self.check_room(blocks, signaled)
+                        .map_err(|error| BatchError {
+                            index: self.first_misfit(wrs),
+                            error,
+                        })?;
+                    return Err(BatchError { index, error });
+                }
+            };
             blocks += plan.blocks;
             signaled += u32::from(plan.signaled);
-            self.check_room(blocks, signaled)
-                .map_err(|error| BatchError { index, error })?;
-        }
-        for wr in wrs {
-            // Infallible: the same plan succeeded above and nothing changed since.
-            if let Ok(plan) = self.plan(wr) {
-                // SAFETY: planned, and room for the whole batch was checked; the caller
-                // upholds the posting contract for every request.
-                unsafe { self.write(wr, &plan) };
+            if let Some(p) = plans.get_mut(index) {
+                p.write(plan);
             }
+        }
+        self.check_room(blocks, signaled)
+            .map_err(|error| BatchError {
+                index: self.first_misfit(wrs),
+                error,
+            })?;
+        for (index, wr) in wrs.iter().enumerate() {
+            let plan = match plans.get(index) {
+                // SAFETY: the first pass wrote the plan of every request with a place in the
+                // array.
+                Some(p) => unsafe { p.assume_init_read() },
+                // Infallible: the same plan succeeded above and nothing changed since.
+                None => match self.plan(wr) {
+                    Ok(p) => p,
+                    Err(_) => continue,
+                },
+            };
+            // SAFETY: planned, and room for the whole batch was checked; the caller upholds
+            // the posting contract for every request.
+            let start = unsafe { self.write(wr, &plan) };
+            self.note_pending(start, plan.blocks);
         }
         self.ring();
         Ok(())

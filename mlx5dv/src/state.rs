@@ -44,6 +44,20 @@ impl SqSlot {
     }
 }
 
+impl SqSlot {
+    /// Poster side: records the WQE starting at this slot's basic block.
+    ///
+    /// # Safety
+    ///
+    /// The slot is the poster's: the credit word shows the poller has consumed every earlier
+    /// completion of this slot, and the WQE is not published yet.
+    #[inline(always)]
+    pub(crate) unsafe fn record(&self, data: SlotData) {
+        // SAFETY: (caller) no one else accesses this slot now.
+        self.0.with_mut(|p| unsafe { p.write(data) });
+    }
+}
+
 /// Per-entry bookkeeping storage of a receive queue (the `wr_id`). Allocate `rq.wqe_cnt` once.
 #[derive(Debug, Default)]
 pub struct RqSlot(UnsafeCell<u64>);
@@ -110,16 +124,11 @@ impl<'a> SqState<'a> {
         unsafe { self.slots.get_unchecked(i) }
     }
 
-    /// Poster side: records the WQE starting at basic block `pi`.
-    ///
-    /// # Safety
-    ///
-    /// The slot is the poster's: the credit word shows the poller has consumed every earlier
-    /// completion of this slot, and the WQE is not published yet.
+    /// The slots, for the poster, which indexes them with the ring position it has already
+    /// masked (see [`SqSlot::record`]).
     #[inline(always)]
-    pub(crate) unsafe fn record(&self, pi: u32, data: SlotData) {
-        // SAFETY: (caller) no one else accesses this slot now.
-        self.slot(pi).0.with_mut(|p| unsafe { p.write(data) });
+    pub(crate) fn slots(&self) -> &'a [SqSlot] {
+        self.slots
     }
 
     /// Poster side: the credit word (`Acquire`, pairing with the poller's `Release`).

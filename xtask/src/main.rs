@@ -7,11 +7,17 @@
 //! - `rxe [-- cmd]`: a command in the rxe VM (or on this host's RDMA devices).
 //! - `run-checks PLAN RESULTS`: runs a plan of device checks; the rxe stage runs it inside
 //!   the VM, where the xtask binary itself is reachable over the workspace share.
+//! - `bench [--instructions | --fallback] [--quick] [--write-docs] [-- args]`: the direct
+//!   path against the C baselines (criterion times, or callgrind instruction counts), or the
+//!   libibverbs fallback against raw libibverbs on a device, with the ratios.
+//! - `emu [--] program [args]`: runs a program on the emulated ConnectX.
 //!
 //! One module per command (`vm` is the VM that `rxe` boots); `util` holds what they share
 //! (running commands, tables).
 
+mod bench;
 mod demo;
+mod emu;
 mod libtest;
 mod loom;
 mod nostd;
@@ -26,14 +32,22 @@ use std::process::ExitCode;
 const USAGE: &str = "usage: cargo xtask <command> [args]
 
 commands:
-  demo [-- args]                   the main job: build WQEs over ordinary memory and show them
+  demo [-- args]                   the main job: SEND and WRITE ping-pong on the software device
   test [--list] [--only a,b] [--skip a,b]
                                    everything CI runs (prerequisites, fmt, clippy, tests, doc,
                                    no_std proof, loom models), with a summary
   loom                             the loom models, then each mutant (which loom must reject)
   rxe [--timeout S] -- CMD [ARGS]  run CMD in a qemu VM with rxe devices (rxe0; rxe1<->rxe2),
                                    in this directory, and exit with its code (125: VM failed);
-                                   `cargo xtask rxe --help` for --host, --shell, --image";
+                                   `cargo xtask rxe --help` for --host, --shell, --image
+  bench [--instructions] [--quick] [--write-docs] [--calls N] [-- criterion args]
+                                   the direct path against C baselines on mlx5dv.h: criterion
+                                   times (or callgrind instruction counts) with the ratios
+  bench --fallback [--host] [--write-docs] [-- args]
+                                   the libibverbs fallback against raw libibverbs, on rxe in
+                                   the VM (or this machine's device with --host)
+  emu [--] program [args]          runs a program on the emulated ConnectX (libibverbs and
+                                   libmlx5 unmodified, the software device behind them)";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -48,6 +62,8 @@ fn main() -> ExitCode {
         "loom" => loom::main(rest),
         "rxe" => return rxe::main(rest),
         "run-checks" => rxe::checks::main(rest),
+        "bench" => bench::main(rest),
+        "emu" => emu::main(rest),
         "help" | "-h" | "--help" => {
             println!("{USAGE}");
             Ok(())

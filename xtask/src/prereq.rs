@@ -38,7 +38,34 @@ const NEEDS: &[Need] = &[
         present: || Path::new("/usr/include/stdio.h").exists(),
         package: "libc6-dev",
     },
+    Need {
+        what: "libmlx5, rdma-core's mlx5 provider (the emulated ConnectX)",
+        present: has_libmlx5,
+        package: "ibverbs-providers",
+    },
+    Need {
+        what: "perftest's ib_write_lat and friends (the emulated ConnectX)",
+        present: || Path::new("/usr/bin/ib_write_lat").exists(),
+        package: "perftest",
+    },
+    Need {
+        what: "ibv_rc_pingpong (the emulated ConnectX)",
+        present: || Path::new("/usr/bin/ibv_rc_pingpong").exists(),
+        package: "ibverbs-utils",
+    },
 ];
+
+/// Whether `libmlx5.so.1` is in a library directory (`/usr/lib/<triplet>/` on Debian).
+fn has_libmlx5() -> bool {
+    let dirs = std::fs::read_dir("/usr/lib")
+        .into_iter()
+        .flatten()
+        .flatten();
+    Path::new("/usr/lib/libmlx5.so.1").exists()
+        || dirs
+            .into_iter()
+            .any(|d| d.path().join("libmlx5.so.1").exists())
+}
 
 /// Rust toolchain components the checks run.
 const COMPONENTS: &[(&str, &str)] = &[("fmt", "rustfmt"), ("clippy", "clippy")];

@@ -27,8 +27,11 @@ pub struct Stage {
 /// Later stages plug in here, each as its own module with a `run` function (stages that run
 /// `cargo test` go through [`counted_tests`], so their tests join the table and the final
 /// count), in this order:
-/// - `connectx`: the direct path through Debian's libmlx5 on the emulated ConnectX (fake sysfs
-///   tree and uverbs shim in front of the software device), WQEs compared with libmlx5's own.
+/// - `rxe` (built): rdma-core's tools and the project's programs and device tests on rxe
+///   devices inside a qemu VM (`crate::rxe`, `crate::vm`);
+/// - `connectx` (built): the direct path through Debian's libmlx5 on the emulated ConnectX
+///   (fake sysfs tree and uverbs shim in front of the software device), WQEs compared with
+///   libmlx5's own, perftest and `ibv_rc_pingpong` unmodified (`crate::emu`).
 pub const STAGES: &[Stage] = &[
     Stage {
         name: "prerequisites",
@@ -70,7 +73,11 @@ pub const STAGES: &[Stage] = &[
         about: "rdma-core's tools and the device tests on rxe devices in a qemu VM",
         run: crate::rxe::stage,
     },
-    // Later: connectx (see above).
+    Stage {
+        name: "connectx",
+        about: "the emulated ConnectX: WQEs and CQEs against libmlx5, perftest, ibv_rc_pingpong",
+        run: crate::emu::run,
+    },
 ];
 
 /// State of one `cargo xtask test` run, shared by its stages.

@@ -272,4 +272,7 @@ pub struct Stats {
     pub bad_doorbells: u64,
     /// Payload bytes moved.
     pub bytes: u64,
+    /// Messages from other device instances that could not be parsed or matched no request
+    /// in flight.
+    pub bad_messages: u64,
 }

@@ -36,10 +36,11 @@ fn put32(c: &mut RawCqe, at: usize, v: u32) {
     c[at..at + 4].copy_from_slice(&v.to_be_bytes());
 }
 
-/// A successful requester CQE.
-pub(crate) fn req(qpn: u32, wqe_opcode: u8, wqe_counter: u16, byte_cnt: u32) -> RawCqe {
+/// A successful requester CQE. `uidx` is the QP's user index (`srqn_uidx`, by which libmlx5
+/// finds the QP with CQE version 1); the device's own QPs use their QPN.
+pub(crate) fn req(uidx: u32, qpn: u32, wqe_opcode: u8, wqe_counter: u16, byte_cnt: u32) -> RawCqe {
     let mut c = [0u8; 64];
-    put32(&mut c, 32, qpn); // srqn_uidx: the user index, here the QPN
+    put32(&mut c, 32, uidx & 0x00ff_ffff); // srqn_uidx: the user index
     put32(&mut c, 44, byte_cnt);
     put32(&mut c, 56, (u32::from(wqe_opcode) << 24) | qpn);
     c[60..62].copy_from_slice(&wqe_counter.to_be_bytes());
@@ -49,6 +50,7 @@ pub(crate) fn req(qpn: u32, wqe_opcode: u8, wqe_counter: u16, byte_cnt: u32) -> 
 
 /// A successful responder CQE (`RESP_SEND`, `RESP_SEND_IMM` or `RESP_WR_IMM`).
 pub(crate) fn resp(
+    uidx: u32,
     qpn: u32,
     opcode: u8,
     wqe_counter: u16,
@@ -57,7 +59,7 @@ pub(crate) fn resp(
     solicited: bool,
 ) -> RawCqe {
     let mut c = [0u8; 64];
-    put32(&mut c, 32, qpn);
+    put32(&mut c, 32, uidx & 0x00ff_ffff);
     c[36..40].copy_from_slice(&imm);
     put32(&mut c, 44, byte_cnt);
     put32(&mut c, 56, qpn);
@@ -68,6 +70,7 @@ pub(crate) fn resp(
 
 /// An error CQE (`REQ_ERR` or `RESP_ERR`).
 pub(crate) fn err(
+    uidx: u32,
     qpn: u32,
     opcode: u8,
     wqe_opcode: u8,
@@ -76,7 +79,7 @@ pub(crate) fn err(
     vendor: u8,
 ) -> RawCqe {
     let mut c = [0u8; 64];
-    put32(&mut c, 32, qpn);
+    put32(&mut c, 32, uidx & 0x00ff_ffff);
     c[54] = vendor;
     c[55] = syndrome;
     put32(&mut c, 56, (u32::from(wqe_opcode) << 24) | qpn);
@@ -107,6 +110,8 @@ pub(crate) struct DevCq {
     /// CQEs wait until released.
     holding: bool,
     pub(crate) overruns: u64,
+    /// Destroyed: no CQE is written any more.
+    pub(crate) dead: bool,
 }
 
 impl DevCq {
@@ -126,6 +131,7 @@ impl DevCq {
             delay: 0,
             holding: false,
             overruns: 0,
+            dead: false,
         }
     }
 
@@ -227,7 +233,7 @@ mod tests {
 
     #[test]
     fn requester_cqe_bytes() {
-        let c = req(0x000102, 0x10, 0xbeef, 0x40);
+        let c = req(0x000102, 0x000102, 0x10, 0xbeef, 0x40);
         let mut want = [0u8; 64];
         want[32..36].copy_from_slice(&[0, 0, 1, 2]);
         want[44..48].copy_from_slice(&[0, 0, 0, 0x40]);
@@ -241,6 +247,7 @@ mod tests {
     fn responder_and_error_cqe_bytes() {
         let c = resp(
             0x103,
+            0x103,
             op::RESP_SEND_IMM,
             7,
             5,
@@ -252,7 +259,7 @@ mod tests {
         assert_eq!(&c[56..60], &[0, 0, 1, 3]);
         assert_eq!(&c[60..62], &[0, 7]);
         assert_eq!(c[63], 0x32, "RESP_SEND_IMM with the solicited bit");
-        let e = err(0x103, op::REQ_ERR, 0x0a, 9, 0x13, 0x31);
+        let e = err(0x103, 0x103, op::REQ_ERR, 0x0a, 9, 0x13, 0x31);
         assert_eq!((e[54], e[55], e[63]), (0x31, 0x13, 0xd0));
         assert_eq!(&e[56..60], &[0x0a, 0, 1, 3]);
     }
@@ -272,9 +279,9 @@ mod tests {
         let db = NonNull::new(dbrec.as_mut_ptr()).unwrap();
         let mut cq = DevCq::new(1, region, db, 2);
         let mut written = 0;
-        cq.push(0, req(1, 0, 0, 0), &mut written);
-        cq.push(0, req(1, 0, 1, 0), &mut written);
-        cq.push(0, req(1, 0, 2, 0), &mut written);
+        cq.push(0, req(1, 1, 0, 0, 0), &mut written);
+        cq.push(0, req(1, 1, 0, 1, 0), &mut written);
+        cq.push(0, req(1, 1, 0, 2, 0), &mut written);
         assert_eq!(
             (written, cq.overruns),
             (2, 1),
@@ -283,7 +290,7 @@ mod tests {
         // The poller consumed both.
         // SAFETY: word 0 of the local doorbell record, written through the device's pointer.
         unsafe { db.as_ptr().write(2u32.to_be()) };
-        cq.push(0, req(1, 0, 3, 0), &mut written);
+        cq.push(0, req(1, 1, 0, 3, 0), &mut written);
         assert_eq!(ring[0][63], 0x01, "second pass: owner 1");
         assert_eq!(ring[1][63], 0x00);
         assert_eq!(&ring[0][60..62], &[0, 3]);

@@ -14,10 +14,17 @@
 //! any byte moves, so a failed request writes nothing; real hardware may have placed part of a
 //! message when it detects an error.
 //!
-//! Requester and responder talk through [`Engine::execute`] alone, with the peer named by its
-//! index; a later channel between processes carries the same requests and answers.
+//! Requester and responder meet in [`Engine::respond`]: the requester checks its own side
+//! (keys, bounds and rights of its gather list or READ destination), the responder does its
+//! work on its own memory, receive queue and CQs and answers with an [`Answer`], which the
+//! requester turns into its completion. A peer in the same device is called directly; a peer
+//! in another process is reached through the [`Wire`]: the same request goes out as a
+//! [`Request`] message, the peer's device runs [`Engine::respond`] on it, and its answer comes
+//! back as a [`Response`]. Such a QP keeps one request in flight.
 
 use core::ptr::NonNull;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 use std::vec::Vec;
 
 use zverbs_core::sync::atomic::{AtomicU8, AtomicU64, Ordering};
@@ -30,6 +37,7 @@ use super::cq::{self, DevCq, op};
 use super::mem::{DevBuf, Region, load_be32_acquire};
 use super::mr::{MrFault, MrTable};
 use super::vendor;
+use super::wire::{Message, Request, Response, Status, Wire};
 use super::wqe::{DataEntry, MAX_SEGS, Payload, RqRing, SqRing, Wqe};
 use crate::layout::{BfLayout, CqLayout, QpLayout, WqLayout};
 use crate::prm::cqe::Syndrome;
@@ -52,6 +60,29 @@ const REM_ACCESS: u8 = Syndrome::RemoteAccessErr.to_raw();
 const REM_OP: u8 = Syndrome::RemoteOpErr.to_raw();
 const RETRY_EXC: u8 = Syndrome::TransportRetryExcErr.to_raw();
 const RNR_EXC: u8 = Syndrome::RnrRetryExcErr.to_raw();
+/// How long a request to another process waits after an RNR NAK before it is sent again.
+const RNR_BACKOFF: Duration = Duration::from_micros(50);
+
+/// Where a QP's requests go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Peer {
+    /// A QP of the same device, by QPN.
+    Local(u32),
+    /// A QP of the device instance at `lid` in another process, reached through the [`Wire`].
+    Remote {
+        /// The LID of the peer's device instance.
+        lid: u16,
+        /// The peer QP's number.
+        qpn: u32,
+    },
+}
+
+/// A request in flight to another process.
+#[derive(Clone, Copy, Debug)]
+struct Pending {
+    seq: u32,
+    wqe: Wqe,
+}
 
 /// A QP's memory as the device sees it.
 #[derive(Clone, Copy, Debug)]
@@ -66,9 +97,19 @@ pub(crate) struct QpMem {
 pub(crate) struct DevQp {
     pub(crate) qpn: u32,
     mem: QpMem,
+    /// The user index CQEs carry in `srqn_uidx` (the QPN unless the driver chose one).
+    uidx: u32,
     send_cq: usize,
     recv_cq: usize,
     peer: Option<usize>,
+    /// A peer in another process (then `peer` is `None`).
+    remote: Option<(u16, u32)>,
+    /// The request in flight to the remote peer.
+    pending: Option<Pending>,
+    /// After an RNR NAK from a remote peer: send again at this time.
+    resend_at: Option<Instant>,
+    /// Destroyed: skipped, and never found by number again.
+    dead: bool,
     pub(crate) status: QpStatus,
     /// Send consumer counter in basic blocks (free-running).
     sq_ci: u32,
@@ -82,6 +123,9 @@ pub(crate) struct DevQp {
     /// Injected: the next message that needs a receive finds none.
     drop_next_recv: bool,
 }
+
+/// Converts an atomic operand to or from its order in memory.
+type ByteOrder = fn(u64) -> u64;
 
 /// Spans of memory: (address, length).
 type Span = (u64, u64);
@@ -132,8 +176,50 @@ enum Recv {
     Bogus,
 }
 
+/// What a requester asks of a responder, apart from the payload bytes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Ask {
+    opcode: u8,
+    solicited: bool,
+    raddr: u64,
+    rkey: u32,
+    imm: [u8; 4],
+    len: u64,
+    swap_add: u64,
+    compare: u64,
+}
+
+impl Ask {
+    fn of(w: &Wqe, len: u64) -> Self {
+        Self {
+            opcode: w.opcode,
+            solicited: w.fm_ce_se & fm_ce_se::SOLICITED != 0,
+            raddr: w.raddr,
+            rkey: w.rkey,
+            imm: w.imm,
+            len,
+            swap_add: w.swap_add,
+            compare: w.compare,
+        }
+    }
+}
+
+/// A responder's answer to an [`Ask`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Answer {
+    /// Done (WRITE, SEND).
+    Ack,
+    /// READ: the checked span of the responder's memory to read.
+    Read(Span),
+    /// Atomic: the original 8 bytes as they were in memory.
+    Atomic(u64),
+    /// No receive posted.
+    Rnr,
+    /// Refused: (syndrome, vendor syndrome) for the requester.
+    Nak(u8, u8),
+}
+
 /// The device's state. Accessed under the device's lock, by callers and the progress thread.
-#[derive(Debug)]
 pub(crate) struct Engine {
     qps: Vec<DevQp>,
     cqs: Vec<DevCq>,
@@ -142,6 +228,24 @@ pub(crate) struct Engine {
     now: u64,
     pub(crate) stats: Stats,
     cfg: DeviceConfig,
+    /// The transport to device instances in other processes, and this instance's LID.
+    wire: Option<(Arc<dyn Wire>, u16)>,
+    /// Tag of the next request sent through the wire.
+    next_seq: u32,
+    /// Atomics treat memory as host-endian instead of big-endian.
+    pub(crate) atomic_host_endian: bool,
+}
+
+impl core::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Engine")
+            .field("qps", &self.qps.len())
+            .field("cqs", &self.cqs.len())
+            .field("now", &self.now)
+            .field("stats", &self.stats)
+            .field("lid", &self.wire.as_ref().map(|w| w.1))
+            .finish_non_exhaustive()
+    }
 }
 
 // SAFETY: the engine holds raw pointers to device buffers it owns and to memory whose validity
@@ -207,7 +311,14 @@ impl Engine {
             now: 0,
             stats: Stats::default(),
             cfg,
+            wire: None,
+            next_seq: 0,
+            atomic_host_endian: false,
         }
+    }
+
+    pub(crate) fn set_wire(&mut self, wire: Arc<dyn Wire>, lid: u16) {
+        self.wire = Some((wire, lid));
     }
 
     fn alloc(&mut self, len: usize) -> Result<Region, SimError> {
@@ -225,14 +336,14 @@ impl Engine {
     pub(crate) fn qp_index(&self, qpn: u32) -> Result<usize, SimError> {
         self.qps
             .iter()
-            .position(|q| q.qpn == qpn)
+            .position(|q| q.qpn == qpn && !q.dead)
             .ok_or(SimError::NoSuchQp(qpn))
     }
 
     pub(crate) fn cq_index(&self, cqn: u32) -> Result<usize, SimError> {
         self.cqs
             .iter()
-            .position(|c| c.cqn == cqn)
+            .position(|c| c.cqn == cqn && !c.dead)
             .ok_or(SimError::NoSuchCq(cqn))
     }
 
@@ -293,7 +404,7 @@ impl Engine {
         if self.cqs.len() >= self.cfg.max_cqs as usize {
             return Err(SimError::TooMany);
         }
-        if self.cqs.iter().any(|c| c.cqn == layout.cqn) {
+        if self.cqs.iter().any(|c| c.cqn == layout.cqn && !c.dead) {
             return Err(SimError::InvalidConfig("CQ number in use"));
         }
         let buf = Region {
@@ -421,7 +532,7 @@ impl Engine {
         if self.qps.len() >= self.cfg.max_qps as usize {
             return Err(SimError::TooMany);
         }
-        if self.qps.iter().any(|q| q.qpn == layout.qpn) || layout.qpn > 0xff_ffff {
+        if self.qps.iter().any(|q| q.qpn == layout.qpn && !q.dead) || layout.qpn > 0xff_ffff {
             return Err(SimError::InvalidConfig("QP number in use or above 24 bits"));
         }
         let send_cq = self.cq_index(send_cq)?;
@@ -447,9 +558,14 @@ impl Engine {
                 rq,
                 dbrec: layout.dbrec,
             },
+            uidx: layout.qpn,
             send_cq,
             recv_cq,
             peer: None,
+            remote: None,
+            pending: None,
+            resend_at: None,
+            dead: false,
             status: QpStatus::Init,
             sq_ci: 0,
             rq_ci: 0,
@@ -476,6 +592,54 @@ impl Engine {
         Ok(())
     }
 
+    /// Points QP `qpn`'s requests at `peer` (one-sided, as `ibv_modify_qp` to RTR does) and
+    /// moves it to RTS.
+    pub(crate) fn connect_to(&mut self, qpn: u32, peer: Peer) -> Result<(), SimError> {
+        let q = self.qp_index(qpn)?;
+        let (local, remote) = match peer {
+            Peer::Local(p) => (Some(self.qp_index(p)?), None),
+            Peer::Remote { lid, qpn } => (None, Some((lid, qpn))),
+        };
+        let qp = &mut self.qps[q];
+        if qp.status != QpStatus::Init {
+            return Err(SimError::AlreadyConnected(qpn));
+        }
+        qp.peer = local;
+        qp.remote = remote;
+        qp.status = QpStatus::Rts;
+        Ok(())
+    }
+
+    pub(crate) fn set_user_index(&mut self, qpn: u32, uidx: u32) -> Result<(), SimError> {
+        self.qp_mut(qpn)?.uidx = uidx;
+        Ok(())
+    }
+
+    /// Forgets QP `qpn`: the device never touches its memory again. Local peers pointing at it
+    /// see a QP in the error state.
+    pub(crate) fn destroy_qp(&mut self, qpn: u32) -> Result<(), SimError> {
+        let q = self.qp_index(qpn)?;
+        let qp = &mut self.qps[q];
+        qp.dead = true;
+        qp.status = QpStatus::Error;
+        qp.pending = None;
+        Ok(())
+    }
+
+    /// Forgets CQ `cqn`; refused while a live QP uses it.
+    pub(crate) fn destroy_cq(&mut self, cqn: u32) -> Result<(), SimError> {
+        let c = self.cq_index(cqn)?;
+        if self
+            .qps
+            .iter()
+            .any(|q| !q.dead && (q.send_cq == c || q.recv_cq == c))
+        {
+            return Err(SimError::InvalidConfig("CQ in use by a QP"));
+        }
+        self.cqs[c].dead = true;
+        Ok(())
+    }
+
     pub(crate) fn reg_mr(&mut self, addr: u64, len: u64, access: Access) -> Result<Mr, SimError> {
         self.mrs.register(addr, len, access)
     }
@@ -492,10 +656,13 @@ impl Engine {
         self.stats.steps += 1;
         let now = self.now;
         let mut work = 0;
-        for c in self.cqs.iter_mut() {
+        for c in self.cqs.iter_mut().filter(|c| !c.dead) {
             work += c.tick(now, &mut self.stats.cqes);
         }
         for q in 0..self.qps.len() {
+            if self.qps[q].dead {
+                continue;
+            }
             work += self.service_rq(q);
             work += self.service_sq(q);
         }
@@ -514,6 +681,9 @@ impl Engine {
     fn push_cqe(&mut self, cq: usize, cqe: cq::RawCqe) {
         let now = self.now;
         let c = &mut self.cqs[cq];
+        if c.dead {
+            return;
+        }
         let before = c.overruns;
         c.push(now, cqe, &mut self.stats.cqes);
         self.stats.cq_overruns += c.overruns - before;
@@ -548,6 +718,7 @@ impl Engine {
         for _ in 0..avail {
             let qp = &mut self.qps[q];
             let cqe = cq::err(
+                qp.uidx,
                 qp.qpn,
                 op::RESP_ERR,
                 0,
@@ -565,8 +736,14 @@ impl Engine {
 
     /// Executes or flushes the next published send WQE.
     fn service_sq(&mut self, q: usize) -> usize {
-        if self.qps[q].status == QpStatus::Init {
+        if self.qps[q].status == QpStatus::Init || self.qps[q].pending.is_some() {
             return 0;
+        }
+        if let Some(at) = self.qps[q].resend_at {
+            if self.qps[q].status != QpStatus::Error && Instant::now() < at {
+                return 0;
+            }
+            self.qps[q].resend_at = None;
         }
         let avail = self.sq_doorbell(q);
         if avail == 0 {
@@ -590,6 +767,7 @@ impl Engine {
                 Err(b) => (b.opcode, b.blocks),
             };
             let cqe = cq::err(
+                qp.uidx,
                 qp.qpn,
                 op::REQ_ERR,
                 op,
@@ -615,10 +793,22 @@ impl Engine {
             self.fail(q, s, v, w.opcode, w.blocks);
             return 1;
         }
-        match self.execute(q, &w) {
+        if let Some((lid, qpn)) = self.qps[q].remote {
+            if w.opcode == opcode::NOP {
+                return self.finish(q, &w, Outcome::Done(0));
+            }
+            return self.send_remote(q, &w, lid, qpn);
+        }
+        let outcome = self.execute(q, &w);
+        self.finish(q, &w, outcome)
+    }
+
+    /// Completes the WQE at the send consumer counter with `outcome`; returns the work done.
+    fn finish(&mut self, q: usize, w: &Wqe, outcome: Outcome) -> usize {
+        match outcome {
             Outcome::Done(byte_cnt) => {
                 let qp = &mut self.qps[q];
-                let cqe = cq::req(qp.qpn, w.opcode, qp.sq_ci as u16, byte_cnt);
+                let cqe = cq::req(qp.uidx, qp.qpn, w.opcode, qp.sq_ci as u16, byte_cnt);
                 qp.sq_ci = qp.sq_ci.wrapping_add(w.blocks);
                 qp.rnr_left = None;
                 let cqn = qp.send_cq;
@@ -631,6 +821,9 @@ impl Engine {
             Outcome::Rnr => {
                 self.stats.rnr_naks += 1;
                 let qp = &mut self.qps[q];
+                if qp.remote.is_some() {
+                    qp.resend_at = Some(Instant::now() + RNR_BACKOFF);
+                }
                 if qp.rnr_retry == RNR_RETRY_INFINITE {
                     return 0;
                 }
@@ -654,6 +847,7 @@ impl Engine {
     fn fail(&mut self, q: usize, syndrome: u8, vendor: u8, wqe_opcode: u8, blocks: u32) {
         let qp = &mut self.qps[q];
         let cqe = cq::err(
+            qp.uidx,
             qp.qpn,
             op::REQ_ERR,
             wqe_opcode,
@@ -678,7 +872,15 @@ impl Engine {
     /// state.
     fn recv_fail(&mut self, p: usize, syndrome: u8, vendor: u8) {
         let qp = &mut self.qps[p];
-        let cqe = cq::err(qp.qpn, op::RESP_ERR, 0, qp.rq_ci as u16, syndrome, vendor);
+        let cqe = cq::err(
+            qp.uidx,
+            qp.qpn,
+            op::RESP_ERR,
+            0,
+            qp.rq_ci as u16,
+            syndrome,
+            vendor,
+        );
         qp.rq_ci = qp.rq_ci.wrapping_add(1);
         qp.status = QpStatus::Error;
         let cqn = qp.recv_cq;
@@ -740,118 +942,11 @@ impl Engine {
         }
     }
 
-    /// Checks the remote span of a WRITE, READ or atomic; on failure the responder enters the
-    /// error state (class C).
-    fn remote_check(&mut self, p: usize, w: &Wqe, len: u64, need: Access) -> Result<(), Outcome> {
-        self.mrs
-            .check_remote(w.rkey, w.raddr, len, need)
-            .map_err(|f| {
-                let v = mr_vendor(
-                    f,
-                    vendor::RKEY,
-                    vendor::REMOTE_BOUNDS,
-                    vendor::REMOTE_ACCESS,
-                );
-                Outcome::Fail(REM_ACCESS, v)
-            })
-            .inspect_err(|_| self.peer_to_error(p))
-    }
-
-    fn execute(&mut self, q: usize, w: &Wqe) -> Outcome {
-        match self.try_execute(q, w) {
-            Ok(o) | Err(o) => o,
-        }
-    }
-
-    fn try_execute(&mut self, q: usize, w: &Wqe) -> Result<Outcome, Outcome> {
-        let Some(p) = self.qps[q].peer else {
-            return Err(Outcome::Fail(RETRY_EXC, vendor::PEER_DOWN));
-        };
-        if self.qps[p].status != QpStatus::Rts {
-            return Err(Outcome::Fail(RETRY_EXC, vendor::PEER_DOWN));
-        }
-        let solicited = w.fm_ce_se & fm_ce_se::SOLICITED != 0;
+    /// The requester's own checks of `w`: the spans it reads (WRITE, SEND) or writes (READ,
+    /// the atomic's result), and the message length.
+    fn requester_spans(&self, q: usize, w: &Wqe) -> Result<(Spans, u64), Outcome> {
         match w.opcode {
-            opcode::NOP => Ok(Outcome::Done(0)),
-            opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM => {
-                let (src, len) = self.local_spans(q, w, Access::NONE)?;
-                // A zero-length RDMA WRITE needs no valid remote key (IBA C9-88).
-                if len > 0 {
-                    self.remote_check(p, w, len, Access::REMOTE_WRITE)?;
-                }
-                let imm = w.opcode == opcode::RDMA_WRITE_IMM;
-                let rci = if imm {
-                    match self.next_recv(p) {
-                        Recv::Posted(ci) => Some(ci),
-                        Recv::None => return Ok(Outcome::Rnr),
-                        Recv::Bogus => {
-                            self.recv_fail(p, LOC_QP_OP, vendor::DOORBELL);
-                            return Err(Outcome::Fail(REM_OP, vendor::REMOTE_RECV));
-                        }
-                    }
-                } else {
-                    None
-                };
-                // SAFETY: the source spans were checked against registered regions (or lie in
-                // the send ring), the destination against the peer's region with remote write.
-                unsafe { copy_spans(src.as_slice(), &[(w.raddr, len)], len) };
-                self.stats.bytes += len;
-                if let Some(ci) = rci {
-                    let peer = &mut self.qps[p];
-                    peer.rq_ci = ci.wrapping_add(1);
-                    let cqe = cq::resp(
-                        peer.qpn,
-                        op::RESP_WR_IMM,
-                        ci as u16,
-                        len as u32,
-                        w.imm,
-                        solicited,
-                    );
-                    let cqn = peer.recv_cq;
-                    self.push_cqe(cqn, cqe);
-                    self.stats.recvs += 1;
-                }
-                Ok(Outcome::Done(0))
-            }
-            opcode::SEND | opcode::SEND_IMM => {
-                let (src, len) = self.local_spans(q, w, Access::NONE)?;
-                let ci = match self.next_recv(p) {
-                    Recv::Posted(ci) => ci,
-                    Recv::None => return Ok(Outcome::Rnr),
-                    Recv::Bogus => {
-                        self.recv_fail(p, LOC_QP_OP, vendor::DOORBELL);
-                        return Err(Outcome::Fail(REM_OP, vendor::REMOTE_RECV));
-                    }
-                };
-                let dst = self.recv_spans(p, ci, len)?;
-                // SAFETY: the source spans were checked (or lie in the send ring), the
-                // destination spans against the peer's regions with local write.
-                unsafe { copy_spans(src.as_slice(), dst.as_slice(), len) };
-                self.stats.bytes += len;
-                self.stats.recvs += 1;
-                let peer = &mut self.qps[p];
-                peer.rq_ci = ci.wrapping_add(1);
-                let (resp_op, imm) = if w.opcode == opcode::SEND_IMM {
-                    (op::RESP_SEND_IMM, w.imm)
-                } else {
-                    (op::RESP_SEND, [0; 4])
-                };
-                let cqe = cq::resp(peer.qpn, resp_op, ci as u16, len as u32, imm, solicited);
-                let cqn = peer.recv_cq;
-                self.push_cqe(cqn, cqe);
-                Ok(Outcome::Done(0))
-            }
-            opcode::RDMA_READ => {
-                let (dst, len) = self.local_spans(q, w, Access::LOCAL_WRITE)?;
-                if len > 0 {
-                    self.remote_check(p, w, len, Access::REMOTE_READ)?;
-                }
-                // SAFETY: the remote span was checked against the peer's region with remote
-                // read, the local spans against regions with local write.
-                unsafe { copy_spans(&[(w.raddr, len)], dst.as_slice(), len) };
-                self.stats.bytes += len;
-                Ok(Outcome::Done(len as u32))
-            }
+            opcode::RDMA_READ => self.local_spans(q, w, Access::LOCAL_WRITE),
             opcode::ATOMIC_CS | opcode::ATOMIC_FA => {
                 let local = w.sges[0];
                 self.mrs
@@ -861,19 +956,345 @@ impl Engine {
                             mr_vendor(f, vendor::LKEY, vendor::LOCAL_BOUNDS, vendor::LOCAL_ACCESS);
                         Outcome::Fail(LOC_PROT, v)
                     })?;
-                if !w.raddr.is_multiple_of(8) {
-                    self.peer_to_error(p);
-                    return Err(Outcome::Fail(REM_INV_REQ, vendor::ATOMIC_ALIGN));
+                let mut s = Spans::new();
+                s.push((local.addr, 8));
+                Ok((s, 8))
+            }
+            _ => self.local_spans(q, w, Access::NONE),
+        }
+    }
+
+    /// Turns a responder's answer into the requester's outcome, placing READ data and atomic
+    /// results (`data`: the bytes of a remote answer) into the local spans.
+    ///
+    /// # Safety
+    ///
+    /// `spans` were checked by [`Engine::requester_spans`] for this WQE; a `Read` span lies in
+    /// memory the responder checked for remote read.
+    unsafe fn conclude(&mut self, answer: Answer, spans: &Spans, len: u64) -> Outcome {
+        match answer {
+            Answer::Ack => Outcome::Done(0),
+            Answer::Read(src) => {
+                // SAFETY: (caller) the source was checked by the responder, the destination
+                // spans by the requester (local write).
+                unsafe { copy_spans(&[src], spans.as_slice(), len) };
+                self.stats.bytes += len;
+                Outcome::Done(len as u32)
+            }
+            Answer::Atomic(orig) => {
+                let src = [(&orig as *const u64 as u64, 8)];
+                // SAFETY: the source is the local `orig`, the destination was checked against
+                // a region with local write.
+                unsafe { copy_spans(&src, spans.as_slice(), 8) };
+                self.stats.bytes += 8;
+                Outcome::Done(8)
+            }
+            Answer::Rnr => Outcome::Rnr,
+            Answer::Nak(s, v) => Outcome::Fail(s, v),
+        }
+    }
+
+    /// Executes `w` against a peer in this device.
+    fn execute(&mut self, q: usize, w: &Wqe) -> Outcome {
+        let Some(p) = self.qps[q].peer else {
+            return Outcome::Fail(RETRY_EXC, vendor::PEER_DOWN);
+        };
+        if self.qps[p].status != QpStatus::Rts {
+            return Outcome::Fail(RETRY_EXC, vendor::PEER_DOWN);
+        }
+        if w.opcode == opcode::NOP {
+            return Outcome::Done(0);
+        }
+        let (spans, len) = match self.requester_spans(q, w) {
+            Ok(x) => x,
+            Err(o) => return o,
+        };
+        let src = if matches!(
+            w.opcode,
+            opcode::RDMA_READ | opcode::ATOMIC_CS | opcode::ATOMIC_FA
+        ) {
+            Spans::new()
+        } else {
+            spans
+        };
+        // SAFETY: the payload spans were checked against registered regions (or lie in the
+        // send ring).
+        let answer = unsafe { self.respond(p, &Ask::of(w, len), src.as_slice()) };
+        // SAFETY: `spans` come from `requester_spans`; a READ span was checked by `respond`.
+        unsafe { self.conclude(answer, &spans, len) }
+    }
+
+    /// Sends `w` to the peer QP `qpn` in the device instance at `lid`.
+    fn send_remote(&mut self, q: usize, w: &Wqe, lid: u16, qpn: u32) -> usize {
+        let (spans, len) = match self.requester_spans(q, w) {
+            Ok(x) => x,
+            Err(o) => return self.finish(q, w, o),
+        };
+        let Some((wire, my_lid)) = self.wire.clone() else {
+            return self.finish(q, w, Outcome::Fail(RETRY_EXC, vendor::PEER_DOWN));
+        };
+        let mut payload = Vec::new();
+        if matches!(
+            w.opcode,
+            opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM | opcode::SEND | opcode::SEND_IMM
+        ) {
+            payload.resize(len as usize, 0);
+            // SAFETY: the spans were checked (or lie in the send ring); the destination is the
+            // new buffer of `len` bytes.
+            unsafe { copy_spans(spans.as_slice(), &[(payload.as_mut_ptr() as u64, len)], len) };
+        }
+        let ask = Ask::of(w, len);
+        let seq = self.next_seq;
+        self.next_seq = self.next_seq.wrapping_add(1);
+        let qp = &mut self.qps[q];
+        qp.pending = Some(Pending { seq, wqe: *w });
+        let req = Request {
+            src_lid: my_lid,
+            src_qpn: qp.qpn,
+            dst_qpn: qpn,
+            seq,
+            opcode: ask.opcode,
+            solicited: ask.solicited,
+            raddr: ask.raddr,
+            rkey: ask.rkey,
+            imm: ask.imm,
+            len: ask.len,
+            swap_add: ask.swap_add,
+            compare: ask.compare,
+            payload,
+        };
+        wire.send(lid, Message::Request(req).encode());
+        1
+    }
+
+    /// Handles a message from another device instance.
+    pub(crate) fn deliver(&mut self, msg: &[u8]) {
+        match Message::decode(msg) {
+            Some(Message::Request(r)) => self.serve(&r),
+            Some(Message::Response(r)) => self.complete_remote(&r),
+            None => self.stats.bad_messages += 1,
+        }
+    }
+
+    /// The responder's side of a request from another process; the answer goes back through
+    /// the wire.
+    fn serve(&mut self, r: &Request) {
+        let ask = Ask {
+            opcode: r.opcode,
+            solicited: r.solicited,
+            raddr: r.raddr,
+            rkey: r.rkey,
+            imm: r.imm,
+            len: r.len,
+            swap_add: r.swap_add,
+            compare: r.compare,
+        };
+        let writes = matches!(
+            r.opcode,
+            opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM | opcode::SEND | opcode::SEND_IMM
+        );
+        let answer = match self.qp_index(r.dst_qpn) {
+            Err(_) => Answer::Nak(RETRY_EXC, vendor::PEER_DOWN),
+            Ok(_) if writes && r.payload.len() as u64 != r.len => {
+                Answer::Nak(REM_INV_REQ, vendor::LAYOUT)
+            }
+            Ok(p) => {
+                let src = [(r.payload.as_ptr() as u64, r.payload.len() as u64)];
+                // SAFETY: the payload is the message's own bytes.
+                unsafe { self.respond(p, &ask, if writes { &src } else { &[] }) }
+            }
+        };
+        let (status, data) = match answer {
+            Answer::Ack => (Status::Ack, Vec::new()),
+            Answer::Read(span) => {
+                let mut v = std::vec![0u8; span.1 as usize];
+                // SAFETY: `respond` checked the span for remote read; the destination is the
+                // new buffer.
+                unsafe { copy_spans(&[span], &[(v.as_mut_ptr() as u64, span.1)], span.1) };
+                self.stats.bytes += span.1;
+                (Status::Ack, v)
+            }
+            Answer::Atomic(orig) => (Status::Ack, orig.to_ne_bytes().to_vec()),
+            Answer::Rnr => (Status::Rnr, Vec::new()),
+            Answer::Nak(s, v) => (Status::Nak(s, v), Vec::new()),
+        };
+        if let Some((wire, _)) = &self.wire {
+            let resp = Response {
+                dst_qpn: r.src_qpn,
+                seq: r.seq,
+                status,
+                data,
+            };
+            wire.send(r.src_lid, Message::Response(resp).encode());
+        }
+    }
+
+    /// The requester's side of an answer from another process.
+    fn complete_remote(&mut self, r: &Response) {
+        let Ok(q) = self.qp_index(r.dst_qpn) else {
+            return;
+        };
+        match self.qps[q].pending {
+            Some(p) if p.seq == r.seq => {}
+            _ => {
+                self.stats.bad_messages += 1;
+                return;
+            }
+        }
+        let Some(Pending { wqe: w, .. }) = self.qps[q].pending.take() else {
+            return;
+        };
+        if self.qps[q].status == QpStatus::Error {
+            // Moved to the error state meanwhile: the WQE is flushed by the next step.
+            return;
+        }
+        let outcome = match self.requester_spans(q, &w) {
+            Err(o) => o,
+            Ok((spans, len)) => {
+                let answer = match r.status {
+                    Status::Ack => match w.opcode {
+                        opcode::RDMA_READ if r.data.len() as u64 == len => {
+                            Answer::Read((r.data.as_ptr() as u64, len))
+                        }
+                        opcode::ATOMIC_CS | opcode::ATOMIC_FA => match r.data.as_slice().try_into()
+                        {
+                            Ok(b) => Answer::Atomic(u64::from_ne_bytes(b)),
+                            Err(_) => Answer::Nak(LOC_QP_OP, vendor::LAYOUT),
+                        },
+                        opcode::RDMA_READ => Answer::Nak(LOC_QP_OP, vendor::LAYOUT),
+                        _ => Answer::Ack,
+                    },
+                    Status::Rnr => Answer::Rnr,
+                    Status::Nak(s, v) => Answer::Nak(s, v),
+                };
+                // SAFETY: `spans` come from `requester_spans`; READ data is the response's own
+                // bytes, of the length asked.
+                unsafe { self.conclude(answer, &spans, len) }
+            }
+        };
+        self.finish(q, &w, outcome);
+    }
+
+    /// The responder's work for `ask` at QP `p`: checks, data placement, the receive it
+    /// consumes and its CQE; on a class C error the responder enters the error state.
+    ///
+    /// # Safety
+    ///
+    /// `src` (the payload of a WRITE or SEND, covering `ask.len` bytes) is valid for reads.
+    unsafe fn respond(&mut self, p: usize, ask: &Ask, src: &[Span]) -> Answer {
+        match self.try_respond(p, ask, src) {
+            Ok(a) | Err(a) => a,
+        }
+    }
+
+    fn try_respond(&mut self, p: usize, ask: &Ask, src: &[Span]) -> Result<Answer, Answer> {
+        if self.qps[p].status != QpStatus::Rts {
+            return Err(Answer::Nak(RETRY_EXC, vendor::PEER_DOWN));
+        }
+        let len = ask.len;
+        match ask.opcode {
+            opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM => {
+                // A zero-length RDMA WRITE needs no valid remote key (IBA C9-88).
+                if len > 0 {
+                    self.remote_check(p, ask, len, Access::REMOTE_WRITE)?;
                 }
-                self.remote_check(p, w, 8, Access::REMOTE_ATOMIC)?;
-                // SAFETY: the 8 aligned bytes lie in the peer's region with remote atomic
+                let imm = ask.opcode == opcode::RDMA_WRITE_IMM;
+                let rci = if imm {
+                    match self.next_recv(p) {
+                        Recv::Posted(ci) => Some(ci),
+                        Recv::None => return Ok(Answer::Rnr),
+                        Recv::Bogus => {
+                            self.recv_fail(p, LOC_QP_OP, vendor::DOORBELL);
+                            return Err(Answer::Nak(REM_OP, vendor::REMOTE_RECV));
+                        }
+                    }
+                } else {
+                    None
+                };
+                // SAFETY: the source spans are valid (caller), the destination was checked
+                // against the responder's region with remote write.
+                unsafe { copy_spans(src, &[(ask.raddr, len)], len) };
+                self.stats.bytes += len;
+                if let Some(ci) = rci {
+                    let peer = &mut self.qps[p];
+                    peer.rq_ci = ci.wrapping_add(1);
+                    let cqe = cq::resp(
+                        peer.uidx,
+                        peer.qpn,
+                        op::RESP_WR_IMM,
+                        ci as u16,
+                        len as u32,
+                        ask.imm,
+                        ask.solicited,
+                    );
+                    let cqn = peer.recv_cq;
+                    self.push_cqe(cqn, cqe);
+                    self.stats.recvs += 1;
+                }
+                Ok(Answer::Ack)
+            }
+            opcode::SEND | opcode::SEND_IMM => {
+                let ci = match self.next_recv(p) {
+                    Recv::Posted(ci) => ci,
+                    Recv::None => return Ok(Answer::Rnr),
+                    Recv::Bogus => {
+                        self.recv_fail(p, LOC_QP_OP, vendor::DOORBELL);
+                        return Err(Answer::Nak(REM_OP, vendor::REMOTE_RECV));
+                    }
+                };
+                let dst = self.recv_spans(p, ci, len)?;
+                // SAFETY: the source spans are valid (caller), the destination spans were
+                // checked against the responder's regions with local write.
+                unsafe { copy_spans(src, dst.as_slice(), len) };
+                self.stats.bytes += len;
+                self.stats.recvs += 1;
+                let peer = &mut self.qps[p];
+                peer.rq_ci = ci.wrapping_add(1);
+                let (resp_op, imm) = if ask.opcode == opcode::SEND_IMM {
+                    (op::RESP_SEND_IMM, ask.imm)
+                } else {
+                    (op::RESP_SEND, [0; 4])
+                };
+                let cqe = cq::resp(
+                    peer.uidx,
+                    peer.qpn,
+                    resp_op,
+                    ci as u16,
+                    len as u32,
+                    imm,
+                    ask.solicited,
+                );
+                let cqn = peer.recv_cq;
+                self.push_cqe(cqn, cqe);
+                Ok(Answer::Ack)
+            }
+            opcode::RDMA_READ => {
+                if len > 0 {
+                    self.remote_check(p, ask, len, Access::REMOTE_READ)?;
+                }
+                Ok(Answer::Read((ask.raddr, len)))
+            }
+            opcode::ATOMIC_CS | opcode::ATOMIC_FA => {
+                if !ask.raddr.is_multiple_of(8) {
+                    self.peer_to_error(p);
+                    return Err(Answer::Nak(REM_INV_REQ, vendor::ATOMIC_ALIGN));
+                }
+                self.remote_check(p, ask, 8, Access::REMOTE_ATOMIC)?;
+                // SAFETY: the 8 aligned bytes lie in the responder's region with remote atomic
                 // access; `AtomicU64` has the layout of `u64`. The value in memory is
-                // big-endian, as ConnectX treats it.
-                let target = unsafe { AtomicU64::from_ptr(w.raddr as usize as *mut u64) };
-                let orig = if w.opcode == opcode::ATOMIC_CS {
+                // big-endian (a ConnectX in its big-endian requester mode), or host-endian
+                // when the device was set so (the mode the Linux driver configures when the
+                // firmware offers it, and then advertises IBV_ATOMIC_HCA).
+                let target = unsafe { AtomicU64::from_ptr(ask.raddr as usize as *mut u64) };
+                let (to_mem, from_mem): (ByteOrder, ByteOrder) = if self.atomic_host_endian {
+                    (|v| v, |v| v)
+                } else {
+                    (u64::to_be, u64::from_be)
+                };
+                let orig = if ask.opcode == opcode::ATOMIC_CS {
                     match target.compare_exchange(
-                        w.compare.to_be(),
-                        w.swap_add.to_be(),
+                        to_mem(ask.compare),
+                        to_mem(ask.swap_add),
                         Ordering::AcqRel,
                         Ordering::Acquire,
                     ) {
@@ -881,28 +1302,40 @@ impl Engine {
                     }
                 } else {
                     match target.fetch_update(Ordering::AcqRel, Ordering::Acquire, |raw| {
-                        Some(u64::from_be(raw).wrapping_add(w.swap_add).to_be())
+                        Some(to_mem(from_mem(raw).wrapping_add(ask.swap_add)))
                     }) {
                         Ok(v) | Err(v) => v,
                     }
                 };
-                let src = [(&orig as *const u64 as u64, 8)];
-                // SAFETY: the source is the local `orig`, the destination was checked against
-                // a region with local write.
-                unsafe { copy_spans(&src, &[(local.addr, 8)], 8) };
-                self.stats.bytes += 8;
-                Ok(Outcome::Done(8))
+                Ok(Answer::Atomic(orig))
             }
-            _ => Err(Outcome::Fail(LOC_QP_OP, vendor::OPCODE)),
+            _ => Err(Answer::Nak(LOC_QP_OP, vendor::OPCODE)),
         }
+    }
+
+    /// Checks the remote span of a WRITE, READ or atomic; on failure the responder enters the
+    /// error state (class C).
+    fn remote_check(&mut self, p: usize, ask: &Ask, len: u64, need: Access) -> Result<(), Answer> {
+        self.mrs
+            .check_remote(ask.rkey, ask.raddr, len, need)
+            .map_err(|f| {
+                let v = mr_vendor(
+                    f,
+                    vendor::RKEY,
+                    vendor::REMOTE_BOUNDS,
+                    vendor::REMOTE_ACCESS,
+                );
+                Answer::Nak(REM_ACCESS, v)
+            })
+            .inspect_err(|_| self.peer_to_error(p))
     }
 
     /// The spans of receive `ci` at `p` that a message of `len` bytes fills, checked. On a
     /// failure the receive completes with an error at the responder, which enters the error
     /// state, and the requester's failure is returned.
-    fn recv_spans(&mut self, p: usize, ci: u32, len: u64) -> Result<Spans, Outcome> {
+    fn recv_spans(&mut self, p: usize, ci: u32, len: u64) -> Result<Spans, Answer> {
         let Some(rq) = self.qps[p].mem.rq else {
-            return Err(Outcome::Rnr);
+            return Err(Answer::Rnr);
         };
         let mut entries = [DataEntry::default(); MAX_SEGS];
         let n = rq.entries(ci, &mut entries);
@@ -911,7 +1344,7 @@ impl Engine {
             // The responder reports a local length error on the receive; the requester sees
             // the NAK as "remote invalid request" (as on mlx5 and rxe).
             self.recv_fail(p, LOC_LEN, vendor::RECV_TOO_SHORT);
-            return Err(Outcome::Fail(REM_INV_REQ, vendor::RECV_TOO_SHORT));
+            return Err(Answer::Nak(REM_INV_REQ, vendor::RECV_TOO_SHORT));
         }
         let mut spans = Spans::new();
         let mut left = len;
@@ -931,7 +1364,7 @@ impl Engine {
                     vendor::RECV_ACCESS,
                 );
                 self.recv_fail(p, LOC_PROT, v);
-                return Err(Outcome::Fail(REM_OP, vendor::REMOTE_RECV));
+                return Err(Answer::Nak(REM_OP, vendor::REMOTE_RECV));
             }
             spans.push((e.addr, used));
             left -= used;

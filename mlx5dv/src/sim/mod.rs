@@ -79,10 +79,12 @@ mod engine;
 mod mem;
 mod mr;
 pub mod vendor;
+pub mod wire;
 mod wqe;
 
 use core::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, Ordering};
+use core::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
@@ -93,11 +95,15 @@ pub use config::{
 
 use crate::layout::{CqLayout, QpLayout};
 use engine::Engine;
+pub use engine::Peer;
+use wire::Wire;
 
 #[derive(Debug)]
 struct Shared {
     engine: Mutex<Engine>,
     stop: AtomicBool,
+    /// Nanoseconds the progress thread sleeps when long idle (0: it only yields).
+    idle_sleep_ns: AtomicU64,
 }
 
 /// A software mlx5 device.
@@ -129,6 +135,7 @@ impl Device {
             shared: Arc::new(Shared {
                 engine: Mutex::new(Engine::new(cfg)),
                 stop: AtomicBool::new(false),
+                idle_sleep_ns: AtomicU64::new(0),
             }),
             thread: None,
         }
@@ -213,6 +220,69 @@ impl Device {
         self.engine().connect(a, b)
     }
 
+    /// Points QP `qpn`'s requests at `peer` and moves it to RTS, as `ibv_modify_qp` to RTR and
+    /// RTS does on one side of a connection (the peer is connected on its own side). A peer
+    /// in another process is reached through the device's [`Wire`].
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::NoSuchQp`] (for either QP of a local pair), [`SimError::AlreadyConnected`].
+    pub fn connect_to(&self, qpn: u32, peer: Peer) -> Result<(), SimError> {
+        self.engine().connect_to(qpn, peer)
+    }
+
+    /// Sets the user index QP `qpn`'s CQEs carry in `srqn_uidx` (by default its QPN). With CQE
+    /// version 1, libmlx5 finds a CQE's QP by this index, which it chose and passed in the
+    /// create-QP command.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::NoSuchQp`].
+    pub fn set_user_index(&self, qpn: u32, uidx: u32) -> Result<(), SimError> {
+        self.engine().set_user_index(qpn, uidx)
+    }
+
+    /// Destroys QP `qpn`: from the return on, the device never touches its memory (a QP
+    /// created with [`Device::create_qp_external`] can then be freed). Its number is not
+    /// found any more.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::NoSuchQp`].
+    pub fn destroy_qp(&self, qpn: u32) -> Result<(), SimError> {
+        self.engine().destroy_qp(qpn)
+    }
+
+    /// Destroys CQ `cqn`, as [`Device::destroy_qp`].
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::NoSuchCq`], [`SimError::InvalidConfig`] while a QP uses it.
+    pub fn destroy_cq(&self, cqn: u32) -> Result<(), SimError> {
+        self.engine().destroy_cq(cqn)
+    }
+
+    /// Makes atomics treat the 8 bytes as a host-endian integer (and return the original in
+    /// host order) instead of big-endian. The Linux mlx5 driver sets a ConnectX to this mode
+    /// when its firmware offers it, and only then advertises `IBV_ATOMIC_HCA`; the default
+    /// (big-endian) is the mode of a device that does not.
+    pub fn set_atomic_host_endian(&self, on: bool) {
+        self.engine().atomic_host_endian = on;
+    }
+
+    /// Connects this device instance to others (in other processes): `wire` carries its
+    /// messages, `lid` is the address other instances send to. See [`wire`].
+    pub fn set_wire(&self, wire: std::sync::Arc<dyn Wire>, lid: u16) {
+        self.engine().set_wire(wire, lid);
+    }
+
+    /// Hands a message from another device instance to this one: a request is served (the
+    /// responder's work, its answer sent through the wire), a response completes the
+    /// requester's WQE. Bytes that are no message are counted in [`Stats::bad_messages`].
+    pub fn deliver(&self, msg: &[u8]) {
+        self.engine().deliver(msg);
+    }
+
     /// Registers `len` bytes at `addr` with `access`.
     ///
     /// # Safety
@@ -289,6 +359,15 @@ impl Device {
             // A panic on the progress thread is a device bug; it surfaces in the tests' asserts.
             let _ = h.join();
         }
+    }
+
+    /// Lets the progress thread sleep for `d` at a time once it has been idle for a while
+    /// (after spinning, then yielding), instead of yielding for ever: it leaves the CPU to the
+    /// programs it serves on a small machine, at the cost of up to `d` of extra latency on the
+    /// first doorbell after a pause. `Duration::ZERO` (the default) only yields.
+    pub fn set_idle_sleep(&self, d: Duration) {
+        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.shared.idle_sleep_ns.store(ns, Ordering::Relaxed);
     }
 
     /// Whether the progress thread runs.
@@ -389,12 +468,17 @@ impl Drop for Device {
     }
 }
 
-/// The progress thread: steps while there is work, spins a little when idle, then yields.
 /// How long the device must have had nothing to do before its progress thread sleeps between
-/// passes instead of spinning.
+/// passes instead of spinning (unless [`Device::set_idle_sleep`] chose a sleep).
 const IDLE_BEFORE_SLEEP: std::time::Duration = std::time::Duration::from_millis(20);
 
+/// The progress thread: steps while there is work, spins a little when idle, then yields; after
+/// a long idle it sleeps between passes. [`Device::set_idle_sleep`] makes it sleep sooner (after
+/// a few hundred idle passes) and for the chosen time.
 fn progress(shared: &Shared) {
+    /// Idle passes that spin, then that yield, before sleeping starts.
+    const SPIN: u32 = 64;
+    const YIELD: u32 = 256;
     let mut idle = 0u32;
     let mut last_work = std::time::Instant::now();
     while !shared.stop.load(Ordering::Relaxed) {
@@ -405,7 +489,10 @@ fn progress(shared: &Shared) {
             .step();
         if n == 0 {
             idle = idle.saturating_add(1);
-            if idle > 64 {
+            let sleep = shared.idle_sleep_ns.load(Ordering::Relaxed);
+            if sleep > 0 && idle > SPIN + YIELD {
+                std::thread::sleep(Duration::from_nanos(sleep));
+            } else if idle > SPIN {
                 // Long idle (a process that opened the device and went quiet): do not keep a
                 // core busy; the next doorbell then waits at most one short sleep.
                 if idle.is_multiple_of(1024) && last_work.elapsed() > IDLE_BEFORE_SLEEP {

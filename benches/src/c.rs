@@ -1,0 +1,151 @@
+//! The C side: the baselines of `c/baseline.c` over [`QpMem`], sized and configured like the
+//! zverbs queues they are compared with.
+
+use std::ptr::null_mut;
+
+use crate::ffi::{self, IbvSendWr, IbvWc, ZvbCq, ZvbQpTable, ZvbSq, ZvbWrDesc};
+use crate::mem::QpMem;
+use crate::ours::CAPS;
+use crate::{Fixture, QPN};
+
+/// A send queue and CQ driven by the C baselines over [`QpMem`].
+pub struct CBase {
+    /// The memory.
+    pub mem: QpMem,
+    /// The send queue (boxed: C keeps pointers to it in the QP table).
+    pub sq: Box<ZvbSq>,
+    /// The completion queue.
+    pub cq: Box<ZvbCq>,
+    table: *mut ZvbQpTable,
+}
+
+impl CBase {
+    /// Queues over `mem` (used by nothing else) for QP [`QPN`], with [`CAPS`]. As libmlx5
+    /// sizes a QP, `max_post` is the ring size over the largest WQE the capabilities allow.
+    pub fn new(mem: QpMem) -> Self {
+        Self::with_qpn(mem, QPN)
+    }
+
+    /// As [`CBase::new`], for QP `qpn`.
+    pub fn with_qpn(mem: QpMem, qpn: u32) -> Self {
+        let max_ds =
+            2 + (CAPS.max_send_sge as usize).max((CAPS.max_inline_data as usize + 4).div_ceil(16));
+        let max_blocks = max_ds.div_ceil(4) as u32;
+        let n = mem.blocks as usize;
+        let buf = mem.sq.as_ptr();
+        let mut sq = Box::new(ZvbSq {
+            buf,
+            // SAFETY: one past the end of the leaked ring of `blocks` blocks.
+            qend: unsafe { buf.add(mem.blocks as usize * 64) },
+            wrid: leak_array(0u64, n),
+            wqe_head: leak_array(0u32, n),
+            wr_data: leak_array(0u32, n),
+            dbrec: mem.dbrec.as_ptr(),
+            bf_reg: mem.bf.as_ptr().cast(),
+            bf_size: mem.bf_size,
+            bf_offset: 0,
+            wqe_cnt: mem.blocks,
+            max_post: mem.blocks / max_blocks,
+            max_gs: CAPS.max_send_sge,
+            max_inline: CAPS.max_inline_data,
+            cur_post: 0,
+            head: 0,
+            tail: 0,
+            qpn,
+            rq_wrid: null_mut(),
+            rq_wqe_cnt: 0,
+            rq_tail: 0,
+        });
+        // SAFETY: allocation only.
+        let table = unsafe { ffi::zvb_qp_table_new() };
+        assert!(!table.is_null(), "out of memory");
+        // SAFETY: `table` is live and `sq` is boxed, so its address is stable for as long as
+        // the table (both live as long as this value).
+        assert_eq!(unsafe { ffi::zvb_qp_table_add(table, &mut *sq) }, 0);
+        let cq = Box::new(ZvbCq {
+            buf: mem.cq.as_ptr(),
+            dbrec: mem.cq_dbrec.as_ptr(),
+            qps: table,
+            cqe_mask: mem.cqes - 1,
+            cqe_sz: 64,
+            cons_index: 0,
+        });
+        Self { mem, sq, cq, table }
+    }
+}
+
+impl Drop for CBase {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new`; the CQ that points at it is dropped with this value.
+        unsafe { ffi::zvb_qp_table_free(self.table) };
+    }
+}
+
+impl Fixture for CBase {
+    fn room(&mut self, blocks_per_call: u32, requests_per_call: u32) -> u64 {
+        // SAFETY: a live queue.
+        let requests = unsafe { ffi::zvb_sq_room(&*self.sq) };
+        // `sq_full` refuses the request that would make `head - tail` reach `max_post`.
+        // The ring holds `max_post` of the largest WQEs, so blocks never run out first.
+        let _ = blocks_per_call;
+        u64::from(requests / requests_per_call)
+    }
+
+    fn complete_all(&mut self, _requests: u64) {
+        // What the poller writes once the last request's completion is polled.
+        self.sq.tail = self.sq.head;
+    }
+
+    fn write_cqes(&mut self, n: u32) {
+        // SAFETY: the CQ is polled only after this returns, on this thread.
+        unsafe {
+            self.mem
+                .write_cqes(self.sq.qpn, self.cq.cons_index, n, |i| (i % 8) as u16)
+        };
+    }
+
+    fn cq_room(&self) -> u32 {
+        self.mem.cqes
+    }
+}
+
+/// `n` copies of `v` in leaked memory (the fixtures live as long as the benchmark).
+fn leak_array<T: Clone>(v: T, n: usize) -> *mut T {
+    Box::leak(vec![v; n].into_boxed_slice()).as_mut_ptr()
+}
+
+/// A chain of `n` verbs requests (one gather entry each), built by C, freed on drop.
+pub struct WrChain {
+    head: *mut IbvSendWr,
+}
+
+impl WrChain {
+    /// A chain of `descs.len()` requests.
+    pub fn new(descs: &[ZvbWrDesc]) -> Self {
+        // SAFETY: allocation only.
+        let head = unsafe { ffi::zvb_wrs_new(descs.len() as u32) };
+        assert!(!head.is_null(), "out of memory");
+        for (i, d) in descs.iter().enumerate() {
+            // SAFETY: `i` is below the chain's length.
+            unsafe { ffi::zvb_wrs_set(head, i as u32, d) };
+        }
+        Self { head }
+    }
+
+    /// The first request.
+    pub fn head(&self) -> *mut IbvSendWr {
+        self.head
+    }
+}
+
+impl Drop for WrChain {
+    fn drop(&mut self) {
+        // SAFETY: allocated by `zvb_wrs_new`.
+        unsafe { ffi::zvb_wrs_free(self.head) };
+    }
+}
+
+/// A zeroed `ibv_wc` array for polling.
+pub fn wcs<const N: usize>() -> [IbvWc; N] {
+    [IbvWc::default(); N]
+}

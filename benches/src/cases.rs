@@ -1,0 +1,839 @@
+//! The benchmark cases, each runnable on both sides: what `cargo xtask bench` times (criterion)
+//! and counts (callgrind).
+//!
+//! A [`Runner`] performs a number of calls of its case and returns the time spent in them
+//! only: the bookkeeping between runs of calls (handing send credits back, writing CQEs as the
+//! device would) is done outside the timed span.
+
+use std::time::{Duration, Instant};
+
+use zverbs_core::{Completion, RemoteBuf, SendWr, Sge};
+
+use crate::Fixture;
+use crate::c::{CBase, WrChain, wcs};
+use crate::ffi::{self, IbvSendWr, ZvbWrDesc, send_flags, wr_opcode};
+use crate::mem::QpMem;
+use crate::ours::{self, Ours};
+use crate::pingpong::PingPong;
+
+/// Which implementation runs a case.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    /// zverbs' direct path.
+    Ours,
+    /// The C baseline.
+    C,
+}
+
+impl Side {
+    /// `"ours"` or `"c"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Side::Ours => "ours",
+            Side::C => "c",
+        }
+    }
+}
+
+/// What a case measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Group {
+    /// Post and ring.
+    Post,
+    /// Poll.
+    Poll,
+    /// A round trip on the software device.
+    RoundTrip,
+}
+
+/// A benchmark case.
+#[derive(Clone, Copy, Debug)]
+pub struct Case {
+    /// Short name (criterion's benchmark name, `count`'s argument).
+    pub name: &'static str,
+    /// What one call does.
+    pub about: &'static str,
+    /// What it measures.
+    pub group: Group,
+    /// Work requests or CQEs per call: times and counts are reported per unit.
+    pub units: u32,
+    /// The out-of-line function the zverbs side calls (callgrind's `--toggle-collect`), if it
+    /// is counted.
+    pub ours_fn: Option<&'static str>,
+    /// The C function.
+    pub c_fn: Option<&'static str>,
+    /// The case whose zverbs measurement this one reuses (the same Rust code compared with a
+    /// second C variant).
+    pub ours_from: Option<&'static str>,
+    /// A goal for the zverbs time on this machine's memory, in ns per unit.
+    pub goal_ns: Option<f64>,
+}
+
+const fn case(
+    name: &'static str,
+    about: &'static str,
+    group: Group,
+    units: u32,
+    fns: (&'static str, &'static str),
+) -> Case {
+    Case {
+        name,
+        about,
+        group,
+        units,
+        ours_fn: Some(fns.0),
+        c_fn: Some(fns.1),
+        ours_from: None,
+        goal_ns: None,
+    }
+}
+
+/// Every case, in report order.
+pub const CASES: &[Case] = &[
+    Case {
+        goal_ns: Some(10.0),
+        ..case(
+            "write",
+            "RDMA WRITE, 1 SGE, BlueFlame",
+            Group::Post,
+            1,
+            ("zverbs_benches::ours::post_write", "zvb_post_write"),
+        )
+    },
+    case(
+        "write_db",
+        "RDMA WRITE, 1 SGE, doorbell only",
+        Group::Post,
+        1,
+        ("zverbs_benches::ours::post_write", "zvb_post_write"),
+    ),
+    case(
+        "write_inline8",
+        "RDMA WRITE, 8 bytes inline",
+        Group::Post,
+        1,
+        (
+            "zverbs_benches::ours::post_write_inline",
+            "zvb_post_write_inline",
+        ),
+    ),
+    case(
+        "write_inline64",
+        "RDMA WRITE, 64 bytes inline (2 basic blocks)",
+        Group::Post,
+        1,
+        (
+            "zverbs_benches::ours::post_write_inline",
+            "zvb_post_write_inline",
+        ),
+    ),
+    case(
+        "send",
+        "SEND, 1 SGE",
+        Group::Post,
+        1,
+        ("zverbs_benches::ours::post_send", "zvb_post_send"),
+    ),
+    case(
+        "read",
+        "RDMA READ, 1 SGE",
+        Group::Post,
+        1,
+        ("zverbs_benches::ours::post_read", "zvb_post_read"),
+    ),
+    case(
+        "cas",
+        "atomic compare-and-swap",
+        Group::Post,
+        1,
+        ("zverbs_benches::ours::post_cas", "zvb_post_cas"),
+    ),
+    case(
+        "faa",
+        "atomic fetch-and-add",
+        Group::Post,
+        1,
+        ("zverbs_benches::ours::post_faa", "zvb_post_faa"),
+    ),
+    case(
+        "opaque",
+        "RDMA WRITE, 1 SGE, request built elsewhere (generic path; C: ibv_send_wr)",
+        Group::Post,
+        1,
+        ("zverbs_benches::ours::post_opaque", "zvb_post_send_wr"),
+    ),
+    case(
+        "batch1",
+        "batch of 1 WRITE (generic path), BlueFlame",
+        Group::Post,
+        1,
+        ("zverbs_benches::ours::post_batch", "zvb_post_send_wr"),
+    ),
+    case(
+        "batch8",
+        "batch of 8 WRITEs behind one doorbell, per WQE",
+        Group::Post,
+        8,
+        ("zverbs_benches::ours::post_batch", "zvb_post_send_wr"),
+    ),
+    case(
+        "batch32",
+        "batch of 32 WRITEs behind one doorbell, per WQE",
+        Group::Post,
+        32,
+        ("zverbs_benches::ours::post_batch", "zvb_post_send_wr"),
+    ),
+    case(
+        "chain8",
+        "8 WRITEs posted one by one, then one doorbell, per WQE",
+        Group::Post,
+        8,
+        ("zverbs_benches::ours::post_chain", "zvb_post_send_wr"),
+    ),
+    Case {
+        goal_ns: Some(5.0),
+        ..case(
+            "poll1",
+            "poll of 1 CQE (C: compiler barrier, as zverbs on x86)",
+            Group::Poll,
+            1,
+            ("zverbs_benches::ours::poll", "zvb_poll_cq"),
+        )
+    },
+    Case {
+        ours_from: Some("poll1"),
+        ..case(
+            "poll1_lfence",
+            "poll of 1 CQE (C: lfence, as rdma-core on x86)",
+            Group::Poll,
+            1,
+            ("zverbs_benches::ours::poll", "zvb_poll_cq_lfence"),
+        )
+    },
+    case(
+        "poll16",
+        "poll of 16 CQEs in one call, per CQE",
+        Group::Poll,
+        16,
+        ("zverbs_benches::ours::poll", "zvb_poll_cq"),
+    ),
+    case(
+        "poll_empty",
+        "poll of an empty CQ",
+        Group::Poll,
+        1,
+        ("zverbs_benches::ours::poll", "zvb_poll_cq"),
+    ),
+    Case {
+        ours_fn: None,
+        c_fn: None,
+        ..case(
+            "pingpong",
+            "RDMA WRITE ping-pong round trip on the software device (8 bytes, signaled)",
+            Group::RoundTrip,
+            1,
+            ("", ""),
+        )
+    },
+];
+
+/// The case named `name`.
+pub fn find(name: &str) -> Option<&'static Case> {
+    CASES.iter().find(|c| c.name == name)
+}
+
+/// Performs calls of one case on one side.
+pub trait Runner {
+    /// Performs `calls` calls and returns the time spent in them.
+    fn run(&mut self, calls: u64) -> Duration;
+}
+
+/// Send basic blocks of the post fixtures.
+pub const BLOCKS: u32 = 512;
+/// CQEs of the fixtures.
+pub const CQES: u32 = 512;
+/// BlueFlame buffer size of the fixtures (as ConnectX reports it).
+pub const BF_SIZE: u32 = 256;
+
+// Operands: fixed values passed through `black_box`, so neither compiler can fold them.
+const ADDR: u64 = 0x10_0000;
+const LEN: u32 = 64;
+const LKEY: u32 = 0x1100;
+const RADDR: u64 = 0x7f00_0000_1000;
+const RKEY: u32 = 0xdead_beef;
+const WR_ID: u64 = 7;
+/// Inline payload source.
+static DATA: [u8; 64] = [0x5a; 64];
+
+/// Post+ring runs: as many calls as the queue takes, then every credit back (untimed).
+struct PostRun<F, Op> {
+    fix: F,
+    blocks: u32,
+    requests: u32,
+    op: Op,
+    failures: u64,
+}
+
+impl<F: Fixture, Op: FnMut(&mut F) -> bool> Runner for PostRun<F, Op> {
+    fn run(&mut self, calls: u64) -> Duration {
+        let mut total = Duration::ZERO;
+        let mut left = calls;
+        while left > 0 {
+            let n = left.min(self.fix.room(self.blocks, self.requests));
+            assert!(n > 0, "the fixture has no room");
+            let t = Instant::now();
+            for _ in 0..n {
+                if !(self.op)(&mut self.fix) {
+                    self.failures += 1;
+                }
+            }
+            total += t.elapsed();
+            left -= n;
+            self.fix.complete_all(n * u64::from(self.requests));
+        }
+        assert_eq!(self.failures, 0, "refused posts");
+        total
+    }
+}
+
+/// Poll runs: the CQEs are written first (untimed), then polled.
+struct PollRun<F, Op> {
+    fix: F,
+    per_call: u32,
+    op: Op,
+}
+
+impl<F: Fixture, Op: FnMut(&mut F) -> usize> Runner for PollRun<F, Op> {
+    fn run(&mut self, calls: u64) -> Duration {
+        let mut total = Duration::ZERO;
+        let mut left = calls;
+        let per_call = u64::from(self.per_call);
+        let chunk = u64::from(self.fix.cq_room()) / per_call.max(1);
+        while left > 0 {
+            let n = left.min(chunk);
+            self.fix.write_cqes((n * per_call) as u32);
+            let mut got = 0;
+            let t = Instant::now();
+            for _ in 0..n {
+                got += (self.op)(&mut self.fix);
+            }
+            total += t.elapsed();
+            assert_eq!(got as u64, n * per_call, "completions polled");
+            left -= n;
+        }
+        total
+    }
+}
+
+/// Round trips, timed whole.
+struct RoundTripRun<E>(PingPong<E>);
+
+impl<E: crate::pingpong::End> Runner for RoundTripRun<E> {
+    fn run(&mut self, calls: u64) -> Duration {
+        let t = Instant::now();
+        for _ in 0..calls {
+            self.0.round_trip();
+        }
+        t.elapsed()
+    }
+}
+
+fn post<F: Fixture + 'static>(
+    fix: F,
+    blocks: u32,
+    requests: u32,
+    op: impl FnMut(&mut F) -> bool + 'static,
+) -> Box<dyn Runner> {
+    Box::new(PostRun {
+        fix,
+        blocks,
+        requests,
+        op,
+        failures: 0,
+    })
+}
+
+fn poll<F: Fixture + 'static>(
+    fix: F,
+    per_call: u32,
+    op: impl FnMut(&mut F) -> usize + 'static,
+) -> Box<dyn Runner> {
+    Box::new(PollRun { fix, per_call, op })
+}
+
+fn mem(bf_size: u32) -> QpMem {
+    QpMem::new(BLOCKS, CQES, bf_size)
+}
+
+/// The 1-SGE RDMA WRITE every batch is made of; the last of a batch is signaled.
+fn write_desc(i: usize, n: usize) -> ZvbWrDesc {
+    ZvbWrDesc {
+        wr_id: WR_ID + i as u64,
+        addr: ADDR,
+        len: LEN,
+        lkey: LKEY,
+        raddr: RADDR,
+        rkey: RKEY,
+        opcode: wr_opcode::RDMA_WRITE,
+        send_flags: if i + 1 == n { send_flags::SIGNALED } else { 0 },
+        ..ZvbWrDesc::default()
+    }
+}
+
+/// The same requests as [`write_desc`], as zverbs takes them.
+fn write_wrs(n: usize) -> Vec<SendWr<'static>> {
+    let sgl: &'static [Sge] = Box::leak(Box::new([Sge::new(ADDR, LEN, LKEY)]));
+    (0..n)
+        .map(|i| {
+            let wr = SendWr::write(WR_ID + i as u64, sgl, RemoteBuf::new(RADDR, RKEY));
+            if i + 1 == n { wr.signaled() } else { wr }
+        })
+        .collect()
+}
+
+/// The zverbs runner of `case`.
+fn ours_runner(case: &Case) -> Option<Box<dyn Runner>> {
+    use std::hint::black_box as bb;
+    let r = match case.name {
+        "write" | "write_db" => {
+            let bf = if case.name == "write" { BF_SIZE } else { 0 };
+            post(Ours::new(mem(bf)), 1, 1, |f: &mut Ours| {
+                // SAFETY: no device: nothing reads the memory the request names.
+                unsafe {
+                    ours::post_write(
+                        &mut f.sq,
+                        bb(ADDR),
+                        bb(LEN),
+                        bb(LKEY),
+                        bb(RADDR),
+                        bb(RKEY),
+                        bb(WR_ID),
+                    )
+                }
+                .is_ok()
+            })
+        }
+        "write_inline8" | "write_inline64" => {
+            let (len, blocks) = if case.name == "write_inline8" {
+                (8, 1)
+            } else {
+                (64, 2)
+            };
+            post(Ours::new(mem(BF_SIZE)), blocks, 1, move |f: &mut Ours| {
+                // SAFETY: as above; the inline source is a live static.
+                unsafe {
+                    ours::post_write_inline(
+                        &mut f.sq,
+                        bb(&DATA[..len]),
+                        bb(RADDR),
+                        bb(RKEY),
+                        bb(WR_ID),
+                    )
+                }
+                .is_ok()
+            })
+        }
+        "send" => post(Ours::new(mem(BF_SIZE)), 1, 1, |f: &mut Ours| {
+            // SAFETY: as above.
+            unsafe { ours::post_send(&mut f.sq, bb(ADDR), bb(LEN), bb(LKEY), bb(WR_ID)) }.is_ok()
+        }),
+        "read" => post(Ours::new(mem(BF_SIZE)), 1, 1, |f: &mut Ours| {
+            // SAFETY: as above.
+            unsafe {
+                ours::post_read(
+                    &mut f.sq,
+                    bb(ADDR),
+                    bb(LEN),
+                    bb(LKEY),
+                    bb(RADDR),
+                    bb(RKEY),
+                    bb(WR_ID),
+                )
+            }
+            .is_ok()
+        }),
+        "cas" => post(Ours::new(mem(BF_SIZE)), 1, 1, |f: &mut Ours| {
+            // SAFETY: as above.
+            unsafe {
+                ours::post_cas(
+                    &mut f.sq,
+                    bb(ADDR),
+                    bb(LKEY),
+                    bb(RADDR),
+                    bb(RKEY),
+                    bb(1),
+                    bb(2),
+                    bb(WR_ID),
+                )
+            }
+            .is_ok()
+        }),
+        "faa" => post(Ours::new(mem(BF_SIZE)), 1, 1, |f: &mut Ours| {
+            // SAFETY: as above.
+            unsafe {
+                ours::post_faa(
+                    &mut f.sq,
+                    bb(ADDR),
+                    bb(LKEY),
+                    bb(RADDR),
+                    bb(RKEY),
+                    bb(1),
+                    bb(WR_ID),
+                )
+            }
+            .is_ok()
+        }),
+        "opaque" => {
+            let wr = write_wrs(1)[0];
+            post(Ours::new(mem(BF_SIZE)), 1, 1, move |f: &mut Ours| {
+                // SAFETY: as above.
+                unsafe { ours::post_opaque(&mut f.sq, bb(&wr)) }.is_ok()
+            })
+        }
+        "batch1" | "batch8" | "batch32" => {
+            let n = case.units;
+            let wrs = write_wrs(n as usize);
+            post(Ours::new(mem(BF_SIZE)), n, n, move |f: &mut Ours| {
+                // SAFETY: as above.
+                unsafe { ours::post_batch(&mut f.sq, bb(&wrs)) }.is_ok()
+            })
+        }
+        "chain8" => {
+            let n = case.units;
+            let wrs = write_wrs(n as usize);
+            post(Ours::new(mem(BF_SIZE)), n, n, move |f: &mut Ours| {
+                // SAFETY: as above.
+                unsafe { ours::post_chain(&mut f.sq, bb(&wrs)) }.is_ok()
+            })
+        }
+        "poll1" | "poll_empty" => {
+            let per_call = u32::from(case.name == "poll1");
+            let mut wc = [Completion::EMPTY; 1];
+            poll(Ours::new(mem(BF_SIZE)), per_call, move |f: &mut Ours| {
+                ours::poll(&mut f.cq, bb(&mut wc))
+            })
+        }
+        "poll16" => {
+            let mut wc = [Completion::EMPTY; 16];
+            poll(Ours::new(mem(BF_SIZE)), 16, move |f: &mut Ours| {
+                ours::poll(&mut f.cq, bb(&mut wc))
+            })
+        }
+        "pingpong" => Box::new(RoundTripRun(PingPong::ours())),
+        _ => return None,
+    };
+    Some(r)
+}
+
+/// The C runner of `case`.
+fn c_runner(case: &Case) -> Option<Box<dyn Runner>> {
+    use std::hint::black_box as bb;
+    let r = match case.name {
+        "write" | "write_db" => {
+            let bf = if case.name == "write" { BF_SIZE } else { 0 };
+            post(CBase::new(mem(bf)), 1, 1, |f: &mut CBase| {
+                // SAFETY: a live queue; no device reads the memory the request names.
+                let rc = unsafe {
+                    ffi::zvb_post_write(
+                        &mut *f.sq,
+                        bb(ADDR),
+                        bb(LEN),
+                        bb(LKEY),
+                        bb(RADDR),
+                        bb(RKEY),
+                        bb(WR_ID),
+                    )
+                };
+                rc == 0
+            })
+        }
+        "write_inline8" | "write_inline64" => {
+            let (len, blocks) = if case.name == "write_inline8" {
+                (8, 1)
+            } else {
+                (64, 2)
+            };
+            post(CBase::new(mem(BF_SIZE)), blocks, 1, move |f: &mut CBase| {
+                // SAFETY: as above; the inline source is a live static of at least `len` bytes.
+                let rc = unsafe {
+                    ffi::zvb_post_write_inline(
+                        &mut *f.sq,
+                        bb(DATA.as_ptr()),
+                        bb(len),
+                        bb(RADDR),
+                        bb(RKEY),
+                        bb(WR_ID),
+                    )
+                };
+                rc == 0
+            })
+        }
+        "send" => post(CBase::new(mem(BF_SIZE)), 1, 1, |f: &mut CBase| {
+            // SAFETY: as above.
+            let rc =
+                unsafe { ffi::zvb_post_send(&mut *f.sq, bb(ADDR), bb(LEN), bb(LKEY), bb(WR_ID)) };
+            rc == 0
+        }),
+        "read" => post(CBase::new(mem(BF_SIZE)), 1, 1, |f: &mut CBase| {
+            // SAFETY: as above.
+            let rc = unsafe {
+                ffi::zvb_post_read(
+                    &mut *f.sq,
+                    bb(ADDR),
+                    bb(LEN),
+                    bb(LKEY),
+                    bb(RADDR),
+                    bb(RKEY),
+                    bb(WR_ID),
+                )
+            };
+            rc == 0
+        }),
+        "cas" => post(CBase::new(mem(BF_SIZE)), 1, 1, |f: &mut CBase| {
+            // SAFETY: as above.
+            let rc = unsafe {
+                ffi::zvb_post_cas(
+                    &mut *f.sq,
+                    bb(ADDR),
+                    bb(LKEY),
+                    bb(RADDR),
+                    bb(RKEY),
+                    bb(1),
+                    bb(2),
+                    bb(WR_ID),
+                )
+            };
+            rc == 0
+        }),
+        "faa" => post(CBase::new(mem(BF_SIZE)), 1, 1, |f: &mut CBase| {
+            // SAFETY: as above.
+            let rc = unsafe {
+                ffi::zvb_post_faa(
+                    &mut *f.sq,
+                    bb(ADDR),
+                    bb(LKEY),
+                    bb(RADDR),
+                    bb(RKEY),
+                    bb(1),
+                    bb(WR_ID),
+                )
+            };
+            rc == 0
+        }),
+        "opaque" | "batch1" | "batch8" | "batch32" | "chain8" => {
+            let n = case.units;
+            let chain = WrChain::new(
+                &(0..n as usize)
+                    .map(|i| write_desc(i, n as usize))
+                    .collect::<Vec<_>>(),
+            );
+            post(CBase::new(mem(BF_SIZE)), n, n, move |f: &mut CBase| {
+                let mut bad: *mut IbvSendWr = std::ptr::null_mut();
+                // SAFETY: a live queue and chain.
+                unsafe { ffi::zvb_post_send_wr(&mut *f.sq, bb(chain.head()), &mut bad) == 0 }
+            })
+        }
+        "poll1" | "poll_empty" | "poll1_lfence" => {
+            let per_call = u32::from(case.name != "poll_empty");
+            let lfence = case.name == "poll1_lfence";
+            let mut wc = wcs::<1>();
+            poll(CBase::new(mem(BF_SIZE)), per_call, move |f: &mut CBase| {
+                let wc = bb(&mut wc).as_mut_ptr();
+                // SAFETY: a live CQ and a one-entry array.
+                let n = unsafe {
+                    if lfence {
+                        ffi::zvb_poll_cq_lfence(&mut *f.cq, 1, wc)
+                    } else {
+                        ffi::zvb_poll_cq(&mut *f.cq, 1, wc)
+                    }
+                };
+                n.max(0) as usize
+            })
+        }
+        "poll16" => {
+            let mut wc = wcs::<16>();
+            poll(CBase::new(mem(BF_SIZE)), 16, move |f: &mut CBase| {
+                // SAFETY: a live CQ and a 16-entry array.
+                let n = unsafe { ffi::zvb_poll_cq(&mut *f.cq, 16, bb(&mut wc).as_mut_ptr()) };
+                n.max(0) as usize
+            })
+        }
+        "pingpong" => Box::new(RoundTripRun(PingPong::c())),
+        _ => return None,
+    };
+    Some(r)
+}
+
+/// The runner of `case` on `side`, or `None` when that side does not run it (the zverbs side
+/// of a case that reuses another's measurement).
+pub fn runner(case: &Case, side: Side) -> Option<Box<dyn Runner>> {
+    match side {
+        Side::Ours => ours_runner(find(case.ours_from.unwrap_or(case.name))?),
+        Side::C => c_runner(case),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ffi::IbvWc;
+    use zverbs_core::{PollCq, WcOpcode};
+
+    /// Both sides over rings of `blocks` blocks.
+    fn pair(blocks: u32, bf: u32) -> (Ours, CBase) {
+        (
+            Ours::new(QpMem::new(blocks, 64, bf)),
+            CBase::new(QpMem::new(blocks, 64, bf)),
+        )
+    }
+
+    /// Posts one request of `kind` on both sides.
+    fn post_both(o: &mut Ours, c: &mut CBase, kind: &str, wr_id: u64) {
+        let data: Vec<u8> = (0..64).map(|i| (i * 7 + wr_id as usize) as u8).collect();
+        let sq = &mut *c.sq;
+        // SAFETY: no device reads the memory the requests name; inline sources are live.
+        let (ours, rc) = unsafe {
+            match kind {
+                "write" => (
+                    ours::post_write(&mut o.sq, ADDR, LEN, LKEY, RADDR, RKEY, wr_id),
+                    ffi::zvb_post_write(sq, ADDR, LEN, LKEY, RADDR, RKEY, wr_id),
+                ),
+                "write0" => (
+                    ours::post_write(&mut o.sq, ADDR, 0, LKEY, RADDR, RKEY, wr_id),
+                    ffi::zvb_post_write(sq, ADDR, 0, LKEY, RADDR, RKEY, wr_id),
+                ),
+                "inline8" | "inline64" | "inline13" => {
+                    let len = kind[6..].parse::<usize>().unwrap();
+                    (
+                        ours::post_write_inline(&mut o.sq, &data[..len], RADDR, RKEY, wr_id),
+                        ffi::zvb_post_write_inline(
+                            sq,
+                            data.as_ptr(),
+                            len as u32,
+                            RADDR,
+                            RKEY,
+                            wr_id,
+                        ),
+                    )
+                }
+                "send" => (
+                    ours::post_send(&mut o.sq, ADDR, LEN, LKEY, wr_id),
+                    ffi::zvb_post_send(sq, ADDR, LEN, LKEY, wr_id),
+                ),
+                "read" => (
+                    ours::post_read(&mut o.sq, ADDR, LEN, LKEY, RADDR, RKEY, wr_id),
+                    ffi::zvb_post_read(sq, ADDR, LEN, LKEY, RADDR, RKEY, wr_id),
+                ),
+                "cas" => (
+                    ours::post_cas(&mut o.sq, ADDR, LKEY, RADDR, RKEY, 11, 22, wr_id),
+                    ffi::zvb_post_cas(sq, ADDR, LKEY, RADDR, RKEY, 11, 22, wr_id),
+                ),
+                "faa" => (
+                    ours::post_faa(&mut o.sq, ADDR, LKEY, RADDR, RKEY, 33, wr_id),
+                    ffi::zvb_post_faa(sq, ADDR, LKEY, RADDR, RKEY, 33, wr_id),
+                ),
+                other => panic!("no request kind {other}"),
+            }
+        };
+        assert_eq!((ours, rc), (Ok(()), 0), "{kind}");
+    }
+
+    fn assert_same(o: &Ours, c: &CBase, what: &str) {
+        assert_eq!(o.mem.sq_bytes(), c.mem.sq_bytes(), "ring after {what}");
+        assert_eq!(o.mem.bf_bytes(), c.mem.bf_bytes(), "BlueFlame after {what}");
+        assert_eq!(
+            o.mem.sq_dbrec(),
+            c.mem.sq_dbrec(),
+            "doorbell record after {what}"
+        );
+    }
+
+    /// The benchmarked requests are the same bytes on both sides: WQEs, BlueFlame copies and
+    /// doorbell records, at every position of a small ring (so WQEs of two blocks straddle its
+    /// end), with BlueFlame and doorbell only.
+    #[test]
+    fn both_sides_write_the_same_bytes() {
+        let kinds = [
+            "write", "write0", "inline8", "inline13", "inline64", "send", "read", "cas", "faa",
+        ];
+        for bf in [BF_SIZE, 0] {
+            for kind in kinds {
+                let (mut o, mut c) = pair(8, bf);
+                for i in 0..19u64 {
+                    // A one-block request first shifts the two-block ones onto odd blocks.
+                    let k = if i % 3 == 0 { "write" } else { kind };
+                    post_both(&mut o, &mut c, k, 100 + i);
+                    assert_same(&o, &c, &format!("{k} #{i} (bf {bf})"));
+                    o.complete_all(1);
+                    c.complete_all(1);
+                }
+            }
+        }
+    }
+
+    /// A verbs chain and a zverbs batch of the same requests write the same bytes and ring the
+    /// same doorbell (8 bytes of the last control segment).
+    #[test]
+    fn batches_write_the_same_bytes() {
+        for n in [1usize, 3, 8] {
+            let (mut o, mut c) = pair(32, BF_SIZE);
+            let descs: Vec<ZvbWrDesc> = (0..n).map(|i| write_desc(i, n)).collect();
+            let chain = WrChain::new(&descs);
+            let wrs = write_wrs(n);
+            let mut bad = std::ptr::null_mut();
+            // SAFETY: no device reads the memory the requests name.
+            let (ours, rc) = unsafe {
+                (
+                    ours::post_batch(&mut o.sq, &wrs),
+                    ffi::zvb_post_send_wr(&mut *c.sq, chain.head(), &mut bad),
+                )
+            };
+            assert_eq!((ours, rc), (Ok(()), 0));
+            assert_same(&o, &c, &format!("a batch of {n}"));
+        }
+    }
+
+    /// Both pollers report the same completions for the same CQEs.
+    #[test]
+    fn both_sides_poll_the_same_completions() {
+        let (mut o, mut c) = pair(16, BF_SIZE);
+        for i in 0..4 {
+            post_both(&mut o, &mut c, "write", 7 + i);
+        }
+        // One CQE naming each WQE, as the device writes them.
+        o.write_cqes(4);
+        c.write_cqes(4);
+        let mut ours = [zverbs_core::Completion::EMPTY; 8];
+        let mut theirs = [IbvWc::default(); 8];
+        assert_eq!(ours::poll(&mut o.cq, &mut ours), 4);
+        // SAFETY: a live CQ and an 8-entry array.
+        let polled = unsafe { ffi::zvb_poll_cq(&mut *c.cq, 8, theirs.as_mut_ptr()) };
+        assert_eq!(polled, 4);
+        for (a, b) in ours.iter().zip(&theirs).take(4) {
+            assert_eq!(
+                (a.wr_id, a.qp_num, a.byte_len),
+                (b.wr_id, b.qp_num, b.byte_len)
+            );
+            assert!(a.is_success() && b.status == 0);
+            assert_eq!((a.opcode, b.opcode), (WcOpcode::RdmaWrite, 1));
+        }
+        assert_eq!(o.mem.cq_dbrec(), c.mem.cq_dbrec());
+        assert_eq!(o.cq.poll(&mut ours), 0);
+    }
+
+    /// Every case runs on both sides, across the fixtures' refills.
+    #[test]
+    fn every_case_runs_on_both_sides() {
+        for case in CASES {
+            for side in [Side::Ours, Side::C] {
+                let calls = if case.group == Group::RoundTrip {
+                    20
+                } else {
+                    5000
+                };
+                let mut r = runner(case, side).expect("runner");
+                r.run(calls);
+            }
+        }
+    }
+}

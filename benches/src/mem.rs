@@ -1,0 +1,155 @@
+//! Ordinary memory laid out as one mlx5 QP and its CQ: what the benchmarks post into and poll
+//! from, for both the Rust queues and the C baselines.
+//!
+//! The send ring, the doorbell records, the BlueFlame register and the CQE ring are leaked heap
+//! memory (benchmarks build a handful), reached only through raw pointers, as a device's is.
+
+use std::ptr::NonNull;
+
+use zverbs_mlx5dv::prm::opcode;
+use zverbs_mlx5dv::{BfLayout, CqLayout, QpLayout, WqLayout};
+
+/// 64-byte aligned memory block.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+pub struct Block(pub [u8; 64]);
+
+fn leak<T>(v: Vec<T>) -> NonNull<T> {
+    NonNull::from(Box::leak(v.into_boxed_slice())).cast()
+}
+
+/// The queue memory of one QP (send side only) and its CQ.
+#[derive(Clone, Copy, Debug)]
+pub struct QpMem {
+    /// The send ring.
+    pub sq: NonNull<u8>,
+    /// Basic blocks in the send ring.
+    pub blocks: u32,
+    /// The QP doorbell record (two big-endian words: receive, send).
+    pub dbrec: NonNull<u32>,
+    /// The BlueFlame register: two buffers of `bf_size` bytes (8 bytes when 0).
+    pub bf: NonNull<u64>,
+    /// BlueFlame buffer size (0: doorbell only).
+    pub bf_size: u32,
+    /// The CQE ring.
+    pub cq: NonNull<u8>,
+    /// CQEs in the ring.
+    pub cqes: u32,
+    /// The CQ doorbell record.
+    pub cq_dbrec: NonNull<u32>,
+}
+
+impl QpMem {
+    /// `blocks` send basic blocks, `cqes` 64-byte CQEs (initialised invalid, as libmlx5 does),
+    /// BlueFlame buffers of `bf_size` bytes (0: doorbell only). Counts must be powers of two.
+    pub fn new(blocks: u32, cqes: u32, bf_size: u32) -> Self {
+        let mut cq = vec![Block([0; 64]); cqes as usize];
+        for c in &mut cq {
+            c.0[63] = 0xf0;
+        }
+        Self {
+            sq: leak(vec![Block([0; 64]); blocks as usize]).cast(),
+            blocks,
+            dbrec: leak(vec![0u32; 2]),
+            bf: leak(vec![0u64; (2 * bf_size as usize / 8).max(1)]),
+            bf_size,
+            cq: leak(cq).cast(),
+            cqes,
+            cq_dbrec: leak(vec![0u32; 2]),
+        }
+    }
+
+    /// The layout `mlx5dv_init_obj` would report for this memory as QP `qpn`.
+    pub fn qp_layout(&self, qpn: u32) -> QpLayout {
+        QpLayout {
+            qpn,
+            dbrec: self.dbrec,
+            sq: WqLayout {
+                buf: self.sq,
+                wqe_cnt: self.blocks,
+                stride: 64,
+            },
+            rq: WqLayout {
+                buf: NonNull::dangling(),
+                wqe_cnt: 0,
+                stride: 16,
+            },
+            bf: BfLayout {
+                reg: self.bf.cast(),
+                size: self.bf_size,
+            },
+        }
+    }
+
+    /// The layout of the CQ.
+    pub fn cq_layout(&self) -> CqLayout {
+        CqLayout {
+            buf: self.cq,
+            dbrec: self.cq_dbrec,
+            cqe_cnt: self.cqes,
+            cqe_size: 64,
+            cqn: 1,
+        }
+    }
+
+    /// Writes requester CQEs at consumer counters `ci..ci + n`, the `i`th naming QP `qpn` and
+    /// the WQE starting at basic block `wqe(i)`, as the device writes them (with the owner bit
+    /// of their pass).
+    ///
+    /// # Safety
+    ///
+    /// No poller reads these CQEs during the call.
+    pub unsafe fn write_cqes(&self, qpn: u32, ci: u32, n: u32, wqe: impl Fn(u32) -> u16) {
+        for i in 0..n {
+            let at = ci.wrapping_add(i);
+            let mut c = [0u8; 64];
+            c[56..60].copy_from_slice(&((u32::from(opcode::RDMA_WRITE) << 24) | qpn).to_be_bytes());
+            c[60..62].copy_from_slice(&wqe(i).to_be_bytes());
+            c[63] = ((at / self.cqes) & 1) as u8;
+            // SAFETY: the slot is in the leaked ring and (caller) no poller reads it now.
+            unsafe {
+                self.cq
+                    .cast::<Block>()
+                    .add((at % self.cqes) as usize)
+                    .write(Block(c))
+            };
+        }
+    }
+
+    /// The send ring's bytes.
+    pub fn sq_bytes(&self) -> Vec<u8> {
+        // SAFETY: the ring holds `blocks` blocks; no one writes it during the copy (the
+        // fixtures are single-threaded).
+        unsafe { bytes(self.sq, self.blocks as usize * 64) }
+    }
+
+    /// The BlueFlame register's bytes.
+    pub fn bf_bytes(&self) -> Vec<u8> {
+        // SAFETY: as above, for the register's length.
+        unsafe { bytes(self.bf.cast(), (2 * self.bf_size as usize).max(8)) }
+    }
+
+    /// The send doorbell record as the counter it encodes.
+    pub fn sq_dbrec(&self) -> u32 {
+        // SAFETY: word 1 of the leaked two-word record.
+        u32::from_be(unsafe { self.dbrec.add(1).read_volatile() })
+    }
+
+    /// The CQ doorbell record as the counter it encodes.
+    pub fn cq_dbrec(&self) -> u32 {
+        // SAFETY: word 0 of the leaked record.
+        u32::from_be(unsafe { self.cq_dbrec.read_volatile() })
+    }
+}
+
+/// Copies `len` bytes at `p`.
+///
+/// # Safety
+///
+/// `p..p+len` is readable and not written during the call.
+unsafe fn bytes(p: NonNull<u8>, len: usize) -> Vec<u8> {
+    (0..len)
+        // SAFETY: (caller) in bounds.
+        .map(|i| unsafe { p.add(i).read_volatile() })
+        .collect()
+}

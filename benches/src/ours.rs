@@ -1,0 +1,321 @@
+//! The zverbs side: the direct path's queues over [`QpMem`], and the operations the benchmarks
+//! time and count, each kept out of line (as the C baselines are) so that both sides pay one
+//! call and their code can be read and counted (`valgrind --tool=callgrind
+//! --toggle-collect='zverbs_benches::ours::post_write'`).
+//!
+//! Each operation is written the way an application posts: the operation is known where the
+//! request is built, its operands come from run time. The requests are signaled, as the C
+//! baselines' are.
+
+use zverbs_core::{BatchError, Completion, PollCq, PostError, PostSend, RemoteBuf, SendWr, Sge};
+use zverbs_mlx5dv::{CompletionQueue, CqBinding, SendQueue, SqCaps, SqSlot, SqState};
+
+use crate::mem::QpMem;
+use crate::{Fixture, QPN};
+
+/// The capabilities the fixtures' queues are created with (the C baseline enforces the same).
+pub const CAPS: SqCaps = SqCaps {
+    max_send_sge: 4,
+    max_inline_data: 128,
+    sig_all: false,
+    max_signaled: 1 << 15,
+};
+
+/// A send queue and the CQ serving it, driven by zverbs over [`QpMem`].
+pub struct Ours {
+    /// The memory.
+    pub mem: QpMem,
+    /// The send queue.
+    pub sq: SendQueue<'static>,
+    /// The completion queue.
+    pub cq: CompletionQueue<'static>,
+    /// Producer counter when all credits last came back.
+    completed_to: u32,
+}
+
+impl Ours {
+    /// Queues over `mem` (used by nothing else), with [`CAPS`] and as many signaled requests
+    /// outstanding as the CQ holds.
+    pub fn new(mem: QpMem) -> Self {
+        let slots: &'static [SqSlot] = Box::leak((0..mem.blocks).map(|_| SqSlot::new()).collect());
+        let state: &'static SqState<'static> =
+            Box::leak(Box::new(SqState::new(slots).expect("power of two")));
+        let bindings: &'static [CqBinding<'static>] =
+            Box::leak(Box::new([CqBinding::new(QPN, Some(state), None)]));
+        let caps = SqCaps {
+            max_signaled: mem.cqes,
+            ..CAPS
+        };
+        // SAFETY: the memory is leaked, so it outlives the queue; only this queue posts to it,
+        // and `state` is bound to the CQ below only.
+        let sq = unsafe { SendQueue::new(&mem.qp_layout(QPN), caps, state) }.expect("layout");
+        // SAFETY: as above; only this CQ polls the ring.
+        let cq = unsafe { CompletionQueue::new(&mem.cq_layout(), bindings) }.expect("layout");
+        Self {
+            mem,
+            sq,
+            cq,
+            completed_to: 0,
+        }
+    }
+}
+
+impl Fixture for Ours {
+    fn room(&mut self, blocks_per_call: u32, requests_per_call: u32) -> u64 {
+        let by_blocks = self.sq.free_blocks() / blocks_per_call;
+        let signaled = self.mem.cqes - self.sq.outstanding_signaled();
+        u64::from(by_blocks.min(signaled / requests_per_call))
+    }
+
+    fn complete_all(&mut self, requests: u64) {
+        let from = self.completed_to;
+        let posted = self.sq.producer().wrapping_sub(from);
+        if requests == 0 || posted == 0 {
+            return;
+        }
+        // Every request of a run has the same size: one CQE each, naming its first block.
+        let blocks = posted / requests as u32;
+        let mut left = requests as u32;
+        let mut next = 0u32;
+        let mut wc = [Completion::EMPTY; 64];
+        while left > 0 {
+            let n = left.min(64);
+            // SAFETY: the CQ is polled only below, on this thread.
+            unsafe {
+                self.mem.write_cqes(QPN, self.cq.consumer(), n, |i| {
+                    from.wrapping_add((next + i) * blocks) as u16
+                })
+            };
+            assert_eq!(self.cq.poll(&mut wc[..n as usize]), n as usize);
+            left -= n;
+            next += n;
+        }
+        self.completed_to = self.sq.producer();
+    }
+
+    fn write_cqes(&mut self, n: u32) {
+        // SAFETY: the CQ is polled only after this returns, on this thread.
+        unsafe {
+            self.mem
+                .write_cqes(QPN, self.cq.consumer(), n, |i| (i % 8) as u16)
+        };
+    }
+
+    fn cq_room(&self) -> u32 {
+        self.mem.cqes
+    }
+}
+
+/// A signaled 1-SGE RDMA WRITE, posted and rung.
+///
+/// # Safety
+///
+/// The posting contract of [`PostSend`] (the fixtures have no device: nothing reads the
+/// memory the request names).
+///
+/// # Errors
+///
+/// As [`PostSend::send`].
+#[inline(never)]
+pub unsafe fn post_write(
+    sq: &mut SendQueue<'_>,
+    addr: u64,
+    len: u32,
+    lkey: u32,
+    raddr: u64,
+    rkey: u32,
+    wr_id: u64,
+) -> Result<(), PostError> {
+    let sgl = [Sge::new(addr, len, lkey)];
+    let wr = SendWr::write(wr_id, &sgl, RemoteBuf::new(raddr, rkey)).signaled();
+    // SAFETY: (caller) the posting contract.
+    unsafe { sq.send(&wr) }
+}
+
+/// A signaled RDMA WRITE of `data`, inline, posted and rung.
+///
+/// # Safety
+///
+/// As [`post_write`].
+///
+/// # Errors
+///
+/// As [`PostSend::send`].
+#[inline(never)]
+pub unsafe fn post_write_inline(
+    sq: &mut SendQueue<'_>,
+    data: &[u8],
+    raddr: u64,
+    rkey: u32,
+    wr_id: u64,
+) -> Result<(), PostError> {
+    let sgl = [Sge::from_slice(data, 0)];
+    let wr = SendWr::write(wr_id, &sgl, RemoteBuf::new(raddr, rkey))
+        .inline()
+        .signaled();
+    // SAFETY: (caller) the posting contract; `data` is readable for the call.
+    unsafe { sq.send(&wr) }
+}
+
+/// A signaled 1-SGE SEND, posted and rung.
+///
+/// # Safety
+///
+/// As [`post_write`].
+///
+/// # Errors
+///
+/// As [`PostSend::send`].
+#[inline(never)]
+pub unsafe fn post_send(
+    sq: &mut SendQueue<'_>,
+    addr: u64,
+    len: u32,
+    lkey: u32,
+    wr_id: u64,
+) -> Result<(), PostError> {
+    let sgl = [Sge::new(addr, len, lkey)];
+    let wr = SendWr::send(wr_id, &sgl).signaled();
+    // SAFETY: (caller) the posting contract.
+    unsafe { sq.send(&wr) }
+}
+
+/// A signaled 1-SGE RDMA READ, posted and rung.
+///
+/// # Safety
+///
+/// As [`post_write`].
+///
+/// # Errors
+///
+/// As [`PostSend::send`].
+#[inline(never)]
+pub unsafe fn post_read(
+    sq: &mut SendQueue<'_>,
+    addr: u64,
+    len: u32,
+    lkey: u32,
+    raddr: u64,
+    rkey: u32,
+    wr_id: u64,
+) -> Result<(), PostError> {
+    let sgl = [Sge::new(addr, len, lkey)];
+    let wr = SendWr::read(wr_id, &sgl, RemoteBuf::new(raddr, rkey)).signaled();
+    // SAFETY: (caller) the posting contract.
+    unsafe { sq.send(&wr) }
+}
+
+/// A signaled compare-and-swap, posted and rung.
+///
+/// # Safety
+///
+/// As [`post_write`].
+///
+/// # Errors
+///
+/// As [`PostSend::send`].
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+pub unsafe fn post_cas(
+    sq: &mut SendQueue<'_>,
+    addr: u64,
+    lkey: u32,
+    raddr: u64,
+    rkey: u32,
+    compare: u64,
+    swap: u64,
+    wr_id: u64,
+) -> Result<(), PostError> {
+    let local = Sge::new(addr, 8, lkey);
+    let wr =
+        SendWr::compare_swap(wr_id, local, RemoteBuf::new(raddr, rkey), compare, swap).signaled();
+    // SAFETY: (caller) the posting contract.
+    unsafe { sq.send(&wr) }
+}
+
+/// A signaled fetch-and-add, posted and rung.
+///
+/// # Safety
+///
+/// As [`post_write`].
+///
+/// # Errors
+///
+/// As [`PostSend::send`].
+#[inline(never)]
+pub unsafe fn post_faa(
+    sq: &mut SendQueue<'_>,
+    addr: u64,
+    lkey: u32,
+    raddr: u64,
+    rkey: u32,
+    add: u64,
+    wr_id: u64,
+) -> Result<(), PostError> {
+    let local = Sge::new(addr, 8, lkey);
+    let wr = SendWr::fetch_add(wr_id, local, RemoteBuf::new(raddr, rkey), add).signaled();
+    // SAFETY: (caller) the posting contract.
+    unsafe { sq.send(&wr) }
+}
+
+/// A request whose operation the compiler cannot see at the call (built elsewhere), posted and
+/// rung: the generic post path.
+///
+/// # Safety
+///
+/// As [`post_write`].
+///
+/// # Errors
+///
+/// As [`PostSend::send`].
+#[inline(never)]
+pub unsafe fn post_opaque(sq: &mut SendQueue<'_>, wr: &SendWr<'_>) -> Result<(), PostError> {
+    // SAFETY: (caller) the posting contract.
+    unsafe { sq.send(wr) }
+}
+
+/// A batch of requests behind one doorbell.
+///
+/// # Safety
+///
+/// As [`post_write`].
+///
+/// # Errors
+///
+/// As [`PostSend::post_send_batch`].
+#[inline(never)]
+pub unsafe fn post_batch(sq: &mut SendQueue<'_>, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
+    // SAFETY: (caller) the posting contract.
+    unsafe { sq.post_send_batch(wrs) }
+}
+
+/// Requests written one by one, then one doorbell for all: what `ibv_post_send` does with a
+/// chain (each request checked and written in turn; a refused one stops the loop and what
+/// was written before it is rung).
+///
+/// # Safety
+///
+/// As [`post_write`].
+///
+/// # Errors
+///
+/// The first refused request's error and index.
+#[inline(never)]
+pub unsafe fn post_chain(sq: &mut SendQueue<'_>, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
+    let mut result = Ok(());
+    for (index, wr) in wrs.iter().enumerate() {
+        // SAFETY: (caller) the posting contract.
+        if let Err(error) = unsafe { sq.post_send(wr) } {
+            result = Err(BatchError { index, error });
+            break;
+        }
+    }
+    sq.ring();
+    result
+}
+
+/// Polls up to `out.len()` completions.
+#[inline(never)]
+pub fn poll(cq: &mut CompletionQueue<'_>, out: &mut [Completion]) -> usize {
+    cq.poll(out)
+}

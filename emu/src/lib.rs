@@ -1,0 +1,60 @@
+//! # zverbs-emu: an emulated ConnectX in userspace
+//!
+//! Debian's unmodified libibverbs and libmlx5 (rdma-core 44) drive the software mlx5 device
+//! ([`zverbs_mlx5dv::sim`]) as if it were a ConnectX-6:
+//!
+//! - [`sysfs`] writes the fake sysfs tree that makes libibverbs find `mlx5_0` (through
+//!   `SYSFS_PATH`);
+//! - the library, loaded with `LD_PRELOAD` (this crate's `cdylib`), answers the uverbs
+//!   commands libibverbs and libmlx5 send to `/dev/infiniband/uverbs0`: device, port and GID
+//!   queries, PDs, memory regions, CQs and RC QPs, with the software device behind them, which
+//!   executes the WQEs libmlx5 writes and writes the CQEs libmlx5 polls;
+//! - device instances in different processes reach each other through a local channel
+//!   (abstract Unix sockets, found by LID), so two unmodified programs (perftest's server and
+//!   client, `ibv_rc_pingpong`) talk RC to each other.
+//!
+//! `cargo xtask emu -- <program> [args]` runs any program on it; `docs/emulator.md` says what
+//! is emulated and what is not.
+//!
+//! ## Environment
+//!
+//! - `ZVERBS_EMU_LOG=1`: log every command and connection to stderr.
+//! - `ZVERBS_EMU_ABI=write`: refuse the ioctl ABI, so libibverbs sends every command with
+//!   `write()`.
+//! - `ZVERBS_EMU_NS=name`: the namespace of the channel (processes see each other only
+//!   within one); `ZVERBS_EMU_LID=n`: ask for LID `n`.
+#![deny(
+    unsafe_op_in_unsafe_fn,
+    missing_docs,
+    clippy::undocumented_unsafe_blocks,
+    clippy::missing_safety_doc
+)]
+
+pub mod abi;
+pub mod device;
+pub mod fabric;
+mod preload;
+pub mod sysfs;
+pub mod verbs;
+
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// Whether `ZVERBS_EMU_LOG` is set (checked once).
+fn logging() -> bool {
+    static ON: AtomicU8 = AtomicU8::new(0);
+    match ON.load(Ordering::Relaxed) {
+        0 => {
+            let on = std::env::var_os("ZVERBS_EMU_LOG").is_some_and(|v| !v.is_empty() && v != "0");
+            ON.store(if on { 2 } else { 1 }, Ordering::Relaxed);
+            on
+        }
+        v => v == 2,
+    }
+}
+
+/// Logs a line to stderr when `ZVERBS_EMU_LOG` is set.
+pub(crate) fn log(args: std::fmt::Arguments<'_>) {
+    if logging() {
+        eprintln!("[zverbs-emu {}] {args}", std::process::id());
+    }
+}

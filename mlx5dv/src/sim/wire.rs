@@ -1,0 +1,266 @@
+//! The messages between device instances in different processes: RC requests and their
+//! answers, as bytes.
+//!
+//! A QP connected to a peer in another process ([`Peer::Remote`](super::Peer)) does not touch
+//! the peer's memory: its device sends a [`Request`] (with the gathered payload of a WRITE or
+//! SEND) to the device instance at the peer's LID, whose engine does the responder's work on
+//! its own memory, receive queue and CQs and sends back a [`Response`] (an ACK, with the data
+//! of a READ or the original value of an atomic; an RNR NAK; or a NAK with the syndrome the
+//! requester reports). Each QP has at most one request in flight, so execution stays in order.
+//!
+//! How the bytes travel is the transport's business ([`Wire`]): it must deliver each message
+//! whole and in order per destination, and hand what arrives to
+//! [`Device::deliver`](super::Device::deliver).
+//!
+//! Layout (all integers little-endian): byte 0 the kind (1 request, 2 response), then the
+//! fields in declaration order, then the payload to the end of the message.
+
+use std::vec::Vec;
+
+/// Carries messages to other device instances, named by their LID.
+pub trait Wire: Send + Sync {
+    /// Sends `msg` to the device instance at `lid`. Called with the device's lock held: it
+    /// must not block on the peer (queue the message and return).
+    fn send(&self, lid: u16, msg: Vec<u8>);
+}
+
+/// An RC request from a requester QP to a responder QP in another process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    /// The requester's LID (where the response goes).
+    pub src_lid: u16,
+    /// The requester's QPN.
+    pub src_qpn: u32,
+    /// The responder's QPN.
+    pub dst_qpn: u32,
+    /// The requester's tag, echoed in the response.
+    pub seq: u32,
+    /// The WQE opcode (`MLX5_OPCODE_*`).
+    pub opcode: u8,
+    /// The request asked for a solicited event.
+    pub solicited: bool,
+    /// Remote address (WRITE, READ, atomics).
+    pub raddr: u64,
+    /// Remote key.
+    pub rkey: u32,
+    /// The immediate as the control segment carries it.
+    pub imm: [u8; 4],
+    /// Message length: the payload's for WRITE and SEND, the bytes to read for READ, 8 for
+    /// atomics.
+    pub len: u64,
+    /// Atomic operand: swap value or addend.
+    pub swap_add: u64,
+    /// Atomic compare value.
+    pub compare: u64,
+    /// The payload of a WRITE or SEND.
+    pub payload: Vec<u8>,
+}
+
+/// How a responder answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// Done; the response carries READ data or the atomic's original value.
+    Ack,
+    /// No receive was posted: retry later.
+    Rnr,
+    /// Refused with (syndrome, vendor syndrome) for the requester's error CQE.
+    Nak(u8, u8),
+}
+
+/// The answer to a [`Request`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Response {
+    /// The requester's QPN.
+    pub dst_qpn: u32,
+    /// The request's tag.
+    pub seq: u32,
+    /// The outcome.
+    pub status: Status,
+    /// READ data, or the 8 bytes of an atomic's original value as they were in memory.
+    pub data: Vec<u8>,
+}
+
+/// A message between device instances.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Message {
+    /// A request for a responder.
+    Request(Request),
+    /// The answer to a request.
+    Response(Response),
+}
+
+const REQUEST: u8 = 1;
+const RESPONSE: u8 = 2;
+/// Bytes before a request's payload.
+const REQUEST_HEADER: usize = 1 + 2 + 4 + 4 + 4 + 1 + 1 + 8 + 4 + 4 + 8 + 8 + 8;
+/// Bytes before a response's data.
+const RESPONSE_HEADER: usize = 1 + 4 + 4 + 1 + 1 + 1;
+
+/// Reads little-endian fields in order.
+struct Reader<'a> {
+    b: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn take<const N: usize>(&mut self) -> Option<[u8; N]> {
+        let (head, rest) = self.b.split_first_chunk::<N>()?;
+        self.b = rest;
+        Some(*head)
+    }
+    fn u8(&mut self) -> Option<u8> {
+        self.take::<1>().map(|b| b[0])
+    }
+    fn u16(&mut self) -> Option<u16> {
+        self.take().map(u16::from_le_bytes)
+    }
+    fn u32(&mut self) -> Option<u32> {
+        self.take().map(u32::from_le_bytes)
+    }
+    fn u64(&mut self) -> Option<u64> {
+        self.take().map(u64::from_le_bytes)
+    }
+}
+
+impl Message {
+    /// The message as bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        match self {
+            Message::Request(r) => {
+                let mut v = Vec::with_capacity(REQUEST_HEADER + r.payload.len());
+                v.push(REQUEST);
+                v.extend_from_slice(&r.src_lid.to_le_bytes());
+                v.extend_from_slice(&r.src_qpn.to_le_bytes());
+                v.extend_from_slice(&r.dst_qpn.to_le_bytes());
+                v.extend_from_slice(&r.seq.to_le_bytes());
+                v.push(r.opcode);
+                v.push(u8::from(r.solicited));
+                v.extend_from_slice(&r.raddr.to_le_bytes());
+                v.extend_from_slice(&r.rkey.to_le_bytes());
+                v.extend_from_slice(&r.imm);
+                v.extend_from_slice(&r.len.to_le_bytes());
+                v.extend_from_slice(&r.swap_add.to_le_bytes());
+                v.extend_from_slice(&r.compare.to_le_bytes());
+                debug_assert_eq!(v.len(), REQUEST_HEADER);
+                v.extend_from_slice(&r.payload);
+                v
+            }
+            Message::Response(r) => {
+                let mut v = Vec::with_capacity(RESPONSE_HEADER + r.data.len());
+                v.push(RESPONSE);
+                v.extend_from_slice(&r.dst_qpn.to_le_bytes());
+                v.extend_from_slice(&r.seq.to_le_bytes());
+                let (kind, syndrome, vendor) = match r.status {
+                    Status::Ack => (0, 0, 0),
+                    Status::Rnr => (1, 0, 0),
+                    Status::Nak(s, v) => (2, s, v),
+                };
+                v.extend_from_slice(&[kind, syndrome, vendor]);
+                debug_assert_eq!(v.len(), RESPONSE_HEADER);
+                v.extend_from_slice(&r.data);
+                v
+            }
+        }
+    }
+
+    /// Parses a message; `None` for bytes that are not one (untrusted input: never a panic).
+    pub fn decode(b: &[u8]) -> Option<Self> {
+        let mut r = Reader { b };
+        match r.u8()? {
+            REQUEST => {
+                let src_lid = r.u16()?;
+                let src_qpn = r.u32()?;
+                let dst_qpn = r.u32()?;
+                let seq = r.u32()?;
+                let opcode = r.u8()?;
+                let solicited = r.u8()? != 0;
+                let raddr = r.u64()?;
+                let rkey = r.u32()?;
+                let imm = r.take::<4>()?;
+                let len = r.u64()?;
+                let swap_add = r.u64()?;
+                let compare = r.u64()?;
+                Some(Message::Request(Request {
+                    src_lid,
+                    src_qpn,
+                    dst_qpn,
+                    seq,
+                    opcode,
+                    solicited,
+                    raddr,
+                    rkey,
+                    imm,
+                    len,
+                    swap_add,
+                    compare,
+                    payload: r.b.to_vec(),
+                }))
+            }
+            RESPONSE => {
+                let dst_qpn = r.u32()?;
+                let seq = r.u32()?;
+                let status = match (r.u8()?, r.u8()?, r.u8()?) {
+                    (0, _, _) => Status::Ack,
+                    (1, _, _) => Status::Rnr,
+                    (2, s, v) => Status::Nak(s, v),
+                    _ => return None,
+                };
+                Some(Message::Response(Response {
+                    dst_qpn,
+                    seq,
+                    status,
+                    data: r.b.to_vec(),
+                }))
+            }
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_bytes_round_trip() {
+        let m = Message::Request(Request {
+            src_lid: 0x0102,
+            src_qpn: 0x100,
+            dst_qpn: 0x101,
+            seq: 7,
+            opcode: 0x0b,
+            solicited: true,
+            raddr: 0x1122_3344_5566_7788,
+            rkey: 0xaabb_ccdd,
+            imm: [0xca, 0xfe, 0xba, 0xbe],
+            len: 3,
+            swap_add: 0,
+            compare: 0,
+            payload: std::vec![1, 2, 3],
+        });
+        let b = m.encode();
+        assert_eq!(b.len(), REQUEST_HEADER + 3);
+        assert_eq!(&b[..7], &[1, 0x02, 0x01, 0x00, 0x01, 0, 0]);
+        assert_eq!(&b[b.len() - 3..], &[1, 2, 3]);
+        assert_eq!(Message::decode(&b), Some(m));
+        for cut in 0..REQUEST_HEADER {
+            assert_eq!(Message::decode(&b[..cut]), None, "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn response_bytes_round_trip() {
+        for status in [Status::Ack, Status::Rnr, Status::Nak(0x13, 0x31)] {
+            let m = Message::Response(Response {
+                dst_qpn: 0x100,
+                seq: 9,
+                status,
+                data: std::vec![9; 8],
+            });
+            let b = m.encode();
+            assert_eq!(b[0], 2);
+            assert_eq!(Message::decode(&b), Some(m));
+        }
+        assert_eq!(Message::decode(&[2, 0, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0]), None);
+        assert_eq!(Message::decode(&[9]), None);
+    }
+}

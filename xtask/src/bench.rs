@@ -1,0 +1,648 @@
+//! `cargo xtask bench`: the direct path against the C baselines, in one run.
+//!
+//! - `cargo xtask bench [--quick] [-- criterion args]`: the criterion benchmarks of
+//!   `zverbs-benches` (every case on both sides, then the table of median ns per unit with the
+//!   ratio zverbs / C and the goals), and an SVG plot of the figures;
+//! - `cargo xtask bench --instructions [--calls N]`: callgrind instruction counts of the same
+//!   cases (the out-of-line function of each side, `--toggle-collect`), with the ratios:
+//!   stable where times are noisy;
+//! - `cargo xtask bench --fallback [--host] [-- args]`: the libibverbs fallback against the
+//!   same post+poll loop in C on raw `ibv_post_send` / `ibv_poll_cq` (the `fallback` example),
+//!   on rxe in the VM of `cargo xtask rxe`, or with `--host` on this machine's own device
+//!   (arguments after `--` go to the example: `--device`, `--iters`, `--rounds`, `--size`);
+//! - `--write-docs` (with any): also writes the figures into `docs/performance.md` (between
+//!   its `bench:` markers) and the plot to `docs/performance-times.svg`.
+//!
+//! Results also go to `target/zverbs-bench/` (`times.tsv`, `times.svg`, `instructions.tsv`).
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::util::{self, Result, Table, bail};
+
+/// The benchmarks' package, bench target and counting example.
+const PACKAGE: &str = "zverbs-benches";
+const BENCH: &str = "datapath";
+const COUNT_EXAMPLE: &str = "count";
+const FALLBACK_EXAMPLE: &str = "fallback";
+
+/// The performance report and the plot it shows.
+const DOC: &str = "docs/performance.md";
+const DOC_SVG: &str = "docs/performance-times.svg";
+
+/// Calls per callgrind run (each case on each side).
+const DEFAULT_CALLS: u64 = 20_000;
+
+/// What to run.
+#[derive(Debug, Default)]
+struct Options {
+    instructions: bool,
+    fallback: bool,
+    host: bool,
+    quick: bool,
+    write_docs: bool,
+    calls: Option<u64>,
+    criterion: Vec<String>,
+}
+
+fn parse(args: &[String]) -> Result<Options> {
+    let mut o = Options::default();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--instructions" => o.instructions = true,
+            "--fallback" => o.fallback = true,
+            "--host" => o.host = true,
+            "--quick" => o.quick = true,
+            "--write-docs" => o.write_docs = true,
+            "--calls" => {
+                let Some(n) = it.next().and_then(|n| n.parse().ok()) else {
+                    bail!("--calls needs a number");
+                };
+                o.calls = Some(n);
+            }
+            "--" => o.criterion.extend(it.by_ref().cloned()),
+            other => bail!(
+                "unknown option {other:?} for `bench`; try --instructions, --fallback [--host], \
+                 --quick, --write-docs, --calls N, -- <args>"
+            ),
+        }
+    }
+    Ok(o)
+}
+
+/// `cargo xtask bench ...`.
+pub fn main(args: &[String]) -> Result {
+    let o = parse(args)?;
+    let out = util::root().join("target/zverbs-bench");
+    std::fs::create_dir_all(&out)?;
+    if o.instructions && o.fallback {
+        bail!("--instructions and --fallback are separate runs");
+    }
+    if o.instructions {
+        instructions(&o, &out)
+    } else if o.fallback {
+        fallback(&o, &out)
+    } else {
+        times(&o, &out)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Times (criterion)
+// ---------------------------------------------------------------------------------------------
+
+/// One row of `times.tsv`, as the benchmark writes it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TimeRow {
+    /// Case name.
+    pub case: String,
+    /// zverbs, ns per unit (fastest sample).
+    pub ours: f64,
+    /// C baseline, ns per unit (fastest sample).
+    pub c: f64,
+    /// What the case does.
+    pub about: String,
+    /// zverbs and C, median samples.
+    pub medians: Option<(f64, f64)>,
+}
+
+/// Parses `times.tsv` (`case units ours_ns c_ns about [ours_median c_median]`, with a header
+/// line).
+pub fn parse_times(text: &str) -> Vec<TimeRow> {
+    text.lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split('\t').collect();
+            Some(TimeRow {
+                case: f.first()?.to_string(),
+                ours: f.get(2)?.parse().ok()?,
+                c: f.get(3)?.parse().ok()?,
+                about: f.get(4).unwrap_or(&"").to_string(),
+                medians: f
+                    .get(5)
+                    .zip(f.get(6))
+                    .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?))),
+            })
+        })
+        .collect()
+}
+
+fn times(o: &Options, out: &Path) -> Result {
+    let tsv = out.join("times.tsv");
+    let _ = std::fs::remove_file(&tsv);
+    let mut cmd = util::cargo(["bench", "-p", PACKAGE, "--bench", BENCH, "--"]);
+    if o.quick {
+        cmd.args(["--warm-up-time", "0.2", "--measurement-time", "0.5"]);
+    }
+    cmd.args(&o.criterion).env("ZVERBS_BENCH_OUT", &tsv);
+    util::run(&mut cmd)?;
+    let Ok(text) = std::fs::read_to_string(&tsv) else {
+        bail!(
+            "the benchmark wrote no {} (did a filter leave no case with both sides?)",
+            tsv.display()
+        );
+    };
+    let rows = parse_times(&text);
+    let svg = times_svg(&rows);
+    let svg_path = out.join("times.svg");
+    std::fs::write(&svg_path, &svg)?;
+    println!("\nplot of ns per operation: {}", svg_path.display());
+    if o.write_docs {
+        let root = util::root();
+        std::fs::write(root.join(DOC_SVG), &svg)?;
+        replace_block(&root.join(DOC), "times", &times_markdown(&rows))?;
+        println!("wrote {DOC_SVG} and the times in {DOC}");
+    }
+    Ok(())
+}
+
+/// The markdown table of times, with the machine it was measured on.
+fn times_markdown(rows: &[TimeRow]) -> String {
+    let mut s = String::from(
+        "| case | what one unit is | zverbs ns | C ns | zverbs / C | medians (zverbs, C) |\n\
+         |---|---|---:|---:|---:|---:|\n",
+    );
+    for r in rows {
+        let medians = r
+            .medians
+            .map(|(a, b)| format!("{a:.2}, {b:.2}"))
+            .unwrap_or_default();
+        let _ = writeln!(
+            s,
+            "| `{}` | {} | {:.2} | {:.2} | {:.2}× | {medians} |",
+            r.case,
+            r.about,
+            r.ours,
+            r.c,
+            r.ours / r.c
+        );
+    }
+    let _ = write!(s, "\n{}", machine());
+    s
+}
+
+// ---------------------------------------------------------------------------------------------
+// The fallback on a device
+// ---------------------------------------------------------------------------------------------
+
+fn fallback(o: &Options, out: &Path) -> Result {
+    util::run(&mut util::cargo([
+        "build",
+        "--release",
+        "-p",
+        PACKAGE,
+        "--example",
+        FALLBACK_EXAMPLE,
+    ]))?;
+    let exe = target_dir().join("release/examples").join(FALLBACK_EXAMPLE);
+    let tsv = out.join("fallback.tsv");
+    let _ = std::fs::remove_file(&tsv);
+    let mut args: Vec<String> = vec![
+        exe.to_string_lossy().into_owned(),
+        "--out".into(),
+        tsv.to_string_lossy().into_owned(),
+    ];
+    args.extend(o.criterion.iter().cloned());
+    // On rxe in the VM (the project directory is shared with the guest at the same path, so
+    // the result lands in `target/zverbs-bench`), or directly on this machine's device.
+    let mut cmd = if o.host {
+        let mut c = Command::new(&args[0]);
+        c.args(&args[1..]).current_dir(util::root());
+        c
+    } else {
+        let mut c = util::cargo(["xtask", "rxe", "--timeout", "1800", "--"]);
+        c.args(&args);
+        c
+    };
+    util::run(&mut cmd).map_err(|e| {
+        util::Error(format!(
+            "{e}\n(the fallback runs on a device the libibverbs fallback drives: rxe in the VM \
+             of `cargo xtask rxe`, or this machine's own device with --host)"
+        ))
+    })?;
+    let Ok(text) = std::fs::read_to_string(&tsv) else {
+        bail!("the fallback benchmark wrote no {}", tsv.display());
+    };
+    let rows = parse_times(&text);
+    let mut table = Table::new(&["case", ">zverbs ns", ">C ns", ">zverbs/C", "what"]);
+    for r in &rows {
+        table.row(vec![
+            r.case.clone(),
+            format!("{:.1}", r.ours),
+            format!("{:.1}", r.c),
+            format!("{:.3}x", r.ours / r.c),
+            r.about.clone(),
+        ]);
+    }
+    println!("\nthe libibverbs fallback against raw libibverbs (fastest rounds):");
+    table.print(false);
+    if o.write_docs {
+        replace_block(&util::root().join(DOC), "fallback", &times_markdown(&rows))?;
+        println!("wrote the fallback's figures in {DOC}");
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Instructions (callgrind)
+// ---------------------------------------------------------------------------------------------
+
+/// A case as `count --list` prints it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CountCase {
+    /// Name.
+    pub name: String,
+    /// Units (work requests or CQEs) per call.
+    pub units: u32,
+    /// The zverbs function to toggle collection on.
+    pub ours_fn: String,
+    /// The C function.
+    pub c_fn: String,
+    /// What it does.
+    pub about: String,
+}
+
+/// Parses `count --list` (tab-separated: name, units, zverbs function, C function, about).
+pub fn parse_cases(text: &str) -> Vec<CountCase> {
+    text.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split('\t').collect();
+            Some(CountCase {
+                name: f.first()?.to_string(),
+                units: f.get(1)?.parse().ok()?,
+                ours_fn: f.get(2)?.to_string(),
+                c_fn: f.get(3)?.to_string(),
+                about: f.get(4).unwrap_or(&"").to_string(),
+            })
+        })
+        .collect()
+}
+
+/// The `Collected : N` line of callgrind's report.
+pub fn parse_collected(stderr: &str) -> Option<u64> {
+    stderr
+        .lines()
+        .find_map(|l| l.split_once("Collected :").map(|(_, n)| n.trim()))
+        .and_then(|n| n.parse().ok())
+}
+
+fn instructions(o: &Options, out: &Path) -> Result {
+    if !util::succeeds(Command::new("valgrind").arg("--version")) {
+        bail!(
+            "valgrind is not installed (Debian package valgrind); as root:\n    \
+             apt-get install -y --no-install-recommends valgrind"
+        );
+    }
+    util::run(&mut util::cargo([
+        "build",
+        "--release",
+        "-p",
+        PACKAGE,
+        "--example",
+        COUNT_EXAMPLE,
+    ]))?;
+    let bin = target_dir().join("release/examples").join(COUNT_EXAMPLE);
+    let list = Command::new(&bin).arg("--list").output()?;
+    if !list.status.success() {
+        bail!("`{} --list` failed", bin.display());
+    }
+    let cases = parse_cases(&String::from_utf8_lossy(&list.stdout));
+    let calls = o.calls.unwrap_or(DEFAULT_CALLS);
+    println!(
+        "\ncounting instructions: {} cases x 2 sides, {calls} calls each, under callgrind",
+        cases.len()
+    );
+    let mut rows = Vec::new();
+    for c in &cases {
+        let per_unit = |side: &str, func: &str| -> Result<f64> {
+            let mut cmd = Command::new("valgrind");
+            cmd.args([
+                "--tool=callgrind",
+                "--callgrind-out-file=/dev/null",
+                &format!("--toggle-collect={func}"),
+            ])
+            .arg(&bin)
+            .args([c.name.as_str(), side, &calls.to_string()]);
+            let run = cmd.output()?;
+            let stderr = String::from_utf8_lossy(&run.stderr);
+            let Some(n) = parse_collected(&stderr).filter(|_| run.status.success()) else {
+                bail!("`{}` failed:\n{stderr}", util::show(&cmd));
+            };
+            Ok(n as f64 / calls as f64 / f64::from(c.units))
+        };
+        let ours = per_unit("ours", &c.ours_fn)?;
+        let cc = per_unit("c", &c.c_fn)?;
+        println!("  {:<16} zverbs {ours:>7.1}  C {cc:>7.1}", c.name);
+        rows.push((c.clone(), ours, cc));
+    }
+
+    let mut table = Table::new(&["case", ">zverbs", ">C", ">zverbs/C", "goal <= 1.00x"]);
+    let mut tsv = String::from("case\tunits\tours\tc\tabout\n");
+    let mut met = 0;
+    for (c, ours, cc) in &rows {
+        let ratio = ours / cc;
+        met += usize::from(ratio <= 1.0);
+        table.row(vec![
+            c.name.clone(),
+            format!("{ours:.1}"),
+            format!("{cc:.1}"),
+            format!("{ratio:.2}x"),
+            if ratio <= 1.0 { "met" } else { "MISSED" }.into(),
+        ]);
+        let _ = writeln!(
+            tsv,
+            "{}\t{}\t{ours:.1}\t{cc:.1}\t{}",
+            c.name, c.units, c.about
+        );
+    }
+    println!("\ninstructions per unit (work request or CQE), callgrind:");
+    table.print(false);
+    println!("{met} of {} cases at or below the C baseline", rows.len());
+    std::fs::write(out.join("instructions.tsv"), &tsv)?;
+    if o.write_docs {
+        let mut md = String::from(
+            "| case | what one unit is | zverbs | C | zverbs / C |\n|---|---|---:|---:|---:|\n",
+        );
+        for (c, ours, cc) in &rows {
+            let _ = writeln!(
+                md,
+                "| `{}` | {} | {ours:.1} | {cc:.1} | {:.2}× |",
+                c.name,
+                c.about,
+                ours / cc
+            );
+        }
+        let _ = write!(md, "\n{}", machine());
+        replace_block(&util::root().join(DOC), "instructions", &md)?;
+        println!("wrote the instruction counts in {DOC}");
+    }
+    Ok(())
+}
+
+/// Cargo's target directory (`CARGO_TARGET_DIR`, else the workspace's `target`).
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| util::root().join("target"))
+}
+
+/// One line naming the CPU and the compilers.
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("model name")
+                    .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
+            })
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let first_line = |prog: &str, arg: &str| {
+        Command::new(prog)
+            .arg(arg)
+            .output()
+            .ok()
+            .and_then(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .next()
+                    .map(str::to_string)
+            })
+            .unwrap_or_else(|| format!("{prog} (unknown version)"))
+    };
+    // The machine's load when the figures were taken: times from a shared machine mean
+    // little without it.
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_string))
+        .map(|l| {
+            let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+            format!(" Load average {l} on {cpus} CPUs at the end of the run.")
+        })
+        .unwrap_or_default();
+    format!(
+        "Measured on {cpu}, {} and {}.{load}\n",
+        first_line("rustc", "--version"),
+        first_line("cc", "--version")
+    )
+}
+
+/// Replaces the text between `<!-- bench:NAME:begin -->` and `<!-- bench:NAME:end -->` in
+/// `path` with `body`.
+fn replace_block(path: &Path, name: &str, body: &str) -> Result {
+    let text = std::fs::read_to_string(path)?;
+    let Some(new) = with_block(&text, name, body) else {
+        bail!(
+            "{} has no `<!-- bench:{name}:begin -->` ... `end` markers",
+            path.display()
+        );
+    };
+    std::fs::write(path, new)?;
+    Ok(())
+}
+
+/// `text` with the block `name` replaced by `body`, or `None` without its markers.
+pub fn with_block(text: &str, name: &str, body: &str) -> Option<String> {
+    let begin = format!("<!-- bench:{name}:begin -->\n");
+    let end = format!("<!-- bench:{name}:end -->");
+    let b = text.find(&begin)? + begin.len();
+    let e = b + text[b..].find(&end)?;
+    Some(format!("{}{}{}", &text[..b], body, &text[e..]))
+}
+
+// ---------------------------------------------------------------------------------------------
+// The plot
+// ---------------------------------------------------------------------------------------------
+
+/// A horizontal bar chart of ns per unit, zverbs and C side by side for each case. Cases more
+/// than ten times slower than the median (the round trip on the software device) are listed
+/// under the chart instead of drawn, so they do not flatten the rest.
+pub fn times_svg(rows: &[TimeRow]) -> String {
+    let mut values: Vec<f64> = rows.iter().flat_map(|r| [r.ours, r.c]).collect();
+    values.sort_by(f64::total_cmp);
+    let median = values.get(values.len() / 2).copied().unwrap_or(1.0);
+    let (drawn, apart): (Vec<&TimeRow>, Vec<&TimeRow>) =
+        rows.iter().partition(|r| r.ours.max(r.c) <= 10.0 * median);
+    let max = drawn.iter().map(|r| r.ours.max(r.c)).fold(0.0, f64::max);
+    let step = nice_step(max / 5.0);
+    let top = (max / step).ceil().max(1.0) * step;
+
+    let (left, width, bar, gap) = (150.0, 520.0, 11.0, 10.0);
+    let row_h = 2.0 * bar + gap;
+    let head = 56.0;
+    let chart_h = drawn.len() as f64 * row_h;
+    let height = head + chart_h + 40.0 + 18.0 * apart.len() as f64 + 10.0;
+    let total_w = left + width + 80.0;
+    let x = |v: f64| left + v / top * width;
+
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{total_w}" height="{height}" viewBox="0 0 {total_w} {height}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
+    let _ = writeln!(
+        s,
+        r#"<text x="{left}" y="20" font-size="14" font-weight="bold">ns per operation, zverbs vs C on mlx5dv.h (lower is better)</text>"#
+    );
+    // Legend.
+    for (i, (name, color)) in [("zverbs", OURS_COLOR), ("C baseline", C_COLOR)]
+        .iter()
+        .enumerate()
+    {
+        let lx = left + 160.0 * i as f64;
+        let _ = writeln!(
+            s,
+            r#"<rect x="{lx}" y="30" width="12" height="12" fill="{color}"/><text x="{}" y="40">{name}</text>"#,
+            lx + 18.0
+        );
+    }
+    // Grid and axis labels.
+    let mut v = 0.0;
+    while v <= top + step / 2.0 {
+        let gx = x(v);
+        let _ = writeln!(
+            s,
+            r##"<line x1="{gx:.1}" y1="{head}" x2="{gx:.1}" y2="{:.1}" stroke="#ddd"/><text x="{gx:.1}" y="{:.1}" text-anchor="middle" fill="#555">{}</text>"##,
+            head + chart_h,
+            head + chart_h + 16.0,
+            trim(v)
+        );
+        v += step;
+    }
+    // Bars.
+    for (i, r) in drawn.iter().enumerate() {
+        let y0 = head + i as f64 * row_h;
+        let _ = writeln!(
+            s,
+            r#"<text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"#,
+            left - 8.0,
+            y0 + bar + 4.0,
+            escape(&r.case)
+        );
+        for (j, (val, color)) in [(r.ours, OURS_COLOR), (r.c, C_COLOR)].iter().enumerate() {
+            let by = y0 + j as f64 * bar;
+            let _ = writeln!(
+                s,
+                r##"<rect class="bar" x="{left}" y="{by:.1}" width="{:.1}" height="{:.1}" fill="{color}"/><text x="{:.1}" y="{:.1}" font-size="10" fill="#333">{val:.1}</text>"##,
+                (x(*val) - left).max(0.5),
+                bar - 1.0,
+                x(*val) + 4.0,
+                by + bar - 2.0
+            );
+        }
+    }
+    let mut ty = head + chart_h + 36.0;
+    let _ = writeln!(
+        s,
+        r##"<text x="{left}" y="{ty:.1}" fill="#555">ns per work request or CQE; ordinary memory stands in for the device (no PCIe, no write-combining).</text>"##
+    );
+    for r in &apart {
+        ty += 18.0;
+        let _ = writeln!(
+            s,
+            r#"<text x="{left}" y="{ty:.1}">{}: zverbs {:.1} ns, C {:.1} ns ({:.2}x), not drawn to scale</text>"#,
+            escape(&r.case),
+            r.ours,
+            r.c,
+            r.ours / r.c
+        );
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+const OURS_COLOR: &str = "#d9541e";
+const C_COLOR: &str = "#7f7f7f";
+
+/// 1, 2 or 5 times a power of ten, at least `raw`.
+fn nice_step(raw: f64) -> f64 {
+    if raw <= 0.0 || !raw.is_finite() {
+        return 1.0;
+    }
+    let p = 10f64.powf(raw.log10().floor());
+    [1.0, 2.0, 5.0, 10.0]
+        .into_iter()
+        .map(|m| m * p)
+        .find(|s| *s >= raw)
+        .unwrap_or(10.0 * p)
+}
+
+fn trim(v: f64) -> String {
+    let s = format!("{v:.2}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_what_the_benchmark_and_callgrind_write() {
+        let rows = parse_times(
+            "case\tunits\tours_ns\tc_ns\tabout\tours_median\tc_median\n\
+             write\t1\t9.5\t10.0\tRDMA WRITE\t9.9\t10.5\n",
+        );
+        assert_eq!(
+            rows,
+            [TimeRow {
+                case: "write".into(),
+                ours: 9.5,
+                c: 10.0,
+                about: "RDMA WRITE".into(),
+                medians: Some((9.9, 10.5)),
+            }]
+        );
+        let cases =
+            parse_cases("poll16\t16\tzverbs_benches::ours::poll\tzvb_poll_cq\tpoll of 16\n");
+        assert_eq!(cases[0].units, 16);
+        assert_eq!(cases[0].c_fn, "zvb_poll_cq");
+        assert_eq!(
+            parse_collected("==1== Events    : Ir\n==1== Collected : 1480000\n==1==\n"),
+            Some(1_480_000)
+        );
+    }
+
+    #[test]
+    fn blocks_are_replaced_between_markers() {
+        let doc = "a\n<!-- bench:times:begin -->\nold\n<!-- bench:times:end -->\nb\n";
+        assert_eq!(
+            with_block(doc, "times", "new\n").as_deref(),
+            Some("a\n<!-- bench:times:begin -->\nnew\n<!-- bench:times:end -->\nb\n")
+        );
+        assert_eq!(with_block(doc, "instructions", "x"), None);
+    }
+
+    #[test]
+    fn plot_draws_every_case_but_the_outlier() {
+        let row = |case: &str, ours, c| TimeRow {
+            case: case.into(),
+            ours,
+            c,
+            about: String::new(),
+            medians: None,
+        };
+        let svg = times_svg(&[
+            row("write", 9.0, 8.5),
+            row("poll1", 3.0, 2.5),
+            row("pingpong", 400.0, 390.0),
+        ]);
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+        assert_eq!(
+            svg.matches("class=\"bar\"").count(),
+            4,
+            "two bars per drawn case"
+        );
+        assert!(svg.contains("pingpong: zverbs 400.0 ns, C 390.0 ns"));
+        assert_eq!(nice_step(1.7), 2.0);
+        assert_eq!(nice_step(0.3), 0.5);
+    }
+}

@@ -1,0 +1,482 @@
+//! The emulated ConnectX (`zverbs-emu`): `cargo xtask emu -- <program> [args]`, and the
+//! `connectx` stage of `cargo xtask test`.
+//!
+//! `emu` builds the shim (`libzverbs_emu.so`) and the sysfs tool in release, writes the fake
+//! sysfs tree under `target/emu/sys`, and runs the program with `SYSFS_PATH` and `LD_PRELOAD`
+//! set, so the program's libibverbs finds `mlx5_0` and libmlx5 drives the software device.
+//! Run a server and a client from two shells, each through `cargo xtask emu`: their device
+//! instances find each other.
+//!
+//! The stage runs, on the emulated device: the differential check against libmlx5 (the
+//! `zverbs-emu` tests); the project's control path on libmlx5 (the `loopback` self-test, which
+//! must choose the direct backend through `mlx5dv_init_obj`, with BlueFlame and without, and
+//! the libibverbs fallback); perftest's `ib_write_lat`, `ib_send_lat`, `ib_read_lat`,
+//! `ib_atomic_lat` and `ib_write_bw` and `ibv_rc_pingpong` as server and client on 127.0.0.1,
+//! and `ibv_rc_pingpong` against our `pingpong --rc` both ways (each under a timeout; every child
+//! is ended); and then `zverbs-perf` (direct path, and the fallback) against perftest
+//! (libmlx5's post path) side by side, with the ratios in a table (no assertion on time).
+//! The programs run with `ZVERBS_EMU_RT=1`: the device's threads preempt the programs'
+//! busy-polling threads, so that latency is not a matter of scheduler time slices.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::test::{Run, counted_tests};
+use crate::util::{self, Result, Table, bail};
+
+/// How long one server or client may run.
+const TIMEOUT: Duration = Duration::from_secs(120);
+/// Iterations of each perftest run (latency tests and `ib_write_bw`).
+const ITERS: &str = "300";
+
+/// What the emulator needs: the shim and the sysfs tool, built in release.
+fn build() -> Result<(PathBuf, PathBuf)> {
+    util::run(&mut util::cargo([
+        "build",
+        "--release",
+        "-p",
+        "zverbs-emu",
+        "--lib",
+        "--bins",
+    ]))?;
+    let rel = util::root().join("target/release");
+    let so = rel.join("libzverbs_emu.so");
+    let sys = util::root().join("target/emu/sys");
+    util::run(Command::new(rel.join("zverbs-emu")).arg("sysfs").arg(&sys))?;
+    Ok((so, sys))
+}
+
+/// Sets the emulator's environment on `cmd` (keeping an `LD_PRELOAD` already there).
+fn emulated(cmd: &mut Command, so: &Path, sys: &Path) {
+    let preload = match std::env::var_os("LD_PRELOAD") {
+        Some(p) if !p.is_empty() => {
+            let mut s = so.as_os_str().to_owned();
+            s.push(":");
+            s.push(p);
+            s
+        }
+        _ => so.as_os_str().to_owned(),
+    };
+    cmd.env("SYSFS_PATH", sys).env("LD_PRELOAD", preload);
+}
+
+/// `cargo xtask emu [--] program [args]`.
+pub fn main(args: &[String]) -> Result {
+    let args = match args.first().map(String::as_str) {
+        Some("--") => &args[1..],
+        _ => args,
+    };
+    let Some((program, rest)) = args.split_first() else {
+        bail!(
+            "usage: cargo xtask emu -- <program> [args]\n\n\
+             runs the program on the emulated ConnectX (e.g. `cargo xtask emu -- ibv_devinfo`)"
+        );
+    };
+    let (so, sys) = build()?;
+    let mut cmd = Command::new(program);
+    cmd.args(rest);
+    emulated(&mut cmd, &so, &sys);
+    println!("$ {}", util::show(&cmd));
+    let status = cmd
+        .status()
+        .map_err(|e| util::Error(format!("cannot start {program}: {e}")))?;
+    if !status.success() {
+        bail!("{program} failed ({status})");
+    }
+    Ok(())
+}
+
+/// A child process with its output in a file, ended when dropped.
+struct Proc {
+    child: Child,
+    out: PathBuf,
+    name: String,
+}
+
+impl Proc {
+    fn spawn(mut cmd: Command, out: PathBuf, name: String) -> Result<Self> {
+        let f = std::fs::File::create(&out)?;
+        cmd.stdin(Stdio::null()).stdout(f.try_clone()?).stderr(f);
+        let child = cmd
+            .spawn()
+            .map_err(|e| util::Error(format!("cannot start {name}: {e}")))?;
+        Ok(Self { child, out, name })
+    }
+
+    /// Waits until it exits or the deadline passes (then it is killed); its output.
+    fn finish(mut self, deadline: Instant) -> Result<String> {
+        let status = loop {
+            if let Some(s) = self.child.try_wait()? {
+                break Some(s);
+            }
+            if Instant::now() > deadline {
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let out = std::fs::read_to_string(&self.out).unwrap_or_default();
+        match status {
+            Some(s) if s.success() => Ok(out),
+            Some(s) => bail!("{} failed ({s}):\n{out}", self.name),
+            None => bail!("{} did not finish within {TIMEOUT:?}:\n{out}", self.name),
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        // Ends this child (and only it) if it still runs.
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Whether something listens on TCP `port` (from /proc/net/tcp and tcp6, without connecting,
+/// which would take a one-shot server's only connection).
+fn listening(port: u16) -> bool {
+    let want = format!(":{port:04X} ");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f).is_ok_and(|t| {
+            t.lines()
+                .skip(1)
+                .any(|l| l.contains(&want) && l.split_whitespace().nth(3) == Some("0A"))
+        })
+    })
+}
+
+/// Runs `tool` as server and client on 127.0.0.1 (port `port`), each with `args` and the
+/// emulator's environment plus `env`; returns the client's output.
+fn pair(
+    tool: &Path,
+    args: &[&str],
+    port: u16,
+    env: &[(&str, &str)],
+    emu: &(PathBuf, PathBuf),
+) -> Result<String> {
+    pair2((tool, args), (tool, args), port, env, emu)
+}
+
+/// As [`pair`], with one program (and its arguments) as the server and another as the client.
+fn pair2(
+    (server_tool, server_args): (&Path, &[&str]),
+    (client_tool, client_args): (&Path, &[&str]),
+    port: u16,
+    env: &[(&str, &str)],
+    emu: &(PathBuf, PathBuf),
+) -> Result<String> {
+    let file = |p: &Path| {
+        p.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    };
+    let name = if server_tool == client_tool {
+        file(server_tool)
+    } else {
+        format!("{}-{}", file(server_tool), file(client_tool))
+    };
+    let dir = util::root().join("target/emu/runs");
+    std::fs::create_dir_all(&dir)?;
+    let port_s = port.to_string();
+    let make = |server: bool| {
+        let mut c = Command::new(if server { server_tool } else { client_tool });
+        c.args(if server { server_args } else { client_args })
+            .args(["-p", &port_s]);
+        if !server {
+            c.arg("127.0.0.1");
+        }
+        emulated(&mut c, &emu.0, &emu.1);
+        c.env("ZVERBS_EMU_NS", format!("xtask-{}", std::process::id()))
+            .env("ZVERBS_EMU_RT", "1");
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c
+    };
+    let deadline = Instant::now() + TIMEOUT;
+    let server_cmd = make(true);
+    println!("$ {}  &", util::show(&server_cmd));
+    let server = Proc::spawn(
+        server_cmd,
+        dir.join(format!("{name}-{port}-server.txt")),
+        format!("{name} server"),
+    )?;
+    while !listening(port) {
+        if Instant::now() > deadline {
+            bail!("{name} server never listened on port {port}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let client_cmd = make(false);
+    println!("$ {}", util::show(&client_cmd));
+    let client = Proc::spawn(
+        client_cmd,
+        dir.join(format!("{name}-{port}-client.txt")),
+        format!("{name} client"),
+    )?;
+    let out = client.finish(deadline)?;
+    server.finish(deadline)?;
+    Ok(out)
+}
+
+/// Runs `program args` on the emulated device with `env`; its output, or an error naming it.
+fn solo(
+    program: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    emu: &(PathBuf, PathBuf),
+) -> Result<String> {
+    let mut c = Command::new(program);
+    c.args(args);
+    emulated(&mut c, &emu.0, &emu.1);
+    c.env("ZVERBS_EMU_NS", format!("xtask-{}", std::process::id()))
+        .env("ZVERBS_EMU_RT", "1");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    println!("$ {}", util::show(&c));
+    let dir = util::root().join("target/emu/runs");
+    std::fs::create_dir_all(&dir)?;
+    let name = program
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let p = Proc::spawn(c, dir.join(format!("{name}-solo.txt")), name)?;
+    p.finish(Instant::now() + TIMEOUT)
+}
+
+/// The `t_typical` (median) column of a latency tool's result line.
+fn typical(out: &str) -> Option<f64> {
+    let header = out.lines().position(|l| l.contains("t_typical"))?;
+    let cols: Vec<&str> = out.lines().nth(header)?.split_whitespace().collect();
+    let at = cols.iter().position(|c| c.starts_with("t_typical"))?;
+    let vals: Vec<&str> = out.lines().nth(header + 1)?.split_whitespace().collect();
+    vals.get(at)?.parse().ok()
+}
+
+/// Where a Debian package's program is, if installed.
+fn which(program: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(program))
+            .find(|p| p.is_file())
+    })
+}
+
+/// One run of a tool: program, arguments, extra environment, what the run shows.
+type ToolRun = (
+    &'static str,
+    &'static [&'static str],
+    &'static [(&'static str, &'static str)],
+    &'static str,
+);
+
+/// The `connectx` stage.
+pub fn run(run: &mut Run) -> Result<Option<String>> {
+    let emu = build()?;
+    // 1. The differential check (and the shim's unit tests), in release like the shim.
+    let mut cmd = util::cargo(["test", "--release", "-p", "zverbs-emu"]);
+    cmd.env("ZVERBS_EMU_SO", &emu.0);
+    let (tests, _) = counted_tests(cmd, &["--include-ignored", "--nocapture"], run)?;
+
+    // 2. The project's control path on libmlx5: the loopback self-test chooses the direct
+    //    backend through mlx5dv_init_obj (with BlueFlame, and on a device without), and the
+    //    libibverbs fallback (libmlx5's own post path) when asked.
+    util::run(&mut util::cargo([
+        "build",
+        "--release",
+        "-p",
+        "zverbs",
+        "--bins",
+        "--example",
+        "loopback",
+        "--example",
+        "pingpong",
+    ]))?;
+    let rel = util::root().join("target/release");
+    let loopback = rel.join("examples/loopback");
+    // (what the backend line says, arguments, environment, what else the output shows)
+    let checks: &[ToolRun] = &[
+        (
+            "backend: direct (mlx5)",
+            &["mlx5_0"],
+            &[],
+            "BlueFlame 256 bytes",
+        ),
+        (
+            "backend: direct (mlx5)",
+            &["mlx5_0"],
+            &[("ZVERBS_EMU_BF", "0")],
+            "doorbell only",
+        ),
+        (
+            "backend: verbs",
+            &["mlx5_0", "--backend", "verbs"],
+            &[],
+            "loopback:",
+        ),
+    ];
+    let mut table = Table::new(&["program", "mode", "result"]);
+    let Some(devinfo) = which("ibv_devinfo") else {
+        bail!("ibv_devinfo is not installed (Debian package ibverbs-utils)");
+    };
+    let out = solo(&devinfo, &["-v"], &[], &emu)?;
+    for l in out.lines().take(12) {
+        println!("    {l}");
+    }
+    if !out.contains("mlx5_0") || !out.contains("PORT_ACTIVE") || !out.contains("4123") {
+        bail!("ibv_devinfo does not show an active ConnectX-6 mlx5_0:\n{out}");
+    }
+    table.row(vec![
+        "ibv_devinfo -v".into(),
+        "the device as libibverbs sees it".into(),
+        "ok".into(),
+    ]);
+    for (backend, args, env, mode) in checks {
+        let out = solo(&loopback, args, env, &emu)?;
+        for l in out.lines() {
+            println!("    {l}");
+        }
+        if !out.contains(backend) || !out.contains(mode) || !out.contains(" 0 failed") {
+            bail!("loopback {args:?} {env:?}: expected {backend:?}, {mode:?} and no failure");
+        }
+        table.row(vec![
+            format!("loopback {}", args.join(" ")),
+            format!("{backend}, {mode}"),
+            "ok".into(),
+        ]);
+    }
+
+    // 3. Tools no one here wrote, unmodified, server and client in two processes.
+    let mut port = 18700 + (std::process::id() % 500) as u16;
+    let mut next_port = || {
+        port += 1;
+        port
+    };
+    let tools: &[ToolRun] = &[
+        ("ib_write_lat", &["-n", ITERS], &[], "BlueFlame"),
+        ("ib_send_lat", &["-n", ITERS], &[], "BlueFlame"),
+        ("ib_read_lat", &["-n", ITERS], &[], "BlueFlame"),
+        ("ib_atomic_lat", &["-n", ITERS], &[], "BlueFlame"),
+        ("ib_write_bw", &["-n", ITERS], &[], "BlueFlame"),
+        (
+            "ib_write_bw",
+            &["-n", ITERS, "-s", "1048576"],
+            &[],
+            "BlueFlame, 1 MiB",
+        ),
+        ("ibv_rc_pingpong", &["-n", ITERS], &[], "BlueFlame"),
+        (
+            "ib_write_lat",
+            &["-n", ITERS],
+            &[("ZVERBS_EMU_BF", "0")],
+            "no BlueFlame (doorbell only)",
+        ),
+        (
+            "ib_send_lat",
+            &["-n", ITERS],
+            &[("MLX5_SHUT_UP_BF", "1")],
+            "MLX5_SHUT_UP_BF=1",
+        ),
+        (
+            "ibv_rc_pingpong",
+            &["-n", ITERS],
+            &[("ZVERBS_EMU_ABI", "write")],
+            "write() ABI",
+        ),
+    ];
+    for (tool, args, env, mode) in tools {
+        let Some(path) = which(tool) else {
+            bail!("{tool} is not installed (Debian packages perftest, ibverbs-utils)");
+        };
+        let out = pair(&path, args, next_port(), env, &emu)?;
+        println!("--- {tool} ({mode}), client output:");
+        for l in out.lines().filter(|l| !l.trim().is_empty()) {
+            println!("    {l}");
+        }
+        table.row(vec![tool.to_string(), mode.to_string(), "ok".into()]);
+    }
+    let ibv_rc = which("ibv_rc_pingpong").unwrap_or_default();
+    let ours = rel.join("examples/pingpong");
+    let theirs: (&Path, &[&str]) = (&ibv_rc, &["-n", ITERS]);
+    let ours: (&Path, &[&str]) = (&ours, &["--rc", "-n", ITERS]);
+    for (server, client, mode) in [
+        (
+            theirs,
+            ours,
+            "server ibv_rc_pingpong, client our pingpong --rc",
+        ),
+        (
+            ours,
+            theirs,
+            "server our pingpong --rc, client ibv_rc_pingpong",
+        ),
+    ] {
+        let out = pair2(server, client, next_port(), &[], &emu)?;
+        println!("--- {mode}, client output:");
+        for l in out.lines().filter(|l| !l.trim().is_empty()) {
+            println!("    {l}");
+        }
+        table.row(vec!["pingpong --rc".into(), mode.into(), "ok".into()]);
+    }
+    println!(
+        "\nthe emulated ConnectX: our control path, and tools no one here wrote (server and client on 127.0.0.1):"
+    );
+    table.print(false);
+
+    // 4. Side by side on the same emulated device, same run: zverbs-perf on the direct path
+    //    and on the fallback, against perftest (libmlx5's post path).
+    let perf = rel.join("zverbs-perf");
+    let mut ratios = Table::new(&[
+        "test",
+        ">zverbs-perf direct [us]",
+        ">zverbs-perf verbs [us]",
+        ">perftest [us]",
+        ">direct/perftest",
+        ">verbs/perftest",
+    ]);
+    let mut notes = Vec::new();
+    for (test, tool) in [
+        ("write_lat", "ib_write_lat"),
+        ("send_lat", "ib_send_lat"),
+        ("read_lat", "ib_read_lat"),
+        ("atomic_lat", "ib_atomic_lat"),
+    ] {
+        let Some(perftest) = which(tool) else {
+            bail!("{tool} is not installed (Debian package perftest)");
+        };
+        let n = ["-n", "500"];
+        let direct = [&[test][..], &n, &["--backend", "direct"]].concat();
+        let verbs = [&[test][..], &n, &["--backend", "verbs"]].concat();
+        let d = typical(&pair(&perf, &direct, next_port(), &[], &emu)?);
+        let v = typical(&pair(&perf, &verbs, next_port(), &[], &emu)?);
+        let p = typical(&pair(&perftest, &n, next_port(), &[], &emu)?);
+        let (Some(d), Some(v), Some(p)) = (d, v, p) else {
+            bail!("no t_typical in a latency tool's output ({test})");
+        };
+        ratios.row(vec![
+            test.into(),
+            format!("{d:.2}"),
+            format!("{v:.2}"),
+            format!("{p:.2}"),
+            format!("{:.3}", d / p),
+            format!("{:.3}", v / p),
+        ]);
+        notes.push(format!("{test} {:.3}", d / p));
+    }
+    println!(
+        "\nlatency, t_typical (median of half round trips), 2-byte messages (8 for atomics), same \
+         emulated device, same run: the figures are mostly the software device's threads and the \
+         hand-off between processes through a socket, the same for every row; the post paths \
+         differ by nanoseconds within them:"
+    );
+    ratios.print(false);
+    Ok(Some(format!(
+        "{} tests, {} tool runs; direct/perftest {}",
+        tests.passed,
+        tools.len() + checks.len() + 3,
+        notes.join(", ")
+    )))
+}
