@@ -320,6 +320,20 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
             "doorbell only",
         ),
         (
+            "backend: direct (mlx5)",
+            &["mlx5_0"],
+            &[("MLX5_SHUT_UP_BF", "1")],
+            "doorbell only (MLX5_SHUT_UP_BF)",
+        ),
+        (
+            // A device in big-endian atomic mode (IBV_ATOMIC_NONE): the control path must
+            // tell, or loopback's atomic checks fail.
+            "backend: direct (mlx5)",
+            &["mlx5_0"],
+            &[("ZVERBS_EMU_ATOMICS", "be")],
+            "loopback:",
+        ),
+        (
             "backend: verbs",
             &["mlx5_0", "--backend", "verbs"],
             &[],
