@@ -144,12 +144,10 @@ impl Emu {
             .and_then(|v| v.parse::<u64>().ok())
             .unwrap_or(20);
         dev.set_idle_sleep(std::time::Duration::from_micros(idle_us));
-        // Atomics on big-endian values, as the project's control path expects of a Mellanox
-        // device; ZVERBS_EMU_ATOMICS=host switches to host order, the requester mode the Linux
-        // mlx5 driver configures when the firmware offers it (it then advertises
-        // IBV_ATOMIC_HCA, as this device does).
-        let host = std::env::var_os("ZVERBS_EMU_ATOMICS").is_some_and(|v| v == "host");
-        dev.set_atomic_host_endian(host);
+        // Atomics in host order: the requester mode the Linux mlx5 driver sets whenever the
+        // firmware offers it (it then advertises IBV_ATOMIC_HCA). ZVERBS_EMU_ATOMICS=be gives
+        // the big-endian mode of a device without it (advertised as IBV_ATOMIC_NONE).
+        dev.set_atomic_host_endian(!atomics_big_endian());
         with_realtime(|| dev.start());
         let first = 1 + (std::process::id() % u32::from(0xbffe_u16)) as u16;
         let (fabric, listener) = Fabric::bind(&namespace(), first)
@@ -703,6 +701,11 @@ fn sim_errno(e: SimError) -> i32 {
     }
 }
 
+/// Whether `ZVERBS_EMU_ATOMICS=be` asks for big-endian atomics.
+fn atomics_big_endian() -> bool {
+    std::env::var_os("ZVERBS_EMU_ATOMICS").is_some_and(|v| v == "be")
+}
+
 /// `struct ib_uverbs_query_device_resp` of a ConnectX-6.
 fn query_device(o: &mut [u8]) {
     put::<8>(o, 0, FW_VER);
@@ -713,31 +716,31 @@ fn query_device(o: &mut [u8]) {
     let words: [(usize, u32); 27] = [
         (40, VENDOR_ID),
         (44, VENDOR_PART_ID),
-        (52, 1 << 18),        // max_qp
-        (56, 1 << 15),        // max_qp_wr
-        (60, 0x2536_1c36),    // device_cap_flags
-        (64, 30),             // max_sge
-        (68, 30),             // max_sge_rd
-        (72, 1 << 24),        // max_cq
-        (76, (1 << 22) - 1),  // max_cqe
-        (80, 1 << 24),        // max_mr
-        (84, 1 << 24),        // max_pd
-        (88, 16),             // max_qp_rd_atom
-        (96, 16 << 18),       // max_res_rd_atom
-        (100, 16),            // max_qp_init_rd_atom
-        (108, 1),             // atomic_cap: IBV_ATOMIC_HCA
-        (120, 1 << 24),       // max_mw
-        (132, 1 << 21),       // max_mcast_grp
-        (136, 240),           // max_mcast_qp_attach
-        (140, 240 << 21),     // max_total_mcast_qp_attach
-        (144, 0x7fff_ffff),   // max_ah
-        (156, 1 << 23),       // max_srq
-        (160, (1 << 15) - 1), // max_srq_wr
-        (164, 31),            // max_srq_sge
-        (48, 0),              // hw_ver
-        (92, 0),              // max_ee_rd_atom
-        (104, 0),             // max_ee_init_rd_atom
-        (112, 0),             // max_ee
+        (52, 1 << 18),                                   // max_qp
+        (56, 1 << 15),                                   // max_qp_wr
+        (60, 0x2536_1c36),                               // device_cap_flags
+        (64, 30),                                        // max_sge
+        (68, 30),                                        // max_sge_rd
+        (72, 1 << 24),                                   // max_cq
+        (76, (1 << 22) - 1),                             // max_cqe
+        (80, 1 << 24),                                   // max_mr
+        (84, 1 << 24),                                   // max_pd
+        (88, 16),                                        // max_qp_rd_atom
+        (96, 16 << 18),                                  // max_res_rd_atom
+        (100, 16),                                       // max_qp_init_rd_atom
+        (108, if atomics_big_endian() { 0 } else { 1 }), // atomic_cap: NONE or HCA
+        (120, 1 << 24),                                  // max_mw
+        (132, 1 << 21),                                  // max_mcast_grp
+        (136, 240),                                      // max_mcast_qp_attach
+        (140, 240 << 21),                                // max_total_mcast_qp_attach
+        (144, 0x7fff_ffff),                              // max_ah
+        (156, 1 << 23),                                  // max_srq
+        (160, (1 << 15) - 1),                            // max_srq_wr
+        (164, 31),                                       // max_srq_sge
+        (48, 0),                                         // hw_ver
+        (92, 0),                                         // max_ee_rd_atom
+        (104, 0),                                        // max_ee_init_rd_atom
+        (112, 0),                                        // max_ee
     ];
     for (at, v) in words {
         put::<4>(o, at, u64::from(v));

@@ -182,9 +182,21 @@ fn read_scatters_remote_bytes_and_reports_length() {
 }
 
 #[test]
-fn atomics_are_big_endian_and_return_the_original() {
+fn atomics_work_in_host_order_and_return_the_original() {
+    atomics(false);
+}
+
+#[test]
+fn atomics_in_big_endian_mode_work_on_big_endian_values() {
+    atomics(true);
+}
+
+/// Fetch-and-add and compare-and-swap, in the device's default host-order mode or (`big`) its
+/// big-endian mode.
+fn atomics(big: bool) {
     with_pair(PairCfg::default(), |p| {
-        p.b.mem.write_u64_be(64, 100);
+        p.dev.set_atomic_host_endian(!big);
+        p.b.mem.write_u64_in(64, 100, big);
         let r = p.b.remote(64);
         let wrs = [
             SendWr::fetch_add(1, p.a.sge(0, 8), r, 5).signaled(),
@@ -195,11 +207,11 @@ fn atomics_are_big_endian_and_return_the_original() {
         // SAFETY: local results in the registered arena.
         unsafe { p.a.sq.post_send_batch(&wrs) }.unwrap();
         let (ca, _) = p.run();
-        assert_eq!(p.a.mem.read_u64_be(0), 100);
-        assert_eq!(p.a.mem.read_u64_be(8), 105);
-        assert_eq!(p.a.mem.read_u64_be(16), 7);
-        assert_eq!(p.a.mem.read_u64_be(24), 7);
-        assert_eq!(p.b.mem.read_u64_be(64), 6);
+        assert_eq!(p.a.mem.read_u64_in(0, big), 100);
+        assert_eq!(p.a.mem.read_u64_in(8, big), 105);
+        assert_eq!(p.a.mem.read_u64_in(16, big), 7);
+        assert_eq!(p.a.mem.read_u64_in(24, big), 7);
+        assert_eq!(p.b.mem.read_u64_in(64, big), 6);
         let ops: Vec<_> = ca.iter().map(|c| (c.wr_id, c.opcode, c.byte_len)).collect();
         assert_eq!(
             ops,

@@ -142,8 +142,9 @@ impl Model {
                 swap,
             } => {
                 let orig: [u8; 8] = self.b[*remote..remote + 8].try_into().unwrap();
-                if u64::from_be_bytes(orig) == *compare {
-                    self.b[*remote..remote + 8].copy_from_slice(&swap.to_be_bytes());
+                // The device's default atomics work in host order.
+                if u64::from_ne_bytes(orig) == *compare {
+                    self.b[*remote..remote + 8].copy_from_slice(&swap.to_ne_bytes());
                 }
                 self.a[*local..local + 8].copy_from_slice(&orig);
                 c.opcode = WcOpcode::CompSwap;
@@ -151,8 +152,8 @@ impl Model {
             }
             Op::Faa { local, remote, add } => {
                 let orig: [u8; 8] = self.b[*remote..remote + 8].try_into().unwrap();
-                let new = u64::from_be_bytes(orig).wrapping_add(*add);
-                self.b[*remote..remote + 8].copy_from_slice(&new.to_be_bytes());
+                let new = u64::from_ne_bytes(orig).wrapping_add(*add);
+                self.b[*remote..remote + 8].copy_from_slice(&new.to_ne_bytes());
                 self.a[*local..local + 8].copy_from_slice(&orig);
                 c.opcode = WcOpcode::FetchAdd;
                 c.byte_len = 8;
@@ -238,7 +239,7 @@ fn run(p: &mut Pair<'_>, seed: u64, ops: u64) {
                     let remote = 8 * rng.below(16) as usize;
                     let local = 8 * rng.below((ARENA / 8) as u64) as usize;
                     if rng.chance(50) {
-                        let cur = u64::from_be_bytes(m.b[remote..remote + 8].try_into().unwrap());
+                        let cur = u64::from_ne_bytes(m.b[remote..remote + 8].try_into().unwrap());
                         let compare = if rng.chance(50) { cur } else { rng.next_u64() };
                         Op::Cas {
                             local,

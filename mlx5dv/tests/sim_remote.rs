@@ -182,19 +182,19 @@ fn every_operation_between_two_device_instances() {
     let c = poll(&mut cq_a);
     assert_eq!((c[0].opcode, c[0].byte_len), (WcOpcode::RdmaRead, 12));
 
-    // Fetch-and-add, then compare-and-swap (big-endian in memory, as on ConnectX).
-    mem_b.write_u64_be(512, 40);
+    // Fetch-and-add, then compare-and-swap (host order, the device's default).
+    mem_b.write_u64_in(512, 40, false);
     let sgl = [sge_a(2000, 8)];
     // SAFETY: as above.
     unsafe { sqa.send(&SendWr::fetch_add(4, sgl[0], rem_b(512), 2).signaled()) }.unwrap();
     pump(&da, &db, &q);
-    assert_eq!(mem_b.read_u64_be(512), 42);
-    assert_eq!(mem_a.read_u64_be(2000), 40);
+    assert_eq!(mem_b.read_u64_in(512, false), 42);
+    assert_eq!(mem_a.read_u64_in(2000, false), 40);
     // SAFETY: as above.
     unsafe { sqa.send(&SendWr::compare_swap(5, sgl[0], rem_b(512), 42, 7).signaled()) }.unwrap();
     pump(&da, &db, &q);
-    assert_eq!(mem_b.read_u64_be(512), 7);
-    assert_eq!(mem_a.read_u64_be(2000), 42);
+    assert_eq!(mem_b.read_u64_in(512, false), 7);
+    assert_eq!(mem_a.read_u64_in(2000, false), 42);
     let c = poll(&mut cq_a);
     assert_eq!(c.len(), 2);
     assert!(c.iter().all(Completion::is_success));
@@ -237,42 +237,4 @@ fn destroyed_objects_are_never_touched() {
     dev.destroy_cq(cq.cqn).unwrap();
     assert!(dev.delay_completions(cq.cqn, 1).is_err());
     assert_eq!(dev.run_until_idle(), 0);
-}
-
-#[test]
-fn atomics_in_host_endian_mode() {
-    let dev = Device::new();
-    dev.set_atomic_host_endian(true);
-    let (ma, mb) = (Arena::new(4096), Arena::new(4096));
-    common::with_pair_on(&dev, &ma, &mb, common::PairCfg::default(), |p| {
-        p.b.mem.write(64, &40u64.to_ne_bytes());
-        let l = p.a.sge(128, 8);
-        // SAFETY: entries in registered arenas, untouched until completion.
-        unsafe {
-            p.a.sq
-                .send(&SendWr::fetch_add(1, l, p.b.remote(64), 2).signaled())
-        }
-        .unwrap();
-        let (ca, _) = p.run();
-        assert!(ca[0].is_success());
-        assert_eq!(
-            p.b.mem.read(64, 8),
-            42u64.to_ne_bytes(),
-            "added in host order"
-        );
-        assert_eq!(
-            p.a.mem.read(128, 8),
-            40u64.to_ne_bytes(),
-            "original in host order"
-        );
-        // SAFETY: as above.
-        unsafe {
-            p.a.sq
-                .send(&SendWr::compare_swap(2, l, p.b.remote(64), 42, 7).signaled())
-        }
-        .unwrap();
-        p.run();
-        assert_eq!(p.b.mem.read(64, 8), 7u64.to_ne_bytes());
-        assert_eq!(p.a.mem.read(128, 8), 42u64.to_ne_bytes());
-    });
 }

@@ -231,7 +231,7 @@ fn ops<S: PostSend, C: PollCq, R: PostRecv, D: PollCq>(
         "READ fetches the peer's bytes",
     );
 
-    // Atomics (ConnectX, and the software device, use big-endian values).
+    // Atomics (host order, unless the device is a ConnectX the driver could not set to it).
     let v = |x: u64| if be { x.to_be() } else { x };
     b.store_u64(4000, v(40));
     sq.fetch_add(

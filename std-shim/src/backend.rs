@@ -174,6 +174,13 @@ pub(crate) enum DirectSupport {
     No(String),
 }
 
+/// Whether `MLX5_SHUT_UP_BF` asks for no BlueFlame (set and not `0`), as libmlx5 reads it:
+/// the direct backend then rings the 8-byte doorbell too, whatever `bf.size` the device
+/// reports.
+pub(crate) fn shut_up_bf() -> bool {
+    std::env::var_os("MLX5_SHUT_UP_BF").is_some_and(|v| v != "0")
+}
+
 /// Decides whether to try the direct backend for a new object.
 ///
 /// Returns `Ok(true)` to try it, `Ok(false)` for the fallback, or an error when `direct` was

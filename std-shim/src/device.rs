@@ -190,9 +190,11 @@ impl Context {
     }
 
     /// Whether the device's 8-byte atomics (compare-and-swap, fetch-and-add) treat the remote
-    /// value, and the original value they return, as big-endian: true for ConnectX devices
-    /// (and the software mlx5 device, which behaves as one) on little-endian hosts, false for
-    /// rxe and most others, which use host order. Convert with `u64::from_be`/`to_be` then.
+    /// value, and the original value they return, as big-endian rather than in host order:
+    /// true only for a Mellanox/NVIDIA HCA whose driver could not set it to host endianness
+    /// (it then reports `atomic_cap` `IBV_ATOMIC_NONE`). rxe, ConnectX-4 and later under the
+    /// mlx5 driver, and the software device use host order. Convert with
+    /// `u64::from_be`/`to_be` when this is true.
     pub fn atomics_big_endian(&self) -> bool {
         self.inner.provider.atomics_big_endian()
     }

@@ -277,9 +277,17 @@ type ToolRun = (
 pub fn run(run: &mut Run) -> Result<Option<String>> {
     let emu = build()?;
     // 1. The differential check (and the shim's unit tests), in release like the shim.
-    let mut cmd = util::cargo(["test", "--release", "-p", "zverbs-emu"]);
+    let mut cmd = util::cargo([
+        "test",
+        "--release",
+        "-p",
+        "zverbs-emu",
+        "--lib",
+        "--test",
+        "differential",
+    ]);
     cmd.env("ZVERBS_EMU_SO", &emu.0);
-    let (tests, _) = counted_tests(cmd, &["--include-ignored", "--nocapture"], run)?;
+    let (tests, _) = counted_tests(cmd, &["--nocapture"], run)?;
 
     // 2. The project's control path on libmlx5: the loopback self-test chooses the direct
     //    backend through mlx5dv_init_obj (with BlueFlame, and on a device without), and the
@@ -310,6 +318,20 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
             &["mlx5_0"],
             &[("ZVERBS_EMU_BF", "0")],
             "doorbell only",
+        ),
+        (
+            "backend: direct (mlx5)",
+            &["mlx5_0"],
+            &[("MLX5_SHUT_UP_BF", "1")],
+            "doorbell only (MLX5_SHUT_UP_BF)",
+        ),
+        (
+            // A device in big-endian atomic mode (IBV_ATOMIC_NONE): the control path must
+            // tell, or loopback's atomic checks fail.
+            "backend: direct (mlx5)",
+            &["mlx5_0"],
+            &[("ZVERBS_EMU_ATOMICS", "be")],
+            "loopback:",
         ),
         (
             "backend: verbs",

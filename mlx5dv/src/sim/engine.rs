@@ -313,7 +313,7 @@ impl Engine {
             cfg,
             wire: None,
             next_seq: 0,
-            atomic_host_endian: false,
+            atomic_host_endian: true,
         }
     }
 

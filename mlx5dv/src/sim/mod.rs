@@ -34,7 +34,7 @@
 //! | WRITE with imm | as WRITE, consumes a receive | `REQ` | `RESP_WR_IMM`, imm, byte_cnt = length |
 //! | SEND / SEND imm | scattered over the peer's next receive | `REQ` | `RESP_SEND` / `RESP_SEND_IMM` |
 //! | RDMA READ | peer memory (remote read) to local (local write) | `REQ`, byte_cnt = length | — |
-//! | CS / FA | 8 aligned bytes (remote atomic), big-endian as on ConnectX; original to local | `REQ`, byte_cnt 8 | — |
+//! | CS / FA | 8 aligned bytes (remote atomic), in host order (big-endian in that mode); original to local | `REQ`, byte_cnt 8 | — |
 //! | NOP | nothing | `REQ` | — |
 //!
 //! Errors (syndrome, then who enters the error state; the `vendor_err_synd` values are in
@@ -262,10 +262,12 @@ impl Device {
         self.engine().destroy_cq(cqn)
     }
 
-    /// Makes atomics treat the 8 bytes as a host-endian integer (and return the original in
-    /// host order) instead of big-endian. The Linux mlx5 driver sets a ConnectX to this mode
-    /// when its firmware offers it, and only then advertises `IBV_ATOMIC_HCA`; the default
-    /// (big-endian) is the mode of a device that does not.
+    /// Chooses how 8-byte atomics read and write memory: as a host-endian integer (the
+    /// default, and what a ConnectX does when the Linux mlx5 driver has set it to host
+    /// endianness, which it does whenever the firmware offers it and then advertises
+    /// `IBV_ATOMIC_HCA`), or, with `false`, as a big-endian one, returning the original
+    /// big-endian too (the mode of a device that offers only that; the driver then advertises
+    /// `IBV_ATOMIC_NONE`).
     pub fn set_atomic_host_endian(&self, on: bool) {
         self.engine().atomic_host_endian = on;
     }

@@ -70,6 +70,26 @@ impl Arena {
     pub fn write_u64_be(&self, off: usize, v: u64) {
         self.write(off, &v.to_be_bytes());
     }
+    /// A `u64` in the byte order the device's atomics use (`big`: big-endian mode).
+    pub fn read_u64_in(&self, off: usize, big: bool) -> u64 {
+        let b: [u8; 8] = self.read(off, 8).try_into().unwrap();
+        if big {
+            u64::from_be_bytes(b)
+        } else {
+            u64::from_ne_bytes(b)
+        }
+    }
+    /// Writes `v` in the byte order the device's atomics use (`big`: big-endian mode).
+    pub fn write_u64_in(&self, off: usize, v: u64, big: bool) {
+        self.write(
+            off,
+            &if big {
+                v.to_be_bytes()
+            } else {
+                v.to_ne_bytes()
+            },
+        );
+    }
     pub fn guards_intact(&self) -> bool {
         // SAFETY: the guards are inside the allocation.
         unsafe {

@@ -56,9 +56,10 @@ fn device() -> &'static sim::Device {
 }
 
 fn bf_size() -> u32 {
-    match std::env::var("MLX5_SHUT_UP_BF") {
-        Ok(v) if v != "0" => 0,
-        _ => BF_SIZE,
+    if crate::backend::shut_up_bf() {
+        0
+    } else {
+        BF_SIZE
     }
 }
 
@@ -146,11 +147,6 @@ impl ContextProvider for SimContext {
         DirectSupport::Yes(format!(
             "{NAME} is the software mlx5 device: its queues are laid out as libmlx5 lays them out"
         ))
-    }
-
-    fn atomics_big_endian(&self) -> bool {
-        // As a ConnectX: the device operates on big-endian values.
-        true
     }
 
     fn alloc_pd(&self) -> Result<Box<dyn PdProvider>> {

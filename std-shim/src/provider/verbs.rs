@@ -318,12 +318,13 @@ impl ContextProvider for VerbsContext {
     }
 
     fn atomics_big_endian(&self) -> bool {
-        // Mellanox/NVIDIA HCAs (PCI vendors 0x02c9, 0x15b3) run 8-byte atomics on big-endian
-        // values and return the original big-endian, whatever the host's byte order.
+        // A Mellanox/NVIDIA HCA (PCI vendors 0x02c9, 0x15b3) runs 8-byte atomics on big-endian
+        // values unless the driver could set it to host endianness; the mlx5 driver advertises
+        // IBV_ATOMIC_HCA exactly when it did, IBV_ATOMIC_NONE otherwise.
         cfg!(target_endian = "little")
             && self
                 .query_device()
-                .is_ok_and(|a| matches!(a.vendor_id, 0x02c9 | 0x15b3))
+                .is_ok_and(|a| matches!(a.vendor_id, 0x02c9 | 0x15b3) && a.atomic_cap == 0)
     }
 
     fn alloc_pd(&self) -> Result<Box<dyn PdProvider>> {
@@ -551,15 +552,23 @@ impl PdProvider for VerbsPd {
             layout: None,
         };
         let note = if init.direct {
-            let l = init_qp(qp)?;
+            let mut l = init_qp(qp)?;
+            let reported = l.bf.size;
+            if reported != 0 && crate::backend::shut_up_bf() {
+                // The user asked libmlx5 for no BlueFlame; the direct path obeys it too and
+                // rings the 8-byte doorbell at the same register.
+                l.bf.size = 0;
+            }
             let note = format!(
                 "mlx5dv_init_obj: QP {:#x}, send ring {} blocks, {}",
                 l.qpn,
                 l.sq.wqe_cnt,
-                if l.bf.size == 0 {
-                    String::from("doorbell only (no BlueFlame)")
-                } else {
+                if l.bf.size != 0 {
                     format!("BlueFlame {} bytes", l.bf.size)
+                } else if reported != 0 {
+                    String::from("doorbell only (MLX5_SHUT_UP_BF)")
+                } else {
+                    String::from("doorbell only (no BlueFlame)")
                 }
             );
             out.layout = Some(l);
