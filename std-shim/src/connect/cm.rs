@@ -10,7 +10,7 @@
 //! and the answer; [`encode_region`] puts a remote buffer in them.
 
 use std::ffi::CStr;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::ptr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -337,15 +337,37 @@ impl CmClient {
     /// [`Error::Library`] without librdmacm; [`Error::Cm`] when the address or route cannot
     /// be resolved (ADDR_ERROR, ROUTE_ERROR: no RDMA device reaches it).
     pub fn resolve(server: SocketAddr, timeout: Duration) -> Result<Self> {
+        Self::resolve_inner(None, server, timeout)
+    }
+
+    /// As [`CmClient::resolve`], from the local address `source`: the connection leaves
+    /// through the device that holds it (when several devices could reach the server).
+    ///
+    /// # Errors
+    ///
+    /// As [`CmClient::resolve`].
+    pub fn resolve_from(source: IpAddr, server: SocketAddr, timeout: Duration) -> Result<Self> {
+        Self::resolve_inner(Some(SocketAddr::new(source, 0)), server, timeout)
+    }
+
+    fn resolve_inner(
+        source: Option<SocketAddr>,
+        server: SocketAddr,
+        timeout: Duration,
+    ) -> Result<Self> {
         let cm = lib::rdmacm()?;
         let id = new_id(cm)?;
         let mut dst = sockaddr(server);
+        let mut src = source.map(sockaddr);
+        let src_ptr = src.as_mut().map_or(ptr::null_mut(), |s| {
+            (s as *mut libc::sockaddr_storage).cast()
+        });
         let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: a live id and a valid address.
+        // SAFETY: a live id and valid addresses (the source, when given, lives in `src`).
         let ret = unsafe {
             (cm.rdma_resolve_addr)(
                 id.id,
-                ptr::null_mut(),
+                src_ptr,
                 (&mut dst as *mut libc::sockaddr_storage).cast(),
                 ms,
             )
