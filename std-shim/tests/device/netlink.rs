@@ -54,6 +54,7 @@ pub struct Socket {
     fd: i32,
     seq: u32,
     dev_index: u32,
+    buf: Vec<u8>,
 }
 
 impl Drop for Socket {
@@ -110,6 +111,7 @@ impl Socket {
             fd,
             seq: 0,
             dev_index: 0,
+            buf: vec![0u8; 64 << 10],
         };
         let mut found = None;
         s.dump(CMD_GET, None, |msg| {
@@ -142,7 +144,7 @@ impl Socket {
         if n < 0 {
             return Err(io::Error::last_os_error());
         }
-        let mut buf = vec![0u8; 64 << 10];
+        let buf = &mut self.buf;
         loop {
             // SAFETY: receives into `buf`, which has `buf.len()` writable bytes.
             let n = unsafe { libc::recv(self.fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
@@ -172,8 +174,8 @@ impl Socket {
         }
     }
 
-    /// The objects `pid` owns on the device.
-    pub fn objects(&mut self, pid: u32) -> io::Result<Objects> {
+    /// The objects the tasks `owners` created on the device.
+    pub fn objects(&mut self, owners: &[u32]) -> io::Result<Objects> {
         let mut counts = [0usize; 5];
         for (i, (cmd, table, entry)) in KINDS.into_iter().enumerate() {
             let dev = Some(self.dev_index);
@@ -187,7 +189,7 @@ impl Socket {
                             .into_iter()
                             .find(|(f, _)| *f == ATTR_RES_PID)
                             .and_then(|(_, p)| u32_of(p));
-                        if e == entry && owner == Some(pid) {
+                        if e == entry && owner.is_some_and(|o| owners.contains(&o)) {
                             counts[i] += 1;
                         }
                     }
