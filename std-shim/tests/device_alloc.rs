@@ -2,10 +2,12 @@
 //! between two RC queue pairs (a SEND with immediate one way, inline; an RDMA WRITE with
 //! immediate back; every receive reposted; every completion polled) through the fallback's
 //! send queues, receive queues and pollers, with a counting global allocator that must see no
-//! allocation, reallocation or free on any thread while the loop runs.
+//! allocation, reallocation or free while the loop runs.
 //!
-//! The allocator sees what Rust code allocates (this crate and its dependencies); rdma-core's
-//! own C code (libibverbs and its provider) allocates with `malloc`, outside its view.
+//! The allocator counts on the thread that runs the loop (the fallback starts no thread of its
+//! own; the test harness's threads allocate at will while a test runs). It sees what Rust code
+//! allocates (this crate and its dependencies); rdma-core's own C code (libibverbs and its
+//! provider) allocates with `malloc`, outside its view.
 //!
 //! A device test in its own test binary (the allocator is global): it returns at once unless
 //! `ZVERBS_TEST_DEVICE` names a device (docs/testing.md). `ZVERBS_ALLOC_ROUND_TRIPS` changes
@@ -14,7 +16,7 @@
 mod device;
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::cell::Cell;
 use std::time::Instant;
 
 use device::{Caps, Side, env, serial};
@@ -23,60 +25,60 @@ use zverbs::{
     WcOpcode,
 };
 
-/// Counts every allocation, reallocation and free of the process while armed.
+/// Counts the allocations, reallocations and frees of the armed thread.
 struct Counting;
 
-static ARMED: AtomicBool = AtomicBool::new(false);
-static ALLOCS: AtomicU64 = AtomicU64::new(0);
-static REALLOCS: AtomicU64 = AtomicU64::new(0);
-static FREES: AtomicU64 = AtomicU64::new(0);
+thread_local! {
+    static ARMED: Cell<bool> = const { Cell::new(false) };
+    static COUNTS: Cell<[u64; 3]> = const { Cell::new([0; 3]) };
+}
 
-// SAFETY: forwards every call to the system allocator unchanged; the bookkeeping is atomics,
-// which do not allocate.
+fn count(kind: usize) {
+    // `try_with`: the thread-locals may be gone while a thread exits.
+    if ARMED.try_with(Cell::get).unwrap_or(false) {
+        let _ = COUNTS.try_with(|c| {
+            let mut n = c.get();
+            n[kind] += 1;
+            c.set(n);
+        });
+    }
+}
+
+// SAFETY: forwards every call to the system allocator unchanged; the bookkeeping uses
+// const-initialised thread-locals without destructors, which do not allocate.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if ARMED.load(Ordering::Relaxed) {
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-        }
+        count(0);
         // SAFETY: forwarded with the caller's layout.
         unsafe { System.alloc(layout) }
     }
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        if ARMED.load(Ordering::Relaxed) {
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-        }
+        count(0);
         // SAFETY: forwarded.
         unsafe { System.alloc_zeroed(layout) }
     }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        if ARMED.load(Ordering::Relaxed) {
-            FREES.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: forwarded.
-        unsafe { System.dealloc(ptr, layout) }
-    }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if ARMED.load(Ordering::Relaxed) {
-            REALLOCS.fetch_add(1, Ordering::Relaxed);
-        }
+        count(1);
         // SAFETY: forwarded.
         unsafe { System.realloc(ptr, layout, new_size) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        count(2);
+        // SAFETY: forwarded.
+        unsafe { System.dealloc(ptr, layout) }
     }
 }
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-/// (allocations, reallocations, frees) while `f` runs.
+/// (allocations, reallocations, frees) of this thread while `f` runs.
 fn counted<T>(f: impl FnOnce() -> T) -> (T, [u64; 3]) {
-    for c in [&ALLOCS, &REALLOCS, &FREES] {
-        c.store(0, Ordering::SeqCst);
-    }
-    ARMED.store(true, Ordering::SeqCst);
+    COUNTS.with(|c| c.set([0; 3]));
+    ARMED.with(|a| a.set(true));
     let out = f();
-    ARMED.store(false, Ordering::SeqCst);
-    let n = [&ALLOCS, &REALLOCS, &FREES].map(|c| c.load(Ordering::SeqCst));
-    (out, n)
+    ARMED.with(|a| a.set(false));
+    (out, COUNTS.with(Cell::get))
 }
 
 #[test]

@@ -45,10 +45,36 @@ pub struct DeviceTests {
 
 /// The device tests the stage runs. A new suite of device tests plugs in as one more entry:
 /// its executables are built on the host and run in the guest, test by test.
-pub const DEVICE_TESTS: &[DeviceTests] = &[DeviceTests {
-    what: "the device environment",
-    select: &["-p", "xtask", "--test", "device_env"],
-}];
+pub const DEVICE_TESTS: &[DeviceTests] = &[
+    DeviceTests {
+        what: "the device environment",
+        select: &["-p", "xtask", "--test", "device_env"],
+    },
+    DeviceTests {
+        what: "the control path",
+        select: &["-p", "zverbs", "--test", "device_control"],
+    },
+    DeviceTests {
+        what: "connections (TCP exchange, rdma_cm)",
+        select: &["-p", "zverbs", "--test", "device_connect"],
+    },
+    DeviceTests {
+        what: "every operation",
+        select: &["-p", "zverbs", "--test", "device_ops"],
+    },
+    DeviceTests {
+        what: "error completions and flushes",
+        select: &["-p", "zverbs", "--test", "device_errors"],
+    },
+    DeviceTests {
+        what: "teardown in every order",
+        select: &["-p", "zverbs", "--test", "device_teardown"],
+    },
+    DeviceTests {
+        what: "zero allocation on the fallback",
+        select: &["-p", "zverbs", "--test", "device_alloc"],
+    },
+];
 
 /// The project's programs that run on the devices, built with `cargo build` (see
 /// [`own_programs`]).
