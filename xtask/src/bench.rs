@@ -16,7 +16,7 @@
 //! Results also go to `target/zverbs-bench/` (`times.tsv`, `times.svg`, `instructions.tsv`).
 
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use crate::util::{self, Result, Table, bail};
@@ -196,7 +196,9 @@ fn fallback(o: &Options, out: &Path) -> Result {
         "--example",
         FALLBACK_EXAMPLE,
     ]))?;
-    let exe = target_dir().join("release/examples").join(FALLBACK_EXAMPLE);
+    let exe = util::target_dir()
+        .join("release/examples")
+        .join(FALLBACK_EXAMPLE);
     let tsv = out.join("fallback.tsv");
     let _ = std::fs::remove_file(&tsv);
     let mut args: Vec<String> = vec![
@@ -303,7 +305,9 @@ fn instructions(o: &Options, out: &Path) -> Result {
         "--example",
         COUNT_EXAMPLE,
     ]))?;
-    let bin = target_dir().join("release/examples").join(COUNT_EXAMPLE);
+    let bin = util::target_dir()
+        .join("release/examples")
+        .join(COUNT_EXAMPLE);
     let list = Command::new(&bin).arg("--list").output()?;
     if !list.status.success() {
         bail!("`{} --list` failed", bin.display());
@@ -379,13 +383,6 @@ fn instructions(o: &Options, out: &Path) -> Result {
         println!("wrote the instruction counts in {DOC}");
     }
     Ok(())
-}
-
-/// Cargo's target directory (`CARGO_TARGET_DIR`, else the workspace's `target`).
-fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| util::root().join("target"))
 }
 
 /// One line naming the CPU and the compilers.

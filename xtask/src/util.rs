@@ -46,6 +46,13 @@ pub fn root() -> PathBuf {
 }
 
 /// A `cargo` command (the cargo that runs this xtask), in the workspace root.
+/// Cargo's target directory (`CARGO_TARGET_DIR`, else the workspace's `target`).
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target"))
+}
+
 pub fn cargo<I, S>(args: I) -> Command
 where
     I: IntoIterator<Item = S>,

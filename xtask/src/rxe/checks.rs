@@ -13,12 +13,14 @@
 //!
 //! The host writes the list as a plan file (one check a line) and reads back a results file
 //! (one line a check, written as each ends, so a guest that dies half-way still reports what
-//! ran).
+//! ran). Given a directory, the runner also keeps each check's commands and output there, one
+//! file a check ([`log_name`]), to read or quote after the run.
 
 use std::fmt::Write as _;
 use std::fs;
 use std::io::{self, Read, Write};
 use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -273,34 +275,62 @@ pub fn decode_results(text: &str) -> Result<Vec<CheckResult>> {
 // ---------------------------------------------------------------------------------------------
 // Running
 
-/// `xtask run-checks PLAN RESULTS`: runs the plan's checks, appending each result to RESULTS
-/// as it ends. Exits 0 whether checks pass or fail (the results say); non-zero only when the
-/// plan cannot be read or the results cannot be written.
+/// `xtask run-checks PLAN RESULTS [LOGS]`: runs the plan's checks, appending each result to
+/// RESULTS as it ends, and keeping each check's output in the directory LOGS when given.
+/// Exits 0 whether checks pass or fail (the results say); non-zero only when the plan cannot
+/// be read or the results cannot be written.
 pub fn main(args: &[String]) -> Result {
-    let [plan, results] = args else {
-        bail!("usage: xtask run-checks PLAN RESULTS");
+    let (plan, results, logs) = match args {
+        [plan, results] => (plan, results, None),
+        [plan, results, logs] => (plan, results, Some(Path::new(logs))),
+        _ => bail!("usage: xtask run-checks PLAN RESULTS [LOGS]"),
     };
     let checks = decode_plan(&fs::read_to_string(plan)?)?;
     let mut out = fs::File::create(results)?;
-    run_all(&checks, &[], &mut |r| {
+    run_all(&checks, &[], logs, &mut |r| {
         writeln!(out, "{}", r.encode())?;
         out.sync_data()
     })?;
     Ok(())
 }
 
+/// The file name of check number `index` (from 0) in a logs directory: its number and its
+/// name in lower case, with every run of other characters than letters and digits as one `-`
+/// (`07-ibv_rc_pingpong-rxe0.log`; underscores are kept).
+pub fn log_name(index: usize, name: &str) -> String {
+    let mut slug = String::new();
+    for c in name.chars() {
+        if c.is_ascii_alphanumeric() || c == '_' {
+            slug.push(c.to_ascii_lowercase());
+        } else if !slug.ends_with('-') {
+            slug.push('-');
+        }
+    }
+    format!("{:02}-{}.log", index + 1, slug.trim_matches('-'))
+}
+
 /// Runs the checks one after the other, printing each one's progress and output, and hands
-/// each result to `record` as it ends. `env` is added to every process's environment.
+/// each result to `record` as it ends. `env` is added to every process's environment. With
+/// `logs`, each check's commands and output are also written there ([`log_name`]).
 pub fn run_all(
     checks: &[Check],
     env: &[(String, String)],
+    logs: Option<&Path>,
     record: &mut dyn FnMut(&CheckResult) -> io::Result<()>,
 ) -> Result<Vec<CheckResult>> {
+    if let Some(dir) = logs {
+        fs::create_dir_all(dir)?;
+    }
     let mut results = Vec::new();
     for (i, c) in checks.iter().enumerate() {
         println!("\n--- [{}/{}] {}", i + 1, checks.len(), c.name);
         let t = Instant::now();
-        let (status, counts, detail) = match &c.kind {
+        let Outcome {
+            status,
+            counts,
+            detail,
+            log,
+        } = match &c.kind {
             Kind::Command { argv, expect } => one(argv, expect, c.timeout, env),
             Kind::Pair {
                 server,
@@ -317,6 +347,20 @@ pub fn run_all(
             counts,
             detail,
         };
+        if let Some(dir) = logs {
+            let verdict = match r.status {
+                Status::Pass => "passed".to_string(),
+                Status::Fail => format!("FAILED: {}", r.detail),
+            };
+            fs::write(
+                dir.join(log_name(i, &c.name)),
+                format!(
+                    "# {}\n{log}# {verdict} ({})\n",
+                    c.name,
+                    util::duration(r.took)
+                ),
+            )?;
+        }
         match r.status {
             Status::Pass => println!("--- ok: {} ({})", r.name, util::duration(r.took)),
             Status::Fail => println!(
@@ -332,6 +376,32 @@ pub fn run_all(
     Ok(results)
 }
 
+/// How one check ended, with what it printed.
+struct Outcome {
+    status: Status,
+    counts: Counts,
+    detail: String,
+    /// The commands (`$ ...` lines) and their output.
+    log: String,
+}
+
+/// A command line as the log shows it.
+fn shown(argv: &[String]) -> String {
+    let Some((program, args)) = argv.split_first() else {
+        return String::new();
+    };
+    format!("$ {}\n", util::show(Command::new(program).args(args)))
+}
+
+/// An output as the log shows it: each line prefixed with `who| `.
+fn logged(who: &str, out: &str) -> String {
+    let mut s = String::new();
+    for line in out.trim_end().lines() {
+        let _ = writeln!(s, "{who}| {line}");
+    }
+    s
+}
+
 /// One test counted as passed or failed.
 fn single(ok: bool) -> Counts {
     Counts {
@@ -342,16 +412,11 @@ fn single(ok: bool) -> Counts {
     }
 }
 
-fn one(
-    argv: &[String],
-    expect: &[String],
-    timeout: Duration,
-    env: &[(String, String)],
-) -> (Status, Counts, String) {
+fn one(argv: &[String], expect: &[String], timeout: Duration, env: &[(String, String)]) -> Outcome {
     let deadline = Instant::now() + timeout;
     let mut p = match Proc::spawn(argv, env) {
         Ok(p) => p,
-        Err(e) => return fail(e),
+        Err(e) => return fail(e, shown(argv)),
     };
     let status = Ended::from_wait(p.wait(deadline), timeout);
     let out = p.output();
@@ -359,7 +424,8 @@ fn one(
         .file_name()
         .map_or_else(|| argv[0].clone(), |n| n.to_string_lossy().into_owned());
     print_output(&name, &out);
-    finish(verdict(&[(&name, status)], expect, &out))
+    let log = format!("{}{}", shown(argv), logged(&name, &out));
+    finish(verdict(&[(&name, status)], expect, &out), log)
 }
 
 /// How one process of a check ended.
@@ -386,11 +452,11 @@ fn pair(
     expect: &[String],
     timeout: Duration,
     env: &[(String, String)],
-) -> (Status, Counts, String) {
+) -> Outcome {
     let deadline = Instant::now() + timeout;
     let mut s = match Proc::spawn(server, env) {
         Ok(p) => p,
-        Err(e) => return fail(e),
+        Err(e) => return fail(e, shown(server)),
     };
     // Wait until the server listens (or ends, or time runs out).
     let mut listening = false;
@@ -424,14 +490,20 @@ fn pair(
     print_output("server", &s_out);
     print_output("client", &c_out);
     let both = format!("{s_out}\n{c_out}");
-    finish(verdict(
-        &[("server", s_status), ("client", c_status)],
-        expect,
-        &both,
-    ))
+    let log = format!(
+        "{}{}{}{}",
+        shown(server),
+        logged("server", &s_out),
+        shown(client),
+        logged("client", &c_out)
+    );
+    finish(
+        verdict(&[("server", s_status), ("client", c_status)], expect, &both),
+        log,
+    )
 }
 
-fn tests(exe: &str, timeout: Duration, env: &[(String, String)]) -> (Status, Counts, String) {
+fn tests(exe: &str, timeout: Duration, env: &[(String, String)]) -> Outcome {
     let argv = |extra: &[&str]| -> Vec<String> {
         std::iter::once(exe)
             .chain(extra.iter().copied())
@@ -439,15 +511,21 @@ fn tests(exe: &str, timeout: Duration, env: &[(String, String)]) -> (Status, Cou
             .collect()
     };
     // `--list --format terse` prints `name: test` per test.
-    let mut lister = match Proc::spawn(&argv(&["--list", "--format", "terse"]), env) {
+    let list_argv = argv(&["--list", "--format", "terse"]);
+    let mut log = shown(&list_argv);
+    let mut lister = match Proc::spawn(&list_argv, env) {
         Ok(p) => p,
-        Err(e) => return fail(e),
+        Err(e) => return fail(e, log),
     };
     let listed = lister.wait(Instant::now() + timeout);
     let list = lister.output();
+    log.push_str(&logged("--list", &list));
     if !listed.is_some_and(|s| s.success()) {
         print_output("--list", &list);
-        return fail(format!("{exe} --list failed ({})", show_status(listed)));
+        return fail(
+            format!("{exe} --list failed ({})", show_status(listed)),
+            log,
+        );
     }
     let names: Vec<&str> = list
         .lines()
@@ -460,12 +538,15 @@ fn tests(exe: &str, timeout: Duration, env: &[(String, String)]) -> (Status, Cou
     let mut failed = Vec::new();
     for name in &names {
         let t = Instant::now();
-        let mut p = match Proc::spawn(&argv(&["--exact", name, "--nocapture"]), env) {
+        let test_argv = argv(&["--exact", name, "--nocapture"]);
+        log.push_str(&shown(&test_argv));
+        let mut p = match Proc::spawn(&test_argv, env) {
             Ok(p) => p,
-            Err(e) => return fail(e),
+            Err(e) => return fail(e, log),
         };
         let st = p.wait(Instant::now() + timeout);
         let out = p.output();
+        log.push_str(&logged(name, &out));
         let result = out
             .lines()
             .filter_map(|l| l.trim_start().strip_prefix("test result: "))
@@ -503,17 +584,37 @@ fn tests(exe: &str, timeout: Duration, env: &[(String, String)]) -> (Status, Cou
     } else {
         Status::Fail
     };
-    (status, counts, detail)
+    Outcome {
+        status,
+        counts,
+        detail,
+        log,
+    }
 }
 
-fn fail(e: impl std::fmt::Display) -> (Status, Counts, String) {
-    (Status::Fail, single(false), e.to_string())
+fn fail(e: impl std::fmt::Display, log: String) -> Outcome {
+    Outcome {
+        status: Status::Fail,
+        counts: single(false),
+        detail: e.to_string(),
+        log,
+    }
 }
 
-fn finish(verdict: std::result::Result<(), String>) -> (Status, Counts, String) {
+fn finish(verdict: std::result::Result<(), String>, log: String) -> Outcome {
     match verdict {
-        Ok(()) => (Status::Pass, single(true), String::new()),
-        Err(why) => (Status::Fail, single(false), why),
+        Ok(()) => Outcome {
+            status: Status::Pass,
+            counts: single(true),
+            detail: String::new(),
+            log,
+        },
+        Err(why) => Outcome {
+            status: Status::Fail,
+            counts: single(false),
+            detail: why,
+            log,
+        },
     }
 }
 
@@ -810,15 +911,20 @@ link rxe1/- cm-idn 0 state LISTEN ps TCP pid 160 comm ib_write_lat src-addr 0.0.
             Duration::from_secs(10),
             &env,
         );
-        assert_eq!(ok.0, Status::Pass, "{}", ok.2);
+        assert_eq!(ok.status, Status::Pass, "{}", ok.detail);
+        assert!(
+            ok.log.starts_with("$ sh -c") && ok.log.contains("sh| value=42"),
+            "{}",
+            ok.log
+        );
         let missing = one(
             &s(&["sh", "-c", "echo other"]),
             &s(&["value"]),
             Duration::from_secs(10),
             &[],
         );
-        assert_eq!(missing.0, Status::Fail);
-        assert!(missing.2.contains("lacks"), "{}", missing.2);
+        assert_eq!(missing.status, Status::Fail);
+        assert!(missing.detail.contains("lacks"), "{}", missing.detail);
         let t = Instant::now();
         // The background `sleep` holds the output pipe: killing the group must free it.
         let hung = one(
@@ -827,12 +933,27 @@ link rxe1/- cm-idn 0 state LISTEN ps TCP pid 160 comm ib_write_lat src-addr 0.0.
             Duration::from_millis(300),
             &[],
         );
-        assert_eq!(hung.0, Status::Fail);
-        assert!(hung.2.contains("killed at the"), "{}", hung.2);
+        assert_eq!(hung.status, Status::Fail);
+        assert!(hung.detail.contains("killed at the"), "{}", hung.detail);
         assert!(t.elapsed() < Duration::from_secs(20));
         assert_eq!(
-            one(&s(&["/nonexistent"]), &[], Duration::from_secs(1), &[]).0,
+            one(&s(&["/nonexistent"]), &[], Duration::from_secs(1), &[]).status,
             Status::Fail
+        );
+    }
+
+    #[test]
+    fn log_files_are_named_by_number_and_check() {
+        assert_eq!(
+            log_name(6, "ibv_rc_pingpong rxe1<->rxe2"),
+            "07-ibv_rc_pingpong-rxe1-rxe2.log"
+        );
+        assert_eq!(
+            log_name(
+                19,
+                "pingpong --rc (zverbs) server, ibv_rc_pingpong client, rxe0, 16 KiB"
+            ),
+            "20-pingpong-rc-zverbs-server-ibv_rc_pingpong-client-rxe0-16-kib.log"
         );
     }
 }

@@ -20,7 +20,7 @@ pub mod checks;
 pub mod topology;
 
 use std::fs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
@@ -283,12 +283,25 @@ pub fn stage(run: &mut Run) -> Result<Option<String>> {
             });
         }
     }
+    let logs = logs_dir();
+    if logs.exists() {
+        fs::remove_dir_all(&logs)?;
+    }
     let report = if host {
-        on_host_checks(&checks, &topo)?
+        on_host_checks(&checks, &topo, Some(&logs))?
     } else {
-        run_in_vm(&checks)?
+        run_in_vm(&checks, Some(&logs))?
     };
+    println!(
+        "\neach check's commands and output: {}/NN-<check>.log",
+        logs.display()
+    );
     summarize(&checks, &report, run, host)
+}
+
+/// Where the stage keeps each check's commands and output (emptied at the start of a run).
+pub fn logs_dir() -> PathBuf {
+    util::target_dir().join("zverbs-rxe/logs")
 }
 
 /// The interop checks for a topology: rdma-core's, perftest's and librdmacm's own tools.
@@ -406,11 +419,32 @@ pub fn interop(t: &Topology) -> Vec<Check> {
     checks
 }
 
+/// Message sizes of the interop with `ibv_rc_pingpong`, on each link: one byte, one page, and
+/// sixteen times the path MTU ([`INTEROP_MTU`]).
+pub const INTEROP_SIZES: &[usize] = &[1, 4096, 16384];
+
+/// The path MTU both sides of the interop ask for (`-m`).
+pub const INTEROP_MTU: usize = 1024;
+
+/// Iterations of each interop run.
+const INTEROP_ITERS: &str = "200";
+
+/// `4096 B` or `16 KiB`.
+fn size_name(n: usize) -> String {
+    if n >= 1024 && n % 1024 == 0 {
+        format!("{} KiB", n / 1024)
+    } else {
+        format!("{n} B")
+    }
+}
+
 /// Checks with the project's own programs ([`PROGRAMS`], built on the host): the `loopback`
 /// self-test (two QPs of one device, every operation, results checked by the program), and
 /// the `pingpong` example's `--rc` mode against rdma-core's `ibv_rc_pingpong`, each side as
-/// server once, with messages larger than the path MTU across the pair; ours checks every
-/// byte it receives.
+/// server once, on the single device and across the pair, at every size of
+/// [`INTEROP_SIZES`]; ours checks every byte it receives. One more run shows that the check
+/// bites: `ibv_rc_pingpong -c` as the client puts a 0 at the start of every page of its first
+/// message, and ours must fail, naming that byte.
 pub fn own_programs(t: &Topology, built: &[(String, PathBuf)]) -> Result<Vec<Check>> {
     let exe = |name: &str| -> Result<String> {
         match built.iter().find(|(n, _)| n == name) {
@@ -429,18 +463,22 @@ pub fn own_programs(t: &Topology, built: &[(String, PathBuf)]) -> Result<Vec<Che
             expect: w(&["loopback: ", " passed, 0 failed"]),
         },
     }];
-    let pingpong = |name: String, server: Vec<String>, client: Vec<String>, port: u16| Check {
-        name,
-        timeout: TOOL_TIMEOUT,
-        kind: Kind::Pair {
-            server,
-            client,
-            ready: Ready::Tcp(port),
-            expect: w(&["200 iters in", "200 messages received, every byte checked"]),
-        },
-    };
-    let args = |dev: &str, size: &str, port: &str| -> Vec<String> {
-        w(&["-d", dev, "-g", &gid, "-n", "200", "-s", size, "-p", port])
+    let mtu = INTEROP_MTU.to_string();
+    let args = |dev: &str, size: usize, port: u16| -> Vec<String> {
+        w(&[
+            "-d",
+            dev,
+            "-g",
+            &gid,
+            "-m",
+            &mtu,
+            "-n",
+            INTEROP_ITERS,
+            "-s",
+            &size.to_string(),
+            "-p",
+            &port.to_string(),
+        ])
     };
     let with = |prog: &str, mut args: Vec<String>, client: bool| -> Vec<String> {
         if prog == ours {
@@ -452,33 +490,69 @@ pub fn own_programs(t: &Topology, built: &[(String, PathBuf)]) -> Result<Vec<Che
         }
         args
     };
-    let d = &t.device;
-    checks.push(pingpong(
-        format!("pingpong --rc (zverbs) <- ibv_rc_pingpong {d}"),
-        with(&ours, args(d, "4096", "18600"), false),
-        with("ibv_rc_pingpong", args(d, "4096", "18600"), true),
-        18600,
-    ));
-    checks.push(pingpong(
-        format!("ibv_rc_pingpong <- pingpong --rc (zverbs) {d}"),
-        with("ibv_rc_pingpong", args(d, "4096", "18601"), false),
-        with(&ours, args(d, "4096", "18601"), true),
-        18601,
-    ));
+    let received = format!("{INTEROP_ITERS} messages received, every byte checked");
+    let iters = format!("{INTEROP_ITERS} iters in");
+    let mut links: Vec<(String, String, String)> =
+        vec![(t.device.clone(), t.device.clone(), t.device.clone())];
     if let Some((a, b)) = &t.pair {
-        checks.push(pingpong(
-            format!("pingpong --rc (zverbs) {a} <- ibv_rc_pingpong {b}, 8 KiB"),
-            with(&ours, args(a, "8192", "18602"), false),
-            with("ibv_rc_pingpong", args(b, "8192", "18602"), true),
-            18602,
-        ));
-        checks.push(pingpong(
-            format!("ibv_rc_pingpong {a} <- pingpong --rc (zverbs) {b}, 8 KiB"),
-            with("ibv_rc_pingpong", args(a, "8192", "18603"), false),
-            with(&ours, args(b, "8192", "18603"), true),
-            18603,
-        ));
+        links.push((format!("{a}<->{b}"), a.clone(), b.clone()));
     }
+    let mut port = 18600u16;
+    for (label, a, b) in &links {
+        for &size in INTEROP_SIZES {
+            for ours_serves in [true, false] {
+                port += 1;
+                let (server, client, name) = if ours_serves {
+                    (
+                        with(&ours, args(a, size, port), false),
+                        with("ibv_rc_pingpong", args(b, size, port), true),
+                        "pingpong --rc (zverbs) server, ibv_rc_pingpong client",
+                    )
+                } else {
+                    (
+                        with("ibv_rc_pingpong", args(a, size, port), false),
+                        with(&ours, args(b, size, port), true),
+                        "ibv_rc_pingpong server, pingpong --rc (zverbs) client",
+                    )
+                };
+                checks.push(Check {
+                    name: format!("{name}, {label}, {}", size_name(size)),
+                    timeout: TOOL_TIMEOUT,
+                    kind: Kind::Pair {
+                        server,
+                        client,
+                        ready: Ready::Tcp(port),
+                        expect: vec![iters.clone(), received.clone()],
+                    },
+                });
+            }
+        }
+    }
+    // The check bites: ours must exit 1 on ibv_rc_pingpong -c's first message.
+    port += 1;
+    let d = &t.device;
+    let mut server = w(&["sh", "-c", "\"$@\"; test $? -eq 1", "sh"]);
+    server.extend(with(&ours, args(d, 4096, port), false));
+    let mut client = with("ibv_rc_pingpong", args(d, 4096, port), true);
+    client.insert(1, "-c".into());
+    checks.push(Check {
+        name: format!(
+            "pingpong --rc (zverbs) rejects a damaged message (ibv_rc_pingpong -c client), {d}"
+        ),
+        timeout: TOOL_TIMEOUT,
+        kind: Kind::Pair {
+            server,
+            client,
+            ready: Ready::Tcp(port),
+            expect: vec![
+                iters,
+                format!(
+                    "1 of {INTEROP_ITERS} messages received were not 4096 bytes of 0x7b; the \
+                     first: message 0, byte 0 is 0x00"
+                ),
+            ],
+        },
+    });
     Ok(checks)
 }
 
@@ -580,7 +654,7 @@ fn tests_in(exe: &str) -> Option<u32> {
 
 /// Runs checks in one boot of the VM. Programs that checks run from the host (the xtask
 /// binary itself, test executables) are reached through the shares.
-pub fn run_in_vm(checks: &[Check]) -> Result<Report> {
+pub fn run_in_vm(checks: &[Check], logs: Option<&Path>) -> Result<Report> {
     let image = vm::image(false)?;
     let ctl = vm::RunDir::new()?;
     fs::write(ctl.path().join("plan"), checks::encode_plan(checks)?)?;
@@ -602,6 +676,12 @@ pub fn run_in_vm(checks: &[Check]) -> Result<Report> {
         ],
         limit,
     );
+    if let Some(dir) = logs {
+        // The guest writes the logs at the same path, shared.
+        fs::create_dir_all(dir)?;
+        spec.argv.push(dir.to_string_lossy().into_owned());
+        spec.share_dir_of(dir);
+    }
     spec.share_dir_of(&exe);
     spec.programs.push(exe);
     for c in checks {
@@ -634,10 +714,10 @@ pub fn run_in_vm(checks: &[Check]) -> Result<Report> {
     })
 }
 
-/// Runs checks here, on this machine's devices.
-pub fn on_host_checks(checks: &[Check], topo: &Topology) -> Result<Report> {
+/// Runs checks here, on this machine's devices (keeping each one's output in `logs`).
+pub fn on_host_checks(checks: &[Check], topo: &Topology, logs: Option<&Path>) -> Result<Report> {
     let t = Instant::now();
-    let results = checks::run_all(checks, &topo.env(), &mut |_| Ok(()))?;
+    let results = checks::run_all(checks, &topo.env(), logs, &mut |_| Ok(()))?;
     Ok(Report {
         results,
         boot: None,
@@ -798,5 +878,51 @@ mod tests {
         let h = interop(&host);
         assert_eq!(h.len(), 5);
         assert!(h.iter().all(|c| !c.name.contains("rping")));
+    }
+
+    #[test]
+    fn interop_with_ibv_rc_pingpong_covers_both_roles_every_size_and_a_damaged_run() {
+        let built = vec![
+            ("loopback".to_string(), PathBuf::from("/t/loopback")),
+            ("pingpong".to_string(), PathBuf::from("/t/pingpong")),
+        ];
+        let checks = own_programs(&Topology::vm(), &built).unwrap();
+        // loopback, 3 sizes x 2 roles x 2 links, the damaged run.
+        assert_eq!(checks.len(), 1 + INTEROP_SIZES.len() * 2 * 2 + 1);
+        let mut ports = Vec::new();
+        let mut ours_served = 0;
+        for c in &checks[1..] {
+            let Kind::Pair {
+                server,
+                client,
+                ready: Ready::Tcp(p),
+                ..
+            } = &c.kind
+            else {
+                panic!("{c:?}");
+            };
+            ports.push(*p);
+            assert!(server.contains(&"-m".to_string()) && client.contains(&"1024".to_string()));
+            ours_served += usize::from(server[0] == "/t/pingpong");
+            assert_eq!(client.last().map(String::as_str), Some("127.0.0.1"));
+        }
+        assert_eq!(ours_served, INTEROP_SIZES.len() * 2);
+        let n = ports.len();
+        ports.sort_unstable();
+        ports.dedup();
+        assert_eq!(ports.len(), n, "every pair on its own port");
+        let damaged = checks.last().unwrap();
+        let Kind::Pair { server, client, .. } = &damaged.kind else {
+            unreachable!()
+        };
+        assert_eq!(server[..2], ["sh", "-c"]);
+        assert_eq!(client[..2], ["ibv_rc_pingpong", "-c"]);
+        // The shell's quoting survives the trip to the guest.
+        assert_eq!(
+            checks::decode_plan(&checks::encode_plan(&checks).unwrap()).unwrap(),
+            checks
+        );
+        assert_eq!(size_name(16384), "16 KiB");
+        assert_eq!(size_name(1), "1 B");
     }
 }
