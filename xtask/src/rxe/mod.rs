@@ -431,7 +431,7 @@ const INTEROP_ITERS: &str = "200";
 
 /// `4096 B` or `16 KiB`.
 fn size_name(n: usize) -> String {
-    if n >= 1024 && n % 1024 == 0 {
+    if n >= 1024 && n.is_multiple_of(1024) {
         format!("{} KiB", n / 1024)
     } else {
         format!("{n} B")
