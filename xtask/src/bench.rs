@@ -10,6 +10,10 @@
 //!   same post+poll loop in C on raw `ibv_post_send` / `ibv_poll_cq` (the `fallback` example),
 //!   on rxe in the VM of `cargo xtask rxe`, or with `--host` on this machine's own device
 //!   (arguments after `--` go to the example: `--device`, `--iters`, `--rounds`, `--size`);
+//! - `cargo xtask bench --rxe [--host] [-- --rounds N --iters N --sizes 2,4096 --inline N]`:
+//!   `zverbs-perf`'s `write_lat` and `send_lat` against perftest's `ib_write_lat` and
+//!   `ib_send_lat` on the same rxe devices in one boot of the VM, as ratios
+//!   ([`crate::rxe::figures`]);
 //! - `--write-docs` (with any): also writes the figures into `docs/performance.md` (between
 //!   its `bench:` markers) and the plot to `docs/performance-times.svg`.
 //!
@@ -28,7 +32,7 @@ const COUNT_EXAMPLE: &str = "count";
 const FALLBACK_EXAMPLE: &str = "fallback";
 
 /// The performance report and the plot it shows.
-const DOC: &str = "docs/performance.md";
+pub(crate) const DOC: &str = "docs/performance.md";
 const DOC_SVG: &str = "docs/performance-times.svg";
 
 /// Calls per callgrind run (each case on each side).
@@ -39,6 +43,7 @@ const DEFAULT_CALLS: u64 = 20_000;
 struct Options {
     instructions: bool,
     fallback: bool,
+    rxe: bool,
     host: bool,
     quick: bool,
     write_docs: bool,
@@ -53,6 +58,7 @@ fn parse(args: &[String]) -> Result<Options> {
         match a.as_str() {
             "--instructions" => o.instructions = true,
             "--fallback" => o.fallback = true,
+            "--rxe" => o.rxe = true,
             "--host" => o.host = true,
             "--quick" => o.quick = true,
             "--write-docs" => o.write_docs = true,
@@ -65,7 +71,7 @@ fn parse(args: &[String]) -> Result<Options> {
             "--" => o.criterion.extend(it.by_ref().cloned()),
             other => bail!(
                 "unknown option {other:?} for `bench`; try --instructions, --fallback [--host], \
-                 --quick, --write-docs, --calls N, -- <args>"
+                 --rxe [--host], --quick, --write-docs, --calls N, -- <args>"
             ),
         }
     }
@@ -77,10 +83,18 @@ pub fn main(args: &[String]) -> Result {
     let o = parse(args)?;
     let out = util::root().join("target/zverbs-bench");
     std::fs::create_dir_all(&out)?;
-    if o.instructions && o.fallback {
-        bail!("--instructions and --fallback are separate runs");
+    if usize::from(o.instructions) + usize::from(o.fallback) + usize::from(o.rxe) > 1 {
+        bail!("--instructions, --fallback and --rxe are separate runs");
     }
-    if o.instructions {
+    if o.rxe {
+        let mut f = crate::rxe::figures::Options {
+            host: o.host,
+            write_docs: o.write_docs,
+            ..Default::default()
+        };
+        crate::rxe::figures::parse_args(&mut f, &o.criterion)?;
+        crate::rxe::figures::run(&f, &out)
+    } else if o.instructions {
         instructions(&o, &out)
     } else if o.fallback {
         fallback(&o, &out)
@@ -187,6 +201,102 @@ fn times_markdown(rows: &[TimeRow]) -> String {
 // The fallback on a device
 // ---------------------------------------------------------------------------------------------
 
+/// The fallback's goal: at most this ratio zverbs / C.
+pub const FALLBACK_GOAL: f64 = 1.02;
+
+/// Rounds and iterations per round of `bench --fallback` unless given after `--`: many short
+/// alternating rounds, so that the VM's slow stretches hit both sides alike and the median of
+/// the rounds' ratios is known to a few tenths of a percent.
+const FALLBACK_ROUNDS: &str = "400";
+const FALLBACK_ITERS: &str = "1000";
+
+/// One round of the fallback example's output: (zverbs ns, C ns) per operation.
+pub fn parse_round(line: &str) -> Option<(f64, f64)> {
+    let w: Vec<&str> = line.split_whitespace().collect();
+    match w.as_slice() {
+        ["round", _, "zverbs", ours, "ns", "C", c, "ns", ..] => {
+            Some((ours.parse().ok()?, c.parse().ok()?))
+        }
+        _ => None,
+    }
+}
+
+/// What the rounds say about the ratio zverbs / C.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RatioStats {
+    /// Rounds.
+    pub rounds: usize,
+    /// The median of the rounds' ratios.
+    pub median: f64,
+    /// A 95% confidence interval of that median (bootstrap, 2000 resamples).
+    pub low: f64,
+    /// Its upper end.
+    pub high: f64,
+    /// Total zverbs time over total C time.
+    pub of_totals: f64,
+}
+
+fn median_of(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n == 0 {
+        f64::NAN
+    } else if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// The statistics of the rounds' ratios (deterministic: the resampling uses a fixed seed).
+pub fn ratio_stats(rounds: &[(f64, f64)]) -> RatioStats {
+    let ratios: Vec<f64> = rounds.iter().map(|(o, c)| o / c).collect();
+    let median = median_of(&mut ratios.clone());
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let mut medians = Vec::with_capacity(2000);
+    let mut sample = vec![0.0; ratios.len()];
+    for _ in 0..2000 {
+        for x in sample.iter_mut() {
+            *x = ratios[(next() % ratios.len().max(1) as u64) as usize];
+        }
+        medians.push(median_of(&mut sample));
+    }
+    medians.sort_by(f64::total_cmp);
+    let at = |q: f64| {
+        medians
+            .get(((medians.len() as f64 * q) as usize).min(medians.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or(f64::NAN)
+    };
+    let (o, c): (f64, f64) = rounds
+        .iter()
+        .fold((0.0, 0.0), |(a, b), (o, c)| (a + o, b + c));
+    RatioStats {
+        rounds: rounds.len(),
+        median,
+        low: at(0.025),
+        high: at(0.975),
+        of_totals: o / c,
+    }
+}
+
+/// Met when the whole interval is at or under the goal, missed when it is all above it.
+pub fn verdict(s: &RatioStats, goal: f64) -> &'static str {
+    if s.high <= goal {
+        "met"
+    } else if s.low > goal {
+        "missed"
+    } else {
+        "not decided at this precision (the interval contains the goal)"
+    }
+}
+
 fn fallback(o: &Options, out: &Path) -> Result {
     util::run(&mut util::cargo([
         "build",
@@ -206,6 +316,12 @@ fn fallback(o: &Options, out: &Path) -> Result {
         "--out".into(),
         tsv.to_string_lossy().into_owned(),
     ];
+    if !o.criterion.iter().any(|a| a == "--rounds") {
+        args.extend(["--rounds".into(), FALLBACK_ROUNDS.into()]);
+    }
+    if !o.criterion.iter().any(|a| a == "--iters" || a == "-n") {
+        args.extend(["--iters".into(), FALLBACK_ITERS.into()]);
+    }
     args.extend(o.criterion.iter().cloned());
     // On rxe in the VM (the project directory is shared with the guest at the same path, so
     // the result lands in `target/zverbs-bench`), or directly on this machine's device.
@@ -218,7 +334,25 @@ fn fallback(o: &Options, out: &Path) -> Result {
         c.args(&args);
         c
     };
-    util::run(&mut cmd).map_err(|e| {
+    let mut rounds = Vec::new();
+    let status = util::run_lines(&mut cmd, |line| match parse_round(line) {
+        // Every round's line is kept in the log below; a few are shown.
+        Some(r) => {
+            rounds.push(r);
+            rounds.len() % 50 == 1
+        }
+        None => true,
+    });
+    let log: String = rounds
+        .iter()
+        .enumerate()
+        .map(|(i, (a, b))| format!("{i}\t{a:.1}\t{b:.1}\t{:.4}\n", a / b))
+        .collect();
+    std::fs::write(
+        out.join("fallback-rounds.tsv"),
+        format!("round\tzverbs_ns\tc_ns\tratio\n{log}"),
+    )?;
+    util::check(&cmd, status?).map_err(|e| {
         util::Error(format!(
             "{e}\n(the fallback runs on a device the libibverbs fallback drives: rxe in the VM \
              of `cargo xtask rxe`, or this machine's own device with --host)"
@@ -227,7 +361,11 @@ fn fallback(o: &Options, out: &Path) -> Result {
     let Ok(text) = std::fs::read_to_string(&tsv) else {
         bail!("the fallback benchmark wrote no {}", tsv.display());
     };
+    if rounds.is_empty() {
+        bail!("the fallback benchmark printed no rounds");
+    }
     let rows = parse_times(&text);
+    let stats = ratio_stats(&rounds);
     let mut table = Table::new(&["case", ">zverbs ns", ">C ns", ">zverbs/C", "what"]);
     for r in &rows {
         table.row(vec![
@@ -240,8 +378,33 @@ fn fallback(o: &Options, out: &Path) -> Result {
     }
     println!("\nthe libibverbs fallback against raw libibverbs (fastest rounds):");
     table.print(false);
+    let summary = format!(
+        "median of the {} rounds' ratios {:.3}x (95% confidence interval of the median \
+         {:.3}x to {:.3}x); total time ratio {:.3}x; goal <= {FALLBACK_GOAL:.2}x: {}",
+        stats.rounds,
+        stats.median,
+        stats.low,
+        stats.high,
+        stats.of_totals,
+        verdict(&stats, FALLBACK_GOAL)
+    );
+    println!("{summary}");
+    println!("every round: {}", out.join("fallback-rounds.tsv").display());
     if o.write_docs {
-        replace_block(&util::root().join(DOC), "fallback", &times_markdown(&rows))?;
+        let mut md = times_markdown(&rows);
+        let _ = write!(
+            md,
+            "\n**Ratio zverbs / C: {:.3}×**, the median of {} rounds' ratios (95% confidence \
+             interval of the median, bootstrap: {:.3}× to {:.3}×; total time of all rounds \
+             {:.3}×). **Goal ≤ {FALLBACK_GOAL:.2}×: {}.**\n",
+            stats.median,
+            stats.rounds,
+            stats.low,
+            stats.high,
+            stats.of_totals,
+            verdict(&stats, FALLBACK_GOAL)
+        );
+        replace_block(&util::root().join(DOC), "fallback", &md)?;
         println!("wrote the fallback's figures in {DOC}");
     }
     Ok(())
@@ -428,7 +591,7 @@ fn machine() -> String {
 
 /// Replaces the text between `<!-- bench:NAME:begin -->` and `<!-- bench:NAME:end -->` in
 /// `path` with `body`.
-fn replace_block(path: &Path, name: &str, body: &str) -> Result {
+pub(crate) fn replace_block(path: &Path, name: &str, body: &str) -> Result {
     let text = std::fs::read_to_string(path)?;
     let Some(new) = with_block(&text, name, body) else {
         bail!(
@@ -641,5 +804,29 @@ mod tests {
         assert!(svg.contains("pingpong: zverbs 400.0 ns, C 390.0 ns"));
         assert_eq!(nice_step(1.7), 2.0);
         assert_eq!(nice_step(0.3), 0.5);
+    }
+
+    #[test]
+    fn fallback_rounds_and_their_statistics() {
+        assert_eq!(
+            parse_round("  round  12: zverbs    26371.8 ns  C    29796.6 ns  0.885x"),
+            Some((26371.8, 29796.6))
+        );
+        assert_eq!(
+            parse_round("post+poll of one RDMA WRITE through the fallback"),
+            None
+        );
+        let rounds: Vec<(f64, f64)> = (0..101).map(|i| (100.0 + f64::from(i), 100.0)).collect();
+        let s = ratio_stats(&rounds);
+        assert_eq!(s.rounds, 101);
+        assert!((s.median - 1.5).abs() < 1e-9, "{s:?}");
+        assert!(
+            s.low <= s.median && s.median <= s.high && s.low > 1.3 && s.high < 1.7,
+            "{s:?}"
+        );
+        assert!((s.of_totals - 1.5).abs() < 1e-9);
+        assert_eq!(verdict(&s, 2.0), "met");
+        assert_eq!(verdict(&s, 1.0), "missed");
+        assert!(verdict(&s, 1.5).starts_with("not decided"));
     }
 }

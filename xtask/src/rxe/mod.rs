@@ -17,6 +17,7 @@
 //! with [`on_host_checks`]), after building its executables with [`build_executables`].
 
 pub mod checks;
+pub mod figures;
 pub mod topology;
 
 use std::fs;

@@ -1,0 +1,478 @@
+//! `cargo xtask bench --rxe`: the project's latency tool against perftest's, side by side on
+//! the same rxe devices in one boot of the VM (or on this machine's devices with `--host`),
+//! reported as ratios.
+//!
+//! For each link (both ends on `rxe0`; across `rxe1`↔`rxe2`), each test (`write_lat`,
+//! `send_lat`) and each message size, the rounds alternate `zverbs-perf` (release build) and
+//! perftest's `ib_write_lat` / `ib_send_lat`, each a server and a client on the same devices,
+//! ports and settings: the same iterations, no inline data, the port's MTU. The figures are the
+//! client's `t_typical` (the median of half round trips) and its 99th percentile, the median
+//! of each over the rounds; the ratio is ours / perftest. A benchmark, not a test: nothing
+//! asserts a duration (under emulation the times are those of the emulated CPU).
+
+use std::fmt::Write as _;
+use std::fs;
+use std::path::Path;
+use std::time::Duration;
+
+use super::checks::{self, Check, Kind, Ready, Status};
+use super::topology::Topology;
+use crate::util::{self, Result, Table, bail};
+
+/// What to measure.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// On this machine's devices instead of the VM.
+    pub host: bool,
+    /// Message sizes.
+    pub sizes: Vec<usize>,
+    /// Iterations of each run.
+    pub iters: u32,
+    /// Runs of each tool per case (alternating).
+    pub rounds: u32,
+    /// Inline bytes, for both tools.
+    pub inline: u32,
+    /// Write the table into docs/performance.md.
+    pub write_docs: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            host: false,
+            sizes: vec![2, 4096],
+            iters: 2000,
+            rounds: 3,
+            inline: 0,
+            write_docs: false,
+        }
+    }
+}
+
+/// The two tests compared, ours and perftest's name.
+const TESTS: [(&str, &str); 2] = [("write_lat", "ib_write_lat"), ("send_lat", "ib_send_lat")];
+
+/// One run's figures, microseconds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Latency {
+    /// `t_typical`: the median.
+    pub typical: f64,
+    /// The 99th percentile.
+    pub p99: f64,
+}
+
+/// The columns of a latency table's header: perftest's (`#bytes #iterations t_min[usec] ...
+/// 99% percentile[usec] 99.9% percentile[usec]`) or `zverbs-perf`'s (`... t_p99[us] ...`).
+/// A column ends at a word ending in `]` or starting with `#`; names may contain spaces.
+pub fn columns(header: &str) -> Vec<String> {
+    let mut cols = Vec::new();
+    let mut cur = String::new();
+    for w in header.split_whitespace() {
+        if w.starts_with('#') {
+            if !cur.is_empty() {
+                cols.push(std::mem::take(&mut cur));
+            }
+            cols.push(w.to_string());
+            continue;
+        }
+        if !cur.is_empty() {
+            cur.push(' ');
+        }
+        cur.push_str(w);
+        if w.ends_with(']') {
+            cols.push(std::mem::take(&mut cur));
+        }
+    }
+    if !cur.is_empty() {
+        cols.push(cur);
+    }
+    cols
+}
+
+/// The typical latency and the 99th percentile in a latency tool's output (the first table
+/// with a `t_typical` column, and the first numeric row under it), in microseconds.
+pub fn parse_latency(out: &str) -> Option<Latency> {
+    let lines: Vec<&str> = out.lines().collect();
+    let at = lines.iter().position(|l| l.contains("t_typical"))?;
+    let cols = columns(lines[at]);
+    let row: Vec<f64> = lines[at + 1..]
+        .iter()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|w| w.first().is_some_and(|x| x.parse::<f64>().is_ok()))?
+        .iter()
+        .map(|x| x.parse().unwrap_or(f64::NAN))
+        .collect();
+    if row.len() < cols.len() {
+        return None;
+    }
+    let unit = |c: &str| {
+        if c.ends_with("[us]") || c.ends_with("[usec]") {
+            1.0
+        } else if c.ends_with("[ns]") {
+            1e-3
+        } else {
+            f64::NAN
+        }
+    };
+    let scaled = |pred: &dyn Fn(&str) -> bool| {
+        let i = cols.iter().position(|c| pred(c))?;
+        Some(row[i] * unit(&cols[i]))
+    };
+    let typical = scaled(&|c: &str| c.starts_with("t_typical"))?;
+    let p99 = scaled(&|c: &str| {
+        let c = c.to_ascii_lowercase();
+        c.starts_with("99%") || c.starts_with("99 %") || c.starts_with("t_p99[")
+    })?;
+    (typical.is_finite() && p99.is_finite()).then_some(Latency { typical, p99 })
+}
+
+/// The lines of one side of a check's log (`client| ...`), without the prefix.
+pub fn side(log: &str, who: &str) -> String {
+    let prefix = format!("{who}| ");
+    log.lines()
+        .filter_map(|l| {
+            l.strip_prefix(&prefix)
+                .or_else(|| (l == format!("{who}|")).then_some(""))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// One case of the table.
+#[derive(Clone, Debug)]
+struct Case {
+    link: String,
+    test: &'static str,
+    size: usize,
+    ours: Vec<usize>,
+    theirs: Vec<usize>,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// `cargo xtask bench --rxe`.
+pub fn run(o: &Options, out: &Path) -> Result {
+    if !o.host {
+        crate::prereq::ensure_vm()?;
+    }
+    let topo = if o.host {
+        Topology::from_env()?
+    } else {
+        Topology::vm()
+    };
+    util::run(&mut util::cargo([
+        "build",
+        "--release",
+        "-p",
+        "zverbs",
+        "--bin",
+        "zverbs-perf",
+    ]))?;
+    let perf = util::target_dir().join("release/zverbs-perf");
+    let perf = perf.to_string_lossy().into_owned();
+
+    let gid = topo.gid_index.to_string();
+    let mut links: Vec<(String, String, String)> = vec![(
+        topo.device.clone(),
+        topo.device.clone(),
+        topo.device.clone(),
+    )];
+    if let Some((a, b)) = &topo.pair {
+        links.push((format!("{a}<->{b}"), a.clone(), b.clone()));
+    }
+    let w = |v: &[&str]| -> Vec<String> { v.iter().map(|s| s.to_string()).collect() };
+    let (iters, inline) = (o.iters.to_string(), o.inline.to_string());
+    let mut checks = Vec::new();
+    let mut cases = Vec::new();
+    let mut port = 19000u16;
+    for (label, a, b) in &links {
+        for (ours, theirs) in TESTS {
+            for &size in &o.sizes {
+                let mut case = Case {
+                    link: label.clone(),
+                    test: ours,
+                    size,
+                    ours: Vec::new(),
+                    theirs: Vec::new(),
+                };
+                let sz = size.to_string();
+                for round in 0..o.rounds {
+                    let mut pair = |mine: bool| {
+                        port += 1;
+                        let p = port.to_string();
+                        let (server, client) = if mine {
+                            let common =
+                                ["-g", &gid, "-s", &sz, "-n", &iters, "-I", &inline, "-p", &p];
+                            let mut s = w(&[&perf, ours, "-d", a]);
+                            s.extend(w(&common));
+                            let mut c = w(&[&perf, ours, "127.0.0.1", "-d", b]);
+                            c.extend(w(&common));
+                            (s, c)
+                        } else {
+                            let common =
+                                ["-x", &gid, "-s", &sz, "-n", &iters, "-I", &inline, "-p", &p];
+                            let mut s = w(&[theirs, "-d", a]);
+                            s.extend(w(&common));
+                            let mut c = w(&[theirs, "-d", b]);
+                            c.extend(w(&common));
+                            c.push("127.0.0.1".into());
+                            (s, c)
+                        };
+                        let name = format!(
+                            "{} {label} {size} B round {}",
+                            if mine { ours } else { theirs },
+                            round + 1
+                        );
+                        let index = checks.len();
+                        checks.push(Check {
+                            name,
+                            timeout: Duration::from_secs(120),
+                            kind: Kind::Pair {
+                                server,
+                                client,
+                                ready: Ready::Tcp(port),
+                                expect: vec!["t_typical".into()],
+                            },
+                        });
+                        index
+                    };
+                    // Alternate which goes first, so a slow stretch hits both.
+                    if round % 2 == 0 {
+                        case.ours.push(pair(true));
+                        case.theirs.push(pair(false));
+                    } else {
+                        case.theirs.push(pair(false));
+                        case.ours.push(pair(true));
+                    }
+                }
+                cases.push(case);
+            }
+        }
+    }
+
+    let logs = out.join("rxe-logs");
+    if logs.exists() {
+        fs::remove_dir_all(&logs)?;
+    }
+    println!(
+        "\n{} runs: zverbs-perf and perftest, {} rounds each of {} cases, {} iterations",
+        checks.len(),
+        o.rounds,
+        cases.len(),
+        o.iters
+    );
+    let report = if o.host {
+        super::on_host_checks(&checks, &topo, Some(&logs))?
+    } else {
+        super::run_in_vm(&checks, Some(&logs))?
+    };
+    let failed: Vec<&str> = report
+        .results
+        .iter()
+        .filter(|r| r.status == Status::Fail)
+        .map(|r| r.name.as_str())
+        .collect();
+    if !failed.is_empty() || report.results.len() < checks.len() {
+        bail!(
+            "{} of {} runs failed or did not run: {} (logs in {})",
+            checks.len() - report.results.len() + failed.len(),
+            checks.len(),
+            failed.join(", "),
+            logs.display()
+        );
+    }
+    let figures = |index: usize| -> Result<Latency> {
+        let path = logs.join(checks::log_name(index, &checks[index].name));
+        let log = fs::read_to_string(&path)?;
+        match parse_latency(&side(&log, "client")) {
+            Some(l) => Ok(l),
+            None => bail!("no latency table in {}", path.display()),
+        }
+    };
+
+    let mut table = Table::new(&[
+        "link",
+        "test",
+        ">bytes",
+        ">zverbs typ",
+        ">perftest typ",
+        ">ratio",
+        ">zverbs p99",
+        ">perftest p99",
+        ">ratio",
+    ]);
+    let mut md = String::from(
+        "| link | test | bytes | zverbs t_typical µs | perftest t_typical µs | ratio | zverbs \
+         p99 µs | perftest p99 µs | ratio |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    let mut tsv = String::from(
+        "link\ttest\tbytes\tours_typical_us\tperftest_typical_us\tours_p99_us\tperftest_p99_us\n",
+    );
+    for c in &cases {
+        let ours: Vec<Latency> = c.ours.iter().map(|&i| figures(i)).collect::<Result<_>>()?;
+        let theirs: Vec<Latency> = c
+            .theirs
+            .iter()
+            .map(|&i| figures(i))
+            .collect::<Result<_>>()?;
+        let typ = |v: &[Latency]| median(v.iter().map(|l| l.typical).collect());
+        let p99 = |v: &[Latency]| median(v.iter().map(|l| l.p99).collect());
+        let (ot, tt, op, tp) = (typ(&ours), typ(&theirs), p99(&ours), p99(&theirs));
+        table.row(vec![
+            c.link.clone(),
+            c.test.into(),
+            c.size.to_string(),
+            format!("{ot:.2}"),
+            format!("{tt:.2}"),
+            format!("{:.2}x", ot / tt),
+            format!("{op:.2}"),
+            format!("{tp:.2}"),
+            format!("{:.2}x", op / tp),
+        ]);
+        let _ = writeln!(
+            md,
+            "| {} | `{}` | {} | {ot:.2} | {tt:.2} | {:.2}× | {op:.2} | {tp:.2} | {:.2}× |",
+            c.link,
+            c.test,
+            c.size,
+            ot / tt,
+            op / tp
+        );
+        let _ = writeln!(
+            tsv,
+            "{}\t{}\t{}\t{ot:.3}\t{tt:.3}\t{op:.3}\t{tp:.3}",
+            c.link, c.test, c.size
+        );
+    }
+    let where_ = if o.host {
+        "this machine's devices".to_string()
+    } else {
+        format!(
+            "rxe in the VM (boot {}, runs {})",
+            report.boot.map_or_else(|| "?".into(), util::duration),
+            util::duration(report.results.iter().map(|r| r.took).sum())
+        )
+    };
+    println!(
+        "\nlatency, zverbs-perf against perftest on {where_}: median over {} rounds of each \
+         tool's t_typical (median of {} half round trips) and 99th percentile, in µs; ratio \
+         ours / perftest:",
+        o.rounds, o.iters
+    );
+    table.print(false);
+    println!("each run's output: {}/NN-<run>.log", logs.display());
+    fs::write(out.join("rxe.tsv"), &tsv)?;
+    if o.write_docs {
+        let _ = write!(
+            md,
+            "\nMedian over {} alternating rounds of each tool's `t_typical` and 99th percentile, \
+             {} iterations a run, no inline data, on {where_}; measured by `cargo xtask bench \
+             --rxe`.\n",
+            o.rounds, o.iters
+        );
+        crate::bench::replace_block(&util::root().join(crate::bench::DOC), "rxe", &md)?;
+        println!("wrote the table in {}", crate::bench::DOC);
+    }
+    Ok(())
+}
+
+/// Reads `--rounds N --iters N --sizes A,B --inline N` into `o`.
+pub fn parse_args(o: &mut Options, args: &[String]) -> Result {
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut num = || -> Result<u32> {
+            match it.next().and_then(|v| v.parse().ok()) {
+                Some(n) => Ok(n),
+                None => bail!("{a} needs a number"),
+            }
+        };
+        match a.as_str() {
+            "--rounds" => o.rounds = num()?.max(1),
+            "--iters" => o.iters = num()?.max(1),
+            "--inline" => o.inline = num()?,
+            "--sizes" => {
+                let Some(v) = it.next() else {
+                    bail!("--sizes needs a list such as 2,4096");
+                };
+                o.sizes = v
+                    .split(',')
+                    .map(|x| x.parse::<usize>().ok().filter(|&n| n > 0))
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or_else(|| {
+                        util::Error(format!("--sizes {v}: sizes in bytes, comma-separated"))
+                    })?;
+            }
+            other => {
+                bail!("{other:?}: `bench --rxe -- ...` takes --rounds, --iters, --sizes, --inline")
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PERFTEST: &str = "\
+---------------------------------------------------------------------------------------
+ #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] 
+ 2       200          23.53          406.50       30.77    	       39.09       	36.71  		314.22  		406.50 
+---------------------------------------------------------------------------------------
+";
+
+    #[test]
+    fn perftest_columns_with_spaces_are_read() {
+        let header = PERFTEST.lines().nth(1).unwrap();
+        assert_eq!(
+            columns(header),
+            [
+                "#bytes",
+                "#iterations",
+                "t_min[usec]",
+                "t_max[usec]",
+                "t_typical[usec]",
+                "t_avg[usec]",
+                "t_stdev[usec]",
+                "99% percentile[usec]",
+                "99.9% percentile[usec]"
+            ]
+        );
+        assert_eq!(
+            parse_latency(PERFTEST),
+            Some(Latency {
+                typical: 30.77,
+                p99: 314.22
+            })
+        );
+    }
+
+    #[test]
+    fn zverbs_perf_table_is_read() {
+        let ours = " #bytes   #iterations   t_min[us]    t_typical[us]   t_p99[us]  t_p99.9[us]   t_max[us]   t_avg[us]  t_stdev[us]\n \
+                    2        2000              21.05            27.40       60.11        90.00      100.00       30.00         5.00\n";
+        assert_eq!(
+            parse_latency(ours),
+            Some(Latency {
+                typical: 27.40,
+                p99: 60.11
+            })
+        );
+    }
+
+    #[test]
+    fn missing_or_broken_tables_are_none() {
+        assert_eq!(parse_latency("no table here"), None);
+        let cut = " #bytes #iterations t_typical[usec] 99% percentile[usec]\n 2 200 30.1\n";
+        assert_eq!(parse_latency(cut), None);
+        let log = "server| a\nclient| x\nclient|\nclient| y\n";
+        assert_eq!(side(log, "client"), "x\n\ny");
+    }
+}
