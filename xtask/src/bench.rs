@@ -391,7 +391,29 @@ fn fallback(o: &Options, out: &Path) -> Result {
     println!("{summary}");
     println!("every round: {}", out.join("fallback-rounds.tsv").display());
     if o.write_docs {
-        let mut md = times_markdown(&rows);
+        let mut md = String::from(
+            "| case | what one unit is | zverbs ns, fastest round | C ns, fastest round | \
+             ratio of the fastest | zverbs ns, median round | C ns, median round |\n\
+             |---|---|---:|---:|---:|---:|---:|\n",
+        );
+        for r in &rows {
+            let (mo, mc) = r.medians.unwrap_or((f64::NAN, f64::NAN));
+            let _ = writeln!(
+                md,
+                "| `{}` | {} | {:.1} | {:.1} | {:.3}× | {mo:.1} | {mc:.1} |",
+                r.case,
+                r.about,
+                r.ours,
+                r.c,
+                r.ours / r.c
+            );
+        }
+        let place = if o.host {
+            "this machine's device"
+        } else {
+            "rxe in the VM of `cargo xtask rxe` (qemu; TCG unless KVM is usable)"
+        };
+        let _ = write!(md, "\nOn {place}. {}", machine());
         let _ = write!(
             md,
             "\n**Ratio zverbs / C: {:.3}×**, the median of {} rounds' ratios (95% confidence \
@@ -549,7 +571,7 @@ fn instructions(o: &Options, out: &Path) -> Result {
 }
 
 /// One line naming the CPU and the compilers.
-fn machine() -> String {
+pub(crate) fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| {

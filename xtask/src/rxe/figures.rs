@@ -42,7 +42,7 @@ impl Default for Options {
             host: false,
             sizes: vec![2, 4096],
             iters: 2000,
-            rounds: 3,
+            rounds: 5,
             inline: 0,
             write_docs: false,
         }
@@ -304,13 +304,15 @@ pub fn run(o: &Options, out: &Path) -> Result {
         ">zverbs typ",
         ">perftest typ",
         ">ratio",
+        ">rounds",
         ">zverbs p99",
         ">perftest p99",
         ">ratio",
     ]);
     let mut md = String::from(
-        "| link | test | bytes | zverbs t_typical µs | perftest t_typical µs | ratio | zverbs \
-         p99 µs | perftest p99 µs | ratio |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| link | test | bytes | zverbs t_typical µs | perftest t_typical µs | ratio | rounds' \
+         ratios | zverbs p99 µs | perftest p99 µs | ratio |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     let mut tsv = String::from(
         "link\ttest\tbytes\tours_typical_us\tperftest_typical_us\tours_p99_us\tperftest_p99_us\n",
@@ -325,6 +327,15 @@ pub fn run(o: &Options, out: &Path) -> Result {
         let typ = |v: &[Latency]| median(v.iter().map(|l| l.typical).collect());
         let p99 = |v: &[Latency]| median(v.iter().map(|l| l.p99).collect());
         let (ot, tt, op, tp) = (typ(&ours), typ(&theirs), p99(&ours), p99(&theirs));
+        // Round k of ours against round k of perftest's, run next to each other.
+        let each: Vec<f64> = ours
+            .iter()
+            .zip(&theirs)
+            .map(|(a, b)| a.typical / b.typical)
+            .collect();
+        let lo = each.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = each.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let spread = format!("{lo:.2}–{hi:.2}");
         table.row(vec![
             c.link.clone(),
             c.test.into(),
@@ -332,13 +343,14 @@ pub fn run(o: &Options, out: &Path) -> Result {
             format!("{ot:.2}"),
             format!("{tt:.2}"),
             format!("{:.2}x", ot / tt),
+            spread.clone(),
             format!("{op:.2}"),
             format!("{tp:.2}"),
             format!("{:.2}x", op / tp),
         ]);
         let _ = writeln!(
             md,
-            "| {} | `{}` | {} | {ot:.2} | {tt:.2} | {:.2}× | {op:.2} | {tp:.2} | {:.2}× |",
+            "| {} | `{}` | {} | {ot:.2} | {tt:.2} | {:.2}× | {spread} | {op:.2} | {tp:.2} | {:.2}× |",
             c.link,
             c.test,
             c.size,
@@ -363,7 +375,8 @@ pub fn run(o: &Options, out: &Path) -> Result {
     println!(
         "\nlatency, zverbs-perf against perftest on {where_}: median over {} rounds of each \
          tool's t_typical (median of {} half round trips) and 99th percentile, in µs; ratio \
-         ours / perftest:",
+         ours / perftest (rounds: the lowest and highest ratio of one round's t_typical to the \
+         other tool's in the same round):",
         o.rounds, o.iters
     );
     table.print(false);
@@ -373,9 +386,12 @@ pub fn run(o: &Options, out: &Path) -> Result {
         let _ = write!(
             md,
             "\nMedian over {} alternating rounds of each tool's `t_typical` and 99th percentile, \
-             {} iterations a run, no inline data, on {where_}; measured by `cargo xtask bench \
-             --rxe`.\n",
-            o.rounds, o.iters
+             {} iterations a run, no inline data, on {where_}; \"rounds' ratios\": the lowest \
+             and highest ratio of `t_typical` between the two tools' runs of the same round. \
+             Command: `cargo xtask bench --rxe`. {}",
+            o.rounds,
+            o.iters,
+            crate::bench::machine()
         );
         crate::bench::replace_block(&util::root().join(crate::bench::DOC), "rxe", &md)?;
         println!("wrote the table in {}", crate::bench::DOC);
