@@ -20,6 +20,12 @@ use zverbs::{
 fn devices_are_listed_opened_and_queried() {
     let _serial = serial();
     let Some(env) = env() else { return };
+    if device::is_software(
+        &env.device,
+        "the tests of rdma-core's control path need a kernel device",
+    ) {
+        return;
+    }
     let list = zverbs::devices().expect("ibv_get_device_list");
     let names: Vec<&str> = list.iter().map(|d| d.name()).collect();
     let mut wanted = vec![env.device.clone()];
@@ -119,6 +125,12 @@ fn devices_are_listed_opened_and_queried() {
 fn pd_mr_cq_and_qp_are_created_and_connected_step_by_step() {
     let _serial = serial();
     let Some(env) = env() else { return };
+    if device::is_software(
+        &env.device,
+        "the tests of rdma-core's control path need a kernel device",
+    ) {
+        return;
+    }
     let ctx = open(&env.device);
     let pd = ctx.alloc_pd().expect("ibv_alloc_pd");
 
@@ -230,6 +242,12 @@ fn pd_mr_cq_and_qp_are_created_and_connected_step_by_step() {
 fn misuse_is_refused_with_a_clear_error() {
     let _serial = serial();
     let Some(env) = env() else { return };
+    if device::is_software(
+        &env.device,
+        "the tests of rdma-core's control path need a kernel device",
+    ) {
+        return;
+    }
     let ctx = open(&env.device);
     let other = open(&env.device);
     let pd = ctx.alloc_pd().unwrap();

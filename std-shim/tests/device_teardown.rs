@@ -174,6 +174,9 @@ fn permutations_are_all_there_once() {
 fn handles_drop_in_every_order_with_work_in_flight() {
     let _serial = serial();
     let Some(env) = env() else { return };
+    if device::is_software(&env.device, "the kernel holds no objects for it") {
+        return;
+    }
     let mut nl = Socket::open(&env.device).expect("an RDMA netlink socket");
     let fds = uverbs_fds();
     assert_eq!(

@@ -82,6 +82,21 @@ pub fn env() -> Option<Env> {
     })
 }
 
+/// Whether `device` is the software mlx5 device (`zverbs_sim0`): a device of this process,
+/// not of the kernel, driven by the direct path only. The operation tests run on it too
+/// (`ZVERBS_TEST_DEVICE=zverbs_sim0 ZVERBS_TEST_GID_INDEX=0`); tests of what only a kernel
+/// device has (its own error checks, RNR retry counts, the kernel's objects, the fallback)
+/// say why they skip it.
+pub fn is_software(device: &str, skipping: &str) -> bool {
+    let soft = zverbs::devices()
+        .map(|l| l.iter().any(|d| d.name() == device && d.is_software()))
+        .unwrap_or(false);
+    if soft {
+        println!("skipped on the software device: {skipping}");
+    }
+    soft
+}
+
 static SERIAL: Mutex<()> = Mutex::new(());
 
 /// Holds the devices for one test at a time within a test binary (the rxe stage runs each
