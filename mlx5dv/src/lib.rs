@@ -47,17 +47,12 @@
     clippy::missing_safety_doc
 )]
 
-#[cfg(feature = "sim")]
-extern crate std;
-
 mod cq;
 pub mod devmem;
 mod doorbell;
 mod layout;
 pub mod prm;
 mod rq;
-#[cfg(feature = "sim")]
-pub mod sim;
 mod sq;
 mod state;
 #[cfg(test)]

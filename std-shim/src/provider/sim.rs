@@ -14,7 +14,7 @@
 use std::io;
 use std::sync::OnceLock;
 
-use zverbs_mlx5dv::sim::{self, Access, CqConfig, QpConfig, SimError};
+use zverbs_sim::{self as sim, Access, CqConfig, QpConfig, SimError};
 
 use super::{
     ContextProvider, CqEngine, CqProvider, EngineNote, MrProvider, PdProvider, QpEngine, QpInit,

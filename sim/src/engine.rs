@@ -25,24 +25,23 @@
 use core::ptr::NonNull;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use std::vec::Vec;
 
 use zverbs_core::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
-use super::config::{
+use crate::config::{
     Access, CqConfig, DeviceConfig, Mr, QpConfig, QpStatus, RNR_RETRY_INFINITE, SimCq, SimError,
     SimQp, Stats,
 };
-use super::cq::{self, DevCq, op};
-use super::mem::{DevBuf, Region, load_be32_acquire};
-use super::mr::{MrFault, MrTable};
-use super::vendor;
-use super::wire::{Message, Request, Response, Status, Wire};
-use super::wqe::{DataEntry, MAX_SEGS, Payload, RqRing, SqRing, Wqe};
-use crate::layout::{BfLayout, CqLayout, QpLayout, WqLayout};
-use crate::prm::cqe::Syndrome;
-use crate::prm::wqe::inline_ds;
-use crate::prm::{MAX_DS, RCV_DBR, SND_DBR, fm_ce_se, opcode};
+use crate::cq::{self, DevCq, op};
+use crate::mem::{DevBuf, Region, load_be32_acquire};
+use crate::mr::{MrFault, MrTable};
+use crate::vendor;
+use crate::wire::{Message, Request, Response, Status, Wire};
+use crate::wqe::{DataEntry, MAX_SEGS, Payload, RqRing, SqRing, Wqe};
+use zverbs_mlx5dv::prm::cqe::Syndrome;
+use zverbs_mlx5dv::prm::wqe::inline_ds;
+use zverbs_mlx5dv::prm::{MAX_DS, RCV_DBR, SND_DBR, fm_ce_se, opcode};
+use zverbs_mlx5dv::{BfLayout, CqLayout, QpLayout, WqLayout};
 
 /// The first QP number the device hands out.
 pub(crate) const QPN_BASE: u32 = 0x100;

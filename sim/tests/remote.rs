@@ -2,7 +2,6 @@
 //! emulated ConnectX): each executes its own responder work on its own memory and CQs, and
 //! the requests and answers travel through a [`Wire`] (here an in-memory queue pumped by the
 //! test; between processes, a socket).
-#![cfg(feature = "sim")]
 
 mod common;
 
@@ -12,9 +11,9 @@ use common::Arena;
 use zverbs_core::{
     Completion, PollCq, PostRecv, PostSend, RecvWr, RemoteBuf, SendWr, Sge, WcOpcode, WcStatus,
 };
-use zverbs_mlx5dv::sim::wire::Wire;
-use zverbs_mlx5dv::sim::{Access, CqConfig, Device, Peer, QpConfig};
 use zverbs_mlx5dv::{CompletionQueue, CqBinding, RecvQueue, RqState, SendQueue, SqState};
+use zverbs_sim::wire::Wire;
+use zverbs_sim::{Access, CqConfig, Device, Peer, QpConfig};
 
 /// Messages in flight: (destination LID, bytes).
 #[derive(Default)]
@@ -74,7 +73,7 @@ fn every_operation_between_two_device_instances() {
         recv_cq: cq,
         max_send_wr: 16,
         max_recv_wr: 16,
-        rnr_retry: zverbs_mlx5dv::sim::RNR_RETRY_INFINITE,
+        rnr_retry: zverbs_sim::RNR_RETRY_INFINITE,
         ..QpConfig::default()
     };
     let cqa = da.create_cq(CqConfig { cqe: 63 }).unwrap();
@@ -165,7 +164,7 @@ fn every_operation_between_two_device_instances() {
     );
     assert_eq!(mem_b.read(2048, 6), b"across");
     // SAFETY: polled, the devices are stepped.
-    let raw = unsafe { zverbs_mlx5dv::sim::read_cqe(&cqb.layout, 0) };
+    let raw = unsafe { zverbs_sim::read_cqe(&cqb.layout, 0) };
     assert_eq!(
         &raw[32..36],
         &[0, 0, 0, 0x77],
@@ -207,10 +206,7 @@ fn every_operation_between_two_device_instances() {
     pump(&da, &db, &q);
     let c = poll(&mut cq_a);
     assert_eq!(c[0].status, WcStatus::RemAccessErr);
-    assert_eq!(
-        db.qp_status(qb.qpn).unwrap(),
-        zverbs_mlx5dv::sim::QpStatus::Error
-    );
+    assert_eq!(db.qp_status(qb.qpn).unwrap(), zverbs_sim::QpStatus::Error);
 
     // Garbage from the wire is counted, never a panic.
     da.deliver(&[2, 1, 2, 3]);
