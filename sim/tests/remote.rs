@@ -234,3 +234,51 @@ fn destroyed_objects_are_never_touched() {
     assert!(dev.delay_completions(cq.cqn, 1).is_err());
     assert_eq!(dev.run_until_idle(), 0);
 }
+
+#[test]
+fn destroyed_entries_are_reused_and_a_destroyed_peer_stays_gone() {
+    // A pair; B's QP is destroyed and a new QP takes its table entry (and its number). A's
+    // next SEND must fail with "transport retry exceeded", never reach the newcomer.
+    let dev = Device::new();
+    let (ma, mb) = (Arena::new(4096), Arena::new(4096));
+    common::with_pair_on(&dev, &ma, &mb, common::PairCfg::default(), |p| {
+        let b_qpn = p.b.qpn();
+        dev.destroy_qp(b_qpn).unwrap();
+        let cq = dev.create_cq(CqConfig { cqe: 7 }).unwrap();
+        let newcomer = dev
+            .create_qp(QpConfig {
+                send_cq: cq.cqn,
+                recv_cq: cq.cqn,
+                ..QpConfig::default()
+            })
+            .unwrap();
+        assert_eq!(newcomer.qpn, b_qpn, "the destroyed QP's entry is reused");
+        // The newcomer is live and connected (to itself): a stale link from A would reach it.
+        dev.connect(newcomer.qpn, newcomer.qpn).unwrap();
+        let sgl = [p.a.sge(0, 8)];
+        // SAFETY: entries in registered arenas, untouched until completion.
+        unsafe { p.a.sq.send(&SendWr::send(1, &sgl).signaled()) }.unwrap();
+        let (ca, _) = p.run();
+        assert_eq!(ca.len(), 1);
+        assert_eq!(
+            ca[0].status,
+            zverbs_core::WcStatus::RetryExcErr,
+            "{:?}",
+            ca[0]
+        );
+        assert_eq!(dev.stats().wqes_ok, 0, "nothing reached the newcomer");
+    });
+    // Over the table's size, one after another: destroyed entries are found again.
+    for _ in 0..200 {
+        let cq = dev.create_cq(CqConfig { cqe: 3 }).unwrap();
+        let qp = dev
+            .create_qp(QpConfig {
+                send_cq: cq.cqn,
+                recv_cq: cq.cqn,
+                ..QpConfig::default()
+            })
+            .unwrap();
+        dev.destroy_qp(qp.qpn).unwrap();
+        dev.destroy_cq(cq.cqn).unwrap();
+    }
+}
