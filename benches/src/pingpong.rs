@@ -11,8 +11,8 @@
 use std::ptr::NonNull;
 
 use zverbs_core::{Completion, PollCq, PostSend, RemoteBuf, SendWr, Sge};
-use zverbs_mlx5dv::sim::{Access, CqConfig, Device, Mr, QpConfig, SimCq, SimQp};
 use zverbs_mlx5dv::{CompletionQueue, CqBinding, SendQueue, SqSlot, SqState};
+use zverbs_sim::{Access, CqConfig, Device, Mr, QpConfig, SimCq, SimQp};
 
 use crate::ffi::{self, IbvWc, ZvbCq, ZvbQpTable, ZvbSq};
 

@@ -4,7 +4,7 @@
 //! One instance per process (all contexts opened in the process share it). The kernel's part
 //! is reduced to bookkeeping: handles for the objects, QP and CQ numbers, the answers libmlx5
 //! expects in the driver data. The NIC's part is the software device
-//! ([`zverbs_mlx5dv::sim::Device`], on its progress thread): every CQ and QP whose rings and
+//! ([`zverbs_sim::Device`], on its progress thread): every CQ and QP whose rings and
 //! doorbell records libmlx5 allocates and passes in the create command is handed to it
 //! ([`Device::create_cq_external`], [`Device::create_qp_external`]), every registered region
 //! too, so WQEs libmlx5 (or any driver writing the same rings) posts are executed and CQEs
@@ -18,8 +18,8 @@ use std::collections::HashMap;
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-use zverbs_mlx5dv::sim::{Access, Device, DeviceConfig, Peer, RNR_RETRY_INFINITE, SimError};
 use zverbs_mlx5dv::{BfLayout, CqLayout, QpLayout, WqLayout};
+use zverbs_sim::{Access, Device, DeviceConfig, Peer, RNR_RETRY_INFINITE, SimError};
 
 use crate::abi::{self, cmd, ex, get, mask, put, qps};
 use crate::fabric::Fabric;
@@ -616,7 +616,7 @@ impl Emu {
         let ctl = self.ctl();
         let qp = ctl.qps.get(&h).ok_or(errno::EINVAL)?;
         let state = match self.dev.qp_status(qp.qpn) {
-            Ok(zverbs_mlx5dv::sim::QpStatus::Error) => qps::ERR,
+            Ok(zverbs_sim::QpStatus::Error) => qps::ERR,
             _ => qp.state,
         };
         put::<2>(o, 20, u64::from(qp.dlid));

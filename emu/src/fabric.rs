@@ -25,8 +25,8 @@ use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use zverbs_mlx5dv::sim::Device;
-use zverbs_mlx5dv::sim::wire::Wire;
+use zverbs_sim::Device;
+use zverbs_sim::wire::Wire;
 
 /// The largest LID handed out (unicast LIDs are 1..=0xbfff).
 const MAX_LID: u16 = 0xbfff;

@@ -1,7 +1,7 @@
 //! # zverbs-emu: an emulated ConnectX in userspace
 //!
 //! Debian's unmodified libibverbs and libmlx5 (rdma-core 44) drive the software mlx5 device
-//! ([`zverbs_mlx5dv::sim`]) as if it were a ConnectX-6:
+//! ([`zverbs_sim`]) as if it were a ConnectX-6:
 //!
 //! - [`sysfs`] writes the fake sysfs tree that makes libibverbs find `mlx5_0` (through
 //!   `SYSFS_PATH`);

@@ -762,6 +762,68 @@ mod tests {
     }
 
     #[test]
+    fn one_cq_serves_several_queue_pairs() {
+        extern crate std;
+        use crate::state::{SlotData, SqSlot, SqState};
+        // The rig's QP (QPN 0x100) and a second QP (0x200) whose send completions go to the
+        // same CQ; their CQEs interleave, so the binding cache switches back and forth.
+        let mut rig = Rig::new(8, 256, caps(1, 0));
+        let slots: std::vec::Vec<SqSlot> = (0..8).map(|_| SqSlot::new()).collect();
+        let other = SqState::new(&slots).unwrap();
+        for (i, s) in slots.iter().enumerate() {
+            let data = SlotData {
+                wr_id: 200 + i as u64,
+                next: i as u32 + 1,
+                opcode: opcode::SEND,
+                signaled: true,
+            };
+            // SAFETY: no poller runs yet; these stand in for the second QP's posts.
+            unsafe { s.record(data) };
+        }
+        let bindings = [
+            CqBinding::new(0x200, Some(&other), None),
+            rig.cq.bindings[0],
+        ];
+        let layout = rig.mem.cq_layout();
+        // SAFETY: the rig's CQ memory; the rig's own poller is not used again.
+        let mut cq = unsafe { CompletionQueue::new(&layout, &bindings) }.unwrap();
+        for i in 0..3u16 {
+            send(&mut rig, &SendWr::nop(u64::from(i)).signaled());
+        }
+        let order = [
+            (0x200, 0u16),
+            (QPN, 0),
+            (0x200, 1),
+            (0x200, 2),
+            (QPN, 1),
+            (QPN, 2),
+        ];
+        for (k, (qpn, wqe)) in order.iter().enumerate() {
+            let op = if *qpn == QPN {
+                opcode::NOP
+            } else {
+                opcode::SEND
+            };
+            rig.mem.put_cqe(k, req_cqe(*qpn, op, *wqe, 0, 0));
+        }
+        let mut wc = [Completion::EMPTY; 8];
+        assert_eq!(cq.poll(&mut wc), 6);
+        let got: std::vec::Vec<(u32, u64)> = wc[..6].iter().map(|c| (c.qp_num, c.wr_id)).collect();
+        assert_eq!(
+            got,
+            [
+                (0x200, 200),
+                (QPN, 0),
+                (0x200, 201),
+                (0x200, 202),
+                (QPN, 1),
+                (QPN, 2)
+            ]
+        );
+        assert_eq!(rig.sq.free_blocks(), 8, "the rig's QP got its credits back");
+    }
+
+    #[test]
     fn big_cqes_use_the_second_half() {
         let mut rig = Rig::new(8, 256, caps(1, 0));
         // Re-layout the CQ memory as 4 CQEs of 128 bytes.

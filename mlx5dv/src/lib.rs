@@ -12,19 +12,63 @@
 //!
 //! ## Quick start
 //!
-//! ```ignore
-//! // `qp` and `cq` are what mlx5dv_init_obj reported, converted to QpLayout / CqLayout.
+//! On hardware the layouts come from `mlx5dv_init_obj` (the `zverbs` crate converts them from
+//! [`prm::dv::mlx5dv_qp`] and [`prm::dv::mlx5dv_cq`]); here ordinary memory stands in for the
+//! device's, so the example runs anywhere (nothing executes the WQE, so no completion comes).
+//!
+//! ```
+//! # use core::ptr::NonNull;
+//! use zverbs_core::{Completion, PollCq, PostSend, RemoteBuf, SendWr, Sge};
+//! use zverbs_mlx5dv::*;
+//!
+//! # #[repr(C, align(64))] struct Block([u8; 64]);
+//! # let mut sq_ring: Vec<Block> = (0..64).map(|_| Block([0; 64])).collect();
+//! # let mut rq_ring: Vec<Block> = (0..16).map(|_| Block([0; 64])).collect();
+//! # let mut cqes: Vec<Block> = (0..64).map(|_| Block([0xff; 64])).collect();
+//! # let (mut dbrec, mut cq_dbrec, mut bf) = ([0u32; 2], [0u32; 2], [0u64; 64]);
+//! # let p = |b: &mut Vec<Block>| NonNull::new(b.as_mut_ptr().cast::<u8>()).unwrap();
+//! let qp = QpLayout {
+//!     qpn: 0x100,
+//!     dbrec: NonNull::from(&mut dbrec[0]),
+//!     sq: WqLayout { buf: p(&mut sq_ring), wqe_cnt: 64, stride: 64 },
+//!     rq: WqLayout { buf: p(&mut rq_ring), wqe_cnt: 64, stride: 16 },
+//!     bf: BfLayout { reg: NonNull::from(&mut bf[0]).cast(), size: 256 },
+//! };
+//! let cq_layout = CqLayout {
+//!     buf: p(&mut cqes),
+//!     dbrec: NonNull::from(&mut cq_dbrec[0]),
+//!     cqe_cnt: 64,
+//!     cqe_size: 64,
+//!     cqn: 1,
+//! };
+//! let caps = SqCaps { max_send_sge: 1, max_inline_data: 64, sig_all: false, max_signaled: 64 };
+//!
+//! // Bookkeeping storage, sized once.
 //! let sq_slots: Vec<SqSlot> = (0..qp.sq.wqe_cnt).map(|_| SqSlot::new()).collect();
 //! let rq_slots: Vec<RqSlot> = (0..qp.rq.wqe_cnt).map(|_| RqSlot::new()).collect();
 //! let sq_state = SqState::new(&sq_slots)?;
 //! let rq_state = RqState::new(&rq_slots)?;
 //! let bindings = [CqBinding::new(qp.qpn, Some(&sq_state), Some(&rq_state))];
-//! let mut sq = unsafe { SendQueue::new(&qp, caps, &sq_state)? };
-//! let mut rq = unsafe { RecvQueue::new(&qp, &rq_state)? };
-//! let mut cq = unsafe { CompletionQueue::new(&cq_layout, &bindings)? };
+//! // SAFETY: the layouts describe live queue memory that outlives the queues, driven by
+//! // nothing else.
+//! let (mut sq, _rq, mut cq) = unsafe {
+//!     (
+//!         SendQueue::new(&qp, caps, &sq_state)?,
+//!         RecvQueue::new(&qp, &rq_state)?,
+//!         CompletionQueue::new(&cq_layout, &bindings)?,
+//!     )
+//! };
+//!
+//! let buf = [0u8; 64];
+//! let sgl = [Sge::from_slice(&buf, 0x1100)];
+//! let remote = RemoteBuf::new(0x7f00_0000_1000, 0xdead_beef);
+//! // SAFETY: `buf` is registered memory the NIC only reads, and it outlives the request.
 //! unsafe { sq.send(&SendWr::write(1, &sgl, remote).signaled())? };
 //! let mut wc = [Completion::EMPTY; 16];
-//! let n = cq.poll(&mut wc);
+//! let n = cq.poll(&mut wc); // completions the device has written
+//! # assert_eq!(n, 0);
+//! # assert_eq!(u32::from_be(dbrec[1]), 1);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
 //! ## Modules
@@ -47,17 +91,12 @@
     clippy::missing_safety_doc
 )]
 
-#[cfg(feature = "sim")]
-extern crate std;
-
 mod cq;
 pub mod devmem;
 mod doorbell;
 mod layout;
 pub mod prm;
 mod rq;
-#[cfg(feature = "sim")]
-pub mod sim;
 mod sq;
 mod state;
 #[cfg(test)]

@@ -115,6 +115,8 @@ pub use zverbs_core::{
     SendOp, SendWr, Sge, WcFlags, WcOpcode, WcStatus,
 };
 pub use zverbs_mlx5dv as mlx5;
+/// The software mlx5 device, also reachable as the device `zverbs_sim0` of [`devices`].
+pub use zverbs_sim as sim;
 
 #[cfg(test)]
 mod test_alloc;

@@ -159,3 +159,21 @@ fn zverbs_perf_runs_both_sides_on_the_software_device() {
         );
     }
 }
+
+#[test]
+fn dropped_queues_free_the_software_devices_tables() {
+    // The device's tables hold 1024 QPs and 1024 CQs: creating and dropping more than that
+    // one after another works only if drops destroy.
+    let ctx = zverbs::open_device(Some("zverbs_sim0"), &ContextOptions::default()).unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    for _ in 0..1100 {
+        let cq = ctx.cq_builder().cqe(4).build().unwrap();
+        let qp = pd
+            .qp_builder(&cq, &cq)
+            .max_send_wr(4)
+            .max_recv_wr(4)
+            .build()
+            .unwrap();
+        drop((qp, cq));
+    }
+}

@@ -6,7 +6,9 @@
 //! "no global memory allocator found". Its panic handler calls a function defined nowhere, so
 //! if any panic path (a bounds check, an `unwrap`, an overflow check) is reachable anywhere in
 //! the linked data path, the link fails with "undefined symbol: zverbs_data_path_can_panic":
-//! the data path provably cannot panic. The binary exits 0 when every check passes.
+//! the data path provably cannot panic. The binary exits 0 when every check passes. Last, the
+//! linked binary is inspected: it imports nothing from the C library but memory copies and
+//! fills and holds no system-call instruction, so nothing in the data path can make one.
 
 use std::process::Command;
 
@@ -45,9 +47,63 @@ pub fn run(_: &mut Run) -> Result<Option<String>> {
         }
         None => bail!("{BINARY} was killed ({status})"),
     }
+    let imports = no_system_calls(&exe)?;
     let size = std::fs::metadata(&exe)?.len();
     Ok(Some(format!(
-        "built (no panic path linked), ran, exit 0 ({} KiB)",
+        "built (no panic path linked), ran, exit 0; imports only {imports}, no syscall \
+         instruction ({} KiB)",
         size / 1024
     )))
+}
+
+/// C library functions the data path may use: memory copies and fills, which make no system
+/// call. The start-up code's own import (`__libc_start_main`) is not the data path's.
+const ALLOWED_IMPORTS: &[&str] = &[
+    "__libc_start_main",
+    "memcpy",
+    "memmove",
+    "memset",
+    "memcmp",
+    "bcmp",
+];
+
+/// Checks that nothing linked can make a system call: the binary imports no C library
+/// function but memory copies and fills (so no `read`, `write`, `ioctl`, `futex`, `malloc`,
+/// ...), and its code holds no `syscall` instruction. Returns the imports, for the summary.
+fn no_system_calls(exe: &std::path::Path) -> Result<String> {
+    let out = Command::new("nm")
+        .args(["-D", "--undefined-only"])
+        .arg(exe)
+        .output()
+        .map_err(|e| util::Error(format!("cannot run nm (binutils): {e}")))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut imports = Vec::new();
+    for line in text.lines() {
+        let mut cols = line.split_whitespace();
+        let (Some(kind), Some(sym)) = (cols.next(), cols.next()) else {
+            continue;
+        };
+        if kind == "w" {
+            continue; // weak references the start-up code leaves unresolved
+        }
+        let name = sym.split('@').next().unwrap_or(sym);
+        if !ALLOWED_IMPORTS.contains(&name) {
+            bail!("{BINARY} imports `{name}` from the C library: the data path must not call it");
+        }
+        imports.push(name.to_string());
+    }
+    let dis = Command::new("objdump")
+        .args(["-d", "--no-show-raw-insn"])
+        .arg(exe)
+        .output()
+        .map_err(|e| util::Error(format!("cannot run objdump (binutils): {e}")))?;
+    let dis = String::from_utf8_lossy(&dis.stdout);
+    if let Some(l) = dis.lines().find(|l| {
+        l.split_whitespace()
+            .any(|w| w == "syscall" || w == "sysenter")
+    }) {
+        bail!("{BINARY} holds a system call instruction: {}", l.trim());
+    }
+    imports.sort();
+    Ok(imports.join(", "))
 }

@@ -8,13 +8,13 @@
 //!
 //! Two QPs are connected when the first of them reaches RTR naming the other as its
 //! destination (a QP may name itself); both sides of a connection must be in this process.
-//! Dropping a QP moves it to the error state so the device stops executing it; its memory
-//! stays with the device.
+//! Dropping a QP or CQ destroys it in the device (its table entry is reused; the ring memory
+//! the device allocated stays with the device).
 
 use std::io;
 use std::sync::OnceLock;
 
-use zverbs_mlx5dv::sim::{self, Access, CqConfig, QpConfig, SimError};
+use zverbs_sim::{self as sim, Access, CqConfig, QpConfig, SimError};
 
 use super::{
     ContextProvider, CqEngine, CqProvider, EngineNote, MrProvider, PdProvider, QpEngine, QpInit,
@@ -259,9 +259,16 @@ impl Drop for SimMr {
     }
 }
 
-/// A CQ; its memory stays with the device.
+/// A CQ, destroyed on drop (after every QP using it: QPs hold their CQs).
 #[derive(Debug)]
 struct SimCq(sim::SimCq);
+
+impl Drop for SimCq {
+    fn drop(&mut self) {
+        // Ours, destroyed once, and no QP uses it any more (they hold their CQs alive).
+        let _ = device().destroy_cq(self.0.cqn);
+    }
+}
 
 // SAFETY: the layout points into memory the process-wide device owns and never frees; the
 // queues built from it take care of their own thread-safety.
@@ -327,8 +334,8 @@ impl QpProvider for SimQp {
 
 impl Drop for SimQp {
     fn drop(&mut self) {
-        // Stop the device executing it: outstanding work flushes into its CQ, whose memory the
-        // device keeps.
-        let _ = device().set_error(self.qp.qpn);
+        // From here on the device never touches the QP (its queues, which borrow it, are
+        // gone: they hold the QP alive).
+        let _ = device().destroy_qp(self.qp.qpn);
     }
 }

@@ -1,7 +1,7 @@
 //! The messages between device instances in different processes: RC requests and their
 //! answers, as bytes.
 //!
-//! A QP connected to a peer in another process ([`Peer::Remote`](super::Peer)) does not touch
+//! A QP connected to a peer in another process ([`Peer::Remote`](crate::Peer)) does not touch
 //! the peer's memory: its device sends a [`Request`] (with the gathered payload of a WRITE or
 //! SEND) to the device instance at the peer's LID, whose engine does the responder's work on
 //! its own memory, receive queue and CQs and sends back a [`Response`] (an ACK, with the data
@@ -10,12 +10,10 @@
 //!
 //! How the bytes travel is the transport's business ([`Wire`]): it must deliver each message
 //! whole and in order per destination, and hand what arrives to
-//! [`Device::deliver`](super::Device::deliver).
+//! [`Device::deliver`](crate::Device::deliver).
 //!
 //! Layout (all integers little-endian): byte 0 the kind (1 request, 2 response), then the
 //! fields in declaration order, then the payload to the end of the message.
-
-use std::vec::Vec;
 
 /// Carries messages to other device instances, named by their LID.
 pub trait Wire: Send + Sync {

@@ -8,10 +8,10 @@
 
 use core::ptr::NonNull;
 
-use super::mem::{Region, read16};
-use super::vendor;
-use crate::prm::wqe::{AtomicSeg, CtrlSeg, DataSeg, RaddrSeg};
-use crate::prm::{INLINE_SEG, INVALID_LKEY, SEGS_PER_BB, opcode};
+use crate::mem::{Region, read16};
+use crate::vendor;
+use zverbs_mlx5dv::prm::wqe::{AtomicSeg, CtrlSeg, DataSeg, RaddrSeg};
+use zverbs_mlx5dv::prm::{INLINE_SEG, INVALID_LKEY, SEGS_PER_BB, opcode};
 
 /// The most segments a WQE can have (`ds` is 6 bits).
 pub(crate) const MAX_SEGS: usize = 64;

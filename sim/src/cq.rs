@@ -15,7 +15,7 @@ use std::collections::VecDeque;
 
 use zverbs_core::sync::atomic::{AtomicU8, Ordering};
 
-use super::mem::{Region, load_be32_acquire};
+use crate::mem::{Region, load_be32_acquire};
 
 /// CQE opcodes (`MLX5_CQE_*`).
 pub(crate) mod op {

@@ -1,6 +1,5 @@
 //! The device on its progress thread, watching doorbell records as the NIC does, while this
 //! thread posts and polls.
-#![cfg(feature = "sim")]
 
 mod common;
 
@@ -9,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::{Arena, Pair, PairCfg, with_pair_on};
 use zverbs_core::{Completion, PollCq, PostRecv, PostSend, RecvWr, SendWr, WcStatus};
-use zverbs_mlx5dv::sim::Device;
+use zverbs_sim::Device;
 
 const DEADLINE: Duration = Duration::from_secs(20);
 

@@ -5,9 +5,7 @@
 //! of a deregistered region is refused even after its slot is taken again. No key equals
 //! `MLX5_INVALID_LKEY` (0x100).
 
-use std::vec::Vec;
-
-use super::config::{Access, Mr, SimError};
+use crate::config::{Access, Mr, SimError};
 
 /// Why a key and span were refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

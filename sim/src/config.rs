@@ -1,9 +1,7 @@
 //! What the software device is asked to create, and what it hands back.
 
-use std::vec::Vec;
-
-use crate::layout::{CqLayout, QpLayout, SqCaps};
-use crate::state::{RqSlot, SqSlot};
+use zverbs_mlx5dv::{CqLayout, QpLayout, SqCaps};
+use zverbs_mlx5dv::{RqSlot, SqSlot};
 
 /// Access rights of a memory region, with the values of `enum ibv_access_flags`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -150,7 +148,7 @@ impl Default for QpConfig {
 pub struct SimCq {
     /// The CQ number.
     pub cqn: u32,
-    /// Its memory. Valid while the [`Device`](super::Device) lives.
+    /// Its memory. Valid while the [`Device`](crate::Device) lives.
     pub layout: CqLayout,
 }
 
@@ -160,7 +158,7 @@ pub struct SimCq {
 pub struct SimQp {
     /// The QP number.
     pub qpn: u32,
-    /// Its memory. Valid while the [`Device`](super::Device) lives.
+    /// Its memory. Valid while the [`Device`](crate::Device) lives.
     pub layout: QpLayout,
     /// Gather entries per send request.
     pub max_send_sge: u32,
@@ -175,7 +173,7 @@ pub struct SimQp {
 }
 
 impl SimQp {
-    /// The capabilities to build a [`SendQueue`](crate::SendQueue) with. `max_signaled` is the
+    /// The capabilities to build a [`SendQueue`](zverbs_mlx5dv::SendQueue) with. `max_signaled` is the
     /// whole send CQ; give less when several queues share that CQ.
     pub fn caps(&self) -> SqCaps {
         SqCaps {

@@ -1,12 +1,11 @@
 //! Every operation end to end through the direct backend on the software device: memory
 //! contents, completions and the raw CQE fields.
-#![cfg(feature = "sim")]
 
 mod common;
 
 use common::{PairCfg, with_pair};
 use zverbs_core::{PostError, PostRecv, PostSend, RecvWr, SendWr, Sge, WcFlags, WcOpcode};
-use zverbs_mlx5dv::sim::QpConfig;
+use zverbs_sim::QpConfig;
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
@@ -355,10 +354,8 @@ fn zero_length_write_needs_no_valid_rkey() {
 #[test]
 fn loopback_qp_writes_to_itself() {
     let mem = common::Arena::new(4096);
-    let dev = zverbs_mlx5dv::sim::Device::new();
-    let cq = dev
-        .create_cq(zverbs_mlx5dv::sim::CqConfig { cqe: 15 })
-        .unwrap();
+    let dev = zverbs_sim::Device::new();
+    let cq = dev.create_cq(zverbs_sim::CqConfig { cqe: 15 }).unwrap();
     let qp = dev
         .create_qp(QpConfig {
             send_cq: cq.cqn,
@@ -368,7 +365,7 @@ fn loopback_qp_writes_to_itself() {
         .unwrap();
     dev.connect(qp.qpn, qp.qpn).unwrap();
     // SAFETY: the arena outlives the device.
-    let mr = unsafe { dev.reg_mr(mem.ptr(0), 4096, zverbs_mlx5dv::sim::Access::ALL) }.unwrap();
+    let mr = unsafe { dev.reg_mr(mem.ptr(0), 4096, zverbs_sim::Access::ALL) }.unwrap();
     let slots = qp.sq_slots();
     let state = zverbs_mlx5dv::SqState::new(&slots).unwrap();
     let binding = [zverbs_mlx5dv::CqBinding::new(qp.qpn, Some(&state), None)];
@@ -528,7 +525,7 @@ fn external_rings_are_driven_like_the_devices_own() {
     };
     let qa = qp_layout(0x5001, 4096, 8192, 1088, 2048);
     let qb = qp_layout(0x5002, 12288, 16384, 1152, 2560);
-    let dev = zverbs_mlx5dv::sim::Device::new();
+    let dev = zverbs_sim::Device::new();
     // SAFETY: the arenas outlive the device and are used as mlx5 rings only.
     unsafe {
         dev.create_cq_external(&cq_layout).unwrap();
@@ -537,7 +534,7 @@ fn external_rings_are_driven_like_the_devices_own() {
     }
     dev.connect(qa.qpn, qb.qpn).unwrap();
     // SAFETY: as above.
-    let mr = unsafe { dev.reg_mr(mem.ptr(0), 4096, zverbs_mlx5dv::sim::Access::ALL) }.unwrap();
+    let mr = unsafe { dev.reg_mr(mem.ptr(0), 4096, zverbs_sim::Access::ALL) }.unwrap();
     let sq_slots: Vec<_> = (0..16).map(|_| zverbs_mlx5dv::SqSlot::new()).collect();
     let rq_slots: Vec<_> = (0..8).map(|_| zverbs_mlx5dv::RqSlot::new()).collect();
     let sq_state = zverbs_mlx5dv::SqState::new(&sq_slots).unwrap();

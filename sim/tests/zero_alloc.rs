@@ -3,7 +3,6 @@
 //! device's execution and CQE write, polling and credit return), after set-up.
 //!
 //! `ZVERBS_SIM_ALLOC_ITERS` overrides the count (at least 1 000 000 unless set).
-#![cfg(feature = "sim")]
 
 mod common;
 

@@ -1,12 +1,14 @@
-//! A software mlx5 device (feature `sim`): the direct data path, running without a NIC.
+//! # zverbs-sim
+//!
+//! A software mlx5 device: the direct data path, running without a NIC.
 //!
 //! The device owns memory laid out exactly as libmlx5 lays out a real QP and CQ — a send ring
 //! of 64-byte basic blocks, a receive ring of `16 × max_recv_sge` strides, a two-word doorbell
 //! record, a BlueFlame register of two buffers (or a bare 8-byte doorbell), a CQE ring of
 //! 64-byte CQEs initialised invalid and a CQ doorbell record — and hands out the same
 //! [`QpLayout`] and [`CqLayout`] that `mlx5dv_init_obj`
-//! reports on hardware. So the [`SendQueue`](crate::SendQueue),
-//! [`RecvQueue`](crate::RecvQueue) and [`CompletionQueue`](crate::CompletionQueue) driven here
+//! reports on hardware. So the [`SendQueue`](zverbs_mlx5dv::SendQueue),
+//! [`RecvQueue`](zverbs_mlx5dv::RecvQueue) and [`CompletionQueue`](zverbs_mlx5dv::CompletionQueue) driven here
 //! are exactly the ones used on a ConnectX.
 //!
 //! Like the NIC, the device watches the doorbell records (it never reads a send WQE beyond the
@@ -72,6 +74,12 @@
 //!
 //! Nothing is allocated per operation: rings, tables and the queue of held CQEs are sized when
 //! the device, a QP or a CQ is created.
+#![deny(
+    unsafe_op_in_unsafe_fn,
+    missing_docs,
+    clippy::undocumented_unsafe_blocks,
+    clippy::missing_safety_doc
+)]
 
 mod config;
 mod cq;
@@ -93,10 +101,10 @@ pub use config::{
     SimQp, Stats,
 };
 
-use crate::layout::{CqLayout, QpLayout};
 use engine::Engine;
 pub use engine::Peer;
 use wire::Wire;
+use zverbs_mlx5dv::{CqLayout, QpLayout};
 
 #[derive(Debug)]
 struct Shared {

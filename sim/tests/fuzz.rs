@@ -3,7 +3,6 @@
 //! that allow writing, write its own rings, or touch a guard byte.
 //!
 //! Seed: `ZVERBS_SIM_FUZZ_SEED` (default fixed); rounds: `ZVERBS_SIM_FUZZ_ROUNDS`.
-#![cfg(feature = "sim")]
 
 mod common;
 
@@ -11,7 +10,7 @@ use common::{Arena, Rng, env_u64};
 use zverbs_core::{Completion, PollCq};
 use zverbs_mlx5dv::CompletionQueue;
 use zverbs_mlx5dv::prm::opcode;
-use zverbs_mlx5dv::sim::{Access, CqConfig, Device, Mr, QpConfig, SimQp, Stats};
+use zverbs_sim::{Access, CqConfig, Device, Mr, QpConfig, SimQp, Stats};
 
 const ARENA: usize = 16 * 1024;
 

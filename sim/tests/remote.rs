@@ -2,7 +2,6 @@
 //! emulated ConnectX): each executes its own responder work on its own memory and CQs, and
 //! the requests and answers travel through a [`Wire`] (here an in-memory queue pumped by the
 //! test; between processes, a socket).
-#![cfg(feature = "sim")]
 
 mod common;
 
@@ -12,9 +11,9 @@ use common::Arena;
 use zverbs_core::{
     Completion, PollCq, PostRecv, PostSend, RecvWr, RemoteBuf, SendWr, Sge, WcOpcode, WcStatus,
 };
-use zverbs_mlx5dv::sim::wire::Wire;
-use zverbs_mlx5dv::sim::{Access, CqConfig, Device, Peer, QpConfig};
 use zverbs_mlx5dv::{CompletionQueue, CqBinding, RecvQueue, RqState, SendQueue, SqState};
+use zverbs_sim::wire::Wire;
+use zverbs_sim::{Access, CqConfig, Device, Peer, QpConfig};
 
 /// Messages in flight: (destination LID, bytes).
 #[derive(Default)]
@@ -74,7 +73,7 @@ fn every_operation_between_two_device_instances() {
         recv_cq: cq,
         max_send_wr: 16,
         max_recv_wr: 16,
-        rnr_retry: zverbs_mlx5dv::sim::RNR_RETRY_INFINITE,
+        rnr_retry: zverbs_sim::RNR_RETRY_INFINITE,
         ..QpConfig::default()
     };
     let cqa = da.create_cq(CqConfig { cqe: 63 }).unwrap();
@@ -165,7 +164,7 @@ fn every_operation_between_two_device_instances() {
     );
     assert_eq!(mem_b.read(2048, 6), b"across");
     // SAFETY: polled, the devices are stepped.
-    let raw = unsafe { zverbs_mlx5dv::sim::read_cqe(&cqb.layout, 0) };
+    let raw = unsafe { zverbs_sim::read_cqe(&cqb.layout, 0) };
     assert_eq!(
         &raw[32..36],
         &[0, 0, 0, 0x77],
@@ -207,10 +206,7 @@ fn every_operation_between_two_device_instances() {
     pump(&da, &db, &q);
     let c = poll(&mut cq_a);
     assert_eq!(c[0].status, WcStatus::RemAccessErr);
-    assert_eq!(
-        db.qp_status(qb.qpn).unwrap(),
-        zverbs_mlx5dv::sim::QpStatus::Error
-    );
+    assert_eq!(db.qp_status(qb.qpn).unwrap(), zverbs_sim::QpStatus::Error);
 
     // Garbage from the wire is counted, never a panic.
     da.deliver(&[2, 1, 2, 3]);
@@ -237,4 +233,52 @@ fn destroyed_objects_are_never_touched() {
     dev.destroy_cq(cq.cqn).unwrap();
     assert!(dev.delay_completions(cq.cqn, 1).is_err());
     assert_eq!(dev.run_until_idle(), 0);
+}
+
+#[test]
+fn destroyed_entries_are_reused_and_a_destroyed_peer_stays_gone() {
+    // A pair; B's QP is destroyed and a new QP takes its table entry (and its number). A's
+    // next SEND must fail with "transport retry exceeded", never reach the newcomer.
+    let dev = Device::new();
+    let (ma, mb) = (Arena::new(4096), Arena::new(4096));
+    common::with_pair_on(&dev, &ma, &mb, common::PairCfg::default(), |p| {
+        let b_qpn = p.b.qpn();
+        dev.destroy_qp(b_qpn).unwrap();
+        let cq = dev.create_cq(CqConfig { cqe: 7 }).unwrap();
+        let newcomer = dev
+            .create_qp(QpConfig {
+                send_cq: cq.cqn,
+                recv_cq: cq.cqn,
+                ..QpConfig::default()
+            })
+            .unwrap();
+        assert_eq!(newcomer.qpn, b_qpn, "the destroyed QP's entry is reused");
+        // The newcomer is live and connected (to itself): a stale link from A would reach it.
+        dev.connect(newcomer.qpn, newcomer.qpn).unwrap();
+        let sgl = [p.a.sge(0, 8)];
+        // SAFETY: entries in registered arenas, untouched until completion.
+        unsafe { p.a.sq.send(&SendWr::send(1, &sgl).signaled()) }.unwrap();
+        let (ca, _) = p.run();
+        assert_eq!(ca.len(), 1);
+        assert_eq!(
+            ca[0].status,
+            zverbs_core::WcStatus::RetryExcErr,
+            "{:?}",
+            ca[0]
+        );
+        assert_eq!(dev.stats().wqes_ok, 0, "nothing reached the newcomer");
+    });
+    // Over the table's size, one after another: destroyed entries are found again.
+    for _ in 0..200 {
+        let cq = dev.create_cq(CqConfig { cqe: 3 }).unwrap();
+        let qp = dev
+            .create_qp(QpConfig {
+                send_cq: cq.cqn,
+                recv_cq: cq.cqn,
+                ..QpConfig::default()
+            })
+            .unwrap();
+        dev.destroy_qp(qp.qpn).unwrap();
+        dev.destroy_cq(cq.cqn).unwrap();
+    }
 }

@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use std::ptr::NonNull;
 
 use zverbs_core::{Completion, PollCq, RemoteBuf, Sge};
-use zverbs_mlx5dv::sim::{Access, CqConfig, Device, Mr, QpConfig, SimCq, SimQp};
 use zverbs_mlx5dv::{CompletionQueue, CqBinding, RecvQueue, RqState, SendQueue, SqCaps, SqState};
+use zverbs_sim::{Access, CqConfig, Device, Mr, QpConfig, SimCq, SimQp};
 
 /// Guard bytes on each side of an arena.
 pub const GUARD: usize = 256;
@@ -174,7 +174,7 @@ impl End<'_> {
     pub fn last_cqe(&self, back: u32) -> [u8; 64] {
         let idx = self.cqp.consumer().wrapping_sub(back);
         // SAFETY: the CQE was polled, the device is stepped.
-        unsafe { zverbs_mlx5dv::sim::read_cqe(&self.cq.layout, idx) }
+        unsafe { zverbs_sim::read_cqe(&self.cq.layout, idx) }
     }
 }
 

@@ -1,13 +1,12 @@
 //! Every error path: the syndrome and vendor syndrome reported, the error state, flushes, and
 //! exactly one completion for every work request. Also the injected faults and CQ overrun
 //! detection.
-#![cfg(feature = "sim")]
 
 mod common;
 
 use common::{Pair, PairCfg, assert_exactly_once, with_pair};
 use zverbs_core::{Completion, PostRecv, PostSend, RecvWr, RemoteBuf, SendWr, Sge, WcStatus};
-use zverbs_mlx5dv::sim::{Access, QpConfig, QpStatus, vendor};
+use zverbs_sim::{Access, QpConfig, QpStatus, vendor};
 
 fn status(c: &[Completion], id: u64) -> (WcStatus, u32) {
     let c = c.iter().find(|c| c.wr_id == id).expect("completion");
@@ -551,7 +550,7 @@ fn doorbell_claiming_more_than_the_ring() {
         assert_eq!(p.dev.stats().wqes_failed, 1);
         // The error CQE names block 0, where no WQE was posted: poll it raw.
         // SAFETY: the device's CQ; stepped mode.
-        let raw = unsafe { zverbs_mlx5dv::sim::read_cqe(&p.a.cq.layout, 0) };
+        let raw = unsafe { zverbs_sim::read_cqe(&p.a.cq.layout, 0) };
         assert_eq!(
             (raw[63] >> 4, raw[55], raw[54]),
             (13, 0x02, vendor::DOORBELL)
@@ -677,7 +676,7 @@ fn delayed_and_held_completions() {
 fn cq_overrun_is_detected_not_overwritten() {
     let mem_a = common::Arena::new(4096);
     let mem_b = common::Arena::new(4096);
-    let dev = zverbs_mlx5dv::sim::Device::new();
+    let dev = zverbs_sim::Device::new();
     let cfg = PairCfg {
         cqe: 3, // 4 CQEs
         max_signaled: Some(64),

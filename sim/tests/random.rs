@@ -2,7 +2,6 @@
 //! against a plain reference model of RC semantics: memory of both sides and every completion.
 //!
 //! `ZVERBS_SIM_SEED` overrides the seed, `ZVERBS_SIM_OPS` the number of operations.
-#![cfg(feature = "sim")]
 
 mod common;
 
@@ -10,7 +9,7 @@ use common::{Pair, PairCfg, Rng, env_u64, with_pair};
 use zverbs_core::{
     Completion, PostRecv, PostSend, RecvWr, SendWr, Sge, WcFlags, WcOpcode, WcStatus,
 };
-use zverbs_mlx5dv::sim::QpConfig;
+use zverbs_sim::QpConfig;
 
 const ARENA: usize = 16 * 1024;
 /// A's arena: sources and destinations. B's arena: `0..REMOTE` RDMA/atomic target,

@@ -1,11 +1,10 @@
 //! Ring wrap positions, batches behind one doorbell, selective signaling and credit return.
-#![cfg(feature = "sim")]
 
 mod common;
 
 use common::{Pair, PairCfg, with_pair};
 use zverbs_core::{BatchError, PostError, PostRecv, PostSend, RecvWr, SendWr, Sge};
-use zverbs_mlx5dv::sim::QpConfig;
+use zverbs_sim::QpConfig;
 
 /// 4 gather entries, 100 inline bytes: the largest WQE is 9 segments (3 blocks); 4 of them
 /// make a 16-block ring.

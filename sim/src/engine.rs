@@ -25,24 +25,23 @@
 use core::ptr::NonNull;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use std::vec::Vec;
 
 use zverbs_core::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
-use super::config::{
+use crate::config::{
     Access, CqConfig, DeviceConfig, Mr, QpConfig, QpStatus, RNR_RETRY_INFINITE, SimCq, SimError,
     SimQp, Stats,
 };
-use super::cq::{self, DevCq, op};
-use super::mem::{DevBuf, Region, load_be32_acquire};
-use super::mr::{MrFault, MrTable};
-use super::vendor;
-use super::wire::{Message, Request, Response, Status, Wire};
-use super::wqe::{DataEntry, MAX_SEGS, Payload, RqRing, SqRing, Wqe};
-use crate::layout::{BfLayout, CqLayout, QpLayout, WqLayout};
-use crate::prm::cqe::Syndrome;
-use crate::prm::wqe::inline_ds;
-use crate::prm::{MAX_DS, RCV_DBR, SND_DBR, fm_ce_se, opcode};
+use crate::cq::{self, DevCq, op};
+use crate::mem::{DevBuf, Region, load_be32_acquire};
+use crate::mr::{MrFault, MrTable};
+use crate::vendor;
+use crate::wire::{Message, Request, Response, Status, Wire};
+use crate::wqe::{DataEntry, MAX_SEGS, Payload, RqRing, SqRing, Wqe};
+use zverbs_mlx5dv::prm::cqe::Syndrome;
+use zverbs_mlx5dv::prm::wqe::inline_ds;
+use zverbs_mlx5dv::prm::{MAX_DS, RCV_DBR, SND_DBR, fm_ce_se, opcode};
+use zverbs_mlx5dv::{BfLayout, CqLayout, QpLayout, WqLayout};
 
 /// The first QP number the device hands out.
 pub(crate) const QPN_BASE: u32 = 0x100;
@@ -359,13 +358,29 @@ impl Engine {
 
     // ----- creation -----
 
+    /// The table entry a new CQ takes: the first destroyed one, else a new one, else none.
+    fn free_cq_slot(&self) -> Result<usize, SimError> {
+        match self.cqs.iter().position(|c| c.dead) {
+            Some(i) => Ok(i),
+            None if self.cqs.len() < self.cfg.max_cqs as usize => Ok(self.cqs.len()),
+            None => Err(SimError::TooMany),
+        }
+    }
+
+    /// The table entry a new QP takes: the first destroyed one, else a new one, else none.
+    fn free_qp_slot(&self) -> Result<usize, SimError> {
+        match self.qps.iter().position(|q| q.dead) {
+            Some(i) => Ok(i),
+            None if self.qps.len() < self.cfg.max_qps as usize => Ok(self.qps.len()),
+            None => Err(SimError::TooMany),
+        }
+    }
+
     pub(crate) fn create_cq(&mut self, cfg: CqConfig) -> Result<SimCq, SimError> {
         if cfg.cqe == 0 || cfg.cqe >= 1 << 22 {
             return Err(SimError::InvalidConfig("cqe must be in 1..2^22"));
         }
-        if self.cqs.len() >= self.cfg.max_cqs as usize {
-            return Err(SimError::TooMany);
-        }
+        let slot = self.free_cq_slot()?;
         let cnt = (cfg.cqe + 1).next_power_of_two();
         let buf = self.alloc(cnt as usize * 64)?;
         for i in 0..cnt as usize {
@@ -379,7 +394,7 @@ impl Engine {
             dbrec,
             cqe_cnt: cnt,
             cqe_size: 64,
-            cqn: CQN_BASE + self.cqs.len() as u32,
+            cqn: CQN_BASE + slot as u32,
         };
         // SAFETY: the buffers were just allocated for this CQ and live as long as the engine.
         unsafe { self.add_cq(&layout) }?;
@@ -401,9 +416,7 @@ impl Engine {
                 "CQ: power-of-two count of 64-byte CQEs",
             ));
         }
-        if self.cqs.len() >= self.cfg.max_cqs as usize {
-            return Err(SimError::TooMany);
-        }
+        let slot = self.free_cq_slot()?;
         if self.cqs.iter().any(|c| c.cqn == layout.cqn && !c.dead) {
             return Err(SimError::InvalidConfig("CQ number in use"));
         }
@@ -411,8 +424,14 @@ impl Engine {
             ptr: layout.buf,
             len: layout.cqe_cnt as usize * 64,
         };
-        self.cqs
-            .push(DevCq::new(layout.cqn, buf, layout.dbrec, layout.cqe_cnt));
+        let cq = DevCq::new(layout.cqn, buf, layout.dbrec, layout.cqe_cnt);
+        if slot == self.cqs.len() {
+            self.cqs.push(cq);
+        } else {
+            // A destroyed CQ's entry: no live QP refers to it (destruction was refused while
+            // one did).
+            self.cqs[slot] = cq;
+        }
         Ok(())
     }
 
@@ -457,9 +476,7 @@ impl Engine {
             }
             (c, 16 * cfg.max_recv_sge.max(1).next_power_of_two())
         };
-        if self.qps.len() >= self.cfg.max_qps as usize {
-            return Err(SimError::TooMany);
-        }
+        let slot = self.free_qp_slot()?;
         let sq = self.alloc(sq_cnt as usize * 64)?;
         let rq = self.alloc((rq_cnt * stride) as usize)?;
         let dbrec = self.alloc(8)?.ptr.cast::<u32>();
@@ -470,7 +487,7 @@ impl Engine {
         };
         let bf = self.alloc(bf_len)?;
         let layout = QpLayout {
-            qpn: QPN_BASE + self.qps.len() as u32,
+            qpn: QPN_BASE + slot as u32,
             dbrec,
             sq: WqLayout {
                 buf: sq.ptr,
@@ -529,9 +546,7 @@ impl Engine {
         {
             return Err(SimError::InvalidConfig("RQ: power-of-two count and stride"));
         }
-        if self.qps.len() >= self.cfg.max_qps as usize {
-            return Err(SimError::TooMany);
-        }
+        let slot = self.free_qp_slot()?;
         if self.qps.iter().any(|q| q.qpn == layout.qpn && !q.dead) || layout.qpn > 0xff_ffff {
             return Err(SimError::InvalidConfig("QP number in use or above 24 bits"));
         }
@@ -545,7 +560,7 @@ impl Engine {
             cnt: rq_cnt,
             stride,
         });
-        self.qps.push(DevQp {
+        let qp = DevQp {
             qpn: layout.qpn,
             mem: QpMem {
                 sq: SqRing {
@@ -573,7 +588,14 @@ impl Engine {
             rnr_left: None,
             fail_next: None,
             drop_next_recv: false,
-        });
+        };
+        if slot == self.qps.len() {
+            self.qps.push(qp);
+        } else {
+            // A destroyed QP's entry: nothing points at it any more (destruction cut its
+            // peers' links).
+            self.qps[slot] = qp;
+        }
         Ok(())
     }
 
@@ -623,6 +645,15 @@ impl Engine {
         qp.dead = true;
         qp.status = QpStatus::Error;
         qp.pending = None;
+        qp.peer = None;
+        // Its table entry may be reused by a new QP: local peers pointing at it now point
+        // nowhere (their requests fail with "transport retry exceeded", as on a wire whose
+        // far end has gone).
+        for other in &mut self.qps {
+            if other.peer == Some(q) {
+                other.peer = None;
+            }
+        }
         Ok(())
     }
 
