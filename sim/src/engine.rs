@@ -126,6 +126,13 @@ pub(crate) struct DevQp {
 /// Converts an atomic operand to or from its order in memory.
 type ByteOrder = fn(u64) -> u64;
 
+impl DevQp {
+    /// Sets the RNR retry count for the requests from now on.
+    pub(crate) fn set_rnr_retry(&mut self, rnr_retry: u8) {
+        self.rnr_retry = rnr_retry;
+    }
+}
+
 /// Spans of memory: (address, length).
 type Span = (u64, u64);
 

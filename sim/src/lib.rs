@@ -250,6 +250,21 @@ impl Device {
         self.engine().set_user_index(qpn, uidx)
     }
 
+    /// Sets how many times QP `qpn` retries a request that finds no receive at its peer before
+    /// it fails with "RNR retry exceeded" (`rnr_retry` of `ibv_modify_qp` at RTS;
+    /// [`RNR_RETRY_INFINITE`] waits for ever).
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::NoSuchQp`], [`SimError::InvalidConfig`] above 7.
+    pub fn set_rnr_retry(&self, qpn: u32, rnr_retry: u8) -> Result<(), SimError> {
+        if rnr_retry > RNR_RETRY_INFINITE {
+            return Err(SimError::InvalidConfig("rnr_retry above 7"));
+        }
+        self.engine().qp_mut(qpn)?.set_rnr_retry(rnr_retry);
+        Ok(())
+    }
+
     /// Destroys QP `qpn`: from the return on, the device never touches its memory (a QP
     /// created with [`Device::create_qp_external`] can then be freed). Its number is not
     /// found any more.

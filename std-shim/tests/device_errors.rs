@@ -99,11 +99,6 @@ fn bad_rkey_then_flush(link: Link) {
 }
 
 fn rnr_retry_exceeded(link: Link) {
-    if device::env().is_some_and(|e| {
-        device::is_software(&e.device, "its control path keeps RNR retries infinite")
-    }) {
-        return;
-    }
     // A: one RNR retry; B: the shortest RNR timer (0.01 ms) in its NAKs.
     let Some((a, b)) = connected(link, Caps::default(), |aa, ab| {
         aa.rts.rnr_retry = 1;

@@ -33,8 +33,9 @@ pub(crate) const NAME: &str = "zverbs_sim0";
 /// Its node GUID.
 pub(crate) const GUID: u64 = 0x7a76_6572_6273_0001;
 
-/// `IBV_QPS_RTR` and `IBV_QPS_ERR`.
+/// `IBV_QPS_RTR`, `IBV_QPS_RTS` and `IBV_QPS_ERR`.
 const QPS_RTR: u32 = 2;
+const QPS_RTS: u32 = 3;
 const QPS_ERR: u32 = 6;
 
 /// BlueFlame buffer size the device offers (what a ConnectX offers), unless
@@ -320,10 +321,13 @@ impl QpProvider for SimQp {
                     Err(e) => Err(sim_err("ibv_modify_qp", e)),
                 }
             }
+            QPS_RTS if mask & qp_attr_mask::IBV_QP_RNR_RETRY != 0 => device()
+                .set_rnr_retry(self.qp.qpn, attr.rnr_retry)
+                .map_err(|e| sim_err("ibv_modify_qp", e)),
             QPS_ERR => device()
                 .set_error(self.qp.qpn)
                 .map_err(|e| sim_err("ibv_modify_qp", e)),
-            // INIT and RTS need nothing from the device: it connects QPs at RTR.
+            // INIT needs nothing from the device: it connects QPs at RTR.
             _ => Ok(()),
         }
     }
