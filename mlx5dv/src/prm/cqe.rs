@@ -2,7 +2,7 @@
 //!
 //! With 128-byte CQEs the 64-byte CQE is the second half of each entry.
 
-use super::{Field, Truncated, get_be16, get_be32, set_be16, set_be32};
+use super::{Field, get_be16, get_be32, set_be16, set_be32};
 
 /// Field offsets of `struct mlx5_cqe64`.
 pub mod field {
@@ -206,42 +206,13 @@ impl Syndrome {
     }
 }
 
-/// A view of a 64-byte CQE.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Cqe64<T: AsRef<[u8]>> {
-    buffer: T,
-}
+seg_view!(
+    /// A view of a 64-byte CQE.
+    Cqe64,
+    field::LEN
+);
 
 impl<T: AsRef<[u8]>> Cqe64<T> {
-    /// Size of the CQE.
-    pub const LEN: usize = field::LEN;
-
-    /// A view without a length check; accessors panic on a buffer shorter than 64 bytes.
-    #[inline(always)]
-    pub const fn new_unchecked(buffer: T) -> Self {
-        Self { buffer }
-    }
-
-    /// A view, or [`Truncated`] for a buffer shorter than 64 bytes.
-    ///
-    /// # Errors
-    ///
-    /// [`Truncated`] when `buffer` is too short.
-    #[inline]
-    pub fn new_checked(buffer: T) -> Result<Self, Truncated> {
-        if buffer.as_ref().len() < Self::LEN {
-            Err(Truncated)
-        } else {
-            Ok(Self { buffer })
-        }
-    }
-
-    /// The underlying buffer.
-    #[inline(always)]
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
     /// `op_own`.
     #[inline(always)]
     pub fn op_own(&self) -> u8 {

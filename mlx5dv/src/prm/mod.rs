@@ -9,6 +9,51 @@
 //! Values read from the device (CQE opcodes, syndromes) decode to enums with an `Unknown`
 //! variant: an unexpected number is data, never a panic.
 
+/// A byte view type over any `AsRef<[u8]>` of at least `$len` bytes, with the constructors
+/// every layout shares (smoltcp's `wire` style); the layout's accessors are added beside it.
+macro_rules! seg_view {
+    ($(#[$m:meta])* $name:ident, $len:expr) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub struct $name<T: AsRef<[u8]>> {
+            buffer: T,
+        }
+
+        impl<T: AsRef<[u8]>> $name<T> {
+            /// Size of the layout in bytes.
+            pub const LEN: usize = $len;
+
+            /// A view over `buffer` without checking its length; accessors panic if it is
+            /// shorter than [`Self::LEN`]. Use fixed-size arrays to make the check disappear.
+            #[inline(always)]
+            pub const fn new_unchecked(buffer: T) -> Self {
+                Self { buffer }
+            }
+
+            /// A view over `buffer`, or [`Truncated`](crate::prm::Truncated) if it is shorter
+            /// than [`Self::LEN`].
+            ///
+            /// # Errors
+            ///
+            /// [`Truncated`](crate::prm::Truncated) when `buffer` is too short.
+            #[inline]
+            pub fn new_checked(buffer: T) -> Result<Self, crate::prm::Truncated> {
+                if buffer.as_ref().len() < Self::LEN {
+                    Err(crate::prm::Truncated)
+                } else {
+                    Ok(Self { buffer })
+                }
+            }
+
+            /// The underlying buffer.
+            #[inline(always)]
+            pub fn into_inner(self) -> T {
+                self.buffer
+            }
+        }
+    };
+}
+
 pub mod cqe;
 pub mod dv;
 pub mod wqe;

@@ -14,49 +14,7 @@
 //! A receive WQE is `max_recv_sge` data segments at the RQ stride; a shorter list ends with a
 //! data segment whose lkey is [`INVALID_LKEY`](super::INVALID_LKEY).
 
-use super::{Field, Truncated, get_be32, get_be64, set_be32, set_be64};
-
-macro_rules! seg_view {
-    ($(#[$m:meta])* $name:ident, $len:expr) => {
-        $(#[$m])*
-        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-        pub struct $name<T: AsRef<[u8]>> {
-            buffer: T,
-        }
-
-        impl<T: AsRef<[u8]>> $name<T> {
-            /// Size of the segment in bytes.
-            pub const LEN: usize = $len;
-
-            /// A view over `buffer` without checking its length; accessors panic if it is
-            /// shorter than [`Self::LEN`]. Use fixed-size arrays to make the check disappear.
-            #[inline(always)]
-            pub const fn new_unchecked(buffer: T) -> Self {
-                Self { buffer }
-            }
-
-            /// A view over `buffer`, or [`Truncated`] if it is shorter than [`Self::LEN`].
-            ///
-            /// # Errors
-            ///
-            /// [`Truncated`] when `buffer` is too short.
-            #[inline]
-            pub fn new_checked(buffer: T) -> Result<Self, Truncated> {
-                if buffer.as_ref().len() < Self::LEN {
-                    Err(Truncated)
-                } else {
-                    Ok(Self { buffer })
-                }
-            }
-
-            /// The underlying buffer.
-            #[inline(always)]
-            pub fn into_inner(self) -> T {
-                self.buffer
-            }
-        }
-    };
-}
+use super::{Field, get_be32, get_be64, set_be32, set_be64};
 
 /// Field offsets of the control segment (`struct mlx5_wqe_ctrl_seg`, packed, align 4).
 pub mod ctrl {
@@ -450,7 +408,10 @@ mod tests {
 
     #[test]
     fn checked_views_refuse_short_buffers() {
-        assert_eq!(CtrlSeg::new_checked(&[0u8; 15][..]), Err(Truncated));
+        assert_eq!(
+            CtrlSeg::new_checked(&[0u8; 15][..]),
+            Err(super::super::Truncated)
+        );
         assert!(DataSeg::new_checked(&[0u8; 16][..]).is_ok());
     }
 }
