@@ -44,6 +44,55 @@ unsafe fn forever<T: ?Sized>(r: &T) -> &'static T {
     unsafe { &*core::ptr::from_ref(r) }
 }
 
+/// Implements the data-path traits for a backend's `SendQueue`, `RecvQueue` and `Poller` by
+/// forwarding to the queue each holds in its field `q` (always inlined: the handles add
+/// nothing to the hot path).
+macro_rules! forward_queues {
+    () => {
+        impl PostSend for SendQueue {
+            #[inline(always)]
+            unsafe fn post_send(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
+                // SAFETY: forwarded; the caller upholds the posting contract.
+                unsafe { self.q.post_send(wr) }
+            }
+            #[inline(always)]
+            fn ring(&mut self) {
+                self.q.ring()
+            }
+            #[inline(always)]
+            unsafe fn post_send_batch(&mut self, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
+                // SAFETY: forwarded.
+                unsafe { self.q.post_send_batch(wrs) }
+            }
+            #[inline(always)]
+            unsafe fn send(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
+                // SAFETY: forwarded.
+                unsafe { self.q.send(wr) }
+            }
+        }
+
+        impl PostRecv for RecvQueue {
+            #[inline(always)]
+            unsafe fn post_recv(&mut self, wr: &RecvWr<'_>) -> Result<(), PostError> {
+                // SAFETY: forwarded.
+                unsafe { self.q.post_recv(wr) }
+            }
+            #[inline(always)]
+            unsafe fn post_recv_batch(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), BatchError> {
+                // SAFETY: forwarded.
+                unsafe { self.q.post_recv_batch(wrs) }
+            }
+        }
+
+        impl PollCq for Poller {
+            #[inline(always)]
+            fn poll(&mut self, out: &mut [Completion]) -> usize {
+                self.q.poll(out)
+            }
+        }
+    };
+}
+
 /// The direct (mlx5) backend's handles.
 pub mod direct {
     use super::*;
@@ -79,47 +128,7 @@ pub mod direct {
         }
     }
 
-    impl PostSend for SendQueue {
-        #[inline(always)]
-        unsafe fn post_send(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
-            // SAFETY: forwarded; the caller upholds the posting contract.
-            unsafe { self.q.post_send(wr) }
-        }
-        #[inline(always)]
-        fn ring(&mut self) {
-            self.q.ring()
-        }
-        #[inline(always)]
-        unsafe fn post_send_batch(&mut self, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
-            // SAFETY: forwarded.
-            unsafe { self.q.post_send_batch(wrs) }
-        }
-        #[inline(always)]
-        unsafe fn send(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
-            // SAFETY: forwarded.
-            unsafe { self.q.send(wr) }
-        }
-    }
-
-    impl PostRecv for RecvQueue {
-        #[inline(always)]
-        unsafe fn post_recv(&mut self, wr: &RecvWr<'_>) -> Result<(), PostError> {
-            // SAFETY: forwarded.
-            unsafe { self.q.post_recv(wr) }
-        }
-        #[inline(always)]
-        unsafe fn post_recv_batch(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), BatchError> {
-            // SAFETY: forwarded.
-            unsafe { self.q.post_recv_batch(wrs) }
-        }
-    }
-
-    impl PollCq for Poller {
-        #[inline(always)]
-        fn poll(&mut self, out: &mut [Completion]) -> usize {
-            self.q.poll(out)
-        }
-    }
+    forward_queues!();
 }
 
 /// The libibverbs fallback's handles.
@@ -164,42 +173,7 @@ pub mod verbs {
         }
     }
 
-    impl PostSend for SendQueue {
-        #[inline(always)]
-        unsafe fn post_send(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
-            // SAFETY: forwarded.
-            unsafe { self.q.post_send(wr) }
-        }
-        #[inline(always)]
-        fn ring(&mut self) {
-            self.q.ring()
-        }
-        #[inline(always)]
-        unsafe fn post_send_batch(&mut self, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
-            // SAFETY: forwarded.
-            unsafe { self.q.post_send_batch(wrs) }
-        }
-    }
-
-    impl PostRecv for RecvQueue {
-        #[inline(always)]
-        unsafe fn post_recv(&mut self, wr: &RecvWr<'_>) -> Result<(), PostError> {
-            // SAFETY: forwarded.
-            unsafe { self.q.post_recv(wr) }
-        }
-        #[inline(always)]
-        unsafe fn post_recv_batch(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), BatchError> {
-            // SAFETY: forwarded.
-            unsafe { self.q.post_recv_batch(wrs) }
-        }
-    }
-
-    impl PollCq for Poller {
-        #[inline(always)]
-        fn poll(&mut self, out: &mut [Completion]) -> usize {
-            self.q.poll(out)
-        }
-    }
+    forward_queues!();
 }
 
 /// A send queue of either backend.
