@@ -5,24 +5,16 @@
 //! The headers are required: without them the build fails with a message naming the package
 //! that provides them, so the comparison can never be skipped silently.
 
-use std::path::{Path, PathBuf};
-
-/// Where rdma-core's headers are looked for, unless `ZVERBS_RDMA_INCLUDE` names a directory.
-const DEFAULT_INCLUDE_DIRS: &[&str] = &["/usr/include", "/usr/local/include"];
+#[path = "../build-support/rdma_headers.rs"]
+mod rdma_headers;
 
 fn main() {
     for f in ["baseline.c", "baseline.h", "verbs_loop.c", "verbs_loop.h"] {
         println!("cargo:rerun-if-changed=c/{f}");
     }
-    println!("cargo:rerun-if-env-changed=ZVERBS_RDMA_INCLUDE");
-
-    let include = find_headers();
-    for h in ["mlx5dv.h", "verbs.h"] {
-        println!(
-            "cargo:rerun-if-changed={}",
-            include.join("infiniband").join(h).display()
-        );
-    }
+    let include = rdma_headers::find(
+        "zverbs-benches compares the direct path with C baselines written against",
+    );
 
     let mut build = cc::Build::new();
     build
@@ -42,35 +34,4 @@ fn main() {
     if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
         println!("cargo:rustc-link-lib=dl");
     }
-}
-
-/// The directory holding `infiniband/mlx5dv.h` and `infiniband/verbs.h`, or a build failure
-/// that says how to install them.
-fn find_headers() -> PathBuf {
-    let candidates: Vec<PathBuf> = match std::env::var_os("ZVERBS_RDMA_INCLUDE") {
-        Some(dir) => vec![PathBuf::from(dir)],
-        None => DEFAULT_INCLUDE_DIRS.iter().map(PathBuf::from).collect(),
-    };
-    if let Some(dir) = candidates.iter().find(|d| has_headers(d)) {
-        return dir.clone();
-    }
-    let looked: Vec<String> = candidates
-        .iter()
-        .map(|d| d.join("infiniband/mlx5dv.h").display().to_string())
-        .collect();
-    eprintln!(
-        "\nerror: zverbs-benches compares the direct path with C baselines written against \
-         rdma-core's own headers, and those headers are missing (looked for {}).\n\
-         Install the package that provides them: libibverbs-dev (Debian/Ubuntu: \
-         `sudo apt-get install libibverbs-dev`), or run `cargo xtask test`, which installs it.\n\
-         Headers in another place: set ZVERBS_RDMA_INCLUDE to the directory holding \
-         infiniband/mlx5dv.h.\n",
-        looked.join(", ")
-    );
-    std::process::exit(1);
-}
-
-fn has_headers(dir: &Path) -> bool {
-    let ib = dir.join("infiniband");
-    ib.join("mlx5dv.h").is_file() && ib.join("verbs.h").is_file()
 }
