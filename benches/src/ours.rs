@@ -7,8 +7,12 @@
 //! request is built, its operands come from run time. The requests are signaled, as the C
 //! baselines' are.
 
+use std::sync::Arc;
 use zverbs_core::{BatchError, Completion, PollCq, PostError, PostSend, RemoteBuf, SendWr, Sge};
-use zverbs_mlx5dv::{CompletionQueue, CqBinding, SendQueue, SqCaps, SqSlot, SqState};
+
+use zverbs_mlx5dv::{
+    CompletionQueue, CqBinding, RqSlot, RqState, SendQueue, SqCaps, SqSlot, SqState,
+};
 
 use crate::mem::QpMem;
 use crate::{Fixture, QPN};
@@ -21,14 +25,24 @@ pub const CAPS: SqCaps = SqCaps {
     max_signaled: 1 << 15,
 };
 
+/// A send queue's bookkeeping as the `zverbs` crate holds it: behind an owning handle, one
+/// clone in the queue and one in the CQ's binding.
+pub type SqHandle = Arc<SqState<Box<[SqSlot]>>>;
+/// A receive queue's bookkeeping, as [`SqHandle`].
+pub type RqHandle = Arc<RqState<Box<[RqSlot]>>>;
+/// The send queue, as the `zverbs` crate drives it.
+pub type Sq = SendQueue<SqHandle>;
+/// The completion queue, as the `zverbs` crate polls it.
+pub type Cq = CompletionQueue<Box<[CqBinding<SqHandle, RqHandle>]>>;
+
 /// A send queue and the CQ serving it, driven by zverbs over [`QpMem`].
 pub struct Ours {
-    /// The memory.
-    pub mem: QpMem,
     /// The send queue.
-    pub sq: SendQueue<'static>,
+    pub sq: Sq,
     /// The completion queue.
-    pub cq: CompletionQueue<'static>,
+    pub cq: Cq,
+    /// The memory (after the queues: dropped after them).
+    pub mem: QpMem,
     /// Producer counter when all credits last came back.
     completed_to: u32,
 }
@@ -37,17 +51,15 @@ impl Ours {
     /// Queues over `mem` (used by nothing else), with [`CAPS`] and as many signaled requests
     /// outstanding as the CQ holds.
     pub fn new(mem: QpMem) -> Self {
-        let slots: &'static [SqSlot] = Box::leak((0..mem.blocks).map(|_| SqSlot::new()).collect());
-        let state: &'static SqState<'static> =
-            Box::leak(Box::new(SqState::new(slots).expect("power of two")));
-        let bindings: &'static [CqBinding<'static>] =
-            Box::leak(Box::new([CqBinding::new(QPN, Some(state), None)]));
+        let slots: Box<[SqSlot]> = (0..mem.blocks).map(|_| SqSlot::new()).collect();
+        let state = Arc::new(SqState::new(slots).expect("power of two"));
+        let bindings: Box<[_]> = Box::new([CqBinding::new(QPN, Some(state.clone()), None)]);
         let caps = SqCaps {
             max_signaled: mem.cqes,
             ..CAPS
         };
-        // SAFETY: the memory is leaked, so it outlives the queue; only this queue posts to it,
-        // and `state` is bound to the CQ below only.
+        // SAFETY: the memory outlives the queues (field order of `Ours`); only this queue posts
+        // to it, and `state` is bound to the CQ below only.
         let sq = unsafe { SendQueue::new(&mem.qp_layout(QPN), caps, state) }.expect("layout");
         // SAFETY: as above; only this CQ polls the ring.
         let cq = unsafe { CompletionQueue::new(&mem.cq_layout(), bindings) }.expect("layout");
@@ -118,7 +130,7 @@ impl Fixture for Ours {
 /// As [`PostSend::send`].
 #[inline(never)]
 pub unsafe fn post_write(
-    sq: &mut SendQueue<'_>,
+    sq: &mut Sq,
     addr: u64,
     len: u32,
     lkey: u32,
@@ -143,7 +155,7 @@ pub unsafe fn post_write(
 /// As [`PostSend::send`].
 #[inline(never)]
 pub unsafe fn post_write_inline(
-    sq: &mut SendQueue<'_>,
+    sq: &mut Sq,
     data: &[u8],
     raddr: u64,
     rkey: u32,
@@ -168,7 +180,7 @@ pub unsafe fn post_write_inline(
 /// As [`PostSend::send`].
 #[inline(never)]
 pub unsafe fn post_send(
-    sq: &mut SendQueue<'_>,
+    sq: &mut Sq,
     addr: u64,
     len: u32,
     lkey: u32,
@@ -191,7 +203,7 @@ pub unsafe fn post_send(
 /// As [`PostSend::send`].
 #[inline(never)]
 pub unsafe fn post_read(
-    sq: &mut SendQueue<'_>,
+    sq: &mut Sq,
     addr: u64,
     len: u32,
     lkey: u32,
@@ -217,7 +229,7 @@ pub unsafe fn post_read(
 #[allow(clippy::too_many_arguments)]
 #[inline(never)]
 pub unsafe fn post_cas(
-    sq: &mut SendQueue<'_>,
+    sq: &mut Sq,
     addr: u64,
     lkey: u32,
     raddr: u64,
@@ -244,7 +256,7 @@ pub unsafe fn post_cas(
 /// As [`PostSend::send`].
 #[inline(never)]
 pub unsafe fn post_faa(
-    sq: &mut SendQueue<'_>,
+    sq: &mut Sq,
     addr: u64,
     lkey: u32,
     raddr: u64,
@@ -269,7 +281,7 @@ pub unsafe fn post_faa(
 ///
 /// As [`PostSend::send`].
 #[inline(never)]
-pub unsafe fn post_opaque(sq: &mut SendQueue<'_>, wr: &SendWr<'_>) -> Result<(), PostError> {
+pub unsafe fn post_opaque(sq: &mut Sq, wr: &SendWr<'_>) -> Result<(), PostError> {
     // SAFETY: (caller) the posting contract.
     unsafe { sq.send(wr) }
 }
@@ -284,7 +296,7 @@ pub unsafe fn post_opaque(sq: &mut SendQueue<'_>, wr: &SendWr<'_>) -> Result<(),
 ///
 /// As [`PostSend::post_send_batch`].
 #[inline(never)]
-pub unsafe fn post_batch(sq: &mut SendQueue<'_>, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
+pub unsafe fn post_batch(sq: &mut Sq, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
     // SAFETY: (caller) the posting contract.
     unsafe { sq.post_send_batch(wrs) }
 }
@@ -301,7 +313,7 @@ pub unsafe fn post_batch(sq: &mut SendQueue<'_>, wrs: &[SendWr<'_>]) -> Result<(
 ///
 /// The first refused request's error and index.
 #[inline(never)]
-pub unsafe fn post_chain(sq: &mut SendQueue<'_>, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
+pub unsafe fn post_chain(sq: &mut Sq, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
     let mut result = Ok(());
     for (index, wr) in wrs.iter().enumerate() {
         // SAFETY: (caller) the posting contract.
@@ -316,6 +328,6 @@ pub unsafe fn post_chain(sq: &mut SendQueue<'_>, wrs: &[SendWr<'_>]) -> Result<(
 
 /// Polls up to `out.len()` completions.
 #[inline(never)]
-pub fn poll(cq: &mut CompletionQueue<'_>, out: &mut [Completion]) -> usize {
+pub fn poll(cq: &mut Cq, out: &mut [Completion]) -> usize {
     cq.poll(out)
 }

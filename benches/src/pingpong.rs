@@ -11,7 +11,7 @@
 use std::ptr::NonNull;
 
 use zverbs_core::{Completion, PollCq, PostSend, RemoteBuf, SendWr, Sge};
-use zverbs_mlx5dv::{CompletionQueue, CqBinding, SendQueue, SqSlot, SqState};
+use zverbs_mlx5dv::{CompletionQueue, CqBinding, SendQueue, SqState};
 use zverbs_sim::{Access, CqConfig, Device, Mr, QpConfig, SimCq, SimQp};
 
 use crate::ffi::{self, IbvWc, ZvbCq, ZvbQpTable, ZvbSq};
@@ -29,8 +29,8 @@ pub trait End {
 
 /// A zverbs end.
 pub struct OursEnd {
-    sq: SendQueue<'static>,
-    cq: CompletionQueue<'static>,
+    sq: crate::ours::Sq,
+    cq: crate::ours::Cq,
 }
 
 impl End for OursEnd {
@@ -214,11 +214,9 @@ impl PingPong<OursEnd> {
     /// Two zverbs ends.
     pub fn ours() -> Self {
         Self::build(|qp, cq| {
-            let slots: &'static [SqSlot] = Box::leak(qp.sq_slots().into_boxed_slice());
-            let state: &'static SqState<'static> =
-                Box::leak(Box::new(SqState::new(slots).expect("slots")));
-            let bindings: &'static [CqBinding<'static>] =
-                Box::leak(Box::new([CqBinding::new(qp.qpn, Some(state), None)]));
+            let state =
+                std::sync::Arc::new(SqState::new(qp.sq_slots().into_boxed_slice()).expect("slots"));
+            let bindings: Box<[_]> = Box::new([CqBinding::new(qp.qpn, Some(state.clone()), None)]);
             // SAFETY: the layouts are the device's, which the ends never outlive (they are
             // fields of the same value and the device's memory lives as long as it does);
             // each queue is its ring's only driver; the state is bound to this CQ only.

@@ -1,23 +1,37 @@
 //! Memory barriers named by purpose, one definition per architecture.
 //!
-//! | purpose | x86_64 | aarch64 | rdma-core name |
-//! |---|---|---|---|
-//! | [`to_device`]: CPU stores to host memory are visible to the device before a later store (the doorbell record) | compiler barrier | `dmb oshst` | `udma_to_device_barrier` |
-//! | [`from_device`]: a later load does not read host memory the device wrote before an earlier load (the CQE owner byte) | compiler barrier | `dmb oshld` | `udma_from_device_barrier` |
-//! | [`wc_start`]: earlier stores (the doorbell record) reach memory before writes to write-combining MMIO | `sfence` | `dsb st` | `mmio_wc_start` |
-//! | [`wc_flush`]: write-combining buffers are flushed to the device now | `sfence` | `dsb st` | `mmio_flush_writes` |
+//! Each DMA barrier has two jobs. Towards a **device** it is the instruction rdma-core uses.
+//! Towards the **software device** (`zverbs-sim`, a Rust thread that reads the rings and writes
+//! the CQEs) it must also be a fence in Rust's memory model, or the hand-off is a data race and
+//! undefined behaviour whatever the hardware does. So [`to_device`] is `fence(Release)` and
+//! [`from_device`] is `fence(Acquire)` on every architecture, plus the device-domain
+//! instruction where the fence does not already emit one that covers the device:
 //!
-//! On x86_64 stores are not reordered with other stores, nor loads with other loads, and DMA is
-//! cache-coherent, so the two DMA barriers only have to stop the compiler. rdma-core uses
-//! `lfence` for `from_device`; Linux's mlx5 driver (`dma_rmb()`) and UCX use a compiler barrier,
-//! which is what this module does: the `lfence` makes a poll about four times slower and buys
-//! nothing on x86's load ordering.
+//! | purpose | Rust fence | x86_64 | aarch64 | rdma-core name |
+//! |---|---|---|---|---|
+//! | [`to_device`]: CPU stores to host memory are visible to the device before a later store (the doorbell record) | `Release` | nothing (stores are not reordered with stores; the fence only stops the compiler) | `dmb ish` (the fence) + `dmb oshst` | `udma_to_device_barrier` |
+//! | [`from_device`]: a later load does not read host memory the device wrote before an earlier load (the CQE owner byte) | `Acquire` | nothing (loads are not reordered with loads) | `dmb ishld` (the fence) + `dmb oshld` | `udma_from_device_barrier` |
+//! | [`wc_start`]: earlier stores (the doorbell record) reach memory before writes to write-combining MMIO | | `sfence` | `dsb st` | `mmio_wc_start` |
+//! | [`wc_flush`]: write-combining buffers are flushed to the device now | | `sfence` | `dsb st` | `mmio_flush_writes` |
 //!
-//! Under `cfg(zverbs_loom)` the DMA barriers become loom's `fence(Release)` / `fence(Acquire)`
-//! so that loom can check that the backends put them where they are needed, and the
-//! write-combining barriers (which order MMIO, invisible to loom) compile to nothing.
-//! Under `cfg(zverbs_mutant = "no_to_device")` / `"no_from_device"` the named barrier is
-//! removed, for the loom tests that prove the models catch its absence.
+//! On x86_64 DMA is cache-coherent and the two fences emit no instruction, so the direct path
+//! costs what rdma-core's compiler barriers cost (the instruction counts in
+//! docs/performance.md are unchanged by the fences). rdma-core uses `lfence` for
+//! `from_device`; Linux's mlx5 driver (`dma_rmb()`) and UCX use a compiler barrier only: the
+//! `lfence` makes a poll about four times slower and buys nothing on x86's load ordering.
+//!
+//! On aarch64 the fence orders the inner-shareable domain (other CPUs, the software device's
+//! thread) and `dmb osh*` the outer-shareable one (the NIC): the first is what Rust's model
+//! asks for, the second what rdma-core and UCX use for a device.
+//!
+//! Under Miri the write-combining barriers, which order MMIO and have no meaning for ordinary
+//! memory, are compiler fences (Miri runs no inline assembly); the DMA barriers are the same
+//! fences as everywhere, which Miri checks.
+//!
+//! Under `cfg(zverbs_loom)` the DMA barriers are loom's `fence(Release)` / `fence(Acquire)`,
+//! so that loom checks that the backends put them where they are needed. Under
+//! `cfg(zverbs_mutant = "no_to_device")` / `"no_from_device"` the named barrier is removed,
+//! for the loom tests that prove the models catch its absence.
 
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 compile_error!(
@@ -25,17 +39,17 @@ compile_error!(
      add this architecture's barriers to barrier.rs"
 );
 
+use crate::sync::atomic::{Ordering, fence};
+
 /// Orders earlier stores to DMA memory (work queue entries) before later stores (a doorbell
-/// record) as seen by the device.
+/// record) as seen by the device, and by the software device's thread.
 #[inline(always)]
 pub fn to_device() {
     #[cfg(zverbs_mutant = "no_to_device")]
     return;
-    #[cfg(all(zverbs_loom, not(zverbs_mutant = "no_to_device")))]
-    crate::sync::atomic::fence(crate::sync::atomic::Ordering::Release);
-    #[cfg(all(not(zverbs_loom), target_arch = "x86_64"))]
-    core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::SeqCst);
-    #[cfg(all(not(zverbs_loom), target_arch = "aarch64"))]
+    #[cfg(not(zverbs_mutant = "no_to_device"))]
+    fence(Ordering::Release);
+    #[cfg(all(target_arch = "aarch64", not(zverbs_loom), not(miri)))]
     // SAFETY: `dmb oshst` is a barrier instruction; it touches no memory or registers.
     unsafe {
         core::arch::asm!("dmb oshst", options(nostack, preserves_flags))
@@ -48,11 +62,9 @@ pub fn to_device() {
 pub fn from_device() {
     #[cfg(zverbs_mutant = "no_from_device")]
     return;
-    #[cfg(all(zverbs_loom, not(zverbs_mutant = "no_from_device")))]
-    crate::sync::atomic::fence(crate::sync::atomic::Ordering::Acquire);
-    #[cfg(all(not(zverbs_loom), target_arch = "x86_64"))]
-    core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::SeqCst);
-    #[cfg(all(not(zverbs_loom), target_arch = "aarch64"))]
+    #[cfg(not(zverbs_mutant = "no_from_device"))]
+    fence(Ordering::Acquire);
+    #[cfg(all(target_arch = "aarch64", not(zverbs_loom), not(miri)))]
     // SAFETY: `dmb oshld` is a barrier instruction; it touches no memory or registers.
     unsafe {
         core::arch::asm!("dmb oshld", options(nostack, preserves_flags))
@@ -63,14 +75,14 @@ pub fn from_device() {
 /// follow (BlueFlame or the doorbell register).
 #[inline(always)]
 pub fn wc_start() {
-    #[cfg(zverbs_loom)]
+    #[cfg(any(zverbs_loom, miri))]
     core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::SeqCst);
-    #[cfg(all(not(zverbs_loom), target_arch = "x86_64"))]
+    #[cfg(all(not(zverbs_loom), not(miri), target_arch = "x86_64"))]
     // SAFETY: `sfence` is a store barrier; it touches no memory or registers.
     unsafe {
         core::arch::asm!("sfence", options(nostack, preserves_flags))
     };
-    #[cfg(all(not(zverbs_loom), target_arch = "aarch64"))]
+    #[cfg(all(not(zverbs_loom), not(miri), target_arch = "aarch64"))]
     // SAFETY: `dsb st` is a barrier instruction; it touches no memory or registers.
     unsafe {
         core::arch::asm!("dsb st", options(nostack, preserves_flags))

@@ -29,6 +29,11 @@ impl Sge {
     ///
     /// Only the address and length are taken: the entry does not borrow `buf`. Lengths above
     /// `u32::MAX` are clamped to `u32::MAX` bytes (the largest an IB scatter entry can name).
+    ///
+    /// The address is taken with [`pointer::expose_provenance`], so that code which turns it
+    /// back into a pointer (an inline copy, the software device) may do so with
+    /// [`core::ptr::with_exposed_provenance`], as Rust's memory model asks of an address that
+    /// travels as an integer.
     #[inline]
     pub fn from_slice(buf: &[u8], lkey: u32) -> Self {
         let length = if buf.len() > u32::MAX as usize {
@@ -37,7 +42,7 @@ impl Sge {
             buf.len() as u32
         };
         Self {
-            addr: buf.as_ptr() as u64,
+            addr: buf.as_ptr().expose_provenance() as u64,
             length,
             lkey,
         }

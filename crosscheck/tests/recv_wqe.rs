@@ -92,15 +92,15 @@ fn run_config(wqe_cnt: u32, stride: u32, rng: &mut SplitMix64, seed: u64, stats:
         cqn: 2,
     };
     let slots: Vec<RqSlot> = (0..wqe_cnt).map(|_| RqSlot::new()).collect();
-    let state = RqState::new(&slots).expect("slot storage");
-    let bindings = [CqBinding::new(qpn, None, Some(&state))];
+    let state = RqState::new(&slots[..]).expect("slot storage");
+    let bindings = [CqBinding::recv_only(qpn, &state)];
     // SAFETY: the ring and doorbell record are allocations that outlive the queue; nothing else
     // posts to it; `state` is bound only to `cq` below; the head starts at 0.
     let mut rq = unsafe { RecvQueue::new(&layout, &state) }.expect("RecvQueue::new");
     // SAFETY: the CQE ring and its doorbell record outlive the poller, which is the only one;
     // it is new, and its one binding carries the receive queue's state.
     let mut cq =
-        unsafe { CompletionQueue::new(&cq_layout, &bindings) }.expect("CompletionQueue::new");
+        unsafe { CompletionQueue::new(&cq_layout, &bindings[..]) }.expect("CompletionQueue::new");
 
     let fail = |head: u32, what: String| -> ! {
         panic!("seed {seed:#x}, {wqe_cnt} entries of {stride} bytes, head {head}: {what}")

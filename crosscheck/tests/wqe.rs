@@ -35,8 +35,8 @@ use zverbs_mlx5dv::prm::cqe::Cqe64;
 use zverbs_mlx5dv::prm::opcode;
 use zverbs_mlx5dv::prm::wqe::inline_ds;
 use zverbs_mlx5dv::{
-    BfLayout, CompletionQueue, CqBinding, CqLayout, QpLayout, SendQueue, SqCaps, SqSlot, SqState,
-    WqLayout,
+    BfLayout, CompletionQueue, CqBinding, CqLayout, QpLayout, RqRef, SendQueue, SqCaps, SqRef,
+    SqSlot, SqState, WqLayout,
 };
 
 /// A queue pair shape: what the control path would have negotiated.
@@ -331,8 +331,8 @@ struct Run<'a> {
     bf: &'a DeviceMem,
     cq_ring: &'a DeviceMem,
     c: CSendQueue,
-    sq: SendQueue<'a>,
-    cq: CompletionQueue<'a>,
+    sq: SendQueue<SqRef<'a>>,
+    cq: CompletionQueue<&'a [CqBinding<SqRef<'a>, RqRef<'a>>]>,
     /// CQEs written so far (the device's CQ producer counter).
     cq_pi: u32,
     /// Which BlueFlame buffer the next ring uses (byte offset).
@@ -662,15 +662,16 @@ fn run_config(cfg: Config, rng: &mut SplitMix64, seed: u64, stats: &mut Stats) {
         cqn: 1,
     };
     let slots: Vec<SqSlot> = (0..wqe_cnt).map(|_| SqSlot::new()).collect();
-    let state = SqState::new(&slots).expect("slot storage");
-    let bindings = [CqBinding::new(qpn, Some(&state), None)];
+    let state = SqState::new(&slots[..]).expect("slot storage");
+    let bindings = [CqBinding::send_only(qpn, &state)];
     // SAFETY: the ring, doorbell record and BlueFlame register (2 × bf_size bytes, or 8) are
     // allocations that outlive the queue; nothing else posts to it; the caps fit the ring;
     // `state` is bound only to `cq` below; the producer starts at 0.
     let sq = unsafe { SendQueue::new(&layout, caps, &state) }.expect("SendQueue::new");
     // SAFETY: the CQE ring and its doorbell record outlive the poller, which is the only one;
     // it is new, and its one binding carries the send queue's state.
-    let cq = unsafe { CompletionQueue::new(&cq_layout, &bindings) }.expect("CompletionQueue::new");
+    let cq =
+        unsafe { CompletionQueue::new(&cq_layout, &bindings[..]) }.expect("CompletionQueue::new");
 
     Run {
         cfg,

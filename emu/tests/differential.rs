@@ -273,8 +273,8 @@ fn run(mode: &str) {
     let rq_slots: Vec<_> = (0..l_ours.rq.wqe_cnt)
         .map(|_| zverbs_mlx5dv::RqSlot::new())
         .collect();
-    let sq_state = SqState::new(&sq_slots).unwrap();
-    let rq_state = RqState::new(&rq_slots).unwrap();
+    let sq_state = SqState::new(&sq_slots[..]).unwrap();
+    let rq_state = RqState::new(&rq_slots[..]).unwrap();
     let bindings = [CqBinding::new(q_ours.qpn, Some(&sq_state), Some(&rq_state))];
     let sq_caps = SqCaps {
         max_send_sge: caps.max_send_sge,
@@ -288,12 +288,12 @@ fn run(mode: &str) {
         (
             SendQueue::new(&l_ours, sq_caps, &sq_state).unwrap(),
             RecvQueue::new(&l_ours, &rq_state).unwrap(),
-            CompletionQueue::new(&c_ours, &bindings).unwrap(),
+            CompletionQueue::new(&c_ours, &bindings[..]).unwrap(),
         )
     };
 
     let mut recv_id = 1u64 << 40;
-    let post_recvs = |n: usize, rq: &mut RecvQueue<'_>, recv_id: &mut u64| {
+    let post_recvs = |n: usize, rq: &mut RecvQueue<RqRef<'_>>, recv_id: &mut u64| {
         for _ in 0..n {
             let slot = (*recv_id as usize) % 64;
             let addr = base + (RECV + slot * RECV_SLOT) as u64;

@@ -8,9 +8,14 @@ use zverbs_mlx5dv::{
     CompletionQueue, CqBinding, RecvQueue, RqSlot, RqState, SendQueue, SqSlot, SqState,
 };
 
-fn sq_state(blocks: usize) -> (&'static Vec<SqSlot>, &'static SqState<'static>) {
+/// A send queue's state, borrowed by the queue and the CQ as `no_std` code does.
+type Sq = &'static SqState<&'static [SqSlot]>;
+/// A receive queue's state, likewise.
+type Rq = &'static RqState<&'static [RqSlot]>;
+
+fn sq_state(blocks: usize) -> (&'static Vec<SqSlot>, Sq) {
     let slots: &'static Vec<SqSlot> = leak((0..blocks).map(|_| SqSlot::new()).collect());
-    let state = leak(SqState::new(slots).expect("power of two"));
+    let state = leak(SqState::new(&slots[..]).expect("power of two"));
     (slots, state)
 }
 
@@ -26,7 +31,7 @@ fn blocks(ds: u8) -> u32 {
 fn send_path() {
     let mem = leak(Mem::new(4, 1, 4));
     let (slots, state) = sq_state(4);
-    let bindings: &'static [CqBinding<'static>; 1] = leak([CqBinding::new(QPN, Some(state), None)]);
+    let bindings: &'static [CqBinding<Sq, Rq>; 1] = leak([CqBinding::new(QPN, Some(state), None)]);
     let layout = mem.qp_layout();
     // SAFETY: the memory outlives the queue (freed after the joins below); only this queue
     // posts to it.
@@ -35,7 +40,8 @@ fn send_path() {
     // block 3 and the next two-block WQE wraps to block 0.
     {
         // SAFETY: the memory outlives the CQ; only this CQ polls it.
-        let mut cq = unsafe { CompletionQueue::new(&mem.cq_layout(), bindings) }.expect("layout");
+        let mut cq =
+            unsafe { CompletionQueue::new(&mem.cq_layout(), &bindings[..]) }.expect("layout");
         let mut wc = [Completion::EMPTY; 4];
         for i in 0..3u16 {
             // SAFETY: nothing executes the NOPs' memory.
@@ -114,7 +120,7 @@ fn send_path() {
 fn completion_path() {
     let mem = leak(Mem::new(4, 1, 2));
     let (slots, state) = sq_state(4);
-    let bindings: &'static [CqBinding<'static>; 1] = leak([CqBinding::new(QPN, Some(state), None)]);
+    let bindings: &'static [CqBinding<Sq, Rq>; 1] = leak([CqBinding::new(QPN, Some(state), None)]);
     let layout = mem.qp_layout();
     {
         // SAFETY: as in `send_path`.
@@ -126,7 +132,8 @@ fn completion_path() {
         sq.ring();
     }
     // SAFETY: the memory outlives the CQ; only this CQ polls it.
-    let mut cq = unsafe { CompletionQueue::new(&mem.cq_layout(), bindings) }.expect("valid layout");
+    let mut cq =
+        unsafe { CompletionQueue::new(&mem.cq_layout(), &bindings[..]) }.expect("valid layout");
 
     let nic = thread::spawn(move || {
         for k in 0..3u32 {
@@ -168,12 +175,13 @@ fn completion_path() {
 fn credit_return() {
     let mem = leak(Mem::new(2, 1, 4));
     let (slots, state) = sq_state(2);
-    let bindings: &'static [CqBinding<'static>; 1] = leak([CqBinding::new(QPN, Some(state), None)]);
+    let bindings: &'static [CqBinding<Sq, Rq>; 1] = leak([CqBinding::new(QPN, Some(state), None)]);
     let layout = mem.qp_layout();
     // SAFETY: as in `send_path`.
     let mut sq = unsafe { SendQueue::new(&layout, caps(), state) }.expect("valid layout");
     // SAFETY: as in `completion_path`.
-    let mut cq = unsafe { CompletionQueue::new(&mem.cq_layout(), bindings) }.expect("valid layout");
+    let mut cq =
+        unsafe { CompletionQueue::new(&mem.cq_layout(), &bindings[..]) }.expect("valid layout");
 
     let poster = thread::spawn(move || {
         for i in 0..3u64 {
@@ -223,7 +231,7 @@ fn credit_return() {
 fn recv_path() {
     let mem = leak(Mem::new(1, 4, 4));
     let rslots: &'static Vec<RqSlot> = leak((0..4).map(|_| RqSlot::new()).collect());
-    let rstate = leak(RqState::new(rslots).expect("power of two"));
+    let rstate = leak(RqState::new(&rslots[..]).expect("power of two"));
     let layout = mem.qp_layout();
     // SAFETY: the memory outlives the queue; only this queue posts receives.
     let mut rq = unsafe { RecvQueue::new(&layout, rstate) }.expect("valid layout");

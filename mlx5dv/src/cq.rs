@@ -18,48 +18,121 @@
 //! completion whose `vendor_err` is `0x100 | op_own`, and its WQE is retired, so no completion
 //! is lost.
 
+use core::ptr::NonNull;
+
 use zverbs_core::ring::Ring;
-use zverbs_core::sync::atomic::{AtomicU32, Ordering};
+use zverbs_core::sync::atomic::Ordering;
 use zverbs_core::{Completion, PollCq, WcFlags, WcOpcode, WcStatus, barrier};
 
-use crate::devmem::{CqeRing, dbrec_word, publish};
+use crate::devmem::{CqeRing, DbrecWord};
 use crate::layout::{CqLayout, LayoutError};
 use crate::prm::cqe::{CQE_INVALID, Cqe64, INLINE_SCATTER_32, INLINE_SCATTER_64, Syndrome};
 use crate::prm::{CQ_SET_CI, opcode};
-use crate::state::CqBinding;
+use crate::state::{Bindings, CqBinding, RqState, RqStateRef, SqState, SqStateRef};
 
-/// The cached binding before any CQE matched one (`u32::MAX` is never a 24-bit QPN).
-const UNBOUND: CqBinding<'static> = CqBinding::new(u32::MAX, None, None);
+/// The send queue state a binding of `B` reaches.
+type SqOf<B> = SqState<<<B as Bindings>::Sq as SqStateRef>::Slots>;
+/// The receive queue state a binding of `B` reaches.
+type RqOf<B> = RqState<<<B as Bindings>::Rq as RqStateRef>::Slots>;
+
+/// What the poller keeps of the binding that matched last (CQEs of one QP come in runs): its
+/// QPN and where its states are.
+///
+/// The pointers come from the binding's handles, which are [`StableDeref`]
+/// (stable_deref_trait::StableDeref): their targets do not move while the handles live, even
+/// when the handles move, and the handles live in the poller's bindings, which it owns and
+/// never changes. So they stay valid as long as the poller.
+struct Hit<S, R> {
+    qpn: u32,
+    sq: Option<NonNull<S>>,
+    rq: Option<NonNull<R>>,
+}
+
+impl<S, R> Clone for Hit<S, R> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<S, R> Copy for Hit<S, R> {}
+
+impl<S, R> core::fmt::Debug for Hit<S, R> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Hit")
+            .field("qpn", &self.qpn)
+            .field("sq", &self.sq)
+            .field("rq", &self.rq)
+            .finish()
+    }
+}
+
+impl<S, R> Hit<S, R> {
+    /// Before any CQE matched a binding (`u32::MAX` is never a 24-bit QPN).
+    const UNBOUND: Self = Self {
+        qpn: u32::MAX,
+        sq: None,
+        rq: None,
+    };
+
+    /// The send queue state.
+    ///
+    /// # Safety
+    ///
+    /// The hit came from the bindings of the poller calling this (see [`Hit`]).
+    #[inline(always)]
+    unsafe fn sq<'s>(self) -> Option<&'s S> {
+        // SAFETY: (caller) the target lives, unmoved, as long as the poller.
+        self.sq.map(|p| unsafe { p.as_ref() })
+    }
+
+    /// The receive queue state.
+    ///
+    /// # Safety
+    ///
+    /// As [`Hit::sq`].
+    #[inline(always)]
+    unsafe fn rq<'s>(self) -> Option<&'s R> {
+        // SAFETY: as above.
+        self.rq.map(|p| unsafe { p.as_ref() })
+    }
+}
 
 /// `vendor_err` bit marking a CQE format the poller does not decode (compressed or scattered).
 pub const VENDOR_ERR_UNSUPPORTED_FORMAT: u32 = 0x100;
 
-/// A completion queue of an mlx5 device, polled directly.
+/// A completion queue of an mlx5 device, polled directly, for the queues in its bindings `B`
+/// (`&[CqBinding<_, _>]` or an owning pointer to them: see [`Bindings`]).
 #[derive(Debug)]
-pub struct CompletionQueue<'a> {
+pub struct CompletionQueue<B: Bindings> {
     cqes: CqeRing,
     ring: Ring,
     /// Consumer counter (free-running; the device sees its low 24 bits).
     ci: u32,
-    dbrec: &'a AtomicU32,
-    bindings: &'a [CqBinding<'a>],
-    /// A copy of the binding that matched last (CQEs of one QP come in runs); [`UNBOUND`]
-    /// until the first match.
-    last: CqBinding<'a>,
+    dbrec: DbrecWord,
+    bindings: B,
+    /// The binding that matched last; [`Hit::UNBOUND`] until the first match.
+    last: Hit<SqOf<B>, RqOf<B>>,
     cqn: u32,
 }
 
-// SAFETY: the poller owns the consumer side of the CQE ring; shared state goes through the
-// bindings' `SqState`/`RqState` (Sync).
-unsafe impl Send for CompletionQueue<'_> {}
+// SAFETY: the poller owns the consumer side of the CQE ring and its bindings (`B: Send`); it
+// reaches the states through them (the cached `Hit` points at the same states), and a state
+// it shares with a queue on another thread must be `Sync`.
+unsafe impl<B> Send for CompletionQueue<B>
+where
+    B: Bindings + Send,
+    SqOf<B>: Sync,
+    RqOf<B>: Sync,
+{
+}
 
-impl<'a> CompletionQueue<'a> {
+impl<B: Bindings> CompletionQueue<B> {
     /// Polls the CQ that `layout` describes, for the queues in `bindings`.
     ///
     /// # Safety
     ///
     /// - `layout` is what `mlx5dv_init_obj` reported for a live CQ (or the software device's
-    ///   equivalent); its ring and doorbell record stay valid for `'a`;
+    ///   equivalent); its ring and doorbell record stay valid while the poller lives;
     /// - nothing else polls this CQ (no `ibv_poll_cq`) while this value lives, and it is new:
     ///   its consumer counter is 0;
     /// - each binding names a QP whose completions go to this CQ, with the states its queues
@@ -72,10 +145,7 @@ impl<'a> CompletionQueue<'a> {
     ///
     /// A [`LayoutError`] for a CQE count that is not a power of two or a CQE size other than 64
     /// or 128.
-    pub unsafe fn new(
-        layout: &CqLayout,
-        bindings: &'a [CqBinding<'a>],
-    ) -> Result<Self, LayoutError> {
+    pub unsafe fn new(layout: &CqLayout, bindings: B) -> Result<Self, LayoutError> {
         let ring = Ring::new(layout.cqe_cnt).ok_or(LayoutError::NotPowerOfTwo {
             count: layout.cqe_cnt,
         })?;
@@ -85,14 +155,14 @@ impl<'a> CompletionQueue<'a> {
             });
         }
         Ok(Self {
-            // SAFETY: (caller) the ring is valid for 'a and only this poller consumes it.
+            // SAFETY: (caller) the ring is valid while the poller lives and only it consumes it.
             cqes: unsafe { CqeRing::new(layout.buf, layout.cqe_size) },
             ring,
             ci: 0,
-            // SAFETY: (caller) the doorbell record is valid for 'a.
-            dbrec: unsafe { dbrec_word(layout.dbrec, CQ_SET_CI) },
+            // SAFETY: (caller) the doorbell record is valid while the poller lives.
+            dbrec: unsafe { DbrecWord::new(layout.dbrec, CQ_SET_CI) },
             bindings,
-            last: UNBOUND,
+            last: Hit::UNBOUND,
             cqn: layout.cqn,
         })
     }
@@ -117,11 +187,11 @@ impl<'a> CompletionQueue<'a> {
 
     /// The binding for `qpn`, trying the last match first.
     #[inline(always)]
-    fn binding(&mut self, qpn: u32) -> Option<CqBinding<'a>> {
+    fn binding(&mut self, qpn: u32) -> Option<Hit<SqOf<B>, RqOf<B>>> {
         if self.last.qpn == qpn {
             return Some(self.last);
         }
-        let found = *find_binding(self.bindings, qpn)?;
+        let found = find_binding(&self.bindings, qpn)?;
         self.last = found;
         Some(found)
     }
@@ -148,8 +218,9 @@ impl<'a> CompletionQueue<'a> {
             let c = unsafe { cqes.with_cqe(slot, HotCqe::read) };
             let qpn = c.sop_drop_qpn & 0x00ff_ffff;
             if qpn == self.last.qpn {
-                match (cqe_op, self.last) {
-                    (0, CqBinding { sq: Some(sq), .. }) => {
+                // SAFETY: `last` is a hit of this poller's bindings.
+                match (cqe_op, unsafe { self.last.sq() }, unsafe { self.last.rq() }) {
+                    (0, Some(sq), _) => {
                         if let Some((opcode, flags, len)) = req_decode((c.sop_drop_qpn >> 24) as u8)
                         {
                             let byte_len = match len {
@@ -176,7 +247,7 @@ impl<'a> CompletionQueue<'a> {
                             return true;
                         }
                     }
-                    (1..=4, CqBinding { rq: Some(rq), .. }) => {
+                    (1..=4, _, Some(rq)) => {
                         // SAFETY: as above.
                         let (byte_len, imm) = unsafe {
                             cqes.with_cqe(slot, |b| {
@@ -247,9 +318,9 @@ impl<'a> CompletionQueue<'a> {
         // Release: the reads of the CQEs consumed before happen before the device may see
         // their slots free and overwrite them.
         #[cfg(not(zverbs_mutant = "relaxed_cq_ci"))]
-        publish(self.dbrec, self.ci & 0x00ff_ffff, Ordering::Release);
+        self.dbrec.publish(self.ci & 0x00ff_ffff, Ordering::Release);
         #[cfg(zverbs_mutant = "relaxed_cq_ci")]
-        publish(self.dbrec, self.ci & 0x00ff_ffff, Ordering::Relaxed);
+        self.dbrec.publish(self.ci & 0x00ff_ffff, Ordering::Relaxed);
     }
 
     /// Decodes any software-owned CQE into `out`: the binding lookup, the formats and kinds
@@ -265,8 +336,13 @@ impl<'a> CompletionQueue<'a> {
         out.byte_len = 0;
         let cqe_op = op_own >> 4;
         let scattered = op_own & (INLINE_SCATTER_32 | INLINE_SCATTER_64) != 0;
-        match (cqe_op, binding) {
-            (0, Some(CqBinding { sq: Some(sq), .. })) => {
+        let (sq, rq) = match binding {
+            // SAFETY: the hit is of this poller's bindings.
+            Some(b) => unsafe { (b.sq(), b.rq()) },
+            None => (None, None),
+        };
+        match (cqe_op, sq, rq) {
+            (0, Some(sq), _) => {
                 // SAFETY: this poller is the only one for the CQ, and the device reported the
                 // WQE at `wqe_counter` complete.
                 let slot = unsafe { sq.retire(c.wqe_counter) };
@@ -286,7 +362,7 @@ impl<'a> CompletionQueue<'a> {
                     unsupported_format(out, op_own);
                 }
             }
-            (1..=4, Some(CqBinding { rq: Some(rq), .. })) => {
+            (1..=4, _, Some(rq)) => {
                 // SAFETY: the only poller; the device reported the oldest receive complete.
                 out.wr_id = unsafe { rq.retire() };
                 out.status = WcStatus::Success;
@@ -304,7 +380,7 @@ impl<'a> CompletionQueue<'a> {
                     unsupported_format(out, op_own);
                 }
             }
-            _ => decode_cold(c, cqe_op, binding.as_ref(), out),
+            _ => decode_cold(c, cqe_op, sq, rq, out),
         }
     }
 }
@@ -407,9 +483,17 @@ impl RawCqe {
     }
 }
 
+/// The binding for `qpn`, as a [`Hit`].
 #[inline(never)]
-fn find_binding<'a>(bindings: &'a [CqBinding<'a>], qpn: u32) -> Option<&'a CqBinding<'a>> {
-    bindings.iter().find(|b| b.qpn == qpn)
+fn find_binding<Sq: SqStateRef, Rq: RqStateRef>(
+    bindings: &[CqBinding<Sq, Rq>],
+    qpn: u32,
+) -> Option<Hit<Sq::Target, Rq::Target>> {
+    bindings.iter().find(|b| b.qpn == qpn).map(|b| Hit {
+        qpn,
+        sq: b.sq.as_ref().map(|h| NonNull::from(&**h)),
+        rq: b.rq.as_ref().map(|h| NonNull::from(&**h)),
+    })
 }
 
 /// The verbs opcode for a requester CQE's send opcode, and whether it carried an immediate.
@@ -457,10 +541,19 @@ pub fn status_of(syndrome: Syndrome) -> WcStatus {
 /// Error CQEs, and CQEs for queues this CQ does not know.
 #[cold]
 #[inline(never)]
-fn decode_cold(c: RawCqe, cqe_op: u8, binding: Option<&CqBinding<'_>>, out: &mut Completion) {
+fn decode_cold<SS, RS>(
+    c: RawCqe,
+    cqe_op: u8,
+    sq: Option<&SqState<SS>>,
+    rq: Option<&RqState<RS>>,
+    out: &mut Completion,
+) where
+    SS: stable_deref_trait::StableDeref<Target = [crate::SqSlot]>,
+    RS: stable_deref_trait::StableDeref<Target = [crate::RqSlot]>,
+{
     out.wr_id = 0;
-    match (cqe_op, binding) {
-        (13, Some(&CqBinding { sq: Some(sq), .. })) => {
+    match (cqe_op, sq, rq) {
+        (13, Some(sq), _) => {
             // SAFETY: the only poller; an error CQE completes the WQE it names.
             let slot = unsafe { sq.retire(c.wqe_counter) };
             out.wr_id = slot.wr_id;
@@ -468,7 +561,7 @@ fn decode_cold(c: RawCqe, cqe_op: u8, binding: Option<&CqBinding<'_>>, out: &mut
             out.vendor_err = u32::from(c.vendor_err_synd);
             out.opcode = wc_opcode(slot.opcode).0;
         }
-        (14, Some(&CqBinding { rq: Some(rq), .. })) => {
+        (14, _, Some(rq)) => {
             // SAFETY: the only poller; receives complete in order, errors included.
             out.wr_id = unsafe { rq.retire() };
             out.status = status_of(Syndrome::from_raw(c.syndrome));
@@ -485,7 +578,7 @@ fn decode_cold(c: RawCqe, cqe_op: u8, binding: Option<&CqBinding<'_>>, out: &mut
     }
 }
 
-impl PollCq for CompletionQueue<'_> {
+impl<B: Bindings> PollCq for CompletionQueue<B> {
     #[inline]
     fn poll(&mut self, out: &mut [Completion]) -> usize {
         // Locals, which the compiler need not reload after each completion it writes.
@@ -768,9 +861,9 @@ mod tests {
         // The rig's QP (QPN 0x100) and a second QP (0x200) whose send completions go to the
         // same CQ; their CQEs interleave, so the binding cache switches back and forth.
         let mut rig = Rig::new(8, 256, caps(1, 0));
-        let slots: std::vec::Vec<SqSlot> = (0..8).map(|_| SqSlot::new()).collect();
-        let other = SqState::new(&slots).unwrap();
-        for (i, s) in slots.iter().enumerate() {
+        let slots: std::boxed::Box<[SqSlot]> = (0..8).map(|_| SqSlot::new()).collect();
+        let other = std::sync::Arc::new(SqState::new(slots).unwrap());
+        for (i, s) in other.slots().iter().enumerate() {
             let data = SlotData {
                 wr_id: 200 + i as u64,
                 next: i as u32 + 1,
@@ -781,12 +874,12 @@ mod tests {
             unsafe { s.record(data) };
         }
         let bindings = [
-            CqBinding::new(0x200, Some(&other), None),
-            rig.cq.bindings[0],
+            CqBinding::new(0x200, Some(other.clone()), None),
+            rig.bindings[0].clone(),
         ];
         let layout = rig.mem.cq_layout();
         // SAFETY: the rig's CQ memory; the rig's own poller is not used again.
-        let mut cq = unsafe { CompletionQueue::new(&layout, &bindings) }.unwrap();
+        let mut cq = unsafe { CompletionQueue::new(&layout, &bindings[..]) }.unwrap();
         for i in 0..3u16 {
             send(&mut rig, &SendWr::nop(u64::from(i)).signaled());
         }
@@ -831,12 +924,12 @@ mod tests {
         layout.cqe_cnt = 4;
         layout.cqe_size = 128;
         // A fresh CQ over the same memory and bindings; the rig's CQ is not polled again.
-        let bindings = rig.cq.bindings;
-        // SAFETY: the memory is leaked and only this CQ polls it.
+        let bindings = rig.bindings.clone();
+        // SAFETY: the memory outlives this CQ, which alone polls it from now on.
         let mut cq = unsafe { CompletionQueue::new(&layout, bindings) }.unwrap();
         send(&mut rig, &SendWr::nop(42).signaled());
-        for b in rig.mem.cq.iter_mut() {
-            b.0[63] = 0xf0;
+        for i in 0..rig.mem.cq_entries() {
+            rig.mem.set_op_own(i, 0xf0);
         }
         // First half: garbage that would decode as a valid CQE; second half: the real one.
         rig.mem.put_cqe(0, req_cqe(0x555, opcode::NOP, 0, 0, 0));

@@ -188,24 +188,33 @@ impl SegRing {
     }
 }
 
-/// A doorbell record word, shared with the device.
-///
-/// # Safety
-///
-/// `ptr` is 4-byte aligned, valid for the returned lifetime, and (under loom) points to a
-/// loom `AtomicU32`.
-#[inline]
-pub(crate) unsafe fn dbrec_word<'a>(ptr: NonNull<u32>, word: usize) -> &'a AtomicU32 {
-    // SAFETY: `AtomicU32` has the size, alignment and bit validity of `u32` (and under loom
-    // the memory holds loom atomics); the caller guarantees validity for 'a. Every access
-    // to the word from this side goes through the atomic.
-    unsafe { &*ptr.as_ptr().cast::<AtomicU32>().add(word) }
-}
+/// A doorbell record word, shared with the device: a raw pointer, never a reference, because
+/// the device's memory has no Rust lifetime (it lives as long as the queue that owns this,
+/// by that queue's constructor contract).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DbrecWord(NonNull<AtomicU32>);
 
-/// Stores `counter` as a big-endian doorbell-record value.
-#[inline(always)]
-pub(crate) fn publish(word: &AtomicU32, counter: u32, order: Ordering) {
-    word.store(counter.to_be(), order);
+impl DbrecWord {
+    /// Word `word` of the doorbell record at `ptr`.
+    ///
+    /// # Safety
+    ///
+    /// `ptr.add(word)` is 4-byte aligned and valid for as long as the returned value or a copy
+    /// of it is used, every access to the word from this side goes through it, and (under
+    /// loom) it points to a loom `AtomicU32`.
+    #[inline]
+    pub(crate) unsafe fn new(ptr: NonNull<u32>, word: usize) -> Self {
+        // SAFETY: (caller) `word` is inside the record.
+        Self(unsafe { ptr.add(word) }.cast())
+    }
+
+    /// Stores `counter` as a big-endian doorbell-record value.
+    #[inline(always)]
+    pub(crate) fn publish(self, counter: u32, order: Ordering) {
+        // SAFETY: `AtomicU32` has the size, alignment and bit validity of `u32` (and under loom
+        // the memory holds loom atomics); the constructor's contract keeps the word valid.
+        unsafe { self.0.as_ref() }.store(counter.to_be(), order);
+    }
 }
 
 /// A CQE as laid out in memory under loom: the body and the owner byte as separate loom

@@ -17,15 +17,15 @@
 
 use zverbs_core::barrier;
 use zverbs_core::mmio::MmioRegion;
-use zverbs_core::sync::atomic::{AtomicU32, Ordering};
+use zverbs_core::sync::atomic::Ordering;
 
-use crate::devmem::{SegRing, publish};
+use crate::devmem::{DbrecWord, SegRing};
 use crate::prm::SEGS_PER_BB;
 
 /// The send doorbell of one QP.
 #[derive(Debug)]
-pub(crate) struct Doorbell<'a> {
-    dbrec: &'a AtomicU32,
+pub(crate) struct Doorbell {
+    dbrec: DbrecWord,
     reg: MmioRegion,
     /// BlueFlame buffer size in bytes (0: doorbell only).
     bf_size: u32,
@@ -35,8 +35,8 @@ pub(crate) struct Doorbell<'a> {
     offset: u32,
 }
 
-impl<'a> Doorbell<'a> {
-    pub(crate) fn new(dbrec: &'a AtomicU32, reg: MmioRegion, bf_size: u32) -> Self {
+impl Doorbell {
+    pub(crate) fn new(dbrec: DbrecWord, reg: MmioRegion, bf_size: u32) -> Self {
         Self {
             dbrec,
             reg,
@@ -77,7 +77,7 @@ impl<'a> Doorbell<'a> {
         // 2. WQE stores before the doorbell record.
         barrier::to_device();
         // 3. The doorbell record: basic blocks produced, 16 bits, big-endian.
-        publish(self.dbrec, pi & 0xffff, Ordering::Relaxed);
+        self.dbrec.publish(pi & 0xffff, Ordering::Relaxed);
         // 4. The record before the MMIO writes.
         barrier::wc_start();
         if blueflame {

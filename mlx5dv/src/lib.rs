@@ -21,33 +21,37 @@
 //! use zverbs_core::{Completion, PollCq, PostSend, RemoteBuf, SendWr, Sge};
 //! use zverbs_mlx5dv::*;
 //!
-//! # #[repr(C, align(64))] struct Block([u8; 64]);
-//! # let mut sq_ring: Vec<Block> = (0..64).map(|_| Block([0; 64])).collect();
-//! # let mut rq_ring: Vec<Block> = (0..16).map(|_| Block([0; 64])).collect();
-//! # let mut cqes: Vec<Block> = (0..64).map(|_| Block([0xff; 64])).collect();
-//! # let (mut dbrec, mut cq_dbrec, mut bf) = ([0u32; 2], [0u32; 2], [0u64; 64]);
-//! # let p = |b: &mut Vec<Block>| NonNull::new(b.as_mut_ptr().cast::<u8>()).unwrap();
+//! # #[derive(Clone, Copy)] #[repr(C, align(64))] struct Block([u8; 64]);
+//! # // Device memory is reached only through raw pointers: each region is one allocation,
+//! # // turned into a pointer once and read back through it.
+//! # fn region<T: Copy>(fill: T, n: usize) -> NonNull<T> {
+//! #     NonNull::new(Box::into_raw(vec![fill; n].into_boxed_slice()).cast::<T>()).unwrap()
+//! # }
+//! # let (sq_ring, rq_ring, cqes) = (region(Block([0; 64]), 64), region(Block([0; 64]), 16), region(Block([0xff; 64]), 64));
+//! # let (dbrec, cq_dbrec, bf) = (region(0u32, 2), region(0u32, 2), region(0u64, 64));
 //! let qp = QpLayout {
 //!     qpn: 0x100,
-//!     dbrec: NonNull::from(&mut dbrec[0]),
-//!     sq: WqLayout { buf: p(&mut sq_ring), wqe_cnt: 64, stride: 64 },
-//!     rq: WqLayout { buf: p(&mut rq_ring), wqe_cnt: 64, stride: 16 },
-//!     bf: BfLayout { reg: NonNull::from(&mut bf[0]).cast(), size: 256 },
+//!     dbrec,
+//!     sq: WqLayout { buf: sq_ring.cast(), wqe_cnt: 64, stride: 64 },
+//!     rq: WqLayout { buf: rq_ring.cast(), wqe_cnt: 64, stride: 16 },
+//!     bf: BfLayout { reg: bf.cast(), size: 256 },
 //! };
 //! let cq_layout = CqLayout {
-//!     buf: p(&mut cqes),
-//!     dbrec: NonNull::from(&mut cq_dbrec[0]),
+//!     buf: cqes.cast(),
+//!     dbrec: cq_dbrec,
 //!     cqe_cnt: 64,
 //!     cqe_size: 64,
 //!     cqn: 1,
 //! };
 //! let caps = SqCaps { max_send_sge: 1, max_inline_data: 64, sig_all: false, max_signaled: 64 };
 //!
-//! // Bookkeeping storage, sized once.
+//! // Bookkeeping storage, sized once, and the states the queues share with the CQ. Here they
+//! // are borrowed (no allocator needed); with one, owning handles (`Arc<SqState<Box<[_]>>>`)
+//! // work as well.
 //! let sq_slots: Vec<SqSlot> = (0..qp.sq.wqe_cnt).map(|_| SqSlot::new()).collect();
 //! let rq_slots: Vec<RqSlot> = (0..qp.rq.wqe_cnt).map(|_| RqSlot::new()).collect();
-//! let sq_state = SqState::new(&sq_slots)?;
-//! let rq_state = RqState::new(&rq_slots)?;
+//! let sq_state = SqState::new(&sq_slots[..])?;
+//! let rq_state = RqState::new(&rq_slots[..])?;
 //! let bindings = [CqBinding::new(qp.qpn, Some(&sq_state), Some(&rq_state))];
 //! // SAFETY: the layouts describe live queue memory that outlives the queues, driven by
 //! // nothing else.
@@ -55,7 +59,7 @@
 //!     (
 //!         SendQueue::new(&qp, caps, &sq_state)?,
 //!         RecvQueue::new(&qp, &rq_state)?,
-//!         CompletionQueue::new(&cq_layout, &bindings)?,
+//!         CompletionQueue::new(&cq_layout, &bindings[..])?,
 //!     )
 //! };
 //!
@@ -67,7 +71,14 @@
 //! let mut wc = [Completion::EMPTY; 16];
 //! let n = cq.poll(&mut wc); // completions the device has written
 //! # assert_eq!(n, 0);
-//! # assert_eq!(u32::from_be(dbrec[1]), 1);
+//! # // SAFETY: word 1 of the doorbell record, written by the queue above (now idle).
+//! # assert_eq!(u32::from_be(unsafe { dbrec.add(1).read_volatile() }), 1);
+//! # drop((sq, _rq, cq));
+//! # // SAFETY: each region came from `region` and nothing uses it any more.
+//! # unsafe {
+//! #     fn free<T>(p: NonNull<T>, n: usize) { drop(unsafe { Box::from_raw(core::ptr::slice_from_raw_parts_mut(p.as_ptr(), n)) }) }
+//! #     free(sq_ring, 64); free(rq_ring, 16); free(cqes, 64); free(dbrec, 2); free(cq_dbrec, 2); free(bf, 64);
+//! # }
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
@@ -106,4 +117,6 @@ pub use cq::{CompletionQueue, VENDOR_ERR_UNSUPPORTED_FORMAT, status_of};
 pub use layout::{BfLayout, CqLayout, LayoutError, QpLayout, SqCaps, WqLayout};
 pub use rq::RecvQueue;
 pub use sq::SendQueue;
-pub use state::{CqBinding, RqSlot, RqState, SqSlot, SqState};
+pub use state::{
+    Bindings, CqBinding, RqRef, RqSlot, RqState, RqStateRef, SqRef, SqSlot, SqState, SqStateRef,
+};

@@ -7,18 +7,18 @@
 //! post updates after a [`to_device`](zverbs_core::barrier::to_device) barrier.
 
 use zverbs_core::ring::Ring;
-use zverbs_core::sync::atomic::{AtomicU32, Ordering};
+use zverbs_core::sync::atomic::Ordering;
 use zverbs_core::{BatchError, PostError, PostRecv, RecvWr, barrier};
 
-use crate::devmem::{SegRing, dbrec_word, publish};
+use crate::devmem::{DbrecWord, SegRing};
 use crate::layout::{LayoutError, QpLayout};
 use crate::prm::wqe::DataSeg;
 use crate::prm::{INVALID_LKEY, RCV_DBR};
-use crate::state::RqState;
+use crate::state::RqStateRef;
 
 /// The receive queue of an mlx5 QP, driven directly.
 #[derive(Debug)]
-pub struct RecvQueue<'a> {
+pub struct RecvQueue<P> {
     ring: SegRing,
     entries: Ring,
     /// log2 of segments per entry.
@@ -28,20 +28,20 @@ pub struct RecvQueue<'a> {
     /// Entries completed, last read from the state.
     tail: u32,
     max_sge: u32,
-    dbrec: &'a AtomicU32,
-    state: &'a RqState<'a>,
+    dbrec: DbrecWord,
+    state: P,
 }
 
 // SAFETY: the queue owns its part of the ring; shared state goes through `RqState` (Sync).
-unsafe impl Send for RecvQueue<'_> {}
+unsafe impl<P: Send> Send for RecvQueue<P> {}
 
-impl<'a> RecvQueue<'a> {
+impl<P: RqStateRef> RecvQueue<P> {
     /// Drives the receive queue of the QP that `layout` describes.
     ///
     /// # Safety
     ///
     /// - `layout` is what `mlx5dv_init_obj` reported for a live QP (or the software device's
-    ///   equivalent); the ring and doorbell record stay valid for `'a`;
+    ///   equivalent); the ring and doorbell record stay valid while the queue lives;
     /// - nothing else posts to this receive queue (no `ibv_post_recv`) while this value lives;
     /// - `state` is bound to the CQ that receives this QP's receive completions, and no other
     ///   receive queue uses it; the queue is new or reset (head 0);
@@ -51,7 +51,7 @@ impl<'a> RecvQueue<'a> {
     ///
     /// A [`LayoutError`] when the QP has no receive queue, the ring is not a power of two, the
     /// stride is not a power of two ≥ 16, or `state` does not match.
-    pub unsafe fn new(layout: &QpLayout, state: &'a RqState<'a>) -> Result<Self, LayoutError> {
+    pub unsafe fn new(layout: &QpLayout, state: P) -> Result<Self, LayoutError> {
         let cnt = layout.rq.wqe_cnt;
         if cnt == 0 {
             return Err(LayoutError::NoReceiveQueue);
@@ -72,15 +72,15 @@ impl<'a> RecvQueue<'a> {
         }
         let segs_per = stride / 16;
         Ok(Self {
-            // SAFETY: (caller) the ring holds `cnt × stride` bytes for 'a, owned by this queue.
+            // SAFETY: (caller) the ring holds `cnt × stride` bytes while the queue lives, owned by it.
             ring: unsafe { SegRing::new(layout.rq.buf, cnt * segs_per) },
             entries,
             seg_shift: segs_per.trailing_zeros(),
             head: 0,
             tail: 0,
             max_sge: segs_per,
-            // SAFETY: (caller) the doorbell record is valid for 'a; word 0 is MLX5_RCV_DBR.
-            dbrec: unsafe { dbrec_word(layout.dbrec, RCV_DBR) },
+            // SAFETY: (caller) the doorbell record is valid while the queue lives; word 0 is MLX5_RCV_DBR.
+            dbrec: unsafe { DbrecWord::new(layout.dbrec, RCV_DBR) },
             state,
         })
     }
@@ -161,11 +161,11 @@ impl<'a> RecvQueue<'a> {
     #[inline(always)]
     fn publish(&self) {
         barrier::to_device();
-        publish(self.dbrec, self.head & 0xffff, Ordering::Relaxed);
+        self.dbrec.publish(self.head & 0xffff, Ordering::Relaxed);
     }
 }
 
-impl PostRecv for RecvQueue<'_> {
+impl<P: RqStateRef> PostRecv for RecvQueue<P> {
     #[inline]
     unsafe fn post_recv(&mut self, wr: &RecvWr<'_>) -> Result<(), PostError> {
         self.check(wr, 1)?;

@@ -13,12 +13,12 @@ use zverbs_core::mmio::MmioRegion;
 use zverbs_core::ring::Ring;
 use zverbs_core::{BatchError, PostError, PostSend, SendFlags, SendOp, SendWr, Sge};
 
-use crate::devmem::{SegRing, dbrec_word};
+use crate::devmem::{DbrecWord, SegRing};
 use crate::doorbell::Doorbell;
 use crate::layout::{LayoutError, QpLayout, SqCaps};
 use crate::prm::wqe::{AtomicSeg, CtrlSeg, DataSeg, RaddrSeg, inline_byte_count, inline_ds};
 use crate::prm::{MAX_DS, SEGS_PER_BB, SND_DBR, fm_ce_se, opcode};
-use crate::state::{SlotData, SqState};
+use crate::state::{SlotData, SqStateRef};
 
 /// The largest message an RDMA operation can carry (2 GiB).
 const MAX_MESSAGE: u64 = 1 << 31;
@@ -43,10 +43,11 @@ const BATCH_PLANS: usize = 32;
 /// The send queue of an mlx5 QP, driven directly.
 ///
 /// Owned by one thread at a time (`&mut self` to post); its completions are polled through a
-/// [`CompletionQueue`](crate::CompletionQueue) bound to the same [`SqState`], possibly on
-/// another thread.
+/// [`CompletionQueue`](crate::CompletionQueue) bound to the same [`SqState`](crate::SqState),
+/// possibly on another thread. `P` is the handle through which it reaches that state
+/// (`&SqState<_>` or an owning pointer: see [`SqStateRef`]).
 #[derive(Debug)]
-pub struct SendQueue<'a> {
+pub struct SendQueue<P> {
     ring: SegRing,
     blocks: Ring,
     /// Producer counter in basic blocks (free-running).
@@ -67,22 +68,23 @@ pub struct SendQueue<'a> {
     last_seg: u32,
     last_blocks: u32,
     caps: SqCaps,
-    state: &'a SqState<'a>,
-    doorbell: Doorbell<'a>,
+    state: P,
+    doorbell: Doorbell,
 }
 
 // SAFETY: the queue owns its part of the ring and the doorbell register; moving it to another
 // thread moves that ownership. Shared state goes through `SqState` (Sync) and atomics.
-unsafe impl Send for SendQueue<'_> {}
+unsafe impl<P: Send> Send for SendQueue<P> {}
 
-impl<'a> SendQueue<'a> {
+impl<P: SqStateRef> SendQueue<P> {
     /// Drives the send queue of the QP that `layout` describes.
     ///
     /// # Safety
     ///
     /// - `layout` is what `mlx5dv_init_obj` reported for a live RC QP (or the software
     ///   device's equivalent): the ring, the doorbell record and the BlueFlame register
-    ///   (`2 × bf.size` bytes, or 8 bytes when `bf.size == 0`) stay mapped for `'a`;
+    ///   (`2 × bf.size` bytes, or 8 bytes when `bf.size == 0`) stay mapped while the queue
+    ///   lives;
     /// - nothing else posts to this send queue or writes its doorbell while this value lives
     ///   (libibverbs' `ibv_post_send` must not be used on the QP);
     /// - `caps` are the QP's real capabilities (the ring was sized for them);
@@ -98,11 +100,7 @@ impl<'a> SendQueue<'a> {
     /// A [`LayoutError`] when the ring is not a power of two of 64-byte blocks, is larger than
     /// the 16-bit counters allow, does not match `state`, or cannot hold the largest WQE the
     /// capabilities allow.
-    pub unsafe fn new(
-        layout: &QpLayout,
-        caps: SqCaps,
-        state: &'a SqState<'a>,
-    ) -> Result<Self, LayoutError> {
+    pub unsafe fn new(layout: &QpLayout, caps: SqCaps, state: P) -> Result<Self, LayoutError> {
         let cnt = layout.sq.wqe_cnt;
         let blocks = Ring::new(cnt).ok_or(LayoutError::NotPowerOfTwo { count: cnt })?;
         if cnt > 1 << 15 {
@@ -136,13 +134,15 @@ impl<'a> SendQueue<'a> {
         } else {
             2 * layout.bf.size as usize
         };
-        // SAFETY: (caller) the register is mapped for 'a with `bf_len` bytes and only this queue
-        // writes it.
+        // SAFETY: (caller) the register is mapped with `bf_len` bytes while the queue lives, and
+        // only this queue writes it.
         let reg = unsafe { MmioRegion::new(layout.bf.reg, bf_len) };
-        // SAFETY: (caller) the doorbell record is valid for 'a; word 1 is MLX5_SND_DBR.
-        let dbrec = unsafe { dbrec_word(layout.dbrec, SND_DBR) };
+        // SAFETY: (caller) the doorbell record is valid while the queue lives; word 1 is
+        // MLX5_SND_DBR.
+        let dbrec = unsafe { DbrecWord::new(layout.dbrec, SND_DBR) };
         Ok(Self {
-            // SAFETY: (caller) the ring holds `cnt` 64-byte blocks for 'a, owned by this queue.
+            // SAFETY: (caller) the ring holds `cnt` 64-byte blocks while the queue lives, owned
+            // by it.
             ring: unsafe { SegRing::new(layout.sq.buf, cnt * SEGS_PER_BB as u32) },
             blocks,
             pi: 0,
@@ -571,7 +571,13 @@ unsafe fn write_inline(ring: &SegRing, seg: u32, sgl: &[Sge], len: u32) {
         // SAFETY: (caller) `addr..addr+length` is readable and the segments are free; the
         // payload (at most `max_inline_data`, which fits the largest WQE) is shorter than the
         // ring.
-        unsafe { ring.copy_in(at, s.addr as usize as *const u8, s.length as usize) };
+        unsafe {
+            ring.copy_in(
+                at,
+                core::ptr::with_exposed_provenance(s.addr as usize),
+                s.length as usize,
+            )
+        };
         at = at.wrapping_add(s.length);
     }
     let off = at % 16;
@@ -588,7 +594,7 @@ unsafe fn write_inline(ring: &SegRing, seg: u32, sgl: &[Sge], len: u32) {
     }
 }
 
-impl PostSend for SendQueue<'_> {
+impl<P: SqStateRef> PostSend for SendQueue<P> {
     #[inline(always)]
     unsafe fn post_send(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
         let plan = self.plan(wr)?;
@@ -975,9 +981,7 @@ mod tests {
     #[test]
     fn inline_gathers_across_entries() {
         let mut rig = Rig::new(8, 0, caps(4, 64));
-        for b in rig.mem.sq.iter_mut() {
-            b.0 = [0xaa; 64]; // stale bytes from earlier WQEs
-        }
+        rig.mem.fill_sq(0xaa); // stale bytes from earlier WQEs
         let a = [1u8, 2, 3];
         let b = [4u8; 20];
         let c = [5u8, 6];

@@ -12,7 +12,22 @@
 //! The poller stores the word with `Release` after reading the slot; the poster loads it with
 //! `Acquire` before reusing the slot. So a slot is never overwritten while the poller may still
 //! read it (single producer, single consumer; modelled in `loom-tests`).
+//!
+//! ## Who owns the bookkeeping
+//!
+//! The states are generic over the storage of their slots, and the queues over the handle
+//! through which they reach a state, so that no lifetime has to be invented by anyone:
+//!
+//! - in `no_std` code both are borrows: `SqState<&'a [SqSlot]>`, reached as `&'a SqState<_>`,
+//!   and the borrow checker keeps the storage alive for as long as a queue uses it;
+//! - an owner with an allocator (the `zverbs` crate) uses owning handles, for example
+//!   `Arc<SqState<Box<[SqSlot]>>>`, and each queue keeps what it uses alive itself.
+//!
+//! Any handle that dereferences to the same place for as long as it lives, even when moved
+//! ([`StableDeref`]: references, `Box`, `Arc`, `Rc`, `Vec`), will do. A handle is one pointer,
+//! read as a reference is, so the choice costs nothing on the data path.
 
+use stable_deref_trait::StableDeref;
 use zverbs_core::sync::CachePadded;
 use zverbs_core::sync::atomic::{AtomicU32, Ordering};
 use zverbs_core::sync::cell::UnsafeCell;
@@ -36,6 +51,13 @@ pub(crate) struct SlotData {
 /// Per-basic-block bookkeeping storage of a send queue. Allocate `sq.wqe_cnt` of them once.
 #[derive(Debug, Default)]
 pub struct SqSlot(UnsafeCell<SlotData>);
+
+// SAFETY: the cell is reached only through `SqSlot::record` (the poster) and `SqState::retire`
+// (the poller), both `unsafe` with the hand-over protocol of the module docs as their
+// contract: the poster writes a slot only after the credit word (Acquire) shows the poller is
+// done with it, and the poller reads it only after the device completed the WQE the poster
+// published. Safe code can do nothing with a shared `SqSlot`.
+unsafe impl Sync for SqSlot {}
 
 impl SqSlot {
     /// An empty slot.
@@ -62,6 +84,10 @@ impl SqSlot {
 #[derive(Debug, Default)]
 pub struct RqSlot(UnsafeCell<u64>);
 
+// SAFETY: as for `SqSlot`: reached only through `RqState::record` and `RqState::retire`, whose
+// contracts are the receive side's hand-over protocol.
+unsafe impl Sync for RqSlot {}
+
 impl RqSlot {
     /// An empty slot.
     pub fn new() -> Self {
@@ -69,10 +95,14 @@ impl RqSlot {
     }
 }
 
-/// What a send queue shares with the completion queue that serves it.
+/// What a send queue shares with the completion queue that serves it: the slots, in storage
+/// `S` (`&[SqSlot]`, `Box<[SqSlot]>`, ...: see the module docs), and the credit word.
+///
+/// `Send` and `Sync` when the storage is: the slots are handed over between the poster and the
+/// poller by the protocol of the module docs, and the credit word is atomic.
 #[derive(Debug)]
-pub struct SqState<'a> {
-    slots: &'a [SqSlot],
+pub struct SqState<S> {
+    slots: S,
     /// `slots.len() - 1`.
     mask: u32,
     /// Low 16 bits: consumer counter in basic blocks. High 16 bits: signaled requests
@@ -80,25 +110,33 @@ pub struct SqState<'a> {
     done: CachePadded<AtomicU32>,
 }
 
-// SAFETY: the slots are accessed by two threads under the protocol in the module docs (the
-// poster writes a slot only when the credit word says the poller is done with it; the poller
-// reads it only after the device completed the WQE the poster published through the doorbell
-// record), and the credit word is atomic.
-unsafe impl Sync for SqState<'_> {}
-// SAFETY: as above; the state holds only shared references and atomics.
-unsafe impl Send for SqState<'_> {}
+/// A handle through which a send queue or a CQ binding reaches an [`SqState`]: `&SqState<_>`,
+/// `Arc<SqState<_>>`, and any other [`StableDeref`] pointer to one.
+pub trait SqStateRef: StableDeref<Target = SqState<Self::Slots>> {
+    /// The storage of the state's slots.
+    type Slots: StableDeref<Target = [SqSlot]>;
+}
 
-impl<'a> SqState<'a> {
+impl<P, S> SqStateRef for P
+where
+    P: StableDeref<Target = SqState<S>>,
+    S: StableDeref<Target = [SqSlot]>,
+{
+    type Slots = S;
+}
+
+impl<S: StableDeref<Target = [SqSlot]>> SqState<S> {
     /// State over `slots`, one per send basic block (`sq.wqe_cnt`, a power of two).
     ///
     /// # Errors
     ///
     /// [`LayoutError::NotPowerOfTwo`] when the length is not a power of two ≤ 2^15.
-    pub fn new(slots: &'a [SqSlot]) -> Result<Self, LayoutError> {
+    pub fn new(slots: S) -> Result<Self, LayoutError> {
         check_slots(slots.len())?;
+        let mask = slots.len() as u32 - 1;
         Ok(Self {
             slots,
-            mask: slots.len() as u32 - 1,
+            mask,
             done: CachePadded(AtomicU32::new(0)),
         })
     }
@@ -127,8 +165,8 @@ impl<'a> SqState<'a> {
     /// The slots, for the poster, which indexes them with the ring position it has already
     /// masked (see [`SqSlot::record`]).
     #[inline(always)]
-    pub(crate) fn slots(&self) -> &'a [SqSlot] {
-        self.slots
+    pub(crate) fn slots(&self) -> &[SqSlot] {
+        &self.slots
     }
 
     /// Poster side: the credit word (`Acquire`, pairing with the poller's `Release`).
@@ -163,33 +201,43 @@ impl<'a> SqState<'a> {
     }
 }
 
-/// What a receive queue shares with the completion queue that serves it.
+/// What a receive queue shares with the completion queue that serves it: the slots, in
+/// storage `S`, and the completed-receive counter. `Send` and `Sync` when the storage is.
 #[derive(Debug)]
-pub struct RqState<'a> {
-    slots: &'a [RqSlot],
+pub struct RqState<S> {
+    slots: S,
     /// `slots.len() - 1`.
     mask: u32,
     /// Receive requests completed (free-running); written only by the poller.
     tail: CachePadded<AtomicU32>,
 }
 
-// SAFETY: as for `SqState`: slot `i` is written by the poster only after the tail released it
-// and read by the poller only after the device completed it.
-unsafe impl Sync for RqState<'_> {}
-// SAFETY: as above.
-unsafe impl Send for RqState<'_> {}
+/// A handle through which a receive queue or a CQ binding reaches an [`RqState`].
+pub trait RqStateRef: StableDeref<Target = RqState<Self::Slots>> {
+    /// The storage of the state's slots.
+    type Slots: StableDeref<Target = [RqSlot]>;
+}
 
-impl<'a> RqState<'a> {
+impl<P, S> RqStateRef for P
+where
+    P: StableDeref<Target = RqState<S>>,
+    S: StableDeref<Target = [RqSlot]>,
+{
+    type Slots = S;
+}
+
+impl<S: StableDeref<Target = [RqSlot]>> RqState<S> {
     /// State over `slots`, one per receive entry (`rq.wqe_cnt`, a power of two).
     ///
     /// # Errors
     ///
     /// [`LayoutError::NotPowerOfTwo`] when the length is not a power of two ≤ 2^15.
-    pub fn new(slots: &'a [RqSlot]) -> Result<Self, LayoutError> {
+    pub fn new(slots: S) -> Result<Self, LayoutError> {
         check_slots(slots.len())?;
+        let mask = slots.len() as u32 - 1;
         Ok(Self {
             slots,
-            mask: slots.len() as u32 - 1,
+            mask,
             tail: CachePadded(AtomicU32::new(0)),
         })
     }
@@ -260,20 +308,70 @@ fn check_slots(len: usize) -> Result<(), LayoutError> {
     Ok(())
 }
 
-/// Which queues of one QP a completion queue serves.
+/// Which queues of one QP a completion queue serves, through handles `Sq` and `Rq` to their
+/// states (`&SqState<_>`, `Arc<SqState<_>>`, ...).
 #[derive(Clone, Copy, Debug)]
-pub struct CqBinding<'a> {
+pub struct CqBinding<Sq, Rq> {
     /// The QP number CQEs name (low 24 bits of `sop_drop_qpn`).
     pub qpn: u32,
     /// The QP's send queue state, if its send completions go to this CQ.
-    pub sq: Option<&'a SqState<'a>>,
+    pub sq: Option<Sq>,
     /// The QP's receive queue state, if its receive completions go to this CQ.
-    pub rq: Option<&'a RqState<'a>>,
+    pub rq: Option<Rq>,
 }
 
-impl<'a> CqBinding<'a> {
+impl<Sq, Rq> CqBinding<Sq, Rq> {
     /// A binding of both queues of QP `qpn`.
-    pub const fn new(qpn: u32, sq: Option<&'a SqState<'a>>, rq: Option<&'a RqState<'a>>) -> Self {
+    pub const fn new(qpn: u32, sq: Option<Sq>, rq: Option<Rq>) -> Self {
         Self { qpn, sq, rq }
     }
+}
+
+impl<Sq> CqBinding<Sq, RqRef<'static>> {
+    /// A binding of the send queue of QP `qpn` alone (its receive completions go to another
+    /// CQ, or it has none). The receive side's handle type is fixed to [`RqRef`], which lets
+    /// the binding share an array with borrowed bindings of both queues.
+    pub const fn send_only(qpn: u32, sq: Sq) -> Self {
+        Self {
+            qpn,
+            sq: Some(sq),
+            rq: None,
+        }
+    }
+}
+
+impl<Rq> CqBinding<SqRef<'static>, Rq> {
+    /// A binding of the receive queue of QP `qpn` alone; see [`CqBinding::send_only`].
+    pub const fn recv_only(qpn: u32, rq: Rq) -> Self {
+        Self {
+            qpn,
+            sq: None,
+            rq: Some(rq),
+        }
+    }
+}
+
+/// A send queue's state as `no_std` code reaches it: borrowed, over borrowed slots.
+pub type SqRef<'a> = &'a SqState<&'a [SqSlot]>;
+
+/// A receive queue's state as `no_std` code reaches it: borrowed, over borrowed slots.
+pub type RqRef<'a> = &'a RqState<&'a [RqSlot]>;
+
+/// The bindings a completion queue polls for: a [`StableDeref`] handle to a slice of
+/// [`CqBinding`]s (`&[CqBinding<_, _>]`, `Box<[CqBinding<_, _>]>`, ...).
+pub trait Bindings: StableDeref<Target = [CqBinding<Self::Sq, Self::Rq>]> {
+    /// The handle to a send queue's state.
+    type Sq: SqStateRef;
+    /// The handle to a receive queue's state.
+    type Rq: RqStateRef;
+}
+
+impl<B, Sq, Rq> Bindings for B
+where
+    B: StableDeref<Target = [CqBinding<Sq, Rq>]>,
+    Sq: SqStateRef,
+    Rq: RqStateRef,
+{
+    type Sq = Sq;
+    type Rq = Rq;
 }

@@ -1,10 +1,19 @@
 //! Ordinary memory standing in for a device's queue memory, for unit tests.
+//!
+//! The memory is what a device's is to the queues: raw allocations that the queues reach only
+//! through the raw pointers of their layouts. The tests reach it the same way (never through a
+//! reference that would assert exclusive access while a queue holds a pointer into it), and
+//! write CQEs as the device does: the body, then the owner byte with `Release`. So the tests
+//! run under Miri's Stacked and Tree Borrows, and its data-race detector.
 
 extern crate std;
 
 use core::ptr::NonNull;
 use std::boxed::Box;
+use std::sync::Arc;
 use std::vec::Vec;
+
+use zverbs_core::sync::atomic::{AtomicU8, AtomicU32, Ordering};
 
 use crate::layout::{BfLayout, CqLayout, QpLayout, SqCaps, WqLayout};
 use crate::state::{CqBinding, RqSlot, RqState, SqSlot, SqState};
@@ -15,20 +24,74 @@ use crate::{CompletionQueue, RecvQueue, SendQueue};
 #[repr(C, align(64))]
 pub(crate) struct Block(pub(crate) [u8; 64]);
 
-fn leak<T>(v: Vec<T>) -> &'static mut [T] {
-    Box::leak(v.into_boxed_slice())
+/// A heap allocation of `len` values of `T`, reached only through raw pointers, freed on drop.
+pub(crate) struct Raw<T> {
+    ptr: NonNull<T>,
+    len: usize,
 }
 
-/// Queue memory of one QP and its CQ, leaked for the test's duration.
+impl<T: Copy> Raw<T> {
+    fn new(fill: T, len: usize) -> Self {
+        let b: Box<[T]> = std::vec![fill; len].into_boxed_slice();
+        let len = b.len();
+        // SAFETY: `Box::into_raw` never returns null.
+        let ptr = unsafe { NonNull::new_unchecked(Box::into_raw(b).cast::<T>()) };
+        Self { ptr, len }
+    }
+
+    fn ptr(&self) -> NonNull<T> {
+        self.ptr
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The allocation as bytes, read through the raw pointer.
+    fn bytes(&self) -> Vec<u8> {
+        let n = self.len * size_of::<T>();
+        let mut v = std::vec![0u8; n];
+        // SAFETY: the allocation holds `n` initialised bytes; no queue writes during the copy
+        // (the tests read between calls).
+        unsafe {
+            core::ptr::copy_nonoverlapping(self.ptr.as_ptr().cast::<u8>(), v.as_mut_ptr(), n)
+        };
+        v
+    }
+
+    /// Writes `bytes` at byte offset `at`, through the raw pointer.
+    fn write_bytes(&self, at: usize, bytes: &[u8]) {
+        assert!(at + bytes.len() <= self.len * size_of::<T>());
+        // SAFETY: in bounds (above); no queue accesses the memory during the copy.
+        unsafe {
+            core::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                self.ptr.as_ptr().cast::<u8>().add(at),
+                bytes.len(),
+            )
+        };
+    }
+}
+
+impl<T> Drop for Raw<T> {
+    fn drop(&mut self) {
+        let slice = core::ptr::slice_from_raw_parts_mut(self.ptr.as_ptr(), self.len);
+        // SAFETY: the pointer and length came from `Box::into_raw` in `new`, and this is the one
+        // place that frees them; the queues that point into it are dropped before (see `Rig`).
+        drop(unsafe { Box::from_raw(slice) });
+    }
+}
+
+/// Queue memory of one QP and its CQ.
 pub(crate) struct Mem {
-    pub(crate) sq: &'static mut [Block],
-    pub(crate) rq: &'static mut [Block],
-    pub(crate) dbrec: &'static mut [u32],
-    pub(crate) bf: &'static mut [u64],
-    pub(crate) cq: &'static mut [Block],
-    pub(crate) cq_dbrec: &'static mut [u32],
-    pub(crate) rq_stride: u32,
-    pub(crate) cqe_size: u32,
+    sq: Raw<Block>,
+    rq: Raw<Block>,
+    dbrec: Raw<u32>,
+    bf: Raw<u64>,
+    cq: Raw<Block>,
+    cq_dbrec: Raw<u32>,
+    rq_stride: u32,
+    cqe_size: u32,
 }
 
 impl Mem {
@@ -39,49 +102,46 @@ impl Mem {
         bf_size: u32,
         cqes: u32,
     ) -> Self {
-        let cqe_size = 64;
-        let mut cq = std::vec![Block([0; 64]); cqes as usize];
-        for c in &mut cq {
-            c.0[63] = 0xf0; // invalid opcode, owner 0, as libmlx5 initialises
-        }
+        let mut invalid = Block([0; 64]);
+        invalid.0[63] = 0xf0; // invalid opcode, owner 0, as libmlx5 initialises
         let rq_bytes = (rq_entries * rq_stride) as usize;
         Self {
-            sq: leak(std::vec![Block([0; 64]); sq_blocks as usize]),
-            rq: leak(std::vec![Block([0; 64]); rq_bytes.div_ceil(64).max(1)]),
-            dbrec: leak(std::vec![0u32; 2]),
-            bf: leak(std::vec![0u64; (2 * bf_size as usize / 8).max(1)]),
-            cq: leak(cq),
-            cq_dbrec: leak(std::vec![0u32; 2]),
+            sq: Raw::new(Block([0; 64]), sq_blocks as usize),
+            rq: Raw::new(Block([0; 64]), rq_bytes.div_ceil(64).max(1)),
+            dbrec: Raw::new(0, 2),
+            bf: Raw::new(0, (2 * bf_size as usize / 8).max(1)),
+            cq: Raw::new(invalid, cqes as usize),
+            cq_dbrec: Raw::new(0, 2),
             rq_stride,
-            cqe_size,
+            cqe_size: 64,
         }
     }
 
-    pub(crate) fn qp_layout(&mut self, qpn: u32, rq_entries: u32, bf_size: u32) -> QpLayout {
+    pub(crate) fn qp_layout(&self, qpn: u32, rq_entries: u32, bf_size: u32) -> QpLayout {
         QpLayout {
             qpn,
-            dbrec: NonNull::new(self.dbrec.as_mut_ptr()).unwrap(),
+            dbrec: self.dbrec.ptr(),
             sq: WqLayout {
-                buf: NonNull::new(self.sq.as_mut_ptr().cast()).unwrap(),
+                buf: self.sq.ptr().cast(),
                 wqe_cnt: self.sq.len() as u32,
                 stride: 64,
             },
             rq: WqLayout {
-                buf: NonNull::new(self.rq.as_mut_ptr().cast()).unwrap(),
+                buf: self.rq.ptr().cast(),
                 wqe_cnt: rq_entries,
                 stride: self.rq_stride,
             },
             bf: BfLayout {
-                reg: NonNull::new(self.bf.as_mut_ptr().cast()).unwrap(),
+                reg: self.bf.ptr().cast(),
                 size: bf_size,
             },
         }
     }
 
-    pub(crate) fn cq_layout(&mut self) -> CqLayout {
+    pub(crate) fn cq_layout(&self) -> CqLayout {
         CqLayout {
-            buf: NonNull::new(self.cq.as_mut_ptr().cast()).unwrap(),
-            dbrec: NonNull::new(self.cq_dbrec.as_mut_ptr()).unwrap(),
+            buf: self.cq.ptr().cast(),
+            dbrec: self.cq_dbrec.ptr(),
             cqe_cnt: self.cq.len() as u32,
             cqe_size: self.cqe_size,
             cqn: 7,
@@ -90,49 +150,78 @@ impl Mem {
 
     /// The send ring as bytes.
     pub(crate) fn sq_bytes(&self) -> Vec<u8> {
-        self.sq.iter().flat_map(|b| b.0).collect()
+        self.sq.bytes()
+    }
+
+    /// Fills the send ring with `byte` (stale bytes of earlier WQEs).
+    pub(crate) fn fill_sq(&self, byte: u8) {
+        self.sq.write_bytes(0, &std::vec![byte; self.sq.len() * 64]);
     }
 
     /// The receive ring as bytes.
     pub(crate) fn rq_bytes(&self) -> Vec<u8> {
-        self.rq.iter().flat_map(|b| b.0).collect()
+        self.rq.bytes()
     }
 
     /// The doorbell record word `i` as the counter it encodes.
     pub(crate) fn dbrec(&self, i: usize) -> u32 {
-        // SAFETY: the word is in bounds and no queue writes it concurrently in these tests.
-        u32::from_be(unsafe { core::ptr::read_volatile(&self.dbrec[i]) })
+        assert!(i < self.dbrec.len());
+        // SAFETY: in bounds; the queues store to the word through an `AtomicU32` too.
+        let w = unsafe { AtomicU32::from_ptr(self.dbrec.ptr().as_ptr().add(i)) };
+        u32::from_be(w.load(Ordering::Acquire))
     }
 
     /// The BlueFlame area as bytes.
     pub(crate) fn bf_bytes(&self) -> Vec<u8> {
         let mut v = Vec::new();
-        for w in self.bf.iter() {
-            // SAFETY: in bounds; no concurrent writer.
-            v.extend_from_slice(&unsafe { core::ptr::read_volatile(w) }.to_ne_bytes());
+        for w in 0..self.bf.len() {
+            // SAFETY: in bounds; no concurrent writer (the queue writes it during its calls).
+            let word = unsafe { core::ptr::read_volatile(self.bf.ptr().as_ptr().add(w)) };
+            v.extend_from_slice(&word.to_ne_bytes());
         }
         v
     }
 
-    /// Writes a CQE at slot `i` the way the device does: body, then `op_own`.
-    pub(crate) fn put_cqe(&mut self, i: usize, body: [u8; 64]) {
-        let c = &mut self.cq[i].0;
-        c[..63].copy_from_slice(&body[..63]);
-        c[63] = body[63];
+    /// Writes a CQE at slot `i` the way the device does: body, then `op_own` with `Release`.
+    pub(crate) fn put_cqe(&self, i: usize, body: [u8; 64]) {
+        assert!(i < self.cq.len());
+        self.cq.write_bytes(i * 64, &body[..63]);
+        self.set_op_own(i, body[63]);
+    }
+
+    /// Stores the `op_own` byte of the 64-byte entry `i`, as the device does (`Release`).
+    pub(crate) fn set_op_own(&self, i: usize, op_own: u8) {
+        assert!(i < self.cq.len());
+        // SAFETY: byte 63 of entry `i`, in bounds; the poller loads it through an `AtomicU8`.
+        let b = unsafe { AtomicU8::from_ptr(self.cq.ptr().as_ptr().add(i).cast::<u8>().add(63)) };
+        b.store(op_own, Ordering::Release);
+    }
+
+    /// Number of 64-byte CQ entries.
+    pub(crate) fn cq_entries(&self) -> usize {
+        self.cq.len()
     }
 
     pub(crate) fn cq_dbrec(&self) -> u32 {
-        // SAFETY: in bounds; no concurrent writer.
-        u32::from_be(unsafe { core::ptr::read_volatile(&self.cq_dbrec[0]) })
+        // SAFETY: word 0 of the record; the poller stores to it through an `AtomicU32`.
+        let w = unsafe { AtomicU32::from_ptr(self.cq_dbrec.ptr().as_ptr()) };
+        u32::from_be(w.load(Ordering::Acquire))
     }
 }
 
+/// The bookkeeping handles the rig's queues use: owning ones, as the `zverbs` crate's.
+pub(crate) type SqHandle = Arc<SqState<Box<[SqSlot]>>>;
+pub(crate) type RqHandle = Arc<RqState<Box<[RqSlot]>>>;
+pub(crate) type RigBindings = Box<[CqBinding<SqHandle, RqHandle>]>;
+
 /// A QP (send + receive queues) and its CQ over [`Mem`].
 pub(crate) struct Rig {
+    // Field order is drop order: the queues before the memory they point into.
+    pub(crate) sq: SendQueue<SqHandle>,
+    pub(crate) rq: RecvQueue<RqHandle>,
+    pub(crate) cq: CompletionQueue<RigBindings>,
+    pub(crate) bindings: RigBindings,
     pub(crate) mem: Mem,
-    pub(crate) sq: SendQueue<'static>,
-    pub(crate) rq: RecvQueue<'static>,
-    pub(crate) cq: CompletionQueue<'static>,
 }
 
 pub(crate) const QPN: u32 = 0x100;
@@ -153,28 +242,32 @@ impl Rig {
 
     pub(crate) fn with_cq(sq_blocks: u32, bf_size: u32, caps: SqCaps, cqes: u32) -> Self {
         let rq_entries = 8;
-        let mut mem = Mem::new(sq_blocks, rq_entries, 32, bf_size, cqes);
+        let mem = Mem::new(sq_blocks, rq_entries, 32, bf_size, cqes);
         let qp = mem.qp_layout(QPN, rq_entries, bf_size);
         let cql = mem.cq_layout();
-        let sq_slots = leak((0..sq_blocks).map(|_| SqSlot::new()).collect());
-        let rq_slots = leak((0..rq_entries).map(|_| RqSlot::new()).collect());
-        let sq_state: &'static SqState<'static> =
-            Box::leak(Box::new(SqState::new(sq_slots).unwrap()));
-        let rq_state: &'static RqState<'static> =
-            Box::leak(Box::new(RqState::new(rq_slots).unwrap()));
-        let bindings = leak(std::vec![CqBinding::new(
+        let sq_slots: Box<[SqSlot]> = (0..sq_blocks).map(|_| SqSlot::new()).collect();
+        let rq_slots: Box<[RqSlot]> = (0..rq_entries).map(|_| RqSlot::new()).collect();
+        let sq_state = Arc::new(SqState::new(sq_slots).unwrap());
+        let rq_state = Arc::new(RqState::new(rq_slots).unwrap());
+        let bindings: RigBindings = Box::new([CqBinding::new(
             QPN,
-            Some(sq_state),
-            Some(rq_state)
+            Some(sq_state.clone()),
+            Some(rq_state.clone()),
         )]);
-        // SAFETY: the memory is leaked (lives forever) and used only by these queues and the
-        // test, which touches it only between calls.
+        // SAFETY: the memory outlives the queues (field order of `Rig`) and is used only by
+        // these queues and the test, which touches it only between calls.
         let sq = unsafe { SendQueue::new(&qp, caps, sq_state) }.unwrap();
         // SAFETY: as above.
         let rq = unsafe { RecvQueue::new(&qp, rq_state) }.unwrap();
         // SAFETY: as above.
-        let cq = unsafe { CompletionQueue::new(&cql, bindings) }.unwrap();
-        Self { mem, sq, rq, cq }
+        let cq = unsafe { CompletionQueue::new(&cql, bindings.clone()) }.unwrap();
+        Self {
+            sq,
+            rq,
+            cq,
+            bindings,
+            mem,
+        }
     }
 }
 

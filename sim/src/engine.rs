@@ -281,8 +281,8 @@ unsafe fn copy_spans(src: &[Span], dst: &[Span], len: u64) {
     let mut left = len;
     while left > 0 && i < src.len() && j < dst.len() {
         let n = (src[i].1 - si).min(dst[j].1 - dj).min(left);
-        let s = (src[i].0 + si) as usize as *const u8;
-        let d = (dst[j].0 + dj) as usize as *mut u8;
+        let s = std::ptr::with_exposed_provenance::<u8>((src[i].0 + si) as usize);
+        let d = std::ptr::with_exposed_provenance_mut::<u8>((dst[j].0 + dj) as usize);
         let plain = if n == left { n - 1 } else { n };
         // SAFETY: (caller) `s..s+n` and `d..d+n` are valid; `copy` allows overlap.
         unsafe { core::ptr::copy(s, d, plain as usize) };
@@ -1323,7 +1323,9 @@ impl Engine {
                 // big-endian (a ConnectX in its big-endian requester mode), or host-endian
                 // when the device was set so (the mode the Linux driver configures when the
                 // firmware offers it, and then advertises IBV_ATOMIC_HCA).
-                let target = unsafe { AtomicU64::from_ptr(ask.raddr as usize as *mut u64) };
+                let target = unsafe {
+                    AtomicU64::from_ptr(std::ptr::with_exposed_provenance_mut(ask.raddr as usize))
+                };
                 let (to_mem, from_mem): (ByteOrder, ByteOrder) = if self.atomic_host_endian {
                     (|v| v, |v| v)
                 } else {

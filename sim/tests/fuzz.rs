@@ -8,8 +8,8 @@ mod common;
 
 use common::{Arena, Rng, env_u64};
 use zverbs_core::{Completion, PollCq};
-use zverbs_mlx5dv::CompletionQueue;
 use zverbs_mlx5dv::prm::opcode;
+use zverbs_mlx5dv::{CompletionQueue, CqBinding, RqRef, SqRef};
 use zverbs_sim::{Access, CqConfig, Device, Mr, QpConfig, SimQp, Stats};
 
 const ARENA: usize = 16 * 1024;
@@ -324,9 +324,9 @@ fn round(rng: &mut Rng) -> Stats {
     // Pollers with no bindings: they report every CQE as unknown and publish the consumer
     // counter, as a driver would.
     // SAFETY: the device's CQ layouts; the only pollers.
-    let mut pollers: Vec<CompletionQueue<'_>> = cqs
+    let mut pollers: Vec<CompletionQueue<&[CqBinding<SqRef<'_>, RqRef<'_>>]>> = cqs
         .iter()
-        .map(|c| unsafe { CompletionQueue::new(&c.layout, &[]) }.unwrap())
+        .map(|c| unsafe { CompletionQueue::new(&c.layout, &[][..]) }.unwrap())
         .collect();
 
     let mut pis = [0u32; 3];

@@ -367,13 +367,13 @@ fn loopback_qp_writes_to_itself() {
     // SAFETY: the arena outlives the device.
     let mr = unsafe { dev.reg_mr(mem.ptr(0), 4096, zverbs_sim::Access::ALL) }.unwrap();
     let slots = qp.sq_slots();
-    let state = zverbs_mlx5dv::SqState::new(&slots).unwrap();
-    let binding = [zverbs_mlx5dv::CqBinding::new(qp.qpn, Some(&state), None)];
+    let state = zverbs_mlx5dv::SqState::new(&slots[..]).unwrap();
+    let binding = [zverbs_mlx5dv::CqBinding::send_only(qp.qpn, &state)];
     // SAFETY: the device's layouts; this is their only driver.
     let (mut sq, mut cqp) = unsafe {
         (
             zverbs_mlx5dv::SendQueue::new(&qp.layout, qp.caps(), &state).unwrap(),
-            zverbs_mlx5dv::CompletionQueue::new(&cq.layout, &binding).unwrap(),
+            zverbs_mlx5dv::CompletionQueue::new(&cq.layout, &binding[..]).unwrap(),
         )
     };
     mem.write(0, b"loop");
@@ -537,8 +537,8 @@ fn external_rings_are_driven_like_the_devices_own() {
     let mr = unsafe { dev.reg_mr(mem.ptr(0), 4096, zverbs_sim::Access::ALL) }.unwrap();
     let sq_slots: Vec<_> = (0..16).map(|_| zverbs_mlx5dv::SqSlot::new()).collect();
     let rq_slots: Vec<_> = (0..8).map(|_| zverbs_mlx5dv::RqSlot::new()).collect();
-    let sq_state = zverbs_mlx5dv::SqState::new(&sq_slots).unwrap();
-    let rq_state = zverbs_mlx5dv::RqState::new(&rq_slots).unwrap();
+    let sq_state = zverbs_mlx5dv::SqState::new(&sq_slots[..]).unwrap();
+    let rq_state = zverbs_mlx5dv::RqState::new(&rq_slots[..]).unwrap();
     let bindings = [
         zverbs_mlx5dv::CqBinding::new(qa.qpn, Some(&sq_state), None),
         zverbs_mlx5dv::CqBinding::new(qb.qpn, None, Some(&rq_state)),
@@ -554,7 +554,7 @@ fn external_rings_are_driven_like_the_devices_own() {
         (
             zverbs_mlx5dv::SendQueue::new(&qa, caps, &sq_state).unwrap(),
             zverbs_mlx5dv::RecvQueue::new(&qb, &rq_state).unwrap(),
-            zverbs_mlx5dv::CompletionQueue::new(&cq_layout, &bindings).unwrap(),
+            zverbs_mlx5dv::CompletionQueue::new(&cq_layout, &bindings[..]).unwrap(),
         )
     };
     mem.write(0, b"external");

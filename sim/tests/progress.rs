@@ -12,7 +12,7 @@ use zverbs_sim::Device;
 
 const DEADLINE: Duration = Duration::from_secs(20);
 
-fn spin_poll(cq: &mut zverbs_mlx5dv::CompletionQueue<'_>) -> Completion {
+fn spin_poll(cq: &mut impl PollCq) -> Completion {
     let mut wc = [Completion::EMPTY; 1];
     let start = Instant::now();
     while cq.poll(&mut wc) == 0 {

@@ -49,7 +49,7 @@ fn pump(a: &Device, b: &Device, q: &Queue) -> usize {
     }
 }
 
-fn poll(cq: &mut CompletionQueue<'_>) -> Vec<Completion> {
+fn poll(cq: &mut impl PollCq) -> Vec<Completion> {
     let mut out = Vec::new();
     let mut wc = [Completion::EMPTY; 16];
     loop {
@@ -105,22 +105,28 @@ fn every_operation_between_two_device_instances() {
     let mrb = unsafe { db.reg_mr(mem_b.ptr(0), mem_b.len(), Access::ALL) }.unwrap();
     let (sa, ra) = (qa.sq_slots(), qa.rq_slots());
     let (sb, rb) = (qb.sq_slots(), qb.rq_slots());
-    let (ssa, rsa) = (SqState::new(&sa).unwrap(), RqState::new(&ra).unwrap());
-    let (ssb, rsb) = (SqState::new(&sb).unwrap(), RqState::new(&rb).unwrap());
+    let (ssa, rsa) = (
+        SqState::new(&sa[..]).unwrap(),
+        RqState::new(&ra[..]).unwrap(),
+    );
+    let (ssb, rsb) = (
+        SqState::new(&sb[..]).unwrap(),
+        RqState::new(&rb[..]).unwrap(),
+    );
     let bind_a = [CqBinding::new(qa.qpn, Some(&ssa), Some(&rsa))];
     let bind_b = [CqBinding::new(qb.qpn, Some(&ssb), Some(&rsb))];
     // SAFETY: the devices own the rings and outlive the queues; one driver per ring.
     let (mut sqa, mut cq_a) = unsafe {
         (
             SendQueue::new(&qa.layout, qa.caps(), &ssa).unwrap(),
-            CompletionQueue::new(&cqa.layout, &bind_a).unwrap(),
+            CompletionQueue::new(&cqa.layout, &bind_a[..]).unwrap(),
         )
     };
     // SAFETY: as above.
     let (mut rqb, mut cq_b) = unsafe {
         (
             RecvQueue::new(&qb.layout, &rsb).unwrap(),
-            CompletionQueue::new(&cqb.layout, &bind_b).unwrap(),
+            CompletionQueue::new(&cqb.layout, &bind_b[..]).unwrap(),
         )
     };
     let sge_a = |off: usize, len: u32| Sge::new(mem_a.addr(off), len, mra.lkey);

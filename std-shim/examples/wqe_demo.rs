@@ -182,8 +182,8 @@ fn run(o: &Options) {
     println!("  CQ ring             {CQES} CQEs x 64 B, all op_own = 0xf1 (invalid, owner 1)");
 
     let slots: Vec<SqSlot> = (0..SQ_BBS).map(|_| SqSlot::new()).collect();
-    let state = SqState::new(&slots).expect("slots are a power of two");
-    let bindings = [CqBinding::new(QPN, Some(&state), None)];
+    let state = SqState::new(&slots[..]).expect("slots are a power of two");
+    let bindings = [CqBinding::send_only(QPN, &state)];
     // SAFETY: the layouts describe the leaked regions above, which live for the program; these
     // are the only queues over them, both new; the register spans 2 x bf.size bytes (8 when
     // bf.size is 0); the CQ serves this QP's send queue with the same state; no CQE
@@ -191,7 +191,7 @@ fn run(o: &Options) {
     let (mut sq, mut cq) = unsafe {
         (
             SendQueue::new(&qp, caps, &state).expect("valid send queue layout"),
-            CompletionQueue::new(&cq_layout, &bindings).expect("valid CQ layout"),
+            CompletionQueue::new(&cq_layout, &bindings[..]).expect("valid CQ layout"),
         )
     };
 

@@ -203,8 +203,8 @@ impl<'a> QpBuilder<'a> {
         let data = match provider.engine() {
             QpEngine::Direct(layout) => QpData::Direct(DirectData::new(&layout)?),
             QpEngine::Verbs(_) => QpData::Verbs(VerbsData {
-                sq: SqShared::new(caps.max_send_wr),
-                rq: RqShared::new(caps.max_recv_wr),
+                sq: Arc::new(SqShared::new(caps.max_send_wr)),
+                rq: Arc::new(RqShared::new(caps.max_recv_wr)),
             }),
         };
         let report = BackendReport {
@@ -250,57 +250,38 @@ fn check_pollers_free(a: &Cq, b: &Cq) -> Result<()> {
     Ok(())
 }
 
-/// Memory allocated once and freed on drop, whose contents are referenced with `'static`
-/// lifetimes by the states next to it (see [`DirectData`]).
-#[derive(Debug)]
-pub(crate) struct Leaked<T: 'static>(pub(crate) &'static [T]);
+/// A direct send queue's bookkeeping, shared by the queue and the poller that serves it; each
+/// holds a clone, so it lives as long as the longer-lived of the two.
+pub type SqStateHandle = Arc<SqState<Box<[SqSlot]>>>;
 
-impl<T> Leaked<T> {
-    pub(crate) fn new(v: Vec<T>) -> Self {
-        Self(Box::leak(v.into_boxed_slice()))
-    }
-}
-
-impl<T> Drop for Leaked<T> {
-    fn drop(&mut self) {
-        let p = core::ptr::from_ref(self.0).cast_mut();
-        // SAFETY: the slice came from `Box::leak` in `new`, and is freed once, after every
-        // reference to it is gone: the states that borrow it are fields dropped before this
-        // one, and the queues that borrow them hold the `QpInner` that owns both.
-        drop(unsafe { Box::from_raw(p) });
-    }
-}
+/// A direct receive queue's bookkeeping, shared as [`SqStateHandle`] is.
+pub type RqStateHandle = Arc<RqState<Box<[RqSlot]>>>;
 
 /// The direct backend's per-QP bookkeeping.
 #[derive(Debug)]
 pub(crate) struct DirectData {
     pub(crate) layout: zverbs_mlx5dv::QpLayout,
-    // Field order is drop order: the states borrow the slots.
-    pub(crate) sq_state: SqState<'static>,
-    pub(crate) rq_state: RqState<'static>,
-    _sq_slots: Leaked<SqSlot>,
-    _rq_slots: Leaked<RqSlot>,
+    pub(crate) sq_state: SqStateHandle,
+    pub(crate) rq_state: RqStateHandle,
 }
 
 impl DirectData {
     fn new(layout: &zverbs_mlx5dv::QpLayout) -> Result<Self> {
-        let sq_slots = Leaked::new((0..layout.sq.wqe_cnt).map(|_| SqSlot::new()).collect());
-        let rq_slots = Leaked::new((0..layout.rq.wqe_cnt).map(|_| RqSlot::new()).collect());
+        let sq_slots = (0..layout.sq.wqe_cnt).map(|_| SqSlot::new()).collect();
+        let rq_slots = (0..layout.rq.wqe_cnt).map(|_| RqSlot::new()).collect();
         Ok(Self {
             layout: *layout,
-            sq_state: SqState::new(sq_slots.0)?,
-            rq_state: RqState::new(rq_slots.0)?,
-            _sq_slots: sq_slots,
-            _rq_slots: rq_slots,
+            sq_state: Arc::new(SqState::new(sq_slots)?),
+            rq_state: Arc::new(RqState::new(rq_slots)?),
         })
     }
 }
 
-/// The fallback's per-QP bookkeeping.
+/// The fallback's per-QP bookkeeping, shared as the direct backend's is.
 #[derive(Debug)]
 pub(crate) struct VerbsData {
-    pub(crate) sq: SqShared,
-    pub(crate) rq: RqShared,
+    pub(crate) sq: Arc<SqShared>,
+    pub(crate) rq: Arc<RqShared>,
 }
 
 #[derive(Debug)]

@@ -21,7 +21,10 @@
 //! ```
 //!
 //! Every handle keeps its QP (and so its CQs, PD and context) alive: the objects can be
-//! dropped in any order.
+//! dropped in any order. Each owns what it uses: the direct queues hold the queue memory's
+//! addresses (valid while the QP lives, which the handle's clone of the QP guarantees) and
+//! //! clones of the bookkeeping they share with the poller ([`direct::SqStateHandle`], `Arc`s), so
+//! no borrow outlives what it borrows and no lifetime is assumed.
 
 use std::sync::Arc;
 
@@ -31,18 +34,10 @@ use crate::backend::BackendKind;
 use crate::cq::Cq;
 use crate::error::{Error, Result};
 use crate::provider::{CqEngine, QpEngine};
-use crate::qp::{Leaked, Qp, QpData, QpInner};
+use crate::qp::{Qp, QpData, QpInner, RqStateHandle, SqStateHandle};
 
-/// Extends a borrow of data inside an `Arc` to `'static`.
-///
-/// # Safety
-///
-/// The value returned must not outlive the `Arc` it points into; the caller stores a clone of
-/// that `Arc` next to it, in a field dropped after it.
-unsafe fn forever<T: ?Sized>(r: &T) -> &'static T {
-    // SAFETY: (caller) the pointee lives as long as the `Arc` kept beside the result.
-    unsafe { &*core::ptr::from_ref(r) }
-}
+/// The bindings a direct poller polls for.
+type DirectBindings = Box<[zverbs_mlx5dv::CqBinding<SqStateHandle, RqStateHandle>]>;
 
 /// Implements the data-path traits for a backend's `SendQueue`, `RecvQueue` and `Poller` by
 /// forwarding to the queue each holds in its field `q` (always inlined: the handles add
@@ -97,33 +92,35 @@ macro_rules! forward_queues {
 pub mod direct {
     use super::*;
 
+    pub use crate::qp::{RqStateHandle, SqStateHandle};
+
     /// A send queue driven by `zverbs-mlx5dv`.
     #[derive(Debug)]
     pub struct SendQueue {
-        // Field order is drop order: the queue before the QP it borrows from.
-        pub(super) q: zverbs_mlx5dv::SendQueue<'static>,
+        // Field order is drop order: the queue before the QP whose memory it writes.
+        pub(super) q: zverbs_mlx5dv::SendQueue<SqStateHandle>,
         pub(super) _qp: Arc<QpInner>,
     }
 
     /// A receive queue driven by `zverbs-mlx5dv`.
     #[derive(Debug)]
     pub struct RecvQueue {
-        pub(super) q: zverbs_mlx5dv::RecvQueue<'static>,
+        pub(super) q: zverbs_mlx5dv::RecvQueue<RqStateHandle>,
         pub(super) _qp: Arc<QpInner>,
     }
 
     /// A CQ polled by `zverbs-mlx5dv`.
     #[derive(Debug)]
     pub struct Poller {
-        pub(super) q: zverbs_mlx5dv::CompletionQueue<'static>,
-        pub(super) _bindings: Leaked<zverbs_mlx5dv::CqBinding<'static>>,
+        // Field order is drop order: the poller before the CQ and QPs whose memory it reads.
+        pub(super) q: zverbs_mlx5dv::CompletionQueue<DirectBindings>,
         pub(super) _qps: Vec<Arc<QpInner>>,
         pub(super) _cq: Cq,
     }
 
     impl SendQueue {
         /// The underlying `zverbs-mlx5dv` queue (counters, BlueFlame).
-        pub fn raw(&self) -> &zverbs_mlx5dv::SendQueue<'static> {
+        pub fn raw(&self) -> &zverbs_mlx5dv::SendQueue<SqStateHandle> {
             &self.q
         }
     }
@@ -139,22 +136,21 @@ pub mod verbs {
     /// A send queue driven through `ibv_post_send`.
     #[derive(Debug)]
     pub struct SendQueue {
-        pub(super) q: fallback::SendQueue<'static>,
+        pub(super) q: fallback::SendQueue,
         pub(super) _qp: Arc<QpInner>,
     }
 
     /// A receive queue driven through `ibv_post_recv`.
     #[derive(Debug)]
     pub struct RecvQueue {
-        pub(super) q: fallback::RecvQueue<'static>,
+        pub(super) q: fallback::RecvQueue,
         pub(super) _qp: Arc<QpInner>,
     }
 
     /// A CQ polled through `ibv_poll_cq`.
     #[derive(Debug)]
     pub struct Poller {
-        pub(super) q: fallback::Poller<'static>,
-        pub(super) _bindings: Leaked<fallback::Binding<'static>>,
+        pub(super) q: fallback::Poller,
         pub(super) _qps: Vec<Arc<QpInner>>,
         pub(super) _cq: Cq,
     }
@@ -224,23 +220,27 @@ impl AnySendQueue {
     pub(crate) fn new(qp: &Arc<QpInner>) -> Result<Self> {
         match &qp.data {
             QpData::Direct(d) => {
-                // SAFETY: the state lives in `qp`, whose `Arc` the handle keeps.
-                let state = unsafe { forever(&d.sq_state) };
-                // SAFETY: the layout is libmlx5's for this live QP, kept alive by the `Arc`;
-                // this is the QP's only send queue handle (taken once) and libibverbs never
-                // posts to it; the caps are the QP's, its state is bound to its send CQ's
-                // poller only; the QP is new; it was created without scatter-to-CQE.
-                let q = unsafe { zverbs_mlx5dv::SendQueue::new(&d.layout, qp.sq_caps, state)? };
+                // SAFETY: the layout is libmlx5's for this live QP, kept alive by the `Arc` the
+                // handle holds beside the queue (dropped after it); this is the QP's only send
+                // queue handle (taken once) and libibverbs never posts to it; the caps are the
+                // QP's, its state is bound to its send CQ's poller only; the QP is new; it was
+                // created without scatter-to-CQE.
+                let q = unsafe {
+                    zverbs_mlx5dv::SendQueue::new(&d.layout, qp.sq_caps, d.sq_state.clone())?
+                };
                 Ok(Self::Direct(direct::SendQueue { q, _qp: qp.clone() }))
             }
             QpData::Verbs(v) => {
-                // SAFETY: as above.
-                let shared = unsafe { forever(&v.sq) };
                 let ptr = qp_ptr(qp)?;
                 // SAFETY: a live QP kept alive by the `Arc`; the only send queue handle; the
                 // QP's real caps; the state made for it and bound to its send CQ only.
                 let q = unsafe {
-                    crate::fallback::SendQueue::new(ptr, qp.caps.max_send_wr, qp.sq_caps, shared)
+                    crate::fallback::SendQueue::new(
+                        ptr,
+                        qp.caps.max_send_wr,
+                        qp.sq_caps,
+                        v.sq.clone(),
+                    )
                 }
                 .ok_or_else(|| no_entry("post_send"))?;
                 Ok(Self::Verbs(verbs::SendQueue { q, _qp: qp.clone() }))
@@ -261,15 +261,11 @@ impl AnyRecvQueue {
     pub(crate) fn new(qp: &Arc<QpInner>) -> Result<Self> {
         match &qp.data {
             QpData::Direct(d) => {
-                // SAFETY: the state lives in `qp`, whose `Arc` the handle keeps.
-                let state = unsafe { forever(&d.rq_state) };
                 // SAFETY: as for the send queue.
-                let q = unsafe { zverbs_mlx5dv::RecvQueue::new(&d.layout, state)? };
+                let q = unsafe { zverbs_mlx5dv::RecvQueue::new(&d.layout, d.rq_state.clone())? };
                 Ok(Self::Direct(direct::RecvQueue { q, _qp: qp.clone() }))
             }
             QpData::Verbs(v) => {
-                // SAFETY: as above.
-                let shared = unsafe { forever(&v.rq) };
                 let ptr = qp_ptr(qp)?;
                 // SAFETY: as for the send queue.
                 let q = unsafe {
@@ -277,7 +273,7 @@ impl AnyRecvQueue {
                         ptr,
                         qp.caps.max_recv_wr,
                         qp.caps.max_recv_sge,
-                        shared,
+                        v.rq.clone(),
                     )
                 }
                 .ok_or_else(|| no_entry("post_recv"))?;
@@ -304,24 +300,21 @@ impl AnyPoller {
                     let QpData::Direct(d) = &qp.data else {
                         continue;
                     };
-                    // SAFETY: the states live in the QPs whose `Arc`s the poller keeps.
-                    let (sq, rq) = unsafe { (forever(&d.sq_state), forever(&d.rq_state)) };
                     bindings.push(zverbs_mlx5dv::CqBinding::new(
                         qp.provider.qpn(),
-                        qp.send_cq.is(cq).then_some(sq),
-                        qp.recv_cq.is(cq).then_some(rq),
+                        qp.send_cq.is(cq).then(|| d.sq_state.clone()),
+                        qp.recv_cq.is(cq).then(|| d.rq_state.clone()),
                     ));
                 }
-                // Freed by the poller after the queue that borrows it.
-                let bindings = Leaked::new(bindings);
-                let b = bindings.0;
-                // SAFETY: the layout is libmlx5's for this live CQ (kept alive by `_cq`); the
-                // poller is taken once and libibverbs never polls the CQ; each binding names a
-                // QP of this CQ with its states; the CQ was created without compression.
-                let q = unsafe { zverbs_mlx5dv::CompletionQueue::new(&layout, b)? };
+                // SAFETY: the layout is libmlx5's for this live CQ (kept alive by `_cq`, dropped
+                // after the queue); the poller is taken once and libibverbs never polls the CQ;
+                // each binding names a QP of this CQ with its states; the CQ was created
+                // without compression.
+                let q = unsafe {
+                    zverbs_mlx5dv::CompletionQueue::new(&layout, bindings.into_boxed_slice())?
+                };
                 Ok(Self::Direct(direct::Poller {
                     q,
-                    _bindings: bindings,
                     _qps: qps,
                     _cq: cq.clone(),
                 }))
@@ -332,24 +325,24 @@ impl AnyPoller {
                     let QpData::Verbs(v) = &qp.data else {
                         continue;
                     };
-                    // SAFETY: as above.
-                    let (sq, rq) = unsafe { (forever(&v.sq), forever(&v.rq)) };
                     bindings.push(crate::fallback::Binding {
                         qpn: qp.provider.qpn(),
-                        sq: qp.send_cq.is(cq).then_some(sq),
-                        rq: qp.recv_cq.is(cq).then_some(rq),
+                        sq: qp.send_cq.is(cq).then(|| v.sq.clone()),
+                        rq: qp.recv_cq.is(cq).then(|| v.rq.clone()),
                     });
                 }
-                let bindings = Leaked::new(bindings);
-                let b = bindings.0;
                 // SAFETY: a live CQ kept alive by `_cq`, polled only through this handle;
                 // the bindings name its QPs with their states.
-                let q =
-                    unsafe { crate::fallback::Poller::new(ptr.as_ptr(), cq.inner.poll_batch, b) }
-                        .ok_or_else(|| no_entry("poll_cq"))?;
+                let q = unsafe {
+                    crate::fallback::Poller::new(
+                        ptr.as_ptr(),
+                        cq.inner.poll_batch,
+                        bindings.into_boxed_slice(),
+                    )
+                }
+                .ok_or_else(|| no_entry("poll_cq"))?;
                 Ok(Self::Verbs(verbs::Poller {
                     q,
-                    _bindings: bindings,
                     _qps: qps,
                     _cq: cq.clone(),
                 }))

@@ -16,7 +16,7 @@ fn a_request_posts_through_the_reexported_backend() {
     let mut dbrec = [0u32; 2];
     let mut bf = [0u64; 64];
     let slots: Vec<SqSlot> = (0..4).map(|_| SqSlot::new()).collect();
-    let state = SqState::new(&slots).unwrap();
+    let state = SqState::new(&slots[..]).unwrap();
     let layout = QpLayout {
         qpn: 0x77,
         dbrec: NonNull::from(&mut dbrec[0]),

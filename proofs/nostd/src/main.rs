@@ -166,8 +166,8 @@ fn run() -> Result<(), c_int> {
 
     let sq_slots: [SqSlot; SQ_BBS] = core::array::from_fn(|_| SqSlot::new());
     let rq_slots: [RqSlot; RQ_ENTRIES] = core::array::from_fn(|_| RqSlot::new());
-    let sq_state = SqState::new(&sq_slots).map_err(|_| 1)?;
-    let rq_state = RqState::new(&rq_slots).map_err(|_| 2)?;
+    let sq_state = SqState::new(&sq_slots[..]).map_err(|_| 1)?;
+    let rq_state = RqState::new(&rq_slots[..]).map_err(|_| 2)?;
     let bindings = [CqBinding::new(QPN, Some(&sq_state), Some(&rq_state))];
     // SAFETY: the layouts describe the static memory above, which lives for the whole program;
     // these are the only queues over it, new (counters at 0), and the CQ serves exactly this
@@ -176,7 +176,7 @@ fn run() -> Result<(), c_int> {
         (
             SendQueue::new(&qp, caps, &sq_state).map_err(|_| 3)?,
             RecvQueue::new(&qp, &rq_state).map_err(|_| 4)?,
-            CompletionQueue::new(&cq_layout, &bindings).map_err(|_| 5)?,
+            CompletionQueue::new(&cq_layout, &bindings[..]).map_err(|_| 5)?,
         )
     };
 

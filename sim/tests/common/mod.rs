@@ -7,7 +7,9 @@ use std::collections::HashMap;
 use std::ptr::NonNull;
 
 use zverbs_core::{Completion, PollCq, RemoteBuf, Sge};
-use zverbs_mlx5dv::{CompletionQueue, CqBinding, RecvQueue, RqState, SendQueue, SqCaps, SqState};
+use zverbs_mlx5dv::{
+    CompletionQueue, CqBinding, RecvQueue, RqRef, RqState, SendQueue, SqCaps, SqRef, SqState,
+};
 use zverbs_sim::{Access, CqConfig, Device, Mr, QpConfig, SimCq, SimQp};
 
 /// Guard bytes on each side of an arena.
@@ -139,9 +141,9 @@ impl Default for PairCfg {
 pub struct End<'a> {
     pub qp: SimQp,
     pub cq: SimCq,
-    pub sq: SendQueue<'a>,
-    pub rq: RecvQueue<'a>,
-    pub cqp: CompletionQueue<'a>,
+    pub sq: SendQueue<SqRef<'a>>,
+    pub rq: RecvQueue<RqRef<'a>>,
+    pub cqp: CompletionQueue<&'a [CqBinding<SqRef<'a>, RqRef<'a>>]>,
     pub mem: &'a Arena,
     pub mr: Mr,
 }
@@ -242,10 +244,10 @@ pub fn with_pair_on<R>(
     let rq_slots_a = qa.rq_slots();
     let sq_slots_b = qb.sq_slots();
     let rq_slots_b = qb.rq_slots();
-    let sq_state_a = SqState::new(&sq_slots_a).unwrap();
-    let rq_state_a = RqState::new(&rq_slots_a).unwrap();
-    let sq_state_b = SqState::new(&sq_slots_b).unwrap();
-    let rq_state_b = RqState::new(&rq_slots_b).unwrap();
+    let sq_state_a = SqState::new(&sq_slots_a[..]).unwrap();
+    let rq_state_a = RqState::new(&rq_slots_a[..]).unwrap();
+    let sq_state_b = SqState::new(&sq_slots_b[..]).unwrap();
+    let rq_state_b = RqState::new(&rq_slots_b[..]).unwrap();
     let bind_a = [CqBinding::new(qa.qpn, Some(&sq_state_a), Some(&rq_state_a))];
     let bind_b = [CqBinding::new(qb.qpn, Some(&sq_state_b), Some(&rq_state_b))];
     let caps = |q: &SimQp| SqCaps {
@@ -262,7 +264,7 @@ pub fn with_pair_on<R>(
                 cq: cq_a,
                 sq: SendQueue::new(&qa.layout, caps(&qa), &sq_state_a).unwrap(),
                 rq: RecvQueue::new(&qa.layout, &rq_state_a).unwrap(),
-                cqp: CompletionQueue::new(&cq_a.layout, &bind_a).unwrap(),
+                cqp: CompletionQueue::new(&cq_a.layout, &bind_a[..]).unwrap(),
                 mem: mem_a,
                 mr: mr_a,
             },
@@ -271,7 +273,7 @@ pub fn with_pair_on<R>(
                 cq: cq_b,
                 sq: SendQueue::new(&qb.layout, caps(&qb), &sq_state_b).unwrap(),
                 rq: RecvQueue::new(&qb.layout, &rq_state_b).unwrap(),
-                cqp: CompletionQueue::new(&cq_b.layout, &bind_b).unwrap(),
+                cqp: CompletionQueue::new(&cq_b.layout, &bind_b[..]).unwrap(),
                 mem: mem_b,
                 mr: mr_b,
             },

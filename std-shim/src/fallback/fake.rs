@@ -115,7 +115,7 @@ unsafe extern "C" fn post_send(
                 // SAFETY: the first entry's bytes are readable during the call (test buffers).
                 unsafe {
                     core::ptr::copy_nonoverlapping(
-                        sges[0].addr as usize as *const u8,
+                        std::ptr::with_exposed_provenance(sges[0].addr as usize),
                         payload.as_mut_ptr(),
                         len,
                     )

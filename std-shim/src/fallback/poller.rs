@@ -1,6 +1,8 @@
 //! The fallback's completion queue poller: `ibv_poll_cq` into a preallocated `ibv_wc` array,
 //! translated into [`Completion`]s.
 
+use std::sync::Arc;
+
 use zverbs_core::{Completion, PollCq, WcFlags, WcOpcode, WcStatus};
 
 use super::RawArray;
@@ -8,43 +10,43 @@ use super::state::{RECV_TAG, RqShared, SqShared};
 use crate::ffi::types::*;
 
 /// Which queues of one QP a poller serves.
-#[derive(Clone, Copy, Debug)]
-pub struct Binding<'a> {
+#[derive(Clone, Debug)]
+pub struct Binding {
     /// The QP number completions name.
     pub qpn: u32,
     /// The send queue's state, if its completions go to this CQ.
-    pub sq: Option<&'a SqShared>,
+    pub sq: Option<Arc<SqShared>>,
     /// The receive queue's state, if its completions go to this CQ.
-    pub rq: Option<&'a RqShared>,
+    pub rq: Option<Arc<RqShared>>,
 }
 
 /// A CQ polled through `ibv_poll_cq`.
 #[derive(Debug)]
-pub struct Poller<'a> {
+pub struct Poller {
     cq: *mut ibv_cq,
     poll: PollCqFn,
     wcs: RawArray<ibv_wc>,
-    bindings: &'a [Binding<'a>],
+    bindings: Box<[Binding]>,
     last: usize,
     error: Option<i32>,
 }
 
 // SAFETY: the poller owns its `ibv_wc` array; libibverbs allows polling a CQ from any thread
 // (one at a time, which `&mut self` ensures); shared state goes through Sync types.
-unsafe impl Send for Poller<'_> {}
+unsafe impl Send for Poller {}
 
-impl<'a> Poller<'a> {
+impl Poller {
     /// Polls `cq`, at most `batch` completions per `ibv_poll_cq` call.
     ///
     /// # Safety
     ///
-    /// - `cq` is a live CQ (and its context live) for `'a`, and nothing else polls it while
-    ///   this value lives;
+    /// - `cq` is a live CQ (and its context live) while this value lives, and nothing else polls
+    ///   it;
     /// - each binding names a QP whose completions go to this CQ, with the states its fallback
     ///   queues were built with.
     ///
     /// Returns `None` if the provider has no `poll_cq` entry.
-    pub unsafe fn new(cq: *mut ibv_cq, batch: u32, bindings: &'a [Binding<'a>]) -> Option<Self> {
+    pub unsafe fn new(cq: *mut ibv_cq, batch: u32, bindings: Box<[Binding]>) -> Option<Self> {
         // SAFETY: (caller) `cq` and its context are live.
         let poll = unsafe { (*(*cq).context).ops.poll_cq }?;
         Some(Self {
@@ -63,17 +65,17 @@ impl<'a> Poller<'a> {
         self.error.take()
     }
 
+    /// The index of the binding for `qpn`, trying the last match first.
     #[inline(always)]
-    fn binding(&mut self, qpn: u32) -> Option<Binding<'a>> {
-        let b = self.bindings;
-        if let Some(x) = b.get(self.last)
+    fn binding(&mut self, qpn: u32) -> Option<usize> {
+        if let Some(x) = self.bindings.get(self.last)
             && x.qpn == qpn
         {
-            return Some(*x);
+            return Some(self.last);
         }
-        let i = b.iter().position(|x| x.qpn == qpn)?;
+        let i = self.bindings.iter().position(|x| x.qpn == qpn)?;
         self.last = i;
-        Some(b[i])
+        Some(i)
     }
 
     /// Translates one work completion.
@@ -87,7 +89,9 @@ impl<'a> Poller<'a> {
         out.flags = WcFlags::NONE;
         out.byte_len = 0;
         let counter = wc.wr_id as u32;
-        match (wc.wr_id & RECV_TAG != 0, self.binding(wc.qp_num)) {
+        let found = self.binding(wc.qp_num);
+        let binding = found.and_then(|i| self.bindings.get(i));
+        match (wc.wr_id & RECV_TAG != 0, binding) {
             (false, Some(Binding { sq: Some(sq), .. })) => {
                 // SAFETY: the only poller of this queue; libibverbs reported the request.
                 let slot = unsafe { sq.retire(counter) };
@@ -130,7 +134,7 @@ fn unknown(wc: &ibv_wc, out: &mut Completion) {
     out.opcode = WcOpcode::from_raw(wc.opcode);
 }
 
-impl PollCq for Poller<'_> {
+impl PollCq for Poller {
     #[inline]
     fn poll(&mut self, out: &mut [Completion]) -> usize {
         let n = out.len().min(self.wcs.len());

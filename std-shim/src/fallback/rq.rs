@@ -1,5 +1,7 @@
 //! The fallback's receive queue: each post goes to the provider at once.
 
+use std::sync::Arc;
+
 use zverbs_core::{BatchError, PostError, PostRecv, RecvWr, Sge};
 
 use super::RawArray;
@@ -8,7 +10,7 @@ use crate::ffi::types::*;
 
 /// A receive queue driven through `ibv_post_recv`.
 #[derive(Debug)]
-pub struct RecvQueue<'a> {
+pub struct RecvQueue {
     qp: *mut ibv_qp,
     post: PostRecvFn,
     wrs: RawArray<ibv_recv_wr>,
@@ -19,19 +21,19 @@ pub struct RecvQueue<'a> {
     head: u32,
     /// Receives completed, last read from the shared state.
     tail: u32,
-    shared: &'a RqShared,
+    shared: Arc<RqShared>,
 }
 
 // SAFETY: the queue owns its staging memory; shared state goes through `RqShared` (Sync).
-unsafe impl Send for RecvQueue<'_> {}
+unsafe impl Send for RecvQueue {}
 
-impl<'a> RecvQueue<'a> {
+impl RecvQueue {
     /// Drives the receive queue of `qp` through its provider's `post_recv`.
     ///
     /// # Safety
     ///
-    /// - `qp` is a live QP (and its context live) for `'a`, and nothing else posts to its
-    ///   receive queue while this value lives;
+    /// - `qp` is a live QP (and its context live) while this value lives, and nothing else
+    ///   posts to its receive queue;
     /// - `max_recv_wr` and `max_recv_sge` are the QP's real capabilities;
     /// - `shared` was made for this queue (`RqShared::new(max_recv_wr)`), is bound to the poller
     ///   of the CQ that receives its completions, and serves no other queue.
@@ -41,7 +43,7 @@ impl<'a> RecvQueue<'a> {
         qp: *mut ibv_qp,
         max_recv_wr: u32,
         max_recv_sge: u32,
-        shared: &'a RqShared,
+        shared: Arc<RqShared>,
     ) -> Option<Self> {
         // SAFETY: (caller) `qp` and its context are live.
         let post = unsafe { (*(*qp).context).ops.post_recv }?;
@@ -120,7 +122,7 @@ impl<'a> RecvQueue<'a> {
     }
 }
 
-impl PostRecv for RecvQueue<'_> {
+impl PostRecv for RecvQueue {
     #[inline]
     unsafe fn post_recv(&mut self, wr: &RecvWr<'_>) -> Result<(), PostError> {
         self.check(wr, 1)?;

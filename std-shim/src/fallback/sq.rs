@@ -1,5 +1,7 @@
 //! The fallback's send queue: validate, stage, post the chain at `ring`.
 
+use std::sync::Arc;
+
 use zverbs_core::{BatchError, PostError, PostSend, SendFlags, SendOp, SendWr, Sge, WcOpcode};
 use zverbs_mlx5dv::SqCaps;
 
@@ -30,7 +32,7 @@ struct Plan {
 
 /// A send queue driven through `ibv_post_send`.
 #[derive(Debug)]
-pub struct SendQueue<'a> {
+pub struct SendQueue {
     qp: *mut ibv_qp,
     post: PostSendFn,
     wrs: RawArray<ibv_send_wr>,
@@ -46,21 +48,21 @@ pub struct SendQueue<'a> {
     sig_done: u32,
     max_wr: u32,
     caps: SqCaps,
-    shared: &'a SqShared,
+    shared: Arc<SqShared>,
     ring_error: Option<RingError>,
 }
 
 // SAFETY: the queue owns its staging memory; the QP pointer is only used to post, which
 // libibverbs allows from any thread; shared state goes through `SqShared` (Sync).
-unsafe impl Send for SendQueue<'_> {}
+unsafe impl Send for SendQueue {}
 
-impl<'a> SendQueue<'a> {
+impl SendQueue {
     /// Drives the send queue of `qp` through its provider's `post_send`.
     ///
     /// # Safety
     ///
-    /// - `qp` is a live QP (and its context live) for `'a`, and nothing else posts to its send
-    ///   queue while this value lives;
+    /// - `qp` is a live QP (and its context live) while this value lives, and nothing else
+    ///   posts to its send queue;
     /// - `max_send_wr` and `caps` are the QP's real capabilities (`ibv_qp_cap` after creation),
     ///   `caps.max_signaled` no more than its CQ can hold for it;
     /// - `shared` was made for this queue (`SqShared::new(max_send_wr)`), is bound to the
@@ -71,7 +73,7 @@ impl<'a> SendQueue<'a> {
         qp: *mut ibv_qp,
         max_send_wr: u32,
         caps: SqCaps,
-        shared: &'a SqShared,
+        shared: Arc<SqShared>,
     ) -> Option<Self> {
         // SAFETY: (caller) `qp` and its context are live.
         let post = unsafe { (*(*qp).context).ops.post_send }?;
@@ -270,7 +272,7 @@ impl<'a> SendQueue<'a> {
                     // (plan checked), and the two do not overlap (ours is private).
                     unsafe {
                         core::ptr::copy_nonoverlapping(
-                            s.addr as usize as *const u8,
+                            std::ptr::with_exposed_provenance(s.addr as usize),
                             dst.add(off),
                             s.length as usize,
                         )
@@ -333,7 +335,7 @@ impl<'a> SendQueue<'a> {
     }
 }
 
-impl PostSend for SendQueue<'_> {
+impl PostSend for SendQueue {
     #[inline]
     unsafe fn post_send(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
         self.pending_refusal()?;
@@ -385,7 +387,7 @@ impl PostSend for SendQueue<'_> {
     }
 }
 
-impl SendQueue<'_> {
+impl SendQueue {
     /// Unwinds the requests from `bad` on, which the provider did not post.
     #[cold]
     fn refused(&mut self, ret: i32, bad: *mut ibv_send_wr) {

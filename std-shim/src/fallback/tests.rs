@@ -1,9 +1,11 @@
 //! The fallback against a fake provider whose `ops` entries record every call.
 
+use std::sync::Arc;
 use zverbs_core::{
     BatchError, Completion, PollCq, PostError, PostRecv, PostSend, RecvWr, RemoteBuf, SendFlags,
     SendWr, Sge, WcFlags, WcOpcode, WcStatus,
 };
+
 use zverbs_mlx5dv::SqCaps;
 
 use super::fake::{self, FakeDevice, QPN, with};
@@ -24,26 +26,22 @@ fn caps() -> SqCaps {
 
 /// A fake device with one QP's fallback queues and the poller of its CQ.
 struct Rig {
-    sq: SendQueue<'static>,
-    rq: RecvQueue<'static>,
-    cq: Poller<'static>,
+    sq: SendQueue,
+    rq: RecvQueue,
+    cq: Poller,
     _dev: FakeDevice,
-}
-
-fn leak<T>(v: T) -> &'static T {
-    Box::leak(Box::new(v))
 }
 
 fn rig_with(caps: SqCaps) -> Rig {
     fake::reset(1024);
     let dev = FakeDevice::new();
-    let sqs = leak(SqShared::new(MAX_WR));
-    let rqs = leak(RqShared::new(MAX_WR));
-    let bindings: &'static [Binding<'static>] = Box::leak(Box::new([Binding {
+    let sqs = Arc::new(SqShared::new(MAX_WR));
+    let rqs = Arc::new(RqShared::new(MAX_WR));
+    let bindings = Box::new([Binding {
         qpn: QPN,
-        sq: Some(sqs),
-        rq: Some(rqs),
-    }]));
+        sq: Some(sqs.clone()),
+        rq: Some(rqs.clone()),
+    }]);
     // SAFETY: the fake QP and CQ live as long as the rig; each queue is the only one of its
     // kind; the states are made for them and bound to this poller only.
     unsafe {
