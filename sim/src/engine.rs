@@ -119,8 +119,11 @@ pub(crate) struct DevQp {
     uidx: u32,
     send_cq: usize,
     recv_cq: usize,
+    /// The QP of this device that this one names as its peer: where its requests go, and the
+    /// only QP whose requests it serves.
     peer: Option<usize>,
-    /// A peer in another process (then `peer` is `None`).
+    /// A peer in another process, as (LID, QPN) (then `peer` is `None`): where its requests
+    /// go, and the only source whose requests it serves and whose responses it takes.
     remote: Option<(u16, u32)>,
     /// The request in flight to the remote peer.
     pending: Option<Pending>,
