@@ -12,7 +12,8 @@
 //!
 //! Connections: at RTR a QP is pointed at `(dlid, dest_qp_num)`. A `dlid` equal to this
 //! instance's LID (or 0) is a QP of this process; any other LID is the instance of another
-//! process, reached through the [`Fabric`].
+//! process, reached through the [`Fabric`]. Connections are one-sided, as on hardware: a QP
+//! accepts requests only from the QP (and LID) its own RTR named ([`Device::connect_to`]).
 
 use std::collections::HashMap;
 use std::ptr::NonNull;
@@ -135,7 +136,8 @@ impl Emu {
             max_qps: 4096,
             max_cqs: 4096,
             max_mrs: 16384,
-        });
+        })
+        .map_err(|e| format!("cannot create the software device: {e}"))?;
         // The device's progress thread serves the doorbells from now on; when idle it sleeps
         // (`ZVERBS_EMU_IDLE_US`, default 20 µs) rather than compete for the CPU with the
         // programs polling their CQs.
@@ -454,7 +456,10 @@ impl Emu {
         }
         // libmlx5 puts the receive ring first in the QP buffer and the send ring after it.
         let rq_bytes = u64::from(rq_cnt) << rq_shift;
-        let sq_buf = ptr(buf + rq_bytes).ok_or(errno::EINVAL)?;
+        let sq_buf = buf
+            .checked_add(rq_bytes)
+            .and_then(ptr)
+            .ok_or(errno::EINVAL)?;
         let mut ctl = self.ctl();
         let (Some(&send_cq), Some(&recv_cq)) = (ctl.cqs.get(&send_h), ctl.cqs.get(&recv_h)) else {
             return Err(errno::EINVAL);

@@ -68,11 +68,14 @@ pub struct Mr {
 /// Size limits of a device, fixed at creation (all tables are allocated then).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DeviceConfig {
-    /// Queue pairs the device can create.
+    /// Queue pairs the device can create: at most 2^24 − 256 (QP numbers are 24 bits and
+    /// start at 0x100).
     pub max_qps: u32,
-    /// Completion queues the device can create.
+    /// Completion queues the device can create: at most 2^24 − 64 (CQ numbers are 24 bits and
+    /// start at 0x40).
     pub max_cqs: u32,
-    /// Memory regions that can be registered at once.
+    /// Memory regions that can be registered at once: at most 2^24 − 1 (a key carries its
+    /// region's table entry in 24 bits).
     pub max_mrs: u32,
 }
 
@@ -89,8 +92,8 @@ impl Default for DeviceConfig {
 /// A completion queue to create, as `ibv_create_cq`'s `cqe`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CqConfig {
-    /// Completions the CQ must hold. As libmlx5 does, the ring gets the next power of two of
-    /// `cqe + 1` entries.
+    /// Completions the CQ must hold, 1 to 2^22 − 1. As libmlx5 does, the ring gets the next
+    /// power of two of `cqe + 1` entries.
     pub cqe: u32,
 }
 
@@ -105,15 +108,17 @@ pub struct QpConfig {
     pub send_cq: u32,
     /// CQN of the CQ for receive completions.
     pub recv_cq: u32,
-    /// Send requests of the largest size the ring must hold.
+    /// Send requests of the largest size the ring must hold, at least 1; the ring (that many
+    /// WQEs in 64-byte basic blocks, to a power of two) holds at most 32768 basic blocks.
     pub max_send_wr: u32,
-    /// Gather entries per send request.
+    /// Gather entries per send request, at most 61 (a WQE has at most 63 segments).
     pub max_send_sge: u32,
-    /// Inline bytes per send request (the device may report more, as libmlx5 does).
+    /// Inline bytes per send request, at most 972 (the device may report more, as libmlx5
+    /// does).
     pub max_inline_data: u32,
-    /// Receive requests the ring must hold (0: no receive queue).
+    /// Receive requests the ring must hold, at most 32768 (0: no receive queue).
     pub max_recv_wr: u32,
-    /// Scatter entries per receive request.
+    /// Scatter entries per receive request, at most 64.
     pub max_recv_sge: u32,
     /// Every send request asks for a CQE (`sq_sig_all`). The device itself only looks at each
     /// WQE's `CQ_UPDATE` bit; this is handed back in [`SimQp::caps`].
@@ -222,6 +227,14 @@ pub enum SimError {
     NoSuchMr(u32),
     /// The QP is already connected.
     AlreadyConnected(u32),
+    /// QP `qpn` named QP `peer` as its peer, but `peer` is connected to another QP: it would
+    /// accept no request from `qpn`.
+    PeerTaken {
+        /// The QP being connected.
+        qpn: u32,
+        /// The peer it named.
+        peer: u32,
+    },
     /// Remote write or remote atomic access without local write (as `ibv_reg_mr`'s `EINVAL`).
     InvalidAccess,
     /// Memory the device cannot allocate.
@@ -237,6 +250,10 @@ impl core::fmt::Display for SimError {
             SimError::NoSuchQp(n) => write!(f, "no QP {n:#x}"),
             SimError::NoSuchMr(k) => write!(f, "no memory region with key {k:#x}"),
             SimError::AlreadyConnected(n) => write!(f, "QP {n:#x} is already connected"),
+            SimError::PeerTaken { qpn, peer } => write!(
+                f,
+                "QP {peer:#x} is connected to another QP, not to QP {qpn:#x}"
+            ),
             SimError::InvalidAccess => {
                 f.write_str("remote write or atomic access requires local write")
             }
@@ -273,4 +290,8 @@ pub struct Stats {
     /// Messages from other device instances that could not be parsed or matched no request
     /// in flight.
     pub bad_messages: u64,
+    /// Requests refused because the requester is not the responder's peer (the QP, and for a
+    /// peer in another process the LID, its connection names), and responses ignored because
+    /// they did not come from the requester's peer.
+    pub not_peer: u64,
 }

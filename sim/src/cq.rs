@@ -15,6 +15,7 @@ use std::collections::VecDeque;
 
 use zverbs_core::sync::atomic::{AtomicU8, Ordering};
 
+use crate::config::SimError;
 use crate::mem::{Region, load_be32_acquire};
 
 /// CQE opcodes (`MLX5_CQE_*`).
@@ -140,20 +141,23 @@ impl DevCq {
         self.cnt
     }
 
-    pub(crate) fn set_delay(&mut self, steps: u64) {
-        self.reserve();
+    pub(crate) fn set_delay(&mut self, steps: u64) -> Result<(), SimError> {
+        self.reserve()?;
         self.delay = steps;
+        Ok(())
     }
 
-    pub(crate) fn hold(&mut self) {
-        self.reserve();
+    pub(crate) fn hold(&mut self) -> Result<(), SimError> {
+        self.reserve()?;
         self.holding = true;
+        Ok(())
     }
 
     /// Room for a ring's worth of held CQEs, so holding never allocates per completion.
-    fn reserve(&mut self) {
+    fn reserve(&mut self) -> Result<(), SimError> {
         self.held
-            .reserve_exact((self.cnt as usize).saturating_sub(self.held.len()));
+            .try_reserve_exact((self.cnt as usize).saturating_sub(self.held.len()))
+            .map_err(|_| SimError::OutOfMemory)
     }
 
     /// Releases every held CQE now; returns how many were written.

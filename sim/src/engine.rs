@@ -21,6 +21,10 @@
 //! in another process is reached through the [`Wire`]: the same request goes out as a
 //! [`Request`] message, the peer's device runs [`Engine::respond`] on it, and its answer comes
 //! back as a [`Response`]. Such a QP keeps one request in flight.
+//!
+//! Before either, the responder must recognise the requester as its peer: the QP its own
+//! connection names (`peer` for a QP of this device, `remote` — LID and QPN — for one in
+//! another process). A request from anyone else never reaches [`Engine::respond`].
 
 use core::ptr::NonNull;
 use std::sync::Arc;
@@ -49,6 +53,21 @@ pub(crate) const QPN_BASE: u32 = 0x100;
 pub(crate) const CQN_BASE: u32 = 0x40;
 /// The largest message (2 GiB).
 const MAX_MSG: u64 = 1 << 31;
+/// The most QPs a device can have: their numbers, from [`QPN_BASE`], are 24 bits.
+const MAX_QPS: u32 = (1 << 24) - QPN_BASE;
+/// The most CQs a device can have: their numbers, from [`CQN_BASE`], are 24 bits.
+const MAX_CQS: u32 = (1 << 24) - CQN_BASE;
+/// The most basic blocks of a send ring and entries of a receive ring.
+const MAX_RING: u32 = 1 << 15;
+/// The largest receive stride: [`MAX_SEGS`] scatter entries of 16 bytes.
+const MAX_RQ_STRIDE: u32 = 16 * MAX_SEGS as u32;
+/// The most CQEs of a CQ (a ConnectX's `max_cqe` + 1).
+const MAX_CQE_CNT: u32 = 1 << 22;
+/// Gather entries in the largest WQE, beside its control and remote-address segments.
+const MAX_SEND_SGE: u32 = MAX_DS as u32 - 2;
+/// Inline bytes in the largest WQE: its segments after control and remote address, less the
+/// inline header.
+const MAX_INLINE: u32 = (MAX_DS as u32 - 2) * 16 - 4;
 
 const LOC_LEN: u8 = Syndrome::LocalLengthErr.to_raw();
 const LOC_QP_OP: u8 = Syndrome::LocalQpOpErr.to_raw();
@@ -100,8 +119,11 @@ pub(crate) struct DevQp {
     uidx: u32,
     send_cq: usize,
     recv_cq: usize,
+    /// The QP of this device that this one names as its peer: where its requests go, and the
+    /// only QP whose requests it serves.
     peer: Option<usize>,
-    /// A peer in another process (then `peer` is `None`).
+    /// A peer in another process, as (LID, QPN) (then `peer` is `None`): where its requests
+    /// go, and the only source whose requests it serves and whose responses it takes.
     remote: Option<(u16, u32)>,
     /// The request in flight to the remote peer.
     pending: Option<Pending>,
@@ -308,11 +330,28 @@ unsafe fn copy_spans(src: &[Span], dst: &[Span], len: u64) {
 }
 
 impl Engine {
-    pub(crate) fn new(cfg: DeviceConfig) -> Self {
-        Self {
-            qps: Vec::with_capacity(cfg.max_qps as usize),
-            cqs: Vec::with_capacity(cfg.max_cqs as usize),
-            mrs: MrTable::new(cfg.max_mrs),
+    /// An engine with tables for `cfg`, or why `cfg` cannot be served.
+    pub(crate) fn new(cfg: DeviceConfig) -> Result<Self, SimError> {
+        if cfg.max_qps > MAX_QPS {
+            return Err(SimError::InvalidConfig(
+                "max_qps above 2^24 - 256 (QP numbers are 24 bits, from 0x100)",
+            ));
+        }
+        if cfg.max_cqs > MAX_CQS {
+            return Err(SimError::InvalidConfig(
+                "max_cqs above 2^24 - 64 (CQ numbers are 24 bits, from 0x40)",
+            ));
+        }
+        let mrs = MrTable::new(cfg.max_mrs)?;
+        let (mut qps, mut cqs) = (Vec::new(), Vec::new());
+        qps.try_reserve_exact(cfg.max_qps as usize)
+            .map_err(|_| SimError::OutOfMemory)?;
+        cqs.try_reserve_exact(cfg.max_cqs as usize)
+            .map_err(|_| SimError::OutOfMemory)?;
+        Ok(Self {
+            qps,
+            cqs,
+            mrs,
             owned: Vec::new(),
             now: 0,
             stats: Stats::default(),
@@ -320,7 +359,7 @@ impl Engine {
             wire: None,
             next_seq: 0,
             atomic_host_endian: true,
-        }
+        })
     }
 
     pub(crate) fn set_wire(&mut self, wire: Arc<dyn Wire>, lid: u16) {
@@ -384,7 +423,7 @@ impl Engine {
     }
 
     pub(crate) fn create_cq(&mut self, cfg: CqConfig) -> Result<SimCq, SimError> {
-        if cfg.cqe == 0 || cfg.cqe >= 1 << 22 {
+        if cfg.cqe == 0 || cfg.cqe >= MAX_CQE_CNT {
             return Err(SimError::InvalidConfig("cqe must be in 1..2^22"));
         }
         let slot = self.free_cq_slot()?;
@@ -423,6 +462,9 @@ impl Engine {
                 "CQ: power-of-two count of 64-byte CQEs",
             ));
         }
+        if layout.cqe_cnt > MAX_CQE_CNT {
+            return Err(SimError::InvalidConfig("CQ above 2^22 CQEs"));
+        }
         let slot = self.free_cq_slot()?;
         if self.cqs.iter().any(|c| c.cqn == layout.cqn && !c.dead) {
             return Err(SimError::InvalidConfig("CQ number in use"));
@@ -443,8 +485,30 @@ impl Engine {
     }
 
     pub(crate) fn create_qp(&mut self, cfg: QpConfig) -> Result<SimQp, SimError> {
+        // Every caller-supplied size is bounded first, so the arithmetic below cannot
+        // overflow.
         if cfg.max_send_wr == 0 {
             return Err(SimError::InvalidConfig("max_send_wr must be at least 1"));
+        }
+        if cfg.max_send_wr > MAX_RING {
+            return Err(SimError::InvalidConfig(
+                "max_send_wr above 32768 (the send ring's limit)",
+            ));
+        }
+        if cfg.max_send_sge > MAX_SEND_SGE {
+            return Err(SimError::InvalidConfig(
+                "max_send_sge above 61 (a WQE has at most 63 segments)",
+            ));
+        }
+        if cfg.max_inline_data > MAX_INLINE {
+            return Err(SimError::InvalidConfig(
+                "max_inline_data above 972 bytes (a WQE has at most 63 segments)",
+            ));
+        }
+        if cfg.max_recv_wr > MAX_RING {
+            return Err(SimError::InvalidConfig(
+                "max_recv_wr above 32768 (the receive ring's limit)",
+            ));
         }
         if cfg.max_recv_sge > MAX_SEGS as u32 {
             return Err(SimError::InvalidConfig("max_recv_sge above 64"));
@@ -460,15 +524,15 @@ impl Engine {
         let send_cq = self.cq_index(cfg.send_cq)?;
         self.cq_index(cfg.recv_cq)?;
         // The largest WQE: control + remote address + the larger of the gather list and the
-        // inline segment (atomics fit one block), in whole basic blocks, as libmlx5 sizes it.
+        // inline segment (atomics fit one block), in whole basic blocks, as libmlx5 sizes it:
+        // at most 63 segments, by the bounds above.
         let segs = 2 + (cfg.max_send_sge as usize).max(inline_ds(cfg.max_inline_data as usize));
-        if segs > MAX_DS {
-            return Err(SimError::InvalidConfig("largest WQE above 63 segments"));
-        }
+        debug_assert!(segs <= MAX_DS);
         let wqe_bytes = (segs * 16).next_multiple_of(64) as u64;
         let max_ds = ((wqe_bytes / 16) as usize).min(MAX_DS);
+        // At most 2^15 WQEs of 16 blocks: 2^19 blocks before the check.
         let sq_cnt = (u64::from(cfg.max_send_wr) * wqe_bytes / 64).next_power_of_two();
-        if sq_cnt > 1 << 15 {
+        if sq_cnt > u64::from(MAX_RING) {
             return Err(SimError::InvalidConfig(
                 "send ring above 32768 basic blocks",
             ));
@@ -477,15 +541,14 @@ impl Engine {
         let (rq_cnt, stride) = if cfg.max_recv_wr == 0 {
             (0, 16)
         } else {
-            let c = cfg.max_recv_wr.next_power_of_two();
-            if c > 1 << 15 {
-                return Err(SimError::InvalidConfig("receive ring above 32768 entries"));
-            }
-            (c, 16 * cfg.max_recv_sge.max(1).next_power_of_two())
+            (
+                cfg.max_recv_wr.next_power_of_two(),
+                16 * cfg.max_recv_sge.max(1).next_power_of_two(),
+            )
         };
         let slot = self.free_qp_slot()?;
         let sq = self.alloc(sq_cnt as usize * 64)?;
-        let rq = self.alloc((rq_cnt * stride) as usize)?;
+        let rq = self.alloc(rq_cnt as usize * stride as usize)?;
         let dbrec = self.alloc(8)?.ptr.cast::<u32>();
         let bf_len = if cfg.bf_size == 0 {
             8
@@ -538,20 +601,22 @@ impl Engine {
         rnr_retry: u8,
     ) -> Result<(), SimError> {
         let sq_cnt = layout.sq.wqe_cnt;
-        if !sq_cnt.is_power_of_two() || sq_cnt > 1 << 15 || layout.sq.stride != 64 {
+        if !sq_cnt.is_power_of_two() || sq_cnt > MAX_RING || layout.sq.stride != 64 {
             return Err(SimError::InvalidConfig(
-                "SQ: power-of-two count of 64-byte blocks",
+                "SQ: power-of-two count, at most 32768, of 64-byte blocks",
             ));
         }
         let rq_cnt = layout.rq.wqe_cnt;
         let stride = layout.rq.stride;
-        if rq_cnt != 0
-            && (!rq_cnt.is_power_of_two()
-                || rq_cnt > 1 << 15
-                || stride < 16
-                || !stride.is_power_of_two())
-        {
-            return Err(SimError::InvalidConfig("RQ: power-of-two count and stride"));
+        if rq_cnt != 0 && (!rq_cnt.is_power_of_two() || rq_cnt > MAX_RING) {
+            return Err(SimError::InvalidConfig(
+                "RQ: power-of-two count, at most 32768",
+            ));
+        }
+        if rq_cnt != 0 && (!stride.is_power_of_two() || !(16..=MAX_RQ_STRIDE).contains(&stride)) {
+            return Err(SimError::InvalidConfig(
+                "RQ: power-of-two stride of 16 to 1024 bytes (64 scatter entries)",
+            ));
         }
         let slot = self.free_qp_slot()?;
         if self.qps.iter().any(|q| q.qpn == layout.qpn && !q.dead) || layout.qpn > 0xff_ffff {
@@ -562,7 +627,7 @@ impl Engine {
         let rq = (rq_cnt != 0).then_some(RqRing {
             region: Region {
                 ptr: layout.rq.buf,
-                len: (rq_cnt * stride) as usize,
+                len: rq_cnt as usize * stride as usize,
             },
             cnt: rq_cnt,
             stride,
@@ -622,17 +687,28 @@ impl Engine {
     }
 
     /// Points QP `qpn`'s requests at `peer` (one-sided, as `ibv_modify_qp` to RTR does) and
-    /// moves it to RTS.
+    /// moves it to RTS. Traffic flows once the peer names `qpn` in turn: a responder accepts
+    /// requests only from the QP its own connection names. A local peer that already names
+    /// another QP is refused here, since it would never accept a request from `qpn`.
     pub(crate) fn connect_to(&mut self, qpn: u32, peer: Peer) -> Result<(), SimError> {
         let q = self.qp_index(qpn)?;
         let (local, remote) = match peer {
             Peer::Local(p) => (Some(self.qp_index(p)?), None),
             Peer::Remote { lid, qpn } => (None, Some((lid, qpn))),
         };
-        let qp = &mut self.qps[q];
-        if qp.status != QpStatus::Init {
+        if self.qps[q].status != QpStatus::Init {
             return Err(SimError::AlreadyConnected(qpn));
         }
+        if let Some(p) = local {
+            let theirs = &self.qps[p];
+            if theirs.remote.is_some() || theirs.peer.is_some_and(|x| x != q) {
+                return Err(SimError::PeerTaken {
+                    qpn,
+                    peer: theirs.qpn,
+                });
+            }
+        }
+        let qp = &mut self.qps[q];
         qp.peer = local;
         qp.remote = remote;
         qp.status = QpStatus::Rts;
@@ -1037,7 +1113,16 @@ impl Engine {
         let Some(p) = self.qps[q].peer else {
             return Outcome::Fail(RETRY_EXC, vendor::PEER_DOWN);
         };
-        if self.qps[p].status != QpStatus::Rts {
+        let responder = &self.qps[p];
+        if responder.status == QpStatus::Init {
+            return Outcome::Fail(RETRY_EXC, vendor::PEER_DOWN);
+        }
+        if responder.peer != Some(q) {
+            // The responder's connection names another QP: it drops the request.
+            self.stats.not_peer += 1;
+            return Outcome::Fail(RETRY_EXC, vendor::NOT_PEER);
+        }
+        if responder.status != QpStatus::Rts {
             return Outcome::Fail(RETRY_EXC, vendor::PEER_DOWN);
         }
         if w.opcode == opcode::NOP {
@@ -1133,6 +1218,16 @@ impl Engine {
         );
         let answer = match self.qp_index(r.dst_qpn) {
             Err(_) => Answer::Nak(RETRY_EXC, vendor::PEER_DOWN),
+            Ok(p) if self.qps[p].status == QpStatus::Init => {
+                Answer::Nak(RETRY_EXC, vendor::PEER_DOWN)
+            }
+            Ok(p) if self.qps[p].remote != Some((r.src_lid, r.src_qpn)) => {
+                // Not the responder's peer (another QP, at another LID, or a guessed QPN):
+                // the request never reaches the QP. Hardware drops it and the requester's
+                // retries run out; the answer says so at once.
+                self.stats.not_peer += 1;
+                Answer::Nak(RETRY_EXC, vendor::NOT_PEER)
+            }
             Ok(_) if writes && r.payload.len() as u64 != r.len => {
                 Answer::Nak(REM_INV_REQ, vendor::LAYOUT)
             }
@@ -1156,8 +1251,10 @@ impl Engine {
             Answer::Rnr => (Status::Rnr, Vec::new()),
             Answer::Nak(s, v) => (Status::Nak(s, v), Vec::new()),
         };
-        if let Some((wire, _)) = &self.wire {
+        if let Some((wire, my_lid)) = &self.wire {
             let resp = Response {
+                src_lid: *my_lid,
+                src_qpn: r.dst_qpn,
                 dst_qpn: r.src_qpn,
                 seq: r.seq,
                 status,
@@ -1172,6 +1269,10 @@ impl Engine {
         let Ok(q) = self.qp_index(r.dst_qpn) else {
             return;
         };
+        if self.qps[q].remote != Some((r.src_lid, r.src_qpn)) {
+            self.stats.not_peer += 1;
+            return;
+        }
         match self.qps[q].pending {
             Some(p) if p.seq == r.seq => {}
             _ => {
@@ -1230,6 +1331,12 @@ impl Engine {
             return Err(Answer::Nak(RETRY_EXC, vendor::PEER_DOWN));
         }
         let len = ask.len;
+        if len > MAX_MSG {
+            // Only a request from another process can claim this (a local requester checks
+            // its own length); its READ would be answered with more than a message can hold.
+            self.peer_to_error(p);
+            return Err(Answer::Nak(REM_INV_REQ, vendor::MSG_TOO_LONG));
+        }
         match ask.opcode {
             opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM => {
                 // A zero-length RDMA WRITE needs no valid remote key (IBA C9-88).

@@ -13,7 +13,8 @@
 //!
 //! Like the NIC, the device watches the doorbell records (it never reads a send WQE beyond the
 //! producer counter the record publishes, and loads the record with `Acquire`), executes the
-//! WQEs with RC semantics between connected QPs, and writes CQEs with correct owner bits. It
+//! WQEs with RC semantics between connected QPs (a QP serves only the peer its own connection
+//! names, see [`Device::connect_to`]), and writes CQEs with correct owner bits. It
 //! checks every key, bound and access right against its registered memory regions and answers
 //! violations with the error CQEs mlx5 writes; an error moves the QP to the error state, where
 //! every outstanding and later work request completes with "WR flushed". Ring contents are
@@ -52,7 +53,8 @@
 //! | SEND longer than the receive | remote invalid request (0x12) | local length (0x01) on the receive |
 //! | receive entry with a bad key, bounds or no local write | remote operation (0x14) | local protection (0x04) on the receive |
 //! | SEND or WRITE imm and no receive posted, after `rnr_retry` retries | RNR retry exceeded (0x16) | — |
-//! | peer QP in the error state | transport retry exceeded (0x15) | — |
+//! | peer QP in the error state, gone or not connected yet | transport retry exceeded (0x15) | — |
+//! | peer QP connected to another QP (not the requester) | transport retry exceeded (0x15) | — (never reached) |
 //!
 //! Error and flush CQEs are written whether the WQE was signaled or not. A zero-length WRITE
 //! or READ needs no valid remote key (IBA C9-88).
@@ -73,7 +75,9 @@
 //! its last byte stored last". See `docs/sim.md`.
 //!
 //! Nothing is allocated per operation: rings, tables and the queue of held CQEs are sized when
-//! the device, a QP or a CQ is created.
+//! the device, a QP or a CQ is created. Every size a caller passes is checked against the
+//! device's limit before it is computed with: a value above it is [`SimError::InvalidConfig`]
+//! naming the limit, never an overflow or a panic under the device's lock.
 #![deny(
     unsafe_op_in_unsafe_fn,
     missing_docs,
@@ -133,20 +137,33 @@ impl Default for Device {
 
 impl Device {
     /// A device with the default table sizes, in stepped mode.
+    ///
+    /// # Panics
+    ///
+    /// If the default tables (a few kilobytes) cannot be allocated.
     pub fn new() -> Self {
-        Self::with_config(DeviceConfig::default())
+        match Self::with_config(DeviceConfig::default()) {
+            Ok(d) => d,
+            Err(e) => panic!("the software device's default tables: {e}"),
+        }
     }
 
     /// A device with the given table sizes, in stepped mode.
-    pub fn with_config(cfg: DeviceConfig) -> Self {
-        Self {
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::InvalidConfig`] for a table larger than its numbers or keys can name
+    /// ([`DeviceConfig`] gives the limits), [`SimError::OutOfMemory`] when the tables cannot
+    /// be allocated.
+    pub fn with_config(cfg: DeviceConfig) -> Result<Self, SimError> {
+        Ok(Self {
             shared: Arc::new(Shared {
-                engine: Mutex::new(Engine::new(cfg)),
+                engine: Mutex::new(Engine::new(cfg)?),
                 stop: AtomicBool::new(false),
                 idle_sleep_ns: AtomicU64::new(0),
             }),
             thread: None,
-        }
+        })
     }
 
     fn engine(&self) -> MutexGuard<'_, Engine> {
@@ -219,22 +236,30 @@ impl Device {
         unsafe { self.engine().add_qp(layout, send_cq, recv_cq, rnr_retry) }
     }
 
-    /// Connects two QPs (or a QP to itself) as an RC pair and moves both to RTS.
+    /// Connects two QPs (or a QP to itself) as an RC pair and moves both to RTS: each names
+    /// the other, as [`Device::connect_to`] on both sides.
     ///
     /// # Errors
     ///
-    /// [`SimError::NoSuchQp`], [`SimError::AlreadyConnected`].
+    /// [`SimError::NoSuchQp`], [`SimError::AlreadyConnected`] when either QP is past INIT
+    /// (nothing is changed then).
     pub fn connect(&self, a: u32, b: u32) -> Result<(), SimError> {
         self.engine().connect(a, b)
     }
 
     /// Points QP `qpn`'s requests at `peer` and moves it to RTS, as `ibv_modify_qp` to RTR and
-    /// RTS does on one side of a connection (the peer is connected on its own side). A peer
-    /// in another process is reached through the device's [`Wire`].
+    /// RTS does on one side of a connection. A connection is one-sided, as on hardware: the
+    /// peer names `qpn` on its own side, and a QP accepts requests only from the QP (and, in
+    /// another process, the LID) its own connection names. A request from any other QP never
+    /// reaches it: the requester's WQE fails with "transport retry exceeded" (vendor syndrome
+    /// [`vendor::NOT_PEER`]), counted in [`Stats::not_peer`]. A peer in another process is
+    /// reached through the device's [`Wire`].
     ///
     /// # Errors
     ///
-    /// [`SimError::NoSuchQp`] (for either QP of a local pair), [`SimError::AlreadyConnected`].
+    /// [`SimError::NoSuchQp`] (for either QP of a local pair), [`SimError::AlreadyConnected`]
+    /// when `qpn` is past INIT, [`SimError::PeerTaken`] when a local peer already names
+    /// another QP. Nothing is changed on an error.
     pub fn connect_to(&self, qpn: u32, peer: Peer) -> Result<(), SimError> {
         self.engine().connect_to(qpn, peer)
     }
@@ -455,20 +480,19 @@ impl Device {
     ///
     /// # Errors
     ///
-    /// [`SimError::NoSuchCq`].
+    /// [`SimError::NoSuchCq`], [`SimError::OutOfMemory`] when the queue of held CQEs (a ring's
+    /// worth) cannot be allocated.
     pub fn delay_completions(&self, cqn: u32, steps: u64) -> Result<(), SimError> {
-        self.engine().cq_mut(cqn)?.set_delay(steps);
-        Ok(())
+        self.engine().cq_mut(cqn)?.set_delay(steps)
     }
 
     /// Holds every CQE of `cqn` from now on until [`Device::release_completions`].
     ///
     /// # Errors
     ///
-    /// [`SimError::NoSuchCq`].
+    /// As [`Device::delay_completions`].
     pub fn hold_completions(&self, cqn: u32) -> Result<(), SimError> {
-        self.engine().cq_mut(cqn)?.hold();
-        Ok(())
+        self.engine().cq_mut(cqn)?.hold()
     }
 
     /// Writes every held CQE of `cqn` now and stops holding; returns how many were written.

@@ -7,6 +7,9 @@
 
 use crate::config::{Access, Mr, SimError};
 
+/// The most regions a table holds: `slot + 1` must fit the key's 24 bits above the low byte.
+pub(crate) const MAX_MRS: u32 = 0xff_ffff;
+
 /// Why a key and span were refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum MrFault {
@@ -32,7 +35,8 @@ pub(crate) struct MrTable {
 }
 
 impl MrTable {
-    pub(crate) fn new(max: u32) -> Self {
+    /// A table of `max` regions, allocated now.
+    pub(crate) fn new(max: u32) -> Result<Self, SimError> {
         let empty = Entry {
             mr: Mr {
                 addr: 0,
@@ -44,9 +48,17 @@ impl MrTable {
             live: false,
             generation: 0,
         };
-        Self {
-            entries: std::vec![empty; max as usize],
+        if max > MAX_MRS {
+            return Err(SimError::InvalidConfig(
+                "max_mrs above 2^24 - 1 (keys carry the region's slot in 24 bits)",
+            ));
         }
+        let mut entries = Vec::new();
+        entries
+            .try_reserve_exact(max as usize)
+            .map_err(|_| SimError::OutOfMemory)?;
+        entries.resize(max as usize, empty);
+        Ok(Self { entries })
     }
 
     pub(crate) fn register(&mut self, addr: u64, len: u64, access: Access) -> Result<Mr, SimError> {
@@ -63,7 +75,8 @@ impl MrTable {
             .iter()
             .position(|e| !e.live)
             .ok_or(SimError::TooMany)?;
-        if slot >= 0xff_ffff {
+        if slot >= MAX_MRS as usize {
+            // Unreachable: the table holds at most `MAX_MRS` entries.
             return Err(SimError::TooMany);
         }
         let e = &mut self.entries[slot];
@@ -149,7 +162,7 @@ mod tests {
 
     #[test]
     fn keys_bounds_and_rights() {
-        let mut t = MrTable::new(2);
+        let mut t = MrTable::new(2).unwrap();
         let a = t.register(0x1000, 0x100, Access::LOCAL_WRITE).unwrap();
         assert_ne!(a.lkey, 0x100);
         assert_ne!(a.lkey, a.rkey);

@@ -17,7 +17,8 @@ pub const RECV_BOUNDS: u8 = 0x45;
 /// A receive entry's region lacks local write (responder: local protection, 0x04).
 pub const RECV_ACCESS: u8 = 0x46;
 
-/// The message is longer than 2 GiB (local length, 0x01).
+/// The message is longer than 2 GiB (local length, 0x01; a request from another process
+/// that claims more: remote invalid request, 0x12).
 pub const MSG_TOO_LONG: u8 = 0x11;
 /// The message is longer than the receive it consumes (responder: local length, 0x01;
 /// requester: remote invalid request, 0x12).
@@ -55,6 +56,10 @@ pub const DOORBELL: u8 = 0x28;
 /// The peer QP is in the error state or gone: no acknowledgement ever comes (transport retry
 /// counter exceeded, 0x15).
 pub const PEER_DOWN: u8 = 0x51;
+/// The peer QP is connected to another QP (or, across processes, to a QP at another LID): it
+/// drops the request, as a responder drops a packet from a source QP other than its own
+/// connection's, and the requester's retries run out (transport retry counter exceeded, 0x15).
+pub const NOT_PEER: u8 = 0x53;
 /// No receive was posted at the peer within the RNR retries (RNR retry exceeded, 0x16).
 pub const RNR: u8 = 0x52;
 

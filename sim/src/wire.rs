@@ -8,6 +8,12 @@
 //! of a READ or the original value of an atomic; an RNR NAK; or a NAK with the syndrome the
 //! requester reports). Each QP has at most one request in flight, so execution stays in order.
 //!
+//! Both ends check where a message comes from, since a QPN is easy to guess: a responder
+//! serves a request only when its source LID and QPN are the ones its own connection names
+//! (anything else is refused with "transport retry exceeded", what a requester whose packets
+//! a responder drops ends with), and a requester takes a response only from the LID and QPN
+//! it sent to.
+//!
 //! How the bytes travel is the transport's business ([`Wire`]): it must deliver each message
 //! whole and in order per destination, and hand what arrives to
 //! [`Device::deliver`](crate::Device::deliver).
@@ -68,6 +74,10 @@ pub enum Status {
 /// The answer to a [`Request`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Response {
+    /// The responder's LID.
+    pub src_lid: u16,
+    /// The responder's QPN.
+    pub src_qpn: u32,
     /// The requester's QPN.
     pub dst_qpn: u32,
     /// The request's tag.
@@ -92,7 +102,7 @@ const RESPONSE: u8 = 2;
 /// Bytes before a request's payload.
 const REQUEST_HEADER: usize = 1 + 2 + 4 + 4 + 4 + 1 + 1 + 8 + 4 + 4 + 8 + 8 + 8;
 /// Bytes before a response's data.
-const RESPONSE_HEADER: usize = 1 + 4 + 4 + 1 + 1 + 1;
+const RESPONSE_HEADER: usize = 1 + 2 + 4 + 4 + 4 + 1 + 1 + 1;
 
 /// Reads little-endian fields in order.
 struct Reader<'a> {
@@ -145,6 +155,8 @@ impl Message {
             Message::Response(r) => {
                 let mut v = Vec::with_capacity(RESPONSE_HEADER + r.data.len());
                 v.push(RESPONSE);
+                v.extend_from_slice(&r.src_lid.to_le_bytes());
+                v.extend_from_slice(&r.src_qpn.to_le_bytes());
                 v.extend_from_slice(&r.dst_qpn.to_le_bytes());
                 v.extend_from_slice(&r.seq.to_le_bytes());
                 let (kind, syndrome, vendor) = match r.status {
@@ -194,6 +206,8 @@ impl Message {
                 }))
             }
             RESPONSE => {
+                let src_lid = r.u16()?;
+                let src_qpn = r.u32()?;
                 let dst_qpn = r.u32()?;
                 let seq = r.u32()?;
                 let status = match (r.u8()?, r.u8()?, r.u8()?) {
@@ -203,6 +217,8 @@ impl Message {
                     _ => return None,
                 };
                 Some(Message::Response(Response {
+                    src_lid,
+                    src_qpn,
                     dst_qpn,
                     seq,
                     status,
@@ -249,6 +265,8 @@ mod tests {
     fn response_bytes_round_trip() {
         for status in [Status::Ack, Status::Rnr, Status::Nak(0x13, 0x31)] {
             let m = Message::Response(Response {
+                src_lid: 0x0102,
+                src_qpn: 0x101,
                 dst_qpn: 0x100,
                 seq: 9,
                 status,
@@ -258,7 +276,10 @@ mod tests {
             assert_eq!(b[0], 2);
             assert_eq!(Message::decode(&b), Some(m));
         }
-        assert_eq!(Message::decode(&[2, 0, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0]), None);
+        let mut unknown_status = [0u8; RESPONSE_HEADER];
+        unknown_status[0] = 2;
+        unknown_status[RESPONSE_HEADER - 3] = 3;
+        assert_eq!(Message::decode(&unknown_status), None);
         assert_eq!(Message::decode(&[9]), None);
     }
 }

@@ -5,25 +5,14 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use common::Arena;
+use common::{Arena, Queue};
 use zverbs_core::{
     Completion, PollCq, PostRecv, PostSend, RecvWr, RemoteBuf, SendWr, Sge, WcOpcode, WcStatus,
 };
 use zverbs_mlx5dv::{CompletionQueue, CqBinding, RecvQueue, RqState, SendQueue, SqState};
-use zverbs_sim::wire::Wire;
 use zverbs_sim::{Access, CqConfig, Device, Peer, QpConfig};
-
-/// Messages in flight: (destination LID, bytes).
-#[derive(Default)]
-struct Queue(Mutex<Vec<(u16, Vec<u8>)>>);
-
-impl Wire for Queue {
-    fn send(&self, lid: u16, msg: Vec<u8>) {
-        self.0.lock().unwrap().push((lid, msg));
-    }
-}
 
 const LID_A: u16 = 1;
 const LID_B: u16 = 2;
@@ -33,8 +22,7 @@ fn pump(a: &Device, b: &Device, q: &Queue) -> usize {
     let mut delivered = 0;
     loop {
         let mut work = a.run_until_idle() + b.run_until_idle();
-        let msgs: Vec<_> = std::mem::take(&mut *q.0.lock().unwrap());
-        for (lid, m) in msgs {
+        for (lid, m) in q.take() {
             match lid {
                 LID_A => a.deliver(&m),
                 LID_B => b.deliver(&m),

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use zverbs::connect::{Endpoint, random_psn};
-use zverbs::safe::SafeSendQueue;
+use zverbs::safe::{SafeRecvQueue, SafeSendQueue};
 use zverbs::{
     AccessFlags, BackendKind, Completion, ConnectAttr, ContextOptions, PollCq, Queues, SendFlags,
     WcOpcode, WcStatus,
@@ -115,6 +115,124 @@ fn software_device_runs_the_direct_path_through_the_control_path() {
     drop(ctx);
     drop((sq, cq));
     drop((a, b, a_cq, b_cq, a_buf, b_buf));
+}
+
+#[test]
+fn a_qp_on_the_software_device_takes_requests_only_from_its_peer() {
+    // QPs A, B, C, D. C names A before A has a peer; then A and B name each other. A accepts
+    // only B: D cannot connect to it any more, and C's SEND never reaches it.
+    let ctx = zverbs::open_device(Some("zverbs_sim0"), &ContextOptions::default()).unwrap();
+    let port = ctx.active_port().unwrap();
+    let local = ctx.address(port, None).unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cqs: Vec<_> = (0..4)
+        .map(|_| ctx.cq_builder().cqe(16).build().unwrap())
+        .collect();
+    let qps: Vec<_> = cqs
+        .iter()
+        .map(|cq| pd.qp_builder(cq, cq).build().unwrap())
+        .collect();
+    let bufs: Vec<_> = (0..4)
+        .map(|_| pd.alloc_buf(4096, AccessFlags::ALL).unwrap())
+        .collect();
+    let ep = |i: usize| Endpoint {
+        lid: local.lid,
+        qpn: qps[i].qpn(),
+        psn: random_psn(),
+        gid: local.gid,
+    };
+    let connect = |i: usize, peer: &Endpoint| {
+        qps[i].connect(&ConnectAttr::new(port, ep(i).psn, peer, local.gid_index))
+    };
+    let (a, b, c, d) = (0, 1, 2, 3);
+    connect(b, &ep(a)).unwrap();
+    connect(c, &ep(a)).unwrap();
+    connect(a, &ep(b)).unwrap();
+    let e = connect(d, &ep(a)).unwrap_err();
+    assert!(
+        e.to_string().contains("connected to another QP"),
+        "naming a QP that names another is refused: {e}"
+    );
+    // A peer on another LID is not on this device.
+    let far = Endpoint { lid: 7, ..ep(a) };
+    let e = connect(d, &far).unwrap_err();
+    assert!(e.to_string().contains("LID"), "{e}");
+
+    let take = |i: usize| match Queues::take(&qps[i], &cqs[i]).unwrap() {
+        Queues::Direct(q) => q,
+        Queues::Verbs(_) => panic!("the software device has only the direct backend"),
+    };
+    let (qa, qb, qc) = (take(a), take(b), take(c));
+    let mut rqa = SafeRecvQueue::new(qa.rq);
+    let mut cqa = qa.cq;
+    rqa.post(0xa1, bufs[a].slice(0..64).unwrap()).unwrap();
+
+    let sig = SendFlags::SIGNALED;
+    bufs[c].write(0, b"from c");
+    let mut sqc = SafeSendQueue::new(qc.sq);
+    let mut cqc = qc.cq;
+    sqc.send(1, bufs[c].slice(0..6).unwrap(), sig).unwrap();
+    sqc.ring();
+    let w = wait(&mut cqc, 1);
+    assert_eq!(
+        (w[0].wr_id, w[0].status),
+        (1, WcStatus::RetryExcErr),
+        "{w:?}"
+    );
+    let mut wc = [Completion::EMPTY; 4];
+    assert_eq!(
+        cqa.poll(&mut wc),
+        0,
+        "C's SEND never reached A: {:?}",
+        wc[0]
+    );
+
+    bufs[b].write(0, b"from b");
+    let mut sqb = SafeSendQueue::new(qb.sq);
+    let mut cqb = qb.cq;
+    sqb.send(2, bufs[b].slice(0..6).unwrap(), sig).unwrap();
+    sqb.ring();
+    assert!(wait(&mut cqb, 1)[0].is_success());
+    let w = wait(&mut cqa, 1);
+    assert_eq!((w[0].wr_id, w[0].opcode), (0xa1, WcOpcode::Recv), "{w:?}");
+    let mut got = [0u8; 6];
+    bufs[a].read(0, &mut got);
+    assert_eq!(&got, b"from b");
+}
+
+#[test]
+fn sizes_the_software_device_cannot_hold_are_errors_not_panics() {
+    let ctx = zverbs::open_device(Some("zverbs_sim0"), &ContextOptions::default()).unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.cq_builder().cqe(8).build().unwrap();
+    let qp = || pd.qp_builder(&cq, &cq);
+    for (built, limit) in [
+        (
+            qp().max_recv_wr((1 << 31) + 1).build(),
+            "max_recv_wr above 32768",
+        ),
+        (
+            qp().max_recv_wr(u32::MAX).build(),
+            "max_recv_wr above 32768",
+        ),
+        (
+            qp().max_send_wr(u32::MAX).build(),
+            "max_send_wr above 32768",
+        ),
+        (qp().max_send_sge(u32::MAX).build(), "max_send_sge above 61"),
+        (qp().max_recv_sge(u32::MAX).build(), "max_recv_sge above 64"),
+        (
+            qp().max_inline_data(u32::MAX).build(),
+            "max_inline_data above 972",
+        ),
+    ] {
+        let e = built.unwrap_err();
+        assert!(e.to_string().contains(limit), "{e}: not {limit:?}");
+    }
+    let e = ctx.cq_builder().cqe(u32::MAX).build().unwrap_err();
+    assert!(e.to_string().contains("2^22"), "{e}");
+    // The device still serves: a QP of ordinary size builds.
+    qp().max_recv_wr(32).build().unwrap();
 }
 
 #[test]

@@ -5,11 +5,13 @@
 use std::alloc::{Layout, alloc_zeroed, dealloc};
 use std::collections::HashMap;
 use std::ptr::NonNull;
+use std::sync::Mutex;
 
 use zverbs_core::{Completion, PollCq, RemoteBuf, Sge};
 use zverbs_mlx5dv::{
     CompletionQueue, CqBinding, RecvQueue, RqRef, RqState, SendQueue, SqCaps, SqRef, SqState,
 };
+use zverbs_sim::wire::Wire;
 use zverbs_sim::{Access, CqConfig, Device, Mr, QpConfig, SimCq, SimQp};
 
 /// Guard bytes on each side of an arena.
@@ -335,5 +337,61 @@ pub fn env_u64(var: &str, default: u64) -> u64 {
             }
         }
         Err(_) => default,
+    }
+}
+
+/// One QP with its own CQ and registered arena on `dev`, not connected. Its queues'
+/// bookkeeping is leaked (a test's worth), so the end can be returned on its own.
+pub fn end_on<'a>(dev: &'a Device, mem: &'a Arena, cfg: PairCfg) -> End<'a> {
+    let cq = dev.create_cq(CqConfig { cqe: cfg.cqe }).unwrap();
+    let qp = dev
+        .create_qp(QpConfig {
+            send_cq: cq.cqn,
+            recv_cq: cq.cqn,
+            ..cfg.qp
+        })
+        .unwrap();
+    // SAFETY: the arena outlives the device's use of it (the caller keeps it alive).
+    let mr = unsafe { dev.reg_mr(mem.ptr(0), mem.len(), Access::ALL) }.unwrap();
+    let sq_state: SqRef<'static> =
+        Box::leak(Box::new(SqState::new(&*qp.sq_slots().leak()).unwrap()));
+    let rq_state: RqRef<'static> =
+        Box::leak(Box::new(RqState::new(&*qp.rq_slots().leak()).unwrap()));
+    let bind: &'static [CqBinding<SqRef<'static>, RqRef<'static>>] =
+        Box::leak(Box::new([CqBinding::new(
+            qp.qpn,
+            Some(sq_state),
+            Some(rq_state),
+        )]));
+    // SAFETY: the layouts are the device's, which outlives the queues; each queue is the only
+    // driver of its ring; the states are bound to the CQ that serves them.
+    unsafe {
+        End {
+            qp,
+            cq,
+            sq: SendQueue::new(&qp.layout, qp.caps(), sq_state).unwrap(),
+            rq: RecvQueue::new(&qp.layout, rq_state).unwrap(),
+            cqp: CompletionQueue::new(&cq.layout, bind).unwrap(),
+            mem,
+            mr,
+        }
+    }
+}
+
+/// A wire between device instances in one test: messages in flight, as (destination LID,
+/// bytes), carried by the test.
+#[derive(Default)]
+pub struct Queue(pub Mutex<Vec<(u16, Vec<u8>)>>);
+
+impl Wire for Queue {
+    fn send(&self, lid: u16, msg: Vec<u8>) {
+        self.0.lock().unwrap().push((lid, msg));
+    }
+}
+
+impl Queue {
+    /// Every message in flight, taken off the wire.
+    pub fn take(&self) -> Vec<(u16, Vec<u8>)> {
+        std::mem::take(&mut *self.0.lock().unwrap())
     }
 }

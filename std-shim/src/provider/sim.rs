@@ -6,8 +6,11 @@
 //! `zverbs-mlx5dv` drives them exactly as on a ConnectX. It has no libibverbs side, so the
 //! fallback backend cannot be asked for.
 //!
-//! Two QPs are connected when the first of them reaches RTR naming the other as its
-//! destination (a QP may name itself); both sides of a connection must be in this process.
+//! A connection is one-sided, as on hardware: at RTR a QP names its peer (`dest_qp_num`, a QP
+//! of this process, which may be itself; a destination LID, when given, must be this port's),
+//! and traffic flows once both sides name each other. A QP accepts requests only from the QP
+//! it named: a third QP that names it gets "transport retry exceeded", and naming a QP that
+//! already names another is refused at RTR.
 //! Dropping a QP or CQ destroys it in the device (its table entry is reused; the ring memory
 //! the device allocated stays with the device).
 
@@ -33,6 +36,9 @@ pub(crate) const NAME: &str = "zverbs_sim0";
 /// Its node GUID.
 pub(crate) const GUID: u64 = 0x7a76_6572_6273_0001;
 
+/// The LID of its one port.
+const LID: u16 = 1;
+
 /// `IBV_QPS_RTR`, `IBV_QPS_RTS` and `IBV_QPS_ERR`.
 const QPS_RTR: u32 = 2;
 const QPS_RTS: u32 = 3;
@@ -46,11 +52,17 @@ const BF_SIZE: u32 = 256;
 fn device() -> &'static sim::Device {
     static DEVICE: OnceLock<sim::Device> = OnceLock::new();
     DEVICE.get_or_init(|| {
-        let mut d = sim::Device::with_config(sim::DeviceConfig {
+        let cfg = sim::DeviceConfig {
             max_qps: 1024,
             max_cqs: 1024,
             max_mrs: 4096,
-        });
+        };
+        // The sizes are within the device's limits: only a failure to allocate its tables
+        // (a few hundred kilobytes) can end here, where an allocation would abort anyway.
+        let mut d = match sim::Device::with_config(cfg) {
+            Ok(d) => d,
+            Err(e) => panic!("{NAME}: {e}"),
+        };
         d.start();
         d
     })
@@ -71,6 +83,7 @@ fn sim_err(op: &'static str, e: SimError) -> Error {
             io::ErrorKind::NotFound
         }
         SimError::AlreadyConnected(_) => io::ErrorKind::AlreadyExists,
+        SimError::PeerTaken { .. } => io::ErrorKind::ResourceBusy,
         _ => io::ErrorKind::InvalidInput,
     };
     Error::Verbs {
@@ -121,8 +134,8 @@ impl ContextProvider for SimContext {
             state: PortState::Active,
             max_mtu: Mtu::M4096,
             active_mtu: Mtu::M4096,
-            lid: 1,
-            sm_lid: 1,
+            lid: LID,
+            sm_lid: LID,
             gid_tbl_len: 1,
             max_msg_sz: 1 << 31,
             link_layer: LinkLayer::InfiniBand,
@@ -315,11 +328,22 @@ impl QpProvider for SimQp {
                 if mask & qp_attr_mask::IBV_QP_DEST_QPN == 0 {
                     return Err(Error::from_ret("ibv_modify_qp", libc::EINVAL));
                 }
-                match device().connect(self.qp.qpn, attr.dest_qp_num) {
-                    // The peer reached RTR first and connected both.
-                    Ok(()) | Err(SimError::AlreadyConnected(_)) => Ok(()),
-                    Err(e) => Err(sim_err("ibv_modify_qp", e)),
+                let dlid = attr.ah_attr.dlid;
+                if mask & qp_attr_mask::IBV_QP_AV != 0 && dlid != 0 && dlid != LID {
+                    return Err(Error::Verbs {
+                        verb: "ibv_modify_qp",
+                        source: io::Error::new(
+                            io::ErrorKind::InvalidInput,
+                            format!(
+                                "{NAME} connects only QPs of this process (LID {LID}); the \
+                                 destination LID is {dlid}"
+                            ),
+                        ),
+                    });
                 }
+                device()
+                    .connect_to(self.qp.qpn, sim::Peer::Local(attr.dest_qp_num))
+                    .map_err(|e| sim_err("ibv_modify_qp", e))
             }
             QPS_RTS if mask & qp_attr_mask::IBV_QP_RNR_RETRY != 0 => device()
                 .set_rnr_retry(self.qp.qpn, attr.rnr_retry)
