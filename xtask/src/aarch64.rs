@@ -1,8 +1,8 @@
 //! The `aarch64` stage: the data path built for `aarch64-unknown-linux-gnu` (Grace and Graviton
 //! hosts drive ConnectX too), its tests run under qemu-user, and the no_std proof made for it.
 //!
-//! The barriers and the doorbell have an arm64 form (`dmb oshst`, `dmb oshld`, `dsb st`) that
-//! no x86 build compiles. This stage lints it with clippy, runs the tests of `zverbs-core`,
+//! The barriers and the doorbell have an arm64 form (`dmb` and `dsb` instructions) that no x86
+//! build compiles. This stage lints it with clippy, runs the tests of `zverbs-core`,
 //! `zverbs-mlx5dv` and `zverbs-sim` as aarch64 binaries under `qemu-aarch64` (so every barrier
 //! instruction executes, and the data path as the compiler builds it for arm64, its atomics
 //! included, posts, rings and polls against the software device), then builds, runs and
