@@ -15,6 +15,7 @@
 //! One module per command (`vm` is the VM that `rxe` boots); `util` holds what they share
 //! (running commands, tables).
 
+mod aarch64;
 mod bench;
 mod demo;
 mod emu;
@@ -35,7 +36,8 @@ commands:
   demo [-- args]                   the main job: SEND and WRITE ping-pong on the software device
   test [--list] [--only a,b] [--skip a,b]
                                    everything CI runs (prerequisites, fmt, clippy, tests, doc,
-                                   no_std proof, loom models), with a summary
+                                   no_std proof, aarch64 under qemu-user, loom models), with a
+                                   summary
   loom                             the loom models, then each mutant (which loom must reject)
   rxe [--timeout S] -- CMD [ARGS]  run CMD in a qemu VM with rxe devices (rxe0; rxe1<->rxe2),
                                    in this directory, and exit with its code (125: VM failed);

@@ -55,6 +55,34 @@ const NEEDS: &[Need] = &[
     },
 ];
 
+/// What the `aarch64` stage needs: a cross linker with the aarch64 C library, binutils that
+/// read aarch64 code (the no_std proof's checks) and qemu-user to run the tests.
+const AARCH64_NEEDS: &[Need] = &[
+    Need {
+        what: "aarch64-linux-gnu-gcc (the linker for aarch64-unknown-linux-gnu)",
+        present: || util::succeeds(Command::new("aarch64-linux-gnu-gcc").arg("--version")),
+        package: "gcc-aarch64-linux-gnu",
+    },
+    Need {
+        what: "the aarch64 C library to link against (/usr/aarch64-linux-gnu)",
+        present: || Path::new("/usr/aarch64-linux-gnu/lib/libc.so").exists(),
+        package: "libc6-dev-arm64-cross",
+    },
+    Need {
+        what: "aarch64-linux-gnu-nm and -objdump (the aarch64 no_std proof's checks)",
+        present: || {
+            util::succeeds(Command::new(crate::aarch64::NM).arg("--version"))
+                && util::succeeds(Command::new(crate::aarch64::OBJDUMP).arg("--version"))
+        },
+        package: "binutils-aarch64-linux-gnu",
+    },
+    Need {
+        what: "qemu-aarch64 (running the aarch64 tests)",
+        present: || util::succeeds(Command::new("qemu-aarch64").arg("--version")),
+        package: "qemu-user",
+    },
+];
+
 /// Whether `libmlx5.so.1` is in a library directory (`/usr/lib/<triplet>/` on Debian).
 fn has_libmlx5() -> bool {
     let dirs = std::fs::read_dir("/usr/lib")
@@ -69,6 +97,9 @@ fn has_libmlx5() -> bool {
 
 /// Rust toolchain components the checks run.
 const COMPONENTS: &[(&str, &str)] = &[("fmt", "rustfmt"), ("clippy", "clippy")];
+
+/// Targets the checks build for besides the host, added with rustup when missing.
+const TARGETS: &[&str] = &[crate::aarch64::TARGET];
 
 /// What the rxe VM needs from the host (`cargo xtask rxe` and the `rxe` stage). Building its
 /// image also uses apt-get, dpkg and ldd, which every Debian system has.
@@ -88,15 +119,60 @@ const VM_NEEDS: &[Need] = &[
 /// Checks the system and installs what is missing when root; otherwise fails naming the exact
 /// command to run.
 pub fn ensure() -> Result<Option<String>> {
-    let needs: Vec<&Need> = NEEDS.iter().chain(VM_NEEDS).collect();
-    let note = install_missing(&needs)?;
+    let needs: Vec<&Need> = NEEDS.iter().chain(VM_NEEDS).chain(AARCH64_NEEDS).collect();
+    let mut note = install_missing(&needs)?;
     for (sub, component) in COMPONENTS {
         if !util::succeeds(&mut util::cargo([*sub, "--version"])) {
             bail!("`cargo {sub}` is not installed; run:\n    rustup component add {component}");
         }
     }
-    println!("system packages and toolchain components present");
+    let added = add_missing_targets()?;
+    if !added.is_empty() {
+        note.push_str(&format!("; added target {}", added.join(", ")));
+    }
+    println!("system packages, toolchain components and targets present");
     Ok(Some(note))
+}
+
+/// Adds the [`TARGETS`] whose standard library is missing from the toolchain, with rustup.
+/// Returns the targets it added.
+fn add_missing_targets() -> Result<Vec<&'static str>> {
+    let missing: Vec<&str> = TARGETS.iter().copied().filter(|t| !has_target(t)).collect();
+    if missing.is_empty() {
+        return Ok(missing);
+    }
+    let mut cmd = Command::new("rustup");
+    cmd.args(["target", "add"]).args(&missing);
+    if util::run(&mut cmd).is_err() {
+        bail!(
+            "the standard library for {} is missing and rustup could not add it; run:\n    \
+             rustup target add {}",
+            missing.join(", "),
+            missing.join(" ")
+        );
+    }
+    if let Some(t) = missing.iter().find(|t| !has_target(t)) {
+        bail!("still no standard library for {t} after `rustup target add {t}`");
+    }
+    Ok(missing)
+}
+
+/// Whether the toolchain that runs this xtask has the standard library for `target`: its
+/// `lib/rustlib/<target>/lib` holds `libcore-*.rlib`.
+fn has_target(target: &str) -> bool {
+    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    let Ok(out) = Command::new(rustc)
+        .args(["--print", "target-libdir", "--target", target])
+        .output()
+    else {
+        return false;
+    };
+    let dir = String::from_utf8_lossy(&out.stdout);
+    std::fs::read_dir(dir.trim())
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| e.file_name().to_string_lossy().starts_with("libcore-"))
 }
 
 /// What the rxe VM needs, installed when missing (as [`ensure`] does).

@@ -7,6 +7,7 @@
 //! Options: `--list` shows the stages; `--only a,b` runs just those; `--skip a,b` leaves those
 //! out.
 
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 use crate::libtest::{Counts, Tally};
@@ -62,6 +63,11 @@ pub const STAGES: &[Stage] = &[
         name: "nostd",
         about: "the no_std proof: the data-path crates linked into a no_std, no-alloc binary",
         run: crate::nostd::run,
+    },
+    Stage {
+        name: "aarch64",
+        about: "the data path for aarch64: clippy, its tests under qemu-user, the no_std proof",
+        run: crate::aarch64::run,
     },
     Stage {
         name: "loom",
@@ -225,21 +231,24 @@ fn test(run: &mut Run) -> Result<Option<String>> {
         bail!("no test ran");
     }
     Ok(Some(format!(
-        "{} passed, {} failed, {} ignored in {crates} crates",
-        total.passed, total.failed, total.ignored
+        "{} passed, {} failed, {} ignored in {} crates",
+        total.passed,
+        total.failed,
+        total.ignored,
+        crates.len()
     )))
 }
 
 /// Runs a `cargo test` command (any package selection, features or flags), counting its
 /// results per crate: prints the table, adds the counts to `run` (so later stages' tests,
 /// such as loom models, join the final count), and fails if the command or any test failed.
-/// Returns the total and the number of crates.
+/// Returns the total and the counts of each crate.
 /// `test_args` go to the test binaries (after `--`).
 pub fn counted_tests(
     mut cmd: std::process::Command,
     test_args: &[&str],
     run: &mut Run,
-) -> Result<(Counts, usize)> {
+) -> Result<(Counts, BTreeMap<String, Counts>)> {
     cmd.args(["--no-fail-fast", "--message-format=json-render-diagnostics"]);
     if !test_args.is_empty() {
         cmd.arg("--").args(test_args);
@@ -286,7 +295,7 @@ tests per crate (binaries: unit, integration and doc-test runs):"
     if total.failed > 0 {
         bail!("{} tests failed", total.failed);
     }
-    Ok((total, tally.crates.len()))
+    Ok((total, tally.crates))
 }
 
 fn doc(_: &mut Run) -> Result<Option<String>> {
