@@ -175,6 +175,14 @@ impl<S: StableDeref<Target = [SqSlot]>> SqState<S> {
         self.done.load(Ordering::Acquire)
     }
 
+    /// Tests: sets the credit word as a poller that retired everything up to consumer
+    /// counter `ci` and `signaled` signaled requests would have.
+    #[cfg(test)]
+    pub(crate) fn force_done(&self, ci: u32, signaled: u16) {
+        let word = (u32::from(signaled) << 16) | (ci & 0xffff);
+        self.done.store(word, Ordering::Release);
+    }
+
     /// Poller side: the WQE whose first basic block has the 16-bit counter `wqe_counter`
     /// completed (with a CQE of its own). Retires it and every unsignaled WQE before it, hands
     /// the credits back, and returns what the poster recorded.
