@@ -15,19 +15,23 @@ use std::process::Command;
 use crate::test::{NOSTD_MANIFEST, Run};
 use crate::util::{self, Result, bail};
 
-/// The proof's own target directory, so that building it never waits on the workspace's lock.
-const TARGET_DIR: &str = "target/nostd";
+/// The proof's own target directory (`nostd` in cargo's), so that building it never waits on
+/// the workspace's lock.
+fn target_dir() -> std::path::PathBuf {
+    util::target_dir().join("nostd")
+}
 
 /// The binary the proof builds.
 const BINARY: &str = "zverbs-nostd-proof";
 
 /// Lints, builds in release and runs the proof.
 pub fn run(_: &mut Run) -> Result<Option<String>> {
+    let dir = target_dir();
     let common = [
-        "--manifest-path",
-        NOSTD_MANIFEST,
-        "--target-dir",
-        TARGET_DIR,
+        "--manifest-path".as_ref(),
+        NOSTD_MANIFEST.as_ref(),
+        "--target-dir".as_ref(),
+        dir.as_os_str(),
     ];
     util::run(
         util::cargo(["clippy", "--release"])
@@ -35,7 +39,7 @@ pub fn run(_: &mut Run) -> Result<Option<String>> {
             .args(["--", "-D", "warnings"]),
     )?;
     util::run(util::cargo(["build", "--release"]).args(common))?;
-    let exe = util::root().join(TARGET_DIR).join("release").join(BINARY);
+    let exe = dir.join("release").join(BINARY);
     println!("$ {}", exe.display());
     let status = Command::new(&exe)
         .status()
