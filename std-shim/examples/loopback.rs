@@ -1,6 +1,8 @@
 //! A self-test on a real device: two RC queue pairs of one device connected to each other,
 //! every operation run through the backend zverbs chooses, every result checked. Exits 0
-//! when all checks pass, 1 otherwise. Needs an RDMA device (rxe is enough):
+//! when all checks pass, 1 otherwise (2 for bad arguments). Runs on the device named (else the
+//! one `ZVERBS_DEVICE` names, else the first NIC; on a machine without one it asks for the
+//! software device `zverbs_sim0` by name, and says so):
 //!
 //! ```text
 //! cargo run --example loopback -- [device] [--backend auto|direct|verbs] [--gid-idx N]
@@ -9,6 +11,7 @@
 //! This is the device test the rxe VM harness runs; it is not part of `cargo test`, which
 //! must pass on machines without RDMA.
 
+use std::process::exit;
 use std::time::{Duration, Instant};
 
 use zverbs::connect::{Endpoint, random_psn};
@@ -18,7 +21,12 @@ use zverbs::{
     PostSend, Queues, SendFlags, WcOpcode, WcStatus,
 };
 
+#[path = "common/device.rs"]
+mod device;
+
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+const USAGE: &str = "usage: loopback [device] [--backend auto|direct|verbs] [--gid-idx N]";
 
 struct Checks {
     passed: u32,
@@ -51,24 +59,44 @@ fn wait<C: PollCq>(cq: &mut C, n: usize) -> Res<Vec<Completion>> {
     Ok(out)
 }
 
+/// Exits with the usage and `why`.
+fn usage(why: &str) -> ! {
+    eprintln!("loopback: {why}\n{USAGE}");
+    exit(2)
+}
+
 fn main() {
     let mut device = None;
     let mut backend = None;
     let mut gid_index = None;
-    let mut it = std::env::args().skip(1);
+    let mut it = std::env::args_os().skip(1).map(|a| {
+        a.into_string()
+            .unwrap_or_else(|a| usage(&format!("argument {} is not UTF-8", a.to_string_lossy())))
+    });
     while let Some(a) = it.next() {
         match a.as_str() {
             "--backend" => {
-                backend = it
+                let v = it
                     .next()
-                    .and_then(|v| BackendRequest::parse(&v).ok())
-                    .or_else(|| {
-                        eprintln!("--backend auto|direct|verbs");
-                        std::process::exit(2)
-                    })
+                    .unwrap_or_else(|| usage("--backend needs a value"));
+                backend = Some(BackendRequest::parse(&v).unwrap_or_else(|e| usage(&e.to_string())));
             }
-            "--gid-idx" => gid_index = it.next().and_then(|v| v.parse().ok()),
-            d => device = Some(d.to_string()),
+            "--gid-idx" => {
+                let v = it
+                    .next()
+                    .unwrap_or_else(|| usage("--gid-idx needs a number"));
+                gid_index = Some(
+                    v.parse()
+                        .unwrap_or_else(|_| usage(&format!("--gid-idx {v}: not a number"))),
+                );
+            }
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                exit(0)
+            }
+            s if s.starts_with('-') => usage(&format!("unknown option {s}")),
+            d if device.is_none() => device = Some(d.to_string()),
+            d => usage(&format!("unexpected argument {d}")),
         }
     }
     let mut checks = Checks {
@@ -83,7 +111,7 @@ fn main() {
         "loopback: {} passed, {} failed",
         checks.passed, checks.failed
     );
-    std::process::exit(i32::from(checks.failed > 0));
+    exit(i32::from(checks.failed > 0));
 }
 
 fn run(
@@ -92,7 +120,9 @@ fn run(
     gid_index: Option<u32>,
     c: &mut Checks,
 ) -> Res<()> {
-    let ctx = zverbs::open_device(device, &ContextOptions { backend })?;
+    let chosen = device::open(device, &ContextOptions { backend }, "a device name", true)?;
+    println!("{chosen}");
+    let ctx = chosen.ctx;
     let be = ctx.atomics_big_endian();
     let port = ctx.active_port()?;
     let local = ctx.address(port, gid_index)?;

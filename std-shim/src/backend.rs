@@ -103,9 +103,13 @@ impl BackendChoice {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] when the variable holds an unknown value.
+    /// [`Error::InvalidArgument`] when the variable holds an unknown value or one that is
+    /// not UTF-8 (never ignored).
     pub fn resolve(explicit: Option<BackendRequest>) -> Result<Self> {
-        Self::resolve_with(explicit, std::env::var(BACKEND_ENV).ok().as_deref())
+        if explicit.is_some() {
+            return Self::resolve_with(explicit, None);
+        }
+        Self::resolve_with(None, crate::env::var(BACKEND_ENV)?.as_deref())
     }
 
     pub(crate) fn resolve_with(

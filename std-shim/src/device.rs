@@ -7,9 +7,21 @@ use std::sync::Arc;
 use crate::backend::{BackendChoice, BackendRequest, DirectSupport};
 use crate::cq::CqBuilder;
 use crate::error::{Error, Result};
+use crate::ffi::lib::LoadError;
 use crate::pd::Pd;
+use crate::provider::ContextProvider;
+#[cfg(feature = "sim")]
+use crate::provider::sim;
 use crate::provider::verbs::{self, DeviceList};
-use crate::provider::{ContextProvider, sim};
+
+/// The name of the software mlx5 device (feature `sim`), listed last by [`devices`]. It is
+/// opened only when asked for by this name, through [`open_device`] or [`DEVICE_ENV`]: never
+/// in place of a missing NIC.
+pub const SOFTWARE_DEVICE: &str = "zverbs_sim0";
+
+/// The environment variable naming the device [`open_device`] opens when the caller names
+/// none (`ZVERBS_DEVICE=mlx5_1`, `ZVERBS_DEVICE=zverbs_sim0`).
+pub const DEVICE_ENV: &str = "ZVERBS_DEVICE";
 
 /// An RDMA device that can be opened.
 #[derive(Clone, Debug)]
@@ -24,6 +36,7 @@ enum DeviceKind {
     /// A device found by libibverbs: index into a device list kept alive by the `Arc`.
     Verbs { list: Arc<DeviceList>, index: usize },
     /// The software mlx5 device of this process.
+    #[cfg(feature = "sim")]
     Sim,
 }
 
@@ -36,7 +49,11 @@ impl Device {
     /// Whether this is the software mlx5 device (which exists in this process only: both
     /// ends of its connections must be here too).
     pub fn is_software(&self) -> bool {
-        matches!(self.kind, DeviceKind::Sim)
+        match self.kind {
+            DeviceKind::Verbs { .. } => false,
+            #[cfg(feature = "sim")]
+            DeviceKind::Sim => true,
+        }
     }
 
     /// The node GUID (host order).
@@ -63,14 +80,15 @@ impl Device {
         let choice = BackendChoice::resolve(options.backend)?;
         let provider: Box<dyn ContextProvider> = match &self.kind {
             DeviceKind::Verbs { list, index } => Box::new(verbs::open(list, *index)?),
+            #[cfg(feature = "sim")]
             DeviceKind::Sim => Box::new(sim::open()),
         };
         Ok(Context::from_provider(provider, choice))
     }
 }
 
-/// Every RDMA device on this machine, in libibverbs' order, then the software mlx5 device
-/// (`zverbs_sim0`), which is always there.
+/// Every RDMA device on this machine, in libibverbs' order, then (with the `sim` feature, on
+/// by default) the software mlx5 device [`SOFTWARE_DEVICE`], which is always there.
 ///
 /// Without rdma-core installed, the list holds the software device only; opening a real device
 /// by name then fails with [`Error::Library`], naming the package to install.
@@ -83,7 +101,8 @@ pub fn devices() -> Result<Vec<Device>> {
 }
 
 /// The devices, and why libibverbs could not be loaded if it could not.
-fn list() -> Result<(Vec<Device>, Option<Error>)> {
+fn list() -> Result<(Vec<Device>, Option<LoadError>)> {
+    #[allow(unused_mut)] // pushed to with the `sim` feature only
     let (mut all, missing) = match DeviceList::get() {
         Ok(list) => {
             let list = Arc::new(list);
@@ -99,40 +118,100 @@ fn list() -> Result<(Vec<Device>, Option<Error>)> {
                 .collect();
             (real, None)
         }
-        Err(e @ Error::Library(_)) => (Vec::new(), Some(e)),
+        Err(Error::Library(e)) => (Vec::new(), Some(e)),
         Err(e) => return Err(e),
     };
+    #[cfg(feature = "sim")]
     all.push(Device {
-        name: sim::NAME.to_string(),
+        name: SOFTWARE_DEVICE.to_string(),
         guid: sim::GUID,
         kind: DeviceKind::Sim,
     });
     Ok((all, missing))
 }
 
-/// Opens the device called `name`, or the first device when `name` is `None`: the first NIC,
-/// or the software mlx5 device when there is none.
+/// Opens a device: the one called `name`; when `name` is `None`, the one [`DEVICE_ENV`]
+/// (`ZVERBS_DEVICE`) names; when that is unset too, the first NIC.
+///
+/// The software device ([`SOFTWARE_DEVICE`]) is opened only by its name, given here or in
+/// `ZVERBS_DEVICE`: a machine without a NIC gets [`Error::NoDevice`], never the simulator in
+/// a NIC's place. The error says what is missing (rdma-core's library and its package, or a
+/// device) and how to ask for the software device.
 ///
 /// # Errors
 ///
-/// [`Error::Library`] for a device name other than the software device's when rdma-core is
-/// not installed, [`Error::DeviceNotFound`] when no device has that name, and the errors of
-/// [`devices`] and [`Device::open_with`].
+/// [`Error::NoDevice`] when no name is given and there is no NIC; [`Error::Library`] for a
+/// device name other than the software device's when rdma-core is not installed;
+/// [`Error::DeviceNotFound`] when no device has that name; [`Error::InvalidArgument`] when
+/// `ZVERBS_DEVICE` is not UTF-8; and the errors of [`devices`] and [`Device::open_with`].
 pub fn open_device(name: Option<&str>, options: &ContextOptions) -> Result<Context> {
+    let env = crate::env::var(DEVICE_ENV)?;
+    open_device_env(name, env.as_deref(), options)
+}
+
+/// [`open_device`] with `ZVERBS_DEVICE`'s value given.
+fn open_device_env(
+    name: Option<&str>,
+    env: Option<&str>,
+    options: &ContextOptions,
+) -> Result<Context> {
     let (all, missing) = list()?;
-    let dev = match name {
-        None => &all[0],
-        Some(n) => match all.iter().find(|d| d.name == n) {
-            Some(d) => d,
-            None => {
-                return Err(missing.unwrap_or_else(|| Error::DeviceNotFound {
-                    name: n.to_string(),
-                    available: all.iter().map(|d| d.name.clone()).collect(),
-                }));
-            }
-        },
+    let listed: Vec<(&str, bool)> = all.iter().map(|d| (d.name(), d.is_software())).collect();
+    let i = choose(name, env, &listed, missing)?;
+    all[i].open_with(options)
+}
+
+/// Which of the `listed` devices (name, whether software) [`open_device`] opens: its index.
+/// `missing` is why libibverbs could not be loaded, if it could not.
+fn choose(
+    name: Option<&str>,
+    env: Option<&str>,
+    listed: &[(&str, bool)],
+    missing: Option<LoadError>,
+) -> Result<usize> {
+    let wanted = match name.or(env.filter(|v| !v.is_empty())) {
+        Some(n) => n,
+        None => {
+            return listed
+                .iter()
+                .position(|&(_, software)| !software)
+                .ok_or_else(|| no_device(missing));
+        }
     };
-    dev.open_with(options)
+    if let Some(i) = listed.iter().position(|&(n, _)| n == wanted) {
+        return Ok(i);
+    }
+    match missing {
+        Some(e) if wanted != SOFTWARE_DEVICE => Err(Error::Library(e)),
+        _ => Err(Error::DeviceNotFound {
+            name: wanted.to_string(),
+            available: listed.iter().map(|&(n, _)| n.to_string()).collect(),
+        }),
+    }
+}
+
+/// The error for "no device named, and no NIC": what is missing, and how to ask for the
+/// software device instead.
+fn no_device(missing: Option<LoadError>) -> Error {
+    let software = if cfg!(feature = "sim") {
+        format!(
+            "to run on the software mlx5 device instead, ask for it by name: \
+             {DEVICE_ENV}={SOFTWARE_DEVICE}, or open_device(Some(\"{SOFTWARE_DEVICE}\"), ..)"
+        )
+    } else {
+        format!(
+            "the software mlx5 device ({SOFTWARE_DEVICE}) is left out of this build (feature \
+             `sim` of zverbs)"
+        )
+    };
+    let hint = match &missing {
+        Some(_) => software,
+        None => format!("{}; {software}", verbs::no_device_hint()),
+    };
+    Error::NoDevice {
+        library: missing,
+        hint: Some(hint),
+    }
 }
 
 /// How to open a device.
@@ -575,6 +654,113 @@ mod tests {
         assert_eq!(g.to_ipv4(), Some(std::net::Ipv4Addr::new(10, 0, 0, 7)));
         assert_eq!(g.to_string(), "::ffff:10.0.0.7");
         assert_eq!(g.interface_id(), 0x0000_ffff_0a00_0007);
+    }
+
+    fn libibverbs_missing() -> LoadError {
+        LoadError {
+            library: "libibverbs.so.1",
+            package: "libibverbs1",
+            detail: "libibverbs.so.1: cannot open shared object file".into(),
+        }
+    }
+
+    #[test]
+    fn without_a_nic_nothing_named_is_an_error_not_the_software_device() {
+        let sim = [(SOFTWARE_DEVICE, true)];
+        // rdma-core present, no device.
+        let e = choose(None, None, &sim, None).unwrap_err();
+        assert!(matches!(e, Error::NoDevice { library: None, .. }), "{e}");
+        let text = e.to_string();
+        assert!(text.starts_with("no RDMA device"), "{text}");
+        if cfg!(feature = "sim") {
+            assert!(text.contains("ZVERBS_DEVICE=zverbs_sim0"), "{text}");
+            assert!(text.contains("open_device(Some(\"zverbs_sim0\")"), "{text}");
+        } else {
+            assert!(text.contains("feature"), "{text}");
+        }
+        // rdma-core missing: the package is named, and the way to the software device.
+        let e = choose(None, None, &sim, Some(libibverbs_missing())).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::NoDevice {
+                    library: Some(_),
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let text = e.to_string();
+        assert!(
+            text.contains("`libibverbs1`") && text.contains("rdma-core"),
+            "{text}"
+        );
+        if cfg!(feature = "sim") {
+            assert!(text.contains("ZVERBS_DEVICE=zverbs_sim0"), "{text}");
+        }
+        assert!(std::error::Error::source(&e).is_some());
+        // An empty ZVERBS_DEVICE is unset.
+        let e = choose(None, Some(""), &sim, None).unwrap_err();
+        assert!(matches!(e, Error::NoDevice { .. }), "{e}");
+    }
+
+    #[test]
+    fn the_software_device_is_opened_by_name_or_by_the_environment() {
+        let listed = [
+            ("mlx5_0", false),
+            ("mlx5_1", false),
+            (SOFTWARE_DEVICE, true),
+        ];
+        assert_eq!(choose(None, None, &listed, None).unwrap(), 0);
+        assert_eq!(choose(None, Some("zverbs_sim0"), &listed, None).unwrap(), 2);
+        assert_eq!(choose(Some("zverbs_sim0"), None, &listed, None).unwrap(), 2);
+        assert_eq!(choose(None, Some("mlx5_1"), &listed, None).unwrap(), 1);
+        // The caller's name wins over the environment's.
+        assert_eq!(
+            choose(Some("mlx5_0"), Some("mlx5_1"), &listed, None).unwrap(),
+            0
+        );
+        let sim = [(SOFTWARE_DEVICE, true)];
+        assert_eq!(
+            choose(
+                None,
+                Some(SOFTWARE_DEVICE),
+                &sim,
+                Some(libibverbs_missing())
+            )
+            .unwrap(),
+            0
+        );
+        // A NIC named without rdma-core: the package to install.
+        match choose(Some("mlx5_0"), None, &sim, Some(libibverbs_missing())) {
+            Err(Error::Library(e)) => assert_eq!(e.package, "libibverbs1"),
+            other => panic!("{other:?}"),
+        }
+        match choose(None, Some("rxe9"), &listed, None) {
+            Err(Error::DeviceNotFound { name, available }) => {
+                assert_eq!(name, "rxe9");
+                assert_eq!(available, ["mlx5_0", "mlx5_1", "zverbs_sim0"]);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn open_device_on_this_machine_never_substitutes_the_software_device() {
+        // Whatever this machine has: a NIC opens, and no NIC is the typed error.
+        match open_device_env(None, None, &ContextOptions::default()) {
+            Ok(ctx) => assert_ne!(ctx.name(), SOFTWARE_DEVICE),
+            Err(Error::NoDevice { hint, .. }) => {
+                assert!(hint.is_some_and(|h| h.contains(SOFTWARE_DEVICE)))
+            }
+            Err(e) => panic!("unexpected {e}"),
+        }
+        #[cfg(feature = "sim")]
+        {
+            let ctx =
+                open_device_env(None, Some(SOFTWARE_DEVICE), &ContextOptions::default()).unwrap();
+            assert_eq!(ctx.name(), SOFTWARE_DEVICE);
+        }
     }
 
     #[test]

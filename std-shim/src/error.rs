@@ -16,9 +16,14 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub enum Error {
     /// An rdma-core library is missing: install the package it names.
     Library(LoadError),
-    /// No RDMA device was found.
+    /// No RDMA device was found. [`open_device`](crate::open_device) returns it when no device
+    /// was named and the machine has no NIC: the software device is never opened in a NIC's
+    /// place, and the hint says how to ask for it.
     NoDevice {
-        /// Why, when it can be told (for example: kernel devices exist but no provider library).
+        /// rdma-core's library, when it could not be loaded (the package to install is named).
+        library: Option<LoadError>,
+        /// Why, when it can be told (for example: kernel devices exist but no provider
+        /// library), and what to do.
         hint: Option<String>,
     },
     /// No device has the requested name.
@@ -139,11 +144,13 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::Library(e) => e.fmt(f),
-            Error::NoDevice { hint } => {
+            Error::NoDevice { library, hint } => {
                 f.write_str("no RDMA device found")?;
-                match hint {
-                    Some(h) => write!(f, ": {h}"),
-                    None => f.write_str(
+                match (library, hint) {
+                    (Some(l), Some(h)) => write!(f, ": {l}; {h}"),
+                    (Some(l), None) => write!(f, ": {l}"),
+                    (None, Some(h)) => write!(f, ": {h}"),
+                    (None, None) => f.write_str(
                         " (load a driver, or create a soft-RoCE device: \
                          `rdma link add rxe0 type rxe netdev <if>`)",
                     ),
@@ -152,10 +159,17 @@ impl fmt::Display for Error {
             Error::DeviceNotFound { name, available } => {
                 write!(f, "no RDMA device named `{name}`; devices: ")?;
                 if available.is_empty() {
-                    f.write_str("none")
+                    f.write_str("none")?;
                 } else {
-                    f.write_str(&available.join(", "))
+                    f.write_str(&available.join(", "))?;
                 }
+                if name == crate::device::SOFTWARE_DEVICE && !cfg!(feature = "sim") {
+                    f.write_str(
+                        " (the software device is left out of this build: enable the `sim` \
+                         feature of zverbs)",
+                    )?;
+                }
+                Ok(())
             }
             Error::NoActivePort { device, ports } => {
                 write!(f, "device `{device}` has no active port (")?;
@@ -222,7 +236,10 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Error::Library(e) => Some(e),
+            Error::Library(e)
+            | Error::NoDevice {
+                library: Some(e), ..
+            } => Some(e),
             Error::Verbs { source, .. }
             | Error::MemlockLimit { source, .. }
             | Error::NoHugepages { source, .. }

@@ -46,9 +46,23 @@
 //!
 //! ## Features
 //!
-//! None. rdma-core is loaded at run time (`libibverbs.so.1`, `libmlx5.so.1`,
-//! `librdmacm.so.1`): the crate builds anywhere, and asking for a device on a machine without
-//! rdma-core is an [`Error::Library`] naming the package to install.
+//! - `sim` (on by default): the software mlx5 device [`SOFTWARE_DEVICE`] (`zverbs_sim0`,
+//!   crate `zverbs-sim`, re-exported as `zverbs::sim`), a ConnectX stand-in in this process
+//!   that runs the direct backend with no NIC. Without the feature, `zverbs-sim` is not a
+//!   dependency and the device is not listed.
+//!
+//! rdma-core is loaded at run time (`libibverbs.so.1`, `libmlx5.so.1`, `librdmacm.so.1`): the
+//! crate builds anywhere, and asking for a device on a machine without rdma-core is an error
+//! naming the package to install.
+//!
+//! ## Which device
+//!
+//! [`open_device`] opens the device it is given by name; without a name, the one the
+//! environment variable `ZVERBS_DEVICE` names ([`DEVICE_ENV`]); without either, the first NIC.
+//! The software device is opened only by its name (`open_device(Some("zverbs_sim0"), ..)` or
+//! `ZVERBS_DEVICE=zverbs_sim0`), never in place of a missing NIC: a machine without one gets
+//! [`Error::NoDevice`], which says what is missing (rdma-core's package, or a device) and how
+//! to ask for the software device.
 //!
 //! ## Backends
 //!
@@ -87,6 +101,7 @@ pub mod backend;
 pub mod connect;
 mod cq;
 mod device;
+mod env;
 mod error;
 pub mod fallback;
 pub mod ffi;
@@ -100,8 +115,8 @@ pub mod safe;
 pub use backend::{BackendChoice, BackendKind, BackendReport, BackendRequest};
 pub use cq::{Cq, CqBuilder};
 pub use device::{
-    Context, ContextOptions, Device, DeviceAttr, Gid, GidEntry, GidType, LinkLayer, LocalAddress,
-    Mtu, PortAttr, PortState, devices, open_device,
+    Context, ContextOptions, DEVICE_ENV, Device, DeviceAttr, Gid, GidEntry, GidType, LinkLayer,
+    LocalAddress, Mtu, PortAttr, PortState, SOFTWARE_DEVICE, devices, open_device,
 };
 pub use error::{Error, Result};
 pub use mr::{AccessFlags, Mr, MrBuf};
@@ -116,6 +131,7 @@ pub use zverbs_core::{
 };
 pub use zverbs_mlx5dv as mlx5;
 /// The software mlx5 device, also reachable as the device `zverbs_sim0` of [`devices`].
+#[cfg(feature = "sim")]
 pub use zverbs_sim as sim;
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! The software mlx5 device through the public control path: listed, opened, queues created
 //! and connected with the same calls as a NIC, driven by the direct backend, torn down in any
 //! order; and `zverbs-perf` running both sides on it in one process.
+#![cfg(feature = "sim")]
 
 use std::time::{Duration, Instant};
 
@@ -250,7 +251,17 @@ fn forcing_the_fallback_on_the_software_device_is_a_clear_error() {
 fn zverbs_perf_runs_both_sides_on_the_software_device() {
     for (test, port) in [("write_lat", "18601"), ("send_bw", "18602")] {
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_zverbs-perf"))
-            .args([test, "-n", "200", "--warmup", "10", "-p", port])
+            .args([
+                test,
+                "-n",
+                "200",
+                "--warmup",
+                "10",
+                "-p",
+                port,
+                "-d",
+                "zverbs_sim0",
+            ])
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()

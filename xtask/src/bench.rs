@@ -81,7 +81,7 @@ fn parse(args: &[String]) -> Result<Options> {
 /// `cargo xtask bench ...`.
 pub fn main(args: &[String]) -> Result {
     let o = parse(args)?;
-    let out = util::root().join("target/zverbs-bench");
+    let out = util::target_dir().join("zverbs-bench");
     std::fs::create_dir_all(&out)?;
     if usize::from(o.instructions) + usize::from(o.fallback) + usize::from(o.rxe) > 1 {
         bail!("--instructions, --fallback and --rxe are separate runs");
@@ -323,8 +323,9 @@ fn fallback(o: &Options, out: &Path) -> Result {
         args.extend(["--iters".into(), FALLBACK_ITERS.into()]);
     }
     args.extend(o.criterion.iter().cloned());
-    // On rxe in the VM (the project directory is shared with the guest at the same path, so
-    // the result lands in `target/zverbs-bench`), or directly on this machine's device.
+    // On rxe in the VM (the project and target directories are shared with the guest at the
+    // same paths, so the result lands in `zverbs-bench` of the target directory), or directly
+    // on this machine's device.
     let mut cmd = if o.host {
         let mut c = Command::new(&args[0]);
         c.args(&args[1..]).current_dir(util::root());

@@ -2,7 +2,7 @@
 //! `connectx` stage of `cargo xtask test`.
 //!
 //! `emu` builds the shim (`libzverbs_emu.so`) and the sysfs tool in release, writes the fake
-//! sysfs tree under `target/emu/sys`, and runs the program with `SYSFS_PATH` and `LD_PRELOAD`
+//! sysfs tree under `emu/sys` of cargo's target directory ([`util::target_dir`]), and runs the program with `SYSFS_PATH` and `LD_PRELOAD`
 //! set, so the program's libibverbs finds `mlx5_0` and libmlx5 drives the software device.
 //! Run a server and a client from two shells, each through `cargo xtask emu`: their device
 //! instances find each other.
@@ -40,9 +40,9 @@ fn build() -> Result<(PathBuf, PathBuf)> {
         "--lib",
         "--bins",
     ]))?;
-    let rel = util::root().join("target/release");
+    let rel = util::target_dir().join("release");
     let so = rel.join("libzverbs_emu.so");
-    let sys = util::root().join("target/emu/sys");
+    let sys = util::target_dir().join("emu/sys");
     util::run(Command::new(rel.join("zverbs-emu")).arg("sysfs").arg(&sys))?;
     Ok((so, sys))
 }
@@ -177,7 +177,7 @@ fn pair2(
     } else {
         format!("{}-{}", file(server_tool), file(client_tool))
     };
-    let dir = util::root().join("target/emu/runs");
+    let dir = util::target_dir().join("emu/runs");
     std::fs::create_dir_all(&dir)?;
     let port_s = port.to_string();
     let make = |server: bool| {
@@ -237,7 +237,7 @@ fn solo(
         c.env(k, v);
     }
     println!("$ {}", util::show(&c));
-    let dir = util::root().join("target/emu/runs");
+    let dir = util::target_dir().join("emu/runs");
     std::fs::create_dir_all(&dir)?;
     let name = program
         .file_name()
@@ -303,7 +303,7 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
         "--example",
         "pingpong",
     ]))?;
-    let rel = util::root().join("target/release");
+    let rel = util::target_dir().join("release");
     let loopback = rel.join("examples/loopback");
     // (what the backend line says, arguments, environment, what else the output shows)
     let checks: &[ToolRun] = &[

@@ -6,7 +6,7 @@
 //! `--cfg zverbs_mutant="<name>"`, which weakens exactly one ordering in the library; the
 //! model that depends on that ordering must be rejected by loom (the test asserts it, so the
 //! mutant run passes only when loom catches the mutant), and every other model must still pass.
-//! Each build has its own target directory under `target/loom*`, so reruns rebuild nothing.
+//! Each build has its own target directory, `loom*` in cargo's, so reruns rebuild nothing.
 
 use crate::test::{Run, counted_tests};
 use crate::util::{self, Result};
@@ -33,7 +33,7 @@ pub const MUTANTS: &[(&str, &str)] = &[
 
 fn models(mutant: Option<&str>, run: &mut Run) -> Result<u32> {
     let mut flags = String::from("--cfg zverbs_loom");
-    let mut target = String::from("target/loom");
+    let mut target = String::from("loom");
     if let Some(m) = mutant {
         flags.push_str(&format!(" --cfg zverbs_mutant=\"{m}\""));
         target.push('-');
@@ -45,8 +45,8 @@ fn models(mutant: Option<&str>, run: &mut Run) -> Result<u32> {
         "-p",
         "zverbs-loom-tests",
         "--target-dir",
-        &target,
     ]);
+    cmd.arg(util::target_dir().join(target));
     cmd.env("RUSTFLAGS", flags);
     if std::env::var_os("LOOM_MAX_PREEMPTIONS").is_none() {
         cmd.env("LOOM_MAX_PREEMPTIONS", "2");

@@ -17,8 +17,11 @@ use std::process::Command;
 use crate::test::{NOSTD_MANIFEST, Run};
 use crate::util::{self, Result, bail};
 
-/// The proof's own target directory, so that building it never waits on the workspace's lock.
-const TARGET_DIR: &str = "target/nostd";
+/// The proof's own target directory (`nostd` in cargo's), so that building it never waits on
+/// the workspace's lock.
+fn target_dir() -> std::path::PathBuf {
+    util::target_dir().join("nostd")
+}
 
 /// The binary the proof builds.
 const BINARY: &str = "zverbs-nostd-proof";
@@ -60,12 +63,12 @@ pub fn run(_: &mut Run) -> Result<Option<String>> {
 }
 
 /// The proof's manifest and target directory.
-fn common_args() -> [&'static str; 4] {
+fn common_args() -> [std::ffi::OsString; 4] {
     [
-        "--manifest-path",
-        NOSTD_MANIFEST,
-        "--target-dir",
-        TARGET_DIR,
+        "--manifest-path".into(),
+        NOSTD_MANIFEST.into(),
+        "--target-dir".into(),
+        target_dir().into(),
     ]
 }
 
@@ -74,7 +77,7 @@ fn common_args() -> [&'static str; 4] {
 pub fn prove(target: &Target) -> Result<String> {
     let mut build = util::cargo(["build", "--release"]);
     build.args(common_args());
-    let mut exe = util::root().join(TARGET_DIR);
+    let mut exe = target_dir();
     if let Some(triple) = target.triple {
         build.args(["--target", triple]);
         exe.push(triple);

@@ -46,7 +46,7 @@ pub const STAGES: &[Stage] = &[
     },
     Stage {
         name: "clippy",
-        about: "clippy on every target and feature, warnings denied",
+        about: "clippy on every target and feature (and without default features), warnings denied",
         run: clippy,
     },
     Stage {
@@ -211,6 +211,11 @@ fn fmt(_: &mut Run) -> Result<Option<String>> {
     Ok(None)
 }
 
+/// Builds of single packages with their default features off, each checked by clippy and
+/// tested on its own (a workspace build unifies features, so it would not see them): `zverbs`
+/// without its software device (feature `sim`).
+const NO_DEFAULT_FEATURES: &[&str] = &["zverbs"];
+
 fn clippy(_: &mut Run) -> Result<Option<String>> {
     util::run(&mut util::cargo([
         "clippy",
@@ -221,6 +226,18 @@ fn clippy(_: &mut Run) -> Result<Option<String>> {
         "-D",
         "warnings",
     ]))?;
+    for p in NO_DEFAULT_FEATURES {
+        util::run(&mut util::cargo([
+            "clippy",
+            "-p",
+            p,
+            "--all-targets",
+            "--no-default-features",
+            "--",
+            "-D",
+            "warnings",
+        ]))?;
+    }
     Ok(None)
 }
 
@@ -230,13 +247,20 @@ fn test(run: &mut Run) -> Result<Option<String>> {
     if total.passed == 0 {
         bail!("no test ran");
     }
-    Ok(Some(format!(
+    let mut note = format!(
         "{} passed, {} failed, {} ignored in {} crates",
         total.passed,
         total.failed,
         total.ignored,
         crates.len()
-    )))
+    );
+    for p in NO_DEFAULT_FEATURES {
+        println!("\n--> {p} without its default features");
+        let cmd = util::cargo(["test", "-p", p, "--no-default-features"]);
+        let (t, _) = counted_tests(cmd, &[], run)?;
+        note.push_str(&format!("; {p} --no-default-features: {} passed", t.passed));
+    }
+    Ok(Some(note))
 }
 
 /// Runs a `cargo test` command (any package selection, features or flags), counting its

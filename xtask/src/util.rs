@@ -1,11 +1,12 @@
 //! What every command shares: the workspace root, running commands with their command line
 //! shown, stage timing and plain-text tables.
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 /// A failure, with the message the user sees.
@@ -45,14 +46,43 @@ pub fn root() -> PathBuf {
     dir.parent().map(PathBuf::from).unwrap_or(dir)
 }
 
-/// A `cargo` command (the cargo that runs this xtask), in the workspace root.
-/// Cargo's target directory (`CARGO_TARGET_DIR`, else the workspace's `target`).
+/// Cargo's target directory, where the commands this xtask runs put what they build: as
+/// `cargo metadata` reports it (so `CARGO_TARGET_DIR`, `build.target-dir` in a cargo config,
+/// and a relative path, which those commands resolve in the workspace root, all count). Asked
+/// once per run.
 pub fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("target"))
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let metadata = cargo(["metadata", "--format-version", "1", "--no-deps"])
+            .stdin(Stdio::null())
+            .stderr(Stdio::inherit())
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+        resolve_target_dir(
+            metadata.as_deref(),
+            std::env::var_os("CARGO_TARGET_DIR"),
+            &root(),
+        )
+    })
+    .clone()
 }
 
+/// The target directory: `target_directory` of `cargo metadata`'s output when there is one;
+/// else `CARGO_TARGET_DIR` (relative to the workspace root, where this xtask runs cargo);
+/// else the workspace's `target`.
+pub fn resolve_target_dir(metadata: Option<&str>, env: Option<OsString>, root: &Path) -> PathBuf {
+    if let Some(dir) = metadata.and_then(|m| crate::libtest::json_str(m, "target_directory")) {
+        return PathBuf::from(dir);
+    }
+    match env.filter(|v| !v.is_empty()) {
+        Some(v) => root.join(v),
+        None => root.join("target"),
+    }
+}
+
+/// A `cargo` command (the cargo that runs this xtask), in the workspace root.
 pub fn cargo<I, S>(args: I) -> Command
 where
     I: IntoIterator<Item = S>,
@@ -243,6 +273,47 @@ mod tests {
         assert_eq!(
             show(&cmd),
             r"RUSTDOCFLAGS='-D warnings' cargo doc --workspace 'it'\''s'"
+        );
+    }
+
+    #[test]
+    fn the_target_directory_is_cargo_s_own() {
+        let root = Path::new("/w");
+        // What cargo metadata reports wins (it knows the configs too).
+        let meta =
+            r#"{"packages":[],"target_directory":"/tmp/ztd","version":1,"workspace_root":"/w"}"#;
+        assert_eq!(
+            resolve_target_dir(Some(meta), Some("elsewhere".into()), root),
+            Path::new("/tmp/ztd")
+        );
+        // Without it: CARGO_TARGET_DIR, a relative one in the workspace root.
+        assert_eq!(
+            resolve_target_dir(None, Some("/tmp/abs".into()), root),
+            Path::new("/tmp/abs")
+        );
+        assert_eq!(
+            resolve_target_dir(Some("not json"), Some("rel/t".into()), root),
+            Path::new("/w/rel/t")
+        );
+        assert_eq!(resolve_target_dir(None, None, root), Path::new("/w/target"));
+        assert_eq!(
+            resolve_target_dir(None, Some("".into()), root),
+            Path::new("/w/target")
+        );
+    }
+
+    #[test]
+    fn the_target_directory_follows_cargo_target_dir() {
+        // The real cargo, with the variable set for it as a user would.
+        let meta = cargo(["metadata", "--format-version", "1", "--no-deps"])
+            .env("CARGO_TARGET_DIR", "some/relative/dir")
+            .output()
+            .unwrap();
+        assert!(meta.status.success());
+        let text = String::from_utf8_lossy(&meta.stdout);
+        assert_eq!(
+            resolve_target_dir(Some(&text), None, &root()),
+            root().join("some/relative/dir")
         );
     }
 

@@ -7,18 +7,22 @@
 //! cargo run --release -p zverbs --example pingpong -- --rc [ibv_rc_pingpong options] [host]
 //! ```
 //!
-//! The first form opens a device (the first NIC, or the software mlx5 device `zverbs_sim0`
-//! when there is none), creates two queue pairs on it, connects them to each other through the
-//! control path, and drives both ends from this thread in turn through the backend zverbs
+//! The first form opens a device (the one named with `--device` or `ZVERBS_DEVICE`, else the
+//! first NIC; on a machine without one it asks for the software mlx5 device `zverbs_sim0` by
+//! name, and the first line of its output says which device and why), creates two queue pairs
+//! on it, connects them to each other through the control path, and drives both ends from this thread in turn through the backend zverbs
 //! chose (the direct mlx5 path on a ConnectX and on the software device, libibverbs on rxe).
 //! SEND: each side posts a SEND and the other polls its CQ for the receive. WRITE: each side
 //! RDMA-writes the other's buffer and the other polls the buffer's last byte, as `ib_write_lat`
 //! does. Latency is half the round trip. On the software device, the device's progress thread
-//! plays the NIC.
+//! plays the NIC. A wait that sees nothing for [`STALL`] fails (a lost message) instead of
+//! spinning on.
 //!
 //! The second form (`--rc`, see `rc.rs`) talks to rdma-core's `ibv_rc_pingpong` over the
 //! network, as server or client.
 
+#[path = "../common/device.rs"]
+mod device;
 mod rc;
 
 use std::io::Write as _;
@@ -37,13 +41,22 @@ usage: pingpong [--op send|write] [--size BYTES] [--iters N] [--device NAME]
        pingpong --rc [ibv_rc_pingpong options] [host]
 
   --op send|write   SEND/RECV ping-pong (default) or RDMA WRITE polling the last byte
-  --size BYTES      message size (default 8; WRITE needs at least 1)
-  --iters N         measured round trips (default 100000)
-  --device NAME     device (default: the first NIC, else the software device zverbs_sim0)
+  --size BYTES      message size, at most 1 GiB (default 8; WRITE needs at least 1)
+  --iters N         measured round trips, 1 to 100000000 (default 100000)
+  --device NAME     device (default: ZVERBS_DEVICE, else the first NIC, else the software
+                    device zverbs_sim0)
   --backend B       auto (default), direct or verbs
   --bf, --no-bf     ring with BlueFlame (default) or the 8-byte doorbell only
                     (--no-bf sets MLX5_SHUT_UP_BF=1, as libmlx5 reads it)
   --rc ...          talk to rdma-core's ibv_rc_pingpong; `pingpong --rc --help` for options";
+
+/// The largest message.
+const MAX_SIZE: usize = 1 << 30;
+/// The most measured round trips (each keeps an 8-byte sample).
+const MAX_ITERS: u64 = 100_000_000;
+/// How long a wait on the device may see nothing before it fails: both ends are in this
+/// process, so the device answers in microseconds; seconds of nothing mean a lost message.
+const STALL: Duration = Duration::from_secs(10);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Op {
@@ -111,11 +124,11 @@ fn parse_args(argv: Vec<String>) -> Result<Args, String> {
             other => return Err(format!("unknown argument {other}")),
         }
     }
-    if a.iters == 0 {
-        return Err("--iters must be at least 1".into());
+    if a.iters == 0 || a.iters > MAX_ITERS {
+        return Err(format!("--iters {}: use 1 to {MAX_ITERS}", a.iters));
     }
-    if a.size > 1 << 30 {
-        return Err("--size above 1 GiB".into());
+    if a.size > MAX_SIZE {
+        return Err(format!("--size {}: at most {MAX_SIZE} (1 GiB)", a.size));
     }
     if a.op == Op::Write && a.size == 0 {
         return Err("--op write needs --size of at least 1 (the last byte is polled)".into());
@@ -163,6 +176,7 @@ impl<S: PostSend, R: PostRecv, C: PollCq> End<'_, S, R, C> {
         } else {
             wr
         };
+        let mut spin = Spin::default();
         loop {
             // SAFETY: the source is registered (or copied now, inline) and not modified until
             // the peer has seen the message.
@@ -170,15 +184,18 @@ impl<S: PostSend, R: PostRecv, C: PollCq> End<'_, S, R, C> {
                 Ok(()) => return Ok(()),
                 // Credits come back with the signaled completions: reap them and retry.
                 Err(zverbs::PostError::QueueFull { .. } | zverbs::PostError::CqFull { .. }) => {
-                    self.reap()?
+                    if self.reap()? == 0 {
+                        spin.wait("send completions to free the queue")?;
+                    }
                 }
                 Err(e) => return Err(e.into()),
             }
         }
     }
 
-    /// Polls the CQ once: send completions hand credits back, receives are counted.
-    fn reap(&mut self) -> Res<()> {
+    /// Polls the CQ once: send completions hand credits back, receives are counted. Returns
+    /// how many completions it saw.
+    fn reap(&mut self) -> Res<usize> {
         let mut wc = [Completion::EMPTY; 8];
         let n = self.q.cq.poll(&mut wc);
         for c in &wc[..n] {
@@ -189,26 +206,27 @@ impl<S: PostSend, R: PostRecv, C: PollCq> End<'_, S, R, C> {
                 self.recvs += 1;
             }
         }
-        Ok(())
+        Ok(n)
     }
 
     /// Spins until a receive completes; reposts it.
     fn wait_recv(&mut self, size: usize) -> Res<()> {
-        let mut spins = 0u32;
+        let mut spin = Spin::default();
         while self.recvs == 0 {
             self.reap()?;
-            backoff(&mut spins);
+            spin.wait("a receive")?;
         }
         self.recvs -= 1;
         self.post_recv(size)
     }
 
     /// Spins until the last byte of the receive buffer holds `tag`.
-    fn wait_byte(&self, size: usize, tag: u8) {
-        let mut spins = 0u32;
+    fn wait_byte(&self, size: usize, tag: u8) -> Res<()> {
+        let mut spin = Spin::default();
         while self.rx.load_u8(size - 1) != tag {
-            backoff(&mut spins);
+            spin.wait("the WRITE's last byte")?;
         }
+        Ok(())
     }
 
     /// Sets the last byte of the send buffer (read by the device after the doorbell).
@@ -217,14 +235,35 @@ impl<S: PostSend, R: PostRecv, C: PollCq> End<'_, S, R, C> {
     }
 }
 
-/// Spins; after a long wait, gives the core away now and then (the software device's progress
-/// thread may need it when the machine has fewer free cores than spinning threads).
-fn backoff(spins: &mut u32) {
-    *spins += 1;
-    if spins.is_multiple_of(4096) {
+/// A spinning wait on the device, with an end.
+#[derive(Default)]
+struct Spin {
+    spins: u32,
+    /// When the first look at the clock found the wait still going.
+    since: Option<Instant>,
+}
+
+impl Spin {
+    /// One more empty spin. Every 4096th gives the core away (the software device's progress
+    /// thread may need it when the machine has fewer free cores than spinning threads) and
+    /// looks at the clock: after [`STALL`] of nothing, the wait fails.
+    fn wait(&mut self, what: &str) -> Res<()> {
+        self.spins += 1;
+        if !self.spins.is_multiple_of(4096) {
+            std::hint::spin_loop();
+            return Ok(());
+        }
         std::thread::yield_now();
-    } else {
-        std::hint::spin_loop();
+        let now = Instant::now();
+        let since = *self.since.get_or_insert(now);
+        if now - since >= STALL {
+            return Err(format!(
+                "nothing for {} s while waiting for {what}: the device lost a message or stopped",
+                STALL.as_secs()
+            )
+            .into());
+        }
+        Ok(())
     }
 }
 
@@ -247,15 +286,17 @@ fn run(args: &Args) -> Res<()> {
         // software device, is opened below), so nothing reads the environment concurrently.
         unsafe { std::env::set_var("MLX5_SHUT_UP_BF", "1") };
     }
-    let ctx = zverbs::open_device(
+    let chosen = device::open(
         args.device.as_deref(),
         &ContextOptions {
             backend: args.backend,
         },
+        "--device",
+        true,
     )?;
-    let software = zverbs::devices()?
-        .iter()
-        .any(|d| d.is_software() && d.name() == ctx.name());
+    println!("{chosen}");
+    let software = chosen.is_software();
+    let ctx = chosen.ctx;
     let port = ctx.active_port()?;
     let local = ctx.address(port, None)?;
     let pd = ctx.alloc_pd()?;
@@ -340,7 +381,16 @@ fn bench<S: PostSend, R: PostRecv, C: PollCq>(
         }
     }
     let warmup = (args.iters / 10).clamp(1, 10_000);
-    let mut samples: Vec<u64> = Vec::with_capacity(args.iters as usize);
+    let mut samples: Vec<u64> = Vec::new();
+    samples
+        .try_reserve_exact(args.iters as usize)
+        .map_err(|e| {
+            format!(
+                "cannot hold {} samples ({} bytes): {e}; ask for fewer with --iters",
+                args.iters,
+                args.iters * 8
+            )
+        })?;
     let round_trip = |i: u64, a: &mut End<'_, S, R, C>, b: &mut End<'_, S, R, C>| -> Res<()> {
         let tag = (i % 255) as u8 + 1;
         match args.op {
@@ -353,10 +403,10 @@ fn bench<S: PostSend, R: PostRecv, C: PollCq>(
             Op::Write => {
                 a.set_tag(args.size, tag);
                 a.post(Op::Write, args.size, remote_of_b)?;
-                b.wait_byte(args.size, tag);
+                b.wait_byte(args.size, tag)?;
                 b.set_tag(args.size, tag);
                 b.post(Op::Write, args.size, remote_of_a)?;
-                a.wait_byte(args.size, tag);
+                a.wait_byte(args.size, tag)?;
             }
         }
         Ok(())
@@ -468,7 +518,17 @@ fn report(
 }
 
 fn main() -> ExitCode {
-    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let argv: Vec<String> = match std::env::args_os()
+        .skip(1)
+        .map(|a| a.into_string())
+        .collect::<Result<_, _>>()
+    {
+        Ok(v) => v,
+        Err(a) => {
+            eprintln!("pingpong: argument {} is not UTF-8", a.to_string_lossy());
+            return ExitCode::from(2);
+        }
+    };
     if argv.first().map(String::as_str) == Some("--rc") {
         return rc::main(argv[1..].to_vec());
     }

@@ -4,11 +4,16 @@
 //! ```text
 //! pingpong --rc [options]           # server
 //! pingpong --rc [options] <host>    # client
-//!   -p PORT  TCP port (18515)      -d DEV   device (first)     -i N  device port (1)
+//!   -p PORT  TCP port (18515)      -d DEV   device (first NIC) -i N  device port (1)
 //!   -s SIZE  message size (4096)   -m MTU   path MTU (1024)    -r N  receive depth (500)
 //!   -n N     iterations (1000)     -l SL    service level (0)  -g N  GID index (none)
 //!   --backend auto|direct|verbs
 //! ```
+//!
+//! The peer is another process (usually on another host), so the software device, which
+//! exists in one process only, is used only when named (`-d zverbs_sim0`); the first line of
+//! the output says which device and why. Out-of-range arguments are refused; the exchange and
+//! every wait for the peer's next message end after [`PEER_TIMEOUT`].
 //!
 //! As in `ibv_rc_pingpong`, both sides keep `rx-depth` receives posted, the client sends
 //! first, and each side sends its next message once its previous send and one receive have
@@ -35,6 +40,15 @@ use zverbs::{
 
 const RECV_WRID: u64 = 1;
 const SEND_WRID: u64 = 2;
+
+/// How long the exchange, and each wait for the peer's next message, may take.
+const PEER_TIMEOUT: Duration = Duration::from_secs(60);
+/// The largest message.
+const MAX_SIZE: usize = 1 << 30;
+/// The most iterations.
+const MAX_ITERS: u64 = 1_000_000_000;
+/// The deepest receive queue asked for (devices allow less; they say so).
+const MAX_RX_DEPTH: u32 = 1 << 16;
 
 struct Opts {
     server: Option<String>,
@@ -75,7 +89,7 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Opts, String> {
     while let Some(a) = it.next() {
         match a.as_str() {
             "-p" | "--port" => o.port = num(&a, it.next())?,
-            "-d" | "--ib-dev" => o.device = it.next(),
+            "-d" | "--ib-dev" => o.device = Some(it.next().ok_or("-d needs a device name")?),
             "-i" | "--ib-port" => o.ib_port = num(&a, it.next())?,
             "-s" | "--size" => o.size = num(&a, it.next())?,
             "-m" | "--mtu" => {
@@ -93,8 +107,17 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Opts, String> {
             s => return Err(format!("unknown argument {s}")),
         }
     }
-    if o.size == 0 || o.rx_depth < 2 {
-        return Err("size must be positive and rx-depth at least 2".into());
+    if o.size == 0 || o.size > MAX_SIZE {
+        return Err(format!("-s {}: use 1 to {MAX_SIZE}", o.size));
+    }
+    if o.rx_depth < 2 || o.rx_depth > MAX_RX_DEPTH {
+        return Err(format!("-r {}: use 2 to {MAX_RX_DEPTH}", o.rx_depth));
+    }
+    if o.iters == 0 || o.iters > MAX_ITERS {
+        return Err(format!("-n {}: use 1 to {MAX_ITERS}", o.iters));
+    }
+    if o.port == 0 {
+        return Err("-p 0: use 1 to 65535".into());
     }
     Ok(o)
 }
@@ -119,7 +142,9 @@ pub fn main(args: Vec<String>) -> ExitCode {
 
 fn run(o: &Opts) -> Result<(), Box<dyn std::error::Error>> {
     let copts = ContextOptions { backend: o.backend };
-    let ctx = zverbs::open_device(o.device.as_deref(), &copts)?;
+    let chosen = crate::device::open(o.device.as_deref(), &copts, "-d", false)?;
+    println!("  {chosen}");
+    let ctx = chosen.ctx;
     let port = ctx.port(o.ib_port)?;
     if port.link_layer != zverbs::LinkLayer::Ethernet && port.lid == 0 {
         return Err("Couldn't get local LID".into());
@@ -169,7 +194,7 @@ fn run(o: &Opts) -> Result<(), Box<dyn std::error::Error>> {
             endpoint: me,
             ..Hello::default()
         };
-        let timeout = Duration::from_secs(60);
+        let timeout = PEER_TIMEOUT;
         let peer = match &o.server {
             Some(host) => {
                 let addr = if host.contains(':') {
@@ -288,8 +313,24 @@ fn session<S: PostSend, R: PostRecv, C: PollCq>(
     }
     let mut wc = [Completion::EMPTY; 2];
     let mut damage = Damage::default();
+    // Empty polls, and when the last completion came (looked at every 4096 empty polls).
+    let (mut idle, mut last) = (0u32, Instant::now());
     while rcnt < o.iters || scnt < o.iters {
         let n = cq.poll(&mut wc);
+        if n == 0 {
+            idle += 1;
+            if idle.is_multiple_of(4096) && last.elapsed() >= PEER_TIMEOUT {
+                return Err(format!(
+                    "nothing from the peer for {} s after {rcnt} of {} messages; is it still \
+                     running?",
+                    PEER_TIMEOUT.as_secs(),
+                    o.iters
+                )
+                .into());
+            }
+        } else {
+            (idle, last) = (0, Instant::now());
+        }
         for c in &wc[..n] {
             if !c.is_success() {
                 return Err(format!(

@@ -224,6 +224,7 @@ fn new_id(cm: &'static Rdmacm) -> Result<Arc<Id>> {
         let e = Error::last_os("rdma_create_event_channel");
         if matches!(e.errno(), Some(libc::ENODEV | libc::ENOENT)) {
             return Err(Error::NoDevice {
+                library: None,
                 hint: Some(String::from(
                     "rdma_cm finds no RDMA device (/dev/infiniband/rdma_cm is missing: load \
                      the driver and rdma_ucm)",
@@ -252,6 +253,7 @@ fn context_of(id: &Arc<Id>) -> Result<Context> {
     let verbs = unsafe { (*id.id).verbs };
     if verbs.is_null() {
         return Err(Error::NoDevice {
+            library: None,
             hint: Some("rdma_cm bound the address to no RDMA device".into()),
         });
     }

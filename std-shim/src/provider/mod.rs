@@ -16,6 +16,7 @@
 
 #[cfg(test)]
 pub(crate) mod fake;
+#[cfg(feature = "sim")]
 pub(crate) mod sim;
 pub(crate) mod verbs;
 

@@ -31,7 +31,7 @@ use crate::mr::AccessFlags;
 use crate::qp::QpCaps;
 
 /// The software device's name in the device list.
-pub(crate) const NAME: &str = "zverbs_sim0";
+pub(crate) const NAME: &str = crate::device::SOFTWARE_DEVICE;
 
 /// Its node GUID.
 pub(crate) const GUID: u64 = 0x7a76_6572_6273_0001;

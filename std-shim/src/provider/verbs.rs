@@ -89,27 +89,29 @@ impl Drop for DeviceList {
     }
 }
 
-/// Why no device was found, as far as the machine tells.
-#[allow(dead_code)]
-pub(crate) fn no_device_hint() -> Option<String> {
+/// Why libibverbs lists no device, as far as the machine tells, and what to do.
+pub(crate) fn no_device_hint() -> String {
     let Ok(dir) = std::fs::read_dir("/sys/class/infiniband") else {
-        return Some(String::from(
+        return String::from(
             "the kernel exposes no RDMA device (/sys/class/infiniband is missing): load the \
              driver (mlx5_ib for ConnectX, rdma_rxe for soft-RoCE) and ib_uverbs",
-        ));
+        );
     };
     let names: Vec<String> = dir
         .filter_map(|e| e.ok())
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
     if names.is_empty() {
-        return None;
+        return String::from(
+            "the kernel has no RDMA device: load a driver, or create a soft-RoCE device \
+             (`rdma link add rxe0 type rxe netdev <if>`)",
+        );
     }
-    Some(format!(
+    format!(
         "the kernel has RDMA devices ({}) but libibverbs found none: install the \
          `ibverbs-providers` package, and check /dev/infiniband permissions",
         names.join(", ")
-    ))
+    )
 }
 
 /// Whether libmlx5 drives `dev`.

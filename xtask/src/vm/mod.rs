@@ -102,9 +102,10 @@ pub struct Spec {
 }
 
 impl Spec {
-    /// A command run in the workspace's directory, with the workspace shared.
+    /// A command run in the workspace's directory, with the workspace shared, and cargo's
+    /// target directory (what the host built) when it lies elsewhere.
     pub fn command(argv: Vec<String>, timeout: Duration) -> Self {
-        Self {
+        let mut spec = Self {
             argv,
             cwd: util::root(),
             env: Vec::new(),
@@ -112,7 +113,12 @@ impl Spec {
             timeout,
             programs: Vec::new(),
             shell: false,
+        };
+        let target = util::target_dir();
+        if std::fs::create_dir_all(&target).is_ok() {
+            spec.share_dir_of(&target);
         }
+        spec
     }
 
     /// Shares the directory of `path` too, unless a share holds it already.

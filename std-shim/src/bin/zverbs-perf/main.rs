@@ -7,13 +7,20 @@
 //! Without a host it is the server; with one, the client. Both sides run the same test with
 //! the same size and iteration count (checked during the exchange). Tests: `write_lat`,
 //! `send_lat`, `read_lat`, `atomic_lat`, `write_bw`, `send_bw`. Run `zverbs-perf --help`.
+//!
+//! Every wait ends: on what it waits for, on the peer's failure (the exchange connection
+//! closes, or in a one-process run the other side fails), or after `--timeout` seconds without
+//! progress. Arguments out of range are refused before anything is allocated.
 
+#[path = "../../../examples/common/device.rs"]
+mod device;
 mod run;
 mod stats;
+mod watch;
 
 use std::net::ToSocketAddrs;
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use zverbs::BackendRequest;
 
@@ -91,6 +98,14 @@ pub(crate) struct Opts {
     pub(crate) timeout: Duration,
 }
 
+/// The largest message: 2 GiB, InfiniBand's limit (a port may allow less: checked once the
+/// device is open).
+pub(crate) const MAX_SIZE: usize = 1 << 31;
+/// The most iterations (and warm-up iterations): a latency test keeps 8 bytes per iteration.
+pub(crate) const MAX_ITERS: usize = 1_000_000_000;
+/// The deepest send and receive queues asked for (devices allow less; they say so).
+pub(crate) const MAX_DEPTH: u32 = 1 << 16;
+
 const USAGE: &str = "\
 usage: zverbs-perf <test> [server-host] [options]
        zverbs-perf devices     (list devices, ports, GIDs and the backend each would get)
@@ -99,22 +114,26 @@ tests:  write_lat send_lat read_lat atomic_lat write_bw send_bw
         (no host: run as the server; with a host: run as the client)
 
 options:
-  -d, --device NAME       RDMA device (default: the first one)
+  -d, --device NAME       RDMA device (default: ZVERBS_DEVICE, else the first NIC; without a
+                          NIC and without a server host, the software device zverbs_sim0)
   -i, --ib-port N         device port (default: the first active one)
   -g, --gid-idx N         local GID index (default: RoCE v2 with IPv4 on Ethernet, none on IB)
   -p, --port N            TCP / rdma_cm port (default 18515)
-  -s, --size BYTES        message size (default 2 for latency, 65536 for bandwidth)
-  -n, --iters N           iterations (default 1000 for latency, 5000 for bandwidth)
+  -s, --size BYTES        message size, 1 to 2147483648 (default 2 for latency, 65536 for
+                          bandwidth)
+  -n, --iters N           iterations, 1 to 1000000000 (default 1000 for latency, 5000 for
+                          bandwidth)
       --warmup N          latency iterations run before measuring (default 100)
-  -t, --tx-depth N        send queue depth / bandwidth window (default 128)
-  -r, --rx-depth N        receives kept posted (default 128)
+  -t, --tx-depth N        send queue depth / bandwidth window, 2 to 65536 (default 128)
+  -r, --rx-depth N        receives kept posted, 2 to 65536 (default 128)
   -I, --inline N          largest inline message (default 64; 0 disables inline)
   -m, --mtu BYTES         path MTU: 256 512 1024 2048 4096 (default 1024)
       --cm                connect through rdma_cm instead of the TCP exchange
       --backend B         auto, direct or verbs (default: ZVERBS_BACKEND, else auto)
       --histogram FILE    write the latency histogram (FILE.svg or FILE.csv)
       --hugepages         put the buffer on hugepages
-      --timeout SECS      exchange / rdma_cm timeout (default 30)
+      --timeout SECS      how long to wait for the peer: the exchange, rdma_cm, and any one
+                          message of the test (default 30)
   -h, --help              this text
 ";
 
@@ -124,10 +143,24 @@ fn parse_num<T: std::str::FromStr>(flag: &str, v: Option<String>) -> Result<T, S
         .map_err(|_| format!("{flag}: `{v}` is not a valid number"))
 }
 
+/// `v` as a number from `min` to `max`.
+fn parse_in<T>(flag: &str, v: Option<String>, min: T, max: T) -> Result<T, String>
+where
+    T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy,
+{
+    let n: T = parse_num(flag, v)?;
+    if n < min || n > max {
+        return Err(format!("{flag} {n}: use {min} to {max}"));
+    }
+    Ok(n)
+}
+
 /// Parses the command line (without the program name).
 pub(crate) fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Opts, String> {
     let mut it = args.into_iter();
     let mut test = None;
+    let mut size = None;
+    let mut iters = None;
     let mut o = Opts {
         test: Test::WriteLat,
         server: None,
@@ -154,12 +187,12 @@ pub(crate) fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Opts,
             "-d" | "--device" => o.device = Some(it.next().ok_or("--device needs a value")?),
             "-i" | "--ib-port" => o.ib_port = Some(parse_num(&a, it.next())?),
             "-g" | "--gid-idx" => o.gid_index = Some(parse_num(&a, it.next())?),
-            "-p" | "--port" => o.port = parse_num(&a, it.next())?,
-            "-s" | "--size" => o.size = parse_num(&a, it.next())?,
-            "-n" | "--iters" => o.iters = parse_num(&a, it.next())?,
-            "--warmup" => o.warmup = parse_num(&a, it.next())?,
-            "-t" | "--tx-depth" => o.tx_depth = parse_num(&a, it.next())?,
-            "-r" | "--rx-depth" => o.rx_depth = parse_num(&a, it.next())?,
+            "-p" | "--port" => o.port = parse_in(&a, it.next(), 1, u16::MAX)?,
+            "-s" | "--size" => size = Some(parse_in(&a, it.next(), 1, MAX_SIZE)?),
+            "-n" | "--iters" => iters = Some(parse_in(&a, it.next(), 1, MAX_ITERS)?),
+            "--warmup" => o.warmup = parse_in(&a, it.next(), 0, MAX_ITERS)?,
+            "-t" | "--tx-depth" => o.tx_depth = parse_in(&a, it.next(), 2, MAX_DEPTH)?,
+            "-r" | "--rx-depth" => o.rx_depth = parse_in(&a, it.next(), 2, MAX_DEPTH)?,
             "-I" | "--inline" => o.inline = parse_num(&a, it.next())?,
             "-m" | "--mtu" => {
                 let b: u32 = parse_num(&a, it.next())?;
@@ -181,7 +214,7 @@ pub(crate) fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Opts,
                 o.histogram = Some(f);
             }
             "--hugepages" => o.hugepages = true,
-            "--timeout" => o.timeout = Duration::from_secs(parse_num(&a, it.next())?),
+            "--timeout" => o.timeout = Duration::from_secs(parse_in(&a, it.next(), 1, 24 * 3600)?),
             s if s.starts_with('-') => return Err(format!("unknown option {s}")),
             s if test.is_none() => {
                 test = Some(Test::parse(s).ok_or_else(|| format!("unknown test `{s}`"))?);
@@ -192,17 +225,10 @@ pub(crate) fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Opts,
     }
     o.test =
         test.ok_or("which test? (write_lat, send_lat, read_lat, atomic_lat, write_bw, send_bw)")?;
-    if o.size == 0 {
-        o.size = if o.test.is_latency() { 2 } else { 65536 };
-    }
-    if o.iters == 0 {
-        o.iters = if o.test.is_latency() { 1000 } else { 5000 };
-    }
+    o.size = size.unwrap_or(if o.test.is_latency() { 2 } else { 65536 });
+    o.iters = iters.unwrap_or(if o.test.is_latency() { 1000 } else { 5000 });
     if o.test == Test::AtomicLat {
         o.size = 8;
-    }
-    if o.tx_depth < 2 || o.rx_depth < 2 {
-        return Err("--tx-depth and --rx-depth must be at least 2".into());
     }
     if o.histogram.is_some() && !o.test.is_latency() {
         return Err("--histogram is for latency tests".into());
@@ -234,22 +260,33 @@ impl Opts {
     }
 }
 
-/// Whether the test runs on the software device with both sides in this process: the device
-/// exists in this process only, so without a server address (and without rdma_cm) the server
-/// runs on a thread and the client connects to it over the TCP exchange on loopback.
-fn software_loopback(opts: &Opts) -> bool {
-    if opts.server.is_some() || opts.cm {
-        return false;
+/// Chooses the device (unless rdma_cm chooses it from the address) and says which and why.
+/// Without a server address both sides may run here, so a machine without a NIC gets the
+/// software device, asked for by name. Returns whether it is the software device: then both
+/// sides run in this process (the device exists in this process only).
+fn choose_device(opts: &mut Opts) -> run::Result<bool> {
+    if opts.cm {
+        return Ok(false);
     }
-    let devices = zverbs::devices().unwrap_or_default();
-    let chosen = match opts.device.as_deref() {
-        Some(name) => devices.iter().find(|d| d.name() == name),
-        None => devices.first(),
+    let copts = zverbs::ContextOptions {
+        backend: opts.backend,
     };
-    chosen.is_some_and(|d| d.is_software())
+    let chosen = device::open(
+        opts.device.as_deref(),
+        &copts,
+        "--device",
+        opts.server.is_none(),
+    )?;
+    println!("{chosen}");
+    opts.device = Some(chosen.ctx.name().to_string());
+    Ok(chosen.is_software() && opts.server.is_none())
 }
 
-/// Runs the server on a silent thread and the client here, both on the software device.
+/// Runs the server on a silent thread and the client here, both on the software device: the
+/// client connects to the server over the TCP exchange on loopback. When one side fails the
+/// other's waits end (the exchange connection closes, and [`watch::ABORT`] is set); a server
+/// still blocked where no wait looks (waiting for a client that never came) is left to the
+/// process's exit.
 fn run_in_process(opts: &Opts) -> run::Result<()> {
     run::YIELD_WHEN_IDLE.store(true, std::sync::atomic::Ordering::Relaxed);
     let server_opts = opts.clone();
@@ -263,9 +300,10 @@ fn run_in_process(opts: &Opts) -> run::Result<()> {
     client_opts.server = Some(format!("127.0.0.1:{}", opts.port));
     // Connect once the server listens (or has failed before it could).
     {
+        let deadline = Instant::now() + opts.timeout;
         let (lock, cv) = &run::LISTENING;
         let mut up = lock.lock().unwrap_or_else(|e| e.into_inner());
-        while !*up && !server.is_finished() {
+        while !*up && !server.is_finished() && Instant::now() < deadline {
             up = cv
                 .wait_timeout(up, Duration::from_millis(50))
                 .unwrap_or_else(|e| e.into_inner())
@@ -273,19 +311,69 @@ fn run_in_process(opts: &Opts) -> run::Result<()> {
         }
     }
     let result = run::run(&client_opts);
-    let served = server
-        .join()
-        .map_err(|_| "the in-process server thread panicked")?;
-    match (result, served) {
-        (Ok(()), Ok(())) => Ok(()),
-        (Ok(()), Err(s)) => Err(format!("server side: {s}").into()),
-        (Err(c), Ok(())) => Err(c),
-        (Err(c), Err(s)) => Err(format!("{c} (server side: {s})").into()),
+    if result.is_err() {
+        watch::ABORT.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+    // After a success the server has the closing message and ends at once; after a failure,
+    // at its waits' next look.
+    let within = if result.is_ok() {
+        opts.timeout
+    } else {
+        watch::GRACE
+    };
+    match (result, finish(server, within)) {
+        (Ok(()), Some(Ok(()))) => Ok(()),
+        (Ok(()), Some(Err(s))) => Err(format!("server side: {s}").into()),
+        (Ok(()), None) => Err(format!(
+            "the in-process server did not finish within {} s of the client",
+            within.as_secs()
+        )
+        .into()),
+        (Err(c), Some(Err(s))) => Err(format!("{c} (server side: {s})").into()),
+        (Err(c), _) => Err(c),
     }
 }
 
+/// The thread's result once it has finished, or `None` if it has not within `within`.
+fn finish(
+    thread: std::thread::JoinHandle<Result<(), String>>,
+    within: Duration,
+) -> Option<Result<(), String>> {
+    let end = Instant::now() + within;
+    while !thread.is_finished() {
+        if Instant::now() >= end {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Some(
+        thread
+            .join()
+            .unwrap_or_else(|_| Err("the in-process server thread panicked".into())),
+    )
+}
+
+/// The command line without the program name, or which argument is not UTF-8.
+fn args() -> Result<Vec<String>, String> {
+    std::env::args_os()
+        .skip(1)
+        .enumerate()
+        .map(|(i, a)| {
+            a.into_string()
+                .map_err(|a| format!("argument {} ({}) is not UTF-8", i + 1, a.to_string_lossy()))
+        })
+        .collect()
+}
+
 fn main() -> ExitCode {
-    if std::env::args().nth(1).as_deref() == Some("devices") {
+    let args = match args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("zverbs-perf: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if args.first().map(String::as_str) == Some("devices") {
         return match run::list_devices() {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -294,7 +382,7 @@ fn main() -> ExitCode {
             }
         };
     }
-    let opts = match parse_args(std::env::args().skip(1)) {
+    let mut opts = match parse_args(args) {
         Ok(o) => o,
         Err(e) if e.is_empty() => {
             print!("{USAGE}");
@@ -305,10 +393,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let result = if software_loopback(&opts) {
-        run_in_process(&opts)
-    } else {
-        run::run(&opts)
+    let result = match choose_device(&mut opts) {
+        Ok(true) => run_in_process(&opts),
+        Ok(false) => run::run(&opts),
+        Err(e) => Err(e),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -371,6 +459,46 @@ mod tests {
         assert!(p("write_lat -m 1500").unwrap_err().contains("4096"));
         assert!(p("write_lat a b").unwrap_err().contains("unexpected"));
         assert_eq!(p("--help").unwrap_err(), "");
+    }
+
+    #[test]
+    fn numbers_out_of_range_are_refused() {
+        assert!(
+            p("write_lat -s 0")
+                .unwrap_err()
+                .contains("use 1 to 2147483648")
+        );
+        assert_eq!(p("write_lat -s 2147483648").unwrap().size, MAX_SIZE);
+        assert!(
+            p("write_lat -n 1000000001")
+                .unwrap_err()
+                .contains("-n 1000000001")
+        );
+        assert!(p("write_lat --warmup 1000000001").is_err());
+        assert!(
+            p("write_bw -t 65537")
+                .unwrap_err()
+                .contains("use 2 to 65536")
+        );
+        assert!(p("write_bw -r 1").is_err());
+        assert!(p("write_lat -p 0").is_err());
+        assert!(p("write_lat --timeout 0").is_err());
+    }
+
+    #[test]
+    fn a_server_thread_that_cannot_finish_is_not_waited_for() {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let blocked = std::thread::spawn(move || {
+            let _ = rx.recv();
+            Ok(())
+        });
+        assert_eq!(finish(blocked, Duration::from_millis(50)), None);
+        drop(tx);
+        let failed = std::thread::spawn(|| Err("server failed".to_string()));
+        assert_eq!(
+            finish(failed, Duration::from_secs(30)),
+            Some(Err("server failed".into()))
+        );
     }
 
     #[test]

@@ -12,6 +12,7 @@ use zverbs::{
 };
 
 use crate::stats::{self, Histogram};
+use crate::watch::Watch;
 use crate::{Opts, Test};
 
 pub(crate) type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
@@ -60,10 +61,32 @@ struct Env<'a> {
     remote: RemoteRegion,
     client: bool,
     max_inline: u32,
+    /// The exchange connection, open for the whole test (non-blocking): its end is the peer's.
+    peer: Option<&'a TcpStream>,
+}
+
+impl Env<'_> {
+    /// A wait for something the peer does in answer to this side (a message, a completion):
+    /// it has the `--timeout` limit.
+    fn answer(&self) -> Watch<'_> {
+        Watch::new(self.peer, Some(self.opts.timeout))
+    }
+
+    /// The server's wait for the client's closing message, while the client may run for
+    /// long without this side seeing anything: ended by the exchange connection when there
+    /// is one, else by the limit.
+    fn closing(&self) -> Watch<'_> {
+        let limit = if self.peer.is_some() {
+            None
+        } else {
+            Some(self.opts.timeout)
+        };
+        Watch::new(self.peer, limit)
+    }
 }
 
 enum Conn {
-    Tcp(#[allow(dead_code)] TcpStream),
+    Tcp(TcpStream),
     Cm(#[allow(dead_code)] CmConnection),
 }
 
@@ -143,6 +166,15 @@ pub(crate) fn run(opts: &Opts) -> Result<()> {
         (None, None, Some((_, r))) => r.port(),
         _ => ctx.active_port()?,
     };
+    let max_msg = ctx.port(port)?.max_msg_sz;
+    if opts.size as u64 > u64::from(max_msg) {
+        return Err(format!(
+            "--size {}: the largest message port {port} of {} allows is {max_msg} bytes",
+            opts.size,
+            ctx.name()
+        )
+        .into());
+    }
     let local = ctx.address(port, opts.gid_index)?;
     let pd = ctx.alloc_pd()?;
     let buf = if opts.hugepages {
@@ -263,6 +295,8 @@ pub(crate) fn run(opts: &Opts) -> Result<()> {
             peer.endpoint.gid
         );
         let region = peer.region.ok_or_else(|| bad("the peer sent no buffer"))?;
+        // Watched during the test (nothing is sent on it): its end is the peer's.
+        stream.set_nonblocking(true)?;
         (region, Conn::Tcp(stream))
     };
     if remote.len < opts.size as u64 {
@@ -280,6 +314,10 @@ pub(crate) fn run(opts: &Opts) -> Result<()> {
         remote,
         client,
         max_inline,
+        peer: match &conn {
+            Conn::Tcp(s) => Some(s),
+            Conn::Cm(_) => None,
+        },
     };
     match queues {
         Queues::Direct(q) => test(q, &env)?,
@@ -332,13 +370,16 @@ fn recv_sge(buf: &MrBuf, lay: Layout) -> Sge {
         .expect("the receive area is inside the buffer")
 }
 
-/// Posts `wr`, polling completions while the queue or the CQ is full.
+/// Posts `wr`, polling completions while the queue or the CQ is full (as long as `env`'s
+/// waits allow).
 fn post<S: PostSend, C: PollCq>(
     sq: &mut S,
     cq: &mut C,
     wr: &SendWr<'_>,
     seen: &mut Seen,
+    env: &Env<'_>,
 ) -> Result<()> {
+    let mut watch: Option<Watch<'_>> = None;
     loop {
         // SAFETY: every local entry of the test's requests lies in the registered test buffer,
         // which outlives the queues; Rust only touches it through copies.
@@ -346,7 +387,12 @@ fn post<S: PostSend, C: PollCq>(
             Ok(()) => return Ok(()),
             Err(PostError::QueueFull { .. } | PostError::CqFull { .. }) => {
                 sq.ring();
-                drain(cq, seen)?;
+                let w = watch.get_or_insert_with(|| env.answer());
+                if drain(cq, seen)? > 0 {
+                    w.progress();
+                } else {
+                    w.idle("waiting for send completions to free the queue")?;
+                }
             }
             Err(e) => return Err(e.into()),
         }
@@ -406,7 +452,17 @@ where
         o.iters
     };
     let mut seen = Seen::default();
-    let mut lat: Vec<u64> = Vec::with_capacity(total);
+    // The client of a latency test keeps one sample per measured iteration.
+    let mut lat: Vec<u64> = Vec::new();
+    if o.test.is_latency() && env.client {
+        lat.try_reserve_exact(o.iters).map_err(|e| {
+            format!(
+                "cannot hold {} latency samples ({} bytes): {e}; ask for fewer with -n",
+                o.iters,
+                o.iters.saturating_mul(8)
+            )
+        })?;
+    }
     let mut seconds = 0.0;
     // Signal one send in `sig`, so the send queue's credits come back.
     let sig = (o.tx_depth as u64 / 2).max(1);
@@ -448,11 +504,14 @@ where
                         &mut q.cq,
                         &SendWr::write(i, &src, target).with_flags(flags(i, false)),
                         &mut seen,
+                        env,
                     )?;
                     q.sq.ring();
                 }
+                let mut w = env.answer();
                 while buf.load_u8(flag_at) != v {
                     drain(&mut q.cq, &mut seen)?;
+                    w.idle("waiting for the peer's WRITE")?;
                 }
                 if !env.client {
                     buf.store_u8(lay.b() + o.size - 1, v);
@@ -461,6 +520,7 @@ where
                         &mut q.cq,
                         &SendWr::write(i, &src, target).with_flags(flags(i, false)),
                         &mut seen,
+                        env,
                     )?;
                     q.sq.ring();
                 } else if i as usize >= o.warmup {
@@ -477,11 +537,14 @@ where
                         &mut q.cq,
                         &SendWr::send(i, &src).with_flags(flags(i, false)),
                         &mut seen,
+                        env,
                     )?;
                     q.sq.ring();
                 }
+                let mut w = env.answer();
                 while seen.recvs == 0 {
                     drain(&mut q.cq, &mut seen)?;
+                    w.idle("waiting for the peer's SEND")?;
                 }
                 seen.recvs -= 1;
                 repost(&mut q.rq, 1)?;
@@ -491,6 +554,7 @@ where
                         &mut q.cq,
                         &SendWr::send(i, &src).with_flags(flags(i, false)),
                         &mut seen,
+                        env,
                     )?;
                     q.sq.ring();
                 } else if i as usize >= o.warmup {
@@ -510,10 +574,12 @@ where
                     SendWr::fetch_add(i, dst[0], target, 1)
                 };
                 let t0 = Instant::now();
-                post(&mut q.sq, &mut q.cq, &wr.signaled(), &mut seen)?;
+                post(&mut q.sq, &mut q.cq, &wr.signaled(), &mut seen, env)?;
                 q.sq.ring();
+                let mut w = env.answer();
                 while seen.sends_done <= i {
                     drain(&mut q.cq, &mut seen)?;
+                    w.idle("waiting for the READ or atomic to complete")?;
                 }
                 if i as usize >= o.warmup {
                     lat.push(t0.elapsed().as_nanos() as u64);
@@ -525,6 +591,7 @@ where
             let n = o.iters as u64;
             let t0 = Instant::now();
             let mut posted = 0u64;
+            let mut w = env.answer();
             while seen.sends_done < n {
                 while posted < n && posted - seen.sends_done < window {
                     let f = flags(posted, posted + 1 == n);
@@ -533,23 +600,31 @@ where
                     } else {
                         SendWr::send(posted, &src)
                     };
-                    post(&mut q.sq, &mut q.cq, &wr.with_flags(f), &mut seen)?;
+                    post(&mut q.sq, &mut q.cq, &wr.with_flags(f), &mut seen, env)?;
                     posted += 1;
                 }
                 q.sq.ring();
-                drain(&mut q.cq, &mut seen)?;
+                if drain(&mut q.cq, &mut seen)? > 0 {
+                    w.progress();
+                } else {
+                    w.idle("waiting for send completions")?;
+                }
             }
             seconds = t0.elapsed().as_secs_f64();
         }
         (Test::SendBw, false) => {
             let t0 = Instant::now();
             let mut got = 0u64;
+            let mut w = env.answer();
             while got < o.iters as u64 {
                 drain(&mut q.cq, &mut seen)?;
                 if seen.recvs > 0 {
                     got += seen.recvs;
                     repost(&mut q.rq, seen.recvs)?;
                     seen.recvs = 0;
+                    w.progress();
+                } else {
+                    w.idle("waiting for the peer's SENDs")?;
                 }
             }
             seconds = t0.elapsed().as_secs_f64();
@@ -564,15 +639,22 @@ where
             &mut q.cq,
             &SendWr::send_imm(DONE_ID, &[], DONE_IMM).signaled(),
             &mut seen,
+            env,
         )?;
         q.sq.ring();
     }
+    let (mut w, what) = if env.client {
+        (env.answer(), "waiting for the closing SEND to complete")
+    } else {
+        (env.closing(), "waiting for the client's closing SEND")
+    };
     while !seen.done {
         drain(&mut q.cq, &mut seen)?;
         if seen.recvs > 0 {
             repost(&mut q.rq, seen.recvs)?;
             seen.recvs = 0;
         }
+        w.idle(what)?;
     }
 
     if o.test.is_latency() && env.client {

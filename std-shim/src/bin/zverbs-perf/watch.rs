@@ -1,0 +1,216 @@
+//! Waiting for the peer, with an end.
+//!
+//! A test's wait loops poll the CQ (or a byte the peer writes) until what they wait for
+//! arrives. Every such loop holds a [`Watch`] and calls [`Watch::idle`] after each empty
+//! poll; the watch ends the wait with an error when:
+//!
+//! - the other side of a one-process run (software device) failed ([`ABORT`]);
+//! - the peer closed the exchange connection, which stays open for the whole test: a peer
+//!   that fails or is stopped closes it (what was awaited may still be on its way, so the wait
+//!   goes on for [`GRACE`] first);
+//! - nothing arrived for the limit (`--timeout`), when the wait has one. A server that only
+//!   waits for the client's closing message while the client runs one-sided operations has no
+//!   progress to watch, so over the exchange connection it has no limit (the connection ends
+//!   it); over rdma_cm, which has no such connection here, it has the limit too.
+//!
+//! The clock and the socket are looked at once every [`CHECK_EVERY`] empty polls, never on
+//! the way of a message that has arrived.
+
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// Set when one side of a one-process run fails: the other side's waits end at their next
+/// look.
+pub(crate) static ABORT: AtomicBool = AtomicBool::new(false);
+
+/// How long a wait goes on once the peer has closed the exchange connection, and how long a
+/// one-process run waits for its server after the client failed.
+pub(crate) const GRACE: Duration = Duration::from_secs(2);
+
+/// Empty polls between two looks at the clock, the socket and [`ABORT`].
+pub(crate) const CHECK_EVERY: u32 = 1024;
+
+/// One wait for the peer.
+#[derive(Debug)]
+pub(crate) struct Watch<'a> {
+    /// Set when the wait must end because the other side of this run failed ([`ABORT`]).
+    abort: &'a AtomicBool,
+    /// The exchange connection (non-blocking), when there is one.
+    peer: Option<&'a TcpStream>,
+    /// How long the wait may go without progress, if it has a limit.
+    limit: Option<Duration>,
+    /// Empty polls since the last look.
+    spins: u32,
+    /// When the first look found nothing.
+    since: Option<Instant>,
+    /// When the peer was first seen gone.
+    gone: Option<Instant>,
+}
+
+impl<'a> Watch<'a> {
+    /// A wait watching [`ABORT`] and `peer`'s connection, ending after `limit` without
+    /// progress if given.
+    pub(crate) fn new(peer: Option<&'a TcpStream>, limit: Option<Duration>) -> Self {
+        Self::with_abort(&ABORT, peer, limit)
+    }
+
+    fn with_abort(
+        abort: &'a AtomicBool,
+        peer: Option<&'a TcpStream>,
+        limit: Option<Duration>,
+    ) -> Self {
+        Self {
+            abort,
+            peer,
+            limit,
+            spins: 0,
+            since: None,
+            gone: None,
+        }
+    }
+
+    /// Something awaited arrived: the limit counts from now.
+    pub(crate) fn progress(&mut self) {
+        self.spins = 0;
+        self.since = None;
+    }
+
+    /// One empty poll while `what` (`"waiting for the peer's WRITE"`).
+    ///
+    /// # Errors
+    ///
+    /// When the wait must end, saying why.
+    pub(crate) fn idle(&mut self, what: &str) -> Result<(), String> {
+        self.spins += 1;
+        if self.spins < CHECK_EVERY {
+            return Ok(());
+        }
+        self.spins = 0;
+        self.look(what, Instant::now())
+    }
+
+    #[cold]
+    fn look(&mut self, what: &str, now: Instant) -> Result<(), String> {
+        if self.abort.load(Ordering::Relaxed) {
+            return Err(format!(
+                "stopped while {what}: the other side of this run failed"
+            ));
+        }
+        if self.gone.is_none() && self.peer.is_some_and(closed) {
+            self.gone = Some(now);
+        }
+        if let Some(t) = self.gone
+            && now.duration_since(t) >= GRACE
+        {
+            return Err(format!(
+                "the peer closed the connection while this side was {what}: it failed or was \
+                 stopped (see its output)"
+            ));
+        }
+        let since = *self.since.get_or_insert(now);
+        if let Some(limit) = self.limit
+            && now.duration_since(since) >= limit
+        {
+            return Err(format!(
+                "nothing from the peer for {} s while {what}; is it still running? (--timeout \
+                 sets the limit)",
+                limit.as_secs()
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Whether the peer has closed (or reset) the non-blocking connection `s`. Nothing is sent on
+/// it during a test, so any byte waiting means it is open.
+fn closed(s: &TcpStream) -> bool {
+    let mut b = [0u8; 1];
+    match s.peek(&mut b) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => matches!(
+            e.kind(),
+            std::io::ErrorKind::ConnectionReset
+                | std::io::ErrorKind::ConnectionAborted
+                | std::io::ErrorKind::BrokenPipe
+                | std::io::ErrorKind::NotConnected
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    /// Idles until the watch ends the wait (at most `looks` looks).
+    fn idle_until_error(w: &mut Watch<'_>, looks: u32) -> Option<String> {
+        for _ in 0..looks * CHECK_EVERY {
+            if let Err(e) = w.idle("waiting for the test") {
+                return Some(e);
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn a_wait_without_progress_ends_at_its_limit_and_progress_restarts_it() {
+        let start = Instant::now();
+        let mut w = Watch::new(None, Some(Duration::from_secs(5)));
+        assert_eq!(w.look("waiting", start), Ok(()));
+        assert_eq!(w.look("waiting", start + Duration::from_secs(4)), Ok(()));
+        w.progress();
+        assert_eq!(w.look("waiting", start + Duration::from_secs(6)), Ok(()));
+        let e = w
+            .look(
+                "waiting for the peer's WRITE",
+                start + Duration::from_secs(11),
+            )
+            .unwrap_err();
+        assert!(e.contains("nothing from the peer for 5 s"), "{e}");
+        assert!(e.contains("waiting for the peer's WRITE"), "{e}");
+        // Without a limit, time alone never ends a wait.
+        let mut w = Watch::new(None, None);
+        assert_eq!(w.look("waiting", start), Ok(()));
+        assert_eq!(
+            w.look("waiting", start + Duration::from_secs(1 << 20)),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn a_closed_exchange_connection_ends_the_wait_after_the_grace() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (server, _) = l.accept().unwrap();
+        server.set_nonblocking(true).unwrap();
+        let mut w = Watch::new(Some(&server), None);
+        let start = Instant::now();
+        assert_eq!(w.look("waiting", start), Ok(()));
+        assert!(!closed(&server));
+        drop(client);
+        // The close reaches this end of a loopback connection at once, but allow for a
+        // scheduler's delay before the end of the grace.
+        let seen_at = Instant::now() + Duration::from_secs(30);
+        let mut now = Instant::now();
+        while !closed(&server) && now < seen_at {
+            std::thread::sleep(Duration::from_millis(10));
+            now = Instant::now();
+        }
+        assert!(closed(&server), "the close never arrived");
+        assert_eq!(w.look("waiting", now), Ok(()), "still within the grace");
+        let e = w.look("waiting for the DONE", now + GRACE).unwrap_err();
+        assert!(e.contains("the peer closed the connection"), "{e}");
+    }
+
+    #[test]
+    fn an_abort_ends_every_wait_at_its_next_look() {
+        let abort = AtomicBool::new(false);
+        let mut w = Watch::with_abort(&abort, None, None);
+        assert_eq!(idle_until_error(&mut w, 2), None);
+        abort.store(true, Ordering::Relaxed);
+        let e = idle_until_error(&mut w, 1).expect("ended");
+        assert!(e.contains("the other side of this run failed"), "{e}");
+    }
+}

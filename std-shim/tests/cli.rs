@@ -1,0 +1,390 @@
+//! The tools and examples as their users run them, on the software device: bad arguments and
+//! bad environments are refused with a message and a non-zero exit, a peer that fails or falls
+//! silent ends the run, and the device chosen is said. Every run has a deadline: a run that
+//! passes it is killed and the test fails ("did not finish"), which is how a hang shows.
+//!
+//! The examples are built (by cargo, with this test's features) before they run. The runs that
+//! need a device use the software device (feature `sim`).
+
+use std::ffi::OsStr;
+use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How long any one run may take before it counts as hung.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// What a run printed and how it ended.
+struct Outcome {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Outcome {
+    fn text(&self) -> String {
+        format!(
+            "exit {:?}\n--- stdout\n{}\n--- stderr\n{}",
+            self.code, self.stdout, self.stderr
+        )
+    }
+}
+
+/// Runs `cmd` to its end, or kills it at [`DEADLINE`] and fails the test.
+fn run(mut cmd: Command) -> Outcome {
+    let shown = format!("{cmd:?}");
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {shown}: {e}"));
+    // Drain the pipes while waiting, so a chatty child never blocks on a full one.
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let out = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = out.read_to_end(&mut s);
+        s
+    });
+    let err = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = err.read_to_end(&mut s);
+        s
+    });
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if t0.elapsed() > DEADLINE {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let o = Outcome {
+        code: status.and_then(|s| s.code()),
+        stdout: String::from_utf8_lossy(&out.join().unwrap()).into_owned(),
+        stderr: String::from_utf8_lossy(&err.join().unwrap()).into_owned(),
+    };
+    assert!(
+        status.is_some(),
+        "{shown} did not finish within {DEADLINE:?} (hung):\n{}",
+        o.text()
+    );
+    o
+}
+
+/// `program args`, with no device named by the environment and the backend chosen by the
+/// program.
+fn command(program: PathBuf, args: &[&str]) -> Command {
+    let mut c = Command::new(program);
+    c.args(args)
+        .env_remove("ZVERBS_DEVICE")
+        .env_remove("ZVERBS_BACKEND");
+    c
+}
+
+fn perf(args: &[&str]) -> Command {
+    command(env!("CARGO_BIN_EXE_zverbs-perf").into(), args)
+}
+
+/// An example of this crate, built now (a no-op when `cargo test` already built it with these
+/// features) so that the binary run is the one of this source and these features.
+fn example(name: &str, args: &[&str]) -> Command {
+    static BUILT: Mutex<Vec<(String, PathBuf)>> = Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    let exe = match built.iter().find(|(n, _)| n == name) {
+        Some((_, exe)) => exe.clone(),
+        None => {
+            let exe = build_example(name);
+            built.push((name.to_string(), exe.clone()));
+            exe
+        }
+    };
+    command(exe, args)
+}
+
+/// `cargo build --example name` with this test's profile and features; the executable.
+fn build_example(name: &str) -> PathBuf {
+    let mut c = Command::new(env!("CARGO"));
+    c.args(["build", "-p", "zverbs", "--example", name])
+        .arg("--message-format=json-render-diagnostics")
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stderr(Stdio::inherit());
+    if !cfg!(debug_assertions) {
+        c.arg("--release");
+    }
+    if !cfg!(feature = "sim") {
+        c.arg("--no-default-features");
+    }
+    let out = c.output().expect("run cargo");
+    assert!(out.status.success(), "cargo build --example {name} failed");
+    let json = String::from_utf8_lossy(&out.stdout);
+    let key = "\"executable\":\"";
+    json.lines()
+        .filter_map(|l| Some(&l[l.find(key)? + key.len()..]))
+        .filter_map(|rest| rest.split_once('"').map(|(path, _)| PathBuf::from(path)))
+        .find(|p| p.ends_with(Path::new("examples").join(name)))
+        .unwrap_or_else(|| panic!("cargo built no example {name}"))
+}
+
+/// Asserts a refusal: exit code `code` and `message` on stderr.
+fn refused(o: &Outcome, code: i32, message: &str) {
+    assert_eq!(o.code, Some(code), "{}", o.text());
+    assert!(
+        o.stderr.contains(message),
+        "expected {message:?}:\n{}",
+        o.text()
+    );
+}
+
+#[test]
+fn zverbs_perf_refuses_out_of_range_numbers_at_once() {
+    let max = u64::MAX.to_string();
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["write_lat", "-s", "2147483649"],
+            "-s 2147483649: use 1 to 2147483648",
+        ),
+        (&["write_lat", "-s", &max], "use 1 to 2147483648"),
+        (&["write_lat", "-s", "0"], "-s 0: use 1 to"),
+        (
+            &["write_lat", "-n", "1000000000000"],
+            "-n 1000000000000: use 1 to 1000000000",
+        ),
+        (&["write_lat", "-n", &max], "use 1 to 1000000000"),
+        (&["send_bw", "-n", &max], "use 1 to 1000000000"),
+        (&["write_lat", "--warmup", &max], "--warmup"),
+        (
+            &["write_bw", "-t", "4294967295"],
+            "-t 4294967295: use 2 to 65536",
+        ),
+        (
+            &["write_bw", "-r", "4294967295"],
+            "-r 4294967295: use 2 to 65536",
+        ),
+        (&["write_lat", "-p", "0"], "-p 0: use 1 to 65535"),
+        (&["write_lat", "--timeout", "0"], "--timeout 0: use 1 to"),
+    ];
+    for (args, message) in cases {
+        let mut args = args.to_vec();
+        args.extend(["-d", "zverbs_sim0"]);
+        refused(&run(perf(&args)), 2, message);
+    }
+}
+
+#[test]
+fn zverbs_perf_refuses_arguments_that_are_not_utf8() {
+    let mut c = perf(&["write_lat", "-d"]);
+    c.arg(OsStr::from_bytes(b"zverbs_sim\xff"));
+    refused(&run(c), 2, "is not UTF-8");
+}
+
+#[test]
+fn the_examples_refuse_out_of_range_arguments() {
+    let max = u64::MAX.to_string();
+    let cases: &[(&str, &[&str], &str)] = &[
+        (
+            "pingpong",
+            &["--iters", &max],
+            "--iters 18446744073709551615: use 1 to 100000000",
+        ),
+        ("pingpong", &["--iters", "0"], "--iters 0: use 1 to"),
+        ("pingpong", &["--size", &max], "at most 1073741824"),
+        (
+            "pingpong",
+            &["--rc", "-r", "4294967295"],
+            "-r 4294967295: use 2 to",
+        ),
+        ("pingpong", &["--rc", "-n", "0"], "-n 0: use 1 to"),
+        ("pingpong", &["--rc", "-s", &max], "use 1 to 1073741824"),
+        ("pingpong", &["--rc", "-d"], "-d needs a device name"),
+        ("loopback", &["--gid-idx", "x"], "--gid-idx x: not a number"),
+        ("loopback", &["--bogus"], "unknown option --bogus"),
+    ];
+    for (name, args, message) in cases {
+        refused(&run(example(name, args)), 2, message);
+    }
+}
+
+/// What needs a device: the software device.
+#[cfg(feature = "sim")]
+mod software_device {
+    use super::*;
+    use std::io::Write;
+    use std::net::TcpListener;
+    use zverbs::connect::RemoteRegion;
+    use zverbs::connect::exchange::{
+        DONE, EXT_LEN, MSG_LEN, decode, decode_ext, encode, encode_ext,
+    };
+
+    /// Whether this machine has no NIC (the software device is then the only one listed).
+    fn no_nic() -> bool {
+        zverbs::devices().is_ok_and(|l| l.iter().all(|d| d.is_software()))
+    }
+
+    #[test]
+    fn a_backend_variable_that_is_not_utf8_is_an_error_not_ignored() {
+        let mut c = perf(&[
+            "write_lat",
+            "-d",
+            "zverbs_sim0",
+            "-n",
+            "10",
+            "--warmup",
+            "0",
+        ]);
+        c.env("ZVERBS_BACKEND", OsStr::from_bytes(b"dir\xffect"));
+        let o = run(c);
+        refused(&o, 1, "ZVERBS_BACKEND=");
+        assert!(o.stderr.contains("not UTF-8"), "{}", o.text());
+
+        let mut c = example("pingpong", &["--iters", "10"]);
+        c.env("ZVERBS_BACKEND", OsStr::from_bytes(b"\xff"));
+        refused(&run(c), 1, "ZVERBS_BACKEND=");
+    }
+
+    /// A server that answers a `zverbs-perf` client's exchange with the client's own address (its
+    /// QP connects to itself) and a target one slot into its own buffer: the client's WRITEs then
+    /// never change the byte it waits on, so it waits for a peer that never answers. `close` ends
+    /// the connection right after the exchange; otherwise it stays open until the client ends.
+    fn silent_peer(close: bool, client_args: &[&str]) -> Outcome {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port().to_string();
+        let mut args = vec!["write_lat", "127.0.0.1", "-p", &port, "-d", "zverbs_sim0"];
+        args.extend(client_args);
+        let client = std::thread::spawn({
+            let c = perf(&args);
+            move || run(c)
+        });
+        let (mut s, _) = l.accept().unwrap();
+        s.set_read_timeout(Some(DEADLINE)).unwrap();
+        let mut hello = [0u8; MSG_LEN + EXT_LEN];
+        s.read_exact(&mut hello).unwrap();
+        let endpoint = decode(hello[..MSG_LEN].try_into().unwrap()).unwrap();
+        let (region, app) = decode_ext(hello[MSG_LEN..].try_into().unwrap()).unwrap();
+        let region = region.expect("the client offers its buffer");
+        let shifted = RemoteRegion {
+            addr: region.addr + 64,
+            ..region
+        };
+        s.write_all(&encode(&endpoint)).unwrap();
+        s.write_all(&encode_ext(Some(shifted), &app).unwrap())
+            .unwrap();
+        let mut done = [0u8; 5];
+        s.read_exact(&mut done).unwrap();
+        assert_eq!(&done, DONE);
+        if close {
+            drop(s);
+            client.join().unwrap()
+        } else {
+            let o = client.join().unwrap();
+            drop(s);
+            o
+        }
+    }
+
+    #[test]
+    fn zverbs_perf_ends_when_the_peer_closes_the_connection() {
+        let o = silent_peer(true, &["-n", "10", "--warmup", "0", "--timeout", "600"]);
+        refused(&o, 1, "the peer closed the connection");
+        assert!(
+            o.stderr.contains("waiting for the peer's WRITE"),
+            "{}",
+            o.text()
+        );
+    }
+
+    #[test]
+    fn zverbs_perf_ends_when_the_peer_falls_silent_for_its_timeout() {
+        let o = silent_peer(false, &["-n", "10", "--warmup", "0", "--timeout", "1"]);
+        refused(&o, 1, "nothing from the peer for 1 s");
+        assert!(o.stderr.contains("--timeout"), "{}", o.text());
+    }
+
+    #[test]
+    fn zverbs_perf_says_which_device_and_why() {
+        let mut c = perf(&["write_lat", "-n", "20", "--warmup", "0"]);
+        c.env("ZVERBS_DEVICE", "zverbs_sim0");
+        let o = run(c);
+        assert_eq!(o.code, Some(0), "{}", o.text());
+        assert!(
+            o.stdout
+                .starts_with("device: zverbs_sim0 (named by ZVERBS_DEVICE)\n"),
+            "{}",
+            o.text()
+        );
+        if no_nic() {
+            // Both sides here: the software device, asked for by name, and said so.
+            let o = run(perf(&["write_lat", "-n", "20", "--warmup", "0"]));
+            assert_eq!(o.code, Some(0), "{}", o.text());
+            assert!(
+                o.stdout.starts_with(
+                    "device: zverbs_sim0 (the software mlx5 device: no RDMA device on this \
+                     machine; pass --device to choose)\n"
+                ),
+                "{}",
+                o.text()
+            );
+            // A client of a server elsewhere: the software device cannot reach it, so no
+            // substitute; the error says how to ask for it.
+            let o = run(perf(&["write_lat", "127.0.0.1", "-p", "9"]));
+            refused(&o, 1, "no RDMA device");
+            assert!(
+                o.stderr.contains("ZVERBS_DEVICE=zverbs_sim0"),
+                "{}",
+                o.text()
+            );
+        }
+    }
+
+    #[test]
+    fn the_demo_says_which_device_and_why() {
+        let mut c = example("pingpong", &["--iters", "50"]);
+        c.env("ZVERBS_DEVICE", "zverbs_sim0");
+        let o = run(c);
+        assert_eq!(o.code, Some(0), "{}", o.text());
+        assert!(
+            o.stdout
+                .starts_with("device: zverbs_sim0 (named by ZVERBS_DEVICE)\n"),
+            "{}",
+            o.text()
+        );
+        if no_nic() {
+            let o = run(example("pingpong", &["--op", "write", "--iters", "50"]));
+            assert_eq!(o.code, Some(0), "{}", o.text());
+            assert!(
+                o.stdout.starts_with(
+                    "device: zverbs_sim0 (the software mlx5 device: no RDMA device on this \
+                     machine; pass --device to choose)\n"
+                ),
+                "{}",
+                o.text()
+            );
+            // The `--rc` peer is another process: no substitute.
+            let o = run(example("pingpong", &["--rc", "127.0.0.1", "-p", "9"]));
+            refused(&o, 1, "no RDMA device");
+        }
+    }
+}
+
+/// Without the software device in the build and without a NIC, nothing runs, and the error
+/// says why.
+#[cfg(not(feature = "sim"))]
+#[test]
+fn without_the_software_device_and_a_nic_the_tools_say_what_is_missing() {
+    if !zverbs::devices().is_ok_and(|l| l.is_empty()) {
+        return;
+    }
+    let o = run(perf(&["write_lat", "-n", "20"]));
+    refused(&o, 1, "no RDMA device");
+    assert!(o.stderr.contains("left out of this build"), "{}", o.text());
+    let o = run(example("pingpong", &["--iters", "20"]));
+    refused(&o, 1, "no RDMA device");
+}
