@@ -5,8 +5,9 @@
 //! backend (the mlx5 direct path in `zverbs-mlx5dv`, the libibverbs fallback in `zverbs`)
 //! implements. It also holds the small pieces of machinery that the backends share: ring index
 //! arithmetic ([`ring`]), memory barriers named by purpose ([`barrier`]), a write-only MMIO
-//! pointer ([`mmio`]) and the `sync` shim that swaps atomics and cells for loom's under
-//! `cfg(zverbs_loom)` ([`sync`]).
+//! pointer ([`mmio`]), the `sync` shim that swaps atomics and cells for loom's under
+//! `cfg(zverbs_loom)` ([`sync`]), and race-free copies in and out of memory that a device or
+//! another thread may write at the same time ([`shared`]).
 //!
 //! The crate is `#![no_std]` and does not use `alloc`: nothing in it allocates, locks, makes a
 //! system call or panics on the data path.
@@ -47,6 +48,7 @@ pub mod mmio;
 mod queue;
 pub mod ring;
 mod sge;
+pub mod shared;
 pub mod sync;
 mod wc;
 mod wr;

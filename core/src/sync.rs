@@ -19,6 +19,13 @@ pub mod atomic {
     };
 }
 
+/// Atomics laid over raw memory (`from_ptr`): `core`'s, under loom too, which cannot lay its
+/// own atomics over memory it did not allocate. For bytes of buffers shared with a device
+/// ([`crate::shared`]), not for the words of a protocol, which loom must see.
+pub mod raw {
+    pub use core::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+}
+
 /// Shared mutable cells with loom's closure API.
 pub mod cell {
     #[cfg(zverbs_loom)]

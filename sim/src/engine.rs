@@ -30,7 +30,8 @@ use core::ptr::NonNull;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use zverbs_core::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use zverbs_core::shared::SharedMem;
+use zverbs_core::sync::atomic::{AtomicU64, Ordering};
 
 use crate::config::{
     Access, CqConfig, DeviceConfig, Mr, QpConfig, QpStatus, RNR_RETRY_INFINITE, SimCq, SimError,
@@ -155,8 +156,57 @@ impl DevQp {
     }
 }
 
-/// Spans of memory: (address, length).
-type Span = (u64, u64);
+/// `len` bytes at `addr` that the device moves, and the memory they lie in, `(base, length)`:
+/// the registered region they were checked against, or the span itself for the device's own
+/// rings and a message's bytes. The device accesses them through a [`SharedMem`] of that
+/// memory, which reads and writes the region's whole 8-byte words atomically (the rule of
+/// `zverbs_core::shared`): a program that reads or writes a registered buffer through a view
+/// of the same region (as `zverbs::MrBuf` does) while the device works never races with it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Span {
+    addr: u64,
+    len: u64,
+    mem: (u64, u64),
+}
+
+impl Span {
+    const EMPTY: Self = Self::own(0, 0);
+
+    /// Bytes of memory that is not registered: the device's rings, a local value, a message.
+    const fn own(addr: u64, len: u64) -> Self {
+        Self {
+            addr,
+            len,
+            mem: (addr, len),
+        }
+    }
+
+    /// Bytes of the registered region `mr` (checked to lie in it).
+    const fn of(mr: &Mr, addr: u64, len: u64) -> Self {
+        Self {
+            addr,
+            len,
+            mem: (mr.addr, mr.len),
+        }
+    }
+
+    /// The memory the span lies in, and the span's offset in it (`None` for memory at address
+    /// 0, which no span has).
+    ///
+    /// # Safety
+    ///
+    /// The memory is valid for reads, and for writes if the view is written, while the view is
+    /// used (the region's registration contract, or the device's own memory).
+    unsafe fn view(&self) -> Option<(SharedMem<'static>, usize)> {
+        let base = NonNull::new(core::ptr::with_exposed_provenance_mut::<u8>(
+            self.mem.0 as usize,
+        ))?;
+        // SAFETY: (caller) valid; the device accesses registered memory only through views of
+        // its region, the program through its own views (`Device::reg_mr`'s contract).
+        let mem = unsafe { SharedMem::new(base, self.mem.1 as usize) };
+        Some((mem, (self.addr - self.mem.0) as usize))
+    }
+}
 
 /// A fixed-capacity list of spans (no allocation).
 #[derive(Clone, Copy, Debug)]
@@ -168,12 +218,12 @@ struct Spans {
 impl Spans {
     const fn new() -> Self {
         Self {
-            v: [(0, 0); MAX_SEGS],
+            v: [Span::EMPTY; MAX_SEGS],
             n: 0,
         }
     }
     fn push(&mut self, s: Span) {
-        if s.1 != 0 && self.n < MAX_SEGS {
+        if s.len != 0 && self.n < MAX_SEGS {
             self.v[self.n] = s;
             self.n += 1;
         }
@@ -289,40 +339,47 @@ fn mr_vendor(f: MrFault, key: u8, bounds: u8, access: u8) -> u8 {
     }
 }
 
-/// Copies `len` bytes from the spans `src` to the spans `dst`, in order. The last byte is
-/// stored with `Release`, so a program that polls the last byte of a buffer (as `ib_write_lat`
-/// does) with an `Acquire` load sees the whole message once it sees that byte.
+/// Copies `len` bytes from the spans `src` to the spans `dst`, in order, as `memmove` would
+/// where a source and a destination overlap, with atomic accesses only (see [`Span`]). The
+/// last byte is stored last, with `Release`, so a program that polls the last byte of a
+/// buffer (as `ib_write_lat` does) with an `Acquire` load sees the whole message once it sees
+/// that byte.
 ///
 /// # Safety
 ///
-/// Every span is valid for the access (checked against registered regions or inside the
-/// device's own rings), and together each side covers at least `len` bytes.
+/// Every span lies in its memory, which is valid for the access (checked against registered
+/// regions, or the device's own rings and buffers), and together each side covers at least
+/// `len` bytes.
 unsafe fn copy_spans(src: &[Span], dst: &[Span], len: u64) {
     let (mut i, mut si) = (0usize, 0u64);
     let (mut j, mut dj) = (0usize, 0u64);
     let mut left = len;
     while left > 0 && i < src.len() && j < dst.len() {
-        let n = (src[i].1 - si).min(dst[j].1 - dj).min(left);
-        let s = std::ptr::with_exposed_provenance::<u8>((src[i].0 + si) as usize);
-        let d = std::ptr::with_exposed_provenance_mut::<u8>((dst[j].0 + dj) as usize);
-        let plain = if n == left { n - 1 } else { n };
-        // SAFETY: (caller) `s..s+n` and `d..d+n` are valid; `copy` allows overlap.
-        unsafe { core::ptr::copy(s, d, plain as usize) };
-        if n == left {
-            // SAFETY: as above, for the last byte; `AtomicU8` has the layout of `u8`.
-            unsafe {
-                let b = s.add(plain as usize).read();
-                AtomicU8::from_ptr(d.add(plain as usize)).store(b, Ordering::Release);
-            }
+        let n = (src[i].len - si).min(dst[j].len - dj).min(left);
+        // SAFETY: (caller) both memories are valid for the access.
+        let views = unsafe { (src[i].view(), dst[j].view()) };
+        if let (Some((s, so)), Some((d, dof))) = views {
+            let (so, dof, n) = (so + si as usize, dof + dj as usize, n as usize);
+            let ok = if n as u64 == left {
+                // The last byte, read before the rest can overwrite it, stored after it.
+                let plain = n - 1;
+                s.load_u8(so + plain).is_ok_and(|b| {
+                    d.copy_from(dof, &s, so, plain).is_ok()
+                        && d.store_u8_release(dof + plain, b).is_ok()
+                })
+            } else {
+                d.copy_from(dof, &s, so, n).is_ok()
+            };
+            debug_assert!(ok, "a span outside its memory");
         }
         left -= n;
         si += n;
         dj += n;
-        if si == src[i].1 {
+        if si == src[i].len {
             i += 1;
             si = 0;
         }
-        if dj == dst[j].1 {
+        if dj == dst[j].len {
             j += 1;
             dj = 0;
         }
@@ -1026,8 +1083,8 @@ impl Engine {
         let mut spans = Spans::new();
         match w.payload {
             Payload::Inline { seg, len } => {
-                for s in self.qps[q].mem.sq.inline_spans(seg, len) {
-                    spans.push(s);
+                for (addr, n) in self.qps[q].mem.sq.inline_spans(seg, len) {
+                    spans.push(Span::own(addr, n));
                 }
                 Ok((spans, u64::from(len)))
             }
@@ -1038,7 +1095,8 @@ impl Engine {
                     return Err(Outcome::Fail(LOC_LEN, vendor::MSG_TOO_LONG));
                 }
                 for e in sges {
-                    self.mrs
+                    let mr = self
+                        .mrs
                         .check_local(e.lkey, e.addr, e.len, need)
                         .map_err(|f| {
                             let v = mr_vendor(
@@ -1049,7 +1107,7 @@ impl Engine {
                             );
                             Outcome::Fail(LOC_PROT, v)
                         })?;
-                    spans.push((e.addr, e.len));
+                    spans.push(Span::of(&mr, e.addr, e.len));
                 }
                 Ok((spans, total))
             }
@@ -1063,7 +1121,8 @@ impl Engine {
             opcode::RDMA_READ => self.local_spans(q, w, Access::LOCAL_WRITE),
             opcode::ATOMIC_CS | opcode::ATOMIC_FA => {
                 let local = w.sges[0];
-                self.mrs
+                let mr = self
+                    .mrs
                     .check_local(local.lkey, local.addr, 8, Access::LOCAL_WRITE)
                     .map_err(|f| {
                         let v =
@@ -1071,7 +1130,7 @@ impl Engine {
                         Outcome::Fail(LOC_PROT, v)
                     })?;
                 let mut s = Spans::new();
-                s.push((local.addr, 8));
+                s.push(Span::of(&mr, local.addr, 8));
                 Ok((s, 8))
             }
             _ => self.local_spans(q, w, Access::NONE),
@@ -1096,7 +1155,7 @@ impl Engine {
                 Outcome::Done(len as u32)
             }
             Answer::Atomic(orig) => {
-                let src = [(&orig as *const u64 as u64, 8)];
+                let src = [Span::own(&orig as *const u64 as u64, 8)];
                 // SAFETY: the source is the local `orig`, the destination was checked against
                 // a region with local write.
                 unsafe { copy_spans(&src, spans.as_slice(), 8) };
@@ -1164,7 +1223,9 @@ impl Engine {
             payload.resize(len as usize, 0);
             // SAFETY: the spans were checked (or lie in the send ring); the destination is the
             // new buffer of `len` bytes.
-            unsafe { copy_spans(spans.as_slice(), &[(payload.as_mut_ptr() as u64, len)], len) };
+            let dst = [Span::own(payload.as_mut_ptr() as u64, len)];
+            // SAFETY: as above.
+            unsafe { copy_spans(spans.as_slice(), &dst, len) };
         }
         let ask = Ask::of(w, len);
         let seq = self.next_seq;
@@ -1232,7 +1293,7 @@ impl Engine {
                 Answer::Nak(REM_INV_REQ, vendor::LAYOUT)
             }
             Ok(p) => {
-                let src = [(r.payload.as_ptr() as u64, r.payload.len() as u64)];
+                let src = [Span::own(r.payload.as_ptr() as u64, r.payload.len() as u64)];
                 // SAFETY: the payload is the message's own bytes.
                 unsafe { self.respond(p, &ask, if writes { &src } else { &[] }) }
             }
@@ -1240,11 +1301,12 @@ impl Engine {
         let (status, data) = match answer {
             Answer::Ack => (Status::Ack, Vec::new()),
             Answer::Read(span) => {
-                let mut v = std::vec![0u8; span.1 as usize];
+                let mut v = std::vec![0u8; span.len as usize];
+                let dst = [Span::own(v.as_mut_ptr() as u64, span.len)];
                 // SAFETY: `respond` checked the span for remote read; the destination is the
                 // new buffer.
-                unsafe { copy_spans(&[span], &[(v.as_mut_ptr() as u64, span.1)], span.1) };
-                self.stats.bytes += span.1;
+                unsafe { copy_spans(&[span], &dst, span.len) };
+                self.stats.bytes += span.len;
                 (Status::Ack, v)
             }
             Answer::Atomic(orig) => (Status::Ack, orig.to_ne_bytes().to_vec()),
@@ -1293,7 +1355,7 @@ impl Engine {
                 let answer = match r.status {
                     Status::Ack => match w.opcode {
                         opcode::RDMA_READ if r.data.len() as u64 == len => {
-                            Answer::Read((r.data.as_ptr() as u64, len))
+                            Answer::Read(Span::own(r.data.as_ptr() as u64, len))
                         }
                         opcode::ATOMIC_CS | opcode::ATOMIC_FA => match r.data.as_slice().try_into()
                         {
@@ -1340,9 +1402,12 @@ impl Engine {
         match ask.opcode {
             opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM => {
                 // A zero-length RDMA WRITE needs no valid remote key (IBA C9-88).
-                if len > 0 {
-                    self.remote_check(p, ask, len, Access::REMOTE_WRITE)?;
-                }
+                let dst = if len > 0 {
+                    let mr = self.remote_check(p, ask, len, Access::REMOTE_WRITE)?;
+                    Span::of(&mr, ask.raddr, len)
+                } else {
+                    Span::own(ask.raddr, 0)
+                };
                 let imm = ask.opcode == opcode::RDMA_WRITE_IMM;
                 let rci = if imm {
                     match self.next_recv(p) {
@@ -1358,7 +1423,7 @@ impl Engine {
                 };
                 // SAFETY: the source spans are valid (caller), the destination was checked
                 // against the responder's region with remote write.
-                unsafe { copy_spans(src, &[(ask.raddr, len)], len) };
+                unsafe { copy_spans(src, &[dst], len) };
                 self.stats.bytes += len;
                 if let Some(ci) = rci {
                     let peer = &mut self.qps[p];
@@ -1415,9 +1480,10 @@ impl Engine {
             }
             opcode::RDMA_READ => {
                 if len > 0 {
-                    self.remote_check(p, ask, len, Access::REMOTE_READ)?;
+                    let mr = self.remote_check(p, ask, len, Access::REMOTE_READ)?;
+                    return Ok(Answer::Read(Span::of(&mr, ask.raddr, len)));
                 }
-                Ok(Answer::Read((ask.raddr, len)))
+                Ok(Answer::Read(Span::own(ask.raddr, 0)))
             }
             opcode::ATOMIC_CS | opcode::ATOMIC_FA => {
                 if !ask.raddr.is_multiple_of(8) {
@@ -1462,7 +1528,7 @@ impl Engine {
 
     /// Checks the remote span of a WRITE, READ or atomic; on failure the responder enters the
     /// error state (class C).
-    fn remote_check(&mut self, p: usize, ask: &Ask, len: u64, need: Access) -> Result<(), Answer> {
+    fn remote_check(&mut self, p: usize, ask: &Ask, len: u64, need: Access) -> Result<Mr, Answer> {
         self.mrs
             .check_remote(ask.rkey, ask.raddr, len, need)
             .map_err(|f| {
@@ -1500,20 +1566,23 @@ impl Engine {
                 break;
             }
             let used = e.len.min(left);
-            if let Err(f) = self
+            let mr = match self
                 .mrs
                 .check_local(e.lkey, e.addr, used, Access::LOCAL_WRITE)
             {
-                let v = mr_vendor(
-                    f,
-                    vendor::RECV_LKEY,
-                    vendor::RECV_BOUNDS,
-                    vendor::RECV_ACCESS,
-                );
-                self.recv_fail(p, LOC_PROT, v);
-                return Err(Answer::Nak(REM_OP, vendor::REMOTE_RECV));
-            }
-            spans.push((e.addr, used));
+                Ok(mr) => mr,
+                Err(f) => {
+                    let v = mr_vendor(
+                        f,
+                        vendor::RECV_LKEY,
+                        vendor::RECV_BOUNDS,
+                        vendor::RECV_ACCESS,
+                    );
+                    self.recv_fail(p, LOC_PROT, v);
+                    return Err(Answer::Nak(REM_OP, vendor::REMOTE_RECV));
+                }
+            };
+            spans.push(Span::of(&mr, e.addr, used));
             left -= used;
         }
         Ok(spans)
@@ -1534,5 +1603,120 @@ impl Engine {
     pub(crate) fn drop_next_recv(&mut self, qpn: u32) -> Result<(), SimError> {
         self.qp_mut(qpn)?.drop_next_recv = true;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 8-byte aligned memory, accessed only through views while the threads run.
+    fn words(bytes: usize) -> Vec<u64> {
+        std::vec![0; bytes / 8]
+    }
+
+    fn region(w: &mut [u64]) -> Mr {
+        Mr {
+            addr: w.as_mut_ptr() as u64,
+            len: (w.len() * 8) as u64,
+            lkey: 0,
+            rkey: 0,
+            access: Access::ALL,
+        }
+    }
+
+    fn pattern(n: usize, seed: u8) -> Vec<u8> {
+        (0..n)
+            .map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed))
+            .collect()
+    }
+
+    /// The device copies messages into a registered region, partial words at both ends,
+    /// while a program thread reads the region and writes bytes that share those words,
+    /// through a view of the region (as `zverbs::MrBuf` does). Miri checks that no access
+    /// pair races; afterwards both sides' bytes are there.
+    #[test]
+    fn device_copies_race_with_no_program_access() {
+        let rounds = if cfg!(miri) { 3 } else { 500 };
+        let mut dst = words(256);
+        let mr = region(&mut dst);
+        let src = pattern(61, 9);
+        let base = NonNull::new(mr.addr as usize as *mut u8).unwrap();
+        // SAFETY: the region is live for the scope, and accessed only through views of it.
+        let prog = unsafe { SharedMem::new(base, 256) };
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut got = [0; 80];
+                for r in 0..rounds {
+                    prog.read(0, &mut got).unwrap();
+                    prog.store_u8(3, r as u8).unwrap();
+                    prog.write(66, &[r as u8; 5]).unwrap();
+                    let _ = prog.load_u8_acquire(65).unwrap();
+                }
+            });
+            for _ in 0..rounds {
+                let d = [Span::of(&mr, mr.addr + 5, 61)];
+                // SAFETY: the source is the local vector, the destination lies in the region.
+                unsafe { copy_spans(&[Span::own(src.as_ptr() as u64, 61)], &d, 61) };
+            }
+        });
+        let mut got = [0; 72];
+        prog.read(0, &mut got).unwrap();
+        assert_eq!(got[5..66], src[..]);
+        assert_eq!(got[3], (rounds - 1) as u8);
+        assert_eq!(got[66..71], [(rounds - 1) as u8; 5]);
+    }
+
+    /// A program that sees a message's last byte change with an `Acquire` load sees the whole
+    /// message: the device stores the last byte last, with `Release`.
+    #[test]
+    fn the_last_byte_publishes_the_message() {
+        let rounds = if cfg!(miri) { 2 } else { 200 };
+        let mut dst = words(128);
+        let mr = region(&mut dst);
+        let base = NonNull::new(mr.addr as usize as *mut u8).unwrap();
+        // SAFETY: as above.
+        let prog = unsafe { SharedMem::new(base, 128) };
+        for r in 1..=rounds {
+            let mut msg = pattern(43, r as u8);
+            msg[42] = r as u8;
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    let d = [Span::of(&mr, mr.addr + 3, 43)];
+                    // SAFETY: as above.
+                    unsafe { copy_spans(&[Span::own(msg.as_ptr() as u64, 43)], &d, 43) };
+                });
+                while prog.load_u8_acquire(45).unwrap() != r as u8 {
+                    std::hint::spin_loop();
+                }
+                let mut got = [0; 43];
+                prog.read(3, &mut got).unwrap();
+                assert_eq!(got[..], msg[..]);
+            });
+        }
+    }
+
+    /// Overlapping source and destination in one region copy as `memmove` does, including the
+    /// last byte, which is read before the rest can overwrite it.
+    #[test]
+    fn overlapping_copies_are_memmove() {
+        for (from, to) in [(0u64, 1u64), (1, 0), (3, 12), (12, 3)] {
+            let mut mem = words(64);
+            let mr = region(&mut mem);
+            let init = pattern(64, 1);
+            let base = NonNull::new(mr.addr as usize as *mut u8).unwrap();
+            // SAFETY: as above.
+            let view = unsafe { SharedMem::new(base, 64) };
+            view.write(0, &init).unwrap();
+            let s = [Span::of(&mr, mr.addr + from, 40)];
+            let d = [Span::of(&mr, mr.addr + to, 40)];
+            // SAFETY: both spans lie in the region.
+            unsafe { copy_spans(&s, &d, 40) };
+            let mut want = init.clone();
+            want.copy_within(from as usize..from as usize + 40, to as usize);
+            let mut got = [0; 64];
+            view.read(0, &mut got).unwrap();
+            assert_eq!(got[..], want[..], "{from} -> {to}");
+        }
     }
 }

@@ -341,6 +341,14 @@ impl Device {
     /// for reads, and for writes if `access` grants any write right; the device reads and
     /// writes it (on the progress thread too) whenever a request names it, as a NIC would.
     ///
+    /// The device accesses the region only atomically, through a
+    /// `zverbs_core::shared::SharedMem` of exactly `addr..addr+len`: it reads and writes the
+    /// region's whole 8-byte words (merging the bytes of a word a request covers in part, so
+    /// the word's other bytes are rewritten unchanged) and the bytes of words that cross the
+    /// region's ends one at a time. A program that touches the region while a request may be
+    /// using it must do so the same way (a `SharedMem` of the same bounds) to stay free of data
+    /// races; `zverbs::MrBuf` does.
+    ///
     /// # Errors
     ///
     /// [`SimError::InvalidAccess`] for remote write or atomic without local write,

@@ -113,25 +113,27 @@ impl MrTable {
         (e.live && want == key).then_some(slot)
     }
 
-    /// Checks that `addr..addr+len` lies in the region with local key `lkey` with `need`.
+    /// Checks that `addr..addr+len` lies in the region with local key `lkey` with `need`; the
+    /// region.
     pub(crate) fn check_local(
         &self,
         lkey: u32,
         addr: u64,
         len: u64,
         need: Access,
-    ) -> Result<(), MrFault> {
+    ) -> Result<Mr, MrFault> {
         self.check(lkey, false, addr, len, need)
     }
 
-    /// Checks that `addr..addr+len` lies in the region with remote key `rkey` with `need`.
+    /// Checks that `addr..addr+len` lies in the region with remote key `rkey` with `need`; the
+    /// region.
     pub(crate) fn check_remote(
         &self,
         rkey: u32,
         addr: u64,
         len: u64,
         need: Access,
-    ) -> Result<(), MrFault> {
+    ) -> Result<Mr, MrFault> {
         self.check(rkey, true, addr, len, need)
     }
 
@@ -142,7 +144,7 @@ impl MrTable {
         addr: u64,
         len: u64,
         need: Access,
-    ) -> Result<(), MrFault> {
+    ) -> Result<Mr, MrFault> {
         let slot = self.find(key, remote).ok_or(MrFault::Key)?;
         let mr = &self.entries[slot].mr;
         let end = addr.checked_add(len).ok_or(MrFault::Bounds)?;
@@ -152,7 +154,7 @@ impl MrTable {
         if !mr.access.contains(need) {
             return Err(MrFault::Access);
         }
-        Ok(())
+        Ok(*mr)
     }
 }
 
@@ -166,7 +168,7 @@ mod tests {
         let a = t.register(0x1000, 0x100, Access::LOCAL_WRITE).unwrap();
         assert_ne!(a.lkey, 0x100);
         assert_ne!(a.lkey, a.rkey);
-        assert_eq!(t.check_local(a.lkey, 0x1000, 0x100, Access::NONE), Ok(()));
+        assert_eq!(t.check_local(a.lkey, 0x1000, 0x100, Access::NONE), Ok(a));
         assert_eq!(
             t.check_local(a.lkey, 0x10ff, 2, Access::NONE),
             Err(MrFault::Bounds)

@@ -5,6 +5,7 @@ use std::io;
 
 use crate::backend::BackendKind;
 use crate::ffi::lib::LoadError;
+use crate::mr::BufError;
 
 /// A `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -72,6 +73,8 @@ pub enum Error {
     },
     /// An argument is out of range or inconsistent.
     InvalidArgument(String),
+    /// A buffer access or allocation was refused.
+    Buf(BufError),
     /// A queue's data-path handle was already taken.
     AlreadyTaken(&'static str),
     /// The direct backend rejected the layout rdma-core reported.
@@ -206,6 +209,7 @@ impl fmt::Display for Error {
                 write!(f, "the {requested} backend cannot be used: {reason}")
             }
             Error::InvalidArgument(s) => write!(f, "invalid argument: {s}"),
+            Error::Buf(e) => e.fmt(f),
             Error::AlreadyTaken(what) => write!(f, "the {what} was already taken"),
             Error::Layout(e) => write!(f, "the direct backend rejected the queue layout: {e}"),
             Error::PeerUnreachable { peer, source } => write!(
@@ -254,6 +258,12 @@ impl std::error::Error for Error {
 impl From<LoadError> for Error {
     fn from(e: LoadError) -> Self {
         Error::Library(e)
+    }
+}
+
+impl From<BufError> for Error {
+    fn from(e: BufError) -> Self {
+        Error::Buf(e)
     }
 }
 

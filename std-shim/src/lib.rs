@@ -80,7 +80,10 @@
 //!
 //! ## Thread safety
 //!
-//! [`Context`], [`Pd`], [`Cq`], [`Qp`], [`Mr`] and [`MrBuf`] are `Send + Sync` handles. A
+//! [`Context`], [`Pd`], [`Cq`], [`Qp`], [`Mr`] and [`MrBuf`] are `Send + Sync` handles. An
+//! `MrBuf`'s bytes may be read and written from any number of threads while the device writes
+//! into it: its accessors are atomic (see its memory model, and [`MrBuf::wait_u8`] for polling
+//! the last byte of a message). A
 //! send queue, a receive queue and a poller are each `Send` and driven through `&mut self` by
 //! one thread at a time; a QP's send queue and the poller of its CQ may live on different
 //! threads (they share only atomics).
@@ -119,7 +122,7 @@ pub use device::{
     LocalAddress, Mtu, PortAttr, PortState, SOFTWARE_DEVICE, devices, open_device,
 };
 pub use error::{Error, Result};
-pub use mr::{AccessFlags, Mr, MrBuf};
+pub use mr::{AccessFlags, BufError, Mr, MrBuf};
 pub use pd::Pd;
 pub use qp::{ConnectAttr, GlobalRoute, InitAttr, Qp, QpBuilder, QpCaps, RtrAttr, RtsAttr};
 pub use queues::{AnyPoller, AnyRecvQueue, AnySendQueue, QueueSet, Queues};

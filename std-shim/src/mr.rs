@@ -11,13 +11,18 @@
 //! - [`Mr`]: a registration of memory the caller owns ([`Pd::register`](crate::Pd::register),
 //!   `unsafe`): the caller promises to keep the memory mapped and to keep Rust references away
 //!   from it while the device may touch it.
+//!
+//! `MrBuf`'s memory model (atomic accesses in whole words, shared with the software device's
+//! engine through `zverbs_core::shared`) is written on the type, where users read it.
 
 use std::alloc::Layout;
 use std::fmt;
 use std::ops::Range;
 use std::ptr::NonNull;
 use std::sync::Arc;
+use std::time::Instant;
 
+use zverbs_core::shared::{AccessError, SharedMem};
 use zverbs_core::{RemoteBuf, Sge};
 
 use crate::error::{Error, Result};
@@ -64,30 +69,48 @@ const HUGEPAGE: usize = 2 << 20;
 
 /// Memory the library owns.
 pub(crate) enum Storage {
-    Pages { ptr: NonNull<u8>, layout: Layout },
-    Huge(memmap2::MmapMut),
+    Pages {
+        ptr: NonNull<u8>,
+        layout: Layout,
+    },
+    /// The mapping, and its first byte taken once from it (the mapping is only ever accessed
+    /// through that pointer).
+    Huge {
+        map: memmap2::MmapMut,
+        ptr: NonNull<u8>,
+    },
 }
 
 impl fmt::Debug for Storage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Storage::Pages { layout, .. } => write!(f, "Pages({} bytes)", layout.size()),
-            Storage::Huge(m) => write!(f, "Hugepages({} bytes)", m.len()),
+            Storage::Huge { map, .. } => write!(f, "Hugepages({} bytes)", map.len()),
         }
     }
 }
 
 // SAFETY: plain memory owned by this value.
 unsafe impl Send for Storage {}
-// SAFETY: Rust code only copies in and out through raw pointers (see the module docs).
+// SAFETY: Rust code only accesses it through `SharedMem` views, atomically (see the module
+// docs).
 unsafe impl Sync for Storage {}
+
+/// `len` (at least 1) rounded up to a multiple of `unit`, or the error for a length no
+/// allocation can have (the rounding would overflow, or pass `isize::MAX`).
+fn rounded(len: usize, unit: usize) -> Result<usize> {
+    len.max(1)
+        .checked_next_multiple_of(unit)
+        .filter(|&n| n <= isize::MAX as usize)
+        .ok_or(Error::Buf(BufError::TooLarge { requested: len }))
+}
 
 impl Storage {
     pub(crate) fn pages(len: usize) -> Result<Self> {
-        let size = len.max(1).next_multiple_of(PAGE);
+        let size = rounded(len, PAGE)?;
         let layout = Layout::from_size_align(size, PAGE)
-            .map_err(|_| Error::InvalidArgument(format!("buffer of {len} bytes")))?;
-        // SAFETY: the layout has a non-zero size.
+            .map_err(|_| Error::Buf(BufError::TooLarge { requested: len }))?;
+        // SAFETY: the layout has a non-zero size (at least one page).
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
         let ptr = NonNull::new(ptr).ok_or_else(|| {
             Error::InvalidArgument(format!("cannot allocate a buffer of {len} bytes"))
@@ -96,23 +119,32 @@ impl Storage {
     }
 
     pub(crate) fn hugepages(len: usize) -> Result<Self> {
-        let size = len.max(1).next_multiple_of(HUGEPAGE);
-        memmap2::MmapOptions::new()
+        let size = rounded(len, HUGEPAGE)?;
+        let mut map = memmap2::MmapOptions::new()
             .len(size)
             .huge(None)
             .map_anon()
-            .map(Storage::Huge)
             .map_err(|source| Error::NoHugepages {
                 requested: size,
                 source,
-            })
+            })?;
+        let ptr = NonNull::new(map.as_mut_ptr()).ok_or_else(|| Error::NoHugepages {
+            requested: size,
+            source: std::io::Error::other("mmap returned a null mapping"),
+        })?;
+        Ok(Storage::Huge { map, ptr })
     }
 
-    fn ptr(&self) -> *mut u8 {
+    fn ptr(&self) -> NonNull<u8> {
         match self {
-            Storage::Pages { ptr, .. } => ptr.as_ptr(),
-            // The mapping is only ever accessed through raw pointers from here on.
-            Storage::Huge(m) => m.as_ptr().cast_mut(),
+            Storage::Pages { ptr, .. } | Storage::Huge { ptr, .. } => *ptr,
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Storage::Pages { layout, .. } => layout.size(),
+            Storage::Huge { map, .. } => map.len(),
         }
     }
 }
@@ -185,9 +217,37 @@ impl Mr {
     }
 
     /// The region as a remote target at `offset`, for the peer.
+    ///
+    /// # Panics
+    ///
+    /// If `offset` is past the end of the region ([`Mr::try_remote`] returns an error
+    /// instead).
+    #[track_caller]
     pub fn remote(&self, offset: u64) -> RemoteBuf {
-        RemoteBuf::new(self.addr() + offset, self.rkey())
+        or_panic(self.try_remote(offset))
     }
+
+    /// As [`Mr::remote`].
+    ///
+    /// # Errors
+    ///
+    /// [`BufError::OutOfBounds`] if `offset` is past the end of the region.
+    pub fn try_remote(&self, offset: u64) -> Result<RemoteBuf, BufError> {
+        remote_in(self.addr(), self.inner.len, self.rkey(), offset)
+    }
+}
+
+/// The remote target at `offset` of `len` bytes at `base` (the end itself is allowed: the
+/// target of a zero-length request).
+fn remote_in(base: u64, len: usize, rkey: u32, offset: u64) -> Result<RemoteBuf, BufError> {
+    if offset > len as u64 {
+        return Err(BufError::OutOfBounds {
+            offset: usize::try_from(offset).unwrap_or(usize::MAX),
+            len: 0,
+            buf_len: len,
+        });
+    }
+    Ok(RemoteBuf::new(base + offset, rkey))
 }
 
 fn sge_in(base: usize, len: usize, lkey: u32, range: Range<usize>) -> Option<Sge> {
@@ -201,8 +261,143 @@ fn sge_in(base: usize, len: usize, lkey: u32, range: Range<usize>) -> Option<Sge
     ))
 }
 
-/// A registered buffer that the library allocated (see the module docs). Cloning is cheap;
-/// the memory is deregistered and freed when the last clone is dropped.
+/// Why an access to an [`MrBuf`] (or a buffer's allocation) was refused. Nothing was read or
+/// written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum BufError {
+    /// `len` bytes at `offset` do not lie inside the buffer (or `offset + len` overflows).
+    OutOfBounds {
+        /// The offset asked for.
+        offset: usize,
+        /// The length asked for.
+        len: usize,
+        /// The buffer's length.
+        buf_len: usize,
+    },
+    /// A range whose start is after its end.
+    ReversedRange {
+        /// The range's start.
+        start: usize,
+        /// The range's end.
+        end: usize,
+    },
+    /// A `u64` access at an offset that is not a multiple of 8.
+    Misaligned {
+        /// The offset asked for.
+        offset: usize,
+    },
+    /// [`MrBuf::wait_u8`]'s deadline passed before the byte took the value.
+    TimedOut {
+        /// The byte's offset.
+        offset: usize,
+        /// The value waited for.
+        expected: u8,
+        /// The value last read.
+        last: u8,
+    },
+    /// A buffer of more bytes than the address space can hold, once rounded up to whole pages.
+    TooLarge {
+        /// The length asked for.
+        requested: usize,
+    },
+}
+
+impl fmt::Display for BufError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            BufError::OutOfBounds {
+                offset,
+                len,
+                buf_len,
+            } => write!(
+                f,
+                "{len} bytes at offset {offset} are outside a buffer of {buf_len} bytes"
+            ),
+            BufError::ReversedRange { start, end } => {
+                write!(f, "range {start}..{end} starts after its end")
+            }
+            BufError::Misaligned { offset } => {
+                write!(f, "u64 access at offset {offset}, not a multiple of 8")
+            }
+            BufError::TimedOut {
+                offset,
+                expected,
+                last,
+            } => write!(
+                f,
+                "the byte at offset {offset} did not become {expected:#04x} before the \
+                 deadline (last read {last:#04x})"
+            ),
+            BufError::TooLarge { requested } => write!(
+                f,
+                "a buffer of {requested} bytes is larger than the address space allows"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for BufError {}
+
+/// The value of `r`, or a panic with its error at the caller's location.
+#[track_caller]
+fn or_panic<T>(r: Result<T, BufError>) -> T {
+    match r {
+        Ok(v) => v,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// How many times [`MrBuf::wait_u8`] loads the byte between two readings of the clock.
+const SPINS_PER_CLOCK_READ: u32 = 128;
+
+/// A registered buffer that the library allocated and registered ([`Pd::alloc_buf`]). Rust code
+/// never holds a reference into it: it is read and written only through copies, so the device
+/// writing at any moment cannot break an aliasing guarantee, and it lives as long as any clone
+/// (cloning is cheap), so a queue that holds one (see [`crate::safe`]) can let the device use
+/// it without `unsafe` at the call site. The memory is deregistered, then freed, when the last
+/// clone is dropped.
+///
+/// # Memory model
+///
+/// An `MrBuf` is `Sync`: any number of threads may read and write it through `&self` while the
+/// device (a NIC by DMA, or the software device's progress thread, an ordinary Rust thread)
+/// writes incoming RDMA WRITEs, receives and READ responses into it. That is free of data
+/// races because every accessor is made of atomic accesses, by the rule of
+/// [`zverbs_core::shared`]: the buffer is read and written in whole, aligned 8-byte atomic
+/// words (a copy that covers part of a word merges its bytes into the word with a
+/// compare-exchange), which is also how the software device accesses registered memory, so no
+/// two racing accesses differ in size.
+///
+/// - Copies ([`MrBuf::read`], [`MrBuf::write`], [`MrBuf::fill`]) and the plain loads and
+///   stores are `Relaxed`: each word is read or written whole, but a copy is not one atomic
+///   action. A copy that races with a writer (another thread, or a message landing) sees
+///   some of the new bytes and not others: never undefined behaviour, but not a message
+///   either.
+/// - A whole message is seen through a release/acquire pair. The device writes the last byte
+///   of a message last (the software device stores it with `Release`; a NIC's writes of one
+///   message land in order unless the registration asked for relaxed ordering, which this
+///   library never does: the property `ib_write_lat` relies on): a reader
+///   that sees the last byte take its new value with [`MrBuf::load_u8_acquire`] or
+///   [`MrBuf::wait_u8`] then reads the message with [`MrBuf::read`] and sees all of it.
+///   Between threads of one program, [`MrBuf::store_u8_release`] is the writing side.
+///   On x86_64 an acquire load is an ordinary load; on aarch64 it is an `ldar`, which keeps
+///   the loads after it (the message) from being performed before it.
+/// - The completion of a request is the other way to know a message has landed: after a CQE
+///   is polled, every byte of its message is visible to plain reads.
+///
+/// The cost: the middle of a copy is one 8-byte move per word (the compiler may not merge
+/// atomic moves into vector moves), so a copy that fits the L1 cache takes two to three times
+/// as long as a `memcpy`, while beyond it memory bandwidth bounds both alike; a byte store
+/// ([`MrBuf::store_u8`]) is a compare-exchange of its word. `docs/performance.md` has the
+/// figures (`cargo bench -p zverbs-benches --bench mrbuf`).
+///
+/// # Bad input
+///
+/// Offsets and lengths are checked without overflow. The accessors that take an offset panic
+/// on a range outside the buffer, as slice indexing does (the message names the range and the
+/// buffer's length); each has a `try_` twin that returns a [`BufError`] instead and never
+/// panics, for code that must not. [`MrBuf::wait_u8`] returns an error for a bad offset too.
 #[derive(Clone, Debug)]
 pub struct MrBuf {
     pub(crate) inner: Arc<MrBufInner>,
@@ -220,13 +415,14 @@ pub(crate) struct MrBufInner {
 
 impl MrBuf {
     pub(crate) fn new(pd: &Pd, storage: Storage, access: AccessFlags) -> Result<Self> {
-        let len = match &storage {
-            Storage::Pages { layout, .. } => layout.size(),
-            Storage::Huge(m) => m.len(),
-        };
+        let len = storage.len();
         // SAFETY: the storage is owned by the `MrBufInner` built below, whose field order
         // deregisters before freeing.
-        let reg = unsafe { pd.inner.provider.reg_mr(storage.ptr(), len, access)? };
+        let reg = unsafe {
+            pd.inner
+                .provider
+                .reg_mr(storage.ptr().as_ptr(), len, access)?
+        };
         Ok(Self {
             inner: Arc::new(MrBufInner {
                 reg,
@@ -236,6 +432,29 @@ impl MrBuf {
                 _pd: pd.clone(),
             }),
         })
+    }
+
+    /// The whole buffer as memory shared with the device and other threads.
+    #[inline]
+    fn mem(&self) -> SharedMem<'_> {
+        // SAFETY: the storage is `len` bytes allocated for as long as `self.inner` lives, which
+        // outlives this borrow. Rust code never references it: this crate accesses it only
+        // through views of the whole buffer like this one, the software device through a view
+        // of the registration (the whole buffer too), and a NIC by DMA.
+        unsafe { SharedMem::new(self.inner.storage.ptr(), self.inner.len) }
+    }
+
+    /// `e` from the shared view, with the offending range.
+    #[cold]
+    fn refused(&self, e: AccessError, offset: usize, len: usize) -> BufError {
+        match e {
+            AccessError::Misaligned => BufError::Misaligned { offset },
+            _ => BufError::OutOfBounds {
+                offset,
+                len,
+                buf_len: self.inner.len,
+            },
+        }
     }
 
     /// The local key.
@@ -250,7 +469,7 @@ impl MrBuf {
 
     /// First address.
     pub fn addr(&self) -> u64 {
-        self.inner.storage.ptr() as u64
+        self.inner.storage.ptr().as_ptr() as u64
     }
 
     /// Length in bytes (the requested length rounded up to the page or hugepage size).
@@ -270,13 +489,14 @@ impl MrBuf {
 
     /// Whether it lives on hugepages.
     pub fn is_hugepages(&self) -> bool {
-        matches!(self.inner.storage, Storage::Huge(_))
+        matches!(self.inner.storage, Storage::Huge { .. })
     }
 
-    /// A scatter entry for `range`, or `None` if it is out of bounds.
+    /// A scatter entry for `range`, or `None` if it is out of bounds, reversed or longer than
+    /// 4 GiB - 1.
     pub fn sge(&self, range: Range<usize>) -> Option<Sge> {
         sge_in(
-            self.inner.storage.ptr() as usize,
+            self.inner.storage.ptr().as_ptr() as usize,
             self.inner.len,
             self.lkey(),
             range,
@@ -284,115 +504,306 @@ impl MrBuf {
     }
 
     /// The buffer as a remote target at `offset`, for the peer.
+    ///
+    /// # Panics
+    ///
+    /// If `offset` is past the end of the buffer ([`MrBuf::try_remote`] returns an error
+    /// instead).
+    #[track_caller]
     pub fn remote(&self, offset: u64) -> RemoteBuf {
-        RemoteBuf::new(self.addr() + offset, self.rkey())
+        or_panic(self.try_remote(offset))
     }
 
-    fn check(&self, offset: usize, n: usize) {
-        assert!(
-            offset.checked_add(n).is_some_and(|e| e <= self.inner.len),
-            "range {offset}..{offset}+{n} outside a buffer of {} bytes",
-            self.inner.len
-        );
+    /// As [`MrBuf::remote`].
+    ///
+    /// # Errors
+    ///
+    /// [`BufError::OutOfBounds`] if `offset` is past the end of the buffer.
+    pub fn try_remote(&self, offset: u64) -> Result<RemoteBuf, BufError> {
+        remote_in(self.addr(), self.inner.len, self.rkey(), offset)
     }
 
     /// Copies `src` into the buffer at `offset`.
     ///
     /// # Panics
     ///
-    /// If the range is outside the buffer.
+    /// If the range is outside the buffer ([`MrBuf::try_write`] returns an error instead).
+    #[track_caller]
     pub fn write(&self, offset: usize, src: &[u8]) {
-        self.check(offset, src.len());
-        // SAFETY: in bounds (checked); the buffer is never referenced by Rust, only copied
-        // through raw pointers, and `src` is not inside it (it is a Rust reference).
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                src.as_ptr(),
-                self.inner.storage.ptr().add(offset),
-                src.len(),
-            )
-        };
+        or_panic(self.try_write(offset, src));
     }
 
-    /// Copies bytes at `offset` into `dst`. If the device writes them at the same time the
-    /// copy may see part of the new bytes; poll the completion first to see all of them.
+    /// Copies `src` into the buffer at `offset`.
+    ///
+    /// # Errors
+    ///
+    /// [`BufError::OutOfBounds`] if the range is outside the buffer.
+    #[inline]
+    pub fn try_write(&self, offset: usize, src: &[u8]) -> Result<(), BufError> {
+        self.mem()
+            .write(offset, src)
+            .map_err(|e| self.refused(e, offset, src.len()))
+    }
+
+    /// Copies bytes at `offset` into `dst`. If the device or another thread writes them at the
+    /// same time the copy may see part of the new bytes; poll the completion, or see the last
+    /// byte change with [`MrBuf::wait_u8`], first to see all of them.
     ///
     /// # Panics
     ///
-    /// If the range is outside the buffer.
+    /// If the range is outside the buffer ([`MrBuf::try_read`] returns an error instead).
+    #[track_caller]
     pub fn read(&self, offset: usize, dst: &mut [u8]) {
-        self.check(offset, dst.len());
-        // SAFETY: as in `write`.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.inner.storage.ptr().add(offset),
-                dst.as_mut_ptr(),
-                dst.len(),
-            )
-        };
+        or_panic(self.try_read(offset, dst));
+    }
+
+    /// Copies bytes at `offset` into `dst` (see [`MrBuf::read`]).
+    ///
+    /// # Errors
+    ///
+    /// [`BufError::OutOfBounds`] if the range is outside the buffer.
+    #[inline]
+    pub fn try_read(&self, offset: usize, dst: &mut [u8]) -> Result<(), BufError> {
+        let len = dst.len();
+        self.mem()
+            .read(offset, dst)
+            .map_err(|e| self.refused(e, offset, len))
     }
 
     /// Fills `range` with `byte`.
     ///
     /// # Panics
     ///
-    /// If the range is outside the buffer.
+    /// If the range is outside the buffer or reversed ([`MrBuf::try_fill`] returns an error
+    /// instead).
+    #[track_caller]
     pub fn fill(&self, range: Range<usize>, byte: u8) {
-        self.check(range.start, range.len());
-        // SAFETY: as in `write`.
-        unsafe {
-            std::ptr::write_bytes(self.inner.storage.ptr().add(range.start), byte, range.len())
-        };
+        or_panic(self.try_fill(range, byte));
     }
 
-    /// A volatile load of the byte at `offset`: a fresh read each call, for spinning on a
-    /// byte a peer's RDMA WRITE will change.
+    /// Fills `range` with `byte`.
+    ///
+    /// # Errors
+    ///
+    /// [`BufError::ReversedRange`] if `range.start > range.end`, [`BufError::OutOfBounds`] if
+    /// the range is outside the buffer.
+    pub fn try_fill(&self, range: Range<usize>, byte: u8) -> Result<(), BufError> {
+        let Range { start, end } = range;
+        let len = end
+            .checked_sub(start)
+            .ok_or(BufError::ReversedRange { start, end })?;
+        self.mem()
+            .fill(start, len, byte)
+            .map_err(|e| self.refused(e, start, len))
+    }
+
+    /// Loads the byte at `offset` (`Relaxed`): a fresh read each call, for spinning on a byte a
+    /// peer's RDMA WRITE will change. To read the rest of the message once it changes, use
+    /// [`MrBuf::load_u8_acquire`] or [`MrBuf::wait_u8`] instead.
     ///
     /// # Panics
     ///
-    /// If the offset is outside the buffer.
+    /// If the offset is outside the buffer ([`MrBuf::try_load_u8`] returns an error instead).
     #[inline]
+    #[track_caller]
     pub fn load_u8(&self, offset: usize) -> u8 {
-        self.check(offset, 1);
-        // SAFETY: in bounds; a volatile read through a raw pointer.
-        unsafe { std::ptr::read_volatile(self.inner.storage.ptr().add(offset)) }
+        or_panic(self.try_load_u8(offset))
     }
 
-    /// A volatile store of `v` at `offset`.
+    /// Loads the byte at `offset` (`Relaxed`).
     ///
-    /// # Panics
+    /// # Errors
     ///
-    /// If the offset is outside the buffer.
+    /// [`BufError::OutOfBounds`] if the offset is outside the buffer.
     #[inline]
+    pub fn try_load_u8(&self, offset: usize) -> Result<u8, BufError> {
+        self.mem()
+            .load_u8(offset)
+            .map_err(|e| self.refused(e, offset, 1))
+    }
+
+    /// Loads the byte at `offset` with `Acquire`: once it reads the last byte of a message (the
+    /// device writes that byte last, the software device with `Release`), the copies that
+    /// follow see the whole message. On aarch64 this is an `ldar` (later loads wait for it); on
+    /// x86_64 an ordinary load.
+    ///
+    /// # Panics
+    ///
+    /// If the offset is outside the buffer ([`MrBuf::try_load_u8_acquire`] returns an error
+    /// instead).
+    #[inline]
+    #[track_caller]
+    pub fn load_u8_acquire(&self, offset: usize) -> u8 {
+        or_panic(self.try_load_u8_acquire(offset))
+    }
+
+    /// As [`MrBuf::load_u8_acquire`].
+    ///
+    /// # Errors
+    ///
+    /// [`BufError::OutOfBounds`] if the offset is outside the buffer.
+    #[inline]
+    pub fn try_load_u8_acquire(&self, offset: usize) -> Result<u8, BufError> {
+        self.mem()
+            .load_u8_acquire(offset)
+            .map_err(|e| self.refused(e, offset, 1))
+    }
+
+    /// Spins until the byte at `offset` equals `value`, loading it with `Acquire` (see
+    /// [`MrBuf::load_u8_acquire`]), or until `deadline`: the "poll the last byte of an RDMA
+    /// WRITE" idiom of `ib_write_lat`, with an end. After `Ok`, reads of the message that the
+    /// byte ends see all of it.
+    ///
+    /// It keeps the core busy (no sleep, no yield, no `pause`) and reads the clock once every
+    /// 128 loads, so it returns soon after the deadline rather than exactly at it.
+    ///
+    /// # Errors
+    ///
+    /// [`BufError::TimedOut`] (with the value last read) when the deadline passes first;
+    /// [`BufError::OutOfBounds`] if the offset is outside the buffer.
+    pub fn wait_u8(&self, offset: usize, value: u8, deadline: Instant) -> Result<(), BufError> {
+        let mem = self.mem();
+        loop {
+            let mut last = 0;
+            for _ in 0..SPINS_PER_CLOCK_READ {
+                last = mem
+                    .load_u8_acquire(offset)
+                    .map_err(|e| self.refused(e, offset, 1))?;
+                if last == value {
+                    return Ok(());
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(BufError::TimedOut {
+                    offset,
+                    expected: value,
+                    last,
+                });
+            }
+        }
+    }
+
+    /// Stores `v` at `offset` (`Relaxed`).
+    ///
+    /// # Panics
+    ///
+    /// If the offset is outside the buffer ([`MrBuf::try_store_u8`] returns an error instead).
+    #[inline]
+    #[track_caller]
     pub fn store_u8(&self, offset: usize, v: u8) {
-        self.check(offset, 1);
-        // SAFETY: in bounds; a volatile write through a raw pointer.
-        unsafe { std::ptr::write_volatile(self.inner.storage.ptr().add(offset), v) }
+        or_panic(self.try_store_u8(offset, v));
     }
 
-    /// A volatile load of the native-endian `u64` at `offset` (8-byte aligned), e.g. an atomic's
-    /// target or result.
+    /// Stores `v` at `offset` (`Relaxed`).
+    ///
+    /// # Errors
+    ///
+    /// [`BufError::OutOfBounds`] if the offset is outside the buffer.
+    #[inline]
+    pub fn try_store_u8(&self, offset: usize, v: u8) -> Result<(), BufError> {
+        self.mem()
+            .store_u8(offset, v)
+            .map_err(|e| self.refused(e, offset, 1))
+    }
+
+    /// Stores `v` at `offset` with `Release`: a thread that reads it with
+    /// [`MrBuf::load_u8_acquire`] or [`MrBuf::wait_u8`] sees everything this thread wrote
+    /// before (the writing side of the idiom, between threads of one program).
     ///
     /// # Panics
     ///
-    /// If the offset is outside the buffer or unaligned.
+    /// If the offset is outside the buffer ([`MrBuf::try_store_u8_release`] returns an error
+    /// instead).
+    #[inline]
+    #[track_caller]
+    pub fn store_u8_release(&self, offset: usize, v: u8) {
+        or_panic(self.try_store_u8_release(offset, v));
+    }
+
+    /// As [`MrBuf::store_u8_release`].
+    ///
+    /// # Errors
+    ///
+    /// [`BufError::OutOfBounds`] if the offset is outside the buffer.
+    #[inline]
+    pub fn try_store_u8_release(&self, offset: usize, v: u8) -> Result<(), BufError> {
+        self.mem()
+            .store_u8_release(offset, v)
+            .map_err(|e| self.refused(e, offset, 1))
+    }
+
+    /// Loads the native-endian `u64` at `offset` (a multiple of 8), e.g. an atomic's target or
+    /// result (`Relaxed`).
+    ///
+    /// # Panics
+    ///
+    /// If the offset is outside the buffer or unaligned ([`MrBuf::try_load_u64`] returns an
+    /// error instead).
+    #[inline]
+    #[track_caller]
     pub fn load_u64(&self, offset: usize) -> u64 {
-        self.check(offset, 8);
-        assert!(offset.is_multiple_of(8), "unaligned u64 at {offset}");
-        // SAFETY: in bounds and aligned (the buffer is page-aligned).
-        unsafe { std::ptr::read_volatile(self.inner.storage.ptr().add(offset).cast::<u64>()) }
+        or_panic(self.try_load_u64(offset))
     }
 
-    /// A volatile store of the native-endian `u64` at `offset` (8-byte aligned).
+    /// As [`MrBuf::load_u64`].
+    ///
+    /// # Errors
+    ///
+    /// [`BufError::OutOfBounds`], [`BufError::Misaligned`].
+    #[inline]
+    pub fn try_load_u64(&self, offset: usize) -> Result<u64, BufError> {
+        self.mem()
+            .load_u64(offset)
+            .map_err(|e| self.refused(e, offset, 8))
+    }
+
+    /// Loads the native-endian `u64` at `offset` (a multiple of 8) with `Acquire` (see
+    /// [`MrBuf::load_u8_acquire`]).
     ///
     /// # Panics
     ///
-    /// If the offset is outside the buffer or unaligned.
+    /// If the offset is outside the buffer or unaligned ([`MrBuf::try_load_u64_acquire`]
+    /// returns an error instead).
+    #[inline]
+    #[track_caller]
+    pub fn load_u64_acquire(&self, offset: usize) -> u64 {
+        or_panic(self.try_load_u64_acquire(offset))
+    }
+
+    /// As [`MrBuf::load_u64_acquire`].
+    ///
+    /// # Errors
+    ///
+    /// [`BufError::OutOfBounds`], [`BufError::Misaligned`].
+    #[inline]
+    pub fn try_load_u64_acquire(&self, offset: usize) -> Result<u64, BufError> {
+        self.mem()
+            .load_u64_acquire(offset)
+            .map_err(|e| self.refused(e, offset, 8))
+    }
+
+    /// Stores the native-endian `u64` `v` at `offset` (a multiple of 8), `Relaxed`.
+    ///
+    /// # Panics
+    ///
+    /// If the offset is outside the buffer or unaligned ([`MrBuf::try_store_u64`] returns an
+    /// error instead).
+    #[inline]
+    #[track_caller]
     pub fn store_u64(&self, offset: usize, v: u64) {
-        self.check(offset, 8);
-        assert!(offset.is_multiple_of(8), "unaligned u64 at {offset}");
-        // SAFETY: in bounds and aligned.
-        unsafe { std::ptr::write_volatile(self.inner.storage.ptr().add(offset).cast::<u64>(), v) }
+        or_panic(self.try_store_u64(offset, v));
+    }
+
+    /// As [`MrBuf::store_u64`].
+    ///
+    /// # Errors
+    ///
+    /// [`BufError::OutOfBounds`], [`BufError::Misaligned`].
+    #[inline]
+    pub fn try_store_u64(&self, offset: usize, v: u64) -> Result<(), BufError> {
+        self.mem()
+            .store_u64(offset, v)
+            .map_err(|e| self.refused(e, offset, 8))
     }
 
     /// Whether two handles are the same buffer.
@@ -408,10 +819,33 @@ mod tests {
     #[test]
     fn page_storage_is_aligned_and_zeroed() {
         let s = Storage::pages(10).unwrap();
-        assert!((s.ptr() as usize).is_multiple_of(PAGE));
-        // SAFETY: 4096 bytes were allocated.
-        let b = unsafe { std::slice::from_raw_parts(s.ptr(), PAGE) };
+        assert!((s.ptr().as_ptr() as usize).is_multiple_of(PAGE));
+        // SAFETY: 4096 bytes were allocated, and nothing else accesses them.
+        let b = unsafe { std::slice::from_raw_parts(s.ptr().as_ptr(), PAGE) };
         assert!(b.iter().all(|&x| x == 0));
+    }
+
+    #[test]
+    fn storage_sizes_that_would_wrap_are_refused() {
+        for len in [usize::MAX, usize::MAX - PAGE + 2, isize::MAX as usize] {
+            assert!(
+                matches!(Storage::pages(len), Err(Error::Buf(BufError::TooLarge { requested })) if requested == len),
+                "{len}"
+            );
+            assert!(
+                matches!(
+                    Storage::hugepages(len),
+                    Err(Error::Buf(BufError::TooLarge { .. }))
+                ),
+                "{len}"
+            );
+        }
+        assert_eq!(rounded(0, PAGE).ok(), Some(PAGE));
+        assert_eq!(rounded(PAGE + 1, PAGE).ok(), Some(2 * PAGE));
+        // The largest allocation Rust allows is isize::MAX bytes.
+        let top = isize::MAX as usize + 1 - PAGE;
+        assert_eq!(rounded(top, PAGE).ok(), Some(top));
+        assert_eq!(rounded(top + 1, PAGE).ok(), None);
     }
 
     #[test]

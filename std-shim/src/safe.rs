@@ -4,8 +4,9 @@
 //! address. Here every local buffer is a [`BufSlice`] of an [`MrBuf`]: bounds-checked against
 //! the buffer, with the buffer's own key. That is enough for memory safety:
 //!
-//! - Rust code never holds a reference into an [`MrBuf`] (it copies in and out), so the device
-//!   writing at any time cannot break an aliasing guarantee;
+//! - Rust code never holds a reference into an [`MrBuf`] (it copies in and out, with atomic
+//!   accesses: see its memory model), so the device writing at any time can neither break an
+//!   aliasing guarantee nor race with a read;
 //! - an `MrBuf` is deregistered before its memory is freed, and after deregistration the device
 //!   no longer accesses it: dropping a buffer while a request still uses it makes that request
 //!   fail with a protection error, never a write into freed memory;

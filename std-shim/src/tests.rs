@@ -448,3 +448,251 @@ fn direct_engine_plugs_in_through_the_provider_seam() {
     assert!(pos(&ev, "destroy_qp") < pos(&ev, "destroy_cq"), "{ev:?}");
     assert_eq!(ev.last().map(String::as_str), Some("close"));
 }
+
+fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(29).wrapping_add(seed))
+        .collect()
+}
+
+/// The whole registered buffer as the software device sees it: a view of the registration
+/// (what `zverbs_sim`'s engine builds for every span it moves).
+fn device_view(buf: &MrBuf) -> zverbs_core::shared::SharedMem<'_> {
+    let p = std::ptr::NonNull::new(std::ptr::with_exposed_provenance_mut(buf.addr() as usize));
+    // SAFETY: the buffer's memory, registered, lives as long as `buf`; the device accesses a
+    // registration only through views of it.
+    unsafe { zverbs_core::shared::SharedMem::new(p.unwrap(), buf.len()) }
+}
+
+#[test]
+fn mr_buf_is_shared_by_threads_and_the_device_without_data_races() {
+    // Two program threads use every accessor on overlapping ranges of one buffer, some
+    // starting or ending inside a word, while a third does what the software device's
+    // progress thread does when an RDMA WRITE lands: copies a message in (partial words at
+    // both ends) and stores its last byte with Release. Under Miri, any pair of accesses that
+    // is a data race (or a mixed-size atomic race) fails the test.
+    let rounds = if cfg!(miri) { 3 } else { 1000 };
+    let log = new_log();
+    let ctx = ctx(&log);
+    let pd = ctx.alloc_pd().unwrap();
+    let buf = pd.alloc_buf(4096, AccessFlags::ALL).unwrap();
+    let incoming = pd.alloc_buf(4096, AccessFlags::ALL).unwrap();
+    incoming.write(0, &pattern(200, 3));
+    std::thread::scope(|s| {
+        let b = buf.clone();
+        s.spawn(move || {
+            for r in 0..rounds {
+                let v = r as u8;
+                b.write(3, &pattern(45, v));
+                b.fill(60..77, v);
+                b.store_u8(101, v);
+                b.store_u8_release(102, v);
+                b.store_u64(104, u64::from(v));
+            }
+        });
+        let b = buf.clone();
+        s.spawn(move || {
+            let mut got = [0; 120];
+            for _ in 0..rounds {
+                b.read(0, &mut got);
+                b.read(5, &mut got[..70]);
+                let _ = (b.load_u8(101), b.load_u8_acquire(102), b.load_u8(50));
+                let _ = (b.load_u64(104), b.load_u64_acquire(8));
+                let _ = b.wait_u8(99, 0xff, std::time::Instant::now());
+            }
+        });
+        let (to, from) = (device_view(&buf), device_view(&incoming));
+        s.spawn(move || {
+            for _ in 0..rounds {
+                to.copy_from(7, &from, 0, 92).unwrap();
+                to.store_u8_release(99, from.load_u8(92).unwrap()).unwrap();
+            }
+        });
+    });
+    // Each writer's last values are there.
+    let r = (rounds - 1) as u8;
+    assert_eq!(buf.load_u8(101), r);
+    assert_eq!(buf.load_u64(104), u64::from(r));
+    let mut got = [0; 2];
+    buf.read(99, &mut got);
+    assert_eq!(got, [pattern(200, 3)[92], 0]);
+}
+
+#[test]
+fn wait_u8_sees_the_value_and_the_whole_message_before_it() {
+    let rounds = if cfg!(miri) { 2 } else { 200 };
+    let log = new_log();
+    let ctx = ctx(&log);
+    let pd = ctx.alloc_pd().unwrap();
+    let buf = pd.alloc_buf(4096, AccessFlags::ALL).unwrap();
+    let far = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    for r in 1..=rounds {
+        let msg = pattern(99, r as u8);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                buf.write(1, &msg);
+                buf.store_u8_release(100, r as u8);
+            });
+            buf.wait_u8(100, r as u8, far).unwrap();
+            let mut got = [0; 99];
+            buf.read(1, &mut got);
+            assert_eq!(got[..], msg[..]);
+        });
+    }
+    // A value that is already there is seen at once, even past the deadline.
+    let past = std::time::Instant::now();
+    assert_eq!(buf.wait_u8(100, rounds as u8, past), Ok(()));
+}
+
+#[test]
+fn wait_u8_honours_its_deadline() {
+    let log = new_log();
+    let ctx = ctx(&log);
+    let pd = ctx.alloc_pd().unwrap();
+    let buf = pd.alloc_buf(4096, AccessFlags::ALL).unwrap();
+    buf.store_u8(10, 7);
+    let soon = std::time::Instant::now() + std::time::Duration::from_millis(20);
+    assert_eq!(
+        buf.wait_u8(10, 8, soon),
+        Err(BufError::TimedOut {
+            offset: 10,
+            expected: 8,
+            last: 7
+        })
+    );
+    assert!(
+        std::time::Instant::now() >= soon,
+        "returned before the deadline"
+    );
+    // A bad offset is an error, not a panic or a wait.
+    assert_eq!(
+        buf.wait_u8(4096, 0, soon),
+        Err(BufError::OutOfBounds {
+            offset: 4096,
+            len: 1,
+            buf_len: 4096
+        })
+    );
+}
+
+#[test]
+fn buffer_sizes_that_would_wrap_are_refused() {
+    let log = new_log();
+    let ctx = ctx(&log);
+    let pd = ctx.alloc_pd().unwrap();
+    for len in [usize::MAX, usize::MAX - 4095, isize::MAX as usize, 1 << 63] {
+        let e = pd.alloc_buf(len, AccessFlags::ALL).unwrap_err();
+        assert!(
+            matches!(e, Error::Buf(BufError::TooLarge { requested }) if requested == len),
+            "{len}: {e}"
+        );
+        assert!(
+            e.to_string().contains("larger than the address space"),
+            "{e}"
+        );
+        let e = pd.alloc_buf_hugepages(len, AccessFlags::ALL).unwrap_err();
+        assert!(
+            matches!(e, Error::Buf(BufError::TooLarge { .. })),
+            "{len}: {e}"
+        );
+    }
+    // Nothing was registered for them.
+    assert!(
+        !events(&log).iter().any(|e| e == "reg_mr"),
+        "{:?}",
+        events(&log)
+    );
+}
+
+#[test]
+fn mr_buf_refuses_bad_offsets_and_lengths() {
+    let log = new_log();
+    let ctx = ctx(&log);
+    let pd = ctx.alloc_pd().unwrap();
+    let buf = pd.alloc_buf(4096, AccessFlags::ALL).unwrap();
+    let oob = |offset, len| BufError::OutOfBounds {
+        offset,
+        len,
+        buf_len: 4096,
+    };
+    let max = usize::MAX;
+    // Copies: past the end, and ranges whose end overflows.
+    assert_eq!(buf.try_write(4094, b"xyz"), Err(oob(4094, 3)));
+    assert_eq!(buf.try_write(max - 1, b"xyz"), Err(oob(max - 1, 3)));
+    assert_eq!(buf.try_read(max, &mut [0; 2]), Err(oob(max, 2)));
+    assert_eq!(buf.try_read(4097, &mut []), Err(oob(4097, 0)));
+    assert_eq!(buf.try_fill(4000..4097, 1), Err(oob(4000, 97)));
+    assert_eq!(buf.try_fill(1..max, 1), Err(oob(1, max - 1)));
+    #[allow(clippy::reversed_empty_ranges)]
+    let reversed = 9..8;
+    assert_eq!(
+        buf.try_fill(reversed.clone(), 1),
+        Err(BufError::ReversedRange { start: 9, end: 8 })
+    );
+    // Single bytes and words.
+    assert_eq!(buf.try_load_u8(4096), Err(oob(4096, 1)));
+    assert_eq!(buf.try_load_u8_acquire(max), Err(oob(max, 1)));
+    assert_eq!(buf.try_store_u8(max, 1), Err(oob(max, 1)));
+    assert_eq!(buf.try_store_u8_release(4096, 1), Err(oob(4096, 1)));
+    assert_eq!(
+        buf.try_load_u64(12),
+        Err(BufError::Misaligned { offset: 12 })
+    );
+    assert_eq!(buf.try_load_u64(4096), Err(oob(4096, 8)));
+    assert_eq!(buf.try_load_u64_acquire(max - 7), Err(oob(max - 7, 8)));
+    assert_eq!(
+        buf.try_store_u64(4, 1),
+        Err(BufError::Misaligned { offset: 4 })
+    );
+    assert_eq!(buf.try_store_u64(max, 1), Err(oob(max, 8)));
+    // Remote targets: up to the end (a zero-length request), not past it.
+    assert_eq!(
+        buf.try_remote(4096),
+        Ok(RemoteBuf::new(buf.addr() + 4096, 0x2222))
+    );
+    assert_eq!(buf.try_remote(4097), Err(oob(4097, 0)));
+    assert_eq!(buf.try_remote(u64::MAX), Err(oob(max, 0)));
+    // Scatter entries and slices: out of bounds, reversed or overflowing are `None`.
+    assert!(buf.sge(0..4097).is_none() && buf.sge(reversed.clone()).is_none());
+    assert!(buf.slice(max..max).is_none() && buf.slice(reversed).is_none());
+    // Nothing was written by the refused calls.
+    let mut all = vec![0xaa; 4096];
+    buf.read(0, &mut all);
+    assert!(all.iter().all(|&b| b == 0));
+    // The panicking forms panic with the range in the message.
+    for f in [
+        &(|| buf.write(max - 1, b"xyz")) as &dyn Fn(),
+        &|| buf.read(4096, &mut [0]),
+        &|| buf.fill(4095..4097, 0),
+        &|| {
+            buf.load_u64(3);
+        },
+        &|| {
+            buf.remote(u64::MAX);
+        },
+    ] {
+        let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_err();
+        let msg = e.downcast_ref::<String>().unwrap();
+        assert!(
+            msg.contains("outside a buffer of 4096") || msg.contains("not a multiple of 8"),
+            "{msg}"
+        );
+    }
+    // A caller-owned registration refuses remote offsets past its end too.
+    let mut mine = vec![0u8; 100];
+    // SAFETY: the fake device never touches the memory, which outlives the registration.
+    let mr = unsafe { pd.register(mine.as_mut_ptr(), mine.len(), AccessFlags::ALL) }.unwrap();
+    assert_eq!(
+        mr.try_remote(100),
+        Ok(RemoteBuf::new(mr.addr() + 100, mr.rkey()))
+    );
+    assert_eq!(
+        mr.try_remote(u64::MAX),
+        Err(BufError::OutOfBounds {
+            offset: max,
+            len: 0,
+            buf_len: 100
+        })
+    );
+    drop(mr);
+}
