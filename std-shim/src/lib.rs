@@ -74,16 +74,18 @@
 //!
 //! The core traits' post methods are `unsafe`: the device reads and writes memory by address,
 //! and the caller promises the buffers stay registered and untouched by Rust references until
-//! their completion. [`safe`] wraps a send or receive queue so that it only posts buffers the
-//! library allocated ([`MrBuf`]) and holds them alive: no `unsafe` at the call site.
+//! their completion. [`safe`] wraps a send or receive queue so that it only posts spans of
+//! buffers the library allocated ([`MrBuf`]), which Rust never references and which are
+//! deregistered before their memory is freed: no `unsafe` at the call site.
 //! Registering caller-owned memory ([`Pd::register`]) is `unsafe` with a written contract.
 //!
 //! ## Thread safety
 //!
 //! [`Context`], [`Pd`], [`Cq`], [`Qp`], [`Mr`] and [`MrBuf`] are `Send + Sync` handles. A
-//! send queue, a receive queue and a poller are each `Send` and driven through `&mut self` by
-//! one thread at a time; a QP's send queue and the poller of its CQ may live on different
-//! threads (they share only atomics).
+//! send queue, a receive queue and a poller (of either backend, and the [`safe`] wrappers) are
+//! each `Send` but not `Sync`: driven through `&mut self` by one thread at a time, never shared
+//! by reference. A QP's send queue and the poller of its CQ may live on different threads:
+//! they share only the queue's bookkeeping, handed over through one atomic credit word.
 //!
 //! ## Resource cleanup
 //!
