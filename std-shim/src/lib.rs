@@ -82,10 +82,13 @@
 //! ## Thread safety
 //!
 //! [`Context`], [`Pd`], [`Cq`], [`Qp`], [`Mr`] and [`MrBuf`] are `Send + Sync` handles. A
-//! send queue, a receive queue and a poller (of either backend, and the [`safe`] wrappers) are
-//! each `Send` but not `Sync`: driven through `&mut self` by one thread at a time, never shared
-//! by reference. A QP's send queue and the poller of its CQ may live on different threads:
-//! they share only the queue's bookkeeping, handed over through one atomic credit word.
+//! send queue, a receive queue and a poller are each `Send` and driven through `&mut self` by
+//! one thread at a time; a QP's send queue and the poller of its CQ may live on different
+//! threads (they share only atomics).
+//!
+//! None of the data-path handles is `Sync` (nor are the [`safe`] wrappers): a queue or a poller
+//! moves between threads but is never shared by reference, and what a send queue shares with
+//! its poller is its bookkeeping, handed over through one atomic credit word.
 //!
 //! ## Resource cleanup
 //!
