@@ -33,7 +33,8 @@
 //! ## Thread safety
 //!
 //! The data types here are plain values (`Copy`, `Send`, `Sync`). The traits take `&mut self`
-//! for posting: a send queue belongs to one thread at a time.
+//! for posting and polling: a queue belongs to one thread at a time. [`mmio::MmioRegion`] is
+//! `Send` but not `Sync`: it moves with the queue that owns the registers, never shared.
 #![no_std]
 #![deny(
     unsafe_op_in_unsafe_fn,

@@ -13,6 +13,9 @@ use volatile::VolatilePtr;
 use volatile::access::WriteOnly;
 
 /// A window of `len` 64-bit device registers starting at `base`, which can only be written.
+///
+/// `Send` but not `Sync`: it moves to another thread with the queue that owns it, and is never
+/// shared, so two threads cannot store into one register (a BlueFlame buffer) at once.
 #[derive(Debug)]
 pub struct MmioRegion {
     base: NonNull<u64>,

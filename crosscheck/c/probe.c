@@ -4,7 +4,8 @@
  * - zv_facts: every sizeof / offsetof / constant the Rust side relies on.
  * - zv_set_*_seg: WQE segments written with mlx5dv.h's helpers or through its structs.
  * - zv_read_cqe: a CQE read through struct mlx5_cqe64 / struct mlx5_err_cqe and the
- *   mlx5dv_get_cqe_* helpers, with libmlx5's syndrome -> ibv_wc_status mapping.
+ *   mlx5dv_get_cqe_* helpers, with libmlx5's syndrome -> ibv_wc_status mapping and its
+ *   IBV_WC_GRH rule for receive completions.
  * - zv_post_send / zv_ring_db: a send queue that lays WQEs out the way libmlx5 (rdma-core 44,
  *   providers/mlx5/qp.c, `_mlx5_post_send` and `post_send_db`) does for an RC QP.
  * - zv_post_recv: a receive queue that lays receive WQEs out as libmlx5's `mlx5_post_recv`.
@@ -61,6 +62,7 @@ static const struct zv_fact facts[] = {
 
 	/* CQEs. */
 	SIZE(struct mlx5_cqe64),
+	FIELD(struct mlx5_cqe64, flags_rqpn),
 	FIELD(struct mlx5_cqe64, srqn_uidx),
 	FIELD(struct mlx5_cqe64, imm_inval_pkey),
 	FIELD(struct mlx5_cqe64, byte_cnt),
@@ -289,6 +291,10 @@ void zv_read_cqe(const void *buf, struct zv_cqe_fields *out)
 	out->imm_inval_pkey = be32toh(cqe->imm_inval_pkey);
 	out->byte_cnt = be32toh(cqe->byte_cnt);
 	out->sop_drop_qpn = be32toh(cqe->sop_drop_qpn);
+	out->flags_rqpn = be32toh(cqe->flags_rqpn);
+	/* libmlx5 (cq.c, handle_responder and mlx5_cq_read_wc_flags): a receive completion has
+	 * IBV_WC_GRH when the two bits above the SL in flags_rqpn are not both zero. */
+	out->wc_grh = ((be32toh(cqe->flags_rqpn) >> 28) & 3) ? IBV_WC_GRH : 0;
 	out->wqe_counter = be16toh(cqe->wqe_counter);
 	out->signature = cqe->signature;
 	out->op_own = cqe->op_own;

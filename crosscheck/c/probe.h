@@ -27,6 +27,8 @@ struct zv_cqe_fields {
 	uint32_t err_srqn;
 	uint32_t err_s_wqe_opcode_qpn;
 	uint32_t wc_status;
+	uint32_t flags_rqpn;
+	uint32_t wc_grh; /* IBV_WC_GRH or 0, as libmlx5 reports a receive with these bytes */
 	uint16_t wqe_counter;
 	uint16_t err_wqe_counter;
 	uint8_t signature;

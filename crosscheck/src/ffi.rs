@@ -37,6 +37,10 @@ pub struct ZvCqeFields {
     pub err_s_wqe_opcode_qpn: u32,
     /// libmlx5's `ibv_wc_status` for the syndrome.
     pub wc_status: u32,
+    /// `be32toh(cqe->flags_rqpn)`.
+    pub flags_rqpn: u32,
+    /// `IBV_WC_GRH` when libmlx5 would report it for a receive with this CQE, else 0.
+    pub wc_grh: u32,
     /// `be16toh(cqe->wqe_counter)`.
     pub wqe_counter: u16,
     /// `be16toh(ecqe->wqe_counter)`.

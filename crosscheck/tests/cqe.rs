@@ -1,13 +1,14 @@
 //! CQE decoding: every accessor of zverbs' `Cqe64` reads what rdma-core reads through
 //! `struct mlx5_cqe64`, `struct mlx5_err_cqe` and the `mlx5dv_get_cqe_*` helpers; the CQE
-//! opcode and syndrome enums round-trip; error statuses map as libmlx5 maps them.
+//! opcode and syndrome enums round-trip; error statuses map as libmlx5 maps them; the poller
+//! flags a receive with `IBV_WC_GRH` exactly when libmlx5 would.
 
-use zverbs_core::WcStatus;
-use zverbs_crosscheck::SplitMix64;
+use zverbs_core::{Completion, PollCq, WcFlags, WcStatus};
 use zverbs_crosscheck::ffi::ZvCqeFields;
 use zverbs_crosscheck::probe;
+use zverbs_crosscheck::{DeviceMem, SplitMix64};
 use zverbs_mlx5dv::prm::cqe::{Cqe64, CqeOpcode, Syndrome, field};
-use zverbs_mlx5dv::status_of;
+use zverbs_mlx5dv::{CompletionQueue, CqBinding, CqLayout, RqSlot, RqState, status_of};
 
 /// Randomized CQE buffers.
 const CASES: usize = 100_000;
@@ -46,6 +47,12 @@ fn ours(b: &[u8; 64]) -> ZvCqeFields {
         err_srqn: v.srqn_uidx(),
         err_s_wqe_opcode_qpn: v.sop_drop_qpn(),
         wc_status: status_of(v.syndrome()).to_raw(),
+        flags_rqpn: v.flags_rqpn(),
+        wc_grh: if v.grh() {
+            u32::from(WcFlags::GRH.bits())
+        } else {
+            0
+        },
         wqe_counter: v.wqe_counter(),
         err_wqe_counter: v.wqe_counter(),
         signature: v.signature(),
@@ -114,7 +121,8 @@ fn cqe_setters_write_what_struct_mlx5_cqe64_reads() {
     for case in 0..CASES {
         let mut b = [0u8; 64];
         rng.fill(&mut b);
-        let (srqn_uidx, imm, byte_cnt, sop) = (
+        let (srqn_uidx, imm, byte_cnt, sop, flags_rqpn) = (
+            rng.edgy_u32(),
             rng.edgy_u32(),
             rng.edgy_u32(),
             rng.edgy_u32(),
@@ -123,6 +131,7 @@ fn cqe_setters_write_what_struct_mlx5_cqe64_reads() {
         let (wqe_counter, op_own, synd, vendor) =
             (rng.edgy_u16(), rng.edgy_u8(), rng.edgy_u8(), rng.edgy_u8());
         let mut v = Cqe64::new_unchecked(&mut b);
+        v.set_flags_rqpn(flags_rqpn);
         v.set_srqn_uidx(srqn_uidx);
         v.set_imm_inval_pkey(imm);
         v.set_byte_cnt(byte_cnt);
@@ -133,6 +142,7 @@ fn cqe_setters_write_what_struct_mlx5_cqe64_reads() {
         v.set_vendor_err_synd(vendor);
         let c = probe::read_cqe(&b);
         let got = (
+            c.flags_rqpn,
             c.srqn_uidx,
             c.imm_inval_pkey,
             c.byte_cnt,
@@ -143,6 +153,7 @@ fn cqe_setters_write_what_struct_mlx5_cqe64_reads() {
             c.vendor_err_synd,
         );
         let want = (
+            flags_rqpn,
             srqn_uidx,
             imm,
             byte_cnt,
@@ -155,6 +166,101 @@ fn cqe_setters_write_what_struct_mlx5_cqe64_reads() {
         assert_eq!(got, want, "seed {seed:#x} case {case}");
     }
     eprintln!("cqe setters: {CASES} randomized CQEs read back through struct mlx5_cqe64");
+}
+
+/// Receive CQEs with random `flags_rqpn` (and every other byte random but the opcode, the
+/// owner bit and the QPN), polled one per call by a real `CompletionQueue`: the GRH flag of each
+/// completion is the one libmlx5 computes from the same bytes. Two QPs share the CQ; a CQE of
+/// the QP the previous one named is decoded inline, one of the other QP out of line, so both
+/// decoders are compared about half the time each.
+#[test]
+fn receive_grh_flag_matches_libmlx5() {
+    const CQES: u32 = 64;
+    let (mut rng, seed) = SplitMix64::for_test(0x5eed_06e4, 9);
+    let ring = DeviceMem::new(CQES as usize * 64, 4096);
+    for i in 0..CQES as usize {
+        ring.write_at(i * 64 + 63, &[0xf0]); // MLX5_CQE_INVALID << 4, as libmlx5 starts
+    }
+    let dbrec = DeviceMem::new(8, 8);
+    let layout = CqLayout {
+        buf: ring.ptr(),
+        dbrec: dbrec.ptr().cast::<u32>(),
+        cqe_cnt: CQES,
+        cqe_size: 64,
+        cqn: 3,
+    };
+    let qpns = [rng.below(1 << 24) as u32, rng.below(1 << 24) as u32 ^ 1];
+    let slots: [Vec<RqSlot>; 2] = [0, 1].map(|_| (0..CQES).map(|_| RqSlot::new()).collect());
+    let states = [
+        RqState::new(&slots[0][..]).expect("slots"),
+        RqState::new(&slots[1][..]).expect("slots"),
+    ];
+    let bindings = [
+        CqBinding::recv_only(qpns[0], &states[0]),
+        CqBinding::recv_only(qpns[1], &states[1]),
+    ];
+    // SAFETY: the ring and the doorbell record outlive the poller, the only one; it is new,
+    // and its bindings carry the states of the two receive queues this test stands in for.
+    let mut cq = unsafe { CompletionQueue::new(&layout, &bindings[..]) }.expect("CQ");
+
+    let (mut inline, mut general, mut with_grh) = (0u64, 0u64, 0u64);
+    let mut last_qp = None;
+    for case in 0..CASES {
+        let qp = rng.below(2) as usize;
+        let ci = case as u32;
+        let mut b = [0u8; 64];
+        rng.fill(&mut b);
+        let mut v = Cqe64::new_unchecked(&mut b);
+        v.set_flags_rqpn(rng.edgy_u32());
+        v.set_sop_drop_qpn((rng.next_u32() & 0xff00_0000) | qpns[qp]);
+        let op = rng.pick(&[
+            CqeOpcode::RespWrImm,
+            CqeOpcode::RespSend,
+            CqeOpcode::RespSendImm,
+        ]);
+        // Plain format (no scatter bits), the pass's owner bit, the solicited bit at random.
+        let owner = ((ci / CQES) & 1) as u8;
+        v.set_op_own((op.to_raw() << 4) | (rng.next_u32() as u8 & 2) | owner);
+        ring.write_at(((ci % CQES) * 64) as usize, &b);
+
+        let c = probe::read_cqe(&b);
+        let mut wc = [Completion::EMPTY; 2];
+        assert_eq!(cq.poll(&mut wc), 1, "seed {seed:#x} case {case}");
+        let ours = if wc[0].flags.contains(WcFlags::GRH) {
+            u32::from(WcFlags::GRH.bits())
+        } else {
+            0
+        };
+        assert_eq!(
+            ours,
+            c.wc_grh,
+            "seed {seed:#x} case {case}: flags_rqpn {:#010x}, {:?} on the {} path",
+            c.flags_rqpn,
+            op,
+            if last_qp == Some(qp) {
+                "inline"
+            } else {
+                "general"
+            }
+        );
+        assert_eq!(
+            wc[0].status,
+            WcStatus::Success,
+            "seed {seed:#x} case {case}"
+        );
+        if last_qp == Some(qp) {
+            inline += 1;
+        } else {
+            general += 1;
+        }
+        with_grh += u64::from(c.wc_grh != 0);
+        last_qp = Some(qp);
+    }
+    eprintln!(
+        "cqe grh: {CASES} receive CQEs with random flags_rqpn vs libmlx5's IBV_WC_GRH rule \
+         ({inline} decoded inline, {general} out of line, {with_grh} with a GRH)"
+    );
+    assert!(inline > 0 && general > 0 && with_grh > 0 && with_grh < CASES as u64);
 }
 
 #[test]

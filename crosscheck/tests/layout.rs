@@ -118,6 +118,7 @@ fn ours() -> Ours {
     let t = "struct mlx5_cqe64";
     fact!(o, format!("sizeof({t})"), cqe_field::LEN);
     fact!(o, format!("sizeof({t})"), Cqe64::<[u8; 64]>::LEN);
+    field!(o, t, "flags_rqpn", cqe_field::FLAGS_RQPN);
     field!(o, t, "srqn_uidx", cqe_field::SRQN_UIDX);
     field!(o, t, "imm_inval_pkey", cqe_field::IMM_INVAL_PKEY);
     field!(o, t, "byte_cnt", cqe_field::BYTE_CNT);

@@ -26,7 +26,9 @@ use zverbs_core::{Completion, PollCq, WcFlags, WcOpcode, WcStatus, barrier};
 
 use crate::devmem::{CqeRing, DbrecWord};
 use crate::layout::{CqLayout, LayoutError};
-use crate::prm::cqe::{CQE_INVALID, Cqe64, INLINE_SCATTER_32, INLINE_SCATTER_64, Syndrome};
+use crate::prm::cqe::{
+    CQE_INVALID, Cqe64, FLAGS_RQPN_GRH, INLINE_SCATTER_32, INLINE_SCATTER_64, Syndrome,
+};
 use crate::prm::{CQ_SET_CI, opcode};
 use crate::state::{Bindings, CqBinding, RqState, RqStateRef, SqState, SqStateRef};
 
@@ -249,10 +251,10 @@ impl<B: Bindings> CompletionQueue<B> {
                     }
                     (1..=4, _, Some(rq)) => {
                         // SAFETY: as above.
-                        let (byte_len, imm) = unsafe {
+                        let (byte_len, imm, flags_rqpn) = unsafe {
                             cqes.with_cqe(slot, |b| {
                                 let c = Cqe64::new_unchecked(b);
-                                (c.byte_cnt(), c.imm_inval_pkey())
+                                (c.byte_cnt(), c.imm_inval_pkey(), c.flags_rqpn())
                             })
                         };
                         let with_imm = cqe_op == 1 || cqe_op == 3;
@@ -271,11 +273,7 @@ impl<B: Bindings> CompletionQueue<B> {
                             } else {
                                 WcOpcode::Recv
                             },
-                            flags: if with_imm {
-                                WcFlags::WITH_IMM
-                            } else {
-                                WcFlags::NONE
-                            },
+                            flags: recv_flags(with_imm, flags_rqpn),
                         };
                         return true;
                     }
@@ -372,10 +370,11 @@ impl<B: Bindings> CompletionQueue<B> {
                 } else {
                     WcOpcode::Recv
                 };
-                if cqe_op == 1 || cqe_op == 3 {
-                    out.flags = WcFlags::WITH_IMM;
+                let with_imm = cqe_op == 1 || cqe_op == 3;
+                if with_imm {
                     out.imm = c.imm;
                 }
+                out.flags = recv_flags(with_imm, c.flags_rqpn);
                 if scattered {
                     unsupported_format(out, op_own);
                 }
@@ -439,6 +438,23 @@ const fn req_decode_slow(send_opcode: u8) -> ReqDecode {
     Some((op, flags, len))
 }
 
+/// The flags of a successful receive completion: the immediate, and the GRH when the CQE's
+/// `flags_rqpn` says the message carried one (as libmlx5's `handle_responder` sets
+/// `IBV_WC_GRH`).
+#[inline(always)]
+fn recv_flags(with_imm: bool, flags_rqpn: u32) -> WcFlags {
+    let imm = if with_imm {
+        WcFlags::WITH_IMM
+    } else {
+        WcFlags::NONE
+    };
+    if flags_rqpn & FLAGS_RQPN_GRH != 0 {
+        imm.union(WcFlags::GRH)
+    } else {
+        imm
+    }
+}
+
 /// The two fields every CQE on the inline path needs.
 #[derive(Clone, Copy, Debug)]
 struct HotCqe {
@@ -461,6 +477,7 @@ impl HotCqe {
 #[derive(Clone, Copy, Debug)]
 struct RawCqe {
     sop_drop_qpn: u32,
+    flags_rqpn: u32,
     wqe_counter: u16,
     byte_cnt: u32,
     imm: u32,
@@ -474,6 +491,7 @@ impl RawCqe {
         let c = Cqe64::new_unchecked(cqe);
         Self {
             sop_drop_qpn: c.sop_drop_qpn(),
+            flags_rqpn: c.flags_rqpn(),
             wqe_counter: c.wqe_counter(),
             byte_cnt: c.byte_cnt(),
             imm: c.imm_inval_pkey(),
@@ -799,6 +817,95 @@ mod tests {
             (103, WcStatus::LocLenErr, 0x51)
         );
         assert_eq!(rig.rq.free(), 8);
+    }
+
+    /// A responder CQE of the rig's QP (0x000100), owner bit 0, as literal bytes: `op_own`
+    /// `cqe_op << 4`, `byte_cnt` 0x40, immediate 0x0000_1234, and `flags_rqpn` (bytes 24..28)
+    /// starting with the byte `flags_hi` (GRH bits 29..28, SL 27..24) over source QP 0x000abc.
+    fn grh_cqe(cqe_op: u8, flags_hi: u8) -> [u8; 64] {
+        let mut c = [0u8; 64];
+        c[24..28].copy_from_slice(&[flags_hi, 0x00, 0x0a, 0xbc]); // flags_rqpn
+        c[36..40].copy_from_slice(&[0x00, 0x00, 0x12, 0x34]); // imm_inval_pkey
+        c[44..48].copy_from_slice(&[0x00, 0x00, 0x00, 0x40]); // byte_cnt
+        c[56..60].copy_from_slice(&[0x00, 0x00, 0x01, 0x00]); // sop_drop_qpn: QPN 0x100
+        c[63] = cqe_op << 4; // op_own, owner 0
+        c
+    }
+
+    /// (CQE opcode, top byte of `flags_rqpn`, the flags libmlx5 reports for it).
+    const GRH_CASES: [(u8, u8, WcFlags); 6] = [
+        (2, 0x10, WcFlags::GRH),                          // SEND, GRH bits 01
+        (2, 0x0f, WcFlags::NONE),                         // SEND, SL 15, no GRH
+        (3, 0x20, WcFlags::GRH.union(WcFlags::WITH_IMM)), // SEND_IMM, GRH bits 10
+        (1, 0x00, WcFlags::WITH_IMM),                     // WRITE_IMM, nothing
+        (1, 0x3f, WcFlags::GRH.union(WcFlags::WITH_IMM)), // WRITE_IMM, GRH bits 11, SL 15
+        (2, 0xc0, WcFlags::NONE),                         // SEND, only bits 31..30
+    ];
+
+    fn post_receives(rig: &mut Rig, n: u64) {
+        let sgl = [Sge::new(0x1000, 64, 1)];
+        for i in 0..n {
+            // SAFETY: never executed.
+            unsafe { rig.rq.post_recv(&RecvWr::new(100 + i, &sgl)) }.unwrap();
+        }
+    }
+
+    fn check_grh_cases(wc: &[Completion]) {
+        for (w, &(cqe_op, hi, flags)) in wc.iter().zip(&GRH_CASES) {
+            assert_eq!(
+                w.flags, flags,
+                "CQE opcode {cqe_op}, flags_rqpn {hi:#04x}_000abc"
+            );
+            assert_eq!((w.byte_len, w.status), (0x40, WcStatus::Success));
+            assert_eq!(w.imm(), (cqe_op != 2).then_some(0x1234));
+        }
+    }
+
+    #[test]
+    fn receive_grh_flag_on_the_general_path() {
+        // A new poller knows no binding yet: the first CQE, and with it the rest of the poll,
+        // is decoded out of line (`decode_any`).
+        let mut rig = Rig::new(8, 256, caps(1, 0));
+        post_receives(&mut rig, GRH_CASES.len() as u64);
+        for (i, &(cqe_op, hi, _)) in GRH_CASES.iter().enumerate() {
+            rig.mem.put_cqe(i, grh_cqe(cqe_op, hi));
+        }
+        let mut wc = wcs();
+        assert_eq!(rig.cq.poll(&mut wc), GRH_CASES.len());
+        check_grh_cases(&wc);
+    }
+
+    #[test]
+    fn receive_grh_flag_on_the_inline_path() {
+        // Once a CQE of the QP has been polled, its binding is cached and every plain CQE of it
+        // is decoded inline (`decode`).
+        let mut rig = Rig::new(8, 256, caps(1, 0));
+        post_receives(&mut rig, 1 + GRH_CASES.len() as u64);
+        rig.mem.put_cqe(0, grh_cqe(2, 0));
+        let mut wc = wcs();
+        assert_eq!(rig.cq.poll(&mut wc), 1);
+        for (i, &(cqe_op, hi, _)) in GRH_CASES.iter().enumerate() {
+            rig.mem.put_cqe(1 + i, grh_cqe(cqe_op, hi));
+        }
+        assert_eq!(rig.cq.poll(&mut wc), GRH_CASES.len());
+        check_grh_cases(&wc);
+    }
+
+    #[test]
+    fn requester_completions_never_carry_the_grh_flag() {
+        // libmlx5 reads flags_rqpn for receives only; a requester CQE's bytes 24..28 mean
+        // nothing to it.
+        let mut rig = Rig::new(8, 256, caps(1, 0));
+        let mut wc = wcs();
+        for i in 0..2u16 {
+            send(&mut rig, &SendWr::nop(u64::from(i)).signaled());
+            let mut c = req_cqe(QPN, opcode::NOP, i, 0, 0);
+            c[24] = 0x30;
+            rig.mem.put_cqe(usize::from(i), c);
+            // The first poll decodes out of line, the second inline.
+            assert_eq!(rig.cq.poll(&mut wc), 1);
+            assert_eq!(wc[0].flags, WcFlags::NONE);
+        }
     }
 
     #[test]

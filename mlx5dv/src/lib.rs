@@ -91,9 +91,15 @@
 //!
 //! ## Thread safety
 //!
-//! Each queue is `Send` and is driven through `&mut self` by one thread at a time. A send
-//! queue and the CQ polling its completions may live on different threads: they share only
-//! an [`SqState`] (slots written before publication, one cache-padded credit word).
+//! Each queue is `Send` but not `Sync`: it is driven through `&mut self` by one thread at a
+//! time and never shared by reference. That holds for a queue that borrows its state
+//! (`&SqState<&[SqSlot]>`) and for one that owns a handle to it (`Arc<SqState<Box<[SqSlot]>>>`);
+//! a handle that cannot cross threads (`Rc`) keeps its queue on its thread. A send queue and the
+//! CQ polling its completions may live on different threads: they share only an [`SqState`]
+//! (slots written before publication, one cache-padded credit word), which is `Send + Sync`,
+//! as are [`RqState`], the slots and the [`CqBinding`]s over `Send + Sync` handles. With
+//! borrowed states the borrow checker keeps the slots, the states and the bindings alive for
+//! as long as a queue or the poller uses them.
 #![no_std]
 #![deny(
     unsafe_op_in_unsafe_fn,

@@ -49,7 +49,9 @@ pub(crate) fn req(uidx: u32, qpn: u32, wqe_opcode: u8, wqe_counter: u16, byte_cn
     c
 }
 
-/// A successful responder CQE (`RESP_SEND`, `RESP_SEND_IMM` or `RESP_WR_IMM`).
+/// A successful responder CQE (`RESP_SEND`, `RESP_SEND_IMM` or `RESP_WR_IMM`). Its
+/// `flags_rqpn` (bytes 24..28) stays 0: no message carries a GRH on this device (docs/sim.md),
+/// so the GRH bits (29..28) a ConnectX sets for one are never set.
 pub(crate) fn resp(
     uidx: u32,
     qpn: u32,
@@ -263,6 +265,7 @@ mod tests {
         assert_eq!(&c[56..60], &[0, 0, 1, 3]);
         assert_eq!(&c[60..62], &[0, 7]);
         assert_eq!(c[63], 0x32, "RESP_SEND_IMM with the solicited bit");
+        assert_eq!(&c[24..28], &[0, 0, 0, 0], "flags_rqpn: no GRH");
         let e = err(0x103, 0x103, op::REQ_ERR, 0x0a, 9, 0x13, 0x31);
         assert_eq!((e[54], e[55], e[63]), (0x31, 0x13, 0xd0));
         assert_eq!(&e[56..60], &[0x0a, 0, 1, 3]);

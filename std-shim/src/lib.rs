@@ -74,8 +74,9 @@
 //!
 //! The core traits' post methods are `unsafe`: the device reads and writes memory by address,
 //! and the caller promises the buffers stay registered and untouched by Rust references until
-//! their completion. [`safe`] wraps a send or receive queue so that it only posts buffers the
-//! library allocated ([`MrBuf`]) and holds them alive: no `unsafe` at the call site.
+//! their completion. [`safe`] wraps a send or receive queue so that it only posts spans of
+//! buffers the library allocated ([`MrBuf`]), which Rust never references and which are
+//! deregistered before their memory is freed: no `unsafe` at the call site.
 //! Registering caller-owned memory ([`Pd::register`]) is `unsafe` with a written contract.
 //!
 //! ## Thread safety
@@ -87,6 +88,10 @@
 //! send queue, a receive queue and a poller are each `Send` and driven through `&mut self` by
 //! one thread at a time; a QP's send queue and the poller of its CQ may live on different
 //! threads (they share only atomics).
+//!
+//! None of the data-path handles is `Sync` (nor are the [`safe`] wrappers): a queue or a poller
+//! moves between threads but is never shared by reference, and what a send queue shares with
+//! its poller is its bookkeeping, handed over through one atomic credit word.
 //!
 //! ## Resource cleanup
 //!

@@ -23,7 +23,7 @@
 //! Every handle keeps its QP (and so its CQs, PD and context) alive: the objects can be
 //! dropped in any order. Each owns what it uses: the direct queues hold the queue memory's
 //! addresses (valid while the QP lives, which the handle's clone of the QP guarantees) and
-//! //! clones of the bookkeeping they share with the poller ([`direct::SqStateHandle`], `Arc`s), so
+//! clones of the bookkeeping they share with the poller ([`direct::SqStateHandle`], `Arc`s), so
 //! no borrow outlives what it borrows and no lifetime is assumed.
 
 use std::sync::Arc;

@@ -7,6 +7,10 @@ use super::{Field, get_be16, get_be32, set_be16, set_be32};
 /// Field offsets of `struct mlx5_cqe64`.
 pub mod field {
     use super::Field;
+    /// `flags_rqpn`: be32 of a responder CQE: bits 29..28 say whether the message carried a
+    /// GRH ([`FLAGS_RQPN_GRH`](super::FLAGS_RQPN_GRH)), bits 27..24 the SL, bits 23..0 the
+    /// source QP.
+    pub const FLAGS_RQPN: Field = 24..28;
     /// `srqn_uidx`: be32, SRQ number or (CQE version 1) the QP's user index, low 24 bits.
     pub const SRQN_UIDX: Field = 32..36;
     /// `imm_inval_pkey`: be32 immediate data (as sent, big-endian) of a responder CQE.
@@ -44,11 +48,16 @@ pub mod err_field {
 }
 
 const _: () = assert!(field::LEN == 64 && field::OP_OWN == 63 && field::SIGNATURE == 62);
+const _: () = assert!(field::FLAGS_RQPN.start == 24 && field::FLAGS_RQPN.end == 28);
 const _: () = assert!(field::SRQN_UIDX.start == 32 && field::IMM_INVAL_PKEY.start == 36);
 const _: () = assert!(field::BYTE_CNT.start == 44 && field::TIMESTAMP.start == 48);
 const _: () = assert!(field::SOP_DROP_QPN.start == 56 && field::WQE_COUNTER.start == 60);
 const _: () = assert!(err_field::VENDOR_ERR_SYND == 54 && err_field::SYNDROME == 55);
 const _: () = assert!(err_field::S_WQE_OPCODE_QPN.start == 56);
+
+/// The bits of `flags_rqpn` (29..28) that say a received message carried a GRH: libmlx5 reports
+/// `IBV_WC_GRH` when `(be32toh(cqe->flags_rqpn) >> 28) & 3` is not zero (`handle_responder`).
+pub const FLAGS_RQPN_GRH: u32 = 3 << 28;
 
 /// Bit 0 of `op_own` (`MLX5_CQE_OWNER_MASK`).
 pub const OWNER_MASK: u8 = 1;
@@ -243,6 +252,17 @@ impl<T: AsRef<[u8]>> Cqe64<T> {
     pub fn srqn_uidx(&self) -> u32 {
         get_be32(self.buffer.as_ref(), field::SRQN_UIDX)
     }
+    /// `flags_rqpn` (all 32 bits).
+    #[inline]
+    pub fn flags_rqpn(&self) -> u32 {
+        get_be32(self.buffer.as_ref(), field::FLAGS_RQPN)
+    }
+    /// Whether a received message carried a GRH (the [`FLAGS_RQPN_GRH`] bits of
+    /// `flags_rqpn`; meaningful for responder CQEs).
+    #[inline]
+    pub fn grh(&self) -> bool {
+        self.flags_rqpn() & FLAGS_RQPN_GRH != 0
+    }
     /// `imm_inval_pkey` as the host value of the big-endian wire immediate.
     #[inline]
     pub fn imm_inval_pkey(&self) -> u32 {
@@ -300,6 +320,11 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Cqe64<T> {
     #[inline]
     pub fn set_srqn_uidx(&mut self, v: u32) {
         set_be32(self.buffer.as_mut(), field::SRQN_UIDX, v);
+    }
+    /// Sets `flags_rqpn`.
+    #[inline]
+    pub fn set_flags_rqpn(&mut self, v: u32) {
+        set_be32(self.buffer.as_mut(), field::FLAGS_RQPN, v);
     }
     /// Sets `imm_inval_pkey` (host value of the big-endian wire word).
     #[inline]
@@ -384,6 +409,29 @@ mod tests {
         assert_eq!(v.imm_inval_pkey(), 0xcafe_babe);
         assert_eq!(v.byte_cnt(), 0x1234);
         assert_eq!(v.srqn_uidx(), 0x42);
+    }
+
+    #[test]
+    fn flags_rqpn_and_its_grh_bits() {
+        let mut b = [0u8; 64];
+        let mut c = Cqe64::new_unchecked(&mut b);
+        c.set_flags_rqpn(0x1a00_0123);
+        let mut want = [0u8; 64];
+        want[24..28].copy_from_slice(&[0x1a, 0x00, 0x01, 0x23]);
+        assert_eq!(b, want);
+        let v = Cqe64::new_unchecked(&b);
+        assert_eq!(v.flags_rqpn(), 0x1a00_0123);
+        assert!(v.grh());
+        // Each GRH bit alone says "present"; the SL, the source QP and bits 31..30 do not.
+        for (byte24, grh) in [(0x10, true), (0x20, true), (0x30, true), (0x0f, false)] {
+            let mut b = [0u8; 64];
+            b[24] = byte24;
+            b[25..28].copy_from_slice(&[0xff, 0xff, 0xff]);
+            assert_eq!(Cqe64::new_unchecked(&b).grh(), grh, "{byte24:#x}");
+        }
+        let mut b = [0u8; 64];
+        b[24] = 0xc0;
+        assert!(!Cqe64::new_unchecked(&b).grh());
     }
 
     #[test]

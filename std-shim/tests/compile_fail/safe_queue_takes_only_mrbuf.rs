@@ -1,0 +1,19 @@
+//! The safe layer posts only spans of library-owned buffers (`BufSlice` of an `MrBuf`): a
+//! scatter entry or a slice of the caller's own memory is not one.
+
+use zverbs::safe::{SafeRecvQueue, SafeSendQueue};
+use zverbs::{AnyRecvQueue, AnySendQueue, RemoteBuf, SendFlags, Sge};
+
+fn post(
+    sq: &mut SafeSendQueue<AnySendQueue>,
+    rq: &mut SafeRecvQueue<AnyRecvQueue>,
+    mine: &mut [u8],
+) {
+    let remote = RemoteBuf::new(0x1000, 7);
+    let sge = Sge::from_slice(mine, 0x1100);
+    sq.write(1, sge, remote, SendFlags::SIGNALED).unwrap();
+    sq.read(2, &mut *mine, remote, SendFlags::SIGNALED).unwrap();
+    rq.post(3, sge).unwrap();
+}
+
+fn main() {}

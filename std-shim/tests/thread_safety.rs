@@ -1,0 +1,81 @@
+//! The thread-safety facts the crate documents (crate docs and `docs/usage.md`, "Thread
+//! safety"), checked by the compiler: a wrong `unsafe impl`, or a field that makes a type lose
+//! or gain `Send`/`Sync`, fails this file's build. The refusals that need a program to show
+//! (a queue shared by reference across threads, posting without `unsafe`) are the
+//! compile-fail tests of `tests/compile_fail/`.
+
+use static_assertions::{assert_impl_all, assert_not_impl_any};
+use zverbs::queues::{direct, verbs};
+use zverbs::safe::{BufSlice, SafeRecvQueue, SafeSendQueue};
+use zverbs::{
+    AnyPoller, AnyRecvQueue, AnySendQueue, Context, Cq, Device, Mr, MrBuf, Pd, Qp, QueueSet, Queues,
+};
+
+// Control-path handles: `Send + Sync`, cheap clones of an `Arc`; any thread may call them.
+assert_impl_all!(Context: Send, Sync, Clone);
+assert_impl_all!(Pd: Send, Sync, Clone);
+assert_impl_all!(Cq: Send, Sync, Clone);
+assert_impl_all!(Qp: Send, Sync, Clone);
+assert_impl_all!(Mr: Send, Sync, Clone);
+assert_impl_all!(MrBuf: Send, Sync, Clone);
+assert_impl_all!(Device: Send, Sync);
+
+// An `MrBuf` is never referenced by Rust: nothing hands out its bytes as a slice, so the
+// device writing them at any time cannot break an aliasing guarantee.
+assert_not_impl_any!(MrBuf: std::ops::Deref, AsRef<[u8]>, AsMut<[u8]>);
+assert_not_impl_any!(MrBuf: std::borrow::Borrow<[u8]>, std::borrow::BorrowMut<[u8]>);
+
+// Data-path handles: `Send` (a queue may move to another thread, and a QP's send queue and
+// its CQ's poller may live on different threads) but not `Sync` (one thread at a time).
+assert_impl_all!(AnySendQueue: Send);
+assert_impl_all!(AnyRecvQueue: Send);
+assert_impl_all!(AnyPoller: Send);
+assert_not_impl_any!(AnySendQueue: Sync);
+assert_not_impl_any!(AnyRecvQueue: Sync);
+assert_not_impl_any!(AnyPoller: Sync);
+
+assert_impl_all!(direct::SendQueue: Send);
+assert_impl_all!(direct::RecvQueue: Send);
+assert_impl_all!(direct::Poller: Send);
+assert_not_impl_any!(direct::SendQueue: Sync);
+assert_not_impl_any!(direct::RecvQueue: Sync);
+assert_not_impl_any!(direct::Poller: Sync);
+
+assert_impl_all!(verbs::SendQueue: Send);
+assert_impl_all!(verbs::RecvQueue: Send);
+assert_impl_all!(verbs::Poller: Send);
+assert_not_impl_any!(verbs::SendQueue: Sync);
+assert_not_impl_any!(verbs::RecvQueue: Sync);
+assert_not_impl_any!(verbs::Poller: Sync);
+
+assert_impl_all!(zverbs::fallback::SendQueue: Send);
+assert_impl_all!(zverbs::fallback::RecvQueue: Send);
+assert_impl_all!(zverbs::fallback::Poller: Send);
+assert_not_impl_any!(zverbs::fallback::SendQueue: Sync);
+assert_not_impl_any!(zverbs::fallback::RecvQueue: Sync);
+assert_not_impl_any!(zverbs::fallback::Poller: Sync);
+
+// What a fallback queue shares with its poller, and the direct backend's equivalents.
+assert_impl_all!(zverbs::fallback::SqShared: Send, Sync);
+assert_impl_all!(zverbs::fallback::RqShared: Send, Sync);
+assert_impl_all!(direct::SqStateHandle: Send, Sync);
+assert_impl_all!(direct::RqStateHandle: Send, Sync);
+
+// Taken together, the queues of one QP keep the same rules.
+assert_impl_all!(Queues: Send);
+assert_not_impl_any!(Queues: Sync);
+assert_impl_all!(QueueSet<direct::SendQueue, direct::RecvQueue, direct::Poller>: Send);
+assert_impl_all!(QueueSet<verbs::SendQueue, verbs::RecvQueue, verbs::Poller>: Send);
+
+// The safe layer adds no sharing: its queues are what they wrap.
+assert_impl_all!(SafeSendQueue<AnySendQueue>: Send);
+assert_impl_all!(SafeRecvQueue<AnyRecvQueue>: Send);
+assert_not_impl_any!(SafeSendQueue<AnySendQueue>: Sync);
+assert_not_impl_any!(SafeRecvQueue<AnyRecvQueue>: Sync);
+assert_impl_all!(SafeSendQueue<direct::SendQueue>: Send);
+assert_impl_all!(SafeSendQueue<verbs::SendQueue>: Send);
+assert_not_impl_any!(SafeSendQueue<direct::SendQueue>: Sync);
+assert_not_impl_any!(SafeSendQueue<verbs::SendQueue>: Sync);
+
+// A span of a library-owned buffer is a plain borrowed value.
+assert_impl_all!(BufSlice<'static>: Send, Sync, Copy);
