@@ -220,9 +220,10 @@ impl<B: Bindings> CompletionQueue<B> {
             let c = unsafe { cqes.with_cqe(slot, HotCqe::read) };
             let qpn = c.sop_drop_qpn & 0x00ff_ffff;
             if qpn == self.last.qpn {
-                // SAFETY: `last` is a hit of this poller's bindings.
-                match (cqe_op, unsafe { self.last.sq() }, unsafe { self.last.rq() }) {
-                    (0, Some(sq), _) => {
+                let last = self.last;
+                match cqe_op {
+                    // SAFETY: `last` is a hit of this poller's bindings.
+                    0 if let Some(sq) = unsafe { last.sq() } => {
                         if let Some((opcode, flags, len)) = req_decode((c.sop_drop_qpn >> 24) as u8)
                         {
                             let byte_len = match len {
@@ -249,7 +250,8 @@ impl<B: Bindings> CompletionQueue<B> {
                             return true;
                         }
                     }
-                    (1..=4, _, Some(rq)) => {
+                    // SAFETY: as above.
+                    1..=4 if let Some(rq) = unsafe { last.rq() } => {
                         // SAFETY: as above.
                         let (byte_len, imm, flags_rqpn) = unsafe {
                             cqes.with_cqe(slot, |b| {

@@ -121,8 +121,24 @@ unsafe extern "C" fn post_send(
                     )
                 };
             }
-            // SAFETY: plain-data unions: reading either view is defined.
-            let (rdma, atomic) = unsafe { (r.wr.rdma, r.wr.atomic) };
+            // The view of the `wr` union that the opcode selects, as a provider reads it: the
+            // other view's bytes need not be initialised (the rdma view's padding is not).
+            let atomic_op = matches!(
+                r.opcode,
+                IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD
+            );
+            let (rdma, atomic) = if atomic_op {
+                // SAFETY: the code under test writes the atomic view for atomic requests.
+                let a = unsafe { r.wr.atomic };
+                let rdma = ibv_send_wr_rdma {
+                    remote_addr: a.remote_addr,
+                    rkey: a.rkey,
+                };
+                (rdma, a)
+            } else {
+                // SAFETY: and the rdma view for the others (zero for SEND and NOP).
+                (unsafe { r.wr.rdma }, ibv_send_wr_atomic::default())
+            };
             f.sends.push(SeenSend {
                 wr_id: r.wr_id,
                 opcode: r.opcode,
