@@ -1154,8 +1154,13 @@ impl Engine {
                 self.stats.bytes += len;
                 Outcome::Done(len as u32)
             }
-            Answer::Atomic(orig) => {
-                let src = [Span::own(&orig as *const u64 as u64, 8)];
+            Answer::Atomic(mut orig) => {
+                // A writable place: the copy reads its sources through atomic words, which
+                // need memory they could write.
+                let src = [Span::own(
+                    core::ptr::from_mut(&mut orig).expose_provenance() as u64,
+                    8,
+                )];
                 // SAFETY: the source is the local `orig`, the destination was checked against
                 // a region with local write.
                 unsafe { copy_spans(&src, spans.as_slice(), 8) };

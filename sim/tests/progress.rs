@@ -46,7 +46,8 @@ fn with_running<R>(f: impl FnOnce(&mut Pair<'_>) -> R) -> R {
 #[test]
 fn send_recv_ping_pong() {
     with_running(|p| {
-        let iters = 5_000u64;
+        // Under Miri (100 times slower, and threads switch only at its preemption points), 20.
+        let iters = if cfg!(miri) { 20 } else { 5_000u64 };
         for i in 0..iters {
             let msg = (i as u32).to_le_bytes();
             // Ping A -> B.
@@ -89,7 +90,8 @@ fn write_ping_pong_polling_the_last_byte() {
     with_running(|p| {
         let len = 32usize;
         let mut last_a = 0u8;
-        for i in 1..=2_000u32 {
+        let rounds = if cfg!(miri) { 20 } else { 2_000u32 };
+        for i in 1..=rounds {
             let tag = (i % 255) as u8 + 1; // never 0, and never the previous round's
             p.a.mem.fill(0, len, tag);
             // Unsignaled WRITEs with a signaled one every 16 keep the send queue's credits.

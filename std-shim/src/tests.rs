@@ -351,6 +351,8 @@ fn generic_code_runs_on_the_chosen_backend() {
 }
 
 #[test]
+
+#[cfg_attr(miri, ignore = "loads libibverbs: Miri calls no C library")]
 fn device_errors_without_hardware_are_clear() {
     // With the `sim` feature the software device is always listed, last (and without it,
     // never); a bogus name is not found (or, without rdma-core, the missing package is named).

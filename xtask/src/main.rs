@@ -21,6 +21,7 @@ mod demo;
 mod emu;
 mod libtest;
 mod loom;
+mod miri;
 mod nostd;
 mod prereq;
 mod rxe;

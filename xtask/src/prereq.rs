@@ -130,8 +130,40 @@ pub fn ensure() -> Result<Option<String>> {
     if !added.is_empty() {
         note.push_str(&format!("; added target {}", added.join(", ")));
     }
+    if ensure_miri()? {
+        note.push_str(&format!(
+            "; added miri and rust-src to the {} toolchain",
+            crate::miri::TOOLCHAIN
+        ));
+    }
     println!("system packages, toolchain components and targets present");
     Ok(Some(note))
+}
+
+/// Makes sure Miri runs: the nightly toolchain with its `miri` and `rust-src` components
+/// (`rustup +nightly component add miri rust-src` when missing). Returns whether it added them.
+fn ensure_miri() -> Result<bool> {
+    let toolchain = crate::miri::TOOLCHAIN;
+    if util::succeeds(&mut crate::miri::cargo_miri(["--version"])) {
+        return Ok(false);
+    }
+    let mut cmd = Command::new("rustup");
+    if util::succeeds(Command::new("rustup").args(["run", toolchain, "rustc", "--version"])) {
+        cmd.args(["component", "add", "--toolchain", toolchain, "miri", "rust-src"]);
+    } else {
+        cmd.args(["toolchain", "install", toolchain, "--profile", "minimal"])
+            .args(["--component", "miri,rust-src"]);
+    }
+    if util::run(&mut cmd).is_err() {
+        bail!(
+            "Miri is missing from the {toolchain} toolchain and rustup could not add it; run:\n    \
+             rustup toolchain install {toolchain} && rustup +{toolchain} component add miri rust-src"
+        );
+    }
+    if !util::succeeds(&mut crate::miri::cargo_miri(["--version"])) {
+        bail!("`cargo +{toolchain} miri --version` still fails after adding the components");
+    }
+    Ok(true)
 }
 
 /// Adds the [`TARGETS`] whose standard library is missing from the toolchain, with rustup.

@@ -65,6 +65,11 @@ pub const STAGES: &[Stage] = &[
         run: crate::nostd::run,
     },
     Stage {
+        name: "miri",
+        about: "Miri (Stacked and Tree Borrows) on every test that needs no C library",
+        run: crate::miri::run,
+    },
+    Stage {
         name: "aarch64",
         about: "the data path for aarch64: clippy, its tests under qemu-user, the no_std proof",
         run: crate::aarch64::run,

@@ -433,6 +433,8 @@ mod tests {
     }
 
     #[test]
+
+    #[cfg_attr(miri, ignore = "sockets: Miri makes no system calls")]
     fn exchange_with_a_local_peer() {
         for wire in [Wire::RcPingpong, Wire::Zverbs] {
             let (mut c, mut s) = local_pair();
@@ -477,6 +479,8 @@ mod tests {
     }
 
     #[test]
+
+    #[cfg_attr(miri, ignore = "sockets: Miri makes no system calls")]
     fn exchange_bytes_on_the_wire_are_rc_pingpongs() {
         // A peer written from rc_pingpong's wire format alone: read 52, answer 52, read "done".
         let (mut c, mut s) = local_pair();
@@ -504,6 +508,8 @@ mod tests {
     }
 
     #[test]
+
+    #[cfg_attr(miri, ignore = "sockets: Miri makes no system calls")]
     fn peer_speaking_another_protocol() {
         let (mut c, mut s) = local_pair();
         let t = std::thread::spawn(move || {
@@ -520,6 +526,8 @@ mod tests {
     }
 
     #[test]
+
+    #[cfg_attr(miri, ignore = "sockets: Miri makes no system calls")]
     fn rc_pingpong_peer_meeting_the_extension_is_detected() {
         let (mut c, mut s) = local_pair();
         s.set_read_timeout(Some(Duration::from_millis(200)))
@@ -531,6 +539,8 @@ mod tests {
     }
 
     #[test]
+
+    #[cfg_attr(miri, ignore = "sockets: Miri makes no system calls")]
     fn unreachable_peer_names_the_address() {
         // Bind then drop to find a port nobody listens on.
         let port = listen(0).unwrap().local_addr().unwrap().port();

@@ -1,0 +1,134 @@
+//! The `miri` stage: every test that needs no C library, run under Miri, the interpreter that
+//! detects undefined behaviour, once with Stacked Borrows and once with Tree Borrows.
+//!
+//! What runs, under each model:
+//!
+//! - `zverbs-core` and `zverbs-mlx5dv`: every test, unit and doc (the data path over ordinary
+//!   memory standing in for the device's, reached only through raw pointers as the device's
+//!   memory is), with Miri's leak check;
+//! - `zverbs-sim`: its unit tests, and the integration tests that drive the direct data path
+//!   against the software device, including its progress thread (`ops`, `errors`, `wrap`,
+//!   `progress`, `connections`, `remote`): the hand-off between the library's stores and the
+//!   device's thread is where a missing fence is a data race. The device's progress thread
+//!   lives for the process and some tests keep their queues' bookkeeping for their whole run,
+//!   so leaks are not checked here (`-Zmiri-ignore-leaks`). `random`, `fuzz`, `limits` and
+//!   `zero_alloc` run hundreds of thousands of operations or sweep sizes through arithmetic
+//!   that involves no unsafe code; they stay in the `test` stage;
+//! - `zverbs`: its unit tests (the control path against a fake provider, the fallback against
+//!   a fake `ibv_context`, `MrBuf` shared between threads and the software device, the safe
+//!   layer). The few that load libibverbs, open sockets or map hugepages are marked
+//!   `#[cfg_attr(miri, ignore = "...")]` with the reason, and counted as ignored.
+//!
+//! What Miri cannot check: calls into C (libibverbs, libmlx5, the emulator, the device tests),
+//! inline assembly (the `sfence`/`dmb` instructions: under `cfg(miri)` the write-combining
+//! barriers are compiler fences; the DMA barriers are the Rust fences they are everywhere) and
+//! anything only a real device does. Addresses travel as integers in work requests, as the
+//! verbs ABI has them (exposed with `expose_provenance` and taken back with
+//! `with_exposed_provenance`), so the runs use `-Zmiri-permissive-provenance`.
+//!
+//! Miri comes with the nightly toolchain: the `prerequisites` stage adds its `miri` and
+//! `rust-src` components when they are missing. Iteration counts of the few tests that loop
+//! tens of thousands of times are reduced under `cfg(miri)`.
+
+use std::process::Command;
+use std::time::Instant;
+
+use crate::libtest::Counts;
+use crate::test::{Run, counted_tests};
+use crate::util::{self, Result};
+
+/// The toolchain Miri runs on.
+pub const TOOLCHAIN: &str = "nightly";
+
+/// The aliasing models: name and the flag that selects it (Stacked Borrows is the default).
+const MODELS: &[(&str, &str)] = &[("Stacked Borrows", ""), ("Tree Borrows", "-Zmiri-tree-borrows")];
+
+/// Flags of every run.
+const BASE_FLAGS: &str = "-Zmiri-permissive-provenance";
+
+/// One `cargo miri test` invocation: its arguments and whether leaks are checked.
+struct Job {
+    args: &'static [&'static str],
+    check_leaks: bool,
+}
+
+const JOBS: &[Job] = &[
+    Job {
+        args: &["-p", "zverbs-core", "-p", "zverbs-mlx5dv"],
+        check_leaks: true,
+    },
+    Job {
+        args: &[
+            "-p",
+            "zverbs-sim",
+            "--lib",
+            "--test",
+            "ops",
+            "--test",
+            "errors",
+            "--test",
+            "wrap",
+            "--test",
+            "progress",
+            "--test",
+            "connections",
+            "--test",
+            "remote",
+        ],
+        check_leaks: false,
+    },
+    Job {
+        args: &["-p", "zverbs", "--lib"],
+        check_leaks: true,
+    },
+];
+
+/// `cargo miri <args>` on the nightly toolchain, in Miri's own target subdirectory (cargo
+/// puts it under `miri/` of the target directory), with the stable toolchain's variables
+/// removed so that nightly's tools are used throughout.
+pub fn cargo_miri<I, S>(args: I) -> Command
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let mut cmd = Command::new("rustup");
+    cmd.args(["run", TOOLCHAIN, "cargo", "miri"])
+        .args(args)
+        .current_dir(util::root());
+    for var in ["CARGO", "RUSTC", "RUSTDOC", "RUSTUP_TOOLCHAIN", "RUSTC_WRAPPER"] {
+        cmd.env_remove(var);
+    }
+    cmd.env("CARGO_TARGET_DIR", util::target_dir());
+    cmd
+}
+
+/// Runs every job under each model.
+pub fn run(run: &mut Run) -> Result<Option<String>> {
+    let mut notes = Vec::new();
+    for (model, flag) in MODELS {
+        let started = Instant::now();
+        let mut total = Counts::default();
+        for job in JOBS {
+            let mut flags = String::from(BASE_FLAGS);
+            if !flag.is_empty() {
+                flags.push(' ');
+                flags.push_str(flag);
+            }
+            if !job.check_leaks {
+                flags.push_str(" -Zmiri-ignore-leaks");
+            }
+            println!("\n--> {model}: cargo miri test {}", job.args.join(" "));
+            let mut cmd = cargo_miri(["test"]);
+            cmd.args(job.args).env("MIRIFLAGS", &flags);
+            let (t, _) = counted_tests(cmd, &[], run)?;
+            total.add(t);
+        }
+        notes.push(format!(
+            "{model}: {} passed, {} ignored in {}",
+            total.passed,
+            total.ignored,
+            util::duration(started.elapsed())
+        ));
+    }
+    Ok(Some(notes.join("; ")))
+}
