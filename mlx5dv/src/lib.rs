@@ -88,12 +88,16 @@
 //! - [`SendQueue`], [`RecvQueue`], [`CompletionQueue`]: the three queues, built by `unsafe`
 //!   constructors from the raw layouts ([`QpLayout`], [`CqLayout`]) whose contracts are written
 //!   on each.
+//! - [`bf`]: a BlueFlame register of the queue's own ([`Dedicated`]), or one several queues
+//!   share and take in turn ([`SharedBf`]).
 //!
 //! ## Thread safety
 //!
 //! Each queue is `Send` and is driven through `&mut self` by one thread at a time. A send
 //! queue and the CQ polling its completions may live on different threads: they share only
-//! an [`SqState`] (slots written before publication, one cache-padded credit word).
+//! an [`SqState`] (slots written before publication, one cache-padded credit word). Send
+//! queues whose QPs share a BlueFlame register share a [`SharedBf`] too, and take its lock
+//! around each doorbell write; a queue with a register of its own takes nothing.
 #![no_std]
 #![deny(
     unsafe_op_in_unsafe_fn,
@@ -102,6 +106,7 @@
     clippy::missing_safety_doc
 )]
 
+pub mod bf;
 mod cq;
 pub mod devmem;
 mod doorbell;
@@ -113,6 +118,7 @@ mod state;
 #[cfg(test)]
 mod testutil;
 
+pub use bf::{BfRegister, Dedicated, Shared, SharedBf};
 pub use cq::{CompletionQueue, VENDOR_ERR_UNSUPPORTED_FORMAT, status_of};
 pub use layout::{BfLayout, CqLayout, LayoutError, QpLayout, SqCaps, WqLayout};
 pub use rq::RecvQueue;
