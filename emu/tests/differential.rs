@@ -40,7 +40,8 @@ use zverbs_core::{
 };
 use zverbs_emu::verbs::{Context, IbvRecvWr, IbvSendWr, IbvSge, IbvWc, QpCaps, wr};
 use zverbs_mlx5dv::{
-    CompletionQueue, CqBinding, CqLayout, QpLayout, RecvQueue, RqState, SendQueue, SqCaps, SqState,
+    CompletionQueue, CqBinding, CqLayout, QpLayout, RecvQueue, RqRef, RqState, SendQueue, SqCaps,
+    SqState,
 };
 
 const ARENA: usize = 1 << 20;
