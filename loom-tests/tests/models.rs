@@ -269,8 +269,8 @@ fn recv_path() {
 /// each post a NOP and ring (BlueFlame: the one-block WQE fits the 64-byte buffers). Both take
 /// the register's lock; inside it each reads and flips the shared toggle (a loom cell), copies
 /// into the buffer it names and flushes. Afterwards the two buffers hold one WQE each, one per
-/// QP. Catches `relaxed_bf_unlock` (the lock given back with `Relaxed`): the next holder's
-/// read of the toggle is then not ordered after the previous holder's write.
+/// QP. Catches `relaxed_bf_lock` (the lock taken with `Relaxed`): the next holder's read of
+/// the toggle is then not ordered after the previous holder's write.
 fn shared_blueflame() {
     let mem_a = leak(Mem::new(4, 1, 4));
     let mem_b = leak(Mem::new(4, 1, 4));
@@ -350,7 +350,7 @@ fn model_recv_path() {
 
 #[test]
 fn model_shared_blueflame() {
-    check("shared_blueflame", &["relaxed_bf_unlock"], shared_blueflame);
+    check("shared_blueflame", &["relaxed_bf_lock"], shared_blueflame);
 }
 
 #[cfg(not(zverbs_loom))]

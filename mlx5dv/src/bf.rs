@@ -78,9 +78,13 @@ impl SharedBf {
     /// cache line's ownership), then reads the buffer offset and flips it for the next holder.
     #[inline(always)]
     fn acquire(&self) -> u32 {
+        #[cfg(not(zverbs_mutant = "relaxed_bf_lock"))]
+        const TAKE: Ordering = Ordering::Acquire;
+        #[cfg(zverbs_mutant = "relaxed_bf_lock")]
+        const TAKE: Ordering = Ordering::Relaxed;
         while self
             .locked
-            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .compare_exchange_weak(false, true, TAKE, Ordering::Relaxed)
             .is_err()
         {
             while self.locked.load(Ordering::Relaxed) {
@@ -99,10 +103,7 @@ impl SharedBf {
     /// before whatever the next holder does.
     #[inline(always)]
     fn release(&self) {
-        #[cfg(not(zverbs_mutant = "relaxed_bf_unlock"))]
         self.locked.store(false, Ordering::Release);
-        #[cfg(zverbs_mutant = "relaxed_bf_unlock")]
-        self.locked.store(false, Ordering::Relaxed);
     }
 }
 

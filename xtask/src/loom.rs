@@ -30,8 +30,8 @@ pub const MUTANTS: &[(&str, &str)] = &[
         "CQ consumer index published with Relaxed instead of Release",
     ),
     (
-        "relaxed_bf_unlock",
-        "a shared BlueFlame register given back with Relaxed instead of Release",
+        "relaxed_bf_lock",
+        "a shared BlueFlame register taken with Relaxed instead of Acquire",
     ),
 ];
 
