@@ -30,7 +30,7 @@ impl Sge {
     /// Only the address and length are taken: the entry does not borrow `buf`. Lengths above
     /// `u32::MAX` are clamped to `u32::MAX` bytes (the largest an IB scatter entry can name).
     ///
-    /// The address is taken with [`pointer::expose_provenance`], so that code which turns it
+    /// The address is taken with `<*const u8>::expose_provenance`, so that code which turns it
     /// back into a pointer (an inline copy, the software device) may do so with
     /// [`core::ptr::with_exposed_provenance`], as Rust's memory model asks of an address that
     /// travels as an integer.
