@@ -20,8 +20,10 @@
 
 mod common;
 
+#[cfg(target_arch = "x86_64")]
 use std::time::Duration;
 
+#[cfg(target_arch = "x86_64")]
 use common::in_emulator;
 
 #[cfg(target_arch = "x86_64")]
