@@ -404,6 +404,43 @@ const STRUCTS: &[Spec] = &[
         ],
     ),
     (
+        "types::verbs_context",
+        "struct verbs_context",
+        &[
+            ("query_port", ""),
+            ("modify_qp_rate_limit", ""),
+            ("alloc_parent_domain", ""),
+            ("dealloc_td", ""),
+            ("alloc_td", ""),
+            ("modify_cq", ""),
+            ("create_cq_ex", ""),
+            ("r#priv", "priv"),
+            ("query_device_ex", ""),
+            ("close_xrcd", ""),
+            ("_ABI_placeholder3", ""),
+            ("sz", ""),
+            ("context", ""),
+        ],
+    ),
+    (
+        "types::ibv_td_init_attr",
+        "struct ibv_td_init_attr",
+        &[("comp_mask", "")],
+    ),
+    ("types::ibv_td", "struct ibv_td", &[("context", "")]),
+    (
+        "types::ibv_parent_domain_init_attr",
+        "struct ibv_parent_domain_init_attr",
+        &[
+            ("pd", ""),
+            ("td", ""),
+            ("comp_mask", ""),
+            ("alloc", ""),
+            ("free", ""),
+            ("pd_context", ""),
+        ],
+    ),
+    (
         "types::mlx5dv_obj",
         "struct mlx5dv_obj",
         &[

@@ -26,6 +26,15 @@ pub mod raw {
     pub use core::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 }
 
+/// Spin-wait hints: under loom a spinning thread must yield, or loom would explore its loop
+/// for ever.
+pub mod hint {
+    #[cfg(not(zverbs_loom))]
+    pub use core::hint::spin_loop;
+    #[cfg(zverbs_loom)]
+    pub use loom::hint::spin_loop;
+}
+
 /// Shared mutable cells with loom's closure API.
 pub mod cell {
     #[cfg(zverbs_loom)]

@@ -206,8 +206,16 @@ pub mod mlx5_create_qp {
     pub const RQ_WQE_COUNT: usize = 20;
     /// `rq_wqe_shift`.
     pub const RQ_WQE_SHIFT: usize = 24;
+    /// `flags`.
+    pub const FLAGS: usize = 28;
     /// `uidx`.
     pub const UIDX: usize = 32;
+    /// `bfreg_index`.
+    pub const BFREG_INDEX: usize = 36;
+    /// `MLX5_QP_FLAG_BFREG_INDEX`: `bfreg_index` names a dynamic bfreg.
+    pub const FLAG_BFREG_INDEX: u32 = 1 << 3;
+    /// `MLX5_QP_FLAG_UAR_PAGE_INDEX`: `bfreg_index` names a UAR object's page.
+    pub const FLAG_UAR_PAGE_INDEX: u32 = 1 << 10;
 }
 
 /// `struct ib_uverbs_modify_qp` (also the base of the extended one).

@@ -24,9 +24,12 @@ use zverbs_sim::{Access, Device, DeviceConfig, Peer, RNR_RETRY_INFINITE, SimErro
 
 use crate::abi::{self, cmd, ex, get, mask, put, qps};
 use crate::fabric::Fabric;
+use crate::uar::{Bfreg, Mapping, Uctx};
 
-/// `EINVAL`, `EOPNOTSUPP`, `ENOMEM`, `EBUSY` (errno values the commands return).
+/// `EINVAL`, `EOPNOTSUPP`, `ENOMEM`, `EBUSY`, `EPERM` (errno values the commands return).
 pub mod errno {
+    /// Not permitted (a write-combining mapping on a device without write-combining).
+    pub const EPERM: i32 = libc::EPERM;
     /// Invalid argument.
     pub const EINVAL: i32 = libc::EINVAL;
     /// Operation not supported.
@@ -72,6 +75,9 @@ struct Qp {
     retry_cnt: u8,
     rnr_retry: u8,
     connected: bool,
+    /// The user context (its descriptor) and the bfreg the QP rings.
+    fd: i32,
+    bfreg: Option<Bfreg>,
 }
 
 /// The kernel's bookkeeping.
@@ -85,11 +91,8 @@ struct Ctl {
     /// `cq_handle` → CQN.
     cqs: HashMap<u32, u32>,
     qps: HashMap<u32, Qp>,
-    /// Low-latency bfregs handed out, then medium ones.
-    bf_high: u32,
-    bf_medium: u32,
-    /// `total_num_bfregs` and `num_low_latency_bfregs` as the context asked.
-    bfregs: (u32, u32),
+    /// Each user context's bfregs and UAR pages, by its descriptor.
+    uctx: HashMap<i32, Uctx>,
 }
 
 impl Ctl {
@@ -166,7 +169,6 @@ impl Emu {
             ctl: Mutex::new(Ctl {
                 next_cqn: CQN_BASE,
                 next_qpn: QPN_BASE,
-                bfregs: (16, 4),
                 ..Ctl::default()
             }),
         };
@@ -176,6 +178,11 @@ impl Emu {
             .unwrap_or_else(|p| p.into_inner())
             .replace(listener);
         Ok(emu)
+    }
+
+    /// This process's instance if it was created (without creating it).
+    pub fn running() -> Option<&'static Emu> {
+        EMU.get().and_then(|r| r.as_ref().ok())
     }
 
     /// Starts serving the listener (once), now that `self` is `'static`.
@@ -202,11 +209,12 @@ impl Emu {
         self.ctl.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Answers one uverbs command: `command` as the write ABI numbers it (with
-    /// [`abi::CMD_FLAG_EXTENDED`] for extended ones), the core and driver (`uhw`) buffers as
-    /// the kernel receives them. Returns 0 or an errno.
+    /// Answers one uverbs command on the context of descriptor `fd`: `command` as the write
+    /// ABI numbers it (with [`abi::CMD_FLAG_EXTENDED`] for extended ones), the core and driver
+    /// (`uhw`) buffers as the kernel receives them. Returns 0 or an errno.
     pub fn command(
         &self,
+        fd: i32,
         command: u32,
         core_in: &[u8],
         drv_in: &[u8],
@@ -226,7 +234,7 @@ impl Emu {
             drv_out.len()
         ));
         let r = match (extended, c) {
-            (false, cmd::GET_CONTEXT) => self.get_context(drv_in, core_out, drv_out),
+            (false, cmd::GET_CONTEXT) => self.get_context(fd, drv_in, core_out, drv_out),
             (false, cmd::QUERY_DEVICE) => {
                 query_device(core_out);
                 Ok(())
@@ -253,8 +261,10 @@ impl Emu {
             (false, cmd::CREATE_CQ) => self.create_cq(core_in, false, drv_in, core_out, drv_out),
             (true, ex::CREATE_CQ) => self.create_cq(core_in, true, drv_in, core_out, drv_out),
             (false, cmd::DESTROY_CQ) => self.destroy_cq(core_in),
-            (false, cmd::CREATE_QP) => self.create_qp(core_in, false, drv_in, core_out, drv_out),
-            (true, ex::CREATE_QP) => self.create_qp(core_in, true, drv_in, core_out, drv_out),
+            (false, cmd::CREATE_QP) => {
+                self.create_qp(fd, core_in, false, drv_in, core_out, drv_out)
+            }
+            (true, ex::CREATE_QP) => self.create_qp(fd, core_in, true, drv_in, core_out, drv_out),
             (false, cmd::MODIFY_QP) => self.modify_qp(core_in),
             (true, ex::MODIFY_QP) => {
                 let r = self.modify_qp(core_in);
@@ -274,7 +284,19 @@ impl Emu {
         }
     }
 
-    fn get_context(&self, drv_in: &[u8], core_out: &mut [u8], drv_out: &mut [u8]) -> Res {
+    fn get_context(&self, fd: i32, drv_in: &[u8], core_out: &mut [u8], drv_out: &mut [u8]) -> Res {
+        // struct mlx5_ib_alloc_ucontext_req_v2: total_num_bfregs, num_low_latency_bfregs.
+        let total = get::<4>(drv_in, 0) as u32;
+        let low = get::<4>(drv_in, 4) as u32;
+        // bf_reg_size: two BlueFlame buffers of 256 bytes; 0 with ZVERBS_EMU_BF=0, a device
+        // without BlueFlame (as when the kernel's write-combining test fails): libmlx5 then
+        // rings 8-byte doorbells and `mlx5dv_init_obj` reports `bf.size` 0.
+        let bf = std::env::var_os("ZVERBS_EMU_BF").is_none_or(|v| v != "0");
+        let bf_reg_size = if bf { 512 } else { 0 };
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u32;
+        let uars_per_page = page / 4096;
+        let uctx = Uctx::new(total, low, uars_per_page, dyn_bfregs(), bf_reg_size)?;
         // SAFETY: plain eventfd creation; the fd is handed to libibverbs as the async fd.
         let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
         if efd < 0 {
@@ -282,23 +304,12 @@ impl Emu {
         }
         put::<4>(core_out, 0, efd as u64);
         put::<4>(core_out, 4, 1); // num_comp_vectors
-        // struct mlx5_ib_alloc_ucontext_req_v2: total_num_bfregs, num_low_latency_bfregs.
-        let total = match get::<4>(drv_in, 0) as u32 {
-            0 => 16,
-            n => n,
-        };
-        let low = (get::<4>(drv_in, 4) as u32).min(total.saturating_sub(2));
-        self.ctl().bfregs = (total, low);
         // struct mlx5_ib_alloc_ucontext_resp.
         put::<4>(drv_out, 0, 1 << 18); // qp_tab_size
-        // bf_reg_size: two BlueFlame buffers of 256 bytes; 0 with ZVERBS_EMU_BF=0, a device
-        // without BlueFlame (as when the kernel's write-combining test fails): libmlx5 then
-        // rings 8-byte doorbells and `mlx5dv_init_obj` reports `bf.size` 0.
-        let bf = std::env::var_os("ZVERBS_EMU_BF").is_none_or(|v| v != "0");
-        put::<4>(drv_out, 4, if bf { 512 } else { 0 });
+        put::<4>(drv_out, 4, u64::from(bf_reg_size));
         // A non-zero tot_bfregs puts libmlx5 in the static UAR scheme: it maps its UAR pages
         // at context creation and takes each QP's bfreg from the create-QP answer.
-        put::<4>(drv_out, 8, u64::from(total));
+        put::<4>(drv_out, 8, u64::from(uctx.tot_bfregs()));
         put::<4>(drv_out, 12, 64); // cache_line_size
         put::<2>(drv_out, 16, 512); // max_sq_desc_sz
         put::<2>(drv_out, 18, 512); // max_rq_desc_sz
@@ -311,11 +322,49 @@ impl Emu {
         // cmds_supp_uhw: QUERY_DEVICE | CREATE_AH take driver data.
         put::<1>(drv_out, 45, 0b11);
         put::<4>(drv_out, 56, 12); // log_uar_size: 4 KiB UARs
-        // num_uars_per_page.
+        put::<4>(drv_out, 60, u64::from(uars_per_page)); // num_uars_per_page
+        put::<4>(drv_out, 64, u64::from(uctx.num_dyn_bfregs())); // num_dyn_bfregs
+        crate::log(format_args!(
+            "  context fd {fd}: {} static bfregs ({low} low latency), {} dynamic",
+            uctx.tot_bfregs(),
+            uctx.num_dyn_bfregs()
+        ));
+        self.ctl().uctx.insert(fd, uctx);
+        Ok(())
+    }
+
+    /// Checks an mmap of the context of `fd` (at offset `off`, `len` bytes) as the kernel
+    /// does; on success the caller maps the page and reports it with [`Emu::mapped`].
+    ///
+    /// # Errors
+    ///
+    /// The errno the kernel's mmap would return.
+    pub fn mmap(&self, fd: i32, off: u64, len: u64) -> Result<Mapping, i32> {
         // SAFETY: sysconf has no preconditions.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
-        put::<4>(drv_out, 60, page / 4096);
-        Ok(())
+        match self.ctl().uctx.get_mut(&fd) {
+            Some(u) => u.mmap(off, len, page),
+            None => Err(errno::EINVAL),
+        }
+    }
+
+    /// Records where a page [`Emu::mmap`] allowed was mapped.
+    pub fn mapped(&self, fd: i32, m: Mapping, addr: usize) {
+        if let Some(u) = self.ctl().uctx.get_mut(&fd) {
+            u.mapped(m, addr);
+        }
+    }
+
+    /// Forgets UAR pages in `addr..addr + len`, which the program unmapped.
+    pub fn unmapped(&self, addr: usize, len: usize) {
+        for u in self.ctl().uctx.values_mut() {
+            u.unmapped(addr, len);
+        }
+    }
+
+    /// Forgets the context of a closed descriptor.
+    pub fn closed(&self, fd: i32) {
+        self.ctl().uctx.remove(&fd);
     }
 
     fn query_port(&self, o: &mut [u8]) {
@@ -425,7 +474,15 @@ impl Emu {
         Ok(())
     }
 
-    fn create_qp(&self, i: &[u8], extended: bool, d: &[u8], o: &mut [u8], dout: &mut [u8]) -> Res {
+    fn create_qp(
+        &self,
+        fd: i32,
+        i: &[u8],
+        extended: bool,
+        d: &[u8],
+        o: &mut [u8],
+        dout: &mut [u8],
+    ) -> Res {
         use abi::create_qp as f;
         use abi::mlx5_create_qp as m;
         let at = |off: usize| if extended { off - f::EX_SHIFT } else { off };
@@ -464,6 +521,19 @@ impl Emu {
         let (Some(&send_cq), Some(&recv_cq)) = (ctl.cqs.get(&send_h), ctl.cqs.get(&recv_h)) else {
             return Err(errno::EINVAL);
         };
+        // The bfreg: the dynamic one the command names (a thread domain's), checked; else one
+        // the kernel picks. A UAR object's page cannot be named: this kernel has none.
+        let flags = get::<4>(d, m::FLAGS) as u32;
+        let uctx = ctl.uctx.get(&fd).ok_or(errno::EINVAL)?;
+        let named = match flags & (m::FLAG_BFREG_INDEX | m::FLAG_UAR_PAGE_INDEX) {
+            0 => None,
+            m::FLAG_BFREG_INDEX => {
+                let n = get::<4>(d, m::BFREG_INDEX) as u32;
+                uctx.check_dyn_bfreg(n)?;
+                Some(Bfreg::Dynamic(n))
+            }
+            _ => return Err(errno::EINVAL),
+        };
         let qpn = ctl.next_qpn;
         let layout = QpLayout {
             qpn,
@@ -495,6 +565,10 @@ impl Emu {
         .map_err(sim_errno)?;
         self.dev.set_user_index(qpn, uidx).map_err(sim_errno)?;
         ctl.next_qpn += 1;
+        let bfreg = match named {
+            Some(b) => b,
+            None => Bfreg::Static(ctl.uctx.get_mut(&fd).ok_or(errno::EINVAL)?.alloc_bfreg()),
+        };
         let h = ctl.handle();
         ctl.qps.insert(
             h,
@@ -505,22 +579,28 @@ impl Emu {
                 caps,
                 sq_sig_all: get::<1>(i, at(f::SQ_SIG_ALL)) as u8,
                 state: qps::RESET,
+                fd,
+                bfreg: Some(bfreg),
                 ..Qp::default()
             },
         );
-        // The bfreg, as the kernel's legacy allocator picks it: the low-latency ones (the last
-        // `low` of `total`, each used by one QP, lock-free) first, then the shared medium ones
-        // (1..total-low), reported in the 4-per-UAR numbering libmlx5 expects.
-        let (total, low) = ctl.bfregs;
-        let n = if ctl.bf_high < low {
-            ctl.bf_high += 1;
-            total - low + ctl.bf_high - 1
-        } else {
-            let medium = (total - low - 1).max(1);
-            ctl.bf_medium += 1;
-            1 + (ctl.bf_medium - 1) % medium
-        };
-        put::<4>(dout, 0, u64::from(n / 2 * 4 + n % 2));
+        put::<4>(dout, 0, u64::from(Uctx::answer(bfreg)));
+        if let Some(u) = ctl.uctx.get(&fd) {
+            // The device watches BlueFlame writes (when asked to) knowing which QPs each
+            // register serves and where their rings are.
+            if let Some((reg, bf_size)) = u.register(bfreg) {
+                crate::watch::qp_on_register(qpn, reg, bf_size, sq_buf.as_ptr() as usize, sq_cnt);
+            }
+            crate::log(format_args!(
+                "  QP {qpn:#x}: bfreg {bfreg:?}{} at {:#x?}",
+                if u.shared_class(bfreg) {
+                    " (shared class: libmlx5 locks it)"
+                } else {
+                    ""
+                },
+                u.register(bfreg).map(|r| r.0)
+            ));
+        }
         put::<4>(o, 0, u64::from(h));
         put::<4>(o, 4, u64::from(qpn));
         for (k, v) in caps.iter().enumerate() {
@@ -652,6 +732,10 @@ impl Emu {
         let mut ctl = self.ctl();
         let qp = ctl.qps.remove(&h).ok_or(errno::EINVAL)?;
         let _ = (qp.send_cq, qp.recv_cq);
+        if let (Some(Bfreg::Static(n)), Some(u)) = (qp.bfreg, ctl.uctx.get_mut(&qp.fd)) {
+            u.free_bfreg(n);
+        }
+        crate::watch::qp_gone(qp.qpn);
         self.dev.destroy_qp(qp.qpn).map_err(sim_errno)
     }
 }
@@ -704,6 +788,15 @@ fn sim_errno(e: SimError) -> i32 {
         SimError::TooMany | SimError::OutOfMemory => errno::ENOMEM,
         _ => errno::EINVAL,
     }
+}
+
+/// Dynamic bfregs a context gets: `ZVERBS_EMU_DYN_BFREGS`, or the kernel's 1024
+/// (`MLX5_MAX_DYN_BFREGS`); 0 leaves no register for thread domains.
+fn dyn_bfregs() -> u32 {
+    std::env::var("ZVERBS_EMU_DYN_BFREGS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1024)
 }
 
 /// Whether `ZVERBS_EMU_ATOMICS=be` asks for big-endian atomics.

@@ -23,6 +23,10 @@
 //!   `write()`.
 //! - `ZVERBS_EMU_NS=name`: the namespace of the channel (processes see each other only
 //!   within one); `ZVERBS_EMU_LID=n`: ask for LID `n`.
+//! - `ZVERBS_EMU_DYN_BFREGS=n`: the dynamic BlueFlame registers a context gets (default
+//!   1024, as the kernel gives; 0 leaves none for thread domains, [`uar`]).
+//! - `ZVERBS_EMU_BF_WATCH=1`: the device watches every store to the UAR pages and counts torn
+//!   BlueFlame copies ([`watch`]; x86-64).
 #![deny(
     unsafe_op_in_unsafe_fn,
     missing_docs,
@@ -35,7 +39,9 @@ pub mod device;
 pub mod fabric;
 mod preload;
 pub mod sysfs;
+pub mod uar;
 pub mod verbs;
+pub mod watch;
 
 use std::sync::atomic::{AtomicU8, Ordering};
 

@@ -15,8 +15,11 @@
 //!   has it; every native method gets `EPROTONOSUPPORT`, so libibverbs falls back to the write
 //!   command of that verb. With `ZVERBS_EMU_ABI=write` every ioctl gets `ENOTTY` and
 //!   libibverbs uses `write()` throughout, which is served too.
-//! - `mmap` of such a descriptor (UAR pages: doorbells and BlueFlame registers) maps anonymous
-//!   shared memory; the software device never reads it (it takes WQEs from the rings).
+//! - `mmap` of such a descriptor (UAR pages: doorbells and BlueFlame registers) is checked as
+//!   the kernel checks it (page indices, dynamic pages once each) and maps ordinary shared
+//!   memory; the software device takes WQEs from the rings, and reads the UAR pages only when
+//!   it watches BlueFlame writes ([`crate::watch`]: then they are mapped read-only and every
+//!   store is performed by the fault handler). `munmap` of such a page forgets it.
 //! - `close` forgets the descriptor.
 //!
 //! The interposed functions are declared with their fixed arguments only. `open`, `openat`
@@ -86,8 +89,8 @@ type StatFn = unsafe extern "C" fn(*const c_char, *mut libc::stat) -> c_int;
 type CloseFn = unsafe extern "C" fn(c_int) -> c_int;
 type IoctlFn = unsafe extern "C" fn(c_int, c_ulong, *mut c_void) -> c_int;
 type WriteFn = unsafe extern "C" fn(c_int, *const c_void, usize) -> isize;
-type MmapFn =
-    unsafe extern "C" fn(*mut c_void, usize, c_int, c_int, c_int, libc::off_t) -> *mut c_void;
+type MmapFn = crate::watch::MmapFn;
+type MunmapFn = unsafe extern "C" fn(*mut c_void, usize) -> c_int;
 
 fn set_errno(e: c_int) {
     // SAFETY: the calling thread's errno.
@@ -218,6 +221,9 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
         && FDS[w].fetch_and(!b, Ordering::Relaxed) & b != 0
     {
         crate::log(format_args!("uverbs fd {fd} closed"));
+        if let Some(e) = Emu::running() {
+            e.closed(fd);
+        }
     }
     match real!("close", CloseFn) {
         // SAFETY: forwarded as received.
@@ -244,18 +250,60 @@ pub unsafe extern "C" fn mmap(
         return libc::MAP_FAILED;
     };
     if is_fake(fd) {
-        // A UAR page: doorbell and BlueFlame registers, here ordinary shared memory.
-        let flags = libc::MAP_SHARED | libc::MAP_ANONYMOUS | (flags & libc::MAP_FIXED);
+        // A UAR page: doorbell and BlueFlame registers, here ordinary shared memory, if the
+        // kernel would map it.
         let _ = prot;
-        // SAFETY: an anonymous mapping at the caller's hint.
-        let p = unsafe { real(addr, len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) };
+        let Ok(emu) = Emu::get() else {
+            set_errno(libc::ENODEV);
+            return libc::MAP_FAILED;
+        };
+        let m = match emu.mmap(fd, off as u64, len as u64) {
+            Ok(m) => m,
+            Err(e) => {
+                crate::log(format_args!(
+                    "UAR mmap at offset {off:#x} refused: errno {e}"
+                ));
+                set_errno(e);
+                return libc::MAP_FAILED;
+            }
+        };
+        let p = if crate::watch::enabled() {
+            // SAFETY: as libc's mmap; `real` is libc's.
+            unsafe { crate::watch::map(real, addr, len, flags) }
+        } else {
+            let flags = libc::MAP_SHARED | libc::MAP_ANONYMOUS | (flags & libc::MAP_FIXED);
+            // SAFETY: an anonymous mapping at the caller's hint.
+            unsafe { real(addr, len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) }
+        };
+        if p != libc::MAP_FAILED {
+            emu.mapped(fd, m, p as usize);
+        }
         crate::log(format_args!(
-            "UAR page at offset {off:#x}: {len} bytes at {p:p}"
+            "UAR page at offset {off:#x} ({m:?}): {len} bytes at {p:p}"
         ));
         return p;
     }
     // SAFETY: forwarded as received.
     unsafe { real(addr, len, prot, flags, fd, off) }
+}
+
+/// `munmap(2)`: forgets UAR pages (the kernel's bookkeeping, the watcher's) in the range.
+///
+/// # Safety
+///
+/// As libc's `munmap`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn munmap(addr: *mut c_void, len: usize) -> c_int {
+    let Some(real) = real!("munmap", MunmapFn) else {
+        set_errno(libc::ENOSYS);
+        return -1;
+    };
+    if let Some(e) = Emu::running() {
+        e.unmapped(addr as usize, len);
+        crate::watch::unmapped(addr as usize, len);
+    }
+    // SAFETY: forwarded as received.
+    unsafe { real(addr, len) }
 }
 
 /// `mmap64`, the same as [`mmap`] on 64-bit Linux.
@@ -289,8 +337,10 @@ fn write_abi_only() -> bool {
     }
 }
 
-/// Runs a command on this process's emulated device; 0 or an errno.
+/// Runs a command on this process's emulated device, for the context of descriptor `fd`; 0
+/// or an errno.
 fn run(
+    fd: c_int,
     command: u32,
     core_in: &[u8],
     drv_in: &[u8],
@@ -298,7 +348,7 @@ fn run(
     drv_out: &mut [u8],
 ) -> i32 {
     match Emu::get() {
-        Ok(e) => e.command(command, core_in, drv_in, core_out, drv_out),
+        Ok(e) => e.command(fd, command, core_in, drv_in, core_out, drv_out),
         Err(why) => {
             crate::log(format_args!("{why}"));
             libc::ENODEV
@@ -338,7 +388,7 @@ unsafe fn bytes_mut<'a>(p: u64, len: usize) -> &'a mut [u8] {
 ///
 /// `hdr` points at a `struct ib_uverbs_ioctl_hdr` with its attributes, whose pointers are valid
 /// as the uverbs ABI describes them.
-unsafe fn verbs_ioctl(hdr: *mut u8) -> i32 {
+unsafe fn verbs_ioctl(fd: c_int, hdr: *mut u8) -> i32 {
     // SAFETY: (caller) the header is valid.
     let head = unsafe { bytes(hdr as u64, h::SIZE) };
     let object = get::<2>(head, h::OBJECT_ID) as u16;
@@ -394,7 +444,7 @@ unsafe fn verbs_ioctl(hdr: *mut u8) -> i32 {
             bytes_mut(drv_out.0, drv_out.1),
         )
     };
-    let r = run(command, &core_in, &drv_in, co, dout);
+    let r = run(fd, command, &core_in, &drv_in, co, dout);
     if r == 0 {
         for a in attrs.chunks_mut(h::ATTR_SIZE) {
             let id = get::<2>(a, h::ATTR_ID) as u16;
@@ -423,7 +473,7 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: *mut c_void) -> c_i
             libc::ENOTTY
         } else {
             // SAFETY: (caller) the argument of RDMA_VERBS_IOCTL is its header.
-            unsafe { verbs_ioctl(arg.cast()) }
+            unsafe { verbs_ioctl(fd, arg.cast()) }
         };
         if r == 0 {
             return 0;
@@ -444,7 +494,7 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: *mut c_void) -> c_i
 ///
 /// `buf..buf+count` holds a uverbs command whose response pointer is valid as the ABI
 /// describes.
-unsafe fn verbs_write(buf: *const u8, count: usize) -> i32 {
+unsafe fn verbs_write(fd: c_int, buf: *const u8, count: usize) -> i32 {
     // SAFETY: (caller) `count` bytes at `buf`.
     let all = unsafe { bytes(buf as u64, count) };
     let command = get::<4>(all, 0) as u32;
@@ -462,7 +512,7 @@ unsafe fn verbs_write(buf: *const u8, count: usize) -> i32 {
         // SAFETY: (caller) the response buffer covers the output words.
         let out = unsafe { bytes_mut(response, (out_words + drv_out_words) * 8) };
         let (co, dout) = out.split_at_mut(out.len().min(out_words * 8));
-        return run(command, ci, di, co, dout);
+        return run(fd, command, ci, di, co, dout);
     }
     // Legacy: sizes count 4-byte words, the input's include the header; core and driver parts
     // split at the kernel's size of the core struct.
@@ -477,7 +527,7 @@ unsafe fn verbs_write(buf: *const u8, count: usize) -> i32 {
     // SAFETY: (caller) the response buffer covers the output words.
     let out = unsafe { bytes_mut(response, out_words * 4) };
     let (co, dout) = out.split_at_mut(out.len().min(core_out_len));
-    run(command, ci, di, co, dout)
+    run(fd, command, ci, di, co, dout)
 }
 
 /// `write(2)`.
@@ -489,7 +539,7 @@ unsafe fn verbs_write(buf: *const u8, count: usize) -> i32 {
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, count: usize) -> isize {
     if is_fake(fd) {
         // SAFETY: (caller) a uverbs command.
-        let r = unsafe { verbs_write(buf.cast(), count) };
+        let r = unsafe { verbs_write(fd, buf.cast(), count) };
         if r == 0 {
             return count as isize;
         }

@@ -63,6 +63,8 @@ pub fn mutant() -> Option<&'static str> {
         Some("relaxed_credit")
     } else if cfg!(zverbs_mutant = "relaxed_cq_ci") {
         Some("relaxed_cq_ci")
+    } else if cfg!(zverbs_mutant = "relaxed_bf_lock") {
+        Some("relaxed_bf_lock")
     } else {
         None
     }

@@ -107,6 +107,18 @@ impl Mem {
         u32::from_be(word.load(Ordering::Acquire))
     }
 
+    /// The BlueFlame buffer `i` (64 bytes each) as bytes, once no queue writes it any more.
+    pub fn bf_bytes(&self, i: usize) -> [u8; 64] {
+        let mut b = [0u8; 64];
+        for (w, word) in self.bf[8 * i..8 * i + 8].iter().enumerate() {
+            // SAFETY: the queues wrote the register through raw pointers; every writer is
+            // joined, so this read races with nothing.
+            let v = unsafe { std::ptr::read_volatile(word) };
+            b[8 * w..8 * w + 8].copy_from_slice(&v.to_ne_bytes());
+        }
+        b
+    }
+
     /// NIC: reads send-ring segment `seg` (masked).
     pub fn nic_read_sq(&self, seg: u32) -> [u8; 16] {
         let cell = &self.sq[seg as usize % self.sq.len()];

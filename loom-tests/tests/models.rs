@@ -5,7 +5,7 @@ use zverbs_loom_tests::mem::{Mem, QPN, caps, free, leak, req_cqe};
 use zverbs_loom_tests::{check, thread};
 use zverbs_mlx5dv::prm::opcode;
 use zverbs_mlx5dv::{
-    CompletionQueue, CqBinding, RecvQueue, RqSlot, RqState, SendQueue, SqSlot, SqState,
+    CompletionQueue, CqBinding, RecvQueue, RqSlot, RqState, SendQueue, SharedBf, SqSlot, SqState,
 };
 
 /// A send queue's state, borrowed by the queue and the CQ as `no_std` code does.
@@ -265,6 +265,61 @@ fn recv_path() {
     }
 }
 
+/// Shared BlueFlame register: two send queues on two threads whose QPs share one register
+/// each post a NOP and ring (BlueFlame: the one-block WQE fits the 64-byte buffers). Both take
+/// the register's lock; inside it each reads and flips the shared toggle (a loom cell), copies
+/// into the buffer it names and flushes. Afterwards the two buffers hold one WQE each, one per
+/// QP. Catches `relaxed_bf_lock` (the lock taken with `Relaxed`): the next holder's read of
+/// the toggle is then not ordered after the previous holder's write.
+fn shared_blueflame() {
+    let mem_a = leak(Mem::new(4, 1, 4));
+    let mem_b = leak(Mem::new(4, 1, 4));
+    let (slots_a, state_a) = sq_state(4);
+    let (slots_b, state_b) = sq_state(4);
+    let shared = leak(SharedBf::new(64));
+    let layout_a = mem_a.qp_layout();
+    let mut layout_b = mem_b.qp_layout();
+    layout_b.qpn = QPN + 1;
+    layout_b.bf = layout_a.bf;
+    // SAFETY: the memory outlives the queues (freed after the joins below); each ring is
+    // posted to by one queue, and the shared register is written only by the two queues that
+    // hold `shared`.
+    let (mut sq_a, mut sq_b) = unsafe {
+        (
+            SendQueue::new_shared(&layout_a, caps(), state_a, shared).expect("valid layout"),
+            SendQueue::new_shared(&layout_b, caps(), state_b, shared).expect("valid layout"),
+        )
+    };
+    let a = thread::spawn(move || {
+        // SAFETY: nothing executes the NOP's memory.
+        unsafe { sq_a.send(&SendWr::nop(1)) }.expect("fits");
+        sq_a
+    });
+    let b = thread::spawn(move || {
+        // SAFETY: as above.
+        unsafe { sq_b.send(&SendWr::nop(2)) }.expect("fits");
+        sq_b
+    });
+    a.join().expect("poster a");
+    b.join().expect("poster b");
+    // Both rings are done: each buffer holds the control segment of one of the two QPs.
+    let qpn_in =
+        |buffer: usize| u32::from_be_bytes(mem_a.bf_bytes(buffer)[4..8].try_into().unwrap()) >> 8;
+    let mut qpns = [qpn_in(0), qpn_in(1)];
+    qpns.sort_unstable();
+    assert_eq!(qpns, [QPN, QPN + 1], "one WQE per buffer");
+    // SAFETY: every thread is joined and every queue dropped.
+    unsafe {
+        free(shared);
+        free(state_a);
+        free(state_b);
+        free(slots_a);
+        free(slots_b);
+        free(mem_a);
+        free(mem_b);
+    }
+}
+
 #[test]
 fn model_send_path() {
     check("send_path", &["no_to_device"], send_path);
@@ -291,6 +346,11 @@ fn model_credit_return() {
 #[test]
 fn model_recv_path() {
     check("recv_path", &["no_to_device"], recv_path);
+}
+
+#[test]
+fn model_shared_blueflame() {
+    check("shared_blueflame", &["relaxed_bf_lock"], shared_blueflame);
 }
 
 #[cfg(not(zverbs_loom))]

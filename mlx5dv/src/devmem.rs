@@ -204,8 +204,9 @@ impl DbrecWord {
     /// loom) it points to a loom `AtomicU32`.
     #[inline]
     pub(crate) unsafe fn new(ptr: NonNull<u32>, word: usize) -> Self {
+        // Counted in atomics, not `u32`s: under loom an atomic is larger than its value.
         // SAFETY: (caller) `word` is inside the record.
-        Self(unsafe { ptr.add(word) }.cast())
+        Self(unsafe { ptr.cast::<AtomicU32>().add(word) })
     }
 
     /// Stores `counter` as a big-endian doorbell-record value.

@@ -3,47 +3,61 @@
 //! The sequence is rdma-core's `post_send_db` (providers/mlx5/qp.c):
 //!
 //! 1. the WQEs are in the ring (plain stores);
-//! 2. [`to_device`](barrier::to_device): they are visible to the device before …
-//! 3. … the doorbell record `dbrec[MLX5_SND_DBR] = be32(pi & 0xffff)`, which tells the device
+//! 2. take the register ([`BfRegister`]): a register shared with other queues is locked, so
+//!    that their writes and this one never interleave; either way this write gets the buffer
+//!    the previous one did not use, and the toggle flips for the next, so that consecutive
+//!    copies never merge (rdma-core locks after step 4; taking the register first lets a
+//!    dedicated one decide its buffer before the barriers, as rdma-core's code does);
+//! 3. [`to_device`](barrier::to_device): the WQEs are visible to the device before …
+//! 4. … the doorbell record `dbrec[MLX5_SND_DBR] = be32(pi & 0xffff)`, which tells the device
 //!    how far it may read;
-//! 4. [`wc_start`](barrier::wc_start): the record is written before the MMIO below;
-//! 5. either a **BlueFlame** copy of the WQE into the write-combining buffer (one WQE, no larger
+//! 5. [`wc_start`](barrier::wc_start): the record is written before the MMIO below;
+//! 6. either a **BlueFlame** copy of the WQE into the write-combining buffer (one WQE, no larger
 //!    than the buffer: the device takes the WQE from the doorbell write itself and skips the
 //!    DMA read) in ordered 64-bit stores, never `memcpy`, whose wide or out-of-order stores
 //!    could reach the device in pieces; or the **doorbell**: the first 8 bytes of the last
 //!    WQE's control segment;
-//! 6. [`wc_flush`](barrier::wc_flush): push the write-combining buffer out now;
-//! 7. flip to the other BlueFlame buffer, so consecutive copies never merge.
+//! 7. [`wc_flush`](barrier::wc_flush): push the write-combining buffer out now, still holding
+//!    a shared register (a copy left in this CPU's buffer could otherwise reach the device
+//!    after the next holder's);
+//! 8. give the register back.
 
 use zverbs_core::barrier;
 use zverbs_core::mmio::MmioRegion;
 use zverbs_core::sync::atomic::Ordering;
 
+use crate::bf::BfRegister;
 use crate::devmem::{DbrecWord, SegRing};
 use crate::prm::SEGS_PER_BB;
 
-/// The send doorbell of one QP.
+/// The send doorbell of one QP, whose BlueFlame register is held as `R` says.
 #[derive(Debug)]
-pub(crate) struct Doorbell {
+pub(crate) struct Doorbell<R> {
     dbrec: DbrecWord,
     reg: MmioRegion,
     /// BlueFlame buffer size in bytes (0: doorbell only).
     bf_size: u32,
     /// The largest WQE, in basic blocks, that BlueFlame carries (`bf_size / 64`; 0: none).
     bf_blocks: u32,
-    /// Byte offset of the buffer to use next: 0 or `bf_size`.
-    offset: u32,
+    /// The register's buffer toggle, and its lock when it is shared.
+    register: R,
 }
 
-impl Doorbell {
-    pub(crate) fn new(dbrec: DbrecWord, reg: MmioRegion, bf_size: u32) -> Self {
+impl<R: BfRegister> Doorbell<R> {
+    pub(crate) fn new(dbrec: DbrecWord, reg: MmioRegion, bf_size: u32, register: R) -> Self {
         Self {
             dbrec,
             reg,
             bf_size,
             bf_blocks: bf_size / 64,
-            offset: 0,
+            register,
         }
+    }
+
+    /// How the register is held.
+    #[inline]
+    pub(crate) fn register(&self) -> &R {
+        &self.register
     }
 
     /// BlueFlame buffer size (0: doorbell only).
@@ -70,38 +84,39 @@ impl Doorbell {
         // SAFETY: the same registers as `self.reg`, which the queue's constructor contract
         // keeps mapped while this doorbell lives; the copy lives for this call only.
         let reg = unsafe { MmioRegion::new(self.reg.base(), self.reg.len_bytes()) };
-        let offset = self.offset;
-        let word0 = (offset / 8) as usize;
         let blueflame = single && last_blocks <= self.bf_blocks;
-        self.offset = offset ^ self.bf_size;
-        // 2. WQE stores before the doorbell record.
+        // 2. The register (its lock, if shared), and the buffer to write.
+        let word0 = (self.register.take(self.bf_size) / 8) as usize;
+        // 3. WQE stores before the doorbell record.
         barrier::to_device();
-        // 3. The doorbell record: basic blocks produced, 16 bits, big-endian.
+        // 4. The doorbell record: basic blocks produced, 16 bits, big-endian.
         self.dbrec.publish(pi & 0xffff, Ordering::Relaxed);
-        // 4. The record before the MMIO writes.
+        // 5. The record before the MMIO writes.
         barrier::wc_start();
         if blueflame {
-            // 5a. BlueFlame: the whole WQE, 64-bit stores in order, block by block following
+            // 6a. BlueFlame: the whole WQE, 64-bit stores in order, block by block following
             // the ring's wrap (`last_blocks >= 1` and `bf_blocks == 0` without BlueFlame).
             let first = last_seg / SEGS_PER_BB as u32;
             for b in 0..last_blocks {
                 let w = word0 + 8 * b as usize;
                 sq.for_each_word(first.wrapping_add(b), |i, word| {
-                    // SAFETY: `w + i < (offset + bf_size) / 8` because the WQE fits the
-                    // buffer, and the region spans both buffers (constructor contract of the
-                    // queue).
+                    // SAFETY: word `w + i` lies in the buffer starting at word `word0` because
+                    // the WQE fits the buffer, and the region spans both buffers (constructor
+                    // contract of the queue).
                     unsafe { reg.write_u64(w + i, word) };
                 });
             }
         } else {
-            // 5b. Doorbell: the first 8 bytes of the last control segment.
+            // 6b. Doorbell: the first 8 bytes of the last control segment.
             let (lo, _) = sq.with(last_seg, split_seg);
-            // SAFETY: the region holds at least the 8-byte doorbell at `offset`.
+            // SAFETY: the region holds at least the 8-byte doorbell at word `word0` (0
+            // without BlueFlame).
             unsafe { reg.write_u64(word0, lo) };
         }
-        // 6. Out of the write-combining buffer now; 7. the next ring uses the other buffer
-        // (`offset` was flipped above: it is this thread's alone).
+        // 7. Out of the write-combining buffer now, before anyone else may write the register.
         barrier::wc_flush();
+        // 8. The register back to the queues that share it (nothing to do for a dedicated one).
+        self.register.give_back();
     }
 }
 

@@ -108,6 +108,13 @@ pub enum LayoutError {
     NoReceiveQueue,
     /// A capability of zero where one is needed (`max_signaled`).
     ZeroCapacity,
+    /// A shared BlueFlame register's state was made for another buffer size than the queue's.
+    SharedBfSize {
+        /// The size the [`SharedBf`](crate::SharedBf) was made for.
+        register: u32,
+        /// The queue's `bf.size`.
+        queue: u32,
+    },
 }
 
 impl core::fmt::Display for LayoutError {
@@ -128,6 +135,10 @@ impl core::fmt::Display for LayoutError {
             }
             LayoutError::NoReceiveQueue => f.write_str("the QP has no receive queue"),
             LayoutError::ZeroCapacity => f.write_str("max_signaled must be at least 1"),
+            LayoutError::SharedBfSize { register, queue } => write!(
+                f,
+                "shared BlueFlame register of {register}-byte buffers for a queue with {queue}"
+            ),
         }
     }
 }

@@ -88,6 +88,8 @@
 //! - [`SendQueue`], [`RecvQueue`], [`CompletionQueue`]: the three queues, built by `unsafe`
 //!   constructors from the raw layouts ([`QpLayout`], [`CqLayout`]) whose contracts are written
 //!   on each.
+//! - [`bf`]: a BlueFlame register of the queue's own ([`Dedicated`]), or one several queues
+//!   share and take in turn ([`SharedBf`]).
 //!
 //! ## Thread safety
 //!
@@ -100,6 +102,9 @@
 //! as are [`RqState`], the slots and the [`CqBinding`]s over `Send + Sync` handles. With
 //! borrowed states the borrow checker keeps the slots, the states and the bindings alive for
 //! as long as a queue or the poller uses them.
+//!
+//! Send queues whose QPs share a BlueFlame register share a [`SharedBf`] too, and take its lock
+//! around each doorbell write; a queue with a register of its own takes nothing.
 #![no_std]
 #![deny(
     unsafe_op_in_unsafe_fn,
@@ -108,6 +113,7 @@
     clippy::missing_safety_doc
 )]
 
+pub mod bf;
 mod cq;
 pub mod devmem;
 mod doorbell;
@@ -119,6 +125,7 @@ mod state;
 #[cfg(test)]
 mod testutil;
 
+pub use bf::{BfRegister, Dedicated, Shared, SharedBf};
 pub use cq::{CompletionQueue, VENDOR_ERR_UNSUPPORTED_FORMAT, status_of};
 pub use layout::{BfLayout, CqLayout, LayoutError, QpLayout, SqCaps, WqLayout};
 pub use rq::RecvQueue;

@@ -8,11 +8,13 @@
 //! NOPs). Nothing is visible to the device until [`PostSend::ring`].
 
 use core::mem::MaybeUninit;
+use core::ops::Deref;
 
 use zverbs_core::mmio::MmioRegion;
 use zverbs_core::ring::Ring;
 use zverbs_core::{BatchError, PostError, PostSend, SendFlags, SendOp, SendWr, Sge};
 
+use crate::bf::{BfRegister, Dedicated, Shared, SharedBf};
 use crate::devmem::{DbrecWord, SegRing};
 use crate::doorbell::Doorbell;
 use crate::layout::{LayoutError, QpLayout, SqCaps};
@@ -45,9 +47,11 @@ const BATCH_PLANS: usize = 32;
 /// Owned by one thread at a time (`&mut self` to post); its completions are polled through a
 /// [`CompletionQueue`](crate::CompletionQueue) bound to the same [`SqState`](crate::SqState),
 /// possibly on another thread. `P` is the handle through which it reaches that state
-/// (`&SqState<_>` or an owning pointer: see [`SqStateRef`]).
+/// (`&SqState<_>` or an owning pointer: see [`SqStateRef`]). `R` says how it holds its
+/// BlueFlame register: [`Dedicated`] (its own: [`SendQueue::new`]) or [`Shared`] with other
+/// queues ([`SendQueue::new_shared`]); see [`crate::bf`].
 #[derive(Debug)]
-pub struct SendQueue<P> {
+pub struct SendQueue<P, R = Dedicated> {
     ring: SegRing,
     blocks: Ring,
     /// Producer counter in basic blocks (free-running).
@@ -69,15 +73,17 @@ pub struct SendQueue<P> {
     last_blocks: u32,
     caps: SqCaps,
     state: P,
-    doorbell: Doorbell,
+    doorbell: Doorbell<R>,
 }
 
-// SAFETY: the queue owns its part of the ring and the doorbell register; moving it to another
-// thread moves that ownership. Shared state goes through `SqState` (Sync) and atomics.
-unsafe impl<P: Send> Send for SendQueue<P> {}
+// SAFETY: the queue owns its part of the ring and (with `R`) its hold on the doorbell
+// register; moving it to another thread moves that ownership. Shared state goes through
+// `SqState` (Sync), atomics and, for a shared register, `SharedBf` (Sync).
+unsafe impl<P: Send, R: Send> Send for SendQueue<P, R> {}
 
 impl<P: SqStateRef> SendQueue<P> {
-    /// Drives the send queue of the QP that `layout` describes.
+    /// Drives the send queue of the QP that `layout` describes, whose BlueFlame register is
+    /// its own.
     ///
     /// # Safety
     ///
@@ -87,6 +93,9 @@ impl<P: SqStateRef> SendQueue<P> {
     ///   lives;
     /// - nothing else posts to this send queue or writes its doorbell while this value lives
     ///   (libibverbs' `ibv_post_send` must not be used on the QP);
+    /// - when `bf.size > 0`, no other queue, and no QP posted through libmlx5, writes the
+    ///   BlueFlame register `bf.reg` while this value lives (it came from a thread domain, or
+    ///   libmlx5 dedicates it to this QP); otherwise use [`SendQueue::new_shared`];
     /// - `caps` are the QP's real capabilities (the ring was sized for them);
     /// - `state` is bound to the CQ that receives this QP's send completions, and no other
     ///   send queue uses it;
@@ -101,6 +110,58 @@ impl<P: SqStateRef> SendQueue<P> {
     /// the 16-bit counters allow, does not match `state`, or cannot hold the largest WQE the
     /// capabilities allow.
     pub unsafe fn new(layout: &QpLayout, caps: SqCaps, state: P) -> Result<Self, LayoutError> {
+        // SAFETY: (caller) the contract of `with_register`, with the register this queue's
+        // alone.
+        unsafe { Self::with_register(layout, caps, state, Dedicated::default()) }
+    }
+}
+
+impl<P: SqStateRef, H: Deref<Target = SharedBf>> SendQueue<P, Shared<H>> {
+    /// Drives the send queue of the QP that `layout` describes, whose BlueFlame register other
+    /// queues write too: every ring takes `shared`'s lock around its doorbell write and uses
+    /// its buffer toggle.
+    ///
+    /// # Safety
+    ///
+    /// As [`SendQueue::new`], except the register: every queue that writes `bf.reg` while this
+    /// value lives holds a handle to this same `shared` (one [`SharedBf`] per register), and no
+    /// QP on it is posted through libmlx5 (whose lock for it is another).
+    ///
+    /// # Errors
+    ///
+    /// As [`SendQueue::new`], and [`LayoutError::SharedBfSize`] when `shared` was made for
+    /// another buffer size than `bf.size`.
+    pub unsafe fn new_shared(
+        layout: &QpLayout,
+        caps: SqCaps,
+        state: P,
+        shared: H,
+    ) -> Result<Self, LayoutError> {
+        if shared.bf_size() != layout.bf.size {
+            return Err(LayoutError::SharedBfSize {
+                register: shared.bf_size(),
+                queue: layout.bf.size,
+            });
+        }
+        // SAFETY: (caller) the contract of `with_register`; every writer of the register holds
+        // this `shared`.
+        unsafe { Self::with_register(layout, caps, state, Shared(shared)) }
+    }
+}
+
+impl<P: SqStateRef, R: BfRegister> SendQueue<P, R> {
+    /// The constructors' common part.
+    ///
+    /// # Safety
+    ///
+    /// The contract of [`SendQueue::new`], with `register` saying truly whether other queues
+    /// write the BlueFlame register.
+    unsafe fn with_register(
+        layout: &QpLayout,
+        caps: SqCaps,
+        state: P,
+        register: R,
+    ) -> Result<Self, LayoutError> {
         let cnt = layout.sq.wqe_cnt;
         let blocks = Ring::new(cnt).ok_or(LayoutError::NotPowerOfTwo { count: cnt })?;
         if cnt > 1 << 15 {
@@ -135,7 +196,7 @@ impl<P: SqStateRef> SendQueue<P> {
             2 * layout.bf.size as usize
         };
         // SAFETY: (caller) the register is mapped with `bf_len` bytes while the queue lives, and
-        // only this queue writes it.
+        // only this queue writes it, or (`Shared`) only queues that take its lock.
         let reg = unsafe { MmioRegion::new(layout.bf.reg, bf_len) };
         // SAFETY: (caller) the doorbell record is valid while the queue lives; word 1 is
         // MLX5_SND_DBR.
@@ -156,7 +217,7 @@ impl<P: SqStateRef> SendQueue<P> {
             last_blocks: 0,
             caps,
             state,
-            doorbell: Doorbell::new(dbrec, reg, layout.bf.size),
+            doorbell: Doorbell::new(dbrec, reg, layout.bf.size, register),
         })
     }
 
@@ -194,6 +255,19 @@ impl<P: SqStateRef> SendQueue<P> {
     #[inline]
     pub fn has_blueflame(&self) -> bool {
         self.doorbell.bf_size() != 0
+    }
+
+    /// Whether the BlueFlame register is shared with other queues (and ringing takes its
+    /// lock).
+    #[inline]
+    pub fn shares_register(&self) -> bool {
+        self.doorbell.register().is_shared()
+    }
+
+    /// How the queue holds its BlueFlame register.
+    #[inline]
+    pub fn register(&self) -> &R {
+        self.doorbell.register()
     }
 
     /// Free basic blocks, after taking any credits the poller has returned.
@@ -594,7 +668,7 @@ unsafe fn write_inline(ring: &SegRing, seg: u32, sgl: &[Sge], len: u32) {
     }
 }
 
-impl<P: SqStateRef> PostSend for SendQueue<P> {
+impl<P: SqStateRef, R: BfRegister> PostSend for SendQueue<P, R> {
     #[inline(always)]
     unsafe fn post_send(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
         let plan = self.plan(wr)?;
@@ -867,6 +941,94 @@ mod tests {
         rig.sq.ring();
         assert_eq!(rig.mem.dbrec(1), 0);
         assert!(rig.mem.bf_bytes().iter().all(|&b| b == 0));
+    }
+
+    /// Two QPs whose layouts name the same BlueFlame register (the rig's), as libmlx5 reports
+    /// them once it shares a register: each queue rings into the buffer the other did not use
+    /// last, because they share one toggle, and each takes and gives back the lock.
+    #[test]
+    fn queues_sharing_a_register_share_its_toggle() {
+        use crate::bf::SharedBf;
+        use crate::testutil::Mem;
+        extern crate std;
+        use std::boxed::Box;
+        use std::sync::Arc;
+
+        let a = Rig::new(8, 256, caps(2, 64));
+        let b_mem = Mem::new(8, 8, 32, 256, 8);
+        let mut b_layout = b_mem.qp_layout(QPN + 1, 8, 256);
+        b_layout.bf = a.mem.qp_layout(QPN, 8, 256).bf;
+        let shared = Arc::new(SharedBf::new(256));
+        let state = || {
+            let slots: Box<[crate::SqSlot]> = (0..8).map(|_| crate::SqSlot::new()).collect();
+            Arc::new(crate::SqState::new(slots).unwrap())
+        };
+        let a_layout = a.mem.qp_layout(QPN, 8, 256);
+        // SAFETY: both layouts describe live memory that outlives the queues (dropped at the
+        // end of the test, before `a` and `b_mem`); each ring is driven by one queue only, and
+        // the shared register by the two queues holding `shared`. (The rig's own queue is
+        // never used.)
+        let (mut qa, mut qb) = unsafe {
+            (
+                SendQueue::new_shared(&a_layout, caps(2, 64), state(), shared.clone()).unwrap(),
+                SendQueue::new_shared(&b_layout, caps(2, 64), state(), shared.clone()).unwrap(),
+            )
+        };
+        assert!(qa.shares_register() && qb.shares_register());
+        assert!(!a.sq.shares_register());
+        let sgl = [Sge::new(0x1000, 8, 0x1100)];
+        let mut rings = Vec::new();
+        for (on_a, wr_id) in [(true, 1), (false, 2), (false, 3), (true, 4)] {
+            let q = if on_a { &mut qa } else { &mut qb };
+            // SAFETY: nothing executes the requests.
+            unsafe { q.send(&SendWr::send(wr_id, &sgl).signaled()) }.unwrap();
+            rings.push((q.qpn(), a.mem.bf_bytes()));
+        }
+        // Which QP's control segment (QPN in `qpn_ds`) each buffer held after each ring.
+        let qpn_at = |bf: &[u8], off: usize| {
+            u32::from_be_bytes(bf[off + 4..off + 8].try_into().unwrap()) >> 8
+        };
+        let held: Vec<(u32, u32, u32)> = rings
+            .iter()
+            .map(|(qpn, bf)| (*qpn, qpn_at(bf, 0), qpn_at(bf, 256)))
+            .collect();
+        assert_eq!(
+            held,
+            [
+                (QPN, QPN, 0),               // A: buffer 0
+                (QPN + 1, QPN, QPN + 1),     // B: buffer 1, although B never rang before
+                (QPN + 1, QPN + 1, QPN + 1), // B again: buffer 0
+                (QPN, QPN + 1, QPN),         // A: buffer 1
+            ]
+        );
+        // The lock is free after every ring.
+        qa.ring();
+        assert!(!shared.is_locked());
+        drop((qa, qb));
+    }
+
+    #[test]
+    fn shared_register_of_another_size_is_refused() {
+        let rig = Rig::new(8, 256, caps(2, 64));
+        let shared = crate::bf::SharedBf::new(128);
+        let slots: Vec<crate::SqSlot> = (0..8).map(|_| crate::SqSlot::new()).collect();
+        let state = crate::SqState::new(&slots[..]).unwrap();
+        // SAFETY: the layout is the rig's live memory; the queue is refused before it exists.
+        let r = unsafe {
+            SendQueue::new_shared(
+                &rig.mem.qp_layout(QPN, 8, 256),
+                caps(2, 64),
+                &state,
+                &shared,
+            )
+        };
+        assert_eq!(
+            r.err(),
+            Some(LayoutError::SharedBfSize {
+                register: 128,
+                queue: 256
+            })
+        );
     }
 
     /// Builds the expected segments of a WRITE with `n` SGEs or inline `data`, at `pi`.

@@ -155,8 +155,57 @@ pub struct BackendReport {
     pub kind: BackendKind,
     /// What was asked for.
     pub choice: BackendChoice,
-    /// Why this backend: the provider, what `mlx5dv_init_obj` said, doorbell-only or BlueFlame.
+    /// Why this backend: the provider, what `mlx5dv_init_obj` said, doorbell-only or BlueFlame,
+    /// and for a directly driven QP how it holds its BlueFlame register.
     pub reason: String,
+    /// For a directly driven QP: how it holds its BlueFlame register, when it was created
+    /// ([`Qp::blueflame`](crate::Qp::blueflame) tells how many QPs share it now). `None` for
+    /// CQs and for QPs on the fallback.
+    pub blueflame: Option<BlueFlame>,
+}
+
+/// How a directly driven QP holds its BlueFlame register.
+///
+/// libmlx5 gives a QP a register of its own while it has some; afterwards it makes QPs share
+/// registers, and posts on QPs sharing one must take turns or their BlueFlame copies tear.
+/// The control path gives every direct QP a register of its own where the device allows it (a
+/// thread domain per QP), and otherwise makes exactly the QPs on one register share a lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BlueFlame {
+    /// No BlueFlame (the device offers none, or `MLX5_SHUT_UP_BF`): posts ring the 8-byte
+    /// doorbell, one store that cannot tear. Nothing is locked.
+    DoorbellOnly,
+    /// A register of the QP's own (a thread domain's UAR, or the software device's per-QP
+    /// register). Posts take no lock.
+    Dedicated,
+    /// A register libmlx5 assigned and may give to other QPs: posts take the register's lock,
+    /// which exactly the QPs on it share, and use its one buffer toggle. `others`: how many
+    /// other QPs of this process are on it.
+    Shared {
+        /// Other QPs of this process on the register.
+        others: usize,
+    },
+}
+
+impl fmt::Display for BlueFlame {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            BlueFlame::DoorbellOnly => f.write_str("BlueFlame register: none (doorbell only)"),
+            BlueFlame::Dedicated => f.write_str("BlueFlame register: dedicated"),
+            BlueFlame::Shared { others: 0 } => f.write_str(
+                "BlueFlame register: not dedicated (libmlx5 may share it), serialised; no other \
+                 QP on it yet",
+            ),
+            BlueFlame::Shared { others: 1 } => {
+                f.write_str("BlueFlame register: shared with 1 other QP, serialised")
+            }
+            BlueFlame::Shared { others } => write!(
+                f,
+                "BlueFlame register: shared with {others} other QPs, serialised"
+            ),
+        }
+    }
 }
 
 impl fmt::Display for BackendReport {
@@ -224,6 +273,32 @@ mod tests {
         );
         let e = BackendChoice::resolve_with(None, Some("fast")).unwrap_err();
         assert!(e.to_string().contains("ZVERBS_BACKEND=fast"), "{e}");
+    }
+
+    #[test]
+    fn blueflame_reports_read_as_documented() {
+        assert_eq!(
+            BlueFlame::Shared { others: 3 }.to_string(),
+            "BlueFlame register: shared with 3 other QPs, serialised"
+        );
+        assert_eq!(
+            BlueFlame::Shared { others: 1 }.to_string(),
+            "BlueFlame register: shared with 1 other QP, serialised"
+        );
+        assert!(
+            BlueFlame::Shared { others: 0 }
+                .to_string()
+                .contains("not dedicated")
+        );
+        assert_eq!(
+            BlueFlame::Dedicated.to_string(),
+            "BlueFlame register: dedicated"
+        );
+        assert!(
+            BlueFlame::DoorbellOnly
+                .to_string()
+                .contains("doorbell only")
+        );
     }
 
     #[test]

@@ -97,6 +97,7 @@ impl<'a> CqBuilder<'a> {
                     kind,
                     choice,
                     reason,
+                    blueflame: None,
                 },
                 poll_batch: self.poll_batch,
                 registry: Mutex::new(Registry::default()),

@@ -665,7 +665,6 @@ mod tests {
     }
 
     #[test]
-
     #[cfg_attr(miri, ignore = "loads libibverbs: Miri calls no C library")]
     fn without_a_nic_nothing_named_is_an_error_not_the_software_device() {
         let sim = [(SOFTWARE_DEVICE, true)];
@@ -748,7 +747,6 @@ mod tests {
     }
 
     #[test]
-
     #[cfg_attr(miri, ignore = "loads libibverbs: Miri calls no C library")]
     fn open_device_on_this_machine_never_substitutes_the_software_device() {
         // Whatever this machine has: a NIC opens, and no NIC is the typed error.

@@ -118,9 +118,10 @@ mod pd;
 mod provider;
 mod qp;
 pub mod queues;
+mod register;
 pub mod safe;
 
-pub use backend::{BackendChoice, BackendKind, BackendReport, BackendRequest};
+pub use backend::{BackendChoice, BackendKind, BackendReport, BackendRequest, BlueFlame};
 pub use cq::{Cq, CqBuilder};
 pub use device::{
     Context, ContextOptions, DEVICE_ENV, Device, DeviceAttr, Gid, GidEntry, GidType, LinkLayer,

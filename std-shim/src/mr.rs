@@ -858,8 +858,10 @@ mod tests {
     }
 
     #[test]
-
-    #[cfg_attr(miri, ignore = "maps hugepages: Miri supports only anonymous private mmap")]
+    #[cfg_attr(
+        miri,
+        ignore = "maps hugepages: Miri supports only anonymous private mmap"
+    )]
     fn hugepages_error_says_how_to_reserve() {
         // A size no system reserves: 2^40 bytes of hugepages.
         match Storage::hugepages(1 << 40) {

@@ -4,7 +4,9 @@ use std::sync::{Arc, Mutex};
 
 use zverbs_mlx5dv::{RqSlot, RqState, SqCaps, SqSlot, SqState};
 
-use crate::backend::{BackendChoice, BackendKind, BackendReport, BackendRequest, RequestSource};
+use crate::backend::{
+    BackendChoice, BackendKind, BackendReport, BackendRequest, BlueFlame, RequestSource,
+};
 use crate::connect::Endpoint;
 use crate::cq::Cq;
 use crate::device::{Gid, Mtu};
@@ -13,8 +15,9 @@ use crate::fallback::{RqShared, SqShared};
 use crate::ffi::types::{ibv_qp_attr, qp_attr_mask as m};
 use crate::mr::AccessFlags;
 use crate::pd::Pd;
-use crate::provider::{QpEngine, QpInit, QpProvider};
+use crate::provider::{QpEngine, QpInit, QpProvider, RegisterOwner};
 use crate::queues::{AnyRecvQueue, AnySendQueue};
+use crate::register::{self, SharedRegister};
 
 /// A queue pair's capabilities (`struct ibv_qp_cap`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -200,8 +203,15 @@ impl<'a> QpBuilder<'a> {
             sig_all: self.sig_all,
             max_signaled: max_signaled.clamp(1, caps.max_send_wr.max(1)),
         };
+        let mut reason = format!("{}; {}", self.send_cq.backend().reason, note.0);
+        let mut blueflame = None;
         let data = match provider.engine() {
-            QpEngine::Direct(layout) => QpData::Direct(DirectData::new(&layout)?),
+            QpEngine::Direct(layout) => {
+                let (register, report, why) = DirectRegister::new(&layout, provider.register())?;
+                reason.push_str(&format!("; {report}{why}"));
+                blueflame = Some(report);
+                QpData::Direct(DirectData::new(&layout, register)?)
+            }
             QpEngine::Verbs(_) => QpData::Verbs(VerbsData {
                 sq: Arc::new(SqShared::new(caps.max_send_wr)),
                 rq: Arc::new(RqShared::new(caps.max_recv_wr)),
@@ -210,7 +220,8 @@ impl<'a> QpBuilder<'a> {
         let report = BackendReport {
             kind: send_kind,
             choice,
-            reason: format!("{}; {}", self.send_cq.backend().reason, note.0),
+            reason,
+            blueflame,
         };
         let inner = Arc::new(QpInner {
             provider,
@@ -257,22 +268,72 @@ pub type SqStateHandle = Arc<SqState<Box<[SqSlot]>>>;
 /// A direct receive queue's bookkeeping, shared as [`SqStateHandle`] is.
 pub type RqStateHandle = Arc<RqState<Box<[RqSlot]>>>;
 
+/// How a direct QP holds its BlueFlame register.
+#[derive(Debug)]
+pub(crate) enum DirectRegister {
+    /// No BlueFlame: 8-byte doorbells, nothing to share.
+    DoorbellOnly,
+    /// Its own: its send queue rings without a lock.
+    Dedicated,
+    /// One libmlx5 may give to other QPs: its send queue takes the register's lock.
+    Shared(Arc<SharedRegister>),
+}
+
+impl DirectRegister {
+    /// The register of a QP with `layout`, as the provider says it holds it: with what the
+    /// report says and why.
+    fn new(
+        layout: &zverbs_mlx5dv::QpLayout,
+        owner: RegisterOwner,
+    ) -> Result<(Self, BlueFlame, String)> {
+        Ok(match owner {
+            _ if layout.bf.size == 0 => {
+                (Self::DoorbellOnly, BlueFlame::DoorbellOnly, String::new())
+            }
+            RegisterOwner::Dedicated(why) => {
+                (Self::Dedicated, BlueFlame::Dedicated, format!(" ({why})"))
+            }
+            RegisterOwner::Assigned => {
+                let (r, others) = register::join(layout.bf.reg, layout.bf.size)?;
+                (
+                    Self::Shared(r),
+                    BlueFlame::Shared { others },
+                    String::from(" (no thread domain: libmlx5 assigned it)"),
+                )
+            }
+        })
+    }
+
+    /// How the QP holds the register now.
+    fn report(&self) -> BlueFlame {
+        match self {
+            Self::DoorbellOnly => BlueFlame::DoorbellOnly,
+            Self::Dedicated => BlueFlame::Dedicated,
+            Self::Shared(r) => BlueFlame::Shared {
+                others: register::others(r),
+            },
+        }
+    }
+}
+
 /// The direct backend's per-QP bookkeeping.
 #[derive(Debug)]
 pub(crate) struct DirectData {
     pub(crate) layout: zverbs_mlx5dv::QpLayout,
     pub(crate) sq_state: SqStateHandle,
     pub(crate) rq_state: RqStateHandle,
+    pub(crate) register: DirectRegister,
 }
 
 impl DirectData {
-    fn new(layout: &zverbs_mlx5dv::QpLayout) -> Result<Self> {
+    fn new(layout: &zverbs_mlx5dv::QpLayout, register: DirectRegister) -> Result<Self> {
         let sq_slots = (0..layout.sq.wqe_cnt).map(|_| SqSlot::new()).collect();
         let rq_slots = (0..layout.rq.wqe_cnt).map(|_| RqSlot::new()).collect();
         Ok(Self {
             layout: *layout,
             sq_state: Arc::new(SqState::new(sq_slots)?),
             rq_state: Arc::new(RqState::new(rq_slots)?),
+            register,
         })
     }
 }
@@ -338,6 +399,16 @@ impl Qp {
     /// The backend that drives the QP, and why.
     pub fn backend(&self) -> &BackendReport {
         &self.inner.report
+    }
+
+    /// For a directly driven QP, how it holds its BlueFlame register now: the count of other
+    /// QPs on a shared register changes as QPs are created and dropped. `None` on the
+    /// fallback.
+    pub fn blueflame(&self) -> Option<BlueFlame> {
+        match &self.inner.data {
+            QpData::Direct(d) => Some(d.register.report()),
+            QpData::Verbs(_) => None,
+        }
     }
 
     /// The send queue, for posting; it can be taken once.

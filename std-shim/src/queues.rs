@@ -34,7 +34,7 @@ use crate::backend::BackendKind;
 use crate::cq::Cq;
 use crate::error::{Error, Result};
 use crate::provider::{CqEngine, QpEngine};
-use crate::qp::{Qp, QpData, QpInner, RqStateHandle, SqStateHandle};
+use crate::qp::{DirectRegister, Qp, QpData, QpInner, RqStateHandle, SqStateHandle};
 
 /// The bindings a direct poller polls for.
 type DirectBindings = Box<[zverbs_mlx5dv::CqBinding<SqStateHandle, RqStateHandle>]>;
@@ -98,8 +98,70 @@ pub mod direct {
     #[derive(Debug)]
     pub struct SendQueue {
         // Field order is drop order: the queue before the QP whose memory it writes.
-        pub(super) q: zverbs_mlx5dv::SendQueue<SqStateHandle>,
+        pub(super) q: RawSendQueue,
         pub(super) _qp: Arc<QpInner>,
+    }
+
+    /// The `zverbs-mlx5dv` send queue of a [`SendQueue`], by how it holds its BlueFlame
+    /// register (see [`BlueFlame`](crate::BlueFlame)).
+    #[derive(Debug)]
+    pub enum RawSendQueue {
+        /// A register of its own, or none (doorbell only): rings take no lock.
+        Dedicated(zverbs_mlx5dv::SendQueue<SqStateHandle>),
+        /// A register shared with other QPs: rings take its lock.
+        Shared(zverbs_mlx5dv::SendQueue<SqStateHandle, SharedBfHandle>),
+    }
+
+    /// How a [`RawSendQueue::Shared`] holds its register.
+    pub type SharedBfHandle = zverbs_mlx5dv::Shared<Arc<zverbs_mlx5dv::SharedBf>>;
+
+    /// Calls `$body` with `$q` bound to the queue inside a [`RawSendQueue`] (one branch).
+    macro_rules! each {
+        ($raw:expr, $q:ident => $body:expr) => {
+            match $raw {
+                RawSendQueue::Dedicated($q) => $body,
+                RawSendQueue::Shared($q) => $body,
+            }
+        };
+    }
+
+    impl RawSendQueue {
+        /// The producer counter in basic blocks.
+        pub fn producer(&self) -> u32 {
+            each!(self, q => q.producer())
+        }
+
+        /// Whether the queue rings with BlueFlame (false: doorbell only).
+        pub fn has_blueflame(&self) -> bool {
+            each!(self, q => q.has_blueflame())
+        }
+
+        /// Whether the BlueFlame register is shared with other queues (rings take its lock).
+        pub fn shares_register(&self) -> bool {
+            each!(self, q => q.shares_register())
+        }
+    }
+
+    impl PostSend for RawSendQueue {
+        #[inline(always)]
+        unsafe fn post_send(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
+            // SAFETY: forwarded; the caller upholds the posting contract.
+            each!(self, q => unsafe { q.post_send(wr) })
+        }
+        #[inline(always)]
+        fn ring(&mut self) {
+            each!(self, q => q.ring())
+        }
+        #[inline(always)]
+        unsafe fn post_send_batch(&mut self, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
+            // SAFETY: forwarded.
+            each!(self, q => unsafe { q.post_send_batch(wrs) })
+        }
+        #[inline(always)]
+        unsafe fn send(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
+            // SAFETY: forwarded.
+            each!(self, q => unsafe { q.send(wr) })
+        }
     }
 
     /// A receive queue driven by `zverbs-mlx5dv`.
@@ -120,7 +182,7 @@ pub mod direct {
 
     impl SendQueue {
         /// The underlying `zverbs-mlx5dv` queue (counters, BlueFlame).
-        pub fn raw(&self) -> &zverbs_mlx5dv::SendQueue<SqStateHandle> {
+        pub fn raw(&self) -> &RawSendQueue {
             &self.q
         }
     }
@@ -220,13 +282,31 @@ impl AnySendQueue {
     pub(crate) fn new(qp: &Arc<QpInner>) -> Result<Self> {
         match &qp.data {
             QpData::Direct(d) => {
+                let (layout, caps, state) = (&d.layout, qp.sq_caps, d.sq_state.clone());
                 // SAFETY: the layout is libmlx5's for this live QP, kept alive by the `Arc` the
                 // handle holds beside the queue (dropped after it); this is the QP's only send
                 // queue handle (taken once) and libibverbs never posts to it; the caps are the
                 // QP's, its state is bound to its send CQ's poller only; the QP is new; it was
-                // created without scatter-to-CQE.
+                // created without scatter-to-CQE. The register: the provider vouched that a
+                // dedicated one is this QP's alone (and 8-byte doorbells alone cannot tear);
+                // every direct QP of this process on a shared one holds the same `SharedBf`
+                // (one per address, `register::join`).
                 let q = unsafe {
-                    zverbs_mlx5dv::SendQueue::new(&d.layout, qp.sq_caps, d.sq_state.clone())?
+                    match &d.register {
+                        DirectRegister::DoorbellOnly | DirectRegister::Dedicated => {
+                            direct::RawSendQueue::Dedicated(zverbs_mlx5dv::SendQueue::new(
+                                layout, caps, state,
+                            )?)
+                        }
+                        DirectRegister::Shared(r) => {
+                            direct::RawSendQueue::Shared(zverbs_mlx5dv::SendQueue::new_shared(
+                                layout,
+                                caps,
+                                state,
+                                r.bf().clone(),
+                            )?)
+                        }
+                    }
                 };
                 Ok(Self::Direct(direct::SendQueue { q, _qp: qp.clone() }))
             }

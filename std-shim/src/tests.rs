@@ -351,7 +351,6 @@ fn generic_code_runs_on_the_chosen_backend() {
 }
 
 #[test]
-
 #[cfg_attr(miri, ignore = "loads libibverbs: Miri calls no C library")]
 fn device_errors_without_hardware_are_clear() {
     // With the `sim` feature the software device is always listed, last (and without it,
@@ -697,4 +696,105 @@ fn mr_buf_refuses_bad_offsets_and_lengths() {
         })
     );
     drop(mr);
+}
+
+/// Direct QPs on one BlueFlame register that libmlx5 assigned (the fake puts all its QPs on
+/// one): the reports say so, the send queues take the register's lock and share its toggle
+/// (consecutive rings on different QPs use alternate buffers). QPs with registers of their own
+/// are reported dedicated and ring without a lock.
+#[test]
+fn qps_on_a_shared_register_are_serialised_and_reported() {
+    use crate::fallback::RawArray;
+    use crate::provider::fake::{FakeBf, SharedMem};
+    let log = new_log();
+    let reg = Arc::new(SharedMem(RawArray::new(64, 0)));
+    let ctx = ctx_with(&log, |c| {
+        c.direct = true;
+        c.blueflame = FakeBf::Shared(256, reg.clone());
+    });
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.cq_builder().cqe(64).build().unwrap();
+    let qps: Vec<Qp> = (0..3)
+        .map(|_| {
+            pd.qp_builder(&cq, &cq)
+                .max_send_wr(8)
+                .max_recv_wr(4)
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let at_creation: Vec<_> = qps.iter().map(|q| q.backend().blueflame).collect();
+    assert_eq!(
+        at_creation,
+        [0, 1, 2].map(|others| Some(BlueFlame::Shared { others }))
+    );
+    assert!(
+        qps[2]
+            .backend()
+            .reason
+            .contains("BlueFlame register: shared with 2 other QPs, serialised"),
+        "{}",
+        qps[2].backend()
+    );
+    // Now each shares it with the two others.
+    for q in &qps {
+        assert_eq!(q.blueflame(), Some(BlueFlame::Shared { others: 2 }));
+    }
+    let mut sqs: Vec<_> = qps
+        .iter()
+        .map(|q| match q.send_queue().unwrap() {
+            AnySendQueue::Direct(sq) => sq,
+            AnySendQueue::Verbs(_) => panic!("expected the direct backend"),
+        })
+        .collect();
+    assert!(sqs.iter().all(|s| s.raw().shares_register()));
+    // Rings on QP 0, 1, 1, 2: the buffers alternate across the QPs (one toggle).
+    let mut written = Vec::new();
+    for i in [0usize, 1, 1, 2] {
+        // SAFETY: no queue writes the register between calls.
+        unsafe { (*reg.0.at(0), *reg.0.at(32)) = (0, 0) };
+        // SAFETY: nothing executes the NOP.
+        unsafe { sqs[i].send(&SendWr::nop(i as u64)) }.unwrap();
+        // SAFETY: as above.
+        written.push(usize::from(unsafe { *reg.0.at(32) } != 0));
+    }
+    assert_eq!(written, [0, 1, 0, 1], "each ring wrote the other buffer");
+    drop(sqs);
+    drop(qps);
+    // A QP with its own register: dedicated, no lock.
+    let ctx = ctx_with(&log, |c| {
+        c.direct = true;
+        c.blueflame = FakeBf::Own(256);
+    });
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.cq_builder().cqe(16).build().unwrap();
+    let qp = pd
+        .qp_builder(&cq, &cq)
+        .max_send_wr(8)
+        .max_recv_wr(4)
+        .build()
+        .unwrap();
+    assert_eq!(qp.backend().blueflame, Some(BlueFlame::Dedicated));
+    assert!(
+        qp.backend()
+            .reason
+            .contains("BlueFlame register: dedicated (the fake's per-QP register)"),
+        "{}",
+        qp.backend()
+    );
+    let AnySendQueue::Direct(sq) = qp.send_queue().unwrap() else {
+        panic!("expected the direct backend");
+    };
+    assert!(!sq.raw().shares_register() && sq.raw().has_blueflame());
+    // Without BlueFlame: doorbell only.
+    let ctx = ctx_with(&log, |c| c.direct = true);
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.cq_builder().cqe(16).build().unwrap();
+    let qp = pd
+        .qp_builder(&cq, &cq)
+        .max_send_wr(8)
+        .max_recv_wr(4)
+        .build()
+        .unwrap();
+    assert_eq!(qp.blueflame(), Some(BlueFlame::DoorbellOnly));
 }

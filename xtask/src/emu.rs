@@ -7,8 +7,9 @@
 //! Run a server and a client from two shells, each through `cargo xtask emu`: their device
 //! instances find each other.
 //!
-//! The stage runs, on the emulated device: the differential check against libmlx5 (the
-//! `zverbs-emu` tests); the project's control path on libmlx5 (the `loopback` self-test, which
+//! The stage runs, on the emulated device: the differential check against libmlx5 and the
+//! BlueFlame registers shared by QPs on several threads (the `zverbs-emu` tests); the project's
+//! control path on libmlx5 (the `loopback` self-test, which
 //! must choose the direct backend through `mlx5dv_init_obj`, with BlueFlame and without, and
 //! the libibverbs fallback); perftest's `ib_write_lat`, `ib_send_lat`, `ib_read_lat`,
 //! `ib_atomic_lat` and `ib_write_bw` and `ibv_rc_pingpong` as server and client on 127.0.0.1,
@@ -276,7 +277,8 @@ type ToolRun = (
 /// The `connectx` stage.
 pub fn run(run: &mut Run) -> Result<Option<String>> {
     let emu = build()?;
-    // 1. The differential check (and the shim's unit tests), in release like the shim.
+    // 1. The differential check, the BlueFlame registers under concurrent posting (with the
+    //    device watching every UAR store), and the shim's unit tests, in release like the shim.
     let mut cmd = util::cargo([
         "test",
         "--release",
@@ -285,6 +287,8 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
         "--lib",
         "--test",
         "differential",
+        "--test",
+        "blueflame",
     ]);
     cmd.env("ZVERBS_EMU_SO", &emu.0);
     let (tests, _) = counted_tests(cmd, &["--nocapture"], run)?;

@@ -29,6 +29,10 @@ pub const MUTANTS: &[(&str, &str)] = &[
         "relaxed_cq_ci",
         "CQ consumer index published with Relaxed instead of Release",
     ),
+    (
+        "relaxed_bf_lock",
+        "a shared BlueFlame register taken with Relaxed instead of Acquire",
+    ),
 ];
 
 fn models(mutant: Option<&str>, run: &mut Run) -> Result<u32> {

@@ -41,7 +41,10 @@ use crate::util::{self, Result};
 pub const TOOLCHAIN: &str = "nightly";
 
 /// The aliasing models: name and the flag that selects it (Stacked Borrows is the default).
-const MODELS: &[(&str, &str)] = &[("Stacked Borrows", ""), ("Tree Borrows", "-Zmiri-tree-borrows")];
+const MODELS: &[(&str, &str)] = &[
+    ("Stacked Borrows", ""),
+    ("Tree Borrows", "-Zmiri-tree-borrows"),
+];
 
 /// Flags of every run.
 const BASE_FLAGS: &str = "-Zmiri-permissive-provenance";
@@ -95,7 +98,13 @@ where
     cmd.args(["run", TOOLCHAIN, "cargo", "miri"])
         .args(args)
         .current_dir(util::root());
-    for var in ["CARGO", "RUSTC", "RUSTDOC", "RUSTUP_TOOLCHAIN", "RUSTC_WRAPPER"] {
+    for var in [
+        "CARGO",
+        "RUSTC",
+        "RUSTDOC",
+        "RUSTUP_TOOLCHAIN",
+        "RUSTC_WRAPPER",
+    ] {
         cmd.env_remove(var);
     }
     cmd.env("CARGO_TARGET_DIR", util::target_dir());

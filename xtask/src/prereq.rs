@@ -149,7 +149,14 @@ fn ensure_miri() -> Result<bool> {
     }
     let mut cmd = Command::new("rustup");
     if util::succeeds(Command::new("rustup").args(["run", toolchain, "rustc", "--version"])) {
-        cmd.args(["component", "add", "--toolchain", toolchain, "miri", "rust-src"]);
+        cmd.args([
+            "component",
+            "add",
+            "--toolchain",
+            toolchain,
+            "miri",
+            "rust-src",
+        ]);
     } else {
         cmd.args(["toolchain", "install", toolchain, "--profile", "minimal"])
             .args(["--component", "miri,rust-src"]);

@@ -433,7 +433,6 @@ mod tests {
     }
 
     #[test]
-
     #[cfg_attr(miri, ignore = "sockets: Miri makes no system calls")]
     fn exchange_with_a_local_peer() {
         for wire in [Wire::RcPingpong, Wire::Zverbs] {
@@ -479,7 +478,6 @@ mod tests {
     }
 
     #[test]
-
     #[cfg_attr(miri, ignore = "sockets: Miri makes no system calls")]
     fn exchange_bytes_on_the_wire_are_rc_pingpongs() {
         // A peer written from rc_pingpong's wire format alone: read 52, answer 52, read "done".
@@ -508,7 +506,6 @@ mod tests {
     }
 
     #[test]
-
     #[cfg_attr(miri, ignore = "sockets: Miri makes no system calls")]
     fn peer_speaking_another_protocol() {
         let (mut c, mut s) = local_pair();
@@ -526,7 +523,6 @@ mod tests {
     }
 
     #[test]
-
     #[cfg_attr(miri, ignore = "sockets: Miri makes no system calls")]
     fn rc_pingpong_peer_meeting_the_extension_is_detected() {
         let (mut c, mut s) = local_pair();
@@ -539,7 +535,6 @@ mod tests {
     }
 
     #[test]
-
     #[cfg_attr(miri, ignore = "sockets: Miri makes no system calls")]
     fn unreachable_peer_names_the_address() {
         // Bind then drop to find a port nobody listens on.

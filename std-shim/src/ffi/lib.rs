@@ -212,7 +212,6 @@ mod tests {
     use super::*;
 
     #[test]
-
     #[cfg_attr(miri, ignore = "dlopen: Miri calls no C library")]
     fn missing_library_names_its_package() {
         let e = Verbs::open("libibverbs-does-not-exist.so.1").unwrap_err();
@@ -227,7 +226,6 @@ mod tests {
     }
 
     #[test]
-
     #[cfg_attr(miri, ignore = "dlopen: Miri calls no C library")]
     fn library_without_a_symbol_is_refused() {
         // libc opens, but has none of the verbs symbols.

@@ -18,7 +18,10 @@ pub mod types;
 
 use core::ffi::c_int;
 
-use types::{ibv_cq, ibv_qp, ibv_recv_wr, ibv_send_wr, ibv_wc};
+use types::{
+    VERBS_ABI_IS_EXTENDED, ibv_context, ibv_cq, ibv_parent_domain_init_attr, ibv_pd, ibv_qp,
+    ibv_recv_wr, ibv_send_wr, ibv_td, ibv_td_init_attr, ibv_wc, verbs_context,
+};
 
 /// `ibv_post_send` as `verbs.h` defines it: `qp->context->ops.post_send(qp, wr, bad_wr)`.
 ///
@@ -89,5 +92,99 @@ pub unsafe fn ibv_req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int
         // SAFETY: the provider's entry, called with the arguments the caller vouched for.
         Some(f) => unsafe { f(cq, solicited_only) },
         None => libc::EOPNOTSUPP,
+    }
+}
+
+/// `verbs_get_ctx_op(ctx, op)` as `verbs.h` defines it: the `struct verbs_context` that
+/// `ctx` is embedded in, if it is one and the provider's copy reaches the entry at byte
+/// `op_offset` (its `offset_of!` in [`verbs_context`]).
+///
+/// # Safety
+///
+/// `ctx` is a live context.
+unsafe fn verbs_ctx(ctx: *mut ibv_context, op_offset: usize) -> Option<*mut verbs_context> {
+    // SAFETY: (caller) a live context.
+    if unsafe { (*ctx).abi_compat } != VERBS_ABI_IS_EXTENDED {
+        return None;
+    }
+    let at = core::mem::offset_of!(verbs_context, context);
+    // SAFETY: an extended context is the last field of a `verbs_context` (verbs.h), so the
+    // struct starts `at` bytes before it.
+    let vctx = unsafe { ctx.cast::<u8>().sub(at) }.cast::<verbs_context>();
+    // SAFETY: `sz` is the field just before `context`, present in every version.
+    let sz = unsafe { (*vctx).sz };
+    (sz >= core::mem::size_of::<verbs_context>() - op_offset).then_some(vctx)
+}
+
+/// `ibv_alloc_td` as `verbs.h` defines it: the provider's `alloc_td`, or null with `errno`
+/// `EOPNOTSUPP` when it has none.
+///
+/// # Safety
+///
+/// `ctx` is a live context; `attr` is a valid attribute struct.
+pub unsafe fn ibv_alloc_td(ctx: *mut ibv_context, attr: *mut ibv_td_init_attr) -> *mut ibv_td {
+    // SAFETY: (caller) a live context; the entry is read only when the provider's struct has
+    // it.
+    let f = unsafe {
+        verbs_ctx(ctx, core::mem::offset_of!(verbs_context, alloc_td)).and_then(|v| (*v).alloc_td)
+    };
+    match f {
+        // SAFETY: the provider's entry, called with the arguments the caller vouched for.
+        Some(f) => unsafe { f(ctx, attr) },
+        None => {
+            // SAFETY: the calling thread's errno.
+            unsafe { *libc::__errno_location() = libc::EOPNOTSUPP };
+            core::ptr::null_mut()
+        }
+    }
+}
+
+/// `ibv_dealloc_td` as `verbs.h` defines it.
+///
+/// # Safety
+///
+/// `td` is a live thread domain no parent domain uses any more.
+pub unsafe fn ibv_dealloc_td(td: *mut ibv_td) -> c_int {
+    // SAFETY: (caller) a live thread domain of a live context.
+    let f = unsafe {
+        verbs_ctx(
+            (*td).context,
+            core::mem::offset_of!(verbs_context, dealloc_td),
+        )
+        .and_then(|v| (*v).dealloc_td)
+    };
+    match f {
+        // SAFETY: the provider's entry, called with the argument the caller vouched for.
+        Some(f) => unsafe { f(td) },
+        None => libc::EOPNOTSUPP,
+    }
+}
+
+/// `ibv_alloc_parent_domain` as `verbs.h` defines it: the provider's `alloc_parent_domain`,
+/// or null with `errno` `EOPNOTSUPP`. The parent domain is freed with `ibv_dealloc_pd`.
+///
+/// # Safety
+///
+/// `ctx` is a live context; `attr` is valid and names a live PD (and thread domain) of it.
+pub unsafe fn ibv_alloc_parent_domain(
+    ctx: *mut ibv_context,
+    attr: *mut ibv_parent_domain_init_attr,
+) -> *mut ibv_pd {
+    // SAFETY: (caller) a live context; the entry is read only when the provider has it.
+    let f = unsafe {
+        verbs_ctx(
+            ctx,
+            core::mem::offset_of!(verbs_context, alloc_parent_domain),
+        )
+        .and_then(|v| (*v).alloc_parent_domain)
+    };
+    match f {
+        // SAFETY: the provider's entry, called with the arguments the caller vouched for.
+        Some(f) => unsafe { f(ctx, attr) },
+        None => {
+            // SAFETY: the calling thread's errno.
+            unsafe { *libc::__errno_location() = libc::EOPNOTSUPP };
+            core::ptr::null_mut()
+        }
     }
 }

@@ -523,6 +523,94 @@ pub struct ibv_context {
     pub abi_compat: *mut c_void,
 }
 
+/// `__VERBS_ABI_IS_EXTENDED`: `ibv_context.abi_compat` of a context embedded in a
+/// `struct verbs_context` (every context of a current provider).
+pub const VERBS_ABI_IS_EXTENDED: *mut c_void = usize::MAX as *mut c_void;
+
+/// `verbs_context.alloc_td`.
+pub type AllocTdFn = unsafe extern "C" fn(*mut ibv_context, *mut ibv_td_init_attr) -> *mut ibv_td;
+/// `verbs_context.dealloc_td`.
+pub type DeallocTdFn = unsafe extern "C" fn(*mut ibv_td) -> c_int;
+/// `verbs_context.alloc_parent_domain`.
+pub type AllocParentDomainFn =
+    unsafe extern "C" fn(*mut ibv_context, *mut ibv_parent_domain_init_attr) -> *mut ibv_pd;
+
+/// `struct verbs_context`: the extended function table a provider's context is embedded in,
+/// which `verbs.h`'s static inline `ibv_alloc_td`, `ibv_dealloc_td` and
+/// `ibv_alloc_parent_domain` call through. It grows at the front (newer libibverbs add
+/// fields before these), so it is found from its last field, `context`, backwards, and `sz`
+/// says how far the provider's copy reaches. Only the entries this crate calls are typed.
+#[allow(non_snake_case)]
+#[repr(C)]
+pub struct verbs_context {
+    pub query_port: UnusedOp,
+    pub advise_mr: UnusedOp,
+    pub alloc_null_mr: UnusedOp,
+    pub read_counters: UnusedOp,
+    pub attach_counters_point_flow: UnusedOp,
+    pub create_counters: UnusedOp,
+    pub destroy_counters: UnusedOp,
+    pub reg_dm_mr: UnusedOp,
+    pub alloc_dm: UnusedOp,
+    pub free_dm: UnusedOp,
+    pub modify_flow_action_esp: UnusedOp,
+    pub destroy_flow_action: UnusedOp,
+    pub create_flow_action_esp: UnusedOp,
+    pub modify_qp_rate_limit: UnusedOp,
+    pub alloc_parent_domain: Option<AllocParentDomainFn>,
+    pub dealloc_td: Option<DeallocTdFn>,
+    pub alloc_td: Option<AllocTdFn>,
+    pub modify_cq: UnusedOp,
+    pub post_srq_ops: UnusedOp,
+    pub destroy_rwq_ind_table: UnusedOp,
+    pub create_rwq_ind_table: UnusedOp,
+    pub destroy_wq: UnusedOp,
+    pub modify_wq: UnusedOp,
+    pub create_wq: UnusedOp,
+    pub query_rt_values: UnusedOp,
+    pub create_cq_ex: UnusedOp,
+    pub r#priv: *mut c_void,
+    pub query_device_ex: UnusedOp,
+    pub ibv_destroy_flow: UnusedOp,
+    pub ABI_placeholder2: UnusedOp,
+    pub ibv_create_flow: UnusedOp,
+    pub ABI_placeholder1: UnusedOp,
+    pub open_qp: UnusedOp,
+    pub create_qp_ex: UnusedOp,
+    pub get_srq_num: UnusedOp,
+    pub create_srq_ex: UnusedOp,
+    pub open_xrcd: UnusedOp,
+    pub close_xrcd: UnusedOp,
+    pub _ABI_placeholder3: u64,
+    pub sz: usize,
+    pub context: ibv_context,
+}
+
+/// `struct ibv_td_init_attr`.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub struct ibv_td_init_attr {
+    pub comp_mask: u32,
+}
+
+/// `struct ibv_td`: a thread domain.
+#[repr(C)]
+pub struct ibv_td {
+    pub context: *mut ibv_context,
+}
+
+/// `struct ibv_parent_domain_init_attr`.
+#[repr(C)]
+pub struct ibv_parent_domain_init_attr {
+    pub pd: *mut ibv_pd,
+    pub td: *mut ibv_td,
+    pub comp_mask: u32,
+    pub alloc:
+        Option<unsafe extern "C" fn(*mut ibv_pd, *mut c_void, usize, usize, u64) -> *mut c_void>,
+    pub free: Option<unsafe extern "C" fn(*mut ibv_pd, *mut c_void, *mut c_void, u64)>,
+    pub pd_context: *mut c_void,
+}
+
 /// `struct mlx5dv_obj`'s `{in, out}` pairs; only `qp` and `cq` are used.
 #[repr(C)]
 pub struct mlx5dv_obj_pair<I, O> {

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use super::{
     ContextProvider, CqEngine, CqProvider, EngineNote, MrProvider, PdProvider, QpEngine, QpInit,
-    QpProvider,
+    QpProvider, RegisterOwner,
 };
 use crate::backend::DirectSupport;
 use crate::device::{DeviceAttr, Gid, GidEntry, GidType, LinkLayer, Mtu, PortAttr, PortState};
@@ -48,7 +48,36 @@ pub(crate) struct FakeContext {
     pub(crate) direct: bool,
     /// Where the direct engines' memory is, for the tests to play the device.
     pub(crate) mem: Arc<Mutex<Vec<DirectMem>>>,
+    /// The direct QPs' BlueFlame registers.
+    pub(crate) blueflame: FakeBf,
 }
+
+/// What BlueFlame registers the fake's direct QPs get.
+#[derive(Clone, Debug, Default)]
+pub(crate) enum FakeBf {
+    /// None: doorbell only.
+    #[default]
+    None,
+    /// One of its own per QP, with buffers of this size.
+    Own(u32),
+    /// All on the one register given (buffers of this size), assigned as libmlx5 assigns one
+    /// it may share.
+    Shared(u32, Arc<SharedMem>),
+}
+
+/// A BlueFlame register several fake QPs write.
+pub(crate) struct SharedMem(pub(crate) RawArray<u64>);
+
+impl std::fmt::Debug for SharedMem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SharedMem")
+    }
+}
+
+// SAFETY: test-only plain memory.
+unsafe impl Send for SharedMem {}
+// SAFETY: as above.
+unsafe impl Sync for SharedMem {}
 
 /// A 64-byte aligned block of queue memory.
 #[derive(Clone, Copy)]
@@ -73,13 +102,13 @@ impl std::fmt::Debug for DirectMem {
 unsafe impl Sync for DirectMem {}
 
 impl DirectMem {
-    fn new(blocks: usize, rq_blocks: usize, init: u8) -> Self {
+    fn new(blocks: usize, rq_blocks: usize, init: u8, bf_size: u32) -> Self {
         let mut b = Block([0; 64]);
         b.0[63] = init;
         Self {
             ring: RawArray::new(blocks, b),
             dbrec: RawArray::new(2, 0),
-            bf: RawArray::new(1, 0),
+            bf: RawArray::new((2 * bf_size as usize / 8).max(1), 0),
             rq: RawArray::new(rq_blocks, Block([0; 64])),
         }
     }
@@ -98,6 +127,7 @@ impl FakeContext {
             reg_fail: None,
             direct: false,
             mem: Arc::default(),
+            blueflame: FakeBf::None,
         }
     }
 }
@@ -177,6 +207,7 @@ impl ContextProvider for FakeContext {
             log: self.log.clone(),
             reg_fail: self.reg_fail,
             mem: self.mem.clone(),
+            blueflame: self.blueflame.clone(),
         }))
     }
     fn create_cq(&self, cqe: u32, direct: bool) -> Result<(Box<dyn CqProvider>, EngineNote)> {
@@ -185,7 +216,7 @@ impl ContextProvider for FakeContext {
         if direct {
             let n = cqe.next_power_of_two();
             // Invalid opcode, owner 1: nothing for software on the first pass.
-            let m = DirectMem::new(n as usize, 1, 0xf1);
+            let m = DirectMem::new(n as usize, 1, 0xf1, 0);
             layout = Some(zverbs_mlx5dv::CqLayout {
                 buf: DirectMem::nn(m.ring.at(0)).cast(),
                 dbrec: DirectMem::nn(m.dbrec.at(0)),
@@ -220,6 +251,7 @@ struct FakePd {
     log: Log,
     reg_fail: Option<i32>,
     mem: Arc<Mutex<Vec<DirectMem>>>,
+    blueflame: FakeBf,
 }
 
 impl Drop for FakePd {
@@ -253,11 +285,21 @@ impl PdProvider for FakePd {
             let stride = 16 * caps.max_recv_sge.max(1).next_power_of_two();
             caps.max_recv_wr = rq_entries;
             caps.max_recv_sge = stride / 16;
+            let own = match self.blueflame {
+                FakeBf::Own(size) => size,
+                _ => 0,
+            };
             let m = DirectMem::new(
                 sq_blocks as usize,
                 (rq_entries * stride).div_ceil(64) as usize,
                 0,
+                own,
             );
+            let (reg, size) = match &self.blueflame {
+                FakeBf::None => (DirectMem::nn(m.bf.at(0)), 0),
+                FakeBf::Own(size) => (DirectMem::nn(m.bf.at(0)), *size),
+                FakeBf::Shared(size, shared) => (DirectMem::nn(shared.0.at(0)), *size),
+            };
             layout = Some(zverbs_mlx5dv::QpLayout {
                 qpn: crate::fallback::fake::QPN,
                 dbrec: DirectMem::nn(m.dbrec.at(0)),
@@ -272,8 +314,8 @@ impl PdProvider for FakePd {
                     stride,
                 },
                 bf: zverbs_mlx5dv::BfLayout {
-                    reg: DirectMem::nn(m.bf.at(0)).cast(),
-                    size: 0,
+                    reg: reg.cast(),
+                    size,
                 },
             });
             self.mem.lock().unwrap().push(m);
@@ -284,6 +326,10 @@ impl PdProvider for FakePd {
                 log: self.log.clone(),
                 caps,
                 layout,
+                register: match self.blueflame {
+                    FakeBf::Shared(..) => RegisterOwner::Assigned,
+                    _ => RegisterOwner::Dedicated("the fake's per-QP register"),
+                },
             }),
             EngineNote(
                 if init.direct {
@@ -357,6 +403,7 @@ struct FakeQp {
     log: Log,
     caps: QpCaps,
     layout: Option<zverbs_mlx5dv::QpLayout>,
+    register: RegisterOwner,
 }
 
 // SAFETY: test-only; the layout points into memory the context keeps.
@@ -383,6 +430,9 @@ impl QpProvider for FakeQp {
             Some(l) => QpEngine::Direct(l),
             None => QpEngine::Verbs(std::ptr::NonNull::new(self.dev.0.qp()).unwrap()),
         }
+    }
+    fn register(&self) -> RegisterOwner {
+        self.register
     }
 }
 

@@ -111,6 +111,17 @@ pub(crate) trait QpProvider: Send + Sync + Debug {
     fn modify(&self, attr: &mut ibv_qp_attr, mask: i32) -> Result<()>;
     /// What drives it.
     fn engine(&self) -> QpEngine;
+    /// For a direct engine: whether its BlueFlame register is its own.
+    fn register(&self) -> RegisterOwner;
+}
+
+/// What a provider knows of a direct QP's BlueFlame register.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RegisterOwner {
+    /// No other QP can be given it; why (a thread domain's UAR, the software device's).
+    Dedicated(&'static str),
+    /// libmlx5 chose it and may give it to other QPs of the process, now or later.
+    Assigned,
 }
 
 /// Why an object got the engine it got (for [`BackendReport`](crate::BackendReport)).

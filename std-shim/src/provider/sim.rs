@@ -21,7 +21,7 @@ use zverbs_sim::{self as sim, Access, CqConfig, QpConfig, SimError};
 
 use super::{
     ContextProvider, CqEngine, CqProvider, EngineNote, MrProvider, PdProvider, QpEngine, QpInit,
-    QpProvider,
+    QpProvider, RegisterOwner,
 };
 use crate::backend::DirectSupport;
 use crate::device::{DeviceAttr, Gid, GidEntry, GidType, LinkLayer, Mtu, PortAttr, PortState};
@@ -357,6 +357,9 @@ impl QpProvider for SimQp {
     }
     fn engine(&self) -> QpEngine {
         QpEngine::Direct(self.qp.layout)
+    }
+    fn register(&self) -> RegisterOwner {
+        RegisterOwner::Dedicated("the software device gives each QP its own")
     }
 }
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::{
     ContextProvider, CqEngine, CqProvider, EngineNote, MrProvider, PdProvider, QpEngine, QpInit,
-    QpProvider,
+    QpProvider, RegisterOwner,
 };
 use crate::backend::DirectSupport;
 use crate::device::{DeviceAttr, Gid, GidEntry, GidType, LinkLayer, Mtu, PortAttr, PortState};
@@ -481,8 +481,15 @@ impl PdProvider for VerbsPd {
         };
         // ibv_create_qp and mlx5dv_create_qp write the granted capabilities back into the
         // attributes' `cap` (verbs.h: "updated with the actual QP values").
+        let (mut domain, mut no_domain) = (None, None);
         let (qp, granted) = if init.direct {
             let m = lib::mlx5()?;
+            // A register of the QP's own where the device has one to give: a thread domain
+            // (libmlx5 attaches a dedicated UAR to it) under a parent domain of this PD.
+            match ThreadDomain::new(self.ctx, self.pd, self.verbs) {
+                Ok(d) => domain = Some(d),
+                Err(why) => no_domain = Some(why),
+            }
             let mut attr = ibv_qp_init_attr_ex {
                 qp_context: ptr::null_mut(),
                 send_cq,
@@ -492,7 +499,7 @@ impl PdProvider for VerbsPd {
                 qp_type: IBV_QPT_RC,
                 sq_sig_all: i32::from(init.sig_all),
                 comp_mask: IBV_QP_INIT_ATTR_PD,
-                pd: self.pd,
+                pd: domain.as_ref().map_or(self.pd, |d| d.parent),
                 xrcd: ptr::null_mut(),
                 create_flags: 0,
                 max_tso_header: 0,
@@ -543,6 +550,7 @@ impl PdProvider for VerbsPd {
         let qp = unsafe { NonNull::new_unchecked(qp) };
         let mut out = VerbsQp {
             qp,
+            domain,
             verbs: self.verbs,
             caps: QpCaps {
                 max_send_wr: granted.max_send_wr,
@@ -562,7 +570,7 @@ impl PdProvider for VerbsPd {
                 l.bf.size = 0;
             }
             let note = format!(
-                "mlx5dv_init_obj: QP {:#x}, send ring {} blocks, {}",
+                "mlx5dv_init_obj: QP {:#x}, send ring {} blocks, {}{}",
                 l.qpn,
                 l.sq.wqe_cnt,
                 if l.bf.size != 0 {
@@ -571,6 +579,10 @@ impl PdProvider for VerbsPd {
                     String::from("doorbell only (MLX5_SHUT_UP_BF)")
                 } else {
                     String::from("doorbell only (no BlueFlame)")
+                },
+                match &no_domain {
+                    Some(why) => format!("; no thread domain ({why})"),
+                    None => String::new(),
                 }
             );
             out.layout = Some(l);
@@ -667,9 +679,69 @@ impl Drop for VerbsCq {
     }
 }
 
+/// A thread domain and the parent domain over a PD that carries it. A QP created on the
+/// parent domain writes the thread domain's BlueFlame register: a dedicated UAR libmlx5
+/// allocates for the domain (`mlx5_attach_dedicated_uar`) and gives to no other, so the direct
+/// path rings it without a lock. One per QP: the library cannot know which thread will post,
+/// and a send queue may move between threads.
+#[derive(Debug)]
+struct ThreadDomain {
+    td: *mut ibv_td,
+    parent: *mut ibv_pd,
+    verbs: &'static Verbs,
+}
+
+impl ThreadDomain {
+    /// A thread domain of `ctx` and a parent domain of `pd` carrying it; why not, when the
+    /// device has no register left to dedicate (no dynamic UARs) or the provider has no thread
+    /// domains.
+    fn new(
+        ctx: *mut ibv_context,
+        pd: *mut ibv_pd,
+        verbs: &'static Verbs,
+    ) -> std::result::Result<Self, String> {
+        let mut attr = ibv_td_init_attr::default();
+        // SAFETY: a live context and a valid attribute struct.
+        let td = unsafe { crate::ffi::ibv_alloc_td(ctx, &mut attr) };
+        if td.is_null() {
+            return Err(format!("ibv_alloc_td: {}", std::io::Error::last_os_error()));
+        }
+        let mut pattr = ibv_parent_domain_init_attr {
+            pd,
+            td,
+            comp_mask: 0,
+            alloc: None,
+            free: None,
+            pd_context: ptr::null_mut(),
+        };
+        // SAFETY: a live context, and a PD and thread domain of it.
+        let parent = unsafe { crate::ffi::ibv_alloc_parent_domain(ctx, &mut pattr) };
+        if parent.is_null() {
+            let e = std::io::Error::last_os_error();
+            // SAFETY: allocated above, used by nothing.
+            unsafe { crate::ffi::ibv_dealloc_td(td) };
+            return Err(format!("ibv_alloc_parent_domain: {e}"));
+        }
+        Ok(Self { td, parent, verbs })
+    }
+}
+
+impl Drop for ThreadDomain {
+    fn drop(&mut self) {
+        // SAFETY: allocated by us and freed once, parent first (it holds the thread domain),
+        // after the QP created on it (`VerbsQp` destroys the QP before its fields drop).
+        unsafe {
+            (self.verbs.ibv_dealloc_pd)(self.parent);
+            crate::ffi::ibv_dealloc_td(self.td);
+        }
+    }
+}
+
 #[derive(Debug)]
 struct VerbsQp {
     qp: NonNull<ibv_qp>,
+    /// The thread domain whose register the QP writes, if it has one.
+    domain: Option<ThreadDomain>,
     verbs: &'static Verbs,
     caps: QpCaps,
     layout: Option<zverbs_mlx5dv::QpLayout>,
@@ -703,11 +775,18 @@ impl QpProvider for VerbsQp {
             None => QpEngine::Verbs(self.qp),
         }
     }
+    fn register(&self) -> RegisterOwner {
+        match self.domain {
+            Some(_) => RegisterOwner::Dedicated("thread domain"),
+            None => RegisterOwner::Assigned,
+        }
+    }
 }
 
 impl Drop for VerbsQp {
     fn drop(&mut self) {
         // SAFETY: created by us, destroyed once; its queues hold it alive, so none is left.
+        // Its thread domain, if any, is freed after this (field drop).
         unsafe { (self.verbs.ibv_destroy_qp)(self.qp.as_ptr()) };
     }
 }
