@@ -3,7 +3,6 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{Arena, Pair, PairCfg, with_pair_on};
@@ -100,11 +99,10 @@ fn write_ping_pong_polling_the_last_byte() {
             let wr = SendWr::write(u64::from(i), &sgl, p.b.remote(1024));
             // SAFETY: entries in the registered arenas.
             unsafe { p.a.sq.send(&if sig { wr.signaled() } else { wr }) }.unwrap();
-            // B polls the last byte of its buffer, as ib_write_lat does.
-            // SAFETY: a byte of B's arena; the device stores it with Release.
-            let flag = unsafe { AtomicU8::from_ptr(p.b.mem.ptr(1024 + len - 1)) };
+            // B polls the last byte of its buffer, as ib_write_lat does (the device stores it
+            // last, with Release).
             let start = Instant::now();
-            while flag.load(Ordering::Acquire) != tag {
+            while p.b.mem.load_u8_acquire(1024 + len - 1) != tag {
                 assert!(start.elapsed() < DEADLINE);
                 std::hint::spin_loop();
             }
@@ -114,9 +112,7 @@ fn write_ping_pong_polling_the_last_byte() {
             let wr = SendWr::write(u64::from(i), &sgl, p.a.remote(1024));
             // SAFETY: as above.
             unsafe { p.b.sq.send(&if sig { wr.signaled() } else { wr }) }.unwrap();
-            // SAFETY: a byte of A's arena, stored with Release.
-            let flag = unsafe { AtomicU8::from_ptr(p.a.mem.ptr(1024 + len - 1)) };
-            while flag.load(Ordering::Acquire) != tag {
+            while p.a.mem.load_u8_acquire(1024 + len - 1) != tag {
                 assert!(start.elapsed() < DEADLINE);
                 std::hint::spin_loop();
             }

@@ -48,6 +48,15 @@ impl Arena {
         // SAFETY: in bounds.
         unsafe { self.base.as_ptr().add(GUARD + off) }
     }
+    /// Byte `off`, loaded with `Acquire` as a program polls the last byte of an RDMA WRITE:
+    /// through a view of the whole arena (the region tests register), as the device accesses
+    /// it, so that the program's and the device's accesses to a word are of the same size.
+    pub fn load_u8_acquire(&self, off: usize) -> u8 {
+        // SAFETY: the arena's bytes, valid while it lives; every concurrent access to them
+        // (the device's) goes through views of the same region.
+        let view = unsafe { zverbs_core::shared::SharedMem::new(self.base.add(GUARD), self.len) };
+        view.load_u8_acquire(off).unwrap()
+    }
     pub fn addr(&self, off: usize) -> u64 {
         self.ptr(off) as u64
     }
