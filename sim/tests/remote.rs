@@ -230,11 +230,6 @@ fn destroyed_objects_are_never_touched() {
 }
 
 #[test]
-#[cfg_attr(
-    miri,
-    ignore = "creates and destroys hundreds of QPs, each zeroing its rings: hours under Miri, \
-              and nothing in it runs concurrently"
-)]
 fn destroyed_entries_are_reused_and_a_destroyed_peer_stays_gone() {
     // A pair; B's QP is destroyed and a new QP takes its table entry (and its number). A's
     // next SEND must fail with "transport retry exceeded", never reach the newcomer.
