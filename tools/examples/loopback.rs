@@ -5,7 +5,7 @@
 //! software device `zverbs_sim0` by name, and says so):
 //!
 //! ```text
-//! cargo run --example loopback -- [device] [--backend auto|direct|verbs] [--gid-idx N]
+//! cargo run -p zverbs-tools --example loopback -- [device] [--backend auto|direct|verbs] [--gid-idx N]
 //! ```
 //!
 //! This is the device test the rxe VM harness runs; it is not part of `cargo test`, which

@@ -9,7 +9,7 @@
 //! it and prints the completion, which retires all four requests.
 //!
 //! ```text
-//! cargo run --release -p zverbs --example wqe_demo [-- --batch] [-- --doorbell-only]
+//! cargo run --release -p zverbs-tools --example wqe_demo [-- --batch] [-- --doorbell-only]
 //! ```
 //!
 //! `--batch` posts the four requests as one batch, rung once: a chain rings with the 8-byte

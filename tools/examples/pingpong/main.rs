@@ -2,9 +2,9 @@
 //! `ib_write_lat`; or, with `--rc`, an `ibv_rc_pingpong`-compatible peer.
 //!
 //! ```text
-//! cargo run --release -p zverbs --example pingpong -- [--op send|write] [--size N]
+//! cargo run --release -p zverbs-tools --example pingpong -- [--op send|write] [--size N]
 //!     [--iters N] [--device NAME] [--backend auto|direct|verbs] [--bf|--no-bf]
-//! cargo run --release -p zverbs --example pingpong -- --rc [ibv_rc_pingpong options] [host]
+//! cargo run --release -p zverbs-tools --example pingpong -- --rc [ibv_rc_pingpong options] [host]
 //! ```
 //!
 //! The first form opens a device (the one named with `--device` or `ZVERBS_DEVICE`, else the
