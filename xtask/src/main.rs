@@ -3,7 +3,7 @@
 //! Commands:
 //! - `demo [-- args]`: the main job (see the README).
 //! - `test [--list] [--only a,b] [--skip a,b]`: everything CI runs, stage by stage
-//!   ([`stages`], one file each; [`test`] runs them).
+//!   ([`stages`], one file each; [`mod@test`] runs them).
 //! - `loom`: the loom models and their mutants.
 //! - `rxe [-- cmd]`: a command in the rxe VM (or on this host's RDMA devices).
 //! - `run-checks PLAN RESULTS`: runs a plan of device checks; the rxe stage runs it inside
