@@ -81,6 +81,11 @@ mod tests {
         let e = value::<u64>(&mut p, "--calls").unwrap_err();
         assert!(is_usage(&e), "{e}");
         assert_eq!(e.to_string(), "--calls x: invalid digit found in string");
+        // lexopt's own errors (a missing value) are about the arguments too.
+        let mut p = Parser::from_args(["--calls"]);
+        let _ = p.next();
+        let e = value::<u64>(&mut p, "--calls").unwrap_err();
+        assert!(is_usage(&e), "{e}");
         assert!(is_usage(&usage!("no stage {:?}", "x")));
         assert!(!is_usage(&crate::util::anyhow!("cargo failed")));
     }
