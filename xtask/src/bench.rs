@@ -772,6 +772,22 @@ fn escape(s: &str) -> String {
 mod tests {
     use super::*;
 
+    fn parsed(line: &str) -> Result<Options> {
+        parse(Parser::from_args(line.split_whitespace()))
+    }
+
+    #[test]
+    fn options_before_the_double_dash_and_the_rest_after_it() {
+        let o = parsed("--rxe --host --write-docs -- --rounds 3 --sizes 2,64").unwrap();
+        assert!(o.rxe && o.host && o.write_docs && !o.fallback);
+        assert_eq!(o.criterion, ["--rounds", "3", "--sizes", "2,64"]);
+        assert_eq!(parsed("--calls=500").unwrap().calls, Some(500));
+        for bad in ["--calls x", "--calls", "--frob", "-q"] {
+            let e = parsed(bad).unwrap_err();
+            assert!(crate::cli::is_usage(&e), "{bad}: {e}");
+        }
+    }
+
     #[test]
     fn reads_what_the_benchmark_and_callgrind_write() {
         let rows = parse_times(
