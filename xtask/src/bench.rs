@@ -23,7 +23,8 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::process::Command;
 
-use crate::util::{self, Result, Table, bail};
+use crate::cli::{self, Arg, Parser, usage};
+use crate::util::{self, Result, Table, anyhow, bail};
 
 /// The benchmarks' package, bench target and counting example.
 const PACKAGE: &str = "zverbs-benches";
@@ -51,40 +52,43 @@ struct Options {
     criterion: Vec<String>,
 }
 
-fn parse(args: &[String]) -> Result<Options> {
+fn parse(mut p: Parser) -> Result<Options> {
     let mut o = Options::default();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--instructions" => o.instructions = true,
-            "--fallback" => o.fallback = true,
-            "--rxe" => o.rxe = true,
-            "--host" => o.host = true,
-            "--quick" => o.quick = true,
-            "--write-docs" => o.write_docs = true,
-            "--calls" => {
-                let Some(n) = it.next().and_then(|n| n.parse().ok()) else {
-                    bail!("--calls needs a number");
-                };
-                o.calls = Some(n);
+    while let Some(arg) = p.next()? {
+        match arg {
+            Arg::Long("instructions") => o.instructions = true,
+            Arg::Long("fallback") => o.fallback = true,
+            Arg::Long("rxe") => o.rxe = true,
+            Arg::Long("host") => o.host = true,
+            Arg::Long("quick") => o.quick = true,
+            Arg::Long("write-docs") => o.write_docs = true,
+            Arg::Long("calls") => o.calls = Some(cli::value(&mut p, "--calls")?),
+            // After `--`: for the benchmark (criterion), the example or the rxe figures.
+            Arg::Value(v) => {
+                o.criterion.push(cli::string(v)?);
+                o.criterion.extend(cli::rest(&mut p)?);
             }
-            "--" => o.criterion.extend(it.by_ref().cloned()),
-            other => bail!(
-                "unknown option {other:?} for `bench`; try --instructions, --fallback [--host], \
-                 --rxe [--host], --quick, --write-docs, --calls N, -- <args>"
-            ),
+            arg => {
+                return Err(usage!(
+                    "{} for `bench`; try --instructions, --fallback [--host], --rxe [--host], \
+                     --quick, --write-docs, --calls N, -- <args>",
+                    arg.unexpected()
+                ));
+            }
         }
     }
     Ok(o)
 }
 
 /// `cargo xtask bench ...`.
-pub fn main(args: &[String]) -> Result {
-    let o = parse(args)?;
+pub fn main(p: Parser) -> Result {
+    let o = parse(p)?;
     let out = util::target_dir().join("zverbs-bench");
     std::fs::create_dir_all(&out)?;
     if usize::from(o.instructions) + usize::from(o.fallback) + usize::from(o.rxe) > 1 {
-        bail!("--instructions, --fallback and --rxe are separate runs");
+        return Err(usage!(
+            "--instructions, --fallback and --rxe are separate runs"
+        ));
     }
     if o.rxe {
         let mut f = crate::rxe::figures::Options {
@@ -354,10 +358,10 @@ fn fallback(o: &Options, out: &Path) -> Result {
         format!("round\tzverbs_ns\tc_ns\tratio\n{log}"),
     )?;
     util::check(&cmd, status?).map_err(|e| {
-        util::Error(format!(
+        anyhow!(
             "{e}\n(the fallback runs on a device the libibverbs fallback drives: rxe in the VM \
              of `cargo xtask rxe`, or this machine's own device with --host)"
-        ))
+        )
     })?;
     let Ok(text) = std::fs::read_to_string(&tsv) else {
         bail!("the fallback benchmark wrote no {}", tsv.display());
@@ -767,6 +771,22 @@ fn escape(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parsed(line: &str) -> Result<Options> {
+        parse(Parser::from_args(line.split_whitespace()))
+    }
+
+    #[test]
+    fn options_before_the_double_dash_and_the_rest_after_it() {
+        let o = parsed("--rxe --host --write-docs -- --rounds 3 --sizes 2,64").unwrap();
+        assert!(o.rxe && o.host && o.write_docs && !o.fallback);
+        assert_eq!(o.criterion, ["--rounds", "3", "--sizes", "2,64"]);
+        assert_eq!(parsed("--calls=500").unwrap().calls, Some(500));
+        for bad in ["--calls x", "--calls", "--frob", "-q"] {
+            let e = parsed(bad).unwrap_err();
+            assert!(crate::cli::is_usage(&e), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn reads_what_the_benchmark_and_callgrind_write() {

@@ -2,34 +2,34 @@
 //!
 //! Commands:
 //! - `demo [-- args]`: the main job (see the README).
-//! - `test [--list] [--only a,b] [--skip a,b]`: everything CI runs, stage by stage.
+//! - `test [--list] [--only a,b] [--skip a,b]`: everything CI runs, stage by stage
+//!   ([`stages`], one file each; [`mod@test`] runs them).
 //! - `loom`: the loom models and their mutants.
 //! - `rxe [-- cmd]`: a command in the rxe VM (or on this host's RDMA devices).
 //! - `run-checks PLAN RESULTS`: runs a plan of device checks; the rxe stage runs it inside
 //!   the VM, where the xtask binary itself is reachable over the workspace share.
-//! - `bench [--instructions | --fallback] [--quick] [--write-docs] [-- args]`: the direct
-//!   path against the C baselines (criterion times, or callgrind instruction counts), or the
-//!   libibverbs fallback against raw libibverbs on a device, with the ratios.
+//! - `bench [--instructions | --fallback | --rxe] [--quick] [--write-docs] [-- args]`: the
+//!   direct path against the C baselines (criterion times, or callgrind instruction counts),
+//!   the libibverbs fallback against raw libibverbs on a device, or `zverbs-perf` against
+//!   perftest on rxe, with the ratios.
 //! - `emu [--] program [args]`: runs a program on the emulated ConnectX.
 //!
-//! One module per command (`vm` is the VM that `rxe` boots); `util` holds what they share
-//! (running commands, tables).
+//! Arguments are parsed with lexopt ([`cli`]); errors are `anyhow`'s ([`util::Result`]). Bad
+//! arguments exit with 2, a failed command with 1.
 
-mod aarch64;
 mod bench;
+mod cli;
 mod demo;
-mod emu;
 mod libtest;
-mod loom;
-mod miri;
-mod nostd;
-mod prereq;
 mod rxe;
+mod stages;
 mod test;
 mod util;
 mod vm;
 
 use std::process::ExitCode;
+
+use cli::{Arg, Parser};
 
 const USAGE: &str = "usage: cargo xtask <command> [args]
 
@@ -49,38 +49,52 @@ commands:
   bench --fallback [--host] [--write-docs] [-- args]
                                    the libibverbs fallback against raw libibverbs, on rxe in
                                    the VM (or this machine's device with --host)
+  bench --rxe [--host] [--write-docs] [-- --rounds N --iters N --sizes A,B --inline N]
+                                   zverbs-perf against perftest on rxe, as ratios
   emu [--] program [args]          runs a program on the emulated ConnectX (libibverbs and
                                    libmlx5 unmodified, the software device behind them)";
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let Some(cmd) = args.first() else {
-        eprintln!("{USAGE}");
-        return ExitCode::from(2);
+    let mut p = Parser::from_env();
+    let command = match p.next() {
+        Ok(Some(Arg::Value(cmd))) => cmd,
+        Ok(Some(Arg::Short('h') | Arg::Long("help"))) => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Ok(None) => return bad_command("which command?"),
+        Ok(Some(arg)) => return bad_command(&arg.unexpected().to_string()),
+        Err(e) => return bad_command(&e.to_string()),
     };
-    let rest = &args[1..];
-    let result = match cmd.as_str() {
-        "demo" => demo::main(rest),
-        "test" => test::main(rest),
-        "loom" => loom::main(rest),
-        "rxe" => return rxe::main(rest),
-        "run-checks" => rxe::checks::main(rest),
-        "bench" => bench::main(rest),
-        "emu" => emu::main(rest),
-        "help" | "-h" | "--help" => {
+    let result = match command.to_str() {
+        Some("demo") => demo::main(p),
+        Some("test") => test::main(p),
+        Some("loom") => stages::loom::main(p),
+        Some("rxe") => return rxe::main(p),
+        Some("run-checks") => rxe::checks::main(p),
+        Some("bench") => bench::main(p),
+        Some("emu") => stages::connectx::main(p),
+        Some("help") => {
             println!("{USAGE}");
             Ok(())
         }
-        other => {
-            eprintln!("unknown command {other:?}\n\n{USAGE}");
-            return ExitCode::from(2);
-        }
+        _ => return bad_command(&format!("unknown command {command:?}")),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if cli::is_usage(&e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
         Err(e) => {
-            eprintln!("\nerror: {e}");
+            eprintln!("\nerror: {e:#}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// No command, or one that does not exist: exit 2 with the usage.
+fn bad_command(why: &str) -> ExitCode {
+    eprintln!("{why}\n\n{USAGE}");
+    ExitCode::from(2)
 }

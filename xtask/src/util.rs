@@ -2,39 +2,17 @@
 //! shown, stage timing and plain-text tables.
 
 use std::ffi::{OsStr, OsString};
-use std::fmt;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-/// A failure, with the message the user sees.
-#[derive(Debug)]
-pub struct Error(pub String);
+pub use anyhow::{Error, anyhow, bail};
 
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl From<std::io::Error> for Error {
-    fn from(e: std::io::Error) -> Self {
-        Error(e.to_string())
-    }
-}
-
-/// The result of a command or stage.
-pub type Result<T = ()> = std::result::Result<T, Error>;
-
-/// Returns early with an [`Error`] built like `format!`.
-macro_rules! bail {
-    ($($arg:tt)*) => {
-        return Err($crate::util::Error(format!($($arg)*)))
-    };
-}
-pub(crate) use bail;
+/// The result of a command or stage: its error is the message the user sees (`anyhow`, as
+/// nothing matches on it).
+pub type Result<T = ()> = anyhow::Result<T>;
 
 /// The workspace root: the parent of this crate's directory.
 pub fn root() -> PathBuf {
@@ -134,7 +112,7 @@ pub fn run(cmd: &mut Command) -> Result {
     println!("$ {}", show(cmd));
     let status = cmd
         .status()
-        .map_err(|e| Error(format!("cannot start `{}`: {e}", show(cmd))))?;
+        .map_err(|e| anyhow!("cannot start `{}`: {e}", show(cmd)))?;
     check(cmd, status)
 }
 
@@ -160,7 +138,7 @@ pub fn run_lines(cmd: &mut Command, mut on_line: impl FnMut(&str) -> bool) -> Re
     // `cmd` still holds this process's copies of the pipe's write end: replace them, so that
     // the reader sees end-of-file once the child and everything it started have exited.
     cmd.stdout(Stdio::null()).stderr(Stdio::null());
-    let mut child = child.map_err(|e| Error(format!("cannot start `{}`: {e}", show(cmd))))?;
+    let mut child = child.map_err(|e| anyhow!("cannot start `{}`: {e}", show(cmd)))?;
     let mut reader = BufReader::new(reader);
     let mut buf = Vec::new();
     loop {

@@ -25,8 +25,9 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use crate::cli::{Arg, Parser, usage};
 use crate::libtest::{self, Counts};
-use crate::util::{self, Error, Result, bail};
+use crate::util::{self, Result, anyhow, bail};
 
 /// When a pair's server is ready for its client.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -175,7 +176,7 @@ pub fn decode_plan(text: &str) -> Result<Vec<Check>> {
     let mut checks = Vec::new();
     for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.is_empty()) {
         let f: Vec<&str> = line.split(FIELD).collect();
-        let bad = || Error(format!("plan line {}: malformed: {line:?}", n + 1));
+        let bad = || anyhow!("plan line {}: malformed: {line:?}", n + 1);
         let (name, secs, kind) = match f.as_slice() {
             [name, secs, kind, ..] => (name, secs, *kind),
             _ => return Err(bad()),
@@ -240,7 +241,7 @@ impl CheckResult {
     /// A result from its line in the results file.
     pub fn decode(line: &str) -> Result<Self> {
         let f: Vec<&str> = line.splitn(8, FIELD).collect();
-        let bad = || Error(format!("malformed result line {line:?}"));
+        let bad = || anyhow!("malformed result line {line:?}");
         let [name, status, ms, bin, pass, fail, ign, detail] = f.as_slice() else {
             return Err(bad());
         };
@@ -279,11 +280,23 @@ pub fn decode_results(text: &str) -> Result<Vec<CheckResult>> {
 /// RESULTS as it ends, and keeping each check's output in the directory LOGS when given.
 /// Exits 0 whether checks pass or fail (the results say); non-zero only when the plan cannot
 /// be read or the results cannot be written.
-pub fn main(args: &[String]) -> Result {
-    let (plan, results, logs) = match args {
+pub fn main(mut p: Parser) -> Result {
+    let mut paths = Vec::new();
+    while let Some(arg) = p.next()? {
+        match arg {
+            Arg::Value(v) if paths.len() < 3 => paths.push(std::path::PathBuf::from(v)),
+            arg => {
+                return Err(usage!(
+                    "{}: xtask run-checks PLAN RESULTS [LOGS]",
+                    arg.unexpected()
+                ));
+            }
+        }
+    }
+    let (plan, results, logs) = match paths.as_slice() {
         [plan, results] => (plan, results, None),
-        [plan, results, logs] => (plan, results, Some(Path::new(logs))),
-        _ => bail!("usage: xtask run-checks PLAN RESULTS [LOGS]"),
+        [plan, results, logs] => (plan, results, Some(logs.as_path())),
+        _ => return Err(usage!("usage: xtask run-checks PLAN RESULTS [LOGS]")),
     };
     let checks = decode_plan(&fs::read_to_string(plan)?)?;
     let mut out = fs::File::create(results)?;

@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use super::checks::{self, Check, Kind, Ready, Status};
 use super::topology::Topology;
+use crate::cli::{self, Arg, Parser, usage};
 use crate::util::{self, Result, Table, bail};
 
 /// What to measure.
@@ -160,7 +161,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// `cargo xtask bench --rxe`.
 pub fn run(o: &Options, out: &Path) -> Result {
     if !o.host {
-        crate::prereq::ensure_vm()?;
+        crate::stages::prerequisites::ensure_vm()?;
     }
     let topo = if o.host {
         Topology::from_env()?
@@ -171,7 +172,7 @@ pub fn run(o: &Options, out: &Path) -> Result {
         "build",
         "--release",
         "-p",
-        "zverbs",
+        "zverbs-tools",
         "--bin",
         "zverbs-perf",
     ]))?;
@@ -401,32 +402,25 @@ pub fn run(o: &Options, out: &Path) -> Result {
 
 /// Reads `--rounds N --iters N --sizes A,B --inline N` into `o`.
 pub fn parse_args(o: &mut Options, args: &[String]) -> Result {
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut num = || -> Result<u32> {
-            match it.next().and_then(|v| v.parse().ok()) {
-                Some(n) => Ok(n),
-                None => bail!("{a} needs a number"),
-            }
-        };
-        match a.as_str() {
-            "--rounds" => o.rounds = num()?.max(1),
-            "--iters" => o.iters = num()?.max(1),
-            "--inline" => o.inline = num()?,
-            "--sizes" => {
-                let Some(v) = it.next() else {
-                    bail!("--sizes needs a list such as 2,4096");
-                };
+    let mut p = Parser::from_args(args);
+    while let Some(arg) = p.next()? {
+        match arg {
+            Arg::Long("rounds") => o.rounds = cli::value::<u32>(&mut p, "--rounds")?.max(1),
+            Arg::Long("iters") => o.iters = cli::value::<u32>(&mut p, "--iters")?.max(1),
+            Arg::Long("inline") => o.inline = cli::value(&mut p, "--inline")?,
+            Arg::Long("sizes") => {
+                let v = cli::string(p.value()?)?;
                 o.sizes = v
                     .split(',')
                     .map(|x| x.parse::<usize>().ok().filter(|&n| n > 0))
                     .collect::<Option<Vec<_>>>()
-                    .ok_or_else(|| {
-                        util::Error(format!("--sizes {v}: sizes in bytes, comma-separated"))
-                    })?;
+                    .ok_or_else(|| usage!("--sizes {v}: sizes in bytes, comma-separated"))?;
             }
-            other => {
-                bail!("{other:?}: `bench --rxe -- ...` takes --rounds, --iters, --sizes, --inline")
+            arg => {
+                return Err(usage!(
+                    "{}: `bench --rxe -- ...` takes --rounds, --iters, --sizes, --inline",
+                    arg.unexpected()
+                ));
             }
         }
     }

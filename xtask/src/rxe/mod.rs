@@ -28,9 +28,10 @@ use std::time::{Duration, Instant};
 use checks::{Check, CheckResult, Kind, Ready, Status};
 use topology::Topology;
 
+use crate::cli::{self, Arg, Parser};
 use crate::libtest::{self, Counts};
 use crate::test::Run;
-use crate::util::{self, Error, Result, Table, bail};
+use crate::util::{self, Result, Table, anyhow, bail};
 use crate::vm::{self, GUEST_CTL, Spec};
 
 /// Where the `rxe` stage runs: `vm` (the default) or `host`.
@@ -81,7 +82,7 @@ pub const DEVICE_TESTS: &[DeviceTests] = &[
 /// [`own_programs`]).
 pub const PROGRAMS: &[&str] = &[
     "-p",
-    "zverbs",
+    "zverbs-tools",
     "--example",
     "loopback",
     "--example",
@@ -108,34 +109,22 @@ const USAGE: &str = "usage:
         build the VM image if needed (--rebuild: in any case) and show where it is";
 
 /// `cargo xtask rxe ...`; exits with the command's code.
-pub fn main(args: &[String]) -> ExitCode {
-    let mut host = false;
-    let mut shell = false;
-    let mut image_only = false;
-    let mut rebuild = false;
-    let mut timeout = COMMAND_TIMEOUT;
-    let mut it = args.iter();
-    let mut argv: Vec<String> = Vec::new();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--host" => host = true,
-            "--shell" => shell = true,
-            "--image" => image_only = true,
-            "--rebuild" => rebuild = true,
-            "--timeout" => match it.next().and_then(|s| s.parse().ok()) {
-                Some(s) => timeout = Duration::from_secs(s),
-                None => return usage("--timeout needs a number of seconds"),
-            },
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                return ExitCode::SUCCESS;
-            }
-            "--" => {
-                argv = it.by_ref().cloned().collect();
-            }
-            other => return usage(&format!("unknown option {other:?}")),
+pub fn main(p: Parser) -> ExitCode {
+    let Options {
+        host,
+        shell,
+        image_only,
+        rebuild,
+        timeout,
+        argv,
+    } = match options(p) {
+        Ok(Some(o)) => o,
+        Ok(None) => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
         }
-    }
+        Err(e) => return usage(&format!("{e:#}")),
+    };
     let modes = usize::from(shell) + usize::from(image_only) + usize::from(!argv.is_empty());
     if modes != 1 || (host && (shell || image_only)) {
         return usage("give one of: -- CMD, --shell, --image");
@@ -158,6 +147,45 @@ pub fn main(args: &[String]) -> ExitCode {
     }
 }
 
+/// The options of `cargo xtask rxe`.
+#[derive(Debug, Default)]
+struct Options {
+    host: bool,
+    shell: bool,
+    image_only: bool,
+    rebuild: bool,
+    timeout: Duration,
+    /// The command after `--`.
+    argv: Vec<String>,
+}
+
+/// The options, or `None` for `--help`.
+fn options(mut p: Parser) -> Result<Option<Options>> {
+    let mut o = Options {
+        timeout: COMMAND_TIMEOUT,
+        ..Options::default()
+    };
+    while let Some(arg) = p.next()? {
+        match arg {
+            Arg::Long("host") => o.host = true,
+            Arg::Long("shell") => o.shell = true,
+            Arg::Long("image") => o.image_only = true,
+            Arg::Long("rebuild") => o.rebuild = true,
+            Arg::Long("timeout") => {
+                o.timeout = Duration::from_secs(cli::value(&mut p, "--timeout")?)
+            }
+            Arg::Short('h') | Arg::Long("help") => return Ok(None),
+            // After `--`: the command and its arguments, as given.
+            Arg::Value(v) => {
+                o.argv.push(cli::string(v)?);
+                o.argv.extend(cli::rest(&mut p)?);
+            }
+            arg => return Err(arg.unexpected().into()),
+        }
+    }
+    Ok(Some(o))
+}
+
 fn usage(why: &str) -> ExitCode {
     eprintln!("{why}\n\n{USAGE}");
     ExitCode::from(2)
@@ -170,7 +198,7 @@ fn in_vm(
     image_only: bool,
     rebuild: bool,
 ) -> Result<u8> {
-    crate::prereq::ensure_vm()?;
+    crate::stages::prerequisites::ensure_vm()?;
     let image = vm::image(rebuild)?;
     if image_only {
         println!(
@@ -217,7 +245,7 @@ fn on_host(argv: &[String], timeout: Duration) -> Result<u8> {
     println!("$ {}", util::show(&cmd));
     let mut child = cmd
         .spawn()
-        .map_err(|e| Error(format!("cannot start {program}: {e}")))?;
+        .map_err(|e| anyhow!("cannot start {program}: {e}"))?;
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(status) = child.try_wait()? {
@@ -260,7 +288,7 @@ pub fn stage(run: &mut Run) -> Result<Option<String>> {
         Ok(other) => bail!("{MODE_ENV}={other:?}: expected vm or host"),
     };
     if !host {
-        crate::prereq::ensure_vm()?;
+        crate::stages::prerequisites::ensure_vm()?;
     }
     let topo = if host {
         Topology::from_env()?

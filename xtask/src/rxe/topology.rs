@@ -139,12 +139,12 @@ mod tests {
         assert_eq!(t.device, "mlx5_0");
         assert_eq!((t.addr, t.pair, t.gid_index), (None, None, 1));
         let e = Topology::from_vars(|_| None).unwrap_err();
-        assert!(e.0.contains(DEVICE), "{e}");
+        assert!(e.to_string().contains(DEVICE), "{e}");
         let bad = Topology::from_vars(|k| match k {
             DEVICE => Some("rxe0".into()),
             PAIR => Some("rxe1".into()),
             _ => None,
         });
-        assert!(bad.unwrap_err().0.contains(PAIR));
+        assert!(bad.unwrap_err().to_string().contains(PAIR));
     }
 }

@@ -20,7 +20,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use super::{cpio, kmod};
-use crate::util::{self, Error, Result, bail};
+use crate::util::{self, Result, anyhow, bail};
 
 /// Bump when the recipe changes in a way the lists below do not show.
 const RECIPE: u32 = 2;
@@ -132,7 +132,7 @@ pub fn ensure(dir: &Path, rebuild: bool) -> Result<Image> {
     let t = Instant::now();
     println!("building the VM image in {}", dir.display());
     build(dir)?;
-    let mut image = cached(dir).ok_or_else(|| Error("the image built is incomplete".into()))?;
+    let mut image = cached(dir).ok_or_else(|| anyhow!("the image built is incomplete"))?;
     image.built_in = Some(t.elapsed());
     println!(
         "VM image built in {} (kernel {})",
@@ -250,7 +250,7 @@ fn build(dir: &Path) -> Result {
     for p in TOOL_PACKAGES {
         let bin = pkg(p).join("usr/bin");
         let mut found = 0;
-        for e in fs::read_dir(&bin).map_err(|e| Error(format!("{}: {e}", bin.display())))? {
+        for e in fs::read_dir(&bin).map_err(|e| anyhow!("{}: {e}", bin.display()))? {
             let path = e?.path();
             // ELF programs only (perftest also ships bash scripts).
             if fs::read(&path).is_ok_and(|b| b.starts_with(b"\x7fELF")) {
@@ -267,7 +267,7 @@ fn build(dir: &Path) -> Result {
             .iter()
             .map(|d| pkg(p).join(d).join(name))
             .find(|f| f.is_file())
-            .ok_or_else(|| Error(format!("package {p} has no program {name}")))?;
+            .ok_or_else(|| anyhow!("package {p} has no program {name}"))?;
         programs.push(install_program(&path, &root)?);
     }
 
@@ -277,7 +277,7 @@ fn build(dir: &Path) -> Result {
     fs::create_dir_all(&provdir)?;
     fs::create_dir_all(root.join("etc/libibverbs.d"))?;
     let src = prov.join(LIBDIR).join("libibverbs");
-    for e in fs::read_dir(&src).map_err(|e| Error(format!("{}: {e}", src.display())))? {
+    for e in fs::read_dir(&src).map_err(|e| anyhow!("{}: {e}", src.display()))? {
         let path = e?.path();
         if path
             .file_name()
@@ -387,10 +387,7 @@ fn build(dir: &Path) -> Result {
     let tmp = dir.join("base.cpio.tmp");
     let mut archive = cpio::Archive::new(BufWriter::new(fs::File::create(&tmp)?));
     archive.tree(&root)?;
-    archive
-        .finish()?
-        .into_inner()
-        .map_err(|e| Error(e.to_string()))?;
+    archive.finish()?.into_inner().map_err(|e| anyhow!("{e}"))?;
     fs::rename(&tmp, dir.join("base.cpio"))?;
     fs::write(dir.join("kernel-version"), format!("{kernel_version}\n"))?;
     let mut names = String::new();
@@ -409,7 +406,7 @@ fn build(dir: &Path) -> Result {
 fn apt(program: &str) -> Command {
     let mut cmd = Command::new(program);
     cmd.args(["-o", "DPkg::Lock::Timeout=600"]);
-    if crate::prereq::is_root() {
+    if crate::stages::prerequisites::is_root() {
         cmd.args(["-o", "APT::Sandbox::User=root"]);
     }
     cmd.env("DEBIAN_FRONTEND", "noninteractive");
@@ -435,7 +432,7 @@ fn kernel_package() -> Result<String> {
     if let Some(p) = query() {
         return Ok(p);
     }
-    if !crate::prereq::is_root() {
+    if !crate::stages::prerequisites::is_root() {
         bail!(
             "apt knows no package {KERNEL_META}: its package lists need updating; as root run\n    \
              apt-get update\n(or set {KERNEL_ENV} to a kernel package name)"
@@ -445,9 +442,7 @@ fn kernel_package() -> Result<String> {
     update.arg("update");
     util::run(&mut update)?;
     query().ok_or_else(|| {
-        Error(format!(
-            "apt knows no package {KERNEL_META} even after `apt-get update`; is this Debian?"
-        ))
+        anyhow!("apt knows no package {KERNEL_META} even after `apt-get update`; is this Debian?")
     })
 }
 
@@ -455,18 +450,15 @@ fn kernel_package() -> Result<String> {
 /// is: the payload starts at `payload_offset` (setup header, offset 0x248) past the setup
 /// sectors (`setup_sects`, offset 0x1f1); `xz` decompresses its first stream.
 fn decompress_kernel(bzimage: &[u8]) -> Result<Vec<u8>> {
-    let start = xz_payload(bzimage).ok_or_else(|| Error("no xz payload found".into()))?;
+    let start = xz_payload(bzimage).ok_or_else(|| anyhow!("no xz payload found"))?;
     let mut xz = Command::new("xz")
         .args(["--single-stream", "--decompress", "--stdout"])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
-        .map_err(|e| Error(format!("cannot run xz: {e}")))?;
-    let mut stdin = xz
-        .stdin
-        .take()
-        .ok_or_else(|| Error("xz: no stdin".into()))?;
+        .map_err(|e| anyhow!("cannot run xz: {e}"))?;
+    let mut stdin = xz.stdin.take().ok_or_else(|| anyhow!("xz: no stdin"))?;
     let payload = bzimage[start..].to_vec();
     let feeder = std::thread::spawn(move || {
         use std::io::Write;
@@ -504,7 +496,7 @@ fn install(from: &Path, to: &Path) -> Result {
     if to.symlink_metadata().is_ok() {
         fs::remove_file(to)?;
     }
-    fs::copy(from, to).map_err(|e| Error(format!("copying {}: {e}", from.display())))?;
+    fs::copy(from, to).map_err(|e| anyhow!("copying {}: {e}", from.display()))?;
     Ok(())
 }
 
@@ -521,7 +513,7 @@ fn install_program(from: &Path, root: &Path) -> Result<PathBuf> {
 /// The one entry of a directory (the kernel's `lib/modules/<version>`).
 fn only_entry(dir: &Path) -> Result<String> {
     let names: Vec<String> = fs::read_dir(dir)
-        .map_err(|e| Error(format!("{}: {e}", dir.display())))?
+        .map_err(|e| anyhow!("{}: {e}", dir.display()))?
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
         .collect();
     match names.as_slice() {
@@ -537,12 +529,12 @@ fn only_entry(dir: &Path) -> Result<String> {
 /// and then on the host (as `ldd` resolves them with `LD_LIBRARY_PATH=search`). The dynamic
 /// loader itself is left out. A library found nowhere is an error.
 pub fn needed_libs(files: &[PathBuf], search: &[PathBuf]) -> Result<Vec<(String, PathBuf)>> {
-    let path = std::env::join_paths(search).map_err(|e| Error(e.to_string()))?;
+    let path = std::env::join_paths(search).map_err(|e| anyhow!("{e}"))?;
     let out = Command::new("ldd")
         .args(files)
         .env("LD_LIBRARY_PATH", path)
         .output()
-        .map_err(|e| Error(format!("cannot run ldd: {e}")))?;
+        .map_err(|e| anyhow!("cannot run ldd: {e}"))?;
     let text = String::from_utf8_lossy(&out.stdout);
     let mut libs: Vec<(String, PathBuf)> = Vec::new();
     let mut missing = BTreeSet::new();

@@ -10,7 +10,7 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::util::{Error, Result, bail};
+use crate::util::{Result, anyhow, bail};
 
 /// A module's name as the kernel knows it: `-` in file names becomes `_`.
 pub fn normalize(name: &str) -> String {
@@ -96,7 +96,7 @@ pub fn load_order(
             }
             bail!("kernel module {name} is neither a module file nor built in");
         };
-        let bytes = read(path).map_err(|e| Error(format!("{}: {e}", path.display())))?;
+        let bytes = read(path).map_err(|e| anyhow!("{}: {e}", path.display()))?;
         visiting.push(name.to_string());
         for dep in depends(&bytes) {
             visit(&dep, index, builtin, read, visiting, out)?;
@@ -167,6 +167,6 @@ mod tests {
         assert_eq!(names, ["ib_core", "ib_uverbs", "rdma_rxe", "dummy"]);
 
         let err = load_order(&["nope"], &index, &builtin, |_| Ok(Vec::new())).unwrap_err();
-        assert!(err.0.contains("nope"), "{err}");
+        assert!(err.to_string().contains("nope"), "{err}");
     }
 }

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 pub use image::Image;
 
 use crate::rxe::topology::Topology;
-use crate::util::{self, Error, Result, bail};
+use crate::util::{self, Result, anyhow, bail};
 
 /// The exit code when the guest command ran out of time (as `timeout(1)` reports it).
 pub const TIMED_OUT: u8 = 124;
@@ -281,7 +281,7 @@ pub fn boot(image: &Image, spec: &Spec, ctl: &RunDir) -> Result<Outcome> {
         println!("(the guest's shell; `exit` powers it off, Ctrl-A X stops qemu)");
         let status = qemu
             .status()
-            .map_err(|e| Error(format!("cannot start qemu-system-x86_64: {e}")))?;
+            .map_err(|e| anyhow!("cannot start qemu-system-x86_64: {e}"))?;
         return Ok(Outcome {
             code: status.code(),
             boot: None,
@@ -303,7 +303,7 @@ pub fn boot(image: &Image, spec: &Spec, ctl: &RunDir) -> Result<Outcome> {
     let child = qemu.spawn();
     // Drop this process's copies of the pipe's write end (see `util::run_lines`).
     qemu.stdout(Stdio::null()).stderr(Stdio::null());
-    let mut child = child.map_err(|e| Error(format!("cannot start qemu-system-x86_64: {e}")))?;
+    let mut child = child.map_err(|e| anyhow!("cannot start qemu-system-x86_64: {e}"))?;
     let (tx, rx) = mpsc::channel::<String>();
     let reading = std::thread::spawn(move || {
         for line in BufReader::new(reader).split(b'\n') {

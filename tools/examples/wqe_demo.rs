@@ -9,7 +9,7 @@
 //! it and prints the completion, which retires all four requests.
 //!
 //! ```text
-//! cargo run --release -p zverbs --example wqe_demo [-- --batch] [-- --doorbell-only]
+//! cargo run --release -p zverbs-tools --example wqe_demo [-- --batch] [-- --doorbell-only]
 //! ```
 //!
 //! `--batch` posts the four requests as one batch, rung once: a chain rings with the 8-byte
@@ -28,6 +28,7 @@ use zverbs::mlx5::{
     WqLayout,
 };
 use zverbs::{Completion, PollCq, PostSend, RemoteBuf, SendWr, Sge, WcFlags};
+use zverbs_tools::args::{self, Arg::*, Parser};
 
 /// Send ring size in 64-byte basic blocks.
 const SQ_BBS: u32 = 16;
@@ -95,19 +96,21 @@ struct Options {
     doorbell_only: bool,
 }
 
+const USAGE: &str = "usage: wqe_demo [--batch] [--doorbell-only]";
+
+/// The options; `Err("")` asks for the usage text.
 fn options() -> Result<Options, String> {
     let mut o = Options {
         batch: false,
         doorbell_only: false,
     };
-    for arg in std::env::args().skip(1) {
-        match arg.as_str() {
-            "--batch" => o.batch = true,
-            "--doorbell-only" => o.doorbell_only = true,
-            "-h" | "--help" => {
-                return Err("usage: wqe_demo [--batch] [--doorbell-only]".into());
-            }
-            other => return Err(format!("unknown argument {other:?}; try --help")),
+    let mut p = Parser::from_env();
+    while let Some(arg) = p.next().map_err(args::explain)? {
+        match arg {
+            Long("batch") => o.batch = true,
+            Long("doorbell-only") => o.doorbell_only = true,
+            Short('h') | Long("help") => return Err(String::new()),
+            arg => return Err(format!("{}; try --help", args::unexpected(arg))),
         }
     }
     Ok(o)
@@ -119,8 +122,12 @@ fn main() -> ExitCode {
             run(&o);
             ExitCode::SUCCESS
         }
+        Err(e) if e.is_empty() => {
+            println!("{USAGE}");
+            ExitCode::SUCCESS
+        }
         Err(e) => {
-            eprintln!("{e}");
+            eprintln!("wqe_demo: {e}\n{USAGE}");
             ExitCode::from(2)
         }
     }

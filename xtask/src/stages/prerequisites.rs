@@ -71,8 +71,8 @@ const AARCH64_NEEDS: &[Need] = &[
     Need {
         what: "aarch64-linux-gnu-nm and -objdump (the aarch64 no_std proof's checks)",
         present: || {
-            util::succeeds(Command::new(crate::aarch64::NM).arg("--version"))
-                && util::succeeds(Command::new(crate::aarch64::OBJDUMP).arg("--version"))
+            util::succeeds(Command::new(crate::stages::aarch64::NM).arg("--version"))
+                && util::succeeds(Command::new(crate::stages::aarch64::OBJDUMP).arg("--version"))
         },
         package: "binutils-aarch64-linux-gnu",
     },
@@ -99,7 +99,7 @@ fn has_libmlx5() -> bool {
 const COMPONENTS: &[(&str, &str)] = &[("fmt", "rustfmt"), ("clippy", "clippy")];
 
 /// Targets the checks build for besides the host, added with rustup when missing.
-const TARGETS: &[&str] = &[crate::aarch64::TARGET];
+const TARGETS: &[&str] = &[crate::stages::aarch64::TARGET];
 
 /// What the rxe VM needs from the host (`cargo xtask rxe` and the `rxe` stage). Building its
 /// image also uses apt-get, dpkg and ldd, which every Debian system has.
@@ -133,7 +133,7 @@ pub fn ensure() -> Result<Option<String>> {
     if ensure_miri()? {
         note.push_str(&format!(
             "; added miri and rust-src to the {} toolchain",
-            crate::miri::TOOLCHAIN
+            crate::stages::miri::TOOLCHAIN
         ));
     }
     println!("system packages, toolchain components and targets present");
@@ -143,8 +143,8 @@ pub fn ensure() -> Result<Option<String>> {
 /// Makes sure Miri runs: the nightly toolchain with its `miri` and `rust-src` components
 /// (`rustup +nightly component add miri rust-src` when missing). Returns whether it added them.
 fn ensure_miri() -> Result<bool> {
-    let toolchain = crate::miri::TOOLCHAIN;
-    if util::succeeds(&mut crate::miri::cargo_miri(["--version"])) {
+    let toolchain = crate::stages::miri::TOOLCHAIN;
+    if util::succeeds(&mut crate::stages::miri::cargo_miri(["--version"])) {
         return Ok(false);
     }
     let mut cmd = Command::new("rustup");
@@ -167,7 +167,7 @@ fn ensure_miri() -> Result<bool> {
              rustup toolchain install {toolchain} && rustup +{toolchain} component add miri rust-src"
         );
     }
-    if !util::succeeds(&mut crate::miri::cargo_miri(["--version"])) {
+    if !util::succeeds(&mut crate::stages::miri::cargo_miri(["--version"])) {
         bail!("`cargo +{toolchain} miri --version` still fails after adding the components");
     }
     Ok(true)

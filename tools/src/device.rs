@@ -9,7 +9,7 @@
 //! device: zverbs_sim0 (the software mlx5 device: no RDMA device on this machine; pass --device to choose)
 //! ```
 //!
-//! Shared by the examples and `zverbs-perf` (each includes this file as a module).
+//! Shared by the examples and `zverbs-perf`.
 
 use std::fmt;
 
@@ -25,7 +25,6 @@ pub struct Chosen {
 
 impl Chosen {
     /// Whether it is the software device (both ends of its connections are in this process).
-    #[allow(dead_code)] // not every includer asks
     pub fn is_software(&self) -> bool {
         self.ctx.name() == SOFTWARE_DEVICE
     }

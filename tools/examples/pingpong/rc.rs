@@ -37,6 +37,7 @@ use zverbs::{
     AccessFlags, Completion, ConnectAttr, ContextOptions, MrBuf, PollCq, PostRecv, PostSend,
     Queues, SendFlags,
 };
+use zverbs_tools::args::{self, Arg::*, Parser};
 
 const RECV_WRID: u64 = 1;
 const SEND_WRID: u64 = 2;
@@ -67,7 +68,23 @@ struct Opts {
 /// `ibv_rc_pingpong` fills its buffer with this byte (and sends it, unless `--chk`).
 const FILL: u8 = 0x7b;
 
-fn parse(args: impl IntoIterator<Item = String>) -> Result<Opts, String> {
+const USAGE: &str = "\
+usage: pingpong --rc [options]           (server)
+       pingpong --rc [options] HOST      (client)
+
+  -p, --port PORT       TCP port (18515)
+  -d, --ib-dev DEV      device (default: the first NIC)
+  -i, --ib-port N       device port (1)
+  -s, --size SIZE       message size, 1 to 1073741824 (4096)
+  -m, --mtu MTU         path MTU: 256 512 1024 2048 4096 (1024)
+  -r, --rx-depth N      receives kept posted, 2 to 65536 (500)
+  -n, --iters N         iterations, 1 to 1000000000 (1000)
+  -l, --sl SL           service level (0)
+  -g, --gid-idx N       local GID index (none; needed on RoCE, on both sides)
+      --backend B       auto, direct or verbs";
+
+/// Parses the arguments after `--rc`. `Err("")` asks for the usage text.
+fn parse(mut p: Parser) -> Result<Opts, String> {
     let mut o = Opts {
         server: None,
         port: exchange::DEFAULT_PORT,
@@ -81,51 +98,47 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Opts, String> {
         gid_index: None,
         backend: None,
     };
-    let mut it = args.into_iter();
-    fn num<T: std::str::FromStr>(f: &str, v: Option<String>) -> Result<T, String> {
-        v.and_then(|v| v.parse().ok())
-            .ok_or_else(|| format!("{f} needs a number"))
-    }
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "-p" | "--port" => o.port = num(&a, it.next())?,
-            "-d" | "--ib-dev" => o.device = Some(it.next().ok_or("-d needs a device name")?),
-            "-i" | "--ib-port" => o.ib_port = num(&a, it.next())?,
-            "-s" | "--size" => o.size = num(&a, it.next())?,
-            "-m" | "--mtu" => {
-                o.mtu = zverbs::Mtu::from_bytes(num(&a, it.next())?).ok_or("bad MTU")?
+    while let Some(arg) = p.next().map_err(args::explain)? {
+        let f = args::flag(&arg);
+        match arg {
+            Short('p') | Long("port") => o.port = args::in_range(&mut p, &f, 1, u16::MAX)?,
+            Short('d') | Long("ib-dev") => {
+                let v = p.value().map_err(|_| format!("{f} needs a device name"))?;
+                o.device = Some(args::string(v)?);
             }
-            "-r" | "--rx-depth" => o.rx_depth = num(&a, it.next())?,
-            "-n" | "--iters" => o.iters = num(&a, it.next())?,
-            "-l" | "--sl" => o.sl = num(&a, it.next())?,
-            "-g" | "--gid-idx" => o.gid_index = Some(num(&a, it.next())?),
-            "--backend" => {
-                let v = it.next().ok_or("--backend needs a value")?;
+            Short('i') | Long("ib-port") => o.ib_port = args::number(&mut p, &f)?,
+            Short('s') | Long("size") => o.size = args::in_range(&mut p, &f, 1, MAX_SIZE)?,
+            Short('m') | Long("mtu") => {
+                let b: u32 = args::number(&mut p, &f)?;
+                o.mtu = zverbs::Mtu::from_bytes(b)
+                    .ok_or_else(|| format!("{f} {b}: use 256, 512, 1024, 2048 or 4096"))?;
+            }
+            Short('r') | Long("rx-depth") => {
+                o.rx_depth = args::in_range(&mut p, &f, 2, MAX_RX_DEPTH)?;
+            }
+            Short('n') | Long("iters") => o.iters = args::in_range(&mut p, &f, 1, MAX_ITERS)?,
+            Short('l') | Long("sl") => o.sl = args::number(&mut p, &f)?,
+            Short('g') | Long("gid-idx") => o.gid_index = Some(args::number(&mut p, &f)?),
+            Long("backend") => {
+                let v = args::value(&mut p, &f)?;
                 o.backend = Some(zverbs::BackendRequest::parse(&v).map_err(|e| e.to_string())?);
             }
-            s if !s.starts_with('-') && o.server.is_none() => o.server = Some(s.to_string()),
-            s => return Err(format!("unknown argument {s}")),
+            Short('h') | Long("help") => return Err(String::new()),
+            Value(v) if o.server.is_none() => o.server = Some(args::string(v)?),
+            arg => return Err(args::unexpected(arg)),
         }
-    }
-    if o.size == 0 || o.size > MAX_SIZE {
-        return Err(format!("-s {}: use 1 to {MAX_SIZE}", o.size));
-    }
-    if o.rx_depth < 2 || o.rx_depth > MAX_RX_DEPTH {
-        return Err(format!("-r {}: use 2 to {MAX_RX_DEPTH}", o.rx_depth));
-    }
-    if o.iters == 0 || o.iters > MAX_ITERS {
-        return Err(format!("-n {}: use 1 to {MAX_ITERS}", o.iters));
-    }
-    if o.port == 0 {
-        return Err("-p 0: use 1 to 65535".into());
     }
     Ok(o)
 }
 
 /// Runs the `--rc` mode with the arguments after `--rc`.
-pub fn main(args: Vec<String>) -> ExitCode {
+pub fn main(args: Parser) -> ExitCode {
     let o = match parse(args) {
         Ok(o) => o,
+        Err(e) if e.is_empty() => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
         Err(e) => {
             eprintln!("pingpong --rc: {e}");
             return ExitCode::from(2);
@@ -142,7 +155,7 @@ pub fn main(args: Vec<String>) -> ExitCode {
 
 fn run(o: &Opts) -> Result<(), Box<dyn std::error::Error>> {
     let copts = ContextOptions { backend: o.backend };
-    let chosen = crate::device::open(o.device.as_deref(), &copts, "-d", false)?;
+    let chosen = zverbs_tools::device::open(o.device.as_deref(), &copts, "-d", false)?;
     println!("  {chosen}");
     let ctx = chosen.ctx;
     let port = ctx.port(o.ib_port)?;

@@ -5,7 +5,7 @@
 //! software device `zverbs_sim0` by name, and says so):
 //!
 //! ```text
-//! cargo run --example loopback -- [device] [--backend auto|direct|verbs] [--gid-idx N]
+//! cargo run -p zverbs-tools --example loopback -- [device] [--backend auto|direct|verbs] [--gid-idx N]
 //! ```
 //!
 //! This is the device test the rxe VM harness runs; it is not part of `cargo test`, which
@@ -21,8 +21,8 @@ use zverbs::{
     PostSend, Queues, SendFlags, WcOpcode, WcStatus,
 };
 
-#[path = "common/device.rs"]
-mod device;
+use zverbs_tools::args::{self, Arg::*, Parser};
+use zverbs_tools::device;
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -69,35 +69,28 @@ fn main() {
     let mut device = None;
     let mut backend = None;
     let mut gid_index = None;
-    let mut it = std::env::args_os().skip(1).map(|a| {
-        a.into_string()
-            .unwrap_or_else(|a| usage(&format!("argument {} is not UTF-8", a.to_string_lossy())))
-    });
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--backend" => {
-                let v = it
-                    .next()
-                    .unwrap_or_else(|| usage("--backend needs a value"));
-                backend = Some(BackendRequest::parse(&v).unwrap_or_else(|e| usage(&e.to_string())));
+    let mut p = Parser::from_env();
+    let parsed = (|| -> Result<(), String> {
+        while let Some(arg) = p.next().map_err(args::explain)? {
+            let f = args::flag(&arg);
+            match arg {
+                Long("backend") => {
+                    let v = args::value(&mut p, &f)?;
+                    backend = Some(BackendRequest::parse(&v).map_err(|e| e.to_string())?);
+                }
+                Long("gid-idx") => gid_index = Some(args::number(&mut p, &f)?),
+                Short('h') | Long("help") => {
+                    println!("{USAGE}");
+                    exit(0)
+                }
+                Value(d) if device.is_none() => device = Some(args::string(d)?),
+                arg => return Err(args::unexpected(arg)),
             }
-            "--gid-idx" => {
-                let v = it
-                    .next()
-                    .unwrap_or_else(|| usage("--gid-idx needs a number"));
-                gid_index = Some(
-                    v.parse()
-                        .unwrap_or_else(|_| usage(&format!("--gid-idx {v}: not a number"))),
-                );
-            }
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                exit(0)
-            }
-            s if s.starts_with('-') => usage(&format!("unknown option {s}")),
-            d if device.is_none() => device = Some(d.to_string()),
-            d => usage(&format!("unexpected argument {d}")),
         }
+        Ok(())
+    })();
+    if let Err(why) = parsed {
+        usage(&why);
     }
     let mut checks = Checks {
         passed: 0,

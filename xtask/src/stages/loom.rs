@@ -8,6 +8,7 @@
 //! mutant run passes only when loom catches the mutant), and every other model must still pass.
 //! Each build has its own target directory, `loom*` in cargo's, so reruns rebuild nothing.
 
+use crate::cli::{Parser, usage};
 use crate::test::{Run, counted_tests};
 use crate::util::{self, Result};
 
@@ -74,9 +75,12 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
 }
 
 /// `cargo xtask loom`.
-pub fn main(args: &[String]) -> Result {
-    if let Some(a) = args.first() {
-        util::bail!("`loom` takes no arguments (got {a:?}); set LOOM_MAX_PREEMPTIONS to widen");
+pub fn main(mut p: Parser) -> Result {
+    if let Some(arg) = p.next()? {
+        return Err(usage!(
+            "`loom` takes no arguments ({}); set LOOM_MAX_PREEMPTIONS to widen",
+            arg.unexpected()
+        ));
     }
     let mut r = Run::default();
     let note = run(&mut r)?;

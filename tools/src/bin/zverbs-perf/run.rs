@@ -11,7 +11,9 @@ use zverbs::{
     PostRecv, PostSend, QueueSet, Queues, RecvWr, SendFlags, SendWr, Sge, WcOpcode,
 };
 
-use crate::stats::{self, Histogram};
+use zverbs_tools::latency::{self, Recorder};
+use zverbs_tools::plot;
+
 use crate::watch::Watch;
 use crate::{Opts, Test};
 
@@ -452,17 +454,9 @@ where
         o.iters
     };
     let mut seen = Seen::default();
-    // The client of a latency test keeps one sample per measured iteration.
-    let mut lat: Vec<u64> = Vec::new();
-    if o.test.is_latency() && env.client {
-        lat.try_reserve_exact(o.iters).map_err(|e| {
-            format!(
-                "cannot hold {} latency samples ({} bytes): {e}; ask for fewer with -n",
-                o.iters,
-                o.iters.saturating_mul(8)
-            )
-        })?;
-    }
+    // The client of a latency test records every measured iteration into a histogram sized
+    // here, once: recording never allocates.
+    let mut lat = Recorder::new();
     let mut seconds = 0.0;
     // Signal one send in `sig`, so the send queue's credits come back.
     let sig = (o.tx_depth as u64 / 2).max(1);
@@ -524,7 +518,7 @@ where
                     )?;
                     q.sq.ring();
                 } else if i as usize >= o.warmup {
-                    lat.push(t0.elapsed().as_nanos() as u64 / 2);
+                    lat.record(t0.elapsed().as_nanos() as u64 / 2);
                 }
             }
         }
@@ -558,7 +552,7 @@ where
                     )?;
                     q.sq.ring();
                 } else if i as usize >= o.warmup {
-                    lat.push(t0.elapsed().as_nanos() as u64 / 2);
+                    lat.record(t0.elapsed().as_nanos() as u64 / 2);
                 }
             }
         }
@@ -582,7 +576,7 @@ where
                     w.idle("waiting for the READ or atomic to complete")?;
                 }
                 if i as usize >= o.warmup {
-                    lat.push(t0.elapsed().as_nanos() as u64);
+                    lat.record(t0.elapsed().as_nanos() as u64);
                 }
             }
         }
@@ -658,21 +652,27 @@ where
     }
 
     if o.test.is_latency() && env.client {
-        let s = stats::summarize(&mut lat);
-        say_raw!("{}", stats::latency_table(o.size, &s));
-        if o.test != Test::WriteLat && o.test != Test::SendLat {
+        say_raw!("{}", latency::latency_table(o.size, &lat.summary()));
+        if o.test.is_round_trip() {
             say!(" (READ and atomic latencies are full round trips, as perftest reports them)");
         }
         if let Some(f) = &o.histogram {
-            let h = Histogram::new(&lat, 60);
             let text = if f.ends_with(".svg") {
-                h.to_svg(&format!(
-                    "zverbs-perf {} {} B: latency histogram",
-                    o.test.name(),
-                    o.size
-                ))
+                plot::svg(
+                    &lat,
+                    &format!(
+                        "zverbs-perf {} {} B, {}",
+                        o.test.name(),
+                        o.size,
+                        if o.test.is_round_trip() {
+                            "full round trips"
+                        } else {
+                            "half round trips"
+                        }
+                    ),
+                )
             } else {
-                h.to_csv()
+                plot::csv(&lat)
             };
             std::fs::write(f, text)?;
             say!(" histogram written to {f}");
@@ -680,7 +680,7 @@ where
     } else if !o.test.is_latency() && (env.client || o.test == Test::SendBw) {
         say_raw!(
             "{}",
-            stats::bandwidth_table(o.size, o.iters, seconds.max(1e-9))
+            latency::bandwidth_table(o.size, o.iters, seconds.max(1e-9))
         );
     } else {
         say!(" server side done");

@@ -12,17 +12,17 @@
 //! closes, or in a one-process run the other side fails), or after `--timeout` seconds without
 //! progress. Arguments out of range are refused before anything is allocated.
 
-#[path = "../../../examples/common/device.rs"]
-mod device;
 mod run;
-mod stats;
 mod watch;
 
+use std::ffi::OsString;
 use std::net::ToSocketAddrs;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use zverbs::BackendRequest;
+use zverbs_tools::args::{self, Arg::*, Parser};
+use zverbs_tools::device;
 
 /// A test.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,6 +70,12 @@ impl Test {
         }
     }
 
+    /// Whether a latency is a full round trip (READ and atomics, as perftest reports them)
+    /// rather than half of one.
+    pub(crate) fn is_round_trip(self) -> bool {
+        matches!(self, Test::ReadLat | Test::AtomicLat)
+    }
+
     pub(crate) fn is_latency(self) -> bool {
         !matches!(self, Test::WriteBw | Test::SendBw)
     }
@@ -101,7 +107,7 @@ pub(crate) struct Opts {
 /// The largest message: 2 GiB, InfiniBand's limit (a port may allow less: checked once the
 /// device is open).
 pub(crate) const MAX_SIZE: usize = 1 << 31;
-/// The most iterations (and warm-up iterations): a latency test keeps 8 bytes per iteration.
+/// The most iterations (and warm-up iterations).
 pub(crate) const MAX_ITERS: usize = 1_000_000_000;
 /// The deepest send and receive queues asked for (devices allow less; they say so).
 pub(crate) const MAX_DEPTH: u32 = 1 << 16;
@@ -137,27 +143,13 @@ options:
   -h, --help              this text
 ";
 
-fn parse_num<T: std::str::FromStr>(flag: &str, v: Option<String>) -> Result<T, String> {
-    let v = v.ok_or_else(|| format!("{flag} needs a value"))?;
-    v.parse()
-        .map_err(|_| format!("{flag}: `{v}` is not a valid number"))
-}
-
-/// `v` as a number from `min` to `max`.
-fn parse_in<T>(flag: &str, v: Option<String>, min: T, max: T) -> Result<T, String>
+/// Parses the command line (without the program name). `Err("")` asks for the usage text.
+pub(crate) fn parse_args<I>(args: I) -> Result<Opts, String>
 where
-    T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy,
+    I: IntoIterator,
+    I::Item: Into<OsString>,
 {
-    let n: T = parse_num(flag, v)?;
-    if n < min || n > max {
-        return Err(format!("{flag} {n}: use {min} to {max}"));
-    }
-    Ok(n)
-}
-
-/// Parses the command line (without the program name).
-pub(crate) fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Opts, String> {
-    let mut it = args.into_iter();
+    let mut p = Parser::from_args(args);
     let mut test = None;
     let mut size = None;
     let mut iters = None;
@@ -181,46 +173,47 @@ pub(crate) fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Opts,
         hugepages: false,
         timeout: Duration::from_secs(30),
     };
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "-h" | "--help" => return Err(String::new()),
-            "-d" | "--device" => o.device = Some(it.next().ok_or("--device needs a value")?),
-            "-i" | "--ib-port" => o.ib_port = Some(parse_num(&a, it.next())?),
-            "-g" | "--gid-idx" => o.gid_index = Some(parse_num(&a, it.next())?),
-            "-p" | "--port" => o.port = parse_in(&a, it.next(), 1, u16::MAX)?,
-            "-s" | "--size" => size = Some(parse_in(&a, it.next(), 1, MAX_SIZE)?),
-            "-n" | "--iters" => iters = Some(parse_in(&a, it.next(), 1, MAX_ITERS)?),
-            "--warmup" => o.warmup = parse_in(&a, it.next(), 0, MAX_ITERS)?,
-            "-t" | "--tx-depth" => o.tx_depth = parse_in(&a, it.next(), 2, MAX_DEPTH)?,
-            "-r" | "--rx-depth" => o.rx_depth = parse_in(&a, it.next(), 2, MAX_DEPTH)?,
-            "-I" | "--inline" => o.inline = parse_num(&a, it.next())?,
-            "-m" | "--mtu" => {
-                let b: u32 = parse_num(&a, it.next())?;
+    while let Some(arg) = p.next().map_err(args::explain)? {
+        let f = args::flag(&arg);
+        match arg {
+            Short('h') | Long("help") => return Err(String::new()),
+            Short('d') | Long("device") => o.device = Some(args::value(&mut p, &f)?),
+            Short('i') | Long("ib-port") => o.ib_port = Some(args::number(&mut p, &f)?),
+            Short('g') | Long("gid-idx") => o.gid_index = Some(args::number(&mut p, &f)?),
+            Short('p') | Long("port") => o.port = args::in_range(&mut p, &f, 1, u16::MAX)?,
+            Short('s') | Long("size") => size = Some(args::in_range(&mut p, &f, 1, MAX_SIZE)?),
+            Short('n') | Long("iters") => iters = Some(args::in_range(&mut p, &f, 1, MAX_ITERS)?),
+            Long("warmup") => o.warmup = args::in_range(&mut p, &f, 0, MAX_ITERS)?,
+            Short('t') | Long("tx-depth") => o.tx_depth = args::in_range(&mut p, &f, 2, MAX_DEPTH)?,
+            Short('r') | Long("rx-depth") => o.rx_depth = args::in_range(&mut p, &f, 2, MAX_DEPTH)?,
+            Short('I') | Long("inline") => o.inline = args::number(&mut p, &f)?,
+            Short('m') | Long("mtu") => {
+                let b: u32 = args::number(&mut p, &f)?;
                 o.mtu = zverbs::Mtu::from_bytes(b)
-                    .ok_or_else(|| format!("--mtu {b}: use 256, 512, 1024, 2048 or 4096"))?;
+                    .ok_or_else(|| format!("{f} {b}: use 256, 512, 1024, 2048 or 4096"))?;
             }
-            "--cm" => o.cm = true,
-            "--backend" => {
-                let v = it.next().ok_or("--backend needs a value")?;
+            Long("cm") => o.cm = true,
+            Long("backend") => {
+                let v = args::value(&mut p, &f)?;
                 o.backend = Some(BackendRequest::parse(&v).map_err(|e| e.to_string())?);
             }
-            "--histogram" => {
-                let f = it.next().ok_or("--histogram needs a file name")?;
-                if !(f.ends_with(".svg") || f.ends_with(".csv")) {
-                    return Err(format!(
-                        "--histogram {f}: the name must end in .svg or .csv"
-                    ));
+            Long("histogram") => {
+                let file = args::value(&mut p, &f)?;
+                if !(file.ends_with(".svg") || file.ends_with(".csv")) {
+                    return Err(format!("{f} {file}: the name must end in .svg or .csv"));
                 }
-                o.histogram = Some(f);
+                o.histogram = Some(file);
             }
-            "--hugepages" => o.hugepages = true,
-            "--timeout" => o.timeout = Duration::from_secs(parse_in(&a, it.next(), 1, 24 * 3600)?),
-            s if s.starts_with('-') => return Err(format!("unknown option {s}")),
-            s if test.is_none() => {
-                test = Some(Test::parse(s).ok_or_else(|| format!("unknown test `{s}`"))?);
+            Long("hugepages") => o.hugepages = true,
+            Long("timeout") => {
+                o.timeout = Duration::from_secs(args::in_range(&mut p, &f, 1, 24 * 3600)?);
             }
-            s if o.server.is_none() => o.server = Some(s.to_string()),
-            s => return Err(format!("unexpected argument `{s}`")),
+            Value(v) if test.is_none() => {
+                let s = args::string(v)?;
+                test = Some(Test::parse(&s).ok_or_else(|| format!("unknown test `{s}`"))?);
+            }
+            Value(v) if o.server.is_none() => o.server = Some(args::string(v)?),
+            arg => return Err(args::unexpected(arg)),
         }
     }
     o.test =
@@ -353,27 +346,9 @@ fn finish(
     )
 }
 
-/// The command line without the program name, or which argument is not UTF-8.
-fn args() -> Result<Vec<String>, String> {
-    std::env::args_os()
-        .skip(1)
-        .enumerate()
-        .map(|(i, a)| {
-            a.into_string()
-                .map_err(|a| format!("argument {} ({}) is not UTF-8", i + 1, a.to_string_lossy()))
-        })
-        .collect()
-}
-
 fn main() -> ExitCode {
-    let args = match args() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("zverbs-perf: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    if args.first().map(String::as_str) == Some("devices") {
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    if args.first().is_some_and(|a| a == "devices") {
         return match run::list_devices() {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -412,7 +387,7 @@ mod tests {
     use super::*;
 
     fn p(s: &str) -> Result<Opts, String> {
-        parse_args(s.split_whitespace().map(String::from))
+        parse_args(s.split_whitespace())
     }
 
     #[test]
@@ -444,7 +419,7 @@ mod tests {
         assert!(
             p("write_lat -s x")
                 .unwrap_err()
-                .contains("not a valid number")
+                .contains("-s x: not a number")
         );
         assert!(
             p("write_lat --histogram out.png")

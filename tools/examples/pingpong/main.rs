@@ -2,9 +2,9 @@
 //! `ib_write_lat`; or, with `--rc`, an `ibv_rc_pingpong`-compatible peer.
 //!
 //! ```text
-//! cargo run --release -p zverbs --example pingpong -- [--op send|write] [--size N]
+//! cargo run --release -p zverbs-tools --example pingpong -- [--op send|write] [--size N]
 //!     [--iters N] [--device NAME] [--backend auto|direct|verbs] [--bf|--no-bf]
-//! cargo run --release -p zverbs --example pingpong -- --rc [ibv_rc_pingpong options] [host]
+//! cargo run --release -p zverbs-tools --example pingpong -- --rc [ibv_rc_pingpong options] [host]
 //! ```
 //!
 //! The first form opens a device (the one named with `--device` or `ZVERBS_DEVICE`, else the
@@ -21,8 +21,6 @@
 //! The second form (`--rc`, see `rc.rs`) talks to rdma-core's `ibv_rc_pingpong` over the
 //! network, as server or client.
 
-#[path = "../common/device.rs"]
-mod device;
 mod rc;
 
 use std::io::Write as _;
@@ -34,6 +32,9 @@ use zverbs::{
     AccessFlags, BackendRequest, Completion, ConnectAttr, ContextOptions, MrBuf, PollCq, PostRecv,
     PostSend, QueueSet, Queues, RecvWr, RemoteBuf, SendWr, WcStatus,
 };
+use zverbs_tools::args::{self, Arg::*, Parser};
+use zverbs_tools::device;
+use zverbs_tools::latency::{Recorder, Summary};
 
 const USAGE: &str = "\
 usage: pingpong [--op send|write] [--size BYTES] [--iters N] [--device NAME]
@@ -52,7 +53,7 @@ usage: pingpong [--op send|write] [--size BYTES] [--iters N] [--device NAME]
 
 /// The largest message.
 const MAX_SIZE: usize = 1 << 30;
-/// The most measured round trips (each keeps an 8-byte sample).
+/// The most measured round trips.
 const MAX_ITERS: u64 = 100_000_000;
 /// How long a wait on the device may see nothing before it fails: both ends are in this
 /// process, so the device answers in microseconds; seconds of nothing mean a lost message.
@@ -74,7 +75,8 @@ struct Args {
     backend: Option<BackendRequest>,
 }
 
-fn parse_args(argv: Vec<String>) -> Result<Args, String> {
+/// Parses the first form's arguments. `Err("")` asks for the usage text.
+fn parse_args(mut p: Parser) -> Result<Args, String> {
     let mut a = Args {
         op: Op::Send,
         size: 8,
@@ -83,49 +85,28 @@ fn parse_args(argv: Vec<String>) -> Result<Args, String> {
         device: None,
         backend: None,
     };
-    let mut it = argv.into_iter();
-    while let Some(arg) = it.next() {
-        let (flag, inline_value) = match arg.split_once('=') {
-            Some((f, v)) => (f.to_string(), Some(v.to_string())),
-            None => (arg.clone(), None),
-        };
-        let mut value = |name: &str| {
-            inline_value
-                .clone()
-                .or_else(|| it.next())
-                .ok_or_else(|| format!("{name} needs a value"))
-        };
-        match flag.as_str() {
-            "--op" => {
-                a.op = match value("--op")?.as_str() {
+    while let Some(arg) = p.next().map_err(args::explain)? {
+        let f = args::flag(&arg);
+        match arg {
+            Long("op") => {
+                a.op = match args::value(&mut p, &f)?.as_str() {
                     "send" => Op::Send,
                     "write" => Op::Write,
-                    other => return Err(format!("--op {other}: use send or write")),
+                    other => return Err(format!("{f} {other}: use send or write")),
                 }
             }
-            "--size" | "-s" => {
-                a.size = value("--size")?
-                    .parse()
-                    .map_err(|e| format!("--size: {e}"))?
-            }
-            "--iters" | "-n" => {
-                a.iters = value("--iters")?
-                    .parse()
-                    .map_err(|e| format!("--iters: {e}"))?
-            }
-            "--device" | "-d" => a.device = Some(value("--device")?),
-            "--backend" => {
-                let v = value("--backend")?;
+            Short('s') | Long("size") => a.size = args::number(&mut p, &f)?,
+            Short('n') | Long("iters") => a.iters = args::in_range(&mut p, &f, 1, MAX_ITERS)?,
+            Short('d') | Long("device") => a.device = Some(args::value(&mut p, &f)?),
+            Long("backend") => {
+                let v = args::value(&mut p, &f)?;
                 a.backend = Some(BackendRequest::parse(&v).map_err(|e| e.to_string())?);
             }
-            "--bf" => a.bf = true,
-            "--no-bf" => a.bf = false,
-            "--help" | "-h" => return Err(String::new()),
-            other => return Err(format!("unknown argument {other}")),
+            Long("bf") => a.bf = true,
+            Long("no-bf") => a.bf = false,
+            Short('h') | Long("help") => return Err(String::new()),
+            arg => return Err(args::unexpected(arg)),
         }
-    }
-    if a.iters == 0 || a.iters > MAX_ITERS {
-        return Err(format!("--iters {}: use 1 to {MAX_ITERS}", a.iters));
     }
     if a.size > MAX_SIZE {
         return Err(format!("--size {}: at most {MAX_SIZE} (1 GiB)", a.size));
@@ -267,11 +248,6 @@ impl Spin {
     }
 }
 
-fn percentile(sorted: &[u64], p: f64) -> u64 {
-    let idx = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1;
-    sorted[idx]
-}
-
 /// What the report says about the run, besides the figures.
 struct Setup {
     device: String,
@@ -381,16 +357,8 @@ fn bench<S: PostSend, R: PostRecv, C: PollCq>(
         }
     }
     let warmup = (args.iters / 10).clamp(1, 10_000);
-    let mut samples: Vec<u64> = Vec::new();
-    samples
-        .try_reserve_exact(args.iters as usize)
-        .map_err(|e| {
-            format!(
-                "cannot hold {} samples ({} bytes): {e}; ask for fewer with --iters",
-                args.iters,
-                args.iters * 8
-            )
-        })?;
+    // Half round trips, recorded into a histogram sized here, once: recording never allocates.
+    let mut lat = Recorder::new();
     let round_trip = |i: u64, a: &mut End<'_, S, R, C>, b: &mut End<'_, S, R, C>| -> Res<()> {
         let tag = (i % 255) as u8 + 1;
         match args.op {
@@ -423,7 +391,7 @@ fn bench<S: PostSend, R: PostRecv, C: PollCq>(
         let t0 = Instant::now();
         round_trip(warmup + i, &mut a, &mut b)?;
         let t1 = Instant::now();
-        samples.push((t1 - t0).as_nanos() as u64);
+        lat.record((t1 - t0).as_nanos() as u64 / 2);
         a.reap()?;
         b.reap()?;
         if long && i % 4096 == 0 && t1 - last_report >= Duration::from_secs(1) {
@@ -440,22 +408,13 @@ fn bench<S: PostSend, R: PostRecv, C: PollCq>(
     if long {
         eprintln!("\r  {0}/{0} round trips (100%)   ", args.iters);
     }
-    report(args, setup, a.inline, warmup, &mut samples, elapsed);
+    report(args, setup, a.inline, warmup, &lat.summary(), elapsed);
     Ok(())
 }
 
-fn report(
-    args: &Args,
-    setup: &Setup,
-    inline: bool,
-    warmup: u64,
-    samples: &mut [u64],
-    elapsed: Duration,
-) {
+fn report(args: &Args, setup: &Setup, inline: bool, warmup: u64, lat: &Summary, elapsed: Duration) {
     // Half round trips, in microseconds.
-    samples.sort_unstable();
-    let us = |ns: u64| ns as f64 / 2000.0;
-    let avg = samples.iter().sum::<u64>() as f64 / samples.len() as f64 / 2000.0;
+    let us = |ns: u64| ns as f64 / 1000.0;
     let line = "-".repeat(96);
     let title = match args.op {
         Op::Send => "Send Latency Test",
@@ -500,12 +459,12 @@ fn report(
         " {:>7} {:>11} {:>11.3} {:>11.3} {:>11.3} {:>12.3} {:>11.3} {:>11.3} {:>12.3}",
         args.size,
         args.iters,
-        us(samples[0]),
-        us(percentile(samples, 0.50)),
-        us(percentile(samples, 0.99)),
-        us(percentile(samples, 0.999)),
-        us(samples[samples.len() - 1]),
-        avg,
+        us(lat.min),
+        us(lat.p50),
+        us(lat.p99),
+        us(lat.p999),
+        us(lat.max),
+        lat.avg / 1000.0,
         2.0 * args.iters as f64 / elapsed.as_secs_f64() / 1e6,
     );
     println!("{line}");
@@ -518,21 +477,11 @@ fn report(
 }
 
 fn main() -> ExitCode {
-    let argv: Vec<String> = match std::env::args_os()
-        .skip(1)
-        .map(|a| a.into_string())
-        .collect::<Result<_, _>>()
-    {
-        Ok(v) => v,
-        Err(a) => {
-            eprintln!("pingpong: argument {} is not UTF-8", a.to_string_lossy());
-            return ExitCode::from(2);
-        }
-    };
-    if argv.first().map(String::as_str) == Some("--rc") {
-        return rc::main(argv[1..].to_vec());
+    let mut argv = std::env::args_os().skip(1).peekable();
+    if argv.next_if(|a| a == "--rc").is_some() {
+        return rc::main(Parser::from_args(argv));
     }
-    match parse_args(argv) {
+    match parse_args(Parser::from_args(argv)) {
         Ok(args) => match run(&args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

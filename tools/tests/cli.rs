@@ -94,7 +94,7 @@ fn perf(args: &[&str]) -> Command {
     command(env!("CARGO_BIN_EXE_zverbs-perf").into(), args)
 }
 
-/// An example of this crate, built now (a no-op when `cargo test` already built it with these
+/// An example of this package, built now (a no-op when `cargo test` already built it with these
 /// features) so that the binary run is the one of this source and these features.
 fn example(name: &str, args: &[&str]) -> Command {
     static BUILT: Mutex<Vec<(String, PathBuf)>> = Mutex::new(Vec::new());
@@ -113,7 +113,7 @@ fn example(name: &str, args: &[&str]) -> Command {
 /// `cargo build --example name` with this test's profile and features; the executable.
 fn build_example(name: &str) -> PathBuf {
     let mut c = Command::new(env!("CARGO"));
-    c.args(["build", "-p", "zverbs", "--example", name])
+    c.args(["build", "-p", "zverbs-tools", "--example", name])
         .arg("--message-format=json-render-diagnostics")
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .stderr(Stdio::inherit());
@@ -306,6 +306,68 @@ mod software_device {
         let o = silent_peer(false, &["-n", "10", "--warmup", "0", "--timeout", "1"]);
         refused(&o, 1, "nothing from the peer for 1 s");
         assert!(o.stderr.contains("--timeout"), "{}", o.text());
+    }
+
+    #[test]
+    fn zverbs_perf_runs_both_sides_on_the_software_device() {
+        for (test, port) in [("write_lat", "18601"), ("send_bw", "18602")] {
+            let o = run(perf(&[
+                test,
+                "-n",
+                "200",
+                "--warmup",
+                "10",
+                "-p",
+                port,
+                "-d",
+                "zverbs_sim0",
+            ]));
+            assert_eq!(o.code, Some(0), "{test}: {}", o.text());
+            assert!(o.stdout.contains("zverbs_sim0"), "{}", o.text());
+            assert!(
+                o.stdout.contains(" 200 "),
+                "{test} reports its iterations: {}",
+                o.text()
+            );
+        }
+    }
+
+    #[test]
+    fn zverbs_perf_draws_the_latency_picture_and_writes_the_counts() {
+        let dir = std::env::temp_dir().join(format!("zverbs-perf-cli-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for (name, port) in [("lat.svg", "18603"), ("lat.csv", "18604")] {
+            let file = dir.join(name);
+            let o = run(perf(&[
+                "write_lat",
+                "-n",
+                "300",
+                "--warmup",
+                "0",
+                "-p",
+                port,
+                "-d",
+                "zverbs_sim0",
+                "--histogram",
+                file.to_str().unwrap(),
+            ]));
+            assert_eq!(o.code, Some(0), "{}", o.text());
+            assert!(o.stdout.contains("histogram written to"), "{}", o.text());
+            let text = std::fs::read_to_string(&file).unwrap();
+            if name.ends_with(".svg") {
+                for part in ["Latency by percentile", "Histogram", ">99.9%<", "p99.9 "] {
+                    assert!(text.contains(part), "{part:?} missing from the SVG");
+                }
+            } else {
+                let mut lines = text.lines();
+                assert_eq!(lines.next(), Some("bin_start_ns,bin_end_ns,count"));
+                let counted: u64 = lines
+                    .map(|l| l.rsplit(',').next().unwrap().parse::<u64>().unwrap())
+                    .sum();
+                assert_eq!(counted, 300, "every measured iteration, once:\n{text}");
+            }
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -14,14 +14,17 @@
 
 use std::process::Command;
 
-use crate::test::{NOSTD_MANIFEST, Run};
-use crate::util::{self, Result, bail};
+use crate::test::Run;
+use crate::util::{self, Result, anyhow, bail};
 
 /// The proof's own target directory (`nostd` in cargo's), so that building it never waits on
 /// the workspace's lock.
 fn target_dir() -> std::path::PathBuf {
     util::target_dir().join("nostd")
 }
+
+/// The manifest of the proof, which is its own workspace.
+pub const MANIFEST: &str = "proofs/nostd/Cargo.toml";
 
 /// The binary the proof builds.
 const BINARY: &str = "zverbs-nostd-proof";
@@ -66,7 +69,7 @@ pub fn run(_: &mut Run) -> Result<Option<String>> {
 fn common_args() -> [std::ffi::OsString; 4] {
     [
         "--manifest-path".into(),
-        NOSTD_MANIFEST.into(),
+        MANIFEST.into(),
         "--target-dir".into(),
         target_dir().into(),
     ]
@@ -96,7 +99,7 @@ pub fn prove(target: &Target) -> Result<String> {
     println!("$ {}", util::show(&cmd));
     let status = cmd
         .status()
-        .map_err(|e| util::Error(format!("cannot run {}: {e}", util::show(&cmd))))?;
+        .map_err(|e| anyhow!("cannot run {}: {e}", util::show(&cmd)))?;
     match status.code() {
         Some(0) => {}
         Some(code) => {
@@ -174,7 +177,7 @@ fn tool_output(tool: &str, args: &[&str], exe: &std::path::Path) -> Result<Strin
         .args(args)
         .arg(exe)
         .output()
-        .map_err(|e| util::Error(format!("cannot run {tool} (binutils): {e}")))?;
+        .map_err(|e| anyhow!("cannot run {tool} (binutils): {e}"))?;
     if !out.status.success() {
         bail!(
             "{tool} failed on {BINARY}: {}",

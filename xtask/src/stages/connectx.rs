@@ -23,8 +23,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::cli::{self, Arg, Parser, usage};
 use crate::test::{Run, counted_tests};
-use crate::util::{self, Result, Table, bail};
+use crate::util::{self, Result, Table, anyhow, bail};
 
 /// How long one server or client may run.
 const TIMEOUT: Duration = Duration::from_secs(120);
@@ -63,25 +64,25 @@ fn emulated(cmd: &mut Command, so: &Path, sys: &Path) {
 }
 
 /// `cargo xtask emu [--] program [args]`.
-pub fn main(args: &[String]) -> Result {
-    let args = match args.first().map(String::as_str) {
-        Some("--") => &args[1..],
-        _ => args,
+pub fn main(mut p: Parser) -> Result {
+    let program = match p.next()? {
+        Some(Arg::Value(v)) => cli::string(v)?,
+        _ => {
+            return Err(usage!(
+                "usage: cargo xtask emu -- <program> [args]\n\n\
+                 runs the program on the emulated ConnectX (e.g. `cargo xtask emu -- ibv_devinfo`)"
+            ));
+        }
     };
-    let Some((program, rest)) = args.split_first() else {
-        bail!(
-            "usage: cargo xtask emu -- <program> [args]\n\n\
-             runs the program on the emulated ConnectX (e.g. `cargo xtask emu -- ibv_devinfo`)"
-        );
-    };
+    let rest = cli::rest(&mut p)?;
     let (so, sys) = build()?;
-    let mut cmd = Command::new(program);
+    let mut cmd = Command::new(&program);
     cmd.args(rest);
     emulated(&mut cmd, &so, &sys);
     println!("$ {}", util::show(&cmd));
     let status = cmd
         .status()
-        .map_err(|e| util::Error(format!("cannot start {program}: {e}")))?;
+        .map_err(|e| anyhow!("cannot start {program}: {e}"))?;
     if !status.success() {
         bail!("{program} failed ({status})");
     }
@@ -101,7 +102,7 @@ impl Proc {
         cmd.stdin(Stdio::null()).stdout(f.try_clone()?).stderr(f);
         let child = cmd
             .spawn()
-            .map_err(|e| util::Error(format!("cannot start {name}: {e}")))?;
+            .map_err(|e| anyhow!("cannot start {name}: {e}"))?;
         Ok(Self { child, out, name })
     }
 
@@ -300,7 +301,7 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
         "build",
         "--release",
         "-p",
-        "zverbs",
+        "zverbs-tools",
         "--bins",
         "--example",
         "loopback",

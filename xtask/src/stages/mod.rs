@@ -1,0 +1,120 @@
+//! The stages of `cargo xtask test`, one file each, in the order they run ([`STAGES`]).
+//!
+//! A stage is a function that runs its checks and returns a note for the summary; stages that
+//! run `cargo test` go through [`crate::test::counted_tests`], so their tests join the table
+//! and the final count. The `rxe` stage is [`crate::rxe::stage`] (with the VM it boots,
+//! [`crate::vm`]); the `connectx` stage also provides `cargo xtask emu`.
+
+pub mod aarch64;
+pub mod clippy;
+pub mod connectx;
+pub mod doc;
+pub mod fmt;
+pub mod loom;
+pub mod miri;
+pub mod nostd;
+pub mod prerequisites;
+pub mod test;
+
+use crate::test::Run;
+use crate::util::Result;
+
+/// One step of `cargo xtask test`.
+pub struct Stage {
+    /// Short name, for `--only` / `--skip` and the summary.
+    pub name: &'static str,
+    /// What it checks.
+    pub about: &'static str,
+    /// Runs it; `Some(note)` is shown in the summary.
+    pub run: fn(&mut Run) -> Result<Option<String>>,
+}
+
+/// The stages, in the order they run.
+pub const STAGES: &[Stage] = &[
+    Stage {
+        name: "prerequisites",
+        about: "system packages (apt when root) and toolchain components",
+        run: |_| prerequisites::ensure(),
+    },
+    Stage {
+        name: "fmt",
+        about: "cargo fmt --check, workspace and proofs",
+        run: fmt::run,
+    },
+    Stage {
+        name: "clippy",
+        about: "clippy on every target and feature (and without default features), warnings denied",
+        run: clippy::run,
+    },
+    Stage {
+        name: "test",
+        about: "the workspace's tests (unit, cross-checks, doc-tests), counted per crate",
+        run: test::run,
+    },
+    Stage {
+        name: "doc",
+        about: "rustdoc with warnings denied",
+        run: doc::run,
+    },
+    Stage {
+        name: "nostd",
+        about: "the no_std proof: the data-path crates linked into a no_std, no-alloc binary",
+        run: nostd::run,
+    },
+    Stage {
+        name: "miri",
+        about: "Miri (Stacked and Tree Borrows) on every test that needs no C library",
+        run: miri::run,
+    },
+    Stage {
+        name: "aarch64",
+        about: "the data path for aarch64: clippy, its tests under qemu-user, the no_std proof",
+        run: aarch64::run,
+    },
+    Stage {
+        name: "loom",
+        about: "loom models of the lock-free protocols, and each mutant rejected",
+        run: loom::run,
+    },
+    Stage {
+        name: "rxe",
+        about: "rdma-core's tools and the device tests on rxe devices in a qemu VM",
+        run: crate::rxe::stage,
+    },
+    Stage {
+        name: "connectx",
+        about: "the emulated ConnectX: WQEs and CQEs against libmlx5, perftest, ibv_rc_pingpong",
+        run: connectx::run,
+    },
+];
+
+/// Packages built with their default features off, each checked by clippy and tested on its
+/// own (a workspace build unifies features, so it would not see them): `zverbs` and
+/// `zverbs-tools` without the software device (feature `sim`).
+pub const NO_DEFAULT_FEATURES: &[&str] = &["zverbs", "zverbs-tools"];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stage_names_are_unique_and_in_ci_order() {
+        let names: Vec<&str> = STAGES.iter().map(|s| s.name).collect();
+        assert_eq!(
+            names,
+            [
+                "prerequisites",
+                "fmt",
+                "clippy",
+                "test",
+                "doc",
+                "nostd",
+                "miri",
+                "aarch64",
+                "loom",
+                "rxe",
+                "connectx"
+            ]
+        );
+    }
+}
