@@ -1,12 +1,13 @@
 //! Compiles a C probe against rdma-core's headers that records the size and alignment of
-//! every struct zverbs declares, the offset of every field, and the value of every constant;
-//! generates the matching Rust table from the same list.
+//! every struct zverbs hands to rdma-core, the offset of every field, and the value of every
+//! constant; generates the matching Rust table from the same list.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-/// A struct: the Rust path under `zverbs::ffi`, the C type, and its fields as
-/// `(rust field path, C field path)`; an empty C path means the same as the Rust one.
+/// A struct: its Rust path, the C type, and its fields as `(rust field path, C field path)`;
+/// an empty C path means the same as the Rust one. The item's name in the tables is the
+/// Rust type's.
 type Spec = (
     &'static str,
     &'static str,
@@ -14,9 +15,13 @@ type Spec = (
 );
 
 const STRUCTS: &[Spec] = &[
-    ("types::ibv_gid", "union ibv_gid", &[("raw", "")]),
     (
-        "types::ibv_gid_entry",
+        "zverbs_ffi::types::ibv_gid",
+        "union ibv_gid",
+        &[("raw", "")],
+    ),
+    (
+        "zverbs_ffi::types::ibv_gid_entry",
         "struct ibv_gid_entry",
         &[
             ("gid", ""),
@@ -27,7 +32,7 @@ const STRUCTS: &[Spec] = &[
         ],
     ),
     (
-        "types::ibv_device_attr",
+        "zverbs_ffi::types::ibv_device_attr",
         "struct ibv_device_attr",
         &[
             ("fw_ver", ""),
@@ -73,7 +78,7 @@ const STRUCTS: &[Spec] = &[
         ],
     ),
     (
-        "types::ibv_port_attr",
+        "zverbs_ffi::types::ibv_port_attr",
         "struct ibv_port_attr",
         &[
             ("state", ""),
@@ -101,7 +106,7 @@ const STRUCTS: &[Spec] = &[
         ],
     ),
     (
-        "types::ibv_wc",
+        "zverbs_ffi::types::ibv_wc",
         "struct ibv_wc",
         &[
             ("wr_id", ""),
@@ -121,12 +126,12 @@ const STRUCTS: &[Spec] = &[
         ],
     ),
     (
-        "types::ibv_pd",
+        "zverbs_ffi::types::ibv_pd",
         "struct ibv_pd",
         &[("context", ""), ("handle", "")],
     ),
     (
-        "types::ibv_mr",
+        "zverbs_ffi::types::ibv_mr",
         "struct ibv_mr",
         &[
             ("context", ""),
@@ -139,7 +144,7 @@ const STRUCTS: &[Spec] = &[
         ],
     ),
     (
-        "types::ibv_global_route",
+        "zverbs_ffi::types::ibv_global_route",
         "struct ibv_global_route",
         &[
             ("dgid", ""),
@@ -150,7 +155,7 @@ const STRUCTS: &[Spec] = &[
         ],
     ),
     (
-        "types::ibv_ah_attr",
+        "zverbs_ffi::types::ibv_ah_attr",
         "struct ibv_ah_attr",
         &[
             ("grh", ""),
@@ -163,7 +168,7 @@ const STRUCTS: &[Spec] = &[
         ],
     ),
     (
-        "types::ibv_qp_cap",
+        "zverbs_ffi::types::ibv_qp_cap",
         "struct ibv_qp_cap",
         &[
             ("max_send_wr", ""),
@@ -174,7 +179,7 @@ const STRUCTS: &[Spec] = &[
         ],
     ),
     (
-        "types::ibv_qp_init_attr",
+        "zverbs_ffi::types::ibv_qp_init_attr",
         "struct ibv_qp_init_attr",
         &[
             ("qp_context", ""),
@@ -187,7 +192,7 @@ const STRUCTS: &[Spec] = &[
         ],
     ),
     (
-        "types::ibv_rx_hash_conf",
+        "zverbs_ffi::types::ibv_rx_hash_conf",
         "struct ibv_rx_hash_conf",
         &[
             ("rx_hash_function", ""),
@@ -197,7 +202,7 @@ const STRUCTS: &[Spec] = &[
         ],
     ),
     (
-        "types::ibv_qp_init_attr_ex",
+        "zverbs_ffi::types::ibv_qp_init_attr_ex",
         "struct ibv_qp_init_attr_ex",
         &[
             ("qp_context", ""),
@@ -219,7 +224,7 @@ const STRUCTS: &[Spec] = &[
         ],
     ),
     (
-        "types::ibv_qp_attr",
+        "zverbs_ffi::types::ibv_qp_attr",
         "struct ibv_qp_attr",
         &[
             ("qp_state", ""),
@@ -251,7 +256,7 @@ const STRUCTS: &[Spec] = &[
         ],
     ),
     (
-        "types::ibv_send_wr",
+        "zverbs_ffi::types::ibv_send_wr",
         "struct ibv_send_wr",
         &[
             ("wr_id", ""),
@@ -284,12 +289,12 @@ const STRUCTS: &[Spec] = &[
         ],
     ),
     (
-        "types::ibv_send_wr_wr",
+        "zverbs_ffi::types::ibv_send_wr_wr",
         "__typeof__(((struct ibv_send_wr *)0)->wr)",
         &[],
     ),
     (
-        "types::ibv_mw_bind_info",
+        "zverbs_ffi::types::ibv_mw_bind_info",
         "struct ibv_mw_bind_info",
         &[
             ("mr", ""),
@@ -299,7 +304,7 @@ const STRUCTS: &[Spec] = &[
         ],
     ),
     (
-        "types::ibv_recv_wr",
+        "zverbs_ffi::types::ibv_recv_wr",
         "struct ibv_recv_wr",
         &[
             ("wr_id", ""),
@@ -309,17 +314,17 @@ const STRUCTS: &[Spec] = &[
         ],
     ),
     (
-        "types::ibv_sge",
+        "zverbs_ffi::types::ibv_sge",
         "struct ibv_sge",
         &[("addr", ""), ("length", ""), ("lkey", "")],
     ),
     (
-        "types::ibv_comp_channel",
+        "zverbs_ffi::types::ibv_comp_channel",
         "struct ibv_comp_channel",
         &[("context", ""), ("fd", ""), ("refcnt", "")],
     ),
     (
-        "types::ibv_cq",
+        "zverbs_ffi::types::ibv_cq",
         "struct ibv_cq",
         &[
             ("context", ""),
@@ -334,7 +339,7 @@ const STRUCTS: &[Spec] = &[
         ],
     ),
     (
-        "types::ibv_qp",
+        "zverbs_ffi::types::ibv_qp",
         "struct ibv_qp",
         &[
             ("context", ""),
@@ -353,7 +358,7 @@ const STRUCTS: &[Spec] = &[
         ],
     ),
     (
-        "types::ibv_context_ops",
+        "zverbs_ffi::types::ibv_context_ops",
         "struct ibv_context_ops",
         &[
             ("_compat_query_device", ""),
@@ -391,7 +396,7 @@ const STRUCTS: &[Spec] = &[
         ],
     ),
     (
-        "types::ibv_context",
+        "zverbs_ffi::types::ibv_context",
         "struct ibv_context",
         &[
             ("device", ""),
@@ -404,7 +409,7 @@ const STRUCTS: &[Spec] = &[
         ],
     ),
     (
-        "types::verbs_context",
+        "zverbs_ffi::types::verbs_context",
         "struct verbs_context",
         &[
             ("query_port", ""),
@@ -423,13 +428,17 @@ const STRUCTS: &[Spec] = &[
         ],
     ),
     (
-        "types::ibv_td_init_attr",
+        "zverbs_ffi::types::ibv_td_init_attr",
         "struct ibv_td_init_attr",
         &[("comp_mask", "")],
     ),
-    ("types::ibv_td", "struct ibv_td", &[("context", "")]),
     (
-        "types::ibv_parent_domain_init_attr",
+        "zverbs_ffi::types::ibv_td",
+        "struct ibv_td",
+        &[("context", "")],
+    ),
+    (
+        "zverbs_ffi::types::ibv_parent_domain_init_attr",
         "struct ibv_parent_domain_init_attr",
         &[
             ("pd", ""),
@@ -441,7 +450,7 @@ const STRUCTS: &[Spec] = &[
         ],
     ),
     (
-        "types::mlx5dv_obj",
+        "zverbs_ffi::types::mlx5dv_obj",
         "struct mlx5dv_obj",
         &[
             ("qp", ""),
@@ -459,12 +468,12 @@ const STRUCTS: &[Spec] = &[
         ],
     ),
     (
-        "types::mlx5dv_dci_streams",
+        "zverbs_ffi::types::mlx5dv_dci_streams",
         "struct mlx5dv_dci_streams",
         &[("log_num_concurent", ""), ("log_num_errored", "")],
     ),
     (
-        "types::mlx5dv_dc_init_attr",
+        "zverbs_ffi::types::mlx5dv_dc_init_attr",
         "struct mlx5dv_dc_init_attr",
         &[
             ("dc_type", ""),
@@ -473,7 +482,7 @@ const STRUCTS: &[Spec] = &[
         ],
     ),
     (
-        "types::mlx5dv_qp_init_attr",
+        "zverbs_ffi::types::mlx5dv_qp_init_attr",
         "struct mlx5dv_qp_init_attr",
         &[
             ("comp_mask", ""),
@@ -482,18 +491,63 @@ const STRUCTS: &[Spec] = &[
             ("send_ops_flags", ""),
         ],
     ),
+    // Types of other crates that zverbs hands to rdma-core: the scatter entry libibverbs reads
+    // (a run of `Sge` is a `sg_list`), and the out-structs `mlx5dv_init_obj` fills.
     (
-        "cm::rdma_event_channel",
+        "zverbs_core::Sge",
+        "struct ibv_sge",
+        &[("addr", ""), ("length", ""), ("lkey", "")],
+    ),
+    (
+        "zverbs_mlx5dv::prm::dv::mlx5dv_qp",
+        "struct mlx5dv_qp",
+        &[
+            ("dbrec", ""),
+            ("sq", ""),
+            ("sq.buf", ""),
+            ("sq.wqe_cnt", ""),
+            ("sq.stride", ""),
+            ("rq", ""),
+            ("rq.buf", ""),
+            ("rq.wqe_cnt", ""),
+            ("rq.stride", ""),
+            ("bf", ""),
+            ("bf.reg", ""),
+            ("bf.size", ""),
+            ("comp_mask", ""),
+            ("uar_mmap_offset", ""),
+            ("tirn", ""),
+            ("tisn", ""),
+            ("rqn", ""),
+            ("sqn", ""),
+            ("tir_icm_addr", ""),
+        ],
+    ),
+    (
+        "zverbs_mlx5dv::prm::dv::mlx5dv_cq",
+        "struct mlx5dv_cq",
+        &[
+            ("buf", ""),
+            ("dbrec", ""),
+            ("cqe_cnt", ""),
+            ("cqe_size", ""),
+            ("cq_uar", ""),
+            ("cqn", ""),
+            ("comp_mask", ""),
+        ],
+    ),
+    (
+        "zverbs_ffi::cm::rdma_event_channel",
         "struct rdma_event_channel",
         &[("fd", "")],
     ),
     (
-        "cm::rdma_ib_addr",
+        "zverbs_ffi::cm::rdma_ib_addr",
         "struct rdma_ib_addr",
         &[("sgid", ""), ("dgid", ""), ("pkey", "")],
     ),
     (
-        "cm::rdma_addr",
+        "zverbs_ffi::cm::rdma_addr",
         "struct rdma_addr",
         &[
             ("src_storage", ""),
@@ -502,12 +556,12 @@ const STRUCTS: &[Spec] = &[
         ],
     ),
     (
-        "cm::rdma_route",
+        "zverbs_ffi::cm::rdma_route",
         "struct rdma_route",
         &[("addr", ""), ("path_rec", ""), ("num_paths", "")],
     ),
     (
-        "cm::rdma_cm_id",
+        "zverbs_ffi::cm::rdma_cm_id",
         "struct rdma_cm_id",
         &[
             ("verbs", ""),
@@ -528,7 +582,7 @@ const STRUCTS: &[Spec] = &[
         ],
     ),
     (
-        "cm::rdma_conn_param",
+        "zverbs_ffi::cm::rdma_conn_param",
         "struct rdma_conn_param",
         &[
             ("private_data", ""),
@@ -543,7 +597,7 @@ const STRUCTS: &[Spec] = &[
         ],
     ),
     (
-        "cm::rdma_ud_param",
+        "zverbs_ffi::cm::rdma_ud_param",
         "struct rdma_ud_param",
         &[
             ("private_data", ""),
@@ -554,7 +608,7 @@ const STRUCTS: &[Spec] = &[
         ],
     ),
     (
-        "cm::rdma_cm_event",
+        "zverbs_ffi::cm::rdma_cm_event",
         "struct rdma_cm_event",
         &[
             ("id", ""),
@@ -568,95 +622,194 @@ const STRUCTS: &[Spec] = &[
     ),
 ];
 
-/// Constants: `(Rust expression under zverbs::ffi, C expression)`.
+/// Constants: `(Rust path, C expression)`.
 const CONSTS: &[(&str, &str)] = &[
-    ("types::IBV_WR_RDMA_WRITE", "IBV_WR_RDMA_WRITE"),
+    ("zverbs_ffi::types::IBV_WR_RDMA_WRITE", "IBV_WR_RDMA_WRITE"),
     (
-        "types::IBV_WR_RDMA_WRITE_WITH_IMM",
+        "zverbs_ffi::types::IBV_WR_RDMA_WRITE_WITH_IMM",
         "IBV_WR_RDMA_WRITE_WITH_IMM",
     ),
-    ("types::IBV_WR_SEND", "IBV_WR_SEND"),
-    ("types::IBV_WR_SEND_WITH_IMM", "IBV_WR_SEND_WITH_IMM"),
-    ("types::IBV_WR_RDMA_READ", "IBV_WR_RDMA_READ"),
+    ("zverbs_ffi::types::IBV_WR_SEND", "IBV_WR_SEND"),
     (
-        "types::IBV_WR_ATOMIC_CMP_AND_SWP",
+        "zverbs_ffi::types::IBV_WR_SEND_WITH_IMM",
+        "IBV_WR_SEND_WITH_IMM",
+    ),
+    ("zverbs_ffi::types::IBV_WR_RDMA_READ", "IBV_WR_RDMA_READ"),
+    (
+        "zverbs_ffi::types::IBV_WR_ATOMIC_CMP_AND_SWP",
         "IBV_WR_ATOMIC_CMP_AND_SWP",
     ),
     (
-        "types::IBV_WR_ATOMIC_FETCH_AND_ADD",
+        "zverbs_ffi::types::IBV_WR_ATOMIC_FETCH_AND_ADD",
         "IBV_WR_ATOMIC_FETCH_AND_ADD",
     ),
-    ("types::IBV_SEND_SIGNALED", "IBV_SEND_SIGNALED"),
-    ("types::IBV_SEND_INLINE", "IBV_SEND_INLINE"),
-    ("types::IBV_QPT_RC", "IBV_QPT_RC"),
-    ("types::IBV_QP_INIT_ATTR_PD", "IBV_QP_INIT_ATTR_PD"),
+    ("zverbs_ffi::types::IBV_SEND_FENCE", "IBV_SEND_FENCE"),
+    ("zverbs_ffi::types::IBV_SEND_SIGNALED", "IBV_SEND_SIGNALED"),
     (
-        "types::MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS",
+        "zverbs_ffi::types::IBV_SEND_SOLICITED",
+        "IBV_SEND_SOLICITED",
+    ),
+    ("zverbs_ffi::types::IBV_SEND_INLINE", "IBV_SEND_INLINE"),
+    (
+        "zverbs_ffi::types::IBV_ACCESS_LOCAL_WRITE",
+        "IBV_ACCESS_LOCAL_WRITE",
+    ),
+    (
+        "zverbs_ffi::types::IBV_ACCESS_REMOTE_WRITE",
+        "IBV_ACCESS_REMOTE_WRITE",
+    ),
+    (
+        "zverbs_ffi::types::IBV_ACCESS_REMOTE_READ",
+        "IBV_ACCESS_REMOTE_READ",
+    ),
+    (
+        "zverbs_ffi::types::IBV_ACCESS_REMOTE_ATOMIC",
+        "IBV_ACCESS_REMOTE_ATOMIC",
+    ),
+    ("zverbs_ffi::types::IBV_QPS_RESET", "IBV_QPS_RESET"),
+    ("zverbs_ffi::types::IBV_QPS_INIT", "IBV_QPS_INIT"),
+    ("zverbs_ffi::types::IBV_QPS_RTR", "IBV_QPS_RTR"),
+    ("zverbs_ffi::types::IBV_QPS_RTS", "IBV_QPS_RTS"),
+    ("zverbs_ffi::types::IBV_QPS_SQD", "IBV_QPS_SQD"),
+    ("zverbs_ffi::types::IBV_QPS_SQE", "IBV_QPS_SQE"),
+    ("zverbs_ffi::types::IBV_QPS_ERR", "IBV_QPS_ERR"),
+    ("zverbs_ffi::types::IBV_MTU_256", "IBV_MTU_256"),
+    ("zverbs_ffi::types::IBV_MTU_512", "IBV_MTU_512"),
+    ("zverbs_ffi::types::IBV_MTU_1024", "IBV_MTU_1024"),
+    ("zverbs_ffi::types::IBV_MTU_2048", "IBV_MTU_2048"),
+    ("zverbs_ffi::types::IBV_MTU_4096", "IBV_MTU_4096"),
+    ("zverbs_ffi::types::IBV_QPT_RC", "IBV_QPT_RC"),
+    (
+        "zverbs_ffi::types::IBV_QP_INIT_ATTR_PD",
+        "IBV_QP_INIT_ATTR_PD",
+    ),
+    (
+        "zverbs_ffi::types::MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS",
         "MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS",
     ),
     (
-        "types::MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE",
+        "zverbs_ffi::types::MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE",
         "MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE",
     ),
-    ("types::MLX5DV_OBJ_QP", "MLX5DV_OBJ_QP"),
-    ("types::MLX5DV_OBJ_CQ", "MLX5DV_OBJ_CQ"),
+    ("zverbs_ffi::types::MLX5DV_OBJ_QP", "MLX5DV_OBJ_QP"),
+    ("zverbs_ffi::types::MLX5DV_OBJ_CQ", "MLX5DV_OBJ_CQ"),
     (
-        "types::IBV_LINK_LAYER_INFINIBAND",
+        "zverbs_ffi::types::IBV_LINK_LAYER_INFINIBAND",
         "IBV_LINK_LAYER_INFINIBAND",
     ),
-    ("types::IBV_LINK_LAYER_ETHERNET", "IBV_LINK_LAYER_ETHERNET"),
-    ("types::IBV_GID_TYPE_IB", "IBV_GID_TYPE_IB"),
-    ("types::IBV_GID_TYPE_ROCE_V1", "IBV_GID_TYPE_ROCE_V1"),
-    ("types::IBV_GID_TYPE_ROCE_V2", "IBV_GID_TYPE_ROCE_V2"),
-    ("types::qp_attr_mask::IBV_QP_STATE", "IBV_QP_STATE"),
     (
-        "types::qp_attr_mask::IBV_QP_ACCESS_FLAGS",
+        "zverbs_ffi::types::IBV_LINK_LAYER_ETHERNET",
+        "IBV_LINK_LAYER_ETHERNET",
+    ),
+    ("zverbs_ffi::types::IBV_GID_TYPE_IB", "IBV_GID_TYPE_IB"),
+    (
+        "zverbs_ffi::types::IBV_GID_TYPE_ROCE_V1",
+        "IBV_GID_TYPE_ROCE_V1",
+    ),
+    (
+        "zverbs_ffi::types::IBV_GID_TYPE_ROCE_V2",
+        "IBV_GID_TYPE_ROCE_V2",
+    ),
+    (
+        "zverbs_ffi::types::qp_attr_mask::IBV_QP_STATE",
+        "IBV_QP_STATE",
+    ),
+    (
+        "zverbs_ffi::types::qp_attr_mask::IBV_QP_ACCESS_FLAGS",
         "IBV_QP_ACCESS_FLAGS",
     ),
     (
-        "types::qp_attr_mask::IBV_QP_PKEY_INDEX",
+        "zverbs_ffi::types::qp_attr_mask::IBV_QP_PKEY_INDEX",
         "IBV_QP_PKEY_INDEX",
     ),
-    ("types::qp_attr_mask::IBV_QP_PORT", "IBV_QP_PORT"),
-    ("types::qp_attr_mask::IBV_QP_AV", "IBV_QP_AV"),
-    ("types::qp_attr_mask::IBV_QP_PATH_MTU", "IBV_QP_PATH_MTU"),
-    ("types::qp_attr_mask::IBV_QP_TIMEOUT", "IBV_QP_TIMEOUT"),
-    ("types::qp_attr_mask::IBV_QP_RETRY_CNT", "IBV_QP_RETRY_CNT"),
-    ("types::qp_attr_mask::IBV_QP_RNR_RETRY", "IBV_QP_RNR_RETRY"),
-    ("types::qp_attr_mask::IBV_QP_RQ_PSN", "IBV_QP_RQ_PSN"),
     (
-        "types::qp_attr_mask::IBV_QP_MAX_QP_RD_ATOMIC",
+        "zverbs_ffi::types::qp_attr_mask::IBV_QP_PORT",
+        "IBV_QP_PORT",
+    ),
+    ("zverbs_ffi::types::qp_attr_mask::IBV_QP_AV", "IBV_QP_AV"),
+    (
+        "zverbs_ffi::types::qp_attr_mask::IBV_QP_PATH_MTU",
+        "IBV_QP_PATH_MTU",
+    ),
+    (
+        "zverbs_ffi::types::qp_attr_mask::IBV_QP_TIMEOUT",
+        "IBV_QP_TIMEOUT",
+    ),
+    (
+        "zverbs_ffi::types::qp_attr_mask::IBV_QP_RETRY_CNT",
+        "IBV_QP_RETRY_CNT",
+    ),
+    (
+        "zverbs_ffi::types::qp_attr_mask::IBV_QP_RNR_RETRY",
+        "IBV_QP_RNR_RETRY",
+    ),
+    (
+        "zverbs_ffi::types::qp_attr_mask::IBV_QP_RQ_PSN",
+        "IBV_QP_RQ_PSN",
+    ),
+    (
+        "zverbs_ffi::types::qp_attr_mask::IBV_QP_MAX_QP_RD_ATOMIC",
         "IBV_QP_MAX_QP_RD_ATOMIC",
     ),
     (
-        "types::qp_attr_mask::IBV_QP_MIN_RNR_TIMER",
+        "zverbs_ffi::types::qp_attr_mask::IBV_QP_MIN_RNR_TIMER",
         "IBV_QP_MIN_RNR_TIMER",
     ),
-    ("types::qp_attr_mask::IBV_QP_SQ_PSN", "IBV_QP_SQ_PSN"),
     (
-        "types::qp_attr_mask::IBV_QP_MAX_DEST_RD_ATOMIC",
+        "zverbs_ffi::types::qp_attr_mask::IBV_QP_SQ_PSN",
+        "IBV_QP_SQ_PSN",
+    ),
+    (
+        "zverbs_ffi::types::qp_attr_mask::IBV_QP_MAX_DEST_RD_ATOMIC",
         "IBV_QP_MAX_DEST_RD_ATOMIC",
     ),
-    ("types::qp_attr_mask::IBV_QP_CAP", "IBV_QP_CAP"),
-    ("types::qp_attr_mask::IBV_QP_DEST_QPN", "IBV_QP_DEST_QPN"),
-    ("cm::RDMA_PS_TCP", "RDMA_PS_TCP"),
-    ("cm::event::ADDR_RESOLVED", "RDMA_CM_EVENT_ADDR_RESOLVED"),
-    ("cm::event::ADDR_ERROR", "RDMA_CM_EVENT_ADDR_ERROR"),
-    ("cm::event::ROUTE_RESOLVED", "RDMA_CM_EVENT_ROUTE_RESOLVED"),
-    ("cm::event::ROUTE_ERROR", "RDMA_CM_EVENT_ROUTE_ERROR"),
+    ("zverbs_ffi::types::qp_attr_mask::IBV_QP_CAP", "IBV_QP_CAP"),
     (
-        "cm::event::CONNECT_REQUEST",
+        "zverbs_ffi::types::qp_attr_mask::IBV_QP_DEST_QPN",
+        "IBV_QP_DEST_QPN",
+    ),
+    ("zverbs_ffi::cm::RDMA_PS_TCP", "RDMA_PS_TCP"),
+    (
+        "zverbs_ffi::cm::event::ADDR_RESOLVED",
+        "RDMA_CM_EVENT_ADDR_RESOLVED",
+    ),
+    (
+        "zverbs_ffi::cm::event::ADDR_ERROR",
+        "RDMA_CM_EVENT_ADDR_ERROR",
+    ),
+    (
+        "zverbs_ffi::cm::event::ROUTE_RESOLVED",
+        "RDMA_CM_EVENT_ROUTE_RESOLVED",
+    ),
+    (
+        "zverbs_ffi::cm::event::ROUTE_ERROR",
+        "RDMA_CM_EVENT_ROUTE_ERROR",
+    ),
+    (
+        "zverbs_ffi::cm::event::CONNECT_REQUEST",
         "RDMA_CM_EVENT_CONNECT_REQUEST",
     ),
     (
-        "cm::event::CONNECT_RESPONSE",
+        "zverbs_ffi::cm::event::CONNECT_RESPONSE",
         "RDMA_CM_EVENT_CONNECT_RESPONSE",
     ),
-    ("cm::event::CONNECT_ERROR", "RDMA_CM_EVENT_CONNECT_ERROR"),
-    ("cm::event::UNREACHABLE", "RDMA_CM_EVENT_UNREACHABLE"),
-    ("cm::event::REJECTED", "RDMA_CM_EVENT_REJECTED"),
-    ("cm::event::ESTABLISHED", "RDMA_CM_EVENT_ESTABLISHED"),
-    ("cm::event::DISCONNECTED", "RDMA_CM_EVENT_DISCONNECTED"),
+    (
+        "zverbs_ffi::cm::event::CONNECT_ERROR",
+        "RDMA_CM_EVENT_CONNECT_ERROR",
+    ),
+    (
+        "zverbs_ffi::cm::event::UNREACHABLE",
+        "RDMA_CM_EVENT_UNREACHABLE",
+    ),
+    ("zverbs_ffi::cm::event::REJECTED", "RDMA_CM_EVENT_REJECTED"),
+    (
+        "zverbs_ffi::cm::event::ESTABLISHED",
+        "RDMA_CM_EVENT_ESTABLISHED",
+    ),
+    (
+        "zverbs_ffi::cm::event::DISCONNECTED",
+        "RDMA_CM_EVENT_DISCONNECTED",
+    ),
 ];
 
 /// C enum types whose size the Rust declarations assume to be 4 bytes (`c_uint`).
@@ -717,12 +870,12 @@ fn main() {
         writeln!(c, "  {{\"{name} align\", _Alignof({cty})}},").unwrap();
         writeln!(
             rs,
-            "  (\"{name} size\", ::core::mem::size_of::<zverbs::ffi::{rust}>() as u64),"
+            "  (\"{name} size\", ::core::mem::size_of::<{rust}>() as u64),"
         )
         .unwrap();
         writeln!(
             rs,
-            "  (\"{name} align\", ::core::mem::align_of::<zverbs::ffi::{rust}>() as u64),"
+            "  (\"{name} align\", ::core::mem::align_of::<{rust}>() as u64),"
         )
         .unwrap();
         for (rf, cf) in *fields {
@@ -730,7 +883,7 @@ fn main() {
             writeln!(c, "  {{\"{name}.{cf}\", offsetof({cty}, {cf})}},").unwrap();
             writeln!(
                 rs,
-                "  (\"{name}.{cf}\", ::core::mem::offset_of!(zverbs::ffi::{rust}, {rf}) as u64),"
+                "  (\"{name}.{cf}\", ::core::mem::offset_of!({rust}, {rf}) as u64),"
             )
             .unwrap();
         }
@@ -741,7 +894,7 @@ fn main() {
     }
     for (rust, cexpr) in CONSTS {
         writeln!(c, "  {{\"{cexpr}\", (unsigned long long)({cexpr})}},").unwrap();
-        writeln!(rs, "  (\"{cexpr}\", zverbs::ffi::{rust} as u64),").unwrap();
+        writeln!(rs, "  (\"{cexpr}\", {rust} as u64),").unwrap();
     }
     c.push_str("};\nconst unsigned long long zverbs_abi_count = sizeof(zverbs_abi_entries) / sizeof(zverbs_abi_entries[0]);\n");
     rs.push_str("];\n");

@@ -1,11 +1,13 @@
 //! # zverbs-abi
 //!
-//! Checks zverbs' hand-written rdma-core FFI (`zverbs::ffi`) against the system's headers.
-//! The build script compiles a C probe against `<infiniband/verbs.h>`, `<infiniband/mlx5dv.h>`
-//! and `<rdma/rdma_cma.h>` that records the size and alignment of every struct zverbs
-//! declares, the offset of every field, the size of the enums the declarations assume to be
-//! 4 bytes, and the value of every constant; the Rust side computes the same list from the
-//! declarations. [`compare`] pairs them up.
+//! Checks zverbs' hand-written rdma-core binding (crate `zverbs-ffi`, re-exported as
+//! `zverbs::ffi`) against the system's headers, with the types of other crates that zverbs
+//! hands to rdma-core: `zverbs_core::Sge` (a run of them is a verbs `sg_list`) and the
+//! `mlx5dv_init_obj` out-structs of `zverbs_mlx5dv::prm::dv`. The build script compiles a C
+//! probe against `<infiniband/verbs.h>`, `<infiniband/mlx5dv.h>` and `<rdma/rdma_cma.h>` that
+//! records the size and alignment of every struct, the offset of every field, the size of the
+//! enums the declarations assume to be 4 bytes, and the value of every constant; the Rust side
+//! computes the same list from the declarations. [`compare`] pairs them up.
 //!
 //! Needs the `libibverbs-dev` and `librdmacm-dev` packages at build time (the build fails
 //! naming them otherwise); nothing of rdma-core is linked or loaded.

@@ -19,3 +19,78 @@ fn the_probe_sees_real_values() {
     assert_eq!(get("ibv_send_wr size"), Some(128));
     assert_eq!(get("IBV_WR_ATOMIC_FETCH_AND_ADD"), Some(6));
 }
+
+/// The `pub struct`, `pub union` and `pub const` names declared in `src` (not the associated
+/// constants of type `Self`, which are values built in Rust).
+fn declared(src: &str) -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
+    for line in src.lines().map(str::trim_start) {
+        if line.contains(": Self =") {
+            continue;
+        }
+        for (kind, prefix) in [
+            ("type", "pub struct "),
+            ("type", "pub union "),
+            ("const", "pub const "),
+        ] {
+            if let Some(rest) = line.strip_prefix(prefix) {
+                let name: String = rest
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                out.push((kind, name));
+            }
+        }
+    }
+    out
+}
+
+/// Every struct, union and constant of the binding, and the `mlx5dv_init_obj` out-structs the
+/// direct path declares, is in the check: a declaration added without its entry in
+/// `build.rs` fails here. What the check reaches another way is listed with the reason.
+#[test]
+fn every_declaration_is_in_the_check() {
+    // Members that C declares inline (anonymous structs and unions), checked through the
+    // offsets of the struct that holds them.
+    const INLINE_IN_C: &[&str] = &[
+        "ibv_send_wr_rdma",
+        "ibv_send_wr_atomic",
+        "ibv_send_wr_ud",
+        "ibv_send_wr_qp_type",
+        "ibv_send_wr_bind_mw",
+        "ibv_send_wr_tso",
+        "ibv_send_wr_ext",
+        "mlx5dv_obj_pair",
+        "mlx5dv_dc_init_attr_u",
+        "rdma_cm_event_param",
+        "mlx5dv_qp_wq",
+        "mlx5dv_qp_bf",
+    ];
+    // Opaque in C (only pointers are handled), or not a number the probe can print.
+    const UNCHECKABLE: &[&str] = &["ibv_device", "VERBS_ABI_IS_EXTENDED"];
+    let sources = [
+        include_str!("../../ffi/src/types.rs"),
+        include_str!("../../ffi/src/cm.rs"),
+        include_str!("../../mlx5dv/src/prm/dv.rs"),
+    ];
+    let table = zverbs_abi::rust_table();
+    let has = |name: &str| table.iter().any(|(n, _)| *n == name);
+    let mut missing = Vec::new();
+    let mut seen = 0;
+    for (kind, name) in sources.iter().flat_map(|s| declared(s)) {
+        seen += 1;
+        if INLINE_IN_C.contains(&name.as_str()) || UNCHECKABLE.contains(&name.as_str()) {
+            continue;
+        }
+        let checked = match kind {
+            "type" => has(&format!("{name} size")),
+            // librdmacm's event types are `RDMA_CM_EVENT_*` in C, `cm::event::*` here.
+            _ => has(&name) || has(&format!("RDMA_CM_EVENT_{name}")),
+        };
+        if !checked {
+            missing.push(name);
+        }
+    }
+    assert!(seen > 100, "only {seen} declarations found");
+    assert!(missing.is_empty(), "declared but not checked: {missing:?}");
+}

@@ -3,10 +3,11 @@
 
 use std::ptr::null_mut;
 
-use crate::ffi::{self, IbvSendWr, IbvWc, ZvbCq, ZvbQpTable, ZvbSq, ZvbWrDesc};
+use crate::ffi::{self, ZvbCq, ZvbQpTable, ZvbSq, ZvbWrDesc};
 use crate::mem::QpMem;
 use crate::ours::CAPS;
 use crate::{Fixture, QPN};
+use zverbs_ffi::types::{ibv_send_wr, ibv_wc};
 
 /// A send queue and CQ driven by the C baselines over [`QpMem`].
 pub struct CBase {
@@ -116,7 +117,7 @@ fn leak_array<T: Clone>(v: T, n: usize) -> *mut T {
 
 /// A chain of `n` verbs requests (one gather entry each), built by C, freed on drop.
 pub struct WrChain {
-    head: *mut IbvSendWr,
+    head: *mut ibv_send_wr,
 }
 
 impl WrChain {
@@ -133,7 +134,7 @@ impl WrChain {
     }
 
     /// The first request.
-    pub fn head(&self) -> *mut IbvSendWr {
+    pub fn head(&self) -> *mut ibv_send_wr {
         self.head
     }
 }
@@ -146,6 +147,6 @@ impl Drop for WrChain {
 }
 
 /// A zeroed `ibv_wc` array for polling.
-pub fn wcs<const N: usize>() -> [IbvWc; N] {
-    [IbvWc::default(); N]
+pub fn wcs<const N: usize>() -> [ibv_wc; N] {
+    [ibv_wc::default(); N]
 }

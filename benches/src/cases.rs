@@ -11,10 +11,11 @@ use zverbs_core::{Completion, RemoteBuf, SendWr, Sge};
 
 use crate::Fixture;
 use crate::c::{CBase, WrChain, wcs};
-use crate::ffi::{self, IbvSendWr, ZvbWrDesc, send_flags, wr_opcode};
+use crate::ffi::{self, ZvbWrDesc};
 use crate::mem::QpMem;
 use crate::ours::{self, Ours};
 use crate::pingpong::PingPong;
+use zverbs_ffi::types::{IBV_SEND_SIGNALED, IBV_WR_RDMA_WRITE, ibv_send_wr};
 
 /// Which implementation runs a case.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -374,8 +375,8 @@ fn write_desc(i: usize, n: usize) -> ZvbWrDesc {
         lkey: LKEY,
         raddr: RADDR,
         rkey: RKEY,
-        opcode: wr_opcode::RDMA_WRITE,
-        send_flags: if i + 1 == n { send_flags::SIGNALED } else { 0 },
+        opcode: IBV_WR_RDMA_WRITE,
+        send_flags: if i + 1 == n { IBV_SEND_SIGNALED } else { 0 },
         ..ZvbWrDesc::default()
     }
 }
@@ -628,7 +629,7 @@ fn c_runner(case: &Case) -> Option<Box<dyn Runner>> {
                     .collect::<Vec<_>>(),
             );
             post(CBase::new(mem(BF_SIZE)), n, n, move |f: &mut CBase| {
-                let mut bad: *mut IbvSendWr = std::ptr::null_mut();
+                let mut bad: *mut ibv_send_wr = std::ptr::null_mut();
                 // SAFETY: a live queue and chain.
                 unsafe { ffi::zvb_post_send_wr(&mut *f.sq, bb(chain.head()), &mut bad) == 0 }
             })
@@ -676,8 +677,8 @@ pub fn runner(case: &Case, side: Side) -> Option<Box<dyn Runner>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ffi::IbvWc;
     use zverbs_core::{PollCq, WcOpcode};
+    use zverbs_ffi::types::ibv_wc;
 
     /// Both sides over rings of `blocks` blocks.
     fn pair(blocks: u32, bf: u32) -> (Ours, CBase) {
@@ -804,7 +805,7 @@ mod tests {
         o.write_cqes(4);
         c.write_cqes(4);
         let mut ours = [zverbs_core::Completion::EMPTY; 8];
-        let mut theirs = [IbvWc::default(); 8];
+        let mut theirs = [ibv_wc::default(); 8];
         assert_eq!(ours::poll(&mut o.cq, &mut ours), 4);
         // SAFETY: a live CQ and an 8-entry array.
         let polled = unsafe { ffi::zvb_poll_cq(&mut *c.cq, 8, theirs.as_mut_ptr()) };

@@ -1,9 +1,12 @@
 //! The C baselines (`c/baseline.c`, `c/verbs_loop.c`): mirrors of their structures and their
-//! functions.
+//! functions. The verbs structs they take (`struct ibv_send_wr`, `struct ibv_wc`) are zverbs'
+//! binding's ([`zverbs_ffi::types`], checked against the headers by `zverbs-abi`).
 //!
 //! Sizes are checked against the C compiler's in the tests below.
 
 use std::ffi::c_int;
+
+use zverbs_ffi::types::{ibv_send_wr, ibv_wc};
 
 /// `struct zvb_sq`: a send queue as libmlx5 keeps one.
 #[repr(C)]
@@ -76,45 +79,6 @@ pub struct ZvbQpTable {
     _private: [u8; 0],
 }
 
-/// `struct ibv_send_wr` (opaque: built by C from [`ZvbWrDesc`]).
-#[repr(C)]
-#[derive(Debug)]
-pub struct IbvSendWr {
-    _private: [u8; 0],
-}
-
-/// `struct ibv_wc` of `<infiniband/verbs.h>`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct IbvWc {
-    /// `wr_id`.
-    pub wr_id: u64,
-    /// `enum ibv_wc_status`.
-    pub status: u32,
-    /// `enum ibv_wc_opcode`.
-    pub opcode: u32,
-    /// `vendor_err`.
-    pub vendor_err: u32,
-    /// `byte_len`.
-    pub byte_len: u32,
-    /// `imm_data` (big-endian, as verbs reports it).
-    pub imm_data: u32,
-    /// `qp_num`.
-    pub qp_num: u32,
-    /// `src_qp`.
-    pub src_qp: u32,
-    /// `wc_flags`.
-    pub wc_flags: u32,
-    /// `pkey_index`.
-    pub pkey_index: u16,
-    /// `slid`.
-    pub slid: u16,
-    /// `sl`.
-    pub sl: u8,
-    /// `dlid_path_bits`.
-    pub dlid_path_bits: u8,
-}
-
 /// `struct zvb_wr_desc`: one verbs request of one gather entry, for [`zvb_wrs_set`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -137,40 +101,10 @@ pub struct ZvbWrDesc {
     pub rkey: u32,
     /// Immediate, big-endian as verbs takes it.
     pub imm: u32,
-    /// `enum ibv_wr_opcode`.
+    /// `enum ibv_wr_opcode` (`IBV_WR_*` of [`zverbs_ffi::types`]).
     pub opcode: u32,
-    /// `enum ibv_send_flags`.
+    /// `enum ibv_send_flags` (`IBV_SEND_*` of [`zverbs_ffi::types`]).
     pub send_flags: u32,
-}
-
-/// `enum ibv_wr_opcode` values.
-pub mod wr_opcode {
-    /// `IBV_WR_RDMA_WRITE`.
-    pub const RDMA_WRITE: u32 = 0;
-    /// `IBV_WR_RDMA_WRITE_WITH_IMM`.
-    pub const RDMA_WRITE_WITH_IMM: u32 = 1;
-    /// `IBV_WR_SEND`.
-    pub const SEND: u32 = 2;
-    /// `IBV_WR_SEND_WITH_IMM`.
-    pub const SEND_WITH_IMM: u32 = 3;
-    /// `IBV_WR_RDMA_READ`.
-    pub const RDMA_READ: u32 = 4;
-    /// `IBV_WR_ATOMIC_CMP_AND_SWP`.
-    pub const ATOMIC_CMP_AND_SWP: u32 = 5;
-    /// `IBV_WR_ATOMIC_FETCH_AND_ADD`.
-    pub const ATOMIC_FETCH_AND_ADD: u32 = 6;
-}
-
-/// `enum ibv_send_flags` values.
-pub mod send_flags {
-    /// `IBV_SEND_FENCE`.
-    pub const FENCE: u32 = 1;
-    /// `IBV_SEND_SIGNALED`.
-    pub const SIGNALED: u32 = 2;
-    /// `IBV_SEND_SOLICITED`.
-    pub const SOLICITED: u32 = 4;
-    /// `IBV_SEND_INLINE`.
-    pub const INLINE: u32 = 8;
 }
 
 unsafe extern "C" {
@@ -232,13 +166,13 @@ unsafe extern "C" {
     /// A chain of verbs requests, rung once.
     pub fn zvb_post_send_wr(
         sq: *mut ZvbSq,
-        wr: *mut IbvSendWr,
-        bad_wr: *mut *mut IbvSendWr,
+        wr: *mut ibv_send_wr,
+        bad_wr: *mut *mut ibv_send_wr,
     ) -> c_int;
     /// Polls up to `ne` completions (compiler barrier after the owner check).
-    pub fn zvb_poll_cq(cq: *mut ZvbCq, ne: c_int, wc: *mut IbvWc) -> c_int;
+    pub fn zvb_poll_cq(cq: *mut ZvbCq, ne: c_int, wc: *mut ibv_wc) -> c_int;
     /// Polls up to `ne` completions (`lfence` after the owner check, as rdma-core on x86).
-    pub fn zvb_poll_cq_lfence(cq: *mut ZvbCq, ne: c_int, wc: *mut IbvWc) -> c_int;
+    pub fn zvb_poll_cq_lfence(cq: *mut ZvbCq, ne: c_int, wc: *mut ibv_wc) -> c_int;
 
     /// A new, empty QP table (null when out of memory).
     pub fn zvb_qp_table_new() -> *mut ZvbQpTable;
@@ -248,11 +182,11 @@ unsafe extern "C" {
     pub fn zvb_qp_table_free(t: *mut ZvbQpTable);
 
     /// `n` chained requests of one gather entry each (null when out of memory).
-    pub fn zvb_wrs_new(n: u32) -> *mut IbvSendWr;
+    pub fn zvb_wrs_new(n: u32) -> *mut ibv_send_wr;
     /// Fills request `i` of a chain.
-    pub fn zvb_wrs_set(wrs: *mut IbvSendWr, i: u32, d: *const ZvbWrDesc);
+    pub fn zvb_wrs_set(wrs: *mut ibv_send_wr, i: u32, d: *const ZvbWrDesc);
     /// Frees a chain.
-    pub fn zvb_wrs_free(wrs: *mut IbvSendWr);
+    pub fn zvb_wrs_free(wrs: *mut ibv_send_wr);
     /// `sizeof` of the structures mirrored here (0: sq, 1: cq, 2: ibv_wc, 3: wr_desc).
     pub fn zvb_sizeof(which: c_int) -> usize;
 }
@@ -294,7 +228,7 @@ mod tests {
         let c = |w| unsafe { zvb_sizeof(w) };
         assert_eq!(c(0), size_of::<ZvbSq>());
         assert_eq!(c(1), size_of::<ZvbCq>());
-        assert_eq!(c(2), size_of::<IbvWc>());
+        assert_eq!(c(2), size_of::<ibv_wc>());
         assert_eq!(c(3), size_of::<ZvbWrDesc>());
     }
 }

@@ -14,7 +14,8 @@ use zverbs_core::{Completion, PollCq, PostSend, RemoteBuf, SendWr, Sge};
 use zverbs_mlx5dv::{CompletionQueue, CqBinding, SendQueue, SqState};
 use zverbs_sim::{Access, CqConfig, Device, Mr, QpConfig, SimCq, SimQp};
 
-use crate::ffi::{self, IbvWc, ZvbCq, ZvbQpTable, ZvbSq};
+use crate::ffi::{self, ZvbCq, ZvbQpTable, ZvbSq};
+use zverbs_ffi::types::ibv_wc;
 
 /// Message size.
 pub const SIZE: usize = 8;
@@ -85,7 +86,7 @@ impl End for CEnd {
 
     #[inline]
     fn poll_one(&mut self) -> bool {
-        let mut wc = [IbvWc::default(); 1];
+        let mut wc = [ibv_wc::default(); 1];
         // SAFETY: a live CQ and a one-entry array.
         let n = unsafe { ffi::zvb_poll_cq(&mut *self.cq, 1, wc.as_mut_ptr()) };
         n == 1 && wc[0].status == 0

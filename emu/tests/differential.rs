@@ -38,7 +38,13 @@ use common::{Rng, env_u64, in_emulator};
 use zverbs_core::{
     Completion, PollCq, PostRecv, PostSend, RecvWr, RemoteBuf, SendWr, Sge, WcFlags,
 };
-use zverbs_emu::verbs::{Context, IbvRecvWr, IbvSendWr, IbvSge, IbvWc, QpCaps, wr};
+use zverbs_emu::verbs::Context;
+use zverbs_ffi::types::{
+    IBV_SEND_FENCE, IBV_SEND_INLINE, IBV_SEND_SIGNALED, IBV_SEND_SOLICITED,
+    IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE,
+    IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND, IBV_WR_SEND_WITH_IMM, ibv_qp_cap, ibv_recv_wr,
+    ibv_send_wr, ibv_send_wr_atomic, ibv_send_wr_rdma, ibv_sge, ibv_wc,
+};
 use zverbs_mlx5dv::{
     CompletionQueue, CqBinding, CqLayout, QpLayout, RecvQueue, RqRef, RqState, SendQueue, SqCaps,
     SqState,
@@ -71,7 +77,7 @@ struct Req {
 }
 
 impl Req {
-    fn random(rng: &mut Rng, base: u64, id: u64, caps: &QpCaps) -> Self {
+    fn random(rng: &mut Rng, base: u64, id: u64, caps: &ibv_qp_cap) -> Self {
         let op = rng.below(7) as u32;
         let mut r = Req {
             wr_id: id,
@@ -87,12 +93,12 @@ impl Req {
             swap_add: rng.next_u64(),
         };
         match op {
-            wr::ATOMIC_CMP_AND_SWP | wr::ATOMIC_FETCH_AND_ADD => {
+            IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD => {
                 let slot = rng.below(64);
                 r.sgl.push((base + (ATOMIC + 512) as u64 + 8 * slot, 8));
                 r.raddr = base + ATOMIC as u64 + 8 * rng.below(64);
             }
-            wr::RDMA_READ => {
+            IBV_WR_RDMA_READ => {
                 let n = 1 + rng.below(u64::from(caps.max_send_sge));
                 let mut off = READ_DST as u64;
                 for _ in 0..n {
@@ -103,7 +109,7 @@ impl Req {
                 r.raddr = base + READ_SRC as u64 + rng.below(4096);
             }
             _ => {
-                r.solicited = matches!(op, wr::SEND | wr::SEND_WITH_IMM) && rng.chance(20);
+                r.solicited = matches!(op, IBV_WR_SEND | IBV_WR_SEND_WITH_IMM) && rng.chance(20);
                 if rng.chance(30) {
                     r.inline = true;
                     let len = 1 + rng.below(u64::from(caps.max_inline_data)) as u32;
@@ -124,7 +130,7 @@ impl Req {
     fn consumes_recv(&self) -> bool {
         matches!(
             self.op,
-            wr::SEND | wr::SEND_WITH_IMM | wr::RDMA_WRITE_WITH_IMM
+            IBV_WR_SEND | IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE_WITH_IMM
         )
     }
 }
@@ -159,12 +165,12 @@ fn wqe_bytes(l: &QpLayout, pi: u32) -> Vec<u8> {
 /// them), and the `compare` field of a fetch-and-add's atomic segment (libmlx5's
 /// `set_atomic_seg` writes only `swap_add` for FA; the direct path writes 0).
 fn mask_unwritten(w: &mut [u8], op: u32) {
-    if op == wr::ATOMIC_FETCH_AND_ADD && w.len() >= 48 {
+    if op == IBV_WR_ATOMIC_FETCH_AND_ADD && w.len() >= 48 {
         w[40..48].fill(0);
     }
     let seg = match op {
-        wr::SEND | wr::SEND_WITH_IMM => 1,
-        wr::RDMA_WRITE | wr::RDMA_WRITE_WITH_IMM => 2,
+        IBV_WR_SEND | IBV_WR_SEND_WITH_IMM => 1,
+        IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM => 2,
         _ => return,
     };
     let at = seg * 16;
@@ -223,7 +229,7 @@ fn run(mode: &str) {
     let mr = unsafe { ctx.reg_mr(base_ptr, ARENA) }.unwrap();
     // WQEs of 1 to 5 basic blocks (16 entries: 18 segments) in a small ring, so that every
     // size meets the ring end at every position it can.
-    let ask = QpCaps {
+    let ask = ibv_qp_cap {
         max_send_wr: 16,
         max_recv_wr: 64,
         max_send_sge: 16,
@@ -235,13 +241,7 @@ fn run(mode: &str) {
     let q_lib = ctx.create_qp(cq_lib, ask).unwrap();
     let q_ours = ctx.create_qp(cq_ours, ask).unwrap();
     assert_eq!(q_lib.cap, q_ours.cap, "the same kind of QP");
-    let caps = QpCaps {
-        max_send_wr: q_lib.cap[0],
-        max_recv_wr: q_lib.cap[1],
-        max_send_sge: q_lib.cap[2],
-        max_recv_sge: q_lib.cap[3],
-        max_inline_data: q_lib.cap[4],
-    };
+    let caps = q_lib.cap;
     ctx.connect(q_lib, ctx.lid, q_lib.qpn).unwrap();
     ctx.connect(q_ours, ctx.lid, q_ours.qpn).unwrap();
     let (l_lib, _) = ctx.dv(q_lib, cq_lib).unwrap();
@@ -298,12 +298,12 @@ fn run(mode: &str) {
         for _ in 0..n {
             let slot = (*recv_id as usize) % 64;
             let addr = base + (RECV + slot * RECV_SLOT) as u64;
-            let mut s = IbvSge {
+            let mut s = ibv_sge {
                 addr,
                 length: RECV_SLOT as u32,
                 lkey: mr.lkey,
             };
-            let mut w = IbvRecvWr {
+            let mut w = ibv_recv_wr {
                 wr_id: *recv_id,
                 next: core::ptr::null_mut(),
                 sg_list: &mut s,
@@ -329,7 +329,7 @@ fn run(mode: &str) {
     let mut ops = [0u64; 7];
     let mut inline_n = 0u64;
     let mut next_id = 1u64;
-    let mut wc_lib = vec![IbvWc::default(); 64];
+    let mut wc_lib = vec![ibv_wc::default(); 64];
     let mut wc_ours = vec![Completion::EMPTY; 64];
     let mut phase_error = false;
     while done < cases || !phase_error {
@@ -344,7 +344,7 @@ fn run(mode: &str) {
             })
             .collect();
         if last {
-            batch[0].op = wr::RDMA_WRITE;
+            batch[0].op = IBV_WR_RDMA_WRITE;
             batch[0].raddr = base + WRITE_DST as u64;
             batch[0].imm = 0;
             phase_error = true;
@@ -363,12 +363,12 @@ fn run(mode: &str) {
 
         // libmlx5: one chain, one ibv_post_send.
         let pi_lib = sq_pi(&l_lib);
-        let mut sges: Vec<Vec<IbvSge>> = batch
+        let mut sges: Vec<Vec<ibv_sge>> = batch
             .iter()
             .map(|r| {
                 r.sgl
                     .iter()
-                    .map(|&(addr, length)| IbvSge {
+                    .map(|&(addr, length)| ibv_sge {
                         addr,
                         length,
                         lkey: mr.lkey,
@@ -376,34 +376,45 @@ fn run(mode: &str) {
                     .collect()
             })
             .collect();
-        let mut wrs: Vec<IbvSendWr> = batch
+        let mut wrs: Vec<ibv_send_wr> = batch
             .iter()
             .enumerate()
             .map(|(i, r)| {
-                let mut w = IbvSendWr {
+                let mut w = ibv_send_wr {
                     wr_id: r.wr_id,
                     num_sge: r.sgl.len() as i32,
                     opcode: r.op,
-                    send_flags: (if r.signaled { wr::SIGNALED } else { 0 })
-                        | (if r.inline { wr::INLINE } else { 0 })
-                        | (if r.fence { wr::FENCE } else { 0 })
-                        | (if r.solicited { wr::SOLICITED } else { 0 }),
+                    send_flags: (if r.signaled { IBV_SEND_SIGNALED } else { 0 })
+                        | (if r.inline { IBV_SEND_INLINE } else { 0 })
+                        | (if r.fence { IBV_SEND_FENCE } else { 0 })
+                        | (if r.solicited { IBV_SEND_SOLICITED } else { 0 }),
                     // verbs' imm_data is big-endian.
                     imm_data: r.imm.to_be(),
-                    ..IbvSendWr::default()
+                    ..ibv_send_wr::ZERO
                 };
-                w.wr[0] = r.raddr;
                 match r.op {
-                    wr::ATOMIC_CMP_AND_SWP => {
-                        w.wr[1] = r.compare;
-                        w.wr[2] = r.swap_add;
-                        w.wr[3] = u64::from(bad_rkey(i));
+                    IBV_WR_ATOMIC_CMP_AND_SWP => {
+                        w.wr.atomic = ibv_send_wr_atomic {
+                            remote_addr: r.raddr,
+                            compare_add: r.compare,
+                            swap: r.swap_add,
+                            rkey: bad_rkey(i),
+                        };
                     }
-                    wr::ATOMIC_FETCH_AND_ADD => {
-                        w.wr[1] = r.swap_add;
-                        w.wr[3] = u64::from(bad_rkey(i));
+                    IBV_WR_ATOMIC_FETCH_AND_ADD => {
+                        w.wr.atomic = ibv_send_wr_atomic {
+                            remote_addr: r.raddr,
+                            compare_add: r.swap_add,
+                            swap: 0,
+                            rkey: bad_rkey(i),
+                        };
                     }
-                    _ => w.wr[1] = u64::from(bad_rkey(i)),
+                    _ => {
+                        w.wr.rdma = ibv_send_wr_rdma {
+                            remote_addr: r.raddr,
+                            rkey: bad_rkey(i),
+                        };
+                    }
                 }
                 w
             })
@@ -412,7 +423,7 @@ fn run(mode: &str) {
             wrs[i].sg_list = sges[i].as_mut_ptr();
         }
         for i in 1..wrs.len() {
-            let next: *mut IbvSendWr = &mut wrs[i];
+            let next: *mut ibv_send_wr = &mut wrs[i];
             wrs[i - 1].next = next;
         }
         // SAFETY: the chain and its gather lists live across the call; the memory is
@@ -436,12 +447,12 @@ fn run(mode: &str) {
             let remote = RemoteBuf::new(r.raddr, bad_rkey(i));
             let sgl = &our_sges[i];
             let mut w = match r.op {
-                wr::RDMA_WRITE => SendWr::write(r.wr_id, sgl, remote),
-                wr::RDMA_WRITE_WITH_IMM => SendWr::write_imm(r.wr_id, sgl, remote, r.imm),
-                wr::SEND => SendWr::send(r.wr_id, sgl),
-                wr::SEND_WITH_IMM => SendWr::send_imm(r.wr_id, sgl, r.imm),
-                wr::RDMA_READ => SendWr::read(r.wr_id, sgl, remote),
-                wr::ATOMIC_CMP_AND_SWP => {
+                IBV_WR_RDMA_WRITE => SendWr::write(r.wr_id, sgl, remote),
+                IBV_WR_RDMA_WRITE_WITH_IMM => SendWr::write_imm(r.wr_id, sgl, remote, r.imm),
+                IBV_WR_SEND => SendWr::send(r.wr_id, sgl),
+                IBV_WR_SEND_WITH_IMM => SendWr::send_imm(r.wr_id, sgl, r.imm),
+                IBV_WR_RDMA_READ => SendWr::read(r.wr_id, sgl, remote),
+                IBV_WR_ATOMIC_CMP_AND_SWP => {
                     SendWr::compare_swap(r.wr_id, sgl[0], remote, r.compare, r.swap_add)
                 }
                 _ => SendWr::fetch_add(r.wr_id, sgl[0], remote, r.swap_add),
@@ -513,7 +524,7 @@ fn run(mode: &str) {
         while (got_lib.len() < expect || got_ours.len() < expect)
             && t.elapsed() < Duration::from_secs(20)
         {
-            wc_lib.fill(IbvWc::default());
+            wc_lib.fill(ibv_wc::default());
             let n = ctx.poll_cq(cq_lib, &mut wc_lib);
             assert!(n >= 0, "ibv_poll_cq: {n}");
             got_lib.extend_from_slice(&wc_lib[..n as usize]);

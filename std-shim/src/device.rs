@@ -7,7 +7,7 @@ use std::sync::Arc;
 use crate::backend::{BackendChoice, BackendRequest, DirectSupport};
 use crate::cq::CqBuilder;
 use crate::error::{Error, Result};
-use crate::ffi::lib::LoadError;
+use crate::ffi::load::LoadError;
 use crate::pd::Pd;
 use crate::provider::ContextProvider;
 #[cfg(feature = "sim")]

@@ -4,7 +4,7 @@ use std::fmt;
 use std::io;
 
 use crate::backend::BackendKind;
-use crate::ffi::lib::LoadError;
+use crate::ffi::load::LoadError;
 use crate::mr::BufError;
 
 /// A `Result` with this crate's [`Error`].

@@ -112,7 +112,6 @@ mod device;
 mod env;
 mod error;
 pub mod fallback;
-pub mod ffi;
 mod mr;
 mod pd;
 mod provider;
@@ -138,6 +137,14 @@ pub use zverbs_core::{
     BatchError, Completion, PollCq, PostError, PostRecv, PostSend, RecvWr, RemoteBuf, SendFlags,
     SendOp, SendWr, Sge, WcFlags, WcOpcode, WcStatus,
 };
+/// The raw rdma-core binding the control path and the fallback are built on (crate
+/// `zverbs-ffi`): hand-written `repr(C)` declarations, checked against rdma-core's headers, and
+/// libibverbs, libmlx5 and librdmacm loaded at run time.
+///
+/// It follows the C headers, not the evolution of this crate's API: its items may change with
+/// any release. Applications use the safe API and reach for it only for a raw handle.
+#[doc(inline)]
+pub use zverbs_ffi as ffi;
 pub use zverbs_mlx5dv as mlx5;
 /// The software mlx5 device, also reachable as the device `zverbs_sim0` of [`devices`].
 #[cfg(feature = "sim")]

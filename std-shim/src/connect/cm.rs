@@ -20,7 +20,7 @@ use crate::backend::BackendChoice;
 use crate::device::Context;
 use crate::error::{Error, Result};
 use crate::ffi::cm::*;
-use crate::ffi::lib::{self, Rdmacm};
+use crate::ffi::load::{self, Rdmacm};
 use crate::ffi::types::{ibv_qp_attr, qp_attr_mask};
 use crate::mr::AccessFlags;
 use crate::provider::verbs::borrow_context;
@@ -357,7 +357,7 @@ impl CmClient {
         server: SocketAddr,
         timeout: Duration,
     ) -> Result<Self> {
-        let cm = lib::rdmacm()?;
+        let cm = load::rdmacm()?;
         let id = new_id(cm)?;
         let mut dst = sockaddr(server);
         let mut src = source.map(sockaddr);
@@ -462,7 +462,7 @@ impl CmListener {
     /// [`Error::Library`] without librdmacm; [`Error::Verbs`] from `rdma_bind_addr` /
     /// `rdma_listen` (EADDRINUSE, ENODEV when no RDMA device has the address).
     pub fn bind(addr: SocketAddr, timeout: Duration) -> Result<Self> {
-        let cm = lib::rdmacm()?;
+        let cm = load::rdmacm()?;
         let id = new_id(cm)?;
         let mut a = sockaddr(addr);
         // SAFETY: a live id and a valid address.

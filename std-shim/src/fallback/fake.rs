@@ -107,8 +107,8 @@ unsafe extern "C" fn post_send(
             let n = (r.num_sge.max(0) as usize).min(4);
             let mut payload = [0u8; 32];
             for (k, s) in sges.iter_mut().enumerate().take(n) {
-                // SAFETY: `num_sge` entries are valid.
-                *s = unsafe { *r.sg_list.add(k) };
+                // SAFETY: `num_sge` entries are valid, and an `Sge` is a `struct ibv_sge`.
+                *s = unsafe { *r.sg_list.add(k).cast::<Sge>() };
             }
             if n > 0 && sges[0].addr != 0 {
                 let len = (sges[0].length as usize).min(32);
@@ -195,8 +195,8 @@ unsafe extern "C" fn post_recv(
                 .enumerate()
                 .take((r.num_sge.max(0) as usize).min(4))
             {
-                // SAFETY: `num_sge` entries are valid.
-                *s = unsafe { *r.sg_list.add(k) };
+                // SAFETY: `num_sge` entries are valid, and an `Sge` is a `struct ibv_sge`.
+                *s = unsafe { *r.sg_list.add(k).cast::<Sge>() };
             }
             f.recvs.push(SeenRecv {
                 wr_id: r.wr_id,

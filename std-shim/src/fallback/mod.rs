@@ -38,6 +38,27 @@ pub use state::{RqShared, SqShared};
 
 use std::ptr::NonNull;
 
+use zverbs_core::Sge;
+
+use crate::ffi::types::ibv_sge;
+
+/// Scatter entries as the `sg_list` of a verbs request: [`Sge`] has the layout of
+/// `struct ibv_sge` (asserted below; both are checked against the header by `zverbs-abi`), so
+/// the entries are handed to the provider as they are.
+#[inline(always)]
+pub(crate) fn sg_list(sges: *mut Sge) -> *mut ibv_sge {
+    sges.cast()
+}
+
+const _: () = {
+    use core::mem::{align_of, offset_of, size_of};
+    assert!(size_of::<Sge>() == size_of::<ibv_sge>());
+    assert!(align_of::<Sge>() == align_of::<ibv_sge>());
+    assert!(offset_of!(Sge, addr) == offset_of!(ibv_sge, addr));
+    assert!(offset_of!(Sge, length) == offset_of!(ibv_sge, length));
+    assert!(offset_of!(Sge, lkey) == offset_of!(ibv_sge, lkey));
+};
+
 /// An array allocated once and addressed only through raw pointers, because the provider
 /// reads it (and the `next` links inside it point into it).
 #[derive(Debug)]

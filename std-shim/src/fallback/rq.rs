@@ -14,7 +14,7 @@ pub struct RecvQueue {
     qp: *mut ibv_qp,
     post: PostRecvFn,
     wrs: RawArray<ibv_recv_wr>,
-    sges: RawArray<ibv_sge>,
+    sges: RawArray<Sge>,
     max_wr: u32,
     max_sge: u32,
     /// Receives posted (free-running).
@@ -112,7 +112,7 @@ impl RecvQueue {
             this.write(ibv_recv_wr {
                 wr_id: RECV_TAG | u64::from(counter),
                 next: core::ptr::null_mut(),
-                sg_list: sg,
+                sg_list: super::sg_list(sg),
                 num_sge: wr.sgl.len() as i32,
             })
         };

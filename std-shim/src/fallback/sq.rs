@@ -36,7 +36,7 @@ pub struct SendQueue {
     qp: *mut ibv_qp,
     post: PostSendFn,
     wrs: RawArray<ibv_send_wr>,
-    sges: RawArray<ibv_sge>,
+    sges: RawArray<Sge>,
     inline_buf: RawArray<u8>,
     /// Staged, not yet posted.
     staged: u32,
@@ -222,7 +222,7 @@ impl SendQueue {
         let mut out = ibv_send_wr::ZERO;
         out.wr_id = u64::from(self.pi);
         out.opcode = plan.opcode;
-        out.sg_list = sg_base;
+        out.sg_list = super::sg_list(sg_base);
         out.send_flags = (wr.flags.bits() & !SendFlags::SIGNALED.bits())
             | if plan.signaled { IBV_SEND_SIGNALED } else { 0 };
         if let Some(imm) = wr.op.imm() {

@@ -13,7 +13,7 @@ use super::{
 use crate::backend::DirectSupport;
 use crate::device::{DeviceAttr, Gid, GidEntry, GidType, LinkLayer, Mtu, PortAttr, PortState};
 use crate::error::{Error, Result};
-use crate::ffi::lib::{self, Verbs};
+use crate::ffi::load::{self, Verbs};
 use crate::ffi::types::*;
 use crate::mr::AccessFlags;
 use crate::qp::QpCaps;
@@ -35,7 +35,7 @@ unsafe impl Sync for DeviceList {}
 
 impl DeviceList {
     pub(crate) fn get() -> Result<Self> {
-        let verbs = lib::verbs()?;
+        let verbs = load::verbs()?;
         let mut n = 0;
         // SAFETY: `n` is a valid out-pointer.
         let ptr = unsafe { (verbs.ibv_get_device_list)(&mut n) };
@@ -116,7 +116,7 @@ pub(crate) fn no_device_hint() -> String {
 
 /// Whether libmlx5 drives `dev`.
 fn direct_support(dev: *mut ibv_device, name: &str) -> DirectSupport {
-    match lib::mlx5() {
+    match load::mlx5() {
         Err(e) => DirectSupport::No(format!("libmlx5 unavailable: {e}")),
         // SAFETY: a live device.
         Ok(m) if unsafe { (m.mlx5dv_is_supported)(dev) } => {
@@ -173,7 +173,7 @@ pub(crate) unsafe fn borrow_context(
     ctx: *mut ibv_context,
     keep: Arc<dyn Any + Send + Sync>,
 ) -> Result<VerbsContext> {
-    let verbs = lib::verbs()?;
+    let verbs = load::verbs()?;
     // SAFETY: (caller) a live context; its device pointer is live with it.
     let dev = unsafe { (*ctx).device };
     // SAFETY: as above; the name is NUL-terminated and owned by libibverbs.
@@ -377,13 +377,14 @@ impl ContextProvider for VerbsContext {
 
 /// `mlx5dv_init_obj` for a CQ.
 fn init_cq(cq: NonNull<ibv_cq>) -> std::result::Result<zverbs_mlx5dv::CqLayout, String> {
-    let m = lib::mlx5().map_err(|e| e.to_string())?;
+    let m = load::mlx5().map_err(|e| e.to_string())?;
     let mut dv = mlx5dv_cq::default();
-    let mut obj = empty_obj();
+    let mut obj = mlx5dv_obj::<mlx5dv_qp, mlx5dv_cq>::EMPTY;
     obj.cq.r#in = cq.as_ptr();
     obj.cq.out = &mut dv;
-    // SAFETY: a live CQ of an mlx5 context; `dv` is a valid out-struct.
-    let ret = unsafe { (m.mlx5dv_init_obj)(&mut obj, MLX5DV_OBJ_CQ) };
+    // SAFETY: a live CQ of an mlx5 context; `dv` is a valid out-struct (the opaque form of
+    // `obj` has the same layout: its out-structs are behind pointers).
+    let ret = unsafe { (m.mlx5dv_init_obj)((&raw mut obj).cast(), MLX5DV_OBJ_CQ) };
     if ret != 0 {
         return Err(format!(
             "mlx5dv_init_obj(CQ) failed: {}",
@@ -392,11 +393,6 @@ fn init_cq(cq: NonNull<ibv_cq>) -> std::result::Result<zverbs_mlx5dv::CqLayout, 
     }
     dv.layout()
         .ok_or_else(|| String::from("mlx5dv_init_obj(CQ) reported a null buffer"))
-}
-
-fn empty_obj() -> mlx5dv_obj {
-    // SAFETY: all-zero bytes (null pointers) are a valid `mlx5dv_obj`.
-    unsafe { core::mem::zeroed() }
 }
 
 #[derive(Debug)]
@@ -483,7 +479,7 @@ impl PdProvider for VerbsPd {
         // attributes' `cap` (verbs.h: "updated with the actual QP values").
         let (mut domain, mut no_domain) = (None, None);
         let (qp, granted) = if init.direct {
-            let m = lib::mlx5()?;
+            let m = load::mlx5()?;
             // A register of the QP's own where the device has one to give: a thread domain
             // (libmlx5 attaches a dedicated UAR to it) under a parent domain of this PD.
             match ThreadDomain::new(self.ctx, self.pd, self.verbs) {
@@ -596,14 +592,14 @@ impl PdProvider for VerbsPd {
 
 /// `mlx5dv_init_obj` for a QP.
 fn init_qp(qp: NonNull<ibv_qp>) -> Result<zverbs_mlx5dv::QpLayout> {
-    let m = lib::mlx5()?;
+    let m = load::mlx5()?;
     let mut dv = mlx5dv_qp::default();
-    let mut obj = empty_obj();
+    let mut obj = mlx5dv_obj::<mlx5dv_qp, mlx5dv_cq>::EMPTY;
     obj.qp.r#in = qp.as_ptr();
     obj.qp.out = &mut dv;
     // SAFETY: a live QP of an mlx5 context; `dv` is a valid out-struct (comp_mask 0: only the
-    // base fields).
-    let ret = unsafe { (m.mlx5dv_init_obj)(&mut obj, MLX5DV_OBJ_QP) };
+    // base fields; the opaque form of `obj` has the same layout).
+    let ret = unsafe { (m.mlx5dv_init_obj)((&raw mut obj).cast(), MLX5DV_OBJ_QP) };
     if ret != 0 {
         return Err(Error::from_ret("mlx5dv_init_obj", ret));
     }

@@ -1,19 +1,81 @@
-//! The foreign interface to rdma-core: hand-written `repr(C)` declarations ([`types`], [`cm`])
-//! and the libraries loaded at run time ([`lib`]).
+//! # zverbs-ffi: rdma-core, bound by hand and loaded at run time
 //!
-//! Nothing here links against rdma-core: `libibverbs.so.1`, `libmlx5.so.1` and
-//! `librdmacm.so.1` are opened with `dlopen` on first use, so the crate builds and its
-//! software paths run on machines without them. The data-path calls that `verbs.h` defines
-//! as static inline functions (`ibv_post_send`, `ibv_post_recv`, `ibv_poll_cq`,
-//! `ibv_req_notify_cq`) are reproduced here the way the header writes them: through the
-//! function table in `ibv_context.ops`.
+//! The parts of rdma-core that zverbs uses, declared by hand: libibverbs
+//! (`<infiniband/verbs.h>`), the mlx5 provider's direct verbs (`<infiniband/mlx5dv.h>`) and
+//! librdmacm (`<rdma/rdma_cma.h>`). One binding serves the `zverbs` library (control path and
+//! libibverbs fallback), its emulated ConnectX (`zverbs-emu`) and its benchmarks.
 //!
-//! This module is the crate's FFI leaf: its declarations are `pub` for the ABI probe (crate
-//! `zverbs-abi`), not for applications.
-#![allow(unsafe_code)]
+//! - [`types`]: `repr(C)` mirrors of the verbs and mlx5dv structs, field for field as in
+//!   rdma-core 44, and the constants used with them;
+//! - [`cm`]: the same for librdmacm;
+//! - [`load`]: `libibverbs.so.1`, `libmlx5.so.1` and `librdmacm.so.1`, each opened with
+//!   `dlopen` on first use and resolved into a table of function pointers;
+//! - at the crate root, the calls that `verbs.h` defines as static inline functions
+//!   ([`ibv_post_send`], [`ibv_post_recv`], [`ibv_poll_cq`], [`ibv_req_notify_cq`],
+//!   [`ibv_alloc_td`], [`ibv_dealloc_td`], [`ibv_alloc_parent_domain`]), written the way the
+//!   header writes them: through the provider's function tables in `ibv_context.ops` and
+//!   `struct verbs_context`.
+//!
+//! Nothing here links against rdma-core, and there is no build script: a program that depends
+//! on this crate builds on any machine, and a library that is not installed is a
+//! [`load::LoadError`] naming the Debian package that provides it, not a link failure.
+//!
+//! ## Quick start
+//!
+//! ```no_run
+//! use zverbs_ffi::load;
+//!
+//! let verbs = load::verbs()?;
+//! let mut n = 0;
+//! // SAFETY: `n` receives the number of devices; the list is freed below.
+//! let list = unsafe { (verbs.ibv_get_device_list)(&mut n) };
+//! for i in 0..usize::try_from(n).unwrap_or(0) {
+//!     // SAFETY: the list holds `n` devices; the name is a NUL-terminated string.
+//!     let name = unsafe { core::ffi::CStr::from_ptr((verbs.ibv_get_device_name)(*list.add(i))) };
+//!     println!("{}", name.to_string_lossy());
+//! }
+//! if !list.is_null() {
+//!     // SAFETY: the list from `ibv_get_device_list`, freed once.
+//!     unsafe { (verbs.ibv_free_device_list)(list) };
+//! }
+//! # Ok::<(), load::LoadError>(())
+//! ```
+//!
+//! ## What is declared, and how it is checked
+//!
+//! Only what zverbs uses: about twenty functions of libibverbs, three of libmlx5, the
+//! connection manager's calls, and the structs they take. Names are the headers' own (hence
+//! `non_camel_case_types`); a field or constant is documented by its header. Every size,
+//! alignment and field offset, and every constant's value, is compared with what a C compiler
+//! computes from the installed headers by the workspace's `zverbs-abi` crate
+//! (`cargo run -p zverbs-abi`). The declarations follow rdma-core 44 (Debian 12) on 64-bit
+//! Linux.
+//!
+//! The out-structs of `mlx5dv_init_obj` (`struct mlx5dv_qp`, `struct mlx5dv_cq`) belong to the
+//! mlx5 direct path that reads them, not to this binding: [`types::mlx5dv_obj`] takes them as
+//! type parameters.
+//!
+//! ## Stability
+//!
+//! This is a raw binding: its items follow the C headers, not the evolution of a Rust API.
+//! Declarations are added when zverbs needs them, and a layout changes if the headers' does.
+//! Applications use the safe API of the `zverbs` crate, which re-exports this crate as
+//! `zverbs::ffi` for code that needs a raw handle.
+//!
+//! ## Thread safety
+//!
+//! The library tables ([`load::Verbs`], [`load::Mlx5`], [`load::Rdmacm`]) are opened once per
+//! process and shared as `&'static` references; their function pointers may be called from
+//! any thread, with the thread-safety rules of rdma-core itself.
+#![deny(
+    unsafe_op_in_unsafe_fn,
+    missing_docs,
+    clippy::undocumented_unsafe_blocks,
+    clippy::missing_safety_doc
+)]
 
 pub mod cm;
-pub mod lib;
+pub mod load;
 pub mod types;
 
 use core::ffi::c_int;

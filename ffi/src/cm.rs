@@ -1,12 +1,13 @@
 //! `repr(C)` mirrors of the librdmacm structs the connection manager path uses, as in
-//! rdma-core 44's `<rdma/rdma_cma.h>`. The `abi` crate checks every size and offset.
+//! rdma-core 44's `<rdma/rdma_cma.h>`. The workspace's `zverbs-abi` crate checks every size,
+//! offset and constant against the header.
 // Every struct, field and constant here carries the name it has in `<rdma/rdma_cma.h>`, where
 // its meaning is documented; repeating each field's header comment would add nothing.
 #![allow(non_camel_case_types, missing_docs)]
 
 use core::ffi::{c_int, c_uint, c_void};
 
-use super::types::{ibv_ah_attr, ibv_comp_channel, ibv_context, ibv_cq, ibv_gid, ibv_pd, ibv_qp};
+use crate::types::{ibv_ah_attr, ibv_comp_channel, ibv_context, ibv_cq, ibv_gid, ibv_pd, ibv_qp};
 
 /// `struct rdma_event_channel`.
 #[repr(C)]

@@ -9,9 +9,8 @@ use std::sync::OnceLock;
 
 use libloading::Library;
 
-use super::cm::{rdma_cm_event, rdma_cm_id, rdma_conn_param, rdma_event_channel};
-use super::types::*;
-use zverbs_mlx5dv::prm::dv::mlx5dv_qp;
+use crate::cm::{rdma_cm_event, rdma_cm_id, rdma_conn_param, rdma_event_channel};
+use crate::types::*;
 
 /// A library of rdma-core that could not be opened or lacks a symbol.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -164,9 +163,6 @@ table! {
     }
     optional {}
 }
-
-/// Keeps `mlx5dv_qp` in this module's vocabulary for the ABI probe's list.
-pub type Mlx5dvQp = mlx5dv_qp;
 
 static VERBS: OnceLock<Result<Verbs, LoadError>> = OnceLock::new();
 static MLX5: OnceLock<Result<Mlx5, LoadError>> = OnceLock::new();

@@ -1,6 +1,7 @@
-//! `repr(C)` mirrors of the libibverbs structs the control path and the fallback use, field for
-//! field as in rdma-core 44's `<infiniband/verbs.h>`. The `abi` crate checks every size and
-//! offset against the header.
+//! `repr(C)` mirrors of the libibverbs and mlx5dv structs zverbs uses, field for field as in
+//! rdma-core 44's `<infiniband/verbs.h>` and `<infiniband/mlx5dv.h>`, and the constants used with
+//! them. The workspace's `zverbs-abi` crate checks every size, alignment, offset and value
+//! against the headers.
 // Every struct, field and constant here carries the name it has in `<infiniband/verbs.h>` or
 // `<infiniband/mlx5dv.h>`, where its meaning is documented; repeating each field's header
 // comment would add nothing.
@@ -8,8 +9,14 @@
 
 use core::ffi::{c_char, c_int, c_uint, c_void};
 
-/// `struct ibv_sge`: identical to [`zverbs_core::Sge`] (checked by the ABI probe).
-pub type ibv_sge = zverbs_core::Sge;
+/// `struct ibv_sge`: one scatter/gather entry.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct ibv_sge {
+    pub addr: u64,
+    pub length: u32,
+    pub lkey: u32,
+}
 
 /// `struct ibv_device`: opaque here; only pointers to it are handled.
 #[repr(C)]
@@ -611,23 +618,49 @@ pub struct ibv_parent_domain_init_attr {
     pub pd_context: *mut c_void,
 }
 
-/// `struct mlx5dv_obj`'s `{in, out}` pairs; only `qp` and `cq` are used.
+/// `struct mlx5dv_obj`'s `{in, out}` pairs.
 #[repr(C)]
 pub struct mlx5dv_obj_pair<I, O> {
     pub r#in: *mut I,
     pub out: *mut O,
 }
 
-/// `struct mlx5dv_obj`.
+/// `struct mlx5dv_obj`, the argument of `mlx5dv_init_obj`; only `qp` and `cq` are used.
+///
+/// `Q` and `C` are the out-structs `struct mlx5dv_qp` and `struct mlx5dv_cq`, which the mlx5
+/// direct path that reads them declares (in zverbs, `zverbs_mlx5dv::prm::dv`); only pointers
+/// to them are held here, so the layout is the same whatever they are. The table's
+/// `mlx5dv_init_obj` takes the opaque form, `mlx5dv_obj<c_void, c_void>`: cast the pointer.
 #[repr(C)]
-pub struct mlx5dv_obj {
-    pub qp: mlx5dv_obj_pair<ibv_qp, zverbs_mlx5dv::prm::dv::mlx5dv_qp>,
-    pub cq: mlx5dv_obj_pair<ibv_cq, zverbs_mlx5dv::prm::dv::mlx5dv_cq>,
+pub struct mlx5dv_obj<Q = c_void, C = c_void> {
+    pub qp: mlx5dv_obj_pair<ibv_qp, Q>,
+    pub cq: mlx5dv_obj_pair<ibv_cq, C>,
     pub srq: mlx5dv_obj_pair<c_void, c_void>,
     pub rwq: mlx5dv_obj_pair<c_void, c_void>,
     pub dm: mlx5dv_obj_pair<c_void, c_void>,
     pub ah: mlx5dv_obj_pair<c_void, c_void>,
     pub pd: mlx5dv_obj_pair<c_void, c_void>,
+}
+
+impl<Q, C> mlx5dv_obj<Q, C> {
+    /// Every pointer null: no object asked for.
+    pub const EMPTY: Self = Self {
+        qp: mlx5dv_obj_pair::NULL,
+        cq: mlx5dv_obj_pair::NULL,
+        srq: mlx5dv_obj_pair::NULL,
+        rwq: mlx5dv_obj_pair::NULL,
+        dm: mlx5dv_obj_pair::NULL,
+        ah: mlx5dv_obj_pair::NULL,
+        pd: mlx5dv_obj_pair::NULL,
+    };
+}
+
+impl<I, O> mlx5dv_obj_pair<I, O> {
+    /// Both pointers null.
+    pub const NULL: Self = Self {
+        r#in: core::ptr::null_mut(),
+        out: core::ptr::null_mut(),
+    };
 }
 
 /// `struct mlx5dv_dci_streams`.
@@ -681,10 +714,49 @@ pub const IBV_WR_ATOMIC_CMP_AND_SWP: c_uint = 5;
 /// `IBV_WR_ATOMIC_FETCH_AND_ADD`.
 pub const IBV_WR_ATOMIC_FETCH_AND_ADD: c_uint = 6;
 
+/// `IBV_SEND_FENCE`.
+pub const IBV_SEND_FENCE: c_uint = 1 << 0;
 /// `IBV_SEND_SIGNALED`.
 pub const IBV_SEND_SIGNALED: c_uint = 1 << 1;
+/// `IBV_SEND_SOLICITED`.
+pub const IBV_SEND_SOLICITED: c_uint = 1 << 2;
 /// `IBV_SEND_INLINE`.
 pub const IBV_SEND_INLINE: c_uint = 1 << 3;
+
+/// `IBV_ACCESS_LOCAL_WRITE`.
+pub const IBV_ACCESS_LOCAL_WRITE: c_int = 1 << 0;
+/// `IBV_ACCESS_REMOTE_WRITE`.
+pub const IBV_ACCESS_REMOTE_WRITE: c_int = 1 << 1;
+/// `IBV_ACCESS_REMOTE_READ`.
+pub const IBV_ACCESS_REMOTE_READ: c_int = 1 << 2;
+/// `IBV_ACCESS_REMOTE_ATOMIC`.
+pub const IBV_ACCESS_REMOTE_ATOMIC: c_int = 1 << 3;
+
+/// `IBV_QPS_RESET`.
+pub const IBV_QPS_RESET: c_uint = 0;
+/// `IBV_QPS_INIT`.
+pub const IBV_QPS_INIT: c_uint = 1;
+/// `IBV_QPS_RTR`.
+pub const IBV_QPS_RTR: c_uint = 2;
+/// `IBV_QPS_RTS`.
+pub const IBV_QPS_RTS: c_uint = 3;
+/// `IBV_QPS_SQD`.
+pub const IBV_QPS_SQD: c_uint = 4;
+/// `IBV_QPS_SQE`.
+pub const IBV_QPS_SQE: c_uint = 5;
+/// `IBV_QPS_ERR`.
+pub const IBV_QPS_ERR: c_uint = 6;
+
+/// `IBV_MTU_256`.
+pub const IBV_MTU_256: c_uint = 1;
+/// `IBV_MTU_512`.
+pub const IBV_MTU_512: c_uint = 2;
+/// `IBV_MTU_1024`.
+pub const IBV_MTU_1024: c_uint = 3;
+/// `IBV_MTU_2048`.
+pub const IBV_MTU_2048: c_uint = 4;
+/// `IBV_MTU_4096`.
+pub const IBV_MTU_4096: c_uint = 5;
 
 /// `IBV_QPT_RC`.
 pub const IBV_QPT_RC: c_uint = 2;
