@@ -21,7 +21,7 @@
 use core::ptr::NonNull;
 
 use zverbs_core::ring::Ring;
-use zverbs_core::sync::atomic::Ordering;
+use zverbs_core::sync::order;
 use zverbs_core::{Completion, PollCq, WcFlags, WcOpcode, WcStatus, barrier};
 
 use crate::devmem::{CqeRing, DbrecWord};
@@ -345,10 +345,8 @@ impl<B: Bindings> CompletionQueue<B> {
     fn publish_ci(&self) {
         // Release: the reads of the CQEs consumed before happen before the device may see
         // their slots free and overwrite them.
-        #[cfg(not(zverbs_mutant = "relaxed_cq_ci"))]
-        self.dbrec.publish(self.ci & 0x00ff_ffff, Ordering::Release);
-        #[cfg(zverbs_mutant = "relaxed_cq_ci")]
-        self.dbrec.publish(self.ci & 0x00ff_ffff, Ordering::Relaxed);
+        self.dbrec
+            .publish(self.ci & 0x00ff_ffff, order::CQ_CI_RELEASE);
     }
 }
 
