@@ -29,9 +29,9 @@
 //! fences as everywhere, which Miri checks.
 //!
 //! Under `cfg(zverbs_loom)` the DMA barriers are loom's `fence(Release)` / `fence(Acquire)`,
-//! so that loom checks that the backends put them where they are needed. Under
-//! `cfg(zverbs_mutant = "no_to_device")` / `"no_from_device"` the named barrier is removed,
-//! for the loom tests that prove the models catch its absence.
+//! so that loom checks that the backends put them where they are needed. Their fences are
+//! [`sync::order`](crate::sync::order)'s, where the mutants `no_to_device` / `no_from_device`
+//! remove them, for the loom tests that prove the models catch their absence.
 
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 compile_error!(
@@ -39,16 +39,13 @@ compile_error!(
      add this architecture's barriers to barrier.rs"
 );
 
-use crate::sync::atomic::{Ordering, fence};
+use crate::sync::order;
 
 /// Orders earlier stores to DMA memory (work queue entries) before later stores (a doorbell
 /// record) as seen by the device, and by the software device's thread.
 #[inline(always)]
 pub fn to_device() {
-    #[cfg(zverbs_mutant = "no_to_device")]
-    return;
-    #[cfg(not(zverbs_mutant = "no_to_device"))]
-    fence(Ordering::Release);
+    order::to_device_fence();
     #[cfg(all(target_arch = "aarch64", not(zverbs_loom), not(miri)))]
     // SAFETY: `dmb oshst` is a barrier instruction; it touches no memory or registers.
     unsafe {
@@ -60,10 +57,7 @@ pub fn to_device() {
 /// the CQE), so that nothing is read from before the device's write of it.
 #[inline(always)]
 pub fn from_device() {
-    #[cfg(zverbs_mutant = "no_from_device")]
-    return;
-    #[cfg(not(zverbs_mutant = "no_from_device"))]
-    fence(Ordering::Acquire);
+    order::from_device_fence();
     #[cfg(all(target_arch = "aarch64", not(zverbs_loom), not(miri)))]
     // SAFETY: `dmb oshld` is a barrier instruction; it touches no memory or registers.
     unsafe {

@@ -1,9 +1,10 @@
 //! # zverbs-core
 //!
 //! The backend-neutral vocabulary of the zverbs data path: what a work request, a receive
-//! request and a completion are, the errors a post can return, and the traits that every
-//! backend (the mlx5 direct path in `zverbs-mlx5dv`, the libibverbs fallback in `zverbs`)
-//! implements. It also holds the small pieces of machinery that the backends share: ring index
+//! request and a completion are, the one check of a request against a queue's limits
+//! ([`SendWr::check`], [`CheckedBatch`], [`RecvWr::check`]), the errors a post can return, and
+//! the traits that every backend (the mlx5 direct path in `zverbs-mlx5dv`, the libibverbs
+//! fallback in `zverbs`) implements. It also holds the small pieces of machinery that the backends share: ring index
 //! arithmetic ([`ring`]), memory barriers named by purpose ([`barrier`]), a write-only MMIO
 //! pointer ([`mmio`]), the `sync` shim that swaps atomics and cells for loom's under
 //! `cfg(zverbs_loom)` ([`sync`]), and race-free copies in and out of memory that a device or
@@ -44,6 +45,7 @@
 )]
 
 pub mod barrier;
+mod check;
 mod error;
 pub mod mmio;
 mod queue;
@@ -54,6 +56,7 @@ pub mod sync;
 mod wc;
 mod wr;
 
+pub use check::{CheckedBatch, CheckedSend, MAX_MESSAGE, SqCaps};
 pub use error::{BatchError, PostError};
 pub use queue::{PollCq, PostRecv, PostSend};
 pub use sge::{RemoteBuf, Sge};

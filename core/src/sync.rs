@@ -6,6 +6,11 @@
 //!
 //! Words shared with the device (doorbell records, CQE ownership) and with other threads (the
 //! credit counter a poller returns to a poster) are accessed only through these types.
+//!
+//! The orderings of the data path's protocols are named here too ([`order`]), with the fences
+//! of the DMA barriers: under `cfg(zverbs_mutant = "<name>")` exactly one of them is weakened,
+//! so that the loom models prove they catch its absence. This is the one file where the
+//! mutants live ([`mutant`]); `docs/ordering.md` says which model rejects which.
 
 /// Atomic integers, orderings and fences.
 pub mod atomic {
@@ -16,6 +21,110 @@ pub mod atomic {
     #[cfg(zverbs_loom)]
     pub use loom::sync::atomic::{
         AtomicBool, AtomicU8, AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+    };
+}
+
+/// The orderings of the data path's protocols, named by what they publish, and the fences of
+/// the DMA barriers. Each pairs with the other party's half as `docs/ordering.md` says; the
+/// mutant of each (in [`mutant::ALL`]) weakens it alone.
+pub mod order {
+    use super::atomic::{Ordering, fence};
+
+    /// The poller hands credits back to the poster (the send queue's credit word, the receive
+    /// queue's completed count) after reading the slots it frees: `Release`, pairing with
+    /// [`CREDIT_ACQUIRE`]. Mutant `relaxed_credit`: `Relaxed`.
+    pub const CREDIT_RELEASE: Ordering = if cfg!(zverbs_mutant = "relaxed_credit") {
+        Ordering::Relaxed
+    } else {
+        Ordering::Release
+    };
+
+    /// The poster reads the credits back before reusing the slots and ring space they free:
+    /// `Acquire`, pairing with [`CREDIT_RELEASE`].
+    pub const CREDIT_ACQUIRE: Ordering = Ordering::Acquire;
+
+    /// The poller publishes the CQ's consumer index after reading the CQEs it frees, which the
+    /// device may then overwrite: `Release`. Mutant `relaxed_cq_ci`: `Relaxed`.
+    pub const CQ_CI_RELEASE: Ordering = if cfg!(zverbs_mutant = "relaxed_cq_ci") {
+        Ordering::Relaxed
+    } else {
+        Ordering::Release
+    };
+
+    /// A queue takes the lock of a BlueFlame register it shares, before reading the buffer
+    /// toggle the previous holder flipped: `Acquire`, pairing with [`BF_LOCK_RELEASE`].
+    /// Mutant `relaxed_bf_lock`: `Relaxed`.
+    pub const BF_LOCK_ACQUIRE: Ordering = if cfg!(zverbs_mutant = "relaxed_bf_lock") {
+        Ordering::Relaxed
+    } else {
+        Ordering::Acquire
+    };
+
+    /// A queue gives a shared BlueFlame register's lock back after its doorbell write:
+    /// `Release`, pairing with [`BF_LOCK_ACQUIRE`].
+    pub const BF_LOCK_RELEASE: Ordering = Ordering::Release;
+
+    /// The fence of [`crate::barrier::to_device`]: `fence(Release)`, so that the WQE stores
+    /// before it are seen before the doorbell record after it (by the software device's thread
+    /// and, under loom, by the model's NIC). Mutant `no_to_device`: no fence.
+    #[inline(always)]
+    pub fn to_device_fence() {
+        if !cfg!(zverbs_mutant = "no_to_device") {
+            fence(Ordering::Release);
+        }
+    }
+
+    /// The fence of [`crate::barrier::from_device`]: `fence(Acquire)`, so that the CQE reads
+    /// after it see the body the device wrote before the owner byte read before it. Mutant
+    /// `no_from_device`: no fence.
+    #[inline(always)]
+    pub fn from_device_fence() {
+        if !cfg!(zverbs_mutant = "no_from_device") {
+            fence(Ordering::Acquire);
+        }
+    }
+}
+
+/// The mutants: builds with `--cfg zverbs_mutant="<name>"`, each of which weakens exactly one
+/// of the orderings in [`order`], for the loom models to reject (`cargo xtask loom`).
+pub mod mutant {
+    /// Every mutant: its name and what it weakens.
+    pub const ALL: [(&str, &str); 5] = [
+        (
+            "no_to_device",
+            "no barrier between WQE stores and the doorbell record",
+        ),
+        (
+            "no_from_device",
+            "no barrier between the CQE owner check and the CQE reads",
+        ),
+        (
+            "relaxed_credit",
+            "send/receive credits handed back with Relaxed instead of Release",
+        ),
+        (
+            "relaxed_cq_ci",
+            "CQ consumer index published with Relaxed instead of Release",
+        ),
+        (
+            "relaxed_bf_lock",
+            "a shared BlueFlame register taken with Relaxed instead of Acquire",
+        ),
+    ];
+
+    /// The mutant this build was compiled with, if any.
+    pub const ACTIVE: Option<&str> = if cfg!(zverbs_mutant = "no_to_device") {
+        Some("no_to_device")
+    } else if cfg!(zverbs_mutant = "no_from_device") {
+        Some("no_from_device")
+    } else if cfg!(zverbs_mutant = "relaxed_credit") {
+        Some("relaxed_credit")
+    } else if cfg!(zverbs_mutant = "relaxed_cq_ci") {
+        Some("relaxed_cq_ci")
+    } else if cfg!(zverbs_mutant = "relaxed_bf_lock") {
+        Some("relaxed_bf_lock")
+    } else {
+        None
     };
 }
 
@@ -115,6 +224,29 @@ mod tests {
         // SAFETY: as above.
         assert_eq!(c.with(|p| unsafe { *p }), 6);
         assert_eq!(c.into_inner(), 6);
+    }
+
+    #[test]
+    fn the_orderings_are_the_protocols_when_no_mutant_is_built() {
+        use super::atomic::Ordering::{Acquire, Release};
+        // The normal build (every test build but the loom stage's mutant runs).
+        assert_eq!(mutant::ACTIVE, None);
+        assert_eq!(
+            [
+                order::CREDIT_RELEASE,
+                order::CREDIT_ACQUIRE,
+                order::CQ_CI_RELEASE,
+                order::BF_LOCK_ACQUIRE,
+                order::BF_LOCK_RELEASE,
+            ],
+            [Release, Acquire, Release, Acquire, Release]
+        );
+        order::to_device_fence();
+        order::from_device_fence();
+        // Every mutant has a name of its own.
+        for (i, (a, _)) in mutant::ALL.iter().enumerate() {
+            assert!(mutant::ALL[i + 1..].iter().all(|(b, _)| a != b), "{a}");
+        }
     }
 
     #[test]

@@ -10,7 +10,8 @@
 //! Built without the cfg, the same scenarios run on ordinary threads as a stress test.
 //!
 //! Each protocol has a mutant: building with `--cfg zverbs_mutant="<name>"` weakens exactly one
-//! ordering in the library, and the model's test then asserts that loom rejects it. See
+//! ordering in the library (all of them named in `zverbs_core::sync`, the one file where the
+//! mutants live), and the model's test then asserts that loom rejects it. See
 //! `docs/ordering.md` and `cargo xtask loom`.
 
 use std::sync::Arc;
@@ -53,21 +54,9 @@ where
     executions.load(StdOrdering::Relaxed)
 }
 
-/// The mutant this build was compiled with, if any.
+/// The mutant this build was compiled with, if any (the library's: `zverbs_core::sync`).
 pub fn mutant() -> Option<&'static str> {
-    if cfg!(zverbs_mutant = "no_to_device") {
-        Some("no_to_device")
-    } else if cfg!(zverbs_mutant = "no_from_device") {
-        Some("no_from_device")
-    } else if cfg!(zverbs_mutant = "relaxed_credit") {
-        Some("relaxed_credit")
-    } else if cfg!(zverbs_mutant = "relaxed_cq_ci") {
-        Some("relaxed_cq_ci")
-    } else if cfg!(zverbs_mutant = "relaxed_bf_lock") {
-        Some("relaxed_bf_lock")
-    } else {
-        None
-    }
+    zverbs_core::sync::mutant::ACTIVE
 }
 
 /// Runs `body` as a model and checks the outcome against the build: it must pass, unless this
@@ -113,5 +102,70 @@ pub fn check(name: &str, catches: &[&str], body: fn()) {
             panic!("model {name}: mutant {m} NOT caught ({n} executions explored)")
         }
         (Err(e), None) => std::panic::resume_unwind(e),
+    }
+}
+
+#[cfg(all(test, not(zverbs_loom)))]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    /// The workspace's root.
+    fn root() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .expect("the crate is in the workspace")
+            .to_path_buf()
+    }
+
+    /// The text of every Rust file under `dir`.
+    fn rust_sources(dir: &Path, out: &mut String) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                rust_sources(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push_str(&std::fs::read_to_string(&path).unwrap());
+            }
+        }
+    }
+
+    /// The names of the xtask's list of mutants to run (its `MUTANTS`: the first string of each
+    /// entry).
+    fn xtask_mutants(xtask: &str) -> Vec<String> {
+        let start = xtask
+            .find("MUTANTS: &[(&str, &str)] = &[")
+            .expect("the xtask lists the mutants it runs");
+        let block = &xtask[start..];
+        let block = &block[..block.find("];").unwrap()];
+        block
+            .split('(')
+            .skip(2)
+            .filter_map(|entry| entry.split('"').nth(1).map(str::to_owned))
+            .collect()
+    }
+
+    /// The mutants the library defines are the mutants the loom stage runs, each described in
+    /// `docs/ordering.md` and caught by a model: the lists stay in step.
+    #[test]
+    fn every_mutant_is_run_documented_and_caught() {
+        let names: Vec<String> = zverbs_core::sync::mutant::ALL
+            .iter()
+            .map(|(name, _)| (*name).to_owned())
+            .collect();
+        let mut xtask = String::new();
+        rust_sources(&root().join("xtask/src"), &mut xtask);
+        assert_eq!(xtask_mutants(&xtask), names, "the xtask's MUTANTS");
+        let ordering = std::fs::read_to_string(root().join("docs/ordering.md")).unwrap();
+        let models = std::fs::read_to_string(root().join("loom-tests/tests/models.rs")).unwrap();
+        for name in &names {
+            assert!(
+                ordering.contains(&format!("`{name}`")),
+                "docs/ordering.md does not name mutant {name}"
+            );
+            assert!(
+                models.contains(&format!("\"{name}\"")),
+                "no model catches mutant {name}"
+            );
+        }
     }
 }

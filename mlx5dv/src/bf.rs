@@ -24,6 +24,7 @@ use core::ops::Deref;
 use zverbs_core::sync::atomic::{AtomicBool, Ordering};
 use zverbs_core::sync::cell::UnsafeCell;
 use zverbs_core::sync::hint::spin_loop;
+use zverbs_core::sync::order;
 
 /// A BlueFlame register shared by several send queues: the lock each takes around its
 /// doorbell write, and the buffer toggle they share (libmlx5's `struct mlx5_bf` `lock` and
@@ -78,13 +79,9 @@ impl SharedBf {
     /// cache line's ownership), then reads the buffer offset and flips it for the next holder.
     #[inline(always)]
     fn acquire(&self) -> u32 {
-        #[cfg(not(zverbs_mutant = "relaxed_bf_lock"))]
-        const TAKE: Ordering = Ordering::Acquire;
-        #[cfg(zverbs_mutant = "relaxed_bf_lock")]
-        const TAKE: Ordering = Ordering::Relaxed;
         while self
             .locked
-            .compare_exchange_weak(false, true, TAKE, Ordering::Relaxed)
+            .compare_exchange_weak(false, true, order::BF_LOCK_ACQUIRE, Ordering::Relaxed)
             .is_err()
         {
             while self.locked.load(Ordering::Relaxed) {
@@ -103,7 +100,7 @@ impl SharedBf {
     /// before whatever the next holder does.
     #[inline(always)]
     fn release(&self) {
-        self.locked.store(false, Ordering::Release);
+        self.locked.store(false, order::BF_LOCK_RELEASE);
     }
 }
 

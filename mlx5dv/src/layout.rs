@@ -59,19 +59,9 @@ pub struct CqLayout {
     pub cqn: u32,
 }
 
-/// What the control path negotiated for a send queue.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SqCaps {
-    /// `ibv_qp_cap.max_send_sge`.
-    pub max_send_sge: u32,
-    /// `ibv_qp_cap.max_inline_data`.
-    pub max_inline_data: u32,
-    /// Whether the QP was created with `sq_sig_all`: every WQE asks for a CQE.
-    pub sig_all: bool,
-    /// How many signaled requests may be outstanding at once: this queue's share of its CQ.
-    /// A post that would exceed it fails with [`PostError::CqFull`](zverbs_core::PostError).
-    pub max_signaled: u32,
-}
+/// What the control path negotiated for a send queue: the core's, which checks requests
+/// against it.
+pub use zverbs_core::SqCaps;
 
 /// Why a layout or capability set cannot drive a queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

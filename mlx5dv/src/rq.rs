@@ -110,14 +110,10 @@ impl<P: RqStateRef> RecvQueue<P> {
         self.entries.free(self.head, self.tail)
     }
 
+    /// Checks `wr` (the core's check) and that `needed` receives fit, this one the last.
     #[inline(always)]
     fn check(&mut self, wr: &RecvWr<'_>, needed: u32) -> Result<(), PostError> {
-        if wr.sgl.len() > self.max_sge as usize {
-            return Err(PostError::TooManySges {
-                got: wr.sgl.len() as u32,
-                max: self.max_sge,
-            });
-        }
+        wr.check(self.max_sge)?;
         if self.entries.free(self.head, self.tail) < needed {
             self.tail = self.state.load_tail();
             let free = self.entries.free(self.head, self.tail);

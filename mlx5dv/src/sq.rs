@@ -1,18 +1,20 @@
 //! The send queue: builds WQEs in the ring and rings the doorbell.
 //!
-//! Posting validates the request completely (its plan: opcode, size in segments and basic
-//! blocks, the control flags) before it writes a byte; a refused request leaves the ring,
-//! the bookkeeping and the counters untouched. Then the segments are written at the producer
+//! Posting checks the request completely before it writes a byte (the core's
+//! [`SendWr::check`], then room in the ring and the CQ) and plans it from the check's summary
+//! (opcode, size in segments and basic blocks, the control flags); a refused request leaves the
+//! ring, the bookkeeping and the counters untouched. Then the segments are written at the producer
 //! counter, each segment index masked into the ring, so a WQE that meets the end of the ring
 //! continues at slot 0 whatever its size and alignment (as rdma-core does, without padding
 //! NOPs). Nothing is visible to the device until [`PostSend::ring`].
 
-use core::mem::MaybeUninit;
 use core::ops::Deref;
 
 use zverbs_core::mmio::MmioRegion;
 use zverbs_core::ring::Ring;
-use zverbs_core::{BatchError, PostError, PostSend, SendFlags, SendOp, SendWr, Sge};
+use zverbs_core::{
+    BatchError, CheckedBatch, CheckedSend, PostError, PostSend, SendFlags, SendOp, SendWr, Sge,
+};
 
 use crate::bf::{BfRegister, Dedicated, Shared, SharedBf};
 use crate::devmem::{DbrecWord, SegRing};
@@ -22,12 +24,11 @@ use crate::prm::wqe::{AtomicSeg, CtrlSeg, DataSeg, RaddrSeg, inline_byte_count, 
 use crate::prm::{MAX_DS, SEGS_PER_BB, SND_DBR, fm_ce_se, opcode};
 use crate::state::{SlotData, SqStateRef};
 
-/// The largest message an RDMA operation can carry (2 GiB).
-const MAX_MESSAGE: u64 = 1 << 31;
-
-/// What a validated request will write.
+/// What a checked request will write.
 #[derive(Clone, Copy, Debug)]
-struct Plan {
+struct Plan<'w> {
+    /// The data entries (of a WRITE, SEND or READ; none for atomics and NOP).
+    sgl: &'w [Sge],
     opcode: u8,
     /// Size in 16-byte segments (`ds`).
     ds: u32,
@@ -39,8 +40,91 @@ struct Plan {
     inline: Option<u32>,
 }
 
-/// Requests of a batch whose plans are kept between its checking and writing passes.
-const BATCH_PLANS: usize = 32;
+impl<'w> Plan<'w> {
+    /// The WQE for `op`, from its check's summary `c`. Cannot fail: every operation has a WQE,
+    /// and the check bounded its size (the queue's construction checked that the largest fits).
+    #[inline(always)]
+    fn of(op: &SendOp<'w>, c: &CheckedSend<'w>) -> Self {
+        let e = WQE_HEAD[op_index(op)];
+        let (opcode, head) = (e as u8, u32::from(e >> 8));
+        // An inline request has no data entries; any other has no inline length (and
+        // `inline_ds(0)` is 0).
+        let ds = head + c.data_sges() + inline_ds(c.inline_len() as usize) as u32;
+        // `ds` is at most `MAX_DS` (the construction checked the largest request), so the sum
+        // below cannot overflow; `div_ceil`, which allows for it, costs three more
+        // instructions on every post.
+        #[allow(clippy::manual_div_ceil)]
+        let blocks = (ds + (SEGS_PER_BB as u32 - 1)) / SEGS_PER_BB as u32;
+        Plan {
+            sgl: c.sgl(),
+            opcode,
+            ds,
+            blocks,
+            fm_ce_se: FM_CE_SE[(c.flags().bits() & FM_CE_SE_FLAGS) as usize],
+            signaled: c.signaled(),
+            inline: c.is_inline().then_some(c.inline_len()),
+        }
+    }
+}
+
+/// The position of `op` in [`WQE_HEAD`]: the order of [`SendOp`]'s variants, so that the
+/// compiler reads it from the operation's discriminant.
+#[inline(always)]
+const fn op_index(op: &SendOp<'_>) -> usize {
+    match op {
+        SendOp::Write { .. } => 0,
+        SendOp::WriteImm { .. } => 1,
+        SendOp::Send { .. } => 2,
+        SendOp::SendImm { .. } => 3,
+        SendOp::Read { .. } => 4,
+        SendOp::CompareSwap { .. } => 5,
+        SendOp::FetchAdd { .. } => 6,
+        SendOp::Nop => 7,
+    }
+}
+
+/// For each operation ([`op_index`]): its WQE opcode and the segments before its data (ctrl;
+/// raddr for the operations with a remote address; atomic and the one data segment of an
+/// atomic). One table lookup for both, not a branch per operation.
+const WQE_HEAD: [u16; 8] = [
+    opcode::RDMA_WRITE as u16 | 2 << 8,
+    opcode::RDMA_WRITE_IMM as u16 | 2 << 8,
+    opcode::SEND as u16 | 1 << 8,
+    opcode::SEND_IMM as u16 | 1 << 8,
+    opcode::RDMA_READ as u16 | 2 << 8,
+    opcode::ATOMIC_CS as u16 | 4 << 8,
+    opcode::ATOMIC_FA as u16 | 4 << 8,
+    opcode::NOP as u16 | 1 << 8,
+];
+
+/// The request flags that map to bits of `fm_ce_se` (the low three).
+const FM_CE_SE_FLAGS: u32 = SendFlags::FENCE
+    .union(SendFlags::SIGNALED)
+    .union(SendFlags::SOLICITED)
+    .bits();
+const _: () = assert!(FM_CE_SE_FLAGS == 0b111);
+
+/// The control segment's `fm_ce_se` for each combination of [`FM_CE_SE_FLAGS`], looked up
+/// without branches: a signaled request asks for a CQE, a solicited one sets the solicited
+/// event, a fenced one waits for earlier READs and atomics (as libmlx5 maps `IBV_SEND_*`).
+const FM_CE_SE: [u8; 8] = {
+    let mut t = [0u8; 8];
+    let mut i = 0;
+    while i < 8 {
+        let flags = SendFlags::from_bits_truncate(i as u32);
+        if flags.contains(SendFlags::SIGNALED) {
+            t[i] |= fm_ce_se::CQ_UPDATE;
+        }
+        if flags.contains(SendFlags::SOLICITED) {
+            t[i] |= fm_ce_se::SOLICITED;
+        }
+        if flags.contains(SendFlags::FENCE) {
+            t[i] |= fm_ce_se::FENCE;
+        }
+        i += 1;
+    }
+    t
+};
 
 /// The send queue of an mlx5 QP, driven directly.
 ///
@@ -305,80 +389,11 @@ impl<P: SqStateRef, R: BfRegister> SendQueue<P, R> {
             && u32::from(self.sig_limit.wrapping_sub(self.sig_posted)) >= signaled
     }
 
-    /// Validates `wr` against the queue's limits and sizes it. Writes nothing.
+    /// Checks `wr` against the queue's limits and plans its WQE. Writes nothing.
     #[inline(always)]
-    fn plan(&self, wr: &SendWr<'_>) -> Result<Plan, PostError> {
-        let (opcode, mut ds, sgl) = match &wr.op {
-            SendOp::Write { sgl, .. } => (opcode::RDMA_WRITE, 2, *sgl),
-            SendOp::WriteImm { sgl, .. } => (opcode::RDMA_WRITE_IMM, 2, *sgl),
-            SendOp::Send { sgl } => (opcode::SEND, 1, *sgl),
-            SendOp::SendImm { sgl, .. } => (opcode::SEND_IMM, 1, *sgl),
-            SendOp::Read { sgl, .. } => (opcode::RDMA_READ, 2, *sgl),
-            SendOp::CompareSwap { local, remote, .. } | SendOp::FetchAdd { local, remote, .. } => {
-                check_atomic(local, remote.addr)?;
-                let op = if matches!(wr.op, SendOp::CompareSwap { .. }) {
-                    opcode::ATOMIC_CS
-                } else {
-                    opcode::ATOMIC_FA
-                };
-                (op, 4, &[][..])
-            }
-            SendOp::Nop => (opcode::NOP, 1, &[][..]),
-        };
-        if sgl.len() > self.caps.max_send_sge as usize {
-            return Err(PostError::TooManySges {
-                got: sgl.len() as u32,
-                max: self.caps.max_send_sge,
-            });
-        }
-        let mut inline = None;
-        if wr.flags.contains(SendFlags::INLINE) {
-            if !wr.op.can_inline() {
-                return Err(PostError::InlineNotAllowed);
-            }
-            let len: u64 = sgl.iter().map(|s| u64::from(s.length)).sum();
-            if len > u64::from(self.caps.max_inline_data) {
-                return Err(PostError::InlineTooLarge {
-                    len: len.min(u64::from(u32::MAX)) as u32,
-                    max: self.caps.max_inline_data,
-                });
-            }
-            ds += inline_ds(len as usize) as u32;
-            inline = Some(len as u32);
-        } else if let [s] = sgl {
-            // One entry, the common case, without a loop.
-            ds += u32::from(s.length != 0);
-            if u64::from(s.length) > MAX_MESSAGE {
-                return Err(PostError::MessageTooLong);
-            }
-        } else {
-            let mut len = 0u64;
-            for s in sgl {
-                len += u64::from(s.length);
-                // Zero-length entries are skipped, as libmlx5 does: on mlx5 a zero byte count
-                // means 2 GiB.
-                ds += u32::from(s.length != 0);
-            }
-            if len > MAX_MESSAGE {
-                return Err(PostError::MessageTooLong);
-            }
-        }
-        let signaled = self.caps.sig_all || wr.flags.contains(SendFlags::SIGNALED);
-        let mut flags = if signaled { fm_ce_se::CQ_UPDATE } else { 0 };
-        if wr.flags.contains(SendFlags::SOLICITED) {
-            flags |= fm_ce_se::SOLICITED;
-        }
-        if wr.flags.contains(SendFlags::FENCE) {
-            flags |= fm_ce_se::FENCE;
-        }
-        Ok(Plan {
-            opcode,
-            ds,
-            blocks: ds.div_ceil(SEGS_PER_BB as u32),
-            fm_ce_se: flags,
-            signaled,
-            inline,
-        })
+    fn plan<'w>(&self, wr: &SendWr<'w>) -> Result<Plan<'w>, PostError> {
+        let checked = wr.check(&self.caps)?;
+        Ok(Plan::of(&wr.op, &checked))
     }
 
     /// Checks that `blocks` basic blocks and `signaled` more CQEs fit now.
@@ -420,10 +435,11 @@ impl<P: SqStateRef, R: BfRegister> SendQueue<P, R> {
     ///
     /// # Safety
     ///
-    /// `plan` is `self.plan(wr)`'s, room was checked, and the caller upholds the posting
-    /// contract of [`PostSend`] (inline sources are readable).
+    /// `plan` is `Plan::of` the request and of its check against `self.caps`, room was
+    /// checked, and the caller upholds the posting contract of [`PostSend`] (inline sources are
+    /// readable).
     #[inline(always)]
-    unsafe fn write(&mut self, wr: &SendWr<'_>, plan: &Plan) -> u32 {
+    unsafe fn write(&mut self, wr: &SendWr<'_>, plan: &Plan<'_>) -> u32 {
         // Locals, not fields: the compiler cannot prove that the ring stores below do not
         // alias `self`, and would reload fields after each one.
         let (ring, pi, qpn) = (&{ self.ring }, self.pi, self.qpn);
@@ -485,32 +501,28 @@ impl<P: SqStateRef, R: BfRegister> SendQueue<P, R> {
             }
             SendOp::Send { .. } | SendOp::SendImm { .. } | SendOp::Nop => {}
         }
-        if !matches!(
-            wr.op,
-            SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } | SendOp::Nop
-        ) {
-            let sgl = wr.op.sgl();
-            match plan.inline {
-                // SAFETY: the segments are free (as above); the sources are readable (caller).
-                Some(len) => unsafe { write_inline(ring, start.wrapping_add(k), sgl, len) },
-                // One entry, the common case, as straight-line code.
-                None if sgl.len() == 1 => {
-                    if let Some(s) = sgl.first()
-                        && s.length != 0
-                    {
-                        // SAFETY: as above.
-                        unsafe { write_data(ring, start, k, s) };
-                    }
+        // The data: none for atomics (written above) and NOP, whose list is empty.
+        let sgl = plan.sgl;
+        match plan.inline {
+            // SAFETY: the segments are free (as above); the sources are readable (caller).
+            Some(len) => unsafe { write_inline(ring, start.wrapping_add(k), sgl, len) },
+            // One entry, the common case, as straight-line code.
+            None if sgl.len() == 1 => {
+                if let Some(s) = sgl.first()
+                    && s.length != 0
+                {
+                    // SAFETY: as above.
+                    unsafe { write_data(ring, start, k, s) };
                 }
-                None => {
-                    for s in sgl {
-                        if s.length == 0 {
-                            continue;
-                        }
-                        // SAFETY: as above.
-                        unsafe { write_data(ring, start, k, s) };
-                        k += 1;
+            }
+            None => {
+                for s in sgl {
+                    if s.length == 0 {
+                        continue;
                     }
+                    // SAFETY: as above.
+                    unsafe { write_data(ring, start, k, s) };
+                    k += 1;
                 }
             }
         }
@@ -542,21 +554,27 @@ impl<P: SqStateRef, R: BfRegister> SendQueue<P, R> {
         self.ring();
     }
 
-    /// The index of the first request of `wrs` that does not fit after the ones before it
-    /// (all of them valid), for a batch refused as a whole.
+    /// Checks that `wrs`, all valid, fit the queue and its CQ share, each with the ones
+    /// before it, with the credits read again: the rest of [`PostSend::post_send_batch`]'s
+    /// check when its requests do not fit the limits last read, or one of them is invalid (then
+    /// for the requests before it). Out of line: the batch's common case does not come here.
+    ///
+    /// # Errors
+    ///
+    /// The first request that does not fit, with [`PostError::QueueFull`] or
+    /// [`PostError::CqFull`].
     #[cold]
-    fn first_misfit(&self, wrs: &[SendWr<'_>]) -> usize {
+    #[inline(never)]
+    fn check_batch_room(&mut self, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
+        let caps = self.caps;
         let (mut blocks, mut signaled) = (0u32, 0u32);
-        for (index, wr) in wrs.iter().enumerate() {
-            if let Ok(plan) = self.plan(wr) {
-                blocks += plan.blocks;
-                signaled += u32::from(plan.signaled);
-            }
-            if !self.fits(blocks, signaled) {
-                return index;
-            }
-        }
-        wrs.len().saturating_sub(1)
+        CheckedBatch::check(wrs, &caps, |wr, checked| {
+            let plan = Plan::of(&wr.op, &checked);
+            blocks += plan.blocks;
+            signaled += u32::from(plan.signaled);
+            self.check_room(blocks, signaled)
+        })?;
+        Ok(())
     }
 
     /// Notes a WQE written by [`SendQueue::write`] for the next [`PostSend::ring`].
@@ -566,18 +584,6 @@ impl<P: SqStateRef, R: BfRegister> SendQueue<P, R> {
         self.last_blocks = blocks;
         self.pending += 1;
     }
-}
-
-/// Checks an atomic's operands: an 8-byte, 8-byte-aligned local buffer and an aligned target.
-#[inline(always)]
-fn check_atomic(local: &Sge, raddr: u64) -> Result<(), PostError> {
-    if local.length != 8 {
-        return Err(PostError::AtomicSize { len: local.length });
-    }
-    if !local.addr.is_multiple_of(8) || !raddr.is_multiple_of(8) {
-        return Err(PostError::AtomicAlignment);
-    }
-    Ok(())
 }
 
 /// Writes the raddr, atomic and data segments (1, 2, 3) of the WQE at segment `start`.
@@ -715,50 +721,31 @@ impl<P: SqStateRef, R: BfRegister> PostSend for SendQueue<P, R> {
     }
 
     unsafe fn post_send_batch(&mut self, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
-        // The plans of the first requests are kept for the writing pass (a small array on the
-        // stack, left uninitialised: no allocation, no clearing); later ones, if any, are
-        // planned again.
-        let mut plans = [const { MaybeUninit::<Plan>::uninit() }; BATCH_PLANS];
-        let mut blocks = 0u32;
-        let mut signaled = 0u32;
-        for (index, wr) in wrs.iter().enumerate() {
-            let plan = match self.plan(wr) {
-                Ok(plan) => plan,
-                Err(error) => {
-                    // A request before this one that does not fit comes first, as when posting
-                    // one by one.
-                    self.check_room(blocks, signaled)
-                        .map_err(|error| BatchError {
-                            index: self.first_misfit(wrs),
-                            error,
-                        })?;
-                    return Err(BatchError { index, error });
-                }
-            };
-            blocks += plan.blocks;
-            signaled += u32::from(plan.signaled);
-            if let Some(p) = plans.get_mut(index) {
-                p.write(plan);
+        // First pass: check every request and add up the room they need. Nothing is kept: the
+        // second pass plans each request again from the checked batch, which cannot fail.
+        let caps = self.caps;
+        let (mut blocks, mut signaled) = (0u32, 0u32);
+        let batch = CheckedBatch::check(wrs, &caps, |wr, checked| {
+            let plan = Plan::of(&wr.op, &checked);
+            blocks = blocks.saturating_add(plan.blocks);
+            signaled = signaled.saturating_add(u32::from(plan.signaled));
+            Ok(())
+        })
+        .map_err(|refused| {
+            // A request before the refused one that does not fit comes first, as when posting
+            // one by one.
+            match self.check_batch_room(wrs.get(..refused.index).unwrap_or_default()) {
+                Err(misfit) => misfit,
+                Ok(()) => refused,
             }
+        })?;
+        if !self.fits(blocks, signaled) {
+            self.check_batch_room(wrs)?;
         }
-        self.check_room(blocks, signaled)
-            .map_err(|error| BatchError {
-                index: self.first_misfit(wrs),
-                error,
-            })?;
-        for (index, wr) in wrs.iter().enumerate() {
-            let plan = match plans.get(index) {
-                // SAFETY: the first pass wrote the plan of every request with a place in the
-                // array.
-                Some(p) => unsafe { p.assume_init_read() },
-                // Infallible: the same plan succeeded above and nothing changed since.
-                None => match self.plan(wr) {
-                    Ok(p) => p,
-                    Err(_) => continue,
-                },
-            };
-            // SAFETY: planned, and room for the whole batch was checked; the caller upholds
-            // the posting contract for every request.
+        for (wr, checked) in batch.iter() {
+            let plan = Plan::of(&wr.op, &checked);
+            // SAFETY: planned from its check, and room for the whole batch was checked; the
+            // caller upholds the posting contract for every request.
             let start = unsafe { self.write(wr, &plan) };
             self.note_pending(start, plan.blocks);
         }
@@ -1439,6 +1426,208 @@ mod tests {
         let bf = rig.mem.bf_bytes();
         assert_eq!(bf[..8], rig.mem.sq_bytes()[7 * 64..7 * 64 + 8]);
         assert!(bf[8..64].iter().all(|&b| b == 0));
+    }
+
+    /// Requests of every kind and size, more than a batch's first pass could once keep.
+    fn mixed<'a>(sgl: &'a [Sge], inline: &'a [Sge]) -> Vec<SendWr<'a>> {
+        let r = RemoteBuf::new(0x4000, 7);
+        let local = Sge::new(0x2000, 8, 3);
+        (0..40u64)
+            .map(|i| {
+                let n = (i % 4) as usize;
+                let wr = match i % 9 {
+                    0 => SendWr::write(i, &sgl[..n], r),
+                    1 => SendWr::write_imm(i, &sgl[..n], r, i as u32),
+                    2 => SendWr::send(i, &sgl[..n]).solicited(),
+                    3 => SendWr::send_imm(i, &sgl[..n], 5).fenced(),
+                    4 => SendWr::read(i, &sgl[..n], r),
+                    5 => SendWr::write(i, &inline[..n], r).inline(),
+                    6 => SendWr::compare_swap(i, local, r, i, 2),
+                    7 => SendWr::fetch_add(i, local, r.offset(8), i),
+                    _ => SendWr::nop(i),
+                };
+                if i % 3 == 0 { wr.signaled() } else { wr }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_batch_writes_what_posting_one_by_one_writes() {
+        let data = [0x5au8; 60];
+        let sgl = [
+            Sge::new(0x1000, 16, 1),
+            Sge::new(0x2000, 0, 2),
+            Sge::new(0x3000, 32, 3),
+        ];
+        let inline = [
+            Sge::from_slice(&data[..7], 0),
+            Sge::from_slice(&data[7..40], 0),
+            Sge::from_slice(&data[40..], 0),
+        ];
+        let wrs = mixed(&sgl, &inline);
+        let mut one_by_one = Rig::new(128, 256, caps(3, 60));
+        for wr in &wrs {
+            post(&mut one_by_one, wr).unwrap();
+        }
+        one_by_one.sq.ring();
+        let mut batched = Rig::new(128, 256, caps(3, 60));
+        // SAFETY: never executed; the inline sources are live.
+        unsafe { batched.sq.post_send_batch(&wrs) }.unwrap();
+        assert_eq!(batched.mem.sq_bytes(), one_by_one.mem.sq_bytes());
+        assert_eq!(batched.sq.producer(), one_by_one.sq.producer());
+        assert_eq!(batched.mem.dbrec(1), one_by_one.mem.dbrec(1));
+        assert_eq!(
+            batched.sq.outstanding_signaled(),
+            one_by_one.sq.outstanding_signaled()
+        );
+    }
+
+    #[test]
+    fn a_refused_batch_names_the_request_posting_one_by_one_would() {
+        let sgl = [Sge::new(0x1000, 8, 1)];
+        let four = [sgl[0]; 4];
+        let three = [sgl[0]; 3];
+        let r = RemoteBuf::new(0x4000, 1);
+        // 8 blocks, 2 signaled requests at most. Each case: the batch, and the error posting
+        // its requests one by one meets first.
+        let many: Vec<SendWr<'_>> = (0..12).map(SendWr::nop).collect();
+        let mut late_fault = many.clone();
+        late_fault[10] = SendWr::write(10, &four, r);
+        let mut early_fault = many.clone();
+        early_fault[1] = SendWr::write(1, &four, r);
+        let cases: [(&[SendWr<'_>], BatchError); 7] = [
+            // The ring fills at the ninth request, before the fault at the eleventh; the
+            // batch is longer than the ring.
+            (
+                &late_fault,
+                BatchError {
+                    index: 8,
+                    error: PostError::QueueFull { needed: 9, free: 8 },
+                },
+            ),
+            // A fault before the ring fills.
+            (
+                &early_fault,
+                BatchError {
+                    index: 1,
+                    error: PostError::TooManySges { got: 4, max: 3 },
+                },
+            ),
+            // A two-block request that does not fit after seven blocks, before a fault.
+            (
+                &[
+                    many[0],
+                    many[1],
+                    many[2],
+                    many[3],
+                    many[4],
+                    many[5],
+                    many[6],
+                    SendWr::write(7, &three, r),
+                    SendWr::write(8, &four, r),
+                ],
+                BatchError {
+                    index: 7,
+                    error: PostError::QueueFull { needed: 9, free: 8 },
+                },
+            ),
+            // The third signaled request overflows the CQ share, before a fault.
+            (
+                &[
+                    many[0].signaled(),
+                    many[1],
+                    many[2].signaled(),
+                    many[3].signaled(),
+                    SendWr::write(4, &four, r),
+                ],
+                BatchError {
+                    index: 3,
+                    error: PostError::CqFull { limit: 2 },
+                },
+            ),
+            // Valid requests, no more than the ring's blocks, that need more blocks than it
+            // has.
+            (
+                &[
+                    many[0],
+                    many[1],
+                    many[2],
+                    many[3],
+                    many[4],
+                    many[5],
+                    many[6],
+                    SendWr::write(7, &three, r),
+                ],
+                BatchError {
+                    index: 7,
+                    error: PostError::QueueFull { needed: 9, free: 8 },
+                },
+            ),
+            // Valid requests, three of them signaled.
+            (
+                &[many[0].signaled(), many[1].signaled(), many[2].signaled()],
+                BatchError {
+                    index: 2,
+                    error: PostError::CqFull { limit: 2 },
+                },
+            ),
+            // A fault with room for all: the fault.
+            (
+                &[many[0], SendWr::nop(1).inline(), many[2]],
+                BatchError {
+                    index: 1,
+                    error: PostError::InlineNotAllowed,
+                },
+            ),
+        ];
+        for (wrs, want) in cases {
+            let mut rig = Rig::new(
+                8,
+                256,
+                SqCaps {
+                    max_signaled: 2,
+                    ..caps(3, 0)
+                },
+            );
+            let before = (rig.mem.sq_bytes(), rig.mem.bf_bytes());
+            // SAFETY: never executed.
+            assert_eq!(unsafe { rig.sq.post_send_batch(wrs) }, Err(want));
+            assert_eq!((rig.mem.sq_bytes(), rig.mem.bf_bytes()), before);
+            assert_eq!(
+                (rig.sq.producer(), rig.sq.pending(), rig.mem.dbrec(1)),
+                (0, 0, 0)
+            );
+            // One by one: the same request is the first refused, for the same reason (the
+            // batch's room errors count the whole batch up to it).
+            let mut rig = Rig::new(
+                8,
+                256,
+                SqCaps {
+                    max_signaled: 2,
+                    ..caps(3, 0)
+                },
+            );
+            let first = wrs.iter().enumerate().find_map(|(index, wr)| {
+                let e = post(&mut rig, wr).err()?;
+                Some((index, core::mem::discriminant(&e)))
+            });
+            assert_eq!(
+                first,
+                Some((want.index, core::mem::discriminant(&want.error)))
+            );
+        }
+    }
+
+    #[test]
+    fn a_batch_takes_the_credits_returned_since_the_last_post() {
+        // The ring went round once; the queue last read the credit word when it was empty, so
+        // the batch fits only with the credits the poller has returned since.
+        let mut rig = Rig::new(8, 256, caps(1, 0));
+        advance(&mut rig, 8);
+        let wrs: Vec<SendWr<'_>> = (0..8).map(|i| SendWr::nop(i).signaled()).collect();
+        // SAFETY: never executed.
+        unsafe { rig.sq.post_send_batch(&wrs) }.unwrap();
+        assert_eq!((rig.sq.producer(), rig.mem.dbrec(1)), (16, 16));
     }
 
     #[test]

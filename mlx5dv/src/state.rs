@@ -31,6 +31,7 @@ use stable_deref_trait::StableDeref;
 use zverbs_core::sync::CachePadded;
 use zverbs_core::sync::atomic::{AtomicU32, Ordering};
 use zverbs_core::sync::cell::UnsafeCell;
+use zverbs_core::sync::order;
 
 use crate::layout::LayoutError;
 
@@ -172,7 +173,7 @@ impl<S: StableDeref<Target = [SqSlot]>> SqState<S> {
     /// Poster side: the credit word (`Acquire`, pairing with the poller's `Release`).
     #[inline(always)]
     pub(crate) fn load_done(&self) -> u32 {
-        self.done.load(Ordering::Acquire)
+        self.done.load(order::CREDIT_ACQUIRE)
     }
 
     /// Tests: sets the credit word as a poller that retired everything up to consumer
@@ -201,10 +202,7 @@ impl<S: StableDeref<Target = [SqSlot]>> SqState<S> {
         let old = self.done.load(Ordering::Relaxed); // only this thread writes it
         let signaled = old.wrapping_add(u32::from(data.signaled) << 16) & 0xffff_0000;
         let word = signaled | (data.next & 0xffff);
-        #[cfg(not(zverbs_mutant = "relaxed_credit"))]
-        self.done.store(word, Ordering::Release);
-        #[cfg(zverbs_mutant = "relaxed_credit")]
-        self.done.store(word, Ordering::Relaxed);
+        self.done.store(word, order::CREDIT_RELEASE);
         data
     }
 }
@@ -284,7 +282,7 @@ impl<S: StableDeref<Target = [RqSlot]>> RqState<S> {
     /// Poster side: completed receives (`Acquire`, pairing with the poller's `Release`).
     #[inline(always)]
     pub(crate) fn load_tail(&self) -> u32 {
-        self.tail.load(Ordering::Acquire)
+        self.tail.load(order::CREDIT_ACQUIRE)
     }
 
     /// Poller side: the oldest receive completed; returns its `wr_id` and frees its slot.
@@ -298,10 +296,7 @@ impl<S: StableDeref<Target = [RqSlot]>> RqState<S> {
         // SAFETY: (caller) the device completed this receive, which the poster recorded before
         // publishing it.
         let wr_id = self.slot(tail).0.with(|p| unsafe { p.read() });
-        #[cfg(not(zverbs_mutant = "relaxed_credit"))]
-        self.tail.store(tail.wrapping_add(1), Ordering::Release);
-        #[cfg(zverbs_mutant = "relaxed_credit")]
-        self.tail.store(tail.wrapping_add(1), Ordering::Relaxed);
+        self.tail.store(tail.wrapping_add(1), order::CREDIT_RELEASE);
         wr_id
     }
 }

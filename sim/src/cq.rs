@@ -14,44 +14,47 @@ use core::ptr::NonNull;
 use std::collections::VecDeque;
 
 use zverbs_core::sync::atomic::{AtomicU8, Ordering};
+use zverbs_mlx5dv::prm::cqe::{Cqe64, field};
 
 use crate::config::SimError;
 use crate::mem::{Region, load_be32_acquire};
 
-/// CQE opcodes (`MLX5_CQE_*`).
-pub(crate) mod op {
-    pub(crate) const REQ: u8 = 0;
-    pub(crate) const RESP_WR_IMM: u8 = 1;
-    pub(crate) const RESP_SEND: u8 = 2;
-    pub(crate) const RESP_SEND_IMM: u8 = 3;
-    pub(crate) const REQ_ERR: u8 = 13;
-    pub(crate) const RESP_ERR: u8 = 14;
-    pub(crate) const INVALID: u8 = 15;
-}
+/// CQE opcodes (`MLX5_CQE_*`): the mlx5 backend's, which its poller decodes.
+pub(crate) use zverbs_mlx5dv::prm::cqe::op;
 
-/// A 64-byte CQE under construction. Byte 63 (`op_own`) holds the opcode and flags; the owner
-/// bit is added when it is written.
+/// A 64-byte CQE under construction. Its `op_own` holds the opcode and flags; the owner bit is
+/// added when it is written.
 pub(crate) type RawCqe = [u8; 64];
 
-fn put32(c: &mut RawCqe, at: usize, v: u32) {
-    c[at..at + 4].copy_from_slice(&v.to_be_bytes());
-}
-
-/// A successful requester CQE. `uidx` is the QP's user index (`srqn_uidx`, by which libmlx5
-/// finds the QP with CQE version 1); the device's own QPs use their QPN.
-pub(crate) fn req(uidx: u32, qpn: u32, wqe_opcode: u8, wqe_counter: u16, byte_cnt: u32) -> RawCqe {
+/// A CQE of `opcode` for the QP `qpn` (`srqn_uidx` its user index `uidx`, by which libmlx5
+/// finds the QP with CQE version 1; the device's own QPs use their QPN), completing
+/// `wqe_counter`, written through the backend's CQE view.
+fn cqe(
+    uidx: u32,
+    opcode: u8,
+    wqe_counter: u16,
+    fill: impl FnOnce(&mut Cqe64<&mut RawCqe>),
+) -> RawCqe {
     let mut c = [0u8; 64];
-    put32(&mut c, 32, uidx & 0x00ff_ffff); // srqn_uidx: the user index
-    put32(&mut c, 44, byte_cnt);
-    put32(&mut c, 56, (u32::from(wqe_opcode) << 24) | qpn);
-    c[60..62].copy_from_slice(&wqe_counter.to_be_bytes());
-    c[63] = op::REQ << 4;
+    let mut v = Cqe64::new_unchecked(&mut c);
+    v.set_srqn_uidx(uidx & 0x00ff_ffff);
+    v.set_wqe_counter(wqe_counter);
+    v.set_opcode(opcode);
+    fill(&mut v);
     c
 }
 
+/// A successful requester CQE (`REQ`) for the WQE of `wqe_opcode`.
+pub(crate) fn req(uidx: u32, qpn: u32, wqe_opcode: u8, wqe_counter: u16, byte_cnt: u32) -> RawCqe {
+    cqe(uidx, op::REQ, wqe_counter, |v| {
+        v.set_byte_cnt(byte_cnt);
+        v.set_sop_drop_qpn((u32::from(wqe_opcode) << 24) | qpn);
+    })
+}
+
 /// A successful responder CQE (`RESP_SEND`, `RESP_SEND_IMM` or `RESP_WR_IMM`). Its
-/// `flags_rqpn` (bytes 24..28) stays 0: no message carries a GRH on this device (docs/sim.md),
-/// so the GRH bits (29..28) a ConnectX sets for one are never set.
+/// `flags_rqpn` stays 0: no message carries a GRH on this device (docs/sim.md), so the GRH
+/// bits (29..28) a ConnectX sets for one are never set.
 pub(crate) fn resp(
     uidx: u32,
     qpn: u32,
@@ -61,14 +64,12 @@ pub(crate) fn resp(
     imm: [u8; 4],
     solicited: bool,
 ) -> RawCqe {
-    let mut c = [0u8; 64];
-    put32(&mut c, 32, uidx & 0x00ff_ffff);
-    c[36..40].copy_from_slice(&imm);
-    put32(&mut c, 44, byte_cnt);
-    put32(&mut c, 56, qpn);
-    c[60..62].copy_from_slice(&wqe_counter.to_be_bytes());
-    c[63] = (opcode << 4) | (u8::from(solicited) << 1);
-    c
+    cqe(uidx, opcode, wqe_counter, |v| {
+        v.set_imm_inval_pkey(u32::from_be_bytes(imm));
+        v.set_byte_cnt(byte_cnt);
+        v.set_sop_drop_qpn(qpn);
+        v.set_se(solicited);
+    })
 }
 
 /// An error CQE (`REQ_ERR` or `RESP_ERR`).
@@ -81,14 +82,11 @@ pub(crate) fn err(
     syndrome: u8,
     vendor: u8,
 ) -> RawCqe {
-    let mut c = [0u8; 64];
-    put32(&mut c, 32, uidx & 0x00ff_ffff);
-    c[54] = vendor;
-    c[55] = syndrome;
-    put32(&mut c, 56, (u32::from(wqe_opcode) << 24) | qpn);
-    c[60..62].copy_from_slice(&wqe_counter.to_be_bytes());
-    c[63] = opcode << 4;
-    c
+    cqe(uidx, opcode, wqe_counter, |v| {
+        v.set_vendor_err_synd(vendor);
+        v.set_syndrome(syndrome);
+        v.set_s_wqe_opcode_qpn((u32::from(wqe_opcode) << 24) | qpn);
+    })
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -220,13 +218,15 @@ impl DevCq {
         let owner = ((self.pi >> self.log2) & 1) as u8;
         // SAFETY: `slot < cnt` and the ring holds `cnt` 64-byte CQEs.
         let p = unsafe { self.buf.ptr.add(slot * 64) };
+        let mut cqe = *cqe;
+        Cqe64::new_unchecked(&mut cqe).set_owner(owner);
         // SAFETY: the CQE is the device's (the consumer counter is past it), so the poller does
         // not read its body now; it reads only `op_own`, which is not written here.
-        unsafe { core::ptr::copy_nonoverlapping(cqe.as_ptr(), p.as_ptr(), 63) };
-        // SAFETY: byte 63 of the CQE, valid; `AtomicU8` has the layout of `u8`. Release orders
-        // the body before it.
-        unsafe { AtomicU8::from_ptr(p.as_ptr().add(63)) }
-            .store((cqe[63] & !1) | owner, Ordering::Release);
+        unsafe { core::ptr::copy_nonoverlapping(cqe.as_ptr(), p.as_ptr(), field::OP_OWN) };
+        // SAFETY: `op_own`, the CQE's last byte, valid; `AtomicU8` has the layout of `u8`.
+        // Release orders the body before it.
+        unsafe { AtomicU8::from_ptr(p.as_ptr().add(field::OP_OWN)) }
+            .store(Cqe64::new_unchecked(&cqe).op_own(), Ordering::Release);
         self.pi = self.pi.wrapping_add(1);
         *stats_cqes += 1;
         true

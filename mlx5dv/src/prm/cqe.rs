@@ -54,6 +54,13 @@ const _: () = assert!(field::BYTE_CNT.start == 44 && field::TIMESTAMP.start == 4
 const _: () = assert!(field::SOP_DROP_QPN.start == 56 && field::WQE_COUNTER.start == 60);
 const _: () = assert!(err_field::VENDOR_ERR_SYND == 54 && err_field::SYNDROME == 55);
 const _: () = assert!(err_field::S_WQE_OPCODE_QPN.start == 56);
+const _: () = assert!(err_field::S_WQE_OPCODE_QPN.end == field::SOP_DROP_QPN.end);
+const _: () = assert!(err_field::WQE_COUNTER.start == field::WQE_COUNTER.start);
+const _: () = assert!(SE_BIT == 2 && OPCODE_SHIFT == 4 && OWNER_MASK == 1);
+const _: () = assert!(op::REQ == 0 && op::RESP_WR_IMM == 1 && op::RESP_SEND == 2);
+const _: () = assert!(op::RESP_SEND_IMM == 3 && op::RESP_SEND_INV == 4 && op::RESIZE_CQ == 5);
+const _: () = assert!(op::NO_PACKET == 6 && op::SIG_ERR == 12 && op::REQ_ERR == 13);
+const _: () = assert!(op::RESP_ERR == 14 && op::INVALID == 15);
 
 /// The bits of `flags_rqpn` (29..28) that say a received message carried a GRH: libmlx5 reports
 /// `IBV_WC_GRH` when `(be32toh(cqe->flags_rqpn) >> 28) & 3` is not zero (`handle_responder`).
@@ -61,12 +68,43 @@ pub const FLAGS_RQPN_GRH: u32 = 3 << 28;
 
 /// Bit 0 of `op_own` (`MLX5_CQE_OWNER_MASK`).
 pub const OWNER_MASK: u8 = 1;
+/// `op_own` bit: the solicited-event bit of the message (`mlx5dv_get_cqe_se`).
+pub const SE_BIT: u8 = 1 << 1;
+/// Where the CQE opcode starts in `op_own` (its high nibble: `mlx5dv_get_cqe_opcode`).
+pub const OPCODE_SHIFT: u32 = 4;
 /// `op_own` bit: 32 bytes of data were scattered into this CQE (`MLX5_INLINE_SCATTER_32`).
 pub const INLINE_SCATTER_32: u8 = 0x4;
 /// `op_own` bit: 64 bytes were scattered into the CQE before this one (`MLX5_INLINE_SCATTER_64`).
 pub const INLINE_SCATTER_64: u8 = 0x8;
 
-/// The CQE opcode: the high nibble of `op_own` (`MLX5_CQE_*`).
+/// CQE opcodes (`MLX5_CQE_*`), the high nibble of `op_own`, as numbers to match on;
+/// [`CqeOpcode`] is the same as an enum.
+pub mod op {
+    /// A send-side (requester) completion (`MLX5_CQE_REQ`).
+    pub const REQ: u8 = 0;
+    /// A received RDMA WRITE with immediate (`MLX5_CQE_RESP_WR_IMM`).
+    pub const RESP_WR_IMM: u8 = 1;
+    /// A received SEND (`MLX5_CQE_RESP_SEND`).
+    pub const RESP_SEND: u8 = 2;
+    /// A received SEND with immediate (`MLX5_CQE_RESP_SEND_IMM`).
+    pub const RESP_SEND_IMM: u8 = 3;
+    /// A received SEND with invalidate (`MLX5_CQE_RESP_SEND_INV`).
+    pub const RESP_SEND_INV: u8 = 4;
+    /// CQ resize marker (`MLX5_CQE_RESIZE_CQ`).
+    pub const RESIZE_CQ: u8 = 5;
+    /// Tag matching: no packet (`MLX5_CQE_NO_PACKET`).
+    pub const NO_PACKET: u8 = 6;
+    /// Signature error (`MLX5_CQE_SIG_ERR`).
+    pub const SIG_ERR: u8 = 12;
+    /// A send-side error (`MLX5_CQE_REQ_ERR`).
+    pub const REQ_ERR: u8 = 13;
+    /// A receive-side error (`MLX5_CQE_RESP_ERR`).
+    pub const RESP_ERR: u8 = 14;
+    /// Never written by the device: the initial value of every CQE (`MLX5_CQE_INVALID`).
+    pub const INVALID: u8 = 15;
+}
+
+/// The CQE opcode: the high nibble of `op_own` (`MLX5_CQE_*`, numbered in [`op`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CqeOpcode {
     /// A send-side (requester) completion (0).
@@ -100,17 +138,17 @@ impl CqeOpcode {
     #[inline]
     pub const fn from_raw(raw: u8) -> Self {
         match raw {
-            0 => CqeOpcode::Req,
-            1 => CqeOpcode::RespWrImm,
-            2 => CqeOpcode::RespSend,
-            3 => CqeOpcode::RespSendImm,
-            4 => CqeOpcode::RespSendInv,
-            5 => CqeOpcode::ResizeCq,
-            6 => CqeOpcode::NoPacket,
-            12 => CqeOpcode::SigErr,
-            13 => CqeOpcode::ReqErr,
-            14 => CqeOpcode::RespErr,
-            15 => CqeOpcode::Invalid,
+            op::REQ => CqeOpcode::Req,
+            op::RESP_WR_IMM => CqeOpcode::RespWrImm,
+            op::RESP_SEND => CqeOpcode::RespSend,
+            op::RESP_SEND_IMM => CqeOpcode::RespSendImm,
+            op::RESP_SEND_INV => CqeOpcode::RespSendInv,
+            op::RESIZE_CQ => CqeOpcode::ResizeCq,
+            op::NO_PACKET => CqeOpcode::NoPacket,
+            op::SIG_ERR => CqeOpcode::SigErr,
+            op::REQ_ERR => CqeOpcode::ReqErr,
+            op::RESP_ERR => CqeOpcode::RespErr,
+            op::INVALID => CqeOpcode::Invalid,
             other => CqeOpcode::Unknown(other),
         }
     }
@@ -119,24 +157,24 @@ impl CqeOpcode {
     #[inline]
     pub const fn to_raw(self) -> u8 {
         match self {
-            CqeOpcode::Req => 0,
-            CqeOpcode::RespWrImm => 1,
-            CqeOpcode::RespSend => 2,
-            CqeOpcode::RespSendImm => 3,
-            CqeOpcode::RespSendInv => 4,
-            CqeOpcode::ResizeCq => 5,
-            CqeOpcode::NoPacket => 6,
-            CqeOpcode::SigErr => 12,
-            CqeOpcode::ReqErr => 13,
-            CqeOpcode::RespErr => 14,
-            CqeOpcode::Invalid => 15,
+            CqeOpcode::Req => op::REQ,
+            CqeOpcode::RespWrImm => op::RESP_WR_IMM,
+            CqeOpcode::RespSend => op::RESP_SEND,
+            CqeOpcode::RespSendImm => op::RESP_SEND_IMM,
+            CqeOpcode::RespSendInv => op::RESP_SEND_INV,
+            CqeOpcode::ResizeCq => op::RESIZE_CQ,
+            CqeOpcode::NoPacket => op::NO_PACKET,
+            CqeOpcode::SigErr => op::SIG_ERR,
+            CqeOpcode::ReqErr => op::REQ_ERR,
+            CqeOpcode::RespErr => op::RESP_ERR,
+            CqeOpcode::Invalid => op::INVALID,
             CqeOpcode::Unknown(raw) => raw,
         }
     }
 }
 
-/// The raw `CQE_INVALID` nibble value.
-pub const CQE_INVALID: u8 = 15;
+/// The raw `CQE_INVALID` nibble value ([`op::INVALID`]).
+pub const CQE_INVALID: u8 = op::INVALID;
 
 /// The error syndrome of an error CQE (`MLX5_CQE_SYNDROME_*`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -230,7 +268,7 @@ impl<T: AsRef<[u8]>> Cqe64<T> {
     /// The CQE opcode (`mlx5dv_get_cqe_opcode`).
     #[inline]
     pub fn opcode(&self) -> CqeOpcode {
-        CqeOpcode::from_raw(self.op_own() >> 4)
+        CqeOpcode::from_raw(self.op_own() >> OPCODE_SHIFT)
     }
     /// The owner bit (`mlx5dv_get_cqe_owner`).
     #[inline]
@@ -240,7 +278,7 @@ impl<T: AsRef<[u8]>> Cqe64<T> {
     /// The solicited-event bit (`mlx5dv_get_cqe_se`).
     #[inline]
     pub fn se(&self) -> u8 {
-        (self.op_own() >> 1) & 1
+        u8::from(self.op_own() & SE_BIT != 0)
     }
     /// The CQE format (`mlx5dv_get_cqe_format`): 0 for a plain CQE, 3 for a compressed block.
     #[inline]
@@ -308,6 +346,12 @@ impl<T: AsRef<[u8]>> Cqe64<T> {
     pub fn vendor_err_synd(&self) -> u8 {
         self.buffer.as_ref()[err_field::VENDOR_ERR_SYND]
     }
+    /// `s_wqe_opcode_qpn` of an error CQE: the failed WQE's opcode in the top byte, the QPN
+    /// below (the bytes of `sop_drop_qpn`).
+    #[inline]
+    pub fn s_wqe_opcode_qpn(&self) -> u32 {
+        get_be32(self.buffer.as_ref(), err_field::S_WQE_OPCODE_QPN)
+    }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Cqe64<T> {
@@ -315,6 +359,24 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Cqe64<T> {
     #[inline]
     pub fn set_op_own(&mut self, v: u8) {
         self.buffer.as_mut()[field::OP_OWN] = v;
+    }
+    /// Sets the CQE opcode (the high nibble of `op_own`), keeping the other bits.
+    #[inline]
+    pub fn set_opcode(&mut self, opcode: u8) {
+        let own = self.op_own() & !(0xf << OPCODE_SHIFT);
+        self.set_op_own(own | (opcode << OPCODE_SHIFT));
+    }
+    /// Sets or clears the solicited-event bit of `op_own`.
+    #[inline]
+    pub fn set_se(&mut self, se: bool) {
+        let own = self.op_own() & !SE_BIT;
+        self.set_op_own(if se { own | SE_BIT } else { own });
+    }
+    /// Sets or clears the owner bit of `op_own`.
+    #[inline]
+    pub fn set_owner(&mut self, owner: u8) {
+        let own = self.op_own() & !OWNER_MASK;
+        self.set_op_own(own | (owner & OWNER_MASK));
     }
     /// Sets `srqn_uidx`.
     #[inline]
@@ -355,6 +417,11 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Cqe64<T> {
     #[inline]
     pub fn set_vendor_err_synd(&mut self, v: u8) {
         self.buffer.as_mut()[err_field::VENDOR_ERR_SYND] = v;
+    }
+    /// Sets `s_wqe_opcode_qpn` of an error CQE.
+    #[inline]
+    pub fn set_s_wqe_opcode_qpn(&mut self, v: u32) {
+        set_be32(self.buffer.as_mut(), err_field::S_WQE_OPCODE_QPN, v);
     }
 }
 
@@ -447,6 +514,55 @@ mod tests {
         assert_eq!(v.opcode(), CqeOpcode::ReqErr);
         assert_eq!(v.syndrome(), Syndrome::RemoteAccessErr);
         assert_eq!(v.vendor_err_synd(), 0x88);
+    }
+
+    #[test]
+    fn op_own_and_error_cqe_setters() {
+        let mut b = [0u8; 64];
+        let mut c = Cqe64::new_unchecked(&mut b);
+        c.set_opcode(op::RESP_SEND_IMM);
+        c.set_se(true);
+        c.set_owner(1);
+        c.set_s_wqe_opcode_qpn(0x0a00_0103);
+        let mut want = [0u8; 64];
+        want[56..60].copy_from_slice(&[0x0a, 0x00, 0x01, 0x03]);
+        want[63] = 0x33;
+        assert_eq!(b, want);
+        let v = Cqe64::new_unchecked(&b);
+        assert_eq!(
+            (v.opcode(), v.se(), v.owner()),
+            (CqeOpcode::RespSendImm, 1, 1)
+        );
+        assert_eq!(v.s_wqe_opcode_qpn(), 0x0a00_0103);
+        assert_eq!((v.send_opcode(), v.qpn()), (0x0a, 0x103));
+        // Each setter changes its own bits alone.
+        let mut c = Cqe64::new_unchecked(&mut b);
+        c.set_opcode(op::REQ_ERR);
+        assert_eq!(b[63], 0xd3);
+        let mut c = Cqe64::new_unchecked(&mut b);
+        c.set_se(false);
+        c.set_owner(0);
+        assert_eq!(b[63], 0xd0);
+    }
+
+    #[test]
+    fn opcode_numbers_and_enum_agree() {
+        for (raw, named) in [
+            (op::REQ, CqeOpcode::Req),
+            (op::RESP_WR_IMM, CqeOpcode::RespWrImm),
+            (op::RESP_SEND, CqeOpcode::RespSend),
+            (op::RESP_SEND_IMM, CqeOpcode::RespSendImm),
+            (op::RESP_SEND_INV, CqeOpcode::RespSendInv),
+            (op::RESIZE_CQ, CqeOpcode::ResizeCq),
+            (op::NO_PACKET, CqeOpcode::NoPacket),
+            (op::SIG_ERR, CqeOpcode::SigErr),
+            (op::REQ_ERR, CqeOpcode::ReqErr),
+            (op::RESP_ERR, CqeOpcode::RespErr),
+            (op::INVALID, CqeOpcode::Invalid),
+        ] {
+            assert_eq!(CqeOpcode::from_raw(raw), named);
+            assert_eq!(named.to_raw(), raw);
+        }
     }
 
     #[test]

@@ -105,9 +105,6 @@ impl<T> Drop for RawArray<T> {
     }
 }
 
-/// The largest message an RDMA operation can carry (2 GiB).
-pub(crate) const MAX_MESSAGE: u64 = 1 << 31;
-
 #[cfg(test)]
 pub(crate) mod fake;
 #[cfg(test)]

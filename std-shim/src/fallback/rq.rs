@@ -75,14 +75,10 @@ impl RecvQueue {
         self.max_wr - self.head.wrapping_sub(self.tail)
     }
 
+    /// Checks `wr` (the core's check) and that `needed` receives fit, this one the last.
     #[inline(always)]
     fn check(&mut self, wr: &RecvWr<'_>, needed: u32) -> Result<(), PostError> {
-        if wr.sgl.len() > self.max_sge as usize {
-            return Err(PostError::TooManySges {
-                got: wr.sgl.len() as u32,
-                max: self.max_sge,
-            });
-        }
+        wr.check(self.max_sge)?;
         if self.head.wrapping_sub(self.tail) + needed > self.max_wr {
             self.tail = self.shared.load_tail();
             let free = self.max_wr - self.head.wrapping_sub(self.tail);

@@ -2,11 +2,13 @@
 
 use std::sync::Arc;
 
-use zverbs_core::{BatchError, PostError, PostSend, SendFlags, SendOp, SendWr, Sge, WcOpcode};
-use zverbs_mlx5dv::SqCaps;
+use zverbs_core::{
+    BatchError, CheckedBatch, CheckedSend, PostError, PostSend, SendOp, SendWr, Sge, SqCaps,
+    WcOpcode,
+};
 
+use super::RawArray;
 use super::state::{SendSlot, SqShared};
-use super::{MAX_MESSAGE, RawArray};
 use crate::ffi::types::*;
 
 /// Requests the provider refused at [`ring`](PostSend::ring).
@@ -18,16 +20,6 @@ pub struct RingError {
     pub dropped: u32,
     /// The caller's `wr_id` of the first request not posted.
     pub first_wr_id: u64,
-}
-
-/// What a validated request becomes.
-#[derive(Clone, Copy, Debug)]
-struct Plan {
-    opcode: u32,
-    wc_opcode: WcOpcode,
-    signaled: bool,
-    /// Inline payload length, or `None`.
-    inline: Option<u32>,
 }
 
 /// A send queue driven through `ibv_post_send`.
@@ -135,53 +127,13 @@ impl SendQueue {
         self.sig_done = sig;
     }
 
-    /// Validates `wr`. Writes nothing.
+    /// Checks `wr` against the queue's limits (the core's check) and that libibverbs has its
+    /// operation. Writes nothing.
     #[inline(always)]
-    fn plan(&self, wr: &SendWr<'_>) -> Result<Plan, PostError> {
-        let (opcode, wc_opcode, sgl) = match &wr.op {
-            SendOp::Write { sgl, .. } => (IBV_WR_RDMA_WRITE, WcOpcode::RdmaWrite, *sgl),
-            SendOp::WriteImm { sgl, .. } => (IBV_WR_RDMA_WRITE_WITH_IMM, WcOpcode::RdmaWrite, *sgl),
-            SendOp::Send { sgl } => (IBV_WR_SEND, WcOpcode::Send, *sgl),
-            SendOp::SendImm { sgl, .. } => (IBV_WR_SEND_WITH_IMM, WcOpcode::Send, *sgl),
-            SendOp::Read { sgl, .. } => (IBV_WR_RDMA_READ, WcOpcode::RdmaRead, *sgl),
-            SendOp::CompareSwap { local, remote, .. } => {
-                check_atomic(local, remote.addr)?;
-                (IBV_WR_ATOMIC_CMP_AND_SWP, WcOpcode::CompSwap, &[][..])
-            }
-            SendOp::FetchAdd { local, remote, .. } => {
-                check_atomic(local, remote.addr)?;
-                (IBV_WR_ATOMIC_FETCH_AND_ADD, WcOpcode::FetchAdd, &[][..])
-            }
-            SendOp::Nop => return Err(PostError::Unsupported),
-        };
-        if sgl.len() > self.caps.max_send_sge as usize {
-            return Err(PostError::TooManySges {
-                got: sgl.len() as u32,
-                max: self.caps.max_send_sge,
-            });
-        }
-        let len: u64 = sgl.iter().map(|s| u64::from(s.length)).sum();
-        let mut inline = None;
-        if wr.flags.contains(SendFlags::INLINE) {
-            if !wr.op.can_inline() {
-                return Err(PostError::InlineNotAllowed);
-            }
-            if len > u64::from(self.caps.max_inline_data) {
-                return Err(PostError::InlineTooLarge {
-                    len: len.min(u64::from(u32::MAX)) as u32,
-                    max: self.caps.max_inline_data,
-                });
-            }
-            inline = Some(len as u32);
-        } else if len > MAX_MESSAGE {
-            return Err(PostError::MessageTooLong);
-        }
-        Ok(Plan {
-            opcode,
-            wc_opcode,
-            signaled: self.caps.sig_all || wr.flags.contains(SendFlags::SIGNALED),
-            inline,
-        })
+    fn check<'w>(&self, wr: &SendWr<'w>) -> Result<CheckedSend<'w>, PostError> {
+        let checked = wr.check(&self.caps)?;
+        supported(wr)?;
+        Ok(checked)
     }
 
     /// Checks that `n` more requests, `signaled` of them signaled, fit now.
@@ -207,35 +159,52 @@ impl SendQueue {
         Ok(())
     }
 
-    /// Stages the planned request and records it.
+    /// Stages the checked request and records it.
     ///
     /// # Safety
     ///
-    /// `plan` is `self.plan(wr)`'s and room was checked; inline sources are readable (the
+    /// `checked` is the request's check against `self.caps`, the operation is supported (not a
+    /// NOP: [`SendQueue::check`]), and room was checked; inline sources are readable (the
     /// posting contract of [`PostSend`]).
     #[inline(always)]
-    unsafe fn stage(&mut self, wr: &SendWr<'_>, plan: &Plan) {
+    unsafe fn stage(&mut self, wr: &SendWr<'_>, checked: &CheckedSend<'_>) {
         let i = self.staged as usize;
         let slot_sges = self.caps.max_send_sge.max(1) as usize;
         let sg_base = self.sges.at(i * slot_sges);
-        let sgl = wr.op.sgl();
+        let sgl = checked.sgl();
+        let signaled = checked.signaled();
         let mut out = ibv_send_wr::ZERO;
         out.wr_id = u64::from(self.pi);
-        out.opcode = plan.opcode;
         out.sg_list = super::sg_list(sg_base);
-        out.send_flags = (wr.flags.bits() & !SendFlags::SIGNALED.bits())
-            | if plan.signaled { IBV_SEND_SIGNALED } else { 0 };
+        // The flags pass through (`SendFlags` has libibverbs' values), SIGNALED as the check
+        // says (the queue's `sig_all`).
+        out.send_flags = checked.flags().bits();
         if let Some(imm) = wr.op.imm() {
             out.imm_data = imm.to_be();
         }
-        match &wr.op {
-            SendOp::Write { remote, .. }
-            | SendOp::WriteImm { remote, .. }
-            | SendOp::Read { remote, .. } => {
-                out.wr.rdma = ibv_send_wr_rdma {
-                    remote_addr: remote.addr,
-                    rkey: remote.rkey,
-                };
+        let wc_opcode = match &wr.op {
+            SendOp::Write { remote, .. } => {
+                out.opcode = IBV_WR_RDMA_WRITE;
+                out.wr.rdma = rdma(remote);
+                WcOpcode::RdmaWrite
+            }
+            SendOp::WriteImm { remote, .. } => {
+                out.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+                out.wr.rdma = rdma(remote);
+                WcOpcode::RdmaWrite
+            }
+            SendOp::Send { .. } => {
+                out.opcode = IBV_WR_SEND;
+                WcOpcode::Send
+            }
+            SendOp::SendImm { .. } => {
+                out.opcode = IBV_WR_SEND_WITH_IMM;
+                WcOpcode::Send
+            }
+            SendOp::Read { remote, .. } => {
+                out.opcode = IBV_WR_RDMA_READ;
+                out.wr.rdma = rdma(remote);
+                WcOpcode::RdmaRead
             }
             SendOp::CompareSwap {
                 remote,
@@ -243,62 +212,62 @@ impl SendQueue {
                 swap,
                 ..
             } => {
+                out.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
                 out.wr.atomic = ibv_send_wr_atomic {
                     remote_addr: remote.addr,
                     compare_add: *compare,
                     swap: *swap,
                     rkey: remote.rkey,
                 };
+                WcOpcode::CompSwap
             }
             SendOp::FetchAdd { remote, add, .. } => {
+                out.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
                 out.wr.atomic = ibv_send_wr_atomic {
                     remote_addr: remote.addr,
                     compare_add: *add,
                     swap: 0,
                     rkey: remote.rkey,
                 };
+                WcOpcode::FetchAdd
             }
-            SendOp::Send { .. } | SendOp::SendImm { .. } | SendOp::Nop => {}
-        }
-        match plan.inline {
-            Some(len) => {
-                // Copy the payload now: the caller may reuse it when the post returns, and the
-                // provider reads it only at `ring`.
-                let dst = self.inline_buf.at(i * self.caps.max_inline_data as usize);
-                let mut off = 0usize;
-                for s in sgl {
-                    // SAFETY: (caller) each inline source is readable for `length` bytes; the
-                    // destination area holds `max_inline_data >= len` bytes for this request
-                    // (plan checked), and the two do not overlap (ours is private).
-                    unsafe {
-                        core::ptr::copy_nonoverlapping(
-                            std::ptr::with_exposed_provenance(s.addr as usize),
-                            dst.add(off),
-                            s.length as usize,
-                        )
-                    };
-                    off += s.length as usize;
-                }
-                if len > 0 {
-                    // SAFETY: the request's first scatter entry is inside `sges`.
-                    unsafe { sg_base.write(Sge::new(dst as u64, len, 0)) };
-                    out.num_sge = 1;
-                }
-            }
-            None => {
-                let local = match &wr.op {
-                    SendOp::CompareSwap { local, .. } | SendOp::FetchAdd { local, .. } => {
-                        core::slice::from_ref(local)
-                    }
-                    _ => sgl,
+            // Refused before staging (the caller's contract): libibverbs has no NOP.
+            SendOp::Nop => WcOpcode::Nop,
+        };
+        if checked.is_inline() {
+            let len = checked.inline_len();
+            // Copy the payload now: the caller may reuse it when the post returns, and the
+            // provider reads it only at `ring`.
+            let dst = self.inline_buf.at(i * self.caps.max_inline_data as usize);
+            let mut off = 0usize;
+            for s in sgl {
+                // SAFETY: (caller) each inline source is readable for `length` bytes; the
+                // destination area holds `max_inline_data >= len` bytes for this request
+                // (the check), and the two do not overlap (ours is private).
+                unsafe {
+                    core::ptr::copy_nonoverlapping(
+                        std::ptr::with_exposed_provenance(s.addr as usize),
+                        dst.add(off),
+                        s.length as usize,
+                    )
                 };
-                for (k, s) in local.iter().enumerate() {
-                    // SAFETY: `k < max_send_sge` (plan checked; atomics have one entry), so the
-                    // entry is inside this request's part of `sges`.
-                    unsafe { sg_base.add(k).write(*s) };
-                }
-                out.num_sge = local.len() as i32;
+                off += s.length as usize;
             }
+            if len > 0 {
+                // SAFETY: the request's first scatter entry is inside `sges`.
+                unsafe { sg_base.write(Sge::new(dst as u64, len, 0)) };
+                out.num_sge = 1;
+            }
+        } else {
+            // The list (an atomic's one local entry): at most `max_send_sge` entries (the
+            // check), or one.
+            let local = wr.op.sgl();
+            for (k, s) in local.iter().enumerate() {
+                // SAFETY: `k < max(max_send_sge, 1)` (the check; atomics have one entry), so the
+                // entry is inside this request's part of `sges`.
+                unsafe { sg_base.add(k).write(*s) };
+            }
+            out.num_sge = local.len() as i32;
         }
         let this = self.wrs.at(i);
         // SAFETY: `i < max_wr`: every staged request holds a credit, and credits are at most
@@ -311,14 +280,14 @@ impl SendQueue {
         }
         let slot = SendSlot {
             wr_id: wr.wr_id,
-            opcode: plan.wc_opcode,
+            opcode: wc_opcode,
             imm: wr.op.imm().is_some(),
-            signaled: plan.signaled,
+            signaled,
         };
         // SAFETY: room was checked, so the slot of `pi` is retired; the request is unposted.
         unsafe { self.shared.record(self.pi, slot) };
         self.pi = self.pi.wrapping_add(1);
-        self.sig_posted = self.sig_posted.wrapping_add(u32::from(plan.signaled));
+        self.sig_posted = self.sig_posted.wrapping_add(u32::from(signaled));
         self.staged += 1;
     }
 
@@ -339,10 +308,10 @@ impl PostSend for SendQueue {
     #[inline]
     unsafe fn post_send(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
         self.pending_refusal()?;
-        let plan = self.plan(wr)?;
-        self.check_room(1, u32::from(plan.signaled))?;
-        // SAFETY: planned and room checked; the caller upholds the posting contract.
-        unsafe { self.stage(wr, &plan) };
+        let checked = self.check(wr)?;
+        self.check_room(1, u32::from(checked.signaled()))?;
+        // SAFETY: checked, supported, room checked; the caller upholds the posting contract.
+        unsafe { self.stage(wr, &checked) };
         Ok(())
     }
 
@@ -367,20 +336,18 @@ impl PostSend for SendQueue {
     unsafe fn post_send_batch(&mut self, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
         self.pending_refusal()
             .map_err(|error| BatchError { index: 0, error })?;
-        let mut signaled = 0u32;
-        for (index, wr) in wrs.iter().enumerate() {
-            let plan = self.plan(wr).map_err(|error| BatchError { index, error })?;
-            signaled += u32::from(plan.signaled);
-            self.check_room(index as u32 + 1, signaled)
-                .map_err(|error| BatchError { index, error })?;
-        }
-        for wr in wrs {
-            // Infallible: the same plan succeeded above and nothing changed since.
-            if let Ok(plan) = self.plan(wr) {
-                // SAFETY: planned, room for the whole batch checked; the caller upholds the
-                // posting contract for every request.
-                unsafe { self.stage(wr, &plan) };
-            }
+        let caps = self.caps;
+        let (mut n, mut signaled) = (0u32, 0u32);
+        let batch = CheckedBatch::check(wrs, &caps, |wr, checked| {
+            supported(wr)?;
+            n += 1;
+            signaled += u32::from(checked.signaled());
+            self.check_room(n, signaled)
+        })?;
+        for (wr, checked) in batch.iter() {
+            // SAFETY: checked and supported (the batch's check), room for the whole batch
+            // checked; the caller upholds the posting contract for every request.
+            unsafe { self.stage(wr, &checked) };
         }
         self.ring();
         Ok(())
@@ -426,12 +393,21 @@ pub(super) fn chain_index<T>(bad: *const T, base: *const T, len: usize) -> Optio
     (off.is_multiple_of(size) && off / size < len).then_some(off / size)
 }
 
-fn check_atomic(local: &Sge, raddr: u64) -> Result<(), PostError> {
-    if local.length != 8 {
-        return Err(PostError::AtomicSize { len: local.length });
-    }
-    if !local.addr.is_multiple_of(8) || !raddr.is_multiple_of(8) {
-        return Err(PostError::AtomicAlignment);
+/// [`PostError::Unsupported`] for a NOP, which libibverbs has not; checked after the core's
+/// check, so a request that is also invalid gets the same error from both backends.
+#[inline(always)]
+fn supported(wr: &SendWr<'_>) -> Result<(), PostError> {
+    if matches!(wr.op, SendOp::Nop) {
+        return Err(PostError::Unsupported);
     }
     Ok(())
+}
+
+/// The remote half of an RDMA WRITE or READ.
+#[inline(always)]
+fn rdma(remote: &zverbs_core::RemoteBuf) -> ibv_send_wr_rdma {
+    ibv_send_wr_rdma {
+        remote_addr: remote.addr,
+        rkey: remote.rkey,
+    }
 }

@@ -222,6 +222,11 @@ fn invalid_requests_are_refused_and_stage_nothing() {
     let four = [one[0]; 4];
     let rem = RemoteBuf::new(0x1000, 1);
     assert_eq!(post(&mut r, &SendWr::nop(1)), Err(PostError::Unsupported));
+    // The request contract's errors come first, as on every backend.
+    assert_eq!(
+        post(&mut r, &SendWr::nop(1).inline()),
+        Err(PostError::InlineNotAllowed)
+    );
     assert_eq!(
         post(&mut r, &SendWr::write(1, &four, rem)),
         Err(PostError::TooManySges { got: 4, max: 3 })

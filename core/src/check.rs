@@ -1,0 +1,675 @@
+//! The request contract, checked once for every backend.
+//!
+//! A send request is valid for a queue when its scatter/gather list fits the queue's entries,
+//! an inline payload fits the queue's inline limit and rides on an operation that can carry
+//! one, an atomic names an 8-byte, 8-byte-aligned local buffer and an aligned target, and the
+//! message is at most 2 GiB. [`SendWr::check`] decides all of that against the queue's
+//! [`SqCaps`] and returns what a backend needs to write the request ([`CheckedSend`]: the
+//! data entries, the inline length, the effective flags), computed once; a backend maps it to
+//! its own format (WQE opcode and size on mlx5, `ibv_send_wr` in the fallback) and adds what
+//! only it knows (room in its ring and CQ, operations it does not implement).
+//!
+//! A batch is checked whole before anything of it is written: [`CheckedBatch::check`] checks
+//! every request in order (with the backend's own check of each, for room), and the
+//! [`CheckedBatch`] it returns hands each request back with its summary again, derived without
+//! the checks it passed. So the writing pass has no error to handle, and no summary is kept in
+//! storage sized in advance.
+//!
+//! [`RecvWr::check`] is the receive side's check (its scatter entries).
+//!
+//! The order of the checks, and so which error a request with several faults gets: an atomic's
+//! operands ([`PostError::AtomicSize`], then [`PostError::AtomicAlignment`]), the number of
+//! entries ([`PostError::TooManySges`]), then for an inline request
+//! [`PostError::InlineNotAllowed`] and [`PostError::InlineTooLarge`], otherwise
+//! [`PostError::MessageTooLong`].
+
+use core::convert::Infallible;
+
+use crate::error::{BatchError, PostError};
+use crate::sge::Sge;
+use crate::wr::{RecvWr, SendFlags, SendOp, SendWr};
+
+/// The largest message an RDMA operation can carry: 2 GiB (2^31 bytes).
+pub const MAX_MESSAGE: u64 = 1 << 31;
+
+/// What the control path negotiated for a send queue: the limits its requests are checked
+/// against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SqCaps {
+    /// `ibv_qp_cap.max_send_sge`.
+    pub max_send_sge: u32,
+    /// `ibv_qp_cap.max_inline_data`.
+    pub max_inline_data: u32,
+    /// Whether the QP was created with `sq_sig_all`: every WQE asks for a CQE.
+    pub sig_all: bool,
+    /// How many signaled requests may be outstanding at once: this queue's share of its CQ.
+    /// A post that would exceed it fails with [`PostError::CqFull`] (the backend's check of
+    /// room, not [`SendWr::check`]).
+    pub max_signaled: u32,
+}
+
+/// What a send request that passed [`SendWr::check`] asks of its queue.
+///
+/// Only the check makes one, so a backend that holds one knows the request fits the limits it
+/// was checked against: at most `max_send_sge` entries, an inline payload of at most
+/// `max_inline_data` bytes on an operation that can carry it, valid atomic operands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CheckedSend<'w> {
+    sgl: &'w [Sge],
+    flags: SendFlags,
+    /// The inline payload's length when `flags` has [`SendFlags::INLINE`], else 0.
+    inline_len: u32,
+    data_sges: u32,
+}
+
+impl<'w> CheckedSend<'w> {
+    /// The scatter/gather list of a WRITE, SEND or READ (the request's own); empty for an
+    /// atomic (whose one local entry is its own) and a NOP.
+    #[inline(always)]
+    pub const fn sgl(&self) -> &'w [Sge] {
+        self.sgl
+    }
+
+    /// The request's flags, with [`SendFlags::SIGNALED`] added when the queue signals every
+    /// request (`sig_all`).
+    #[inline(always)]
+    pub const fn flags(&self) -> SendFlags {
+        self.flags
+    }
+
+    /// Whether the request produces a completion (its own flag or the queue's `sig_all`).
+    #[inline(always)]
+    pub const fn signaled(&self) -> bool {
+        self.flags.contains(SendFlags::SIGNALED)
+    }
+
+    /// Whether the payload is copied inline ([`SendFlags::INLINE`]).
+    #[inline(always)]
+    pub const fn is_inline(&self) -> bool {
+        self.flags.contains(SendFlags::INLINE)
+    }
+
+    /// The inline payload's length (the sum of the entries) for an inline request; 0 for one
+    /// whose entries are given by reference.
+    #[inline(always)]
+    pub const fn inline_len(&self) -> u32 {
+        self.inline_len
+    }
+
+    /// The entries of the scatter/gather list that carry data (a non-zero length), for a
+    /// WRITE, SEND or READ not sent inline: the data segments a WQE holds. 0 for an inline
+    /// request, an atomic (whose one local entry is its own) and a NOP.
+    #[inline(always)]
+    pub const fn data_sges(&self) -> u32 {
+        self.data_sges
+    }
+}
+
+/// Whether [`SendWr::summarize`] refuses an invalid request or trusts that it is valid.
+trait Mode {
+    /// [`PostError`], or nothing at all.
+    type Error;
+    /// What a failed check becomes.
+    fn refuse(error: PostError) -> Result<(), Self::Error>;
+}
+
+/// Every check is made: [`SendWr::check`].
+enum Checking {}
+
+impl Mode for Checking {
+    type Error = PostError;
+    #[inline(always)]
+    fn refuse(error: PostError) -> Result<(), PostError> {
+        Err(error)
+    }
+}
+
+/// The request already passed the checks against the same limits ([`CheckedBatch`]): none is
+/// made again, and none can fail.
+enum Trusted {}
+
+impl Mode for Trusted {
+    type Error = Infallible;
+    #[inline(always)]
+    fn refuse(_: PostError) -> Result<(), Infallible> {
+        Ok(())
+    }
+}
+
+impl<'w> SendWr<'w> {
+    /// Checks the request against a queue's limits and sums up what it asks of the queue.
+    /// Reads the request alone: the queue's room is the backend's to check.
+    ///
+    /// # Errors
+    ///
+    /// The first fault, in the order of the module's documentation:
+    /// [`PostError::AtomicSize`], [`PostError::AtomicAlignment`], [`PostError::TooManySges`],
+    /// [`PostError::InlineNotAllowed`], [`PostError::InlineTooLarge`] or
+    /// [`PostError::MessageTooLong`].
+    #[inline(always)]
+    pub fn check(&self, caps: &SqCaps) -> Result<CheckedSend<'w>, PostError> {
+        self.summarize::<Checking>(caps)
+    }
+
+    /// The check, and the summary; under [`Trusted`] the summary alone.
+    #[inline(always)]
+    fn summarize<M: Mode>(&self, caps: &SqCaps) -> Result<CheckedSend<'w>, M::Error> {
+        let sgl: &'w [Sge] = match self.op {
+            SendOp::Write { sgl, .. }
+            | SendOp::WriteImm { sgl, .. }
+            | SendOp::Send { sgl }
+            | SendOp::SendImm { sgl, .. }
+            | SendOp::Read { sgl, .. } => sgl,
+            SendOp::CompareSwap { local, remote, .. } | SendOp::FetchAdd { local, remote, .. } => {
+                if local.length != 8 {
+                    M::refuse(PostError::AtomicSize { len: local.length })?;
+                }
+                if !local.addr.is_multiple_of(8) || !remote.addr.is_multiple_of(8) {
+                    M::refuse(PostError::AtomicAlignment)?;
+                }
+                &[]
+            }
+            SendOp::Nop => &[],
+        };
+        if sgl.len() > caps.max_send_sge as usize {
+            M::refuse(PostError::TooManySges {
+                got: sgl.len().min(u32::MAX as usize) as u32,
+                max: caps.max_send_sge,
+            })?;
+        }
+        let mut inline_len = 0;
+        let mut data_sges = 0;
+        if self.flags.contains(SendFlags::INLINE) {
+            if !self.op.can_inline() {
+                M::refuse(PostError::InlineNotAllowed)?;
+            }
+            let len: u64 = sgl.iter().map(|s| u64::from(s.length)).sum();
+            if len > u64::from(caps.max_inline_data) {
+                M::refuse(PostError::InlineTooLarge {
+                    len: len.min(u64::from(u32::MAX)) as u32,
+                    max: caps.max_inline_data,
+                })?;
+            }
+            inline_len = len as u32;
+        } else if let [s] = sgl {
+            // One entry, the common case, without a loop.
+            data_sges = u32::from(s.length != 0);
+            if u64::from(s.length) > MAX_MESSAGE {
+                M::refuse(PostError::MessageTooLong)?;
+            }
+        } else {
+            let mut len = 0u64;
+            for s in sgl {
+                len += u64::from(s.length);
+                // Zero-length entries carry nothing (and a zero byte count means 2 GiB to an
+                // mlx5 device): the backends skip them, as libmlx5 does.
+                data_sges += u32::from(s.length != 0);
+            }
+            if len > MAX_MESSAGE {
+                M::refuse(PostError::MessageTooLong)?;
+            }
+        }
+        let flags = if caps.sig_all {
+            self.flags.union(SendFlags::SIGNALED)
+        } else {
+            self.flags
+        };
+        Ok(CheckedSend {
+            sgl,
+            flags,
+            inline_len,
+            data_sges,
+        })
+    }
+}
+
+impl RecvWr<'_> {
+    /// Checks the request against a receive queue's scatter entries per request.
+    ///
+    /// # Errors
+    ///
+    /// [`PostError::TooManySges`] when the list has more than `max_sge` entries.
+    #[inline(always)]
+    pub fn check(&self, max_sge: u32) -> Result<(), PostError> {
+        if self.sgl.len() > max_sge as usize {
+            return Err(PostError::TooManySges {
+                got: self.sgl.len().min(u32::MAX as usize) as u32,
+                max: max_sge,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// A batch of send requests every one of which passed [`SendWr::check`] against the same
+/// limits (and the backend's own check of it): what a backend writes once the whole batch is
+/// known to be valid.
+#[derive(Clone, Copy, Debug)]
+pub struct CheckedBatch<'a, 'w> {
+    wrs: &'a [SendWr<'w>],
+    caps: SqCaps,
+}
+
+impl<'a, 'w> CheckedBatch<'a, 'w> {
+    /// Checks every request of `wrs` in order against `caps`, and hands each valid one with its
+    /// summary to `each`, the backend's check (of room: the requests before it and this one
+    /// must fit together). Stops at the first request either refuses.
+    ///
+    /// # Errors
+    ///
+    /// A [`BatchError`] naming the first request that [`SendWr::check`] or `each` refused,
+    /// with its error.
+    #[inline(always)]
+    pub fn check<F>(wrs: &'a [SendWr<'w>], caps: &SqCaps, mut each: F) -> Result<Self, BatchError>
+    where
+        F: FnMut(&SendWr<'w>, CheckedSend<'w>) -> Result<(), PostError>,
+    {
+        for (index, wr) in wrs.iter().enumerate() {
+            let checked = wr
+                .check(caps)
+                .map_err(|error| BatchError { index, error })?;
+            each(wr, checked).map_err(|error| BatchError { index, error })?;
+        }
+        Ok(Self { wrs, caps: *caps })
+    }
+
+    /// The requests, in order.
+    #[inline(always)]
+    pub fn requests(&self) -> &'a [SendWr<'w>] {
+        self.wrs
+    }
+
+    /// Each request with its summary, in order. The summaries are derived again, without the
+    /// checks, which every request passed.
+    #[inline(always)]
+    pub fn iter(&self) -> impl Iterator<Item = (&'a SendWr<'w>, CheckedSend<'w>)> + use<'a, 'w> {
+        let caps = self.caps;
+        self.wrs.iter().map(move |wr| {
+            let Ok(checked) = wr.summarize::<Trusted>(&caps);
+            (wr, checked)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::RemoteBuf;
+
+    const CAPS: SqCaps = SqCaps {
+        max_send_sge: 3,
+        max_inline_data: 64,
+        sig_all: false,
+        max_signaled: 16,
+    };
+
+    fn summary(
+        sgl: &[Sge],
+        flags: SendFlags,
+        inline: Option<u32>,
+        data_sges: u32,
+    ) -> CheckedSend<'_> {
+        assert_eq!(flags.contains(SendFlags::INLINE), inline.is_some());
+        CheckedSend {
+            sgl,
+            flags,
+            inline_len: inline.unwrap_or(0),
+            data_sges,
+        }
+    }
+
+    /// Every operation of `sgl` that takes a list, as the same request would be built by a
+    /// caller.
+    fn with_list<'a>(sgl: &'a [Sge]) -> [SendWr<'a>; 5] {
+        let r = RemoteBuf::new(0x1000, 1);
+        [
+            SendWr::write(1, sgl, r),
+            SendWr::write_imm(1, sgl, r, 5),
+            SendWr::send(1, sgl),
+            SendWr::send_imm(1, sgl, 5),
+            SendWr::read(1, sgl, r),
+        ]
+    }
+
+    #[test]
+    fn entries_zero_one_and_the_limit_pass_one_more_does_not() {
+        let e = Sge::new(0x2000, 16, 1);
+        for n in 0..=3usize {
+            let sgl = [e; 3];
+            for wr in with_list(&sgl[..n]) {
+                assert_eq!(
+                    wr.check(&CAPS),
+                    Ok(summary(&sgl[..n], SendFlags::NONE, None, n as u32)),
+                    "{wr:?}"
+                );
+            }
+        }
+        let four = [e; 4];
+        for wr in with_list(&four) {
+            assert_eq!(
+                wr.check(&CAPS),
+                Err(PostError::TooManySges { got: 4, max: 3 })
+            );
+        }
+        // A queue created without entries takes atomics and NOPs (they name no list) but no
+        // list of one.
+        let none = SqCaps {
+            max_send_sge: 0,
+            ..CAPS
+        };
+        assert_eq!(
+            SendWr::write(1, &four[..1], RemoteBuf::default()).check(&none),
+            Err(PostError::TooManySges { got: 1, max: 0 })
+        );
+        assert!(SendWr::nop(1).check(&none).is_ok());
+        let local = Sge::new(0x3000, 8, 1);
+        assert!(
+            SendWr::fetch_add(1, local, RemoteBuf::new(0x10, 2), 1)
+                .check(&none)
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn zero_length_entries_carry_no_data() {
+        let sgl = [
+            Sge::new(0x10, 0, 1),
+            Sge::new(0x20, 5, 1),
+            Sge::new(0x30, 0, 1),
+        ];
+        for wr in with_list(&sgl) {
+            assert_eq!(wr.check(&CAPS).unwrap().data_sges(), 1);
+        }
+        for wr in with_list(&sgl[..1]) {
+            assert_eq!(wr.check(&CAPS).unwrap().data_sges(), 0);
+        }
+    }
+
+    #[test]
+    fn inline_at_the_limit_passes_one_byte_more_does_not() {
+        let buf = [0u8; 65];
+        for (len, parts) in [(0usize, 1usize), (1, 1), (64, 1), (64, 3), (65, 1), (65, 2)] {
+            // `len` bytes in `parts` entries.
+            let cut = len / parts;
+            let sgl: [Sge; 3] = core::array::from_fn(|i| {
+                let (from, to) = match i {
+                    i if i + 1 < parts => (i * cut, (i + 1) * cut),
+                    i if i + 1 == parts => (i * cut, len),
+                    _ => (len, len),
+                };
+                Sge::from_slice(&buf[from..to], 0)
+            });
+            for wr in with_list(&sgl[..parts]).into_iter().take(4) {
+                let got = wr.inline().check(&CAPS);
+                if len <= 64 {
+                    assert_eq!(
+                        got,
+                        Ok(summary(
+                            &sgl[..parts],
+                            SendFlags::INLINE,
+                            Some(len as u32),
+                            0
+                        )),
+                        "{len} bytes in {parts}"
+                    );
+                } else {
+                    assert_eq!(
+                        got,
+                        Err(PostError::InlineTooLarge { len: 65, max: 64 }),
+                        "{len} bytes in {parts}"
+                    );
+                }
+            }
+        }
+        // A sum beyond 32 bits is reported as the largest length there is.
+        let huge = [Sge::new(0, u32::MAX, 0), Sge::new(0, 2, 0)];
+        assert_eq!(
+            SendWr::send(1, &huge).inline().check(&CAPS),
+            Err(PostError::InlineTooLarge {
+                len: u32::MAX,
+                max: 64
+            })
+        );
+    }
+
+    #[test]
+    fn inline_only_on_writes_and_sends() {
+        let sgl = [Sge::new(0x10, 4, 0)];
+        let r = RemoteBuf::new(0x1000, 1);
+        let local = Sge::new(0x3000, 8, 1);
+        for wr in [
+            SendWr::read(1, &sgl, r),
+            SendWr::compare_swap(1, local, r, 1, 2),
+            SendWr::fetch_add(1, local, r, 1),
+            SendWr::nop(1),
+        ] {
+            assert_eq!(
+                wr.inline().check(&CAPS),
+                Err(PostError::InlineNotAllowed),
+                "{wr:?}"
+            );
+        }
+        for wr in with_list(&sgl).into_iter().take(4) {
+            assert!(wr.inline().check(&CAPS).is_ok(), "{wr:?}");
+        }
+    }
+
+    #[test]
+    fn two_gib_exactly_passes_one_byte_more_does_not() {
+        let two_gib = (MAX_MESSAGE) as u32;
+        let halves = [Sge::new(0, two_gib / 2, 1), Sge::new(0, two_gib / 2, 1)];
+        let one = [Sge::new(0, two_gib, 1)];
+        for sgl in [&one[..], &halves[..]] {
+            for wr in with_list(sgl) {
+                assert!(wr.check(&CAPS).is_ok(), "{wr:?}");
+            }
+        }
+        let one_more = [Sge::new(0, two_gib + 1, 1)];
+        let halves_more = [
+            Sge::new(0, two_gib / 2, 1),
+            Sge::new(0, two_gib / 2, 1),
+            Sge::new(0, 1, 1),
+        ];
+        let widest = [Sge::new(0, u32::MAX, 1); 3];
+        for sgl in [&one_more[..], &halves_more[..], &widest[..]] {
+            for wr in with_list(sgl) {
+                assert_eq!(wr.check(&CAPS), Err(PostError::MessageTooLong), "{wr:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn atomic_size_and_alignment() {
+        let r = RemoteBuf::new(0x1000, 1);
+        let atomics = |local: Sge, r: RemoteBuf| {
+            [
+                SendWr::compare_swap(1, local, r, 1, 2),
+                SendWr::fetch_add(1, local, r, 3),
+            ]
+        };
+        for wr in atomics(Sge::new(0x2000, 8, 1), r) {
+            assert_eq!(wr.check(&CAPS), Ok(summary(&[], SendFlags::NONE, None, 0)));
+        }
+        for len in [0, 4, 7, 9, 16] {
+            for wr in atomics(Sge::new(0x2000, len, 1), r) {
+                assert_eq!(wr.check(&CAPS), Err(PostError::AtomicSize { len }));
+            }
+        }
+        for (local, remote) in [(0x2004, 0x1000), (0x2001, 0x1000), (0x2000, 0x1004)] {
+            for wr in atomics(Sge::new(local, 8, 1), RemoteBuf::new(remote, 1)) {
+                assert_eq!(wr.check(&CAPS), Err(PostError::AtomicAlignment), "{wr:?}");
+            }
+        }
+        // The size is checked before the alignment.
+        for wr in atomics(Sge::new(0x2004, 4, 1), r) {
+            assert_eq!(wr.check(&CAPS), Err(PostError::AtomicSize { len: 4 }));
+        }
+    }
+
+    #[test]
+    fn the_order_of_the_checks() {
+        let r = RemoteBuf::new(0x1000, 1);
+        // Too many entries before inline: four entries of 100 bytes on a READ, inline.
+        let four = [Sge::new(0, 100, 1); 4];
+        assert_eq!(
+            SendWr::read(1, &four, r).inline().check(&CAPS),
+            Err(PostError::TooManySges { got: 4, max: 3 })
+        );
+        // Inline not allowed before inline too large.
+        let big = [Sge::new(0, 100, 1)];
+        assert_eq!(
+            SendWr::read(1, &big, r).inline().check(&CAPS),
+            Err(PostError::InlineNotAllowed)
+        );
+        // An atomic's operands before inline.
+        assert_eq!(
+            SendWr::fetch_add(1, Sge::new(0, 4, 1), r, 1)
+                .inline()
+                .check(&CAPS),
+            Err(PostError::AtomicSize { len: 4 })
+        );
+        // Inline: no message-length check (the inline limit is the smaller).
+        let wide = [Sge::new(0, u32::MAX, 1)];
+        assert_eq!(
+            SendWr::send(1, &wide).inline().check(&CAPS),
+            Err(PostError::InlineTooLarge {
+                len: u32::MAX,
+                max: 64
+            })
+        );
+    }
+
+    #[test]
+    fn flags_and_signaling() {
+        let sgl = [Sge::new(0x10, 4, 0)];
+        let all = SendFlags::FENCE | SendFlags::SOLICITED;
+        let wr = SendWr::send(1, &sgl).with_flags(all);
+        let c = wr.check(&CAPS).unwrap();
+        assert_eq!((c.flags(), c.signaled()), (all, false));
+        let c = wr.signaled().check(&CAPS).unwrap();
+        assert_eq!((c.flags(), c.signaled()), (all | SendFlags::SIGNALED, true));
+        let sig_all = SqCaps {
+            sig_all: true,
+            ..CAPS
+        };
+        let c = wr.check(&sig_all).unwrap();
+        assert_eq!((c.flags(), c.signaled()), (all | SendFlags::SIGNALED, true));
+        assert!(SendWr::nop(1).check(&sig_all).unwrap().signaled());
+    }
+
+    #[test]
+    fn receive_entries_up_to_the_limit() {
+        let e = [Sge::new(0x10, 4, 0); 3];
+        for n in 0..=2 {
+            assert_eq!(RecvWr::new(1, &e[..n]).check(2), Ok(()));
+        }
+        assert_eq!(
+            RecvWr::new(1, &e).check(2),
+            Err(PostError::TooManySges { got: 3, max: 2 })
+        );
+        assert_eq!(
+            RecvWr::new(1, &e[..1]).check(0),
+            Err(PostError::TooManySges { got: 1, max: 0 })
+        );
+        assert_eq!(RecvWr::new(1, &[]).check(0), Ok(()));
+    }
+
+    /// Requests of every kind, valid against [`CAPS`].
+    fn valid<'a>(sgl: &'a [Sge], inline: &'a [Sge]) -> [SendWr<'a>; 11] {
+        let r = RemoteBuf::new(0x1000, 1);
+        let local = Sge::new(0x2000, 8, 1);
+        [
+            SendWr::write(1, sgl, r),
+            SendWr::write_imm(2, sgl, r, 5).signaled(),
+            SendWr::send(3, sgl).fenced(),
+            SendWr::send_imm(4, sgl, 5).solicited(),
+            SendWr::read(5, sgl, r),
+            SendWr::write(6, inline, r).inline(),
+            SendWr::send(7, inline).inline().signaled(),
+            SendWr::send(8, &[]),
+            SendWr::compare_swap(9, local, r, 1, 2),
+            SendWr::fetch_add(10, local, r, 3).signaled(),
+            SendWr::nop(11),
+        ]
+    }
+
+    #[test]
+    fn a_checked_batch_gives_back_the_summaries_of_the_check() {
+        let sgl = [
+            Sge::new(0x10, 0, 1),
+            Sge::new(0x20, 9, 1),
+            Sge::new(0, 1, 1),
+        ];
+        let inline = [Sge::new(0x10, 30, 0), Sge::new(0x40, 34, 0)];
+        let wrs = valid(&sgl, &inline);
+        for caps in [
+            CAPS,
+            SqCaps {
+                sig_all: true,
+                ..CAPS
+            },
+        ] {
+            let mut seen = 0;
+            let batch = CheckedBatch::check(&wrs, &caps, |wr, c| {
+                assert_eq!(wr.wr_id, seen + 1);
+                assert_eq!(Ok(c), wr.check(&caps));
+                seen += 1;
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(seen, wrs.len() as u64);
+            assert_eq!(batch.requests(), &wrs[..]);
+            let mut n = 0;
+            for ((wr, c), orig) in batch.iter().zip(&wrs) {
+                assert!(core::ptr::eq(wr, orig));
+                assert_eq!(Ok(c), wr.check(&caps), "{wr:?}");
+                n += 1;
+            }
+            assert_eq!(n, wrs.len());
+        }
+    }
+
+    #[test]
+    fn a_batch_stops_at_the_first_refusal_of_either_check() {
+        let sgl = [Sge::new(0x10, 4, 1)];
+        let four = [sgl[0]; 4];
+        let mut wrs = [SendWr::send(0, &sgl); 5];
+        wrs[3] = SendWr::send(3, &four);
+        // The request's own fault, at index 3; `each` saw the three before it.
+        let mut seen = 0;
+        let e = CheckedBatch::check(&wrs, &CAPS, |_, _| {
+            seen += 1;
+            Ok(())
+        })
+        .unwrap_err();
+        assert_eq!(
+            e,
+            BatchError {
+                index: 3,
+                error: PostError::TooManySges { got: 4, max: 3 }
+            }
+        );
+        assert_eq!(seen, 3);
+        // The backend's refusal, at index 1, comes first.
+        let mut seen = 0;
+        let e = CheckedBatch::check(&wrs, &CAPS, |_, _| {
+            seen += 1;
+            if seen == 2 {
+                Err(PostError::QueueFull { needed: 2, free: 1 })
+            } else {
+                Ok(())
+            }
+        })
+        .unwrap_err();
+        assert_eq!(
+            e,
+            BatchError {
+                index: 1,
+                error: PostError::QueueFull { needed: 2, free: 1 }
+            }
+        );
+        // An empty batch is valid and has nothing to write.
+        let empty = CheckedBatch::check(&[], &CAPS, |_, _| Err(PostError::Unsupported)).unwrap();
+        assert_eq!(empty.iter().count(), 0);
+    }
+}
