@@ -238,40 +238,26 @@ impl WcOpcode {
     }
 }
 
-/// Flags of a completion, as `enum ibv_wc_flags`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct WcFlags(u8);
+bitflags::bitflags! {
+    /// Flags of a completion, as `enum ibv_wc_flags` (the two bits a completion of these
+    /// queues can carry).
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+    pub struct WcFlags: u8 {
+        /// A GRH is present in the receive buffer (`IBV_WC_GRH`).
+        const GRH = 1 << 0;
+        /// [`Completion::imm`] holds immediate data (`IBV_WC_WITH_IMM`).
+        const WITH_IMM = 1 << 1;
+    }
+}
 
 impl WcFlags {
     /// No flags.
-    pub const NONE: Self = Self(0);
-    /// A GRH is present in the receive buffer (`IBV_WC_GRH`).
-    pub const GRH: Self = Self(1 << 0);
-    /// [`Completion::imm`] holds immediate data (`IBV_WC_WITH_IMM`).
-    pub const WITH_IMM: Self = Self(1 << 1);
+    pub const NONE: Self = Self::empty();
 
-    /// The raw bits (equal to libibverbs' values).
+    /// Flags from libibverbs' raw `wc_flags`; bits not defined above are dropped.
     #[inline]
-    pub const fn bits(self) -> u8 {
-        self.0
-    }
-
-    /// Flags from libibverbs' raw bits; bits not defined above are dropped.
-    #[inline]
-    pub const fn from_bits_truncate(bits: u32) -> Self {
-        Self((bits & 0b11) as u8)
-    }
-
-    /// Whether every flag of `other` is set.
-    #[inline]
-    pub const fn contains(self, other: Self) -> bool {
-        self.0 & other.0 == other.0
-    }
-
-    /// The union of both sets.
-    #[inline]
-    pub const fn union(self, other: Self) -> Self {
-        Self(self.0 | other.0)
+    pub const fn from_ibv(bits: u32) -> Self {
+        Self::from_bits_truncate((bits & 0xff) as u8)
     }
 }
 
@@ -363,7 +349,11 @@ mod tests {
         assert_eq!(c.imm(), None);
         c.flags = WcFlags::WITH_IMM;
         assert_eq!(c.imm(), Some(5));
-        assert_eq!(WcFlags::from_bits_truncate(0xff), WcFlags(3));
+        assert_eq!(
+            WcFlags::from_ibv(0xffff_ffff),
+            WcFlags::GRH | WcFlags::WITH_IMM
+        );
+        assert_eq!(WcFlags::from_ibv(1 << 2), WcFlags::NONE);
     }
 
     #[test]

@@ -2,74 +2,30 @@
 
 use crate::sge::{RemoteBuf, Sge};
 
-/// Flags of a send work request, as `IBV_SEND_*` in `<infiniband/verbs.h>`.
-///
-/// The values equal libibverbs' `enum ibv_send_flags`, so the fallback passes them through.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct SendFlags(u32);
+bitflags::bitflags! {
+    /// Flags of a send work request, as `IBV_SEND_*` in `<infiniband/verbs.h>`.
+    ///
+    /// The values equal libibverbs' `enum ibv_send_flags`, so the fallback passes them through.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+    pub struct SendFlags: u32 {
+        /// Wait for earlier RDMA READ and atomic requests of this queue pair to complete
+        /// before starting this one (`IBV_SEND_FENCE`).
+        const FENCE = 1 << 0;
+        /// Produce a completion when the request finishes (`IBV_SEND_SIGNALED`). Unsignaled
+        /// requests are retired silently by the next signaled completion after them.
+        const SIGNALED = 1 << 1;
+        /// Set the solicited-event bit in the message (`IBV_SEND_SOLICITED`).
+        const SOLICITED = 1 << 2;
+        /// Copy the payload into the work queue entry itself (`IBV_SEND_INLINE`): the local
+        /// memory need not be registered and may be reused as soon as the post returns.
+        /// Valid for WRITE, WRITE with immediate, SEND and SEND with immediate.
+        const INLINE = 1 << 3;
+    }
+}
 
 impl SendFlags {
     /// No flags: an unsignaled request.
-    pub const NONE: Self = Self(0);
-    /// Wait for earlier RDMA READ and atomic requests of this queue pair to complete before
-    /// starting this one (`IBV_SEND_FENCE`).
-    pub const FENCE: Self = Self(1 << 0);
-    /// Produce a completion when the request finishes (`IBV_SEND_SIGNALED`). Unsignaled
-    /// requests are retired silently by the next signaled completion after them.
-    pub const SIGNALED: Self = Self(1 << 1);
-    /// Set the solicited-event bit in the message (`IBV_SEND_SOLICITED`).
-    pub const SOLICITED: Self = Self(1 << 2);
-    /// Copy the payload into the work queue entry itself (`IBV_SEND_INLINE`): the local
-    /// memory need not be registered and may be reused as soon as the post returns. Valid for
-    /// WRITE, WRITE with immediate, SEND and SEND with immediate.
-    pub const INLINE: Self = Self(1 << 3);
-
-    const ALL: u32 = 0b1111;
-
-    /// The raw bits (equal to libibverbs' values).
-    #[inline]
-    pub const fn bits(self) -> u32 {
-        self.0
-    }
-
-    /// Flags from raw bits; bits that are not defined above are dropped.
-    #[inline]
-    pub const fn from_bits_truncate(bits: u32) -> Self {
-        Self(bits & Self::ALL)
-    }
-
-    /// Whether every flag of `other` is set in `self`.
-    #[inline]
-    pub const fn contains(self, other: Self) -> bool {
-        self.0 & other.0 == other.0
-    }
-
-    /// The union of both sets.
-    #[inline]
-    pub const fn union(self, other: Self) -> Self {
-        Self(self.0 | other.0)
-    }
-
-    /// Whether no flag is set.
-    #[inline]
-    pub const fn is_empty(self) -> bool {
-        self.0 == 0
-    }
-}
-
-impl core::ops::BitOr for SendFlags {
-    type Output = Self;
-    #[inline]
-    fn bitor(self, rhs: Self) -> Self {
-        self.union(rhs)
-    }
-}
-
-impl core::ops::BitOrAssign for SendFlags {
-    #[inline]
-    fn bitor_assign(&mut self, rhs: Self) {
-        *self = self.union(rhs);
-    }
+    pub const NONE: Self = Self::empty();
 }
 
 /// The operation of a send work request and its operands.

@@ -64,30 +64,35 @@ pub struct CqLayout {
 pub use zverbs_core::SqCaps;
 
 /// Why a layout or capability set cannot drive a queue.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum LayoutError {
     /// A ring size that is zero or not a power of two.
+    #[error("ring of {count} entries is not a power of two")]
     NotPowerOfTwo {
         /// The offending count.
         count: u32,
     },
     /// A stride the device does not use (send: 64; receive: a power of two ≥ 16; CQE: 64 or 128).
+    #[error("unsupported stride {stride}")]
     BadStride {
         /// The offending stride.
         stride: u32,
     },
     /// The largest WQE the capabilities allow does not fit the ring or the `ds` field.
+    #[error("largest WQE needs {blocks} basic blocks, more than fit")]
     WqeTooLarge {
         /// Basic blocks the largest WQE needs.
         blocks: u32,
     },
     /// The ring is larger than the 16-bit WQE counter can address unambiguously (2^15).
+    #[error("ring of {count} entries exceeds 32768")]
     RingTooLarge {
         /// The offending count.
         count: u32,
     },
     /// Storage handed in for per-entry bookkeeping has the wrong length.
+    #[error("bookkeeping storage has {given} entries, needs {needed}")]
     StorageLength {
         /// Entries needed.
         needed: u32,
@@ -95,10 +100,13 @@ pub enum LayoutError {
         given: usize,
     },
     /// A receive queue built from a layout without one (`rq.wqe_cnt == 0`).
+    #[error("the QP has no receive queue")]
     NoReceiveQueue,
     /// A capability of zero where one is needed (`max_signaled`).
+    #[error("max_signaled must be at least 1")]
     ZeroCapacity,
     /// A shared BlueFlame register's state was made for another buffer size than the queue's.
+    #[error("shared BlueFlame register of {register}-byte buffers for a queue with {queue}")]
     SharedBfSize {
         /// The size the [`SharedBf`](crate::SharedBf) was made for.
         register: u32,
@@ -106,31 +114,3 @@ pub enum LayoutError {
         queue: u32,
     },
 }
-
-impl core::fmt::Display for LayoutError {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        match *self {
-            LayoutError::NotPowerOfTwo { count } => {
-                write!(f, "ring of {count} entries is not a power of two")
-            }
-            LayoutError::BadStride { stride } => write!(f, "unsupported stride {stride}"),
-            LayoutError::WqeTooLarge { blocks } => {
-                write!(f, "largest WQE needs {blocks} basic blocks, more than fit")
-            }
-            LayoutError::RingTooLarge { count } => {
-                write!(f, "ring of {count} entries exceeds 32768")
-            }
-            LayoutError::StorageLength { needed, given } => {
-                write!(f, "bookkeeping storage has {given} entries, needs {needed}")
-            }
-            LayoutError::NoReceiveQueue => f.write_str("the QP has no receive queue"),
-            LayoutError::ZeroCapacity => f.write_str("max_signaled must be at least 1"),
-            LayoutError::SharedBfSize { register, queue } => write!(
-                f,
-                "shared BlueFlame register of {register}-byte buffers for a queue with {queue}"
-            ),
-        }
-    }
-}
-
-impl core::error::Error for LayoutError {}

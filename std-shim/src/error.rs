@@ -1,6 +1,5 @@
 //! The control path's errors.
 
-use std::fmt;
 use std::io;
 
 use crate::backend::BackendKind;
@@ -12,22 +11,29 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// What went wrong on the control path. Each variant says what to do about it where there is
 /// something to do.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// An rdma-core library is missing: install the package it names.
-    Library(LoadError),
+    #[error("{0}")]
+    Library(#[from] LoadError),
     /// No RDMA device was found. [`open_device`](crate::open_device) returns it when no device
     /// was named and the machine has no NIC: the software device is never opened in a NIC's
     /// place, and the hint says how to ask for it.
+    #[error("no RDMA device found{}", no_device_detail(library.as_ref(), hint.as_deref()))]
     NoDevice {
         /// rdma-core's library, when it could not be loaded (the package to install is named).
+        #[source]
         library: Option<LoadError>,
         /// Why, when it can be told (for example: kernel devices exist but no provider
         /// library), and what to do.
         hint: Option<String>,
     },
     /// No device has the requested name.
+    #[error(
+        "no RDMA device named `{name}`; devices: {}",
+        device_list(name, available)
+    )]
     DeviceNotFound {
         /// The name asked for.
         name: String,
@@ -35,6 +41,11 @@ pub enum Error {
         available: Vec<String>,
     },
     /// The device has no port in the ACTIVE state.
+    #[error(
+        "device `{device}` has no active port ({}); check the link and, for RoCE, the network \
+         interface",
+        port_list(ports)
+    )]
     NoActivePort {
         /// The device.
         device: String,
@@ -42,6 +53,7 @@ pub enum Error {
         ports: Vec<(u8, crate::device::PortState)>,
     },
     /// A verb failed; `source` carries its errno.
+    #[error("{verb} failed: {source}")]
     Verbs {
         /// The libibverbs / librdmacm function that failed (`ibv_reg_mr`, ...).
         verb: &'static str,
@@ -49,6 +61,7 @@ pub enum Error {
         source: io::Error,
     },
     /// Registering memory failed because the locked-memory limit (`RLIMIT_MEMLOCK`) is too low.
+    #[error("ibv_reg_mr of {requested} bytes failed ({source}): {}", memlock_advice(*limit))]
     MemlockLimit {
         /// Bytes the registration asked for.
         requested: usize,
@@ -58,6 +71,10 @@ pub enum Error {
         source: io::Error,
     },
     /// A hugepage-backed buffer could not be mapped (no hugepages reserved, or too few).
+    #[error(
+        "cannot map {requested} bytes of hugepages ({source}); reserve some with \
+         `echo 64 > /proc/sys/vm/nr_hugepages`, or use a plain buffer"
+    )]
     NoHugepages {
         /// Bytes asked for (rounded to the hugepage size).
         requested: usize,
@@ -65,6 +82,7 @@ pub enum Error {
         source: io::Error,
     },
     /// The backend asked for cannot drive this object.
+    #[error("the {requested} backend cannot be used: {reason}")]
     Backend {
         /// The backend that was required.
         requested: BackendKind,
@@ -72,14 +90,19 @@ pub enum Error {
         reason: String,
     },
     /// An argument is out of range or inconsistent.
+    #[error("invalid argument: {0}")]
     InvalidArgument(String),
     /// A buffer access or allocation was refused.
-    Buf(BufError),
+    #[error(transparent)]
+    Buf(#[from] BufError),
     /// A queue's data-path handle was already taken.
+    #[error("the {0} was already taken")]
     AlreadyTaken(&'static str),
     /// The direct backend rejected the layout rdma-core reported.
-    Layout(zverbs_mlx5dv::LayoutError),
+    #[error("the direct backend rejected the queue layout: {0}")]
+    Layout(#[from] zverbs_mlx5dv::LayoutError),
     /// The peer could not be reached for the connection exchange.
+    #[error("cannot reach the peer at {peer} ({source}); is the server running and the port open?")]
     PeerUnreachable {
         /// The peer's address as given.
         peer: String,
@@ -87,11 +110,15 @@ pub enum Error {
         source: io::Error,
     },
     /// The peer answered with something that is not this protocol.
+    #[error(
+        "the peer does not speak this protocol: {detail} (is it the same tool, in the same mode?)"
+    )]
     Protocol {
         /// What was expected and what arrived.
         detail: String,
     },
     /// The out-of-band connection failed after it was established.
+    #[error("connection exchange failed while {during}: {source}")]
     Exchange {
         /// What was being done.
         during: &'static str,
@@ -99,6 +126,7 @@ pub enum Error {
         source: io::Error,
     },
     /// The connection manager reported an unexpected event.
+    #[error("rdma_cm: expected {expected}, got {got} (status {status})")]
     Cm {
         /// The event that was expected.
         expected: &'static str,
@@ -143,133 +171,51 @@ impl Error {
     }
 }
 
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Error::Library(e) => e.fmt(f),
-            Error::NoDevice { library, hint } => {
-                f.write_str("no RDMA device found")?;
-                match (library, hint) {
-                    (Some(l), Some(h)) => write!(f, ": {l}; {h}"),
-                    (Some(l), None) => write!(f, ": {l}"),
-                    (None, Some(h)) => write!(f, ": {h}"),
-                    (None, None) => f.write_str(
-                        " (load a driver, or create a soft-RoCE device: \
-                         `rdma link add rxe0 type rxe netdev <if>`)",
-                    ),
-                }
-            }
-            Error::DeviceNotFound { name, available } => {
-                write!(f, "no RDMA device named `{name}`; devices: ")?;
-                if available.is_empty() {
-                    f.write_str("none")?;
-                } else {
-                    f.write_str(&available.join(", "))?;
-                }
-                if name == crate::device::SOFTWARE_DEVICE && !cfg!(feature = "sim") {
-                    f.write_str(
-                        " (the software device is left out of this build: enable the `sim` \
-                         feature of zverbs)",
-                    )?;
-                }
-                Ok(())
-            }
-            Error::NoActivePort { device, ports } => {
-                write!(f, "device `{device}` has no active port (")?;
-                for (i, (p, s)) in ports.iter().enumerate() {
-                    if i > 0 {
-                        f.write_str(", ")?;
-                    }
-                    write!(f, "port {p}: {s}")?;
-                }
-                f.write_str("); check the link and, for RoCE, the network interface")
-            }
-            Error::Verbs { verb, source } => write!(f, "{verb} failed: {source}"),
-            Error::MemlockLimit {
-                requested,
-                limit,
-                source,
-            } => {
-                write!(f, "ibv_reg_mr of {requested} bytes failed ({source}): ")?;
-                match limit {
-                    Some(l) => write!(
-                        f,
-                        "the locked-memory limit is {l} bytes; raise it with `ulimit -l unlimited` \
-                         (or memlock in /etc/security/limits.conf, LimitMEMLOCK for systemd)"
-                    ),
-                    None => f.write_str("the locked-memory limit is already unlimited"),
-                }
-            }
-            Error::NoHugepages { requested, source } => write!(
-                f,
-                "cannot map {requested} bytes of hugepages ({source}); reserve some with \
-                 `echo 64 > /proc/sys/vm/nr_hugepages`, or use a plain buffer"
-            ),
-            Error::Backend { requested, reason } => {
-                write!(f, "the {requested} backend cannot be used: {reason}")
-            }
-            Error::InvalidArgument(s) => write!(f, "invalid argument: {s}"),
-            Error::Buf(e) => e.fmt(f),
-            Error::AlreadyTaken(what) => write!(f, "the {what} was already taken"),
-            Error::Layout(e) => write!(f, "the direct backend rejected the queue layout: {e}"),
-            Error::PeerUnreachable { peer, source } => write!(
-                f,
-                "cannot reach the peer at {peer} ({source}); is the server running and the \
-                 port open?"
-            ),
-            Error::Protocol { detail } => write!(
-                f,
-                "the peer does not speak this protocol: {detail} (is it the same tool, in the \
-                 same mode?)"
-            ),
-            Error::Exchange { during, source } => {
-                write!(f, "connection exchange failed while {during}: {source}")
-            }
-            Error::Cm {
-                expected,
-                got,
-                status,
-            } => write!(
-                f,
-                "rdma_cm: expected {expected}, got {got} (status {status})"
-            ),
-        }
+/// The detail of [`Error::NoDevice`]'s message.
+fn no_device_detail(library: Option<&LoadError>, hint: Option<&str>) -> String {
+    match (library, hint) {
+        (Some(l), Some(h)) => format!(": {l}; {h}"),
+        (Some(l), None) => format!(": {l}"),
+        (None, Some(h)) => format!(": {h}"),
+        (None, None) => " (load a driver, or create a soft-RoCE device: \
+                         `rdma link add rxe0 type rxe netdev <if>`)"
+            .to_string(),
     }
 }
 
-impl std::error::Error for Error {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Error::Library(e)
-            | Error::NoDevice {
-                library: Some(e), ..
-            } => Some(e),
-            Error::Verbs { source, .. }
-            | Error::MemlockLimit { source, .. }
-            | Error::NoHugepages { source, .. }
-            | Error::PeerUnreachable { source, .. }
-            | Error::Exchange { source, .. } => Some(source),
-            Error::Layout(e) => Some(e),
-            _ => None,
-        }
+/// The device list of [`Error::DeviceNotFound`]'s message.
+fn device_list(name: &str, available: &[String]) -> String {
+    let mut s = if available.is_empty() {
+        "none".to_string()
+    } else {
+        available.join(", ")
+    };
+    if name == crate::device::SOFTWARE_DEVICE && !cfg!(feature = "sim") {
+        s.push_str(
+            " (the software device is left out of this build: enable the `sim` feature of \
+             zverbs)",
+        );
     }
+    s
 }
 
-impl From<LoadError> for Error {
-    fn from(e: LoadError) -> Self {
-        Error::Library(e)
-    }
+/// The ports of [`Error::NoActivePort`]'s message.
+fn port_list(ports: &[(u8, crate::device::PortState)]) -> String {
+    let list: Vec<String> = ports
+        .iter()
+        .map(|(p, s)| format!("port {p}: {s}"))
+        .collect();
+    list.join(", ")
 }
 
-impl From<BufError> for Error {
-    fn from(e: BufError) -> Self {
-        Error::Buf(e)
-    }
-}
-
-impl From<zverbs_mlx5dv::LayoutError> for Error {
-    fn from(e: zverbs_mlx5dv::LayoutError) -> Self {
-        Error::Layout(e)
+/// The advice of [`Error::MemlockLimit`]'s message.
+fn memlock_advice(limit: Option<u64>) -> String {
+    match limit {
+        Some(l) => format!(
+            "the locked-memory limit is {l} bytes; raise it with `ulimit -l unlimited` (or \
+             memlock in /etc/security/limits.conf, LimitMEMLOCK for systemd)"
+        ),
+        None => "the locked-memory limit is already unlimited".to_string(),
     }
 }
 

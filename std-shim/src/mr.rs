@@ -29,39 +29,26 @@ use crate::error::{Error, Result};
 use crate::pd::Pd;
 use crate::provider::MrProvider;
 
-/// Access rights of a registration, as `enum ibv_access_flags`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct AccessFlags(u32);
-
-impl AccessFlags {
-    /// The device may write (RDMA READ destinations, receives, atomic results)
-    /// (`IBV_ACCESS_LOCAL_WRITE`).
-    pub const LOCAL_WRITE: Self = Self(1);
-    /// Peers may RDMA WRITE into it (`IBV_ACCESS_REMOTE_WRITE`).
-    pub const REMOTE_WRITE: Self = Self(1 << 1);
-    /// Peers may RDMA READ it (`IBV_ACCESS_REMOTE_READ`).
-    pub const REMOTE_READ: Self = Self(1 << 2);
-    /// Peers may run atomics on it (`IBV_ACCESS_REMOTE_ATOMIC`).
-    pub const REMOTE_ATOMIC: Self = Self(1 << 3);
-    /// Every local and remote right.
-    pub const ALL: Self = Self(0b1111);
-
-    /// The raw bits (libibverbs' values).
-    pub const fn bits(self) -> u32 {
-        self.0
-    }
-
-    /// Whether every flag of `other` is set.
-    pub const fn contains(self, other: Self) -> bool {
-        self.0 & other.0 == other.0
+bitflags::bitflags! {
+    /// Access rights of a registration, as `enum ibv_access_flags` (the values are
+    /// libibverbs').
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+    pub struct AccessFlags: u32 {
+        /// The device may write (RDMA READ destinations, receives, atomic results)
+        /// (`IBV_ACCESS_LOCAL_WRITE`).
+        const LOCAL_WRITE = 1;
+        /// Peers may RDMA WRITE into it (`IBV_ACCESS_REMOTE_WRITE`).
+        const REMOTE_WRITE = 1 << 1;
+        /// Peers may RDMA READ it (`IBV_ACCESS_REMOTE_READ`).
+        const REMOTE_READ = 1 << 2;
+        /// Peers may run atomics on it (`IBV_ACCESS_REMOTE_ATOMIC`).
+        const REMOTE_ATOMIC = 1 << 3;
     }
 }
 
-impl std::ops::BitOr for AccessFlags {
-    type Output = Self;
-    fn bitor(self, rhs: Self) -> Self {
-        Self(self.0 | rhs.0)
-    }
+impl AccessFlags {
+    /// Every local and remote right.
+    pub const ALL: Self = Self::all();
 }
 
 const PAGE: usize = 4096;

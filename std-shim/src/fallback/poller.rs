@@ -115,7 +115,7 @@ impl Poller {
                 if status.is_success() {
                     out.opcode = WcOpcode::from_raw(wc.opcode);
                     out.byte_len = wc.byte_len;
-                    out.flags = WcFlags::from_bits_truncate(wc.wc_flags);
+                    out.flags = WcFlags::from_ibv(wc.wc_flags);
                     if out.flags.contains(WcFlags::WITH_IMM) {
                         out.imm = u32::from_be(wc.imm_data);
                     }
