@@ -151,10 +151,11 @@ pub struct IbvWc {
     pub pad: [u8; 2],
 }
 
-const _: () = assert!(core::mem::size_of::<IbvSendWr>() == 128);
-const _: () = assert!(core::mem::size_of::<IbvRecvWr>() == 32);
-const _: () = assert!(core::mem::size_of::<IbvWc>() == 48);
-const _: () = assert!(core::mem::size_of::<IbvSge>() == 16);
+// The sizes of the C structs (x86-64 and arm64); a mismatch reports both sizes.
+static_assertions::assert_eq_size!(IbvSendWr, [u8; 128]);
+static_assertions::assert_eq_size!(IbvRecvWr, [u8; 32]);
+static_assertions::assert_eq_size!(IbvWc, [u8; 48]);
+static_assertions::assert_eq_size!(IbvSge, [u8; 16]);
 
 type P = *mut c_void;
 

@@ -123,6 +123,9 @@ impl core::fmt::Debug for Engine {
 // for the device's life its creators guaranteed (registered regions, external queues). It may
 // run on any thread; it is only ever used under the device's mutex.
 unsafe impl Send for Engine {}
+// Never `Sync`: the raw pointers keep it so, and the device's mutex is its only way across
+// threads.
+static_assertions::assert_not_impl_any!(Engine: Sync);
 
 impl Engine {
     /// An engine with tables for `cfg`, or why `cfg` cannot be served.
