@@ -81,13 +81,12 @@ pub struct mlx5dv_cq {
     pub comp_mask: u64,
 }
 
-// Sizes with `assert_eq_size!`: a mismatch reports both sizes. Offsets with plain `const`
-// asserts: `static_assertions` has no offset check, and its `const_assert_eq!` fails with an
-// overflow message that names neither side.
+// Sizes with `assert_eq_size!` (a mismatch reports both sizes); offsets below as plain asserts.
 #[cfg(target_pointer_width = "64")]
 static_assertions::assert_eq_size!(mlx5dv_qp, [u8; 96]);
 #[cfg(target_pointer_width = "64")]
 static_assertions::assert_eq_size!(mlx5dv_cq, [u8; 48]);
+// Plain `const` asserts: each names its failing comparison (`const_assert!` reports an overflow).
 #[cfg(target_pointer_width = "64")]
 const _: () = {
     use core::mem::offset_of;
