@@ -162,13 +162,61 @@ pub struct CRequest<'a> {
     pub swap: u64,
 }
 
-/// The probe's libmlx5-style send queue over its own ring.
+/// One of the probe's libmlx5-style queues (`Q`: the C side's state of a send or a receive
+/// queue) over its own ring, with a map of the ring bytes the C builder stored.
 #[derive(Debug)]
-pub struct CSendQueue {
+pub struct CQueue<Q> {
     ring: DeviceMem,
     written: DeviceMem,
-    sq: ZvSq,
+    q: Q,
 }
+
+/// The C state of a queue: where its doorbell record is.
+pub trait CQueueState {
+    /// The doorbell record's two words.
+    fn dbrec(&self) -> [u32; 2];
+}
+
+impl CQueueState for ZvSq {
+    fn dbrec(&self) -> [u32; 2] {
+        self.dbrec
+    }
+}
+
+impl CQueueState for ZvRq {
+    fn dbrec(&self) -> [u32; 2] {
+        self.dbrec
+    }
+}
+
+impl<Q: CQueueState> CQueue<Q> {
+    /// The ring.
+    pub fn ring(&self) -> &DeviceMem {
+        &self.ring
+    }
+
+    /// Which ring bytes the builder stored since the last [`clear_written`](Self::clear_written).
+    pub fn written(&self) -> &DeviceMem {
+        &self.written
+    }
+
+    /// Forgets which bytes were stored.
+    pub fn clear_written(&self) {
+        self.written.fill(0);
+    }
+
+    /// The doorbell record's 8 bytes, as they lie in memory.
+    pub fn dbrec_bytes(&self) -> [u8; 8] {
+        let [a, b] = self.q.dbrec();
+        let mut out = [0u8; 8];
+        out[..4].copy_from_slice(&a.to_ne_bytes());
+        out[4..].copy_from_slice(&b.to_ne_bytes());
+        out
+    }
+}
+
+/// The probe's libmlx5-style send queue over its own ring.
+pub type CSendQueue = CQueue<ZvSq>;
 
 impl CSendQueue {
     /// A queue of `wqe_cnt` basic blocks (a power of two) whose ring starts as `initial`.
@@ -196,27 +244,16 @@ impl CSendQueue {
             dbrec: [0; 2],
             pad: 0,
         };
-        Self { ring, written, sq }
-    }
-
-    /// The ring.
-    pub fn ring(&self) -> &DeviceMem {
-        &self.ring
-    }
-
-    /// Which ring bytes the builder stored since the last [`clear_written`](Self::clear_written).
-    pub fn written(&self) -> &DeviceMem {
-        &self.written
-    }
-
-    /// Forgets which bytes were stored.
-    pub fn clear_written(&self) {
-        self.written.fill(0);
+        Self {
+            ring,
+            written,
+            q: sq,
+        }
     }
 
     /// The producer counter in basic blocks.
     pub fn producer(&self) -> u32 {
-        self.sq.cur_post
+        self.q.cur_post
     }
 
     /// Builds one WQE at the producer counter; its size in 16-byte units, or the errno.
@@ -241,32 +278,19 @@ impl CSendQueue {
         let mut ds = 0;
         // SAFETY: `self.sq` points to this queue's live ring and written map; `wr` and its
         // list are valid for the call; inline sources are readable (caller).
-        let rc = unsafe { ffi::zv_post_send(&mut self.sq, &wr, &mut ds) };
+        let rc = unsafe { ffi::zv_post_send(&mut self.q, &wr, &mut ds) };
         if rc == 0 { Ok(ds) } else { Err(rc) }
     }
 
     /// Writes the doorbell record as `post_send_db` does.
     pub fn ring_db(&mut self) {
         // SAFETY: `self.sq` is a valid queue.
-        unsafe { ffi::zv_ring_db(&mut self.sq) }
-    }
-
-    /// The doorbell record's 8 bytes, as they lie in memory.
-    pub fn dbrec_bytes(&self) -> [u8; 8] {
-        let mut out = [0u8; 8];
-        out[..4].copy_from_slice(&self.sq.dbrec[0].to_ne_bytes());
-        out[4..].copy_from_slice(&self.sq.dbrec[1].to_ne_bytes());
-        out
+        unsafe { ffi::zv_ring_db(&mut self.q) }
     }
 }
 
 /// The probe's libmlx5-style receive queue over its own ring.
-#[derive(Debug)]
-pub struct CRecvQueue {
-    ring: DeviceMem,
-    written: DeviceMem,
-    rq: ZvRq,
-}
+pub type CRecvQueue = CQueue<ZvRq>;
 
 impl CRecvQueue {
     /// A queue of `wqe_cnt` entries of `stride` bytes (powers of two) whose ring starts as
@@ -287,42 +311,23 @@ impl CRecvQueue {
             dbrec: [0; 2],
             pad: 0,
         };
-        Self { ring, written, rq }
-    }
-
-    /// The ring.
-    pub fn ring(&self) -> &DeviceMem {
-        &self.ring
-    }
-
-    /// Which ring bytes the builder stored since the last [`clear_written`](Self::clear_written).
-    pub fn written(&self) -> &DeviceMem {
-        &self.written
-    }
-
-    /// Forgets which bytes were stored.
-    pub fn clear_written(&self) {
-        self.written.fill(0);
+        Self {
+            ring,
+            written,
+            q: rq,
+        }
     }
 
     /// Receives posted.
     pub fn head(&self) -> u32 {
-        self.rq.head
+        self.q.head
     }
 
     /// Builds one receive WQE for `sgl` and updates the doorbell record, or returns the errno.
     pub fn post(&mut self, sgl: &[Sge]) -> Result<(), i32> {
         // SAFETY: `self.rq` points to this queue's live ring and written map; the list is
         // valid for the call and only its fields are read.
-        let rc = unsafe { ffi::zv_post_recv(&mut self.rq, sgl.as_ptr(), sgl.len() as u32) };
+        let rc = unsafe { ffi::zv_post_recv(&mut self.q, sgl.as_ptr(), sgl.len() as u32) };
         if rc == 0 { Ok(()) } else { Err(rc) }
-    }
-
-    /// The doorbell record's 8 bytes, as they lie in memory.
-    pub fn dbrec_bytes(&self) -> [u8; 8] {
-        let mut out = [0u8; 8];
-        out[..4].copy_from_slice(&self.rq.dbrec[0].to_ne_bytes());
-        out[4..].copy_from_slice(&self.rq.dbrec[1].to_ne_bytes());
-        out
     }
 }

@@ -103,9 +103,7 @@ impl RqSlot {
 /// poller by the protocol of the module docs, and the credit word is atomic.
 #[derive(Debug)]
 pub struct SqState<S> {
-    slots: S,
-    /// `slots.len() - 1`.
-    mask: u32,
+    slots: Slots<S>,
     /// Low 16 bits: consumer counter in basic blocks. High 16 bits: signaled requests
     /// completed. Both wrap; written only by the poller.
     done: CachePadded<AtomicU32>,
@@ -133,11 +131,8 @@ impl<S: StableDeref<Target = [SqSlot]>> SqState<S> {
     ///
     /// [`LayoutError::NotPowerOfTwo`] when the length is not a power of two ≤ 2^15.
     pub fn new(slots: S) -> Result<Self, LayoutError> {
-        check_slots(slots.len())?;
-        let mask = slots.len() as u32 - 1;
         Ok(Self {
-            slots,
-            mask,
+            slots: Slots::new(slots)?,
             done: CachePadded(AtomicU32::new(0)),
         })
     }
@@ -145,29 +140,25 @@ impl<S: StableDeref<Target = [SqSlot]>> SqState<S> {
     /// Number of slots (send basic blocks).
     #[inline]
     pub fn len(&self) -> u32 {
-        self.slots.len() as u32
+        self.slots.len()
     }
 
     /// Never true: a state has at least one slot.
     #[inline]
     pub fn is_empty(&self) -> bool {
-        self.slots.is_empty()
+        self.slots.storage.is_empty()
     }
 
     #[inline(always)]
     fn slot(&self, counter: u32) -> &SqSlot {
-        let i = (counter & self.mask) as usize;
-        debug_assert!(i < self.slots.len());
-        // SAFETY: the length is a power of two (checked in `new`) and `mask` is one less, so
-        // the masked index is in bounds.
-        unsafe { self.slots.get_unchecked(i) }
+        self.slots.at(counter)
     }
 
     /// The slots, for the poster, which indexes them with the ring position it has already
     /// masked (see [`SqSlot::record`]).
     #[inline(always)]
     pub(crate) fn slots(&self) -> &[SqSlot] {
-        &self.slots
+        &self.slots.storage
     }
 
     /// Poster side: the credit word (`Acquire`, pairing with the poller's `Release`).
@@ -211,9 +202,7 @@ impl<S: StableDeref<Target = [SqSlot]>> SqState<S> {
 /// storage `S`, and the completed-receive counter. `Send` and `Sync` when the storage is.
 #[derive(Debug)]
 pub struct RqState<S> {
-    slots: S,
-    /// `slots.len() - 1`.
-    mask: u32,
+    slots: Slots<S>,
     /// Receive requests completed (free-running); written only by the poller.
     tail: CachePadded<AtomicU32>,
 }
@@ -239,11 +228,8 @@ impl<S: StableDeref<Target = [RqSlot]>> RqState<S> {
     ///
     /// [`LayoutError::NotPowerOfTwo`] when the length is not a power of two ≤ 2^15.
     pub fn new(slots: S) -> Result<Self, LayoutError> {
-        check_slots(slots.len())?;
-        let mask = slots.len() as u32 - 1;
         Ok(Self {
-            slots,
-            mask,
+            slots: Slots::new(slots)?,
             tail: CachePadded(AtomicU32::new(0)),
         })
     }
@@ -251,21 +237,18 @@ impl<S: StableDeref<Target = [RqSlot]>> RqState<S> {
     /// Number of slots.
     #[inline]
     pub fn len(&self) -> u32 {
-        self.slots.len() as u32
+        self.slots.len()
     }
 
     /// Never true: a state has at least one slot.
     #[inline]
     pub fn is_empty(&self) -> bool {
-        self.slots.is_empty()
+        self.slots.storage.is_empty()
     }
 
     #[inline(always)]
     fn slot(&self, counter: u32) -> &RqSlot {
-        let i = (counter & self.mask) as usize;
-        debug_assert!(i < self.slots.len());
-        // SAFETY: the length is a power of two (checked in `new`) and `mask` is one less.
-        unsafe { self.slots.get_unchecked(i) }
+        self.slots.at(counter)
     }
 
     /// Poster side: records `wr_id` for the receive entry `head`.
@@ -301,14 +284,45 @@ impl<S: StableDeref<Target = [RqSlot]>> RqState<S> {
     }
 }
 
-fn check_slots(len: usize) -> Result<(), LayoutError> {
-    if len == 0 || !len.is_power_of_two() {
-        return Err(LayoutError::NotPowerOfTwo { count: len as u32 });
+/// The slots of a queue's state, indexed by a free-running counter: storage `S` of a
+/// power-of-two length and its mask. One definition for the send and the receive side.
+#[derive(Debug)]
+struct Slots<S> {
+    storage: S,
+    /// `storage.len() - 1`.
+    mask: u32,
+}
+
+impl<S: StableDeref<Target = [T]>, T> Slots<S> {
+    /// `storage`, checked to be a power of two ≤ 2^15 long.
+    fn new(storage: S) -> Result<Self, LayoutError> {
+        let len = storage.len();
+        if len == 0 || !len.is_power_of_two() {
+            return Err(LayoutError::NotPowerOfTwo { count: len as u32 });
+        }
+        if len > 1 << 15 {
+            return Err(LayoutError::RingTooLarge { count: len as u32 });
+        }
+        Ok(Self {
+            storage,
+            mask: len as u32 - 1,
+        })
     }
-    if len > 1 << 15 {
-        return Err(LayoutError::RingTooLarge { count: len as u32 });
+
+    #[inline(always)]
+    fn len(&self) -> u32 {
+        self.mask + 1
     }
-    Ok(())
+
+    /// The slot of counter value `counter`.
+    #[inline(always)]
+    fn at(&self, counter: u32) -> &T {
+        let i = (counter & self.mask) as usize;
+        debug_assert!(i < self.storage.len());
+        // SAFETY: the length is a power of two (checked in `new`) and `mask` is one less, so
+        // the masked index is in bounds.
+        unsafe { self.storage.get_unchecked(i) }
+    }
 }
 
 /// Which queues of one QP a completion queue serves, through handles `Sq` and `Rq` to their

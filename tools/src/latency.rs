@@ -73,6 +73,17 @@ impl Recorder {
     }
 }
 
+impl FromIterator<u64> for Recorder {
+    /// A recorder holding every latency of `iter`.
+    fn from_iter<I: IntoIterator<Item = u64>>(iter: I) -> Self {
+        let mut r = Self::new();
+        for ns in iter {
+            r.record(ns);
+        }
+        r
+    }
+}
+
 impl Default for Recorder {
     fn default() -> Self {
         Self::new()
@@ -151,11 +162,7 @@ mod tests {
     use super::*;
 
     fn recorded(values: impl IntoIterator<Item = u64>) -> Recorder {
-        let mut r = Recorder::new();
-        for v in values {
-            r.record(v);
-        }
-        r
+        values.into_iter().collect()
     }
 
     #[test]

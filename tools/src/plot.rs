@@ -467,11 +467,7 @@ mod tests {
     use super::*;
 
     fn recorded(values: impl IntoIterator<Item = u64>) -> Recorder {
-        let mut r = Recorder::new();
-        for v in values {
-            r.record(v);
-        }
-        r
+        values.into_iter().collect()
     }
 
     #[test]

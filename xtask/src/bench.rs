@@ -301,18 +301,21 @@ pub fn verdict(s: &RatioStats, goal: f64) -> &'static str {
     }
 }
 
-fn fallback(o: &Options, out: &Path) -> Result {
+/// Builds example `name` of the benchmarks in release mode; its path.
+fn release_example(name: &str) -> Result<std::path::PathBuf> {
     util::run(&mut util::cargo([
         "build",
         "--release",
         "-p",
         PACKAGE,
         "--example",
-        FALLBACK_EXAMPLE,
+        name,
     ]))?;
-    let exe = util::target_dir()
-        .join("release/examples")
-        .join(FALLBACK_EXAMPLE);
+    Ok(util::target_dir().join("release/examples").join(name))
+}
+
+fn fallback(o: &Options, out: &Path) -> Result {
+    let exe = release_example(FALLBACK_EXAMPLE)?;
     let tsv = out.join("fallback.tsv");
     let _ = std::fs::remove_file(&tsv);
     let mut args: Vec<String> = vec![
@@ -487,17 +490,7 @@ fn instructions(o: &Options, out: &Path) -> Result {
              apt-get install -y --no-install-recommends valgrind"
         );
     }
-    util::run(&mut util::cargo([
-        "build",
-        "--release",
-        "-p",
-        PACKAGE,
-        "--example",
-        COUNT_EXAMPLE,
-    ]))?;
-    let bin = util::target_dir()
-        .join("release/examples")
-        .join(COUNT_EXAMPLE);
+    let bin = release_example(COUNT_EXAMPLE)?;
     let list = Command::new(&bin).arg("--list").output()?;
     if !list.status.success() {
         bail!("`{} --list` failed", bin.display());

@@ -375,22 +375,40 @@ impl ContextProvider for VerbsContext {
     }
 }
 
+/// `mlx5dv_init_obj` for the one object whose entry `fill` points at the object and at its
+/// out-struct; `ty` is its `MLX5DV_OBJ_*` bit.
+///
+/// # Safety
+///
+/// `fill` sets the entry of `ty` to a live object of an mlx5 context and a valid out-struct.
+unsafe fn init_obj(
+    ty: u64,
+    fill: impl FnOnce(&mut mlx5dv_obj<mlx5dv_qp, mlx5dv_cq>),
+) -> Result<()> {
+    let m = load::mlx5()?;
+    let mut obj = mlx5dv_obj::<mlx5dv_qp, mlx5dv_cq>::EMPTY;
+    fill(&mut obj);
+    // SAFETY: (caller) the entry of `ty` names a live object and a valid out-struct; the other
+    // entries are unused (the opaque form of `obj` has the same layout: its out-structs are
+    // behind pointers).
+    let ret = unsafe { (m.mlx5dv_init_obj)((&raw mut obj).cast(), ty) };
+    if ret != 0 {
+        return Err(Error::from_ret("mlx5dv_init_obj", ret));
+    }
+    Ok(())
+}
+
 /// `mlx5dv_init_obj` for a CQ.
 fn init_cq(cq: NonNull<ibv_cq>) -> std::result::Result<zverbs_mlx5dv::CqLayout, String> {
-    let m = load::mlx5().map_err(|e| e.to_string())?;
     let mut dv = mlx5dv_cq::default();
-    let mut obj = mlx5dv_obj::<mlx5dv_qp, mlx5dv_cq>::EMPTY;
-    obj.cq.r#in = cq.as_ptr();
-    obj.cq.out = &mut dv;
-    // SAFETY: a live CQ of an mlx5 context; `dv` is a valid out-struct (the opaque form of
-    // `obj` has the same layout: its out-structs are behind pointers).
-    let ret = unsafe { (m.mlx5dv_init_obj)((&raw mut obj).cast(), MLX5DV_OBJ_CQ) };
-    if ret != 0 {
-        return Err(format!(
-            "mlx5dv_init_obj(CQ) failed: {}",
-            std::io::Error::from_raw_os_error(ret.abs())
-        ));
+    // SAFETY: a live CQ of an mlx5 context, and `dv` is a valid out-struct.
+    unsafe {
+        init_obj(MLX5DV_OBJ_CQ, |obj| {
+            obj.cq.r#in = cq.as_ptr();
+            obj.cq.out = &mut dv;
+        })
     }
+    .map_err(|e| format!("CQ: {e}"))?;
     dv.layout()
         .ok_or_else(|| String::from("mlx5dv_init_obj(CQ) reported a null buffer"))
 }
@@ -592,17 +610,15 @@ impl PdProvider for VerbsPd {
 
 /// `mlx5dv_init_obj` for a QP.
 fn init_qp(qp: NonNull<ibv_qp>) -> Result<zverbs_mlx5dv::QpLayout> {
-    let m = load::mlx5()?;
     let mut dv = mlx5dv_qp::default();
-    let mut obj = mlx5dv_obj::<mlx5dv_qp, mlx5dv_cq>::EMPTY;
-    obj.qp.r#in = qp.as_ptr();
-    obj.qp.out = &mut dv;
-    // SAFETY: a live QP of an mlx5 context; `dv` is a valid out-struct (comp_mask 0: only the
-    // base fields; the opaque form of `obj` has the same layout).
-    let ret = unsafe { (m.mlx5dv_init_obj)((&raw mut obj).cast(), MLX5DV_OBJ_QP) };
-    if ret != 0 {
-        return Err(Error::from_ret("mlx5dv_init_obj", ret));
-    }
+    // SAFETY: a live QP of an mlx5 context, and `dv` is a valid out-struct (comp_mask 0: only
+    // the base fields).
+    unsafe {
+        init_obj(MLX5DV_OBJ_QP, |obj| {
+            obj.qp.r#in = qp.as_ptr();
+            obj.qp.out = &mut dv;
+        })
+    }?;
     // SAFETY: a live QP.
     let qpn = unsafe { (*qp.as_ptr()).qp_num };
     dv.layout(qpn).ok_or_else(|| Error::Backend {

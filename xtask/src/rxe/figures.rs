@@ -15,7 +15,7 @@ use std::fs;
 use std::path::Path;
 use std::time::Duration;
 
-use super::checks::{self, Check, Kind, Ready, Status};
+use super::checks::{self, Check, Kind, Ready};
 use super::topology::Topology;
 use crate::cli::{self, Arg, Parser, usage};
 use crate::util::{self, Result, Table, bail};
@@ -274,12 +274,7 @@ pub fn run(o: &Options, out: &Path) -> Result {
     } else {
         super::run_in_vm(&checks, Some(&logs))?
     };
-    let failed: Vec<&str> = report
-        .results
-        .iter()
-        .filter(|r| r.status == Status::Fail)
-        .map(|r| r.name.as_str())
-        .collect();
+    let failed = report.failed();
     if !failed.is_empty() || report.results.len() < checks.len() {
         bail!(
             "{} of {} runs failed or did not run: {} (logs in {})",

@@ -280,6 +280,17 @@ pub struct Report {
     pub image_built_in: Option<Duration>,
 }
 
+impl Report {
+    /// The names of the checks that failed.
+    pub fn failed(&self) -> Vec<&str> {
+        self.results
+            .iter()
+            .filter(|r| r.status == Status::Fail)
+            .map(|r| r.name.as_str())
+            .collect()
+    }
+}
+
 /// The `rxe` stage of `cargo xtask test`.
 pub fn stage(run: &mut Run) -> Result<Option<String>> {
     let host = match std::env::var(MODE_ENV).as_deref() {
@@ -811,12 +822,7 @@ fn summarize(
     if ran < checks.len() {
         bail!("only {ran} of {} checks reported a result", checks.len());
     }
-    let failed: Vec<&str> = report
-        .results
-        .iter()
-        .filter(|r| r.status == Status::Fail)
-        .map(|r| r.name.as_str())
-        .collect();
+    let failed = report.failed();
     if !failed.is_empty() {
         bail!("rxe checks failed: {}", failed.join(", "));
     }
