@@ -66,25 +66,16 @@ use crate::sync::raw::{AtomicU8, AtomicU64, Ordering};
 const W: usize = 8;
 
 /// Why a [`SharedMem`] access was refused. Nothing was read or written.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
 #[non_exhaustive]
 pub enum AccessError {
     /// `offset..offset + len` is not inside the memory (or `offset + len` overflows).
+    #[error("range outside the memory")]
     OutOfBounds,
     /// A `u64` access at an address that is not a multiple of 8.
+    #[error("u64 access at an address that is not a multiple of 8")]
     Misaligned,
 }
-
-impl fmt::Display for AccessError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::OutOfBounds => "range outside the memory",
-            Self::Misaligned => "u64 access at an address that is not a multiple of 8",
-        })
-    }
-}
-
-impl core::error::Error for AccessError {}
 
 /// A view of `len` bytes that other threads or a device may access at the same time, read and
 /// written only with atomic accesses by the rule of the [module docs](self).

@@ -13,7 +13,8 @@ use crate::cm::{rdma_cm_event, rdma_cm_id, rdma_conn_param, rdma_event_channel};
 use crate::types::*;
 
 /// A library of rdma-core that could not be opened or lacks a symbol.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("cannot load {library} ({detail}); install the `{package}` package (rdma-core)")]
 pub struct LoadError {
     /// The file that was opened (`libibverbs.so.1`, ...).
     pub library: &'static str,
@@ -22,18 +23,6 @@ pub struct LoadError {
     /// What the dynamic loader said.
     pub detail: String,
 }
-
-impl core::fmt::Display for LoadError {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(
-            f,
-            "cannot load {} ({}); install the `{}` package (rdma-core)",
-            self.library, self.detail, self.package
-        )
-    }
-}
-
-impl std::error::Error for LoadError {}
 
 macro_rules! table {
     (

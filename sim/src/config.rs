@@ -190,23 +190,30 @@ pub enum QpStatus {
 }
 
 /// Why the device refused a control request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum SimError {
     /// The device's table for this object is full.
+    #[error("device table full")]
     TooMany,
     /// A size or count the device does not support (zero, too large, not a multiple of 64).
+    #[error("invalid configuration: {0}")]
     InvalidConfig(&'static str),
     /// No such CQ number.
+    #[error("no CQ {0:#x}")]
     NoSuchCq(u32),
     /// No such QP number.
+    #[error("no QP {0:#x}")]
     NoSuchQp(u32),
     /// No registered region with this key.
+    #[error("no memory region with key {0:#x}")]
     NoSuchMr(u32),
     /// The QP is already connected.
+    #[error("QP {0:#x} is already connected")]
     AlreadyConnected(u32),
     /// QP `qpn` named QP `peer` as its peer, but `peer` is connected to another QP: it would
     /// accept no request from `qpn`.
+    #[error("QP {peer:#x} is connected to another QP, not to QP {qpn:#x}")]
     PeerTaken {
         /// The QP being connected.
         qpn: u32,
@@ -214,33 +221,12 @@ pub enum SimError {
         peer: u32,
     },
     /// Remote write or remote atomic access without local write (as `ibv_reg_mr`'s `EINVAL`).
+    #[error("remote write or atomic access requires local write")]
     InvalidAccess,
     /// Memory the device cannot allocate.
+    #[error("out of memory")]
     OutOfMemory,
 }
-
-impl core::fmt::Display for SimError {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        match self {
-            SimError::TooMany => f.write_str("device table full"),
-            SimError::InvalidConfig(why) => write!(f, "invalid configuration: {why}"),
-            SimError::NoSuchCq(n) => write!(f, "no CQ {n:#x}"),
-            SimError::NoSuchQp(n) => write!(f, "no QP {n:#x}"),
-            SimError::NoSuchMr(k) => write!(f, "no memory region with key {k:#x}"),
-            SimError::AlreadyConnected(n) => write!(f, "QP {n:#x} is already connected"),
-            SimError::PeerTaken { qpn, peer } => write!(
-                f,
-                "QP {peer:#x} is connected to another QP, not to QP {qpn:#x}"
-            ),
-            SimError::InvalidAccess => {
-                f.write_str("remote write or atomic access requires local write")
-            }
-            SimError::OutOfMemory => f.write_str("out of memory"),
-        }
-    }
-}
-
-impl std::error::Error for SimError {}
 
 /// Counters of what the device did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -160,11 +160,6 @@ pub(crate) fn set_be64(b: &mut [u8], f: Field, v: u64) {
 }
 
 /// A buffer shorter than the view needs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("buffer shorter than the layout")]
 pub struct Truncated;
-
-impl core::fmt::Display for Truncated {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str("buffer shorter than the layout")
-    }
-}
