@@ -3,6 +3,8 @@
  *
  * - zv_facts: every sizeof / offsetof / constant the Rust side relies on.
  * - zv_set_*_seg: WQE segments written with mlx5dv.h's helpers or through its structs.
+ * - zv_set_datagram_from_av / zv_read_av: the datagram segment of a UD send as libmlx5's
+ *   `set_datagram_seg` fills it from an address handle's vector, and its fields read back.
  * - zv_read_cqe: a CQE read through struct mlx5_cqe64 / struct mlx5_err_cqe and the
  *   mlx5dv_get_cqe_* helpers, with libmlx5's syndrome -> ibv_wc_status mapping and its
  *   IBV_WC_GRH rule for receive completions.
@@ -59,6 +61,26 @@ static const struct zv_fact facts[] = {
 	SIZE(struct mlx5_wqe_atomic_seg),
 	FIELD(struct mlx5_wqe_atomic_seg, swap_add),
 	FIELD(struct mlx5_wqe_atomic_seg, compare),
+
+	/* The address vector and the datagram segment of UD (and DC) sends. */
+	SIZE(struct mlx5_wqe_av),
+	FIELD(struct mlx5_wqe_av, key.qkey.qkey),
+	FIELD(struct mlx5_wqe_av, key.qkey.reserved),
+	FIELD(struct mlx5_wqe_av, key.dc_key),
+	FIELD(struct mlx5_wqe_av, dqp_dct),
+	FIELD(struct mlx5_wqe_av, stat_rate_sl),
+	FIELD(struct mlx5_wqe_av, fl_mlid),
+	FIELD(struct mlx5_wqe_av, rlid),
+	FIELD(struct mlx5_wqe_av, reserved0),
+	FIELD(struct mlx5_wqe_av, rmac),
+	FIELD(struct mlx5_wqe_av, tclass),
+	FIELD(struct mlx5_wqe_av, hop_limit),
+	FIELD(struct mlx5_wqe_av, grh_gid_fl),
+	FIELD(struct mlx5_wqe_av, rgid),
+	SIZE(struct mlx5_wqe_datagram_seg),
+	FIELD(struct mlx5_wqe_datagram_seg, av),
+	/* A UD send's control and datagram segments, in 16-byte units: one basic block. */
+	CONST((sizeof(struct mlx5_wqe_ctrl_seg) + sizeof(struct mlx5_wqe_datagram_seg)) / 16),
 
 	/* CQEs. */
 	SIZE(struct mlx5_cqe64),
@@ -168,6 +190,7 @@ static const struct zv_fact facts[] = {
 	/* Other mlx5 constants. */
 	CONST(MLX5_INLINE_SEG),
 	CONST(MLX5_INVALID_LKEY),
+	CONST(MLX5_EXTENDED_UD_AV),
 	CONST(MLX5_RCV_DBR),
 	CONST(MLX5_SND_DBR),
 	CONST(MLX5_SEND_WQE_BB),
@@ -217,6 +240,10 @@ static const struct zv_fact facts[] = {
 	/* This probe's own structs, mirrored in Rust. */
 	SIZE(struct zv_cqe_fields),
 	ALIGN(struct zv_cqe_fields),
+	SIZE(struct zv_av_fields),
+	ALIGN(struct zv_av_fields),
+	SIZE(struct zv_dgram_args),
+	ALIGN(struct zv_dgram_args),
 	SIZE(struct zv_wr),
 	ALIGN(struct zv_wr),
 	SIZE(struct zv_sq),
@@ -273,6 +300,50 @@ void zv_set_atomic_seg(void *buf, uint64_t swap_add, uint64_t compare)
 
 	seg->swap_add = htobe64(swap_add);
 	seg->compare = htobe64(compare);
+}
+
+/* mlx5dv_set_dgram_seg: every field but reserved0, which it leaves as it was. */
+void zv_set_dgram_seg(void *buf, const struct zv_dgram_args *a)
+{
+	uint8_t rmac[6], rgid[16];
+
+	memcpy(rmac, a->rmac, sizeof(rmac));
+	memcpy(rgid, a->rgid, sizeof(rgid));
+	mlx5dv_set_dgram_seg(buf, a->key, a->dqp_dct, a->ext, a->stat_rate_sl, a->fl_mlid, a->rlid,
+			     rmac, a->tclass, a->hop_limit, a->grh_gid_fl, rgid);
+}
+
+/*
+ * The datagram segment of a UD send, as libmlx5's `set_datagram_seg` (qp.c) fills it: the
+ * address handle's vector copied whole, then the destination QP with MLX5_EXTENDED_UD_AV and
+ * the Q_Key written over it through struct mlx5_wqe_av.
+ */
+void zv_set_datagram_from_av(void *buf, const void *av, uint32_t remote_qpn, uint32_t qkey)
+{
+	struct mlx5_wqe_datagram_seg *dseg = buf;
+
+	memcpy(&dseg->av, av, sizeof(dseg->av));
+	dseg->av.dqp_dct = htobe32(remote_qpn | MLX5_EXTENDED_UD_AV);
+	dseg->av.key.qkey.qkey = htobe32(qkey);
+}
+
+void zv_read_av(const void *buf, struct zv_av_fields *out)
+{
+	const struct mlx5_wqe_av *av = buf;
+
+	memset(out, 0, sizeof(*out));
+	out->dc_key = be64toh(av->key.dc_key);
+	out->qkey = be32toh(av->key.qkey.qkey);
+	out->qkey_reserved = be32toh(av->key.qkey.reserved);
+	out->dqp_dct = be32toh(av->dqp_dct);
+	out->grh_gid_fl = be32toh(av->grh_gid_fl);
+	out->rlid = be16toh(av->rlid);
+	out->stat_rate_sl = av->stat_rate_sl;
+	out->fl_mlid = av->fl_mlid;
+	out->tclass = av->tclass;
+	out->hop_limit = av->hop_limit;
+	memcpy(out->rmac, av->rmac, sizeof(out->rmac));
+	memcpy(out->rgid, av->rgid, sizeof(out->rgid));
 }
 
 /* ---------------------------------------------------------------------------------------- */

@@ -44,6 +44,39 @@ struct zv_cqe_fields {
 	uint8_t pad[6];
 };
 
+/* Every field of an address vector (struct mlx5_wqe_av), read the way rdma-core reads it. */
+struct zv_av_fields {
+	uint64_t dc_key;
+	uint32_t qkey;
+	uint32_t qkey_reserved;
+	uint32_t dqp_dct;
+	uint32_t grh_gid_fl;
+	uint16_t rlid;
+	uint8_t stat_rate_sl;
+	uint8_t fl_mlid;
+	uint8_t tclass;
+	uint8_t hop_limit;
+	uint8_t rmac[6];
+	uint8_t rgid[16];
+	uint8_t pad[4];
+};
+
+/* The arguments of mlx5dv_set_dgram_seg. */
+struct zv_dgram_args {
+	uint64_t key;
+	uint32_t dqp_dct;
+	uint32_t grh_gid_fl;
+	uint16_t rlid;
+	uint8_t ext;
+	uint8_t stat_rate_sl;
+	uint8_t fl_mlid;
+	uint8_t tclass;
+	uint8_t hop_limit;
+	uint8_t rmac[6];
+	uint8_t rgid[16];
+	uint8_t pad[11];
+};
+
 /* The operations the WQE builder knows; NOP has no IBV_WR_* number. */
 enum zv_op {
 	ZV_OP_WRITE = 0,
@@ -101,6 +134,10 @@ void zv_set_ctrl_seg(void *buf, uint16_t pi, uint8_t opcode, uint8_t opmod, uint
 void zv_set_data_seg(void *buf, uint32_t length, uint32_t lkey, uint64_t addr);
 void zv_set_raddr_seg(void *buf, uint64_t raddr, uint32_t rkey);
 void zv_set_atomic_seg(void *buf, uint64_t swap_add, uint64_t compare);
+
+void zv_set_dgram_seg(void *buf, const struct zv_dgram_args *a);
+void zv_set_datagram_from_av(void *buf, const void *av, uint32_t remote_qpn, uint32_t qkey);
+void zv_read_av(const void *buf, struct zv_av_fields *out);
 
 void zv_read_cqe(const void *cqe, struct zv_cqe_fields *out);
 uint32_t zv_wc_status_of_syndrome(uint8_t syndrome);

@@ -69,6 +69,69 @@ pub struct ZvCqeFields {
     pub pad: [u8; 6],
 }
 
+/// `struct zv_av_fields`: every field of an address vector as rdma-core reads it (multi-byte
+/// fields converted from big-endian).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct ZvAvFields {
+    /// `key.dc_key`.
+    pub dc_key: u64,
+    /// `key.qkey.qkey`.
+    pub qkey: u32,
+    /// `key.qkey.reserved`.
+    pub qkey_reserved: u32,
+    /// `dqp_dct`.
+    pub dqp_dct: u32,
+    /// `grh_gid_fl`.
+    pub grh_gid_fl: u32,
+    /// `rlid`.
+    pub rlid: u16,
+    /// `stat_rate_sl`.
+    pub stat_rate_sl: u8,
+    /// `fl_mlid`.
+    pub fl_mlid: u8,
+    /// `tclass`.
+    pub tclass: u8,
+    /// `hop_limit`.
+    pub hop_limit: u8,
+    /// `rmac`.
+    pub rmac: [u8; 6],
+    /// `rgid`.
+    pub rgid: [u8; 16],
+    /// Padding.
+    pub pad: [u8; 4],
+}
+
+/// `struct zv_dgram_args`: the arguments of `mlx5dv_set_dgram_seg`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct ZvDgramArgs {
+    /// `key` (64 bits, stored big-endian over `key.dc_key`).
+    pub key: u64,
+    /// `dqp_dct`.
+    pub dqp_dct: u32,
+    /// `grh_gid_fi`.
+    pub grh_gid_fl: u32,
+    /// `rlid`.
+    pub rlid: u16,
+    /// `ext`: shifted into bit 31 of `dqp_dct`.
+    pub ext: u8,
+    /// `stat_rate_sl`.
+    pub stat_rate_sl: u8,
+    /// `fl_mlid`.
+    pub fl_mlid: u8,
+    /// `tclass`.
+    pub tclass: u8,
+    /// `hop_limit`.
+    pub hop_limit: u8,
+    /// `rmac`.
+    pub rmac: [u8; 6],
+    /// `rgid`.
+    pub rgid: [u8; 16],
+    /// Padding.
+    pub pad: [u8; 11],
+}
+
 /// `enum zv_op`: the operations the probe's WQE builder knows.
 pub mod op {
     /// RDMA WRITE.
@@ -186,6 +249,15 @@ unsafe extern "C" {
 
     /// A `struct mlx5_wqe_atomic_seg` filled field by field on `buf` (16 bytes).
     pub fn zv_set_atomic_seg(buf: *mut c_void, swap_add: u64, compare: u64);
+
+    /// `mlx5dv_set_dgram_seg` on `buf` (48 bytes).
+    pub fn zv_set_dgram_seg(buf: *mut c_void, a: *const ZvDgramArgs);
+
+    /// libmlx5's `set_datagram_seg` on `buf` (48 bytes) from the address vector `av` (48).
+    pub fn zv_set_datagram_from_av(buf: *mut c_void, av: *const c_void, remote_qpn: u32, qkey: u32);
+
+    /// Reads the address vector at `buf` (48 bytes) into `out`.
+    pub fn zv_read_av(buf: *const c_void, out: *mut ZvAvFields);
 
     /// Reads the 64-byte CQE at `cqe` into `out`.
     pub fn zv_read_cqe(cqe: *const c_void, out: *mut ZvCqeFields);

@@ -4,7 +4,7 @@ use std::ffi::CStr;
 
 use zverbs_core::Sge;
 
-use crate::ffi::{self, ZvCqeFields, ZvRq, ZvSq, ZvWr};
+use crate::ffi::{self, ZvAvFields, ZvCqeFields, ZvDgramArgs, ZvRq, ZvSq, ZvWr};
 use crate::mem::DeviceMem;
 
 /// The fact table: `(C expression, value)` for every size, offset and constant the Rust side
@@ -125,6 +125,34 @@ pub fn set_raddr_seg(buf: &mut [u8; 16], raddr: u64, rkey: u32) {
 pub fn set_atomic_seg(buf: &mut [u8; 16], swap_add: u64, compare: u64) {
     // SAFETY: `buf` is 16 writable bytes, a whole atomic segment.
     unsafe { ffi::zv_set_atomic_seg(buf.as_mut_ptr().cast(), swap_add, compare) }
+}
+
+/// `mlx5dv_set_dgram_seg(buf, …)`.
+pub fn set_dgram_seg(buf: &mut [u8; 48], a: &ZvDgramArgs) {
+    // SAFETY: `buf` is 48 writable bytes, a whole datagram segment; `a` is a valid struct.
+    unsafe { ffi::zv_set_dgram_seg(buf.as_mut_ptr().cast(), a) }
+}
+
+/// The datagram segment libmlx5's `set_datagram_seg` writes for the address vector `av`, the
+/// remote QPN and the Q_Key.
+pub fn set_datagram_from_av(buf: &mut [u8; 48], av: &[u8; 48], remote_qpn: u32, qkey: u32) {
+    // SAFETY: `buf` is 48 writable bytes, `av` 48 readable ones, not overlapping.
+    unsafe {
+        ffi::zv_set_datagram_from_av(
+            buf.as_mut_ptr().cast(),
+            av.as_ptr().cast(),
+            remote_qpn,
+            qkey,
+        )
+    }
+}
+
+/// Every field of the address vector `av`, read through `struct mlx5_wqe_av`.
+pub fn read_av(av: &[u8; 48]) -> ZvAvFields {
+    let mut out = ZvAvFields::default();
+    // SAFETY: `av` is 48 readable bytes, `out` a writable `struct zv_av_fields`.
+    unsafe { ffi::zv_read_av(av.as_ptr().cast(), &mut out) };
+    out
 }
 
 /// Every field of the CQE `cqe`, read through `struct mlx5_cqe64`, `struct mlx5_err_cqe` and

@@ -9,11 +9,11 @@ use std::collections::BTreeMap;
 use std::mem::{align_of, offset_of, size_of};
 
 use zverbs_core::{SendFlags, Sge, WcFlags, WcOpcode, WcStatus};
-use zverbs_crosscheck::ffi::{self, ZvCqeFields, ZvRq, ZvSq, ZvWr};
+use zverbs_crosscheck::ffi::{self, ZvAvFields, ZvCqeFields, ZvDgramArgs, ZvRq, ZvSq, ZvWr};
 use zverbs_crosscheck::probe;
 use zverbs_mlx5dv::prm::cqe::{self, Cqe64, CqeOpcode, Syndrome, err_field, field as cqe_field};
 use zverbs_mlx5dv::prm::dv::{mlx5dv_cq, mlx5dv_qp};
-use zverbs_mlx5dv::prm::wqe::{self, AtomicSeg, CtrlSeg, DataSeg, RaddrSeg};
+use zverbs_mlx5dv::prm::wqe::{self, AtomicSeg, CtrlSeg, DataSeg, DatagramSeg, RaddrSeg};
 use zverbs_mlx5dv::prm::{self, Field};
 
 /// The size of the field that `f` projects to (never called).
@@ -113,6 +113,32 @@ fn ours() -> Ours {
     fact!(o, format!("sizeof({t})"), AtomicSeg::<[u8; 16]>::LEN);
     field!(o, t, "swap_add", wqe::atomic::SWAP_ADD);
     field!(o, t, "compare", wqe::atomic::COMPARE);
+
+    // The address vector, the whole of the datagram segment.
+    let t = "struct mlx5_wqe_av";
+    fact!(o, format!("sizeof({t})"), wqe::av::LEN);
+    fact!(o, format!("sizeof({t})"), DatagramSeg::<[u8; 48]>::LEN);
+    field!(o, t, "key.qkey.qkey", wqe::av::QKEY);
+    field!(o, t, "key.qkey.reserved", wqe::av::QKEY_RESERVED);
+    field!(o, t, "key.dc_key", wqe::av::DC_KEY);
+    field!(o, t, "dqp_dct", wqe::av::DQP_DCT);
+    field!(o, t, "stat_rate_sl", byte(wqe::av::STAT_RATE_SL));
+    field!(o, t, "fl_mlid", byte(wqe::av::FL_MLID));
+    field!(o, t, "rlid", wqe::av::RLID);
+    field!(o, t, "reserved0", wqe::av::RESERVED0);
+    field!(o, t, "rmac", wqe::av::RMAC);
+    field!(o, t, "tclass", byte(wqe::av::TCLASS));
+    field!(o, t, "hop_limit", byte(wqe::av::HOP_LIMIT));
+    field!(o, t, "grh_gid_fl", wqe::av::GRH_GID_FL);
+    field!(o, t, "rgid", wqe::av::RGID);
+    let t = "struct mlx5_wqe_datagram_seg";
+    fact!(o, format!("sizeof({t})"), wqe::av::LEN);
+    field!(o, t, "av", 0..wqe::av::LEN);
+    fact!(
+        o,
+        "(sizeof(struct mlx5_wqe_ctrl_seg) + sizeof(struct mlx5_wqe_datagram_seg)) / 16",
+        wqe::UD_HEADER_DS
+    );
 
     // CQEs.
     let t = "struct mlx5_cqe64";
@@ -272,6 +298,7 @@ fn ours() -> Ours {
     // Other mlx5 constants.
     fact!(o, "MLX5_INLINE_SEG", prm::INLINE_SEG);
     fact!(o, "MLX5_INVALID_LKEY", prm::INVALID_LKEY);
+    fact!(o, "MLX5_EXTENDED_UD_AV", prm::EXTENDED_UD_AV);
     fact!(o, "MLX5_RCV_DBR", prm::RCV_DBR);
     fact!(o, "MLX5_SND_DBR", prm::SND_DBR);
     fact!(o, "MLX5_SEND_WQE_BB", prm::SEND_WQE_BB);
@@ -329,6 +356,14 @@ fn ours() -> Ours {
         o,
         "alignof(struct zv_cqe_fields)",
         align_of::<ZvCqeFields>()
+    );
+    fact!(o, "sizeof(struct zv_av_fields)", size_of::<ZvAvFields>());
+    fact!(o, "alignof(struct zv_av_fields)", align_of::<ZvAvFields>());
+    fact!(o, "sizeof(struct zv_dgram_args)", size_of::<ZvDgramArgs>());
+    fact!(
+        o,
+        "alignof(struct zv_dgram_args)",
+        align_of::<ZvDgramArgs>()
     );
     fact!(o, "sizeof(struct zv_wr)", size_of::<ZvWr>());
     fact!(o, "alignof(struct zv_wr)", align_of::<ZvWr>());
