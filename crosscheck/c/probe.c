@@ -11,6 +11,8 @@
  * - zv_post_send / zv_ring_db: a send queue that lays WQEs out the way libmlx5 (rdma-core 44,
  *   providers/mlx5/qp.c, `_mlx5_post_send` and `post_send_db`) does for an RC QP.
  * - zv_post_recv: a receive queue that lays receive WQEs out as libmlx5's `mlx5_post_recv`.
+ * - zv_post_srq_recv / zv_srq_link: shared receive WQEs as libmlx5's `mlx5_post_srq_recv`
+ *   writes them and its free list as `set_srq_buf_ll` links it.
  */
 #include <endian.h>
 #include <errno.h>
@@ -82,6 +84,13 @@ static const struct zv_fact facts[] = {
 	/* A UD send's control and datagram segments, in 16-byte units: one basic block. */
 	CONST((sizeof(struct mlx5_wqe_ctrl_seg) + sizeof(struct mlx5_wqe_datagram_seg)) / 16),
 
+	/* The head of a shared receive WQE. */
+	SIZE(struct mlx5_wqe_srq_next_seg),
+	FIELD(struct mlx5_wqe_srq_next_seg, rsvd0),
+	FIELD(struct mlx5_wqe_srq_next_seg, next_wqe_index),
+	FIELD(struct mlx5_wqe_srq_next_seg, signature),
+	FIELD(struct mlx5_wqe_srq_next_seg, rsvd1),
+
 	/* CQEs. */
 	SIZE(struct mlx5_cqe64),
 	FIELD(struct mlx5_cqe64, flags_rqpn),
@@ -135,6 +144,22 @@ static const struct zv_fact facts[] = {
 	FIELD(struct mlx5dv_cq, cq_uar),
 	FIELD(struct mlx5dv_cq, cqn),
 	FIELD(struct mlx5dv_cq, comp_mask),
+
+	SIZE(struct mlx5dv_srq),
+	ALIGN(struct mlx5dv_srq),
+	FIELD(struct mlx5dv_srq, buf),
+	FIELD(struct mlx5dv_srq, dbrec),
+	FIELD(struct mlx5dv_srq, stride),
+	FIELD(struct mlx5dv_srq, head),
+	FIELD(struct mlx5dv_srq, tail),
+	FIELD(struct mlx5dv_srq, comp_mask),
+	FIELD(struct mlx5dv_srq, srqn),
+	CONST(MLX5DV_SRQ_MASK_SRQN),
+
+	SIZE(struct mlx5dv_ah),
+	ALIGN(struct mlx5dv_ah),
+	FIELD(struct mlx5dv_ah, av),
+	FIELD(struct mlx5dv_ah, comp_mask),
 
 	/* zverbs-core's Sge is handed to libibverbs as a struct ibv_sge. */
 	SIZE(struct ibv_sge),
@@ -713,4 +738,62 @@ int zv_post_recv(struct zv_rq *rq, const struct ibv_sge *sg_list, uint32_t num_s
 	rq->head++;
 	rq->dbrec[MLX5_RCV_DBR] = htobe32(rq->head & 0xffff);
 	return 0;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Shared receive WQEs                                                                       */
+/* ---------------------------------------------------------------------------------------- */
+
+/*
+ * One receive into WQE `idx` of a shared receive ring of `stride`-byte WQEs, as libmlx5's
+ * `mlx5_post_srq_recv` writes it: the WQE's next segment is read (its next_wqe_index is where
+ * the following receive goes, returned in `*next`), then one data segment per entry (empty
+ * entries included, unlike a QP's receive queue), then, if the WQE has room left, a
+ * terminating segment with byte count 0, MLX5_INVALID_LKEY and address 0. Returns 0 or EINVAL.
+ */
+int zv_post_srq_recv(uint8_t *buf, uint32_t stride, uint32_t idx, const struct ibv_sge *sg_list,
+		     uint32_t num_sge, uint16_t *next)
+{
+	struct mlx5_wqe_srq_next_seg *nseg =
+		(struct mlx5_wqe_srq_next_seg *)(buf + (size_t)idx * stride);
+	uint32_t max_gs = (stride - sizeof(*nseg)) / sizeof(struct mlx5_wqe_data_seg);
+	struct mlx5_wqe_data_seg *scat;
+	uint32_t i;
+
+	if (num_sge > max_gs)
+		return EINVAL;
+	*next = be16toh(nseg->next_wqe_index);
+	scat = (struct mlx5_wqe_data_seg *)(nseg + 1);
+	for (i = 0; i < num_sge; i++) {
+		scat[i].byte_count = htobe32(sg_list[i].length);
+		scat[i].lkey = htobe32(sg_list[i].lkey);
+		scat[i].addr = htobe64(sg_list[i].addr);
+	}
+	if (i < max_gs) {
+		scat[i].byte_count = 0;
+		scat[i].lkey = htobe32(MLX5_INVALID_LKEY);
+		scat[i].addr = 0;
+	}
+	return 0;
+}
+
+/* The free list as libmlx5's `set_srq_buf_ll` links it: WQE i points to i + 1, start <= i < end. */
+void zv_srq_link(uint8_t *buf, uint32_t stride, uint32_t start, uint32_t end)
+{
+	uint32_t i;
+
+	for (i = start; i < end; i++) {
+		struct mlx5_wqe_srq_next_seg *nseg =
+			(struct mlx5_wqe_srq_next_seg *)(buf + (size_t)i * stride);
+
+		nseg->next_wqe_index = htobe16(i + 1);
+	}
+}
+
+void zv_read_srq_next(const void *buf, uint16_t *next_wqe_index, uint8_t *signature)
+{
+	const struct mlx5_wqe_srq_next_seg *nseg = buf;
+
+	*next_wqe_index = be16toh(nseg->next_wqe_index);
+	*signature = nseg->signature;
 }

@@ -139,6 +139,11 @@ void zv_set_dgram_seg(void *buf, const struct zv_dgram_args *a);
 void zv_set_datagram_from_av(void *buf, const void *av, uint32_t remote_qpn, uint32_t qkey);
 void zv_read_av(const void *buf, struct zv_av_fields *out);
 
+int zv_post_srq_recv(uint8_t *buf, uint32_t stride, uint32_t idx, const struct ibv_sge *sg_list,
+		     uint32_t num_sge, uint16_t *next);
+void zv_srq_link(uint8_t *buf, uint32_t stride, uint32_t start, uint32_t end);
+void zv_read_srq_next(const void *buf, uint16_t *next_wqe_index, uint8_t *signature);
+
 void zv_read_cqe(const void *cqe, struct zv_cqe_fields *out);
 uint32_t zv_wc_status_of_syndrome(uint8_t syndrome);
 

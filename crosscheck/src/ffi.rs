@@ -259,6 +259,23 @@ unsafe extern "C" {
     /// Reads the address vector at `buf` (48 bytes) into `out`.
     pub fn zv_read_av(buf: *const c_void, out: *mut ZvAvFields);
 
+    /// One receive into WQE `idx` of a shared receive ring as libmlx5 writes it; the WQE's
+    /// `next_wqe_index` goes to `next`. Returns 0 or an errno.
+    pub fn zv_post_srq_recv(
+        buf: *mut u8,
+        stride: u32,
+        idx: u32,
+        sg_list: *const Sge,
+        num_sge: u32,
+        next: *mut u16,
+    ) -> c_int;
+
+    /// Links WQEs `start..end` of a shared receive ring as libmlx5's `set_srq_buf_ll` does.
+    pub fn zv_srq_link(buf: *mut u8, stride: u32, start: u32, end: u32);
+
+    /// Reads `next_wqe_index` and `signature` of the next segment at `buf` (16 bytes).
+    pub fn zv_read_srq_next(buf: *const c_void, next_wqe_index: *mut u16, signature: *mut u8);
+
     /// Reads the 64-byte CQE at `cqe` into `out`.
     pub fn zv_read_cqe(cqe: *const c_void, out: *mut ZvCqeFields);
 

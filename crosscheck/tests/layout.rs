@@ -12,8 +12,10 @@ use zverbs_core::{SendFlags, Sge, WcFlags, WcOpcode, WcStatus};
 use zverbs_crosscheck::ffi::{self, ZvAvFields, ZvCqeFields, ZvDgramArgs, ZvRq, ZvSq, ZvWr};
 use zverbs_crosscheck::probe;
 use zverbs_mlx5dv::prm::cqe::{self, Cqe64, CqeOpcode, Syndrome, err_field, field as cqe_field};
-use zverbs_mlx5dv::prm::dv::{mlx5dv_cq, mlx5dv_qp};
-use zverbs_mlx5dv::prm::wqe::{self, AtomicSeg, CtrlSeg, DataSeg, DatagramSeg, RaddrSeg};
+use zverbs_mlx5dv::prm::dv::{self, mlx5dv_ah, mlx5dv_cq, mlx5dv_qp, mlx5dv_srq};
+use zverbs_mlx5dv::prm::wqe::{
+    self, AtomicSeg, CtrlSeg, DataSeg, DatagramSeg, RaddrSeg, SrqNextSeg,
+};
 use zverbs_mlx5dv::prm::{self, Field};
 
 /// The size of the field that `f` projects to (never called).
@@ -140,6 +142,16 @@ fn ours() -> Ours {
         wqe::UD_HEADER_DS
     );
 
+    // The head of a shared receive WQE.
+    let t = "struct mlx5_wqe_srq_next_seg";
+    fact!(o, format!("sizeof({t})"), wqe::srq_next::LEN);
+    fact!(o, format!("sizeof({t})"), SrqNextSeg::<[u8; 16]>::LEN);
+    fact!(o, format!("sizeof({t})"), wqe::SRQ_DATA);
+    field!(o, t, "rsvd0", wqe::srq_next::RSVD0);
+    field!(o, t, "next_wqe_index", wqe::srq_next::NEXT_WQE_INDEX);
+    field!(o, t, "signature", byte(wqe::srq_next::SIGNATURE));
+    field!(o, t, "rsvd1", wqe::srq_next::RSVD1);
+
     // CQEs.
     let t = "struct mlx5_cqe64";
     fact!(o, format!("sizeof({t})"), cqe_field::LEN);
@@ -198,6 +210,24 @@ fn ours() -> Ours {
     member!(o, "struct mlx5dv_cq", mlx5dv_cq, cq_uar);
     member!(o, "struct mlx5dv_cq", mlx5dv_cq, cqn);
     member!(o, "struct mlx5dv_cq", mlx5dv_cq, comp_mask);
+
+    let t = "struct mlx5dv_srq";
+    fact!(o, format!("sizeof({t})"), size_of::<mlx5dv_srq>());
+    fact!(o, format!("alignof({t})"), align_of::<mlx5dv_srq>());
+    member!(o, "struct mlx5dv_srq", mlx5dv_srq, buf);
+    member!(o, "struct mlx5dv_srq", mlx5dv_srq, dbrec);
+    member!(o, "struct mlx5dv_srq", mlx5dv_srq, stride);
+    member!(o, "struct mlx5dv_srq", mlx5dv_srq, head);
+    member!(o, "struct mlx5dv_srq", mlx5dv_srq, tail);
+    member!(o, "struct mlx5dv_srq", mlx5dv_srq, comp_mask);
+    member!(o, "struct mlx5dv_srq", mlx5dv_srq, srqn);
+    fact!(o, "MLX5DV_SRQ_MASK_SRQN", dv::MLX5DV_SRQ_MASK_SRQN);
+
+    let t = "struct mlx5dv_ah";
+    fact!(o, format!("sizeof({t})"), size_of::<mlx5dv_ah>());
+    fact!(o, format!("alignof({t})"), align_of::<mlx5dv_ah>());
+    member!(o, "struct mlx5dv_ah", mlx5dv_ah, av);
+    member!(o, "struct mlx5dv_ah", mlx5dv_ah, comp_mask);
 
     // zverbs-core's Sge is handed to libibverbs as a struct ibv_sge.
     let t = "struct ibv_sge";

@@ -21,6 +21,10 @@
 //!
 //! A receive WQE is `max_recv_sge` data segments at the RQ stride; a shorter list ends with a
 //! data segment whose lkey is [`INVALID_LKEY`](super::INVALID_LKEY).
+//!
+//! A shared receive queue's WQE starts with a next segment ([`SrqNextSeg`]) that links the
+//! free WQEs into a list by index; its data segments follow at [`SRQ_DATA`], as many as
+//! [`srq_max_gs`] of the stride, a shorter list again ending with `INVALID_LKEY`.
 
 use super::{Field, get_be16, get_be32, get_be64, set_be16, set_be32, set_be64};
 
@@ -128,6 +132,32 @@ pub mod av {
     pub const LEN: usize = 48;
 }
 
+/// Field offsets of the next segment at the head of a shared receive WQE
+/// (`struct mlx5_wqe_srq_next_seg`).
+pub mod srq_next {
+    use super::Field;
+    /// `rsvd0`: 2 bytes.
+    pub const RSVD0: Field = 0..2;
+    /// `next_wqe_index`: be16 index of the next WQE of the free list.
+    pub const NEXT_WQE_INDEX: Field = 2..4;
+    /// `signature`: u8.
+    pub const SIGNATURE: usize = 4;
+    /// `rsvd1`: 11 bytes.
+    pub const RSVD1: Field = 5..16;
+    /// Size of the segment.
+    pub const LEN: usize = 16;
+}
+
+/// Where a shared receive WQE's first data segment starts: right after its next segment.
+pub const SRQ_DATA: usize = srq_next::LEN;
+
+/// The data segments a shared receive WQE of `stride` bytes holds (libmlx5's `max_gs`): what
+/// is left after the next segment, in 16-byte segments.
+#[inline(always)]
+pub const fn srq_max_gs(stride: usize) -> usize {
+    stride.saturating_sub(SRQ_DATA) / data::LEN
+}
+
 /// The 16-byte units of a UD send WQE's fixed part, the control and datagram segments: one
 /// basic block.
 pub const UD_HEADER_DS: usize = (ctrl::LEN + av::LEN) / super::WQE_SEG;
@@ -145,6 +175,9 @@ const _: () = assert!(av::STAT_RATE_SL == 12 && av::FL_MLID == 13 && av::RLID.st
 const _: () = assert!(av::RMAC.start == 20 && av::TCLASS == 26 && av::HOP_LIMIT == 27);
 const _: () = assert!(av::GRH_GID_FL.start == 28 && av::RGID.start == 32);
 const _: () = assert!(av::QKEY.start == av::DC_KEY.start && av::QKEY_RESERVED.end == 8);
+const _: () = assert!(srq_next::LEN == 16 && srq_next::NEXT_WQE_INDEX.start == 2);
+const _: () = assert!(srq_next::SIGNATURE == 4 && srq_next::RSVD1.end == srq_next::LEN);
+const _: () = assert!(SRQ_DATA == 16);
 const _: () = assert!(UD_HEADER_DS == 4 && ctrl::LEN + av::LEN == super::SEND_WQE_BB);
 
 seg_view!(
@@ -483,6 +516,48 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> DatagramSeg<T> {
     }
 }
 
+seg_view!(
+    /// A view of the next segment that heads a shared receive WQE
+    /// (`struct mlx5_wqe_srq_next_seg`): the link of the SRQ's list of free WQEs.
+    SrqNextSeg,
+    srq_next::LEN
+);
+
+impl<T: AsRef<[u8]>> SrqNextSeg<T> {
+    /// `next_wqe_index`: the WQE after this one in the free list.
+    #[inline]
+    pub fn next_wqe_index(&self) -> u16 {
+        get_be16(self.buffer.as_ref(), srq_next::NEXT_WQE_INDEX)
+    }
+    /// `signature`.
+    #[inline]
+    pub fn signature(&self) -> u8 {
+        self.buffer.as_ref()[srq_next::SIGNATURE]
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> SrqNextSeg<T> {
+    /// Sets `next_wqe_index` alone, the two bytes libmlx5 writes when it links a WQE into the
+    /// free list.
+    #[inline(always)]
+    pub fn set_next_wqe_index(&mut self, v: u16) {
+        set_be16(self.buffer.as_mut(), srq_next::NEXT_WQE_INDEX, v);
+    }
+    /// Sets `signature`.
+    #[inline]
+    pub fn set_signature(&mut self, v: u8) {
+        self.buffer.as_mut()[srq_next::SIGNATURE] = v;
+    }
+    /// Writes the whole segment: `next_wqe_index`, every other byte zero (a freshly linked
+    /// ring, as libmlx5 builds one in zeroed memory).
+    #[inline]
+    pub fn set(&mut self, next_wqe_index: u16) {
+        let b = self.buffer.as_mut();
+        b[..srq_next::LEN].fill(0);
+        set_be16(b, srq_next::NEXT_WQE_INDEX, next_wqe_index);
+    }
+}
+
 /// The inline segment header: `byte_count` with [`INLINE_SEG`](super::INLINE_SEG) set.
 #[inline(always)]
 pub const fn inline_byte_count(len: u32) -> u32 {
@@ -673,6 +748,42 @@ mod tests {
             UD_HEADER_DS * super::super::WQE_SEG,
             super::super::SEND_WQE_BB
         );
+    }
+
+    #[test]
+    fn srq_wqe_construct_and_deconstruct() {
+        // A 64-byte shared receive WQE linked to WQE 0x0102, one data segment, then the
+        // terminator: what libmlx5 leaves for a one-entry receive.
+        let mut b = [0xeeu8; 64];
+        SrqNextSeg::new_unchecked(&mut b[..16]).set(0x0102);
+        DataSeg::new_unchecked(&mut b[SRQ_DATA..SRQ_DATA + 16]).set(0x200, 0x1100, 0x7f00_1000);
+        DataSeg::new_unchecked(&mut b[SRQ_DATA + 16..SRQ_DATA + 32]).set(
+            0,
+            super::super::INVALID_LKEY,
+            0,
+        );
+        let mut want = [0xeeu8; 64];
+        want[..16].copy_from_slice(&[0, 0, 0x01, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        want[16..32].copy_from_slice(&[0, 0, 0x02, 0, 0, 0, 0x11, 0, 0, 0, 0, 0, 0x7f, 0, 0x10, 0]);
+        want[32..48].copy_from_slice(&[0, 0, 0, 0, 0, 0, 0x01, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(b, want);
+        let v = SrqNextSeg::new_unchecked(&b[..16]);
+        assert_eq!((v.next_wqe_index(), v.signature()), (0x0102, 0));
+        // Relinking touches the two index bytes alone.
+        let mut n = SrqNextSeg::new_unchecked(&mut b[..16]);
+        n.set_next_wqe_index(0xfffe);
+        n.set_signature(0x5a);
+        assert_eq!(
+            b[..16],
+            [0, 0, 0xff, 0xfe, 0x5a, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+        );
+        assert_eq!(b[16..], want[16..]);
+        assert_eq!(
+            (srq_max_gs(32), srq_max_gs(64), srq_max_gs(512)),
+            (1, 3, 31)
+        );
+        assert_eq!(srq_max_gs(16), 0);
+        assert_eq!(srq_max_gs(0), 0);
     }
 
     #[test]
