@@ -93,6 +93,8 @@ static const struct zv_fact facts[] = {
 
 	/* CQEs. */
 	SIZE(struct mlx5_cqe64),
+	FIELD(struct mlx5_cqe64, ml_path),
+	FIELD(struct mlx5_cqe64, slid),
 	FIELD(struct mlx5_cqe64, flags_rqpn),
 	FIELD(struct mlx5_cqe64, srqn_uidx),
 	FIELD(struct mlx5_cqe64, imm_inval_pkey),
@@ -391,6 +393,15 @@ void zv_read_cqe(const void *buf, struct zv_cqe_fields *out)
 	/* libmlx5 (cq.c, handle_responder and mlx5_cq_read_wc_flags): a receive completion has
 	 * IBV_WC_GRH when the two bits above the SL in flags_rqpn are not both zero. */
 	out->wc_grh = ((be32toh(cqe->flags_rqpn) >> 28) & 3) ? IBV_WC_GRH : 0;
+	/* The fields of a UD receive, as libmlx5 (cq.c, handle_responder and the
+	 * mlx5_cq_read_wc_* readers) takes them; the SRQ number as its poller looks it up. */
+	out->src_qp = be32toh(cqe->flags_rqpn) & 0xffffff;
+	out->sl = (be32toh(cqe->flags_rqpn) >> 24) & 0xf;
+	out->slid = be16toh(cqe->slid);
+	out->ml_path = cqe->ml_path;
+	out->dlid_path_bits = cqe->ml_path & 0x7f;
+	out->pkey_index = be32toh(cqe->imm_inval_pkey) & 0xffff;
+	out->srqn = be32toh(cqe->srqn_uidx) & 0xffffff;
 	out->wqe_counter = be16toh(cqe->wqe_counter);
 	out->signature = cqe->signature;
 	out->op_own = cqe->op_own;

@@ -29,8 +29,12 @@ struct zv_cqe_fields {
 	uint32_t wc_status;
 	uint32_t flags_rqpn;
 	uint32_t wc_grh; /* IBV_WC_GRH or 0, as libmlx5 reports a receive with these bytes */
+	uint32_t src_qp; /* libmlx5's wc->src_qp */
+	uint32_t srqn; /* the SRQ number (or user index) libmlx5 looks up */
 	uint16_t wqe_counter;
 	uint16_t err_wqe_counter;
+	uint16_t slid;
+	uint16_t pkey_index; /* libmlx5's wc->pkey_index */
 	uint8_t signature;
 	uint8_t op_own;
 	uint8_t owner;
@@ -41,7 +45,10 @@ struct zv_cqe_fields {
 	uint8_t vendor_err_synd;
 	uint8_t err_signature;
 	uint8_t err_op_own;
-	uint8_t pad[6];
+	uint8_t ml_path;
+	uint8_t sl; /* libmlx5's wc->sl */
+	uint8_t dlid_path_bits; /* libmlx5's wc->dlid_path_bits */
+	uint8_t pad[7];
 };
 
 /* Every field of an address vector (struct mlx5_wqe_av), read the way rdma-core reads it. */

@@ -41,10 +41,18 @@ pub struct ZvCqeFields {
     pub flags_rqpn: u32,
     /// `IBV_WC_GRH` when libmlx5 would report it for a receive with this CQE, else 0.
     pub wc_grh: u32,
+    /// libmlx5's `src_qp`: `be32toh(cqe->flags_rqpn) & 0xffffff`.
+    pub src_qp: u32,
+    /// The SRQ number libmlx5 looks up: `be32toh(cqe->srqn_uidx) & 0xffffff`.
+    pub srqn: u32,
     /// `be16toh(cqe->wqe_counter)`.
     pub wqe_counter: u16,
     /// `be16toh(ecqe->wqe_counter)`.
     pub err_wqe_counter: u16,
+    /// `be16toh(cqe->slid)`.
+    pub slid: u16,
+    /// libmlx5's `pkey_index`: `be32toh(cqe->imm_inval_pkey) & 0xffff`.
+    pub pkey_index: u16,
     /// `cqe->signature`.
     pub signature: u8,
     /// `cqe->op_own`.
@@ -65,8 +73,14 @@ pub struct ZvCqeFields {
     pub err_signature: u8,
     /// `ecqe->op_own`.
     pub err_op_own: u8,
+    /// `cqe->ml_path`.
+    pub ml_path: u8,
+    /// libmlx5's `sl`: `(be32toh(cqe->flags_rqpn) >> 24) & 0xf`.
+    pub sl: u8,
+    /// libmlx5's `dlid_path_bits`: `cqe->ml_path & 0x7f`.
+    pub dlid_path_bits: u8,
     /// Padding.
-    pub pad: [u8; 6],
+    pub pad: [u8; 7],
 }
 
 /// `struct zv_av_fields`: every field of an address vector as rdma-core reads it (multi-byte

@@ -15,7 +15,7 @@
 //! | test file | what it compares |
 //! |---|---|
 //! | `segments.rs` | control, data, remote-address, atomic and datagram (address vector) segments, setters and getters |
-//! | `cqe.rs` | every `Cqe64` accessor, CQE opcodes, syndromes and their statuses, the GRH flag of receive completions |
+//! | `cqe.rs` | every `Cqe64` accessor (the UD and SRQ receive fields included), CQE opcodes, syndromes and their statuses, the GRH flag of receive completions |
 //! | `layout.rs` | sizes, offsets and constants, and the `repr(C)` mirrors of `prm::dv` (QP, CQ, SRQ, AH) |
 //! | `wqe.rs` | whole WQEs from `SendQueue`, the doorbell record and BlueFlame |
 //! | `recv_wqe.rs` | receive WQEs from `RecvQueue` and their doorbell record |

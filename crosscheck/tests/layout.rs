@@ -156,6 +156,8 @@ fn ours() -> Ours {
     let t = "struct mlx5_cqe64";
     fact!(o, format!("sizeof({t})"), cqe_field::LEN);
     fact!(o, format!("sizeof({t})"), Cqe64::<[u8; 64]>::LEN);
+    field!(o, t, "ml_path", byte(cqe_field::ML_PATH));
+    field!(o, t, "slid", cqe_field::SLID);
     field!(o, t, "flags_rqpn", cqe_field::FLAGS_RQPN);
     field!(o, t, "srqn_uidx", cqe_field::SRQN_UIDX);
     field!(o, t, "imm_inval_pkey", cqe_field::IMM_INVAL_PKEY);
