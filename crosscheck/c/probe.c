@@ -3,12 +3,16 @@
  *
  * - zv_facts: every sizeof / offsetof / constant the Rust side relies on.
  * - zv_set_*_seg: WQE segments written with mlx5dv.h's helpers or through its structs.
+ * - zv_set_datagram_from_av / zv_read_av: the datagram segment of a UD send as libmlx5's
+ *   `set_datagram_seg` fills it from an address handle's vector, and its fields read back.
  * - zv_read_cqe: a CQE read through struct mlx5_cqe64 / struct mlx5_err_cqe and the
  *   mlx5dv_get_cqe_* helpers, with libmlx5's syndrome -> ibv_wc_status mapping and its
  *   IBV_WC_GRH rule for receive completions.
  * - zv_post_send / zv_ring_db: a send queue that lays WQEs out the way libmlx5 (rdma-core 44,
  *   providers/mlx5/qp.c, `_mlx5_post_send` and `post_send_db`) does for an RC QP.
  * - zv_post_recv: a receive queue that lays receive WQEs out as libmlx5's `mlx5_post_recv`.
+ * - zv_post_srq_recv / zv_srq_link: shared receive WQEs as libmlx5's `mlx5_post_srq_recv`
+ *   writes them and its free list as `set_srq_buf_ll` links it.
  */
 #include <endian.h>
 #include <errno.h>
@@ -60,8 +64,37 @@ static const struct zv_fact facts[] = {
 	FIELD(struct mlx5_wqe_atomic_seg, swap_add),
 	FIELD(struct mlx5_wqe_atomic_seg, compare),
 
+	/* The address vector and the datagram segment of UD (and DC) sends. */
+	SIZE(struct mlx5_wqe_av),
+	FIELD(struct mlx5_wqe_av, key.qkey.qkey),
+	FIELD(struct mlx5_wqe_av, key.qkey.reserved),
+	FIELD(struct mlx5_wqe_av, key.dc_key),
+	FIELD(struct mlx5_wqe_av, dqp_dct),
+	FIELD(struct mlx5_wqe_av, stat_rate_sl),
+	FIELD(struct mlx5_wqe_av, fl_mlid),
+	FIELD(struct mlx5_wqe_av, rlid),
+	FIELD(struct mlx5_wqe_av, reserved0),
+	FIELD(struct mlx5_wqe_av, rmac),
+	FIELD(struct mlx5_wqe_av, tclass),
+	FIELD(struct mlx5_wqe_av, hop_limit),
+	FIELD(struct mlx5_wqe_av, grh_gid_fl),
+	FIELD(struct mlx5_wqe_av, rgid),
+	SIZE(struct mlx5_wqe_datagram_seg),
+	FIELD(struct mlx5_wqe_datagram_seg, av),
+	/* A UD send's control and datagram segments, in 16-byte units: one basic block. */
+	CONST((sizeof(struct mlx5_wqe_ctrl_seg) + sizeof(struct mlx5_wqe_datagram_seg)) / 16),
+
+	/* The head of a shared receive WQE. */
+	SIZE(struct mlx5_wqe_srq_next_seg),
+	FIELD(struct mlx5_wqe_srq_next_seg, rsvd0),
+	FIELD(struct mlx5_wqe_srq_next_seg, next_wqe_index),
+	FIELD(struct mlx5_wqe_srq_next_seg, signature),
+	FIELD(struct mlx5_wqe_srq_next_seg, rsvd1),
+
 	/* CQEs. */
 	SIZE(struct mlx5_cqe64),
+	FIELD(struct mlx5_cqe64, ml_path),
+	FIELD(struct mlx5_cqe64, slid),
 	FIELD(struct mlx5_cqe64, flags_rqpn),
 	FIELD(struct mlx5_cqe64, srqn_uidx),
 	FIELD(struct mlx5_cqe64, imm_inval_pkey),
@@ -113,6 +146,22 @@ static const struct zv_fact facts[] = {
 	FIELD(struct mlx5dv_cq, cq_uar),
 	FIELD(struct mlx5dv_cq, cqn),
 	FIELD(struct mlx5dv_cq, comp_mask),
+
+	SIZE(struct mlx5dv_srq),
+	ALIGN(struct mlx5dv_srq),
+	FIELD(struct mlx5dv_srq, buf),
+	FIELD(struct mlx5dv_srq, dbrec),
+	FIELD(struct mlx5dv_srq, stride),
+	FIELD(struct mlx5dv_srq, head),
+	FIELD(struct mlx5dv_srq, tail),
+	FIELD(struct mlx5dv_srq, comp_mask),
+	FIELD(struct mlx5dv_srq, srqn),
+	CONST(MLX5DV_SRQ_MASK_SRQN),
+
+	SIZE(struct mlx5dv_ah),
+	ALIGN(struct mlx5dv_ah),
+	FIELD(struct mlx5dv_ah, av),
+	FIELD(struct mlx5dv_ah, comp_mask),
 
 	/* zverbs-core's Sge is handed to libibverbs as a struct ibv_sge. */
 	SIZE(struct ibv_sge),
@@ -168,6 +217,7 @@ static const struct zv_fact facts[] = {
 	/* Other mlx5 constants. */
 	CONST(MLX5_INLINE_SEG),
 	CONST(MLX5_INVALID_LKEY),
+	CONST(MLX5_EXTENDED_UD_AV),
 	CONST(MLX5_RCV_DBR),
 	CONST(MLX5_SND_DBR),
 	CONST(MLX5_SEND_WQE_BB),
@@ -217,6 +267,10 @@ static const struct zv_fact facts[] = {
 	/* This probe's own structs, mirrored in Rust. */
 	SIZE(struct zv_cqe_fields),
 	ALIGN(struct zv_cqe_fields),
+	SIZE(struct zv_av_fields),
+	ALIGN(struct zv_av_fields),
+	SIZE(struct zv_dgram_args),
+	ALIGN(struct zv_dgram_args),
 	SIZE(struct zv_wr),
 	ALIGN(struct zv_wr),
 	SIZE(struct zv_sq),
@@ -275,6 +329,50 @@ void zv_set_atomic_seg(void *buf, uint64_t swap_add, uint64_t compare)
 	seg->compare = htobe64(compare);
 }
 
+/* mlx5dv_set_dgram_seg: every field but reserved0, which it leaves as it was. */
+void zv_set_dgram_seg(void *buf, const struct zv_dgram_args *a)
+{
+	uint8_t rmac[6], rgid[16];
+
+	memcpy(rmac, a->rmac, sizeof(rmac));
+	memcpy(rgid, a->rgid, sizeof(rgid));
+	mlx5dv_set_dgram_seg(buf, a->key, a->dqp_dct, a->ext, a->stat_rate_sl, a->fl_mlid, a->rlid,
+			     rmac, a->tclass, a->hop_limit, a->grh_gid_fl, rgid);
+}
+
+/*
+ * The datagram segment of a UD send, as libmlx5's `set_datagram_seg` (qp.c) fills it: the
+ * address handle's vector copied whole, then the destination QP with MLX5_EXTENDED_UD_AV and
+ * the Q_Key written over it through struct mlx5_wqe_av.
+ */
+void zv_set_datagram_from_av(void *buf, const void *av, uint32_t remote_qpn, uint32_t qkey)
+{
+	struct mlx5_wqe_datagram_seg *dseg = buf;
+
+	memcpy(&dseg->av, av, sizeof(dseg->av));
+	dseg->av.dqp_dct = htobe32(remote_qpn | MLX5_EXTENDED_UD_AV);
+	dseg->av.key.qkey.qkey = htobe32(qkey);
+}
+
+void zv_read_av(const void *buf, struct zv_av_fields *out)
+{
+	const struct mlx5_wqe_av *av = buf;
+
+	memset(out, 0, sizeof(*out));
+	out->dc_key = be64toh(av->key.dc_key);
+	out->qkey = be32toh(av->key.qkey.qkey);
+	out->qkey_reserved = be32toh(av->key.qkey.reserved);
+	out->dqp_dct = be32toh(av->dqp_dct);
+	out->grh_gid_fl = be32toh(av->grh_gid_fl);
+	out->rlid = be16toh(av->rlid);
+	out->stat_rate_sl = av->stat_rate_sl;
+	out->fl_mlid = av->fl_mlid;
+	out->tclass = av->tclass;
+	out->hop_limit = av->hop_limit;
+	memcpy(out->rmac, av->rmac, sizeof(out->rmac));
+	memcpy(out->rgid, av->rgid, sizeof(out->rgid));
+}
+
 /* ---------------------------------------------------------------------------------------- */
 /* CQEs                                                                                      */
 /* ---------------------------------------------------------------------------------------- */
@@ -295,6 +393,15 @@ void zv_read_cqe(const void *buf, struct zv_cqe_fields *out)
 	/* libmlx5 (cq.c, handle_responder and mlx5_cq_read_wc_flags): a receive completion has
 	 * IBV_WC_GRH when the two bits above the SL in flags_rqpn are not both zero. */
 	out->wc_grh = ((be32toh(cqe->flags_rqpn) >> 28) & 3) ? IBV_WC_GRH : 0;
+	/* The fields of a UD receive, as libmlx5 (cq.c, handle_responder and the
+	 * mlx5_cq_read_wc_* readers) takes them; the SRQ number as its poller looks it up. */
+	out->src_qp = be32toh(cqe->flags_rqpn) & 0xffffff;
+	out->sl = (be32toh(cqe->flags_rqpn) >> 24) & 0xf;
+	out->slid = be16toh(cqe->slid);
+	out->ml_path = cqe->ml_path;
+	out->dlid_path_bits = cqe->ml_path & 0x7f;
+	out->pkey_index = be32toh(cqe->imm_inval_pkey) & 0xffff;
+	out->srqn = be32toh(cqe->srqn_uidx) & 0xffffff;
 	out->wqe_counter = be16toh(cqe->wqe_counter);
 	out->signature = cqe->signature;
 	out->op_own = cqe->op_own;
@@ -642,4 +749,62 @@ int zv_post_recv(struct zv_rq *rq, const struct ibv_sge *sg_list, uint32_t num_s
 	rq->head++;
 	rq->dbrec[MLX5_RCV_DBR] = htobe32(rq->head & 0xffff);
 	return 0;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Shared receive WQEs                                                                       */
+/* ---------------------------------------------------------------------------------------- */
+
+/*
+ * One receive into WQE `idx` of a shared receive ring of `stride`-byte WQEs, as libmlx5's
+ * `mlx5_post_srq_recv` writes it: the WQE's next segment is read (its next_wqe_index is where
+ * the following receive goes, returned in `*next`), then one data segment per entry (empty
+ * entries included, unlike a QP's receive queue), then, if the WQE has room left, a
+ * terminating segment with byte count 0, MLX5_INVALID_LKEY and address 0. Returns 0 or EINVAL.
+ */
+int zv_post_srq_recv(uint8_t *buf, uint32_t stride, uint32_t idx, const struct ibv_sge *sg_list,
+		     uint32_t num_sge, uint16_t *next)
+{
+	struct mlx5_wqe_srq_next_seg *nseg =
+		(struct mlx5_wqe_srq_next_seg *)(buf + (size_t)idx * stride);
+	uint32_t max_gs = (stride - sizeof(*nseg)) / sizeof(struct mlx5_wqe_data_seg);
+	struct mlx5_wqe_data_seg *scat;
+	uint32_t i;
+
+	if (num_sge > max_gs)
+		return EINVAL;
+	*next = be16toh(nseg->next_wqe_index);
+	scat = (struct mlx5_wqe_data_seg *)(nseg + 1);
+	for (i = 0; i < num_sge; i++) {
+		scat[i].byte_count = htobe32(sg_list[i].length);
+		scat[i].lkey = htobe32(sg_list[i].lkey);
+		scat[i].addr = htobe64(sg_list[i].addr);
+	}
+	if (i < max_gs) {
+		scat[i].byte_count = 0;
+		scat[i].lkey = htobe32(MLX5_INVALID_LKEY);
+		scat[i].addr = 0;
+	}
+	return 0;
+}
+
+/* The free list as libmlx5's `set_srq_buf_ll` links it: WQE i points to i + 1, start <= i < end. */
+void zv_srq_link(uint8_t *buf, uint32_t stride, uint32_t start, uint32_t end)
+{
+	uint32_t i;
+
+	for (i = start; i < end; i++) {
+		struct mlx5_wqe_srq_next_seg *nseg =
+			(struct mlx5_wqe_srq_next_seg *)(buf + (size_t)i * stride);
+
+		nseg->next_wqe_index = htobe16(i + 1);
+	}
+}
+
+void zv_read_srq_next(const void *buf, uint16_t *next_wqe_index, uint8_t *signature)
+{
+	const struct mlx5_wqe_srq_next_seg *nseg = buf;
+
+	*next_wqe_index = be16toh(nseg->next_wqe_index);
+	*signature = nseg->signature;
 }

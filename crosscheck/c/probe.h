@@ -29,8 +29,12 @@ struct zv_cqe_fields {
 	uint32_t wc_status;
 	uint32_t flags_rqpn;
 	uint32_t wc_grh; /* IBV_WC_GRH or 0, as libmlx5 reports a receive with these bytes */
+	uint32_t src_qp; /* libmlx5's wc->src_qp */
+	uint32_t srqn; /* the SRQ number (or user index) libmlx5 looks up */
 	uint16_t wqe_counter;
 	uint16_t err_wqe_counter;
+	uint16_t slid;
+	uint16_t pkey_index; /* libmlx5's wc->pkey_index */
 	uint8_t signature;
 	uint8_t op_own;
 	uint8_t owner;
@@ -41,7 +45,43 @@ struct zv_cqe_fields {
 	uint8_t vendor_err_synd;
 	uint8_t err_signature;
 	uint8_t err_op_own;
-	uint8_t pad[6];
+	uint8_t ml_path;
+	uint8_t sl; /* libmlx5's wc->sl */
+	uint8_t dlid_path_bits; /* libmlx5's wc->dlid_path_bits */
+	uint8_t pad[7];
+};
+
+/* Every field of an address vector (struct mlx5_wqe_av), read the way rdma-core reads it. */
+struct zv_av_fields {
+	uint64_t dc_key;
+	uint32_t qkey;
+	uint32_t qkey_reserved;
+	uint32_t dqp_dct;
+	uint32_t grh_gid_fl;
+	uint16_t rlid;
+	uint8_t stat_rate_sl;
+	uint8_t fl_mlid;
+	uint8_t tclass;
+	uint8_t hop_limit;
+	uint8_t rmac[6];
+	uint8_t rgid[16];
+	uint8_t pad[4];
+};
+
+/* The arguments of mlx5dv_set_dgram_seg. */
+struct zv_dgram_args {
+	uint64_t key;
+	uint32_t dqp_dct;
+	uint32_t grh_gid_fl;
+	uint16_t rlid;
+	uint8_t ext;
+	uint8_t stat_rate_sl;
+	uint8_t fl_mlid;
+	uint8_t tclass;
+	uint8_t hop_limit;
+	uint8_t rmac[6];
+	uint8_t rgid[16];
+	uint8_t pad[11];
 };
 
 /* The operations the WQE builder knows; NOP has no IBV_WR_* number. */
@@ -101,6 +141,15 @@ void zv_set_ctrl_seg(void *buf, uint16_t pi, uint8_t opcode, uint8_t opmod, uint
 void zv_set_data_seg(void *buf, uint32_t length, uint32_t lkey, uint64_t addr);
 void zv_set_raddr_seg(void *buf, uint64_t raddr, uint32_t rkey);
 void zv_set_atomic_seg(void *buf, uint64_t swap_add, uint64_t compare);
+
+void zv_set_dgram_seg(void *buf, const struct zv_dgram_args *a);
+void zv_set_datagram_from_av(void *buf, const void *av, uint32_t remote_qpn, uint32_t qkey);
+void zv_read_av(const void *buf, struct zv_av_fields *out);
+
+int zv_post_srq_recv(uint8_t *buf, uint32_t stride, uint32_t idx, const struct ibv_sge *sg_list,
+		     uint32_t num_sge, uint16_t *next);
+void zv_srq_link(uint8_t *buf, uint32_t stride, uint32_t start, uint32_t end);
+void zv_read_srq_next(const void *buf, uint16_t *next_wqe_index, uint8_t *signature);
 
 void zv_read_cqe(const void *cqe, struct zv_cqe_fields *out);
 uint32_t zv_wc_status_of_syndrome(uint8_t syndrome);

@@ -41,10 +41,18 @@ pub struct ZvCqeFields {
     pub flags_rqpn: u32,
     /// `IBV_WC_GRH` when libmlx5 would report it for a receive with this CQE, else 0.
     pub wc_grh: u32,
+    /// libmlx5's `src_qp`: `be32toh(cqe->flags_rqpn) & 0xffffff`.
+    pub src_qp: u32,
+    /// The SRQ number libmlx5 looks up: `be32toh(cqe->srqn_uidx) & 0xffffff`.
+    pub srqn: u32,
     /// `be16toh(cqe->wqe_counter)`.
     pub wqe_counter: u16,
     /// `be16toh(ecqe->wqe_counter)`.
     pub err_wqe_counter: u16,
+    /// `be16toh(cqe->slid)`.
+    pub slid: u16,
+    /// libmlx5's `pkey_index`: `be32toh(cqe->imm_inval_pkey) & 0xffff`.
+    pub pkey_index: u16,
     /// `cqe->signature`.
     pub signature: u8,
     /// `cqe->op_own`.
@@ -65,8 +73,77 @@ pub struct ZvCqeFields {
     pub err_signature: u8,
     /// `ecqe->op_own`.
     pub err_op_own: u8,
+    /// `cqe->ml_path`.
+    pub ml_path: u8,
+    /// libmlx5's `sl`: `(be32toh(cqe->flags_rqpn) >> 24) & 0xf`.
+    pub sl: u8,
+    /// libmlx5's `dlid_path_bits`: `cqe->ml_path & 0x7f`.
+    pub dlid_path_bits: u8,
     /// Padding.
-    pub pad: [u8; 6],
+    pub pad: [u8; 7],
+}
+
+/// `struct zv_av_fields`: every field of an address vector as rdma-core reads it (multi-byte
+/// fields converted from big-endian).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct ZvAvFields {
+    /// `key.dc_key`.
+    pub dc_key: u64,
+    /// `key.qkey.qkey`.
+    pub qkey: u32,
+    /// `key.qkey.reserved`.
+    pub qkey_reserved: u32,
+    /// `dqp_dct`.
+    pub dqp_dct: u32,
+    /// `grh_gid_fl`.
+    pub grh_gid_fl: u32,
+    /// `rlid`.
+    pub rlid: u16,
+    /// `stat_rate_sl`.
+    pub stat_rate_sl: u8,
+    /// `fl_mlid`.
+    pub fl_mlid: u8,
+    /// `tclass`.
+    pub tclass: u8,
+    /// `hop_limit`.
+    pub hop_limit: u8,
+    /// `rmac`.
+    pub rmac: [u8; 6],
+    /// `rgid`.
+    pub rgid: [u8; 16],
+    /// Padding.
+    pub pad: [u8; 4],
+}
+
+/// `struct zv_dgram_args`: the arguments of `mlx5dv_set_dgram_seg`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct ZvDgramArgs {
+    /// `key` (64 bits, stored big-endian over `key.dc_key`).
+    pub key: u64,
+    /// `dqp_dct`.
+    pub dqp_dct: u32,
+    /// `grh_gid_fi`.
+    pub grh_gid_fl: u32,
+    /// `rlid`.
+    pub rlid: u16,
+    /// `ext`: shifted into bit 31 of `dqp_dct`.
+    pub ext: u8,
+    /// `stat_rate_sl`.
+    pub stat_rate_sl: u8,
+    /// `fl_mlid`.
+    pub fl_mlid: u8,
+    /// `tclass`.
+    pub tclass: u8,
+    /// `hop_limit`.
+    pub hop_limit: u8,
+    /// `rmac`.
+    pub rmac: [u8; 6],
+    /// `rgid`.
+    pub rgid: [u8; 16],
+    /// Padding.
+    pub pad: [u8; 11],
 }
 
 /// `enum zv_op`: the operations the probe's WQE builder knows.
@@ -186,6 +263,32 @@ unsafe extern "C" {
 
     /// A `struct mlx5_wqe_atomic_seg` filled field by field on `buf` (16 bytes).
     pub fn zv_set_atomic_seg(buf: *mut c_void, swap_add: u64, compare: u64);
+
+    /// `mlx5dv_set_dgram_seg` on `buf` (48 bytes).
+    pub fn zv_set_dgram_seg(buf: *mut c_void, a: *const ZvDgramArgs);
+
+    /// libmlx5's `set_datagram_seg` on `buf` (48 bytes) from the address vector `av` (48).
+    pub fn zv_set_datagram_from_av(buf: *mut c_void, av: *const c_void, remote_qpn: u32, qkey: u32);
+
+    /// Reads the address vector at `buf` (48 bytes) into `out`.
+    pub fn zv_read_av(buf: *const c_void, out: *mut ZvAvFields);
+
+    /// One receive into WQE `idx` of a shared receive ring as libmlx5 writes it; the WQE's
+    /// `next_wqe_index` goes to `next`. Returns 0 or an errno.
+    pub fn zv_post_srq_recv(
+        buf: *mut u8,
+        stride: u32,
+        idx: u32,
+        sg_list: *const Sge,
+        num_sge: u32,
+        next: *mut u16,
+    ) -> c_int;
+
+    /// Links WQEs `start..end` of a shared receive ring as libmlx5's `set_srq_buf_ll` does.
+    pub fn zv_srq_link(buf: *mut u8, stride: u32, start: u32, end: u32);
+
+    /// Reads `next_wqe_index` and `signature` of the next segment at `buf` (16 bytes).
+    pub fn zv_read_srq_next(buf: *const c_void, next_wqe_index: *mut u16, signature: *mut u8);
 
     /// Reads the 64-byte CQE at `cqe` into `out`.
     pub fn zv_read_cqe(cqe: *const c_void, out: *mut ZvCqeFields);

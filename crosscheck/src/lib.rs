@@ -14,11 +14,12 @@
 //!
 //! | test file | what it compares |
 //! |---|---|
-//! | `segments.rs` | control, data, remote-address and atomic segments, setters and getters |
-//! | `cqe.rs` | every `Cqe64` accessor, CQE opcodes, syndromes and their statuses, the GRH flag of receive completions |
-//! | `layout.rs` | sizes, offsets and constants, and the `repr(C)` mirrors of `prm::dv` |
+//! | `segments.rs` | control, data, remote-address, atomic and datagram (address vector) segments, setters and getters |
+//! | `cqe.rs` | every `Cqe64` accessor (the UD and SRQ receive fields included), CQE opcodes, syndromes and their statuses, the GRH flag of receive completions |
+//! | `layout.rs` | sizes, offsets and constants, and the `repr(C)` mirrors of `prm::dv` (QP, CQ, SRQ, AH) |
 //! | `wqe.rs` | whole WQEs from `SendQueue`, the doorbell record and BlueFlame |
 //! | `recv_wqe.rs` | receive WQEs from `RecvQueue` and their doorbell record |
+//! | `srq.rs` | shared receive WQEs (next segment and data segments) and their free list, as libmlx5 writes and links them |
 //!
 //! Run them with `cargo test -p zverbs-crosscheck -- --nocapture` to see how many randomized
 //! cases each compared. The comparisons of single values (segments, CQEs) are property tests

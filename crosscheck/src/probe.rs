@@ -4,7 +4,7 @@ use std::ffi::CStr;
 
 use zverbs_core::Sge;
 
-use crate::ffi::{self, ZvCqeFields, ZvRq, ZvSq, ZvWr};
+use crate::ffi::{self, ZvAvFields, ZvCqeFields, ZvDgramArgs, ZvRq, ZvSq, ZvWr};
 use crate::mem::DeviceMem;
 
 /// The fact table: `(C expression, value)` for every size, offset and constant the Rust side
@@ -125,6 +125,83 @@ pub fn set_raddr_seg(buf: &mut [u8; 16], raddr: u64, rkey: u32) {
 pub fn set_atomic_seg(buf: &mut [u8; 16], swap_add: u64, compare: u64) {
     // SAFETY: `buf` is 16 writable bytes, a whole atomic segment.
     unsafe { ffi::zv_set_atomic_seg(buf.as_mut_ptr().cast(), swap_add, compare) }
+}
+
+/// `mlx5dv_set_dgram_seg(buf, …)`.
+pub fn set_dgram_seg(buf: &mut [u8; 48], a: &ZvDgramArgs) {
+    // SAFETY: `buf` is 48 writable bytes, a whole datagram segment; `a` is a valid struct.
+    unsafe { ffi::zv_set_dgram_seg(buf.as_mut_ptr().cast(), a) }
+}
+
+/// The datagram segment libmlx5's `set_datagram_seg` writes for the address vector `av`, the
+/// remote QPN and the Q_Key.
+pub fn set_datagram_from_av(buf: &mut [u8; 48], av: &[u8; 48], remote_qpn: u32, qkey: u32) {
+    // SAFETY: `buf` is 48 writable bytes, `av` 48 readable ones, not overlapping.
+    unsafe {
+        ffi::zv_set_datagram_from_av(
+            buf.as_mut_ptr().cast(),
+            av.as_ptr().cast(),
+            remote_qpn,
+            qkey,
+        )
+    }
+}
+
+/// Every field of the address vector `av`, read through `struct mlx5_wqe_av`.
+pub fn read_av(av: &[u8; 48]) -> ZvAvFields {
+    let mut out = ZvAvFields::default();
+    // SAFETY: `av` is 48 readable bytes, `out` a writable `struct zv_av_fields`.
+    unsafe { ffi::zv_read_av(av.as_ptr().cast(), &mut out) };
+    out
+}
+
+/// One receive of `sgl` into WQE `idx` of the shared receive ring `ring` (WQEs of `stride`
+/// bytes), as libmlx5's `mlx5_post_srq_recv` writes it: the WQE's `next_wqe_index` (where the
+/// next receive goes), or the errno.
+///
+/// # Panics
+///
+/// When WQE `idx` does not lie inside `ring`.
+pub fn post_srq_recv(ring: &mut [u8], stride: u32, idx: u32, sgl: &[Sge]) -> Result<u16, i32> {
+    let end = (idx as usize + 1) * stride as usize;
+    assert!(
+        stride >= 16 && end <= ring.len(),
+        "WQE {idx} outside the ring"
+    );
+    let mut next = 0u16;
+    // SAFETY: WQE `idx` lies inside `ring` (checked above), which is writable; the list is
+    // valid for the call and only its fields are read.
+    let rc = unsafe {
+        ffi::zv_post_srq_recv(
+            ring.as_mut_ptr(),
+            stride,
+            idx,
+            sgl.as_ptr(),
+            sgl.len() as u32,
+            &mut next,
+        )
+    };
+    if rc == 0 { Ok(next) } else { Err(rc) }
+}
+
+/// Links WQEs `start..end` of the shared receive ring `ring` as libmlx5's `set_srq_buf_ll`.
+///
+/// # Panics
+///
+/// When WQE `end - 1` does not lie inside `ring`.
+pub fn srq_link(ring: &mut [u8], stride: u32, start: u32, end: u32) {
+    assert!(stride >= 16 && end as usize * stride as usize <= ring.len());
+    // SAFETY: every WQE written (below `end`) lies inside `ring` (checked above).
+    unsafe { ffi::zv_srq_link(ring.as_mut_ptr(), stride, start, end) }
+}
+
+/// `(next_wqe_index, signature)` of the next segment `seg`, read through
+/// `struct mlx5_wqe_srq_next_seg`.
+pub fn read_srq_next(seg: &[u8; 16]) -> (u16, u8) {
+    let (mut next, mut sig) = (0u16, 0u8);
+    // SAFETY: `seg` is 16 readable bytes; the outputs are writable locals.
+    unsafe { ffi::zv_read_srq_next(seg.as_ptr().cast(), &mut next, &mut sig) };
+    (next, sig)
 }
 
 /// Every field of the CQE `cqe`, read through `struct mlx5_cqe64`, `struct mlx5_err_cqe` and

@@ -1,5 +1,7 @@
 //! CQE decoding: every accessor of zverbs' `Cqe64` reads what rdma-core reads through
-//! `struct mlx5_cqe64`, `struct mlx5_err_cqe` and the `mlx5dv_get_cqe_*` helpers; the CQE
+//! `struct mlx5_cqe64`, `struct mlx5_err_cqe` and the `mlx5dv_get_cqe_*` helpers (the fields
+//! of a UD or SRQ receive, source QP, SL, SLID, path bits, P_Key index and SRQ number, as
+//! libmlx5's poller takes them); the CQE
 //! opcode and syndrome enums round-trip; error statuses map as libmlx5 maps them; the poller
 //! flags a receive with `IBV_WC_GRH` exactly when libmlx5 would.
 //!
@@ -74,8 +76,12 @@ fn ours(b: &[u8; 64]) -> ZvCqeFields {
         } else {
             0
         },
+        src_qp: v.src_qp(),
+        srqn: v.srqn(),
         wqe_counter: v.wqe_counter(),
         err_wqe_counter: v.wqe_counter(),
+        slid: v.slid(),
+        pkey_index: v.pkey_index(),
         signature: v.signature(),
         op_own: v.op_own(),
         owner: v.owner(),
@@ -86,7 +92,10 @@ fn ours(b: &[u8; 64]) -> ZvCqeFields {
         vendor_err_synd: v.vendor_err_synd(),
         err_signature: v.signature(),
         err_op_own: v.op_own(),
-        pad: [0; 6],
+        ml_path: v.ml_path(),
+        sl: v.sl(),
+        dlid_path_bits: v.dlid_path_bits(),
+        pad: [0; 7],
     }
 }
 
@@ -132,16 +141,19 @@ fn cqe_setters_write_what_struct_mlx5_cqe64_reads() {
         cqe_bytes(),
         (edgy_u32(), edgy_u32(), edgy_u32(), edgy_u32(), edgy_u32()),
         (edgy_u16(), edgy_u8(), edgy_u8(), edgy_u8()),
+        (edgy_u16(), edgy_u8()),
     );
     let cases = check(
         file!(),
         CASES,
         0x5eed_5e77,
         &inputs,
-        |(mut b, fields, bytes)| {
+        |(mut b, fields, bytes, (slid, ml_path))| {
             let (srqn_uidx, imm, byte_cnt, sop, flags_rqpn) = fields;
             let (wqe_counter, op_own, synd, vendor) = bytes;
             let mut v = Cqe64::new_unchecked(&mut b);
+            v.set_slid(slid);
+            v.set_ml_path(ml_path);
             v.set_flags_rqpn(flags_rqpn);
             v.set_srqn_uidx(srqn_uidx);
             v.set_imm_inval_pkey(imm);
@@ -175,6 +187,7 @@ fn cqe_setters_write_what_struct_mlx5_cqe64_reads() {
                 vendor,
             );
             assert_eq!(got, want);
+            assert_eq!((c.slid, c.ml_path), (slid, ml_path));
         },
     );
     eprintln!("cqe setters: {cases} randomized CQEs read back through struct mlx5_cqe64");

@@ -9,11 +9,13 @@ use std::collections::BTreeMap;
 use std::mem::{align_of, offset_of, size_of};
 
 use zverbs_core::{SendFlags, Sge, WcFlags, WcOpcode, WcStatus};
-use zverbs_crosscheck::ffi::{self, ZvCqeFields, ZvRq, ZvSq, ZvWr};
+use zverbs_crosscheck::ffi::{self, ZvAvFields, ZvCqeFields, ZvDgramArgs, ZvRq, ZvSq, ZvWr};
 use zverbs_crosscheck::probe;
 use zverbs_mlx5dv::prm::cqe::{self, Cqe64, CqeOpcode, Syndrome, err_field, field as cqe_field};
-use zverbs_mlx5dv::prm::dv::{mlx5dv_cq, mlx5dv_qp};
-use zverbs_mlx5dv::prm::wqe::{self, AtomicSeg, CtrlSeg, DataSeg, RaddrSeg};
+use zverbs_mlx5dv::prm::dv::{self, mlx5dv_ah, mlx5dv_cq, mlx5dv_qp, mlx5dv_srq};
+use zverbs_mlx5dv::prm::wqe::{
+    self, AtomicSeg, CtrlSeg, DataSeg, DatagramSeg, RaddrSeg, SrqNextSeg,
+};
 use zverbs_mlx5dv::prm::{self, Field};
 
 /// The size of the field that `f` projects to (never called).
@@ -114,10 +116,48 @@ fn ours() -> Ours {
     field!(o, t, "swap_add", wqe::atomic::SWAP_ADD);
     field!(o, t, "compare", wqe::atomic::COMPARE);
 
+    // The address vector, the whole of the datagram segment.
+    let t = "struct mlx5_wqe_av";
+    fact!(o, format!("sizeof({t})"), wqe::av::LEN);
+    fact!(o, format!("sizeof({t})"), DatagramSeg::<[u8; 48]>::LEN);
+    field!(o, t, "key.qkey.qkey", wqe::av::QKEY);
+    field!(o, t, "key.qkey.reserved", wqe::av::QKEY_RESERVED);
+    field!(o, t, "key.dc_key", wqe::av::DC_KEY);
+    field!(o, t, "dqp_dct", wqe::av::DQP_DCT);
+    field!(o, t, "stat_rate_sl", byte(wqe::av::STAT_RATE_SL));
+    field!(o, t, "fl_mlid", byte(wqe::av::FL_MLID));
+    field!(o, t, "rlid", wqe::av::RLID);
+    field!(o, t, "reserved0", wqe::av::RESERVED0);
+    field!(o, t, "rmac", wqe::av::RMAC);
+    field!(o, t, "tclass", byte(wqe::av::TCLASS));
+    field!(o, t, "hop_limit", byte(wqe::av::HOP_LIMIT));
+    field!(o, t, "grh_gid_fl", wqe::av::GRH_GID_FL);
+    field!(o, t, "rgid", wqe::av::RGID);
+    let t = "struct mlx5_wqe_datagram_seg";
+    fact!(o, format!("sizeof({t})"), wqe::av::LEN);
+    field!(o, t, "av", 0..wqe::av::LEN);
+    fact!(
+        o,
+        "(sizeof(struct mlx5_wqe_ctrl_seg) + sizeof(struct mlx5_wqe_datagram_seg)) / 16",
+        wqe::UD_HEADER_DS
+    );
+
+    // The head of a shared receive WQE.
+    let t = "struct mlx5_wqe_srq_next_seg";
+    fact!(o, format!("sizeof({t})"), wqe::srq_next::LEN);
+    fact!(o, format!("sizeof({t})"), SrqNextSeg::<[u8; 16]>::LEN);
+    fact!(o, format!("sizeof({t})"), wqe::SRQ_DATA);
+    field!(o, t, "rsvd0", wqe::srq_next::RSVD0);
+    field!(o, t, "next_wqe_index", wqe::srq_next::NEXT_WQE_INDEX);
+    field!(o, t, "signature", byte(wqe::srq_next::SIGNATURE));
+    field!(o, t, "rsvd1", wqe::srq_next::RSVD1);
+
     // CQEs.
     let t = "struct mlx5_cqe64";
     fact!(o, format!("sizeof({t})"), cqe_field::LEN);
     fact!(o, format!("sizeof({t})"), Cqe64::<[u8; 64]>::LEN);
+    field!(o, t, "ml_path", byte(cqe_field::ML_PATH));
+    field!(o, t, "slid", cqe_field::SLID);
     field!(o, t, "flags_rqpn", cqe_field::FLAGS_RQPN);
     field!(o, t, "srqn_uidx", cqe_field::SRQN_UIDX);
     field!(o, t, "imm_inval_pkey", cqe_field::IMM_INVAL_PKEY);
@@ -172,6 +212,24 @@ fn ours() -> Ours {
     member!(o, "struct mlx5dv_cq", mlx5dv_cq, cq_uar);
     member!(o, "struct mlx5dv_cq", mlx5dv_cq, cqn);
     member!(o, "struct mlx5dv_cq", mlx5dv_cq, comp_mask);
+
+    let t = "struct mlx5dv_srq";
+    fact!(o, format!("sizeof({t})"), size_of::<mlx5dv_srq>());
+    fact!(o, format!("alignof({t})"), align_of::<mlx5dv_srq>());
+    member!(o, "struct mlx5dv_srq", mlx5dv_srq, buf);
+    member!(o, "struct mlx5dv_srq", mlx5dv_srq, dbrec);
+    member!(o, "struct mlx5dv_srq", mlx5dv_srq, stride);
+    member!(o, "struct mlx5dv_srq", mlx5dv_srq, head);
+    member!(o, "struct mlx5dv_srq", mlx5dv_srq, tail);
+    member!(o, "struct mlx5dv_srq", mlx5dv_srq, comp_mask);
+    member!(o, "struct mlx5dv_srq", mlx5dv_srq, srqn);
+    fact!(o, "MLX5DV_SRQ_MASK_SRQN", dv::MLX5DV_SRQ_MASK_SRQN);
+
+    let t = "struct mlx5dv_ah";
+    fact!(o, format!("sizeof({t})"), size_of::<mlx5dv_ah>());
+    fact!(o, format!("alignof({t})"), align_of::<mlx5dv_ah>());
+    member!(o, "struct mlx5dv_ah", mlx5dv_ah, av);
+    member!(o, "struct mlx5dv_ah", mlx5dv_ah, comp_mask);
 
     // zverbs-core's Sge is handed to libibverbs as a struct ibv_sge.
     let t = "struct ibv_sge";
@@ -272,6 +330,7 @@ fn ours() -> Ours {
     // Other mlx5 constants.
     fact!(o, "MLX5_INLINE_SEG", prm::INLINE_SEG);
     fact!(o, "MLX5_INVALID_LKEY", prm::INVALID_LKEY);
+    fact!(o, "MLX5_EXTENDED_UD_AV", prm::EXTENDED_UD_AV);
     fact!(o, "MLX5_RCV_DBR", prm::RCV_DBR);
     fact!(o, "MLX5_SND_DBR", prm::SND_DBR);
     fact!(o, "MLX5_SEND_WQE_BB", prm::SEND_WQE_BB);
@@ -329,6 +388,14 @@ fn ours() -> Ours {
         o,
         "alignof(struct zv_cqe_fields)",
         align_of::<ZvCqeFields>()
+    );
+    fact!(o, "sizeof(struct zv_av_fields)", size_of::<ZvAvFields>());
+    fact!(o, "alignof(struct zv_av_fields)", align_of::<ZvAvFields>());
+    fact!(o, "sizeof(struct zv_dgram_args)", size_of::<ZvDgramArgs>());
+    fact!(
+        o,
+        "alignof(struct zv_dgram_args)",
+        align_of::<ZvDgramArgs>()
     );
     fact!(o, "sizeof(struct zv_wr)", size_of::<ZvWr>());
     fact!(o, "alignof(struct zv_wr)", align_of::<ZvWr>());

@@ -7,13 +7,19 @@ use super::{Field, get_be16, get_be32, set_be16, set_be32};
 /// Field offsets of `struct mlx5_cqe64`.
 pub mod field {
     use super::Field;
+    /// `ml_path`: u8 of a responder CQE, the destination LID path bits in bits 6..0.
+    pub const ML_PATH: usize = 17;
+    /// `slid`: be16 source LID of a responder CQE (InfiniBand).
+    pub const SLID: Field = 22..24;
     /// `flags_rqpn`: be32 of a responder CQE: bits 29..28 say whether the message carried a
     /// GRH ([`FLAGS_RQPN_GRH`](super::FLAGS_RQPN_GRH)), bits 27..24 the SL, bits 23..0 the
     /// source QP.
     pub const FLAGS_RQPN: Field = 24..28;
     /// `srqn_uidx`: be32, SRQ number or (CQE version 1) the QP's user index, low 24 bits.
     pub const SRQN_UIDX: Field = 32..36;
-    /// `imm_inval_pkey`: be32 immediate data (as sent, big-endian) of a responder CQE.
+    /// `imm_inval_pkey`: be32 of a responder CQE: the immediate data (as sent, big-endian)
+    /// of a message with one, the invalidated rkey of a SEND with invalidate, and the P_Key
+    /// index (low 16 bits) of a UD receive.
     pub const IMM_INVAL_PKEY: Field = 36..40;
     /// `byte_cnt`: be32 bytes received, or the RDMA READ length.
     pub const BYTE_CNT: Field = 44..48;
@@ -50,6 +56,7 @@ pub mod err_field {
 // Plain `const` asserts: each names its failing comparison (`const_assert!` reports an overflow).
 const _: () = assert!(field::LEN == 64 && field::OP_OWN == 63 && field::SIGNATURE == 62);
 const _: () = assert!(field::FLAGS_RQPN.start == 24 && field::FLAGS_RQPN.end == 28);
+const _: () = assert!(field::ML_PATH == 17 && field::SLID.start == 22 && field::SLID.end == 24);
 const _: () = assert!(field::SRQN_UIDX.start == 32 && field::IMM_INVAL_PKEY.start == 36);
 const _: () = assert!(field::BYTE_CNT.start == 44 && field::TIMESTAMP.start == 48);
 const _: () = assert!(field::SOP_DROP_QPN.start == 56 && field::WQE_COUNTER.start == 60);
@@ -66,6 +73,15 @@ const _: () = assert!(op::RESP_ERR == 14 && op::INVALID == 15);
 /// The bits of `flags_rqpn` (29..28) that say a received message carried a GRH: libmlx5 reports
 /// `IBV_WC_GRH` when `(be32toh(cqe->flags_rqpn) >> 28) & 3` is not zero (`handle_responder`).
 pub const FLAGS_RQPN_GRH: u32 = 3 << 28;
+
+/// The bits of `flags_rqpn` that hold the source QP of a receive (libmlx5's `src_qp`).
+pub const FLAGS_RQPN_SRC_QP: u32 = 0x00ff_ffff;
+/// Where the SL of a receive starts in `flags_rqpn` (bits 27..24, libmlx5's `sl`).
+pub const FLAGS_RQPN_SL_SHIFT: u32 = 24;
+/// The bits of `ml_path` that hold the destination LID path bits (libmlx5's `dlid_path_bits`).
+pub const ML_PATH_DLID_PATH_BITS: u8 = 0x7f;
+/// The bits of `srqn_uidx` that hold the SRQ number or user index (24 bits).
+pub const SRQN_UIDX_MASK: u32 = 0x00ff_ffff;
 
 /// Bit 0 of `op_own` (`MLX5_CQE_OWNER_MASK`).
 pub const OWNER_MASK: u8 = 1;
@@ -291,10 +307,49 @@ impl<T: AsRef<[u8]>> Cqe64<T> {
     pub fn srqn_uidx(&self) -> u32 {
         get_be32(self.buffer.as_ref(), field::SRQN_UIDX)
     }
+    /// The SRQ number (or, with CQE version 1, the user index) of a receive completion: the
+    /// low 24 bits of `srqn_uidx`. For a shared receive queue, `wqe_counter` is the index of
+    /// the WQE that took the message.
+    #[inline]
+    pub fn srqn(&self) -> u32 {
+        self.srqn_uidx() & SRQN_UIDX_MASK
+    }
     /// `flags_rqpn` (all 32 bits).
     #[inline]
     pub fn flags_rqpn(&self) -> u32 {
         get_be32(self.buffer.as_ref(), field::FLAGS_RQPN)
+    }
+    /// The source QP of a receive (libmlx5's `src_qp`): the low 24 bits of `flags_rqpn`.
+    #[inline]
+    pub fn src_qp(&self) -> u32 {
+        self.flags_rqpn() & FLAGS_RQPN_SRC_QP
+    }
+    /// The SL of a receive (libmlx5's `sl`): bits 27..24 of `flags_rqpn`.
+    #[inline]
+    pub fn sl(&self) -> u8 {
+        ((self.flags_rqpn() >> FLAGS_RQPN_SL_SHIFT) & 0xf) as u8
+    }
+    /// `slid`: the source LID of a receive (InfiniBand).
+    #[inline]
+    pub fn slid(&self) -> u16 {
+        get_be16(self.buffer.as_ref(), field::SLID)
+    }
+    /// `ml_path` (all 8 bits).
+    #[inline]
+    pub fn ml_path(&self) -> u8 {
+        self.buffer.as_ref()[field::ML_PATH]
+    }
+    /// The destination LID path bits of a receive (libmlx5's `dlid_path_bits`): the low 7
+    /// bits of `ml_path`.
+    #[inline]
+    pub fn dlid_path_bits(&self) -> u8 {
+        self.ml_path() & ML_PATH_DLID_PATH_BITS
+    }
+    /// The P_Key index of a UD receive (libmlx5's `pkey_index`): the low 16 bits of
+    /// `imm_inval_pkey`.
+    #[inline]
+    pub fn pkey_index(&self) -> u16 {
+        self.imm_inval_pkey() as u16
     }
     /// Whether a received message carried a GRH (the [`FLAGS_RQPN_GRH`] bits of
     /// `flags_rqpn`; meaningful for responder CQEs).
@@ -388,6 +443,16 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Cqe64<T> {
     #[inline]
     pub fn set_flags_rqpn(&mut self, v: u32) {
         set_be32(self.buffer.as_mut(), field::FLAGS_RQPN, v);
+    }
+    /// Sets `slid`.
+    #[inline]
+    pub fn set_slid(&mut self, v: u16) {
+        set_be16(self.buffer.as_mut(), field::SLID, v);
+    }
+    /// Sets `ml_path`.
+    #[inline]
+    pub fn set_ml_path(&mut self, v: u8) {
+        self.buffer.as_mut()[field::ML_PATH] = v;
     }
     /// Sets `imm_inval_pkey` (host value of the big-endian wire word).
     #[inline]
@@ -500,6 +565,36 @@ mod tests {
         let mut b = [0u8; 64];
         b[24] = 0xc0;
         assert!(!Cqe64::new_unchecked(&b).grh());
+    }
+
+    #[test]
+    fn ud_and_srq_receive_fields() {
+        // A UD receive through an SRQ: source QP 0x000abc, SL 5, a GRH, source LID 0x0017,
+        // path bits 0x03 (force-loopback bit set above them), P_Key index 2, SRQ 0x000042,
+        // WQE 7.
+        let mut b = [0u8; 64];
+        let mut c = Cqe64::new_unchecked(&mut b);
+        c.set_ml_path(0x83);
+        c.set_slid(0x0017);
+        c.set_flags_rqpn(0x2500_0abc);
+        c.set_srqn_uidx(0xff00_0042);
+        c.set_imm_inval_pkey(0x0000_0002);
+        c.set_wqe_counter(7);
+        let mut want = [0u8; 64];
+        want[17] = 0x83;
+        want[22..24].copy_from_slice(&[0x00, 0x17]);
+        want[24..28].copy_from_slice(&[0x25, 0x00, 0x0a, 0xbc]);
+        want[32..36].copy_from_slice(&[0xff, 0x00, 0x00, 0x42]);
+        want[36..40].copy_from_slice(&[0, 0, 0, 2]);
+        want[60..62].copy_from_slice(&[0, 7]);
+        assert_eq!(b, want);
+        let v = Cqe64::new_unchecked(&b);
+        assert_eq!((v.src_qp(), v.sl(), v.grh()), (0xabc, 5, true));
+        assert_eq!(
+            (v.slid(), v.ml_path(), v.dlid_path_bits()),
+            (0x17, 0x83, 0x03)
+        );
+        assert_eq!((v.pkey_index(), v.srqn(), v.wqe_counter()), (2, 0x42, 7));
     }
 
     #[test]

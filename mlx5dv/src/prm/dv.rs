@@ -1,6 +1,13 @@
 //! `repr(C)` mirrors of the structs `mlx5dv_init_obj` fills (`struct mlx5dv_qp`,
-//! `struct mlx5dv_cq`), field for field as in rdma-core 44's `mlx5dv.h`, and their conversion
-//! to the layouts the queues are built from.
+//! `struct mlx5dv_cq`, `struct mlx5dv_srq`, `struct mlx5dv_ah`), field for field as in
+//! rdma-core 44's `mlx5dv.h`, and the conversion of the first two to the layouts the queues
+//! are built from.
+//!
+//! A shared receive queue (`MLX5DV_OBJ_SRQ`) is a ring of `stride`-byte receive WQEs, each a
+//! [`SrqNextSeg`](super::wqe::SrqNextSeg) and data segments, linked through their
+//! `next_wqe_index`; `head` and `tail` are libmlx5's ends of that list when the SRQ was
+//! created. An address handle (`MLX5DV_OBJ_AH`) is its 48-byte address vector, which a UD
+//! send copies into its datagram segment ([`DatagramSeg`](super::wqe::DatagramSeg)).
 
 use core::ffi::c_void;
 use core::ptr::NonNull;
@@ -81,11 +88,54 @@ pub struct mlx5dv_cq {
     pub comp_mask: u64,
 }
 
+/// `struct mlx5dv_srq`.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+#[allow(non_camel_case_types)]
+pub struct mlx5dv_srq {
+    /// `void *buf`: the ring of receive WQEs.
+    pub buf: *mut c_void,
+    /// `__be32 *dbrec`: one big-endian word, the count of receives posted (16 bits used).
+    pub dbrec: *mut u32,
+    /// `uint32_t stride`: bytes per WQE, a power of two.
+    pub stride: u32,
+    /// `uint32_t head`: the WQE the next receive goes into.
+    pub head: u32,
+    /// `uint32_t tail`: the last WQE of the free list.
+    pub tail: u32,
+    /// `uint64_t comp_mask`: ask for `srqn` with [`MLX5DV_SRQ_MASK_SRQN`] (input); what was
+    /// filled (output).
+    pub comp_mask: u64,
+    /// `uint32_t srqn`: the SRQ number, when `comp_mask` says so.
+    pub srqn: u32,
+}
+
+/// `MLX5DV_SRQ_MASK_SRQN`: the bit of [`mlx5dv_srq::comp_mask`] that asks for (and reports)
+/// `srqn`.
+pub const MLX5DV_SRQ_MASK_SRQN: u64 = 1 << 0;
+
+/// `struct mlx5dv_ah`.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+#[allow(non_camel_case_types)]
+pub struct mlx5dv_ah {
+    /// `struct mlx5_wqe_av *av`: the address handle's address vector,
+    /// [`av::LEN`](super::wqe::av::LEN) bytes in device byte order, owned by the address
+    /// handle.
+    pub av: *mut c_void,
+    /// `uint64_t comp_mask`.
+    pub comp_mask: u64,
+}
+
 // Sizes with `assert_eq_size!` (a mismatch reports both sizes); offsets below as plain asserts.
 #[cfg(target_pointer_width = "64")]
 static_assertions::assert_eq_size!(mlx5dv_qp, [u8; 96]);
 #[cfg(target_pointer_width = "64")]
 static_assertions::assert_eq_size!(mlx5dv_cq, [u8; 48]);
+#[cfg(target_pointer_width = "64")]
+static_assertions::assert_eq_size!(mlx5dv_srq, [u8; 48]);
+#[cfg(target_pointer_width = "64")]
+static_assertions::assert_eq_size!(mlx5dv_ah, [u8; 16]);
 // Plain `const` asserts: each names its failing comparison (`const_assert!` reports an overflow).
 #[cfg(target_pointer_width = "64")]
 const _: () = {
@@ -95,6 +145,10 @@ const _: () = {
     assert!(offset_of!(mlx5dv_qp, tir_icm_addr) == 88);
     assert!(offset_of!(mlx5dv_cq, cqe_cnt) == 16 && offset_of!(mlx5dv_cq, cq_uar) == 24);
     assert!(offset_of!(mlx5dv_cq, cqn) == 32 && offset_of!(mlx5dv_cq, comp_mask) == 40);
+    assert!(offset_of!(mlx5dv_srq, dbrec) == 8 && offset_of!(mlx5dv_srq, stride) == 16);
+    assert!(offset_of!(mlx5dv_srq, head) == 20 && offset_of!(mlx5dv_srq, tail) == 24);
+    assert!(offset_of!(mlx5dv_srq, comp_mask) == 32 && offset_of!(mlx5dv_srq, srqn) == 40);
+    assert!(offset_of!(mlx5dv_ah, av) == 0 && offset_of!(mlx5dv_ah, comp_mask) == 8);
 };
 
 impl Default for mlx5dv_qp {
@@ -134,6 +188,37 @@ impl Default for mlx5dv_cq {
             cqn: 0,
             comp_mask: 0,
         }
+    }
+}
+
+impl Default for mlx5dv_srq {
+    /// Every field zero: no `srqn` asked for (set [`MLX5DV_SRQ_MASK_SRQN`] in `comp_mask`).
+    fn default() -> Self {
+        Self {
+            buf: core::ptr::null_mut(),
+            dbrec: core::ptr::null_mut(),
+            stride: 0,
+            head: 0,
+            tail: 0,
+            comp_mask: 0,
+            srqn: 0,
+        }
+    }
+}
+
+impl Default for mlx5dv_ah {
+    fn default() -> Self {
+        Self {
+            av: core::ptr::null_mut(),
+            comp_mask: 0,
+        }
+    }
+}
+
+impl mlx5dv_ah {
+    /// The address vector, or `None` if `mlx5dv_init_obj` left it null.
+    pub fn av(&self) -> Option<NonNull<[u8; super::wqe::av::LEN]>> {
+        NonNull::new(self.av.cast())
     }
 }
 

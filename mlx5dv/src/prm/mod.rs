@@ -83,6 +83,9 @@ pub const CQ_ARM_DB: usize = 1;
 pub const INLINE_SEG: u32 = 0x8000_0000;
 /// The lkey that ends a short receive scatter list (`MLX5_INVALID_LKEY`).
 pub const INVALID_LKEY: u32 = 0x100;
+/// Flag in an address vector's `dqp_dct` (bit 31, `MLX5_EXTENDED_UD_AV`): libmlx5 sets it on
+/// every UD and DC send.
+pub const EXTENDED_UD_AV: u32 = 0x8000_0000;
 
 /// Send WQE opcodes (`MLX5_OPCODE_*`), the low byte of `opmod_idx_opcode`.
 pub mod opcode {

@@ -10,11 +10,23 @@
 //! | READ | ctrl, raddr, data × n |
 //! | ATOMIC_CS, ATOMIC_FA | ctrl, raddr, atomic, data (8 bytes): one basic block |
 //! | NOP | ctrl |
+//! | SEND, SEND_IMM on a UD QP | ctrl, datagram, data × n or inline |
+//!
+//! On a UD QP the control and datagram segments fill the first basic block exactly
+//! ([`UD_HEADER_DS`] units), so the datagram segment never wraps around the end of the ring; a
+//! SEND of one data segment is 80 bytes, two basic blocks. The datagram segment is the
+//! address vector (`struct mlx5_wqe_av`) that `mlx5dv_init_obj(MLX5DV_OBJ_AH)` hands out for
+//! an address handle, with the remote QPN and Q_Key of the request written over it
+//! ([`DatagramSeg::set_from_av`], what libmlx5's `set_datagram_seg` does per post).
 //!
 //! A receive WQE is `max_recv_sge` data segments at the RQ stride; a shorter list ends with a
 //! data segment whose lkey is [`INVALID_LKEY`](super::INVALID_LKEY).
+//!
+//! A shared receive queue's WQE starts with a next segment ([`SrqNextSeg`]) that links the
+//! free WQEs into a list by index; its data segments follow at [`SRQ_DATA`], as many as
+//! [`srq_max_gs`] of the stride, a shorter list again ending with `INVALID_LKEY`.
 
-use super::{Field, get_be32, get_be64, set_be32, set_be64};
+use super::{Field, get_be16, get_be32, get_be64, set_be16, set_be32, set_be64};
 
 /// Field offsets of the control segment (`struct mlx5_wqe_ctrl_seg`, packed, align 4).
 pub mod ctrl {
@@ -84,6 +96,72 @@ pub mod atomic {
     pub const LEN: usize = 16;
 }
 
+/// Field offsets of the address vector (`struct mlx5_wqe_av`), the whole of the datagram
+/// segment (`struct mlx5_wqe_datagram_seg`).
+pub mod av {
+    use super::Field;
+    /// `key.qkey.qkey`: be32 Q_Key of a UD request.
+    pub const QKEY: Field = 0..4;
+    /// `key.qkey.reserved`: 4 bytes, zero in a UD address vector.
+    pub const QKEY_RESERVED: Field = 4..8;
+    /// `key.dc_key`: be64 DC access key, the same 8 bytes as `key.qkey` (a union).
+    pub const DC_KEY: Field = 0..8;
+    /// `dqp_dct`: be32 destination QP (UD) or DCT (DC) number in bits 23..0, with
+    /// [`EXTENDED_UD_AV`](crate::prm::EXTENDED_UD_AV) in bit 31.
+    pub const DQP_DCT: Field = 8..12;
+    /// `stat_rate_sl`: u8, the static rate in bits 7..4, the SL (InfiniBand) or priority
+    /// (RoCE, bits 3..1) below.
+    pub const STAT_RATE_SL: usize = 12;
+    /// `fl_mlid`: u8, force-loopback bit 7 and the source LID path bits 6..0 (InfiniBand).
+    pub const FL_MLID: usize = 13;
+    /// `rlid`: be16 remote LID (InfiniBand) or UDP source port (RoCE v2).
+    pub const RLID: Field = 14..16;
+    /// `reserved0`: 4 bytes.
+    pub const RESERVED0: Field = 16..20;
+    /// `rmac`: the remote MAC address (RoCE), 6 bytes.
+    pub const RMAC: Field = 20..26;
+    /// `tclass`: u8, the GRH traffic class (IPv6 traffic class, IPv4 ToS).
+    pub const TCLASS: usize = 26;
+    /// `hop_limit`: u8, the GRH hop limit (IPv6 hop limit, IPv4 TTL).
+    pub const HOP_LIMIT: usize = 27;
+    /// `grh_gid_fl`: be32, the GRH bit, the source GID index and the flow label.
+    pub const GRH_GID_FL: Field = 28..32;
+    /// `rgid`: the remote GID (or IP address), 16 bytes.
+    pub const RGID: Field = 32..48;
+    /// Size of the address vector and of the datagram segment.
+    pub const LEN: usize = 48;
+}
+
+/// Field offsets of the next segment at the head of a shared receive WQE
+/// (`struct mlx5_wqe_srq_next_seg`).
+pub mod srq_next {
+    use super::Field;
+    /// `rsvd0`: 2 bytes.
+    pub const RSVD0: Field = 0..2;
+    /// `next_wqe_index`: be16 index of the next WQE of the free list.
+    pub const NEXT_WQE_INDEX: Field = 2..4;
+    /// `signature`: u8.
+    pub const SIGNATURE: usize = 4;
+    /// `rsvd1`: 11 bytes.
+    pub const RSVD1: Field = 5..16;
+    /// Size of the segment.
+    pub const LEN: usize = 16;
+}
+
+/// Where a shared receive WQE's first data segment starts: right after its next segment.
+pub const SRQ_DATA: usize = srq_next::LEN;
+
+/// The data segments a shared receive WQE of `stride` bytes holds (libmlx5's `max_gs`): what
+/// is left after the next segment, in 16-byte segments.
+#[inline(always)]
+pub const fn srq_max_gs(stride: usize) -> usize {
+    stride.saturating_sub(SRQ_DATA) / data::LEN
+}
+
+/// The 16-byte units of a UD send WQE's fixed part, the control and datagram segments: one
+/// basic block.
+pub const UD_HEADER_DS: usize = (ctrl::LEN + av::LEN) / super::WQE_SEG;
+
 // Plain `const` asserts: each names its failing comparison (`const_assert!` reports an overflow).
 const _: () = assert!(ctrl::LEN == 16 && ctrl::IMM.end == ctrl::LEN);
 const _: () = assert!(ctrl::QPN_DS.start == 4 && ctrl::SIGNATURE == 8);
@@ -92,6 +170,15 @@ const _: () = assert!(raddr::LEN == 16 && raddr::RKEY.start == 8);
 const _: () = assert!(data::LEN == 16 && data::LKEY.start == 4 && data::ADDR.start == 8);
 const _: () = assert!(atomic::LEN == 16 && atomic::COMPARE.start == 8);
 const _: () = assert!(inline::DATA == 4);
+const _: () = assert!(av::LEN == 48 && av::RGID.end == av::LEN && av::DQP_DCT.start == 8);
+const _: () = assert!(av::STAT_RATE_SL == 12 && av::FL_MLID == 13 && av::RLID.start == 14);
+const _: () = assert!(av::RMAC.start == 20 && av::TCLASS == 26 && av::HOP_LIMIT == 27);
+const _: () = assert!(av::GRH_GID_FL.start == 28 && av::RGID.start == 32);
+const _: () = assert!(av::QKEY.start == av::DC_KEY.start && av::QKEY_RESERVED.end == 8);
+const _: () = assert!(srq_next::LEN == 16 && srq_next::NEXT_WQE_INDEX.start == 2);
+const _: () = assert!(srq_next::SIGNATURE == 4 && srq_next::RSVD1.end == srq_next::LEN);
+const _: () = assert!(SRQ_DATA == 16);
+const _: () = assert!(UD_HEADER_DS == 4 && ctrl::LEN + av::LEN == super::SEND_WQE_BB);
 
 seg_view!(
     /// A view of a control segment.
@@ -277,6 +364,200 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> AtomicSeg<T> {
     }
 }
 
+seg_view!(
+    /// A view of a datagram segment (`struct mlx5_wqe_datagram_seg`), which is one address
+    /// vector (`struct mlx5_wqe_av`): also the view of the 48 bytes `mlx5dv_init_obj` points
+    /// to for an address handle. Every multi-byte field is big-endian, as the device reads it.
+    DatagramSeg,
+    av::LEN
+);
+
+impl<T: AsRef<[u8]>> DatagramSeg<T> {
+    /// The Q_Key (`key.qkey.qkey`).
+    #[inline]
+    pub fn qkey(&self) -> u32 {
+        get_be32(self.buffer.as_ref(), av::QKEY)
+    }
+    /// The DC access key (`key.dc_key`, the same bytes as the Q_Key and its reserved word).
+    #[inline]
+    pub fn dc_key(&self) -> u64 {
+        get_be64(self.buffer.as_ref(), av::DC_KEY)
+    }
+    /// Raw `dqp_dct`.
+    #[inline]
+    pub fn dqp_dct(&self) -> u32 {
+        get_be32(self.buffer.as_ref(), av::DQP_DCT)
+    }
+    /// The destination QP (or DCT) number: the low 24 bits of `dqp_dct`.
+    #[inline]
+    pub fn dqp(&self) -> u32 {
+        self.dqp_dct() & 0x00ff_ffff
+    }
+    /// Whether `dqp_dct` carries [`EXTENDED_UD_AV`](super::EXTENDED_UD_AV).
+    #[inline]
+    pub fn extended(&self) -> bool {
+        self.dqp_dct() & super::EXTENDED_UD_AV != 0
+    }
+    /// `stat_rate_sl`.
+    #[inline]
+    pub fn stat_rate_sl(&self) -> u8 {
+        self.buffer.as_ref()[av::STAT_RATE_SL]
+    }
+    /// `fl_mlid`.
+    #[inline]
+    pub fn fl_mlid(&self) -> u8 {
+        self.buffer.as_ref()[av::FL_MLID]
+    }
+    /// `rlid`.
+    #[inline]
+    pub fn rlid(&self) -> u16 {
+        get_be16(self.buffer.as_ref(), av::RLID)
+    }
+    /// `rmac`.
+    #[inline]
+    pub fn rmac(&self) -> [u8; 6] {
+        let mut m = [0u8; 6];
+        m.copy_from_slice(&self.buffer.as_ref()[av::RMAC]);
+        m
+    }
+    /// `tclass`.
+    #[inline]
+    pub fn tclass(&self) -> u8 {
+        self.buffer.as_ref()[av::TCLASS]
+    }
+    /// `hop_limit`.
+    #[inline]
+    pub fn hop_limit(&self) -> u8 {
+        self.buffer.as_ref()[av::HOP_LIMIT]
+    }
+    /// `grh_gid_fl`.
+    #[inline]
+    pub fn grh_gid_fl(&self) -> u32 {
+        get_be32(self.buffer.as_ref(), av::GRH_GID_FL)
+    }
+    /// `rgid`.
+    #[inline]
+    pub fn rgid(&self) -> [u8; 16] {
+        let mut g = [0u8; 16];
+        g.copy_from_slice(&self.buffer.as_ref()[av::RGID]);
+        g
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> DatagramSeg<T> {
+    /// What a UD send writes per post, as libmlx5's `set_datagram_seg` does: the address
+    /// vector `av` (48 bytes in device byte order, as `mlx5dv_init_obj(MLX5DV_OBJ_AH)` hands it
+    /// out), then `dqp_dct = remote_qpn | EXTENDED_UD_AV` and the Q_Key over it.
+    ///
+    /// `remote_qpn` is stored as given, like libmlx5 does: a value above 24 bits spills into
+    /// the top byte. Checking it is the caller's business.
+    #[inline(always)]
+    pub fn set_from_av(&mut self, av: &[u8; av::LEN], remote_qpn: u32, qkey: u32) {
+        let b = self.buffer.as_mut();
+        b[..av::LEN].copy_from_slice(av);
+        set_be32(b, av::DQP_DCT, remote_qpn | super::EXTENDED_UD_AV);
+        set_be32(b, av::QKEY, qkey);
+    }
+    /// Sets the Q_Key (`key.qkey.qkey`) alone.
+    #[inline]
+    pub fn set_qkey(&mut self, v: u32) {
+        set_be32(self.buffer.as_mut(), av::QKEY, v);
+    }
+    /// Sets the whole 8-byte key (`key.dc_key`): what `mlx5dv_set_dgram_seg` writes, so a UD
+    /// Q_Key passed this way lands in the reserved word (bytes 4..8), not in `key.qkey.qkey`.
+    #[inline]
+    pub fn set_dc_key(&mut self, v: u64) {
+        set_be64(self.buffer.as_mut(), av::DC_KEY, v);
+    }
+    /// Sets `dqp_dct` (all 32 bits).
+    #[inline]
+    pub fn set_dqp_dct(&mut self, v: u32) {
+        set_be32(self.buffer.as_mut(), av::DQP_DCT, v);
+    }
+    /// Sets `stat_rate_sl`.
+    #[inline]
+    pub fn set_stat_rate_sl(&mut self, v: u8) {
+        self.buffer.as_mut()[av::STAT_RATE_SL] = v;
+    }
+    /// Sets `fl_mlid`.
+    #[inline]
+    pub fn set_fl_mlid(&mut self, v: u8) {
+        self.buffer.as_mut()[av::FL_MLID] = v;
+    }
+    /// Sets `rlid`.
+    #[inline]
+    pub fn set_rlid(&mut self, v: u16) {
+        set_be16(self.buffer.as_mut(), av::RLID, v);
+    }
+    /// Sets `rmac`.
+    #[inline]
+    pub fn set_rmac(&mut self, v: &[u8; 6]) {
+        self.buffer.as_mut()[av::RMAC].copy_from_slice(v);
+    }
+    /// Sets `tclass`.
+    #[inline]
+    pub fn set_tclass(&mut self, v: u8) {
+        self.buffer.as_mut()[av::TCLASS] = v;
+    }
+    /// Sets `hop_limit`.
+    #[inline]
+    pub fn set_hop_limit(&mut self, v: u8) {
+        self.buffer.as_mut()[av::HOP_LIMIT] = v;
+    }
+    /// Sets `grh_gid_fl`.
+    #[inline]
+    pub fn set_grh_gid_fl(&mut self, v: u32) {
+        set_be32(self.buffer.as_mut(), av::GRH_GID_FL, v);
+    }
+    /// Sets `rgid`.
+    #[inline]
+    pub fn set_rgid(&mut self, v: &[u8; 16]) {
+        self.buffer.as_mut()[av::RGID].copy_from_slice(v);
+    }
+}
+
+seg_view!(
+    /// A view of the next segment that heads a shared receive WQE
+    /// (`struct mlx5_wqe_srq_next_seg`): the link of the SRQ's list of free WQEs.
+    SrqNextSeg,
+    srq_next::LEN
+);
+
+impl<T: AsRef<[u8]>> SrqNextSeg<T> {
+    /// `next_wqe_index`: the WQE after this one in the free list.
+    #[inline]
+    pub fn next_wqe_index(&self) -> u16 {
+        get_be16(self.buffer.as_ref(), srq_next::NEXT_WQE_INDEX)
+    }
+    /// `signature`.
+    #[inline]
+    pub fn signature(&self) -> u8 {
+        self.buffer.as_ref()[srq_next::SIGNATURE]
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> SrqNextSeg<T> {
+    /// Sets `next_wqe_index` alone, the two bytes libmlx5 writes when it links a WQE into the
+    /// free list.
+    #[inline(always)]
+    pub fn set_next_wqe_index(&mut self, v: u16) {
+        set_be16(self.buffer.as_mut(), srq_next::NEXT_WQE_INDEX, v);
+    }
+    /// Sets `signature`.
+    #[inline]
+    pub fn set_signature(&mut self, v: u8) {
+        self.buffer.as_mut()[srq_next::SIGNATURE] = v;
+    }
+    /// Writes the whole segment: `next_wqe_index`, every other byte zero (a freshly linked
+    /// ring, as libmlx5 builds one in zeroed memory).
+    #[inline]
+    pub fn set(&mut self, next_wqe_index: u16) {
+        let b = self.buffer.as_mut();
+        b[..srq_next::LEN].fill(0);
+        set_be16(b, srq_next::NEXT_WQE_INDEX, next_wqe_index);
+    }
+}
+
 /// The inline segment header: `byte_count` with [`INLINE_SEG`](super::INLINE_SEG) set.
 #[inline(always)]
 pub const fn inline_byte_count(len: u32) -> u32 {
@@ -407,6 +688,104 @@ mod tests {
         assert_eq!(parse_inline_header(&[0, 0, 1, 0]), None);
     }
 
+    // An address vector as libmlx5's `mlx5_create_ah` lays one out for an InfiniBand
+    // multicast group: SL 3, no rate limit, LID 0xc001, a GRH with source GID index 0, flow
+    // label 0, hop limit 64, group ff12:401b:ffff::1.
+    const MCAST_AV: [u8; 48] = [
+        0, 0, 0, 0, 0, 0, 0, 0, // key
+        0, 0, 0, 0, // dqp_dct
+        0x03, 0x00, 0xc0, 0x01, // stat_rate_sl, fl_mlid, rlid
+        0, 0, 0, 0, // reserved0
+        0, 0, 0, 0, 0, 0, 0x00, 0x40, // rmac, tclass, hop_limit
+        0x40, 0, 0, 0, // grh_gid_fl
+        0xff, 0x12, 0x40, 0x1b, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x01, // rgid
+    ];
+
+    #[test]
+    fn datagram_seg_from_av_sets_qpn_and_qkey() {
+        let mut b = [0x5au8; 48];
+        DatagramSeg::new_unchecked(&mut b).set_from_av(&MCAST_AV, 0xff_ffff, 0x1111_1111);
+        let mut want = MCAST_AV;
+        want[0..4].copy_from_slice(&[0x11, 0x11, 0x11, 0x11]);
+        want[8..12].copy_from_slice(&[0x80, 0xff, 0xff, 0xff]);
+        assert_eq!(b, want);
+        let v = DatagramSeg::new_unchecked(&b);
+        assert_eq!(
+            (v.qkey(), v.dqp(), v.extended()),
+            (0x1111_1111, 0xff_ffff, true)
+        );
+        assert_eq!(v.dqp_dct(), 0x80ff_ffff);
+        assert_eq!(v.dc_key(), 0x1111_1111_0000_0000);
+        assert_eq!((v.stat_rate_sl(), v.fl_mlid(), v.rlid()), (3, 0, 0xc001));
+        assert_eq!(
+            (v.tclass(), v.hop_limit(), v.grh_gid_fl()),
+            (0, 64, 1 << 30)
+        );
+        assert_eq!(v.rmac(), [0; 6]);
+        assert_eq!(v.rgid(), MCAST_AV[32..48]);
+    }
+
+    #[test]
+    fn datagram_seg_field_setters() {
+        let mut b = [0u8; 48];
+        let mut v = DatagramSeg::new_unchecked(&mut b);
+        v.set_dc_key(0x0102_0304_0506_0708);
+        v.set_dqp_dct(0x090a_0b0c);
+        v.set_stat_rate_sl(0x0d);
+        v.set_fl_mlid(0x0e);
+        v.set_rlid(0x0f10);
+        v.set_rmac(&[0x15, 0x16, 0x17, 0x18, 0x19, 0x1a]);
+        v.set_tclass(0x1b);
+        v.set_hop_limit(0x1c);
+        v.set_grh_gid_fl(0x1d1e_1f20);
+        v.set_rgid(&core::array::from_fn(|i| 0x21 + i as u8));
+        let mut want: [u8; 48] = core::array::from_fn(|i| i as u8 + 1);
+        want[16..20].fill(0); // reserved0: no setter writes it
+        assert_eq!(b, want);
+        DatagramSeg::new_unchecked(&mut b).set_qkey(0xa0a1_a2a3);
+        assert_eq!(b[..8], [0xa0, 0xa1, 0xa2, 0xa3, 5, 6, 7, 8]);
+        assert_eq!(
+            UD_HEADER_DS * super::super::WQE_SEG,
+            super::super::SEND_WQE_BB
+        );
+    }
+
+    #[test]
+    fn srq_wqe_construct_and_deconstruct() {
+        // A 64-byte shared receive WQE linked to WQE 0x0102, one data segment, then the
+        // terminator: what libmlx5 leaves for a one-entry receive.
+        let mut b = [0xeeu8; 64];
+        SrqNextSeg::new_unchecked(&mut b[..16]).set(0x0102);
+        DataSeg::new_unchecked(&mut b[SRQ_DATA..SRQ_DATA + 16]).set(0x200, 0x1100, 0x7f00_1000);
+        DataSeg::new_unchecked(&mut b[SRQ_DATA + 16..SRQ_DATA + 32]).set(
+            0,
+            super::super::INVALID_LKEY,
+            0,
+        );
+        let mut want = [0xeeu8; 64];
+        want[..16].copy_from_slice(&[0, 0, 0x01, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        want[16..32].copy_from_slice(&[0, 0, 0x02, 0, 0, 0, 0x11, 0, 0, 0, 0, 0, 0x7f, 0, 0x10, 0]);
+        want[32..48].copy_from_slice(&[0, 0, 0, 0, 0, 0, 0x01, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(b, want);
+        let v = SrqNextSeg::new_unchecked(&b[..16]);
+        assert_eq!((v.next_wqe_index(), v.signature()), (0x0102, 0));
+        // Relinking touches the two index bytes alone.
+        let mut n = SrqNextSeg::new_unchecked(&mut b[..16]);
+        n.set_next_wqe_index(0xfffe);
+        n.set_signature(0x5a);
+        assert_eq!(
+            b[..16],
+            [0, 0, 0xff, 0xfe, 0x5a, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+        );
+        assert_eq!(b[16..], want[16..]);
+        assert_eq!(
+            (srq_max_gs(32), srq_max_gs(64), srq_max_gs(512)),
+            (1, 3, 31)
+        );
+        assert_eq!(srq_max_gs(16), 0);
+        assert_eq!(srq_max_gs(0), 0);
+    }
+
     #[test]
     fn checked_views_refuse_short_buffers() {
         assert_eq!(
@@ -414,5 +793,9 @@ mod tests {
             Err(super::super::Truncated)
         );
         assert!(DataSeg::new_checked(&[0u8; 16][..]).is_ok());
+        assert_eq!(
+            DatagramSeg::new_checked(&[0u8; 47][..]),
+            Err(super::super::Truncated)
+        );
     }
 }
