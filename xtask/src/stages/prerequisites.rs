@@ -130,6 +130,9 @@ pub fn ensure() -> Result<Option<String>> {
     if !added.is_empty() {
         note.push_str(&format!("; added target {}", added.join(", ")));
     }
+    if let Some(toolchain) = ensure_msrv_toolchain()? {
+        note.push_str(&format!("; installed the Rust {toolchain} toolchain"));
+    }
     if ensure_miri()? {
         note.push_str(&format!(
             "; added miri and rust-src to the {} toolchain",
@@ -138,6 +141,25 @@ pub fn ensure() -> Result<Option<String>> {
     }
     println!("system packages, toolchain components and targets present");
     Ok(Some(note))
+}
+
+/// Makes sure the toolchain of the workspace's `rust-version` is installed (`1.95` → `1.95.0`),
+/// which the `crates` stage builds the published crates with: `rustup toolchain install
+/// <version> --profile minimal` when missing. Returns the toolchain if it installed it.
+fn ensure_msrv_toolchain() -> Result<Option<String>> {
+    let toolchain = crate::stages::crates::workspace_msrv_toolchain()?;
+    if util::succeeds(Command::new("rustup").args(["run", &toolchain, "rustc", "--version"])) {
+        return Ok(None);
+    }
+    let mut cmd = Command::new("rustup");
+    cmd.args(["toolchain", "install", &toolchain, "--profile", "minimal"]);
+    if util::run(&mut cmd).is_err() {
+        bail!(
+            "the Rust {toolchain} toolchain (the workspace's rust-version) is missing and rustup \
+             could not install it; run:\n    rustup toolchain install {toolchain} --profile minimal"
+        );
+    }
+    Ok(Some(toolchain))
 }
 
 /// Makes sure Miri runs: the nightly toolchain with its `miri` and `rust-src` components
