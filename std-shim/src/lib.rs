@@ -56,6 +56,20 @@
 //! crate builds anywhere, and asking for a device on a machine without rdma-core is an error
 //! naming the package to install.
 //!
+//! ## Re-exported crates and semver
+//!
+//! One dependency brings the crates `zverbs` is built from:
+//!
+//! - [`core`] (`zverbs-core`, the data path's vocabulary, whose everyday types are also at this
+//!   crate's root), [`mlx5`] (`zverbs-mlx5dv`, the direct backend's queues and the mlx5
+//!   layouts) and `sim` (`zverbs-sim`, with the `sim` feature) are covered by this crate's
+//!   semver, as its own items are: a breaking change in them is a breaking release of `zverbs`.
+//! - [`ffi`] (`zverbs-ffi`, the raw rdma-core binding) is **not**: it follows rdma-core's headers
+//!   and ABI, and a compatible release may change it. Code that relies on the binding depends
+//!   on `zverbs-ffi` itself.
+//! - Items hidden from the documentation (the loom models' support in `core::sync` and
+//!   `mlx5::devmem`) are not API.
+//!
 //! ## Minimum supported Rust version
 //!
 //! Rust 1.95: the manifest's `rust-version`, checked in CI by building the published crates
@@ -170,7 +184,7 @@ pub use zverbs_ffi as ffi;
 /// ([`queues::direct`]) and [`mlx5::prm`](zverbs_mlx5dv::prm), the WQE and CQE layouts as
 /// `mlx5dv.h` names them.
 ///
-/// **Covered by this crate's semver**, as [`core`](crate::core) is: the direct queues are its
+/// **Covered by this crate's semver**, as [`core`] is: the direct queues are its
 /// types. What `zverbs-mlx5dv` hides from its documentation (the cells the loom models build
 /// rings of) is not covered.
 pub use zverbs_mlx5dv as mlx5;

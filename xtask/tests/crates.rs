@@ -41,7 +41,10 @@ fn each_published_crate_has_a_readme_stating_the_msrv() {
             "{dir}/Cargo.toml has no `readme = \"README.md\"`"
         );
         let readme = read(&root().join(dir).join("README.md"));
-        assert!(readme.contains(&stated), "{dir}/README.md does not say {stated:?}");
+        assert!(
+            readme.contains(&stated),
+            "{dir}/README.md does not say {stated:?}"
+        );
         assert!(
             readme.contains("## License"),
             "{dir}/README.md has no License section"

@@ -50,7 +50,10 @@ pub fn run(_: &mut Run) -> Result<Option<String>> {
 
     let packages = package()?;
     let (size, compressed) = packages.iter().fold((0.0, 0.0), |(s, c), p| {
-        (s + kib(&p.size).unwrap_or(0.0), c + kib(&p.compressed).unwrap_or(0.0))
+        (
+            s + kib(&p.size).unwrap_or(0.0),
+            c + kib(&p.compressed).unwrap_or(0.0),
+        )
     });
     let mut note = format!(
         "{} crates packaged and built ({size:.0} KiB, {compressed:.0} KiB compressed)",
@@ -487,11 +490,23 @@ mod tests {
             Some(Published::Ours("0.2.0".into()))
         );
         assert_eq!(
-            classify("zverbs", true, &info("https://GitHub.com/zverbs/zverbs.git/"), "", OURS),
+            classify(
+                "zverbs",
+                true,
+                &info("https://GitHub.com/zverbs/zverbs.git/"),
+                "",
+                OURS
+            ),
             Some(Published::Ours("0.2.0".into()))
         );
         assert_eq!(
-            classify("zverbs", true, &info("https://github.com/someone/zverbs"), "", OURS),
+            classify(
+                "zverbs",
+                true,
+                &info("https://github.com/someone/zverbs"),
+                "",
+                OURS
+            ),
             Some(Published::Other(Some(
                 "https://github.com/someone/zverbs".into()
             )))
@@ -529,7 +544,10 @@ mod tests {
                     [[package]]\nname = \"zverbs\"\n";
         assert_eq!(locked_names(lock), ["loom", "zverbs"]);
         let manifest = "[package]\nname = \"x\"\nrust-version = \"1.95\"\nedition = 2024\n";
-        assert_eq!(toml_value(manifest, "rust-version").as_deref(), Some("1.95"));
+        assert_eq!(
+            toml_value(manifest, "rust-version").as_deref(),
+            Some("1.95")
+        );
         assert_eq!(toml_value(manifest, "edition"), None);
         assert_eq!(toml_value(manifest, "version"), None);
     }
