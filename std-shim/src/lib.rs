@@ -56,19 +56,30 @@
 //! crate builds anywhere, and asking for a device on a machine without rdma-core is an error
 //! naming the package to install.
 //!
-//! ## Re-exported crates and semver
+//! ## Stability
 //!
-//! One dependency brings the crates `zverbs` is built from:
+//! `zverbs` follows semver (today 0.x: a release that breaks the API raises the minor
+//! version). What that covers, including the crates it re-exports so that one dependency
+//! brings them all:
 //!
-//! - [`core`] (`zverbs-core`, the data path's vocabulary, whose everyday types are also at this
-//!   crate's root), [`mlx5`] (`zverbs-mlx5dv`, the direct backend's queues and the mlx5
-//!   layouts) and `sim` (`zverbs-sim`, with the `sim` feature) are covered by this crate's
-//!   semver, as its own items are: a breaking change in them is a breaking release of `zverbs`.
-//! - [`ffi`] (`zverbs-ffi`, the raw rdma-core binding) is **not**: it follows rdma-core's headers
-//!   and ABI, and a compatible release may change it. Code that relies on the binding depends
-//!   on `zverbs-ffi` itself.
-//! - Items hidden from the documentation (the loom models' support in `core::sync` and
-//!   `mlx5::devmem`) are not API.
+//! - **Covered**: this crate's own items; [`core`] (`zverbs-core`, the data path's vocabulary,
+//!   whose everyday types are also at this crate's root: `zverbs::SendWr` is
+//!   `zverbs::core::SendWr`); [`mlx5`] (`zverbs-mlx5dv`, the direct backend's queues and the
+//!   mlx5 layouts, the types of [`Queues::Direct`]); and `sim` (`zverbs-sim`) while the `sim`
+//!   feature is on. A breaking change in any of them is a breaking release of `zverbs`.
+//! - **Not covered**: [`ffi`] (`zverbs-ffi`, the raw rdma-core binding). It follows rdma-core's
+//!   headers and ABI, and a compatible release of `zverbs` may move to a binding whose items
+//!   were added, changed or removed; that includes the raw pointer types that [`fallback`]'s
+//!   `unsafe` constructors take, the one place the binding shows in this crate's API. Code
+//!   that relies on the binding itself depends on `zverbs-ffi` directly.
+//! - **Not API**: items hidden from the documentation (the loom models' mutants in
+//!   `core::sync` and the cells of `mlx5::devmem`, public for the workspace's loom models) and
+//!   `zverbs-core`'s `loom` feature.
+//! - **The minimum supported Rust version** (below) is raised only by a release that raises the
+//!   minor version, and never by a patch release.
+//!
+//! The `crates` stage of `cargo xtask test` runs `cargo semver-checks` against the last
+//! published version of each crate.
 //!
 //! ## Minimum supported Rust version
 //!
