@@ -28,8 +28,15 @@
 //!
 //! ## Features
 //!
-//! None. Under `--cfg zverbs_loom` the [`sync`] module re-exports loom's types so that loom
-//! models can drive the backends' own code.
+//! - `loom` (off by default): for the loom models of the workspace's `zverbs-loom-tests` only,
+//!   not for applications, and outside semver. Together with `--cfg zverbs_loom` the [`sync`]
+//!   module re-exports loom's types, so that loom models can drive the backends' own code;
+//!   without that cfg the feature builds nothing and adds no dependency.
+//!
+//! ## Minimum supported Rust version
+//!
+//! Rust 1.95: the manifest's `rust-version`, checked in CI by building the published crates
+//! with the 1.95.0 toolchain (`cargo xtask test`, stage `crates`).
 //!
 //! ## Thread safety
 //!
@@ -43,6 +50,11 @@
     clippy::undocumented_unsafe_blocks,
     clippy::missing_safety_doc
 )]
+
+/// The README's example, compiled and run as a doc-test so that it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
 
 pub mod barrier;
 mod check;

@@ -10,7 +10,17 @@
 //! The orderings of the data path's protocols are named here too ([`order`]), with the fences
 //! of the DMA barriers: under `cfg(zverbs_mutant = "<name>")` exactly one of them is weakened,
 //! so that the loom models prove they catch its absence. This is the one file where the
-//! mutants live ([`mutant`]); `docs/ordering.md` says which model rejects which.
+//! mutants live (`mutant`); `docs/ordering.md` says which model rejects which.
+//!
+//! The cfg needs the crate's `loom` feature too, which brings in the `loom` crate (optional
+//! and behind the cfg, so that it never reaches the lockfile of a crate depending on this
+//! one); `zverbs-loom-tests` turns it on.
+
+#[cfg(all(zverbs_loom, not(feature = "loom")))]
+compile_error!(
+    "`--cfg zverbs_loom` needs zverbs-core's `loom` feature, which brings in the loom crate: \
+     build the models through `zverbs-loom-tests` (`cargo xtask loom`), which turns it on"
+);
 
 /// Atomic integers, orderings and fences.
 pub mod atomic {
@@ -26,7 +36,7 @@ pub mod atomic {
 
 /// The orderings of the data path's protocols, named by what they publish, and the fences of
 /// the DMA barriers. Each pairs with the other party's half as `docs/ordering.md` says; the
-/// mutant of each (in [`mutant::ALL`]) weakens it alone.
+/// mutant of each (in `mutant::ALL`) weakens it alone.
 pub mod order {
     use super::atomic::{Ordering, fence};
 
@@ -87,6 +97,10 @@ pub mod order {
 
 /// The mutants: builds with `--cfg zverbs_mutant="<name>"`, each of which weakens exactly one
 /// of the orderings in [`order`], for the loom models to reject (`cargo xtask loom`).
+///
+/// Hidden from the documentation: it exists for the loom models of the workspace, is not API
+/// and is outside semver.
+#[doc(hidden)]
 pub mod mutant {
     /// Every mutant: its name and what it weakens.
     pub const ALL: [(&str, &str); 5] = [

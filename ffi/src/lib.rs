@@ -67,12 +67,22 @@
 //! The library tables ([`load::Verbs`], [`load::Mlx5`], [`load::Rdmacm`]) are opened once per
 //! process and shared as `&'static` references; their function pointers may be called from
 //! any thread, with the thread-safety rules of rdma-core itself.
+//!
+//! ## Minimum supported Rust version
+//!
+//! Rust 1.95: the manifest's `rust-version`, checked in CI by building the published crates
+//! with the 1.95.0 toolchain (`cargo xtask test`, stage `crates`).
 #![deny(
     unsafe_op_in_unsafe_fn,
     missing_docs,
     clippy::undocumented_unsafe_blocks,
     clippy::missing_safety_doc
 )]
+
+/// The README's example, compiled and run as a doc-test so that it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
 
 pub mod cm;
 pub mod load;

@@ -105,6 +105,11 @@
 //!
 //! Send queues whose QPs share a BlueFlame register share a [`SharedBf`] too, and take its lock
 //! around each doorbell write; a queue with a register of its own takes nothing.
+//!
+//! ## Minimum supported Rust version
+//!
+//! Rust 1.95: the manifest's `rust-version`, checked in CI by building the published crates
+//! with the 1.95.0 toolchain (`cargo xtask test`, stage `crates`).
 #![no_std]
 #![deny(
     unsafe_op_in_unsafe_fn,
@@ -113,8 +118,16 @@
     clippy::missing_safety_doc
 )]
 
+/// The README's example, compiled and run as a doc-test so that it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 pub mod bf;
 mod cq;
+// The cells the queues' memory is made of, public for the loom models of the workspace (which
+// build rings of them): not API, outside semver, hidden from the documentation.
+#[doc(hidden)]
 pub mod devmem;
 mod doorbell;
 mod layout;

@@ -48,12 +48,43 @@
 //!
 //! - `sim` (on by default): the software mlx5 device [`SOFTWARE_DEVICE`] (`zverbs_sim0`,
 //!   crate `zverbs-sim`, re-exported as `zverbs::sim`), a ConnectX stand-in in this process
-//!   that runs the direct backend with no NIC. Without the feature, `zverbs-sim` is not a
-//!   dependency and the device is not listed.
+//!   that runs the direct backend with no NIC. Without the feature
+//!   (`default-features = false`), `zverbs-sim` is not a dependency, `zverbs::sim` does not
+//!   exist and the device is not listed; everything else is there.
 //!
 //! rdma-core is loaded at run time (`libibverbs.so.1`, `libmlx5.so.1`, `librdmacm.so.1`): the
 //! crate builds anywhere, and asking for a device on a machine without rdma-core is an error
 //! naming the package to install.
+//!
+//! ## Stability
+//!
+//! `zverbs` follows semver (today 0.x: a release that breaks the API raises the minor
+//! version). What that covers, including the crates it re-exports so that one dependency
+//! brings them all:
+//!
+//! - **Covered**: this crate's own items; [`core`] (`zverbs-core`, the data path's vocabulary,
+//!   whose everyday types are also at this crate's root: `zverbs::SendWr` is
+//!   `zverbs::core::SendWr`); [`mlx5`] (`zverbs-mlx5dv`, the direct backend's queues and the
+//!   mlx5 layouts, the types of [`Queues::Direct`]); and `sim` (`zverbs-sim`) while the `sim`
+//!   feature is on. A breaking change in any of them is a breaking release of `zverbs`.
+//! - **Not covered**: [`ffi`] (`zverbs-ffi`, the raw rdma-core binding). It follows rdma-core's
+//!   headers and ABI, and a compatible release of `zverbs` may move to a binding whose items
+//!   were added, changed or removed; that includes the raw pointer types that [`fallback`]'s
+//!   `unsafe` constructors take, the one place the binding shows in this crate's API. Code
+//!   that relies on the binding itself depends on `zverbs-ffi` directly.
+//! - **Not API**: items hidden from the documentation (the loom models' mutants in
+//!   `core::sync` and the cells of `mlx5::devmem`, public for the workspace's loom models) and
+//!   `zverbs-core`'s `loom` feature.
+//! - **The minimum supported Rust version** (below) is raised only by a release that raises the
+//!   minor version, and never by a patch release.
+//!
+//! The `crates` stage of `cargo xtask test` runs `cargo semver-checks` against the last
+//! published version of each crate.
+//!
+//! ## Minimum supported Rust version
+//!
+//! Rust 1.95: the manifest's `rust-version`, checked in CI by building the published crates
+//! with the 1.95.0 toolchain (`cargo xtask test`, stage `crates`).
 //!
 //! ## Which device
 //!
@@ -105,6 +136,11 @@
     clippy::missing_safety_doc
 )]
 
+/// The README's example, compiled and run as a doc-test so that it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 pub mod backend;
 pub mod connect;
 mod cq;
@@ -132,6 +168,13 @@ pub use pd::Pd;
 pub use qp::{ConnectAttr, GlobalRoute, InitAttr, Qp, QpBuilder, QpCaps, RtrAttr, RtsAttr};
 pub use queues::{AnyPoller, AnyRecvQueue, AnySendQueue, QueueSet, Queues};
 
+/// The data path's vocabulary (crate `zverbs-core`): work requests, completions, the post and
+/// poll traits and their errors, whose everyday types this crate's root re-exports.
+///
+/// **Covered by this crate's semver**, as its own items are: `zverbs::SendWr` is
+/// `zverbs::core::SendWr`, so a breaking change of `zverbs-core` is a breaking release of
+/// `zverbs`. What `zverbs-core` hides from its documentation (the loom models' mutants) is not
+/// covered.
 pub use zverbs_core as core;
 pub use zverbs_core::{
     BatchError, Completion, PollCq, PostError, PostRecv, PostSend, RecvWr, RemoteBuf, SendFlags,
@@ -141,12 +184,26 @@ pub use zverbs_core::{
 /// `zverbs-ffi`): hand-written `repr(C)` declarations, checked against rdma-core's headers, and
 /// libibverbs, libmlx5 and librdmacm loaded at run time.
 ///
-/// It follows the C headers, not the evolution of this crate's API: its items may change with
-/// any release. Applications use the safe API and reach for it only for a raw handle.
+/// **Not covered by this crate's semver.** It follows rdma-core's headers and ABI, not the
+/// evolution of this crate's API: a compatible release of `zverbs` may move to a binding whose
+/// items were added, changed or removed. Applications use the safe API and reach for it only
+/// for a raw handle (the raw pointers that [`fallback`]'s `unsafe` constructors take are its
+/// types); code that relies on the binding itself depends on `zverbs-ffi` directly.
 #[doc(inline)]
 pub use zverbs_ffi as ffi;
+/// The mlx5 direct backend (crate `zverbs-mlx5dv`): the queues behind [`Queues::Direct`]
+/// ([`queues::direct`]) and [`mlx5::prm`](zverbs_mlx5dv::prm), the WQE and CQE layouts as
+/// `mlx5dv.h` names them.
+///
+/// **Covered by this crate's semver**, as [`core`] is: the direct queues are its
+/// types. What `zverbs-mlx5dv` hides from its documentation (the cells the loom models build
+/// rings of) is not covered.
 pub use zverbs_mlx5dv as mlx5;
-/// The software mlx5 device, also reachable as the device `zverbs_sim0` of [`devices`].
+/// The software mlx5 device (crate `zverbs-sim`), also reachable as the device `zverbs_sim0` of
+/// [`devices`]; only with the `sim` feature (on by default).
+///
+/// **Covered by this crate's semver** while the feature is on: tests written against the
+/// device, its fault injection and its counters keep compiling across compatible releases.
 #[cfg(feature = "sim")]
 pub use zverbs_sim as sim;
 

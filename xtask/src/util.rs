@@ -72,6 +72,31 @@ where
     cmd
 }
 
+/// `rustup run <toolchain> cargo ARGS` in the workspace root, into the same target directory,
+/// with the variables of the cargo that runs this xtask removed so that the toolchain's own
+/// cargo, rustc and rustdoc are used.
+pub fn rustup_cargo<I, S>(toolchain: &str, args: I) -> Command
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let mut cmd = Command::new("rustup");
+    cmd.args(["run", toolchain, "cargo"])
+        .args(args)
+        .current_dir(root());
+    for var in [
+        "CARGO",
+        "RUSTC",
+        "RUSTDOC",
+        "RUSTUP_TOOLCHAIN",
+        "RUSTC_WRAPPER",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd.env("CARGO_TARGET_DIR", target_dir());
+    cmd
+}
+
 /// The command line as a shell would show it: environment assignments, then the program's
 /// file name and the arguments.
 pub fn show(cmd: &Command) -> String {

@@ -94,20 +94,8 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<std::ffi::OsStr>,
 {
-    let mut cmd = Command::new("rustup");
-    cmd.args(["run", TOOLCHAIN, "cargo", "miri"])
-        .args(args)
-        .current_dir(util::root());
-    for var in [
-        "CARGO",
-        "RUSTC",
-        "RUSTDOC",
-        "RUSTUP_TOOLCHAIN",
-        "RUSTC_WRAPPER",
-    ] {
-        cmd.env_remove(var);
-    }
-    cmd.env("CARGO_TARGET_DIR", util::target_dir());
+    let mut cmd = util::rustup_cargo(TOOLCHAIN, ["miri"]);
+    cmd.args(args);
     cmd
 }
 

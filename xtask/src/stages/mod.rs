@@ -8,6 +8,7 @@
 pub mod aarch64;
 pub mod clippy;
 pub mod connectx;
+pub mod crates;
 pub mod doc;
 pub mod fmt;
 pub mod loom;
@@ -55,6 +56,12 @@ pub const STAGES: &[Stage] = &[
         name: "doc",
         about: "rustdoc with warnings denied",
         run: doc::run,
+    },
+    Stage {
+        name: "crates",
+        about: "the published crates: packaged and built (sizes), built with the rust-version \
+                toolchain, loom kept out of dependents' lockfiles, semver-checks once released",
+        run: crates::run,
     },
     Stage {
         name: "nostd",
@@ -108,6 +115,7 @@ mod tests {
                 "clippy",
                 "test",
                 "doc",
+                "crates",
                 "nostd",
                 "miri",
                 "aarch64",

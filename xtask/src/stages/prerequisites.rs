@@ -130,6 +130,16 @@ pub fn ensure() -> Result<Option<String>> {
     if !added.is_empty() {
         note.push_str(&format!("; added target {}", added.join(", ")));
     }
+    match ensure_msrv_toolchain()? {
+        Msrv::Present => {}
+        Msrv::Installed(toolchain) => {
+            note.push_str(&format!("; installed the Rust {toolchain} toolchain"));
+        }
+        Msrv::Missing(toolchain) => note.push_str(&format!(
+            "; the Rust {toolchain} toolchain could not be installed (the crates stage checks \
+             with the default toolchain instead)"
+        )),
+    }
     if ensure_miri()? {
         note.push_str(&format!(
             "; added miri and rust-src to the {} toolchain",
@@ -138,6 +148,37 @@ pub fn ensure() -> Result<Option<String>> {
     }
     println!("system packages, toolchain components and targets present");
     Ok(Some(note))
+}
+
+/// What [`ensure_msrv_toolchain`] found or did.
+enum Msrv {
+    Present,
+    Installed(String),
+    /// Not installed and rustup could not install it (no way to its download server).
+    Missing(String),
+}
+
+/// Makes sure the toolchain of the workspace's `rust-version` is installed (`1.95` → `1.95.0`),
+/// which the `crates` stage builds the published crates with: `rustup toolchain install
+/// <version> --profile minimal` when missing. Toolchains come from rustup's own server, not
+/// from a package registry: where it cannot be reached this warns and goes on, and the `crates`
+/// stage checks with the default toolchain instead, saying how much that proves.
+fn ensure_msrv_toolchain() -> Result<Msrv> {
+    let toolchain = crate::stages::crates::workspace_msrv_toolchain()?;
+    if crate::stages::crates::toolchain_present(&toolchain) {
+        return Ok(Msrv::Present);
+    }
+    let mut cmd = Command::new("rustup");
+    cmd.args(["toolchain", "install", &toolchain, "--profile", "minimal"]);
+    if util::run(&mut cmd).is_err() {
+        eprintln!(
+            "warning: the Rust {toolchain} toolchain (the workspace's rust-version) is missing \
+             and rustup could not install it; where rustup's server can be reached, run:\n    \
+             rustup toolchain install {toolchain} --profile minimal"
+        );
+        return Ok(Msrv::Missing(toolchain));
+    }
+    Ok(Msrv::Installed(toolchain))
 }
 
 /// Makes sure Miri runs: the nightly toolchain with its `miri` and `rust-src` components
