@@ -293,6 +293,64 @@ impl Device {
         Ok(())
     }
 
+    /// Sets how many times QP `qpn` sends a request again when no valid acknowledgement comes
+    /// (a lost acknowledgement, a PSN sequence error NAK) before its WQE fails with "transport
+    /// retry exceeded" (`retry_cnt` of `ibv_modify_qp` at RTS; 7 by default, the most).
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::NoSuchQp`], [`SimError::InvalidConfig`] above 7.
+    pub fn set_retry_cnt(&self, qpn: u32, retry_cnt: u8) -> Result<(), SimError> {
+        if retry_cnt > 7 {
+            return Err(SimError::InvalidConfig("retry_cnt above 7"));
+        }
+        self.engine().qp_mut(qpn)?.set_retry_cnt(retry_cnt);
+        Ok(())
+    }
+
+    /// Sets the PSN of the next request QP `qpn` sends (`sq_psn` of `ibv_modify_qp` at RTS).
+    /// Each request takes one PSN per packet of its message at the path MTU (4096 bytes; a
+    /// READ the packets of its response, an atomic one), and the next request's PSN follows
+    /// once it is acknowledged. 0 until set.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::NoSuchQp`], [`SimError::InvalidConfig`] above 24 bits.
+    pub fn set_sq_psn(&self, qpn: u32, psn: u32) -> Result<(), SimError> {
+        if psn > 0xff_ffff {
+            return Err(SimError::InvalidConfig("PSN above 24 bits"));
+        }
+        self.engine().qp_mut(qpn)?.set_sq_psn(psn);
+        Ok(())
+    }
+
+    /// Sets the PSN QP `qpn` expects of the next request it serves (`rq_psn` of
+    /// `ibv_modify_qp` at RTR): it carries out only a request with that PSN, answers one
+    /// ahead of it with a PSN sequence error NAK (the requester's retries then run out: its
+    /// WQE fails with "transport retry exceeded", vendor syndrome [`vendor::RETRY`]) and one
+    /// behind it as a duplicate, which is not carried out again. 0 until set.
+    ///
+    /// # Errors
+    ///
+    /// As [`Device::set_sq_psn`].
+    pub fn set_rq_psn(&self, qpn: u32, psn: u32) -> Result<(), SimError> {
+        if psn > 0xff_ffff {
+            return Err(SimError::InvalidConfig("PSN above 24 bits"));
+        }
+        self.engine().qp_mut(qpn)?.set_rq_psn(psn);
+        Ok(())
+    }
+
+    /// QP `qpn`'s (`sq_psn`, `rq_psn`): the PSN of the next request it sends, and the PSN it
+    /// expects of the next request it serves.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::NoSuchQp`].
+    pub fn psns(&self, qpn: u32) -> Result<(u32, u32), SimError> {
+        Ok(self.engine().qp_mut(qpn)?.psns())
+    }
+
     /// Destroys QP `qpn`: from the return on, the device never touches its memory (a QP
     /// created with [`Device::create_qp_external`] can then be freed). Its number is not
     /// found any more.
@@ -485,6 +543,18 @@ impl Device {
     /// [`SimError::NoSuchQp`].
     pub fn drop_next_recv(&self, qpn: u32) -> Result<(), SimError> {
         self.engine().drop_next_recv(qpn)
+    }
+
+    /// Loses the acknowledgement of the next request QP `qpn` sends: the responder carries it
+    /// out, the requester never hears so and sends it again (one transport retry), and the
+    /// responder takes the second copy for a duplicate: acknowledged again, not carried out
+    /// again (an atomic answers with the result of its first execution).
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::NoSuchQp`].
+    pub fn lose_next_ack(&self, qpn: u32) -> Result<(), SimError> {
+        self.engine().lose_next_ack(qpn)
     }
 
     /// Holds every CQE of `cqn` produced from now on for `steps` device steps (0: no delay).

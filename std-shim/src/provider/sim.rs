@@ -341,13 +341,37 @@ impl QpProvider for SimQp {
                         ),
                     });
                 }
-                device()
-                    .connect_to(self.qp.qpn, sim::Peer::Local(attr.dest_qp_num))
-                    .map_err(|e| sim_err("ibv_modify_qp", e))
+                let d = device();
+                d.connect_to(self.qp.qpn, sim::Peer::Local(attr.dest_qp_num))
+                    .map_err(|e| sim_err("ibv_modify_qp", e))?;
+                // The device carries out only the requests with the PSN it expects.
+                if mask & qp_attr_mask::IBV_QP_RQ_PSN != 0 {
+                    d.set_rq_psn(self.qp.qpn, attr.rq_psn & 0xff_ffff)
+                        .map_err(|e| sim_err("ibv_modify_qp", e))?;
+                }
+                Ok(())
             }
-            QPS_RTS if mask & qp_attr_mask::IBV_QP_RNR_RETRY != 0 => device()
-                .set_rnr_retry(self.qp.qpn, attr.rnr_retry)
-                .map_err(|e| sim_err("ibv_modify_qp", e)),
+            QPS_RTS => {
+                let d = device();
+                let e = |e| sim_err("ibv_modify_qp", e);
+                if mask & qp_attr_mask::IBV_QP_RNR_RETRY != 0 && attr.rnr_retry > 7 {
+                    return Err(Error::from_ret("ibv_modify_qp", libc::EINVAL));
+                }
+                if mask & qp_attr_mask::IBV_QP_RETRY_CNT != 0 && attr.retry_cnt > 7 {
+                    return Err(Error::from_ret("ibv_modify_qp", libc::EINVAL));
+                }
+                if mask & qp_attr_mask::IBV_QP_SQ_PSN != 0 {
+                    d.set_sq_psn(self.qp.qpn, attr.sq_psn & 0xff_ffff)
+                        .map_err(e)?;
+                }
+                if mask & qp_attr_mask::IBV_QP_RETRY_CNT != 0 {
+                    d.set_retry_cnt(self.qp.qpn, attr.retry_cnt).map_err(e)?;
+                }
+                if mask & qp_attr_mask::IBV_QP_RNR_RETRY != 0 {
+                    d.set_rnr_retry(self.qp.qpn, attr.rnr_retry).map_err(e)?;
+                }
+                Ok(())
+            }
             QPS_ERR => device()
                 .set_error(self.qp.qpn)
                 .map_err(|e| sim_err("ibv_modify_qp", e)),
