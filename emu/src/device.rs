@@ -135,7 +135,7 @@ impl Emu {
     }
 
     fn create() -> Result<Emu, String> {
-        let mut dev = Device::with_config(DeviceConfig {
+        let dev = Device::with_config(DeviceConfig {
             max_qps: 4096,
             max_cqs: 4096,
             max_mrs: 16384,

@@ -107,6 +107,54 @@ pub use config::{
 
 use engine::Engine;
 pub use engine::Peer;
+
+/// The name the software device goes by in `zverbs`'s device list (`zverbs::SOFTWARE_DEVICE`,
+/// and the value of `ZVERBS_DEVICE` that asks for it).
+pub const DEVICE_NAME: &str = "zverbs_sim0";
+
+/// What the progress thread does between passes when the device has nothing to do.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Idle {
+    /// Spin a little, then yield the CPU, and after a long idle (20 ms) sleep 50 µs now and
+    /// then: low latency while busy, little CPU when a program goes quiet.
+    #[default]
+    Adaptive,
+    /// Spin for ever (a hint to the CPU, no system call): the lowest latency, a whole core.
+    Spin,
+    /// Spin a little, then yield the CPU for ever, never sleep.
+    Yield,
+    /// Spin, then yield, and after a few hundred idle passes sleep this long between passes:
+    /// the CPU goes to the programs it serves, at the cost of up to this much extra latency
+    /// on the first doorbell after a pause.
+    Sleep(Duration),
+}
+
+/// [`Idle`] in one word, for the progress thread to read without a lock: 0 adaptive,
+/// `u64::MAX` spin, `u64::MAX - 1` yield, else nanoseconds of sleep.
+const IDLE_SPIN: u64 = u64::MAX;
+const IDLE_YIELD: u64 = u64::MAX - 1;
+
+impl Idle {
+    fn to_word(self) -> u64 {
+        match self {
+            Idle::Adaptive => 0,
+            Idle::Spin => IDLE_SPIN,
+            Idle::Yield => IDLE_YIELD,
+            Idle::Sleep(d) => u64::try_from(d.as_nanos())
+                .unwrap_or(IDLE_YIELD - 1)
+                .clamp(1, IDLE_YIELD - 1),
+        }
+    }
+
+    fn of_word(w: u64) -> Self {
+        match w {
+            0 => Idle::Adaptive,
+            IDLE_SPIN => Idle::Spin,
+            IDLE_YIELD => Idle::Yield,
+            ns => Idle::Sleep(Duration::from_nanos(ns)),
+        }
+    }
+}
 use wire::Wire;
 use zverbs_mlx5dv::{CqLayout, QpLayout};
 
@@ -114,8 +162,8 @@ use zverbs_mlx5dv::{CqLayout, QpLayout};
 struct Shared {
     engine: Mutex<Engine>,
     stop: AtomicBool,
-    /// Nanoseconds the progress thread sleeps when long idle (0: it only yields).
-    idle_sleep_ns: AtomicU64,
+    /// The progress thread's [`Idle`] behaviour, as [`Idle::to_word`] writes it.
+    idle: AtomicU64,
 }
 
 /// A software mlx5 device.
@@ -126,7 +174,9 @@ struct Shared {
 #[derive(Debug)]
 pub struct Device {
     shared: Arc<Shared>,
-    thread: Option<JoinHandle<()>>,
+    /// The progress thread, while it runs. Starting and stopping it are control operations,
+    /// serialised by this lock; the data path never takes it.
+    thread: Mutex<Option<JoinHandle<()>>>,
 }
 
 // What the paragraph above promises, kept by the compiler.
@@ -163,9 +213,9 @@ impl Device {
             shared: Arc::new(Shared {
                 engine: Mutex::new(Engine::new(cfg)?),
                 stop: AtomicBool::new(false),
-                idle_sleep_ns: AtomicU64::new(0),
+                idle: AtomicU64::new(0),
             }),
-            thread: None,
+            thread: Mutex::new(None),
         })
     }
 
@@ -453,13 +503,20 @@ impl Device {
         }
     }
 
-    /// Starts the progress thread (does nothing if it runs).
+    fn thread(&self) -> MutexGuard<'_, Option<JoinHandle<()>>> {
+        self.thread
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Starts the progress thread, named `zverbs-sim` (does nothing if it runs).
     ///
     /// # Panics
     ///
     /// If the operating system cannot start a thread.
-    pub fn start(&mut self) {
-        if self.thread.is_some() {
+    pub fn start(&self) {
+        let mut thread = self.thread();
+        if thread.is_some() {
             return;
         }
         self.shared.stop.store(false, Ordering::Relaxed);
@@ -468,30 +525,45 @@ impl Device {
             .name("zverbs-sim".into())
             .spawn(move || progress(&shared))
             .expect("spawn the device's progress thread");
-        self.thread = Some(handle);
+        *thread = Some(handle);
     }
 
-    /// Stops the progress thread and waits for it (does nothing if it does not run).
-    pub fn stop(&mut self) {
-        if let Some(h) = self.thread.take() {
+    /// Stops the progress thread and waits for it to exit (does nothing if it does not run).
+    /// The device keeps its state: [`Device::step`] drives it from then on, or
+    /// [`Device::start`] again.
+    pub fn stop(&self) {
+        let mut thread = self.thread();
+        if let Some(h) = thread.take() {
             self.shared.stop.store(true, Ordering::Relaxed);
             // A panic on the progress thread is a device bug; it surfaces in the tests' asserts.
             let _ = h.join();
         }
     }
 
-    /// Lets the progress thread sleep for `d` at a time once it has been idle for a while
-    /// (after spinning, then yielding), instead of yielding for ever: it leaves the CPU to the
-    /// programs it serves on a small machine, at the cost of up to `d` of extra latency on the
-    /// first doorbell after a pause. `Duration::ZERO` (the default) only yields.
+    /// Chooses what the progress thread does when the device has nothing to do (see
+    /// [`Idle`]; [`Idle::Adaptive`] by default). Takes effect at its next idle pass.
+    pub fn set_idle(&self, idle: Idle) {
+        self.shared.idle.store(idle.to_word(), Ordering::Relaxed);
+    }
+
+    /// The progress thread's idle behaviour.
+    pub fn idle(&self) -> Idle {
+        Idle::of_word(self.shared.idle.load(Ordering::Relaxed))
+    }
+
+    /// Lets the progress thread sleep for `d` at a time once it has been idle for a while:
+    /// [`Idle::Sleep`]`(d)`, and [`Idle::Adaptive`] for `Duration::ZERO`.
     pub fn set_idle_sleep(&self, d: Duration) {
-        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        self.shared.idle_sleep_ns.store(ns, Ordering::Relaxed);
+        self.set_idle(if d.is_zero() {
+            Idle::Adaptive
+        } else {
+            Idle::Sleep(d)
+        });
     }
 
     /// Whether the progress thread runs.
     pub fn is_running(&self) -> bool {
-        self.thread.is_some()
+        self.thread().is_some()
     }
 
     /// The device's counters.
@@ -599,12 +671,11 @@ impl Drop for Device {
 }
 
 /// How long the device must have had nothing to do before its progress thread sleeps between
-/// passes instead of spinning (unless [`Device::set_idle_sleep`] chose a sleep).
+/// passes instead of yielding, in [`Idle::Adaptive`].
 const IDLE_BEFORE_SLEEP: std::time::Duration = std::time::Duration::from_millis(20);
 
-/// The progress thread: steps while there is work, spins a little when idle, then yields; after
-/// a long idle it sleeps between passes. [`Device::set_idle_sleep`] makes it sleep sooner (after
-/// a few hundred idle passes) and for the chosen time.
+/// The progress thread: steps while there is work; when idle, does what [`Device::set_idle`]
+/// chose (by default it spins a little, then yields, and after a long idle sleeps now and then).
 fn progress(shared: &Shared) {
     /// Idle passes that spin, then that yield, before sleeping starts.
     const SPIN: u32 = 64;
@@ -619,20 +690,19 @@ fn progress(shared: &Shared) {
             .step();
         if n == 0 {
             idle = idle.saturating_add(1);
-            let sleep = shared.idle_sleep_ns.load(Ordering::Relaxed);
-            if sleep > 0 && idle > SPIN + YIELD {
-                std::thread::sleep(Duration::from_nanos(sleep));
-            } else if idle > SPIN {
+            match Idle::of_word(shared.idle.load(Ordering::Relaxed)) {
+                _ if idle <= SPIN => core::hint::spin_loop(),
+                Idle::Spin => core::hint::spin_loop(),
+                Idle::Sleep(d) if idle > SPIN + YIELD => std::thread::sleep(d),
                 // Long idle (a process that opened the device and went quiet): do not keep a
                 // core busy; the next doorbell then waits at most one short sleep.
-                if idle.is_multiple_of(1024) && last_work.elapsed() > IDLE_BEFORE_SLEEP {
+                Idle::Adaptive
+                    if idle.is_multiple_of(1024) && last_work.elapsed() > IDLE_BEFORE_SLEEP =>
+                {
                     std::thread::sleep(std::time::Duration::from_micros(50));
                     idle -= 1;
-                } else {
-                    std::thread::yield_now();
                 }
-            } else {
-                core::hint::spin_loop();
+                Idle::Adaptive | Idle::Yield | Idle::Sleep(_) => std::thread::yield_now(),
             }
         } else {
             idle = 0;

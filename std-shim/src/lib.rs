@@ -132,6 +132,8 @@ pub use pd::Pd;
 pub use qp::{ConnectAttr, GlobalRoute, InitAttr, Qp, QpBuilder, QpCaps, RtrAttr, RtsAttr};
 pub use queues::{AnyPoller, AnyRecvQueue, AnySendQueue, QueueSet, Queues};
 
+#[cfg(feature = "sim")]
+pub use provider::sim::SimControl;
 pub use zverbs_core as core;
 pub use zverbs_core::{
     BatchError, Completion, PollCq, PostError, PostRecv, PostSend, RecvWr, RemoteBuf, SendFlags,
