@@ -26,8 +26,20 @@
 //! - **Stepped** (the default): nothing happens until the caller calls [`Device::step`] or
 //!   [`Device::run_until_idle`]. Deterministic, for tests.
 //! - **Progress thread**: [`Device::start`] runs a thread that steps the device whenever a
-//!   doorbell record moves, spinning briefly and then yielding when idle, as the NIC would
-//!   serve the queues; [`Device::stop`] (or dropping the device) ends it.
+//!   doorbell record moves, as the NIC would serve the queues, doing what [`Device::set_idle`]
+//!   chose when there is nothing to do ([`Idle`]); [`Device::stop`] (or dropping the device)
+//!   ends it and waits for it to exit.
+//!
+//! ## Packet sequence numbers
+//!
+//! A QP sends from the PSN [`Device::set_sq_psn`] gave it and, as a responder, carries out only
+//! the request with the PSN it expects ([`Device::set_rq_psn`]); both 24 bits, wrapping. A
+//! request takes one PSN per packet at a 4096-byte path MTU (a READ the packets of its
+//! response, an atomic one). A request ahead of the expected PSN is NAKed (sequence error) and
+//! not carried out; one behind it is a duplicate, acknowledged again and not carried out again
+//! (an atomic answers with its kept result). Without a valid acknowledgement the requester
+//! retries up to its retry count ([`Device::set_retry_cnt`]) and then fails with "transport
+//! retry exceeded" (vendor syndrome [`vendor::RETRY`]).
 //!
 //! ## Semantics, in brief
 //!
@@ -55,6 +67,7 @@
 //! | SEND or WRITE imm and no receive posted, after `rnr_retry` retries | RNR retry exceeded (0x16) | — |
 //! | peer QP in the error state, gone or not connected yet | transport retry exceeded (0x15) | — |
 //! | peer QP connected to another QP (not the requester) | transport retry exceeded (0x15) | — (never reached) |
+//! | no valid acknowledgement within `retry_cnt` retries (PSN mismatch, lost acknowledgements) | transport retry exceeded (0x15, vendor 0x81) | — (nothing carried out) |
 //!
 //! Error and flush CQEs are written whether the WQE was signaled or not. A zero-length WRITE
 //! or READ needs no valid remote key (IBA C9-88).
@@ -62,6 +75,8 @@
 //! ## Faults on demand
 //!
 //! [`Device::fail_next_wqe`] fails the next send WQE of a QP with a chosen syndrome;
+//! [`Device::lose_next_ack`] loses the acknowledgement of a QP's next request (it is sent
+//! again and taken for a duplicate);
 //! [`Device::drop_next_recv`] makes the next message that needs a receive at a QP find none
 //! (an RNR NAK, then retry or "RNR retry exceeded"); [`Device::delay_completions`] holds every
 //! CQE of a CQ for a number of steps, [`Device::hold_completions`] until
@@ -69,8 +84,9 @@
 //!
 //! ## Not modelled
 //!
-//! Timing and bandwidth, congestion, packet loss and retransmission (other than the RNR path),
-//! PCIe and write-combining behaviour (BlueFlame writes land in ordinary memory and the device
+//! Timing and bandwidth (a retry follows its cause by one step, not a timer), congestion,
+//! packet loss unless injected, packets on a wire (a message is placed whole; PSNs count its
+//! packets), PCIe and write-combining behaviour (BlueFlame writes land in ordinary memory and the device
 //! reads WQEs from the ring), DMA ordering beyond "a message is placed in address order with
 //! its last byte stored last". See `docs/sim.md`.
 //!

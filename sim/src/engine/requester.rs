@@ -10,7 +10,10 @@
 //! for one in another process, with one request in flight per QP — and its completion is what
 //! the responder answered: a CQE when signaled (READ data and atomic results placed first), an
 //! error CQE always. An RNR NAK leaves the WQE where it is, to be sent again until the QP's RNR
-//! retries run out.
+//! retries run out. A request carries the QP's next PSN; an acknowledgement counts only if it
+//! names the request's last PSN, and the PSN moves past the request's packets only then. No
+//! valid acknowledgement (a sequence error NAK, a drop, a lost or foreign acknowledgement)
+//! leaves the WQE where it is too, to be sent again until the QP's transport retries run out.
 
 use std::time::{Duration, Instant};
 

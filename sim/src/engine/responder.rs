@@ -12,6 +12,12 @@
 //! it may not write) moves the responder to the error state, and one that concerns a receive
 //! also completes that receive with an error CQE. An RNR NAK (no receive posted) changes
 //! nothing at the responder.
+//!
+//! Before any of that, the request's PSN is compared with the one the QP expects: only the
+//! expected PSN is carried out (and moves the expected PSN past the request's packets); one
+//! ahead is answered with a sequence error NAK ([`Nak::Seq`], then [`Nak::Dropped`] until the
+//! expected one arrives); one behind is a duplicate, answered without being carried out
+//! again ([`Ack::Again`] for a WRITE or SEND, a READ read again, an atomic's kept result).
 
 use zverbs_core::sync::atomic::{AtomicU64, Ordering};
 use zverbs_mlx5dv::prm::{fm_ce_se, opcode};
