@@ -135,7 +135,7 @@ impl Emu {
     }
 
     fn create() -> Result<Emu, String> {
-        let mut dev = Device::with_config(DeviceConfig {
+        let dev = Device::with_config(DeviceConfig {
             max_qps: 4096,
             max_cqs: 4096,
             max_mrs: 16384,
@@ -692,6 +692,25 @@ impl Emu {
             }
             qps::ERR => self.dev.set_error(qp.qpn).map_err(sim_errno)?,
             _ => {}
+        }
+        // The device checks PSNs as a ConnectX does: the requester's from `sq_psn` (RTS), the
+        // responder's expected one from `rq_psn` (RTR); and retries by `retry_cnt`.
+        if qp.connected && matches!(qp.state, qps::RTR | qps::RTS) {
+            if m & mask::RQ_PSN != 0 {
+                self.dev
+                    .set_rq_psn(qp.qpn, qp.rq_psn & 0xff_ffff)
+                    .map_err(sim_errno)?;
+            }
+            if m & mask::SQ_PSN != 0 {
+                self.dev
+                    .set_sq_psn(qp.qpn, qp.sq_psn & 0xff_ffff)
+                    .map_err(sim_errno)?;
+            }
+            if m & mask::RETRY_CNT != 0 {
+                self.dev
+                    .set_retry_cnt(qp.qpn, qp.retry_cnt.min(7))
+                    .map_err(sim_errno)?;
+            }
         }
         Ok(())
     }

@@ -258,4 +258,14 @@ pub struct Stats {
     /// peer in another process the LID, its connection names), and responses ignored because
     /// they did not come from the requester's peer.
     pub not_peer: u64,
+    /// Requests a responder found ahead of the PSN it expects (out of sequence): not carried
+    /// out; the first of a run is answered with a PSN sequence error NAK, the rest dropped.
+    pub seq_errors: u64,
+    /// Requests a responder found behind the PSN it expects (duplicates): acknowledged again
+    /// without being carried out again (a READ is read again; an atomic answered with its
+    /// kept result).
+    pub duplicates: u64,
+    /// Requests sent again because no valid acknowledgement came (a lost acknowledgement, a
+    /// sequence error NAK, an acknowledgement whose PSN is not the request's).
+    pub retries: u64,
 }

@@ -77,8 +77,20 @@
 //! - **Stepped** (the default): nothing happens until the caller calls [`Device::step`] or
 //!   [`Device::run_until_idle`]. Deterministic, for tests.
 //! - **Progress thread**: [`Device::start`] runs a thread that steps the device whenever a
-//!   doorbell record moves, spinning briefly and then yielding when idle, as the NIC would
-//!   serve the queues; [`Device::stop`] (or dropping the device) ends it.
+//!   doorbell record moves, as the NIC would serve the queues, doing what [`Device::set_idle`]
+//!   chose when there is nothing to do ([`Idle`]); [`Device::stop`] (or dropping the device)
+//!   ends it and waits for it to exit.
+//!
+//! ## Packet sequence numbers
+//!
+//! A QP sends from the PSN [`Device::set_sq_psn`] gave it and, as a responder, carries out only
+//! the request with the PSN it expects ([`Device::set_rq_psn`]); both 24 bits, wrapping. A
+//! request takes one PSN per packet at a 4096-byte path MTU (a READ the packets of its
+//! response, an atomic one). A request ahead of the expected PSN is NAKed (sequence error) and
+//! not carried out; one behind it is a duplicate, acknowledged again and not carried out again
+//! (an atomic answers with its kept result). Without a valid acknowledgement the requester
+//! retries up to its retry count ([`Device::set_retry_cnt`]) and then fails with "transport
+//! retry exceeded" (vendor syndrome [`vendor::RETRY`]).
 //!
 //! ## Semantics, in brief
 //!
@@ -106,6 +118,7 @@
 //! | SEND or WRITE imm and no receive posted, after `rnr_retry` retries | RNR retry exceeded (0x16) | — |
 //! | peer QP in the error state, gone or not connected yet | transport retry exceeded (0x15) | — |
 //! | peer QP connected to another QP (not the requester) | transport retry exceeded (0x15) | — (never reached) |
+//! | no valid acknowledgement within `retry_cnt` retries (PSN mismatch, lost acknowledgements) | transport retry exceeded (0x15, vendor 0x81) | — (nothing carried out) |
 //!
 //! Error and flush CQEs are written whether the WQE was signaled or not. A zero-length WRITE
 //! or READ needs no valid remote key (IBA C9-88).
@@ -113,6 +126,8 @@
 //! ## Faults on demand
 //!
 //! [`Device::fail_next_wqe`] fails the next send WQE of a QP with a chosen syndrome;
+//! [`Device::lose_next_ack`] loses the acknowledgement of a QP's next request (it is sent
+//! again and taken for a duplicate);
 //! [`Device::drop_next_recv`] makes the next message that needs a receive at a QP find none
 //! (an RNR NAK, then retry or "RNR retry exceeded"); [`Device::delay_completions`] holds every
 //! CQE of a CQ for a number of steps, [`Device::hold_completions`] until
@@ -120,8 +135,9 @@
 //!
 //! ## Not modelled
 //!
-//! Timing and bandwidth, congestion, packet loss and retransmission (other than the RNR path),
-//! PCIe and write-combining behaviour (BlueFlame writes land in ordinary memory and the device
+//! Timing and bandwidth (a retry follows its cause by one step, not a timer), congestion,
+//! packet loss unless injected, packets on a wire (a message is placed whole; PSNs count its
+//! packets), PCIe and write-combining behaviour (BlueFlame writes land in ordinary memory and the device
 //! reads WQEs from the ring), DMA ordering beyond "a message is placed in address order with
 //! its last byte stored last". See `docs/sim.md`.
 //!
@@ -168,6 +184,54 @@ pub use config::{
 
 use engine::Engine;
 pub use engine::Peer;
+
+/// The name the software device goes by in `zverbs`'s device list (`zverbs::SOFTWARE_DEVICE`,
+/// and the value of `ZVERBS_DEVICE` that asks for it).
+pub const DEVICE_NAME: &str = "zverbs_sim0";
+
+/// What the progress thread does between passes when the device has nothing to do.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Idle {
+    /// Spin a little, then yield the CPU, and after a long idle (20 ms) sleep 50 µs now and
+    /// then: low latency while busy, little CPU when a program goes quiet.
+    #[default]
+    Adaptive,
+    /// Spin for ever (a hint to the CPU, no system call): the lowest latency, a whole core.
+    Spin,
+    /// Spin a little, then yield the CPU for ever, never sleep.
+    Yield,
+    /// Spin, then yield, and after a few hundred idle passes sleep this long between passes:
+    /// the CPU goes to the programs it serves, at the cost of up to this much extra latency
+    /// on the first doorbell after a pause.
+    Sleep(Duration),
+}
+
+/// [`Idle`] in one word, for the progress thread to read without a lock: 0 adaptive,
+/// `u64::MAX` spin, `u64::MAX - 1` yield, else nanoseconds of sleep.
+const IDLE_SPIN: u64 = u64::MAX;
+const IDLE_YIELD: u64 = u64::MAX - 1;
+
+impl Idle {
+    fn to_word(self) -> u64 {
+        match self {
+            Idle::Adaptive => 0,
+            Idle::Spin => IDLE_SPIN,
+            Idle::Yield => IDLE_YIELD,
+            Idle::Sleep(d) => u64::try_from(d.as_nanos())
+                .unwrap_or(IDLE_YIELD - 1)
+                .clamp(1, IDLE_YIELD - 1),
+        }
+    }
+
+    fn of_word(w: u64) -> Self {
+        match w {
+            0 => Idle::Adaptive,
+            IDLE_SPIN => Idle::Spin,
+            IDLE_YIELD => Idle::Yield,
+            ns => Idle::Sleep(Duration::from_nanos(ns)),
+        }
+    }
+}
 use wire::Wire;
 use zverbs_mlx5dv::{CqLayout, QpLayout};
 
@@ -175,8 +239,8 @@ use zverbs_mlx5dv::{CqLayout, QpLayout};
 struct Shared {
     engine: Mutex<Engine>,
     stop: AtomicBool,
-    /// Nanoseconds the progress thread sleeps when long idle (0: it only yields).
-    idle_sleep_ns: AtomicU64,
+    /// The progress thread's [`Idle`] behaviour, as [`Idle::to_word`] writes it.
+    idle: AtomicU64,
 }
 
 /// A software mlx5 device.
@@ -187,7 +251,9 @@ struct Shared {
 #[derive(Debug)]
 pub struct Device {
     shared: Arc<Shared>,
-    thread: Option<JoinHandle<()>>,
+    /// The progress thread, while it runs. Starting and stopping it are control operations,
+    /// serialised by this lock; the data path never takes it.
+    thread: Mutex<Option<JoinHandle<()>>>,
 }
 
 // What the paragraph above promises, kept by the compiler.
@@ -224,9 +290,9 @@ impl Device {
             shared: Arc::new(Shared {
                 engine: Mutex::new(Engine::new(cfg)?),
                 stop: AtomicBool::new(false),
-                idle_sleep_ns: AtomicU64::new(0),
+                idle: AtomicU64::new(0),
             }),
-            thread: None,
+            thread: Mutex::new(None),
         })
     }
 
@@ -354,6 +420,64 @@ impl Device {
         Ok(())
     }
 
+    /// Sets how many times QP `qpn` sends a request again when no valid acknowledgement comes
+    /// (a lost acknowledgement, a PSN sequence error NAK) before its WQE fails with "transport
+    /// retry exceeded" (`retry_cnt` of `ibv_modify_qp` at RTS; 7 by default, the most).
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::NoSuchQp`], [`SimError::InvalidConfig`] above 7.
+    pub fn set_retry_cnt(&self, qpn: u32, retry_cnt: u8) -> Result<(), SimError> {
+        if retry_cnt > 7 {
+            return Err(SimError::InvalidConfig("retry_cnt above 7"));
+        }
+        self.engine().qp_mut(qpn)?.set_retry_cnt(retry_cnt);
+        Ok(())
+    }
+
+    /// Sets the PSN of the next request QP `qpn` sends (`sq_psn` of `ibv_modify_qp` at RTS).
+    /// Each request takes one PSN per packet of its message at the path MTU (4096 bytes; a
+    /// READ the packets of its response, an atomic one), and the next request's PSN follows
+    /// once it is acknowledged. 0 until set.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::NoSuchQp`], [`SimError::InvalidConfig`] above 24 bits.
+    pub fn set_sq_psn(&self, qpn: u32, psn: u32) -> Result<(), SimError> {
+        if psn > 0xff_ffff {
+            return Err(SimError::InvalidConfig("PSN above 24 bits"));
+        }
+        self.engine().qp_mut(qpn)?.set_sq_psn(psn);
+        Ok(())
+    }
+
+    /// Sets the PSN QP `qpn` expects of the next request it serves (`rq_psn` of
+    /// `ibv_modify_qp` at RTR): it carries out only a request with that PSN, answers one
+    /// ahead of it with a PSN sequence error NAK (the requester's retries then run out: its
+    /// WQE fails with "transport retry exceeded", vendor syndrome [`vendor::RETRY`]) and one
+    /// behind it as a duplicate, which is not carried out again. 0 until set.
+    ///
+    /// # Errors
+    ///
+    /// As [`Device::set_sq_psn`].
+    pub fn set_rq_psn(&self, qpn: u32, psn: u32) -> Result<(), SimError> {
+        if psn > 0xff_ffff {
+            return Err(SimError::InvalidConfig("PSN above 24 bits"));
+        }
+        self.engine().qp_mut(qpn)?.set_rq_psn(psn);
+        Ok(())
+    }
+
+    /// QP `qpn`'s (`sq_psn`, `rq_psn`): the PSN of the next request it sends, and the PSN it
+    /// expects of the next request it serves.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::NoSuchQp`].
+    pub fn psns(&self, qpn: u32) -> Result<(u32, u32), SimError> {
+        Ok(self.engine().qp_mut(qpn)?.psns())
+    }
+
     /// Destroys QP `qpn`: from the return on, the device never touches its memory (a QP
     /// created with [`Device::create_qp_external`] can then be freed). Its number is not
     /// found any more.
@@ -456,13 +580,20 @@ impl Device {
         }
     }
 
-    /// Starts the progress thread (does nothing if it runs).
+    fn thread(&self) -> MutexGuard<'_, Option<JoinHandle<()>>> {
+        self.thread
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Starts the progress thread, named `zverbs-sim` (does nothing if it runs).
     ///
     /// # Panics
     ///
     /// If the operating system cannot start a thread.
-    pub fn start(&mut self) {
-        if self.thread.is_some() {
+    pub fn start(&self) {
+        let mut thread = self.thread();
+        if thread.is_some() {
             return;
         }
         self.shared.stop.store(false, Ordering::Relaxed);
@@ -471,30 +602,45 @@ impl Device {
             .name("zverbs-sim".into())
             .spawn(move || progress(&shared))
             .expect("spawn the device's progress thread");
-        self.thread = Some(handle);
+        *thread = Some(handle);
     }
 
-    /// Stops the progress thread and waits for it (does nothing if it does not run).
-    pub fn stop(&mut self) {
-        if let Some(h) = self.thread.take() {
+    /// Stops the progress thread and waits for it to exit (does nothing if it does not run).
+    /// The device keeps its state: [`Device::step`] drives it from then on, or
+    /// [`Device::start`] again.
+    pub fn stop(&self) {
+        let mut thread = self.thread();
+        if let Some(h) = thread.take() {
             self.shared.stop.store(true, Ordering::Relaxed);
             // A panic on the progress thread is a device bug; it surfaces in the tests' asserts.
             let _ = h.join();
         }
     }
 
-    /// Lets the progress thread sleep for `d` at a time once it has been idle for a while
-    /// (after spinning, then yielding), instead of yielding for ever: it leaves the CPU to the
-    /// programs it serves on a small machine, at the cost of up to `d` of extra latency on the
-    /// first doorbell after a pause. `Duration::ZERO` (the default) only yields.
+    /// Chooses what the progress thread does when the device has nothing to do (see
+    /// [`Idle`]; [`Idle::Adaptive`] by default). Takes effect at its next idle pass.
+    pub fn set_idle(&self, idle: Idle) {
+        self.shared.idle.store(idle.to_word(), Ordering::Relaxed);
+    }
+
+    /// The progress thread's idle behaviour.
+    pub fn idle(&self) -> Idle {
+        Idle::of_word(self.shared.idle.load(Ordering::Relaxed))
+    }
+
+    /// Lets the progress thread sleep for `d` at a time once it has been idle for a while:
+    /// [`Idle::Sleep`]`(d)`, and [`Idle::Adaptive`] for `Duration::ZERO`.
     pub fn set_idle_sleep(&self, d: Duration) {
-        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        self.shared.idle_sleep_ns.store(ns, Ordering::Relaxed);
+        self.set_idle(if d.is_zero() {
+            Idle::Adaptive
+        } else {
+            Idle::Sleep(d)
+        });
     }
 
     /// Whether the progress thread runs.
     pub fn is_running(&self) -> bool {
-        self.thread.is_some()
+        self.thread().is_some()
     }
 
     /// The device's counters.
@@ -548,6 +694,18 @@ impl Device {
         self.engine().drop_next_recv(qpn)
     }
 
+    /// Loses the acknowledgement of the next request QP `qpn` sends: the responder carries it
+    /// out, the requester never hears so and sends it again (one transport retry), and the
+    /// responder takes the second copy for a duplicate: acknowledged again, not carried out
+    /// again (an atomic answers with the result of its first execution).
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::NoSuchQp`].
+    pub fn lose_next_ack(&self, qpn: u32) -> Result<(), SimError> {
+        self.engine().lose_next_ack(qpn)
+    }
+
     /// Holds every CQE of `cqn` produced from now on for `steps` device steps (0: no delay).
     ///
     /// # Errors
@@ -590,12 +748,11 @@ impl Drop for Device {
 }
 
 /// How long the device must have had nothing to do before its progress thread sleeps between
-/// passes instead of spinning (unless [`Device::set_idle_sleep`] chose a sleep).
+/// passes instead of yielding, in [`Idle::Adaptive`].
 const IDLE_BEFORE_SLEEP: std::time::Duration = std::time::Duration::from_millis(20);
 
-/// The progress thread: steps while there is work, spins a little when idle, then yields; after
-/// a long idle it sleeps between passes. [`Device::set_idle_sleep`] makes it sleep sooner (after
-/// a few hundred idle passes) and for the chosen time.
+/// The progress thread: steps while there is work; when idle, does what [`Device::set_idle`]
+/// chose (by default it spins a little, then yields, and after a long idle sleeps now and then).
 fn progress(shared: &Shared) {
     /// Idle passes that spin, then that yield, before sleeping starts.
     const SPIN: u32 = 64;
@@ -610,20 +767,19 @@ fn progress(shared: &Shared) {
             .step();
         if n == 0 {
             idle = idle.saturating_add(1);
-            let sleep = shared.idle_sleep_ns.load(Ordering::Relaxed);
-            if sleep > 0 && idle > SPIN + YIELD {
-                std::thread::sleep(Duration::from_nanos(sleep));
-            } else if idle > SPIN {
+            match Idle::of_word(shared.idle.load(Ordering::Relaxed)) {
+                _ if idle <= SPIN => core::hint::spin_loop(),
+                Idle::Spin => core::hint::spin_loop(),
+                Idle::Sleep(d) if idle > SPIN + YIELD => std::thread::sleep(d),
                 // Long idle (a process that opened the device and went quiet): do not keep a
                 // core busy; the next doorbell then waits at most one short sleep.
-                if idle.is_multiple_of(1024) && last_work.elapsed() > IDLE_BEFORE_SLEEP {
+                Idle::Adaptive
+                    if idle.is_multiple_of(1024) && last_work.elapsed() > IDLE_BEFORE_SLEEP =>
+                {
                     std::thread::sleep(std::time::Duration::from_micros(50));
                     idle -= 1;
-                } else {
-                    std::thread::yield_now();
                 }
-            } else {
-                core::hint::spin_loop();
+                Idle::Adaptive | Idle::Yield | Idle::Sleep(_) => std::thread::yield_now(),
             }
         } else {
             idle = 0;

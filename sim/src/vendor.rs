@@ -60,6 +60,10 @@ pub const PEER_DOWN: u8 = 0x51;
 /// drops the request, as a responder drops a packet from a source QP other than its own
 /// connection's, and the requester's retries run out (transport retry counter exceeded, 0x15).
 pub const NOT_PEER: u8 = 0x53;
+/// No valid acknowledgement came within the transport retries: the responder expects another
+/// PSN (a sequence error NAK, or acknowledgements whose PSN is not the request's) or kept
+/// losing them (transport retry counter exceeded, 0x15). The value ConnectX reports for it.
+pub const RETRY: u8 = 0x81;
 /// No receive was posted at the peer within the RNR retries (RNR retry exceeded, 0x16).
 pub const RNR: u8 = 0x52;
 

@@ -39,6 +39,8 @@ pub struct Request {
     pub dst_qpn: u32,
     /// The requester's tag, echoed in the response.
     pub seq: u32,
+    /// The request's PSN (24 bits): its first packet's.
+    pub psn: u32,
     /// The WQE opcode (`MLX5_OPCODE_*`).
     pub opcode: u8,
     /// The request asked for a solicited event.
@@ -69,6 +71,13 @@ pub enum Status {
     Rnr,
     /// Refused with (syndrome, vendor syndrome) for the requester's error CQE.
     Nak(u8, u8),
+    /// PSN sequence error NAK: the request is ahead of the PSN the responder expects (the
+    /// response's `psn`); not carried out.
+    Seq,
+    /// Dropped by the responder (a repeated out-of-sequence request, a duplicate atomic whose
+    /// result is no longer kept): on a network no answer would come and the requester's
+    /// timer would run out; this says so at once.
+    Dropped,
 }
 
 /// The answer to a [`Request`].
@@ -82,6 +91,10 @@ pub struct Response {
     pub dst_qpn: u32,
     /// The request's tag.
     pub seq: u32,
+    /// The acknowledgement's PSN: the request's last packet's for an ACK or a NAK of it, the
+    /// last request carried out for a duplicate acknowledged again, the expected PSN for a
+    /// sequence error NAK.
+    pub psn: u32,
     /// The outcome.
     pub status: Status,
     /// READ data, or the 8 bytes of an atomic's original value as they were in memory.
@@ -100,9 +113,9 @@ pub enum Message {
 const REQUEST: u8 = 1;
 const RESPONSE: u8 = 2;
 /// Bytes before a request's payload.
-const REQUEST_HEADER: usize = 1 + 2 + 4 + 4 + 4 + 1 + 1 + 8 + 4 + 4 + 8 + 8 + 8;
+const REQUEST_HEADER: usize = 1 + 2 + 4 + 4 + 4 + 4 + 1 + 1 + 8 + 4 + 4 + 8 + 8 + 8;
 /// Bytes before a response's data.
-const RESPONSE_HEADER: usize = 1 + 2 + 4 + 4 + 4 + 1 + 1 + 1;
+const RESPONSE_HEADER: usize = 1 + 2 + 4 + 4 + 4 + 4 + 1 + 1 + 1;
 
 /// Reads little-endian fields in order.
 struct Reader<'a> {
@@ -140,6 +153,7 @@ impl Message {
                 v.extend_from_slice(&r.src_qpn.to_le_bytes());
                 v.extend_from_slice(&r.dst_qpn.to_le_bytes());
                 v.extend_from_slice(&r.seq.to_le_bytes());
+                v.extend_from_slice(&r.psn.to_le_bytes());
                 v.push(r.opcode);
                 v.push(u8::from(r.solicited));
                 v.extend_from_slice(&r.raddr.to_le_bytes());
@@ -159,10 +173,13 @@ impl Message {
                 v.extend_from_slice(&r.src_qpn.to_le_bytes());
                 v.extend_from_slice(&r.dst_qpn.to_le_bytes());
                 v.extend_from_slice(&r.seq.to_le_bytes());
+                v.extend_from_slice(&r.psn.to_le_bytes());
                 let (kind, syndrome, vendor) = match r.status {
                     Status::Ack => (0, 0, 0),
                     Status::Rnr => (1, 0, 0),
                     Status::Nak(s, v) => (2, s, v),
+                    Status::Seq => (3, 0, 0),
+                    Status::Dropped => (4, 0, 0),
                 };
                 v.extend_from_slice(&[kind, syndrome, vendor]);
                 debug_assert_eq!(v.len(), RESPONSE_HEADER);
@@ -181,6 +198,7 @@ impl Message {
                 let src_qpn = r.u32()?;
                 let dst_qpn = r.u32()?;
                 let seq = r.u32()?;
+                let psn = r.u32()?;
                 let opcode = r.u8()?;
                 let solicited = r.u8()? != 0;
                 let raddr = r.u64()?;
@@ -194,6 +212,7 @@ impl Message {
                     src_qpn,
                     dst_qpn,
                     seq,
+                    psn,
                     opcode,
                     solicited,
                     raddr,
@@ -210,10 +229,13 @@ impl Message {
                 let src_qpn = r.u32()?;
                 let dst_qpn = r.u32()?;
                 let seq = r.u32()?;
+                let psn = r.u32()?;
                 let status = match (r.u8()?, r.u8()?, r.u8()?) {
                     (0, _, _) => Status::Ack,
                     (1, _, _) => Status::Rnr,
                     (2, s, v) => Status::Nak(s, v),
+                    (3, _, _) => Status::Seq,
+                    (4, _, _) => Status::Dropped,
                     _ => return None,
                 };
                 Some(Message::Response(Response {
@@ -221,6 +243,7 @@ impl Message {
                     src_qpn,
                     dst_qpn,
                     seq,
+                    psn,
                     status,
                     data: r.b.to_vec(),
                 }))
@@ -241,6 +264,7 @@ mod tests {
             src_qpn: 0x100,
             dst_qpn: 0x101,
             seq: 7,
+            psn: 0xff_fffe,
             opcode: 0x0b,
             solicited: true,
             raddr: 0x1122_3344_5566_7788,
@@ -263,12 +287,19 @@ mod tests {
 
     #[test]
     fn response_bytes_round_trip() {
-        for status in [Status::Ack, Status::Rnr, Status::Nak(0x13, 0x31)] {
+        for status in [
+            Status::Ack,
+            Status::Rnr,
+            Status::Nak(0x13, 0x31),
+            Status::Seq,
+            Status::Dropped,
+        ] {
             let m = Message::Response(Response {
                 src_lid: 0x0102,
                 src_qpn: 0x101,
                 dst_qpn: 0x100,
                 seq: 9,
+                psn: 0x12_3456,
                 status,
                 data: std::vec![9; 8],
             });
@@ -278,7 +309,7 @@ mod tests {
         }
         let mut unknown_status = [0u8; RESPONSE_HEADER];
         unknown_status[0] = 2;
-        unknown_status[RESPONSE_HEADER - 3] = 3;
+        unknown_status[RESPONSE_HEADER - 3] = 5;
         assert_eq!(Message::decode(&unknown_status), None);
         assert_eq!(Message::decode(&[9]), None);
     }

@@ -206,6 +206,7 @@ fn requests_through_the_wire_are_served_only_from_the_peer() {
             src_qpn,
             dst_qpn: a.qpn(),
             seq: r.seq,
+            psn: r.psn,
             status: Status::Nak(0x13, 0x31),
             data: Vec::new(),
         };

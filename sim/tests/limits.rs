@@ -347,6 +347,7 @@ fn a_read_longer_than_a_message_from_the_wire_is_refused() {
         src_qpn: a.qpn(),
         dst_qpn: b.qpn(),
         seq: 0,
+        psn: 0,
         opcode: zverbs_mlx5dv::prm::opcode::RDMA_READ,
         solicited: false,
         raddr: b.mem.addr(0),

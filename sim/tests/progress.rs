@@ -32,7 +32,7 @@ fn with_running<R>(f: impl FnOnce(&mut Pair<'_>) -> R) -> R {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mem_a = Arena::new(64 * 1024);
     let mem_b = Arena::new(64 * 1024);
-    let mut dev = Device::new();
+    let dev = Device::new();
     dev.start();
     assert!(dev.is_running());
     let r = with_pair_on(&dev, &mem_a, &mem_b, PairCfg::default(), f);
@@ -149,7 +149,7 @@ fn stop_and_restart() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mem_a = Arena::new(4096);
     let mem_b = Arena::new(4096);
-    let mut dev = Device::new();
+    let dev = Device::new();
     dev.start();
     dev.stop();
     assert!(!dev.is_running());

@@ -255,6 +255,16 @@ impl Context {
         self.inner.provider.name()
     }
 
+    /// Control of the software device ([`SOFTWARE_DEVICE`]) this context is open on: stepping
+    /// it by hand, faults on demand, its idle behaviour. `None` on any other device.
+    #[cfg(feature = "sim")]
+    pub fn sim(&self) -> Option<crate::SimControl<'_>> {
+        self.inner
+            .provider
+            .is_sim()
+            .then(crate::provider::sim::SimControl::new)
+    }
+
     /// The backend this context's queues get unless their builder says otherwise.
     pub fn backend_choice(&self) -> BackendChoice {
         self.inner.choice

@@ -168,6 +168,8 @@ pub use pd::Pd;
 pub use qp::{ConnectAttr, GlobalRoute, InitAttr, Qp, QpBuilder, QpCaps, RtrAttr, RtsAttr};
 pub use queues::{AnyPoller, AnyRecvQueue, AnySendQueue, QueueSet, Queues};
 
+#[cfg(feature = "sim")]
+pub use provider::sim::SimControl;
 /// The data path's vocabulary (crate `zverbs-core`): work requests, completions, the post and
 /// poll traits and their errors, whose everyday types this crate's root re-exports.
 ///

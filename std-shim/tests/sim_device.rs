@@ -136,10 +136,12 @@ fn a_qp_on_the_software_device_takes_requests_only_from_its_peer() {
     let bufs: Vec<_> = (0..4)
         .map(|_| pd.alloc_buf(4096, AccessFlags::ALL).unwrap())
         .collect();
+    // One PSN per QP, the same each time its endpoint is named (the device checks them).
+    let psns: Vec<u32> = (0..4).map(|_| random_psn()).collect();
     let ep = |i: usize| Endpoint {
         lid: local.lid,
         qpn: qps[i].qpn(),
-        psn: random_psn(),
+        psn: psns[i],
         gid: local.gid,
     };
     let connect = |i: usize, peer: &Endpoint| {

@@ -57,6 +57,39 @@ pub use queues::Peer;
 /// The largest message (2 GiB).
 const MAX_MSG: u64 = 1 << 31;
 
+/// The path MTU the device splits messages by when it counts their packets (the port's active
+/// MTU): a message of `len` bytes takes `max(1, ceil(len / PMTU))` PSNs.
+pub(crate) const PMTU: u64 = 4096;
+/// PSNs are 24 bits.
+pub(crate) const PSN_MASK: u32 = 0xff_ffff;
+/// The atomic results a responder keeps for answering duplicates (its responder resources,
+/// `max_dest_rd_atomic`, as `ibv_query_device` reports `max_qp_rd_atom`).
+pub(crate) const ATOMIC_RESOURCES: usize = 16;
+/// The retry count a QP starts with (`retry_cnt` of `ibv_modify_qp` at RTS; 7 is the most).
+pub(crate) const RETRY_CNT_DEFAULT: u8 = 7;
+
+/// `a + n` in PSN space.
+pub(crate) fn psn_add(a: u32, n: u32) -> u32 {
+    a.wrapping_add(n) & PSN_MASK
+}
+
+/// Where `a` lies from `b` in PSN space: positive ahead, negative behind, within ±2^23 (the
+/// signed 24-bit difference IB receivers compare PSNs with).
+pub(crate) fn psn_diff(a: u32, b: u32) -> i32 {
+    (a.wrapping_sub(b) << 8) as i32 >> 8
+}
+
+/// The PSNs a request takes: one per packet of its message at [`PMTU`] (a READ's the packets
+/// of its response), one for an atomic, none for a NOP (which never leaves the device).
+pub(crate) fn packets(opcode: u8, len: u64) -> u32 {
+    match opcode {
+        zverbs_mlx5dv::prm::opcode::NOP => 0,
+        zverbs_mlx5dv::prm::opcode::ATOMIC_CS | zverbs_mlx5dv::prm::opcode::ATOMIC_FA => 1,
+        // At most 2^31 bytes: at most 2^19 packets.
+        _ => len.div_ceil(PMTU).max(1) as u32,
+    }
+}
+
 const LOC_LEN: u8 = Syndrome::LocalLengthErr.to_raw();
 const LOC_QP_OP: u8 = Syndrome::LocalQpOpErr.to_raw();
 const LOC_PROT: u8 = Syndrome::LocalProtErr.to_raw();
@@ -274,6 +307,11 @@ impl Engine {
 
     pub(crate) fn drop_next_recv(&mut self, qpn: u32) -> Result<(), SimError> {
         self.qp_mut(qpn)?.drop_next_recv = true;
+        Ok(())
+    }
+
+    pub(crate) fn lose_next_ack(&mut self, qpn: u32) -> Result<(), SimError> {
+        self.qp_mut(qpn)?.lose_next_ack = true;
         Ok(())
     }
 }

@@ -109,12 +109,68 @@ pub(crate) struct DevQp {
     pub(super) fail_next: Option<super::Fault>,
     /// Injected: the next message that needs a receive finds none.
     pub(super) drop_next_recv: bool,
+    /// Injected: the acknowledgement of the next request this QP sends is lost.
+    pub(super) lose_next_ack: bool,
+    /// The PSN of the next request this QP sends (`sq_psn` at RTS, then advanced by each
+    /// acknowledged request's packets).
+    pub(super) sq_psn: u32,
+    /// The PSN the responder expects next (`rq_psn` at RTR, then advanced by each request it
+    /// carries out).
+    pub(super) rq_psn: u32,
+    /// Transport retries (timeouts and sequence-error NAKs) before "transport retry exceeded".
+    pub(super) retry_cnt: u8,
+    /// Transport retries left for the WQE at `sq_ci`, once it has needed one.
+    pub(super) retry_left: Option<u8>,
+    /// The responder has NAKed an out-of-sequence request and drops the next ones until the
+    /// expected PSN arrives (one NAK per sequence error, as IB responders send).
+    pub(super) seq_nak_sent: bool,
+    /// The results of the last atomics carried out, by PSN, to answer a duplicate without
+    /// running it again; a ring of [`ATOMIC_RESOURCES`](super::ATOMIC_RESOURCES).
+    pub(super) atomic_results: [Option<(u32, u64)>; super::ATOMIC_RESOURCES],
+    /// The ring entry the next atomic result goes to.
+    pub(super) atomic_next: usize,
 }
 
 impl DevQp {
     /// Sets the RNR retry count for the requests from now on.
     pub(crate) fn set_rnr_retry(&mut self, rnr_retry: u8) {
         self.rnr_retry = rnr_retry;
+    }
+
+    /// Sets the transport retry count for the requests from now on.
+    pub(crate) fn set_retry_cnt(&mut self, retry_cnt: u8) {
+        self.retry_cnt = retry_cnt;
+    }
+
+    /// Sets the PSN of the next request this QP sends (`sq_psn`, 24 bits).
+    pub(crate) fn set_sq_psn(&mut self, psn: u32) {
+        self.sq_psn = psn & super::PSN_MASK;
+    }
+
+    /// Sets the PSN this QP expects next as a responder (`rq_psn`, 24 bits).
+    pub(crate) fn set_rq_psn(&mut self, psn: u32) {
+        self.rq_psn = psn & super::PSN_MASK;
+        self.seq_nak_sent = false;
+    }
+
+    /// (`sq_psn`, `rq_psn`): the PSN it sends next, the PSN it expects next.
+    pub(crate) fn psns(&self) -> (u32, u32) {
+        (self.sq_psn, self.rq_psn)
+    }
+
+    /// Keeps the result of the atomic at `psn` for duplicates of it.
+    pub(super) fn keep_atomic(&mut self, psn: u32, orig: u64) {
+        self.atomic_results[self.atomic_next] = Some((psn, orig));
+        self.atomic_next = (self.atomic_next + 1) % super::ATOMIC_RESOURCES;
+    }
+
+    /// The kept result of the atomic at `psn`, if it is still kept.
+    pub(super) fn kept_atomic(&self, psn: u32) -> Option<u64> {
+        self.atomic_results
+            .iter()
+            .flatten()
+            .find(|(p, _)| *p == psn)
+            .map(|(_, v)| *v)
     }
 }
 
@@ -375,6 +431,14 @@ impl Engine {
             rnr_left: None,
             fail_next: None,
             drop_next_recv: false,
+            lose_next_ack: false,
+            sq_psn: 0,
+            rq_psn: 0,
+            retry_cnt: super::RETRY_CNT_DEFAULT,
+            retry_left: None,
+            seq_nak_sent: false,
+            atomic_results: [None; super::ATOMIC_RESOURCES],
+            atomic_next: 0,
         };
         if slot == self.qps.len() {
             self.qps.push(qp);

@@ -10,7 +10,10 @@
 //! for one in another process, with one request in flight per QP — and its completion is what
 //! the responder answered: a CQE when signaled (READ data and atomic results placed first), an
 //! error CQE always. An RNR NAK leaves the WQE where it is, to be sent again until the QP's RNR
-//! retries run out.
+//! retries run out. A request carries the QP's next PSN; an acknowledgement counts only if it
+//! names the request's last PSN, and the PSN moves past the request's packets only then. No
+//! valid acknowledgement (a sequence error NAK, a drop, a lost or foreign acknowledgement)
+//! leaves the WQE where it is too, to be sent again until the QP's transport retries run out.
 
 use std::time::{Duration, Instant};
 
@@ -21,6 +24,7 @@ use super::queues::Pending;
 use super::responder::{Ack, Ask, Nak};
 use super::{
     Engine, FLUSH, Fault, LOC_LEN, LOC_PROT, LOC_QP_OP, MAX_MSG, RETRY_EXC, RNR_EXC, mr_vendor,
+    packets, psn_add,
 };
 use crate::config::{Access, QpStatus, RNR_RETRY_INFINITE};
 use crate::cq::{self, op};
@@ -38,6 +42,9 @@ enum Outcome {
     Done(u32),
     /// The peer had no receive: retry later.
     Rnr,
+    /// No valid acknowledgement (lost, a sequence error NAK, a PSN that is not the
+    /// request's): send again, counted against the QP's retry count.
+    Retry,
     /// Failed: an error CQE, and the QP enters the error state.
     Fail(Fault),
 }
@@ -47,8 +54,23 @@ impl From<Nak> for Outcome {
         match nak {
             Nak::Rnr => Outcome::Rnr,
             Nak::Error(f) => Outcome::Fail(f),
+            Nak::Seq(_) | Nak::Dropped => Outcome::Retry,
         }
     }
+}
+
+/// The bytes of `w`'s message: its payload, the bytes a READ reads, 8 for an atomic.
+fn msg_len(w: &Wqe) -> u64 {
+    match (w.opcode, w.payload) {
+        (opcode::ATOMIC_CS | opcode::ATOMIC_FA, _) => 8,
+        (_, Payload::Inline { len, .. }) => u64::from(len),
+        (_, Payload::Sges(n)) => w.sges[..n].iter().map(|e| e.len).sum(),
+    }
+}
+
+/// The PSN of the last packet of a request at `psn` (a READ's last response packet's).
+fn last_psn(psn: u32, opcode: u8, len: u64) -> u32 {
+    psn_add(psn, packets(opcode, len).saturating_sub(1))
 }
 
 impl Engine {
@@ -129,6 +151,8 @@ impl Engine {
                 let cqe = cq::req(qp.uidx, qp.qpn, w.opcode, qp.sq_ci as u16, byte_cnt);
                 qp.sq_ci = qp.sq_ci.wrapping_add(w.blocks);
                 qp.rnr_left = None;
+                qp.retry_left = None;
+                qp.sq_psn = psn_add(qp.sq_psn, packets(w.opcode, msg_len(w)));
                 let cqn = qp.send_cq;
                 if w.fm_ce_se & fm_ce_se::CQ_UPDATE != 0 {
                     self.push_cqe(cqn, cqe);
@@ -150,6 +174,17 @@ impl Engine {
                     self.fail(q, Fault::new(RNR_EXC, vendor::RNR), w.opcode, w.blocks);
                 } else {
                     qp.rnr_left = Some(left - 1);
+                }
+                1
+            }
+            Outcome::Retry => {
+                self.stats.retries += 1;
+                let qp = &mut self.qps[q];
+                let left = qp.retry_left.unwrap_or(qp.retry_cnt);
+                if left == 0 {
+                    self.fail(q, Fault::new(RETRY_EXC, vendor::RETRY), w.opcode, w.blocks);
+                } else {
+                    qp.retry_left = Some(left - 1);
                 }
                 1
             }
@@ -176,6 +211,7 @@ impl Engine {
         qp.sq_ci = qp.sq_ci.wrapping_add(blocks);
         qp.status = QpStatus::Error;
         qp.rnr_left = None;
+        qp.retry_left = None;
         let cqn = qp.send_cq;
         self.push_cqe(cqn, cqe);
         self.stats.wqes_failed += 1;
@@ -248,9 +284,20 @@ impl Engine {
     ///
     /// `spans` were checked by [`Engine::requester_spans`] for this WQE; a `Read` span lies in
     /// memory the responder checked for remote read (or in a response's own bytes).
-    unsafe fn conclude(&mut self, answer: Result<Ack, Nak>, spans: &Spans, len: u64) -> Outcome {
+    unsafe fn conclude(
+        &mut self,
+        answer: Result<Ack, Nak>,
+        spans: &Spans,
+        len: u64,
+        last_psn: u32,
+    ) -> Outcome {
         match answer {
             Ok(Ack::Done) => Outcome::Done(0),
+            // A duplicate acknowledged again: it acknowledges this request only if it names
+            // the request's last PSN; otherwise the requester ignores it (a ghost
+            // acknowledgement) and its timer runs out.
+            Ok(Ack::Again(psn)) if psn == last_psn => Outcome::Done(0),
+            Ok(Ack::Again(_)) => Outcome::Retry,
             Ok(Ack::Read(src)) => {
                 // SAFETY: (caller) the source was checked by the responder, the destination
                 // spans by the requester (local write).
@@ -298,11 +345,16 @@ impl Engine {
         } else {
             spans
         };
+        let psn = self.qps[q].sq_psn;
         // SAFETY: the payload spans were checked against registered regions (or lie in the
         // send ring).
-        let answer = unsafe { self.respond(p, &Ask::of(w, len), src.as_slice()) };
+        let answer = unsafe { self.respond(p, &Ask::of(w, len, psn), src.as_slice()) };
+        if core::mem::take(&mut self.qps[q].lose_next_ack) {
+            // The responder did its work; its answer never arrives.
+            return Outcome::Retry;
+        }
         // SAFETY: `spans` come from `requester_spans`; a READ span was checked by `respond`.
-        unsafe { self.conclude(answer, &spans, len) }
+        unsafe { self.conclude(answer, &spans, len, last_psn(psn, w.opcode, len)) }
     }
 
     /// Sends `w` to the peer QP `qpn` in the device instance at `lid`.
@@ -329,7 +381,7 @@ impl Engine {
             // new buffer of `len` bytes.
             unsafe { copy_spans(spans.as_slice(), &dst, len) };
         }
-        let ask = Ask::of(w, len);
+        let ask = Ask::of(w, len, self.qps[q].sq_psn);
         let seq = self.next_seq;
         self.next_seq = self.next_seq.wrapping_add(1);
         let qp = &mut self.qps[q];
@@ -339,6 +391,7 @@ impl Engine {
             src_qpn: qp.qpn,
             dst_qpn: qpn,
             seq,
+            psn: ask.psn,
             opcode: ask.opcode,
             solicited: ask.solicited,
             raddr: ask.raddr,
@@ -376,12 +429,21 @@ impl Engine {
             // Moved to the error state meanwhile: the WQE is flushed by the next step.
             return;
         }
+        if core::mem::take(&mut self.qps[q].lose_next_ack) {
+            // Lost on its way: the request is sent again.
+            self.finish(q, &w, Outcome::Retry);
+            return;
+        }
         let outcome = match self.requester_spans(q, &w) {
             Err(f) => Outcome::Fail(f),
             Ok((spans, len)) => {
-                // A response that does not fit the request fails the WQE as a malformed one.
-                let answer = match Nak::of_status(r.status) {
+                let last = last_psn(self.qps[q].sq_psn, w.opcode, len);
+                // A response that does not fit the request fails the WQE as a malformed one;
+                // an acknowledgement that names another PSN is ignored (the request is sent
+                // again).
+                let answer = match Nak::of_status(r.status, r.psn) {
                     Some(nak) => Err(nak),
+                    None if r.psn != last => Ok(Ack::Again(r.psn)),
                     None => match w.opcode {
                         opcode::RDMA_READ if r.data.len() as u64 == len => {
                             Ok(Ack::Read(Span::own(r.data.as_ptr() as u64, len)))
@@ -397,7 +459,7 @@ impl Engine {
                 };
                 // SAFETY: `spans` come from `requester_spans`; READ data is the response's own
                 // bytes, of the length asked.
-                unsafe { self.conclude(answer, &spans, len) }
+                unsafe { self.conclude(answer, &spans, len, last) }
             }
         };
         self.finish(q, &w, outcome);

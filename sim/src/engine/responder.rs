@@ -12,14 +12,20 @@
 //! it may not write) moves the responder to the error state, and one that concerns a receive
 //! also completes that receive with an error CQE. An RNR NAK (no receive posted) changes
 //! nothing at the responder.
+//!
+//! Before any of that, the request's PSN is compared with the one the QP expects: only the
+//! expected PSN is carried out (and moves the expected PSN past the request's packets); one
+//! ahead is answered with a sequence error NAK ([`Nak::Seq`], then [`Nak::Dropped`] until the
+//! expected one arrives); one behind is a duplicate, answered without being carried out
+//! again ([`Ack::Again`] for a WRITE or SEND, a READ read again, an atomic's kept result).
 
 use zverbs_core::sync::atomic::{AtomicU64, Ordering};
 use zverbs_mlx5dv::prm::{fm_ce_se, opcode};
 
 use super::copy::{Span, Spans, copy_spans};
 use super::{
-    Engine, Fault, LOC_LEN, LOC_PROT, LOC_QP_OP, MAX_MSG, REM_ACCESS, REM_INV_REQ, REM_OP,
-    RETRY_EXC, mr_vendor,
+    Engine, Fault, LOC_LEN, LOC_PROT, LOC_QP_OP, MAX_MSG, PSN_MASK, REM_ACCESS, REM_INV_REQ,
+    REM_OP, RETRY_EXC, mr_vendor, packets, psn_add, psn_diff,
 };
 use crate::config::{Access, Mr, QpStatus};
 use crate::cq::{self, op};
@@ -38,12 +44,15 @@ pub(super) struct Ask {
     pub(super) len: u64,
     pub(super) swap_add: u64,
     pub(super) compare: u64,
+    /// The request's PSN (its first packet's).
+    pub(super) psn: u32,
 }
 
 impl Ask {
     /// The request WQE `w` makes, for a message of `len` bytes.
-    pub(super) fn of(w: &Wqe, len: u64) -> Self {
+    pub(super) fn of(w: &Wqe, len: u64, psn: u32) -> Self {
         Self {
+            psn,
             opcode: w.opcode,
             solicited: w.fm_ce_se & fm_ce_se::SOLICITED != 0,
             raddr: w.raddr,
@@ -58,6 +67,7 @@ impl Ask {
     /// The request a message from another process makes.
     fn of_request(r: &Request) -> Self {
         Self {
+            psn: r.psn & PSN_MASK,
             opcode: r.opcode,
             solicited: r.solicited,
             raddr: r.raddr,
@@ -79,6 +89,9 @@ pub(super) enum Ack {
     Read(Span),
     /// Atomic: the original 8 bytes as they were in memory.
     Atomic(u64),
+    /// A duplicate WRITE or SEND, acknowledged again without being carried out again; the
+    /// acknowledgement carries the PSN of the last request the responder carried out.
+    Again(u32),
 }
 
 /// A request the responder did not carry out.
@@ -88,6 +101,12 @@ pub(super) enum Nak {
     Rnr,
     /// Refused: the requester's WQE completes with this error.
     Error(Fault),
+    /// PSN sequence error: the request is ahead of the PSN the responder expects (carried);
+    /// nothing is done. The requester's retry counter decides what follows.
+    Seq(u32),
+    /// Dropped without an answer (a repeated out-of-sequence request, or a duplicate atomic
+    /// whose result is no longer kept): the requester's timer runs out.
+    Dropped,
 }
 
 impl From<Fault> for Nak {
@@ -102,15 +121,20 @@ impl Nak {
         match self {
             Nak::Rnr => Status::Rnr,
             Nak::Error(f) => Status::Nak(f.syndrome, f.vendor),
+            Nak::Seq(_) => Status::Seq,
+            Nak::Dropped => Status::Dropped,
         }
     }
 
     /// What a response from another process that is not an ACK says.
-    pub(super) fn of_status(s: Status) -> Option<Self> {
+    /// `psn` is the response's.
+    pub(super) fn of_status(s: Status, psn: u32) -> Option<Self> {
         match s {
             Status::Ack => None,
             Status::Rnr => Some(Nak::Rnr),
             Status::Nak(syndrome, vendor) => Some(Nak::Error(Fault::new(syndrome, vendor))),
+            Status::Seq => Some(Nak::Seq(psn)),
+            Status::Dropped => Some(Nak::Dropped),
         }
     }
 }
@@ -169,6 +193,59 @@ impl Engine {
         if self.qps[p].status != QpStatus::Rts {
             return Err(Fault::new(RETRY_EXC, vendor::PEER_DOWN).into());
         }
+        let expected = self.qps[p].rq_psn;
+        let ahead = psn_diff(ask.psn, expected);
+        if ahead > 0 {
+            // Out of sequence (an earlier request was lost, or the two sides were given
+            // different PSNs): NAK the first such request with the PSN expected, drop the
+            // rest until that PSN arrives. Nothing is carried out.
+            self.stats.seq_errors += 1;
+            if core::mem::replace(&mut self.qps[p].seq_nak_sent, true) {
+                return Err(Nak::Dropped);
+            }
+            return Err(Nak::Seq(expected));
+        }
+        if ahead < 0 {
+            self.stats.duplicates += 1;
+            return self.duplicate(p, ask);
+        }
+        // SAFETY: (caller) the payload is valid for reads.
+        let answer = unsafe { self.carry_out(p, ask, src) };
+        if let Ok(ack) = answer {
+            let qp = &mut self.qps[p];
+            qp.rq_psn = psn_add(ask.psn, packets(ask.opcode, ask.len));
+            qp.seq_nak_sent = false;
+            if let Ack::Atomic(orig) = ack {
+                qp.keep_atomic(ask.psn, orig);
+            }
+        }
+        answer
+    }
+
+    /// A request behind the PSN QP `p` expects, which it has carried out before (its
+    /// acknowledgement was lost): as IB responders do, a WRITE or SEND is acknowledged again
+    /// and not placed again, a READ is read again, an atomic is answered with the result kept
+    /// from its first execution and not run again (dropped when no longer kept).
+    fn duplicate(&mut self, p: usize, ask: &Ask) -> Result<Ack, Nak> {
+        match ask.opcode {
+            opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM | opcode::SEND | opcode::SEND_IMM => {
+                Ok(Ack::Again(psn_add(self.qps[p].rq_psn, PSN_MASK)))
+            }
+            opcode::RDMA_READ => self.read(p, ask),
+            opcode::ATOMIC_CS | opcode::ATOMIC_FA => match self.qps[p].kept_atomic(ask.psn) {
+                Some(orig) => Ok(Ack::Atomic(orig)),
+                None => Err(Nak::Dropped),
+            },
+            _ => Err(Fault::new(LOC_QP_OP, vendor::OPCODE).into()),
+        }
+    }
+
+    /// The work of an in-sequence request `ask` at QP `p`.
+    ///
+    /// # Safety
+    ///
+    /// As [`Engine::respond`].
+    unsafe fn carry_out(&mut self, p: usize, ask: &Ask, src: &[Span]) -> Result<Ack, Nak> {
         if ask.len > MAX_MSG {
             // Only a request from another process can claim this (a local requester checks
             // its own length); its READ would be answered with more than a message can hold.
@@ -420,16 +497,24 @@ impl Engine {
             r.opcode,
             opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM | opcode::SEND | opcode::SEND_IMM
         );
+        let ask = Ask::of_request(r);
         let answer = match self.admit_remote(r, writes) {
             Err(f) => Err(Nak::Error(f)),
             Ok(p) => {
                 let src = [Span::own(r.payload.as_ptr() as u64, r.payload.len() as u64)];
                 // SAFETY: the payload is the message's own bytes.
-                unsafe { self.respond(p, &Ask::of_request(r), if writes { &src } else { &[] }) }
+                unsafe { self.respond(p, &ask, if writes { &src } else { &[] }) }
             }
         };
+        // An acknowledgement carries the request's last PSN; a duplicate's, the last request
+        // carried out; a sequence error NAK, the PSN expected.
+        let last = psn_add(ask.psn, packets(ask.opcode, ask.len).saturating_sub(1));
+        let psn = match answer {
+            Ok(Ack::Again(psn)) | Err(Nak::Seq(psn)) => psn,
+            _ => last,
+        };
         let (status, data) = match answer {
-            Ok(Ack::Done) => (Status::Ack, Vec::new()),
+            Ok(Ack::Done | Ack::Again(_)) => (Status::Ack, Vec::new()),
             Ok(Ack::Read(span)) => {
                 let mut v = std::vec![0u8; span.len as usize];
                 let dst = [Span::own(v.as_mut_ptr() as u64, span.len)];
@@ -448,6 +533,7 @@ impl Engine {
                 src_qpn: r.dst_qpn,
                 dst_qpn: r.src_qpn,
                 seq: r.seq,
+                psn,
                 status,
                 data,
             };
@@ -467,9 +553,11 @@ mod tests {
             Nak::Rnr,
             Nak::Error(Fault::new(REM_ACCESS, vendor::RKEY)),
             Nak::Error(Fault::new(RETRY_EXC, vendor::NOT_PEER)),
+            Nak::Seq(0xff_ffff),
+            Nak::Dropped,
         ] {
-            assert_eq!(Nak::of_status(nak.status()), Some(nak));
+            assert_eq!(Nak::of_status(nak.status(), 0xff_ffff), Some(nak));
         }
-        assert_eq!(Nak::of_status(Status::Ack), None);
+        assert_eq!(Nak::of_status(Status::Ack, 0), None);
     }
 }

@@ -50,6 +50,11 @@ pub(crate) trait ContextProvider: Send + Sync + Debug {
     fn atomics_big_endian(&self) -> bool {
         false
     }
+    /// Whether this is the software device (whose `SimControl` the
+    /// context hands out).
+    fn is_sim(&self) -> bool {
+        false
+    }
     /// A protection domain.
     fn alloc_pd(&self) -> Result<Box<dyn PdProvider>>;
     /// A completion queue of at least `cqe` entries; `direct` asks for a direct engine.

@@ -1,7 +1,10 @@
 //! The software mlx5 device as a provider.
 //!
-//! One device per process, [`NAME`], started on first use with its progress thread and kept
-//! for the life of the process (its queue memory lives as long as it does). Every CQ and QP is
+//! One device per process, [`NAME`], created on first use and kept for the life of the process
+//! (its queue memory lives as long as it does). Its progress thread runs while a context is
+//! open on it: the first [`open`] starts it, dropping the last context (after every object
+//! made from it, which keep it alive) stops it and waits for it to exit. [`SimControl`]
+//! steps the device by hand instead, injects faults and sets the thread's idle behaviour. Every CQ and QP is
 //! a direct engine: the device hands out the layouts `mlx5dv_init_obj` would, and
 //! `zverbs-mlx5dv` drives them exactly as on a ConnectX. It has no libibverbs side, so the
 //! fallback backend cannot be asked for.
@@ -15,7 +18,8 @@
 //! the device allocated stays with the device).
 
 use std::io;
-use std::sync::OnceLock;
+use std::marker::PhantomData;
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use zverbs_sim::{self as sim, CqConfig, QpConfig, SimError};
 
@@ -48,7 +52,36 @@ const QPS_ERR: u32 = 6;
 /// `MLX5_SHUT_UP_BF=1` asks for doorbell-only queues as it does of libmlx5.
 const BF_SIZE: u32 = 256;
 
-/// The process's software device, started on first use.
+/// Who uses the device: the contexts open on it, and whether a caller asked to step it by hand
+/// ([`SimControl::set_stepped`]). The progress thread runs while `contexts > 0 && !stepped`.
+#[derive(Debug)]
+struct Users {
+    contexts: usize,
+    stepped: bool,
+}
+
+static USERS: Mutex<Users> = Mutex::new(Users {
+    contexts: 0,
+    stepped: false,
+});
+
+fn users() -> MutexGuard<'static, Users> {
+    USERS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Starts or stops the progress thread as `u` says it should run.
+fn apply(u: &Users) {
+    if u.contexts > 0 && !u.stepped {
+        device().start();
+    } else {
+        device().stop();
+    }
+}
+
+/// The process's software device, created on first use (its progress thread is the
+/// contexts' business).
 fn device() -> &'static sim::Device {
     static DEVICE: OnceLock<sim::Device> = OnceLock::new();
     DEVICE.get_or_init(|| {
@@ -59,12 +92,10 @@ fn device() -> &'static sim::Device {
         };
         // The sizes are within the device's limits: only a failure to allocate its tables
         // (a few hundred kilobytes) can end here, where an allocation would abort anyway.
-        let mut d = match sim::Device::with_config(cfg) {
+        match sim::Device::with_config(cfg) {
             Ok(d) => d,
             Err(e) => panic!("{NAME}: {e}"),
-        };
-        d.start();
-        d
+        }
     })
 }
 
@@ -92,19 +123,34 @@ fn sim_err(op: &'static str, e: SimError) -> Error {
     }
 }
 
-/// An open software device.
+/// An open software device: its progress thread runs while one is open (unless stepped).
 #[derive(Debug)]
-pub(crate) struct SimContext;
+pub(crate) struct SimContext(());
 
-/// Opens the software device.
+/// Opens the software device, starting its progress thread if it is the first context.
 pub(crate) fn open() -> SimContext {
-    device();
-    SimContext
+    let mut u = users();
+    u.contexts += 1;
+    apply(&u);
+    SimContext(())
+}
+
+impl Drop for SimContext {
+    fn drop(&mut self) {
+        let mut u = users();
+        u.contexts -= 1;
+        // The last context gone: the thread stops and is joined before this returns.
+        apply(&u);
+    }
 }
 
 impl ContextProvider for SimContext {
     fn name(&self) -> &str {
         NAME
+    }
+
+    fn is_sim(&self) -> bool {
+        true
     }
 
     fn query_device(&self) -> Result<DeviceAttr> {
@@ -341,13 +387,37 @@ impl QpProvider for SimQp {
                         ),
                     });
                 }
-                device()
-                    .connect_to(self.qp.qpn, sim::Peer::Local(attr.dest_qp_num))
-                    .map_err(|e| sim_err("ibv_modify_qp", e))
+                let d = device();
+                d.connect_to(self.qp.qpn, sim::Peer::Local(attr.dest_qp_num))
+                    .map_err(|e| sim_err("ibv_modify_qp", e))?;
+                // The device carries out only the requests with the PSN it expects.
+                if mask & qp_attr_mask::IBV_QP_RQ_PSN != 0 {
+                    d.set_rq_psn(self.qp.qpn, attr.rq_psn & 0xff_ffff)
+                        .map_err(|e| sim_err("ibv_modify_qp", e))?;
+                }
+                Ok(())
             }
-            QPS_RTS if mask & qp_attr_mask::IBV_QP_RNR_RETRY != 0 => device()
-                .set_rnr_retry(self.qp.qpn, attr.rnr_retry)
-                .map_err(|e| sim_err("ibv_modify_qp", e)),
+            QPS_RTS => {
+                let d = device();
+                let e = |e| sim_err("ibv_modify_qp", e);
+                if mask & qp_attr_mask::IBV_QP_RNR_RETRY != 0 && attr.rnr_retry > 7 {
+                    return Err(Error::from_ret("ibv_modify_qp", libc::EINVAL));
+                }
+                if mask & qp_attr_mask::IBV_QP_RETRY_CNT != 0 && attr.retry_cnt > 7 {
+                    return Err(Error::from_ret("ibv_modify_qp", libc::EINVAL));
+                }
+                if mask & qp_attr_mask::IBV_QP_SQ_PSN != 0 {
+                    d.set_sq_psn(self.qp.qpn, attr.sq_psn & 0xff_ffff)
+                        .map_err(e)?;
+                }
+                if mask & qp_attr_mask::IBV_QP_RETRY_CNT != 0 {
+                    d.set_retry_cnt(self.qp.qpn, attr.retry_cnt).map_err(e)?;
+                }
+                if mask & qp_attr_mask::IBV_QP_RNR_RETRY != 0 {
+                    d.set_rnr_retry(self.qp.qpn, attr.rnr_retry).map_err(e)?;
+                }
+                Ok(())
+            }
             QPS_ERR => device()
                 .set_error(self.qp.qpn)
                 .map_err(|e| sim_err("ibv_modify_qp", e)),
@@ -371,9 +441,125 @@ impl Drop for SimQp {
     }
 }
 
+/// Control of the software device from a [`Context`](crate::Context) open on it
+/// ([`Context::sim`](crate::Context::sim)): step it by hand, inject faults, choose what its
+/// progress thread does when idle.
+///
+/// The device is one per process: what is set here holds for every context and queue on it.
+/// A QP is named by its number ([`Qp::qpn`](crate::Qp::qpn)).
+///
+/// ```no_run
+/// # fn main() -> zverbs::Result<()> {
+/// let ctx = zverbs::open_device(Some(zverbs::SOFTWARE_DEVICE), &Default::default())?;
+/// let sim = ctx.sim().expect("the software device");
+/// sim.set_stepped(true); // no progress thread: nothing moves until a step
+/// // ... post work requests and ring ...
+/// sim.run_until_idle(); // the device does all it can, deterministically
+/// // ... poll the completions ...
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct SimControl<'a> {
+    _ctx: PhantomData<&'a crate::Context>,
+}
+
+impl SimControl<'_> {
+    pub(crate) fn new() -> Self {
+        Self { _ctx: PhantomData }
+    }
+
+    /// Stops the progress thread (`true`) and waits for it to exit, so that nothing happens
+    /// until [`step`](Self::step) or [`run_until_idle`](Self::run_until_idle): deterministic,
+    /// for tests. `false` starts it again (if a context is open). Contexts opened meanwhile do
+    /// not start it.
+    pub fn set_stepped(&self, on: bool) {
+        let mut u = users();
+        u.stepped = on;
+        apply(&u);
+    }
+
+    /// Whether the device is stepped by hand ([`set_stepped`](Self::set_stepped)).
+    pub fn is_stepped(&self) -> bool {
+        users().stepped
+    }
+
+    /// Whether the device's progress thread runs (it does while a context is open and the
+    /// device is not stepped).
+    pub fn progress_running(&self) -> bool {
+        device().is_running()
+    }
+
+    /// One pass over the device: writes due CQEs, flushes, and takes at most one send WQE per
+    /// QP. Returns the work done (0: nothing can happen until software acts). With the
+    /// progress thread running this works too, but the two interleave.
+    pub fn step(&self) -> usize {
+        device().step()
+    }
+
+    /// Steps until a step does nothing; returns the work done.
+    pub fn run_until_idle(&self) -> usize {
+        device().run_until_idle()
+    }
+
+    /// What the progress thread does when the device has nothing to do: spin, yield or sleep
+    /// between passes over the doorbells ([`Idle`](zverbs_sim::Idle); adaptive by default).
+    pub fn set_idle(&self, idle: sim::Idle) {
+        device().set_idle(idle);
+    }
+
+    /// The device's counters.
+    pub fn stats(&self) -> sim::Stats {
+        device().stats()
+    }
+
+    /// Fails the next send WQE of QP `qpn` with the mlx5 `syndrome` (the error CQE's, e.g.
+    /// 0x15 for transport retry exceeded; vendor syndrome `zverbs::sim::vendor::INJECTED`);
+    /// the QP enters the error state and its other WQEs are flushed.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verbs`] (not found) for a QP the device does not have.
+    pub fn fail_next_wqe(&self, qpn: u32, syndrome: u8) -> Result<()> {
+        device()
+            .fail_next_wqe(qpn, syndrome)
+            .map_err(|e| sim_err("fail_next_wqe", e))
+    }
+
+    /// Makes the next message that needs a receive at QP `qpn` find none: its requester gets
+    /// an RNR NAK and retries (or fails, per its `rnr_retry`).
+    ///
+    /// # Errors
+    ///
+    /// As [`fail_next_wqe`](Self::fail_next_wqe).
+    pub fn drop_next_recv(&self, qpn: u32) -> Result<()> {
+        device()
+            .drop_next_recv(qpn)
+            .map_err(|e| sim_err("drop_next_recv", e))
+    }
+
+    /// Loses the acknowledgement of the next request QP `qpn` sends: the request is carried
+    /// out, sent again (one transport retry) and taken for a duplicate by the responder, which
+    /// does not carry it out again.
+    ///
+    /// # Errors
+    ///
+    /// As [`fail_next_wqe`](Self::fail_next_wqe).
+    pub fn lose_next_ack(&self, qpn: u32) -> Result<()> {
+        device()
+            .lose_next_ack(qpn)
+            .map_err(|e| sim_err("lose_next_ack", e))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The name the device list and `ZVERBS_DEVICE` use is the device crate's.
+    #[test]
+    fn the_software_device_is_named_as_its_crate_names_it() {
+        assert_eq!(NAME, sim::DEVICE_NAME);
+    }
 
     /// Every right reaches the device as the same right, and nothing else does.
     #[test]
