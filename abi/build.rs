@@ -537,6 +537,24 @@ const STRUCTS: &[Spec] = &[
         ],
     ),
     (
+        "zverbs_mlx5dv::prm::dv::mlx5dv_srq",
+        "struct mlx5dv_srq",
+        &[
+            ("buf", ""),
+            ("dbrec", ""),
+            ("stride", ""),
+            ("head", ""),
+            ("tail", ""),
+            ("comp_mask", ""),
+            ("srqn", ""),
+        ],
+    ),
+    (
+        "zverbs_mlx5dv::prm::dv::mlx5dv_ah",
+        "struct mlx5dv_ah",
+        &[("av", ""), ("comp_mask", "")],
+    ),
+    (
         "zverbs_ffi::cm::rdma_event_channel",
         "struct rdma_event_channel",
         &[("fd", "")],
@@ -693,6 +711,10 @@ const CONSTS: &[(&str, &str)] = &[
     ),
     ("zverbs_ffi::types::MLX5DV_OBJ_QP", "MLX5DV_OBJ_QP"),
     ("zverbs_ffi::types::MLX5DV_OBJ_CQ", "MLX5DV_OBJ_CQ"),
+    (
+        "zverbs_mlx5dv::prm::dv::MLX5DV_SRQ_MASK_SRQN",
+        "MLX5DV_SRQ_MASK_SRQN",
+    ),
     (
         "zverbs_ffi::types::IBV_LINK_LAYER_INFINIBAND",
         "IBV_LINK_LAYER_INFINIBAND",
