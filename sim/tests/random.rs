@@ -272,7 +272,7 @@ fn run(p: &mut Pair<'_>, seed: u64, ops: u64) {
                 let sgl: Vec<Sge> = entries.iter().map(|&(o, l)| p.b.sge(o, l as u32)).collect();
                 let rid = 0x1_0000_0000 | next_id;
                 // SAFETY: receive entries in B's registered arena.
-                unsafe { p.b.rq.post_recv(&RecvWr::new(rid, &sgl)) }.unwrap();
+                unsafe { p.b.rq.post(&RecvWr::new(rid, &sgl)) }.unwrap();
                 m.recvs.push_back((rid, entries));
             }
             let mut op = op;
@@ -339,10 +339,10 @@ fn run(p: &mut Pair<'_>, seed: u64, ops: u64) {
         // round's completions are polled.
         unsafe {
             if batch {
-                p.a.sq.post_send_batch(&wrs).unwrap();
+                p.a.sq.post_all(&wrs).unwrap();
             } else {
                 for wr in &wrs {
-                    p.a.sq.post_send(wr).unwrap();
+                    p.a.sq.stage(wr).unwrap();
                     if rng.chance(30) {
                         p.a.sq.ring();
                     }

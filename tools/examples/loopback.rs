@@ -182,8 +182,7 @@ fn ops<S: PostSend, C: PollCq, R: PostRecv, D: PollCq>(
 
     // RDMA WRITE
     a.write(0, b"written by RDMA WRITE");
-    sq.write(1, a.slice(0..21).ok_or("slice")?, b.remote(100), sig)?;
-    sq.ring();
+    sq.write(1, a.slice(0..21), b.remote(100), sig)?;
     let w = wait(&mut acq, 1)?;
     let mut got = [0u8; 21];
     b.read(100, &mut got);
@@ -199,7 +198,6 @@ fn ops<S: PostSend, C: PollCq, R: PostRecv, D: PollCq>(
     // Inline WRITE, unsignaled, then a signaled one retires both.
     sq.write_inline(2, b"inline!", b.remote(200), SendFlags::NONE)?;
     sq.write_inline(3, b"second", b.remote(220), sig)?;
-    sq.ring();
     let w = wait(&mut acq, 1)?;
     let mut got = [0u8; 7];
     b.read(200, &mut got);
@@ -209,10 +207,9 @@ fn ops<S: PostSend, C: PollCq, R: PostRecv, D: PollCq>(
     );
 
     // SEND with immediate into a posted receive.
-    rq.post(10, b.slice(1024..2048).ok_or("slice")?)?;
+    rq.post(10, b.slice(1024..2048))?;
     a.write(512, b"a message");
-    sq.send_imm(4, a.slice(512..521).ok_or("slice")?, 0xfeed_f00d, sig)?;
-    sq.ring();
+    sq.send_imm(4, a.slice(512..521), 0xfeed_f00d, sig)?;
     let w = wait(&mut acq, 1)?;
     let r = wait(&mut bcq, 1)?;
     let mut got = [0u8; 9];
@@ -232,9 +229,8 @@ fn ops<S: PostSend, C: PollCq, R: PostRecv, D: PollCq>(
     c.check(&got == b"a message", "SEND lands in the receive buffer");
 
     // WRITE with immediate consumes a receive.
-    rq.post(11, b.slice(2048..2049).ok_or("slice")?)?;
-    sq.write_imm(5, a.slice(0..4).ok_or("slice")?, b.remote(300), 77, sig)?;
-    sq.ring();
+    rq.post(11, b.slice(2048..2049))?;
+    sq.write_imm(5, a.slice(0..4), b.remote(300), 77, sig)?;
     wait(&mut acq, 1)?;
     let r = wait(&mut bcq, 1)?;
     c.check(
@@ -244,8 +240,7 @@ fn ops<S: PostSend, C: PollCq, R: PostRecv, D: PollCq>(
 
     // RDMA READ
     b.write(3000, b"read me back");
-    sq.read(6, a.slice(3000..3012).ok_or("slice")?, b.remote(3000), sig)?;
-    sq.ring();
+    sq.read(6, a.slice(3000..3012), b.remote(3000), sig)?;
     let w = wait(&mut acq, 1)?;
     let mut got = [0u8; 12];
     a.read(3000, &mut got);
@@ -257,28 +252,13 @@ fn ops<S: PostSend, C: PollCq, R: PostRecv, D: PollCq>(
     // Atomics (host order, unless the device is a ConnectX the driver could not set to it).
     let v = |x: u64| if be { x.to_be() } else { x };
     b.store_u64(4000, v(40));
-    sq.fetch_add(
-        7,
-        a.slice(4000..4008).ok_or("slice")?,
-        b.remote(4000),
-        2,
-        sig,
-    )?;
-    sq.ring();
+    sq.fetch_add(7, a.slice(4000..4008), b.remote(4000), 2, sig)?;
     let w = wait(&mut acq, 1)?;
     c.check(
         w[0].opcode == WcOpcode::FetchAdd && a.load_u64(4000) == v(40) && b.load_u64(4000) == v(42),
         "FETCH_ADD returns the old value and adds",
     );
-    sq.compare_swap(
-        8,
-        a.slice(4000..4008).ok_or("slice")?,
-        b.remote(4000),
-        42,
-        7,
-        sig,
-    )?;
-    sq.ring();
+    sq.compare_swap(8, a.slice(4000..4008), b.remote(4000), 42, 7, sig)?;
     let w = wait(&mut acq, 1)?;
     c.check(
         w[0].opcode == WcOpcode::CompSwap && a.load_u64(4000) == v(42) && b.load_u64(4000) == v(7),
@@ -287,8 +267,7 @@ fn ops<S: PostSend, C: PollCq, R: PostRecv, D: PollCq>(
 
     // A remote access error: a WRITE with a wrong rkey.
     let bad = zverbs::RemoteBuf::new(b.addr(), b.rkey() ^ 0x5a5a_0000);
-    sq.write(9, a.slice(0..8).ok_or("slice")?, bad, sig)?;
-    sq.ring();
+    sq.write(9, a.slice(0..8), bad, sig)?;
     let w = wait(&mut acq, 1)?;
     c.check(
         w[0].wr_id == 9 && w[0].status == WcStatus::RemAccessErr,
