@@ -440,7 +440,7 @@ impl AnyPoller {
 }
 
 impl PostSend for AnySendQueue {
-    #[inline]
+    #[inline(always)]
     unsafe fn stage(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
         match self {
             // SAFETY: forwarded.
@@ -449,14 +449,14 @@ impl PostSend for AnySendQueue {
             Self::Verbs(q) => unsafe { q.stage(wr) },
         }
     }
-    #[inline]
+    #[inline(always)]
     fn ring(&mut self) {
         match self {
             Self::Direct(q) => q.ring(),
             Self::Verbs(q) => q.ring(),
         }
     }
-    #[inline]
+    #[inline(always)]
     unsafe fn post_all(&mut self, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
         match self {
             // SAFETY: forwarded.
@@ -465,7 +465,7 @@ impl PostSend for AnySendQueue {
             Self::Verbs(q) => unsafe { q.post_all(wrs) },
         }
     }
-    #[inline]
+    #[inline(always)]
     unsafe fn post(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
         match self {
             // SAFETY: forwarded.
@@ -477,7 +477,7 @@ impl PostSend for AnySendQueue {
 }
 
 impl PostRecv for AnyRecvQueue {
-    #[inline]
+    #[inline(always)]
     unsafe fn post(&mut self, wr: &RecvWr<'_>) -> Result<(), PostError> {
         match self {
             // SAFETY: forwarded.
@@ -486,7 +486,7 @@ impl PostRecv for AnyRecvQueue {
             Self::Verbs(q) => unsafe { q.post(wr) },
         }
     }
-    #[inline]
+    #[inline(always)]
     unsafe fn post_all(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), BatchError> {
         match self {
             // SAFETY: forwarded.
@@ -498,7 +498,7 @@ impl PostRecv for AnyRecvQueue {
 }
 
 impl PollCq for AnyPoller {
-    #[inline]
+    #[inline(always)]
     fn poll(&mut self, out: &mut [Completion]) -> usize {
         match self {
             Self::Direct(q) => q.poll(out),

@@ -179,6 +179,7 @@ macro_rules! send_ops {
         /// # Errors
         ///
         /// [`SafePostError::Post`] when the queue refuses it.
+        #[inline(always)]
         pub fn write(
             &mut self,
             wr_id: u64,
@@ -195,6 +196,7 @@ macro_rules! send_ops {
         /// # Errors
         ///
         /// As [`SafeSendQueue::write`].
+        #[inline(always)]
         pub fn write_imm(
             &mut self,
             wr_id: u64,
@@ -212,6 +214,7 @@ macro_rules! send_ops {
         /// # Errors
         ///
         /// As [`SafeSendQueue::write`] (including `InlineTooLarge`).
+        #[inline(always)]
         pub fn write_inline(
             &mut self,
             wr_id: u64,
@@ -228,6 +231,7 @@ macro_rules! send_ops {
         /// # Errors
         ///
         /// As [`SafeSendQueue::write`].
+        #[inline(always)]
         pub fn send(
             &mut self,
             wr_id: u64,
@@ -243,6 +247,7 @@ macro_rules! send_ops {
         /// # Errors
         ///
         /// As [`SafeSendQueue::write`].
+        #[inline(always)]
         pub fn send_imm(
             &mut self,
             wr_id: u64,
@@ -259,6 +264,7 @@ macro_rules! send_ops {
         /// # Errors
         ///
         /// As [`SafeSendQueue::write_inline`].
+        #[inline(always)]
         pub fn send_inline(
             &mut self,
             wr_id: u64,
@@ -275,6 +281,7 @@ macro_rules! send_ops {
         ///
         /// [`SafePostError::NotWritable`] unless `local`'s buffer has `LOCAL_WRITE`; as
         /// [`SafeSendQueue::write`].
+        #[inline(always)]
         pub fn read(
             &mut self,
             wr_id: u64,
@@ -291,6 +298,7 @@ macro_rules! send_ops {
         /// # Errors
         ///
         /// As [`SafeSendQueue::read`] (including `AtomicSize`, `AtomicAlignment`).
+        #[inline(always)]
         pub fn fetch_add(
             &mut self,
             wr_id: u64,
@@ -308,6 +316,7 @@ macro_rules! send_ops {
         /// # Errors
         ///
         /// As [`SafeSendQueue::fetch_add`].
+        #[inline(always)]
         pub fn compare_swap(
             &mut self,
             wr_id: u64,
@@ -352,7 +361,7 @@ impl<Q: PostSend> SafeSendQueue<Q> {
         SafeSendBatch { b: self.q.batch() }
     }
 
-    #[inline]
+    #[inline(always)]
     fn submit(&mut self, wr: &SendWr<'_>) -> Result<(), SafePostError> {
         // SAFETY: every local entry is a bounds-checked span of an `MrBuf` with its own key
         // (see the module docs: such memory is never referenced by Rust and is deregistered
@@ -385,7 +394,7 @@ pub struct SafeSendBatch<'q, Q: PostSend> {
 }
 
 impl<Q: PostSend> SafeSendBatch<'_, Q> {
-    #[inline]
+    #[inline(always)]
     fn submit(&mut self, wr: &SendWr<'_>) -> Result<(), SafePostError> {
         // SAFETY: as in `SafeSendQueue::submit`.
         unsafe { self.b.post(wr) }.map_err(Into::into)

@@ -63,8 +63,7 @@ fn pair(attr: impl Fn(ConnectAttr) -> ConnectAttr) -> zverbs::Result<Pair> {
         &at(&b.qp),
         local.gid_index,
     )))?;
-    b.qp
-        .connect(&ConnectAttr::new(port, 0, &at(&a.qp), local.gid_index))?;
+    b.qp.connect(&ConnectAttr::new(port, 0, &at(&a.qp), local.gid_index))?;
     let (qa, qb) = (a.qp.queues(&a.cq)?, b.qp.queues(&b.cq)?);
     Ok(Pair { pd, a, b, qa, qb })
 }
@@ -141,7 +140,11 @@ fn a_write_with_immediate_and_no_receive_fails_by_default_not_hangs() {
 #[test]
 fn with_rnr_retry_7_the_write_waits_for_a_receive() {
     let Pair {
-        a, b, mut qa, mut qb, ..
+        a,
+        b,
+        mut qa,
+        mut qb,
+        ..
     } = pair(|c| c.rnr(7, 12)).unwrap();
     qa.sq
         .write_imm(1, a.buf.slice(0..8), b.buf.remote(0), 7, SIG)
