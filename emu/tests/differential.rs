@@ -310,7 +310,7 @@ fn run(mode: &str) {
                 num_sge: 1,
             };
             // SAFETY: a receive into the registered arena.
-            assert_eq!(unsafe { ctx.post(q_lib, &mut w) }, 0);
+            assert_eq!(unsafe { ctx.post_recv(q_lib, &mut w) }, 0);
             let sgl = [Sge::new(addr, RECV_SLOT as u32, mr.lkey)];
             // SAFETY: as above.
             unsafe { rq.post(&RecvWr::new(*recv_id, &sgl)) }.unwrap();
@@ -428,7 +428,7 @@ fn run(mode: &str) {
         }
         // SAFETY: the chain and its gather lists live across the call; the memory is
         // registered.
-        let r = unsafe { ctx.stage(q_lib, &mut wrs[0]) };
+        let r = unsafe { ctx.post_send(q_lib, &mut wrs[0]) };
         assert_eq!(r, 0, "ibv_post_send");
 
         // The direct path: the same requests, rung once.
