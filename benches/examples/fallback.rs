@@ -188,7 +188,7 @@ fn run(args: &Args) -> Res<()> {
         args.size
     );
 
-    let sgl = [a_buf.sge(0..args.size as usize).ok_or("buffer range")?];
+    let sgl = [a_buf.try_sge(0..args.size as usize)?];
     let remote = b_buf.remote(0);
     let mut wc = [Completion::EMPTY; 1];
     let mut next_id = 0u64;
@@ -198,7 +198,7 @@ fn run(args: &Args) -> Res<()> {
             let wr = SendWr::write(next_id, &sgl, remote).signaled();
             // SAFETY: the source is registered and not modified during the run; the
             // destination is B's registered buffer, which this program does not read.
-            unsafe { q.sq.send(&wr) }?;
+            unsafe { q.sq.post(&wr) }?;
             while q.cq.poll(&mut wc) == 0 {}
             if wc[0].status != WcStatus::Success || wc[0].wr_id != next_id {
                 return Err(format!("completion {:?}", wc[0]).into());

@@ -127,7 +127,7 @@ impl Fixture for Ours {
 ///
 /// # Errors
 ///
-/// As [`PostSend::send`].
+/// As [`PostSend::post`].
 #[inline(never)]
 pub unsafe fn post_write(
     sq: &mut Sq,
@@ -141,7 +141,7 @@ pub unsafe fn post_write(
     let sgl = [Sge::new(addr, len, lkey)];
     let wr = SendWr::write(wr_id, &sgl, RemoteBuf::new(raddr, rkey)).signaled();
     // SAFETY: (caller) the posting contract.
-    unsafe { sq.send(&wr) }
+    unsafe { sq.post(&wr) }
 }
 
 /// A signaled RDMA WRITE of `data`, inline, posted and rung.
@@ -152,7 +152,7 @@ pub unsafe fn post_write(
 ///
 /// # Errors
 ///
-/// As [`PostSend::send`].
+/// As [`PostSend::post`].
 #[inline(never)]
 pub unsafe fn post_write_inline(
     sq: &mut Sq,
@@ -166,7 +166,7 @@ pub unsafe fn post_write_inline(
         .inline()
         .signaled();
     // SAFETY: (caller) the posting contract; `data` is readable for the call.
-    unsafe { sq.send(&wr) }
+    unsafe { sq.post(&wr) }
 }
 
 /// A signaled 1-SGE SEND, posted and rung.
@@ -177,7 +177,7 @@ pub unsafe fn post_write_inline(
 ///
 /// # Errors
 ///
-/// As [`PostSend::send`].
+/// As [`PostSend::post`].
 #[inline(never)]
 pub unsafe fn post_send(
     sq: &mut Sq,
@@ -189,7 +189,7 @@ pub unsafe fn post_send(
     let sgl = [Sge::new(addr, len, lkey)];
     let wr = SendWr::send(wr_id, &sgl).signaled();
     // SAFETY: (caller) the posting contract.
-    unsafe { sq.send(&wr) }
+    unsafe { sq.post(&wr) }
 }
 
 /// A signaled 1-SGE RDMA READ, posted and rung.
@@ -200,7 +200,7 @@ pub unsafe fn post_send(
 ///
 /// # Errors
 ///
-/// As [`PostSend::send`].
+/// As [`PostSend::post`].
 #[inline(never)]
 pub unsafe fn post_read(
     sq: &mut Sq,
@@ -214,7 +214,7 @@ pub unsafe fn post_read(
     let sgl = [Sge::new(addr, len, lkey)];
     let wr = SendWr::read(wr_id, &sgl, RemoteBuf::new(raddr, rkey)).signaled();
     // SAFETY: (caller) the posting contract.
-    unsafe { sq.send(&wr) }
+    unsafe { sq.post(&wr) }
 }
 
 /// A signaled compare-and-swap, posted and rung.
@@ -225,7 +225,7 @@ pub unsafe fn post_read(
 ///
 /// # Errors
 ///
-/// As [`PostSend::send`].
+/// As [`PostSend::post`].
 #[allow(clippy::too_many_arguments)]
 #[inline(never)]
 pub unsafe fn post_cas(
@@ -242,7 +242,7 @@ pub unsafe fn post_cas(
     let wr =
         SendWr::compare_swap(wr_id, local, RemoteBuf::new(raddr, rkey), compare, swap).signaled();
     // SAFETY: (caller) the posting contract.
-    unsafe { sq.send(&wr) }
+    unsafe { sq.post(&wr) }
 }
 
 /// A signaled fetch-and-add, posted and rung.
@@ -253,7 +253,7 @@ pub unsafe fn post_cas(
 ///
 /// # Errors
 ///
-/// As [`PostSend::send`].
+/// As [`PostSend::post`].
 #[inline(never)]
 pub unsafe fn post_faa(
     sq: &mut Sq,
@@ -267,7 +267,7 @@ pub unsafe fn post_faa(
     let local = Sge::new(addr, 8, lkey);
     let wr = SendWr::fetch_add(wr_id, local, RemoteBuf::new(raddr, rkey), add).signaled();
     // SAFETY: (caller) the posting contract.
-    unsafe { sq.send(&wr) }
+    unsafe { sq.post(&wr) }
 }
 
 /// A request whose operation the compiler cannot see at the call (built elsewhere), posted and
@@ -279,11 +279,11 @@ pub unsafe fn post_faa(
 ///
 /// # Errors
 ///
-/// As [`PostSend::send`].
+/// As [`PostSend::post`].
 #[inline(never)]
 pub unsafe fn post_opaque(sq: &mut Sq, wr: &SendWr<'_>) -> Result<(), PostError> {
     // SAFETY: (caller) the posting contract.
-    unsafe { sq.send(wr) }
+    unsafe { sq.post(wr) }
 }
 
 /// A batch of requests behind one doorbell.
@@ -294,16 +294,16 @@ pub unsafe fn post_opaque(sq: &mut Sq, wr: &SendWr<'_>) -> Result<(), PostError>
 ///
 /// # Errors
 ///
-/// As [`PostSend::post_send_batch`].
+/// As [`PostSend::post_all`].
 #[inline(never)]
 pub unsafe fn post_batch(sq: &mut Sq, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
     // SAFETY: (caller) the posting contract.
-    unsafe { sq.post_send_batch(wrs) }
+    unsafe { sq.post_all(wrs) }
 }
 
-/// Requests written one by one, then one doorbell for all: what `ibv_post_send` does with a
-/// chain (each request checked and written in turn; a refused one stops the loop and what
-/// was written before it is rung).
+/// Requests staged one by one in a batch, then one doorbell for all: what `ibv_post_send` does
+/// with a chain (each request checked and written in turn; a refused one stops the loop, and
+/// the batch rings what was staged before it as it is dropped).
 ///
 /// # Safety
 ///
@@ -314,16 +314,13 @@ pub unsafe fn post_batch(sq: &mut Sq, wrs: &[SendWr<'_>]) -> Result<(), BatchErr
 /// The first refused request's error and index.
 #[inline(never)]
 pub unsafe fn post_chain(sq: &mut Sq, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
-    let mut result = Ok(());
+    let mut batch = sq.batch();
     for (index, wr) in wrs.iter().enumerate() {
         // SAFETY: (caller) the posting contract.
-        if let Err(error) = unsafe { sq.post_send(wr) } {
-            result = Err(BatchError { index, error });
-            break;
-        }
+        unsafe { batch.post(wr) }.map_err(|error| BatchError { index, error })?;
     }
-    sq.ring();
-    result
+    batch.finish();
+    Ok(())
 }
 
 /// Polls up to `out.len()` completions.

@@ -41,7 +41,7 @@ impl End for OursEnd {
         let wr = SendWr::write(wr_id, &sgl, remote).signaled();
         // SAFETY: both buffers are registered with the device, which outlives the queues, and
         // are read by this program only with volatile loads.
-        let r = unsafe { self.sq.send(&wr) };
+        let r = unsafe { self.sq.post(&wr) };
         assert!(r.is_ok(), "post: {r:?}");
     }
 

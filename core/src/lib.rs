@@ -70,7 +70,7 @@ mod wr;
 
 pub use check::{CheckedBatch, CheckedSend, MAX_MESSAGE, SqCaps};
 pub use error::{BatchError, PostError};
-pub use queue::{PollCq, PostRecv, PostSend};
+pub use queue::{PollCq, PostRecv, PostSend, SendBatch};
 pub use sge::{RemoteBuf, Sge};
-pub use wc::{Completion, WcFlags, WcOpcode, WcStatus};
+pub use wc::{Completion, WcError, WcFlags, WcOpcode, WcStatus};
 pub use wr::{RecvWr, SendFlags, SendOp, SendWr};

@@ -2,6 +2,20 @@
 //!
 //! Generic code written against these traits compiles to static dispatch for whichever backend
 //! it is instantiated with.
+//!
+//! One name per operation:
+//!
+//! | to | call | the device sees it |
+//! |---|---|---|
+//! | post one send request | [`PostSend::post`] | at once (it rings) |
+//! | post several, all or none | [`PostSend::post_all`] | at once, one doorbell |
+//! | stage several, one doorbell for all | [`PostSend::batch`], then [`SendBatch::post`] | when the batch is finished or dropped |
+//! | post one receive request | [`PostRecv::post`] | at once |
+//! | post several receives, all or none | [`PostRecv::post_all`] | at once |
+//! | take completions | [`PollCq::poll_into`] (the filled part) or [`PollCq::poll`] (a count) | |
+//!
+//! [`PostSend::stage`] and [`PostSend::ring`] are the two halves every backend implements and
+//! the batch is made of; calling them directly is for code that keeps its own batch.
 
 use crate::error::{BatchError, PostError};
 use crate::wc::Completion;
@@ -9,8 +23,10 @@ use crate::wr::{RecvWr, SendWr};
 
 /// The send side of a queue pair.
 ///
-/// Posting writes a request into the queue and nothing else; [`PostSend::ring`] makes
-/// everything written since the previous ring visible to the device with one doorbell.
+/// [`PostSend::post`] writes one request and rings the doorbell: the device sees it when the
+/// call returns. To put several requests behind one doorbell, stage them in a
+/// [`PostSend::batch`], which rings when it is finished or dropped, or post them all at once
+/// with [`PostSend::post_all`].
 ///
 /// # Safety contract of posting
 ///
@@ -27,7 +43,9 @@ use crate::wr::{RecvWr, SendWr};
 ///    is valid for reads by this thread during the call (the CPU copies it; no registration is
 ///    needed, and the memory may be reused as soon as the call returns).
 pub trait PostSend {
-    /// Writes one request into the send queue without ringing the doorbell.
+    /// Writes one request into the send queue **without** ringing the doorbell: the device
+    /// does not see it until [`PostSend::ring`]. The half of a batch that backends implement;
+    /// use [`PostSend::post`], or stage through [`PostSend::batch`], which rings for you.
     ///
     /// # Safety
     ///
@@ -37,10 +55,10 @@ pub trait PostSend {
     ///
     /// A [`PostError`] when the request is invalid for this queue or does not fit now; the
     /// queue is left exactly as it was.
-    unsafe fn post_send(&mut self, wr: &SendWr<'_>) -> Result<(), PostError>;
+    unsafe fn stage(&mut self, wr: &SendWr<'_>) -> Result<(), PostError>;
 
-    /// Tells the device about every request written since the last ring (one doorbell).
-    /// Does nothing when nothing was written.
+    /// Tells the device about every request staged since the last ring (one doorbell).
+    /// Does nothing when nothing was staged.
     fn ring(&mut self);
 
     /// Writes every request of `wrs` and rings once, or writes nothing at all.
@@ -52,10 +70,11 @@ pub trait PostSend {
     /// # Errors
     ///
     /// A [`BatchError`] naming the first request that is invalid or does not fit; then nothing
-    /// of the batch was written (requests posted earlier and not yet rung are still pending).
-    unsafe fn post_send_batch(&mut self, wrs: &[SendWr<'_>]) -> Result<(), BatchError>;
+    /// of the batch was written (requests staged earlier and not yet rung stay staged).
+    unsafe fn post_all(&mut self, wrs: &[SendWr<'_>]) -> Result<(), BatchError>;
 
-    /// Writes one request and rings at once: the lowest-latency way to send one message.
+    /// Writes one request and rings at once: the device sees it when the call returns. The
+    /// lowest-latency way to send one message.
     ///
     /// # Safety
     ///
@@ -63,19 +82,82 @@ pub trait PostSend {
     ///
     /// # Errors
     ///
-    /// As [`PostSend::post_send`]; on error nothing is rung.
+    /// As [`PostSend::stage`]; on error nothing is rung.
     #[inline]
-    unsafe fn send(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
+    unsafe fn post(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
         // SAFETY: the caller upholds the trait's contract for `wr`.
-        unsafe { self.post_send(wr)? };
+        unsafe { self.stage(wr)? };
         self.ring();
         Ok(())
+    }
+
+    /// A batch: requests posted to it are staged, and one doorbell rings for all of them
+    /// when it is [finished](SendBatch::finish) or dropped (also when a `?` leaves early: what
+    /// was staged before the error is rung).
+    #[inline]
+    fn batch(&mut self) -> SendBatch<'_, Self> {
+        SendBatch { q: self }
+    }
+}
+
+/// Send requests staged behind one doorbell ([`PostSend::batch`]).
+///
+/// Requests posted to a batch are written into the queue but not yet visible to the device;
+/// [`SendBatch::finish`] rings the doorbell once for all of them, and so does dropping the
+/// batch. It borrows the queue mutably, so nothing else posts to it meanwhile.
+///
+/// ```
+/// # use zverbs_core::{PostSend, PostError, SendWr};
+/// # unsafe fn f(sq: &mut impl PostSend, a: &SendWr<'_>, b: &SendWr<'_>) -> Result<(), PostError> {
+/// let mut batch = sq.batch();
+/// // SAFETY: (caller) the posting contract for both requests.
+/// unsafe {
+///     batch.post(a)?;
+///     batch.post(b)?;
+/// }
+/// batch.finish(); // one doorbell for both
+/// # Ok(()) }
+/// ```
+#[must_use = "a batch rings when it is finished or dropped; post to it, then call `finish`"]
+#[derive(Debug)]
+pub struct SendBatch<'q, Q: PostSend + ?Sized> {
+    q: &'q mut Q,
+}
+
+impl<Q: PostSend + ?Sized> SendBatch<'_, Q> {
+    /// Stages one request (see [`PostSend::stage`]); the device sees it when the batch rings.
+    ///
+    /// # Safety
+    ///
+    /// The posting contract of [`PostSend`].
+    ///
+    /// # Errors
+    ///
+    /// As [`PostSend::stage`]: the request is refused and nothing is written; the requests
+    /// staged before it stay in the batch.
+    #[inline(always)]
+    pub unsafe fn post(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
+        // SAFETY: (caller) the posting contract.
+        unsafe { self.q.stage(wr) }
+    }
+
+    /// Rings the doorbell once for every request staged in the batch (what dropping it does
+    /// too; this says so where it happens).
+    #[inline(always)]
+    pub fn finish(self) {}
+}
+
+impl<Q: PostSend + ?Sized> Drop for SendBatch<'_, Q> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        self.q.ring();
     }
 }
 
 /// The receive side of a queue pair.
 ///
-/// A receive request is visible to the device as soon as the post returns.
+/// A receive request is visible to the device as soon as the post returns: there is no
+/// doorbell to ring.
 ///
 /// # Safety contract of posting
 ///
@@ -92,7 +174,7 @@ pub trait PostRecv {
     /// # Errors
     ///
     /// [`PostError::QueueFull`] or [`PostError::TooManySges`]; nothing is written.
-    unsafe fn post_recv(&mut self, wr: &RecvWr<'_>) -> Result<(), PostError>;
+    unsafe fn post(&mut self, wr: &RecvWr<'_>) -> Result<(), PostError>;
 
     /// Posts every request of `wrs` with one doorbell-record update, or none of them.
     ///
@@ -104,7 +186,7 @@ pub trait PostRecv {
     ///
     /// A [`BatchError`] naming the first request that is invalid or does not fit; nothing of
     /// the batch was written.
-    unsafe fn post_recv_batch(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), BatchError>;
+    unsafe fn post_all(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), BatchError>;
 }
 
 /// A completion queue.
@@ -112,6 +194,14 @@ pub trait PollCq {
     /// Moves up to `out.len()` completions into `out`, oldest first, and returns how many.
     /// Never blocks; returns 0 when no completion is ready.
     fn poll(&mut self, out: &mut [Completion]) -> usize;
+
+    /// As [`PollCq::poll`], returning the filled part of `out` (empty when no completion is
+    /// ready): `for wc in cq.poll_into(&mut buf) { wc.ok()?; }`.
+    #[inline]
+    fn poll_into<'o>(&mut self, out: &'o mut [Completion]) -> &'o mut [Completion] {
+        let n = self.poll(out).min(out.len());
+        &mut out[..n]
+    }
 }
 
 #[cfg(test)]
@@ -119,43 +209,109 @@ mod tests {
     use super::*;
     use crate::{SendFlags, Sge};
 
-    /// A queue that records what it was asked to do, to check the provided `send`.
+    /// A queue that records what it was asked to do, to check the provided methods.
     #[derive(Default)]
     struct Recorder {
-        posted: u32,
+        staged: u32,
         rung: u32,
+        /// Requests staged when the doorbell last rang.
+        seen: u32,
         refuse: bool,
     }
 
     impl PostSend for Recorder {
-        unsafe fn post_send(&mut self, _wr: &SendWr<'_>) -> Result<(), PostError> {
+        unsafe fn stage(&mut self, _wr: &SendWr<'_>) -> Result<(), PostError> {
             if self.refuse {
                 return Err(PostError::QueueFull { needed: 1, free: 0 });
             }
-            self.posted += 1;
+            self.staged += 1;
             Ok(())
         }
         fn ring(&mut self) {
             self.rung += 1;
+            self.seen = self.staged;
         }
-        unsafe fn post_send_batch(&mut self, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
-            self.posted += wrs.len() as u32;
+        unsafe fn post_all(&mut self, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
+            self.staged += wrs.len() as u32;
             self.ring();
             Ok(())
         }
     }
 
+    fn wr(sgl: &[Sge]) -> SendWr<'_> {
+        SendWr::send(1, sgl).with_flags(SendFlags::SIGNALED)
+    }
+
     #[test]
-    fn send_posts_then_rings_and_not_on_error() {
+    fn post_stages_then_rings_and_not_on_error() {
         let sgl = [Sge::new(0, 0, 0)];
-        let wr = SendWr::send(1, &sgl).with_flags(SendFlags::SIGNALED);
         let mut q = Recorder::default();
         // SAFETY: the recorder touches no memory.
-        unsafe { q.send(&wr) }.unwrap();
-        assert_eq!((q.posted, q.rung), (1, 1));
+        unsafe { q.post(&wr(&sgl)) }.unwrap();
+        assert_eq!((q.staged, q.rung, q.seen), (1, 1, 1));
         q.refuse = true;
         // SAFETY: as above.
-        assert!(unsafe { q.send(&wr) }.is_err());
-        assert_eq!((q.posted, q.rung), (1, 1));
+        assert!(unsafe { q.post(&wr(&sgl)) }.is_err());
+        assert_eq!((q.staged, q.rung), (1, 1));
+    }
+
+    #[test]
+    fn a_batch_rings_once_when_finished() {
+        let sgl = [Sge::new(0, 0, 0)];
+        let mut q = Recorder::default();
+        let mut b = q.batch();
+        for _ in 0..3 {
+            // SAFETY: the recorder touches no memory.
+            unsafe { b.post(&wr(&sgl)) }.unwrap();
+        }
+        b.finish();
+        assert_eq!((q.staged, q.rung, q.seen), (3, 1, 3));
+    }
+
+    #[test]
+    fn a_dropped_batch_rings_what_it_staged() {
+        fn two_then_fail(q: &mut Recorder, sgl: &[Sge]) -> Result<(), PostError> {
+            let mut b = q.batch();
+            // SAFETY: the recorder touches no memory.
+            unsafe {
+                b.post(&wr(sgl))?;
+                b.post(&wr(sgl))?;
+                b.q.refuse = true;
+                b.post(&wr(sgl))?;
+            }
+            b.finish();
+            Ok(())
+        }
+        let sgl = [Sge::new(0, 0, 0)];
+        let mut q = Recorder::default();
+        assert!(two_then_fail(&mut q, &sgl).is_err());
+        // The `?` left early: the two staged requests were still rung, once.
+        assert_eq!((q.staged, q.rung, q.seen), (2, 1, 2));
+        drop(q.batch());
+        assert_eq!(q.rung, 2);
+    }
+
+    /// A CQ that reports `ready` completions, numbered from 0, whatever room it is given.
+    struct Ready(usize);
+
+    impl PollCq for Ready {
+        fn poll(&mut self, out: &mut [Completion]) -> usize {
+            let n = self.0.min(out.len());
+            for (i, c) in out[..n].iter_mut().enumerate() {
+                c.wr_id = i as u64;
+            }
+            self.0 -= n;
+            n
+        }
+    }
+
+    #[test]
+    fn poll_into_returns_the_filled_part() {
+        let mut out = [Completion::EMPTY; 4];
+        assert!(Ready(0).poll_into(&mut out).is_empty());
+        let got = Ready(2).poll_into(&mut out);
+        assert_eq!(got.len(), 2);
+        assert_eq!((got[0].wr_id, got[1].wr_id), (0, 1));
+        assert_eq!(Ready(9).poll_into(&mut out).len(), 4);
     }
 }

@@ -313,6 +313,53 @@ impl Completion {
     pub const fn is_success(&self) -> bool {
         self.status.is_success()
     }
+
+    /// The completion if its request succeeded, else a [`WcError`] with its status and the
+    /// device's syndrome: `for c in cq.poll_into(&mut wc) { c.ok()?; }`.
+    ///
+    /// # Errors
+    ///
+    /// [`WcError`] for every status but [`WcStatus::Success`].
+    #[inline]
+    pub fn ok(&self) -> Result<&Self, WcError> {
+        if self.status.is_success() {
+            Ok(self)
+        } else {
+            Err(WcError::of(self))
+        }
+    }
+}
+
+/// A completion whose request failed ([`Completion::ok`]): its status, named in the message as
+/// libibverbs names it ("remote access error"), and the device's vendor syndrome.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
+#[error(
+    "work request {wr_id} on QP {qp_num:#x} failed: {status} (vendor syndrome {vendor_err:#x})"
+)]
+pub struct WcError {
+    /// The failed request's `wr_id`.
+    pub wr_id: u64,
+    /// The QP it was posted to.
+    pub qp_num: u32,
+    /// How it ended (never [`WcStatus::Success`]).
+    pub status: WcStatus,
+    /// The device's raw vendor syndrome (for mlx5, `vendor_err_synd`).
+    pub vendor_err: u32,
+    /// What kind of request it was, where the backend knows it (see [`Completion`]).
+    pub opcode: WcOpcode,
+}
+
+impl WcError {
+    #[cold]
+    fn of(c: &Completion) -> Self {
+        Self {
+            wr_id: c.wr_id,
+            qp_num: c.qp_num,
+            status: c.status,
+            vendor_err: c.vendor_err,
+            opcode: c.opcode,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -354,6 +401,50 @@ mod tests {
             WcFlags::GRH | WcFlags::WITH_IMM
         );
         assert_eq!(WcFlags::from_ibv(1 << 2), WcFlags::NONE);
+    }
+
+    #[test]
+    fn ok_maps_every_status() {
+        extern crate std;
+        use std::string::ToString;
+        for raw in 0..=30u32 {
+            let status = WcStatus::from_raw(raw);
+            let c = Completion {
+                wr_id: 42,
+                qp_num: 0x1c3,
+                vendor_err: 0x88,
+                status,
+                opcode: WcOpcode::RdmaWrite,
+                ..Completion::EMPTY
+            };
+            match c.ok() {
+                Ok(same) => {
+                    assert_eq!(raw, 0);
+                    assert_eq!(same, &c);
+                }
+                Err(e) => {
+                    assert_ne!(raw, 0);
+                    assert_eq!(
+                        (e.wr_id, e.qp_num, e.status, e.vendor_err, e.opcode),
+                        (42, 0x1c3, status, 0x88, WcOpcode::RdmaWrite)
+                    );
+                    let msg = e.to_string();
+                    assert!(msg.contains(&status.to_string()), "{msg}");
+                    assert!(msg.contains("0x88"), "{msg}");
+                }
+            }
+        }
+        let e = Completion {
+            status: WcStatus::RemAccessErr,
+            vendor_err: 0x13,
+            ..Completion::EMPTY
+        }
+        .ok()
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "work request 0 on QP 0x0 failed: remote access error (vendor syndrome 0x13)"
+        );
     }
 
     #[test]

@@ -136,12 +136,12 @@ fn run_config(wqe_cnt: u32, stride: u32, rng: &mut SplitMix64, seed: u64, stats:
             }
             let r = if k == 1 {
                 // SAFETY: nothing reads the scatter lists' memory (no device executes them).
-                unsafe { rq.post_recv(&wrs[0]) }.map_err(|e| format!("{e:?}"))
+                unsafe { rq.post(&wrs[0]) }.map_err(|e| format!("{e:?}"))
             } else {
                 stats.batches += 1;
                 stats.batched += k as u64;
                 // SAFETY: as above.
-                unsafe { rq.post_recv_batch(&wrs) }.map_err(|e| format!("{e:?}"))
+                unsafe { rq.post_all(&wrs) }.map_err(|e| format!("{e:?}"))
             };
             if let Err(e) = r {
                 fail(head, format!("RecvQueue refused {lists:?}: {e}"));

@@ -388,13 +388,13 @@ impl Run<'_> {
         if let [wr] = &wrs[..] {
             // SAFETY: inline entries point into `self.payload`; the other entries are never
             // read (nothing executes the WQEs).
-            if let Err(e) = unsafe { self.sq.post_send(wr) } {
+            if let Err(e) = unsafe { self.sq.stage(wr) } {
                 self.fail(&format!("SendQueue refused {:?}: {e:?}", reqs[0]));
             }
         } else {
             self.bf.fill(MARK);
             // SAFETY: as above.
-            if let Err(e) = unsafe { self.sq.post_send_batch(&wrs) } {
+            if let Err(e) = unsafe { self.sq.post_all(&wrs) } {
                 self.fail(&format!("SendQueue refused the batch {reqs:?}: {e:?}"));
             }
         }

@@ -153,12 +153,12 @@ mod run {
         let data = pattern(q, i);
         let len = if i % 2 == 0 { 24 } else { 64 };
         let sgl = [zverbs::Sge::from_slice(&data[..len], 0)];
-        let wr = SendWr::write(i as u64, &sgl, buf.remote((q * PART) as u64))
+        let wr = SendWr::write(i as u64, &sgl, buf.remote(q * PART))
             .inline()
             .signaled();
         // SAFETY: inline data is copied into the WQE; the target is this QP's part of a
         // registered buffer that outlives the run.
-        unsafe { sq.send(&wr) }.unwrap();
+        unsafe { sq.post(&wr) }.unwrap();
     }
 
     /// Waits for QP `q`'s completion of its `i`-th WRITE (completions come in order).

@@ -313,7 +313,7 @@ fn run(mode: &str) {
             assert_eq!(unsafe { ctx.post_recv(q_lib, &mut w) }, 0);
             let sgl = [Sge::new(addr, RECV_SLOT as u32, mr.lkey)];
             // SAFETY: as above.
-            unsafe { rq.post_recv(&RecvWr::new(*recv_id, &sgl)) }.unwrap();
+            unsafe { rq.post(&RecvWr::new(*recv_id, &sgl)) }.unwrap();
             *recv_id += 1;
         }
     };
@@ -470,7 +470,7 @@ fn run(mode: &str) {
                 w = w.solicited();
             }
             // SAFETY: the entries lie in the registered arena, which outlives the request.
-            unsafe { sq.post_send(&w) }.unwrap_or_else(|e| panic!("post {r:?}: {e:?}"));
+            unsafe { sq.stage(&w) }.unwrap_or_else(|e| panic!("post {r:?}: {e:?}"));
         }
         sq.ring();
         assert_eq!(sq_pi(&l_ours), sq_pi(&l_lib), "same blocks published");

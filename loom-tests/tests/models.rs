@@ -45,7 +45,7 @@ fn send_path() {
         let mut wc = [Completion::EMPTY; 4];
         for i in 0..3u16 {
             // SAFETY: nothing executes the NOPs' memory.
-            unsafe { sq.send(&SendWr::nop(u64::from(i)).signaled()) }.expect("fits");
+            unsafe { sq.post(&SendWr::nop(u64::from(i)).signaled()) }.expect("fits");
             mem.nic_write_cqe(usize::from(i), req_cqe(opcode::NOP, i, 0));
         }
         assert_eq!(cq.poll(&mut wc), 3);
@@ -94,9 +94,9 @@ fn send_path() {
         let sgl = [Sge::new(0x2000, 64, 9)];
         // SAFETY: the model's NIC never touches local memory.
         unsafe {
-            sq.send(&SendWr::write(1, &inline, RemoteBuf::new(0x1000, 5)).inline())
+            sq.post(&SendWr::write(1, &inline, RemoteBuf::new(0x1000, 5)).inline())
                 .expect("fits");
-            sq.send(&SendWr::send(2, &sgl).signaled()).expect("fits");
+            sq.post(&SendWr::send(2, &sgl).signaled()).expect("fits");
         }
         sq
     });
@@ -127,7 +127,7 @@ fn completion_path() {
         let mut sq = unsafe { SendQueue::new(&layout, caps(), state) }.expect("valid layout");
         for i in 0..3 {
             // SAFETY: the NIC touches no local memory.
-            unsafe { sq.post_send(&SendWr::nop(10 + i).signaled()) }.expect("fits");
+            unsafe { sq.stage(&SendWr::nop(10 + i).signaled()) }.expect("fits");
         }
         sq.ring();
     }
@@ -187,7 +187,7 @@ fn credit_return() {
         for i in 0..3u64 {
             loop {
                 // SAFETY: the NIC touches no local memory.
-                match unsafe { sq.send(&SendWr::nop(20 + i).signaled()) } {
+                match unsafe { sq.post(&SendWr::nop(20 + i).signaled()) } {
                     Ok(()) => break,
                     Err(zverbs_core::PostError::QueueFull { .. }) => thread::yield_now(),
                     Err(e) => panic!("unexpected {e}"),
@@ -251,7 +251,7 @@ fn recv_path() {
         for i in 0..2u32 {
             let sgl = [Sge::new(0x1000, 32, 7 + i)];
             // SAFETY: the NIC touches no local memory.
-            unsafe { rq.post_recv(&RecvWr::new(u64::from(i), &sgl)) }.expect("fits");
+            unsafe { rq.post(&RecvWr::new(u64::from(i), &sgl)) }.expect("fits");
         }
         rq
     });
@@ -292,12 +292,12 @@ fn shared_blueflame() {
     };
     let a = thread::spawn(move || {
         // SAFETY: nothing executes the NOP's memory.
-        unsafe { sq_a.send(&SendWr::nop(1)) }.expect("fits");
+        unsafe { sq_a.post(&SendWr::nop(1)) }.expect("fits");
         sq_a
     });
     let b = thread::spawn(move || {
         // SAFETY: as above.
-        unsafe { sq_b.send(&SendWr::nop(2)) }.expect("fits");
+        unsafe { sq_b.post(&SendWr::nop(2)) }.expect("fits");
         sq_b
     });
     a.join().expect("poster a");

@@ -657,7 +657,7 @@ mod tests {
 
     fn send(rig: &mut Rig, wr: &SendWr<'_>) {
         // SAFETY: never executed by a device.
-        unsafe { rig.sq.send(wr) }.unwrap();
+        unsafe { rig.sq.post(wr) }.unwrap();
     }
 
     #[test]
@@ -809,7 +809,7 @@ mod tests {
         let sgl = [Sge::new(0x1000, 64, 1)];
         for i in 0..4 {
             // SAFETY: never executed.
-            unsafe { rig.rq.post_recv(&RecvWr::new(100 + i, &sgl)) }.unwrap();
+            unsafe { rig.rq.post(&RecvWr::new(100 + i, &sgl)) }.unwrap();
         }
         assert_eq!(rig.rq.free(), 4);
         rig.mem.put_cqe(0, resp_cqe(QPN, 2, 17, 0, 0));
@@ -864,7 +864,7 @@ mod tests {
         let sgl = [Sge::new(0x1000, 64, 1)];
         for i in 0..n {
             // SAFETY: never executed.
-            unsafe { rig.rq.post_recv(&RecvWr::new(100 + i, &sgl)) }.unwrap();
+            unsafe { rig.rq.post(&RecvWr::new(100 + i, &sgl)) }.unwrap();
         }
     }
 

@@ -67,7 +67,7 @@
 //! let sgl = [Sge::from_slice(&buf, 0x1100)];
 //! let remote = RemoteBuf::new(0x7f00_0000_1000, 0xdead_beef);
 //! // SAFETY: `buf` is registered memory the NIC only reads, and it outlives the request.
-//! unsafe { sq.send(&SendWr::write(1, &sgl, remote).signaled())? };
+//! unsafe { sq.post(&SendWr::write(1, &sgl, remote).signaled())? };
 //! let mut wc = [Completion::EMPTY; 16];
 //! let n = cq.poll(&mut wc); // completions the device has written
 //! # assert_eq!(n, 0);

@@ -163,7 +163,7 @@ impl<P: RqStateRef> RecvQueue<P> {
 
 impl<P: RqStateRef> PostRecv for RecvQueue<P> {
     #[inline]
-    unsafe fn post_recv(&mut self, wr: &RecvWr<'_>) -> Result<(), PostError> {
+    unsafe fn post(&mut self, wr: &RecvWr<'_>) -> Result<(), PostError> {
         self.check(wr, 1)?;
         // SAFETY: checked.
         unsafe { self.write(wr) };
@@ -171,7 +171,7 @@ impl<P: RqStateRef> PostRecv for RecvQueue<P> {
         Ok(())
     }
 
-    unsafe fn post_recv_batch(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), BatchError> {
+    unsafe fn post_all(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), BatchError> {
         for (index, wr) in wrs.iter().enumerate() {
             self.check(wr, index as u32 + 1)
                 .map_err(|error| BatchError { index, error })?;
@@ -210,9 +210,9 @@ mod tests {
         let holey = [Sge::new(0x4000, 0, 8), Sge::new(0x5000, 4, 9)];
         // SAFETY: never executed.
         unsafe {
-            rig.rq.post_recv(&RecvWr::new(1, &one)).unwrap();
-            rig.rq.post_recv(&RecvWr::new(2, &two)).unwrap();
-            rig.rq.post_recv(&RecvWr::new(3, &holey)).unwrap();
+            rig.rq.post(&RecvWr::new(1, &one)).unwrap();
+            rig.rq.post(&RecvWr::new(2, &two)).unwrap();
+            rig.rq.post(&RecvWr::new(3, &holey)).unwrap();
         }
         let ring = rig.mem.rq_bytes();
         assert_eq!(seg(&ring[0..16]), (64, 7, 0x1000));
@@ -236,21 +236,21 @@ mod tests {
         let three = [Sge::new(0x1000, 64, 7); 3];
         let before = rig.mem.rq_bytes();
         // SAFETY: never executed.
-        let err = unsafe { rig.rq.post_recv(&RecvWr::new(1, &three)) };
+        let err = unsafe { rig.rq.post(&RecvWr::new(1, &three)) };
         assert_eq!(err, Err(PostError::TooManySges { got: 3, max: 2 }));
         let batch = [RecvWr::new(1, &one); 9];
         // SAFETY: never executed.
-        let err = unsafe { rig.rq.post_recv_batch(&batch) }.unwrap_err();
+        let err = unsafe { rig.rq.post_all(&batch) }.unwrap_err();
         assert_eq!(err.index, 8);
         assert_eq!(err.error, PostError::QueueFull { needed: 9, free: 8 });
         assert_eq!(rig.mem.rq_bytes(), before);
         assert_eq!(rig.mem.dbrec(0), 0);
         // SAFETY: never executed.
-        unsafe { rig.rq.post_recv_batch(&batch[..8]) }.unwrap();
+        unsafe { rig.rq.post_all(&batch[..8]) }.unwrap();
         assert_eq!(rig.mem.dbrec(0), 8);
         let before = rig.mem.rq_bytes();
         // SAFETY: never executed.
-        let err = unsafe { rig.rq.post_recv(&RecvWr::new(1, &one)) };
+        let err = unsafe { rig.rq.post(&RecvWr::new(1, &one)) };
         assert_eq!(err, Err(PostError::QueueFull { needed: 1, free: 0 }));
         assert_eq!(rig.mem.rq_bytes(), before);
     }

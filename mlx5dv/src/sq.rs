@@ -546,7 +546,7 @@ impl<P: SqStateRef, R: BfRegister> SendQueue<P, R> {
         start
     }
 
-    /// [`PostSend::ring`] out of line, for [`PostSend::send`] after requests were written and
+    /// [`PostSend::ring`] out of line, for [`PostSend::post`] after requests were written and
     /// not rung (not the latency path).
     #[cold]
     #[inline(never)]
@@ -555,7 +555,7 @@ impl<P: SqStateRef, R: BfRegister> SendQueue<P, R> {
     }
 
     /// Checks that `wrs`, all valid, fit the queue and its CQ share, each with the ones
-    /// before it, with the credits read again: the rest of [`PostSend::post_send_batch`]'s
+    /// before it, with the credits read again: the rest of [`PostSend::post_all`]'s
     /// check when its requests do not fit the limits last read, or one of them is invalid (then
     /// for the requests before it). Out of line: the batch's common case does not come here.
     ///
@@ -676,7 +676,7 @@ unsafe fn write_inline(ring: &SegRing, seg: u32, sgl: &[Sge], len: u32) {
 
 impl<P: SqStateRef, R: BfRegister> PostSend for SendQueue<P, R> {
     #[inline(always)]
-    unsafe fn post_send(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
+    unsafe fn stage(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
         let plan = self.plan(wr)?;
         self.check_room(plan.blocks, u32::from(plan.signaled))?;
         // SAFETY: planned and room checked; the caller upholds the posting contract.
@@ -685,14 +685,14 @@ impl<P: SqStateRef, R: BfRegister> PostSend for SendQueue<P, R> {
         Ok(())
     }
 
-    /// Posts and rings, inlined into the caller like [`PostSend::post_send`], so that a request
+    /// Posts and rings, inlined into the caller like [`PostSend::stage`], so that a request
     /// whose operation is known at the call compiles to that operation's code alone (the
-    /// trait's provided `send` is an ordinary call, where the request is opaque). The WQE goes
+    /// trait's provided `post` is an ordinary call, where the request is opaque). The WQE goes
     /// straight to the doorbell; requests written earlier and not yet rung are rung first
     /// (once this one is known to be valid and to fit), so that this one alone rides on
     /// BlueFlame.
     #[inline(always)]
-    unsafe fn send(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
+    unsafe fn post(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
         let plan = self.plan(wr)?;
         self.check_room(plan.blocks, u32::from(plan.signaled))?;
         if self.pending != 0 {
@@ -720,7 +720,7 @@ impl<P: SqStateRef, R: BfRegister> PostSend for SendQueue<P, R> {
         self.pending = 0;
     }
 
-    unsafe fn post_send_batch(&mut self, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
+    unsafe fn post_all(&mut self, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
         // First pass: check every request and add up the room they need. Nothing is kept: the
         // second pass plans each request again from the checked batch, which cannot fail.
         let caps = self.caps;
@@ -773,7 +773,7 @@ mod tests {
     fn post(rig: &mut Rig, wr: &SendWr<'_>) -> Result<(), PostError> {
         // SAFETY: requests in these tests are never executed by a device; inline sources are
         // live slices.
-        unsafe { rig.sq.post_send(wr) }
+        unsafe { rig.sq.stage(wr) }
     }
 
     // Golden WQEs: what libmlx5 (rdma-core 44) wrote on an emulated ConnectX for the same
@@ -843,7 +843,7 @@ mod tests {
             SendWr::write_imm(4, &wsgl, RemoteBuf::new(0x7f00_0000_2000, 0x1234), 0xcafe),
         ];
         // SAFETY: never executed.
-        unsafe { rig.sq.post_send_batch(&chain) }.unwrap();
+        unsafe { rig.sq.post_all(&chain) }.unwrap();
         let ring = rig.mem.sq_bytes();
         assert_eq!(
             words(&ring[128..256]),
@@ -968,7 +968,7 @@ mod tests {
         for (on_a, wr_id) in [(true, 1), (false, 2), (false, 3), (true, 4)] {
             let q = if on_a { &mut qa } else { &mut qb };
             // SAFETY: nothing executes the requests.
-            unsafe { q.send(&SendWr::send(wr_id, &sgl).signaled()) }.unwrap();
+            unsafe { q.post(&SendWr::send(wr_id, &sgl).signaled()) }.unwrap();
             rings.push((q.qpn(), a.mem.bf_bytes()));
         }
         // Which QP's control segment (QPN in `qpn_ds`) each buffer held after each ring.
@@ -1403,13 +1403,13 @@ mod tests {
             SendWr::send(3, &three),
         ];
         // SAFETY: never executed.
-        let err = unsafe { rig.sq.post_send_batch(&bad) }.unwrap_err();
+        let err = unsafe { rig.sq.post_all(&bad) }.unwrap_err();
         assert_eq!(err.index, 2);
         assert_eq!(err.error, PostError::TooManySges { got: 3, max: 2 });
         // Too many for the ring in total: 9 one-block WQEs in 8 blocks.
         let many = [SendWr::send(1, &sgl); 9];
         // SAFETY: never executed.
-        let err = unsafe { rig.sq.post_send_batch(&many) }.unwrap_err();
+        let err = unsafe { rig.sq.post_all(&many) }.unwrap_err();
         assert_eq!(err.index, 8);
         assert!(matches!(err.error, PostError::QueueFull { .. }));
         assert_eq!(rig.mem.sq_bytes(), before);
@@ -1418,7 +1418,7 @@ mod tests {
         // A full-ring batch rings once, by doorbell (more than one WQE).
         let eight = [SendWr::send(1, &sgl); 8];
         // SAFETY: never executed.
-        unsafe { rig.sq.post_send_batch(&eight) }.unwrap();
+        unsafe { rig.sq.post_all(&eight) }.unwrap();
         assert_eq!(
             (rig.sq.producer(), rig.sq.pending(), rig.mem.dbrec(1)),
             (8, 0, 8)
@@ -1472,7 +1472,7 @@ mod tests {
         one_by_one.sq.ring();
         let mut batched = Rig::new(128, 256, caps(3, 60));
         // SAFETY: never executed; the inline sources are live.
-        unsafe { batched.sq.post_send_batch(&wrs) }.unwrap();
+        unsafe { batched.sq.post_all(&wrs) }.unwrap();
         assert_eq!(batched.mem.sq_bytes(), one_by_one.mem.sq_bytes());
         assert_eq!(batched.sq.producer(), one_by_one.sq.producer());
         assert_eq!(batched.mem.dbrec(1), one_by_one.mem.dbrec(1));
@@ -1591,7 +1591,7 @@ mod tests {
             );
             let before = (rig.mem.sq_bytes(), rig.mem.bf_bytes());
             // SAFETY: never executed.
-            assert_eq!(unsafe { rig.sq.post_send_batch(wrs) }, Err(want));
+            assert_eq!(unsafe { rig.sq.post_all(wrs) }, Err(want));
             assert_eq!((rig.mem.sq_bytes(), rig.mem.bf_bytes()), before);
             assert_eq!(
                 (rig.sq.producer(), rig.sq.pending(), rig.mem.dbrec(1)),
@@ -1626,7 +1626,7 @@ mod tests {
         advance(&mut rig, 8);
         let wrs: Vec<SendWr<'_>> = (0..8).map(|i| SendWr::nop(i).signaled()).collect();
         // SAFETY: never executed.
-        unsafe { rig.sq.post_send_batch(&wrs) }.unwrap();
+        unsafe { rig.sq.post_all(&wrs) }.unwrap();
         assert_eq!((rig.sq.producer(), rig.mem.dbrec(1)), (16, 16));
     }
 

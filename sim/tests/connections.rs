@@ -16,14 +16,14 @@ use zverbs_sim::{Device, Peer, QpStatus, SimError, vendor};
 fn post_recv(e: &mut End<'_>, wr_id: u64, off: usize) {
     let sgl = [e.sge(off, 64)];
     // SAFETY: the entry lies in the end's registered arena.
-    unsafe { e.rq.post_recv(&RecvWr::new(wr_id, &sgl)) }.unwrap();
+    unsafe { e.rq.post(&RecvWr::new(wr_id, &sgl)) }.unwrap();
 }
 
 /// Sends `len` bytes from the start of the end's arena, signaled.
 fn send(e: &mut End<'_>, wr_id: u64, len: u32) {
     let sgl = [e.sge(0, len)];
     // SAFETY: the entry lies in the end's registered arena, untouched until completion.
-    unsafe { e.sq.send(&SendWr::send(wr_id, &sgl).signaled()) }.unwrap();
+    unsafe { e.sq.post(&SendWr::send(wr_id, &sgl).signaled()) }.unwrap();
 }
 
 /// A QP with receives posted for ever (RNR retry 7), as a QP of a long-lived program is.
@@ -109,7 +109,7 @@ fn a_write_from_a_qp_that_is_not_the_peer_places_nothing() {
     c.mem.write(0, b"overwrite");
     let sgl = [c.sge(0, 9)];
     // SAFETY: the entry lies in C's registered arena; the target is A's (registered) arena.
-    unsafe { c.sq.send(&SendWr::write(1, &sgl, a.remote(100)).signaled()) }.unwrap();
+    unsafe { c.sq.post(&SendWr::write(1, &sgl, a.remote(100)).signaled()) }.unwrap();
     dev.run_until_idle();
     let got = c.poll_all();
     assert_eq!(
@@ -191,7 +191,7 @@ fn requests_through_the_wire_are_served_only_from_the_peer() {
     a.mem.write(0, b"to b");
     let sgl = [a.sge(0, 4)];
     // SAFETY: the entry lies in A's registered arena; the target is B's.
-    unsafe { a.sq.send(&SendWr::write(3, &sgl, b.remote(500)).signaled()) }.unwrap();
+    unsafe { a.sq.post(&SendWr::write(3, &sgl, b.remote(500)).signaled()) }.unwrap();
     da.run_until_idle();
     let msgs = q.take();
     let [(2, request)] = &msgs[..] else {

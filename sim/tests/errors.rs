@@ -22,12 +22,12 @@ fn run_failing(
 ) -> (Vec<Completion>, Vec<Completion>) {
     // SAFETY: the tests' entries lie in the registered arenas (or are meant to be refused by
     // the device, which checks them).
-    unsafe { p.a.sq.post_send_batch(wrs) }.unwrap();
+    unsafe { p.a.sq.post_all(wrs) }.unwrap();
     p.dev.run_until_idle();
     // Requests posted after the error are flushed too.
     for i in 0..later {
         // SAFETY: a NOP touches no memory.
-        unsafe { p.a.sq.send(&SendWr::nop(0x1000 + i)) }.unwrap();
+        unsafe { p.a.sq.post(&SendWr::nop(0x1000 + i)) }.unwrap();
     }
     let (ca, cb) = p.run();
     let mut posted: Vec<u64> = wrs.iter().map(|w| w.wr_id).collect();
@@ -94,7 +94,7 @@ fn local_protection_errors() {
             ];
             let (ca, cb) = {
                 // SAFETY: see `run_failing`.
-                unsafe { p.a.sq.post_send_batch(&wrs) }.unwrap();
+                unsafe { p.a.sq.post_all(&wrs) }.unwrap();
                 p.run()
             };
             assert_exactly_once(&[2, 3, 4, 5], &ca);
@@ -180,12 +180,8 @@ fn remote_access_errors_put_both_sides_in_error() {
             // state.
             // SAFETY: receive entries in the registered arena.
             unsafe {
-                p.b.rq
-                    .post_recv(&RecvWr::new(0xb1, &[p.b.sge(0, 8)]))
-                    .unwrap();
-                p.b.rq
-                    .post_recv(&RecvWr::new(0xb2, &[p.b.sge(8, 8)]))
-                    .unwrap();
+                p.b.rq.post(&RecvWr::new(0xb1, &[p.b.sge(0, 8)])).unwrap();
+                p.b.rq.post(&RecvWr::new(0xb2, &[p.b.sge(8, 8)])).unwrap();
             }
             let (wr, v) = case(p, p.a.sge(0, 8));
             let (ca, cb) = run_failing(p, &[wr], 1);
@@ -232,11 +228,9 @@ fn send_longer_than_the_receive() {
         // SAFETY: receive entries in the registered arena.
         unsafe {
             p.b.rq
-                .post_recv(&RecvWr::new(0xb1, &[p.b.sge(0, 4), p.b.sge(100, 4)]))
+                .post(&RecvWr::new(0xb1, &[p.b.sge(0, 4), p.b.sge(100, 4)]))
                 .unwrap();
-            p.b.rq
-                .post_recv(&RecvWr::new(0xb2, &[p.b.sge(8, 64)]))
-                .unwrap();
+            p.b.rq.post(&RecvWr::new(0xb2, &[p.b.sge(8, 64)])).unwrap();
         }
         p.a.mem.write(0, &[9; 9]);
         let sgl = [p.a.sge(0, 9)];
@@ -262,7 +256,7 @@ fn bad_receive_entry() {
         // SAFETY: the receive names a bad key on purpose: the device refuses it.
         unsafe {
             p.b.rq
-                .post_recv(&RecvWr::new(0xb1, &[Sge::new(p.b.mem.addr(0), 64, 0x5151)]))
+                .post(&RecvWr::new(0xb1, &[Sge::new(p.b.mem.addr(0), 64, 0x5151)]))
                 .unwrap()
         };
         let sgl = [p.a.sge(0, 9)];
@@ -287,7 +281,7 @@ fn receive_into_memory_without_local_write() {
         // SAFETY: refused by the device.
         unsafe {
             p.b.rq
-                .post_recv(&RecvWr::new(
+                .post(&RecvWr::new(
                     0xb1,
                     &[Sge::new(p.b.mem.addr(0), 64, ro.lkey)],
                 ))
@@ -341,19 +335,19 @@ fn rnr_retries_then_succeeds_or_fails() {
     with_pair(cfg, |p| {
         let sgl = [p.a.sge(0, 8)];
         // SAFETY: entries in the registered arenas.
-        unsafe { p.a.sq.send(&SendWr::send(1, &sgl).signaled()) }.unwrap();
+        unsafe { p.a.sq.post(&SendWr::send(1, &sgl).signaled()) }.unwrap();
         for _ in 0..3 {
             assert_eq!(p.dev.step(), 1, "an RNR retry");
         }
         // SAFETY: as above.
-        unsafe { p.b.rq.post_recv(&RecvWr::new(0xb1, &[p.b.sge(0, 8)])) }.unwrap();
+        unsafe { p.b.rq.post(&RecvWr::new(0xb1, &[p.b.sge(0, 8)])) }.unwrap();
         let (ca, cb) = p.run();
         assert!(ca[0].is_success());
         assert_eq!(cb[0].wr_id, 0xb1);
         assert_eq!(p.dev.stats().rnr_naks, 3);
         // Now with no receive: 3 retries, then the error on the fourth try.
         // SAFETY: as above.
-        unsafe { p.a.sq.send(&SendWr::send(2, &sgl).signaled()) }.unwrap();
+        unsafe { p.a.sq.post(&SendWr::send(2, &sgl).signaled()) }.unwrap();
         let (ca, _) = p.run();
         assert_eq!(status(&ca, 2).0, WcStatus::RnrRetryExcErr);
         assert_eq!(p.dev.stats().rnr_naks, 3 + 4);
@@ -372,13 +366,13 @@ fn infinite_rnr_retry_waits_for_a_receive() {
     with_pair(cfg, |p| {
         let sgl = [p.a.sge(0, 8)];
         // SAFETY: entries in the registered arenas.
-        unsafe { p.a.sq.send(&SendWr::send(1, &sgl).signaled()) }.unwrap();
+        unsafe { p.a.sq.post(&SendWr::send(1, &sgl).signaled()) }.unwrap();
         for _ in 0..100 {
             p.dev.step();
         }
         assert!(p.a.poll_all().is_empty());
         // SAFETY: as above.
-        unsafe { p.b.rq.post_recv(&RecvWr::new(0xb1, &[p.b.sge(0, 8)])) }.unwrap();
+        unsafe { p.b.rq.post(&RecvWr::new(0xb1, &[p.b.sge(0, 8)])) }.unwrap();
         let (ca, cb) = p.run();
         assert!(ca[0].is_success() && cb[0].is_success());
     });
@@ -404,16 +398,16 @@ fn set_error_flushes_posted_and_later_receives_and_sends() {
         // SAFETY: entries in the registered arenas.
         unsafe {
             p.b.rq
-                .post_recv_batch(&[RecvWr::new(1, &rx), RecvWr::new(2, &rx)])
+                .post_all(&[RecvWr::new(1, &rx), RecvWr::new(2, &rx)])
                 .unwrap()
         };
         p.dev.set_error(p.b.qpn()).unwrap();
         p.dev.run_until_idle();
         // SAFETY: as above.
         unsafe {
-            p.b.rq.post_recv(&RecvWr::new(3, &rx)).unwrap();
-            p.b.sq.send(&SendWr::nop(4)).unwrap();
-            p.b.sq.send(&SendWr::write(5, &rx, p.a.remote(0))).unwrap();
+            p.b.rq.post(&RecvWr::new(3, &rx)).unwrap();
+            p.b.sq.post(&SendWr::nop(4)).unwrap();
+            p.b.sq.post(&SendWr::write(5, &rx, p.a.remote(0))).unwrap();
         }
         let (ca, cb) = p.run();
         assert!(ca.is_empty());
@@ -434,7 +428,7 @@ fn post_patched(
 ) -> Vec<Completion> {
     let block = p.a.sq.producer() % p.a.sq.blocks();
     // SAFETY: entries in the registered arenas.
-    unsafe { p.a.sq.post_send(wr) }.unwrap();
+    unsafe { p.a.sq.stage(wr) }.unwrap();
     let ring = p.a.qp.layout.sq;
     let len = (ring.wqe_cnt - block) as usize * 64;
     // SAFETY: the WQE is written but not published: only this thread touches it.
@@ -566,7 +560,7 @@ fn the_device_never_reads_past_the_published_producer() {
         // SAFETY: entries in the registered arenas.
         unsafe {
             p.a.sq
-                .post_send(&SendWr::write(1, &sgl, p.b.remote(0)).signaled())
+                .stage(&SendWr::write(1, &sgl, p.b.remote(0)).signaled())
         }
         .unwrap();
         for _ in 0..10 {
@@ -615,11 +609,11 @@ fn dropped_receive_is_retried_or_fails() {
         };
         with_pair(cfg, |p| {
             // SAFETY: entries in the registered arenas.
-            unsafe { p.b.rq.post_recv(&RecvWr::new(0xb1, &[p.b.sge(0, 8)])) }.unwrap();
+            unsafe { p.b.rq.post(&RecvWr::new(0xb1, &[p.b.sge(0, 8)])) }.unwrap();
             p.dev.drop_next_recv(p.b.qpn()).unwrap();
             let sgl = [p.a.sge(0, 8)];
             // SAFETY: as above.
-            unsafe { p.a.sq.send(&SendWr::send(1, &sgl).signaled()) }.unwrap();
+            unsafe { p.a.sq.post(&SendWr::send(1, &sgl).signaled()) }.unwrap();
             let (ca, cb) = p.run();
             if retry == 0 {
                 assert_eq!(status(&ca, 1).0, WcStatus::RnrRetryExcErr);
@@ -640,7 +634,7 @@ fn delayed_and_held_completions() {
         // SAFETY: entries in the registered arenas.
         unsafe {
             p.a.sq
-                .send(&SendWr::write(1, &sgl, p.b.remote(0)).signaled())
+                .post(&SendWr::write(1, &sgl, p.b.remote(0)).signaled())
         }
         .unwrap();
         p.dev.step(); // executes; the CQE waits 5 steps
@@ -656,10 +650,10 @@ fn delayed_and_held_completions() {
         // SAFETY: as above.
         unsafe {
             p.a.sq
-                .send(&SendWr::write(2, &sgl, p.b.remote(0)).signaled())
+                .post(&SendWr::write(2, &sgl, p.b.remote(0)).signaled())
                 .unwrap();
             p.a.sq
-                .send(&SendWr::write(3, &sgl, p.b.remote(0)).signaled())
+                .post(&SendWr::write(3, &sgl, p.b.remote(0)).signaled())
                 .unwrap();
         }
         for _ in 0..50 {
@@ -685,7 +679,7 @@ fn cq_overrun_is_detected_not_overwritten() {
     common::with_pair_on(&dev, &mem_a, &mem_b, cfg, |p| {
         for i in 0..6 {
             // SAFETY: a NOP touches no memory.
-            unsafe { p.a.sq.send(&SendWr::nop(i).signaled()) }.unwrap();
+            unsafe { p.a.sq.post(&SendWr::nop(i).signaled()) }.unwrap();
         }
         p.dev.run_until_idle();
         assert_eq!(p.dev.cq_overruns(), 2);

@@ -306,7 +306,7 @@ fn no_size_makes_the_device_panic() {
         // SAFETY: entries in registered arenas, untouched until completion.
         unsafe {
             p.a.sq
-                .send(&SendWr::write(1, &sgl, p.b.remote(0)).signaled())
+                .post(&SendWr::write(1, &sgl, p.b.remote(0)).signaled())
         }
         .unwrap();
         let (ca, _) = p.run();

@@ -22,7 +22,7 @@ fn write_places_bytes_and_completes() {
         // SAFETY: the entries lie in registered arenas, untouched until the completion.
         unsafe {
             p.a.sq
-                .send(&SendWr::write(0x11, &sgl, p.b.remote(512)).signaled())
+                .post(&SendWr::write(0x11, &sgl, p.b.remote(512)).signaled())
         }
         .unwrap();
         let (ca, cb) = p.run();
@@ -53,11 +53,11 @@ fn write_with_immediate_consumes_a_receive() {
         let data = pattern(33, 1);
         p.a.mem.write(64, &data);
         // SAFETY: receive entries in the registered arena.
-        unsafe { p.b.rq.post_recv(&RecvWr::new(0xb0, &[p.b.sge(0, 8)])) }.unwrap();
+        unsafe { p.b.rq.post(&RecvWr::new(0xb0, &[p.b.sge(0, 8)])) }.unwrap();
         let sgl = [p.a.sge(64, 33)];
         let wr = SendWr::write_imm(0xa0, &sgl, p.b.remote(1000), 0xdead_beef).signaled();
         // SAFETY: as above.
-        unsafe { p.a.sq.send(&wr) }.unwrap();
+        unsafe { p.a.sq.post(&wr) }.unwrap();
         let (ca, cb) = p.run();
         assert_eq!(p.b.mem.read(1000, 33), data);
         assert_eq!(
@@ -103,7 +103,7 @@ fn send_gathers_and_scatters_over_many_entries() {
             p.b.sge(800, 100),
         ];
         // SAFETY: receive entries in the registered arena.
-        unsafe { p.b.rq.post_recv(&RecvWr::new(7, &rx)) }.unwrap();
+        unsafe { p.b.rq.post(&RecvWr::new(7, &rx)) }.unwrap();
         let sgl = [
             p.a.sge(0, 5),
             p.a.sge(50, 0), // zero-length: skipped
@@ -111,7 +111,7 @@ fn send_gathers_and_scatters_over_many_entries() {
             p.a.sge(300, 40),
         ];
         // SAFETY: as above.
-        unsafe { p.a.sq.send(&SendWr::send_imm(8, &sgl, 42).signaled()) }.unwrap();
+        unsafe { p.a.sq.post(&SendWr::send_imm(8, &sgl, 42).signaled()) }.unwrap();
         let (ca, cb) = p.run();
         assert_eq!(p.b.mem.read(0, 10), msg[..10]);
         assert_eq!(p.b.mem.read(400, 20), msg[10..30]);
@@ -132,7 +132,7 @@ fn plain_send_and_zero_length_send() {
         // SAFETY: receive entries in the registered arena.
         unsafe {
             p.b.rq
-                .post_recv_batch(&[
+                .post_all(&[
                     RecvWr::new(1, &[p.b.sge(0, 64)]),
                     RecvWr::new(2, &[p.b.sge(64, 64)]),
                 ])
@@ -141,10 +141,8 @@ fn plain_send_and_zero_length_send() {
         let sgl = [p.a.sge(0, 5)];
         // SAFETY: as above.
         unsafe {
-            p.a.sq
-                .post_send(&SendWr::send(10, &sgl).signaled())
-                .unwrap();
-            p.a.sq.post_send(&SendWr::send(11, &[]).signaled()).unwrap();
+            p.a.sq.stage(&SendWr::send(10, &sgl).signaled()).unwrap();
+            p.a.sq.stage(&SendWr::send(11, &[]).signaled()).unwrap();
         }
         p.a.sq.ring();
         let (ca, cb) = p.run();
@@ -167,7 +165,7 @@ fn read_scatters_remote_bytes_and_reports_length() {
         // SAFETY: the destination lies in the registered arena, not touched until completion.
         unsafe {
             p.a.sq
-                .send(&SendWr::read(5, &sgl, p.b.remote(4096)).signaled())
+                .post(&SendWr::read(5, &sgl, p.b.remote(4096)).signaled())
         }
         .unwrap();
         let (ca, cb) = p.run();
@@ -204,7 +202,7 @@ fn atomics(big: bool) {
             SendWr::fetch_add(4, p.a.sge(24, 8), r, u64::MAX).signaled(), // 7 - 1
         ];
         // SAFETY: local results in the registered arena.
-        unsafe { p.a.sq.post_send_batch(&wrs) }.unwrap();
+        unsafe { p.a.sq.post_all(&wrs) }.unwrap();
         let (ca, _) = p.run();
         assert_eq!(p.a.mem.read_u64_in(0, big), 100);
         assert_eq!(p.a.mem.read_u64_in(8, big), 105);
@@ -229,8 +227,8 @@ fn nop_completes_when_signaled() {
     with_pair(PairCfg::default(), |p| {
         // SAFETY: a NOP touches no memory.
         unsafe {
-            p.a.sq.post_send(&SendWr::nop(1)).unwrap();
-            p.a.sq.post_send(&SendWr::nop(2).signaled()).unwrap();
+            p.a.sq.stage(&SendWr::nop(1)).unwrap();
+            p.a.sq.stage(&SendWr::nop(2).signaled()).unwrap();
         }
         p.a.sq.ring();
         let (ca, _) = p.run();
@@ -266,13 +264,13 @@ fn inline_every_size_for_write_and_send() {
             // SAFETY: `src` is readable during the post; the receive lies in the arena.
             unsafe {
                 p.b.rq
-                    .post_recv(&RecvWr::new(len as u64, &[p.b.sge(512, 512)]))
+                    .post(&RecvWr::new(len as u64, &[p.b.sge(512, 512)]))
                     .unwrap();
                 p.a.sq
-                    .post_send(&SendWr::write(1, &sgl, p.b.remote(0)).inline())
+                    .stage(&SendWr::write(1, &sgl, p.b.remote(0)).inline())
                     .unwrap();
                 p.a.sq
-                    .post_send(&SendWr::send(2, &sgl).inline().signaled())
+                    .stage(&SendWr::send(2, &sgl).inline().signaled())
                     .unwrap();
             }
             p.a.sq.ring();
@@ -288,7 +286,7 @@ fn inline_every_size_for_write_and_send() {
         let big = vec![0u8; max as usize + 1];
         let sgl = [Sge::new(big.as_ptr() as u64, max + 1, 0)];
         // SAFETY: refused before anything is read.
-        let e = unsafe { p.a.sq.post_send(&SendWr::send(3, &sgl).inline()) };
+        let e = unsafe { p.a.sq.stage(&SendWr::send(3, &sgl).inline()) };
         assert!(matches!(e, Err(PostError::InlineTooLarge { .. })));
     });
 }
@@ -300,15 +298,13 @@ fn solicited_bit_reaches_the_responder_cqe() {
         // SAFETY: entries in the registered arenas.
         unsafe {
             p.b.rq
-                .post_recv_batch(&[
+                .post_all(&[
                     RecvWr::new(1, &[p.b.sge(0, 8)]),
                     RecvWr::new(2, &[p.b.sge(8, 8)]),
                 ])
                 .unwrap();
-            p.a.sq
-                .post_send(&SendWr::send(1, &sgl).solicited())
-                .unwrap();
-            p.a.sq.post_send(&SendWr::send(2, &sgl).signaled()).unwrap();
+            p.a.sq.stage(&SendWr::send(1, &sgl).solicited()).unwrap();
+            p.a.sq.stage(&SendWr::send(2, &sgl).signaled()).unwrap();
         }
         p.a.sq.ring();
         let (_, cb) = p.run();
@@ -328,7 +324,7 @@ fn fenced_write_after_read_sees_the_read_done() {
         // SAFETY: entries in the registered arenas.
         unsafe {
             p.a.sq
-                .post_send_batch(&[
+                .post_all(&[
                     SendWr::read(1, &rd, p.b.remote(0)),
                     SendWr::write(2, &wr, p.b.remote(100)).fenced().signaled(),
                 ])
@@ -345,7 +341,7 @@ fn zero_length_write_needs_no_valid_rkey() {
     with_pair(PairCfg::default(), |p| {
         let bogus = zverbs_core::RemoteBuf::new(0, 0x7777_7777);
         // SAFETY: no memory is touched.
-        unsafe { p.a.sq.send(&SendWr::write(1, &[], bogus).signaled()) }.unwrap();
+        unsafe { p.a.sq.post(&SendWr::write(1, &[], bogus).signaled()) }.unwrap();
         let (ca, _) = p.run();
         assert!(ca[0].is_success(), "{:?}", ca[0]);
     });
@@ -380,7 +376,7 @@ fn loopback_qp_writes_to_itself() {
     let sgl = [Sge::new(mem.addr(0), 4, mr.lkey)];
     let remote = zverbs_core::RemoteBuf::new(mem.addr(100), mr.rkey);
     // SAFETY: entries in the registered arena.
-    unsafe { sq.send(&SendWr::write(9, &sgl, remote).signaled()) }.unwrap();
+    unsafe { sq.post(&SendWr::write(9, &sgl, remote).signaled()) }.unwrap();
     dev.run_until_idle();
     let mut wc = [zverbs_core::Completion::EMPTY; 2];
     use zverbs_core::PollCq;
@@ -427,7 +423,7 @@ fn blueflame_copies_single_wqes_into_alternating_buffers() {
             // SAFETY: entries in the registered arena.
             unsafe {
                 p.a.sq
-                    .send(&SendWr::write(i, &sgl, p.b.remote(0)).signaled())
+                    .post(&SendWr::write(i, &sgl, p.b.remote(0)).signaled())
             }
             .unwrap();
             let wqe = ring_bytes(&p.a.qp.layout, i as usize, 64);
@@ -443,7 +439,7 @@ fn blueflame_copies_single_wqes_into_alternating_buffers() {
         // SAFETY: as above.
         unsafe {
             p.a.sq
-                .post_send_batch(&[
+                .post_all(&[
                     SendWr::write(3, &sgl, p.b.remote(0)),
                     SendWr::write(4, &sgl, p.b.remote(0)).signaled(),
                 ])
@@ -468,7 +464,7 @@ fn doorbell_only_mode_works() {
             // SAFETY: entries in the registered arena.
             unsafe {
                 p.a.sq
-                    .send(&SendWr::write(i, &sgl, p.b.remote(8 * i as usize)).signaled())
+                    .post(&SendWr::write(i, &sgl, p.b.remote(8 * i as usize)).signaled())
             }
             .unwrap();
             assert_eq!(
@@ -562,8 +558,8 @@ fn external_rings_are_driven_like_the_devices_own() {
     let rx = [Sge::new(mem.addr(512), 64, mr.lkey)];
     // SAFETY: entries in the registered arena.
     unsafe {
-        rq.post_recv(&RecvWr::new(2, &rx)).unwrap();
-        sq.send(&SendWr::send_imm(1, &sgl, 9).signaled()).unwrap();
+        rq.post(&RecvWr::new(2, &rx)).unwrap();
+        sq.post(&SendWr::send_imm(1, &sgl, 9).signaled()).unwrap();
     }
     dev.run_until_idle();
     let mut wc = [zverbs_core::Completion::EMPTY; 4];

@@ -53,12 +53,10 @@ fn send_recv_ping_pong() {
             // SAFETY: entries in the registered arenas; the device reads the source only after
             // the doorbell, and this thread reads the destination only after the completion.
             unsafe {
-                p.b.rq
-                    .post_recv(&RecvWr::new(i, &[p.b.sge(0, 64)]))
-                    .unwrap();
+                p.b.rq.post(&RecvWr::new(i, &[p.b.sge(0, 64)])).unwrap();
                 p.a.mem.write(0, &msg);
                 p.a.sq
-                    .send(&SendWr::send(i, &[p.a.sge(0, 4)]).signaled())
+                    .post(&SendWr::send(i, &[p.a.sge(0, 4)]).signaled())
                     .unwrap();
             }
             let c = spin_poll(&mut p.b.cqp);
@@ -68,11 +66,9 @@ fn send_recv_ping_pong() {
             // Pong B -> A.
             // SAFETY: as above.
             unsafe {
-                p.a.rq
-                    .post_recv(&RecvWr::new(i, &[p.a.sge(64, 64)]))
-                    .unwrap();
+                p.a.rq.post(&RecvWr::new(i, &[p.a.sge(64, 64)])).unwrap();
                 p.b.sq
-                    .send(&SendWr::send_imm(i, &[p.b.sge(0, 4)], i as u32).signaled())
+                    .post(&SendWr::send_imm(i, &[p.b.sge(0, 4)], i as u32).signaled())
                     .unwrap();
             }
             let c = spin_poll(&mut p.a.cqp);
@@ -98,7 +94,7 @@ fn write_ping_pong_polling_the_last_byte() {
             let sgl = [p.a.sge(0, len as u32)];
             let wr = SendWr::write(u64::from(i), &sgl, p.b.remote(1024));
             // SAFETY: entries in the registered arenas.
-            unsafe { p.a.sq.send(&if sig { wr.signaled() } else { wr }) }.unwrap();
+            unsafe { p.a.sq.post(&if sig { wr.signaled() } else { wr }) }.unwrap();
             // B polls the last byte of its buffer, as ib_write_lat does (the device stores it
             // last, with Release).
             let start = Instant::now();
@@ -111,7 +107,7 @@ fn write_ping_pong_polling_the_last_byte() {
             let sgl = [p.b.sge(0, len as u32)];
             let wr = SendWr::write(u64::from(i), &sgl, p.a.remote(1024));
             // SAFETY: as above.
-            unsafe { p.b.sq.send(&if sig { wr.signaled() } else { wr }) }.unwrap();
+            unsafe { p.b.sq.post(&if sig { wr.signaled() } else { wr }) }.unwrap();
             while p.a.mem.load_u8_acquire(1024 + len - 1) != tag {
                 assert!(start.elapsed() < DEADLINE);
                 std::hint::spin_loop();
@@ -132,9 +128,9 @@ fn errors_complete_on_the_progress_thread() {
         // No receive posted, RNR retry 0: the SEND fails, and the later WRITE is flushed.
         // SAFETY: entries in the registered arenas.
         unsafe {
-            p.a.sq.send(&SendWr::send(1, &[p.a.sge(0, 8)])).unwrap();
+            p.a.sq.post(&SendWr::send(1, &[p.a.sge(0, 8)])).unwrap();
             p.a.sq
-                .send(&SendWr::write(2, &[p.a.sge(0, 8)], p.b.remote(0)))
+                .post(&SendWr::write(2, &[p.a.sge(0, 8)], p.b.remote(0)))
                 .unwrap();
         }
         let c = spin_poll(&mut p.a.cqp);
@@ -156,7 +152,7 @@ fn stop_and_restart() {
     dev.start();
     with_pair_on(&dev, &mem_a, &mem_b, PairCfg::default(), |p| {
         // SAFETY: a NOP touches no memory.
-        unsafe { p.a.sq.send(&SendWr::nop(7).signaled()) }.unwrap();
+        unsafe { p.a.sq.post(&SendWr::nop(7).signaled()) }.unwrap();
         assert_eq!(spin_poll(&mut p.a.cqp).wr_id, 7);
         let _ = p.a.cqp.poll(&mut [Completion::EMPTY; 1]);
     });

@@ -24,10 +24,10 @@ fn mismatched(sq_psn: u32, rq_psn: u32) {
         // SAFETY: entries in the registered arenas, untouched until completion.
         unsafe {
             p.a.sq
-                .send(&SendWr::write(1, &sgl, p.b.remote(100)).signaled())
+                .post(&SendWr::write(1, &sgl, p.b.remote(100)).signaled())
                 .unwrap();
             p.a.sq
-                .send(&SendWr::write(2, &sgl, p.b.remote(120)).signaled())
+                .post(&SendWr::write(2, &sgl, p.b.remote(120)).signaled())
                 .unwrap();
         }
         let (a, b) = p.run();
@@ -77,7 +77,7 @@ fn a_requester_one_psn_behind_is_acknowledged_as_a_duplicate() {
         // SAFETY: as above.
         unsafe {
             p.a.sq
-                .send(&SendWr::write(1, &sgl, p.b.remote(0)).signaled())
+                .post(&SendWr::write(1, &sgl, p.b.remote(0)).signaled())
                 .unwrap();
         }
         let (a, _) = p.run();
@@ -105,17 +105,17 @@ fn matching_psns_work_across_the_24_bit_wrap() {
         unsafe {
             // Two packets at 0xfffffe and 0xffffff, then one at 0.
             p.a.sq
-                .send(&SendWr::write(1, &two, p.b.remote(0)).signaled())
+                .post(&SendWr::write(1, &two, p.b.remote(0)).signaled())
                 .unwrap();
             p.a.sq
-                .send(&SendWr::write(2, &one, p.b.remote(8192)).signaled())
+                .post(&SendWr::write(2, &one, p.b.remote(8192)).signaled())
                 .unwrap();
             // Two response packets (1, 2), then the atomic at 3.
             p.a.sq
-                .send(&SendWr::read(3, &read, p.b.remote(20_000)).signaled())
+                .post(&SendWr::read(3, &read, p.b.remote(20_000)).signaled())
                 .unwrap();
             p.a.sq
-                .send(&SendWr::fetch_add(4, p.a.sge(30_000, 8), p.b.remote(30_000), 2).signaled())
+                .post(&SendWr::fetch_add(4, p.a.sge(30_000, 8), p.b.remote(30_000), 2).signaled())
                 .unwrap();
         }
         let (a, _) = p.run();
@@ -145,7 +145,7 @@ fn a_duplicate_atomic_is_not_run_twice() {
         // SAFETY: as above.
         unsafe {
             p.a.sq
-                .send(&SendWr::fetch_add(1, p.a.sge(0, 8), p.b.remote(64), 2).signaled())
+                .post(&SendWr::fetch_add(1, p.a.sge(0, 8), p.b.remote(64), 2).signaled())
                 .unwrap();
         }
         let (a, _) = p.run();
@@ -172,7 +172,7 @@ fn a_duplicate_write_is_acknowledged_and_not_placed_again() {
         // SAFETY: as above.
         unsafe {
             p.a.sq
-                .send(&SendWr::write(1, &sgl, p.b.remote(0)).signaled())
+                .post(&SendWr::write(1, &sgl, p.b.remote(0)).signaled())
                 .unwrap();
         }
         // The write lands; its acknowledgement is lost.
@@ -224,7 +224,7 @@ fn a_request_delivered_twice_across_processes_runs_once() {
     mem_b.write_u64_in(64, 40, false);
     // SAFETY: entries in the registered arenas, untouched until completion.
     unsafe {
-        a.sq.send(&SendWr::fetch_add(1, a.sge(0, 8), b.remote(64), 2).signaled())
+        a.sq.post(&SendWr::fetch_add(1, a.sge(0, 8), b.remote(64), 2).signaled())
             .unwrap();
     }
     da.run_until_idle();
@@ -283,7 +283,7 @@ fn mismatched_psns_across_processes_run_out_of_retries() {
     let sgl = [a.sge(0, 4)];
     // SAFETY: as above.
     unsafe {
-        a.sq.send(&SendWr::write(1, &sgl, b.remote(0)).signaled())
+        a.sq.post(&SendWr::write(1, &sgl, b.remote(0)).signaled())
             .unwrap();
     }
     loop {

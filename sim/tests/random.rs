@@ -384,7 +384,7 @@ fn advance(p: &mut Pair<'_>, block: u32) {
         let n = ((block - p.a.sq.producer()) as usize).min(32);
         wrs[n - 1] = SendWr::nop(u64::MAX).signaled();
         // SAFETY: a NOP touches no memory.
-        unsafe { p.a.sq.post_send_batch(&wrs[..n]) }.unwrap();
+        unsafe { p.a.sq.post_all(&wrs[..n]) }.unwrap();
         wrs[n - 1] = SendWr::nop(u64::MAX);
         let (a, b) = p.run();
         assert!(a.len() == 1 && a[0].status == WcStatus::Success && b.is_empty());
@@ -483,7 +483,7 @@ fn run(p: &mut Pair<'_>, w: &Workload) -> u64 {
                 let sgl: Vec<Sge> = entries.iter().map(|&(o, l)| p.b.sge(o, l as u32)).collect();
                 let rid = 0x1_0000_0000 | next_id;
                 // SAFETY: receive entries in B's registered arena.
-                unsafe { p.b.rq.post_recv(&RecvWr::new(rid, &sgl)) }.unwrap();
+                unsafe { p.b.rq.post(&RecvWr::new(rid, &sgl)) }.unwrap();
                 m.recvs.push_back((rid, entries));
             }
             let sgl: Vec<Sge> = match &mut op {
@@ -549,10 +549,10 @@ fn run(p: &mut Pair<'_>, w: &Workload) -> u64 {
         // round's completions are polled.
         unsafe {
             if round.batch {
-                p.a.sq.post_send_batch(&wrs).unwrap();
+                p.a.sq.post_all(&wrs).unwrap();
             } else {
                 for (wr, (_, _, ring)) in wrs.iter().zip(&round.ops) {
-                    p.a.sq.post_send(wr).unwrap();
+                    p.a.sq.stage(wr).unwrap();
                     if *ring {
                         p.a.sq.ring();
                     }

@@ -124,7 +124,7 @@ fn every_operation_between_two_device_instances() {
     mem_a.write(0, b"across processes");
     let sgl = [sge_a(0, 16)];
     // SAFETY: entries in registered arenas, untouched until completion.
-    unsafe { sqa.send(&SendWr::write(1, &sgl, rem_b(100)).signaled()) }.unwrap();
+    unsafe { sqa.post(&SendWr::write(1, &sgl, rem_b(100)).signaled()) }.unwrap();
     assert_eq!(pump(&da, &db, &q), 2, "one request, one answer");
     assert_eq!(mem_b.read(100, 16), b"across processes");
     let c = poll(&mut cq_a);
@@ -135,12 +135,12 @@ fn every_operation_between_two_device_instances() {
     // SEND with immediate, first without a receive (RNR, retried for ever), then with one.
     let sgl = [sge_a(0, 6)];
     // SAFETY: as above.
-    unsafe { sqa.send(&SendWr::send_imm(2, &sgl, 0x1234_5678).signaled()) }.unwrap();
+    unsafe { sqa.post(&SendWr::send_imm(2, &sgl, 0x1234_5678).signaled()) }.unwrap();
     pump(&da, &db, &q);
     assert!(poll(&mut cq_a).is_empty(), "waits for a receive");
     let rsgl = [Sge::new(mem_b.addr(2048), 64, mrb.lkey)];
     // SAFETY: the receive entry lies in B's registered arena.
-    unsafe { rqb.post_recv(&RecvWr::new(0xb1, &rsgl)) }.unwrap();
+    unsafe { rqb.post(&RecvWr::new(0xb1, &rsgl)) }.unwrap();
     // The requester waits a little after an RNR NAK before it sends again.
     let t = std::time::Instant::now();
     let mut got = Vec::new();
@@ -169,7 +169,7 @@ fn every_operation_between_two_device_instances() {
     mem_b.write(300, b"remote bytes");
     let sgl = [sge_a(1000, 12)];
     // SAFETY: as above.
-    unsafe { sqa.send(&SendWr::read(3, &sgl, rem_b(300)).signaled()) }.unwrap();
+    unsafe { sqa.post(&SendWr::read(3, &sgl, rem_b(300)).signaled()) }.unwrap();
     pump(&da, &db, &q);
     assert_eq!(mem_a.read(1000, 12), b"remote bytes");
     let c = poll(&mut cq_a);
@@ -179,12 +179,12 @@ fn every_operation_between_two_device_instances() {
     mem_b.write_u64_in(512, 40, false);
     let sgl = [sge_a(2000, 8)];
     // SAFETY: as above.
-    unsafe { sqa.send(&SendWr::fetch_add(4, sgl[0], rem_b(512), 2).signaled()) }.unwrap();
+    unsafe { sqa.post(&SendWr::fetch_add(4, sgl[0], rem_b(512), 2).signaled()) }.unwrap();
     pump(&da, &db, &q);
     assert_eq!(mem_b.read_u64_in(512, false), 42);
     assert_eq!(mem_a.read_u64_in(2000, false), 40);
     // SAFETY: as above.
-    unsafe { sqa.send(&SendWr::compare_swap(5, sgl[0], rem_b(512), 42, 7).signaled()) }.unwrap();
+    unsafe { sqa.post(&SendWr::compare_swap(5, sgl[0], rem_b(512), 42, 7).signaled()) }.unwrap();
     pump(&da, &db, &q);
     assert_eq!(mem_b.read_u64_in(512, false), 7);
     assert_eq!(mem_a.read_u64_in(2000, false), 42);
@@ -196,7 +196,7 @@ fn every_operation_between_two_device_instances() {
     let sgl = [sge_a(0, 4)];
     let bad = RemoteBuf::new(mem_b.addr(0), mrb.rkey ^ 0x100);
     // SAFETY: as above.
-    unsafe { sqa.send(&SendWr::write(6, &sgl, bad).signaled()) }.unwrap();
+    unsafe { sqa.post(&SendWr::write(6, &sgl, bad).signaled()) }.unwrap();
     pump(&da, &db, &q);
     let c = poll(&mut cq_a);
     assert_eq!(c[0].status, WcStatus::RemAccessErr);
@@ -251,7 +251,7 @@ fn destroyed_entries_are_reused_and_a_destroyed_peer_stays_gone() {
         dev.connect(newcomer.qpn, newcomer.qpn).unwrap();
         let sgl = [p.a.sge(0, 8)];
         // SAFETY: entries in registered arenas, untouched until completion.
-        unsafe { p.a.sq.send(&SendWr::send(1, &sgl).signaled()) }.unwrap();
+        unsafe { p.a.sq.post(&SendWr::send(1, &sgl).signaled()) }.unwrap();
         let (ca, _) = p.run();
         assert_eq!(ca.len(), 1);
         assert_eq!(

@@ -27,7 +27,7 @@ fn advance_to(p: &mut Pair<'_>, block: u32) {
     let ring = p.a.sq.blocks();
     while p.a.sq.producer() % ring != block {
         // SAFETY: a NOP touches no memory.
-        unsafe { p.a.sq.send(&SendWr::nop(0xfff).signaled()) }.unwrap();
+        unsafe { p.a.sq.post(&SendWr::nop(0xfff).signaled()) }.unwrap();
         let (ca, _) = p.run();
         assert_eq!(ca.len(), 1);
     }
@@ -94,9 +94,9 @@ fn every_wrap_position_for_every_wqe_size() {
                 // SAFETY: entries in the registered arenas.
                 unsafe {
                     if is_send {
-                        p.b.rq.post_recv(&RecvWr::new(start.into(), &recv)).unwrap();
+                        p.b.rq.post(&RecvWr::new(start.into(), &recv)).unwrap();
                     }
-                    p.a.sq.send(&wr.signaled()).unwrap();
+                    p.a.sq.post(&wr.signaled()).unwrap();
                 }
                 let (ca, cb) = p.run();
                 assert_eq!(ca.len(), 1, "{kind:?} at block {start}");
@@ -141,7 +141,7 @@ fn batches_of_every_size_behind_one_doorbell() {
                     })
                     .collect();
                 // SAFETY: entries in the registered arenas.
-                unsafe { p.a.sq.post_send_batch(&wrs) }.unwrap();
+                unsafe { p.a.sq.post_all(&wrs) }.unwrap();
                 assert_eq!(p.a.sq.pending(), 0, "one ring for the batch");
                 let (ca, _) = p.run();
                 let ids: Vec<u64> = ca.iter().map(|c| c.wr_id).collect();
@@ -159,7 +159,7 @@ fn batches_of_every_size_behind_one_doorbell() {
         let sgl = [p.a.sge(0, 8)];
         let wrs = vec![SendWr::write(0, &sgl, p.b.remote(0)); ring + 1];
         // SAFETY: refused before anything is written.
-        let e = unsafe { p.a.sq.post_send_batch(&wrs) };
+        let e = unsafe { p.a.sq.post_all(&wrs) };
         assert!(matches!(
             e,
             Err(BatchError {
@@ -188,7 +188,7 @@ fn selective_signaling_retires_unsignaled_and_returns_credits() {
                 wr
             };
             // SAFETY: entries in the registered arenas.
-            match unsafe { p.a.sq.post_send(&wr) } {
+            match unsafe { p.a.sq.stage(&wr) } {
                 Ok(()) => next += 1,
                 Err(PostError::QueueFull { .. }) => {
                     p.a.sq.ring();
@@ -229,13 +229,13 @@ fn receive_and_completion_rings_wrap_with_owner_bits() {
             // SAFETY: entries in the registered arenas.
             unsafe {
                 p.b.rq
-                    .post_recv(&RecvWr::new(
+                    .post(&RecvWr::new(
                         i.into(),
                         &[p.b.sge(16 * (i as usize % 4), 16)],
                     ))
                     .unwrap();
                 p.a.sq
-                    .send(&SendWr::send(i.into(), &sgl).signaled())
+                    .post(&SendWr::send(i.into(), &sgl).signaled())
                     .unwrap();
             }
             let (ca, cb) = p.run();

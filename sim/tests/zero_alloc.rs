@@ -73,11 +73,11 @@ fn a_million_round_trips_allocate_nothing() {
             unsafe {
                 if i % 2 == 0 {
                     p.a.sq
-                        .send(&SendWr::write(i, &write_sgl, remote).signaled())
+                        .post(&SendWr::write(i, &write_sgl, remote).signaled())
                         .unwrap();
                 } else {
-                    p.b.rq.post_recv(&RecvWr::new(i, &recv_sgl)).unwrap();
-                    p.a.sq.send(&SendWr::send(i, &send_sgl).signaled()).unwrap();
+                    p.b.rq.post(&RecvWr::new(i, &recv_sgl)).unwrap();
+                    p.a.sq.post(&SendWr::send(i, &send_sgl).signaled()).unwrap();
                 }
             }
             p.dev.step();

@@ -2,9 +2,13 @@
 
 use std::io;
 
+use zverbs_core::{BatchError, PostError, WcError};
+
 use crate::backend::BackendKind;
 use crate::ffi::load::LoadError;
 use crate::mr::BufError;
+use crate::qp::QpState;
+use crate::safe::{SafePostError, WaitError};
 
 /// A `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -98,6 +102,39 @@ pub enum Error {
     /// A queue's data-path handle was already taken.
     #[error("the {0} was already taken")]
     AlreadyTaken(&'static str),
+    /// A queue's data-path handle was asked for before its QP can use it: the send queue from
+    /// RTS on, the receive queue from INIT on (so receives can be posted before the peer
+    /// connects).
+    #[error("the {queue} can be taken once the QP is in {needs}, and it is in {state}: {advice}")]
+    NotReady {
+        /// Which handle.
+        queue: &'static str,
+        /// The QP's state now.
+        state: QpState,
+        /// The first state in which the handle can be taken.
+        needs: QpState,
+        /// What to call first.
+        advice: &'static str,
+    },
+    /// A post was refused; nothing was written (the queue's
+    /// [`PostError`](zverbs_core::PostError), or the [`safe`](crate::safe) layer's
+    /// [`PostError`](zverbs_core::PostError) inside its error).
+    #[error(transparent)]
+    Post(#[from] PostError),
+    /// An all-or-nothing batch was refused; nothing of it was written.
+    #[error(transparent)]
+    Batch(#[from] BatchError),
+    /// The [`safe`](crate::safe) layer refused a post for a reason of its own (a refusal by the
+    /// queue itself converts to [`Error::Post`]).
+    #[error(transparent)]
+    SafePost(SafePostError),
+    /// A completion reported a failed request ([`Completion::ok`](zverbs_core::Completion::ok)).
+    #[error(transparent)]
+    Completion(#[from] WcError),
+    /// Waiting for completions ended without them
+    /// ([`SafePoller::wait`](crate::safe::SafePoller::wait)).
+    #[error(transparent)]
+    Wait(#[from] WaitError),
     /// The direct backend rejected the layout rdma-core reported.
     #[error("the direct backend rejected the queue layout: {0}")]
     Layout(#[from] zverbs_mlx5dv::LayoutError),
@@ -167,6 +204,16 @@ impl Error {
             | Error::PeerUnreachable { source, .. }
             | Error::Exchange { source, .. } => source.raw_os_error(),
             _ => None,
+        }
+    }
+}
+
+impl From<SafePostError> for Error {
+    /// A refusal by the queue becomes [`Error::Post`], whichever layer reported it.
+    fn from(e: SafePostError) -> Self {
+        match e {
+            SafePostError::Post(e) => Error::Post(e),
+            e => Error::SafePost(e),
         }
     }
 }

@@ -8,6 +8,49 @@
 //!
 //! ## Quick start
 //!
+//! On the software mlx5 device (feature `sim`, on by default): two queue pairs of this process
+//! connected to each other, a WRITE with immediate from one into the other's buffer.
+//!
+//! ```
+//! # #[cfg(feature = "sim")] {
+//! use std::time::{Duration, Instant};
+//! use zverbs::connect::Endpoint;
+//! use zverbs::{AccessFlags, ConnectAttr, ContextOptions, Qp, SendFlags};
+//!
+//! # fn main() -> zverbs::Result<()> {
+//! let ctx = zverbs::open_device(Some("zverbs_sim0"), &ContextOptions::default())?;
+//! let port = ctx.active_port()?;
+//! let local = ctx.address(port, None)?;
+//! let pd = ctx.alloc_pd()?;
+//! let (cq_a, cq_b) = (ctx.cq_builder().build()?, ctx.cq_builder().build()?);
+//! let a = pd.qp_builder(&cq_a, &cq_a).build()?;
+//! let b = pd.qp_builder(&cq_b, &cq_b).build()?;
+//! let at = |qp: &Qp| Endpoint { lid: local.lid, qpn: qp.qpn(), psn: 0, gid: local.gid };
+//! a.connect(&ConnectAttr::new(port, 0, &at(&b), local.gid_index))?; // INIT, RTR, RTS
+//! b.connect(&ConnectAttr::new(port, 0, &at(&a), local.gid_index))?;
+//!
+//! let buf_a = pd.alloc_buf(4096, AccessFlags::ALL)?;
+//! let buf_b = pd.alloc_buf(4096, AccessFlags::ALL)?;
+//! let (mut qa, mut qb) = (a.queues(&cq_a)?, b.queues(&cq_b)?); // sq, rq, cq of each
+//! qb.rq.post(1, buf_b.slice(..))?; // the immediate consumes a receive
+//! buf_a.write(0, b"hello");
+//! // Posts and rings: the device has it when this returns.
+//! qa.sq.write_imm(2, buf_a.slice(0..5), buf_b.remote(0), 7, SendFlags::SIGNALED)?;
+//! let deadline = Instant::now() + Duration::from_secs(5);
+//! qa.cq.wait(1, deadline)?[0].ok()?; // the WRITE succeeded (or `?` says why not)
+//! let imm = qb.cq.wait(1, deadline)?[0].ok()?.imm();
+//! assert_eq!(imm, Some(7));
+//! let mut got = [0; 5];
+//! buf_b.read(0, &mut got);
+//! assert_eq!(&got, b"hello");
+//! # Ok(()) }
+//! # main().unwrap(); }
+//! ```
+//!
+//! Against a peer on a NIC, with the connection exchanged over TCP (`ibv_rc_pingpong`'s
+//! exchange), and the hot loop written generically over the core traits, so that it is
+//! monomorphised for the backend the QP got (the `unsafe` posts take any registered memory):
+//!
 //! ```no_run
 //! use zverbs::{AccessFlags, ConnectAttr, ContextOptions, Queues, SendWr, PostSend, PollCq};
 //! use zverbs::connect::{exchange, random_psn};
@@ -29,18 +72,23 @@
 //! let peer = exchange::client(&mut s, &hello, exchange::Wire::RcPingpong)?;
 //! qp.connect(&ConnectAttr::new(port, me.psn, &peer.endpoint, local.gid_index))?;
 //!
-//! let sge = [buf.sge(0..64).unwrap()];
+//! let sge = [buf.sge(0..64)];
 //! match Queues::take(&qp, &cq)? {
-//!     Queues::Direct(mut q) => send_one(&mut q.sq, &mut q.cq, &sge),
-//!     Queues::Verbs(mut q) => send_one(&mut q.sq, &mut q.cq, &sge),
+//!     Queues::Direct(mut q) => send_one(&mut q.sq, &mut q.cq, &sge)?,
+//!     Queues::Verbs(mut q) => send_one(&mut q.sq, &mut q.cq, &sge)?,
 //! }
 //! # Ok(()) }
-//! fn send_one(sq: &mut impl PostSend, cq: &mut impl PollCq, sge: &[zverbs::Sge]) {
+//! fn send_one(sq: &mut impl PostSend, cq: &mut impl PollCq, sge: &[zverbs::Sge]) -> zverbs::Result<()> {
 //!     // SAFETY: `sge` lies in a registered buffer that outlives the request, and nothing
 //!     // writes it until the completion is polled.
-//!     unsafe { sq.send(&SendWr::send(1, sge).signaled()) }.unwrap();
+//!     unsafe { sq.post(&SendWr::send(1, sge).signaled()) }?; // posts and rings
 //!     let mut wc = [zverbs::Completion::EMPTY; 4];
-//!     while cq.poll(&mut wc) == 0 {}
+//!     loop {
+//!         if let [c, ..] = cq.poll_into(&mut wc) {
+//!             c.ok()?;
+//!             return Ok(());
+//!         }
+//!     }
 //! }
 //! ```
 //!
@@ -107,7 +155,9 @@
 //! and the caller promises the buffers stay registered and untouched by Rust references until
 //! their completion. [`safe`] wraps a send or receive queue so that it only posts spans of
 //! buffers the library allocated ([`MrBuf`]), which Rust never references and which are
-//! deregistered before their memory is freed: no `unsafe` at the call site.
+//! deregistered before their memory is freed: no `unsafe` at the call site. It is also the
+//! convenient layer: its posts ring, its waits have deadlines, and [`Qp::queues`] hands out a
+//! QP's queues and its CQ's poller in one call.
 //! Registering caller-owned memory ([`Pd::register`]) is `unsafe` with a written contract.
 //!
 //! ## Thread safety
@@ -165,7 +215,9 @@ pub use device::{
 pub use error::{Error, Result};
 pub use mr::{AccessFlags, BufError, Mr, MrBuf};
 pub use pd::Pd;
-pub use qp::{ConnectAttr, GlobalRoute, InitAttr, Qp, QpBuilder, QpCaps, RtrAttr, RtsAttr};
+pub use qp::{
+    ConnectAttr, GlobalRoute, InitAttr, Qp, QpBuilder, QpCaps, QpState, RtrAttr, RtsAttr,
+};
 pub use queues::{AnyPoller, AnyRecvQueue, AnySendQueue, QueueSet, Queues};
 
 #[cfg(feature = "sim")]
@@ -179,8 +231,8 @@ pub use provider::sim::SimControl;
 /// covered.
 pub use zverbs_core as core;
 pub use zverbs_core::{
-    BatchError, Completion, PollCq, PostError, PostRecv, PostSend, RecvWr, RemoteBuf, SendFlags,
-    SendOp, SendWr, Sge, WcFlags, WcOpcode, WcStatus,
+    BatchError, Completion, PollCq, PostError, PostRecv, PostSend, RecvWr, RemoteBuf, SendBatch,
+    SendFlags, SendOp, SendWr, Sge, WcError, WcFlags, WcOpcode, WcStatus,
 };
 /// The raw rdma-core binding the control path and the fallback are built on (crate
 /// `zverbs-ffi`): hand-written `repr(C)` declarations, checked against rdma-core's headers, and

@@ -17,7 +17,7 @@
 
 use std::alloc::Layout;
 use std::fmt;
-use std::ops::Range;
+use std::ops::{Range, RangeBounds};
 use std::ptr::NonNull;
 use std::sync::Arc;
 use std::time::Instant;
@@ -206,8 +206,24 @@ impl Mr {
         self.inner.len == 0
     }
 
-    /// A scatter entry for `range` of the region, or `None` if it is out of bounds.
-    pub fn sge(&self, range: Range<usize>) -> Option<Sge> {
+    /// A scatter entry for `range` of the region (`mr.sge(..)`, `mr.sge(0..64)`).
+    ///
+    /// # Panics
+    ///
+    /// As slicing does, if the range is reversed or reaches past the end of the region, and if
+    /// it is longer than a scatter entry can carry (4 GiB − 1 bytes); [`Mr::try_sge`] returns
+    /// the error instead.
+    #[track_caller]
+    pub fn sge(&self, range: impl RangeBounds<usize>) -> Sge {
+        or_panic(self.try_sge(range))
+    }
+
+    /// As [`Mr::sge`].
+    ///
+    /// # Errors
+    ///
+    /// [`BufError::ReversedRange`], [`BufError::OutOfBounds`], [`BufError::TooLong`].
+    pub fn try_sge(&self, range: impl RangeBounds<usize>) -> Result<Sge, BufError> {
         sge_in(self.inner.addr, self.inner.len, self.lkey(), range)
     }
 
@@ -218,7 +234,7 @@ impl Mr {
     /// If `offset` is past the end of the region ([`Mr::try_remote`] returns an error
     /// instead).
     #[track_caller]
-    pub fn remote(&self, offset: u64) -> RemoteBuf {
+    pub fn remote(&self, offset: usize) -> RemoteBuf {
         or_panic(self.try_remote(offset))
     }
 
@@ -227,33 +243,39 @@ impl Mr {
     /// # Errors
     ///
     /// [`BufError::OutOfBounds`] if `offset` is past the end of the region.
-    pub fn try_remote(&self, offset: u64) -> Result<RemoteBuf, BufError> {
+    pub fn try_remote(&self, offset: usize) -> Result<RemoteBuf, BufError> {
         remote_in(self.addr(), self.inner.len, self.rkey(), offset)
     }
 }
 
 /// The remote target at `offset` of `len` bytes at `base` (the end itself is allowed: the
 /// target of a zero-length request).
-fn remote_in(base: u64, len: usize, rkey: u32, offset: u64) -> Result<RemoteBuf, BufError> {
-    if offset > len as u64 {
+pub(crate) fn remote_in(
+    base: u64,
+    len: usize,
+    rkey: u32,
+    offset: usize,
+) -> Result<RemoteBuf, BufError> {
+    if offset > len {
         return Err(BufError::OutOfBounds {
-            offset: usize::try_from(offset).unwrap_or(usize::MAX),
+            offset,
             len: 0,
             buf_len: len,
         });
     }
-    Ok(RemoteBuf::new(base + offset, rkey))
+    Ok(RemoteBuf::new(base + offset as u64, rkey))
 }
 
-fn sge_in(base: usize, len: usize, lkey: u32, range: Range<usize>) -> Option<Sge> {
-    if range.start > range.end || range.end > len || range.end - range.start > u32::MAX as usize {
-        return None;
-    }
-    Some(Sge::new(
-        (base + range.start) as u64,
-        (range.end - range.start) as u32,
-        lkey,
-    ))
+/// The scatter entry for `range` of `len` bytes at `base`.
+fn sge_in(
+    base: usize,
+    len: usize,
+    lkey: u32,
+    range: impl RangeBounds<usize>,
+) -> Result<Sge, BufError> {
+    let (start, end) = crate::safe::resolve(range, len)?;
+    // `resolve` bounded the length by `u32::MAX`.
+    Ok(Sge::new((base + start) as u64, (end - start) as u32, lkey))
 }
 
 /// Why an access to an [`MrBuf`] (or a buffer's allocation) was refused. Nothing was read or
@@ -296,6 +318,14 @@ pub enum BufError {
         /// The length asked for.
         requested: usize,
     },
+    /// A span longer than one scatter entry of a work request can carry (its length is a
+    /// 32-bit field on the wire).
+    TooLong {
+        /// The span's length.
+        len: usize,
+        /// The longest a span can be.
+        max: u32,
+    },
 }
 
 impl fmt::Display for BufError {
@@ -328,6 +358,10 @@ impl fmt::Display for BufError {
                 f,
                 "a buffer of {requested} bytes is larger than the address space allows"
             ),
+            BufError::TooLong { len, max } => write!(
+                f,
+                "a span of {len} bytes is longer than a scatter entry carries ({max} bytes)"
+            ),
         }
     }
 }
@@ -336,7 +370,7 @@ impl std::error::Error for BufError {}
 
 /// The value of `r`, or a panic with its error at the caller's location.
 #[track_caller]
-fn or_panic<T>(r: Result<T, BufError>) -> T {
+pub(crate) fn or_panic<T>(r: Result<T, BufError>) -> T {
     match r {
         Ok(v) => v,
         Err(e) => panic!("{e}"),
@@ -487,9 +521,25 @@ impl MrBuf {
         matches!(self.inner.storage, Storage::Huge { .. })
     }
 
-    /// A scatter entry for `range`, or `None` if it is out of bounds, reversed or longer than
-    /// 4 GiB - 1.
-    pub fn sge(&self, range: Range<usize>) -> Option<Sge> {
+    /// A scatter entry for `range` (`buf.sge(..)`, `buf.sge(0..64)`), for the `unsafe` post
+    /// methods; the [`safe`](crate::safe) queues take [`MrBuf::slice`] instead.
+    ///
+    /// # Panics
+    ///
+    /// As slicing does, if the range is reversed or reaches past the end of the buffer, and if
+    /// it is longer than a scatter entry can carry (4 GiB − 1 bytes); [`MrBuf::try_sge`]
+    /// returns the error instead.
+    #[track_caller]
+    pub fn sge(&self, range: impl RangeBounds<usize>) -> Sge {
+        or_panic(self.try_sge(range))
+    }
+
+    /// As [`MrBuf::sge`].
+    ///
+    /// # Errors
+    ///
+    /// [`BufError::ReversedRange`], [`BufError::OutOfBounds`], [`BufError::TooLong`].
+    pub fn try_sge(&self, range: impl RangeBounds<usize>) -> Result<Sge, BufError> {
         sge_in(
             self.inner.storage.ptr().as_ptr() as usize,
             self.inner.len,
@@ -505,7 +555,7 @@ impl MrBuf {
     /// If `offset` is past the end of the buffer ([`MrBuf::try_remote`] returns an error
     /// instead).
     #[track_caller]
-    pub fn remote(&self, offset: u64) -> RemoteBuf {
+    pub fn remote(&self, offset: usize) -> RemoteBuf {
         or_panic(self.try_remote(offset))
     }
 
@@ -514,7 +564,7 @@ impl MrBuf {
     /// # Errors
     ///
     /// [`BufError::OutOfBounds`] if `offset` is past the end of the buffer.
-    pub fn try_remote(&self, offset: u64) -> Result<RemoteBuf, BufError> {
+    pub fn try_remote(&self, offset: usize) -> Result<RemoteBuf, BufError> {
         remote_in(self.addr(), self.inner.len, self.rkey(), offset)
     }
 
@@ -845,11 +895,40 @@ mod tests {
 
     #[test]
     fn sge_bounds() {
-        assert_eq!(sge_in(0x1000, 64, 7, 8..24), Some(Sge::new(0x1008, 16, 7)));
-        assert_eq!(sge_in(0x1000, 64, 7, 60..65), None);
+        assert_eq!(sge_in(0x1000, 64, 7, 8..24), Ok(Sge::new(0x1008, 16, 7)));
+        assert_eq!(sge_in(0x1000, 64, 7, ..), Ok(Sge::new(0x1000, 64, 7)));
+        assert_eq!(sge_in(0x1000, 64, 7, 8..=15), Ok(Sge::new(0x1008, 8, 7)));
+        assert_eq!(sge_in(0x1000, 64, 7, 60..), Ok(Sge::new(0x103c, 4, 7)));
+        assert_eq!(
+            sge_in(0x1000, 64, 7, 60..65),
+            Err(BufError::OutOfBounds {
+                offset: 60,
+                len: 5,
+                buf_len: 64
+            })
+        );
         #[allow(clippy::reversed_empty_ranges)]
         let r = 9..8;
-        assert_eq!(sge_in(0x1000, 64, 7, r), None);
+        assert_eq!(
+            sge_in(0x1000, 64, 7, r),
+            Err(BufError::ReversedRange { start: 9, end: 8 })
+        );
+        assert!(matches!(
+            sge_in(0x1000, 64, 7, 0..=usize::MAX),
+            Err(BufError::OutOfBounds { .. })
+        ));
+        // A span the wire's 32-bit length cannot carry is refused, not truncated.
+        let big = u32::MAX as usize + 1;
+        assert_eq!(
+            sge_in(0, big + 1, 7, 0..big),
+            Err(BufError::TooLong {
+                len: big,
+                max: u32::MAX
+            })
+        );
+        assert_eq!(sge_in(0, big + 1, 7, 1..big), Ok(Sge::new(1, u32::MAX, 7)));
+        assert_eq!(remote_in(0x1000, 64, 9, 64), Ok(RemoteBuf::new(0x1040, 9)));
+        assert!(remote_in(0x1000, 64, 9, 65).is_err());
     }
 
     #[test]

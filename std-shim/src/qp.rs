@@ -1,5 +1,7 @@
 //! RC queue pairs: creation, capabilities, and the INIT → RTR → RTS transitions.
 
+use std::fmt;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use zverbs_mlx5dv::{RqSlot, RqState, SqCaps, SqSlot, SqState};
@@ -18,6 +20,7 @@ use crate::pd::Pd;
 use crate::provider::{QpEngine, QpInit, QpProvider, RegisterOwner};
 use crate::queues::{AnyRecvQueue, AnySendQueue};
 use crate::register::{self, SharedRegister};
+use crate::safe::{SafePoller, SafeQueues, SafeRecvQueue, SafeSendQueue};
 
 /// A queue pair's capabilities (`struct ibv_qp_cap`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -230,6 +233,7 @@ impl<'a> QpBuilder<'a> {
             sq_caps,
             report,
             taken: Mutex::new((false, false)),
+            state: AtomicU32::new(QpState::Reset.to_raw()),
             send_cq: self.send_cq.clone(),
             recv_cq: self.recv_cq.clone(),
             _pd: self.pd.clone(),
@@ -375,6 +379,9 @@ pub(crate) struct QpInner {
     pub(crate) report: BackendReport,
     /// Whether the send / receive queue handles were taken.
     pub(crate) taken: Mutex<(bool, bool)>,
+    /// The state the last successful transition through this handle set (`enum
+    /// ibv_qp_state`).
+    pub(crate) state: AtomicU32,
     pub(crate) send_cq: Cq,
     pub(crate) recv_cq: Cq,
     pub(crate) _pd: Pd,
@@ -411,12 +418,56 @@ impl Qp {
         }
     }
 
-    /// The send queue, for posting; it can be taken once.
+    /// The QP's state, as the last transition made through this library set it (a QP that
+    /// the device moves to the error state on its own, after a failed request, still reads
+    /// RTS here: its completions say so).
+    pub fn state(&self) -> QpState {
+        QpState::from_raw(self.inner.state.load(Ordering::Acquire))
+    }
+
+    /// Refuses a queue handle before the QP reaches `needs` (or after it left the states
+    /// that serve it).
+    fn ready(&self, queue: &'static str, ok: &[QpState], advice: &'static str) -> Result<()> {
+        let state = self.state();
+        if ok.contains(&state) {
+            return Ok(());
+        }
+        Err(Error::NotReady {
+            queue,
+            state,
+            needs: ok[0],
+            advice,
+        })
+    }
+
+    /// Refuses the send queue before RTS.
+    pub(crate) fn send_queue_ready(&self) -> Result<()> {
+        self.ready(
+            "send queue",
+            &[QpState::Rts],
+            "connect the QP first (Qp::connect, or to_init, to_rtr and to_rts)",
+        )
+    }
+
+    /// Refuses the receive queue before INIT.
+    fn recv_ready(&self) -> Result<()> {
+        self.ready(
+            "receive queue",
+            &[QpState::Init, QpState::Rtr, QpState::Rts],
+            "move the QP to INIT first (Qp::to_init, or Qp::connect)",
+        )
+    }
+
+    /// The send queue, for posting; it can be taken once, when the QP is in RTS (ready to
+    /// send): a request posted earlier would never be executed, so asking earlier is an error,
+    /// not a queue that silently does nothing.
     ///
     /// # Errors
     ///
-    /// [`Error::AlreadyTaken`]; [`Error::Layout`] if the direct backend rejects the layout.
+    /// [`Error::NotReady`] before RTS; [`Error::AlreadyTaken`]; [`Error::Layout`] if the direct
+    /// backend rejects the layout.
     pub fn send_queue(&self) -> Result<AnySendQueue> {
+        self.send_queue_ready()?;
         {
             let mut t = self.inner.taken.lock().unwrap_or_else(|p| p.into_inner());
             if t.0 {
@@ -427,12 +478,14 @@ impl Qp {
         AnySendQueue::new(&self.inner)
     }
 
-    /// The receive queue, for posting; it can be taken once.
+    /// The receive queue, for posting; it can be taken once, from INIT on: receives may be
+    /// posted before the peer connects (and should be, for a peer that sends at once).
     ///
     /// # Errors
     ///
-    /// As [`Qp::send_queue`].
+    /// [`Error::NotReady`] before INIT; as [`Qp::send_queue`].
     pub fn recv_queue(&self) -> Result<AnyRecvQueue> {
+        self.recv_ready()?;
         {
             let mut t = self.inner.taken.lock().unwrap_or_else(|p| p.into_inner());
             if t.1 {
@@ -441,6 +494,43 @@ impl Qp {
             t.1 = true;
         }
         AnyRecvQueue::new(&self.inner)
+    }
+
+    /// The QP's send and receive queues and the poller of `cq`, which must serve both, in the
+    /// [`safe`](crate::safe) layer: posts that ring, waits with deadlines. The QP must be in
+    /// RTS ([`Qp::connect`]); every QP that uses `cq` must exist before (the poller's table of
+    /// QPs is fixed when it is taken).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] when `cq` is not the QP's send and receive CQ; the errors of
+    /// [`Qp::send_queue`], [`Qp::recv_queue`] and [`Cq::poller`].
+    pub fn queues(&self, cq: &Cq) -> Result<SafeQueues> {
+        if !self.inner.send_cq.is(cq) || !self.inner.recv_cq.is(cq) {
+            return Err(Error::InvalidArgument(
+                "Qp::queues needs the CQ that serves both queues of the QP (for separate CQs, \
+                 take Qp::send_queue, Qp::recv_queue and each Cq::poller)"
+                    .into(),
+            ));
+        }
+        self.send_queue_ready()?;
+        let sq = self.send_queue()?;
+        let rq = self.recv_queue()?;
+        let poller = cq.poller()?;
+        Ok(SafeQueues {
+            sq: SafeSendQueue::new(sq),
+            rq: SafeRecvQueue::new(rq),
+            cq: SafePoller::new(poller, cq.cqe() as usize),
+        })
+    }
+
+    /// `ibv_modify_qp`, noting the state it moved to.
+    fn modify(&self, attr: &mut ibv_qp_attr, mask: i32) -> Result<()> {
+        self.inner.provider.modify(attr, mask)?;
+        if mask & m::IBV_QP_STATE != 0 {
+            self.inner.state.store(attr.qp_state, Ordering::Release);
+        }
+        Ok(())
     }
 
     /// RESET → INIT.
@@ -456,7 +546,7 @@ impl Qp {
             qp_access_flags: a.access.bits(),
             ..Default::default()
         };
-        self.inner.provider.modify(
+        self.modify(
             &mut attr,
             m::IBV_QP_STATE | m::IBV_QP_PKEY_INDEX | m::IBV_QP_PORT | m::IBV_QP_ACCESS_FLAGS,
         )
@@ -489,7 +579,7 @@ impl Qp {
             attr.ah_attr.grh.traffic_class = g.traffic_class;
             attr.ah_attr.grh.flow_label = g.flow_label;
         }
-        self.inner.provider.modify(
+        self.modify(
             &mut attr,
             m::IBV_QP_STATE
                 | m::IBV_QP_AV
@@ -516,7 +606,7 @@ impl Qp {
             max_rd_atomic: a.max_rd_atomic,
             ..Default::default()
         };
-        self.inner.provider.modify(
+        self.modify(
             &mut attr,
             m::IBV_QP_STATE
                 | m::IBV_QP_TIMEOUT
@@ -540,7 +630,74 @@ impl Qp {
 
     /// `ibv_modify_qp` with attributes computed elsewhere (rdma_cm's `rdma_init_qp_attr`).
     pub(crate) fn modify_raw(&self, attr: &mut ibv_qp_attr, mask: i32) -> Result<()> {
-        self.inner.provider.modify(attr, mask)
+        self.modify(attr, mask)
+    }
+}
+
+/// The state of a queue pair (`enum ibv_qp_state`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum QpState {
+    /// Created, not yet usable (`IBV_QPS_RESET`).
+    Reset,
+    /// Receives may be posted; nothing is sent or received yet (`IBV_QPS_INIT`).
+    Init,
+    /// Ready to receive: incoming messages are accepted (`IBV_QPS_RTR`).
+    Rtr,
+    /// Ready to send (`IBV_QPS_RTS`).
+    Rts,
+    /// Send queue drained (`IBV_QPS_SQD`).
+    Sqd,
+    /// Send queue error (`IBV_QPS_SQE`).
+    Sqe,
+    /// Error: every outstanding request completes as flushed (`IBV_QPS_ERR`).
+    Error,
+    /// A number this crate does not know.
+    Unknown(u32),
+}
+
+impl QpState {
+    /// The state for libibverbs' number.
+    pub const fn from_raw(raw: u32) -> Self {
+        match raw {
+            0 => Self::Reset,
+            1 => Self::Init,
+            2 => Self::Rtr,
+            3 => Self::Rts,
+            4 => Self::Sqd,
+            5 => Self::Sqe,
+            6 => Self::Error,
+            n => Self::Unknown(n),
+        }
+    }
+
+    /// libibverbs' number for the state.
+    pub const fn to_raw(self) -> u32 {
+        match self {
+            Self::Reset => 0,
+            Self::Init => 1,
+            Self::Rtr => 2,
+            Self::Rts => 3,
+            Self::Sqd => 4,
+            Self::Sqe => 5,
+            Self::Error => 6,
+            Self::Unknown(n) => n,
+        }
+    }
+}
+
+impl fmt::Display for QpState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Reset => f.write_str("RESET"),
+            Self::Init => f.write_str("INIT"),
+            Self::Rtr => f.write_str("RTR"),
+            Self::Rts => f.write_str("RTS"),
+            Self::Sqd => f.write_str("SQD"),
+            Self::Sqe => f.write_str("SQE"),
+            Self::Error => f.write_str("ERROR"),
+            Self::Unknown(n) => write!(f, "state {n}"),
+        }
     }
 }
 
@@ -602,7 +759,9 @@ pub struct RtsAttr {
     pub timeout: u8,
     /// Transport retries (7 max).
     pub retry_cnt: u8,
-    /// RNR retries (7: infinite).
+    /// RNR retries: how many times a request that finds no receive posted at the peer is
+    /// sent again, each after the peer's RNR timer, before it fails with "RNR retry counter
+    /// exceeded" (0–6); 7 retries for ever.
     pub rnr_retry: u8,
     /// READ/atomic requests this side may have outstanding.
     pub max_rd_atomic: u8,
@@ -626,8 +785,17 @@ impl ConnectAttr {
     /// A GRH is used when the peer's GID is set (as `ibv_rc_pingpong` decides: non-zero
     /// interface id), with this side's GID `sgid_index` (from
     /// [`LocalAddress::gid_index`](crate::LocalAddress::gid_index)). Defaults: MTU 1024, every
-    /// remote access right, one outstanding READ/atomic each way, RNR timer 12, timeout 14,
-    /// 7 retries, infinite RNR retries.
+    /// remote access right, one outstanding READ/atomic each way, RNR timer 12 (0.64 ms),
+    /// timeout 14, 7 retries, **6 RNR retries**.
+    ///
+    /// The RNR retries bound how long a request that needs a receive at the peer (a SEND, a
+    /// WRITE with immediate) waits when none is posted: it is sent again 6 times, each after
+    /// the peer's RNR timer (its `min_rnr_timer`, 12 = 0.64 ms with these defaults on both
+    /// sides), then fails with [`WcStatus::RnrRetryExcErr`](zverbs_core::WcStatus) and moves
+    /// the QP to the error state: about 6 × 0.64 ≈ 4 ms, not a hang. The software device
+    /// retries once per step of its engine instead of waiting a timer, so there the error
+    /// comes within microseconds. `.rnr(7, 12)` retries for ever (`ibv_rc_pingpong`'s choice),
+    /// for a peer that is known to post its receives in time.
     pub fn new(port: u8, local_psn: u32, remote: &Endpoint, sgid_index: Option<u32>) -> Self {
         let grh = (remote.gid.interface_id() != 0).then(|| GlobalRoute {
             dgid: remote.gid,
@@ -657,7 +825,7 @@ impl ConnectAttr {
                 sq_psn: local_psn,
                 timeout: 14,
                 retry_cnt: 7,
-                rnr_retry: 7,
+                rnr_retry: 6,
                 max_rd_atomic: 1,
             },
         }
@@ -689,7 +857,8 @@ impl ConnectAttr {
         self
     }
 
-    /// RNR retries (7: infinite) and this side's RNR timer code.
+    /// RNR retries (0–6, or 7: for ever) and this side's RNR timer code (the wait a peer's
+    /// retry makes: 12 is 0.64 ms, 0 is 655 ms; see the IB specification's table).
     pub fn rnr(mut self, rnr_retry: u8, min_rnr_timer: u8) -> Self {
         self.rts.rnr_retry = rnr_retry;
         self.rtr.min_rnr_timer = min_rnr_timer;
@@ -718,10 +887,17 @@ mod tests {
         let c = ConnectAttr::new(1, 7, &ep, None);
         assert_eq!(c.rtr.grh, None);
         assert_eq!((c.rtr.dlid, c.rtr.dest_qpn, c.rtr.rq_psn), (5, 0x11, 0x22));
+        // A finite RNR retry count: a request without a receive at the peer fails, not hangs.
         assert_eq!(
-            (c.rts.timeout, c.rts.retry_cnt, c.rts.rnr_retry),
-            (14, 7, 7)
+            (
+                c.rts.timeout,
+                c.rts.retry_cnt,
+                c.rts.rnr_retry,
+                c.rtr.min_rnr_timer
+            ),
+            (14, 7, 6, 12)
         );
+        assert_eq!(c.rnr(7, 12).rts.rnr_retry, 7);
         ep.gid.0[15] = 1;
         let c = ConnectAttr::new(1, 7, &ep, Some(3)).mtu(Mtu::M4096);
         let g = c.rtr.grh.unwrap();

@@ -46,36 +46,36 @@ macro_rules! forward_queues {
     () => {
         impl PostSend for SendQueue {
             #[inline(always)]
-            unsafe fn post_send(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
+            unsafe fn stage(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
                 // SAFETY: forwarded; the caller upholds the posting contract.
-                unsafe { self.q.post_send(wr) }
+                unsafe { self.q.stage(wr) }
             }
             #[inline(always)]
             fn ring(&mut self) {
                 self.q.ring()
             }
             #[inline(always)]
-            unsafe fn post_send_batch(&mut self, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
+            unsafe fn post_all(&mut self, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
                 // SAFETY: forwarded.
-                unsafe { self.q.post_send_batch(wrs) }
+                unsafe { self.q.post_all(wrs) }
             }
             #[inline(always)]
-            unsafe fn send(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
+            unsafe fn post(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
                 // SAFETY: forwarded.
-                unsafe { self.q.send(wr) }
+                unsafe { self.q.post(wr) }
             }
         }
 
         impl PostRecv for RecvQueue {
             #[inline(always)]
-            unsafe fn post_recv(&mut self, wr: &RecvWr<'_>) -> Result<(), PostError> {
+            unsafe fn post(&mut self, wr: &RecvWr<'_>) -> Result<(), PostError> {
                 // SAFETY: forwarded.
-                unsafe { self.q.post_recv(wr) }
+                unsafe { self.q.post(wr) }
             }
             #[inline(always)]
-            unsafe fn post_recv_batch(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), BatchError> {
+            unsafe fn post_all(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), BatchError> {
                 // SAFETY: forwarded.
-                unsafe { self.q.post_recv_batch(wrs) }
+                unsafe { self.q.post_all(wrs) }
             }
         }
 
@@ -144,23 +144,23 @@ pub mod direct {
 
     impl PostSend for RawSendQueue {
         #[inline(always)]
-        unsafe fn post_send(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
+        unsafe fn stage(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
             // SAFETY: forwarded; the caller upholds the posting contract.
-            each!(self, q => unsafe { q.post_send(wr) })
+            each!(self, q => unsafe { q.stage(wr) })
         }
         #[inline(always)]
         fn ring(&mut self) {
             each!(self, q => q.ring())
         }
         #[inline(always)]
-        unsafe fn post_send_batch(&mut self, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
+        unsafe fn post_all(&mut self, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
             // SAFETY: forwarded.
-            each!(self, q => unsafe { q.post_send_batch(wrs) })
+            each!(self, q => unsafe { q.post_all(wrs) })
         }
         #[inline(always)]
-        unsafe fn send(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
+        unsafe fn post(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
             // SAFETY: forwarded.
-            each!(self, q => unsafe { q.send(wr) })
+            each!(self, q => unsafe { q.post(wr) })
         }
     }
 
@@ -440,56 +440,65 @@ impl AnyPoller {
 }
 
 impl PostSend for AnySendQueue {
-    #[inline]
-    unsafe fn post_send(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
+    #[inline(always)]
+    unsafe fn stage(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
         match self {
             // SAFETY: forwarded.
-            Self::Direct(q) => unsafe { q.post_send(wr) },
+            Self::Direct(q) => unsafe { q.stage(wr) },
             // SAFETY: forwarded.
-            Self::Verbs(q) => unsafe { q.post_send(wr) },
+            Self::Verbs(q) => unsafe { q.stage(wr) },
         }
     }
-    #[inline]
+    #[inline(always)]
     fn ring(&mut self) {
         match self {
             Self::Direct(q) => q.ring(),
             Self::Verbs(q) => q.ring(),
         }
     }
-    #[inline]
-    unsafe fn post_send_batch(&mut self, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
+    #[inline(always)]
+    unsafe fn post_all(&mut self, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
         match self {
             // SAFETY: forwarded.
-            Self::Direct(q) => unsafe { q.post_send_batch(wrs) },
+            Self::Direct(q) => unsafe { q.post_all(wrs) },
             // SAFETY: forwarded.
-            Self::Verbs(q) => unsafe { q.post_send_batch(wrs) },
+            Self::Verbs(q) => unsafe { q.post_all(wrs) },
+        }
+    }
+    #[inline(always)]
+    unsafe fn post(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
+        match self {
+            // SAFETY: forwarded.
+            Self::Direct(q) => unsafe { q.post(wr) },
+            // SAFETY: forwarded.
+            Self::Verbs(q) => unsafe { q.post(wr) },
         }
     }
 }
 
 impl PostRecv for AnyRecvQueue {
-    #[inline]
-    unsafe fn post_recv(&mut self, wr: &RecvWr<'_>) -> Result<(), PostError> {
+    #[inline(always)]
+    unsafe fn post(&mut self, wr: &RecvWr<'_>) -> Result<(), PostError> {
         match self {
             // SAFETY: forwarded.
-            Self::Direct(q) => unsafe { q.post_recv(wr) },
+            Self::Direct(q) => unsafe { q.post(wr) },
             // SAFETY: forwarded.
-            Self::Verbs(q) => unsafe { q.post_recv(wr) },
+            Self::Verbs(q) => unsafe { q.post(wr) },
         }
     }
-    #[inline]
-    unsafe fn post_recv_batch(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), BatchError> {
+    #[inline(always)]
+    unsafe fn post_all(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), BatchError> {
         match self {
             // SAFETY: forwarded.
-            Self::Direct(q) => unsafe { q.post_recv_batch(wrs) },
+            Self::Direct(q) => unsafe { q.post_all(wrs) },
             // SAFETY: forwarded.
-            Self::Verbs(q) => unsafe { q.post_recv_batch(wrs) },
+            Self::Verbs(q) => unsafe { q.post_all(wrs) },
         }
     }
 }
 
 impl PollCq for AnyPoller {
-    #[inline]
+    #[inline(always)]
     fn poll(&mut self, out: &mut [Completion]) -> usize {
         match self {
             Self::Direct(q) => q.poll(out),
@@ -519,7 +528,8 @@ pub enum Queues {
 }
 
 impl Queues {
-    /// Takes `qp`'s queues and the poller of `cq`, which must serve both of its queues.
+    /// Takes `qp`'s queues and the poller of `cq`, which must serve both of its queues. The QP
+    /// must be in RTS (see [`Qp::send_queue`]).
     ///
     /// # Errors
     ///
@@ -531,9 +541,21 @@ impl Queues {
                 "Queues::take needs the CQ that serves both queues of the QP".into(),
             ));
         }
+        qp.send_queue_ready()?;
         let sq = qp.send_queue()?;
         let rq = qp.recv_queue()?;
         let cq = cq.poller()?;
+        Self::from_parts(sq, rq, cq)
+    }
+
+    /// Groups handles taken one by one: for a QP whose receives are posted before it is
+    /// connected (the receive queue from INIT, the send queue once in RTS), or whose queues
+    /// use two CQs.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Backend`] when the handles are driven by different backends.
+    pub fn from_parts(sq: AnySendQueue, rq: AnyRecvQueue, cq: AnyPoller) -> Result<Self> {
         match (sq, rq, cq) {
             (AnySendQueue::Direct(sq), AnyRecvQueue::Direct(rq), AnyPoller::Direct(cq)) => {
                 Ok(Self::Direct(QueueSet { sq, rq, cq }))
@@ -541,9 +563,9 @@ impl Queues {
             (AnySendQueue::Verbs(sq), AnyRecvQueue::Verbs(rq), AnyPoller::Verbs(cq)) => {
                 Ok(Self::Verbs(QueueSet { sq, rq, cq }))
             }
-            _ => Err(Error::Backend {
-                requested: qp.backend().kind,
-                reason: "the QP and its CQ are driven by different backends".into(),
+            (sq, _, _) => Err(Error::Backend {
+                requested: sq.kind(),
+                reason: "the queues and the poller are driven by different backends".into(),
             }),
         }
     }

@@ -1,4 +1,4 @@
-//! Posting without `unsafe`: queues that only take buffers the library owns.
+//! The convenient layer: posting without `unsafe`, posts that ring, waits with deadlines.
 //!
 //! The [`PostSend`] / [`PostRecv`] methods are `unsafe` because the device touches memory by
 //! address. Here every local buffer is a [`BufSlice`] of an [`MrBuf`]: bounds-checked against
@@ -16,26 +16,119 @@
 //!
 //! What stays the caller's business is meaning, not safety: reading a buffer before the
 //! completion of the request that fills it gives whatever bytes have landed so far.
+//!
+//! # Nothing is silently left undone
+//!
+//! - Every method of [`SafeSendQueue`] posts one request **and rings the doorbell**: when it
+//!   returns `Ok`, the device has the request. To put several requests behind one doorbell,
+//!   stage them in a [`SafeSendQueue::batch`] (the same method names), which rings once when it
+//!   is finished or dropped:
+//!
+//!   ```no_run
+//!   # use zverbs::{MrBuf, RemoteBuf, SendFlags, safe::SafeSendQueue, AnySendQueue};
+//!   # fn f(sq: &mut SafeSendQueue<AnySendQueue>, buf: &MrBuf, peer: RemoteBuf) -> zverbs::Result<()> {
+//!   let mut b = sq.batch();
+//!   b.write(1, buf.slice(0..64), peer, SendFlags::NONE)?;
+//!   b.send(2, buf.slice(64..128), SendFlags::SIGNALED)?;
+//!   b.finish(); // one doorbell for both
+//!   # Ok(()) }
+//!   ```
+//!
+//! - [`SafePoller::wait`] spins for a number of completions until a deadline, and says so
+//!   when the deadline passes ([`WaitError::Timeout`]); [`Completion::ok`] turns a failed
+//!   completion into an error ([`zverbs_core::WcError`]).
+//! - Every error here converts into [`crate::Error`], so `?` works across set-up, posting and
+//!   waiting in one function.
+//!
+//! The layer is thin: a post through [`SafeSendQueue`] is the bounds and access check its
+//! [`BufSlice`] already passed, and the queue's own [`PostSend::post`]; [`SafePoller`] copies
+//! completions into a buffer of its own, allocated once.
 
-use std::ops::Range;
+use std::ops::{Bound, RangeBounds};
+use std::time::Instant;
 
-use zverbs_core::{PostError, PostRecv, PostSend, RecvWr, RemoteBuf, SendFlags, SendWr, Sge};
+use zverbs_core::{
+    Completion, PollCq, PostError, PostRecv, PostSend, RecvWr, RemoteBuf, SendBatch, SendFlags,
+    SendWr, Sge,
+};
 
-use crate::mr::{AccessFlags, MrBuf};
+use crate::mr::{AccessFlags, BufError, MrBuf, or_panic};
+use crate::queues::{AnyPoller, AnyRecvQueue, AnySendQueue};
 
-/// A bounds-checked span of an [`MrBuf`].
+/// A bounds-checked span of an [`MrBuf`] ([`MrBuf::slice`]).
 #[derive(Clone, Copy, Debug)]
 pub struct BufSlice<'a> {
     buf: &'a MrBuf,
     sge: Sge,
 }
 
+/// `range` resolved against a buffer of `len` bytes: `(start, end)`, checked without overflow.
+pub(crate) fn resolve(
+    range: impl RangeBounds<usize>,
+    len: usize,
+) -> Result<(usize, usize), BufError> {
+    let start = match range.start_bound() {
+        Bound::Included(&s) => s,
+        Bound::Excluded(&s) => s.checked_add(1).ok_or(BufError::OutOfBounds {
+            offset: s,
+            len: 0,
+            buf_len: len,
+        })?,
+        Bound::Unbounded => 0,
+    };
+    let end = match range.end_bound() {
+        Bound::Included(&e) => e.checked_add(1).ok_or(BufError::OutOfBounds {
+            offset: start,
+            len: usize::MAX,
+            buf_len: len,
+        })?,
+        Bound::Excluded(&e) => e,
+        Bound::Unbounded => len,
+    };
+    if start > end {
+        return Err(BufError::ReversedRange { start, end });
+    }
+    if end > len {
+        return Err(BufError::OutOfBounds {
+            offset: start,
+            len: end - start,
+            buf_len: len,
+        });
+    }
+    if end - start > u32::MAX as usize {
+        return Err(BufError::TooLong {
+            len: end - start,
+            max: u32::MAX,
+        });
+    }
+    Ok((start, end))
+}
+
 impl MrBuf {
-    /// The span `range` of the buffer, or `None` if it is out of bounds.
-    pub fn slice(&self, range: Range<usize>) -> Option<BufSlice<'_>> {
-        Some(BufSlice {
+    /// The span `range` of the buffer, to post: `buf.slice(..)`, `buf.slice(64..128)`,
+    /// `buf.slice(8..)`.
+    ///
+    /// # Panics
+    ///
+    /// As slicing `&s[range]` does, if the range is reversed or reaches past the end of the
+    /// buffer, and if it is longer than a scatter entry can carry (4 GiB − 1 bytes): the
+    /// message names the range and the buffer's length. [`MrBuf::try_slice`] returns the
+    /// error instead.
+    #[track_caller]
+    pub fn slice(&self, range: impl RangeBounds<usize>) -> BufSlice<'_> {
+        or_panic(self.try_slice(range))
+    }
+
+    /// As [`MrBuf::slice`].
+    ///
+    /// # Errors
+    ///
+    /// [`BufError::ReversedRange`], [`BufError::OutOfBounds`], or [`BufError::TooLong`] for a
+    /// span longer than `u32::MAX` bytes.
+    pub fn try_slice(&self, range: impl RangeBounds<usize>) -> Result<BufSlice<'_>, BufError> {
+        Ok(BufSlice {
             buf: self,
-            sge: self.sge(range)?,
+            sge: self.try_sge(range)?,
         })
     }
 }
@@ -46,9 +139,9 @@ impl BufSlice<'_> {
         self.sge
     }
 
-    /// Its length.
-    pub fn len(&self) -> u32 {
-        self.sge.length
+    /// Its length in bytes.
+    pub fn len(&self) -> usize {
+        self.sge.length as usize
     }
 
     /// Whether it is empty.
@@ -65,37 +158,182 @@ impl BufSlice<'_> {
     }
 }
 
-/// Why a safe post was refused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Why a safe post was refused. Nothing was written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum SafePostError {
     /// The device would write into a buffer registered without `LOCAL_WRITE`.
+    #[error("the device would write into a buffer registered without LOCAL_WRITE")]
     NotWritable,
     /// The queue refused the request.
-    Post(PostError),
+    #[error(transparent)]
+    Post(#[from] PostError),
 }
 
-impl std::fmt::Display for SafePostError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::NotWritable => {
-                f.write_str("the device would write into a buffer registered without LOCAL_WRITE")
-            }
-            Self::Post(e) => e.fmt(f),
+/// The send operations, each building its request and handing it to `$submit` (post and ring,
+/// or stage): written once for [`SafeSendQueue`] and [`SafeSendBatch`].
+macro_rules! send_ops {
+    ($what:literal) => {
+        #[doc = concat!("RDMA WRITE of `local` to `remote`: ", $what, ".")]
+        ///
+        /// # Errors
+        ///
+        /// [`SafePostError::Post`] when the queue refuses it.
+        #[inline(always)]
+        pub fn write(
+            &mut self,
+            wr_id: u64,
+            local: BufSlice<'_>,
+            remote: RemoteBuf,
+            flags: SendFlags,
+        ) -> Result<(), SafePostError> {
+            let sgl = [local.sge];
+            self.submit(&SendWr::write(wr_id, &sgl, remote).with_flags(flags))
         }
-    }
+
+        #[doc = concat!("RDMA WRITE with immediate: ", $what, ". The peer's receive completion carries `imm`, and consumes one of its receive requests: without one posted, the peer answers \"receiver not ready\" and the request fails once the QP's `rnr_retry` is spent (see [`ConnectAttr`](crate::ConnectAttr)).")]
+        ///
+        /// # Errors
+        ///
+        /// As [`SafeSendQueue::write`].
+        #[inline(always)]
+        pub fn write_imm(
+            &mut self,
+            wr_id: u64,
+            local: BufSlice<'_>,
+            remote: RemoteBuf,
+            imm: u32,
+            flags: SendFlags,
+        ) -> Result<(), SafePostError> {
+            let sgl = [local.sge];
+            self.submit(&SendWr::write_imm(wr_id, &sgl, remote, imm).with_flags(flags))
+        }
+
+        #[doc = concat!("RDMA WRITE of `data`, copied into the request (inline): ", $what, ".")]
+        ///
+        /// # Errors
+        ///
+        /// As [`SafeSendQueue::write`] (including `InlineTooLarge`).
+        #[inline(always)]
+        pub fn write_inline(
+            &mut self,
+            wr_id: u64,
+            data: &[u8],
+            remote: RemoteBuf,
+            flags: SendFlags,
+        ) -> Result<(), SafePostError> {
+            let sgl = [Sge::from_slice(data, 0)];
+            self.submit(&SendWr::write(wr_id, &sgl, remote).with_flags(flags | SendFlags::INLINE))
+        }
+
+        #[doc = concat!("SEND of `local` into the peer's next receive request: ", $what, ".")]
+        ///
+        /// # Errors
+        ///
+        /// As [`SafeSendQueue::write`].
+        #[inline(always)]
+        pub fn send(
+            &mut self,
+            wr_id: u64,
+            local: BufSlice<'_>,
+            flags: SendFlags,
+        ) -> Result<(), SafePostError> {
+            let sgl = [local.sge];
+            self.submit(&SendWr::send(wr_id, &sgl).with_flags(flags))
+        }
+
+        #[doc = concat!("SEND with immediate: ", $what, ".")]
+        ///
+        /// # Errors
+        ///
+        /// As [`SafeSendQueue::write`].
+        #[inline(always)]
+        pub fn send_imm(
+            &mut self,
+            wr_id: u64,
+            local: BufSlice<'_>,
+            imm: u32,
+            flags: SendFlags,
+        ) -> Result<(), SafePostError> {
+            let sgl = [local.sge];
+            self.submit(&SendWr::send_imm(wr_id, &sgl, imm).with_flags(flags))
+        }
+
+        #[doc = concat!("SEND of `data`, copied into the request (inline): ", $what, ".")]
+        ///
+        /// # Errors
+        ///
+        /// As [`SafeSendQueue::write_inline`].
+        #[inline(always)]
+        pub fn send_inline(
+            &mut self,
+            wr_id: u64,
+            data: &[u8],
+            flags: SendFlags,
+        ) -> Result<(), SafePostError> {
+            let sgl = [Sge::from_slice(data, 0)];
+            self.submit(&SendWr::send(wr_id, &sgl).with_flags(flags | SendFlags::INLINE))
+        }
+
+        #[doc = concat!("RDMA READ of `remote` into `local`: ", $what, ".")]
+        ///
+        /// # Errors
+        ///
+        /// [`SafePostError::NotWritable`] unless `local`'s buffer has `LOCAL_WRITE`; as
+        /// [`SafeSendQueue::write`].
+        #[inline(always)]
+        pub fn read(
+            &mut self,
+            wr_id: u64,
+            local: BufSlice<'_>,
+            remote: RemoteBuf,
+            flags: SendFlags,
+        ) -> Result<(), SafePostError> {
+            let sgl = [local.writable()?];
+            self.submit(&SendWr::read(wr_id, &sgl, remote).with_flags(flags))
+        }
+
+        #[doc = concat!("Atomic fetch-and-add of `add` at `remote` (8 bytes, 8-byte aligned); the old value lands in `local` (8 bytes): ", $what, ".")]
+        ///
+        /// # Errors
+        ///
+        /// As [`SafeSendQueue::read`] (including `AtomicSize`, `AtomicAlignment`).
+        #[inline(always)]
+        pub fn fetch_add(
+            &mut self,
+            wr_id: u64,
+            local: BufSlice<'_>,
+            remote: RemoteBuf,
+            add: u64,
+            flags: SendFlags,
+        ) -> Result<(), SafePostError> {
+            let local = local.writable()?;
+            self.submit(&SendWr::fetch_add(wr_id, local, remote, add).with_flags(flags))
+        }
+
+        #[doc = concat!("Atomic compare-and-swap at `remote`: `swap` is stored if it holds `compare`; the old value lands in `local` (8 bytes): ", $what, ".")]
+        ///
+        /// # Errors
+        ///
+        /// As [`SafeSendQueue::fetch_add`].
+        #[inline(always)]
+        pub fn compare_swap(
+            &mut self,
+            wr_id: u64,
+            local: BufSlice<'_>,
+            remote: RemoteBuf,
+            compare: u64,
+            swap: u64,
+            flags: SendFlags,
+        ) -> Result<(), SafePostError> {
+            let local = local.writable()?;
+            self.submit(&SendWr::compare_swap(wr_id, local, remote, compare, swap).with_flags(flags))
+        }
+    };
 }
 
-impl std::error::Error for SafePostError {}
-
-impl From<PostError> for SafePostError {
-    fn from(e: PostError) -> Self {
-        Self::Post(e)
-    }
-}
-
-/// A send queue that posts only [`BufSlice`]s and inline bytes. Requests are written by the
-/// methods and made visible by [`SafeSendQueue::ring`].
+/// A send queue that posts only [`BufSlice`]s and inline bytes. Each method posts one request
+/// and rings the doorbell; [`SafeSendQueue::batch`] stages several behind one doorbell.
 #[derive(Debug)]
 pub struct SafeSendQueue<Q> {
     q: Q,
@@ -112,163 +350,62 @@ impl<Q: PostSend> SafeSendQueue<Q> {
         &mut self.q
     }
 
-    fn post(&mut self, wr: &SendWr<'_>) -> Result<(), SafePostError> {
+    /// The wrapped queue.
+    pub fn into_inner(self) -> Q {
+        self.q
+    }
+
+    /// A batch: the same operations, staged; one doorbell rings for all of them when the batch
+    /// is [finished](SafeSendBatch::finish) or dropped.
+    pub fn batch(&mut self) -> SafeSendBatch<'_, Q> {
+        SafeSendBatch { b: self.q.batch() }
+    }
+
+    #[inline(always)]
+    fn submit(&mut self, wr: &SendWr<'_>) -> Result<(), SafePostError> {
         // SAFETY: every local entry is a bounds-checked span of an `MrBuf` with its own key
         // (see the module docs: such memory is never referenced by Rust and is deregistered
         // before it is freed); inline sources are `&[u8]` live for this call.
-        unsafe { self.q.post_send(wr) }.map_err(Into::into)
+        unsafe { self.q.post(wr) }.map_err(Into::into)
     }
 
-    /// RDMA WRITE of `local` to `remote`.
-    ///
-    /// # Errors
-    ///
-    /// [`SafePostError::Post`] when the queue refuses it.
-    pub fn write(
-        &mut self,
-        wr_id: u64,
-        local: BufSlice<'_>,
-        remote: RemoteBuf,
-        flags: SendFlags,
-    ) -> Result<(), SafePostError> {
-        let sgl = [local.sge];
-        self.post(&SendWr::write(wr_id, &sgl, remote).with_flags(flags))
+    send_ops!("posted, and the doorbell rung");
+}
+
+/// Requests staged on a [`SafeSendQueue`] behind one doorbell ([`SafeSendQueue::batch`]): the
+/// queue's operations under the same names, each staging its request; the doorbell rings once
+/// for all of them when the batch is [finished](SafeSendBatch::finish) or dropped (also when a
+/// `?` leaves early: what was staged before the error is rung).
+///
+/// A batch that is created and not used is a warning (`unused_must_use`):
+///
+/// ```compile_fail
+/// #![deny(unused_must_use)]
+/// # use zverbs::{AnySendQueue, safe::SafeSendQueue};
+/// fn f(sq: &mut SafeSendQueue<AnySendQueue>) {
+///     sq.batch(); // error: unused `SafeSendBatch` that must be used
+/// }
+/// ```
+#[must_use = "a batch stages requests and rings when it is finished or dropped; post to it, then \
+              call `finish`"]
+#[derive(Debug)]
+pub struct SafeSendBatch<'q, Q: PostSend> {
+    b: SendBatch<'q, Q>,
+}
+
+impl<Q: PostSend> SafeSendBatch<'_, Q> {
+    #[inline(always)]
+    fn submit(&mut self, wr: &SendWr<'_>) -> Result<(), SafePostError> {
+        // SAFETY: as in `SafeSendQueue::submit`.
+        unsafe { self.b.post(wr) }.map_err(Into::into)
     }
 
-    /// RDMA WRITE with immediate.
-    ///
-    /// # Errors
-    ///
-    /// As [`SafeSendQueue::write`].
-    pub fn write_imm(
-        &mut self,
-        wr_id: u64,
-        local: BufSlice<'_>,
-        remote: RemoteBuf,
-        imm: u32,
-        flags: SendFlags,
-    ) -> Result<(), SafePostError> {
-        let sgl = [local.sge];
-        self.post(&SendWr::write_imm(wr_id, &sgl, remote, imm).with_flags(flags))
-    }
+    send_ops!("staged, rung when the batch is finished or dropped");
 
-    /// RDMA WRITE of `data`, copied into the request (inline).
-    ///
-    /// # Errors
-    ///
-    /// As [`SafeSendQueue::write`] (including `InlineTooLarge`).
-    pub fn write_inline(
-        &mut self,
-        wr_id: u64,
-        data: &[u8],
-        remote: RemoteBuf,
-        flags: SendFlags,
-    ) -> Result<(), SafePostError> {
-        let sgl = [Sge::from_slice(data, 0)];
-        self.post(&SendWr::write(wr_id, &sgl, remote).with_flags(flags | SendFlags::INLINE))
-    }
-
-    /// SEND of `local`.
-    ///
-    /// # Errors
-    ///
-    /// As [`SafeSendQueue::write`].
-    pub fn send(
-        &mut self,
-        wr_id: u64,
-        local: BufSlice<'_>,
-        flags: SendFlags,
-    ) -> Result<(), SafePostError> {
-        let sgl = [local.sge];
-        self.post(&SendWr::send(wr_id, &sgl).with_flags(flags))
-    }
-
-    /// SEND with immediate.
-    ///
-    /// # Errors
-    ///
-    /// As [`SafeSendQueue::write`].
-    pub fn send_imm(
-        &mut self,
-        wr_id: u64,
-        local: BufSlice<'_>,
-        imm: u32,
-        flags: SendFlags,
-    ) -> Result<(), SafePostError> {
-        let sgl = [local.sge];
-        self.post(&SendWr::send_imm(wr_id, &sgl, imm).with_flags(flags))
-    }
-
-    /// SEND of `data`, copied into the request (inline).
-    ///
-    /// # Errors
-    ///
-    /// As [`SafeSendQueue::write_inline`].
-    pub fn send_inline(
-        &mut self,
-        wr_id: u64,
-        data: &[u8],
-        flags: SendFlags,
-    ) -> Result<(), SafePostError> {
-        let sgl = [Sge::from_slice(data, 0)];
-        self.post(&SendWr::send(wr_id, &sgl).with_flags(flags | SendFlags::INLINE))
-    }
-
-    /// RDMA READ of `remote` into `local`.
-    ///
-    /// # Errors
-    ///
-    /// [`SafePostError::NotWritable`] unless `local`'s buffer has `LOCAL_WRITE`; as
-    /// [`SafeSendQueue::write`].
-    pub fn read(
-        &mut self,
-        wr_id: u64,
-        local: BufSlice<'_>,
-        remote: RemoteBuf,
-        flags: SendFlags,
-    ) -> Result<(), SafePostError> {
-        let sgl = [local.writable()?];
-        self.post(&SendWr::read(wr_id, &sgl, remote).with_flags(flags))
-    }
-
-    /// Atomic fetch-and-add at `remote`; the old value lands in `local` (8 bytes).
-    ///
-    /// # Errors
-    ///
-    /// As [`SafeSendQueue::read`] (including `AtomicSize`, `AtomicAlignment`).
-    pub fn fetch_add(
-        &mut self,
-        wr_id: u64,
-        local: BufSlice<'_>,
-        remote: RemoteBuf,
-        add: u64,
-        flags: SendFlags,
-    ) -> Result<(), SafePostError> {
-        let local = local.writable()?;
-        self.post(&SendWr::fetch_add(wr_id, local, remote, add).with_flags(flags))
-    }
-
-    /// Atomic compare-and-swap at `remote`; the old value lands in `local` (8 bytes).
-    ///
-    /// # Errors
-    ///
-    /// As [`SafeSendQueue::fetch_add`].
-    pub fn compare_swap(
-        &mut self,
-        wr_id: u64,
-        local: BufSlice<'_>,
-        remote: RemoteBuf,
-        compare: u64,
-        swap: u64,
-        flags: SendFlags,
-    ) -> Result<(), SafePostError> {
-        let local = local.writable()?;
-        self.post(&SendWr::compare_swap(wr_id, local, remote, compare, swap).with_flags(flags))
-    }
-
-    /// Makes every request posted since the last ring visible to the device.
-    pub fn ring(&mut self) {
-        self.q.ring();
+    /// Rings the doorbell once for every request staged (what dropping the batch does too;
+    /// this says so where it happens).
+    pub fn finish(self) {
+        self.b.finish();
     }
 }
 
@@ -289,7 +426,12 @@ impl<Q: PostRecv> SafeRecvQueue<Q> {
         &mut self.q
     }
 
-    /// Posts a receive into `local`.
+    /// The wrapped queue.
+    pub fn into_inner(self) -> Q {
+        self.q
+    }
+
+    /// Posts a receive into `local`; the device may fill it as soon as this returns.
     ///
     /// # Errors
     ///
@@ -298,6 +440,143 @@ impl<Q: PostRecv> SafeRecvQueue<Q> {
     pub fn post(&mut self, wr_id: u64, local: BufSlice<'_>) -> Result<(), SafePostError> {
         let sgl = [local.writable()?];
         // SAFETY: a bounds-checked span of an `MrBuf` with its own key (module docs).
-        unsafe { self.q.post_recv(&RecvWr::new(wr_id, &sgl)) }.map_err(Into::into)
+        unsafe { self.q.post(&RecvWr::new(wr_id, &sgl)) }.map_err(Into::into)
     }
+}
+
+/// Why [`SafePoller::wait`] returned without its completions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WaitError {
+    /// The deadline passed first. The completions that did arrive stay in the poller: the next
+    /// [`SafePoller::wait`] or [`SafePoller::poll`] returns them first.
+    #[error(
+        "{got} of {wanted} completions arrived before the deadline (a request not signaled, a \
+         peer not answering, or a deadline too short?)"
+    )]
+    Timeout {
+        /// Completions asked for.
+        wanted: usize,
+        /// Completions that arrived (kept for the next call).
+        got: usize,
+    },
+    /// More completions asked for than the poller holds.
+    #[error("asked for {count} completions; the poller holds at most {capacity}")]
+    TooMany {
+        /// Completions asked for.
+        count: usize,
+        /// The poller's capacity ([`SafePoller::capacity`]).
+        capacity: usize,
+    },
+}
+
+/// How many times [`SafePoller::wait`] polls between two readings of the clock.
+const POLLS_PER_CLOCK_READ: u32 = 64;
+
+/// A CQ poller with a buffer of its own (allocated once), for waiting: [`SafePoller::wait`]
+/// returns a number of completions or an error at a deadline, never waiting for ever.
+///
+/// It spins: each call keeps the core busy until its completions are in or the deadline has
+/// passed (it reads the clock once every 64 polls, so it returns soon after the deadline rather
+/// than exactly at it). How it waits is not part of its contract: when completion channels
+/// exist, a poller that sleeps on one will answer the same calls.
+#[derive(Debug)]
+pub struct SafePoller<C> {
+    cq: C,
+    buf: Box<[Completion]>,
+    /// Completions polled and not yet returned: `buf[start..end]`.
+    start: usize,
+    end: usize,
+}
+
+impl<C: PollCq> SafePoller<C> {
+    /// Wraps `cq` with room for `capacity` completions (at least 1).
+    pub fn new(cq: C, capacity: usize) -> Self {
+        Self {
+            cq,
+            buf: vec![Completion::EMPTY; capacity.max(1)].into_boxed_slice(),
+            start: 0,
+            end: 0,
+        }
+    }
+
+    /// The most completions one call returns.
+    pub fn capacity(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// The wrapped poller. Completions kept from a timed-out [`SafePoller::wait`] stay here
+    /// until the next [`SafePoller::poll`] or `wait`.
+    pub fn get_mut(&mut self) -> &mut C {
+        &mut self.cq
+    }
+
+    /// Moves the completions kept from earlier calls to the front of the buffer; returns how
+    /// many there are.
+    fn compact(&mut self) -> usize {
+        if self.start != 0 {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        self.end
+    }
+
+    /// The completions ready now (up to [`SafePoller::capacity`]), oldest first, after any kept
+    /// from a timed-out wait; empty when there are none. Never blocks.
+    pub fn poll(&mut self) -> &[Completion] {
+        let have = self.compact();
+        let got = have + self.cq.poll(&mut self.buf[have..]);
+        self.start = 0;
+        self.end = 0;
+        &self.buf[..got]
+    }
+
+    /// Waits for `count` completions, oldest first, until `deadline`.
+    ///
+    /// Each completion still has to be checked: [`Completion::ok`] turns a failed one into an
+    /// error (`for c in cq.wait(2, deadline)? { c.ok()?; }`).
+    ///
+    /// # Errors
+    ///
+    /// [`WaitError::Timeout`] when the deadline passes first (the completions that arrived are
+    /// kept for the next call); [`WaitError::TooMany`] when `count` exceeds
+    /// [`SafePoller::capacity`].
+    pub fn wait(&mut self, count: usize, deadline: Instant) -> Result<&[Completion], WaitError> {
+        let capacity = self.buf.len();
+        if count > capacity {
+            return Err(WaitError::TooMany { count, capacity });
+        }
+        let mut got = self.compact();
+        'wait: while got < count {
+            for _ in 0..POLLS_PER_CLOCK_READ {
+                got += self.cq.poll(&mut self.buf[got..count]);
+                if got == count {
+                    break 'wait;
+                }
+            }
+            if Instant::now() >= deadline {
+                self.end = got;
+                return Err(WaitError::Timeout { wanted: count, got });
+            }
+        }
+        self.start = count;
+        self.end = got;
+        Ok(&self.buf[..count])
+    }
+}
+
+/// A QP's send and receive queues and the poller of its CQ, in this layer ([`Qp::queues`]):
+/// each backend's handles behind one type, chosen at run time ([`crate::queues`] says what that
+/// costs: nothing measurable).
+///
+/// [`Qp::queues`]: crate::Qp::queues
+#[derive(Debug)]
+pub struct SafeQueues {
+    /// The send queue: each post rings.
+    pub sq: SafeSendQueue<AnySendQueue>,
+    /// The receive queue.
+    pub rq: SafeRecvQueue<AnyRecvQueue>,
+    /// The CQ's poller, with room for as many completions as the CQ holds.
+    pub cq: SafePoller<AnyPoller>,
 }

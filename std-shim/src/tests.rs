@@ -26,6 +26,13 @@ fn ctx(log: &Log) -> Context {
     ctx_with(log, |_| {})
 }
 
+/// Takes `qp` to RTS (the fake provider accepts every transition), so that its queues can be
+/// taken.
+fn rts(qp: &Qp) {
+    let peer = crate::connect::Endpoint::default();
+    qp.connect(&ConnectAttr::new(1, 0, &peer, None)).unwrap();
+}
+
 fn new_log() -> Log {
     Arc::new(Mutex::new(Vec::new()))
 }
@@ -49,6 +56,7 @@ fn teardown_case(order: &[usize]) {
         let buf = pd.alloc_buf(100, AccessFlags::ALL).unwrap();
         let cq = ctx.cq_builder().cqe(64).build().unwrap();
         let qp = pd.qp_builder(&cq, &cq).build().unwrap();
+        rts(&qp);
         let queues = Queues::take(&qp, &cq).unwrap();
         let mut slots: Vec<Option<Box<dyn std::any::Any>>> = vec![
             Some(Box::new(ctx)),
@@ -141,14 +149,54 @@ fn handles_are_taken_once_and_qps_come_before_the_poller() {
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.cq_builder().build().unwrap();
     let qp = pd.qp_builder(&cq, &cq).build().unwrap();
+    // No queue before the QP can use it: the receive queue from INIT, the send queue from RTS.
+    assert_eq!(qp.state(), QpState::Reset);
+    let e = qp.recv_queue().unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::NotReady {
+                queue: "receive queue",
+                state: QpState::Reset,
+                needs: QpState::Init,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let attr = ConnectAttr::new(1, 0, &crate::connect::Endpoint::default(), None);
+    qp.to_init(&attr.init).unwrap();
+    qp.to_rtr(&attr.rtr).unwrap();
+    assert_eq!(qp.state(), QpState::Rtr);
+    let e = qp.send_queue().unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::NotReady {
+                state: QpState::Rtr,
+                needs: QpState::Rts,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert_eq!(
+        e.to_string(),
+        "the send queue can be taken once the QP is in RTS, and it is in RTR: connect the QP \
+         first (Qp::connect, or to_init, to_rtr and to_rts)"
+    );
+    assert!(matches!(qp.queues(&cq), Err(Error::NotReady { .. })));
+    // Refused, not taken: the receive queue can be taken now, the send queue after RTS.
+    let _rq = qp.recv_queue().unwrap();
+    assert!(matches!(qp.recv_queue(), Err(Error::AlreadyTaken(_))));
+    qp.to_rts(&attr.rts).unwrap();
+    assert_eq!(qp.state(), QpState::Rts);
     let sq = qp.send_queue().unwrap();
     assert_eq!(sq.kind(), BackendKind::Verbs);
     assert!(matches!(
         qp.send_queue(),
         Err(Error::AlreadyTaken("send queue"))
     ));
-    let _rq = qp.recv_queue().unwrap();
-    assert!(matches!(qp.recv_queue(), Err(Error::AlreadyTaken(_))));
     let _p = cq.poller().unwrap();
     assert!(matches!(cq.poller(), Err(Error::AlreadyTaken("CQ poller"))));
     let e = pd.qp_builder(&cq, &cq).build().unwrap_err();
@@ -265,38 +313,31 @@ fn safe_layer_posts_buffer_spans_with_their_keys() {
     let ro = pd.alloc_buf(4096, AccessFlags::REMOTE_READ).unwrap();
     let cq = ctx.cq_builder().build().unwrap();
     let qp = pd.qp_builder(&cq, &cq).build().unwrap();
+    rts(&qp);
     let mut sq = SafeSendQueue::new(qp.send_queue().unwrap());
     let mut rq = SafeRecvQueue::new(qp.recv_queue().unwrap());
     buf.write(8, b"payload!");
-    assert!(buf.slice(4000..4097).is_none());
-    sq.send(1, buf.slice(8..16).unwrap(), SendFlags::SIGNALED)
-        .unwrap();
+    assert!(buf.try_slice(4000..4097).is_err());
+    sq.send(1, buf.slice(8..16), SendFlags::SIGNALED).unwrap();
     sq.write_inline(2, b"tiny", buf.remote(0), SendFlags::NONE)
         .unwrap();
     assert_eq!(
-        sq.read(3, ro.slice(0..8).unwrap(), buf.remote(0), SendFlags::NONE),
+        sq.read(3, ro.slice(0..8), buf.remote(0), SendFlags::NONE),
         Err(SafePostError::NotWritable)
     );
     assert_eq!(
-        sq.fetch_add(
-            4,
-            buf.slice(8..12).unwrap(),
-            buf.remote(0),
-            1,
-            SendFlags::NONE
-        ),
+        sq.fetch_add(4, buf.slice(8..12), buf.remote(0), 1, SendFlags::NONE),
         Err(SafePostError::Post(PostError::AtomicSize { len: 4 }))
     );
-    sq.ring();
     let s = with(|f| f.sends.clone());
     assert_eq!(s.len(), 2);
     assert_eq!(s[0].sges[0], Sge::new(buf.addr() + 8, 8, 0x1111));
     assert_eq!(&s[0].payload[..8], b"payload!");
     assert_eq!(&s[1].payload[..4], b"tiny");
     assert_eq!((s[1].remote_addr, s[1].rkey), (buf.addr(), 0x2222));
-    rq.post(9, buf.slice(0..64).unwrap()).unwrap();
+    rq.post(9, buf.slice(0..64)).unwrap();
     assert_eq!(
-        rq.post(10, ro.slice(0..64).unwrap()),
+        rq.post(10, ro.slice(0..64)),
         Err(SafePostError::NotWritable)
     );
     assert_eq!(with(|f| f.recvs.len()), 1);
@@ -329,7 +370,7 @@ fn generic_code_runs_on_the_chosen_backend() {
     fn ping<S: PostSend, C: PollCq>(sq: &mut S, cq: &mut C, sge: Sge) -> usize {
         let sgl = [sge];
         // SAFETY: the fake provider only reads the request.
-        unsafe { sq.send(&SendWr::send(5, &sgl).signaled()) }.unwrap();
+        unsafe { sq.post(&SendWr::send(5, &sgl).signaled()) }.unwrap();
         let mut wc = [Completion::EMPTY; 4];
         let n = cq.poll(&mut wc);
         assert_eq!(wc[0].wr_id, 5);
@@ -341,8 +382,9 @@ fn generic_code_runs_on_the_chosen_backend() {
     let buf = pd.alloc_buf(64, AccessFlags::ALL).unwrap();
     let cq = ctx.cq_builder().build().unwrap();
     let qp = pd.qp_builder(&cq, &cq).build().unwrap();
+    rts(&qp);
     with(|f| f.auto_complete = true);
-    let sge = buf.sge(0..8).unwrap();
+    let sge = buf.sge(0..8);
     let n = match Queues::take(&qp, &cq).unwrap() {
         Queues::Direct(mut q) => ping(&mut q.sq, &mut q.cq, sge),
         Queues::Verbs(mut q) => ping(&mut q.sq, &mut q.cq, sge),
@@ -407,13 +449,14 @@ fn direct_engine_plugs_in_through_the_provider_seam() {
         .build()
         .unwrap_err();
     assert!(matches!(e, Error::Backend { .. }), "{e}");
+    rts(&qp);
     let Queues::Direct(mut q) = Queues::take(&qp, &cq).unwrap() else {
         panic!("expected the direct backend");
     };
-    let sgl = [buf.sge(0..8).unwrap()];
+    let sgl = [buf.sge(0..8)];
     let remote = RemoteBuf::new(0x1000, 0x77);
     // SAFETY: nothing executes the request (the test plays the device).
-    unsafe { q.sq.send(&SendWr::write(42, &sgl, remote).signaled()) }.unwrap();
+    unsafe { q.sq.post(&SendWr::write(42, &sgl, remote).signaled()) }.unwrap();
     let (wqe, sq_dbrec) = {
         let m = mem.lock().unwrap();
         let qpm = &m[1];
@@ -652,10 +695,18 @@ fn mr_buf_refuses_bad_offsets_and_lengths() {
         Ok(RemoteBuf::new(buf.addr() + 4096, 0x2222))
     );
     assert_eq!(buf.try_remote(4097), Err(oob(4097, 0)));
-    assert_eq!(buf.try_remote(u64::MAX), Err(oob(max, 0)));
-    // Scatter entries and slices: out of bounds, reversed or overflowing are `None`.
-    assert!(buf.sge(0..4097).is_none() && buf.sge(reversed.clone()).is_none());
-    assert!(buf.slice(max..max).is_none() && buf.slice(reversed).is_none());
+    assert_eq!(buf.try_remote(usize::MAX), Err(oob(max, 0)));
+    // Scatter entries and slices: out of bounds, reversed or overflowing are errors.
+    assert_eq!(buf.try_sge(0..4097), Err(oob(0, 4097)));
+    assert_eq!(
+        buf.try_sge(reversed.clone()),
+        Err(BufError::ReversedRange { start: 9, end: 8 })
+    );
+    assert!(buf.try_slice(max..max).is_err() && buf.try_slice(reversed.clone()).is_err());
+    assert!(matches!(
+        buf.try_slice(4096..=usize::MAX),
+        Err(BufError::OutOfBounds { .. })
+    ));
     // Nothing was written by the refused calls.
     let mut all = vec![0xaa; 4096];
     buf.read(0, &mut all);
@@ -669,7 +720,13 @@ fn mr_buf_refuses_bad_offsets_and_lengths() {
             buf.load_u64(3);
         },
         &|| {
-            buf.remote(u64::MAX);
+            buf.remote(usize::MAX);
+        },
+        &|| {
+            buf.slice(4000..4097);
+        },
+        &|| {
+            buf.sge(4090..=4096);
         },
     ] {
         let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_err();
@@ -688,7 +745,7 @@ fn mr_buf_refuses_bad_offsets_and_lengths() {
         Ok(RemoteBuf::new(mr.addr() + 100, mr.rkey()))
     );
     assert_eq!(
-        mr.try_remote(u64::MAX),
+        mr.try_remote(usize::MAX),
         Err(BufError::OutOfBounds {
             offset: max,
             len: 0,
@@ -723,6 +780,7 @@ fn qps_on_a_shared_register_are_serialised_and_reported() {
                 .unwrap()
         })
         .collect();
+    qps.iter().for_each(rts);
     let at_creation: Vec<_> = qps.iter().map(|q| q.backend().blueflame).collect();
     assert_eq!(
         at_creation,
@@ -754,7 +812,7 @@ fn qps_on_a_shared_register_are_serialised_and_reported() {
         // SAFETY: no queue writes the register between calls.
         unsafe { (*reg.0.at(0), *reg.0.at(32)) = (0, 0) };
         // SAFETY: nothing executes the NOP.
-        unsafe { sqs[i].send(&SendWr::nop(i as u64)) }.unwrap();
+        unsafe { sqs[i].post(&SendWr::nop(i as u64)) }.unwrap();
         // SAFETY: as above.
         written.push(usize::from(unsafe { *reg.0.at(32) } != 0));
     }
@@ -774,6 +832,7 @@ fn qps_on_a_shared_register_are_serialised_and_reported() {
         .max_recv_wr(4)
         .build()
         .unwrap();
+    rts(&qp);
     assert_eq!(qp.backend().blueflame, Some(BlueFlame::Dedicated));
     assert!(
         qp.backend()

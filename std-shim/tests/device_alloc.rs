@@ -134,17 +134,17 @@ fn fallback_round_trips_allocate_nothing() {
     // Everything the loop uses is made before it.
     let (mut asq, mut arq, mut acq) = (qa.sq, qa.rq, qa.cq);
     let (mut bsq, mut brq, mut bcq) = (qb.sq, qb.rq, qb.cq);
-    let a_src = [a.buf.sge(0..8).unwrap()];
-    let a_recv = [a.buf.sge(4096..4160).unwrap()];
-    let b_src = [b.buf.sge(0..64).unwrap()];
-    let b_recv = [b.buf.sge(4096..4160).unwrap()];
+    let a_src = [a.buf.sge(0..8)];
+    let a_recv = [a.buf.sge(4096..4160)];
+    let b_src = [b.buf.sge(0..64)];
+    let b_recv = [b.buf.sge(4096..4160)];
     let to_a = a.buf.remote(8192);
     for _ in 0..8 {
         // SAFETY: the entries lie in the registered buffers, which this test reads only
         // between completions.
         unsafe {
-            arq.post_recv(&RecvWr::new(RECV_ID, &a_recv)).unwrap();
-            brq.post_recv(&RecvWr::new(RECV_ID, &b_recv)).unwrap();
+            arq.post(&RecvWr::new(RECV_ID, &a_recv)).unwrap();
+            brq.post(&RecvWr::new(RECV_ID, &b_recv)).unwrap();
         }
     }
     let mut wc = [Completion::EMPTY; 8];
@@ -155,7 +155,7 @@ fn fallback_round_trips_allocate_nothing() {
             a.buf.store_u64(0, i);
             let wr = SendWr::send_imm(i, &a_src, i as u32).signaled().inline();
             // SAFETY: as above; inline data is copied at the post.
-            unsafe { asq.send(&wr) }.map_err(|_| "A's post")?;
+            unsafe { asq.post(&wr) }.map_err(|_| "A's post")?;
             // B: the message arrives (its earlier WRITE's completion may come with it).
             let mut got = false;
             while !got {
@@ -175,12 +175,12 @@ fn fallback_round_trips_allocate_nothing() {
                 }
             }
             // SAFETY: as above.
-            unsafe { brq.post_recv(&RecvWr::new(RECV_ID, &b_recv)) }.map_err(|_| "B's receive")?;
+            unsafe { brq.post(&RecvWr::new(RECV_ID, &b_recv)) }.map_err(|_| "B's receive")?;
             // B: an RDMA WRITE with immediate back.
             b.buf.store_u64(0, !i);
             let wr = SendWr::write_imm(i, &b_src, to_a, !(i as u32)).signaled();
             // SAFETY: as above.
-            unsafe { bsq.send(&wr) }.map_err(|_| "B's post")?;
+            unsafe { bsq.post(&wr) }.map_err(|_| "B's post")?;
             b_sends_out += 1;
             // A: its SEND's completion and the WRITE's arrival.
             let (mut sent, mut written) = (false, false);
@@ -197,7 +197,7 @@ fn fallback_round_trips_allocate_nothing() {
                 }
             }
             // SAFETY: as above.
-            unsafe { arq.post_recv(&RecvWr::new(RECV_ID, &a_recv)) }.map_err(|_| "A's receive")?;
+            unsafe { arq.post(&RecvWr::new(RECV_ID, &a_recv)) }.map_err(|_| "A's receive")?;
         }
         while b_sends_out > 0 {
             b_sends_out -= bcq.poll(&mut wc) as u32;

@@ -205,22 +205,21 @@ fn pd_mr_cq_and_qp_are_created_and_connected_step_by_step() {
     // A WRITE from the caller's memory into the buffer, and a READ back into it.
     let mut q = SafeSendQueue::new(qp.send_queue().unwrap());
     let mut poller = cq.poller().unwrap();
-    let sgl = [mr.sge(1000..3000).unwrap()];
+    let sgl = [mr.sge(1000..3000)];
     // SAFETY: the entry lies in `mine`'s registration, untouched until the completion.
     unsafe {
         q.get_mut()
-            .post_send(&SendWr::write(1, &sgl, buf.remote(0)).signaled())
+            .post(&SendWr::write(1, &sgl, buf.remote(0)).signaled())
     }
     .unwrap();
     buf.write(3000, b"read into caller memory");
-    let back = [mr.sge(0..23).unwrap()];
+    let back = [mr.sge(0..23)];
     // SAFETY: as above; `mine[0..23]` is written by the device and read after the completion.
     unsafe {
         q.get_mut()
-            .post_send(&SendWr::read(2, &back, buf.remote(3000)).signaled())
+            .post(&SendWr::read(2, &back, buf.remote(3000)).signaled())
     }
     .unwrap();
-    q.ring();
     let w = wait(&mut poller, 2);
     assert!(w.iter().all(|c| c.status == WcStatus::Success), "{w:?}");
     assert_eq!(bytes(&buf, 0, 2000), pattern(40, 8192)[1000..3000]);
@@ -229,13 +228,9 @@ fn pd_mr_cq_and_qp_are_created_and_connected_step_by_step() {
 
     // Writing into a buffer registered without LOCAL_WRITE is refused before it is posted.
     let side = Side::new(&ctx, env.gid_index, caps);
+    side.qp.connect(&side.attr(&side.endpoint())).unwrap();
     let mut sq = SafeSendQueue::new(side.qp.send_queue().unwrap());
-    let e = sq.read(
-        1,
-        ro.slice(0..8).unwrap(),
-        buf.remote(0),
-        SendFlags::SIGNALED,
-    );
+    let e = sq.read(1, ro.slice(0..8), buf.remote(0), SendFlags::SIGNALED);
     assert_eq!(e, Err(zverbs::safe::SafePostError::NotWritable));
 }
 
@@ -268,6 +263,18 @@ fn misuse_is_refused_with_a_clear_error() {
         "a deeper queue than the device allows: {e:?}"
     );
     let qp = pd.qp_builder(&cq, &cq).build().unwrap();
+    // No send queue before RTS: a post there would never be executed.
+    let e = qp.send_queue();
+    assert!(matches!(e, Err(Error::NotReady { .. })), "{e:?}");
+    let local = device::address(&ctx, env.gid_index);
+    let me = Endpoint {
+        lid: local.lid,
+        qpn: qp.qpn(),
+        psn: random_psn(),
+        gid: local.gid,
+    };
+    qp.connect(&ConnectAttr::new(local.port, me.psn, &me, local.gid_index))
+        .unwrap();
     let _sq = qp.send_queue().unwrap();
     assert!(matches!(qp.send_queue(), Err(Error::AlreadyTaken(_))));
     let _p = cq.poller().unwrap();

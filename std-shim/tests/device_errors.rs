@@ -37,30 +37,25 @@ fn bad_rkey_then_flush(link: Link) {
     let mut sq = SafeSendQueue::new(qa.sq);
     let mut rq = SafeRecvQueue::new(qb.rq);
     let (mut acq, mut bcq) = (qa.cq, qb.cq);
-    rq.post(50, b.buf.slice(0..1024).unwrap()).unwrap();
-    rq.post(51, b.buf.slice(1024..2048).unwrap()).unwrap();
+    rq.post(50, b.buf.slice(0..1024)).unwrap();
+    rq.post(51, b.buf.slice(1024..2048)).unwrap();
     a.buf.write(0, &pattern(30, 512));
     let bad = RemoteBuf::new(b.buf.addr(), b.buf.rkey() ^ 0x5a5a_5a00);
-    sq.write(1, a.buf.slice(0..64).unwrap(), bad, SIG).unwrap();
+    // One doorbell for the bad request and the work behind it.
+    let mut batch = sq.batch();
+    batch.write(1, a.buf.slice(0..64), bad, SIG).unwrap();
     // Work behind the bad request: unsignaled and signaled, of several kinds.
-    sq.write(
-        2,
-        a.buf.slice(0..64).unwrap(),
-        b.buf.remote(4096),
-        SendFlags::NONE,
-    )
-    .unwrap();
-    sq.send(3, a.buf.slice(0..32).unwrap(), SIG).unwrap();
-    sq.read(4, a.buf.slice(8192..8256).unwrap(), b.buf.remote(0), SIG)
+    batch
+        .write(2, a.buf.slice(0..64), b.buf.remote(4096), SendFlags::NONE)
         .unwrap();
-    sq.write(
-        5,
-        a.buf.slice(0..16).unwrap(),
-        b.buf.remote(4096),
-        SendFlags::NONE,
-    )
-    .unwrap();
-    sq.ring();
+    batch.send(3, a.buf.slice(0..32), SIG).unwrap();
+    batch
+        .read(4, a.buf.slice(8192..8256), b.buf.remote(0), SIG)
+        .unwrap();
+    batch
+        .write(5, a.buf.slice(0..16), b.buf.remote(4096), SendFlags::NONE)
+        .unwrap();
+    batch.finish();
     let w = wait(&mut acq, 5);
     assert_eq!(
         ids_and_status(&w),
@@ -90,9 +85,8 @@ fn bad_rkey_then_flush(link: Link) {
     // A request posted to the QP in the error state flushes as well, and its credits and
     // completion slots come back: the queue keeps working for as long as it is polled.
     for round in 0..3u64 {
-        sq.write(10 + round, a.buf.slice(0..8).unwrap(), b.buf.remote(0), SIG)
+        sq.write(10 + round, a.buf.slice(0..8), b.buf.remote(0), SIG)
             .unwrap();
-        sq.ring();
         let w = wait(&mut acq, 1);
         assert_eq!(ids_and_status(&w), [(10 + round, WcStatus::WrFlushErr)]);
     }
@@ -110,10 +104,9 @@ fn rnr_retry_exceeded(link: Link) {
     let mut sq = SafeSendQueue::new(qa.sq);
     let (mut acq, mut bcq) = (qa.cq, qb.cq);
     let _rq = qb.rq; // no receive posted
-    sq.send(1, a.buf.slice(0..100).unwrap(), SIG).unwrap();
-    sq.write(2, a.buf.slice(0..100).unwrap(), b.buf.remote(0), SIG)
+    sq.send(1, a.buf.slice(0..100), SIG).unwrap();
+    sq.write(2, a.buf.slice(0..100), b.buf.remote(0), SIG)
         .unwrap();
-    sq.ring();
     let w = wait(&mut acq, 2);
     assert_eq!(
         ids_and_status(&w),
@@ -139,11 +132,8 @@ fn peer_gone_retry_exceeded(link: Link) {
     let qa = a.queues();
     let mut sq = SafeSendQueue::new(qa.sq);
     let mut acq = qa.cq;
-    sq.write(1, a.buf.slice(0..100).unwrap(), remote, SIG)
-        .unwrap();
-    sq.send(2, a.buf.slice(0..100).unwrap(), SendFlags::NONE)
-        .unwrap();
-    sq.ring();
+    sq.write(1, a.buf.slice(0..100), remote, SIG).unwrap();
+    sq.send(2, a.buf.slice(0..100), SendFlags::NONE).unwrap();
     let w = wait_some(&mut acq, 2);
     assert_eq!(
         ids_and_status(&w),

@@ -67,21 +67,15 @@ impl Handles {
         let mut sq = SafeSendQueue::new(qp.send_queue().unwrap());
         let mut rq = SafeRecvQueue::new(qp.recv_queue().unwrap());
         let poller = cq.poller().unwrap();
-        rq.post(1, buf.slice(4096..8192).unwrap()).unwrap();
+        rq.post(1, buf.slice(4096..8192)).unwrap();
         let sig = SendFlags::SIGNALED;
-        sq.send(2, buf.slice(0..100).unwrap(), sig).unwrap();
-        sq.write(
-            3,
-            buf.slice(0..100).unwrap(),
-            buf.remote(1000),
-            SendFlags::NONE,
-        )
-        .unwrap();
-        sq.read(4, buf.slice(2000..2100).unwrap(), buf.remote(0), sig)
+        sq.send(2, buf.slice(0..100), sig).unwrap();
+        sq.write(3, buf.slice(0..100), buf.remote(1000), SendFlags::NONE)
             .unwrap();
-        sq.write(5, buf.slice(0..100).unwrap(), buf.remote(3000), sig)
+        sq.read(4, buf.slice(2000..2100), buf.remote(0), sig)
             .unwrap();
-        sq.ring();
+        sq.write(5, buf.slice(0..100), buf.remote(3000), sig)
+            .unwrap();
         let queues = (sq, rq, poller);
         Self {
             ctx: Some(ctx),

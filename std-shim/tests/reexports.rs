@@ -47,7 +47,7 @@ fn a_request_posts_through_the_reexported_backend() {
         let mut sq = unsafe { SendQueue::new(&layout, caps, &state) }.unwrap();
         let sgl = [Sge::new(0x1000, 32, 5)];
         // SAFETY: nothing executes the request.
-        unsafe { sq.send(&SendWr::write(1, &sgl, RemoteBuf::new(0x2000, 6)).signaled()) }.unwrap();
+        unsafe { sq.post(&SendWr::write(1, &sgl, RemoteBuf::new(0x2000, 6)).signaled()) }.unwrap();
     }
     let ctrl = CtrlSeg::new_unchecked(&ring[0].0[..16]);
     assert_eq!((ctrl.opcode(), ctrl.qpn(), ctrl.ds()), (0x08, 0x77, 3));

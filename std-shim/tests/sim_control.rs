@@ -61,14 +61,8 @@ fn the_progress_thread_runs_while_a_context_is_open_and_stepping_replaces_it() {
     let (rq, mut cq) = (q.rq, q.cq);
     let mut wc = [Completion::EMPTY; 4];
     buf.write(0, b"stepped");
-    sq.write(
-        1,
-        buf.slice(0..7).unwrap(),
-        buf.remote(100),
-        SendFlags::SIGNALED,
-    )
-    .unwrap();
-    sq.ring();
+    sq.write(1, buf.slice(0..7), buf.remote(100), SendFlags::SIGNALED)
+        .unwrap();
     assert_eq!(cq.poll(&mut wc), 0, "nothing moves without a step");
     assert_eq!(sim.step(), 1, "one WQE taken");
     assert_eq!(cq.poll(&mut wc), 1);
@@ -81,14 +75,8 @@ fn the_progress_thread_runs_while_a_context_is_open_and_stepping_replaces_it() {
     // sent again and not carried out again.
     let before = sim.stats();
     sim.lose_next_ack(qp.qpn()).unwrap();
-    sq.write(
-        2,
-        buf.slice(0..7).unwrap(),
-        buf.remote(200),
-        SendFlags::SIGNALED,
-    )
-    .unwrap();
-    sq.ring();
+    sq.write(2, buf.slice(0..7), buf.remote(200), SendFlags::SIGNALED)
+        .unwrap();
     assert_eq!(sim.run_until_idle(), 2, "sent, then sent again");
     assert_eq!(cq.poll(&mut wc), 1);
     assert_eq!((wc[0].wr_id, wc[0].status), (2, WcStatus::Success));

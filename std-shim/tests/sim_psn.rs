@@ -61,14 +61,8 @@ fn mismatched_psns_end_in_retry_exceeded_and_write_nothing() {
     let mut sq = SafeSendQueue::new(qa.sq);
     let mut cq = qa.cq;
     a_buf.write(0, b"must not arrive");
-    sq.write(
-        1,
-        a_buf.slice(0..15).unwrap(),
-        b_buf.remote(0),
-        SendFlags::SIGNALED,
-    )
-    .unwrap();
-    sq.ring();
+    sq.write(1, a_buf.slice(0..15), b_buf.remote(0), SendFlags::SIGNALED)
+        .unwrap();
     let w = wait(&mut cq, 1);
     assert_eq!(
         (w[0].wr_id, w[0].status),

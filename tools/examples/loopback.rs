@@ -15,11 +15,9 @@ use std::process::exit;
 use std::time::{Duration, Instant};
 
 use zverbs::connect::{Endpoint, random_psn};
-use zverbs::safe::{SafeRecvQueue, SafeSendQueue};
-use zverbs::{
-    AccessFlags, BackendRequest, Completion, ConnectAttr, ContextOptions, PollCq, PostRecv,
-    PostSend, Queues, SendFlags, WcOpcode, WcStatus,
-};
+use zverbs::safe::SafeQueues;
+use zverbs::{AccessFlags, BackendRequest, Completion, ConnectAttr, ContextOptions, SendFlags};
+use zverbs::{WcOpcode, WcStatus};
 
 use zverbs_tools::args::{self, Arg::*, Parser};
 use zverbs_tools::device;
@@ -45,18 +43,10 @@ impl Checks {
     }
 }
 
-fn wait<C: PollCq>(cq: &mut C, n: usize) -> Res<Vec<Completion>> {
-    let mut out = Vec::new();
-    let mut wc = [Completion::EMPTY; 8];
-    let t0 = Instant::now();
-    while out.len() < n {
-        let k = cq.poll(&mut wc);
-        out.extend_from_slice(&wc[..k]);
-        if t0.elapsed() > Duration::from_secs(10) {
-            return Err(format!("timed out with {} of {n} completions", out.len()).into());
-        }
-    }
-    Ok(out)
+/// `n` completions of `q`'s CQ, or an error after 10 s.
+fn wait(q: &mut SafeQueues, n: usize) -> Res<Vec<Completion>> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    Ok(q.cq.wait(n, deadline)?.to_vec())
 }
 
 /// Exits with the usage and `why`.
@@ -157,34 +147,24 @@ fn run(
     a.connect(&ConnectAttr::new(port, ea.psn, &eb, local.gid_index).mtu(local.active_mtu))?;
     b.connect(&ConnectAttr::new(port, eb.psn, &ea, local.gid_index).mtu(local.active_mtu))?;
     c.check(true, "QPs connected to each other (INIT, RTR, RTS)");
-    match (Queues::take(&a, &a_cq)?, Queues::take(&b, &b_cq)?) {
-        (Queues::Direct(qa), Queues::Direct(qb)) => {
-            ops(qa.sq, qa.cq, qb.rq, qb.cq, (&a_buf, &b_buf, be), c)
-        }
-        (Queues::Verbs(qa), Queues::Verbs(qb)) => {
-            ops(qa.sq, qa.cq, qb.rq, qb.cq, (&a_buf, &b_buf, be), c)
-        }
-        _ => Err("the two QPs got different backends".into()),
-    }
+    // Each QP's send and receive queues and its CQ's poller, whichever backend drives them.
+    let mut qa = a.queues(&a_cq)?;
+    let mut qb = b.queues(&b_cq)?;
+    ops(&mut qa, &mut qb, (&a_buf, &b_buf, be), c)
 }
 
-fn ops<S: PostSend, C: PollCq, R: PostRecv, D: PollCq>(
-    sq: S,
-    mut acq: C,
-    rq: R,
-    mut bcq: D,
+fn ops(
+    qa: &mut SafeQueues,
+    qb: &mut SafeQueues,
     (a, b, be): (&zverbs::MrBuf, &zverbs::MrBuf, bool),
     c: &mut Checks,
 ) -> Res<()> {
-    let mut sq = SafeSendQueue::new(sq);
-    let mut rq = SafeRecvQueue::new(rq);
     let sig = SendFlags::SIGNALED;
 
     // RDMA WRITE
     a.write(0, b"written by RDMA WRITE");
-    sq.write(1, a.slice(0..21).ok_or("slice")?, b.remote(100), sig)?;
-    sq.ring();
-    let w = wait(&mut acq, 1)?;
+    qa.sq.write(1, a.slice(0..21), b.remote(100), sig)?;
+    let w = wait(qa, 1)?;
     let mut got = [0u8; 21];
     b.read(100, &mut got);
     c.check(
@@ -197,10 +177,10 @@ fn ops<S: PostSend, C: PollCq, R: PostRecv, D: PollCq>(
     );
 
     // Inline WRITE, unsignaled, then a signaled one retires both.
-    sq.write_inline(2, b"inline!", b.remote(200), SendFlags::NONE)?;
-    sq.write_inline(3, b"second", b.remote(220), sig)?;
-    sq.ring();
-    let w = wait(&mut acq, 1)?;
+    qa.sq
+        .write_inline(2, b"inline!", b.remote(200), SendFlags::NONE)?;
+    qa.sq.write_inline(3, b"second", b.remote(220), sig)?;
+    let w = wait(qa, 1)?;
     let mut got = [0u8; 7];
     b.read(200, &mut got);
     c.check(
@@ -209,12 +189,11 @@ fn ops<S: PostSend, C: PollCq, R: PostRecv, D: PollCq>(
     );
 
     // SEND with immediate into a posted receive.
-    rq.post(10, b.slice(1024..2048).ok_or("slice")?)?;
+    qb.rq.post(10, b.slice(1024..2048))?;
     a.write(512, b"a message");
-    sq.send_imm(4, a.slice(512..521).ok_or("slice")?, 0xfeed_f00d, sig)?;
-    sq.ring();
-    let w = wait(&mut acq, 1)?;
-    let r = wait(&mut bcq, 1)?;
+    qa.sq.send_imm(4, a.slice(512..521), 0xfeed_f00d, sig)?;
+    let w = wait(qa, 1)?;
+    let r = wait(qb, 1)?;
     let mut got = [0u8; 9];
     b.read(1024, &mut got);
     c.check(
@@ -232,11 +211,10 @@ fn ops<S: PostSend, C: PollCq, R: PostRecv, D: PollCq>(
     c.check(&got == b"a message", "SEND lands in the receive buffer");
 
     // WRITE with immediate consumes a receive.
-    rq.post(11, b.slice(2048..2049).ok_or("slice")?)?;
-    sq.write_imm(5, a.slice(0..4).ok_or("slice")?, b.remote(300), 77, sig)?;
-    sq.ring();
-    wait(&mut acq, 1)?;
-    let r = wait(&mut bcq, 1)?;
+    qb.rq.post(11, b.slice(2048..2049))?;
+    qa.sq.write_imm(5, a.slice(0..4), b.remote(300), 77, sig)?;
+    wait(qa, 1)?;
+    let r = wait(qb, 1)?;
     c.check(
         r[0].opcode == WcOpcode::RecvRdmaWithImm && r[0].imm() == Some(77),
         "WRITE with immediate reports RECV_RDMA_WITH_IMM",
@@ -244,9 +222,8 @@ fn ops<S: PostSend, C: PollCq, R: PostRecv, D: PollCq>(
 
     // RDMA READ
     b.write(3000, b"read me back");
-    sq.read(6, a.slice(3000..3012).ok_or("slice")?, b.remote(3000), sig)?;
-    sq.ring();
-    let w = wait(&mut acq, 1)?;
+    qa.sq.read(6, a.slice(3000..3012), b.remote(3000), sig)?;
+    let w = wait(qa, 1)?;
     let mut got = [0u8; 12];
     a.read(3000, &mut got);
     c.check(
@@ -257,29 +234,16 @@ fn ops<S: PostSend, C: PollCq, R: PostRecv, D: PollCq>(
     // Atomics (host order, unless the device is a ConnectX the driver could not set to it).
     let v = |x: u64| if be { x.to_be() } else { x };
     b.store_u64(4000, v(40));
-    sq.fetch_add(
-        7,
-        a.slice(4000..4008).ok_or("slice")?,
-        b.remote(4000),
-        2,
-        sig,
-    )?;
-    sq.ring();
-    let w = wait(&mut acq, 1)?;
+    qa.sq
+        .fetch_add(7, a.slice(4000..4008), b.remote(4000), 2, sig)?;
+    let w = wait(qa, 1)?;
     c.check(
         w[0].opcode == WcOpcode::FetchAdd && a.load_u64(4000) == v(40) && b.load_u64(4000) == v(42),
         "FETCH_ADD returns the old value and adds",
     );
-    sq.compare_swap(
-        8,
-        a.slice(4000..4008).ok_or("slice")?,
-        b.remote(4000),
-        42,
-        7,
-        sig,
-    )?;
-    sq.ring();
-    let w = wait(&mut acq, 1)?;
+    qa.sq
+        .compare_swap(8, a.slice(4000..4008), b.remote(4000), 42, 7, sig)?;
+    let w = wait(qa, 1)?;
     c.check(
         w[0].opcode == WcOpcode::CompSwap && a.load_u64(4000) == v(42) && b.load_u64(4000) == v(7),
         "COMPARE_SWAP swaps on a match",
@@ -287,9 +251,8 @@ fn ops<S: PostSend, C: PollCq, R: PostRecv, D: PollCq>(
 
     // A remote access error: a WRITE with a wrong rkey.
     let bad = zverbs::RemoteBuf::new(b.addr(), b.rkey() ^ 0x5a5a_0000);
-    sq.write(9, a.slice(0..8).ok_or("slice")?, bad, sig)?;
-    sq.ring();
-    let w = wait(&mut acq, 1)?;
+    qa.sq.write(9, a.slice(0..8), bad, sig)?;
+    let w = wait(qa, 1)?;
     c.check(
         w[0].wr_id == 9 && w[0].status == WcStatus::RemAccessErr,
         "a wrong rkey completes with a remote access error",

@@ -238,7 +238,7 @@ fn run(o: &Options) {
         let mut start = sq.producer();
         // SAFETY: the local buffers outlive the queue's use of them (no NIC reads them here;
         // a real one would until the completion), and the inline source is readable.
-        unsafe { sq.post_send_batch(&wrs) }.expect("the batch fits");
+        unsafe { sq.post_all(&wrs) }.expect("the batch fits");
         // Where each WQE starts, read back from the ring: each control segment's `ds`.
         for _ in &wrs {
             starts.push(start);
@@ -259,7 +259,7 @@ fn run(o: &Options) {
             starts.push(start);
             // SAFETY: as for the batch: the local buffers outlive the queue's use of them,
             // and the inline source is readable.
-            unsafe { sq.send(wr) }.expect("the request fits");
+            unsafe { sq.post(wr) }.expect("the request fits");
             let blocks = sq.producer() - start;
             show_wqe(sq_ring, start, blocks);
             show_doorbell(qp_dbrec, bf_reg, bf_size, &mut bf_buffer, true, blocks);

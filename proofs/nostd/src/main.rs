@@ -187,10 +187,10 @@ fn run() -> Result<(), c_int> {
     // SAFETY: nothing reads or writes the local buffers (no device runs), and they outlive
     // the completions polled below.
     unsafe {
-        rq.post_recv(&RecvWr::new(black_box(11), &rsgl))
+        rq.post(&RecvWr::new(black_box(11), &rsgl))
             .map_err(|_| 6)?;
         let remote = RemoteBuf::new(black_box(0x7f00_0000_1000), 0xdead_beef);
-        sq.post_send(&SendWr::write(black_box(42), &sgl, remote).signaled())
+        sq.stage(&SendWr::write(black_box(42), &sgl, remote).signaled())
             .map_err(|_| 7)?;
     }
     sq.ring();
@@ -263,17 +263,17 @@ fn run() -> Result<(), c_int> {
     let rwrs = black_box([RecvWr::new(21, &rsgl), RecvWr::new(22, &rsgl)]);
     // SAFETY: as above: nothing runs the requests.
     unsafe {
-        sq.post_send_batch(&all).map_err(|_| 21)?;
+        sq.post_all(&all).map_err(|_| 21)?;
         for wr in black_box(&all[..2]) {
-            sq.post_send(wr).map_err(|_| 22)?;
+            sq.stage(wr).map_err(|_| 22)?;
         }
         // Refused without writing: a gather list longer than the queue allows.
         let three = [sgl[0]; 3];
         check(
-            sq.post_send(black_box(&SendWr::send(9, &three))).is_err(),
+            sq.stage(black_box(&SendWr::send(9, &three))).is_err(),
             23,
         )?;
-        rq.post_recv_batch(&rwrs).map_err(|_| 24)?;
+        rq.post_all(&rwrs).map_err(|_| 24)?;
     }
     sq.ring();
     // The device fails the first WQE of the batch (remote access error) and flushes the rest

@@ -36,9 +36,27 @@ pub struct RemoteRegion {
 }
 
 impl RemoteRegion {
-    /// The region as a target for RDMA WRITE/READ and atomics, at `offset`.
-    pub fn at(&self, offset: u64) -> zverbs_core::RemoteBuf {
-        zverbs_core::RemoteBuf::new(self.addr + offset, self.rkey)
+    /// The region as a target for RDMA WRITE/READ and atomics, at `offset` (the end itself is
+    /// allowed: the target of a zero-length request).
+    ///
+    /// # Panics
+    ///
+    /// If `offset` is past the end of the region, as indexing does; [`RemoteRegion::try_at`]
+    /// returns the error instead.
+    #[track_caller]
+    pub fn at(&self, offset: usize) -> zverbs_core::RemoteBuf {
+        crate::mr::or_panic(self.try_at(offset))
+    }
+
+    /// As [`RemoteRegion::at`].
+    ///
+    /// # Errors
+    ///
+    /// [`BufError::OutOfBounds`](crate::BufError::OutOfBounds) if `offset` is past the end of
+    /// the region.
+    pub fn try_at(&self, offset: usize) -> Result<zverbs_core::RemoteBuf, crate::BufError> {
+        let len = usize::try_from(self.len).unwrap_or(usize::MAX);
+        crate::mr::remote_in(self.addr, len, self.rkey, offset)
     }
 }
 
@@ -54,4 +72,33 @@ pub fn random_psn() -> u32 {
     );
     h.write_u32(std::process::id());
     (h.finish() as u32) & 0xff_ffff
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RemoteRegion;
+    use crate::BufError;
+    use zverbs_core::RemoteBuf;
+
+    #[test]
+    fn at_is_bounded_by_the_region() {
+        let r = RemoteRegion {
+            addr: 0x1000,
+            rkey: 9,
+            len: 64,
+        };
+        assert_eq!(r.at(8), RemoteBuf::new(0x1008, 9));
+        assert_eq!(r.try_at(64), Ok(RemoteBuf::new(0x1040, 9)));
+        assert_eq!(
+            r.try_at(65),
+            Err(BufError::OutOfBounds {
+                offset: 65,
+                len: 0,
+                buf_len: 64
+            })
+        );
+        let past = std::panic::catch_unwind(|| r.at(65)).unwrap_err();
+        let msg = past.downcast_ref::<String>().unwrap();
+        assert!(msg.contains("65"), "{msg}");
+    }
 }

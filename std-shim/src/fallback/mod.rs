@@ -7,7 +7,7 @@
 //!
 //! The semantics are those of the [`zverbs_core`] traits, the same as the direct backend's:
 //!
-//! - [`PostSend::post_send`](zverbs_core::PostSend::post_send) validates the request (scatter
+//! - [`PostSend::stage`](zverbs_core::PostSend::stage) validates the request (scatter
 //!   entries, inline size, atomic size and alignment, message size, room in the send queue and
 //!   in the CQ) and stages it into the preallocated array; inline payloads are copied at once
 //!   into staging memory, so the caller may reuse them when the call returns. Nothing reaches

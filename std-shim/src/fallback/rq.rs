@@ -120,7 +120,7 @@ impl RecvQueue {
 
 impl PostRecv for RecvQueue {
     #[inline]
-    unsafe fn post_recv(&mut self, wr: &RecvWr<'_>) -> Result<(), PostError> {
+    unsafe fn post(&mut self, wr: &RecvWr<'_>) -> Result<(), PostError> {
         self.check(wr, 1)?;
         // SAFETY: element 0 exists; checked; the slot of `head` is free (room checked).
         let first = unsafe { self.build(0, self.head, wr) };
@@ -135,7 +135,7 @@ impl PostRecv for RecvQueue {
         Ok(())
     }
 
-    unsafe fn post_recv_batch(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), BatchError> {
+    unsafe fn post_all(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), BatchError> {
         if wrs.is_empty() {
             return Ok(());
         }

@@ -167,7 +167,7 @@ impl SendQueue {
     /// NOP: [`SendQueue::check`]), and room was checked; inline sources are readable (the
     /// posting contract of [`PostSend`]).
     #[inline(always)]
-    unsafe fn stage(&mut self, wr: &SendWr<'_>, checked: &CheckedSend<'_>) {
+    unsafe fn stage_checked(&mut self, wr: &SendWr<'_>, checked: &CheckedSend<'_>) {
         let i = self.staged as usize;
         let slot_sges = self.caps.max_send_sge.max(1) as usize;
         let sg_base = self.sges.at(i * slot_sges);
@@ -306,13 +306,23 @@ impl SendQueue {
 
 impl PostSend for SendQueue {
     #[inline]
-    unsafe fn post_send(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
+    unsafe fn stage(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
         self.pending_refusal()?;
         let checked = self.check(wr)?;
         self.check_room(1, u32::from(checked.signaled()))?;
         // SAFETY: checked, supported, room checked; the caller upholds the posting contract.
-        unsafe { self.stage(wr, &checked) };
+        unsafe { self.stage_checked(wr, &checked) };
         Ok(())
+    }
+
+    /// Stages and rings; a refusal by the provider is this post's error at once (not the
+    /// next one's, as after a batch's ring).
+    #[inline]
+    unsafe fn post(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
+        // SAFETY: (caller) the posting contract.
+        unsafe { self.stage(wr) }?;
+        self.ring();
+        self.pending_refusal()
     }
 
     #[inline]
@@ -333,7 +343,7 @@ impl PostSend for SendQueue {
         self.staged = 0;
     }
 
-    unsafe fn post_send_batch(&mut self, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
+    unsafe fn post_all(&mut self, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
         self.pending_refusal()
             .map_err(|error| BatchError { index: 0, error })?;
         let caps = self.caps;
@@ -347,7 +357,7 @@ impl PostSend for SendQueue {
         for (wr, checked) in batch.iter() {
             // SAFETY: checked and supported (the batch's check), room for the whole batch
             // checked; the caller upholds the posting contract for every request.
-            unsafe { self.stage(wr, &checked) };
+            unsafe { self.stage_checked(wr, &checked) };
         }
         self.ring();
         Ok(())

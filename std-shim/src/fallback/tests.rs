@@ -60,7 +60,7 @@ fn rig() -> Rig {
 
 fn post(r: &mut Rig, wr: &SendWr<'_>) -> Result<(), PostError> {
     // SAFETY: the fake provider only reads the requests and their (live) buffers.
-    unsafe { r.sq.post_send(wr) }
+    unsafe { r.sq.stage(wr) }
 }
 
 fn sent() -> Vec<SeenSend> {
@@ -381,7 +381,7 @@ fn batches_are_all_or_nothing_and_ring_once() {
     ];
     let bad = [SendWr::send(4, &sgl), SendWr::nop(5), SendWr::send(6, &sgl)];
     // SAFETY: the fake provider only reads the requests.
-    let e = unsafe { r.sq.post_send_batch(&bad) }.unwrap_err();
+    let e = unsafe { r.sq.post_all(&bad) }.unwrap_err();
     assert_eq!(
         e,
         BatchError {
@@ -392,12 +392,12 @@ fn batches_are_all_or_nothing_and_ring_once() {
     assert_eq!(r.sq.pending(), 0);
     assert!(with(|f| f.send_calls.is_empty()));
     // SAFETY: as above.
-    unsafe { r.sq.post_send_batch(&ok) }.unwrap();
+    unsafe { r.sq.post_all(&ok) }.unwrap();
     assert_eq!(with(|f| f.send_calls.clone()), vec![3]);
     // A batch that does not fit is refused whole.
     let many: Vec<SendWr<'_>> = (0..6).map(|i| SendWr::send(i, &sgl)).collect();
     // SAFETY: as above.
-    let e = unsafe { r.sq.post_send_batch(&many) }.unwrap_err();
+    let e = unsafe { r.sq.post_all(&many) }.unwrap_err();
     assert_eq!(e.index, 5);
     assert_eq!(e.error, PostError::QueueFull { needed: 6, free: 5 });
     assert_eq!(with(|f| f.send_calls.len()), 1);
@@ -412,7 +412,7 @@ fn receives_post_at_once_with_tagged_ids() {
         Sge::new(buf.as_ptr() as u64 + 32, 32, 5),
     ];
     // SAFETY: the fake provider only reads the requests.
-    unsafe { r.rq.post_recv(&RecvWr::new(70, &a)) }.unwrap();
+    unsafe { r.rq.post(&RecvWr::new(70, &a)) }.unwrap();
     assert_eq!(with(|f| f.recv_calls.clone()), vec![1]);
     let seen = with(|f| f.recvs[0]);
     assert_eq!(seen.wr_id, RECV_TAG);
@@ -420,12 +420,12 @@ fn receives_post_at_once_with_tagged_ids() {
     let three = [a[0]; 3];
     assert_eq!(
         // SAFETY: as above.
-        unsafe { r.rq.post_recv(&RecvWr::new(71, &three)) },
+        unsafe { r.rq.post(&RecvWr::new(71, &three)) },
         Err(PostError::TooManySges { got: 3, max: 2 })
     );
     let batch: Vec<RecvWr<'_>> = (71..75).map(|i| RecvWr::new(i, &a[..1])).collect();
     // SAFETY: as above.
-    unsafe { r.rq.post_recv_batch(&batch) }.unwrap();
+    unsafe { r.rq.post_all(&batch) }.unwrap();
     assert_eq!(with(|f| f.recv_calls.clone()), vec![1, 4]);
     let ids: Vec<u64> = with(|f| f.recvs.iter().map(|x| x.wr_id & !RECV_TAG).collect());
     assert_eq!(ids, [0, 1, 2, 3, 4]);
@@ -433,7 +433,7 @@ fn receives_post_at_once_with_tagged_ids() {
     // The provider refuses a chain at its second request: the first was posted.
     with(|f| f.refuse_recv = Some((1, libc::ENOMEM)));
     // SAFETY: as above.
-    let e = unsafe { r.rq.post_recv_batch(&batch[..3]) }.unwrap_err();
+    let e = unsafe { r.rq.post_all(&batch[..3]) }.unwrap_err();
     assert_eq!(
         e,
         BatchError {
@@ -446,7 +446,7 @@ fn receives_post_at_once_with_tagged_ids() {
     assert_eq!(r.rq.free(), MAX_WR - 6);
     // Too many for the queue.
     // SAFETY: as above.
-    let e = unsafe { r.rq.post_recv_batch(&batch[..3]) }.unwrap_err();
+    let e = unsafe { r.rq.post_all(&batch[..3]) }.unwrap_err();
     assert_eq!(e.error, PostError::QueueFull { needed: 3, free: 2 });
 }
 
@@ -457,7 +457,7 @@ fn work_completions_convert() {
     let a = [Sge::new(buf.as_ptr() as u64, 64, 5)];
     for i in 0..3 {
         // SAFETY: the fake provider only reads the requests.
-        unsafe { r.rq.post_recv(&RecvWr::new(500 + i, &a)) }.unwrap();
+        unsafe { r.rq.post(&RecvWr::new(500 + i, &a)) }.unwrap();
     }
     let sgl = [Sge::new(buf.as_ptr() as u64, 8, 5)];
     post(
@@ -585,7 +585,7 @@ fn no_allocation_per_operation() {
         post(r, &SendWr::send(i, &sgl).inline().signaled()).unwrap();
         r.sq.ring();
         // SAFETY: the fake provider only reads the request.
-        unsafe { r.rq.post_recv(&RecvWr::new(i, &sgl)) }.unwrap();
+        unsafe { r.rq.post(&RecvWr::new(i, &sgl)) }.unwrap();
         with(|f| {
             f.cq.push_back(ibv_wc {
                 wr_id: RECV_TAG | (i as u32) as u64,

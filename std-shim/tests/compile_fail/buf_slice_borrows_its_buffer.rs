@@ -4,7 +4,7 @@ use zverbs::safe::SafeSendQueue;
 use zverbs::{AnySendQueue, MrBuf, SendFlags};
 
 fn post(sq: &mut SafeSendQueue<AnySendQueue>, buf: MrBuf) {
-    let span = buf.slice(0..64).unwrap();
+    let span = buf.slice(0..64);
     drop(buf);
     sq.send(1, span, SendFlags::SIGNALED).unwrap();
 }

@@ -135,16 +135,16 @@ const RECV_DEPTH: u32 = 64;
 
 impl<S: PostSend, R: PostRecv, C: PollCq> End<'_, S, R, C> {
     fn post_recv(&mut self, size: usize) -> Res<()> {
-        let sgl = [self.rx.sge(0..size).ok_or("receive buffer too small")?];
+        let sgl = [self.rx.try_sge(0..size)?];
         // SAFETY: the receive buffer is registered with local write and outlives the queues;
         // this program reads it only through copies and volatile loads.
-        unsafe { self.q.rq.post_recv(&RecvWr::new(0, &sgl)) }?;
+        unsafe { self.q.rq.post(&RecvWr::new(0, &sgl)) }?;
         Ok(())
     }
 
     /// Posts one message (`op`) of `size` bytes to `remote`, signaled every `SIGNAL_EVERY`.
     fn post(&mut self, op: Op, size: usize, remote: RemoteBuf) -> Res<()> {
-        let sgl = [self.tx.sge(0..size).ok_or("send buffer too small")?];
+        let sgl = [self.tx.try_sge(0..size)?];
         let wr = match op {
             Op::Send => SendWr::send(0, &sgl),
             Op::Write => SendWr::write(0, &sgl, remote),
@@ -161,7 +161,7 @@ impl<S: PostSend, R: PostRecv, C: PollCq> End<'_, S, R, C> {
         loop {
             // SAFETY: the source is registered (or copied now, inline) and not modified until
             // the peer has seen the message.
-            match unsafe { self.q.sq.send(&wr) } {
+            match unsafe { self.q.sq.post(&wr) } {
                 Ok(()) => return Ok(()),
                 // Credits come back with the signaled completions: reap them and retry.
                 Err(zverbs::PostError::QueueFull { .. } | zverbs::PostError::CqFull { .. }) => {

@@ -195,8 +195,10 @@ fn run(o: &Opts) -> Result<(), Box<dyn std::error::Error>> {
         a
     };
     qp.to_init(&attr(&Endpoint::default()).init)?;
-    let queues = Queues::take(&qp, &cq)?;
-    let slice = buf.slice(0..o.size).ok_or("buffer")?;
+    // The receive queue from INIT on: the receives are posted before the exchange (as
+    // ibv_rc_pingpong does), the send queue is taken once the exchange has connected the QP.
+    let mut rq = SafeRecvQueue::new(qp.recv_queue()?);
+    let slice = buf.try_slice(0..o.size)?;
     println!(
         "  local address:  LID {:#06x}, QPN {:#08x}, PSN {:#08x}, GID {}",
         me.lid, me.qpn, me.psn, me.gid
@@ -240,9 +242,12 @@ fn run(o: &Opts) -> Result<(), Box<dyn std::error::Error>> {
         Ok(p)
     };
     let client = o.server.is_some();
+    post_recvs(&mut rq, &rbuf, o.size, o.rx_depth)?;
+    exchange()?;
+    let queues = Queues::from_parts(qp.send_queue()?, rq.into_inner(), cq.poller()?)?;
     let start = match queues {
-        Queues::Direct(q) => session(q.sq, q.rq, q.cq, &rbuf, slice, o, client, exchange)?,
-        Queues::Verbs(q) => session(q.sq, q.rq, q.cq, &rbuf, slice, o, client, exchange)?,
+        Queues::Direct(q) => session(q.sq, q.rq, q.cq, &rbuf, slice, o, client)?,
+        Queues::Verbs(q) => session(q.sq, q.rq, q.cq, &rbuf, slice, o, client)?,
     };
     let usec = start.elapsed().as_secs_f64() * 1e6;
     let bytes = o.size as u64 * o.iters * 2;
@@ -294,13 +299,12 @@ fn post_recvs<R: PostRecv>(
     n: u32,
 ) -> Result<(), Box<dyn std::error::Error>> {
     for _ in 0..n {
-        rq.post(RECV_WRID, buf.slice(0..size).ok_or("buffer")?)?;
+        rq.post(RECV_WRID, buf.try_slice(0..size)?)?;
     }
     Ok(())
 }
 
-/// Posts the receives, runs the exchange, then the ping-pong; returns when timing started.
-#[allow(clippy::too_many_arguments)]
+/// The ping-pong, with the first receives posted; returns when timing started.
 fn session<S: PostSend, R: PostRecv, C: PollCq>(
     sq: S,
     rq: R,
@@ -309,19 +313,15 @@ fn session<S: PostSend, R: PostRecv, C: PollCq>(
     slice: zverbs::safe::BufSlice<'_>,
     o: &Opts,
     client: bool,
-    exchange: impl FnOnce() -> Result<Endpoint, Box<dyn std::error::Error>>,
 ) -> Result<Instant, Box<dyn std::error::Error>> {
     let mut sq = SafeSendQueue::new(sq);
     let mut rq = SafeRecvQueue::new(rq);
-    post_recvs(&mut rq, buf, o.size, o.rx_depth)?;
-    exchange()?;
     let start = Instant::now();
     let mut routs = o.rx_depth;
     let (mut scnt, mut rcnt) = (0u64, 0u64);
     let mut pending = RECV_WRID;
     if client {
         sq.send(SEND_WRID, slice, SendFlags::SIGNALED)?;
-        sq.ring();
         pending |= SEND_WRID;
     }
     let mut wc = [Completion::EMPTY; 2];
@@ -370,7 +370,6 @@ fn session<S: PostSend, R: PostRecv, C: PollCq>(
             pending &= !c.wr_id;
             if scnt < o.iters && pending == 0 {
                 sq.send(SEND_WRID, slice, SendFlags::SIGNALED)?;
-                sq.ring();
                 pending = RECV_WRID | SEND_WRID;
             }
         }

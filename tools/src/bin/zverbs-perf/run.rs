@@ -235,9 +235,10 @@ pub(crate) fn run(opts: &Opts) -> Result<()> {
         me.gid
     );
 
-    let mut queues = Queues::take(&qp, &cq)?;
     let tag = opts.tag();
-    let (remote, conn) = if opts.cm {
+    // The receives are posted before the peer may send: from INIT (the receive queue can be
+    // taken then), the send queue once the QP is in RTS.
+    let (remote, conn, rq) = if opts.cm {
         let mut private = cm::encode_region(&region).to_vec();
         private.extend_from_slice(tag.as_bytes());
         private.truncate(cm::MAX_PRIVATE);
@@ -252,8 +253,9 @@ pub(crate) fn run(opts: &Opts) -> Result<()> {
             (r.accept(&qp, &private)?, peer)
         };
         check_tag(&peer[24.min(peer.len())..], &tag)?;
-        post_receives(&mut queues, &buf, lay, opts.rx_depth)?;
-        (cm::decode_region(&peer)?, Conn::Cm(conn))
+        let mut rq = qp.recv_queue()?;
+        post_receives(&mut rq, &buf, lay, opts.rx_depth)?;
+        (cm::decode_region(&peer)?, Conn::Cm(conn), rq)
     } else {
         let attr = |peer: &Endpoint| {
             ConnectAttr::new(port, me.psn, peer, local.gid_index)
@@ -261,7 +263,8 @@ pub(crate) fn run(opts: &Opts) -> Result<()> {
                 .rd_atomic(1)
         };
         qp.to_init(&attr(&Endpoint::default()).init)?;
-        post_receives(&mut queues, &buf, lay, opts.rx_depth)?;
+        let mut rq = qp.recv_queue()?;
+        post_receives(&mut rq, &buf, lay, opts.rx_depth)?;
         let hello = Hello {
             endpoint: me,
             region: Some(region),
@@ -299,8 +302,9 @@ pub(crate) fn run(opts: &Opts) -> Result<()> {
         let region = peer.region.ok_or_else(|| bad("the peer sent no buffer"))?;
         // Watched during the test (nothing is sent on it): its end is the peer's.
         stream.set_nonblocking(true)?;
-        (region, Conn::Tcp(stream))
+        (region, Conn::Tcp(stream), rq)
     };
+    let queues = Queues::from_parts(qp.send_queue()?, rq, cq.poller()?)?;
     if remote.len < opts.size as u64 {
         return Err(bad(format!(
             "the peer's buffer has {} bytes, the test needs {}",
@@ -352,24 +356,18 @@ fn check_tag(peer: &[u8], mine: &str) -> zverbs::Result<()> {
     Ok(())
 }
 
-fn post_receives(q: &mut Queues, buf: &MrBuf, lay: Layout, n: u32) -> Result<()> {
+fn post_receives(rq: &mut impl PostRecv, buf: &MrBuf, lay: Layout, n: u32) -> Result<()> {
     let sgl = [recv_sge(buf, lay)];
     for _ in 0..n {
-        let wr = RecvWr::new(RECV_ID, &sgl);
-        match q {
-            // SAFETY: the receive area lies in `buf`, a registered buffer alive for the test;
-            // Rust only touches it through copies.
-            Queues::Direct(q) => unsafe { q.rq.post_recv(&wr) }?,
-            // SAFETY: as above.
-            Queues::Verbs(q) => unsafe { q.rq.post_recv(&wr) }?,
-        }
+        // SAFETY: the receive area lies in `buf`, a registered buffer alive for the test; Rust
+        // only touches it through copies.
+        unsafe { rq.post(&RecvWr::new(RECV_ID, &sgl)) }?;
     }
     Ok(())
 }
 
 fn recv_sge(buf: &MrBuf, lay: Layout) -> Sge {
     buf.sge(lay.c()..lay.c() + lay.slot)
-        .expect("the receive area is inside the buffer")
 }
 
 /// Posts `wr`, polling completions while the queue or the CQ is full (as long as `env`'s
@@ -385,7 +383,7 @@ fn post<S: PostSend, C: PollCq>(
     loop {
         // SAFETY: every local entry of the test's requests lies in the registered test buffer,
         // which outlives the queues; Rust only touches it through copies.
-        match unsafe { sq.post_send(wr) } {
+        match unsafe { sq.stage(wr) } {
             Ok(()) => return Ok(()),
             Err(PostError::QueueFull { .. } | PostError::CqFull { .. }) => {
                 sq.ring();
@@ -472,15 +470,13 @@ where
     };
     let buf = &env.buf;
     let lay = env.lay;
-    let src = [buf
-        .sge(lay.b()..lay.b() + o.size)
-        .ok_or("buffer too small")?];
+    let src = [buf.try_sge(lay.b()..lay.b() + o.size)?];
     let target = env.remote.at(0);
     let recv = [recv_sge(buf, lay)];
     let repost = |rq: &mut R, n: u64| -> Result<()> {
         for _ in 0..n {
             // SAFETY: the receive area lies in the registered test buffer.
-            unsafe { rq.post_recv(&RecvWr::new(RECV_ID, &recv)) }?;
+            unsafe { rq.post(&RecvWr::new(RECV_ID, &recv)) }?;
         }
         Ok(())
     };
@@ -557,10 +553,8 @@ where
             }
         }
         (Test::ReadLat | Test::AtomicLat, true) => {
-            let dst = [buf.sge(lay.d()..lay.d() + 8).ok_or("buffer too small")?];
-            let rdst = [buf
-                .sge(lay.c()..lay.c() + o.size)
-                .ok_or("buffer too small")?];
+            let dst = [buf.try_sge(lay.d()..lay.d() + 8)?];
+            let rdst = [buf.try_sge(lay.c()..lay.c() + o.size)?];
             for i in 0..total as u64 {
                 let wr = if o.test == Test::ReadLat {
                     SendWr::read(i, &rdst, target)

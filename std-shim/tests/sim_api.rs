@@ -1,0 +1,352 @@
+//! The convenient layer on the software device: posts that ring, batches that ring once, waits
+//! that end, queues refused before their QP can use them, and errors that compose with `?`.
+#![cfg(feature = "sim")]
+
+use std::time::{Duration, Instant};
+
+use zverbs::connect::Endpoint;
+use zverbs::safe::{SafePostError, SafeQueues, WaitError};
+use zverbs::{
+    AccessFlags, ConnectAttr, ContextOptions, Cq, Error, MrBuf, Pd, PostError, PostSend, Qp,
+    QpState, RemoteBuf, SendFlags, SendWr, WcOpcode, WcStatus,
+};
+
+const SIG: SendFlags = SendFlags::SIGNALED;
+
+/// Long enough for anything the software device does (no test waits for it to pass).
+fn soon() -> Instant {
+    Instant::now() + Duration::from_secs(20)
+}
+
+/// A deadline that passes at once: what arrives by then is what was there already.
+fn now() -> Instant {
+    Instant::now()
+}
+
+struct Side {
+    qp: Qp,
+    cq: Cq,
+    buf: MrBuf,
+}
+
+struct Pair {
+    pd: Pd,
+    a: Side,
+    b: Side,
+    qa: SafeQueues,
+    qb: SafeQueues,
+}
+
+/// Two connected QPs of the software device, each with its CQ, buffer and queues; `attr`
+/// adjusts A's attributes. Every error converts into `zverbs::Error` on the way.
+fn pair(attr: impl Fn(ConnectAttr) -> ConnectAttr) -> zverbs::Result<Pair> {
+    let ctx = zverbs::open_device(Some("zverbs_sim0"), &ContextOptions::default())?;
+    let port = ctx.active_port()?;
+    let local = ctx.address(port, None)?;
+    let pd = ctx.alloc_pd()?;
+    let side = || -> zverbs::Result<Side> {
+        let cq = ctx.cq_builder().cqe(64).build()?;
+        let qp = pd.qp_builder(&cq, &cq).build()?;
+        let buf = pd.alloc_buf(4096, AccessFlags::ALL)?;
+        Ok(Side { qp, cq, buf })
+    };
+    let (a, b) = (side()?, side()?);
+    let at = |qp: &Qp| Endpoint {
+        lid: local.lid,
+        qpn: qp.qpn(),
+        psn: 0,
+        gid: local.gid,
+    };
+    a.qp.connect(&attr(ConnectAttr::new(
+        port,
+        0,
+        &at(&b.qp),
+        local.gid_index,
+    )))?;
+    b.qp.connect(&ConnectAttr::new(port, 0, &at(&a.qp), local.gid_index))?;
+    let (qa, qb) = (a.qp.queues(&a.cq)?, b.qp.queues(&b.cq)?);
+    Ok(Pair { pd, a, b, qa, qb })
+}
+
+#[test]
+fn each_post_rings_and_a_batch_rings_once_when_finished_or_dropped() {
+    let Pair {
+        a, b, mut qa, qb, ..
+    } = pair(|c| c).unwrap();
+    // One post: the device has it when the call returns.
+    a.buf.write(0, b"rung");
+    qa.sq
+        .write(1, a.buf.slice(0..4), b.buf.remote(0), SIG)
+        .unwrap();
+    let c = qa.cq.wait(1, soon()).unwrap()[0];
+    assert_eq!((c.wr_id, c.status), (1, WcStatus::Success));
+
+    // A batch: nothing reaches the device until it is finished.
+    let mut batch = qa.sq.batch();
+    batch
+        .write(2, a.buf.slice(0..4), b.buf.remote(8), SendFlags::NONE)
+        .unwrap();
+    batch
+        .write(3, a.buf.slice(0..4), b.buf.remote(16), SIG)
+        .unwrap();
+    assert_eq!(
+        qa.cq.wait(1, now()),
+        Err(WaitError::Timeout { wanted: 1, got: 0 })
+    );
+    batch.finish();
+    let c = qa.cq.wait(1, soon()).unwrap()[0];
+    assert_eq!((c.wr_id, c.status), (3, WcStatus::Success));
+
+    // A batch left by `?` at a refused request rings what it staged before.
+    let mut stage_then_fail = || -> zverbs::Result<()> {
+        let mut batch = qa.sq.batch();
+        batch.write(4, a.buf.slice(0..4), b.buf.remote(24), SIG)?;
+        batch.write_inline(5, &[0; 4096], b.buf.remote(32), SIG)?;
+        batch.finish();
+        Ok(())
+    };
+    let e = stage_then_fail().unwrap_err();
+    assert!(
+        matches!(e, Error::Post(PostError::InlineTooLarge { .. })),
+        "{e}"
+    );
+    let c = qa.cq.wait(1, soon()).unwrap()[0];
+    assert_eq!((c.wr_id, c.status), (4, WcStatus::Success));
+    let mut got = [0u8; 4];
+    for off in [0, 8, 16, 24] {
+        b.buf.read(off, &mut got);
+        assert_eq!(&got, b"rung", "at {off}");
+    }
+    drop(qb);
+}
+
+#[test]
+fn a_write_with_immediate_and_no_receive_fails_by_default_not_hangs() {
+    let Pair {
+        a, b, mut qa, qb, ..
+    } = pair(|c| c).unwrap();
+    qa.sq
+        .write_imm(1, a.buf.slice(0..8), b.buf.remote(0), 7, SIG)
+        .unwrap();
+    // The default rnr_retry (6) is spent: the request fails with "RNR retry exceeded" (on the
+    // software device after 7 attempts, one per engine step).
+    let c = qa.cq.wait(1, soon()).unwrap()[0];
+    assert_eq!((c.wr_id, c.status), (1, WcStatus::RnrRetryExcErr), "{c:?}");
+    let e = c.ok().unwrap_err();
+    assert!(e.to_string().contains("RNR retry counter exceeded"), "{e}");
+    drop(qb);
+}
+
+#[test]
+fn with_rnr_retry_7_the_write_waits_for_a_receive() {
+    let Pair {
+        a,
+        b,
+        mut qa,
+        mut qb,
+        ..
+    } = pair(|c| c.rnr(7, 12)).unwrap();
+    qa.sq
+        .write_imm(1, a.buf.slice(0..8), b.buf.remote(0), 7, SIG)
+        .unwrap();
+    // Retried for ever: the wait ends at its deadline, with nothing.
+    let deadline = Instant::now() + Duration::from_millis(50);
+    assert_eq!(
+        qa.cq.wait(1, deadline),
+        Err(WaitError::Timeout { wanted: 1, got: 0 })
+    );
+    // A receive lets it through.
+    qb.rq.post(9, b.buf.slice(1024..2048)).unwrap();
+    assert_eq!(qa.cq.wait(1, soon()).unwrap()[0].status, WcStatus::Success);
+    let r = qb.cq.wait(1, soon()).unwrap()[0];
+    assert_eq!(
+        (r.wr_id, r.opcode, r.imm()),
+        (9, WcOpcode::RecvRdmaWithImm, Some(7))
+    );
+}
+
+#[test]
+fn wait_keeps_what_arrived_for_the_next_call() {
+    let Pair {
+        a, b, mut qa, qb, ..
+    } = pair(|c| c).unwrap();
+    qa.sq
+        .write(1, a.buf.slice(0..8), b.buf.remote(0), SIG)
+        .unwrap();
+    // Two asked for, one posted: the deadline ends the wait, and the one that came is kept.
+    let deadline = Instant::now() + Duration::from_millis(50);
+    assert_eq!(
+        qa.cq.wait(2, deadline),
+        Err(WaitError::Timeout { wanted: 2, got: 1 })
+    );
+    qa.sq
+        .write(2, a.buf.slice(0..8), b.buf.remote(0), SIG)
+        .unwrap();
+    let ids: Vec<u64> = qa
+        .cq
+        .wait(2, soon())
+        .unwrap()
+        .iter()
+        .map(|c| c.wr_id)
+        .collect();
+    assert_eq!(ids, [1, 2]);
+    assert!(qa.cq.poll().is_empty());
+    let capacity = qa.cq.capacity();
+    assert_eq!(
+        qa.cq.wait(capacity + 1, soon()),
+        Err(WaitError::TooMany {
+            count: capacity + 1,
+            capacity
+        })
+    );
+    drop(qb);
+}
+
+#[test]
+fn queues_are_refused_before_their_qp_can_use_them() {
+    let ctx = zverbs::open_device(Some("zverbs_sim0"), &ContextOptions::default()).unwrap();
+    let port = ctx.active_port().unwrap();
+    let local = ctx.address(port, None).unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.cq_builder().build().unwrap();
+    let qp = pd.qp_builder(&cq, &cq).build().unwrap();
+    let e = qp.queues(&cq).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::NotReady {
+                queue: "send queue",
+                state: QpState::Reset,
+                needs: QpState::Rts,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let me = Endpoint {
+        lid: local.lid,
+        qpn: qp.qpn(),
+        psn: 0,
+        gid: local.gid,
+    };
+    let attr = ConnectAttr::new(port, 0, &me, local.gid_index);
+    qp.to_init(&attr.init).unwrap();
+    // Receives may be posted from INIT on, before the peer connects.
+    let mut rq = zverbs::safe::SafeRecvQueue::new(qp.recv_queue().unwrap());
+    let buf = pd.alloc_buf(4096, AccessFlags::ALL).unwrap();
+    rq.post(1, buf.slice(..)).unwrap();
+    assert!(matches!(qp.send_queue(), Err(Error::NotReady { .. })));
+    qp.to_rtr(&attr.rtr).unwrap();
+    qp.to_rts(&attr.rts).unwrap();
+    assert_eq!(qp.state(), QpState::Rts);
+    let mut sq = zverbs::safe::SafeSendQueue::new(qp.send_queue().unwrap());
+    // Connected to itself: a SEND lands in the receive posted at INIT.
+    buf.write(2048, b"to myself");
+    sq.send(2, buf.slice(2048..2057), SIG).unwrap();
+    let mut cq = zverbs::safe::SafePoller::new(cq.poller().unwrap(), 4);
+    let mut got: Vec<(u64, WcStatus)> = cq
+        .wait(2, soon())
+        .unwrap()
+        .iter()
+        .map(|c| (c.wr_id, c.status))
+        .collect();
+    got.sort_by_key(|g| g.0);
+    assert_eq!(got, [(1, WcStatus::Success), (2, WcStatus::Success)]);
+    let mut msg = [0u8; 9];
+    buf.read(0, &mut msg);
+    assert_eq!(&msg, b"to myself");
+}
+
+#[test]
+fn every_error_of_the_data_path_converts_with_question_mark() {
+    let Pair {
+        pd,
+        a,
+        b,
+        mut qa,
+        qb,
+    } = pair(|c| c).unwrap();
+    let ro = pd.alloc_buf(4096, AccessFlags::REMOTE_READ).unwrap();
+
+    // A buffer access.
+    let e = (|| -> zverbs::Result<()> {
+        a.buf.try_slice(0..4097)?;
+        Ok(())
+    })()
+    .unwrap_err();
+    assert!(matches!(e, Error::Buf(_)), "{e}");
+
+    // The safe layer's own refusal, and the queue's refusal through the safe layer.
+    let mut read_into_read_only = || -> zverbs::Result<()> {
+        qa.sq.read(1, ro.slice(0..8), b.buf.remote(0), SIG)?;
+        Ok(())
+    };
+    let e = read_into_read_only().unwrap_err();
+    assert!(
+        matches!(e, Error::SafePost(SafePostError::NotWritable)),
+        "{e}"
+    );
+    let mut too_long_inline = || -> zverbs::Result<()> {
+        qa.sq
+            .write_inline(2, &[0; 4096], b.buf.remote(0), SendFlags::NONE)?;
+        Ok(())
+    };
+    let e = too_long_inline().unwrap_err();
+    assert!(
+        matches!(e, Error::Post(PostError::InlineTooLarge { .. })),
+        "{e}"
+    );
+
+    // The core traits' post and batch errors.
+    let sgl = [a.buf.sge(0..8)];
+    let nine = [a.buf.sge(0..8); 9];
+    let mut core_post = || -> zverbs::Result<()> {
+        // SAFETY: refused before anything is written (more entries than the queue allows).
+        unsafe { qa.sq.get_mut().post(&SendWr::send(3, &nine)) }?;
+        Ok(())
+    };
+    let e = core_post().unwrap_err();
+    assert!(
+        matches!(e, Error::Post(PostError::TooManySges { .. })),
+        "{e}"
+    );
+    let mut core_batch = || -> zverbs::Result<()> {
+        let wrs = [SendWr::send(4, &sgl), SendWr::send(5, &nine)];
+        // SAFETY: refused before anything is written (the second request has too many
+        // entries).
+        unsafe { qa.sq.get_mut().post_all(&wrs) }?;
+        Ok(())
+    };
+    let e = core_batch().unwrap_err();
+    assert!(matches!(e, Error::Batch(b) if b.index == 1), "{e}");
+
+    // A wait that ends at its deadline.
+    let e = (|| -> zverbs::Result<()> {
+        qa.cq.wait(1, now())?;
+        Ok(())
+    })()
+    .unwrap_err();
+    assert!(matches!(e, Error::Wait(WaitError::Timeout { .. })), "{e}");
+
+    // A failed completion.
+    let bad = RemoteBuf::new(b.buf.addr(), b.buf.rkey() ^ 0x0101_0000);
+    let mut write_to_bad_key = || -> zverbs::Result<()> {
+        qa.sq.write(6, a.buf.slice(0..8), bad, SIG)?;
+        for c in qa.cq.wait(1, soon())? {
+            c.ok()?;
+        }
+        Ok(())
+    };
+    let e = write_to_bad_key().unwrap_err();
+    let Error::Completion(wc) = e else {
+        panic!("{e}")
+    };
+    assert_eq!((wc.wr_id, wc.status), (6, WcStatus::RemAccessErr));
+    assert!(
+        Error::Completion(wc)
+            .to_string()
+            .contains("remote access error"),
+        "{wc}"
+    );
+    drop(qb);
+}
