@@ -357,7 +357,7 @@ impl Run<'_> {
         );
     }
 
-    /// Posts `reqs` on both sides (one `post_send`, or a `post_send_batch` that rings once)
+    /// Posts `reqs` on both sides (one `post`, or a `post_all` that rings once)
     /// and compares the WQEs and the rings.
     fn post(&mut self, reqs: &[Req]) {
         let first = self.sq.producer();

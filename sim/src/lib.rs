@@ -57,7 +57,7 @@
 //! let sgl = [Sge::new(mem as u64, 64, mr.lkey)];
 //! let remote = RemoteBuf::new(mem as u64 + 64, mr.rkey);
 //! // SAFETY: the source is registered and unchanged until its completion.
-//! unsafe { sq.send(&SendWr::write(1, &sgl, remote).signaled())? };
+//! unsafe { sq.post(&SendWr::write(1, &sgl, remote).signaled())? };
 //! dev.run_until_idle();
 //!
 //! let mut wc = [Completion::EMPTY; 4];
