@@ -179,12 +179,6 @@
 //! Every handle holds its parents (a QP its CQs and PD, a CQ and a PD their context, a queue
 //! handle its QP, a poller its CQ and QPs), so objects can be dropped in any order: rdma-core
 //! objects are destroyed children first, when the last handle goes.
-#![deny(
-    unsafe_op_in_unsafe_fn,
-    missing_docs,
-    clippy::undocumented_unsafe_blocks,
-    clippy::missing_safety_doc
-)]
 
 /// The README's example, compiled and run as a doc-test so that it stays true.
 #[cfg(doctest)]
