@@ -11,9 +11,7 @@ use common::{Arena, PairCfg, Queue};
 use zverbs_core::{PostSend, SendWr};
 use zverbs_mlx5dv::{BfLayout, CqLayout, QpLayout, WqLayout};
 use zverbs_sim::wire::{Message, Request, Status};
-use zverbs_sim::{
-    Access, CqConfig, Device, DeviceConfig, Peer, QpConfig, QpStatus, SimError, vendor,
-};
+use zverbs_sim::{Access, CqConfig, Device, DeviceConfig, QpConfig, QpStatus, SimError, vendor};
 
 /// The message of an `InvalidConfig`, or a failure naming what came instead.
 fn why<T: std::fmt::Debug>(r: Result<T, SimError>) -> &'static str {
@@ -326,22 +324,7 @@ fn a_read_longer_than_a_message_from_the_wire_is_refused() {
     let mems = [Arena::new(4096), Arena::new(4096)];
     let a = common::end_on(&da, &mems[0], PairCfg::default());
     let b = common::end_on(&db, &mems[1], PairCfg::default());
-    da.connect_to(
-        a.qpn(),
-        Peer::Remote {
-            lid: 2,
-            qpn: b.qpn(),
-        },
-    )
-    .unwrap();
-    db.connect_to(
-        b.qpn(),
-        Peer::Remote {
-            lid: 1,
-            qpn: a.qpn(),
-        },
-    )
-    .unwrap();
+    common::connect_across(&da, 1, a.qpn(), &db, 2, b.qpn());
     let read = Request {
         src_lid: 1,
         src_qpn: a.qpn(),

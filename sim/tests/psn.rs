@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use common::{Arena, PairCfg, Queue, end_on, with_pair};
 use zverbs_core::{PostSend, SendWr, WcOpcode, WcStatus};
-use zverbs_sim::{Device, Peer, QpStatus, vendor};
+use zverbs_sim::{Device, QpStatus, vendor};
 
 /// A's requests start at `sq_psn`, B expects `rq_psn`: every request fails with "transport
 /// retry exceeded" once the retries run out, nothing reaches B's memory, and the rest of A's
@@ -203,22 +203,7 @@ fn a_request_delivered_twice_across_processes_runs_once() {
     let mut a = end_on(&da, &mem_a, PairCfg::default());
     let b = end_on(&db, &mem_b, PairCfg::default());
     let (qa, qb) = (a.qpn(), b.qpn());
-    da.connect_to(
-        qa,
-        Peer::Remote {
-            lid: LID_B,
-            qpn: qb,
-        },
-    )
-    .unwrap();
-    db.connect_to(
-        qb,
-        Peer::Remote {
-            lid: LID_A,
-            qpn: qa,
-        },
-    )
-    .unwrap();
+    common::connect_across(&da, LID_A, qa, &db, LID_B, qb);
     da.set_sq_psn(qa, 0xff_ffff).unwrap();
     db.set_rq_psn(qb, 0xff_ffff).unwrap();
     mem_b.write_u64_in(64, 40, false);
@@ -261,22 +246,7 @@ fn mismatched_psns_across_processes_run_out_of_retries() {
     let mut a = end_on(&da, &mem_a, PairCfg::default());
     let b = end_on(&db, &mem_b, PairCfg::default());
     let (qa, qb) = (a.qpn(), b.qpn());
-    da.connect_to(
-        qa,
-        Peer::Remote {
-            lid: LID_B,
-            qpn: qb,
-        },
-    )
-    .unwrap();
-    db.connect_to(
-        qb,
-        Peer::Remote {
-            lid: LID_A,
-            qpn: qa,
-        },
-    )
-    .unwrap();
+    common::connect_across(&da, LID_A, qa, &db, LID_B, qb);
     da.set_sq_psn(qa, 5).unwrap();
     db.set_rq_psn(qb, 1).unwrap();
     mem_a.write(0, b"nope");

@@ -12,7 +12,7 @@ use zverbs_core::{
     Completion, PollCq, PostRecv, PostSend, RecvWr, RemoteBuf, SendWr, Sge, WcOpcode, WcStatus,
 };
 use zverbs_mlx5dv::{CompletionQueue, CqBinding, RecvQueue, RqState, SendQueue, SqState};
-use zverbs_sim::{Access, CqConfig, Device, Peer, QpConfig};
+use zverbs_sim::{Access, CqConfig, Device, QpConfig};
 
 const LID_A: u16 = 1;
 const LID_B: u16 = 2;
@@ -70,22 +70,7 @@ fn every_operation_between_two_device_instances() {
     let qb = db.create_qp(cfg(cqb.cqn)).unwrap();
     // Both instances number their QPs alike: only the LID tells them apart.
     assert_eq!(qa.qpn, qb.qpn);
-    da.connect_to(
-        qa.qpn,
-        Peer::Remote {
-            lid: LID_B,
-            qpn: qb.qpn,
-        },
-    )
-    .unwrap();
-    db.connect_to(
-        qb.qpn,
-        Peer::Remote {
-            lid: LID_A,
-            qpn: qa.qpn,
-        },
-    )
-    .unwrap();
+    common::connect_across(&da, LID_A, qa.qpn, &db, LID_B, qb.qpn);
     db.set_user_index(qb.qpn, 0x77).unwrap();
     // SAFETY: the arenas outlive the devices' use of them.
     let mra = unsafe { da.reg_mr(mem_a.ptr(0), mem_a.len(), Access::ALL) }.unwrap();

@@ -16,7 +16,7 @@ use zverbs_mlx5dv::{
     CompletionQueue, CqBinding, RecvQueue, RqRef, RqState, SendQueue, SqCaps, SqRef, SqState,
 };
 use zverbs_sim::wire::Wire;
-use zverbs_sim::{Access, CqConfig, Device, Mr, QpConfig, SimCq, SimQp};
+use zverbs_sim::{Access, CqConfig, Device, Mr, Peer, QpConfig, SimCq, SimQp};
 
 /// Guard bytes on each side of an arena.
 pub const GUARD: usize = 256;
@@ -415,6 +415,27 @@ pub fn end_on<'a>(dev: &'a Device, mem: &'a Arena, cfg: PairCfg) -> End<'a> {
             mr,
         }
     }
+}
+
+/// Connects QP `qa` of `da` (at LID `lid_a`) and QP `qb` of `db` (at LID `lid_b`) to each
+/// other across the wire, as two processes would.
+pub fn connect_across(da: &Device, lid_a: u16, qa: u32, db: &Device, lid_b: u16, qb: u32) {
+    da.connect_to(
+        qa,
+        Peer::Remote {
+            lid: lid_b,
+            qpn: qb,
+        },
+    )
+    .unwrap();
+    db.connect_to(
+        qb,
+        Peer::Remote {
+            lid: lid_a,
+            qpn: qa,
+        },
+    )
+    .unwrap();
 }
 
 /// A wire between device instances in one test: messages in flight, as (destination LID,
