@@ -41,6 +41,8 @@ mod copy;
 mod queues;
 mod requester;
 mod responder;
+mod srq;
+mod ud;
 
 use std::sync::Arc;
 
@@ -50,6 +52,8 @@ use crate::mem::{DevBuf, Region};
 use crate::mr::{MrFault, MrTable};
 use crate::wire::{Message, Wire};
 use queues::DevQp;
+use srq::DevSrq;
+use ud::Group;
 use zverbs_mlx5dv::prm::cqe::Syndrome;
 
 pub use queues::Peer;
@@ -127,6 +131,10 @@ fn mr_vendor(f: MrFault, key: u8, bounds: u8, access: u8) -> u8 {
 pub(crate) struct Engine {
     qps: Vec<DevQp>,
     cqs: Vec<DevCq>,
+    /// Shared receive queues (as many as QPs at most).
+    srqs: Vec<DevSrq>,
+    /// Multicast groups with at least one QP attached.
+    groups: Vec<Group>,
     mrs: MrTable,
     owned: Vec<DevBuf>,
     now: u64,
@@ -182,6 +190,8 @@ impl Engine {
         Ok(Self {
             qps,
             cqs,
+            srqs: Vec::new(),
+            groups: Vec::new(),
             mrs,
             owned: Vec::new(),
             now: 0,
