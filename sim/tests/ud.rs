@@ -389,7 +389,10 @@ fn a_datagram_to_no_ready_ud_qp_is_dropped() {
     let mut init = RawQp::new(init);
     init.post_recv(&[(mem.addr(0), 64, mr.lkey)]);
     let rc = dev.create_qp(cfg).unwrap();
-    let mut other_lid = to(&dev, init.qpn(), 0);
+    // A ready QP with a receive posted, addressed at another LID.
+    let (mut ready, ready_cq) = ud_qp(&dev);
+    ready.post_recv(&[(mem.addr(512), 64, mr.lkey)]);
+    let mut other_lid = to(&dev, ready.qpn(), 0);
     other_lid.av[15] ^= 0x40;
     for d in [
         to(&dev, init.qpn(), 0),
@@ -406,6 +409,8 @@ fn a_datagram_to_no_ready_ud_qp_is_dropped() {
     assert_eq!(dev.stats().ud_no_dest, 4);
     assert_eq!(dev.stats().datagrams_delivered, 0);
     assert_eq!(mem.read(40, 1), [0]);
+    assert_eq!(mem.read(512 + 40, 1), [0]);
+    assert!(ready_cq.is_empty());
 }
 
 #[test]
