@@ -123,6 +123,19 @@
 //! Error and flush CQEs are written whether the WQE was signaled or not. A zero-length WRITE
 //! or READ needs no valid remote key (IBA C9-88).
 //!
+//! ## Unreliable datagrams, multicast, shared receive queues
+//!
+//! [`Device::create_qp_ext`] creates UD QPs ([`QpType::Ud`]: [`Device::init_ud`] with the
+//! Q_Key, [`Device::ready_ud`]) and QPs that take their receives from a shared receive queue
+//! ([`Device::create_srq`]). A UD SEND carries the 48-byte address vector of
+//! [`Device::create_ah`] in its datagram segment, completes once sent, and is delivered by
+//! DLID and QPN — or to every QP [`Device::attach_mcast`] put in a multicast group — into a
+//! receive whose first 40 bytes hold the GRH when the datagram has one; a Q_Key mismatch, a
+//! missing receive or an unknown destination drops it (counted in [`Stats`]), a message above
+//! the 4096-byte path MTU fails at the sender with a local length error. An SRQ is consumed in
+//! the order of its free list by every QP on it; an empty one is an RNR NAK; its limit and
+//! error events are read with [`Device::srq_event`]. See `docs/sim.md`.
+//!
 //! ## Faults on demand
 //!
 //! [`Device::fail_next_wqe`] fails the next send WQE of a QP with a chosen syndrome;

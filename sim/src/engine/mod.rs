@@ -23,6 +23,8 @@
 //! | `requester.rs` | the send queue: parsing, the requester's checks, execution, completion | one WQE at a time per QP, completed with what the responder answered |
 //! | `responder.rs` | who a QP serves, and [`respond`](Engine::respond): checks, placement, the receive and its CQE | answers once, `Result<Ack, Nak>`; every check before any byte moves |
 //! | `copy.rs` | [`Span`](copy::Span)s of checked memory and the one copy loop | atomic accesses only; the last byte stored last, with `Release` |
+//! | `ud.rs` | address vectors, the UD requester, routing to a QP or a multicast group, the UD receive | a send completes once sent; what the receiver refuses is dropped and counted |
+//! | `srq.rs` | shared receive queues: creation, consumption in free-list order, limit and error events | nothing read outside the ring; a malformed ring puts the SRQ in error |
 //!
 //! Requester and responder meet in [`Engine::respond`]: the requester checks its own side
 //! (keys, bounds and rights of its gather list or READ destination), the responder does its
