@@ -534,3 +534,108 @@ fn ud_qps_follow_their_own_life_cycle() {
         Err(SimError::AlreadyConnected(ud.qpn))
     );
 }
+
+#[test]
+fn datagrams_cross_the_wire_to_another_instance() {
+    use std::sync::Arc;
+    let mem = Arena::new(4096);
+    let (wa, wb) = (
+        Arc::new(common::Queue::default()),
+        Arc::new(common::Queue::default()),
+    );
+    let (da, db) = (Device::new(), Device::new());
+    da.set_wire(wa.clone(), 1);
+    db.set_wire(wb.clone(), 2);
+    // SAFETY: `mem` outlives both devices.
+    let mra = unsafe { da.reg_mr(mem.ptr(0), 2048, Access::ALL) }.unwrap();
+    // SAFETY: as above.
+    let mrb = unsafe { db.reg_mr(mem.ptr(2048), 2048, Access::ALL) }.unwrap();
+    let (mut a, mut acq) = ud_qp(&da);
+    let (mut b, mut bcq) = ud_qp(&db);
+    let mgid = [0xff, 0x12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+    db.attach_mcast(b.qpn(), mgid, 0xc001).unwrap();
+    b.post_recv(&[(mem.addr(2048), 128, mrb.lkey)]);
+    b.post_recv(&[(mem.addr(2048 + 128), 128, mrb.lkey)]);
+    let av = da
+        .create_ah(&AhAttr {
+            dlid: 2,
+            sl: 4,
+            grh: Some(Grh {
+                dgid: db.gid(),
+                hop_limit: 1,
+                ..Grh::default()
+            }),
+            ..AhAttr::default()
+        })
+        .unwrap()
+        .av;
+    let unicast = Dest {
+        av,
+        dqpn: b.qpn(),
+        qkey: QKEY,
+    };
+    let group = Dest {
+        av: da
+            .create_ah(&AhAttr {
+                dlid: 0xc001,
+                multicast: true,
+                ..AhAttr::default()
+            })
+            .unwrap()
+            .av,
+        dqpn: 0x00ff_ffff,
+        qkey: QKEY,
+    };
+    mem.write(0, b"over the wire");
+    let sg = [(mem.addr(0), 13, mra.lkey)];
+    a.post_send(
+        opcode::SEND_IMM,
+        Some(&unicast),
+        Body::Sges(&sg),
+        9,
+        SIGNALED,
+    );
+    a.post_send(
+        opcode::SEND,
+        Some(&group),
+        Body::Inline(b"all"),
+        0,
+        SIGNALED,
+    );
+    da.run_until_idle();
+    // Both sends complete at the sender before anything arrives.
+    assert_eq!(cqe(&acq.poll().unwrap()).op_own() >> 4, op::REQ);
+    assert_eq!(cqe(&acq.poll().unwrap()).op_own() >> 4, op::REQ);
+    let sent = wa.take();
+    assert_eq!(
+        sent.iter().map(|m| m.0).collect::<Vec<_>>(),
+        [2, 0xc001],
+        "to the LID, and to the MLID"
+    );
+    for (_, msg) in sent {
+        db.deliver(&msg);
+    }
+    db.run_until_idle();
+    let r = bcq.poll().unwrap();
+    let v = cqe(&r);
+    assert_eq!(v.op_own() >> 4, op::RESP_SEND_IMM);
+    assert_eq!(
+        (v.src_qp(), v.slid(), v.sl(), v.grh()),
+        (a.qpn(), 1, 4, true)
+    );
+    assert_eq!((v.byte_cnt(), v.imm_inval_pkey()), (53, 9));
+    assert_eq!(
+        mem.read(2048 + 8, 16),
+        da.gid(),
+        "the SGID: the sender's port"
+    );
+    assert_eq!(mem.read(2048 + 24, 16), db.gid());
+    assert_eq!(mem.read(2048 + 40, 13), b"over the wire");
+    let r = bcq.poll().unwrap();
+    assert_eq!((cqe(&r).wqe_counter(), cqe(&r).byte_cnt()), (1, 43));
+    assert_eq!(mem.read(2048 + 128 + 40, 3), b"all");
+    assert!(wb.take().is_empty(), "nothing answers a datagram");
+    // Bytes that are no datagram are counted, never a panic.
+    db.deliver(&[3, 1, 2]);
+    assert_eq!(db.stats().bad_messages, 1);
+}

@@ -12,7 +12,9 @@
 //! short for both completes with a local length error and its QP enters the error state. A
 //! multicast datagram (a multicast DLID and destination QPN `0xffffff`) is delivered to every
 //! QP attached to the group, the sender included when it is attached, each with its own
-//! receive; nothing here allocates.
+//! receive. A datagram for another LID, and a multicast one, also goes out through the wire
+//! when the device has one (a [`wire::Datagram`], which allocates); nothing else here
+//! allocates.
 //!
 //! [`Stats`]: crate::Stats
 
@@ -25,6 +27,7 @@ use super::{Engine, Fault, LOC_LEN, LOC_QP_OP, PMTU};
 use crate::config::{Access, AhAttr, QpStatus, QpType, SimAh, SimError};
 use crate::cq::{UdInfo, op};
 use crate::vendor;
+use crate::wire::{self, Message};
 use crate::wqe::Wqe;
 
 /// The LID of the device's port when no wire gave it one.
@@ -272,8 +275,61 @@ impl Engine {
         self.stats.datagrams += 1;
         // SAFETY: the gather spans were checked against registered regions (or lie in the
         // send ring).
-        unsafe { self.route(&d, spans.as_slice()) };
+        unsafe { self.route(&d, spans.as_slice(), true) };
         Ok(())
+    }
+
+    /// A datagram from another instance: delivered here as one sent here would be, and never
+    /// sent on.
+    pub(super) fn deliver_datagram(&mut self, m: &wire::Datagram) {
+        if m.payload.len() as u64 > PMTU {
+            self.stats.bad_messages += 1;
+            return;
+        }
+        let d = Datagram {
+            src_qpn: m.src_qpn & MCAST_QPN,
+            slid: m.src_lid,
+            sl: m.sl & 0xf,
+            dlid: m.dlid,
+            dqpn: m.dqpn & MCAST_QPN,
+            qkey: m.qkey,
+            len: m.payload.len() as u64,
+            imm: m.imm,
+            solicited: m.solicited,
+            grh: m.grh,
+        };
+        let src = [Span::own(m.payload.as_ptr() as u64, d.len)];
+        // SAFETY: the payload is the message's own bytes.
+        unsafe { self.route(&d, &src, false) };
+    }
+
+    /// Sends datagram `d` (payload `src`) to the instance at `lid` through the wire.
+    ///
+    /// # Safety
+    ///
+    /// As [`Engine::route`].
+    unsafe fn send_datagram(&mut self, lid: u16, d: &Datagram, src: &[Span]) {
+        let Some((wire, _)) = self.wire.clone() else {
+            self.stats.ud_no_dest += 1;
+            return;
+        };
+        let mut payload = std::vec![0u8; d.len as usize];
+        let dst = [Span::own(payload.as_mut_ptr() as u64, d.len)];
+        // SAFETY: (caller) the source is valid; the destination is the new buffer.
+        unsafe { copy_spans(src, &dst, d.len) };
+        let m = wire::Datagram {
+            src_lid: d.slid,
+            src_qpn: d.src_qpn,
+            dlid: d.dlid,
+            dqpn: d.dqpn,
+            qkey: d.qkey,
+            sl: d.sl,
+            solicited: d.solicited,
+            imm: d.imm,
+            grh: d.grh,
+            payload,
+        };
+        wire.send(lid, Message::Datagram(m).encode());
     }
 
     /// The GRH of a datagram of `len` payload bytes sent with address vector `av`: version 6,
@@ -294,12 +350,14 @@ impl Engine {
     }
 
     /// Delivers datagram `d` (payload `src`) to the QP it names, or to every QP of its
-    /// multicast group.
+    /// multicast group; when `outward` (it was sent here), one for another LID, or for a
+    /// multicast group (whose members elsewhere the transport reaches), also goes out
+    /// through the wire.
     ///
     /// # Safety
     ///
     /// `src` covers `d.len` bytes valid for reads.
-    unsafe fn route(&mut self, d: &Datagram, src: &[Span]) {
+    unsafe fn route(&mut self, d: &Datagram, src: &[Span], outward: bool) {
         let dgid = d.grh.map(|h| {
             let mut g = [0u8; 16];
             g.copy_from_slice(&h[24..40]);
@@ -323,9 +381,17 @@ impl Engine {
                     unsafe { self.receive(p, d, src) };
                 }
             }
-            if !reached {
+            if outward && self.wire.is_some() {
+                // SAFETY: (caller) the payload is valid.
+                unsafe { self.send_datagram(d.dlid, d, src) };
+            } else if !reached {
                 self.stats.ud_no_dest += 1;
             }
+            return;
+        }
+        if outward && d.dlid != self.lid() && self.wire.is_some() {
+            // SAFETY: (caller) the payload is valid.
+            unsafe { self.send_datagram(d.dlid, d, src) };
             return;
         }
         let here = d.dlid == self.lid() && dgid.is_none_or(|g| g == self.gid());
