@@ -301,6 +301,7 @@ impl Engine {
         match Message::decode(msg) {
             Some(Message::Request(r)) => self.serve(&r),
             Some(Message::Response(r)) => self.complete_remote(&r),
+            Some(Message::Datagram(d)) => self.deliver_datagram(&d),
             None => self.stats.bad_messages += 1,
         }
     }
