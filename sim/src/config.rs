@@ -205,6 +205,9 @@ pub enum SimError {
     /// No such QP number.
     #[error("no QP {0:#x}")]
     NoSuchQp(u32),
+    /// No such SRQ number.
+    #[error("no SRQ {0:#x}")]
+    NoSuchSrq(u32),
     /// No registered region with this key.
     #[error("no memory region with key {0:#x}")]
     NoSuchMr(u32),
@@ -268,4 +271,128 @@ pub struct Stats {
     /// Requests sent again because no valid acknowledgement came (a lost acknowledgement, a
     /// sequence error NAK, an acknowledgement whose PSN is not the request's).
     pub retries: u64,
+    /// UD datagrams sent (each multicast send once).
+    pub datagrams: u64,
+    /// UD datagrams delivered into a receive (a multicast send once per attached QP).
+    pub datagrams_delivered: u64,
+    /// UD datagrams a receiver dropped because their Q_Key is not its QP's.
+    pub qkey_drops: u64,
+    /// UD datagrams dropped because the receiving QP had no receive posted (UD has no RNR).
+    pub ud_no_recv: u64,
+    /// UD datagrams that reached no QP: an unknown destination QP or LID, a QP that is not a
+    /// UD QP ready to receive, a multicast group with no member, a multicast address with a
+    /// QPN other than `0xffffff`.
+    pub ud_no_dest: u64,
+}
+
+/// The transport of a queue pair.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum QpType {
+    /// Reliable connected (`IBV_QPT_RC`): connected to one peer, acknowledged, retried.
+    #[default]
+    Rc,
+    /// Unreliable datagram (`IBV_QPT_UD`): no connection; each SEND names its destination
+    /// through an address vector, completes once sent, and is dropped at a receiver that
+    /// cannot take it.
+    Ud,
+}
+
+/// The global routing header of an address handle (`struct ibv_global_route`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Grh {
+    /// The destination GID (a multicast GID begins with `0xff`).
+    pub dgid: [u8; 16],
+    /// The index of the source GID in the port's GID table ([`Device::gid`](crate::Device::gid)
+    /// is entry 0, the only one).
+    pub sgid_index: u8,
+    /// The flow label, 20 bits.
+    pub flow_label: u32,
+    /// The hop limit.
+    pub hop_limit: u8,
+    /// The traffic class.
+    pub traffic_class: u8,
+}
+
+/// What an address handle is created from (`struct ibv_ah_attr` on an InfiniBand port).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AhAttr {
+    /// The destination LID (a multicast LID is in `0xc000..=0xfffe`).
+    pub dlid: u16,
+    /// The service level, 4 bits.
+    pub sl: u8,
+    /// The source path bits, 7 bits (0 on this device's port: its LMC is 0).
+    pub src_path_bits: u8,
+    /// The global routing header, for a packet that carries one (`is_global`).
+    pub grh: Option<Grh>,
+    /// The destination is a multicast group: the device checks that `dlid` is a multicast LID
+    /// and, with a GRH, that `dgid` is a multicast GID. (`ibv_ah_attr` has no such flag and
+    /// the address vector no such bit: a ConnectX knows multicast by the address alone.)
+    pub multicast: bool,
+}
+
+/// An address handle: the 48-byte address vector (`struct mlx5_wqe_av`, device byte order)
+/// `mlx5dv_init_obj(MLX5DV_OBJ_AH)` points to, laid out as libmlx5's `mlx5_create_ah` lays it
+/// out for an InfiniBand port. A UD send copies it into its datagram segment
+/// (`DatagramSeg::set_from_av`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SimAh {
+    /// The address vector.
+    pub av: [u8; 48],
+}
+
+/// A shared receive queue to create, as `ibv_srq_init_attr`'s `attr`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SrqConfig {
+    /// Receive requests the queue must hold, 1 to 32767.
+    pub max_wr: u32,
+    /// Scatter entries per receive request, at most 63.
+    pub max_sge: u32,
+}
+
+impl Default for SrqConfig {
+    fn default() -> Self {
+        Self {
+            max_wr: 64,
+            max_sge: 1,
+        }
+    }
+}
+
+/// A created shared receive queue: its number and the layout `mlx5dv_init_obj` reports for
+/// it (`struct mlx5dv_srq`), as libmlx5 sets it up: `wqe_cnt` WQEs of `stride` bytes, each
+/// beginning with a `mlx5_wqe_srq_next_seg` whose `next_wqe_index` links the free list
+/// (WQE `i` to `i + 1`, the last to 0), followed by up to `max_gs` data segments; the free
+/// list runs from `head` (0) to `tail` (`wqe_cnt - 1`); the doorbell record is one big-endian
+/// word, the count of receives posted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SimSrq {
+    /// The SRQ number (24 bits).
+    pub srqn: u32,
+    /// The WQE ring. Valid while the [`Device`](crate::Device) lives.
+    pub buf: core::ptr::NonNull<u8>,
+    /// The doorbell record: the receive counter, big-endian.
+    pub dbrec: core::ptr::NonNull<u32>,
+    /// Bytes per WQE, a power of two.
+    pub stride: u32,
+    /// WQEs in the ring, a power of two.
+    pub wqe_cnt: u32,
+    /// The first WQE of the free list (the next one posted).
+    pub head: u32,
+    /// The last WQE of the free list.
+    pub tail: u32,
+    /// Data segments per WQE.
+    pub max_gs: u32,
+}
+
+/// An asynchronous event of a shared receive queue, as the control path reads it
+/// (`ibv_get_async_event`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SrqEvent {
+    /// The receives posted and not yet consumed dropped below the armed limit
+    /// (`IBV_EVENT_SRQ_LIMIT_REACHED`); the limit is disarmed.
+    LimitReached,
+    /// The SRQ met a malformed ring (a doorbell record claiming more than the ring, or a free
+    /// list link outside it) and entered the error state (`IBV_EVENT_SRQ_ERR`): it serves no
+    /// message any more.
+    Error,
 }

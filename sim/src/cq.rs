@@ -53,8 +53,8 @@ pub(crate) fn req(uidx: u32, qpn: u32, wqe_opcode: u8, wqe_counter: u16, byte_cn
 }
 
 /// A successful responder CQE (`RESP_SEND`, `RESP_SEND_IMM` or `RESP_WR_IMM`). Its
-/// `flags_rqpn` stays 0: no message carries a GRH on this device (docs/sim.md), so the GRH
-/// bits (29..28) a ConnectX sets for one are never set.
+/// `flags_rqpn` stays 0 for an RC message (no RC message carries a GRH on this device); a UD
+/// receive adds its fields with [`set_ud`].
 pub(crate) fn resp(
     uidx: u32,
     qpn: u32,
@@ -70,6 +70,38 @@ pub(crate) fn resp(
         v.set_sop_drop_qpn(qpn);
         v.set_se(solicited);
     })
+}
+
+/// What a UD receive CQE reports of its datagram.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct UdInfo {
+    /// The sending QP.
+    pub(crate) src_qpn: u32,
+    /// The sender's LID (with its path bits).
+    pub(crate) slid: u16,
+    /// The service level, 4 bits.
+    pub(crate) sl: u8,
+    /// The destination LID's path bits (below the receiving port's LMC).
+    pub(crate) dlid_path_bits: u8,
+    /// The datagram carried a GRH (written in the receive's first 40 bytes).
+    pub(crate) grh: bool,
+}
+
+/// The `flags_rqpn` GRH type of an InfiniBand GRH (`MLX5_CQE_L3_HDR_TYPE_GRH`, bits 29..28).
+const L3_GRH: u32 = 1 << 28;
+
+/// Adds a UD receive's fields to a responder CQE: `flags_rqpn` (GRH type, SL, source QP),
+/// `slid`, the path bits in `ml_path` and, when the message had no immediate (`pkey`), the
+/// P_Key index in the low 16 bits of `imm_inval_pkey`, where libmlx5 reads it.
+pub(crate) fn set_ud(c: &mut RawCqe, ud: &UdInfo, pkey: bool, pkey_index: u16) {
+    let mut v = Cqe64::new_unchecked(c);
+    let grh = if ud.grh { L3_GRH } else { 0 };
+    v.set_flags_rqpn(grh | (u32::from(ud.sl & 0xf) << 24) | (ud.src_qpn & 0x00ff_ffff));
+    v.set_slid(ud.slid);
+    v.set_ml_path(ud.dlid_path_bits & 0x7f);
+    if pkey {
+        v.set_imm_inval_pkey(u32::from(pkey_index));
+    }
 }
 
 /// An error CQE (`REQ_ERR` or `RESP_ERR`).

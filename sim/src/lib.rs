@@ -123,6 +123,19 @@
 //! Error and flush CQEs are written whether the WQE was signaled or not. A zero-length WRITE
 //! or READ needs no valid remote key (IBA C9-88).
 //!
+//! ## Unreliable datagrams, multicast, shared receive queues
+//!
+//! [`Device::create_qp_ext`] creates UD QPs ([`QpType::Ud`]: [`Device::init_ud`] with the
+//! Q_Key, [`Device::ready_ud`]) and QPs that take their receives from a shared receive queue
+//! ([`Device::create_srq`]). A UD SEND carries the 48-byte address vector of
+//! [`Device::create_ah`] in its datagram segment, completes once sent, and is delivered by
+//! DLID and QPN — or to every QP [`Device::attach_mcast`] put in a multicast group — into a
+//! receive whose first 40 bytes hold the GRH when the datagram has one; a Q_Key mismatch, a
+//! missing receive or an unknown destination drops it (counted in [`Stats`]), a message above
+//! the 4096-byte path MTU fails at the sender with a local length error. An SRQ is consumed in
+//! the order of its free list by every QP on it; an empty one is an RNR NAK; its limit and
+//! error events are read with [`Device::srq_event`]. See `docs/sim.md`.
+//!
 //! ## Faults on demand
 //!
 //! [`Device::fail_next_wqe`] fails the next send WQE of a QP with a chosen syndrome;
@@ -172,8 +185,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 pub use config::{
-    Access, CqConfig, DeviceConfig, Mr, QpConfig, QpStatus, RNR_RETRY_INFINITE, SimCq, SimError,
-    SimQp, Stats,
+    Access, AhAttr, CqConfig, DeviceConfig, Grh, Mr, QpConfig, QpStatus, QpType,
+    RNR_RETRY_INFINITE, SimAh, SimCq, SimError, SimQp, SimSrq, SrqConfig, SrqEvent, Stats,
 };
 
 use engine::Engine;
@@ -336,7 +349,135 @@ impl Device {
     /// [`SimError::NoSuchCq`] for an unknown CQ, [`SimError::InvalidConfig`] for sizes the
     /// device does not support, [`SimError::TooMany`].
     pub fn create_qp(&self, cfg: QpConfig) -> Result<SimQp, SimError> {
-        self.engine().create_qp(cfg)
+        self.engine().create_qp(cfg, QpType::Rc, None)
+    }
+
+    /// Creates a QP of `qp_type`, sized as libmlx5 sizes one for `cfg` (a UD WQE's fixed
+    /// part is the control and datagram segments, one basic block), taking its receives from
+    /// the shared receive queue `srq` when one is given: such a QP has no receive queue of
+    /// its own (`cfg.max_recv_wr` must be 0; its layout's receive ring is empty).
+    ///
+    /// A UD QP starts in INIT: [`Device::init_ud`] gives it its Q_Key, [`Device::ready_ud`]
+    /// moves it to RTS. An RC QP is connected as one from [`Device::create_qp`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Device::create_qp`] (UD: at most 59 gather entries and 940 inline bytes), and
+    /// [`SimError::NoSuchSrq`], [`SimError::InvalidConfig`] for receive WRs on an SRQ.
+    pub fn create_qp_ext(
+        &self,
+        cfg: QpConfig,
+        qp_type: QpType,
+        srq: Option<u32>,
+    ) -> Result<SimQp, SimError> {
+        self.engine().create_qp(cfg, qp_type, srq)
+    }
+
+    /// Gives UD QP `qpn` its Q_Key and P_Key index, as `ibv_modify_qp` to INIT does. A
+    /// datagram reaches the QP only with this Q_Key; a send whose Q_Key has bit 31 set
+    /// carries it instead. The port's P_Key table holds one entry, `0xffff`.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::NoSuchQp`], [`SimError::InvalidConfig`] for an RC QP or a P_Key index
+    /// other than 0, [`SimError::AlreadyConnected`] past INIT.
+    pub fn init_ud(&self, qpn: u32, qkey: u32, pkey_index: u16) -> Result<(), SimError> {
+        self.engine().init_ud(qpn, qkey, pkey_index)
+    }
+
+    /// Moves UD QP `qpn` to RTS, as `ibv_modify_qp` to RTR and then RTS does: it receives
+    /// datagrams and executes its sends from now on. A UD QP has no peer.
+    ///
+    /// # Errors
+    ///
+    /// As [`Device::init_ud`].
+    pub fn ready_ud(&self, qpn: u32) -> Result<(), SimError> {
+        self.engine().ready_ud(qpn)
+    }
+
+    /// An address handle for `attr`: the 48-byte address vector libmlx5's `mlx5_create_ah`
+    /// builds (see [`SimAh`]). The device keeps nothing: a send carries the vector.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::InvalidConfig`] for an SL above 15, an SGID index other than 0, or a
+    /// multicast flag with an address that is not a multicast one.
+    pub fn create_ah(&self, attr: &AhAttr) -> Result<SimAh, SimError> {
+        self.engine().create_ah(attr)
+    }
+
+    /// The port's LID: the one [`Device::set_wire`] gave, else 1.
+    pub fn lid(&self) -> u16 {
+        self.engine().lid()
+    }
+
+    /// The port's GID 0 (its only one): `fe80::` and a GUID ending in the LID.
+    pub fn gid(&self) -> [u8; 16] {
+        self.engine().gid()
+    }
+
+    /// Attaches UD QP `qpn` to the multicast group `mgid` / `mlid` (`ibv_attach_mcast`): a
+    /// datagram sent to the MLID (and, with a GRH, the MGID) with destination QPN `0xffffff`
+    /// reaches every attached QP, each with its own receive; the sender too when it is
+    /// attached (as a ConnectX loops multicast back unless the QP was created to block it).
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::NoSuchQp`], [`SimError::InvalidConfig`] for an RC QP, an address that is
+    /// not a multicast one, or an MGID known with another MLID.
+    pub fn attach_mcast(&self, qpn: u32, mgid: [u8; 16], mlid: u16) -> Result<(), SimError> {
+        self.engine().attach_mcast(qpn, mgid, mlid)
+    }
+
+    /// Detaches UD QP `qpn` from the group (`ibv_detach_mcast`): it receives none of the
+    /// group's datagrams from now on.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::NoSuchQp`], [`SimError::InvalidConfig`] when it is not attached.
+    pub fn detach_mcast(&self, qpn: u32, mgid: [u8; 16], mlid: u16) -> Result<(), SimError> {
+        self.engine().detach_mcast(qpn, mgid, mlid)
+    }
+
+    /// Creates a shared receive queue laid out as libmlx5 lays one out (see [`SimSrq`]).
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::InvalidConfig`] for `max_wr` 0 or above 32767 or `max_sge` above 63,
+    /// [`SimError::TooMany`] (as many SRQs as QPs).
+    pub fn create_srq(&self, cfg: SrqConfig) -> Result<SimSrq, SimError> {
+        self.engine().create_srq(cfg)
+    }
+
+    /// Destroys SRQ `srqn`; refused while a QP takes its receives from it.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::NoSuchSrq`], [`SimError::InvalidConfig`] while in use.
+    pub fn destroy_srq(&self, srqn: u32) -> Result<(), SimError> {
+        self.engine().destroy_srq(srqn)
+    }
+
+    /// Arms SRQ `srqn`'s limit (`ibv_modify_srq` with `IBV_SRQ_LIMIT`): when a message leaves
+    /// fewer than `limit` receives posted, [`Device::srq_event`] reports
+    /// [`SrqEvent::LimitReached`] once and the limit is disarmed. 0 disarms it.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::NoSuchSrq`], [`SimError::InvalidConfig`] for a limit at or above the
+    /// ring's WQE count.
+    pub fn arm_srq(&self, srqn: u32, limit: u32) -> Result<(), SimError> {
+        self.engine().arm_srq(srqn, limit)
+    }
+
+    /// The oldest unread event of SRQ `srqn`, which reading clears (the asynchronous event
+    /// `ibv_get_async_event` would return): an error first, then the limit.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::NoSuchSrq`].
+    pub fn srq_event(&self, srqn: u32) -> Result<Option<SrqEvent>, SimError> {
+        self.engine().take_srq_event(srqn)
     }
 
     /// Drives a QP whose memory someone else allocated: `layout.qpn` becomes its number.

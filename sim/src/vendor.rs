@@ -52,6 +52,23 @@ pub const WQE_INDEX: u8 = 0x26;
 pub const QPN: u8 = 0x27;
 /// The doorbell record claims more than a ring of new WQEs (local QP operation, 0x02).
 pub const DOORBELL: u8 = 0x28;
+/// A UD SEND without its datagram segment: `ds` leaves no room for the 48-byte address
+/// vector after the control segment (local QP operation, 0x02).
+pub const NO_DATAGRAM: u8 = 0x29;
+
+/// A UD SEND's address vector asks for a GRH with a source GID index the port does not
+/// have (local QP operation, 0x02).
+pub const SGID_INDEX: u8 = 0x2a;
+
+/// A UD SEND longer than the path MTU (local length, 0x01).
+pub const UD_MTU: u8 = 0x13;
+/// A UD receive too short for the 40-byte GRH area and the datagram (responder: local
+/// length, 0x01; the sender never knows).
+pub const UD_RECV_TOO_SHORT: u8 = 0x14;
+/// The shared receive queue is in the error state, or entered it on this message (a
+/// doorbell record claiming more than its ring, a free list link outside the ring): the
+/// message finds no receive (requester: remote operation error, 0x14).
+pub const SRQ_ERROR: u8 = 0x36;
 
 /// The peer QP is in the error state or gone: no acknowledgement ever comes (transport retry
 /// counter exceeded, 0x15).

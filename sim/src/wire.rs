@@ -1,5 +1,5 @@
 //! The messages between device instances in different processes: RC requests and their
-//! answers, as bytes.
+//! answers, and UD datagrams, as bytes.
 //!
 //! A QP connected to a peer in another process ([`Peer::Remote`](crate::Peer)) does not touch
 //! the peer's memory: its device sends a [`Request`] (with the gathered payload of a WRITE or
@@ -13,6 +13,11 @@
 //! (anything else is refused with "transport retry exceeded", what a requester whose packets
 //! a responder drops ends with), and a requester takes a response only from the LID and QPN
 //! it sent to.
+//!
+//! A UD datagram to another LID travels as a [`Datagram`] (its source, destination, Q_Key,
+//! SL, immediate, GRH and payload), sent to the destination LID; one to a multicast LID is
+//! sent to the MLID, and the transport hands it to every other instance (not back to the
+//! sender, whose own members the sending device served itself). Nothing answers a datagram.
 //!
 //! How the bytes travel is the transport's business ([`Wire`]): it must deliver each message
 //! whole and in order per destination, and hand what arrives to
@@ -101,6 +106,31 @@ pub struct Response {
     pub data: Vec<u8>,
 }
 
+/// A UD datagram from a QP to another instance's QP, or to a multicast group.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Datagram {
+    /// The sender's LID (with its path bits).
+    pub src_lid: u16,
+    /// The sending QP.
+    pub src_qpn: u32,
+    /// The destination LID (a multicast LID for a group).
+    pub dlid: u16,
+    /// The destination QP (`0xffffff` for a group).
+    pub dqpn: u32,
+    /// The Q_Key the receiver checks.
+    pub qkey: u32,
+    /// The service level.
+    pub sl: u8,
+    /// The sender asked for a solicited event.
+    pub solicited: bool,
+    /// The immediate, as the control segment carries it, when the SEND has one.
+    pub imm: Option<[u8; 4]>,
+    /// The GRH, when the datagram carries one.
+    pub grh: Option<[u8; 40]>,
+    /// The payload.
+    pub payload: Vec<u8>,
+}
+
 /// A message between device instances.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Message {
@@ -108,10 +138,17 @@ pub enum Message {
     Request(Request),
     /// The answer to a request.
     Response(Response),
+    /// A UD datagram (no answer).
+    Datagram(Datagram),
 }
 
 const REQUEST: u8 = 1;
 const RESPONSE: u8 = 2;
+const DATAGRAM: u8 = 3;
+/// Bytes before a datagram's optional parts: kind, LIDs, QPNs, Q_Key, SL, flags (bit 0
+/// solicited, bit 1 immediate, bit 2 GRH); then the immediate (4) and the GRH (40) when
+/// present, then the payload.
+const DATAGRAM_HEADER: usize = 1 + 2 + 4 + 2 + 4 + 4 + 1 + 1;
 /// Bytes before a request's payload.
 const REQUEST_HEADER: usize = 1 + 2 + 4 + 4 + 4 + 4 + 1 + 1 + 8 + 4 + 4 + 8 + 8 + 8;
 /// Bytes before a response's data.
@@ -186,6 +223,29 @@ impl Message {
                 v.extend_from_slice(&r.data);
                 v
             }
+            Message::Datagram(d) => {
+                let mut v = Vec::with_capacity(DATAGRAM_HEADER + 44 + d.payload.len());
+                v.push(DATAGRAM);
+                v.extend_from_slice(&d.src_lid.to_le_bytes());
+                v.extend_from_slice(&d.src_qpn.to_le_bytes());
+                v.extend_from_slice(&d.dlid.to_le_bytes());
+                v.extend_from_slice(&d.dqpn.to_le_bytes());
+                v.extend_from_slice(&d.qkey.to_le_bytes());
+                v.push(d.sl);
+                let flags = u8::from(d.solicited)
+                    | (u8::from(d.imm.is_some()) << 1)
+                    | (u8::from(d.grh.is_some()) << 2);
+                v.push(flags);
+                debug_assert_eq!(v.len(), DATAGRAM_HEADER);
+                if let Some(imm) = d.imm {
+                    v.extend_from_slice(&imm);
+                }
+                if let Some(grh) = d.grh {
+                    v.extend_from_slice(&grh);
+                }
+                v.extend_from_slice(&d.payload);
+                v
+            }
         }
     }
 
@@ -248,6 +308,40 @@ impl Message {
                     data: r.b.to_vec(),
                 }))
             }
+            DATAGRAM => {
+                let src_lid = r.u16()?;
+                let src_qpn = r.u32()?;
+                let dlid = r.u16()?;
+                let dqpn = r.u32()?;
+                let qkey = r.u32()?;
+                let sl = r.u8()?;
+                let flags = r.u8()?;
+                if flags & !7 != 0 {
+                    return None;
+                }
+                let imm = if flags & 2 != 0 {
+                    Some(r.take::<4>()?)
+                } else {
+                    None
+                };
+                let grh = if flags & 4 != 0 {
+                    Some(r.take::<40>()?)
+                } else {
+                    None
+                };
+                Some(Message::Datagram(Datagram {
+                    src_lid,
+                    src_qpn,
+                    dlid,
+                    dqpn,
+                    qkey,
+                    sl,
+                    solicited: flags & 1 != 0,
+                    imm,
+                    grh,
+                    payload: r.b.to_vec(),
+                }))
+            }
             _ => None,
         }
     }
@@ -283,6 +377,41 @@ mod tests {
         for cut in 0..REQUEST_HEADER {
             assert_eq!(Message::decode(&b[..cut]), None, "cut at {cut}");
         }
+    }
+
+    #[test]
+    fn datagram_bytes_round_trip() {
+        for (imm, grh) in [
+            (None, None),
+            (Some([1, 2, 3, 4]), None),
+            (None, Some([7; 40])),
+            (Some([5; 4]), Some([8; 40])),
+        ] {
+            let m = Message::Datagram(Datagram {
+                src_lid: 0x0102,
+                src_qpn: 0x100,
+                dlid: 0xc001,
+                dqpn: 0xff_ffff,
+                qkey: 0x1111_2222,
+                sl: 3,
+                solicited: true,
+                imm,
+                grh,
+                payload: std::vec![1, 2, 3],
+            });
+            let b = m.encode();
+            assert_eq!(&b[..3], &[3, 0x02, 0x01]);
+            assert_eq!(b[DATAGRAM_HEADER - 1] & 1, 1);
+            assert_eq!(Message::decode(&b), Some(m));
+            let head = DATAGRAM_HEADER + imm.map_or(0, |_| 4) + grh.map_or(0, |_| 40);
+            for cut in 0..head {
+                assert_eq!(Message::decode(&b[..cut]), None, "cut at {cut}");
+            }
+        }
+        let mut bad_flags = [0u8; DATAGRAM_HEADER];
+        bad_flags[0] = 3;
+        bad_flags[DATAGRAM_HEADER - 1] = 8;
+        assert_eq!(Message::decode(&bad_flags), None);
     }
 
     #[test]

@@ -10,7 +10,7 @@ use core::ptr::NonNull;
 
 use crate::mem::{Region, read16};
 use crate::vendor;
-use zverbs_mlx5dv::prm::wqe::{AtomicSeg, CtrlSeg, DataSeg, RaddrSeg};
+use zverbs_mlx5dv::prm::wqe::{AtomicSeg, CtrlSeg, DataSeg, RaddrSeg, SrqNextSeg, av};
 use zverbs_mlx5dv::prm::{INLINE_SEG, INVALID_LKEY, SEGS_PER_BB, opcode};
 
 /// The most segments a WQE can have (`ds` is 6 bits).
@@ -58,6 +58,9 @@ pub(crate) struct Wqe {
     pub(crate) rkey: u32,
     pub(crate) swap_add: u64,
     pub(crate) compare: u64,
+    /// The datagram segment of a UD SEND (the address vector with the destination QPN and
+    /// Q_Key), as the ring holds it; zero for other WQEs.
+    pub(crate) av: [u8; av::LEN],
     pub(crate) payload: Payload,
     pub(crate) sges: [DataEntry; MAX_SEGS],
 }
@@ -115,8 +118,9 @@ impl SqRing {
     }
 
     /// Parses the WQE at block counter `ci`, of which `avail` (≥ 1) blocks are published, for
-    /// QP `qpn`.
-    pub(crate) fn parse(&self, ci: u32, avail: u32, qpn: u32) -> Result<Wqe, Bad> {
+    /// QP `qpn`, a UD QP if `ud` (whose SENDs carry a datagram segment after the control
+    /// segment, and which has no other operation but NOP).
+    pub(crate) fn parse(&self, ci: u32, avail: u32, qpn: u32, ud: bool) -> Result<Wqe, Bad> {
         let start = ci.wrapping_mul(SEGS_PER_BB as u32);
         let raw = self.seg(start);
         let ctrl = CtrlSeg::new_unchecked(&raw);
@@ -151,12 +155,26 @@ impl SqRing {
             rkey: 0,
             swap_add: 0,
             compare: 0,
+            av: [0; av::LEN],
             payload: Payload::Sges(0),
             sges: [DataEntry::default(); MAX_SEGS],
         };
         let seg = |i: u32| self.seg(start.wrapping_add(i));
         let first_payload = match op {
             opcode::NOP => return Ok(w),
+            opcode::SEND | opcode::SEND_IMM if ud => {
+                // Control, then the 48-byte datagram segment (three segments).
+                let header = 1 + (av::LEN / 16) as u32;
+                if ds < header {
+                    return Err(bad(vendor::NO_DATAGRAM, blocks));
+                }
+                for i in 1..header {
+                    let off = (i as usize - 1) * 16;
+                    w.av[off..off + 16].copy_from_slice(&seg(i));
+                }
+                header
+            }
+            _ if ud => return Err(bad(vendor::OPCODE, blocks)),
             opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM | opcode::RDMA_READ => {
                 if ds < 2 {
                     return Err(bad(vendor::LAYOUT, blocks));
@@ -259,6 +277,53 @@ impl RqRing {
     }
 }
 
+/// A shared receive queue's ring: `cnt` WQEs of `stride` bytes, each a next segment (the free
+/// list's link) and then scatter entries.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SrqRing {
+    pub(crate) region: Region,
+    pub(crate) cnt: u32,
+    pub(crate) stride: u32,
+}
+
+impl SrqRing {
+    /// The byte offset of WQE `index` (masked into the ring).
+    fn offset(&self, index: u32) -> usize {
+        (index & (self.cnt - 1)) as usize * self.stride as usize
+    }
+
+    /// The `next_wqe_index` of WQE `index`: the WQE the free list continues with.
+    pub(crate) fn next(&self, index: u32) -> u16 {
+        let off = self.offset(index);
+        debug_assert!(off + 16 <= self.region.len);
+        // SAFETY: the next segment of a WQE inside the ring (`off + 16 <= cnt * stride`);
+        // the WQE is published.
+        let b = unsafe { read16(self.region.ptr.add(off)) };
+        SrqNextSeg::new_unchecked(&b).next_wqe_index()
+    }
+
+    /// The scatter entries of WQE `index` into `out`; returns how many. As on a receive ring,
+    /// the list ends at the first `MLX5_INVALID_LKEY` entry or at the end of the stride.
+    pub(crate) fn entries(&self, index: u32, out: &mut [DataEntry; MAX_SEGS]) -> usize {
+        let base = self.offset(index);
+        let per = (self.stride as usize / 16).saturating_sub(1);
+        let mut n = 0;
+        for i in 0..per.min(MAX_SEGS) {
+            let off = base + 16 + i * 16;
+            debug_assert!(off + 16 <= self.region.len);
+            // SAFETY: inside WQE `index`, inside the ring; published.
+            let b = unsafe { read16(self.region.ptr.add(off)) };
+            let e = DataEntry::from_seg(&b);
+            if e.lkey == INVALID_LKEY {
+                break;
+            }
+            out[n] = e;
+            n += 1;
+        }
+        n
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -288,7 +353,7 @@ mod tests {
     #[test]
     fn parses_libmlx5_write() {
         let mut b = WRITE_WQE;
-        let w = ring(&mut b).parse(0, 1, 0x100).unwrap();
+        let w = ring(&mut b).parse(0, 1, 0x100, false).unwrap();
         assert_eq!(
             (w.opcode, w.blocks, w.fm_ce_se),
             (opcode::RDMA_WRITE, 1, 0x08)
@@ -310,7 +375,7 @@ mod tests {
         let bad = |patch: fn(&mut [u8; 64]), qpn: u32| {
             let mut b = WRITE_WQE;
             patch(&mut b);
-            ring(&mut b).parse(0, 1, qpn).unwrap_err().vendor
+            ring(&mut b).parse(0, 1, qpn, false).unwrap_err().vendor
         };
         assert_eq!(bad(|_| {}, 0x101), vendor::QPN);
         assert_eq!(bad(|b| b[7] = 0, 0x100), vendor::DS_ZERO);

@@ -2,16 +2,26 @@
 //! round trips through the direct backend on the stepped device (posting, the doorbell, the
 //! device's execution and CQE write, polling and credit return), after set-up.
 //!
-//! `ZVERBS_SIM_ALLOC_ITERS` overrides the count (at least 1 000 000 unless set).
+//! The same for UD datagrams and receives from a shared receive queue, driven by hand
+//! (`tests/raw`): a UD SEND with its receive, multicast to two attached QPs, and an RC SEND
+//! into an SRQ, with the SRQ WQE freed again.
+//!
+//! `ZVERBS_SIM_ALLOC_ITERS` overrides the count (at least 1 000 000 unless set; a quarter of
+//! it for the UD and SRQ loop).
 
 mod common;
+mod raw;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use common::{PairCfg, env_u64, with_pair};
+use common::{Arena, PairCfg, env_u64, with_pair};
+use raw::{Body, Dest, RawCq, RawQp, RawSrq};
 use zverbs_core::{Completion, PollCq, PostRecv, PostSend, RecvWr, SendWr};
+use zverbs_mlx5dv::prm::cqe::{Cqe64, op};
+use zverbs_mlx5dv::prm::{fm_ce_se, opcode};
+use zverbs_sim::{Access, AhAttr, CqConfig, Device, QpConfig, QpType, SrqConfig};
 
 struct Counting;
 
@@ -100,4 +110,111 @@ fn a_million_round_trips_allocate_nothing() {
         assert_eq!(polled, iters);
         assert_eq!((allocs, frees), (0, 0));
     });
+}
+
+#[test]
+fn ud_multicast_and_srq_round_trips_allocate_nothing() {
+    let iters = env_u64("ZVERBS_SIM_ALLOC_ITERS", 1_000_000) / 4;
+    let mem = Arena::new(8192);
+    let dev = Device::new();
+    // SAFETY: `mem` outlives `dev`.
+    let mr = unsafe { dev.reg_mr(mem.ptr(0), 8192, Access::ALL) }.unwrap();
+    let cq = |n| RawCq::new(dev.create_cq(CqConfig { cqe: n }).unwrap());
+    let (mut scq, mut rcq) = (cq(64), cq(64));
+    let cfg = QpConfig {
+        send_cq: scq.cq.cqn,
+        recv_cq: rcq.cq.cqn,
+        ..QpConfig::default()
+    };
+    let ud = |c| {
+        let q = dev.create_qp_ext(c, QpType::Ud, None).unwrap();
+        dev.init_ud(q.qpn, 1, 0).unwrap();
+        dev.ready_ud(q.qpn).unwrap();
+        RawQp::new(q)
+    };
+    let (mut a, mut b, mut c) = (ud(cfg), ud(cfg), ud(cfg));
+    let mgid = [0xff, 0x12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+    dev.attach_mcast(b.qpn(), mgid, 0xc001).unwrap();
+    dev.attach_mcast(c.qpn(), mgid, 0xc001).unwrap();
+    let ah = |dlid| {
+        dev.create_ah(&AhAttr {
+            dlid,
+            ..AhAttr::default()
+        })
+        .unwrap()
+        .av
+    };
+    let to_b = Dest {
+        av: ah(dev.lid()),
+        dqpn: b.qpn(),
+        qkey: 1,
+    };
+    let to_group = Dest {
+        av: ah(0xc001),
+        dqpn: 0x00ff_ffff,
+        qkey: 1,
+    };
+    let mut srq = RawSrq::new(dev.create_srq(SrqConfig::default()).unwrap());
+    let r = RawQp::new(dev.create_qp(cfg).unwrap());
+    let s = dev
+        .create_qp_ext(
+            QpConfig {
+                max_recv_wr: 0,
+                ..cfg
+            },
+            QpType::Rc,
+            Some(srq.srq.srqn),
+        )
+        .unwrap();
+    dev.connect(r.qpn(), s.qpn).unwrap();
+    let mut r = r;
+    let src = [(mem.addr(4096), 32, mr.lkey)];
+    let recv = |off: usize| [(mem.addr(off), 128, mr.lkey)];
+    let signaled = fm_ce_se::CQ_UPDATE;
+    MEASURING.with(|m| m.set(true));
+    for i in 0..iters {
+        let want = match i % 3 {
+            0 => {
+                b.post_recv(&recv(0));
+                a.post_send(opcode::SEND, Some(&to_b), Body::Sges(&src), 0, signaled);
+                1
+            }
+            1 => {
+                b.post_recv(&recv(0));
+                c.post_recv(&recv(256));
+                a.post_send(
+                    opcode::SEND,
+                    Some(&to_group),
+                    Body::Inline(b"m"),
+                    0,
+                    signaled,
+                );
+                2
+            }
+            _ => {
+                srq.post(&recv(512)).unwrap();
+                r.post_send(opcode::SEND, None, Body::Sges(&src), 0, signaled);
+                1
+            }
+        };
+        dev.step();
+        let sent = scq.poll().unwrap();
+        assert_eq!(Cqe64::new_unchecked(&sent).op_own() >> 4, op::REQ);
+        for _ in 0..want {
+            let got = rcq.poll().unwrap();
+            let v = Cqe64::new_unchecked(&got);
+            assert_eq!(v.op_own() >> 4, op::RESP_SEND);
+            if i % 3 == 2 {
+                srq.free(v.wqe_counter());
+            }
+        }
+    }
+    MEASURING.with(|m| m.set(false));
+    let (allocs, frees) = (
+        ALLOCS.load(Ordering::Relaxed),
+        FREES.load(Ordering::Relaxed),
+    );
+    println!("{iters} UD, multicast and SRQ round trips: {allocs} allocations, {frees} frees");
+    assert_eq!((allocs, frees), (0, 0));
+    assert_eq!(dev.stats().cq_overruns, 0);
 }

@@ -49,6 +49,16 @@ impl Span {
         }
     }
 
+    /// The span without its first `n` bytes (at most its length), in the same memory.
+    pub(super) const fn tail(&self, n: u64) -> Self {
+        let n = if n < self.len { n } else { self.len };
+        Self {
+            addr: self.addr + n,
+            len: self.len - n,
+            mem: self.mem,
+        }
+    }
+
     /// The memory the span lies in, and the span's offset in it (`None` for memory at address
     /// 0, which no span has).
     ///

@@ -23,6 +23,8 @@
 //! | `requester.rs` | the send queue: parsing, the requester's checks, execution, completion | one WQE at a time per QP, completed with what the responder answered |
 //! | `responder.rs` | who a QP serves, and [`respond`](Engine::respond): checks, placement, the receive and its CQE | answers once, `Result<Ack, Nak>`; every check before any byte moves |
 //! | `copy.rs` | [`Span`](copy::Span)s of checked memory and the one copy loop | atomic accesses only; the last byte stored last, with `Release` |
+//! | `ud.rs` | address vectors, the UD requester, routing to a QP or a multicast group, the UD receive | a send completes once sent; what the receiver refuses is dropped and counted |
+//! | `srq.rs` | shared receive queues: creation, consumption in free-list order, limit and error events | nothing read outside the ring; a malformed ring puts the SRQ in error |
 //!
 //! Requester and responder meet in [`Engine::respond`]: the requester checks its own side
 //! (keys, bounds and rights of its gather list or READ destination), the responder does its
@@ -41,6 +43,8 @@ mod copy;
 mod queues;
 mod requester;
 mod responder;
+mod srq;
+mod ud;
 
 use std::sync::Arc;
 
@@ -50,6 +54,8 @@ use crate::mem::{DevBuf, Region};
 use crate::mr::{MrFault, MrTable};
 use crate::wire::{Message, Wire};
 use queues::DevQp;
+use srq::DevSrq;
+use ud::Group;
 use zverbs_mlx5dv::prm::cqe::Syndrome;
 
 pub use queues::Peer;
@@ -127,6 +133,10 @@ fn mr_vendor(f: MrFault, key: u8, bounds: u8, access: u8) -> u8 {
 pub(crate) struct Engine {
     qps: Vec<DevQp>,
     cqs: Vec<DevCq>,
+    /// Shared receive queues (as many as QPs at most).
+    srqs: Vec<DevSrq>,
+    /// Multicast groups with at least one QP attached.
+    groups: Vec<Group>,
     mrs: MrTable,
     owned: Vec<DevBuf>,
     now: u64,
@@ -182,6 +192,8 @@ impl Engine {
         Ok(Self {
             qps,
             cqs,
+            srqs: Vec::new(),
+            groups: Vec::new(),
             mrs,
             owned: Vec::new(),
             now: 0,
@@ -289,6 +301,7 @@ impl Engine {
         match Message::decode(msg) {
             Some(Message::Request(r)) => self.serve(&r),
             Some(Message::Response(r)) => self.complete_remote(&r),
+            Some(Message::Datagram(d)) => self.deliver_datagram(&d),
             None => self.stats.bad_messages += 1,
         }
     }

@@ -17,7 +17,9 @@ use zverbs_mlx5dv::prm::{MAX_DS, RCV_DBR, SND_DBR};
 use zverbs_mlx5dv::{BfLayout, CqLayout, QpLayout, WqLayout};
 
 use super::{Engine, FLUSH};
-use crate::config::{CqConfig, QpConfig, QpStatus, RNR_RETRY_INFINITE, SimCq, SimError, SimQp};
+use crate::config::{
+    CqConfig, QpConfig, QpStatus, QpType, RNR_RETRY_INFINITE, SimCq, SimError, SimQp,
+};
 use crate::cq::{self, DevCq, op};
 use crate::mem::{Region, load_be32_acquire};
 use crate::vendor;
@@ -42,6 +44,12 @@ const MAX_SEND_SGE: u32 = MAX_DS as u32 - 2;
 /// Inline bytes in the largest WQE: its segments after control and remote address, less the
 /// inline header.
 const MAX_INLINE: u32 = (MAX_DS as u32 - 2) * 16 - 4;
+/// The segments before a UD SEND's payload: control and the 48-byte datagram segment.
+const UD_HEADER: u32 = zverbs_mlx5dv::prm::wqe::UD_HEADER_DS as u32;
+/// Gather entries in the largest UD WQE, beside its control and datagram segments.
+const MAX_UD_SEND_SGE: u32 = MAX_DS as u32 - UD_HEADER;
+/// Inline bytes in the largest UD WQE.
+const MAX_UD_INLINE: u32 = (MAX_DS as u32 - UD_HEADER) * 16 - 4;
 
 /// Where a QP's requests go.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,9 +87,22 @@ pub(super) struct QpMem {
 #[derive(Debug)]
 pub(crate) struct DevQp {
     pub(crate) qpn: u32,
+    /// RC or UD.
+    pub(super) qp_type: QpType,
     pub(super) mem: QpMem,
     /// The user index CQEs carry in `srqn_uidx` (the QPN unless the driver chose one).
     pub(super) uidx: u32,
+    /// The driver chose the user index (CQE version 1): a receive from an SRQ carries it in
+    /// `srqn_uidx` instead of the SRQ number.
+    pub(super) uidx_set: bool,
+    /// The table entry of the shared receive queue its receives come from (then `mem.rq` is
+    /// `None`).
+    pub(super) srq: Option<usize>,
+    /// A UD QP's Q_Key (`qkey` of `ibv_modify_qp` at INIT): datagrams carrying another one are
+    /// dropped, and a send whose Q_Key has bit 31 set carries this one instead.
+    pub(super) qkey: u32,
+    /// A UD QP's P_Key index (`pkey_index` at INIT), reported in its receive CQEs.
+    pub(super) pkey_index: u16,
     /// Table entries of its send and receive CQs.
     pub(super) send_cq: usize,
     pub(super) recv_cq: usize,
@@ -255,9 +276,24 @@ impl Engine {
         Ok(())
     }
 
-    pub(crate) fn create_qp(&mut self, cfg: QpConfig) -> Result<SimQp, SimError> {
+    pub(crate) fn create_qp(
+        &mut self,
+        cfg: QpConfig,
+        qp_type: QpType,
+        srqn: Option<u32>,
+    ) -> Result<SimQp, SimError> {
         // Every caller-supplied size is bounded first, so the arithmetic below cannot
         // overflow.
+        let (header, max_sge, max_inline) = match qp_type {
+            QpType::Rc => (2, MAX_SEND_SGE, MAX_INLINE),
+            QpType::Ud => (UD_HEADER, MAX_UD_SEND_SGE, MAX_UD_INLINE),
+        };
+        let srq = srqn.map(|n| self.srq_index(n)).transpose()?;
+        if srq.is_some() && cfg.max_recv_wr != 0 {
+            return Err(SimError::InvalidConfig(
+                "a QP on a shared receive queue has no receive queue: max_recv_wr must be 0",
+            ));
+        }
         if cfg.max_send_wr == 0 {
             return Err(SimError::InvalidConfig("max_send_wr must be at least 1"));
         }
@@ -266,15 +302,17 @@ impl Engine {
                 "max_send_wr above 32768 (the send ring's limit)",
             ));
         }
-        if cfg.max_send_sge > MAX_SEND_SGE {
-            return Err(SimError::InvalidConfig(
-                "max_send_sge above 61 (a WQE has at most 63 segments)",
-            ));
+        if cfg.max_send_sge > max_sge {
+            return Err(SimError::InvalidConfig(match qp_type {
+                QpType::Rc => "max_send_sge above 61 (a WQE has at most 63 segments)",
+                QpType::Ud => "max_send_sge above 59 for UD (a WQE has at most 63 segments)",
+            }));
         }
-        if cfg.max_inline_data > MAX_INLINE {
-            return Err(SimError::InvalidConfig(
-                "max_inline_data above 972 bytes (a WQE has at most 63 segments)",
-            ));
+        if cfg.max_inline_data > max_inline {
+            return Err(SimError::InvalidConfig(match qp_type {
+                QpType::Rc => "max_inline_data above 972 bytes (a WQE has at most 63 segments)",
+                QpType::Ud => "max_inline_data above 940 bytes for UD (63 segments)",
+            }));
         }
         if cfg.max_recv_wr > MAX_RING {
             return Err(SimError::InvalidConfig(
@@ -294,10 +332,11 @@ impl Engine {
         }
         let send_cq = self.cq_index(cfg.send_cq)?;
         self.cq_index(cfg.recv_cq)?;
-        // The largest WQE: control + remote address + the larger of the gather list and the
-        // inline segment (atomics fit one block), in whole basic blocks, as libmlx5 sizes it:
-        // at most 63 segments, by the bounds above.
-        let segs = 2 + (cfg.max_send_sge as usize).max(inline_ds(cfg.max_inline_data as usize));
+        // The largest WQE: control + remote address (UD: control + datagram) + the larger of
+        // the gather list and the inline segment (atomics fit one block), in whole basic
+        // blocks, as libmlx5 sizes it: at most 63 segments, by the bounds above.
+        let segs = header as usize
+            + (cfg.max_send_sge as usize).max(inline_ds(cfg.max_inline_data as usize));
         debug_assert!(segs <= MAX_DS);
         let wqe_bytes = (segs * 16).next_multiple_of(64) as u64;
         let max_ds = ((wqe_bytes / 16) as usize).min(MAX_DS);
@@ -347,11 +386,14 @@ impl Engine {
         };
         // SAFETY: the buffers were just allocated for this QP and live as long as the engine.
         unsafe { self.add_qp(&layout, cfg.send_cq, cfg.recv_cq, cfg.rnr_retry) }?;
+        let q = self.qp_index(layout.qpn)?;
+        self.qps[q].qp_type = qp_type;
+        self.qps[q].srq = srq;
         Ok(SimQp {
             qpn: layout.qpn,
             layout,
             max_send_sge: cfg.max_send_sge,
-            max_inline_data: (max_ds as u32 - 2) * 16 - 4,
+            max_inline_data: (max_ds as u32 - header) * 16 - 4,
             max_recv_sge: stride / 16,
             sig_all: cfg.sig_all,
             send_cqe_cnt: self.cqs[send_cq].cnt(),
@@ -405,6 +447,11 @@ impl Engine {
         });
         let qp = DevQp {
             qpn: layout.qpn,
+            qp_type: QpType::Rc,
+            srq: None,
+            uidx_set: false,
+            qkey: 0,
+            pkey_index: 0,
             mem: QpMem {
                 sq: SqRing {
                     region: Region {
@@ -453,6 +500,9 @@ impl Engine {
     pub(crate) fn connect(&mut self, a: u32, b: u32) -> Result<(), SimError> {
         let ia = self.qp_index(a)?;
         let ib = self.qp_index(b)?;
+        if self.qps[ia].qp_type != QpType::Rc || self.qps[ib].qp_type != QpType::Rc {
+            return Err(SimError::InvalidConfig("a UD QP has no peer"));
+        }
         for (i, n) in [(ia, a), (ib, b)] {
             if self.qps[i].peer.is_some() || self.qps[i].status != QpStatus::Init {
                 return Err(SimError::AlreadyConnected(n));
@@ -475,6 +525,11 @@ impl Engine {
             Peer::Local(p) => (Some(self.qp_index(p)?), None),
             Peer::Remote { lid, qpn } => (None, Some((lid, qpn))),
         };
+        if self.qps[q].qp_type != QpType::Rc
+            || local.is_some_and(|p| self.qps[p].qp_type != QpType::Rc)
+        {
+            return Err(SimError::InvalidConfig("a UD QP has no peer"));
+        }
         if self.qps[q].status != QpStatus::Init {
             return Err(SimError::AlreadyConnected(qpn));
         }
@@ -495,7 +550,9 @@ impl Engine {
     }
 
     pub(crate) fn set_user_index(&mut self, qpn: u32, uidx: u32) -> Result<(), SimError> {
-        self.qp_mut(qpn)?.uidx = uidx;
+        let qp = self.qp_mut(qpn)?;
+        qp.uidx = uidx;
+        qp.uidx_set = true;
         Ok(())
     }
 
@@ -516,6 +573,7 @@ impl Engine {
                 other.peer = None;
             }
         }
+        self.leave_groups(q);
         Ok(())
     }
 
@@ -580,3 +638,6 @@ impl Engine {
         avail as usize
     }
 }
+
+/// The capacity check of the UD limits above, against the segment counts.
+const _: () = assert!(MAX_UD_SEND_SGE == 59 && MAX_UD_INLINE == 940 && MAX_INLINE == 972);

@@ -26,7 +26,7 @@ use super::{
     Engine, FLUSH, Fault, LOC_LEN, LOC_PROT, LOC_QP_OP, MAX_MSG, RETRY_EXC, RNR_EXC, mr_vendor,
     packets, psn_add,
 };
-use crate::config::{Access, QpStatus, RNR_RETRY_INFINITE};
+use crate::config::{Access, QpStatus, QpType, RNR_RETRY_INFINITE};
 use crate::cq::{self, op};
 use crate::vendor;
 use crate::wire::{Message, Request, Response};
@@ -100,7 +100,7 @@ impl Engine {
             self.fail(q, Fault::new(LOC_QP_OP, vendor::DOORBELL), op, 0);
             return 1;
         }
-        let parsed = sq.parse(qp.sq_ci, avail, qp.qpn);
+        let parsed = sq.parse(qp.sq_ci, avail, qp.qpn, qp.qp_type == QpType::Ud);
         if qp.status == QpStatus::Error {
             let (op, blocks) = match parsed {
                 Ok(w) => (w.opcode, w.blocks),
@@ -132,6 +132,14 @@ impl Engine {
         if let Some(f) = self.qps[q].fail_next.take() {
             self.fail(q, f, w.opcode, w.blocks);
             return 1;
+        }
+        if self.qps[q].qp_type == QpType::Ud {
+            // A UD send completes once sent: nothing comes back.
+            let outcome = match self.execute_ud(q, &w) {
+                Ok(()) => Outcome::Done(0),
+                Err(f) => Outcome::Fail(f),
+            };
+            return self.finish(q, &w, outcome);
         }
         if let Some((lid, qpn)) = self.qps[q].remote {
             if w.opcode == opcode::NOP {
@@ -219,7 +227,12 @@ impl Engine {
 
     /// The local spans of a WRITE or SEND payload (`need`: rights on each, none to read) or of
     /// a READ destination, and the message length.
-    fn local_spans(&self, q: usize, w: &Wqe, need: Access) -> Result<(Spans, u64), Fault> {
+    pub(super) fn local_spans(
+        &self,
+        q: usize,
+        w: &Wqe,
+        need: Access,
+    ) -> Result<(Spans, u64), Fault> {
         let mut spans = Spans::new();
         match w.payload {
             Payload::Inline { seg, len } => {

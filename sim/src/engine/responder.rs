@@ -139,6 +139,38 @@ impl Nak {
     }
 }
 
+/// A receive a message consumes: an entry of the QP's receive queue (by its counter) or a WQE
+/// of a shared receive queue (table entry, WQE index).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Recv {
+    Rq(u32),
+    Srq { s: usize, index: u16 },
+}
+
+/// What a receive CQE reports of the message that consumed it.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct RecvCqe {
+    pub(super) resp_op: u8,
+    /// Bytes received (for UD, with the 40-byte GRH area).
+    pub(super) len: u64,
+    pub(super) imm: [u8; 4],
+    pub(super) solicited: bool,
+    /// A UD datagram's source, path and GRH.
+    pub(super) ud: Option<cq::UdInfo>,
+}
+
+impl RecvCqe {
+    fn of(resp_op: u8, ask: &Ask, imm: [u8; 4]) -> Self {
+        Self {
+            resp_op,
+            len: ask.len,
+            imm,
+            solicited: ask.solicited,
+            ud: None,
+        }
+    }
+}
+
 /// Converts an atomic operand to or from its order in memory.
 type ByteOrder = fn(u64) -> u64;
 
@@ -286,8 +318,8 @@ impl Engine {
         // the responder's region with remote write.
         unsafe { copy_spans(src, &[dst], len) };
         self.stats.bytes += len;
-        if let Some(ci) = recv {
-            self.complete_recv(p, ci, op::RESP_WR_IMM, ask, ask.imm);
+        if let Some(recv) = recv {
+            self.complete_recv(p, recv, RecvCqe::of(op::RESP_WR_IMM, ask, ask.imm));
         }
         Ok(Ack::Done)
     }
@@ -299,8 +331,8 @@ impl Engine {
     /// As [`Engine::respond`].
     unsafe fn send(&mut self, p: usize, ask: &Ask, src: &[Span]) -> Result<Ack, Nak> {
         let len = ask.len;
-        let ci = self.next_recv(p)?;
-        let dst = self.recv_spans(p, ci, len)?;
+        let recv = self.next_recv(p)?;
+        let dst = self.recv_spans(p, recv, len, vendor::RECV_TOO_SHORT)?;
         // SAFETY: the source spans are valid (caller), the destination spans were checked
         // against the responder's regions with local write.
         unsafe { copy_spans(src, dst.as_slice(), len) };
@@ -310,7 +342,7 @@ impl Engine {
         } else {
             (op::RESP_SEND, [0; 4])
         };
-        self.complete_recv(p, ci, resp_op, ask, imm);
+        self.complete_recv(p, recv, RecvCqe::of(resp_op, ask, imm));
         Ok(Ack::Done)
     }
 
@@ -380,44 +412,58 @@ impl Engine {
             .inspect_err(|_| self.peer_to_error(p))
     }
 
-    /// The receive counter of the receive the next inbound message at `p` consumes. None
-    /// posted (or the next one dropped by injection) is an RNR NAK; a doorbell record that
-    /// claims more than a ring completes the receive with an error, and the QP enters the
-    /// error state.
-    fn next_recv(&mut self, p: usize) -> Result<u32, Nak> {
-        let Some(rq) = self.qps[p].mem.rq else {
-            return Err(Nak::Rnr);
-        };
+    /// The receive the next inbound message at `p` consumes: the next of its receive queue,
+    /// or of its shared receive queue. None posted (or the next one dropped by injection) is
+    /// an RNR NAK; a doorbell record that claims more than a ring completes the receive with
+    /// an error, and the QP enters the error state (an SRQ's malformed ring puts the SRQ in
+    /// the error state instead).
+    pub(super) fn next_recv(&mut self, p: usize) -> Result<Recv, Nak> {
         if core::mem::take(&mut self.qps[p].drop_next_recv) {
             return Err(Nak::Rnr);
         }
+        if let Some(s) = self.qps[p].srq {
+            return self.srq_peek(s).map(|index| Recv::Srq { s, index });
+        }
+        let Some(rq) = self.qps[p].mem.rq else {
+            return Err(Nak::Rnr);
+        };
         let avail = self.rq_doorbell(p);
         if avail == 0 {
             return Err(Nak::Rnr);
         }
         if avail > rq.cnt {
             self.stats.bad_doorbells += 1;
-            self.recv_fail(p, LOC_QP_OP, vendor::DOORBELL);
+            self.recv_fail(p, Recv::Rq(self.qps[p].rq_ci), LOC_QP_OP, vendor::DOORBELL);
             return Err(Fault::new(REM_OP, vendor::REMOTE_RECV).into());
         }
-        Ok(self.qps[p].rq_ci)
+        Ok(Recv::Rq(self.qps[p].rq_ci))
     }
 
-    /// The spans of receive `ci` at `p` that a message of `len` bytes fills, checked. On a
-    /// failure the receive completes with an error at the responder, which enters the error
-    /// state, and the requester's failure is returned.
-    fn recv_spans(&mut self, p: usize, ci: u32, len: u64) -> Result<Spans, Nak> {
-        let Some(rq) = self.qps[p].mem.rq else {
-            return Err(Nak::Rnr);
-        };
+    /// The spans of receive `recv` at `p` that a message of `len` bytes fills, checked. On a
+    /// failure the receive completes with an error at the responder (`short`: the vendor
+    /// syndrome of a receive too short), which enters the error state, and the requester's
+    /// failure is returned.
+    pub(super) fn recv_spans(
+        &mut self,
+        p: usize,
+        recv: Recv,
+        len: u64,
+        short: u8,
+    ) -> Result<Spans, Nak> {
         let mut entries = [DataEntry::default(); MAX_SEGS];
-        let n = rq.entries(ci, &mut entries);
+        let n = match recv {
+            Recv::Rq(ci) => match self.qps[p].mem.rq {
+                Some(rq) => rq.entries(ci, &mut entries),
+                None => return Err(Nak::Rnr),
+            },
+            Recv::Srq { s, index } => self.srqs[s].ring.entries(u32::from(index), &mut entries),
+        };
         let capacity: u64 = entries[..n].iter().map(|e| e.len).sum();
         if capacity < len {
             // The responder reports a local length error on the receive; the requester sees
             // the NAK as "remote invalid request" (as on mlx5 and rxe).
-            self.recv_fail(p, LOC_LEN, vendor::RECV_TOO_SHORT);
-            return Err(Fault::new(REM_INV_REQ, vendor::RECV_TOO_SHORT).into());
+            self.recv_fail(p, recv, LOC_LEN, short);
+            return Err(Fault::new(REM_INV_REQ, short).into());
         }
         let mut spans = Spans::new();
         let mut left = len;
@@ -438,7 +484,7 @@ impl Engine {
                         vendor::RECV_BOUNDS,
                         vendor::RECV_ACCESS,
                     );
-                    self.recv_fail(p, LOC_PROT, v);
+                    self.recv_fail(p, recv, LOC_PROT, v);
                     return Err(Fault::new(REM_OP, vendor::REMOTE_RECV).into());
                 }
             };
@@ -448,19 +494,52 @@ impl Engine {
         Ok(spans)
     }
 
-    /// Completes receive `ci` at `p`, consumed by the message `ask`, with a `resp_op` CQE.
-    fn complete_recv(&mut self, p: usize, ci: u32, resp_op: u8, ask: &Ask, imm: [u8; 4]) {
-        let peer = &mut self.qps[p];
-        peer.rq_ci = ci.wrapping_add(1);
-        let cqe = cq::resp(
-            peer.uidx,
+    /// Takes receive `recv` off its queue; returns what its CQE carries in `srqn_uidx` and
+    /// `wqe_counter`: the QP's user index and the receive counter, or for a shared receive
+    /// queue the SRQ number (the user index when the driver chose one, CQE version 1) and
+    /// the WQE's index.
+    fn consume_recv(&mut self, p: usize, recv: Recv) -> (u32, u16) {
+        match recv {
+            Recv::Rq(ci) => {
+                let qp = &mut self.qps[p];
+                qp.rq_ci = ci.wrapping_add(1);
+                (qp.uidx, ci as u16)
+            }
+            Recv::Srq { s, index } => {
+                self.srq_consume(s, index);
+                let qp = &self.qps[p];
+                let id = if qp.uidx_set {
+                    qp.uidx
+                } else {
+                    self.srqs[s].srqn
+                };
+                (id, index)
+            }
+        }
+    }
+
+    /// Completes receive `recv` at `p`, consumed by a message of `len` bytes, with a
+    /// `resp_op` CQE; `ud` adds what a UD receive reports.
+    pub(super) fn complete_recv(&mut self, p: usize, recv: Recv, m: RecvCqe) {
+        let (id, counter) = self.consume_recv(p, recv);
+        let peer = &self.qps[p];
+        let mut cqe = cq::resp(
+            id,
             peer.qpn,
-            resp_op,
-            ci as u16,
-            ask.len as u32,
-            imm,
-            ask.solicited,
+            m.resp_op,
+            counter,
+            m.len as u32,
+            m.imm,
+            m.solicited,
         );
+        if let Some(ud) = m.ud {
+            cq::set_ud(
+                &mut cqe,
+                &ud,
+                m.resp_op != op::RESP_SEND_IMM,
+                peer.pkey_index,
+            );
+        }
         let cqn = peer.recv_cq;
         self.push_cqe(cqn, cqe);
         self.stats.recvs += 1;
@@ -471,20 +550,11 @@ impl Engine {
         self.qps[p].status = QpStatus::Error;
     }
 
-    /// Completes the receive at `p`'s receive counter with an error; the QP enters the error
-    /// state.
-    fn recv_fail(&mut self, p: usize, syndrome: u8, vendor: u8) {
+    /// Completes receive `recv` at `p` with an error; the QP enters the error state.
+    pub(super) fn recv_fail(&mut self, p: usize, recv: Recv, syndrome: u8, vendor: u8) {
+        let (id, counter) = self.consume_recv(p, recv);
         let qp = &mut self.qps[p];
-        let cqe = cq::err(
-            qp.uidx,
-            qp.qpn,
-            op::RESP_ERR,
-            0,
-            qp.rq_ci as u16,
-            syndrome,
-            vendor,
-        );
-        qp.rq_ci = qp.rq_ci.wrapping_add(1);
+        let cqe = cq::err(id, qp.qpn, op::RESP_ERR, 0, counter, syndrome, vendor);
         qp.status = QpStatus::Error;
         let cqn = qp.recv_cq;
         self.push_cqe(cqn, cqe);
