@@ -8,8 +8,11 @@
 //!
 //! ## Quick start
 //!
-//! On the software mlx5 device (feature `sim`, on by default): two queue pairs of this process
-//! connected to each other, a WRITE with immediate from one into the other's buffer.
+//! On the software mlx5 device ([`SOFTWARE_DEVICE`], feature `sim`, on by default: no NIC,
+//! no rdma-core, no server): two RC queue pairs of this process connected to each other, an
+//! RDMA WRITE from one into the other's buffer, then a SEND into a receive the other posted.
+//! Every call returns a [`Result`], so `?` carries set-up, posting, waiting and failed
+//! completions alike. This is run by `cargo test --doc`.
 //!
 //! ```
 //! # #[cfg(feature = "sim")] {
@@ -18,31 +21,45 @@
 //! use zverbs::{AccessFlags, ConnectAttr, ContextOptions, Qp, SendFlags};
 //!
 //! # fn main() -> zverbs::Result<()> {
-//! let ctx = zverbs::open_device(Some("zverbs_sim0"), &ContextOptions::default())?;
+//! // The software device by name; `open_device(None, ..)` opens the device the environment
+//! // variable `ZVERBS_DEVICE` names, else the first NIC.
+//! let ctx = zverbs::open_device(Some(zverbs::SOFTWARE_DEVICE), &ContextOptions::default())?;
 //! let port = ctx.active_port()?;
-//! let local = ctx.address(port, None)?;
+//! let local = ctx.address(port, None)?; // LID and GID: where this device is
 //! let pd = ctx.alloc_pd()?;
+//! let buf_a = pd.alloc_buf(4096, AccessFlags::ALL)?; // allocated and registered
+//! let buf_b = pd.alloc_buf(4096, AccessFlags::ALL)?;
 //! let (cq_a, cq_b) = (ctx.cq_builder().build()?, ctx.cq_builder().build()?);
 //! let a = pd.qp_builder(&cq_a, &cq_a).build()?;
 //! let b = pd.qp_builder(&cq_b, &cq_b).build()?;
-//! let at = |qp: &Qp| Endpoint { lid: local.lid, qpn: qp.qpn(), psn: 0, gid: local.gid };
-//! a.connect(&ConnectAttr::new(port, 0, &at(&b), local.gid_index))?; // INIT, RTR, RTS
-//! b.connect(&ConnectAttr::new(port, 0, &at(&a), local.gid_index))?;
 //!
-//! let buf_a = pd.alloc_buf(4096, AccessFlags::ALL)?;
-//! let buf_b = pd.alloc_buf(4096, AccessFlags::ALL)?;
+//! // Connect each QP to the other: INIT, RTR, RTS. Between two machines the endpoints are
+//! // exchanged over the network (`zverbs::connect`).
+//! let at = |qp: &Qp| Endpoint { lid: local.lid, qpn: qp.qpn(), psn: 0, gid: local.gid };
+//! a.connect(&ConnectAttr::new(port, 0, &at(&b), local.gid_index))?;
+//! b.connect(&ConnectAttr::new(port, 0, &at(&a), local.gid_index))?;
 //! let (mut qa, mut qb) = (a.queues(&cq_a)?, b.queues(&cq_b)?); // sq, rq, cq of each
-//! qb.rq.post(1, buf_b.slice(..))?; // the immediate consumes a receive
-//! buf_a.write(0, b"hello");
-//! // Posts and rings: the device has it when this returns.
-//! qa.sq.write_imm(2, buf_a.slice(0..5), buf_b.remote(0), 7, SendFlags::SIGNALED)?;
 //! let deadline = Instant::now() + Duration::from_secs(5);
-//! qa.cq.wait(1, deadline)?[0].ok()?; // the WRITE succeeded (or `?` says why not)
-//! let imm = qb.cq.wait(1, deadline)?[0].ok()?.imm();
-//! assert_eq!(imm, Some(7));
+//!
+//! // RDMA WRITE: A's bytes land in B's buffer, without B's CPU.
+//! buf_a.write(0, b"hello");
+//! qa.sq.write(1, buf_a.slice(0..5), buf_b.remote(0), SendFlags::SIGNALED)?; // posts and rings
+//! let done = qa.cq.wait(1, deadline)?[0].ok()?; // a timeout or a failed request is an `Err`
+//! assert_eq!(done.wr_id, 1);
 //! let mut got = [0; 5];
 //! buf_b.read(0, &mut got);
 //! assert_eq!(&got, b"hello");
+//!
+//! // SEND into a receive that B posted.
+//! qb.rq.post(2, buf_b.slice(1024..2048))?;
+//! buf_a.write(100, b"a message");
+//! qa.sq.send(3, buf_a.slice(100..109), SendFlags::SIGNALED)?;
+//! qa.cq.wait(1, deadline)?[0].ok()?;
+//! let recv = *qb.cq.wait(1, deadline)?[0].ok()?;
+//! assert_eq!((recv.wr_id, recv.byte_len), (2, 9));
+//! let mut msg = [0; 9];
+//! buf_b.read(1024, &mut msg);
+//! assert_eq!(&msg, b"a message");
 //! # Ok(()) }
 //! # main().unwrap(); }
 //! ```
