@@ -557,7 +557,6 @@ impl Qp {
     /// RTS ([`Qp::connect`]); every QP that uses `cq` must exist before (the poller's table of
     /// QPs is fixed when it is taken).
     ///
-    ///
     /// The QPs `a` and `b` are connected to each other, each with one CQ for both queues, as in
     /// [`Qp`]'s example:
     ///
