@@ -50,6 +50,29 @@ impl Default for QpCaps {
 }
 
 /// A builder for an RC [`Qp`].
+///
+/// # Example
+///
+/// The queues' sizes are minimums: the device may give more, and [`Qp::caps`] says what it
+/// gave.
+///
+/// ```
+/// # #[cfg(feature = "sim")] {
+/// # fn main() -> zverbs::Result<()> {
+/// # let ctx = zverbs::open_device(Some(zverbs::SOFTWARE_DEVICE), &zverbs::ContextOptions::default())?;
+/// let pd = ctx.alloc_pd()?;
+/// let cq = ctx.cq_builder().cqe(256).build()?;
+/// let qp = pd
+///     .qp_builder(&cq, &cq) // send CQ, receive CQ
+///     .max_send_wr(64)
+///     .max_recv_wr(64)
+///     .max_inline_data(64)
+///     .build()?;
+/// let caps = qp.caps();
+/// assert!(caps.max_send_wr >= 64 && caps.max_recv_wr >= 64);
+/// # Ok(()) }
+/// # main().unwrap(); }
+/// ```
 #[derive(Debug)]
 pub struct QpBuilder<'a> {
     pd: &'a Pd,
@@ -363,6 +386,39 @@ unsafe impl Send for QpData {}
 unsafe impl Sync for QpData {}
 
 /// A reliable-connected queue pair. Cloning is cheap.
+///
+/// # Example
+///
+/// Two QPs of one device connected to each other (between machines, the [`Endpoint`]s travel
+/// over the network: [`crate::connect`]), then their queues:
+///
+/// [`Endpoint`]: crate::connect::Endpoint
+///
+/// ```
+/// # #[cfg(feature = "sim")] {
+/// # fn main() -> zverbs::Result<()> {
+/// # let ctx = zverbs::open_device(Some(zverbs::SOFTWARE_DEVICE), &zverbs::ContextOptions::default())?;
+/// use zverbs::connect::Endpoint;
+/// use zverbs::{ConnectAttr, QpState};
+///
+/// let port = ctx.active_port()?;
+/// let local = ctx.address(port, None)?;
+/// let pd = ctx.alloc_pd()?;
+/// let (cq_a, cq_b) = (ctx.cq_builder().build()?, ctx.cq_builder().build()?);
+/// let a = pd.qp_builder(&cq_a, &cq_a).build()?;
+/// let b = pd.qp_builder(&cq_b, &cq_b).build()?;
+/// assert_eq!(a.state(), QpState::Reset);
+/// assert!(a.queues(&cq_a).is_err()); // not connected yet: `Error::NotReady`
+///
+/// let at = |qpn| Endpoint { lid: local.lid, qpn, psn: 0, gid: local.gid };
+/// a.connect(&ConnectAttr::new(port, 0, &at(b.qpn()), local.gid_index))?; // INIT, RTR, RTS
+/// b.connect(&ConnectAttr::new(port, 0, &at(a.qpn()), local.gid_index))?;
+/// assert_eq!(a.state(), QpState::Rts);
+/// let qa = a.queues(&cq_a)?; // send queue, receive queue, the CQ's poller
+/// println!("QP {:#x}: {}", a.qpn(), a.backend());
+/// # Ok(()) }
+/// # main().unwrap(); }
+/// ```
 #[derive(Clone, Debug)]
 pub struct Qp {
     pub(crate) inner: Arc<QpInner>,
@@ -500,6 +556,37 @@ impl Qp {
     /// [`safe`](crate::safe) layer: posts that ring, waits with deadlines. The QP must be in
     /// RTS ([`Qp::connect`]); every QP that uses `cq` must exist before (the poller's table of
     /// QPs is fixed when it is taken).
+    ///
+    /// The QPs `a` and `b` are connected to each other, each with one CQ for both queues, as in
+    /// [`Qp`]'s example:
+    ///
+    /// ```
+    /// # #[cfg(feature = "sim")] {
+    /// # fn main() -> zverbs::Result<()> {
+    /// # let ctx = zverbs::open_device(Some(zverbs::SOFTWARE_DEVICE), &zverbs::ContextOptions::default())?;
+    /// # let (port, pd) = (ctx.active_port()?, ctx.alloc_pd()?);
+    /// # let local = ctx.address(port, None)?;
+    /// # let (cq_a, cq_b) = (ctx.cq_builder().build()?, ctx.cq_builder().build()?);
+    /// # let (a, b) = (pd.qp_builder(&cq_a, &cq_a).build()?, pd.qp_builder(&cq_b, &cq_b).build()?);
+    /// # let at = |qpn| zverbs::connect::Endpoint { lid: local.lid, qpn, psn: 0, gid: local.gid };
+    /// # a.connect(&zverbs::ConnectAttr::new(port, 0, &at(b.qpn()), local.gid_index))?;
+    /// # b.connect(&zverbs::ConnectAttr::new(port, 0, &at(a.qpn()), local.gid_index))?;
+    /// # let buf_a = pd.alloc_buf(4096, zverbs::AccessFlags::ALL)?;
+    /// # let buf_b = pd.alloc_buf(4096, zverbs::AccessFlags::ALL)?;
+    /// use std::time::{Duration, Instant};
+    /// use zverbs::SendFlags;
+    ///
+    /// let (mut qa, mut qb) = (a.queues(&cq_a)?, b.queues(&cq_b)?);
+    /// qb.rq.post(1, buf_b.slice(..))?;
+    /// buf_a.write(0, b"ping");
+    /// qa.sq.send(2, buf_a.slice(0..4), SendFlags::SIGNALED)?;
+    /// let deadline = Instant::now() + Duration::from_secs(5);
+    /// assert_eq!(qa.cq.wait(1, deadline)?[0].ok()?.wr_id, 2); // the SEND is done
+    /// assert_eq!(qb.cq.wait(1, deadline)?[0].ok()?.byte_len, 4); // and received
+    /// assert!(a.queues(&cq_a).is_err()); // taken once: `Error::AlreadyTaken`
+    /// # Ok(()) }
+    /// # main().unwrap(); }
+    /// ```
     ///
     /// # Errors
     ///

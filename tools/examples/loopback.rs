@@ -1,10 +1,17 @@
-//! A self-test on a real device: two RC queue pairs of one device connected to each other,
-//! every operation run through the backend zverbs chooses, every result checked. Exits 0
-//! when all checks pass, 1 otherwise (2 for bad arguments). Runs on the device named (else the
-//! one `ZVERBS_DEVICE` names, else the first NIC; on a machine without one it asks for the
-//! software device `zverbs_sim0` by name, and says so):
+//! A self-test of every operation: two RC queue pairs of one device connected to each other,
+//! every operation run through the backend zverbs chooses, every result checked. Exits 0 when
+//! all checks pass, 1 otherwise (2 for bad arguments).
+//!
+//! It runs without a NIC: on a machine that has none it runs on the software mlx5 device
+//! `zverbs_sim0` (the `sim` feature, on by default: no NIC, no rdma-core, no server), and its
+//! first line says so. To choose the device, name it (`mlx5_0`, `rxe0`, `zverbs_sim0`;
+//! `ibv_devices` lists the NICs) or set `ZVERBS_DEVICE`; with neither, it takes the first NIC.
+//! On RoCE, `--gid-idx` picks the GID (`ibv_devinfo -v` lists them); `--backend` forces one.
 //!
 //! ```text
+//! cargo run -p zverbs-tools --example loopback                  # the first NIC, else the software device
+//! cargo run -p zverbs-tools --example loopback -- zverbs_sim0   # the software device
+//! cargo run -p zverbs-tools --example loopback -- rxe0 --gid-idx 1 --backend verbs
 //! cargo run -p zverbs-tools --example loopback -- [device] [--backend auto|direct|verbs] [--gid-idx N]
 //! ```
 //!
