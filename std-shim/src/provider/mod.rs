@@ -52,6 +52,7 @@ pub(crate) trait ContextProvider: Send + Sync + Debug {
     }
     /// Whether this is the software device (whose `SimControl` the
     /// context hands out).
+    #[cfg(feature = "sim")]
     fn is_sim(&self) -> bool {
         false
     }
