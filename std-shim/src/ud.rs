@@ -240,3 +240,59 @@ impl Qp {
         self.inner.provider.mcast(attach, gid, lid)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use crate::backend::{BackendChoice, BackendRequest, RequestSource};
+    use crate::provider::fake::FakeContext;
+    use crate::*;
+
+    #[test]
+    fn ready_ud_sends_the_ud_masks_and_an_rc_qp_is_refused() {
+        crate::fallback::fake::reset(16);
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let ctx = Context::from_provider(
+            Box::new(FakeContext::new(&log)),
+            BackendChoice {
+                request: BackendRequest::Auto,
+                source: RequestSource::Default,
+            },
+        );
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.cq_builder().build().unwrap();
+        let rc = pd.qp_builder(&cq, &cq).build().unwrap();
+        assert!(matches!(
+            rc.ready_ud(&UdAttr::new(7)),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            rc.attach_mcast(&Gid::default(), 0xc001),
+            Err(Error::InvalidArgument(_))
+        ));
+        let ud = pd.qp_builder(&cq, &cq).ud().build().unwrap();
+        assert_eq!(ud.qp_type(), QpType::Ud);
+        log.lock().unwrap().clear();
+        ud.ready_ud(&UdAttr::new(0x1111_1111)).unwrap();
+        assert_eq!(ud.state(), QpState::Rts);
+        let modifies: Vec<String> = log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|e| e.starts_with("modify"))
+            .cloned()
+            .collect();
+        assert_eq!(
+            modifies,
+            [
+                // STATE | PKEY_INDEX | PORT | QKEY
+                "modify state=1 mask=0x71",
+                // STATE
+                "modify state=2 mask=0x1",
+                // STATE | SQ_PSN
+                "modify state=3 mask=0x10001",
+            ]
+        );
+    }
+}
