@@ -216,6 +216,8 @@ mod qp;
 pub mod queues;
 mod register;
 pub mod safe;
+mod srq;
+mod ud;
 
 pub use backend::{BackendChoice, BackendKind, BackendReport, BackendRequest, BlueFlame};
 pub use cq::{Cq, CqBuilder};
@@ -226,10 +228,14 @@ pub use device::{
 pub use error::{Error, Result};
 pub use mr::{AccessFlags, BufError, Mr, MrBuf};
 pub use pd::Pd;
+pub use provider::SrqLayout;
+pub use qp::QpType;
 pub use qp::{
     ConnectAttr, GlobalRoute, InitAttr, Qp, QpBuilder, QpCaps, QpState, RtrAttr, RtsAttr,
 };
 pub use queues::{AnyPoller, AnyRecvQueue, AnySendQueue, QueueSet, Queues};
+pub use srq::Srq;
+pub use ud::{AddressHandle, AhAttr, MULTICAST_QPN, UdAttr};
 
 #[cfg(feature = "sim")]
 pub use provider::sim::SimControl;

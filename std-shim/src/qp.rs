@@ -21,6 +21,7 @@ use crate::provider::{QpEngine, QpInit, QpProvider, RegisterOwner};
 use crate::queues::{AnyRecvQueue, AnySendQueue};
 use crate::register::{self, SharedRegister};
 use crate::safe::{SafePoller, SafeQueues, SafeRecvQueue, SafeSendQueue};
+use crate::srq::Srq;
 
 /// A queue pair's capabilities (`struct ibv_qp_cap`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,6 +83,8 @@ pub struct QpBuilder<'a> {
     sig_all: bool,
     max_signaled: Option<u32>,
     backend: Option<BackendRequest>,
+    qp_type: QpType,
+    srq: Option<&'a Srq>,
 }
 
 impl<'a> QpBuilder<'a> {
@@ -94,7 +97,28 @@ impl<'a> QpBuilder<'a> {
             sig_all: false,
             max_signaled: None,
             backend: None,
+            qp_type: QpType::Rc,
+            srq: None,
         }
+    }
+
+    /// The transport ([`QpType::Rc`] by default).
+    pub fn qp_type(mut self, qp_type: QpType) -> Self {
+        self.qp_type = qp_type;
+        self
+    }
+
+    /// An unreliable-datagram QP: `qp_type(QpType::Ud)`. Ready it with
+    /// [`Qp::ready_ud`](crate::Qp::ready_ud).
+    pub fn ud(self) -> Self {
+        self.qp_type(QpType::Ud)
+    }
+
+    /// Takes the QP's receives from `srq`: the QP has no receive queue of its own
+    /// (`max_recv_wr` is 0, and [`Qp::recv_queue`] is refused).
+    pub fn srq(mut self, srq: &'a Srq) -> Self {
+        self.srq = Some(srq);
+        self
     }
 
     /// The capabilities to ask for (the device may grant more).
@@ -169,7 +193,17 @@ impl<'a> QpBuilder<'a> {
                 ));
             }
         }
-        if self.caps.max_recv_wr == 0 || self.caps.max_send_wr == 0 {
+        let mut caps = self.caps;
+        if let Some(srq) = self.srq {
+            if !Arc::ptr_eq(&srq.pd().inner, &self.pd.inner) {
+                return Err(Error::InvalidArgument(
+                    "the SRQ belongs to another protection domain than the QP".into(),
+                ));
+            }
+            caps.max_recv_wr = 0;
+            caps.max_recv_sge = 0;
+        }
+        if (caps.max_recv_wr == 0 && self.srq.is_none()) || caps.max_send_wr == 0 {
             return Err(Error::InvalidArgument(
                 "max_send_wr and max_recv_wr must be at least 1".into(),
             ));
@@ -202,15 +236,28 @@ impl<'a> QpBuilder<'a> {
                 ),
             });
         }
+        if let Some(srq) = self.srq
+            && srq.backend() != send_kind
+        {
+            return Err(Error::Backend {
+                requested: send_kind,
+                reason: format!(
+                    "its SRQ is driven by the {} backend; create it with the CQs' backend",
+                    srq.backend()
+                ),
+            });
+        }
         let direct = send_kind == BackendKind::Direct;
         let (provider, note) = {
             check_pollers_free(self.send_cq, self.recv_cq)?;
             self.pd.inner.provider.create_qp(&QpInit {
                 send_cq: &*self.send_cq.inner.provider,
                 recv_cq: &*self.recv_cq.inner.provider,
-                caps: self.caps,
+                caps,
                 sig_all: self.sig_all,
                 direct,
+                qp_type: self.qp_type,
+                srq: self.srq.map(|s| &*s.inner.provider),
             })?
         };
         let caps = provider.caps();
@@ -255,6 +302,8 @@ impl<'a> QpBuilder<'a> {
             caps,
             sq_caps,
             report,
+            qp_type: self.qp_type,
+            srq: self.srq.cloned(),
             taken: Mutex::new((false, false)),
             state: AtomicU32::new(QpState::Reset.to_raw()),
             send_cq: self.send_cq.clone(),
@@ -355,7 +404,10 @@ pub(crate) struct DirectData {
 impl DirectData {
     fn new(layout: &zverbs_mlx5dv::QpLayout, register: DirectRegister) -> Result<Self> {
         let sq_slots = (0..layout.sq.wqe_cnt).map(|_| SqSlot::new()).collect();
-        let rq_slots = (0..layout.rq.wqe_cnt).map(|_| RqSlot::new()).collect();
+        // A QP on an SRQ has no receive ring; its (unused) bookkeeping keeps one slot.
+        let rq_slots = (0..layout.rq.wqe_cnt.max(1))
+            .map(|_| RqSlot::new())
+            .collect();
         Ok(Self {
             layout: *layout,
             sq_state: Arc::new(SqState::new(sq_slots)?),
@@ -433,6 +485,9 @@ pub(crate) struct QpInner {
     pub(crate) caps: QpCaps,
     pub(crate) sq_caps: SqCaps,
     pub(crate) report: BackendReport,
+    pub(crate) qp_type: QpType,
+    /// The SRQ the QP takes its receives from (held alive while the QP lives).
+    pub(crate) srq: Option<Srq>,
     /// Whether the send / receive queue handles were taken.
     pub(crate) taken: Mutex<(bool, bool)>,
     /// The state the last successful transition through this handle set (`enum
@@ -447,6 +502,16 @@ impl Qp {
     /// The QP number.
     pub fn qpn(&self) -> u32 {
         self.inner.provider.qpn()
+    }
+
+    /// The transport.
+    pub fn qp_type(&self) -> QpType {
+        self.inner.qp_type
+    }
+
+    /// The shared receive queue the QP takes its receives from, if any.
+    pub fn srq(&self) -> Option<&Srq> {
+        self.inner.srq.as_ref()
     }
 
     /// The capabilities the device granted.
@@ -541,6 +606,11 @@ impl Qp {
     ///
     /// [`Error::NotReady`] before INIT; as [`Qp::send_queue`].
     pub fn recv_queue(&self) -> Result<AnyRecvQueue> {
+        if self.inner.srq.is_some() {
+            return Err(Error::InvalidArgument(
+                "the QP takes its receives from its SRQ; post them there".into(),
+            ));
+        }
         self.recv_ready()?;
         {
             let mut t = self.inner.taken.lock().unwrap_or_else(|p| p.into_inner());
@@ -718,6 +788,28 @@ impl Qp {
     /// `ibv_modify_qp` with attributes computed elsewhere (rdma_cm's `rdma_init_qp_attr`).
     pub(crate) fn modify_raw(&self, attr: &mut ibv_qp_attr, mask: i32) -> Result<()> {
         self.modify(attr, mask)
+    }
+}
+
+/// A queue pair's transport (`enum ibv_qp_type`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum QpType {
+    /// Reliable connected (`IBV_QPT_RC`): one peer, acknowledged and retried.
+    #[default]
+    Rc,
+    /// Unreliable datagram (`IBV_QPT_UD`): no peer; each send names its destination through
+    /// an [`AddressHandle`](crate::AddressHandle).
+    Ud,
+}
+
+impl QpType {
+    /// libibverbs' number for it.
+    pub const fn to_raw(self) -> u32 {
+        match self {
+            Self::Rc => crate::ffi::types::IBV_QPT_RC,
+            Self::Ud => crate::ffi::types::IBV_QPT_UD,
+        }
     }
 }
 
