@@ -75,9 +75,9 @@ pub mod cmd {
     /// `CREATE_COMP_CHANNEL`.
     pub const CREATE_COMP_CHANNEL: u32 = 17;
     /// `ATTACH_MCAST`.
-    pub const ATTACH_MCAST: u32 = 22;
+    pub const ATTACH_MCAST: u32 = 30;
     /// `DETACH_MCAST`.
-    pub const DETACH_MCAST: u32 = 23;
+    pub const DETACH_MCAST: u32 = 31;
     /// `CREATE_CQ`.
     pub const CREATE_CQ: u32 = 18;
     /// `DESTROY_CQ`.
@@ -91,11 +91,11 @@ pub mod cmd {
     /// `DESTROY_QP`.
     pub const DESTROY_QP: u32 = 27;
     /// `CREATE_SRQ`.
-    pub const CREATE_SRQ: u32 = 29;
+    pub const CREATE_SRQ: u32 = 32;
     /// `MODIFY_SRQ`.
-    pub const MODIFY_SRQ: u32 = 30;
+    pub const MODIFY_SRQ: u32 = 33;
     /// `DESTROY_SRQ`.
-    pub const DESTROY_SRQ: u32 = 32;
+    pub const DESTROY_SRQ: u32 = 35;
 }
 
 /// Extended command numbers (`IB_USER_VERBS_EX_CMD_*`).
