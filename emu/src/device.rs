@@ -835,7 +835,8 @@ impl Emu {
         }
         let cnt = (max_wr + 1).next_power_of_two();
         let stride = (16 + 16 * max_sge).max(32).next_power_of_two();
-        let (Some(buf), Some(dbrec)) = (ptr(get::<8>(d, f::BUF_ADDR)), ptr(get::<8>(d, f::DB_ADDR)))
+        let (Some(buf), Some(dbrec)) =
+            (ptr(get::<8>(d, f::BUF_ADDR)), ptr(get::<8>(d, f::DB_ADDR)))
         else {
             return Err(errno::EINVAL);
         };
@@ -846,11 +847,8 @@ impl Emu {
         // SAFETY: libmlx5 allocated the ring (`cnt` WQEs of `stride` bytes, linked) and the
         // doorbell record for this SRQ and frees them only after DESTROY_SRQ, after which the
         // device forgets them.
-        let srqn = unsafe {
-            self.dev
-                .create_srq_external(buf, dbrec.cast(), cnt, stride)
-        }
-        .map_err(sim_errno)?;
+        let srqn = unsafe { self.dev.create_srq_external(buf, dbrec.cast(), cnt, stride) }
+            .map_err(sim_errno)?;
         if limit != 0
             && let Err(e) = self.dev.arm_srq(srqn, limit)
         {

@@ -552,10 +552,7 @@ impl Device {
         stride: u32,
     ) -> Result<u32, SimError> {
         // SAFETY: (caller) the memory is valid for the device's life.
-        unsafe {
-            self.engine()
-                .add_srq_external(buf, dbrec, wqe_cnt, stride)
-        }
+        unsafe { self.engine().add_srq_external(buf, dbrec, wqe_cnt, stride) }
     }
 
     /// Connects two QPs (or a QP to itself) as an RC pair and moves both to RTS: each names
