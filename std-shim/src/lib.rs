@@ -14,20 +14,15 @@
 //! ```
 //! # #[cfg(feature = "sim")] {
 //! use std::time::{Duration, Instant};
-//! use zverbs::connect::Endpoint;
-//! use zverbs::{AccessFlags, ConnectAttr, ContextOptions, Qp, SendFlags};
+//! use zverbs::{AccessFlags, ContextOptions, SendFlags};
 //!
 //! # fn main() -> zverbs::Result<()> {
 //! let ctx = zverbs::open_device(Some("zverbs_sim0"), &ContextOptions::default())?;
-//! let port = ctx.active_port()?;
-//! let local = ctx.address(port, None)?;
 //! let pd = ctx.alloc_pd()?;
 //! let (cq_a, cq_b) = (ctx.cq_builder().build()?, ctx.cq_builder().build()?);
 //! let a = pd.qp_builder(&cq_a, &cq_a).build()?;
 //! let b = pd.qp_builder(&cq_b, &cq_b).build()?;
-//! let at = |qp: &Qp| Endpoint { lid: local.lid, qpn: qp.qpn(), psn: 0, gid: local.gid };
-//! a.connect(&ConnectAttr::new(port, 0, &at(&b), local.gid_index))?; // INIT, RTR, RTS
-//! b.connect(&ConnectAttr::new(port, 0, &at(&a), local.gid_index))?;
+//! zverbs::connect_pair(&a, &b)?; // INIT, RTR, RTS, each to the other
 //!
 //! let buf_a = pd.alloc_buf(4096, AccessFlags::ALL)?;
 //! let buf_b = pd.alloc_buf(4096, AccessFlags::ALL)?;
@@ -52,25 +47,22 @@
 //! monomorphised for the backend the QP got (the `unsafe` posts take any registered memory):
 //!
 //! ```no_run
-//! use zverbs::{AccessFlags, ConnectAttr, ContextOptions, Queues, SendWr, PostSend, PollCq};
-//! use zverbs::connect::{exchange, random_psn};
+//! use zverbs::{AccessFlags, ContextOptions, Queues, SendWr, PostSend, PollCq};
+//! use zverbs::connect::exchange;
 //!
 //! # fn main() -> zverbs::Result<()> {
 //! let ctx = zverbs::open_device(None, &ContextOptions::default())?;
-//! let port = ctx.active_port()?;
-//! let local = ctx.address(port, None)?;
 //! let pd = ctx.alloc_pd()?;
 //! let buf = pd.alloc_buf(4096, AccessFlags::ALL)?;
 //! let cq = ctx.cq_builder().cqe(256).build()?;
 //! let qp = pd.qp_builder(&cq, &cq).max_send_wr(64).max_recv_wr(64).build()?;
 //! println!("backend: {}", qp.backend());
 //!
-//! // Tell the peer where we are (ibv_rc_pingpong's exchange), then connect.
-//! let me = zverbs::connect::Endpoint { lid: local.lid, qpn: qp.qpn(), psn: random_psn(), gid: local.gid };
+//! // Tell the peer where we are (ibv_rc_pingpong's exchange), then connect to where it is.
 //! let mut s = exchange::connect("server:18515", std::time::Duration::from_secs(10))?;
-//! let hello = exchange::Hello { endpoint: me, ..Default::default() };
+//! let hello = exchange::Hello { endpoint: qp.endpoint()?, ..Default::default() };
 //! let peer = exchange::client(&mut s, &hello, exchange::Wire::RcPingpong)?;
-//! qp.connect(&ConnectAttr::new(port, me.psn, &peer.endpoint, local.gid_index))?;
+//! qp.connect(&peer.endpoint)?; // INIT, RTR, RTS: from the peer's PSN, sending from ours
 //!
 //! let sge = [buf.sge(0..64)];
 //! match Queues::take(&qp, &cq)? {
@@ -217,6 +209,7 @@ pub use mr::{AccessFlags, BufError, Mr, MrBuf};
 pub use pd::Pd;
 pub use qp::{
     ConnectAttr, GlobalRoute, InitAttr, Qp, QpBuilder, QpCaps, QpState, RtrAttr, RtsAttr,
+    connect_pair,
 };
 pub use queues::{AnyPoller, AnyRecvQueue, AnySendQueue, QueueSet, Queues};
 
