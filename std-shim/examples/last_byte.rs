@@ -22,8 +22,9 @@
 //! - **The stamp differs from what the byte held before**: each slot's stamp goes up by one
 //!   every time the slot is reused (1 to 255, then 1 again), never 0, the buffer's first value.
 //! - **The sender learns when a slot is free** from the receiver's acknowledgement (a count
-//!   of messages consumed, modulo 256, read with an acquire load too), and reuses its own
-//!   source slot only after that WRITE's completion.
+//!   of messages consumed, modulo 256, read with an acquire load too; it yields its core
+//!   while it waits, for the receiver and the device), and reuses its own source slot only
+//!   after that WRITE's completion.
 //!
 //! Runs on the software mlx5 device, in this process, no NIC needed:
 //!
@@ -56,7 +57,7 @@ fn main() -> zverbs::Result<()> {
             .nth(i)
             .map_or(default, |v| v.parse().expect("a number"))
     };
-    let (messages, size) = (arg(1, 10_000), arg(2, 256) as usize);
+    let (messages, size) = (arg(1, 5_000), arg(2, 256) as usize);
     let device =
         std::env::var(zverbs::DEVICE_ENV).unwrap_or_else(|_| zverbs::SOFTWARE_DEVICE.into());
     print!("{}", run(&device, messages, size)?);
@@ -162,7 +163,8 @@ fn send(mut q: SafeQueues, buf: &MrBuf, peer: &MrBuf, n: u64, size: usize) -> zv
                     detail: format!("message {i}: no acknowledgement from the receiver"),
                 });
             }
-            std::hint::spin_loop();
+            // The receiver (and on the software device, the device) may need this core.
+            thread::yield_now();
         }
         waits += u64::from(waited);
         // The source slot is free once the WRITE that last used it has completed.
