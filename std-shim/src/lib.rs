@@ -17,27 +17,21 @@
 //! ```
 //! # #[cfg(feature = "sim")] {
 //! use std::time::{Duration, Instant};
-//! use zverbs::connect::Endpoint;
-//! use zverbs::{AccessFlags, ConnectAttr, ContextOptions, Qp, SendFlags};
+//! use zverbs::{AccessFlags, ContextOptions, SendFlags};
 //!
 //! # fn main() -> zverbs::Result<()> {
 //! // The software device by name; `open_device(None, ..)` opens the device the environment
 //! // variable `ZVERBS_DEVICE` names, else the first NIC.
 //! let ctx = zverbs::open_device(Some(zverbs::SOFTWARE_DEVICE), &ContextOptions::default())?;
-//! let port = ctx.active_port()?;
-//! let local = ctx.address(port, None)?; // LID and GID: where this device is
 //! let pd = ctx.alloc_pd()?;
 //! let buf_a = pd.alloc_buf(4096, AccessFlags::ALL)?; // allocated and registered
 //! let buf_b = pd.alloc_buf(4096, AccessFlags::ALL)?;
 //! let (cq_a, cq_b) = (ctx.cq_builder().build()?, ctx.cq_builder().build()?);
 //! let a = pd.qp_builder(&cq_a, &cq_a).build()?;
 //! let b = pd.qp_builder(&cq_b, &cq_b).build()?;
-//!
-//! // Connect each QP to the other: INIT, RTR, RTS. Between two machines the endpoints are
-//! // exchanged over the network (`zverbs::connect`).
-//! let at = |qp: &Qp| Endpoint { lid: local.lid, qpn: qp.qpn(), psn: 0, gid: local.gid };
-//! a.connect(&ConnectAttr::new(port, 0, &at(&b), local.gid_index))?;
-//! b.connect(&ConnectAttr::new(port, 0, &at(&a), local.gid_index))?;
+//! // Connect each QP to the other: INIT, RTR, RTS. Between two machines each side sends its
+//! // `qp.endpoint()` over the network (`zverbs::connect`) and calls `qp.connect(&peer)`.
+//! zverbs::connect_pair(&a, &b)?;
 //! let (mut qa, mut qb) = (a.queues(&cq_a)?, b.queues(&cq_b)?); // sq, rq, cq of each
 //! let deadline = Instant::now() + Duration::from_secs(5);
 //!
@@ -69,25 +63,22 @@
 //! monomorphised for the backend the QP got (the `unsafe` posts take any registered memory):
 //!
 //! ```no_run
-//! use zverbs::{AccessFlags, ConnectAttr, ContextOptions, Queues, SendWr, PostSend, PollCq};
-//! use zverbs::connect::{exchange, random_psn};
+//! use zverbs::{AccessFlags, ContextOptions, Queues, SendWr, PostSend, PollCq};
+//! use zverbs::connect::exchange;
 //!
 //! # fn main() -> zverbs::Result<()> {
 //! let ctx = zverbs::open_device(None, &ContextOptions::default())?;
-//! let port = ctx.active_port()?;
-//! let local = ctx.address(port, None)?;
 //! let pd = ctx.alloc_pd()?;
 //! let buf = pd.alloc_buf(4096, AccessFlags::ALL)?;
 //! let cq = ctx.cq_builder().cqe(256).build()?;
 //! let qp = pd.qp_builder(&cq, &cq).max_send_wr(64).max_recv_wr(64).build()?;
 //! println!("backend: {}", qp.backend());
 //!
-//! // Tell the peer where we are (ibv_rc_pingpong's exchange), then connect.
-//! let me = zverbs::connect::Endpoint { lid: local.lid, qpn: qp.qpn(), psn: random_psn(), gid: local.gid };
+//! // Tell the peer where we are (ibv_rc_pingpong's exchange), then connect to where it is.
 //! let mut s = exchange::connect("server:18515", std::time::Duration::from_secs(10))?;
-//! let hello = exchange::Hello { endpoint: me, ..Default::default() };
+//! let hello = exchange::Hello { endpoint: qp.endpoint()?, ..Default::default() };
 //! let peer = exchange::client(&mut s, &hello, exchange::Wire::RcPingpong)?;
-//! qp.connect(&ConnectAttr::new(port, me.psn, &peer.endpoint, local.gid_index))?;
+//! qp.connect(&peer.endpoint)?; // INIT, RTR, RTS: from the peer's PSN, sending from ours
 //!
 //! let sge = [buf.sge(0..64)];
 //! match Queues::take(&qp, &cq)? {
@@ -232,6 +223,7 @@ pub use provider::SrqLayout;
 pub use qp::QpType;
 pub use qp::{
     ConnectAttr, GlobalRoute, InitAttr, Qp, QpBuilder, QpCaps, QpState, RtrAttr, RtsAttr,
+    connect_pair,
 };
 pub use queues::{AnyPoller, AnyRecvQueue, AnySendQueue, QueueSet, Queues};
 pub use srq::Srq;
@@ -255,13 +247,10 @@ pub use zverbs_core as core;
 /// # #[cfg(feature = "sim")] {
 /// # fn main() -> zverbs::Result<()> {
 /// # let ctx = zverbs::open_device(Some(zverbs::SOFTWARE_DEVICE), &zverbs::ContextOptions::default())?;
-/// # let (port, pd) = (ctx.active_port()?, ctx.alloc_pd()?);
-/// # let local = ctx.address(port, None)?;
+/// # let pd = ctx.alloc_pd()?;
 /// # let (cq_a, cq_b) = (ctx.cq_builder().build()?, ctx.cq_builder().build()?);
 /// # let (a, b) = (pd.qp_builder(&cq_a, &cq_a).build()?, pd.qp_builder(&cq_b, &cq_b).build()?);
-/// # let at = |qpn| zverbs::connect::Endpoint { lid: local.lid, qpn, psn: 0, gid: local.gid };
-/// # a.connect(&zverbs::ConnectAttr::new(port, 0, &at(b.qpn()), local.gid_index))?;
-/// # b.connect(&zverbs::ConnectAttr::new(port, 0, &at(a.qpn()), local.gid_index))?;
+/// # zverbs::connect_pair(&a, &b)?;
 /// # let buf_a = pd.alloc_buf(4096, zverbs::AccessFlags::ALL)?;
 /// # let buf_b = pd.alloc_buf(4096, zverbs::AccessFlags::ALL)?;
 /// use std::time::{Duration, Instant};
@@ -293,13 +282,10 @@ pub use zverbs_core::PollCq;
 /// # #[cfg(feature = "sim")] {
 /// # fn main() -> zverbs::Result<()> {
 /// # let ctx = zverbs::open_device(Some(zverbs::SOFTWARE_DEVICE), &zverbs::ContextOptions::default())?;
-/// # let (port, pd) = (ctx.active_port()?, ctx.alloc_pd()?);
-/// # let local = ctx.address(port, None)?;
+/// # let pd = ctx.alloc_pd()?;
 /// # let (cq_a, cq_b) = (ctx.cq_builder().build()?, ctx.cq_builder().build()?);
 /// # let (a, b) = (pd.qp_builder(&cq_a, &cq_a).build()?, pd.qp_builder(&cq_b, &cq_b).build()?);
-/// # let at = |qpn| zverbs::connect::Endpoint { lid: local.lid, qpn, psn: 0, gid: local.gid };
-/// # a.connect(&zverbs::ConnectAttr::new(port, 0, &at(b.qpn()), local.gid_index))?;
-/// # b.connect(&zverbs::ConnectAttr::new(port, 0, &at(a.qpn()), local.gid_index))?;
+/// # zverbs::connect_pair(&a, &b)?;
 /// # let buf_a = pd.alloc_buf(4096, zverbs::AccessFlags::ALL)?;
 /// # let buf_b = pd.alloc_buf(4096, zverbs::AccessFlags::ALL)?;
 /// use std::time::{Duration, Instant};

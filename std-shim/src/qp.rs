@@ -9,9 +9,9 @@ use zverbs_mlx5dv::{RqSlot, RqState, SqCaps, SqSlot, SqState};
 use crate::backend::{
     BackendChoice, BackendKind, BackendReport, BackendRequest, BlueFlame, RequestSource,
 };
-use crate::connect::Endpoint;
+use crate::connect::{Endpoint, random_psn};
 use crate::cq::Cq;
-use crate::device::{Gid, Mtu};
+use crate::device::{Gid, LocalAddress, Mtu};
 use crate::error::{Error, Result};
 use crate::fallback::{RqShared, SqShared};
 use crate::ffi::types::{ibv_qp_attr, qp_attr_mask as m};
@@ -306,6 +306,7 @@ impl<'a> QpBuilder<'a> {
             srq: self.srq.cloned(),
             taken: Mutex::new((false, false)),
             state: AtomicU32::new(QpState::Reset.to_raw()),
+            psn: AtomicU32::new(random_psn()),
             send_cq: self.send_cq.clone(),
             recv_cq: self.recv_cq.clone(),
             _pd: self.pd.clone(),
@@ -450,11 +451,8 @@ unsafe impl Sync for QpData {}
 /// # #[cfg(feature = "sim")] {
 /// # fn main() -> zverbs::Result<()> {
 /// # let ctx = zverbs::open_device(Some(zverbs::SOFTWARE_DEVICE), &zverbs::ContextOptions::default())?;
-/// use zverbs::connect::Endpoint;
-/// use zverbs::{ConnectAttr, QpState};
+/// use zverbs::QpState;
 ///
-/// let port = ctx.active_port()?;
-/// let local = ctx.address(port, None)?;
 /// let pd = ctx.alloc_pd()?;
 /// let (cq_a, cq_b) = (ctx.cq_builder().build()?, ctx.cq_builder().build()?);
 /// let a = pd.qp_builder(&cq_a, &cq_a).build()?;
@@ -462,9 +460,8 @@ unsafe impl Sync for QpData {}
 /// assert_eq!(a.state(), QpState::Reset);
 /// assert!(a.queues(&cq_a).is_err()); // not connected yet: `Error::NotReady`
 ///
-/// let at = |qpn| Endpoint { lid: local.lid, qpn, psn: 0, gid: local.gid };
-/// a.connect(&ConnectAttr::new(port, 0, &at(b.qpn()), local.gid_index))?; // INIT, RTR, RTS
-/// b.connect(&ConnectAttr::new(port, 0, &at(a.qpn()), local.gid_index))?;
+/// a.connect(&b.endpoint()?)?; // INIT, RTR, RTS
+/// b.connect(&a.endpoint()?)?;
 /// assert_eq!(a.state(), QpState::Rts);
 /// let qa = a.queues(&cq_a)?; // send queue, receive queue, the CQ's poller
 /// println!("QP {:#x}: {}", a.qpn(), a.backend());
@@ -493,6 +490,9 @@ pub(crate) struct QpInner {
     /// The state the last successful transition through this handle set (`enum
     /// ibv_qp_state`).
     pub(crate) state: AtomicU32,
+    /// The first PSN this QP sends from: random at creation, then what the last transition to
+    /// RTS set (24 bits).
+    pub(crate) psn: AtomicU32,
     pub(crate) send_cq: Cq,
     pub(crate) recv_cq: Cq,
     pub(crate) _pd: Pd,
@@ -634,13 +634,10 @@ impl Qp {
     /// # #[cfg(feature = "sim")] {
     /// # fn main() -> zverbs::Result<()> {
     /// # let ctx = zverbs::open_device(Some(zverbs::SOFTWARE_DEVICE), &zverbs::ContextOptions::default())?;
-    /// # let (port, pd) = (ctx.active_port()?, ctx.alloc_pd()?);
-    /// # let local = ctx.address(port, None)?;
+    /// # let pd = ctx.alloc_pd()?;
     /// # let (cq_a, cq_b) = (ctx.cq_builder().build()?, ctx.cq_builder().build()?);
     /// # let (a, b) = (pd.qp_builder(&cq_a, &cq_a).build()?, pd.qp_builder(&cq_b, &cq_b).build()?);
-    /// # let at = |qpn| zverbs::connect::Endpoint { lid: local.lid, qpn, psn: 0, gid: local.gid };
-    /// # a.connect(&zverbs::ConnectAttr::new(port, 0, &at(b.qpn()), local.gid_index))?;
-    /// # b.connect(&zverbs::ConnectAttr::new(port, 0, &at(a.qpn()), local.gid_index))?;
+    /// # zverbs::connect_pair(&a, &b)?;
     /// # let buf_a = pd.alloc_buf(4096, zverbs::AccessFlags::ALL)?;
     /// # let buf_b = pd.alloc_buf(4096, zverbs::AccessFlags::ALL)?;
     /// use std::time::{Duration, Instant};
@@ -684,6 +681,11 @@ impl Qp {
     /// `ibv_modify_qp`, noting the state it moved to.
     fn modify(&self, attr: &mut ibv_qp_attr, mask: i32) -> Result<()> {
         self.inner.provider.modify(attr, mask)?;
+        if mask & m::IBV_QP_SQ_PSN != 0 {
+            self.inner
+                .psn
+                .store(attr.sq_psn & 0xff_ffff, Ordering::Release);
+        }
         if mask & m::IBV_QP_STATE != 0 {
             self.inner.state.store(attr.qp_state, Ordering::Release);
         }
@@ -774,12 +776,88 @@ impl Qp {
         )
     }
 
-    /// INIT, RTR and RTS in one go.
+    /// The packet sequence number this QP sends its first request with (24 bits): chosen at
+    /// random when the QP is created, the same at every call, and the one [`Qp::endpoint`]
+    /// announces and [`Qp::connect`] sends from. A transition to RTS with another PSN
+    /// ([`Qp::connect_with`], [`Qp::to_rts`], or rdma_cm, which chooses its own) replaces it, so
+    /// that it always names the PSN in use.
+    pub fn psn(&self) -> u32 {
+        self.inner.psn.load(Ordering::Acquire)
+    }
+
+    /// This side's address for connecting: the device's first active port, its default GID
+    /// ([`Context::address`](crate::Context::address) with no index) and the port's MTU.
+    fn local_address(&self) -> Result<LocalAddress> {
+        let ctx = self.inner._pd.context();
+        let port = ctx.active_port()?;
+        ctx.address(port, None)
+    }
+
+    /// What the peer needs to connect to this QP: the LID, QP number, first PSN
+    /// ([`Qp::psn`]) and GID, on the device's first active port with its default GID. Send it
+    /// to the peer (for instance in [`exchange::Hello`](crate::connect::exchange::Hello)),
+    /// which passes it to its own [`Qp::connect`]. Every call returns the same.
+    ///
+    /// For another port or GID, build the [`Endpoint`] from
+    /// [`Context::address`](crate::Context::address) and [`Qp::psn`], and connect with
+    /// [`Qp::connect_with`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NoActivePort`]; [`Error::Verbs`] from the port query;
+    /// [`Error::InvalidArgument`] when a RoCE port has no GID.
+    pub fn endpoint(&self) -> Result<Endpoint> {
+        let local = self.local_address()?;
+        Ok(Endpoint {
+            lid: local.lid,
+            qpn: self.qpn(),
+            psn: self.psn(),
+            gid: local.gid,
+        })
+    }
+
+    /// The attributes [`Qp::connect`] uses to reach `peer`: [`ConnectAttr::new`]'s defaults
+    /// on the port and GID [`Qp::endpoint`] announces, sending from [`Qp::psn`], with the
+    /// port's active MTU as the path MTU. Adjust them and pass them to [`Qp::connect_with`]:
+    ///
+    /// ```no_run
+    /// # fn f(qp: &zverbs::Qp, peer: &zverbs::connect::Endpoint) -> zverbs::Result<()> {
+    /// qp.connect_with(&qp.connect_attr(peer)?.rnr(7, 12).mtu(zverbs::Mtu::M1024))?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`Qp::endpoint`].
+    pub fn connect_attr(&self, peer: &Endpoint) -> Result<ConnectAttr> {
+        let local = self.local_address()?;
+        Ok(ConnectAttr::new(local.port, self.psn(), peer, local.gid_index).mtu(local.active_mtu))
+    }
+
+    /// Connects this QP to `peer` (the [`Qp::endpoint`] of the QP at the other end): INIT,
+    /// RTR (receiving from the peer's PSN) and RTS (sending from this QP's own, announced,
+    /// [`Qp::psn`]), with [`Qp::connect_attr`]'s defaults. Both sides call it, each with the
+    /// other's endpoint; [`connect_pair`] does both for two QPs of this process.
+    ///
+    /// The path MTU is this port's active MTU: for a peer whose port has a smaller one, lower
+    /// it with [`Qp::connect_attr`] and [`Qp::connect_with`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Qp::endpoint`]; [`Error::Verbs`] from the three transitions (EINVAL from RTR often
+    /// means a GID the port cannot route to).
+    pub fn connect(&self, peer: &Endpoint) -> Result<()> {
+        self.connect_with(&self.connect_attr(peer)?)
+    }
+
+    /// INIT, RTR and RTS in one go, with attributes chosen by the caller (from
+    /// [`Qp::connect_attr`] or [`ConnectAttr::new`]). The PSN it sends from
+    /// (`c.rts.sq_psn`) becomes [`Qp::psn`].
     ///
     /// # Errors
     ///
     /// As the three steps.
-    pub fn connect(&self, c: &ConnectAttr) -> Result<()> {
+    pub fn connect_with(&self, c: &ConnectAttr) -> Result<()> {
         self.to_init(&c.init)?;
         self.to_rtr(&c.rtr)?;
         self.to_rts(&c.rts)
@@ -811,6 +889,32 @@ impl QpType {
             Self::Ud => crate::ffi::types::IBV_QPT_UD,
         }
     }
+}
+
+/// Connects two QPs of this process to each other: each [`Qp::connect`]s to the other's
+/// [`Qp::endpoint`]. The QPs may be on one device or on two.
+///
+/// ```
+/// # #[cfg(feature = "sim")] {
+/// # fn main() -> zverbs::Result<()> {
+/// let ctx = zverbs::open_device(Some("zverbs_sim0"), &zverbs::ContextOptions::default())?;
+/// let pd = ctx.alloc_pd()?;
+/// let (cq_a, cq_b) = (ctx.cq_builder().build()?, ctx.cq_builder().build()?);
+/// let a = pd.qp_builder(&cq_a, &cq_a).build()?;
+/// let b = pd.qp_builder(&cq_b, &cq_b).build()?;
+/// zverbs::connect_pair(&a, &b)?; // INIT, RTR, RTS, both ways
+/// assert_eq!(a.state(), zverbs::QpState::Rts);
+/// # Ok(()) }
+/// # main().unwrap(); }
+/// ```
+///
+/// # Errors
+///
+/// As [`Qp::connect`]; when `b` fails, `a` is already connected (to a peer that is not).
+pub fn connect_pair(a: &Qp, b: &Qp) -> Result<()> {
+    let (ea, eb) = (a.endpoint()?, b.endpoint()?);
+    a.connect(&eb)?;
+    b.connect(&ea)
 }
 
 /// The state of a queue pair (`enum ibv_qp_state`).

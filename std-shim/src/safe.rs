@@ -344,13 +344,10 @@ macro_rules! send_ops {
 /// # #[cfg(feature = "sim")] {
 /// # fn main() -> zverbs::Result<()> {
 /// # let ctx = zverbs::open_device(Some(zverbs::SOFTWARE_DEVICE), &zverbs::ContextOptions::default())?;
-/// # let (port, pd) = (ctx.active_port()?, ctx.alloc_pd()?);
-/// # let local = ctx.address(port, None)?;
+/// # let pd = ctx.alloc_pd()?;
 /// # let (cq_a, cq_b) = (ctx.cq_builder().build()?, ctx.cq_builder().build()?);
 /// # let (a, b) = (pd.qp_builder(&cq_a, &cq_a).build()?, pd.qp_builder(&cq_b, &cq_b).build()?);
-/// # let at = |qpn| zverbs::connect::Endpoint { lid: local.lid, qpn, psn: 0, gid: local.gid };
-/// # a.connect(&zverbs::ConnectAttr::new(port, 0, &at(b.qpn()), local.gid_index))?;
-/// # b.connect(&zverbs::ConnectAttr::new(port, 0, &at(a.qpn()), local.gid_index))?;
+/// # zverbs::connect_pair(&a, &b)?;
 /// # let buf_a = pd.alloc_buf(4096, zverbs::AccessFlags::ALL)?;
 /// # let buf_b = pd.alloc_buf(4096, zverbs::AccessFlags::ALL)?;
 /// use std::time::{Duration, Instant};
@@ -462,13 +459,10 @@ impl<Q: PostSend> SafeSendBatch<'_, Q> {
 /// # #[cfg(feature = "sim")] {
 /// # fn main() -> zverbs::Result<()> {
 /// # let ctx = zverbs::open_device(Some(zverbs::SOFTWARE_DEVICE), &zverbs::ContextOptions::default())?;
-/// # let (port, pd) = (ctx.active_port()?, ctx.alloc_pd()?);
-/// # let local = ctx.address(port, None)?;
+/// # let pd = ctx.alloc_pd()?;
 /// # let (cq_a, cq_b) = (ctx.cq_builder().build()?, ctx.cq_builder().build()?);
 /// # let (a, b) = (pd.qp_builder(&cq_a, &cq_a).build()?, pd.qp_builder(&cq_b, &cq_b).build()?);
-/// # let at = |qpn| zverbs::connect::Endpoint { lid: local.lid, qpn, psn: 0, gid: local.gid };
-/// # a.connect(&zverbs::ConnectAttr::new(port, 0, &at(b.qpn()), local.gid_index))?;
-/// # b.connect(&zverbs::ConnectAttr::new(port, 0, &at(a.qpn()), local.gid_index))?;
+/// # zverbs::connect_pair(&a, &b)?;
 /// # let buf_a = pd.alloc_buf(4096, zverbs::AccessFlags::ALL)?;
 /// # let buf_b = pd.alloc_buf(4096, zverbs::AccessFlags::ALL)?;
 /// use std::time::{Duration, Instant};
@@ -566,13 +560,10 @@ const POLLS_PER_CLOCK_READ: u32 = 64;
 /// # #[cfg(feature = "sim")] {
 /// # fn main() -> zverbs::Result<()> {
 /// # let ctx = zverbs::open_device(Some(zverbs::SOFTWARE_DEVICE), &zverbs::ContextOptions::default())?;
-/// # let (port, pd) = (ctx.active_port()?, ctx.alloc_pd()?);
-/// # let local = ctx.address(port, None)?;
+/// # let pd = ctx.alloc_pd()?;
 /// # let (cq_a, cq_b) = (ctx.cq_builder().build()?, ctx.cq_builder().build()?);
 /// # let (a, b) = (pd.qp_builder(&cq_a, &cq_a).build()?, pd.qp_builder(&cq_b, &cq_b).build()?);
-/// # let at = |qpn| zverbs::connect::Endpoint { lid: local.lid, qpn, psn: 0, gid: local.gid };
-/// # a.connect(&zverbs::ConnectAttr::new(port, 0, &at(b.qpn()), local.gid_index))?;
-/// # b.connect(&zverbs::ConnectAttr::new(port, 0, &at(a.qpn()), local.gid_index))?;
+/// # zverbs::connect_pair(&a, &b)?;
 /// # let buf_a = pd.alloc_buf(4096, zverbs::AccessFlags::ALL)?;
 /// # let buf_b = pd.alloc_buf(4096, zverbs::AccessFlags::ALL)?;
 /// use std::time::{Duration, Instant};

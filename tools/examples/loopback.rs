@@ -21,9 +21,8 @@
 use std::process::exit;
 use std::time::{Duration, Instant};
 
-use zverbs::connect::{Endpoint, random_psn};
 use zverbs::safe::SafeQueues;
-use zverbs::{AccessFlags, BackendRequest, Completion, ConnectAttr, ContextOptions, SendFlags};
+use zverbs::{AccessFlags, BackendRequest, Completion, ContextOptions, SendFlags};
 use zverbs::{WcOpcode, WcStatus};
 
 use zverbs_tools::args::{self, Arg::*, Parser};
@@ -139,20 +138,22 @@ fn run(
         .max_recv_wr(16)
         .build()?;
     println!("backend: {}", a.backend());
-    let ea = Endpoint {
-        lid: local.lid,
-        qpn: a.qpn(),
-        psn: random_psn(),
-        gid: local.gid,
-    };
-    let eb = Endpoint {
-        lid: local.lid,
-        qpn: b.qpn(),
-        psn: random_psn(),
-        gid: local.gid,
-    };
-    a.connect(&ConnectAttr::new(port, ea.psn, &eb, local.gid_index).mtu(local.active_mtu))?;
-    b.connect(&ConnectAttr::new(port, eb.psn, &ea, local.gid_index).mtu(local.active_mtu))?;
+    if gid_index.is_some() {
+        // A GID of the caller's choice: each side's endpoint on it, with the QP's own PSN.
+        let at = |qp: &zverbs::Qp| zverbs::connect::Endpoint {
+            lid: local.lid,
+            qpn: qp.qpn(),
+            psn: qp.psn(),
+            gid: local.gid,
+        };
+        let attr = |qp: &zverbs::Qp, peer| {
+            zverbs::ConnectAttr::new(port, qp.psn(), &peer, local.gid_index).mtu(local.active_mtu)
+        };
+        a.connect_with(&attr(&a, at(&b)))?;
+        b.connect_with(&attr(&b, at(&a)))?;
+    } else {
+        zverbs::connect_pair(&a, &b)?;
+    }
     c.check(true, "QPs connected to each other (INIT, RTR, RTS)");
     // Each QP's send and receive queues and its CQ's poller, whichever backend drives them.
     let mut qa = a.queues(&a_cq)?;

@@ -8,6 +8,10 @@
 //! through INIT, RTR and RTS with the attributes the connection manager computes
 //! (`rdma_init_qp_attr`). Up to [`MAX_PRIVATE`] bytes of private data travel with the request
 //! and the answer; [`encode_region`] puts a remote buffer in them.
+//!
+//! The connection manager chooses each side's first PSN and tells the peer itself (the kernel
+//! draws it; `rdma_conn_param` has no field for it), so [`Qp::endpoint`] is not sent here:
+//! once connected, [`Qp::psn`] reports the PSN rdma_cm set at RTS.
 
 use std::ffi::CStr;
 use std::net::{IpAddr, SocketAddr};
