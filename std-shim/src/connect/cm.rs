@@ -650,7 +650,7 @@ fn decode_join(cm_name: impl Fn(u32) -> String, e: &rdma_cm_event) -> Result<Mca
     // SAFETY: for MULTICAST_JOIN the `ud` view is the one librdmacm filled.
     let ud = unsafe { e.param.ud };
     let a = ud.ah_attr;
-    let grh = (a.is_global != 0).then(|| GlobalRoute {
+    let grh = (a.is_global != 0).then_some(GlobalRoute {
         dgid: Gid(a.grh.dgid.raw),
         sgid_index: a.grh.sgid_index,
         hop_limit: a.grh.hop_limit,
