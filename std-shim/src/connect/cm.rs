@@ -148,9 +148,8 @@ fn next_event<T>(
         events: libc::POLLIN,
         revents: 0,
     };
-    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
     // SAFETY: one valid pollfd.
-    let r = unsafe { libc::poll(&mut pfd, 1, ms) };
+    let r = unsafe { libc::poll(&mut pfd, 1, timeout_ms(timeout)) };
     if r < 0 {
         return Err(Error::last_os("poll"));
     }
@@ -276,6 +275,39 @@ fn new_id_in(cm: &'static Rdmacm, ps: u32) -> Result<Arc<Id>> {
     }))
 }
 
+/// A timeout in milliseconds, as `poll` and librdmacm take it.
+fn timeout_ms(timeout: Duration) -> i32 {
+    timeout.as_millis().min(i32::MAX as u128) as i32
+}
+
+/// `rdma_resolve_addr` of `dst` (from `src`, when given) on `id`, then its ADDR_RESOLVED event
+/// within `timeout`.
+fn resolve_addr(
+    cm: &Rdmacm,
+    id: &Id,
+    src: Option<&mut libc::sockaddr_storage>,
+    mut dst: libc::sockaddr_storage,
+    timeout: Duration,
+) -> Result<()> {
+    let src_ptr = src.map_or(ptr::null_mut(), |s| {
+        (s as *mut libc::sockaddr_storage).cast()
+    });
+    // SAFETY: a live id and valid addresses that outlive the call.
+    let ret = unsafe {
+        (cm.rdma_resolve_addr)(
+            id.id,
+            src_ptr,
+            (&mut dst as *mut libc::sockaddr_storage).cast(),
+            timeout_ms(timeout),
+        )
+    };
+    if ret != 0 {
+        return Err(Error::from_ret("rdma_resolve_addr", ret));
+    }
+    wait(&id._ch, event::ADDR_RESOLVED, "ADDR_RESOLVED", timeout)?;
+    Ok(())
+}
+
 fn context_of(id: &Arc<Id>) -> Result<Context> {
     // SAFETY: a live id bound to a device.
     let verbs = unsafe { (*id.id).verbs };
@@ -387,27 +419,10 @@ impl CmClient {
     ) -> Result<Self> {
         let cm = load::rdmacm()?;
         let id = new_id(cm)?;
-        let mut dst = sockaddr(server);
         let mut src = source.map(sockaddr);
-        let src_ptr = src.as_mut().map_or(ptr::null_mut(), |s| {
-            (s as *mut libc::sockaddr_storage).cast()
-        });
-        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: a live id and valid addresses (the source, when given, lives in `src`).
-        let ret = unsafe {
-            (cm.rdma_resolve_addr)(
-                id.id,
-                src_ptr,
-                (&mut dst as *mut libc::sockaddr_storage).cast(),
-                ms,
-            )
-        };
-        if ret != 0 {
-            return Err(Error::from_ret("rdma_resolve_addr", ret));
-        }
-        wait(&id._ch, event::ADDR_RESOLVED, "ADDR_RESOLVED", timeout)?;
+        resolve_addr(cm, &id, src.as_mut(), sockaddr(server), timeout)?;
         // SAFETY: a live id with a resolved address.
-        let ret = unsafe { (cm.rdma_resolve_route)(id.id, ms) };
+        let ret = unsafe { (cm.rdma_resolve_route)(id.id, timeout_ms(timeout)) };
         if ret != 0 {
             return Err(Error::from_ret("rdma_resolve_route", ret));
         }
@@ -700,7 +715,7 @@ impl CmMulticast {
     /// device has the address) or `rdma_resolve_addr`; [`Error::Cm`] on ADDR_ERROR or when
     /// nothing arrives in time.
     pub fn resolve(group: IpAddr, bind: Option<IpAddr>, timeout: Duration) -> Result<Self> {
-        let mut dst = mcast_sockaddr(group)?;
+        let dst = mcast_sockaddr(group)?;
         let cm = load::rdmacm()?;
         let id = new_id_in(cm, RDMA_PS_UDP)?;
         let mut src = bind.map(|a| sockaddr(SocketAddr::new(a, 0)));
@@ -712,23 +727,7 @@ impl CmMulticast {
                 return Err(Error::from_ret("rdma_bind_addr", ret));
             }
         }
-        let src_ptr = src.as_mut().map_or(ptr::null_mut(), |s| {
-            (s as *mut libc::sockaddr_storage).cast()
-        });
-        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: a live id and valid addresses that outlive the call.
-        let ret = unsafe {
-            (cm.rdma_resolve_addr)(
-                id.id,
-                src_ptr,
-                (&mut dst as *mut libc::sockaddr_storage).cast(),
-                ms,
-            )
-        };
-        if ret != 0 {
-            return Err(Error::from_ret("rdma_resolve_addr", ret));
-        }
-        wait(&id._ch, event::ADDR_RESOLVED, "ADDR_RESOLVED", timeout)?;
+        resolve_addr(cm, &id, src.as_mut(), dst, timeout)?;
         let ctx = context_of(&id)?;
         Ok(Self {
             ctx,
