@@ -21,7 +21,13 @@
 //! | `recv_wqe.rs` | receive WQEs from `RecvQueue` and their doorbell record |
 //!
 //! Run them with `cargo test -p zverbs-crosscheck -- --nocapture` to see how many randomized
-//! cases each compared. `ZVERBS_CROSSCHECK_SEED` replays or varies the random sequences.
+//! cases each compared. The comparisons of single values (segments, CQEs) are property tests
+//! ([`prop`], on `proptest`): their cases come from fixed seeds (`PROPTEST_RNG_SEED` draws
+//! others, `PROPTEST_CASES` sets how many), and a failing case is shrunk and saved in
+//! `tests/<file>.proptest-regressions`, replayed first by later runs. The comparisons of
+//! sequences (whole send and receive WQEs through one ring past the 16-bit index wrap, the GRH
+//! flag through one poller) carry state from one request to the next and draw from
+//! [`SplitMix64`]; `ZVERBS_CROSSCHECK_SEED` replays or varies them.
 //!
 //! This crate is a test harness: it is not published and nothing depends on it.
 #![deny(
@@ -34,6 +40,7 @@
 pub mod ffi;
 pub mod mem;
 pub mod probe;
+pub mod prop;
 pub mod rng;
 
 pub use mem::DeviceMem;

@@ -1,4 +1,9 @@
-//! A small seeded generator (splitmix64), so every randomized case can be replayed.
+//! A small seeded generator (splitmix64), for the tests that run one long sequence through a
+//! stateful queue: whole send WQEs (`tests/wqe.rs`) and receive WQEs (`tests/recv_wqe.rs`)
+//! through one ring past the 16-bit index wrap, receive CQEs through one poller
+//! (`tests/cqe.rs`, the GRH flag). A failure there is one request among tens of thousands that
+//! depend on each other, which `proptest` could shrink only by rerunning the whole sequence
+//! at every step; the comparisons of single values use [`prop`](crate::prop) instead.
 //!
 //! Each test starts from a fixed seed; `ZVERBS_CROSSCHECK_SEED` (decimal or `0x` hex) replaces
 //! it to explore other sequences. Failures print the seed in use.

@@ -3,50 +3,28 @@
 use zverbs_mlx5dv::{CqLayout, QpLayout, SqCaps};
 use zverbs_mlx5dv::{RqSlot, SqSlot};
 
-/// Access rights of a memory region, with the values of `enum ibv_access_flags`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Access(u32);
-
-impl Access {
-    /// Local reads only: the region can be the source of WRITE and SEND payloads.
-    pub const NONE: Self = Self(0);
-    /// The device may write the region for local requests: READ and atomic results, incoming
-    /// SENDs (`IBV_ACCESS_LOCAL_WRITE`).
-    pub const LOCAL_WRITE: Self = Self(1 << 0);
-    /// Peers may RDMA WRITE into the region (`IBV_ACCESS_REMOTE_WRITE`).
-    pub const REMOTE_WRITE: Self = Self(1 << 1);
-    /// Peers may RDMA READ the region (`IBV_ACCESS_REMOTE_READ`).
-    pub const REMOTE_READ: Self = Self(1 << 2);
-    /// Peers may run atomics on the region (`IBV_ACCESS_REMOTE_ATOMIC`).
-    pub const REMOTE_ATOMIC: Self = Self(1 << 3);
-    /// Every right above.
-    pub const ALL: Self = Self(0b1111);
-
-    /// The raw bits (libibverbs' values).
-    #[inline]
-    pub const fn bits(self) -> u32 {
-        self.0
-    }
-
-    /// Rights from raw bits; undefined bits are dropped.
-    #[inline]
-    pub const fn from_bits_truncate(bits: u32) -> Self {
-        Self(bits & Self::ALL.0)
-    }
-
-    /// Whether every right of `other` is in `self`.
-    #[inline]
-    pub const fn contains(self, other: Self) -> bool {
-        self.0 & other.0 == other.0
+bitflags::bitflags! {
+    /// Access rights of a memory region, with the values of `enum ibv_access_flags` (the same
+    /// bits as `zverbs::AccessFlags`, which converts with `From`).
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+    pub struct Access: u32 {
+        /// The device may write the region for local requests: READ and atomic results,
+        /// incoming SENDs (`IBV_ACCESS_LOCAL_WRITE`).
+        const LOCAL_WRITE = 1 << 0;
+        /// Peers may RDMA WRITE into the region (`IBV_ACCESS_REMOTE_WRITE`).
+        const REMOTE_WRITE = 1 << 1;
+        /// Peers may RDMA READ the region (`IBV_ACCESS_REMOTE_READ`).
+        const REMOTE_READ = 1 << 2;
+        /// Peers may run atomics on the region (`IBV_ACCESS_REMOTE_ATOMIC`).
+        const REMOTE_ATOMIC = 1 << 3;
     }
 }
 
-impl core::ops::BitOr for Access {
-    type Output = Self;
-    #[inline]
-    fn bitor(self, rhs: Self) -> Self {
-        Self(self.0 | rhs.0)
-    }
+impl Access {
+    /// Local reads only: the region can be the source of WRITE and SEND payloads.
+    pub const NONE: Self = Self::empty();
+    /// Every right above.
+    pub const ALL: Self = Self::all();
 }
 
 /// A registered memory region.

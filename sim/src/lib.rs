@@ -129,6 +129,9 @@ pub struct Device {
     thread: Option<JoinHandle<()>>,
 }
 
+// What the paragraph above promises, kept by the compiler.
+static_assertions::assert_impl_all!(Device: Send, Sync);
+
 impl Default for Device {
     fn default() -> Self {
         Self::new()

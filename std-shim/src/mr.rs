@@ -51,6 +51,14 @@ impl AccessFlags {
     pub const ALL: Self = Self::all();
 }
 
+/// The software device's rights: the same `enum ibv_access_flags` bits.
+#[cfg(feature = "sim")]
+impl From<AccessFlags> for zverbs_sim::Access {
+    fn from(a: AccessFlags) -> Self {
+        Self::from_bits_truncate(a.bits())
+    }
+}
+
 const PAGE: usize = 4096;
 const HUGEPAGE: usize = 2 << 20;
 

@@ -47,6 +47,7 @@ pub mod err_field {
     pub const WQE_COUNTER: Field = 60..62;
 }
 
+// Plain `const` asserts: each names its failing comparison (`const_assert!` reports an overflow).
 const _: () = assert!(field::LEN == 64 && field::OP_OWN == 63 && field::SIGNATURE == 62);
 const _: () = assert!(field::FLAGS_RQPN.start == 24 && field::FLAGS_RQPN.end == 28);
 const _: () = assert!(field::SRQN_UIDX.start == 32 && field::IMM_INVAL_PKEY.start == 36);

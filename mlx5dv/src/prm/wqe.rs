@@ -84,6 +84,7 @@ pub mod atomic {
     pub const LEN: usize = 16;
 }
 
+// Plain `const` asserts: each names its failing comparison (`const_assert!` reports an overflow).
 const _: () = assert!(ctrl::LEN == 16 && ctrl::IMM.end == ctrl::LEN);
 const _: () = assert!(ctrl::QPN_DS.start == 4 && ctrl::SIGNATURE == 8);
 const _: () = assert!(ctrl::DCI_STREAM_CHANNEL_ID.start == 9 && ctrl::FM_CE_SE == 11);

@@ -7,6 +7,10 @@ use std::collections::HashMap;
 use std::ptr::NonNull;
 use std::sync::Mutex;
 
+use proptest::strategy::Strategy;
+use proptest::test_runner::{
+    Config as ProptestConfig, FileFailurePersistence, RngAlgorithm, RngSeed, TestRunner,
+};
 use zverbs_core::{Completion, PollCq, RemoteBuf, Sge};
 use zverbs_mlx5dv::{
     CompletionQueue, CqBinding, RecvQueue, RqRef, RqState, SendQueue, SqCaps, SqRef, SqState,
@@ -310,27 +314,53 @@ pub fn assert_exactly_once(posted: &[u64], got: &[Completion]) {
     assert!(count.is_empty(), "invented completions: {count:?}");
 }
 
-/// A small deterministic generator (SplitMix64).
-#[derive(Clone, Debug)]
-pub struct Rng(pub u64);
+/// The configuration of a property test in `source` (pass `file!()`): `cases` cases
+/// (`PROPTEST_CASES` overrides), drawn from `seed`, so that every run tests the same cases
+/// (`PROPTEST_RNG_SEED=<decimal>` draws others). A failing case is shrunk to a small one and
+/// its seed saved beside the test, in `<test>.proptest-regressions`; every later run replays
+/// it first, until the file is deleted.
+pub fn proptest_config(source: &'static str, cases: u32, seed: u64) -> ProptestConfig {
+    let mut c = ProptestConfig::default();
+    if std::env::var_os("PROPTEST_CASES").is_none() {
+        c.cases = cases;
+    }
+    if std::env::var_os("PROPTEST_RNG_ALGORITHM").is_none() {
+        c.rng_algorithm = RngAlgorithm::XorShift;
+    }
+    if std::env::var_os("PROPTEST_RNG_SEED").is_none() {
+        c.rng_seed = RngSeed::Fixed(seed);
+    }
+    if std::env::var_os("PROPTEST_DISABLE_FAILURE_PERSISTENCE").is_none() {
+        c.failure_persistence = Some(Box::new(FileFailurePersistence::WithSource(
+            "proptest-regressions",
+        )));
+    }
+    if std::env::var_os("PROPTEST_MAX_SHRINK_ITERS").is_none() {
+        // Enough to delete every round of a long case and then simplify what is left
+        // (proptest's default is four per case).
+        c.max_shrink_iters = 20_000;
+    }
+    c.source_file = Some(source);
+    c
+}
 
-impl Rng {
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    /// Uniform in `0..n` (n > 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
-    }
-    pub fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next_u64() as u8).collect()
+/// Runs `test` on `cases` values of `strategy` (see [`proptest_config`]); on a failure, panics
+/// with the smallest failing value proptest found.
+pub fn check<S: Strategy>(
+    source: &'static str,
+    cases: u32,
+    seed: u64,
+    strategy: &S,
+    test: impl Fn(S::Value),
+) where
+    S::Value: std::fmt::Debug,
+{
+    let mut runner = TestRunner::new(proptest_config(source, cases, seed));
+    if let Err(e) = runner.run(strategy, |v| {
+        test(v);
+        Ok(())
+    }) {
+        panic!("{e}");
     }
 }
 

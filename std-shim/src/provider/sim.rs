@@ -17,7 +17,7 @@
 use std::io;
 use std::sync::OnceLock;
 
-use zverbs_sim::{self as sim, Access, CqConfig, QpConfig, SimError};
+use zverbs_sim::{self as sim, CqConfig, QpConfig, SimError};
 
 use super::{
     ContextProvider, CqEngine, CqProvider, EngineNote, MrProvider, PdProvider, QpEngine, QpInit,
@@ -201,7 +201,7 @@ impl PdProvider for SimPd {
     ) -> Result<Box<dyn MrProvider>> {
         // SAFETY: (caller) the memory stays valid until the registration is dropped, which
         // deregisters it first.
-        let mr = unsafe { device().reg_mr(addr, len, Access::from_bits_truncate(access.bits())) }
+        let mr = unsafe { device().reg_mr(addr, len, access.into()) }
             .map_err(|e| sim_err("reg_mr", e))?;
         Ok(Box::new(SimMr(mr)))
     }
@@ -368,5 +368,30 @@ impl Drop for SimQp {
         // From here on the device never touches the QP (its queues, which borrow it, are
         // gone: they hold the QP alive).
         let _ = device().destroy_qp(self.qp.qpn);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every right reaches the device as the same right, and nothing else does.
+    #[test]
+    fn access_flags_convert_bit_for_bit() {
+        let pairs = [
+            (AccessFlags::LOCAL_WRITE, sim::Access::LOCAL_WRITE),
+            (AccessFlags::REMOTE_WRITE, sim::Access::REMOTE_WRITE),
+            (AccessFlags::REMOTE_READ, sim::Access::REMOTE_READ),
+            (AccessFlags::REMOTE_ATOMIC, sim::Access::REMOTE_ATOMIC),
+            (AccessFlags::ALL, sim::Access::ALL),
+        ];
+        for (ours, device) in pairs {
+            assert_eq!(sim::Access::from(ours), device, "{ours:?}");
+        }
+        let read_only = AccessFlags::REMOTE_READ | AccessFlags::LOCAL_WRITE;
+        assert_eq!(
+            sim::Access::from(read_only),
+            sim::Access::REMOTE_READ | sim::Access::LOCAL_WRITE
+        );
     }
 }

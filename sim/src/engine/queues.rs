@@ -1,0 +1,518 @@
+//! Queue state: the QPs and CQs the device drives, how they are created, connected and
+//! destroyed, what the device reads of a QP's doorbell record, and the flush of receives in
+//! the error state.
+//!
+//! Contract: every size a caller passes is checked against the device's limit before it is
+//! computed with, so creation never overflows or panics; a refused request changes nothing.
+//! Tables are sized when the device is created and a destroyed entry is reused, never grown
+//! past the configured maximum. A destroyed QP or CQ is never found by number again and its
+//! memory is never touched again; local peers that named a destroyed QP name nothing.
+//! The doorbell records are read with `Acquire` (pairing with the driver's `Release` after
+//! its WQEs) and their counters compared in 16 bits, as the hardware does.
+
+use std::time::Instant;
+
+use zverbs_mlx5dv::prm::wqe::inline_ds;
+use zverbs_mlx5dv::prm::{MAX_DS, RCV_DBR, SND_DBR};
+use zverbs_mlx5dv::{BfLayout, CqLayout, QpLayout, WqLayout};
+
+use super::{Engine, FLUSH};
+use crate::config::{CqConfig, QpConfig, QpStatus, RNR_RETRY_INFINITE, SimCq, SimError, SimQp};
+use crate::cq::{self, DevCq, op};
+use crate::mem::{Region, load_be32_acquire};
+use crate::vendor;
+use crate::wqe::{MAX_SEGS, RqRing, SqRing, Wqe};
+
+/// The first QP number the device hands out.
+const QPN_BASE: u32 = 0x100;
+/// The first CQ number the device hands out.
+const CQN_BASE: u32 = 0x40;
+/// The most QPs a device can have: their numbers, from [`QPN_BASE`], are 24 bits.
+pub(super) const MAX_QPS: u32 = (1 << 24) - QPN_BASE;
+/// The most CQs a device can have: their numbers, from [`CQN_BASE`], are 24 bits.
+pub(super) const MAX_CQS: u32 = (1 << 24) - CQN_BASE;
+/// The most basic blocks of a send ring and entries of a receive ring.
+const MAX_RING: u32 = 1 << 15;
+/// The largest receive stride: [`MAX_SEGS`] scatter entries of 16 bytes.
+const MAX_RQ_STRIDE: u32 = 16 * MAX_SEGS as u32;
+/// The most CQEs of a CQ (a ConnectX's `max_cqe` + 1).
+const MAX_CQE_CNT: u32 = 1 << 22;
+/// Gather entries in the largest WQE, beside its control and remote-address segments.
+const MAX_SEND_SGE: u32 = MAX_DS as u32 - 2;
+/// Inline bytes in the largest WQE: its segments after control and remote address, less the
+/// inline header.
+const MAX_INLINE: u32 = (MAX_DS as u32 - 2) * 16 - 4;
+
+/// Where a QP's requests go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Peer {
+    /// A QP of the same device, by QPN.
+    Local(u32),
+    /// A QP of the device instance at `lid` in another process, reached through the
+    /// [`Wire`](crate::wire::Wire).
+    Remote {
+        /// The LID of the peer's device instance.
+        lid: u16,
+        /// The peer QP's number.
+        qpn: u32,
+    },
+}
+
+/// A request in flight to another process.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Pending {
+    /// The tag the response must echo.
+    pub(super) seq: u32,
+    /// The WQE it carries out, as parsed when it was sent.
+    pub(super) wqe: Wqe,
+}
+
+/// A QP's memory as the device sees it.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct QpMem {
+    pub(super) sq: SqRing,
+    pub(super) rq: Option<RqRing>,
+    pub(super) dbrec: core::ptr::NonNull<u32>,
+}
+
+/// A QP as the device drives it.
+#[derive(Debug)]
+pub(crate) struct DevQp {
+    pub(crate) qpn: u32,
+    pub(super) mem: QpMem,
+    /// The user index CQEs carry in `srqn_uidx` (the QPN unless the driver chose one).
+    pub(super) uidx: u32,
+    /// Table entries of its send and receive CQs.
+    pub(super) send_cq: usize,
+    pub(super) recv_cq: usize,
+    /// The QP of this device that this one names as its peer: where its requests go, and the
+    /// only QP whose requests it serves.
+    pub(super) peer: Option<usize>,
+    /// A peer in another process, as (LID, QPN) (then `peer` is `None`): where its requests
+    /// go, and the only source whose requests it serves and whose responses it takes.
+    pub(super) remote: Option<(u16, u32)>,
+    /// The request in flight to the remote peer.
+    pub(super) pending: Option<Pending>,
+    /// After an RNR NAK from a remote peer: send again at this time.
+    pub(super) resend_at: Option<Instant>,
+    /// Destroyed: skipped, and never found by number again.
+    pub(super) dead: bool,
+    pub(crate) status: QpStatus,
+    /// Send consumer counter in basic blocks (free-running).
+    pub(super) sq_ci: u32,
+    /// Receive consumer counter (free-running).
+    pub(super) rq_ci: u32,
+    pub(super) rnr_retry: u8,
+    /// RNR retries left for the WQE at `sq_ci`, once it has met an RNR NAK.
+    pub(super) rnr_left: Option<u8>,
+    /// Injected: fail the next WQE with (syndrome, vendor syndrome).
+    pub(super) fail_next: Option<super::Fault>,
+    /// Injected: the next message that needs a receive finds none.
+    pub(super) drop_next_recv: bool,
+}
+
+impl DevQp {
+    /// Sets the RNR retry count for the requests from now on.
+    pub(crate) fn set_rnr_retry(&mut self, rnr_retry: u8) {
+        self.rnr_retry = rnr_retry;
+    }
+}
+
+impl Engine {
+    /// The table entry a new CQ takes: the first destroyed one, else a new one, else none.
+    fn free_cq_slot(&self) -> Result<usize, SimError> {
+        match self.cqs.iter().position(|c| c.dead) {
+            Some(i) => Ok(i),
+            None if self.cqs.len() < self.cfg.max_cqs as usize => Ok(self.cqs.len()),
+            None => Err(SimError::TooMany),
+        }
+    }
+
+    /// The table entry a new QP takes: the first destroyed one, else a new one, else none.
+    fn free_qp_slot(&self) -> Result<usize, SimError> {
+        match self.qps.iter().position(|q| q.dead) {
+            Some(i) => Ok(i),
+            None if self.qps.len() < self.cfg.max_qps as usize => Ok(self.qps.len()),
+            None => Err(SimError::TooMany),
+        }
+    }
+
+    pub(crate) fn create_cq(&mut self, cfg: CqConfig) -> Result<SimCq, SimError> {
+        if cfg.cqe == 0 || cfg.cqe >= MAX_CQE_CNT {
+            return Err(SimError::InvalidConfig("cqe must be in 1..2^22"));
+        }
+        let slot = self.free_cq_slot()?;
+        let cnt = (cfg.cqe + 1).next_power_of_two();
+        let buf = self.alloc(cnt as usize * 64)?;
+        for i in 0..cnt as usize {
+            // SAFETY: byte 63 of CQE `i`, inside the new buffer. libmlx5 initialises every CQE
+            // as invalid (opcode 15, owner 0).
+            unsafe { buf.ptr.add(i * 64 + 63).write(op::INVALID << 4) };
+        }
+        let dbrec = self.alloc(8)?.ptr.cast::<u32>();
+        let layout = CqLayout {
+            buf: buf.ptr,
+            dbrec,
+            cqe_cnt: cnt,
+            cqe_size: 64,
+            cqn: CQN_BASE + slot as u32,
+        };
+        // SAFETY: the buffers were just allocated for this CQ and live as long as the engine.
+        unsafe { self.add_cq(&layout) }?;
+        Ok(SimCq {
+            cqn: layout.cqn,
+            layout,
+        })
+    }
+
+    /// Drives a CQ laid out as `layout` (its `cqn` is the CQ's number).
+    ///
+    /// # Safety
+    ///
+    /// The ring (`cqe_cnt` initialised 64-byte CQEs) and doorbell record are valid for the
+    /// engine's life and accessed only as an mlx5 CQ is (by one poller).
+    pub(crate) unsafe fn add_cq(&mut self, layout: &CqLayout) -> Result<(), SimError> {
+        if !layout.cqe_cnt.is_power_of_two() || layout.cqe_size != 64 {
+            return Err(SimError::InvalidConfig(
+                "CQ: power-of-two count of 64-byte CQEs",
+            ));
+        }
+        if layout.cqe_cnt > MAX_CQE_CNT {
+            return Err(SimError::InvalidConfig("CQ above 2^22 CQEs"));
+        }
+        let slot = self.free_cq_slot()?;
+        if self.cqs.iter().any(|c| c.cqn == layout.cqn && !c.dead) {
+            return Err(SimError::InvalidConfig("CQ number in use"));
+        }
+        let buf = Region {
+            ptr: layout.buf,
+            len: layout.cqe_cnt as usize * 64,
+        };
+        let cq = DevCq::new(layout.cqn, buf, layout.dbrec, layout.cqe_cnt);
+        if slot == self.cqs.len() {
+            self.cqs.push(cq);
+        } else {
+            // A destroyed CQ's entry: no live QP refers to it (destruction was refused while
+            // one did).
+            self.cqs[slot] = cq;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn create_qp(&mut self, cfg: QpConfig) -> Result<SimQp, SimError> {
+        // Every caller-supplied size is bounded first, so the arithmetic below cannot
+        // overflow.
+        if cfg.max_send_wr == 0 {
+            return Err(SimError::InvalidConfig("max_send_wr must be at least 1"));
+        }
+        if cfg.max_send_wr > MAX_RING {
+            return Err(SimError::InvalidConfig(
+                "max_send_wr above 32768 (the send ring's limit)",
+            ));
+        }
+        if cfg.max_send_sge > MAX_SEND_SGE {
+            return Err(SimError::InvalidConfig(
+                "max_send_sge above 61 (a WQE has at most 63 segments)",
+            ));
+        }
+        if cfg.max_inline_data > MAX_INLINE {
+            return Err(SimError::InvalidConfig(
+                "max_inline_data above 972 bytes (a WQE has at most 63 segments)",
+            ));
+        }
+        if cfg.max_recv_wr > MAX_RING {
+            return Err(SimError::InvalidConfig(
+                "max_recv_wr above 32768 (the receive ring's limit)",
+            ));
+        }
+        if cfg.max_recv_sge > MAX_SEGS as u32 {
+            return Err(SimError::InvalidConfig("max_recv_sge above 64"));
+        }
+        if !cfg.bf_size.is_multiple_of(64) || cfg.bf_size > 4096 {
+            return Err(SimError::InvalidConfig(
+                "bf_size must be a multiple of 64, ≤ 4096",
+            ));
+        }
+        if cfg.rnr_retry > RNR_RETRY_INFINITE {
+            return Err(SimError::InvalidConfig("rnr_retry above 7"));
+        }
+        let send_cq = self.cq_index(cfg.send_cq)?;
+        self.cq_index(cfg.recv_cq)?;
+        // The largest WQE: control + remote address + the larger of the gather list and the
+        // inline segment (atomics fit one block), in whole basic blocks, as libmlx5 sizes it:
+        // at most 63 segments, by the bounds above.
+        let segs = 2 + (cfg.max_send_sge as usize).max(inline_ds(cfg.max_inline_data as usize));
+        debug_assert!(segs <= MAX_DS);
+        let wqe_bytes = (segs * 16).next_multiple_of(64) as u64;
+        let max_ds = ((wqe_bytes / 16) as usize).min(MAX_DS);
+        // At most 2^15 WQEs of 16 blocks: 2^19 blocks before the check.
+        let sq_cnt = (u64::from(cfg.max_send_wr) * wqe_bytes / 64).next_power_of_two();
+        if sq_cnt > u64::from(MAX_RING) {
+            return Err(SimError::InvalidConfig(
+                "send ring above 32768 basic blocks",
+            ));
+        }
+        let sq_cnt = sq_cnt as u32;
+        let (rq_cnt, stride) = if cfg.max_recv_wr == 0 {
+            (0, 16)
+        } else {
+            (
+                cfg.max_recv_wr.next_power_of_two(),
+                16 * cfg.max_recv_sge.max(1).next_power_of_two(),
+            )
+        };
+        let slot = self.free_qp_slot()?;
+        let sq = self.alloc(sq_cnt as usize * 64)?;
+        let rq = self.alloc(rq_cnt as usize * stride as usize)?;
+        let dbrec = self.alloc(8)?.ptr.cast::<u32>();
+        let bf_len = if cfg.bf_size == 0 {
+            8
+        } else {
+            2 * cfg.bf_size as usize
+        };
+        let bf = self.alloc(bf_len)?;
+        let layout = QpLayout {
+            qpn: QPN_BASE + slot as u32,
+            dbrec,
+            sq: WqLayout {
+                buf: sq.ptr,
+                wqe_cnt: sq_cnt,
+                stride: 64,
+            },
+            rq: WqLayout {
+                buf: rq.ptr,
+                wqe_cnt: rq_cnt,
+                stride,
+            },
+            bf: BfLayout {
+                reg: bf.ptr,
+                size: cfg.bf_size,
+            },
+        };
+        // SAFETY: the buffers were just allocated for this QP and live as long as the engine.
+        unsafe { self.add_qp(&layout, cfg.send_cq, cfg.recv_cq, cfg.rnr_retry) }?;
+        Ok(SimQp {
+            qpn: layout.qpn,
+            layout,
+            max_send_sge: cfg.max_send_sge,
+            max_inline_data: (max_ds as u32 - 2) * 16 - 4,
+            max_recv_sge: stride / 16,
+            sig_all: cfg.sig_all,
+            send_cqe_cnt: self.cqs[send_cq].cnt(),
+        })
+    }
+
+    /// Drives a QP laid out as `layout`.
+    ///
+    /// # Safety
+    ///
+    /// The rings and the doorbell record are valid for the engine's life and are written only
+    /// as an mlx5 driver writes them.
+    pub(crate) unsafe fn add_qp(
+        &mut self,
+        layout: &QpLayout,
+        send_cq: u32,
+        recv_cq: u32,
+        rnr_retry: u8,
+    ) -> Result<(), SimError> {
+        let sq_cnt = layout.sq.wqe_cnt;
+        if !sq_cnt.is_power_of_two() || sq_cnt > MAX_RING || layout.sq.stride != 64 {
+            return Err(SimError::InvalidConfig(
+                "SQ: power-of-two count, at most 32768, of 64-byte blocks",
+            ));
+        }
+        let rq_cnt = layout.rq.wqe_cnt;
+        let stride = layout.rq.stride;
+        if rq_cnt != 0 && (!rq_cnt.is_power_of_two() || rq_cnt > MAX_RING) {
+            return Err(SimError::InvalidConfig(
+                "RQ: power-of-two count, at most 32768",
+            ));
+        }
+        if rq_cnt != 0 && (!stride.is_power_of_two() || !(16..=MAX_RQ_STRIDE).contains(&stride)) {
+            return Err(SimError::InvalidConfig(
+                "RQ: power-of-two stride of 16 to 1024 bytes (64 scatter entries)",
+            ));
+        }
+        let slot = self.free_qp_slot()?;
+        if self.qps.iter().any(|q| q.qpn == layout.qpn && !q.dead) || layout.qpn > 0xff_ffff {
+            return Err(SimError::InvalidConfig("QP number in use or above 24 bits"));
+        }
+        let send_cq = self.cq_index(send_cq)?;
+        let recv_cq = self.cq_index(recv_cq)?;
+        let rq = (rq_cnt != 0).then_some(RqRing {
+            region: Region {
+                ptr: layout.rq.buf,
+                len: rq_cnt as usize * stride as usize,
+            },
+            cnt: rq_cnt,
+            stride,
+        });
+        let qp = DevQp {
+            qpn: layout.qpn,
+            mem: QpMem {
+                sq: SqRing {
+                    region: Region {
+                        ptr: layout.sq.buf,
+                        len: sq_cnt as usize * 64,
+                    },
+                    blocks: sq_cnt,
+                },
+                rq,
+                dbrec: layout.dbrec,
+            },
+            uidx: layout.qpn,
+            send_cq,
+            recv_cq,
+            peer: None,
+            remote: None,
+            pending: None,
+            resend_at: None,
+            dead: false,
+            status: QpStatus::Init,
+            sq_ci: 0,
+            rq_ci: 0,
+            rnr_retry,
+            rnr_left: None,
+            fail_next: None,
+            drop_next_recv: false,
+        };
+        if slot == self.qps.len() {
+            self.qps.push(qp);
+        } else {
+            // A destroyed QP's entry: nothing points at it any more (destruction cut its
+            // peers' links).
+            self.qps[slot] = qp;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn connect(&mut self, a: u32, b: u32) -> Result<(), SimError> {
+        let ia = self.qp_index(a)?;
+        let ib = self.qp_index(b)?;
+        for (i, n) in [(ia, a), (ib, b)] {
+            if self.qps[i].peer.is_some() || self.qps[i].status != QpStatus::Init {
+                return Err(SimError::AlreadyConnected(n));
+            }
+        }
+        self.qps[ia].peer = Some(ib);
+        self.qps[ia].status = QpStatus::Rts;
+        self.qps[ib].peer = Some(ia);
+        self.qps[ib].status = QpStatus::Rts;
+        Ok(())
+    }
+
+    /// Points QP `qpn`'s requests at `peer` (one-sided, as `ibv_modify_qp` to RTR does) and
+    /// moves it to RTS. Traffic flows once the peer names `qpn` in turn: a responder accepts
+    /// requests only from the QP its own connection names. A local peer that already names
+    /// another QP is refused here, since it would never accept a request from `qpn`.
+    pub(crate) fn connect_to(&mut self, qpn: u32, peer: Peer) -> Result<(), SimError> {
+        let q = self.qp_index(qpn)?;
+        let (local, remote) = match peer {
+            Peer::Local(p) => (Some(self.qp_index(p)?), None),
+            Peer::Remote { lid, qpn } => (None, Some((lid, qpn))),
+        };
+        if self.qps[q].status != QpStatus::Init {
+            return Err(SimError::AlreadyConnected(qpn));
+        }
+        if let Some(p) = local {
+            let theirs = &self.qps[p];
+            if theirs.remote.is_some() || theirs.peer.is_some_and(|x| x != q) {
+                return Err(SimError::PeerTaken {
+                    qpn,
+                    peer: theirs.qpn,
+                });
+            }
+        }
+        let qp = &mut self.qps[q];
+        qp.peer = local;
+        qp.remote = remote;
+        qp.status = QpStatus::Rts;
+        Ok(())
+    }
+
+    pub(crate) fn set_user_index(&mut self, qpn: u32, uidx: u32) -> Result<(), SimError> {
+        self.qp_mut(qpn)?.uidx = uidx;
+        Ok(())
+    }
+
+    /// Forgets QP `qpn`: the device never touches its memory again. Local peers pointing at it
+    /// see a QP in the error state.
+    pub(crate) fn destroy_qp(&mut self, qpn: u32) -> Result<(), SimError> {
+        let q = self.qp_index(qpn)?;
+        let qp = &mut self.qps[q];
+        qp.dead = true;
+        qp.status = QpStatus::Error;
+        qp.pending = None;
+        qp.peer = None;
+        // Its table entry may be reused by a new QP: local peers pointing at it now point
+        // nowhere (their requests fail with "transport retry exceeded", as on a wire whose
+        // far end has gone).
+        for other in &mut self.qps {
+            if other.peer == Some(q) {
+                other.peer = None;
+            }
+        }
+        Ok(())
+    }
+
+    /// Forgets CQ `cqn`; refused while a live QP uses it.
+    pub(crate) fn destroy_cq(&mut self, cqn: u32) -> Result<(), SimError> {
+        let c = self.cq_index(cqn)?;
+        if self
+            .qps
+            .iter()
+            .any(|q| !q.dead && (q.send_cq == c || q.recv_cq == c))
+        {
+            return Err(SimError::InvalidConfig("CQ in use by a QP"));
+        }
+        self.cqs[c].dead = true;
+        Ok(())
+    }
+
+    /// Send basic blocks published beyond QP `q`'s consumer counter.
+    pub(super) fn sq_doorbell(&self, q: usize) -> u32 {
+        let qp = &self.qps[q];
+        // SAFETY: the doorbell record is valid for the engine's life (creation contract).
+        let pi = unsafe { load_be32_acquire(qp.mem.dbrec.add(SND_DBR)) } as u16;
+        u32::from(pi.wrapping_sub(qp.sq_ci as u16))
+    }
+
+    /// Receives published beyond QP `q`'s consumer counter.
+    pub(super) fn rq_doorbell(&self, q: usize) -> u32 {
+        let qp = &self.qps[q];
+        // SAFETY: as above.
+        let head = unsafe { load_be32_acquire(qp.mem.dbrec.add(RCV_DBR)) } as u16;
+        u32::from(head.wrapping_sub(qp.rq_ci as u16))
+    }
+
+    /// In the error state, flushes every published receive.
+    pub(super) fn service_rq(&mut self, q: usize) -> usize {
+        let Some(rq) = self.qps[q].mem.rq else {
+            return 0;
+        };
+        if self.qps[q].status != QpStatus::Error {
+            return 0;
+        }
+        let avail = self.rq_doorbell(q);
+        if avail > rq.cnt {
+            return 0;
+        }
+        for _ in 0..avail {
+            let qp = &mut self.qps[q];
+            let cqe = cq::err(
+                qp.uidx,
+                qp.qpn,
+                op::RESP_ERR,
+                0,
+                qp.rq_ci as u16,
+                FLUSH,
+                vendor::FLUSH,
+            );
+            qp.rq_ci = qp.rq_ci.wrapping_add(1);
+            let cqn = qp.recv_cq;
+            self.push_cqe(cqn, cqe);
+            self.stats.flushed += 1;
+        }
+        avail as usize
+    }
+}

@@ -1,0 +1,475 @@
+//! The responder: what a QP does with a request from its peer.
+//!
+//! Contract: a request reaches a QP only from the peer its own connection names
+//! ([`Engine::admit_local`], and [`Engine::serve`] for a request from another process);
+//! anyone else's is refused with "transport retry exceeded", as a responder that drops the
+//! packets leaves its requester. [`Engine::respond`] then does the whole of the responder's
+//! side and answers once: `Ok(`[`Ack`]`)` for a request carried out, `Err(`[`Nak`]`)` for one
+//! that was not. All of a request's checks — the QP's state, the message length, the remote
+//! key, bounds and right, the receive it consumes and that receive's entries — come before
+//! any byte moves, so a refused request places nothing. A refusal that IB counts as a class C
+//! error (a bad remote key or span, a misaligned atomic, a receive too short or naming memory
+//! it may not write) moves the responder to the error state, and one that concerns a receive
+//! also completes that receive with an error CQE. An RNR NAK (no receive posted) changes
+//! nothing at the responder.
+
+use zverbs_core::sync::atomic::{AtomicU64, Ordering};
+use zverbs_mlx5dv::prm::{fm_ce_se, opcode};
+
+use super::copy::{Span, Spans, copy_spans};
+use super::{
+    Engine, Fault, LOC_LEN, LOC_PROT, LOC_QP_OP, MAX_MSG, REM_ACCESS, REM_INV_REQ, REM_OP,
+    RETRY_EXC, mr_vendor,
+};
+use crate::config::{Access, Mr, QpStatus};
+use crate::cq::{self, op};
+use crate::vendor;
+use crate::wire::{Message, Request, Response, Status};
+use crate::wqe::{DataEntry, MAX_SEGS, Wqe};
+
+/// What a requester asks of a responder, apart from the payload bytes.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Ask {
+    pub(super) opcode: u8,
+    pub(super) solicited: bool,
+    pub(super) raddr: u64,
+    pub(super) rkey: u32,
+    pub(super) imm: [u8; 4],
+    pub(super) len: u64,
+    pub(super) swap_add: u64,
+    pub(super) compare: u64,
+}
+
+impl Ask {
+    /// The request WQE `w` makes, for a message of `len` bytes.
+    pub(super) fn of(w: &Wqe, len: u64) -> Self {
+        Self {
+            opcode: w.opcode,
+            solicited: w.fm_ce_se & fm_ce_se::SOLICITED != 0,
+            raddr: w.raddr,
+            rkey: w.rkey,
+            imm: w.imm,
+            len,
+            swap_add: w.swap_add,
+            compare: w.compare,
+        }
+    }
+
+    /// The request a message from another process makes.
+    fn of_request(r: &Request) -> Self {
+        Self {
+            opcode: r.opcode,
+            solicited: r.solicited,
+            raddr: r.raddr,
+            rkey: r.rkey,
+            imm: r.imm,
+            len: r.len,
+            swap_add: r.swap_add,
+            compare: r.compare,
+        }
+    }
+}
+
+/// A request the responder carried out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Ack {
+    /// WRITE, SEND: the data is placed.
+    Done,
+    /// READ: the checked span of the responder's memory to read.
+    Read(Span),
+    /// Atomic: the original 8 bytes as they were in memory.
+    Atomic(u64),
+}
+
+/// A request the responder did not carry out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Nak {
+    /// No receive posted (an RNR NAK): the requester may send the request again.
+    Rnr,
+    /// Refused: the requester's WQE completes with this error.
+    Error(Fault),
+}
+
+impl From<Fault> for Nak {
+    fn from(f: Fault) -> Self {
+        Nak::Error(f)
+    }
+}
+
+impl Nak {
+    /// How a response to another process says so.
+    fn status(self) -> Status {
+        match self {
+            Nak::Rnr => Status::Rnr,
+            Nak::Error(f) => Status::Nak(f.syndrome, f.vendor),
+        }
+    }
+
+    /// What a response from another process that is not an ACK says.
+    pub(super) fn of_status(s: Status) -> Option<Self> {
+        match s {
+            Status::Ack => None,
+            Status::Rnr => Some(Nak::Rnr),
+            Status::Nak(syndrome, vendor) => Some(Nak::Error(Fault::new(syndrome, vendor))),
+        }
+    }
+}
+
+/// Converts an atomic operand to or from its order in memory.
+type ByteOrder = fn(u64) -> u64;
+
+impl Engine {
+    /// Whether QP `p` serves a request from QP `q` of this device: it must be connected,
+    /// name `q` as its peer and be ready to send.
+    pub(super) fn admit_local(&mut self, p: usize, q: usize) -> Result<(), Fault> {
+        let responder = &self.qps[p];
+        if responder.status == QpStatus::Init {
+            return Err(Fault::new(RETRY_EXC, vendor::PEER_DOWN));
+        }
+        if responder.peer != Some(q) {
+            // The responder's connection names another QP: it drops the request.
+            self.stats.not_peer += 1;
+            return Err(Fault::new(RETRY_EXC, vendor::NOT_PEER));
+        }
+        if responder.status != QpStatus::Rts {
+            return Err(Fault::new(RETRY_EXC, vendor::PEER_DOWN));
+        }
+        Ok(())
+    }
+
+    /// Which QP serves the request `r` from another process: its destination, if that QP's
+    /// connection names the request's source and the request is whole.
+    fn admit_remote(&mut self, r: &Request, writes: bool) -> Result<usize, Fault> {
+        let p = self
+            .qp_index(r.dst_qpn)
+            .map_err(|_| Fault::new(RETRY_EXC, vendor::PEER_DOWN))?;
+        if self.qps[p].status == QpStatus::Init {
+            return Err(Fault::new(RETRY_EXC, vendor::PEER_DOWN));
+        }
+        if self.qps[p].remote != Some((r.src_lid, r.src_qpn)) {
+            // Not the responder's peer (another QP, at another LID, or a guessed QPN): the
+            // request never reaches the QP. Hardware drops it and the requester's retries run
+            // out; the answer says so at once.
+            self.stats.not_peer += 1;
+            return Err(Fault::new(RETRY_EXC, vendor::NOT_PEER));
+        }
+        if writes && r.payload.len() as u64 != r.len {
+            return Err(Fault::new(REM_INV_REQ, vendor::LAYOUT));
+        }
+        Ok(p)
+    }
+
+    /// The responder's work for `ask` at QP `p`: checks, data placement, the receive it
+    /// consumes and its CQE.
+    ///
+    /// # Safety
+    ///
+    /// `src` (the payload of a WRITE or SEND, covering `ask.len` bytes) is valid for reads.
+    pub(super) unsafe fn respond(&mut self, p: usize, ask: &Ask, src: &[Span]) -> Result<Ack, Nak> {
+        if self.qps[p].status != QpStatus::Rts {
+            return Err(Fault::new(RETRY_EXC, vendor::PEER_DOWN).into());
+        }
+        if ask.len > MAX_MSG {
+            // Only a request from another process can claim this (a local requester checks
+            // its own length); its READ would be answered with more than a message can hold.
+            self.peer_to_error(p);
+            return Err(Fault::new(REM_INV_REQ, vendor::MSG_TOO_LONG).into());
+        }
+        match ask.opcode {
+            // SAFETY: (caller) the payload is valid for reads.
+            opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM => unsafe { self.write(p, ask, src) },
+            // SAFETY: as above.
+            opcode::SEND | opcode::SEND_IMM => unsafe { self.send(p, ask, src) },
+            opcode::RDMA_READ => self.read(p, ask),
+            opcode::ATOMIC_CS | opcode::ATOMIC_FA => self.atomic(p, ask),
+            _ => Err(Fault::new(LOC_QP_OP, vendor::OPCODE).into()),
+        }
+    }
+
+    /// RDMA WRITE, with or without immediate (which consumes a receive).
+    ///
+    /// # Safety
+    ///
+    /// As [`Engine::respond`].
+    unsafe fn write(&mut self, p: usize, ask: &Ask, src: &[Span]) -> Result<Ack, Nak> {
+        let len = ask.len;
+        // A zero-length RDMA WRITE needs no valid remote key (IBA C9-88).
+        let dst = if len > 0 {
+            let mr = self.remote_check(p, ask, len, Access::REMOTE_WRITE)?;
+            Span::of(&mr, ask.raddr, len)
+        } else {
+            Span::own(ask.raddr, 0)
+        };
+        let recv = if ask.opcode == opcode::RDMA_WRITE_IMM {
+            Some(self.next_recv(p)?)
+        } else {
+            None
+        };
+        // SAFETY: the source spans are valid (caller), the destination was checked against
+        // the responder's region with remote write.
+        unsafe { copy_spans(src, &[dst], len) };
+        self.stats.bytes += len;
+        if let Some(ci) = recv {
+            self.complete_recv(p, ci, op::RESP_WR_IMM, ask, ask.imm);
+        }
+        Ok(Ack::Done)
+    }
+
+    /// SEND, with or without immediate: scattered over the next receive.
+    ///
+    /// # Safety
+    ///
+    /// As [`Engine::respond`].
+    unsafe fn send(&mut self, p: usize, ask: &Ask, src: &[Span]) -> Result<Ack, Nak> {
+        let len = ask.len;
+        let ci = self.next_recv(p)?;
+        let dst = self.recv_spans(p, ci, len)?;
+        // SAFETY: the source spans are valid (caller), the destination spans were checked
+        // against the responder's regions with local write.
+        unsafe { copy_spans(src, dst.as_slice(), len) };
+        self.stats.bytes += len;
+        let (resp_op, imm) = if ask.opcode == opcode::SEND_IMM {
+            (op::RESP_SEND_IMM, ask.imm)
+        } else {
+            (op::RESP_SEND, [0; 4])
+        };
+        self.complete_recv(p, ci, resp_op, ask, imm);
+        Ok(Ack::Done)
+    }
+
+    /// RDMA READ: the span to read, checked (the requester copies it).
+    fn read(&mut self, p: usize, ask: &Ask) -> Result<Ack, Nak> {
+        if ask.len == 0 {
+            // As a zero-length WRITE, it needs no valid remote key.
+            return Ok(Ack::Read(Span::own(ask.raddr, 0)));
+        }
+        let mr = self.remote_check(p, ask, ask.len, Access::REMOTE_READ)?;
+        Ok(Ack::Read(Span::of(&mr, ask.raddr, ask.len)))
+    }
+
+    /// Compare-and-swap or fetch-and-add on 8 aligned bytes.
+    fn atomic(&mut self, p: usize, ask: &Ask) -> Result<Ack, Nak> {
+        if !ask.raddr.is_multiple_of(8) {
+            self.peer_to_error(p);
+            return Err(Fault::new(REM_INV_REQ, vendor::ATOMIC_ALIGN).into());
+        }
+        self.remote_check(p, ask, 8, Access::REMOTE_ATOMIC)?;
+        // SAFETY: the 8 aligned bytes lie in the responder's region with remote atomic
+        // access; `AtomicU64` has the layout of `u64`. The value in memory is big-endian (a
+        // ConnectX in its big-endian requester mode), or host-endian when the device was set
+        // so (the mode the Linux driver configures when the firmware offers it, and then
+        // advertises IBV_ATOMIC_HCA).
+        let target = unsafe {
+            AtomicU64::from_ptr(std::ptr::with_exposed_provenance_mut(ask.raddr as usize))
+        };
+        let (to_mem, from_mem): (ByteOrder, ByteOrder) = if self.atomic_host_endian {
+            (|v| v, |v| v)
+        } else {
+            (u64::to_be, u64::from_be)
+        };
+        let orig = if ask.opcode == opcode::ATOMIC_CS {
+            match target.compare_exchange(
+                to_mem(ask.compare),
+                to_mem(ask.swap_add),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(v) | Err(v) => v,
+            }
+        } else {
+            match target.fetch_update(Ordering::AcqRel, Ordering::Acquire, |raw| {
+                Some(to_mem(from_mem(raw).wrapping_add(ask.swap_add)))
+            }) {
+                Ok(v) | Err(v) => v,
+            }
+        };
+        Ok(Ack::Atomic(orig))
+    }
+
+    /// Checks the remote span of a WRITE, READ or atomic; on failure the responder enters the
+    /// error state (class C).
+    fn remote_check(&mut self, p: usize, ask: &Ask, len: u64, need: Access) -> Result<Mr, Fault> {
+        self.mrs
+            .check_remote(ask.rkey, ask.raddr, len, need)
+            .map_err(|f| {
+                let v = mr_vendor(
+                    f,
+                    vendor::RKEY,
+                    vendor::REMOTE_BOUNDS,
+                    vendor::REMOTE_ACCESS,
+                );
+                Fault::new(REM_ACCESS, v)
+            })
+            .inspect_err(|_| self.peer_to_error(p))
+    }
+
+    /// The receive counter of the receive the next inbound message at `p` consumes. None
+    /// posted (or the next one dropped by injection) is an RNR NAK; a doorbell record that
+    /// claims more than a ring completes the receive with an error, and the QP enters the
+    /// error state.
+    fn next_recv(&mut self, p: usize) -> Result<u32, Nak> {
+        let Some(rq) = self.qps[p].mem.rq else {
+            return Err(Nak::Rnr);
+        };
+        if core::mem::take(&mut self.qps[p].drop_next_recv) {
+            return Err(Nak::Rnr);
+        }
+        let avail = self.rq_doorbell(p);
+        if avail == 0 {
+            return Err(Nak::Rnr);
+        }
+        if avail > rq.cnt {
+            self.stats.bad_doorbells += 1;
+            self.recv_fail(p, LOC_QP_OP, vendor::DOORBELL);
+            return Err(Fault::new(REM_OP, vendor::REMOTE_RECV).into());
+        }
+        Ok(self.qps[p].rq_ci)
+    }
+
+    /// The spans of receive `ci` at `p` that a message of `len` bytes fills, checked. On a
+    /// failure the receive completes with an error at the responder, which enters the error
+    /// state, and the requester's failure is returned.
+    fn recv_spans(&mut self, p: usize, ci: u32, len: u64) -> Result<Spans, Nak> {
+        let Some(rq) = self.qps[p].mem.rq else {
+            return Err(Nak::Rnr);
+        };
+        let mut entries = [DataEntry::default(); MAX_SEGS];
+        let n = rq.entries(ci, &mut entries);
+        let capacity: u64 = entries[..n].iter().map(|e| e.len).sum();
+        if capacity < len {
+            // The responder reports a local length error on the receive; the requester sees
+            // the NAK as "remote invalid request" (as on mlx5 and rxe).
+            self.recv_fail(p, LOC_LEN, vendor::RECV_TOO_SHORT);
+            return Err(Fault::new(REM_INV_REQ, vendor::RECV_TOO_SHORT).into());
+        }
+        let mut spans = Spans::new();
+        let mut left = len;
+        for e in &entries[..n] {
+            if left == 0 {
+                break;
+            }
+            let used = e.len.min(left);
+            let mr = match self
+                .mrs
+                .check_local(e.lkey, e.addr, used, Access::LOCAL_WRITE)
+            {
+                Ok(mr) => mr,
+                Err(f) => {
+                    let v = mr_vendor(
+                        f,
+                        vendor::RECV_LKEY,
+                        vendor::RECV_BOUNDS,
+                        vendor::RECV_ACCESS,
+                    );
+                    self.recv_fail(p, LOC_PROT, v);
+                    return Err(Fault::new(REM_OP, vendor::REMOTE_RECV).into());
+                }
+            };
+            spans.push(Span::of(&mr, e.addr, used));
+            left -= used;
+        }
+        Ok(spans)
+    }
+
+    /// Completes receive `ci` at `p`, consumed by the message `ask`, with a `resp_op` CQE.
+    fn complete_recv(&mut self, p: usize, ci: u32, resp_op: u8, ask: &Ask, imm: [u8; 4]) {
+        let peer = &mut self.qps[p];
+        peer.rq_ci = ci.wrapping_add(1);
+        let cqe = cq::resp(
+            peer.uidx,
+            peer.qpn,
+            resp_op,
+            ci as u16,
+            ask.len as u32,
+            imm,
+            ask.solicited,
+        );
+        let cqn = peer.recv_cq;
+        self.push_cqe(cqn, cqe);
+        self.stats.recvs += 1;
+    }
+
+    /// Moves QP `p` to the error state (a responder-detected error of class C).
+    fn peer_to_error(&mut self, p: usize) {
+        self.qps[p].status = QpStatus::Error;
+    }
+
+    /// Completes the receive at `p`'s receive counter with an error; the QP enters the error
+    /// state.
+    fn recv_fail(&mut self, p: usize, syndrome: u8, vendor: u8) {
+        let qp = &mut self.qps[p];
+        let cqe = cq::err(
+            qp.uidx,
+            qp.qpn,
+            op::RESP_ERR,
+            0,
+            qp.rq_ci as u16,
+            syndrome,
+            vendor,
+        );
+        qp.rq_ci = qp.rq_ci.wrapping_add(1);
+        qp.status = QpStatus::Error;
+        let cqn = qp.recv_cq;
+        self.push_cqe(cqn, cqe);
+    }
+
+    /// The responder's side of a request from another process; the answer goes back through
+    /// the wire.
+    pub(super) fn serve(&mut self, r: &Request) {
+        let writes = matches!(
+            r.opcode,
+            opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM | opcode::SEND | opcode::SEND_IMM
+        );
+        let answer = match self.admit_remote(r, writes) {
+            Err(f) => Err(Nak::Error(f)),
+            Ok(p) => {
+                let src = [Span::own(r.payload.as_ptr() as u64, r.payload.len() as u64)];
+                // SAFETY: the payload is the message's own bytes.
+                unsafe { self.respond(p, &Ask::of_request(r), if writes { &src } else { &[] }) }
+            }
+        };
+        let (status, data) = match answer {
+            Ok(Ack::Done) => (Status::Ack, Vec::new()),
+            Ok(Ack::Read(span)) => {
+                let mut v = std::vec![0u8; span.len as usize];
+                let dst = [Span::own(v.as_mut_ptr() as u64, span.len)];
+                // SAFETY: `respond` checked the span for remote read; the destination is the
+                // new buffer.
+                unsafe { copy_spans(&[span], &dst, span.len) };
+                self.stats.bytes += span.len;
+                (Status::Ack, v)
+            }
+            Ok(Ack::Atomic(orig)) => (Status::Ack, orig.to_ne_bytes().to_vec()),
+            Err(nak) => (nak.status(), Vec::new()),
+        };
+        if let Some((wire, my_lid)) = &self.wire {
+            let resp = Response {
+                src_lid: *my_lid,
+                src_qpn: r.dst_qpn,
+                dst_qpn: r.src_qpn,
+                seq: r.seq,
+                status,
+                data,
+            };
+            wire.send(r.src_lid, Message::Response(resp).encode());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A NAK sent back to another process is read there as the same NAK; an ACK is none.
+    #[test]
+    fn naks_cross_the_wire_unchanged() {
+        for nak in [
+            Nak::Rnr,
+            Nak::Error(Fault::new(REM_ACCESS, vendor::RKEY)),
+            Nak::Error(Fault::new(RETRY_EXC, vendor::NOT_PEER)),
+        ] {
+            assert_eq!(Nak::of_status(nak.status()), Some(nak));
+        }
+        assert_eq!(Nak::of_status(Status::Ack), None);
+    }
+}
