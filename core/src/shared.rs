@@ -862,4 +862,23 @@ mod tests {
             });
         }
     }
+
+    #[test]
+    fn errors_and_views_describe_themselves() {
+        use std::format;
+        assert_eq!(
+            format!("{}", AccessError::OutOfBounds),
+            "range outside the memory"
+        );
+        assert_eq!(
+            format!("{}", AccessError::Misaligned),
+            "u64 access at an address that is not a multiple of 8"
+        );
+        let mut b = Backing::new(16);
+        let shown = format!("{:?}", b.view(0, 12));
+        assert!(
+            shown.starts_with("SharedMem { ptr: ") && shown.ends_with(", len: 12 }"),
+            "{shown}"
+        );
+    }
 }

@@ -348,6 +348,9 @@ fn command(c: &Crate, o: &Options) -> Command {
 
 /// Runs cargo-mutants on `c`, and reads the outcomes.
 fn run_crate(c: &Crate, o: &Options) -> Result<Outcomes> {
+    // cargo-mutants creates `mutants.out` in the directory, not the directory itself.
+    let dir = out_dir(c);
+    std::fs::create_dir_all(&dir).map_err(|e| anyhow!("cannot create {}: {e}", dir.display()))?;
     let mut cmd = command(c, o);
     util::run_lines(&mut cmd, |_| true).and_then(|status| {
         // 0: every mutant caught; 2: some missed; 3: some timed out (cargo-mutants' codes).
