@@ -19,7 +19,10 @@
 //! (each with its reason there) are not generated, so they are in no count.
 //!
 //! It is not a CI stage: a full run builds and tests every mutant, about an hour per crate on
-//! two cores (see `docs/testing.md`). `--file` and `--re` run a part of it.
+//! two cores (see `docs/testing.md`). `--file` and `--re` run a part of it. `--iterate` runs
+//! only the mutants the last run did not catch (cargo-mutants' `--iterate`), and counts the
+//! ones it caught before: a run stopped part way goes on from where it was, and after a test
+//! is added only the survivors are run again.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -253,6 +256,7 @@ struct Options {
     files: Vec<String>,
     res: Vec<String>,
     loom: bool,
+    iterate: bool,
 }
 
 fn parse(mut p: Parser) -> Result<Options> {
@@ -263,6 +267,7 @@ fn parse(mut p: Parser) -> Result<Options> {
         files: Vec::new(),
         res: Vec::new(),
         loom: true,
+        iterate: false,
     };
     while let Some(arg) = p.next()? {
         match arg {
@@ -283,10 +288,11 @@ fn parse(mut p: Parser) -> Result<Options> {
             Arg::Long("file") => o.files.push(cli::string(p.value()?)?),
             Arg::Long("re") => o.res.push(cli::string(p.value()?)?),
             Arg::Long("no-loom") => o.loom = false,
+            Arg::Long("iterate") => o.iterate = true,
             arg => {
                 return Err(usage!(
                     "{} for `mutants`; try --crate core|mlx5dv, -j N, --timeout SECS, \
-                     --file GLOB, --re REGEX, --no-loom",
+                     --file GLOB, --re REGEX, --no-loom, --iterate",
                     arg.unexpected()
                 ));
             }
@@ -330,13 +336,21 @@ fn out_dir(c: &Crate) -> PathBuf {
     util::target_dir().join("mutants").join(c.name)
 }
 
-/// The cargo-mutants command for crate `c`.
-fn command(c: &Crate, o: &Options) -> Command {
+/// The cargo-mutants command for crate `c`, running the tests of `tests`; with `iterate`, on
+/// the mutants its last run did not catch.
+fn command(c: &Crate, o: &Options, tests: &[&str], iterate: bool) -> Command {
     let mut cmd = util::cargo(["mutants", "--package", c.package]);
-    cmd.arg("--test-package").arg(c.tests.join(","));
+    cmd.arg("--test-package").arg(tests.join(","));
     cmd.arg("--jobs").arg(o.jobs.to_string());
     cmd.arg("--timeout").arg(o.timeout.to_string());
     cmd.arg("--output").arg(out_dir(c));
+    // No debug info: a mutant's build only has to give the tests' verdict, and without it the
+    // many test binaries link in about half the time.
+    cmd.env("CARGO_PROFILE_DEV_DEBUG", "0");
+    cmd.env("CARGO_PROFILE_TEST_DEBUG", "0");
+    if iterate {
+        cmd.arg("--iterate");
+    }
     for f in &o.files {
         cmd.arg("--file").arg(f);
     }
@@ -346,12 +360,57 @@ fn command(c: &Crate, o: &Options) -> Command {
     cmd
 }
 
-/// Runs cargo-mutants on `c`, and reads the outcomes.
-fn run_crate(c: &Crate, o: &Options) -> Result<Outcomes> {
-    // cargo-mutants creates `mutants.out` in the directory, not the directory itself.
-    let dir = out_dir(c);
-    std::fs::create_dir_all(&dir).map_err(|e| anyhow!("cannot create {}: {e}", dir.display()))?;
-    let mut cmd = command(c, o);
+/// Every mutant cargo-mutants generates for `c` now (`--list`), whatever the filters.
+fn current_mutants(c: &Crate) -> Result<BTreeSet<String>> {
+    let out = util::cargo(["mutants", "--list", "--package", c.package])
+        .output()
+        .map_err(|e| anyhow!("cargo mutants --list: {e}"))?;
+    if !out.status.success() {
+        bail!("cargo mutants --list --package {} failed", c.package);
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect())
+}
+
+/// The outcomes of an `--iterate` run (`new`), which skipped the mutants `prev` caught or found
+/// unviable, together with those: the ones still generated (`current`) that `prev` caught
+/// count as caught, and so on. cargo-mutants itself lists them, caught and unviable mixed, in
+/// `previously_caught.txt`.
+pub fn merge(prev: &Outcomes, new: Outcomes, current: &BTreeSet<String>) -> Outcomes {
+    let join = |old: &[String], mut now: Vec<String>| {
+        let seen: BTreeSet<String> = now.iter().cloned().collect();
+        now.extend(
+            old.iter()
+                .filter(|m| current.contains(*m) && !seen.contains(*m))
+                .cloned(),
+        );
+        now
+    };
+    Outcomes {
+        caught: join(&prev.caught, new.caught),
+        unviable: join(&prev.unviable, new.unviable),
+        ..new
+    }
+}
+
+/// Writes the caught and unviable mutants of `o` back to `dir` (after [`merge`]), so that the
+/// next `--iterate` run skips them and counts them.
+fn write_back(o: &Outcomes, dir: &Path) -> Result {
+    for (file, list) in [("caught.txt", &o.caught), ("unviable.txt", &o.unviable)] {
+        let mut text = list.join("\n");
+        if !text.is_empty() {
+            text.push('\n');
+        }
+        let path = dir.join(file);
+        std::fs::write(&path, text).map_err(|e| anyhow!("cannot write {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Runs `cmd` (cargo-mutants) and reads the outcomes it wrote to `results`.
+fn run_pass(mut cmd: Command, results: &Path) -> Result<Outcomes> {
     util::run_lines(&mut cmd, |_| true).and_then(|status| {
         // 0: every mutant caught; 2: some missed; 3: some timed out (cargo-mutants' codes).
         match status.code() {
@@ -359,7 +418,44 @@ fn run_crate(c: &Crate, o: &Options) -> Result<Outcomes> {
             _ => bail!("`{}` failed ({status})", util::show(&cmd)),
         }
     })?;
-    Outcomes::read(&out_dir(c).join("mutants.out"))
+    Outcomes::read(results)
+}
+
+/// Runs cargo-mutants on `c` in two passes, and returns the outcomes. The first runs the tests
+/// of `c` alone, which build in a fraction of the time of all of them and catch most mutants;
+/// the second runs every test package of `c` on the mutants the first did not catch. A mutant
+/// caught by some of the tests is caught by all of them, so the two passes give the outcomes
+/// of one run with every test package. With `--iterate` the first pass too skips what the runs
+/// before caught, and those count.
+fn run_crate(c: &Crate, o: &Options) -> Result<Outcomes> {
+    // cargo-mutants creates `mutants.out` in the directory, not the directory itself.
+    let dir = out_dir(c);
+    std::fs::create_dir_all(&dir).map_err(|e| anyhow!("cannot create {}: {e}", dir.display()))?;
+    let results = dir.join("mutants.out");
+    let current = current_mutants(c)?;
+    let prev = if o.iterate {
+        Outcomes::read(&results).ok()
+    } else {
+        None
+    };
+    println!("-- pass 1: the tests of {} alone", c.package);
+    let mut first = run_pass(command(c, o, &[c.package], o.iterate), &results)?;
+    if let Some(prev) = prev {
+        first = merge(&prev, first, &current);
+    }
+    write_back(&first, &results)?;
+    if c.tests.len() == 1 || first.missed.is_empty() && first.timeouts.is_empty() {
+        return Ok(first);
+    }
+    println!(
+        "-- pass 2: the {} mutants not caught, with the tests of {}",
+        first.missed.len() + first.timeouts.len(),
+        c.tests.join(", ")
+    );
+    let second = run_pass(command(c, o, c.tests, true), &results)?;
+    let all = merge(&first, second, &current);
+    write_back(&all, &results)?;
+    Ok(all)
 }
 
 /// `cargo xtask mutants`.
@@ -583,6 +679,35 @@ mod tests {
     }
 
     #[test]
+    fn an_iteration_counts_what_the_runs_before_caught() {
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let prev = Outcomes {
+            caught: names(&["a:1:1: x", "gone:1:1: y"]),
+            missed: names(&["m:1:1: p", "m:2:2: q"]),
+            timeouts: names(&["t:1:1: r"]),
+            unviable: names(&["u:1:1: s"]),
+        };
+        // The iteration ran the missed and timed-out ones: it caught one, the test that
+        // caught it having been added; one mutant ("gone") is no longer generated.
+        let new = Outcomes {
+            caught: names(&["m:1:1: p"]),
+            missed: names(&["m:2:2: q"]),
+            timeouts: Vec::new(),
+            unviable: names(&["t:1:1: r"]),
+        };
+        let current: BTreeSet<String> =
+            ["a:1:1: x", "m:1:1: p", "m:2:2: q", "t:1:1: r", "u:1:1: s"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+        let all = merge(&prev, new, &current);
+        assert_eq!(all.caught, ["m:1:1: p", "a:1:1: x"]);
+        assert_eq!(all.missed, ["m:2:2: q"]);
+        assert!(all.timeouts.is_empty());
+        assert_eq!(all.unviable, ["t:1:1: r", "u:1:1: s"]);
+    }
+
+    #[test]
     fn options() {
         let o = parse(Parser::from_args([
             "--crate", "mlx5dv", "-j", "1", "--file", "x.rs",
@@ -590,14 +715,24 @@ mod tests {
         .unwrap();
         assert_eq!(o.crates.len(), 1);
         assert_eq!(o.crates[0].package, "zverbs-mlx5dv");
-        assert_eq!((o.jobs, o.timeout, o.loom), (1, 120, true));
-        let args: Vec<String> = command(o.crates[0], &o)
+        assert_eq!(
+            (o.jobs, o.timeout, o.loom, o.iterate),
+            (1, 120, true, false)
+        );
+        let args: Vec<String> = command(o.crates[0], &o, o.crates[0].tests, o.iterate)
             .get_args()
             .map(|a| a.to_string_lossy().into_owned())
             .collect();
         let at = args.iter().position(|a| a == "--test-package").unwrap();
         assert_eq!(args[at + 1], "zverbs-mlx5dv,zverbs-sim,zverbs-crosscheck");
         assert!(args.windows(2).any(|w| w == ["--file", "x.rs"]));
+        assert!(!args.iter().any(|a| a == "--iterate"));
+        let again = parse(Parser::from_args(["--iterate"])).unwrap();
+        assert!(
+            command(again.crates[0], &again, &["zverbs-mlx5dv"], again.iterate)
+                .get_args()
+                .any(|a| a == "--iterate")
+        );
         let all = parse(Parser::from_args(["--no-loom"])).unwrap();
         assert_eq!(all.crates.len(), 2);
         assert!(!all.loom);
