@@ -681,6 +681,14 @@ mod tests {
                 s.head < W && s.tail < W && s.body.is_multiple_of(W),
                 "{s:?}"
             );
+            // Byte-wise parts lie outside the memory's whole words: below the first, at or
+            // after the end of the last.
+            if s.pre > 0 {
+                assert!(a + s.pre <= v.lo, "{s:?}");
+            }
+            if s.post > 0 {
+                assert!(a + n - s.post >= v.hi, "{s:?}");
+            }
             // Whole-word parts lie inside the memory's whole words.
             let first = a + s.pre;
             if s.head + s.body + s.tail > 0 {
@@ -861,6 +869,22 @@ mod tests {
                 assert_eq!(got[..], msg[..73]);
             });
         }
+    }
+
+    #[test]
+    fn a_view_gives_its_address_and_length() {
+        let mut b = Backing::new(16);
+        let base = b.base().as_ptr();
+        let v = b.view(3, 9);
+        assert_eq!(
+            (v.as_ptr(), v.len(), v.is_empty()),
+            (base.wrapping_add(3), 9, false)
+        );
+        let v = b.view(16, 0);
+        assert_eq!(
+            (v.as_ptr(), v.len(), v.is_empty()),
+            (base.wrapping_add(16), 0, true)
+        );
     }
 
     #[test]

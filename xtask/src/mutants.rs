@@ -20,9 +20,9 @@
 //!
 //! It is not a CI stage: a full run builds and tests every mutant, about an hour per crate on
 //! two cores (see `docs/testing.md`). `--file` and `--re` run a part of it. `--iterate` runs
-//! only the mutants the last run did not catch (cargo-mutants' `--iterate`), and counts the
-//! ones it caught before: a run stopped part way goes on from where it was, and after a test
-//! is added only the survivors are run again.
+//! only the mutants the last run missed (cargo-mutants' `--iterate`), and counts the outcomes
+//! of the others as they were: a run stopped part way goes on from where it was, and after a
+//! test is added only the survivors are run again.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -374,29 +374,45 @@ fn current_mutants(c: &Crate) -> Result<BTreeSet<String>> {
         .collect())
 }
 
-/// The outcomes of an `--iterate` run (`new`), which skipped the mutants `prev` caught or found
-/// unviable, together with those: the ones still generated (`current`) that `prev` caught
-/// count as caught, and so on. cargo-mutants itself lists them, caught and unviable mixed, in
-/// `previously_caught.txt`.
+/// The outcomes of an `--iterate` run (`new`) together with those of the runs before
+/// (`prev`): `new` decides for the mutants it ran, `prev` for the others that are still
+/// generated (`current`): those caught or unviable before (which `--iterate` skips), those that
+/// timed out (which [`skip_timeouts`] makes it skip), and those a `--file` or `--re` filter
+/// left out.
 pub fn merge(prev: &Outcomes, new: Outcomes, current: &BTreeSet<String>) -> Outcomes {
+    let ran: BTreeSet<String> = [&new.caught, &new.missed, &new.timeouts, &new.unviable]
+        .into_iter()
+        .flatten()
+        .cloned()
+        .collect();
     let join = |old: &[String], mut now: Vec<String>| {
-        let seen: BTreeSet<String> = now.iter().cloned().collect();
         now.extend(
             old.iter()
-                .filter(|m| current.contains(*m) && !seen.contains(*m))
+                .filter(|m| current.contains(*m) && !ran.contains(*m))
                 .cloned(),
         );
         now
     };
     Outcomes {
         caught: join(&prev.caught, new.caught),
+        missed: join(&prev.missed, new.missed),
+        timeouts: join(&prev.timeouts, new.timeouts),
         unviable: join(&prev.unviable, new.unviable),
-        ..new
     }
 }
 
+/// Makes the next `--iterate` run of cargo-mutants skip the mutants that timed out in `o`, as
+/// it skips the caught ones (it reads `previously_caught.txt` too): each costs the whole time
+/// limit, and would only time out again. [`write_back`] removes the file.
+fn skip_timeouts(o: &Outcomes, dir: &Path) -> Result {
+    let path = dir.join("previously_caught.txt");
+    let text: String = o.timeouts.iter().map(|m| format!("{m}\n")).collect();
+    std::fs::write(&path, text).map_err(|e| anyhow!("cannot write {}: {e}", path.display()))
+}
+
 /// Writes the caught and unviable mutants of `o` back to `dir` (after [`merge`]), so that the
-/// next `--iterate` run skips them and counts them.
+/// next `--iterate` run skips them and counts them, and removes `previously_caught.txt`
+/// (cargo-mutants' list of what it skipped, caught and unviable mixed).
 fn write_back(o: &Outcomes, dir: &Path) -> Result {
     for (file, list) in [("caught.txt", &o.caught), ("unviable.txt", &o.unviable)] {
         let mut text = list.join("\n");
@@ -405,6 +421,11 @@ fn write_back(o: &Outcomes, dir: &Path) -> Result {
         }
         let path = dir.join(file);
         std::fs::write(&path, text).map_err(|e| anyhow!("cannot write {}: {e}", path.display()))?;
+    }
+    let skipped = dir.join("previously_caught.txt");
+    if skipped.exists() {
+        std::fs::remove_file(&skipped)
+            .map_err(|e| anyhow!("cannot remove {}: {e}", skipped.display()))?;
     }
     Ok(())
 }
@@ -425,8 +446,9 @@ fn run_pass(mut cmd: Command, results: &Path) -> Result<Outcomes> {
 /// of `c` alone, which build in a fraction of the time of all of them and catch most mutants;
 /// the second runs every test package of `c` on the mutants the first did not catch. A mutant
 /// caught by some of the tests is caught by all of them, so the two passes give the outcomes
-/// of one run with every test package. With `--iterate` the first pass too skips what the runs
-/// before caught, and those count.
+/// of one run with every test package, but for the mutants that time out in the first pass:
+/// they are not run again (they would hang the same test) and stay timeouts. With `--iterate`
+/// the first pass too skips what the runs before caught or timed out on, and those count.
 fn run_crate(c: &Crate, o: &Options) -> Result<Outcomes> {
     // cargo-mutants creates `mutants.out` in the directory, not the directory itself.
     let dir = out_dir(c);
@@ -438,20 +460,24 @@ fn run_crate(c: &Crate, o: &Options) -> Result<Outcomes> {
     } else {
         None
     };
+    if let Some(prev) = &prev {
+        skip_timeouts(prev, &results)?;
+    }
     println!("-- pass 1: the tests of {} alone", c.package);
     let mut first = run_pass(command(c, o, &[c.package], o.iterate), &results)?;
     if let Some(prev) = prev {
         first = merge(&prev, first, &current);
     }
     write_back(&first, &results)?;
-    if c.tests.len() == 1 || first.missed.is_empty() && first.timeouts.is_empty() {
+    if c.tests.len() == 1 || first.missed.is_empty() {
         return Ok(first);
     }
     println!(
-        "-- pass 2: the {} mutants not caught, with the tests of {}",
-        first.missed.len() + first.timeouts.len(),
+        "-- pass 2: the {} mutants missed, with the tests of {}",
+        first.missed.len(),
         c.tests.join(", ")
     );
+    skip_timeouts(&first, &results)?;
     let second = run_pass(command(c, o, c.tests, true), &results)?;
     let all = merge(&first, second, &current);
     write_back(&all, &results)?;
@@ -705,6 +731,18 @@ mod tests {
         assert_eq!(all.missed, ["m:2:2: q"]);
         assert!(all.timeouts.is_empty());
         assert_eq!(all.unviable, ["t:1:1: r", "u:1:1: s"]);
+        // A run that left mutants out (a filter, or the timeouts skipped) keeps their outcomes.
+        let filtered = Outcomes {
+            caught: Vec::new(),
+            missed: names(&["m:2:2: q"]),
+            timeouts: Vec::new(),
+            unviable: Vec::new(),
+        };
+        let all = merge(&prev, filtered, &current);
+        assert_eq!(all.caught, ["a:1:1: x"]);
+        assert_eq!(all.missed, ["m:2:2: q", "m:1:1: p"]);
+        assert_eq!(all.timeouts, ["t:1:1: r"]);
+        assert_eq!(all.unviable, ["u:1:1: s"]);
     }
 
     #[test]
