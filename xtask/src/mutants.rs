@@ -40,6 +40,10 @@ pub const CARGO_MUTANTS_VERSION: &str = "27.1.0";
 /// The lowest score (caught / viable) a crate may have.
 pub const FLOOR: f64 = 0.90;
 
+/// The time limit of a mutant's tests, in seconds, when they are those of every test package
+/// of a crate (the software device's take about a minute on two busy cores).
+pub const FULL_TIMEOUT: u32 = 120;
+
 /// A crate whose mutants are tested, and the packages whose tests run on each of them.
 #[derive(Debug)]
 pub struct Crate {
@@ -252,7 +256,10 @@ impl Score {
 struct Options {
     crates: Vec<&'static Crate>,
     jobs: u32,
-    timeout: u32,
+    /// The time limit of a mutant's tests in seconds, when given; otherwise cargo-mutants' own
+    /// in the first pass (5 times the unmutated tests' time, at least 20 s) and
+    /// [`FULL_TIMEOUT`] in the second.
+    timeout: Option<u32>,
     files: Vec<String>,
     res: Vec<String>,
     loom: bool,
@@ -263,7 +270,7 @@ fn parse(mut p: Parser) -> Result<Options> {
     let mut o = Options {
         crates: Vec::new(),
         jobs: 2,
-        timeout: 120,
+        timeout: None,
         files: Vec::new(),
         res: Vec::new(),
         loom: true,
@@ -284,7 +291,7 @@ fn parse(mut p: Parser) -> Result<Options> {
                 }
             }
             Arg::Short('j') | Arg::Long("jobs") => o.jobs = cli::value(&mut p, "--jobs")?,
-            Arg::Long("timeout") => o.timeout = cli::value(&mut p, "--timeout")?,
+            Arg::Long("timeout") => o.timeout = Some(cli::value(&mut p, "--timeout")?),
             Arg::Long("file") => o.files.push(cli::string(p.value()?)?),
             Arg::Long("re") => o.res.push(cli::string(p.value()?)?),
             Arg::Long("no-loom") => o.loom = false,
@@ -298,7 +305,7 @@ fn parse(mut p: Parser) -> Result<Options> {
             }
         }
     }
-    if o.jobs == 0 || o.timeout == 0 {
+    if o.jobs == 0 || o.timeout == Some(0) {
         return Err(usage!("-j and --timeout take a number above 0"));
     }
     if o.crates.is_empty() {
@@ -342,7 +349,16 @@ fn command(c: &Crate, o: &Options, tests: &[&str], iterate: bool) -> Command {
     let mut cmd = util::cargo(["mutants", "--package", c.package]);
     cmd.arg("--test-package").arg(tests.join(","));
     cmd.arg("--jobs").arg(o.jobs.to_string());
-    cmd.arg("--timeout").arg(o.timeout.to_string());
+    // cargo-mutants times the unmutated tests of the mutated crate alone, so its own limit is
+    // too short for the tests of every package.
+    let timeout = match o.timeout {
+        Some(t) => Some(t),
+        None if tests.len() > 1 => Some(FULL_TIMEOUT),
+        None => None,
+    };
+    if let Some(t) = timeout {
+        cmd.arg("--timeout").arg(t.to_string());
+    }
     cmd.arg("--output").arg(out_dir(c));
     // No debug info: a mutant's build only has to give the tests' verdict, and without it the
     // many test binaries link in about half the time.
@@ -755,7 +771,7 @@ mod tests {
         assert_eq!(o.crates[0].package, "zverbs-mlx5dv");
         assert_eq!(
             (o.jobs, o.timeout, o.loom, o.iterate),
-            (1, 120, true, false)
+            (1, None, true, false)
         );
         let args: Vec<String> = command(o.crates[0], &o, o.crates[0].tests, o.iterate)
             .get_args()
@@ -765,6 +781,10 @@ mod tests {
         assert_eq!(args[at + 1], "zverbs-mlx5dv,zverbs-sim,zverbs-crosscheck");
         assert!(args.windows(2).any(|w| w == ["--file", "x.rs"]));
         assert!(!args.iter().any(|a| a == "--iterate"));
+        // The tests of every package get the long time limit; a crate's own, cargo-mutants'.
+        assert!(args.windows(2).any(|w| w == ["--timeout", "120"]));
+        let own = command(o.crates[0], &o, &["zverbs-mlx5dv"], false);
+        assert!(!own.get_args().any(|a| a == "--timeout"));
         let again = parse(Parser::from_args(["--iterate"])).unwrap();
         assert!(
             command(again.crates[0], &again, &["zverbs-mlx5dv"], again.iterate)
