@@ -857,11 +857,18 @@ mod tests {
         for r in 1..=rounds {
             let msg = pattern(74, r as u8);
             std::thread::scope(|s| {
-                s.spawn(|| {
+                let mut writer = Some(s.spawn(|| {
                     mem.write(0, &msg[..73]).unwrap();
                     mem.store_u8_release(73, r as u8).unwrap();
-                });
+                }));
                 while mem.load_u8_acquire(73).unwrap() != r as u8 {
+                    // Once the writer is joined its store happened before this load: a flag
+                    // still unseen then is a store or a load that does not work (and the test
+                    // fails rather than spin for ever).
+                    if writer.as_ref().is_some_and(|w| w.is_finished()) {
+                        writer.take().unwrap().join().unwrap();
+                        assert_eq!(mem.load_u8_acquire(73), Ok(r as u8), "round {r}");
+                    }
                     std::hint::spin_loop();
                 }
                 let mut got = [0; 73];

@@ -20,8 +20,8 @@
 //!
 //! It is not a CI stage: a full run builds and tests every mutant, about an hour per crate on
 //! two cores (see `docs/testing.md`). `--file` and `--re` run a part of it. `--iterate` runs
-//! only the mutants the last run missed (cargo-mutants' `--iterate`), and counts the outcomes
-//! of the others as they were: a run stopped part way goes on from where it was, and after a
+//! only the mutants the last run did not catch (cargo-mutants' `--iterate`), and counts the
+//! others as they were: a run stopped part way goes on from where it was, and after a
 //! test is added only the survivors are run again.
 
 use std::collections::BTreeSet;
@@ -393,8 +393,8 @@ fn current_mutants(c: &Crate) -> Result<BTreeSet<String>> {
 /// The outcomes of an `--iterate` run (`new`) together with those of the runs before
 /// (`prev`): `new` decides for the mutants it ran, `prev` for the others that are still
 /// generated (`current`): those caught or unviable before (which `--iterate` skips), those that
-/// timed out (which [`skip_timeouts`] makes it skip), and those a `--file` or `--re` filter
-/// left out.
+/// timed out in a first pass (which [`skip_timeouts`] makes the second skip), and those a
+/// `--file` or `--re` filter left out.
 pub fn merge(prev: &Outcomes, new: Outcomes, current: &BTreeSet<String>) -> Outcomes {
     let ran: BTreeSet<String> = [&new.caught, &new.missed, &new.timeouts, &new.unviable]
         .into_iter()
@@ -464,7 +464,7 @@ fn run_pass(mut cmd: Command, results: &Path) -> Result<Outcomes> {
 /// caught by some of the tests is caught by all of them, so the two passes give the outcomes
 /// of one run with every test package, but for the mutants that time out in the first pass:
 /// they are not run again (they would hang the same test) and stay timeouts. With `--iterate`
-/// the first pass too skips what the runs before caught or timed out on, and those count.
+/// the first pass skips what the runs before caught (or found unviable), and those count.
 fn run_crate(c: &Crate, o: &Options) -> Result<Outcomes> {
     // cargo-mutants creates `mutants.out` in the directory, not the directory itself.
     let dir = out_dir(c);
@@ -476,9 +476,6 @@ fn run_crate(c: &Crate, o: &Options) -> Result<Outcomes> {
     } else {
         None
     };
-    if let Some(prev) = &prev {
-        skip_timeouts(prev, &results)?;
-    }
     println!("-- pass 1: the tests of {} alone", c.package);
     let mut first = run_pass(command(c, o, &[c.package], o.iterate), &results)?;
     if let Some(prev) = prev {
