@@ -665,6 +665,11 @@ mod tests {
         let mut rig = Rig::new(8, 256, caps(1, 0));
         assert_eq!(rig.cq.poll(&mut wcs()), 0);
         assert_eq!(rig.mem.cq_dbrec(), 0, "nothing consumed, nothing published");
+        // Not even the same counter again: an empty poll stores nothing to the record (a
+        // value the poller never wrote stays).
+        rig.mem.set_cq_dbrec(0x00ab_cdef);
+        assert_eq!(rig.cq.poll(&mut wcs()), 0);
+        assert_eq!(rig.mem.cq_dbrec(), 0x00ab_cdef);
     }
 
     #[test]

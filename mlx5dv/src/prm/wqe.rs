@@ -414,5 +414,11 @@ mod tests {
             Err(super::super::Truncated)
         );
         assert!(DataSeg::new_checked(&[0u8; 16][..]).is_ok());
+        extern crate std;
+        use std::string::ToString;
+        assert_eq!(
+            super::super::Truncated.to_string(),
+            "buffer shorter than the layout"
+        );
     }
 }
