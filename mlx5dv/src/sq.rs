@@ -1391,6 +1391,43 @@ mod tests {
         assert_eq!((rig.mem.sq_bytes(), rig.sq.producer()), before);
     }
 
+    /// The room the poller hands back is all usable: a request that needs exactly the blocks
+    /// and the share of the CQ that came back fits.
+    #[test]
+    fn sends_fit_in_exactly_what_the_poller_returns() {
+        use crate::testutil::req_cqe;
+        use zverbs_core::{Completion, PollCq};
+        let mut rig = Rig::with_cq(
+            8,
+            256,
+            SqCaps {
+                max_signaled: 2,
+                ..caps(1, 0)
+            },
+            64,
+        );
+        assert_eq!(
+            (rig.sq.blocks(), rig.sq.pending(), rig.sq.has_blueflame()),
+            (8, 0, true)
+        );
+        let sgl = [Sge::new(0x1000, 8, 1)];
+        // The CQ share (two signaled sends) and the ring (eight one-block sends), both full.
+        post(&mut rig, &SendWr::send(0, &sgl).signaled()).unwrap();
+        post(&mut rig, &SendWr::send(1, &sgl).signaled()).unwrap();
+        for i in 2..8 {
+            post(&mut rig, &SendWr::send(i, &sgl)).unwrap();
+        }
+        assert_eq!(rig.sq.pending(), 8);
+        rig.sq.ring();
+        assert_eq!((rig.sq.pending(), rig.mem.dbrec(1)), (0, 8));
+        // The poller completes the first send: one block and one CQE of the share come back,
+        // what one more signaled one-block send needs.
+        rig.mem.put_cqe(0, req_cqe(QPN, opcode::SEND, 0, 0, 0));
+        assert_eq!(rig.cq.poll(&mut [Completion::EMPTY; 1]), 1);
+        post(&mut rig, &SendWr::send(8, &sgl).signaled()).unwrap();
+        assert_eq!(rig.sq.producer(), 9);
+    }
+
     #[test]
     fn refused_batch_writes_nothing() {
         let mut rig = Rig::new(8, 256, caps(2, 16));
