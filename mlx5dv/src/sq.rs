@@ -1391,6 +1391,21 @@ mod tests {
         assert_eq!((rig.mem.sq_bytes(), rig.sq.producer()), before);
     }
 
+    #[test]
+    fn send_rings_what_was_written_before_it_and_leaves_nothing_pending() {
+        let mut rig = Rig::new(8, 256, caps(1, 0));
+        let sgl = [Sge::new(0x1000, 8, 1)];
+        post(&mut rig, &SendWr::send(0, &sgl)).unwrap();
+        assert_eq!(rig.sq.pending(), 1);
+        // SAFETY: never executed.
+        unsafe { rig.sq.send(&SendWr::send(1, &sgl)) }.unwrap();
+        assert_eq!((rig.sq.pending(), rig.mem.dbrec(1)), (0, 2));
+        // Nothing is left to ring: ringing now writes nothing.
+        let bf = rig.mem.bf_bytes();
+        rig.sq.ring();
+        assert_eq!((rig.mem.bf_bytes(), rig.mem.dbrec(1)), (bf, 2));
+    }
+
     /// The room the poller hands back is all usable: a request that needs exactly the blocks
     /// and the share of the CQ that came back fits.
     #[test]
