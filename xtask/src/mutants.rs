@@ -40,6 +40,10 @@ pub const CARGO_MUTANTS_VERSION: &str = "27.1.0";
 /// The lowest score (caught / viable) a crate may have.
 pub const FLOOR: f64 = 0.90;
 
+/// The least time limit of a mutant's tests, in seconds, when they are the crate's own
+/// (cargo-mutants sets it to 5 times the unmutated tests' time, at least this).
+pub const OWN_MIN_TIMEOUT: u32 = 60;
+
 /// The time limit of a mutant's tests, in seconds, when they are those of every test package
 /// of a crate (the software device's take about a minute on two busy cores).
 pub const FULL_TIMEOUT: u32 = 120;
@@ -257,7 +261,7 @@ struct Options {
     crates: Vec<&'static Crate>,
     jobs: u32,
     /// The time limit of a mutant's tests in seconds, when given; otherwise cargo-mutants' own
-    /// in the first pass (5 times the unmutated tests' time, at least 20 s) and
+    /// in the first pass (5 times the unmutated tests' time, at least [`OWN_MIN_TIMEOUT`]) and
     /// [`FULL_TIMEOUT`] in the second.
     timeout: Option<u32>,
     files: Vec<String>,
@@ -356,9 +360,13 @@ fn command(c: &Crate, o: &Options, tests: &[&str], iterate: bool) -> Command {
         None if tests.len() > 1 => Some(FULL_TIMEOUT),
         None => None,
     };
-    if let Some(t) = timeout {
-        cmd.arg("--timeout").arg(t.to_string());
-    }
+    match timeout {
+        Some(t) => cmd.arg("--timeout").arg(t.to_string()),
+        // Some unit tests spin threads against each other, which a busy machine slows.
+        None => cmd
+            .arg("--minimum-test-timeout")
+            .arg(OWN_MIN_TIMEOUT.to_string()),
+    };
     cmd.arg("--output").arg(out_dir(c));
     // No debug info: a mutant's build only has to give the tests' verdict, and without it the
     // many test binaries link in about half the time.
@@ -782,6 +790,7 @@ mod tests {
         assert!(args.windows(2).any(|w| w == ["--timeout", "120"]));
         let own = command(o.crates[0], &o, &["zverbs-mlx5dv"], false);
         assert!(!own.get_args().any(|a| a == "--timeout"));
+        assert!(own.get_args().any(|a| a == "--minimum-test-timeout"));
         let again = parse(Parser::from_args(["--iterate"])).unwrap();
         assert!(
             command(again.crates[0], &again, &["zverbs-mlx5dv"], again.iterate)
