@@ -969,6 +969,9 @@ mod tests {
             let q = if on_a { &mut qa } else { &mut qb };
             // SAFETY: nothing executes the requests.
             unsafe { q.send(&SendWr::send(wr_id, &sgl).signaled()) }.unwrap();
+            // The register is free again for the other queue (checked here: the next ring
+            // would spin for ever on a lock never given back).
+            assert!(!shared.is_locked(), "ring {wr_id}");
             rings.push((q.qpn(), a.mem.bf_bytes()));
         }
         // Which QP's control segment (QPN in `qpn_ds`) each buffer held after each ring.
