@@ -102,6 +102,14 @@ mod tests {
     }
 
     #[test]
+    fn size_mask_and_log2_of_a_ring() {
+        let r = Ring::new(8).unwrap();
+        assert_eq!((r.size(), r.mask(), r.log2()), (8, 7, 3));
+        let r = Ring::new(1 << 31).unwrap();
+        assert_eq!((r.size(), r.mask(), r.log2()), (1 << 31, (1 << 31) - 1, 31));
+    }
+
+    #[test]
     fn slots_wrap_at_every_counter_boundary() {
         let r = Ring::new(4).unwrap();
         assert_eq!(r.slot(5), 1);

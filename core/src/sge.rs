@@ -89,6 +89,36 @@ mod tests {
     }
 
     #[test]
+    #[cfg(all(unix, target_pointer_width = "64"))]
+    #[cfg_attr(miri, ignore = "maps 4 GiB of address space")]
+    fn a_buffer_over_4_gib_is_clamped_to_u32_max() {
+        // 4 GiB + 1 bytes of address space, read-only and reserving nothing: its pages are
+        // never touched, so it costs no memory (and a private read-only mapping is not
+        // counted against the overcommit limit).
+        let len = (1usize << 32) + 1;
+        // SAFETY: a new anonymous mapping, at an address the kernel chooses.
+        let p = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED, "mmap of 4 GiB of address space");
+        // SAFETY: the mapping is `len` readable bytes, unmapped only after the slice's use.
+        let buf = unsafe { core::slice::from_raw_parts(p.cast::<u8>(), len) };
+        let sge = Sge::from_slice(buf, 9);
+        assert_eq!((sge.addr, sge.length), (p as u64, u32::MAX));
+        let sge = Sge::from_slice(&buf[..u32::MAX as usize], 9);
+        assert_eq!(sge.length, u32::MAX);
+        // SAFETY: the mapping made above, no longer borrowed.
+        assert_eq!(unsafe { libc::munmap(p, len) }, 0);
+    }
+
+    #[test]
     fn remote_offset_keeps_key() {
         let r = RemoteBuf::new(0x1000, 7).offset(0x20);
         assert_eq!(r, RemoteBuf::new(0x1020, 7));

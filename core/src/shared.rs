@@ -672,6 +672,14 @@ mod tests {
                 s.head < W && s.tail < W && s.body.is_multiple_of(W),
                 "{s:?}"
             );
+            // Byte-wise parts lie outside the memory's whole words: below the first, at or
+            // after the end of the last.
+            if s.pre > 0 {
+                assert!(a + s.pre <= v.lo, "{s:?}");
+            }
+            if s.post > 0 {
+                assert!(a + n - s.post >= v.hi, "{s:?}");
+            }
             // Whole-word parts lie inside the memory's whole words.
             let first = a + s.pre;
             if s.head + s.body + s.tail > 0 {
@@ -840,11 +848,18 @@ mod tests {
         for r in 1..=rounds {
             let msg = pattern(74, r as u8);
             std::thread::scope(|s| {
-                s.spawn(|| {
+                let mut writer = Some(s.spawn(|| {
                     mem.write(0, &msg[..73]).unwrap();
                     mem.store_u8_release(73, r as u8).unwrap();
-                });
+                }));
                 while mem.load_u8_acquire(73).unwrap() != r as u8 {
+                    // Once the writer is joined its store happened before this load: a flag
+                    // still unseen then is a store or a load that does not work (and the test
+                    // fails rather than spin for ever).
+                    if writer.as_ref().is_some_and(|w| w.is_finished()) {
+                        writer.take().unwrap().join().unwrap();
+                        assert_eq!(mem.load_u8_acquire(73), Ok(r as u8), "round {r}");
+                    }
                     std::hint::spin_loop();
                 }
                 let mut got = [0; 73];
@@ -852,5 +867,40 @@ mod tests {
                 assert_eq!(got[..], msg[..73]);
             });
         }
+    }
+
+    #[test]
+    fn a_view_gives_its_address_and_length() {
+        let mut b = Backing::new(16);
+        let base = b.base().as_ptr();
+        let v = b.view(3, 9);
+        assert_eq!(
+            (v.as_ptr(), v.len(), v.is_empty()),
+            (base.wrapping_add(3), 9, false)
+        );
+        let v = b.view(16, 0);
+        assert_eq!(
+            (v.as_ptr(), v.len(), v.is_empty()),
+            (base.wrapping_add(16), 0, true)
+        );
+    }
+
+    #[test]
+    fn errors_and_views_describe_themselves() {
+        use std::format;
+        assert_eq!(
+            format!("{}", AccessError::OutOfBounds),
+            "range outside the memory"
+        );
+        assert_eq!(
+            format!("{}", AccessError::Misaligned),
+            "u64 access at an address that is not a multiple of 8"
+        );
+        let mut b = Backing::new(16);
+        let shown = format!("{:?}", b.view(0, 12));
+        assert!(
+            shown.starts_with("SharedMem { ptr: ") && shown.ends_with(", len: 12 }"),
+            "{shown}"
+        );
     }
 }

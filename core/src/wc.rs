@@ -419,6 +419,37 @@ mod tests {
     }
 
     #[test]
+    fn only_success_is_success() {
+        for raw in 0..=30u32 {
+            let status = WcStatus::from_raw(raw);
+            assert_eq!(status.is_success(), raw == 0, "{status:?}");
+            let wc = Completion {
+                status,
+                ..Completion::EMPTY
+            };
+            assert_eq!(wc.is_success(), raw == 0, "{status:?}");
+        }
+    }
+
+    #[test]
+    fn statuses_read_as_libibverbs_names_them() {
+        extern crate std;
+        use std::string::ToString;
+        // As `ibv_wc_status_str` spells them.
+        assert_eq!(WcStatus::Success.as_str(), "success");
+        assert_eq!(
+            WcStatus::WrFlushErr.to_string(),
+            "Work Request Flushed Error"
+        );
+        assert_eq!(
+            WcStatus::RnrRetryExcErr.to_string(),
+            "RNR retry counter exceeded"
+        );
+        assert_eq!(WcStatus::Unknown(99).as_str(), "unknown");
+        assert_eq!(WcStatus::Unknown(99).to_string(), "unknown status 99");
+    }
+
+    #[test]
     fn opcode_numbers_round_trip() {
         for raw in [0, 1, 2, 3, 4, 128, 129, 7, 200] {
             assert_eq!(WcOpcode::from_raw(raw).to_raw(), raw);

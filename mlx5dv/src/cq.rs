@@ -665,6 +665,11 @@ mod tests {
         let mut rig = Rig::new(8, 256, caps(1, 0));
         assert_eq!(rig.cq.poll(&mut wcs()), 0);
         assert_eq!(rig.mem.cq_dbrec(), 0, "nothing consumed, nothing published");
+        // Not even the same counter again: an empty poll stores nothing to the record (a
+        // value the poller never wrote stays).
+        rig.mem.set_cq_dbrec(0x00ab_cdef);
+        assert_eq!(rig.cq.poll(&mut wcs()), 0);
+        assert_eq!(rig.mem.cq_dbrec(), 0x00ab_cdef);
     }
 
     #[test]
@@ -1051,7 +1056,11 @@ mod tests {
             wc[1].vendor_err,
             VENDOR_ERR_UNSUPPORTED_FORMAT | u32::from(INLINE_SCATTER_32)
         );
-        assert_eq!(wc[2].opcode, WcOpcode::Unknown(5));
+        // The opcode also in `vendor_err`, where `op_own` holds it.
+        assert_eq!(
+            (wc[2].opcode, wc[2].status, wc[2].vendor_err),
+            (WcOpcode::Unknown(5), WcStatus::GeneralErr, 5 << 4)
+        );
         assert_eq!(
             rig.sq.free_blocks(),
             8,
@@ -1165,5 +1174,24 @@ mod tests {
         let mut wc = wcs();
         assert_eq!(cq.poll(&mut wc), 1);
         assert_eq!((wc[0].wr_id, wc[0].qp_num), (42, QPN));
+    }
+
+    #[test]
+    fn the_poller_names_its_queue_and_the_binding_it_matched_last() {
+        extern crate std;
+        let mut rig = Rig::new(8, 256, caps(1, 0));
+        assert_eq!(
+            (rig.cq.cqn(), rig.cq.cqe_cnt(), rig.cq.consumer()),
+            (7, 64, 0)
+        );
+        send(&mut rig, &SendWr::nop(1).signaled());
+        rig.mem.put_cqe(0, req_cqe(QPN, opcode::NOP, 0, 0, 0));
+        assert_eq!(rig.cq.poll(&mut wcs()), 1);
+        assert_eq!(rig.cq.consumer(), 1);
+        let shown = std::format!("{:?}", rig.cq);
+        assert!(
+            shown.contains(&std::format!("last: Hit {{ qpn: {QPN}, sq: Some(")),
+            "{shown}"
+        );
     }
 }

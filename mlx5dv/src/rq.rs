@@ -192,8 +192,8 @@ mod tests {
     extern crate std;
 
     use super::*;
-    use crate::testutil::{Rig, caps};
-    use zverbs_core::Sge;
+    use crate::testutil::{QPN, Rig, caps, resp_cqe};
+    use zverbs_core::{Completion, PollCq, Sge};
 
     fn seg(b: &[u8]) -> (u32, u32, u64) {
         let d = DataSeg::new_unchecked(b);
@@ -253,5 +253,23 @@ mod tests {
         let err = unsafe { rig.rq.post(&RecvWr::new(1, &one)) };
         assert_eq!(err, Err(PostError::QueueFull { needed: 1, free: 0 }));
         assert_eq!(rig.mem.rq_bytes(), before);
+    }
+
+    #[test]
+    fn a_receive_fits_in_the_one_entry_the_poller_frees() {
+        let mut rig = Rig::new(8, 0, caps(1, 0));
+        assert_eq!((rig.rq.entries(), rig.rq.head()), (8, 0));
+        let one = [Sge::new(0x1000, 64, 7)];
+        let batch = [RecvWr::new(1, &one); 8];
+        // SAFETY: never executed.
+        unsafe { rig.rq.post_all(&batch) }.unwrap();
+        assert_eq!(rig.rq.head(), 8);
+        // The poller completes one receive: one entry is free again, exactly what the next
+        // receive needs.
+        rig.mem.put_cqe(0, resp_cqe(QPN, 2, 64, 0, 0));
+        assert_eq!(rig.cq.poll(&mut [Completion::EMPTY; 1]), 1);
+        // SAFETY: never executed.
+        unsafe { rig.rq.post(&RecvWr::new(9, &one)) }.unwrap();
+        assert_eq!((rig.rq.head(), rig.mem.dbrec(0)), (9, 9));
     }
 }

@@ -969,6 +969,9 @@ mod tests {
             let q = if on_a { &mut qa } else { &mut qb };
             // SAFETY: nothing executes the requests.
             unsafe { q.post(&SendWr::send(wr_id, &sgl).signaled()) }.unwrap();
+            // The register is free again for the other queue (checked here: the next ring
+            // would spin for ever on a lock never given back).
+            assert!(!shared.is_locked(), "ring {wr_id}");
             rings.push((q.qpn(), a.mem.bf_bytes()));
         }
         // Which QP's control segment (QPN in `qpn_ds`) each buffer held after each ring.
@@ -1389,6 +1392,58 @@ mod tests {
             Err(PostError::QueueFull { needed: 1, free: 0 })
         );
         assert_eq!((rig.mem.sq_bytes(), rig.sq.producer()), before);
+    }
+
+    #[test]
+    fn send_rings_what_was_written_before_it_and_leaves_nothing_pending() {
+        let mut rig = Rig::new(8, 256, caps(1, 0));
+        let sgl = [Sge::new(0x1000, 8, 1)];
+        post(&mut rig, &SendWr::send(0, &sgl)).unwrap();
+        assert_eq!(rig.sq.pending(), 1);
+        // SAFETY: never executed.
+        unsafe { rig.sq.post(&SendWr::send(1, &sgl)) }.unwrap();
+        assert_eq!((rig.sq.pending(), rig.mem.dbrec(1)), (0, 2));
+        // Nothing is left to ring: ringing now writes nothing.
+        let bf = rig.mem.bf_bytes();
+        rig.sq.ring();
+        assert_eq!((rig.mem.bf_bytes(), rig.mem.dbrec(1)), (bf, 2));
+    }
+
+    /// The room the poller hands back is all usable: a request that needs exactly the blocks
+    /// and the share of the CQ that came back fits.
+    #[test]
+    fn sends_fit_in_exactly_what_the_poller_returns() {
+        use crate::testutil::req_cqe;
+        use zverbs_core::{Completion, PollCq};
+        let mut rig = Rig::with_cq(
+            8,
+            256,
+            SqCaps {
+                max_signaled: 2,
+                ..caps(1, 0)
+            },
+            64,
+        );
+        assert_eq!(
+            (rig.sq.blocks(), rig.sq.pending(), rig.sq.has_blueflame()),
+            (8, 0, true)
+        );
+        let sgl = [Sge::new(0x1000, 8, 1)];
+        // The CQ share (two signaled sends) and the ring (eight one-block sends), both full.
+        post(&mut rig, &SendWr::send(0, &sgl).signaled()).unwrap();
+        post(&mut rig, &SendWr::send(1, &sgl).signaled()).unwrap();
+        for i in 2..8 {
+            post(&mut rig, &SendWr::send(i, &sgl)).unwrap();
+        }
+        assert_eq!(rig.sq.pending(), 8);
+        rig.sq.ring();
+        assert_eq!((rig.sq.pending(), rig.mem.dbrec(1)), (0, 8));
+        // The poller completes the first send: one block and one CQE of the share come back,
+        // what one more signaled one-block send needs.
+        rig.mem.put_cqe(0, req_cqe(QPN, opcode::SEND, 0, 0, 0));
+        assert_eq!(rig.cq.poll(&mut [Completion::EMPTY; 1]), 1);
+        post(&mut rig, &SendWr::send(8, &sgl).signaled()).unwrap();
+        assert_eq!(rig.sq.producer(), 9);
     }
 
     #[test]

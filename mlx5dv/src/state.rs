@@ -392,3 +392,39 @@ where
     type Sq = Sq;
     type Rq = Rq;
 }
+
+#[cfg(all(test, not(zverbs_loom)))]
+mod tests {
+    extern crate std;
+
+    use std::boxed::Box;
+
+    use super::*;
+
+    fn slots<T>(n: usize, new: fn() -> T) -> Box<[T]> {
+        (0..n).map(|_| new()).collect()
+    }
+
+    #[test]
+    fn states_take_a_power_of_two_of_slots_up_to_2_15() {
+        for (n, want) in [
+            (0, Err(LayoutError::NotPowerOfTwo { count: 0 })),
+            (3, Err(LayoutError::NotPowerOfTwo { count: 3 })),
+            (1, Ok(1)),
+            (64, Ok(64)),
+            (1 << 15, Ok(1 << 15)),
+            (1 << 16, Err(LayoutError::RingTooLarge { count: 1 << 16 })),
+        ] {
+            let sq = SqState::new(slots(n, SqSlot::new)).map(|s| {
+                assert!(!s.is_empty());
+                s.len()
+            });
+            assert_eq!(sq, want, "{n} send slots");
+            let rq = RqState::new(slots(n, RqSlot::new)).map(|s| {
+                assert!(!s.is_empty());
+                s.len()
+            });
+            assert_eq!(rq, want, "{n} receive slots");
+        }
+    }
+}

@@ -207,6 +207,13 @@ impl Mem {
         let w = unsafe { AtomicU32::from_ptr(self.cq_dbrec.ptr().as_ptr()) };
         u32::from_be(w.load(Ordering::Acquire))
     }
+
+    /// Stores `v` (host order) to the CQ doorbell record, as if the poller had.
+    pub(crate) fn set_cq_dbrec(&self, v: u32) {
+        // SAFETY: as in `cq_dbrec`.
+        let w = unsafe { AtomicU32::from_ptr(self.cq_dbrec.ptr().as_ptr()) };
+        w.store(v.to_be(), Ordering::Release);
+    }
 }
 
 /// The bookkeeping handles the rig's queues use: owning ones, as the `zverbs` crate's.

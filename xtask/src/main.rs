@@ -5,6 +5,9 @@
 //! - `test [--list] [--only a,b] [--skip a,b]`: everything CI runs, stage by stage
 //!   ([`stages`], one file each; [`mod@test`] runs them).
 //! - `loom`: the loom models and their mutants.
+//! - `mutants [--crate core|mlx5dv] [-j N] [--timeout S] [--file GLOB] [--re RE] [--no-loom]`:
+//!   mutation testing of the data-path crates with cargo-mutants, the score per crate
+//!   ([`mutants`]).
 //! - `rxe [-- cmd]`: a command in the rxe VM (or on this host's RDMA devices).
 //! - `run-checks PLAN RESULTS`: runs a plan of device checks; the rxe stage runs it inside
 //!   the VM, where the xtask binary itself is reachable over the workspace share.
@@ -21,6 +24,7 @@ mod bench;
 mod cli;
 mod demo;
 mod libtest;
+mod mutants;
 mod rxe;
 mod stages;
 mod test;
@@ -40,6 +44,10 @@ commands:
                                    no_std proof, aarch64 under qemu-user, loom models), with a
                                    summary
   loom                             the loom models, then each mutant (which loom must reject)
+  mutants [--crate core|mlx5dv] [-j N] [--timeout S] [--file GLOB] [--re REGEX] [--no-loom]
+                                   cargo-mutants on zverbs-core and zverbs-mlx5dv with the
+                                   tests that exercise them: caught / viable per crate and the
+                                   survivors (hours for both crates; not part of `test`)
   rxe [--timeout S] -- CMD [ARGS]  run CMD in a qemu VM with rxe devices (rxe0; rxe1<->rxe2),
                                    in this directory, and exit with its code (125: VM failed);
                                    `cargo xtask rxe --help` for --host, --shell, --image
@@ -70,6 +78,7 @@ fn main() -> ExitCode {
         Some("demo") => demo::main(p),
         Some("test") => test::main(p),
         Some("loom") => stages::loom::main(p),
+        Some("mutants") => mutants::main(p),
         Some("rxe") => return rxe::main(p),
         Some("run-checks") => rxe::checks::main(p),
         Some("bench") => bench::main(p),

@@ -510,6 +510,29 @@ mod tests {
     };
 
     #[test]
+    fn the_bits_of_op_own() {
+        // (op_own, owner, solicited event, format), as mlx5dv.h's getters read them.
+        for (op_own, owner, se, format) in [
+            (0x00, 0, 0, 0),
+            (0x01, 1, 0, 0),
+            (0x02, 0, 1, 0),
+            (0x0c, 0, 0, 3),
+            (0x04, 0, 0, 1),
+            (0xf3, 1, 1, 0),
+            (0x2e, 0, 1, 3),
+        ] {
+            let mut b = [0u8; 64];
+            b[63] = op_own;
+            let c = Cqe64::new_unchecked(&b);
+            assert_eq!(
+                (c.owner(), c.se(), c.format()),
+                (owner, se, format),
+                "{op_own:#04x}"
+            );
+        }
+    }
+
+    #[test]
     fn requester_cqe_deconstruct() {
         let c = Cqe64::new_unchecked(&REQ_CQE);
         assert_eq!(c.opcode(), CqeOpcode::Req);

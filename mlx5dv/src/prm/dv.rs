@@ -260,3 +260,92 @@ impl mlx5dv_cq {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layouts_of_what_mlx5dv_init_obj_fills() {
+        let (mut dbrec, mut sq, mut rq, mut reg, mut cqes) =
+            ([0u32; 2], [0u8; 64], [0u8; 32], [0u8; 8], [0u8; 64]);
+        let p = |b: &mut [u8]| b.as_mut_ptr().cast::<c_void>();
+        let qp = mlx5dv_qp {
+            dbrec: dbrec.as_mut_ptr(),
+            sq: mlx5dv_qp_wq {
+                buf: p(&mut sq),
+                wqe_cnt: 64,
+                stride: 64,
+            },
+            rq: mlx5dv_qp_wq {
+                buf: p(&mut rq),
+                wqe_cnt: 4,
+                stride: 32,
+            },
+            bf: mlx5dv_qp_bf {
+                reg: p(&mut reg),
+                size: 256,
+            },
+            ..mlx5dv_qp::default()
+        };
+        let l = qp.layout(0x123).unwrap();
+        assert_eq!(
+            (l.qpn, l.dbrec.as_ptr(), l.bf.reg.as_ptr(), l.bf.size),
+            (0x123, qp.dbrec, reg.as_mut_ptr(), 256)
+        );
+        assert_eq!(
+            (l.sq.buf.as_ptr(), l.sq.wqe_cnt, l.sq.stride),
+            (sq.as_mut_ptr(), 64, 64)
+        );
+        assert_eq!(
+            (l.rq.buf.as_ptr(), l.rq.wqe_cnt, l.rq.stride),
+            (rq.as_mut_ptr(), 4, 32)
+        );
+        // No receive ring: no receive entries.
+        let no_rq = mlx5dv_qp {
+            rq: mlx5dv_qp_wq {
+                buf: core::ptr::null_mut(),
+                ..qp.rq
+            },
+            ..qp
+        };
+        assert_eq!(no_rq.layout(1).unwrap().rq.wqe_cnt, 0);
+        // A pointer the data path needs is null: no layout.
+        assert!(
+            mlx5dv_qp {
+                dbrec: core::ptr::null_mut(),
+                ..qp
+            }
+            .layout(1)
+            .is_none()
+        );
+
+        let cq = mlx5dv_cq {
+            buf: p(&mut cqes),
+            dbrec: dbrec.as_mut_ptr(),
+            cqe_cnt: 1,
+            cqe_size: 64,
+            cqn: 9,
+            ..mlx5dv_cq::default()
+        };
+        let l = cq.layout().unwrap();
+        assert_eq!(
+            (
+                l.buf.as_ptr(),
+                l.dbrec.as_ptr(),
+                l.cqe_cnt,
+                l.cqe_size,
+                l.cqn
+            ),
+            (cqes.as_mut_ptr(), cq.dbrec, 1, 64, 9)
+        );
+        assert!(
+            mlx5dv_cq {
+                buf: core::ptr::null_mut(),
+                ..cq
+            }
+            .layout()
+            .is_none()
+        );
+    }
+}

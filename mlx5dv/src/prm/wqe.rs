@@ -797,5 +797,11 @@ mod tests {
             DatagramSeg::new_checked(&[0u8; 47][..]),
             Err(super::super::Truncated)
         );
+        extern crate std;
+        use std::string::ToString;
+        assert_eq!(
+            super::super::Truncated.to_string(),
+            "buffer shorter than the layout"
+        );
     }
 }

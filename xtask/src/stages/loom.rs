@@ -16,7 +16,9 @@ use crate::util::{self, Result};
 /// so that every mutant it defines is run.
 pub const MUTANTS: &[(&str, &str)] = &zverbs_core::sync::mutant::ALL;
 
-fn models(mutant: Option<&str>, run: &mut Run) -> Result<u32> {
+/// Runs the models, built with `mutant` when given (which the models that depend on its
+/// ordering must reject: their tests pass only then). Returns the model runs that passed.
+pub fn models(mutant: Option<&str>, run: &mut Run) -> Result<u32> {
     let mut flags = String::from("--cfg zverbs_loom");
     let mut target = String::from("loom");
     if let Some(m) = mutant {
