@@ -46,6 +46,32 @@ pub struct SqCaps {
     /// A post that would exceed it fails with [`PostError::CqFull`] (the backend's check of
     /// room, not [`SendWr::check`]).
     pub max_signaled: u32,
+    /// The queue pair's transport: which operations it takes.
+    pub transport: Transport,
+}
+
+/// The transport of a queue pair, as far as its requests are concerned: which operations it
+/// takes, and how long a message may be.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Transport {
+    /// Reliable connected (`IBV_QPT_RC`): WRITE, READ, SEND, atomics and NOP, to the one
+    /// connected peer, messages up to 2 GiB.
+    #[default]
+    Rc,
+    /// Unreliable datagram (`IBV_QPT_UD`): [`SendOp::SendTo`], [`SendOp::SendToImm`] and NOP,
+    /// each datagram at most `mtu` bytes.
+    Ud {
+        /// The path MTU in bytes (256 .. 4096): the largest datagram.
+        mtu: u32,
+    },
+}
+
+impl SqCaps {
+    /// Whether the queue is an unreliable-datagram queue.
+    #[inline(always)]
+    pub const fn is_ud(&self) -> bool {
+        matches!(self.transport, Transport::Ud { .. })
+    }
 }
 
 /// What a send request that passed [`SendWr::check`] asks of its queue.
@@ -159,8 +185,21 @@ impl<'w> SendWr<'w> {
             | SendOp::WriteImm { sgl, .. }
             | SendOp::Send { sgl }
             | SendOp::SendImm { sgl, .. }
-            | SendOp::Read { sgl, .. } => sgl,
+            | SendOp::Read { sgl, .. } => {
+                if caps.is_ud() {
+                    M::refuse(PostError::WrongTransport)?;
+                }
+                sgl
+            }
+            SendOp::SendTo { sgl, .. } | SendOp::SendToImm { sgl, .. } => {
+                // Out of line: the reliable-connected operations above pay nothing for it.
+                datagram::<M>(sgl, caps)?;
+                sgl
+            }
             SendOp::CompareSwap { local, remote, .. } | SendOp::FetchAdd { local, remote, .. } => {
+                if caps.is_ud() {
+                    M::refuse(PostError::WrongTransport)?;
+                }
                 if local.length != 8 {
                     M::refuse(PostError::AtomicSize { len: local.length })?;
                 }
@@ -221,6 +260,22 @@ impl<'w> SendWr<'w> {
             data_sges,
         })
     }
+}
+
+/// The checks of a datagram's own: the queue is a UD queue, and the datagram fits its path MTU.
+#[inline(never)]
+fn datagram<M: Mode>(sgl: &[Sge], caps: &SqCaps) -> Result<(), M::Error> {
+    let Transport::Ud { mtu } = caps.transport else {
+        return M::refuse(PostError::WrongTransport);
+    };
+    let len: u64 = sgl.iter().map(|s| u64::from(s.length)).sum();
+    if len > u64::from(mtu) {
+        return M::refuse(PostError::DatagramTooLong {
+            len: len.min(u64::from(u32::MAX)) as u32,
+            mtu,
+        });
+    }
+    Ok(())
 }
 
 impl RecvWr<'_> {
@@ -301,6 +356,7 @@ mod tests {
         max_inline_data: 64,
         sig_all: false,
         max_signaled: 16,
+        transport: Transport::Rc,
     };
 
     fn summary(

@@ -263,6 +263,11 @@ impl WcFlags {
 
 /// One completion.
 ///
+/// The fields from `src_qp` on are the datagram's (`ibv_wc.src_qp`, `slid`, `sl`,
+/// `pkey_index`, `dlid_path_bits`), meaningful for receives on unreliable-datagram queue
+/// pairs, 0 for every other completion; whether the receive buffer starts with the 40-byte
+/// GRH is [`WcFlags::GRH`].
+///
 /// For an error completion only `wr_id`, `status`, `vendor_err` and `qp_num` are meaningful, as
 /// in libibverbs; backends that know the request's opcode report it too.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -283,6 +288,16 @@ pub struct Completion {
     pub opcode: WcOpcode,
     /// Completion flags.
     pub flags: WcFlags,
+    /// For a receive on an unreliable-datagram QP: the sender's QP number; 0 otherwise.
+    pub src_qp: u32,
+    /// For a receive on a UD QP: the sender's local identifier (0 on RoCE); 0 otherwise.
+    pub slid: u16,
+    /// For a receive on a UD QP: the index of the P_Key it came with; 0 otherwise.
+    pub pkey_index: u16,
+    /// For a receive on a UD QP: the service level it came with; 0 otherwise.
+    pub sl: u8,
+    /// For a receive on a UD QP: the destination LID's path bits; 0 otherwise.
+    pub dlid_path_bits: u8,
 }
 
 impl Completion {
@@ -296,6 +311,11 @@ impl Completion {
         status: WcStatus::Success,
         opcode: WcOpcode::Send,
         flags: WcFlags::NONE,
+        src_qp: 0,
+        slid: 0,
+        pkey_index: 0,
+        sl: 0,
+        dlid_path_bits: 0,
     };
 
     /// The immediate data, when the completion carries some.
@@ -449,6 +469,6 @@ mod tests {
 
     #[test]
     fn completion_is_small() {
-        assert!(core::mem::size_of::<Completion>() <= 48);
+        assert!(core::mem::size_of::<Completion>() <= 56);
     }
 }

@@ -166,6 +166,7 @@ pub fn caps() -> SqCaps {
         max_inline_data: 40,
         sig_all: false,
         max_signaled: 16,
+        transport: zverbs_mlx5dv::Transport::Rc,
     }
 }
 

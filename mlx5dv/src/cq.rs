@@ -27,7 +27,7 @@ use zverbs_core::{Completion, PollCq, WcFlags, WcOpcode, WcStatus, barrier};
 use crate::devmem::{CqeRing, DbrecWord};
 use crate::layout::{CqLayout, LayoutError};
 use crate::prm::cqe::{
-    Cqe64, FLAGS_RQPN_GRH, INLINE_SCATTER_32, INLINE_SCATTER_64, OPCODE_SHIFT, OWNER_MASK,
+    Cqe64, FLAGS_RQPN_GRH, FLAGS_RQPN_SL_SHIFT, FLAGS_RQPN_SRC_QP, INLINE_SCATTER_32, INLINE_SCATTER_64, ML_PATH_DLID_PATH_BITS, OPCODE_SHIFT, OWNER_MASK,
     Syndrome, op,
 };
 use crate::prm::{CQ_SET_CI, opcode};
@@ -492,6 +492,11 @@ where
         status: WcStatus::Success,
         opcode,
         flags,
+        src_qp: 0,
+        slid: 0,
+        pkey_index: 0,
+        sl: 0,
+        dlid_path_bits: 0,
     }
 }
 
@@ -513,15 +518,40 @@ where
     S: stable_deref_trait::StableDeref<Target = [crate::RqSlot]>,
 {
     // SAFETY: (caller) the CQE is software's.
-    let (byte_len, imm, flags_rqpn) = unsafe {
+    let (byte_len, imm, flags_rqpn, slid, ml_path) = unsafe {
         cqes.with_cqe(slot, |b| {
             let c = Cqe64::new_unchecked(b);
-            (c.byte_cnt(), c.imm_inval_pkey(), c.flags_rqpn())
+            (
+                c.byte_cnt(),
+                c.imm_inval_pkey(),
+                c.flags_rqpn(),
+                c.slid(),
+                c.ml_path(),
+            )
         })
     };
-    let with_imm = cqe_op == op::RESP_WR_IMM || cqe_op == op::RESP_SEND_IMM;
     // SAFETY: (caller) the only poller; the device reported the oldest receive complete.
     let wr_id = unsafe { rq.retire() };
+    received(wr_id, cqe_op, qpn, byte_len, imm, flags_rqpn, slid, ml_path)
+}
+
+/// The successful receive completion of a responder CQE (`cqe_op` one of `RESP_WR_IMM` ..
+/// `RESP_SEND_INV`) whose receive request was `wr_id`, from the CQE's fields: what arrived,
+/// and from whom (as libmlx5's `handle_responder` reports it; the P_Key index shares its field
+/// with the immediate, and is reported as 0 when the message carried one).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn received(
+    wr_id: u64,
+    cqe_op: u8,
+    qpn: u32,
+    byte_len: u32,
+    imm: u32,
+    flags_rqpn: u32,
+    slid: u16,
+    ml_path: u8,
+) -> Completion {
+    let with_imm = cqe_op == op::RESP_WR_IMM || cqe_op == op::RESP_SEND_IMM;
     Completion {
         wr_id,
         byte_len,
@@ -535,6 +565,11 @@ where
             WcOpcode::Recv
         },
         flags: recv_flags(with_imm, flags_rqpn),
+        src_qp: flags_rqpn & FLAGS_RQPN_SRC_QP,
+        slid,
+        pkey_index: if with_imm { 0 } else { imm as u16 },
+        sl: ((flags_rqpn >> FLAGS_RQPN_SL_SHIFT) & 0xf) as u8,
+        dlid_path_bits: ml_path & ML_PATH_DLID_PATH_BITS,
     }
 }
 
@@ -562,7 +597,7 @@ fn unknown(qpn: u32, cqe_op: u8) -> Completion {
         vendor_err: u32::from(cqe_op) << OPCODE_SHIFT,
         status: WcStatus::GeneralErr,
         opcode: WcOpcode::Unknown(u32::from(cqe_op)),
-        flags: WcFlags::NONE,
+        ..Completion::EMPTY
     }
 }
 

@@ -61,7 +61,7 @@ pub struct CqLayout {
 
 /// What the control path negotiated for a send queue: the core's, which checks requests
 /// against it.
-pub use zverbs_core::SqCaps;
+pub use zverbs_core::{SqCaps, Transport};
 
 /// Why a layout or capability set cannot drive a queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]

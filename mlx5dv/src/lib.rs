@@ -43,7 +43,13 @@
 //!     cqe_size: 64,
 //!     cqn: 1,
 //! };
-//! let caps = SqCaps { max_send_sge: 1, max_inline_data: 64, sig_all: false, max_signaled: 64 };
+//! let caps = SqCaps {
+//!     max_send_sge: 1,
+//!     max_inline_data: 64,
+//!     sig_all: false,
+//!     max_signaled: 64,
+//!     transport: zverbs_mlx5dv::Transport::Rc,
+//! };
 //!
 //! // Bookkeeping storage, sized once, and the states the queues share with the CQ. Here they
 //! // are borrowed (no allocator needed); with one, owning handles (`Arc<SqState<Box<[_]>>>`)
@@ -134,7 +140,7 @@ mod testutil;
 
 pub use bf::{BfRegister, Dedicated, Shared, SharedBf};
 pub use cq::{CompletionQueue, VENDOR_ERR_UNSUPPORTED_FORMAT, status_of};
-pub use layout::{BfLayout, CqLayout, LayoutError, QpLayout, SqCaps, WqLayout};
+pub use layout::{BfLayout, CqLayout, LayoutError, QpLayout, SqCaps, Transport, WqLayout};
 pub use rq::RecvQueue;
 pub use sq::SendQueue;
 pub use state::{

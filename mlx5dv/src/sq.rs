@@ -14,13 +14,16 @@ use zverbs_core::mmio::MmioRegion;
 use zverbs_core::ring::Ring;
 use zverbs_core::{
     BatchError, CheckedBatch, CheckedSend, PostError, PostSend, SendFlags, SendOp, SendWr, Sge,
+    UdDest,
 };
 
 use crate::bf::{BfRegister, Dedicated, Shared, SharedBf};
 use crate::devmem::{DbrecWord, SegRing};
 use crate::doorbell::Doorbell;
 use crate::layout::{LayoutError, QpLayout, SqCaps};
-use crate::prm::wqe::{AtomicSeg, CtrlSeg, DataSeg, RaddrSeg, inline_byte_count, inline_ds};
+use crate::prm::wqe::{
+    AtomicSeg, CtrlSeg, DataSeg, DatagramSeg, RaddrSeg, UD_HEADER_DS, inline_byte_count, inline_ds,
+};
 use crate::prm::{MAX_DS, SEGS_PER_BB, SND_DBR, fm_ce_se, opcode};
 use crate::state::{SlotData, SqStateRef};
 
@@ -80,13 +83,16 @@ const fn op_index(op: &SendOp<'_>) -> usize {
         SendOp::CompareSwap { .. } => 5,
         SendOp::FetchAdd { .. } => 6,
         SendOp::Nop => 7,
+        SendOp::SendTo { .. } => 8,
+        SendOp::SendToImm { .. } => 9,
     }
 }
 
 /// For each operation ([`op_index`]): its WQE opcode and the segments before its data (ctrl;
 /// raddr for the operations with a remote address; atomic and the one data segment of an
-/// atomic). One table lookup for both, not a branch per operation.
-const WQE_HEAD: [u16; 8] = [
+/// atomic; the datagram segment of a UD SEND). One table lookup for both, not a branch per
+/// operation.
+const WQE_HEAD: [u16; 10] = [
     opcode::RDMA_WRITE as u16 | 2 << 8,
     opcode::RDMA_WRITE_IMM as u16 | 2 << 8,
     opcode::SEND as u16 | 1 << 8,
@@ -95,6 +101,8 @@ const WQE_HEAD: [u16; 8] = [
     opcode::ATOMIC_CS as u16 | 4 << 8,
     opcode::ATOMIC_FA as u16 | 4 << 8,
     opcode::NOP as u16 | 1 << 8,
+    opcode::SEND as u16 | (UD_HEADER_DS as u16) << 8,
+    opcode::SEND_IMM as u16 | (UD_HEADER_DS as u16) << 8,
 ];
 
 /// The request flags that map to bits of `fm_ce_se` (the low three).
@@ -265,9 +273,11 @@ impl<P: SqStateRef, R: BfRegister> SendQueue<P, R> {
         if caps.max_signaled == 0 {
             return Err(LayoutError::ZeroCapacity);
         }
-        // The largest WQE: ctrl + raddr + the larger of the data segments and the inline
-        // segment; atomics are one block.
-        let max_ds = 2 + (caps.max_send_sge as usize).max(inline_ds(caps.max_inline_data as usize));
+        // The largest WQE: ctrl + raddr (on a UD queue: ctrl + datagram) + the larger of the
+        // data segments and the inline segment; atomics are one block.
+        let head = if caps.is_ud() { UD_HEADER_DS } else { 2 };
+        let max_ds =
+            head + (caps.max_send_sge as usize).max(inline_ds(caps.max_inline_data as usize));
         let max_blocks = max_ds.div_ceil(SEGS_PER_BB) as u32;
         if max_ds > MAX_DS || max_blocks > cnt {
             return Err(LayoutError::WqeTooLarge { blocks: max_blocks });
@@ -499,6 +509,11 @@ impl<P: SqStateRef, R: BfRegister> SendQueue<P, R> {
                 // SAFETY: as above.
                 unsafe { write_atomic(ring, start, local, remote.addr, remote.rkey, *add, 0) };
             }
+            SendOp::SendTo { dest, .. } | SendOp::SendToImm { dest, .. } => {
+                // SAFETY: as above.
+                unsafe { write_datagram(ring, start, dest) };
+                k += 3;
+            }
             SendOp::Send { .. } | SendOp::SendImm { .. } | SendOp::Nop => {}
         }
         // The data: none for atomics (written above) and NOP, whose list is empty.
@@ -610,6 +625,22 @@ unsafe fn write_atomic(
         ring.with_mut_wqe(start, 3, |b| {
             DataSeg::new_unchecked(b).set(8, local.lkey, local.addr)
         });
+    }
+}
+
+/// Writes the datagram segment for `dest`, segments 1, 2 and 3 of the WQE at segment `start`
+/// (with the control segment, the first basic block: it never wraps).
+///
+/// # Safety
+///
+/// The three segments are free and unpublished; `start` is a block boundary.
+#[inline(never)]
+unsafe fn write_datagram(ring: &SegRing, start: u32, dest: &UdDest) {
+    let mut seg = [0u8; 48];
+    DatagramSeg::new_unchecked(&mut seg[..]).set_from_av(&dest.av, dest.remote_qpn, dest.qkey);
+    for (k, part) in (1..).zip(seg.chunks_exact(16)) {
+        // SAFETY: (caller) the segments are free and unpublished; `k < 4`, in the first block.
+        unsafe { ring.with_mut_wqe(start, k, |b| b.copy_from_slice(part)) };
     }
 }
 

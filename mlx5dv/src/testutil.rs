@@ -232,6 +232,7 @@ pub(crate) fn caps(max_send_sge: u32, max_inline_data: u32) -> SqCaps {
         max_inline_data,
         sig_all: false,
         max_signaled: 1 << 15,
+        transport: zverbs_core::Transport::Rc,
     }
 }
 

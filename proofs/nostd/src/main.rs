@@ -162,6 +162,7 @@ fn run() -> Result<(), c_int> {
         max_inline_data: 64,
         sig_all: false,
         max_signaled: CQES as u32,
+        transport: zverbs_core::Transport::Rc,
     };
 
     let sq_slots: [SqSlot; SQ_BBS] = core::array::from_fn(|_| SqSlot::new());
