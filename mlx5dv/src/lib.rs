@@ -134,15 +134,20 @@ mod layout;
 pub mod prm;
 mod rq;
 mod sq;
+mod srq;
 mod state;
 #[cfg(test)]
 mod testutil;
 
 pub use bf::{BfRegister, Dedicated, Shared, SharedBf};
 pub use cq::{CompletionQueue, VENDOR_ERR_UNSUPPORTED_FORMAT, status_of};
-pub use layout::{BfLayout, CqLayout, LayoutError, QpLayout, SqCaps, Transport, WqLayout};
+pub use layout::{
+    BfLayout, CqLayout, LayoutError, QpLayout, SqCaps, SrqLayout, Transport, WqLayout,
+};
 pub use rq::RecvQueue;
 pub use sq::SendQueue;
+pub use srq::SharedRecvQueue;
 pub use state::{
     Bindings, CqBinding, RqRef, RqSlot, RqState, RqStateRef, SqRef, SqSlot, SqState, SqStateRef,
+    SrqRef, SrqSlot, SrqState, SrqStateRef,
 };

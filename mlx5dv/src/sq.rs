@@ -786,6 +786,9 @@ impl<P: SqStateRef, R: BfRegister> PostSend for SendQueue<P, R> {
 }
 
 #[cfg(test)]
+mod ud_tests;
+
+#[cfg(test)]
 mod tests {
     extern crate std;
 
