@@ -174,19 +174,42 @@ impl<'w> SendWr<'w> {
     /// [`PostError::MessageTooLong`].
     #[inline(always)]
     pub fn check(&self, caps: &SqCaps) -> Result<CheckedSend<'w>, PostError> {
-        self.summarize::<Checking>(caps)
+        self.summarize::<Checking, true>(caps)
     }
 
-    /// The check, and the summary; under [`Trusted`] the summary alone.
+    /// [`SendWr::check`] except one test: a reliable-connected operation (WRITE, READ, SEND,
+    /// atomics) on an unreliable-datagram queue is not refused here. For a backend that
+    /// refuses it itself without a cost to its fast path (`zverbs-mlx5dv` plans each WQE from
+    /// a table per transport, in which those operations have no entry); every other backend
+    /// uses [`SendWr::check`]. The datagram operations' own tests (the transport, the MTU)
+    /// are made, as they cost the connected operations nothing.
+    ///
+    /// # Errors
+    ///
+    /// As [`SendWr::check`], but never [`PostError::WrongTransport`] for a connected
+    /// operation.
     #[inline(always)]
-    fn summarize<M: Mode>(&self, caps: &SqCaps) -> Result<CheckedSend<'w>, M::Error> {
+    pub fn check_except_connected_on_ud(
+        &self,
+        caps: &SqCaps,
+    ) -> Result<CheckedSend<'w>, PostError> {
+        self.summarize::<Checking, false>(caps)
+    }
+
+    /// The check, and the summary; under [`Trusted`] the summary alone. `RC_ON_UD`: whether a
+    /// connected operation on a datagram queue is refused.
+    #[inline(always)]
+    fn summarize<M: Mode, const RC_ON_UD: bool>(
+        &self,
+        caps: &SqCaps,
+    ) -> Result<CheckedSend<'w>, M::Error> {
         let sgl: &'w [Sge] = match self.op {
             SendOp::Write { sgl, .. }
             | SendOp::WriteImm { sgl, .. }
             | SendOp::Send { sgl }
             | SendOp::SendImm { sgl, .. }
             | SendOp::Read { sgl, .. } => {
-                if caps.is_ud() {
+                if RC_ON_UD && caps.is_ud() {
                     M::refuse(PostError::WrongTransport)?;
                 }
                 sgl
@@ -197,7 +220,7 @@ impl<'w> SendWr<'w> {
                 sgl
             }
             SendOp::CompareSwap { local, remote, .. } | SendOp::FetchAdd { local, remote, .. } => {
-                if caps.is_ud() {
+                if RC_ON_UD && caps.is_ud() {
                     M::refuse(PostError::WrongTransport)?;
                 }
                 if local.length != 8 {
@@ -315,13 +338,43 @@ impl<'a, 'w> CheckedBatch<'a, 'w> {
     /// A [`BatchError`] naming the first request that [`SendWr::check`] or `each` refused,
     /// with its error.
     #[inline(always)]
-    pub fn check<F>(wrs: &'a [SendWr<'w>], caps: &SqCaps, mut each: F) -> Result<Self, BatchError>
+    pub fn check<F>(wrs: &'a [SendWr<'w>], caps: &SqCaps, each: F) -> Result<Self, BatchError>
+    where
+        F: FnMut(&SendWr<'w>, CheckedSend<'w>) -> Result<(), PostError>,
+    {
+        Self::check_with::<true, F>(wrs, caps, each)
+    }
+
+    /// [`CheckedBatch::check`] with [`SendWr::check_except_connected_on_ud`] for each request:
+    /// for a backend that refuses connected operations on a datagram queue itself (in `each`).
+    ///
+    /// # Errors
+    ///
+    /// As [`CheckedBatch::check`].
+    #[inline(always)]
+    pub fn check_except_connected_on_ud<F>(
+        wrs: &'a [SendWr<'w>],
+        caps: &SqCaps,
+        each: F,
+    ) -> Result<Self, BatchError>
+    where
+        F: FnMut(&SendWr<'w>, CheckedSend<'w>) -> Result<(), PostError>,
+    {
+        Self::check_with::<false, F>(wrs, caps, each)
+    }
+
+    #[inline(always)]
+    fn check_with<const RC_ON_UD: bool, F>(
+        wrs: &'a [SendWr<'w>],
+        caps: &SqCaps,
+        mut each: F,
+    ) -> Result<Self, BatchError>
     where
         F: FnMut(&SendWr<'w>, CheckedSend<'w>) -> Result<(), PostError>,
     {
         for (index, wr) in wrs.iter().enumerate() {
             let checked = wr
-                .check(caps)
+                .summarize::<Checking, RC_ON_UD>(caps)
                 .map_err(|error| BatchError { index, error })?;
             each(wr, checked).map_err(|error| BatchError { index, error })?;
         }
@@ -340,7 +393,7 @@ impl<'a, 'w> CheckedBatch<'a, 'w> {
     pub fn iter(&self) -> impl Iterator<Item = (&'a SendWr<'w>, CheckedSend<'w>)> + use<'a, 'w> {
         let caps = self.caps;
         self.wrs.iter().map(move |wr| {
-            let Ok(checked) = wr.summarize::<Trusted>(&caps);
+            let Ok(checked) = wr.summarize::<Trusted, false>(&caps);
             (wr, checked)
         })
     }

@@ -181,6 +181,16 @@ impl<'a> SendOp<'a> {
         )
     }
 
+    /// Whether the operation is one an unreliable-datagram queue takes: a datagram SEND or a
+    /// NOP.
+    #[inline]
+    pub const fn is_datagram_or_nop(&self) -> bool {
+        matches!(
+            self,
+            SendOp::SendTo { .. } | SendOp::SendToImm { .. } | SendOp::Nop
+        )
+    }
+
     /// The datagram destination, for the operations of an unreliable-datagram queue pair.
     #[inline]
     pub const fn dest(&self) -> Option<&'a UdDest> {

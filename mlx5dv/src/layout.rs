@@ -130,6 +130,11 @@ pub enum LayoutError {
         /// The layout's `tail`.
         tail: u32,
     },
+    /// Capabilities whose transport is not the queue's (`SqCaps::transport` against the
+    /// queue's type: [`SendQueue::new`](crate::SendQueue::new) is for RC queues,
+    /// [`SendQueue::new_ud`](crate::SendQueue::new_ud) for UD ones).
+    #[error("the capabilities' transport is not the queue's")]
+    Transport,
     /// A capability of zero where one is needed (`max_signaled`).
     #[error("max_signaled must be at least 1")]
     ZeroCapacity,

@@ -8,6 +8,7 @@
 //! continues at slot 0 whatever its size and alignment (as rdma-core does, without padding
 //! NOPs). Nothing is visible to the device until [`PostSend::ring`].
 
+use core::marker::PhantomData;
 use core::ops::Deref;
 
 use zverbs_core::mmio::MmioRegion;
@@ -134,6 +135,32 @@ const FM_CE_SE: [u8; 8] = {
     t
 };
 
+/// The transport of a send queue, as a type: [`Connected`] (RC, the default) or [`Datagram`]
+/// (UD). Known at compile time, so that a connected queue pays nothing for the datagram
+/// operations' checks: the queue refuses the operations its transport lacks
+/// ([`PostError::WrongTransport`]), as its [`SqCaps::transport`] says, which its construction
+/// checks against this type.
+pub trait SqTransport {
+    /// Whether the queue is an unreliable-datagram queue.
+    const UD: bool;
+}
+
+/// A reliable-connected send queue ([`SqTransport`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Connected;
+
+/// An unreliable-datagram send queue ([`SqTransport`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Datagram;
+
+impl SqTransport for Connected {
+    const UD: bool = false;
+}
+
+impl SqTransport for Datagram {
+    const UD: bool = true;
+}
+
 /// The send queue of an mlx5 QP, driven directly.
 ///
 /// Owned by one thread at a time (`&mut self` to post); its completions are polled through a
@@ -141,9 +168,10 @@ const FM_CE_SE: [u8; 8] = {
 /// possibly on another thread. `P` is the handle through which it reaches that state
 /// (`&SqState<_>` or an owning pointer: see [`SqStateRef`]). `R` says how it holds its
 /// BlueFlame register: [`Dedicated`] (its own: [`SendQueue::new`]) or [`Shared`] with other
-/// queues ([`SendQueue::new_shared`]); see [`crate::bf`].
+/// queues ([`SendQueue::new_shared`]); see [`crate::bf`]. `T` is its transport: [`Connected`]
+/// (RC) or [`Datagram`] (UD: [`SendQueue::new_ud`]).
 #[derive(Debug)]
-pub struct SendQueue<P, R = Dedicated> {
+pub struct SendQueue<P, R = Dedicated, T = Connected> {
     ring: SegRing,
     blocks: Ring,
     /// Producer counter in basic blocks (free-running).
@@ -166,12 +194,13 @@ pub struct SendQueue<P, R = Dedicated> {
     caps: SqCaps,
     state: P,
     doorbell: Doorbell<R>,
+    transport: PhantomData<T>,
 }
 
 // SAFETY: the queue owns its part of the ring and (with `R`) its hold on the doorbell
 // register; moving it to another thread moves that ownership. Shared state goes through
 // `SqState` (Sync), atomics and, for a shared register, `SharedBf` (Sync).
-unsafe impl<P: Send, R: Send> Send for SendQueue<P, R> {}
+unsafe impl<P: Send, R: Send, T> Send for SendQueue<P, R, T> {}
 
 impl<P: SqStateRef> SendQueue<P> {
     /// Drives the send queue of the QP that `layout` describes, whose BlueFlame register is
@@ -202,6 +231,26 @@ impl<P: SqStateRef> SendQueue<P> {
     /// the 16-bit counters allow, does not match `state`, or cannot hold the largest WQE the
     /// capabilities allow.
     pub unsafe fn new(layout: &QpLayout, caps: SqCaps, state: P) -> Result<Self, LayoutError> {
+        // SAFETY: (caller) the contract of `with_register`, with the register this queue's
+        // alone.
+        unsafe { Self::with_register(layout, caps, state, Dedicated::default()) }
+    }
+}
+
+impl<P: SqStateRef> SendQueue<P, Dedicated, Datagram> {
+    /// Drives the send queue of the unreliable-datagram QP that `layout` describes, whose
+    /// BlueFlame register is its own: it posts [`SendOp::SendTo`], [`SendOp::SendToImm`] and
+    /// NOP.
+    ///
+    /// # Safety
+    ///
+    /// As [`SendQueue::new`], for a UD QP.
+    ///
+    /// # Errors
+    ///
+    /// As [`SendQueue::new`], and [`LayoutError::Transport`] when `caps.transport` is not
+    /// [`Transport::Ud`](zverbs_core::Transport::Ud).
+    pub unsafe fn new_ud(layout: &QpLayout, caps: SqCaps, state: P) -> Result<Self, LayoutError> {
         // SAFETY: (caller) the contract of `with_register`, with the register this queue's
         // alone.
         unsafe { Self::with_register(layout, caps, state, Dedicated::default()) }
@@ -241,19 +290,22 @@ impl<P: SqStateRef, H: Deref<Target = SharedBf>> SendQueue<P, Shared<H>> {
     }
 }
 
-impl<P: SqStateRef, R: BfRegister> SendQueue<P, R> {
+impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
     /// The constructors' common part.
     ///
     /// # Safety
     ///
     /// The contract of [`SendQueue::new`], with `register` saying truly whether other queues
     /// write the BlueFlame register.
-    unsafe fn with_register(
+    pub(crate) unsafe fn with_register(
         layout: &QpLayout,
         caps: SqCaps,
         state: P,
         register: R,
     ) -> Result<Self, LayoutError> {
+        if caps.is_ud() != T::UD {
+            return Err(LayoutError::Transport);
+        }
         let cnt = layout.sq.wqe_cnt;
         let blocks = Ring::new(cnt).ok_or(LayoutError::NotPowerOfTwo { count: cnt })?;
         if cnt > 1 << 15 {
@@ -312,6 +364,7 @@ impl<P: SqStateRef, R: BfRegister> SendQueue<P, R> {
             caps,
             state,
             doorbell: Doorbell::new(dbrec, reg, layout.bf.size, register),
+            transport: PhantomData,
         })
     }
 
@@ -402,7 +455,12 @@ impl<P: SqStateRef, R: BfRegister> SendQueue<P, R> {
     /// Checks `wr` against the queue's limits and plans its WQE. Writes nothing.
     #[inline(always)]
     fn plan<'w>(&self, wr: &SendWr<'w>) -> Result<Plan<'w>, PostError> {
-        let checked = wr.check(&self.caps)?;
+        let checked = wr.check_except_connected_on_ud(&self.caps)?;
+        // The rest of the check, for a UD queue only (a type, so a connected queue has no
+        // code for it).
+        if T::UD && !wr.op.is_datagram_or_nop() {
+            return Err(PostError::WrongTransport);
+        }
         Ok(Plan::of(&wr.op, &checked))
     }
 
@@ -583,7 +641,10 @@ impl<P: SqStateRef, R: BfRegister> SendQueue<P, R> {
     fn check_batch_room(&mut self, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
         let caps = self.caps;
         let (mut blocks, mut signaled) = (0u32, 0u32);
-        CheckedBatch::check(wrs, &caps, |wr, checked| {
+        CheckedBatch::check_except_connected_on_ud(wrs, &caps, |wr, checked| {
+            if T::UD && !wr.op.is_datagram_or_nop() {
+                return Err(PostError::WrongTransport);
+            }
             let plan = Plan::of(&wr.op, &checked);
             blocks += plan.blocks;
             signaled += u32::from(plan.signaled);
@@ -705,7 +766,7 @@ unsafe fn write_inline(ring: &SegRing, seg: u32, sgl: &[Sge], len: u32) {
     }
 }
 
-impl<P: SqStateRef, R: BfRegister> PostSend for SendQueue<P, R> {
+impl<P: SqStateRef, R: BfRegister, T: SqTransport> PostSend for SendQueue<P, R, T> {
     #[inline(always)]
     unsafe fn stage(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
         let plan = self.plan(wr)?;
@@ -756,7 +817,10 @@ impl<P: SqStateRef, R: BfRegister> PostSend for SendQueue<P, R> {
         // second pass plans each request again from the checked batch, which cannot fail.
         let caps = self.caps;
         let (mut blocks, mut signaled) = (0u32, 0u32);
-        let batch = CheckedBatch::check(wrs, &caps, |wr, checked| {
+        let batch = CheckedBatch::check_except_connected_on_ud(wrs, &caps, |wr, checked| {
+            if T::UD && !wr.op.is_datagram_or_nop() {
+                return Err(PostError::WrongTransport);
+            }
             let plan = Plan::of(&wr.op, &checked);
             blocks = blocks.saturating_add(plan.blocks);
             signaled = signaled.saturating_add(u32::from(plan.signaled));

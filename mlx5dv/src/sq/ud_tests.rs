@@ -90,7 +90,7 @@ fn read_wrapped(ring: &[u8], pi: u32, len: usize) -> Vec<u8> {
 }
 
 /// Moves the producer of `rig` to block `n` with signaled NOPs, each rung and completed.
-fn advance(rig: &mut Rig, n: u32) {
+fn advance(rig: &mut Rig<crate::Datagram>, n: u32) {
     use crate::testutil::req_cqe;
     use zverbs_core::{Completion, PollCq};
     for i in 0..n {
@@ -110,7 +110,7 @@ fn advance(rig: &mut Rig, n: u32) {
 
 #[test]
 fn one_ud_send_as_literal_bytes() {
-    let mut rig = Rig::new(8, 256, ud_caps(2, 64));
+    let mut rig = Rig::new_ud(8, 256, ud_caps(2, 64));
     rig.mem.fill_sq(0xaa);
     let d = dest();
     let sgl = [Sge::new(0x1122_3344_5566_7788, 0x40, 0x99)];
@@ -158,7 +158,7 @@ fn ud_sends_at_every_wrap_position() {
     for n in 0..=8usize {
         for start in 0..blocks {
             for imm in [None, Some(0x0102_0304)] {
-                let mut rig = Rig::new(blocks, 256, ud_caps(8, 0));
+                let mut rig = Rig::new_ud(blocks, 256, ud_caps(8, 0));
                 advance(&mut rig, start);
                 let sgl: Vec<Sge> = (0..n)
                     .map(|i| Sge::new(0x1000 * (i as u64 + 1), i as u32 + 1, 0x10 + i as u32))
@@ -198,7 +198,7 @@ fn ud_sends_at_every_wrap_position() {
     // Inline payloads of every length up to the limit, from the blocks where they wrap.
     for len in 0..=120usize {
         for start in [0, blocks - 1, blocks - 2] {
-            let mut rig = Rig::new(blocks, 256, ud_caps(1, 120));
+            let mut rig = Rig::new_ud(blocks, 256, ud_caps(1, 120));
             advance(&mut rig, start);
             let data: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
             let sgl = [Sge::from_slice(&data, 0)];
@@ -220,22 +220,29 @@ fn ud_sends_at_every_wrap_position() {
 fn the_largest_ud_wqe_counts_the_datagram_segment() {
     // 12 entries: ctrl + datagram (4) + 12 = 16 segments, four blocks: fits four blocks, and
     // one entry more does not (an RC queue would take it: 2 + 13 = 15).
-    let fits = Rig::new(4, 0, ud_caps(12, 0));
+    let fits = Rig::new_ud(4, 0, ud_caps(12, 0));
     assert_eq!(fits.sq.caps().transport, Transport::Ud { mtu: 4096 });
     let mem = crate::testutil::Mem::new(4, 8, 32, 0, 8);
     let qp = mem.qp_layout(QPN, 8, 0);
     let slots: std::boxed::Box<[crate::SqSlot]> = (0..4).map(|_| crate::SqSlot::new()).collect();
     let state = crate::SqState::new(slots).unwrap();
     // SAFETY: never posted to.
-    let e = unsafe { SendQueue::new(&qp, ud_caps(13, 0), &state) }.unwrap_err();
+    let e = unsafe { SendQueue::new_ud(&qp, ud_caps(13, 0), &state) }.unwrap_err();
     assert_eq!(e, crate::LayoutError::WqeTooLarge { blocks: 5 });
     // SAFETY: as above.
     assert!(unsafe { SendQueue::new(&qp, caps(13, 0), &state) }.is_ok());
+    // The capabilities' transport must be the queue's.
+    // SAFETY: as above.
+    let e = unsafe { SendQueue::new(&qp, ud_caps(2, 0), &state) }.unwrap_err();
+    assert_eq!(e, crate::LayoutError::Transport);
+    // SAFETY: as above.
+    let e = unsafe { SendQueue::new_ud(&qp, caps(2, 0), &state) }.unwrap_err();
+    assert_eq!(e, crate::LayoutError::Transport);
 }
 
 #[test]
 fn refused_ud_requests_change_nothing() {
-    let mut rig = Rig::new(8, 256, ud_caps(2, 32));
+    let mut rig = Rig::new_ud(8, 256, ud_caps(2, 32));
     let d = dest();
     let sgl = [Sge::new(0x1000, 8, 1)];
     // Fill the ring but one block: three UD SENDs of one entry (two blocks each) and a NOP.
