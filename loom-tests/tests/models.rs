@@ -321,7 +321,7 @@ fn srq_free_list() {
     let srq = poster.join().expect("poster");
     let cq = poller.join().expect("poller");
     assert_eq!(&srq_mem.nic_read_data(3)[..8], &[0, 0, 0, 16, 0, 0, 0, 11]);
-    drop((srq, cq));
+    let _ = (srq, cq);
     // SAFETY: every thread is joined and every queue dropped.
     unsafe {
         free(bindings);
