@@ -17,8 +17,10 @@
 //!
 //! [`RecvWr::check`] is the receive side's check (its scatter entries).
 //!
-//! The order of the checks, and so which error a request with several faults gets: an atomic's
-//! operands ([`PostError::AtomicSize`], then [`PostError::AtomicAlignment`]), the number of
+//! The order of the checks, and so which error a request with several faults gets: the
+//! transport ([`PostError::WrongTransport`]: a datagram on a reliable-connected queue, a
+//! connected operation on a datagram queue) and a datagram's length against the path MTU
+//! ([`PostError::DatagramTooLong`]), then an atomic's operands ([`PostError::AtomicSize`], then [`PostError::AtomicAlignment`]), the number of
 //! entries ([`PostError::TooManySges`]), then for an inline request
 //! [`PostError::InlineNotAllowed`] and [`PostError::InlineTooLarge`], otherwise
 //! [`PostError::MessageTooLong`].
