@@ -600,6 +600,34 @@ const STRUCTS: &[Spec] = &[
         ],
     ),
     (
+        "zverbs_ffi::types::ibv_ah",
+        "struct ibv_ah",
+        &[("context", ""), ("pd", ""), ("handle", "")],
+    ),
+    (
+        "zverbs_ffi::types::ibv_srq_attr",
+        "struct ibv_srq_attr",
+        &[("max_wr", ""), ("max_sge", ""), ("srq_limit", "")],
+    ),
+    (
+        "zverbs_ffi::types::ibv_srq_init_attr",
+        "struct ibv_srq_init_attr",
+        &[("srq_context", ""), ("attr", "")],
+    ),
+    (
+        "zverbs_ffi::types::ibv_srq",
+        "struct ibv_srq",
+        &[
+            ("context", ""),
+            ("srq_context", ""),
+            ("pd", ""),
+            ("handle", ""),
+            ("mutex", ""),
+            ("cond", ""),
+            ("events_completed", ""),
+        ],
+    ),
+    (
         "zverbs_ffi::cm::rdma_conn_param",
         "struct rdma_conn_param",
         &[
@@ -697,6 +725,9 @@ const CONSTS: &[(&str, &str)] = &[
     ("zverbs_ffi::types::IBV_MTU_2048", "IBV_MTU_2048"),
     ("zverbs_ffi::types::IBV_MTU_4096", "IBV_MTU_4096"),
     ("zverbs_ffi::types::IBV_QPT_RC", "IBV_QPT_RC"),
+    ("zverbs_ffi::types::IBV_QPT_UD", "IBV_QPT_UD"),
+    ("zverbs_ffi::types::IBV_SRQ_MAX_WR", "IBV_SRQ_MAX_WR"),
+    ("zverbs_ffi::types::IBV_SRQ_LIMIT", "IBV_SRQ_LIMIT"),
     (
         "zverbs_ffi::types::IBV_QP_INIT_ATTR_PD",
         "IBV_QP_INIT_ATTR_PD",
@@ -711,6 +742,8 @@ const CONSTS: &[(&str, &str)] = &[
     ),
     ("zverbs_ffi::types::MLX5DV_OBJ_QP", "MLX5DV_OBJ_QP"),
     ("zverbs_ffi::types::MLX5DV_OBJ_CQ", "MLX5DV_OBJ_CQ"),
+    ("zverbs_ffi::types::MLX5DV_OBJ_SRQ", "MLX5DV_OBJ_SRQ"),
+    ("zverbs_ffi::types::MLX5DV_OBJ_AH", "MLX5DV_OBJ_AH"),
     (
         "zverbs_mlx5dv::prm::dv::MLX5DV_SRQ_MASK_SRQN",
         "MLX5DV_SRQ_MASK_SRQN",
@@ -747,6 +780,10 @@ const CONSTS: &[(&str, &str)] = &[
     (
         "zverbs_ffi::types::qp_attr_mask::IBV_QP_PORT",
         "IBV_QP_PORT",
+    ),
+    (
+        "zverbs_ffi::types::qp_attr_mask::IBV_QP_QKEY",
+        "IBV_QP_QKEY",
     ),
     ("zverbs_ffi::types::qp_attr_mask::IBV_QP_AV", "IBV_QP_AV"),
     (
@@ -791,6 +828,15 @@ const CONSTS: &[(&str, &str)] = &[
         "IBV_QP_DEST_QPN",
     ),
     ("zverbs_ffi::cm::RDMA_PS_TCP", "RDMA_PS_TCP"),
+    ("zverbs_ffi::cm::RDMA_PS_UDP", "RDMA_PS_UDP"),
+    (
+        "zverbs_ffi::cm::event::MULTICAST_JOIN",
+        "RDMA_CM_EVENT_MULTICAST_JOIN",
+    ),
+    (
+        "zverbs_ffi::cm::event::MULTICAST_ERROR",
+        "RDMA_CM_EVENT_MULTICAST_ERROR",
+    ),
     (
         "zverbs_ffi::cm::event::ADDR_RESOLVED",
         "RDMA_CM_EVENT_ADDR_RESOLVED",
@@ -848,6 +894,7 @@ const ENUMS: &[&str] = &[
     "enum rdma_port_space",
     "enum rdma_cm_event_type",
     "enum mlx5dv_dc_type",
+    "enum ibv_srq_attr_mask",
 ];
 
 const HEADERS: &[(&str, &str)] = &[

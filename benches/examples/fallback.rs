@@ -168,10 +168,10 @@ fn run(args: &Args) -> Res<()> {
         psn: random_psn(),
         gid: local.gid,
     });
-    a.connect(
+    a.connect_with(
         &ConnectAttr::new(port, ends[0].psn, &ends[1], local.gid_index).mtu(local.active_mtu),
     )?;
-    b.connect(
+    b.connect_with(
         &ConnectAttr::new(port, ends[1].psn, &ends[0], local.gid_index).mtu(local.active_mtu),
     )?;
     let Queues::Verbs(mut q) = Queues::take(&a, &a_cq)? else {

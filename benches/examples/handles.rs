@@ -98,7 +98,7 @@ fn main() -> zverbs::Result<()> {
             psn: 0,
             gid: local.gid,
         };
-        qp.connect(&ConnectAttr::new(port, 0, &me, local.gid_index))?;
+        qp.connect_with(&ConnectAttr::new(port, 0, &me, local.gid_index))?;
         Ok((qp, cq))
     };
     let (qp1, cq1) = qp()?;

@@ -42,6 +42,69 @@ use crate::wr::{RecvWr, SendWr};
 /// 3. with [`SendFlags::INLINE`](crate::SendFlags::INLINE), every entry's `addr..addr+length`
 ///    is valid for reads by this thread during the call (the CPU copies it; no registration is
 ///    needed, and the memory may be reused as soon as the call returns).
+///
+/// # Example
+///
+/// What a backend implements is [`PostSend::stage`], [`PostSend::ring`] and
+/// [`PostSend::post_all`]; [`PostSend::post`] and [`PostSend::batch`] come with the trait.
+/// Here a queue of four slots that only counts, and code generic over the trait (the
+/// `zverbs` crate's documentation of `PostSend` shows the same calls on a device):
+///
+/// ```
+/// use zverbs_core::{BatchError, PostError, PostSend, RemoteBuf, SendWr, Sge};
+///
+/// /// Four slots; a request stays in its slot for ever (there is no CQ here).
+/// #[derive(Default)]
+/// struct Counting { staged: u32, rung: u32, doorbells: u32 }
+///
+/// impl PostSend for Counting {
+///     unsafe fn stage(&mut self, _wr: &SendWr<'_>) -> Result<(), PostError> {
+///         if self.staged == 4 {
+///             return Err(PostError::QueueFull { needed: 1, free: 0 });
+///         }
+///         self.staged += 1;
+///         Ok(())
+///     }
+///     fn ring(&mut self) {
+///         if self.rung < self.staged {
+///             (self.rung, self.doorbells) = (self.staged, self.doorbells + 1);
+///         }
+///     }
+///     unsafe fn post_all(&mut self, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
+///         let free = 4 - self.staged as usize;
+///         if wrs.len() > free {
+///             let error = PostError::QueueFull { needed: 1, free: 0 };
+///             return Err(BatchError { index: free, error });
+///         }
+///         self.staged += wrs.len() as u32;
+///         self.ring();
+///         Ok(())
+///     }
+/// }
+///
+/// /// Generic code: compiled for whichever queue it is given.
+/// fn write_twice(sq: &mut impl PostSend, wr: &SendWr<'_>) -> Result<(), PostError> {
+///     let mut batch = sq.batch();
+///     // SAFETY: the requests name no memory this program can touch (`Counting` reads none).
+///     unsafe {
+///         batch.post(wr)?;
+///         batch.post(wr)?;
+///     }
+///     batch.finish(); // one doorbell for both
+///     Ok(())
+/// }
+///
+/// let mut sq = Counting::default();
+/// let sgl = [Sge::new(0x1000, 64, 0x11)];
+/// let wr = SendWr::write(1, &sgl, RemoteBuf::new(0x2000, 0x22)).signaled();
+/// write_twice(&mut sq, &wr).unwrap();
+/// // SAFETY: as above.
+/// unsafe { sq.post(&wr) }.unwrap(); // posts and rings
+/// assert_eq!((sq.staged, sq.doorbells), (3, 2));
+/// // The fourth fits, the fifth does not: refused, and nothing changed.
+/// let err = unsafe { sq.post_all(&[wr, wr]) }.unwrap_err();
+/// assert_eq!((err.index, sq.staged), (1, 3));
+/// ```
 pub trait PostSend {
     /// Writes one request into the send queue **without** ringing the doorbell: the device
     /// does not see it until [`PostSend::ring`]. The half of a batch that backends implement;
@@ -190,6 +253,46 @@ pub trait PostRecv {
 }
 
 /// A completion queue.
+///
+/// # Example
+///
+/// A CQ whose completions are already there, and code generic over the trait that takes
+/// completions until none is ready, stopping at the first failed one:
+///
+/// ```
+/// use zverbs_core::{Completion, PollCq, WcError, WcStatus};
+///
+/// struct Ready<'a>(&'a [Completion]);
+///
+/// impl PollCq for Ready<'_> {
+///     fn poll(&mut self, out: &mut [Completion]) -> usize {
+///         let n = out.len().min(self.0.len());
+///         out[..n].copy_from_slice(&self.0[..n]);
+///         self.0 = &self.0[n..];
+///         n
+///     }
+/// }
+///
+/// fn drain(cq: &mut impl PollCq) -> Result<usize, WcError> {
+///     let mut wc = [Completion::EMPTY; 4]; // the caller's buffer: polling never allocates
+///     let mut n = 0;
+///     loop {
+///         let ready = cq.poll_into(&mut wc);
+///         if ready.is_empty() {
+///             return Ok(n);
+///         }
+///         for c in ready.iter() {
+///             c.ok()?;
+///             n += 1;
+///         }
+///     }
+/// }
+///
+/// let done = Completion { wr_id: 1, ..Completion::EMPTY };
+/// let failed = Completion { wr_id: 2, status: WcStatus::RemAccessErr, ..Completion::EMPTY };
+/// assert_eq!(drain(&mut Ready(&[done; 6])), Ok(6));
+/// assert_eq!(drain(&mut Ready(&[done, failed, done])).unwrap_err().wr_id, 2);
+/// ```
 pub trait PollCq {
     /// Moves up to `out.len()` completions into `out`, oldest first, and returns how many.
     /// Never blocks; returns 0 when no completion is ready.

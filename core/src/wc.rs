@@ -269,6 +269,29 @@ impl WcFlags {
 ///
 /// For an error completion only `wr_id`, `status`, `vendor_err` and `qp_num` are meaningful, as
 /// in libibverbs; backends that know the request's opcode report it too.
+///
+/// # Example
+///
+/// A poller fills the caller's buffer ([`PollCq`](crate::PollCq)); [`Completion::ok`] turns a
+/// failed request into an error:
+///
+/// ```
+/// use zverbs_core::{Completion, WcFlags, WcOpcode, WcStatus};
+///
+/// let recv = Completion {
+///     wr_id: 7,
+///     byte_len: 9,
+///     imm: 42,
+///     opcode: WcOpcode::Recv,
+///     flags: WcFlags::WITH_IMM,
+///     ..Completion::EMPTY
+/// };
+/// assert!(recv.is_success());
+/// assert_eq!((recv.ok().unwrap().byte_len, recv.imm()), (9, Some(42)));
+///
+/// let failed = Completion { wr_id: 8, status: WcStatus::RemAccessErr, ..Completion::EMPTY };
+/// assert_eq!(failed.ok().unwrap_err().status, WcStatus::RemAccessErr);
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 // `repr(C)`, in this order: the fields a send completion reports as 0 (from `imm` to
 // `dlid_path_bits`) lie together, so a poller writes them with a few wide stores.
@@ -342,6 +365,24 @@ impl Completion {
 
     /// The completion if its request succeeded, else a [`WcError`] with its status and the
     /// device's syndrome: `for c in cq.poll_into(&mut wc) { c.ok()?; }`.
+    ///
+    /// ```
+    /// use zverbs_core::{Completion, WcError, WcStatus};
+    ///
+    /// fn bytes(c: &Completion) -> Result<u32, WcError> {
+    ///     Ok(c.ok()?.byte_len) // `?` leaves with the failure
+    /// }
+    ///
+    /// let done = Completion { wr_id: 1, byte_len: 64, ..Completion::EMPTY };
+    /// assert_eq!(bytes(&done), Ok(64));
+    /// let failed = Completion { wr_id: 2, qp_num: 0x1c3, status: WcStatus::RemAccessErr, ..Completion::EMPTY };
+    /// let err = bytes(&failed).unwrap_err();
+    /// assert_eq!((err.wr_id, err.qp_num, err.status), (2, 0x1c3, WcStatus::RemAccessErr));
+    /// assert_eq!(
+    ///     err.to_string(),
+    ///     "work request 2 on QP 0x1c3 failed: remote access error (vendor syndrome 0x0)"
+    /// );
+    /// ```
     ///
     /// # Errors
     ///

@@ -213,6 +213,25 @@ impl<'a> SendOp<'a> {
 }
 
 /// A send work request: an operation, the caller's 64-bit tag for it, and flags.
+///
+/// # Example
+///
+/// A request borrows its scatter/gather list; a constructor per operation, then the flags:
+///
+/// ```
+/// use zverbs_core::{RemoteBuf, SendFlags, SendOp, SendWr, Sge};
+///
+/// let payload = [7u8; 64];
+/// let sgl = [Sge::from_slice(&payload, 0x1100)]; // the registration's lkey
+/// let peer = RemoteBuf::new(0x7f00_0000_1000, 0xbeef); // the peer's address and rkey
+/// let wr = SendWr::write(1, &sgl, peer).signaled();
+/// assert!(wr.flags.contains(SendFlags::SIGNALED));
+/// assert_eq!(wr.payload_len(), 64);
+/// assert!(matches!(wr.op, SendOp::Write { remote, .. } if remote.rkey == 0xbeef));
+///
+/// let send = SendWr::send_imm(2, &sgl, 42).with_flags(SendFlags::SIGNALED | SendFlags::SOLICITED);
+/// assert_eq!(send.op.imm(), Some(42));
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SendWr<'a> {
     /// Returned unchanged in the request's completion.

@@ -74,6 +74,10 @@ pub mod cmd {
     pub const DEREG_MR: u32 = 13;
     /// `CREATE_COMP_CHANNEL`.
     pub const CREATE_COMP_CHANNEL: u32 = 17;
+    /// `ATTACH_MCAST`.
+    pub const ATTACH_MCAST: u32 = 30;
+    /// `DETACH_MCAST`.
+    pub const DETACH_MCAST: u32 = 31;
     /// `CREATE_CQ`.
     pub const CREATE_CQ: u32 = 18;
     /// `DESTROY_CQ`.
@@ -86,6 +90,12 @@ pub mod cmd {
     pub const MODIFY_QP: u32 = 26;
     /// `DESTROY_QP`.
     pub const DESTROY_QP: u32 = 27;
+    /// `CREATE_SRQ`.
+    pub const CREATE_SRQ: u32 = 32;
+    /// `MODIFY_SRQ`.
+    pub const MODIFY_SRQ: u32 = 33;
+    /// `DESTROY_SRQ`.
+    pub const DESTROY_SRQ: u32 = 35;
 }
 
 /// Extended command numbers (`IB_USER_VERBS_EX_CMD_*`).
@@ -118,13 +128,25 @@ pub fn legacy_sizes(command: u32) -> (usize, usize) {
         cmd::QUERY_QP => (16, 128),
         cmd::MODIFY_QP => (112, 0),
         cmd::DESTROY_QP => (16, 4),
+        cmd::ATTACH_MCAST | cmd::DETACH_MCAST => (24, 0),
+        cmd::CREATE_SRQ => (32, 16),
+        cmd::MODIFY_SRQ => (16, 0),
+        cmd::DESTROY_SRQ => (16, 4),
         _ => (usize::MAX, 0),
     }
 }
 
 /// Whether the legacy command's input starts with a `response` pointer.
 pub fn legacy_has_response(command: u32) -> bool {
-    !matches!(command, cmd::DEALLOC_PD | cmd::DEREG_MR | cmd::MODIFY_QP)
+    !matches!(
+        command,
+        cmd::DEALLOC_PD
+            | cmd::DEREG_MR
+            | cmd::MODIFY_QP
+            | cmd::MODIFY_SRQ
+            | cmd::ATTACH_MCAST
+            | cmd::DETACH_MCAST
+    )
 }
 
 /// `struct ib_uverbs_reg_mr` (input) and `_resp`.
@@ -172,6 +194,8 @@ pub mod create_qp {
     pub const SEND_CQ: usize = 20;
     /// `recv_cq_handle`.
     pub const RECV_CQ: usize = 24;
+    /// `srq_handle`.
+    pub const SRQ: usize = 28;
     /// `max_send_wr`.
     pub const MAX_SEND_WR: usize = 32;
     /// `max_recv_wr`.
@@ -228,6 +252,8 @@ pub mod modify_qp {
     pub const QP_HANDLE: usize = 64;
     /// `attr_mask`.
     pub const ATTR_MASK: usize = 68;
+    /// `qkey`.
+    pub const QKEY: usize = 72;
     /// `rq_psn`.
     pub const RQ_PSN: usize = 76;
     /// `sq_psn`.
@@ -236,6 +262,8 @@ pub mod modify_qp {
     pub const DEST_QP_NUM: usize = 84;
     /// `qp_access_flags`.
     pub const ACCESS_FLAGS: usize = 88;
+    /// `pkey_index` (u16).
+    pub const PKEY_INDEX: usize = 92;
     /// `qp_state` (u8).
     pub const QP_STATE: usize = 96;
     /// `path_mtu` (u8).
@@ -262,8 +290,12 @@ pub mod mask {
     pub const STATE: u32 = 1 << 0;
     /// `IBV_QP_ACCESS_FLAGS`.
     pub const ACCESS_FLAGS: u32 = 1 << 3;
+    /// `IBV_QP_PKEY_INDEX`.
+    pub const PKEY_INDEX: u32 = 1 << 4;
     /// `IBV_QP_PORT`.
     pub const PORT: u32 = 1 << 5;
+    /// `IBV_QP_QKEY`.
+    pub const QKEY: u32 = 1 << 6;
     /// `IBV_QP_AV`.
     pub const AV: u32 = 1 << 7;
     /// `IBV_QP_PATH_MTU`.
@@ -304,6 +336,63 @@ pub mod qps {
 
 /// `IBV_QPT_RC`.
 pub const QPT_RC: u8 = 2;
+/// `IBV_QPT_UD`.
+pub const QPT_UD: u8 = 4;
+
+/// `struct ib_uverbs_create_srq` (with its leading `response`), its answer and mlx5's driver
+/// data (`struct mlx5_ib_create_srq`, `_resp`).
+pub mod create_srq {
+    /// `pd_handle`.
+    pub const PD_HANDLE: usize = 16;
+    /// `max_wr`: libmlx5 passes its ring's WQE count minus one.
+    pub const MAX_WR: usize = 20;
+    /// `max_sge`: libmlx5 passes the data segments its stride holds.
+    pub const MAX_SGE: usize = 24;
+    /// `srq_limit`.
+    pub const SRQ_LIMIT: usize = 28;
+    /// `srq_handle` in the answer.
+    pub const R_HANDLE: usize = 0;
+    /// `max_wr` in the answer.
+    pub const R_MAX_WR: usize = 4;
+    /// `max_sge` in the answer.
+    pub const R_MAX_SGE: usize = 8;
+    /// `srqn` in the answer.
+    pub const R_SRQN: usize = 12;
+    /// `buf_addr` (driver input).
+    pub const BUF_ADDR: usize = 0;
+    /// `db_addr`.
+    pub const DB_ADDR: usize = 8;
+    /// `flags`.
+    pub const FLAGS: usize = 16;
+    /// `MLX5_SRQ_FLAG_SIGNATURE`: WQE signatures, which the device does not check.
+    pub const FLAG_SIGNATURE: u32 = 1 << 0;
+    /// `srqn` (driver output): the number libmlx5 takes.
+    pub const D_SRQN: usize = 0;
+}
+
+/// `struct ib_uverbs_modify_srq` (no `response`).
+pub mod modify_srq {
+    /// `srq_handle`.
+    pub const HANDLE: usize = 0;
+    /// `attr_mask`.
+    pub const ATTR_MASK: usize = 4;
+    /// `srq_limit`.
+    pub const SRQ_LIMIT: usize = 12;
+    /// `IBV_SRQ_MAX_WR`: resizing.
+    pub const MASK_MAX_WR: u32 = 1 << 0;
+    /// `IBV_SRQ_LIMIT`: arming the limit.
+    pub const MASK_LIMIT: u32 = 1 << 1;
+}
+
+/// `struct ib_uverbs_attach_mcast` and `_detach_mcast` (no `response`).
+pub mod mcast {
+    /// `gid` (16 bytes).
+    pub const GID: usize = 0;
+    /// `qp_handle`.
+    pub const QP_HANDLE: usize = 16;
+    /// `mlid` (u16).
+    pub const MLID: usize = 20;
+}
 
 /// Reads a native-endian integer of `N` bytes at `at`; 0 past the end.
 pub fn get<const N: usize>(b: &[u8], at: usize) -> u64 {

@@ -20,7 +20,7 @@ use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use zverbs_mlx5dv::{BfLayout, CqLayout, QpLayout, WqLayout};
-use zverbs_sim::{Access, Device, DeviceConfig, Peer, RNR_RETRY_INFINITE, SimError};
+use zverbs_sim::{Access, Device, DeviceConfig, Peer, QpType, RNR_RETRY_INFINITE, SimError};
 
 use crate::abi::{self, cmd, ex, get, mask, put, qps};
 use crate::fabric::Fabric;
@@ -55,6 +55,10 @@ const QPN_BASE: u32 = 0x100;
 #[derive(Clone, Copy, Debug, Default)]
 struct Qp {
     qpn: u32,
+    /// A UD QP (else RC).
+    ud: bool,
+    qkey: u32,
+    pkey_index: u16,
     send_cq: u32,
     recv_cq: u32,
     /// Capabilities as created (echoed by QUERY_QP).
@@ -91,6 +95,8 @@ struct Ctl {
     /// `cq_handle` → CQN.
     cqs: HashMap<u32, u32>,
     qps: HashMap<u32, Qp>,
+    /// `srq_handle` → SRQN.
+    srqs: HashMap<u32, u32>,
     /// Each user context's bfregs and UAR pages, by its descriptor.
     uctx: HashMap<i32, Uctx>,
 }
@@ -273,6 +279,11 @@ impl Emu {
             }
             (false, cmd::QUERY_QP) => self.query_qp(core_in, core_out),
             (false, cmd::DESTROY_QP) => self.destroy_qp(core_in),
+            (false, cmd::CREATE_SRQ) => self.create_srq(core_in, drv_in, core_out, drv_out),
+            (false, cmd::MODIFY_SRQ) => self.modify_srq(core_in),
+            (false, cmd::DESTROY_SRQ) => self.destroy_srq(core_in),
+            (false, cmd::ATTACH_MCAST) => self.mcast(core_in, true),
+            (false, cmd::DETACH_MCAST) => self.mcast(core_in, false),
             _ => Err(errno::EOPNOTSUPP),
         };
         match r {
@@ -486,9 +497,12 @@ impl Emu {
         use abi::create_qp as f;
         use abi::mlx5_create_qp as m;
         let at = |off: usize| if extended { off - f::EX_SHIFT } else { off };
-        if get::<1>(i, at(f::QP_TYPE)) as u8 != abi::QPT_RC || get::<1>(i, at(f::IS_SRQ)) != 0 {
-            return Err(errno::EOPNOTSUPP);
-        }
+        let ud = match get::<1>(i, at(f::QP_TYPE)) as u8 {
+            abi::QPT_RC => false,
+            abi::QPT_UD => true,
+            _ => return Err(errno::EOPNOTSUPP),
+        };
+        let srq_h = (get::<1>(i, at(f::IS_SRQ)) != 0).then(|| get::<4>(i, at(f::SRQ)) as u32);
         let caps = [
             f::MAX_SEND_WR,
             f::MAX_RECV_WR,
@@ -520,6 +534,10 @@ impl Emu {
         let mut ctl = self.ctl();
         let (Some(&send_cq), Some(&recv_cq)) = (ctl.cqs.get(&send_h), ctl.cqs.get(&recv_h)) else {
             return Err(errno::EINVAL);
+        };
+        let srqn = match srq_h {
+            Some(h) => Some(*ctl.srqs.get(&h).ok_or(errno::EINVAL)?),
+            None => None,
         };
         // The bfreg: the dynamic one the command names (a thread domain's), checked; else one
         // the kernel picks. A UAR object's page cannot be named: this kernel has none.
@@ -555,12 +573,19 @@ impl Emu {
                 size: 0,
             },
         };
+        let qp_type = if ud { QpType::Ud } else { QpType::Rc };
         // SAFETY: libmlx5 allocated the rings and doorbell record for this QP and frees them
         // only after DESTROY_QP, after which the device forgets them. RNR retries are served
         // for ever (rnr_retry 7, what perftest and most programs ask for).
         unsafe {
-            self.dev
-                .create_qp_external(&layout, send_cq, recv_cq, RNR_RETRY_INFINITE)
+            self.dev.create_qp_external_ext(
+                &layout,
+                send_cq,
+                recv_cq,
+                RNR_RETRY_INFINITE,
+                qp_type,
+                srqn,
+            )
         }
         .map_err(sim_errno)?;
         self.dev.set_user_index(qpn, uidx).map_err(sim_errno)?;
@@ -574,6 +599,7 @@ impl Emu {
             h,
             Qp {
                 qpn,
+                ud,
                 send_cq,
                 recv_cq,
                 caps,
@@ -610,8 +636,11 @@ impl Emu {
             put::<4>(o, f::EX_R_RESPONSE_LENGTH, o.len() as u64);
         }
         crate::log(format_args!(
-            "  QP {qpn:#x} uidx {uidx}: SQ {sq_cnt}×64 at {sq_buf:p}, RQ {rq_cnt}×{} at {rq_buf:p}",
-            1u32 << rq_shift
+            "  {qp_type:?} QP {qpn:#x} uidx {uidx}: SQ {sq_cnt}×64 at {sq_buf:p}, {}",
+            match srqn {
+                Some(n) => format!("SRQ {n:#x}"),
+                None => format!("RQ {rq_cnt}×{} at {rq_buf:p}", 1u32 << rq_shift),
+            }
         ));
         Ok(())
     }
@@ -663,8 +692,17 @@ impl Emu {
         if m & mask::RQ_PSN != 0 {
             qp.rq_psn = get::<4>(i, f::RQ_PSN) as u32;
         }
+        if m & mask::QKEY != 0 {
+            qp.qkey = get::<4>(i, f::QKEY) as u32;
+        }
+        if m & mask::PKEY_INDEX != 0 {
+            qp.pkey_index = get::<2>(i, f::PKEY_INDEX) as u16;
+        }
         if m & mask::SQ_PSN != 0 {
             qp.sq_psn = get::<4>(i, f::SQ_PSN) as u32;
+        }
+        if qp.ud {
+            return self.modify_ud(qp, m);
         }
         if m & mask::STATE == 0 {
             return Ok(());
@@ -715,6 +753,30 @@ impl Emu {
         Ok(())
     }
 
+    /// A UD QP's transitions, after `modify_qp` recorded the attributes: INIT gives the
+    /// device the Q_Key and P_Key index, RTR lets it receive and send (the device has no
+    /// state between: a UD QP at RTR that is sent nothing behaves as at RTS), RTS changes
+    /// nothing more (a UD QP has no peer, and its PSN is not checked).
+    fn modify_ud(&self, qp: &mut Qp, m: u32) -> Res {
+        if m & mask::QKEY != 0 && !(m & mask::STATE != 0 && qp.state == qps::INIT) {
+            // A Q_Key changed after INIT: the device takes it only at INIT.
+            return Err(errno::EOPNOTSUPP);
+        }
+        if m & mask::STATE == 0 {
+            return Ok(());
+        }
+        match qp.state {
+            qps::INIT => self
+                .dev
+                .init_ud(qp.qpn, qp.qkey, qp.pkey_index)
+                .map_err(sim_errno),
+            qps::RTR => self.dev.ready_ud(qp.qpn).map_err(sim_errno),
+            qps::RTS => Ok(()),
+            qps::ERR => self.dev.set_error(qp.qpn).map_err(sim_errno),
+            _ => Err(errno::EOPNOTSUPP),
+        }
+    }
+
     fn query_qp(&self, i: &[u8], o: &mut [u8]) -> Res {
         let h = get::<4>(i, 8) as u32;
         let ctl = self.ctl();
@@ -728,10 +790,12 @@ impl Emu {
         for (k, v) in qp.caps.iter().enumerate() {
             put::<4>(o, 64 + 4 * k, u64::from(*v));
         }
+        put::<4>(o, 84, u64::from(qp.qkey));
         put::<4>(o, 88, u64::from(qp.rq_psn));
         put::<4>(o, 92, u64::from(qp.sq_psn));
         put::<4>(o, 96, u64::from(qp.dest_qpn));
         put::<4>(o, 100, u64::from(qp.access));
+        put::<2>(o, 104, u64::from(qp.pkey_index));
         put::<1>(o, 108, u64::from(state));
         put::<1>(o, 109, u64::from(state));
         put::<1>(o, 110, u64::from(qp.path_mtu));
@@ -756,6 +820,104 @@ impl Emu {
         }
         crate::watch::qp_gone(qp.qpn);
         self.dev.destroy_qp(qp.qpn).map_err(sim_errno)
+    }
+
+    fn create_srq(&self, i: &[u8], d: &[u8], o: &mut [u8], dout: &mut [u8]) -> Res {
+        use abi::create_srq as f;
+        // libmlx5 sizes the ring (WQE count `max_wr + 1`, both powers of two, and a stride of
+        // the next segment and `max_sge` data segments) and links its free list; the kernel
+        // derives the same two numbers from the command, as here.
+        let max_wr = get::<4>(i, f::MAX_WR) as u32;
+        let max_sge = get::<4>(i, f::MAX_SGE) as u32;
+        let limit = get::<4>(i, f::SRQ_LIMIT) as u32;
+        if max_wr == 0 || max_wr >= 1 << 15 || max_sge > 63 {
+            return Err(errno::EINVAL);
+        }
+        let cnt = (max_wr + 1).next_power_of_two();
+        let stride = (16 + 16 * max_sge).max(32).next_power_of_two();
+        let (Some(buf), Some(dbrec)) =
+            (ptr(get::<8>(d, f::BUF_ADDR)), ptr(get::<8>(d, f::DB_ADDR)))
+        else {
+            return Err(errno::EINVAL);
+        };
+        let flags = get::<4>(d, f::FLAGS) as u32;
+        if flags & !f::FLAG_SIGNATURE != 0 {
+            return Err(errno::EINVAL);
+        }
+        // SAFETY: libmlx5 allocated the ring (`cnt` WQEs of `stride` bytes, linked) and the
+        // doorbell record for this SRQ and frees them only after DESTROY_SRQ, after which the
+        // device forgets them.
+        let srqn = unsafe { self.dev.create_srq_external(buf, dbrec.cast(), cnt, stride) }
+            .map_err(sim_errno)?;
+        if limit != 0
+            && let Err(e) = self.dev.arm_srq(srqn, limit)
+        {
+            let _ = self.dev.destroy_srq(srqn);
+            return Err(sim_errno(e));
+        }
+        let mut ctl = self.ctl();
+        let h = ctl.handle();
+        ctl.srqs.insert(h, srqn);
+        put::<4>(o, f::R_HANDLE, u64::from(h));
+        put::<4>(o, f::R_MAX_WR, u64::from(cnt - 1));
+        put::<4>(o, f::R_MAX_SGE, u64::from((stride - 16) / 16));
+        put::<4>(o, f::R_SRQN, u64::from(srqn));
+        put::<4>(dout, f::D_SRQN, u64::from(srqn));
+        crate::log(format_args!(
+            "  SRQ {srqn:#x}: {cnt}×{stride} at {buf:p}, doorbell at {dbrec:p}"
+        ));
+        Ok(())
+    }
+
+    fn srqn(&self, h: u32) -> Result<u32, i32> {
+        self.ctl().srqs.get(&h).copied().ok_or(errno::EINVAL)
+    }
+
+    fn modify_srq(&self, i: &[u8]) -> Res {
+        use abi::modify_srq as f;
+        let srqn = self.srqn(get::<4>(i, f::HANDLE) as u32)?;
+        let m = get::<4>(i, f::ATTR_MASK) as u32;
+        if m & f::MASK_MAX_WR != 0 {
+            // mlx5 does not resize an SRQ.
+            return Err(errno::EINVAL);
+        }
+        if m & f::MASK_LIMIT != 0 {
+            let limit = get::<4>(i, f::SRQ_LIMIT) as u32;
+            self.dev.arm_srq(srqn, limit).map_err(sim_errno)?;
+        }
+        Ok(())
+    }
+
+    fn destroy_srq(&self, i: &[u8]) -> Res {
+        let h = get::<4>(i, 8) as u32;
+        let srqn = self.srqn(h)?;
+        self.dev.destroy_srq(srqn).map_err(|e| match e {
+            SimError::InvalidConfig(_) => errno::EBUSY,
+            e => sim_errno(e),
+        })?;
+        self.ctl().srqs.remove(&h);
+        Ok(())
+    }
+
+    fn mcast(&self, i: &[u8], attach: bool) -> Res {
+        use abi::mcast as f;
+        let mut gid = [0u8; 16];
+        gid.copy_from_slice(i.get(f::GID..f::GID + 16).ok_or(errno::EINVAL)?);
+        let h = get::<4>(i, f::QP_HANDLE) as u32;
+        let mlid = get::<2>(i, f::MLID) as u16;
+        let qpn = self.ctl().qps.get(&h).ok_or(errno::EINVAL)?.qpn;
+        let r = if attach {
+            self.dev.attach_mcast(qpn, gid, mlid)
+        } else {
+            self.dev.detach_mcast(qpn, gid, mlid)
+        };
+        r.map_err(sim_errno)?;
+        crate::log(format_args!(
+            "  QP {qpn:#x} {} group {:x?} LID {mlid:#x}",
+            if attach { "joins" } else { "leaves" },
+            gid
+        ));
+        Ok(())
     }
 }
 

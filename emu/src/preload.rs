@@ -122,6 +122,42 @@ fn open_fake(flags: c_int) -> c_int {
     fd
 }
 
+/// When `path` is the sysfs file of the port's GID and this process's device instance
+/// exists, a descriptor reading that instance's own GID (see [`crate::sysfs`]); else `None`.
+///
+/// # Safety
+///
+/// `path` is null or a NUL-terminated string.
+unsafe fn open_gid(path: *const c_char) -> Option<c_int> {
+    if path.is_null() {
+        return None;
+    }
+    // SAFETY: (caller) NUL-terminated.
+    let p = unsafe { CStr::from_ptr(path) }.to_bytes();
+    let file = crate::sysfs::GID_FILE.as_bytes();
+    if !(p.ends_with(file) && p.len() > file.len() && p[p.len() - file.len() - 1] == b'/') {
+        return None;
+    }
+    let emu = Emu::running()?;
+    let text = format!("{}\n", crate::sysfs::gid_text(emu.device().gid()));
+    // SAFETY: plain memfd creation with a NUL-terminated name.
+    let fd = unsafe { libc::memfd_create(c"zverbs-emu-gid".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: writing `text`'s bytes to the new descriptor, then rewinding it for the reader.
+    let ok = unsafe {
+        libc::write(fd, text.as_ptr().cast(), text.len()) == text.len() as isize
+            && libc::lseek(fd, 0, libc::SEEK_SET) == 0
+    };
+    if !ok {
+        // SAFETY: closing the descriptor created above.
+        unsafe { libc::close(fd) };
+        return None;
+    }
+    Some(fd)
+}
+
 /// `open(2)`.
 ///
 /// # Safety
@@ -132,6 +168,10 @@ pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: libc::mod
     // SAFETY: (caller) `path` is a C string.
     if unsafe { is_uverbs(path) } {
         return open_fake(flags);
+    }
+    // SAFETY: (caller) `path` is a C string.
+    if let Some(fd) = unsafe { open_gid(path) } {
+        return fd;
     }
     match real!("open", OpenFn) {
         // SAFETY: forwarded as received.
@@ -166,6 +206,10 @@ pub unsafe extern "C" fn openat(
     // SAFETY: (caller) `path` is a C string.
     if unsafe { is_uverbs(path) } {
         return open_fake(flags);
+    }
+    // SAFETY: (caller) `path` is a C string.
+    if let Some(fd) = unsafe { open_gid(path) } {
+        return fd;
     }
     match real!("openat", OpenatFn) {
         // SAFETY: forwarded as received.

@@ -14,11 +14,29 @@
 //! | `class/infiniband/mlx5_0/device/modalias` | a ConnectX-6 (`v000015B3d0000101B`), matched against libmlx5's PCI table | libibverbs |
 //! | `class/infiniband/mlx5_0/node_guid` | the node GUID, as QUERY_DEVICE reports it | `ibv_get_device_guid` (`ibv_devices`) |
 //! | `class/infiniband/mlx5_0/ports/1/gids/0`, `gid_attrs/types/0` | the port's GID and its type | `ibv_query_gid` |
+//!
+//! The GID file holds the node GUID's link-local GID, but a process with the shim loaded and
+//! its device instance created reads its own port's GID there instead (the link-local prefix
+//! and a port GUID ending in the instance's LID, [`zverbs_sim::Device::gid`]): each process is
+//! another port on the fabric, and a datagram with a GRH reaches a port only when its DGID is
+//! that port's GID, as on InfiniBand.
 
 use std::io;
 use std::path::Path;
 
 use crate::device::NODE_GUID;
+
+/// The file of the port's GID 0, under the tree's root.
+pub const GID_FILE: &str = "class/infiniband/mlx5_0/ports/1/gids/0";
+
+/// A GID as sysfs writes it: eight groups of four hex digits.
+pub fn gid_text(gid: [u8; 16]) -> String {
+    let groups: Vec<String> = gid
+        .chunks(2)
+        .map(|c| format!("{:02x}{:02x}", c[0], c[1]))
+        .collect();
+    groups.join(":")
+}
 
 /// The device name the tree announces.
 pub const IBDEV: &str = "mlx5_0";

@@ -81,7 +81,7 @@ mod run {
                 psn: random_psn(),
                 gid: local.gid,
             };
-            qp.connect(&ConnectAttr::new(port, me.psn, &me, local.gid_index))
+            qp.connect_with(&ConnectAttr::new(port, me.psn, &me, local.gid_index))
                 .unwrap();
             qps.push((qp, cq));
         }

@@ -107,6 +107,8 @@ pub struct rdma_cm_event {
 
 /// `RDMA_PS_TCP`.
 pub const RDMA_PS_TCP: c_uint = 0x0106;
+/// `RDMA_PS_UDP`: unreliable datagrams (UD QPs, multicast).
+pub const RDMA_PS_UDP: c_uint = 0x0111;
 
 /// `enum rdma_cm_event_type`.
 pub mod event {
@@ -122,4 +124,6 @@ pub mod event {
     pub const REJECTED: c_uint = 8;
     pub const ESTABLISHED: c_uint = 9;
     pub const DISCONNECTED: c_uint = 10;
+    pub const MULTICAST_JOIN: c_uint = 12;
+    pub const MULTICAST_ERROR: c_uint = 13;
 }

@@ -11,7 +11,7 @@
 //! - [`load`]: `libibverbs.so.1`, `libmlx5.so.1` and `librdmacm.so.1`, each opened with
 //!   `dlopen` on first use and resolved into a table of function pointers;
 //! - at the crate root, the calls that `verbs.h` defines as static inline functions
-//!   ([`ibv_post_send`], [`ibv_post_recv`], [`ibv_poll_cq`], [`ibv_req_notify_cq`],
+//!   ([`ibv_post_send`], [`ibv_post_recv`], [`ibv_post_srq_recv`], [`ibv_poll_cq`], [`ibv_req_notify_cq`],
 //!   [`ibv_alloc_td`], [`ibv_dealloc_td`], [`ibv_alloc_parent_domain`]), written the way the
 //!   header writes them: through the provider's function tables in `ibv_context.ops` and
 //!   `struct verbs_context`.
@@ -86,7 +86,7 @@ use core::ffi::c_int;
 
 use types::{
     VERBS_ABI_IS_EXTENDED, ibv_context, ibv_cq, ibv_parent_domain_init_attr, ibv_pd, ibv_qp,
-    ibv_recv_wr, ibv_send_wr, ibv_td, ibv_td_init_attr, ibv_wc, verbs_context,
+    ibv_recv_wr, ibv_send_wr, ibv_srq, ibv_td, ibv_td_init_attr, ibv_wc, verbs_context,
 };
 
 /// `ibv_post_send` as `verbs.h` defines it: `qp->context->ops.post_send(qp, wr, bad_wr)`.
@@ -126,6 +126,27 @@ pub unsafe fn ibv_post_recv(
     match unsafe { (*(*qp).context).ops.post_recv } {
         // SAFETY: the provider's entry, called with the arguments the caller vouched for.
         Some(f) => unsafe { f(qp, wr, bad_wr) },
+        None => libc::EOPNOTSUPP,
+    }
+}
+
+/// `ibv_post_srq_recv` as `verbs.h` defines it:
+/// `srq->context->ops.post_srq_recv(srq, wr, bad_wr)`.
+///
+/// # Safety
+///
+/// `srq` is a live SRQ whose `context` points to a live `ibv_context`; `wr` is a valid chain
+/// of requests whose scatter lists are valid; `bad_wr` is writable.
+#[inline(always)]
+pub unsafe fn ibv_post_srq_recv(
+    srq: *mut ibv_srq,
+    wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+) -> c_int {
+    // SAFETY: (caller) `srq` and its context are live.
+    match unsafe { (*(*srq).context).ops.post_srq_recv } {
+        // SAFETY: the provider's entry, called with the arguments the caller vouched for.
+        Some(f) => unsafe { f(srq, wr, bad_wr) },
         None => libc::EOPNOTSUPP,
     }
 }

@@ -110,6 +110,13 @@ table! {
         ibv_modify_qp: fn(*mut ibv_qp, *mut ibv_qp_attr, c_int) -> c_int;
         ibv_query_qp: fn(*mut ibv_qp, *mut ibv_qp_attr, c_int, *mut ibv_qp_init_attr) -> c_int;
         ibv_destroy_qp: fn(*mut ibv_qp) -> c_int;
+        ibv_create_ah: fn(*mut ibv_pd, *mut ibv_ah_attr) -> *mut ibv_ah;
+        ibv_destroy_ah: fn(*mut ibv_ah) -> c_int;
+        ibv_create_srq: fn(*mut ibv_pd, *mut ibv_srq_init_attr) -> *mut ibv_srq;
+        ibv_modify_srq: fn(*mut ibv_srq, *mut ibv_srq_attr, c_int) -> c_int;
+        ibv_destroy_srq: fn(*mut ibv_srq) -> c_int;
+        ibv_attach_mcast: fn(*mut ibv_qp, *const ibv_gid, u16) -> c_int;
+        ibv_detach_mcast: fn(*mut ibv_qp, *const ibv_gid, u16) -> c_int;
     }
     optional {
         _ibv_query_gid_ex: fn(*mut ibv_context, u32, u32, *mut ibv_gid_entry, u32, usize) -> c_int;
@@ -149,6 +156,8 @@ table! {
         rdma_ack_cm_event: fn(*mut rdma_cm_event) -> c_int;
         rdma_event_str: fn(c_uint) -> *const c_char;
         rdma_init_qp_attr: fn(*mut rdma_cm_id, *mut ibv_qp_attr, *mut c_int) -> c_int;
+        rdma_join_multicast: fn(*mut rdma_cm_id, *mut libc::sockaddr, *mut c_void) -> c_int;
+        rdma_leave_multicast: fn(*mut rdma_cm_id, *mut libc::sockaddr) -> c_int;
     }
     optional {}
 }

@@ -180,6 +180,58 @@ pub struct ibv_ah_attr {
     pub port_num: u8,
 }
 
+/// `struct ibv_ah`: an address handle (`ibv_create_ah`).
+#[derive(Debug)]
+#[repr(C)]
+pub struct ibv_ah {
+    pub context: *mut ibv_context,
+    pub pd: *mut ibv_pd,
+    pub handle: u32,
+}
+
+/// `struct ibv_srq_attr`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct ibv_srq_attr {
+    pub max_wr: u32,
+    pub max_sge: u32,
+    pub srq_limit: u32,
+}
+
+/// `struct ibv_srq_init_attr`, the argument of `ibv_create_srq`.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct ibv_srq_init_attr {
+    pub srq_context: *mut c_void,
+    pub attr: ibv_srq_attr,
+}
+
+/// `struct ibv_srq`: a shared receive queue (`ibv_create_srq`).
+#[repr(C)]
+pub struct ibv_srq {
+    pub context: *mut ibv_context,
+    pub srq_context: *mut c_void,
+    pub pd: *mut ibv_pd,
+    pub handle: u32,
+    pub mutex: libc::pthread_mutex_t,
+    pub cond: libc::pthread_cond_t,
+    pub events_completed: u32,
+}
+
+impl core::fmt::Debug for ibv_srq {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("ibv_srq")
+            .field("context", &self.context)
+            .field("handle", &self.handle)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `IBV_SRQ_MAX_WR`, a bit of `enum ibv_srq_attr_mask`.
+pub const IBV_SRQ_MAX_WR: c_int = 1 << 0;
+/// `IBV_SRQ_LIMIT`, a bit of `enum ibv_srq_attr_mask`.
+pub const IBV_SRQ_LIMIT: c_int = 1 << 1;
+
 /// `struct ibv_qp_cap`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
@@ -476,6 +528,9 @@ pub type PostRecvFn =
 pub type PollCqFn = unsafe extern "C" fn(*mut ibv_cq, c_int, *mut ibv_wc) -> c_int;
 /// `ibv_context_ops.req_notify_cq`.
 pub type ReqNotifyCqFn = unsafe extern "C" fn(*mut ibv_cq, c_int) -> c_int;
+/// `ibv_context_ops.post_srq_recv`.
+pub type PostSrqRecvFn =
+    unsafe extern "C" fn(*mut ibv_srq, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int;
 /// A slot of `ibv_context_ops` this crate never calls.
 pub type UnusedOp = Option<unsafe extern "C" fn()>;
 
@@ -504,7 +559,7 @@ pub struct ibv_context_ops {
     pub _compat_modify_srq: UnusedOp,
     pub _compat_query_srq: UnusedOp,
     pub _compat_destroy_srq: UnusedOp,
-    pub post_srq_recv: UnusedOp,
+    pub post_srq_recv: Option<PostSrqRecvFn>,
     pub _compat_create_qp: UnusedOp,
     pub _compat_query_qp: UnusedOp,
     pub _compat_modify_qp: UnusedOp,
@@ -760,6 +815,8 @@ pub const IBV_MTU_4096: c_uint = 5;
 
 /// `IBV_QPT_RC`.
 pub const IBV_QPT_RC: c_uint = 2;
+/// `IBV_QPT_UD`.
+pub const IBV_QPT_UD: c_uint = 4;
 
 /// `IBV_QP_INIT_ATTR_PD`.
 pub const IBV_QP_INIT_ATTR_PD: u32 = 1 << 0;
@@ -771,6 +828,10 @@ pub const MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE: u32 = 1 << 3;
 pub const MLX5DV_OBJ_QP: u64 = 1 << 0;
 /// `MLX5DV_OBJ_CQ`.
 pub const MLX5DV_OBJ_CQ: u64 = 1 << 1;
+/// `MLX5DV_OBJ_SRQ`.
+pub const MLX5DV_OBJ_SRQ: u64 = 1 << 2;
+/// `MLX5DV_OBJ_AH`.
+pub const MLX5DV_OBJ_AH: u64 = 1 << 5;
 
 /// `IBV_LINK_LAYER_INFINIBAND`.
 pub const IBV_LINK_LAYER_INFINIBAND: u8 = 1;
@@ -790,6 +851,7 @@ pub mod qp_attr_mask {
     pub const IBV_QP_ACCESS_FLAGS: i32 = 1 << 3;
     pub const IBV_QP_PKEY_INDEX: i32 = 1 << 4;
     pub const IBV_QP_PORT: i32 = 1 << 5;
+    pub const IBV_QP_QKEY: i32 = 1 << 6;
     pub const IBV_QP_AV: i32 = 1 << 7;
     pub const IBV_QP_PATH_MTU: i32 = 1 << 8;
     pub const IBV_QP_TIMEOUT: i32 = 1 << 9;

@@ -501,6 +501,60 @@ impl Device {
         unsafe { self.engine().add_qp(layout, send_cq, recv_cq, rnr_retry) }
     }
 
+    /// Drives a QP of `qp_type` whose memory someone else allocated, taking its receives from
+    /// the shared receive queue `srq` when one is given (its layout then has no receive ring):
+    /// [`Device::create_qp_external`] for any QP [`Device::create_qp_ext`] creates. A UD QP
+    /// starts in INIT ([`Device::init_ud`], [`Device::ready_ud`]).
+    ///
+    /// # Safety
+    ///
+    /// As [`Device::create_qp_external`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Device::create_qp_external`], and [`SimError::NoSuchSrq`],
+    /// [`SimError::InvalidConfig`] for a receive ring on an SRQ.
+    pub unsafe fn create_qp_external_ext(
+        &self,
+        layout: &QpLayout,
+        send_cq: u32,
+        recv_cq: u32,
+        rnr_retry: u8,
+        qp_type: QpType,
+        srq: Option<u32>,
+    ) -> Result<(), SimError> {
+        // SAFETY: (caller) the memory is valid for the device's life.
+        unsafe {
+            self.engine()
+                .add_qp_ext(layout, send_cq, recv_cq, rnr_retry, qp_type, srq)
+        }
+    }
+
+    /// Drives a shared receive queue whose ring and doorbell record someone else allocated
+    /// (libmlx5 behind an emulated ConnectX): `wqe_cnt` WQEs of `stride` bytes at `buf`, laid
+    /// out and linked into a free list as [`SimSrq`] describes (from WQE 0, which the device
+    /// consumes first), and a one-word doorbell record. Returns its number.
+    ///
+    /// # Safety
+    ///
+    /// The ring and the record are valid for reads and writes for the device's whole life
+    /// and are written only as an mlx5 driver writes them.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::InvalidConfig`] for a count that is not a power of two or above 32768, or
+    /// a stride that is not a power of two in 32..=1024; [`SimError::TooMany`].
+    pub unsafe fn create_srq_external(
+        &self,
+        buf: NonNull<u8>,
+        dbrec: NonNull<u32>,
+        wqe_cnt: u32,
+        stride: u32,
+    ) -> Result<u32, SimError> {
+        // SAFETY: (caller) the memory is valid for the device's life.
+        unsafe { self.engine().add_srq_external(buf, dbrec, wqe_cnt, stride) }
+    }
+
     /// Connects two QPs (or a QP to itself) as an RC pair and moves both to RTS: each names
     /// the other, as [`Device::connect_to`] on both sides.
     ///

@@ -108,6 +108,27 @@ impl<'a> CqBuilder<'a> {
 
 /// A completion queue. Cloning is cheap; the CQ is destroyed when the last clone, every QP
 /// using it and its poller are gone.
+///
+/// # Example
+///
+/// Create the CQ, then every QP that uses it, then take its poller: nothing is ready yet.
+///
+/// ```
+/// # #[cfg(feature = "sim")] {
+/// # fn main() -> zverbs::Result<()> {
+/// # let ctx = zverbs::open_device(Some(zverbs::SOFTWARE_DEVICE), &zverbs::ContextOptions::default())?;
+/// use zverbs::{Completion, PollCq};
+///
+/// let cq = ctx.cq_builder().cqe(64).build()?; // room for at least 64 completions
+/// let pd = ctx.alloc_pd()?;
+/// let _qp = pd.qp_builder(&cq, &cq).build()?; // every QP on `cq` before its poller
+/// let mut poller = cq.poller()?; // one poller per CQ, driven by one thread at a time
+/// let mut wc = [Completion::EMPTY; 16];
+/// assert!(poller.poll_into(&mut wc).is_empty()); // never blocks
+/// println!("{} entries, {}", cq.cqe(), cq.backend());
+/// # Ok(()) }
+/// # main().unwrap(); }
+/// ```
 #[derive(Clone, Debug)]
 pub struct Cq {
     pub(crate) inner: Arc<CqInner>,

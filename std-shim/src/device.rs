@@ -232,6 +232,29 @@ impl ContextOptions {
 
 /// An open device. Cloning is cheap (a reference count); the device is closed when the last
 /// clone and every object made from it are gone.
+///
+/// # Example
+///
+/// Open the software device (no NIC needed), find where it is, and make the objects of a
+/// connection:
+///
+/// ```
+/// # #[cfg(feature = "sim")] {
+/// # fn main() -> zverbs::Result<()> {
+/// use zverbs::{AccessFlags, ContextOptions};
+///
+/// let ctx = zverbs::open_device(Some(zverbs::SOFTWARE_DEVICE), &ContextOptions::default())?;
+/// assert_eq!(ctx.name(), "zverbs_sim0");
+/// let port = ctx.active_port()?; // the first port in the ACTIVE state
+/// let local = ctx.address(port, None)?; // what a peer needs to reach this port: LID, GID
+/// let pd = ctx.alloc_pd()?;
+/// let cq = ctx.cq_builder().cqe(256).build()?;
+/// assert!(cq.cqe() >= 256);
+/// let buf = pd.alloc_buf(4096, AccessFlags::ALL)?;
+/// println!("{} port {port}: LID {}, GID {}, {} bytes registered", ctx.name(), local.lid, local.gid, buf.len());
+/// # Ok(()) }
+/// # main().unwrap(); }
+/// ```
 #[derive(Clone, Debug)]
 pub struct Context {
     pub(crate) inner: Arc<ContextInner>,

@@ -8,41 +8,52 @@
 //!
 //! ## Quick start
 //!
-//! On the software mlx5 device (feature `sim`, on by default): two queue pairs of this process
-//! connected to each other, a WRITE with immediate from one into the other's buffer.
+//! On the software mlx5 device ([`SOFTWARE_DEVICE`], feature `sim`, on by default: no NIC,
+//! no rdma-core, no server): two RC queue pairs of this process connected to each other, an
+//! RDMA WRITE from one into the other's buffer, then a SEND into a receive the other posted.
+//! Every call returns a [`Result`], so `?` carries set-up, posting, waiting and failed
+//! completions alike. This is run by `cargo test --doc`.
 //!
 //! ```
 //! # #[cfg(feature = "sim")] {
 //! use std::time::{Duration, Instant};
-//! use zverbs::connect::Endpoint;
-//! use zverbs::{AccessFlags, ConnectAttr, ContextOptions, Qp, SendFlags};
+//! use zverbs::{AccessFlags, ContextOptions, SendFlags};
 //!
 //! # fn main() -> zverbs::Result<()> {
-//! let ctx = zverbs::open_device(Some("zverbs_sim0"), &ContextOptions::default())?;
-//! let port = ctx.active_port()?;
-//! let local = ctx.address(port, None)?;
+//! // The software device by name; `open_device(None, ..)` opens the device the environment
+//! // variable `ZVERBS_DEVICE` names, else the first NIC.
+//! let ctx = zverbs::open_device(Some(zverbs::SOFTWARE_DEVICE), &ContextOptions::default())?;
 //! let pd = ctx.alloc_pd()?;
+//! let buf_a = pd.alloc_buf(4096, AccessFlags::ALL)?; // allocated and registered
+//! let buf_b = pd.alloc_buf(4096, AccessFlags::ALL)?;
 //! let (cq_a, cq_b) = (ctx.cq_builder().build()?, ctx.cq_builder().build()?);
 //! let a = pd.qp_builder(&cq_a, &cq_a).build()?;
 //! let b = pd.qp_builder(&cq_b, &cq_b).build()?;
-//! let at = |qp: &Qp| Endpoint { lid: local.lid, qpn: qp.qpn(), psn: 0, gid: local.gid };
-//! a.connect(&ConnectAttr::new(port, 0, &at(&b), local.gid_index))?; // INIT, RTR, RTS
-//! b.connect(&ConnectAttr::new(port, 0, &at(&a), local.gid_index))?;
-//!
-//! let buf_a = pd.alloc_buf(4096, AccessFlags::ALL)?;
-//! let buf_b = pd.alloc_buf(4096, AccessFlags::ALL)?;
+//! // Connect each QP to the other: INIT, RTR, RTS. Between two machines each side sends its
+//! // `qp.endpoint()` over the network (`zverbs::connect`) and calls `qp.connect(&peer)`.
+//! zverbs::connect_pair(&a, &b)?;
 //! let (mut qa, mut qb) = (a.queues(&cq_a)?, b.queues(&cq_b)?); // sq, rq, cq of each
-//! qb.rq.post(1, buf_b.slice(..))?; // the immediate consumes a receive
-//! buf_a.write(0, b"hello");
-//! // Posts and rings: the device has it when this returns.
-//! qa.sq.write_imm(2, buf_a.slice(0..5), buf_b.remote(0), 7, SendFlags::SIGNALED)?;
 //! let deadline = Instant::now() + Duration::from_secs(5);
-//! qa.cq.wait(1, deadline)?[0].ok()?; // the WRITE succeeded (or `?` says why not)
-//! let imm = qb.cq.wait(1, deadline)?[0].ok()?.imm();
-//! assert_eq!(imm, Some(7));
+//!
+//! // RDMA WRITE: A's bytes land in B's buffer, without B's CPU.
+//! buf_a.write(0, b"hello");
+//! qa.sq.write(1, buf_a.slice(0..5), buf_b.remote(0), SendFlags::SIGNALED)?; // posts and rings
+//! let done = qa.cq.wait(1, deadline)?[0].ok()?; // a timeout or a failed request is an `Err`
+//! assert_eq!(done.wr_id, 1);
 //! let mut got = [0; 5];
 //! buf_b.read(0, &mut got);
 //! assert_eq!(&got, b"hello");
+//!
+//! // SEND into a receive that B posted.
+//! qb.rq.post(2, buf_b.slice(1024..2048))?;
+//! buf_a.write(100, b"a message");
+//! qa.sq.send(3, buf_a.slice(100..109), SendFlags::SIGNALED)?;
+//! qa.cq.wait(1, deadline)?[0].ok()?;
+//! let recv = *qb.cq.wait(1, deadline)?[0].ok()?;
+//! assert_eq!((recv.wr_id, recv.byte_len), (2, 9));
+//! let mut msg = [0; 9];
+//! buf_b.read(1024, &mut msg);
+//! assert_eq!(&msg, b"a message");
 //! # Ok(()) }
 //! # main().unwrap(); }
 //! ```
@@ -52,25 +63,22 @@
 //! monomorphised for the backend the QP got (the `unsafe` posts take any registered memory):
 //!
 //! ```no_run
-//! use zverbs::{AccessFlags, ConnectAttr, ContextOptions, Queues, SendWr, PostSend, PollCq};
-//! use zverbs::connect::{exchange, random_psn};
+//! use zverbs::{AccessFlags, ContextOptions, Queues, SendWr, PostSend, PollCq};
+//! use zverbs::connect::exchange;
 //!
 //! # fn main() -> zverbs::Result<()> {
 //! let ctx = zverbs::open_device(None, &ContextOptions::default())?;
-//! let port = ctx.active_port()?;
-//! let local = ctx.address(port, None)?;
 //! let pd = ctx.alloc_pd()?;
 //! let buf = pd.alloc_buf(4096, AccessFlags::ALL)?;
 //! let cq = ctx.cq_builder().cqe(256).build()?;
 //! let qp = pd.qp_builder(&cq, &cq).max_send_wr(64).max_recv_wr(64).build()?;
 //! println!("backend: {}", qp.backend());
 //!
-//! // Tell the peer where we are (ibv_rc_pingpong's exchange), then connect.
-//! let me = zverbs::connect::Endpoint { lid: local.lid, qpn: qp.qpn(), psn: random_psn(), gid: local.gid };
+//! // Tell the peer where we are (ibv_rc_pingpong's exchange), then connect to where it is.
 //! let mut s = exchange::connect("server:18515", std::time::Duration::from_secs(10))?;
-//! let hello = exchange::Hello { endpoint: me, ..Default::default() };
+//! let hello = exchange::Hello { endpoint: qp.endpoint()?, ..Default::default() };
 //! let peer = exchange::client(&mut s, &hello, exchange::Wire::RcPingpong)?;
-//! qp.connect(&ConnectAttr::new(port, me.psn, &peer.endpoint, local.gid_index))?;
+//! qp.connect(&peer.endpoint)?; // INIT, RTR, RTS: from the peer's PSN, sending from ours
 //!
 //! let sge = [buf.sge(0..64)];
 //! match Queues::take(&qp, &cq)? {
@@ -199,6 +207,8 @@ mod qp;
 pub mod queues;
 mod register;
 pub mod safe;
+mod srq;
+mod ud;
 
 pub use backend::{BackendChoice, BackendKind, BackendReport, BackendRequest, BlueFlame};
 pub use cq::{Cq, CqBuilder};
@@ -209,10 +219,15 @@ pub use device::{
 pub use error::{Error, Result};
 pub use mr::{AccessFlags, BufError, Mr, MrBuf};
 pub use pd::Pd;
+pub use provider::SrqLayout;
+pub use qp::QpType;
 pub use qp::{
     ConnectAttr, GlobalRoute, InitAttr, Qp, QpBuilder, QpCaps, QpState, RtrAttr, RtsAttr,
+    connect_pair,
 };
 pub use queues::{AnyPoller, AnyRecvQueue, AnySendQueue, QueueSet, Queues};
+pub use srq::Srq;
+pub use ud::{AddressHandle, AhAttr, MULTICAST_QPN, UdAttr};
 
 #[cfg(feature = "sim")]
 pub use provider::sim::SimControl;
@@ -224,9 +239,90 @@ pub use provider::sim::SimControl;
 /// `zverbs`. What `zverbs-core` hides from its documentation (the loom models' mutants) is not
 /// covered.
 pub use zverbs_core as core;
+/// In `zverbs`, what both backends' pollers return. On the software device, a WRITE with a
+/// wrong remote key fails at the peer; its completion says so, and [`Completion::ok`] makes it
+/// an error (`a`, `b`, `buf_a`, `buf_b` as in [`Qp`]'s example):
+///
+/// ```
+/// # #[cfg(feature = "sim")] {
+/// # fn main() -> zverbs::Result<()> {
+/// # let ctx = zverbs::open_device(Some(zverbs::SOFTWARE_DEVICE), &zverbs::ContextOptions::default())?;
+/// # let pd = ctx.alloc_pd()?;
+/// # let (cq_a, cq_b) = (ctx.cq_builder().build()?, ctx.cq_builder().build()?);
+/// # let (a, b) = (pd.qp_builder(&cq_a, &cq_a).build()?, pd.qp_builder(&cq_b, &cq_b).build()?);
+/// # zverbs::connect_pair(&a, &b)?;
+/// # let buf_a = pd.alloc_buf(4096, zverbs::AccessFlags::ALL)?;
+/// # let buf_b = pd.alloc_buf(4096, zverbs::AccessFlags::ALL)?;
+/// use std::time::{Duration, Instant};
+/// use zverbs::{RemoteBuf, SendFlags, WcStatus};
+///
+/// let mut qa = a.queues(&cq_a)?;
+/// let wrong = RemoteBuf::new(buf_b.addr(), buf_b.rkey() ^ 0x5a5a_0000);
+/// qa.sq.write(9, buf_a.slice(0..8), wrong, SendFlags::SIGNALED)?;
+/// let deadline = Instant::now() + Duration::from_secs(5);
+/// let c = qa.cq.wait(1, deadline)?[0];
+/// assert_eq!((c.wr_id, c.status), (9, WcStatus::RemAccessErr));
+/// let err = c.ok().unwrap_err(); // with `?`: a `zverbs::Error::Completion`
+/// assert_eq!(err.qp_num, a.qpn());
+/// println!("{err}"); // work request 9 on QP 0x..: remote access error (vendor syndrome 0x..)
+/// # Ok(()) }
+/// # main().unwrap(); }
+/// ```
+pub use zverbs_core::Completion;
+/// In `zverbs`, implemented by both backends' pollers ([`AnyPoller`], [`Queues`]);
+/// [`PostSend`]'s example polls through it on the software device.
+pub use zverbs_core::PollCq;
+/// In `zverbs`, implemented by both backends' send queues ([`AnySendQueue`], [`Queues`]). On
+/// the software device: generic code over [`PostSend`] and [`PollCq`], run on the queues of
+/// whichever backend the QP got ([`Queues::take`]); the posts are `unsafe` (see the contract
+/// below), which the [`safe`] layer spares. `a` and `b` are two connected QPs, `buf_a` and
+/// `buf_b` a buffer on each side, as in [`Qp`]'s example:
+///
+/// ```
+/// # #[cfg(feature = "sim")] {
+/// # fn main() -> zverbs::Result<()> {
+/// # let ctx = zverbs::open_device(Some(zverbs::SOFTWARE_DEVICE), &zverbs::ContextOptions::default())?;
+/// # let pd = ctx.alloc_pd()?;
+/// # let (cq_a, cq_b) = (ctx.cq_builder().build()?, ctx.cq_builder().build()?);
+/// # let (a, b) = (pd.qp_builder(&cq_a, &cq_a).build()?, pd.qp_builder(&cq_b, &cq_b).build()?);
+/// # zverbs::connect_pair(&a, &b)?;
+/// # let buf_a = pd.alloc_buf(4096, zverbs::AccessFlags::ALL)?;
+/// # let buf_b = pd.alloc_buf(4096, zverbs::AccessFlags::ALL)?;
+/// use std::time::{Duration, Instant};
+/// use zverbs::{Completion, PollCq, PostSend, Queues, SendWr};
+///
+/// fn post_and_wait(sq: &mut impl PostSend, cq: &mut impl PollCq, wr: &SendWr<'_>) -> zverbs::Result<Completion> {
+///     // SAFETY: the request's memory is an `MrBuf`, registered for as long as it lives, and
+///     // Rust holds no reference into it.
+///     unsafe { sq.post(wr) }?; // posts and rings
+///     let deadline = Instant::now() + Duration::from_secs(5);
+///     let mut wc = [Completion::EMPTY; 4];
+///     while Instant::now() < deadline {
+///         if let [c, ..] = cq.poll_into(&mut wc) {
+///             return Ok(*c.ok()?); // a failed request is an `Err`
+///         }
+///     }
+///     Err(zverbs::safe::WaitError::Timeout { wanted: 1, got: 0 }.into())
+/// }
+///
+/// buf_a.write(0, b"generic");
+/// let sgl = [buf_a.sge(0..7)];
+/// let wr = SendWr::write(1, &sgl, buf_b.remote(0)).signaled();
+/// let c = match Queues::take(&a, &cq_a)? {
+///     Queues::Direct(mut q) => post_and_wait(&mut q.sq, &mut q.cq, &wr)?, // mlx5, this device
+///     Queues::Verbs(mut q) => post_and_wait(&mut q.sq, &mut q.cq, &wr)?, // every other device
+/// };
+/// assert_eq!(c.wr_id, 1);
+/// let mut got = [0; 7];
+/// buf_b.read(0, &mut got);
+/// assert_eq!(&got, b"generic");
+/// # Ok(()) }
+/// # main().unwrap(); }
+/// ```
+pub use zverbs_core::PostSend;
 pub use zverbs_core::{
-    BatchError, Completion, PollCq, PostError, PostRecv, PostSend, RecvWr, RemoteBuf, SendBatch,
-    SendFlags, SendOp, SendWr, Sge, WcError, WcFlags, WcOpcode, WcStatus,
+    BatchError, PostError, PostRecv, RecvWr, RemoteBuf, SendBatch, SendFlags, SendOp, SendWr, Sge,
+    WcError, WcFlags, WcOpcode, WcStatus,
 };
 /// The raw rdma-core binding the control path and the fallback are built on (crate
 /// `zverbs-ffi`): hand-written `repr(C)` declarations, checked against rdma-core's headers, and

@@ -427,6 +427,35 @@ const SPINS_PER_CLOCK_READ: u32 = 128;
 /// on a range outside the buffer, as slice indexing does (the message names the range and the
 /// buffer's length); each has a `try_` twin that returns a [`BufError`] instead and never
 /// panics, for code that must not. [`MrBuf::wait_u8`] returns an error for a bad offset too.
+///
+/// # Example
+///
+/// Copies in and out, 8-byte words, the spans the safe queues post and the address a peer
+/// writes to:
+///
+/// ```
+/// # #[cfg(feature = "sim")] {
+/// # fn main() -> zverbs::Result<()> {
+/// # let ctx = zverbs::open_device(Some(zverbs::SOFTWARE_DEVICE), &zverbs::ContextOptions::default())?;
+/// use zverbs::{AccessFlags, BufError};
+///
+/// let pd = ctx.alloc_pd()?;
+/// let buf = pd.alloc_buf(4096, AccessFlags::ALL)?;
+/// buf.write(0, b"hello");
+/// let mut got = [0; 5];
+/// buf.read(0, &mut got);
+/// assert_eq!(&got, b"hello");
+/// buf.store_u64(8, 42);
+/// assert_eq!(buf.load_u64(8), 42);
+/// let span = buf.slice(0..5); // what `SafeSendQueue` posts: bounds-checked, with the buffer's key
+/// assert_eq!(span.len(), 5);
+/// let there = buf.remote(64); // what a peer needs to WRITE at offset 64
+/// assert_eq!((there.addr, there.rkey), (buf.addr() + 64, buf.rkey()));
+/// // Past the end: the `try_` forms say so, the others panic as slice indexing does.
+/// assert!(matches!(buf.try_read(4092, &mut [0; 8]), Err(BufError::OutOfBounds { .. })));
+/// # Ok(()) }
+/// # main().unwrap(); }
+/// ```
 #[derive(Clone, Debug)]
 pub struct MrBuf {
     pub(crate) inner: Arc<MrBufInner>,

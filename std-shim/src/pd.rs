@@ -10,6 +10,28 @@ use crate::provider::PdProvider;
 use crate::qp::QpBuilder;
 
 /// A protection domain: the scope of memory registrations and queue pairs. Cloning is cheap.
+///
+/// # Example
+///
+/// Memory and queue pairs of one PD may work together: a QP posts only spans of memory
+/// registered in its own PD.
+///
+/// ```
+/// # #[cfg(feature = "sim")] {
+/// # fn main() -> zverbs::Result<()> {
+/// # let ctx = zverbs::open_device(Some(zverbs::SOFTWARE_DEVICE), &zverbs::ContextOptions::default())?;
+/// use zverbs::AccessFlags;
+///
+/// let pd = ctx.alloc_pd()?;
+/// let buf = pd.alloc_buf(4096, AccessFlags::ALL)?; // allocated, then registered in `pd`
+/// let cq = ctx.cq_builder().build()?;
+/// let qp = pd.qp_builder(&cq, &cq).build()?; // a QP of `pd`: its requests may use `buf`
+/// assert_eq!(buf.len(), 4096);
+/// assert_ne!(buf.rkey(), 0); // the key a peer writes into `buf` with
+/// println!("QP {:#x}, backend {}", qp.qpn(), qp.backend());
+/// # Ok(()) }
+/// # main().unwrap(); }
+/// ```
 #[derive(Clone, Debug)]
 pub struct Pd {
     pub(crate) inner: Arc<PdInner>,

@@ -9,9 +9,9 @@ use zverbs_mlx5dv::{RqSlot, RqState, SqCaps, SqSlot, SqState};
 use crate::backend::{
     BackendChoice, BackendKind, BackendReport, BackendRequest, BlueFlame, RequestSource,
 };
-use crate::connect::Endpoint;
+use crate::connect::{Endpoint, random_psn};
 use crate::cq::Cq;
-use crate::device::{Gid, Mtu};
+use crate::device::{Gid, LocalAddress, Mtu};
 use crate::error::{Error, Result};
 use crate::fallback::{RqShared, SqShared};
 use crate::ffi::types::{ibv_qp_attr, qp_attr_mask as m};
@@ -21,6 +21,7 @@ use crate::provider::{QpEngine, QpInit, QpProvider, RegisterOwner};
 use crate::queues::{AnyRecvQueue, AnySendQueue};
 use crate::register::{self, SharedRegister};
 use crate::safe::{SafePoller, SafeQueues, SafeRecvQueue, SafeSendQueue};
+use crate::srq::Srq;
 
 /// A queue pair's capabilities (`struct ibv_qp_cap`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,6 +51,29 @@ impl Default for QpCaps {
 }
 
 /// A builder for an RC [`Qp`].
+///
+/// # Example
+///
+/// The queues' sizes are minimums: the device may give more, and [`Qp::caps`] says what it
+/// gave.
+///
+/// ```
+/// # #[cfg(feature = "sim")] {
+/// # fn main() -> zverbs::Result<()> {
+/// # let ctx = zverbs::open_device(Some(zverbs::SOFTWARE_DEVICE), &zverbs::ContextOptions::default())?;
+/// let pd = ctx.alloc_pd()?;
+/// let cq = ctx.cq_builder().cqe(256).build()?;
+/// let qp = pd
+///     .qp_builder(&cq, &cq) // send CQ, receive CQ
+///     .max_send_wr(64)
+///     .max_recv_wr(64)
+///     .max_inline_data(64)
+///     .build()?;
+/// let caps = qp.caps();
+/// assert!(caps.max_send_wr >= 64 && caps.max_recv_wr >= 64);
+/// # Ok(()) }
+/// # main().unwrap(); }
+/// ```
 #[derive(Debug)]
 pub struct QpBuilder<'a> {
     pd: &'a Pd,
@@ -59,6 +83,8 @@ pub struct QpBuilder<'a> {
     sig_all: bool,
     max_signaled: Option<u32>,
     backend: Option<BackendRequest>,
+    qp_type: QpType,
+    srq: Option<&'a Srq>,
 }
 
 impl<'a> QpBuilder<'a> {
@@ -71,7 +97,28 @@ impl<'a> QpBuilder<'a> {
             sig_all: false,
             max_signaled: None,
             backend: None,
+            qp_type: QpType::Rc,
+            srq: None,
         }
+    }
+
+    /// The transport ([`QpType::Rc`] by default).
+    pub fn qp_type(mut self, qp_type: QpType) -> Self {
+        self.qp_type = qp_type;
+        self
+    }
+
+    /// An unreliable-datagram QP: `qp_type(QpType::Ud)`. Ready it with
+    /// [`Qp::ready_ud`](crate::Qp::ready_ud).
+    pub fn ud(self) -> Self {
+        self.qp_type(QpType::Ud)
+    }
+
+    /// Takes the QP's receives from `srq`: the QP has no receive queue of its own
+    /// (`max_recv_wr` is 0, and [`Qp::recv_queue`] is refused).
+    pub fn srq(mut self, srq: &'a Srq) -> Self {
+        self.srq = Some(srq);
+        self
     }
 
     /// The capabilities to ask for (the device may grant more).
@@ -146,7 +193,17 @@ impl<'a> QpBuilder<'a> {
                 ));
             }
         }
-        if self.caps.max_recv_wr == 0 || self.caps.max_send_wr == 0 {
+        let mut caps = self.caps;
+        if let Some(srq) = self.srq {
+            if !Arc::ptr_eq(&srq.pd().inner, &self.pd.inner) {
+                return Err(Error::InvalidArgument(
+                    "the SRQ belongs to another protection domain than the QP".into(),
+                ));
+            }
+            caps.max_recv_wr = 0;
+            caps.max_recv_sge = 0;
+        }
+        if (caps.max_recv_wr == 0 && self.srq.is_none()) || caps.max_send_wr == 0 {
             return Err(Error::InvalidArgument(
                 "max_send_wr and max_recv_wr must be at least 1".into(),
             ));
@@ -179,15 +236,28 @@ impl<'a> QpBuilder<'a> {
                 ),
             });
         }
+        if let Some(srq) = self.srq
+            && srq.backend() != send_kind
+        {
+            return Err(Error::Backend {
+                requested: send_kind,
+                reason: format!(
+                    "its SRQ is driven by the {} backend; create it with the CQs' backend",
+                    srq.backend()
+                ),
+            });
+        }
         let direct = send_kind == BackendKind::Direct;
         let (provider, note) = {
             check_pollers_free(self.send_cq, self.recv_cq)?;
             self.pd.inner.provider.create_qp(&QpInit {
                 send_cq: &*self.send_cq.inner.provider,
                 recv_cq: &*self.recv_cq.inner.provider,
-                caps: self.caps,
+                caps,
                 sig_all: self.sig_all,
                 direct,
+                qp_type: self.qp_type,
+                srq: self.srq.map(|s| &*s.inner.provider),
             })?
         };
         let caps = provider.caps();
@@ -233,8 +303,11 @@ impl<'a> QpBuilder<'a> {
             caps,
             sq_caps,
             report,
+            qp_type: self.qp_type,
+            srq: self.srq.cloned(),
             taken: Mutex::new((false, false)),
             state: AtomicU32::new(QpState::Reset.to_raw()),
+            psn: AtomicU32::new(random_psn()),
             send_cq: self.send_cq.clone(),
             recv_cq: self.recv_cq.clone(),
             _pd: self.pd.clone(),
@@ -333,7 +406,10 @@ pub(crate) struct DirectData {
 impl DirectData {
     fn new(layout: &zverbs_mlx5dv::QpLayout, register: DirectRegister) -> Result<Self> {
         let sq_slots = (0..layout.sq.wqe_cnt).map(|_| SqSlot::new()).collect();
-        let rq_slots = (0..layout.rq.wqe_cnt).map(|_| RqSlot::new()).collect();
+        // A QP on an SRQ has no receive ring; its (unused) bookkeeping keeps one slot.
+        let rq_slots = (0..layout.rq.wqe_cnt.max(1))
+            .map(|_| RqSlot::new())
+            .collect();
         Ok(Self {
             layout: *layout,
             sq_state: Arc::new(SqState::new(sq_slots)?),
@@ -364,6 +440,35 @@ unsafe impl Send for QpData {}
 unsafe impl Sync for QpData {}
 
 /// A reliable-connected queue pair. Cloning is cheap.
+///
+/// # Example
+///
+/// Two QPs of one device connected to each other (between machines, the [`Endpoint`]s travel
+/// over the network: [`crate::connect`]), then their queues:
+///
+/// [`Endpoint`]: crate::connect::Endpoint
+///
+/// ```
+/// # #[cfg(feature = "sim")] {
+/// # fn main() -> zverbs::Result<()> {
+/// # let ctx = zverbs::open_device(Some(zverbs::SOFTWARE_DEVICE), &zverbs::ContextOptions::default())?;
+/// use zverbs::QpState;
+///
+/// let pd = ctx.alloc_pd()?;
+/// let (cq_a, cq_b) = (ctx.cq_builder().build()?, ctx.cq_builder().build()?);
+/// let a = pd.qp_builder(&cq_a, &cq_a).build()?;
+/// let b = pd.qp_builder(&cq_b, &cq_b).build()?;
+/// assert_eq!(a.state(), QpState::Reset);
+/// assert!(a.queues(&cq_a).is_err()); // not connected yet: `Error::NotReady`
+///
+/// a.connect(&b.endpoint()?)?; // INIT, RTR, RTS
+/// b.connect(&a.endpoint()?)?;
+/// assert_eq!(a.state(), QpState::Rts);
+/// let qa = a.queues(&cq_a)?; // send queue, receive queue, the CQ's poller
+/// println!("QP {:#x}: {}", a.qpn(), a.backend());
+/// # Ok(()) }
+/// # main().unwrap(); }
+/// ```
 #[derive(Clone, Debug)]
 pub struct Qp {
     pub(crate) inner: Arc<QpInner>,
@@ -378,11 +483,17 @@ pub(crate) struct QpInner {
     pub(crate) caps: QpCaps,
     pub(crate) sq_caps: SqCaps,
     pub(crate) report: BackendReport,
+    pub(crate) qp_type: QpType,
+    /// The SRQ the QP takes its receives from (held alive while the QP lives).
+    pub(crate) srq: Option<Srq>,
     /// Whether the send / receive queue handles were taken.
     pub(crate) taken: Mutex<(bool, bool)>,
     /// The state the last successful transition through this handle set (`enum
     /// ibv_qp_state`).
     pub(crate) state: AtomicU32,
+    /// The first PSN this QP sends from: random at creation, then what the last transition to
+    /// RTS set (24 bits).
+    pub(crate) psn: AtomicU32,
     pub(crate) send_cq: Cq,
     pub(crate) recv_cq: Cq,
     pub(crate) _pd: Pd,
@@ -392,6 +503,16 @@ impl Qp {
     /// The QP number.
     pub fn qpn(&self) -> u32 {
         self.inner.provider.qpn()
+    }
+
+    /// The transport.
+    pub fn qp_type(&self) -> QpType {
+        self.inner.qp_type
+    }
+
+    /// The shared receive queue the QP takes its receives from, if any.
+    pub fn srq(&self) -> Option<&Srq> {
+        self.inner.srq.as_ref()
     }
 
     /// The capabilities the device granted.
@@ -486,6 +607,11 @@ impl Qp {
     ///
     /// [`Error::NotReady`] before INIT; as [`Qp::send_queue`].
     pub fn recv_queue(&self) -> Result<AnyRecvQueue> {
+        if self.inner.srq.is_some() {
+            return Err(Error::InvalidArgument(
+                "the QP takes its receives from its SRQ; post them there".into(),
+            ));
+        }
         self.recv_ready()?;
         {
             let mut t = self.inner.taken.lock().unwrap_or_else(|p| p.into_inner());
@@ -501,6 +627,34 @@ impl Qp {
     /// [`safe`](crate::safe) layer: posts that ring, waits with deadlines. The QP must be in
     /// RTS ([`Qp::connect`]); every QP that uses `cq` must exist before (the poller's table of
     /// QPs is fixed when it is taken).
+    ///
+    /// The QPs `a` and `b` are connected to each other, each with one CQ for both queues, as in
+    /// [`Qp`]'s example:
+    ///
+    /// ```
+    /// # #[cfg(feature = "sim")] {
+    /// # fn main() -> zverbs::Result<()> {
+    /// # let ctx = zverbs::open_device(Some(zverbs::SOFTWARE_DEVICE), &zverbs::ContextOptions::default())?;
+    /// # let pd = ctx.alloc_pd()?;
+    /// # let (cq_a, cq_b) = (ctx.cq_builder().build()?, ctx.cq_builder().build()?);
+    /// # let (a, b) = (pd.qp_builder(&cq_a, &cq_a).build()?, pd.qp_builder(&cq_b, &cq_b).build()?);
+    /// # zverbs::connect_pair(&a, &b)?;
+    /// # let buf_a = pd.alloc_buf(4096, zverbs::AccessFlags::ALL)?;
+    /// # let buf_b = pd.alloc_buf(4096, zverbs::AccessFlags::ALL)?;
+    /// use std::time::{Duration, Instant};
+    /// use zverbs::SendFlags;
+    ///
+    /// let (mut qa, mut qb) = (a.queues(&cq_a)?, b.queues(&cq_b)?);
+    /// qb.rq.post(1, buf_b.slice(..))?;
+    /// buf_a.write(0, b"ping");
+    /// qa.sq.send(2, buf_a.slice(0..4), SendFlags::SIGNALED)?;
+    /// let deadline = Instant::now() + Duration::from_secs(5);
+    /// assert_eq!(qa.cq.wait(1, deadline)?[0].ok()?.wr_id, 2); // the SEND is done
+    /// assert_eq!(qb.cq.wait(1, deadline)?[0].ok()?.byte_len, 4); // and received
+    /// assert!(a.queues(&cq_a).is_err()); // taken once: `Error::AlreadyTaken`
+    /// # Ok(()) }
+    /// # main().unwrap(); }
+    /// ```
     ///
     /// # Errors
     ///
@@ -528,6 +682,11 @@ impl Qp {
     /// `ibv_modify_qp`, noting the state it moved to.
     fn modify(&self, attr: &mut ibv_qp_attr, mask: i32) -> Result<()> {
         self.inner.provider.modify(attr, mask)?;
+        if mask & m::IBV_QP_SQ_PSN != 0 {
+            self.inner
+                .psn
+                .store(attr.sq_psn & 0xff_ffff, Ordering::Release);
+        }
         if mask & m::IBV_QP_STATE != 0 {
             self.inner.state.store(attr.qp_state, Ordering::Release);
         }
@@ -618,12 +777,88 @@ impl Qp {
         )
     }
 
-    /// INIT, RTR and RTS in one go.
+    /// The packet sequence number this QP sends its first request with (24 bits): chosen at
+    /// random when the QP is created, the same at every call, and the one [`Qp::endpoint`]
+    /// announces and [`Qp::connect`] sends from. A transition to RTS with another PSN
+    /// ([`Qp::connect_with`], [`Qp::to_rts`], or rdma_cm, which chooses its own) replaces it, so
+    /// that it always names the PSN in use.
+    pub fn psn(&self) -> u32 {
+        self.inner.psn.load(Ordering::Acquire)
+    }
+
+    /// This side's address for connecting: the device's first active port, its default GID
+    /// ([`Context::address`](crate::Context::address) with no index) and the port's MTU.
+    fn local_address(&self) -> Result<LocalAddress> {
+        let ctx = self.inner._pd.context();
+        let port = ctx.active_port()?;
+        ctx.address(port, None)
+    }
+
+    /// What the peer needs to connect to this QP: the LID, QP number, first PSN
+    /// ([`Qp::psn`]) and GID, on the device's first active port with its default GID. Send it
+    /// to the peer (for instance in [`exchange::Hello`](crate::connect::exchange::Hello)),
+    /// which passes it to its own [`Qp::connect`]. Every call returns the same.
+    ///
+    /// For another port or GID, build the [`Endpoint`] from
+    /// [`Context::address`](crate::Context::address) and [`Qp::psn`], and connect with
+    /// [`Qp::connect_with`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NoActivePort`]; [`Error::Verbs`] from the port query;
+    /// [`Error::InvalidArgument`] when a RoCE port has no GID.
+    pub fn endpoint(&self) -> Result<Endpoint> {
+        let local = self.local_address()?;
+        Ok(Endpoint {
+            lid: local.lid,
+            qpn: self.qpn(),
+            psn: self.psn(),
+            gid: local.gid,
+        })
+    }
+
+    /// The attributes [`Qp::connect`] uses to reach `peer`: [`ConnectAttr::new`]'s defaults
+    /// on the port and GID [`Qp::endpoint`] announces, sending from [`Qp::psn`], with the
+    /// port's active MTU as the path MTU. Adjust them and pass them to [`Qp::connect_with`]:
+    ///
+    /// ```no_run
+    /// # fn f(qp: &zverbs::Qp, peer: &zverbs::connect::Endpoint) -> zverbs::Result<()> {
+    /// qp.connect_with(&qp.connect_attr(peer)?.rnr(7, 12).mtu(zverbs::Mtu::M1024))?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`Qp::endpoint`].
+    pub fn connect_attr(&self, peer: &Endpoint) -> Result<ConnectAttr> {
+        let local = self.local_address()?;
+        Ok(ConnectAttr::new(local.port, self.psn(), peer, local.gid_index).mtu(local.active_mtu))
+    }
+
+    /// Connects this QP to `peer` (the [`Qp::endpoint`] of the QP at the other end): INIT,
+    /// RTR (receiving from the peer's PSN) and RTS (sending from this QP's own, announced,
+    /// [`Qp::psn`]), with [`Qp::connect_attr`]'s defaults. Both sides call it, each with the
+    /// other's endpoint; [`connect_pair`] does both for two QPs of this process.
+    ///
+    /// The path MTU is this port's active MTU: for a peer whose port has a smaller one, lower
+    /// it with [`Qp::connect_attr`] and [`Qp::connect_with`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Qp::endpoint`]; [`Error::Verbs`] from the three transitions (EINVAL from RTR often
+    /// means a GID the port cannot route to).
+    pub fn connect(&self, peer: &Endpoint) -> Result<()> {
+        self.connect_with(&self.connect_attr(peer)?)
+    }
+
+    /// INIT, RTR and RTS in one go, with attributes chosen by the caller (from
+    /// [`Qp::connect_attr`] or [`ConnectAttr::new`]). The PSN it sends from
+    /// (`c.rts.sq_psn`) becomes [`Qp::psn`].
     ///
     /// # Errors
     ///
     /// As the three steps.
-    pub fn connect(&self, c: &ConnectAttr) -> Result<()> {
+    pub fn connect_with(&self, c: &ConnectAttr) -> Result<()> {
         self.to_init(&c.init)?;
         self.to_rtr(&c.rtr)?;
         self.to_rts(&c.rts)
@@ -633,6 +868,54 @@ impl Qp {
     pub(crate) fn modify_raw(&self, attr: &mut ibv_qp_attr, mask: i32) -> Result<()> {
         self.modify(attr, mask)
     }
+}
+
+/// A queue pair's transport (`enum ibv_qp_type`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum QpType {
+    /// Reliable connected (`IBV_QPT_RC`): one peer, acknowledged and retried.
+    #[default]
+    Rc,
+    /// Unreliable datagram (`IBV_QPT_UD`): no peer; each send names its destination through
+    /// an [`AddressHandle`](crate::AddressHandle).
+    Ud,
+}
+
+impl QpType {
+    /// libibverbs' number for it.
+    pub const fn to_raw(self) -> u32 {
+        match self {
+            Self::Rc => crate::ffi::types::IBV_QPT_RC,
+            Self::Ud => crate::ffi::types::IBV_QPT_UD,
+        }
+    }
+}
+
+/// Connects two QPs of this process to each other: each [`Qp::connect`]s to the other's
+/// [`Qp::endpoint`]. The QPs may be on one device or on two.
+///
+/// ```
+/// # #[cfg(feature = "sim")] {
+/// # fn main() -> zverbs::Result<()> {
+/// let ctx = zverbs::open_device(Some("zverbs_sim0"), &zverbs::ContextOptions::default())?;
+/// let pd = ctx.alloc_pd()?;
+/// let (cq_a, cq_b) = (ctx.cq_builder().build()?, ctx.cq_builder().build()?);
+/// let a = pd.qp_builder(&cq_a, &cq_a).build()?;
+/// let b = pd.qp_builder(&cq_b, &cq_b).build()?;
+/// zverbs::connect_pair(&a, &b)?; // INIT, RTR, RTS, both ways
+/// assert_eq!(a.state(), zverbs::QpState::Rts);
+/// # Ok(()) }
+/// # main().unwrap(); }
+/// ```
+///
+/// # Errors
+///
+/// As [`Qp::connect`]; when `b` fails, `a` is already connected (to a peer that is not).
+pub fn connect_pair(a: &Qp, b: &Qp) -> Result<()> {
+    let (ea, eb) = (a.endpoint()?, b.endpoint()?);
+    a.connect(&eb)?;
+    b.connect(&ea)
 }
 
 /// The state of a queue pair (`enum ibv_qp_state`).

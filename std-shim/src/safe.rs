@@ -334,6 +334,46 @@ macro_rules! send_ops {
 
 /// A send queue that posts only [`BufSlice`]s and inline bytes. Each method posts one request
 /// and rings the doorbell; [`SafeSendQueue::batch`] stages several behind one doorbell.
+///
+/// # Example
+///
+/// `a` and `b` are two connected QPs, `buf_a` and `buf_b` a buffer on each side (set up as in
+/// [`Qp`](crate::Qp)'s example):
+///
+/// ```
+/// # #[cfg(feature = "sim")] {
+/// # fn main() -> zverbs::Result<()> {
+/// # let ctx = zverbs::open_device(Some(zverbs::SOFTWARE_DEVICE), &zverbs::ContextOptions::default())?;
+/// # let pd = ctx.alloc_pd()?;
+/// # let (cq_a, cq_b) = (ctx.cq_builder().build()?, ctx.cq_builder().build()?);
+/// # let (a, b) = (pd.qp_builder(&cq_a, &cq_a).build()?, pd.qp_builder(&cq_b, &cq_b).build()?);
+/// # zverbs::connect_pair(&a, &b)?;
+/// # let buf_a = pd.alloc_buf(4096, zverbs::AccessFlags::ALL)?;
+/// # let buf_b = pd.alloc_buf(4096, zverbs::AccessFlags::ALL)?;
+/// use std::time::{Duration, Instant};
+/// use zverbs::SendFlags;
+///
+/// let mut qa = a.queues(&cq_a)?; // `qa.sq` is a `SafeSendQueue`
+/// buf_a.write(0, b"written");
+/// qa.sq.write(1, buf_a.slice(0..7), buf_b.remote(64), SendFlags::NONE)?; // posted, rung
+/// qa.sq.write_inline(2, b"inline", buf_b.remote(128), SendFlags::SIGNALED)?; // no buffer needed
+/// let mut batch = qa.sq.batch(); // two requests, one doorbell
+/// batch.write(3, buf_a.slice(0..7), buf_b.remote(256), SendFlags::NONE)?;
+/// batch.write(4, buf_a.slice(0..7), buf_b.remote(320), SendFlags::SIGNALED)?;
+/// batch.finish();
+/// let deadline = Instant::now() + Duration::from_secs(5);
+/// for c in qa.cq.wait(2, deadline)? {
+///     c.ok()?; // only signaled requests complete: 2 and 4
+/// }
+/// let mut got = [0; 6];
+/// buf_b.read(128, &mut got);
+/// assert_eq!(&got, b"inline");
+/// // A span the device would have to write into a read-only buffer is refused, not posted.
+/// let ro = pd.alloc_buf(64, zverbs::AccessFlags::REMOTE_READ)?;
+/// assert!(qa.sq.read(5, ro.slice(..), buf_b.remote(0), SendFlags::SIGNALED).is_err());
+/// # Ok(()) }
+/// # main().unwrap(); }
+/// ```
 #[derive(Debug)]
 pub struct SafeSendQueue<Q> {
     q: Q,
@@ -410,6 +450,37 @@ impl<Q: PostSend> SafeSendBatch<'_, Q> {
 }
 
 /// A receive queue that posts only [`BufSlice`]s of writable buffers.
+///
+/// # Example
+///
+/// Post a receive, and a SEND from the peer lands in it:
+///
+/// ```
+/// # #[cfg(feature = "sim")] {
+/// # fn main() -> zverbs::Result<()> {
+/// # let ctx = zverbs::open_device(Some(zverbs::SOFTWARE_DEVICE), &zverbs::ContextOptions::default())?;
+/// # let pd = ctx.alloc_pd()?;
+/// # let (cq_a, cq_b) = (ctx.cq_builder().build()?, ctx.cq_builder().build()?);
+/// # let (a, b) = (pd.qp_builder(&cq_a, &cq_a).build()?, pd.qp_builder(&cq_b, &cq_b).build()?);
+/// # zverbs::connect_pair(&a, &b)?;
+/// # let buf_a = pd.alloc_buf(4096, zverbs::AccessFlags::ALL)?;
+/// # let buf_b = pd.alloc_buf(4096, zverbs::AccessFlags::ALL)?;
+/// use std::time::{Duration, Instant};
+/// use zverbs::{SendFlags, WcOpcode};
+///
+/// let (mut qa, mut qb) = (a.queues(&cq_a)?, b.queues(&cq_b)?);
+/// qb.rq.post(7, buf_b.slice(2048..))?; // `qb.rq` is a `SafeRecvQueue`; visible at once
+/// buf_a.write(0, b"a message");
+/// qa.sq.send_imm(1, buf_a.slice(0..9), 0xcafe, SendFlags::NONE)?;
+/// let deadline = Instant::now() + Duration::from_secs(5);
+/// let c = *qb.cq.wait(1, deadline)?[0].ok()?;
+/// assert_eq!((c.wr_id, c.opcode, c.byte_len, c.imm()), (7, WcOpcode::Recv, 9, Some(0xcafe)));
+/// let mut got = [0; 9];
+/// buf_b.read(2048, &mut got);
+/// assert_eq!(&got, b"a message");
+/// # Ok(()) }
+/// # main().unwrap(); }
+/// ```
 #[derive(Debug)]
 pub struct SafeRecvQueue<Q> {
     q: Q,
@@ -480,6 +551,38 @@ const POLLS_PER_CLOCK_READ: u32 = 64;
 /// passed (it reads the clock once every 64 polls, so it returns soon after the deadline rather
 /// than exactly at it). How it waits is not part of its contract: when completion channels
 /// exist, a poller that sleeps on one will answer the same calls.
+///
+/// # Example
+///
+/// `poll` takes what is ready, `wait` waits until a deadline:
+///
+/// ```
+/// # #[cfg(feature = "sim")] {
+/// # fn main() -> zverbs::Result<()> {
+/// # let ctx = zverbs::open_device(Some(zverbs::SOFTWARE_DEVICE), &zverbs::ContextOptions::default())?;
+/// # let pd = ctx.alloc_pd()?;
+/// # let (cq_a, cq_b) = (ctx.cq_builder().build()?, ctx.cq_builder().build()?);
+/// # let (a, b) = (pd.qp_builder(&cq_a, &cq_a).build()?, pd.qp_builder(&cq_b, &cq_b).build()?);
+/// # zverbs::connect_pair(&a, &b)?;
+/// # let buf_a = pd.alloc_buf(4096, zverbs::AccessFlags::ALL)?;
+/// # let buf_b = pd.alloc_buf(4096, zverbs::AccessFlags::ALL)?;
+/// use std::time::{Duration, Instant};
+/// use zverbs::SendFlags;
+/// use zverbs::safe::WaitError;
+///
+/// let mut qa = a.queues(&cq_a)?; // `qa.cq` is a `SafePoller`
+/// assert!(qa.cq.poll().is_empty()); // nothing yet; never blocks
+/// let soon = Instant::now() + Duration::from_millis(1);
+/// assert!(matches!(qa.cq.wait(1, soon), Err(WaitError::Timeout { wanted: 1, got: 0 })));
+///
+/// qa.sq.write(1, buf_a.slice(0..8), buf_b.remote(0), SendFlags::SIGNALED)?;
+/// qa.sq.write(2, buf_a.slice(0..8), buf_b.remote(8), SendFlags::SIGNALED)?;
+/// let deadline = Instant::now() + Duration::from_secs(5);
+/// let done = qa.cq.wait(2, deadline)?;
+/// assert_eq!([done[0].ok()?.wr_id, done[1].ok()?.wr_id], [1, 2]); // in posting order
+/// # Ok(()) }
+/// # main().unwrap(); }
+/// ```
 #[derive(Debug)]
 pub struct SafePoller<C> {
     cq: C,

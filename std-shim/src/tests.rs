@@ -30,7 +30,8 @@ fn ctx(log: &Log) -> Context {
 /// taken.
 fn rts(qp: &Qp) {
     let peer = crate::connect::Endpoint::default();
-    qp.connect(&ConnectAttr::new(1, 0, &peer, None)).unwrap();
+    qp.connect_with(&ConnectAttr::new(1, 0, &peer, None))
+        .unwrap();
 }
 
 fn new_log() -> Log {
@@ -259,7 +260,7 @@ fn connect_runs_init_rtr_rts_with_the_attributes() {
         psn: 0x777,
         gid: addr.gid,
     };
-    qp.connect(&ConnectAttr::new(1, 0x123, &remote, addr.gid_index))
+    qp.connect_with(&ConnectAttr::new(1, 0x123, &remote, addr.gid_index))
         .unwrap();
     let ev = events(&log);
     let modifies: Vec<&String> = ev.iter().filter(|e| e.starts_with("modify")).collect();

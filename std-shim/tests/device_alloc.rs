@@ -116,8 +116,8 @@ fn fallback_round_trips_allocate_nothing() {
         Side::new(&ctx, env.gid_index, caps),
         Side::new(&ctx, env.gid_index, caps),
     );
-    a.qp.connect(&a.attr(&b.endpoint())).unwrap();
-    b.qp.connect(&b.attr(&a.endpoint())).unwrap();
+    a.qp.connect_with(&a.attr(&b.endpoint())).unwrap();
+    b.qp.connect_with(&b.attr(&a.endpoint())).unwrap();
     let (Queues::Verbs(qa), Queues::Verbs(qb)) = (
         Queues::take(&a.qp, &a.cq).unwrap(),
         Queues::take(&b.qp, &b.cq).unwrap(),

@@ -53,7 +53,7 @@ fn tcp_exchange(link: Link) {
         };
         let peer = exchange::server(&mut stream, &hello, Wire::Zverbs, |p| {
             assert_eq!(p.app, "device_connect");
-            s.qp.connect(&s.attr(&p.endpoint))
+            s.qp.connect_with(&s.attr(&p.endpoint))
         })
         .expect("the server's exchange");
         (s, peer)
@@ -67,7 +67,7 @@ fn tcp_exchange(link: Link) {
         app: "device_connect".into(),
     };
     let peer = exchange::client(&mut stream, &hello, Wire::Zverbs).expect("the client's exchange");
-    c.qp.connect(&c.attr(&peer.endpoint)).expect("connect");
+    c.qp.connect_with(&c.attr(&peer.endpoint)).expect("connect");
     let (s, s_peer) = server.join().expect("the server thread");
     assert_eq!(peer.endpoint, s.endpoint());
     assert_eq!(s_peer.endpoint, c.endpoint());

@@ -9,7 +9,7 @@
 mod device;
 
 use device::{Caps, Side, bytes, env, open, pattern, serial, wait};
-use zverbs::connect::{Endpoint, random_psn};
+use zverbs::connect::Endpoint;
 use zverbs::safe::SafeSendQueue;
 use zverbs::{
     AccessFlags, BackendKind, BackendRequest, ConnectAttr, Error, GidType, LinkLayer, PortState,
@@ -186,10 +186,10 @@ fn pd_mr_cq_and_qp_are_created_and_connected_step_by_step() {
 
     // RESET -> INIT -> RTR -> RTS, one step at a time, to a peer on the same device.
     let local = device::address(&ctx, env.gid_index);
-    let ends = [qp.qpn(), peer.qpn()].map(|qpn| Endpoint {
+    let ends = [&qp, &peer].map(|q| Endpoint {
         lid: local.lid,
-        qpn,
-        psn: random_psn(),
+        qpn: q.qpn(),
+        psn: q.psn(),
         gid: local.gid,
     });
     let a = ConnectAttr::new(local.port, ends[0].psn, &ends[1], local.gid_index);
@@ -200,7 +200,7 @@ fn pd_mr_cq_and_qp_are_created_and_connected_step_by_step() {
     qp.to_init(&a.init).expect("INIT");
     qp.to_rtr(&a.rtr).expect("RTR");
     qp.to_rts(&a.rts).expect("RTS");
-    peer.connect(&b).expect("the peer");
+    peer.connect_with(&b).expect("the peer");
 
     // A WRITE from the caller's memory into the buffer, and a READ back into it.
     let mut q = SafeSendQueue::new(qp.send_queue().unwrap());
@@ -228,7 +228,7 @@ fn pd_mr_cq_and_qp_are_created_and_connected_step_by_step() {
 
     // Writing into a buffer registered without LOCAL_WRITE is refused before it is posted.
     let side = Side::new(&ctx, env.gid_index, caps);
-    side.qp.connect(&side.attr(&side.endpoint())).unwrap();
+    side.qp.connect_with(&side.attr(&side.endpoint())).unwrap();
     let mut sq = SafeSendQueue::new(side.qp.send_queue().unwrap());
     let e = sq.read(1, ro.slice(0..8), buf.remote(0), SendFlags::SIGNALED);
     assert_eq!(e, Err(zverbs::safe::SafePostError::NotWritable));
@@ -270,10 +270,10 @@ fn misuse_is_refused_with_a_clear_error() {
     let me = Endpoint {
         lid: local.lid,
         qpn: qp.qpn(),
-        psn: random_psn(),
+        psn: qp.psn(),
         gid: local.gid,
     };
-    qp.connect(&ConnectAttr::new(local.port, me.psn, &me, local.gid_index))
+    qp.connect_with(&ConnectAttr::new(local.port, me.psn, &me, local.gid_index))
         .unwrap();
     let _sq = qp.send_queue().unwrap();
     assert!(matches!(qp.send_queue(), Err(Error::AlreadyTaken(_))));

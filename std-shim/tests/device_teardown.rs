@@ -59,10 +59,10 @@ impl Handles {
         let me = Endpoint {
             lid: local.lid,
             qpn: qp.qpn(),
-            psn: 0x1000,
+            psn: qp.psn(),
             gid: local.gid,
         };
-        qp.connect(&ConnectAttr::new(local.port, me.psn, &me, local.gid_index))
+        qp.connect_with(&ConnectAttr::new(local.port, me.psn, &me, local.gid_index))
             .expect("a QP connected to itself");
         let mut sq = SafeSendQueue::new(qp.send_queue().unwrap());
         let mut rq = SafeRecvQueue::new(qp.recv_queue().unwrap());

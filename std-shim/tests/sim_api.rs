@@ -57,13 +57,13 @@ fn pair(attr: impl Fn(ConnectAttr) -> ConnectAttr) -> zverbs::Result<Pair> {
         psn: 0,
         gid: local.gid,
     };
-    a.qp.connect(&attr(ConnectAttr::new(
+    a.qp.connect_with(&attr(ConnectAttr::new(
         port,
         0,
         &at(&b.qp),
         local.gid_index,
     )))?;
-    b.qp.connect(&ConnectAttr::new(port, 0, &at(&a.qp), local.gid_index))?;
+    b.qp.connect_with(&ConnectAttr::new(port, 0, &at(&a.qp), local.gid_index))?;
     let (qa, qb) = (a.qp.queues(&a.cq)?, b.qp.queues(&b.cq)?);
     Ok(Pair { pd, a, b, qa, qb })
 }

@@ -52,7 +52,7 @@ fn the_progress_thread_runs_while_a_context_is_open_and_stepping_replaces_it() {
         psn: 0xff_ffff,
         gid: local.gid,
     };
-    qp.connect(&ConnectAttr::new(port, me.psn, &me, local.gid_index))
+    qp.connect_with(&ConnectAttr::new(port, me.psn, &me, local.gid_index))
         .unwrap();
     let Queues::Direct(q) = Queues::take(&qp, &send_cq).unwrap() else {
         panic!("the software device has only the direct backend");

@@ -55,9 +55,9 @@ fn software_device_runs_the_direct_path_through_the_control_path() {
         psn: random_psn(),
         ..ea
     };
-    a.connect(&ConnectAttr::new(port, ea.psn, &eb, local.gid_index))
+    a.connect_with(&ConnectAttr::new(port, ea.psn, &eb, local.gid_index))
         .unwrap();
-    b.connect(&ConnectAttr::new(port, eb.psn, &ea, local.gid_index))
+    b.connect_with(&ConnectAttr::new(port, eb.psn, &ea, local.gid_index))
         .unwrap();
 
     let Queues::Direct(qa) = Queues::take(&a, &a_cq).unwrap() else {
@@ -135,7 +135,7 @@ fn a_qp_on_the_software_device_takes_requests_only_from_its_peer() {
         gid: local.gid,
     };
     let connect = |i: usize, peer: &Endpoint| {
-        qps[i].connect(&ConnectAttr::new(port, ep(i).psn, peer, local.gid_index))
+        qps[i].connect_with(&ConnectAttr::new(port, ep(i).psn, peer, local.gid_index))
     };
     let (a, b, c, d) = (0, 1, 2, 3);
     connect(b, &ep(a)).unwrap();

@@ -49,10 +49,10 @@ fn mismatched_psns_end_in_retry_exceeded_and_write_nothing() {
     // A sends from 0x11; B was told A starts at 0x10. (A requester exactly one message
     // behind would be taken for a duplicate of the responder's last request and acknowledged,
     // as on IB: see docs/sim.md.)
-    a.connect(&ConnectAttr::new(port, ea.psn, &eb, local.gid_index))
+    a.connect_with(&ConnectAttr::new(port, ea.psn, &eb, local.gid_index))
         .unwrap();
     let wrong = Endpoint { psn: 0x10, ..ea };
-    b.connect(&ConnectAttr::new(port, eb.psn, &wrong, local.gid_index))
+    b.connect_with(&ConnectAttr::new(port, eb.psn, &wrong, local.gid_index))
         .unwrap();
 
     let Queues::Direct(qa) = Queues::take(&a, &a_cq).unwrap() else {

@@ -1,10 +1,17 @@
-//! A self-test on a real device: two RC queue pairs of one device connected to each other,
-//! every operation run through the backend zverbs chooses, every result checked. Exits 0
-//! when all checks pass, 1 otherwise (2 for bad arguments). Runs on the device named (else the
-//! one `ZVERBS_DEVICE` names, else the first NIC; on a machine without one it asks for the
-//! software device `zverbs_sim0` by name, and says so):
+//! A self-test of every operation: two RC queue pairs of one device connected to each other,
+//! every operation run through the backend zverbs chooses, every result checked. Exits 0 when
+//! all checks pass, 1 otherwise (2 for bad arguments).
+//!
+//! It runs without a NIC: on a machine that has none it runs on the software mlx5 device
+//! `zverbs_sim0` (the `sim` feature, on by default: no NIC, no rdma-core, no server), and its
+//! first line says so. To choose the device, name it (`mlx5_0`, `rxe0`, `zverbs_sim0`;
+//! `ibv_devices` lists the NICs) or set `ZVERBS_DEVICE`; with neither, it takes the first NIC.
+//! On RoCE, `--gid-idx` picks the GID (`ibv_devinfo -v` lists them); `--backend` forces one.
 //!
 //! ```text
+//! cargo run -p zverbs-tools --example loopback                  # the first NIC, else the software device
+//! cargo run -p zverbs-tools --example loopback -- zverbs_sim0   # the software device
+//! cargo run -p zverbs-tools --example loopback -- rxe0 --gid-idx 1 --backend verbs
 //! cargo run -p zverbs-tools --example loopback -- [device] [--backend auto|direct|verbs] [--gid-idx N]
 //! ```
 //!
@@ -14,9 +21,8 @@
 use std::process::exit;
 use std::time::{Duration, Instant};
 
-use zverbs::connect::{Endpoint, random_psn};
 use zverbs::safe::SafeQueues;
-use zverbs::{AccessFlags, BackendRequest, Completion, ConnectAttr, ContextOptions, SendFlags};
+use zverbs::{AccessFlags, BackendRequest, Completion, ContextOptions, SendFlags};
 use zverbs::{WcOpcode, WcStatus};
 
 use zverbs_tools::args::{self, Arg::*, Parser};
@@ -132,20 +138,22 @@ fn run(
         .max_recv_wr(16)
         .build()?;
     println!("backend: {}", a.backend());
-    let ea = Endpoint {
-        lid: local.lid,
-        qpn: a.qpn(),
-        psn: random_psn(),
-        gid: local.gid,
-    };
-    let eb = Endpoint {
-        lid: local.lid,
-        qpn: b.qpn(),
-        psn: random_psn(),
-        gid: local.gid,
-    };
-    a.connect(&ConnectAttr::new(port, ea.psn, &eb, local.gid_index).mtu(local.active_mtu))?;
-    b.connect(&ConnectAttr::new(port, eb.psn, &ea, local.gid_index).mtu(local.active_mtu))?;
+    if gid_index.is_some() {
+        // A GID of the caller's choice: each side's endpoint on it, with the QP's own PSN.
+        let at = |qp: &zverbs::Qp| zverbs::connect::Endpoint {
+            lid: local.lid,
+            qpn: qp.qpn(),
+            psn: qp.psn(),
+            gid: local.gid,
+        };
+        let attr = |qp: &zverbs::Qp, peer| {
+            zverbs::ConnectAttr::new(port, qp.psn(), &peer, local.gid_index).mtu(local.active_mtu)
+        };
+        a.connect_with(&attr(&a, at(&b)))?;
+        b.connect_with(&attr(&b, at(&a)))?;
+    } else {
+        zverbs::connect_pair(&a, &b)?;
+    }
     c.check(true, "QPs connected to each other (INIT, RTR, RTS)");
     // Each QP's send and receive queues and its CQ's poller, whichever backend drives them.
     let mut qa = a.queues(&a_cq)?;

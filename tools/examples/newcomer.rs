@@ -12,8 +12,7 @@
 
 use std::time::{Duration, Instant};
 
-use zverbs::connect::Endpoint;
-use zverbs::{AccessFlags, ConnectAttr, ContextOptions, Qp, SendFlags};
+use zverbs::{AccessFlags, ContextOptions, SendFlags};
 
 fn main() -> zverbs::Result<()> {
     let rounds: u32 = match std::env::args().nth(1) {
@@ -24,8 +23,6 @@ fn main() -> zverbs::Result<()> {
 
     // Set-up: one device, one protection domain, a CQ, a QP and a buffer for each side.
     let ctx = zverbs::open_device(Some("zverbs_sim0"), &ContextOptions::default())?;
-    let port = ctx.active_port()?;
-    let local = ctx.address(port, None)?;
     let pd = ctx.alloc_pd()?;
     let (cq_a, cq_b) = (ctx.cq_builder().build()?, ctx.cq_builder().build()?);
     let a = pd.qp_builder(&cq_a, &cq_a).build()?;
@@ -34,14 +31,8 @@ fn main() -> zverbs::Result<()> {
     let buf_b = pd.alloc_buf(4096, AccessFlags::ALL)?;
 
     // Connect each QP to the other (INIT, RTR, RTS), then take its queues and its CQ's poller.
-    let at = |qp: &Qp| Endpoint {
-        lid: local.lid,
-        qpn: qp.qpn(),
-        psn: 0,
-        gid: local.gid,
-    };
-    a.connect(&ConnectAttr::new(port, 0, &at(&b), local.gid_index))?;
-    b.connect(&ConnectAttr::new(port, 0, &at(&a), local.gid_index))?;
+    // Across processes: send `a.endpoint()?` to the peer and `a.connect(&its_endpoint)?`.
+    zverbs::connect_pair(&a, &b)?;
     let mut qa = a.queues(&cq_a)?;
     let mut qb = b.queues(&cq_b)?;
     let deadline = || Instant::now() + Duration::from_secs(5);

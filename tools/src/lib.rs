@@ -7,6 +7,13 @@
 //! direct path writes). They live here, not in the `zverbs` crate, so that an application that
 //! depends on `zverbs` builds none of them nor what they need (argument parsing, histograms).
 
+/// `docs/usage.md`'s Rust snippets, compiled as doc-tests so that the guide stays true: those
+/// that run on the software device run, those that need a NIC or a peer are `no_run`. (This
+/// crate is not published, so the path out of its folder is always there.)
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/usage.md")]
+pub struct UsageMd;
+
 pub mod args;
 pub mod device;
 pub mod latency;

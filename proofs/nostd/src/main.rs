@@ -205,8 +205,7 @@ fn run() -> Result<(), c_int> {
     // SAFETY: nothing reads or writes the local buffers (no device runs), and they outlive
     // the completions polled below.
     unsafe {
-        rq.post(&RecvWr::new(black_box(11), &rsgl))
-            .map_err(|_| 6)?;
+        rq.post(&RecvWr::new(black_box(11), &rsgl)).map_err(|_| 6)?;
         let remote = RemoteBuf::new(black_box(0x7f00_0000_1000), 0xdead_beef);
         sq.stage(&SendWr::write(black_box(42), &sgl, remote).signaled())
             .map_err(|_| 7)?;
@@ -287,10 +286,7 @@ fn run() -> Result<(), c_int> {
         }
         // Refused without writing: a gather list longer than the queue allows.
         let three = [sgl[0]; 3];
-        check(
-            sq.stage(black_box(&SendWr::send(9, &three))).is_err(),
-            23,
-        )?;
+        check(sq.stage(black_box(&SendWr::send(9, &three))).is_err(), 23)?;
         rq.post_all(&rwrs).map_err(|_| 24)?;
     }
     sq.ring();

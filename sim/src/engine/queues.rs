@@ -400,6 +400,34 @@ impl Engine {
         })
     }
 
+    /// [`Engine::add_qp`] for a QP of `qp_type`, on shared receive queue `srqn` if given.
+    ///
+    /// # Safety
+    ///
+    /// As [`Engine::add_qp`].
+    pub(crate) unsafe fn add_qp_ext(
+        &mut self,
+        layout: &QpLayout,
+        send_cq: u32,
+        recv_cq: u32,
+        rnr_retry: u8,
+        qp_type: QpType,
+        srqn: Option<u32>,
+    ) -> Result<(), SimError> {
+        let srq = srqn.map(|n| self.srq_index(n)).transpose()?;
+        if srq.is_some() && layout.rq.wqe_cnt != 0 {
+            return Err(SimError::InvalidConfig(
+                "a QP on a shared receive queue has no receive ring",
+            ));
+        }
+        // SAFETY: (caller) the memory is valid for the engine's life.
+        unsafe { self.add_qp(layout, send_cq, recv_cq, rnr_retry) }?;
+        let q = self.qp_index(layout.qpn)?;
+        self.qps[q].qp_type = qp_type;
+        self.qps[q].srq = srq;
+        Ok(())
+    }
+
     /// Drives a QP laid out as `layout`.
     ///
     /// # Safety

@@ -20,7 +20,7 @@ use zverbs_mlx5dv::prm::wqe::{SrqNextSeg, srq_max_gs};
 use super::responder::Nak;
 use super::{Engine, Fault, REM_OP};
 use crate::config::{SimError, SimSrq, SrqConfig, SrqEvent};
-use crate::mem::load_be32_acquire;
+use crate::mem::{Region, load_be32_acquire};
 use crate::vendor;
 use crate::wqe::SrqRing;
 
@@ -75,11 +75,7 @@ impl Engine {
         if cfg.max_sge > MAX_SRQ_SGE {
             return Err(SimError::InvalidConfig("SRQ max_sge above 63"));
         }
-        let slot = match self.srqs.iter().position(|s| s.dead) {
-            Some(i) => i,
-            None if self.srqs.len() < self.cfg.max_qps as usize => self.srqs.len(),
-            None => return Err(SimError::TooMany),
-        };
+        let slot = self.free_srq_slot()?;
         // As libmlx5 sizes it (without its wait queue): the next segment and the scatter
         // entries, at least 32 bytes, to a power of two; one WQE more than asked for, to a
         // power of two, so the free list never runs dry while `max_wr` are posted.
@@ -99,6 +95,75 @@ impl Engine {
             SrqNextSeg::new_unchecked(seg).set_next_wqe_index((i + 1) as u16);
         }
         let dbrec = self.alloc(8)?.ptr.cast::<u32>();
+        // SAFETY: the ring and record were just allocated and linked, and live as long as the
+        // engine.
+        let srqn = unsafe { self.add_srq(slot, buf, dbrec, cnt, stride) };
+        Ok(SimSrq {
+            srqn,
+            buf: buf.ptr,
+            dbrec,
+            stride,
+            wqe_cnt: cnt,
+            head: 0,
+            tail: cnt - 1,
+            max_gs: srq_max_gs(stride as usize) as u32,
+        })
+    }
+
+    /// Drives an SRQ whose ring (`cnt` WQEs of `stride` bytes, its free list already linked by
+    /// the driver) and doorbell record someone else allocated; returns its number.
+    ///
+    /// # Safety
+    ///
+    /// The ring and the record are valid for reads and writes for the engine's life and are
+    /// written only as an mlx5 driver writes them.
+    pub(crate) unsafe fn add_srq_external(
+        &mut self,
+        buf: NonNull<u8>,
+        dbrec: NonNull<u32>,
+        cnt: u32,
+        stride: u32,
+    ) -> Result<u32, SimError> {
+        if !cnt.is_power_of_two() || cnt > MAX_SRQ_WQES {
+            return Err(SimError::InvalidConfig(
+                "SRQ: power-of-two WQE count, at most 32768",
+            ));
+        }
+        if !stride.is_power_of_two() || !(32..=16 + 16 * MAX_SRQ_SGE).contains(&stride) {
+            return Err(SimError::InvalidConfig(
+                "SRQ: power-of-two stride of 32 to 1024 bytes",
+            ));
+        }
+        let slot = self.free_srq_slot()?;
+        let region = Region {
+            ptr: buf,
+            len: cnt as usize * stride as usize,
+        };
+        // SAFETY: (caller) the memory is valid for the engine's life.
+        Ok(unsafe { self.add_srq(slot, region, dbrec, cnt, stride) })
+    }
+
+    fn free_srq_slot(&self) -> Result<usize, SimError> {
+        match self.srqs.iter().position(|s| s.dead) {
+            Some(i) => Ok(i),
+            None if self.srqs.len() < self.cfg.max_qps as usize => Ok(self.srqs.len()),
+            None => Err(SimError::TooMany),
+        }
+    }
+
+    /// Puts an SRQ over `ring` and `dbrec` into table slot `slot`; returns its number.
+    ///
+    /// # Safety
+    ///
+    /// As [`Engine::add_srq_external`].
+    unsafe fn add_srq(
+        &mut self,
+        slot: usize,
+        buf: Region,
+        dbrec: NonNull<u32>,
+        cnt: u32,
+        stride: u32,
+    ) -> u32 {
         let srq = DevSrq {
             srqn: SRQN_BASE + slot as u32,
             ring: SrqRing {
@@ -121,16 +186,7 @@ impl Engine {
         } else {
             self.srqs[slot] = srq;
         }
-        Ok(SimSrq {
-            srqn,
-            buf: buf.ptr,
-            dbrec,
-            stride,
-            wqe_cnt: cnt,
-            head: 0,
-            tail: cnt - 1,
-            max_gs: srq_max_gs(stride as usize) as u32,
-        })
+        srqn
     }
 
     /// Forgets SRQ `srqn`; refused while a live QP takes its receives from it.

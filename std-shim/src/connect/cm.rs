@@ -8,6 +8,10 @@
 //! through INIT, RTR and RTS with the attributes the connection manager computes
 //! (`rdma_init_qp_attr`). Up to [`MAX_PRIVATE`] bytes of private data travel with the request
 //! and the answer; [`encode_region`] puts a remote buffer in them.
+//!
+//! The connection manager chooses each side's first PSN and tells the peer itself (the kernel
+//! draws it; `rdma_conn_param` has no field for it), so [`Qp::endpoint`] is not sent here:
+//! once connected, [`Qp::psn`] reports the PSN rdma_cm set at RTS.
 
 use std::ffi::CStr;
 use std::net::{IpAddr, SocketAddr};
@@ -18,13 +22,15 @@ use std::time::Duration;
 use super::RemoteRegion;
 use crate::backend::BackendChoice;
 use crate::device::Context;
+use crate::device::Gid;
 use crate::error::{Error, Result};
 use crate::ffi::cm::*;
 use crate::ffi::load::{self, Rdmacm};
 use crate::ffi::types::{ibv_qp_attr, qp_attr_mask};
 use crate::mr::AccessFlags;
 use crate::provider::verbs::borrow_context;
-use crate::qp::Qp;
+use crate::qp::{GlobalRoute, Qp, QpState, QpType};
+use crate::ud::{AhAttr, MULTICAST_QPN, UdAttr};
 
 /// Private data a connect request can carry on RC (the answer may carry more, but this crate
 /// sends at most this much either way).
@@ -127,7 +133,14 @@ fn event_name(cm: &Rdmacm, kind: u32) -> String {
     unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
 }
 
-fn wait(ch: &Channel, expected: u32, name: &'static str, timeout: Duration) -> Result<Event> {
+/// Waits up to `timeout` for the next event on `ch` (`name` is what the caller expects, for
+/// the error when none comes), hands it to `read` and acknowledges it.
+fn next_event<T>(
+    ch: &Channel,
+    name: &'static str,
+    timeout: Duration,
+    read: impl FnOnce(&rdma_cm_event) -> T,
+) -> Result<T> {
     // SAFETY: a live channel.
     let fd = unsafe { (*ch.ch).fd };
     let mut pfd = libc::pollfd {
@@ -154,26 +167,35 @@ fn wait(ch: &Channel, expected: u32, name: &'static str, timeout: Duration) -> R
         return Err(Error::last_os("rdma_get_cm_event"));
     }
     // SAFETY: librdmacm returned a valid event, owned until acknowledged.
-    let e = unsafe { &*ev };
-    // SAFETY: for connection events the `conn` view is the one librdmacm filled.
-    let conn = unsafe { e.param.conn };
-    let private = if conn.private_data.is_null() {
-        Vec::new()
-    } else {
-        // SAFETY: librdmacm provides `private_data_len` readable bytes.
-        unsafe {
-            std::slice::from_raw_parts(conn.private_data.cast::<u8>(), conn.private_data_len.into())
-        }
-        .to_vec()
-    };
-    let out = Event {
-        kind: e.event,
-        status: e.status,
-        id: e.id,
-        private,
-    };
+    let out = read(unsafe { &*ev });
     // SAFETY: acknowledged once, after copying what is needed.
     unsafe { (ch.cm.rdma_ack_cm_event)(ev) };
+    Ok(out)
+}
+
+fn wait(ch: &Channel, expected: u32, name: &'static str, timeout: Duration) -> Result<Event> {
+    let out = next_event(ch, name, timeout, |e| {
+        // SAFETY: for connection events the `conn` view is the one librdmacm filled.
+        let conn = unsafe { e.param.conn };
+        let private = if conn.private_data.is_null() {
+            Vec::new()
+        } else {
+            // SAFETY: librdmacm provides `private_data_len` readable bytes.
+            unsafe {
+                std::slice::from_raw_parts(
+                    conn.private_data.cast::<u8>(),
+                    conn.private_data_len.into(),
+                )
+            }
+            .to_vec()
+        };
+        Event {
+            kind: e.event,
+            status: e.status,
+            id: e.id,
+            private,
+        }
+    })?;
     if out.kind != expected {
         return Err(Error::Cm {
             expected: name,
@@ -218,6 +240,12 @@ fn sockaddr(addr: SocketAddr) -> libc::sockaddr_storage {
 }
 
 fn new_id(cm: &'static Rdmacm) -> Result<Arc<Id>> {
+    new_id_in(cm, RDMA_PS_TCP)
+}
+
+/// A new id in port space `ps` (`RDMA_PS_TCP`: RC connections; `RDMA_PS_UDP`: datagrams and
+/// multicast) on an event channel of its own.
+fn new_id_in(cm: &'static Rdmacm, ps: u32) -> Result<Arc<Id>> {
     // SAFETY: no preconditions.
     let ch = unsafe { (cm.rdma_create_event_channel)() };
     if ch.is_null() {
@@ -236,7 +264,7 @@ fn new_id(cm: &'static Rdmacm) -> Result<Arc<Id>> {
     let ch = Arc::new(Channel { ch, cm });
     let mut id = ptr::null_mut();
     // SAFETY: a live channel and a valid out-pointer.
-    let ret = unsafe { (cm.rdma_create_id)(ch.ch, &mut id, ptr::null_mut(), RDMA_PS_TCP) };
+    let ret = unsafe { (cm.rdma_create_id)(ch.ch, &mut id, ptr::null_mut(), ps) };
     if ret != 0 {
         return Err(Error::from_ret("rdma_create_id", ret));
     }
@@ -573,6 +601,301 @@ impl CmRequest {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Multicast
+
+/// What a member of a multicast group needs to send to it, from the MULTICAST_JOIN event's
+/// `param.ud` (`struct rdma_ud_param`): the address (the group's GID and multicast LID, the
+/// port and source GID index), the destination QP number ([`MULTICAST_QPN`]) and the group's
+/// Q_Key. Make the handle with [`Pd::create_ah`](crate::Pd::create_ah)`(&join.ah)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct McastJoin {
+    /// The address of the group.
+    pub ah: AhAttr,
+    /// The destination QP number of a send to the group ([`MULTICAST_QPN`]).
+    pub qpn: u32,
+    /// The group's Q_Key: sends carry it, and a member's QP holds it.
+    pub qkey: u32,
+}
+
+impl McastJoin {
+    /// The group's GID (the GRH's destination; zero when the event had no GRH).
+    pub fn mgid(&self) -> Gid {
+        self.ah.grh.map(|g| g.dgid).unwrap_or_default()
+    }
+
+    /// The group's multicast LID (0 on RoCE).
+    pub fn mlid(&self) -> u16 {
+        self.ah.dlid
+    }
+}
+
+/// The group address `group` as rdma_cm takes it, refused unless it is an IPv4 or IPv6
+/// multicast address.
+fn mcast_sockaddr(group: IpAddr) -> Result<libc::sockaddr_storage> {
+    if !group.is_multicast() {
+        return Err(Error::InvalidArgument(format!(
+            "{group} is not a multicast address (IPv4 224.0.0.0/4, e.g. 239.1.1.1, or IPv6 ff00::/8)"
+        )));
+    }
+    Ok(sockaddr(SocketAddr::new(group, 0)))
+}
+
+/// Reads a multicast event: the join's address, or the error a MULTICAST_ERROR (or any other
+/// event) stands for.
+fn decode_join(cm_name: impl Fn(u32) -> String, e: &rdma_cm_event) -> Result<McastJoin> {
+    if e.event != event::MULTICAST_JOIN || e.status != 0 {
+        return Err(Error::Cm {
+            expected: "MULTICAST_JOIN",
+            got: cm_name(e.event),
+            status: e.status,
+        });
+    }
+    // SAFETY: for MULTICAST_JOIN the `ud` view is the one librdmacm filled.
+    let ud = unsafe { e.param.ud };
+    let a = ud.ah_attr;
+    let grh = (a.is_global != 0).then_some(GlobalRoute {
+        dgid: Gid(a.grh.dgid.raw),
+        sgid_index: a.grh.sgid_index,
+        hop_limit: a.grh.hop_limit,
+        traffic_class: a.grh.traffic_class,
+        flow_label: a.grh.flow_label,
+    });
+    Ok(McastJoin {
+        ah: AhAttr {
+            dlid: a.dlid,
+            sl: a.sl,
+            src_path_bits: a.src_path_bits,
+            static_rate: a.static_rate,
+            port: a.port_num,
+            grh,
+        },
+        qpn: ud.qp_num & MULTICAST_QPN,
+        qkey: ud.qkey,
+    })
+}
+
+/// A multicast group address resolved to a local RDMA device through rdma_cm (port space
+/// `RDMA_PS_UDP`), as `mckey` does it: create the PD, CQs and a UD QP on
+/// [`CmMulticast::context`], ready the QP with [`CmMulticast::ready`], post receives, then
+/// [`CmMulticast::join`].
+#[derive(Debug)]
+pub struct CmMulticast {
+    // Field order is drop order: the context (and everything made on it) before the id.
+    ctx: Context,
+    id: Arc<Id>,
+    group: IpAddr,
+    timeout: Duration,
+}
+
+impl CmMulticast {
+    /// Resolves the multicast address `group` to a local device (within `timeout`); with
+    /// `bind`, from the device holding that local address (`mckey -b`), else from the one the
+    /// routing table picks.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] when `group` is not a multicast address;
+    /// [`Error::Library`] without librdmacm; [`Error::Verbs`] from `rdma_bind_addr` (no RDMA
+    /// device has the address) or `rdma_resolve_addr`; [`Error::Cm`] on ADDR_ERROR or when
+    /// nothing arrives in time.
+    pub fn resolve(group: IpAddr, bind: Option<IpAddr>, timeout: Duration) -> Result<Self> {
+        let mut dst = mcast_sockaddr(group)?;
+        let cm = load::rdmacm()?;
+        let id = new_id_in(cm, RDMA_PS_UDP)?;
+        let mut src = bind.map(|a| sockaddr(SocketAddr::new(a, 0)));
+        if let Some(s) = src.as_mut() {
+            // SAFETY: a live id and a valid address.
+            let ret =
+                unsafe { (cm.rdma_bind_addr)(id.id, (s as *mut libc::sockaddr_storage).cast()) };
+            if ret != 0 {
+                return Err(Error::from_ret("rdma_bind_addr", ret));
+            }
+        }
+        let src_ptr = src.as_mut().map_or(ptr::null_mut(), |s| {
+            (s as *mut libc::sockaddr_storage).cast()
+        });
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: a live id and valid addresses that outlive the call.
+        let ret = unsafe {
+            (cm.rdma_resolve_addr)(
+                id.id,
+                src_ptr,
+                (&mut dst as *mut libc::sockaddr_storage).cast(),
+                ms,
+            )
+        };
+        if ret != 0 {
+            return Err(Error::from_ret("rdma_resolve_addr", ret));
+        }
+        wait(&id._ch, event::ADDR_RESOLVED, "ADDR_RESOLVED", timeout)?;
+        let ctx = context_of(&id)?;
+        Ok(Self {
+            ctx,
+            id,
+            group,
+            timeout,
+        })
+    }
+
+    /// The device context the group is reached through: create the PD, CQs and UD QP on it.
+    pub fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    /// The local port.
+    pub fn port(&self) -> u8 {
+        // SAFETY: a live id.
+        unsafe { (*self.id.id).port_num }
+    }
+
+    /// The group address.
+    pub fn group(&self) -> IpAddr {
+        self.group
+    }
+
+    /// The UD attributes rdma_cm gives a QP of this id (`rdma_init_qp_attr` at INIT: port,
+    /// P_Key index and the port space's Q_Key), send PSN 0.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verbs`] from `rdma_init_qp_attr`.
+    pub fn ud_attr(&self) -> Result<UdAttr> {
+        let mut attr = ibv_qp_attr {
+            qp_state: 1,
+            ..Default::default()
+        };
+        let mut mask = 0;
+        // SAFETY: a live id with a resolved address; valid out-pointers.
+        let ret = unsafe { (self.id.cm.rdma_init_qp_attr)(self.id.id, &mut attr, &mut mask) };
+        if ret != 0 {
+            return Err(Error::from_ret("rdma_init_qp_attr", ret));
+        }
+        Ok(UdAttr {
+            port: attr.port_num,
+            pkey_index: attr.pkey_index,
+            qkey: attr.qkey,
+            sq_psn: 0,
+        })
+    }
+
+    /// Moves the UD QP `qp` (in RESET, made on [`CmMulticast::context`]) to RTS with
+    /// [`CmMulticast::ud_attr`], ready for receives to be posted before the join.
+    ///
+    /// # Errors
+    ///
+    /// As [`CmMulticast::ud_attr`] and [`Qp::ready_ud`].
+    pub fn ready(&self, qp: &Qp) -> Result<()> {
+        qp.ready_ud(&self.ud_attr()?)
+    }
+
+    /// Joins the group with `qp` (readied, e.g. by [`CmMulticast::ready`]; post its receives
+    /// first): `rdma_join_multicast`, then waits (within the timeout given to
+    /// [`CmMulticast::resolve`]) for MULTICAST_JOIN, attaches `qp` to the group's GID and LID
+    /// (`ibv_attach_mcast`: librdmacm does it only for a QP it created itself) and sets its
+    /// Q_Key to the group's if they differ. The membership ends when the [`McastGroup`] is
+    /// dropped.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a QP that is not UD or still in RESET;
+    /// [`Error::Verbs`] from `rdma_join_multicast`, `ibv_attach_mcast` or `ibv_modify_qp`;
+    /// [`Error::Cm`] on MULTICAST_ERROR (with its status) or when nothing arrives in time.
+    pub fn join(self, qp: &Qp) -> Result<McastGroup> {
+        if qp.qp_type() != QpType::Ud {
+            return Err(Error::InvalidArgument(
+                "only a UD QP (QpBuilder::ud) joins a multicast group".into(),
+            ));
+        }
+        if qp.state() == QpState::Reset {
+            return Err(Error::InvalidArgument(
+                "ready the QP (CmMulticast::ready) and post its receives before the join".into(),
+            ));
+        }
+        let qkey = self.ud_attr()?.qkey;
+        let mut addr = mcast_sockaddr(self.group)?;
+        // SAFETY: a live id with a resolved address; `addr` outlives the call.
+        let ret = unsafe {
+            (self.id.cm.rdma_join_multicast)(
+                self.id.id,
+                (&mut addr as *mut libc::sockaddr_storage).cast(),
+                ptr::null_mut(),
+            )
+        };
+        if ret != 0 {
+            return Err(Error::from_ret("rdma_join_multicast", ret));
+        }
+        // From here on the membership is left on drop, whatever fails.
+        let mut group = McastGroup {
+            qp: None,
+            join: McastJoin {
+                ah: AhAttr::default(),
+                qpn: MULTICAST_QPN,
+                qkey,
+            },
+            addr,
+            cm: self,
+        };
+        let cm = group.cm.id.cm;
+        group.join = next_event(&group.cm.id._ch, "MULTICAST_JOIN", group.cm.timeout, |e| {
+            decode_join(|k| event_name(cm, k), e)
+        })??;
+        qp.attach_mcast(&group.join.mgid(), group.join.mlid())?;
+        group.qp = Some(qp.clone());
+        if group.join.qkey != qkey {
+            let mut attr = ibv_qp_attr {
+                qkey: group.join.qkey,
+                ..Default::default()
+            };
+            qp.modify_raw(&mut attr, qp_attr_mask::IBV_QP_QKEY)?;
+        }
+        Ok(group)
+    }
+}
+
+/// Membership of a multicast group ([`CmMulticast::join`]): on drop the QP is detached and
+/// the group left (`ibv_detach_mcast`, `rdma_leave_multicast`).
+#[derive(Debug)]
+pub struct McastGroup {
+    qp: Option<Qp>,
+    join: McastJoin,
+    addr: libc::sockaddr_storage,
+    cm: CmMulticast,
+}
+
+impl McastGroup {
+    /// Where sends to the group go.
+    pub fn join_info(&self) -> &McastJoin {
+        &self.join
+    }
+
+    /// The device context (as [`CmMulticast::context`]).
+    pub fn context(&self) -> &Context {
+        &self.cm.ctx
+    }
+
+    /// The group address.
+    pub fn group(&self) -> IpAddr {
+        self.cm.group
+    }
+}
+
+impl Drop for McastGroup {
+    fn drop(&mut self) {
+        if let Some(qp) = self.qp.take() {
+            // Nothing to do about a failure here: the QP is being released anyway.
+            let _ = qp.detach_mcast(&self.join.mgid(), self.join.mlid());
+        }
+        // SAFETY: a live id that joined the group at `addr`.
+        unsafe {
+            (self.cm.id.cm.rdma_leave_multicast)(
+                self.cm.id.id,
+                (&mut self.addr as *mut libc::sockaddr_storage).cast(),
+            )
+        };
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -602,5 +925,92 @@ mod tests {
         assert_eq!(sin.sin_family, libc::AF_INET as libc::sa_family_t);
         assert_eq!(u16::from_be(sin.sin_port), 4791);
         assert_eq!(sin.sin_addr.s_addr.to_ne_bytes(), [10, 1, 2, 3]);
+    }
+
+    fn mcast_event(kind: u32, status: i32) -> rdma_cm_event {
+        // SAFETY: all-zero bytes are a valid event (null pointers, zero numbers).
+        let mut e: rdma_cm_event = unsafe { std::mem::zeroed() };
+        e.event = kind;
+        e.status = status;
+        // SAFETY: writing the `ud` view of a zeroed union.
+        let ud = unsafe { &mut e.param.ud };
+        ud.ah_attr.is_global = 1;
+        ud.ah_attr.grh.dgid.raw = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 239, 1, 2, 3];
+        ud.ah_attr.grh.sgid_index = 1;
+        ud.ah_attr.grh.hop_limit = 1;
+        ud.ah_attr.dlid = 0xc004;
+        ud.ah_attr.sl = 2;
+        ud.ah_attr.port_num = 1;
+        ud.qp_num = 0xff_ffff;
+        ud.qkey = 0x0123_4567;
+        e
+    }
+
+    #[test]
+    fn a_join_event_gives_the_group_address() {
+        let j = decode_join(
+            |k| format!("event {k}"),
+            &mcast_event(event::MULTICAST_JOIN, 0),
+        )
+        .unwrap();
+        assert_eq!(j.qpn, MULTICAST_QPN);
+        assert_eq!(j.qkey, 0x0123_4567);
+        assert_eq!(j.mlid(), 0xc004);
+        assert_eq!(
+            j.mgid().to_ipv4(),
+            Some(std::net::Ipv4Addr::new(239, 1, 2, 3))
+        );
+        assert_eq!((j.ah.port, j.ah.sl), (1, 2));
+        let g = j.ah.grh.unwrap();
+        assert_eq!((g.sgid_index, g.hop_limit), (1, 1));
+        // The address converts back to what the event held.
+        let v = j.ah.to_verbs();
+        assert_eq!((v.is_global, v.dlid, v.grh.dgid.raw[15]), (1, 0xc004, 3));
+    }
+
+    #[test]
+    fn a_multicast_error_is_a_cm_error_with_its_status() {
+        let e = decode_join(
+            |k| format!("event {k}"),
+            &mcast_event(event::MULTICAST_ERROR, -libc::ENETUNREACH),
+        )
+        .unwrap_err();
+        match e {
+            Error::Cm {
+                expected,
+                got,
+                status,
+            } => {
+                assert_eq!(expected, "MULTICAST_JOIN");
+                assert_eq!(got, "event 13");
+                assert_eq!(status, -libc::ENETUNREACH);
+            }
+            other => panic!("{other}"),
+        }
+        // A join that reports a failure status is refused too.
+        let e = decode_join(
+            |k| format!("event {k}"),
+            &mcast_event(event::MULTICAST_JOIN, -5),
+        );
+        assert!(matches!(e, Err(Error::Cm { status: -5, .. })));
+    }
+
+    #[test]
+    fn only_multicast_addresses_are_groups() {
+        for ok in ["239.1.1.1", "224.0.0.251", "ff0e::1"] {
+            assert!(mcast_sockaddr(ok.parse().unwrap()).is_ok(), "{ok}");
+        }
+        for bad in ["10.1.1.1", "255.255.255.255", "fe80::1", "0.0.0.0"] {
+            let e = mcast_sockaddr(bad.parse().unwrap()).unwrap_err();
+            assert!(
+                matches!(&e, Error::InvalidArgument(m) if m.contains("not a multicast")),
+                "{bad}: {e}"
+            );
+        }
+        let ss = mcast_sockaddr("239.9.8.7".parse().unwrap()).unwrap();
+        // SAFETY: written as a `sockaddr_in`.
+        let sin: libc::sockaddr_in =
+            unsafe { ptr::read((&ss as *const libc::sockaddr_storage).cast()) };
+        assert_eq!(sin.sin_addr.s_addr.to_ne_bytes(), [239, 9, 8, 7]);
     }
 }

@@ -11,6 +11,24 @@
 //! application tag (so that two tools can check they run the same test). A peer that sends
 //! anything else is reported as [`Error::Protocol`]; an `ibv_rc_pingpong` peer meeting a
 //! [`Wire::Zverbs`] side is told apart by its missing extension.
+//!
+//! Send a QP's [`Qp::endpoint`](crate::Qp::endpoint) (it announces the PSN the QP will send
+//! from) and connect with [`Qp::connect`](crate::Qp::connect) to the endpoint received:
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use zverbs::connect::exchange::{self, Hello, Wire};
+//!
+//! # fn f(qp: &zverbs::Qp) -> zverbs::Result<()> {
+//! let mut s = exchange::connect("server:18515", Duration::from_secs(10))?;
+//! let hello = Hello { endpoint: qp.endpoint()?, ..Hello::default() };
+//! let peer = exchange::client(&mut s, &hello, Wire::RcPingpong)?;
+//! qp.connect(&peer.endpoint)?;
+//! # Ok(()) }
+//! ```
+//!
+//! The server connects in [`server`]'s callback, before it answers, as `ibv_rc_pingpong`
+//! does: `exchange::server(&mut s, &hello, wire, |peer| qp.connect(&peer.endpoint))`.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};

@@ -11,7 +11,8 @@ pub mod exchange;
 
 use crate::device::Gid;
 
-/// One side of an RC connection, as `ibv_rc_pingpong` exchanges it.
+/// One side of an RC connection, as `ibv_rc_pingpong` exchanges it: what
+/// [`Qp::endpoint`](crate::Qp::endpoint) returns and [`Qp::connect`](crate::Qp::connect) takes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Endpoint {
     /// The port's LID (0 on RoCE).
@@ -60,7 +61,8 @@ impl RemoteRegion {
     }
 }
 
-/// A random 24-bit packet sequence number.
+/// A random 24-bit packet sequence number (each QP draws one when it is created:
+/// [`Qp::psn`](crate::Qp::psn)).
 pub fn random_psn() -> u32 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();

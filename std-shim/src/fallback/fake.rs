@@ -29,6 +29,8 @@ pub(crate) struct SeenSend {
     pub(crate) atomic_rkey: u32,
     /// The first bytes the scatter list points to, read during the call (inline payloads).
     pub(crate) payload: [u8; 32],
+    /// `wr.ud` (address handle, remote QPN, remote Q_Key), read on a UD QP.
+    pub(crate) ud: Option<(usize, u32, u32)>,
 }
 
 /// One `ibv_recv_wr` as the provider saw it.
@@ -127,7 +129,17 @@ unsafe extern "C" fn post_send(
                 r.opcode,
                 IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD
             );
-            let (rdma, atomic) = if atomic_op {
+            // SAFETY: `qp` is the fake QP.
+            let ud = if unsafe { (*qp).qp_type } == IBV_QPT_UD {
+                // SAFETY: the code under test writes the ud view for a UD QP's sends.
+                let u = unsafe { r.wr.ud };
+                Some((u.ah as usize, u.remote_qpn, u.remote_qkey))
+            } else {
+                None
+            };
+            let (rdma, atomic) = if ud.is_some() {
+                Default::default()
+            } else if atomic_op {
                 // SAFETY: the code under test writes the atomic view for atomic requests.
                 let a = unsafe { r.wr.atomic };
                 let rdma = ibv_send_wr_rdma {
@@ -152,6 +164,7 @@ unsafe extern "C" fn post_send(
                 swap: atomic.swap,
                 atomic_rkey: atomic.rkey,
                 payload,
+                ud,
             });
             if f.auto_complete && r.send_flags & IBV_SEND_SIGNALED != 0 {
                 f.cq.push_back(ibv_wc {
@@ -211,6 +224,15 @@ unsafe extern "C" fn post_recv(
     })
 }
 
+unsafe extern "C" fn post_srq_recv(
+    _srq: *mut ibv_srq,
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+) -> i32 {
+    // SAFETY: the receive recorder ignores its queue argument; the chain is the caller's.
+    unsafe { post_recv(core::ptr::null_mut(), wr, bad) }
+}
+
 unsafe extern "C" fn poll_cq(_cq: *mut ibv_cq, n: i32, wc: *mut ibv_wc) -> i32 {
     with(|f| {
         f.poll_calls += 1;
@@ -234,6 +256,7 @@ pub(crate) struct FakeDevice {
     ctx: *mut ibv_context,
     qp: *mut ibv_qp,
     cq: *mut ibv_cq,
+    srq: *mut ibv_srq,
 }
 
 impl FakeDevice {
@@ -244,6 +267,7 @@ impl FakeDevice {
         ctx.ops.post_send = Some(post_send);
         ctx.ops.post_recv = Some(post_recv);
         ctx.ops.poll_cq = Some(poll_cq);
+        ctx.ops.post_srq_recv = Some(post_srq_recv);
         // SAFETY: as above.
         let mut qp: Box<ibv_qp> = Box::new(unsafe { core::mem::zeroed() });
         // SAFETY: as above.
@@ -252,10 +276,14 @@ impl FakeDevice {
         qp.context = ctx;
         qp.qp_num = QPN;
         cq.context = ctx;
+        // SAFETY: as above.
+        let mut srq: Box<ibv_srq> = Box::new(unsafe { core::mem::zeroed() });
+        srq.context = ctx;
         Self {
             ctx,
             qp: Box::into_raw(qp),
             cq: Box::into_raw(cq),
+            srq: Box::into_raw(srq),
         }
     }
 
@@ -266,6 +294,16 @@ impl FakeDevice {
     pub(crate) fn cq(&self) -> *mut ibv_cq {
         self.cq
     }
+
+    pub(crate) fn srq(&self) -> *mut ibv_srq {
+        self.srq
+    }
+
+    /// Makes the fake QP a UD QP: its sends are read through `wr.ud`.
+    pub(crate) fn set_ud(&self) {
+        // SAFETY: the QP is ours, and no call is running on it.
+        unsafe { (*self.qp).qp_type = IBV_QPT_UD };
+    }
 }
 
 impl Drop for FakeDevice {
@@ -274,6 +312,7 @@ impl Drop for FakeDevice {
         unsafe {
             drop(Box::from_raw(self.qp));
             drop(Box::from_raw(self.cq));
+            drop(Box::from_raw(self.srq));
             drop(Box::from_raw(self.ctx));
         }
     }

@@ -30,11 +30,13 @@ mod poller;
 mod rq;
 mod sq;
 mod state;
+mod ud;
 
 pub use poller::{Binding, Poller};
 pub use rq::RecvQueue;
 pub use sq::{RingError, SendQueue};
 pub use state::{RqShared, SqShared};
+pub use ud::{SrqQueue, ud_send_wr};
 
 use std::ptr::NonNull;
 

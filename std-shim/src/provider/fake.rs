@@ -12,7 +12,7 @@ use crate::device::{DeviceAttr, Gid, GidEntry, GidType, LinkLayer, Mtu, PortAttr
 use crate::error::{Error, Result};
 use crate::fallback::RawArray;
 use crate::fallback::fake::FakeDevice;
-use crate::ffi::types::{ibv_cq, ibv_qp_attr};
+use crate::ffi::types::{ibv_ah, ibv_cq, ibv_qp_attr};
 use crate::mr::AccessFlags;
 use crate::qp::QpCaps;
 
@@ -341,6 +341,30 @@ impl PdProvider for FakePd {
             ),
         ))
     }
+    fn create_ah(&self, attr: &crate::ud::AhAttr) -> Result<Box<dyn super::AhProvider>> {
+        note(&self.log, format!("create_ah {attr:?}"));
+        Ok(Box::new(FakeAh))
+    }
+    fn create_srq(
+        &self,
+        _max_wr: u32,
+        _max_sge: u32,
+        _direct: bool,
+    ) -> Result<Box<dyn super::SrqProvider>> {
+        Err(Error::from_ret("ibv_create_srq", libc::EOPNOTSUPP))
+    }
+}
+
+#[derive(Debug)]
+struct FakeAh;
+
+impl super::AhProvider for FakeAh {
+    fn av(&self) -> Option<&[u8; 48]> {
+        None
+    }
+    fn raw(&self) -> *mut ibv_ah {
+        std::ptr::null_mut()
+    }
 }
 
 #[derive(Debug)]
@@ -433,6 +457,13 @@ impl QpProvider for FakeQp {
     }
     fn register(&self) -> RegisterOwner {
         self.register
+    }
+    fn mcast(&self, attach: bool, gid: &Gid, lid: u16) -> Result<()> {
+        note(
+            &self.log,
+            format!("mcast attach={attach} gid={:02x?} lid={lid:#x}", gid.0),
+        );
+        Ok(())
     }
 }
 

@@ -26,11 +26,13 @@ use std::ptr::NonNull;
 use zverbs_mlx5dv::{CqLayout, QpLayout};
 
 use crate::backend::DirectSupport;
+use crate::device::Gid;
 use crate::device::{DeviceAttr, GidEntry, PortAttr};
 use crate::error::Result;
-use crate::ffi::types::{ibv_cq, ibv_qp, ibv_qp_attr};
+use crate::ffi::types::{ibv_ah, ibv_cq, ibv_qp, ibv_qp_attr, ibv_srq};
 use crate::mr::AccessFlags;
-use crate::qp::QpCaps;
+use crate::qp::{QpCaps, QpType};
+use crate::ud::AhAttr;
 
 /// An open device.
 pub(crate) trait ContextProvider: Send + Sync + Debug {
@@ -52,6 +54,7 @@ pub(crate) trait ContextProvider: Send + Sync + Debug {
     }
     /// Whether this is the software device (whose `SimControl` the
     /// context hands out).
+    #[cfg(feature = "sim")]
     fn is_sim(&self) -> bool {
         false
     }
@@ -75,8 +78,64 @@ pub(crate) trait PdProvider: Send + Sync + Debug {
         len: usize,
         access: AccessFlags,
     ) -> Result<Box<dyn MrProvider>>;
-    /// An RC queue pair. Its engine kind must match both CQs' (`direct`).
+    /// A queue pair. Its engine kind must match both CQs' (`direct`).
     fn create_qp(&self, init: &QpInit<'_>) -> Result<(Box<dyn QpProvider>, EngineNote)>;
+    /// An address handle.
+    fn create_ah(&self, attr: &AhAttr) -> Result<Box<dyn AhProvider>>;
+    /// A shared receive queue of at least `max_wr` requests of `max_sge` entries; `direct`
+    /// asks for its layout.
+    fn create_srq(&self, max_wr: u32, max_sge: u32, direct: bool) -> Result<Box<dyn SrqProvider>>;
+}
+
+/// An address handle.
+pub(crate) trait AhProvider: Send + Sync + Debug {
+    /// The mlx5 address vector (`struct mlx5_wqe_av`, 48 bytes), where the device has one.
+    fn av(&self) -> Option<&[u8; 48]>;
+    /// The rdma-core handle, null on a device without rdma-core.
+    fn raw(&self) -> *mut ibv_ah;
+}
+
+/// A shared receive queue.
+pub(crate) trait SrqProvider: Send + Sync + Debug {
+    /// The SRQ number, where the device reports it.
+    fn srqn(&self) -> Option<u32>;
+    /// Receive requests and scatter entries per request it really has.
+    fn caps(&self) -> (u32, u32);
+    /// Arms the limit event (`ibv_modify_srq` with `IBV_SRQ_LIMIT`); 0 disarms it.
+    fn arm(&self, limit: u32) -> Result<()>;
+    /// What drives it.
+    fn engine(&self) -> SrqEngine;
+    /// The rdma-core SRQ behind it, if it is one (QPs of rdma-core devices name it).
+    fn verbs_srq(&self) -> Option<*mut ibv_srq> {
+        None
+    }
+}
+
+/// A shared receive queue's memory as `mlx5dv_init_obj(MLX5DV_OBJ_SRQ)` reports it
+/// (`struct mlx5dv_srq`), for the direct path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SrqLayout {
+    /// The ring of receive WQEs (each a `mlx5_wqe_srq_next_seg` and data segments).
+    pub buf: NonNull<u8>,
+    /// The doorbell record: the count of receives posted, big-endian.
+    pub dbrec: NonNull<u32>,
+    /// Bytes per WQE, a power of two.
+    pub stride: u32,
+    /// WQEs in the ring, a power of two.
+    pub wqe_cnt: u32,
+    /// The first WQE of the free list.
+    pub head: u32,
+    /// The last WQE of the free list.
+    pub tail: u32,
+    /// The SRQ number.
+    pub srqn: u32,
+}
+
+/// A shared receive queue's engine.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum SrqEngine {
+    Direct(SrqLayout),
+    Verbs(NonNull<ibv_srq>),
 }
 
 /// What a QP is created with.
@@ -87,6 +146,9 @@ pub(crate) struct QpInit<'a> {
     pub(crate) caps: QpCaps,
     pub(crate) sig_all: bool,
     pub(crate) direct: bool,
+    pub(crate) qp_type: QpType,
+    /// The shared receive queue the QP takes its receives from.
+    pub(crate) srq: Option<&'a dyn SrqProvider>,
 }
 
 /// A registered memory region.
@@ -118,6 +180,8 @@ pub(crate) trait QpProvider: Send + Sync + Debug {
     fn engine(&self) -> QpEngine;
     /// For a direct engine: whether its BlueFlame register is its own.
     fn register(&self) -> RegisterOwner;
+    /// `ibv_attach_mcast` (`attach`) or `ibv_detach_mcast`.
+    fn mcast(&self, attach: bool, gid: &Gid, lid: u16) -> Result<()>;
 }
 
 /// What a provider knows of a direct QP's BlueFlame register.

@@ -21,18 +21,20 @@ use std::io;
 use std::marker::PhantomData;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-use zverbs_sim::{self as sim, CqConfig, QpConfig, SimError};
+use zverbs_sim::{self as sim, CqConfig, QpConfig, SimError, SrqConfig};
 
 use super::{
-    ContextProvider, CqEngine, CqProvider, EngineNote, MrProvider, PdProvider, QpEngine, QpInit,
-    QpProvider, RegisterOwner,
+    AhProvider, ContextProvider, CqEngine, CqProvider, EngineNote, MrProvider, PdProvider,
+    QpEngine, QpInit, QpProvider, RegisterOwner, SrqEngine, SrqLayout, SrqProvider,
 };
 use crate::backend::DirectSupport;
 use crate::device::{DeviceAttr, Gid, GidEntry, GidType, LinkLayer, Mtu, PortAttr, PortState};
 use crate::error::{Error, Result};
+use crate::ffi::types::ibv_ah;
 use crate::ffi::types::{ibv_qp_attr, qp_attr_mask};
 use crate::mr::AccessFlags;
-use crate::qp::QpCaps;
+use crate::qp::{QpCaps, QpType};
+use crate::ud::AhAttr;
 
 /// The software device's name in the device list.
 pub(crate) const NAME: &str = crate::device::SOFTWARE_DEVICE;
@@ -43,7 +45,8 @@ pub(crate) const GUID: u64 = 0x7a76_6572_6273_0001;
 /// The LID of its one port.
 const LID: u16 = 1;
 
-/// `IBV_QPS_RTR`, `IBV_QPS_RTS` and `IBV_QPS_ERR`.
+/// `IBV_QPS_INIT`, `IBV_QPS_RTR`, `IBV_QPS_RTS` and `IBV_QPS_ERR`.
+const QPS_INIT: u32 = 1;
 const QPS_RTR: u32 = 2;
 const QPS_RTS: u32 = 3;
 const QPS_ERR: u32 = 6;
@@ -262,19 +265,31 @@ impl PdProvider for SimPd {
         };
         let c = init.caps;
         let bf = bf_size();
+        let qp_type = match init.qp_type {
+            QpType::Rc => sim::QpType::Rc,
+            QpType::Ud => sim::QpType::Ud,
+        };
+        let srq = init
+            .srq
+            .map(|s| s.srqn().ok_or_else(no_fallback))
+            .transpose()?;
         let qp = device()
-            .create_qp(QpConfig {
-                send_cq: cqn(init.send_cq)?,
-                recv_cq: cqn(init.recv_cq)?,
-                max_send_wr: c.max_send_wr,
-                max_send_sge: c.max_send_sge,
-                max_inline_data: c.max_inline_data,
-                max_recv_wr: c.max_recv_wr,
-                max_recv_sge: c.max_recv_sge,
-                sig_all: init.sig_all,
-                bf_size: bf,
-                rnr_retry: sim::RNR_RETRY_INFINITE,
-            })
+            .create_qp_ext(
+                QpConfig {
+                    send_cq: cqn(init.send_cq)?,
+                    recv_cq: cqn(init.recv_cq)?,
+                    max_send_wr: c.max_send_wr,
+                    max_send_sge: c.max_send_sge,
+                    max_inline_data: c.max_inline_data,
+                    max_recv_wr: c.max_recv_wr,
+                    max_recv_sge: c.max_recv_sge,
+                    sig_all: init.sig_all,
+                    bf_size: bf,
+                    rnr_retry: sim::RNR_RETRY_INFINITE,
+                },
+                qp_type,
+                srq,
+            )
             .map_err(|e| sim_err("create_qp", e))?;
         let caps = QpCaps {
             max_send_wr: c.max_send_wr,
@@ -293,9 +308,101 @@ impl PdProvider for SimPd {
             format!("BlueFlame {bf} B")
         };
         Ok((
-            Box::new(SimQp { qp, caps }),
+            Box::new(SimQp {
+                qp,
+                caps,
+                qp_type: init.qp_type,
+            }),
             EngineNote(format!("{NAME}: direct QP, {doorbell}")),
         ))
+    }
+
+    fn create_ah(&self, attr: &AhAttr) -> Result<Box<dyn AhProvider>> {
+        if attr.port != 1 {
+            return Err(Error::from_ret("ibv_create_ah", libc::EINVAL));
+        }
+        let a = sim::AhAttr {
+            dlid: attr.dlid,
+            sl: attr.sl,
+            src_path_bits: attr.src_path_bits,
+            grh: attr.grh.map(|g| sim::Grh {
+                dgid: g.dgid.0,
+                sgid_index: g.sgid_index,
+                flow_label: g.flow_label,
+                hop_limit: g.hop_limit,
+                traffic_class: g.traffic_class,
+            }),
+            multicast: (0xc000..=0xfffe).contains(&attr.dlid),
+        };
+        let ah = device()
+            .create_ah(&a)
+            .map_err(|e| sim_err("ibv_create_ah", e))?;
+        Ok(Box::new(SimAh(ah)))
+    }
+
+    fn create_srq(&self, max_wr: u32, max_sge: u32, direct: bool) -> Result<Box<dyn SrqProvider>> {
+        if !direct {
+            return Err(no_fallback());
+        }
+        let srq = device()
+            .create_srq(SrqConfig { max_wr, max_sge })
+            .map_err(|e| sim_err("ibv_create_srq", e))?;
+        Ok(Box::new(SimSrq(srq)))
+    }
+}
+
+/// An address handle: the device keeps nothing, the vector is all there is.
+#[derive(Debug)]
+struct SimAh(sim::SimAh);
+
+impl AhProvider for SimAh {
+    fn av(&self) -> Option<&[u8; 48]> {
+        Some(&self.0.av)
+    }
+    fn raw(&self) -> *mut ibv_ah {
+        std::ptr::null_mut()
+    }
+}
+
+/// A shared receive queue, destroyed on drop (after every QP on it: they hold it alive).
+#[derive(Debug)]
+struct SimSrq(sim::SimSrq);
+
+// SAFETY: as for `SimCq`: the layout points into memory the process-wide device owns.
+unsafe impl Send for SimSrq {}
+// SAFETY: as above.
+unsafe impl Sync for SimSrq {}
+
+impl SrqProvider for SimSrq {
+    fn srqn(&self) -> Option<u32> {
+        Some(self.0.srqn)
+    }
+    fn caps(&self) -> (u32, u32) {
+        // One WQE stays on the free list, as libmlx5 keeps it.
+        (self.0.wqe_cnt - 1, self.0.max_gs)
+    }
+    fn arm(&self, limit: u32) -> Result<()> {
+        device()
+            .arm_srq(self.0.srqn, limit)
+            .map_err(|e| sim_err("ibv_modify_srq", e))
+    }
+    fn engine(&self) -> SrqEngine {
+        SrqEngine::Direct(SrqLayout {
+            buf: self.0.buf,
+            dbrec: self.0.dbrec,
+            stride: self.0.stride,
+            wqe_cnt: self.0.wqe_cnt,
+            head: self.0.head,
+            tail: self.0.tail,
+            srqn: self.0.srqn,
+        })
+    }
+}
+
+impl Drop for SimSrq {
+    fn drop(&mut self) {
+        // Ours, destroyed once, and no QP uses it any more (they hold their SRQ alive).
+        let _ = device().destroy_srq(self.0.srqn);
     }
 }
 
@@ -351,6 +458,7 @@ impl CqProvider for SimCq {
 struct SimQp {
     qp: sim::SimQp,
     caps: QpCaps,
+    qp_type: QpType,
 }
 
 // SAFETY: as for `SimCq`.
@@ -368,6 +476,24 @@ impl QpProvider for SimQp {
     fn modify(&self, attr: &mut ibv_qp_attr, mask: i32) -> Result<()> {
         if mask & qp_attr_mask::IBV_QP_STATE == 0 {
             return Ok(());
+        }
+        if self.qp_type == QpType::Ud {
+            let e = |e| sim_err("ibv_modify_qp", e);
+            return match attr.qp_state {
+                QPS_INIT => {
+                    if mask & qp_attr_mask::IBV_QP_QKEY == 0 {
+                        return Err(Error::from_ret("ibv_modify_qp", libc::EINVAL));
+                    }
+                    device()
+                        .init_ud(self.qp.qpn, attr.qkey, attr.pkey_index)
+                        .map_err(e)
+                }
+                // A UD QP has no peer: the device serves it from RTS on.
+                QPS_RTR => Ok(()),
+                QPS_RTS => device().ready_ud(self.qp.qpn).map_err(e),
+                QPS_ERR => device().set_error(self.qp.qpn).map_err(e),
+                _ => Ok(()),
+            };
         }
         match attr.qp_state {
             QPS_RTR => {
@@ -430,6 +556,16 @@ impl QpProvider for SimQp {
     }
     fn register(&self) -> RegisterOwner {
         RegisterOwner::Dedicated("the software device gives each QP its own")
+    }
+    fn mcast(&self, attach: bool, gid: &Gid, lid: u16) -> Result<()> {
+        let d = device();
+        if attach {
+            d.attach_mcast(self.qp.qpn, gid.0, lid)
+                .map_err(|e| sim_err("ibv_attach_mcast", e))
+        } else {
+            d.detach_mcast(self.qp.qpn, gid.0, lid)
+                .map_err(|e| sim_err("ibv_detach_mcast", e))
+        }
     }
 }
 

@@ -7,8 +7,8 @@ use std::ptr::{self, NonNull};
 use std::sync::Arc;
 
 use super::{
-    ContextProvider, CqEngine, CqProvider, EngineNote, MrProvider, PdProvider, QpEngine, QpInit,
-    QpProvider, RegisterOwner,
+    AhProvider, ContextProvider, CqEngine, CqProvider, EngineNote, MrProvider, PdProvider,
+    QpEngine, QpInit, QpProvider, RegisterOwner, SrqEngine, SrqLayout, SrqProvider,
 };
 use crate::backend::DirectSupport;
 use crate::device::{DeviceAttr, Gid, GidEntry, GidType, LinkLayer, Mtu, PortAttr, PortState};
@@ -16,8 +16,9 @@ use crate::error::{Error, Result};
 use crate::ffi::load::{self, Verbs};
 use crate::ffi::types::*;
 use crate::mr::AccessFlags;
-use crate::qp::QpCaps;
-use zverbs_mlx5dv::prm::dv::{mlx5dv_cq, mlx5dv_qp};
+use crate::qp::{QpCaps, QpType};
+use crate::ud::AhAttr;
+use zverbs_mlx5dv::prm::dv::{MLX5DV_SRQ_MASK_SRQN, mlx5dv_ah, mlx5dv_cq, mlx5dv_qp, mlx5dv_srq};
 
 /// A libibverbs device list, freed when the last device of it is dropped.
 #[derive(Debug)]
@@ -339,6 +340,7 @@ impl ContextProvider for VerbsContext {
             pd,
             ctx: self.ctx,
             verbs: self.verbs,
+            mlx5: matches!(self.direct, DirectSupport::Yes(_)),
         }))
     }
 
@@ -418,6 +420,8 @@ struct VerbsPd {
     pd: *mut ibv_pd,
     ctx: *mut ibv_context,
     verbs: &'static Verbs,
+    /// The device is driven by libmlx5 (`mlx5dv_init_obj` answers for its objects).
+    mlx5: bool,
 }
 
 // SAFETY: libibverbs objects may be used from any thread; the fields are immutable.
@@ -486,6 +490,11 @@ impl PdProvider for VerbsPd {
         let foreign = || Error::InvalidArgument("the CQ belongs to another kind of device".into());
         let send_cq = init.send_cq.verbs_cq().ok_or_else(foreign)?;
         let recv_cq = init.recv_cq.verbs_cq().ok_or_else(foreign)?;
+        let srq = match init.srq {
+            Some(s) => s.verbs_srq().ok_or_else(foreign)?,
+            None => ptr::null_mut(),
+        };
+        let qp_type = init.qp_type.to_raw();
         let cap = ibv_qp_cap {
             max_send_wr: init.caps.max_send_wr,
             max_recv_wr: init.caps.max_recv_wr,
@@ -508,9 +517,9 @@ impl PdProvider for VerbsPd {
                 qp_context: ptr::null_mut(),
                 send_cq,
                 recv_cq,
-                srq: ptr::null_mut(),
+                srq: srq.cast(),
                 cap,
-                qp_type: IBV_QPT_RC,
+                qp_type,
                 sq_sig_all: i32::from(init.sig_all),
                 comp_mask: IBV_QP_INIT_ATTR_PD,
                 pd: domain.as_ref().map_or(self.pd, |d| d.parent),
@@ -527,8 +536,15 @@ impl PdProvider for VerbsPd {
                 source_qpn: 0,
                 send_ops_flags: 0,
             };
+            // Scatter-to-CQE is a responder feature of connected QPs: a UD QP is created
+            // without create flags.
+            let rc = init.qp_type == QpType::Rc;
             let mut dv = mlx5dv_qp_init_attr {
-                comp_mask: MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS,
+                comp_mask: if rc {
+                    MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS
+                } else {
+                    0
+                },
                 create_flags: MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE,
                 dc_init_attr: mlx5dv_dc_init_attr {
                     dc_type: 0,
@@ -548,9 +564,9 @@ impl PdProvider for VerbsPd {
                 qp_context: ptr::null_mut(),
                 send_cq,
                 recv_cq,
-                srq: ptr::null_mut(),
+                srq: srq.cast(),
                 cap,
-                qp_type: IBV_QPT_RC,
+                qp_type,
                 sq_sig_all: i32::from(init.sig_all),
             };
             // SAFETY: a live PD and CQs; a valid attribute struct.
@@ -605,6 +621,204 @@ impl PdProvider for VerbsPd {
             String::from("libibverbs ibv_post_send/ibv_post_recv")
         };
         Ok((Box::new(out), EngineNote(note)))
+    }
+
+    fn create_ah(&self, attr: &AhAttr) -> Result<Box<dyn AhProvider>> {
+        VerbsPd::create_ah(self, attr)
+    }
+
+    fn create_srq(&self, max_wr: u32, max_sge: u32, direct: bool) -> Result<Box<dyn SrqProvider>> {
+        VerbsPd::create_srq(self, max_wr, max_sge, direct)
+    }
+}
+
+impl VerbsPd {
+    fn create_ah(&self, attr: &AhAttr) -> Result<Box<dyn AhProvider>> {
+        let mut a = attr.to_verbs();
+        // SAFETY: a live PD and a valid attribute struct.
+        let ah = unsafe { (self.verbs.ibv_create_ah)(self.pd, &mut a) };
+        let Some(ah) = NonNull::new(ah) else {
+            return Err(Error::last_os("ibv_create_ah"));
+        };
+        let mut out = VerbsAh {
+            ah,
+            av: None,
+            verbs: self.verbs,
+        };
+        if self.mlx5 {
+            let mut dv = mlx5dv_ah {
+                av: ptr::null_mut(),
+                comp_mask: 0,
+            };
+            // SAFETY: a live AH of an mlx5 context, and `dv` is a valid out-struct.
+            unsafe {
+                init_obj(MLX5DV_OBJ_AH, |obj| {
+                    obj.ah.r#in = ah.as_ptr().cast();
+                    obj.ah.out = (&raw mut dv).cast();
+                })
+            }?;
+            out.av = NonNull::new(dv.av.cast::<[u8; 48]>());
+            if out.av.is_none() {
+                return Err(Error::Backend {
+                    requested: crate::BackendKind::Direct,
+                    reason: String::from("mlx5dv_init_obj(AH) reported no address vector"),
+                });
+            }
+        }
+        Ok(Box::new(out))
+    }
+
+    fn create_srq(&self, max_wr: u32, max_sge: u32, direct: bool) -> Result<Box<dyn SrqProvider>> {
+        let mut attr = ibv_srq_init_attr {
+            srq_context: ptr::null_mut(),
+            attr: ibv_srq_attr {
+                max_wr,
+                max_sge,
+                srq_limit: 0,
+            },
+        };
+        // SAFETY: a live PD and a valid attribute struct; the granted sizes are written back.
+        let srq = unsafe { (self.verbs.ibv_create_srq)(self.pd, &mut attr) };
+        let Some(srq) = NonNull::new(srq) else {
+            return Err(Error::last_os("ibv_create_srq"));
+        };
+        let mut out = VerbsSrq {
+            srq,
+            caps: (attr.attr.max_wr, attr.attr.max_sge),
+            layout: None,
+            verbs: self.verbs,
+        };
+        if direct && self.mlx5 {
+            let mut dv = mlx5dv_srq {
+                buf: ptr::null_mut(),
+                dbrec: ptr::null_mut(),
+                stride: 0,
+                head: 0,
+                tail: 0,
+                comp_mask: MLX5DV_SRQ_MASK_SRQN,
+                srqn: 0,
+            };
+            // SAFETY: a live SRQ of an mlx5 context, and `dv` is a valid out-struct.
+            unsafe {
+                init_obj(MLX5DV_OBJ_SRQ, |obj| {
+                    obj.srq.r#in = srq.as_ptr().cast();
+                    obj.srq.out = (&raw mut dv).cast();
+                })
+            }?;
+            out.layout = Some(srq_layout(&dv)?);
+        }
+        Ok(Box::new(out))
+    }
+}
+
+/// The direct path's view of `mlx5dv_init_obj(MLX5DV_OBJ_SRQ)`'s answer. libmlx5 creates the
+/// free list from `head` 0 to `tail`, the last WQE, so the ring holds `tail + 1` WQEs.
+fn srq_layout(dv: &mlx5dv_srq) -> Result<SrqLayout> {
+    let bad = |why: &str| Error::Backend {
+        requested: crate::BackendKind::Direct,
+        reason: format!("mlx5dv_init_obj(SRQ): {why}"),
+    };
+    let buf = NonNull::new(dv.buf.cast::<u8>()).ok_or_else(|| bad("null ring"))?;
+    let dbrec = NonNull::new(dv.dbrec).ok_or_else(|| bad("null doorbell record"))?;
+    if dv.comp_mask & MLX5DV_SRQ_MASK_SRQN == 0 {
+        return Err(bad("no SRQ number"));
+    }
+    let wqe_cnt = dv.tail.wrapping_add(1);
+    if !wqe_cnt.is_power_of_two() || !dv.stride.is_power_of_two() || dv.head != 0 {
+        return Err(bad("a free list the direct path does not know"));
+    }
+    Ok(SrqLayout {
+        buf,
+        dbrec,
+        stride: dv.stride,
+        wqe_cnt,
+        head: dv.head,
+        tail: dv.tail,
+        srqn: dv.srqn,
+    })
+}
+
+#[derive(Debug)]
+struct VerbsAh {
+    ah: NonNull<ibv_ah>,
+    /// The address vector inside libmlx5's AH (mlx5 devices).
+    av: Option<NonNull<[u8; 48]>>,
+    verbs: &'static Verbs,
+}
+
+// SAFETY: an immutable rdma-core AH handle; its address vector is never written after
+// creation.
+unsafe impl Send for VerbsAh {}
+// SAFETY: as above.
+unsafe impl Sync for VerbsAh {}
+
+impl AhProvider for VerbsAh {
+    fn av(&self) -> Option<&[u8; 48]> {
+        // SAFETY: libmlx5's AH holds the 48-byte vector until `ibv_destroy_ah`, which runs
+        // only when this value drops.
+        self.av.map(|p| unsafe { p.as_ref() })
+    }
+    fn raw(&self) -> *mut ibv_ah {
+        self.ah.as_ptr()
+    }
+}
+
+impl Drop for VerbsAh {
+    fn drop(&mut self) {
+        // SAFETY: created by us, destroyed once.
+        unsafe { (self.verbs.ibv_destroy_ah)(self.ah.as_ptr()) };
+    }
+}
+
+#[derive(Debug)]
+struct VerbsSrq {
+    srq: NonNull<ibv_srq>,
+    caps: (u32, u32),
+    layout: Option<SrqLayout>,
+    verbs: &'static Verbs,
+}
+
+// SAFETY: an rdma-core SRQ handle; `ibv_modify_srq` may be called from any thread, and the
+// queues that post to it take `&mut` of their own handles.
+unsafe impl Send for VerbsSrq {}
+// SAFETY: as above.
+unsafe impl Sync for VerbsSrq {}
+
+impl SrqProvider for VerbsSrq {
+    fn srqn(&self) -> Option<u32> {
+        self.layout.map(|l| l.srqn)
+    }
+    fn caps(&self) -> (u32, u32) {
+        self.caps
+    }
+    fn arm(&self, limit: u32) -> Result<()> {
+        let mut a = ibv_srq_attr {
+            max_wr: 0,
+            max_sge: 0,
+            srq_limit: limit,
+        };
+        // SAFETY: a live SRQ and a valid attribute struct.
+        let ret = unsafe { (self.verbs.ibv_modify_srq)(self.srq.as_ptr(), &mut a, IBV_SRQ_LIMIT) };
+        if ret != 0 {
+            return Err(Error::from_ret("ibv_modify_srq", ret));
+        }
+        Ok(())
+    }
+    fn engine(&self) -> SrqEngine {
+        match self.layout {
+            Some(l) => SrqEngine::Direct(l),
+            None => SrqEngine::Verbs(self.srq),
+        }
+    }
+    fn verbs_srq(&self) -> Option<*mut ibv_srq> {
+        Some(self.srq.as_ptr())
+    }
+}
+
+impl Drop for VerbsSrq {
+    fn drop(&mut self) {
+        // SAFETY: created by us, destroyed once, after every QP on it (they hold it alive).
+        unsafe { (self.verbs.ibv_destroy_srq)(self.srq.as_ptr()) };
     }
 }
 
@@ -792,6 +1006,20 @@ impl QpProvider for VerbsQp {
             Some(_) => RegisterOwner::Dedicated("thread domain"),
             None => RegisterOwner::Assigned,
         }
+    }
+    fn mcast(&self, attach: bool, gid: &Gid, lid: u16) -> Result<()> {
+        let g = ibv_gid { raw: gid.0 };
+        let (f, verb) = if attach {
+            (self.verbs.ibv_attach_mcast, "ibv_attach_mcast")
+        } else {
+            (self.verbs.ibv_detach_mcast, "ibv_detach_mcast")
+        };
+        // SAFETY: a live QP and a valid GID.
+        let ret = unsafe { f(self.qp.as_ptr(), &g, lid) };
+        if ret != 0 {
+            return Err(Error::from_ret(verb, ret));
+        }
+        Ok(())
     }
 }
 

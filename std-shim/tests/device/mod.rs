@@ -16,7 +16,7 @@ use std::net::Ipv4Addr;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use zverbs::connect::{Endpoint, random_psn};
+use zverbs::connect::Endpoint;
 use zverbs::{
     AccessFlags, AnyPoller, AnyRecvQueue, AnySendQueue, BackendKind, Completion, ConnectAttr,
     Context, ContextOptions, Cq, LocalAddress, MrBuf, Pd, PollCq, Qp, QueueSet,
@@ -166,8 +166,6 @@ pub struct Side {
     pub cq: Cq,
     /// The queue pair.
     pub qp: Qp,
-    /// Its first PSN.
-    pub psn: u32,
 }
 
 /// Bytes of each side's buffer.
@@ -225,7 +223,6 @@ impl Side {
             buf,
             cq,
             qp,
-            psn: random_psn(),
         }
     }
 
@@ -234,14 +231,14 @@ impl Side {
         Endpoint {
             lid: self.local.lid,
             qpn: self.qp.qpn(),
-            psn: self.psn,
+            psn: self.qp.psn(),
             gid: self.local.gid,
         }
     }
 
     /// The attributes to connect this side to `peer`, at the port's MTU.
     pub fn attr(&self, peer: &Endpoint) -> ConnectAttr {
-        ConnectAttr::new(self.local.port, self.psn, peer, self.local.gid_index)
+        ConnectAttr::new(self.local.port, self.qp.psn(), peer, self.local.gid_index)
             .mtu(self.local.active_mtu.min(zverbs::Mtu::M1024))
             .rd_atomic(4)
     }
@@ -281,8 +278,8 @@ pub fn connected(
     let b = Side::new(&cb, env.gid_index, caps);
     let (mut aa, mut ab) = (a.attr(&b.endpoint()), b.attr(&a.endpoint()));
     tweak(&mut aa, &mut ab);
-    a.qp.connect(&aa).expect("connect A (INIT, RTR, RTS)");
-    b.qp.connect(&ab).expect("connect B (INIT, RTR, RTS)");
+    a.qp.connect_with(&aa).expect("connect A (INIT, RTR, RTS)");
+    b.qp.connect_with(&ab).expect("connect B (INIT, RTR, RTS)");
     println!(
         "A: {} QPN {:#x} GID {}; B: {} QPN {:#x} GID {}; backend {}",
         a.ctx.name(),

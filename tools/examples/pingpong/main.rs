@@ -27,10 +27,9 @@ use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use zverbs::connect::{Endpoint, random_psn};
 use zverbs::{
-    AccessFlags, BackendRequest, Completion, ConnectAttr, ContextOptions, MrBuf, PollCq, PostRecv,
-    PostSend, QueueSet, Queues, RecvWr, RemoteBuf, SendWr, WcStatus,
+    AccessFlags, BackendRequest, Completion, ContextOptions, MrBuf, PollCq, PostRecv, PostSend,
+    QueueSet, Queues, RecvWr, RemoteBuf, SendWr, WcStatus,
 };
 use zverbs_tools::args::{self, Arg::*, Parser};
 use zverbs_tools::device;
@@ -273,8 +272,6 @@ fn run(args: &Args) -> Res<()> {
     println!("{chosen}");
     let software = chosen.is_software();
     let ctx = chosen.ctx;
-    let port = ctx.active_port()?;
-    let local = ctx.address(port, None)?;
     let pd = ctx.alloc_pd()?;
     let len = args.size.max(64);
     let bufs = [
@@ -295,15 +292,7 @@ fn run(args: &Args) -> Res<()> {
             .build()
     };
     let (a, b) = (qp(&a_cq)?, qp(&b_cq)?);
-    let ep = |qpn| Endpoint {
-        lid: local.lid,
-        qpn,
-        psn: random_psn(),
-        gid: local.gid,
-    };
-    let (ea, eb) = (ep(a.qpn()), ep(b.qpn()));
-    a.connect(&ConnectAttr::new(port, ea.psn, &eb, local.gid_index).mtu(local.active_mtu))?;
-    b.connect(&ConnectAttr::new(port, eb.psn, &ea, local.gid_index).mtu(local.active_mtu))?;
+    zverbs::connect_pair(&a, &b)?; // INIT, RTR, RTS, each to the other
     let setup = Setup {
         device: ctx.name().to_string(),
         backend: a.backend().to_string(),

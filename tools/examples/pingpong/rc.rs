@@ -30,8 +30,8 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use zverbs::connect::Endpoint;
 use zverbs::connect::exchange::{self, Hello, Wire};
-use zverbs::connect::{Endpoint, random_psn};
 use zverbs::safe::{SafeRecvQueue, SafeSendQueue};
 use zverbs::{
     AccessFlags, Completion, ConnectAttr, ContextOptions, MrBuf, PollCq, PostRecv, PostSend,
@@ -181,7 +181,7 @@ fn run(o: &Opts) -> Result<(), Box<dyn std::error::Error>> {
     let me = Endpoint {
         lid: port.lid,
         qpn: qp.qpn(),
-        psn: random_psn(),
+        psn: qp.psn(),
         gid,
     };
     let attr = |peer: &Endpoint| {

@@ -22,6 +22,7 @@ use std::io::{self, Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -37,6 +38,9 @@ pub enum Ready {
     Tcp(u16),
     /// Once an rdma_cm ID listens on this port (`rdma resource show cm_id`): `rping`.
     RdmaCm(u16),
+    /// Once the server's output holds this text (no tab or newline): a multicast receiver
+    /// that has joined its group, which nothing outside the process shows.
+    Output(String),
 }
 
 /// What a check runs.
@@ -154,6 +158,7 @@ pub fn encode_plan(checks: &[Check]) -> Result<String> {
                 let ready = match ready {
                     Ready::Tcp(p) => format!("tcp:{p}"),
                     Ready::RdmaCm(p) => format!("rdma_cm:{p}"),
+                    Ready::Output(t) => format!("output:{}", clean(t)?),
                 };
                 f.extend([
                     "pair".into(),
@@ -191,6 +196,7 @@ pub fn decode_plan(text: &str) -> Result<Vec<Check>> {
                 let ready = match ready.split_once(':') {
                     Some(("tcp", p)) => Ready::Tcp(p.parse().map_err(|_| bad())?),
                     Some(("rdma_cm", p)) => Ready::RdmaCm(p.parse().map_err(|_| bad())?),
+                    Some(("output", t)) if !t.is_empty() => Ready::Output(t.to_string()),
                     _ => return Err(bad()),
                 };
                 Kind::Pair {
@@ -474,7 +480,7 @@ fn pair(
     // Wait until the server listens (or ends, or time runs out).
     let mut listening = false;
     while Instant::now() < deadline && s.running() {
-        if is_ready(ready) {
+        if is_ready(ready, &s) {
             listening = true;
             break;
         }
@@ -684,8 +690,9 @@ fn print_output(who: &str, out: &str) {
 }
 
 /// Whether the server of a pair is ready.
-fn is_ready(ready: &Ready) -> bool {
+fn is_ready(ready: &Ready, server: &Proc) -> bool {
     match ready {
+        Ready::Output(text) => server.output_so_far().contains(text.as_str()),
         Ready::Tcp(port) => ["/proc/net/tcp", "/proc/net/tcp6"]
             .iter()
             .any(|f| fs::read_to_string(f).is_ok_and(|t| tcp_listening(&t, *port))),
@@ -721,7 +728,9 @@ fn cm_listening(out: &str, port: u16) -> bool {
 /// A child process in its own process group, its stdout and stderr read into one buffer.
 struct Proc {
     child: Child,
-    reader: Option<JoinHandle<Vec<u8>>>,
+    reader: Option<JoinHandle<()>>,
+    /// What it wrote so far.
+    seen: Arc<Mutex<Vec<u8>>>,
     status: Option<ExitStatus>,
 }
 
@@ -745,14 +754,20 @@ impl Proc {
         // `cmd` holds the pipe's write ends until dropped, here: the reader then sees
         // end-of-file once the child and everything it started have exited.
         drop(cmd);
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let into = seen.clone();
         let reader = thread::spawn(move || {
-            let mut buf = Vec::new();
-            let _ = reader.read_to_end(&mut buf);
-            buf
+            let mut chunk = [0u8; 4096];
+            while let Ok(n @ 1..) = reader.read(&mut chunk) {
+                into.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .extend_from_slice(&chunk[..n]);
+            }
         });
         Ok(Self {
             child,
             reader: Some(reader),
+            seen,
             status: None,
         })
     }
@@ -798,11 +813,15 @@ impl Proc {
 
     /// Everything it wrote (after it ended).
     fn output(&mut self) -> String {
-        let bytes = self
-            .reader
-            .take()
-            .and_then(|r| r.join().ok())
-            .unwrap_or_default();
+        if let Some(r) = self.reader.take() {
+            let _ = r.join();
+        }
+        self.output_so_far()
+    }
+
+    /// What it has written up to now.
+    fn output_so_far(&self) -> String {
+        let bytes = self.seen.lock().unwrap_or_else(|e| e.into_inner());
         String::from_utf8_lossy(&bytes).into_owned()
     }
 }
@@ -851,6 +870,16 @@ mod tests {
                     client: s(&["b", "x y"]),
                     ready: Ready::Tcp(18515),
                     expect: s(&["ok", "fine"]),
+                },
+            },
+            Check {
+                name: "mcast".into(),
+                timeout: Duration::from_secs(5),
+                kind: Kind::Pair {
+                    server: s(&["mcast", "--recv"]),
+                    client: s(&["mckey", "-s"]),
+                    ready: Ready::Output("mcast: joined group 239.1.2.1".into()),
+                    expect: s(&["received"]),
                 },
             },
             Check {

@@ -87,6 +87,8 @@ pub const PROGRAMS: &[&str] = &[
     "loopback",
     "--example",
     "pingpong",
+    "--example",
+    "mcast",
 ];
 
 /// The limit for each device test.
@@ -309,6 +311,7 @@ pub fn stage(run: &mut Run) -> Result<Option<String>> {
     let mut checks = interop(&topo);
     let programs = build_executables(PROGRAMS, false)?;
     checks.extend(own_programs(&topo, &programs)?);
+    checks.extend(mcast_checks(&topo, &programs)?);
     if !host {
         checks.push(veth_traffic());
     }
@@ -594,6 +597,55 @@ pub fn own_programs(t: &Topology, built: &[(String, PathBuf)]) -> Result<Vec<Che
         },
     });
     Ok(checks)
+}
+
+/// Datagrams sent with `MCAST_COUNT` multicast checks.
+const MCAST_COUNT: u32 = 10;
+
+/// Multicast through rdma_cm: rdma-core's `mckey -s` sends [`MCAST_COUNT`] datagrams with
+/// immediate data to a group that the `mcast` example (built on the host) joined with
+/// `rdma_join_multicast`; ours counts them and exits 0 when all arrived. On the single device
+/// and, when there is one, from one device of the pair to the other; each run its own group.
+/// The sender starts once ours printed that it joined. Checks need the devices' IPv4
+/// addresses (rdma_cm binds to them); without them there are none.
+pub fn mcast_checks(t: &Topology, built: &[(String, PathBuf)]) -> Result<Vec<Check>> {
+    let Some((_, ours)) = built.iter().find(|(n, _)| n == "mcast") else {
+        bail!("the build of {PROGRAMS:?} gave no mcast");
+    };
+    let ours = ours.to_string_lossy().into_owned();
+    let mut links: Vec<(String, String, String)> = Vec::new();
+    if let Some(a) = &t.addr {
+        links.push((t.device.clone(), a.clone(), a.clone()));
+    }
+    if let (Some((da, db)), Some((a, b))) = (&t.pair, &t.pair_addrs) {
+        links.push((format!("{da}->{db}"), a.clone(), b.clone()));
+    }
+    let count = MCAST_COUNT.to_string();
+    let w = |v: &[&str]| -> Vec<String> { v.iter().map(|s| s.to_string()).collect() };
+    Ok(links
+        .iter()
+        .enumerate()
+        .map(|(i, (label, from, to))| {
+            let group = format!("239.1.2.{}", i + 1);
+            Check {
+                name: format!("mckey sender, mcast (zverbs) receiver, {label}"),
+                timeout: TOOL_TIMEOUT,
+                kind: Kind::Pair {
+                    server: w(&[
+                        &ours, "--recv", "--group", &group, "--bind", to, "-C", &count, "-S", "100",
+                    ]),
+                    client: w(&[
+                        "mckey", "-s", "-m", &group, "-b", from, "-C", &count, "-S", "100",
+                    ]),
+                    ready: Ready::Output(format!("mcast: joined group {group}")),
+                    expect: vec![
+                        format!("mcast: datagram {count}: 100 bytes, immediate"),
+                        format!("mcast: received {count} datagrams"),
+                    ],
+                },
+            }
+        })
+        .collect())
 }
 
 /// In the VM, after the checks across the pair: their packets went through the veth pair
@@ -913,6 +965,50 @@ mod tests {
         let h = interop(&host);
         assert_eq!(h.len(), 5);
         assert!(h.iter().all(|c| !c.name.contains("rping")));
+    }
+
+    #[test]
+    fn mckey_sends_to_ours_on_the_device_and_across_the_pair() {
+        let built = vec![("mcast".to_string(), PathBuf::from("/t/mcast"))];
+        let checks = mcast_checks(&Topology::vm(), &built).unwrap();
+        assert_eq!(checks.len(), 2);
+        let mut groups = Vec::new();
+        for (c, (from, to)) in checks
+            .iter()
+            .zip([("198.18.0.1", "198.18.0.1"), ("198.18.1.1", "198.18.1.2")])
+        {
+            let Kind::Pair {
+                server,
+                client,
+                ready: Ready::Output(joined),
+                expect,
+            } = &c.kind
+            else {
+                panic!("{c:?}");
+            };
+            assert_eq!(server[..2], ["/t/mcast", "--recv"]);
+            assert_eq!(client[..2], ["mckey", "-s"]);
+            let after =
+                |v: &[String], f: &str| v[v.iter().position(|w| w == f).unwrap() + 1].clone();
+            let group = after(server, "--group");
+            assert_eq!(after(client, "-m"), group);
+            assert_eq!(
+                (
+                    after(client, "-b").as_str(),
+                    after(server, "--bind").as_str()
+                ),
+                (from, to)
+            );
+            assert_eq!(after(client, "-C"), after(server, "-C"));
+            assert_eq!(joined, &format!("mcast: joined group {group}"));
+            assert!(expect.contains(&"mcast: received 10 datagrams".to_string()));
+            groups.push(group);
+        }
+        assert_ne!(groups[0], groups[1]);
+        // Without addresses rdma_cm has nothing to bind: no checks.
+        let mut t = Topology::vm();
+        (t.addr, t.pair_addrs) = (None, None);
+        assert!(mcast_checks(&t, &built).unwrap().is_empty());
     }
 
     #[test]

@@ -13,8 +13,9 @@
 //! must choose the direct backend through `mlx5dv_init_obj`, with BlueFlame and without, and
 //! the libibverbs fallback); perftest's `ib_write_lat`, `ib_send_lat`, `ib_read_lat`,
 //! `ib_atomic_lat` and `ib_write_bw` and `ibv_rc_pingpong` as server and client on 127.0.0.1,
-//! and `ibv_rc_pingpong` against our `pingpong --rc` both ways (each under a timeout; every child
-//! is ended); and then `zverbs-perf` (direct path, and the fallback) against perftest
+//! and `ibv_rc_pingpong` against our `pingpong --rc` both ways; `ibv_ud_pingpong` (without
+//! and with a GRH) and `ibv_srq_pingpong` (16 QPs on one SRQ), each side reporting its bytes
+//! (each run under a timeout; every child is ended); and then `zverbs-perf` (direct path, and the fallback) against perftest
 //! (libmlx5's post path) side by side, with the ratios in a table (no assertion on time).
 //! The programs run with `ZVERBS_EMU_RT=1`: the device's threads preempt the programs'
 //! busy-polling threads, so that latency is not a matter of scheduler time slices.
@@ -163,12 +164,23 @@ fn pair(
 
 /// As [`pair`], with one program (and its arguments) as the server and another as the client.
 fn pair2(
+    server: (&Path, &[&str]),
+    client: (&Path, &[&str]),
+    port: u16,
+    env: &[(&str, &str)],
+    emu: &(PathBuf, PathBuf),
+) -> Result<String> {
+    Ok(pair_outputs(server, client, port, env, emu)?.1)
+}
+
+/// As [`pair2`]; returns the server's output and the client's.
+fn pair_outputs(
     (server_tool, server_args): (&Path, &[&str]),
     (client_tool, client_args): (&Path, &[&str]),
     port: u16,
     env: &[(&str, &str)],
     emu: &(PathBuf, PathBuf),
-) -> Result<String> {
+) -> Result<(String, String)> {
     let file = |p: &Path| {
         p.file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -219,8 +231,8 @@ fn pair2(
         format!("{name} client"),
     )?;
     let out = client.finish(deadline)?;
-    server.finish(deadline)?;
-    Ok(out)
+    let server_out = server.finish(deadline)?;
+    Ok((server_out, out))
 }
 
 /// Runs `program args` on the emulated device with `env`; its output, or an error naming it.
@@ -448,6 +460,39 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
         }
         table.row(vec!["pingpong --rc".into(), mode.into(), "ok".into()]);
     }
+    // Unreliable datagrams (address handles built by libmlx5, without and with a GRH) and
+    // a shared receive queue (16 RC QPs on one SRQ): both sides must report the bytes moved.
+    let datagrams: &[ToolRun] = &[
+        ("ibv_ud_pingpong", &["-n", ITERS], &[], "UD, no GRH"),
+        (
+            "ibv_ud_pingpong",
+            &["-n", ITERS, "-g", "0"],
+            &[],
+            "UD, GRH (GID index 0)",
+        ),
+        (
+            "ibv_srq_pingpong",
+            &["-n", ITERS],
+            &[],
+            "16 RC QPs on one SRQ",
+        ),
+    ];
+    for (tool, args, env, mode) in datagrams {
+        let Some(path) = which(tool) else {
+            bail!("{tool} is not installed (Debian package ibverbs-utils)");
+        };
+        let (server, client) = pair_outputs((&path, args), (&path, args), next_port(), env, &emu)?;
+        println!("--- {tool} ({mode}), client output:");
+        for l in client.lines().filter(|l| !l.trim().is_empty()) {
+            println!("    {l}");
+        }
+        for (side, out) in [("server", &server), ("client", &client)] {
+            if !out.contains(" bytes in ") || !out.contains(" iters in ") {
+                bail!("{tool} ({mode}): the {side} reports no transfer:\n{out}");
+            }
+        }
+        table.row(vec![tool.to_string(), mode.to_string(), "ok".into()]);
+    }
     println!(
         "\nthe emulated ConnectX: our control path, and tools no one here wrote (server and client on 127.0.0.1):"
     );
@@ -503,7 +548,7 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
     Ok(Some(format!(
         "{} tests, {} tool runs; direct/perftest {}",
         tests.passed,
-        tools.len() + checks.len() + 3,
+        tools.len() + datagrams.len() + checks.len() + 3,
         notes.join(", ")
     )))
 }

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use zverbs::connect::cm::{self, CmClient, CmConnection, CmListener};
 use zverbs::connect::exchange::{self, Hello, Wire};
-use zverbs::connect::{Endpoint, RemoteRegion, random_psn};
+use zverbs::connect::{Endpoint, RemoteRegion};
 use zverbs::{
     AccessFlags, Completion, ConnectAttr, ContextOptions, Error, MrBuf, PollCq, PostError,
     PostRecv, PostSend, QueueSet, Queues, RecvWr, SendFlags, SendWr, Sge, WcOpcode,
@@ -205,7 +205,7 @@ pub(crate) fn run(opts: &Opts) -> Result<()> {
     let me = Endpoint {
         lid: local.lid,
         qpn: qp.qpn(),
-        psn: random_psn(),
+        psn: qp.psn(),
         gid: local.gid,
     };
     let region = RemoteRegion {

@@ -1,0 +1,113 @@
+//! Shared receive queues: one pool of receives that many QPs take their messages into.
+
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use crate::backend::BackendKind;
+use crate::error::{Error, Result};
+use crate::ffi::types::ibv_srq;
+use crate::pd::Pd;
+use crate::provider::{SrqEngine, SrqLayout, SrqProvider};
+
+/// A shared receive queue (`ibv_create_srq`), destroyed on drop (`ibv_destroy_srq`) once no
+/// QP uses it (QPs on it hold it alive). Cloning is cheap.
+#[derive(Clone, Debug)]
+pub struct Srq {
+    pub(crate) inner: Arc<SrqInner>,
+}
+
+#[derive(Debug)]
+pub(crate) struct SrqInner {
+    // Field order is drop order: the SRQ goes before its PD.
+    pub(crate) provider: Box<dyn SrqProvider>,
+    pub(crate) pd: Pd,
+}
+
+impl Srq {
+    /// The backend that drives its receives: the direct one when its memory layout is known
+    /// ([`Srq::layout`]), the libibverbs fallback otherwise.
+    pub fn backend(&self) -> BackendKind {
+        match self.inner.provider.engine() {
+            SrqEngine::Direct(_) => BackendKind::Direct,
+            SrqEngine::Verbs(_) => BackendKind::Verbs,
+        }
+    }
+
+    /// The SRQ number, where the device reports it (mlx5, the software device).
+    pub fn srqn(&self) -> Option<u32> {
+        self.inner.provider.srqn()
+    }
+
+    /// Receive requests and scatter entries per request the SRQ really has.
+    pub fn caps(&self) -> (u32, u32) {
+        self.inner.provider.caps()
+    }
+
+    /// Its memory, for the direct path: `mlx5dv_init_obj(MLX5DV_OBJ_SRQ)` on mlx5, the
+    /// software device's own layout on it; `None` on the fallback.
+    pub fn layout(&self) -> Option<SrqLayout> {
+        match self.inner.provider.engine() {
+            SrqEngine::Direct(l) => Some(l),
+            SrqEngine::Verbs(_) => None,
+        }
+    }
+
+    /// The rdma-core SRQ, for the fallback's `ibv_post_srq_recv`
+    /// ([`fallback::SrqQueue`](crate::fallback::SrqQueue)); `None` on the software device.
+    pub fn as_raw(&self) -> Option<NonNull<ibv_srq>> {
+        match self.inner.provider.engine() {
+            SrqEngine::Verbs(p) => Some(p),
+            SrqEngine::Direct(_) => None,
+        }
+    }
+
+    /// Arms the limit event (`ibv_modify_srq` with `IBV_SRQ_LIMIT`): when a message leaves
+    /// fewer than `limit` receives posted, the device raises `IBV_EVENT_SRQ_LIMIT_REACHED`
+    /// once and disarms it. 0 disarms it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a limit at or above the SRQ's size; [`Error::Verbs`] from
+    /// `ibv_modify_srq`.
+    pub fn arm(&self, limit: u32) -> Result<()> {
+        let (max_wr, _) = self.caps();
+        if limit >= max_wr.max(1) {
+            return Err(Error::InvalidArgument(format!(
+                "SRQ limit {limit} is not below its {max_wr} receive requests"
+            )));
+        }
+        self.inner.provider.arm(limit)
+    }
+
+    pub(crate) fn pd(&self) -> &Pd {
+        &self.inner.pd
+    }
+}
+
+impl Pd {
+    /// A shared receive queue of at least `max_wr` receive requests of up to `max_sge`
+    /// scatter entries, driven by the context's backend.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for `max_wr` 0; [`Error::Verbs`] from `ibv_create_srq`;
+    /// [`Error::Backend`] when `mlx5dv_init_obj` cannot give a direct SRQ's layout.
+    pub fn create_srq(&self, max_wr: u32, max_sge: u32) -> Result<Srq> {
+        if max_wr == 0 {
+            return Err(Error::InvalidArgument(
+                "an SRQ needs at least one receive request".into(),
+            ));
+        }
+        let ctx = self.context();
+        let direct = crate::backend::want_direct(
+            ctx.backend_choice(),
+            &ctx.inner.provider.direct_support(),
+        )?;
+        Ok(Srq {
+            inner: Arc::new(SrqInner {
+                provider: self.inner.provider.create_srq(max_wr, max_sge, direct)?,
+                pd: self.clone(),
+            }),
+        })
+    }
+}

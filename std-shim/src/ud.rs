@@ -1,0 +1,298 @@
+//! Unreliable datagram: queue pair set-up without a peer, address handles, multicast groups.
+//!
+//! A UD QP ([`QpType::Ud`](crate::QpType::Ud), [`QpBuilder::ud`](crate::QpBuilder::ud)) goes
+//! RESET → INIT (Q_Key, P_Key index, port) → RTR → RTS (send PSN) in one call,
+//! [`Qp::ready_ud`]; each send then names its destination through an [`AddressHandle`] made
+//! by [`Pd::create_ah`] (or [`Pd::create_ah_to`] from a peer's [`Endpoint`]) and the peer's QP
+//! number and Q_Key. A QP joins a multicast group with [`Qp::attach_mcast`]; a datagram sent
+//! to the group's LID (and GID) with destination QPN [`MULTICAST_QPN`] reaches every attached
+//! QP.
+
+use std::sync::Arc;
+
+use crate::connect::Endpoint;
+use crate::device::Gid;
+use crate::error::{Error, Result};
+use crate::ffi::types::{ibv_ah, ibv_qp_attr, qp_attr_mask as m};
+use crate::pd::Pd;
+use crate::provider::AhProvider;
+use crate::qp::{GlobalRoute, Qp, QpType};
+
+/// The destination QP number of a multicast datagram.
+pub const MULTICAST_QPN: u32 = 0xff_ffff;
+
+/// What a UD QP is readied with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UdAttr {
+    /// The port (from 1).
+    pub port: u8,
+    /// P_Key table index.
+    pub pkey_index: u16,
+    /// The Q_Key: a datagram reaches the QP only when it carries this key.
+    pub qkey: u32,
+    /// The first PSN of its sends.
+    pub sq_psn: u32,
+}
+
+impl UdAttr {
+    /// Port 1, P_Key index 0, send PSN 0, and `qkey`.
+    pub fn new(qkey: u32) -> Self {
+        Self {
+            port: 1,
+            pkey_index: 0,
+            qkey,
+            sq_psn: 0,
+        }
+    }
+}
+
+/// An address: where a UD send goes (`struct ibv_ah_attr`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AhAttr {
+    /// The destination LID (0 on RoCE; a multicast LID, `0xc000..=0xfffe`, for a group).
+    pub dlid: u16,
+    /// Service level.
+    pub sl: u8,
+    /// Source path bits.
+    pub src_path_bits: u8,
+    /// Static rate (0: the port's).
+    pub static_rate: u8,
+    /// The port (from 1).
+    pub port: u8,
+    /// The GRH: needed on RoCE, across subnets, and to name a multicast GID.
+    pub grh: Option<GlobalRoute>,
+}
+
+impl AhAttr {
+    /// The address of `remote` from `port`: its LID, and a GRH to its GID when it has one
+    /// (as [`ConnectAttr::new`](crate::ConnectAttr::new) decides), from this side's GID
+    /// `sgid_index`.
+    pub fn to(port: u8, remote: &Endpoint, sgid_index: Option<u32>) -> Self {
+        Self {
+            dlid: remote.lid,
+            port,
+            grh: (remote.gid.interface_id() != 0).then(|| GlobalRoute {
+                dgid: remote.gid,
+                sgid_index: sgid_index.unwrap_or(0) as u8,
+                hop_limit: 64,
+                traffic_class: 0,
+                flow_label: 0,
+            }),
+            ..Self::default()
+        }
+    }
+
+    /// The rdma-core form.
+    pub(crate) fn to_verbs(self) -> crate::ffi::types::ibv_ah_attr {
+        let mut a = crate::ffi::types::ibv_ah_attr {
+            dlid: self.dlid,
+            sl: self.sl,
+            src_path_bits: self.src_path_bits,
+            static_rate: self.static_rate,
+            port_num: self.port,
+            ..Default::default()
+        };
+        if let Some(g) = self.grh {
+            a.is_global = 1;
+            a.grh.dgid.raw = g.dgid.0;
+            a.grh.sgid_index = g.sgid_index;
+            a.grh.hop_limit = g.hop_limit;
+            a.grh.traffic_class = g.traffic_class;
+            a.grh.flow_label = g.flow_label;
+        }
+        a
+    }
+}
+
+/// An address handle (`ibv_create_ah`), destroyed on drop (`ibv_destroy_ah`). Cloning is
+/// cheap.
+#[derive(Clone, Debug)]
+pub struct AddressHandle {
+    inner: Arc<AhInner>,
+}
+
+#[derive(Debug)]
+struct AhInner {
+    // Field order is drop order: the handle goes before its PD.
+    provider: Box<dyn AhProvider>,
+    attr: AhAttr,
+    _pd: Pd,
+}
+
+impl AddressHandle {
+    /// The mlx5 address vector (`struct mlx5_wqe_av`, 48 bytes in device byte order) that a
+    /// UD send WQE's datagram segment carries: from `mlx5dv_init_obj(MLX5DV_OBJ_AH)` on an
+    /// mlx5 device, the software device's own on it; `None` on other devices.
+    pub fn av(&self) -> Option<&[u8; 48]> {
+        self.inner.provider.av()
+    }
+
+    /// The rdma-core handle for an `ibv_send_wr`'s `wr.ud.ah` (the fallback's sends); null on
+    /// the software device. Valid while this handle (or a clone) lives.
+    pub fn as_raw(&self) -> *mut ibv_ah {
+        self.inner.provider.raw()
+    }
+
+    /// The address it was made for.
+    pub fn attr(&self) -> &AhAttr {
+        &self.inner.attr
+    }
+}
+
+impl Pd {
+    /// An address handle for `attr`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verbs`] from `ibv_create_ah` (or the software device's check of the address:
+    /// an SL above 15, a GID index it does not have); [`Error::Backend`] when `mlx5dv_init_obj`
+    /// cannot give the address vector of an mlx5 device's handle.
+    pub fn create_ah(&self, attr: &AhAttr) -> Result<AddressHandle> {
+        Ok(AddressHandle {
+            inner: Arc::new(AhInner {
+                provider: self.inner.provider.create_ah(attr)?,
+                attr: *attr,
+                _pd: self.clone(),
+            }),
+        })
+    }
+
+    /// An address handle to `remote` from `port` ([`AhAttr::to`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Pd::create_ah`].
+    pub fn create_ah_to(
+        &self,
+        port: u8,
+        remote: &Endpoint,
+        sgid_index: Option<u32>,
+    ) -> Result<AddressHandle> {
+        self.create_ah(&AhAttr::to(port, remote, sgid_index))
+    }
+}
+
+impl Qp {
+    /// RESET → INIT (`IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY`) → RTR
+    /// (`IBV_QP_STATE`) → RTS (`IBV_QP_STATE | IBV_QP_SQ_PSN`): a UD QP has no peer, so this is
+    /// all it needs to send and receive.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a QP that is not UD; [`Error::Verbs`] from
+    /// `ibv_modify_qp`.
+    pub fn ready_ud(&self, a: &UdAttr) -> Result<()> {
+        if self.qp_type() != QpType::Ud {
+            return Err(Error::InvalidArgument(
+                "Qp::ready_ud needs a UD QP (QpBuilder::ud); connect an RC QP with Qp::connect"
+                    .into(),
+            ));
+        }
+        let mut attr = ibv_qp_attr {
+            qp_state: 1,
+            pkey_index: a.pkey_index,
+            port_num: a.port,
+            qkey: a.qkey,
+            ..Default::default()
+        };
+        self.modify_raw(
+            &mut attr,
+            m::IBV_QP_STATE | m::IBV_QP_PKEY_INDEX | m::IBV_QP_PORT | m::IBV_QP_QKEY,
+        )?;
+        let mut attr = ibv_qp_attr {
+            qp_state: 2,
+            ..Default::default()
+        };
+        self.modify_raw(&mut attr, m::IBV_QP_STATE)?;
+        let mut attr = ibv_qp_attr {
+            qp_state: 3,
+            sq_psn: a.sq_psn & 0xff_ffff,
+            ..Default::default()
+        };
+        self.modify_raw(&mut attr, m::IBV_QP_STATE | m::IBV_QP_SQ_PSN)
+    }
+
+    /// Attaches this UD QP to the multicast group `gid` / `lid` (`ibv_attach_mcast`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a QP that is not UD; [`Error::Verbs`] from
+    /// `ibv_attach_mcast` (an address that is not a multicast one, on the software device).
+    pub fn attach_mcast(&self, gid: &Gid, lid: u16) -> Result<()> {
+        self.mcast(true, gid, lid)
+    }
+
+    /// Detaches this UD QP from the group (`ibv_detach_mcast`).
+    ///
+    /// # Errors
+    ///
+    /// As [`Qp::attach_mcast`]; the software device refuses a QP that is not attached.
+    pub fn detach_mcast(&self, gid: &Gid, lid: u16) -> Result<()> {
+        self.mcast(false, gid, lid)
+    }
+
+    fn mcast(&self, attach: bool, gid: &Gid, lid: u16) -> Result<()> {
+        if self.qp_type() != QpType::Ud {
+            return Err(Error::InvalidArgument(
+                "only a UD QP joins a multicast group".into(),
+            ));
+        }
+        self.inner.provider.mcast(attach, gid, lid)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use crate::backend::{BackendChoice, BackendRequest, RequestSource};
+    use crate::provider::fake::FakeContext;
+    use crate::*;
+
+    #[test]
+    fn ready_ud_sends_the_ud_masks_and_an_rc_qp_is_refused() {
+        crate::fallback::fake::reset(16);
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let ctx = Context::from_provider(
+            Box::new(FakeContext::new(&log)),
+            BackendChoice {
+                request: BackendRequest::Auto,
+                source: RequestSource::Default,
+            },
+        );
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.cq_builder().build().unwrap();
+        let rc = pd.qp_builder(&cq, &cq).build().unwrap();
+        assert!(matches!(
+            rc.ready_ud(&UdAttr::new(7)),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            rc.attach_mcast(&Gid::default(), 0xc001),
+            Err(Error::InvalidArgument(_))
+        ));
+        let ud = pd.qp_builder(&cq, &cq).ud().build().unwrap();
+        assert_eq!(ud.qp_type(), QpType::Ud);
+        log.lock().unwrap().clear();
+        ud.ready_ud(&UdAttr::new(0x1111_1111)).unwrap();
+        assert_eq!(ud.state(), QpState::Rts);
+        let modifies: Vec<String> = log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|e| e.starts_with("modify"))
+            .cloned()
+            .collect();
+        assert_eq!(
+            modifies,
+            [
+                // STATE | PKEY_INDEX | PORT | QKEY
+                "modify state=1 mask=0x71",
+                // STATE
+                "modify state=2 mask=0x1",
+                // STATE | SQ_PSN
+                "modify state=3 mask=0x10001",
+            ]
+        );
+    }
+}
