@@ -267,8 +267,9 @@ mod tests {
                 order::CQ_CI_RELEASE,
                 order::BF_LOCK_ACQUIRE,
                 order::BF_LOCK_RELEASE,
+                order::SRQ_FREE_RELEASE,
             ],
-            [Release, Acquire, Release, Acquire, Release]
+            [Release, Acquire, Release, Acquire, Release, Release]
         );
         order::to_device_fence();
         order::from_device_fence();
