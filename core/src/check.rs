@@ -176,53 +176,59 @@ impl<'w> SendWr<'w> {
     /// [`PostError::MessageTooLong`].
     #[inline(always)]
     pub fn check(&self, caps: &SqCaps) -> Result<CheckedSend<'w>, PostError> {
-        self.summarize::<Checking, true>(caps)
+        self.summarize::<Checking, false, false>(caps)
     }
 
-    /// [`SendWr::check`] except one test: a reliable-connected operation (WRITE, READ, SEND,
-    /// atomics) on an unreliable-datagram queue is not refused here. For a backend that
-    /// refuses it itself without a cost to its fast path (`zverbs-mlx5dv` plans each WQE from
-    /// a table per transport, in which those operations have no entry); every other backend
-    /// uses [`SendWr::check`]. The datagram operations' own tests (the transport, the MTU)
-    /// are made, as they cost the connected operations nothing.
+    /// [`SendWr::check`] for a queue whose transport is known at compile time: a datagram
+    /// queue when `DATAGRAM`, a reliable-connected one otherwise (and `caps.transport` says
+    /// the same: the backend checked that when it made the queue). The transport test is
+    /// then no test at all: on a connected queue a datagram is refused where the operation is
+    /// told apart, at no cost to the connected operations, and the code after the check has
+    /// no datagram to handle (and the other way round on a datagram queue).
     ///
     /// # Errors
     ///
-    /// As [`SendWr::check`], but never [`PostError::WrongTransport`] for a connected
-    /// operation.
+    /// As [`SendWr::check`].
     #[inline(always)]
-    pub fn check_except_connected_on_ud(
+    pub fn check_as<const DATAGRAM: bool>(
         &self,
         caps: &SqCaps,
     ) -> Result<CheckedSend<'w>, PostError> {
-        self.summarize::<Checking, false>(caps)
+        self.summarize::<Checking, true, DATAGRAM>(caps)
     }
 
-    /// The check, and the summary; under [`Trusted`] the summary alone. `RC_ON_UD`: whether a
-    /// connected operation on a datagram queue is refused.
+    /// The check, and the summary; under [`Trusted`] the summary alone. With `KNOWN`, the
+    /// queue is a datagram queue when `DATAGRAM` (known at compile time); without, as
+    /// `caps.transport` says.
     #[inline(always)]
-    fn summarize<M: Mode, const RC_ON_UD: bool>(
+    fn summarize<M: Mode, const KNOWN: bool, const DATAGRAM: bool>(
         &self,
         caps: &SqCaps,
     ) -> Result<CheckedSend<'w>, M::Error> {
+        // Whether connected operations are refused: on a datagram queue.
+        let refuse_connected = if KNOWN { DATAGRAM } else { caps.is_ud() };
         let sgl: &'w [Sge] = match self.op {
             SendOp::Write { sgl, .. }
             | SendOp::WriteImm { sgl, .. }
             | SendOp::Send { sgl }
             | SendOp::SendImm { sgl, .. }
             | SendOp::Read { sgl, .. } => {
-                if RC_ON_UD && caps.is_ud() {
+                if refuse_connected {
                     M::refuse(PostError::WrongTransport)?;
                 }
                 sgl
             }
             SendOp::SendTo { sgl, .. } | SendOp::SendToImm { sgl, .. } => {
-                // Out of line: the reliable-connected operations above pay nothing for it.
-                datagram::<M>(sgl, caps)?;
+                if KNOWN && !DATAGRAM {
+                    M::refuse(PostError::WrongTransport)?;
+                } else {
+                    // Out of line: the reliable-connected operations pay nothing for it.
+                    datagram::<M>(sgl, caps)?;
+                }
                 sgl
             }
             SendOp::CompareSwap { local, remote, .. } | SendOp::FetchAdd { local, remote, .. } => {
-                if RC_ON_UD && caps.is_ud() {
+                if refuse_connected {
                     M::refuse(PostError::WrongTransport)?;
                 }
                 if local.length != 8 {
@@ -344,17 +350,17 @@ impl<'a, 'w> CheckedBatch<'a, 'w> {
     where
         F: FnMut(&SendWr<'w>, CheckedSend<'w>) -> Result<(), PostError>,
     {
-        Self::check_with::<true, F>(wrs, caps, each)
+        Self::check_with::<false, false, F>(wrs, caps, each)
     }
 
-    /// [`CheckedBatch::check`] with [`SendWr::check_except_connected_on_ud`] for each request:
-    /// for a backend that refuses connected operations on a datagram queue itself (in `each`).
+    /// [`CheckedBatch::check`] with [`SendWr::check_as`] for each request: for a backend whose
+    /// queue's transport is known at compile time (a datagram queue when `DATAGRAM`).
     ///
     /// # Errors
     ///
     /// As [`CheckedBatch::check`].
     #[inline(always)]
-    pub fn check_except_connected_on_ud<F>(
+    pub fn check_as<const DATAGRAM: bool, F>(
         wrs: &'a [SendWr<'w>],
         caps: &SqCaps,
         each: F,
@@ -362,11 +368,11 @@ impl<'a, 'w> CheckedBatch<'a, 'w> {
     where
         F: FnMut(&SendWr<'w>, CheckedSend<'w>) -> Result<(), PostError>,
     {
-        Self::check_with::<false, F>(wrs, caps, each)
+        Self::check_with::<true, DATAGRAM, F>(wrs, caps, each)
     }
 
     #[inline(always)]
-    fn check_with<const RC_ON_UD: bool, F>(
+    fn check_with<const KNOWN: bool, const DATAGRAM: bool, F>(
         wrs: &'a [SendWr<'w>],
         caps: &SqCaps,
         mut each: F,
@@ -376,7 +382,7 @@ impl<'a, 'w> CheckedBatch<'a, 'w> {
     {
         for (index, wr) in wrs.iter().enumerate() {
             let checked = wr
-                .summarize::<Checking, RC_ON_UD>(caps)
+                .summarize::<Checking, KNOWN, DATAGRAM>(caps)
                 .map_err(|error| BatchError { index, error })?;
             each(wr, checked).map_err(|error| BatchError { index, error })?;
         }
@@ -395,7 +401,7 @@ impl<'a, 'w> CheckedBatch<'a, 'w> {
     pub fn iter(&self) -> impl Iterator<Item = (&'a SendWr<'w>, CheckedSend<'w>)> + use<'a, 'w> {
         let caps = self.caps;
         self.wrs.iter().map(move |wr| {
-            let Ok(checked) = wr.summarize::<Trusted, false>(&caps);
+            let Ok(checked) = wr.summarize::<Trusted, false, false>(&caps);
             (wr, checked)
         })
     }

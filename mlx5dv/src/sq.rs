@@ -455,13 +455,31 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
     /// Checks `wr` against the queue's limits and plans its WQE. Writes nothing.
     #[inline(always)]
     fn plan<'w>(&self, wr: &SendWr<'w>) -> Result<Plan<'w>, PostError> {
-        let checked = wr.check_except_connected_on_ud(&self.caps)?;
-        // The rest of the check, for a UD queue only (a type, so a connected queue has no
-        // code for it).
-        if T::UD && !wr.op.is_datagram_or_nop() {
-            return Err(PostError::WrongTransport);
-        }
+        // The transport is a type: a connected queue has no code for datagrams past the
+        // check, which refuses them.
+        let checked = if T::UD {
+            wr.check_as::<true>(&self.caps)?
+        } else {
+            wr.check_as::<false>(&self.caps)?
+        };
         Ok(Plan::of(&wr.op, &checked))
+    }
+
+    /// [`CheckedBatch::check_as`] for this queue's transport.
+    #[inline(always)]
+    fn check_batch<'a, 'w, F>(
+        wrs: &'a [SendWr<'w>],
+        caps: &SqCaps,
+        each: F,
+    ) -> Result<CheckedBatch<'a, 'w>, BatchError>
+    where
+        F: FnMut(&SendWr<'w>, CheckedSend<'w>) -> Result<(), PostError>,
+    {
+        if T::UD {
+            CheckedBatch::check_as::<true, F>(wrs, caps, each)
+        } else {
+            CheckedBatch::check_as::<false, F>(wrs, caps, each)
+        }
     }
 
     /// Checks that `blocks` basic blocks and `signaled` more CQEs fit now.
@@ -513,7 +531,13 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         let (ring, pi, qpn) = (&{ self.ring }, self.pi, self.qpn);
         let slots = self.state.slots();
         let start = pi.wrapping_mul(SEGS_PER_BB as u32);
-        let imm = wr.op.imm().unwrap_or(0);
+        // On a connected queue (`T::UD` false, a constant) the datagram operations never get
+        // here (the check refused them), and the code below has no arm for them.
+        let imm = match wr.op {
+            SendOp::WriteImm { imm, .. } | SendOp::SendImm { imm, .. } => imm,
+            SendOp::SendToImm { imm, .. } if T::UD => imm,
+            _ => 0,
+        };
         // SAFETY: this and every write below are to segments `0..ds` of the WQE at `start`
         // (a block boundary), in blocks `pi..pi+blocks`, which are free (room was checked) and
         // not yet published.
@@ -567,12 +591,17 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
                 // SAFETY: as above.
                 unsafe { write_atomic(ring, start, local, remote.addr, remote.rkey, *add, 0) };
             }
-            SendOp::SendTo { dest, .. } | SendOp::SendToImm { dest, .. } => {
+            SendOp::SendTo { dest, .. } | SendOp::SendToImm { dest, .. } if T::UD => {
                 // SAFETY: as above.
                 unsafe { write_datagram(ring, start, dest) };
                 k += 3;
             }
-            SendOp::Send { .. } | SendOp::SendImm { .. } | SendOp::Nop => {}
+            // (A datagram on a connected queue: never here, as above.)
+            SendOp::Send { .. }
+            | SendOp::SendImm { .. }
+            | SendOp::Nop
+            | SendOp::SendTo { .. }
+            | SendOp::SendToImm { .. } => {}
         }
         // The data: none for atomics (written above) and NOP, whose list is empty.
         let sgl = plan.sgl;
@@ -641,10 +670,7 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
     fn check_batch_room(&mut self, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
         let caps = self.caps;
         let (mut blocks, mut signaled) = (0u32, 0u32);
-        CheckedBatch::check_except_connected_on_ud(wrs, &caps, |wr, checked| {
-            if T::UD && !wr.op.is_datagram_or_nop() {
-                return Err(PostError::WrongTransport);
-            }
+        Self::check_batch(wrs, &caps, |wr, checked| {
             let plan = Plan::of(&wr.op, &checked);
             blocks += plan.blocks;
             signaled += u32::from(plan.signaled);
@@ -817,10 +843,7 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> PostSend for SendQueue<P, R, 
         // second pass plans each request again from the checked batch, which cannot fail.
         let caps = self.caps;
         let (mut blocks, mut signaled) = (0u32, 0u32);
-        let batch = CheckedBatch::check_except_connected_on_ud(wrs, &caps, |wr, checked| {
-            if T::UD && !wr.op.is_datagram_or_nop() {
-                return Err(PostError::WrongTransport);
-            }
+        let batch = Self::check_batch(wrs, &caps, |wr, checked| {
             let plan = Plan::of(&wr.op, &checked);
             blocks = blocks.saturating_add(plan.blocks);
             signaled = signaled.saturating_add(u32::from(plan.signaled));
