@@ -261,7 +261,7 @@ impl<B: Bindings> CompletionQueue<B> {
             // SAFETY: as above.
             cqe_op @ op::RESP_WR_IMM..=op::RESP_SEND_INV if let Some(rq) = unsafe { last.rq() } => {
                 // SAFETY: as above.
-                *out = unsafe { responder(rq, cqe_op, qpn, cqes, slot) };
+                unsafe { responder(rq, cqe_op, qpn, cqes, slot, out) };
                 return true;
             }
             _ => {}
@@ -298,7 +298,7 @@ impl<B: Bindings> CompletionQueue<B> {
             }
             (op::RESP_WR_IMM..=op::RESP_SEND_INV, _, Some(rq)) => {
                 // SAFETY: as above.
-                *out = unsafe { responder(rq, cqe_op, qpn, cqes, slot) };
+                unsafe { responder(rq, cqe_op, qpn, cqes, slot, out) };
                 unsupported_format(out, op_own);
             }
             (op::RESP_WR_IMM..=op::RESP_SEND_INV, _, None) if let Some(srq) = srq => {
@@ -306,7 +306,9 @@ impl<B: Bindings> CompletionQueue<B> {
                 let wr_id = unsafe { srq.retire(wqe_counter) };
                 // SAFETY: (caller) as above.
                 let f = unsafe { cqes.with_cqe(slot, receive_fields) };
-                *out = received(wr_id, cqe_op, qpn, f.0, f.1, f.2, f.3, f.4);
+                *out = received(wr_id, cqe_op, qpn, f.0, f.1, f.2);
+                // SAFETY: as above.
+                unsafe { receive_path(cqes, slot, out) };
                 unsupported_format(out, op_own);
             }
             (op::REQ_ERR, Some(sq), _) => {
@@ -546,37 +548,60 @@ unsafe fn responder<S>(
     qpn: u32,
     cqes: CqeRing,
     slot: u32,
-) -> Completion
-where
+    out: &mut Completion,
+) where
     S: stable_deref_trait::StableDeref<Target = [crate::RqSlot]>,
 {
-    // SAFETY: (caller) the CQE is software's.
-    let (byte_len, imm, flags_rqpn, slid, ml_path) = unsafe { cqes.with_cqe(slot, receive_fields) };
     // SAFETY: (caller) the only poller; the device reported the oldest receive complete.
     let wr_id = unsafe { rq.retire() };
-    received(wr_id, cqe_op, qpn, byte_len, imm, flags_rqpn, slid, ml_path)
+    // SAFETY: (caller) the CQE is software's.
+    let (byte_len, imm, flags_rqpn) = unsafe { cqes.with_cqe(slot, receive_fields) };
+    *out = received(wr_id, cqe_op, qpn, byte_len, imm, flags_rqpn);
+    // SAFETY: (caller) as above.
+    unsafe { receive_path(cqes, slot, out) };
 }
 
-/// The fields of a responder CQE a receive completion reports: `byte_cnt`,
-/// `imm_inval_pkey`, `flags_rqpn`, `slid`, `ml_path`.
+/// The fields of a responder CQE a receive completion reports first: `byte_cnt`,
+/// `imm_inval_pkey`, `flags_rqpn`.
 #[inline(always)]
-fn receive_fields(cqe: &[u8; 64]) -> (u32, u32, u32, u16, u8) {
+fn receive_fields(cqe: &[u8; 64]) -> (u32, u32, u32) {
     let c = Cqe64::new_unchecked(cqe);
-    (
-        c.byte_cnt(),
-        c.imm_inval_pkey(),
-        c.flags_rqpn(),
-        c.slid(),
-        c.ml_path(),
-    )
+    (c.byte_cnt(), c.imm_inval_pkey(), c.flags_rqpn())
+}
+
+/// Adds to the receive completion `out` where the message came from (`src_qp`, `slid`,
+/// `pkey_index`, `sl`, `dlid_path_bits`), read from the CQE in `slot` after the rest of the
+/// completion is written: the poll loop then holds fewer values at once, and keeps its own in
+/// registers. As libmlx5's `handle_responder` reports them; the P_Key index shares its field
+/// with the immediate, and is reported as 0 when the message carried one.
+///
+/// # Safety
+///
+/// As [`CqeRing::with_cqe`] for `slot`.
+#[inline(always)]
+unsafe fn receive_path(cqes: CqeRing, slot: u32, out: &mut Completion) {
+    // SAFETY: (caller) the CQE is software's.
+    let (flags_rqpn, pkey, slid, ml_path) = unsafe {
+        cqes.with_cqe(slot, |b| {
+            let c = Cqe64::new_unchecked(b);
+            (c.flags_rqpn(), c.imm_inval_pkey(), c.slid(), c.ml_path())
+        })
+    };
+    out.src_qp = flags_rqpn & FLAGS_RQPN_SRC_QP;
+    out.slid = slid;
+    out.pkey_index = if out.flags.contains(WcFlags::WITH_IMM) {
+        0
+    } else {
+        pkey as u16
+    };
+    out.sl = ((flags_rqpn >> FLAGS_RQPN_SL_SHIFT) & 0xf) as u8;
+    out.dlid_path_bits = ml_path & ML_PATH_DLID_PATH_BITS;
 }
 
 /// The successful receive completion of a responder CQE (`cqe_op` one of `RESP_WR_IMM` ..
-/// `RESP_SEND_INV`) whose receive request was `wr_id`, from the CQE's fields: what arrived,
-/// and from whom (as libmlx5's `handle_responder` reports it; the P_Key index shares its field
-/// with the immediate, and is reported as 0 when the message carried one).
+/// `RESP_SEND_INV`) whose receive request was `wr_id`, from the CQE's fields: what arrived.
+/// Without where it came from (0: [`receive_path`] adds that).
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 fn received(
     wr_id: u64,
     cqe_op: u8,
@@ -584,8 +609,6 @@ fn received(
     byte_len: u32,
     imm: u32,
     flags_rqpn: u32,
-    slid: u16,
-    ml_path: u8,
 ) -> Completion {
     let with_imm = cqe_op == op::RESP_WR_IMM || cqe_op == op::RESP_SEND_IMM;
     Completion {
@@ -601,11 +624,7 @@ fn received(
             WcOpcode::Recv
         },
         flags: recv_flags(with_imm, flags_rqpn),
-        src_qp: flags_rqpn & FLAGS_RQPN_SRC_QP,
-        slid,
-        pkey_index: if with_imm { 0 } else { imm as u16 },
-        sl: ((flags_rqpn >> FLAGS_RQPN_SL_SHIFT) & 0xf) as u8,
-        dlid_path_bits: ml_path & ML_PATH_DLID_PATH_BITS,
+        ..Completion::EMPTY
     }
 }
 
