@@ -88,9 +88,18 @@ pub struct CheckedSend<'w> {
     /// The inline payload's length when `flags` has [`SendFlags::INLINE`], else 0.
     inline_len: u32,
     data_sges: u32,
+    imm: u32,
 }
 
 impl<'w> CheckedSend<'w> {
+    /// The immediate value of an operation that carries one ([`SendOp::imm`]); 0 for the
+    /// others. Read where the check tells the operations apart, so that a backend need not
+    /// tell them apart again for it.
+    #[inline(always)]
+    pub const fn imm(&self) -> u32 {
+        self.imm
+    }
+
     /// The scatter/gather list of a WRITE, SEND or READ (the request's own); empty for an
     /// atomic (whose one local entry is its own) and a NOP.
     #[inline(always)]
@@ -207,16 +216,18 @@ impl<'w> SendWr<'w> {
     ) -> Result<CheckedSend<'w>, M::Error> {
         // Whether connected operations are refused: on a datagram queue.
         let refuse_connected = if KNOWN { DATAGRAM } else { caps.is_ud() };
-        let sgl: &'w [Sge] = match self.op {
-            SendOp::Write { sgl, .. }
-            | SendOp::WriteImm { sgl, .. }
-            | SendOp::Send { sgl }
-            | SendOp::SendImm { sgl, .. }
-            | SendOp::Read { sgl, .. } => {
+        let (sgl, imm): (&'w [Sge], u32) = match self.op {
+            SendOp::Write { sgl, .. } | SendOp::Send { sgl } | SendOp::Read { sgl, .. } => {
                 if refuse_connected {
                     M::refuse(PostError::WrongTransport)?;
                 }
-                sgl
+                (sgl, 0)
+            }
+            SendOp::WriteImm { sgl, imm, .. } | SendOp::SendImm { sgl, imm } => {
+                if refuse_connected {
+                    M::refuse(PostError::WrongTransport)?;
+                }
+                (sgl, imm)
             }
             SendOp::SendTo { sgl, .. } | SendOp::SendToImm { sgl, .. } => {
                 if KNOWN && !DATAGRAM {
@@ -225,7 +236,7 @@ impl<'w> SendWr<'w> {
                     // Out of line: the reliable-connected operations pay nothing for it.
                     datagram::<M>(sgl, caps)?;
                 }
-                sgl
+                (sgl, self.op.imm().unwrap_or(0))
             }
             SendOp::CompareSwap { local, remote, .. } | SendOp::FetchAdd { local, remote, .. } => {
                 if refuse_connected {
@@ -237,9 +248,9 @@ impl<'w> SendWr<'w> {
                 if !local.addr.is_multiple_of(8) || !remote.addr.is_multiple_of(8) {
                     M::refuse(PostError::AtomicAlignment)?;
                 }
-                &[]
+                (&[], 0)
             }
-            SendOp::Nop => &[],
+            SendOp::Nop => (&[], 0),
         };
         if sgl.len() > caps.max_send_sge as usize {
             M::refuse(PostError::TooManySges {
@@ -289,6 +300,7 @@ impl<'w> SendWr<'w> {
             flags,
             inline_len,
             data_sges,
+            imm,
         })
     }
 }
@@ -420,18 +432,20 @@ mod tests {
         transport: Transport::Rc,
     };
 
-    fn summary(
-        sgl: &[Sge],
+    fn summary<'w>(
+        wr: &SendWr<'w>,
+        sgl: &'w [Sge],
         flags: SendFlags,
         inline: Option<u32>,
         data_sges: u32,
-    ) -> CheckedSend<'_> {
+    ) -> CheckedSend<'w> {
         assert_eq!(flags.contains(SendFlags::INLINE), inline.is_some());
         CheckedSend {
             sgl,
             flags,
             inline_len: inline.unwrap_or(0),
             data_sges,
+            imm: wr.op.imm().unwrap_or(0),
         }
     }
 
@@ -456,7 +470,7 @@ mod tests {
             for wr in with_list(&sgl[..n]) {
                 assert_eq!(
                     wr.check(&CAPS),
-                    Ok(summary(&sgl[..n], SendFlags::NONE, None, n as u32)),
+                    Ok(summary(&wr, &sgl[..n], SendFlags::NONE, None, n as u32)),
                     "{wr:?}"
                 );
             }
@@ -522,6 +536,7 @@ mod tests {
                     assert_eq!(
                         got,
                         Ok(summary(
+                            &wr,
                             &sgl[..parts],
                             SendFlags::INLINE,
                             Some(len as u32),
@@ -605,7 +620,10 @@ mod tests {
             ]
         };
         for wr in atomics(Sge::new(0x2000, 8, 1), r) {
-            assert_eq!(wr.check(&CAPS), Ok(summary(&[], SendFlags::NONE, None, 0)));
+            assert_eq!(
+                wr.check(&CAPS),
+                Ok(summary(&wr, &[], SendFlags::NONE, None, 0))
+            );
         }
         for len in [0, 4, 7, 9, 16] {
             for wr in atomics(Sge::new(0x2000, len, 1), r) {

@@ -42,6 +42,8 @@ struct Plan<'w> {
     signaled: bool,
     /// Inline payload length, or `None` for data segments.
     inline: Option<u32>,
+    /// The immediate value (0 for the operations without one).
+    imm: u32,
 }
 
 impl<'w> Plan<'w> {
@@ -67,6 +69,7 @@ impl<'w> Plan<'w> {
             fm_ce_se: FM_CE_SE[(c.flags().bits() & FM_CE_SE_FLAGS) as usize],
             signaled: c.signaled(),
             inline: c.is_inline().then_some(c.inline_len()),
+            imm: c.imm(),
         }
     }
 }
@@ -531,13 +534,6 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         let (ring, pi, qpn) = (&{ self.ring }, self.pi, self.qpn);
         let slots = self.state.slots();
         let start = pi.wrapping_mul(SEGS_PER_BB as u32);
-        // On a connected queue (`T::UD` false, a constant) the datagram operations never get
-        // here (the check refused them), and the code below has no arm for them.
-        let imm = match wr.op {
-            SendOp::WriteImm { imm, .. } | SendOp::SendImm { imm, .. } => imm,
-            SendOp::SendToImm { imm, .. } if T::UD => imm,
-            _ => 0,
-        };
         // SAFETY: this and every write below are to segments `0..ds` of the WQE at `start`
         // (a block boundary), in blocks `pi..pi+blocks`, which are free (room was checked) and
         // not yet published.
@@ -550,7 +546,7 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
                     qpn,
                     plan.fm_ce_se,
                     plan.ds as u8,
-                    imm,
+                    plan.imm,
                 )
             });
         }
@@ -596,7 +592,8 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
                 unsafe { write_datagram(ring, start, dest) };
                 k += 3;
             }
-            // (A datagram on a connected queue: never here, as above.)
+            // (A datagram on a connected queue (`T::UD` false, a constant): never here, as the
+            // check refused it, so the code has no arm for it.)
             SendOp::Send { .. }
             | SendOp::SendImm { .. }
             | SendOp::Nop
