@@ -67,6 +67,10 @@ impl SendFlags {
 /// `imm` values are given and reported in host byte order; backends put them on the wire in
 /// network byte order, so a peer's completion reports the same number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+// `repr(C)`, and the fields in this order: every operation with a list has it at the same
+// place, and every one with an immediate has that at the same place, so the posting code reads
+// them without telling the operations apart.
+#[repr(C)]
 pub enum SendOp<'a> {
     /// RDMA WRITE of the gathered local data to `remote`.
     Write {
@@ -80,10 +84,10 @@ pub enum SendOp<'a> {
     WriteImm {
         /// Local data, gathered in order.
         sgl: &'a [Sge],
-        /// Destination in the peer's memory.
-        remote: RemoteBuf,
         /// Immediate data for the peer's completion.
         imm: u32,
+        /// Destination in the peer's memory.
+        remote: RemoteBuf,
     },
     /// SEND: the gathered local data lands in the buffers of the peer's next receive request.
     Send {
@@ -141,10 +145,10 @@ pub enum SendOp<'a> {
     SendToImm {
         /// Local data, gathered in order.
         sgl: &'a [Sge],
-        /// Where the datagram goes.
-        dest: &'a UdDest,
         /// Immediate data for the peer's completion.
         imm: u32,
+        /// Where the datagram goes.
+        dest: &'a UdDest,
     },
 }
 
