@@ -349,7 +349,8 @@ impl RecvWr<'_> {
 #[derive(Clone, Copy, Debug)]
 pub struct CheckedBatch<'a, 'w> {
     wrs: &'a [SendWr<'w>],
-    caps: SqCaps,
+    /// The limits' `sig_all`: all that the summaries need of them once the checks passed.
+    sig_all: bool,
 }
 
 impl<'a, 'w> CheckedBatch<'a, 'w> {
@@ -402,7 +403,10 @@ impl<'a, 'w> CheckedBatch<'a, 'w> {
                 .map_err(|error| BatchError { index, error })?;
             each(wr, checked).map_err(|error| BatchError { index, error })?;
         }
-        Ok(Self { wrs, caps: *caps })
+        Ok(Self {
+            wrs,
+            sig_all: caps.sig_all,
+        })
     }
 
     /// The requests, in order.
@@ -415,7 +419,15 @@ impl<'a, 'w> CheckedBatch<'a, 'w> {
     /// checks, which every request passed.
     #[inline(always)]
     pub fn iter(&self) -> impl Iterator<Item = (&'a SendWr<'w>, CheckedSend<'w>)> + use<'a, 'w> {
-        let caps = self.caps;
+        // The limits under which nothing is refused (`Trusted` makes no check): only `sig_all`
+        // matters to the summaries.
+        let caps = SqCaps {
+            max_send_sge: u32::MAX,
+            max_inline_data: u32::MAX,
+            sig_all: self.sig_all,
+            max_signaled: u32::MAX,
+            transport: Transport::Rc,
+        };
         self.wrs.iter().map(move |wr| {
             let Ok(checked) = wr.summarize::<Trusted, false, false>(&caps);
             (wr, checked)
