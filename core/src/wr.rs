@@ -67,9 +67,9 @@ impl SendFlags {
 /// `imm` values are given and reported in host byte order; backends put them on the wire in
 /// network byte order, so a peer's completion reports the same number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-// `repr(C)`, and the fields in this order: every operation with a list has it at the same
-// place, and every one with an immediate has that at the same place, so the posting code reads
-// them without telling the operations apart.
+// `repr(C)`, and the fields in this order: every operation with a list has it first, and
+// WRITE, WRITE with immediate and READ have their remote address next, so the posting code
+// reads those at one place whatever the operation.
 #[repr(C)]
 pub enum SendOp<'a> {
     /// RDMA WRITE of the gathered local data to `remote`.
@@ -84,10 +84,10 @@ pub enum SendOp<'a> {
     WriteImm {
         /// Local data, gathered in order.
         sgl: &'a [Sge],
-        /// Immediate data for the peer's completion.
-        imm: u32,
         /// Destination in the peer's memory.
         remote: RemoteBuf,
+        /// Immediate data for the peer's completion.
+        imm: u32,
     },
     /// SEND: the gathered local data lands in the buffers of the peer's next receive request.
     Send {
