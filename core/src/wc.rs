@@ -293,9 +293,6 @@ impl WcFlags {
 /// assert_eq!(failed.ok().unwrap_err().status, WcStatus::RemAccessErr);
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-// `repr(C)`, in this order: the fields a send completion reports as 0 (from `imm` to
-// `dlid_path_bits`) lie together, so a poller writes them with a few wide stores.
-#[repr(C)]
 pub struct Completion {
     /// The `wr_id` of the work request.
     pub wr_id: u64,
