@@ -781,6 +781,74 @@ mod tests {
     }
 
     #[test]
+    fn a_transport_known_at_compile_time_refuses_the_other_transports_operations() {
+        let sgl = [Sge::new(0x10, 100, 1)];
+        let (r, local) = (RemoteBuf::new(0x1000, 1), Sge::new(0x2000, 8, 1));
+        let dest = crate::UdDest::new([0; 48], 0, 7, 0x11);
+        let ud = SqCaps {
+            transport: Transport::Ud { mtu: 256 },
+            ..CAPS
+        };
+        let connected = [
+            SendWr::write(1, &sgl, r),
+            SendWr::write_imm(2, &sgl, r, 5),
+            SendWr::send(3, &sgl),
+            SendWr::send_imm(4, &sgl, 6),
+            SendWr::read(5, &sgl, r),
+            SendWr::compare_swap(6, local, r, 1, 2),
+            SendWr::fetch_add(7, local, r, 3),
+        ];
+        for wr in &connected {
+            let checked = wr.check(&CAPS);
+            assert!(checked.is_ok(), "{wr:?}");
+            assert_eq!(wr.check_as::<false>(&CAPS), checked, "{wr:?}");
+            assert_eq!(checked.unwrap().imm(), wr.op.imm().unwrap_or(0));
+            assert_eq!(wr.check(&ud), Err(PostError::WrongTransport), "{wr:?}");
+            assert_eq!(
+                wr.check_as::<true>(&ud),
+                Err(PostError::WrongTransport),
+                "{wr:?}"
+            );
+        }
+        let datagrams = [
+            SendWr::send_to(8, &sgl, &dest),
+            SendWr::send_to_imm(9, &sgl, &dest, 10),
+        ];
+        for wr in &datagrams {
+            let checked = wr.check(&ud);
+            assert!(checked.is_ok(), "{wr:?}");
+            assert_eq!(wr.check_as::<true>(&ud), checked, "{wr:?}");
+            assert_eq!(checked.unwrap().imm(), wr.op.imm().unwrap_or(0));
+            assert_eq!(wr.check(&CAPS), Err(PostError::WrongTransport), "{wr:?}");
+            assert_eq!(
+                wr.check_as::<false>(&CAPS),
+                Err(PostError::WrongTransport),
+                "{wr:?}"
+            );
+        }
+        assert_eq!(datagrams[1].check(&ud).unwrap().imm(), 10);
+        // NOP on both; a datagram above the path MTU on neither.
+        let nop = SendWr::nop(11);
+        assert_eq!(nop.check_as::<false>(&CAPS), nop.check(&CAPS));
+        assert_eq!(nop.check_as::<true>(&ud), nop.check(&ud));
+        let long = [Sge::new(0x10, 257, 1)];
+        assert_eq!(
+            SendWr::send_to(12, &long, &dest).check_as::<true>(&ud),
+            Err(PostError::DatagramTooLong { len: 257, mtu: 256 })
+        );
+        // A batch on a connected queue stops at its datagram.
+        let wrs = [connected[0], datagrams[0], connected[1]];
+        let e = CheckedBatch::check_as::<false, _>(&wrs, &CAPS, |_, _| Ok(())).unwrap_err();
+        assert_eq!(
+            e,
+            BatchError {
+                index: 1,
+                error: PostError::WrongTransport
+            }
+        );
+    }
+
+    #[test]
     fn a_batch_stops_at_the_first_refusal_of_either_check() {
         let sgl = [Sge::new(0x10, 4, 1)];
         let four = [sgl[0]; 4];

@@ -412,10 +412,7 @@ fn datagrams_and_srq() -> Result<(), c_int> {
         for wr in &wrs {
             sq.stage(wr).map_err(|_| 35)?;
         }
-        check(
-            sq.stage(black_box(&SendWr::send(43, &sgl))).is_err(),
-            36,
-        )?;
+        check(sq.stage(black_box(&SendWr::send(43, &sgl))).is_err(), 36)?;
         srq.post(&RecvWr::new(black_box(50), &rsgl))
             .map_err(|_| 37)?;
         srq.post_all(black_box(&[RecvWr::new(51, &rsgl), RecvWr::new(52, &rsgl)]))
@@ -454,7 +451,10 @@ fn datagrams_and_srq() -> Result<(), c_int> {
     check(n == 5, 43)?;
     check(wc[3].wr_id == 40 && wc[3].opcode == WcOpcode::Send, 44)?;
     check(wc[4].wr_id == 51 && wc[4].qp_num == UD_QPN, 45)?;
-    check(wc[4].src_qp == 0x77 && wc[4].sl == 5 && wc[4].byte_len == 72, 46)?;
+    check(
+        wc[4].src_qp == 0x77 && wc[4].sl == 5 && wc[4].byte_len == 72,
+        46,
+    )?;
     check(srq.free() == 1, 47)?;
     Ok(())
 }
