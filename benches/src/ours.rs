@@ -23,6 +23,7 @@ pub const CAPS: SqCaps = SqCaps {
     max_inline_data: 128,
     sig_all: false,
     max_signaled: 1 << 15,
+    transport: zverbs_core::Transport::Rc,
 };
 
 /// A send queue's bookkeeping as the `zverbs` crate holds it: behind an owning handle, one

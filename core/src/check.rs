@@ -17,8 +17,10 @@
 //!
 //! [`RecvWr::check`] is the receive side's check (its scatter entries).
 //!
-//! The order of the checks, and so which error a request with several faults gets: an atomic's
-//! operands ([`PostError::AtomicSize`], then [`PostError::AtomicAlignment`]), the number of
+//! The order of the checks, and so which error a request with several faults gets: the
+//! transport ([`PostError::WrongTransport`]: a datagram on a reliable-connected queue, a
+//! connected operation on a datagram queue) and a datagram's length against the path MTU
+//! ([`PostError::DatagramTooLong`]), then an atomic's operands ([`PostError::AtomicSize`], then [`PostError::AtomicAlignment`]), the number of
 //! entries ([`PostError::TooManySges`]), then for an inline request
 //! [`PostError::InlineNotAllowed`] and [`PostError::InlineTooLarge`], otherwise
 //! [`PostError::MessageTooLong`].
@@ -46,6 +48,32 @@ pub struct SqCaps {
     /// A post that would exceed it fails with [`PostError::CqFull`] (the backend's check of
     /// room, not [`SendWr::check`]).
     pub max_signaled: u32,
+    /// The queue pair's transport: which operations it takes.
+    pub transport: Transport,
+}
+
+/// The transport of a queue pair, as far as its requests are concerned: which operations it
+/// takes, and how long a message may be.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Transport {
+    /// Reliable connected (`IBV_QPT_RC`): WRITE, READ, SEND, atomics and NOP, to the one
+    /// connected peer, messages up to 2 GiB.
+    #[default]
+    Rc,
+    /// Unreliable datagram (`IBV_QPT_UD`): [`SendOp::SendTo`], [`SendOp::SendToImm`] and NOP,
+    /// each datagram at most `mtu` bytes.
+    Ud {
+        /// The path MTU in bytes (256 .. 4096): the largest datagram.
+        mtu: u32,
+    },
+}
+
+impl SqCaps {
+    /// Whether the queue is an unreliable-datagram queue.
+    #[inline(always)]
+    pub const fn is_ud(&self) -> bool {
+        matches!(self.transport, Transport::Ud { .. })
+    }
 }
 
 /// What a send request that passed [`SendWr::check`] asks of its queue.
@@ -60,9 +88,18 @@ pub struct CheckedSend<'w> {
     /// The inline payload's length when `flags` has [`SendFlags::INLINE`], else 0.
     inline_len: u32,
     data_sges: u32,
+    imm: u32,
 }
 
 impl<'w> CheckedSend<'w> {
+    /// The immediate value of an operation that carries one ([`SendOp::imm`]); 0 for the
+    /// others. Read where the check tells the operations apart, so that a backend need not
+    /// tell them apart again for it.
+    #[inline(always)]
+    pub const fn imm(&self) -> u32 {
+        self.imm
+    }
+
     /// The scatter/gather list of a WRITE, SEND or READ (the request's own); empty for an
     /// atomic (whose one local entry is its own) and a NOP.
     #[inline(always)]
@@ -109,6 +146,8 @@ impl<'w> CheckedSend<'w> {
 trait Mode {
     /// [`PostError`], or nothing at all.
     type Error;
+    /// Whether the checks are made: false when every one would pass.
+    const CHECKS: bool;
     /// What a failed check becomes.
     fn refuse(error: PostError) -> Result<(), Self::Error>;
 }
@@ -118,6 +157,7 @@ enum Checking {}
 
 impl Mode for Checking {
     type Error = PostError;
+    const CHECKS: bool = true;
     #[inline(always)]
     fn refuse(error: PostError) -> Result<(), PostError> {
         Err(error)
@@ -130,6 +170,7 @@ enum Trusted {}
 
 impl Mode for Trusted {
     type Error = Infallible;
+    const CHECKS: bool = false;
     #[inline(always)]
     fn refuse(_: PostError) -> Result<(), Infallible> {
         Ok(())
@@ -148,28 +189,72 @@ impl<'w> SendWr<'w> {
     /// [`PostError::MessageTooLong`].
     #[inline(always)]
     pub fn check(&self, caps: &SqCaps) -> Result<CheckedSend<'w>, PostError> {
-        self.summarize::<Checking>(caps)
+        self.summarize::<Checking, false, false>(caps)
     }
 
-    /// The check, and the summary; under [`Trusted`] the summary alone.
+    /// [`SendWr::check`] for a queue whose transport is known at compile time: a datagram
+    /// queue when `DATAGRAM`, a reliable-connected one otherwise (and `caps.transport` says
+    /// the same: the backend checked that when it made the queue). The transport test is
+    /// then no test at all: on a connected queue a datagram is refused where the operation is
+    /// told apart, at no cost to the connected operations, and the code after the check has
+    /// no datagram to handle (and the other way round on a datagram queue).
+    ///
+    /// # Errors
+    ///
+    /// As [`SendWr::check`].
     #[inline(always)]
-    fn summarize<M: Mode>(&self, caps: &SqCaps) -> Result<CheckedSend<'w>, M::Error> {
-        let sgl: &'w [Sge] = match self.op {
-            SendOp::Write { sgl, .. }
-            | SendOp::WriteImm { sgl, .. }
-            | SendOp::Send { sgl }
-            | SendOp::SendImm { sgl, .. }
-            | SendOp::Read { sgl, .. } => sgl,
+    pub fn check_as<const DATAGRAM: bool>(
+        &self,
+        caps: &SqCaps,
+    ) -> Result<CheckedSend<'w>, PostError> {
+        self.summarize::<Checking, true, DATAGRAM>(caps)
+    }
+
+    /// The check, and the summary; under [`Trusted`] the summary alone. With `KNOWN`, the
+    /// queue is a datagram queue when `DATAGRAM` (known at compile time); without, as
+    /// `caps.transport` says.
+    #[inline(always)]
+    fn summarize<M: Mode, const KNOWN: bool, const DATAGRAM: bool>(
+        &self,
+        caps: &SqCaps,
+    ) -> Result<CheckedSend<'w>, M::Error> {
+        // Whether connected operations are refused: on a datagram queue.
+        let refuse_connected = if KNOWN { DATAGRAM } else { caps.is_ud() };
+        let (sgl, imm): (&'w [Sge], u32) = match self.op {
+            SendOp::Write { sgl, .. } | SendOp::Send { sgl } | SendOp::Read { sgl, .. } => {
+                if refuse_connected {
+                    M::refuse(PostError::WrongTransport)?;
+                }
+                (sgl, 0)
+            }
+            SendOp::WriteImm { sgl, imm, .. } | SendOp::SendImm { sgl, imm } => {
+                if refuse_connected {
+                    M::refuse(PostError::WrongTransport)?;
+                }
+                (sgl, imm)
+            }
+            SendOp::SendTo { sgl, .. } | SendOp::SendToImm { sgl, .. } => {
+                if KNOWN && !DATAGRAM {
+                    M::refuse(PostError::WrongTransport)?;
+                } else if M::CHECKS {
+                    // Out of line: the reliable-connected operations pay nothing for it.
+                    datagram::<M>(sgl, caps)?;
+                }
+                (sgl, self.op.imm().unwrap_or(0))
+            }
             SendOp::CompareSwap { local, remote, .. } | SendOp::FetchAdd { local, remote, .. } => {
+                if refuse_connected {
+                    M::refuse(PostError::WrongTransport)?;
+                }
                 if local.length != 8 {
                     M::refuse(PostError::AtomicSize { len: local.length })?;
                 }
                 if !local.addr.is_multiple_of(8) || !remote.addr.is_multiple_of(8) {
                     M::refuse(PostError::AtomicAlignment)?;
                 }
-                &[]
+                (&[], 0)
             }
-            SendOp::Nop => &[],
+            SendOp::Nop => (&[], 0),
         };
         if sgl.len() > caps.max_send_sge as usize {
             M::refuse(PostError::TooManySges {
@@ -219,8 +304,25 @@ impl<'w> SendWr<'w> {
             flags,
             inline_len,
             data_sges,
+            imm,
         })
     }
+}
+
+/// The checks of a datagram's own: the queue is a UD queue, and the datagram fits its path MTU.
+#[inline(never)]
+fn datagram<M: Mode>(sgl: &[Sge], caps: &SqCaps) -> Result<(), M::Error> {
+    let Transport::Ud { mtu } = caps.transport else {
+        return M::refuse(PostError::WrongTransport);
+    };
+    let len: u64 = sgl.iter().map(|s| u64::from(s.length)).sum();
+    if len > u64::from(mtu) {
+        return M::refuse(PostError::DatagramTooLong {
+            len: len.min(u64::from(u32::MAX)) as u32,
+            mtu,
+        });
+    }
+    Ok(())
 }
 
 impl RecvWr<'_> {
@@ -247,7 +349,8 @@ impl RecvWr<'_> {
 #[derive(Clone, Copy, Debug)]
 pub struct CheckedBatch<'a, 'w> {
     wrs: &'a [SendWr<'w>],
-    caps: SqCaps,
+    /// The limits' `sig_all`: all that the summaries need of them once the checks passed.
+    sig_all: bool,
 }
 
 impl<'a, 'w> CheckedBatch<'a, 'w> {
@@ -260,17 +363,50 @@ impl<'a, 'w> CheckedBatch<'a, 'w> {
     /// A [`BatchError`] naming the first request that [`SendWr::check`] or `each` refused,
     /// with its error.
     #[inline(always)]
-    pub fn check<F>(wrs: &'a [SendWr<'w>], caps: &SqCaps, mut each: F) -> Result<Self, BatchError>
+    pub fn check<F>(wrs: &'a [SendWr<'w>], caps: &SqCaps, each: F) -> Result<Self, BatchError>
+    where
+        F: FnMut(&SendWr<'w>, CheckedSend<'w>) -> Result<(), PostError>,
+    {
+        Self::check_with::<false, false, F>(wrs, caps, each)
+    }
+
+    /// [`CheckedBatch::check`] with [`SendWr::check_as`] for each request: for a backend whose
+    /// queue's transport is known at compile time (a datagram queue when `DATAGRAM`).
+    ///
+    /// # Errors
+    ///
+    /// As [`CheckedBatch::check`].
+    #[inline(always)]
+    pub fn check_as<const DATAGRAM: bool, F>(
+        wrs: &'a [SendWr<'w>],
+        caps: &SqCaps,
+        each: F,
+    ) -> Result<Self, BatchError>
+    where
+        F: FnMut(&SendWr<'w>, CheckedSend<'w>) -> Result<(), PostError>,
+    {
+        Self::check_with::<true, DATAGRAM, F>(wrs, caps, each)
+    }
+
+    #[inline(always)]
+    fn check_with<const KNOWN: bool, const DATAGRAM: bool, F>(
+        wrs: &'a [SendWr<'w>],
+        caps: &SqCaps,
+        mut each: F,
+    ) -> Result<Self, BatchError>
     where
         F: FnMut(&SendWr<'w>, CheckedSend<'w>) -> Result<(), PostError>,
     {
         for (index, wr) in wrs.iter().enumerate() {
             let checked = wr
-                .check(caps)
+                .summarize::<Checking, KNOWN, DATAGRAM>(caps)
                 .map_err(|error| BatchError { index, error })?;
             each(wr, checked).map_err(|error| BatchError { index, error })?;
         }
-        Ok(Self { wrs, caps: *caps })
+        Ok(Self {
+            wrs,
+            sig_all: caps.sig_all,
+        })
     }
 
     /// The requests, in order.
@@ -283,9 +419,17 @@ impl<'a, 'w> CheckedBatch<'a, 'w> {
     /// checks, which every request passed.
     #[inline(always)]
     pub fn iter(&self) -> impl Iterator<Item = (&'a SendWr<'w>, CheckedSend<'w>)> + use<'a, 'w> {
-        let caps = self.caps;
+        // The limits under which nothing is refused (`Trusted` makes no check): only `sig_all`
+        // matters to the summaries.
+        let caps = SqCaps {
+            max_send_sge: u32::MAX,
+            max_inline_data: u32::MAX,
+            sig_all: self.sig_all,
+            max_signaled: u32::MAX,
+            transport: Transport::Rc,
+        };
         self.wrs.iter().map(move |wr| {
-            let Ok(checked) = wr.summarize::<Trusted>(&caps);
+            let Ok(checked) = wr.summarize::<Trusted, false, false>(&caps);
             (wr, checked)
         })
     }
@@ -301,20 +445,23 @@ mod tests {
         max_inline_data: 64,
         sig_all: false,
         max_signaled: 16,
+        transport: Transport::Rc,
     };
 
-    fn summary(
-        sgl: &[Sge],
+    fn summary<'w>(
+        wr: &SendWr<'w>,
+        sgl: &'w [Sge],
         flags: SendFlags,
         inline: Option<u32>,
         data_sges: u32,
-    ) -> CheckedSend<'_> {
+    ) -> CheckedSend<'w> {
         assert_eq!(flags.contains(SendFlags::INLINE), inline.is_some());
         CheckedSend {
             sgl,
             flags,
             inline_len: inline.unwrap_or(0),
             data_sges,
+            imm: wr.op.imm().unwrap_or(0),
         }
     }
 
@@ -339,7 +486,7 @@ mod tests {
             for wr in with_list(&sgl[..n]) {
                 assert_eq!(
                     wr.check(&CAPS),
-                    Ok(summary(&sgl[..n], SendFlags::NONE, None, n as u32)),
+                    Ok(summary(&wr, &sgl[..n], SendFlags::NONE, None, n as u32)),
                     "{wr:?}"
                 );
             }
@@ -405,6 +552,7 @@ mod tests {
                     assert_eq!(
                         got,
                         Ok(summary(
+                            &wr,
                             &sgl[..parts],
                             SendFlags::INLINE,
                             Some(len as u32),
@@ -488,7 +636,10 @@ mod tests {
             ]
         };
         for wr in atomics(Sge::new(0x2000, 8, 1), r) {
-            assert_eq!(wr.check(&CAPS), Ok(summary(&[], SendFlags::NONE, None, 0)));
+            assert_eq!(
+                wr.check(&CAPS),
+                Ok(summary(&wr, &[], SendFlags::NONE, None, 0))
+            );
         }
         for len in [0, 4, 7, 9, 16] {
             for wr in atomics(Sge::new(0x2000, len, 1), r) {
@@ -627,6 +778,74 @@ mod tests {
             }
             assert_eq!(n, wrs.len());
         }
+    }
+
+    #[test]
+    fn a_transport_known_at_compile_time_refuses_the_other_transports_operations() {
+        let sgl = [Sge::new(0x10, 100, 1)];
+        let (r, local) = (RemoteBuf::new(0x1000, 1), Sge::new(0x2000, 8, 1));
+        let dest = crate::UdDest::new([0; 48], 0, 7, 0x11);
+        let ud = SqCaps {
+            transport: Transport::Ud { mtu: 256 },
+            ..CAPS
+        };
+        let connected = [
+            SendWr::write(1, &sgl, r),
+            SendWr::write_imm(2, &sgl, r, 5),
+            SendWr::send(3, &sgl),
+            SendWr::send_imm(4, &sgl, 6),
+            SendWr::read(5, &sgl, r),
+            SendWr::compare_swap(6, local, r, 1, 2),
+            SendWr::fetch_add(7, local, r, 3),
+        ];
+        for wr in &connected {
+            let checked = wr.check(&CAPS);
+            assert!(checked.is_ok(), "{wr:?}");
+            assert_eq!(wr.check_as::<false>(&CAPS), checked, "{wr:?}");
+            assert_eq!(checked.unwrap().imm(), wr.op.imm().unwrap_or(0));
+            assert_eq!(wr.check(&ud), Err(PostError::WrongTransport), "{wr:?}");
+            assert_eq!(
+                wr.check_as::<true>(&ud),
+                Err(PostError::WrongTransport),
+                "{wr:?}"
+            );
+        }
+        let datagrams = [
+            SendWr::send_to(8, &sgl, &dest),
+            SendWr::send_to_imm(9, &sgl, &dest, 10),
+        ];
+        for wr in &datagrams {
+            let checked = wr.check(&ud);
+            assert!(checked.is_ok(), "{wr:?}");
+            assert_eq!(wr.check_as::<true>(&ud), checked, "{wr:?}");
+            assert_eq!(checked.unwrap().imm(), wr.op.imm().unwrap_or(0));
+            assert_eq!(wr.check(&CAPS), Err(PostError::WrongTransport), "{wr:?}");
+            assert_eq!(
+                wr.check_as::<false>(&CAPS),
+                Err(PostError::WrongTransport),
+                "{wr:?}"
+            );
+        }
+        assert_eq!(datagrams[1].check(&ud).unwrap().imm(), 10);
+        // NOP on both; a datagram above the path MTU on neither.
+        let nop = SendWr::nop(11);
+        assert_eq!(nop.check_as::<false>(&CAPS), nop.check(&CAPS));
+        assert_eq!(nop.check_as::<true>(&ud), nop.check(&ud));
+        let long = [Sge::new(0x10, 257, 1)];
+        assert_eq!(
+            SendWr::send_to(12, &long, &dest).check_as::<true>(&ud),
+            Err(PostError::DatagramTooLong { len: 257, mtu: 256 })
+        );
+        // A batch on a connected queue stops at its datagram.
+        let wrs = [connected[0], datagrams[0], connected[1]];
+        let e = CheckedBatch::check_as::<false, _>(&wrs, &CAPS, |_, _| Ok(())).unwrap_err();
+        assert_eq!(
+            e,
+            BatchError {
+                index: 1,
+                error: PostError::WrongTransport
+            }
+        );
     }
 
     #[test]

@@ -52,6 +52,19 @@ pub enum PostError {
     /// A message longer than the largest an RDMA message can be (2 GiB).
     #[error("message longer than 2 GiB")]
     MessageTooLong,
+    /// An operation the queue pair's transport does not have: a datagram
+    /// ([`SendOp::SendTo`](crate::SendOp::SendTo)) on a reliable-connected queue, or a
+    /// WRITE, READ, connected SEND or atomic on an unreliable-datagram queue.
+    #[error("operation not available on this queue pair's transport")]
+    WrongTransport,
+    /// A datagram longer than the path MTU of its UD queue pair.
+    #[error("datagram of {len} bytes exceeds the path MTU of {mtu}")]
+    DatagramTooLong {
+        /// The datagram's length (the sum of its entries).
+        len: u32,
+        /// The queue's path MTU.
+        mtu: u32,
+    },
     /// The backend does not implement this operation (for example NOP through libibverbs).
     #[error("operation not supported by this backend")]
     Unsupported,

@@ -62,9 +62,9 @@ pub mod sync;
 mod wc;
 mod wr;
 
-pub use check::{CheckedBatch, CheckedSend, MAX_MESSAGE, SqCaps};
+pub use check::{CheckedBatch, CheckedSend, MAX_MESSAGE, SqCaps, Transport};
 pub use error::{BatchError, PostError};
 pub use queue::{PollCq, PostRecv, PostSend, SendBatch};
 pub use sge::{RemoteBuf, Sge};
 pub use wc::{Completion, WcError, WcFlags, WcOpcode, WcStatus};
-pub use wr::{RecvWr, SendFlags, SendOp, SendWr};
+pub use wr::{RecvWr, SendFlags, SendOp, SendWr, UdDest};

@@ -53,6 +53,15 @@ pub mod order {
     /// `Acquire`, pairing with [`CREDIT_RELEASE`].
     pub const CREDIT_ACQUIRE: Ordering = Ordering::Acquire;
 
+    /// The poller hands shared-receive-queue WQEs back to the poster (the count of WQEs it
+    /// freed) after reading their slots and linking them to the free list: `Release`, pairing
+    /// with [`CREDIT_ACQUIRE`]. Mutant `relaxed_srq_free`: `Relaxed`.
+    pub const SRQ_FREE_RELEASE: Ordering = if cfg!(zverbs_mutant = "relaxed_srq_free") {
+        Ordering::Relaxed
+    } else {
+        Ordering::Release
+    };
+
     /// The poller publishes the CQ's consumer index after reading the CQEs it frees, which the
     /// device may then overwrite: `Release`. Mutant `relaxed_cq_ci`: `Relaxed`.
     pub const CQ_CI_RELEASE: Ordering = if cfg!(zverbs_mutant = "relaxed_cq_ci") {
@@ -103,7 +112,7 @@ pub mod order {
 #[doc(hidden)]
 pub mod mutant {
     /// Every mutant: its name and what it weakens.
-    pub const ALL: [(&str, &str); 5] = [
+    pub const ALL: [(&str, &str); 6] = [
         (
             "no_to_device",
             "no barrier between WQE stores and the doorbell record",
@@ -124,6 +133,10 @@ pub mod mutant {
             "relaxed_bf_lock",
             "a shared BlueFlame register taken with Relaxed instead of Acquire",
         ),
+        (
+            "relaxed_srq_free",
+            "shared receive queue WQEs freed with Relaxed instead of Release",
+        ),
     ];
 
     /// The mutant this build was compiled with, if any.
@@ -137,6 +150,8 @@ pub mod mutant {
         Some("relaxed_cq_ci")
     } else if cfg!(zverbs_mutant = "relaxed_bf_lock") {
         Some("relaxed_bf_lock")
+    } else if cfg!(zverbs_mutant = "relaxed_srq_free") {
+        Some("relaxed_srq_free")
     } else {
         None
     };
@@ -252,8 +267,9 @@ mod tests {
                 order::CQ_CI_RELEASE,
                 order::BF_LOCK_ACQUIRE,
                 order::BF_LOCK_RELEASE,
+                order::SRQ_FREE_RELEASE,
             ],
-            [Release, Acquire, Release, Acquire, Release]
+            [Release, Acquire, Release, Acquire, Release, Release]
         );
         order::to_device_fence();
         order::from_device_fence();

@@ -263,6 +263,10 @@ impl WcFlags {
 
 /// One completion.
 ///
+/// `src_qp`, `slid`, `pkey_index`, `sl` and `dlid_path_bits` are `ibv_wc`'s, which matter
+/// for receives on unreliable-datagram queue pairs (who sent the datagram); whether the
+/// receive buffer starts with the 40-byte GRH is [`WcFlags::GRH`].
+///
 /// For an error completion only `wr_id`, `status`, `vendor_err` and `qp_num` are meaningful, as
 /// in libibverbs; backends that know the request's opcode report it too.
 ///
@@ -292,18 +296,32 @@ impl WcFlags {
 pub struct Completion {
     /// The `wr_id` of the work request.
     pub wr_id: u64,
-    /// Bytes transferred: the message size for receives, the READ length, 8 for atomics.
-    pub byte_len: u32,
-    /// Immediate data in host byte order, valid when `flags` contains [`WcFlags::WITH_IMM`].
-    pub imm: u32,
-    /// Local QP number of the queue the request was posted to.
-    pub qp_num: u32,
-    /// The device's raw vendor syndrome for error completions (for mlx5, `vendor_err_synd`).
-    pub vendor_err: u32,
     /// How the request ended.
     pub status: WcStatus,
     /// What kind of request it was.
     pub opcode: WcOpcode,
+    /// Bytes transferred: the message size for receives (on a UD QP with the 40 bytes of the
+    /// GRH area), the READ length, 8 for atomics.
+    pub byte_len: u32,
+    /// Local QP number of the queue the request was posted to (for a receive from a shared
+    /// receive queue, the QP the message arrived on).
+    pub qp_num: u32,
+    /// Immediate data in host byte order, valid when `flags` contains [`WcFlags::WITH_IMM`].
+    pub imm: u32,
+    /// The device's raw vendor syndrome for error completions (for mlx5, `vendor_err_synd`).
+    pub vendor_err: u32,
+    /// For a receive: the sender's QP number (on an unreliable-datagram QP, where it differs
+    /// from message to message); 0 for send completions.
+    pub src_qp: u32,
+    /// For a receive: the sender's local identifier (0 on RoCE); 0 for send completions.
+    pub slid: u16,
+    /// For a receive on a UD QP: the index of the P_Key it came with (0 when the message
+    /// carried an immediate, which the device reports in the same field); 0 otherwise.
+    pub pkey_index: u16,
+    /// For a receive: the service level it came with; 0 for send completions.
+    pub sl: u8,
+    /// For a receive: the destination LID's path bits; 0 for send completions.
+    pub dlid_path_bits: u8,
     /// Completion flags.
     pub flags: WcFlags,
 }
@@ -319,6 +337,11 @@ impl Completion {
         status: WcStatus::Success,
         opcode: WcOpcode::Send,
         flags: WcFlags::NONE,
+        src_qp: 0,
+        slid: 0,
+        pkey_index: 0,
+        sl: 0,
+        dlid_path_bits: 0,
     };
 
     /// The immediate data, when the completion carries some.
@@ -521,6 +544,6 @@ mod tests {
 
     #[test]
     fn completion_is_small() {
-        assert!(core::mem::size_of::<Completion>() <= 48);
+        assert!(core::mem::size_of::<Completion>() <= 56);
     }
 }

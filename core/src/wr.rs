@@ -2,6 +2,40 @@
 
 use crate::sge::{RemoteBuf, Sge};
 
+/// Where a datagram goes: the destination of a SEND on an unreliable-datagram (UD) queue pair,
+/// with what each backend needs to address it.
+///
+/// Made once per peer on the control path (from an address handle) and referenced by every
+/// request to that peer; the request copies nothing of it until it writes the WQE.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct UdDest {
+    /// The mlx5 address vector, 48 bytes in the device's byte order, as `mlx5dv_init_obj`
+    /// reports it for the address handle (`mlx5dv_ah.av`, `struct mlx5_wqe_av`): the direct
+    /// path copies it into the WQE's datagram segment.
+    pub av: [u8; 48],
+    /// The verbs address handle (`struct ibv_ah *`) as an address, for the libibverbs
+    /// fallback (`ibv_send_wr.wr.ud.ah`); 0 when there is none. A plain number, so that a
+    /// request stays `Send`: the control path that made the handle keeps it alive.
+    pub ah: usize,
+    /// The destination QP number (24 bits).
+    pub remote_qpn: u32,
+    /// The destination's Q_Key.
+    pub qkey: u32,
+}
+
+impl UdDest {
+    /// A destination from its address vector, verbs handle, QP number and Q_Key.
+    #[inline]
+    pub const fn new(av: [u8; 48], ah: usize, remote_qpn: u32, qkey: u32) -> Self {
+        Self {
+            av,
+            ah,
+            remote_qpn,
+            qkey,
+        }
+    }
+}
+
 bitflags::bitflags! {
     /// Flags of a send work request, as `IBV_SEND_*` in `<infiniband/verbs.h>`.
     ///
@@ -33,6 +67,10 @@ impl SendFlags {
 /// `imm` values are given and reported in host byte order; backends put them on the wire in
 /// network byte order, so a peer's completion reports the same number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+// `repr(C)`, and the fields in this order: every operation with a list has it first, and
+// WRITE, WRITE with immediate and READ have their remote address next, so the posting code
+// reads those at one place whatever the operation.
+#[repr(C)]
 pub enum SendOp<'a> {
     /// RDMA WRITE of the gathered local data to `remote`.
     Write {
@@ -94,6 +132,24 @@ pub enum SendOp<'a> {
     },
     /// No operation: occupies a slot and, when signaled, produces a completion.
     Nop,
+    /// SEND of one datagram to `dest`, on an unreliable-datagram queue pair: the gathered
+    /// local data (at most the path MTU) lands in the buffers of a receive request at the
+    /// destination QP.
+    SendTo {
+        /// Local data, gathered in order.
+        sgl: &'a [Sge],
+        /// Where the datagram goes.
+        dest: &'a UdDest,
+    },
+    /// [`SendOp::SendTo`] that also delivers `imm` in the destination's receive completion.
+    SendToImm {
+        /// Local data, gathered in order.
+        sgl: &'a [Sge],
+        /// Immediate data for the peer's completion.
+        imm: u32,
+        /// Where the datagram goes.
+        dest: &'a UdDest,
+    },
 }
 
 impl<'a> SendOp<'a> {
@@ -105,7 +161,9 @@ impl<'a> SendOp<'a> {
             | SendOp::WriteImm { sgl, .. }
             | SendOp::Send { sgl }
             | SendOp::SendImm { sgl, .. }
-            | SendOp::Read { sgl, .. } => sgl,
+            | SendOp::Read { sgl, .. }
+            | SendOp::SendTo { sgl, .. }
+            | SendOp::SendToImm { sgl, .. } => sgl,
             SendOp::CompareSwap { local, .. } | SendOp::FetchAdd { local, .. } => {
                 core::slice::from_ref(local)
             }
@@ -122,14 +180,37 @@ impl<'a> SendOp<'a> {
                 | SendOp::WriteImm { .. }
                 | SendOp::Send { .. }
                 | SendOp::SendImm { .. }
+                | SendOp::SendTo { .. }
+                | SendOp::SendToImm { .. }
         )
+    }
+
+    /// Whether the operation is one an unreliable-datagram queue takes: a datagram SEND or a
+    /// NOP.
+    #[inline]
+    pub const fn is_datagram_or_nop(&self) -> bool {
+        matches!(
+            self,
+            SendOp::SendTo { .. } | SendOp::SendToImm { .. } | SendOp::Nop
+        )
+    }
+
+    /// The datagram destination, for the operations of an unreliable-datagram queue pair.
+    #[inline]
+    pub const fn dest(&self) -> Option<&'a UdDest> {
+        match self {
+            SendOp::SendTo { dest, .. } | SendOp::SendToImm { dest, .. } => Some(*dest),
+            _ => None,
+        }
     }
 
     /// The immediate value, for the operations that carry one.
     #[inline]
     pub const fn imm(&self) -> Option<u32> {
         match self {
-            SendOp::WriteImm { imm, .. } | SendOp::SendImm { imm, .. } => Some(*imm),
+            SendOp::WriteImm { imm, .. }
+            | SendOp::SendImm { imm, .. }
+            | SendOp::SendToImm { imm, .. } => Some(*imm),
             _ => None,
         }
     }
@@ -230,6 +311,18 @@ impl<'a> SendWr<'a> {
     #[inline]
     pub const fn fetch_add(wr_id: u64, local: Sge, remote: RemoteBuf, add: u64) -> Self {
         Self::new(wr_id, SendOp::FetchAdd { local, remote, add })
+    }
+
+    /// SEND of the datagram `sgl` to `dest` (unreliable-datagram queue pairs).
+    #[inline]
+    pub const fn send_to(wr_id: u64, sgl: &'a [Sge], dest: &'a UdDest) -> Self {
+        Self::new(wr_id, SendOp::SendTo { sgl, dest })
+    }
+
+    /// SEND with immediate of the datagram `sgl` to `dest`.
+    #[inline]
+    pub const fn send_to_imm(wr_id: u64, sgl: &'a [Sge], dest: &'a UdDest, imm: u32) -> Self {
+        Self::new(wr_id, SendOp::SendToImm { sgl, dest, imm })
     }
 
     /// A NOP.

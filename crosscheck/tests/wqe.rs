@@ -653,6 +653,7 @@ fn run_config(cfg: Config, rng: &mut SplitMix64, seed: u64, stats: &mut Stats) {
         max_inline_data: cfg.max_inline_data,
         sig_all: cfg.sig_all,
         max_signaled: wqe_cnt,
+        transport: zverbs_core::Transport::Rc,
     };
     let cq_layout = CqLayout {
         buf: cq_ring.ptr(),

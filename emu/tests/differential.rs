@@ -282,6 +282,7 @@ fn run(mode: &str) {
         max_inline_data: caps.max_inline_data,
         sig_all: false,
         max_signaled: c_ours.cqe_cnt - l_ours.rq.wqe_cnt,
+        transport: zverbs_core::Transport::Rc,
     };
     // SAFETY: libmlx5 allocated the rings for this QP and CQ, which live as long as the
     // process; nothing else posts to this QP or polls this CQ.

@@ -4,7 +4,7 @@ use std::ptr::NonNull;
 
 use zverbs_core::sync::atomic::{AtomicU32, Ordering};
 use zverbs_mlx5dv::devmem::SegCell;
-use zverbs_mlx5dv::{BfLayout, CqLayout, QpLayout, SqCaps, WqLayout};
+use zverbs_mlx5dv::{BfLayout, CqLayout, QpLayout, SqCaps, SrqLayout, WqLayout};
 
 /// The QP number the models use.
 pub const QPN: u32 = 0x42;
@@ -159,6 +159,74 @@ fn nn<T>(p: *const T) -> NonNull<u8> {
     NonNull::new(p.cast::<u8>().cast_mut()).expect("vector storage is never null")
 }
 
+/// The memory of a shared receive queue as libmlx5 lays it out: `wqes` WQEs of 32 bytes (a
+/// next segment and one data segment), linked `0 → 1 → ... → wqes - 1`, and its one-word
+/// doorbell record.
+#[derive(Debug)]
+pub struct SrqMem {
+    /// The ring: two segments per WQE.
+    pub ring: Vec<SegCell>,
+    /// The doorbell record: receives posted.
+    pub dbrec: Vec<AtomicU32>,
+}
+
+// SAFETY: as for `Mem`.
+unsafe impl Sync for SrqMem {}
+// SAFETY: as above.
+unsafe impl Send for SrqMem {}
+
+impl SrqMem {
+    /// An SRQ of `wqes` WQEs, its free list linked in index order.
+    pub fn new(wqes: usize) -> Self {
+        let ring = (0..2 * wqes)
+            .map(|seg| {
+                let mut b = [0u8; 16];
+                if seg % 2 == 0 {
+                    let next = ((seg / 2 + 1) % wqes) as u16;
+                    b[2..4].copy_from_slice(&next.to_be_bytes());
+                }
+                SegCell::new(b)
+            })
+            .collect();
+        Self {
+            ring,
+            dbrec: vec![AtomicU32::new(0)],
+        }
+    }
+
+    /// The SRQ's layout (SRQ number 9).
+    pub fn layout(&self) -> SrqLayout {
+        let wqes = (self.ring.len() / 2) as u32;
+        SrqLayout {
+            srqn: 9,
+            buf: nn(self.ring.as_ptr()),
+            dbrec: nn(self.dbrec.as_ptr()).cast(),
+            stride: 32,
+            wqe_cnt: wqes,
+            head: 0,
+            tail: wqes - 1,
+        }
+    }
+
+    /// NIC: the data segment of WQE `wqe`.
+    pub fn nic_read_data(&self, wqe: u32) -> [u8; 16] {
+        let cell = &self.ring[2 * wqe as usize + 1];
+        // SAFETY: a read; loom checks it is ordered after the poster's write.
+        cell.with(|p| unsafe { *p })
+    }
+}
+
+/// A responder CQE (a SEND received) of the shared receive queue's WQE `wqe`, on QP `QPN`,
+/// owner bit of pass 0.
+pub fn srq_cqe(wqe: u16) -> [u8; 64] {
+    let mut c = [0u8; 64];
+    c[44..48].copy_from_slice(&8u32.to_be_bytes());
+    c[56..60].copy_from_slice(&QPN.to_be_bytes());
+    c[60..62].copy_from_slice(&wqe.to_be_bytes());
+    c[63] = 0x20; // RESP_SEND, owner 0
+    c
+}
+
 /// Capabilities for the models' send queues.
 pub fn caps() -> SqCaps {
     SqCaps {
@@ -166,6 +234,7 @@ pub fn caps() -> SqCaps {
         max_inline_data: 40,
         sig_all: false,
         max_signaled: 16,
+        transport: zverbs_mlx5dv::Transport::Rc,
     }
 }
 

@@ -1,11 +1,12 @@
 //! The models. Run with `cargo xtask loom` (all models, then every mutant).
 
 use zverbs_core::{Completion, PollCq, PostRecv, PostSend, RecvWr, RemoteBuf, SendWr, Sge};
-use zverbs_loom_tests::mem::{Mem, QPN, caps, free, leak, req_cqe};
+use zverbs_loom_tests::mem::{Mem, QPN, SrqMem, caps, free, leak, req_cqe, srq_cqe};
 use zverbs_loom_tests::{check, thread};
 use zverbs_mlx5dv::prm::opcode;
 use zverbs_mlx5dv::{
-    CompletionQueue, CqBinding, RecvQueue, RqSlot, RqState, SendQueue, SharedBf, SqSlot, SqState,
+    CompletionQueue, CqBinding, RecvQueue, RqRef, RqSlot, RqState, SendQueue, SharedBf,
+    SharedRecvQueue, SqSlot, SqState, SrqSlot, SrqState,
 };
 
 /// A send queue's state, borrowed by the queue and the CQ as `no_std` code does.
@@ -265,6 +266,72 @@ fn recv_path() {
     }
 }
 
+/// A shared receive queue's state, borrowed.
+type Srq = &'static SrqState<&'static [SrqSlot]>;
+
+/// Shared receive queue free list: an SRQ of four WQEs (three receives outstanding at most)
+/// is full, and the NIC has completed WQE 0. On one thread the CQ's poller takes that CQE,
+/// reads WQE 0's `wr_id`, links it behind the tail (WQE 3's next segment) and counts it freed;
+/// on another the poster waits for room and posts a fourth receive into the head WQE, 3,
+/// following 3's link to the new head, 0. The poster's read of that link must come after the
+/// poller's write of it. Catches `relaxed_srq_free` (the freed count published with
+/// `Relaxed`): the poster then sees the room but not the link.
+fn srq_free_list() {
+    let mem = leak(Mem::new(1, 1, 4));
+    let srq_mem = leak(SrqMem::new(4));
+    let layout = srq_mem.layout();
+    let slots: &'static Vec<SrqSlot> = leak((0..4).map(|_| SrqSlot::new()).collect());
+    // SAFETY: the ring outlives the state (freed after the joins below); the SRQ is new.
+    let state: Srq = leak(unsafe { SrqState::new(&layout, &slots[..]) }.expect("layout"));
+    let bindings: &'static [CqBinding<Sq, RqRef<'static>, Srq>; 1] =
+        leak([CqBinding::with_srq(QPN, None, state)]);
+    // SAFETY: as above; only this queue posts to the SRQ, and its QP's receives complete on
+    // the CQ below.
+    let mut srq = unsafe { SharedRecvQueue::new(&layout, state) }.expect("layout");
+    // SAFETY: the memory outlives the CQ; only this CQ polls it.
+    let mut cq = unsafe { CompletionQueue::new(&mem.cq_layout(), &bindings[..]) }.expect("layout");
+    // Set-up, before the threads: three receives fill the SRQ, and the NIC completes the
+    // first.
+    for i in 0..3u32 {
+        let sgl = [Sge::new(0x1000, 32, 7 + i)];
+        // SAFETY: the NIC touches no local memory.
+        unsafe { srq.post(&RecvWr::new(u64::from(i), &sgl)) }.expect("fits");
+    }
+    assert_eq!((srq.head(), srq.free()), (3, 0));
+    mem.nic_write_cqe(0, srq_cqe(0));
+
+    let poller = thread::spawn(move || {
+        let mut wc = [Completion::EMPTY; 1];
+        while cq.poll(&mut wc) == 0 {
+            thread::yield_now();
+        }
+        assert_eq!((wc[0].wr_id, wc[0].qp_num), (0, QPN));
+        cq
+    });
+    let poster = thread::spawn(move || {
+        while srq.free() == 0 {
+            thread::yield_now();
+        }
+        let sgl = [Sge::new(0x2000, 16, 11)];
+        // SAFETY: as above.
+        unsafe { srq.post(&RecvWr::new(3, &sgl)) }.expect("fits");
+        assert_eq!(srq.head(), 0, "the link the poller wrote");
+        srq
+    });
+    let srq = poster.join().expect("poster");
+    let cq = poller.join().expect("poller");
+    assert_eq!(&srq_mem.nic_read_data(3)[..8], &[0, 0, 0, 16, 0, 0, 0, 11]);
+    let _ = (srq, cq);
+    // SAFETY: every thread is joined and every queue dropped.
+    unsafe {
+        free(bindings);
+        free(state);
+        free(slots);
+        free(srq_mem);
+        free(mem);
+    }
+}
+
 /// Shared BlueFlame register: two send queues on two threads whose QPs share one register
 /// each post a NOP and ring (BlueFlame: the one-block WQE fits the 64-byte buffers). Both take
 /// the register's lock; inside it each reads and flips the shared toggle (a loom cell), copies
@@ -346,6 +413,11 @@ fn model_credit_return() {
 #[test]
 fn model_recv_path() {
     check("recv_path", &["no_to_device"], recv_path);
+}
+
+#[test]
+fn model_srq_free_list() {
+    check("srq_free_list", &["relaxed_srq_free"], srq_free_list);
 }
 
 #[test]

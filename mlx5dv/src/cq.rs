@@ -27,16 +27,20 @@ use zverbs_core::{Completion, PollCq, WcFlags, WcOpcode, WcStatus, barrier};
 use crate::devmem::{CqeRing, DbrecWord};
 use crate::layout::{CqLayout, LayoutError};
 use crate::prm::cqe::{
-    Cqe64, FLAGS_RQPN_GRH, INLINE_SCATTER_32, INLINE_SCATTER_64, OPCODE_SHIFT, OWNER_MASK,
-    Syndrome, op,
+    Cqe64, FLAGS_RQPN_GRH, FLAGS_RQPN_SL_SHIFT, FLAGS_RQPN_SRC_QP, INLINE_SCATTER_32,
+    INLINE_SCATTER_64, ML_PATH_DLID_PATH_BITS, OPCODE_SHIFT, OWNER_MASK, Syndrome, op,
 };
 use crate::prm::{CQ_SET_CI, opcode};
-use crate::state::{Bindings, CqBinding, RqState, RqStateRef, SqState, SqStateRef};
+use crate::state::{
+    Bindings, CqBinding, RqState, RqStateRef, SqState, SqStateRef, SrqState, SrqStateRef,
+};
 
 /// The send queue state a binding of `B` reaches.
 type SqOf<B> = SqState<<<B as Bindings>::Sq as SqStateRef>::Slots>;
 /// The receive queue state a binding of `B` reaches.
 type RqOf<B> = RqState<<<B as Bindings>::Rq as RqStateRef>::Slots>;
+/// The shared receive queue state a binding of `B` reaches.
+type SrqOf<B> = SrqState<<<B as Bindings>::Srq as SrqStateRef>::Slots>;
 
 /// What the poller keeps of the binding that matched last (CQEs of one QP come in runs): its
 /// QPN and where its states are.
@@ -45,36 +49,39 @@ type RqOf<B> = RqState<<<B as Bindings>::Rq as RqStateRef>::Slots>;
 /// (stable_deref_trait::StableDeref): their targets do not move while the handles live, even
 /// when the handles move, and the handles live in the poller's bindings, which it owns and
 /// never changes. So they stay valid as long as the poller.
-struct Hit<S, R> {
+struct Hit<S, R, Q> {
     qpn: u32,
     sq: Option<NonNull<S>>,
     rq: Option<NonNull<R>>,
+    srq: Option<NonNull<Q>>,
 }
 
-impl<S, R> Clone for Hit<S, R> {
+impl<S, R, Q> Clone for Hit<S, R, Q> {
     fn clone(&self) -> Self {
         *self
     }
 }
 
-impl<S, R> Copy for Hit<S, R> {}
+impl<S, R, Q> Copy for Hit<S, R, Q> {}
 
-impl<S, R> core::fmt::Debug for Hit<S, R> {
+impl<S, R, Q> core::fmt::Debug for Hit<S, R, Q> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Hit")
             .field("qpn", &self.qpn)
             .field("sq", &self.sq)
             .field("rq", &self.rq)
+            .field("srq", &self.srq)
             .finish()
     }
 }
 
-impl<S, R> Hit<S, R> {
+impl<S, R, Q> Hit<S, R, Q> {
     /// Before any CQE matched a binding (`u32::MAX` is never a 24-bit QPN).
     const UNBOUND: Self = Self {
         qpn: u32::MAX,
         sq: None,
         rq: None,
+        srq: None,
     };
 
     /// The send queue state.
@@ -98,6 +105,17 @@ impl<S, R> Hit<S, R> {
         // SAFETY: as above.
         self.rq.map(|p| unsafe { p.as_ref() })
     }
+
+    /// The shared receive queue state.
+    ///
+    /// # Safety
+    ///
+    /// As [`Hit::sq`].
+    #[inline(always)]
+    unsafe fn srq<'s>(self) -> Option<&'s Q> {
+        // SAFETY: as above.
+        self.srq.map(|p| unsafe { p.as_ref() })
+    }
 }
 
 /// `vendor_err` bit marking a CQE format the poller does not decode (compressed or scattered).
@@ -114,7 +132,7 @@ pub struct CompletionQueue<B: Bindings> {
     dbrec: DbrecWord,
     bindings: B,
     /// The binding that matched last; [`Hit::UNBOUND`] until the first match.
-    last: Hit<SqOf<B>, RqOf<B>>,
+    last: Hit<SqOf<B>, RqOf<B>, SrqOf<B>>,
     cqn: u32,
 }
 
@@ -126,6 +144,7 @@ where
     B: Bindings + Send,
     SqOf<B>: Sync,
     RqOf<B>: Sync,
+    SrqOf<B>: Sync,
 {
 }
 
@@ -190,7 +209,7 @@ impl<B: Bindings> CompletionQueue<B> {
 
     /// The binding for `qpn`, trying the last match first.
     #[inline(always)]
-    fn binding(&mut self, qpn: u32) -> Option<Hit<SqOf<B>, RqOf<B>>> {
+    fn binding(&mut self, qpn: u32) -> Option<Hit<SqOf<B>, RqOf<B>, SrqOf<B>>> {
         if self.last.qpn == qpn {
             return Some(self.last);
         }
@@ -242,7 +261,7 @@ impl<B: Bindings> CompletionQueue<B> {
             // SAFETY: as above.
             cqe_op @ op::RESP_WR_IMM..=op::RESP_SEND_INV if let Some(rq) = unsafe { last.rq() } => {
                 // SAFETY: as above.
-                *out = unsafe { responder(rq, cqe_op, qpn, cqes, slot) };
+                unsafe { responder(rq, cqe_op, qpn, cqes, slot, out) };
                 return true;
             }
             _ => {}
@@ -264,10 +283,10 @@ impl<B: Bindings> CompletionQueue<B> {
         // SAFETY: (caller) the CQE is software's until the consumer index moves.
         let (sop_drop_qpn, wqe_counter) = unsafe { cqes.with_cqe(slot, qpn_and_counter) };
         let qpn = sop_drop_qpn & QPN_MASK;
-        let (sq, rq) = match self.binding(qpn) {
+        let (sq, rq, srq) = match self.binding(qpn) {
             // SAFETY: the hit is of this poller's bindings.
-            Some(b) => unsafe { (b.sq(), b.rq()) },
-            None => (None, None),
+            Some(b) => unsafe { (b.sq(), b.rq(), b.srq()) },
+            None => (None, None, None),
         };
         let cqe_op = op_own >> OPCODE_SHIFT;
         match (cqe_op, sq, rq) {
@@ -279,7 +298,17 @@ impl<B: Bindings> CompletionQueue<B> {
             }
             (op::RESP_WR_IMM..=op::RESP_SEND_INV, _, Some(rq)) => {
                 // SAFETY: as above.
-                *out = unsafe { responder(rq, cqe_op, qpn, cqes, slot) };
+                unsafe { responder(rq, cqe_op, qpn, cqes, slot, out) };
+                unsupported_format(out, op_own);
+            }
+            (op::RESP_WR_IMM..=op::RESP_SEND_INV, _, None) if let Some(srq) = srq => {
+                // SAFETY: the only poller of the SRQ's QPs; the CQE names the WQE.
+                let wr_id = unsafe { srq.retire(wqe_counter) };
+                // SAFETY: (caller) as above.
+                let f = unsafe { cqes.with_cqe(slot, receive_fields) };
+                *out = received(wr_id, cqe_op, qpn, f.0, f.1, f.2);
+                // SAFETY: as above.
+                unsafe { receive_path(cqes, slot, out) };
                 unsupported_format(out, op_own);
             }
             (op::REQ_ERR, Some(sq), _) => {
@@ -295,9 +324,15 @@ impl<B: Bindings> CompletionQueue<B> {
                     ..unknown(qpn, cqe_op)
                 };
             }
-            (op::RESP_ERR, _, Some(rq)) => {
-                // SAFETY: the only poller; receives complete in order, errors included.
-                let wr_id = unsafe { rq.retire() };
+            (op::RESP_ERR, _, rq) if rq.is_some() || srq.is_some() => {
+                let wr_id = match (rq, srq) {
+                    // SAFETY: the only poller; receives complete in order, errors included.
+                    (Some(rq), _) => unsafe { rq.retire() },
+                    // SAFETY: the only poller of the SRQ's QPs; an error CQE names its WQE
+                    // too, which is freed as libmlx5 frees it.
+                    (None, Some(srq)) => unsafe { srq.retire(wqe_counter) },
+                    (None, None) => 0,
+                };
                 // SAFETY: (caller) as above.
                 let (status, vendor_err) = unsafe { cqes.with_cqe(slot, error_of) };
                 *out = Completion {
@@ -492,6 +527,11 @@ where
         status: WcStatus::Success,
         opcode,
         flags,
+        src_qp: 0,
+        slid: 0,
+        pkey_index: 0,
+        sl: 0,
+        dlid_path_bits: 0,
     }
 }
 
@@ -508,20 +548,69 @@ unsafe fn responder<S>(
     qpn: u32,
     cqes: CqeRing,
     slot: u32,
-) -> Completion
-where
+    out: &mut Completion,
+) where
     S: stable_deref_trait::StableDeref<Target = [crate::RqSlot]>,
 {
-    // SAFETY: (caller) the CQE is software's.
-    let (byte_len, imm, flags_rqpn) = unsafe {
-        cqes.with_cqe(slot, |b| {
-            let c = Cqe64::new_unchecked(b);
-            (c.byte_cnt(), c.imm_inval_pkey(), c.flags_rqpn())
-        })
-    };
-    let with_imm = cqe_op == op::RESP_WR_IMM || cqe_op == op::RESP_SEND_IMM;
     // SAFETY: (caller) the only poller; the device reported the oldest receive complete.
     let wr_id = unsafe { rq.retire() };
+    // SAFETY: (caller) the CQE is software's.
+    let (byte_len, imm, flags_rqpn) = unsafe { cqes.with_cqe(slot, receive_fields) };
+    *out = received(wr_id, cqe_op, qpn, byte_len, imm, flags_rqpn);
+    // SAFETY: (caller) as above.
+    unsafe { receive_path(cqes, slot, out) };
+}
+
+/// The fields of a responder CQE a receive completion reports first: `byte_cnt`,
+/// `imm_inval_pkey`, `flags_rqpn`.
+#[inline(always)]
+fn receive_fields(cqe: &[u8; 64]) -> (u32, u32, u32) {
+    let c = Cqe64::new_unchecked(cqe);
+    (c.byte_cnt(), c.imm_inval_pkey(), c.flags_rqpn())
+}
+
+/// Adds to the receive completion `out` where the message came from (`src_qp`, `slid`,
+/// `pkey_index`, `sl`, `dlid_path_bits`), read from the CQE in `slot` after the rest of the
+/// completion is written: the poll loop then holds fewer values at once, and keeps its own in
+/// registers. As libmlx5's `handle_responder` reports them; the P_Key index shares its field
+/// with the immediate, and is reported as 0 when the message carried one.
+///
+/// # Safety
+///
+/// As [`CqeRing::with_cqe`] for `slot`.
+#[inline(always)]
+unsafe fn receive_path(cqes: CqeRing, slot: u32, out: &mut Completion) {
+    // SAFETY: (caller) the CQE is software's.
+    let (flags_rqpn, pkey, slid, ml_path) = unsafe {
+        cqes.with_cqe(slot, |b| {
+            let c = Cqe64::new_unchecked(b);
+            (c.flags_rqpn(), c.imm_inval_pkey(), c.slid(), c.ml_path())
+        })
+    };
+    out.src_qp = flags_rqpn & FLAGS_RQPN_SRC_QP;
+    out.slid = slid;
+    out.pkey_index = if out.flags.contains(WcFlags::WITH_IMM) {
+        0
+    } else {
+        pkey as u16
+    };
+    out.sl = ((flags_rqpn >> FLAGS_RQPN_SL_SHIFT) & 0xf) as u8;
+    out.dlid_path_bits = ml_path & ML_PATH_DLID_PATH_BITS;
+}
+
+/// The successful receive completion of a responder CQE (`cqe_op` one of `RESP_WR_IMM` ..
+/// `RESP_SEND_INV`) whose receive request was `wr_id`, from the CQE's fields: what arrived.
+/// Without where it came from (0: [`receive_path`] adds that).
+#[inline(always)]
+fn received(
+    wr_id: u64,
+    cqe_op: u8,
+    qpn: u32,
+    byte_len: u32,
+    imm: u32,
+    flags_rqpn: u32,
+) -> Completion {
+    let with_imm = cqe_op == op::RESP_WR_IMM || cqe_op == op::RESP_SEND_IMM;
     Completion {
         wr_id,
         byte_len,
@@ -535,6 +624,7 @@ where
             WcOpcode::Recv
         },
         flags: recv_flags(with_imm, flags_rqpn),
+        ..Completion::EMPTY
     }
 }
 
@@ -562,7 +652,7 @@ fn unknown(qpn: u32, cqe_op: u8) -> Completion {
         vendor_err: u32::from(cqe_op) << OPCODE_SHIFT,
         status: WcStatus::GeneralErr,
         opcode: WcOpcode::Unknown(u32::from(cqe_op)),
-        flags: WcFlags::NONE,
+        ..Completion::EMPTY
     }
 }
 
@@ -585,14 +675,15 @@ fn recv_flags(with_imm: bool, flags_rqpn: u32) -> WcFlags {
 
 /// The binding for `qpn`, as a [`Hit`].
 #[inline(never)]
-fn find_binding<Sq: SqStateRef, Rq: RqStateRef>(
-    bindings: &[CqBinding<Sq, Rq>],
+fn find_binding<Sq: SqStateRef, Rq: RqStateRef, Srq: SrqStateRef>(
+    bindings: &[CqBinding<Sq, Rq, Srq>],
     qpn: u32,
-) -> Option<Hit<Sq::Target, Rq::Target>> {
+) -> Option<Hit<Sq::Target, Rq::Target, Srq::Target>> {
     bindings.iter().find(|b| b.qpn == qpn).map(|b| Hit {
         qpn,
         sq: b.sq.as_ref().map(|h| NonNull::from(&**h)),
         rq: b.rq.as_ref().map(|h| NonNull::from(&**h)),
+        srq: b.srq.as_ref().map(|h| NonNull::from(&**h)),
     })
 }
 

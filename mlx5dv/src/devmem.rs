@@ -256,9 +256,9 @@ impl Default for LoomCqe {
 pub(crate) struct CqeRing {
     /// The first 64-byte CQE: the ring's start, or its second half with 128-byte CQEs.
     base: NonNull<u8>,
-    /// log2 of the CQE size.
+    /// The CQE size in bytes (64 or 128).
     #[cfg(not(zverbs_loom))]
-    shift: u32,
+    stride: usize,
 }
 
 impl CqeRing {
@@ -281,7 +281,7 @@ impl CqeRing {
             #[cfg(zverbs_loom)]
             base,
             #[cfg(not(zverbs_loom))]
-            shift: cqe_size.trailing_zeros(),
+            stride: cqe_size as usize,
         }
     }
 
@@ -290,7 +290,7 @@ impl CqeRing {
     pub(crate) fn op_own(&self, slot: u32) -> u8 {
         #[cfg(not(zverbs_loom))]
         {
-            let off = ((slot as usize) << self.shift) + 63;
+            let off = slot as usize * self.stride + 63;
             // SAFETY: `slot` is in the ring (masked by the caller). The byte is written by the
             // device at any time, so it is read through an atomic (a single byte load, the
             // same instruction as a volatile read), never through a reference.
@@ -322,7 +322,7 @@ impl CqeRing {
     pub(crate) unsafe fn with_cqe<R>(&self, slot: u32, f: impl FnOnce(&[u8; 64]) -> R) -> R {
         #[cfg(not(zverbs_loom))]
         {
-            let off = (slot as usize) << self.shift;
+            let off = slot as usize * self.stride;
             // SAFETY: the entry is in the ring and (caller) the device will not write it until
             // the consumer index moves past it, so a shared reference is not aliased by writes.
             f(unsafe { &*self.base.as_ptr().add(off).cast::<[u8; 64]>() })

@@ -59,9 +59,29 @@ pub struct CqLayout {
     pub cqn: u32,
 }
 
+/// A shared receive queue's memory, as `mlx5dv_init_obj` reports it in `struct mlx5dv_srq`,
+/// with what the control path knows from its creation (the WQE count).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SrqLayout {
+    /// The SRQ number (`mlx5dv_srq.srqn`, asked for with `MLX5DV_SRQ_MASK_SRQN`).
+    pub srqn: u32,
+    /// The ring of receive WQEs.
+    pub buf: NonNull<u8>,
+    /// The doorbell record: one big-endian word, the count of receives posted.
+    pub dbrec: NonNull<u32>,
+    /// Bytes per WQE: a next segment and data segments, a power of two.
+    pub stride: u32,
+    /// Number of WQEs, a power of two (libmlx5: `max_wr + 1` rounded up).
+    pub wqe_cnt: u32,
+    /// The first WQE of the free list: the next receive goes there.
+    pub head: u32,
+    /// The last WQE of the free list.
+    pub tail: u32,
+}
+
 /// What the control path negotiated for a send queue: the core's, which checks requests
 /// against it.
-pub use zverbs_core::SqCaps;
+pub use zverbs_core::{SqCaps, Transport};
 
 /// Why a layout or capability set cannot drive a queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -102,6 +122,19 @@ pub enum LayoutError {
     /// A receive queue built from a layout without one (`rq.wqe_cnt == 0`).
     #[error("the QP has no receive queue")]
     NoReceiveQueue,
+    /// A shared receive queue whose free list ends lie outside its ring.
+    #[error("SRQ free list from {head} to {tail} lies outside its ring")]
+    SrqFreeList {
+        /// The layout's `head`.
+        head: u32,
+        /// The layout's `tail`.
+        tail: u32,
+    },
+    /// Capabilities whose transport is not the queue's (`SqCaps::transport` against the
+    /// queue's type: [`SendQueue::new`](crate::SendQueue::new) is for RC queues,
+    /// [`SendQueue::new_ud`](crate::SendQueue::new_ud) for UD ones).
+    #[error("the capabilities' transport is not the queue's")]
+    Transport,
     /// A capability of zero where one is needed (`max_signaled`).
     #[error("max_signaled must be at least 1")]
     ZeroCapacity,

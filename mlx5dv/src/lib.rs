@@ -43,7 +43,13 @@
 //!     cqe_size: 64,
 //!     cqn: 1,
 //! };
-//! let caps = SqCaps { max_send_sge: 1, max_inline_data: 64, sig_all: false, max_signaled: 64 };
+//! let caps = SqCaps {
+//!     max_send_sge: 1,
+//!     max_inline_data: 64,
+//!     sig_all: false,
+//!     max_signaled: 64,
+//!     transport: zverbs_mlx5dv::Transport::Rc,
+//! };
 //!
 //! // Bookkeeping storage, sized once, and the states the queues share with the CQ. Here they
 //! // are borrowed (no allocator needed); with one, owning handles (`Arc<SqState<Box<[_]>>>`)
@@ -128,15 +134,20 @@ mod layout;
 pub mod prm;
 mod rq;
 mod sq;
+mod srq;
 mod state;
 #[cfg(test)]
 mod testutil;
 
 pub use bf::{BfRegister, Dedicated, Shared, SharedBf};
 pub use cq::{CompletionQueue, VENDOR_ERR_UNSUPPORTED_FORMAT, status_of};
-pub use layout::{BfLayout, CqLayout, LayoutError, QpLayout, SqCaps, WqLayout};
+pub use layout::{
+    BfLayout, CqLayout, LayoutError, QpLayout, SqCaps, SrqLayout, Transport, WqLayout,
+};
 pub use rq::RecvQueue;
-pub use sq::SendQueue;
+pub use sq::{Connected, Datagram, SendQueue, SqTransport};
+pub use srq::SharedRecvQueue;
 pub use state::{
     Bindings, CqBinding, RqRef, RqSlot, RqState, RqStateRef, SqRef, SqSlot, SqState, SqStateRef,
+    SrqRef, SrqSlot, SrqState, SrqStateRef,
 };

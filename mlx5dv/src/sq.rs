@@ -8,19 +8,23 @@
 //! continues at slot 0 whatever its size and alignment (as rdma-core does, without padding
 //! NOPs). Nothing is visible to the device until [`PostSend::ring`].
 
+use core::marker::PhantomData;
 use core::ops::Deref;
 
 use zverbs_core::mmio::MmioRegion;
 use zverbs_core::ring::Ring;
 use zverbs_core::{
     BatchError, CheckedBatch, CheckedSend, PostError, PostSend, SendFlags, SendOp, SendWr, Sge,
+    UdDest,
 };
 
 use crate::bf::{BfRegister, Dedicated, Shared, SharedBf};
 use crate::devmem::{DbrecWord, SegRing};
 use crate::doorbell::Doorbell;
 use crate::layout::{LayoutError, QpLayout, SqCaps};
-use crate::prm::wqe::{AtomicSeg, CtrlSeg, DataSeg, RaddrSeg, inline_byte_count, inline_ds};
+use crate::prm::wqe::{
+    AtomicSeg, CtrlSeg, DataSeg, DatagramSeg, RaddrSeg, UD_HEADER_DS, inline_byte_count, inline_ds,
+};
 use crate::prm::{MAX_DS, SEGS_PER_BB, SND_DBR, fm_ce_se, opcode};
 use crate::state::{SlotData, SqStateRef};
 
@@ -38,6 +42,8 @@ struct Plan<'w> {
     signaled: bool,
     /// Inline payload length, or `None` for data segments.
     inline: Option<u32>,
+    /// The immediate value (0 for the operations without one).
+    imm: u32,
 }
 
 impl<'w> Plan<'w> {
@@ -63,6 +69,7 @@ impl<'w> Plan<'w> {
             fm_ce_se: FM_CE_SE[(c.flags().bits() & FM_CE_SE_FLAGS) as usize],
             signaled: c.signaled(),
             inline: c.is_inline().then_some(c.inline_len()),
+            imm: c.imm(),
         }
     }
 }
@@ -80,13 +87,16 @@ const fn op_index(op: &SendOp<'_>) -> usize {
         SendOp::CompareSwap { .. } => 5,
         SendOp::FetchAdd { .. } => 6,
         SendOp::Nop => 7,
+        SendOp::SendTo { .. } => 8,
+        SendOp::SendToImm { .. } => 9,
     }
 }
 
 /// For each operation ([`op_index`]): its WQE opcode and the segments before its data (ctrl;
 /// raddr for the operations with a remote address; atomic and the one data segment of an
-/// atomic). One table lookup for both, not a branch per operation.
-const WQE_HEAD: [u16; 8] = [
+/// atomic; the datagram segment of a UD SEND). One table lookup for both, not a branch per
+/// operation.
+const WQE_HEAD: [u16; 10] = [
     opcode::RDMA_WRITE as u16 | 2 << 8,
     opcode::RDMA_WRITE_IMM as u16 | 2 << 8,
     opcode::SEND as u16 | 1 << 8,
@@ -95,6 +105,8 @@ const WQE_HEAD: [u16; 8] = [
     opcode::ATOMIC_CS as u16 | 4 << 8,
     opcode::ATOMIC_FA as u16 | 4 << 8,
     opcode::NOP as u16 | 1 << 8,
+    opcode::SEND as u16 | (UD_HEADER_DS as u16) << 8,
+    opcode::SEND_IMM as u16 | (UD_HEADER_DS as u16) << 8,
 ];
 
 /// The request flags that map to bits of `fm_ce_se` (the low three).
@@ -126,6 +138,32 @@ const FM_CE_SE: [u8; 8] = {
     t
 };
 
+/// The transport of a send queue, as a type: [`Connected`] (RC, the default) or [`Datagram`]
+/// (UD). Known at compile time, so that a connected queue pays nothing for the datagram
+/// operations' checks: the queue refuses the operations its transport lacks
+/// ([`PostError::WrongTransport`]), as its [`SqCaps::transport`] says, which its construction
+/// checks against this type.
+pub trait SqTransport {
+    /// Whether the queue is an unreliable-datagram queue.
+    const UD: bool;
+}
+
+/// A reliable-connected send queue ([`SqTransport`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Connected;
+
+/// An unreliable-datagram send queue ([`SqTransport`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Datagram;
+
+impl SqTransport for Connected {
+    const UD: bool = false;
+}
+
+impl SqTransport for Datagram {
+    const UD: bool = true;
+}
+
 /// The send queue of an mlx5 QP, driven directly.
 ///
 /// Owned by one thread at a time (`&mut self` to post); its completions are polled through a
@@ -133,9 +171,10 @@ const FM_CE_SE: [u8; 8] = {
 /// possibly on another thread. `P` is the handle through which it reaches that state
 /// (`&SqState<_>` or an owning pointer: see [`SqStateRef`]). `R` says how it holds its
 /// BlueFlame register: [`Dedicated`] (its own: [`SendQueue::new`]) or [`Shared`] with other
-/// queues ([`SendQueue::new_shared`]); see [`crate::bf`].
+/// queues ([`SendQueue::new_shared`]); see [`crate::bf`]. `T` is its transport: [`Connected`]
+/// (RC) or [`Datagram`] (UD: [`SendQueue::new_ud`]).
 #[derive(Debug)]
-pub struct SendQueue<P, R = Dedicated> {
+pub struct SendQueue<P, R = Dedicated, T = Connected> {
     ring: SegRing,
     blocks: Ring,
     /// Producer counter in basic blocks (free-running).
@@ -158,12 +197,13 @@ pub struct SendQueue<P, R = Dedicated> {
     caps: SqCaps,
     state: P,
     doorbell: Doorbell<R>,
+    transport: PhantomData<T>,
 }
 
 // SAFETY: the queue owns its part of the ring and (with `R`) its hold on the doorbell
 // register; moving it to another thread moves that ownership. Shared state goes through
 // `SqState` (Sync), atomics and, for a shared register, `SharedBf` (Sync).
-unsafe impl<P: Send, R: Send> Send for SendQueue<P, R> {}
+unsafe impl<P: Send, R: Send, T> Send for SendQueue<P, R, T> {}
 
 impl<P: SqStateRef> SendQueue<P> {
     /// Drives the send queue of the QP that `layout` describes, whose BlueFlame register is
@@ -194,6 +234,26 @@ impl<P: SqStateRef> SendQueue<P> {
     /// the 16-bit counters allow, does not match `state`, or cannot hold the largest WQE the
     /// capabilities allow.
     pub unsafe fn new(layout: &QpLayout, caps: SqCaps, state: P) -> Result<Self, LayoutError> {
+        // SAFETY: (caller) the contract of `with_register`, with the register this queue's
+        // alone.
+        unsafe { Self::with_register(layout, caps, state, Dedicated::default()) }
+    }
+}
+
+impl<P: SqStateRef> SendQueue<P, Dedicated, Datagram> {
+    /// Drives the send queue of the unreliable-datagram QP that `layout` describes, whose
+    /// BlueFlame register is its own: it posts [`SendOp::SendTo`], [`SendOp::SendToImm`] and
+    /// NOP.
+    ///
+    /// # Safety
+    ///
+    /// As [`SendQueue::new`], for a UD QP.
+    ///
+    /// # Errors
+    ///
+    /// As [`SendQueue::new`], and [`LayoutError::Transport`] when `caps.transport` is not
+    /// [`Transport::Ud`](zverbs_core::Transport::Ud).
+    pub unsafe fn new_ud(layout: &QpLayout, caps: SqCaps, state: P) -> Result<Self, LayoutError> {
         // SAFETY: (caller) the contract of `with_register`, with the register this queue's
         // alone.
         unsafe { Self::with_register(layout, caps, state, Dedicated::default()) }
@@ -233,19 +293,22 @@ impl<P: SqStateRef, H: Deref<Target = SharedBf>> SendQueue<P, Shared<H>> {
     }
 }
 
-impl<P: SqStateRef, R: BfRegister> SendQueue<P, R> {
+impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
     /// The constructors' common part.
     ///
     /// # Safety
     ///
     /// The contract of [`SendQueue::new`], with `register` saying truly whether other queues
     /// write the BlueFlame register.
-    unsafe fn with_register(
+    pub(crate) unsafe fn with_register(
         layout: &QpLayout,
         caps: SqCaps,
         state: P,
         register: R,
     ) -> Result<Self, LayoutError> {
+        if caps.is_ud() != T::UD {
+            return Err(LayoutError::Transport);
+        }
         let cnt = layout.sq.wqe_cnt;
         let blocks = Ring::new(cnt).ok_or(LayoutError::NotPowerOfTwo { count: cnt })?;
         if cnt > 1 << 15 {
@@ -265,9 +328,11 @@ impl<P: SqStateRef, R: BfRegister> SendQueue<P, R> {
         if caps.max_signaled == 0 {
             return Err(LayoutError::ZeroCapacity);
         }
-        // The largest WQE: ctrl + raddr + the larger of the data segments and the inline
-        // segment; atomics are one block.
-        let max_ds = 2 + (caps.max_send_sge as usize).max(inline_ds(caps.max_inline_data as usize));
+        // The largest WQE: ctrl + raddr (on a UD queue: ctrl + datagram) + the larger of the
+        // data segments and the inline segment; atomics are one block.
+        let head = if caps.is_ud() { UD_HEADER_DS } else { 2 };
+        let max_ds =
+            head + (caps.max_send_sge as usize).max(inline_ds(caps.max_inline_data as usize));
         let max_blocks = max_ds.div_ceil(SEGS_PER_BB) as u32;
         if max_ds > MAX_DS || max_blocks > cnt {
             return Err(LayoutError::WqeTooLarge { blocks: max_blocks });
@@ -302,6 +367,7 @@ impl<P: SqStateRef, R: BfRegister> SendQueue<P, R> {
             caps,
             state,
             doorbell: Doorbell::new(dbrec, reg, layout.bf.size, register),
+            transport: PhantomData,
         })
     }
 
@@ -392,8 +458,31 @@ impl<P: SqStateRef, R: BfRegister> SendQueue<P, R> {
     /// Checks `wr` against the queue's limits and plans its WQE. Writes nothing.
     #[inline(always)]
     fn plan<'w>(&self, wr: &SendWr<'w>) -> Result<Plan<'w>, PostError> {
-        let checked = wr.check(&self.caps)?;
+        // The transport is a type: a connected queue has no code for datagrams past the
+        // check, which refuses them.
+        let checked = if T::UD {
+            wr.check_as::<true>(&self.caps)?
+        } else {
+            wr.check_as::<false>(&self.caps)?
+        };
         Ok(Plan::of(&wr.op, &checked))
+    }
+
+    /// [`CheckedBatch::check_as`] for this queue's transport.
+    #[inline(always)]
+    fn check_batch<'a, 'w, F>(
+        wrs: &'a [SendWr<'w>],
+        caps: &SqCaps,
+        each: F,
+    ) -> Result<CheckedBatch<'a, 'w>, BatchError>
+    where
+        F: FnMut(&SendWr<'w>, CheckedSend<'w>) -> Result<(), PostError>,
+    {
+        if T::UD {
+            CheckedBatch::check_as::<true, F>(wrs, caps, each)
+        } else {
+            CheckedBatch::check_as::<false, F>(wrs, caps, each)
+        }
     }
 
     /// Checks that `blocks` basic blocks and `signaled` more CQEs fit now.
@@ -445,7 +534,6 @@ impl<P: SqStateRef, R: BfRegister> SendQueue<P, R> {
         let (ring, pi, qpn) = (&{ self.ring }, self.pi, self.qpn);
         let slots = self.state.slots();
         let start = pi.wrapping_mul(SEGS_PER_BB as u32);
-        let imm = wr.op.imm().unwrap_or(0);
         // SAFETY: this and every write below are to segments `0..ds` of the WQE at `start`
         // (a block boundary), in blocks `pi..pi+blocks`, which are free (room was checked) and
         // not yet published.
@@ -458,7 +546,7 @@ impl<P: SqStateRef, R: BfRegister> SendQueue<P, R> {
                     qpn,
                     plan.fm_ce_se,
                     plan.ds as u8,
-                    imm,
+                    plan.imm,
                 )
             });
         }
@@ -499,7 +587,18 @@ impl<P: SqStateRef, R: BfRegister> SendQueue<P, R> {
                 // SAFETY: as above.
                 unsafe { write_atomic(ring, start, local, remote.addr, remote.rkey, *add, 0) };
             }
-            SendOp::Send { .. } | SendOp::SendImm { .. } | SendOp::Nop => {}
+            SendOp::SendTo { dest, .. } | SendOp::SendToImm { dest, .. } if T::UD => {
+                // SAFETY: as above.
+                unsafe { write_datagram(ring, start, dest) };
+                k += 3;
+            }
+            // (A datagram on a connected queue (`T::UD` false, a constant): never here, as the
+            // check refused it, so the code has no arm for it.)
+            SendOp::Send { .. }
+            | SendOp::SendImm { .. }
+            | SendOp::Nop
+            | SendOp::SendTo { .. }
+            | SendOp::SendToImm { .. } => {}
         }
         // The data: none for atomics (written above) and NOP, whose list is empty.
         let sgl = plan.sgl;
@@ -568,7 +667,7 @@ impl<P: SqStateRef, R: BfRegister> SendQueue<P, R> {
     fn check_batch_room(&mut self, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
         let caps = self.caps;
         let (mut blocks, mut signaled) = (0u32, 0u32);
-        CheckedBatch::check(wrs, &caps, |wr, checked| {
+        Self::check_batch(wrs, &caps, |wr, checked| {
             let plan = Plan::of(&wr.op, &checked);
             blocks += plan.blocks;
             signaled += u32::from(plan.signaled);
@@ -610,6 +709,22 @@ unsafe fn write_atomic(
         ring.with_mut_wqe(start, 3, |b| {
             DataSeg::new_unchecked(b).set(8, local.lkey, local.addr)
         });
+    }
+}
+
+/// Writes the datagram segment for `dest`, segments 1, 2 and 3 of the WQE at segment `start`
+/// (with the control segment, the first basic block: it never wraps).
+///
+/// # Safety
+///
+/// The three segments are free and unpublished; `start` is a block boundary.
+#[inline(never)]
+unsafe fn write_datagram(ring: &SegRing, start: u32, dest: &UdDest) {
+    let mut seg = [0u8; 48];
+    DatagramSeg::new_unchecked(&mut seg[..]).set_from_av(&dest.av, dest.remote_qpn, dest.qkey);
+    for (k, part) in (1..).zip(seg.chunks_exact(16)) {
+        // SAFETY: (caller) the segments are free and unpublished; `k < 4`, in the first block.
+        unsafe { ring.with_mut_wqe(start, k, |b| b.copy_from_slice(part)) };
     }
 }
 
@@ -674,7 +789,7 @@ unsafe fn write_inline(ring: &SegRing, seg: u32, sgl: &[Sge], len: u32) {
     }
 }
 
-impl<P: SqStateRef, R: BfRegister> PostSend for SendQueue<P, R> {
+impl<P: SqStateRef, R: BfRegister, T: SqTransport> PostSend for SendQueue<P, R, T> {
     #[inline(always)]
     unsafe fn stage(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
         let plan = self.plan(wr)?;
@@ -725,7 +840,7 @@ impl<P: SqStateRef, R: BfRegister> PostSend for SendQueue<P, R> {
         // second pass plans each request again from the checked batch, which cannot fail.
         let caps = self.caps;
         let (mut blocks, mut signaled) = (0u32, 0u32);
-        let batch = CheckedBatch::check(wrs, &caps, |wr, checked| {
+        let batch = Self::check_batch(wrs, &caps, |wr, checked| {
             let plan = Plan::of(&wr.op, &checked);
             blocks = blocks.saturating_add(plan.blocks);
             signaled = signaled.saturating_add(u32::from(plan.signaled));
@@ -753,6 +868,9 @@ impl<P: SqStateRef, R: BfRegister> PostSend for SendQueue<P, R> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod ud_tests;
 
 #[cfg(test)]
 mod tests {

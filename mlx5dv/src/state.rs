@@ -13,6 +13,14 @@
 //! `Acquire` before reusing the slot. So a slot is never overwritten while the poller may still
 //! read it (single producer, single consumer; modelled in `loom-tests`).
 //!
+//! A shared receive queue ([`SrqState`]) is posted to by one thread and freed by the poller of
+//! the CQ its QPs complete receives on: its WQEs form a free list linked through their next
+//! segments, which the poster takes from the head and the poller appends to at the tail. The
+//! poller links a freed WQE behind the tail and then counts it in a cache-padded word with
+//! `Release`; the poster loads that count with `Acquire` and takes only WQEs the count says
+//! are linked (never the tail itself), so it follows no link the poller has not finished and
+//! writes no slot the poller still reads (`docs/ordering.md`, modelled in `loom-tests`).
+//!
 //! ## Who owns the bookkeeping
 //!
 //! The states are generic over the storage of their slots, and the queues over the handle
@@ -33,7 +41,9 @@ use zverbs_core::sync::atomic::{AtomicU32, Ordering};
 use zverbs_core::sync::cell::UnsafeCell;
 use zverbs_core::sync::order;
 
-use crate::layout::LayoutError;
+use crate::devmem::SegRing;
+use crate::layout::{LayoutError, SrqLayout};
+use crate::prm::wqe::srq_next;
 
 /// What the poster records for a WQE starting at a basic block.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -284,6 +294,184 @@ impl<S: StableDeref<Target = [RqSlot]>> RqState<S> {
     }
 }
 
+/// Per-WQE bookkeeping storage of a shared receive queue (the `wr_id`). Allocate
+/// `SrqLayout::wqe_cnt` once.
+#[derive(Debug, Default)]
+pub struct SrqSlot(UnsafeCell<u64>);
+
+// SAFETY: as for `SqSlot`: reached only through `SrqState::record` and `SrqState::retire`,
+// whose contracts are the free list's hand-over protocol (module docs).
+unsafe impl Sync for SrqSlot {}
+
+impl SrqSlot {
+    /// An empty slot.
+    pub fn new() -> Self {
+        Self(UnsafeCell::new(0))
+    }
+}
+
+/// What a shared receive queue shares with the completion queue that frees its WQEs: the
+/// slots (one per WQE, indexed by WQE index), the poller's end of the free list and the count
+/// of WQEs freed. `Send` and `Sync` when the storage is.
+#[derive(Debug)]
+pub struct SrqState<S> {
+    slots: Slots<S>,
+    /// The ring, for the poller's links (next segments of free WQEs only).
+    ring: SegRing,
+    /// log2 of 16-byte segments per WQE.
+    seg_shift: u32,
+    /// The SRQ number.
+    srqn: u32,
+    /// The last WQE of the free list; read and written by the poller alone.
+    tail: UnsafeCell<u32>,
+    /// WQEs freed (free-running); written only by the poller, with `Release`.
+    freed: CachePadded<AtomicU32>,
+}
+
+// SAFETY: the ring pointer is used by the poller alone, for next segments of WQEs on the free
+// list that the poster does not touch (see `retire`); everything else is `Sync` slots
+// (hand-over protocol), a poller-only cell and an atomic.
+unsafe impl<S: Send> Send for SrqState<S> {}
+// SAFETY: as above.
+unsafe impl<S: Sync> Sync for SrqState<S> {}
+
+/// A handle through which a shared receive queue or a CQ binding reaches an [`SrqState`].
+pub trait SrqStateRef: StableDeref<Target = SrqState<Self::Slots>> {
+    /// The storage of the state's slots.
+    type Slots: StableDeref<Target = [SrqSlot]>;
+}
+
+impl<P, S> SrqStateRef for P
+where
+    P: StableDeref<Target = SrqState<S>>,
+    S: StableDeref<Target = [SrqSlot]>,
+{
+    type Slots = S;
+}
+
+impl<S: StableDeref<Target = [SrqSlot]>> SrqState<S> {
+    /// State over `slots`, one per WQE of the SRQ that `layout` describes.
+    ///
+    /// # Safety
+    ///
+    /// - `layout` is what `mlx5dv_init_obj` reported for a live SRQ (or the software device's
+    ///   equivalent), with its true WQE count, and its ring stays valid while the state lives;
+    /// - the SRQ is new: its free list runs from `layout.head` through every WQE to
+    ///   `layout.tail`, and nothing was posted;
+    /// - under `cfg(zverbs_loom)` the ring is an array of loom segment cells.
+    ///
+    /// # Errors
+    ///
+    /// [`LayoutError::NotPowerOfTwo`] or [`LayoutError::RingTooLarge`] for the WQE count,
+    /// [`LayoutError::BadStride`] for a stride that is not a power of two ≥ 32,
+    /// [`LayoutError::StorageLength`] when `slots` does not have one slot per WQE,
+    /// [`LayoutError::SrqFreeList`] when `head` or `tail` is outside the ring or they are equal.
+    pub unsafe fn new(layout: &SrqLayout, slots: S) -> Result<Self, LayoutError> {
+        let cnt = layout.wqe_cnt;
+        if cnt < 2 || !cnt.is_power_of_two() {
+            return Err(LayoutError::NotPowerOfTwo { count: cnt });
+        }
+        if slots.len() != cnt as usize {
+            return Err(LayoutError::StorageLength {
+                needed: cnt,
+                given: slots.len(),
+            });
+        }
+        let stride = layout.stride;
+        if stride < 32 || !stride.is_power_of_two() {
+            return Err(LayoutError::BadStride { stride });
+        }
+        if layout.tail >= cnt || layout.head >= cnt || layout.head == layout.tail {
+            return Err(LayoutError::SrqFreeList {
+                head: layout.head,
+                tail: layout.tail,
+            });
+        }
+        let segs_per = stride / 16;
+        Ok(Self {
+            slots: Slots::new(slots)?,
+            // SAFETY: (caller) the ring holds `cnt × stride` bytes while the state lives.
+            ring: unsafe { SegRing::new(layout.buf, cnt * segs_per) },
+            seg_shift: segs_per.trailing_zeros(),
+            srqn: layout.srqn,
+            tail: UnsafeCell::new(layout.tail),
+            freed: CachePadded(AtomicU32::new(0)),
+        })
+    }
+
+    /// Number of WQEs.
+    #[inline]
+    pub fn len(&self) -> u32 {
+        self.slots.len()
+    }
+
+    /// Never true: a state has at least two slots.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.slots.storage.is_empty()
+    }
+
+    /// The SRQ number.
+    #[inline]
+    pub fn srqn(&self) -> u32 {
+        self.srqn
+    }
+
+    /// Poster side: records `wr_id` for WQE `index`.
+    ///
+    /// # Safety
+    ///
+    /// The WQE was taken from the free list (the freed count, `Acquire`, showed it linked
+    /// before the tail) and is not yet published.
+    #[inline(always)]
+    pub(crate) unsafe fn record(&self, index: u32, wr_id: u64) {
+        // SAFETY: (caller) no one else accesses this slot now.
+        self.slots
+            .at(index)
+            .0
+            .with_mut(|p| unsafe { p.write(wr_id) });
+    }
+
+    /// Poster side: WQEs freed (`Acquire`, pairing with the poller's `Release`).
+    #[inline(always)]
+    pub(crate) fn load_freed(&self) -> u32 {
+        self.freed.load(order::CREDIT_ACQUIRE)
+    }
+
+    /// Poller side: the receive in WQE `wqe_counter` completed. Reads its `wr_id`, links the
+    /// WQE behind the tail of the free list (`next_wqe_index` of the tail WQE, as libmlx5's
+    /// `mlx5_free_srq_wqe`), makes it the tail, and counts it freed.
+    ///
+    /// # Safety
+    ///
+    /// Only the one poller of the CQ that all QPs on this SRQ complete their receives on calls
+    /// this, once per receive CQE that names a WQE the poster published.
+    #[inline]
+    pub(crate) unsafe fn retire(&self, wqe_counter: u16) -> u64 {
+        let index = u32::from(wqe_counter) & self.slots.mask;
+        // SAFETY: (caller) the device completed this WQE, which the poster recorded before
+        // publishing it and will not take again before the count below frees it.
+        let wr_id = self.slots.at(index).0.with(|p| unsafe { p.read() });
+        // SAFETY: only the poller touches `tail`.
+        let tail = self.tail.with(|p| unsafe { p.read() });
+        let seg = tail.wrapping_shl(self.seg_shift);
+        // SAFETY: the tail WQE is on the free list and is never taken by the poster (it takes
+        // only WQEs before the tail), and the device does not read a WQE that is not posted:
+        // its next segment is the poller's.
+        unsafe {
+            self.ring.with_mut(seg, |b| {
+                b[srq_next::NEXT_WQE_INDEX].copy_from_slice(&(index as u16).to_be_bytes())
+            })
+        };
+        // SAFETY: as above.
+        self.tail.with_mut(|p| unsafe { p.write(index) });
+        let freed = self.freed.load(Ordering::Relaxed); // only this thread writes it
+        self.freed
+            .store(freed.wrapping_add(1), order::SRQ_FREE_RELEASE);
+        wr_id
+    }
+}
+
 /// The slots of a queue's state, indexed by a free-running counter: storage `S` of a
 /// power-of-two length and its mask. One definition for the send and the receive side.
 #[derive(Debug)]
@@ -325,22 +513,44 @@ impl<S: StableDeref<Target = [T]>, T> Slots<S> {
     }
 }
 
-/// Which queues of one QP a completion queue serves, through handles `Sq` and `Rq` to their
-/// states (`&SqState<_>`, `Arc<SqState<_>>`, ...).
+/// Which queues of one QP a completion queue serves, through handles `Sq`, `Rq` and `Srq` to
+/// their states (`&SqState<_>`, `Arc<SqState<_>>`, ...).
 #[derive(Clone, Copy, Debug)]
-pub struct CqBinding<Sq, Rq> {
+pub struct CqBinding<Sq, Rq, Srq = SrqRef<'static>> {
     /// The QP number CQEs name (low 24 bits of `sop_drop_qpn`).
     pub qpn: u32,
     /// The QP's send queue state, if its send completions go to this CQ.
     pub sq: Option<Sq>,
     /// The QP's receive queue state, if its receive completions go to this CQ.
     pub rq: Option<Rq>,
+    /// The shared receive queue the QP takes its receives from, if it has one and its receive
+    /// completions go to this CQ (then `rq` is `None`).
+    pub srq: Option<Srq>,
 }
 
 impl<Sq, Rq> CqBinding<Sq, Rq> {
     /// A binding of both queues of QP `qpn`.
     pub const fn new(qpn: u32, sq: Option<Sq>, rq: Option<Rq>) -> Self {
-        Self { qpn, sq, rq }
+        Self {
+            qpn,
+            sq,
+            rq,
+            srq: None,
+        }
+    }
+}
+
+impl<Sq, Srq> CqBinding<Sq, RqRef<'static>, Srq> {
+    /// A binding of QP `qpn` that takes its receives from the shared receive queue `srq`, and
+    /// of its send queue if `sq`. Every QP on one SRQ must complete its receives on the same
+    /// CQ: its poller frees the SRQ's WQEs.
+    pub const fn with_srq(qpn: u32, sq: Option<Sq>, srq: Srq) -> Self {
+        Self {
+            qpn,
+            sq,
+            rq: None,
+            srq: Some(srq),
+        }
     }
 }
 
@@ -353,6 +563,7 @@ impl<Sq> CqBinding<Sq, RqRef<'static>> {
             qpn,
             sq: Some(sq),
             rq: None,
+            srq: None,
         }
     }
 }
@@ -364,6 +575,7 @@ impl<Rq> CqBinding<SqRef<'static>, Rq> {
             qpn,
             sq: None,
             rq: Some(rq),
+            srq: None,
         }
     }
 }
@@ -374,23 +586,30 @@ pub type SqRef<'a> = &'a SqState<&'a [SqSlot]>;
 /// A receive queue's state as `no_std` code reaches it: borrowed, over borrowed slots.
 pub type RqRef<'a> = &'a RqState<&'a [RqSlot]>;
 
+/// A shared receive queue's state as `no_std` code reaches it: borrowed, over borrowed slots.
+pub type SrqRef<'a> = &'a SrqState<&'a [SrqSlot]>;
+
 /// The bindings a completion queue polls for: a [`StableDeref`] handle to a slice of
 /// [`CqBinding`]s (`&[CqBinding<_, _>]`, `Box<[CqBinding<_, _>]>`, ...).
-pub trait Bindings: StableDeref<Target = [CqBinding<Self::Sq, Self::Rq>]> {
+pub trait Bindings: StableDeref<Target = [CqBinding<Self::Sq, Self::Rq, Self::Srq>]> {
     /// The handle to a send queue's state.
     type Sq: SqStateRef;
     /// The handle to a receive queue's state.
     type Rq: RqStateRef;
+    /// The handle to a shared receive queue's state.
+    type Srq: SrqStateRef;
 }
 
-impl<B, Sq, Rq> Bindings for B
+impl<B, Sq, Rq, Srq> Bindings for B
 where
-    B: StableDeref<Target = [CqBinding<Sq, Rq>]>,
+    B: StableDeref<Target = [CqBinding<Sq, Rq, Srq>]>,
     Sq: SqStateRef,
     Rq: RqStateRef,
+    Srq: SrqStateRef,
 {
     type Sq = Sq;
     type Rq = Rq;
+    type Srq = Srq;
 }
 
 #[cfg(all(test, not(zverbs_loom)))]

@@ -221,10 +221,10 @@ pub(crate) type SqHandle = Arc<SqState<Box<[SqSlot]>>>;
 pub(crate) type RqHandle = Arc<RqState<Box<[RqSlot]>>>;
 pub(crate) type RigBindings = Box<[CqBinding<SqHandle, RqHandle>]>;
 
-/// A QP (send + receive queues) and its CQ over [`Mem`].
-pub(crate) struct Rig {
+/// A QP (send + receive queues) and its CQ over [`Mem`]; `T` is the send queue's transport.
+pub(crate) struct Rig<T = crate::Connected> {
     // Field order is drop order: the queues before the memory they point into.
-    pub(crate) sq: SendQueue<SqHandle>,
+    pub(crate) sq: SendQueue<SqHandle, crate::Dedicated, T>,
     pub(crate) rq: RecvQueue<RqHandle>,
     pub(crate) cq: CompletionQueue<RigBindings>,
     pub(crate) bindings: RigBindings,
@@ -239,6 +239,7 @@ pub(crate) fn caps(max_send_sge: u32, max_inline_data: u32) -> SqCaps {
         max_inline_data,
         sig_all: false,
         max_signaled: 1 << 15,
+        transport: zverbs_core::Transport::Rc,
     }
 }
 
@@ -246,7 +247,16 @@ impl Rig {
     pub(crate) fn new(sq_blocks: u32, bf_size: u32, caps: SqCaps) -> Self {
         Self::with_cq(sq_blocks, bf_size, caps, 64)
     }
+}
 
+impl Rig<crate::Datagram> {
+    /// A rig whose send queue is a UD queue (`caps.transport` UD).
+    pub(crate) fn new_ud(sq_blocks: u32, bf_size: u32, caps: SqCaps) -> Self {
+        Self::with_cq(sq_blocks, bf_size, caps, 64)
+    }
+}
+
+impl<T: crate::SqTransport> Rig<T> {
     pub(crate) fn with_cq(sq_blocks: u32, bf_size: u32, caps: SqCaps, cqes: u32) -> Self {
         let rq_entries = 8;
         let mem = Mem::new(sq_blocks, rq_entries, 32, bf_size, cqes);
@@ -263,7 +273,9 @@ impl Rig {
         )]);
         // SAFETY: the memory outlives the queues (field order of `Rig`) and is used only by
         // these queues and the test, which touches it only between calls.
-        let sq = unsafe { SendQueue::new(&qp, caps, sq_state) }.unwrap();
+        let sq =
+            unsafe { SendQueue::with_register(&qp, caps, sq_state, crate::Dedicated::default()) }
+                .unwrap();
         // SAFETY: as above.
         let rq = unsafe { RecvQueue::new(&qp, rq_state) }.unwrap();
         // SAFETY: as above.

@@ -164,6 +164,7 @@ impl SimQp {
             max_inline_data: self.max_inline_data,
             sig_all: self.sig_all,
             max_signaled: self.send_cqe_cnt,
+            transport: zverbs_mlx5dv::Transport::Rc,
         }
     }
 

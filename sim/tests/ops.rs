@@ -544,6 +544,7 @@ fn external_rings_are_driven_like_the_devices_own() {
         max_inline_data: 28,
         sig_all: false,
         max_signaled: 8,
+        transport: zverbs_core::Transport::Rc,
     };
     // SAFETY: the layouts above, each driven by one queue only.
     let (mut sq, mut rq, mut cq) = unsafe {

@@ -4,10 +4,11 @@
 //!
 //! The same for UD datagrams and receives from a shared receive queue, driven by hand
 //! (`tests/raw`): a UD SEND with its receive, multicast to two attached QPs, and an RC SEND
-//! into an SRQ, with the SRQ WQE freed again.
+//! into an SRQ, with the SRQ WQE freed again; and the same through the library's own queues
+//! (`SendQueue::new_ud`, `RecvQueue`, `SharedRecvQueue`, `CompletionQueue`).
 //!
 //! `ZVERBS_SIM_ALLOC_ITERS` overrides the count (at least 1 000 000 unless set; a quarter of
-//! it for the UD and SRQ loop).
+//! it for the UD and SRQ loops).
 
 mod common;
 mod raw;
@@ -217,4 +218,164 @@ fn ud_multicast_and_srq_round_trips_allocate_nothing() {
     println!("{iters} UD, multicast and SRQ round trips: {allocs} allocations, {frees} frees");
     assert_eq!((allocs, frees), (0, 0));
     assert_eq!(dev.stats().cq_overruns, 0);
+}
+
+fn leak<T>(v: T) -> &'static T {
+    Box::leak(Box::new(v))
+}
+
+/// The library's own queues for datagrams and a shared receive queue: a UD SEND through
+/// `SendQueue::new_ud` with its receive through `RecvQueue`, and an RC SEND into a
+/// `SharedRecvQueue` whose WQE the `CompletionQueue` frees again, each polled through the
+/// library's poller.
+#[test]
+fn library_ud_and_srq_round_trips_allocate_nothing() {
+    use zverbs_core::{Sge, Transport, UdDest};
+    use zverbs_mlx5dv::{
+        CompletionQueue, CqBinding, RecvQueue, RqRef, RqState, SendQueue, SharedRecvQueue, SqCaps,
+        SqRef, SqState, SrqLayout, SrqRef, SrqSlot, SrqState,
+    };
+    type Binds = &'static [CqBinding<SqRef<'static>, RqRef<'static>, SrqRef<'static>>];
+
+    let iters = env_u64("ZVERBS_SIM_ALLOC_ITERS", 1_000_000) / 4;
+    let mem = leak(Arena::new(8192));
+    let dev = leak(Device::new());
+    // SAFETY: both are leaked: the arena outlives the device's use of it.
+    let mr = unsafe { dev.reg_mr(mem.ptr(0), 8192, Access::ALL) }.unwrap();
+    let cq = || dev.create_cq(CqConfig { cqe: 64 }).unwrap();
+    let (acq, bcq, rcq, scq) = (cq(), cq(), cq(), cq());
+    let ud = |c: zverbs_sim::SimCq| {
+        let q = dev
+            .create_qp_ext(
+                QpConfig {
+                    send_cq: c.cqn,
+                    recv_cq: c.cqn,
+                    ..QpConfig::default()
+                },
+                QpType::Ud,
+                None,
+            )
+            .unwrap();
+        dev.init_ud(q.qpn, 1, 0).unwrap();
+        dev.ready_ud(q.qpn).unwrap();
+        q
+    };
+    let (a, b) = (ud(acq), ud(bcq));
+    let s = dev.create_srq(SrqConfig::default()).unwrap();
+    let srq_layout = SrqLayout {
+        srqn: s.srqn,
+        buf: s.buf,
+        dbrec: s.dbrec,
+        stride: s.stride,
+        wqe_cnt: s.wqe_cnt,
+        head: s.head,
+        tail: s.tail,
+    };
+    let r = dev
+        .create_qp(QpConfig {
+            send_cq: rcq.cqn,
+            recv_cq: rcq.cqn,
+            ..QpConfig::default()
+        })
+        .unwrap();
+    let on_srq = dev
+        .create_qp_ext(
+            QpConfig {
+                send_cq: scq.cqn,
+                recv_cq: scq.cqn,
+                max_recv_wr: 0,
+                ..QpConfig::default()
+            },
+            QpType::Rc,
+            Some(s.srqn),
+        )
+        .unwrap();
+    dev.connect(r.qpn, on_srq.qpn).unwrap();
+
+    let sq_state = |q: &zverbs_sim::SimQp| -> SqRef<'static> {
+        leak(SqState::new(&*q.sq_slots().leak()).unwrap())
+    };
+    let (a_sq, r_sq) = (sq_state(&a), sq_state(&r));
+    let b_rq: RqRef<'static> = leak(RqState::new(&*b.rq_slots().leak()).unwrap());
+    let srq_slots: &'static [SrqSlot] = (0..s.wqe_cnt)
+        .map(|_| SrqSlot::new())
+        .collect::<Vec<_>>()
+        .leak();
+    // SAFETY: the device (leaked) keeps the ring alive; the SRQ is new.
+    let srq_state: SrqRef<'static> =
+        leak(unsafe { SrqState::new(&srq_layout, srq_slots) }.unwrap());
+    let binds = |b: CqBinding<SqRef<'static>, RqRef<'static>, SrqRef<'static>>| -> Binds {
+        Box::leak(Box::new([b]))
+    };
+    let ud_caps = SqCaps {
+        transport: Transport::Ud { mtu: 4096 },
+        ..a.caps()
+    };
+    // SAFETY: the device outlives the queues; each ring has one driver; each state is bound
+    // to the CQ that serves it, and every QP on the SRQ completes its receives on `scq`.
+    let (mut a_q, mut b_q, mut r_q, mut srq_q, mut acq_p, mut bcq_p, mut rcq_p, mut scq_p) = unsafe {
+        (
+            SendQueue::new_ud(&a.layout, ud_caps, a_sq).unwrap(),
+            RecvQueue::new(&b.layout, b_rq).unwrap(),
+            SendQueue::new(&r.layout, r.caps(), r_sq).unwrap(),
+            SharedRecvQueue::new(&srq_layout, srq_state).unwrap(),
+            CompletionQueue::new(&acq.layout, binds(CqBinding::new(a.qpn, Some(a_sq), None)))
+                .unwrap(),
+            CompletionQueue::new(&bcq.layout, binds(CqBinding::new(b.qpn, None, Some(b_rq))))
+                .unwrap(),
+            CompletionQueue::new(&rcq.layout, binds(CqBinding::new(r.qpn, Some(r_sq), None)))
+                .unwrap(),
+            CompletionQueue::new(
+                &scq.layout,
+                binds(CqBinding::with_srq(on_srq.qpn, None, srq_state)),
+            )
+            .unwrap(),
+        )
+    };
+    let av = dev
+        .create_ah(&AhAttr {
+            dlid: dev.lid(),
+            ..AhAttr::default()
+        })
+        .unwrap()
+        .av;
+    let dest = UdDest::new(av, 0, b.qpn, 1);
+    let src = [Sge::new(mem.addr(4096), 32, mr.lkey)];
+    let recv = [Sge::new(mem.addr(0), 128, mr.lkey)];
+    let mut wc = [Completion::EMPTY; 2];
+    MEASURING.with(|m| m.set(true));
+    for i in 0..iters {
+        // SAFETY: entries in the registered arena, not touched by this loop.
+        unsafe {
+            if i % 2 == 0 {
+                b_q.post(&RecvWr::new(i, &recv)).unwrap();
+                a_q.post(&SendWr::send_to_imm(i, &src, &dest, i as u32).signaled())
+                    .unwrap();
+            } else {
+                srq_q.post(&RecvWr::new(i, &recv)).unwrap();
+                r_q.post(&SendWr::send(i, &src).signaled()).unwrap();
+            }
+        }
+        dev.step();
+        let (tx, rx) = if i % 2 == 0 {
+            (&mut acq_p, &mut bcq_p)
+        } else {
+            (&mut rcq_p, &mut scq_p)
+        };
+        assert!(tx.poll(&mut wc) == 1 && wc[0].wr_id == i && wc[0].is_success());
+        assert!(rx.poll(&mut wc) == 1 && wc[0].wr_id == i && wc[0].is_success());
+        if i % 2 == 0 {
+            assert!(wc[0].src_qp == a.qpn && wc[0].byte_len == 72 && wc[0].imm == i as u32);
+        } else {
+            assert!(wc[0].qp_num == on_srq.qpn && wc[0].byte_len == 32);
+        }
+    }
+    MEASURING.with(|m| m.set(false));
+    let (allocs, frees) = (
+        ALLOCS.load(Ordering::Relaxed),
+        FREES.load(Ordering::Relaxed),
+    );
+    println!("{iters} library UD and SRQ round trips: {allocs} allocations, {frees} frees");
+    assert_eq!((allocs, frees), (0, 0));
+    assert_eq!(srq_q.free(), s.wqe_cnt - 1);
 }

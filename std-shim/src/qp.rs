@@ -275,6 +275,7 @@ impl<'a> QpBuilder<'a> {
             max_inline_data: caps.max_inline_data,
             sig_all: self.sig_all,
             max_signaled: max_signaled.clamp(1, caps.max_send_wr.max(1)),
+            transport: zverbs_mlx5dv::Transport::Rc,
         };
         let mut reason = format!("{}; {}", self.send_cq.backend().reason, note.0);
         let mut blueflame = None;

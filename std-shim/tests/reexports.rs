@@ -40,6 +40,7 @@ fn a_request_posts_through_the_reexported_backend() {
         max_inline_data: 0,
         sig_all: false,
         max_signaled: 4,
+        transport: zverbs::mlx5::Transport::Rc,
     };
     {
         // SAFETY: the memory outlives the queue (dropped at the end of the block) and only it

@@ -168,6 +168,7 @@ fn run(o: &Options) {
         max_inline_data: 64,
         sig_all: false,
         max_signaled: CQES,
+        transport: zverbs::mlx5::Transport::Rc,
     };
     let cq_layout = CqLayout {
         buf: cq_ring.base,

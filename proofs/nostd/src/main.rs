@@ -27,13 +27,15 @@ use core::hint::black_box;
 use core::ptr::NonNull;
 
 use zverbs_core::{
-    Completion, PollCq, PostRecv, PostSend, RecvWr, RemoteBuf, SendWr, Sge, WcOpcode, WcStatus,
+    Completion, PollCq, PostRecv, PostSend, RecvWr, RemoteBuf, SendWr, Sge, UdDest, WcOpcode,
+    WcStatus,
 };
 use zverbs_mlx5dv::prm::cqe::Cqe64;
 use zverbs_mlx5dv::prm::opcode;
 use zverbs_mlx5dv::{
     BfLayout, CompletionQueue, CqBinding, CqLayout, QpLayout, RecvQueue, RqSlot, RqState,
-    SendQueue, SqCaps, SqSlot, SqState, WqLayout,
+    SendQueue, SharedRecvQueue, SqCaps, SqSlot, SqState, SrqLayout, SrqSlot, SrqState, Transport,
+    WqLayout,
 };
 
 #[link(name = "c")]
@@ -71,6 +73,11 @@ const CQES: usize = 8;
 const BF_SIZE: usize = 256;
 /// The QP number the CQEs name.
 const QPN: u32 = 0x123;
+/// The UD QP's number (its own rings; its receives come from the SRQ).
+const UD_QPN: u32 = 0x124;
+/// Shared receive queue WQEs and their stride (a next segment and one data segment).
+const SRQ_WQES: usize = 4;
+const SRQ_STRIDE: usize = 32;
 
 /// The memory a device shares with software, laid out as libmlx5 lays it out.
 #[repr(C, align(4096))]
@@ -81,6 +88,11 @@ struct DeviceMemory {
     bf: [u8; 2 * BF_SIZE],
     qp_dbrec: [u32; 2],
     cq_dbrec: [u32; 2],
+    ud_sq: [u8; SQ_BBS * 64],
+    ud_dbrec: [u32; 2],
+    ud_bf: [u8; 2 * BF_SIZE],
+    srq: [u8; SRQ_WQES * SRQ_STRIDE],
+    srq_dbrec: [u32; 1],
 }
 
 /// Static device memory, reached only through raw pointers.
@@ -96,6 +108,11 @@ static MEMORY: Shared = Shared(UnsafeCell::new(DeviceMemory {
     bf: [0; 2 * BF_SIZE],
     qp_dbrec: [0; 2],
     cq_dbrec: [0; 2],
+    ud_sq: [0; SQ_BBS * 64],
+    ud_dbrec: [0; 2],
+    ud_bf: [0; 2 * BF_SIZE],
+    srq: [0; SRQ_WQES * SRQ_STRIDE],
+    srq_dbrec: [0; 1],
 }));
 
 /// Called by the C library's start-up code.
@@ -162,6 +179,7 @@ fn run() -> Result<(), c_int> {
         max_inline_data: 64,
         sig_all: false,
         max_signaled: CQES as u32,
+        transport: zverbs_core::Transport::Rc,
     };
 
     let sq_slots: [SqSlot; SQ_BBS] = core::array::from_fn(|_| SqSlot::new());
@@ -288,6 +306,156 @@ fn run() -> Result<(), c_int> {
         n == 1 && wc[0].wr_id == 1 && wc[0].status == WcStatus::RemAccessErr,
         25,
     )?;
+    datagrams_and_srq()
+}
+
+/// A UD send queue posts datagrams (and refuses a connected operation), a shared receive
+/// queue takes receives along its free list, and the CQ resolves an SRQ receive by its WQE.
+fn datagrams_and_srq() -> Result<(), c_int> {
+    let mem = MEMORY.0.get();
+    // SAFETY: as in `run`: the static lives for the whole program, one thread.
+    let (sq_buf, dbrec, bf, srq_buf, srq_dbrec, cq_buf, cq_dbrec) = unsafe {
+        (
+            (&raw mut (*mem).ud_sq).cast::<u8>(),
+            (&raw mut (*mem).ud_dbrec).cast::<u32>(),
+            (&raw mut (*mem).ud_bf).cast::<u8>(),
+            (&raw mut (*mem).srq).cast::<u8>(),
+            (&raw mut (*mem).srq_dbrec).cast::<u32>(),
+            (&raw mut (*mem).cq).cast::<u8>(),
+            (&raw mut (*mem).cq_dbrec).cast::<u32>(),
+        )
+    };
+    // libmlx5's SRQ: WQE i links to i + 1, the last to 0.
+    for i in 0..SRQ_WQES {
+        let next = ((i + 1) % SRQ_WQES) as u16;
+        // SAFETY: bytes 2..4 of WQE `i`, inside the SRQ ring; no queue exists yet.
+        unsafe {
+            core::ptr::copy_nonoverlapping(
+                next.to_be_bytes().as_ptr(),
+                srq_buf.add(i * SRQ_STRIDE + 2),
+                2,
+            )
+        };
+    }
+    let qp = QpLayout {
+        qpn: black_box(UD_QPN),
+        dbrec: nonnull(dbrec),
+        sq: WqLayout {
+            buf: nonnull(sq_buf),
+            wqe_cnt: black_box(SQ_BBS as u32),
+            stride: 64,
+        },
+        rq: WqLayout {
+            buf: nonnull(sq_buf),
+            wqe_cnt: 0,
+            stride: 16,
+        },
+        bf: BfLayout {
+            reg: nonnull(bf),
+            size: black_box(BF_SIZE as u32),
+        },
+    };
+    let srq_layout = SrqLayout {
+        srqn: 5,
+        buf: nonnull(srq_buf),
+        dbrec: nonnull(srq_dbrec),
+        stride: SRQ_STRIDE as u32,
+        wqe_cnt: black_box(SRQ_WQES as u32),
+        head: 0,
+        tail: SRQ_WQES as u32 - 1,
+    };
+    // The CQ continues where `run` left it: three CQEs consumed.
+    let cq_layout = CqLayout {
+        buf: nonnull(cq_buf),
+        dbrec: nonnull(cq_dbrec),
+        cqe_cnt: black_box(CQES as u32),
+        cqe_size: 64,
+        cqn: 8,
+    };
+    let caps = SqCaps {
+        max_send_sge: 2,
+        max_inline_data: 64,
+        sig_all: false,
+        max_signaled: CQES as u32,
+        transport: Transport::Ud {
+            mtu: black_box(4096),
+        },
+    };
+    let sq_slots: [SqSlot; SQ_BBS] = core::array::from_fn(|_| SqSlot::new());
+    let srq_slots: [SrqSlot; SRQ_WQES] = core::array::from_fn(|_| SrqSlot::new());
+    let sq_state = SqState::new(&sq_slots[..]).map_err(|_| 30)?;
+    // SAFETY: the layout describes the static SRQ ring, new, which lives for the program.
+    let srq_state = unsafe { SrqState::new(&srq_layout, &srq_slots[..]) }.map_err(|_| 31)?;
+    let bindings = [CqBinding::with_srq(UD_QPN, Some(&sq_state), &srq_state)];
+    // SAFETY: the layouts describe the static memory, which lives for the whole program;
+    // these are the only queues over the UD rings and the SRQ; the CQ's earlier poller is
+    // gone, and this one starts at the consumer counter it left (`skip` below).
+    let (mut sq, mut srq, mut cq) = unsafe {
+        (
+            SendQueue::new_ud(&qp, caps, &sq_state).map_err(|_| 32)?,
+            SharedRecvQueue::new(&srq_layout, &srq_state).map_err(|_| 33)?,
+            CompletionQueue::new(&cq_layout, &bindings[..]).map_err(|_| 34)?,
+        )
+    };
+    let payload = black_box([0x3cu8; 32]);
+    let sgl = [Sge::from_slice(&payload, 0x1100)];
+    let dest = black_box(UdDest::new([7; 48], 0, 0x00ab_cdef, 0x1111_2222));
+    let wrs = black_box([
+        SendWr::send_to(40, &sgl, &dest).signaled(),
+        SendWr::send_to_imm(41, &sgl, &dest, 5).inline(),
+        SendWr::nop(42),
+    ]);
+    let recv = [0u8; 64];
+    let rsgl = [Sge::from_slice(&recv, 0x1100)];
+    // SAFETY: nothing runs the requests; the buffers outlive the polls below.
+    unsafe {
+        for wr in &wrs {
+            sq.stage(wr).map_err(|_| 35)?;
+        }
+        check(sq.stage(black_box(&SendWr::send(43, &sgl))).is_err(), 36)?;
+        srq.post(&RecvWr::new(black_box(50), &rsgl))
+            .map_err(|_| 37)?;
+        srq.post_all(black_box(&[RecvWr::new(51, &rsgl), RecvWr::new(52, &rsgl)]))
+            .map_err(|_| 38)?;
+        check(srq.post(&RecvWr::new(53, &rsgl)).is_err(), 39)?;
+    }
+    sq.ring();
+    // SAFETY: inside the static; single thread.
+    unsafe {
+        check(dbrec.add(1).read_volatile() == 5u32.to_be(), 40)?;
+        check(sq_buf.add(3).read_volatile() == opcode::SEND, 41)?;
+        check(srq_dbrec.read_volatile() == 3u32.to_be(), 42)?;
+    }
+    // Play the device: the SEND's requester CQE, then the second SRQ WQE's receive (CQEs 3
+    // and 4, owner 0: the first pass). The new poller starts at CQE 0: it is shown the three
+    // `run` consumed as CQEs of no QP it knows, which it reports and skips.
+    let mut req = [0u8; 64];
+    let mut c = Cqe64::new_unchecked(&mut req);
+    c.set_sop_drop_qpn((u32::from(opcode::SEND) << 24) | UD_QPN);
+    c.set_wqe_counter(0);
+    c.set_op_own(0x00);
+    let mut resp = [0u8; 64];
+    let mut c = Cqe64::new_unchecked(&mut resp);
+    c.set_sop_drop_qpn(UD_QPN);
+    c.set_byte_cnt(40 + 32);
+    c.set_wqe_counter(1);
+    c.set_flags_rqpn(0x0500_0077);
+    c.set_op_own(0x20);
+    // SAFETY: CQEs 3 and 4 are inside the CQ ring; the poller is not running.
+    unsafe {
+        core::ptr::copy_nonoverlapping(req.as_ptr(), cq_buf.add(3 * 64), 64);
+        core::ptr::copy_nonoverlapping(resp.as_ptr(), cq_buf.add(4 * 64), 64);
+    }
+    let mut wc = [Completion::EMPTY; 8];
+    let n = cq.poll(&mut wc);
+    check(n == 5, 43)?;
+    check(wc[3].wr_id == 40 && wc[3].opcode == WcOpcode::Send, 44)?;
+    check(wc[4].wr_id == 51 && wc[4].qp_num == UD_QPN, 45)?;
+    check(
+        wc[4].src_qp == 0x77 && wc[4].sl == 5 && wc[4].byte_len == 72,
+        46,
+    )?;
+    check(srq.free() == 1, 47)?;
     Ok(())
 }
 

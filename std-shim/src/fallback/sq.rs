@@ -233,6 +233,8 @@ impl SendQueue {
             }
             // Refused before staging (the caller's contract): libibverbs has no NOP.
             SendOp::Nop => WcOpcode::Nop,
+            // Refused before staging, as NOP.
+            SendOp::SendTo { .. } | SendOp::SendToImm { .. } => WcOpcode::Send,
         };
         if checked.is_inline() {
             let len = checked.inline_len();
@@ -407,7 +409,11 @@ pub(super) fn chain_index<T>(bad: *const T, base: *const T, len: usize) -> Optio
 /// check, so a request that is also invalid gets the same error from both backends.
 #[inline(always)]
 fn supported(wr: &SendWr<'_>) -> Result<(), PostError> {
-    if matches!(wr.op, SendOp::Nop) {
+    // Datagrams go through this backend once it maps `UdDest` to `ibv_send_wr.wr.ud`.
+    if matches!(
+        wr.op,
+        SendOp::Nop | SendOp::SendTo { .. } | SendOp::SendToImm { .. }
+    ) {
         return Err(PostError::Unsupported);
     }
     Ok(())

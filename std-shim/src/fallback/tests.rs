@@ -21,6 +21,7 @@ fn caps() -> SqCaps {
         max_inline_data: 32,
         sig_all: false,
         max_signaled: 6,
+        transport: zverbs_mlx5dv::Transport::Rc,
     }
 }
 
