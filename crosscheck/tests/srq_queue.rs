@@ -163,7 +163,10 @@ impl Run<'_> {
         let stride = self.cfg.stride as usize;
         let head = self.srq.head();
         if head != self.c.head() {
-            self.fail(&format!("heads differ: ours {head}, libmlx5 {}", self.c.head()));
+            self.fail(&format!(
+                "heads differ: ours {head}, libmlx5 {}",
+                self.c.head()
+            ));
         }
         let mut used = Vec::new();
         for sgl in lists {
@@ -232,13 +235,17 @@ impl Run<'_> {
             _ => false,
         };
         if !ok {
-            self.fail(&format!("SharedRecvQueue gave {ours:?} (full: {full}) for {sgl:?}"));
+            self.fail(&format!(
+                "SharedRecvQueue gave {ours:?} (full: {full}) for {sgl:?}"
+            ));
         }
         // The C side gets the whole list: its length is what is refused.
         self.c.clear_written();
         let theirs = self.c.post(sgl);
         if theirs != Err(if full { ENOMEM } else { EINVAL }) {
-            self.fail(&format!("libmlx5 gave {theirs:?} (full: {full}) for {sgl:?}"));
+            self.fail(&format!(
+                "libmlx5 gave {theirs:?} (full: {full}) for {sgl:?}"
+            ));
         }
         if self.ring.to_vec() != ring
             || self.dbrec.to_vec() != db
@@ -291,7 +298,10 @@ impl Run<'_> {
         let mut wc = vec![Completion::EMPTY; done.len() + 1];
         let got = self.cq.poll(&mut wc);
         if got != done.len() {
-            self.fail(&format!("polled {got} completions, expected {}", done.len()));
+            self.fail(&format!(
+                "polled {got} completions, expected {}",
+                done.len()
+            ));
         }
         for c in &wc[..got] {
             let want = expect.pop_front();

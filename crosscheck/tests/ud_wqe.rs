@@ -227,7 +227,8 @@ fn random_dest(rng: &mut SplitMix64) -> UdDest {
 /// A total length for a message of at most `max` bytes, edges often.
 fn length(rng: &mut SplitMix64, max: u64) -> u64 {
     if rng.chance(1, 4) {
-        rng.pick(&[0, 1, 12, 13, max.saturating_sub(1), max]).min(max)
+        rng.pick(&[0, 1, 12, 13, max.saturating_sub(1), max])
+            .min(max)
     } else {
         rng.range(0, max)
     }
@@ -455,7 +456,9 @@ impl Run<'_> {
             || self.bf.to_vec().iter().any(|&b| b != MARK)
             || self.sq.producer() != pi
         {
-            self.fail(&format!("SendQueue wrote something for the refused {req:?}"));
+            self.fail(&format!(
+                "SendQueue wrote something for the refused {req:?}"
+            ));
         }
 
         // libmlx5 refuses more entries than max_gs and more inline bytes than its limit, both
@@ -474,7 +477,13 @@ impl Run<'_> {
                 if self.c.producer() != c_pi || self.c.dbrec_bytes() != c_db {
                     self.fail(&format!("libmlx5 published the refused {req:?}"));
                 }
-                let scribbled = self.c.written().to_vec().iter().filter(|&&b| b != 0).count();
+                let scribbled = self
+                    .c
+                    .written()
+                    .to_vec()
+                    .iter()
+                    .filter(|&&b| b != 0)
+                    .count();
                 self.stats.scribbled_by_libmlx5 += scribbled as u64;
             }
             other => self.fail(&format!("libmlx5 gave {other:?} for {req:?} ({fault:?})")),
@@ -695,8 +704,8 @@ impl Run<'_> {
     /// Posts rounds until the configuration has run long enough.
     fn run(&mut self) {
         let cfg = self.cfg;
-        let max_ds = UD_HEADER_DS
-            + (cfg.max_send_sge as usize).max(inline_ds(cfg.max_inline_data as usize));
+        let max_ds =
+            UD_HEADER_DS + (cfg.max_send_sge as usize).max(inline_ds(cfg.max_inline_data as usize));
         let max_blocks = max_ds.div_ceil(4) as u32;
         let start_wqes = self.stats.wqes;
         while self.stats.wqes - start_wqes < cfg.min_wqes
