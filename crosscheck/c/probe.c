@@ -9,10 +9,13 @@
  *   mlx5dv_get_cqe_* helpers, with libmlx5's syndrome -> ibv_wc_status mapping and its
  *   IBV_WC_GRH rule for receive completions.
  * - zv_post_send / zv_ring_db: a send queue that lays WQEs out the way libmlx5 (rdma-core 44,
- *   providers/mlx5/qp.c, `_mlx5_post_send` and `post_send_db`) does for an RC QP.
+ *   providers/mlx5/qp.c, `_mlx5_post_send` and `post_send_db`) does for an RC or a UD QP.
  * - zv_post_recv: a receive queue that lays receive WQEs out as libmlx5's `mlx5_post_recv`.
  * - zv_post_srq_recv / zv_srq_link: shared receive WQEs as libmlx5's `mlx5_post_srq_recv`
  *   writes them and its free list as `set_srq_buf_ll` links it.
+ * - zv_srq_post / zv_srq_free: a shared receive queue as libmlx5 44 keeps one: posts taking
+ *   the head of the free list (`mlx5_post_srq_recv`), frees linking a WQE behind the tail
+ *   (`mlx5_free_srq_wqe`, before rdma-core 47 moved freed WQEs through a wait queue).
  */
 #include <endian.h>
 #include <errno.h>
@@ -277,6 +280,10 @@ static const struct zv_fact facts[] = {
 	ALIGN(struct zv_sq),
 	SIZE(struct zv_rq),
 	ALIGN(struct zv_rq),
+	SIZE(struct zv_srq),
+	ALIGN(struct zv_srq),
+	CONST(ZV_QPT_RC),
+	CONST(ZV_QPT_UD),
 	CONST(ZV_OP_WRITE),
 	CONST(ZV_OP_WRITE_IMM),
 	CONST(ZV_OP_SEND),
@@ -589,11 +596,82 @@ static int put_inline(struct zv_sq *sq, const struct ibv_send_wr *wr, uint8_t *s
 }
 
 /*
+ * The datagram segment of a UD request at `seg` (the 48 bytes after the control segment, so
+ * never across the end of the ring), as `_mlx5_post_send`'s IBV_QPT_UD branch writes it with
+ * `set_datagram_seg`: the address handle's vector, then the remote QPN (with
+ * MLX5_EXTENDED_UD_AV) and the Q_Key over it. Returns where the next segment goes: the start
+ * of the ring when the datagram segment ends it.
+ */
+static uint8_t *put_datagram(struct zv_sq *sq, const struct zv_wr *in, uint8_t *seg)
+{
+	zv_set_datagram_from_av(seg, in->av, in->remote_qpn, in->qkey);
+	wrote(sq, seg, sizeof(struct mlx5_wqe_datagram_seg));
+	seg += sizeof(struct mlx5_wqe_datagram_seg);
+	return seg == sq_end(sq) ? sq->buf : seg;
+}
+
+/*
+ * The segments of an RC request between the control segment and the data, as
+ * `_mlx5_post_send`'s IBV_QPT_RC branch writes them: a remote address segment for WRITE and
+ * READ; a remote address and an atomic segment for the atomics.
+ */
+static void put_rc_head(struct zv_sq *sq, const struct ibv_send_wr *wr, uint8_t **seg,
+			unsigned *size)
+{
+	switch (wr->opcode) {
+	case IBV_WR_RDMA_WRITE:
+	case IBV_WR_RDMA_WRITE_WITH_IMM:
+	case IBV_WR_RDMA_READ: {
+		struct mlx5_wqe_raddr_seg *r = (struct mlx5_wqe_raddr_seg *)*seg;
+
+		r->raddr = htobe64(wr->wr.rdma.remote_addr);
+		r->rkey = htobe32(wr->wr.rdma.rkey);
+		r->reserved = 0;
+		wrote(sq, r, sizeof(*r));
+		*seg += sizeof(*r);
+		*size += sizeof(*r) / 16;
+		break;
+	}
+	case IBV_WR_ATOMIC_CMP_AND_SWP:
+	case IBV_WR_ATOMIC_FETCH_AND_ADD: {
+		struct mlx5_wqe_raddr_seg *r = (struct mlx5_wqe_raddr_seg *)*seg;
+		struct mlx5_wqe_atomic_seg *a = (struct mlx5_wqe_atomic_seg *)(r + 1);
+
+		r->raddr = htobe64(wr->wr.atomic.remote_addr);
+		r->rkey = htobe32(wr->wr.atomic.rkey);
+		r->reserved = 0;
+		wrote(sq, r, sizeof(*r));
+		/* Fetch-and-add carries only the addend; `compare` keeps what was there. */
+		if (wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP) {
+			a->swap_add = htobe64(wr->wr.atomic.swap);
+			a->compare = htobe64(wr->wr.atomic.compare_add);
+			wrote(sq, a, sizeof(*a));
+		} else {
+			a->swap_add = htobe64(wr->wr.atomic.compare_add);
+			wrote(sq, &a->swap_add, sizeof(a->swap_add));
+		}
+		*seg += sizeof(*r) + sizeof(*a);
+		*size += (sizeof(*r) + sizeof(*a)) / 16;
+		break;
+	}
+	default:
+		break;
+	}
+}
+
+/*
  * One WQE at the producer counter, laid out as libmlx5's `_mlx5_post_send` lays out an RC
- * request: control, [remote address], [atomic], then data segments (zero-length entries
- * skipped, continuing at the start of the ring when they meet its end) or the inline segment.
- * The control segment is written last through mlx5dv_set_ctrl_seg, after the word at byte 8
- * (signature, dci_stream_channel_id, fm_ce_se) was cleared, as libmlx5 clears it.
+ * request (control, [remote address], [atomic]) or a UD one (control, datagram), then data
+ * segments (zero-length entries skipped, continuing at the start of the ring when they meet
+ * its end) or the inline segment. The control segment is written last through
+ * mlx5dv_set_ctrl_seg, after the word at byte 8 (signature, dci_stream_channel_id, fm_ce_se)
+ * was cleared, as libmlx5 clears it.
+ *
+ * Refusals, as libmlx5's: more entries than sq->max_gs (ENOMEM, before anything is written);
+ * more inline bytes than sq->max_inline_data (ENOMEM, after the segments before the inline
+ * data and the inline bytes up to the limit were stored: unpublished, as the producer counter
+ * does not move). libmlx5 does not compare a UD request with the path MTU: the device
+ * completes an over-long datagram with an error.
  */
 int zv_post_send(struct zv_sq *sq, const struct zv_wr *in, uint32_t *ds)
 {
@@ -607,6 +685,8 @@ int zv_post_send(struct zv_sq *sq, const struct zv_wr *in, uint32_t *ds)
 	uint8_t fm_ce_se;
 	int err;
 
+	if (in->num_sge > sq->max_gs)
+		return ENOMEM;
 	if (in->op == ZV_OP_NOP) {
 		memset(&wr, 0, sizeof(wr));
 		wr.send_flags = in->send_flags;
@@ -625,44 +705,11 @@ int zv_post_send(struct zv_sq *sq, const struct zv_wr *in, uint32_t *ds)
 		   (wr.send_flags & IBV_SEND_SOLICITED ? MLX5_WQE_CTRL_SOLICITED : 0);
 
 	if (in->op != ZV_OP_NOP) {
-		switch (wr.opcode) {
-		case IBV_WR_RDMA_WRITE:
-		case IBV_WR_RDMA_WRITE_WITH_IMM:
-		case IBV_WR_RDMA_READ: {
-			struct mlx5_wqe_raddr_seg *r = (struct mlx5_wqe_raddr_seg *)seg;
-
-			r->raddr = htobe64(wr.wr.rdma.remote_addr);
-			r->rkey = htobe32(wr.wr.rdma.rkey);
-			r->reserved = 0;
-			wrote(sq, r, sizeof(*r));
-			seg += sizeof(*r);
-			size += sizeof(*r) / 16;
-			break;
-		}
-		case IBV_WR_ATOMIC_CMP_AND_SWP:
-		case IBV_WR_ATOMIC_FETCH_AND_ADD: {
-			struct mlx5_wqe_raddr_seg *r = (struct mlx5_wqe_raddr_seg *)seg;
-			struct mlx5_wqe_atomic_seg *a = (struct mlx5_wqe_atomic_seg *)(r + 1);
-
-			r->raddr = htobe64(wr.wr.atomic.remote_addr);
-			r->rkey = htobe32(wr.wr.atomic.rkey);
-			r->reserved = 0;
-			wrote(sq, r, sizeof(*r));
-			/* Fetch-and-add carries only the addend; `compare` keeps what was there. */
-			if (wr.opcode == IBV_WR_ATOMIC_CMP_AND_SWP) {
-				a->swap_add = htobe64(wr.wr.atomic.swap);
-				a->compare = htobe64(wr.wr.atomic.compare_add);
-				wrote(sq, a, sizeof(*a));
-			} else {
-				a->swap_add = htobe64(wr.wr.atomic.compare_add);
-				wrote(sq, &a->swap_add, sizeof(a->swap_add));
-			}
-			seg += sizeof(*r) + sizeof(*a);
-			size += (sizeof(*r) + sizeof(*a)) / 16;
-			break;
-		}
-		default:
-			break;
+		if (sq->qp_type == ZV_QPT_UD) {
+			seg = put_datagram(sq, in, seg);
+			size += sizeof(struct mlx5_wqe_datagram_seg) / 16;
+		} else {
+			put_rc_head(sq, &wr, &seg, &size);
 		}
 
 		if ((wr.send_flags & IBV_SEND_INLINE) && wr.num_sge) {
@@ -807,4 +854,48 @@ void zv_read_srq_next(const void *buf, uint16_t *next_wqe_index, uint8_t *signat
 
 	*next_wqe_index = be16toh(nseg->next_wqe_index);
 	*signature = nseg->signature;
+}
+
+/*
+ * One receive at the head of the free list of `srq`, as libmlx5 44's `mlx5_post_srq_recv`
+ * takes it: refused with EINVAL for more entries than max_gs and with ENOMEM when the head
+ * is the tail (the tail WQE is never taken); else the WQE's data segments as
+ * zv_post_srq_recv writes them, the head moved along next_wqe_index, the counter (16 bits)
+ * incremented and the doorbell record set to it, big-endian. `*idx` is the WQE used.
+ */
+int zv_srq_post(struct zv_srq *srq, const struct ibv_sge *sg_list, uint32_t num_sge,
+		uint32_t *idx)
+{
+	uint8_t *wqe = srq->buf + (size_t)srq->head * srq->stride;
+	uint32_t used = num_sge < srq->max_gs ? num_sge + 1 : num_sge;
+	uint16_t next;
+	int err;
+
+	if (num_sge > srq->max_gs)
+		return EINVAL;
+	if (srq->head == srq->tail)
+		return ENOMEM;
+	err = zv_post_srq_recv(srq->buf, srq->stride, srq->head, sg_list, num_sge, &next);
+	if (err)
+		return err;
+	memset(srq->written + (wqe - srq->buf) + sizeof(struct mlx5_wqe_srq_next_seg), 1,
+	       used * sizeof(struct mlx5_wqe_data_seg));
+	*idx = srq->head;
+	srq->head = next;
+	srq->counter = (srq->counter + 1) & 0xffff;
+	srq->dbrec = htobe32(srq->counter);
+	return 0;
+}
+
+/* A completed receive's WQE back on the free list, as libmlx5 44's `mlx5_free_srq_wqe`: the
+ * tail WQE's next_wqe_index names it, and it becomes the tail. */
+void zv_srq_free(struct zv_srq *srq, uint32_t ind)
+{
+	struct mlx5_wqe_srq_next_seg *tail =
+		(struct mlx5_wqe_srq_next_seg *)(srq->buf + (size_t)srq->tail * srq->stride);
+
+	tail->next_wqe_index = htobe16(ind);
+	memset(srq->written + ((uint8_t *)&tail->next_wqe_index - srq->buf), 1,
+	       sizeof(tail->next_wqe_index));
+	srq->tail = ind;
 }

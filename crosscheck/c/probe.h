@@ -99,6 +99,7 @@ enum zv_op {
 /* A send request in flat form; the builder turns it into a struct ibv_send_wr. */
 struct zv_wr {
 	const struct ibv_sge *sg_list;
+	const void *av; /* UD: the destination's 48-byte address vector (struct mlx5_wqe_av) */
 	uint64_t remote_addr;
 	uint64_t compare_add; /* CS: the compare value; FA: the addend */
 	uint64_t swap;
@@ -107,7 +108,15 @@ struct zv_wr {
 	uint32_t send_flags; /* IBV_SEND_* */
 	uint32_t rkey;
 	uint32_t imm; /* host order; goes to imm_data as htobe32(imm), as a verbs caller does */
+	uint32_t remote_qpn; /* UD: wr.ud.remote_qpn */
+	uint32_t qkey; /* UD: wr.ud.remote_qkey */
 	uint32_t pad;
+};
+
+/* The QP types the send queue model knows. */
+enum zv_qpt {
+	ZV_QPT_RC = 0,
+	ZV_QPT_UD = 1,
 };
 
 /* A send queue modelled the way libmlx5 keeps one. */
@@ -120,6 +129,8 @@ struct zv_sq {
 	uint32_t sig_all; /* sq_sig_all: every WQE asks for a CQE */
 	uint32_t max_inline_data;
 	uint32_t dbrec[2]; /* the doorbell record, [MLX5_RCV_DBR] and [MLX5_SND_DBR] */
+	uint32_t qp_type; /* enum zv_qpt */
+	uint32_t max_gs; /* libmlx5's sq.max_gs: requests with more entries are refused */
 	uint32_t pad;
 };
 
@@ -131,6 +142,21 @@ struct zv_rq {
 	uint32_t stride; /* a power of two >= 16: stride / 16 scatter entries */
 	uint32_t head; /* receives posted */
 	uint32_t dbrec[2]; /* the doorbell record, [MLX5_RCV_DBR] and [MLX5_SND_DBR] */
+	uint32_t pad;
+};
+
+/* A shared receive queue modelled the way libmlx5 (rdma-core 44) keeps one: a free list from
+ * head to tail through next_wqe_index, the tail never taken. */
+struct zv_srq {
+	uint8_t *buf; /* nwqes * stride bytes */
+	uint8_t *written; /* as large as buf: the builder sets 1 for every byte it stores */
+	uint32_t stride; /* a power of two >= 32 */
+	uint32_t nwqes; /* a power of two */
+	uint32_t max_gs; /* (stride - 16) / 16 */
+	uint32_t head;
+	uint32_t tail;
+	uint32_t counter; /* receives posted, 16 bits as libmlx5's uint16_t counter */
+	uint32_t dbrec; /* the doorbell record, big-endian */
 	uint32_t pad;
 };
 
@@ -150,6 +176,9 @@ int zv_post_srq_recv(uint8_t *buf, uint32_t stride, uint32_t idx, const struct i
 		     uint32_t num_sge, uint16_t *next);
 void zv_srq_link(uint8_t *buf, uint32_t stride, uint32_t start, uint32_t end);
 void zv_read_srq_next(const void *buf, uint16_t *next_wqe_index, uint8_t *signature);
+int zv_srq_post(struct zv_srq *srq, const struct ibv_sge *sg_list, uint32_t num_sge,
+		uint32_t *idx);
+void zv_srq_free(struct zv_srq *srq, uint32_t ind);
 
 void zv_read_cqe(const void *cqe, struct zv_cqe_fields *out);
 uint32_t zv_wc_status_of_syndrome(uint8_t syndrome);

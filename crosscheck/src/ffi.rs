@@ -172,6 +172,8 @@ pub mod op {
 pub struct ZvWr {
     /// The scatter/gather list (`struct ibv_sge`, which [`Sge`] mirrors).
     pub sg_list: *const Sge,
+    /// UD: the destination's 48-byte address vector (null for RC).
+    pub av: *const u8,
     /// Remote address (RDMA and atomics).
     pub remote_addr: u64,
     /// Compare value (CS) or addend (FA).
@@ -188,8 +190,20 @@ pub struct ZvWr {
     pub rkey: u32,
     /// Immediate data, host order.
     pub imm: u32,
+    /// UD: the destination QP number (`wr.ud.remote_qpn`).
+    pub remote_qpn: u32,
+    /// UD: the destination's Q_Key (`wr.ud.remote_qkey`).
+    pub qkey: u32,
     /// Padding.
     pub pad: u32,
+}
+
+/// `enum zv_qpt`: the QP types the probe's send queue model knows.
+pub mod qpt {
+    /// Reliable connected.
+    pub const RC: u32 = 0;
+    /// Unreliable datagram.
+    pub const UD: u32 = 1;
 }
 
 /// `struct zv_sq`: the probe's model of a libmlx5 send queue.
@@ -212,6 +226,10 @@ pub struct ZvSq {
     pub max_inline_data: u32,
     /// The doorbell record (`[MLX5_RCV_DBR]`, `[MLX5_SND_DBR]`), big-endian words.
     pub dbrec: [u32; 2],
+    /// One of [`qpt`].
+    pub qp_type: u32,
+    /// libmlx5's `sq.max_gs`: requests with more entries are refused.
+    pub max_gs: u32,
     /// Padding.
     pub pad: u32,
 }
@@ -232,6 +250,32 @@ pub struct ZvRq {
     pub head: u32,
     /// The doorbell record (`[MLX5_RCV_DBR]`, `[MLX5_SND_DBR]`), big-endian words.
     pub dbrec: [u32; 2],
+    /// Padding.
+    pub pad: u32,
+}
+
+/// `struct zv_srq`: the probe's model of a libmlx5 (rdma-core 44) shared receive queue.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct ZvSrq {
+    /// The ring, `nwqes * stride` bytes.
+    pub buf: *mut u8,
+    /// As large as the ring: 1 for every byte the builder stored.
+    pub written: *mut u8,
+    /// Bytes per WQE, a power of two of at least 32.
+    pub stride: u32,
+    /// WQEs in the ring, a power of two.
+    pub nwqes: u32,
+    /// Scatter entries per WQE, `(stride - 16) / 16`.
+    pub max_gs: u32,
+    /// The head of the free list: the next receive goes there.
+    pub head: u32,
+    /// The tail of the free list, never taken.
+    pub tail: u32,
+    /// Receives posted, 16 bits.
+    pub counter: u32,
+    /// The doorbell record, big-endian.
+    pub dbrec: u32,
     /// Padding.
     pub pad: u32,
 }
@@ -289,6 +333,13 @@ unsafe extern "C" {
 
     /// Reads `next_wqe_index` and `signature` of the next segment at `buf` (16 bytes).
     pub fn zv_read_srq_next(buf: *const c_void, next_wqe_index: *mut u16, signature: *mut u8);
+
+    /// One receive at the head of `srq`'s free list as libmlx5 44 takes and writes it (the WQE
+    /// used goes to `idx`); returns 0 or an errno.
+    pub fn zv_srq_post(srq: *mut ZvSrq, sg_list: *const Sge, num_sge: u32, idx: *mut u32) -> c_int;
+
+    /// WQE `ind` back on `srq`'s free list, behind the tail, as libmlx5 44 frees it.
+    pub fn zv_srq_free(srq: *mut ZvSrq, ind: u32);
 
     /// Reads the 64-byte CQE at `cqe` into `out`.
     pub fn zv_read_cqe(cqe: *const c_void, out: *mut ZvCqeFields);

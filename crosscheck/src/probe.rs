@@ -4,7 +4,7 @@ use std::ffi::CStr;
 
 use zverbs_core::Sge;
 
-use crate::ffi::{self, ZvAvFields, ZvCqeFields, ZvDgramArgs, ZvRq, ZvSq, ZvWr};
+use crate::ffi::{self, ZvAvFields, ZvCqeFields, ZvDgramArgs, ZvRq, ZvSq, ZvSrq, ZvWr, qpt};
 use crate::mem::DeviceMem;
 
 /// The fact table: `(C expression, value)` for every size, offset and constant the Rust side
@@ -219,7 +219,7 @@ pub fn wc_status_of_syndrome(syndrome: u8) -> u32 {
 }
 
 /// A send request for [`CSendQueue::post`].
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 pub struct CRequest<'a> {
     /// One of [`ffi::op`].
     pub op: u32,
@@ -237,6 +237,12 @@ pub struct CRequest<'a> {
     pub compare_add: u64,
     /// Swap value (CS).
     pub swap: u64,
+    /// UD: the destination's address vector (`None` on an RC queue).
+    pub av: Option<&'a [u8; 48]>,
+    /// UD: the destination QP number.
+    pub remote_qpn: u32,
+    /// UD: the destination's Q_Key.
+    pub qkey: u32,
 }
 
 /// One of the probe's libmlx5-style queues (`Q`: the C side's state of a send or a receive
@@ -263,6 +269,30 @@ impl CQueueState for ZvSq {
 impl CQueueState for ZvRq {
     fn dbrec(&self) -> [u32; 2] {
         self.dbrec
+    }
+}
+
+/// A queue's ring and state at one moment ([`CQueue::snapshot`]).
+#[derive(Clone, Debug)]
+pub struct CSnapshot<Q> {
+    ring: Vec<u8>,
+    q: Q,
+}
+
+impl<Q: CQueueState + Copy> CQueue<Q> {
+    /// The ring and the C state as they are now.
+    pub fn snapshot(&self) -> CSnapshot<Q> {
+        CSnapshot {
+            ring: self.ring.to_vec(),
+            q: self.q,
+        }
+    }
+
+    /// Puts back the ring and the C state of `s` (the written map is cleared).
+    pub fn restore(&mut self, s: &CSnapshot<Q>) {
+        self.ring.write_at(0, &s.ring);
+        self.q = s.q;
+        self.clear_written();
     }
 }
 
@@ -296,12 +326,54 @@ impl<Q: CQueueState> CQueue<Q> {
 pub type CSendQueue = CQueue<ZvSq>;
 
 impl CSendQueue {
-    /// A queue of `wqe_cnt` basic blocks (a power of two) whose ring starts as `initial`.
+    /// An RC queue of `wqe_cnt` basic blocks (a power of two) whose ring starts as `initial`;
+    /// it takes any number of entries.
     pub fn new(
         wqe_cnt: u32,
         qpn: u32,
         sig_all: bool,
         max_inline_data: u32,
+        initial: &[u8],
+    ) -> Self {
+        Self::with_type(
+            qpt::RC,
+            wqe_cnt,
+            qpn,
+            sig_all,
+            max_inline_data,
+            u32::MAX,
+            initial,
+        )
+    }
+
+    /// A UD queue of `wqe_cnt` basic blocks (a power of two) whose ring starts as `initial`,
+    /// refusing requests of more than `max_gs` entries or `max_inline_data` inline bytes.
+    pub fn new_ud(
+        wqe_cnt: u32,
+        qpn: u32,
+        sig_all: bool,
+        max_inline_data: u32,
+        max_gs: u32,
+        initial: &[u8],
+    ) -> Self {
+        Self::with_type(
+            qpt::UD,
+            wqe_cnt,
+            qpn,
+            sig_all,
+            max_inline_data,
+            max_gs,
+            initial,
+        )
+    }
+
+    fn with_type(
+        qp_type: u32,
+        wqe_cnt: u32,
+        qpn: u32,
+        sig_all: bool,
+        max_inline_data: u32,
+        max_gs: u32,
         initial: &[u8],
     ) -> Self {
         assert!(wqe_cnt.is_power_of_two());
@@ -319,6 +391,8 @@ impl CSendQueue {
             sig_all: u32::from(sig_all),
             max_inline_data,
             dbrec: [0; 2],
+            qp_type,
+            max_gs,
             pad: 0,
         };
         Self {
@@ -339,9 +413,18 @@ impl CSendQueue {
     ///
     /// With `IBV_SEND_INLINE`, every entry of `req.sgl` names `length` readable bytes at
     /// `addr`.
+    ///
+    /// # Panics
+    ///
+    /// On a UD queue, when `req.av` is `None` for an operation other than NOP.
     pub unsafe fn post(&mut self, req: &CRequest<'_>) -> Result<u32, i32> {
+        assert!(
+            self.q.qp_type != qpt::UD || req.op == ffi::op::NOP || req.av.is_some(),
+            "a UD request needs an address vector"
+        );
         let wr = ZvWr {
             sg_list: req.sgl.as_ptr(),
+            av: req.av.map_or(std::ptr::null(), |av| av.as_ptr()),
             remote_addr: req.remote_addr,
             compare_add: req.compare_add,
             swap: req.swap,
@@ -350,11 +433,14 @@ impl CSendQueue {
             send_flags: req.send_flags,
             rkey: req.rkey,
             imm: req.imm,
+            remote_qpn: req.remote_qpn,
+            qkey: req.qkey,
             pad: 0,
         };
         let mut ds = 0;
-        // SAFETY: `self.sq` points to this queue's live ring and written map; `wr` and its
-        // list are valid for the call; inline sources are readable (caller).
+        // SAFETY: `self.sq` points to this queue's live ring and written map; `wr`, its list
+        // and (on a UD queue, checked above) its 48-byte address vector are valid for the
+        // call; inline sources are readable (caller).
         let rc = unsafe { ffi::zv_post_send(&mut self.q, &wr, &mut ds) };
         if rc == 0 { Ok(ds) } else { Err(rc) }
     }
@@ -406,5 +492,93 @@ impl CRecvQueue {
         // valid for the call and only its fields are read.
         let rc = unsafe { ffi::zv_post_recv(&mut self.q, sgl.as_ptr(), sgl.len() as u32) };
         if rc == 0 { Ok(()) } else { Err(rc) }
+    }
+}
+
+/// The probe's libmlx5-style (rdma-core 44) shared receive queue over its own ring.
+#[derive(Debug)]
+pub struct CSharedRecvQueue {
+    ring: DeviceMem,
+    written: DeviceMem,
+    q: ZvSrq,
+}
+
+impl CSharedRecvQueue {
+    /// A queue of `nwqes` WQEs of `stride` bytes (powers of two) whose ring starts as
+    /// `initial` and whose free list runs from `head` to `tail` (linked in `initial`).
+    pub fn new(nwqes: u32, stride: u32, head: u32, tail: u32, initial: &[u8]) -> Self {
+        assert!(nwqes.is_power_of_two() && stride.is_power_of_two() && stride >= 32);
+        assert!(head < nwqes && tail < nwqes);
+        let len = nwqes as usize * stride as usize;
+        assert_eq!(initial.len(), len);
+        let ring = DeviceMem::new(len, 64);
+        ring.write_at(0, initial);
+        let written = DeviceMem::new(len, 64);
+        let q = ZvSrq {
+            buf: ring.ptr().as_ptr(),
+            written: written.ptr().as_ptr(),
+            stride,
+            nwqes,
+            max_gs: (stride - 16) / 16,
+            head,
+            tail,
+            counter: 0,
+            dbrec: 0,
+            pad: 0,
+        };
+        Self { ring, written, q }
+    }
+
+    /// The ring.
+    pub fn ring(&self) -> &DeviceMem {
+        &self.ring
+    }
+
+    /// Which ring bytes the queue stored since the last [`clear_written`](Self::clear_written).
+    pub fn written(&self) -> &DeviceMem {
+        &self.written
+    }
+
+    /// Forgets which bytes were stored.
+    pub fn clear_written(&self) {
+        self.written.fill(0);
+    }
+
+    /// The head of the free list.
+    pub fn head(&self) -> u32 {
+        self.q.head
+    }
+
+    /// The tail of the free list.
+    pub fn tail(&self) -> u32 {
+        self.q.tail
+    }
+
+    /// The doorbell record's 4 bytes, as they lie in memory.
+    pub fn dbrec_bytes(&self) -> [u8; 4] {
+        self.q.dbrec.to_ne_bytes()
+    }
+
+    /// One receive of `sgl` at the head of the free list: the WQE it went into, or the errno.
+    pub fn post(&mut self, sgl: &[Sge]) -> Result<u32, i32> {
+        assert!(self.q.head < self.q.nwqes, "a link outside the ring");
+        let mut idx = 0;
+        // SAFETY: `self.q` points to this queue's live ring and written map, its head inside
+        // the ring (checked above); the list is valid for the call and only its fields are
+        // read.
+        let rc = unsafe { ffi::zv_srq_post(&mut self.q, sgl.as_ptr(), sgl.len() as u32, &mut idx) };
+        if rc == 0 { Ok(idx) } else { Err(rc) }
+    }
+
+    /// WQE `ind` back on the free list, behind the tail.
+    ///
+    /// # Panics
+    ///
+    /// When `ind` is outside the ring.
+    pub fn free(&mut self, ind: u32) {
+        assert!(ind < self.q.nwqes, "WQE {ind} outside the ring");
+        // SAFETY: `self.q` points to this queue's live ring and written map; its tail is
+        // inside the ring (`new` and this check).
+        unsafe { ffi::zv_srq_free(&mut self.q, ind) }
     }
 }

@@ -1,6 +1,7 @@
 //! A small seeded generator (splitmix64), for the tests that run one long sequence through a
-//! stateful queue: whole send WQEs (`tests/wqe.rs`) and receive WQEs (`tests/recv_wqe.rs`)
-//! through one ring past the 16-bit index wrap, receive CQEs through one poller
+//! stateful queue: whole send WQEs (`tests/wqe.rs`, `tests/ud_wqe.rs`) and receive WQEs
+//! (`tests/recv_wqe.rs`) through one ring past the 16-bit index wrap, shared receives through
+//! one SRQ (`tests/srq_queue.rs`), receive CQEs through one poller
 //! (`tests/cqe.rs`, the GRH flag). A failure there is one request among tens of thousands that
 //! depend on each other, which `proptest` could shrink only by rerunning the whole sequence
 //! at every step; the comparisons of single values use [`prop`](crate::prop) instead.

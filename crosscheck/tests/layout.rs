@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::mem::{align_of, offset_of, size_of};
 
 use zverbs_core::{SendFlags, Sge, WcFlags, WcOpcode, WcStatus};
-use zverbs_crosscheck::ffi::{self, ZvAvFields, ZvCqeFields, ZvDgramArgs, ZvRq, ZvSq, ZvWr};
+use zverbs_crosscheck::ffi::{self, ZvAvFields, ZvCqeFields, ZvDgramArgs, ZvRq, ZvSq, ZvSrq, ZvWr};
 use zverbs_crosscheck::probe;
 use zverbs_mlx5dv::prm::cqe::{self, Cqe64, CqeOpcode, Syndrome, err_field, field as cqe_field};
 use zverbs_mlx5dv::prm::dv::{self, mlx5dv_ah, mlx5dv_cq, mlx5dv_qp, mlx5dv_srq};
@@ -403,6 +403,10 @@ fn ours() -> Ours {
     fact!(o, "alignof(struct zv_sq)", align_of::<ZvSq>());
     fact!(o, "sizeof(struct zv_rq)", size_of::<ZvRq>());
     fact!(o, "alignof(struct zv_rq)", align_of::<ZvRq>());
+    fact!(o, "sizeof(struct zv_srq)", size_of::<ZvSrq>());
+    fact!(o, "alignof(struct zv_srq)", align_of::<ZvSrq>());
+    fact!(o, "ZV_QPT_RC", ffi::qpt::RC);
+    fact!(o, "ZV_QPT_UD", ffi::qpt::UD);
     fact!(o, "ZV_OP_WRITE", ffi::op::WRITE);
     fact!(o, "ZV_OP_WRITE_IMM", ffi::op::WRITE_IMM);
     fact!(o, "ZV_OP_SEND", ffi::op::SEND);

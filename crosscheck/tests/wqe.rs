@@ -168,6 +168,7 @@ impl Req {
                 self.compare
             },
             swap: self.swap_add,
+            ..CRequest::default()
         }
     }
 
