@@ -83,9 +83,47 @@ struct Packaged {
     compressed: String,
 }
 
+/// Removes what an earlier dry run unpacked of our crates in cargo's home. Cargo verifies each
+/// package against the ones before it through a registry in the target directory, and
+/// unpacks those into `$CARGO_HOME/registry/src/-<hash of that path>/<crate>-<version>`; the
+/// version does not change between runs, so a later run from the same path would build
+/// against the sources the first one unpacked (an old `zverbs-core` under a new
+/// `zverbs-mlx5dv`) instead of the tree as it is.
+fn forget_verified_packages() -> Result {
+    let home = std::env::var_os("CARGO_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cargo")));
+    let Some(src) = home.map(|h| h.join("registry/src")) else {
+        return Ok(());
+    };
+    let Ok(registries) = std::fs::read_dir(&src) else {
+        return Ok(());
+    };
+    for registry in registries.flatten() {
+        // Local registries are named `-<hash>`; crates.io's `index.crates.io-<hash>`.
+        if !registry.file_name().to_string_lossy().starts_with('-') {
+            continue;
+        }
+        for unpacked in std::fs::read_dir(registry.path())?.flatten() {
+            let name = unpacked.file_name().to_string_lossy().into_owned();
+            let ours = PUBLISHED.iter().any(|c| {
+                // `<crate>-<version>`: a digit after the crate's name and a dash.
+                name.strip_prefix(c)
+                    .and_then(|v| v.strip_prefix('-'))
+                    .is_some_and(|v| v.starts_with(|ch: char| ch.is_ascii_digit()))
+            });
+            if ours {
+                std::fs::remove_dir_all(unpacked.path())?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// `cargo publish --workspace --dry-run`: packages and builds the published crates, prints the
 /// table of their sizes, and checks the set of crates and what each package holds.
 fn package() -> Result<Vec<Packaged>> {
+    forget_verified_packages()?;
     // `--allow-dirty`: what is checked is the tree as it is, committed or not.
     let mut cmd = util::cargo(["publish", "--workspace", "--dry-run", "--allow-dirty"]);
     let mut lines = Vec::new();
