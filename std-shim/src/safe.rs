@@ -49,7 +49,7 @@ use std::time::Instant;
 
 use zverbs_core::{
     Completion, PollCq, PostError, PostRecv, PostSend, RecvWr, RemoteBuf, SendBatch, SendFlags,
-    SendWr, Sge,
+    SendWr, Sge, UdDest,
 };
 
 use crate::mr::{AccessFlags, BufError, MrBuf, or_panic};
@@ -257,6 +257,44 @@ macro_rules! send_ops {
         ) -> Result<(), SafePostError> {
             let sgl = [local.sge];
             self.submit(&SendWr::send_imm(wr_id, &sgl, imm).with_flags(flags))
+        }
+
+        #[doc = concat!("UD SEND of `local` to `dest` ([`AddressHandle::dest`](crate::AddressHandle::dest)): ", $what, ".")]
+        ///
+        /// The address handle `dest` was made from must outlive the request's completion.
+        ///
+        /// # Errors
+        ///
+        /// As [`SafeSendQueue::write`]; [`PostError::WrongTransport`] on an RC QP,
+        /// [`PostError::DatagramTooLong`] for more than the path MTU.
+        #[inline(always)]
+        pub fn send_to(
+            &mut self,
+            wr_id: u64,
+            local: BufSlice<'_>,
+            dest: &UdDest,
+            flags: SendFlags,
+        ) -> Result<(), SafePostError> {
+            let sgl = [local.sge];
+            self.submit(&SendWr::send_to(wr_id, &sgl, dest).with_flags(flags))
+        }
+
+        #[doc = concat!("UD SEND with immediate: ", $what, ".")]
+        ///
+        /// # Errors
+        ///
+        /// As [`SafeSendQueue::send_to`].
+        #[inline(always)]
+        pub fn send_to_imm(
+            &mut self,
+            wr_id: u64,
+            local: BufSlice<'_>,
+            dest: &UdDest,
+            imm: u32,
+            flags: SendFlags,
+        ) -> Result<(), SafePostError> {
+            let sgl = [local.sge];
+            self.submit(&SendWr::send_to_imm(wr_id, &sgl, dest, imm).with_flags(flags))
         }
 
         #[doc = concat!("SEND of `data`, copied into the request (inline): ", $what, ".")]

@@ -137,6 +137,19 @@ impl AddressHandle {
     pub fn attr(&self) -> &AhAttr {
         &self.inner.attr
     }
+
+    /// The destination of UD sends through this handle to QP `remote_qpn` (24 bits;
+    /// [`MULTICAST_QPN`] for a group) with Q_Key `qkey`: its address vector for the direct
+    /// path (zeros on a device that has none) and its verbs handle for the fallback. Made once
+    /// per peer; it borrows nothing, but the handle must outlive every send that names it.
+    pub fn dest(&self, remote_qpn: u32, qkey: u32) -> zverbs_core::UdDest {
+        zverbs_core::UdDest::new(
+            self.av().copied().unwrap_or([0; 48]),
+            self.as_raw() as usize,
+            remote_qpn & 0xff_ffff,
+            qkey,
+        )
+    }
 }
 
 impl Pd {
@@ -188,6 +201,13 @@ impl Qp {
                     .into(),
             ));
         }
+        let mtu = self
+            .inner
+            .send_cq
+            .context()
+            .port(a.port)?
+            .active_mtu
+            .bytes();
         let mut attr = ibv_qp_attr {
             qp_state: 1,
             pkey_index: a.pkey_index,
@@ -209,7 +229,11 @@ impl Qp {
             sq_psn: a.sq_psn & 0xff_ffff,
             ..Default::default()
         };
-        self.modify_raw(&mut attr, m::IBV_QP_STATE | m::IBV_QP_SQ_PSN)
+        self.modify_raw(&mut attr, m::IBV_QP_STATE | m::IBV_QP_SQ_PSN)?;
+        self.inner
+            .ud_mtu
+            .store(mtu, std::sync::atomic::Ordering::Release);
+        Ok(())
     }
 
     /// Attaches this UD QP to the multicast group `gid` / `lid` (`ibv_attach_mcast`).

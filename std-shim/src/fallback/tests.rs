@@ -42,6 +42,7 @@ fn rig_with(caps: SqCaps) -> Rig {
         qpn: QPN,
         sq: Some(sqs.clone()),
         rq: Some(rqs.clone()),
+        srq: false,
     }]);
     // SAFETY: the fake QP and CQ live as long as the rig; each queue is the only one of its
     // kind; the states are made for them and bound to this poller only.

@@ -247,6 +247,7 @@ fn run(o: &Opts) -> Result<(), Box<dyn std::error::Error>> {
     let queues = Queues::from_parts(qp.send_queue()?, rq.into_inner(), cq.poller()?)?;
     let start = match queues {
         Queues::Direct(q) => session(q.sq, q.rq, q.cq, &rbuf, slice, o, client)?,
+        Queues::DirectUd(q) => session(q.sq, q.rq, q.cq, &rbuf, slice, o, client)?,
         Queues::Verbs(q) => session(q.sq, q.rq, q.cq, &rbuf, slice, o, client)?,
     };
     let usec = start.elapsed().as_secs_f64() * 1e6;

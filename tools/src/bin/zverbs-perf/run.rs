@@ -327,6 +327,7 @@ pub(crate) fn run(opts: &Opts) -> Result<()> {
     };
     match queues {
         Queues::Direct(q) => test(q, &env)?,
+        Queues::DirectUd(q) => test(q, &env)?,
         Queues::Verbs(q) => test(q, &env)?,
     }
     drop(conn);
