@@ -188,26 +188,31 @@ impl Pd {
 impl Qp {
     /// RESET → INIT (`IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY`) → RTR
     /// (`IBV_QP_STATE`) → RTS (`IBV_QP_STATE | IBV_QP_SQ_PSN`): a UD QP has no peer, so this is
-    /// all it needs to send and receive.
+    /// all it needs to send and receive. [`Qp::to_init_ud`] and [`Qp::to_rts_ud`] are its two
+    /// halves, for receives posted in INIT before the QP sends.
     ///
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] for a QP that is not UD; [`Error::Verbs`] from
-    /// `ibv_modify_qp`.
+    /// `ibv_modify_qp` or the port query (the port's MTU bounds the datagrams).
     pub fn ready_ud(&self, a: &UdAttr) -> Result<()> {
+        self.to_init_ud(a)?;
+        self.to_rts_ud(a)
+    }
+
+    /// RESET → INIT of a UD QP (`IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+    /// IBV_QP_QKEY`): receives can be posted from here on.
+    ///
+    /// # Errors
+    ///
+    /// As [`Qp::ready_ud`].
+    pub fn to_init_ud(&self, a: &UdAttr) -> Result<()> {
         if self.qp_type() != QpType::Ud {
             return Err(Error::InvalidArgument(
                 "Qp::ready_ud needs a UD QP (QpBuilder::ud); connect an RC QP with Qp::connect"
                     .into(),
             ));
         }
-        let mtu = self
-            .inner
-            .send_cq
-            .context()
-            .port(a.port)?
-            .active_mtu
-            .bytes();
         let mut attr = ibv_qp_attr {
             qp_state: 1,
             pkey_index: a.pkey_index,
@@ -218,7 +223,28 @@ impl Qp {
         self.modify_raw(
             &mut attr,
             m::IBV_QP_STATE | m::IBV_QP_PKEY_INDEX | m::IBV_QP_PORT | m::IBV_QP_QKEY,
-        )?;
+        )
+    }
+
+    /// INIT → RTR (`IBV_QP_STATE`) → RTS (`IBV_QP_STATE | IBV_QP_SQ_PSN`) of a UD QP, noting
+    /// the port's active MTU as its largest datagram.
+    ///
+    /// # Errors
+    ///
+    /// As [`Qp::ready_ud`].
+    pub fn to_rts_ud(&self, a: &UdAttr) -> Result<()> {
+        if self.qp_type() != QpType::Ud {
+            return Err(Error::InvalidArgument(
+                "Qp::to_rts_ud needs a UD QP (QpBuilder::ud)".into(),
+            ));
+        }
+        let mtu = self
+            .inner
+            .send_cq
+            .context()
+            .port(a.port)?
+            .active_mtu
+            .bytes();
         let mut attr = ibv_qp_attr {
             qp_state: 2,
             ..Default::default()
