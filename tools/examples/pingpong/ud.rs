@@ -48,6 +48,7 @@ fn run(o: &Opts) -> Result<(), Box<dyn std::error::Error>> {
     let ctx = chosen.ctx;
     let port = ctx.port(o.ib_port)?;
     let mtu = port.active_mtu.bytes() as usize;
+    println!("  port {}: active MTU {mtu}", o.ib_port);
     if o.size > mtu {
         return Err(format!("Requested size larger than port MTU ({mtu})").into());
     }
