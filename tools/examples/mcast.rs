@@ -1,7 +1,9 @@
-//! A multicast receiver joined through rdma_cm, compatible with rdma-core's `mckey`.
+//! A multicast receiver or sender joined through rdma_cm, compatible with rdma-core's `mckey`.
 //!
 //! ```text
 //! cargo run -p zverbs-tools --example mcast -- --recv --group 239.1.1.1 [--bind LOCAL_IP]
+//!     [-C COUNT] [-S SIZE] [--timeout SECS]
+//! cargo run -p zverbs-tools --example mcast -- --send --group 239.1.1.1 [--bind LOCAL_IP]
 //!     [-C COUNT] [-S SIZE] [--timeout SECS]
 //! ```
 //!
@@ -12,7 +14,12 @@
 //! `joined group ...` and then one line a datagram, and exits 0 once `COUNT` have arrived.
 //! `mckey -s -m GROUP` on the same or another device is a sender.
 //!
-//! Sending (`--send`) waits for UD sends on the data path and is refused for now.
+//! `--send` joins the same way, makes an address handle from the join's address
+//! ([`McastGroup::join_info`](zverbs::connect::cm::McastGroup::join_info)), and sends `COUNT`
+//! datagrams of `SIZE` bytes to QPN `0xffffff` with the group's Q_Key, one at a time (each
+//! waits for its completion, then 1 ms, so that a slower receiver keeps up: UD drops a
+//! datagram that finds no receive). `mckey -m GROUP` (without `-s`) on the same or another
+//! device is a receiver.
 
 use std::net::IpAddr;
 use std::process::ExitCode;
@@ -20,14 +27,15 @@ use std::time::{Duration, Instant};
 
 use zverbs::connect::cm::CmMulticast;
 use zverbs::safe::SafeRecvQueue;
-use zverbs::{AccessFlags, Completion, PollCq, Qp, WcFlags};
+use zverbs::{AccessFlags, Completion, PollCq, Qp, SendFlags, WcFlags};
 use zverbs_tools::args::{self, Arg::*, Parser};
 
 const USAGE: &str = "\
-usage: mcast --recv --group ADDR [--bind LOCAL_IP] [-C COUNT] [-S SIZE] [--timeout SECS]
+usage: mcast --recv|--send --group ADDR [--bind LOCAL_IP] [-C COUNT] [-S SIZE]
+             [--timeout SECS]
 
   --recv            join the group and receive COUNT datagrams, then exit 0
-  --send            send to the group (not available yet: needs UD sends on the data path)
+  --send            join the group and send COUNT datagrams of SIZE bytes to it (as mckey -s)
   --group ADDR      the group: an IPv4 (224.0.0.0/4) or IPv6 (ff00::/8) multicast address
   --bind LOCAL_IP   join from the RDMA device holding this address (as mckey -b)
   -C COUNT          datagrams to receive, 1 to 4096 (default 10, as mckey)
@@ -42,6 +50,7 @@ const MAX_SIZE: usize = 4096;
 
 #[derive(Debug, PartialEq, Eq)]
 struct Args {
+    send: bool,
     group: IpAddr,
     bind: Option<IpAddr>,
     count: u32,
@@ -54,6 +63,7 @@ fn parse_args(mut p: Parser) -> Result<Args, String> {
     let (mut recv, mut send) = (false, false);
     let mut group = None;
     let mut a = Args {
+        send: false,
         group: IpAddr::from([0, 0, 0, 0]),
         bind: None,
         count: 10,
@@ -81,14 +91,10 @@ fn parse_args(mut p: Parser) -> Result<Args, String> {
             arg => return Err(args::unexpected(arg)),
         }
     }
-    if send {
-        return Err(
-            "--send is not available yet: it needs UD sends on the data path; use mckey -s".into(),
-        );
+    if recv == send {
+        return Err("give --recv or --send".into());
     }
-    if !recv {
-        return Err("give --recv".into());
-    }
+    a.send = send;
     let Some(g) = group else {
         return Err("give the group with --group ADDR (e.g. 239.1.1.1)".into());
     };
@@ -186,6 +192,54 @@ fn receive(a: &Args) -> Res<()> {
     Ok(())
 }
 
+fn send(a: &Args) -> Res<()> {
+    let m = CmMulticast::resolve(a.group, a.bind, a.timeout)?;
+    let ctx = m.context();
+    println!(
+        "mcast: group {} through {} port {}",
+        a.group,
+        ctx.name(),
+        m.port()
+    );
+    let pd = ctx.alloc_pd()?;
+    let cq = ctx.cq_builder().cqe(4).build()?;
+    let qp: Qp = pd
+        .qp_builder(&cq, &cq)
+        .ud()
+        .max_send_wr(1)
+        .max_recv_wr(1)
+        .build()?;
+    m.ready(&qp)?;
+    let group = m.join(&qp)?;
+    let j = group.join_info();
+    println!(
+        "mcast: joined group {} mgid {} mlid {:#x} qkey {:#x}",
+        a.group,
+        j.mgid(),
+        j.mlid(),
+        j.qkey
+    );
+    let ah = pd.create_ah(&j.ah)?;
+    let dest = ah.dest(j.qpn, j.qkey);
+    let buf = pd.alloc_buf(a.size, AccessFlags::LOCAL_WRITE)?;
+    buf.fill(0..a.size, 0x6d);
+    let mut q = qp.queues(&cq)?;
+    let slice = buf.try_slice(0..a.size)?;
+    for i in 0..a.count {
+        q.sq.send_to(u64::from(i), slice, &dest, SendFlags::SIGNALED)?;
+        let c = q.cq.wait(1, Instant::now() + a.timeout)?[0];
+        if !c.is_success() {
+            return Err(format!("send {i} failed: {}", c.status).into());
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    println!("mcast: sent {} datagrams of {} bytes", a.count, a.size);
+    drop(q);
+    drop(ah);
+    drop(group);
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let a = match parse_args(Parser::from_env()) {
         Ok(a) => a,
@@ -198,7 +252,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match receive(&a) {
+    match if a.send { send(&a) } else { receive(&a) } {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("mcast: {e}");
@@ -239,11 +293,10 @@ mod tests {
         let e = parse(&["--recv", "--group", "nonsense"]).unwrap_err();
         assert!(e.contains("not an IPv4 or IPv6 address"), "{e}");
         assert!(parse(&["--recv"]).unwrap_err().contains("--group"));
-        assert!(
-            parse(&["--send", "-m", "239.1.1.1"])
-                .unwrap_err()
-                .contains("not available")
-        );
+        assert!(parse(&["--send", "-m", "239.1.1.1"]).unwrap().send);
+        assert!(!parse(&["--recv", "-m", "239.1.1.1"]).unwrap().send);
+        assert!(parse(&["--send", "--recv", "-m", "239.1.1.1"]).is_err());
+        assert!(parse(&["-m", "239.1.1.1"]).is_err());
         assert!(parse(&["--recv", "-m", "239.1.1.1", "-C", "0"]).is_err());
     }
 }
