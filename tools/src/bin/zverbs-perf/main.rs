@@ -430,7 +430,10 @@ mod tests {
         assert_eq!(o.tag(), "send_lat_ud:2:1000:100");
         assert!(!p("send_lat").unwrap().ud);
         for bad in ["write_lat --ud", "send_bw --ud", "send_lat --ud --cm"] {
-            assert!(p(bad).unwrap_err().contains("--ud is for send_lat"), "{bad}");
+            assert!(
+                p(bad).unwrap_err().contains("--ud is for send_lat"),
+                "{bad}"
+            );
         }
     }
 
