@@ -18,8 +18,9 @@
 //! ([`McastGroup::join_info`](zverbs::connect::cm::McastGroup::join_info)), and sends `COUNT`
 //! datagrams of `SIZE` bytes to QPN `0xffffff` with the group's Q_Key, one at a time (each
 //! waits for its completion, then 1 ms, so that a slower receiver keeps up: UD drops a
-//! datagram that finds no receive). `mckey -m GROUP` (without `-s`) on the same or another
-//! device is a receiver.
+//! datagram that finds no receive). With `--repeat SECS` it sends such a round every 100 ms
+//! for that long, for receivers that join after it (a datagram reaches only members).
+//! `mckey -m GROUP` (without `-s`) on the same or another device is a receiver.
 
 use std::net::IpAddr;
 use std::process::ExitCode;
@@ -40,6 +41,7 @@ usage: mcast --recv|--send --group ADDR [--bind LOCAL_IP] [-C COUNT] [-S SIZE]
   --bind LOCAL_IP   join from the RDMA device holding this address (as mckey -b)
   -C COUNT          datagrams to receive, 1 to 4096 (default 10, as mckey)
   -S SIZE           the largest datagram, 1 to 4096 bytes (default 100, as mckey)
+  --repeat SECS     (--send) send a round of COUNT every 100 ms for SECS seconds
   --timeout SECS    how long the join, and each wait for a datagram, may take (default 30)";
 
 /// The bytes at the start of every UD receive buffer that hold the GRH (`struct ibv_grh`),
@@ -56,6 +58,7 @@ struct Args {
     count: u32,
     size: usize,
     timeout: Duration,
+    repeat: Option<Duration>,
 }
 
 /// The arguments; `Err("")` asks for the usage text.
@@ -69,6 +72,7 @@ fn parse_args(mut p: Parser) -> Result<Args, String> {
         count: 10,
         size: 100,
         timeout: Duration::from_secs(30),
+        repeat: None,
     };
     let ip = |p: &mut Parser, f: &str| -> Result<IpAddr, String> {
         let v = args::value(p, f)?;
@@ -84,6 +88,9 @@ fn parse_args(mut p: Parser) -> Result<Args, String> {
             Short('b') | Long("bind") => a.bind = Some(ip(&mut p, &f)?),
             Short('C') | Long("count") => a.count = args::in_range(&mut p, &f, 1, MAX_COUNT)?,
             Short('S') | Long("size") => a.size = args::in_range(&mut p, &f, 1, MAX_SIZE)?,
+            Long("repeat") => {
+                a.repeat = Some(Duration::from_secs(args::in_range(&mut p, &f, 1, 3600)?))
+            }
             Long("timeout") => {
                 a.timeout = Duration::from_secs(args::in_range(&mut p, &f, 1, 3600)?)
             }
@@ -95,6 +102,9 @@ fn parse_args(mut p: Parser) -> Result<Args, String> {
         return Err("give --recv or --send".into());
     }
     a.send = send;
+    if a.repeat.is_some() && !send {
+        return Err("--repeat is for --send".into());
+    }
     let Some(g) = group else {
         return Err("give the group with --group ADDR (e.g. 239.1.1.1)".into());
     };
@@ -225,15 +235,24 @@ fn send(a: &Args) -> Res<()> {
     buf.fill(0..a.size, 0x6d);
     let mut q = qp.queues(&cq)?;
     let slice = buf.try_slice(0..a.size)?;
-    for i in 0..a.count {
-        q.sq.send_to(u64::from(i), slice, &dest, SendFlags::SIGNALED)?;
-        let c = q.cq.wait(1, Instant::now() + a.timeout)?[0];
-        if !c.is_success() {
-            return Err(format!("send {i} failed: {}", c.status).into());
+    let until = a.repeat.map(|r| Instant::now() + r);
+    let mut sent = 0u64;
+    loop {
+        for i in 0..a.count {
+            q.sq.send_to(u64::from(i), slice, &dest, SendFlags::SIGNALED)?;
+            let c = q.cq.wait(1, Instant::now() + a.timeout)?[0];
+            if !c.is_success() {
+                return Err(format!("send {i} failed: {}", c.status).into());
+            }
+            sent += 1;
+            std::thread::sleep(Duration::from_millis(1));
         }
-        std::thread::sleep(Duration::from_millis(1));
+        match until {
+            Some(t) if Instant::now() < t => std::thread::sleep(Duration::from_millis(100)),
+            _ => break,
+        }
     }
-    println!("mcast: sent {} datagrams of {} bytes", a.count, a.size);
+    println!("mcast: sent {sent} datagrams of {} bytes", a.size);
     drop(q);
     drop(ah);
     drop(group);
@@ -296,6 +315,9 @@ mod tests {
         assert!(parse(&["--send", "-m", "239.1.1.1"]).unwrap().send);
         assert!(!parse(&["--recv", "-m", "239.1.1.1"]).unwrap().send);
         assert!(parse(&["--send", "--recv", "-m", "239.1.1.1"]).is_err());
+        let a = parse(&["--send", "-m", "239.1.1.1", "--repeat", "5"]).unwrap();
+        assert_eq!(a.repeat, Some(Duration::from_secs(5)));
+        assert!(parse(&["--recv", "-m", "239.1.1.1", "--repeat", "5"]).is_err());
         assert!(parse(&["-m", "239.1.1.1"]).is_err());
         assert!(parse(&["--recv", "-m", "239.1.1.1", "-C", "0"]).is_err());
     }
