@@ -228,7 +228,7 @@ pub use qp::{
 };
 pub use queues::{AnyPoller, AnyRecvQueue, AnySendQueue, AnySrqQueue, QueueSet, Queues};
 pub use srq::{Srq, SrqStateHandle};
-pub use ud::{AddressHandle, AhAttr, MULTICAST_QPN, UdAttr};
+pub use ud::{AddressHandle, AhAttr, MULTICAST_QPN, UdAttr, UdTarget};
 
 #[cfg(feature = "sim")]
 pub use provider::sim::SimControl;

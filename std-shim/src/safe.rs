@@ -49,11 +49,12 @@ use std::time::Instant;
 
 use zverbs_core::{
     Completion, PollCq, PostError, PostRecv, PostSend, RecvWr, RemoteBuf, SendBatch, SendFlags,
-    SendWr, Sge, UdDest,
+    SendWr, Sge,
 };
 
 use crate::mr::{AccessFlags, BufError, MrBuf, or_panic};
 use crate::queues::{AnyPoller, AnyRecvQueue, AnySendQueue};
+use crate::ud::UdTarget;
 
 /// A bounds-checked span of an [`MrBuf`] ([`MrBuf::slice`]).
 #[derive(Clone, Copy, Debug)]
@@ -259,9 +260,7 @@ macro_rules! send_ops {
             self.submit(&SendWr::send_imm(wr_id, &sgl, imm).with_flags(flags))
         }
 
-        #[doc = concat!("UD SEND of `local` to `dest` ([`AddressHandle::dest`](crate::AddressHandle::dest)): ", $what, ".")]
-        ///
-        /// The address handle `dest` was made from must outlive the request's completion.
+        #[doc = concat!("UD SEND of `local` to `dest` ([`AddressHandle::target`](crate::AddressHandle::target)): ", $what, ".")]
         ///
         /// # Errors
         ///
@@ -272,11 +271,11 @@ macro_rules! send_ops {
             &mut self,
             wr_id: u64,
             local: BufSlice<'_>,
-            dest: &UdDest,
+            dest: &UdTarget,
             flags: SendFlags,
         ) -> Result<(), SafePostError> {
             let sgl = [local.sge];
-            self.submit(&SendWr::send_to(wr_id, &sgl, dest).with_flags(flags))
+            self.submit(&SendWr::send_to(wr_id, &sgl, dest.dest()).with_flags(flags))
         }
 
         #[doc = concat!("UD SEND with immediate: ", $what, ".")]
@@ -289,12 +288,12 @@ macro_rules! send_ops {
             &mut self,
             wr_id: u64,
             local: BufSlice<'_>,
-            dest: &UdDest,
+            dest: &UdTarget,
             imm: u32,
             flags: SendFlags,
         ) -> Result<(), SafePostError> {
             let sgl = [local.sge];
-            self.submit(&SendWr::send_to_imm(wr_id, &sgl, dest, imm).with_flags(flags))
+            self.submit(&SendWr::send_to_imm(wr_id, &sgl, dest.dest(), imm).with_flags(flags))
         }
 
         #[doc = concat!("SEND of `data`, copied into the request (inline): ", $what, ".")]

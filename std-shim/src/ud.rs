@@ -141,7 +141,10 @@ impl AddressHandle {
     /// The destination of UD sends through this handle to QP `remote_qpn` (24 bits;
     /// [`MULTICAST_QPN`] for a group) with Q_Key `qkey`: its address vector for the direct
     /// path (zeros on a device that has none) and its verbs handle for the fallback. Made once
-    /// per peer; it borrows nothing, but the handle must outlive every send that names it.
+    /// per peer, for the [`PostSend`](zverbs_core::PostSend) queues; it borrows nothing, so
+    /// the handle must outlive every post that names it (the fallback's provider reads the
+    /// `ibv_ah` when the request is posted). The safe layer takes a [`UdTarget`]
+    /// ([`AddressHandle::target`]), which holds the handle.
     pub fn dest(&self, remote_qpn: u32, qkey: u32) -> zverbs_core::UdDest {
         zverbs_core::UdDest::new(
             self.av().copied().unwrap_or([0; 48]),
@@ -149,6 +152,34 @@ impl AddressHandle {
             remote_qpn & 0xff_ffff,
             qkey,
         )
+    }
+}
+
+/// A UD destination that keeps its address handle alive: what the [`safe`](crate::safe)
+/// layer's [`send_to`](crate::safe::SafeSendQueue::send_to) takes, so that the verbs handle a
+/// fallback send hands to the provider is always a live one. Made by
+/// [`AddressHandle::target`]; cloning is cheap.
+#[derive(Clone, Debug)]
+pub struct UdTarget {
+    dest: zverbs_core::UdDest,
+    _ah: AddressHandle,
+}
+
+impl UdTarget {
+    /// The destination the request carries.
+    #[inline(always)]
+    pub fn dest(&self) -> &zverbs_core::UdDest {
+        &self.dest
+    }
+}
+
+impl AddressHandle {
+    /// As [`AddressHandle::dest`], holding a clone of this handle: for the safe layer.
+    pub fn target(&self, remote_qpn: u32, qkey: u32) -> UdTarget {
+        UdTarget {
+            dest: self.dest(remote_qpn, qkey),
+            _ah: self.clone(),
+        }
     }
 }
 

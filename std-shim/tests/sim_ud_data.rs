@@ -40,9 +40,9 @@ fn ud_send_and_send_imm_reach_the_peer_with_the_senders_address() {
             ..AhAttr::default()
         })
         .unwrap();
-    let dest = ah.dest(b.qpn(), QKEY);
+    let dest = ah.target(b.qpn(), QKEY);
     assert_eq!(
-        (dest.remote_qpn, dest.qkey, &dest.av),
+        (dest.dest().remote_qpn, dest.dest().qkey, &dest.dest().av),
         (b.qpn(), QKEY, ah.av().unwrap())
     );
     let sbuf = pd.alloc_buf(4096, AccessFlags::ALL).unwrap();
@@ -126,7 +126,7 @@ fn a_datagram_to_a_group_reaches_every_attached_qp() {
             ..AhAttr::default()
         })
         .unwrap();
-    let dest = ah.dest(MULTICAST_QPN, QKEY);
+    let dest = ah.target(MULTICAST_QPN, QKEY);
     let buf = pd.alloc_buf(4096, AccessFlags::ALL).unwrap();
     let mut q: Vec<_> = qps
         .iter()

@@ -230,7 +230,7 @@ fn send(a: &Args) -> Res<()> {
         j.qkey
     );
     let ah = pd.create_ah(&j.ah)?;
-    let dest = ah.dest(j.qpn, j.qkey);
+    let dest = ah.target(j.qpn, j.qkey);
     let buf = pd.alloc_buf(a.size, AccessFlags::LOCAL_WRITE)?;
     buf.fill(0..a.size, 0x6d);
     let mut q = qp.queues(&cq)?;

@@ -25,7 +25,7 @@ use zverbs::connect::exchange::{self, Hello, Wire};
 use zverbs::safe::{SafeRecvQueue, SafeSendQueue};
 use zverbs::{
     AccessFlags, AhAttr, Completion, ContextOptions, MrBuf, PollCq, PostRecv, PostSend, Queues,
-    SendFlags, UdAttr, UdDest,
+    SendFlags, UdAttr, UdTarget,
 };
 use zverbs_tools::args::Parser;
 
@@ -136,7 +136,7 @@ fn run(o: &Opts) -> Result<(), Box<dyn std::error::Error>> {
         "  remote address: LID {:#06x}, QPN {:#08x}, PSN {:#08x}, GID {}",
         peer.lid, peer.qpn, peer.psn, peer.gid
     );
-    let dest = ah.dest(peer.qpn, QKEY);
+    let dest = ah.target(peer.qpn, QKEY);
     let client = o.server.is_some();
     let queues = Queues::from_parts(qp.send_queue()?, rq.into_inner(), cq.poller()?)?;
     let ends = (&buf, &rbuf, &dest);
@@ -159,7 +159,7 @@ fn session<S: PostSend, R: PostRecv, C: PollCq>(
     sq: S,
     rq: R,
     mut cq: C,
-    (buf, rbuf, dest): (&MrBuf, &MrBuf, &UdDest),
+    (buf, rbuf, dest): (&MrBuf, &MrBuf, &UdTarget),
     o: &Opts,
     client: bool,
 ) -> Result<Instant, Box<dyn std::error::Error>> {
