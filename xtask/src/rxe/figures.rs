@@ -51,10 +51,19 @@ impl Default for Options {
     }
 }
 
+/// A test compared (see [`TESTS`]).
+type TestCase = (
+    &'static str,
+    &'static [&'static str],
+    &'static str,
+    &'static [&'static str],
+    usize,
+);
+
 /// The tests compared: the name in the table, `zverbs-perf`'s arguments, perftest's program and
 /// its extra arguments, and the largest message (a datagram is at most the path MTU, 1024 on
 /// rxe's Ethernet ports).
-const TESTS: [(&str, &[&str], &str, &[&str], usize); 3] = [
+const TESTS: [TestCase; 3] = [
     ("write_lat", &["write_lat"], "ib_write_lat", &[], usize::MAX),
     ("send_lat", &["send_lat"], "ib_send_lat", &[], usize::MAX),
     (
