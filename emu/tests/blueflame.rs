@@ -109,7 +109,9 @@ mod run {
                         .into_iter()
                         .map(|(q, queues)| match queues {
                             Queues::Direct(d) => (q, d),
-                            Queues::Verbs(_) => panic!("QP {q}: not on the direct path"),
+                            Queues::DirectUd(_) | Queues::Verbs(_) => {
+                                panic!("QP {q}: not an RC QP on the direct path")
+                            }
                         })
                         .collect();
                     start.wait();

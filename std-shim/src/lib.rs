@@ -83,6 +83,7 @@
 //! let sge = [buf.sge(0..64)];
 //! match Queues::take(&qp, &cq)? {
 //!     Queues::Direct(mut q) => send_one(&mut q.sq, &mut q.cq, &sge)?,
+//!     Queues::DirectUd(mut q) => send_one(&mut q.sq, &mut q.cq, &sge)?, // a UD QP's
 //!     Queues::Verbs(mut q) => send_one(&mut q.sq, &mut q.cq, &sge)?,
 //! }
 //! # Ok(()) }
@@ -225,9 +226,9 @@ pub use qp::{
     ConnectAttr, GlobalRoute, InitAttr, Qp, QpBuilder, QpCaps, QpState, RtrAttr, RtsAttr,
     connect_pair,
 };
-pub use queues::{AnyPoller, AnyRecvQueue, AnySendQueue, QueueSet, Queues};
-pub use srq::Srq;
-pub use ud::{AddressHandle, AhAttr, MULTICAST_QPN, UdAttr};
+pub use queues::{AnyPoller, AnyRecvQueue, AnySendQueue, AnySrqQueue, QueueSet, Queues};
+pub use srq::{Srq, SrqStateHandle};
+pub use ud::{AddressHandle, AhAttr, MULTICAST_QPN, UdAttr, UdTarget};
 
 #[cfg(feature = "sim")]
 pub use provider::sim::SimControl;
@@ -310,6 +311,7 @@ pub use zverbs_core::PollCq;
 /// let wr = SendWr::write(1, &sgl, buf_b.remote(0)).signaled();
 /// let c = match Queues::take(&a, &cq_a)? {
 ///     Queues::Direct(mut q) => post_and_wait(&mut q.sq, &mut q.cq, &wr)?, // mlx5, this device
+///     Queues::DirectUd(mut q) => post_and_wait(&mut q.sq, &mut q.cq, &wr)?, // a UD QP there
 ///     Queues::Verbs(mut q) => post_and_wait(&mut q.sq, &mut q.cq, &wr)?, // every other device
 /// };
 /// assert_eq!(c.wr_id, 1);
@@ -322,7 +324,7 @@ pub use zverbs_core::PollCq;
 pub use zverbs_core::PostSend;
 pub use zverbs_core::{
     BatchError, PostError, PostRecv, RecvWr, RemoteBuf, SendBatch, SendFlags, SendOp, SendWr, Sge,
-    WcError, WcFlags, WcOpcode, WcStatus,
+    SqCaps, Transport, UdDest, WcError, WcFlags, WcOpcode, WcStatus,
 };
 /// The raw rdma-core binding the control path and the fallback are built on (crate
 /// `zverbs-ffi`): hand-written `repr(C)` declarations, checked against rdma-core's headers, and

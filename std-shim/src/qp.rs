@@ -202,6 +202,7 @@ impl<'a> QpBuilder<'a> {
             }
             caps.max_recv_wr = 0;
             caps.max_recv_sge = 0;
+            srq.bind_recv_cq(self.recv_cq)?;
         }
         if (caps.max_recv_wr == 0 && self.srq.is_none()) || caps.max_send_wr == 0 {
             return Err(Error::InvalidArgument(
@@ -308,6 +309,7 @@ impl<'a> QpBuilder<'a> {
             taken: Mutex::new((false, false)),
             state: AtomicU32::new(QpState::Reset.to_raw()),
             psn: AtomicU32::new(random_psn()),
+            ud_mtu: AtomicU32::new(0),
             send_cq: self.send_cq.clone(),
             recv_cq: self.recv_cq.clone(),
             _pd: self.pd.clone(),
@@ -494,9 +496,27 @@ pub(crate) struct QpInner {
     /// The first PSN this QP sends from: random at creation, then what the last transition to
     /// RTS set (24 bits).
     pub(crate) psn: AtomicU32,
+    /// A UD QP's path MTU in bytes (its largest datagram), set by [`Qp::ready_ud`] from its
+    /// port; 0 before, and for other QPs.
+    pub(crate) ud_mtu: AtomicU32,
     pub(crate) send_cq: Cq,
     pub(crate) recv_cq: Cq,
     pub(crate) _pd: Pd,
+}
+
+impl QpInner {
+    /// The limits its send queue enforces: a UD QP's transport carries the MTU of the port it
+    /// was readied on ([`Qp::ready_ud`]).
+    pub(crate) fn send_caps(&self) -> SqCaps {
+        let mut caps = self.sq_caps;
+        if self.qp_type == QpType::Ud {
+            let mtu = self.ud_mtu.load(Ordering::Acquire);
+            caps.transport = zverbs_mlx5dv::Transport::Ud {
+                mtu: if mtu == 0 { 256 } else { mtu },
+            };
+        }
+        caps
+    }
 }
 
 impl Qp {
@@ -522,7 +542,7 @@ impl Qp {
 
     /// The limits the send queue enforces (including its share of the CQ).
     pub fn send_caps(&self) -> SqCaps {
-        self.inner.sq_caps
+        self.inner.send_caps()
     }
 
     /// The backend that drives the QP, and why.

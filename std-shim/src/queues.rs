@@ -15,6 +15,7 @@
 //! # fn f(qp: &zverbs::Qp, cq: &zverbs::Cq) -> zverbs::Result<()> {
 //! match Queues::take(qp, cq)? {
 //!     Queues::Direct(q) => run(q.sq, q.rq, q.cq), // monomorphised for mlx5
+//!     Queues::DirectUd(q) => run(q.sq, q.rq, q.cq), // for a UD QP on mlx5
 //!     Queues::Verbs(q) => run(q.sq, q.rq, q.cq),  // monomorphised for libibverbs
 //! }
 //! # Ok(()) }
@@ -37,7 +38,54 @@ use crate::provider::{CqEngine, QpEngine};
 use crate::qp::{DirectRegister, Qp, QpData, QpInner, RqStateHandle, SqStateHandle};
 
 /// The bindings a direct poller polls for.
-type DirectBindings = Box<[zverbs_mlx5dv::CqBinding<SqStateHandle, RqStateHandle>]>;
+type DirectBindings =
+    Box<[zverbs_mlx5dv::CqBinding<SqStateHandle, RqStateHandle, crate::srq::SrqStateHandle>]>;
+
+/// Implements [`PostSend`] for a handle type by forwarding to the queue it holds in its field
+/// `q` (always inlined).
+macro_rules! forward_send {
+    ($t:ty) => {
+        impl PostSend for $t {
+            #[inline(always)]
+            unsafe fn stage(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
+                // SAFETY: forwarded; the caller upholds the posting contract.
+                unsafe { self.q.stage(wr) }
+            }
+            #[inline(always)]
+            fn ring(&mut self) {
+                self.q.ring()
+            }
+            #[inline(always)]
+            unsafe fn post_all(&mut self, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
+                // SAFETY: forwarded.
+                unsafe { self.q.post_all(wrs) }
+            }
+            #[inline(always)]
+            unsafe fn post(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
+                // SAFETY: forwarded.
+                unsafe { self.q.post(wr) }
+            }
+        }
+    };
+}
+
+/// Implements [`PostRecv`] for a handle type by forwarding to its field `q`.
+macro_rules! forward_recv {
+    ($t:ty) => {
+        impl PostRecv for $t {
+            #[inline(always)]
+            unsafe fn post(&mut self, wr: &RecvWr<'_>) -> Result<(), PostError> {
+                // SAFETY: forwarded.
+                unsafe { self.q.post(wr) }
+            }
+            #[inline(always)]
+            unsafe fn post_all(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), BatchError> {
+                // SAFETY: forwarded.
+                unsafe { self.q.post_all(wrs) }
+            }
+        }
+    };
+}
 
 /// Implements the data-path traits for a backend's `SendQueue`, `RecvQueue` and `Poller` by
 /// forwarding to the queue each holds in its field `q` (always inlined: the handles add
@@ -188,6 +236,46 @@ pub mod direct {
     }
 
     forward_queues!();
+
+    /// The `zverbs-mlx5dv` send queue of a UD QP: its own BlueFlame register (or none), the
+    /// datagram transport.
+    pub type RawUdSendQueue =
+        zverbs_mlx5dv::SendQueue<SqStateHandle, zverbs_mlx5dv::Dedicated, zverbs_mlx5dv::Datagram>;
+
+    /// The send queue of a UD QP driven by `zverbs-mlx5dv`: it posts
+    /// [`SendOp::SendTo`](zverbs_core::SendOp::SendTo), `SendToImm` and NOP.
+    #[derive(Debug)]
+    pub struct UdSendQueue {
+        // Field order is drop order: the queue before the QP whose memory it writes.
+        pub(super) q: RawUdSendQueue,
+        pub(super) _qp: Arc<QpInner>,
+    }
+
+    impl UdSendQueue {
+        /// The underlying `zverbs-mlx5dv` queue (counters, BlueFlame).
+        pub fn raw(&self) -> &RawUdSendQueue {
+            &self.q
+        }
+    }
+
+    forward_send!(UdSendQueue);
+
+    /// A shared receive queue posted to by `zverbs-mlx5dv`.
+    #[derive(Debug)]
+    pub struct SrqQueue {
+        // Field order is drop order: the queue before the SRQ whose memory it writes.
+        pub(crate) q: zverbs_mlx5dv::SharedRecvQueue<crate::srq::SrqStateHandle>,
+        pub(crate) _srq: crate::srq::Srq,
+    }
+
+    impl SrqQueue {
+        /// The underlying `zverbs-mlx5dv` queue (counters).
+        pub fn raw(&self) -> &zverbs_mlx5dv::SharedRecvQueue<crate::srq::SrqStateHandle> {
+            &self.q
+        }
+    }
+
+    forward_recv!(SrqQueue);
 }
 
 /// The libibverbs fallback's handles.
@@ -232,15 +320,66 @@ pub mod verbs {
     }
 
     forward_queues!();
+
+    /// A shared receive queue posted to through `ibv_post_srq_recv`.
+    #[derive(Debug)]
+    pub struct SrqQueue {
+        pub(crate) q: fallback::SrqQueue,
+        pub(crate) _srq: crate::srq::Srq,
+    }
+
+    forward_recv!(SrqQueue);
 }
 
 /// A send queue of either backend.
 #[derive(Debug)]
 pub enum AnySendQueue {
-    /// Driven directly.
+    /// Driven directly (an RC QP).
     Direct(direct::SendQueue),
-    /// Driven through libibverbs.
+    /// A UD QP's, driven directly.
+    DirectUd(direct::UdSendQueue),
+    /// Driven through libibverbs (either transport).
     Verbs(verbs::SendQueue),
+}
+
+/// A shared receive queue of either backend ([`Srq::queue`](crate::Srq::queue)).
+#[derive(Debug)]
+pub enum AnySrqQueue {
+    /// Posted to directly.
+    Direct(direct::SrqQueue),
+    /// Posted to through libibverbs.
+    Verbs(verbs::SrqQueue),
+}
+
+impl AnySrqQueue {
+    /// Which backend drives it.
+    pub fn kind(&self) -> BackendKind {
+        match self {
+            Self::Direct(_) => BackendKind::Direct,
+            Self::Verbs(_) => BackendKind::Verbs,
+        }
+    }
+}
+
+impl PostRecv for AnySrqQueue {
+    #[inline(always)]
+    unsafe fn post(&mut self, wr: &RecvWr<'_>) -> Result<(), PostError> {
+        match self {
+            // SAFETY: forwarded.
+            Self::Direct(q) => unsafe { q.post(wr) },
+            // SAFETY: forwarded.
+            Self::Verbs(q) => unsafe { q.post(wr) },
+        }
+    }
+    #[inline(always)]
+    unsafe fn post_all(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), BatchError> {
+        match self {
+            // SAFETY: forwarded.
+            Self::Direct(q) => unsafe { q.post_all(wrs) },
+            // SAFETY: forwarded.
+            Self::Verbs(q) => unsafe { q.post_all(wrs) },
+        }
+    }
 }
 
 /// A receive queue of either backend.
@@ -281,6 +420,21 @@ fn no_entry(what: &str) -> Error {
 impl AnySendQueue {
     pub(crate) fn new(qp: &Arc<QpInner>) -> Result<Self> {
         match &qp.data {
+            QpData::Direct(d) if qp.send_caps().is_ud() => {
+                let (layout, caps, state) = (&d.layout, qp.send_caps(), d.sq_state.clone());
+                if let DirectRegister::Shared(_) = &d.register {
+                    return Err(Error::Backend {
+                        requested: BackendKind::Direct,
+                        reason: "a UD QP's send queue needs a BlueFlame register of its own \
+                                 (or none); this one shares its register"
+                            .into(),
+                    });
+                }
+                // SAFETY: as for an RC QP below, with a register that is this QP's alone (or
+                // none); the QP is UD and its caps say so.
+                let q = unsafe { zverbs_mlx5dv::SendQueue::new_ud(layout, caps, state)? };
+                Ok(Self::DirectUd(direct::UdSendQueue { q, _qp: qp.clone() }))
+            }
             QpData::Direct(d) => {
                 let (layout, caps, state) = (&d.layout, qp.sq_caps, d.sq_state.clone());
                 // SAFETY: the layout is libmlx5's for this live QP, kept alive by the `Arc` the
@@ -318,7 +472,7 @@ impl AnySendQueue {
                     crate::fallback::SendQueue::new(
                         ptr,
                         qp.caps.max_send_wr,
-                        qp.sq_caps,
+                        qp.send_caps(),
                         v.sq.clone(),
                     )
                 }
@@ -331,7 +485,7 @@ impl AnySendQueue {
     /// Which backend drives it.
     pub fn kind(&self) -> BackendKind {
         match self {
-            Self::Direct(_) => BackendKind::Direct,
+            Self::Direct(_) | Self::DirectUd(_) => BackendKind::Direct,
             Self::Verbs(_) => BackendKind::Verbs,
         }
     }
@@ -380,11 +534,23 @@ impl AnyPoller {
                     let QpData::Direct(d) = &qp.data else {
                         continue;
                     };
-                    bindings.push(zverbs_mlx5dv::CqBinding::new(
-                        qp.provider.qpn(),
-                        qp.send_cq.is(cq).then(|| d.sq_state.clone()),
-                        qp.recv_cq.is(cq).then(|| d.rq_state.clone()),
-                    ));
+                    let sq = qp.send_cq.is(cq).then(|| d.sq_state.clone());
+                    let on_cq = qp.recv_cq.is(cq);
+                    bindings.push(match qp.srq.as_ref().and_then(|s| s.direct_state()) {
+                        // Its receives come from the SRQ: this poller frees its WQEs.
+                        Some(srq) => zverbs_mlx5dv::CqBinding {
+                            qpn: qp.provider.qpn(),
+                            sq,
+                            rq: None,
+                            srq: on_cq.then(|| srq.clone()),
+                        },
+                        None => zverbs_mlx5dv::CqBinding {
+                            qpn: qp.provider.qpn(),
+                            sq,
+                            rq: on_cq.then(|| d.rq_state.clone()),
+                            srq: None,
+                        },
+                    });
                 }
                 // SAFETY: the layout is libmlx5's for this live CQ (kept alive by `_cq`, dropped
                 // after the queue); the poller is taken once and libibverbs never polls the CQ;
@@ -405,10 +571,12 @@ impl AnyPoller {
                     let QpData::Verbs(v) = &qp.data else {
                         continue;
                     };
+                    let on_cq = qp.recv_cq.is(cq);
                     bindings.push(crate::fallback::Binding {
                         qpn: qp.provider.qpn(),
                         sq: qp.send_cq.is(cq).then(|| v.sq.clone()),
-                        rq: qp.recv_cq.is(cq).then(|| v.rq.clone()),
+                        rq: (on_cq && qp.srq.is_none()).then(|| v.rq.clone()),
+                        srq: on_cq && qp.srq.is_some(),
                     });
                 }
                 // SAFETY: a live CQ kept alive by `_cq`, polled only through this handle;
@@ -446,6 +614,8 @@ impl PostSend for AnySendQueue {
             // SAFETY: forwarded.
             Self::Direct(q) => unsafe { q.stage(wr) },
             // SAFETY: forwarded.
+            Self::DirectUd(q) => unsafe { q.stage(wr) },
+            // SAFETY: forwarded.
             Self::Verbs(q) => unsafe { q.stage(wr) },
         }
     }
@@ -453,6 +623,7 @@ impl PostSend for AnySendQueue {
     fn ring(&mut self) {
         match self {
             Self::Direct(q) => q.ring(),
+            Self::DirectUd(q) => q.ring(),
             Self::Verbs(q) => q.ring(),
         }
     }
@@ -462,6 +633,8 @@ impl PostSend for AnySendQueue {
             // SAFETY: forwarded.
             Self::Direct(q) => unsafe { q.post_all(wrs) },
             // SAFETY: forwarded.
+            Self::DirectUd(q) => unsafe { q.post_all(wrs) },
+            // SAFETY: forwarded.
             Self::Verbs(q) => unsafe { q.post_all(wrs) },
         }
     }
@@ -470,6 +643,8 @@ impl PostSend for AnySendQueue {
         match self {
             // SAFETY: forwarded.
             Self::Direct(q) => unsafe { q.post(wr) },
+            // SAFETY: forwarded.
+            Self::DirectUd(q) => unsafe { q.post(wr) },
             // SAFETY: forwarded.
             Self::Verbs(q) => unsafe { q.post(wr) },
         }
@@ -521,9 +696,11 @@ pub struct QueueSet<S, R, C> {
 /// A [`QueueSet`] of the backend chosen at run time: match once, then run generic code.
 #[derive(Debug)]
 pub enum Queues {
-    /// Driven directly.
+    /// Driven directly (an RC QP).
     Direct(QueueSet<direct::SendQueue, direct::RecvQueue, direct::Poller>),
-    /// Driven through libibverbs.
+    /// A UD QP's, driven directly.
+    DirectUd(QueueSet<direct::UdSendQueue, direct::RecvQueue, direct::Poller>),
+    /// Driven through libibverbs (either transport).
     Verbs(QueueSet<verbs::SendQueue, verbs::RecvQueue, verbs::Poller>),
 }
 
@@ -560,6 +737,9 @@ impl Queues {
             (AnySendQueue::Direct(sq), AnyRecvQueue::Direct(rq), AnyPoller::Direct(cq)) => {
                 Ok(Self::Direct(QueueSet { sq, rq, cq }))
             }
+            (AnySendQueue::DirectUd(sq), AnyRecvQueue::Direct(rq), AnyPoller::Direct(cq)) => {
+                Ok(Self::DirectUd(QueueSet { sq, rq, cq }))
+            }
             (AnySendQueue::Verbs(sq), AnyRecvQueue::Verbs(rq), AnyPoller::Verbs(cq)) => {
                 Ok(Self::Verbs(QueueSet { sq, rq, cq }))
             }
@@ -573,7 +753,7 @@ impl Queues {
     /// Which backend drives them.
     pub fn kind(&self) -> BackendKind {
         match self {
-            Self::Direct(_) => BackendKind::Direct,
+            Self::Direct(_) | Self::DirectUd(_) => BackendKind::Direct,
             Self::Verbs(_) => BackendKind::Verbs,
         }
     }

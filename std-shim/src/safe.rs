@@ -54,6 +54,7 @@ use zverbs_core::{
 
 use crate::mr::{AccessFlags, BufError, MrBuf, or_panic};
 use crate::queues::{AnyPoller, AnyRecvQueue, AnySendQueue};
+use crate::ud::UdTarget;
 
 /// A bounds-checked span of an [`MrBuf`] ([`MrBuf::slice`]).
 #[derive(Clone, Copy, Debug)]
@@ -257,6 +258,42 @@ macro_rules! send_ops {
         ) -> Result<(), SafePostError> {
             let sgl = [local.sge];
             self.submit(&SendWr::send_imm(wr_id, &sgl, imm).with_flags(flags))
+        }
+
+        #[doc = concat!("UD SEND of `local` to `dest` ([`AddressHandle::target`](crate::AddressHandle::target)): ", $what, ".")]
+        ///
+        /// # Errors
+        ///
+        /// As [`SafeSendQueue::write`]; [`PostError::WrongTransport`] on an RC QP,
+        /// [`PostError::DatagramTooLong`] for more than the path MTU.
+        #[inline(always)]
+        pub fn send_to(
+            &mut self,
+            wr_id: u64,
+            local: BufSlice<'_>,
+            dest: &UdTarget,
+            flags: SendFlags,
+        ) -> Result<(), SafePostError> {
+            let sgl = [local.sge];
+            self.submit(&SendWr::send_to(wr_id, &sgl, dest.dest()).with_flags(flags))
+        }
+
+        #[doc = concat!("UD SEND with immediate: ", $what, ".")]
+        ///
+        /// # Errors
+        ///
+        /// As [`SafeSendQueue::send_to`].
+        #[inline(always)]
+        pub fn send_to_imm(
+            &mut self,
+            wr_id: u64,
+            local: BufSlice<'_>,
+            dest: &UdTarget,
+            imm: u32,
+            flags: SendFlags,
+        ) -> Result<(), SafePostError> {
+            let sgl = [local.sge];
+            self.submit(&SendWr::send_to_imm(wr_id, &sgl, dest.dest(), imm).with_flags(flags))
         }
 
         #[doc = concat!("SEND of `data`, copied into the request (inline): ", $what, ".")]

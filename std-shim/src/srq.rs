@@ -1,13 +1,20 @@
 //! Shared receive queues: one pool of receives that many QPs take their messages into.
 
 use std::ptr::NonNull;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+use zverbs_mlx5dv::{SrqSlot, SrqState};
 
 use crate::backend::BackendKind;
 use crate::error::{Error, Result};
 use crate::ffi::types::ibv_srq;
 use crate::pd::Pd;
 use crate::provider::{SrqEngine, SrqLayout, SrqProvider};
+use crate::queues::{AnySrqQueue, direct, verbs};
+
+/// A direct shared receive queue's bookkeeping, shared by its queue handle and the pollers of
+/// the CQ its QPs complete their receives on.
+pub type SrqStateHandle = Arc<SrqState<Box<[SrqSlot]>>>;
 
 /// A shared receive queue (`ibv_create_srq`), destroyed on drop (`ibv_destroy_srq`) once no
 /// QP uses it (QPs on it hold it alive). Cloning is cheap.
@@ -18,9 +25,21 @@ pub struct Srq {
 
 #[derive(Debug)]
 pub(crate) struct SrqInner {
-    // Field order is drop order: the SRQ goes before its PD.
+    // Field order is drop order: the SRQ goes before its bookkeeping and its PD.
     pub(crate) provider: Box<dyn SrqProvider>,
+    /// The direct path's bookkeeping (`None` on the fallback).
+    state: Option<SrqStateHandle>,
+    /// Whether the queue handle was taken, and (direct path) the CQ every QP on the SRQ must
+    /// complete its receives on: the first such QP's.
+    pub(crate) use_: Mutex<SrqUse>,
     pub(crate) pd: Pd,
+}
+
+/// How an SRQ is used (see [`SrqInner::use_`]).
+#[derive(Debug, Default)]
+pub(crate) struct SrqUse {
+    taken: bool,
+    recv_cq: Option<crate::cq::Cq>,
 }
 
 impl Srq {
@@ -79,8 +98,99 @@ impl Srq {
         self.inner.provider.arm(limit)
     }
 
+    /// The queue to post receives to, for every QP on the SRQ; it can be taken once.
+    /// Completions of its receives arrive on the receive CQs of the QPs that consumed them
+    /// (on the direct path, one CQ for all: [`QpBuilder::srq`](crate::QpBuilder::srq)).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::AlreadyTaken`]; [`Error::Layout`] if the direct backend rejects the layout;
+    /// [`Error::Backend`] when the provider has no `post_srq_recv` entry.
+    pub fn queue(&self) -> Result<AnySrqQueue> {
+        {
+            let mut u = self.inner.use_.lock().unwrap_or_else(|p| p.into_inner());
+            if u.taken {
+                return Err(Error::AlreadyTaken("shared receive queue"));
+            }
+            u.taken = true;
+        }
+        match (self.inner.provider.engine(), &self.inner.state) {
+            (SrqEngine::Direct(l), Some(state)) => {
+                // SAFETY: the layout is the provider's for this live SRQ, kept alive by the
+                // clone the handle holds beside the queue (dropped after it); the queue is
+                // taken once and nothing else posts to the SRQ; `state` was made from the
+                // same layout when the SRQ was created, nothing was posted since, and the
+                // QPs on the SRQ all complete their receives on one CQ, whose pollers bind it
+                // (`QpBuilder::build` refuses another).
+                let q = unsafe {
+                    zverbs_mlx5dv::SharedRecvQueue::new(&mlx5_layout(&l), state.clone())?
+                };
+                Ok(AnySrqQueue::Direct(direct::SrqQueue {
+                    q,
+                    _srq: self.clone(),
+                }))
+            }
+            (SrqEngine::Verbs(p), _) => {
+                let (max_wr, max_sge) = self.caps();
+                // SAFETY: a live SRQ kept alive by the handle's clone; only this queue posts
+                // to it; its real scatter limit.
+                let q = unsafe { crate::fallback::SrqQueue::new(p.as_ptr(), max_wr, max_sge) }
+                    .ok_or_else(|| Error::Backend {
+                        requested: BackendKind::Verbs,
+                        reason: "the provider has no post_srq_recv entry in ibv_context.ops".into(),
+                    })?;
+                Ok(AnySrqQueue::Verbs(verbs::SrqQueue {
+                    q,
+                    _srq: self.clone(),
+                }))
+            }
+            (SrqEngine::Direct(_), None) => Err(Error::Backend {
+                requested: BackendKind::Direct,
+                reason: "the SRQ has no direct bookkeeping".into(),
+            }),
+        }
+    }
+
+    /// The direct path's bookkeeping, for the pollers of its QPs' receive CQ.
+    pub(crate) fn direct_state(&self) -> Option<&SrqStateHandle> {
+        self.inner.state.as_ref()
+    }
+
+    /// Records `cq` as the receive CQ of a new QP on the SRQ: on the direct path every QP on
+    /// it must complete its receives on the same CQ (whose poller frees the SRQ's WQEs).
+    pub(crate) fn bind_recv_cq(&self, cq: &crate::cq::Cq) -> Result<()> {
+        if self.inner.state.is_none() {
+            return Ok(());
+        }
+        let mut u = self.inner.use_.lock().unwrap_or_else(|p| p.into_inner());
+        match &u.recv_cq {
+            Some(c) if !c.is(cq) => Err(Error::InvalidArgument(
+                "every QP on a directly driven SRQ must complete its receives on the same CQ"
+                    .into(),
+            )),
+            Some(_) => Ok(()),
+            None => {
+                u.recv_cq = Some(cq.clone());
+                Ok(())
+            }
+        }
+    }
+
     pub(crate) fn pd(&self) -> &Pd {
         &self.inner.pd
+    }
+}
+
+/// The `zverbs-mlx5dv` form of a direct SRQ's layout.
+fn mlx5_layout(l: &SrqLayout) -> zverbs_mlx5dv::SrqLayout {
+    zverbs_mlx5dv::SrqLayout {
+        srqn: l.srqn,
+        buf: l.buf,
+        dbrec: l.dbrec,
+        stride: l.stride,
+        wqe_cnt: l.wqe_cnt,
+        head: l.head,
+        tail: l.tail,
     }
 }
 
@@ -103,9 +213,23 @@ impl Pd {
             ctx.backend_choice(),
             &ctx.inner.provider.direct_support(),
         )?;
+        let provider = self.inner.provider.create_srq(max_wr, max_sge, direct)?;
+        let state = match provider.engine() {
+            SrqEngine::Direct(l) => {
+                let slots = (0..l.wqe_cnt).map(|_| SrqSlot::new()).collect();
+                // SAFETY: the provider's layout of this new SRQ (nothing posted, its free list
+                // whole), whose ring lives as long as the provider, which the `SrqInner`
+                // drops only after every holder of the state (queue, pollers: each holds the
+                // SRQ or a QP that holds it).
+                Some(Arc::new(unsafe { SrqState::new(&mlx5_layout(&l), slots)? }))
+            }
+            SrqEngine::Verbs(_) => None,
+        };
         Ok(Srq {
             inner: Arc::new(SrqInner {
-                provider: self.inner.provider.create_srq(max_wr, max_sge, direct)?,
+                provider,
+                state,
+                use_: Mutex::new(SrqUse::default()),
                 pd: self.clone(),
             }),
         })

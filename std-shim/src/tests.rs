@@ -388,6 +388,7 @@ fn generic_code_runs_on_the_chosen_backend() {
     let sge = buf.sge(0..8);
     let n = match Queues::take(&qp, &cq).unwrap() {
         Queues::Direct(mut q) => ping(&mut q.sq, &mut q.cq, sge),
+        Queues::DirectUd(mut q) => ping(&mut q.sq, &mut q.cq, sge),
         Queues::Verbs(mut q) => ping(&mut q.sq, &mut q.cq, sge),
     };
     assert_eq!(n, 1);
@@ -803,7 +804,9 @@ fn qps_on_a_shared_register_are_serialised_and_reported() {
         .iter()
         .map(|q| match q.send_queue().unwrap() {
             AnySendQueue::Direct(sq) => sq,
-            AnySendQueue::Verbs(_) => panic!("expected the direct backend"),
+            AnySendQueue::DirectUd(_) | AnySendQueue::Verbs(_) => {
+                panic!("expected the direct backend's RC queue")
+            }
         })
         .collect();
     assert!(sqs.iter().all(|s| s.raw().shares_register()));

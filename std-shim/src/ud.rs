@@ -137,6 +137,50 @@ impl AddressHandle {
     pub fn attr(&self) -> &AhAttr {
         &self.inner.attr
     }
+
+    /// The destination of UD sends through this handle to QP `remote_qpn` (24 bits;
+    /// [`MULTICAST_QPN`] for a group) with Q_Key `qkey`: its address vector for the direct
+    /// path (zeros on a device that has none) and its verbs handle for the fallback. Made once
+    /// per peer, for the [`PostSend`](zverbs_core::PostSend) queues; it borrows nothing, so
+    /// the handle must outlive every post that names it (the fallback's provider reads the
+    /// `ibv_ah` when the request is posted). The safe layer takes a [`UdTarget`]
+    /// ([`AddressHandle::target`]), which holds the handle.
+    pub fn dest(&self, remote_qpn: u32, qkey: u32) -> zverbs_core::UdDest {
+        zverbs_core::UdDest::new(
+            self.av().copied().unwrap_or([0; 48]),
+            self.as_raw() as usize,
+            remote_qpn & 0xff_ffff,
+            qkey,
+        )
+    }
+}
+
+/// A UD destination that keeps its address handle alive: what the [`safe`](crate::safe)
+/// layer's [`send_to`](crate::safe::SafeSendQueue::send_to) takes, so that the verbs handle a
+/// fallback send hands to the provider is always a live one. Made by
+/// [`AddressHandle::target`]; cloning is cheap.
+#[derive(Clone, Debug)]
+pub struct UdTarget {
+    dest: zverbs_core::UdDest,
+    _ah: AddressHandle,
+}
+
+impl UdTarget {
+    /// The destination the request carries.
+    #[inline(always)]
+    pub fn dest(&self) -> &zverbs_core::UdDest {
+        &self.dest
+    }
+}
+
+impl AddressHandle {
+    /// As [`AddressHandle::dest`], holding a clone of this handle: for the safe layer.
+    pub fn target(&self, remote_qpn: u32, qkey: u32) -> UdTarget {
+        UdTarget {
+            dest: self.dest(remote_qpn, qkey),
+            _ah: self.clone(),
+        }
+    }
 }
 
 impl Pd {
@@ -175,13 +219,25 @@ impl Pd {
 impl Qp {
     /// RESET → INIT (`IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY`) → RTR
     /// (`IBV_QP_STATE`) → RTS (`IBV_QP_STATE | IBV_QP_SQ_PSN`): a UD QP has no peer, so this is
-    /// all it needs to send and receive.
+    /// all it needs to send and receive. [`Qp::to_init_ud`] and [`Qp::to_rts_ud`] are its two
+    /// halves, for receives posted in INIT before the QP sends.
     ///
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] for a QP that is not UD; [`Error::Verbs`] from
-    /// `ibv_modify_qp`.
+    /// `ibv_modify_qp` or the port query (the port's MTU bounds the datagrams).
     pub fn ready_ud(&self, a: &UdAttr) -> Result<()> {
+        self.to_init_ud(a)?;
+        self.to_rts_ud(a)
+    }
+
+    /// RESET → INIT of a UD QP (`IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+    /// IBV_QP_QKEY`): receives can be posted from here on.
+    ///
+    /// # Errors
+    ///
+    /// As [`Qp::ready_ud`].
+    pub fn to_init_ud(&self, a: &UdAttr) -> Result<()> {
         if self.qp_type() != QpType::Ud {
             return Err(Error::InvalidArgument(
                 "Qp::ready_ud needs a UD QP (QpBuilder::ud); connect an RC QP with Qp::connect"
@@ -198,7 +254,28 @@ impl Qp {
         self.modify_raw(
             &mut attr,
             m::IBV_QP_STATE | m::IBV_QP_PKEY_INDEX | m::IBV_QP_PORT | m::IBV_QP_QKEY,
-        )?;
+        )
+    }
+
+    /// INIT → RTR (`IBV_QP_STATE`) → RTS (`IBV_QP_STATE | IBV_QP_SQ_PSN`) of a UD QP, noting
+    /// the port's active MTU as its largest datagram.
+    ///
+    /// # Errors
+    ///
+    /// As [`Qp::ready_ud`].
+    pub fn to_rts_ud(&self, a: &UdAttr) -> Result<()> {
+        if self.qp_type() != QpType::Ud {
+            return Err(Error::InvalidArgument(
+                "Qp::to_rts_ud needs a UD QP (QpBuilder::ud)".into(),
+            ));
+        }
+        let mtu = self
+            .inner
+            .send_cq
+            .context()
+            .port(a.port)?
+            .active_mtu
+            .bytes();
         let mut attr = ibv_qp_attr {
             qp_state: 2,
             ..Default::default()
@@ -209,7 +286,11 @@ impl Qp {
             sq_psn: a.sq_psn & 0xff_ffff,
             ..Default::default()
         };
-        self.modify_raw(&mut attr, m::IBV_QP_STATE | m::IBV_QP_SQ_PSN)
+        self.modify_raw(&mut attr, m::IBV_QP_STATE | m::IBV_QP_SQ_PSN)?;
+        self.inner
+            .ud_mtu
+            .store(mtu, std::sync::atomic::Ordering::Release);
+        Ok(())
     }
 
     /// Attaches this UD QP to the multicast group `gid` / `lid` (`ibv_attach_mcast`).

@@ -153,7 +153,7 @@ fn a_qp_on_the_software_device_takes_requests_only_from_its_peer() {
 
     let take = |i: usize| match Queues::take(&qps[i], &cqs[i]).unwrap() {
         Queues::Direct(q) => q,
-        Queues::Verbs(_) => panic!("the software device has only the direct backend"),
+        Queues::DirectUd(_) | Queues::Verbs(_) => panic!("RC QPs on the direct backend"),
     };
     let (qa, qb, qc) = (take(a), take(b), take(c));
     let mut rqa = SafeRecvQueue::new(qa.rq);

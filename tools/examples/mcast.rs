@@ -1,7 +1,9 @@
-//! A multicast receiver joined through rdma_cm, compatible with rdma-core's `mckey`.
+//! A multicast receiver or sender joined through rdma_cm, compatible with rdma-core's `mckey`.
 //!
 //! ```text
 //! cargo run -p zverbs-tools --example mcast -- --recv --group 239.1.1.1 [--bind LOCAL_IP]
+//!     [-C COUNT] [-S SIZE] [--timeout SECS]
+//! cargo run -p zverbs-tools --example mcast -- --send --group 239.1.1.1 [--bind LOCAL_IP]
 //!     [-C COUNT] [-S SIZE] [--timeout SECS]
 //! ```
 //!
@@ -12,7 +14,13 @@
 //! `joined group ...` and then one line a datagram, and exits 0 once `COUNT` have arrived.
 //! `mckey -s -m GROUP` on the same or another device is a sender.
 //!
-//! Sending (`--send`) waits for UD sends on the data path and is refused for now.
+//! `--send` joins the same way, makes an address handle from the join's address
+//! ([`McastGroup::join_info`](zverbs::connect::cm::McastGroup::join_info)), and sends `COUNT`
+//! datagrams of `SIZE` bytes to QPN `0xffffff` with the group's Q_Key, one at a time (each
+//! waits for its completion, then 1 ms, so that a slower receiver keeps up: UD drops a
+//! datagram that finds no receive). With `--repeat SECS` it sends such a round every 100 ms
+//! for that long, for receivers that join after it (a datagram reaches only members).
+//! `mckey -m GROUP` (without `-s`) on the same or another device is a receiver.
 
 use std::net::IpAddr;
 use std::process::ExitCode;
@@ -20,18 +28,20 @@ use std::time::{Duration, Instant};
 
 use zverbs::connect::cm::CmMulticast;
 use zverbs::safe::SafeRecvQueue;
-use zverbs::{AccessFlags, Completion, PollCq, Qp, WcFlags};
+use zverbs::{AccessFlags, Completion, PollCq, Qp, SendFlags, WcFlags};
 use zverbs_tools::args::{self, Arg::*, Parser};
 
 const USAGE: &str = "\
-usage: mcast --recv --group ADDR [--bind LOCAL_IP] [-C COUNT] [-S SIZE] [--timeout SECS]
+usage: mcast --recv|--send --group ADDR [--bind LOCAL_IP] [-C COUNT] [-S SIZE]
+             [--timeout SECS]
 
   --recv            join the group and receive COUNT datagrams, then exit 0
-  --send            send to the group (not available yet: needs UD sends on the data path)
+  --send            join the group and send COUNT datagrams of SIZE bytes to it (as mckey -s)
   --group ADDR      the group: an IPv4 (224.0.0.0/4) or IPv6 (ff00::/8) multicast address
   --bind LOCAL_IP   join from the RDMA device holding this address (as mckey -b)
   -C COUNT          datagrams to receive, 1 to 4096 (default 10, as mckey)
   -S SIZE           the largest datagram, 1 to 4096 bytes (default 100, as mckey)
+  --repeat SECS     (--send) send a round of COUNT every 100 ms for SECS seconds
   --timeout SECS    how long the join, and each wait for a datagram, may take (default 30)";
 
 /// The bytes at the start of every UD receive buffer that hold the GRH (`struct ibv_grh`),
@@ -42,11 +52,13 @@ const MAX_SIZE: usize = 4096;
 
 #[derive(Debug, PartialEq, Eq)]
 struct Args {
+    send: bool,
     group: IpAddr,
     bind: Option<IpAddr>,
     count: u32,
     size: usize,
     timeout: Duration,
+    repeat: Option<Duration>,
 }
 
 /// The arguments; `Err("")` asks for the usage text.
@@ -54,11 +66,13 @@ fn parse_args(mut p: Parser) -> Result<Args, String> {
     let (mut recv, mut send) = (false, false);
     let mut group = None;
     let mut a = Args {
+        send: false,
         group: IpAddr::from([0, 0, 0, 0]),
         bind: None,
         count: 10,
         size: 100,
         timeout: Duration::from_secs(30),
+        repeat: None,
     };
     let ip = |p: &mut Parser, f: &str| -> Result<IpAddr, String> {
         let v = args::value(p, f)?;
@@ -74,6 +88,9 @@ fn parse_args(mut p: Parser) -> Result<Args, String> {
             Short('b') | Long("bind") => a.bind = Some(ip(&mut p, &f)?),
             Short('C') | Long("count") => a.count = args::in_range(&mut p, &f, 1, MAX_COUNT)?,
             Short('S') | Long("size") => a.size = args::in_range(&mut p, &f, 1, MAX_SIZE)?,
+            Long("repeat") => {
+                a.repeat = Some(Duration::from_secs(args::in_range(&mut p, &f, 1, 3600)?))
+            }
             Long("timeout") => {
                 a.timeout = Duration::from_secs(args::in_range(&mut p, &f, 1, 3600)?)
             }
@@ -81,13 +98,12 @@ fn parse_args(mut p: Parser) -> Result<Args, String> {
             arg => return Err(args::unexpected(arg)),
         }
     }
-    if send {
-        return Err(
-            "--send is not available yet: it needs UD sends on the data path; use mckey -s".into(),
-        );
+    if recv == send {
+        return Err("give --recv or --send".into());
     }
-    if !recv {
-        return Err("give --recv".into());
+    a.send = send;
+    if a.repeat.is_some() && !send {
+        return Err("--repeat is for --send".into());
     }
     let Some(g) = group else {
         return Err("give the group with --group ADDR (e.g. 239.1.1.1)".into());
@@ -186,6 +202,63 @@ fn receive(a: &Args) -> Res<()> {
     Ok(())
 }
 
+fn send(a: &Args) -> Res<()> {
+    let m = CmMulticast::resolve(a.group, a.bind, a.timeout)?;
+    let ctx = m.context();
+    println!(
+        "mcast: group {} through {} port {}",
+        a.group,
+        ctx.name(),
+        m.port()
+    );
+    let pd = ctx.alloc_pd()?;
+    let cq = ctx.cq_builder().cqe(4).build()?;
+    let qp: Qp = pd
+        .qp_builder(&cq, &cq)
+        .ud()
+        .max_send_wr(1)
+        .max_recv_wr(1)
+        .build()?;
+    m.ready(&qp)?;
+    let group = m.join(&qp)?;
+    let j = group.join_info();
+    println!(
+        "mcast: joined group {} mgid {} mlid {:#x} qkey {:#x}",
+        a.group,
+        j.mgid(),
+        j.mlid(),
+        j.qkey
+    );
+    let ah = pd.create_ah(&j.ah)?;
+    let dest = ah.target(j.qpn, j.qkey);
+    let buf = pd.alloc_buf(a.size, AccessFlags::LOCAL_WRITE)?;
+    buf.fill(0..a.size, 0x6d);
+    let mut q = qp.queues(&cq)?;
+    let slice = buf.try_slice(0..a.size)?;
+    let until = a.repeat.map(|r| Instant::now() + r);
+    let mut sent = 0u64;
+    loop {
+        for i in 0..a.count {
+            q.sq.send_to(u64::from(i), slice, &dest, SendFlags::SIGNALED)?;
+            let c = q.cq.wait(1, Instant::now() + a.timeout)?[0];
+            if !c.is_success() {
+                return Err(format!("send {i} failed: {}", c.status).into());
+            }
+            sent += 1;
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        match until {
+            Some(t) if Instant::now() < t => std::thread::sleep(Duration::from_millis(100)),
+            _ => break,
+        }
+    }
+    println!("mcast: sent {sent} datagrams of {} bytes", a.size);
+    drop(q);
+    drop(ah);
+    drop(group);
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let a = match parse_args(Parser::from_env()) {
         Ok(a) => a,
@@ -198,7 +271,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match receive(&a) {
+    match if a.send { send(&a) } else { receive(&a) } {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("mcast: {e}");
@@ -239,11 +312,13 @@ mod tests {
         let e = parse(&["--recv", "--group", "nonsense"]).unwrap_err();
         assert!(e.contains("not an IPv4 or IPv6 address"), "{e}");
         assert!(parse(&["--recv"]).unwrap_err().contains("--group"));
-        assert!(
-            parse(&["--send", "-m", "239.1.1.1"])
-                .unwrap_err()
-                .contains("not available")
-        );
+        assert!(parse(&["--send", "-m", "239.1.1.1"]).unwrap().send);
+        assert!(!parse(&["--recv", "-m", "239.1.1.1"]).unwrap().send);
+        assert!(parse(&["--send", "--recv", "-m", "239.1.1.1"]).is_err());
+        let a = parse(&["--send", "-m", "239.1.1.1", "--repeat", "5"]).unwrap();
+        assert_eq!(a.repeat, Some(Duration::from_secs(5)));
+        assert!(parse(&["--recv", "-m", "239.1.1.1", "--repeat", "5"]).is_err());
+        assert!(parse(&["-m", "239.1.1.1"]).is_err());
         assert!(parse(&["--recv", "-m", "239.1.1.1", "-C", "0"]).is_err());
     }
 }

@@ -18,6 +18,9 @@ pub struct Binding {
     pub sq: Option<Arc<SqShared>>,
     /// The receive queue's state, if its completions go to this CQ.
     pub rq: Option<Arc<RqShared>>,
+    /// Whether the QP takes its receives from a shared receive queue and completes them on
+    /// this CQ: their `wr_id`s are the caller's, as posted by [`SrqQueue`](super::SrqQueue).
+    pub srq: bool,
 }
 
 /// A CQ polled through `ibv_poll_cq`.
@@ -92,6 +95,23 @@ impl Poller {
         let found = self.binding(wc.qp_num);
         let binding = found.and_then(|i| self.bindings.get(i));
         match (wc.wr_id & RECV_TAG != 0, binding) {
+            (_, Some(Binding { srq: true, sq, .. }))
+                if wc.opcode & WC_RECV != 0 || sq.is_none() =>
+            {
+                // A receive from the SRQ: the caller's `wr_id`, as posted. (An error completion's
+                // opcode is the provider's guess; a QP whose send queue completes here too has
+                // its flushed receives told from its sends by it.)
+                out.wr_id = wc.wr_id;
+                out.opcode = WcOpcode::Recv;
+                if status.is_success() {
+                    out.opcode = WcOpcode::from_raw(wc.opcode);
+                    out.byte_len = wc.byte_len;
+                    out.flags = WcFlags::from_ibv(wc.wc_flags);
+                    if out.flags.contains(WcFlags::WITH_IMM) {
+                        out.imm = u32::from_be(wc.imm_data);
+                    }
+                }
+            }
             (false, Some(Binding { sq: Some(sq), .. })) => {
                 // SAFETY: the only poller of this queue; libibverbs reported the request.
                 let slot = unsafe { sq.retire(counter) };
@@ -125,6 +145,9 @@ impl Poller {
         }
     }
 }
+
+/// `IBV_WC_RECV`: the bit every receive opcode of `enum ibv_wc_opcode` has.
+const WC_RECV: u32 = 1 << 7;
 
 /// A completion for a queue this poller was not given: reported, nothing retired.
 #[cold]

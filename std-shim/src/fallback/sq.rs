@@ -233,8 +233,16 @@ impl SendQueue {
             }
             // Refused before staging (the caller's contract): libibverbs has no NOP.
             SendOp::Nop => WcOpcode::Nop,
-            // Refused before staging, as NOP.
-            SendOp::SendTo { .. } | SendOp::SendToImm { .. } => WcOpcode::Send,
+            SendOp::SendTo { dest, .. } => {
+                out.opcode = IBV_WR_SEND;
+                out.wr.ud = ud(dest);
+                WcOpcode::Send
+            }
+            SendOp::SendToImm { dest, .. } => {
+                out.opcode = IBV_WR_SEND_WITH_IMM;
+                out.wr.ud = ud(dest);
+                WcOpcode::Send
+            }
         };
         if checked.is_inline() {
             let len = checked.inline_len();
@@ -405,18 +413,29 @@ pub(super) fn chain_index<T>(bad: *const T, base: *const T, len: usize) -> Optio
     (off.is_multiple_of(size) && off / size < len).then_some(off / size)
 }
 
-/// [`PostError::Unsupported`] for a NOP, which libibverbs has not; checked after the core's
+/// [`PostError::Unsupported`] for a NOP, which libibverbs has not, and for a datagram whose
+/// destination has no verbs address handle; checked after the core's
 /// check, so a request that is also invalid gets the same error from both backends.
 #[inline(always)]
 fn supported(wr: &SendWr<'_>) -> Result<(), PostError> {
-    // Datagrams go through this backend once it maps `UdDest` to `ibv_send_wr.wr.ud`.
-    if matches!(
-        wr.op,
-        SendOp::Nop | SendOp::SendTo { .. } | SendOp::SendToImm { .. }
-    ) {
-        return Err(PostError::Unsupported);
+    match wr.op {
+        SendOp::Nop => Err(PostError::Unsupported),
+        // A destination without a verbs address handle (made for the direct path alone).
+        SendOp::SendTo { dest, .. } | SendOp::SendToImm { dest, .. } if dest.ah == 0 => {
+            Err(PostError::Unsupported)
+        }
+        _ => Ok(()),
     }
-    Ok(())
+}
+
+/// The datagram half of a UD SEND: the verbs address handle, the QPN and the Q_Key.
+#[inline(always)]
+fn ud(dest: &zverbs_core::UdDest) -> ibv_send_wr_ud {
+    ibv_send_wr_ud {
+        ah: dest.ah as *mut _,
+        remote_qpn: dest.remote_qpn & 0xff_ffff,
+        remote_qkey: dest.qkey,
+    }
 }
 
 /// The remote half of an RDMA WRITE or READ.

@@ -42,6 +42,7 @@ fn rig_with(caps: SqCaps) -> Rig {
         qpn: QPN,
         sq: Some(sqs.clone()),
         rq: Some(rqs.clone()),
+        srq: false,
     }]);
     // SAFETY: the fake QP and CQ live as long as the rig; each queue is the only one of its
     // kind; the states are made for them and bound to this poller only.
@@ -625,4 +626,117 @@ fn bad_wr_outside_the_chain_is_not_trusted() {
     assert_eq!(super::sq::chain_index(core::ptr::null(), base, 4), None);
     let odd = (base as usize + 8) as *const ibv_recv_wr;
     assert_eq!(super::sq::chain_index(odd, base, 4), None);
+}
+
+fn ud_caps() -> SqCaps {
+    SqCaps {
+        transport: zverbs_mlx5dv::Transport::Ud { mtu: 1024 },
+        ..caps()
+    }
+}
+
+#[test]
+fn a_ud_send_queue_posts_send_to_through_wr_ud() {
+    let mut r = rig_with(ud_caps());
+    r._dev.set_ud();
+    let buf = [5u8; 16];
+    let sgl = [Sge::from_slice(&buf, 0x11)];
+    let dest = zverbs_core::UdDest::new([0; 48], 0xa000, 0x0012_3456, 0x1111_2222);
+    let group = zverbs_core::UdDest::new([0; 48], 0xb000, 0xff_ffff, 7);
+    post(&mut r, &SendWr::send_to(1, &sgl, &dest).signaled()).unwrap();
+    post(&mut r, &SendWr::send_to_imm(2, &sgl, &group, 0x0102_0304)).unwrap();
+    r.sq.ring();
+    let s = sent();
+    assert_eq!(s.len(), 2);
+    assert_eq!(
+        (s[0].opcode, s[0].send_flags, s[0].ud),
+        (
+            IBV_WR_SEND,
+            IBV_SEND_SIGNALED,
+            Some((0xa000, 0x12_3456, 0x1111_2222))
+        )
+    );
+    assert_eq!((s[0].num_sge, s[0].sges[0]), (1, sgl[0]));
+    assert_eq!(
+        (s[1].opcode, s[1].imm_data, s[1].ud),
+        (
+            IBV_WR_SEND_WITH_IMM,
+            0x0102_0304u32.to_be(),
+            Some((0xb000, 0xff_ffff, 7))
+        )
+    );
+    // A destination without a verbs handle, an RC operation, a datagram above the MTU:
+    // refused, nothing staged.
+    let direct_only = zverbs_core::UdDest::new([0; 48], 0, 5, 7);
+    assert_eq!(
+        post(&mut r, &SendWr::send_to(3, &sgl, &direct_only)),
+        Err(PostError::Unsupported)
+    );
+    assert_eq!(
+        post(&mut r, &SendWr::send(4, &sgl)),
+        Err(PostError::WrongTransport)
+    );
+    let big = vec![0u8; 2048];
+    let bsgl = [Sge::from_slice(&big, 0x11)];
+    assert!(matches!(
+        post(&mut r, &SendWr::send_to(5, &bsgl, &dest)),
+        Err(PostError::DatagramTooLong { .. })
+    ));
+    assert_eq!(r.sq.pending(), 0);
+}
+
+#[test]
+fn an_srq_binding_reports_receives_with_the_callers_wr_id() {
+    fake::reset(16);
+    let dev = FakeDevice::new();
+    let sqs = Arc::new(SqShared::new(MAX_WR));
+    let bindings = Box::new([Binding {
+        qpn: QPN,
+        sq: Some(sqs.clone()),
+        rq: None,
+        srq: true,
+    }]);
+    // SAFETY: the fake QP and CQ live as long as `dev`; the state is made for the queue and
+    // bound to this poller only.
+    let (mut sq, mut cq) = unsafe {
+        (
+            SendQueue::new(dev.qp(), MAX_WR, caps(), sqs).unwrap(),
+            Poller::new(dev.cq(), 16, bindings).unwrap(),
+        )
+    };
+    let buf = [0u8; 8];
+    let sgl = [Sge::from_slice(&buf, 0x11)];
+    // SAFETY: the fake only reads the request.
+    unsafe { sq.post(&SendWr::send(77, &sgl).signaled()) }.unwrap();
+    let recv = |wr_id: u64, opcode: u32, status: u32| ibv_wc {
+        wr_id,
+        status,
+        opcode,
+        byte_len: 6,
+        qp_num: QPN,
+        wc_flags: 2, // IBV_WC_WITH_IMM
+        imm_data: 9u32.to_be(),
+        ..ibv_wc::default()
+    };
+    with(|f| {
+        // Receives (IBV_WC_RECV, success) whose wr_id looks like a send counter, the send, a receive with immediate.
+        f.cq.push_back(recv(0, 128, 0));
+        f.cq.push_back(ibv_wc {
+            wr_id: 0,
+            opcode: 0, // IBV_WC_SEND
+            qp_num: QPN,
+            ..ibv_wc::default()
+        });
+        f.cq.push_back(recv(0xdead_beef_0000_0001, 128, 0));
+    });
+    let mut wc = [Completion::EMPTY; 8];
+    let n = cq.poll(&mut wc);
+    assert_eq!(n, 3);
+    assert_eq!(
+        (wc[0].wr_id, wc[0].opcode, wc[0].byte_len, wc[0].imm),
+        (0, WcOpcode::Recv, 6, 9)
+    );
+    assert_eq!((wc[1].wr_id, wc[1].opcode), (77, WcOpcode::Send));
+    assert_eq!(wc[2].wr_id, 0xdead_beef_0000_0001);
+    assert!(wc.iter().take(3).all(|c| c.status == WcStatus::Success));
 }

@@ -19,9 +19,12 @@
 //! spinning on.
 //!
 //! The second form (`--rc`, see `rc.rs`) talks to rdma-core's `ibv_rc_pingpong` over the
-//! network, as server or client.
+//! network, as server or client; `--ud` (`ud.rs`) to `ibv_ud_pingpong`, `--srq` (`srq.rs`) to
+//! `ibv_srq_pingpong`.
 
 mod rc;
+mod srq;
+mod ud;
 
 use std::io::Write as _;
 use std::process::ExitCode;
@@ -39,6 +42,8 @@ const USAGE: &str = "\
 usage: pingpong [--op send|write] [--size BYTES] [--iters N] [--device NAME]
                 [--backend auto|direct|verbs] [--bf|--no-bf]
        pingpong --rc [ibv_rc_pingpong options] [host]
+       pingpong --ud [ibv_ud_pingpong options] [host]
+       pingpong --srq [ibv_srq_pingpong options] [host]
 
   --op send|write   SEND/RECV ping-pong (default) or RDMA WRITE polling the last byte
   --size BYTES      message size, at most 1 GiB (default 8; WRITE needs at least 1)
@@ -48,7 +53,9 @@ usage: pingpong [--op send|write] [--size BYTES] [--iters N] [--device NAME]
   --backend B       auto (default), direct or verbs
   --bf, --no-bf     ring with BlueFlame (default) or the 8-byte doorbell only
                     (--no-bf sets MLX5_SHUT_UP_BF=1, as libmlx5 reads it)
-  --rc ...          talk to rdma-core's ibv_rc_pingpong; `pingpong --rc --help` for options";
+  --rc ...          talk to rdma-core's ibv_rc_pingpong; `pingpong --rc --help` for options
+  --ud ...          talk to ibv_ud_pingpong (UD datagrams); `pingpong --ud --help`
+  --srq ...         talk to ibv_srq_pingpong (RC QPs on one SRQ); `pingpong --srq --help`";
 
 /// The largest message.
 const MAX_SIZE: usize = 1 << 30;
@@ -469,6 +476,12 @@ fn main() -> ExitCode {
     let mut argv = std::env::args_os().skip(1).peekable();
     if argv.next_if(|a| a == "--rc").is_some() {
         return rc::main(Parser::from_args(argv));
+    }
+    if argv.next_if(|a| a == "--ud").is_some() {
+        return ud::main(Parser::from_args(argv));
+    }
+    if argv.next_if(|a| a == "--srq").is_some() {
+        return srq::main(Parser::from_args(argv));
     }
     match parse_args(Parser::from_args(argv)) {
         Ok(args) => match run(&args) {

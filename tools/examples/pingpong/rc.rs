@@ -39,11 +39,11 @@ use zverbs::{
 };
 use zverbs_tools::args::{self, Arg::*, Parser};
 
-const RECV_WRID: u64 = 1;
-const SEND_WRID: u64 = 2;
+pub(crate) const RECV_WRID: u64 = 1;
+pub(crate) const SEND_WRID: u64 = 2;
 
 /// How long the exchange, and each wait for the peer's next message, may take.
-const PEER_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const PEER_TIMEOUT: Duration = Duration::from_secs(60);
 /// The largest message.
 const MAX_SIZE: usize = 1 << 30;
 /// The most iterations.
@@ -51,22 +51,45 @@ const MAX_ITERS: u64 = 1_000_000_000;
 /// The deepest receive queue asked for (devices allow less; they say so).
 const MAX_RX_DEPTH: u32 = 1 << 16;
 
-struct Opts {
-    server: Option<String>,
-    port: u16,
-    device: Option<String>,
-    ib_port: u8,
-    size: usize,
-    mtu: zverbs::Mtu,
-    rx_depth: u32,
-    iters: u64,
-    sl: u8,
-    gid_index: Option<u32>,
-    backend: Option<zverbs::BackendRequest>,
+/// Which rdma-core example the peer is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// `ibv_rc_pingpong`.
+    Rc,
+    /// `ibv_ud_pingpong` (`ud.rs`).
+    Ud,
+    /// `ibv_srq_pingpong` (`srq.rs`).
+    Srq,
+}
+
+impl Mode {
+    pub(crate) fn flag(self) -> &'static str {
+        match self {
+            Mode::Rc => "--rc",
+            Mode::Ud => "--ud",
+            Mode::Srq => "--srq",
+        }
+    }
+}
+
+pub(crate) struct Opts {
+    pub(crate) server: Option<String>,
+    pub(crate) port: u16,
+    pub(crate) device: Option<String>,
+    pub(crate) ib_port: u8,
+    pub(crate) size: usize,
+    pub(crate) mtu: zverbs::Mtu,
+    pub(crate) rx_depth: u32,
+    pub(crate) iters: u64,
+    pub(crate) sl: u8,
+    pub(crate) gid_index: Option<u32>,
+    pub(crate) backend: Option<zverbs::BackendRequest>,
+    /// QPs on the SRQ (`--srq` only).
+    pub(crate) num_qp: u32,
 }
 
 /// `ibv_rc_pingpong` fills its buffer with this byte (and sends it, unless `--chk`).
-const FILL: u8 = 0x7b;
+pub(crate) const FILL: u8 = 0x7b;
 
 const USAGE: &str = "\
 usage: pingpong --rc [options]           (server)
@@ -83,14 +106,16 @@ usage: pingpong --rc [options]           (server)
   -g, --gid-idx N       local GID index (none; needed on RoCE, on both sides)
       --backend B       auto, direct or verbs";
 
-/// Parses the arguments after `--rc`. `Err("")` asks for the usage text.
-fn parse(mut p: Parser) -> Result<Opts, String> {
+/// Parses the arguments after `--rc` (`--ud`, `--srq`: `mode`). `Err("")` asks for the usage
+/// text.
+pub(crate) fn parse(mut p: Parser, mode: Mode) -> Result<Opts, String> {
     let mut o = Opts {
         server: None,
         port: exchange::DEFAULT_PORT,
         device: None,
         ib_port: 1,
-        size: 4096,
+        size: if mode == Mode::Ud { 2048 } else { 4096 },
+        num_qp: 16,
         mtu: zverbs::Mtu::M1024,
         rx_depth: 500,
         iters: 1000,
@@ -123,33 +148,138 @@ fn parse(mut p: Parser) -> Result<Opts, String> {
                 let v = args::value(&mut p, &f)?;
                 o.backend = Some(zverbs::BackendRequest::parse(&v).map_err(|e| e.to_string())?);
             }
+            Short('q') | Long("num-qp") if mode == Mode::Srq => {
+                o.num_qp = args::in_range(&mut p, &f, 1, 256)?;
+            }
             Short('h') | Long("help") => return Err(String::new()),
             Value(v) if o.server.is_none() => o.server = Some(args::string(v)?),
             arg => return Err(args::unexpected(arg)),
         }
+    }
+    if mode == Mode::Srq && o.num_qp > o.rx_depth {
+        return Err(format!(
+            "--rx-depth {} is too small for {} QPs: at least one receive per QP",
+            o.rx_depth, o.num_qp
+        ));
     }
     Ok(o)
 }
 
 /// Runs the `--rc` mode with the arguments after `--rc`.
 pub fn main(args: Parser) -> ExitCode {
-    let o = match parse(args) {
+    run_mode(args, Mode::Rc, run)
+}
+
+/// Parses the arguments of `mode` and runs it: the usage text, or exit code 2 for bad
+/// arguments, 1 for a failed run.
+pub(crate) fn run_mode(
+    args: Parser,
+    mode: Mode,
+    run: fn(&Opts) -> Result<(), Box<dyn std::error::Error>>,
+) -> ExitCode {
+    let flag = mode.flag();
+    let o = match parse(args, mode) {
         Ok(o) => o,
         Err(e) if e.is_empty() => {
-            println!("{USAGE}");
+            println!("{}", USAGE.replace("--rc", flag));
+            if mode == Mode::Srq {
+                println!("  -q, --num-qp N        QPs on the SRQ, 1 to 256 (16)");
+            }
             return ExitCode::SUCCESS;
         }
         Err(e) => {
-            eprintln!("pingpong --rc: {e}");
+            eprintln!("pingpong {flag}: {e}");
             return ExitCode::from(2);
         }
     };
     match run(&o) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("pingpong --rc: {e}");
+            eprintln!("pingpong {flag}: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Prints `ibv_*_pingpong`'s two result lines for `iters` exchanges since `start`.
+pub(crate) fn report(start: Instant, o: &Opts, iters: u64) {
+    let usec = start.elapsed().as_secs_f64() * 1e6;
+    let bytes = o.size as u64 * iters * 2;
+    println!(
+        "{bytes} bytes in {:.2} seconds = {:.2} Mbit/sec",
+        usec / 1e6,
+        bytes as f64 * 8.0 / usec
+    );
+    println!(
+        "{iters} iters in {:.2} seconds = {:.2} usec/iter",
+        usec / 1e6,
+        usec / iters as f64
+    );
+}
+
+/// Fails on an error completion, as `ibv_*_pingpong` do.
+pub(crate) fn check_status(c: &Completion) -> Result<(), Box<dyn std::error::Error>> {
+    if c.is_success() {
+        return Ok(());
+    }
+    Err(format!(
+        "Failed status {} ({}) for wr_id {}",
+        c.status,
+        c.status.to_raw(),
+        c.wr_id
+    )
+    .into())
+}
+
+/// Fails the run when a message was damaged (see [`check_message`]).
+pub(crate) fn fail_on(damage: &Damage, o: &Opts) -> Result<(), Box<dyn std::error::Error>> {
+    if let Some((n, at, byte)) = damage.first {
+        return Err(format!(
+            "{} of {} messages received were wrong ({} bytes expected); the first: message \
+             {n}, byte {at} is {byte:#04x}",
+            damage.messages, o.iters, o.size
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// Empty polls, and when the last completion came: a peer silent for [`PEER_TIMEOUT`] fails
+/// the run (looked at every 4096 empty polls).
+pub(crate) struct Idle {
+    empty: u32,
+    last: Instant,
+}
+
+impl Idle {
+    pub(crate) fn new() -> Self {
+        Self {
+            empty: 0,
+            last: Instant::now(),
+        }
+    }
+
+    /// Notes a poll that returned `n` completions, with `rcnt` of `iters` messages received.
+    pub(crate) fn note(
+        &mut self,
+        n: usize,
+        rcnt: u64,
+        iters: u64,
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        if n > 0 {
+            (self.empty, self.last) = (0, Instant::now());
+            return Ok(());
+        }
+        self.empty += 1;
+        if self.empty.is_multiple_of(4096) && self.last.elapsed() >= PEER_TIMEOUT {
+            return Err(format!(
+                "nothing from the peer for {} s after {rcnt} of {iters} messages; is it still \
+                 running?",
+                PEER_TIMEOUT.as_secs(),
+            )
+            .into());
+        }
+        Ok(())
     }
 }
 
@@ -247,6 +377,7 @@ fn run(o: &Opts) -> Result<(), Box<dyn std::error::Error>> {
     let queues = Queues::from_parts(qp.send_queue()?, rq.into_inner(), cq.poller()?)?;
     let start = match queues {
         Queues::Direct(q) => session(q.sq, q.rq, q.cq, &rbuf, slice, o, client)?,
+        Queues::DirectUd(q) => session(q.sq, q.rq, q.cq, &rbuf, slice, o, client)?,
         Queues::Verbs(q) => session(q.sq, q.rq, q.cq, &rbuf, slice, o, client)?,
     };
     let usec = start.elapsed().as_secs_f64() * 1e6;
@@ -271,11 +402,11 @@ fn run(o: &Opts) -> Result<(), Box<dyn std::error::Error>> {
 
 /// What the checks of the received messages found.
 #[derive(Debug, Default)]
-struct Damage {
+pub(crate) struct Damage {
     /// Messages with at least one wrong byte.
-    messages: u64,
+    pub(crate) messages: u64,
     /// The first wrong byte: (message, offset, value).
-    first: Option<(u64, usize, u8)>,
+    pub(crate) first: Option<(u64, usize, u8)>,
 }
 
 /// Checks that the message just received is `size` bytes of [`FILL`], noting any other byte in
@@ -283,13 +414,19 @@ struct Damage {
 /// message is in flight now). A damaged message does not stop the run: the peer finishes in
 /// step, and the run fails at the end.
 fn check_message(buf: &MrBuf, size: usize, n: u64, damage: &mut Damage) {
+    check_at(buf, 0, size, FILL, n, damage);
+}
+
+/// Checks that `buf[at..at + size]` is all `fill`, noting a wrong byte in `damage`, then zeroes
+/// the buffer (see [`check_message`]).
+pub(crate) fn check_at(buf: &MrBuf, at: usize, size: usize, fill: u8, n: u64, damage: &mut Damage) {
     let mut got = vec![0u8; size];
-    buf.read(0, &mut got);
-    if let Some(at) = got.iter().position(|&b| b != FILL) {
+    buf.read(at, &mut got);
+    if let Some(at) = got.iter().position(|&b| b != fill) {
         damage.messages += 1;
         damage.first.get_or_insert((n, at, got[at]));
     }
-    buf.fill(0..size, 0);
+    buf.fill(at..at + size, if fill == 0 { 0xff } else { 0 });
 }
 
 fn post_recvs<R: PostRecv>(

@@ -3,7 +3,8 @@
 //! reported as ratios.
 //!
 //! For each link (both ends on `rxe0`; across `rxe1`↔`rxe2`), each test (`write_lat`,
-//! `send_lat`) and each message size, the rounds alternate `zverbs-perf` (release build) and
+//! `send_lat`, and `send_lat --ud` against `ib_send_lat -c UD` for sizes up to the MTU) and
+//! each message size, the rounds alternate `zverbs-perf` (release build) and
 //! perftest's `ib_write_lat` / `ib_send_lat`, each a server and a client on the same devices,
 //! ports and settings: the same iterations, no inline data, the port's MTU. The figures are the
 //! client's `t_typical` (the median of half round trips) and its 99th percentile, the median
@@ -50,8 +51,29 @@ impl Default for Options {
     }
 }
 
-/// The two tests compared, ours and perftest's name.
-const TESTS: [(&str, &str); 2] = [("write_lat", "ib_write_lat"), ("send_lat", "ib_send_lat")];
+/// A test compared (see [`TESTS`]).
+type TestCase = (
+    &'static str,
+    &'static [&'static str],
+    &'static str,
+    &'static [&'static str],
+    usize,
+);
+
+/// The tests compared: the name in the table, `zverbs-perf`'s arguments, perftest's program and
+/// its extra arguments, and the largest message (a datagram is at most the path MTU, 1024 on
+/// rxe's Ethernet ports).
+const TESTS: [TestCase; 3] = [
+    ("write_lat", &["write_lat"], "ib_write_lat", &[], usize::MAX),
+    ("send_lat", &["send_lat"], "ib_send_lat", &[], usize::MAX),
+    (
+        "send_lat UD",
+        &["send_lat", "--ud"],
+        "ib_send_lat",
+        &["-c", "UD"],
+        1024,
+    ),
+];
 
 /// One run's figures, microseconds.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -194,11 +216,11 @@ pub fn run(o: &Options, out: &Path) -> Result {
     let mut cases = Vec::new();
     let mut port = 19000u16;
     for (label, a, b) in &links {
-        for (ours, theirs) in TESTS {
-            for &size in &o.sizes {
+        for (test, ours, theirs, their_args, max) in TESTS {
+            for &size in o.sizes.iter().filter(|&&s| s <= max) {
                 let mut case = Case {
                     link: label.clone(),
-                    test: ours,
+                    test,
                     size,
                     ours: Vec::new(),
                     theirs: Vec::new(),
@@ -211,24 +233,30 @@ pub fn run(o: &Options, out: &Path) -> Result {
                         let (server, client) = if mine {
                             let common =
                                 ["-g", &gid, "-s", &sz, "-n", &iters, "-I", &inline, "-p", &p];
-                            let mut s = w(&[&perf, ours, "-d", a]);
+                            let mut s = w(&[&perf]);
+                            s.extend(w(ours));
+                            s.extend(w(&["-d", a]));
                             s.extend(w(&common));
-                            let mut c = w(&[&perf, ours, "127.0.0.1", "-d", b]);
+                            let mut c = w(&[&perf]);
+                            c.extend(w(ours));
+                            c.extend(w(&["127.0.0.1", "-d", b]));
                             c.extend(w(&common));
                             (s, c)
                         } else {
                             let common =
                                 ["-x", &gid, "-s", &sz, "-n", &iters, "-I", &inline, "-p", &p];
                             let mut s = w(&[theirs, "-d", a]);
+                            s.extend(w(their_args));
                             s.extend(w(&common));
                             let mut c = w(&[theirs, "-d", b]);
+                            c.extend(w(their_args));
                             c.extend(w(&common));
                             c.push("127.0.0.1".into());
                             (s, c)
                         };
                         let name = format!(
                             "{} {label} {size} B round {}",
-                            if mine { ours } else { theirs },
+                            if mine { test } else { theirs },
                             round + 1
                         );
                         let index = checks.len();

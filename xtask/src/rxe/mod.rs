@@ -596,6 +596,71 @@ pub fn own_programs(t: &Topology, built: &[(String, PathBuf)]) -> Result<Vec<Che
             ],
         },
     });
+    // Datagrams and a shared receive queue: `pingpong --ud` against `ibv_ud_pingpong` (1 KiB,
+    // the port's MTU on rxe; the GRH from the GID index, as RoCE needs), `pingpong --srq`
+    // against `ibv_srq_pingpong` (16 RC QPs on one SRQ, 4 KiB), each side as server once, on
+    // each link.
+    for (label, a, b) in &links {
+        for (tool, flag, size, received) in [
+            (
+                "ibv_ud_pingpong",
+                "--ud",
+                1024,
+                "datagrams received, every byte after the GRH area checked",
+            ),
+            (
+                "ibv_srq_pingpong",
+                "--srq",
+                4096,
+                "messages received through the SRQ, every byte checked",
+            ),
+        ] {
+            for ours_serves in [true, false] {
+                port += 1;
+                let side = |prog: &str, dev: &str, client: bool| -> Vec<String> {
+                    let mut v = vec![prog.to_string()];
+                    if prog == ours {
+                        v.push(flag.into());
+                    }
+                    v.extend(w(&["-d", dev, "-g", &gid, "-n", INTEROP_ITERS]));
+                    v.extend(w(&["-s", &size.to_string(), "-p", &port.to_string()]));
+                    if flag == "--srq" {
+                        v.extend(w(&["-m", &mtu]));
+                    }
+                    if client {
+                        v.push("127.0.0.1".into());
+                    }
+                    v
+                };
+                let (server, client, roles) = if ours_serves {
+                    (
+                        side(&ours, a, false),
+                        side(tool, b, true),
+                        format!("pingpong {flag} (zverbs) server, {tool} client"),
+                    )
+                } else {
+                    (
+                        side(tool, a, false),
+                        side(&ours, b, true),
+                        format!("{tool} server, pingpong {flag} (zverbs) client"),
+                    )
+                };
+                checks.push(Check {
+                    name: format!("{roles}, {label}"),
+                    timeout: TOOL_TIMEOUT,
+                    kind: Kind::Pair {
+                        server,
+                        client,
+                        ready: Ready::Tcp(port),
+                        expect: vec![
+                            format!("{INTEROP_ITERS} iters in"),
+                            format!("{INTEROP_ITERS} {received}"),
+                        ],
+                    },
+                });
+            }
+        }
+    }
     Ok(checks)
 }
 
@@ -622,6 +687,28 @@ pub fn mcast_checks(t: &Topology, built: &[(String, PathBuf)]) -> Result<Vec<Che
     }
     let count = MCAST_COUNT.to_string();
     let w = |v: &[&str]| -> Vec<String> { v.iter().map(|s| s.to_string()).collect() };
+    // The reverse: ours sends (address handle from the join, QPN 0xffffff, the group's Q_Key)
+    // to `mckey` receiving. mckey's output reaches a pipe only when it exits, so nothing shows
+    // its join: ours serves, joins first (`joined group`), and repeats its round of datagrams
+    // for a few seconds; mckey joins, takes the first COUNT that reach it and exits 0 with
+    // `data transfers complete`.
+    let sends = links.iter().enumerate().map(|(i, (label, from, to))| {
+        let group = format!("239.1.3.{}", i + 1);
+        Check {
+            name: format!("mcast (zverbs) sender, mckey receiver, {label}"),
+            timeout: TOOL_TIMEOUT,
+            kind: Kind::Pair {
+                server: w(&[
+                    &ours, "--send", "--group", &group, "--bind", from, "-C", &count, "-S", "100",
+                    "--repeat", "8",
+                ]),
+                client: w(&["mckey", "-m", &group, "-b", to, "-C", &count, "-S", "100"]),
+                ready: Ready::Output(format!("mcast: joined group {group}")),
+                expect: vec!["data transfers complete".into(), "mcast: sent ".into()],
+            },
+        }
+    });
+    let sends: Vec<Check> = sends.collect();
     Ok(links
         .iter()
         .enumerate()
@@ -645,6 +732,7 @@ pub fn mcast_checks(t: &Topology, built: &[(String, PathBuf)]) -> Result<Vec<Che
                 },
             }
         })
+        .chain(sends)
         .collect())
 }
 
@@ -976,7 +1064,19 @@ mod tests {
     fn mckey_sends_to_ours_on_the_device_and_across_the_pair() {
         let built = vec![("mcast".to_string(), PathBuf::from("/t/mcast"))];
         let checks = mcast_checks(&Topology::vm(), &built).unwrap();
-        assert_eq!(checks.len(), 2);
+        assert_eq!(checks.len(), 4);
+        // Then ours sends to mckey receiving, on the same links.
+        for (c, (from, to)) in checks[2..]
+            .iter()
+            .zip([("198.18.0.1", "198.18.0.1"), ("198.18.1.1", "198.18.1.2")])
+        {
+            let Kind::Pair { server, client, .. } = &c.kind else {
+                panic!("{c:?}");
+            };
+            assert_eq!(client[..2], ["mckey", "-m"]);
+            assert_eq!(server[..2], ["/t/mcast", "--send"]);
+            assert!(server.contains(&from.to_string()) && client.contains(&to.to_string()));
+        }
         let mut groups = Vec::new();
         for (c, (from, to)) in checks
             .iter()
@@ -1023,11 +1123,38 @@ mod tests {
             ("pingpong".to_string(), PathBuf::from("/t/pingpong")),
         ];
         let checks = own_programs(&Topology::vm(), &built).unwrap();
-        // loopback, 3 sizes x 2 roles x 2 links, the damaged run.
-        assert_eq!(checks.len(), 1 + INTEROP_SIZES.len() * 2 * 2 + 1);
+        // loopback, 3 sizes x 2 roles x 2 links, the damaged run, then UD and SRQ x 2 roles x
+        // 2 links.
+        let rc = 1 + INTEROP_SIZES.len() * 2 * 2 + 1;
+        assert_eq!(checks.len(), rc + 2 * 2 * 2);
         let mut ports = Vec::new();
+        for c in &checks[rc..] {
+            let Kind::Pair {
+                server,
+                client,
+                ready: Ready::Tcp(p),
+                ..
+            } = &c.kind
+            else {
+                panic!("{c:?}");
+            };
+            ports.push(*p);
+            let ours = |v: &[String]| v[0] == "/t/pingpong";
+            assert!(ours(server) != ours(client), "{c:?}");
+            let tool = if ours(server) { &client[0] } else { &server[0] };
+            let flag = if ours(server) { &server[1] } else { &client[1] };
+            assert_eq!(
+                (tool.as_str(), flag.as_str()),
+                match tool.as_str() {
+                    "ibv_ud_pingpong" => ("ibv_ud_pingpong", "--ud"),
+                    _ => ("ibv_srq_pingpong", "--srq"),
+                }
+            );
+            // ibv_ud_pingpong has no -m.
+            assert_eq!(server.contains(&"-m".to_string()), flag == "--srq");
+        }
         let mut ours_served = 0;
-        for c in &checks[1..] {
+        for c in &checks[1..rc] {
             let Kind::Pair {
                 server,
                 client,
@@ -1047,7 +1174,7 @@ mod tests {
         ports.sort_unstable();
         ports.dedup();
         assert_eq!(ports.len(), n, "every pair on its own port");
-        let damaged = checks.last().unwrap();
+        let damaged = &checks[rc - 1];
         let Kind::Pair { server, client, .. } = &damaged.kind else {
             unreachable!()
         };

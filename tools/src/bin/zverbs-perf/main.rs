@@ -98,6 +98,8 @@ pub(crate) struct Opts {
     pub(crate) inline: u32,
     pub(crate) mtu: zverbs::Mtu,
     pub(crate) cm: bool,
+    /// `send_lat` over UD QPs (`--ud`).
+    pub(crate) ud: bool,
     pub(crate) backend: Option<BackendRequest>,
     pub(crate) histogram: Option<String>,
     pub(crate) hugepages: bool,
@@ -135,6 +137,8 @@ options:
   -I, --inline N          largest inline message (default 64; 0 disables inline)
   -m, --mtu BYTES         path MTU: 256 512 1024 2048 4096 (default 1024)
       --cm                connect through rdma_cm instead of the TCP exchange
+      --ud                send_lat between UD QPs (datagrams: SIZE at most the port's MTU;
+                          as ib_send_lat -c UD)
       --backend B         auto, direct or verbs (default: ZVERBS_BACKEND, else auto)
       --histogram FILE    write the latency histogram (FILE.svg or FILE.csv)
       --hugepages         put the buffer on hugepages
@@ -168,6 +172,7 @@ where
         inline: 64,
         mtu: zverbs::Mtu::M1024,
         cm: false,
+        ud: false,
         backend: None,
         histogram: None,
         hugepages: false,
@@ -193,6 +198,7 @@ where
                     .ok_or_else(|| format!("{f} {b}: use 256, 512, 1024, 2048 or 4096"))?;
             }
             Long("cm") => o.cm = true,
+            Long("ud") => o.ud = true,
             Long("backend") => {
                 let v = args::value(&mut p, &f)?;
                 o.backend = Some(BackendRequest::parse(&v).map_err(|e| e.to_string())?);
@@ -223,6 +229,9 @@ where
     if o.test == Test::AtomicLat {
         o.size = 8;
     }
+    if o.ud && (o.test != Test::SendLat || o.cm) {
+        return Err("--ud is for send_lat over the TCP exchange (without --cm)".into());
+    }
     if o.histogram.is_some() && !o.test.is_latency() {
         return Err("--histogram is for latency tests".into());
     }
@@ -244,8 +253,9 @@ impl Opts {
     /// The tag both sides compare.
     pub(crate) fn tag(&self) -> String {
         format!(
-            "{}:{}:{}:{}",
+            "{}{}:{}:{}:{}",
             self.test.name(),
+            if self.ud { "_ud" } else { "" },
             self.size,
             self.iters,
             self.warmup
@@ -410,6 +420,21 @@ mod tests {
                 .as_deref(),
             Some("10.0.0.1:9000")
         );
+    }
+
+    #[test]
+    fn ud_is_for_send_lat_over_the_tcp_exchange() {
+        let o = p("send_lat --ud").unwrap();
+        assert!(o.ud);
+        // Both sides compare it: an RC peer is refused at the exchange.
+        assert_eq!(o.tag(), "send_lat_ud:2:1000:100");
+        assert!(!p("send_lat").unwrap().ud);
+        for bad in ["write_lat --ud", "send_bw --ud", "send_lat --ud --cm"] {
+            assert!(
+                p(bad).unwrap_err().contains("--ud is for send_lat"),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -8,7 +8,7 @@ use zverbs::connect::exchange::{self, Hello, Wire};
 use zverbs::connect::{Endpoint, RemoteRegion};
 use zverbs::{
     AccessFlags, Completion, ConnectAttr, ContextOptions, Error, MrBuf, PollCq, PostError,
-    PostRecv, PostSend, QueueSet, Queues, RecvWr, SendFlags, SendWr, Sge, WcOpcode,
+    PostRecv, PostSend, QueueSet, Queues, RecvWr, SendFlags, SendWr, Sge, UdAttr, UdDest, WcOpcode,
 };
 
 use zverbs_tools::latency::{self, Recorder};
@@ -18,6 +18,11 @@ use crate::watch::Watch;
 use crate::{Opts, Test};
 
 pub(crate) type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+/// The GRH area at the start of a UD receive.
+const GRH: usize = 40;
+/// The Q_Key of `--ud` (ib_send_lat's).
+const UD_QKEY: u32 = 0x1111_1111;
 
 /// Immediate of the client's closing SEND.
 const DONE_IMM: u32 = 0xd0_4e_d0_4e;
@@ -63,6 +68,8 @@ struct Env<'a> {
     remote: RemoteRegion,
     client: bool,
     max_inline: u32,
+    /// `--ud`: where the SENDs go.
+    ud: Option<UdDest>,
     /// The exchange connection, open for the whole test (non-blocking): its end is the peer's.
     peer: Option<&'a TcpStream>,
 }
@@ -134,7 +141,8 @@ fn bad(detail: impl Into<String>) -> Box<dyn std::error::Error> {
 
 /// Runs the test described by `opts`.
 pub(crate) fn run(opts: &Opts) -> Result<()> {
-    let lay = Layout::new(opts.size);
+    // A UD receive starts with the 40 bytes of the GRH area.
+    let lay = Layout::new(opts.size + if opts.ud { GRH } else { 0 });
     let copts = match opts.backend {
         Some(b) => ContextOptions::default().backend(b),
         None => ContextOptions::default(),
@@ -196,6 +204,9 @@ pub(crate) fn run(opts: &Opts) -> Result<()> {
     if let Some(b) = opts.backend {
         qb = qb.backend(b);
     }
+    if opts.ud {
+        qb = qb.ud();
+    }
     let qp = qb.build()?;
     let max_inline = if opts.inline == 0 {
         0
@@ -236,8 +247,16 @@ pub(crate) fn run(opts: &Opts) -> Result<()> {
     );
 
     let tag = opts.tag();
+    let ud_attr = UdAttr {
+        port,
+        pkey_index: 0,
+        qkey: UD_QKEY,
+        sq_psn: me.psn,
+    };
+    let mut ah = None;
     // The receives are posted before the peer may send: from INIT (the receive queue can be
     // taken then), the send queue once the QP is in RTS.
+    let mut ud = None;
     let (remote, conn, rq) = if opts.cm {
         let mut private = cm::encode_region(&region).to_vec();
         private.extend_from_slice(tag.as_bytes());
@@ -262,7 +281,11 @@ pub(crate) fn run(opts: &Opts) -> Result<()> {
                 .mtu(opts.mtu)
                 .rd_atomic(1)
         };
-        qp.to_init(&attr(&Endpoint::default()).init)?;
+        if opts.ud {
+            qp.to_init_ud(&ud_attr)?;
+        } else {
+            qp.to_init(&attr(&Endpoint::default()).init)?;
+        }
         let mut rq = qp.recv_queue()?;
         post_receives(&mut rq, &buf, lay, opts.rx_depth)?;
         let hello = Hello {
@@ -274,9 +297,14 @@ pub(crate) fn run(opts: &Opts) -> Result<()> {
             let mut s = exchange::connect(&opts.server_addr().unwrap_or_default(), opts.timeout)?;
             let peer = exchange::client(&mut s, &hello, Wire::Zverbs)?;
             check_tag(peer.app.as_bytes(), &tag)?;
-            let a = attr(&peer.endpoint);
-            qp.to_rtr(&a.rtr)?;
-            qp.to_rts(&a.rts)?;
+            if opts.ud {
+                qp.to_rts_ud(&ud_attr)?;
+                ah = Some(pd.create_ah_to(port, &peer.endpoint, local.gid_index)?);
+            } else {
+                let a = attr(&peer.endpoint);
+                qp.to_rtr(&a.rtr)?;
+                qp.to_rts(&a.rts)?;
+            }
             (peer, s)
         } else {
             let l = exchange::listen(opts.port)?;
@@ -286,6 +314,11 @@ pub(crate) fn run(opts: &Opts) -> Result<()> {
             let mut s = exchange::accept(&l, opts.timeout)?;
             let peer = exchange::server(&mut s, &hello, Wire::Zverbs, |p| {
                 check_tag(p.app.as_bytes(), &tag)?;
+                if opts.ud {
+                    qp.to_rts_ud(&ud_attr)?;
+                    ah = Some(pd.create_ah_to(port, &p.endpoint, local.gid_index)?);
+                    return Ok(());
+                }
                 let a = attr(&p.endpoint);
                 qp.to_rtr(&a.rtr)?;
                 qp.to_rts(&a.rts)
@@ -300,6 +333,9 @@ pub(crate) fn run(opts: &Opts) -> Result<()> {
             peer.endpoint.gid
         );
         let region = peer.region.ok_or_else(|| bad("the peer sent no buffer"))?;
+        if let Some(ah) = &ah {
+            ud = Some(ah.dest(peer.endpoint.qpn, UD_QKEY));
+        }
         // Watched during the test (nothing is sent on it): its end is the peer's.
         stream.set_nonblocking(true)?;
         (region, Conn::Tcp(stream), rq)
@@ -320,6 +356,7 @@ pub(crate) fn run(opts: &Opts) -> Result<()> {
         remote,
         client,
         max_inline,
+        ud,
         peer: match &conn {
             Conn::Tcp(s) => Some(s),
             Conn::Cm(_) => None,
@@ -327,9 +364,11 @@ pub(crate) fn run(opts: &Opts) -> Result<()> {
     };
     match queues {
         Queues::Direct(q) => test(q, &env)?,
+        Queues::DirectUd(q) => test(q, &env)?,
         Queues::Verbs(q) => test(q, &env)?,
     }
     drop(conn);
+    drop(ah);
     Ok(())
 }
 
@@ -481,6 +520,11 @@ where
         Ok(())
     };
 
+    // A SEND of the source, to the peer's QP (RC) or to its address (UD).
+    let send = |i: u64| match &env.ud {
+        Some(d) => SendWr::send_to(i, &src, d),
+        None => SendWr::send(i, &src),
+    };
     match (o.test, env.client) {
         (Test::WriteLat, _) => {
             let flag_at = lay.a() + o.size - 1;
@@ -525,7 +569,7 @@ where
                     post(
                         &mut q.sq,
                         &mut q.cq,
-                        &SendWr::send(i, &src).with_flags(flags(i, false)),
+                        &send(i).with_flags(flags(i, false)),
                         &mut seen,
                         env,
                     )?;
@@ -542,7 +586,7 @@ where
                     post(
                         &mut q.sq,
                         &mut q.cq,
-                        &SendWr::send(i, &src).with_flags(flags(i, false)),
+                        &send(i).with_flags(flags(i, false)),
                         &mut seen,
                         env,
                     )?;
@@ -625,7 +669,11 @@ where
         post(
             &mut q.sq,
             &mut q.cq,
-            &SendWr::send_imm(DONE_ID, &[], DONE_IMM).signaled(),
+            &match &env.ud {
+                Some(d) => SendWr::send_to_imm(DONE_ID, &[], d, DONE_IMM),
+                None => SendWr::send_imm(DONE_ID, &[], DONE_IMM),
+            }
+            .signaled(),
             &mut seen,
             env,
         )?;

@@ -1,0 +1,233 @@
+//! UD sends, multicast and shared receive queues through `Qp::queues` / `Srq::queue` on the
+//! software device (the direct backend).
+#![cfg(feature = "sim")]
+
+use std::time::{Duration, Instant};
+
+use zverbs::{
+    AccessFlags, AhAttr, AnySendQueue, Completion, ContextOptions, Gid, MULTICAST_QPN, PollCq,
+    PostRecv, RecvWr, SendFlags, UdAttr, WcFlags, WcOpcode,
+};
+
+const QKEY: u32 = 0x1111_1111;
+
+fn ctx() -> zverbs::Context {
+    zverbs::open_device(Some(zverbs::SOFTWARE_DEVICE), &ContextOptions::default()).unwrap()
+}
+
+fn deadline() -> Instant {
+    Instant::now() + Duration::from_secs(5)
+}
+
+#[test]
+fn ud_send_and_send_imm_reach_the_peer_with_the_senders_address() {
+    let ctx = ctx();
+    let pd = ctx.alloc_pd().unwrap();
+    let (cq_a, cq_b) = (
+        ctx.cq_builder().cqe(256).build().unwrap(),
+        ctx.cq_builder().cqe(256).build().unwrap(),
+    );
+    let a = pd.qp_builder(&cq_a, &cq_a).ud().build().unwrap();
+    let b = pd.qp_builder(&cq_b, &cq_b).ud().build().unwrap();
+    a.ready_ud(&UdAttr::new(QKEY)).unwrap();
+    b.ready_ud(&UdAttr::new(QKEY)).unwrap();
+    assert!(a.send_caps().is_ud());
+    let lid = ctx.port(1).unwrap().lid;
+    let ah = pd
+        .create_ah(&AhAttr {
+            dlid: lid,
+            port: 1,
+            ..AhAttr::default()
+        })
+        .unwrap();
+    let dest = ah.target(b.qpn(), QKEY);
+    assert_eq!(
+        (dest.dest().remote_qpn, dest.dest().qkey, &dest.dest().av),
+        (b.qpn(), QKEY, ah.av().unwrap())
+    );
+    let sbuf = pd.alloc_buf(4096, AccessFlags::ALL).unwrap();
+    let rbuf = pd.alloc_buf(4096, AccessFlags::ALL).unwrap();
+    let (mut qa, mut qb) = (a.queues(&cq_a).unwrap(), b.queues(&cq_b).unwrap());
+    // A UD receive starts with the 40-byte GRH area.
+    qb.rq.post(1, rbuf.slice(0..40 + 64)).unwrap();
+    qb.rq.post(2, rbuf.slice(1024..1024 + 40 + 64)).unwrap();
+    sbuf.write(0, b"datagram");
+    qa.sq
+        .send_to(10, sbuf.slice(0..8), &dest, SendFlags::SIGNALED)
+        .unwrap();
+    qa.sq
+        .send_to_imm(11, sbuf.slice(0..5), &dest, 0xfeed, SendFlags::SIGNALED)
+        .unwrap();
+    let sent: Vec<Completion> = qa.cq.wait(2, deadline()).unwrap().to_vec();
+    assert_eq!((sent[0].wr_id, sent[1].wr_id), (10, 11));
+    assert!(sent.iter().all(|c| c.status.is_success()));
+    let got: Vec<Completion> = qb.cq.wait(2, deadline()).unwrap().to_vec();
+    for c in &got {
+        assert!(c.status.is_success(), "{c:?}");
+        assert_eq!((c.qp_num, c.src_qp, c.slid), (b.qpn(), a.qpn(), lid));
+    }
+    assert_eq!((got[0].wr_id, got[0].byte_len), (1, 40 + 8));
+    assert_eq!(got[0].opcode, WcOpcode::Recv);
+    let mut data = [0u8; 8];
+    rbuf.read(40, &mut data);
+    assert_eq!(&data, b"datagram");
+    assert_eq!(
+        (got[1].wr_id, got[1].byte_len, got[1].imm),
+        (2, 40 + 5, 0xfeed)
+    );
+    assert!(got[1].flags.contains(WcFlags::WITH_IMM));
+    // An RC operation is refused on a UD queue, a datagram above the MTU too.
+    let big = (a.send_caps().max_inline_data as usize).max(4096);
+    let big = pd.alloc_buf(big + 1, AccessFlags::ALL).unwrap();
+    assert!(
+        qa.sq
+            .send(12, sbuf.slice(0..8), SendFlags::SIGNALED)
+            .is_err()
+    );
+    assert!(
+        qa.sq
+            .send_to(13, big.slice(..), &dest, SendFlags::SIGNALED)
+            .is_err()
+    );
+}
+
+#[test]
+fn a_datagram_to_a_group_reaches_every_attached_qp() {
+    let ctx = ctx();
+    let pd = ctx.alloc_pd().unwrap();
+    let mut mgid = Gid::default();
+    mgid.0[0] = 0xff;
+    mgid.0[1] = 0x12;
+    mgid.0[15] = 7;
+    let mlid = 0xc007;
+    let cqs: Vec<_> = (0..3)
+        .map(|_| ctx.cq_builder().cqe(256).build().unwrap())
+        .collect();
+    let qps: Vec<_> = cqs
+        .iter()
+        .map(|cq| pd.qp_builder(cq, cq).ud().build().unwrap())
+        .collect();
+    for qp in &qps {
+        qp.ready_ud(&UdAttr::new(QKEY)).unwrap();
+    }
+    qps[1].attach_mcast(&mgid, mlid).unwrap();
+    qps[2].attach_mcast(&mgid, mlid).unwrap();
+    let ah = pd
+        .create_ah(&AhAttr {
+            dlid: mlid,
+            port: 1,
+            grh: Some(zverbs::GlobalRoute {
+                dgid: mgid,
+                sgid_index: 0,
+                hop_limit: 1,
+                traffic_class: 0,
+                flow_label: 0,
+            }),
+            ..AhAttr::default()
+        })
+        .unwrap();
+    let dest = ah.target(MULTICAST_QPN, QKEY);
+    let buf = pd.alloc_buf(4096, AccessFlags::ALL).unwrap();
+    let mut q: Vec<_> = qps
+        .iter()
+        .zip(&cqs)
+        .map(|(qp, cq)| qp.queues(cq).unwrap())
+        .collect();
+    for (i, r) in [(1usize, 1024usize), (2, 2048)] {
+        q[i].rq.post(i as u64, buf.slice(r..r + 40 + 16)).unwrap();
+    }
+    buf.write(0, b"to the group");
+    q[0].sq
+        .send_to(7, buf.slice(0..12), &dest, SendFlags::SIGNALED)
+        .unwrap();
+    assert_eq!(q[0].cq.wait(1, deadline()).unwrap()[0].wr_id, 7);
+    for (i, r) in [(1usize, 1024usize), (2, 2048)] {
+        let c = q[i].cq.wait(1, deadline()).unwrap()[0];
+        assert!(c.status.is_success(), "{c:?}");
+        assert_eq!(
+            (c.wr_id, c.byte_len, c.src_qp),
+            (i as u64, 40 + 12, qps[0].qpn())
+        );
+        // A multicast datagram carries a GRH.
+        assert!(c.flags.contains(WcFlags::GRH), "{c:?}");
+        let mut data = [0u8; 12];
+        buf.read(r + 40, &mut data);
+        assert_eq!(&data, b"to the group");
+    }
+}
+
+#[test]
+fn rc_qps_on_one_srq_complete_receives_naming_their_qp() {
+    let ctx = ctx();
+    let pd = ctx.alloc_pd().unwrap();
+    let srq = pd.create_srq(16, 1).unwrap();
+    let cq = ctx.cq_builder().cqe(256).build().unwrap();
+    let peer_cq = ctx.cq_builder().cqe(256).build().unwrap();
+    let ours: Vec<_> = (0..2)
+        .map(|_| pd.qp_builder(&cq, &cq).srq(&srq).build().unwrap())
+        .collect();
+    let peers: Vec<_> = (0..2)
+        .map(|_| pd.qp_builder(&peer_cq, &peer_cq).build().unwrap())
+        .collect();
+    for (a, b) in ours.iter().zip(&peers) {
+        zverbs::connect_pair(a, b).unwrap();
+    }
+    // Every QP on a direct SRQ completes its receives on one CQ.
+    let other = ctx.cq_builder().cqe(8).build().unwrap();
+    assert!(pd.qp_builder(&other, &other).srq(&srq).build().is_err());
+    let buf = pd.alloc_buf(4096, AccessFlags::ALL).unwrap();
+    let mut rq = srq.queue().unwrap();
+    assert!(srq.queue().is_err());
+    for i in 0..4u64 {
+        let sgl = [buf.sge(i as usize * 64..(i as usize + 1) * 64)];
+        // SAFETY: the buffer is registered, outlives the receives, and is read only after
+        // their completions.
+        unsafe { rq.post(&RecvWr::new(100 + i, &sgl)) }.unwrap();
+    }
+    let mut poller = cq.poller().unwrap();
+    let mut senders: Vec<AnySendQueue> = peers.iter().map(|p| p.send_queue().unwrap()).collect();
+    let mut peer_poller = peer_cq.poller().unwrap();
+    let src = pd.alloc_buf(64, AccessFlags::ALL).unwrap();
+    src.write(0, b"0123456789");
+    for (k, i) in [1usize, 0, 1].into_iter().enumerate() {
+        let sgl = [src.sge(0..1 + k)];
+        let wr = zverbs::SendWr::send(k as u64, &sgl).signaled();
+        // SAFETY: registered memory that lives until the completion is polled below.
+        unsafe { zverbs::PostSend::post(&mut senders[i], &wr) }.unwrap();
+    }
+    let mut got = Vec::new();
+    let mut out = [Completion::default(); 8];
+    let end = deadline();
+    while got.len() < 3 && Instant::now() < end {
+        let n = poller.poll(&mut out);
+        got.extend_from_slice(&out[..n]);
+    }
+    let mut done = 0;
+    while done < 3 && Instant::now() < end {
+        done += peer_poller.poll(&mut out);
+    }
+    assert_eq!(done, 3);
+    let mut seen: Vec<(u32, u32, u64)> = got
+        .iter()
+        .map(|c| {
+            assert!(c.status.is_success(), "{c:?}");
+            assert_eq!(c.opcode, WcOpcode::Recv);
+            // The message landed in the receive the completion names.
+            let mut data = vec![0u8; c.byte_len as usize];
+            buf.read((c.wr_id - 100) as usize * 64, &mut data);
+            assert_eq!(data, b"0123456789"[..c.byte_len as usize]);
+            (c.byte_len, c.qp_num, c.wr_id)
+        })
+        .collect();
+    seen.sort();
+    // Each message completes on the QP it arrived on, from the SRQ's receives (the order
+    // across QPs is the device's).
+    let qpns: Vec<(u32, u32)> = seen.iter().map(|s| (s.0, s.1)).collect();
+    assert_eq!(
+        qpns,
+        [(1, ours[1].qpn()), (2, ours[0].qpn()), (3, ours[1].qpn())]
+    );
+    let mut ids: Vec<u64> = seen.iter().map(|s| s.2).collect();
+    ids.sort();
+    assert_eq!(ids, [100, 101, 102]);
+}
