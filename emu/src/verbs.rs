@@ -1,7 +1,8 @@
 //! A small client of libibverbs and libmlx5 for the emulator's own checks: the differential
 //! test (libmlx5's WQEs and CQE decoding against the direct path's). It opens the device,
-//! creates RC QPs through libmlx5, connects them, reveals their memory with `mlx5dv_init_obj`,
-//! and posts and polls with `ibv_post_send`, `ibv_post_recv` and `ibv_poll_cq`.
+//! creates RC and UD QPs, address handles and SRQs through libmlx5, connects or readies the
+//! QPs, reveals their memory with `mlx5dv_init_obj`, and posts and polls with `ibv_post_send`,
+//! `ibv_post_recv`, `ibv_post_srq_recv` and `ibv_poll_cq`.
 //!
 //! Everything goes through zverbs' one rdma-core binding, [`zverbs_ffi`]: its libraries,
 //! loaded at run time, its structs (checked against rdma-core's headers by `zverbs-abi`), and
@@ -17,11 +18,13 @@ use zverbs_ffi::load::{self, Mlx5, Verbs};
 use zverbs_ffi::types::{
     IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_READ,
     IBV_ACCESS_REMOTE_WRITE, IBV_MTU_4096, IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPT_RC,
-    MLX5DV_OBJ_CQ, MLX5DV_OBJ_QP, ibv_context, ibv_cq, ibv_pd, ibv_port_attr, ibv_qp, ibv_qp_attr,
-    ibv_qp_cap, ibv_qp_init_attr, ibv_recv_wr, ibv_send_wr, ibv_wc, mlx5dv_obj, qp_attr_mask as m,
+    IBV_QPT_UD, MLX5DV_OBJ_AH, MLX5DV_OBJ_CQ, MLX5DV_OBJ_QP, MLX5DV_OBJ_SRQ, ibv_ah, ibv_ah_attr,
+    ibv_context, ibv_cq, ibv_pd, ibv_port_attr, ibv_qp, ibv_qp_attr, ibv_qp_cap, ibv_qp_init_attr,
+    ibv_recv_wr, ibv_send_wr, ibv_srq, ibv_srq_attr, ibv_srq_init_attr, ibv_wc, mlx5dv_obj,
+    qp_attr_mask as m,
 };
-use zverbs_mlx5dv::prm::dv::{mlx5dv_cq, mlx5dv_qp};
-use zverbs_mlx5dv::{CqLayout, QpLayout};
+use zverbs_mlx5dv::prm::dv::{MLX5DV_SRQ_MASK_SRQN, mlx5dv_ah, mlx5dv_cq, mlx5dv_qp, mlx5dv_srq};
+use zverbs_mlx5dv::{CqLayout, QpLayout, SrqLayout};
 
 /// Every right: local write, remote write, remote read and remote atomic.
 pub const ACCESS_ALL: c_int = IBV_ACCESS_LOCAL_WRITE
@@ -59,7 +62,25 @@ pub struct Cq {
     pub raw: NonNull<ibv_cq>,
 }
 
-/// An RC QP created through libmlx5.
+/// An address handle created through libmlx5, with the address vector libmlx5 built for it.
+#[derive(Clone, Copy, Debug)]
+pub struct Ah {
+    /// `struct ibv_ah *`.
+    pub raw: NonNull<ibv_ah>,
+    /// The 48-byte `struct mlx5_wqe_av` (`mlx5dv_ah.av`), copied.
+    pub av: [u8; 48],
+}
+
+/// An SRQ created through libmlx5.
+#[derive(Clone, Copy, Debug)]
+pub struct Srq {
+    /// `struct ibv_srq *`.
+    pub raw: NonNull<ibv_srq>,
+    /// The attributes libmlx5 granted.
+    pub attr: ibv_srq_attr,
+}
+
+/// A QP (RC or UD) created through libmlx5.
 #[derive(Clone, Copy, Debug)]
 pub struct Qp {
     /// `struct ibv_qp *`.
@@ -154,13 +175,32 @@ impl Context {
     ///
     /// When `ibv_create_qp` fails.
     pub fn create_qp(&self, cq: Cq, caps: ibv_qp_cap) -> Result<Qp, String> {
+        self.create_qp_of(cq, caps, IBV_QPT_RC, None)
+    }
+
+    /// Creates a UD QP on `cq` asking for `caps`, its receives from `srq` if given.
+    ///
+    /// # Errors
+    ///
+    /// When `ibv_create_qp` fails.
+    pub fn create_ud_qp(&self, cq: Cq, caps: ibv_qp_cap, srq: Option<Srq>) -> Result<Qp, String> {
+        self.create_qp_of(cq, caps, IBV_QPT_UD, srq)
+    }
+
+    fn create_qp_of(
+        &self,
+        cq: Cq,
+        caps: ibv_qp_cap,
+        qp_type: u32,
+        srq: Option<Srq>,
+    ) -> Result<Qp, String> {
         let mut attr = ibv_qp_init_attr {
             qp_context: null_mut(),
             send_cq: cq.raw.as_ptr(),
             recv_cq: cq.raw.as_ptr(),
-            srq: null_mut(),
+            srq: srq.map_or(null_mut(), |s| s.raw.as_ptr().cast()),
             cap: caps,
-            qp_type: IBV_QPT_RC,
+            qp_type,
             sq_sig_all: 0,
         };
         // SAFETY: a live PD and an initialised attribute struct.
@@ -245,6 +285,128 @@ impl Context {
         )
     }
 
+    /// Moves the UD QP `qp` through INIT (P_Key index 0, port 1, `qkey`), RTR and RTS.
+    ///
+    /// # Errors
+    ///
+    /// When a transition fails.
+    pub fn ready_ud(&self, qp: Qp, qkey: u32) -> Result<(), String> {
+        let step = |mut a: ibv_qp_attr, mask: c_int, what: &str| {
+            // SAFETY: a live QP and an initialised attribute struct.
+            let r = unsafe { (self.verbs.ibv_modify_qp)(qp.raw.as_ptr(), &mut a, mask) };
+            if r == 0 {
+                Ok(())
+            } else {
+                Err(format!("ibv_modify_qp to {what} failed: {r}"))
+            }
+        };
+        let init = ibv_qp_attr {
+            qp_state: IBV_QPS_INIT,
+            pkey_index: 0,
+            port_num: 1,
+            qkey,
+            ..ibv_qp_attr::default()
+        };
+        step(
+            init,
+            m::IBV_QP_STATE | m::IBV_QP_PKEY_INDEX | m::IBV_QP_PORT | m::IBV_QP_QKEY,
+            "INIT",
+        )?;
+        let rtr = ibv_qp_attr {
+            qp_state: IBV_QPS_RTR,
+            ..ibv_qp_attr::default()
+        };
+        step(rtr, m::IBV_QP_STATE, "RTR")?;
+        let rts = ibv_qp_attr {
+            qp_state: IBV_QPS_RTS,
+            sq_psn: 0,
+            ..ibv_qp_attr::default()
+        };
+        step(rts, m::IBV_QP_STATE | m::IBV_QP_SQ_PSN, "RTS")
+    }
+
+    /// Creates an address handle for `attr` and reads the address vector libmlx5 built for it
+    /// (`mlx5dv_init_obj(MLX5DV_OBJ_AH)`).
+    ///
+    /// # Errors
+    ///
+    /// When `ibv_create_ah` or `mlx5dv_init_obj` fails.
+    pub fn create_ah(&self, mut attr: ibv_ah_attr) -> Result<Ah, String> {
+        // SAFETY: a live PD and an initialised attribute struct.
+        let ah = unsafe { (self.verbs.ibv_create_ah)(self.pd.as_ptr(), &mut attr) };
+        let raw = NonNull::new(ah).ok_or("ibv_create_ah failed")?;
+        let mut da = mlx5dv_ah::default();
+        let mut obj = mlx5dv_obj::<mlx5dv_qp, mlx5dv_cq>::EMPTY;
+        obj.ah.r#in = raw.as_ptr().cast();
+        obj.ah.out = (&raw mut da).cast();
+        // SAFETY: a live AH of this mlx5 context and a valid out-struct.
+        let r = unsafe { (self.mlx5.mlx5dv_init_obj)((&raw mut obj).cast(), MLX5DV_OBJ_AH) };
+        if r != 0 {
+            return Err(format!("mlx5dv_init_obj(AH) failed: {r}"));
+        }
+        let av = da.av().ok_or("null address vector from mlx5dv_init_obj")?;
+        // SAFETY: libmlx5's AV, 48 bytes inside the live AH.
+        let av = unsafe { av.as_ptr().read() };
+        Ok(Ah { raw, av })
+    }
+
+    /// Creates an SRQ of at least `max_wr` receives of `max_sge` entries.
+    ///
+    /// # Errors
+    ///
+    /// When `ibv_create_srq` fails.
+    pub fn create_srq(&self, max_wr: u32, max_sge: u32) -> Result<Srq, String> {
+        let mut init = ibv_srq_init_attr {
+            srq_context: null_mut(),
+            attr: ibv_srq_attr {
+                max_wr,
+                max_sge,
+                srq_limit: 0,
+            },
+        };
+        // SAFETY: a live PD and an initialised attribute struct.
+        let srq = unsafe { (self.verbs.ibv_create_srq)(self.pd.as_ptr(), &mut init) };
+        let raw = NonNull::new(srq).ok_or("ibv_create_srq failed")?;
+        Ok(Srq {
+            raw,
+            attr: init.attr,
+        })
+    }
+
+    /// The layout `mlx5dv_init_obj(MLX5DV_OBJ_SRQ)` reports for `srq` (its WQE count
+    /// `tail + 1`: libmlx5's free list runs from WQE 0 to the last).
+    ///
+    /// # Errors
+    ///
+    /// When `mlx5dv_init_obj` fails or reports null pointers or no SRQ number.
+    pub fn srq_layout(&self, srq: Srq) -> Result<SrqLayout, String> {
+        let mut ds = mlx5dv_srq {
+            comp_mask: MLX5DV_SRQ_MASK_SRQN,
+            ..mlx5dv_srq::default()
+        };
+        let mut obj = mlx5dv_obj::<mlx5dv_qp, mlx5dv_cq>::EMPTY;
+        obj.srq.r#in = srq.raw.as_ptr().cast();
+        obj.srq.out = (&raw mut ds).cast();
+        // SAFETY: a live SRQ of this mlx5 context and a valid out-struct.
+        let r = unsafe { (self.mlx5.mlx5dv_init_obj)((&raw mut obj).cast(), MLX5DV_OBJ_SRQ) };
+        if r != 0 {
+            return Err(format!("mlx5dv_init_obj(SRQ) failed: {r}"));
+        }
+        if ds.comp_mask & MLX5DV_SRQ_MASK_SRQN == 0 {
+            return Err("mlx5dv_init_obj(SRQ) gave no SRQ number".into());
+        }
+        let null = "null pointer from mlx5dv_init_obj(SRQ)";
+        Ok(SrqLayout {
+            srqn: ds.srqn,
+            buf: NonNull::new(ds.buf.cast()).ok_or(null)?,
+            dbrec: NonNull::new(ds.dbrec).ok_or(null)?,
+            stride: ds.stride,
+            wqe_cnt: ds.tail.wrapping_add(1),
+            head: ds.head,
+            tail: ds.tail,
+        })
+    }
+
     /// The layouts `mlx5dv_init_obj` reports for `qp` and `cq`.
     ///
     /// # Errors
@@ -290,6 +452,17 @@ impl Context {
         let mut bad = null_mut();
         // SAFETY: (caller) a valid request on a live QP of this context.
         unsafe { zverbs_ffi::ibv_post_recv(qp.raw.as_ptr(), wr, &mut bad) }
+    }
+
+    /// `ibv_post_srq_recv(srq, wr, &bad)`; 0 or the error.
+    ///
+    /// # Safety
+    ///
+    /// As [`Context::post_send`].
+    pub unsafe fn post_srq_recv(&self, srq: Srq, wr: &mut ibv_recv_wr) -> c_int {
+        let mut bad = null_mut();
+        // SAFETY: (caller) a valid request on a live SRQ of this context.
+        unsafe { zverbs_ffi::ibv_post_srq_recv(srq.raw.as_ptr(), wr, &mut bad) }
     }
 
     /// `ibv_poll_cq(cq, out.len(), out)`: completions written, or a negative error.
