@@ -122,9 +122,7 @@ impl Srq {
                 // same layout when the SRQ was created, nothing was posted since, and the
                 // QPs on the SRQ all complete their receives on one CQ, whose pollers bind it
                 // (`QpBuilder::build` refuses another).
-                let q = unsafe {
-                    zverbs_mlx5dv::SharedRecvQueue::new(&mlx5_layout(&l), state.clone())?
-                };
+                let q = unsafe { zverbs_mlx5dv::SharedRecvQueue::new(&l, state.clone())? };
                 Ok(AnySrqQueue::Direct(direct::SrqQueue {
                     q,
                     _srq: self.clone(),
@@ -181,19 +179,6 @@ impl Srq {
     }
 }
 
-/// The `zverbs-mlx5dv` form of a direct SRQ's layout.
-fn mlx5_layout(l: &SrqLayout) -> zverbs_mlx5dv::SrqLayout {
-    zverbs_mlx5dv::SrqLayout {
-        srqn: l.srqn,
-        buf: l.buf,
-        dbrec: l.dbrec,
-        stride: l.stride,
-        wqe_cnt: l.wqe_cnt,
-        head: l.head,
-        tail: l.tail,
-    }
-}
-
 impl Pd {
     /// A shared receive queue of at least `max_wr` receive requests of up to `max_sge`
     /// scatter entries, driven by the context's backend.
@@ -221,7 +206,7 @@ impl Pd {
                 // whole), whose ring lives as long as the provider, which the `SrqInner`
                 // drops only after every holder of the state (queue, pollers: each holds the
                 // SRQ or a QP that holds it).
-                Some(Arc::new(unsafe { SrqState::new(&mlx5_layout(&l), slots)? }))
+                Some(Arc::new(unsafe { SrqState::new(&l, slots)? }))
             }
             SrqEngine::Verbs(_) => None,
         };

@@ -111,25 +111,9 @@ pub(crate) trait SrqProvider: Send + Sync + Debug {
     }
 }
 
-/// A shared receive queue's memory as `mlx5dv_init_obj(MLX5DV_OBJ_SRQ)` reports it
-/// (`struct mlx5dv_srq`), for the direct path.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SrqLayout {
-    /// The ring of receive WQEs (each a `mlx5_wqe_srq_next_seg` and data segments).
-    pub buf: NonNull<u8>,
-    /// The doorbell record: the count of receives posted, big-endian.
-    pub dbrec: NonNull<u32>,
-    /// Bytes per WQE, a power of two.
-    pub stride: u32,
-    /// WQEs in the ring, a power of two.
-    pub wqe_cnt: u32,
-    /// The first WQE of the free list.
-    pub head: u32,
-    /// The last WQE of the free list.
-    pub tail: u32,
-    /// The SRQ number.
-    pub srqn: u32,
-}
+/// A shared receive queue's memory as `mlx5dv_init_obj(MLX5DV_OBJ_SRQ)` reports it, for the
+/// direct path: the direct backend's own type.
+pub use zverbs_mlx5dv::SrqLayout;
 
 /// A shared receive queue's engine.
 #[derive(Clone, Copy, Debug)]
