@@ -109,7 +109,9 @@ impl<P: RqStateRef> RecvQueue<P> {
         self.tail = self.state.load_tail();
         self.entries.free(self.head, self.tail)
     }
+}
 
+impl<P: RqStateRef> crate::rq::RecvRing for RecvQueue<P> {
     /// Checks `wr` (the core's check) and that `needed` receives fit, this one the last.
     #[inline(always)]
     fn check(&mut self, wr: &RecvWr<'_>, needed: u32) -> Result<(), PostError> {
@@ -164,27 +166,68 @@ impl<P: RqStateRef> RecvQueue<P> {
 impl<P: RqStateRef> PostRecv for RecvQueue<P> {
     #[inline]
     unsafe fn post(&mut self, wr: &RecvWr<'_>) -> Result<(), PostError> {
-        self.check(wr, 1)?;
-        // SAFETY: checked.
-        unsafe { self.write(wr) };
-        self.publish();
-        Ok(())
+        // SAFETY: (caller) the posting contract.
+        unsafe { post_one(self, wr) }
     }
 
     unsafe fn post_all(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), BatchError> {
-        for (index, wr) in wrs.iter().enumerate() {
-            self.check(wr, index as u32 + 1)
-                .map_err(|error| BatchError { index, error })?;
-        }
-        for wr in wrs {
-            // SAFETY: every entry was checked, with room for the whole batch.
-            unsafe { self.write(wr) };
-        }
-        if !wrs.is_empty() {
-            self.publish();
-        }
-        Ok(())
+        // SAFETY: (caller) the posting contract.
+        unsafe { post_batch(self, wrs) }
     }
+}
+
+/// A receive ring as [`post_one`] and [`post_batch`] drive it: the receive queue of a QP and a
+/// shared receive queue differ in where a WQE goes and what the doorbell record counts, not in
+/// the order of the steps.
+pub(crate) trait RecvRing {
+    /// Whether `wr` fits, with room for `needed` receives in all; nothing is written.
+    fn check(&mut self, wr: &RecvWr<'_>, needed: u32) -> Result<(), PostError>;
+    /// Writes `wr` at the next free place and records its `wr_id`; not published.
+    ///
+    /// # Safety
+    ///
+    /// `check` accepted `wr` with room for it, and the posting contract holds.
+    unsafe fn write(&mut self, wr: &RecvWr<'_>);
+    /// Hands what was written to the device (barrier, then the doorbell record).
+    fn publish(&self);
+}
+
+/// `PostRecv::post` of any receive ring: check, write, publish.
+///
+/// # Safety
+///
+/// The posting contract of [`PostRecv::post`].
+#[inline(always)]
+pub(crate) unsafe fn post_one<R: RecvRing>(r: &mut R, wr: &RecvWr<'_>) -> Result<(), PostError> {
+    r.check(wr, 1)?;
+    // SAFETY: checked; (caller) the posting contract.
+    unsafe { r.write(wr) };
+    r.publish();
+    Ok(())
+}
+
+/// `PostRecv::post_all` of any receive ring: all checked first, then all written, one
+/// doorbell record update.
+///
+/// # Safety
+///
+/// The posting contract of [`PostRecv::post_all`].
+pub(crate) unsafe fn post_batch<R: RecvRing>(
+    r: &mut R,
+    wrs: &[RecvWr<'_>],
+) -> Result<(), BatchError> {
+    for (index, wr) in wrs.iter().enumerate() {
+        r.check(wr, index as u32 + 1)
+            .map_err(|error| BatchError { index, error })?;
+    }
+    for wr in wrs {
+        // SAFETY: every entry was checked, with room for the whole batch.
+        unsafe { r.write(wr) };
+    }
+    if !wrs.is_empty() {
+        r.publish();
+    }
+    Ok(())
 }
 
 #[cfg(test)]

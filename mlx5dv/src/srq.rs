@@ -137,7 +137,9 @@ impl<P: SrqStateRef> SharedRecvQueue<P> {
     fn refresh(&mut self) {
         self.limit = self.state.load_freed().wrapping_add(self.capacity);
     }
+}
 
+impl<P: SrqStateRef> crate::rq::RecvRing for SharedRecvQueue<P> {
     /// Checks `wr` (the core's check) and that `needed` receives fit, this one the last.
     #[inline(always)]
     fn check(&mut self, wr: &RecvWr<'_>, needed: u32) -> Result<(), PostError> {
@@ -204,25 +206,12 @@ impl<P: SrqStateRef> SharedRecvQueue<P> {
 impl<P: SrqStateRef> PostRecv for SharedRecvQueue<P> {
     #[inline]
     unsafe fn post(&mut self, wr: &RecvWr<'_>) -> Result<(), PostError> {
-        self.check(wr, 1)?;
-        // SAFETY: checked.
-        unsafe { self.write(wr) };
-        self.publish();
-        Ok(())
+        // SAFETY: (caller) the posting contract.
+        unsafe { crate::rq::post_one(self, wr) }
     }
 
     unsafe fn post_all(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), BatchError> {
-        for (index, wr) in wrs.iter().enumerate() {
-            self.check(wr, index as u32 + 1)
-                .map_err(|error| BatchError { index, error })?;
-        }
-        for wr in wrs {
-            // SAFETY: every receive was checked, with room for the whole batch.
-            unsafe { self.write(wr) };
-        }
-        if !wrs.is_empty() {
-            self.publish();
-        }
-        Ok(())
+        // SAFETY: (caller) the posting contract.
+        unsafe { crate::rq::post_batch(self, wrs) }
     }
 }
