@@ -92,40 +92,8 @@ macro_rules! forward_recv {
 /// nothing to the hot path).
 macro_rules! forward_queues {
     () => {
-        impl PostSend for SendQueue {
-            #[inline(always)]
-            unsafe fn stage(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
-                // SAFETY: forwarded; the caller upholds the posting contract.
-                unsafe { self.q.stage(wr) }
-            }
-            #[inline(always)]
-            fn ring(&mut self) {
-                self.q.ring()
-            }
-            #[inline(always)]
-            unsafe fn post_all(&mut self, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
-                // SAFETY: forwarded.
-                unsafe { self.q.post_all(wrs) }
-            }
-            #[inline(always)]
-            unsafe fn post(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
-                // SAFETY: forwarded.
-                unsafe { self.q.post(wr) }
-            }
-        }
-
-        impl PostRecv for RecvQueue {
-            #[inline(always)]
-            unsafe fn post(&mut self, wr: &RecvWr<'_>) -> Result<(), PostError> {
-                // SAFETY: forwarded.
-                unsafe { self.q.post(wr) }
-            }
-            #[inline(always)]
-            unsafe fn post_all(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), BatchError> {
-                // SAFETY: forwarded.
-                unsafe { self.q.post_all(wrs) }
-            }
-        }
+        forward_send!(SendQueue);
+        forward_recv!(RecvQueue);
 
         impl PollCq for Poller {
             #[inline(always)]
