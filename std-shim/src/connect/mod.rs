@@ -65,14 +65,13 @@ impl RemoteRegion {
 /// [`Qp::psn`](crate::Qp::psn)).
 pub fn random_psn() -> u32 {
     use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    // `RandomState`'s keys come from the operating system's random source once per thread and
+    // change with each `RandomState`; the counter keeps two draws apart even so. No clock: a
+    // PSN must not follow from the time (and Miri, isolated, has none).
+    static DRAWS: AtomicU64 = AtomicU64::new(0);
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0),
-    );
-    h.write_u32(std::process::id());
+    h.write_u64(DRAWS.fetch_add(1, Ordering::Relaxed));
     (h.finish() as u32) & 0xff_ffff
 }
 
