@@ -260,6 +260,54 @@ impl<P: SqStateRef> SendQueue<P, Dedicated, Datagram> {
     }
 }
 
+impl<P: SqStateRef, H: Deref<Target = SharedBf>> SendQueue<P, Shared<H>, Datagram> {
+    /// Drives the send queue of the unreliable-datagram QP that `layout` describes, whose
+    /// BlueFlame register other queues (of either transport) write too: every ring takes
+    /// `shared`'s lock and uses its toggle, as [`SendQueue::new_shared`] does.
+    ///
+    /// # Safety
+    ///
+    /// As [`SendQueue::new_shared`], for a UD QP.
+    ///
+    /// # Errors
+    ///
+    /// As [`SendQueue::new_shared`], and [`LayoutError::Transport`] when `caps.transport` is
+    /// not [`Transport::Ud`](zverbs_core::Transport::Ud).
+    pub unsafe fn new_ud_shared(
+        layout: &QpLayout,
+        caps: SqCaps,
+        state: P,
+        shared: H,
+    ) -> Result<Self, LayoutError> {
+        // SAFETY: (caller) the contract of `new_shared`.
+        unsafe { Self::with_shared(layout, caps, state, shared) }
+    }
+}
+
+impl<P: SqStateRef, H: Deref<Target = SharedBf>, T: SqTransport> SendQueue<P, Shared<H>, T> {
+    /// The shared-register constructors' common part: the buffer size check.
+    ///
+    /// # Safety
+    ///
+    /// The contract of [`SendQueue::new_shared`].
+    unsafe fn with_shared(
+        layout: &QpLayout,
+        caps: SqCaps,
+        state: P,
+        shared: H,
+    ) -> Result<Self, LayoutError> {
+        if shared.bf_size() != layout.bf.size {
+            return Err(LayoutError::SharedBfSize {
+                register: shared.bf_size(),
+                queue: layout.bf.size,
+            });
+        }
+        // SAFETY: (caller) the contract of `with_register`; every writer of the register holds
+        // this `shared`.
+        unsafe { Self::with_register(layout, caps, state, Shared(shared)) }
+    }
+}
+
 impl<P: SqStateRef, H: Deref<Target = SharedBf>> SendQueue<P, Shared<H>> {
     /// Drives the send queue of the QP that `layout` describes, whose BlueFlame register other
     /// queues write too: every ring takes `shared`'s lock around its doorbell write and uses
@@ -281,15 +329,8 @@ impl<P: SqStateRef, H: Deref<Target = SharedBf>> SendQueue<P, Shared<H>> {
         state: P,
         shared: H,
     ) -> Result<Self, LayoutError> {
-        if shared.bf_size() != layout.bf.size {
-            return Err(LayoutError::SharedBfSize {
-                register: shared.bf_size(),
-                queue: layout.bf.size,
-            });
-        }
-        // SAFETY: (caller) the contract of `with_register`; every writer of the register holds
-        // this `shared`.
-        unsafe { Self::with_register(layout, caps, state, Shared(shared)) }
+        // SAFETY: (caller) the contract of `with_shared`, which is this function's.
+        unsafe { Self::with_shared(layout, caps, state, shared) }
     }
 }
 

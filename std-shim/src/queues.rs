@@ -118,14 +118,17 @@ pub mod direct {
         pub(super) _qp: Arc<QpInner>,
     }
 
-    /// The `zverbs-mlx5dv` send queue of a [`SendQueue`], by how it holds its BlueFlame
-    /// register (see [`BlueFlame`](crate::BlueFlame)).
+    /// The `zverbs-mlx5dv` send queue of a [`SendQueue`] (or, with `T` [`Datagram`], of a
+    /// [`UdSendQueue`]), by how it holds its BlueFlame register (see
+    /// [`BlueFlame`](crate::BlueFlame)).
+    ///
+    /// [`Datagram`]: zverbs_mlx5dv::Datagram
     #[derive(Debug)]
-    pub enum RawSendQueue {
+    pub enum RawSendQueue<T = zverbs_mlx5dv::Connected> {
         /// A register of its own, or none (doorbell only): rings take no lock.
-        Dedicated(zverbs_mlx5dv::SendQueue<SqStateHandle>),
-        /// A register shared with other QPs: rings take its lock.
-        Shared(zverbs_mlx5dv::SendQueue<SqStateHandle, SharedBfHandle>),
+        Dedicated(zverbs_mlx5dv::SendQueue<SqStateHandle, zverbs_mlx5dv::Dedicated, T>),
+        /// A register shared with other QPs (of either transport): rings take its lock.
+        Shared(zverbs_mlx5dv::SendQueue<SqStateHandle, SharedBfHandle, T>),
     }
 
     /// How a [`RawSendQueue::Shared`] holds its register.
@@ -141,7 +144,7 @@ pub mod direct {
         };
     }
 
-    impl RawSendQueue {
+    impl<T: zverbs_mlx5dv::SqTransport> RawSendQueue<T> {
         /// The producer counter in basic blocks.
         pub fn producer(&self) -> u32 {
             each!(self, q => q.producer())
@@ -158,7 +161,7 @@ pub mod direct {
         }
     }
 
-    impl PostSend for RawSendQueue {
+    impl<T: zverbs_mlx5dv::SqTransport> PostSend for RawSendQueue<T> {
         #[inline(always)]
         unsafe fn stage(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
             // SAFETY: forwarded; the caller upholds the posting contract.
@@ -205,10 +208,9 @@ pub mod direct {
 
     forward_queues!();
 
-    /// The `zverbs-mlx5dv` send queue of a UD QP: its own BlueFlame register (or none), the
-    /// datagram transport.
-    pub type RawUdSendQueue =
-        zverbs_mlx5dv::SendQueue<SqStateHandle, zverbs_mlx5dv::Dedicated, zverbs_mlx5dv::Datagram>;
+    /// The `zverbs-mlx5dv` send queue of a UD QP: the datagram transport, with its own
+    /// BlueFlame register (or none) or one shared with other QPs.
+    pub type RawUdSendQueue = RawSendQueue<zverbs_mlx5dv::Datagram>;
 
     /// The send queue of a UD QP driven by `zverbs-mlx5dv`: it posts
     /// [`SendOp::SendTo`](zverbs_core::SendOp::SendTo), `SendToImm` and NOP.
@@ -390,17 +392,26 @@ impl AnySendQueue {
         match &qp.data {
             QpData::Direct(d) if qp.send_caps().is_ud() => {
                 let (layout, caps, state) = (&d.layout, qp.send_caps(), d.sq_state.clone());
-                if let DirectRegister::Shared(_) = &d.register {
-                    return Err(Error::Backend {
-                        requested: BackendKind::Direct,
-                        reason: "a UD QP's send queue needs a BlueFlame register of its own \
-                                 (or none); this one shares its register"
-                            .into(),
-                    });
-                }
-                // SAFETY: as for an RC QP below, with a register that is this QP's alone (or
-                // none); the QP is UD and its caps say so.
-                let q = unsafe { zverbs_mlx5dv::SendQueue::new_ud(layout, caps, state)? };
+                // SAFETY: as for an RC QP below (the register: its own, or the one `SharedBf`
+                // of its address, which RC and UD QPs on it hold alike); the QP is UD and its
+                // caps say so.
+                let q = unsafe {
+                    match &d.register {
+                        DirectRegister::DoorbellOnly | DirectRegister::Dedicated => {
+                            direct::RawSendQueue::Dedicated(zverbs_mlx5dv::SendQueue::new_ud(
+                                layout, caps, state,
+                            )?)
+                        }
+                        DirectRegister::Shared(r) => {
+                            direct::RawSendQueue::Shared(zverbs_mlx5dv::SendQueue::new_ud_shared(
+                                layout,
+                                caps,
+                                state,
+                                r.bf().clone(),
+                            )?)
+                        }
+                    }
+                };
                 Ok(Self::DirectUd(direct::UdSendQueue { q, _qp: qp.clone() }))
             }
             QpData::Direct(d) => {

@@ -861,3 +861,55 @@ fn qps_on_a_shared_register_are_serialised_and_reported() {
         .unwrap();
     assert_eq!(qp.blueflame(), Some(BlueFlame::DoorbellOnly));
 }
+
+/// A UD QP on a BlueFlame register shared with RC QPs drives it like they do: its send queue
+/// is made (not refused), takes the register's lock and rings with the one toggle all of them
+/// share, so consecutive rings on the UD and RC QPs alternate buffers.
+#[test]
+fn a_ud_qp_on_a_shared_register_shares_its_lock_and_toggle() {
+    use crate::fallback::RawArray;
+    use crate::provider::fake::{FakeBf, SharedMem};
+    let log = new_log();
+    let reg = Arc::new(SharedMem(RawArray::new(64, 0)));
+    let ctx = ctx_with(&log, |c| {
+        c.direct = true;
+        c.blueflame = FakeBf::Shared(256, reg.clone());
+    });
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.cq_builder().cqe(64).build().unwrap();
+    let rc = pd
+        .qp_builder(&cq, &cq)
+        .max_send_wr(8)
+        .max_recv_wr(4)
+        .build()
+        .unwrap();
+    rts(&rc);
+    let ud = pd
+        .qp_builder(&cq, &cq)
+        .ud()
+        .max_send_wr(8)
+        .max_recv_wr(4)
+        .build()
+        .unwrap();
+    ud.ready_ud(&UdAttr::new(0x1111_1111)).unwrap();
+    assert_eq!(ud.blueflame(), Some(BlueFlame::Shared { others: 1 }));
+    let AnySendQueue::DirectUd(mut usq) = ud.send_queue().unwrap() else {
+        panic!("expected the direct backend's UD queue");
+    };
+    let AnySendQueue::Direct(mut rsq) = rc.send_queue().unwrap() else {
+        panic!("expected the direct backend's RC queue");
+    };
+    assert!(usq.raw().shares_register() && usq.raw().has_blueflame());
+    // Rings on UD, RC, RC, UD: the buffers alternate across the two (one toggle).
+    let mut written = Vec::new();
+    for (on_ud, wr_id) in [(true, 1u64), (false, 2), (false, 3), (true, 4)] {
+        // SAFETY: no queue writes the register between calls.
+        unsafe { (*reg.0.at(0), *reg.0.at(32)) = (0, 0) };
+        let wr = SendWr::nop(wr_id);
+        // SAFETY: nothing executes the NOPs.
+        unsafe { if on_ud { usq.post(&wr) } else { rsq.post(&wr) } }.unwrap();
+        // SAFETY: as above.
+        written.push(usize::from(unsafe { *reg.0.at(32) } != 0));
+    }
+    assert_eq!(written, [0, 1, 0, 1], "each ring wrote the other buffer");
+}
