@@ -600,6 +600,16 @@ impl Qp {
         )
     }
 
+    /// `InvalidArgument` for a QP on an SRQ: it has no receive queue of its own.
+    pub(crate) fn own_receives(&self) -> Result<()> {
+        if self.inner.srq.is_some() {
+            return Err(Error::InvalidArgument(
+                "the QP takes its receives from its SRQ; post them there".into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// The send queue, for posting; it can be taken once, when the QP is in RTS (ready to
     /// send): a request posted earlier would never be executed, so asking earlier is an error,
     /// not a queue that silently does nothing.
@@ -627,11 +637,7 @@ impl Qp {
     ///
     /// [`Error::NotReady`] before INIT; as [`Qp::send_queue`].
     pub fn recv_queue(&self) -> Result<AnyRecvQueue> {
-        if self.inner.srq.is_some() {
-            return Err(Error::InvalidArgument(
-                "the QP takes its receives from its SRQ; post them there".into(),
-            ));
-        }
+        self.own_receives()?;
         self.recv_ready()?;
         {
             let mut t = self.inner.taken.lock().unwrap_or_else(|p| p.into_inner());
@@ -689,6 +695,8 @@ impl Qp {
             ));
         }
         self.send_queue_ready()?;
+        // Refused before the send queue is taken, so that the refusal changes nothing.
+        self.own_receives()?;
         let sq = self.send_queue()?;
         let rq = self.recv_queue()?;
         let poller = cq.poller()?;

@@ -698,6 +698,7 @@ impl Queues {
             ));
         }
         qp.send_queue_ready()?;
+        qp.own_receives()?;
         let sq = qp.send_queue()?;
         let rq = qp.recv_queue()?;
         let cq = cq.poller()?;

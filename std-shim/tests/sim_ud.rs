@@ -5,6 +5,10 @@
 use zverbs::connect::Endpoint;
 use zverbs::{AhAttr, ContextOptions, Error, Gid, QpState, QpType, UdAttr};
 
+/// Shared with the device tests (`device_ud.rs`).
+#[path = "device/ud.rs"]
+mod ud;
+
 fn ctx() -> zverbs::Context {
     zverbs::open_device(Some(zverbs::SOFTWARE_DEVICE), &ContextOptions::default()).unwrap()
 }
@@ -90,10 +94,7 @@ fn a_ud_qp_attaches_to_and_detaches_from_a_group() {
     let cq = ctx.cq_builder().cqe(16).build().unwrap();
     let qp = pd.qp_builder(&cq, &cq).ud().build().unwrap();
     qp.ready_ud(&UdAttr::new(0x1111_1111)).unwrap();
-    let mut mgid = Gid::default();
-    mgid.0[0] = 0xff;
-    mgid.0[1] = 0x12;
-    mgid.0[15] = 1;
+    let mgid = ud::mgid(1);
     qp.attach_mcast(&mgid, 0xc001).unwrap();
     qp.detach_mcast(&mgid, 0xc001).unwrap();
     // Not attached any more: refused.

@@ -11,6 +11,7 @@
 #![allow(dead_code)]
 
 pub mod netlink;
+pub mod ud;
 
 use std::net::Ipv4Addr;
 use std::sync::{Mutex, MutexGuard};

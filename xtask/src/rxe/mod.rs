@@ -69,6 +69,14 @@ pub const DEVICE_TESTS: &[DeviceTests] = &[
         select: &["-p", "zverbs", "--test", "device_errors"],
     },
     DeviceTests {
+        what: "unreliable datagrams, multicast",
+        select: &["-p", "zverbs", "--test", "device_ud"],
+    },
+    DeviceTests {
+        what: "shared receive queues",
+        select: &["-p", "zverbs", "--test", "device_srq"],
+    },
+    DeviceTests {
         what: "teardown in every order",
         select: &["-p", "zverbs", "--test", "device_teardown"],
     },
