@@ -91,6 +91,11 @@ impl Poller {
         out.imm = 0;
         out.flags = WcFlags::NONE;
         out.byte_len = 0;
+        out.src_qp = 0;
+        out.slid = 0;
+        out.pkey_index = 0;
+        out.sl = 0;
+        out.dlid_path_bits = 0;
         let counter = wc.wr_id as u32;
         let found = self.binding(wc.qp_num);
         let binding = found.and_then(|i| self.bindings.get(i));
@@ -105,11 +110,7 @@ impl Poller {
                 out.opcode = WcOpcode::Recv;
                 if status.is_success() {
                     out.opcode = WcOpcode::from_raw(wc.opcode);
-                    out.byte_len = wc.byte_len;
-                    out.flags = WcFlags::from_ibv(wc.wc_flags);
-                    if out.flags.contains(WcFlags::WITH_IMM) {
-                        out.imm = u32::from_be(wc.imm_data);
-                    }
+                    received(wc, out);
                 }
             }
             (false, Some(Binding { sq: Some(sq), .. })) => {
@@ -134,16 +135,29 @@ impl Poller {
                 out.opcode = WcOpcode::Recv;
                 if status.is_success() {
                     out.opcode = WcOpcode::from_raw(wc.opcode);
-                    out.byte_len = wc.byte_len;
-                    out.flags = WcFlags::from_ibv(wc.wc_flags);
-                    if out.flags.contains(WcFlags::WITH_IMM) {
-                        out.imm = u32::from_be(wc.imm_data);
-                    }
+                    received(wc, out);
                 }
             }
             _ => unknown(wc, out),
         }
     }
+}
+
+/// What a successful receive completion says of the message: its length, flags and
+/// immediate, and where it came from (the sending QP, LID, SL, P_Key index and path bits: a
+/// datagram's source, as the direct path reports them).
+#[inline(always)]
+fn received(wc: &ibv_wc, out: &mut Completion) {
+    out.byte_len = wc.byte_len;
+    out.flags = WcFlags::from_ibv(wc.wc_flags);
+    if out.flags.contains(WcFlags::WITH_IMM) {
+        out.imm = u32::from_be(wc.imm_data);
+    }
+    out.src_qp = wc.src_qp;
+    out.slid = wc.slid;
+    out.pkey_index = wc.pkey_index;
+    out.sl = wc.sl;
+    out.dlid_path_bits = wc.dlid_path_bits;
 }
 
 /// `IBV_WC_RECV`: the bit every receive opcode of `enum ibv_wc_opcode` has.
