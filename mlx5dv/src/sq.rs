@@ -1156,6 +1156,78 @@ mod tests {
         drop((qa, qb));
     }
 
+    /// A UD queue on a register shared with an RC queue ([`SendQueue::new_ud_shared`]): the
+    /// one lock and toggle serve both; RC capabilities, or a register state of another buffer
+    /// size, are refused.
+    #[test]
+    fn ud_and_rc_queues_share_a_register() {
+        use crate::bf::SharedBf;
+        use crate::testutil::Mem;
+        extern crate std;
+        use std::boxed::Box;
+        use std::sync::Arc;
+
+        let a = Rig::new(8, 256, caps(2, 64));
+        let b_mem = Mem::new(8, 8, 32, 256, 8);
+        let mut b_layout = b_mem.qp_layout(QPN + 1, 8, 256);
+        b_layout.bf = a.mem.qp_layout(QPN, 8, 256).bf;
+        let a_layout = a.mem.qp_layout(QPN, 8, 256);
+        let ud = SqCaps {
+            transport: zverbs_core::Transport::Ud { mtu: 4096 },
+            ..caps(2, 64)
+        };
+        let shared = Arc::new(SharedBf::new(256));
+        let state = || {
+            let slots: Box<[crate::SqSlot]> = (0..8).map(|_| crate::SqSlot::new()).collect();
+            Arc::new(crate::SqState::new(slots).unwrap())
+        };
+        // SAFETY: the layouts describe live memory that outlives the queues (dropped at the
+        // end of the test, before `a` and `b_mem`); each ring is driven by one queue only, and
+        // the shared register by the queues holding `shared`. (The rig's own queue is never
+        // used.)
+        let (rc_caps, wrong_size) = unsafe {
+            (
+                SendQueue::new_ud_shared(&b_layout, caps(2, 64), state(), shared.clone()).err(),
+                SendQueue::new_ud_shared(&b_layout, ud, state(), Arc::new(SharedBf::new(128)))
+                    .err(),
+            )
+        };
+        assert_eq!(rc_caps, Some(LayoutError::Transport));
+        assert_eq!(
+            wrong_size,
+            Some(LayoutError::SharedBfSize {
+                register: 128,
+                queue: 256
+            })
+        );
+        // SAFETY: as above.
+        let (mut qa, mut qb) = unsafe {
+            (
+                SendQueue::new_shared(&a_layout, caps(2, 64), state(), shared.clone()).unwrap(),
+                SendQueue::new_ud_shared(&b_layout, ud, state(), shared.clone()).unwrap(),
+            )
+        };
+        assert!(qb.shares_register() && qb.caps().is_ud());
+        let qpn_at = |bf: &[u8], off: usize| {
+            u32::from_be_bytes(bf[off + 4..off + 8].try_into().unwrap()) >> 8
+        };
+        let mut held = Vec::new();
+        for (on_a, wr_id) in [(false, 1), (true, 2), (true, 3), (false, 4)] {
+            let wr = SendWr::nop(wr_id).signaled();
+            // SAFETY: nothing executes the NOPs.
+            unsafe { if on_a { qa.post(&wr) } else { qb.post(&wr) } }.unwrap();
+            assert!(!shared.is_locked(), "ring {wr_id}");
+            let bf = a.mem.bf_bytes();
+            held.push((qpn_at(&bf, 0), qpn_at(&bf, 256)));
+        }
+        // One toggle: the UD queue's first ring takes buffer 0, the RC queue's next buffer 1.
+        assert_eq!(
+            held,
+            [(QPN + 1, 0), (QPN + 1, QPN), (QPN, QPN), (QPN, QPN + 1)]
+        );
+        drop((qa, qb));
+    }
+
     #[test]
     fn shared_register_of_another_size_is_refused() {
         let rig = Rig::new(8, 256, caps(2, 64));
