@@ -40,6 +40,7 @@
 //! another process). A request from anyone else never reaches [`Engine::respond`].
 
 mod copy;
+mod events;
 mod queues;
 mod requester;
 mod responder;
@@ -148,6 +149,8 @@ pub(crate) struct Engine {
     next_seq: u32,
     /// Atomics treat memory as host-endian instead of big-endian.
     pub(crate) atomic_host_endian: bool,
+    /// The port's state and the subscribers to asynchronous events.
+    pub(crate) faults: crate::faults::Faults,
 }
 
 impl core::fmt::Debug for Engine {
@@ -202,6 +205,7 @@ impl Engine {
             wire: None,
             next_seq: 0,
             atomic_host_endian: true,
+            faults: crate::faults::Faults::default(),
         })
     }
 
@@ -294,6 +298,9 @@ impl Engine {
         let before = c.overruns;
         c.push(now, cqe, &mut self.stats.cqes);
         self.stats.cq_overruns += c.overruns - before;
+        if c.overruns != before {
+            self.cq_overrun(cq);
+        }
     }
 
     /// Handles a message from another device instance.
