@@ -273,7 +273,8 @@ pub(crate) unsafe fn read(
         }
         let mut st = state();
         let st = &mut *st;
-        let Some(p) = st.ctxs.get_mut(&fd).and_then(|c| c.queue.pop_front()) else {
+        let ctx = st.ctxs.values_mut().find(|c| c.efd == fd);
+        let Some(p) = ctx.and_then(|c| c.queue.pop_front()) else {
             // A count left by records dropped at a destroy: wait for the next one.
             continue;
         };
@@ -405,16 +406,39 @@ pub(crate) fn context_closed(fd: c_int) {
 ///
 /// When no emulator serves this process, or the device refuses (no such QP).
 pub fn inject(f: Fault) -> Result<(), String> {
-    // SAFETY: looking up a NUL-terminated name.
-    let sym = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"zverbs_emu_inject".as_ptr()) };
-    if sym.is_null() {
-        return Err("no emulator in this process (libzverbs_emu.so not preloaded)".into());
-    }
-    // SAFETY: the symbol is `zverbs_emu_inject` below, of this prototype.
-    let f_ptr: unsafe extern "C" fn(c_int, u32) -> c_int = unsafe { core::mem::transmute(sym) };
     let (kind, arg) = f.code();
-    // SAFETY: plain values.
-    match unsafe { f_ptr(kind, arg) } {
+    let me = zverbs_emu_inject as unsafe extern "C" fn(c_int, u32) -> c_int;
+    // The copy that serves libibverbs is the one whose `open` the process calls: the preloaded
+    // shim, or this binary when it links the crate and exports its own.
+    // SAFETY: looking up NUL-terminated names; `dladdr` fills `info` for an address; the
+    // symbol found is `zverbs_emu_inject` of the same crate, of this prototype.
+    let r = unsafe {
+        let serving = libc::dlsym(libc::RTLD_DEFAULT, c"open".as_ptr());
+        let mut theirs: libc::Dl_info = core::mem::zeroed();
+        let mut ours: libc::Dl_info = core::mem::zeroed();
+        if serving.is_null()
+            || libc::dladdr(serving, &mut theirs) == 0
+            || libc::dladdr(me as *const libc::c_void, &mut ours) == 0
+        {
+            return Err("cannot find the emulator serving this process".into());
+        }
+        if theirs.dli_fbase == ours.dli_fbase {
+            me(kind, arg)
+        } else {
+            let handle = libc::dlopen(theirs.dli_fname, libc::RTLD_NOW | libc::RTLD_NOLOAD);
+            let sym = if handle.is_null() {
+                core::ptr::null_mut()
+            } else {
+                libc::dlsym(handle, c"zverbs_emu_inject".as_ptr())
+            };
+            if sym.is_null() {
+                return Err("no emulator in this process (libzverbs_emu.so not preloaded)".into());
+            }
+            let f: unsafe extern "C" fn(c_int, u32) -> c_int = core::mem::transmute(sym);
+            f(kind, arg)
+        }
+    };
+    match r {
         0 => Ok(()),
         e => Err(format!("the emulator refused {f:?} (errno {e})")),
     }
