@@ -64,7 +64,7 @@ fn libibverbs_reads_injected_port_and_qp_events() {
     if !in_emulator(
         "libibverbs_reads_injected_port_and_qp_events",
         &[],
-        Duration::from_secs(120),
+        Duration::from_secs(60),
     ) {
         return;
     }
@@ -117,7 +117,7 @@ fn destroys_wait_for_acknowledged_events_and_drop_unread_ones() {
     if !in_emulator(
         "destroys_wait_for_acknowledged_events_and_drop_unread_ones",
         &[],
-        Duration::from_secs(120),
+        Duration::from_secs(60),
     ) {
         return;
     }
@@ -157,7 +157,7 @@ fn the_srq_limit_reaches_libibverbs() {
     if !in_emulator(
         "the_srq_limit_reaches_libibverbs",
         &[],
-        Duration::from_secs(120),
+        Duration::from_secs(60),
     ) {
         return;
     }
