@@ -159,7 +159,7 @@ impl ContextProvider for SimContext {
     }
 
     fn async_events(&self) -> Result<Box<dyn crate::events::AsyncEventSource>> {
-        events::SimEvents::new()
+        events::SimEvents::open()
     }
 
     fn query_device(&self) -> Result<DeviceAttr> {

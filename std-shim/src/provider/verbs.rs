@@ -224,7 +224,7 @@ impl ContextProvider for VerbsContext {
     fn async_events(&self) -> Result<Box<dyn crate::events::AsyncEventSource>> {
         // SAFETY: a live context; the reader is dropped before it (`AsyncEvents` holds the
         // context after the reader).
-        unsafe { events::VerbsEvents::new(self.ctx, self.verbs) }
+        unsafe { events::VerbsEvents::open(self.ctx, self.verbs) }
     }
 
     fn query_device(&self) -> Result<DeviceAttr> {

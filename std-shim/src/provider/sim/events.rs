@@ -27,7 +27,7 @@ fn io_err(verb: &'static str) -> impl FnOnce(io::Error) -> Error {
 }
 
 impl SimEvents {
-    pub(crate) fn new() -> Result<Box<dyn AsyncEventSource>> {
+    pub(crate) fn open() -> Result<Box<dyn AsyncEventSource>> {
         let (rx, tx) = UnixStream::pair().map_err(io_err("socketpair"))?;
         rx.set_nonblocking(true).map_err(io_err("fcntl"))?;
         tx.set_nonblocking(true).map_err(io_err("fcntl"))?;

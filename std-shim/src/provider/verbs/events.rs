@@ -30,7 +30,7 @@ impl VerbsEvents {
     /// # Safety
     ///
     /// `ctx` is a live context that outlives the reader.
-    pub(crate) unsafe fn new(
+    pub(crate) unsafe fn open(
         ctx: *mut ibv_context,
         verbs: &'static Verbs,
     ) -> Result<Box<dyn AsyncEventSource>> {
