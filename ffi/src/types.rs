@@ -888,7 +888,7 @@ pub struct ibv_async_event {
 
 impl ibv_async_event {
     /// An event with every field zero, for `ibv_get_async_event` to fill.
-    pub const fn zeroed() -> Self {
+    pub fn zeroed() -> Self {
         Self {
             element: ibv_async_event_element { port_num: 0 },
             event_type: 0,

@@ -77,7 +77,7 @@ pub const DEVICE_TESTS: &[DeviceTests] = &[
         select: &["-p", "zverbs", "--test", "device_alloc"],
     },
     DeviceTests {
-        what: "asynchronous events (the port follows its interface)",
+        what: "asynchronous events (port down and up, SRQ limit)",
         select: &["-p", "zverbs", "--test", "device_events"],
     },
 ];
