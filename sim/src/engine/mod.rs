@@ -25,6 +25,7 @@
 //! | `copy.rs` | [`Span`](copy::Span)s of checked memory and the one copy loop | atomic accesses only; the last byte stored last, with `Release` |
 //! | `ud.rs` | address vectors, the UD requester, routing to a QP or a multicast group, the UD receive | a send completes once sent; what the receiver refuses is dropped and counted |
 //! | `srq.rs` | shared receive queues: creation, consumption in free-list order, limit and error events | nothing read outside the ring; a malformed ring puts the SRQ in error |
+//! | `events.rs` | the port's state, injected QP and device failures, the events the data path raises ([`crate::faults`]) | a port down fails each RC request taken, once; an event per cause |
 //!
 //! Requester and responder meet in [`Engine::respond`]: the requester checks its own side
 //! (keys, bounds and rights of its gather list or READ destination), the responder does its
