@@ -666,6 +666,11 @@ const STRUCTS: &[Spec] = &[
             ("param.ud", ""),
         ],
     ),
+    (
+        "zverbs_ffi::types::ibv_async_event",
+        "struct ibv_async_event",
+        &[("element", ""), ("event_type", "")],
+    ),
 ];
 
 /// Constants: `(Rust path, C expression)`.
@@ -878,6 +883,86 @@ const CONSTS: &[(&str, &str)] = &[
         "zverbs_ffi::cm::event::DISCONNECTED",
         "RDMA_CM_EVENT_DISCONNECTED",
     ),
+    (
+        "zverbs_ffi::types::ibv_event_type::IBV_EVENT_CQ_ERR",
+        "IBV_EVENT_CQ_ERR",
+    ),
+    (
+        "zverbs_ffi::types::ibv_event_type::IBV_EVENT_QP_FATAL",
+        "IBV_EVENT_QP_FATAL",
+    ),
+    (
+        "zverbs_ffi::types::ibv_event_type::IBV_EVENT_QP_REQ_ERR",
+        "IBV_EVENT_QP_REQ_ERR",
+    ),
+    (
+        "zverbs_ffi::types::ibv_event_type::IBV_EVENT_QP_ACCESS_ERR",
+        "IBV_EVENT_QP_ACCESS_ERR",
+    ),
+    (
+        "zverbs_ffi::types::ibv_event_type::IBV_EVENT_COMM_EST",
+        "IBV_EVENT_COMM_EST",
+    ),
+    (
+        "zverbs_ffi::types::ibv_event_type::IBV_EVENT_SQ_DRAINED",
+        "IBV_EVENT_SQ_DRAINED",
+    ),
+    (
+        "zverbs_ffi::types::ibv_event_type::IBV_EVENT_PATH_MIG",
+        "IBV_EVENT_PATH_MIG",
+    ),
+    (
+        "zverbs_ffi::types::ibv_event_type::IBV_EVENT_PATH_MIG_ERR",
+        "IBV_EVENT_PATH_MIG_ERR",
+    ),
+    (
+        "zverbs_ffi::types::ibv_event_type::IBV_EVENT_DEVICE_FATAL",
+        "IBV_EVENT_DEVICE_FATAL",
+    ),
+    (
+        "zverbs_ffi::types::ibv_event_type::IBV_EVENT_PORT_ACTIVE",
+        "IBV_EVENT_PORT_ACTIVE",
+    ),
+    (
+        "zverbs_ffi::types::ibv_event_type::IBV_EVENT_PORT_ERR",
+        "IBV_EVENT_PORT_ERR",
+    ),
+    (
+        "zverbs_ffi::types::ibv_event_type::IBV_EVENT_LID_CHANGE",
+        "IBV_EVENT_LID_CHANGE",
+    ),
+    (
+        "zverbs_ffi::types::ibv_event_type::IBV_EVENT_PKEY_CHANGE",
+        "IBV_EVENT_PKEY_CHANGE",
+    ),
+    (
+        "zverbs_ffi::types::ibv_event_type::IBV_EVENT_SM_CHANGE",
+        "IBV_EVENT_SM_CHANGE",
+    ),
+    (
+        "zverbs_ffi::types::ibv_event_type::IBV_EVENT_SRQ_ERR",
+        "IBV_EVENT_SRQ_ERR",
+    ),
+    (
+        "zverbs_ffi::types::ibv_event_type::IBV_EVENT_SRQ_LIMIT_REACHED",
+        "IBV_EVENT_SRQ_LIMIT_REACHED",
+    ),
+    (
+        "zverbs_ffi::types::ibv_event_type::IBV_EVENT_QP_LAST_WQE_REACHED",
+        "IBV_EVENT_QP_LAST_WQE_REACHED",
+    ),
+    (
+        "zverbs_ffi::types::ibv_event_type::IBV_EVENT_CLIENT_REREGISTER",
+        "IBV_EVENT_CLIENT_REREGISTER",
+    ),
+    (
+        "zverbs_ffi::types::ibv_event_type::IBV_EVENT_GID_CHANGE",
+        "IBV_EVENT_GID_CHANGE",
+    ),
+    (
+        "zverbs_ffi::types::ibv_event_type::IBV_EVENT_WQ_FATAL",
+        "IBV_EVENT_WQ_FATAL",
+    ),
 ];
 
 /// C enum types whose size the Rust declarations assume to be 4 bytes (`c_uint`).
@@ -895,6 +980,7 @@ const ENUMS: &[&str] = &[
     "enum rdma_cm_event_type",
     "enum mlx5dv_dc_type",
     "enum ibv_srq_attr_mask",
+    "enum ibv_event_type",
 ];
 
 const HEADERS: &[(&str, &str)] = &[

@@ -120,7 +120,7 @@ static EMU: OnceLock<Result<Emu, String>> = OnceLock::new();
 
 /// The namespace of the abstract sockets: `ZVERBS_EMU_NS`, or a default shared by every
 /// process of the machine.
-fn namespace() -> String {
+pub(crate) fn namespace() -> String {
     std::env::var("ZVERBS_EMU_NS").unwrap_or_else(|_| "default".to_string())
 }
 
@@ -193,6 +193,7 @@ impl Emu {
 
     /// Starts serving the listener (once), now that `self` is `'static`.
     fn start(&'static self) {
+        crate::async_events::start(&self.dev);
         let l = LISTENER.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(l) = l
             && let Err(e) = with_realtime(|| Fabric::serve(l, &self.dev))
@@ -286,6 +287,9 @@ impl Emu {
             (false, cmd::DETACH_MCAST) => self.mcast(core_in, false),
             _ => Err(errno::EOPNOTSUPP),
         };
+        if r.is_ok() {
+            crate::async_events::after_command(fd, command, core_in, core_out, drv_out);
+        }
         match r {
             Ok(()) => 0,
             Err(e) => {
@@ -308,8 +312,9 @@ impl Emu {
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u32;
         let uars_per_page = page / 4096;
         let uctx = Uctx::new(total, low, uars_per_page, dyn_bfregs(), bf_reg_size)?;
-        // SAFETY: plain eventfd creation; the fd is handed to libibverbs as the async fd.
-        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        // SAFETY: plain eventfd creation; the fd is handed to libibverbs as the async fd,
+        // blocking as the kernel's is, counting the events queued (`async_events`).
+        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_SEMAPHORE) };
         if efd < 0 {
             return Err(errno::ENOMEM);
         }
@@ -375,6 +380,7 @@ impl Emu {
 
     /// Forgets the context of a closed descriptor.
     pub fn closed(&self, fd: i32) {
+        crate::async_events::context_closed(fd);
         self.ctl().uctx.remove(&fd);
     }
 
@@ -385,14 +391,15 @@ impl Emu {
         put::<2>(o, 20, 128); // pkey_tbl_len
         put::<2>(o, 22, u64::from(self.lid)); // lid
         put::<2>(o, 24, 1); // sm_lid
-        put::<1>(o, 26, 4); // state: IBV_PORT_ACTIVE
+        let down = self.dev.port_state() == zverbs_sim::PortState::Down;
+        put::<1>(o, 26, if down { 1 } else { 4 }); // state: IBV_PORT_DOWN or IBV_PORT_ACTIVE
         put::<1>(o, 27, 5); // max_mtu: 4096
         put::<1>(o, 28, 5); // active_mtu
         put::<1>(o, 30, 4); // max_vl_num
         put::<1>(o, 32, 18); // subnet_timeout
         put::<1>(o, 34, 2); // active_width: 4X
         put::<1>(o, 35, 64); // active_speed: HDR
-        put::<1>(o, 36, 5); // phys_state: LinkUp
+        put::<1>(o, 36, if down { 3 } else { 5 }); // phys_state: Disabled or LinkUp
         put::<1>(o, 37, 1); // link_layer: InfiniBand
     }
 

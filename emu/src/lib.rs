@@ -25,6 +25,9 @@
 //!   within one); `ZVERBS_EMU_LID=n`: ask for LID `n`.
 //! - `ZVERBS_EMU_DYN_BFREGS=n`: the dynamic BlueFlame registers a context gets (default
 //!   1024, as the kernel gives; 0 leaves none for thread domains, [`uar`]).
+//! - Faults (port down/up, QP fatal, device fatal) are injected with
+//!   [`async_events::inject`] from the program, or from outside with `zverbs-emu inject PID
+//!   FAULT` ([`async_events`]); the program reads them with `ibv_get_async_event`.
 //! - `ZVERBS_EMU_BF_WATCH=1`: the device watches every store to the UAR pages and counts torn
 //!   BlueFlame copies ([`watch`]; x86-64).
 #![deny(
@@ -35,6 +38,7 @@
 )]
 
 pub mod abi;
+pub mod async_events;
 pub mod device;
 pub mod fabric;
 mod preload;

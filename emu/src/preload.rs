@@ -89,6 +89,7 @@ type StatFn = unsafe extern "C" fn(*const c_char, *mut libc::stat) -> c_int;
 type CloseFn = unsafe extern "C" fn(c_int) -> c_int;
 type IoctlFn = unsafe extern "C" fn(c_int, c_ulong, *mut c_void) -> c_int;
 type WriteFn = unsafe extern "C" fn(c_int, *const c_void, usize) -> isize;
+type ReadFn = unsafe extern "C" fn(c_int, *mut c_void, usize) -> isize;
 type MmapFn = crate::watch::MmapFn;
 type MunmapFn = unsafe extern "C" fn(*mut c_void, usize) -> c_int;
 
@@ -269,6 +270,7 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
             e.closed(fd);
         }
     }
+    crate::async_events::fd_closed(fd);
     match real!("close", CloseFn) {
         // SAFETY: forwarded as received.
         Some(f) => unsafe { f(fd) },
@@ -594,5 +596,30 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, count: usize) -> i
         // SAFETY: forwarded as received.
         Some(f) => unsafe { f(fd, buf, count) },
         None => -1,
+    }
+}
+
+/// `read(2)`: on a context's async fd, the next event record (see
+/// [`async_events`](crate::async_events)); any other descriptor is libc's.
+///
+/// # Safety
+///
+/// As libc's `read`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, count: usize) -> isize {
+    let Some(real) = real!("read", ReadFn) else {
+        return -1;
+    };
+    if !crate::async_events::is_async_fd(fd) {
+        // SAFETY: forwarded as received.
+        return unsafe { real(fd, buf, count) };
+    }
+    // SAFETY: (caller) `buf` holds `count` bytes; the counter is read into 8 bytes of ours.
+    match unsafe { crate::async_events::read(fd, buf.cast(), count, |p| real(fd, p.cast(), 8)) } {
+        Ok(n) => n as isize,
+        Err(e) => {
+            set_errno(e);
+            -1
+        }
     }
 }

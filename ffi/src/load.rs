@@ -117,6 +117,8 @@ table! {
         ibv_destroy_srq: fn(*mut ibv_srq) -> c_int;
         ibv_attach_mcast: fn(*mut ibv_qp, *const ibv_gid, u16) -> c_int;
         ibv_detach_mcast: fn(*mut ibv_qp, *const ibv_gid, u16) -> c_int;
+        ibv_get_async_event: fn(*mut ibv_context, *mut ibv_async_event) -> c_int;
+        ibv_ack_async_event: fn(*mut ibv_async_event);
     }
     optional {
         _ibv_query_gid_ex: fn(*mut ibv_context, u32, u32, *mut ibv_gid_entry, u32, usize) -> c_int;

@@ -865,3 +865,65 @@ pub mod qp_attr_mask {
     pub const IBV_QP_CAP: i32 = 1 << 19;
     pub const IBV_QP_DEST_QPN: i32 = 1 << 20;
 }
+
+/// `union` of `struct ibv_async_event`: the object the event concerns, by its kind.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union ibv_async_event_element {
+    pub cq: *mut ibv_cq,
+    pub qp: *mut ibv_qp,
+    pub srq: *mut ibv_srq,
+    pub wq: *mut c_void,
+    pub port_num: c_int,
+}
+
+/// `struct ibv_async_event`, filled by `ibv_get_async_event`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_async_event {
+    pub element: ibv_async_event_element,
+    /// `enum ibv_event_type`.
+    pub event_type: c_uint,
+}
+
+impl ibv_async_event {
+    /// An event with every field zero, for `ibv_get_async_event` to fill.
+    pub fn zeroed() -> Self {
+        Self {
+            element: ibv_async_event_element { port_num: 0 },
+            event_type: 0,
+        }
+    }
+}
+
+impl core::fmt::Debug for ibv_async_event {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("ibv_async_event")
+            .field("event_type", &self.event_type)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `enum ibv_event_type`.
+pub mod ibv_event_type {
+    pub const IBV_EVENT_CQ_ERR: u32 = 0;
+    pub const IBV_EVENT_QP_FATAL: u32 = 1;
+    pub const IBV_EVENT_QP_REQ_ERR: u32 = 2;
+    pub const IBV_EVENT_QP_ACCESS_ERR: u32 = 3;
+    pub const IBV_EVENT_COMM_EST: u32 = 4;
+    pub const IBV_EVENT_SQ_DRAINED: u32 = 5;
+    pub const IBV_EVENT_PATH_MIG: u32 = 6;
+    pub const IBV_EVENT_PATH_MIG_ERR: u32 = 7;
+    pub const IBV_EVENT_DEVICE_FATAL: u32 = 8;
+    pub const IBV_EVENT_PORT_ACTIVE: u32 = 9;
+    pub const IBV_EVENT_PORT_ERR: u32 = 10;
+    pub const IBV_EVENT_LID_CHANGE: u32 = 11;
+    pub const IBV_EVENT_PKEY_CHANGE: u32 = 12;
+    pub const IBV_EVENT_SM_CHANGE: u32 = 13;
+    pub const IBV_EVENT_SRQ_ERR: u32 = 14;
+    pub const IBV_EVENT_SRQ_LIMIT_REACHED: u32 = 15;
+    pub const IBV_EVENT_QP_LAST_WQE_REACHED: u32 = 16;
+    pub const IBV_EVENT_CLIENT_REREGISTER: u32 = 17;
+    pub const IBV_EVENT_GID_CHANGE: u32 = 18;
+    pub const IBV_EVENT_WQ_FATAL: u32 = 19;
+}

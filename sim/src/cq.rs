@@ -143,6 +143,8 @@ pub(crate) struct DevCq {
     /// CQEs wait until released.
     holding: bool,
     pub(crate) overruns: u64,
+    /// Its overrun was reported (one CQ error event per CQ).
+    pub(crate) overrun_reported: bool,
     /// Destroyed: no CQE is written any more.
     pub(crate) dead: bool,
 }
@@ -164,6 +166,7 @@ impl DevCq {
             delay: 0,
             holding: false,
             overruns: 0,
+            overrun_reported: false,
             dead: false,
         }
     }

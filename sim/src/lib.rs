@@ -146,6 +146,11 @@
 //! CQE of a CQ for a number of steps, [`Device::hold_completions`] until
 //! [`Device::release_completions`]; [`Device::set_error`] moves a QP to the error state.
 //!
+//! Asynchronous events ([`faults`]): [`Device::set_port_state`] takes the port down (every
+//! RC request then fails with "transport retry exceeded") and up, [`Device::inject_qp_fatal`]
+//! fails a QP outside any request, [`Device::inject_device_fatal`] the device; they, CQ
+//! overruns and SRQ limits raise [`DeviceEvent`]s, which [`Device::subscribe_events`] reads.
+//!
 //! ## Not modelled
 //!
 //! Timing and bandwidth (a retry follows its cause by one step, not a timer), congestion,
@@ -172,6 +177,7 @@ struct ReadmeDoctests;
 mod config;
 mod cq;
 mod engine;
+pub mod faults;
 mod mem;
 mod mr;
 pub mod vendor;
@@ -191,6 +197,7 @@ pub use config::{
 
 use engine::Engine;
 pub use engine::Peer;
+pub use faults::{DeviceEvent, EventSubscription, PortState};
 
 /// The name the software device goes by in `zverbs`'s device list (`zverbs::SOFTWARE_DEVICE`,
 /// and the value of `ZVERBS_DEVICE` that asks for it).

@@ -81,6 +81,9 @@ pub const NOT_PEER: u8 = 0x53;
 /// PSN (a sequence error NAK, or acknowledgements whose PSN is not the request's) or kept
 /// losing them (transport retry counter exceeded, 0x15). The value ConnectX reports for it.
 pub const RETRY: u8 = 0x81;
+/// The port is down (`Device::set_port_state`): no acknowledgement comes, the transport
+/// retries run out (transport retry counter exceeded, 0x15).
+pub const PORT_DOWN: u8 = 0x54;
 /// No receive was posted at the peer within the RNR retries (RNR retry exceeded, 0x16).
 pub const RNR: u8 = 0x52;
 

@@ -200,6 +200,7 @@ mod cq;
 mod device;
 mod env;
 mod error;
+mod events;
 pub mod fallback;
 mod mr;
 mod pd;
@@ -218,6 +219,7 @@ pub use device::{
     LocalAddress, Mtu, PortAttr, PortState, SOFTWARE_DEVICE, devices, open_device,
 };
 pub use error::{Error, Result};
+pub use events::{AsyncEvent, AsyncEvents, CqId, SrqId};
 pub use mr::{AccessFlags, BufError, Mr, MrBuf};
 pub use pd::Pd;
 pub use provider::SrqLayout;

@@ -1,5 +1,9 @@
 //! `zverbs-emu sysfs DIR`: writes the fake sysfs tree of the emulated ConnectX under `DIR`
 //! (for `SYSFS_PATH`).
+//!
+//! `zverbs-emu inject PID FAULT`: injects a fault (`port-down`, `port-up`, `qp-fatal QPN`,
+//! `device-fatal`) into the emulated device of process `PID` (in the namespace
+//! `ZVERBS_EMU_NS` names), whose programs read it with `ibv_get_async_event`.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -17,12 +21,27 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        [cmd, pid, fault @ ..] if cmd == "inject" && !fault.is_empty() => {
+            let ns = std::env::var("ZVERBS_EMU_NS").unwrap_or_else(|_| "default".into());
+            let Ok(pid) = pid.parse::<u32>() else {
+                eprintln!("zverbs-emu: not a process id: {pid}");
+                return ExitCode::from(2);
+            };
+            match zverbs_emu::async_events::send_fault(&ns, pid, &fault.join(" ")) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("zverbs-emu: cannot inject into process {pid}: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         _ => {
             eprintln!(
-                "usage: zverbs-emu sysfs DIR\n\nwrites the fake sysfs tree of the emulated \
+                "usage: zverbs-emu sysfs DIR | zverbs-emu inject PID FAULT\n\nsysfs writes the fake sysfs tree of the emulated \
                  ConnectX under DIR; then run a program with\n  SYSFS_PATH=DIR \
                  LD_PRELOAD=<path to libzverbs_emu.so> program ...\n(`cargo xtask emu -- \
-                 program ...` does all of it)"
+                 program ...` does all of it)\ninject sends FAULT (port-down, port-up, qp-fatal QPN, \
+                 device-fatal) to the emulator of process PID"
             );
             ExitCode::from(2)
         }

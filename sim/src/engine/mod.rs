@@ -25,6 +25,7 @@
 //! | `copy.rs` | [`Span`](copy::Span)s of checked memory and the one copy loop | atomic accesses only; the last byte stored last, with `Release` |
 //! | `ud.rs` | address vectors, the UD requester, routing to a QP or a multicast group, the UD receive | a send completes once sent; what the receiver refuses is dropped and counted |
 //! | `srq.rs` | shared receive queues: creation, consumption in free-list order, limit and error events | nothing read outside the ring; a malformed ring puts the SRQ in error |
+//! | `events.rs` | the port's state, injected QP and device failures, the events the data path raises ([`crate::faults`]) | a port down fails each RC request taken, once; an event per cause |
 //!
 //! Requester and responder meet in [`Engine::respond`]: the requester checks its own side
 //! (keys, bounds and rights of its gather list or READ destination), the responder does its
@@ -40,6 +41,7 @@
 //! another process). A request from anyone else never reaches [`Engine::respond`].
 
 mod copy;
+mod events;
 mod queues;
 mod requester;
 mod responder;
@@ -148,6 +150,8 @@ pub(crate) struct Engine {
     next_seq: u32,
     /// Atomics treat memory as host-endian instead of big-endian.
     pub(crate) atomic_host_endian: bool,
+    /// The port's state and the subscribers to asynchronous events.
+    pub(crate) faults: crate::faults::Faults,
 }
 
 impl core::fmt::Debug for Engine {
@@ -202,6 +206,7 @@ impl Engine {
             wire: None,
             next_seq: 0,
             atomic_host_endian: true,
+            faults: crate::faults::Faults::default(),
         })
     }
 
@@ -294,6 +299,9 @@ impl Engine {
         let before = c.overruns;
         c.push(now, cqe, &mut self.stats.cqes);
         self.stats.cq_overruns += c.overruns - before;
+        if c.overruns != before {
+            self.cq_overrun(cq);
+        }
     }
 
     /// Handles a message from another device instance.

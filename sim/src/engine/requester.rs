@@ -133,6 +133,9 @@ impl Engine {
             self.fail(q, f, w.opcode, w.blocks);
             return 1;
         }
+        if self.port_down_fails(q, w.opcode, w.blocks) {
+            return 1;
+        }
         if self.qps[q].qp_type == QpType::Ud {
             // A UD send completes once sent: nothing comes back.
             let outcome = match self.execute_ud(q, &w) {
@@ -205,7 +208,7 @@ impl Engine {
 
     /// Completes the WQE at the send consumer counter with an error and moves the QP to the
     /// error state.
-    fn fail(&mut self, q: usize, f: Fault, wqe_opcode: u8, blocks: u32) {
+    pub(super) fn fail(&mut self, q: usize, f: Fault, wqe_opcode: u8, blocks: u32) {
         let qp = &mut self.qps[q];
         let cqe = cq::err(
             qp.uidx,

@@ -242,6 +242,9 @@ impl Engine {
             let srq = &mut self.srqs[s];
             srq.error = true;
             srq.error_event = true;
+            let srqn = srq.srqn;
+            self.faults
+                .raise(crate::faults::DeviceEvent::SrqError { srqn });
             return Err(Fault::new(REM_OP, vendor::SRQ_ERROR).into());
         }
         Ok(srq.head as u16)
@@ -257,6 +260,9 @@ impl Engine {
         if srq.limit != 0 && srq.posted() < srq.limit {
             srq.limit = 0;
             srq.limit_event = true;
+            let srqn = srq.srqn;
+            self.faults
+                .raise(crate::faults::DeviceEvent::SrqLimitReached { srqn });
         }
     }
 }

@@ -62,6 +62,10 @@ pub(crate) trait ContextProvider: Send + Sync + Debug {
     fn alloc_pd(&self) -> Result<Box<dyn PdProvider>>;
     /// A completion queue of at least `cqe` entries; `direct` asks for a direct engine.
     fn create_cq(&self, cqe: u32, direct: bool) -> Result<(Box<dyn CqProvider>, EngineNote)>;
+    /// A reader of the device's asynchronous events.
+    fn async_events(&self) -> Result<Box<dyn crate::events::AsyncEventSource>> {
+        Err(crate::events::unsupported())
+    }
 }
 
 /// A protection domain.
@@ -109,6 +113,11 @@ pub(crate) trait SrqProvider: Send + Sync + Debug {
     fn verbs_srq(&self) -> Option<*mut ibv_srq> {
         None
     }
+    /// What names it in an asynchronous event: the `ibv_srq` address libibverbs reports, or
+    /// the device's SRQ number where there is no rdma-core SRQ.
+    fn event_id(&self) -> u64 {
+        self.verbs_srq().map_or(0, |p| p as u64)
+    }
 }
 
 /// A shared receive queue's memory as `mlx5dv_init_obj(MLX5DV_OBJ_SRQ)` reports it, for the
@@ -150,6 +159,11 @@ pub(crate) trait CqProvider: Send + Sync + Debug {
     /// The rdma-core CQ behind it, if it is one (QPs of rdma-core devices need it).
     fn verbs_cq(&self) -> Option<*mut ibv_cq> {
         None
+    }
+    /// What names it in an asynchronous event: the `ibv_cq` address libibverbs reports, or
+    /// the device's CQ number where there is no rdma-core CQ.
+    fn event_id(&self) -> u64 {
+        self.verbs_cq().map_or(0, |p| p as u64)
     }
 }
 

@@ -23,6 +23,8 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use zverbs_sim::{self as sim, CqConfig, QpConfig, SimError, SrqConfig};
 
+mod events;
+
 use super::{
     AhProvider, ContextProvider, CqEngine, CqProvider, EngineNote, MrProvider, PdProvider,
     QpEngine, QpInit, QpProvider, RegisterOwner, SrqEngine, SrqLayout, SrqProvider,
@@ -156,6 +158,10 @@ impl ContextProvider for SimContext {
         true
     }
 
+    fn async_events(&self) -> Result<Box<dyn crate::events::AsyncEventSource>> {
+        events::SimEvents::open()
+    }
+
     fn query_device(&self) -> Result<DeviceAttr> {
         Ok(DeviceAttr {
             fw_ver: env!("CARGO_PKG_VERSION").into(),
@@ -180,7 +186,10 @@ impl ContextProvider for SimContext {
             return Err(Error::from_ret("ibv_query_port", libc::EINVAL));
         }
         Ok(PortAttr {
-            state: PortState::Active,
+            state: match device().port_state() {
+                sim::PortState::Active => PortState::Active,
+                sim::PortState::Down => PortState::Down,
+            },
             max_mtu: Mtu::M4096,
             active_mtu: Mtu::M4096,
             lid: LID,
@@ -397,6 +406,9 @@ impl SrqProvider for SimSrq {
             srqn: self.0.srqn,
         })
     }
+    fn event_id(&self) -> u64 {
+        u64::from(self.0.srqn)
+    }
 }
 
 impl Drop for SimSrq {
@@ -450,6 +462,9 @@ impl CqProvider for SimCq {
     }
     fn engine(&self) -> CqEngine {
         CqEngine::Direct(self.0.layout)
+    }
+    fn event_id(&self) -> u64 {
+        u64::from(self.0.cqn)
     }
 }
 

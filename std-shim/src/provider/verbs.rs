@@ -1,6 +1,8 @@
 //! The rdma-core provider: devices found and driven by libibverbs (and libmlx5 for the
 //! direct engine).
 
+mod events;
+
 use std::any::Any;
 use std::ffi::CStr;
 use std::ptr::{self, NonNull};
@@ -217,6 +219,12 @@ fn c_chars_to_string(chars: &[core::ffi::c_char]) -> String {
 impl ContextProvider for VerbsContext {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn async_events(&self) -> Result<Box<dyn crate::events::AsyncEventSource>> {
+        // SAFETY: a live context; the reader is dropped before it (`AsyncEvents` holds the
+        // context after the reader).
+        unsafe { events::VerbsEvents::open(self.ctx, self.verbs) }
     }
 
     fn query_device(&self) -> Result<DeviceAttr> {

@@ -84,6 +84,10 @@ pub const DEVICE_TESTS: &[DeviceTests] = &[
         what: "zero allocation on the fallback",
         select: &["-p", "zverbs", "--test", "device_alloc"],
     },
+    DeviceTests {
+        what: "asynchronous events (port down and up, SRQ limit)",
+        select: &["-p", "zverbs", "--test", "device_events"],
+    },
 ];
 
 /// The project's programs that run on the devices, built with `cargo build` (see

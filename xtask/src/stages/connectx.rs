@@ -7,8 +7,9 @@
 //! Run a server and a client from two shells, each through `cargo xtask emu`: their device
 //! instances find each other.
 //!
-//! The stage runs, on the emulated device: the differential check against libmlx5 and the
-//! BlueFlame registers shared by QPs on several threads (the `zverbs-emu` tests); the project's
+//! The stage runs, on the emulated device: the differential check against libmlx5, the
+//! BlueFlame registers shared by QPs on several threads and the asynchronous events libibverbs
+//! reads (the `zverbs-emu` tests), `ibv_asyncwatch` seeing an injected port-down; the project's
 //! control path on libmlx5 (the `loopback` self-test, which
 //! must choose the direct backend through `mlx5dv_init_obj`, with BlueFlame and without, and
 //! the libibverbs fallback); perftest's `ib_write_lat`, `ib_send_lat`, `ib_read_lat`,
@@ -20,6 +21,8 @@
 //! (libmlx5's post path) side by side, with the ratios in a table (no assertion on time).
 //! The programs run with `ZVERBS_EMU_RT=1`: the device's threads preempt the programs'
 //! busy-polling threads, so that latency is not a matter of scheduler time slices.
+
+mod asyncwatch;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -305,6 +308,8 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
         "differential",
         "--test",
         "blueflame",
+        "--test",
+        "async_events",
     ]);
     cmd.env("ZVERBS_EMU_SO", &emu.0);
     let (tests, _) = counted_tests(cmd, &["--nocapture"], run)?;
@@ -376,6 +381,7 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
         "the device as libibverbs sees it".into(),
         "ok".into(),
     ]);
+    asyncwatch::check(&emu, &mut table)?;
     for (backend, args, env, mode) in checks {
         let out = solo(&loopback, args, env, &emu)?;
         for l in out.lines() {

@@ -77,6 +77,8 @@ const JOBS: &[Job] = &[
             "progress",
             "--test",
             "connections",
+            "--test",
+            "events",
         ],
         check_leaks: false,
     },
