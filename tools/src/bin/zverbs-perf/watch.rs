@@ -14,7 +14,9 @@
 //!   it); over rdma_cm, which has no such connection here, it has the limit too.
 //!
 //! The clock and the socket are looked at once every [`CHECK_EVERY`] empty polls, never on
-//! the way of a message that has arrived.
+//! the way of a message that has arrived. A side with nothing to answer (the passive side of
+//! a READ, atomic or WRITE bandwidth test) naps for [`NAP`] after each empty poll instead
+//! ([`Watch::nap`]), and looks after every nap.
 
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,6 +29,9 @@ pub(crate) static ABORT: AtomicBool = AtomicBool::new(false);
 /// How long a wait goes on once the peer has closed the exchange connection, and how long a
 /// one-process run waits for its server after the client failed.
 pub(crate) const GRACE: Duration = Duration::from_secs(2);
+
+/// How long a passive side sleeps after an empty poll.
+pub(crate) const NAP: Duration = Duration::from_millis(1);
 
 /// Empty polls between two looks at the clock, the socket and [`ABORT`].
 pub(crate) const CHECK_EVERY: u32 = 1024;
@@ -86,6 +91,19 @@ impl<'a> Watch<'a> {
         if self.spins < CHECK_EVERY {
             return Ok(());
         }
+        self.spins = 0;
+        self.look(what, Instant::now())
+    }
+
+    /// One empty poll while `what`, on a side that has nothing to answer: sleeps for [`NAP`],
+    /// leaving the core to the peer and the device, then looks (a look costs little against
+    /// the nap).
+    ///
+    /// # Errors
+    ///
+    /// When the wait must end, saying why.
+    pub(crate) fn nap(&mut self, what: &str) -> Result<(), String> {
+        std::thread::sleep(NAP);
         self.spins = 0;
         self.look(what, Instant::now())
     }
@@ -202,6 +220,16 @@ mod tests {
         assert_eq!(w.look("waiting", now), Ok(()), "still within the grace");
         let e = w.look("waiting for the DONE", now + GRACE).unwrap_err();
         assert!(e.contains("the peer closed the connection"), "{e}");
+    }
+
+    #[test]
+    fn a_napping_wait_looks_after_every_nap() {
+        let abort = AtomicBool::new(false);
+        let mut w = Watch::with_abort(&abort, None, None);
+        assert_eq!(w.nap("waiting"), Ok(()));
+        abort.store(true, Ordering::Relaxed);
+        let e = w.nap("waiting for the closing SEND").unwrap_err();
+        assert!(e.contains("the other side of this run failed"), "{e}");
     }
 
     #[test]
