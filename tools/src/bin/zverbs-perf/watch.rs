@@ -15,8 +15,9 @@
 //!
 //! The clock and the socket are looked at once every [`CHECK_EVERY`] empty polls, never on
 //! the way of a message that has arrived. A side with nothing to answer (the passive side of
-//! a READ, atomic or WRITE bandwidth test) naps for [`NAP`] after each empty poll instead
-//! ([`Watch::nap`]), and looks after every nap.
+//! a READ, atomic or WRITE bandwidth test) sleeps after each empty poll instead
+//! ([`Watch::nap`]): in the exchange connection for up to [`NAP`] (it wakes when the peer
+//! closes it), or for [`SHORT_NAP`] without one; it looks after every nap.
 
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,8 +31,13 @@ pub(crate) static ABORT: AtomicBool = AtomicBool::new(false);
 /// one-process run waits for its server after the client failed.
 pub(crate) const GRACE: Duration = Duration::from_secs(2);
 
-/// How long a passive side sleeps after an empty poll.
-pub(crate) const NAP: Duration = Duration::from_millis(1);
+/// How long a passive side sleeps in the exchange connection after an empty poll (it wakes
+/// at once when the peer closes the connection).
+pub(crate) const NAP: Duration = Duration::from_millis(50);
+
+/// How long a passive side sleeps after an empty poll without an exchange connection, or when
+/// the connection has something to read (then it would not sleep in it).
+pub(crate) const SHORT_NAP: Duration = Duration::from_millis(1);
 
 /// Empty polls between two looks at the clock, the socket and [`ABORT`].
 pub(crate) const CHECK_EVERY: u32 = 1024;
@@ -95,15 +101,19 @@ impl<'a> Watch<'a> {
         self.look(what, Instant::now())
     }
 
-    /// One empty poll while `what`, on a side that has nothing to answer: sleeps for [`NAP`],
-    /// leaving the core to the peer and the device, then looks (a look costs little against
-    /// the nap).
+    /// One empty poll while `what`, on a side that has nothing to answer: sleeps, leaving the
+    /// cores to the peer and the device (in the exchange connection for up to [`NAP`], as
+    /// perftest's passive side waits in its own, else for [`SHORT_NAP`]), then looks (a look
+    /// costs little against the nap).
     ///
     /// # Errors
     ///
     /// When the wait must end, saying why.
     pub(crate) fn nap(&mut self, what: &str) -> Result<(), String> {
-        std::thread::sleep(NAP);
+        let slept = self.peer.is_some_and(sleep_in);
+        if !slept {
+            std::thread::sleep(SHORT_NAP);
+        }
         self.spins = 0;
         self.look(what, Instant::now())
     }
@@ -138,6 +148,20 @@ impl<'a> Watch<'a> {
         }
         Ok(())
     }
+}
+
+/// Sleeps in the non-blocking connection `s` until it has something to read or is closed, for
+/// at most [`NAP`]; whether the whole time passed (else the caller sleeps another way, as the
+/// connection would wake it at once). Leaves `s` non-blocking.
+fn sleep_in(s: &TcpStream) -> bool {
+    let mut b = [0u8; 1];
+    if s.set_nonblocking(false).is_err() || s.set_read_timeout(Some(NAP)).is_err() {
+        let _ = s.set_nonblocking(true);
+        return false;
+    }
+    let r = s.peek(&mut b);
+    let _ = s.set_nonblocking(true);
+    matches!(r, Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut))
 }
 
 /// Whether the peer has closed (or reset) the non-blocking connection `s`. Nothing is sent on
@@ -230,6 +254,27 @@ mod tests {
         abort.store(true, Ordering::Relaxed);
         let e = w.nap("waiting for the closing SEND").unwrap_err();
         assert!(e.contains("the other side of this run failed"), "{e}");
+    }
+
+    #[test]
+    fn a_nap_in_the_connection_lasts_until_the_peer_closes_it() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (server, _) = l.accept().unwrap();
+        server.set_nonblocking(true).unwrap();
+        // Nothing to read: the whole nap is spent in the connection.
+        assert!(sleep_in(&server));
+        assert!(!closed(&server), "still open, and non-blocking again");
+        drop(client);
+        let seen_at = Instant::now() + Duration::from_secs(30);
+        while !closed(&server) && Instant::now() < seen_at {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // Closed: the connection ends the nap at once, and the watch sees the close.
+        assert!(!sleep_in(&server));
+        let mut w = Watch::new(Some(&server), None);
+        assert_eq!(w.nap("waiting"), Ok(()));
+        assert!(w.gone.is_some(), "the close was seen");
     }
 
     #[test]
