@@ -17,7 +17,8 @@
 //! and with a GRH) and `ibv_srq_pingpong` (16 QPs on one SRQ), each against itself and against
 //! our `pingpong --ud` / `pingpong --srq` in both roles, each side reporting its bytes
 //! (each run under a timeout; every child is ended); and then `zverbs-perf` (direct path, and the fallback) against perftest
-//! (libmlx5's post path) side by side, with the ratios in a table (no assertion on time).
+//! (libmlx5's post path) side by side in alternating rounds, with the median ratios in a table
+//! (no assertion on time).
 //! The programs run with `ZVERBS_EMU_RT=1`: the device's threads preempt the programs'
 //! busy-polling threads, so that latency is not a matter of scheduler time slices.
 
@@ -585,7 +586,9 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
     // Each row: `zverbs-perf` (direct, and the fallback) against perftest, in alternating
     // rounds (the tool that went second goes first in the next), so that a slow stretch of
     // this shared machine hits both; the ratio is the median of the rounds' ratios.
-    let n = ["-n", "500"];
+    // 1000 iterations a run (perftest's default for its latency tests): a longer run evens out
+    // more of the machine's slow stretches.
+    let n = ["-n", "1000"];
     for (label, ours, tool, theirs) in [
         ("write_lat", &["write_lat"][..], "ib_write_lat", &[][..]),
         ("send_lat", &["send_lat"], "ib_send_lat", &[]),

@@ -161,7 +161,13 @@ fn sleep_in(s: &TcpStream) -> bool {
     }
     let r = s.peek(&mut b);
     let _ = s.set_nonblocking(true);
-    matches!(r, Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut))
+    // The limit passed with nothing to read (a timed-out read is `WouldBlock` on Linux).
+    r.is_err_and(|e| {
+        matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        )
+    })
 }
 
 /// Whether the peer has closed (or reset) the non-blocking connection `s`. Nothing is sent on
