@@ -39,6 +39,11 @@ pub(crate) const NAP: Duration = Duration::from_millis(50);
 /// the connection has something to read (then it would not sleep in it).
 pub(crate) const SHORT_NAP: Duration = Duration::from_millis(1);
 
+/// The least time between two looks that ask the socket (a system call) whether the peer
+/// closed it: a busy wait for the peer's answer makes no system call more often than this,
+/// where perftest's makes none.
+pub(crate) const PEEK_EVERY: Duration = Duration::from_millis(10);
+
 /// Empty polls between two looks at the clock, the socket and [`ABORT`].
 pub(crate) const CHECK_EVERY: u32 = 1024;
 
@@ -57,6 +62,8 @@ pub(crate) struct Watch<'a> {
     since: Option<Instant>,
     /// When the peer was first seen gone.
     gone: Option<Instant>,
+    /// No look before this asks the socket again (`None`: the next one does).
+    next_peek: Option<Instant>,
 }
 
 impl<'a> Watch<'a> {
@@ -78,6 +85,7 @@ impl<'a> Watch<'a> {
             spins: 0,
             since: None,
             gone: None,
+            next_peek: None,
         }
     }
 
@@ -125,8 +133,11 @@ impl<'a> Watch<'a> {
                 "stopped while {what}: the other side of this run failed"
             ));
         }
-        if self.gone.is_none() && self.peer.is_some_and(closed) {
-            self.gone = Some(now);
+        if self.gone.is_none() && self.next_peek.is_none_or(|t| now >= t) {
+            self.next_peek = Some(now + PEEK_EVERY);
+            if self.peer.is_some_and(closed) {
+                self.gone = Some(now);
+            }
         }
         if let Some(t) = self.gone
             && now.duration_since(t) >= GRACE
@@ -247,6 +258,7 @@ mod tests {
             now = Instant::now();
         }
         assert!(closed(&server), "the close never arrived");
+        let now = now.max(start + PEEK_EVERY);
         assert_eq!(w.look("waiting", now), Ok(()), "still within the grace");
         let e = w.look("waiting for the DONE", now + GRACE).unwrap_err();
         assert!(e.contains("the peer closed the connection"), "{e}");
@@ -281,6 +293,30 @@ mod tests {
         let mut w = Watch::new(Some(&server), None);
         assert_eq!(w.nap("waiting"), Ok(()));
         assert!(w.gone.is_some(), "the close was seen");
+    }
+
+    #[test]
+    fn the_socket_is_asked_at_most_once_per_peek_interval() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (server, _) = l.accept().unwrap();
+        server.set_nonblocking(true).unwrap();
+        let mut w = Watch::new(Some(&server), None);
+        let start = Instant::now();
+        assert_eq!(w.look("waiting", start), Ok(()));
+        drop(client);
+        let seen_at = Instant::now() + Duration::from_secs(30);
+        while !closed(&server) && Instant::now() < seen_at {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(closed(&server), "the close never arrived");
+        // Within the interval of the first look's question, no look asks again.
+        let soon = start + PEEK_EVERY / 2;
+        assert_eq!(w.look("waiting", soon), Ok(()));
+        assert!(w.gone.is_none(), "the socket was asked again too soon");
+        // Once it has passed, the next look asks and sees the close.
+        assert_eq!(w.look("waiting", start + PEEK_EVERY), Ok(()));
+        assert_eq!(w.gone, Some(start + PEEK_EVERY));
     }
 
     #[test]
