@@ -13,11 +13,12 @@
 //!   progress to watch, so over the exchange connection it has no limit (the connection ends
 //!   it); over rdma_cm, which has no such connection here, it has the limit too.
 //!
-//! The clock and the socket are looked at once every [`CHECK_EVERY`] empty polls, never on
-//! the way of a message that has arrived. A side with nothing to answer (the passive side of
-//! a READ, atomic or WRITE bandwidth test) sleeps after each empty poll instead
-//! ([`Watch::nap`]): in the exchange connection for up to [`NAP`] (it wakes when the peer
-//! closes it), or for [`SHORT_NAP`] without one; it looks after every nap.
+//! The clock is looked at once every [`CHECK_EVERY`] empty polls, never on the way of a
+//! message that has arrived, and the socket at most once every [`PEEK_EVERY`] (asking it is a
+//! system call). A side with nothing to answer (the passive side of a READ, atomic or WRITE
+//! bandwidth test) sleeps after each empty poll instead ([`Watch::nap`]): in the exchange
+//! connection for up to [`NAP`] (it wakes when the peer closes it), or for [`SHORT_NAP`]
+//! without one; it looks after every nap.
 
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
