@@ -145,6 +145,13 @@ options:
       --timeout SECS      how long to wait for the peer: the exchange, rdma_cm, and any one
                           message of the test (default 30)
   -h, --help              this text
+
+Latency is timed as perftest times it: from one iteration's post to the next one's, halved
+for write_lat and send_lat (half round trips), whole for read_lat and atomic_lat (full round
+trips). The server of read_lat, atomic_lat and write_bw has nothing to answer: after each
+empty poll it sleeps in the TCP exchange connection (up to 50 ms; 1 ms with --cm) until the
+client's closing message, as perftest's server waits in its own, leaving the cores to the
+client and the device.
 ";
 
 /// Parses the command line (without the program name). `Err("")` asks for the usage text.

@@ -478,6 +478,33 @@ fn drain<C: PollCq>(cq: &mut C, seen: &mut Seen) -> Result<usize> {
     Ok(n)
 }
 
+/// The client's latency samples, timed as perftest times them: from one iteration's post to
+/// the next one's (the last iteration's, to the end of the loop), halved for the half round
+/// trips of WRITE and SEND ping-pongs.
+struct Laps {
+    /// When the previous iteration started.
+    last: Option<Instant>,
+    /// Iterations not measured.
+    warmup: u64,
+    /// What a lap is divided by: 2 for ping-pongs (half round trips), 1 for READ and atomics
+    /// (full round trips, as perftest reports them).
+    per: u64,
+}
+
+impl Laps {
+    /// Iteration `i` starts (or, with `i` the iteration count, the loop ended): records the
+    /// lap of iteration `i - 1` unless it was a warm-up one. Never allocates.
+    fn mark(&mut self, i: u64, lat: &mut Recorder) {
+        let now = Instant::now();
+        if let Some(t) = self.last
+            && i > self.warmup
+        {
+            lat.record(now.duration_since(t).as_nanos() as u64 / self.per);
+        }
+        self.last = Some(now);
+    }
+}
+
 fn test<S, R, C>(mut q: QueueSet<S, R, C>, env: &Env<'_>) -> Result<()>
 where
     S: PostSend,
@@ -494,6 +521,11 @@ where
     // The client of a latency test records every measured iteration into a histogram sized
     // here, once: recording never allocates.
     let mut lat = Recorder::new();
+    let mut laps = Laps {
+        last: None,
+        warmup: o.warmup as u64,
+        per: if o.test.is_round_trip() { 1 } else { 2 },
+    };
     let mut seconds = 0.0;
     // Signal one send in `sig`, so the send queue's credits come back.
     let sig = (o.tx_depth as u64 / 2).max(1);
@@ -530,8 +562,8 @@ where
             let flag_at = lay.a() + o.size - 1;
             for i in 0..total as u64 {
                 let v = (i % 255 + 1) as u8;
-                let t0 = Instant::now();
                 if env.client {
+                    laps.mark(i, &mut lat);
                     buf.store_u8(lay.b() + o.size - 1, v);
                     post(
                         &mut q.sq,
@@ -557,15 +589,13 @@ where
                         env,
                     )?;
                     q.sq.ring();
-                } else if i as usize >= o.warmup {
-                    lat.record(t0.elapsed().as_nanos() as u64 / 2);
                 }
             }
         }
         (Test::SendLat, _) => {
             for i in 0..total as u64 {
-                let t0 = Instant::now();
                 if env.client {
+                    laps.mark(i, &mut lat);
                     post(
                         &mut q.sq,
                         &mut q.cq,
@@ -591,8 +621,6 @@ where
                         env,
                     )?;
                     q.sq.ring();
-                } else if i as usize >= o.warmup {
-                    lat.record(t0.elapsed().as_nanos() as u64 / 2);
                 }
             }
         }
@@ -605,16 +633,13 @@ where
                 } else {
                     SendWr::fetch_add(i, dst[0], target, 1)
                 };
-                let t0 = Instant::now();
+                laps.mark(i, &mut lat);
                 post(&mut q.sq, &mut q.cq, &wr.signaled(), &mut seen, env)?;
                 q.sq.ring();
                 let mut w = env.answer();
                 while seen.sends_done <= i {
                     drain(&mut q.cq, &mut seen)?;
                     w.idle("waiting for the READ or atomic to complete")?;
-                }
-                if i as usize >= o.warmup {
-                    lat.record(t0.elapsed().as_nanos() as u64);
                 }
             }
         }
@@ -663,6 +688,10 @@ where
         }
         (Test::ReadLat | Test::AtomicLat | Test::WriteBw, false) => {}
     }
+    if env.client && o.test.is_latency() {
+        // The last iteration's lap ends here.
+        laps.mark(total as u64, &mut lat);
+    }
 
     // The client tells the server it is done with a SEND carrying DONE_IMM.
     if env.client {
@@ -684,13 +713,21 @@ where
     } else {
         (env.closing(), "waiting for the client's closing SEND")
     };
+    // The passive side of a one-sided test (READ, atomic, WRITE bandwidth) has nothing to do
+    // until the closing SEND: it naps between polls, as perftest's passive side sleeps in its
+    // TCP exchange, and leaves the cores to the client and the device.
+    let passive = !env.client && matches!(o.test, Test::ReadLat | Test::AtomicLat | Test::WriteBw);
     while !seen.done {
-        drain(&mut q.cq, &mut seen)?;
+        let n = drain(&mut q.cq, &mut seen)?;
         if seen.recvs > 0 {
             repost(&mut q.rq, seen.recvs)?;
             seen.recvs = 0;
         }
-        w.idle(what)?;
+        if passive && n == 0 {
+            w.nap(what)?;
+        } else {
+            w.idle(what)?;
+        }
     }
 
     if o.test.is_latency() && env.client {

@@ -13,8 +13,12 @@
 //!   progress to watch, so over the exchange connection it has no limit (the connection ends
 //!   it); over rdma_cm, which has no such connection here, it has the limit too.
 //!
-//! The clock and the socket are looked at once every [`CHECK_EVERY`] empty polls, never on
-//! the way of a message that has arrived.
+//! The clock is looked at once every [`CHECK_EVERY`] empty polls, never on the way of a
+//! message that has arrived, and the socket at most once every [`PEEK_EVERY`] (asking it is a
+//! system call). A side with nothing to answer (the passive side of a READ, atomic or WRITE
+//! bandwidth test) sleeps after each empty poll instead ([`Watch::nap`]): in the exchange
+//! connection for up to [`NAP`] (it wakes when the peer closes it), or for [`SHORT_NAP`]
+//! without one; it looks after every nap.
 
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,6 +31,19 @@ pub(crate) static ABORT: AtomicBool = AtomicBool::new(false);
 /// How long a wait goes on once the peer has closed the exchange connection, and how long a
 /// one-process run waits for its server after the client failed.
 pub(crate) const GRACE: Duration = Duration::from_secs(2);
+
+/// How long a passive side sleeps in the exchange connection after an empty poll (it wakes
+/// at once when the peer closes the connection).
+pub(crate) const NAP: Duration = Duration::from_millis(50);
+
+/// How long a passive side sleeps after an empty poll without an exchange connection, or when
+/// the connection has something to read (then it would not sleep in it).
+pub(crate) const SHORT_NAP: Duration = Duration::from_millis(1);
+
+/// The least time between two looks that ask the socket (a system call) whether the peer
+/// closed it: a busy wait for the peer's answer makes no system call more often than this,
+/// where perftest's makes none.
+pub(crate) const PEEK_EVERY: Duration = Duration::from_millis(10);
 
 /// Empty polls between two looks at the clock, the socket and [`ABORT`].
 pub(crate) const CHECK_EVERY: u32 = 1024;
@@ -46,6 +63,8 @@ pub(crate) struct Watch<'a> {
     since: Option<Instant>,
     /// When the peer was first seen gone.
     gone: Option<Instant>,
+    /// No look before this asks the socket again (`None`: the next one does).
+    next_peek: Option<Instant>,
 }
 
 impl<'a> Watch<'a> {
@@ -67,6 +86,7 @@ impl<'a> Watch<'a> {
             spins: 0,
             since: None,
             gone: None,
+            next_peek: None,
         }
     }
 
@@ -90,6 +110,23 @@ impl<'a> Watch<'a> {
         self.look(what, Instant::now())
     }
 
+    /// One empty poll while `what`, on a side that has nothing to answer: sleeps, leaving the
+    /// cores to the peer and the device (in the exchange connection for up to [`NAP`], as
+    /// perftest's passive side waits in its own, else for [`SHORT_NAP`]), then looks (a look
+    /// costs little against the nap).
+    ///
+    /// # Errors
+    ///
+    /// When the wait must end, saying why.
+    pub(crate) fn nap(&mut self, what: &str) -> Result<(), String> {
+        let slept = self.peer.is_some_and(sleep_in);
+        if !slept {
+            std::thread::sleep(SHORT_NAP);
+        }
+        self.spins = 0;
+        self.look(what, Instant::now())
+    }
+
     #[cold]
     fn look(&mut self, what: &str, now: Instant) -> Result<(), String> {
         if self.abort.load(Ordering::Relaxed) {
@@ -97,8 +134,11 @@ impl<'a> Watch<'a> {
                 "stopped while {what}: the other side of this run failed"
             ));
         }
-        if self.gone.is_none() && self.peer.is_some_and(closed) {
-            self.gone = Some(now);
+        if self.gone.is_none() && self.next_peek.is_none_or(|t| now >= t) {
+            self.next_peek = Some(now + PEEK_EVERY);
+            if self.peer.is_some_and(closed) {
+                self.gone = Some(now);
+            }
         }
         if let Some(t) = self.gone
             && now.duration_since(t) >= GRACE
@@ -120,6 +160,26 @@ impl<'a> Watch<'a> {
         }
         Ok(())
     }
+}
+
+/// Sleeps in the non-blocking connection `s` until it has something to read or is closed, for
+/// at most [`NAP`]; whether the whole time passed (else the caller sleeps another way, as the
+/// connection would wake it at once). Leaves `s` non-blocking.
+fn sleep_in(s: &TcpStream) -> bool {
+    let mut b = [0u8; 1];
+    if s.set_nonblocking(false).is_err() || s.set_read_timeout(Some(NAP)).is_err() {
+        let _ = s.set_nonblocking(true);
+        return false;
+    }
+    let r = s.peek(&mut b);
+    let _ = s.set_nonblocking(true);
+    // The limit passed with nothing to read (a timed-out read is `WouldBlock` on Linux).
+    r.is_err_and(|e| {
+        matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        )
+    })
 }
 
 /// Whether the peer has closed (or reset) the non-blocking connection `s`. Nothing is sent on
@@ -199,9 +259,65 @@ mod tests {
             now = Instant::now();
         }
         assert!(closed(&server), "the close never arrived");
+        let now = now.max(start + PEEK_EVERY);
         assert_eq!(w.look("waiting", now), Ok(()), "still within the grace");
         let e = w.look("waiting for the DONE", now + GRACE).unwrap_err();
         assert!(e.contains("the peer closed the connection"), "{e}");
+    }
+
+    #[test]
+    fn a_napping_wait_looks_after_every_nap() {
+        let abort = AtomicBool::new(false);
+        let mut w = Watch::with_abort(&abort, None, None);
+        assert_eq!(w.nap("waiting"), Ok(()));
+        abort.store(true, Ordering::Relaxed);
+        let e = w.nap("waiting for the closing SEND").unwrap_err();
+        assert!(e.contains("the other side of this run failed"), "{e}");
+    }
+
+    #[test]
+    fn a_nap_in_the_connection_lasts_until_the_peer_closes_it() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (server, _) = l.accept().unwrap();
+        server.set_nonblocking(true).unwrap();
+        // Nothing to read: the whole nap is spent in the connection.
+        assert!(sleep_in(&server));
+        assert!(!closed(&server), "still open, and non-blocking again");
+        drop(client);
+        let seen_at = Instant::now() + Duration::from_secs(30);
+        while !closed(&server) && Instant::now() < seen_at {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // Closed: the connection ends the nap at once, and the watch sees the close.
+        assert!(!sleep_in(&server));
+        let mut w = Watch::new(Some(&server), None);
+        assert_eq!(w.nap("waiting"), Ok(()));
+        assert!(w.gone.is_some(), "the close was seen");
+    }
+
+    #[test]
+    fn the_socket_is_asked_at_most_once_per_peek_interval() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (server, _) = l.accept().unwrap();
+        server.set_nonblocking(true).unwrap();
+        let mut w = Watch::new(Some(&server), None);
+        let start = Instant::now();
+        assert_eq!(w.look("waiting", start), Ok(()));
+        drop(client);
+        let seen_at = Instant::now() + Duration::from_secs(30);
+        while !closed(&server) && Instant::now() < seen_at {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(closed(&server), "the close never arrived");
+        // Within the interval of the first look's question, no look asks again.
+        let soon = start + PEEK_EVERY / 2;
+        assert_eq!(w.look("waiting", soon), Ok(()));
+        assert!(w.gone.is_none(), "the socket was asked again too soon");
+        // Once it has passed, the next look asks and sees the close.
+        assert_eq!(w.look("waiting", start + PEEK_EVERY), Ok(()));
+        assert_eq!(w.gone, Some(start + PEEK_EVERY));
     }
 
     #[test]
