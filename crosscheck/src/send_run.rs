@@ -184,6 +184,36 @@ pub struct Stats {
     pub completions: u64,
 }
 
+impl Stats {
+    /// Checks that a run of `configs` configurations saw WQEs wrap the ring end (inline ones
+    /// too) and the WQE index wrap in each, BlueFlame and doorbell rings, batches, inline data
+    /// and empty entries.
+    pub fn assert_coverage(&self, configs: usize) {
+        let s = self;
+        assert!(s.wrapped > 0 && s.inline_wrapped > 0 && s.index_wraps >= configs as u64);
+        assert!(s.blueflame > 0 && s.doorbell > 0 && s.batches > 0);
+        assert!(s.inline > 0 && s.zero_len_sges > 0);
+    }
+}
+
+/// Runs every configuration of `configs` with `driver`'s requests, printing how many WQEs
+/// each compared after `label`; returns what the runs counted.
+pub fn run_all<D: Driver>(
+    label: &str,
+    configs: &[Config],
+    rng: &mut SplitMix64,
+    seed: u64,
+    driver: &mut D,
+) -> Stats {
+    let mut stats = Stats::default();
+    for cfg in configs {
+        let before = stats.wqes;
+        run(*cfg, rng, seed, &mut stats, driver);
+        eprintln!("{label}: {:>6} WQEs on {}", stats.wqes - before, cfg.name);
+    }
+    stats
+}
+
 /// What the BlueFlame register holds before each ring, to see exactly what was written.
 pub const MARK: u8 = 0x5a;
 

@@ -19,7 +19,7 @@ use zverbs_core::{RemoteBuf, SendFlags, SendOp, SendWr, Sge, Transport};
 use zverbs_crosscheck::SplitMix64;
 use zverbs_crosscheck::ffi::op;
 use zverbs_crosscheck::probe::CRequest;
-use zverbs_crosscheck::send_run::{self, Config, Driver, Harness, Request, Stats, split};
+use zverbs_crosscheck::send_run::{self, Config, Driver, Harness, Request, split};
 use zverbs_mlx5dv::Connected;
 use zverbs_mlx5dv::prm::opcode;
 
@@ -281,13 +281,8 @@ impl Driver for Rc {
 #[test]
 fn send_queue_wqes_match_libmlx5() {
     let (mut rng, seed) = SplitMix64::for_test(0x5eed_e0e0, 7);
-    let mut stats = Stats::default();
     let mut rc = Rc::default();
-    for cfg in CONFIGS {
-        let before = stats.wqes;
-        send_run::run(*cfg, &mut rng, seed, &mut stats, &mut rc);
-        eprintln!("wqe: {:>6} WQEs on {}", stats.wqes - before, cfg.name);
-    }
+    let stats = send_run::run_all("wqe", CONFIGS, &mut rng, seed, &mut rc);
     let s = &stats;
     eprintln!(
         "wqe: {} randomized WQEs compared with libmlx5's layout (WRITE {}, WRITE_IMM {}, SEND {}, \
@@ -314,7 +309,5 @@ fn send_queue_wqes_match_libmlx5() {
         s.doorbell,
         s.completions,
     );
-    assert!(s.wrapped > 0 && s.inline_wrapped > 0 && s.index_wraps >= CONFIGS.len() as u64);
-    assert!(s.blueflame > 0 && s.doorbell > 0 && s.batches > 0);
-    assert!(s.inline > 0 && s.zero_len_sges > 0);
+    s.assert_coverage(CONFIGS.len());
 }
