@@ -927,6 +927,7 @@ mod tests {
             (wc[3].wr_id, wc[3].status, wc[3].vendor_err),
             (103, WcStatus::LocLenErr, 0x51)
         );
+        assert!(wc[..4].iter().all(|c| c.qp_num == QPN), "{wc:?}");
         assert_eq!(rig.rq.free(), 8);
     }
 
