@@ -438,27 +438,35 @@ fn sq_pi(l: &QpLayout) -> u32 {
     u32::from_be(unsafe { l.dbrec.as_ptr().add(1).read_volatile() }) & 0xffff
 }
 
-#[test]
-fn wqes_and_completions_match_libmlx5_blueflame() {
-    if in_emulator(
-        "wqes_and_completions_match_libmlx5_blueflame",
-        &[],
-        Duration::from_secs(240),
-    ) {
-        run("BlueFlame");
+/// Runs `run` as the test `name` in the emulator, in `mode`: `BlueFlame`, or `doorbell-only`,
+/// a device without BlueFlame (libmlx5 and the direct path both ring 8-byte doorbells).
+fn in_mode(name: &str, mode: &str, run: fn(&str)) {
+    let env: &[(&str, &str)] = if mode == "doorbell-only" {
+        &[("ZVERBS_EMU_BF", "0"), ("MLX5_SHUT_UP_BF", "1")]
+    } else {
+        &[]
+    };
+    if in_emulator(name, env, Duration::from_secs(240)) {
+        run(mode);
     }
 }
 
 #[test]
+fn wqes_and_completions_match_libmlx5_blueflame() {
+    in_mode(
+        "wqes_and_completions_match_libmlx5_blueflame",
+        "BlueFlame",
+        run,
+    );
+}
+
+#[test]
 fn wqes_and_completions_match_libmlx5_doorbell_only() {
-    if in_emulator(
+    in_mode(
         "wqes_and_completions_match_libmlx5_doorbell_only",
-        // A device without BlueFlame: libmlx5 and the direct path both ring 8-byte doorbells.
-        &[("ZVERBS_EMU_BF", "0"), ("MLX5_SHUT_UP_BF", "1")],
-        Duration::from_secs(240),
-    ) {
-        run("doorbell-only");
-    }
+        "doorbell-only",
+        run,
+    );
 }
 
 #[allow(clippy::too_many_lines)]
@@ -853,24 +861,16 @@ impl UdReq {
 
 #[test]
 fn ud_wqes_match_libmlx5_blueflame() {
-    if in_emulator(
-        "ud_wqes_match_libmlx5_blueflame",
-        &[],
-        Duration::from_secs(240),
-    ) {
-        run_ud("BlueFlame");
-    }
+    in_mode("ud_wqes_match_libmlx5_blueflame", "BlueFlame", run_ud);
 }
 
 #[test]
 fn ud_wqes_match_libmlx5_doorbell_only() {
-    if in_emulator(
+    in_mode(
         "ud_wqes_match_libmlx5_doorbell_only",
-        &[("ZVERBS_EMU_BF", "0"), ("MLX5_SHUT_UP_BF", "1")],
-        Duration::from_secs(240),
-    ) {
-        run_ud("doorbell-only");
-    }
+        "doorbell-only",
+        run_ud,
+    );
 }
 
 #[allow(clippy::too_many_lines)]
