@@ -233,6 +233,7 @@ trait Kind {
 
 /// The two QPs of a run, of the same kind (`K`), each with its own CQ of 255 CQEs, ready to
 /// send, and their layouts from `mlx5dv_init_obj`.
+#[derive(Clone, Copy)]
 struct Qps {
     cq_lib: Cq,
     q_lib: Qp,
@@ -306,7 +307,35 @@ struct Pair<'a, T: SqTransport> {
     sizes: BTreeSet<u32>,
 }
 
-impl<T: SqTransport> Pair<'_, T> {
+impl<'a, T: SqTransport> Pair<'a, T> {
+    /// The pair of `qps`, posted to through `ctx` and (ours) `sq`, polled through `ctx` and
+    /// (ours) `cq`; gather lists of `lkey`.
+    fn new(
+        ctx: &'a Context,
+        lkey: u32,
+        qps: &Qps,
+        sq: SendQueue<SqRef<'a>, Dedicated, T>,
+        cq: CompletionQueue<&'a [CqBinding<SqRef<'a>, RqRef<'a>>]>,
+    ) -> Self {
+        Self {
+            ctx,
+            lkey,
+            q_lib: qps.q_lib,
+            q_ours: qps.q_ours,
+            cq_lib: qps.cq_lib,
+            l_lib: qps.l_lib,
+            l_ours: qps.l_ours,
+            sq,
+            cq,
+            wc_lib: vec![ibv_wc::default(); 64],
+            wc_ours: vec![Completion::EMPTY; 64],
+            done: 0,
+            wrapped: 0,
+            wrap_positions: BTreeSet::new(),
+            sizes: BTreeSet::new(),
+        }
+    }
+
     /// Posts `batch` on both sides (one chain and one `ibv_post_send` on libmlx5's QP; each
     /// request staged, then one ring, on ours) and compares the WQEs one by one from the
     /// batch's first block.
@@ -485,14 +514,15 @@ fn run(mode: &str) {
         max_recv_sge: 1,
         max_inline_data: 200,
     };
+    let qps = Qps::new::<Rc>(&ctx, ask);
     let Qps {
-        cq_lib,
         q_lib,
         q_ours,
         l_lib,
         l_ours,
         c_ours,
-    } = Qps::new::<Rc>(&ctx, ask);
+        ..
+    } = qps;
     let caps = q_lib.cap;
     println!(
         "{mode}: QPs {:#x} (libmlx5) and {:#x} (direct path), SQ {} blocks, bf.size {}, \
@@ -567,23 +597,7 @@ fn run(mode: &str) {
     let rq_depth = l_ours.rq.wqe_cnt as usize;
     post_recvs(rq_depth, &mut rq, &mut recv_id);
 
-    let mut p = Pair {
-        ctx: &ctx,
-        lkey: mr.lkey,
-        q_lib,
-        q_ours,
-        cq_lib,
-        l_lib,
-        l_ours,
-        sq,
-        cq,
-        wc_lib: vec![ibv_wc::default(); 64],
-        wc_ours: vec![Completion::EMPTY; 64],
-        done: 0,
-        wrapped: 0,
-        wrap_positions: BTreeSet::new(),
-        sizes: BTreeSet::new(),
-    };
+    let mut p = Pair::new(&ctx, mr.lkey, &qps, sq, cq);
     let mut rc = Rc {
         rkey: mr.rkey,
         last: false,
@@ -887,14 +901,15 @@ fn run_ud(mode: &str) {
         max_recv_sge: 1,
         max_inline_data: 200,
     };
+    let qps = Qps::new::<Ud<'_>>(&ctx, ask);
     let Qps {
-        cq_lib,
         q_lib,
         q_ours,
         l_lib,
         l_ours,
         c_ours,
-    } = Qps::new::<Ud<'_>>(&ctx, ask);
+        ..
+    } = qps;
     let caps = q_lib.cap;
     assert_eq!(mode == "doorbell-only", l_lib.bf.size == 0);
 
@@ -958,23 +973,7 @@ fn run_ud(mode: &str) {
         )
     };
 
-    let mut p = Pair {
-        ctx: &ctx,
-        lkey: mr.lkey,
-        q_lib,
-        q_ours,
-        cq_lib,
-        l_lib,
-        l_ours,
-        sq,
-        cq,
-        wc_lib: vec![ibv_wc::default(); 64],
-        wc_ours: vec![Completion::EMPTY; 64],
-        done: 0,
-        wrapped: 0,
-        wrap_positions: BTreeSet::new(),
-        sizes: BTreeSet::new(),
-    };
+    let mut p = Pair::new(&ctx, mr.lkey, &qps, sq, cq);
     let ud = Ud { ahs: &ahs };
     let (mut imm_n, mut inline_n, mut grh_cases, mut compared_wc) = (0u64, 0u64, 0u64, 0u64);
     let mut next_id = 1u64;
