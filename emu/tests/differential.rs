@@ -53,11 +53,11 @@ use std::time::{Duration, Instant};
 
 use common::{Rng, env_u64, in_emulator};
 use zverbs_core::{
-    Completion, PollCq, PostRecv, PostSend, RecvWr, RemoteBuf, SendWr, Sge, UdDest, WcFlags,
+    Completion, PollCq, PostRecv, PostSend, RecvWr, RemoteBuf, SendFlags, SendWr, Sge, UdDest,
+    WcFlags,
 };
 use zverbs_emu::verbs::{Ah, Context, Cq, Mr, Qp};
 use zverbs_ffi::types::{
-    IBV_SEND_FENCE, IBV_SEND_INLINE, IBV_SEND_SIGNALED, IBV_SEND_SOLICITED,
     IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE,
     IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND, IBV_WR_SEND_WITH_IMM, ibv_ah_attr, ibv_qp_cap,
     ibv_recv_wr, ibv_send_wr, ibv_send_wr_atomic, ibv_send_wr_rdma, ibv_send_wr_ud, ibv_sge,
@@ -208,17 +208,15 @@ trait Kind {
     /// The request's `wr_id` and gather list (or inline sources).
     fn parts(r: &Self::Req) -> (u64, &[(u64, u32)]);
 
-    /// Request `i` of the batch for `ibv_post_send`, without its gather list and chain.
+    /// The request's flags (`IBV_SEND_*`, the same bits as `SendFlags`).
+    fn flags(r: &Self::Req) -> SendFlags;
+
+    /// Request `i` of the batch for `ibv_post_send`, without its flags, gather list and chain.
     fn lib_wr(&self, r: &Self::Req, i: usize) -> ibv_send_wr;
 
-    /// Stages request `i` of the batch, with entries `sgl`, on the direct path's queue.
-    fn stage(
-        &self,
-        sq: &mut SendQueue<SqRef<'_>, Dedicated, Self::T>,
-        r: &Self::Req,
-        i: usize,
-        sgl: &[Sge],
-    );
+    /// Calls `post` with request `i` of the batch for the direct path, over entries `sgl`,
+    /// without its flags.
+    fn with_wr(&self, r: &Self::Req, i: usize, sgl: &[Sge], post: &mut dyn FnMut(SendWr<'_>));
 
     /// Masks what the device ignores and libmlx5 does not write in the WQE `w` of `r` (its
     /// QPN already masked).
@@ -357,6 +355,7 @@ impl<'a, T: SqTransport> Pair<'a, T> {
             .enumerate()
             .map(|(i, r)| ibv_send_wr {
                 num_sge: K::parts(r).1.len() as i32,
+                send_flags: K::flags(r).bits(),
                 ..k.lib_wr(r, i)
             })
             .collect();
@@ -381,7 +380,12 @@ impl<'a, T: SqTransport> Pair<'a, T> {
                 .iter()
                 .map(|&(a, l)| Sge::new(a, l, lkey))
                 .collect();
-            k.stage(&mut self.sq, r, i, &sgl);
+            let sq = &mut self.sq;
+            k.with_wr(r, i, &sgl, &mut |w| {
+                // SAFETY: the entries lie in the registered arena, which outlives the request.
+                unsafe { sq.stage(&w.with_flags(K::flags(r))) }
+                    .unwrap_or_else(|e| panic!("post {r:?}: {e:?}"));
+            });
         }
         self.sq.ring();
         assert_eq!(
@@ -460,6 +464,22 @@ impl<'a, T: SqTransport> Pair<'a, T> {
             self.sizes
         );
     }
+}
+
+/// The flags of a request that is `signaled`, `inline`, `fence`d and `solicited` or not.
+fn flags(signaled: bool, inline: bool, fence: bool, solicited: bool) -> SendFlags {
+    let mut f = SendFlags::NONE;
+    for (on, flag) in [
+        (signaled, SendFlags::SIGNALED),
+        (inline, SendFlags::INLINE),
+        (fence, SendFlags::FENCE),
+        (solicited, SendFlags::SOLICITED),
+    ] {
+        if on {
+            f |= flag;
+        }
+    }
+    f
 }
 
 fn sq_pi(l: &QpLayout) -> u32 {
@@ -731,14 +751,14 @@ impl Kind for Rc {
         (r.wr_id, &r.sgl)
     }
 
+    fn flags(r: &Req) -> SendFlags {
+        flags(r.signaled, r.inline, r.fence, r.solicited)
+    }
+
     fn lib_wr(&self, r: &Req, i: usize) -> ibv_send_wr {
         let mut w = ibv_send_wr {
             wr_id: r.wr_id,
             opcode: r.op,
-            send_flags: (if r.signaled { IBV_SEND_SIGNALED } else { 0 })
-                | (if r.inline { IBV_SEND_INLINE } else { 0 })
-                | (if r.fence { IBV_SEND_FENCE } else { 0 })
-                | (if r.solicited { IBV_SEND_SOLICITED } else { 0 }),
             // verbs' imm_data is big-endian.
             imm_data: r.imm.to_be(),
             ..ibv_send_wr::ZERO
@@ -770,9 +790,9 @@ impl Kind for Rc {
         w
     }
 
-    fn stage(&self, sq: &mut SendQueue<SqRef<'_>>, r: &Req, i: usize, sgl: &[Sge]) {
+    fn with_wr(&self, r: &Req, i: usize, sgl: &[Sge], post: &mut dyn FnMut(SendWr<'_>)) {
         let remote = RemoteBuf::new(r.raddr, self.rkey(i));
-        let mut w = match r.op {
+        post(match r.op {
             IBV_WR_RDMA_WRITE => SendWr::write(r.wr_id, sgl, remote),
             IBV_WR_RDMA_WRITE_WITH_IMM => SendWr::write_imm(r.wr_id, sgl, remote, r.imm),
             IBV_WR_SEND => SendWr::send(r.wr_id, sgl),
@@ -782,21 +802,7 @@ impl Kind for Rc {
                 SendWr::compare_swap(r.wr_id, sgl[0], remote, r.compare, r.swap_add)
             }
             _ => SendWr::fetch_add(r.wr_id, sgl[0], remote, r.swap_add),
-        };
-        if r.signaled {
-            w = w.signaled();
-        }
-        if r.inline {
-            w = w.inline();
-        }
-        if r.fence {
-            w = w.fenced();
-        }
-        if r.solicited {
-            w = w.solicited();
-        }
-        // SAFETY: the entries lie in the registered arena, which outlives the request.
-        unsafe { sq.stage(&w) }.unwrap_or_else(|e| panic!("post {r:?}: {e:?}"));
+        });
     }
 
     fn mask(w: &mut [u8], r: &Req) {
@@ -1037,6 +1043,10 @@ impl Kind for Ud<'_> {
         (r.wr_id, &r.sgl)
     }
 
+    fn flags(r: &UdReq) -> SendFlags {
+        flags(r.signaled, r.inline, false, r.solicited)
+    }
+
     fn lib_wr(&self, r: &UdReq, _: usize) -> ibv_send_wr {
         let mut w = ibv_send_wr {
             wr_id: r.wr_id,
@@ -1045,9 +1055,6 @@ impl Kind for Ud<'_> {
             } else {
                 IBV_WR_SEND
             },
-            send_flags: (if r.signaled { IBV_SEND_SIGNALED } else { 0 })
-                | (if r.inline { IBV_SEND_INLINE } else { 0 })
-                | (if r.solicited { IBV_SEND_SOLICITED } else { 0 }),
             imm_data: r.imm.unwrap_or(0).to_be(),
             ..ibv_send_wr::ZERO
         };
@@ -1059,30 +1066,13 @@ impl Kind for Ud<'_> {
         w
     }
 
-    fn stage(
-        &self,
-        sq: &mut SendQueue<SqRef<'_>, Dedicated, Datagram>,
-        r: &UdReq,
-        _: usize,
-        sgl: &[Sge],
-    ) {
+    fn with_wr(&self, r: &UdReq, _: usize, sgl: &[Sge], post: &mut dyn FnMut(SendWr<'_>)) {
         let ah = &self.ahs[r.ah];
         let dest = UdDest::new(ah.av, ah.raw.as_ptr() as usize, r.remote_qpn, r.qkey);
-        let mut w = match r.imm {
+        post(match r.imm {
             Some(imm) => SendWr::send_to_imm(r.wr_id, sgl, &dest, imm),
             None => SendWr::send_to(r.wr_id, sgl, &dest),
-        };
-        if r.signaled {
-            w = w.signaled();
-        }
-        if r.inline {
-            w = w.inline();
-        }
-        if r.solicited {
-            w = w.solicited();
-        }
-        // SAFETY: the entries lie in the registered arena, which outlives the request.
-        unsafe { sq.stage(&w) }.unwrap_or_else(|e| panic!("post {r:?}: {e:?}"));
+        });
     }
 
     /// The control segment, then the 48-byte datagram segment, then the data.
