@@ -849,6 +849,25 @@ mod tests {
     }
 
     #[test]
+    fn a_datagram_of_exactly_the_path_mtu_fits() {
+        let dest = crate::UdDest::new([0; 48], 0, 7, 0x11);
+        let ud = SqCaps {
+            transport: Transport::Ud { mtu: 256 },
+            ..CAPS
+        };
+        // 256 bytes over two entries: the MTU to the byte, on both checks.
+        let sgl = [Sge::new(0x10, 200, 1), Sge::new(0x200, 56, 1)];
+        let wr = SendWr::send_to(1, &sgl, &dest);
+        assert!(wr.check(&ud).is_ok());
+        assert!(wr.check_as::<true>(&ud).is_ok());
+        let over = [Sge::new(0x10, 200, 1), Sge::new(0x200, 57, 1)];
+        assert_eq!(
+            SendWr::send_to(2, &over, &dest).check(&ud),
+            Err(PostError::DatagramTooLong { len: 257, mtu: 256 })
+        );
+    }
+
+    #[test]
     fn a_batch_stops_at_the_first_refusal_of_either_check() {
         let sgl = [Sge::new(0x10, 4, 1)];
         let four = [sgl[0]; 4];

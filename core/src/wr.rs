@@ -425,4 +425,34 @@ mod tests {
         assert_eq!(SendWr::send_imm(0, &sgl, 5).op.imm(), Some(5));
         assert_eq!(SendWr::send(0, &sgl).op.imm(), None);
     }
+
+    #[test]
+    fn datagram_ops_and_their_destination() {
+        let sgl = [Sge::new(0x1000, 8, 1)];
+        let (r, local) = (RemoteBuf::new(0x10, 2), Sge::new(0x2000, 8, 1));
+        let dest = UdDest::new([7; 48], 0, 0x12, 0x8000_0001);
+        let datagrams = [
+            SendWr::send_to(0, &sgl, &dest),
+            SendWr::send_to_imm(1, &sgl, &dest, 9),
+        ];
+        for wr in &datagrams {
+            assert!(wr.op.is_datagram_or_nop(), "{wr:?}");
+            assert!(core::ptr::eq(wr.op.dest().unwrap(), &dest), "{wr:?}");
+        }
+        assert!(SendWr::nop(2).op.is_datagram_or_nop());
+        assert_eq!(SendWr::nop(2).op.dest(), None);
+        let connected = [
+            SendWr::write(3, &sgl, r),
+            SendWr::write_imm(4, &sgl, r, 5),
+            SendWr::send(5, &sgl),
+            SendWr::send_imm(6, &sgl, 6),
+            SendWr::read(7, &sgl, r),
+            SendWr::compare_swap(8, local, r, 1, 2),
+            SendWr::fetch_add(9, local, r, 3),
+        ];
+        for wr in &connected {
+            assert!(!wr.op.is_datagram_or_nop(), "{wr:?}");
+            assert_eq!(wr.op.dest(), None, "{wr:?}");
+        }
+    }
 }

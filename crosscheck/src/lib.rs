@@ -19,7 +19,7 @@
 //! | `segments.rs` | control, data, remote-address, atomic and datagram (address vector) segments, setters and getters |
 //! | `cqe.rs` | every `Cqe64` accessor (the UD and SRQ receive fields included), CQE opcodes, syndromes and their statuses, the GRH flag of receive completions |
 //! | `layout.rs` | sizes, offsets and constants, and the `repr(C)` mirrors of `prm::dv` (QP, CQ, SRQ, AH) |
-//! | `wqe.rs` | whole WQEs from `SendQueue`, the doorbell record and BlueFlame |
+//! | `wqe.rs` | whole WQEs from `SendQueue`, the doorbell record and BlueFlame (the harness is [`send_run`], shared with `ud_wqe.rs`) |
 //! | `ud_wqe.rs` | whole UD WQEs from `SendQueue::new_ud` (datagram segment, data, inline), the doorbell record, BlueFlame, and the requests both sides refuse |
 //! | `recv_wqe.rs` | receive WQEs from `RecvQueue` and their doorbell record |
 //! | `srq.rs` | shared receive WQEs (next segment and data segments) and their free list, as libmlx5 writes and links them |
@@ -47,6 +47,7 @@ pub mod mem;
 pub mod probe;
 pub mod prop;
 pub mod rng;
+pub mod send_run;
 
 pub use mem::DeviceMem;
 pub use rng::SplitMix64;

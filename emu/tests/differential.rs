@@ -47,23 +47,26 @@
 
 mod common;
 
+use std::collections::BTreeSet;
+use std::fmt;
 use std::time::{Duration, Instant};
 
 use common::{Rng, env_u64, in_emulator};
 use zverbs_core::{
-    Completion, PollCq, PostRecv, PostSend, RecvWr, RemoteBuf, SendWr, Sge, UdDest, WcFlags,
+    Completion, PollCq, PostRecv, PostSend, RecvWr, RemoteBuf, SendFlags, SendWr, Sge, UdDest,
+    WcFlags,
 };
-use zverbs_emu::verbs::Context;
+use zverbs_emu::verbs::{Ah, Context, Cq, Mr, Qp};
 use zverbs_ffi::types::{
-    IBV_SEND_FENCE, IBV_SEND_INLINE, IBV_SEND_SIGNALED, IBV_SEND_SOLICITED,
     IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE,
     IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND, IBV_WR_SEND_WITH_IMM, ibv_ah_attr, ibv_qp_cap,
     ibv_recv_wr, ibv_send_wr, ibv_send_wr_atomic, ibv_send_wr_rdma, ibv_send_wr_ud, ibv_sge,
     ibv_wc,
 };
 use zverbs_mlx5dv::{
-    CompletionQueue, CqBinding, CqLayout, QpLayout, RecvQueue, RqRef, RqState, SendQueue,
-    SharedRecvQueue, SqCaps, SqState, SrqSlot, SrqState,
+    CompletionQueue, Connected, CqBinding, CqLayout, Datagram, Dedicated, QpLayout, RecvQueue,
+    RqRef, RqState, SendQueue, SharedRecvQueue, SqCaps, SqRef, SqState, SqTransport, SrqSlot,
+    SrqState,
 };
 
 const ARENA: usize = 1 << 20;
@@ -192,32 +195,327 @@ fn mask_unwritten(w: &mut [u8], op: u32) {
     mask_inline_pad(w, seg * 16);
 }
 
+/// What the driver of a run ([`Pair`]) needs to know of a transport's requests: how each
+/// side posts one and what of its WQE is masked.
+trait Kind {
+    /// The direct path's send queue transport.
+    type T: SqTransport;
+    /// A randomized request.
+    type Req: fmt::Debug;
+    /// What the WQE comparison calls the WQEs.
+    const WQE: &'static str;
+
+    /// The request's `wr_id` and gather list (or inline sources).
+    fn parts(r: &Self::Req) -> (u64, &[(u64, u32)]);
+
+    /// The request's flags (`IBV_SEND_*`, the same bits as `SendFlags`).
+    fn flags(r: &Self::Req) -> SendFlags;
+
+    /// Request `i` of the batch for `ibv_post_send`, without its flags, gather list and chain.
+    fn lib_wr(&self, r: &Self::Req, i: usize) -> ibv_send_wr;
+
+    /// Calls `post` with request `i` of the batch for the direct path, over entries `sgl`,
+    /// without its flags.
+    fn with_wr(&self, r: &Self::Req, i: usize, sgl: &[Sge], post: &mut dyn FnMut(SendWr<'_>));
+
+    /// Masks what the device ignores and libmlx5 does not write in the WQE `w` of `r` (its
+    /// QPN already masked).
+    fn mask(w: &mut [u8], r: &Self::Req);
+
+    /// A QP of this transport with `ask`'s capabilities, completing on `cq`.
+    fn create(ctx: &Context, cq: Cq, ask: ibv_qp_cap) -> Qp;
+
+    /// Brings `qp` to RTS (an RC QP looped back to itself).
+    fn ready(ctx: &Context, qp: Qp);
+}
+
+/// The two QPs of a run, of the same kind (`K`), each with its own CQ of 255 CQEs, ready to
+/// send, and their layouts from `mlx5dv_init_obj`.
+#[derive(Clone, Copy)]
+struct Qps {
+    cq_lib: Cq,
+    q_lib: Qp,
+    q_ours: Qp,
+    l_lib: QpLayout,
+    l_ours: QpLayout,
+    c_ours: CqLayout,
+}
+
+impl Qps {
+    fn new<K: Kind>(ctx: &Context, ask: ibv_qp_cap) -> Self {
+        let cq_lib = ctx.create_cq(255).unwrap();
+        let cq_ours = ctx.create_cq(255).unwrap();
+        let q_lib = K::create(ctx, cq_lib, ask);
+        let q_ours = K::create(ctx, cq_ours, ask);
+        assert_eq!(q_lib.cap, q_ours.cap, "the same kind of QP");
+        K::ready(ctx, q_lib);
+        K::ready(ctx, q_ours);
+        let (l_lib, _) = ctx.dv(q_lib, cq_lib).unwrap();
+        let (l_ours, c_ours) = ctx.dv(q_ours, cq_ours).unwrap();
+        assert_eq!(l_lib.sq.wqe_cnt, l_ours.sq.wqe_cnt);
+        assert_eq!(l_lib.bf.size, l_ours.bf.size);
+        Self {
+            cq_lib,
+            q_lib,
+            q_ours,
+            l_lib,
+            l_ours,
+            c_ours,
+        }
+    }
+}
+
+/// A page-aligned arena of [`ARENA`] bytes, leaked (it lives as long as the process), its
+/// bytes a pattern when `pattern`, registered: its address and its MR.
+fn arena(ctx: &Context, pattern: bool) -> (u64, Mr) {
+    let arena: &'static mut [u8] = Box::leak(vec![0u8; ARENA + 4096].into_boxed_slice());
+    let base_ptr = ((arena.as_mut_ptr() as usize + 4095) & !4095) as *mut u8;
+    if pattern {
+        for i in 0..ARENA {
+            // SAFETY: inside the leaked arena.
+            unsafe { base_ptr.add(i).write((i as u8).wrapping_mul(13)) };
+        }
+    }
+    // SAFETY: the arena is leaked: valid for the process's life.
+    let mr = unsafe { ctx.reg_mr(base_ptr, ARENA) }.unwrap();
+    (base_ptr as u64, mr)
+}
+
+/// Both QPs of a run: the one libmlx5 posts to and the one the direct path posts to, with
+/// their CQs; and what the WQE comparison has seen.
+struct Pair<'a, T: SqTransport> {
+    ctx: &'a Context,
+    lkey: u32,
+    q_lib: Qp,
+    q_ours: Qp,
+    cq_lib: Cq,
+    l_lib: QpLayout,
+    l_ours: QpLayout,
+    sq: SendQueue<SqRef<'a>, Dedicated, T>,
+    cq: CompletionQueue<&'a [CqBinding<SqRef<'a>, RqRef<'a>>]>,
+    wc_lib: Vec<ibv_wc>,
+    wc_ours: Vec<Completion>,
+    /// Requests compared.
+    done: u64,
+    /// WQEs that met the ring end.
+    wrapped: u64,
+    /// (blocks, first block's slot) of every WQE that met the ring end.
+    wrap_positions: BTreeSet<(u32, u32)>,
+    /// The sizes of the WQEs in blocks.
+    sizes: BTreeSet<u32>,
+}
+
+impl<'a, T: SqTransport> Pair<'a, T> {
+    /// The pair of `qps`, posted to through `ctx` and (ours) `sq`, polled through `ctx` and
+    /// (ours) `cq`; gather lists of `lkey`.
+    fn new(
+        ctx: &'a Context,
+        lkey: u32,
+        qps: &Qps,
+        sq: SendQueue<SqRef<'a>, Dedicated, T>,
+        cq: CompletionQueue<&'a [CqBinding<SqRef<'a>, RqRef<'a>>]>,
+    ) -> Self {
+        Self {
+            ctx,
+            lkey,
+            q_lib: qps.q_lib,
+            q_ours: qps.q_ours,
+            cq_lib: qps.cq_lib,
+            l_lib: qps.l_lib,
+            l_ours: qps.l_ours,
+            sq,
+            cq,
+            wc_lib: vec![ibv_wc::default(); 64],
+            wc_ours: vec![Completion::EMPTY; 64],
+            done: 0,
+            wrapped: 0,
+            wrap_positions: BTreeSet::new(),
+            sizes: BTreeSet::new(),
+        }
+    }
+
+    /// Posts `batch` on both sides (one chain and one `ibv_post_send` on libmlx5's QP; each
+    /// request staged, then one ring, on ours) and compares the WQEs one by one from the
+    /// batch's first block.
+    fn post<K: Kind<T = T>>(&mut self, k: &K, batch: &[K::Req]) {
+        let pi_lib = sq_pi(&self.l_lib);
+        let lkey = self.lkey;
+        let mut sges: Vec<Vec<ibv_sge>> = batch
+            .iter()
+            .map(|r| {
+                K::parts(r)
+                    .1
+                    .iter()
+                    .map(|&(addr, length)| ibv_sge { addr, length, lkey })
+                    .collect()
+            })
+            .collect();
+        let mut wrs: Vec<ibv_send_wr> = batch
+            .iter()
+            .enumerate()
+            .map(|(i, r)| ibv_send_wr {
+                num_sge: K::parts(r).1.len() as i32,
+                send_flags: K::flags(r).bits(),
+                ..k.lib_wr(r, i)
+            })
+            .collect();
+        for i in 0..wrs.len() {
+            wrs[i].sg_list = sges[i].as_mut_ptr();
+        }
+        for i in 1..wrs.len() {
+            let next: *mut ibv_send_wr = &mut wrs[i];
+            wrs[i - 1].next = next;
+        }
+        // SAFETY: the chain, its gather lists and what it names (the AHs) live across the
+        // call; the memory is registered.
+        let r = unsafe { self.ctx.post_send(self.q_lib, &mut wrs[0]) };
+        assert_eq!(r, 0, "ibv_post_send");
+
+        // The direct path: the same requests, rung once.
+        let pi_ours = self.sq.producer() & 0xffff;
+        assert_eq!(pi_ours, pi_lib, "both rings in step");
+        for (i, r) in batch.iter().enumerate() {
+            let sgl: Vec<Sge> = K::parts(r)
+                .1
+                .iter()
+                .map(|&(a, l)| Sge::new(a, l, lkey))
+                .collect();
+            let sq = &mut self.sq;
+            k.with_wr(r, i, &sgl, &mut |w| {
+                // SAFETY: the entries lie in the registered arena, which outlives the request.
+                unsafe { sq.stage(&w.with_flags(K::flags(r))) }
+                    .unwrap_or_else(|e| panic!("post {r:?}: {e:?}"));
+            });
+        }
+        self.sq.ring();
+        assert_eq!(
+            sq_pi(&self.l_ours),
+            sq_pi(&self.l_lib),
+            "same blocks published"
+        );
+
+        let (qpn_lib, qpn_ours, cnt) = (self.q_lib.qpn, self.q_ours.qpn, self.l_lib.sq.wqe_cnt);
+        let mut at = pi_lib;
+        for r in batch {
+            let mut a = wqe_bytes(&self.l_lib, at);
+            let mut b = wqe_bytes(&self.l_ours, at);
+            assert_eq!(
+                a.len(),
+                b.len(),
+                "ds differs for {r:?}\nlibmlx5 {a:02x?}\nours {b:02x?}"
+            );
+            let ds = (a.len() / 16) as u32;
+            // Mask: the QPN in qpn_ds. Each side must carry its own QP's number.
+            assert_eq!(a[4..8], ((qpn_lib << 8) | ds).to_be_bytes());
+            assert_eq!(b[4..8], ((qpn_ours << 8) | ds).to_be_bytes());
+            a[4..8].fill(0);
+            b[4..8].fill(0);
+            K::mask(&mut a, r);
+            K::mask(&mut b, r);
+            assert_eq!(
+                a,
+                b,
+                "{} bytes differ at block {at} for {r:?}\nlibmlx5 {a:02x?}\nours    {b:02x?}",
+                K::WQE
+            );
+            let blocks = (ds as usize).div_ceil(4) as u32;
+            let slot = at & (cnt - 1);
+            self.sizes.insert(blocks);
+            if slot + blocks > cnt {
+                self.wrapped += 1;
+                self.wrap_positions.insert((blocks, slot));
+            }
+            at = at.wrapping_add(blocks);
+            self.done += 1;
+        }
+    }
+
+    /// Polls both CQs until each has given `expect` completions (20 s at most), and returns
+    /// them; `what` names the batch when they fall short.
+    fn poll(&mut self, expect: usize, what: &dyn fmt::Debug) -> (Vec<ibv_wc>, Vec<Completion>) {
+        let (mut got_lib, mut got_ours) = (Vec::new(), Vec::new());
+        let t = Instant::now();
+        while (got_lib.len() < expect || got_ours.len() < expect)
+            && t.elapsed() < Duration::from_secs(20)
+        {
+            self.wc_lib.fill(ibv_wc::default());
+            let n = self.ctx.poll_cq(self.cq_lib, &mut self.wc_lib);
+            assert!(n >= 0, "ibv_poll_cq: {n}");
+            got_lib.extend_from_slice(&self.wc_lib[..n as usize]);
+            let m = self.cq.poll(&mut self.wc_ours);
+            got_ours.extend_from_slice(&self.wc_ours[..m]);
+            if n == 0 && m == 0 {
+                std::thread::yield_now();
+            }
+        }
+        assert_eq!(got_lib.len(), expect, "libmlx5's completions for {what:?}");
+        assert_eq!(got_ours.len(), expect, "our completions for {what:?}");
+        (got_lib, got_ours)
+    }
+
+    /// Checks that WQEs of every size met the ring end at every position they can.
+    fn assert_every_wrap_position(&self) {
+        let cnt = self.l_lib.sq.wqe_cnt;
+        let want: usize = self.sizes.iter().map(|&b| (b - 1) as usize).sum();
+        assert_eq!(
+            self.wrap_positions.len(),
+            want,
+            "every WQE size {:?} at every position that meets the ring end ({cnt} blocks)",
+            self.sizes
+        );
+    }
+}
+
+/// The flags of a request that is `signaled`, `inline`, `fence`d and `solicited` or not.
+fn flags(signaled: bool, inline: bool, fence: bool, solicited: bool) -> SendFlags {
+    let mut f = SendFlags::NONE;
+    for (on, flag) in [
+        (signaled, SendFlags::SIGNALED),
+        (inline, SendFlags::INLINE),
+        (fence, SendFlags::FENCE),
+        (solicited, SendFlags::SOLICITED),
+    ] {
+        if on {
+            f |= flag;
+        }
+    }
+    f
+}
+
 fn sq_pi(l: &QpLayout) -> u32 {
     // SAFETY: word 1 of the QP's doorbell record (MLX5_SND_DBR), written by the driver.
     u32::from_be(unsafe { l.dbrec.as_ptr().add(1).read_volatile() }) & 0xffff
 }
 
-#[test]
-fn wqes_and_completions_match_libmlx5_blueflame() {
-    if in_emulator(
-        "wqes_and_completions_match_libmlx5_blueflame",
-        &[],
-        Duration::from_secs(240),
-    ) {
-        run("BlueFlame");
+/// Runs `run` as the test `name` in the emulator, in `mode`: `BlueFlame`, or `doorbell-only`,
+/// a device without BlueFlame (libmlx5 and the direct path both ring 8-byte doorbells).
+fn in_mode(name: &str, mode: &str, run: fn(&str)) {
+    let env: &[(&str, &str)] = if mode == "doorbell-only" {
+        &[("ZVERBS_EMU_BF", "0"), ("MLX5_SHUT_UP_BF", "1")]
+    } else {
+        &[]
+    };
+    if in_emulator(name, env, Duration::from_secs(240)) {
+        run(mode);
     }
 }
 
 #[test]
+fn wqes_and_completions_match_libmlx5_blueflame() {
+    in_mode(
+        "wqes_and_completions_match_libmlx5_blueflame",
+        "BlueFlame",
+        run,
+    );
+}
+
+#[test]
 fn wqes_and_completions_match_libmlx5_doorbell_only() {
-    if in_emulator(
+    in_mode(
         "wqes_and_completions_match_libmlx5_doorbell_only",
-        // A device without BlueFlame: libmlx5 and the direct path both ring 8-byte doorbells.
-        &[("ZVERBS_EMU_BF", "0"), ("MLX5_SHUT_UP_BF", "1")],
-        Duration::from_secs(240),
-    ) {
-        run("doorbell-only");
-    }
+        "doorbell-only",
+        run,
+    );
 }
 
 #[allow(clippy::too_many_lines)]
@@ -226,15 +524,7 @@ fn run(mode: &str) {
     let cases = env_u64("ZVERBS_EMU_DIFF_CASES", 3000);
     let mut rng = Rng(seed | 1);
     let ctx = Context::open().unwrap();
-    let arena: &'static mut [u8] = Box::leak(vec![0u8; ARENA + 4096].into_boxed_slice());
-    let base_ptr = ((arena.as_mut_ptr() as usize + 4095) & !4095) as *mut u8;
-    let base = base_ptr as u64;
-    for i in 0..ARENA {
-        // SAFETY: inside the leaked arena.
-        unsafe { base_ptr.add(i).write((i as u8).wrapping_mul(13)) };
-    }
-    // SAFETY: the arena is leaked: valid for the process's life.
-    let mr = unsafe { ctx.reg_mr(base_ptr, ARENA) }.unwrap();
+    let (base, mr) = arena(&ctx, true);
     // WQEs of 1 to 5 basic blocks (16 entries: 18 segments) in a small ring, so that every
     // size meets the ring end at every position it can.
     let ask = ibv_qp_cap {
@@ -244,18 +534,16 @@ fn run(mode: &str) {
         max_recv_sge: 1,
         max_inline_data: 200,
     };
-    let cq_lib = ctx.create_cq(255).unwrap();
-    let cq_ours = ctx.create_cq(255).unwrap();
-    let q_lib = ctx.create_qp(cq_lib, ask).unwrap();
-    let q_ours = ctx.create_qp(cq_ours, ask).unwrap();
-    assert_eq!(q_lib.cap, q_ours.cap, "the same kind of QP");
+    let qps = Qps::new::<Rc>(&ctx, ask);
+    let Qps {
+        q_lib,
+        q_ours,
+        l_lib,
+        l_ours,
+        c_ours,
+        ..
+    } = qps;
     let caps = q_lib.cap;
-    ctx.connect(q_lib, ctx.lid, q_lib.qpn).unwrap();
-    ctx.connect(q_ours, ctx.lid, q_ours.qpn).unwrap();
-    let (l_lib, _) = ctx.dv(q_lib, cq_lib).unwrap();
-    let (l_ours, c_ours): (QpLayout, CqLayout) = ctx.dv(q_ours, cq_ours).unwrap();
-    assert_eq!(l_lib.sq.wqe_cnt, l_ours.sq.wqe_cnt);
-    assert_eq!(l_lib.bf.size, l_ours.bf.size);
     println!(
         "{mode}: QPs {:#x} (libmlx5) and {:#x} (direct path), SQ {} blocks, bf.size {}, \
          max_send_sge {}, max_inline_data {}",
@@ -294,7 +582,7 @@ fn run(mode: &str) {
     };
     // SAFETY: libmlx5 allocated the rings for this QP and CQ, which live as long as the
     // process; nothing else posts to this QP or polls this CQ.
-    let (mut sq, mut rq, mut cq) = unsafe {
+    let (sq, mut rq, cq) = unsafe {
         (
             SendQueue::new(&l_ours, sq_caps, &sq_state).unwrap(),
             RecvQueue::new(&l_ours, &rq_state).unwrap(),
@@ -329,21 +617,19 @@ fn run(mode: &str) {
     let rq_depth = l_ours.rq.wqe_cnt as usize;
     post_recvs(rq_depth, &mut rq, &mut recv_id);
 
-    let mut done = 0u64;
-    let mut wrapped = 0u64;
-    // (blocks, first block's slot) of every WQE that met the ring end.
-    let mut wrap_positions = std::collections::BTreeSet::new();
-    let mut sizes = std::collections::BTreeSet::new();
+    let mut p = Pair::new(&ctx, mr.lkey, &qps, sq, cq);
+    let mut rc = Rc {
+        rkey: mr.rkey,
+        last: false,
+    };
     let mut compared_wc = 0u64;
     let mut ops = [0u64; 7];
     let mut inline_n = 0u64;
     let mut next_id = 1u64;
-    let mut wc_lib = vec![ibv_wc::default(); 64];
-    let mut wc_ours = vec![Completion::EMPTY; 64];
     let mut phase_error = false;
-    while done < cases || !phase_error {
+    while p.done < cases || !phase_error {
         // The last batch: a WRITE with a bad rkey, then two more requests that are flushed.
-        let last = done >= cases;
+        let last = p.done >= cases;
         let n = if last { 3 } else { 1 + rng.below(3) as usize };
         let mut batch: Vec<Req> = (0..n)
             .map(|_| {
@@ -362,161 +648,11 @@ fn run(mode: &str) {
             // A signaled request ends every batch, so both queues retire it.
             r.signaled = true;
         }
-        let bad_rkey = |i: usize| {
-            if last && i == 0 {
-                mr.rkey ^ 0x0010_0000
-            } else {
-                mr.rkey
-            }
-        };
-
-        // libmlx5: one chain, one ibv_post_send.
-        let pi_lib = sq_pi(&l_lib);
-        let mut sges: Vec<Vec<ibv_sge>> = batch
-            .iter()
-            .map(|r| {
-                r.sgl
-                    .iter()
-                    .map(|&(addr, length)| ibv_sge {
-                        addr,
-                        length,
-                        lkey: mr.lkey,
-                    })
-                    .collect()
-            })
-            .collect();
-        let mut wrs: Vec<ibv_send_wr> = batch
-            .iter()
-            .enumerate()
-            .map(|(i, r)| {
-                let mut w = ibv_send_wr {
-                    wr_id: r.wr_id,
-                    num_sge: r.sgl.len() as i32,
-                    opcode: r.op,
-                    send_flags: (if r.signaled { IBV_SEND_SIGNALED } else { 0 })
-                        | (if r.inline { IBV_SEND_INLINE } else { 0 })
-                        | (if r.fence { IBV_SEND_FENCE } else { 0 })
-                        | (if r.solicited { IBV_SEND_SOLICITED } else { 0 }),
-                    // verbs' imm_data is big-endian.
-                    imm_data: r.imm.to_be(),
-                    ..ibv_send_wr::ZERO
-                };
-                match r.op {
-                    IBV_WR_ATOMIC_CMP_AND_SWP => {
-                        w.wr.atomic = ibv_send_wr_atomic {
-                            remote_addr: r.raddr,
-                            compare_add: r.compare,
-                            swap: r.swap_add,
-                            rkey: bad_rkey(i),
-                        };
-                    }
-                    IBV_WR_ATOMIC_FETCH_AND_ADD => {
-                        w.wr.atomic = ibv_send_wr_atomic {
-                            remote_addr: r.raddr,
-                            compare_add: r.swap_add,
-                            swap: 0,
-                            rkey: bad_rkey(i),
-                        };
-                    }
-                    _ => {
-                        w.wr.rdma = ibv_send_wr_rdma {
-                            remote_addr: r.raddr,
-                            rkey: bad_rkey(i),
-                        };
-                    }
-                }
-                w
-            })
-            .collect();
-        for i in 0..wrs.len() {
-            wrs[i].sg_list = sges[i].as_mut_ptr();
-        }
-        for i in 1..wrs.len() {
-            let next: *mut ibv_send_wr = &mut wrs[i];
-            wrs[i - 1].next = next;
-        }
-        // SAFETY: the chain and its gather lists live across the call; the memory is
-        // registered.
-        let r = unsafe { ctx.post_send(q_lib, &mut wrs[0]) };
-        assert_eq!(r, 0, "ibv_post_send");
-
-        // The direct path: the same requests, rung once.
-        let pi_ours = sq.producer() & 0xffff;
-        assert_eq!(pi_ours, pi_lib, "both rings in step");
-        let our_sges: Vec<Vec<Sge>> = batch
-            .iter()
-            .map(|r| {
-                r.sgl
-                    .iter()
-                    .map(|&(a, l)| Sge::new(a, l, mr.lkey))
-                    .collect()
-            })
-            .collect();
-        for (i, r) in batch.iter().enumerate() {
-            let remote = RemoteBuf::new(r.raddr, bad_rkey(i));
-            let sgl = &our_sges[i];
-            let mut w = match r.op {
-                IBV_WR_RDMA_WRITE => SendWr::write(r.wr_id, sgl, remote),
-                IBV_WR_RDMA_WRITE_WITH_IMM => SendWr::write_imm(r.wr_id, sgl, remote, r.imm),
-                IBV_WR_SEND => SendWr::send(r.wr_id, sgl),
-                IBV_WR_SEND_WITH_IMM => SendWr::send_imm(r.wr_id, sgl, r.imm),
-                IBV_WR_RDMA_READ => SendWr::read(r.wr_id, sgl, remote),
-                IBV_WR_ATOMIC_CMP_AND_SWP => {
-                    SendWr::compare_swap(r.wr_id, sgl[0], remote, r.compare, r.swap_add)
-                }
-                _ => SendWr::fetch_add(r.wr_id, sgl[0], remote, r.swap_add),
-            };
-            if r.signaled {
-                w = w.signaled();
-            }
-            if r.inline {
-                w = w.inline();
-            }
-            if r.fence {
-                w = w.fenced();
-            }
-            if r.solicited {
-                w = w.solicited();
-            }
-            // SAFETY: the entries lie in the registered arena, which outlives the request.
-            unsafe { sq.stage(&w) }.unwrap_or_else(|e| panic!("post {r:?}: {e:?}"));
-        }
-        sq.ring();
-        assert_eq!(sq_pi(&l_ours), sq_pi(&l_lib), "same blocks published");
-
-        // Compare the WQEs, one by one from the batch's first block.
-        let mut at = pi_lib;
+        rc.last = last;
+        p.post(&rc, &batch);
         for r in &batch {
-            let mut a = wqe_bytes(&l_lib, at);
-            let mut b = wqe_bytes(&l_ours, at);
-            assert_eq!(
-                a.len(),
-                b.len(),
-                "ds differs for {r:?}\nlibmlx5 {a:02x?}\nours {b:02x?}"
-            );
-            let ds = (a.len() / 16) as u32;
-            // Mask: the QPN in qpn_ds. Each side must carry its own QP's number.
-            assert_eq!(a[4..8], ((q_lib.qpn << 8) | ds).to_be_bytes());
-            assert_eq!(b[4..8], ((q_ours.qpn << 8) | ds).to_be_bytes());
-            a[4..8].fill(0);
-            b[4..8].fill(0);
-            mask_unwritten(&mut a, r.op);
-            mask_unwritten(&mut b, r.op);
-            assert_eq!(
-                a, b,
-                "WQE bytes differ at block {at} for {r:?}\nlibmlx5 {a:02x?}\nours    {b:02x?}"
-            );
-            let blocks = (ds as usize).div_ceil(4) as u32;
-            let slot = at & (l_lib.sq.wqe_cnt - 1);
-            sizes.insert(blocks);
-            if slot + blocks > l_lib.sq.wqe_cnt {
-                wrapped += 1;
-                wrap_positions.insert((blocks, slot));
-            }
-            at = at.wrapping_add(blocks);
             ops[r.op as usize] += 1;
             inline_n += u64::from(r.inline);
-            done += 1;
         }
 
         // Completions: every signaled request, and a receive for each SEND and WRITE_IMM;
@@ -528,23 +664,7 @@ fn run(mode: &str) {
             batch.iter().filter(|r| r.signaled).count()
                 + batch.iter().filter(|r| r.consumes_recv()).count()
         };
-        let (mut got_lib, mut got_ours) = (Vec::new(), Vec::new());
-        let t = Instant::now();
-        while (got_lib.len() < expect || got_ours.len() < expect)
-            && t.elapsed() < Duration::from_secs(20)
-        {
-            wc_lib.fill(ibv_wc::default());
-            let n = ctx.poll_cq(cq_lib, &mut wc_lib);
-            assert!(n >= 0, "ibv_poll_cq: {n}");
-            got_lib.extend_from_slice(&wc_lib[..n as usize]);
-            let m = cq.poll(&mut wc_ours);
-            got_ours.extend_from_slice(&wc_ours[..m]);
-            if n == 0 && m == 0 {
-                std::thread::yield_now();
-            }
-        }
-        assert_eq!(got_lib.len(), expect, "libmlx5's completions for {batch:?}");
-        assert_eq!(got_ours.len(), expect, "our completions for {batch:?}");
+        let (got_lib, got_ours) = p.poll(expect, &batch);
         let consumed = got_lib.iter().filter(|w| w.opcode >= 128).count();
         for (l, o) in got_lib.iter().zip(&got_ours) {
             assert_eq!(l.wr_id, o.wr_id);
@@ -584,18 +704,13 @@ fn run(mode: &str) {
             post_recvs(consumed, &mut rq, &mut recv_id);
         }
     }
-    let cnt = l_lib.sq.wqe_cnt;
-    let want: usize = sizes.iter().map(|&b| (b - 1) as usize).sum();
-    assert_eq!(
-        wrap_positions.len(),
-        want,
-        "every WQE size {sizes:?} at every position that meets the ring end ({cnt} blocks)"
-    );
+    p.assert_every_wrap_position();
     println!(
-        "{mode}: differential: {done} randomized cases (WRITE {}, WRITE_IMM {}, SEND {}, \
-         SEND_IMM {}, READ {}, CS {}, FA {}; {inline_n} inline; WQEs of {sizes:?} blocks; \
-         {wrapped} wrapping the ring end, at all {} wrap positions): WQE bytes equal; {compared_wc} completions decoded alike by ibv_poll_cq and our \
+        "{mode}: differential: {} randomized cases (WRITE {}, WRITE_IMM {}, SEND {}, \
+         SEND_IMM {}, READ {}, CS {}, FA {}; {inline_n} inline; WQEs of {:?} blocks; \
+         {} wrapping the ring end, at all {} wrap positions): WQE bytes equal; {compared_wc} completions decoded alike by ibv_poll_cq and our \
          poller",
+        p.done,
         ops[0],
         ops[1],
         ops[2],
@@ -603,8 +718,104 @@ fn run(mode: &str) {
         ops[4],
         ops[5],
         ops[6],
-        wrap_positions.len()
+        p.sizes,
+        p.wrapped,
+        p.wrap_positions.len()
     );
+}
+
+/// RC requests, every operation; in the last batch the first request's rkey is wrong.
+struct Rc {
+    rkey: u32,
+    /// Whether this is the last batch.
+    last: bool,
+}
+
+impl Rc {
+    /// The rkey of request `i` of the batch.
+    fn rkey(&self, i: usize) -> u32 {
+        if self.last && i == 0 {
+            self.rkey ^ 0x0010_0000
+        } else {
+            self.rkey
+        }
+    }
+}
+
+impl Kind for Rc {
+    type T = Connected;
+    type Req = Req;
+    const WQE: &'static str = "WQE";
+
+    fn parts(r: &Req) -> (u64, &[(u64, u32)]) {
+        (r.wr_id, &r.sgl)
+    }
+
+    fn flags(r: &Req) -> SendFlags {
+        flags(r.signaled, r.inline, r.fence, r.solicited)
+    }
+
+    fn lib_wr(&self, r: &Req, i: usize) -> ibv_send_wr {
+        let mut w = ibv_send_wr {
+            wr_id: r.wr_id,
+            opcode: r.op,
+            // verbs' imm_data is big-endian.
+            imm_data: r.imm.to_be(),
+            ..ibv_send_wr::ZERO
+        };
+        match r.op {
+            IBV_WR_ATOMIC_CMP_AND_SWP => {
+                w.wr.atomic = ibv_send_wr_atomic {
+                    remote_addr: r.raddr,
+                    compare_add: r.compare,
+                    swap: r.swap_add,
+                    rkey: self.rkey(i),
+                };
+            }
+            IBV_WR_ATOMIC_FETCH_AND_ADD => {
+                w.wr.atomic = ibv_send_wr_atomic {
+                    remote_addr: r.raddr,
+                    compare_add: r.swap_add,
+                    swap: 0,
+                    rkey: self.rkey(i),
+                };
+            }
+            _ => {
+                w.wr.rdma = ibv_send_wr_rdma {
+                    remote_addr: r.raddr,
+                    rkey: self.rkey(i),
+                };
+            }
+        }
+        w
+    }
+
+    fn with_wr(&self, r: &Req, i: usize, sgl: &[Sge], post: &mut dyn FnMut(SendWr<'_>)) {
+        let remote = RemoteBuf::new(r.raddr, self.rkey(i));
+        post(match r.op {
+            IBV_WR_RDMA_WRITE => SendWr::write(r.wr_id, sgl, remote),
+            IBV_WR_RDMA_WRITE_WITH_IMM => SendWr::write_imm(r.wr_id, sgl, remote, r.imm),
+            IBV_WR_SEND => SendWr::send(r.wr_id, sgl),
+            IBV_WR_SEND_WITH_IMM => SendWr::send_imm(r.wr_id, sgl, r.imm),
+            IBV_WR_RDMA_READ => SendWr::read(r.wr_id, sgl, remote),
+            IBV_WR_ATOMIC_CMP_AND_SWP => {
+                SendWr::compare_swap(r.wr_id, sgl[0], remote, r.compare, r.swap_add)
+            }
+            _ => SendWr::fetch_add(r.wr_id, sgl[0], remote, r.swap_add),
+        });
+    }
+
+    fn mask(w: &mut [u8], r: &Req) {
+        mask_unwritten(w, r.op);
+    }
+
+    fn create(ctx: &Context, cq: Cq, ask: ibv_qp_cap) -> Qp {
+        ctx.create_qp(cq, ask).unwrap()
+    }
+
+    fn ready(ctx: &Context, qp: Qp) {
+        ctx.connect(qp, ctx.lid, qp.qpn).unwrap();
+    }
 }
 
 /// Masks the padding after inline data whose segment starts at byte `at` of the WQE: not
@@ -670,24 +881,16 @@ impl UdReq {
 
 #[test]
 fn ud_wqes_match_libmlx5_blueflame() {
-    if in_emulator(
-        "ud_wqes_match_libmlx5_blueflame",
-        &[],
-        Duration::from_secs(240),
-    ) {
-        run_ud("BlueFlame");
-    }
+    in_mode("ud_wqes_match_libmlx5_blueflame", "BlueFlame", run_ud);
 }
 
 #[test]
 fn ud_wqes_match_libmlx5_doorbell_only() {
-    if in_emulator(
+    in_mode(
         "ud_wqes_match_libmlx5_doorbell_only",
-        &[("ZVERBS_EMU_BF", "0"), ("MLX5_SHUT_UP_BF", "1")],
-        Duration::from_secs(240),
-    ) {
-        run_ud("doorbell-only");
-    }
+        "doorbell-only",
+        run_ud,
+    );
 }
 
 #[allow(clippy::too_many_lines)]
@@ -696,11 +899,7 @@ fn run_ud(mode: &str) {
     let cases = env_u64("ZVERBS_EMU_DIFF_CASES", 3000);
     let mut rng = Rng((seed ^ 0x0dd0_d00d) | 1);
     let ctx = Context::open().unwrap();
-    let arena: &'static mut [u8] = Box::leak(vec![0u8; ARENA + 4096].into_boxed_slice());
-    let base_ptr = ((arena.as_mut_ptr() as usize + 4095) & !4095) as *mut u8;
-    let base = base_ptr as u64;
-    // SAFETY: the arena is leaked: valid for the process's life.
-    let mr = unsafe { ctx.reg_mr(base_ptr, ARENA) }.unwrap();
+    let (base, mr) = arena(&ctx, false);
     let ask = ibv_qp_cap {
         max_send_wr: 16,
         max_recv_wr: 16,
@@ -708,18 +907,16 @@ fn run_ud(mode: &str) {
         max_recv_sge: 1,
         max_inline_data: 200,
     };
-    let cq_lib = ctx.create_cq(255).unwrap();
-    let cq_ours = ctx.create_cq(255).unwrap();
-    let q_lib = ctx.create_ud_qp(cq_lib, ask, None).unwrap();
-    let q_ours = ctx.create_ud_qp(cq_ours, ask, None).unwrap();
-    assert_eq!(q_lib.cap, q_ours.cap, "the same kind of QP");
+    let qps = Qps::new::<Ud<'_>>(&ctx, ask);
+    let Qps {
+        q_lib,
+        q_ours,
+        l_lib,
+        l_ours,
+        c_ours,
+        ..
+    } = qps;
     let caps = q_lib.cap;
-    ctx.ready_ud(q_lib, 0x1111_1111).unwrap();
-    ctx.ready_ud(q_ours, 0x1111_1111).unwrap();
-    let (l_lib, _) = ctx.dv(q_lib, cq_lib).unwrap();
-    let (l_ours, c_ours) = ctx.dv(q_ours, cq_ours).unwrap();
-    assert_eq!(l_lib.sq.wqe_cnt, l_ours.sq.wqe_cnt);
-    assert_eq!(l_lib.bf.size, l_ours.bf.size);
     assert_eq!(mode == "doorbell-only", l_lib.bf.size == 0);
 
     // Address handles: to this port, with and without a GRH (random GID, flow label, hop
@@ -775,22 +972,18 @@ fn run_ud(mode: &str) {
     };
     // SAFETY: libmlx5 allocated the ring for this UD QP and CQ, which live as long as the
     // process; nothing else posts to this QP or polls this CQ.
-    let (mut sq, mut cq) = unsafe {
+    let (sq, cq) = unsafe {
         (
             SendQueue::new_ud(&l_ours, sq_caps, &sq_state).unwrap(),
             CompletionQueue::new(&c_ours, &bindings[..]).unwrap(),
         )
     };
 
-    let mut done = 0u64;
-    let mut wrapped = 0u64;
-    let mut wrap_positions = std::collections::BTreeSet::new();
-    let mut sizes = std::collections::BTreeSet::new();
+    let mut p = Pair::new(&ctx, mr.lkey, &qps, sq, cq);
+    let ud = Ud { ahs: &ahs };
     let (mut imm_n, mut inline_n, mut grh_cases, mut compared_wc) = (0u64, 0u64, 0u64, 0u64);
     let mut next_id = 1u64;
-    let mut wc_lib = vec![ibv_wc::default(); 64];
-    let mut wc_ours = vec![Completion::EMPTY; 64];
-    while done < cases {
+    while p.done < cases {
         let n = 1 + rng.below(3) as usize;
         let mut batch: Vec<UdReq> = (0..n)
             .map(|_| {
@@ -802,153 +995,16 @@ fn run_ud(mode: &str) {
         if let Some(r) = batch.last_mut() {
             r.signaled = true;
         }
-
-        // libmlx5: one chain, one ibv_post_send, wr.ud naming the verbs AH.
-        let pi_lib = sq_pi(&l_lib);
-        let mut sges: Vec<Vec<ibv_sge>> = batch
-            .iter()
-            .map(|r| {
-                r.sgl
-                    .iter()
-                    .map(|&(addr, length)| ibv_sge {
-                        addr,
-                        length,
-                        lkey: mr.lkey,
-                    })
-                    .collect()
-            })
-            .collect();
-        let mut wrs: Vec<ibv_send_wr> = batch
-            .iter()
-            .map(|r| {
-                let mut w = ibv_send_wr {
-                    wr_id: r.wr_id,
-                    num_sge: r.sgl.len() as i32,
-                    opcode: if r.imm.is_some() {
-                        IBV_WR_SEND_WITH_IMM
-                    } else {
-                        IBV_WR_SEND
-                    },
-                    send_flags: (if r.signaled { IBV_SEND_SIGNALED } else { 0 })
-                        | (if r.inline { IBV_SEND_INLINE } else { 0 })
-                        | (if r.solicited { IBV_SEND_SOLICITED } else { 0 }),
-                    imm_data: r.imm.unwrap_or(0).to_be(),
-                    ..ibv_send_wr::ZERO
-                };
-                w.wr.ud = ibv_send_wr_ud {
-                    ah: ahs[r.ah].raw.as_ptr().cast(),
-                    remote_qpn: r.remote_qpn,
-                    remote_qkey: r.qkey,
-                };
-                w
-            })
-            .collect();
-        for i in 0..wrs.len() {
-            wrs[i].sg_list = sges[i].as_mut_ptr();
-        }
-        for i in 1..wrs.len() {
-            let next: *mut ibv_send_wr = &mut wrs[i];
-            wrs[i - 1].next = next;
-        }
-        // SAFETY: the chain, its gather lists and the AHs live across the call; the memory is
-        // registered.
-        let r = unsafe { ctx.post_send(q_lib, &mut wrs[0]) };
-        assert_eq!(r, 0, "ibv_post_send");
-
-        // The direct path: the same requests, to UdDests made of the same AHs' AVs.
-        let pi_ours = sq.producer() & 0xffff;
-        assert_eq!(pi_ours, pi_lib, "both rings in step");
-        let our_sges: Vec<Vec<Sge>> = batch
-            .iter()
-            .map(|r| {
-                r.sgl
-                    .iter()
-                    .map(|&(a, l)| Sge::new(a, l, mr.lkey))
-                    .collect()
-            })
-            .collect();
-        let dests: Vec<UdDest> = batch
-            .iter()
-            .map(|r| {
-                let ah = &ahs[r.ah];
-                UdDest::new(ah.av, ah.raw.as_ptr() as usize, r.remote_qpn, r.qkey)
-            })
-            .collect();
-        for (i, r) in batch.iter().enumerate() {
-            let sgl = &our_sges[i];
-            let mut w = match r.imm {
-                Some(imm) => SendWr::send_to_imm(r.wr_id, sgl, &dests[i], imm),
-                None => SendWr::send_to(r.wr_id, sgl, &dests[i]),
-            };
-            if r.signaled {
-                w = w.signaled();
-            }
-            if r.inline {
-                w = w.inline();
-            }
-            if r.solicited {
-                w = w.solicited();
-            }
-            // SAFETY: the entries lie in the registered arena, which outlives the request.
-            unsafe { sq.stage(&w) }.unwrap_or_else(|e| panic!("post {r:?}: {e:?}"));
-        }
-        sq.ring();
-        assert_eq!(sq_pi(&l_ours), sq_pi(&l_lib), "same blocks published");
-
-        let mut at = pi_lib;
+        p.post(&ud, &batch);
         for r in &batch {
-            let mut a = wqe_bytes(&l_lib, at);
-            let mut b = wqe_bytes(&l_ours, at);
-            assert_eq!(
-                a.len(),
-                b.len(),
-                "ds differs for {r:?}\nlibmlx5 {a:02x?}\nours {b:02x?}"
-            );
-            let ds = (a.len() / 16) as u32;
-            // Mask: the QPN in qpn_ds. Each side must carry its own QP's number.
-            assert_eq!(a[4..8], ((q_lib.qpn << 8) | ds).to_be_bytes());
-            assert_eq!(b[4..8], ((q_ours.qpn << 8) | ds).to_be_bytes());
-            a[4..8].fill(0);
-            b[4..8].fill(0);
-            // The control segment, then the 48-byte datagram segment, then the data.
-            mask_inline_pad(&mut a, 64);
-            mask_inline_pad(&mut b, 64);
-            assert_eq!(
-                a, b,
-                "UD WQE bytes differ at block {at} for {r:?}\nlibmlx5 {a:02x?}\nours    {b:02x?}"
-            );
-            let blocks = (ds as usize).div_ceil(4) as u32;
-            let slot = at & (l_lib.sq.wqe_cnt - 1);
-            sizes.insert(blocks);
-            if slot + blocks > l_lib.sq.wqe_cnt {
-                wrapped += 1;
-                wrap_positions.insert((blocks, slot));
-            }
-            at = at.wrapping_add(blocks);
             imm_n += u64::from(r.imm.is_some());
             inline_n += u64::from(r.inline);
             grh_cases += u64::from(r.ah % 2 == 1);
-            done += 1;
         }
 
         // The signaled requests complete on both (datagrams to nobody are sent and dropped).
         let expect = batch.iter().filter(|r| r.signaled).count();
-        let (mut got_lib, mut got_ours) = (Vec::new(), Vec::new());
-        let t = Instant::now();
-        while (got_lib.len() < expect || got_ours.len() < expect)
-            && t.elapsed() < Duration::from_secs(20)
-        {
-            let n = ctx.poll_cq(cq_lib, &mut wc_lib);
-            assert!(n >= 0, "ibv_poll_cq: {n}");
-            got_lib.extend_from_slice(&wc_lib[..n as usize]);
-            let m = cq.poll(&mut wc_ours);
-            got_ours.extend_from_slice(&wc_ours[..m]);
-            if n == 0 && m == 0 {
-                std::thread::yield_now();
-            }
-        }
-        assert_eq!(got_lib.len(), expect, "libmlx5's completions for {batch:?}");
-        assert_eq!(got_ours.len(), expect, "our completions for {batch:?}");
+        let (got_lib, got_ours) = p.poll(expect, &batch);
         for (l, o) in got_lib.iter().zip(&got_ours) {
             assert_eq!(l.wr_id, o.wr_id);
             assert_eq!(l.status, 0, "status of {:#x}", l.wr_id);
@@ -958,21 +1014,79 @@ fn run_ud(mode: &str) {
             compared_wc += 1;
         }
     }
-    let cnt = l_lib.sq.wqe_cnt;
-    let want: usize = sizes.iter().map(|&b| (b - 1) as usize).sum();
-    assert_eq!(
-        wrap_positions.len(),
-        want,
-        "every WQE size {sizes:?} at every position that meets the ring end ({cnt} blocks)"
-    );
+    p.assert_every_wrap_position();
     println!(
-        "{mode}: differential UD: {done} randomized cases (SEND {}, SEND_IMM {imm_n}; \
-         {inline_n} inline; {grh_cases} through an AH with a GRH; WQEs of {sizes:?} blocks; \
-         {wrapped} wrapping the ring end, at all {} wrap positions): WQE bytes equal; \
+        "{mode}: differential UD: {} randomized cases (SEND {}, SEND_IMM {imm_n}; \
+         {inline_n} inline; {grh_cases} through an AH with a GRH; WQEs of {:?} blocks; \
+         {} wrapping the ring end, at all {} wrap positions): WQE bytes equal; \
          {compared_wc} completions decoded alike",
-        done - imm_n,
-        wrap_positions.len()
+        p.done,
+        p.done - imm_n,
+        p.sizes,
+        p.wrapped,
+        p.wrap_positions.len()
     );
+}
+
+/// UD SEND and SEND with immediate through the run's address handles: `wr.ud` naming the
+/// verbs AH for libmlx5, a `UdDest` of the same AH's address vector for ours.
+struct Ud<'a> {
+    ahs: &'a [Ah],
+}
+
+impl Kind for Ud<'_> {
+    type T = Datagram;
+    type Req = UdReq;
+    const WQE: &'static str = "UD WQE";
+
+    fn parts(r: &UdReq) -> (u64, &[(u64, u32)]) {
+        (r.wr_id, &r.sgl)
+    }
+
+    fn flags(r: &UdReq) -> SendFlags {
+        flags(r.signaled, r.inline, false, r.solicited)
+    }
+
+    fn lib_wr(&self, r: &UdReq, _: usize) -> ibv_send_wr {
+        let mut w = ibv_send_wr {
+            wr_id: r.wr_id,
+            opcode: if r.imm.is_some() {
+                IBV_WR_SEND_WITH_IMM
+            } else {
+                IBV_WR_SEND
+            },
+            imm_data: r.imm.unwrap_or(0).to_be(),
+            ..ibv_send_wr::ZERO
+        };
+        w.wr.ud = ibv_send_wr_ud {
+            ah: self.ahs[r.ah].raw.as_ptr().cast(),
+            remote_qpn: r.remote_qpn,
+            remote_qkey: r.qkey,
+        };
+        w
+    }
+
+    fn with_wr(&self, r: &UdReq, _: usize, sgl: &[Sge], post: &mut dyn FnMut(SendWr<'_>)) {
+        let ah = &self.ahs[r.ah];
+        let dest = UdDest::new(ah.av, ah.raw.as_ptr() as usize, r.remote_qpn, r.qkey);
+        post(match r.imm {
+            Some(imm) => SendWr::send_to_imm(r.wr_id, sgl, &dest, imm),
+            None => SendWr::send_to(r.wr_id, sgl, &dest),
+        });
+    }
+
+    /// The control segment, then the 48-byte datagram segment, then the data.
+    fn mask(w: &mut [u8], _: &UdReq) {
+        mask_inline_pad(w, 64);
+    }
+
+    fn create(ctx: &Context, cq: Cq, ask: ibv_qp_cap) -> Qp {
+        ctx.create_ud_qp(cq, ask, None).unwrap()
+    }
+
+    fn ready(ctx: &Context, qp: Qp) {
+        ctx.ready_ud(qp, 0x1111_1111).unwrap();
+    }
 }
 
 #[test]
@@ -986,11 +1100,7 @@ fn run_srq() {
     let seed = env_u64("ZVERBS_EMU_DIFF_SEED", 0x5eed_d1ff);
     let mut rng = Rng((seed ^ 0x5a5a_0000_5a5a) | 1);
     let ctx = Context::open().unwrap();
-    let arena: &'static mut [u8] = Box::leak(vec![0u8; ARENA + 4096].into_boxed_slice());
-    let base_ptr = ((arena.as_mut_ptr() as usize + 4095) & !4095) as *mut u8;
-    let base = base_ptr as u64;
-    // SAFETY: the arena is leaked: valid for the process's life.
-    let mr = unsafe { ctx.reg_mr(base_ptr, ARENA) }.unwrap();
+    let (base, mr) = arena(&ctx, false);
     let mut posts = 0u64;
     let mut shapes = Vec::new();
     for &(max_wr, max_sge) in &[

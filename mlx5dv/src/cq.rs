@@ -611,13 +611,12 @@ fn received(
     flags_rqpn: u32,
 ) -> Completion {
     let with_imm = cqe_op == op::RESP_WR_IMM || cqe_op == op::RESP_SEND_IMM;
+    // `vendor_err` 0 and `status` Success, as in `EMPTY`.
     Completion {
         wr_id,
         byte_len,
         imm: if with_imm { imm } else { 0 },
         qp_num: qpn,
-        vendor_err: 0,
-        status: WcStatus::Success,
         opcode: if cqe_op == op::RESP_WR_IMM {
             WcOpcode::RecvRdmaWithImm
         } else {
@@ -644,10 +643,8 @@ fn unsupported_format(out: &mut Completion, op_own: u8) {
 /// [`WcOpcode::Unknown`].
 #[inline(always)]
 fn unknown(qpn: u32, cqe_op: u8) -> Completion {
+    // `wr_id`, `byte_len` and `imm` 0, as in `EMPTY`.
     Completion {
-        wr_id: 0,
-        byte_len: 0,
-        imm: 0,
         qp_num: qpn,
         vendor_err: u32::from(cqe_op) << OPCODE_SHIFT,
         status: WcStatus::GeneralErr,
@@ -930,6 +927,7 @@ mod tests {
             (wc[3].wr_id, wc[3].status, wc[3].vendor_err),
             (103, WcStatus::LocLenErr, 0x51)
         );
+        assert!(wc[..4].iter().all(|c| c.qp_num == QPN), "{wc:?}");
         assert_eq!(rig.rq.free(), 8);
     }
 

@@ -911,6 +911,8 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> PostSend for SendQueue<P, R, 
 }
 
 #[cfg(test)]
+mod frame;
+#[cfg(test)]
 mod ud_tests;
 
 #[cfg(test)]
@@ -919,6 +921,7 @@ mod tests {
 
     use std::vec::Vec;
 
+    use super::frame::{advance, expect_wqe, read_wrapped};
     use super::*;
     use crate::testutil::{QPN, Rig, caps};
     use zverbs_core::RemoteBuf;
@@ -1254,51 +1257,9 @@ mod tests {
 
     /// Builds the expected segments of a WRITE with `n` SGEs or inline `data`, at `pi`.
     fn expect_write(pi: u32, n: usize, inline: Option<&[u8]>) -> Vec<u8> {
-        let mut v = Vec::new();
-        let ds = 2 + inline.map_or(n, |d| inline_ds(d.len()));
-        let mut ctrl = [0u8; 16];
-        CtrlSeg::new_unchecked(&mut ctrl).set(
-            pi as u16,
-            opcode::RDMA_WRITE,
-            0,
-            QPN,
-            0,
-            ds as u8,
-            0,
-        );
-        v.extend_from_slice(&ctrl);
         let mut r = [0u8; 16];
         RaddrSeg::new_unchecked(&mut r).set(0xabc0, 0x77);
-        v.extend_from_slice(&r);
-        match inline {
-            Some(d) if !d.is_empty() => {
-                v.extend_from_slice(&inline_byte_count(d.len() as u32).to_be_bytes());
-                v.extend_from_slice(d);
-                while v.len() % 16 != 0 {
-                    v.push(0);
-                }
-            }
-            Some(_) => {}
-            None => {
-                for i in 0..n {
-                    let mut d = [0u8; 16];
-                    DataSeg::new_unchecked(&mut d).set(
-                        i as u32 + 1,
-                        0x10 + i as u32,
-                        0x1000 * (i as u64 + 1),
-                    );
-                    v.extend_from_slice(&d);
-                }
-            }
-        }
-        v
-    }
-
-    /// Reads `len` bytes of the ring from block `pi`, following the wrap.
-    fn read_wrapped(ring: &[u8], pi: u32, len: usize) -> Vec<u8> {
-        (0..len)
-            .map(|i| ring[(pi as usize * 64 + i) % ring.len()])
-            .collect()
+        expect_wqe(pi, opcode::RDMA_WRITE, 0, &r, n, inline)
     }
 
     #[test]
@@ -1509,24 +1470,6 @@ mod tests {
             fm_ce_se::CQ_UPDATE
         );
         assert_eq!(rig.sq.outstanding_signaled(), 1);
-    }
-
-    /// Posts and completes `n` single-block NOPs so the producer starts at block `n`.
-    fn advance(rig: &mut Rig, n: u32) {
-        use crate::testutil::req_cqe;
-        use zverbs_core::{Completion, PollCq};
-        for i in 0..n {
-            post(rig, &SendWr::nop(1000 + u64::from(i)).signaled()).unwrap();
-            rig.sq.ring();
-            let ci = rig.cq.consumer();
-            let owner = ((ci / rig.cq.cqe_cnt()) & 1) as u8;
-            let slot = (ci % rig.cq.cqe_cnt()) as usize;
-            rig.mem
-                .put_cqe(slot, req_cqe(QPN, opcode::NOP, i as u16, 0, owner));
-            let mut wc = [Completion::EMPTY; 1];
-            assert_eq!(rig.cq.poll(&mut wc), 1);
-        }
-        assert_eq!(rig.sq.producer(), n);
     }
 
     /// Every refused request leaves the ring, the doorbell record, the BlueFlame buffer and the

@@ -215,3 +215,6 @@ impl<P: SrqStateRef> PostRecv for SharedRecvQueue<P> {
         unsafe { crate::rq::post_batch(self, wrs) }
     }
 }
+
+#[cfg(test)]
+mod tests;

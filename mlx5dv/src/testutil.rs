@@ -31,7 +31,7 @@ pub(crate) struct Raw<T> {
 }
 
 impl<T: Copy> Raw<T> {
-    fn new(fill: T, len: usize) -> Self {
+    pub(crate) fn new(fill: T, len: usize) -> Self {
         let b: Box<[T]> = std::vec![fill; len].into_boxed_slice();
         let len = b.len();
         // SAFETY: `Box::into_raw` never returns null.
@@ -39,7 +39,7 @@ impl<T: Copy> Raw<T> {
         Self { ptr, len }
     }
 
-    fn ptr(&self) -> NonNull<T> {
+    pub(crate) fn ptr(&self) -> NonNull<T> {
         self.ptr
     }
 
@@ -48,7 +48,7 @@ impl<T: Copy> Raw<T> {
     }
 
     /// The allocation as bytes, read through the raw pointer.
-    fn bytes(&self) -> Vec<u8> {
+    pub(crate) fn bytes(&self) -> Vec<u8> {
         let n = self.len * size_of::<T>();
         let mut v = std::vec![0u8; n];
         // SAFETY: the allocation holds `n` initialised bytes; no queue writes during the copy
@@ -60,7 +60,7 @@ impl<T: Copy> Raw<T> {
     }
 
     /// Writes `bytes` at byte offset `at`, through the raw pointer.
-    fn write_bytes(&self, at: usize, bytes: &[u8]) {
+    pub(crate) fn write_bytes(&self, at: usize, bytes: &[u8]) {
         assert!(at + bytes.len() <= self.len * size_of::<T>());
         // SAFETY: in bounds (above); no queue accesses the memory during the copy.
         unsafe {

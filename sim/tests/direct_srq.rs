@@ -14,9 +14,7 @@ use zverbs_mlx5dv::{
     CompletionQueue, CqBinding, RqRef, SendQueue, SharedRecvQueue, SqRef, SqState, SrqLayout,
     SrqRef, SrqSlot, SrqState,
 };
-use zverbs_sim::{
-    Access, CqConfig, Device, Mr, QpConfig, QpType, RNR_RETRY_INFINITE, SimQp, SrqConfig,
-};
+use zverbs_sim::{Access, CqConfig, Device, Mr, RNR_RETRY_INFINITE, SimQp, SrqConfig};
 
 fn leak<T>(v: T) -> &'static T {
     Box::leak(Box::new(v))
@@ -66,30 +64,12 @@ fn setup(n: usize, max_wr: u32, rnr_retry: u8) -> Setup {
     let mut req = Vec::new();
     let mut resp = Vec::new();
     let mut bind = Vec::new();
-    for _ in 0..n {
-        let cq = dev.create_cq(CqConfig { cqe: 16 }).unwrap();
-        let r = dev
-            .create_qp(QpConfig {
-                send_cq: cq.cqn,
-                recv_cq: cq.cqn,
-                max_recv_wr: 0,
-                rnr_retry,
-                ..QpConfig::default()
-            })
-            .unwrap();
-        let on_srq = dev
-            .create_qp_ext(
-                QpConfig {
-                    send_cq: rcq_sim.cqn,
-                    recv_cq: rcq_sim.cqn,
-                    max_recv_wr: 0,
-                    ..QpConfig::default()
-                },
-                QpType::Rc,
-                Some(s.srqn),
-            )
-            .unwrap();
-        dev.connect(r.qpn, on_srq.qpn).unwrap();
+    for common::SrqPair {
+        req: r,
+        cq,
+        resp: on_srq,
+    } in common::srq_pairs(dev, n, s.srqn, rcq_sim.cqn, rnr_retry)
+    {
         let sqs: SqRef<'static> = leak(SqState::new(&*r.sq_slots().leak()).unwrap());
         let b: &'static [CqBinding<SqRef<'static>, RqRef<'static>, SrqRef<'static>>] =
             Box::leak(Box::new([CqBinding::send_only(r.qpn, sqs)]));

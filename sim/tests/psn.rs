@@ -6,7 +6,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{Arena, PairCfg, Queue, end_on, with_pair};
+use common::{Arena, End, PairCfg, Queue, end_on, with_pair};
 use zverbs_core::{PostSend, SendWr, WcOpcode, WcStatus};
 use zverbs_sim::{Device, QpStatus, vendor};
 
@@ -190,20 +190,51 @@ fn a_duplicate_write_is_acknowledged_and_not_placed_again() {
 const LID_A: u16 = 1;
 const LID_B: u16 = 2;
 
+/// Two instances of the device, as two processes would have, joined by the wire `q` (LIDs
+/// [`LID_A`] and [`LID_B`]): end `a` on `da` over `mem_a`, end `b` on `db` over `mem_b`,
+/// connected to each other.
+struct Across {
+    q: Arc<Queue>,
+    da: Device,
+    db: Device,
+    mem_a: Arena,
+    mem_b: Arena,
+}
+
+impl Across {
+    fn new() -> Self {
+        let q = Arc::new(Queue::default());
+        let (da, db) = (Device::new(), Device::new());
+        da.set_wire(q.clone(), LID_A);
+        db.set_wire(q.clone(), LID_B);
+        let (mem_a, mem_b) = (Arena::new(4096), Arena::new(4096));
+        Self {
+            q,
+            da,
+            db,
+            mem_a,
+            mem_b,
+        }
+    }
+
+    /// The two ends, connected.
+    fn ends(&self) -> (End<'_>, End<'_>) {
+        let a = end_on(&self.da, &self.mem_a, PairCfg::default());
+        let b = end_on(&self.db, &self.mem_b, PairCfg::default());
+        common::connect_across(&self.da, LID_A, a.qpn(), &self.db, LID_B, b.qpn());
+        (a, b)
+    }
+}
+
 /// A request that arrives twice from another process (a network may duplicate a packet) is
 /// carried out once: the fetch-and-add adds once, the second copy is answered from the kept
 /// result.
 #[test]
 fn a_request_delivered_twice_across_processes_runs_once() {
-    let q = Arc::new(Queue::default());
-    let (da, db) = (Device::new(), Device::new());
-    da.set_wire(q.clone(), LID_A);
-    db.set_wire(q.clone(), LID_B);
-    let (mem_a, mem_b) = (Arena::new(4096), Arena::new(4096));
-    let mut a = end_on(&da, &mem_a, PairCfg::default());
-    let b = end_on(&db, &mem_b, PairCfg::default());
+    let x = Across::new();
+    let (q, da, db, mem_a, mem_b) = (&x.q, &x.da, &x.db, &x.mem_a, &x.mem_b);
+    let (mut a, b) = x.ends();
     let (qa, qb) = (a.qpn(), b.qpn());
-    common::connect_across(&da, LID_A, qa, &db, LID_B, qb);
     da.set_sq_psn(qa, 0xff_ffff).unwrap();
     db.set_rq_psn(qb, 0xff_ffff).unwrap();
     mem_b.write_u64_in(64, 40, false);
@@ -238,15 +269,10 @@ fn a_request_delivered_twice_across_processes_runs_once() {
 /// retries and writes nothing.
 #[test]
 fn mismatched_psns_across_processes_run_out_of_retries() {
-    let q = Arc::new(Queue::default());
-    let (da, db) = (Device::new(), Device::new());
-    da.set_wire(q.clone(), LID_A);
-    db.set_wire(q.clone(), LID_B);
-    let (mem_a, mem_b) = (Arena::new(4096), Arena::new(4096));
-    let mut a = end_on(&da, &mem_a, PairCfg::default());
-    let b = end_on(&db, &mem_b, PairCfg::default());
+    let x = Across::new();
+    let (q, da, db, mem_a, mem_b) = (&x.q, &x.da, &x.db, &x.mem_a, &x.mem_b);
+    let (mut a, b) = x.ends();
     let (qa, qb) = (a.qpn(), b.qpn());
-    common::connect_across(&da, LID_A, qa, &db, LID_B, qb);
     da.set_sq_psn(qa, 5).unwrap();
     db.set_rq_psn(qb, 1).unwrap();
     mem_a.write(0, b"nope");

@@ -35,32 +35,9 @@ fn setup(dev: &Device, mem: &Arena, n: usize, max_wr: u32, rnr_retry: u8) -> Set
     let rcq = dev.create_cq(CqConfig { cqe: 64 }).unwrap();
     let mut req = Vec::new();
     let mut resp = Vec::new();
-    for _ in 0..n {
-        let cq = dev.create_cq(CqConfig { cqe: 16 }).unwrap();
-        let r = dev
-            .create_qp(QpConfig {
-                send_cq: cq.cqn,
-                recv_cq: cq.cqn,
-                max_recv_wr: 0,
-                rnr_retry,
-                ..QpConfig::default()
-            })
-            .unwrap();
-        let s = dev
-            .create_qp_ext(
-                QpConfig {
-                    send_cq: rcq.cqn,
-                    recv_cq: rcq.cqn,
-                    max_recv_wr: 0,
-                    ..QpConfig::default()
-                },
-                QpType::Rc,
-                Some(srq.srqn),
-            )
-            .unwrap();
-        dev.connect(r.qpn, s.qpn).unwrap();
-        req.push((RawQp::new(r), RawCq::new(cq)));
-        resp.push(RawQp::new(s));
+    for p in common::srq_pairs(dev, n, srq.srqn, rcq.cqn, rnr_retry) {
+        req.push((RawQp::new(p.req), RawCq::new(p.cq)));
+        resp.push(RawQp::new(p.resp));
     }
     Setup {
         mr,

@@ -5,6 +5,7 @@ extern crate std;
 
 use std::vec::Vec;
 
+use super::frame::{advance, expect_wqe, read_wrapped};
 use super::*;
 use crate::testutil::{QPN, Rig, caps};
 use zverbs_core::{RemoteBuf, Transport};
@@ -37,75 +38,12 @@ fn datagram_bytes() -> [u8; 48] {
 
 /// The bytes of a UD SEND (with `imm`) of `n` entries or of `inline` bytes, at block `pi`.
 fn expect_ud(pi: u32, n: usize, inline: Option<&[u8]>, imm: Option<u32>) -> Vec<u8> {
-    let data_ds = match inline {
-        Some(d) => inline_ds(d.len()),
-        None => n,
-    };
-    let mut v = Vec::new();
-    let mut ctrl = [0u8; 16];
     let op = if imm.is_some() {
         opcode::SEND_IMM
     } else {
         opcode::SEND
     };
-    CtrlSeg::new_unchecked(&mut ctrl).set(
-        pi as u16,
-        op,
-        0,
-        QPN,
-        0,
-        (4 + data_ds) as u8,
-        imm.unwrap_or(0),
-    );
-    v.extend_from_slice(&ctrl);
-    v.extend_from_slice(&datagram_bytes());
-    match inline {
-        Some(d) if !d.is_empty() => {
-            v.extend_from_slice(&inline_byte_count(d.len() as u32).to_be_bytes());
-            v.extend_from_slice(d);
-            while v.len() % 16 != 0 {
-                v.push(0);
-            }
-        }
-        Some(_) => {}
-        None => {
-            for i in 0..n {
-                let mut d = [0u8; 16];
-                DataSeg::new_unchecked(&mut d).set(
-                    i as u32 + 1,
-                    0x10 + i as u32,
-                    0x1000 * (i as u64 + 1),
-                );
-                v.extend_from_slice(&d);
-            }
-        }
-    }
-    v
-}
-
-fn read_wrapped(ring: &[u8], pi: u32, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| ring[(pi as usize * 64 + i) % ring.len()])
-        .collect()
-}
-
-/// Moves the producer of `rig` to block `n` with signaled NOPs, each rung and completed.
-fn advance(rig: &mut Rig<crate::Datagram>, n: u32) {
-    use crate::testutil::req_cqe;
-    use zverbs_core::{Completion, PollCq};
-    for i in 0..n {
-        // SAFETY: never executed by a device.
-        unsafe { rig.sq.post(&SendWr::nop(1000 + u64::from(i)).signaled()) }.unwrap();
-        rig.sq.ring();
-        let ci = rig.cq.consumer();
-        let owner = ((ci / rig.cq.cqe_cnt()) & 1) as u8;
-        let slot = (ci % rig.cq.cqe_cnt()) as usize;
-        rig.mem
-            .put_cqe(slot, req_cqe(QPN, opcode::NOP, i as u16, 0, owner));
-        let mut wc = [Completion::EMPTY; 1];
-        assert_eq!(rig.cq.poll(&mut wc), 1);
-    }
-    assert_eq!(rig.sq.producer(), n);
+    expect_wqe(pi, op, imm.unwrap_or(0), &datagram_bytes(), n, inline)
 }
 
 #[test]

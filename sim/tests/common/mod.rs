@@ -455,3 +455,47 @@ impl Queue {
         std::mem::take(&mut *self.0.lock().unwrap())
     }
 }
+
+/// One of [`srq_pairs`]: a requester with its own CQ, connected to a responder whose receives
+/// come from the shared receive queue.
+pub struct SrqPair {
+    /// The requester.
+    pub req: SimQp,
+    /// The requester's CQ (16 CQEs), for its sends and receives.
+    pub cq: SimCq,
+    /// The responder, on the SRQ.
+    pub resp: SimQp,
+}
+
+/// `n` RC pairs on `dev` whose responders take their receives from SRQ `srqn` and complete
+/// them on CQ `rcqn`; the requesters retry an RNR NAK `rnr_retry` times.
+pub fn srq_pairs(dev: &Device, n: usize, srqn: u32, rcqn: u32, rnr_retry: u8) -> Vec<SrqPair> {
+    (0..n)
+        .map(|_| {
+            let cq = dev.create_cq(CqConfig { cqe: 16 }).unwrap();
+            let req = dev
+                .create_qp(QpConfig {
+                    send_cq: cq.cqn,
+                    recv_cq: cq.cqn,
+                    max_recv_wr: 0,
+                    rnr_retry,
+                    ..QpConfig::default()
+                })
+                .unwrap();
+            let resp = dev
+                .create_qp_ext(
+                    QpConfig {
+                        send_cq: rcqn,
+                        recv_cq: rcqn,
+                        max_recv_wr: 0,
+                        ..QpConfig::default()
+                    },
+                    zverbs_sim::QpType::Rc,
+                    Some(srqn),
+                )
+                .unwrap();
+            dev.connect(req.qpn, resp.qpn).unwrap();
+            SrqPair { req, cq, resp }
+        })
+        .collect()
+}
