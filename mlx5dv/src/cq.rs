@@ -199,10 +199,8 @@ impl<B: Bindings> CompletionQueue<B> {
     /// (`IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`): [`PollCqTimed::poll_timed`] then reports each
     /// CQE's `timestamp`. Without it, `poll_timed` reports `None` (the field of a CQ created
     /// without timestamps means nothing). [`PollCq::poll`] is the same either way.
-    #[must_use]
-    pub fn with_timestamps(mut self, on: bool) -> Self {
+    pub fn set_timestamps(&mut self, on: bool) {
         self.timestamps = on;
-        self
     }
 
     /// Whether [`PollCqTimed::poll_timed`] reports timestamps.
@@ -1365,9 +1363,8 @@ mod tests {
         let layout = rig.mem.cq_layout();
         let bindings = rig.bindings.clone();
         // SAFETY: the rig's CQ memory; the rig's own poller is not used again.
-        let mut cq = unsafe { CompletionQueue::new(&layout, bindings) }
-            .unwrap()
-            .with_timestamps(true);
+        let mut cq = unsafe { CompletionQueue::new(&layout, bindings) }.unwrap();
+        cq.set_timestamps(true);
         assert!(cq.has_timestamps());
         let stamps = [0x0123_4567_89ab_cdef, 0x0123_4567_89ab_ce00, u64::MAX];
         for (i, ts) in stamps.iter().enumerate() {

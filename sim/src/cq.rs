@@ -145,6 +145,9 @@ pub(crate) struct DevCq {
     pub(crate) overruns: u64,
     /// Destroyed: no CQE is written any more.
     pub(crate) dead: bool,
+    /// The clock that stamps each CQE as it is written, for a CQ created with completion
+    /// timestamps.
+    pub(crate) stamp: Option<crate::clock::DeviceClock>,
 }
 
 impl DevCq {
@@ -165,6 +168,7 @@ impl DevCq {
             holding: false,
             overruns: 0,
             dead: false,
+            stamp: None,
         }
     }
 
@@ -252,6 +256,10 @@ impl DevCq {
         let p = unsafe { self.buf.ptr.add(slot * 64) };
         let mut cqe = *cqe;
         Cqe64::new_unchecked(&mut cqe).set_owner(owner);
+        if let Some(clock) = &self.stamp {
+            // As a ConnectX: the device clock when the CQE is written.
+            Cqe64::new_unchecked(&mut cqe).set_timestamp(clock.ticks());
+        }
         // SAFETY: the CQE is the device's (the consumer counter is past it), so the poller does
         // not read its body now; it reads only `op_own`, which is not written here.
         unsafe { core::ptr::copy_nonoverlapping(cqe.as_ptr(), p.as_ptr(), field::OP_OWN) };

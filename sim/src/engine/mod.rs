@@ -148,6 +148,8 @@ pub(crate) struct Engine {
     next_seq: u32,
     /// Atomics treat memory as host-endian instead of big-endian.
     pub(crate) atomic_host_endian: bool,
+    /// The device clock (CQE timestamps).
+    pub(crate) clock: crate::clock::DeviceClock,
 }
 
 impl core::fmt::Debug for Engine {
@@ -202,6 +204,7 @@ impl Engine {
             wire: None,
             next_seq: 0,
             atomic_host_endian: true,
+            clock: crate::clock::DeviceClock::new(),
         })
     }
 
