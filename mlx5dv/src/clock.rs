@@ -13,7 +13,9 @@
 //! wall-clock flag) writes nanoseconds of `CLOCK_REALTIME` into the CQE: [`ClockInfo::REAL_TIME`]
 //! converts those as they are.
 
-use crate::prm::clock::{CLOCK_INFO_KERNEL_UPDATING, ib_uverbs_clock_info, mlx5dv_clock_info};
+use crate::prm::clock::{
+    MLX5_IB_CLOCK_INFO_KERNEL_UPDATING, ib_uverbs_clock_info, mlx5dv_clock_info,
+};
 
 /// Ticks to nanoseconds for a clock of a known frequency: `ns = ticks · mult >> shift`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,7 +95,7 @@ impl ClockInfo {
     pub const READ_ATTEMPTS: u32 = 10;
 
     /// Reads the clock-info page `page` as `mlx5dv_get_clock_info` does: the fields between
-    /// two equal loads of `sign` without [`CLOCK_INFO_KERNEL_UPDATING`].
+    /// two equal loads of `sign` without [`MLX5_IB_CLOCK_INFO_KERNEL_UPDATING`].
     ///
     /// # Safety
     ///
@@ -114,7 +116,7 @@ impl ClockInfo {
         let mut busy = 0;
         loop {
             let before = sign(page);
-            if before & CLOCK_INFO_KERNEL_UPDATING != 0 {
+            if before & MLX5_IB_CLOCK_INFO_KERNEL_UPDATING != 0 {
                 busy += 1;
                 if busy >= Self::READ_ATTEMPTS {
                     return Err(ClockInfoError::Busy);

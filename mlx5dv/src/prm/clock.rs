@@ -5,7 +5,7 @@
 //! (`struct ib_uverbs_clock_info`, `MLX5_IB_MMAP_CLOCK_INFO` with index
 //! `MLX5_IB_CLOCK_INFO_V1`). Host byte order, not the device's: the kernel writes it.
 //!
-//! `sign` is a sequence word: the writer sets [`CLOCK_INFO_KERNEL_UPDATING`] before it changes
+//! `sign` is a sequence word: the writer sets [`MLX5_IB_CLOCK_INFO_KERNEL_UPDATING`] before it changes
 //! the page and advances the word when done; a reader copies the fields between two loads of
 //! `sign` that are equal and even, else reads again. `mlx5dv_get_clock_info` gives up with
 //! `EBUSY` after ten loads that all see an update in progress.
@@ -17,21 +17,22 @@
 //! least every `overflow_period` ns (`max_clock_info_update_nsec` of `mlx5dv_query_device`).
 
 /// The `sign` bit set while the kernel updates the page (`MLX5_IB_CLOCK_INFO_KERNEL_UPDATING`).
-pub const CLOCK_INFO_KERNEL_UPDATING: u32 = 1;
+pub const MLX5_IB_CLOCK_INFO_KERNEL_UPDATING: u32 = 1;
 
 /// The mmap command of the clock-info page (`MLX5_IB_MMAP_CLOCK_INFO`).
-pub const MMAP_CLOCK_INFO: u64 = 7;
+pub const MLX5_IB_MMAP_CLOCK_INFO: u64 = 7;
 /// The mmap command of the raw core-clock register page (`MLX5_IB_MMAP_CORE_CLOCK`).
-pub const MMAP_CORE_CLOCK: u64 = 5;
+pub const MLX5_IB_MMAP_CORE_CLOCK: u64 = 5;
 /// The shift of an mmap command in the page offset (`MLX5_IB_MMAP_CMD_SHIFT`).
-pub const MMAP_CMD_SHIFT: u64 = 8;
+pub const MLX5_IB_MMAP_CMD_SHIFT: u64 = 8;
 /// The page index of the first clock-info version (`MLX5_IB_CLOCK_INFO_V1`), and its bit in
 /// `clock_info_versions` of the context answer.
-pub const CLOCK_INFO_V1: u64 = 0;
+pub const MLX5_IB_CLOCK_INFO_V1: u64 = 0;
 
 /// The page offset (in pages) at which libmlx5 maps the clock-info page:
 /// `MLX5_IB_MMAP_CLOCK_INFO << MLX5_IB_MMAP_CMD_SHIFT | MLX5_IB_CLOCK_INFO_V1`.
-pub const CLOCK_INFO_PGOFF: u64 = (MMAP_CLOCK_INFO << MMAP_CMD_SHIFT) | CLOCK_INFO_V1;
+pub const CLOCK_INFO_PGOFF: u64 =
+    (MLX5_IB_MMAP_CLOCK_INFO << MLX5_IB_MMAP_CMD_SHIFT) | MLX5_IB_CLOCK_INFO_V1;
 
 /// `struct ib_uverbs_clock_info` (the page the kernel shares), field for field.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
