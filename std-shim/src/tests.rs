@@ -861,3 +861,21 @@ fn qps_on_a_shared_register_are_serialised_and_reported() {
         .unwrap();
     assert_eq!(qp.blueflame(), Some(BlueFlame::DoorbellOnly));
 }
+
+#[test]
+fn timestamps_on_a_device_without_a_clock_are_a_typed_error() {
+    // The fake device, as rxe, timestamps nothing: the CQ is refused before anything is
+    // created, and so is the clock.
+    let log = new_log();
+    let c = ctx(&log);
+    let e = c.cq_builder().timestamps(true).build().unwrap_err();
+    assert!(matches!(e, Error::NoTimestamps { .. }), "{e}");
+    assert!(
+        e.to_string().contains("cannot timestamp completions"),
+        "{e}"
+    );
+    assert!(matches!(c.clock().unwrap_err(), Error::NoTimestamps { .. }));
+    assert!(!log.lock().unwrap().iter().any(|l| l.contains("create_cq")));
+    // A CQ without them is created as ever, and says so.
+    assert!(!c.cq_builder().build().unwrap().has_timestamps());
+}

@@ -62,6 +62,26 @@ pub(crate) trait ContextProvider: Send + Sync + Debug {
     fn alloc_pd(&self) -> Result<Box<dyn PdProvider>>;
     /// A completion queue of at least `cqe` entries; `direct` asks for a direct engine.
     fn create_cq(&self, cqe: u32, direct: bool) -> Result<(Box<dyn CqProvider>, EngineNote)>;
+    /// The device clock now (frequency, timestamp mask, timecounter snapshot).
+    fn clock(&self) -> Result<crate::clock::ClockSnapshot> {
+        Err(crate::Error::NoTimestamps {
+            device: self.name().to_string(),
+            reason: "the provider has no device clock".into(),
+        })
+    }
+    /// As [`ContextProvider::create_cq`], for a CQ whose completions carry the device clock
+    /// (`IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`).
+    fn create_cq_timestamped(
+        &self,
+        cqe: u32,
+        direct: bool,
+    ) -> Result<(Box<dyn CqProvider>, EngineNote)> {
+        let _ = (cqe, direct);
+        Err(crate::Error::NoTimestamps {
+            device: self.name().to_string(),
+            reason: "the provider cannot create CQs with completion timestamps".into(),
+        })
+    }
 }
 
 /// A protection domain.
@@ -149,6 +169,15 @@ pub(crate) trait CqProvider: Send + Sync + Debug {
     fn engine(&self) -> CqEngine;
     /// The rdma-core CQ behind it, if it is one (QPs of rdma-core devices need it).
     fn verbs_cq(&self) -> Option<*mut ibv_cq> {
+        None
+    }
+    /// Whether its completions carry the device clock.
+    fn timestamps(&self) -> bool {
+        false
+    }
+    /// The extended rdma-core CQ behind it, if it was created as one (`ibv_create_cq_ex`):
+    /// the fallback polls it with `ibv_start_poll` to read timestamps.
+    fn verbs_cq_ex(&self) -> Option<*mut crate::ffi::types::ibv_cq_ex> {
         None
     }
 }
