@@ -416,14 +416,8 @@ fn run(o: &Opts) -> Result<(), Box<dyn std::error::Error>> {
     );
     if let (Some(clock), true) = (&clock, ts.iters > 0) {
         // ibv_rc_pingpong's three lines, then the average in time.
-        println!(
-            "Max receive completion clock cycles = {}",
-            ts.max
-        );
-        println!(
-            "Min receive completion clock cycles = {}",
-            ts.min
-        );
+        println!("Max receive completion clock cycles = {}", ts.max);
+        println!("Min receive completion clock cycles = {}", ts.min);
         let avg = ts.total as f64 / ts.iters as f64;
         println!("Average receive completion clock cycles = {avg:.6}");
         println!(
