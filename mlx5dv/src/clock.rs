@@ -214,7 +214,7 @@ mod tests {
             ..INFO
         };
         // 10 ticks on: counter value 0 (wrapped) is 10 ticks after mask - 9.
-        assert_eq!(at.ts_to_ns(0), 1_000_000_000 + (10 * 6554 >> 10));
+        assert_eq!(at.ts_to_ns(0), 1_000_000_000 + ((10 * 6554) >> 10));
         // High bits above the mask are ignored, as the device's counter has none.
         assert_eq!(at.ts_to_ns(1 << 41), at.ts_to_ns(0));
         // And a snapshot just after the wrap reads a timestamp from before it as older.
@@ -222,7 +222,10 @@ mod tests {
             last_cycles: 5,
             ..INFO
         };
-        assert_eq!(after.ts_to_ns(mask - 4), 1_000_000_000 - (10 * 6554 >> 10));
+        assert_eq!(
+            after.ts_to_ns(mask - 4),
+            1_000_000_000 - ((10 * 6554) >> 10)
+        );
     }
 
     #[test]

@@ -41,7 +41,23 @@ pub(crate) struct ClockSnapshot {
 }
 
 /// The clock of a device whose CQs can report completion timestamps, and the conversions of
-/// those timestamps. See the [module](self) documentation.
+/// those timestamps.
+///
+/// A CQ created with [`CqBuilder::timestamps`](crate::CqBuilder::timestamps) reports, through
+/// [`PollCqTimed::poll_timed`](zverbs_core::PollCqTimed::poll_timed), the device clock when
+/// each completion was written: ticks of a free-running counter of `hca_core_clock` kHz,
+/// masked to `completion_timestamp_mask`. [`DeviceClock::elapsed_ns`] is the time between two
+/// timestamps (across the counter's wrap), from the frequency alone;
+/// [`DeviceClock::to_wall_ns`] and [`DeviceClock::to_system_time`] turn a timestamp into
+/// wall-clock time (`CLOCK_REALTIME`) as `mlx5dv_ts_to_ns` does, from a snapshot of the
+/// kernel's timecounter over the device clock (`mlx5dv_get_clock_info` on mlx5, the software
+/// device's own page, `ibv_query_rt_values_ex` read beside `clock_gettime` elsewhere). The
+/// snapshot is good for [`DeviceClock::max_age_ns`]; [`DeviceClock::refresh`] takes a new
+/// one.
+///
+/// Converting is arithmetic on the snapshot: no system call, no lock, no allocation, so it
+/// can run on the hot path. Refreshing reads the clock-info page on the direct backend; the
+/// fallback's goes through libibverbs.
 ///
 /// # Example
 ///
