@@ -17,7 +17,8 @@ pub struct TimedCompletion {
     pub wc: Completion,
     /// The device clock when the completion was written (ticks of `hca_core_clock`, or
     /// nanoseconds on a device in real-time mode); `None` for a CQ created without
-    /// timestamps.
+    /// timestamps, and for a failed completion (an mlx5 error CQE carries its syndromes where
+    /// the timestamp would be).
     pub timestamp: Option<u64>,
 }
 
@@ -29,7 +30,7 @@ impl TimedCompletion {
     };
 
     /// The device clock when the completion was written, in device ticks; `None` when the CQ
-    /// was created without timestamps.
+    /// was created without timestamps or the completion failed.
     #[inline]
     pub const fn hw_timestamp(&self) -> Option<u64> {
         self.timestamp

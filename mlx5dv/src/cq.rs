@@ -737,7 +737,8 @@ trait PollOut {
     fn wc(&mut self) -> &mut Completion;
 
     /// Adds what the output carries besides the completion, from the CQE in `slot` of a CQ
-    /// whose CQEs carry timestamps when `timestamps` is true.
+    /// whose CQEs carry timestamps when `timestamps` is true (the CQEs of successful
+    /// completions: an error CQE's syndromes are where the timestamp would be).
     ///
     /// # Safety
     ///
@@ -763,7 +764,8 @@ impl PollOut for TimedCompletion {
 
     #[inline(always)]
     unsafe fn stamp(&mut self, timestamps: bool, cqes: CqeRing, slot: u32) {
-        self.timestamp = if timestamps {
+        // An error CQE has no timestamp: its syndromes share those bytes.
+        self.timestamp = if timestamps && self.wc.status == WcStatus::Success {
             // SAFETY: (caller) the CQE is software's.
             Some(unsafe { cqes.with_cqe(slot, |b| Cqe64::new_unchecked(b).timestamp()) })
         } else {
@@ -1381,6 +1383,21 @@ mod tests {
             out[3],
             TimedCompletion::EMPTY,
             "nothing past the CQEs polled"
+        );
+    }
+
+    #[test]
+    fn an_error_cqe_has_no_timestamp() {
+        // Its vendor syndrome and syndrome are bytes 54 and 55, inside `timestamp`.
+        let mut rig = Rig::new(8, 256, caps(1, 0));
+        rig.cq.set_timestamps(true);
+        send(&mut rig, &SendWr::nop(4).signaled());
+        rig.mem.put_cqe(0, err_cqe(QPN, 13, 0, 0x13, 0x88, 0));
+        let mut out = [TimedCompletion::EMPTY; 1];
+        assert_eq!(rig.cq.poll_timed(&mut out), 1);
+        assert_eq!(
+            (out[0].status, out[0].vendor_err, out[0].hw_timestamp()),
+            (WcStatus::RemAccessErr, 0x88, None)
         );
     }
 

@@ -256,8 +256,13 @@ impl DevCq {
         let p = unsafe { self.buf.ptr.add(slot * 64) };
         let mut cqe = *cqe;
         Cqe64::new_unchecked(&mut cqe).set_owner(owner);
-        if let Some(clock) = &self.stamp {
-            // As a ConnectX: the device clock when the CQE is written.
+        let opcode = cqe[field::OP_OWN] >> 4;
+        if let Some(clock) = &self.stamp
+            && opcode != op::REQ_ERR
+            && opcode != op::RESP_ERR
+        {
+            // As a ConnectX: the device clock when the CQE is written. An error CQE has no
+            // timestamp: its syndrome and vendor syndrome are in those bytes.
             Cqe64::new_unchecked(&mut cqe).set_timestamp(clock.ticks());
         }
         // SAFETY: the CQE is the device's (the consumer counter is past it), so the poller does

@@ -101,3 +101,25 @@ fn the_clock_info_page_converts_timestamps_to_wall_clock_time() {
         );
     });
 }
+
+#[test]
+fn an_error_cqe_keeps_its_syndromes() {
+    // The bytes a timestamp would take hold an error CQE's vendor syndrome and syndrome: the
+    // device leaves them, and the poller reports no timestamp.
+    with_pair(PairCfg::default(), |p| {
+        p.dev.enable_cq_timestamps(p.a.cq.cqn).unwrap();
+        p.a.cqp.set_timestamps(true);
+        let sgl = [p.a.sge(0, 8)];
+        let bad = zverbs_core::RemoteBuf::new(p.b.mem.addr(64), p.b.mr.rkey ^ 0x100);
+        // SAFETY: the entry lies in the registered arena.
+        unsafe { p.a.sq.post(&SendWr::write(9, &sgl, bad).signaled()) }.unwrap();
+        p.dev.run_until_idle();
+        let mut out = [TimedCompletion::EMPTY; 1];
+        assert_eq!(p.a.cqp.poll_timed(&mut out), 1);
+        assert_eq!(
+            (out[0].wr_id, out[0].status, out[0].hw_timestamp()),
+            (9, zverbs_core::WcStatus::RemAccessErr, None)
+        );
+        assert_eq!(p.a.last_cqe(1)[55], 0x13, "the remote access syndrome");
+    });
+}

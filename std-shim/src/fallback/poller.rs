@@ -278,7 +278,8 @@ impl PollCqTimed for Poller {
             loop {
                 let (wc, ts) = Self::read_ex(cq);
                 self.convert(&wc, &mut out[n].wc);
-                out[n].timestamp = Some(ts);
+                // As the direct path: an error CQE has no timestamp.
+                out[n].timestamp = (wc.status == 0).then_some(ts);
                 n += 1;
                 if n == out.len() {
                     break;
