@@ -95,6 +95,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "reads CLOCK_REALTIME, which Miri's isolation withholds"
+    )]
     fn mult_and_shift_make_nanoseconds_of_ticks() {
         let rate = TickRate::from_khz(CLOCK_KHZ).unwrap();
         let ci = DeviceClock::new().clock_info();
