@@ -671,10 +671,184 @@ const STRUCTS: &[Spec] = &[
         "struct ibv_async_event",
         &[("element", ""), ("event_type", "")],
     ),
+    (
+        "zverbs_ffi::types::ibv_query_device_ex_input",
+        "struct ibv_query_device_ex_input",
+        &[("comp_mask", "")],
+    ),
+    (
+        "zverbs_ffi::types::ibv_odp_caps",
+        "struct ibv_odp_caps",
+        &[
+            ("general_caps", ""),
+            ("rc_odp_caps", "per_transport_caps.rc_odp_caps"),
+            ("uc_odp_caps", "per_transport_caps.uc_odp_caps"),
+            ("ud_odp_caps", "per_transport_caps.ud_odp_caps"),
+        ],
+    ),
+    (
+        "zverbs_ffi::types::ibv_device_attr_ex",
+        "struct ibv_device_attr_ex",
+        &[
+            ("orig_attr", ""),
+            ("comp_mask", ""),
+            ("odp_caps", ""),
+            ("completion_timestamp_mask", ""),
+            ("hca_core_clock", ""),
+            ("device_cap_flags_ex", ""),
+        ],
+    ),
+    (
+        "zverbs_ffi::types::ibv_values_ex",
+        "struct ibv_values_ex",
+        &[("comp_mask", ""), ("raw_clock", "")],
+    ),
+    (
+        "zverbs_ffi::types::ibv_cq_init_attr_ex",
+        "struct ibv_cq_init_attr_ex",
+        &[
+            ("cqe", ""),
+            ("cq_context", ""),
+            ("channel", ""),
+            ("comp_vector", ""),
+            ("wc_flags", ""),
+            ("comp_mask", ""),
+            ("flags", ""),
+            ("parent_domain", ""),
+        ],
+    ),
+    (
+        "zverbs_ffi::types::ibv_poll_cq_attr",
+        "struct ibv_poll_cq_attr",
+        &[("comp_mask", "")],
+    ),
+    (
+        "zverbs_ffi::types::ibv_cq_ex",
+        "struct ibv_cq_ex",
+        &[
+            ("context", ""),
+            ("channel", ""),
+            ("cq_context", ""),
+            ("handle", ""),
+            ("cqe", ""),
+            ("mutex", ""),
+            ("cond", ""),
+            ("comp_events_completed", ""),
+            ("async_events_completed", ""),
+            ("comp_mask", ""),
+            ("status", ""),
+            ("wr_id", ""),
+            ("start_poll", ""),
+            ("next_poll", ""),
+            ("end_poll", ""),
+            ("read_opcode", ""),
+            ("read_vendor_err", ""),
+            ("read_byte_len", ""),
+            ("read_imm_data", ""),
+            ("read_qp_num", ""),
+            ("read_src_qp", ""),
+            ("read_wc_flags", ""),
+            ("read_slid", ""),
+            ("read_sl", ""),
+            ("read_dlid_path_bits", ""),
+            ("read_completion_ts", ""),
+            ("read_cvlan", ""),
+            ("read_flow_tag", ""),
+            ("read_tm_info", ""),
+            ("read_completion_wallclock_ns", ""),
+        ],
+    ),
+    (
+        "zverbs_mlx5dv::prm::clock::mlx5dv_clock_info",
+        "struct mlx5dv_clock_info",
+        &[
+            ("nsec", ""),
+            ("last_cycles", ""),
+            ("frac", ""),
+            ("mult", ""),
+            ("shift", ""),
+            ("mask", ""),
+        ],
+    ),
+    (
+        "zverbs_mlx5dv::prm::clock::ib_uverbs_clock_info",
+        "struct mlx5_ib_clock_info",
+        &[
+            ("sign", ""),
+            ("resv", ""),
+            ("nsec", ""),
+            ("cycles", ""),
+            ("frac", ""),
+            ("mult", ""),
+            ("shift", ""),
+            ("mask", ""),
+            ("overflow_period", ""),
+        ],
+    ),
 ];
 
 /// Constants: `(Rust path, C expression)`.
 const CONSTS: &[(&str, &str)] = &[
+    (
+        "zverbs_ffi::types::IBV_VALUES_MASK_RAW_CLOCK",
+        "IBV_VALUES_MASK_RAW_CLOCK",
+    ),
+    (
+        "zverbs_ffi::types::wc_ex_flags::IBV_WC_EX_WITH_BYTE_LEN",
+        "IBV_WC_EX_WITH_BYTE_LEN",
+    ),
+    (
+        "zverbs_ffi::types::wc_ex_flags::IBV_WC_EX_WITH_IMM",
+        "IBV_WC_EX_WITH_IMM",
+    ),
+    (
+        "zverbs_ffi::types::wc_ex_flags::IBV_WC_EX_WITH_QP_NUM",
+        "IBV_WC_EX_WITH_QP_NUM",
+    ),
+    (
+        "zverbs_ffi::types::wc_ex_flags::IBV_WC_EX_WITH_SRC_QP",
+        "IBV_WC_EX_WITH_SRC_QP",
+    ),
+    (
+        "zverbs_ffi::types::wc_ex_flags::IBV_WC_EX_WITH_SLID",
+        "IBV_WC_EX_WITH_SLID",
+    ),
+    (
+        "zverbs_ffi::types::wc_ex_flags::IBV_WC_EX_WITH_SL",
+        "IBV_WC_EX_WITH_SL",
+    ),
+    (
+        "zverbs_ffi::types::wc_ex_flags::IBV_WC_EX_WITH_DLID_PATH_BITS",
+        "IBV_WC_EX_WITH_DLID_PATH_BITS",
+    ),
+    (
+        "zverbs_ffi::types::wc_ex_flags::IBV_WC_EX_WITH_COMPLETION_TIMESTAMP",
+        "IBV_WC_EX_WITH_COMPLETION_TIMESTAMP",
+    ),
+    (
+        "zverbs_ffi::types::wc_ex_flags::IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK",
+        "IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK",
+    ),
+    (
+        "zverbs_ffi::types::wc_ex_flags::IBV_WC_STANDARD_FLAGS",
+        "IBV_WC_STANDARD_FLAGS",
+    ),
+    (
+        "zverbs_mlx5dv::prm::clock::MLX5_IB_CLOCK_INFO_KERNEL_UPDATING",
+        "MLX5_IB_CLOCK_INFO_KERNEL_UPDATING",
+    ),
+    (
+        "zverbs_mlx5dv::prm::clock::MLX5_IB_MMAP_CLOCK_INFO",
+        "MLX5_IB_MMAP_CLOCK_INFO",
+    ),
+    (
+        "zverbs_mlx5dv::prm::clock::MLX5_IB_MMAP_CORE_CLOCK",
+        "MLX5_IB_MMAP_CORE_CLOCK",
+    ),
+    (
+        "zverbs_mlx5dv::prm::clock::MLX5_IB_CLOCK_INFO_V1",
+        "MLX5_IB_CLOCK_INFO_V1",
+    ),
     ("zverbs_ffi::types::IBV_WR_RDMA_WRITE", "IBV_WR_RDMA_WRITE"),
     (
         "zverbs_ffi::types::IBV_WR_RDMA_WRITE_WITH_IMM",
@@ -1012,7 +1186,7 @@ fn main() {
 
     let mut c = String::from(
         "#include <stddef.h>\n#include <infiniband/verbs.h>\n#include <infiniband/mlx5dv.h>\n\
-         #include <rdma/rdma_cma.h>\n\
+         #include <rdma/rdma_cma.h>\n#include <rdma/mlx5-abi.h>\n\
          struct zverbs_abi_entry { const char *name; unsigned long long value; };\n\
          const struct zverbs_abi_entry zverbs_abi_entries[] = {\n",
     );

@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use zverbs_core::{Completion, RemoteBuf, SendWr, Sge};
+use zverbs_core::{Completion, RemoteBuf, SendWr, Sge, TimedCompletion};
 
 use crate::Fixture;
 use crate::c::{CBase, WrChain, wcs};
@@ -224,6 +224,20 @@ pub const CASES: &[Case] = &[
         Group::Poll,
         1,
         ("zverbs_benches::ours::poll", "zvb_poll_cq"),
+    ),
+    case(
+        "poll1_ts",
+        "poll of 1 CQE with its timestamp (C: plain poll, compiler barrier)",
+        Group::Poll,
+        1,
+        ("zverbs_benches::ours::poll_timed", "zvb_poll_cq"),
+    ),
+    case(
+        "poll16_ts",
+        "poll of 16 CQEs with their timestamps in one call, per CQE (C: plain poll)",
+        Group::Poll,
+        16,
+        ("zverbs_benches::ours::poll_timed", "zvb_poll_cq"),
     ),
     Case {
         ours_fn: None,
@@ -520,6 +534,14 @@ fn ours_runner(case: &Case) -> Option<Box<dyn Runner>> {
                 ours::poll(&mut f.cq, bb(&mut wc))
             })
         }
+        "poll1_ts" | "poll16_ts" => {
+            let per_call = case.units;
+            let mut wc = vec![TimedCompletion::EMPTY; per_call as usize];
+            let fix = Ours::new(mem(BF_SIZE)).with_timestamps();
+            poll(fix, per_call, move |f: &mut Ours| {
+                ours::poll_timed(&mut f.cq, bb(&mut wc))
+            })
+        }
         "pingpong" => Box::new(RoundTripRun(PingPong::ours())),
         _ => return None,
     };
@@ -634,7 +656,7 @@ fn c_runner(case: &Case) -> Option<Box<dyn Runner>> {
                 unsafe { ffi::zvb_post_send_wr(&mut *f.sq, bb(chain.head()), &mut bad) == 0 }
             })
         }
-        "poll1" | "poll_empty" | "poll1_lfence" => {
+        "poll1" | "poll_empty" | "poll1_lfence" | "poll1_ts" => {
             let per_call = u32::from(case.name != "poll_empty");
             let lfence = case.name == "poll1_lfence";
             let mut wc = wcs::<1>();
@@ -651,7 +673,7 @@ fn c_runner(case: &Case) -> Option<Box<dyn Runner>> {
                 n.max(0) as usize
             })
         }
-        "poll16" => {
+        "poll16" | "poll16_ts" => {
             let mut wc = wcs::<16>();
             poll(CBase::new(mem(BF_SIZE)), 16, move |f: &mut CBase| {
                 // SAFETY: a live CQ and a 16-entry array.

@@ -8,7 +8,10 @@
 //! baselines' are.
 
 use std::sync::Arc;
-use zverbs_core::{BatchError, Completion, PollCq, PostError, PostSend, RemoteBuf, SendWr, Sge};
+use zverbs_core::{
+    BatchError, Completion, PollCq, PollCqTimed, PostError, PostSend, RemoteBuf, SendWr, Sge,
+    TimedCompletion,
+};
 
 use zverbs_mlx5dv::{
     CompletionQueue, CqBinding, RqSlot, RqState, SendQueue, SqCaps, SqSlot, SqState,
@@ -70,6 +73,12 @@ impl Ours {
             cq,
             completed_to: 0,
         }
+    }
+
+    /// The same queues, the CQ's entries read with their completion timestamps.
+    pub fn with_timestamps(mut self) -> Self {
+        self.cq.set_timestamps(true);
+        self
     }
 }
 
@@ -328,4 +337,10 @@ pub unsafe fn post_chain(sq: &mut Sq, wrs: &[SendWr<'_>]) -> Result<(), BatchErr
 #[inline(never)]
 pub fn poll(cq: &mut Cq, out: &mut [Completion]) -> usize {
     cq.poll(out)
+}
+
+/// Polls up to `out.len()` completions with their timestamps (a CQ created with them).
+#[inline(never)]
+pub fn poll_timed(cq: &mut Cq, out: &mut [TimedCompletion]) -> usize {
+    cq.poll_timed(out)
 }

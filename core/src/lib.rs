@@ -59,6 +59,7 @@ pub mod ring;
 mod sge;
 pub mod shared;
 pub mod sync;
+mod timed;
 mod wc;
 mod wr;
 
@@ -66,5 +67,6 @@ pub use check::{CheckedBatch, CheckedSend, MAX_MESSAGE, SqCaps, Transport};
 pub use error::{BatchError, PostError};
 pub use queue::{PollCq, PostRecv, PostSend, SendBatch};
 pub use sge::{RemoteBuf, Sge};
+pub use timed::{PollCqTimed, TimedCompletion};
 pub use wc::{Completion, WcError, WcFlags, WcOpcode, WcStatus};
 pub use wr::{RecvWr, SendFlags, SendOp, SendWr, UdDest};

@@ -249,6 +249,9 @@ impl Emu {
             (true, ex::QUERY_DEVICE) => {
                 query_device(core_out);
                 put::<4>(core_out, 180, core_out.len().min(304) as u64);
+                // timestamp_mask and hca_core_clock: the software device's clock.
+                put::<8>(core_out, 208, zverbs_sim::clock::CLOCK_MASK);
+                put::<8>(core_out, 216, zverbs_sim::clock::CLOCK_KHZ);
                 put::<4>(drv_out, 4, drv_out.len() as u64);
                 Ok(())
             }
@@ -340,6 +343,13 @@ impl Emu {
         put::<4>(drv_out, 56, 12); // log_uar_size: 4 KiB UARs
         put::<4>(drv_out, 60, u64::from(uars_per_page)); // num_uars_per_page
         put::<4>(drv_out, 64, u64::from(uctx.num_dyn_bfregs())); // num_dyn_bfregs
+        // clock_info_versions: the clock-info page, version 1, which libmlx5 maps for
+        // `mlx5dv_get_clock_info`.
+        put::<1>(
+            drv_out,
+            47,
+            1 << zverbs_mlx5dv::prm::clock::MLX5_IB_CLOCK_INFO_V1,
+        );
         crate::log(format_args!(
             "  context fd {fd}: {} static bfregs ({low} low latency), {} dynamic",
             uctx.tot_bfregs(),
@@ -376,6 +386,12 @@ impl Emu {
         for u in self.ctl().uctx.values_mut() {
             u.unmapped(addr, len);
         }
+    }
+
+    /// The device clock's clock-info page now (`struct ib_uverbs_clock_info`), for the page
+    /// libmlx5 maps.
+    pub fn clock_info(&self) -> zverbs_mlx5dv::prm::clock::ib_uverbs_clock_info {
+        self.dev.clock().clock_info()
     }
 
     /// Forgets the context of a closed descriptor.
@@ -464,6 +480,11 @@ impl Emu {
         // doorbell record for this CQ and frees them only after DESTROY_CQ, after which the
         // device forgets them.
         unsafe { self.dev.create_cq_external(&layout) }.map_err(sim_errno)?;
+        // A ConnectX writes the device clock into every CQE: the kernel's mlx5 driver needs
+        // no flag for it, and libibverbs leaves `IB_UVERBS_CQ_FLAGS_TIMESTAMP_COMPLETION` out of
+        // the command when the provider says it may (libmlx5 does: the legacy command then
+        // creates the CQ). The flag, when it comes, changes nothing.
+        self.dev.enable_cq_timestamps(cqn).map_err(sim_errno)?;
         ctl.next_cqn += 1;
         let h = ctl.handle();
         ctl.cqs.insert(h, cqn);

@@ -33,6 +33,7 @@ use std::ffi::CStr;
 
 use crate::abi::{self, attr, get, ioctl_hdr as h, put};
 use crate::device::Emu;
+use crate::uar::Mapping;
 
 /// The uverbs character devices' path prefix.
 const UVERBS: &[u8] = b"/dev/infiniband/uverbs";
@@ -313,7 +314,7 @@ pub unsafe extern "C" fn mmap(
                 return libc::MAP_FAILED;
             }
         };
-        let p = if crate::watch::enabled() {
+        let p = if crate::watch::enabled() && m != Mapping::ClockInfo {
             // SAFETY: as libc's mmap; `real` is libc's.
             unsafe { crate::watch::map(real, addr, len, flags) }
         } else {
@@ -323,6 +324,16 @@ pub unsafe extern "C" fn mmap(
         };
         if p != libc::MAP_FAILED {
             emu.mapped(fd, m, p as usize);
+            if m == Mapping::ClockInfo {
+                let ci = emu.clock_info();
+                // SAFETY: a fresh page of ours, readable and writable, at least as large and
+                // as aligned as the struct; the kernel's page is written by it alone, and
+                // this one once, before the library sees it.
+                unsafe {
+                    p.cast::<zverbs_mlx5dv::prm::clock::ib_uverbs_clock_info>()
+                        .write(ci)
+                };
+            }
         }
         crate::log(format_args!(
             "UAR page at offset {off:#x} ({m:?}): {len} bytes at {p:p}"

@@ -62,6 +62,9 @@ pub enum Mapping {
     Dynamic(u32),
     /// Something this model does not track (another mmap command).
     Other,
+    /// The clock-info page (`MLX5_IB_MMAP_CLOCK_INFO`, version 1): the caller fills it with
+    /// the device clock's [`Emu::clock_info`](crate::device::Emu::clock_info).
+    ClockInfo,
 }
 
 /// One user context's bfregs and UAR pages.
@@ -175,6 +178,13 @@ impl Uctx {
                     Some(Some(_)) | None => Err(errno::EINVAL),
                 }
             }
+            c if c == zverbs_mlx5dv::prm::clock::MLX5_IB_MMAP_CLOCK_INFO => {
+                if len != page || u64::from(idx) != zverbs_mlx5dv::prm::clock::MLX5_IB_CLOCK_INFO_V1
+                {
+                    return Err(errno::EINVAL);
+                }
+                Ok(Mapping::ClockInfo)
+            }
             _ => Ok(Mapping::Other),
         }
     }
@@ -184,7 +194,7 @@ impl Uctx {
         match m {
             Mapping::Static(i) => self.static_pages[i as usize] = Some(addr),
             Mapping::Dynamic(i) => self.dyn_pages[i as usize] = Some(addr),
-            Mapping::Other => {}
+            Mapping::Other | Mapping::ClockInfo => {}
         }
     }
 

@@ -85,8 +85,9 @@ pub mod types;
 use core::ffi::c_int;
 
 use types::{
-    VERBS_ABI_IS_EXTENDED, ibv_context, ibv_cq, ibv_parent_domain_init_attr, ibv_pd, ibv_qp,
-    ibv_recv_wr, ibv_send_wr, ibv_srq, ibv_td, ibv_td_init_attr, ibv_wc, verbs_context,
+    VERBS_ABI_IS_EXTENDED, ibv_context, ibv_cq, ibv_cq_ex, ibv_cq_init_attr_ex, ibv_device_attr_ex,
+    ibv_parent_domain_init_attr, ibv_pd, ibv_qp, ibv_recv_wr, ibv_send_wr, ibv_srq, ibv_td,
+    ibv_td_init_attr, ibv_values_ex, ibv_wc, verbs_context,
 };
 
 /// `ibv_post_send` as `verbs.h` defines it: `qp->context->ops.post_send(qp, wr, bad_wr)`.
@@ -201,6 +202,77 @@ unsafe fn verbs_ctx(ctx: *mut ibv_context, op_offset: usize) -> Option<*mut verb
     // SAFETY: `sz` is the field just before `context`, present in every version.
     let sz = unsafe { (*vctx).sz };
     (sz >= core::mem::size_of::<verbs_context>() - op_offset).then_some(vctx)
+}
+
+/// `ibv_query_device_ex` as `verbs.h` defines it, without its fall-back to
+/// `ibv_query_device`: the provider's `query_device_ex`, or `EOPNOTSUPP`.
+///
+/// # Safety
+///
+/// `ctx` is a live context; `attr` is writable.
+pub unsafe fn ibv_query_device_ex(ctx: *mut ibv_context, attr: *mut ibv_device_attr_ex) -> c_int {
+    // SAFETY: (caller) a live context; the entry is read only when the provider has it.
+    let f = unsafe {
+        verbs_ctx(ctx, core::mem::offset_of!(verbs_context, query_device_ex))
+            .and_then(|v| (*v).query_device_ex)
+    };
+    match f {
+        // SAFETY: the provider's entry, with a writable struct of the size it is told.
+        Some(f) => unsafe {
+            f(
+                ctx,
+                core::ptr::null(),
+                attr,
+                core::mem::size_of::<ibv_device_attr_ex>(),
+            )
+        },
+        None => libc::EOPNOTSUPP,
+    }
+}
+
+/// `ibv_query_rt_values_ex` as `verbs.h` defines it: the provider's `query_rt_values`, or
+/// `EOPNOTSUPP`.
+///
+/// # Safety
+///
+/// `ctx` is a live context; `values` is writable.
+pub unsafe fn ibv_query_rt_values_ex(ctx: *mut ibv_context, values: *mut ibv_values_ex) -> c_int {
+    // SAFETY: (caller) a live context; the entry is read only when the provider has it.
+    let f = unsafe {
+        verbs_ctx(ctx, core::mem::offset_of!(verbs_context, query_rt_values))
+            .and_then(|v| (*v).query_rt_values)
+    };
+    match f {
+        // SAFETY: the provider's entry, with a writable struct.
+        Some(f) => unsafe { f(ctx, values) },
+        None => libc::EOPNOTSUPP,
+    }
+}
+
+/// `ibv_create_cq_ex` as `verbs.h` defines it: the provider's `create_cq_ex`, or null with
+/// `errno` `EOPNOTSUPP` (also when `attr` asks for a field the header's version rejects).
+///
+/// # Safety
+///
+/// `ctx` is a live context; `attr` is valid.
+pub unsafe fn ibv_create_cq_ex(
+    ctx: *mut ibv_context,
+    attr: *mut ibv_cq_init_attr_ex,
+) -> *mut ibv_cq_ex {
+    // SAFETY: (caller) a live context; the entry is read only when the provider has it.
+    let f = unsafe {
+        verbs_ctx(ctx, core::mem::offset_of!(verbs_context, create_cq_ex))
+            .and_then(|v| (*v).create_cq_ex)
+    };
+    match f {
+        // SAFETY: the provider's entry, called with the arguments the caller vouched for.
+        Some(f) => unsafe { f(ctx, attr) },
+        None => {
+            // SAFETY: the calling thread's errno.
+            unsafe { *libc::__errno_location() = libc::EOPNOTSUPP };
+            core::ptr::null_mut()
+        }
+    }
 }
 
 /// `ibv_alloc_td` as `verbs.h` defines it: the provider's `alloc_td`, or null with `errno`

@@ -133,7 +133,11 @@ table! {
         mlx5dv_create_qp: fn(*mut ibv_context, *mut ibv_qp_init_attr_ex, *mut mlx5dv_qp_init_attr)
             -> *mut ibv_qp;
     }
-    optional {}
+    optional {
+        // The out-struct is `struct mlx5dv_clock_info`, which the direct path declares
+        // (`zverbs_mlx5dv::prm::clock`): cast the pointer.
+        mlx5dv_get_clock_info: fn(*mut ibv_context, *mut c_void) -> c_int;
+    }
 }
 
 table! {

@@ -629,10 +629,10 @@ pub struct verbs_context {
     pub destroy_wq: UnusedOp,
     pub modify_wq: UnusedOp,
     pub create_wq: UnusedOp,
-    pub query_rt_values: UnusedOp,
-    pub create_cq_ex: UnusedOp,
+    pub query_rt_values: Option<QueryRtValuesFn>,
+    pub create_cq_ex: Option<CreateCqExFn>,
     pub r#priv: *mut c_void,
-    pub query_device_ex: UnusedOp,
+    pub query_device_ex: Option<QueryDeviceExFn>,
     pub ibv_destroy_flow: UnusedOp,
     pub ABI_placeholder2: UnusedOp,
     pub ibv_create_flow: UnusedOp,
@@ -926,4 +926,151 @@ pub mod ibv_event_type {
     pub const IBV_EVENT_CLIENT_REREGISTER: u32 = 17;
     pub const IBV_EVENT_GID_CHANGE: u32 = 18;
     pub const IBV_EVENT_WQ_FATAL: u32 = 19;
+}
+
+/// `verbs_context.query_rt_values`.
+pub type QueryRtValuesFn = unsafe extern "C" fn(*mut ibv_context, *mut ibv_values_ex) -> c_int;
+/// `verbs_context.create_cq_ex`.
+pub type CreateCqExFn =
+    unsafe extern "C" fn(*mut ibv_context, *mut ibv_cq_init_attr_ex) -> *mut ibv_cq_ex;
+/// `verbs_context.query_device_ex`.
+pub type QueryDeviceExFn = unsafe extern "C" fn(
+    *mut ibv_context,
+    *const ibv_query_device_ex_input,
+    *mut ibv_device_attr_ex,
+    usize,
+) -> c_int;
+
+/// `struct ibv_query_device_ex_input`.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub struct ibv_query_device_ex_input {
+    pub comp_mask: u32,
+}
+
+/// `struct ibv_odp_caps`.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub struct ibv_odp_caps {
+    pub general_caps: u64,
+    pub rc_odp_caps: u32,
+    pub uc_odp_caps: u32,
+    pub ud_odp_caps: u32,
+}
+
+/// `struct ibv_device_attr_ex`: the fields up to `device_cap_flags_ex` typed, the rest kept
+/// as bytes (the provider fills them; nothing here reads them).
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub struct ibv_device_attr_ex {
+    pub orig_attr: ibv_device_attr,
+    pub comp_mask: u32,
+    pub odp_caps: ibv_odp_caps,
+    /// The mask of the CQE timestamp's valid bits; 0 on a device without completion
+    /// timestamps.
+    pub completion_timestamp_mask: u64,
+    /// The frequency of the device clock in kHz.
+    pub hca_core_clock: u64,
+    pub device_cap_flags_ex: u64,
+    pub _rest: [u64; 14],
+}
+
+/// `struct ibv_values_ex`.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct ibv_values_ex {
+    pub comp_mask: u32,
+    /// With `IBV_VALUES_MASK_RAW_CLOCK`: the device clock's counter, in `tv_nsec`.
+    pub raw_clock: libc::timespec,
+}
+
+/// `IBV_VALUES_MASK_RAW_CLOCK`.
+pub const IBV_VALUES_MASK_RAW_CLOCK: u32 = 1 << 0;
+
+/// `struct ibv_cq_init_attr_ex`.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct ibv_cq_init_attr_ex {
+    pub cqe: u32,
+    pub cq_context: *mut c_void,
+    pub channel: *mut ibv_comp_channel,
+    pub comp_vector: u32,
+    /// `enum ibv_create_cq_wc_flags` bits.
+    pub wc_flags: u64,
+    pub comp_mask: u32,
+    pub flags: u32,
+    pub parent_domain: *mut ibv_pd,
+}
+
+/// `enum ibv_create_cq_wc_flags`: the fields an extended CQ reports.
+pub mod wc_ex_flags {
+    pub const IBV_WC_EX_WITH_BYTE_LEN: u64 = 1 << 0;
+    pub const IBV_WC_EX_WITH_IMM: u64 = 1 << 1;
+    pub const IBV_WC_EX_WITH_QP_NUM: u64 = 1 << 2;
+    pub const IBV_WC_EX_WITH_SRC_QP: u64 = 1 << 3;
+    pub const IBV_WC_EX_WITH_SLID: u64 = 1 << 4;
+    pub const IBV_WC_EX_WITH_SL: u64 = 1 << 5;
+    pub const IBV_WC_EX_WITH_DLID_PATH_BITS: u64 = 1 << 6;
+    pub const IBV_WC_EX_WITH_COMPLETION_TIMESTAMP: u64 = 1 << 7;
+    pub const IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK: u64 = 1 << 11;
+    /// `IBV_WC_STANDARD_FLAGS`.
+    pub const IBV_WC_STANDARD_FLAGS: u64 = IBV_WC_EX_WITH_BYTE_LEN
+        | IBV_WC_EX_WITH_IMM
+        | IBV_WC_EX_WITH_QP_NUM
+        | IBV_WC_EX_WITH_SRC_QP
+        | IBV_WC_EX_WITH_SLID
+        | IBV_WC_EX_WITH_SL
+        | IBV_WC_EX_WITH_DLID_PATH_BITS;
+}
+
+/// `struct ibv_poll_cq_attr`.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub struct ibv_poll_cq_attr {
+    pub comp_mask: u32,
+}
+
+/// An `ibv_cq_ex` reader returning `u32`.
+pub type CqExReadU32 = unsafe extern "C" fn(*mut ibv_cq_ex) -> u32;
+/// An `ibv_cq_ex` reader returning `u8`.
+pub type CqExReadU8 = unsafe extern "C" fn(*mut ibv_cq_ex) -> u8;
+
+/// `struct ibv_cq_ex`: a CQ polled one completion at a time (`ibv_start_poll`,
+/// `ibv_next_poll`, `ibv_end_poll`) with a reader per field. Starts as `struct ibv_cq` does
+/// (`ibv_cq_ex_to_cq` is a cast).
+#[repr(C)]
+pub struct ibv_cq_ex {
+    pub context: *mut ibv_context,
+    pub channel: *mut ibv_comp_channel,
+    pub cq_context: *mut c_void,
+    pub handle: u32,
+    pub cqe: c_int,
+    pub mutex: libc::pthread_mutex_t,
+    pub cond: libc::pthread_cond_t,
+    pub comp_events_completed: u32,
+    pub async_events_completed: u32,
+    pub comp_mask: u32,
+    /// The current completion's status (after `start_poll` / `next_poll`).
+    pub status: u32,
+    /// The current completion's `wr_id`.
+    pub wr_id: u64,
+    pub start_poll: Option<unsafe extern "C" fn(*mut ibv_cq_ex, *mut ibv_poll_cq_attr) -> c_int>,
+    pub next_poll: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> c_int>,
+    pub end_poll: Option<unsafe extern "C" fn(*mut ibv_cq_ex)>,
+    pub read_opcode: Option<CqExReadU32>,
+    pub read_vendor_err: Option<CqExReadU32>,
+    pub read_byte_len: Option<CqExReadU32>,
+    /// Big-endian, as `ibv_wc.imm_data`.
+    pub read_imm_data: Option<CqExReadU32>,
+    pub read_qp_num: Option<CqExReadU32>,
+    pub read_src_qp: Option<CqExReadU32>,
+    pub read_wc_flags: Option<CqExReadU32>,
+    pub read_slid: Option<CqExReadU32>,
+    pub read_sl: Option<CqExReadU8>,
+    pub read_dlid_path_bits: Option<CqExReadU8>,
+    pub read_completion_ts: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u64>,
+    pub read_cvlan: UnusedOp,
+    pub read_flow_tag: UnusedOp,
+    pub read_tm_info: UnusedOp,
+    pub read_completion_wallclock_ns: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u64>,
 }

@@ -22,7 +22,9 @@ use core::ptr::NonNull;
 
 use zverbs_core::ring::Ring;
 use zverbs_core::sync::order;
-use zverbs_core::{Completion, PollCq, WcFlags, WcOpcode, WcStatus, barrier};
+use zverbs_core::{
+    Completion, PollCq, PollCqTimed, TimedCompletion, WcFlags, WcOpcode, WcStatus, barrier,
+};
 
 use crate::devmem::{CqeRing, DbrecWord};
 use crate::layout::{CqLayout, LayoutError};
@@ -134,6 +136,9 @@ pub struct CompletionQueue<B: Bindings> {
     /// The binding that matched last; [`Hit::UNBOUND`] until the first match.
     last: Hit<SqOf<B>, RqOf<B>, SrqOf<B>>,
     cqn: u32,
+    /// The CQ was created with completion timestamps: [`PollCqTimed::poll_timed`] reads them
+    /// (`poll` never looks).
+    timestamps: bool,
 }
 
 // SAFETY: the poller owns the consumer side of the CQE ring and its bindings (`B: Send`); it
@@ -186,7 +191,22 @@ impl<B: Bindings> CompletionQueue<B> {
             bindings,
             last: Hit::UNBOUND,
             cqn: layout.cqn,
+            timestamps: false,
         })
+    }
+
+    /// Marks the CQ as created with completion timestamps
+    /// (`IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`): [`PollCqTimed::poll_timed`] then reports each
+    /// CQE's `timestamp`. Without it, `poll_timed` reports `None` (the field of a CQ created
+    /// without timestamps means nothing). [`PollCq::poll`] is the same either way.
+    pub fn set_timestamps(&mut self, on: bool) {
+        self.timestamps = on;
+    }
+
+    /// Whether [`PollCqTimed::poll_timed`] reports timestamps.
+    #[inline]
+    pub fn has_timestamps(&self) -> bool {
+        self.timestamps
     }
 
     /// The CQ number.
@@ -354,18 +374,20 @@ impl<B: Bindings> CompletionQueue<B> {
     /// must come back from). Returns the completions of the whole poll.
     #[cold]
     #[inline(never)]
-    fn poll_rest(&mut self, out: &mut [Completion], mut n: usize) -> usize {
-        while let Some(wc) = out.get_mut(n) {
+    fn poll_rest<O: PollOut>(&mut self, out: &mut [O], mut n: usize) -> usize {
+        while let Some(o) = out.get_mut(n) {
             let Some((slot, op_own)) = owned(self.ring, self.cqes, self.ci) else {
                 break;
             };
             barrier::from_device();
             let cqes = self.cqes;
             // SAFETY: as in `poll`.
-            if !unsafe { self.decode_fast(cqes, slot, op_own, wc) } {
+            if !unsafe { self.decode_fast(cqes, slot, op_own, o.wc()) } {
                 // SAFETY: as above.
-                unsafe { self.decode_slow(cqes, slot, op_own, wc) };
+                unsafe { self.decode_slow(cqes, slot, op_own, o.wc()) };
             }
+            // SAFETY: as above.
+            unsafe { o.stamp(self.timestamps, cqes, slot) };
             self.ci = self.ci.wrapping_add(1);
             n += 1;
         }
@@ -704,13 +726,59 @@ pub fn status_of(syndrome: Syndrome) -> WcStatus {
     }
 }
 
-impl<B: Bindings> PollCq for CompletionQueue<B> {
-    #[inline]
-    fn poll(&mut self, out: &mut [Completion]) -> usize {
+/// What a poll writes for each CQE: a [`Completion`], or a [`TimedCompletion`] that adds the
+/// CQE's timestamp. One poll loop for both, compiled once for each: the plain one has no
+/// trace of timestamps.
+trait PollOut {
+    /// The completion to decode into.
+    fn wc(&mut self) -> &mut Completion;
+
+    /// Adds what the output carries besides the completion, from the CQE in `slot` of a CQ
+    /// whose CQEs carry timestamps when `timestamps` is true (the CQEs of successful
+    /// completions: an error CQE's syndromes are where the timestamp would be).
+    ///
+    /// # Safety
+    ///
+    /// As [`CqeRing::with_cqe`] for `slot`.
+    unsafe fn stamp(&mut self, timestamps: bool, cqes: CqeRing, slot: u32);
+}
+
+impl PollOut for Completion {
+    #[inline(always)]
+    fn wc(&mut self) -> &mut Completion {
+        self
+    }
+
+    #[inline(always)]
+    unsafe fn stamp(&mut self, _: bool, _: CqeRing, _: u32) {}
+}
+
+impl PollOut for TimedCompletion {
+    #[inline(always)]
+    fn wc(&mut self) -> &mut Completion {
+        &mut self.wc
+    }
+
+    #[inline(always)]
+    unsafe fn stamp(&mut self, timestamps: bool, cqes: CqeRing, slot: u32) {
+        // An error CQE has no timestamp: its syndromes share those bytes.
+        self.timestamp = if timestamps && self.wc.status == WcStatus::Success {
+            // SAFETY: (caller) the CQE is software's.
+            Some(unsafe { cqes.with_cqe(slot, |b| Cqe64::new_unchecked(b).timestamp()) })
+        } else {
+            None
+        };
+    }
+}
+
+impl<B: Bindings> CompletionQueue<B> {
+    /// The poll loop, for either output.
+    #[inline(always)]
+    fn poll_out<O: PollOut>(&mut self, out: &mut [O]) -> usize {
         // Locals, which the compiler need not reload after each completion it writes.
         let (ring, cqes, mut ci) = (self.ring, self.cqes, self.ci);
         let mut n = 0;
-        while let Some(wc) = out.get_mut(n) {
+        while let Some(o) = out.get_mut(n) {
             let Some((slot, op_own)) = owned(ring, cqes, ci) else {
                 break;
             };
@@ -718,10 +786,12 @@ impl<B: Bindings> PollCq for CompletionQueue<B> {
             // SAFETY: the owner bit says the CQE is software's, the barrier orders the reads
             // after that check, and the consumer counter that would free the entry is
             // published only after them.
-            if !unsafe { self.decode_fast(cqes, slot, op_own, wc) } {
+            if !unsafe { self.decode_fast(cqes, slot, op_own, o.wc()) } {
                 self.ci = ci;
                 return self.poll_rest(out, n);
             }
+            // SAFETY: as above.
+            unsafe { o.stamp(self.timestamps, cqes, slot) };
             ci = ci.wrapping_add(1);
             n += 1;
         }
@@ -730,6 +800,20 @@ impl<B: Bindings> PollCq for CompletionQueue<B> {
             self.publish_ci();
         }
         n
+    }
+}
+
+impl<B: Bindings> PollCq for CompletionQueue<B> {
+    #[inline]
+    fn poll(&mut self, out: &mut [Completion]) -> usize {
+        self.poll_out(out)
+    }
+}
+
+impl<B: Bindings> PollCqTimed for CompletionQueue<B> {
+    #[inline]
+    fn poll_timed(&mut self, out: &mut [TimedCompletion]) -> usize {
+        self.poll_out(out)
     }
 }
 
@@ -1263,6 +1347,76 @@ mod tests {
         let mut wc = wcs();
         assert_eq!(cq.poll(&mut wc), 1);
         assert_eq!((wc[0].wr_id, wc[0].qp_num), (42, QPN));
+    }
+
+    /// A NOP's requester CQE at `wqe` with `ts` in its `timestamp` field (bytes 48..56).
+    fn stamped(wqe: u16, ts: u64) -> [u8; 64] {
+        let mut c = req_cqe(QPN, opcode::NOP, wqe, 0, 0);
+        c[48..56].copy_from_slice(&ts.to_be_bytes());
+        c
+    }
+
+    #[test]
+    fn timed_poll_reads_the_timestamp_on_both_paths() {
+        // The first CQE is decoded out of line (no binding cached yet), the rest inline.
+        let mut rig = Rig::new(8, 256, caps(1, 0));
+        let layout = rig.mem.cq_layout();
+        let bindings = rig.bindings.clone();
+        // SAFETY: the rig's CQ memory; the rig's own poller is not used again.
+        let mut cq = unsafe { CompletionQueue::new(&layout, bindings) }.unwrap();
+        cq.set_timestamps(true);
+        assert!(cq.has_timestamps());
+        let stamps = [0x0123_4567_89ab_cdef, 0x0123_4567_89ab_ce00, u64::MAX];
+        for (i, ts) in stamps.iter().enumerate() {
+            send(&mut rig, &SendWr::nop(i as u64).signaled());
+            rig.mem.put_cqe(i, stamped(i as u16, *ts));
+        }
+        let mut out = [TimedCompletion::EMPTY; 4];
+        assert_eq!(cq.poll_timed(&mut out[..1]), 1);
+        assert_eq!(cq.poll_timed(&mut out[1..]), 2);
+        for (i, ts) in stamps.iter().enumerate() {
+            assert_eq!((out[i].wr_id, out[i].hw_timestamp()), (i as u64, Some(*ts)));
+        }
+        assert_eq!(
+            out[3],
+            TimedCompletion::EMPTY,
+            "nothing past the CQEs polled"
+        );
+    }
+
+    #[test]
+    fn an_error_cqe_has_no_timestamp() {
+        // Its vendor syndrome and syndrome are bytes 54 and 55, inside `timestamp`.
+        let mut rig = Rig::new(8, 256, caps(1, 0));
+        rig.cq.set_timestamps(true);
+        send(&mut rig, &SendWr::nop(4).signaled());
+        rig.mem.put_cqe(0, err_cqe(QPN, 13, 0, 0x13, 0x88, 0));
+        let mut out = [TimedCompletion::EMPTY; 1];
+        assert_eq!(rig.cq.poll_timed(&mut out), 1);
+        assert_eq!(
+            (out[0].status, out[0].vendor_err, out[0].hw_timestamp()),
+            (WcStatus::RemAccessErr, 0x88, None)
+        );
+    }
+
+    #[test]
+    fn timed_poll_of_a_cq_without_timestamps_reports_none() {
+        let mut rig = Rig::new(8, 256, caps(1, 0));
+        for i in 0..2u16 {
+            send(&mut rig, &SendWr::nop(u64::from(i)).signaled());
+            rig.mem.put_cqe(usize::from(i), stamped(i, 77));
+        }
+        assert!(!rig.cq.has_timestamps());
+        let mut out = [TimedCompletion {
+            timestamp: Some(1),
+            ..TimedCompletion::EMPTY
+        }; 2];
+        assert_eq!(rig.cq.poll_timed(&mut out[..1]), 1);
+        assert_eq!(rig.cq.poll_timed(&mut out[1..]), 1);
+        assert_eq!(
+            out.map(|o| (o.wr_id, o.hw_timestamp())),
+            [(0, None), (1, None)]
+        );
     }
 
     #[test]

@@ -124,6 +124,7 @@
 struct ReadmeDoctests;
 
 pub mod bf;
+pub mod clock;
 mod cq;
 // The cells the queues' memory is made of, public for the loom models of the workspace (which
 // build rings of them): not API, outside semver, hidden from the documentation.

@@ -147,6 +147,9 @@ pub(crate) struct DevCq {
     pub(crate) overrun_reported: bool,
     /// Destroyed: no CQE is written any more.
     pub(crate) dead: bool,
+    /// The clock that stamps each CQE as it is written, for a CQ created with completion
+    /// timestamps.
+    pub(crate) stamp: Option<crate::clock::DeviceClock>,
 }
 
 impl DevCq {
@@ -168,6 +171,7 @@ impl DevCq {
             overruns: 0,
             overrun_reported: false,
             dead: false,
+            stamp: None,
         }
     }
 
@@ -255,6 +259,15 @@ impl DevCq {
         let p = unsafe { self.buf.ptr.add(slot * 64) };
         let mut cqe = *cqe;
         Cqe64::new_unchecked(&mut cqe).set_owner(owner);
+        let opcode = cqe[field::OP_OWN] >> 4;
+        if let Some(clock) = &self.stamp
+            && opcode != op::REQ_ERR
+            && opcode != op::RESP_ERR
+        {
+            // As a ConnectX: the device clock when the CQE is written. An error CQE has no
+            // timestamp: its syndrome and vendor syndrome are in those bytes.
+            Cqe64::new_unchecked(&mut cqe).set_timestamp(clock.ticks());
+        }
         // SAFETY: the CQE is the device's (the consumer counter is past it), so the poller does
         // not read its body now; it reads only `op_own`, which is not written here.
         unsafe { core::ptr::copy_nonoverlapping(cqe.as_ptr(), p.as_ptr(), field::OP_OWN) };

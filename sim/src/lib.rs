@@ -174,6 +174,7 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+pub mod clock;
 mod config;
 mod cq;
 mod engine;
@@ -910,6 +911,24 @@ impl Device {
     /// worth) cannot be allocated.
     pub fn delay_completions(&self, cqn: u32, steps: u64) -> Result<(), SimError> {
         self.engine().cq_mut(cqn)?.set_delay(steps)
+    }
+
+    /// Stamps every CQE of `cqn` written from now on with the device clock, as a ConnectX
+    /// does for a CQ created with completion timestamps (`IB_UVERBS_CQ_FLAGS_TIMESTAMP_COMPLETION`).
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::NoSuchCq`].
+    pub fn enable_cq_timestamps(&self, cqn: u32) -> Result<(), SimError> {
+        let mut e = self.engine();
+        let clock = e.clock;
+        e.cq_mut(cqn)?.stamp = Some(clock);
+        Ok(())
+    }
+
+    /// The device clock (the counter CQE timestamps come from, and its clock-info page).
+    pub fn clock(&self) -> clock::DeviceClock {
+        self.engine().clock
     }
 
     /// Holds every CQE of `cqn` from now on until [`Device::release_completions`].

@@ -16,6 +16,7 @@ pub struct CqBuilder<'a> {
     cqe: u32,
     backend: Option<BackendRequest>,
     poll_batch: u32,
+    timestamps: bool,
 }
 
 impl<'a> CqBuilder<'a> {
@@ -25,6 +26,7 @@ impl<'a> CqBuilder<'a> {
             cqe: 256,
             backend: None,
             poll_batch: 32,
+            timestamps: false,
         }
     }
 
@@ -48,6 +50,17 @@ impl<'a> CqBuilder<'a> {
         self
     }
 
+    /// Completions carry the device clock when the device wrote them (default off): created
+    /// with `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`, polled with
+    /// [`PollCqTimed::poll_timed`](zverbs_core::PollCqTimed::poll_timed), converted with
+    /// [`Context::clock`]. [`PollCq::poll`](zverbs_core::PollCq::poll) costs the same either
+    /// way. `build` fails with [`Error::NoTimestamps`] on a device that cannot timestamp
+    /// completions.
+    pub fn timestamps(mut self, on: bool) -> Self {
+        self.timestamps = on;
+        self
+    }
+
     /// Creates the CQ.
     ///
     /// # Errors
@@ -64,7 +77,14 @@ impl<'a> CqBuilder<'a> {
         }
         let support = self.ctx.inner.provider.direct_support();
         let direct = want_direct(choice, &support)?;
-        let (provider, note) = self.ctx.inner.provider.create_cq(self.cqe, direct)?;
+        let (provider, note) = if self.timestamps {
+            self.ctx
+                .inner
+                .provider
+                .create_cq_timestamped(self.cqe, direct)?
+        } else {
+            self.ctx.inner.provider.create_cq(self.cqe, direct)?
+        };
         let engine = provider.engine();
         if choice.request == BackendRequest::Direct && !engine.is_direct() {
             return Err(Error::Backend {
@@ -159,6 +179,11 @@ impl Cq {
     /// The backend that polls it, and why.
     pub fn backend(&self) -> &BackendReport {
         &self.inner.report
+    }
+
+    /// Whether its completions carry the device clock ([`CqBuilder::timestamps`]).
+    pub fn has_timestamps(&self) -> bool {
+        self.inner.provider.timestamps()
     }
 
     /// The context it belongs to.

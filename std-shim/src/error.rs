@@ -172,6 +172,15 @@ pub enum Error {
         /// The event's status (a negative errno, or a reject reason).
         status: i32,
     },
+    /// The device cannot timestamp completions (a CQ with timestamps, or its clock, was asked
+    /// for).
+    #[error("device `{device}` cannot timestamp completions: {reason}")]
+    NoTimestamps {
+        /// The device.
+        device: String,
+        /// Why.
+        reason: String,
+    },
 }
 
 impl Error {

@@ -195,6 +195,7 @@
 struct ReadmeDoctests;
 
 pub mod backend;
+mod clock;
 pub mod connect;
 mod cq;
 mod device;
@@ -213,6 +214,7 @@ mod srq;
 mod ud;
 
 pub use backend::{BackendChoice, BackendKind, BackendReport, BackendRequest, BlueFlame};
+pub use clock::DeviceClock;
 pub use cq::{Cq, CqBuilder};
 pub use device::{
     Context, ContextOptions, DEVICE_ENV, Device, DeviceAttr, Gid, GidEntry, GidType, LinkLayer,
@@ -328,6 +330,7 @@ pub use zverbs_core::{
     BatchError, PostError, PostRecv, RecvWr, RemoteBuf, SendBatch, SendFlags, SendOp, SendWr, Sge,
     SqCaps, Transport, UdDest, WcError, WcFlags, WcOpcode, WcStatus,
 };
+pub use zverbs_core::{PollCqTimed, TimedCompletion};
 /// The raw rdma-core binding the control path and the fallback are built on (crate
 /// `zverbs-ffi`): hand-written `repr(C)` declarations, checked against rdma-core's headers, and
 /// libibverbs, libmlx5 and librdmacm loaded at run time.

@@ -101,6 +101,13 @@ macro_rules! forward_queues {
                 self.q.poll(out)
             }
         }
+
+        impl zverbs_core::PollCqTimed for Poller {
+            #[inline(always)]
+            fn poll_timed(&mut self, out: &mut [zverbs_core::TimedCompletion]) -> usize {
+                self.q.poll_timed(out)
+            }
+        }
     };
 }
 
@@ -535,9 +542,10 @@ impl AnyPoller {
                 // after the queue); the poller is taken once and libibverbs never polls the CQ;
                 // each binding names a QP of this CQ with its states; the CQ was created
                 // without compression.
-                let q = unsafe {
+                let mut q = unsafe {
                     zverbs_mlx5dv::CompletionQueue::new(&layout, bindings.into_boxed_slice())?
                 };
+                q.set_timestamps(cq.has_timestamps());
                 Ok(Self::Direct(direct::Poller {
                     q,
                     _qps: qps,
@@ -568,6 +576,13 @@ impl AnyPoller {
                     )
                 }
                 .ok_or_else(|| no_entry("poll_cq"))?;
+                let mut q = q;
+                if let Some(ex) = cq.inner.provider.verbs_cq_ex() {
+                    // SAFETY: the extended CQ is the same live CQ (`ibv_cq_ex_to_cq`), polled
+                    // only through this handle, created with the standard fields and the
+                    // completion timestamp.
+                    unsafe { q.set_cq_ex(ex) };
+                }
                 Ok(Self::Verbs(verbs::Poller {
                     q,
                     _qps: qps,
@@ -657,6 +672,16 @@ impl PollCq for AnyPoller {
         match self {
             Self::Direct(q) => q.poll(out),
             Self::Verbs(q) => q.poll(out),
+        }
+    }
+}
+
+impl zverbs_core::PollCqTimed for AnyPoller {
+    #[inline(always)]
+    fn poll_timed(&mut self, out: &mut [zverbs_core::TimedCompletion]) -> usize {
+        match self {
+            Self::Direct(q) => q.poll_timed(out),
+            Self::Verbs(q) => q.poll_timed(out),
         }
     }
 }

@@ -913,3 +913,21 @@ fn a_ud_qp_on_a_shared_register_shares_its_lock_and_toggle() {
     }
     assert_eq!(written, [0, 1, 0, 1], "each ring wrote the other buffer");
 }
+
+#[test]
+fn timestamps_on_a_device_without_a_clock_are_a_typed_error() {
+    // The fake device, as rxe, timestamps nothing: the CQ is refused before anything is
+    // created, and so is the clock.
+    let log = new_log();
+    let c = ctx(&log);
+    let e = c.cq_builder().timestamps(true).build().unwrap_err();
+    assert!(matches!(e, Error::NoTimestamps { .. }), "{e}");
+    assert!(
+        e.to_string().contains("cannot timestamp completions"),
+        "{e}"
+    );
+    assert!(matches!(c.clock().unwrap_err(), Error::NoTimestamps { .. }));
+    assert!(!log.lock().unwrap().iter().any(|l| l.contains("create_cq")));
+    // A CQ without them is created as ever, and says so.
+    assert!(!c.cq_builder().build().unwrap().has_timestamps());
+}

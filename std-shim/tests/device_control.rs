@@ -290,3 +290,28 @@ fn misuse_is_refused_with_a_clear_error() {
     let e = ctx.gid(port, len + 10);
     assert!(e.is_err(), "{e:?}");
 }
+
+/// Completion timestamps where the device has them, a typed refusal where it has not (rxe:
+/// its provider rejects the flag and the kernel reports a timestamp mask of 0).
+#[test]
+fn completion_timestamps_or_a_typed_refusal() {
+    let _serial = serial();
+    let Some(env) = env() else { return };
+    let ctx = open(&env.device);
+    match ctx.clock() {
+        Ok(clock) => {
+            assert!(clock.khz() > 0 && clock.mask() > 0);
+            let cq = ctx.cq_builder().timestamps(true).build().unwrap();
+            assert!(cq.has_timestamps());
+            println!("{}: device clock {} kHz", env.device, clock.khz());
+        }
+        Err(e) => {
+            assert!(matches!(e, zverbs::Error::NoTimestamps { .. }), "{e}");
+            let e = ctx.cq_builder().timestamps(true).build().unwrap_err();
+            assert!(matches!(e, zverbs::Error::NoTimestamps { .. }), "{e}");
+            println!("{}: {e}", env.device);
+        }
+    }
+    // Without timestamps, as ever.
+    assert!(!ctx.cq_builder().build().unwrap().has_timestamps());
+}

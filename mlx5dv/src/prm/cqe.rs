@@ -2,7 +2,7 @@
 //!
 //! With 128-byte CQEs the 64-byte CQE is the second half of each entry.
 
-use super::{Field, get_be16, get_be32, set_be16, set_be32};
+use super::{Field, get_be16, get_be32, get_be64, set_be16, set_be32, set_be64};
 
 /// Field offsets of `struct mlx5_cqe64`.
 pub mod field {
@@ -362,6 +362,13 @@ impl<T: AsRef<[u8]>> Cqe64<T> {
     pub fn imm_inval_pkey(&self) -> u32 {
         get_be32(self.buffer.as_ref(), field::IMM_INVAL_PKEY)
     }
+    /// `timestamp`: the device clock when the CQE was written (free-running ticks of
+    /// `hca_core_clock`, or nanoseconds on a device in real-time mode). Meaningful only on a
+    /// CQ created with completion timestamps (`IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`).
+    #[inline]
+    pub fn timestamp(&self) -> u64 {
+        get_be64(self.buffer.as_ref(), field::TIMESTAMP)
+    }
     /// `byte_cnt`.
     #[inline]
     pub fn byte_cnt(&self) -> u32 {
@@ -458,6 +465,11 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Cqe64<T> {
     #[inline]
     pub fn set_imm_inval_pkey(&mut self, v: u32) {
         set_be32(self.buffer.as_mut(), field::IMM_INVAL_PKEY, v);
+    }
+    /// Sets `timestamp`.
+    #[inline]
+    pub fn set_timestamp(&mut self, v: u64) {
+        set_be64(self.buffer.as_mut(), field::TIMESTAMP, v);
     }
     /// Sets `byte_cnt`.
     #[inline]

@@ -54,6 +54,7 @@ macro_rules! seg_view {
     };
 }
 
+pub mod clock;
 pub mod cqe;
 pub mod dv;
 pub mod wqe;

@@ -152,6 +152,8 @@ pub(crate) struct Engine {
     pub(crate) atomic_host_endian: bool,
     /// The port's state and the subscribers to asynchronous events.
     pub(crate) faults: crate::faults::Faults,
+    /// The device clock (CQE timestamps).
+    pub(crate) clock: crate::clock::DeviceClock,
 }
 
 impl core::fmt::Debug for Engine {
@@ -207,6 +209,7 @@ impl Engine {
             next_seq: 0,
             atomic_host_endian: true,
             faults: crate::faults::Faults::default(),
+            clock: crate::clock::DeviceClock::new(),
         })
     }
 

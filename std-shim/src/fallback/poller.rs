@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use zverbs_core::{Completion, PollCq, WcFlags, WcOpcode, WcStatus};
+use zverbs_core::{Completion, PollCq, PollCqTimed, TimedCompletion, WcFlags, WcOpcode, WcStatus};
 
 use super::RawArray;
 use super::state::{RECV_TAG, RqShared, SqShared};
@@ -32,6 +32,8 @@ pub struct Poller {
     bindings: Box<[Binding]>,
     last: usize,
     error: Option<i32>,
+    /// The CQ as an extended CQ with completion timestamps, if it was created as one.
+    cq_ex: Option<core::ptr::NonNull<ibv_cq_ex>>,
 }
 
 // SAFETY: the poller owns its `ibv_wc` array; libibverbs allows polling a CQ from any thread
@@ -59,6 +61,7 @@ impl Poller {
             bindings,
             last: 0,
             error: None,
+            cq_ex: None,
         })
     }
 
@@ -192,5 +195,120 @@ impl PollCq for Poller {
             self.convert(&wc, o);
         }
         got
+    }
+}
+
+impl Poller {
+    /// Reads timestamps from now on: [`PollCqTimed::poll_timed`] polls `cq_ex` with
+    /// `ibv_start_poll` / `ibv_next_poll` / `ibv_end_poll` and reports each completion's
+    /// `ibv_wc_read_completion_ts`. Without it, `poll_timed` polls as
+    /// [`PollCq::poll`](zverbs_core::PollCq::poll) and reports no timestamps.
+    ///
+    /// # Safety
+    ///
+    /// `cq_ex` is this poller's CQ (`ibv_cq_ex_to_cq(cq_ex)` is the CQ it was made with),
+    /// created by `ibv_create_cq_ex` with `IBV_WC_STANDARD_FLAGS` and
+    /// `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`.
+    pub unsafe fn set_cq_ex(&mut self, cq_ex: *mut ibv_cq_ex) {
+        self.cq_ex = core::ptr::NonNull::new(cq_ex);
+    }
+
+    /// The current completion of the extended CQ `cq` as an `ibv_wc`, and its timestamp.
+    ///
+    /// # Safety
+    ///
+    /// `cq` is between a successful `start_poll` / `next_poll` and `end_poll`, with the
+    /// readers of the fields it was created with.
+    unsafe fn read_ex(cq: *mut ibv_cq_ex) -> (ibv_wc, u64) {
+        // SAFETY: (caller) a current completion; each reader is the provider's for it.
+        unsafe {
+            let c = &*cq;
+            let u32_of = |f: Option<CqExReadU32>| f.map_or(0, |f| f(cq));
+            let u8_of = |f: Option<CqExReadU8>| f.map_or(0, |f| f(cq));
+            let wc = ibv_wc {
+                wr_id: c.wr_id,
+                status: c.status,
+                opcode: u32_of(c.read_opcode),
+                vendor_err: u32_of(c.read_vendor_err),
+                byte_len: u32_of(c.read_byte_len),
+                imm_data: u32_of(c.read_imm_data),
+                qp_num: u32_of(c.read_qp_num),
+                src_qp: u32_of(c.read_src_qp),
+                wc_flags: u32_of(c.read_wc_flags),
+                pkey_index: 0,
+                slid: u32_of(c.read_slid) as u16,
+                sl: u8_of(c.read_sl),
+                dlid_path_bits: u8_of(c.read_dlid_path_bits),
+            };
+            (wc, c.read_completion_ts.map_or(0, |f| f(cq)))
+        }
+    }
+}
+
+impl PollCqTimed for Poller {
+    fn poll_timed(&mut self, out: &mut [TimedCompletion]) -> usize {
+        let Some(cq) = self.cq_ex.map(|p| p.as_ptr()) else {
+            // A CQ without timestamps: as `poll`, one batch at a time.
+            let mut n = 0;
+            let mut wc = [Completion::EMPTY; 16];
+            while n < out.len() {
+                let want = (out.len() - n).min(wc.len());
+                let got = self.poll(&mut wc[..want]);
+                for (o, w) in out[n..].iter_mut().zip(&wc[..got]) {
+                    *o = TimedCompletion {
+                        wc: *w,
+                        timestamp: None,
+                    };
+                }
+                n += got;
+                if got < want {
+                    break;
+                }
+            }
+            return n;
+        };
+        if out.is_empty() {
+            return 0;
+        }
+        // SAFETY: (set_cq_ex) a live extended CQ polled only here; the entries are the
+        // provider's, read between start and end.
+        unsafe {
+            let (Some(start), Some(next), Some(end)) =
+                ((*cq).start_poll, (*cq).next_poll, (*cq).end_poll)
+            else {
+                self.error = Some(libc::EOPNOTSUPP);
+                return 0;
+            };
+            let mut attr = ibv_poll_cq_attr::default();
+            match start(cq, &mut attr) {
+                0 => {}
+                libc::ENOENT => return 0,
+                e => {
+                    self.error = Some(e);
+                    return 0;
+                }
+            }
+            let mut n = 0;
+            loop {
+                let (wc, ts) = Self::read_ex(cq);
+                self.convert(&wc, &mut out[n].wc);
+                // As the direct path: an error CQE has no timestamp.
+                out[n].timestamp = (wc.status == 0).then_some(ts);
+                n += 1;
+                if n == out.len() {
+                    break;
+                }
+                match next(cq) {
+                    0 => {}
+                    libc::ENOENT => break,
+                    e => {
+                        self.error = Some(e);
+                        break;
+                    }
+                }
+            }
+            end(cq);
+            n
+        }
     }
 }

@@ -66,6 +66,26 @@ pub(crate) trait ContextProvider: Send + Sync + Debug {
     fn async_events(&self) -> Result<Box<dyn crate::events::AsyncEventSource>> {
         Err(crate::events::unsupported())
     }
+    /// The device clock now (frequency, timestamp mask, timecounter snapshot).
+    fn clock(&self) -> Result<crate::clock::ClockSnapshot> {
+        Err(crate::Error::NoTimestamps {
+            device: self.name().to_string(),
+            reason: "the provider has no device clock".into(),
+        })
+    }
+    /// As [`ContextProvider::create_cq`], for a CQ whose completions carry the device clock
+    /// (`IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`).
+    fn create_cq_timestamped(
+        &self,
+        cqe: u32,
+        direct: bool,
+    ) -> Result<(Box<dyn CqProvider>, EngineNote)> {
+        let _ = (cqe, direct);
+        Err(crate::Error::NoTimestamps {
+            device: self.name().to_string(),
+            reason: "the provider cannot create CQs with completion timestamps".into(),
+        })
+    }
 }
 
 /// A protection domain.
@@ -164,6 +184,15 @@ pub(crate) trait CqProvider: Send + Sync + Debug {
     /// the device's CQ number where there is no rdma-core CQ.
     fn event_id(&self) -> u64 {
         self.verbs_cq().map_or(0, |p| p as u64)
+    }
+    /// Whether its completions carry the device clock.
+    fn timestamps(&self) -> bool {
+        false
+    }
+    /// The extended rdma-core CQ behind it, if it was created as one (`ibv_create_cq_ex`):
+    /// the fallback polls it with `ibv_start_poll` to read timestamps.
+    fn verbs_cq_ex(&self) -> Option<*mut crate::ffi::types::ibv_cq_ex> {
+        None
     }
 }
 

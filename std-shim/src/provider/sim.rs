@@ -237,6 +237,35 @@ impl ContextProvider for SimContext {
             EngineNote(format!("{NAME}: direct CQ of {} CQEs", cq.layout.cqe_cnt)),
         ))
     }
+
+    fn clock(&self) -> Result<crate::clock::ClockSnapshot> {
+        let page = device().clock().clock_info();
+        Ok(crate::clock::ClockSnapshot {
+            khz: sim::clock::CLOCK_KHZ,
+            mask: sim::clock::CLOCK_MASK,
+            info: zverbs_mlx5dv::clock::ClockInfo::from_page(&page),
+            max_age_ns: page.overflow_period,
+        })
+    }
+
+    fn create_cq_timestamped(
+        &self,
+        cqe: u32,
+        direct: bool,
+    ) -> Result<(Box<dyn CqProvider>, EngineNote)> {
+        let (cq, note) = self.create_cq(cqe, direct)?;
+        let cqn = match cq.engine() {
+            CqEngine::Direct(l) => l.cqn,
+            CqEngine::Verbs(_) => return Err(no_fallback()),
+        };
+        device()
+            .enable_cq_timestamps(cqn)
+            .map_err(|e| sim_err("create_cq", e))?;
+        Ok((
+            Box::new(TimedCq(cq)),
+            EngineNote(format!("{}, with completion timestamps", note.0)),
+        ))
+    }
 }
 
 fn no_fallback() -> Error {
@@ -730,5 +759,21 @@ mod tests {
             sim::Access::from(read_only),
             sim::Access::REMOTE_READ | sim::Access::LOCAL_WRITE
         );
+    }
+}
+
+/// A CQ whose CQEs the device stamps with its clock.
+#[derive(Debug)]
+struct TimedCq(Box<dyn CqProvider>);
+
+impl CqProvider for TimedCq {
+    fn cqe(&self) -> u32 {
+        self.0.cqe()
+    }
+    fn engine(&self) -> CqEngine {
+        self.0.engine()
+    }
+    fn timestamps(&self) -> bool {
+        true
     }
 }

@@ -365,6 +365,7 @@ impl ContextProvider for VerbsContext {
             cq,
             verbs: self.verbs,
             layout: None,
+            cq_ex: None,
         };
         let note = if direct {
             match init_cq(cq) {
@@ -382,6 +383,146 @@ impl ContextProvider for VerbsContext {
             String::from("libibverbs ibv_poll_cq")
         };
         Ok((Box::new(out), EngineNote(note)))
+    }
+
+    fn clock(&self) -> Result<crate::clock::ClockSnapshot> {
+        let (khz, mask) = self.timestamp_caps()?;
+        let info = self.clock_info(khz, mask)?;
+        let max_ticks = (mask / 2).min(u64::MAX / u64::from(info.mult.max(1)));
+        let max_age_ns =
+            zverbs_mlx5dv::clock::TickRate::from_khz(khz).map_or(0, |r| r.ticks_to_ns(max_ticks));
+        Ok(crate::clock::ClockSnapshot {
+            khz,
+            mask,
+            info,
+            max_age_ns,
+        })
+    }
+
+    fn create_cq_timestamped(
+        &self,
+        cqe: u32,
+        direct: bool,
+    ) -> Result<(Box<dyn CqProvider>, EngineNote)> {
+        self.timestamp_caps()?;
+        let mut attr = ibv_cq_init_attr_ex {
+            cqe: cqe.max(1),
+            cq_context: ptr::null_mut(),
+            channel: ptr::null_mut(),
+            comp_vector: 0,
+            wc_flags: wc_ex_flags::IBV_WC_STANDARD_FLAGS
+                | wc_ex_flags::IBV_WC_EX_WITH_COMPLETION_TIMESTAMP,
+            comp_mask: 0,
+            flags: 0,
+            parent_domain: ptr::null_mut(),
+        };
+        // SAFETY: a live context and a valid attribute struct.
+        let ex = unsafe { crate::ffi::ibv_create_cq_ex(self.ctx, &mut attr) };
+        let Some(ex) = NonNull::new(ex) else {
+            return Err(Error::last_os("ibv_create_cq_ex"));
+        };
+        // `ibv_cq_ex_to_cq`: an extended CQ starts as `struct ibv_cq`.
+        let cq = ex.cast::<ibv_cq>();
+        let mut out = VerbsCq {
+            cq,
+            verbs: self.verbs,
+            layout: None,
+            cq_ex: Some(ex),
+        };
+        let note = if direct {
+            match init_cq(cq) {
+                Ok(l) => {
+                    out.layout = Some(l);
+                    format!(
+                        "ibv_create_cq_ex with completion timestamps; mlx5dv_init_obj: CQ {:#x}, \
+                         {} CQEs of {} bytes",
+                        l.cqn, l.cqe_cnt, l.cqe_size
+                    )
+                }
+                Err(why) => why,
+            }
+        } else {
+            String::from("libibverbs ibv_start_poll, with completion timestamps")
+        };
+        Ok((Box::new(out), EngineNote(note)))
+    }
+}
+
+impl VerbsContext {
+    /// `hca_core_clock` (kHz) and `completion_timestamp_mask` from `ibv_query_device_ex`, or
+    /// why the device cannot timestamp completions.
+    fn timestamp_caps(&self) -> Result<(u64, u64)> {
+        let none = |reason: String| Error::NoTimestamps {
+            device: self.name.clone(),
+            reason,
+        };
+        // SAFETY: all-zero bytes are a valid `ibv_device_attr_ex`.
+        let mut a: ibv_device_attr_ex = unsafe { core::mem::zeroed() };
+        // SAFETY: a live context and a writable struct of the size the call passes.
+        let ret = unsafe { crate::ffi::ibv_query_device_ex(self.ctx, &mut a) };
+        match ret {
+            0 => {}
+            libc::EOPNOTSUPP | libc::ENOSYS => {
+                return Err(none("the provider has no ibv_query_device_ex".into()));
+            }
+            e => return Err(Error::from_ret("ibv_query_device_ex", e)),
+        }
+        if a.completion_timestamp_mask == 0 || a.hca_core_clock == 0 {
+            return Err(none(format!(
+                "ibv_query_device_ex reports completion_timestamp_mask {:#x}, hca_core_clock {} kHz",
+                a.completion_timestamp_mask, a.hca_core_clock
+            )));
+        }
+        Ok((a.hca_core_clock, a.completion_timestamp_mask))
+    }
+
+    /// The timecounter over the device clock: `mlx5dv_get_clock_info` on an mlx5 device whose
+    /// context mapped the clock-info page, else the counter from `ibv_query_rt_values_ex`
+    /// read beside `CLOCK_REALTIME`.
+    fn clock_info(&self, khz: u64, mask: u64) -> Result<zverbs_mlx5dv::clock::ClockInfo> {
+        use zverbs_mlx5dv::clock::ClockInfo;
+        if matches!(self.direct, DirectSupport::Yes(_))
+            && let Some(get) = load::mlx5().ok().and_then(|m| m.mlx5dv_get_clock_info)
+        {
+            let mut ci = zverbs_mlx5dv::prm::clock::mlx5dv_clock_info::default();
+            // SAFETY: a live mlx5 context and a writable `struct mlx5dv_clock_info`.
+            if unsafe { get(self.ctx, (&raw mut ci).cast()) } == 0 {
+                return Ok(ClockInfo::from_dv(&ci));
+            }
+        }
+        let mut v = ibv_values_ex {
+            comp_mask: IBV_VALUES_MASK_RAW_CLOCK,
+            raw_clock: libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+        };
+        // SAFETY: a live context and a writable struct.
+        let ret = unsafe { crate::ffi::ibv_query_rt_values_ex(self.ctx, &mut v) };
+        let now = crate::clock::wall_now_ns();
+        if ret != 0 {
+            return Err(Error::from_ret("ibv_query_rt_values_ex", ret));
+        }
+        if v.comp_mask & IBV_VALUES_MASK_RAW_CLOCK == 0 {
+            return Err(Error::NoTimestamps {
+                device: self.name.clone(),
+                reason: "ibv_query_rt_values_ex reports no raw clock".into(),
+            });
+        }
+        // The counter is in `tv_nsec` (libmlx5 sets `tv_sec` 0).
+        let cycles = (v.raw_clock.tv_sec as u64)
+            .wrapping_mul(1_000_000_000)
+            .wrapping_add(v.raw_clock.tv_nsec as u64);
+        let hour = khz.saturating_mul(1000 * 3600);
+        let (mult, shift) = crate::clock::mult_shift(khz, hour.min(mask / 2));
+        Ok(ClockInfo {
+            nsec: now,
+            last_cycles: cycles & mask,
+            frac: 0,
+            mult,
+            shift,
+            mask,
+        })
     }
 }
 
@@ -883,6 +1024,8 @@ struct VerbsCq {
     cq: NonNull<ibv_cq>,
     verbs: &'static Verbs,
     layout: Option<zverbs_mlx5dv::CqLayout>,
+    /// The same CQ as an extended CQ, when it was created with completion timestamps.
+    cq_ex: Option<NonNull<ibv_cq_ex>>,
 }
 
 // SAFETY: an rdma-core CQ handle; the data path that polls it takes `&mut` of its poller.
@@ -903,6 +1046,12 @@ impl CqProvider for VerbsCq {
     }
     fn verbs_cq(&self) -> Option<*mut ibv_cq> {
         Some(self.cq.as_ptr())
+    }
+    fn timestamps(&self) -> bool {
+        self.cq_ex.is_some()
+    }
+    fn verbs_cq_ex(&self) -> Option<*mut ibv_cq_ex> {
+        self.cq_ex.map(NonNull::as_ptr)
     }
 }
 

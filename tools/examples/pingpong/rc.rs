@@ -7,7 +7,7 @@
 //!   -p PORT  TCP port (18515)      -d DEV   device (first NIC) -i N  device port (1)
 //!   -s SIZE  message size (4096)   -m MTU   path MTU (1024)    -r N  receive depth (500)
 //!   -n N     iterations (1000)     -l SL    service level (0)  -g N  GID index (none)
-//!   --backend auto|direct|verbs
+//!   -t, --ts  completion timestamps      --backend auto|direct|verbs
 //! ```
 //!
 //! The peer is another process (usually on another host), so the software device, which
@@ -26,6 +26,12 @@
 //! then fails (exit code 1), naming how many messages were damaged and the first wrong byte.
 //! rdma-core's `ibv_rc_pingpong -c` as the client writes 0 at the start of every page of its
 //! first message, so this side rejects that run.
+//!
+//! With `-t` (`--ts`, `--rc` only) the CQ is created with completion timestamps and, as
+//! `ibv_rc_pingpong --ts` does, the intervals between consecutive receive completions are
+//! measured on the device clock (across the counter's wrap) and reported as their maximum,
+//! minimum and average in clock cycles; then the average in nanoseconds, from the device's
+//! clock frequency. A device without completion timestamps refuses the run before it starts.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -34,8 +40,8 @@ use zverbs::connect::Endpoint;
 use zverbs::connect::exchange::{self, Hello, Wire};
 use zverbs::safe::{SafeRecvQueue, SafeSendQueue};
 use zverbs::{
-    AccessFlags, Completion, ConnectAttr, ContextOptions, MrBuf, PollCq, PostRecv, PostSend,
-    Queues, SendFlags,
+    AccessFlags, Completion, ConnectAttr, ContextOptions, MrBuf, PollCq, PollCqTimed, PostRecv,
+    PostSend, Queues, SendFlags, TimedCompletion,
 };
 use zverbs_tools::args::{self, Arg::*, Parser};
 
@@ -86,6 +92,8 @@ pub(crate) struct Opts {
     pub(crate) backend: Option<zverbs::BackendRequest>,
     /// QPs on the SRQ (`--srq` only).
     pub(crate) num_qp: u32,
+    /// Completion timestamps (`--rc` only).
+    pub(crate) ts: bool,
 }
 
 /// `ibv_rc_pingpong` fills its buffer with this byte (and sends it, unless `--chk`).
@@ -116,6 +124,7 @@ pub(crate) fn parse(mut p: Parser, mode: Mode) -> Result<Opts, String> {
         ib_port: 1,
         size: if mode == Mode::Ud { 2048 } else { 4096 },
         num_qp: 16,
+        ts: false,
         mtu: zverbs::Mtu::M1024,
         rx_depth: 500,
         iters: 1000,
@@ -148,6 +157,7 @@ pub(crate) fn parse(mut p: Parser, mode: Mode) -> Result<Opts, String> {
                 let v = args::value(&mut p, &f)?;
                 o.backend = Some(zverbs::BackendRequest::parse(&v).map_err(|e| e.to_string())?);
             }
+            Short('t') | Long("ts") if mode == Mode::Rc => o.ts = true,
             Short('q') | Long("num-qp") if mode == Mode::Srq => {
                 o.num_qp = args::in_range(&mut p, &f, 1, 256)?;
             }
@@ -184,6 +194,9 @@ pub(crate) fn run_mode(
             println!("{}", USAGE.replace("--rc", flag));
             if mode == Mode::Srq {
                 println!("  -q, --num-qp N        QPs on the SRQ, 1 to 256 (16)");
+            }
+            if mode == Mode::Rc {
+                println!("  -t, --ts              get completions with their timestamps");
             }
             return ExitCode::SUCCESS;
         }
@@ -296,7 +309,14 @@ fn run(o: &Opts) -> Result<(), Box<dyn std::error::Error>> {
     let buf = pd.alloc_buf(o.size, AccessFlags::LOCAL_WRITE)?;
     let rbuf = pd.alloc_buf(o.size, AccessFlags::LOCAL_WRITE)?;
     buf.fill(0..o.size, FILL);
-    let cq = ctx.cq_builder().cqe(o.rx_depth + 1).build()?;
+    // The device clock, for the timestamps' mask (their wrap) and frequency; a device
+    // without completion timestamps is refused here, as `ibv_rc_pingpong --ts` refuses it.
+    let clock = if o.ts { Some(ctx.clock()?) } else { None };
+    let cq = ctx
+        .cq_builder()
+        .cqe(o.rx_depth + 1)
+        .timestamps(o.ts)
+        .build()?;
     let qp = pd
         .qp_builder(&cq, &cq)
         .max_send_wr(1)
@@ -375,10 +395,11 @@ fn run(o: &Opts) -> Result<(), Box<dyn std::error::Error>> {
     post_recvs(&mut rq, &rbuf, o.size, o.rx_depth)?;
     exchange()?;
     let queues = Queues::from_parts(qp.send_queue()?, rq.into_inner(), cq.poller()?)?;
-    let start = match queues {
-        Queues::Direct(q) => session(q.sq, q.rq, q.cq, &rbuf, slice, o, client)?,
-        Queues::DirectUd(q) => session(q.sq, q.rq, q.cq, &rbuf, slice, o, client)?,
-        Queues::Verbs(q) => session(q.sq, q.rq, q.cq, &rbuf, slice, o, client)?,
+    let mask = clock.as_ref().map(zverbs::DeviceClock::mask);
+    let (start, ts) = match queues {
+        Queues::Direct(q) => session(q.sq, q.rq, q.cq, &rbuf, slice, o, client, mask)?,
+        Queues::DirectUd(q) => session(q.sq, q.rq, q.cq, &rbuf, slice, o, client, mask)?,
+        Queues::Verbs(q) => session(q.sq, q.rq, q.cq, &rbuf, slice, o, client, mask)?,
     };
     let usec = start.elapsed().as_secs_f64() * 1e6;
     let bytes = o.size as u64 * o.iters * 2;
@@ -393,11 +414,53 @@ fn run(o: &Opts) -> Result<(), Box<dyn std::error::Error>> {
         usec / 1e6,
         usec / o.iters as f64
     );
+    if let (Some(clock), true) = (&clock, ts.iters > 0) {
+        // ibv_rc_pingpong's three lines, then the average in time.
+        println!("Max receive completion clock cycles = {}", ts.max);
+        println!("Min receive completion clock cycles = {}", ts.min);
+        let avg = ts.total as f64 / ts.iters as f64;
+        println!("Average receive completion clock cycles = {avg:.6}");
+        println!(
+            "Average receive completion interval = {:.1} ns (device clock {} kHz)",
+            avg * 1e6 / clock.khz() as f64,
+            clock.khz()
+        );
+    }
     println!(
         "{} messages received, every byte checked ({FILL:#04x})",
         o.iters
     );
     Ok(())
+}
+
+/// The intervals between receive completions on the device clock, as `ibv_rc_pingpong --ts`
+/// keeps them.
+#[derive(Debug, Default)]
+pub(crate) struct TsStats {
+    prev: Option<u64>,
+    pub(crate) max: u64,
+    pub(crate) min: u64,
+    pub(crate) total: u64,
+    pub(crate) iters: u64,
+}
+
+impl TsStats {
+    /// Notes the timestamp of a receive completion; `mask` is the counter's
+    /// (`completion_timestamp_mask`), for an interval across its wrap.
+    pub(crate) fn note(&mut self, ts: u64, mask: u64) {
+        if let Some(prev) = self.prev {
+            let delta = ts.wrapping_sub(prev) & mask;
+            self.max = self.max.max(delta);
+            self.min = if self.iters == 0 {
+                delta
+            } else {
+                self.min.min(delta)
+            };
+            self.total += delta;
+            self.iters += 1;
+        }
+        self.prev = Some(ts);
+    }
 }
 
 /// What the checks of the received messages found.
@@ -441,8 +504,10 @@ fn post_recvs<R: PostRecv>(
     Ok(())
 }
 
-/// The ping-pong, with the first receives posted; returns when timing started.
-fn session<S: PostSend, R: PostRecv, C: PollCq>(
+/// The ping-pong, with the first receives posted; returns when timing started, and the
+/// receive completions' intervals when `mask` (the timestamps') is given.
+#[allow(clippy::too_many_arguments)]
+fn session<S: PostSend, R: PostRecv, C: PollCq + PollCqTimed>(
     sq: S,
     rq: R,
     mut cq: C,
@@ -450,7 +515,9 @@ fn session<S: PostSend, R: PostRecv, C: PollCq>(
     slice: zverbs::safe::BufSlice<'_>,
     o: &Opts,
     client: bool,
-) -> Result<Instant, Box<dyn std::error::Error>> {
+    mask: Option<u64>,
+) -> Result<(Instant, TsStats), Box<dyn std::error::Error>> {
+    let mut stats = TsStats::default();
     let mut sq = SafeSendQueue::new(sq);
     let mut rq = SafeRecvQueue::new(rq);
     let start = Instant::now();
@@ -462,11 +529,21 @@ fn session<S: PostSend, R: PostRecv, C: PollCq>(
         pending |= SEND_WRID;
     }
     let mut wc = [Completion::EMPTY; 2];
+    let mut stamps = [None; 2];
+    let mut timed = [TimedCompletion::EMPTY; 2];
     let mut damage = Damage::default();
     // Empty polls, and when the last completion came (looked at every 4096 empty polls).
     let (mut idle, mut last) = (0u32, Instant::now());
     while rcnt < o.iters || scnt < o.iters {
-        let n = cq.poll(&mut wc);
+        let n = if mask.is_some() {
+            let n = cq.poll_timed(&mut timed);
+            for (i, t) in timed[..n].iter().enumerate() {
+                (wc[i], stamps[i]) = (t.wc, t.hw_timestamp());
+            }
+            n
+        } else {
+            cq.poll(&mut wc)
+        };
         if n == 0 {
             idle += 1;
             if idle.is_multiple_of(4096) && last.elapsed() >= PEER_TIMEOUT {
@@ -481,7 +558,7 @@ fn session<S: PostSend, R: PostRecv, C: PollCq>(
         } else {
             (idle, last) = (0, Instant::now());
         }
-        for c in &wc[..n] {
+        for (c, stamp) in wc[..n].iter().zip(stamps) {
             if !c.is_success() {
                 return Err(format!(
                     "Failed status {} ({}) for wr_id {}",
@@ -494,6 +571,9 @@ fn session<S: PostSend, R: PostRecv, C: PollCq>(
             match c.wr_id {
                 SEND_WRID => scnt += 1,
                 RECV_WRID => {
+                    if let (Some(ts), Some(mask)) = (stamp, mask) {
+                        stats.note(ts, mask);
+                    }
                     check_message(buf, o.size, rcnt, &mut damage);
                     routs -= 1;
                     if routs <= 1 {
@@ -519,5 +599,5 @@ fn session<S: PostSend, R: PostRecv, C: PollCq>(
         )
         .into());
     }
-    Ok(start)
+    Ok((start, stats))
 }

@@ -16,7 +16,10 @@
 //! `ib_atomic_lat` and `ib_write_bw` and `ibv_rc_pingpong` as server and client on 127.0.0.1,
 //! and `ibv_rc_pingpong` against our `pingpong --rc` both ways; `ibv_ud_pingpong` (without
 //! and with a GRH) and `ibv_srq_pingpong` (16 QPs on one SRQ), each against itself and against
-//! our `pingpong --ud` / `pingpong --srq` in both roles, each side reporting its bytes
+//! our `pingpong --ud` / `pingpong --srq` in both roles, each side reporting its bytes;
+//! completion timestamps: `ibv_rc_pingpong --ts` against our `pingpong --rc --ts` in both
+//! roles (each side reporting non-zero receive completion intervals on the device clock, ours
+//! through `mlx5dv_get_clock_info` too) and `zverbs-perf send_lat --hw-ts`
 //! (each run under a timeout; every child is ended); and then `zverbs-perf` (direct path, and the fallback) against perftest
 //! (libmlx5's post path) side by side in alternating rounds, with the median ratios in a table
 //! (no assertion on time).
@@ -311,6 +314,7 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
         "blueflame",
         "--test",
         "async_events",
+        "timestamps",
     ]);
     cmd.env("ZVERBS_EMU_SO", &emu.0);
     let (tests, _) = counted_tests(cmd, &["--nocapture"], run)?;
@@ -572,6 +576,7 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
             ]);
         }
     }
+    let ts_runs = timestamps(&mut table, &mut next_port, &rel, &emu)?;
     println!(
         "\nthe emulated ConnectX: our control path, and tools no one here wrote (server and client on 127.0.0.1):"
     );
@@ -663,7 +668,77 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
     Ok(Some(format!(
         "{} tests, {} tool runs; direct/perftest {}",
         tests.passed,
-        tools.len() + datagrams.len() + 2 * mixed.len() + checks.len() + 3 * 5 * ROUNDS,
+        tools.len() + datagrams.len() + 2 * mixed.len() + checks.len() + 3 * 5 * ROUNDS + ts_runs,
         notes.join(", ")
     )))
+}
+
+/// Completion timestamps on the emulated device: `ibv_rc_pingpong --ts` against our
+/// `pingpong --rc --ts` in both roles (both sides must report receive completion intervals,
+/// non-zero, on the device clock), then `zverbs-perf send_lat --hw-ts` (the NIC's latency
+/// beside the CPU's). Returns the number of runs.
+fn timestamps(
+    table: &mut Table,
+    next_port: &mut impl FnMut() -> u16,
+    rel: &Path,
+    emu: &(PathBuf, PathBuf),
+) -> Result<usize> {
+    let ibv_rc = which("ibv_rc_pingpong").unwrap_or_default();
+    let ours = rel.join("examples/pingpong");
+    let theirs: (&Path, &[&str]) = (&ibv_rc, &["-n", ITERS, "--ts"]);
+    let ours: (&Path, &[&str]) = (&ours, &["--rc", "-n", ITERS, "--ts"]);
+    // The average interval between receive completions, in clock cycles.
+    let average = |out: &str| -> Option<f64> {
+        out.lines()
+            .find_map(|l| l.strip_prefix("Average receive completion clock cycles = "))
+            .and_then(|v| v.trim().parse().ok())
+    };
+    for (server, client, roles) in [
+        (
+            theirs,
+            ours,
+            "server ibv_rc_pingpong --ts, client our pingpong --rc --ts",
+        ),
+        (
+            ours,
+            theirs,
+            "server our pingpong --rc --ts, client ibv_rc_pingpong --ts",
+        ),
+    ] {
+        let (so, co) = pair_outputs(server, client, next_port(), &[], emu)?;
+        println!("--- {roles}:");
+        for (side, out) in [("server", &so), ("client", &co)] {
+            for l in out
+                .lines()
+                .filter(|l| l.contains("clock") || l.contains("iters in"))
+            {
+                println!("    {side}: {l}");
+            }
+            if !average(out).is_some_and(|a| a > 0.0) {
+                bail!("{roles}: the {side} reports no receive completion intervals:\n{out}");
+            }
+        }
+        table.row(vec!["pingpong --rc --ts".into(), roles.into(), "ok".into()]);
+    }
+    let perf = rel.join("zverbs-perf");
+    let out = pair(
+        &perf,
+        &["send_lat", "-n", "500", "--hw-ts"],
+        next_port(),
+        &[],
+        emu,
+    )?;
+    println!("--- zverbs-perf send_lat --hw-ts, client output:");
+    for l in out.lines().filter(|l| !l.trim().is_empty()) {
+        println!("    {l}");
+    }
+    if !out.contains("measured by the NIC") {
+        bail!("zverbs-perf send_lat --hw-ts reports no NIC latency:\n{out}");
+    }
+    table.row(vec![
+        "zverbs-perf send_lat --hw-ts".into(),
+        "latency from the NIC's completion timestamps".into(),
+        "ok".into(),
+    ]);
+    Ok(3)
 }

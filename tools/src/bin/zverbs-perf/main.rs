@@ -102,6 +102,8 @@ pub(crate) struct Opts {
     pub(crate) ud: bool,
     pub(crate) backend: Option<BackendRequest>,
     pub(crate) histogram: Option<String>,
+    /// `--hw-ts`: the latency measured from the NIC's completion timestamps too.
+    pub(crate) hw_ts: bool,
     pub(crate) hugepages: bool,
     pub(crate) timeout: Duration,
 }
@@ -141,6 +143,9 @@ options:
                           as ib_send_lat -c UD)
       --backend B         auto, direct or verbs (default: ZVERBS_BACKEND, else auto)
       --histogram FILE    write the latency histogram (FILE.svg or FILE.csv)
+      --hw-ts             send_lat, read_lat, atomic_lat: also the latency measured by the
+                          NIC, from its completion timestamps (the interval between
+                          consecutive completions the client waits for; halved for send_lat)
       --hugepages         put the buffer on hugepages
       --timeout SECS      how long to wait for the peer: the exchange, rdma_cm, and any one
                           message of the test (default 30)
@@ -182,6 +187,7 @@ where
         ud: false,
         backend: None,
         histogram: None,
+        hw_ts: false,
         hugepages: false,
         timeout: Duration::from_secs(30),
     };
@@ -206,6 +212,7 @@ where
             }
             Long("cm") => o.cm = true,
             Long("ud") => o.ud = true,
+            Long("hw-ts") => o.hw_ts = true,
             Long("backend") => {
                 let v = args::value(&mut p, &f)?;
                 o.backend = Some(BackendRequest::parse(&v).map_err(|e| e.to_string())?);
@@ -241,6 +248,12 @@ where
     }
     if o.histogram.is_some() && !o.test.is_latency() {
         return Err("--histogram is for latency tests".into());
+    }
+    if o.hw_ts && !matches!(o.test, Test::SendLat | Test::ReadLat | Test::AtomicLat) {
+        return Err(
+            "--hw-ts is for send_lat, read_lat and atomic_lat (a completion every iteration)"
+                .into(),
+        );
     }
     Ok(o)
 }

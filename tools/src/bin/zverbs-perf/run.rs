@@ -7,8 +7,9 @@ use zverbs::connect::cm::{self, CmClient, CmConnection, CmListener};
 use zverbs::connect::exchange::{self, Hello, Wire};
 use zverbs::connect::{Endpoint, RemoteRegion};
 use zverbs::{
-    AccessFlags, Completion, ConnectAttr, ContextOptions, Error, MrBuf, PollCq, PostError,
-    PostRecv, PostSend, QueueSet, Queues, RecvWr, SendFlags, SendWr, Sge, UdAttr, UdDest, WcOpcode,
+    AccessFlags, Completion, ConnectAttr, ContextOptions, DeviceClock, Error, MrBuf, PollCq,
+    PollCqTimed, PostError, PostRecv, PostSend, QueueSet, Queues, RecvWr, SendFlags, SendWr, Sge,
+    TimedCompletion, UdAttr, UdDest, WcOpcode,
 };
 
 use zverbs_tools::latency::{self, Recorder};
@@ -63,6 +64,8 @@ impl Layout {
 /// What the test loops need besides the queues.
 struct Env<'a> {
     opts: &'a Opts,
+    /// `--hw-ts`: the device clock.
+    clock: Option<DeviceClock>,
     buf: MrBuf,
     lay: Layout,
     remote: RemoteRegion,
@@ -192,9 +195,13 @@ pub(crate) fn run(opts: &Opts) -> Result<()> {
     } else {
         pd.alloc_buf(lay.len(), AccessFlags::ALL)?
     };
+    // The device clock first: a device without completion timestamps refuses `--hw-ts`
+    // before anything else is created.
+    let clock = if opts.hw_ts { Some(ctx.clock()?) } else { None };
     let cq = ctx
         .cq_builder()
         .cqe(opts.tx_depth + opts.rx_depth + 16)
+        .timestamps(opts.hw_ts)
         .build()?;
     let mut qb = pd
         .qp_builder(&cq, &cq)
@@ -351,6 +358,7 @@ pub(crate) fn run(opts: &Opts) -> Result<()> {
 
     let env = Env {
         opts,
+        clock,
         buf: buf.clone(),
         lay,
         remote,
@@ -411,7 +419,7 @@ fn recv_sge(buf: &MrBuf, lay: Layout) -> Sge {
 
 /// Posts `wr`, polling completions while the queue or the CQ is full (as long as `env`'s
 /// waits allow).
-fn post<S: PostSend, C: PollCq>(
+fn post<S: PostSend, C: PollCq + PollCqTimed>(
     sq: &mut S,
     cq: &mut C,
     wr: &SendWr<'_>,
@@ -441,6 +449,11 @@ fn post<S: PostSend, C: PollCq>(
 /// What polling has seen so far.
 #[derive(Default)]
 struct Seen {
+    /// Poll with timestamps (`--hw-ts`).
+    timed: bool,
+    /// The timestamp of the last receive completion, and of the last send completion.
+    recv_ts: Option<u64>,
+    send_ts: Option<u64>,
     /// Receive completions not yet consumed.
     recvs: u64,
     /// The largest send wr_id completed, plus one.
@@ -450,9 +463,24 @@ struct Seen {
 }
 
 /// Polls once and accounts for what completed.
-fn drain<C: PollCq>(cq: &mut C, seen: &mut Seen) -> Result<usize> {
+fn drain<C: PollCq + PollCqTimed>(cq: &mut C, seen: &mut Seen) -> Result<usize> {
     let mut wc = [Completion::EMPTY; 16];
-    let n = cq.poll(&mut wc);
+    let n = if seen.timed {
+        let mut timed = [TimedCompletion::EMPTY; 16];
+        let n = cq.poll_timed(&mut timed);
+        for (w, t) in wc.iter_mut().zip(&timed[..n]) {
+            *w = t.wc;
+            if t.wc.is_success() {
+                match t.wc.opcode {
+                    WcOpcode::Recv | WcOpcode::RecvRdmaWithImm => seen.recv_ts = t.timestamp,
+                    _ => seen.send_ts = t.timestamp,
+                }
+            }
+        }
+        n
+    } else {
+        cq.poll(&mut wc)
+    };
     if n == 0 && YIELD_WHEN_IDLE.load(std::sync::atomic::Ordering::Relaxed) {
         std::thread::yield_now();
     }
@@ -509,7 +537,7 @@ fn test<S, R, C>(mut q: QueueSet<S, R, C>, env: &Env<'_>) -> Result<()>
 where
     S: PostSend,
     R: PostRecv,
-    C: PollCq,
+    C: PollCq + PollCqTimed,
 {
     let o = env.opts;
     let total = if o.test.is_latency() {
@@ -517,14 +545,31 @@ where
     } else {
         o.iters
     };
-    let mut seen = Seen::default();
+    let mut seen = Seen {
+        timed: env.clock.is_some(),
+        ..Seen::default()
+    };
     // The client of a latency test records every measured iteration into a histogram sized
-    // here, once: recording never allocates.
+    // here, once: recording never allocates. With `--hw-ts`, a second one for the NIC's
+    // measurement: the interval between the timestamps of consecutive completions the client
+    // waits for (the receives of send_lat, halved as the CPU's figure is; the READs and
+    // atomics), in ns of the device clock.
     let mut lat = Recorder::new();
     let mut laps = Laps {
         last: None,
         warmup: o.warmup as u64,
         per: if o.test.is_round_trip() { 1 } else { 2 },
+    };
+    let mut nic = Recorder::new();
+    let mut nic_prev: Option<u64> = None;
+    let mut nic_record = |ts: Option<u64>, measured: bool, halve: bool| {
+        if let (Some(clock), Some(ts)) = (&env.clock, ts) {
+            if let (Some(prev), true) = (nic_prev, measured) {
+                let ns = clock.elapsed_ns(prev, ts);
+                nic.record(if halve { ns / 2 } else { ns });
+            }
+            nic_prev = Some(ts);
+        }
     };
     let mut seconds = 0.0;
     // Signal one send in `sig`, so the send queue's credits come back.
@@ -611,6 +656,9 @@ where
                     w.idle("waiting for the peer's SEND")?;
                 }
                 seen.recvs -= 1;
+                if env.client {
+                    nic_record(seen.recv_ts, i as usize > o.warmup, true);
+                }
                 repost(&mut q.rq, 1)?;
                 if !env.client {
                     post(
@@ -641,6 +689,7 @@ where
                     drain(&mut q.cq, &mut seen)?;
                     w.idle("waiting for the READ or atomic to complete")?;
                 }
+                nic_record(seen.send_ts, i as usize > o.warmup, false);
             }
         }
         (Test::WriteBw | Test::SendBw, true) => {
@@ -732,6 +781,13 @@ where
 
     if o.test.is_latency() && env.client {
         say_raw!("{}", latency::latency_table(o.size, &lat.summary()));
+        if let (Some(clock), false) = (&env.clock, nic.is_empty()) {
+            say!(
+                " measured by the NIC (completion timestamps, device clock {} kHz):",
+                clock.khz()
+            );
+            say_raw!("{}", latency::latency_table(o.size, &nic.summary()));
+        }
         if o.test.is_round_trip() {
             say!(" (READ and atomic latencies are full round trips, as perftest reports them)");
         }
