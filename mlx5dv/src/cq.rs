@@ -312,6 +312,12 @@ impl<B: Bindings> CompletionQueue<B> {
                 unsupported_format(out, op_own);
             }
             (op::REQ_ERR, Some(sq), _) => {
+                // The QP is in the error state now: its queues refuse posts (before the
+                // credits below, so a reader of the credits sees the gate closed too).
+                sq.gate().close();
+                if let Some(rq) = rq {
+                    rq.gate().close();
+                }
                 // SAFETY: the only poller; an error CQE completes the WQE it names.
                 let done = unsafe { sq.retire(wqe_counter) };
                 // SAFETY: (caller) as above.
@@ -325,6 +331,13 @@ impl<B: Bindings> CompletionQueue<B> {
                 };
             }
             (op::RESP_ERR, _, rq) if rq.is_some() || srq.is_some() => {
+                // As for a requester error: the QP is in the error state.
+                if let Some(sq) = sq {
+                    sq.gate().close();
+                }
+                if let Some(rq) = rq {
+                    rq.gate().close();
+                }
                 let wr_id = match (rq, srq) {
                     // SAFETY: the only poller; receives complete in order, errors included.
                     (Some(rq), _) => unsafe { rq.retire() },

@@ -130,6 +130,7 @@ mod cq;
 #[doc(hidden)]
 pub mod devmem;
 mod doorbell;
+mod gate;
 mod layout;
 pub mod prm;
 mod rq;
@@ -141,6 +142,7 @@ mod testutil;
 
 pub use bf::{BfRegister, Dedicated, Shared, SharedBf};
 pub use cq::{CompletionQueue, VENDOR_ERR_UNSUPPORTED_FORMAT, status_of};
+pub use gate::{Gate, clear_doorbell_record, doorbell_counters};
 pub use layout::{
     BfLayout, CqLayout, LayoutError, QpLayout, SqCaps, SrqLayout, Transport, WqLayout,
 };

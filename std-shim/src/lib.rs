@@ -206,6 +206,7 @@ mod pd;
 mod provider;
 mod qp;
 pub mod queues;
+mod recovery;
 mod register;
 pub mod safe;
 mod srq;

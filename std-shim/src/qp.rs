@@ -560,11 +560,11 @@ impl Qp {
         }
     }
 
-    /// The QP's state, as the last transition made through this library set it (a QP that
-    /// the device moves to the error state on its own, after a failed request, still reads
-    /// RTS here: its completions say so).
+    /// The QP's state, as the last transition made through this library set it, or the error
+    /// state once the poller met an error completion of the QP (the device moved it there on
+    /// its own, after a failed request).
     pub fn state(&self) -> QpState {
-        QpState::from_raw(self.inner.state.load(Ordering::Acquire))
+        self.observed_state(self.inner.state.load(Ordering::Acquire))
     }
 
     /// Refuses a queue handle before the QP reaches `needs` (or after it left the states
@@ -709,6 +709,7 @@ impl Qp {
         }
         if mask & m::IBV_QP_STATE != 0 {
             self.inner.state.store(attr.qp_state, Ordering::Release);
+            self.gates_after(attr.qp_state);
         }
         Ok(())
     }

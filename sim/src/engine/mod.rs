@@ -42,6 +42,7 @@
 mod copy;
 mod queues;
 mod requester;
+mod reset;
 mod responder;
 mod srq;
 mod ud;

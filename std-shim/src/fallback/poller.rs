@@ -94,6 +94,9 @@ impl Poller {
         let counter = wc.wr_id as u32;
         let found = self.binding(wc.qp_num);
         let binding = found.and_then(|i| self.bindings.get(i));
+        if !status.is_success() {
+            error_closes(binding);
+        }
         match (wc.wr_id & RECV_TAG != 0, binding) {
             (_, Some(Binding { srq: true, sq, .. }))
                 if wc.opcode & WC_RECV != 0 || sq.is_none() =>
@@ -148,6 +151,19 @@ impl Poller {
 
 /// `IBV_WC_RECV`: the bit every receive opcode of `enum ibv_wc_opcode` has.
 const WC_RECV: u32 = 1 << 7;
+
+/// An error completion: the QP is in the error state, so its queues refuse posts from now on.
+#[cold]
+fn error_closes(binding: Option<&Binding>) {
+    if let Some(b) = binding {
+        if let Some(sq) = &b.sq {
+            sq.gate().close();
+        }
+        if let Some(rq) = &b.rq {
+            rq.gate().close();
+        }
+    }
+}
 
 /// A completion for a queue this poller was not given: reported, nothing retired.
 #[cold]
