@@ -20,6 +20,7 @@
 
 use core::ptr::NonNull;
 
+use zverbs_core::handover::Handover;
 use zverbs_core::ring::Ring;
 use zverbs_core::sync::order;
 use zverbs_core::{Completion, PollCq, WcFlags, WcOpcode, WcStatus, barrier};
@@ -134,6 +135,9 @@ pub struct CompletionQueue<B: Bindings> {
     /// The binding that matched last; [`Hit::UNBOUND`] until the first match.
     last: Hit<SqOf<B>, RqOf<B>, SrqOf<B>>,
     cqn: u32,
+    /// Where the control path hands over new bindings (queue pairs joining or leaving), if
+    /// anywhere ([`CompletionQueue::set_handover`]).
+    joins: Option<NonNull<Handover<B>>>,
 }
 
 // SAFETY: the poller owns the consumer side of the CQE ring and its bindings (`B: Send`); it
@@ -186,13 +190,79 @@ impl<B: Bindings> CompletionQueue<B> {
             bindings,
             last: Hit::UNBOUND,
             cqn: layout.cqn,
+            joins: None,
         })
+    }
+
+    /// Takes new bindings from `handover` from now on: when a CQE names a queue pair the
+    /// bindings do not have (one created after the poller, whose table the control path
+    /// published before the queue pair could post), and when [`CompletionQueue::adopt`] is
+    /// called. The poll path itself pays nothing for it: the check is on the path of a CQE
+    /// without a binding, which is out of line already.
+    ///
+    /// # Safety
+    ///
+    /// `handover` outlives the poller; this poller is its only one; every table published
+    /// there obeys [`CompletionQueue::new`]'s contract for bindings.
+    pub unsafe fn set_handover(&mut self, handover: NonNull<Handover<B>>) {
+        self.joins = Some(handover);
+    }
+
+    /// Adopts the bindings waiting in the hand-over, if any (out of line). Returns whether
+    /// there were.
+    #[cold]
+    #[inline(never)]
+    pub fn adopt(&mut self) -> bool {
+        let Some(h) = self.joins else {
+            return false;
+        };
+        // SAFETY: (`set_handover`) the hand-over outlives the poller.
+        let h = unsafe { h.as_ref() };
+        if !h.pending() {
+            return false;
+        }
+        // SAFETY: this is its one poller; the tables published obey the bindings' contract.
+        unsafe {
+            h.adopt(|t| {
+                core::mem::swap(&mut self.bindings, t);
+            })
+        };
+        self.last = Hit::UNBOUND;
+        true
+    }
+
+    /// Whether the bindings have QP `qpn` now.
+    pub fn serves(&self, qpn: u32) -> bool {
+        self.bindings.iter().any(|b| b.qpn == qpn)
+    }
+
+    /// Whether bindings wait in the hand-over: one `Relaxed` load and a compare.
+    #[inline(always)]
+    pub fn bindings_pending(&self) -> bool {
+        match self.joins {
+            // SAFETY: (`set_handover`) the hand-over outlives the poller.
+            Some(h) => unsafe { h.as_ref() }.pending(),
+            None => false,
+        }
     }
 
     /// The CQ number.
     #[inline]
     pub fn cqn(&self) -> u32 {
         self.cqn
+    }
+
+    /// Exchanges the poller's bindings with `other`: queue pairs created after the poller
+    /// join it, destroyed ones leave it. The binding that matched last is forgotten (it
+    /// pointed into the old bindings). A CQE of a queue pair that left is reported as one of
+    /// a queue this CQ was not given (nothing retired).
+    ///
+    /// # Safety
+    ///
+    /// The bindings of `other` obey [`CompletionQueue::new`]'s contract.
+    pub unsafe fn swap_bindings(&mut self, other: &mut B) {
+        core::mem::swap(&mut self.bindings, other);
+        self.last = Hit::UNBOUND;
     }
 
     /// The consumer counter.
@@ -213,7 +283,13 @@ impl<B: Bindings> CompletionQueue<B> {
         if self.last.qpn == qpn {
             return Some(self.last);
         }
-        let found = find_binding(&self.bindings, qpn)?;
+        let found = match find_binding(&self.bindings, qpn) {
+            Some(f) => f,
+            // A queue pair created after the bindings: its table was published before it
+            // could post, so it waits in the hand-over now.
+            None if self.adopt() => find_binding(&self.bindings, qpn)?,
+            None => return None,
+        };
         self.last = found;
         Some(found)
     }

@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex, Weak};
 use crate::backend::{BackendKind, BackendReport, BackendRequest, want_direct};
 use crate::device::Context;
 use crate::error::{Error, Result};
+use crate::members::Members;
 use crate::provider::{CqEngine, CqProvider};
 use crate::qp::QpInner;
 use crate::queues::AnyPoller;
@@ -101,6 +102,11 @@ impl<'a> CqBuilder<'a> {
                 },
                 poll_batch: self.poll_batch,
                 registry: Mutex::new(Registry::default()),
+                members: if kind == BackendKind::Direct {
+                    Members::Direct(Arc::default())
+                } else {
+                    Members::Verbs(Arc::default())
+                },
             }),
         })
     }
@@ -148,6 +154,8 @@ pub(crate) struct CqInner {
     pub(crate) report: BackendReport,
     pub(crate) poll_batch: u32,
     pub(crate) registry: Mutex<Registry>,
+    /// Where the control path hands the poller its new tables (`members.rs`).
+    pub(crate) members: Members,
 }
 
 impl Cq {
@@ -174,8 +182,9 @@ impl Cq {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
 
-    /// The CQ's poller, for the QPs created on it so far; it can be taken once. Create every
-    /// QP that uses this CQ before taking it (a later QP is refused).
+    /// The CQ's poller, for the QPs created on it, before it was taken and after; it can be
+    /// taken once. A QP created later joins it, and a destroyed one leaves it, while it polls
+    /// on another thread (without a lock on the poll path: `docs/architecture.md`).
     ///
     /// # Errors
     ///

@@ -201,6 +201,7 @@ mod device;
 mod env;
 mod error;
 pub mod fallback;
+mod members;
 mod mr;
 mod pd;
 mod provider;

@@ -250,7 +250,6 @@ impl<'a> QpBuilder<'a> {
         }
         let direct = send_kind == BackendKind::Direct;
         let (provider, note) = {
-            check_pollers_free(self.send_cq, self.recv_cq)?;
             self.pd.inner.provider.create_qp(&QpInit {
                 send_cq: &*self.send_cq.inner.provider,
                 recv_cq: &*self.recv_cq.inner.provider,
@@ -316,29 +315,17 @@ impl<'a> QpBuilder<'a> {
         });
         for cq in [self.send_cq, self.recv_cq] {
             let mut reg = cq.inner.registry.lock().unwrap_or_else(|p| p.into_inner());
-            reg.qps.retain(|w| w.strong_count() > 0);
             reg.qps.push(Arc::downgrade(&inner));
+            // A poller already out: it gets the table with this QP before the QP can post.
+            let reached = crate::members::republish(cq, &mut reg);
+            drop(reg);
+            drop(reached);
             if shared_cq {
                 break;
             }
         }
         Ok(Qp { inner })
     }
-}
-
-/// Refuses a new QP on a CQ whose poller is already out.
-fn check_pollers_free(a: &Cq, b: &Cq) -> Result<()> {
-    for cq in [a, b] {
-        let reg = cq.inner.registry.lock().unwrap_or_else(|p| p.into_inner());
-        if reg.poller_taken {
-            return Err(Error::InvalidArgument(
-                "the CQ's poller was already taken; create every QP on a CQ before \
-                 calling Cq::poller"
-                    .into(),
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// A direct send queue's bookkeeping, shared by the queue and the poller that serves it; each
@@ -502,6 +489,23 @@ pub(crate) struct QpInner {
     pub(crate) send_cq: Cq,
     pub(crate) recv_cq: Cq,
     pub(crate) _pd: Pd,
+}
+
+impl Drop for QpInner {
+    /// Leaves the pollers of its CQs (before its fields, the QP first, are dropped): each gets
+    /// a table without it.
+    fn drop(&mut self) {
+        let cqs = [&self.send_cq, &self.recv_cq];
+        for (i, cq) in cqs.into_iter().enumerate() {
+            if i == 1 && self.send_cq.is(&self.recv_cq) {
+                break;
+            }
+            let mut reg = cq.inner.registry.lock().unwrap_or_else(|p| p.into_inner());
+            let reached = crate::members::republish(cq, &mut reg);
+            drop(reg);
+            drop(reached);
+        }
+    }
 }
 
 impl QpInner {

@@ -32,6 +32,8 @@ pub struct Poller {
     bindings: Box<[Binding]>,
     last: usize,
     error: Option<i32>,
+    /// Where the control path hands over new bindings, if anywhere (`set_handover`).
+    joins: Option<core::ptr::NonNull<zverbs_core::handover::Handover<Box<[Binding]>>>>,
 }
 
 // SAFETY: the poller owns its `ibv_wc` array; libibverbs allows polling a CQ from any thread
@@ -59,7 +61,46 @@ impl Poller {
             bindings,
             last: 0,
             error: None,
+            joins: None,
         })
+    }
+
+    /// Takes new bindings from `handover` from now on, as the direct poller does
+    /// (`zverbs_mlx5dv::CompletionQueue::set_handover`): when a completion names a QP the
+    /// bindings lack, and at [`Poller::adopt`].
+    ///
+    /// # Safety
+    ///
+    /// `handover` outlives the poller; this is its one poller; the tables published there
+    /// obey [`Poller::new`]'s contract for bindings.
+    pub unsafe fn set_handover(
+        &mut self,
+        handover: core::ptr::NonNull<zverbs_core::handover::Handover<Box<[Binding]>>>,
+    ) {
+        self.joins = Some(handover);
+    }
+
+    /// Whether the bindings have QP `qpn` now.
+    pub fn serves(&self, qpn: u32) -> bool {
+        self.bindings.iter().any(|b| b.qpn == qpn)
+    }
+
+    /// Adopts the bindings waiting in the hand-over, if any. Returns whether there were.
+    #[cold]
+    #[inline(never)]
+    pub fn adopt(&mut self) -> bool {
+        let Some(h) = self.joins else {
+            return false;
+        };
+        // SAFETY: (`set_handover`) the hand-over outlives the poller.
+        let h = unsafe { h.as_ref() };
+        if !h.pending() {
+            return false;
+        }
+        // SAFETY: the one poller; the tables obey the bindings' contract.
+        unsafe { h.adopt(|t| core::mem::swap(&mut self.bindings, t)) };
+        self.last = 0;
+        true
     }
 
     /// The errno of the last failed `ibv_poll_cq`, if any; clears it. A failed poll returns 0
@@ -76,7 +117,12 @@ impl Poller {
         {
             return Some(self.last);
         }
-        let i = self.bindings.iter().position(|x| x.qpn == qpn)?;
+        let i = match self.bindings.iter().position(|x| x.qpn == qpn) {
+            Some(i) => i,
+            // A QP created after the bindings: its table waits in the hand-over.
+            None if self.adopt() => self.bindings.iter().position(|x| x.qpn == qpn)?,
+            None => return None,
+        };
         self.last = i;
         Some(i)
     }
