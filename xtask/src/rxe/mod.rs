@@ -76,6 +76,14 @@ pub const DEVICE_TESTS: &[DeviceTests] = &[
         what: "zero allocation on the fallback",
         select: &["-p", "zverbs", "--test", "device_alloc"],
     },
+    DeviceTests {
+        what: "recovery: drain, reset, reconnect, reuse",
+        select: &["-p", "zverbs", "--test", "device_recovery"],
+    },
+    DeviceTests {
+        what: "QPs joining and leaving a polling poller",
+        select: &["-p", "zverbs", "--test", "device_members"],
+    },
 ];
 
 /// The project's programs that run on the devices, built with `cargo build` (see
