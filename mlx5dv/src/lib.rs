@@ -131,6 +131,8 @@ mod cq;
 pub mod devmem;
 mod doorbell;
 mod gate;
+#[cfg(all(test, not(zverbs_loom)))]
+mod gate_tests;
 mod layout;
 pub mod prm;
 mod rq;
