@@ -117,7 +117,8 @@ impl<'a> CqBuilder<'a> {
 ///
 /// # Example
 ///
-/// Create the CQ, then every QP that uses it, then take its poller: nothing is ready yet.
+/// Create the CQ, a QP that uses it, then take its poller (QPs created later join it): nothing
+/// is ready yet.
 ///
 /// ```
 /// # #[cfg(feature = "sim")] {
@@ -127,7 +128,7 @@ impl<'a> CqBuilder<'a> {
 ///
 /// let cq = ctx.cq_builder().cqe(64).build()?; // room for at least 64 completions
 /// let pd = ctx.alloc_pd()?;
-/// let _qp = pd.qp_builder(&cq, &cq).build()?; // every QP on `cq` before its poller
+/// let _qp = pd.qp_builder(&cq, &cq).build()?;
 /// let mut poller = cq.poller()?; // one poller per CQ, driven by one thread at a time
 /// let mut wc = [Completion::EMPTY; 16];
 /// assert!(poller.poll_into(&mut wc).is_empty()); // never blocks

@@ -649,8 +649,7 @@ impl Qp {
 
     /// The QP's send and receive queues and the poller of `cq`, which must serve both, in the
     /// [`safe`](crate::safe) layer: posts that ring, waits with deadlines. The QP must be in
-    /// RTS ([`Qp::connect`]); every QP that uses `cq` must exist before (the poller's table of
-    /// QPs is fixed when it is taken).
+    /// RTS ([`Qp::connect`]). QPs created on `cq` later join its poller.
     ///
     /// The QPs `a` and `b` are connected to each other, each with one CQ for both queues, as in
     /// [`Qp`]'s example:
