@@ -68,6 +68,11 @@ pub enum PostError {
     /// The backend does not implement this operation (for example NOP through libibverbs).
     #[error("operation not supported by this backend")]
     Unsupported,
+    /// The queue pair is not in a state that serves this queue: in RESET or the error state
+    /// (moved there by the control path, or by the device after a failed request), or not yet
+    /// ready. Nothing was written. Drain and reset the queue pair, connect it again, then post.
+    #[error("the queue pair is not ready for this queue (in RESET or the error state)")]
+    NotReady,
     /// The underlying verbs call refused the request with this errno (fallback backend only).
     #[error("verbs post failed with errno {errno}")]
     Verbs {

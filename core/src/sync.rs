@@ -26,11 +26,13 @@ compile_error!(
 pub mod atomic {
     #[cfg(not(zverbs_loom))]
     pub use core::sync::atomic::{
-        AtomicBool, AtomicU8, AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+        AtomicBool, AtomicPtr, AtomicU8, AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+        fence,
     };
     #[cfg(zverbs_loom)]
     pub use loom::sync::atomic::{
-        AtomicBool, AtomicU8, AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+        AtomicBool, AtomicPtr, AtomicU8, AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+        fence,
     };
 }
 
@@ -112,7 +114,7 @@ pub mod order {
 #[doc(hidden)]
 pub mod mutant {
     /// Every mutant: its name and what it weakens.
-    pub const ALL: [(&str, &str); 6] = [
+    pub const ALL: [(&str, &str); 7] = [
         (
             "no_to_device",
             "no barrier between WQE stores and the doorbell record",
@@ -137,6 +139,10 @@ pub mod mutant {
             "relaxed_srq_free",
             "shared receive queue WQEs freed with Relaxed instead of Release",
         ),
+        (
+            "early_retire",
+            "the poller hands a replaced table back before it has finished with it",
+        ),
     ];
 
     /// The mutant this build was compiled with, if any.
@@ -152,6 +158,8 @@ pub mod mutant {
         Some("relaxed_bf_lock")
     } else if cfg!(zverbs_mutant = "relaxed_srq_free") {
         Some("relaxed_srq_free")
+    } else if cfg!(zverbs_mutant = "early_retire") {
+        Some("early_retire")
     } else {
         None
     };

@@ -757,6 +757,17 @@ impl Emu {
                 crate::log(format_args!("  QP {:#x} -> {peer:?}", qp.qpn));
             }
             qps::ERR => self.dev.set_error(qp.qpn).map_err(sim_errno)?,
+            // A ConnectX restarts the QP's counters and forgets its peer; libmlx5 clears the
+            // doorbell record and its own indices (and leaves a CQ it handed to a direct user
+            // alone). The QP is connected again from RTR on.
+            qps::RESET => {
+                let dropped = self.dev.reset_qp(qp.qpn).map_err(sim_errno)?;
+                qp.connected = false;
+                crate::log(format_args!(
+                    "  QP {:#x} reset ({dropped} held CQEs dropped)",
+                    qp.qpn
+                ));
+            }
             _ => {}
         }
         // The device checks PSNs as a ConnectX does: the requester's from `sq_psn` (RTS), the
@@ -801,6 +812,7 @@ impl Emu {
             qps::RTR => self.dev.ready_ud(qp.qpn).map_err(sim_errno),
             qps::RTS => Ok(()),
             qps::ERR => self.dev.set_error(qp.qpn).map_err(sim_errno),
+            qps::RESET => self.dev.reset_qp(qp.qpn).map(drop).map_err(sim_errno),
             _ => Err(errno::EOPNOTSUPP),
         }
     }

@@ -434,3 +434,60 @@ fn mem_helpers_build_consistent_layouts() {
     assert_eq!(m.cq_layout().cqe_cnt, 2);
     assert_eq!(req_cqe(opcode::NOP, 3, 1)[63], 1);
 }
+
+/// Table hand-over: the control path publishes two tables one after the other while the
+/// poller polls (adopting what waits) and reads its table; the control path then frees what
+/// the poller acknowledged, and the rest once the poller is gone. The poller sees tables in
+/// order, and nothing it may still read is freed. Catches `early_retire` (the poller
+/// acknowledges a replaced table before it is done with it: the control path's reclaim races
+/// its last access).
+fn table_handover() {
+    use std::sync::Arc;
+    use zverbs_core::handover::{Handover, Node};
+
+    fn free_list(mut n: *mut Node<u32>, out: &mut Vec<u32>) {
+        while !n.is_null() {
+            // SAFETY: a reclaimed or unadopted node, the control path's alone, freed once.
+            let next = unsafe { Node::next_reclaimed(n) };
+            // SAFETY: allocated with `Box::into_raw` below.
+            out.push(unsafe { Box::from_raw(n) }.into_table());
+            n = next;
+        }
+    }
+
+    let h: Arc<Handover<u32>> = Arc::new(Handover::new());
+    let hp = Arc::clone(&h);
+    let poller = thread::spawn(move || {
+        let mut current = 0u32;
+        let mut seen = Vec::new();
+        for _ in 0..2 {
+            if hp.pending() {
+                // SAFETY: the one poller.
+                unsafe { hp.adopt(|t| core::mem::swap(t, &mut current)) };
+            }
+            seen.push(current);
+            thread::yield_now();
+        }
+        assert!(seen.windows(2).all(|w| w[0] <= w[1]), "{seen:?}");
+        current
+    });
+    let mut freed = Vec::new();
+    for table in [1u32, 2] {
+        // SAFETY: a fresh node; this thread is the only publisher.
+        let replaced = unsafe { h.publish(Box::into_raw(Box::new(Node::new(table)))) };
+        free_list(replaced, &mut freed);
+        free_list(h.reclaim(), &mut freed);
+    }
+    let last = poller.join().expect("poller");
+    free_list(h.reclaim(), &mut freed);
+    free_list(h.take_unadopted(), &mut freed);
+    // Every table but the poller's own was freed exactly once.
+    freed.push(last);
+    freed.sort_unstable();
+    assert_eq!(freed, [0, 1, 2]);
+}
+
+#[test]
+fn model_table_handover() {
+    check("table_handover", &["early_retire"], table_handover);
+}

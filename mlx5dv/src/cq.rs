@@ -20,6 +20,7 @@
 
 use core::ptr::NonNull;
 
+use zverbs_core::handover::Handover;
 use zverbs_core::ring::Ring;
 use zverbs_core::sync::order;
 use zverbs_core::{
@@ -139,6 +140,9 @@ pub struct CompletionQueue<B: Bindings> {
     /// The CQ was created with completion timestamps: [`PollCqTimed::poll_timed`] reads them
     /// (`poll` never looks).
     timestamps: bool,
+    /// Where the control path hands over new bindings (queue pairs joining or leaving), if
+    /// anywhere ([`CompletionQueue::set_handover`]).
+    joins: Option<NonNull<Handover<B>>>,
 }
 
 // SAFETY: the poller owns the consumer side of the CQE ring and its bindings (`B: Send`); it
@@ -192,6 +196,7 @@ impl<B: Bindings> CompletionQueue<B> {
             last: Hit::UNBOUND,
             cqn: layout.cqn,
             timestamps: false,
+            joins: None,
         })
     }
 
@@ -209,10 +214,75 @@ impl<B: Bindings> CompletionQueue<B> {
         self.timestamps
     }
 
+    /// Takes new bindings from `handover` from now on: when a CQE names a queue pair the
+    /// bindings do not have (one created after the poller, whose table the control path
+    /// published before the queue pair could post), and when [`CompletionQueue::adopt`] is
+    /// called. The poll path itself pays nothing for it: the check is on the path of a CQE
+    /// without a binding, which is out of line already.
+    ///
+    /// # Safety
+    ///
+    /// `handover` outlives the poller; this poller is its only one; every table published
+    /// there obeys [`CompletionQueue::new`]'s contract for bindings.
+    pub unsafe fn set_handover(&mut self, handover: NonNull<Handover<B>>) {
+        self.joins = Some(handover);
+    }
+
+    /// Adopts the bindings waiting in the hand-over, if any (out of line). Returns whether
+    /// there were.
+    #[cold]
+    #[inline(never)]
+    pub fn adopt(&mut self) -> bool {
+        let Some(h) = self.joins else {
+            return false;
+        };
+        // SAFETY: (`set_handover`) the hand-over outlives the poller.
+        let h = unsafe { h.as_ref() };
+        if !h.pending() {
+            return false;
+        }
+        // SAFETY: this is its one poller; the tables published obey the bindings' contract.
+        unsafe {
+            h.adopt(|t| {
+                core::mem::swap(&mut self.bindings, t);
+            })
+        };
+        self.last = Hit::UNBOUND;
+        true
+    }
+
+    /// Whether the bindings have QP `qpn` now.
+    pub fn serves(&self, qpn: u32) -> bool {
+        self.bindings.iter().any(|b| b.qpn == qpn)
+    }
+
+    /// Whether bindings wait in the hand-over: one `Relaxed` load and a compare.
+    #[inline(always)]
+    pub fn bindings_pending(&self) -> bool {
+        match self.joins {
+            // SAFETY: (`set_handover`) the hand-over outlives the poller.
+            Some(h) => unsafe { h.as_ref() }.pending(),
+            None => false,
+        }
+    }
+
     /// The CQ number.
     #[inline]
     pub fn cqn(&self) -> u32 {
         self.cqn
+    }
+
+    /// Exchanges the poller's bindings with `other`: queue pairs created after the poller
+    /// join it, destroyed ones leave it. The binding that matched last is forgotten (it
+    /// pointed into the old bindings). A CQE of a queue pair that left is reported as one of
+    /// a queue this CQ was not given (nothing retired).
+    ///
+    /// # Safety
+    ///
+    /// The bindings of `other` obey [`CompletionQueue::new`]'s contract.
+    pub unsafe fn swap_bindings(&mut self, other: &mut B) {
+        core::mem::swap(&mut self.bindings, other);
+        self.last = Hit::UNBOUND;
     }
 
     /// The consumer counter.
@@ -233,7 +303,13 @@ impl<B: Bindings> CompletionQueue<B> {
         if self.last.qpn == qpn {
             return Some(self.last);
         }
-        let found = find_binding(&self.bindings, qpn)?;
+        let found = match find_binding(&self.bindings, qpn) {
+            Some(f) => f,
+            // A queue pair created after the bindings: its table was published before it
+            // could post, so it waits in the hand-over now.
+            None if self.adopt() => find_binding(&self.bindings, qpn)?,
+            None => return None,
+        };
         self.last = found;
         Some(found)
     }
@@ -332,6 +408,12 @@ impl<B: Bindings> CompletionQueue<B> {
                 unsupported_format(out, op_own);
             }
             (op::REQ_ERR, Some(sq), _) => {
+                // The QP is in the error state now: its queues refuse posts (before the
+                // credits below, so a reader of the credits sees the gate closed too).
+                sq.gate().close();
+                if let Some(rq) = rq {
+                    rq.gate().close();
+                }
                 // SAFETY: the only poller; an error CQE completes the WQE it names.
                 let done = unsafe { sq.retire(wqe_counter) };
                 // SAFETY: (caller) as above.
@@ -345,6 +427,13 @@ impl<B: Bindings> CompletionQueue<B> {
                 };
             }
             (op::RESP_ERR, _, rq) if rq.is_some() || srq.is_some() => {
+                // As for a requester error: the QP is in the error state.
+                if let Some(sq) = sq {
+                    sq.gate().close();
+                }
+                if let Some(rq) = rq {
+                    rq.gate().close();
+                }
                 let wr_id = match (rq, srq) {
                     // SAFETY: the only poller; receives complete in order, errors included.
                     (Some(rq), _) => unsafe { rq.retire() },

@@ -216,6 +216,13 @@ impl DbrecWord {
         // the memory holds loom atomics); the constructor's contract keeps the word valid.
         unsafe { self.0.as_ref() }.store(counter.to_be(), order);
     }
+
+    /// The counter the word holds (`Acquire`).
+    #[inline]
+    pub(crate) fn read(self) -> u32 {
+        // SAFETY: as in `publish`.
+        u32::from_be(unsafe { self.0.as_ref() }.load(Ordering::Acquire))
+    }
 }
 
 /// A CQE as laid out in memory under loom: the body and the owner byte as separate loom

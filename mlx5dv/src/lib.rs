@@ -131,6 +131,9 @@ mod cq;
 #[doc(hidden)]
 pub mod devmem;
 mod doorbell;
+mod gate;
+#[cfg(all(test, not(zverbs_loom)))]
+mod gate_tests;
 mod layout;
 pub mod prm;
 mod rq;
@@ -142,6 +145,7 @@ mod testutil;
 
 pub use bf::{BfRegister, Dedicated, Shared, SharedBf};
 pub use cq::{CompletionQueue, VENDOR_ERR_UNSUPPORTED_FORMAT, status_of};
+pub use gate::{Gate, clear_doorbell_record, doorbell_counters};
 pub use layout::{
     BfLayout, CqLayout, LayoutError, QpLayout, SqCaps, SrqLayout, Transport, WqLayout,
 };

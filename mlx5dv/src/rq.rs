@@ -30,6 +30,8 @@ pub struct RecvQueue<P> {
     max_sge: u32,
     dbrec: DbrecWord,
     state: P,
+    /// The gate word this queue posts under (`gate.rs`).
+    gate: u32,
 }
 
 // SAFETY: the queue owns its part of the ring; shared state goes through `RqState` (Sync).
@@ -81,6 +83,7 @@ impl<P: RqStateRef> RecvQueue<P> {
             max_sge: segs_per,
             // SAFETY: (caller) the doorbell record is valid while the queue lives; word 0 is MLX5_RCV_DBR.
             dbrec: unsafe { DbrecWord::new(layout.dbrec, RCV_DBR) },
+            gate: state.gate().peek() | crate::gate::OPEN,
             state,
         })
     }
@@ -106,8 +109,28 @@ impl<P: RqStateRef> RecvQueue<P> {
     /// Free entries, after taking what the poller has completed.
     #[inline]
     pub fn free(&mut self) -> u32 {
+        if self.state.gate().peek() != self.gate {
+            let _ = self.pass_gate();
+        }
         self.tail = self.state.load_tail();
         self.entries.free(self.head, self.tail)
+    }
+
+    /// The gate changed: refuses when it is closed; open for a later incarnation (the QP was
+    /// reset), restarts the counters at 0 as the device did (see `SendQueue`'s).
+    #[cold]
+    #[inline(never)]
+    fn pass_gate(&mut self) -> Result<(), PostError> {
+        let g = self.state.gate().load();
+        if g & crate::gate::OPEN == 0 {
+            return Err(PostError::NotReady);
+        }
+        if g != self.gate {
+            self.head = 0;
+            self.tail = 0;
+            self.gate = g;
+        }
+        Ok(())
     }
 }
 
@@ -116,6 +139,9 @@ impl<P: RqStateRef> crate::rq::RecvRing for RecvQueue<P> {
     #[inline(always)]
     fn check(&mut self, wr: &RecvWr<'_>, needed: u32) -> Result<(), PostError> {
         wr.check(self.max_sge)?;
+        if self.state.gate().peek() != self.gate {
+            self.pass_gate()?;
+        }
         if self.entries.free(self.head, self.tail) < needed {
             self.tail = self.state.load_tail();
             let free = self.entries.free(self.head, self.tail);

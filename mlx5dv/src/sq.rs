@@ -196,6 +196,9 @@ pub struct SendQueue<P, R = Dedicated, T = Connected> {
     last_blocks: u32,
     caps: SqCaps,
     state: P,
+    /// The gate word this queue posts under: open, of the incarnation its counters belong
+    /// to (`gate.rs`).
+    gate: u32,
     doorbell: Doorbell<R>,
     transport: PhantomData<T>,
 }
@@ -406,6 +409,7 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
             last_seg: 0,
             last_blocks: 0,
             caps,
+            gate: state.gate().peek() | crate::gate::OPEN,
             state,
             doorbell: Doorbell::new(dbrec, reg, layout.bf.size, register),
             transport: PhantomData,
@@ -464,6 +468,9 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
     /// Free basic blocks, after taking any credits the poller has returned.
     #[inline]
     pub fn free_blocks(&mut self) -> u32 {
+        if self.state.gate().peek() != self.gate {
+            let _ = self.pass_gate();
+        }
         self.refresh();
         self.limit.wrapping_sub(self.pi)
     }
@@ -471,6 +478,9 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
     /// Signaled requests posted whose completions have not been polled yet.
     #[inline]
     pub fn outstanding_signaled(&mut self) -> u32 {
+        if self.state.gate().peek() != self.gate {
+            let _ = self.pass_gate();
+        }
         self.refresh();
         u32::from(self.sig_posted.wrapping_sub(self.sig_done))
     }
@@ -489,11 +499,39 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         self.sig_limit = self.sig_done.wrapping_add(self.caps.max_signaled as u16);
     }
 
-    /// Whether `blocks` more basic blocks and `signaled` more CQEs fit the limits last read.
+    /// Whether `blocks` more basic blocks and `signaled` more CQEs fit the limits last read,
+    /// with the gate as this queue last found it (open, same incarnation).
     #[inline(always)]
     fn fits(&self, blocks: u32, signaled: u32) -> bool {
         self.limit.wrapping_sub(self.pi) >= blocks
             && u32::from(self.sig_limit.wrapping_sub(self.sig_posted)) >= signaled
+            && self.state.gate().peek() == self.gate
+    }
+
+    /// The gate changed: refuses when it is closed; when it is open for a later incarnation
+    /// (the QP was reset and connected again), restarts the counters at 0, as the device
+    /// restarted its own, and forgets requests written and not rung (the old incarnation's:
+    /// the device never saw them). The BlueFlame toggle is kept: the device takes either
+    /// buffer, and alternating keeps consecutive copies apart across the reset too.
+    #[cold]
+    #[inline(never)]
+    fn pass_gate(&mut self) -> Result<(), PostError> {
+        let g = self.state.gate().load();
+        if g & crate::gate::OPEN == 0 {
+            return Err(PostError::NotReady);
+        }
+        if g != self.gate {
+            self.pi = 0;
+            self.limit = self.blocks.size();
+            self.sig_posted = 0;
+            self.sig_done = 0;
+            self.sig_limit = self.caps.max_signaled as u16;
+            self.pending = 0;
+            self.last_seg = 0;
+            self.last_blocks = 0;
+            self.gate = g;
+        }
+        Ok(())
     }
 
     /// Checks `wr` against the queue's limits and plans its WQE. Writes nothing.
@@ -541,6 +579,9 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
     #[cold]
     #[inline(never)]
     fn check_room_again(&mut self, blocks: u32, signaled: u32) -> Result<(), PostError> {
+        if self.state.gate().peek() != self.gate {
+            self.pass_gate()?;
+        }
         {
             self.refresh();
             let free = self.limit.wrapping_sub(self.pi);
@@ -864,6 +905,11 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> PostSend for SendQueue<P, R, 
     #[inline]
     fn ring(&mut self) {
         if self.pending == 0 {
+            return;
+        }
+        if self.state.gate().peek() != self.gate {
+            // Written before the QP left RTS: discarded when the queue restarts (a closed gate
+            // keeps them until then; nothing reaches the device).
             return;
         }
         self.doorbell.ring(

@@ -42,6 +42,7 @@ use zverbs_core::sync::cell::UnsafeCell;
 use zverbs_core::sync::order;
 
 use crate::devmem::SegRing;
+use crate::gate::Gate;
 use crate::layout::{LayoutError, SrqLayout};
 use crate::prm::wqe::srq_next;
 
@@ -115,8 +116,12 @@ impl RqSlot {
 pub struct SqState<S> {
     slots: Slots<S>,
     /// Low 16 bits: consumer counter in basic blocks. High 16 bits: signaled requests
-    /// completed. Both wrap; written only by the poller.
+    /// completed. Both wrap; written only by the poller (and by [`SqState::restart`] while
+    /// the queue pair is idle).
     done: CachePadded<AtomicU32>,
+    /// Whether the queue may post, and the queue pair's incarnation (`gate.rs`). Beside the
+    /// slots, which every post reads: not on the poller's line.
+    gate: Gate,
 }
 
 /// A handle through which a send queue or a CQ binding reaches an [`SqState`]: `&SqState<_>`,
@@ -144,7 +149,35 @@ impl<S: StableDeref<Target = [SqSlot]>> SqState<S> {
         Ok(Self {
             slots: Slots::new(slots)?,
             done: CachePadded(AtomicU32::new(0)),
+            gate: Gate::new(),
         })
+    }
+
+    /// The queue's gate: closed, posts are refused with
+    /// [`PostError::NotReady`](zverbs_core::PostError) and nothing written.
+    #[inline(always)]
+    pub fn gate(&self) -> &Gate {
+        &self.gate
+    }
+
+    /// The consumer counter's low 16 bits as the poller last handed it back: equal to the
+    /// doorbell record's producer counter when every WQE rung has been retired.
+    pub fn retired16(&self) -> u16 {
+        self.done.load(order::CREDIT_ACQUIRE) as u16
+    }
+
+    /// Starts the queue pair's next incarnation: the credit word back to 0, as the device's
+    /// counters after RESET, then the gate closed at the next incarnation (with `Release`,
+    /// so that the queue that sees it open again sees the credit word reset).
+    ///
+    /// # Safety
+    ///
+    /// The queue pair is in RESET and the poller has retired every WQE of this queue it will
+    /// ever see a completion for (no CQE of the old incarnation is left in the CQ, and the
+    /// device writes none after RESET): nothing reads or writes the credit word meanwhile.
+    pub unsafe fn restart(&self) {
+        self.done.store(0, Ordering::Relaxed);
+        self.gate.restart();
     }
 
     /// Number of slots (send basic blocks).
@@ -213,8 +246,11 @@ impl<S: StableDeref<Target = [SqSlot]>> SqState<S> {
 #[derive(Debug)]
 pub struct RqState<S> {
     slots: Slots<S>,
-    /// Receive requests completed (free-running); written only by the poller.
+    /// Receive requests completed (free-running); written only by the poller (and by
+    /// [`RqState::restart`] while the queue pair is idle).
     tail: CachePadded<AtomicU32>,
+    /// As [`SqState`]'s.
+    gate: Gate,
 }
 
 /// A handle through which a receive queue or a CQ binding reaches an [`RqState`].
@@ -241,7 +277,30 @@ impl<S: StableDeref<Target = [RqSlot]>> RqState<S> {
         Ok(Self {
             slots: Slots::new(slots)?,
             tail: CachePadded(AtomicU32::new(0)),
+            gate: Gate::new(),
         })
+    }
+
+    /// The queue's gate, as [`SqState::gate`].
+    #[inline(always)]
+    pub fn gate(&self) -> &Gate {
+        &self.gate
+    }
+
+    /// Receives completed, as the poller last counted them (low 16 bits): equal to the
+    /// doorbell record's head when every receive posted has completed.
+    pub fn retired16(&self) -> u16 {
+        self.tail.load(order::CREDIT_ACQUIRE) as u16
+    }
+
+    /// Starts the next incarnation, as [`SqState::restart`].
+    ///
+    /// # Safety
+    ///
+    /// As [`SqState::restart`], for receives.
+    pub unsafe fn restart(&self) {
+        self.tail.store(0, Ordering::Relaxed);
+        self.gate.restart();
     }
 
     /// Number of slots.

@@ -175,6 +175,16 @@ impl DevCq {
         }
     }
 
+    /// Forgets the CQEs held back (not yet written) for QP `qpn`: it was reset, and its old
+    /// incarnation's completions must not reach the new one.
+    pub(crate) fn forget_held(&mut self, qpn: u32) -> usize {
+        let before = self.held.len();
+        self.held.retain(|h| {
+            u32::from_be_bytes([h.cqe[56], h.cqe[57], h.cqe[58], h.cqe[59]]) & 0xff_ffff != qpn
+        });
+        before - self.held.len()
+    }
+
     /// Number of CQEs.
     pub(crate) fn cnt(&self) -> u32 {
         self.cnt

@@ -1016,3 +1016,20 @@ pub unsafe fn read_cqe(layout: &CqLayout, index: u32) -> [u8; 64] {
     // SAFETY: (caller) the ring is live; `slot` is masked into it.
     unsafe { p.as_ptr().add(slot * 64).cast::<[u8; 64]>().read() }
 }
+
+impl Device {
+    /// Moves QP `qpn` to RESET (as `ibv_modify_qp` to `IBV_QPS_RESET`), from any state, the
+    /// error state included: it is no longer connected, its consumer counters restart at 0,
+    /// and whatever of its old incarnation the device had not carried out is discarded without
+    /// a completion (as on a ConnectX: drain the QP first, see `docs/sim.md`). The driver
+    /// clears the QP's doorbell record, as libmlx5 does. Connect it again with
+    /// [`Device::connect_to`] (to any peer). Returns the CQEs of the old incarnation the
+    /// device still held back (`hold_completions`), now dropped.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::NoSuchQp`].
+    pub fn reset_qp(&self, qpn: u32) -> Result<usize, SimError> {
+        self.engine().reset_qp(qpn)
+    }
+}

@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex, Weak};
 use crate::backend::{BackendKind, BackendReport, BackendRequest, want_direct};
 use crate::device::Context;
 use crate::error::{Error, Result};
+use crate::members::Members;
 use crate::provider::{CqEngine, CqProvider};
 use crate::qp::QpInner;
 use crate::queues::AnyPoller;
@@ -121,6 +122,11 @@ impl<'a> CqBuilder<'a> {
                 },
                 poll_batch: self.poll_batch,
                 registry: Mutex::new(Registry::default()),
+                members: if kind == BackendKind::Direct {
+                    Members::Direct(Arc::default())
+                } else {
+                    Members::Verbs(Arc::default())
+                },
             }),
         })
     }
@@ -131,7 +137,8 @@ impl<'a> CqBuilder<'a> {
 ///
 /// # Example
 ///
-/// Create the CQ, then every QP that uses it, then take its poller: nothing is ready yet.
+/// Create the CQ, a QP that uses it, then take its poller (QPs created later join it): nothing
+/// is ready yet.
 ///
 /// ```
 /// # #[cfg(feature = "sim")] {
@@ -141,7 +148,7 @@ impl<'a> CqBuilder<'a> {
 ///
 /// let cq = ctx.cq_builder().cqe(64).build()?; // room for at least 64 completions
 /// let pd = ctx.alloc_pd()?;
-/// let _qp = pd.qp_builder(&cq, &cq).build()?; // every QP on `cq` before its poller
+/// let _qp = pd.qp_builder(&cq, &cq).build()?;
 /// let mut poller = cq.poller()?; // one poller per CQ, driven by one thread at a time
 /// let mut wc = [Completion::EMPTY; 16];
 /// assert!(poller.poll_into(&mut wc).is_empty()); // never blocks
@@ -168,6 +175,8 @@ pub(crate) struct CqInner {
     pub(crate) report: BackendReport,
     pub(crate) poll_batch: u32,
     pub(crate) registry: Mutex<Registry>,
+    /// Where the control path hands the poller its new tables (`members.rs`).
+    pub(crate) members: Members,
 }
 
 impl Cq {
@@ -199,8 +208,9 @@ impl Cq {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
 
-    /// The CQ's poller, for the QPs created on it so far; it can be taken once. Create every
-    /// QP that uses this CQ before taking it (a later QP is refused).
+    /// The CQ's poller, for the QPs created on it, before it was taken and after; it can be
+    /// taken once. A QP created later joins it, and a destroyed one leaves it, while it polls
+    /// on another thread (without a lock on the poll path: `docs/architecture.md`).
     ///
     /// # Errors
     ///

@@ -181,6 +181,19 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// [`Qp::reset`](crate::Qp::reset) was asked for while requests the device was given
+    /// have not completed yet: their completions (a flush completion each, once the QP is in
+    /// the error state) must be polled first, or they would reach the QP's next incarnation.
+    #[error(
+        "the QP is not drained: {send} send slots and {recv} receives not completed yet; poll          their completions first (Qp::to_error flushes them)"
+    )]
+    NotDrained {
+        /// Send-queue slots given to the device and not yet completed (basic blocks on the
+        /// direct path, requests on the fallback).
+        send: u32,
+        /// Receives given to the device and not yet completed.
+        recv: u32,
+    },
 }
 
 impl Error {

@@ -250,7 +250,6 @@ impl<'a> QpBuilder<'a> {
         }
         let direct = send_kind == BackendKind::Direct;
         let (provider, note) = {
-            check_pollers_free(self.send_cq, self.recv_cq)?;
             self.pd.inner.provider.create_qp(&QpInit {
                 send_cq: &*self.send_cq.inner.provider,
                 recv_cq: &*self.recv_cq.inner.provider,
@@ -316,29 +315,17 @@ impl<'a> QpBuilder<'a> {
         });
         for cq in [self.send_cq, self.recv_cq] {
             let mut reg = cq.inner.registry.lock().unwrap_or_else(|p| p.into_inner());
-            reg.qps.retain(|w| w.strong_count() > 0);
             reg.qps.push(Arc::downgrade(&inner));
+            // A poller already out: it gets the table with this QP before the QP can post.
+            let reached = crate::members::republish(cq, &mut reg);
+            drop(reg);
+            drop(reached);
             if shared_cq {
                 break;
             }
         }
         Ok(Qp { inner })
     }
-}
-
-/// Refuses a new QP on a CQ whose poller is already out.
-fn check_pollers_free(a: &Cq, b: &Cq) -> Result<()> {
-    for cq in [a, b] {
-        let reg = cq.inner.registry.lock().unwrap_or_else(|p| p.into_inner());
-        if reg.poller_taken {
-            return Err(Error::InvalidArgument(
-                "the CQ's poller was already taken; create every QP on a CQ before \
-                 calling Cq::poller"
-                    .into(),
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// A direct send queue's bookkeeping, shared by the queue and the poller that serves it; each
@@ -504,6 +491,23 @@ pub(crate) struct QpInner {
     pub(crate) _pd: Pd,
 }
 
+impl Drop for QpInner {
+    /// Leaves the pollers of its CQs (before its fields, the QP first, are dropped): each gets
+    /// a table without it.
+    fn drop(&mut self) {
+        let cqs = [&self.send_cq, &self.recv_cq];
+        for (i, cq) in cqs.into_iter().enumerate() {
+            if i == 1 && self.send_cq.is(&self.recv_cq) {
+                break;
+            }
+            let mut reg = cq.inner.registry.lock().unwrap_or_else(|p| p.into_inner());
+            let reached = crate::members::republish(cq, &mut reg);
+            drop(reg);
+            drop(reached);
+        }
+    }
+}
+
 impl QpInner {
     /// The limits its send queue enforces: a UD QP's transport carries the MTU of the port it
     /// was readied on ([`Qp::ready_ud`]).
@@ -560,11 +564,11 @@ impl Qp {
         }
     }
 
-    /// The QP's state, as the last transition made through this library set it (a QP that
-    /// the device moves to the error state on its own, after a failed request, still reads
-    /// RTS here: its completions say so).
+    /// The QP's state, as the last transition made through this library set it, or the error
+    /// state once the poller met an error completion of the QP (the device moved it there on
+    /// its own, after a failed request).
     pub fn state(&self) -> QpState {
-        QpState::from_raw(self.inner.state.load(Ordering::Acquire))
+        self.observed_state(self.inner.state.load(Ordering::Acquire))
     }
 
     /// Refuses a queue handle before the QP reaches `needs` (or after it left the states
@@ -651,8 +655,7 @@ impl Qp {
 
     /// The QP's send and receive queues and the poller of `cq`, which must serve both, in the
     /// [`safe`](crate::safe) layer: posts that ring, waits with deadlines. The QP must be in
-    /// RTS ([`Qp::connect`]); every QP that uses `cq` must exist before (the poller's table of
-    /// QPs is fixed when it is taken).
+    /// RTS ([`Qp::connect`]). QPs created on `cq` later join its poller.
     ///
     /// The QPs `a` and `b` are connected to each other, each with one CQ for both queues, as in
     /// [`Qp`]'s example:
@@ -717,6 +720,7 @@ impl Qp {
         }
         if mask & m::IBV_QP_STATE != 0 {
             self.inner.state.store(attr.qp_state, Ordering::Release);
+            self.gates_after(attr.qp_state);
         }
         Ok(())
     }

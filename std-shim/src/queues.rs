@@ -35,11 +35,10 @@ use crate::backend::BackendKind;
 use crate::cq::Cq;
 use crate::error::{Error, Result};
 use crate::provider::{CqEngine, QpEngine};
-use crate::qp::{DirectRegister, Qp, QpData, QpInner, RqStateHandle, SqStateHandle};
+use crate::qp::{DirectRegister, Qp, QpData, QpInner};
 
 /// The bindings a direct poller polls for.
-type DirectBindings =
-    Box<[zverbs_mlx5dv::CqBinding<SqStateHandle, RqStateHandle, crate::srq::SrqStateHandle>]>;
+type DirectBindings = crate::members::DirectTable;
 
 /// Implements [`PostSend`] for a handle type by forwarding to the queue it holds in its field
 /// `q` (always inlined).
@@ -96,9 +95,15 @@ macro_rules! forward_queues {
         forward_recv!(RecvQueue);
 
         impl PollCq for Poller {
+            /// Polls; a poll that finds nothing also adopts a new table of QPs if one waits
+            /// (one load and a compare, on the idle path only: `members.rs`).
             #[inline(always)]
             fn poll(&mut self, out: &mut [Completion]) -> usize {
-                self.q.poll(out)
+                let n = self.q.poll(out);
+                if n == 0 && self.members.0.pending() {
+                    self.q.adopt();
+                }
+                n
             }
         }
 
@@ -200,9 +205,10 @@ pub mod direct {
     /// A CQ polled by `zverbs-mlx5dv`.
     #[derive(Debug)]
     pub struct Poller {
-        // Field order is drop order: the poller before the CQ and QPs whose memory it reads.
+        // Field order is drop order: the poller before the hand-over it reads and the CQ
+        // whose memory it reads (its table keeps the SRQs it writes alive).
         pub(super) q: zverbs_mlx5dv::CompletionQueue<DirectBindings>,
-        pub(super) _qps: Vec<Arc<QpInner>>,
+        pub(super) members: Arc<crate::members::Hand<DirectBindings>>,
         pub(super) _cq: Cq,
     }
 
@@ -278,7 +284,7 @@ pub mod verbs {
     #[derive(Debug)]
     pub struct Poller {
         pub(super) q: fallback::Poller,
-        pub(super) _qps: Vec<Arc<QpInner>>,
+        pub(super) members: Arc<crate::members::Hand<crate::members::VerbsTable>>,
         pub(super) _cq: Cq,
     }
 
@@ -513,82 +519,62 @@ impl AnyRecvQueue {
 
 impl AnyPoller {
     pub(crate) fn new(cq: &Cq, qps: Vec<Arc<QpInner>>) -> Result<Self> {
-        match cq.engine() {
-            CqEngine::Direct(layout) => {
-                let mut bindings = Vec::with_capacity(qps.len());
-                for qp in &qps {
-                    let QpData::Direct(d) = &qp.data else {
-                        continue;
-                    };
-                    let sq = qp.send_cq.is(cq).then(|| d.sq_state.clone());
-                    let on_cq = qp.recv_cq.is(cq);
-                    bindings.push(match qp.srq.as_ref().and_then(|s| s.direct_state()) {
-                        // Its receives come from the SRQ: this poller frees its WQEs.
-                        Some(srq) => zverbs_mlx5dv::CqBinding {
-                            qpn: qp.provider.qpn(),
-                            sq,
-                            rq: None,
-                            srq: on_cq.then(|| srq.clone()),
-                        },
-                        None => zverbs_mlx5dv::CqBinding {
-                            qpn: qp.provider.qpn(),
-                            sq,
-                            rq: on_cq.then(|| d.rq_state.clone()),
-                            srq: None,
-                        },
-                    });
-                }
+        use crate::members::{Members, direct_table, verbs_table};
+        match (cq.engine(), &cq.inner.members) {
+            (CqEngine::Direct(layout), Members::Direct(members)) => {
+                let table = direct_table(cq, &qps);
                 // SAFETY: the layout is libmlx5's for this live CQ (kept alive by `_cq`, dropped
                 // after the queue); the poller is taken once and libibverbs never polls the CQ;
                 // each binding names a QP of this CQ with its states; the CQ was created
                 // without compression.
-                let mut q = unsafe {
-                    zverbs_mlx5dv::CompletionQueue::new(&layout, bindings.into_boxed_slice())?
-                };
+                let mut q = unsafe { zverbs_mlx5dv::CompletionQueue::new(&layout, table)? };
                 q.set_timestamps(cq.has_timestamps());
+                // SAFETY: the hand-over is kept alive by the `Arc` the poller holds beside the
+                // queue (dropped after it); this is its one poller (taken once); the control
+                // path publishes only tables built as the one above.
+                unsafe { q.set_handover(std::ptr::NonNull::from(&members.0)) };
                 Ok(Self::Direct(direct::Poller {
                     q,
-                    _qps: qps,
+                    members: members.clone(),
                     _cq: cq.clone(),
                 }))
             }
-            CqEngine::Verbs(ptr) => {
-                let mut bindings = Vec::with_capacity(qps.len());
-                for qp in &qps {
-                    let QpData::Verbs(v) = &qp.data else {
-                        continue;
-                    };
-                    let on_cq = qp.recv_cq.is(cq);
-                    bindings.push(crate::fallback::Binding {
-                        qpn: qp.provider.qpn(),
-                        sq: qp.send_cq.is(cq).then(|| v.sq.clone()),
-                        rq: (on_cq && qp.srq.is_none()).then(|| v.rq.clone()),
-                        srq: on_cq && qp.srq.is_some(),
-                    });
-                }
+            (CqEngine::Verbs(ptr), Members::Verbs(members)) => {
+                let table = verbs_table(cq, &qps);
                 // SAFETY: a live CQ kept alive by `_cq`, polled only through this handle;
                 // the bindings name its QPs with their states.
-                let q = unsafe {
-                    crate::fallback::Poller::new(
-                        ptr.as_ptr(),
-                        cq.inner.poll_batch,
-                        bindings.into_boxed_slice(),
-                    )
+                let mut q = unsafe {
+                    crate::fallback::Poller::new(ptr.as_ptr(), cq.inner.poll_batch, table)
                 }
                 .ok_or_else(|| no_entry("poll_cq"))?;
-                let mut q = q;
                 if let Some(ex) = cq.inner.provider.verbs_cq_ex() {
                     // SAFETY: the extended CQ is the same live CQ (`ibv_cq_ex_to_cq`), polled
                     // only through this handle, created with the standard fields and the
                     // completion timestamp.
                     unsafe { q.set_cq_ex(ex) };
                 }
+                // SAFETY: as for the direct poller.
+                unsafe { q.set_handover(std::ptr::NonNull::from(&members.0)) };
                 Ok(Self::Verbs(verbs::Poller {
                     q,
-                    _qps: qps,
+                    members: members.clone(),
                     _cq: cq.clone(),
                 }))
             }
+            _ => Err(Error::Backend {
+                requested: cq.backend().kind,
+                reason: "the CQ's engine and its hand-over differ".into(),
+            }),
+        }
+    }
+
+    /// Whether the poller serves QP `qpn` now: QPs created after it was taken join it (by
+    /// the time they can post), destroyed ones leave it (at the latest at a poll that finds
+    /// nothing).
+    pub fn serves(&self, qpn: u32) -> bool {
+        match self {
+            Self::Direct(p) => p.q.serves(qpn),
+            Self::Verbs(p) => p.q.serves(qpn),
         }
     }
 

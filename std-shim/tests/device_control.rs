@@ -279,11 +279,9 @@ fn misuse_is_refused_with_a_clear_error() {
     assert!(matches!(qp.send_queue(), Err(Error::AlreadyTaken(_))));
     let _p = cq.poller().unwrap();
     assert!(matches!(cq.poller(), Err(Error::AlreadyTaken(_))));
+    // A QP on a CQ whose poller is out joins it (tests/device_members.rs).
     let e = pd.qp_builder(&cq, &cq).build();
-    assert!(
-        matches!(e, Err(Error::InvalidArgument(_))),
-        "a QP on a CQ whose poller is out: {e:?}"
-    );
+    assert!(e.is_ok(), "a QP on a CQ whose poller is out: {e:?}");
     // A GID index past the table.
     let port = ctx.active_port().unwrap();
     let len = ctx.port(port).unwrap().gid_tbl_len;

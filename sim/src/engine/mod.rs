@@ -44,6 +44,7 @@ mod copy;
 mod events;
 mod queues;
 mod requester;
+mod reset;
 mod responder;
 mod srq;
 mod ud;

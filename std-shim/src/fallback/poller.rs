@@ -34,6 +34,8 @@ pub struct Poller {
     error: Option<i32>,
     /// The CQ as an extended CQ with completion timestamps, if it was created as one.
     cq_ex: Option<core::ptr::NonNull<ibv_cq_ex>>,
+    /// Where the control path hands over new bindings, if anywhere (`set_handover`).
+    joins: Option<core::ptr::NonNull<zverbs_core::handover::Handover<Box<[Binding]>>>>,
 }
 
 // SAFETY: the poller owns its `ibv_wc` array; libibverbs allows polling a CQ from any thread
@@ -62,7 +64,46 @@ impl Poller {
             last: 0,
             error: None,
             cq_ex: None,
+            joins: None,
         })
+    }
+
+    /// Takes new bindings from `handover` from now on, as the direct poller does
+    /// (`zverbs_mlx5dv::CompletionQueue::set_handover`): when a completion names a QP the
+    /// bindings lack, and at [`Poller::adopt`].
+    ///
+    /// # Safety
+    ///
+    /// `handover` outlives the poller; this is its one poller; the tables published there
+    /// obey [`Poller::new`]'s contract for bindings.
+    pub unsafe fn set_handover(
+        &mut self,
+        handover: core::ptr::NonNull<zverbs_core::handover::Handover<Box<[Binding]>>>,
+    ) {
+        self.joins = Some(handover);
+    }
+
+    /// Whether the bindings have QP `qpn` now.
+    pub fn serves(&self, qpn: u32) -> bool {
+        self.bindings.iter().any(|b| b.qpn == qpn)
+    }
+
+    /// Adopts the bindings waiting in the hand-over, if any. Returns whether there were.
+    #[cold]
+    #[inline(never)]
+    pub fn adopt(&mut self) -> bool {
+        let Some(h) = self.joins else {
+            return false;
+        };
+        // SAFETY: (`set_handover`) the hand-over outlives the poller.
+        let h = unsafe { h.as_ref() };
+        if !h.pending() {
+            return false;
+        }
+        // SAFETY: the one poller; the tables obey the bindings' contract.
+        unsafe { h.adopt(|t| core::mem::swap(&mut self.bindings, t)) };
+        self.last = 0;
+        true
     }
 
     /// The errno of the last failed `ibv_poll_cq`, if any; clears it. A failed poll returns 0
@@ -79,7 +120,12 @@ impl Poller {
         {
             return Some(self.last);
         }
-        let i = self.bindings.iter().position(|x| x.qpn == qpn)?;
+        let i = match self.bindings.iter().position(|x| x.qpn == qpn) {
+            Some(i) => i,
+            // A QP created after the bindings: its table waits in the hand-over.
+            None if self.adopt() => self.bindings.iter().position(|x| x.qpn == qpn)?,
+            None => return None,
+        };
         self.last = i;
         Some(i)
     }
@@ -102,6 +148,9 @@ impl Poller {
         let counter = wc.wr_id as u32;
         let found = self.binding(wc.qp_num);
         let binding = found.and_then(|i| self.bindings.get(i));
+        if !status.is_success() {
+            error_closes(binding);
+        }
         match (wc.wr_id & RECV_TAG != 0, binding) {
             (_, Some(Binding { srq: true, sq, .. }))
                 if wc.opcode & WC_RECV != 0 || sq.is_none() =>
@@ -165,6 +214,19 @@ fn received(wc: &ibv_wc, out: &mut Completion) {
 
 /// `IBV_WC_RECV`: the bit every receive opcode of `enum ibv_wc_opcode` has.
 const WC_RECV: u32 = 1 << 7;
+
+/// An error completion: the QP is in the error state, so its queues refuse posts from now on.
+#[cold]
+fn error_closes(binding: Option<&Binding>) {
+    if let Some(b) = binding {
+        if let Some(sq) = &b.sq {
+            sq.gate().close();
+        }
+        if let Some(rq) = &b.rq {
+            rq.gate().close();
+        }
+    }
+}
 
 /// A completion for a queue this poller was not given: reported, nothing retired.
 #[cold]

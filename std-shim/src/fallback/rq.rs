@@ -79,6 +79,9 @@ impl RecvQueue {
     #[inline(always)]
     fn check(&mut self, wr: &RecvWr<'_>, needed: u32) -> Result<(), PostError> {
         wr.check(self.max_sge)?;
+        if !self.shared.gate().is_open() {
+            return Err(PostError::NotReady);
+        }
         if self.head.wrapping_sub(self.tail) + needed > self.max_wr {
             self.tail = self.shared.load_tail();
             let free = self.max_wr - self.head.wrapping_sub(self.tail);
@@ -132,6 +135,7 @@ impl PostRecv for RecvQueue {
             return Err(PostError::Verbs { errno: ret.abs() });
         }
         self.head = self.head.wrapping_add(1);
+        self.shared.note_posted(self.head);
         Ok(())
     }
 
@@ -162,12 +166,14 @@ impl PostRecv for RecvQueue {
             // The provider posted the requests before `bad` and none from it on.
             let index = super::sq::chain_index(bad, first, wrs.len()).unwrap_or(0);
             self.head = self.head.wrapping_add(index as u32);
+            self.shared.note_posted(self.head);
             return Err(BatchError {
                 index,
                 error: PostError::Verbs { errno: ret.abs() },
             });
         }
         self.head = self.head.wrapping_add(wrs.len() as u32);
+        self.shared.note_posted(self.head);
         Ok(())
     }
 }

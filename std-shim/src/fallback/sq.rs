@@ -319,6 +319,9 @@ impl PostSend for SendQueue {
     unsafe fn stage(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
         self.pending_refusal()?;
         let checked = self.check(wr)?;
+        if !self.shared.gate().is_open() {
+            return Err(PostError::NotReady);
+        }
         self.check_room(1, u32::from(checked.signaled()))?;
         // SAFETY: checked, supported, room checked; the caller upholds the posting contract.
         unsafe { self.stage_checked(wr, &checked) };
@@ -350,6 +353,7 @@ impl PostSend for SendQueue {
         if ret != 0 {
             self.refused(ret, bad);
         }
+        self.shared.note_posted(self.pi);
         self.staged = 0;
     }
 
@@ -362,6 +366,9 @@ impl PostSend for SendQueue {
             supported(wr)?;
             n += 1;
             signaled += u32::from(checked.signaled());
+            if !self.shared.gate().is_open() {
+                return Err(PostError::NotReady);
+            }
             self.check_room(n, signaled)
         })?;
         for (wr, checked) in batch.iter() {

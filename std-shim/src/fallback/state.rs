@@ -43,6 +43,11 @@ pub struct SqShared {
     /// Low 32 bits: requests retired (consumer counter). High 32 bits: signaled requests
     /// completed. Written only by the poller.
     done: CachePadded<AtomicU64>,
+    /// Requests handed to libibverbs (the counter after the last one), stored by the poster
+    /// after each post: with `done`, whether the queue is drained.
+    posted: AtomicU32,
+    /// Whether the queue may post (closed in RESET and the error state).
+    gate: zverbs_mlx5dv::Gate,
 }
 
 // SAFETY: a slot is written by the poster only while the credit word shows it free, and read
@@ -60,7 +65,27 @@ impl SqShared {
                 .collect(),
             mask: n - 1,
             done: CachePadded(AtomicU64::new(0)),
+            posted: AtomicU32::new(0),
+            gate: zverbs_mlx5dv::Gate::new(),
         }
+    }
+
+    /// The queue's gate.
+    #[inline(always)]
+    pub(crate) fn gate(&self) -> &zverbs_mlx5dv::Gate {
+        &self.gate
+    }
+
+    /// Poster side: every request before counter `pi` was handed to libibverbs.
+    #[inline(always)]
+    pub(crate) fn note_posted(&self, pi: u32) {
+        self.posted.store(pi, Ordering::Release);
+    }
+
+    /// Requests handed to libibverbs and not yet completed.
+    pub(crate) fn outstanding(&self) -> u32 {
+        let posted = self.posted.load(Ordering::Acquire);
+        posted.wrapping_sub(self.load_done().0)
     }
 
     /// Poster side: records request `counter`.
@@ -121,6 +146,10 @@ pub struct RqShared {
     mask: u32,
     /// Receives completed; written only by the poller.
     tail: CachePadded<AtomicU32>,
+    /// As [`SqShared`]'s.
+    posted: AtomicU32,
+    /// As [`SqShared`]'s.
+    gate: zverbs_mlx5dv::Gate,
 }
 
 // SAFETY: as for `SqShared`.
@@ -134,7 +163,28 @@ impl RqShared {
             slots: (0..n).map(|_| UnsafeCell::new(0)).collect(),
             mask: n - 1,
             tail: CachePadded(AtomicU32::new(0)),
+            posted: AtomicU32::new(0),
+            gate: zverbs_mlx5dv::Gate::new(),
         }
+    }
+
+    /// The queue's gate.
+    #[inline(always)]
+    pub(crate) fn gate(&self) -> &zverbs_mlx5dv::Gate {
+        &self.gate
+    }
+
+    /// Poster side: every receive before counter `head` was handed to libibverbs.
+    #[inline(always)]
+    pub(crate) fn note_posted(&self, head: u32) {
+        self.posted.store(head, Ordering::Release);
+    }
+
+    /// Receives handed to libibverbs and not yet completed.
+    pub(crate) fn outstanding(&self) -> u32 {
+        self.posted
+            .load(Ordering::Acquire)
+            .wrapping_sub(self.load_tail())
     }
 
     /// Poster side: records `wr_id` for receive `counter`.

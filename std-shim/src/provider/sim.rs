@@ -48,6 +48,7 @@ pub(crate) const GUID: u64 = 0x7a76_6572_6273_0001;
 const LID: u16 = 1;
 
 /// `IBV_QPS_INIT`, `IBV_QPS_RTR`, `IBV_QPS_RTS` and `IBV_QPS_ERR`.
+const QPS_RESET: u32 = 0;
 const QPS_INIT: u32 = 1;
 const QPS_RTR: u32 = 2;
 const QPS_RTS: u32 = 3;
@@ -536,6 +537,7 @@ impl QpProvider for SimQp {
                 QPS_RTR => Ok(()),
                 QPS_RTS => device().ready_ud(self.qp.qpn).map_err(e),
                 QPS_ERR => device().set_error(self.qp.qpn).map_err(e),
+                QPS_RESET => device().reset_qp(self.qp.qpn).map(drop).map_err(e),
                 _ => Ok(()),
             };
         }
@@ -590,6 +592,10 @@ impl QpProvider for SimQp {
             }
             QPS_ERR => device()
                 .set_error(self.qp.qpn)
+                .map_err(|e| sim_err("ibv_modify_qp", e)),
+            QPS_RESET => device()
+                .reset_qp(self.qp.qpn)
+                .map(drop)
                 .map_err(|e| sim_err("ibv_modify_qp", e)),
             // INIT needs nothing from the device: it connects QPs at RTR.
             _ => Ok(()),

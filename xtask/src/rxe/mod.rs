@@ -88,6 +88,14 @@ pub const DEVICE_TESTS: &[DeviceTests] = &[
         what: "asynchronous events (port down and up, SRQ limit)",
         select: &["-p", "zverbs", "--test", "device_events"],
     },
+    DeviceTests {
+        what: "recovery: drain, reset, reconnect, reuse",
+        select: &["-p", "zverbs", "--test", "device_recovery"],
+    },
+    DeviceTests {
+        what: "QPs joining and leaving a polling poller",
+        select: &["-p", "zverbs", "--test", "device_members"],
+    },
 ];
 
 /// The project's programs that run on the devices, built with `cargo build` (see

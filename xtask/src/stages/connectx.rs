@@ -402,6 +402,45 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
         ]);
     }
 
+    // 2b. Recovery and dynamic peers through the project's device tests, on libmlx5 (the
+    //     direct path, then the fallback): a QP driven into error mid-transfer drains, is reset
+    //     and reconnected to a new peer; 1000 resets; QPs joining a polling poller.
+    let exes = crate::rxe::build_executables(
+        &[
+            "--release",
+            "-p",
+            "zverbs",
+            "--test",
+            "device_recovery",
+            "--test",
+            "device_members",
+        ],
+        true,
+    )?;
+    for (name, exe) in &exes {
+        for backend in ["direct", "verbs"] {
+            let env = [
+                ("ZVERBS_TEST_DEVICE", "mlx5_0"),
+                ("ZVERBS_TEST_GID_INDEX", "0"),
+                ("ZVERBS_BACKEND", backend),
+            ];
+            let out = solo(
+                exe,
+                &["--test-threads=1", "--skip", "software_device"],
+                &env,
+                &emu,
+            )?;
+            if !out.contains("test result: ok") || out.contains("skipped:") {
+                bail!("{name} ({backend}) on the emulated ConnectX:\n{out}");
+            }
+            table.row(vec![
+                format!("tests/{name}.rs"),
+                format!("{backend} backend: recovery, dynamic peers"),
+                "ok".into(),
+            ]);
+        }
+    }
+
     // 3. Tools no one here wrote, unmodified, server and client in two processes.
     let mut port = 18700 + (std::process::id() % 500) as u16;
     let mut next_port = || {
