@@ -70,6 +70,11 @@ pub mod order {
         Ordering::Release
     };
 
+    /// The poller stores a CQ's arm word in the doorbell record after publishing the consumer
+    /// index of its last poll: `Release`, so a device that reads the arm word sees that index
+    /// too.
+    pub const CQ_ARM_RELEASE: Ordering = Ordering::Release;
+
     /// A queue takes the lock of a BlueFlame register it shares, before reading the buffer
     /// toggle the previous holder flipped: `Acquire`, pairing with [`BF_LOCK_RELEASE`].
     /// Mutant `relaxed_bf_lock`: `Relaxed`.
@@ -112,7 +117,7 @@ pub mod order {
 #[doc(hidden)]
 pub mod mutant {
     /// Every mutant: its name and what it weakens.
-    pub const ALL: [(&str, &str); 6] = [
+    pub const ALL: [(&str, &str); 7] = [
         (
             "no_to_device",
             "no barrier between WQE stores and the doorbell record",
@@ -137,6 +142,10 @@ pub mod mutant {
             "relaxed_srq_free",
             "shared receive queue WQEs freed with Relaxed instead of Release",
         ),
+        (
+            "no_repoll_after_arm",
+            "a waiter sleeps after arming a CQ without polling it again",
+        ),
     ];
 
     /// The mutant this build was compiled with, if any.
@@ -152,6 +161,8 @@ pub mod mutant {
         Some("relaxed_bf_lock")
     } else if cfg!(zverbs_mutant = "relaxed_srq_free") {
         Some("relaxed_srq_free")
+    } else if cfg!(zverbs_mutant = "no_repoll_after_arm") {
+        Some("no_repoll_after_arm")
     } else {
         None
     };

@@ -123,6 +123,7 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+mod arm;
 pub mod bf;
 mod cq;
 // The cells the queues' memory is made of, public for the loom models of the workspace (which
@@ -139,6 +140,7 @@ mod state;
 #[cfg(test)]
 mod testutil;
 
+pub use arm::CqArm;
 pub use bf::{BfRegister, Dedicated, Shared, SharedBf};
 pub use cq::{CompletionQueue, VENDOR_ERR_UNSUPPORTED_FORMAT, status_of};
 pub use layout::{
