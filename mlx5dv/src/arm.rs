@@ -84,7 +84,10 @@ impl CqArm {
         barrier::wc_start();
         // 4. The CQ doorbell, big-endian: arm word, then CQ number.
         // SAFETY: word 0 of the 8-byte region made in `new`.
-        unsafe { self.doorbell.write_u64(0, cq_arm::doorbell(word, self.cqn).to_be()) };
+        unsafe {
+            self.doorbell
+                .write_u64(0, cq_arm::doorbell(word, self.cqn).to_be())
+        };
         // 5. Flush it towards the device.
         barrier::wc_flush();
     }
@@ -126,7 +129,8 @@ mod tests {
             cqn: 0x0004_0a0b,
         };
         // SAFETY: both arrays outlive the arm; nothing else writes them meanwhile.
-        let mut arm = unsafe { CqArm::new(&layout, NonNull::new(uar.as_mut_ptr()).unwrap().cast()) };
+        let mut arm =
+            unsafe { CqArm::new(&layout, NonNull::new(uar.as_mut_ptr()).unwrap().cast()) };
         arm.arm(0x0123_4567, false);
         assert_eq!(dbrec[1].to_ne_bytes(), [0x00, 0x23, 0x45, 0x67]);
         assert_eq!(dbrec[0], 0, "the consumer index word is the poller's");

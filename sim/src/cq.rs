@@ -145,6 +145,10 @@ pub(crate) struct DevCq {
     pub(crate) overruns: u64,
     /// Destroyed: no CQE is written any more.
     pub(crate) dead: bool,
+    /// The arm and the events raised.
+    pub(crate) arm: crate::arm::ArmState,
+    /// The CQ doorbell's UAR (a 64-byte stand-in), for CQs whose memory the device owns.
+    pub(crate) uar: Option<NonNull<u8>>,
 }
 
 impl DevCq {
@@ -165,6 +169,9 @@ impl DevCq {
             holding: false,
             overruns: 0,
             dead: false,
+            // SAFETY: the record is valid for the CQ's life (the constructor's contract).
+            arm: unsafe { crate::arm::ArmState::new(dbrec) },
+            uar: None,
         }
     }
 
@@ -223,10 +230,11 @@ impl DevCq {
     /// Writes the held CQEs that are due at step `now`; returns the work done (CQEs written,
     /// or 1 while CQEs wait for a step that will come).
     pub(crate) fn tick(&mut self, now: u64, stats_cqes: &mut u64) -> usize {
+        // SAFETY: the doorbell record is valid for the device's life (creation contract).
+        let mut n = unsafe { self.arm.check(self.cqn, self.dbrec, self.pi) };
         if self.holding {
-            return 0;
+            return n;
         }
-        let mut n = 0;
         while let Some(h) = self.held.front() {
             if h.due > now {
                 return n.max(1);
@@ -261,6 +269,13 @@ impl DevCq {
             .store(Cqe64::new_unchecked(&cqe).op_own(), Ordering::Release);
         self.pi = self.pi.wrapping_add(1);
         *stats_cqes += 1;
+        // An arm written before this CQE counts for it (a ConnectX takes doorbells in order).
+        // SAFETY: as above.
+        unsafe {
+            self.arm
+                .check(self.cqn, self.dbrec, self.pi.wrapping_sub(1))
+        };
+        self.arm.written(self.cqn, &cqe);
         true
     }
 }

@@ -16,6 +16,7 @@ pub struct CqBuilder<'a> {
     cqe: u32,
     backend: Option<BackendRequest>,
     poll_batch: u32,
+    channel: Option<crate::event::CompChannel>,
 }
 
 impl<'a> CqBuilder<'a> {
@@ -25,7 +26,16 @@ impl<'a> CqBuilder<'a> {
             cqe: 256,
             backend: None,
             poll_batch: 32,
+            channel: None,
         }
+    }
+
+    /// Its completion events go to `channel` (of the same context), so that its poller can
+    /// [`arm`](AnyPoller::arm) it and [`wait`](AnyPoller::wait) on it. One channel may serve
+    /// several CQs.
+    pub fn channel(mut self, channel: &crate::event::CompChannel) -> Self {
+        self.channel = Some(channel.clone());
+        self
     }
 
     /// At least this many entries (default 256). Size it for every signaled send and every
@@ -64,7 +74,18 @@ impl<'a> CqBuilder<'a> {
         }
         let support = self.ctx.inner.provider.direct_support();
         let direct = want_direct(choice, &support)?;
-        let (provider, note) = self.ctx.inner.provider.create_cq(self.cqe, direct)?;
+        let (provider, note) = match &self.channel {
+            Some(ch) => self.ctx.inner.provider.create_cq_on_channel(
+                self.cqe,
+                direct,
+                &*ch.inner.provider,
+            )?,
+            None => self.ctx.inner.provider.create_cq(self.cqe, direct)?,
+        };
+        let events = match self.channel {
+            Some(ch) => Some(crate::event::CqEvents::new(ch, &*provider)?),
+            None => None,
+        };
         let engine = provider.engine();
         if choice.request == BackendRequest::Direct && !engine.is_direct() {
             return Err(Error::Backend {
@@ -101,6 +122,7 @@ impl<'a> CqBuilder<'a> {
                 },
                 poll_batch: self.poll_batch,
                 registry: Mutex::new(Registry::default()),
+                events,
             }),
         })
     }
@@ -148,6 +170,18 @@ pub(crate) struct CqInner {
     pub(crate) report: BackendReport,
     pub(crate) poll_batch: u32,
     pub(crate) registry: Mutex<Registry>,
+    /// Its completion channel and arm, when created with one.
+    pub(crate) events: Option<crate::event::CqEvents>,
+}
+
+impl Drop for CqInner {
+    fn drop(&mut self) {
+        // Every event taken for the CQ is acknowledged before it is destroyed (the provider
+        // goes first among the fields).
+        if let Some(e) = &self.events {
+            e.release(&*self.provider);
+        }
+    }
 }
 
 impl Cq {

@@ -172,6 +172,9 @@ pub enum Error {
         /// The event's status (a negative errno, or a reject reason).
         status: i32,
     },
+    /// Arming a CQ or waiting for its completion event failed.
+    #[error(transparent)]
+    Event(#[from] crate::event::EventError),
 }
 
 impl Error {

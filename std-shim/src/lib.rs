@@ -200,6 +200,7 @@ mod cq;
 mod device;
 mod env;
 mod error;
+mod event;
 pub mod fallback;
 mod mr;
 mod pd;
@@ -218,6 +219,9 @@ pub use device::{
     LocalAddress, Mtu, PortAttr, PortState, SOFTWARE_DEVICE, devices, open_device,
 };
 pub use error::{Error, Result};
+#[cfg(feature = "tokio")]
+pub use event::AsyncChannel;
+pub use event::{CompChannel, EventError};
 pub use mr::{AccessFlags, BufError, Mr, MrBuf};
 pub use pd::Pd;
 pub use provider::SrqLayout;

@@ -228,6 +228,27 @@ impl ContextProvider for SimContext {
             EngineNote(format!("{NAME}: direct CQ of {} CQEs", cq.layout.cqe_cnt)),
         ))
     }
+
+    fn create_comp_channel(&self) -> Result<Box<dyn super::ChannelProvider>> {
+        Ok(Box::new(super::sim_channel::SimChannel::new()?))
+    }
+
+    fn create_cq_on_channel(
+        &self,
+        cqe: u32,
+        direct: bool,
+        channel: &dyn super::ChannelProvider,
+    ) -> Result<(Box<dyn CqProvider>, EngineNote)> {
+        let ch = channel.sim_channel().ok_or_else(|| {
+            Error::InvalidArgument("the completion channel is not the software device's".into())
+        })?;
+        let (cq, note) = self.create_cq(cqe, direct)?;
+        let cqn = cq.event_token() as u32;
+        device()
+            .set_cq_event_handler(cqn, Some(ch.handler()))
+            .map_err(|e| sim_err("set_cq_event_handler", e))?;
+        Ok((cq, note))
+    }
 }
 
 fn no_fallback() -> Error {
@@ -450,6 +471,12 @@ impl CqProvider for SimCq {
     }
     fn engine(&self) -> CqEngine {
         CqEngine::Direct(self.0.layout)
+    }
+    fn event_token(&self) -> usize {
+        self.0.cqn as usize
+    }
+    fn cq_uar(&self) -> Option<std::ptr::NonNull<u8>> {
+        device().cq_uar(self.0.cqn).ok()
     }
 }
 
