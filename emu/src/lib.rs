@@ -35,6 +35,7 @@
 )]
 
 pub mod abi;
+pub mod channel;
 pub mod device;
 pub mod fabric;
 mod preload;

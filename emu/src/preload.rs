@@ -89,6 +89,7 @@ type StatFn = unsafe extern "C" fn(*const c_char, *mut libc::stat) -> c_int;
 type CloseFn = unsafe extern "C" fn(c_int) -> c_int;
 type IoctlFn = unsafe extern "C" fn(c_int, c_ulong, *mut c_void) -> c_int;
 type WriteFn = unsafe extern "C" fn(c_int, *const c_void, usize) -> isize;
+type ReadFn = unsafe extern "C" fn(c_int, *mut c_void, usize) -> isize;
 type MmapFn = crate::watch::MmapFn;
 type MunmapFn = unsafe extern "C" fn(*mut c_void, usize) -> c_int;
 
@@ -269,6 +270,7 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
             e.closed(fd);
         }
     }
+    crate::channel::closed(fd);
     match real!("close", CloseFn) {
         // SAFETY: forwarded as received.
         Some(f) => unsafe { f(fd) },
@@ -595,4 +597,23 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, count: usize) -> i
         Some(f) => unsafe { f(fd, buf, count) },
         None => -1,
     }
+}
+
+/// `read(2)`: a completion channel's descriptor is read as the kernel's is (one
+/// `struct ib_uverbs_comp_event_desc` per event: [`crate::channel`]); any other is forwarded.
+///
+/// # Safety
+///
+/// As libc's `read`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, count: usize) -> isize {
+    let Some(f) = real!("read", ReadFn) else {
+        return -1;
+    };
+    if crate::channel::is_channel(fd) {
+        // SAFETY: (caller) `buf` is valid for `count` bytes; `f` is libc's `read`.
+        return unsafe { crate::channel::read(fd, buf.cast(), count, f) };
+    }
+    // SAFETY: forwarded as received.
+    unsafe { f(fd, buf, count) }
 }
