@@ -86,6 +86,8 @@ pub(crate) struct Opts {
     pub(crate) backend: Option<zverbs::BackendRequest>,
     /// QPs on the SRQ (`--srq` only).
     pub(crate) num_qp: u32,
+    /// Sleep on the CQ's completion channel instead of spinning (`-e`, `--rc` only).
+    pub(crate) events: bool,
 }
 
 /// `ibv_rc_pingpong` fills its buffer with this byte (and sends it, unless `--chk`).
@@ -104,6 +106,7 @@ usage: pingpong --rc [options]           (server)
   -n, --iters N         iterations, 1 to 1000000000 (1000)
   -l, --sl SL           service level (0)
   -g, --gid-idx N       local GID index (none; needed on RoCE, on both sides)
+  -e, --events          sleep on CQ events instead of spinning (--rc)
       --backend B       auto, direct or verbs";
 
 /// Parses the arguments after `--rc` (`--ud`, `--srq`: `mode`). `Err("")` asks for the usage
@@ -122,6 +125,7 @@ pub(crate) fn parse(mut p: Parser, mode: Mode) -> Result<Opts, String> {
         sl: 0,
         gid_index: None,
         backend: None,
+        events: false,
     };
     while let Some(arg) = p.next().map_err(args::explain)? {
         let f = args::flag(&arg);
@@ -148,6 +152,7 @@ pub(crate) fn parse(mut p: Parser, mode: Mode) -> Result<Opts, String> {
                 let v = args::value(&mut p, &f)?;
                 o.backend = Some(zverbs::BackendRequest::parse(&v).map_err(|e| e.to_string())?);
             }
+            Short('e') | Long("events") if mode == Mode::Rc => o.events = true,
             Short('q') | Long("num-qp") if mode == Mode::Srq => {
                 o.num_qp = args::in_range(&mut p, &f, 1, 256)?;
             }
@@ -296,7 +301,16 @@ fn run(o: &Opts) -> Result<(), Box<dyn std::error::Error>> {
     let buf = pd.alloc_buf(o.size, AccessFlags::LOCAL_WRITE)?;
     let rbuf = pd.alloc_buf(o.size, AccessFlags::LOCAL_WRITE)?;
     buf.fill(0..o.size, FILL);
-    let cq = ctx.cq_builder().cqe(o.rx_depth + 1).build()?;
+    let channel = if o.events {
+        Some(ctx.comp_channel()?)
+    } else {
+        None
+    };
+    let mut cqb = ctx.cq_builder().cqe(o.rx_depth + 1);
+    if let Some(ch) = &channel {
+        cqb = cqb.channel(ch);
+    }
+    let cq = cqb.build()?;
     let qp = pd
         .qp_builder(&cq, &cq)
         .max_send_wr(1)
@@ -374,11 +388,20 @@ fn run(o: &Opts) -> Result<(), Box<dyn std::error::Error>> {
     let client = o.server.is_some();
     post_recvs(&mut rq, &rbuf, o.size, o.rx_depth)?;
     exchange()?;
-    let queues = Queues::from_parts(qp.send_queue()?, rq.into_inner(), cq.poller()?)?;
-    let start = match queues {
-        Queues::Direct(q) => session(q.sq, q.rq, q.cq, &rbuf, slice, o, client)?,
-        Queues::DirectUd(q) => session(q.sq, q.rq, q.cq, &rbuf, slice, o, client)?,
-        Queues::Verbs(q) => session(q.sq, q.rq, q.cq, &rbuf, slice, o, client)?,
+    let start = if o.events {
+        // Sleep on the channel: `wait` polls, arms, polls again and sleeps only then.
+        let wait = |cq: &mut zverbs::AnyPoller, wc: &mut [Completion]| {
+            cq.wait(wc, Some(PEER_TIMEOUT)).map_err(|e| e.into())
+        };
+        let (sq, rq, cq) = (qp.send_queue()?, rq.into_inner(), cq.poller()?);
+        session(sq, rq, cq, wait, &rbuf, slice, o, client)?
+    } else {
+        let queues = Queues::from_parts(qp.send_queue()?, rq.into_inner(), cq.poller()?)?;
+        match queues {
+            Queues::Direct(q) => session(q.sq, q.rq, q.cq, spin, &rbuf, slice, o, client)?,
+            Queues::DirectUd(q) => session(q.sq, q.rq, q.cq, spin, &rbuf, slice, o, client)?,
+            Queues::Verbs(q) => session(q.sq, q.rq, q.cq, spin, &rbuf, slice, o, client)?,
+        }
     };
     let usec = start.elapsed().as_secs_f64() * 1e6;
     let bytes = o.size as u64 * o.iters * 2;
@@ -441,11 +464,19 @@ fn post_recvs<R: PostRecv>(
     Ok(())
 }
 
-/// The ping-pong, with the first receives posted; returns when timing started.
-fn session<S: PostSend, R: PostRecv, C: PollCq>(
+/// Takes completions by polling (one poll; 0 when there are none).
+fn spin<C: PollCq>(cq: &mut C, wc: &mut [Completion]) -> Result<usize, Box<dyn std::error::Error>> {
+    Ok(cq.poll(wc))
+}
+
+/// The ping-pong, with the first receives posted; returns when timing started. `next` takes
+/// completions: a poll, or a wait on the CQ's channel (`-e`).
+#[allow(clippy::too_many_arguments)]
+fn session<S: PostSend, R: PostRecv, C>(
     sq: S,
     rq: R,
     mut cq: C,
+    mut next: impl FnMut(&mut C, &mut [Completion]) -> Result<usize, Box<dyn std::error::Error>>,
     buf: &MrBuf,
     slice: zverbs::safe::BufSlice<'_>,
     o: &Opts,
@@ -466,7 +497,7 @@ fn session<S: PostSend, R: PostRecv, C: PollCq>(
     // Empty polls, and when the last completion came (looked at every 4096 empty polls).
     let (mut idle, mut last) = (0u32, Instant::now());
     while rcnt < o.iters || scnt < o.iters {
-        let n = cq.poll(&mut wc);
+        let n = next(&mut cq, &mut wc)?;
         if n == 0 {
             idle += 1;
             if idle.is_multiple_of(4096) && last.elapsed() >= PEER_TIMEOUT {
