@@ -75,6 +75,14 @@ pub mod order {
     /// too.
     pub const CQ_ARM_RELEASE: Ordering = Ordering::Release;
 
+    /// After a CQ's arm, before the poll that follows it: `fence(SeqCst)`, pairing with the
+    /// software device's `SeqCst` fence between a CQE write and its look at the arm word, so
+    /// that either the poll sees the CQE or the device sees the arm.
+    #[inline(always)]
+    pub fn arm_fence() {
+        fence(Ordering::SeqCst);
+    }
+
     /// A queue takes the lock of a BlueFlame register it shares, before reading the buffer
     /// toggle the previous holder flipped: `Acquire`, pairing with [`BF_LOCK_RELEASE`].
     /// Mutant `relaxed_bf_lock`: `Relaxed`.

@@ -9,11 +9,14 @@
 //! 3. [`wc_start`](barrier::wc_start): the record is written before the doorbell below;
 //! 4. write the 64-bit CQ doorbell (arm word, CQ number; big-endian) into the UAR at
 //!    `MLX5_CQ_DOORBELL`;
-//! 5. [`wc_flush`](barrier::wc_flush).
+//! 5. [`wc_flush`](barrier::wc_flush);
+//! 6. a `SeqCst` fence, so the poll a waiter makes after arming is ordered after the arm
+//!    (not on the poll path: once per sleep).
 //!
-//! The device then raises one event on the CQ's completion channel when a CQE at or past the
-//! consumer index is (or already was) written (for a solicited-only arm: a CQE with the
-//! solicited bit, or an error), and disarms. Each event received advances the sequence number
+//! The device then raises one event on the CQ's completion channel at the next CQE it writes
+//! (for a solicited-only arm: a CQE with the solicited bit, or an error), and disarms. A CQE
+//! written before the arm may raise nothing: poll again after arming
+//! ([`zverbs_core::event::poll_arm_poll`]). Each event received advances the sequence number
 //! ([`CqArm::event`], as `ibv_get_cq_event` makes libmlx5 do in `mlx5_cq_event`), so the
 //! next arm names the next event.
 //!
@@ -90,6 +93,10 @@ impl CqArm {
         };
         // 5. Flush it towards the device.
         barrier::wc_flush();
+        // 6. The arm before the poll that follows it (a waiter polls again after arming): a
+        //    device that looks at the arm word after writing a CQE (the software device)
+        //    then either raises the event or has its CQE seen by that poll.
+        order::arm_fence();
     }
 
     /// Counts one event received for this CQ: the next arm carries the next sequence number.

@@ -9,12 +9,13 @@
 //! no arm writes, so that every arm is a change the device notices, the first one (sequence
 //! 0, any completion, consumer index 0: the word 0) included.
 //!
-//! Armed, the CQ raises one event and disarms, as a ConnectX does:
-//!
-//! - at the arm, when the arm asks for any completion and CQEs were written past the consumer
-//!   index it names (the waiter has not seen them yet);
-//! - otherwise at the next CQE written: any CQE for an arm of any completion; for a
-//!   solicited-only arm, a CQE with the solicited bit or an error CQE.
+//! Armed, the CQ raises one event at the next CQE written (for a solicited-only arm: the next
+//! CQE with the solicited bit, or an error CQE) and disarms. A CQE written before the arm
+//! raises nothing, as the verbs contract says: a waiter polls again after arming (perftest's
+//! `-e` loop, which re-arms a CQ before polling the CQE that woke it, counts on that too).
+//! The device orders each CQE write before its look at the arm word with a `SeqCst` fence, as
+//! the driver orders its arm before its next poll ([`zverbs_mlx5dv::CqArm::arm`]): either the
+//! poll after the arm sees the CQE, or the device sees the arm.
 //!
 //! The event goes to the CQ's [`EventHandler`] (its completion channel), if it has one, and is
 //! counted either way.
@@ -75,30 +76,23 @@ impl ArmState {
         }
     }
 
-    /// Takes a new arm from the record's arm word, if the driver wrote one; raises the event
-    /// at once when the arm asks for any completion and CQEs up to the producer counter `pi`
-    /// are past the consumer index it names. Returns 1 if it raised one.
+    /// Takes a new arm from the record's arm word, if the driver wrote one.
     ///
     /// # Safety
     ///
     /// As [`ArmState::new`].
-    pub(crate) unsafe fn check(&mut self, cqn: u32, dbrec: NonNull<u32>, pi: u32) -> usize {
+    pub(crate) unsafe fn check(&mut self, dbrec: NonNull<u32>) {
         // SAFETY: (caller) as in `new`. Acquire: pairs with the driver's store of the arm
         // word, after its poll published the consumer index.
         let word = u32::from_be(
             unsafe { AtomicU32::from_ptr(dbrec.as_ptr().add(CQ_ARM_DB)) }.load(Ordering::Acquire),
         );
         if word == self.seen || word == NO_ARM {
-            return 0;
+            return;
         }
         self.seen = word;
-        let (_sn, solicited, ci) = cq_arm::decode(word);
+        let (_sn, solicited, _ci) = cq_arm::decode(word);
         self.armed = Some(solicited);
-        if !solicited && (pi & cq_arm::CI_MASK) != ci {
-            self.fire(cqn);
-            return 1;
-        }
-        0
     }
 
     /// After CQE `cqe` was written: raises the event if the arm asks for it.

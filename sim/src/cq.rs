@@ -231,10 +231,11 @@ impl DevCq {
     /// or 1 while CQEs wait for a step that will come).
     pub(crate) fn tick(&mut self, now: u64, stats_cqes: &mut u64) -> usize {
         // SAFETY: the doorbell record is valid for the device's life (creation contract).
-        let mut n = unsafe { self.arm.check(self.cqn, self.dbrec, self.pi) };
+        unsafe { self.arm.check(self.dbrec) };
         if self.holding {
-            return n;
+            return 0;
         }
+        let mut n = 0;
         while let Some(h) = self.held.front() {
             if h.due > now {
                 return n.max(1);
@@ -269,12 +270,11 @@ impl DevCq {
             .store(Cqe64::new_unchecked(&cqe).op_own(), Ordering::Release);
         self.pi = self.pi.wrapping_add(1);
         *stats_cqes += 1;
-        // An arm written before this CQE counts for it (a ConnectX takes doorbells in order).
+        // The CQE before the look at the arm word (the driver's arm is before its next poll:
+        // one of the two sees the other's store).
+        zverbs_core::sync::atomic::fence(Ordering::SeqCst);
         // SAFETY: as above.
-        unsafe {
-            self.arm
-                .check(self.cqn, self.dbrec, self.pi.wrapping_sub(1))
-        };
+        unsafe { self.arm.check(self.dbrec) };
         self.arm.written(self.cqn, &cqe);
         true
     }

@@ -104,6 +104,9 @@ pub(crate) struct Opts {
     pub(crate) histogram: Option<String>,
     pub(crate) hugepages: bool,
     pub(crate) timeout: Duration,
+    /// Sleep on the CQ's completion channel instead of spinning (`--events`, as perftest's
+    /// `-e`).
+    pub(crate) events: bool,
 }
 
 /// The largest message: 2 GiB, InfiniBand's limit (a port may allow less: checked once the
@@ -142,6 +145,7 @@ options:
       --backend B         auto, direct or verbs (default: ZVERBS_BACKEND, else auto)
       --histogram FILE    write the latency histogram (FILE.svg or FILE.csv)
       --hugepages         put the buffer on hugepages
+  -e, --events            sleep on CQ events instead of spinning (as perftest's -e)
       --timeout SECS      how long to wait for the peer: the exchange, rdma_cm, and any one
                           message of the test (default 30)
   -h, --help              this text
@@ -177,6 +181,7 @@ where
         histogram: None,
         hugepages: false,
         timeout: Duration::from_secs(30),
+        events: false,
     };
     while let Some(arg) = p.next().map_err(args::explain)? {
         let f = args::flag(&arg);
@@ -211,6 +216,7 @@ where
                 o.histogram = Some(file);
             }
             Long("hugepages") => o.hugepages = true,
+            Short('e') | Long("events") => o.events = true,
             Long("timeout") => {
                 o.timeout = Duration::from_secs(args::in_range(&mut p, &f, 1, 24 * 3600)?);
             }
@@ -234,6 +240,13 @@ where
     }
     if o.histogram.is_some() && !o.test.is_latency() {
         return Err("--histogram is for latency tests".into());
+    }
+    if o.events && o.test != Test::SendLat {
+        return Err(
+            "--events is for send_lat (the other tests wait on memory or keep a \
+                    window of requests in flight)"
+                .into(),
+        );
     }
     Ok(o)
 }
