@@ -247,9 +247,28 @@ impl AnyPoller {
     /// `ibv_get_cq_event`.
     pub fn take_events(&mut self) -> Result<u32> {
         let events = self.events()?;
+        let n = events
+            .channel
+            .take_for(self.cq().inner.provider.event_token())?;
+        self.taken(n)?;
+        Ok(n)
+    }
+
+    /// The events kept for this CQ by another CQ's waiter on the same channel, taken (no
+    /// system call).
+    fn take_kept(&mut self) -> Result<u32> {
+        let events = self.events()?;
         let provider = &self.cq().inner.provider;
-        let n = events.channel.take_for(provider.event_token())?;
+        let n = events.channel.forget(provider.event_token());
+        self.taken(n)?;
+        Ok(n)
+    }
+
+    /// Accounts for `n` events of this CQ taken from its channel.
+    fn taken(&mut self, n: u32) -> Result<()> {
         if n > 0 {
+            let events = self.events()?;
+            let provider = &self.cq().inner.provider;
             let mut arm = events.arm.lock().unwrap_or_else(|p| p.into_inner());
             for _ in 0..n {
                 provider.event_taken();
@@ -258,7 +277,7 @@ impl AnyPoller {
                 }
             }
         }
-        Ok(n)
+        Ok(())
     }
 
     /// Returns completions, sleeping on the CQ's channel while there are none, for at most
@@ -301,10 +320,16 @@ impl AnyPoller {
             if n > 0 {
                 return Ok(n);
             }
-            // Armed and empty: sleep until this CQ's event.
-            while self.take_events()? == 0 {
-                if !channel.sleep(deadline)? {
-                    return Err(EventError::Timeout(timeout.unwrap_or_default()).into());
+            // Armed and empty: sleep until this CQ's event (an event kept for it by another
+            // CQ's waiter first; a queued one makes the descriptor readable at once).
+            if self.take_kept()? == 0 {
+                loop {
+                    if !channel.sleep(deadline)? {
+                        return Err(EventError::Timeout(timeout.unwrap_or_default()).into());
+                    }
+                    if self.take_events()? > 0 {
+                        break;
+                    }
                 }
             }
         }

@@ -76,6 +76,10 @@ pub const DEVICE_TESTS: &[DeviceTests] = &[
         what: "zero allocation on the fallback",
         select: &["-p", "zverbs", "--test", "device_alloc"],
     },
+    DeviceTests {
+        what: "completion channels and events",
+        select: &["-p", "zverbs", "--test", "events"],
+    },
 ];
 
 /// The project's programs that run on the devices, built with `cargo build` (see
@@ -596,6 +600,38 @@ pub fn own_programs(t: &Topology, built: &[(String, PathBuf)]) -> Result<Vec<Che
             ],
         },
     });
+    // Completion events: both sides sleep on their completion channels (`-e`), each side as
+    // server once, on the single device.
+    for ours_serves in [true, false] {
+        port += 1;
+        let events = |mut v: Vec<String>| {
+            v.insert(1 + usize::from(v[0] == ours), "-e".into());
+            v
+        };
+        let (server, client, name) = if ours_serves {
+            (
+                events(with(&ours, args(d, 4096, port), false)),
+                events(with("ibv_rc_pingpong", args(d, 4096, port), true)),
+                "pingpong --rc -e (zverbs) server, ibv_rc_pingpong -e client",
+            )
+        } else {
+            (
+                events(with("ibv_rc_pingpong", args(d, 4096, port), false)),
+                events(with(&ours, args(d, 4096, port), true)),
+                "ibv_rc_pingpong -e server, pingpong --rc -e (zverbs) client",
+            )
+        };
+        checks.push(Check {
+            name: format!("{name}, {d}, 4 KiB"),
+            timeout: TOOL_TIMEOUT,
+            kind: Kind::Pair {
+                server,
+                client,
+                ready: Ready::Tcp(port),
+                expect: vec![format!("{INTEROP_ITERS} iters in")],
+            },
+        });
+    }
     // Datagrams and a shared receive queue: `pingpong --ud` against `ibv_ud_pingpong` (1 KiB,
     // the port's MTU on rxe; the GRH from the GID index, as RoCE needs), `pingpong --srq`
     // against `ibv_srq_pingpong` (16 RC QPs on one SRQ, 4 KiB), each side as server once, on
