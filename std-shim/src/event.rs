@@ -346,14 +346,22 @@ pub struct AsyncChannel {
 
 #[cfg(feature = "tokio")]
 impl AsyncChannel {
-    /// Registers `channel` with the current tokio runtime.
+    /// Registers `channel` with the current tokio runtime's I/O driver.
     ///
     /// # Errors
     ///
-    /// [`EventError::Io`] when the runtime refuses the descriptor (or none runs).
+    /// [`EventError::Io`] when the driver refuses the descriptor.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime with its I/O driver enabled (as tokio's `AsyncFd` does).
     pub fn new(channel: CompChannel) -> Result<Self> {
-        let fd = tokio::io::unix::AsyncFd::with_interest(channel, tokio::io::Interest::READABLE)
-            .map_err(EventError::Io)?;
+        // SAFETY: the descriptor is the channel's, open as long as the channel lives, which
+        // the `AsyncFd` owns (a clone) until it is dropped; `as_raw_fd` always returns it.
+        let fd = unsafe {
+            tokio::io::unix::AsyncFd::register_with_interest(channel, tokio::io::Interest::READABLE)
+        }
+        .map_err(|e| EventError::Io(e.into()))?;
         Ok(Self { fd })
     }
 

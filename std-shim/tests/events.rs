@@ -289,3 +289,32 @@ fn an_event_for_a_cq_being_destroyed() {
     ));
     drop((asq, acq, ccq));
 }
+
+/// `wait_async` on tokio: the runtime's reactor wakes the task when the channel's descriptor
+/// becomes readable.
+#[cfg(feature = "tokio")]
+#[test]
+#[cfg_attr(miri, ignore = "eventfd, epoll and the device's thread")]
+fn wait_async_wakes_on_the_channel() {
+    let (a, b) = pair();
+    let (mut asq, _arq, _acq) = queues(&a);
+    let (_bsq, mut brq, mut bcq) = queues(&b);
+    brq.post(5, b.buf.slice(0..64)).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .unwrap();
+    let got = rt.block_on(async {
+        let ch = zverbs::AsyncChannel::new(b.ch.clone()).unwrap();
+        let sender = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            asq.send(6, a.buf.slice(0..8), SendFlags::SIGNALED).unwrap();
+            (asq, a)
+        });
+        let mut wc = [Completion::EMPTY; 4];
+        let n = bcq.wait_async(&mut wc, &ch).await.unwrap();
+        let _ = sender.join().unwrap();
+        wc[..n].to_vec()
+    });
+    assert_eq!((got.len(), got[0].wr_id), (1, 5));
+}
