@@ -482,7 +482,7 @@ fn cq_arm() {
     }
     assert_eq!(got, [20, 21]);
     device.join().expect("device");
-    drop(cq);
+    let _ = (cq, arm);
     // SAFETY: every thread is joined and every queue dropped.
     unsafe {
         free(nic);
