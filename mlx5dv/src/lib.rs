@@ -94,6 +94,8 @@
 //! - [`SendQueue`], [`RecvQueue`], [`CompletionQueue`]: the three queues, built by `unsafe`
 //!   constructors from the raw layouts ([`QpLayout`], [`CqLayout`]) whose contracts are written
 //!   on each.
+//! - [`CqArm`]: a CQ's arm (libmlx5's `mlx5_arm_cq` sequence), for completion events; not on
+//!   the poll path.
 //! - [`bf`]: a BlueFlame register of the queue's own ([`Dedicated`]), or one several queues
 //!   share and take in turn ([`SharedBf`]).
 //!

@@ -108,6 +108,10 @@
 //!   that runs the direct backend with no NIC. Without the feature
 //!   (`default-features = false`), `zverbs-sim` is not a dependency, `zverbs::sim` does not
 //!   exist and the device is not listed; everything else is there.
+//! - `tokio` (off by default): [`AnyPoller::wait_async`] and [`AsyncChannel`], a CQ's
+//!   completion channel awaited through tokio's reactor. Without it, the channel is still
+//!   [`AsFd`](std::os::fd::AsFd) for any event loop, and [`AnyPoller::wait`] sleeps in the
+//!   calling thread.
 //!
 //! rdma-core is loaded at run time (`libibverbs.so.1`, `libmlx5.so.1`, `librdmacm.so.1`): the
 //! crate builds anywhere, and asking for a device on a machine without rdma-core is an error
