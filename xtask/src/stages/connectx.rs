@@ -320,7 +320,8 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
         );
         cmd.env("CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER", runner)
             .env("ZVERBS_TEST_DEVICE", "mlx5_0")
-            .env("ZVERBS_TEST_GID_INDEX", "0");
+            .env("ZVERBS_TEST_GID_INDEX", "0")
+            .env("ZVERBS_EVENT_CYCLES", "10000");
         let (c, _) = counted_tests(cmd, &["--nocapture", "--test-threads=1"], run)?;
         event_tests += c.passed;
     }
