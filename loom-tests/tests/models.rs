@@ -415,7 +415,9 @@ struct Arming {
 /// poll is empty; each event advances the arm sequence number); the NIC writes the two CQEs,
 /// raising the event for an armed CQ. A wake-up that never comes leaves the poller asleep for
 /// ever, which loom reports as a deadlock. Catches `no_repoll_after_arm` (both CQEs written
-/// between the first poll and the arm).
+/// between the first poll and the arm), and `no_from_device` (a CQE body read before the
+/// device's write of it is ordered before the read, in a poll that found its owner byte
+/// without the device's lock in between).
 fn cq_arm() {
     let mem = leak(Mem::new(4, 1, 4));
     let uar: &'static [u64; 8] = leak([0u64; 8]);
@@ -496,7 +498,7 @@ fn cq_arm() {
 
 #[test]
 fn model_cq_arm() {
-    check("cq_arm", &["no_repoll_after_arm"], cq_arm);
+    check("cq_arm", &["no_repoll_after_arm", "no_from_device"], cq_arm);
 }
 
 #[test]

@@ -1159,12 +1159,38 @@ mod tests {
             ("pingpong".to_string(), PathBuf::from("/t/pingpong")),
         ];
         let checks = own_programs(&Topology::vm(), &built).unwrap();
-        // loopback, 3 sizes x 2 roles x 2 links, the damaged run, then UD and SRQ x 2 roles x
-        // 2 links.
+        // loopback, 3 sizes x 2 roles x 2 links, the damaged run, the events pair x 2 roles,
+        // then UD and SRQ x 2 roles x 2 links.
         let rc = 1 + INTEROP_SIZES.len() * 2 * 2 + 1;
-        assert_eq!(checks.len(), rc + 2 * 2 * 2);
+        assert_eq!(checks.len(), rc + 2 + 2 * 2 * 2);
         let mut ports = Vec::new();
-        for c in &checks[rc..] {
+        let mut events_served = 0;
+        for c in &checks[rc..rc + 2] {
+            let Kind::Pair {
+                server,
+                client,
+                ready: Ready::Tcp(p),
+                ..
+            } = &c.kind
+            else {
+                panic!("{c:?}");
+            };
+            ports.push(*p);
+            let ours = |v: &[String]| v[0] == "/t/pingpong";
+            assert!(ours(server) != ours(client), "{c:?}");
+            events_served += usize::from(ours(server));
+            for v in [server, client] {
+                let at = if ours(v) { 2 } else { 1 };
+                assert_eq!(v[at], "-e", "{v:?}");
+                if ours(v) {
+                    assert_eq!(v[1], "--rc");
+                } else {
+                    assert_eq!(v[0], "ibv_rc_pingpong");
+                }
+            }
+        }
+        assert_eq!(events_served, 1);
+        for c in &checks[rc + 2..] {
             let Kind::Pair {
                 server,
                 client,
