@@ -53,6 +53,7 @@ struct ReadmeDoctests;
 pub mod barrier;
 mod check;
 mod error;
+pub mod event;
 pub mod handover;
 pub mod mmio;
 mod queue;

@@ -72,6 +72,19 @@ pub mod order {
         Ordering::Release
     };
 
+    /// The poller stores a CQ's arm word in the doorbell record after publishing the consumer
+    /// index of its last poll: `Release`, so a device that reads the arm word sees that index
+    /// too.
+    pub const CQ_ARM_RELEASE: Ordering = Ordering::Release;
+
+    /// After a CQ's arm, before the poll that follows it: `fence(SeqCst)`, pairing with the
+    /// software device's `SeqCst` fence between a CQE write and its look at the arm word, so
+    /// that either the poll sees the CQE or the device sees the arm.
+    #[inline(always)]
+    pub fn arm_fence() {
+        fence(Ordering::SeqCst);
+    }
+
     /// A queue takes the lock of a BlueFlame register it shares, before reading the buffer
     /// toggle the previous holder flipped: `Acquire`, pairing with [`BF_LOCK_RELEASE`].
     /// Mutant `relaxed_bf_lock`: `Relaxed`.
@@ -114,7 +127,7 @@ pub mod order {
 #[doc(hidden)]
 pub mod mutant {
     /// Every mutant: its name and what it weakens.
-    pub const ALL: [(&str, &str); 7] = [
+    pub const ALL: [(&str, &str); 8] = [
         (
             "no_to_device",
             "no barrier between WQE stores and the doorbell record",
@@ -143,6 +156,10 @@ pub mod mutant {
             "early_retire",
             "the poller hands a replaced table back before it has finished with it",
         ),
+        (
+            "no_repoll_after_arm",
+            "a waiter sleeps after arming a CQ without polling it again",
+        ),
     ];
 
     /// The mutant this build was compiled with, if any.
@@ -160,6 +177,8 @@ pub mod mutant {
         Some("relaxed_srq_free")
     } else if cfg!(zverbs_mutant = "early_retire") {
         Some("early_retire")
+    } else if cfg!(zverbs_mutant = "no_repoll_after_arm") {
+        Some("no_repoll_after_arm")
     } else {
         None
     };

@@ -227,6 +227,9 @@ static const struct zv_fact facts[] = {
 	CONST(MLX5_INLINE_SCATTER_32),
 	CONST(MLX5_INLINE_SCATTER_64),
 	CONST(MLX5_CQE_OWNER_MASK),
+	CONST(MLX5_CQ_DOORBELL),
+	CONST(MLX5_CQ_DB_REQ_NOT_SOL),
+	CONST(MLX5_CQ_DB_REQ_NOT),
 
 	/* libibverbs: completion statuses, opcodes and flags, send flags. */
 	CONST(IBV_WC_SUCCESS),

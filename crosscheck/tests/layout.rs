@@ -337,6 +337,9 @@ fn ours() -> Ours {
     fact!(o, "MLX5_INLINE_SCATTER_32", cqe::INLINE_SCATTER_32);
     fact!(o, "MLX5_INLINE_SCATTER_64", cqe::INLINE_SCATTER_64);
     fact!(o, "MLX5_CQE_OWNER_MASK", cqe::OWNER_MASK);
+    fact!(o, "MLX5_CQ_DOORBELL", prm::CQ_DOORBELL);
+    fact!(o, "MLX5_CQ_DB_REQ_NOT_SOL", prm::cq_arm::REQ_NOT_SOL);
+    fact!(o, "MLX5_CQ_DB_REQ_NOT", prm::cq_arm::REQ_NOT);
 
     // libibverbs numbers that zverbs-core copies.
     use WcStatus as W;

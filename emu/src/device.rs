@@ -270,7 +270,18 @@ impl Emu {
             (false, cmd::DEREG_MR) => self.dereg_mr(core_in),
             (false, cmd::CREATE_CQ) => self.create_cq(core_in, false, drv_in, core_out, drv_out),
             (true, ex::CREATE_CQ) => self.create_cq(core_in, true, drv_in, core_out, drv_out),
-            (false, cmd::DESTROY_CQ) => self.destroy_cq(core_in),
+            (false, cmd::DESTROY_CQ) => {
+                let r = self.destroy_cq(core_in);
+                // `comp_events_reported`: the events read from the CQ's channel.
+                if r.is_ok() {
+                    let h = get::<4>(core_in, 8) as u32;
+                    put::<4>(core_out, 0, u64::from(crate::channel::destroyed(h)));
+                }
+                r
+            }
+            (false, cmd::CREATE_COMP_CHANNEL) => crate::channel::create().map(|fd| {
+                put::<4>(core_out, 0, fd as u64);
+            }),
             (false, cmd::CREATE_QP) => {
                 self.create_qp(fd, core_in, false, drv_in, core_out, drv_out)
             }
@@ -488,6 +499,21 @@ impl Emu {
         ctl.next_cqn += 1;
         let h = ctl.handle();
         ctl.cqs.insert(h, cqn);
+        // Its completion channel (`comp_channel`, -1 for none), whose events carry the
+        // `user_handle` libibverbs gave.
+        let (uh, ch) = if extended { (0, 16) } else { (8, 24) };
+        let channel = get::<4>(i, ch) as u32 as i32;
+        if channel >= 0 {
+            let handler = crate::channel::handler(channel, h, get::<8>(i, uh));
+            if handler.is_none() {
+                ctl.cqs.remove(&h);
+                let _ = self.dev.destroy_cq(cqn);
+                return Err(errno::EINVAL);
+            }
+            self.dev
+                .set_cq_event_handler(cqn, handler)
+                .map_err(sim_errno)?;
+        }
         put::<4>(o, 0, u64::from(h));
         put::<4>(o, 4, u64::from(cqe));
         if extended {

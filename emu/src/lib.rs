@@ -39,6 +39,7 @@
 
 pub mod abi;
 pub mod async_events;
+pub mod channel;
 pub mod device;
 pub mod fabric;
 mod preload;

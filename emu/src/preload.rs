@@ -272,6 +272,7 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
         }
     }
     crate::async_events::fd_closed(fd);
+    crate::channel::closed(fd);
     match real!("close", CloseFn) {
         // SAFETY: forwarded as received.
         Some(f) => unsafe { f(fd) },
@@ -610,8 +611,10 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, count: usize) -> i
     }
 }
 
-/// `read(2)`: on a context's async fd, the next event record (see
-/// [`async_events`](crate::async_events)); any other descriptor is libc's.
+/// `read(2)`: a completion channel's descriptor is read as the kernel's is (one
+/// `struct ib_uverbs_comp_event_desc` per event: [`crate::channel`]); a context's async fd
+/// gives the next event record (see [`async_events`](crate::async_events)); any other
+/// descriptor is libc's.
 ///
 /// # Safety
 ///
@@ -621,6 +624,10 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, count: usize) -> isiz
     let Some(real) = real!("read", ReadFn) else {
         return -1;
     };
+    if crate::channel::is_channel(fd) {
+        // SAFETY: (caller) `buf` is valid for `count` bytes; `real` is libc's `read`.
+        return unsafe { crate::channel::read(fd, buf.cast(), count, real) };
+    }
     if !crate::async_events::is_async_fd(fd) {
         // SAFETY: forwarded as received.
         return unsafe { real(fd, buf, count) };

@@ -119,6 +119,10 @@ table! {
         ibv_detach_mcast: fn(*mut ibv_qp, *const ibv_gid, u16) -> c_int;
         ibv_get_async_event: fn(*mut ibv_context, *mut ibv_async_event) -> c_int;
         ibv_ack_async_event: fn(*mut ibv_async_event);
+        ibv_create_comp_channel: fn(*mut ibv_context) -> *mut ibv_comp_channel;
+        ibv_destroy_comp_channel: fn(*mut ibv_comp_channel) -> c_int;
+        ibv_get_cq_event: fn(*mut ibv_comp_channel, *mut *mut ibv_cq, *mut *mut c_void) -> c_int;
+        ibv_ack_cq_events: fn(*mut ibv_cq, u32);
     }
     optional {
         _ibv_query_gid_ex: fn(*mut ibv_context, u32, u32, *mut ibv_gid_entry, u32, usize) -> c_int;

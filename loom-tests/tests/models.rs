@@ -3,9 +3,15 @@
 use zverbs_core::{Completion, PollCq, PostRecv, PostSend, RecvWr, RemoteBuf, SendWr, Sge};
 use zverbs_loom_tests::mem::{Mem, QPN, SrqMem, caps, free, leak, req_cqe, srq_cqe};
 use zverbs_loom_tests::{check, thread};
+
+#[cfg(zverbs_loom)]
+use loom::sync::{Condvar, Mutex};
+use std::ptr::NonNull;
+#[cfg(not(zverbs_loom))]
+use std::sync::{Condvar, Mutex};
 use zverbs_mlx5dv::prm::opcode;
 use zverbs_mlx5dv::{
-    CompletionQueue, CqBinding, RecvQueue, RqRef, RqSlot, RqState, SendQueue, SharedBf,
+    CompletionQueue, CqArm, CqBinding, RecvQueue, RqRef, RqSlot, RqState, SendQueue, SharedBf,
     SharedRecvQueue, SqSlot, SqState, SrqSlot, SrqState,
 };
 
@@ -385,6 +391,114 @@ fn shared_blueflame() {
         free(mem_a);
         free(mem_b);
     }
+}
+
+/// The device's side of arming, in the weakest form a waiter may meet (the verbs contract):
+/// an arm (the CQ doorbell, taken in order with the device's CQE writes) asks for one event
+/// at the next CQE written; a CQE written before the arm raises nothing.
+struct ArmingNic {
+    /// Armed, and an event raised and not yet taken; one lock, as the device serialises its
+    /// doorbells with its own writes.
+    state: Mutex<Arming>,
+    /// Where the waiter sleeps until the event.
+    wake: Condvar,
+}
+
+#[derive(Default)]
+struct Arming {
+    armed: bool,
+    event: bool,
+}
+
+/// Completion events: the poller waits for two completions with the library's protocol
+/// (`poll_arm_poll`: poll, arm with the mlx5 arm sequence, poll again, sleep only when that
+/// poll is empty; each event advances the arm sequence number); the NIC writes the two CQEs,
+/// raising the event for an armed CQ. A wake-up that never comes leaves the poller asleep for
+/// ever, which loom reports as a deadlock. Catches `no_repoll_after_arm` (both CQEs written
+/// between the first poll and the arm), and `no_from_device` (a CQE body read before the
+/// device's write of it is ordered before the read, in a poll that found its owner byte
+/// without the device's lock in between).
+fn cq_arm() {
+    let mem = leak(Mem::new(4, 1, 4));
+    let uar: &'static [u64; 8] = leak([0u64; 8]);
+    let (slots, state) = sq_state(4);
+    let bindings: &'static [CqBinding<Sq, Rq>; 1] = leak([CqBinding::new(QPN, Some(state), None)]);
+    let layout = mem.qp_layout();
+    {
+        // SAFETY: as in `send_path`.
+        let mut sq = unsafe { SendQueue::new(&layout, caps(), state) }.expect("valid layout");
+        for i in 0..2 {
+            // SAFETY: the NIC touches no local memory.
+            unsafe { sq.stage(&SendWr::nop(20 + i).signaled()) }.expect("fits");
+        }
+        sq.ring();
+    }
+    let nic: &'static ArmingNic = leak(ArmingNic {
+        state: Mutex::new(Arming::default()),
+        wake: Condvar::new(),
+    });
+    let cq_layout = mem.cq_layout();
+    // SAFETY: the memory outlives the CQ; only this CQ polls it.
+    let mut cq = unsafe { CompletionQueue::new(&cq_layout, &bindings[..]) }.expect("layout");
+    // SAFETY: the record and the stand-in UAR outlive the arm; only it writes them.
+    let mut arm = unsafe { CqArm::new(&cq_layout, NonNull::from(uar).cast()) };
+
+    let device = thread::spawn(move || {
+        for k in 0..2u32 {
+            let mut s = nic.state.lock().unwrap();
+            mem.nic_write_cqe(k as usize, req_cqe(opcode::NOP, k as u16, 0));
+            if std::mem::take(&mut s.armed) {
+                s.event = true;
+                nic.wake.notify_one();
+            }
+        }
+    });
+
+    let mut got = Vec::new();
+    let mut wc = [Completion::EMPTY; 4];
+    while got.len() < 2 {
+        let n =
+            zverbs_core::event::poll_arm_poll(&mut cq, &mut wc, |cq: &mut CompletionQueue<_>| {
+                arm.arm(cq.consumer(), false);
+                // The doorbell: the device takes the arm word from the record.
+                let word = Mem::nic_dbrec(&mem.cq_dbrec[1]);
+                assert_eq!(
+                    word & 0x00ff_ffff,
+                    cq.consumer(),
+                    "the arm names the consumer index"
+                );
+                nic.state.lock().unwrap().armed = true;
+                Ok::<(), ()>(())
+            })
+            .expect("arms");
+        got.extend(wc[..n].iter().map(|c| c.wr_id));
+        if n == 0 {
+            let mut s = nic.state.lock().unwrap();
+            while !s.event {
+                s = nic.wake.wait(s).unwrap();
+            }
+            s.event = false;
+            drop(s);
+            arm.event();
+        }
+    }
+    assert_eq!(got, [20, 21]);
+    device.join().expect("device");
+    let _ = (cq, arm);
+    // SAFETY: every thread is joined and every queue dropped.
+    unsafe {
+        free(nic);
+        free(bindings);
+        free(state);
+        free(slots);
+        free(uar);
+        free(mem);
+    }
+}
+
+#[test]
+fn model_cq_arm() {
+    check("cq_arm", &["no_repoll_after_arm", "no_from_device"], cq_arm);
 }
 
 #[test]

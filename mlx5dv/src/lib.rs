@@ -94,6 +94,8 @@
 //! - [`SendQueue`], [`RecvQueue`], [`CompletionQueue`]: the three queues, built by `unsafe`
 //!   constructors from the raw layouts ([`QpLayout`], [`CqLayout`]) whose contracts are written
 //!   on each.
+//! - [`CqArm`]: a CQ's arm (libmlx5's `mlx5_arm_cq` sequence), for completion events; not on
+//!   the poll path.
 //! - [`bf`]: a BlueFlame register of the queue's own ([`Dedicated`]), or one several queues
 //!   share and take in turn ([`SharedBf`]).
 //!
@@ -123,6 +125,7 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+mod arm;
 pub mod bf;
 pub mod clock;
 mod cq;
@@ -143,6 +146,7 @@ mod state;
 #[cfg(test)]
 mod testutil;
 
+pub use arm::CqArm;
 pub use bf::{BfRegister, Dedicated, Shared, SharedBf};
 pub use cq::{CompletionQueue, VENDOR_ERR_UNSUPPORTED_FORMAT, status_of};
 pub use gate::{Gate, clear_doorbell_record, doorbell_counters};

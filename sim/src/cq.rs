@@ -150,6 +150,10 @@ pub(crate) struct DevCq {
     /// The clock that stamps each CQE as it is written, for a CQ created with completion
     /// timestamps.
     pub(crate) stamp: Option<crate::clock::DeviceClock>,
+    /// The arm and the events raised.
+    pub(crate) arm: crate::arm::ArmState,
+    /// The CQ doorbell's UAR (a 64-byte stand-in), for CQs whose memory the device owns.
+    pub(crate) uar: Option<NonNull<u8>>,
 }
 
 impl DevCq {
@@ -172,6 +176,9 @@ impl DevCq {
             overrun_reported: false,
             dead: false,
             stamp: None,
+            // SAFETY: the record is valid for the CQ's life (the constructor's contract).
+            arm: unsafe { crate::arm::ArmState::new(dbrec) },
+            uar: None,
         }
     }
 
@@ -240,6 +247,8 @@ impl DevCq {
     /// Writes the held CQEs that are due at step `now`; returns the work done (CQEs written,
     /// or 1 while CQEs wait for a step that will come).
     pub(crate) fn tick(&mut self, now: u64, stats_cqes: &mut u64) -> usize {
+        // SAFETY: the doorbell record is valid for the device's life (creation contract).
+        unsafe { self.arm.check(self.dbrec) };
         if self.holding {
             return 0;
         }
@@ -287,6 +296,12 @@ impl DevCq {
             .store(Cqe64::new_unchecked(&cqe).op_own(), Ordering::Release);
         self.pi = self.pi.wrapping_add(1);
         *stats_cqes += 1;
+        // The CQE before the look at the arm word (the driver's arm is before its next poll:
+        // one of the two sees the other's store).
+        zverbs_core::sync::atomic::fence(Ordering::SeqCst);
+        // SAFETY: as above.
+        unsafe { self.arm.check(self.dbrec) };
+        self.arm.written(self.cqn, &cqe);
         true
     }
 }

@@ -174,6 +174,7 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+pub mod arm;
 pub mod clock;
 mod config;
 mod cq;
@@ -693,6 +694,46 @@ impl Device {
     /// [`SimError::NoSuchCq`], [`SimError::InvalidConfig`] while a QP uses it.
     pub fn destroy_cq(&self, cqn: u32) -> Result<(), SimError> {
         self.engine().destroy_cq(cqn)
+    }
+
+    /// Sends CQ `cqn`'s completion events to `handler` (`None`: events are only counted).
+    /// See [`arm`] for when an armed CQ raises one.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::NoSuchCq`].
+    pub fn set_cq_event_handler(
+        &self,
+        cqn: u32,
+        handler: Option<arm::EventHandler>,
+    ) -> Result<(), SimError> {
+        self.engine().cq_mut(cqn)?.arm.handler = handler;
+        Ok(())
+    }
+
+    /// The events CQ `cqn` raised so far.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::NoSuchCq`].
+    pub fn cq_events(&self, cqn: u32) -> Result<u64, SimError> {
+        Ok(self.engine().cq_mut(cqn)?.arm.events)
+    }
+
+    /// The memory standing in for CQ `cqn`'s UAR page (`mlx5dv_cq.cq_uar`): 64 bytes, of which
+    /// the CQ doorbell (`MLX5_CQ_DOORBELL`, 8 bytes at 0x20) is written by an arm and read by
+    /// nobody (the device takes the arm from the doorbell record: [`arm`]). Valid while the
+    /// device lives.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::NoSuchCq`]; [`SimError::InvalidConfig`] for a CQ whose memory the driver
+    /// allocated ([`Device::create_cq_external`]: its UAR is the driver's).
+    pub fn cq_uar(&self, cqn: u32) -> Result<NonNull<u8>, SimError> {
+        self.engine()
+            .cq_mut(cqn)?
+            .uar
+            .ok_or(SimError::InvalidConfig("the CQ's UAR is its driver's"))
     }
 
     /// Chooses how 8-byte atomics read and write memory: as a host-endian integer (the

@@ -18,6 +18,7 @@ pub struct CqBuilder<'a> {
     backend: Option<BackendRequest>,
     poll_batch: u32,
     timestamps: bool,
+    channel: Option<crate::event::CompChannel>,
 }
 
 impl<'a> CqBuilder<'a> {
@@ -28,7 +29,16 @@ impl<'a> CqBuilder<'a> {
             backend: None,
             poll_batch: 32,
             timestamps: false,
+            channel: None,
         }
+    }
+
+    /// Its completion events go to `channel` (of the same context), so that its poller can
+    /// [`arm`](AnyPoller::arm) it and [`wait`](AnyPoller::wait) on it. One channel may serve
+    /// several CQs.
+    pub fn channel(mut self, channel: &crate::event::CompChannel) -> Self {
+        self.channel = Some(channel.clone());
+        self
     }
 
     /// At least this many entries (default 256). Size it for every signaled send and every
@@ -78,13 +88,24 @@ impl<'a> CqBuilder<'a> {
         }
         let support = self.ctx.inner.provider.direct_support();
         let direct = want_direct(choice, &support)?;
-        let (provider, note) = if self.timestamps {
-            self.ctx
-                .inner
-                .provider
-                .create_cq_timestamped(self.cqe, direct)?
-        } else {
-            self.ctx.inner.provider.create_cq(self.cqe, direct)?
+        let provider_ = &self.ctx.inner.provider;
+        let (provider, note) = match (&self.channel, self.timestamps) {
+            (Some(_), true) => {
+                return Err(Error::InvalidArgument(
+                    "a CQ with both a completion channel and completion timestamps is not \
+                     supported: build the two CQs apart"
+                        .into(),
+                ));
+            }
+            (Some(ch), false) => {
+                provider_.create_cq_on_channel(self.cqe, direct, &*ch.inner.provider)?
+            }
+            (None, true) => provider_.create_cq_timestamped(self.cqe, direct)?,
+            (None, false) => provider_.create_cq(self.cqe, direct)?,
+        };
+        let events = match self.channel {
+            Some(ch) => Some(crate::event::CqEvents::new(ch, &*provider)?),
+            None => None,
         };
         let engine = provider.engine();
         if choice.request == BackendRequest::Direct && !engine.is_direct() {
@@ -127,6 +148,7 @@ impl<'a> CqBuilder<'a> {
                 } else {
                     Members::Verbs(Arc::default())
                 },
+                events,
             }),
         })
     }
@@ -177,6 +199,18 @@ pub(crate) struct CqInner {
     pub(crate) registry: Mutex<Registry>,
     /// Where the control path hands the poller its new tables (`members.rs`).
     pub(crate) members: Members,
+    /// Its completion channel and arm, when created with one.
+    pub(crate) events: Option<crate::event::CqEvents>,
+}
+
+impl Drop for CqInner {
+    fn drop(&mut self) {
+        // Every event taken for the CQ is acknowledged before it is destroyed (the provider
+        // goes first among the fields).
+        if let Some(e) = &self.events {
+            e.release(&*self.provider);
+        }
+    }
 }
 
 impl Cq {

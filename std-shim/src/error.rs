@@ -194,6 +194,9 @@ pub enum Error {
         /// Receives given to the device and not yet completed.
         recv: u32,
     },
+    /// Arming a CQ or waiting for its completion event failed.
+    #[error(transparent)]
+    Event(#[from] crate::event::EventError),
 }
 
 impl Error {

@@ -108,6 +108,10 @@
 //!   that runs the direct backend with no NIC. Without the feature
 //!   (`default-features = false`), `zverbs-sim` is not a dependency, `zverbs::sim` does not
 //!   exist and the device is not listed; everything else is there.
+//! - `tokio` (off by default): [`AnyPoller::wait_async`] and [`AsyncChannel`], a CQ's
+//!   completion channel awaited through tokio's reactor. Without it, the channel is still
+//!   [`AsFd`](std::os::fd::AsFd) for any event loop, and [`AnyPoller::wait`] sleeps in the
+//!   calling thread.
 //!
 //! rdma-core is loaded at run time (`libibverbs.so.1`, `libmlx5.so.1`, `librdmacm.so.1`): the
 //! crate builds anywhere, and asking for a device on a machine without rdma-core is an error
@@ -201,6 +205,7 @@ mod cq;
 mod device;
 mod env;
 mod error;
+mod event;
 mod events;
 pub mod fallback;
 mod members;
@@ -223,6 +228,9 @@ pub use device::{
     LocalAddress, Mtu, PortAttr, PortState, SOFTWARE_DEVICE, devices, open_device,
 };
 pub use error::{Error, Result};
+#[cfg(feature = "tokio")]
+pub use event::AsyncChannel;
+pub use event::{CompChannel, EventError};
 pub use events::{AsyncEvent, AsyncEvents, CqId, SrqId};
 pub use mr::{AccessFlags, BufError, Mr, MrBuf};
 pub use pd::Pd;

@@ -585,6 +585,22 @@ impl AnyPoller {
             Self::Verbs(_) => BackendKind::Verbs,
         }
     }
+
+    /// The CQ it polls.
+    pub(crate) fn cq(&self) -> &Cq {
+        match self {
+            Self::Direct(p) => &p._cq,
+            Self::Verbs(p) => &p._cq,
+        }
+    }
+
+    /// The direct poller's consumer counter (`None` on the fallback).
+    pub(crate) fn direct_consumer(&self) -> Option<u32> {
+        match self {
+            Self::Direct(p) => Some(p.q.consumer()),
+            Self::Verbs(_) => None,
+        }
+    }
 }
 
 impl PostSend for AnySendQueue {

@@ -167,3 +167,55 @@ pub(crate) fn set_be64(b: &mut [u8], f: Field, v: u64) {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("buffer shorter than the layout")]
 pub struct Truncated;
+
+/// Offset of the CQ doorbell in a UAR page (`MLX5_CQ_DOORBELL`): the 64-bit register an arm
+/// request is written to, big-endian, the arm word in its first four bytes and the CQ number
+/// in the last four.
+pub const CQ_DOORBELL: usize = 0x20;
+
+/// The CQ arm word: what `dbrec[MLX5_CQ_ARM_DB]` holds and the first half of the CQ
+/// doorbell carries (`sn << 28 | cmd | ci`, as libmlx5's `mlx5_arm_cq` composes it).
+pub mod cq_arm {
+    /// Arm for the next completion of any kind (`MLX5_CQ_DB_REQ_NOT`).
+    pub const REQ_NOT: u32 = 0;
+    /// Arm for the next solicited (or error) completion only (`MLX5_CQ_DB_REQ_NOT_SOL`).
+    pub const REQ_NOT_SOL: u32 = 1 << 24;
+    /// The command's bits (24..27).
+    pub const CMD_MASK: u32 = 0x0f00_0000;
+    /// Where the arm sequence number starts (bits 28..29).
+    pub const SN_SHIFT: u32 = 28;
+    /// The arm sequence number's bits once shifted down (it counts events modulo 4).
+    pub const SN_MASK: u32 = 3;
+    /// The consumer index's bits (0..23).
+    pub const CI_MASK: u32 = 0x00ff_ffff;
+
+    /// The arm word for sequence number `sn` (modulo 4), the command that `solicited` picks
+    /// and consumer index `ci` (its low 24 bits).
+    #[inline(always)]
+    pub const fn word(sn: u32, solicited: bool, ci: u32) -> u32 {
+        let cmd = if solicited { REQ_NOT_SOL } else { REQ_NOT };
+        ((sn & SN_MASK) << SN_SHIFT) | cmd | (ci & CI_MASK)
+    }
+
+    /// The 64-bit CQ doorbell value for `word` and CQ `cqn`, in host order: the arm word in
+    /// the high half, the CQ number in the low half (written big-endian, as
+    /// `mmio_write64_be` does).
+    #[inline(always)]
+    pub const fn doorbell(word: u32, cqn: u32) -> u64 {
+        ((word as u64) << 32) | cqn as u64
+    }
+
+    /// A decoded arm word: `(sn, solicited, ci)`.
+    #[inline(always)]
+    pub const fn decode(word: u32) -> (u32, bool, u32) {
+        (
+            (word >> SN_SHIFT) & SN_MASK,
+            word & CMD_MASK == REQ_NOT_SOL,
+            word & CI_MASK,
+        )
+    }
+
+    const _: () = assert!(word(3, true, 0x0123_4567) == 0x3123_4567);
+    const _: () = assert!(word(1, false, 5) == 0x1000_0005);
+    const _: () = assert!(doorbell(0x1000_0005, 0x400) == 0x1000_0005_0000_0400);
+}

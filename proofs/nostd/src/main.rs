@@ -33,7 +33,7 @@ use zverbs_core::{
 use zverbs_mlx5dv::prm::cqe::Cqe64;
 use zverbs_mlx5dv::prm::opcode;
 use zverbs_mlx5dv::{
-    BfLayout, CompletionQueue, CqBinding, CqLayout, QpLayout, RecvQueue, RqSlot, RqState,
+    BfLayout, CompletionQueue, CqArm, CqBinding, CqLayout, QpLayout, RecvQueue, RqSlot, RqState,
     SendQueue, SharedRecvQueue, SqCaps, SqSlot, SqState, SrqLayout, SrqSlot, SrqState, Transport,
     WqLayout,
 };
@@ -93,6 +93,8 @@ struct DeviceMemory {
     ud_bf: [u8; 2 * BF_SIZE],
     srq: [u8; SRQ_WQES * SRQ_STRIDE],
     srq_dbrec: [u32; 1],
+    /// Stands in for the CQ's UAR page: the arm writes its CQ doorbell at 0x20.
+    cq_uar: [u64; 8],
 }
 
 /// Static device memory, reached only through raw pointers.
@@ -113,6 +115,7 @@ static MEMORY: Shared = Shared(UnsafeCell::new(DeviceMemory {
     ud_bf: [0; 2 * BF_SIZE],
     srq: [0; SRQ_WQES * SRQ_STRIDE],
     srq_dbrec: [0; 1],
+    cq_uar: [0; 8],
 }));
 
 /// Called by the C library's start-up code.
@@ -258,6 +261,15 @@ fn run() -> Result<(), c_int> {
     check(cq.poll(&mut wc) == 0, 17)?;
     // SAFETY: inside the static; single thread.
     check(unsafe { cq_dbrec.read_volatile() } == 2u32.to_be(), 18)?;
+    // Arming the CQ for a solicited completion (libmlx5's `mlx5_arm_cq` sequence): the arm
+    // word (sequence 0, solicited, consumer index 2) in the record, then the CQ doorbell.
+    // SAFETY: the record and the UAR stand-in are in the static, which lives for the whole
+    // program; nothing else writes the arm word or the doorbell; single thread.
+    let mut arm = unsafe { CqArm::new(&cq_layout, nonnull((&raw mut (*mem).cq_uar).cast::<u8>())) };
+    arm.arm(cq.consumer(), true);
+    // SAFETY: word 1 of the record, inside the static; single thread.
+    let arm_word = unsafe { cq_dbrec.add(1).read_volatile() };
+    check(arm_word == 0x0100_0002u32.to_be(), 48)?;
     check(sq.free_blocks() == SQ_BBS as u32, 19)?;
     check(rq.free() == RQ_ENTRIES as u32, 20)?;
 

@@ -234,8 +234,11 @@ impl Engine {
             cqe_size: 64,
             cqn: CQN_BASE + slot as u32,
         };
+        let uar = self.alloc(64)?.ptr;
         // SAFETY: the buffers were just allocated for this CQ and live as long as the engine.
         unsafe { self.add_cq(&layout) }?;
+        let i = self.cq_index(layout.cqn)?;
+        self.cqs[i].uar = Some(uar);
         Ok(SimCq {
             cqn: layout.cqn,
             layout,
@@ -616,6 +619,7 @@ impl Engine {
             return Err(SimError::InvalidConfig("CQ in use by a QP"));
         }
         self.cqs[c].dead = true;
+        self.cqs[c].arm.handler = None;
         Ok(())
     }
 

@@ -18,6 +18,8 @@
 pub(crate) mod fake;
 #[cfg(feature = "sim")]
 pub(crate) mod sim;
+#[cfg(feature = "sim")]
+pub(crate) mod sim_channel;
 pub(crate) mod verbs;
 
 use std::fmt::Debug;
@@ -85,6 +87,41 @@ pub(crate) trait ContextProvider: Send + Sync + Debug {
             device: self.name().to_string(),
             reason: "the provider cannot create CQs with completion timestamps".into(),
         })
+    }
+    /// A completion channel (`ibv_create_comp_channel`).
+    fn create_comp_channel(&self) -> Result<Box<dyn ChannelProvider>> {
+        Err(crate::event::EventError::Unsupported(self.name().to_owned()).into())
+    }
+    /// As [`ContextProvider::create_cq`], for a CQ whose events go to `channel` (made by this
+    /// provider).
+    fn create_cq_on_channel(
+        &self,
+        cqe: u32,
+        direct: bool,
+        channel: &dyn ChannelProvider,
+    ) -> Result<(Box<dyn CqProvider>, EngineNote)> {
+        let _ = (cqe, direct, channel);
+        Err(crate::event::EventError::Unsupported(self.name().to_owned()).into())
+    }
+}
+
+/// A completion channel: a descriptor that becomes readable when one of its CQs raised an
+/// event, and the events themselves.
+pub(crate) trait ChannelProvider: Send + Sync + Debug {
+    /// The descriptor (non-blocking).
+    fn fd(&self) -> std::os::fd::RawFd;
+    /// One event, without blocking: the [`event_token`](CqProvider::event_token) of its CQ,
+    /// `None` when none is ready. The provider acknowledges nothing: the CQ does, when told
+    /// ([`CqProvider::event_taken`]).
+    fn take_event(&self) -> Result<Option<usize>>;
+    /// The rdma-core channel behind it, if it is one.
+    fn verbs_channel(&self) -> Option<*mut crate::ffi::types::ibv_comp_channel> {
+        None
+    }
+    /// The software device's channel, if it is one.
+    #[cfg(feature = "sim")]
+    fn sim_channel(&self) -> Option<&sim_channel::SimChannel> {
+        None
     }
 }
 
@@ -194,6 +231,22 @@ pub(crate) trait CqProvider: Send + Sync + Debug {
     fn verbs_cq_ex(&self) -> Option<*mut crate::ffi::types::ibv_cq_ex> {
         None
     }
+    /// What names this CQ in its channel's events ([`ChannelProvider::take_event`]).
+    fn event_token(&self) -> usize {
+        0
+    }
+    /// The UAR page the direct arm writes (`mlx5dv_cq.cq_uar`), for a direct CQ on a channel.
+    fn cq_uar(&self) -> Option<NonNull<u8>> {
+        None
+    }
+    /// Arms the CQ through the provider (`ibv_req_notify_cq`), for a CQ not armed directly.
+    fn req_notify(&self, solicited_only: bool) -> Result<()> {
+        let _ = solicited_only;
+        Err(crate::event::EventError::NoChannel.into())
+    }
+    /// An event of this CQ was taken from its channel: acknowledge it (in batches; every one
+    /// before the CQ is destroyed).
+    fn event_taken(&self) {}
 }
 
 /// A queue pair.

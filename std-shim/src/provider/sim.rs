@@ -267,6 +267,27 @@ impl ContextProvider for SimContext {
             EngineNote(format!("{}, with completion timestamps", note.0)),
         ))
     }
+
+    fn create_comp_channel(&self) -> Result<Box<dyn super::ChannelProvider>> {
+        Ok(Box::new(super::sim_channel::SimChannel::new()?))
+    }
+
+    fn create_cq_on_channel(
+        &self,
+        cqe: u32,
+        direct: bool,
+        channel: &dyn super::ChannelProvider,
+    ) -> Result<(Box<dyn CqProvider>, EngineNote)> {
+        let ch = channel.sim_channel().ok_or_else(|| {
+            Error::InvalidArgument("the completion channel is not the software device's".into())
+        })?;
+        let (cq, note) = self.create_cq(cqe, direct)?;
+        let cqn = cq.event_token() as u32;
+        device()
+            .set_cq_event_handler(cqn, Some(ch.handler()))
+            .map_err(|e| sim_err("set_cq_event_handler", e))?;
+        Ok((cq, note))
+    }
 }
 
 fn no_fallback() -> Error {
@@ -495,6 +516,12 @@ impl CqProvider for SimCq {
     }
     fn event_id(&self) -> u64 {
         u64::from(self.0.cqn)
+    }
+    fn event_token(&self) -> usize {
+        self.0.cqn as usize
+    }
+    fn cq_uar(&self) -> Option<std::ptr::NonNull<u8>> {
+        device().cq_uar(self.0.cqn).ok()
     }
 }
 
@@ -781,5 +808,8 @@ impl CqProvider for TimedCq {
     }
     fn timestamps(&self) -> bool {
         true
+    }
+    fn event_id(&self) -> u64 {
+        self.0.event_id()
     }
 }

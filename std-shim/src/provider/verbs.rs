@@ -20,6 +20,8 @@ use crate::ffi::types::*;
 use crate::mr::AccessFlags;
 use crate::qp::{QpCaps, QpType};
 use crate::ud::AhAttr;
+mod channel;
+
 use zverbs_mlx5dv::prm::dv::{MLX5DV_SRQ_MASK_SRQN, mlx5dv_ah, mlx5dv_cq, mlx5dv_qp, mlx5dv_srq};
 
 /// A libibverbs device list, freed when the last device of it is dropped.
@@ -445,6 +447,19 @@ impl ContextProvider for VerbsContext {
             String::from("libibverbs ibv_start_poll, with completion timestamps")
         };
         Ok((Box::new(out), EngineNote(note)))
+    }
+
+    fn create_comp_channel(&self) -> Result<Box<dyn super::ChannelProvider>> {
+        Ok(Box::new(channel::VerbsChannel::new(self)?))
+    }
+
+    fn create_cq_on_channel(
+        &self,
+        cqe: u32,
+        direct: bool,
+        ch: &dyn super::ChannelProvider,
+    ) -> Result<(Box<dyn CqProvider>, EngineNote)> {
+        channel::create_cq(self, cqe, direct, ch)
     }
 }
 

@@ -94,6 +94,8 @@ pub(crate) struct Opts {
     pub(crate) num_qp: u32,
     /// Completion timestamps (`--rc` only).
     pub(crate) ts: bool,
+    /// Sleep on the CQ's completion channel instead of spinning (`-e`, `--rc` only).
+    pub(crate) events: bool,
 }
 
 /// `ibv_rc_pingpong` fills its buffer with this byte (and sends it, unless `--chk`).
@@ -112,6 +114,7 @@ usage: pingpong --rc [options]           (server)
   -n, --iters N         iterations, 1 to 1000000000 (1000)
   -l, --sl SL           service level (0)
   -g, --gid-idx N       local GID index (none; needed on RoCE, on both sides)
+  -e, --events          sleep on CQ events instead of spinning (--rc)
       --backend B       auto, direct or verbs";
 
 /// Parses the arguments after `--rc` (`--ud`, `--srq`: `mode`). `Err("")` asks for the usage
@@ -131,6 +134,7 @@ pub(crate) fn parse(mut p: Parser, mode: Mode) -> Result<Opts, String> {
         sl: 0,
         gid_index: None,
         backend: None,
+        events: false,
     };
     while let Some(arg) = p.next().map_err(args::explain)? {
         let f = args::flag(&arg);
@@ -158,6 +162,7 @@ pub(crate) fn parse(mut p: Parser, mode: Mode) -> Result<Opts, String> {
                 o.backend = Some(zverbs::BackendRequest::parse(&v).map_err(|e| e.to_string())?);
             }
             Short('t') | Long("ts") if mode == Mode::Rc => o.ts = true,
+            Short('e') | Long("events") if mode == Mode::Rc => o.events = true,
             Short('q') | Long("num-qp") if mode == Mode::Srq => {
                 o.num_qp = args::in_range(&mut p, &f, 1, 256)?;
             }
@@ -171,6 +176,9 @@ pub(crate) fn parse(mut p: Parser, mode: Mode) -> Result<Opts, String> {
             "--rx-depth {} is too small for {} QPs: at least one receive per QP",
             o.rx_depth, o.num_qp
         ));
+    }
+    if o.ts && o.events {
+        return Err("--ts and --events together are not supported (a CQ has either)".into());
     }
     Ok(o)
 }
@@ -312,11 +320,16 @@ fn run(o: &Opts) -> Result<(), Box<dyn std::error::Error>> {
     // The device clock, for the timestamps' mask (their wrap) and frequency; a device
     // without completion timestamps is refused here, as `ibv_rc_pingpong --ts` refuses it.
     let clock = if o.ts { Some(ctx.clock()?) } else { None };
-    let cq = ctx
-        .cq_builder()
-        .cqe(o.rx_depth + 1)
-        .timestamps(o.ts)
-        .build()?;
+    let channel = if o.events {
+        Some(ctx.comp_channel()?)
+    } else {
+        None
+    };
+    let mut cqb = ctx.cq_builder().cqe(o.rx_depth + 1).timestamps(o.ts);
+    if let Some(ch) = &channel {
+        cqb = cqb.channel(ch);
+    }
+    let cq = cqb.build()?;
     let qp = pd
         .qp_builder(&cq, &cq)
         .max_send_wr(1)
@@ -394,12 +407,21 @@ fn run(o: &Opts) -> Result<(), Box<dyn std::error::Error>> {
     let client = o.server.is_some();
     post_recvs(&mut rq, &rbuf, o.size, o.rx_depth)?;
     exchange()?;
-    let queues = Queues::from_parts(qp.send_queue()?, rq.into_inner(), cq.poller()?)?;
     let mask = clock.as_ref().map(zverbs::DeviceClock::mask);
-    let (start, ts) = match queues {
-        Queues::Direct(q) => session(q.sq, q.rq, q.cq, &rbuf, slice, o, client, mask)?,
-        Queues::DirectUd(q) => session(q.sq, q.rq, q.cq, &rbuf, slice, o, client, mask)?,
-        Queues::Verbs(q) => session(q.sq, q.rq, q.cq, &rbuf, slice, o, client, mask)?,
+    let (start, ts) = if o.events {
+        // Sleep on the channel: `wait` polls, arms, polls again and sleeps only then.
+        let wait = |cq: &mut zverbs::AnyPoller, wc: &mut [Completion]| {
+            cq.wait(wc, Some(PEER_TIMEOUT)).map_err(|e| e.into())
+        };
+        let (sq, rq, cq) = (qp.send_queue()?, rq.into_inner(), cq.poller()?);
+        session(sq, rq, cq, wait, &rbuf, slice, o, client, mask)?
+    } else {
+        let queues = Queues::from_parts(qp.send_queue()?, rq.into_inner(), cq.poller()?)?;
+        match queues {
+            Queues::Direct(q) => session(q.sq, q.rq, q.cq, spin, &rbuf, slice, o, client, mask)?,
+            Queues::DirectUd(q) => session(q.sq, q.rq, q.cq, spin, &rbuf, slice, o, client, mask)?,
+            Queues::Verbs(q) => session(q.sq, q.rq, q.cq, spin, &rbuf, slice, o, client, mask)?,
+        }
     };
     let usec = start.elapsed().as_secs_f64() * 1e6;
     let bytes = o.size as u64 * o.iters * 2;
@@ -504,13 +526,20 @@ fn post_recvs<R: PostRecv>(
     Ok(())
 }
 
+/// Takes completions by polling (one poll; 0 when there are none).
+fn spin<C: PollCq>(cq: &mut C, wc: &mut [Completion]) -> Result<usize, Box<dyn std::error::Error>> {
+    Ok(cq.poll(wc))
+}
+
 /// The ping-pong, with the first receives posted; returns when timing started, and the
-/// receive completions' intervals when `mask` (the timestamps') is given.
+/// receive completions' intervals when `mask` (the timestamps') is given. `next` takes
+/// completions without timestamps: a poll, or a wait on the CQ's channel (`-e`).
 #[allow(clippy::too_many_arguments)]
 fn session<S: PostSend, R: PostRecv, C: PollCq + PollCqTimed>(
     sq: S,
     rq: R,
     mut cq: C,
+    mut next: impl FnMut(&mut C, &mut [Completion]) -> Result<usize, Box<dyn std::error::Error>>,
     buf: &MrBuf,
     slice: zverbs::safe::BufSlice<'_>,
     o: &Opts,
@@ -542,7 +571,7 @@ fn session<S: PostSend, R: PostRecv, C: PollCq + PollCqTimed>(
             }
             n
         } else {
-            cq.poll(&mut wc)
+            next(&mut cq, &mut wc)?
         };
         if n == 0 {
             idle += 1;

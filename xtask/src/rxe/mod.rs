@@ -96,6 +96,10 @@ pub const DEVICE_TESTS: &[DeviceTests] = &[
         what: "QPs joining and leaving a polling poller",
         select: &["-p", "zverbs", "--test", "device_members"],
     },
+    DeviceTests {
+        what: "completion channels and events",
+        select: &["-p", "zverbs", "--test", "events"],
+    },
 ];
 
 /// The project's programs that run on the devices, built with `cargo build` (see
@@ -616,6 +620,38 @@ pub fn own_programs(t: &Topology, built: &[(String, PathBuf)]) -> Result<Vec<Che
             ],
         },
     });
+    // Completion events: both sides sleep on their completion channels (`-e`), each side as
+    // server once, on the single device.
+    for ours_serves in [true, false] {
+        port += 1;
+        let events = |mut v: Vec<String>| {
+            v.insert(1 + usize::from(v[0] == ours), "-e".into());
+            v
+        };
+        let (server, client, name) = if ours_serves {
+            (
+                events(with(&ours, args(d, 4096, port), false)),
+                events(with("ibv_rc_pingpong", args(d, 4096, port), true)),
+                "pingpong --rc -e (zverbs) server, ibv_rc_pingpong -e client",
+            )
+        } else {
+            (
+                events(with("ibv_rc_pingpong", args(d, 4096, port), false)),
+                events(with(&ours, args(d, 4096, port), true)),
+                "ibv_rc_pingpong -e server, pingpong --rc -e (zverbs) client",
+            )
+        };
+        checks.push(Check {
+            name: format!("{name}, {d}, 4 KiB"),
+            timeout: TOOL_TIMEOUT,
+            kind: Kind::Pair {
+                server,
+                client,
+                ready: Ready::Tcp(port),
+                expect: vec![format!("{INTEROP_ITERS} iters in")],
+            },
+        });
+    }
     // Datagrams and a shared receive queue: `pingpong --ud` against `ibv_ud_pingpong` (1 KiB,
     // the port's MTU on rxe; the GRH from the GID index, as RoCE needs), `pingpong --srq`
     // against `ibv_srq_pingpong` (16 RC QPs on one SRQ, 4 KiB), each side as server once, on
@@ -1143,12 +1179,38 @@ mod tests {
             ("pingpong".to_string(), PathBuf::from("/t/pingpong")),
         ];
         let checks = own_programs(&Topology::vm(), &built).unwrap();
-        // loopback, 3 sizes x 2 roles x 2 links, the damaged run, then UD and SRQ x 2 roles x
-        // 2 links.
+        // loopback, 3 sizes x 2 roles x 2 links, the damaged run, the events pair x 2 roles,
+        // then UD and SRQ x 2 roles x 2 links.
         let rc = 1 + INTEROP_SIZES.len() * 2 * 2 + 1;
-        assert_eq!(checks.len(), rc + 2 * 2 * 2);
+        assert_eq!(checks.len(), rc + 2 + 2 * 2 * 2);
         let mut ports = Vec::new();
-        for c in &checks[rc..] {
+        let mut events_served = 0;
+        for c in &checks[rc..rc + 2] {
+            let Kind::Pair {
+                server,
+                client,
+                ready: Ready::Tcp(p),
+                ..
+            } = &c.kind
+            else {
+                panic!("{c:?}");
+            };
+            ports.push(*p);
+            let ours = |v: &[String]| v[0] == "/t/pingpong";
+            assert!(ours(server) != ours(client), "{c:?}");
+            events_served += usize::from(ours(server));
+            for v in [server, client] {
+                let at = if ours(v) { 2 } else { 1 };
+                assert_eq!(v[at], "-e", "{v:?}");
+                if ours(v) {
+                    assert_eq!(v[1], "--rc");
+                } else {
+                    assert_eq!(v[0], "ibv_rc_pingpong");
+                }
+            }
+        }
+        assert_eq!(events_served, 1);
+        for c in &checks[rc + 2..] {
             let Kind::Pair {
                 server,
                 client,

@@ -319,6 +319,28 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
     cmd.env("ZVERBS_EMU_SO", &emu.0);
     let (tests, _) = counted_tests(cmd, &["--nocapture"], run)?;
 
+    // The completion-event tests of `zverbs` on the emulated mlx5_0, on the direct backend
+    // (our arm sequence) and on the fallback (libmlx5's): the test executable runs under the
+    // emulator (cargo's runner), cargo and the compiler do not.
+    let mut event_tests = 0;
+    for backend in ["direct", "verbs"] {
+        let mut cmd = util::cargo(["test", "--release", "-p", "zverbs", "--test", "events"]);
+        let runner = format!(
+            "env SYSFS_PATH={} LD_PRELOAD={} ZVERBS_BACKEND={backend}",
+            emu.1.display(),
+            emu.0.display()
+        );
+        cmd.env("CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER", runner)
+            .env("ZVERBS_TEST_DEVICE", "mlx5_0")
+            .env("ZVERBS_TEST_GID_INDEX", "0")
+            .env("ZVERBS_EVENT_CYCLES", "10000");
+        let (c, _) = counted_tests(cmd, &["--nocapture", "--test-threads=1"], run)?;
+        event_tests += c.passed;
+    }
+    println!(
+        "completion-event tests on the emulated mlx5_0 (direct and fallback): {event_tests} passed"
+    );
+
     // 2. The project's control path on libmlx5: the loopback self-test chooses the direct
     //    backend through mlx5dv_init_obj (with BlueFlame, and on a device without), and the
     //    libibverbs fallback (libmlx5's own post path) when asked.
@@ -704,10 +726,21 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
          every row; the post paths differ by nanoseconds within them:"
     );
     ratios.print(false);
+
+    // 5. Completion events: both sides sleep on their completion channels (libmlx5's arm and
+    //    libibverbs' ibv_get_cq_event on one side, our direct arm on the other, through the
+    //    emulator's channel and arm doorbell).
+    let events = events(&rel, &emu, &mut next_port)?;
     Ok(Some(format!(
-        "{} tests, {} tool runs; direct/perftest {}",
+        "{} tests, {} tool runs; direct/perftest {}; events: {events}",
         tests.passed,
-        tools.len() + datagrams.len() + 2 * mixed.len() + checks.len() + 3 * 5 * ROUNDS + ts_runs,
+        tools.len()
+            + datagrams.len()
+            + 2 * mixed.len()
+            + checks.len()
+            + 3 * 5 * ROUNDS
+            + ts_runs
+            + 5,
         notes.join(", ")
     )))
 }
@@ -780,4 +813,79 @@ fn timestamps(
         "ok".into(),
     ]);
     Ok(3)
+}
+
+/// `ibv_rc_pingpong -e` against our `pingpong --rc -e` in both roles, then perftest's
+/// `ib_send_lat -e` beside `zverbs-perf send_lat --events` (t_typical and their ratio).
+fn events(
+    rel: &Path,
+    emu: &(PathBuf, PathBuf),
+    next_port: &mut impl FnMut() -> u16,
+) -> Result<String> {
+    let ibv_rc = which("ibv_rc_pingpong").unwrap_or_default();
+    let ours = rel.join("examples/pingpong");
+    let theirs: (&Path, &[&str]) = (&ibv_rc, &["-e", "-n", ITERS]);
+    let ours: (&Path, &[&str]) = (&ours, &["--rc", "-e", "-n", ITERS]);
+    for (server, client, roles) in [
+        (
+            theirs,
+            ours,
+            "server ibv_rc_pingpong -e, client our pingpong --rc -e",
+        ),
+        (
+            ours,
+            theirs,
+            "server our pingpong --rc -e, client ibv_rc_pingpong -e",
+        ),
+    ] {
+        let (so, co) = pair_outputs(server, client, next_port(), &[], emu)?;
+        println!("--- {roles}, client output:");
+        for l in co.lines().filter(|l| !l.trim().is_empty()) {
+            println!("    {l}");
+        }
+        for (side, out) in [("server", &so), ("client", &co)] {
+            if !out.contains(" iters in ") {
+                bail!("{roles}: the {side} reports no transfer:\n{out}");
+            }
+        }
+    }
+    let Some(perftest) = which("ib_send_lat") else {
+        bail!("ib_send_lat is not installed (Debian package perftest)");
+    };
+    let perf = rel.join("zverbs-perf");
+    let n = ["-n", "500"];
+    let d = [&["send_lat", "--events"][..], &n, &["--backend", "direct"]].concat();
+    let v = [&["send_lat", "--events"][..], &n, &["--backend", "verbs"]].concat();
+    let p = [&["-e"][..], &n].concat();
+    let d = typical(&pair(&perf, &d, next_port(), &[], emu)?);
+    let v = typical(&pair(&perf, &v, next_port(), &[], emu)?);
+    let p = typical(&pair(&perftest, &p, next_port(), &[], emu)?);
+    let (Some(d), Some(v), Some(p)) = (d, v, p) else {
+        bail!("no t_typical in a latency tool's output (send_lat with events)");
+    };
+    let mut t = Table::new(&[
+        "test",
+        ">zverbs-perf direct [us]",
+        ">zverbs-perf verbs [us]",
+        ">ib_send_lat -e [us]",
+        ">direct/perftest",
+        ">verbs/perftest",
+    ]);
+    t.row(vec![
+        "send_lat --events".into(),
+        format!("{d:.2}"),
+        format!("{v:.2}"),
+        format!("{p:.2}"),
+        format!("{:.3}", d / p),
+        format!("{:.3}", v / p),
+    ]);
+    println!(
+        "\nsend latency sleeping on completion events (t_typical, 2-byte messages, same emulated \
+         device, same run; mostly the software device's and the processes' wake-ups):"
+    );
+    t.print(false);
+    Ok(format!(
+        "ibv_rc_pingpong -e both roles ok, send_lat --events direct/perftest {:.3}",
+        d / p
+    ))
 }

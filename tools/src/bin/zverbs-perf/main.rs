@@ -106,6 +106,9 @@ pub(crate) struct Opts {
     pub(crate) hw_ts: bool,
     pub(crate) hugepages: bool,
     pub(crate) timeout: Duration,
+    /// Sleep on the CQ's completion channel instead of spinning (`--events`, as perftest's
+    /// `-e`).
+    pub(crate) events: bool,
 }
 
 /// The largest message: 2 GiB, InfiniBand's limit (a port may allow less: checked once the
@@ -147,6 +150,7 @@ options:
                           NIC, from its completion timestamps (the interval between
                           consecutive completions the client waits for; halved for send_lat)
       --hugepages         put the buffer on hugepages
+  -e, --events            sleep on CQ events instead of spinning (as perftest's -e)
       --timeout SECS      how long to wait for the peer: the exchange, rdma_cm, and any one
                           message of the test (default 30)
   -h, --help              this text
@@ -190,6 +194,7 @@ where
         hw_ts: false,
         hugepages: false,
         timeout: Duration::from_secs(30),
+        events: false,
     };
     while let Some(arg) = p.next().map_err(args::explain)? {
         let f = args::flag(&arg);
@@ -225,6 +230,7 @@ where
                 o.histogram = Some(file);
             }
             Long("hugepages") => o.hugepages = true,
+            Short('e') | Long("events") => o.events = true,
             Long("timeout") => {
                 o.timeout = Duration::from_secs(args::in_range(&mut p, &f, 1, 24 * 3600)?);
             }
@@ -252,6 +258,16 @@ where
     if o.hw_ts && !matches!(o.test, Test::SendLat | Test::ReadLat | Test::AtomicLat) {
         return Err(
             "--hw-ts is for send_lat, read_lat and atomic_lat (a completion every iteration)"
+                .into(),
+        );
+    }
+    if o.hw_ts && o.events {
+        return Err("--hw-ts and --events together are not supported (a CQ has either)".into());
+    }
+    if o.events && o.test != Test::SendLat {
+        return Err(
+            "--events is for send_lat (the other tests wait on memory or keep a \
+                    window of requests in flight)"
                 .into(),
         );
     }

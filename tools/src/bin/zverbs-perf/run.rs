@@ -198,11 +198,19 @@ pub(crate) fn run(opts: &Opts) -> Result<()> {
     // The device clock first: a device without completion timestamps refuses `--hw-ts`
     // before anything else is created.
     let clock = if opts.hw_ts { Some(ctx.clock()?) } else { None };
-    let cq = ctx
+    let channel = if opts.events {
+        Some(ctx.comp_channel()?)
+    } else {
+        None
+    };
+    let mut cqb = ctx
         .cq_builder()
         .cqe(opts.tx_depth + opts.rx_depth + 16)
-        .timestamps(opts.hw_ts)
-        .build()?;
+        .timestamps(opts.hw_ts);
+    if let Some(ch) = &channel {
+        cqb = cqb.channel(ch);
+    }
+    let cq = cqb.build()?;
     let mut qb = pd
         .qp_builder(&cq, &cq)
         .max_send_wr(opts.tx_depth)
@@ -347,7 +355,20 @@ pub(crate) fn run(opts: &Opts) -> Result<()> {
         stream.set_nonblocking(true)?;
         (region, Conn::Tcp(stream), rq)
     };
-    let queues = Queues::from_parts(qp.send_queue()?, rq, cq.poller()?)?;
+    let (sq, cq) = (qp.send_queue()?, cq.poller()?);
+    let (queues, sleeping) = if opts.events {
+        let set = zverbs::QueueSet {
+            sq,
+            rq,
+            cq: Sleeping {
+                cq,
+                timeout: opts.timeout,
+            },
+        };
+        (None, Some(set))
+    } else {
+        (Some(Queues::from_parts(sq, rq, cq)?), None)
+    };
     if remote.len < opts.size as u64 {
         return Err(bad(format!(
             "the peer's buffer has {} bytes, the test needs {}",
@@ -370,10 +391,12 @@ pub(crate) fn run(opts: &Opts) -> Result<()> {
             Conn::Cm(_) => None,
         },
     };
-    match queues {
-        Queues::Direct(q) => test(q, &env)?,
-        Queues::DirectUd(q) => test(q, &env)?,
-        Queues::Verbs(q) => test(q, &env)?,
+    match (queues, sleeping) {
+        (Some(Queues::Direct(q)), _) => test(q, &env)?,
+        (Some(Queues::DirectUd(q)), _) => test(q, &env)?,
+        (Some(Queues::Verbs(q)), _) => test(q, &env)?,
+        (None, Some(q)) => test(q, &env)?,
+        (None, None) => unreachable!("one of the two is made above"),
     }
     drop(conn);
     drop(ah);
@@ -860,4 +883,34 @@ pub(crate) fn list_devices() -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A poller that sleeps on its CQ's completion channel until completions arrive (`--events`):
+/// each `poll` is an [`AnyPoller::wait`](zverbs::AnyPoller::wait), which polls, arms, polls
+/// again and sleeps only then; 0 when `timeout` passed with nothing (the test's watch then
+/// reports a silent peer).
+struct Sleeping {
+    cq: zverbs::AnyPoller,
+    timeout: std::time::Duration,
+}
+
+impl PollCq for Sleeping {
+    fn poll(&mut self, out: &mut [Completion]) -> usize {
+        match self.cq.wait(out, Some(self.timeout)) {
+            Ok(n) => n,
+            Err(zverbs::Error::Event(zverbs::EventError::Timeout(_))) => 0,
+            Err(e) => {
+                eprintln!("zverbs-perf: waiting for completions failed: {e}");
+                0
+            }
+        }
+    }
+}
+
+/// `--events` and `--hw-ts` exclude each other (the options refuse both): a sleeping poller
+/// reports no timestamps, and polls without sleeping when asked for them.
+impl PollCqTimed for Sleeping {
+    fn poll_timed(&mut self, out: &mut [zverbs::TimedCompletion]) -> usize {
+        self.cq.poll_timed(out)
+    }
 }
