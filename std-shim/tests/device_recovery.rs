@@ -234,6 +234,7 @@ fn reuse(ctx: &Context, gid: Option<u32>, a: &End, b: &End, n: u32) {
 
 /// The software-device variants run in the test stage; where a device is named (the rxe and
 /// connectx stages) they would repeat that run, and return at once.
+#[cfg(feature = "sim")]
 fn on_a_named_device() -> bool {
     std::env::var_os("ZVERBS_TEST_DEVICE").is_some_and(|v| !v.is_empty())
 }
