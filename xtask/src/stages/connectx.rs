@@ -314,6 +314,7 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
         "blueflame",
         "--test",
         "async_events",
+        "--test",
         "timestamps",
     ]);
     cmd.env("ZVERBS_EMU_SO", &emu.0);
