@@ -90,17 +90,14 @@ impl<'a> CqBuilder<'a> {
         let direct = want_direct(choice, &support)?;
         let provider_ = &self.ctx.inner.provider;
         let (provider, note) = match (&self.channel, self.timestamps) {
-            (Some(_), true) => {
-                return Err(Error::InvalidArgument(
-                    "a CQ with both a completion channel and completion timestamps is not \
-                     supported: build the two CQs apart"
-                        .into(),
-                ));
-            }
+            (ch, true) => provider_.create_cq_timestamped(
+                self.cqe,
+                direct,
+                ch.as_ref().map(|c| &*c.inner.provider),
+            )?,
             (Some(ch), false) => {
                 provider_.create_cq_on_channel(self.cqe, direct, &*ch.inner.provider)?
             }
-            (None, true) => provider_.create_cq_timestamped(self.cqe, direct)?,
             (None, false) => provider_.create_cq(self.cqe, direct)?,
         };
         let events = match self.channel {

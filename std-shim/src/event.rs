@@ -26,7 +26,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use zverbs_core::Completion;
+use zverbs_core::{Completion, PollCqTimed, TimedCompletion};
 use zverbs_mlx5dv::CqArm;
 
 use crate::device::Context;
@@ -289,7 +289,7 @@ impl AnyPoller {
     /// [`EventError::Timeout`]; [`EventError::NoChannel`]; the errors of [`AnyPoller::arm`]
     /// and [`AnyPoller::take_events`].
     pub fn wait(&mut self, out: &mut [Completion], timeout: Option<Duration>) -> Result<usize> {
-        self.wait_with(out, timeout, false)
+        self.wait_untimed(out, timeout, false)
     }
 
     /// [`AnyPoller::wait`], woken only by solicited (or error) completions: the others are
@@ -303,20 +303,54 @@ impl AnyPoller {
         out: &mut [Completion],
         timeout: Option<Duration>,
     ) -> Result<usize> {
-        self.wait_with(out, timeout, true)
+        self.wait_untimed(out, timeout, true)
     }
 
-    fn wait_with(
+    /// [`AnyPoller::wait`], returning each completion with its timestamp, as
+    /// [`PollCqTimed::poll_timed`](zverbs_core::PollCqTimed::poll_timed) does: for a CQ built
+    /// with both a channel and [`timestamps`](crate::CqBuilder::timestamps).
+    ///
+    /// # Errors
+    ///
+    /// As [`AnyPoller::wait`].
+    pub fn wait_timed(
+        &mut self,
+        out: &mut [TimedCompletion],
+        timeout: Option<Duration>,
+    ) -> Result<usize> {
+        self.wait_with(out, timeout, |p: &mut Self, out: &mut [TimedCompletion]| {
+            let n = p.poll_timed(out);
+            if n > 0 {
+                return Ok(n);
+            }
+            p.arm(false)?;
+            Ok(p.poll_timed(out))
+        })
+    }
+
+    fn wait_untimed(
         &mut self,
         out: &mut [Completion],
         timeout: Option<Duration>,
         solicited_only: bool,
     ) -> Result<usize> {
+        self.wait_with(out, timeout, |p: &mut Self, out: &mut [Completion]| {
+            zverbs_core::event::poll_arm_poll(p, out, |p: &mut Self| p.arm(solicited_only))
+        })
+    }
+
+    /// Polls, arms and polls again with `poll_arm_poll` until it returns completions,
+    /// sleeping on the channel between rounds.
+    fn wait_with<T>(
+        &mut self,
+        out: &mut [T],
+        timeout: Option<Duration>,
+        mut poll_arm_poll: impl FnMut(&mut Self, &mut [T]) -> Result<usize>,
+    ) -> Result<usize> {
         let deadline = timeout.map(|t| Instant::now() + t);
         let channel = self.events()?.channel.clone();
         loop {
-            let n =
-                zverbs_core::event::poll_arm_poll(self, out, |p: &mut Self| p.arm(solicited_only))?;
+            let n = poll_arm_poll(self, out)?;
             if n > 0 {
                 return Ok(n);
             }

@@ -76,13 +76,15 @@ pub(crate) trait ContextProvider: Send + Sync + Debug {
         })
     }
     /// As [`ContextProvider::create_cq`], for a CQ whose completions carry the device clock
-    /// (`IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`).
+    /// (`IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`), its events going to `channel` (made by this
+    /// provider) when one is given.
     fn create_cq_timestamped(
         &self,
         cqe: u32,
         direct: bool,
+        channel: Option<&dyn ChannelProvider>,
     ) -> Result<(Box<dyn CqProvider>, EngineNote)> {
-        let _ = (cqe, direct);
+        let _ = (cqe, direct, channel);
         Err(crate::Error::NoTimestamps {
             device: self.name().to_string(),
             reason: "the provider cannot create CQs with completion timestamps".into(),

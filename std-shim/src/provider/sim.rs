@@ -253,8 +253,12 @@ impl ContextProvider for SimContext {
         &self,
         cqe: u32,
         direct: bool,
+        channel: Option<&dyn super::ChannelProvider>,
     ) -> Result<(Box<dyn CqProvider>, EngineNote)> {
-        let (cq, note) = self.create_cq(cqe, direct)?;
+        let (cq, note) = match channel {
+            Some(ch) => self.create_cq_on_channel(cqe, direct, ch)?,
+            None => self.create_cq(cqe, direct)?,
+        };
         let cqn = match cq.engine() {
             CqEngine::Direct(l) => l.cqn,
             CqEngine::Verbs(_) => return Err(no_fallback()),
@@ -795,7 +799,8 @@ mod tests {
     }
 }
 
-/// A CQ whose CQEs the device stamps with its clock.
+/// A CQ whose CQEs the device stamps with its clock: the CQ it wraps, as it is in all else
+/// (its channel and arm included).
 #[derive(Debug)]
 struct TimedCq(Box<dyn CqProvider>);
 
@@ -811,5 +816,17 @@ impl CqProvider for TimedCq {
     }
     fn event_id(&self) -> u64 {
         self.0.event_id()
+    }
+    fn event_token(&self) -> usize {
+        self.0.event_token()
+    }
+    fn cq_uar(&self) -> Option<std::ptr::NonNull<u8>> {
+        self.0.cq_uar()
+    }
+    fn req_notify(&self, solicited_only: bool) -> Result<()> {
+        self.0.req_notify(solicited_only)
+    }
+    fn event_taken(&self) {
+        self.0.event_taken();
     }
 }

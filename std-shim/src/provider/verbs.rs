@@ -405,24 +405,13 @@ impl ContextProvider for VerbsContext {
         &self,
         cqe: u32,
         direct: bool,
+        channel: Option<&dyn super::ChannelProvider>,
     ) -> Result<(Box<dyn CqProvider>, EngineNote)> {
         self.timestamp_caps()?;
-        let mut attr = ibv_cq_init_attr_ex {
-            cqe: cqe.max(1),
-            cq_context: ptr::null_mut(),
-            channel: ptr::null_mut(),
-            comp_vector: 0,
-            wc_flags: wc_ex_flags::IBV_WC_STANDARD_FLAGS
-                | wc_ex_flags::IBV_WC_EX_WITH_COMPLETION_TIMESTAMP,
-            comp_mask: 0,
-            flags: 0,
-            parent_domain: ptr::null_mut(),
-        };
-        // SAFETY: a live context and a valid attribute struct.
-        let ex = unsafe { crate::ffi::ibv_create_cq_ex(self.ctx, &mut attr) };
-        let Some(ex) = NonNull::new(ex) else {
-            return Err(Error::last_os("ibv_create_cq_ex"));
-        };
+        if let Some(ch) = channel {
+            return channel::create_cq(self, cqe, direct, ch, true);
+        }
+        let ex = self.create_cq_ex(cqe, ptr::null_mut())?;
         // `ibv_cq_ex_to_cq`: an extended CQ starts as `struct ibv_cq`.
         let cq = ex.cast::<ibv_cq>();
         let mut out = VerbsCq {
@@ -459,7 +448,29 @@ impl ContextProvider for VerbsContext {
         direct: bool,
         ch: &dyn super::ChannelProvider,
     ) -> Result<(Box<dyn CqProvider>, EngineNote)> {
-        channel::create_cq(self, cqe, direct, ch)
+        channel::create_cq(self, cqe, direct, ch, false)
+    }
+}
+
+impl VerbsContext {
+    /// `ibv_create_cq_ex` of at least `cqe` entries with the standard fields and the
+    /// completion timestamp, its events going to `channel` (null: none).
+    fn create_cq_ex(&self, cqe: u32, channel: *mut ibv_comp_channel) -> Result<NonNull<ibv_cq_ex>> {
+        let mut attr = ibv_cq_init_attr_ex {
+            cqe: cqe.max(1),
+            cq_context: ptr::null_mut(),
+            channel,
+            comp_vector: 0,
+            wc_flags: wc_ex_flags::IBV_WC_STANDARD_FLAGS
+                | wc_ex_flags::IBV_WC_EX_WITH_COMPLETION_TIMESTAMP,
+            comp_mask: 0,
+            flags: 0,
+            parent_domain: ptr::null_mut(),
+        };
+        // SAFETY: a live context, a valid attribute struct, and a channel of the context or
+        // null.
+        let ex = unsafe { crate::ffi::ibv_create_cq_ex(self.ctx, &mut attr) };
+        NonNull::new(ex).ok_or_else(|| Error::last_os("ibv_create_cq_ex"))
     }
 }
 

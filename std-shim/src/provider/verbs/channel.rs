@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use super::{VerbsContext, VerbsCq, init_obj};
 use crate::error::{Error, Result};
 use crate::ffi::load::Verbs;
-use crate::ffi::types::{ibv_comp_channel, ibv_cq};
+use crate::ffi::types::{ibv_comp_channel, ibv_cq, ibv_cq_ex};
 use crate::provider::{ChannelProvider, CqEngine, CqProvider, EngineNote};
 use zverbs_mlx5dv::prm::dv::mlx5dv_cq;
 
@@ -87,8 +87,8 @@ impl Drop for VerbsChannel {
     }
 }
 
-/// A CQ created on a channel: the CQ, its events taken and not yet acknowledged, and for a
-/// direct CQ the UAR page its arm writes.
+/// A CQ created on a channel: the CQ (an extended one when it has completion timestamps), its
+/// events taken and not yet acknowledged, and for a direct CQ the UAR page its arm writes.
 #[derive(Debug)]
 pub(super) struct ChannelCq {
     // Field order is drop order, but the events are acknowledged in `drop` first.
@@ -121,6 +121,12 @@ impl CqProvider for ChannelCq {
     fn verbs_cq(&self) -> Option<*mut ibv_cq> {
         self.cq.verbs_cq()
     }
+    fn timestamps(&self) -> bool {
+        self.cq.timestamps()
+    }
+    fn verbs_cq_ex(&self) -> Option<*mut ibv_cq_ex> {
+        self.cq.verbs_cq_ex()
+    }
     fn event_token(&self) -> usize {
         self.cq.cq.as_ptr() as usize
     }
@@ -152,32 +158,46 @@ impl Drop for ChannelCq {
     }
 }
 
-/// A CQ of at least `cqe` entries on `channel`.
+/// A CQ of at least `cqe` entries on `channel`; with `timestamps`, an extended CQ whose
+/// completions carry the device clock (`ibv_create_cq_ex`).
 pub(super) fn create_cq(
     ctx: &VerbsContext,
     cqe: u32,
     direct: bool,
     channel: &dyn ChannelProvider,
+    timestamps: bool,
 ) -> Result<(Box<dyn CqProvider>, EngineNote)> {
     let ch = channel.verbs_channel().ok_or_else(|| {
         Error::InvalidArgument("the completion channel is not an rdma-core one".into())
     })?;
-    let n = i32::try_from(cqe.max(1))
-        .map_err(|_| Error::InvalidArgument(format!("CQ of {cqe} entries")))?;
-    // SAFETY: a live context and a channel of it; vector 0.
-    let cq = unsafe { (ctx.verbs.ibv_create_cq)(ctx.ctx, n, std::ptr::null_mut(), ch, 0) };
-    let Some(cq) = NonNull::new(cq) else {
-        return Err(Error::last_os("ibv_create_cq"));
+    let (cq, cq_ex) = if timestamps {
+        let ex = ctx.create_cq_ex(cqe, ch)?;
+        // `ibv_cq_ex_to_cq`: an extended CQ starts as `struct ibv_cq`.
+        (ex.cast::<ibv_cq>(), Some(ex))
+    } else {
+        let n = i32::try_from(cqe.max(1))
+            .map_err(|_| Error::InvalidArgument(format!("CQ of {cqe} entries")))?;
+        // SAFETY: a live context and a channel of it; vector 0.
+        let cq = unsafe { (ctx.verbs.ibv_create_cq)(ctx.ctx, n, std::ptr::null_mut(), ch, 0) };
+        let Some(cq) = NonNull::new(cq) else {
+            return Err(Error::last_os("ibv_create_cq"));
+        };
+        (cq, None)
     };
     let mut out = ChannelCq {
         cq: VerbsCq {
             cq,
             verbs: ctx.verbs,
             layout: None,
-            cq_ex: None,
+            cq_ex,
         },
         unacked: AtomicU32::new(0),
         cq_uar: None,
+    };
+    let stamped = if timestamps {
+        "ibv_create_cq_ex with completion timestamps; "
+    } else {
+        ""
     };
     let note = if direct {
         let mut dv = mlx5dv_cq::default();
@@ -193,13 +213,16 @@ pub(super) fn create_cq(
                 out.cq.layout = Some(l);
                 out.cq_uar = Some(uar);
                 format!(
-                    "mlx5dv_init_obj: CQ {:#x}, {} CQEs of {} bytes, armed through its UAR",
+                    "{stamped}mlx5dv_init_obj: CQ {:#x}, {} CQEs of {} bytes, armed through its \
+                     UAR",
                     l.cqn, l.cqe_cnt, l.cqe_size
                 )
             }
             (Err(e), _, _) => format!("CQ: {e}"),
             _ => String::from("mlx5dv_init_obj(CQ) reported a null buffer or UAR"),
         }
+    } else if timestamps {
+        String::from("libibverbs ibv_start_poll with completion timestamps, ibv_req_notify_cq")
     } else {
         String::from("libibverbs ibv_poll_cq, ibv_req_notify_cq")
     };
