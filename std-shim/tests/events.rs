@@ -9,7 +9,8 @@ use zverbs::connect::{Endpoint, random_psn};
 use zverbs::safe::{SafeRecvQueue, SafeSendQueue};
 use zverbs::{
     AccessFlags, AnyPoller, AnyRecvQueue, AnySendQueue, CompChannel, Completion, ConnectAttr,
-    ContextOptions, Cq, Error, EventError, MrBuf, Qp, SendFlags, WcOpcode,
+    ContextOptions, Cq, Error, EventError, MrBuf, PollCqTimed, Qp, SendFlags, TimedCompletion,
+    WcOpcode,
 };
 
 /// The device under test and its GID index.
@@ -49,19 +50,38 @@ struct Side {
 
 /// Two RC QPs on one device connected to each other, each with its CQ on a channel of its own.
 fn pair() -> (Side, Side) {
+    pair_with(false).unwrap()
+}
+
+/// As [`pair`], the first side's CQ with completion timestamps when `timestamps` (`None`: the
+/// device cannot timestamp completions).
+fn pair_with(timestamps: bool) -> Option<(Side, Side)> {
     let (name, gid_index) = device();
     let ctx = zverbs::open_device(Some(&name), &ContextOptions::default()).unwrap();
     let port = ctx.active_port().unwrap();
     let local = ctx.address(port, Some(gid_index)).unwrap();
     let pd = ctx.alloc_pd().unwrap();
-    let side = || {
+    let side = |timestamps: bool| {
         let ch = ctx.comp_channel().unwrap();
-        let cq = ctx.cq_builder().cqe(64).channel(&ch).build().unwrap();
+        let cq = match ctx
+            .cq_builder()
+            .cqe(64)
+            .channel(&ch)
+            .timestamps(timestamps)
+            .build()
+        {
+            Err(Error::NoTimestamps { reason, .. }) => {
+                println!("{name}: no completion timestamps ({reason})");
+                return None;
+            }
+            cq => cq.unwrap(),
+        };
+        assert_eq!(cq.has_timestamps(), timestamps);
         let qp = pd.qp_builder(&cq, &cq).build().unwrap();
         let buf = pd.alloc_buf(4096, AccessFlags::ALL).unwrap();
-        Side { qp, cq, buf, ch }
+        Some(Side { qp, cq, buf, ch })
     };
-    let (a, b) = (side(), side());
+    let (a, b) = (side(timestamps)?, side(false)?);
     let ea = Endpoint {
         lid: local.lid,
         qpn: a.qp.qpn(),
@@ -78,7 +98,7 @@ fn pair() -> (Side, Side) {
     b.qp.connect_with(&ConnectAttr::new(port, eb.psn, &ea, local.gid_index))
         .unwrap();
     println!("{name}: CQ backend {}", a.cq.backend());
-    (a, b)
+    Some((a, b))
 }
 
 type Q = (
@@ -186,6 +206,60 @@ fn solicited_only_arming_wakes_for_solicited_completions() {
         got.extend(wc[..n].iter().map(|c| c.wr_id));
     }
     assert_eq!(got, [0, 1]);
+}
+
+/// A CQ with both a channel and completion timestamps: with nothing there its waiter sleeps
+/// until the deadline; a completion wakes it (`wait`, `wait_timed`), and what `wait_timed` and
+/// `poll_timed` return carries the device clock.
+#[test]
+#[cfg_attr(miri, ignore = "eventfd, poll(2) and the device's thread")]
+fn a_cq_with_a_channel_and_timestamps_sleeps_wakes_and_stamps() {
+    let Some((a, b)) = pair_with(true) else {
+        return;
+    };
+    let clock = a.cq.context().clock().unwrap();
+    let (_asq, mut arq, mut acq) = queues(&a);
+    let (mut bsq, _brq, mut bcq) = queues(&b);
+    for i in 0..3 {
+        arq.post(i, a.buf.slice(0..64)).unwrap();
+    }
+    let mut tw = [TimedCompletion::EMPTY; 4];
+    let t = Duration::from_millis(20);
+    match acq.wait_timed(&mut tw, Some(t)) {
+        Err(Error::Event(EventError::Timeout(d))) => assert_eq!(d, t),
+        other => panic!("{other:?}"),
+    }
+    let stamped = |c: &TimedCompletion| {
+        assert!(c.wc.is_success(), "{c:?}");
+        let ts = c.hw_timestamp().expect("a CQ with timestamps");
+        assert!(ts <= clock.mask());
+        ts
+    };
+    let mut send = |id: u64| {
+        bsq.send(id, b.buf.slice(0..8), SendFlags::SIGNALED)
+            .unwrap();
+        let mut wc = [Completion::EMPTY; 1];
+        assert_eq!(bcq.wait(&mut wc, LIMIT).unwrap(), 1);
+        assert!(wc[0].is_success(), "{:?}", wc[0]);
+    };
+    // Woken by `wait` (armed by the timed wait before).
+    send(10);
+    let mut wc = [Completion::EMPTY; 4];
+    let n = acq.wait(&mut wc, LIMIT).unwrap();
+    assert_eq!((n, wc[0].wr_id), (1, 0));
+    // Woken by `wait_timed`, stamped.
+    send(11);
+    let n = acq.wait_timed(&mut tw, LIMIT).unwrap();
+    assert_eq!((n, tw[0].wc.wr_id), (1, 1));
+    let first = stamped(&tw[0]);
+    // Read by `poll_timed` once the event woke nothing (no wait), stamped too.
+    send(12);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while acq.poll_timed(&mut tw) == 0 {
+        assert!(std::time::Instant::now() < deadline, "no completion");
+    }
+    assert_eq!(tw[0].wc.wr_id, 2);
+    assert!(clock.elapsed_ns(first, stamped(&tw[0])) < clock.mask());
 }
 
 /// Arming a CQ made without a channel is a typed error; a wait with a deadline and nothing
