@@ -233,6 +233,8 @@ fn a_cq_with_a_channel_and_timestamps_sleeps_wakes_and_stamps() {
         assert!(c.wc.is_success(), "{c:?}");
         let ts = c.hw_timestamp().expect("a CQ with timestamps");
         assert!(ts <= clock.mask());
+        // Written after the clock was read.
+        assert!(clock.to_wall_ns(ts) >= clock.info().nsec, "{ts:#x}");
         ts
     };
     let mut send = |id: u64| {
@@ -247,9 +249,15 @@ fn a_cq_with_a_channel_and_timestamps_sleeps_wakes_and_stamps() {
     let mut wc = [Completion::EMPTY; 4];
     let n = acq.wait(&mut wc, LIMIT).unwrap();
     assert_eq!((n, wc[0].wr_id), (1, 0));
-    // Woken by `wait_timed`, stamped.
-    send(11);
-    let n = acq.wait_timed(&mut tw, LIMIT).unwrap();
+    // Woken by `wait_timed`, stamped: the send comes from another thread while it (most
+    // likely) sleeps; a wait that did not arm would sleep to the limit.
+    let n = std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(20));
+            send(11);
+        });
+        acq.wait_timed(&mut tw, LIMIT).unwrap()
+    });
     assert_eq!((n, tw[0].wc.wr_id), (1, 1));
     let first = stamped(&tw[0]);
     // Read by `poll_timed` once the event woke nothing (no wait), stamped too.
