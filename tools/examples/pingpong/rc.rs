@@ -177,9 +177,6 @@ pub(crate) fn parse(mut p: Parser, mode: Mode) -> Result<Opts, String> {
             o.rx_depth, o.num_qp
         ));
     }
-    if o.ts && o.events {
-        return Err("--ts and --events together are not supported (a CQ has either)".into());
-    }
     Ok(o)
 }
 
@@ -410,17 +407,25 @@ fn run(o: &Opts) -> Result<(), Box<dyn std::error::Error>> {
     let mask = clock.as_ref().map(zverbs::DeviceClock::mask);
     let (start, ts) = if o.events {
         // Sleep on the channel: `wait` polls, arms, polls again and sleeps only then.
-        let wait = |cq: &mut zverbs::AnyPoller, wc: &mut [Completion]| {
-            cq.wait(wc, Some(PEER_TIMEOUT)).map_err(|e| e.into())
+        // With `-t`, `wait_timed` returns the completions with their timestamps.
+        let wait = Next {
+            plain: |cq: &mut zverbs::AnyPoller, wc: &mut [Completion]| {
+                cq.wait(wc, Some(PEER_TIMEOUT)).map_err(|e| e.into())
+            },
+            timed: |cq: &mut zverbs::AnyPoller, wc: &mut [TimedCompletion]| {
+                cq.wait_timed(wc, Some(PEER_TIMEOUT)).map_err(|e| e.into())
+            },
         };
         let (sq, rq, cq) = (qp.send_queue()?, rq.into_inner(), cq.poller()?);
         session(sq, rq, cq, wait, &rbuf, slice, o, client, mask)?
     } else {
         let queues = Queues::from_parts(qp.send_queue()?, rq.into_inner(), cq.poller()?)?;
         match queues {
-            Queues::Direct(q) => session(q.sq, q.rq, q.cq, spin, &rbuf, slice, o, client, mask)?,
-            Queues::DirectUd(q) => session(q.sq, q.rq, q.cq, spin, &rbuf, slice, o, client, mask)?,
-            Queues::Verbs(q) => session(q.sq, q.rq, q.cq, spin, &rbuf, slice, o, client, mask)?,
+            Queues::Direct(q) => session(q.sq, q.rq, q.cq, spin(), &rbuf, slice, o, client, mask)?,
+            Queues::DirectUd(q) => {
+                session(q.sq, q.rq, q.cq, spin(), &rbuf, slice, o, client, mask)?
+            }
+            Queues::Verbs(q) => session(q.sq, q.rq, q.cq, spin(), &rbuf, slice, o, client, mask)?,
         }
     };
     let usec = start.elapsed().as_secs_f64() * 1e6;
@@ -526,20 +531,40 @@ fn post_recvs<R: PostRecv>(
     Ok(())
 }
 
+type NextResult = Result<usize, Box<dyn std::error::Error>>;
+
+/// How the session takes completions: without timestamps (`plain`) and with them (`timed`,
+/// when the CQ has them).
+struct Next<P, T> {
+    plain: P,
+    timed: T,
+}
+
 /// Takes completions by polling (one poll; 0 when there are none).
-fn spin<C: PollCq>(cq: &mut C, wc: &mut [Completion]) -> Result<usize, Box<dyn std::error::Error>> {
-    Ok(cq.poll(wc))
+#[allow(clippy::type_complexity)]
+fn spin<C: PollCq + PollCqTimed>() -> Next<
+    fn(&mut C, &mut [Completion]) -> NextResult,
+    fn(&mut C, &mut [TimedCompletion]) -> NextResult,
+> {
+    Next {
+        plain: |cq, wc| Ok(cq.poll(wc)),
+        timed: |cq, wc| Ok(cq.poll_timed(wc)),
+    }
 }
 
 /// The ping-pong, with the first receives posted; returns when timing started, and the
 /// receive completions' intervals when `mask` (the timestamps') is given. `next` takes
-/// completions without timestamps: a poll, or a wait on the CQ's channel (`-e`).
+/// completions: a poll, or a wait on the CQ's channel (`-e`); with their timestamps when
+/// `mask` is given.
 #[allow(clippy::too_many_arguments)]
 fn session<S: PostSend, R: PostRecv, C: PollCq + PollCqTimed>(
     sq: S,
     rq: R,
     mut cq: C,
-    mut next: impl FnMut(&mut C, &mut [Completion]) -> Result<usize, Box<dyn std::error::Error>>,
+    mut next: Next<
+        impl FnMut(&mut C, &mut [Completion]) -> NextResult,
+        impl FnMut(&mut C, &mut [TimedCompletion]) -> NextResult,
+    >,
     buf: &MrBuf,
     slice: zverbs::safe::BufSlice<'_>,
     o: &Opts,
@@ -565,13 +590,13 @@ fn session<S: PostSend, R: PostRecv, C: PollCq + PollCqTimed>(
     let (mut idle, mut last) = (0u32, Instant::now());
     while rcnt < o.iters || scnt < o.iters {
         let n = if mask.is_some() {
-            let n = cq.poll_timed(&mut timed);
+            let n = (next.timed)(&mut cq, &mut timed)?;
             for (i, t) in timed[..n].iter().enumerate() {
                 (wc[i], stamps[i]) = (t.wc, t.hw_timestamp());
             }
             n
         } else {
-            next(&mut cq, &mut wc)?
+            (next.plain)(&mut cq, &mut wc)?
         };
         if n == 0 {
             idle += 1;

@@ -261,9 +261,6 @@ where
                 .into(),
         );
     }
-    if o.hw_ts && o.events {
-        return Err("--hw-ts and --events together are not supported (a CQ has either)".into());
-    }
     if o.events && o.test != Test::SendLat {
         return Err(
             "--events is for send_lat (the other tests wait on memory or keep a \

@@ -907,10 +907,18 @@ impl PollCq for Sleeping {
     }
 }
 
-/// `--events` and `--hw-ts` exclude each other (the options refuse both): a sleeping poller
-/// reports no timestamps, and polls without sleeping when asked for them.
+/// With `--hw-ts` too: each `poll_timed` is an
+/// [`AnyPoller::wait_timed`](zverbs::AnyPoller::wait_timed), sleeping as `poll` does and
+/// returning the completions with their timestamps.
 impl PollCqTimed for Sleeping {
     fn poll_timed(&mut self, out: &mut [zverbs::TimedCompletion]) -> usize {
-        self.cq.poll_timed(out)
+        match self.cq.wait_timed(out, Some(self.timeout)) {
+            Ok(n) => n,
+            Err(zverbs::Error::Event(zverbs::EventError::Timeout(_))) => 0,
+            Err(e) => {
+                eprintln!("zverbs-perf: waiting for completions failed: {e}");
+                0
+            }
+        }
     }
 }
