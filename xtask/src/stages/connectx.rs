@@ -17,9 +17,11 @@
 //! and `ibv_rc_pingpong` against our `pingpong --rc` both ways; `ibv_ud_pingpong` (without
 //! and with a GRH) and `ibv_srq_pingpong` (16 QPs on one SRQ), each against itself and against
 //! our `pingpong --ud` / `pingpong --srq` in both roles, each side reporting its bytes;
-//! completion timestamps: `ibv_rc_pingpong --ts` against our `pingpong --rc --ts` in both
-//! roles (each side reporting non-zero receive completion intervals on the device clock, ours
-//! through `mlx5dv_get_clock_info` too) and `zverbs-perf send_lat --hw-ts`
+//! completion timestamps: `ibv_rc_pingpong --ts` against our `pingpong --rc --ts` and
+//! `pingpong --rc --ts -e` (timestamps and a completion channel on one CQ) in both roles (each
+//! side reporting non-zero receive completion intervals on the device clock, ours through
+//! `mlx5dv_get_clock_info` too) and `zverbs-perf send_lat --hw-ts`, spinning and with
+//! `--events` on both backends
 //! (each run under a timeout; every child is ended); and then `zverbs-perf` (direct path, and the fallback) against perftest
 //! (libmlx5's post path) side by side in alternating rounds, with the median ratios in a table
 //! (no assertion on time).
@@ -747,9 +749,11 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
 }
 
 /// Completion timestamps on the emulated device: `ibv_rc_pingpong --ts` against our
-/// `pingpong --rc --ts` in both roles (both sides must report receive completion intervals,
-/// non-zero, on the device clock), then `zverbs-perf send_lat --hw-ts` (the NIC's latency
-/// beside the CPU's). Returns the number of runs.
+/// `pingpong --rc --ts`, and against our `pingpong --rc --ts -e` (a CQ with both timestamps
+/// and a completion channel), in both roles (both sides must report receive completion
+/// intervals, non-zero, on the device clock), then `zverbs-perf send_lat --hw-ts` (the NIC's
+/// latency beside the CPU's), spinning and with `--events` on both backends. Returns the
+/// number of runs.
 fn timestamps(
     table: &mut Table,
     next_port: &mut impl FnMut() -> u16,
@@ -757,63 +761,96 @@ fn timestamps(
     emu: &(PathBuf, PathBuf),
 ) -> Result<usize> {
     let ibv_rc = which("ibv_rc_pingpong").unwrap_or_default();
-    let ours = rel.join("examples/pingpong");
+    let ours_bin = rel.join("examples/pingpong");
     let theirs: (&Path, &[&str]) = (&ibv_rc, &["-n", ITERS, "--ts"]);
-    let ours: (&Path, &[&str]) = (&ours, &["--rc", "-n", ITERS, "--ts"]);
     // The average interval between receive completions, in clock cycles.
     let average = |out: &str| -> Option<f64> {
         out.lines()
             .find_map(|l| l.strip_prefix("Average receive completion clock cycles = "))
             .and_then(|v| v.trim().parse().ok())
     };
-    for (server, client, roles) in [
+    let mut runs = 0;
+    for (ours_args, name) in [
+        (&["--rc", "-n", ITERS, "--ts"][..], "pingpong --rc --ts"),
         (
-            theirs,
-            ours,
-            "server ibv_rc_pingpong --ts, client our pingpong --rc --ts",
-        ),
-        (
-            ours,
-            theirs,
-            "server our pingpong --rc --ts, client ibv_rc_pingpong --ts",
+            &["--rc", "-n", ITERS, "--ts", "-e"][..],
+            "pingpong --rc --ts -e",
         ),
     ] {
-        let (so, co) = pair_outputs(server, client, next_port(), &[], emu)?;
-        println!("--- {roles}:");
-        for (side, out) in [("server", &so), ("client", &co)] {
-            for l in out
-                .lines()
-                .filter(|l| l.contains("clock") || l.contains("iters in"))
-            {
-                println!("    {side}: {l}");
+        let ours: (&Path, &[&str]) = (&ours_bin, ours_args);
+        for (server, client, roles) in [
+            (
+                theirs,
+                ours,
+                format!("server ibv_rc_pingpong --ts, client our {name}"),
+            ),
+            (
+                ours,
+                theirs,
+                format!("server our {name}, client ibv_rc_pingpong --ts"),
+            ),
+        ] {
+            let (so, co) = pair_outputs(server, client, next_port(), &[], emu)?;
+            println!("--- {roles}:");
+            for (side, out) in [("server", &so), ("client", &co)] {
+                for l in out
+                    .lines()
+                    .filter(|l| l.contains("clock") || l.contains("iters in"))
+                {
+                    println!("    {side}: {l}");
+                }
+                if !average(out).is_some_and(|a| a > 0.0) {
+                    bail!("{roles}: the {side} reports no receive completion intervals:\n{out}");
+                }
             }
-            if !average(out).is_some_and(|a| a > 0.0) {
-                bail!("{roles}: the {side} reports no receive completion intervals:\n{out}");
-            }
+            table.row(vec![name.into(), roles, "ok".into()]);
+            runs += 1;
         }
-        table.row(vec!["pingpong --rc --ts".into(), roles.into(), "ok".into()]);
     }
     let perf = rel.join("zverbs-perf");
-    let out = pair(
-        &perf,
-        &["send_lat", "-n", "500", "--hw-ts"],
-        next_port(),
-        &[],
-        emu,
-    )?;
-    println!("--- zverbs-perf send_lat --hw-ts, client output:");
-    for l in out.lines().filter(|l| !l.trim().is_empty()) {
-        println!("    {l}");
+    for (args, what) in [
+        (
+            &["send_lat", "-n", "500", "--hw-ts"][..],
+            "latency from the NIC's completion timestamps",
+        ),
+        (
+            &[
+                "send_lat",
+                "-n",
+                "500",
+                "--hw-ts",
+                "--events",
+                "--backend",
+                "direct",
+            ][..],
+            "the same, sleeping on a completion channel (direct backend)",
+        ),
+        (
+            &[
+                "send_lat",
+                "-n",
+                "500",
+                "--hw-ts",
+                "--events",
+                "--backend",
+                "verbs",
+            ][..],
+            "the same, sleeping on a completion channel (libibverbs fallback)",
+        ),
+    ] {
+        let cmd = format!("zverbs-perf {}", args.join(" "));
+        let out = pair(&perf, args, next_port(), &[], emu)?;
+        println!("--- {cmd}, client output:");
+        for l in out.lines().filter(|l| !l.trim().is_empty()) {
+            println!("    {l}");
+        }
+        if !out.contains("measured by the NIC") {
+            bail!("{cmd} reports no NIC latency:\n{out}");
+        }
+        table.row(vec![cmd, what.into(), "ok".into()]);
+        runs += 1;
     }
-    if !out.contains("measured by the NIC") {
-        bail!("zverbs-perf send_lat --hw-ts reports no NIC latency:\n{out}");
-    }
-    table.row(vec![
-        "zverbs-perf send_lat --hw-ts".into(),
-        "latency from the NIC's completion timestamps".into(),
-        "ok".into(),
-    ]);
-    Ok(3)
+    Ok(runs)
 }
 
 /// `ibv_rc_pingpong -e` against our `pingpong --rc -e` in both roles, then perftest's
