@@ -307,7 +307,7 @@ impl AnyPoller {
     }
 
     /// [`AnyPoller::wait`], returning each completion with its timestamp, as
-    /// [`PollCqTimed::poll_timed`](zverbs_core::PollCqTimed::poll_timed) does: for a CQ built
+    /// [`PollCqTimed::poll_timed`] does: for a CQ built
     /// with both a channel and [`timestamps`](crate::CqBuilder::timestamps).
     ///
     /// # Errors
