@@ -332,6 +332,32 @@ mod software_device {
         }
     }
 
+    /// `--hw-ts` with `--events`: one CQ with both timestamps and a channel, the waits sleeping
+    /// on it and reading the timestamps.
+    #[test]
+    fn zverbs_perf_sleeps_on_events_with_completion_timestamps() {
+        let o = run(perf(&[
+            "send_lat",
+            "-n",
+            "200",
+            "--warmup",
+            "10",
+            "-p",
+            "18605",
+            "-d",
+            "zverbs_sim0",
+            "--hw-ts",
+            "--events",
+        ]));
+        assert_eq!(o.code, Some(0), "{}", o.text());
+        assert!(o.stdout.contains("measured by the NIC"), "{}", o.text());
+        assert!(
+            o.stdout.contains("with completion timestamps"),
+            "{}",
+            o.text()
+        );
+    }
+
     #[test]
     fn zverbs_perf_draws_the_latency_picture_and_writes_the_counts() {
         let dir = std::env::temp_dir().join(format!("zverbs-perf-cli-{}", std::process::id()));
