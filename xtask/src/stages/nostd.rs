@@ -121,10 +121,18 @@ pub fn prove(target: &Target) -> Result<String> {
 /// call.
 const ALLOWED_IMPORTS: &[&str] = &["memcpy", "memmove", "memset", "memcmp", "bcmp"];
 
-/// C library functions the C start-up code (`_start`, from `crt1.o`) calls: they are not the
-/// data path's, and are allowed only while nothing but `_start` refers to them. glibc's
-/// aarch64 `_start` calls `abort` should `__libc_start_main` ever return; x86_64's halts.
-const START_UP_IMPORTS: &[&str] = &["__libc_start_main", "abort"];
+/// C library functions the start-up code calls: they are not the data path's, and are allowed
+/// only while nothing but [`START_UP_FUNCTIONS`] refers to them. glibc's aarch64 `_start`
+/// calls `abort` should `__libc_start_main` ever return; x86_64's halts. On aarch64 an atomic
+/// read-modify-write is an out-of-line helper of the compiler's runtime (`__aarch64_swp8_acq`,
+/// ...) that chooses LSE or exclusive loads from a flag set once, before `main`, by a
+/// constructor that asks `getauxval` for the CPU's features.
+const START_UP_IMPORTS: &[&str] = &["__libc_start_main", "abort", "getauxval"];
+
+/// The functions that run before `main` and may call [`START_UP_IMPORTS`]: the C start-up code
+/// (`_start`, from `crt1.o`) and the compiler runtime's constructors (run from `.init_array`)
+/// that read the CPU's features for the aarch64 atomics.
+const START_UP_FUNCTIONS: &[&str] = &["_start", "init_have_lse_atomics", "__init_cpu_features"];
 
 /// Checks that nothing linked can make a system call: the binary imports no C library
 /// function but memory copies and fills (so no `read`, `write`, `ioctl`, `futex`, `malloc`,
@@ -187,8 +195,8 @@ fn tool_output(tool: &str, args: &[&str], exe: &std::path::Path) -> Result<Strin
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// The first function of an `objdump -d` listing, other than `_start` and the import's own
-/// PLT stub, whose code refers to the import `name` (a call through the PLT, `<abort@plt>`, or
+/// The first function of an `objdump -d` listing, other than the start-up functions and the
+/// import's own PLT stub, whose code refers to the import `name` (a call through the PLT, `<abort@plt>`, or
 /// through the GOT, `<__libc_start_main@GLIBC_2.34>`).
 fn caller_other_than_start(dis: &str, name: &str) -> Option<String> {
     let reference = format!("<{name}@");
@@ -202,7 +210,10 @@ fn caller_other_than_start(dis: &str, name: &str) -> Option<String> {
             .map(|(_, f)| f)
         {
             function = label;
-        } else if line.contains(&reference) && function != "_start" && function != stub {
+        } else if line.contains(&reference)
+            && !START_UP_FUNCTIONS.contains(&function)
+            && function != stub
+        {
             return Some(function.to_string());
         }
     }
@@ -225,6 +236,9 @@ mod tests {
     116c:\tbl\t600 <__libc_start_main@plt>
     1170:\tbl\t630 <abort@plt>
 
+0000000000001200 <init_have_lse_atomics>:
+    1210:\tbl\t640 <getauxval@plt>
+
 00000000000014f8 <main>:
     14f8:\tsub\tsp, sp, #0x1d0
 ";
@@ -242,6 +256,7 @@ mod tests {
     #[test]
     fn start_up_imports_called_from_start_alone_pass() {
         assert_eq!(caller_other_than_start(AARCH64, "abort"), None);
+        assert_eq!(caller_other_than_start(AARCH64, "getauxval"), None);
         assert_eq!(caller_other_than_start(AARCH64, "__libc_start_main"), None);
         assert_eq!(caller_other_than_start(X86_64, "__libc_start_main"), None);
     }
@@ -251,6 +266,11 @@ mod tests {
         let dis = format!("{AARCH64}    1500:\tbl\t630 <abort@plt>\n");
         assert_eq!(
             caller_other_than_start(&dis, "abort").as_deref(),
+            Some("main")
+        );
+        let dis = format!("{AARCH64}    1504:\tbl\t640 <getauxval@plt>\n");
+        assert_eq!(
+            caller_other_than_start(&dis, "getauxval").as_deref(),
             Some("main")
         );
         let dis = format!(
