@@ -137,12 +137,8 @@ pub struct Pmix {
     pub PMIx_Put:
         unsafe extern "C" fn(pmix_scope_t, *const c_char, *mut pmix_value_t) -> pmix_status_t,
     pub PMIx_Commit: unsafe extern "C" fn() -> pmix_status_t,
-    pub PMIx_Fence: unsafe extern "C" fn(
-        *const pmix_proc_t,
-        usize,
-        *const pmix_info_t,
-        usize,
-    ) -> pmix_status_t,
+    pub PMIx_Fence:
+        unsafe extern "C" fn(*const pmix_proc_t, usize, *const pmix_info_t, usize) -> pmix_status_t,
     pub PMIx_Get: unsafe extern "C" fn(
         *const pmix_proc_t,
         *const c_char,
