@@ -45,6 +45,8 @@ pub(crate) struct Opts {
     pub(crate) tx_depth: u32,
     pub(crate) backend: Option<BackendRequest>,
     pub(crate) timeout: Duration,
+    /// `--yield`: give the core away after an empty poll.
+    pub(crate) yield_idle: bool,
 }
 
 pub(crate) const USAGE: &str = "\
@@ -63,6 +65,9 @@ options:
   -t, --tx-depth N        requests in flight per QP, 16 to 4096 (default 64)
       --backend B         auto, direct or verbs (default: ZVERBS_BACKEND, else auto)
       --timeout SECS      how long any one wait may last without progress (default 60)
+      --yield             give the core away after an empty poll (always when the job has
+                          more processes than this machine has cores; on the emulated
+                          ConnectX, whose device threads share the cores, use it always)
   -h, --help              this text
 ";
 
@@ -80,6 +85,7 @@ where
         tx_depth: 64,
         backend: None,
         timeout: Duration::from_secs(60),
+        yield_idle: false,
     };
     while let Some(arg) = p.next().map_err(args::explain)? {
         let f = args::flag(&arg);
@@ -96,6 +102,7 @@ where
             Long("timeout") => {
                 o.timeout = Duration::from_secs(args::in_range(&mut p, &f, 1, 24 * 3600)?);
             }
+            Long("yield") => o.yield_idle = true,
             arg => return Err(args::unexpected(arg)),
         }
     }
@@ -127,13 +134,15 @@ pub(crate) struct Report {
     /// Resident memory the connection set-up added (bytes; 0 when it shrank).
     pub(crate) setup_rss: u64,
     pub(crate) setup_ns: u64,
+    /// Of which creating the QPs.
+    pub(crate) create_ns: u64,
     pub(crate) messages: u64,
     pub(crate) elapsed_ns: u64,
     pub(crate) bad: u64,
 }
 
 impl Report {
-    const LEN: usize = 4 * 2 + 8 * 6;
+    const LEN: usize = 4 * 2 + 8 * 7;
 
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(Self::LEN);
@@ -143,6 +152,7 @@ impl Report {
             self.registered,
             self.setup_rss,
             self.setup_ns,
+            self.create_ns,
             self.messages,
             self.elapsed_ns,
             self.bad,
@@ -164,9 +174,10 @@ impl Report {
             registered: u64_at(8),
             setup_rss: u64_at(16),
             setup_ns: u64_at(24),
-            messages: u64_at(32),
-            elapsed_ns: u64_at(40),
-            bad: u64_at(48),
+            create_ns: u64_at(32),
+            messages: u64_at(40),
+            elapsed_ns: u64_at(48),
+            bad: u64_at(56),
         })
     }
 
@@ -238,8 +249,13 @@ pub(crate) fn run(o: &Opts) -> Result<()> {
         buf.write(at, &bytes);
     }
 
+    // Every process starts the set-up together: its time is the mesh's, not the wait for the
+    // slowest process to open its device.
+    job.fence()?;
+    let mut create = Duration::ZERO;
     let t_setup = Instant::now();
     let mesh = job.connect_all(Some(region), |_| {
+        let t = Instant::now();
         let mut b = pd
             .qp_builder(&cq, &cq)
             .max_send_wr(o.tx_depth)
@@ -249,7 +265,9 @@ pub(crate) fn run(o: &Opts) -> Result<()> {
         if let Some(k) = o.backend {
             b = b.backend(k);
         }
-        b.build()
+        let qp = b.build();
+        create += t.elapsed();
+        qp
     })?;
     let setup = t_setup.elapsed();
     let setup_rss = rss().saturating_sub(rss0);
@@ -281,6 +299,11 @@ pub(crate) fn run(o: &Opts) -> Result<()> {
     let mut done = 0u64;
     let t0 = Instant::now();
     let mut last_progress = t0;
+    // An empty poll gives the core away (`--yield`, or more processes than cores), so that
+    // the process whose completions this one waits for (or, on the emulated ConnectX, the
+    // device's threads) can run.
+    let give_way =
+        o.yield_idle || std::thread::available_parallelism().map_or(1, usize::from) < n as usize;
     while done < total {
         for i in 0..np {
             while posted[i] < o.iters && posted[i] - completed[i] < o.tx_depth {
@@ -306,6 +329,9 @@ pub(crate) fn run(o: &Opts) -> Result<()> {
                     o.timeout.as_secs()
                 )
                 .into());
+            }
+            if give_way {
+                std::thread::yield_now();
             }
             continue;
         }
@@ -340,6 +366,7 @@ pub(crate) fn run(o: &Opts) -> Result<()> {
         registered: buf.len() as u64,
         setup_rss,
         setup_ns: setup.as_nanos() as u64,
+        create_ns: create.as_nanos() as u64,
         messages: done,
         elapsed_ns: elapsed.as_nanos() as u64,
         bad,
@@ -363,17 +390,26 @@ pub(crate) fn run(o: &Opts) -> Result<()> {
 fn print_reports(reports: &[Report], backend: &str) {
     println!(" backend (rank 0): {backend}");
     println!(
-        " {:>5} {:>5} {:>12} {:>12} {:>11} {:>10} {:>12} {:>6}",
-        "rank", "QPs", "registered", "set-up RSS", "set-up ms", "messages", "msg/s", "check"
+        " {:>5} {:>5} {:>11} {:>11} {:>10} {:>10} {:>10} {:>11} {:>6}",
+        "rank",
+        "QPs",
+        "registered",
+        "set-up RSS",
+        "set-up ms",
+        "create ms",
+        "messages",
+        "msg/s",
+        "check"
     );
     for r in reports {
         println!(
-            " {:>5} {:>5} {:>12} {:>12} {:>11.2} {:>10} {:>12.0} {:>6}",
+            " {:>5} {:>5} {:>11} {:>11} {:>10.2} {:>10.2} {:>10} {:>11.0} {:>6}",
             r.rank,
             r.qps,
             r.registered,
             r.setup_rss,
             r.setup_ns as f64 / 1e6,
+            r.create_ns as f64 / 1e6,
             r.messages,
             r.rate(),
             if r.bad == 0 { "ok" } else { "BAD" }
@@ -392,7 +428,7 @@ fn print_reports(reports: &[Report], backend: &str) {
     println!(
         " total: {} processes, {messages} messages, {:.0} msg/s over the slowest process's time \
          ({:.0} msg/s summed over processes); per process: {:.1} QPs, {:.0} bytes registered, \
-         {:.0} bytes set-up RSS, set-up {:.2} ms (max {:.2} ms)",
+         {:.0} bytes set-up RSS, set-up {:.2} ms (max {:.2} ms) of which QP creation {:.2} ms",
         reports.len(),
         messages as f64 / (slowest as f64 / 1e9),
         sum_rates,
@@ -401,6 +437,7 @@ fn print_reports(reports: &[Report], backend: &str) {
         avg(|r| r.setup_rss as f64),
         avg(|r| r.setup_ns as f64) / 1e6,
         reports.iter().map(|r| r.setup_ns).max().unwrap_or(0) as f64 / 1e6,
+        avg(|r| r.create_ns as f64) / 1e6,
     );
     println!(
         " check: {}",
@@ -424,8 +461,10 @@ mod tests {
     fn options_and_their_ranges() {
         let o = p("").unwrap();
         assert_eq!((o.size, o.iters, o.tx_depth), (64, 1000, 64));
-        let o = p("-s 8 -n 10 -t 16 --backend verbs -d mlx5_0").unwrap();
+        assert!(!o.yield_idle);
+        let o = p("-s 8 -n 10 -t 16 --backend verbs -d mlx5_0 --yield").unwrap();
         assert_eq!((o.size, o.iters, o.tx_depth), (8, 10, 16));
+        assert!(o.yield_idle);
         assert_eq!(o.backend, Some(BackendRequest::Verbs));
         assert_eq!(o.device.as_deref(), Some("mlx5_0"));
         assert!(p("-s 0").is_err());
@@ -458,6 +497,7 @@ mod tests {
             registered: 2048,
             setup_rss: 1 << 20,
             setup_ns: 123_456_789,
+            create_ns: 23_456_789,
             messages: 15_000,
             elapsed_ns: 1_000_000_000,
             bad: 0,
