@@ -439,6 +439,19 @@ fn print_reports(reports: &[Report], backend: &str) {
         reports.iter().map(|r| r.setup_ns).max().unwrap_or(0) as f64 / 1e6,
         avg(|r| r.create_ns as f64) / 1e6,
     );
+    // One line for scripts (`cargo xtask bench --scale`): the same figures, per process.
+    println!(
+        " scale: processes={} qps={:.1} registered={:.0} setup_rss={:.0} setup_ms={:.3} \
+         create_ms={:.3} rate={:.0} rate_sum={:.0}",
+        reports.len(),
+        avg(|r| f64::from(r.qps)),
+        avg(|r| r.registered as f64),
+        avg(|r| r.setup_rss as f64),
+        avg(|r| r.setup_ns as f64) / 1e6,
+        avg(|r| r.create_ns as f64) / 1e6,
+        messages as f64 / (slowest as f64 / 1e9),
+        sum_rates,
+    );
     println!(
         " check: {}",
         if reports.iter().all(|r| r.bad == 0) {
