@@ -179,6 +179,19 @@ fn zverbs_perf_refuses_out_of_range_numbers_at_once() {
     }
 }
 
+/// `all2all` outside a PMIx launcher says how to launch it, before it opens any device; bad
+/// options are refused first.
+#[cfg(feature = "pmix")]
+#[test]
+fn zverbs_perf_all2all_outside_a_launcher_says_how_to_launch() {
+    let mut c = perf(&["all2all", "-n", "10"]);
+    c.env_remove("PMIX_NAMESPACE");
+    let o = run(c);
+    refused(&o, 1, "not started by a PMIx launcher");
+    assert!(o.stderr.contains("mpirun -n N"), "{}", o.text());
+    refused(&run(perf(&["all2all", "-s", "0"])), 2, "-s 0: use 1 to 65536");
+}
+
 #[test]
 fn zverbs_perf_refuses_arguments_that_are_not_utf8() {
     let mut c = perf(&["write_lat", "-d"]);
