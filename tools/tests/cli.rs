@@ -189,7 +189,11 @@ fn zverbs_perf_all2all_outside_a_launcher_says_how_to_launch() {
     let o = run(c);
     refused(&o, 1, "not started by a PMIx launcher");
     assert!(o.stderr.contains("mpirun -n N"), "{}", o.text());
-    refused(&run(perf(&["all2all", "-s", "0"])), 2, "-s 0: use 1 to 65536");
+    refused(
+        &run(perf(&["all2all", "-s", "0"])),
+        2,
+        "-s 0: use 1 to 65536",
+    );
 }
 
 #[test]

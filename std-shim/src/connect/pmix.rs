@@ -149,8 +149,10 @@ impl Job {
         has_env: impl Fn(&str) -> bool,
     ) -> Result<Self> {
         let lib = lib?;
-        // PMIx 4 initialises a process that no server started as a singleton job of one: a
-        // program meant for a job would then run alone, silently. Refuse instead.
+        // Without a server, `PMIx_Init` fails only after looking for one (`PMIX_ERR_UNREACH`
+        // with PMIx 4.2), and some PMIx versions start a singleton job of one instead, in which
+        // a program meant for a job would run alone. The launcher's variable answers at once,
+        // the same way with every version.
         if !has_env(NAMESPACE_ENV) {
             return Err(PmixError::NotLaunched {
                 detail: format!("{NAMESPACE_ENV} is not set"),
@@ -644,6 +646,13 @@ mod tests {
             MeshRecord::decode(&wide)
                 .unwrap_err()
                 .contains("wider than 24 bits")
+        );
+        let mut wide_psn = b.clone();
+        wide_psn[48 + 16 + 4 + 3] = 0x80; // rank 2's PSN gets bit 31
+        assert!(
+            MeshRecord::decode(&wide_psn)
+                .unwrap_err()
+                .contains("for rank 2")
         );
     }
 
