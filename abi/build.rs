@@ -1163,6 +1163,103 @@ const HEADERS: &[(&str, &str)] = &[
     ("/usr/include/rdma/rdma_cma.h", "librdmacm-dev"),
 ];
 
+/// PMIx (`<pmix_common.h>`, Debian's `libpmix-dev`): the structs and constants of
+/// `zverbs_ffi::pmix`, the client library that jobs launched by `mpirun` or `srun --mpi=pmix`
+/// use to find each other.
+const PMIX_STRUCTS: &[Spec] = &[
+    (
+        "zverbs_ffi::pmix::pmix_proc_t",
+        "pmix_proc_t",
+        &[("nspace", ""), ("rank", "")],
+    ),
+    (
+        "zverbs_ffi::pmix::pmix_byte_object_t",
+        "pmix_byte_object_t",
+        &[("bytes", ""), ("size", "")],
+    ),
+    (
+        "zverbs_ffi::pmix::pmix_value_data",
+        "__typeof__(((pmix_value_t *)0)->data)",
+        &[],
+    ),
+    (
+        "zverbs_ffi::pmix::pmix_value_t",
+        "pmix_value_t",
+        &[
+            ("r#type", "type"),
+            ("data", ""),
+            ("data.flag", ""),
+            ("data.uint32", ""),
+            ("data.bo", ""),
+            ("data.ptr", ""),
+        ],
+    ),
+    (
+        "zverbs_ffi::pmix::pmix_info_t",
+        "pmix_info_t",
+        &[("key", ""), ("flags", ""), ("value", "")],
+    ),
+];
+
+/// PMIx constants; the typedefs' sizes are checked as `sizeof` entries.
+const PMIX_CONSTS: &[(&str, &str)] = &[
+    ("zverbs_ffi::pmix::PMIX_MAX_NSLEN", "PMIX_MAX_NSLEN"),
+    ("zverbs_ffi::pmix::PMIX_MAX_KEYLEN", "PMIX_MAX_KEYLEN"),
+    ("zverbs_ffi::pmix::PMIX_SUCCESS", "PMIX_SUCCESS"),
+    ("zverbs_ffi::pmix::PMIX_ERR_TIMEOUT", "PMIX_ERR_TIMEOUT"),
+    ("zverbs_ffi::pmix::PMIX_ERR_UNREACH", "PMIX_ERR_UNREACH"),
+    ("zverbs_ffi::pmix::PMIX_ERR_INIT", "PMIX_ERR_INIT"),
+    ("zverbs_ffi::pmix::PMIX_ERR_NOT_FOUND", "PMIX_ERR_NOT_FOUND"),
+    ("zverbs_ffi::pmix::PMIX_RANK_WILDCARD", "PMIX_RANK_WILDCARD"),
+    ("zverbs_ffi::pmix::PMIX_BOOL", "PMIX_BOOL"),
+    ("zverbs_ffi::pmix::PMIX_UINT32", "PMIX_UINT32"),
+    ("zverbs_ffi::pmix::PMIX_BYTE_OBJECT", "PMIX_BYTE_OBJECT"),
+    ("zverbs_ffi::pmix::PMIX_GLOBAL", "PMIX_GLOBAL"),
+    ("zverbs_ffi::pmix::PMIX_INFO_REQD", "PMIX_INFO_REQD"),
+    // The keys are strings: their lengths (NUL included) and, in `abi/tests`, their text.
+    (
+        "zverbs_ffi::pmix::PMIX_JOB_SIZE.to_bytes_with_nul().len()",
+        "sizeof(PMIX_JOB_SIZE)",
+    ),
+    (
+        "zverbs_ffi::pmix::PMIX_COLLECT_DATA.to_bytes_with_nul().len()",
+        "sizeof(PMIX_COLLECT_DATA)",
+    ),
+    (
+        "::core::mem::size_of::<zverbs_ffi::pmix::pmix_status_t>()",
+        "sizeof(pmix_status_t)",
+    ),
+    (
+        "::core::mem::size_of::<zverbs_ffi::pmix::pmix_rank_t>()",
+        "sizeof(pmix_rank_t)",
+    ),
+    (
+        "::core::mem::size_of::<zverbs_ffi::pmix::pmix_data_type_t>()",
+        "sizeof(pmix_data_type_t)",
+    ),
+    (
+        "::core::mem::size_of::<zverbs_ffi::pmix::pmix_scope_t>()",
+        "sizeof(pmix_scope_t)",
+    ),
+    (
+        "::core::mem::size_of::<zverbs_ffi::pmix::pmix_info_directives_t>()",
+        "sizeof(pmix_info_directives_t)",
+    ),
+];
+
+/// Where `<pmix.h>` is: Debian keeps PMIx's headers under `/usr/lib/<triplet>/pmix2/include`
+/// (what `pkg-config --cflags pmix` names), other systems in `/usr/include`.
+fn pmix_include() -> Option<PathBuf> {
+    let mut dirs = vec![PathBuf::from("/usr/include")];
+    if let Ok(rd) = std::fs::read_dir("/usr/lib") {
+        for d in rd.flatten() {
+            dirs.push(d.path().join("pmix2/include"));
+        }
+    }
+    dirs.push(PathBuf::from("/usr/lib/pmix2/include"));
+    dirs.into_iter().find(|d| d.join("pmix.h").exists())
+}
+
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     let missing: Vec<&str> = HEADERS
@@ -1183,17 +1280,27 @@ fn main() {
     for (p, _) in HEADERS {
         println!("cargo:rerun-if-changed={p}");
     }
+    let Some(pmix) = pmix_include() else {
+        panic!(
+            "zverbs-abi checks the PMIx binding against <pmix.h>, which is not installed: \
+             apt-get install libpmix-dev"
+        );
+    };
+    println!(
+        "cargo:rerun-if-changed={}",
+        pmix.join("pmix_common.h").display()
+    );
 
     let mut c = String::from(
         "#include <stddef.h>\n#include <infiniband/verbs.h>\n#include <infiniband/mlx5dv.h>\n\
-         #include <rdma/rdma_cma.h>\n#include <rdma/mlx5-abi.h>\n\
+         #include <rdma/rdma_cma.h>\n#include <rdma/mlx5-abi.h>\n#include <pmix.h>\n\
          struct zverbs_abi_entry { const char *name; unsigned long long value; };\n\
          const struct zverbs_abi_entry zverbs_abi_entries[] = {\n",
     );
     let mut rs = String::from(
         "/// `(name, value)` computed by Rust, in the C table's order.\npub static RUST: &[(&str, u64)] = &[\n",
     );
-    for (rust, cty, fields) in STRUCTS {
+    for (rust, cty, fields) in STRUCTS.iter().chain(PMIX_STRUCTS) {
         let name = rust.rsplit("::").next().unwrap_or(rust);
         writeln!(c, "  {{\"{name} size\", sizeof({cty})}},").unwrap();
         writeln!(c, "  {{\"{name} align\", _Alignof({cty})}},").unwrap();
@@ -1221,7 +1328,7 @@ fn main() {
         writeln!(c, "  {{\"sizeof({e})\", sizeof({e})}},").unwrap();
         writeln!(rs, "  (\"sizeof({e})\", 4),").unwrap();
     }
-    for (rust, cexpr) in CONSTS {
+    for (rust, cexpr) in CONSTS.iter().chain(PMIX_CONSTS) {
         writeln!(c, "  {{\"{cexpr}\", (unsigned long long)({cexpr})}},").unwrap();
         writeln!(rs, "  (\"{cexpr}\", {rust} as u64),").unwrap();
     }
@@ -1233,6 +1340,7 @@ fn main() {
     std::fs::write(out.join("rust_table.rs"), rs).expect("write rust_table.rs");
     cc::Build::new()
         .file(out.join("probe.c"))
+        .include(&pmix)
         .warnings(true)
         .compile("zverbs_abi_probe");
 }

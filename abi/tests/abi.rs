@@ -18,6 +18,12 @@ fn the_probe_sees_real_values() {
     assert_eq!(get("ibv_wc size"), Some(48));
     assert_eq!(get("ibv_send_wr size"), Some(128));
     assert_eq!(get("IBV_WR_ATOMIC_FETCH_AND_ADD"), Some(6));
+    // And from pmix_common.h: a 256-byte namespace and a rank; a type tag and a 24-byte union;
+    // a 512-byte key, the directives and a value.
+    assert_eq!(get("pmix_proc_t size"), Some(260));
+    assert_eq!(get("pmix_value_t size"), Some(32));
+    assert_eq!(get("pmix_info_t size"), Some(552));
+    assert_eq!(get("PMIX_BYTE_OBJECT"), Some(27));
 }
 
 /// The `pub struct`, `pub union` and `pub const` names declared in `src` (not the associated
@@ -75,10 +81,19 @@ fn every_declaration_is_in_the_check() {
         "VERBS_ABI_IS_EXTENDED",
         "MLX5_IB_MMAP_CMD_SHIFT",
         "CLOCK_INFO_PGOFF",
+        // The PMIx loader's own items (not C types), and the PMIx keys, which are strings:
+        // their lengths are in the table as `sizeof(PMIX_…)`.
+        "Pmix",
+        "PmixLoadError",
+        "FILE",
+        "PACKAGE",
+        "PMIX_JOB_SIZE",
+        "PMIX_COLLECT_DATA",
     ];
     let sources = [
         include_str!("../../ffi/src/types.rs"),
         include_str!("../../ffi/src/cm.rs"),
+        include_str!("../../ffi/src/pmix.rs"),
         include_str!("../../mlx5dv/src/prm/dv.rs"),
         include_str!("../../mlx5dv/src/prm/clock.rs"),
     ];

@@ -10,6 +10,8 @@
 //! - [`cm`]: the same for librdmacm;
 //! - [`load`]: `libibverbs.so.1`, `libmlx5.so.1` and `librdmacm.so.1`, each opened with
 //!   `dlopen` on first use and resolved into a table of function pointers;
+//! - [`pmix`]: the PMIx client library (`libpmix.so.2`, `<pmix.h>`), opened the same way, for
+//!   jobs whose processes a launcher such as `mpirun` started;
 //! - at the crate root, the calls that `verbs.h` defines as static inline functions
 //!   ([`ibv_post_send`], [`ibv_post_recv`], [`ibv_post_srq_recv`], [`ibv_poll_cq`], [`ibv_req_notify_cq`],
 //!   [`ibv_alloc_td`], [`ibv_dealloc_td`], [`ibv_alloc_parent_domain`]), written the way the
@@ -80,6 +82,7 @@ struct ReadmeDoctests;
 
 pub mod cm;
 pub mod load;
+pub mod pmix;
 pub mod types;
 
 use core::ffi::c_int;

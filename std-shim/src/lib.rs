@@ -112,6 +112,10 @@
 //!   completion channel awaited through tokio's reactor. Without it, the channel is still
 //!   [`AsFd`](std::os::fd::AsFd) for any event loop, and [`AnyPoller::wait`] sleeps in the
 //!   calling thread.
+//! - `pmix` (off by default): `connect::pmix`, for programs started N times
+//!   by a PMIx launcher (`mpirun`, `srun --mpi=pmix`): the job's rank and size, records
+//!   exchanged through the launcher, and every pair of processes connected (one RC QP per
+//!   peer). The PMIx client library (`libpmix.so.2`) is loaded at run time, like rdma-core.
 //!
 //! rdma-core is loaded at run time (`libibverbs.so.1`, `libmlx5.so.1`, `librdmacm.so.1`): the
 //! crate builds anywhere, and asking for a device on a machine without rdma-core is an error

@@ -179,6 +179,68 @@ fn zverbs_perf_refuses_out_of_range_numbers_at_once() {
     }
 }
 
+/// `all2all` outside a PMIx launcher says how to launch it, before it opens any device; bad
+/// options are refused first.
+#[cfg(feature = "pmix")]
+#[test]
+fn zverbs_perf_all2all_outside_a_launcher_says_how_to_launch() {
+    let mut c = perf(&["all2all", "-n", "10"]);
+    c.env_remove("PMIX_NAMESPACE");
+    let o = run(c);
+    refused(&o, 1, "not started by a PMIx launcher");
+    assert!(o.stderr.contains("mpirun -n N"), "{}", o.text());
+    refused(
+        &run(perf(&["all2all", "-s", "0"])),
+        2,
+        "-s 0: use 1 to 65536",
+    );
+}
+
+/// Under Open MPI's `mpirun` (a PMIx launcher), `all2all` joins the job: alone, on the
+/// software device, it runs (no peers) and reports; two processes cannot share the software
+/// device, and are told so.
+#[cfg(feature = "pmix")]
+#[test]
+#[cfg_attr(miri, ignore = "runs programs")]
+fn zverbs_perf_all2all_joins_an_mpirun_job() {
+    let mpirun = std::env::var_os("PATH")
+        .and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|d| d.join("mpirun"))
+                .find(|p| p.is_file())
+        })
+        .expect("mpirun is not installed (Debian package openmpi-bin)");
+    let job = |n: &str| {
+        let mut c = command(
+            mpirun.clone(),
+            &["--allow-run-as-root", "--oversubscribe", "-n", n],
+        );
+        c.arg(env!("CARGO_BIN_EXE_zverbs-perf"))
+            .args(["all2all", "-d", "zverbs_sim0", "-n", "10"])
+            .env("OMPI_MCA_mca_base_component_show_load_errors", "0");
+        run(c)
+    };
+    let alone = job("1");
+    assert_eq!(alone.code, Some(0), "{}", alone.text());
+    assert!(
+        alone.stdout.contains("all2all: 1 processes"),
+        "{}",
+        alone.text()
+    );
+    assert!(
+        alone.stdout.contains("scale: processes=1 qps=0.0"),
+        "{}",
+        alone.text()
+    );
+    let two = job("2");
+    assert_ne!(two.code, Some(0), "{}", two.text());
+    assert!(
+        two.stderr.contains("exists inside one process only"),
+        "{}",
+        two.text()
+    );
+}
+
 #[test]
 fn zverbs_perf_refuses_arguments_that_are_not_utf8() {
     let mut c = perf(&["write_lat", "-d"]);

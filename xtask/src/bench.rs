@@ -14,6 +14,10 @@
 //!   `zverbs-perf`'s `write_lat` and `send_lat` against perftest's `ib_write_lat` and
 //!   `ib_send_lat` on the same rxe devices in one boot of the VM, as ratios
 //!   ([`crate::rxe::figures`]);
+//! - `cargo xtask bench --scale`: jobs of 2, 4, 8 and 16 processes under `mpirun` on the
+//!   emulated ConnectX, every pair connected through PMIx: QPs and memory per process,
+//!   connection set-up time, all-to-all message rate, and a model projecting them to 1 000
+//!   and 10 000 peers ([`crate::stages::connectx::pmix`]);
 //! - `--write-docs` (with any): also writes the figures into `docs/performance.md` (between
 //!   its `bench:` markers) and the plot to `docs/performance-times.svg`.
 //!
@@ -45,6 +49,7 @@ struct Options {
     instructions: bool,
     fallback: bool,
     rxe: bool,
+    scale: bool,
     host: bool,
     quick: bool,
     write_docs: bool,
@@ -59,6 +64,7 @@ fn parse(mut p: Parser) -> Result<Options> {
             Arg::Long("instructions") => o.instructions = true,
             Arg::Long("fallback") => o.fallback = true,
             Arg::Long("rxe") => o.rxe = true,
+            Arg::Long("scale") => o.scale = true,
             Arg::Long("host") => o.host = true,
             Arg::Long("quick") => o.quick = true,
             Arg::Long("write-docs") => o.write_docs = true,
@@ -70,7 +76,7 @@ fn parse(mut p: Parser) -> Result<Options> {
             }
             arg => {
                 return Err(usage!(
-                    "{} for `bench`; try --instructions, --fallback [--host], --rxe [--host], \
+                    "{} for `bench`; try --instructions, --fallback [--host], --rxe [--host], --scale, \
                      --quick, --write-docs, --calls N, -- <args>",
                     arg.unexpected()
                 ));
@@ -85,10 +91,18 @@ pub fn main(p: Parser) -> Result {
     let o = parse(p)?;
     let out = util::target_dir().join("zverbs-bench");
     std::fs::create_dir_all(&out)?;
-    if usize::from(o.instructions) + usize::from(o.fallback) + usize::from(o.rxe) > 1 {
+    if usize::from(o.instructions)
+        + usize::from(o.fallback)
+        + usize::from(o.rxe)
+        + usize::from(o.scale)
+        > 1
+    {
         return Err(usage!(
-            "--instructions, --fallback and --rxe are separate runs"
+            "--instructions, --fallback, --rxe and --scale are separate runs"
         ));
+    }
+    if o.scale {
+        return crate::stages::connectx::pmix::scale(o.write_docs, &out);
     }
     if o.rxe {
         let mut f = crate::rxe::figures::Options {

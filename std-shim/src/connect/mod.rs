@@ -5,9 +5,13 @@
 //!   for a remote buffer (address, rkey, length) and a short application tag.
 //! - [`cm`]: the RDMA connection manager (librdmacm): resolve address and route,
 //!   connect/accept, with the QP created on the connection's own device context.
+//! - `pmix` (crate feature `pmix`): the processes of a job started by a PMIx launcher
+//!   (`mpirun`, `srun --mpi=pmix`) find each other through the launcher and connect every pair.
 
 pub mod cm;
 pub mod exchange;
+#[cfg(feature = "pmix")]
+pub mod pmix;
 
 use crate::device::Gid;
 

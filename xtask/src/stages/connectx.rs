@@ -25,10 +25,13 @@
 //! (each run under a timeout; every child is ended); and then `zverbs-perf` (direct path, and the fallback) against perftest
 //! (libmlx5's post path) side by side in alternating rounds, with the median ratios in a table
 //! (no assertion on time).
+//! A job of four processes started by Open MPI's `mpirun` connects every pair through PMIx and
+//! checks the data each wrote to the others (`zverbs-perf all2all`, [`pmix`]).
 //! The programs run with `ZVERBS_EMU_RT=1`: the device's threads preempt the programs'
 //! busy-polling threads, so that latency is not a matter of scheduler time slices.
 
 mod asyncwatch;
+pub(crate) mod pmix;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -412,6 +415,7 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
         "ok".into(),
     ]);
     asyncwatch::check(&emu, &mut table)?;
+    pmix::check(&emu, &mut table)?;
     for (backend, args, env, mode) in checks {
         let out = solo(&loopback, args, env, &emu)?;
         for l in out.lines() {

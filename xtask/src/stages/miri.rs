@@ -83,7 +83,7 @@ const JOBS: &[Job] = &[
         check_leaks: false,
     },
     Job {
-        args: &["-p", "zverbs", "--lib"],
+        args: &["-p", "zverbs", "--lib", "--features", "pmix"],
         check_leaks: true,
     },
 ];

@@ -53,7 +53,33 @@ const NEEDS: &[Need] = &[
         present: || Path::new("/usr/bin/ibv_rc_pingpong").exists(),
         package: "ibverbs-utils",
     },
+    Need {
+        what: "Open MPI's mpirun, a PMIx launcher (jobs of the emulated ConnectX)",
+        present: || Path::new("/usr/bin/mpirun").exists(),
+        package: "openmpi-bin",
+    },
+    Need {
+        what: "PMIx's <pmix.h> and libpmix.so.2 (ABI probe of the PMIx binding)",
+        present: has_pmix_header,
+        package: "libpmix-dev",
+    },
+    Need {
+        what: "UCX's ucx_info and ucx_perftest (the emulated ConnectX)",
+        present: || Path::new("/usr/bin/ucx_info").exists(),
+        package: "ucx-utils",
+    },
 ];
+
+/// Whether `<pmix.h>` is installed: in `/usr/include`, or where Debian keeps PMIx's headers
+/// (`/usr/lib/<triplet>/pmix2/include`).
+fn has_pmix_header() -> bool {
+    Path::new("/usr/include/pmix.h").exists()
+        || std::fs::read_dir("/usr/lib")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|d| d.path().join("pmix2/include/pmix.h").exists())
+}
 
 /// What the `aarch64` stage needs: a cross linker with the aarch64 C library, binutils that
 /// read aarch64 code (the no_std proof's checks) and qemu-user to run the tests.

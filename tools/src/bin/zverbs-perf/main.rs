@@ -12,6 +12,8 @@
 //! closes, or in a one-process run the other side fails), or after `--timeout` seconds without
 //! progress. Arguments out of range are refused before anything is allocated.
 
+#[cfg(feature = "pmix")]
+mod all2all;
 mod run;
 mod watch;
 
@@ -122,6 +124,8 @@ pub(crate) const MAX_DEPTH: u32 = 1 << 16;
 const USAGE: &str = "\
 usage: zverbs-perf <test> [server-host] [options]
        zverbs-perf devices     (list devices, ports, GIDs and the backend each would get)
+       mpirun -n N zverbs-perf all2all [options]   (every process writes to every other;
+                               `zverbs-perf all2all --help`)
 
 tests:  write_lat send_lat read_lat atomic_lat write_bw send_bw
         (no host: run as the server; with a host: run as the client)
@@ -400,6 +404,9 @@ fn main() -> ExitCode {
             }
         };
     }
+    if args.first().is_some_and(|a| a == "all2all") {
+        return all2all_main(&args[1..]);
+    }
     let mut opts = match parse_args(args) {
         Ok(o) => o,
         Err(e) if e.is_empty() => {
@@ -423,6 +430,36 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `zverbs-perf all2all`: a process of a job launched through PMIx.
+#[cfg(feature = "pmix")]
+fn all2all_main(args: &[OsString]) -> ExitCode {
+    let opts = match all2all::parse_args(args.iter().cloned()) {
+        Ok(o) => o,
+        Err(e) if e.is_empty() => {
+            print!("{}", all2all::USAGE);
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("zverbs-perf all2all: {e}\n\n{}", all2all::USAGE);
+            return ExitCode::from(2);
+        }
+    };
+    match all2all::run(&opts) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("zverbs-perf all2all: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Without the `pmix` feature there is no job to join.
+#[cfg(not(feature = "pmix"))]
+fn all2all_main(_: &[OsString]) -> ExitCode {
+    eprintln!("zverbs-perf all2all: this build has no PMIx support (build with --features pmix)");
+    ExitCode::from(2)
 }
 
 #[cfg(test)]

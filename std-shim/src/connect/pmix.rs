@@ -1,0 +1,692 @@
+//! Jobs launched through PMIx: every process of an `mpirun -n N` (or `srun --mpi=pmix`) job
+//! connected to every other, with no address on any command line.
+//!
+//! A PMIx launcher starts each process with the address of its local PMIx server in the
+//! environment (`PMIX_NAMESPACE`, `PMIX_RANK`, `PMIX_SERVER_URI*`). [`Job::init`] opens the
+//! client library (`libpmix.so.2`, loaded at run time like rdma-core: nothing links against
+//! it) and calls `PMIx_Init`; the job then knows this process's [rank](Job::rank) and the job's
+//! [size](Job::size) (`PMIX_JOB_SIZE`). [`Job::exchange`] publishes one byte string per process
+//! (`PMIx_Put` with `PMIX_GLOBAL` scope, `PMIx_Commit`), waits for every process
+//! (`PMIx_Fence` with `PMIX_COLLECT_DATA`) and reads every peer's (`PMIx_Get`).
+//! `PMIx_Finalize` runs when the [`Job`] is dropped.
+//!
+//! [`Job::connect_all`] builds the full mesh of RC connections on that exchange: each process
+//! creates one QP per peer (N−1), publishes their QP numbers and PSNs with its LID, GID and an
+//! optional registered region in one record ([`MeshRecord`]), fences, reads its peers' records,
+//! connects QP *j* to peer *j*'s QP for it, and fences again so that no process sends before
+//! every QP it may reach is ready to receive.
+//!
+//! ```no_run
+//! use zverbs::connect::pmix::Job;
+//! use zverbs::{AccessFlags, ContextOptions};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let job = Job::init()?; // fails with a message naming the fix outside a PMIx launcher
+//! let ctx = zverbs::open_device(None, &ContextOptions::default())?;
+//! let pd = ctx.alloc_pd()?;
+//! let buf = pd.alloc_buf(4096, AccessFlags::ALL)?;
+//! let cq = ctx.cq_builder().cqe(1024).build()?;
+//! let region = zverbs::connect::RemoteRegion { addr: buf.addr(), rkey: buf.rkey(), len: 4096 };
+//! let mesh = job.connect_all(Some(region), |_peer| pd.qp_builder(&cq, &cq).build())?;
+//! for peer in mesh.peers() {
+//!     println!("rank {} -> rank {}: QP {:#x}", job.rank(), peer.rank, peer.qp.qpn());
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! The mesh costs N−1 QPs per process, N(N−1) in the job; the dynamically connected transport
+//! (one DCI per process reaching every peer's DCT) is the way past that, and would publish its
+//! DCT number in the same record in place of the per-peer QP numbers.
+//!
+//! Needs the crate feature `pmix` and, at run time, the `libpmix2` package.
+
+use std::ffi::{CStr, CString, c_char};
+
+use zverbs_ffi::pmix::{
+    PMIX_BOOL, PMIX_BYTE_OBJECT, PMIX_COLLECT_DATA, PMIX_GLOBAL, PMIX_INFO_REQD, PMIX_JOB_SIZE,
+    PMIX_MAX_KEYLEN, PMIX_RANK_WILDCARD, PMIX_SUCCESS, PMIX_UINT32, Pmix, PmixLoadError,
+    pmix_byte_object_t, pmix_info_t, pmix_proc_t, pmix_status_t, pmix_value_data, pmix_value_t,
+};
+
+use super::{Endpoint, RemoteRegion};
+use crate::device::Gid;
+use crate::qp::Qp;
+
+/// What went wrong in a PMIx job.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PmixError {
+    /// The PMIx client library is not installed.
+    #[error("{0}")]
+    Library(#[from] PmixLoadError),
+    /// The process was not started by a PMIx launcher: there is no server to ask.
+    #[error(
+        "this process was not started by a PMIx launcher ({detail}): run it under \
+         `mpirun -n N` (Open MPI; as root add --allow-run-as-root), `srun --mpi=pmix` (Slurm) \
+         or `prterun`"
+    )]
+    NotLaunched {
+        /// What was missing, or what `PMIx_Init` said.
+        detail: String,
+    },
+    /// A PMIx call failed.
+    #[error("{call} failed: {text} (status {status})")]
+    Call {
+        /// The call (`PMIx_Fence`, ...).
+        call: &'static str,
+        /// Its `pmix_status_t`.
+        status: i32,
+        /// `PMIx_Error_string`'s text for it.
+        text: String,
+    },
+    /// A key or value that PMIx cannot carry (a key longer than 511 bytes or with a NUL).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// A peer published something this process cannot use.
+    #[error("rank {rank} published {detail}")]
+    Peer {
+        /// The peer's rank.
+        rank: u32,
+        /// What was wrong with it.
+        detail: String,
+    },
+    /// Creating or connecting a queue pair failed.
+    #[error(transparent)]
+    Verbs(#[from] crate::Error),
+}
+
+/// A `Result` with a [`PmixError`].
+pub type Result<T> = std::result::Result<T, PmixError>;
+
+/// The environment variable every PMIx server gives the processes it starts (Open MPI's
+/// `mpirun`, Slurm's `srun --mpi=pmix`, PRRTE): the job's namespace.
+pub const NAMESPACE_ENV: &str = "PMIX_NAMESPACE";
+
+/// This process's membership of a PMIx job: `PMIx_Init` done, `PMIx_Finalize` on drop.
+pub struct Job {
+    lib: &'static Pmix,
+    me: pmix_proc_t,
+    size: u32,
+}
+
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Job")
+            .field("namespace", &nspace(&self.me))
+            .field("rank", &self.me.rank)
+            .field("size", &self.size)
+            .finish()
+    }
+}
+
+fn nspace(p: &pmix_proc_t) -> String {
+    let bytes: Vec<u8> = p
+        .nspace
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+impl Job {
+    /// Joins the job this process was launched in: opens `libpmix.so.2`, checks that a PMIx
+    /// launcher started the process, calls `PMIx_Init` and reads the job's size.
+    ///
+    /// # Errors
+    ///
+    /// [`PmixError::Library`] naming the package to install; [`PmixError::NotLaunched`] when
+    /// the process was not started by a PMIx launcher (no `PMIX_NAMESPACE` in the
+    /// environment, or `PMIx_Init` refused); [`PmixError::Call`] when the job size cannot be
+    /// read.
+    pub fn init() -> Result<Self> {
+        Self::init_from(zverbs_ffi::pmix::pmix(), |k| std::env::var_os(k).is_some())
+    }
+
+    /// [`Job::init`] with the library and the environment given: what the tests use.
+    fn init_from(
+        lib: std::result::Result<&'static Pmix, PmixLoadError>,
+        has_env: impl Fn(&str) -> bool,
+    ) -> Result<Self> {
+        let lib = lib?;
+        // Without a server, `PMIx_Init` fails only after looking for one (`PMIX_ERR_UNREACH`
+        // with PMIx 4.2), and some PMIx versions start a singleton job of one instead, in which
+        // a program meant for a job would run alone. The launcher's variable answers at once,
+        // the same way with every version.
+        if !has_env(NAMESPACE_ENV) {
+            return Err(PmixError::NotLaunched {
+                detail: format!("{NAMESPACE_ENV} is not set"),
+            });
+        }
+        // SAFETY: all-zero is a valid `pmix_proc_t` (an empty namespace, rank 0).
+        let mut me: pmix_proc_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `me` is writable; no info array is passed.
+        let rc = unsafe { (lib.PMIx_Init)(&mut me, std::ptr::null_mut(), 0) };
+        if rc != PMIX_SUCCESS {
+            return Err(PmixError::NotLaunched {
+                detail: format!("PMIx_Init: {} (status {rc})", error_text(lib, rc)),
+            });
+        }
+        let mut job = Self { lib, me, size: 0 };
+        let mut wildcard = me;
+        wildcard.rank = PMIX_RANK_WILDCARD;
+        let v = job.get_value(&wildcard, PMIX_JOB_SIZE)?;
+        job.size = match v.get() {
+            // SAFETY: the value's type says the union holds `uint32`.
+            Some(v) if v.r#type == PMIX_UINT32 => unsafe { v.data.uint32 },
+            Some(v) => {
+                return Err(PmixError::Call {
+                    call: "PMIx_Get(PMIX_JOB_SIZE)",
+                    status: 0,
+                    text: format!("a value of type {} where a uint32 was expected", v.r#type),
+                });
+            }
+            None => 0,
+        };
+        if job.size == 0 || job.me.rank >= job.size {
+            return Err(PmixError::Call {
+                call: "PMIx_Get(PMIX_JOB_SIZE)",
+                status: 0,
+                text: format!("job size {} for rank {}", job.size, job.me.rank),
+            });
+        }
+        Ok(job)
+    }
+
+    /// This process's rank, 0 to [`Job::size`] − 1.
+    pub fn rank(&self) -> u32 {
+        self.me.rank
+    }
+
+    /// The number of processes in the job (`PMIX_JOB_SIZE`).
+    pub fn size(&self) -> u32 {
+        self.size
+    }
+
+    /// The job's namespace (as the launcher names it).
+    pub fn namespace(&self) -> String {
+        nspace(&self.me)
+    }
+
+    /// Publishes `value` under `key` for every process of the job (`PMIx_Put` with
+    /// `PMIX_GLOBAL` scope, then `PMIx_Commit`); the others read it after the next
+    /// [`Job::fence`].
+    ///
+    /// # Errors
+    ///
+    /// [`PmixError::InvalidArgument`] for a key PMIx cannot carry; [`PmixError::Call`].
+    pub fn put(&self, key: &str, value: &[u8]) -> Result<()> {
+        let key = c_key(key)?;
+        let mut v = pmix_value_t {
+            r#type: PMIX_BYTE_OBJECT,
+            data: pmix_value_data {
+                bo: pmix_byte_object_t {
+                    bytes: value.as_ptr().cast_mut().cast(),
+                    size: value.len(),
+                },
+            },
+        };
+        // SAFETY: the key is NUL-terminated; PMIx copies the value (its bytes are only read)
+        // before returning.
+        let rc = unsafe { (self.lib.PMIx_Put)(PMIX_GLOBAL, key.as_ptr(), &mut v) };
+        self.check("PMIx_Put", rc)?;
+        // SAFETY: no arguments.
+        let rc = unsafe { (self.lib.PMIx_Commit)() };
+        self.check("PMIx_Commit", rc)
+    }
+
+    /// Waits until every process of the job has reached its own fence, with data collection
+    /// (`PMIx_Fence` over the whole namespace with `PMIX_COLLECT_DATA`): afterwards, whatever
+    /// any process [put](Job::put) before its fence can be [read](Job::get).
+    ///
+    /// # Errors
+    ///
+    /// [`PmixError::Call`] (a process of the job failed or left, for instance).
+    pub fn fence(&self) -> Result<()> {
+        let mut all = self.me;
+        all.rank = PMIX_RANK_WILDCARD;
+        // SAFETY: all-zero is a valid `pmix_info_t`; the key and the value are set below.
+        let mut info: pmix_info_t = unsafe { std::mem::zeroed() };
+        for (d, s) in info.key.iter_mut().zip(PMIX_COLLECT_DATA.to_bytes()) {
+            *d = *s as c_char;
+        }
+        info.flags = PMIX_INFO_REQD;
+        info.value = pmix_value_t {
+            r#type: PMIX_BOOL,
+            data: pmix_value_data { flag: true },
+        };
+        // SAFETY: one process (the namespace's wildcard) and one info, both live across the
+        // call.
+        let rc = unsafe { (self.lib.PMIx_Fence)(&all, 1, &info, 1) };
+        self.check("PMIx_Fence", rc)
+    }
+
+    /// What process `rank` published under `key` (before a fence this process has passed).
+    ///
+    /// # Errors
+    ///
+    /// [`PmixError::InvalidArgument`] for a rank outside the job or a bad key;
+    /// [`PmixError::Call`] (`PMIX_ERR_NOT_FOUND` when it published nothing under the key);
+    /// [`PmixError::Peer`] when the value is not a byte string.
+    pub fn get(&self, rank: u32, key: &str) -> Result<Vec<u8>> {
+        if rank >= self.size {
+            return Err(PmixError::InvalidArgument(format!(
+                "rank {rank} of a job of {}",
+                self.size
+            )));
+        }
+        let key = c_key(key)?;
+        let mut p = self.me;
+        p.rank = rank;
+        let v = self.get_value(&p, &key)?;
+        match v.get() {
+            Some(v) if v.r#type == PMIX_BYTE_OBJECT => {
+                // SAFETY: the type says the union holds a byte object.
+                let bo = unsafe { v.data.bo };
+                if bo.size == 0 {
+                    return Ok(Vec::new());
+                }
+                // SAFETY: PMIx's byte object: `size` readable bytes at `bytes`, owned by the
+                // value, which lives until `v` is dropped.
+                Ok(unsafe { std::slice::from_raw_parts(bo.bytes.cast::<u8>(), bo.size) }.to_vec())
+            }
+            other => Err(PmixError::Peer {
+                rank,
+                detail: format!(
+                    "under {key:?} a value of type {} where a byte string was expected",
+                    other.map_or(0, |v| v.r#type)
+                ),
+            }),
+        }
+    }
+
+    /// Publishes `value` under `key`, fences, and returns every process's value under it, in
+    /// rank order (this process's own included).
+    ///
+    /// # Errors
+    ///
+    /// As [`Job::put`], [`Job::fence`] and [`Job::get`].
+    pub fn exchange(&self, key: &str, value: &[u8]) -> Result<Vec<Vec<u8>>> {
+        self.put(key, value)?;
+        self.fence()?;
+        (0..self.size)
+            .map(|r| {
+                if r == self.rank() {
+                    Ok(value.to_vec())
+                } else {
+                    self.get(r, key)
+                }
+            })
+            .collect()
+    }
+
+    /// Connects this process to every other process of the job, one RC QP per peer.
+    ///
+    /// `make_qp(peer_rank)` creates the QP for each peer (its CQs, depths and backend are the
+    /// caller's choice); `region`, if any, is published with this process's address and
+    /// comes back as each peer's [`MeshPeer::region`]. Every process of the job must call it
+    /// (it fences twice). The QPs connect with [`Qp::connect`]'s defaults: the device's
+    /// first active port, its default GID and the port's active MTU.
+    ///
+    /// # Errors
+    ///
+    /// [`PmixError::Verbs`] from `make_qp` or a connection; [`PmixError::Peer`] for a
+    /// record that does not decode or was made for a job of another size; and as
+    /// [`Job::exchange`].
+    pub fn connect_all(
+        &self,
+        region: Option<RemoteRegion>,
+        mut make_qp: impl FnMut(u32) -> crate::Result<Qp>,
+    ) -> Result<Mesh> {
+        let n = self.size;
+        let me = self.rank();
+        let mut qps: Vec<Option<Qp>> = Vec::with_capacity(n as usize);
+        for r in 0..n {
+            qps.push(if r == me { None } else { Some(make_qp(r)?) });
+        }
+        let mut rec = MeshRecord {
+            lid: 0,
+            gid: Gid::default(),
+            region: region.unwrap_or_default(),
+            qps: vec![(0, 0); n as usize],
+        };
+        for (r, qp) in qps.iter().enumerate() {
+            if let Some(qp) = qp {
+                let ep = qp.endpoint()?;
+                rec.lid = ep.lid;
+                rec.gid = ep.gid;
+                rec.qps[r] = (ep.qpn, ep.psn);
+            }
+        }
+        let records = self.exchange(MESH_KEY, &rec.encode())?;
+        let mut peers = Vec::with_capacity(n.saturating_sub(1) as usize);
+        for (r, (bytes, qp)) in (0u32..).zip(records.iter().zip(qps)) {
+            let Some(qp) = qp else { continue };
+            let theirs = MeshRecord::decode(bytes).map_err(|detail| PmixError::Peer {
+                rank: r,
+                detail: format!("a mesh record that does not decode: {detail}"),
+            })?;
+            if theirs.qps.len() != n as usize {
+                return Err(PmixError::Peer {
+                    rank: r,
+                    detail: format!(
+                        "a mesh record for {} processes in a job of {n}",
+                        theirs.qps.len()
+                    ),
+                });
+            }
+            let (qpn, psn) = theirs.qps[me as usize];
+            qp.connect(&Endpoint {
+                lid: theirs.lid,
+                qpn,
+                psn,
+                gid: theirs.gid,
+            })?;
+            peers.push(MeshPeer {
+                rank: r,
+                qp,
+                region: (theirs.region.len != 0).then_some(theirs.region),
+            });
+        }
+        // Every QP of the job is ready to receive before any process sends.
+        self.fence()?;
+        Ok(Mesh { rank: me, peers })
+    }
+
+    fn get_value(&self, p: &pmix_proc_t, key: &CStr) -> Result<Value> {
+        let mut out: *mut pmix_value_t = std::ptr::null_mut();
+        // SAFETY: the process and the NUL-terminated key are live across the call; `out`
+        // receives a value that `Value` releases.
+        let rc = unsafe { (self.lib.PMIx_Get)(p, key.as_ptr(), std::ptr::null(), 0, &mut out) };
+        let v = Value {
+            lib: self.lib,
+            ptr: out,
+        };
+        self.check("PMIx_Get", rc)?;
+        Ok(v)
+    }
+
+    fn check(&self, call: &'static str, rc: pmix_status_t) -> Result<()> {
+        if rc == PMIX_SUCCESS {
+            Ok(())
+        } else {
+            Err(PmixError::Call {
+                call,
+                status: rc,
+                text: error_text(self.lib, rc),
+            })
+        }
+    }
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        // SAFETY: `PMIx_Init` succeeded for this `Job`; no info array.
+        unsafe { (self.lib.PMIx_Finalize)(std::ptr::null(), 0) };
+    }
+}
+
+/// A value `PMIx_Get` returned, released (`PMIX_VALUE_RELEASE`) on drop.
+struct Value {
+    lib: &'static Pmix,
+    ptr: *mut pmix_value_t,
+}
+
+impl Value {
+    fn get(&self) -> Option<&pmix_value_t> {
+        // SAFETY: null or a value PMIx allocated, live until drop.
+        unsafe { self.ptr.as_ref() }
+    }
+}
+
+impl Drop for Value {
+    fn drop(&mut self) {
+        if !self.ptr.is_null() {
+            // SAFETY: a value `PMIx_Get` allocated with malloc and handed over: its contents
+            // are destructed by PMIx, the struct freed, once.
+            unsafe {
+                (self.lib.PMIx_Value_destruct)(self.ptr);
+                libc::free(self.ptr.cast());
+            }
+        }
+    }
+}
+
+fn error_text(lib: &Pmix, rc: pmix_status_t) -> String {
+    // SAFETY: PMIx returns a static NUL-terminated string for any status.
+    let p = unsafe { (lib.PMIx_Error_string)(rc) };
+    if p.is_null() {
+        return "unknown status".into();
+    }
+    // SAFETY: as above.
+    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+}
+
+fn c_key(key: &str) -> Result<CString> {
+    if key.is_empty() || key.len() > PMIX_MAX_KEYLEN {
+        return Err(PmixError::InvalidArgument(format!(
+            "PMIx key {key:?}: 1 to {PMIX_MAX_KEYLEN} bytes"
+        )));
+    }
+    CString::new(key)
+        .map_err(|_| PmixError::InvalidArgument(format!("PMIx key {key:?} contains a NUL")))
+}
+
+/// The PMIx key under which [`Job::connect_all`] publishes each process's [`MeshRecord`].
+pub const MESH_KEY: &str = "zverbs.mesh.1";
+
+/// Every RC connection of one process to the others of its job: [`Job::connect_all`].
+#[derive(Debug)]
+pub struct Mesh {
+    rank: u32,
+    peers: Vec<MeshPeer>,
+}
+
+impl Mesh {
+    /// This process's rank.
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    /// The peers in rank order, this process left out.
+    pub fn peers(&self) -> &[MeshPeer] {
+        &self.peers
+    }
+
+    /// The peers, taken.
+    pub fn into_peers(self) -> Vec<MeshPeer> {
+        self.peers
+    }
+}
+
+/// One peer of a [`Mesh`]: its rank, the QP connected to it, and the region it published.
+#[derive(Debug)]
+pub struct MeshPeer {
+    /// The peer's rank.
+    pub rank: u32,
+    /// This process's QP connected to the peer's QP for this process (in RTS).
+    pub qp: Qp,
+    /// The region the peer published, if any.
+    pub region: Option<RemoteRegion>,
+}
+
+/// What one process publishes for [`Job::connect_all`]: its port's LID and GID, a region of its
+/// registered memory (length 0 for none), and for every rank of the job the QP number and PSN
+/// of its QP for that rank (zeros for itself).
+///
+/// Encoded little-endian: the magic `zvm1`, the number of ranks (u32), the LID (u16), two
+/// bytes of zero, the GID (16 bytes), the region's address (u64), rkey (u32) and length (u64),
+/// then per rank the QP number and the PSN (u32 each): 48 + 8·N bytes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MeshRecord {
+    /// The port's LID (0 on RoCE).
+    pub lid: u16,
+    /// The GID (zero when LID routing is used).
+    pub gid: Gid,
+    /// A region peers may target; length 0 when none.
+    pub region: RemoteRegion,
+    /// Per rank: the QP number and first PSN of this process's QP for that rank.
+    pub qps: Vec<(u32, u32)>,
+}
+
+const MESH_MAGIC: &[u8; 4] = b"zvm1";
+const MESH_HEADER: usize = 48;
+
+impl MeshRecord {
+    /// The record's bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(MESH_HEADER + 8 * self.qps.len());
+        out.extend_from_slice(MESH_MAGIC);
+        out.extend_from_slice(&(self.qps.len() as u32).to_le_bytes());
+        out.extend_from_slice(&self.lid.to_le_bytes());
+        out.extend_from_slice(&[0, 0]);
+        out.extend_from_slice(&self.gid.0);
+        out.extend_from_slice(&self.region.addr.to_le_bytes());
+        out.extend_from_slice(&self.region.rkey.to_le_bytes());
+        out.extend_from_slice(&self.region.len.to_le_bytes());
+        for &(qpn, psn) in &self.qps {
+            out.extend_from_slice(&qpn.to_le_bytes());
+            out.extend_from_slice(&psn.to_le_bytes());
+        }
+        out
+    }
+
+    /// Reads a record.
+    ///
+    /// # Errors
+    ///
+    /// What is wrong with the bytes: another magic, a length that does not match the number of
+    /// ranks, a QP number or PSN wider than 24 bits.
+    pub fn decode(b: &[u8]) -> std::result::Result<Self, String> {
+        if b.len() < MESH_HEADER || &b[..4] != MESH_MAGIC {
+            return Err(format!(
+                "{} bytes without the magic {:?}",
+                b.len(),
+                std::str::from_utf8(MESH_MAGIC).unwrap_or_default()
+            ));
+        }
+        let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        let u64_at = |i: usize| u64::from(u32_at(i)) | (u64::from(u32_at(i + 4)) << 32);
+        let n = u32_at(4) as usize;
+        if b.len() != MESH_HEADER + 8 * n {
+            return Err(format!(
+                "{} bytes for {n} ranks (expected {})",
+                b.len(),
+                MESH_HEADER + 8 * n
+            ));
+        }
+        let mut gid = [0; 16];
+        gid.copy_from_slice(&b[12..28]);
+        let mut qps = Vec::with_capacity(n);
+        for r in 0..n {
+            let (qpn, psn) = (u32_at(MESH_HEADER + 8 * r), u32_at(MESH_HEADER + 8 * r + 4));
+            if qpn > 0xff_ffff || psn > 0xff_ffff {
+                return Err(format!(
+                    "QP number {qpn:#x} / PSN {psn:#x} for rank {r}: wider than 24 bits"
+                ));
+            }
+            qps.push((qpn, psn));
+        }
+        Ok(Self {
+            lid: u16::from_le_bytes([b[8], b[9]]),
+            gid: Gid(gid),
+            region: RemoteRegion {
+                addr: u64_at(28),
+                rkey: u32_at(36),
+                len: u64_at(40),
+            },
+            qps,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record() -> MeshRecord {
+        MeshRecord {
+            lid: 0x1234,
+            gid: Gid([0xfe, 0x80, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8]),
+            region: RemoteRegion {
+                addr: 0x7f00_1234_5678,
+                rkey: 0xabcd,
+                len: 4096,
+            },
+            qps: vec![(0, 0), (0x11, 0xfff), (0xff_ffff, 7)],
+        }
+    }
+
+    #[test]
+    fn a_record_has_its_bytes_and_decodes_to_itself() {
+        let r = record();
+        let b = r.encode();
+        assert_eq!(b.len(), 48 + 3 * 8);
+        assert_eq!(&b[..12], b"zvm1\x03\0\0\0\x34\x12\0\0");
+        assert_eq!(&b[12..14], &[0xfe, 0x80]);
+        assert_eq!(&b[28..36], &0x7f00_1234_5678u64.to_le_bytes());
+        assert_eq!(&b[36..40], &[0xcd, 0xab, 0, 0]);
+        assert_eq!(&b[40..48], &[0, 0x10, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(&b[56..64], &[0x11, 0, 0, 0, 0xff, 0x0f, 0, 0]);
+        assert_eq!(MeshRecord::decode(&b), Ok(r));
+    }
+
+    #[test]
+    fn bad_records_are_refused() {
+        let b = record().encode();
+        let short = MeshRecord::decode(&b[..b.len() - 1]).unwrap_err();
+        assert!(short.contains("for 3 ranks"), "{short}");
+        assert!(MeshRecord::decode(&b[..47]).is_err());
+        let mut magic = b.clone();
+        magic[0] = b'Z';
+        assert!(MeshRecord::decode(&magic).unwrap_err().contains("magic"));
+        let mut wide = b.clone();
+        wide[48 + 8 + 3] = 1; // rank 1's QP number gets bit 24
+        assert!(
+            MeshRecord::decode(&wide)
+                .unwrap_err()
+                .contains("wider than 24 bits")
+        );
+        let mut wide_psn = b.clone();
+        wide_psn[48 + 16 + 4 + 3] = 0x80; // rank 2's PSN gets bit 31
+        assert!(
+            MeshRecord::decode(&wide_psn)
+                .unwrap_err()
+                .contains("for rank 2")
+        );
+    }
+
+    #[test]
+    fn keys_pmix_cannot_carry_are_refused() {
+        assert!(c_key("zverbs.mesh.1").is_ok());
+        assert!(c_key("").is_err());
+        assert!(c_key("a\0b").is_err());
+        assert!(c_key(&"k".repeat(511)).is_ok());
+        assert!(c_key(&"k".repeat(512)).is_err());
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "dlopen: Miri calls no C library")]
+    fn a_missing_library_names_the_package_to_install() {
+        let lib = Pmix::open("libpmix-not-installed.so.2").map(|p| &*Box::leak(Box::new(p)));
+        let e = Job::init_from(lib, |_| true).unwrap_err();
+        assert!(matches!(e, PmixError::Library(_)), "{e:?}");
+        let msg = e.to_string();
+        assert!(msg.contains("apt-get install libpmix2"), "{msg}");
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "dlopen: Miri calls no C library")]
+    fn outside_a_launcher_the_error_says_how_to_launch() {
+        // Without libpmix installed the library error comes first: nothing to check here.
+        let Ok(lib) = zverbs_ffi::pmix::pmix() else {
+            return;
+        };
+        let e = Job::init_from(Ok(lib), |_| false).unwrap_err();
+        let msg = e.to_string();
+        assert!(matches!(e, PmixError::NotLaunched { .. }), "{e:?}");
+        assert!(msg.contains("PMIX_NAMESPACE is not set"), "{msg}");
+        assert!(msg.contains("mpirun -n N"), "{msg}");
+        assert!(msg.contains("srun --mpi=pmix"), "{msg}");
+    }
+}

@@ -1,0 +1,383 @@
+//! Jobs launched through PMIx on the emulated ConnectX: Open MPI's `mpirun` starts N copies of
+//! `zverbs-perf all2all`, which find each other through mpirun's PMIx server
+//! (`zverbs::connect::pmix`), connect one RC QP to every peer, write to each and check what
+//! arrived.
+//!
+//! - the `connectx` stage runs `mpirun -n 4` ([`check`]);
+//! - `cargo xtask bench --scale [--write-docs]` runs N = 2, 4, 8 and 16 ([`scale`]) and prints
+//!   the figures per process with a linear model of them projected to 1 000 and 10 000 peers;
+//!   `--write-docs` writes both into `docs/performance.md` (block `bench:scale`).
+//!
+//! Every process of the job has its own emulated device (and its threads) on this machine's
+//! cores, and every process busy-polls: the processes run with `--yield` (an empty poll gives
+//! the core away) and without `ZVERBS_EMU_RT` (real-time device threads of sixteen processes
+//! would starve the programs).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use super::{Proc, TIMEOUT, emulated, which};
+use crate::util::{self, Result, Table, bail};
+
+/// Processes of the stage's run.
+const CHECK_PROCS: u32 = 4;
+/// Messages to each peer in the stage's run.
+const CHECK_ITERS: &str = "200";
+/// Processes of the scale runs.
+const SCALE_PROCS: &[u32] = &[2, 4, 8, 16];
+/// Messages to each peer in the scale runs: few, since sixteen processes share two cores.
+const SCALE_ITERS: &str = "500";
+/// Runs of each job size; the figures are the best of them ([`best_row`]): sixteen processes
+/// on two cores shared with other work are noisy, and the noise only adds time.
+const SCALE_ROUNDS: usize = 5;
+
+/// What `zverbs-perf all2all` reports on its `scale:` line, averaged over the processes.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ScaleRow {
+    /// Processes in the job.
+    pub processes: u32,
+    /// QPs per process.
+    pub qps: f64,
+    /// Bytes registered per process.
+    pub registered: f64,
+    /// Resident memory the connection set-up added, per process.
+    pub setup_rss: f64,
+    /// Connection set-up, ms per process.
+    pub setup_ms: f64,
+    /// Of which creating the QPs.
+    pub create_ms: f64,
+    /// Messages per second of the job (all messages over the slowest process's time).
+    pub rate: f64,
+}
+
+/// Reads the `scale:` line of rank 0's output.
+pub fn parse_scale(out: &str) -> Option<ScaleRow> {
+    let line = out.lines().find_map(|l| l.trim().strip_prefix("scale:"))?;
+    let get = |k: &str| -> Option<f64> {
+        line.split_whitespace()
+            .find_map(|kv| kv.strip_prefix(k)?.strip_prefix('='))?
+            .parse()
+            .ok()
+    };
+    Some(ScaleRow {
+        processes: get("processes")? as u32,
+        qps: get("qps")?,
+        registered: get("registered")?,
+        setup_rss: get("setup_rss")?,
+        setup_ms: get("setup_ms")?,
+        create_ms: get("create_ms")?,
+        rate: get("rate")?,
+    })
+}
+
+/// Builds `zverbs-perf` (release, with PMIx) and finds `mpirun`.
+fn tools() -> Result<(PathBuf, PathBuf)> {
+    let Some(mpirun) = which("mpirun") else {
+        bail!("mpirun is not installed (Debian package openmpi-bin)");
+    };
+    util::run(&mut util::cargo([
+        "build",
+        "--release",
+        "-p",
+        "zverbs-tools",
+        "--bin",
+        "zverbs-perf",
+    ]))?;
+    Ok((mpirun, util::target_dir().join("release/zverbs-perf")))
+}
+
+/// Runs `mpirun -n n zverbs-perf all2all -n iters --yield` on the emulated device; rank 0's
+/// output (the job's table).
+fn all2all(
+    emu: &(PathBuf, PathBuf),
+    mpirun: &Path,
+    perf: &Path,
+    n: u32,
+    iters: &str,
+) -> Result<String> {
+    let mut c = Command::new(mpirun);
+    // Root is refused without --allow-run-as-root; more processes than cores without
+    // --oversubscribe.
+    c.args([
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "-n",
+        &n.to_string(),
+    ])
+    .arg(perf)
+    .args(["all2all", "-n", iters, "--yield"]);
+    emulated(&mut c, &emu.0, &emu.1);
+    c.env(
+        "ZVERBS_EMU_NS",
+        format!("xtask-{}-pmix{n}", std::process::id()),
+    )
+    .env_remove("ZVERBS_EMU_RT")
+    // Open MPI lists the optional transports it cannot load (PSM, OFI): noise here.
+    .env("OMPI_MCA_mca_base_component_show_load_errors", "0");
+    println!("$ {}", util::show(&c));
+    let dir = util::target_dir().join("emu/runs");
+    std::fs::create_dir_all(&dir)?;
+    let p = Proc::spawn(
+        c,
+        dir.join(format!("mpirun-all2all-{n}.txt")),
+        format!("mpirun -n {n} zverbs-perf all2all"),
+    )?;
+    p.finish(Instant::now() + TIMEOUT)
+}
+
+/// Checks one run's output: every process reported and received every peer's bytes.
+fn checked(out: &str, n: u32) -> Result<ScaleRow> {
+    let Some(row) = parse_scale(out) else {
+        bail!("mpirun -n {n} zverbs-perf all2all printed no `scale:` line:\n{out}");
+    };
+    if row.processes != n || row.qps != f64::from(n - 1) {
+        bail!(
+            "mpirun -n {n}: {row:?} (expected {n} processes of {} QPs):\n{out}",
+            n - 1
+        );
+    }
+    if !out.contains("check: every process received every peer's bytes") {
+        bail!("mpirun -n {n}: the data check failed:\n{out}");
+    }
+    Ok(row)
+}
+
+/// The `connectx` stage's run: `mpirun -n 4`, every pair connected through PMIx, the data
+/// checked.
+pub(super) fn check(emu: &(PathBuf, PathBuf), table: &mut Table) -> Result<()> {
+    let (mpirun, perf) = tools()?;
+    let out = all2all(emu, &mpirun, &perf, CHECK_PROCS, CHECK_ITERS)?;
+    for l in out.lines() {
+        println!("    {l}");
+    }
+    let row = checked(&out, CHECK_PROCS)?;
+    table.row(vec![
+        format!("mpirun -n {CHECK_PROCS} zverbs-perf all2all"),
+        "PMIx exchange, one RC QP per peer".into(),
+        format!(
+            "ok: data checked, set-up {:.1} ms, {:.0} msg/s",
+            row.setup_ms, row.rate
+        ),
+    ]);
+    Ok(())
+}
+
+/// The figures of `runs` (of one job size): the least set-up times and the highest message
+/// rate (a process that another preempts only loses time), and the median memory.
+pub fn best_row(runs: &[ScaleRow]) -> ScaleRow {
+    let sorted = |f: fn(&ScaleRow) -> f64| {
+        let mut v: Vec<f64> = runs.iter().map(f).collect();
+        v.sort_by(f64::total_cmp);
+        v
+    };
+    let med = |f| sorted(f).get(runs.len() / 2).copied().unwrap_or_default();
+    let min = |f| sorted(f).first().copied().unwrap_or_default();
+    let max = |f| sorted(f).last().copied().unwrap_or_default();
+    ScaleRow {
+        processes: runs.first().map_or(0, |r| r.processes),
+        qps: med(|r| r.qps),
+        registered: med(|r| r.registered),
+        setup_rss: med(|r| r.setup_rss),
+        setup_ms: min(|r| r.setup_ms),
+        create_ms: min(|r| r.create_ms),
+        rate: max(|r| r.rate),
+    }
+}
+
+/// Least squares `y = a + b·x`: `(a, b)`.
+pub fn fit(points: &[(f64, f64)]) -> (f64, f64) {
+    let n = points.len() as f64;
+    if points.len() < 2 {
+        return (points.first().map_or(0.0, |p| p.1), 0.0);
+    }
+    let (sx, sy) = points
+        .iter()
+        .fold((0.0, 0.0), |(sx, sy), (x, y)| (sx + x, sy + y));
+    let (mx, my) = (sx / n, sy / n);
+    let sxx: f64 = points.iter().map(|(x, _)| (x - mx) * (x - mx)).sum();
+    let sxy: f64 = points.iter().map(|(x, y)| (x - mx) * (y - my)).sum();
+    let b = if sxx == 0.0 { 0.0 } else { sxy / sxx };
+    (my - b * mx, b)
+}
+
+/// Bytes of the record each process publishes in a job of `n` ([`zverbs::connect::pmix`]'s
+/// `MeshRecord`: 48 + 8·n).
+pub fn record_bytes(n: f64) -> f64 {
+    48.0 + 8.0 * n
+}
+
+/// The set-up time a process would take with a core of its own: with more processes than
+/// `cores`, every process's set-up is stretched by the others sharing the cores, so its wall
+/// time is scaled by `min(N, cores) / N`.
+pub fn own_core_ms(r: &ScaleRow, cores: usize) -> f64 {
+    let n = f64::from(r.processes.max(1));
+    r.setup_ms * n.min(cores.max(1) as f64) / n
+}
+
+/// The markdown of the scale figures and the model, measured on `cores` cores.
+pub fn scale_markdown(rows: &[ScaleRow], cores: usize) -> String {
+    let mut s = String::from(
+        "| processes N | QPs per process | registered per process | set-up RSS per process | \
+         set-up per process (wall) | of which QP creation | set-up per process, own core | \
+         all-to-all messages/s (job) |\n\
+         |---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for r in rows {
+        s.push_str(&format!(
+            "| {} | {:.0} | {:.0} KiB | {:.0} KiB | {:.2} ms | {:.2} ms | {:.2} ms | {:.0} |\n",
+            r.processes,
+            r.qps,
+            r.registered / 1024.0,
+            r.setup_rss / 1024.0,
+            r.setup_ms,
+            r.create_ms,
+            own_core_ms(r, cores),
+            r.rate
+        ));
+    }
+    let (mem_a, mem_b) = fit(&rows
+        .iter()
+        .map(|r| (r.qps, r.setup_rss))
+        .collect::<Vec<_>>());
+    let own: Vec<(f64, f64)> = rows
+        .iter()
+        .map(|r| (r.qps, own_core_ms(r, cores)))
+        .collect();
+    let (t_a, t_b) = fit(&own);
+    s.push_str(&format!(
+        "\nModel (least squares over the rows, per process, P = N − 1 peers, each process on a \
+         core of its own): set-up memory {:.0} KiB + {:.1} KiB·P; set-up time {:.2} ms + \
+         {:.3} ms·P; PMIx data gathered by each process N·(48 + 8·N) bytes (one record per \
+         process, naming a QP for every rank).\n\n\
+         | peers P | QPs per process | set-up memory per process | set-up time per process | \
+         PMIx records gathered per process |\n|---:|---:|---:|---:|---:|\n",
+        mem_a / 1024.0,
+        mem_b / 1024.0,
+        t_a,
+        t_b,
+    ));
+    for p in [1_000.0, 10_000.0] {
+        let n = p + 1.0;
+        // A line that does not rise says the runs were too noisy to tell a cost per peer.
+        let time = if t_b > 0.0 {
+            format!("{:.2} s", (t_a + t_b * p) / 1e3)
+        } else {
+            "— (no growth measured)".to_string()
+        };
+        s.push_str(&format!(
+            "| {p:.0} | {p:.0} | {:.0} MiB | {time} | {:.0} MiB |\n",
+            (mem_a + mem_b * p) / (1024.0 * 1024.0),
+            n * record_bytes(n) / (1024.0 * 1024.0)
+        ));
+    }
+    s
+}
+
+/// `cargo xtask bench --scale`: N = 2, 4, 8, 16 on the emulated ConnectX.
+pub fn scale(write_docs: bool, out_dir: &Path) -> Result {
+    let emu = super::build()?;
+    let (mpirun, perf) = tools()?;
+    let mut rows = Vec::new();
+    let mut table = Table::new(&[
+        "N",
+        ">QPs/proc",
+        ">registered",
+        ">set-up RSS",
+        ">set-up ms",
+        ">create ms",
+        ">msg/s",
+    ]);
+    for &n in SCALE_PROCS {
+        let mut runs = Vec::with_capacity(SCALE_ROUNDS);
+        for _ in 0..SCALE_ROUNDS {
+            let out = all2all(&emu, &mpirun, &perf, n, SCALE_ITERS)?;
+            runs.push(checked(&out, n)?);
+        }
+        let r = best_row(&runs);
+        table.row(vec![
+            n.to_string(),
+            format!("{:.0}", r.qps),
+            format!("{:.0}", r.registered),
+            format!("{:.0}", r.setup_rss),
+            format!("{:.2}", r.setup_ms),
+            format!("{:.2}", r.create_ms),
+            format!("{:.0}", r.rate),
+        ]);
+        rows.push(r);
+    }
+    table.print(false);
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let md = scale_markdown(&rows, cores);
+    println!("\n{md}");
+    std::fs::write(out_dir.join("scale.md"), &md)?;
+    if write_docs {
+        let body = format!(
+            "{}\n{SCALE_ITERS} RDMA WRITEs of 64 bytes to each peer; best of {SCALE_ROUNDS} \
+             runs of each job (the least set-up time, the highest rate, the median memory); \
+             `cargo xtask bench --scale`.\n\n{md}",
+            crate::bench::machine()
+        );
+        crate::bench::replace_block(Path::new(crate::bench::DOC), "scale", &body)?;
+        println!("wrote {}", crate::bench::DOC);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_scale_line_is_read() {
+        let out = "all2all: ...\n  rank ...\n scale: processes=4 qps=3.0 registered=4096 \
+                   setup_rss=231424 setup_ms=2.200 create_ms=0.140 rate=80914 rate_sum=121316\n \
+                   check: every process received every peer's bytes\n";
+        let r = parse_scale(out).unwrap();
+        assert_eq!(r.processes, 4);
+        assert_eq!(r.qps, 3.0);
+        assert_eq!(r.setup_rss, 231424.0);
+        assert_eq!(r.create_ms, 0.14);
+        assert_eq!(r.rate, 80914.0);
+        assert!(checked(out, 4).is_ok());
+        assert!(checked(out, 8).is_err());
+        assert!(checked(&out.replace("check: every", "check: MISMATCH"), 4).is_err());
+        assert_eq!(parse_scale("scale: processes=4"), None);
+    }
+
+    #[test]
+    fn the_model_is_a_line_through_the_points() {
+        let (a, b) = fit(&[(1.0, 3.0), (3.0, 7.0), (7.0, 15.0)]);
+        assert!((a - 1.0).abs() < 1e-9 && (b - 2.0).abs() < 1e-9, "{a} {b}");
+        assert_eq!(fit(&[(1.0, 5.0)]), (5.0, 0.0));
+        assert_eq!(record_bytes(16.0), 176.0);
+    }
+
+    #[test]
+    fn the_best_of_the_runs_is_kept() {
+        let r = |setup_ms, rate, setup_rss| ScaleRow {
+            processes: 4,
+            setup_ms,
+            rate,
+            setup_rss,
+            ..ScaleRow::default()
+        };
+        let m = best_row(&[r(3.0, 10.0, 7.0), r(1.0, 20.0, 9.0), r(2.0, 30.0, 8.0)]);
+        assert_eq!(
+            (m.processes, m.setup_ms, m.rate, m.setup_rss),
+            (4, 1.0, 30.0, 8.0)
+        );
+    }
+
+    #[test]
+    fn oversubscribed_set_up_is_scaled_to_a_core_each() {
+        let r = |processes, setup_ms| ScaleRow {
+            processes,
+            setup_ms,
+            ..ScaleRow::default()
+        };
+        assert_eq!(own_core_ms(&r(2, 0.4), 2), 0.4);
+        assert_eq!(own_core_ms(&r(16, 20.0), 2), 2.5);
+        assert_eq!(own_core_ms(&r(16, 20.0), 32), 20.0);
+    }
+}
