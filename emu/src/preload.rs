@@ -99,20 +99,39 @@ fn set_errno(e: c_int) {
     unsafe { *libc::__errno_location() = e };
 }
 
-/// Opens the backing device for a uverbs path and remembers the descriptor.
+/// The size of a uverbs descriptor's memory file: every mmap offset the mlx5 driver decodes
+/// (command and page index, 24 bits of page number) falls inside it. Sparse: only the pages
+/// mapped and written take memory.
+const UAR_FILE_SIZE: i64 = 1 << 36;
+
+/// Opens a memory file for a uverbs path and remembers the descriptor.
+///
+/// The descriptor is a `memfd` of [`UAR_FILE_SIZE`] bytes, so that the UAR pages a program
+/// maps from it are pages the kernel itself maps, whichever way the `mmap` reaches it: through
+/// [`mmap`] below (checked as the driver checks it) or around it (a raw system call, as the
+/// memory hooks of UCX make). [`fstat`](paths::fstat) reports the character device the sysfs
+/// tree names (the backing `/dev/null`).
 fn open_fake(flags: c_int) -> c_int {
-    let Some(real) = real!("open", OpenFn) else {
-        set_errno(libc::ENOSYS);
+    let mfd_flags = if flags & libc::O_CLOEXEC != 0 {
+        libc::MFD_CLOEXEC
+    } else {
+        0
+    };
+    // SAFETY: plain memfd creation with a NUL-terminated name.
+    let fd = unsafe { libc::memfd_create(c"zverbs-emu-uverbs".as_ptr(), mfd_flags) };
+    if fd < 0 {
+        return fd;
+    }
+    // SAFETY: sizing the memory file just created.
+    if unsafe { libc::ftruncate(fd, UAR_FILE_SIZE) } != 0 {
+        // SAFETY: `errno` of the failed call, read before `close` may change it.
+        let e = unsafe { *libc::__errno_location() };
+        // SAFETY: closing the descriptor created above.
+        unsafe { libc::close(fd) };
+        set_errno(e);
         return -1;
-    };
-    // SAFETY: libc's open with a NUL-terminated path.
-    let fd = unsafe {
-        real(
-            BACKING.as_ptr(),
-            libc::O_RDWR | (flags & libc::O_CLOEXEC),
-            0,
-        )
-    };
+    }
+    write_clock_info(fd);
     match fd_bit(fd) {
         Some((w, b)) => {
             FDS[w].fetch_or(b, Ordering::Relaxed);
@@ -122,6 +141,25 @@ fn open_fake(flags: c_int) -> c_int {
         None => {}
     }
     fd
+}
+
+/// Writes the device clock's clock-info page into a new uverbs memory file at the page's
+/// offset, so that the page reads as the kernel's does however it is mapped ([`mmap`] writes
+/// it afresh when it maps it).
+fn write_clock_info(fd: c_int) {
+    use zverbs_mlx5dv::prm::clock::{MLX5_IB_CLOCK_INFO_V1, MLX5_IB_MMAP_CLOCK_INFO};
+    let Ok(emu) = Emu::get() else {
+        return;
+    };
+    let ci = emu.clock_info();
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as i64;
+    let off = (((MLX5_IB_MMAP_CLOCK_INFO << 8) | MLX5_IB_CLOCK_INFO_V1) as i64) * page;
+    // SAFETY: writes the bytes of a plain C struct of ours to the descriptor.
+    let n = unsafe { libc::pwrite(fd, (&raw const ci).cast(), core::mem::size_of_val(&ci), off) };
+    if n < 0 {
+        crate::log(format_args!("clock-info page not written to fd {fd}"));
+    }
 }
 
 /// When `path` is the sysfs file of the port's GID and this process's device instance
@@ -319,9 +357,18 @@ pub unsafe extern "C" fn mmap(
             // SAFETY: as libc's mmap; `real` is libc's.
             unsafe { crate::watch::map(real, addr, len, flags) }
         } else {
-            let flags = libc::MAP_SHARED | libc::MAP_ANONYMOUS | (flags & libc::MAP_FIXED);
-            // SAFETY: an anonymous mapping at the caller's hint.
-            unsafe { real(addr, len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) }
+            let flags = libc::MAP_SHARED | (flags & libc::MAP_FIXED);
+            // SAFETY: a shared mapping of the descriptor's memory file at the caller's hint.
+            unsafe {
+                real(
+                    addr,
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    flags,
+                    fd,
+                    off,
+                )
+            }
         };
         if p != libc::MAP_FAILED {
             emu.mapped(fd, m, p as usize);
@@ -641,3 +688,5 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, count: usize) -> isiz
         }
     }
 }
+
+mod paths;
