@@ -14,6 +14,10 @@
 //!   `zverbs-perf`'s `write_lat` and `send_lat` against perftest's `ib_write_lat` and
 //!   `ib_send_lat` on the same rxe devices in one boot of the VM, as ratios
 //!   ([`crate::rxe::figures`]);
+//! - `cargo xtask bench --ucx [-- --rounds N --iters N]`: `zverbs-perf`'s `write_lat`,
+//!   `read_lat`, `send_lat` and `write_bw` message rate against `ucx_perftest`'s `put_lat`,
+//!   `get`, `am_lat` and `put_bw` over UCX's `rc_mlx5` on the emulated ConnectX, as ratios
+//!   ([`crate::stages::connectx::ucx`]);
 //! - `--write-docs` (with any): also writes the figures into `docs/performance.md` (between
 //!   its `bench:` markers) and the plot to `docs/performance-times.svg`.
 //!
@@ -50,6 +54,7 @@ struct Options {
     write_docs: bool,
     calls: Option<u64>,
     criterion: Vec<String>,
+    ucx: bool,
 }
 
 fn parse(mut p: Parser) -> Result<Options> {
@@ -63,6 +68,7 @@ fn parse(mut p: Parser) -> Result<Options> {
             Arg::Long("quick") => o.quick = true,
             Arg::Long("write-docs") => o.write_docs = true,
             Arg::Long("calls") => o.calls = Some(cli::value(&mut p, "--calls")?),
+            Arg::Long("ucx") => o.ucx = true,
             // After `--`: for the benchmark (criterion), the example or the rxe figures.
             Arg::Value(v) => {
                 o.criterion.push(cli::string(v)?);
@@ -71,7 +77,7 @@ fn parse(mut p: Parser) -> Result<Options> {
             arg => {
                 return Err(usage!(
                     "{} for `bench`; try --instructions, --fallback [--host], --rxe [--host], \
-                     --quick, --write-docs, --calls N, -- <args>",
+                     --ucx, --quick, --write-docs, --calls N, -- <args>",
                     arg.unexpected()
                 ));
             }
@@ -85,12 +91,19 @@ pub fn main(p: Parser) -> Result {
     let o = parse(p)?;
     let out = util::target_dir().join("zverbs-bench");
     std::fs::create_dir_all(&out)?;
-    if usize::from(o.instructions) + usize::from(o.fallback) + usize::from(o.rxe) > 1 {
+    if usize::from(o.instructions)
+        + usize::from(o.fallback)
+        + usize::from(o.rxe)
+        + usize::from(o.ucx)
+        > 1
+    {
         return Err(usage!(
-            "--instructions, --fallback and --rxe are separate runs"
+            "--instructions, --fallback, --rxe and --ucx are separate runs"
         ));
     }
-    if o.rxe {
+    if o.ucx {
+        crate::stages::connectx::ucx::bench(&o.criterion)
+    } else if o.rxe {
         let mut f = crate::rxe::figures::Options {
             host: o.host,
             write_docs: o.write_docs,

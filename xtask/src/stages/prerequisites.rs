@@ -53,6 +53,11 @@ const NEEDS: &[Need] = &[
         present: || Path::new("/usr/bin/ibv_rc_pingpong").exists(),
         package: "ibverbs-utils",
     },
+    Need {
+        what: "UCX's ucx_info and ucx_perftest (the emulated ConnectX)",
+        present: || Path::new("/usr/bin/ucx_perftest").exists(),
+        package: "ucx-utils",
+    },
 ];
 
 /// What the `aarch64` stage needs: a cross linker with the aarch64 C library, binutils that
