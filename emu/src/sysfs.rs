@@ -185,4 +185,33 @@ mod tests {
         assert_eq!(dev, "1:3\n");
         std::fs::remove_dir_all(&dir).unwrap();
     }
+
+    #[test]
+    fn class_entry_resolves_under_a_pci_function_with_ids_and_pkeys() {
+        let dir = std::env::temp_dir().join(format!("zverbs-emu-sysfs-pci-{}", std::process::id()));
+        write_tree(&dir).unwrap();
+        // Written twice: the second write replaces the tree, links included.
+        write_tree(&dir).unwrap();
+        let class = dir.join("class/infiniband/mlx5_0");
+        let real = std::fs::canonicalize(&class).unwrap();
+        assert_eq!(
+            real,
+            std::fs::canonicalize(dir.join(PCI_FUNCTION))
+                .unwrap()
+                .join("infiniband/mlx5_0")
+        );
+        // Two levels up from the resolved entry: the PCI function, with its `device` file.
+        let function = real.parent().and_then(Path::parent).unwrap();
+        let read = |p: &Path| std::fs::read_to_string(p).unwrap();
+        assert_eq!(read(&function.join("vendor")), "0x15b3\n");
+        assert_eq!(read(&function.join("device")), "0x101b\n");
+        assert_eq!(read(&function.join("current_link_width")), "16\n");
+        // The device link of the class entry is the function; rdma-core's files are there.
+        assert!(read(&class.join("device/modalias")).contains("v000015B3d0000101B"));
+        assert_eq!(read(&class.join("node_type")), "1: CA\n");
+        assert_eq!(read(&class.join("ports/1/pkeys/0")), "0xffff\n");
+        assert_eq!(read(&class.join("ports/1/pkeys/127")), "0x0000\n");
+        assert!(!class.join("ports/1/pkeys/128").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -181,7 +181,10 @@ pub fn bench(args: &[String]) -> Result {
     // warm-up iterations (zverbs-perf's default; UCX's is up to 10 000).
     let common_ucx = [&["-s", "8", "-n", &n, "-w", "100"][..], &UCT].concat();
     let common_ours = ["-s", "8", "-n", &n];
-    let rows: [(&str, &str, &[&str], Figure); 4] = [
+    // UCX's responder progresses its worker (busy-polls) during the one-sided tests unless
+    // told not to (`-o`); zverbs-perf's passive side sleeps between polls, as perftest's. Both
+    // are shown: UCX as it runs by default, and with an idle responder as ours.
+    let rows: [(&str, &str, &[&str], Figure); 6] = [
         (
             "write_lat / put_lat",
             "write_lat",
@@ -195,6 +198,12 @@ pub fn bench(args: &[String]) -> Result {
             Figure::Latency,
         ),
         (
+            "read_lat / get (bcopy), UCX responder idle (-o)",
+            "read_lat",
+            &["-t", "get", "-D", "bcopy", "-o"],
+            Figure::Latency,
+        ),
+        (
             "send_lat / am_lat",
             "send_lat",
             &["-t", "am_lat"],
@@ -204,6 +213,12 @@ pub fn bench(args: &[String]) -> Result {
             "write_bw / put_bw (msg rate)",
             "write_bw",
             &["-t", "put_bw"],
+            Figure::Rate,
+        ),
+        (
+            "write_bw / put_bw (msg rate), UCX responder idle (-o)",
+            "write_bw",
+            &["-t", "put_bw", "-o"],
             Figure::Rate,
         ),
     ];
