@@ -181,47 +181,58 @@ pub fn bench(args: &[String]) -> Result {
     // warm-up iterations (zverbs-perf's default; UCX's is up to 10 000).
     let common_ucx = [&["-s", "8", "-n", &n, "-w", "100"][..], &UCT].concat();
     let common_ours = ["-s", "8", "-n", &n];
-    // UCX's responder progresses its worker (busy-polls) during the one-sided tests unless
-    // told not to (`-o`); zverbs-perf's passive side sleeps between polls, as perftest's. Both
-    // are shown: UCX as it runs by default, and with an idle responder as ours.
-    let rows: [(&str, &str, &[&str], Figure); 6] = [
+    // UCX's responder keeps its main thread busy through the one-sided tests (its worker
+    // progressed by default; without, with `-o`, it still spins, at about 60% of a core), while
+    // zverbs-perf's passive side sleeps between polls, as perftest's: on two shared cores the
+    // spinning responder delays the requester. Both are shown: UCX as it runs, and with its
+    // responder at `SCHED_IDLE` (`chrt -i 0`), which leaves the cores to the requester and the
+    // device as a sleeping one does.
+    let rows: [(&str, &str, &[&str], Figure, bool); 6] = [
         (
             "write_lat / put_lat",
             "write_lat",
             &["-t", "put_lat"],
             Figure::Latency,
+            false,
         ),
         (
             "read_lat / get (bcopy)",
             "read_lat",
             &["-t", "get", "-D", "bcopy"],
             Figure::Latency,
+            false,
         ),
         (
-            "read_lat / get (bcopy), UCX responder idle (-o)",
+            "read_lat / get (bcopy), UCX responder SCHED_IDLE",
             "read_lat",
-            &["-t", "get", "-D", "bcopy", "-o"],
+            &["-t", "get", "-D", "bcopy"],
             Figure::Latency,
+            true,
         ),
         (
             "send_lat / am_lat",
             "send_lat",
             &["-t", "am_lat"],
             Figure::Latency,
+            false,
         ),
         (
             "write_bw / put_bw (msg rate)",
             "write_bw",
             &["-t", "put_bw"],
             Figure::Rate,
+            false,
         ),
         (
-            "write_bw / put_bw (msg rate), UCX responder idle (-o)",
+            "write_bw / put_bw (msg rate), UCX responder SCHED_IDLE",
             "write_bw",
-            &["-t", "put_bw", "-o"],
+            &["-t", "put_bw"],
             Figure::Rate,
+            true,
         ),
     ];
+    let chrt = which("chrt").ok_or_else(|| anyhow!("chrt is not installed (util-linux)"))?;
+    let perftest_s = perftest.to_string_lossy().into_owned();
     let mut table = Table::new(&[
         "zverbs-perf / ucx_perftest",
         ">zverbs-perf",
@@ -229,9 +240,10 @@ pub fn bench(args: &[String]) -> Result {
         ">zverbs/UCX",
         "better",
     ]);
-    for (label, ours, theirs, figure) in rows {
+    for (label, ours, theirs, figure, idle) in rows {
         let ours = [&[ours][..], &common_ours].concat();
         let theirs = [theirs, &common_ucx].concat();
+        let idle_server = [&["-i", "0", &perftest_s][..], &theirs].concat();
         let f = rounds::alternating(rounds_n, 2, |i| {
             if i == 0 {
                 let out = pair(&perf, &ours, next_port(), &[], &emu)?;
@@ -241,7 +253,17 @@ pub fn bench(args: &[String]) -> Result {
                 }
                 .ok_or_else(|| anyhow!("no figure in zverbs-perf {ours:?}'s output:\n{out}"))
             } else {
-                let out = pair(&perftest, &theirs, next_port(), &[], &emu)?;
+                let out = if idle {
+                    super::pair2(
+                        (&chrt, &idle_server),
+                        (&perftest, &theirs),
+                        next_port(),
+                        &[],
+                        &emu,
+                    )?
+                } else {
+                    pair(&perftest, &theirs, next_port(), &[], &emu)?
+                };
                 final_line(&out)
                     .map(|v| match figure {
                         Figure::Latency => v[1],
