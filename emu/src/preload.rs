@@ -5,10 +5,13 @@
 //! here; every other call goes straight to the next definition (libc's), found with
 //! `dlsym(RTLD_NEXT)`.
 //!
-//! - `open`/`openat` of a uverbs path open `/dev/null` instead, a character device whose
-//!   `major:minor` (1:3) the fake sysfs tree gives as the uverbs device's `dev`, so
-//!   libibverbs' check of the opened descriptor (`fstat`, `S_ISCHR`, `st_rdev`) passes; the
-//!   descriptor is remembered. `stat` of a uverbs path stats `/dev/null`.
+//! - `open`/`openat` of a uverbs path open a memory file instead (`memfd`, whose pages the
+//!   kernel maps at any UAR offset, also for a program whose `mmap` bypasses this shim); its
+//!   `fstat` reports `/dev/null`, a character device whose `major:minor` (1:3) the fake sysfs
+//!   tree gives as the uverbs device's `dev`, so libibverbs' check of the opened descriptor
+//!   (`fstat`, `S_ISCHR`, `st_rdev`) passes; the descriptor is remembered. `stat` of a uverbs
+//!   path stats `/dev/null`, and so do `lstat`, `fstatat`, `access`, `faccessat` and
+//!   `euidaccess` (module `paths`).
 //! - `ioctl(RDMA_VERBS_IOCTL)` on such a descriptor serves `UVERBS_METHOD_INVOKE_WRITE` (the
 //!   write ABI carried by an ioctl, which libibverbs prefers when the kernel has it): the probe
 //!   libibverbs sends first (QUERY_DEVICE with no input) gets `ENOSPC`, as from a kernel that
@@ -16,8 +19,8 @@
 //!   command of that verb. With `ZVERBS_EMU_ABI=write` every ioctl gets `ENOTTY` and
 //!   libibverbs uses `write()` throughout, which is served too.
 //! - `mmap` of such a descriptor (UAR pages: doorbells and BlueFlame registers) is checked as
-//!   the kernel checks it (page indices, dynamic pages once each) and maps ordinary shared
-//!   memory; the software device takes WQEs from the rings, and reads the UAR pages only when
+//!   the kernel checks it (page indices, dynamic pages once each) and maps the memory file at
+//!   that offset, ordinary shared memory; the software device takes WQEs from the rings, and reads the UAR pages only when
 //!   it watches BlueFlame writes ([`crate::watch`]: then they are mapped read-only and every
 //!   store is performed by the fault handler). `munmap` of such a page forgets it.
 //! - `close` forgets the descriptor.
