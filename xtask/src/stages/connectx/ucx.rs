@@ -4,7 +4,7 @@
 //! - [`check`] (the connectx stage): `ucx_info -d` must list the memory domain `mlx5_0` with
 //!   `rc_mlx5` on `mlx5_0:1`, and a short `ucx_perftest` `put_lat` over `rc_mlx5` between two
 //!   processes must complete;
-//! - [`bench`] (`cargo xtask bench --ucx [-- --rounds N --iters N]`): `zverbs-perf` against
+//! - [`bench()`] (`cargo xtask bench --ucx [-- --rounds N --iters N]`): `zverbs-perf` against
 //!   `ucx_perftest` over `rc_mlx5` on the same emulated device, in alternating rounds
 //!   ([`super::rounds`]), as the stage sets `zverbs-perf` against perftest.
 
