@@ -5,10 +5,13 @@
 //! here; every other call goes straight to the next definition (libc's), found with
 //! `dlsym(RTLD_NEXT)`.
 //!
-//! - `open`/`openat` of a uverbs path open `/dev/null` instead, a character device whose
-//!   `major:minor` (1:3) the fake sysfs tree gives as the uverbs device's `dev`, so
-//!   libibverbs' check of the opened descriptor (`fstat`, `S_ISCHR`, `st_rdev`) passes; the
-//!   descriptor is remembered. `stat` of a uverbs path stats `/dev/null`.
+//! - `open`/`openat` of a uverbs path open a memory file instead (`memfd`, whose pages the
+//!   kernel maps at any UAR offset, also for a program whose `mmap` bypasses this shim); its
+//!   `fstat` reports `/dev/null`, a character device whose `major:minor` (1:3) the fake sysfs
+//!   tree gives as the uverbs device's `dev`, so libibverbs' check of the opened descriptor
+//!   (`fstat`, `S_ISCHR`, `st_rdev`) passes; the descriptor is remembered. `stat` of a uverbs
+//!   path stats `/dev/null`, and so do `lstat`, `fstatat`, `access`, `faccessat` and
+//!   `euidaccess` (module `paths`).
 //! - `ioctl(RDMA_VERBS_IOCTL)` on such a descriptor serves `UVERBS_METHOD_INVOKE_WRITE` (the
 //!   write ABI carried by an ioctl, which libibverbs prefers when the kernel has it): the probe
 //!   libibverbs sends first (QUERY_DEVICE with no input) gets `ENOSPC`, as from a kernel that
@@ -16,8 +19,8 @@
 //!   command of that verb. With `ZVERBS_EMU_ABI=write` every ioctl gets `ENOTTY` and
 //!   libibverbs uses `write()` throughout, which is served too.
 //! - `mmap` of such a descriptor (UAR pages: doorbells and BlueFlame registers) is checked as
-//!   the kernel checks it (page indices, dynamic pages once each) and maps ordinary shared
-//!   memory; the software device takes WQEs from the rings, and reads the UAR pages only when
+//!   the kernel checks it (page indices, dynamic pages once each) and maps the memory file at
+//!   that offset, ordinary shared memory; the software device takes WQEs from the rings, and reads the UAR pages only when
 //!   it watches BlueFlame writes ([`crate::watch`]: then they are mapped read-only and every
 //!   store is performed by the fault handler). `munmap` of such a page forgets it.
 //! - `close` forgets the descriptor.
@@ -99,20 +102,39 @@ fn set_errno(e: c_int) {
     unsafe { *libc::__errno_location() = e };
 }
 
-/// Opens the backing device for a uverbs path and remembers the descriptor.
+/// The size of a uverbs descriptor's memory file: every mmap offset the mlx5 driver decodes
+/// (command and page index, 24 bits of page number) falls inside it. Sparse: only the pages
+/// mapped and written take memory.
+const UAR_FILE_SIZE: i64 = 1 << 36;
+
+/// Opens a memory file for a uverbs path and remembers the descriptor.
+///
+/// The descriptor is a `memfd` of [`UAR_FILE_SIZE`] bytes, so that the UAR pages a program
+/// maps from it are pages the kernel itself maps, whichever way the `mmap` reaches it: through
+/// [`mmap`] below (checked as the driver checks it) or around it (a raw system call, as the
+/// memory hooks of UCX make). [`fstat`](paths::fstat) reports the character device the sysfs
+/// tree names (the backing `/dev/null`).
 fn open_fake(flags: c_int) -> c_int {
-    let Some(real) = real!("open", OpenFn) else {
-        set_errno(libc::ENOSYS);
+    let mfd_flags = if flags & libc::O_CLOEXEC != 0 {
+        libc::MFD_CLOEXEC
+    } else {
+        0
+    };
+    // SAFETY: plain memfd creation with a NUL-terminated name.
+    let fd = unsafe { libc::memfd_create(c"zverbs-emu-uverbs".as_ptr(), mfd_flags) };
+    if fd < 0 {
+        return fd;
+    }
+    // SAFETY: sizing the memory file just created.
+    if unsafe { libc::ftruncate(fd, UAR_FILE_SIZE) } != 0 {
+        // SAFETY: `errno` of the failed call, read before `close` may change it.
+        let e = unsafe { *libc::__errno_location() };
+        // SAFETY: closing the descriptor created above.
+        unsafe { libc::close(fd) };
+        set_errno(e);
         return -1;
-    };
-    // SAFETY: libc's open with a NUL-terminated path.
-    let fd = unsafe {
-        real(
-            BACKING.as_ptr(),
-            libc::O_RDWR | (flags & libc::O_CLOEXEC),
-            0,
-        )
-    };
+    }
+    write_clock_info(fd);
     match fd_bit(fd) {
         Some((w, b)) => {
             FDS[w].fetch_or(b, Ordering::Relaxed);
@@ -122,6 +144,25 @@ fn open_fake(flags: c_int) -> c_int {
         None => {}
     }
     fd
+}
+
+/// Writes the device clock's clock-info page into a new uverbs memory file at the page's
+/// offset, so that the page reads as the kernel's does however it is mapped ([`mmap`] writes
+/// it afresh when it maps it).
+fn write_clock_info(fd: c_int) {
+    use zverbs_mlx5dv::prm::clock::{MLX5_IB_CLOCK_INFO_V1, MLX5_IB_MMAP_CLOCK_INFO};
+    let Ok(emu) = Emu::get() else {
+        return;
+    };
+    let ci = emu.clock_info();
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as i64;
+    let off = (((MLX5_IB_MMAP_CLOCK_INFO << 8) | MLX5_IB_CLOCK_INFO_V1) as i64) * page;
+    // SAFETY: writes the bytes of a plain C struct of ours to the descriptor.
+    let n = unsafe { libc::pwrite(fd, (&raw const ci).cast(), core::mem::size_of_val(&ci), off) };
+    if n < 0 {
+        crate::log(format_args!("clock-info page not written to fd {fd}"));
+    }
 }
 
 /// When `path` is the sysfs file of the port's GID and this process's device instance
@@ -319,9 +360,18 @@ pub unsafe extern "C" fn mmap(
             // SAFETY: as libc's mmap; `real` is libc's.
             unsafe { crate::watch::map(real, addr, len, flags) }
         } else {
-            let flags = libc::MAP_SHARED | libc::MAP_ANONYMOUS | (flags & libc::MAP_FIXED);
-            // SAFETY: an anonymous mapping at the caller's hint.
-            unsafe { real(addr, len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) }
+            let flags = libc::MAP_SHARED | (flags & libc::MAP_FIXED);
+            // SAFETY: a shared mapping of the descriptor's memory file at the caller's hint.
+            unsafe {
+                real(
+                    addr,
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    flags,
+                    fd,
+                    off,
+                )
+            }
         };
         if p != libc::MAP_FAILED {
             emu.mapped(fd, m, p as usize);
@@ -641,3 +691,5 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, count: usize) -> isiz
         }
     }
 }
+
+mod paths;

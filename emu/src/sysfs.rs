@@ -15,6 +15,15 @@
 //! | `class/infiniband/mlx5_0/node_guid` | the node GUID, as QUERY_DEVICE reports it | `ibv_get_device_guid` (`ibv_devices`) |
 //! | `class/infiniband/mlx5_0/ports/1/gids/0`, `gid_attrs/types/0` | the port's GID and its type | `ibv_query_gid` |
 //!
+//! | `class/infiniband/mlx5_0/ports/1/pkeys/0` .. `127` | the P_Key table: `0xffff` (the default partition) at index 0, `0x0000` (an empty slot) elsewhere | `ibv_query_pkey` |
+//! | `devices/pci0000:00/0000:03:00.0/vendor`, `device` | `0x15b3`, `0x101b`: the PCI function's IDs | UCX (picks its mlx5 transports by them) |
+//! | `devices/pci0000:00/0000:03:00.0/current_link_width`, `current_link_speed` | `16`, `16.0 GT/s PCIe`: a ConnectX-6's PCIe 4.0 x16 link | UCX (its bandwidth estimate) |
+//!
+//! As in the kernel's sysfs, `class/infiniband/mlx5_0` is a symbolic link to the device's
+//! directory under its PCI function (`devices/pci0000:00/0000:03:00.0/infiniband/mlx5_0`,
+//! whose `device` links back to the function): a program that resolves the class entry finds
+//! the function's directory two levels up, with its `device` file, as UCX does.
+//!
 //! The GID file holds the node GUID's link-local GID, but a process with the shim loaded and
 //! its device instance created reads its own port's GID there instead (the link-local prefix
 //! and a port GUID ending in the instance's LID, [`zverbs_sim::Device::gid`]): each process is
@@ -41,6 +50,26 @@ pub fn gid_text(gid: [u8; 16]) -> String {
 /// The device name the tree announces.
 pub const IBDEV: &str = "mlx5_0";
 
+/// The PCI function's directory under the tree's root.
+pub const PCI_FUNCTION: &str = "devices/pci0000:00/0000:03:00.0";
+
+/// The P_Key table's length (`pkey_tbl_len` of QUERY_PORT), one sysfs file per entry.
+pub const PKEY_TABLE_LEN: usize = 128;
+
+/// The symbolic links of the tree: (path under the root, target).
+pub fn links() -> Vec<(String, String)> {
+    vec![
+        (
+            format!("class/infiniband/{IBDEV}"),
+            format!("../../{PCI_FUNCTION}/infiniband/{IBDEV}"),
+        ),
+        (
+            format!("{PCI_FUNCTION}/infiniband/{IBDEV}/device"),
+            "../../../0000:03:00.0".into(),
+        ),
+    ]
+}
+
 /// The files of the tree: (path under the root, content).
 pub fn files() -> Vec<(String, String)> {
     let g = NODE_GUID;
@@ -59,6 +88,25 @@ pub fn files() -> Vec<(String, String)> {
         (g >> 16) & 0xffff,
         g & 0xffff
     );
+    let pkeys = (0..PKEY_TABLE_LEN).map(|i| {
+        let key = if i == 0 { "0xffff" } else { "0x0000" };
+        (format!("{dev}/ports/1/pkeys/{i}"), key.to_string())
+    });
+    let pci = [
+        ("vendor", "0x15b3"),
+        ("device", "0x101b"),
+        ("current_link_width", "16"),
+        ("current_link_speed", "16.0 GT/s PCIe"),
+    ]
+    .map(|(f, v)| (format!("{PCI_FUNCTION}/{f}"), v.to_string()));
+    let mut v = base_files(&dev, guid, gid);
+    v.extend(pkeys);
+    v.extend(pci);
+    v
+}
+
+/// The files rdma-core reads.
+fn base_files(dev: &str, guid: String, gid: String) -> Vec<(String, String)> {
     vec![
         ("class/infiniband_verbs/abi_version".into(), "6".into()),
         ("class/infiniband_verbs/uverbs0/ibdev".into(), IBDEV.into()),
@@ -87,8 +135,17 @@ pub fn files() -> Vec<(String, String)> {
 ///
 /// When a directory or file cannot be written.
 pub fn write_tree(root: &Path) -> io::Result<()> {
-    if root.join("class").exists() {
-        std::fs::remove_dir_all(root.join("class"))?;
+    for top in ["class", "devices"] {
+        if root.join(top).exists() {
+            std::fs::remove_dir_all(root.join(top))?;
+        }
+    }
+    for (path, target) in links() {
+        let p = root.join(path);
+        if let Some(dir) = p.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::os::unix::fs::symlink(target, p)?;
     }
     for (path, content) in files() {
         let p = root.join(path);
@@ -126,6 +183,35 @@ mod tests {
         write_tree(&dir).unwrap();
         let dev = std::fs::read_to_string(dir.join("class/infiniband_verbs/uverbs0/dev")).unwrap();
         assert_eq!(dev, "1:3\n");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn class_entry_resolves_under_a_pci_function_with_ids_and_pkeys() {
+        let dir = std::env::temp_dir().join(format!("zverbs-emu-sysfs-pci-{}", std::process::id()));
+        write_tree(&dir).unwrap();
+        // Written twice: the second write replaces the tree, links included.
+        write_tree(&dir).unwrap();
+        let class = dir.join("class/infiniband/mlx5_0");
+        let real = std::fs::canonicalize(&class).unwrap();
+        assert_eq!(
+            real,
+            std::fs::canonicalize(dir.join(PCI_FUNCTION))
+                .unwrap()
+                .join("infiniband/mlx5_0")
+        );
+        // Two levels up from the resolved entry: the PCI function, with its `device` file.
+        let function = real.parent().and_then(Path::parent).unwrap();
+        let read = |p: &Path| std::fs::read_to_string(p).unwrap();
+        assert_eq!(read(&function.join("vendor")), "0x15b3\n");
+        assert_eq!(read(&function.join("device")), "0x101b\n");
+        assert_eq!(read(&function.join("current_link_width")), "16\n");
+        // The device link of the class entry is the function; rdma-core's files are there.
+        assert!(read(&class.join("device/modalias")).contains("v000015B3d0000101B"));
+        assert_eq!(read(&class.join("node_type")), "1: CA\n");
+        assert_eq!(read(&class.join("ports/1/pkeys/0")), "0xffff\n");
+        assert_eq!(read(&class.join("ports/1/pkeys/127")), "0x0000\n");
+        assert!(!class.join("ports/1/pkeys/128").exists());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -154,6 +154,9 @@ pub(crate) struct DevCq {
     pub(crate) arm: crate::arm::ArmState,
     /// The CQ doorbell's UAR (a 64-byte stand-in), for CQs whose memory the device owns.
     pub(crate) uar: Option<NonNull<u8>>,
+    /// Bytes per CQE slot: 64, or 128 (the 64-byte CQE in the slot's second half, the first
+    /// left to data scattered into the CQE, which this device does not scatter).
+    stride: usize,
 }
 
 impl DevCq {
@@ -179,7 +182,17 @@ impl DevCq {
             // SAFETY: the record is valid for the CQ's life (the constructor's contract).
             arm: unsafe { crate::arm::ArmState::new(dbrec) },
             uar: None,
+            stride: 64,
         }
+    }
+
+    /// The same CQ with slots of `size` bytes (64 or 128: `buf` holds `cnt` of them, each
+    /// initialised with its 64-byte CQE in its last 64 bytes, as libmlx5 lays out a CQ of
+    /// 128-byte CQEs).
+    pub(crate) fn with_cqe_size(mut self, size: usize) -> Self {
+        debug_assert!((size == 64 || size == 128) && self.buf.len >= self.cnt as usize * size);
+        self.stride = size;
+        self
     }
 
     /// Forgets the CQEs held back (not yet written) for QP `qpn`: it was reset, and its old
@@ -274,8 +287,9 @@ impl DevCq {
         }
         let slot = (self.pi & (self.cnt - 1)) as usize;
         let owner = ((self.pi >> self.log2) & 1) as u8;
-        // SAFETY: `slot < cnt` and the ring holds `cnt` 64-byte CQEs.
-        let p = unsafe { self.buf.ptr.add(slot * 64) };
+        // SAFETY: `slot < cnt` and the ring holds `cnt` slots of `stride` bytes (64 or 128),
+        // the CQE in each slot's last 64 bytes.
+        let p = unsafe { self.buf.ptr.add(slot * self.stride + (self.stride - 64)) };
         let mut cqe = *cqe;
         Cqe64::new_unchecked(&mut cqe).set_owner(owner);
         let opcode = cqe[field::OP_OWN] >> 4;

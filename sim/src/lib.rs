@@ -334,14 +334,16 @@ impl Device {
     ///
     /// # Safety
     ///
-    /// `layout.buf` holds `cqe_cnt` initialised 64-byte CQEs and `layout.dbrec` two words,
-    /// both valid for reads and writes for the device's whole life, and used by the driver as
-    /// an mlx5 CQ is.
+    /// `layout.buf` holds `cqe_cnt` initialised CQEs of `layout.cqe_size` bytes and
+    /// `layout.dbrec` two words, both valid for reads and writes for the device's whole life,
+    /// and used by the driver as an mlx5 CQ is. A 128-byte CQE is laid out as libmlx5 lays it
+    /// out: the 64-byte CQE in the slot's second half (the first half is for data scattered to
+    /// the CQE, which the device never does).
     ///
     /// # Errors
     ///
     /// [`SimError::InvalidConfig`] for a count that is not a power of two, a CQE size other
-    /// than 64 or a CQ number in use; [`SimError::TooMany`].
+    /// than 64 or 128 or a CQ number in use; [`SimError::TooMany`].
     pub unsafe fn create_cq_external(&self, layout: &CqLayout) -> Result<SimCq, SimError> {
         // SAFETY: (caller) the memory is valid for the device's life.
         unsafe { self.engine().add_cq(layout) }?;

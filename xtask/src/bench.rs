@@ -18,6 +18,10 @@
 //!   emulated ConnectX, every pair connected through PMIx: QPs and memory per process,
 //!   connection set-up time, all-to-all message rate, and a model projecting them to 1 000
 //!   and 10 000 peers ([`crate::stages::connectx::pmix`]);
+//! - `cargo xtask bench --ucx [-- --rounds N --iters N]`: `zverbs-perf`'s `write_lat`,
+//!   `read_lat`, `send_lat` and `write_bw` message rate against `ucx_perftest`'s `put_lat`,
+//!   `get`, `am_lat` and `put_bw` over UCX's `rc_mlx5` on the emulated ConnectX, as ratios
+//!   ([`crate::stages::connectx::ucx`]);
 //! - `--write-docs` (with any): also writes the figures into `docs/performance.md` (between
 //!   its `bench:` markers) and the plot to `docs/performance-times.svg`.
 //!
@@ -55,6 +59,7 @@ struct Options {
     write_docs: bool,
     calls: Option<u64>,
     criterion: Vec<String>,
+    ucx: bool,
 }
 
 fn parse(mut p: Parser) -> Result<Options> {
@@ -69,6 +74,7 @@ fn parse(mut p: Parser) -> Result<Options> {
             Arg::Long("quick") => o.quick = true,
             Arg::Long("write-docs") => o.write_docs = true,
             Arg::Long("calls") => o.calls = Some(cli::value(&mut p, "--calls")?),
+            Arg::Long("ucx") => o.ucx = true,
             // After `--`: for the benchmark (criterion), the example or the rxe figures.
             Arg::Value(v) => {
                 o.criterion.push(cli::string(v)?);
@@ -77,7 +83,7 @@ fn parse(mut p: Parser) -> Result<Options> {
             arg => {
                 return Err(usage!(
                     "{} for `bench`; try --instructions, --fallback [--host], --rxe [--host], --scale, \
-                     --quick, --write-docs, --calls N, -- <args>",
+                     --ucx, --quick, --write-docs, --calls N, -- <args>",
                     arg.unexpected()
                 ));
             }
@@ -95,16 +101,19 @@ pub fn main(p: Parser) -> Result {
         + usize::from(o.fallback)
         + usize::from(o.rxe)
         + usize::from(o.scale)
+        + usize::from(o.ucx)
         > 1
     {
         return Err(usage!(
-            "--instructions, --fallback, --rxe and --scale are separate runs"
+            "--instructions, --fallback, --rxe, --scale and --ucx are separate runs"
         ));
     }
     if o.scale {
         return crate::stages::connectx::pmix::scale(o.write_docs, &out);
     }
-    if o.rxe {
+    if o.ucx {
+        crate::stages::connectx::ucx::bench(&o.criterion)
+    } else if o.rxe {
         let mut f = crate::rxe::figures::Options {
             host: o.host,
             write_docs: o.write_docs,

@@ -14,7 +14,8 @@
 //! - `bench [--instructions | --fallback | --rxe] [--quick] [--write-docs] [-- args]`: the
 //!   direct path against the C baselines (criterion times, or callgrind instruction counts),
 //!   the libibverbs fallback against raw libibverbs on a device, or `zverbs-perf` against
-//!   perftest on rxe, with the ratios.
+//!   perftest on rxe, with the ratios; `bench --ucx`: `zverbs-perf` against UCX's
+//!   `ucx_perftest` on the emulated ConnectX.
 //! - `emu [--] program [args]`: runs a program on the emulated ConnectX.
 //!
 //! Arguments are parsed with lexopt ([`cli`]); errors are `anyhow`'s ([`util::Result`]). Bad
@@ -59,6 +60,9 @@ commands:
                                    the VM (or this machine's device with --host)
   bench --rxe [--host] [--write-docs] [-- --rounds N --iters N --sizes A,B --inline N]
                                    zverbs-perf against perftest on rxe, as ratios
+  bench --ucx [-- --rounds N --iters N]
+                                   zverbs-perf against UCX's ucx_perftest (rc_mlx5) on the
+                                   emulated ConnectX, as ratios
   emu [--] program [args]          runs a program on the emulated ConnectX (libibverbs and
                                    libmlx5 unmodified, the software device behind them)";
 

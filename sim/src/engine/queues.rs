@@ -249,12 +249,12 @@ impl Engine {
     ///
     /// # Safety
     ///
-    /// The ring (`cqe_cnt` initialised 64-byte CQEs) and doorbell record are valid for the
+    /// The ring (`cqe_cnt` initialised CQEs of `cqe_size` bytes, 64 or 128) and doorbell record are valid for the
     /// engine's life and accessed only as an mlx5 CQ is (by one poller).
     pub(crate) unsafe fn add_cq(&mut self, layout: &CqLayout) -> Result<(), SimError> {
-        if !layout.cqe_cnt.is_power_of_two() || layout.cqe_size != 64 {
+        if !layout.cqe_cnt.is_power_of_two() || !matches!(layout.cqe_size, 64 | 128) {
             return Err(SimError::InvalidConfig(
-                "CQ: power-of-two count of 64-byte CQEs",
+                "CQ: power-of-two count of 64- or 128-byte CQEs",
             ));
         }
         if layout.cqe_cnt > MAX_CQE_CNT {
@@ -266,9 +266,10 @@ impl Engine {
         }
         let buf = Region {
             ptr: layout.buf,
-            len: layout.cqe_cnt as usize * 64,
+            len: layout.cqe_cnt as usize * layout.cqe_size as usize,
         };
-        let cq = DevCq::new(layout.cqn, buf, layout.dbrec, layout.cqe_cnt);
+        let cq = DevCq::new(layout.cqn, buf, layout.dbrec, layout.cqe_cnt)
+            .with_cqe_size(layout.cqe_size as usize);
         if slot == self.cqs.len() {
             self.cqs.push(cq);
         } else {

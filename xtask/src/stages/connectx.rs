@@ -32,6 +32,8 @@
 
 mod asyncwatch;
 pub(crate) mod pmix;
+mod rounds;
+pub(crate) mod ucx;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -321,6 +323,8 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
         "async_events",
         "--test",
         "timestamps",
+        "--test",
+        "device_node",
     ]);
     cmd.env("ZVERBS_EMU_SO", &emu.0);
     let (tests, _) = counted_tests(cmd, &["--nocapture"], run)?;
@@ -645,6 +649,7 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
         }
     }
     let ts_runs = timestamps(&mut table, &mut next_port, &rel, &emu)?;
+    let ucx_runs = ucx::check(&emu, &mut table, &mut next_port)?;
     println!(
         "\nthe emulated ConnectX: our control path, and tools no one here wrote (server and client on 127.0.0.1):"
     );
@@ -686,41 +691,21 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
         let direct = [ours, &n, &["--backend", "direct"]].concat();
         let verbs = [ours, &n, &["--backend", "verbs"]].concat();
         let theirs = [theirs, &n].concat();
-        let (mut d_rounds, mut v_rounds) = (Vec::new(), Vec::new());
-        for round in 0..ROUNDS {
-            let mut run = |tool: &Path, args: &[&str]| {
-                typical(&pair(tool, args, next_port(), &[], &emu)?)
-                    .ok_or_else(|| anyhow!("no t_typical in {} {args:?}'s output", tool.display()))
-            };
-            let (d, v, p);
-            if round % 2 == 0 {
-                d = run(&perf, &direct)?;
-                v = run(&perf, &verbs)?;
-                p = run(&perftest, &theirs)?;
-            } else {
-                p = run(&perftest, &theirs)?;
-                v = run(&perf, &verbs)?;
-                d = run(&perf, &direct)?;
-            }
-            d_rounds.push((d, p));
-            v_rounds.push((v, p));
-        }
-        let (ds, vs) = (
-            crate::bench::ratio_stats(&d_rounds),
-            crate::bench::ratio_stats(&v_rounds),
-        );
-        let med = |i: usize, r: &[(f64, f64)]| {
-            let mut v: Vec<f64> = r.iter().map(|x| if i == 0 { x.0 } else { x.1 }).collect();
-            v.sort_by(f64::total_cmp);
-            v[v.len() / 2]
-        };
+        let contenders: [(&Path, &[&str]); 3] =
+            [(&perf, &direct), (&perf, &verbs), (&perftest, &theirs)];
+        let f = rounds::alternating(ROUNDS, contenders.len(), |i| {
+            let (tool, args) = contenders[i];
+            typical(&pair(tool, args, next_port(), &[], &emu)?)
+                .ok_or_else(|| anyhow!("no t_typical in {} {args:?}'s output", tool.display()))
+        })?;
+        let (ds, vs) = (rounds::ratios(&f[0], &f[2]), rounds::ratios(&f[1], &f[2]));
         ratios.row(vec![
             label.into(),
-            format!("{:.2}", med(0, &d_rounds)),
-            format!("{:.2}", med(0, &v_rounds)),
-            format!("{:.2}", med(1, &d_rounds)),
-            format!("{:.3} ({:.3}-{:.3})", ds.median, ds.low, ds.high),
-            format!("{:.3} ({:.3}-{:.3})", vs.median, vs.low, vs.high),
+            format!("{:.2}", rounds::median(&f[0])),
+            format!("{:.2}", rounds::median(&f[1])),
+            format!("{:.2}", rounds::median(&f[2])),
+            rounds::ratio_cell(&ds),
+            rounds::ratio_cell(&vs),
         ]);
         notes.push(format!("{label} {:.3}", ds.median));
     }
@@ -747,6 +732,7 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
             + checks.len()
             + 3 * 5 * ROUNDS
             + ts_runs
+            + ucx_runs
             + 5,
         notes.join(", ")
     )))

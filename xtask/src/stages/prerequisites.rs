@@ -65,7 +65,7 @@ const NEEDS: &[Need] = &[
     },
     Need {
         what: "UCX's ucx_info and ucx_perftest (the emulated ConnectX)",
-        present: || Path::new("/usr/bin/ucx_info").exists(),
+        present: || Path::new("/usr/bin/ucx_perftest").exists(),
         package: "ucx-utils",
     },
 ];
