@@ -28,6 +28,9 @@ use crate::prm::wqe::{
 use crate::prm::{MAX_DS, SEGS_PER_BB, SND_DBR, fm_ce_se, opcode};
 use crate::state::{SlotData, SqStateRef};
 
+mod prepared;
+pub use prepared::{Changes, Prepared, PreparedRdma, PreparedSend};
+
 /// What a checked request will write.
 #[derive(Clone, Copy, Debug)]
 struct Plan<'w> {

@@ -1,0 +1,256 @@
+extern crate std;
+
+use std::vec::Vec;
+
+use proptest::prelude::*;
+use zverbs_core::{PostError, PostSend, RemoteBuf, SendFlags, SendWr, Sge};
+
+use super::{Changes, Prepared};
+use crate::testutil::{Rig, caps};
+
+/// One request, as the generic path takes it and as a prepared post takes it.
+#[derive(Clone, Copy, Debug)]
+struct Req {
+    /// 0 WRITE, 1 WRITE with immediate, 2 READ, 3 SEND, 4 SEND with immediate.
+    op: u8,
+    flags: u32,
+    lkey: u32,
+    rkey: u32,
+    c: Changes,
+}
+
+impl Req {
+    fn wr<'a>(&self, sgl: &'a [Sge]) -> SendWr<'a> {
+        let remote = RemoteBuf::new(self.c.remote_addr, self.rkey);
+        let (id, imm) = (self.c.wr_id, self.c.imm);
+        let wr = match self.op {
+            0 => SendWr::write(id, sgl, remote),
+            1 => SendWr::write_imm(id, sgl, remote, imm),
+            2 => SendWr::read(id, sgl, remote),
+            3 => SendWr::send(id, sgl),
+            _ => SendWr::send_imm(id, sgl, imm),
+        };
+        wr.with_flags(SendFlags::from_bits_truncate(self.flags))
+    }
+
+    fn sgl(&self) -> [Sge; 1] {
+        [Sge::new(self.c.addr, self.c.len, self.lkey)]
+    }
+}
+
+fn req() -> impl Strategy<Value = Req> {
+    let len = prop_oneof![Just(0u32), 1u32..4096, Just(1 << 31)];
+    (
+        0u8..5,
+        0u32..8,
+        any::<u32>(),
+        any::<u32>(),
+        (any::<u64>(), any::<u64>(), len, any::<u64>(), any::<u32>()),
+    )
+        .prop_map(
+            |(op, flags, lkey, rkey, (wr_id, addr, len, remote_addr, imm))| Req {
+                op,
+                flags,
+                lkey,
+                rkey,
+                c: Changes {
+                    wr_id,
+                    addr,
+                    len,
+                    remote_addr,
+                    imm,
+                },
+            },
+        )
+}
+
+/// Posts `r` prepared (from a template with other changing fields than its own), or stages
+/// it when `stage`.
+fn post_prepared(rig: &mut Rig, r: &Req, stage: bool) -> Result<(), PostError> {
+    // The template's changing fields differ from the post's: the post must not keep them.
+    let tsgl = [Sge::new(!r.c.addr, 7, r.lkey)];
+    let template = Req {
+        c: Changes {
+            wr_id: !r.c.wr_id,
+            remote_addr: !r.c.remote_addr,
+            imm: !r.c.imm,
+            ..r.c
+        },
+        ..*r
+    }
+    .wr(&tsgl);
+    if r.op < 3 {
+        let p = rig.sq.prepare_rdma(&template)?;
+        go(rig, &p, &r.c, stage)
+    } else {
+        let p = rig.sq.prepare_send(&template)?;
+        go(rig, &p, &r.c, stage)
+    }
+}
+
+fn go<const REMOTE: bool>(
+    rig: &mut Rig,
+    p: &Prepared<REMOTE>,
+    c: &Changes,
+    stage: bool,
+) -> Result<(), PostError> {
+    // SAFETY: no device reads these rings; the requests name no memory the test touches.
+    unsafe {
+        if stage {
+            rig.sq.stage_prepared(p, c)
+        } else {
+            rig.sq.post_prepared(p, c)
+        }
+    }
+}
+
+/// What the device may read, and the queue's counters.
+fn seen(rig: &mut Rig) -> (Vec<u8>, Vec<u8>, u32, u32, u32, u32) {
+    (
+        rig.mem.sq_bytes(),
+        rig.mem.bf_bytes(),
+        rig.mem.dbrec(1),
+        rig.sq.producer(),
+        rig.sq.pending(),
+        rig.sq.outstanding_signaled(),
+    )
+}
+
+fn rigs(blocks: u32, bf: u32) -> (Rig, Rig) {
+    let (a, b) = (
+        Rig::new(blocks, bf, caps(4, 64)),
+        Rig::new(blocks, bf, caps(4, 64)),
+    );
+    // Stale bytes in the ring, so that a segment written on one side only shows.
+    a.mem.fill_sq(0xa5);
+    b.mem.fill_sq(0xa5);
+    (a, b)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: if cfg!(miri) { 4 } else { 256 },
+        ..ProptestConfig::default()
+    })]
+
+    /// Prepared posts write the ring, the BlueFlame register and the doorbell record exactly
+    /// as generic posts of the same requests do, and leave the same counters, with
+    /// BlueFlame and without, posted one by one or staged and rung.
+    #[test]
+    fn prepared_posts_write_what_generic_posts_write(
+        reqs in proptest::collection::vec(req(), 1..40),
+        bf in prop_oneof![Just(0u32), Just(256)],
+        stage in any::<bool>(),
+    ) {
+        let (mut generic, mut prepared) = rigs(64, bf);
+        for r in &reqs {
+            let sgl = r.sgl();
+            let wr = r.wr(&sgl);
+            // SAFETY: as in `go`.
+            let want = unsafe {
+                if stage { generic.sq.stage(&wr) } else { generic.sq.post(&wr) }
+            };
+            let got = post_prepared(&mut prepared, r, stage);
+            prop_assert_eq!(got, want);
+            prop_assert_eq!(seen(&mut prepared), seen(&mut generic));
+        }
+        generic.sq.ring();
+        prepared.sq.ring();
+        prop_assert_eq!(seen(&mut prepared), seen(&mut generic));
+    }
+}
+
+fn write(len: u32) -> Req {
+    Req {
+        op: 0,
+        flags: SendFlags::SIGNALED.bits(),
+        lkey: 0x11,
+        rkey: 0x22,
+        c: Changes {
+            wr_id: 1,
+            addr: 0x1000,
+            len,
+            remote_addr: 0x2000,
+            imm: 0,
+        },
+    }
+}
+
+/// A refused prepared post changes nothing the device may read and no counter.
+#[test]
+fn refused_prepared_posts_write_nothing() {
+    let (mut rig, mut other) = rigs(4, 256);
+    post_prepared(&mut rig, &write(8), false).unwrap();
+    let before = seen(&mut rig);
+    // Longer than 2 GiB.
+    let p = rig.sq.prepare_rdma(&write(8).wr(&write(8).sgl())).unwrap();
+    let long = Changes {
+        len: (1 << 31) + 1,
+        ..write(8).c
+    };
+    assert_eq!(
+        go(&mut rig, &p, &long, false),
+        Err(PostError::MessageTooLong)
+    );
+    assert_eq!(seen(&mut rig), before);
+    // Prepared for a queue with another QPN.
+    other.sq.qpn ^= 1;
+    let foreign = other
+        .sq
+        .prepare_rdma(&write(8).wr(&write(8).sgl()))
+        .unwrap();
+    assert_eq!(
+        go(&mut rig, &foreign, &write(8).c, false),
+        Err(PostError::Unsupported)
+    );
+    assert_eq!(seen(&mut rig), before);
+    // The ring full: three more fit, the fourth does not.
+    for _ in 0..3 {
+        go(&mut rig, &p, &write(8).c, true).unwrap();
+    }
+    let before = seen(&mut rig);
+    assert_eq!(
+        go(&mut rig, &p, &write(8).c, false),
+        Err(PostError::QueueFull { needed: 1, free: 0 })
+    );
+    assert_eq!(seen(&mut rig), before);
+}
+
+/// What cannot be prepared is refused when preparing, with the generic check's error where
+/// the request itself is invalid.
+#[test]
+fn prepare_refuses_what_it_cannot_prepare() {
+    let (rig, _) = rigs(4, 256);
+    let sgl = [Sge::new(0x1000, 8, 0x11)];
+    let two = [sgl[0], sgl[0]];
+    let remote = RemoteBuf::new(0x2000, 0x22);
+    let sq = &rig.sq;
+    let unsupported = Err(PostError::Unsupported);
+    let unsupported_send = Err(PostError::Unsupported);
+    assert_eq!(sq.prepare_rdma(&SendWr::send(1, &sgl)), unsupported);
+    assert_eq!(
+        sq.prepare_send(&SendWr::write(1, &sgl, remote)),
+        unsupported_send
+    );
+    let faa = SendWr::fetch_add(1, Sge::new(0x1000, 8, 1), remote, 1);
+    assert_eq!(sq.prepare_rdma(&faa), unsupported);
+    assert_eq!(
+        sq.prepare_rdma(&SendWr::write(1, &two, remote)),
+        unsupported
+    );
+    assert_eq!(sq.prepare_rdma(&SendWr::write(1, &[], remote)), unsupported);
+    assert_eq!(
+        sq.prepare_send(&SendWr::send(1, &sgl).inline()),
+        unsupported_send
+    );
+    // The generic check's own refusals come through.
+    let five = [sgl[0]; 5];
+    assert_eq!(
+        sq.prepare_send(&SendWr::send(1, &five)),
+        Err(PostError::TooManySges { got: 5, max: 4 })
+    );
+    assert_eq!(
+        sq.prepare_rdma(&SendWr::read(1, &sgl, remote).inline()),
+        Err(PostError::InlineNotAllowed)
+    );
+}
