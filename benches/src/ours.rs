@@ -182,7 +182,7 @@ pub unsafe fn post_prepared_rdma(
         imm: 0,
     };
     // SAFETY: (caller) the posting contract.
-    unsafe { sq.post_prepared(p, &c) }
+    unsafe { sq.post_prepared(p, c) }
 }
 
 /// A prepared 1-SGE SEND (`p`) of `addr`/`len`, posted and rung.
@@ -209,7 +209,7 @@ pub unsafe fn post_prepared_send(
         ..Changes::default()
     };
     // SAFETY: (caller) the posting contract.
-    unsafe { sq.post_prepared(p, &c) }
+    unsafe { sq.post_prepared(p, c) }
 }
 
 /// A signaled RDMA WRITE of `data`, inline, posted and rung.

@@ -81,17 +81,17 @@ fn post_prepared(rig: &mut Rig, r: &Req, stage: bool) -> Result<(), PostError> {
     .wr(&tsgl);
     if r.op < 3 {
         let p = rig.sq.prepare_rdma(&template)?;
-        go(rig, &p, &r.c, stage)
+        go(rig, &p, r.c, stage)
     } else {
         let p = rig.sq.prepare_send(&template)?;
-        go(rig, &p, &r.c, stage)
+        go(rig, &p, r.c, stage)
     }
 }
 
 fn go<const REMOTE: bool>(
     rig: &mut Rig,
     p: &Prepared<REMOTE>,
-    c: &Changes,
+    c: Changes,
     stage: bool,
 ) -> Result<(), PostError> {
     // SAFETY: no device reads these rings; the requests name no memory the test touches.
@@ -189,7 +189,7 @@ fn refused_prepared_posts_write_nothing() {
         ..write(8).c
     };
     assert_eq!(
-        go(&mut rig, &p, &long, false),
+        go(&mut rig, &p, long, false),
         Err(PostError::MessageTooLong)
     );
     assert_eq!(seen(&mut rig), before);
@@ -200,17 +200,17 @@ fn refused_prepared_posts_write_nothing() {
         .prepare_rdma(&write(8).wr(&write(8).sgl()))
         .unwrap();
     assert_eq!(
-        go(&mut rig, &foreign, &write(8).c, false),
+        go(&mut rig, &foreign, write(8).c, false),
         Err(PostError::Unsupported)
     );
     assert_eq!(seen(&mut rig), before);
     // The ring full: three more fit, the fourth does not.
     for _ in 0..3 {
-        go(&mut rig, &p, &write(8).c, true).unwrap();
+        go(&mut rig, &p, write(8).c, true).unwrap();
     }
     let before = seen(&mut rig);
     assert_eq!(
-        go(&mut rig, &p, &write(8).c, false),
+        go(&mut rig, &p, write(8).c, false),
         Err(PostError::QueueFull { needed: 1, free: 0 })
     );
     assert_eq!(seen(&mut rig), before);
