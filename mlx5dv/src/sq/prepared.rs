@@ -19,6 +19,7 @@ use zverbs_core::{MAX_MESSAGE, PostError, SendOp, SendWr};
 
 use super::{SendQueue, SqTransport};
 use crate::bf::BfRegister;
+use crate::prm::wqe::{ctrl, data, raddr};
 use crate::state::{SlotData, SqStateRef};
 
 /// A prepared request; `REMOTE` says whether its WQE has a remote-address segment (WRITE,
@@ -36,26 +37,14 @@ pub struct Prepared<const REMOTE: bool> {
     /// All ones for the operations with an immediate, else 0 (the control segment's `imm`
     /// is then 0, as the generic path writes it).
     imm_mask: u32,
-    /// The control segment's first word (bytes 0..8) with `qpn_ds` and a zero
-    /// `opmod_idx_opcode`, with a data segment and without one (a zero-length post).
-    ctrl0: u64,
-    ctrl0_empty: u64,
-    /// The control segment's second word (bytes 8..16: `signature`, `dci_stream_channel_id`,
-    /// `fm_ce_se`, and a zero `imm`).
-    ctrl1: u64,
-    /// The remote-address segment's second word (`rkey`, `reserved`).
-    raddr1: u64,
-    /// The data segment's first word (`lkey`, and a zero `byte_count`).
-    data0: u64,
-}
-
-/// The bytes `lo` then `hi` as a word in native order: a 64-bit store of it writes them in
-/// that order.
-#[inline(always)]
-const fn join(lo: [u8; 4], hi: [u8; 4]) -> u64 {
-    let [a, b, c, d] = lo;
-    let [e, f, g, h] = hi;
-    u64::from_ne_bytes([a, b, c, d, e, f, g, h])
+    /// Bytes 4..12 of the control segment (`qpn_ds`, `signature`, `dci_stream_channel_id`,
+    /// `fm_ce_se`) with a data segment, and without one (a zero-length post).
+    ctrl_mid: [u8; 8],
+    ctrl_mid_empty: [u8; 8],
+    /// Bytes 8..16 of the remote-address segment (`rkey`, `reserved`).
+    raddr_tail: [u8; 8],
+    /// The data segment's `lkey`.
+    lkey: [u8; 4],
 }
 
 /// A prepared WRITE, WRITE with immediate or READ.
@@ -148,17 +137,23 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         }
         // ctrl, raddr (RDMA), data: one basic block.
         let ds = if REMOTE { 3 } else { 2 };
-        let qpn_ds = |ds: u32| join([0; 4], ((self.qpn << 8) | ds).to_be_bytes());
+        let mid = |ds: u32| {
+            let mut b = [0u8; 8];
+            b[..4].copy_from_slice(&((self.qpn << 8) | ds).to_be_bytes());
+            b[4..].copy_from_slice(&u32::from(plan.fm_ce_se).to_be_bytes());
+            b
+        };
+        let mut raddr_tail = [0u8; 8];
+        raddr_tail[..4].copy_from_slice(&rkey.to_be_bytes());
         Ok(Prepared {
             qpn: self.qpn,
             opcode: plan.opcode,
             signaled: plan.signaled,
             imm_mask: if template.op.imm().is_some() { !0 } else { 0 },
-            ctrl0: qpn_ds(ds),
-            ctrl0_empty: qpn_ds(ds - 1),
-            ctrl1: join(u32::from(plan.fm_ce_se).to_be_bytes(), [0; 4]),
-            raddr1: join(rkey.to_be_bytes(), [0; 4]),
-            data0: join([0; 4], sge.lkey.to_be_bytes()),
+            ctrl_mid: mid(ds),
+            ctrl_mid_empty: mid(ds - 1),
+            raddr_tail,
+            lkey: sge.lkey.to_be_bytes(),
         })
     }
 
@@ -182,57 +177,6 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         p: &Prepared<REMOTE>,
         c: Changes,
     ) -> Result<(), PostError> {
-        // The common case, with no call in it (so that the compiler keeps everything in
-        // scratch registers): a valid length, this queue's request, room by the limits last
-        // read, nothing staged. Anything else goes out of line, where every check is made
-        // again in full.
-        if u64::from(c.len) > MAX_MESSAGE
-            || p.qpn != self.qpn
-            || !self.fits(1, u32::from(p.signaled))
-            || self.pending != 0
-        {
-            // The changes go by value, field by field, in registers: a `Changes` would be
-            // built in memory on every post for this call alone.
-            let Changes {
-                wr_id,
-                addr,
-                len,
-                remote_addr,
-                imm,
-            } = c;
-            // SAFETY: (caller) the posting contract.
-            return unsafe { self.post_prepared_slow(p, wr_id, addr, len, remote_addr, imm) };
-        }
-        // SAFETY: checked; the caller upholds the posting contract.
-        let start = unsafe { self.write_prepared(p, c) };
-        self.doorbell.ring(self.ring, self.pi, start, 1, true);
-        Ok(())
-    }
-
-    /// [`SendQueue::post_prepared`] when the common case's conditions do not hold: the checks
-    /// with their errors, credits read again, requests staged earlier rung first.
-    ///
-    /// # Safety
-    ///
-    /// As [`SendQueue::post_prepared`].
-    #[cold]
-    #[inline(never)]
-    unsafe fn post_prepared_slow<const REMOTE: bool>(
-        &mut self,
-        p: &Prepared<REMOTE>,
-        wr_id: u64,
-        addr: u64,
-        len: u32,
-        remote_addr: u64,
-        imm: u32,
-    ) -> Result<(), PostError> {
-        let c = Changes {
-            wr_id,
-            addr,
-            len,
-            remote_addr,
-            imm,
-        };
         self.check_prepared(p, c)?;
         if self.pending != 0 {
             self.ring_pending();
@@ -299,34 +243,43 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         let slots = self.state.slots();
         let start = pi.wrapping_mul(crate::prm::SEGS_PER_BB as u32);
         let has_data = c.len != 0;
+        let mid = if has_data {
+            p.ctrl_mid
+        } else {
+            p.ctrl_mid_empty
+        };
         // `opmod_idx_opcode`: opmod 0, the WQE index (16 bits), the opcode.
         let idx_opcode = (u32::from(pi as u16) << 8) | u32::from(p.opcode);
-        let ctrl0 = if has_data { p.ctrl0 } else { p.ctrl0_empty };
-        let words = [
-            ctrl0 | join(idx_opcode.to_be_bytes(), [0; 4]),
-            p.ctrl1 | join([0; 4], (c.imm & p.imm_mask).to_be_bytes()),
-            u64::from_ne_bytes(c.remote_addr.to_be_bytes()),
-            p.raddr1,
-            p.data0 | join(c.len.to_be_bytes(), [0; 4]),
-            u64::from_ne_bytes(c.addr.to_be_bytes()),
-        ];
-        let seg = |b: &mut [u8; 16], lo: u64, hi: u64| {
-            b[..8].copy_from_slice(&lo.to_ne_bytes());
-            b[8..].copy_from_slice(&hi.to_ne_bytes());
-        };
         // SAFETY: this and every write below are to segments `0..3` of the WQE at `start` (a
         // block boundary), in block `pi`, which is free (room was checked) and not yet
         // published.
-        unsafe { ring.with_mut_wqe(start, 0, |b| seg(b, words[0], words[1])) };
+        unsafe {
+            ring.with_mut_wqe(start, 0, |b| {
+                b[ctrl::OPMOD_IDX_OPCODE].copy_from_slice(&idx_opcode.to_be_bytes());
+                b[ctrl::QPN_DS.start..ctrl::IMM.start].copy_from_slice(&mid);
+                b[ctrl::IMM].copy_from_slice(&(c.imm & p.imm_mask).to_be_bytes());
+            });
+        }
         let mut k = 1;
         if REMOTE {
             // SAFETY: as above.
-            unsafe { ring.with_mut_wqe(start, k, |b| seg(b, words[2], words[3])) };
+            unsafe {
+                ring.with_mut_wqe(start, k, |b| {
+                    b[raddr::RADDR].copy_from_slice(&c.remote_addr.to_be_bytes());
+                    b[raddr::RKEY.start..].copy_from_slice(&p.raddr_tail);
+                });
+            }
             k += 1;
         }
         if has_data {
             // SAFETY: as above.
-            unsafe { ring.with_mut_wqe(start, k, |b| seg(b, words[4], words[5])) };
+            unsafe {
+                ring.with_mut_wqe(start, k, |b| {
+                    b[data::BYTE_COUNT].copy_from_slice(&c.len.to_be_bytes());
+                    b[data::LKEY].copy_from_slice(&p.lkey);
+                    b[data::ADDR].copy_from_slice(&c.addr.to_be_bytes());
+                });
+            }
         }
         let next = pi.wrapping_add(1);
         let slot = ring.block_of(start) as usize;
