@@ -120,6 +120,51 @@ impl<R: BfRegister> Doorbell<R> {
     }
 }
 
+impl<R: BfRegister> Doorbell<R> {
+    /// Publishes the ring up to producer counter `pi` after one single-block WQE whose first
+    /// `n` words (`n <= 8`, 64-bit words holding its bytes in memory order) are `words`: the
+    /// steps of [`Doorbell::ring`], with the BlueFlame copy made from `words` as the caller
+    /// holds them (not read back from the ring). The copy is the whole 64-byte block, as
+    /// every BlueFlame copy: the device reads the WQE's `ds` segments of it, and the words
+    /// past `n` are zeros.
+    #[inline(always)]
+    pub(crate) fn ring_block(&mut self, pi: u32, words: &[u64; 8], n: usize) {
+        debug_assert!(n <= 8);
+        let blueflame = self.bf_blocks != 0;
+        // 2. The register (its lock, if shared), and the buffer to write: a region of its
+        // own, so that the stores address it from one register.
+        let offset = self.register.take(self.bf_size) as usize;
+        // SAFETY: the buffer at `offset` (0 or `bf_size`) lies in `self.reg`, which the
+        // queue's constructor contract keeps mapped while this doorbell lives; it holds a
+        // block with BlueFlame (`bf_size >= 64`), else the 8-byte doorbell; the copy lives
+        // for this call only.
+        let reg = unsafe { MmioRegion::new(self.reg.base().add(offset), 64) };
+        let word0 = 0;
+        // 3. WQE stores before the doorbell record.
+        barrier::to_device();
+        // 4. The doorbell record.
+        self.dbrec.publish(pi & 0xffff, Ordering::Relaxed);
+        // 5. The record before the MMIO writes.
+        barrier::wc_start();
+        if blueflame {
+            // 6a. BlueFlame: the block's eight words, in order.
+            for (i, &word) in words.iter().enumerate() {
+                let w = if i < n { word } else { 0 };
+                // SAFETY: one block fits the buffer (`bf_blocks >= 1`), which `reg` starts.
+                unsafe { reg.write_u64(word0 + i, w) };
+            }
+        } else {
+            // 6b. Doorbell: the first 8 bytes of the control segment.
+            // SAFETY: the buffer holds at least the 8-byte doorbell, at its word 0.
+            unsafe { reg.write_u64(word0, words[0]) };
+        }
+        // 7. Out of the write-combining buffer now.
+        barrier::wc_flush();
+        // 8. The register back.
+        self.register.give_back();
+    }
+}
+
 /// A segment as two 64-bit words holding its bytes in memory order.
 #[inline(always)]
 fn split_seg(seg: &[u8; 16]) -> (u64, u64) {

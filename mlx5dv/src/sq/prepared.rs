@@ -45,6 +45,22 @@ pub struct Prepared<const REMOTE: bool> {
     raddr_tail: [u8; 8],
     /// The data segment's `lkey`.
     lkey: [u8; 4],
+    /// The WQE's first words, as the post stores them (64-bit words holding the bytes in
+    /// memory order, see [`Prepared::words`]), with the changing fields 0: the control
+    /// segment's bytes 0..8 without the WQE index (`opcode`, `qpn_ds` with a data segment)
+    /// and bytes 8..16 (immediate 0), the remote-address segment's bytes 8..16 (`rkey`), and
+    /// the data segment's bytes 0..8 with `byte_count` 0 (`lkey`).
+    ctrl0: u64,
+    ctrl1: u64,
+    raddr1: u64,
+    data0: u64,
+    /// `imm_mask` where the immediate goes in `ctrl1`.
+    imm_mask64: u64,
+    /// The QPN in the high half, for the one compare of the post's fast path (see
+    /// `SendQueue::prep_key`).
+    key: u64,
+    /// `signaled` as the count it adds to the queue's signaled requests.
+    sig16: u16,
 }
 
 /// A prepared WRITE, WRITE with immediate or READ.
@@ -86,6 +102,44 @@ impl<const REMOTE: bool> Prepared<REMOTE> {
     pub fn qpn(&self) -> u32 {
         self.qpn
     }
+
+    /// The WQE of a post at producer counter `pi` with `c` (a length of at least 1), as
+    /// 64-bit words holding its bytes in memory order: the control segment, the
+    /// remote-address segment (`REMOTE`), the data segment; the first 6 (`REMOTE`) or 4 are
+    /// the WQE, the rest 0. Each changing field is converted once and or-ed into its
+    /// prepared word.
+    #[inline(always)]
+    fn words(&self, pi: u32, c: Changes) -> [u64; 8] {
+        // `opmod_idx_opcode` bytes 1..3: the WQE index, big-endian (opmod and opcode are
+        // prepared around it).
+        let idx = lo((u32::from(pi as u16) << 8).to_be_bytes());
+        let ctrl0 = self.ctrl0 | idx;
+        let ctrl1 = self.ctrl1 | (hi(c.imm.to_be_bytes()) & self.imm_mask64);
+        let data0 = self.data0 | lo(c.len.to_be_bytes());
+        let data1 = u64::from_ne_bytes(c.addr.to_be_bytes());
+        if REMOTE {
+            let raddr0 = u64::from_ne_bytes(c.remote_addr.to_be_bytes());
+            [ctrl0, ctrl1, raddr0, self.raddr1, data0, data1, 0, 0]
+        } else {
+            [ctrl0, ctrl1, data0, data1, 0, 0, 0, 0]
+        }
+    }
+}
+
+/// The 64-bit word whose first four bytes in memory are `b`, the others 0.
+#[inline(always)]
+fn lo(b: [u8; 4]) -> u64 {
+    let mut w = [0u8; 8];
+    w[..4].copy_from_slice(&b);
+    u64::from_ne_bytes(w)
+}
+
+/// The 64-bit word whose last four bytes in memory are `b`, the others 0.
+#[inline(always)]
+fn hi(b: [u8; 4]) -> u64 {
+    let mut w = [0u8; 8];
+    w[4..].copy_from_slice(&b);
+    u64::from_ne_bytes(w)
 }
 
 impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
@@ -145,20 +199,45 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         };
         let mut raddr_tail = [0u8; 8];
         raddr_tail[..4].copy_from_slice(&rkey.to_be_bytes());
+        let imm_mask: u32 = if template.op.imm().is_some() { !0 } else { 0 };
+        let ctrl_mid = mid(ds);
+        let lkey = sge.lkey.to_be_bytes();
+        // The words by their bytes; see `Prepared::words` for how a post completes them.
+        let word = |b: [u8; 8]| u64::from_ne_bytes(b);
+        let mut c0 = [0u8; 8];
+        c0[ctrl::OPMOD_IDX_OPCODE.end - 1] = plan.opcode;
+        c0[ctrl::QPN_DS].copy_from_slice(&ctrl_mid[..4]);
+        let mut c1 = [0u8; 8];
+        c1[..4].copy_from_slice(&ctrl_mid[4..]);
+        let mut d0 = [0u8; 8];
+        d0[data::LKEY].copy_from_slice(&lkey);
+        let mut m = [0u8; 8];
+        m[4..].copy_from_slice(&imm_mask.to_ne_bytes());
         Ok(Prepared {
             qpn: self.qpn,
             opcode: plan.opcode,
             signaled: plan.signaled,
-            imm_mask: if template.op.imm().is_some() { !0 } else { 0 },
-            ctrl_mid: mid(ds),
+            imm_mask,
+            ctrl_mid,
             ctrl_mid_empty: mid(ds - 1),
             raddr_tail,
-            lkey: sge.lkey.to_be_bytes(),
+            lkey,
+            ctrl0: word(c0),
+            ctrl1: word(c1),
+            raddr1: word(raddr_tail),
+            data0: word(d0),
+            imm_mask64: word(m),
+            key: u64::from(self.qpn) << 32,
+            sig16: u16::from(plan.signaled),
         })
     }
 
     /// Posts a prepared request with what changes, `c`, and rings: the WQE and the doorbell of
     /// [`PostSend::post`](zverbs_core::PostSend::post) for the same request, with only the changing fields converted.
+    ///
+    /// The common case (a length of 1 byte to 2 GiB, the queue open and with room, nothing
+    /// staged) builds the WQE's words in registers and stores them to the ring and to the
+    /// BlueFlame register; everything else (refusals included) goes out of line.
     ///
     /// # Safety
     ///
@@ -169,15 +248,80 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
     /// # Errors
     ///
     /// [`PostError::MessageTooLong`] for a length over 2 GiB; [`PostError::Unsupported`] for a
-    /// request prepared for another queue; [`PostError::QueueFull`] or [`PostError::CqFull`]
-    /// when it does not fit now. Then nothing was written.
+    /// request prepared for another queue; [`PostError::NotReady`] when the queue pair is in
+    /// the error state or RESET; [`PostError::QueueFull`] or [`PostError::CqFull`] when it
+    /// does not fit now. Then nothing was written.
     #[inline(always)]
     pub unsafe fn post_prepared<const REMOTE: bool>(
         &mut self,
         p: &Prepared<REMOTE>,
         c: Changes,
     ) -> Result<(), PostError> {
+        let pi = self.pi;
+        // One compare each, every one conservative (the slow path decides exactly): a
+        // length in 1..=2^31 (a zero-length WQE has one segment less); the gate as this
+        // queue last passed it, and the request's QPN, in one word (`prep_key`); a free
+        // block; a free CQE whether the request is signaled or not; nothing staged.
+        if c.len.wrapping_sub(1) >= MAX_MESSAGE as u32
+            || (u64::from(self.state.gate().peek()) | p.key) != self.prep_key
+        {
+            // SAFETY: (caller) the posting contract.
+            return unsafe {
+                self.post_prepared_slow(p, c.wr_id, c.addr, c.len, c.remote_addr, c.imm)
+            };
+        }
+        if pi == self.limit || self.sig_posted == self.sig_limit {
+            // SAFETY: as above.
+            return unsafe {
+                self.post_prepared_slow(p, c.wr_id, c.addr, c.len, c.remote_addr, c.imm)
+            };
+        }
+        if self.pending != 0 {
+            // SAFETY: as above.
+            return unsafe {
+                self.post_prepared_slow(p, c.wr_id, c.addr, c.len, c.remote_addr, c.imm)
+            };
+        }
+        let start = pi.wrapping_mul(crate::prm::SEGS_PER_BB as u32);
+        let next = pi.wrapping_add(1);
+        self.record_prepared(p, c.wr_id, start, next);
+        let words = p.words(pi, c);
+        let n = if REMOTE { 6 } else { 4 };
+        // SAFETY: block `pi` is free (room was checked) and not yet published.
+        unsafe { self.ring.write_block_words(start, &words, n) };
+        self.doorbell.ring_block(next, &words, n);
+        Ok(())
+    }
+
+    /// [`SendQueue::post_prepared`] when a fast check failed: the exact checks, then the
+    /// field-wise writer (a zero-length request too) and the doorbell.
+    ///
+    /// # Safety
+    ///
+    /// As [`SendQueue::post_prepared`].
+    #[cold]
+    #[inline(never)]
+    unsafe fn post_prepared_slow<const REMOTE: bool>(
+        &mut self,
+        p: &Prepared<REMOTE>,
+        wr_id: u64,
+        addr: u64,
+        len: u32,
+        remote_addr: u64,
+        imm: u32,
+    ) -> Result<(), PostError> {
+        // The changes as scalars: a `Changes` by reference would make the caller keep one in
+        // memory on the fast path too.
+        let c = Changes {
+            wr_id,
+            addr,
+            len,
+            remote_addr,
+            imm,
+        };
         self.check_prepared(p, c)?;
+        // The gate passed (open, of this incarnation) and the request is this queue's.
+        self.prep_key = u64::from(self.gate) | p.key;
         if self.pending != 0 {
             self.ring_pending();
         }
@@ -185,6 +329,33 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         let start = unsafe { self.write_prepared(p, c) };
         self.doorbell.ring(self.ring, self.pi, start, 1, true);
         Ok(())
+    }
+
+    /// Records the prepared WQE at segment `start` in its slot and advances the counters to
+    /// `next`.
+    #[inline(always)]
+    fn record_prepared<const REMOTE: bool>(
+        &mut self,
+        p: &Prepared<REMOTE>,
+        wr_id: u64,
+        start: u32,
+        next: u32,
+    ) {
+        let slots = self.state.slots();
+        let slot = self.ring.block_of(start) as usize;
+        debug_assert!(slot < slots.len());
+        // SAFETY: in bounds (one slot per block, checked by `new`); the slot is free (room
+        // was checked) and the WQE is not published yet.
+        unsafe {
+            slots.get_unchecked(slot).record(SlotData {
+                wr_id,
+                next,
+                opcode: p.opcode,
+                signaled: p.signaled,
+            })
+        };
+        self.sig_posted = self.sig_posted.wrapping_add(p.sig16);
+        self.pi = next;
     }
 
     /// Writes a prepared request without ringing, as [`PostSend::stage`](zverbs_core::PostSend::stage) does; the doorbell

@@ -34,9 +34,8 @@ use zverbs_mlx5dv::prm::cqe::Cqe64;
 use zverbs_mlx5dv::prm::opcode;
 use zverbs_mlx5dv::{
     BfLayout, Changes, CompletionQueue, CqArm, CqBinding, CqLayout, QpLayout, RecvQueue, RqSlot,
-    RqState,
-    SendQueue, SharedRecvQueue, SqCaps, SqSlot, SqState, SrqLayout, SrqSlot, SrqState, Transport,
-    WqLayout,
+    RqState, SendQueue, SharedRecvQueue, SqCaps, SqSlot, SqState, SrqLayout, SrqSlot, SrqState,
+    Transport, WqLayout,
 };
 
 #[link(name = "c")]
