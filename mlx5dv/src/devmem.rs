@@ -49,6 +49,12 @@ impl SegRing {
         unsafe { &*self.base.as_ptr().add((idx & self.mask) as usize) }
     }
 
+    /// The segment, in the ring, of segment counter `start` (`start mod segments`).
+    #[inline(always)]
+    pub(crate) fn seg_of(&self, start: u32) -> u32 {
+        start & self.mask
+    }
+
     /// The basic block, in the ring, of segment counter `start` (`(start mod segments) / 4`).
     #[inline(always)]
     pub(crate) fn block_of(&self, start: u32) -> u32 {

@@ -158,8 +158,15 @@ impl<R: BfRegister> Doorbell<R> {
             // SAFETY: the buffer holds at least the 8-byte doorbell, at its word 0.
             unsafe { reg.write_u64(word0, words[0]) };
         }
-        // 7. Out of the write-combining buffer now.
-        barrier::wc_flush();
+        // 7. Out of the write-combining buffer now, for a shared register: before the next
+        // holder's copy (docs/architecture.md). A dedicated register's next copy, this
+        // queue's, goes to the other buffer after its own `wc_start`, which drains this one
+        // first; and the copy is a whole 64-byte line, which the CPU sends without waiting
+        // for more stores (so a single-threaded BlueFlame needs no trailing flush, as UCX
+        // writes it; DESIGN section 7).
+        if self.register.is_shared() {
+            barrier::wc_flush();
+        }
         // 8. The register back.
         self.register.give_back();
     }

@@ -20,7 +20,7 @@ use zverbs_core::{MAX_MESSAGE, PostError, SendOp, SendWr};
 use super::{SendQueue, SqTransport};
 use crate::bf::BfRegister;
 use crate::prm::wqe::{ctrl, data, raddr};
-use crate::state::{SlotData, SqStateRef};
+use crate::state::{SlotData, SqSlot, SqStateRef};
 
 /// A prepared request; `REMOTE` says whether its WQE has a remote-address segment (WRITE,
 /// WRITE with immediate, READ: [`PreparedRdma`]) or not (SEND, SEND with immediate:
@@ -262,7 +262,9 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         // length in 1..=2^31 (a zero-length WQE has one segment less); the gate as this
         // queue last passed it, and the request's QPN, in one word (`prep_key`); a free
         // block; a free CQE whether the request is signaled or not; nothing staged.
-        if c.len.wrapping_sub(1) >= MAX_MESSAGE as u32
+        // (A length of exactly 2 GiB takes the slow path: `len as i32 > 0` is one test.)
+        const _: () = assert!(MAX_MESSAGE == 1 << 31);
+        if (c.len as i32) <= 0
             || (u64::from(self.state.gate().peek()) | p.key) != self.prep_key
         {
             // SAFETY: (caller) the posting contract.
@@ -284,11 +286,14 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         }
         let start = pi.wrapping_mul(crate::prm::SEGS_PER_BB as u32);
         let next = pi.wrapping_add(1);
-        self.record_prepared(p, c.wr_id, start, next);
+        // A local, as in `SendQueue::write`: the slot store below cannot be proved not to
+        // alias `self`.
+        let ring = self.ring;
+        self.record_prepared(p, c.wr_id, ring.seg_of(start), next);
         let words = p.words(pi, c);
         let n = if REMOTE { 6 } else { 4 };
         // SAFETY: block `pi` is free (room was checked) and not yet published.
-        unsafe { self.ring.write_block_words(start, &words, n) };
+        unsafe { ring.write_block_words(start, &words, n) };
         self.doorbell.ring_block(next, &words, n);
         Ok(())
     }
@@ -331,23 +336,27 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         Ok(())
     }
 
-    /// Records the prepared WQE at segment `start` in its slot and advances the counters to
-    /// `next`.
+    /// Records the prepared WQE in the slot of its basic block, `block` (in the ring), and
+    /// advances the counters to `next`.
     #[inline(always)]
     fn record_prepared<const REMOTE: bool>(
         &mut self,
         p: &Prepared<REMOTE>,
         wr_id: u64,
-        start: u32,
+        seg: u32,
         next: u32,
     ) {
         let slots = self.state.slots();
-        let slot = self.ring.block_of(start) as usize;
-        debug_assert!(slot < slots.len());
-        // SAFETY: in bounds (one slot per block, checked by `new`); the slot is free (room
-        // was checked) and the WQE is not published yet.
+        debug_assert!(seg.is_multiple_of(4) && ((seg / 4) as usize) < slots.len());
+        // Slot `seg / 4`, addressed as `seg` times a quarter slot: the same index as the
+        // ring's, scaled by the addressing mode rather than shifted once more.
+        const _: () = assert!(core::mem::size_of::<SqSlot>() == 16);
+        // SAFETY: in bounds (one slot per block, checked by `new`, and `seg` is a block's
+        // first segment); the slot is free (room was checked) and the WQE is not published
+        // yet.
         unsafe {
-            slots.get_unchecked(slot).record(SlotData {
+            let slot = &*slots.as_ptr().byte_add(seg as usize * 4);
+            slot.record(SlotData {
                 wr_id,
                 next,
                 opcode: p.opcode,
