@@ -130,33 +130,31 @@ impl<R: BfRegister> Doorbell<R> {
     #[inline(always)]
     pub(crate) fn ring_block(&mut self, pi: u32, words: &[u64; 8], n: usize) {
         debug_assert!(n <= 8);
-        let blueflame = self.bf_blocks != 0;
-        // 2. The register (its lock, if shared), and the buffer to write: a region of its
-        // own, so that the stores address it from one register.
-        let offset = self.register.take(self.bf_size) as usize;
-        // SAFETY: the buffer at `offset` (0 or `bf_size`) lies in `self.reg`, which the
-        // queue's constructor contract keeps mapped while this doorbell lives; it holds a
-        // block with BlueFlame (`bf_size >= 64`), else the 8-byte doorbell; the copy lives
-        // for this call only.
-        let reg = unsafe { MmioRegion::new(self.reg.base().add(offset), 64) };
-        let word0 = 0;
-        // 3. WQE stores before the doorbell record.
-        barrier::to_device();
-        // 4. The doorbell record.
-        self.dbrec.publish(pi & 0xffff, Ordering::Relaxed);
-        // 5. The record before the MMIO writes.
-        barrier::wc_start();
-        if blueflame {
+        if self.bf_blocks == 0 {
+            // 2. Without BlueFlame the buffer is always the first (`bf_size == 0`); a shared
+            // register is still taken, for its lock.
+            if self.register.is_shared() {
+                self.register.take(0);
+            }
+            self.publish(pi);
+            // 6b. Doorbell: the first 8 bytes of the control segment.
+            // SAFETY: the region holds at least the 8-byte doorbell, at its word 0.
+            unsafe { self.reg.write_u64(0, words[0]) };
+        } else {
+            // 2. The register (its lock, if shared), and the buffer to write: a region of
+            // its own, so that the stores address it from one register.
+            let offset = self.register.take(self.bf_size) as usize;
+            // SAFETY: the buffer at `offset` (0 or `bf_size >= 64`) lies in `self.reg`,
+            // which the queue's constructor contract keeps mapped while this doorbell
+            // lives; the copy lives for this call only.
+            let buf = unsafe { MmioRegion::new(self.reg.base().add(offset), 64) };
+            self.publish(pi);
             // 6a. BlueFlame: the block's eight words, in order.
             for (i, &word) in words.iter().enumerate() {
                 let w = if i < n { word } else { 0 };
-                // SAFETY: one block fits the buffer (`bf_blocks >= 1`), which `reg` starts.
-                unsafe { reg.write_u64(word0 + i, w) };
+                // SAFETY: one block fits the buffer (`bf_blocks >= 1`), which `buf` starts.
+                unsafe { buf.write_u64(i, w) };
             }
-        } else {
-            // 6b. Doorbell: the first 8 bytes of the control segment.
-            // SAFETY: the buffer holds at least the 8-byte doorbell, at its word 0.
-            unsafe { reg.write_u64(word0, words[0]) };
         }
         // 7. Out of the write-combining buffer now, for a shared register: before the next
         // holder's copy (docs/architecture.md). A dedicated register's next copy, this
@@ -166,9 +164,18 @@ impl<R: BfRegister> Doorbell<R> {
         // writes it; DESIGN section 7).
         if self.register.is_shared() {
             barrier::wc_flush();
+            // 8. The register back.
+            self.register.give_back();
         }
-        // 8. The register back.
-        self.register.give_back();
+    }
+
+    /// Steps 3 to 5 of [`Doorbell::ring`]: the WQE stores before the doorbell record, the
+    /// record (`pi`), and the record before the MMIO writes.
+    #[inline(always)]
+    fn publish(&self, pi: u32) {
+        barrier::to_device();
+        self.dbrec.publish(pi & 0xffff, Ordering::Relaxed);
+        barrier::wc_start();
     }
 }
 

@@ -264,9 +264,7 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         // block; a free CQE whether the request is signaled or not; nothing staged.
         // (A length of exactly 2 GiB takes the slow path: `len as i32 > 0` is one test.)
         const _: () = assert!(MAX_MESSAGE == 1 << 31);
-        if (c.len as i32) <= 0
-            || (u64::from(self.state.gate().peek()) | p.key) != self.prep_key
-        {
+        if (c.len as i32) <= 0 || (u64::from(self.state.gate().peek()) | p.key) != self.prep_key {
             // SAFETY: (caller) the posting contract.
             return unsafe {
                 self.post_prepared_slow(p, c.wr_id, c.addr, c.len, c.remote_addr, c.imm)

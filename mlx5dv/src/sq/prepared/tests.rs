@@ -4,7 +4,7 @@ use std::vec;
 use std::vec::Vec;
 
 use proptest::prelude::*;
-use zverbs_core::{PostError, PostSend, RemoteBuf, SendFlags, SendWr, Sge};
+use zverbs_core::{PostError, PostSend, RemoteBuf, SendFlags, SendWr, Sge, SqCaps};
 
 use super::{Changes, Prepared};
 use crate::testutil::{Rig, caps};
@@ -308,4 +308,115 @@ fn prepare_refuses_what_it_cannot_prepare() {
         sq.prepare_rdma(&SendWr::read(1, &sgl, remote).inline()),
         Err(PostError::InlineNotAllowed)
     );
+}
+
+/// The gate refuses prepared posts as it refuses generic ones: a queue pair in the error
+/// state or RESET takes nothing, on the fast path too (the queue's earlier posts made it the
+/// common case), and writes nothing.
+#[test]
+fn a_closed_gate_refuses_prepared_posts_and_writes_nothing() {
+    let (mut rig, _) = rigs(8, 256);
+    let p = rig.sq.prepare_rdma(&write(8).wr(&write(8).sgl())).unwrap();
+    // Twice: the second post takes the fast path.
+    go(&mut rig, &p, write(8).c, false).unwrap();
+    go(&mut rig, &p, write(8).c, false).unwrap();
+    let before = seen(&mut rig);
+    let gate = rig.bindings[0].sq.clone().unwrap();
+    gate.gate().close();
+    for stage in [false, true] {
+        assert_eq!(
+            go(&mut rig, &p, write(8).c, stage),
+            Err(PostError::NotReady)
+        );
+        assert_eq!(seen(&mut rig), before);
+    }
+    // Open again (the same incarnation): posts are taken, where they left off.
+    gate.gate().open();
+    go(&mut rig, &p, write(8).c, false).unwrap();
+    assert_eq!((rig.sq.producer(), rig.mem.dbrec(1)), (3, 3));
+}
+
+/// A queue pair reset and connected again: the next prepared post restarts at producer
+/// counter 0 (WQE index 0, doorbell record 1), whether a generic post passed the gate first
+/// or the prepared post does.
+#[test]
+fn prepared_posts_restart_at_zero_in_a_later_incarnation() {
+    for generic_first in [false, true] {
+        let (mut rig, _) = rigs(8, 256);
+        let p = rig.sq.prepare_rdma(&write(8).wr(&write(8).sgl())).unwrap();
+        for _ in 0..3 {
+            go(&mut rig, &p, write(8).c, false).unwrap();
+        }
+        let sq = rig.bindings[0].sq.clone().unwrap();
+        sq.gate().close();
+        // SAFETY: nothing polls or posts meanwhile.
+        unsafe {
+            crate::clear_doorbell_record(&rig.mem.qp_layout(crate::testutil::QPN, 8, 256));
+            sq.restart();
+        }
+        assert_eq!(
+            go(&mut rig, &p, write(8).c, false),
+            Err(PostError::NotReady)
+        );
+        sq.gate().open();
+        if generic_first {
+            let sgl = write(8).sgl();
+            // SAFETY: never executed.
+            unsafe { rig.sq.post(&write(8).wr(&sgl)) }.unwrap();
+        }
+        go(&mut rig, &p, write(8).c, false).unwrap();
+        let n = 1 + u32::from(generic_first);
+        assert_eq!((rig.sq.producer(), rig.mem.dbrec(1)), (n, n));
+        // The last WQE carries index n - 1, in its ring slot and in the BlueFlame copy.
+        let ring = rig.mem.sq_bytes();
+        let at = 64 * (n as usize - 1);
+        let want = ((n - 1) << 8 | u32::from(crate::prm::opcode::RDMA_WRITE)).to_be_bytes();
+        assert_eq!(&ring[at..at + 4], &want);
+        let bf = rig.mem.bf_bytes();
+        // The toggle is kept across the reset: this is the queue's ring number 3 + n.
+        let copy = 256 * ((3 + n as usize - 1) % 2);
+        assert_eq!(&bf[copy..copy + 4], &want);
+    }
+}
+
+/// Prepared posts fill the ring and the CQ share up to their limits and no further, on the
+/// fast path (each post after the first takes it): the post that does not fit is refused
+/// with nothing written; an unsignaled one still fits when only the CQ share is used up.
+#[test]
+fn prepared_posts_stop_at_a_full_ring_and_a_full_cq() {
+    let (mut rig, _) = rigs(4, 256);
+    let p = rig.sq.prepare_rdma(&write(8).wr(&write(8).sgl())).unwrap();
+    for _ in 0..4 {
+        go(&mut rig, &p, write(8).c, false).unwrap();
+    }
+    let before = seen(&mut rig);
+    assert_eq!(
+        go(&mut rig, &p, write(8).c, false),
+        Err(PostError::QueueFull { needed: 1, free: 0 })
+    );
+    assert_eq!(seen(&mut rig), before);
+
+    let caps = SqCaps {
+        max_signaled: 2,
+        ..caps(4, 64)
+    };
+    let mut rig = Rig::new(8, 256, caps);
+    rig.mem.fill_sq(0xa5);
+    let signaled = rig.sq.prepare_rdma(&write(8).wr(&write(8).sgl())).unwrap();
+    let quiet = Req {
+        flags: 0,
+        ..write(8)
+    };
+    let quiet = rig.sq.prepare_rdma(&quiet.wr(&quiet.sgl())).unwrap();
+    for _ in 0..2 {
+        go(&mut rig, &signaled, write(8).c, false).unwrap();
+    }
+    let before = seen(&mut rig);
+    assert_eq!(
+        go(&mut rig, &signaled, write(8).c, false),
+        Err(PostError::CqFull { limit: 2 })
+    );
+    assert_eq!(seen(&mut rig), before);
+    go(&mut rig, &quiet, write(8).c, false).unwrap();
+    assert_eq!(rig.sq.producer(), 3);
 }
