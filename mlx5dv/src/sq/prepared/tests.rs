@@ -180,6 +180,12 @@ fn rigs(blocks: u32, bf: u32) -> (Rig, Rig) {
 proptest! {
     #![proptest_config(ProptestConfig {
         cases: if cfg!(miri) { 4 } else { 256 },
+        // Under Miri's isolation there is no file system for the regressions file.
+        failure_persistence: if cfg!(miri) {
+            None
+        } else {
+            ProptestConfig::default().failure_persistence
+        },
         ..ProptestConfig::default()
     })]
 
