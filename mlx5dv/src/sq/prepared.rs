@@ -10,10 +10,19 @@
 //! changes ([`Changes`]: local address and length, remote address, immediate, `wr_id`).
 //!
 //! The checks that depend on what changes stay on every post: the message length (at most
-//! 2 GiB), room in the ring and in the CQ, and that the prepared request belongs to this queue
-//! (its QPN). A zero-length post writes what the generic path writes for a zero-length entry:
-//! no data segment, one segment less in `ds`. The WQE bytes are those the generic path writes
-//! for the same request (a property test below compares them).
+//! 2 GiB), the queue pair open (the gate, as for every post: in the error state or RESET a
+//! post is refused with nothing written), room in the ring and in the CQ, and that the
+//! prepared request belongs to this queue (its QPN). A zero-length post writes what the
+//! generic path writes for a zero-length entry: no data segment, one segment less in `ds`.
+//!
+//! The common case builds the WQE as 64-bit words in registers from the prepared words, stores
+//! them to the ring and the same registers to the BlueFlame buffer (the whole 64-byte block,
+//! zeros past the WQE, which the device does not read), behind one compare per check; a
+//! request a compare turns away (a zero length, a full ring, a gate that changed, requests
+//! staged before it, ...) goes out of line to the exact checks and the field-wise writer. The
+//! WQE bytes are those the generic path writes for the same request (a property test below
+//! compares them, and the emulator's differential check compares them and the BlueFlame copy
+//! with libmlx5's).
 
 use zverbs_core::{MAX_MESSAGE, PostError, SendOp, SendWr};
 
