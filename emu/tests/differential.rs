@@ -112,9 +112,7 @@ impl Req {
             op,
             sgl: Vec::new(),
             inline: false,
-            // Every fourth at least: the unsignaled ones before it retire with it, so the
-            // 16-block ring never fills.
-            signaled: id % 4 == 0 || rng.chance(50),
+            signaled: rng.chance(50),
             fence: rng.chance(10),
             solicited: false,
             imm: rng.next_u64() as u32,
@@ -1373,7 +1371,9 @@ fn run_prepared(mode: &str) {
             op,
             sgl: vec![(base + (src as u64) + off, len)],
             inline: false,
-            signaled: rng.chance(50),
+            // Every fourth at least: the unsignaled ones before it retire with it, so the
+            // 16-block ring never fills.
+            signaled: id % 4 == 0 || rng.chance(50),
             fence: rng.chance(10),
             solicited: rng.chance(10),
             imm: rng.next_u64() as u32,
