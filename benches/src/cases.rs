@@ -191,6 +191,34 @@ pub const CASES: &[Case] = &[
         8,
         ("zverbs_benches::ours::post_chain", "zvb_post_send_wr"),
     ),
+    case(
+        "prep_write",
+        "prepared RDMA WRITE, 1 SGE, BlueFlame (C: as `write`)",
+        Group::Post,
+        1,
+        ("zverbs_benches::ours::post_prepared_rdma", "zvb_post_write"),
+    ),
+    case(
+        "prep_write_db",
+        "prepared RDMA WRITE, 1 SGE, doorbell only (C: as `write_db`)",
+        Group::Post,
+        1,
+        ("zverbs_benches::ours::post_prepared_rdma", "zvb_post_write"),
+    ),
+    case(
+        "prep_send",
+        "prepared SEND, 1 SGE (C: as `send`)",
+        Group::Post,
+        1,
+        ("zverbs_benches::ours::post_prepared_send", "zvb_post_send"),
+    ),
+    case(
+        "prep_read",
+        "prepared RDMA READ, 1 SGE (C: as `read`)",
+        Group::Post,
+        1,
+        ("zverbs_benches::ours::post_prepared_rdma", "zvb_post_read"),
+    ),
     Case {
         goal_ns: Some(5.0),
         ..case(
@@ -406,6 +434,19 @@ fn write_wrs(n: usize) -> Vec<SendWr<'static>> {
         .collect()
 }
 
+/// The request a prepared case prepares (signaled, as the C baselines' are): its keys are
+/// the benchmark's, its addresses and length are each post's.
+fn prepared_template(name: &str) -> SendWr<'static> {
+    let sgl: &'static [Sge] = Box::leak(Box::new([Sge::new(ADDR, LEN, LKEY)]));
+    let remote = RemoteBuf::new(RADDR, RKEY);
+    match name {
+        "prep_read" => SendWr::read(WR_ID, sgl, remote),
+        "prep_send" => SendWr::send(WR_ID, sgl),
+        _ => SendWr::write(WR_ID, sgl, remote),
+    }
+    .signaled()
+}
+
 /// The zverbs runner of `case`.
 fn ours_runner(case: &Case) -> Option<Box<dyn Runner>> {
     use std::hint::black_box as bb;
@@ -426,6 +467,44 @@ fn ours_runner(case: &Case) -> Option<Box<dyn Runner>> {
                     )
                 }
                 .is_ok()
+            })
+        }
+        "prep_write" | "prep_write_db" | "prep_read" => {
+            let bf = if case.name.ends_with("_db") {
+                0
+            } else {
+                BF_SIZE
+            };
+            let fix = Ours::new(mem(bf));
+            let p = fix
+                .sq
+                .prepare_rdma(&prepared_template(case.name))
+                .expect("prepares");
+            post(fix, 1, 1, move |f: &mut Ours| {
+                // SAFETY: no device: nothing reads the memory the request names.
+                unsafe {
+                    ours::post_prepared_rdma(
+                        &mut f.sq,
+                        bb(&p),
+                        bb(ADDR),
+                        bb(LEN),
+                        bb(RADDR),
+                        bb(WR_ID),
+                    )
+                }
+                .is_ok()
+            })
+        }
+        "prep_send" => {
+            let fix = Ours::new(mem(BF_SIZE));
+            let p = fix
+                .sq
+                .prepare_send(&prepared_template(case.name))
+                .expect("prepares");
+            post(fix, 1, 1, move |f: &mut Ours| {
+                // SAFETY: as above.
+                unsafe { ours::post_prepared_send(&mut f.sq, bb(&p), bb(ADDR), bb(LEN), bb(WR_ID)) }
+                    .is_ok()
             })
         }
         "write_inline8" | "write_inline64" => {
@@ -552,8 +631,12 @@ fn ours_runner(case: &Case) -> Option<Box<dyn Runner>> {
 fn c_runner(case: &Case) -> Option<Box<dyn Runner>> {
     use std::hint::black_box as bb;
     let r = match case.name {
-        "write" | "write_db" => {
-            let bf = if case.name == "write" { BF_SIZE } else { 0 };
+        "write" | "write_db" | "prep_write" | "prep_write_db" => {
+            let bf = if case.name.ends_with("_db") {
+                0
+            } else {
+                BF_SIZE
+            };
             post(CBase::new(mem(bf)), 1, 1, |f: &mut CBase| {
                 // SAFETY: a live queue; no device reads the memory the request names.
                 let rc = unsafe {
@@ -591,13 +674,13 @@ fn c_runner(case: &Case) -> Option<Box<dyn Runner>> {
                 rc == 0
             })
         }
-        "send" => post(CBase::new(mem(BF_SIZE)), 1, 1, |f: &mut CBase| {
+        "send" | "prep_send" => post(CBase::new(mem(BF_SIZE)), 1, 1, |f: &mut CBase| {
             // SAFETY: as above.
             let rc =
                 unsafe { ffi::zvb_post_send(&mut *f.sq, bb(ADDR), bb(LEN), bb(LKEY), bb(WR_ID)) };
             rc == 0
         }),
-        "read" => post(CBase::new(mem(BF_SIZE)), 1, 1, |f: &mut CBase| {
+        "read" | "prep_read" => post(CBase::new(mem(BF_SIZE)), 1, 1, |f: &mut CBase| {
             // SAFETY: as above.
             let rc = unsafe {
                 ffi::zvb_post_read(
@@ -755,6 +838,31 @@ mod tests {
                     ours::post_faa(&mut o.sq, ADDR, LKEY, RADDR, RKEY, 33, wr_id),
                     ffi::zvb_post_faa(sq, ADDR, LKEY, RADDR, RKEY, 33, wr_id),
                 ),
+                "prep_write" | "prep_write0" | "prep_read" => {
+                    let name = if kind == "prep_read" {
+                        kind
+                    } else {
+                        "prep_write"
+                    };
+                    let p = o.sq.prepare_rdma(&prepared_template(name)).unwrap();
+                    let len = if kind == "prep_write0" { 0 } else { LEN };
+                    let zvb = if kind == "prep_read" {
+                        ffi::zvb_post_read
+                    } else {
+                        ffi::zvb_post_write
+                    };
+                    (
+                        ours::post_prepared_rdma(&mut o.sq, &p, ADDR, len, RADDR, wr_id),
+                        zvb(sq, ADDR, len, LKEY, RADDR, RKEY, wr_id),
+                    )
+                }
+                "prep_send" => {
+                    let p = o.sq.prepare_send(&prepared_template(kind)).unwrap();
+                    (
+                        ours::post_prepared_send(&mut o.sq, &p, ADDR, LEN, wr_id),
+                        ffi::zvb_post_send(sq, ADDR, LEN, LKEY, wr_id),
+                    )
+                }
                 other => panic!("no request kind {other}"),
             }
         };
@@ -763,12 +871,30 @@ mod tests {
 
     fn assert_same(o: &Ours, c: &CBase, what: &str) {
         assert_eq!(o.mem.sq_bytes(), c.mem.sq_bytes(), "ring after {what}");
-        assert_eq!(o.mem.bf_bytes(), c.mem.bf_bytes(), "BlueFlame after {what}");
+        assert_eq!(
+            bf_as_read(o.mem.bf_bytes()),
+            bf_as_read(c.mem.bf_bytes()),
+            "BlueFlame after {what}"
+        );
         assert_eq!(
             o.mem.sq_dbrec(),
             c.mem.sq_dbrec(),
             "doorbell record after {what}"
         );
+    }
+
+    /// A BlueFlame area as the device reads it: of each buffer, the `ds` segments of the WQE
+    /// last copied into it (its control segment's byte 7). A copy is whole 64-byte blocks:
+    /// past the WQE, rdma-core's copy carries the ring's stale bytes, a prepared post zeros.
+    fn bf_as_read(mut bf: Vec<u8>) -> Vec<u8> {
+        if bf.len() > 8 {
+            let size = bf.len() / 2;
+            for buf in bf.chunks_mut(size) {
+                let ds = usize::from(buf[7] & 0x3f) * 16;
+                buf[ds.min(size)..].fill(0);
+            }
+        }
+        bf
     }
 
     /// The benchmarked requests are the same bytes on both sides: WQEs, BlueFlame copies and
@@ -777,7 +903,19 @@ mod tests {
     #[test]
     fn both_sides_write_the_same_bytes() {
         let kinds = [
-            "write", "write0", "inline8", "inline13", "inline64", "send", "read", "cas", "faa",
+            "write",
+            "write0",
+            "inline8",
+            "inline13",
+            "inline64",
+            "send",
+            "read",
+            "cas",
+            "faa",
+            "prep_write",
+            "prep_write0",
+            "prep_send",
+            "prep_read",
         ];
         for bf in [BF_SIZE, 0] {
             for kind in kinds {

@@ -14,7 +14,8 @@ use zverbs_core::{
 };
 
 use zverbs_mlx5dv::{
-    CompletionQueue, CqBinding, RqSlot, RqState, SendQueue, SqCaps, SqSlot, SqState,
+    Changes, CompletionQueue, CqBinding, PreparedRdma, PreparedSend, RqSlot, RqState, SendQueue,
+    SqCaps, SqSlot, SqState,
 };
 
 use crate::mem::QpMem;
@@ -152,6 +153,63 @@ pub unsafe fn post_write(
     let wr = SendWr::write(wr_id, &sgl, RemoteBuf::new(raddr, rkey)).signaled();
     // SAFETY: (caller) the posting contract.
     unsafe { sq.post(&wr) }
+}
+
+/// A prepared 1-SGE RDMA WRITE or READ (`p`) of `addr`/`len` to or from `raddr`, posted and
+/// rung: only what changes is given.
+///
+/// # Safety
+///
+/// As [`post_write`].
+///
+/// # Errors
+///
+/// As [`SendQueue::post_prepared`].
+#[inline(never)]
+pub unsafe fn post_prepared_rdma(
+    sq: &mut Sq,
+    p: &PreparedRdma,
+    addr: u64,
+    len: u32,
+    raddr: u64,
+    wr_id: u64,
+) -> Result<(), PostError> {
+    let c = Changes {
+        wr_id,
+        addr,
+        len,
+        remote_addr: raddr,
+        imm: 0,
+    };
+    // SAFETY: (caller) the posting contract.
+    unsafe { sq.post_prepared(p, c) }
+}
+
+/// A prepared 1-SGE SEND (`p`) of `addr`/`len`, posted and rung.
+///
+/// # Safety
+///
+/// As [`post_write`].
+///
+/// # Errors
+///
+/// As [`SendQueue::post_prepared`].
+#[inline(never)]
+pub unsafe fn post_prepared_send(
+    sq: &mut Sq,
+    p: &PreparedSend,
+    addr: u64,
+    len: u32,
+    wr_id: u64,
+) -> Result<(), PostError> {
+    let c = Changes {
+        wr_id,
+        addr,
+        len,
+        ..Changes::default()
+    };
+    // SAFETY: (caller) the posting contract.
+    unsafe { sq.post_prepared(p, c) }
 }
 
 /// A signaled RDMA WRITE of `data`, inline, posted and rung.

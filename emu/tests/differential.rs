@@ -39,6 +39,15 @@
 //! whole ring and the doorbell record are compared after every post. Entries are never empty
 //! (libmlx5 writes an empty entry, the direct path skips it).
 //!
+//! Prepared posts: the same pair of RC QPs (one entry each), every request a WRITE,
+//! WRITE_IMM, READ, SEND or SEND_IMM of 0 to 512 bytes posted alone, with `ibv_post_send` on
+//! one and as a prepared request (`prepare_rdma` / `prepare_send` from a template whose
+//! changing fields differ, then `post_prepared`) on the other; the WQEs are compared as above,
+//! and so is what each side wrote into its BlueFlame register: the WQE's `ds` segments of the
+//! buffer (past them libmlx5 copies the ring's stale bytes, a prepared post writes zeros), or
+//! the 8-byte doorbell without BlueFlame or for a one-segment WQE, which libmlx5 rings with
+//! the doorbell.
+//!
 //! Seed and size: `ZVERBS_EMU_DIFF_SEED`, `ZVERBS_EMU_DIFF_CASES`. The tests need the shim
 //! (`libzverbs_emu.so`) built beside them, so they are not part of the plain `cargo test`
 //! (`test = false` in Cargo.toml): `cargo xtask test --only connectx` builds the shim and runs
@@ -1196,5 +1205,302 @@ fn run_srq() {
         "differential SRQ: {posts} receives posted by ibv_post_srq_recv and by our \
          SharedRecvQueue to SRQs of (max_wr, max_sge, stride, WQEs) {shapes:?}, each to a full \
          ring and one more refused by both: ring bytes and doorbell records equal after each"
+    );
+}
+
+#[test]
+fn prepared_wqes_and_blueflame_match_libmlx5_blueflame() {
+    in_mode(
+        "prepared_wqes_and_blueflame_match_libmlx5_blueflame",
+        "BlueFlame",
+        run_prepared,
+    );
+}
+
+#[test]
+fn prepared_wqes_and_blueflame_match_libmlx5_doorbell_only() {
+    in_mode(
+        "prepared_wqes_and_blueflame_match_libmlx5_doorbell_only",
+        "doorbell-only",
+        run_prepared,
+    );
+}
+
+/// The words a doorbell write put into a QP's BlueFlame register: the whole buffer `buf`
+/// (of `size` bytes) with BlueFlame, the 8-byte doorbell without.
+fn bf_buffer(l: &QpLayout, buf: u32) -> Vec<u8> {
+    let (size, words) = if l.bf.size == 0 {
+        (0, 1)
+    } else {
+        (l.bf.size, l.bf.size as usize / 8)
+    };
+    let base = l.bf.reg.as_ptr().cast::<u64>();
+    (0..words)
+        .flat_map(|w| {
+            // SAFETY: the register is mapped for the QP's life (ordinary shared memory in the
+            // emulator, unless it watches BlueFlame writes, which this run does not ask for);
+            // a volatile read of a word the driver or the queue wrote.
+            let v = unsafe { base.add((buf * size / 8) as usize + w).read_volatile() };
+            v.to_ne_bytes()
+        })
+        .collect()
+}
+
+/// Prepared posts (`SendQueue::prepare_rdma` / `prepare_send`, then `post_prepared` with each
+/// request's changing fields) against `ibv_post_send` of the same request, one request per
+/// post: WRITE, WRITE_IMM, READ, SEND, SEND_IMM of one entry (0 to `MAX_SGE_LEN` bytes),
+/// signaled or not, fenced or solicited now and then, each prepared from a template whose
+/// changing fields differ from the post's. The WQE bytes in the rings are compared as in
+/// [`run`], and so is what each side wrote into its BlueFlame register: the WQE's `ds`
+/// segments of the buffer (the device reads no more; past them libmlx5 copies the ring's
+/// bytes, a prepared post writes zeros), or the 8-byte doorbell without BlueFlame. Every
+/// completion is compared too.
+#[allow(clippy::too_many_lines)]
+fn run_prepared(mode: &str) {
+    let seed = env_u64("ZVERBS_EMU_DIFF_SEED", 0x5eed_d1ff) ^ 0x9e37;
+    let cases = env_u64("ZVERBS_EMU_DIFF_CASES", 3000) / 3;
+    let mut rng = Rng(seed | 1);
+    let ctx = Context::open().unwrap();
+    let (base, mr) = arena(&ctx, true);
+    let ask = ibv_qp_cap {
+        max_send_wr: 16,
+        max_recv_wr: 64,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    let qps = Qps::new::<Rc>(&ctx, ask);
+    let Qps {
+        q_lib,
+        q_ours,
+        l_lib,
+        l_ours,
+        c_ours,
+        ..
+    } = qps;
+    assert_eq!(l_lib.bf.size, l_ours.bf.size);
+    if mode == "doorbell-only" {
+        // The QPs may share the doorbell register: each side's doorbell is read right after
+        // its post.
+        assert_eq!(l_lib.bf.size, 0);
+    } else {
+        assert!(l_lib.bf.size >= 64);
+        assert_ne!(l_lib.bf.reg, l_ours.bf.reg, "a BlueFlame register each");
+    }
+    let caps = q_lib.cap;
+    let sq_slots: Vec<_> = (0..l_ours.sq.wqe_cnt)
+        .map(|_| zverbs_mlx5dv::SqSlot::new())
+        .collect();
+    let rq_slots: Vec<_> = (0..l_ours.rq.wqe_cnt)
+        .map(|_| zverbs_mlx5dv::RqSlot::new())
+        .collect();
+    let sq_state = SqState::new(&sq_slots[..]).unwrap();
+    let rq_state = RqState::new(&rq_slots[..]).unwrap();
+    let bindings = [CqBinding::new(q_ours.qpn, Some(&sq_state), Some(&rq_state))];
+    let sq_caps = SqCaps {
+        max_send_sge: caps.max_send_sge,
+        max_inline_data: caps.max_inline_data,
+        sig_all: false,
+        max_signaled: c_ours.cqe_cnt - l_ours.rq.wqe_cnt,
+        transport: zverbs_core::Transport::Rc,
+    };
+    // SAFETY: as in `run`.
+    let (sq, mut rq, cq) = unsafe {
+        (
+            SendQueue::new(&l_ours, sq_caps, &sq_state).unwrap(),
+            RecvQueue::new(&l_ours, &rq_state).unwrap(),
+            CompletionQueue::new(&c_ours, &bindings[..]).unwrap(),
+        )
+    };
+    let mut recv_id = 1u64 << 40;
+    let mut post_recvs = |n: usize, rq: &mut RecvQueue<RqRef<'_>>| {
+        for _ in 0..n {
+            let slot = (recv_id as usize) % 64;
+            let addr = base + (RECV + slot * RECV_SLOT) as u64;
+            let mut s = ibv_sge {
+                addr,
+                length: RECV_SLOT as u32,
+                lkey: mr.lkey,
+            };
+            let mut w = ibv_recv_wr {
+                wr_id: recv_id,
+                next: core::ptr::null_mut(),
+                sg_list: &mut s,
+                num_sge: 1,
+            };
+            // SAFETY: a receive into the registered arena.
+            assert_eq!(unsafe { ctx.post_recv(q_lib, &mut w) }, 0);
+            let sgl = [Sge::new(addr, RECV_SLOT as u32, mr.lkey)];
+            // SAFETY: as above.
+            unsafe { rq.post(&RecvWr::new(recv_id, &sgl)) }.unwrap();
+            recv_id += 1;
+        }
+    };
+    let rq_depth = l_ours.rq.wqe_cnt as usize;
+    post_recvs(rq_depth, &mut rq);
+    let mut p = Pair::new(&ctx, mr.lkey, &qps, sq, cq);
+    let rc = Rc {
+        rkey: mr.rkey,
+        last: false,
+    };
+    let ops = [
+        IBV_WR_RDMA_WRITE,
+        IBV_WR_RDMA_WRITE_WITH_IMM,
+        IBV_WR_RDMA_READ,
+        IBV_WR_SEND,
+        IBV_WR_SEND_WITH_IMM,
+    ];
+    let mut count = [0u64; 5];
+    let (mut rings, mut zero_len, mut bf_compared) = (0u32, 0u64, 0u64);
+    for id in 1..=cases {
+        let which = rng.below(5) as usize;
+        let op = ops[which];
+        let len = if rng.chance(6) {
+            0
+        } else {
+            1 + rng.below(MAX_SGE_LEN) as u32
+        };
+        let (src, raddr) = if op == IBV_WR_RDMA_READ {
+            (READ_DST, READ_SRC)
+        } else {
+            (SRC, WRITE_DST)
+        };
+        let off = rng.below(4096);
+        let r = Req {
+            wr_id: id,
+            op,
+            sgl: vec![(base + (src as u64) + off, len)],
+            inline: false,
+            // Every fourth at least: the unsignaled ones before it retire with it, so the
+            // 16-block ring never fills.
+            signaled: id % 4 == 0 || rng.chance(50),
+            fence: rng.chance(10),
+            solicited: rng.chance(10),
+            imm: rng.next_u64() as u32,
+            raddr: base + (raddr as u64) + rng.below(4096),
+            compare: 0,
+            swap_add: 0,
+        };
+        count[which] += 1;
+        zero_len += u64::from(len == 0);
+
+        // libmlx5.
+        let pi = sq_pi(&l_lib);
+        let mut sge = ibv_sge {
+            addr: r.sgl[0].0,
+            length: len,
+            lkey: mr.lkey,
+        };
+        let mut wr = ibv_send_wr {
+            num_sge: 1,
+            send_flags: Rc::flags(&r).bits(),
+            sg_list: &mut sge,
+            ..rc.lib_wr(&r, 0)
+        };
+        // SAFETY: the request, its entry and the memory it names live across the call.
+        assert_eq!(unsafe { ctx.post_send(q_lib, &mut wr) }, 0, "ibv_post_send");
+        // The BlueFlame buffer it wrote (each side toggles once per post), or the doorbell.
+        let buf = rings % 2;
+        rings += 1;
+        let mut fa = bf_buffer(&l_lib, buf);
+
+        // Prepared, from a template whose changing fields are not the post's.
+        assert_eq!(p.sq.producer() & 0xffff, pi, "both rings in step");
+        let tsgl = [Sge::new(!r.sgl[0].0, len ^ 7, mr.lkey)];
+        let template = Req {
+            wr_id: !r.wr_id,
+            raddr: !r.raddr,
+            imm: !r.imm,
+            ..r.clone()
+        };
+        let c = zverbs_mlx5dv::Changes {
+            wr_id: r.wr_id,
+            addr: r.sgl[0].0,
+            len,
+            remote_addr: r.raddr,
+            imm: r.imm,
+        };
+        rc.with_wr(&template, 0, &tsgl, &mut |w| {
+            let w = w.with_flags(Rc::flags(&r));
+            let sq = &mut p.sq;
+            // SAFETY: the entry lies in the registered arena, which outlives the request.
+            let posted = if matches!(op, IBV_WR_SEND | IBV_WR_SEND_WITH_IMM) {
+                let prep = sq.prepare_send(&w).unwrap();
+                unsafe { sq.post_prepared(&prep, c) }
+            } else {
+                let prep = sq.prepare_rdma(&w).unwrap();
+                unsafe { sq.post_prepared(&prep, c) }
+            };
+            posted.unwrap_or_else(|e| panic!("prepared post {r:?}: {e:?}"));
+        });
+        assert_eq!(sq_pi(&l_ours), sq_pi(&l_lib), "same blocks published");
+
+        // The WQEs, as `Pair::post` compares them.
+        let (mut a, mut b) = (wqe_bytes(&l_lib, pi), wqe_bytes(&l_ours, pi));
+        assert_eq!(a.len(), b.len(), "ds differs for {r:?}");
+        let ds = a.len();
+        assert_eq!(a[4..8], ((q_lib.qpn << 8) | (ds as u32 / 16)).to_be_bytes());
+        assert_eq!(
+            b[4..8],
+            ((q_ours.qpn << 8) | (ds as u32 / 16)).to_be_bytes()
+        );
+        a[4..8].fill(0);
+        b[4..8].fill(0);
+        assert_eq!(
+            a, b,
+            "prepared WQE differs for {r:?}\nlibmlx5 {a:02x?}\nours    {b:02x?}"
+        );
+
+        // The BlueFlame buffers, as compared with the WQEs.
+        let mut fb = bf_buffer(&l_ours, buf);
+        // Mask: libmlx5 rings the 8-byte doorbell for a WQE of one segment (a zero-length
+        // SEND: `size > 1` in its BlueFlame condition), which the direct path copies whole;
+        // either way the device gets the first 8 bytes and reads the segment from the ring.
+        let n = if l_lib.bf.size == 0 || ds == 16 {
+            8
+        } else {
+            ds
+        };
+        fa.truncate(n);
+        fb.truncate(n);
+        assert_eq!(
+            fa[4..8],
+            ((q_lib.qpn << 8) | (ds as u32 / 16)).to_be_bytes()
+        );
+        assert_eq!(
+            fb[4..8],
+            ((q_ours.qpn << 8) | (ds as u32 / 16)).to_be_bytes()
+        );
+        fa[4..8].fill(0);
+        fb[4..8].fill(0);
+        assert_eq!(
+            fa, fb,
+            "BlueFlame bytes differ for {r:?}\nlibmlx5 {fa:02x?}\nours    {fb:02x?}"
+        );
+        bf_compared += 1;
+
+        // Completions: the signaled request, and the receive a SEND or WRITE_IMM consumes.
+        let expect = usize::from(r.signaled) + usize::from(r.consumes_recv());
+        let (got_lib, got_ours) = p.poll(expect, &r);
+        for (l, o) in got_lib.iter().zip(&got_ours) {
+            assert_eq!((l.wr_id, l.status), (o.wr_id, o.status.to_raw()));
+            assert_eq!(l.status, 0, "{r:?}");
+            assert_eq!(l.opcode, o.opcode.to_raw(), "opcode of {:#x}", l.wr_id);
+        }
+        post_recvs(usize::from(r.consumes_recv()), &mut rq);
+    }
+    println!(
+        "{mode}: prepared differential: {cases} cases (WRITE {}, WRITE_IMM {}, READ {}, SEND {}, \
+         SEND_IMM {}; {zero_len} of length 0): WQE bytes equal; {bf_compared} {} equal",
+        count[0],
+        count[1],
+        count[2],
+        count[3],
+        count[4],
+        if l_lib.bf.size == 0 {
+            "doorbells"
+        } else {
+            "BlueFlame copies"
+        }
     );
 }

@@ -49,6 +49,12 @@ impl SegRing {
         unsafe { &*self.base.as_ptr().add((idx & self.mask) as usize) }
     }
 
+    /// The segment, in the ring, of segment counter `start` (`start mod segments`).
+    #[inline(always)]
+    pub(crate) fn seg_of(&self, start: u32) -> u32 {
+        start & self.mask
+    }
+
     /// The basic block, in the ring, of segment counter `start` (`(start mod segments) / 4`).
     #[inline(always)]
     pub(crate) fn block_of(&self, start: u32) -> u32 {
@@ -176,6 +182,41 @@ impl SegRing {
                 at = at.wrapping_add(n as u32);
                 left -= n;
             }
+        }
+    }
+
+    /// Writes `words[..n]` (64-bit words holding the bytes in memory order, `n <= 8`) at the
+    /// start of the basic block whose first segment counter is `start`: the segments of one
+    /// block, written without a copy through a byte array.
+    ///
+    /// # Safety
+    ///
+    /// As [`SegRing::with_mut`] for the segments written; `start` is a multiple of 4.
+    #[inline(always)]
+    pub(crate) unsafe fn write_block_words(&self, start: u32, words: &[u64; 8], n: usize) {
+        debug_assert!(start.is_multiple_of(4) && n <= 8);
+        #[cfg(not(zverbs_loom))]
+        {
+            // SAFETY: `start & mask` is a multiple of 4 at most `mask - 3` (the ring is whole
+            // blocks), so the block's 64 bytes are in the ring, 16-byte aligned (constructor
+            // contract); (caller) the device is not reading them and only the owner writes.
+            let dst = unsafe { self.base.as_ptr().add((start & self.mask) as usize) }.cast::<u64>();
+            for (i, w) in words.iter().take(n).enumerate() {
+                // SAFETY: word `i < 8` of the block above.
+                unsafe { dst.add(i).write(*w) };
+            }
+        }
+        #[cfg(zverbs_loom)]
+        for s in 0..n.div_ceil(2) {
+            // SAFETY: (caller) as above.
+            unsafe {
+                self.with_mut_wqe(start, s as u32, |b| {
+                    b[..8].copy_from_slice(&words[2 * s].to_ne_bytes());
+                    if 2 * s + 1 < n {
+                        b[8..].copy_from_slice(&words[2 * s + 1].to_ne_bytes());
+                    }
+                })
+            };
         }
     }
 

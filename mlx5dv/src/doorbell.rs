@@ -120,6 +120,65 @@ impl<R: BfRegister> Doorbell<R> {
     }
 }
 
+impl<R: BfRegister> Doorbell<R> {
+    /// Publishes the ring up to producer counter `pi` after one single-block WQE whose first
+    /// `n` words (`n <= 8`, 64-bit words holding its bytes in memory order) are `words`: the
+    /// steps of [`Doorbell::ring`], with the BlueFlame copy made from `words` as the caller
+    /// holds them (not read back from the ring). The copy is the whole 64-byte block, as
+    /// every BlueFlame copy: the device reads the WQE's `ds` segments of it, and the words
+    /// past `n` are zeros.
+    #[inline(always)]
+    pub(crate) fn ring_block(&mut self, pi: u32, words: &[u64; 8], n: usize) {
+        debug_assert!(n <= 8);
+        if self.bf_blocks == 0 {
+            // 2. Without BlueFlame the buffer is always the first (`bf_size == 0`); a shared
+            // register is still taken, for its lock.
+            if self.register.is_shared() {
+                self.register.take(0);
+            }
+            self.publish(pi);
+            // 6b. Doorbell: the first 8 bytes of the control segment.
+            // SAFETY: the region holds at least the 8-byte doorbell, at its word 0.
+            unsafe { self.reg.write_u64(0, words[0]) };
+        } else {
+            // 2. The register (its lock, if shared), and the buffer to write: a region of
+            // its own, so that the stores address it from one register.
+            let offset = self.register.take(self.bf_size) as usize;
+            // SAFETY: the buffer at `offset` (0 or `bf_size >= 64`) lies in `self.reg`,
+            // which the queue's constructor contract keeps mapped while this doorbell
+            // lives; the copy lives for this call only.
+            let buf = unsafe { MmioRegion::new(self.reg.base().add(offset), 64) };
+            self.publish(pi);
+            // 6a. BlueFlame: the block's eight words, in order.
+            for (i, &word) in words.iter().enumerate() {
+                let w = if i < n { word } else { 0 };
+                // SAFETY: one block fits the buffer (`bf_blocks >= 1`), which `buf` starts.
+                unsafe { buf.write_u64(i, w) };
+            }
+        }
+        // 7. Out of the write-combining buffer now, for a shared register: before the next
+        // holder's copy (docs/architecture.md). A dedicated register's next copy, this
+        // queue's, goes to the other buffer after its own `wc_start`, which drains this one
+        // first; and the copy is a whole 64-byte line, which the CPU sends without waiting
+        // for more stores (so a single-threaded BlueFlame needs no trailing flush, as UCX
+        // writes it; DESIGN section 7).
+        if self.register.is_shared() {
+            barrier::wc_flush();
+            // 8. The register back.
+            self.register.give_back();
+        }
+    }
+
+    /// Steps 3 to 5 of [`Doorbell::ring`]: the WQE stores before the doorbell record, the
+    /// record (`pi`), and the record before the MMIO writes.
+    #[inline(always)]
+    fn publish(&self, pi: u32) {
+        barrier::to_device();
+        self.dbrec.publish(pi & 0xffff, Ordering::Relaxed);
+        barrier::wc_start();
+    }
+}
+
 /// A segment as two 64-bit words holding its bytes in memory order.
 #[inline(always)]
 fn split_seg(seg: &[u8; 16]) -> (u64, u64) {

@@ -28,6 +28,9 @@ use crate::prm::wqe::{
 use crate::prm::{MAX_DS, SEGS_PER_BB, SND_DBR, fm_ce_se, opcode};
 use crate::state::{SlotData, SqStateRef};
 
+mod prepared;
+pub use prepared::{Changes, Prepared, PreparedRdma, PreparedSend};
+
 /// What a checked request will write.
 #[derive(Clone, Copy, Debug)]
 struct Plan<'w> {
@@ -201,6 +204,10 @@ pub struct SendQueue<P, R = Dedicated, T = Connected> {
     gate: u32,
     doorbell: Doorbell<R>,
     transport: PhantomData<T>,
+    /// What a prepared post compares the gate word, or-ed with its request's QPN, with: this
+    /// queue's gate and QPN as the last prepared post found them (`sq/prepared.rs`), or
+    /// `u64::MAX` (matches no request) until then.
+    prep_key: u64,
 }
 
 // SAFETY: the queue owns its part of the ring and (with `R`) its hold on the doorbell
@@ -413,6 +420,7 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
             state,
             doorbell: Doorbell::new(dbrec, reg, layout.bf.size, register),
             transport: PhantomData,
+            prep_key: u64::MAX,
         })
     }
 

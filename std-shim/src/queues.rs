@@ -765,3 +765,5 @@ impl Queues {
         }
     }
 }
+
+mod prepared;

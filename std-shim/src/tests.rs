@@ -935,3 +935,75 @@ fn timestamps_on_a_device_without_a_clock_are_a_typed_error() {
     // A CQ without them is created as ever, and says so.
     assert!(!c.cq_builder().build().unwrap().has_timestamps());
 }
+
+/// A directly driven RC send queue prepares a WRITE and a SEND once and posts them with what
+/// changes, through the BlueFlame register, allocating nothing; a length over 2 GiB is refused.
+#[test]
+fn prepared_requests_post_through_the_direct_send_queue_without_allocating() {
+    use crate::fallback::RawArray;
+    use crate::provider::fake::{FakeBf, SharedMem};
+    use zverbs_mlx5dv::Changes;
+    let log = new_log();
+    let reg = Arc::new(SharedMem(RawArray::new(64, 0)));
+    let ctx = ctx_with(&log, |c| {
+        c.direct = true;
+        c.blueflame = FakeBf::Shared(256, reg.clone());
+    });
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.cq_builder().cqe(16).build().unwrap();
+    let qp = pd
+        .qp_builder(&cq, &cq)
+        .max_send_wr(8)
+        .max_recv_wr(4)
+        .build()
+        .unwrap();
+    rts(&qp);
+    let AnySendQueue::Direct(mut sq) = qp.send_queue().unwrap() else {
+        panic!("expected the direct backend's RC queue");
+    };
+    let sgl = [Sge::new(0x1000, 8, 0x11)];
+    let remote = RemoteBuf::new(0x2000, 0x22);
+    let write = sq
+        .prepare_rdma(&SendWr::write(0, &sgl, remote).signaled())
+        .unwrap();
+    let send = sq.prepare_send(&SendWr::send(0, &sgl)).unwrap();
+    assert_eq!(
+        sq.prepare_rdma(&SendWr::send(0, &sgl)),
+        Err(PostError::Unsupported)
+    );
+    let c = Changes {
+        wr_id: 7,
+        addr: 0x1008,
+        len: 8,
+        remote_addr: 0x2008,
+        imm: 0,
+    };
+    let mut results = Vec::with_capacity(4);
+    let mut rung = false;
+    let before = sq.raw().producer();
+    let allocs = crate::test_alloc::count_allocs(|| {
+        // SAFETY: nothing executes the requests, and no queue writes the register while the
+        // test reads it.
+        unsafe {
+            results.push(sq.post_prepared(&write, c));
+            // The post rang at once: its BlueFlame copy is in the register.
+            rung = (*reg.0.at(0), *reg.0.at(32)) != (0, 0);
+            // Again: the common case (the first took the checks out of line).
+            results.push(sq.post_prepared(&write, c));
+            results.push(sq.stage_prepared(&send, c));
+            sq.ring();
+            let long = Changes {
+                len: (1 << 31) + 1,
+                ..c
+            };
+            results.push(sq.post_prepared(&write, long));
+        }
+    });
+    assert_eq!(allocs, 0);
+    assert_eq!(
+        results,
+        [Ok(()), Ok(()), Ok(()), Err(PostError::MessageTooLong)]
+    );
+    assert_eq!(sq.raw().producer().wrapping_sub(before), 3);
+    assert!(rung, "the prepared post rang");
+}

@@ -33,9 +33,9 @@ use zverbs_core::{
 use zverbs_mlx5dv::prm::cqe::Cqe64;
 use zverbs_mlx5dv::prm::opcode;
 use zverbs_mlx5dv::{
-    BfLayout, CompletionQueue, CqArm, CqBinding, CqLayout, QpLayout, RecvQueue, RqSlot, RqState,
-    SendQueue, SharedRecvQueue, SqCaps, SqSlot, SqState, SrqLayout, SrqSlot, SrqState, Transport,
-    WqLayout,
+    BfLayout, Changes, CompletionQueue, CqArm, CqBinding, CqLayout, QpLayout, RecvQueue, RqSlot,
+    RqState, SendQueue, SharedRecvQueue, SqCaps, SqSlot, SqState, SrqLayout, SrqSlot, SrqState,
+    Transport, WqLayout,
 };
 
 #[link(name = "c")]
@@ -300,6 +300,35 @@ fn run() -> Result<(), c_int> {
         let three = [sgl[0]; 3];
         check(sq.stage(black_box(&SendWr::send(9, &three))).is_err(), 23)?;
         rq.post_all(&rwrs).map_err(|_| 24)?;
+    }
+    sq.ring();
+    // Prepared requests: prepared once, posted with what changes (twice: the first post
+    // takes the checks out of line, the second the common case), staged and rung; a length
+    // over 2 GiB refused.
+    let pw = sq
+        .prepare_rdma(black_box(&SendWr::write(0, &sgl, remote).signaled()))
+        .map_err(|_| 26)?;
+    let ps = sq
+        .prepare_send(black_box(&SendWr::send_imm(0, &sgl, 0)))
+        .map_err(|_| 27)?;
+    let changes = black_box(Changes {
+        wr_id: 31,
+        addr: payload.as_ptr() as u64,
+        len: 8,
+        remote_addr: 0x7f00_0000_3000,
+        imm: 5,
+    });
+    // SAFETY: as above: nothing runs the requests.
+    unsafe {
+        let long = Changes {
+            len: (1 << 31) + 1,
+            ..changes
+        };
+        check(sq.post_prepared(&pw, black_box(long)).is_err(), 28)?;
+        sq.post_prepared(&pw, changes).map_err(|_| 29)?;
+        // Again: the common case, the words built in registers.
+        sq.post_prepared(&pw, changes).map_err(|_| 29)?;
+        sq.stage_prepared(&ps, changes).map_err(|_| 30)?;
     }
     sq.ring();
     // The device fails the first WQE of the batch (remote access error) and flushes the rest

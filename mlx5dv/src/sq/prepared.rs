@@ -1,0 +1,491 @@
+//! Prepared requests: what does not change between posts, built once in device byte order.
+//!
+//! A [`Prepared`] request is a 1-SGE WRITE, WRITE with immediate or READ
+//! ([`PreparedRdma`]), or SEND or SEND with immediate ([`PreparedSend`]), checked once against
+//! the queue by [`SendQueue::prepare_rdma`] / [`SendQueue::prepare_send`] (the core's
+//! [`SendWr::check`](zverbs_core::SendWr::check), as every post) and reduced to the bytes that stay the same from post to
+//! post: the opcode, the control segment's `qpn_ds` and `fm_ce_se` (fence, signaled,
+//! solicited), the remote key and the local key, already big-endian. A post
+//! ([`SendQueue::post_prepared`]) then writes those bytes as they are and converts only what
+//! changes ([`Changes`]: local address and length, remote address, immediate, `wr_id`).
+//!
+//! The checks that depend on what changes stay on every post: the message length (at most
+//! 2 GiB), the queue pair open (the gate, as for every post: in the error state or RESET a
+//! post is refused with nothing written), room in the ring and in the CQ, and that the
+//! prepared request belongs to this queue (its QPN). A zero-length post writes what the
+//! generic path writes for a zero-length entry: no data segment, one segment less in `ds`.
+//!
+//! The common case builds the WQE as 64-bit words in registers from the prepared words, stores
+//! them to the ring and the same registers to the BlueFlame buffer (the whole 64-byte block,
+//! zeros past the WQE, which the device does not read), behind one compare per check; a
+//! request a compare turns away (a zero length, a full ring, a gate that changed, requests
+//! staged before it, ...) goes out of line to the exact checks and the field-wise writer. The
+//! WQE bytes are those the generic path writes for the same request (a property test below
+//! compares them, and the emulator's differential check compares them and the BlueFlame copy
+//! with libmlx5's).
+
+use zverbs_core::{MAX_MESSAGE, PostError, SendOp, SendWr};
+
+use super::{SendQueue, SqTransport};
+use crate::bf::BfRegister;
+use crate::prm::wqe::{ctrl, data, raddr};
+use crate::state::{SlotData, SqSlot, SqStateRef};
+
+/// A prepared request; `REMOTE` says whether its WQE has a remote-address segment (WRITE,
+/// WRITE with immediate, READ: [`PreparedRdma`]) or not (SEND, SEND with immediate:
+/// [`PreparedSend`]). Built by [`SendQueue::prepare_rdma`] or [`SendQueue::prepare_send`] for
+/// one queue, posted on that queue only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Prepared<const REMOTE: bool> {
+    /// The QP number of the queue it was prepared for.
+    qpn: u32,
+    /// The mlx5 opcode.
+    opcode: u8,
+    /// Whether the request asks for a CQE.
+    signaled: bool,
+    /// All ones for the operations with an immediate, else 0 (the control segment's `imm`
+    /// is then 0, as the generic path writes it).
+    imm_mask: u32,
+    /// Bytes 4..12 of the control segment (`qpn_ds`, `signature`, `dci_stream_channel_id`,
+    /// `fm_ce_se`) with a data segment, and without one (a zero-length post).
+    ctrl_mid: [u8; 8],
+    ctrl_mid_empty: [u8; 8],
+    /// Bytes 8..16 of the remote-address segment (`rkey`, `reserved`).
+    raddr_tail: [u8; 8],
+    /// The data segment's `lkey`.
+    lkey: [u8; 4],
+    /// The WQE's first words, as the post stores them (64-bit words holding the bytes in
+    /// memory order, see [`Prepared::words`]), with the changing fields 0: the control
+    /// segment's bytes 0..8 without the WQE index (`opcode`, `qpn_ds` with a data segment)
+    /// and bytes 8..16 (immediate 0), the remote-address segment's bytes 8..16 (`rkey`), and
+    /// the data segment's bytes 0..8 with `byte_count` 0 (`lkey`).
+    ctrl0: u64,
+    ctrl1: u64,
+    raddr1: u64,
+    data0: u64,
+    /// `imm_mask` where the immediate goes in `ctrl1`.
+    imm_mask64: u64,
+    /// The QPN in the high half, for the one compare of the post's fast path (see
+    /// `SendQueue::prep_key`).
+    key: u64,
+    /// `signaled` as the count it adds to the queue's signaled requests.
+    sig16: u16,
+}
+
+/// A prepared WRITE, WRITE with immediate or READ.
+pub type PreparedRdma = Prepared<true>;
+/// A prepared SEND or SEND with immediate.
+pub type PreparedSend = Prepared<false>;
+
+/// What a post of a [`Prepared`] request gives: everything that may change from one post to
+/// the next.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Changes {
+    /// Returned unchanged in the request's completion.
+    pub wr_id: u64,
+    /// The local buffer's address.
+    pub addr: u64,
+    /// The local buffer's length in bytes (at most 2 GiB; 0: no data).
+    pub len: u32,
+    /// The remote address (WRITE, READ; ignored by a [`PreparedSend`]).
+    pub remote_addr: u64,
+    /// The immediate value (the operations with one; ignored by the others).
+    pub imm: u32,
+}
+
+impl<const REMOTE: bool> Prepared<REMOTE> {
+    /// The mlx5 opcode of the prepared WQE.
+    #[inline]
+    pub fn opcode(&self) -> u8 {
+        self.opcode
+    }
+
+    /// Whether posts of it ask for a completion.
+    #[inline]
+    pub fn signaled(&self) -> bool {
+        self.signaled
+    }
+
+    /// The QP number of the queue it was prepared for.
+    #[inline]
+    pub fn qpn(&self) -> u32 {
+        self.qpn
+    }
+
+    /// The WQE of a post at producer counter `pi` with `c` (a length of at least 1), as
+    /// 64-bit words holding its bytes in memory order: the control segment, the
+    /// remote-address segment (`REMOTE`), the data segment; the first 6 (`REMOTE`) or 4 are
+    /// the WQE, the rest 0. Each changing field is converted once and or-ed into its
+    /// prepared word.
+    #[inline(always)]
+    fn words(&self, pi: u32, c: Changes) -> [u64; 8] {
+        // `opmod_idx_opcode` bytes 1..3: the WQE index, big-endian (opmod and opcode are
+        // prepared around it).
+        let idx = lo((u32::from(pi as u16) << 8).to_be_bytes());
+        let ctrl0 = self.ctrl0 | idx;
+        let ctrl1 = self.ctrl1 | (hi(c.imm.to_be_bytes()) & self.imm_mask64);
+        let data0 = self.data0 | lo(c.len.to_be_bytes());
+        let data1 = u64::from_ne_bytes(c.addr.to_be_bytes());
+        if REMOTE {
+            let raddr0 = u64::from_ne_bytes(c.remote_addr.to_be_bytes());
+            [ctrl0, ctrl1, raddr0, self.raddr1, data0, data1, 0, 0]
+        } else {
+            [ctrl0, ctrl1, data0, data1, 0, 0, 0, 0]
+        }
+    }
+}
+
+/// The 64-bit word whose first four bytes in memory are `b`, the others 0.
+#[inline(always)]
+fn lo(b: [u8; 4]) -> u64 {
+    let mut w = [0u8; 8];
+    w[..4].copy_from_slice(&b);
+    u64::from_ne_bytes(w)
+}
+
+/// The 64-bit word whose last four bytes in memory are `b`, the others 0.
+#[inline(always)]
+fn hi(b: [u8; 4]) -> u64 {
+    let mut w = [0u8; 8];
+    w[4..].copy_from_slice(&b);
+    u64::from_ne_bytes(w)
+}
+
+impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
+    /// Prepares `template`, a 1-SGE WRITE, WRITE with immediate or READ, for posting with
+    /// [`SendQueue::post_prepared`]: checks it as a post would and keeps its opcode, flags,
+    /// remote key and local key. Its `wr_id`, addresses, length and immediate are ignored
+    /// (each post gives its own).
+    ///
+    /// # Errors
+    ///
+    /// What posting `template` would return for the request itself (the core's check against
+    /// this queue: transport, flags, entries); [`PostError::Unsupported`] for another
+    /// operation, an inline request, or a number of entries other than one.
+    pub fn prepare_rdma(&self, template: &SendWr<'_>) -> Result<PreparedRdma, PostError> {
+        let rkey = match &template.op {
+            SendOp::Write { remote, .. }
+            | SendOp::WriteImm { remote, .. }
+            | SendOp::Read { remote, .. } => remote.rkey,
+            _ => return Err(PostError::Unsupported),
+        };
+        self.prepare(template, rkey)
+    }
+
+    /// Prepares `template`, a 1-SGE SEND or SEND with immediate, as
+    /// [`SendQueue::prepare_rdma`] does.
+    ///
+    /// # Errors
+    ///
+    /// As [`SendQueue::prepare_rdma`].
+    pub fn prepare_send(&self, template: &SendWr<'_>) -> Result<PreparedSend, PostError> {
+        match &template.op {
+            SendOp::Send { .. } | SendOp::SendImm { .. } => self.prepare(template, 0),
+            _ => Err(PostError::Unsupported),
+        }
+    }
+
+    /// The common part of the two `prepare_*`: the check, then the bytes.
+    fn prepare<const REMOTE: bool>(
+        &self,
+        template: &SendWr<'_>,
+        rkey: u32,
+    ) -> Result<Prepared<REMOTE>, PostError> {
+        let plan = self.plan(template)?;
+        let [sge] = template.op.sgl() else {
+            return Err(PostError::Unsupported);
+        };
+        if plan.inline.is_some() {
+            return Err(PostError::Unsupported);
+        }
+        // ctrl, raddr (RDMA), data: one basic block.
+        let ds = if REMOTE { 3 } else { 2 };
+        let mid = |ds: u32| {
+            let mut b = [0u8; 8];
+            b[..4].copy_from_slice(&((self.qpn << 8) | ds).to_be_bytes());
+            b[4..].copy_from_slice(&u32::from(plan.fm_ce_se).to_be_bytes());
+            b
+        };
+        let mut raddr_tail = [0u8; 8];
+        raddr_tail[..4].copy_from_slice(&rkey.to_be_bytes());
+        let imm_mask: u32 = if template.op.imm().is_some() { !0 } else { 0 };
+        let ctrl_mid = mid(ds);
+        let lkey = sge.lkey.to_be_bytes();
+        // The words by their bytes; see `Prepared::words` for how a post completes them.
+        let word = |b: [u8; 8]| u64::from_ne_bytes(b);
+        let mut c0 = [0u8; 8];
+        c0[ctrl::OPMOD_IDX_OPCODE.end - 1] = plan.opcode;
+        c0[ctrl::QPN_DS].copy_from_slice(&ctrl_mid[..4]);
+        let mut c1 = [0u8; 8];
+        c1[..4].copy_from_slice(&ctrl_mid[4..]);
+        let mut d0 = [0u8; 8];
+        d0[data::LKEY].copy_from_slice(&lkey);
+        let mut m = [0u8; 8];
+        m[4..].copy_from_slice(&imm_mask.to_ne_bytes());
+        Ok(Prepared {
+            qpn: self.qpn,
+            opcode: plan.opcode,
+            signaled: plan.signaled,
+            imm_mask,
+            ctrl_mid,
+            ctrl_mid_empty: mid(ds - 1),
+            raddr_tail,
+            lkey,
+            ctrl0: word(c0),
+            ctrl1: word(c1),
+            raddr1: word(raddr_tail),
+            data0: word(d0),
+            imm_mask64: word(m),
+            key: u64::from(self.qpn) << 32,
+            sig16: u16::from(plan.signaled),
+        })
+    }
+
+    /// Posts a prepared request with what changes, `c`, and rings: the WQE and the doorbell of
+    /// [`PostSend::post`](zverbs_core::PostSend::post) for the same request, with only the changing fields converted.
+    ///
+    /// The common case (a length of 1 byte to 2 GiB, the queue open and with room, nothing
+    /// staged) builds the WQE's words in registers and stores them to the ring and to the
+    /// BlueFlame register; everything else (refusals included) goes out of line.
+    ///
+    /// # Safety
+    ///
+    /// The posting contract of [`PostSend`](zverbs_core::PostSend) for the request (the local buffer
+    /// `c.addr..c.addr + c.len` is registered under the prepared key and stays valid until
+    /// the request completes, and so on).
+    ///
+    /// # Errors
+    ///
+    /// [`PostError::MessageTooLong`] for a length over 2 GiB; [`PostError::Unsupported`] for a
+    /// request prepared for another queue; [`PostError::NotReady`] when the queue pair is in
+    /// the error state or RESET; [`PostError::QueueFull`] or [`PostError::CqFull`] when it
+    /// does not fit now. Then nothing was written.
+    #[inline(always)]
+    pub unsafe fn post_prepared<const REMOTE: bool>(
+        &mut self,
+        p: &Prepared<REMOTE>,
+        c: Changes,
+    ) -> Result<(), PostError> {
+        let pi = self.pi;
+        // One compare each, every one conservative (the slow path decides exactly): a
+        // length in 1..=2^31 (a zero-length WQE has one segment less); the gate as this
+        // queue last passed it, and the request's QPN, in one word (`prep_key`); a free
+        // block; a free CQE whether the request is signaled or not; nothing staged.
+        // (A length of exactly 2 GiB takes the slow path: `len as i32 > 0` is one test.)
+        const _: () = assert!(MAX_MESSAGE == 1 << 31);
+        if (c.len as i32) <= 0 || (u64::from(self.state.gate().peek()) | p.key) != self.prep_key {
+            // SAFETY: (caller) the posting contract.
+            return unsafe {
+                self.post_prepared_slow(p, c.wr_id, c.addr, c.len, c.remote_addr, c.imm)
+            };
+        }
+        if pi == self.limit || self.sig_posted == self.sig_limit {
+            // SAFETY: as above.
+            return unsafe {
+                self.post_prepared_slow(p, c.wr_id, c.addr, c.len, c.remote_addr, c.imm)
+            };
+        }
+        if self.pending != 0 {
+            // SAFETY: as above.
+            return unsafe {
+                self.post_prepared_slow(p, c.wr_id, c.addr, c.len, c.remote_addr, c.imm)
+            };
+        }
+        let start = pi.wrapping_mul(crate::prm::SEGS_PER_BB as u32);
+        let next = pi.wrapping_add(1);
+        // A local, as in `SendQueue::write`: the slot store below cannot be proved not to
+        // alias `self`.
+        let ring = self.ring;
+        self.record_prepared(p, c.wr_id, ring.seg_of(start), next);
+        let words = p.words(pi, c);
+        let n = if REMOTE { 6 } else { 4 };
+        // SAFETY: block `pi` is free (room was checked) and not yet published.
+        unsafe { ring.write_block_words(start, &words, n) };
+        self.doorbell.ring_block(next, &words, n);
+        Ok(())
+    }
+
+    /// [`SendQueue::post_prepared`] when a fast check failed: the exact checks, then the
+    /// field-wise writer (a zero-length request too) and the doorbell.
+    ///
+    /// # Safety
+    ///
+    /// As [`SendQueue::post_prepared`].
+    #[cold]
+    #[inline(never)]
+    unsafe fn post_prepared_slow<const REMOTE: bool>(
+        &mut self,
+        p: &Prepared<REMOTE>,
+        wr_id: u64,
+        addr: u64,
+        len: u32,
+        remote_addr: u64,
+        imm: u32,
+    ) -> Result<(), PostError> {
+        // The changes as scalars: a `Changes` by reference would make the caller keep one in
+        // memory on the fast path too.
+        let c = Changes {
+            wr_id,
+            addr,
+            len,
+            remote_addr,
+            imm,
+        };
+        self.check_prepared(p, c)?;
+        // The gate passed (open, of this incarnation) and the request is this queue's.
+        self.prep_key = u64::from(self.gate) | p.key;
+        if self.pending != 0 {
+            self.ring_pending();
+        }
+        // SAFETY: checked; the caller upholds the posting contract.
+        let start = unsafe { self.write_prepared(p, c) };
+        self.doorbell.ring(self.ring, self.pi, start, 1, true);
+        Ok(())
+    }
+
+    /// Records the prepared WQE in the slot of its basic block, `block` (in the ring), and
+    /// advances the counters to `next`.
+    #[inline(always)]
+    fn record_prepared<const REMOTE: bool>(
+        &mut self,
+        p: &Prepared<REMOTE>,
+        wr_id: u64,
+        seg: u32,
+        next: u32,
+    ) {
+        let slots = self.state.slots();
+        debug_assert!(seg.is_multiple_of(4) && ((seg / 4) as usize) < slots.len());
+        // Slot `seg / 4`, addressed as `seg` times a quarter slot: the same index as the
+        // ring's, scaled by the addressing mode rather than shifted once more.
+        const _: () = assert!(core::mem::size_of::<SqSlot>() == 16);
+        // SAFETY: in bounds (one slot per block, checked by `new`, and `seg` is a block's
+        // first segment); the slot is free (room was checked) and the WQE is not published
+        // yet.
+        unsafe {
+            let slot = &*slots.as_ptr().byte_add(seg as usize * 4);
+            slot.record(SlotData {
+                wr_id,
+                next,
+                opcode: p.opcode,
+                signaled: p.signaled,
+            })
+        };
+        self.sig_posted = self.sig_posted.wrapping_add(p.sig16);
+        self.pi = next;
+    }
+
+    /// Writes a prepared request without ringing, as [`PostSend::stage`](zverbs_core::PostSend::stage) does; the doorbell
+    /// is [`PostSend::ring`](zverbs_core::PostSend::ring).
+    ///
+    /// # Safety
+    ///
+    /// As [`SendQueue::post_prepared`].
+    ///
+    /// # Errors
+    ///
+    /// As [`SendQueue::post_prepared`].
+    #[inline(always)]
+    pub unsafe fn stage_prepared<const REMOTE: bool>(
+        &mut self,
+        p: &Prepared<REMOTE>,
+        c: Changes,
+    ) -> Result<(), PostError> {
+        self.check_prepared(p, c)?;
+        // SAFETY: checked; the caller upholds the posting contract.
+        let start = unsafe { self.write_prepared(p, c) };
+        self.note_pending(start, 1);
+        Ok(())
+    }
+
+    /// The per-post checks of a prepared request. Writes nothing.
+    #[inline(always)]
+    fn check_prepared<const REMOTE: bool>(
+        &mut self,
+        p: &Prepared<REMOTE>,
+        c: Changes,
+    ) -> Result<(), PostError> {
+        if u64::from(c.len) > MAX_MESSAGE {
+            return Err(PostError::MessageTooLong);
+        }
+        if p.qpn != self.qpn {
+            return Err(PostError::Unsupported);
+        }
+        self.check_room(1, u32::from(p.signaled))
+    }
+
+    /// Writes the prepared WQE (one basic block) at the producer counter, records it and
+    /// advances the counters. Returns the segment counter of its control segment.
+    ///
+    /// # Safety
+    ///
+    /// [`SendQueue::check_prepared`] passed; the caller upholds the posting contract.
+    #[inline(always)]
+    unsafe fn write_prepared<const REMOTE: bool>(
+        &mut self,
+        p: &Prepared<REMOTE>,
+        c: Changes,
+    ) -> u32 {
+        // Locals, not fields, as in `SendQueue::write`.
+        let (ring, pi) = (&{ self.ring }, self.pi);
+        let slots = self.state.slots();
+        let start = pi.wrapping_mul(crate::prm::SEGS_PER_BB as u32);
+        let has_data = c.len != 0;
+        let mid = if has_data {
+            p.ctrl_mid
+        } else {
+            p.ctrl_mid_empty
+        };
+        // `opmod_idx_opcode`: opmod 0, the WQE index (16 bits), the opcode.
+        let idx_opcode = (u32::from(pi as u16) << 8) | u32::from(p.opcode);
+        // SAFETY: this and every write below are to segments `0..3` of the WQE at `start` (a
+        // block boundary), in block `pi`, which is free (room was checked) and not yet
+        // published.
+        unsafe {
+            ring.with_mut_wqe(start, 0, |b| {
+                b[ctrl::OPMOD_IDX_OPCODE].copy_from_slice(&idx_opcode.to_be_bytes());
+                b[ctrl::QPN_DS.start..ctrl::IMM.start].copy_from_slice(&mid);
+                b[ctrl::IMM].copy_from_slice(&(c.imm & p.imm_mask).to_be_bytes());
+            });
+        }
+        let mut k = 1;
+        if REMOTE {
+            // SAFETY: as above.
+            unsafe {
+                ring.with_mut_wqe(start, k, |b| {
+                    b[raddr::RADDR].copy_from_slice(&c.remote_addr.to_be_bytes());
+                    b[raddr::RKEY.start..].copy_from_slice(&p.raddr_tail);
+                });
+            }
+            k += 1;
+        }
+        if has_data {
+            // SAFETY: as above.
+            unsafe {
+                ring.with_mut_wqe(start, k, |b| {
+                    b[data::BYTE_COUNT].copy_from_slice(&c.len.to_be_bytes());
+                    b[data::LKEY].copy_from_slice(&p.lkey);
+                    b[data::ADDR].copy_from_slice(&c.addr.to_be_bytes());
+                });
+            }
+        }
+        let next = pi.wrapping_add(1);
+        let slot = ring.block_of(start) as usize;
+        debug_assert!(slot < slots.len());
+        // SAFETY: in bounds (one slot per block, checked by `new`); the slot is free (room
+        // was checked) and the WQE is not published yet.
+        unsafe {
+            slots.get_unchecked(slot).record(SlotData {
+                wr_id: c.wr_id,
+                next,
+                opcode: p.opcode,
+                signaled: p.signaled,
+            })
+        };
+        self.sig_posted = self.sig_posted.wrapping_add(u16::from(p.signaled));
+        self.pi = next;
+        start
+    }
+}
+
+#[cfg(test)]
+mod tests;
