@@ -154,7 +154,7 @@ pub use layout::{
     BfLayout, CqLayout, LayoutError, QpLayout, SqCaps, SrqLayout, Transport, WqLayout,
 };
 pub use rq::RecvQueue;
-pub use sq::{Connected, Datagram, SendQueue, SqTransport};
+pub use sq::{Connected, DC_AV_DS, Datagram, DcSendQueue, SendQueue, SqTransport};
 pub use srq::SharedRecvQueue;
 pub use state::{
     Bindings, CqBinding, RqRef, RqSlot, RqState, RqStateRef, SqRef, SqSlot, SqState, SqStateRef,
