@@ -817,6 +817,14 @@ pub const IBV_MTU_4096: c_uint = 5;
 pub const IBV_QPT_RC: c_uint = 2;
 /// `IBV_QPT_UD`.
 pub const IBV_QPT_UD: c_uint = 4;
+/// `IBV_QPT_DRIVER`: a provider's own QP type (mlx5: the DC initiator and target).
+pub const IBV_QPT_DRIVER: c_uint = 0xff;
+/// `MLX5DV_QP_INIT_ATTR_MASK_DC`.
+pub const MLX5DV_QP_INIT_ATTR_MASK_DC: u64 = 1 << 1;
+/// `MLX5DV_DCTYPE_DCT`.
+pub const MLX5DV_DCTYPE_DCT: c_uint = 1;
+/// `MLX5DV_DCTYPE_DCI`.
+pub const MLX5DV_DCTYPE_DCI: c_uint = 2;
 
 /// `IBV_QP_INIT_ATTR_PD`.
 pub const IBV_QP_INIT_ATTR_PD: u32 = 1 << 0;
