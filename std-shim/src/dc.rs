@@ -297,6 +297,9 @@ impl Qp {
         }
         self.modify_raw(&mut rtr, mask)?;
         if target {
+            // A ConnectX's driver numbers a target only at RTR: the pollers of its CQs get a
+            // table with the number its completions carry.
+            self.republish();
             return Ok(());
         }
         let mut rts = ibv_qp_attr {
@@ -317,6 +320,21 @@ impl Qp {
                 | m::IBV_QP_SQ_PSN
                 | m::IBV_QP_MAX_QP_RD_ATOMIC,
         )
+    }
+
+    /// Gives the pollers of the QP's CQs a new table of their QPs (with this QP's number as
+    /// it is now).
+    fn republish(&self) {
+        let (send, recv) = (&self.inner.send_cq, &self.inner.recv_cq);
+        for (i, cq) in [send, recv].into_iter().enumerate() {
+            if i == 1 && send.is(recv) {
+                break;
+            }
+            let mut reg = cq.inner.registry.lock().unwrap_or_else(|p| p.into_inner());
+            let reached = crate::members::republish(cq, &mut reg);
+            drop(reg);
+            drop(reached);
+        }
     }
 
     /// This DC target's address on the device's first active port, for initiators

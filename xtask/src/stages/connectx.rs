@@ -439,6 +439,8 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
             "device_recovery",
             "--test",
             "device_members",
+            "--test",
+            "device_dc",
         ],
         true,
     )?;
@@ -458,9 +460,14 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
             if !out.contains("test result: ok") || out.contains("skipped:") {
                 bail!("{name} ({backend}) on the emulated ConnectX:\n{out}");
             }
+            let what = if name.contains("device_dc") {
+                "DC initiators and targets (the fallback: refused)"
+            } else {
+                "recovery, dynamic peers"
+            };
             table.row(vec![
                 format!("tests/{name}.rs"),
-                format!("{backend} backend: recovery, dynamic peers"),
+                format!("{backend} backend: {what}"),
                 "ok".into(),
             ]);
         }
