@@ -313,6 +313,8 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
         "--test",
         "differential",
         "--test",
+        "differential_dc",
+        "--test",
         "blueflame",
         "--test",
         "async_events",
@@ -429,7 +431,8 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
 
     // 2b. Recovery and dynamic peers through the project's device tests, on libmlx5 (the
     //     direct path, then the fallback): a QP driven into error mid-transfer drains, is reset
-    //     and reconnected to a new peer; 1000 resets; QPs joining a polling poller.
+    //     and reconnected to a new peer; 1000 resets; QPs joining a polling poller; DC
+    //     initiators and targets made by libmlx5's mlx5dv_create_qp (on the fallback: refused).
     let exes = crate::rxe::build_executables(
         &[
             "--release",
