@@ -896,9 +896,6 @@ pub const MLX5DV_DCTYPE_DCI: c_uint = 2;
 pub const IBV_QP_INIT_ATTR_PD: u32 = 1 << 0;
 /// `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`: `send_ops_flags` names the `ibv_wr_*` opcodes used.
 pub const IBV_QP_INIT_ATTR_SEND_OPS_FLAGS: u32 = 1 << 6;
-/// `IBV_QP_EX_WITH_*` for every operation zverbs posts: RDMA WRITE (with immediate), SEND
-/// (with immediate), RDMA READ, compare-and-swap and fetch-and-add (bits 0 to 6).
-pub const IBV_QP_EX_WITH_RC_OPS: u64 = 0x7f;
 /// `MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS`.
 pub const MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS: u64 = 1 << 0;
 /// `MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE`.

@@ -8,14 +8,18 @@ use core::ffi::c_int;
 use core::ptr::{NonNull, null_mut};
 
 use zverbs_ffi::types::{
-    IBV_MTU_4096, IBV_QP_EX_WITH_RC_OPS, IBV_QP_INIT_ATTR_PD, IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
-    IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPT_DRIVER, MLX5DV_DCTYPE_DCI, MLX5DV_DCTYPE_DCT,
-    MLX5DV_QP_INIT_ATTR_MASK_DC, ibv_qp_attr, ibv_qp_cap, ibv_qp_ex, ibv_qp_init_attr_ex,
-    ibv_rx_hash_conf, mlx5dv_dc_init_attr, mlx5dv_dc_init_attr_u, mlx5dv_qp_ex,
-    mlx5dv_qp_init_attr, qp_attr_mask as m,
+    IBV_MTU_4096, IBV_QP_INIT_ATTR_PD, IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, IBV_QPS_INIT, IBV_QPS_RTR,
+    IBV_QPS_RTS, IBV_QPT_DRIVER, MLX5DV_DCTYPE_DCI, MLX5DV_DCTYPE_DCT, MLX5DV_QP_INIT_ATTR_MASK_DC,
+    ibv_qp_attr, ibv_qp_cap, ibv_qp_ex, ibv_qp_init_attr_ex, ibv_rx_hash_conf, mlx5dv_dc_init_attr,
+    mlx5dv_dc_init_attr_u, mlx5dv_qp_ex, mlx5dv_qp_init_attr, qp_attr_mask as m,
 };
 
 use super::{ACCESS_ALL, Context, Cq, Qp, Srq};
+
+/// `IBV_QP_EX_WITH_*` of every RC operation: RDMA WRITE (with immediate), SEND (with
+/// immediate), RDMA READ, compare-and-swap and fetch-and-add (`enum ibv_qp_create_send_ops_flags`,
+/// bits 0 to 6).
+const WITH_RC_OPS: u64 = 0x7f;
 
 /// A DC initiator's work-request builders: libibverbs' and mlx5's.
 #[derive(Clone, Copy, Debug)]
@@ -68,7 +72,7 @@ impl Context {
                 rx_hash_fields_mask: 0,
             },
             source_qpn: 0,
-            send_ops_flags: if target { 0 } else { IBV_QP_EX_WITH_RC_OPS },
+            send_ops_flags: if target { 0 } else { WITH_RC_OPS },
         };
         let mut dv = mlx5dv_qp_init_attr {
             comp_mask: MLX5DV_QP_INIT_ATTR_MASK_DC,
