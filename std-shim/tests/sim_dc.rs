@@ -46,8 +46,7 @@ fn refusals() {
 
 #[test]
 fn a_dc_address_round_trips_through_its_bytes() {
-    let mut gid = zverbs::Gid::default();
-    gid.0 = core::array::from_fn(|i| i as u8 + 1);
+    let gid = zverbs::Gid(core::array::from_fn(|i| i as u8 + 1));
     let a = DcAddr {
         lid: 0x1234,
         gid,

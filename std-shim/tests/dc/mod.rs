@@ -345,14 +345,13 @@ pub fn flush_of_every_outstanding_request(ctx: &Context) {
     dci.to_error().unwrap();
     sq.ring(); // discarded: the queue's gate closed with the error state
     assert_eq!(dci.outstanding().0, 0, "nothing reached the device");
-    // Posted, then moved to error: every request completes once, flushed or done.
+    // In the error state the queue refuses posts; reset and readied, it takes them again, and
+    // moved to error with requests outstanding, every one completes once, flushed or done.
     for i in 0..6u64 {
         let wr = SendWr::write(10 + i, &sgl, dc.buf.remote(4096)).signaled();
-        // SAFETY: as above.
-        assert_eq!(
-            unsafe { sq.post_to(&peers[0], &wr) },
-            Err(PostError::NotReady)
-        );
+        // SAFETY: refused before anything is read.
+        let r = unsafe { sq.post_to(&peers[0], &wr) };
+        assert_eq!(r, Err(PostError::NotReady));
     }
     dci.reset().unwrap();
     dci.ready_dc().unwrap();
