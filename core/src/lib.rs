@@ -52,6 +52,7 @@ struct ReadmeDoctests;
 
 pub mod barrier;
 mod check;
+mod dc;
 mod error;
 pub mod event;
 pub mod handover;
@@ -66,6 +67,7 @@ mod wc;
 mod wr;
 
 pub use check::{CheckedBatch, CheckedSend, MAX_MESSAGE, SqCaps, Transport};
+pub use dc::DcDest;
 pub use error::{BatchError, PostError};
 pub use queue::{PollCq, PostRecv, PostSend, SendBatch};
 pub use sge::{RemoteBuf, Sge};

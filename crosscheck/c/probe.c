@@ -364,6 +364,18 @@ void zv_set_datagram_from_av(void *buf, const void *av, uint32_t remote_qpn, uin
 	dseg->av.key.qkey.qkey = htobe32(qkey);
 }
 
+/* The datagram segment of a DC initiator's send, as libmlx5's `mlx5_send_wr_set_dc_addr`
+ * (behind mlx5dv_wr_set_dc_addr) fills it: the address handle's vector, the DCT number and the
+ * extended-AV flag or-ed into its dqp_dct, the whole 8-byte access key over the key. */
+void zv_set_dc_datagram_from_av(void *buf, const void *av, uint32_t dctn, uint64_t dc_key)
+{
+	struct mlx5_wqe_datagram_seg *dseg = buf;
+
+	memcpy(&dseg->av, av, sizeof(dseg->av));
+	dseg->av.dqp_dct |= htobe32(dctn | MLX5_EXTENDED_UD_AV);
+	dseg->av.key.dc_key = htobe64(dc_key);
+}
+
 void zv_read_av(const void *buf, struct zv_av_fields *out)
 {
 	const struct mlx5_wqe_av *av = buf;

@@ -170,6 +170,7 @@ void zv_set_atomic_seg(void *buf, uint64_t swap_add, uint64_t compare);
 
 void zv_set_dgram_seg(void *buf, const struct zv_dgram_args *a);
 void zv_set_datagram_from_av(void *buf, const void *av, uint32_t remote_qpn, uint32_t qkey);
+void zv_set_dc_datagram_from_av(void *buf, const void *av, uint32_t dctn, uint64_t dc_key);
 void zv_read_av(const void *buf, struct zv_av_fields *out);
 
 int zv_post_srq_recv(uint8_t *buf, uint32_t stride, uint32_t idx, const struct ibv_sge *sg_list,

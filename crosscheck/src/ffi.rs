@@ -313,6 +313,9 @@ unsafe extern "C" {
 
     /// libmlx5's `set_datagram_seg` on `buf` (48 bytes) from the address vector `av` (48).
     pub fn zv_set_datagram_from_av(buf: *mut c_void, av: *const c_void, remote_qpn: u32, qkey: u32);
+    /// libmlx5's `mlx5dv_wr_set_dc_addr` datagram segment on `buf` (48 bytes) from the address
+    /// vector `av` (48), the DCT number and the access key.
+    pub fn zv_set_dc_datagram_from_av(buf: *mut c_void, av: *const c_void, dctn: u32, dc_key: u64);
 
     /// Reads the address vector at `buf` (48 bytes) into `out`.
     pub fn zv_read_av(buf: *const c_void, out: *mut ZvAvFields);

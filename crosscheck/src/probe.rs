@@ -147,6 +147,15 @@ pub fn set_datagram_from_av(buf: &mut [u8; 48], av: &[u8; 48], remote_qpn: u32, 
     }
 }
 
+/// The datagram segment libmlx5's `mlx5dv_wr_set_dc_addr` writes for a DC initiator's send:
+/// the address vector `av` with the DCT number or-ed into `dqp_dct` and the access key.
+pub fn set_dc_datagram_from_av(buf: &mut [u8; 48], av: &[u8; 48], dctn: u32, dc_key: u64) {
+    // SAFETY: `buf` is 48 writable bytes, `av` 48 readable ones, not overlapping.
+    unsafe {
+        ffi::zv_set_dc_datagram_from_av(buf.as_mut_ptr().cast(), av.as_ptr().cast(), dctn, dc_key)
+    }
+}
+
 /// Every field of the address vector `av`, read through `struct mlx5_wqe_av`.
 pub fn read_av(av: &[u8; 48]) -> ZvAvFields {
     let mut out = ZvAvFields::default();

@@ -240,6 +240,12 @@ pub mod mlx5_create_qp {
     pub const FLAG_BFREG_INDEX: u32 = 1 << 3;
     /// `MLX5_QP_FLAG_UAR_PAGE_INDEX`: `bfreg_index` names a UAR object's page.
     pub const FLAG_UAR_PAGE_INDEX: u32 = 1 << 10;
+    /// `MLX5_QP_FLAG_TYPE_DCT`: a DC target (no rings; `access_key` set).
+    pub const FLAG_TYPE_DCT: u32 = 1 << 4;
+    /// `MLX5_QP_FLAG_TYPE_DCI`: a DC initiator.
+    pub const FLAG_TYPE_DCI: u32 = 1 << 5;
+    /// `access_key` (u64, a DCT's; the union with `sq_buf_addr`).
+    pub const ACCESS_KEY: usize = 40;
 }
 
 /// `struct ib_uverbs_modify_qp` (also the base of the extended one).
@@ -338,6 +344,8 @@ pub mod qps {
 pub const QPT_RC: u8 = 2;
 /// `IBV_QPT_UD`.
 pub const QPT_UD: u8 = 4;
+/// `IBV_QPT_DRIVER`: libmlx5's DC initiators and targets (the driver command says which).
+pub const QPT_DRIVER: u8 = 0xff;
 
 /// `struct ib_uverbs_create_srq` (with its leading `response`), its answer and mlx5's driver
 /// data (`struct mlx5_ib_create_srq`, `_resp`).

@@ -26,6 +26,8 @@ use crate::abi::{self, cmd, ex, get, mask, put, qps};
 use crate::fabric::Fabric;
 use crate::uar::{Bfreg, Mapping, Uctx};
 
+mod dc;
+
 /// `EINVAL`, `EOPNOTSUPP`, `ENOMEM`, `EBUSY`, `EPERM` (errno values the commands return).
 pub mod errno {
     /// Not permitted (a write-combining mapping on a device without write-combining).
@@ -82,6 +84,8 @@ struct Qp {
     /// The user context (its descriptor) and the bfreg the QP rings.
     fd: i32,
     bfreg: Option<Bfreg>,
+    /// A DC initiator's or target's kind (`None` for RC and UD).
+    dc: Option<QpType>,
 }
 
 /// The kernel's bookkeeping.
@@ -99,6 +103,9 @@ struct Ctl {
     srqs: HashMap<u32, u32>,
     /// Each user context's bfregs and UAR pages, by its descriptor.
     uctx: HashMap<i32, Uctx>,
+    /// Each DC target's stand-in rings and doorbell record, by its number: the device
+    /// watches them and never finds them rung (a target has no send queue).
+    dct_mem: HashMap<u32, Box<[u64; 9]>>,
 }
 
 impl Ctl {
@@ -290,6 +297,9 @@ impl Emu {
             (true, ex::MODIFY_QP) => {
                 let r = self.modify_qp(core_in);
                 put::<4>(core_out, 4, core_out.len() as u64);
+                if r.is_ok() {
+                    self.dct_modify_answer(core_in, drv_out);
+                }
                 r
             }
             (false, cmd::QUERY_QP) => self.query_qp(core_in, core_out),
@@ -551,11 +561,15 @@ impl Emu {
         use abi::create_qp as f;
         use abi::mlx5_create_qp as m;
         let at = |off: usize| if extended { off - f::EX_SHIFT } else { off };
-        let ud = match get::<1>(i, at(f::QP_TYPE)) as u8 {
-            abi::QPT_RC => false,
-            abi::QPT_UD => true,
+        let (ud, dc) = match get::<1>(i, at(f::QP_TYPE)) as u8 {
+            abi::QPT_RC => (false, None),
+            abi::QPT_UD => (true, None),
+            abi::QPT_DRIVER => (false, Some(dc::kind(get::<4>(d, m::FLAGS) as u32)?)),
             _ => return Err(errno::EOPNOTSUPP),
         };
+        if dc == Some(QpType::Dct) {
+            return self.create_dct(fd, i, extended, d, o);
+        }
         let srq_h = (get::<1>(i, at(f::IS_SRQ)) != 0).then(|| get::<4>(i, at(f::SRQ)) as u32);
         let caps = [
             f::MAX_SEND_WR,
@@ -627,7 +641,11 @@ impl Emu {
                 size: 0,
             },
         };
-        let qp_type = if ud { QpType::Ud } else { QpType::Rc };
+        let qp_type = match (ud, dc) {
+            (_, Some(kind)) => kind,
+            (true, None) => QpType::Ud,
+            (false, None) => QpType::Rc,
+        };
         // SAFETY: libmlx5 allocated the rings and doorbell record for this QP and frees them
         // only after DESTROY_QP, after which the device forgets them. RNR retries are served
         // for ever (rnr_retry 7, what perftest and most programs ask for).
@@ -661,6 +679,7 @@ impl Emu {
                 state: qps::RESET,
                 fd,
                 bfreg: Some(bfreg),
+                dc,
                 ..Qp::default()
             },
         );
@@ -757,6 +776,9 @@ impl Emu {
         }
         if qp.ud {
             return self.modify_ud(qp, m);
+        }
+        if let Some(kind) = qp.dc {
+            return self.modify_dc(qp, m, kind);
         }
         if m & mask::STATE == 0 {
             return Ok(());
@@ -885,7 +907,10 @@ impl Emu {
             u.free_bfreg(n);
         }
         crate::watch::qp_gone(qp.qpn);
-        self.dev.destroy_qp(qp.qpn).map_err(sim_errno)
+        let r = self.dev.destroy_qp(qp.qpn).map_err(sim_errno);
+        // A DC target's stand-in rings, once the device has forgotten them.
+        ctl.dct_mem.remove(&qp.qpn);
+        r
     }
 
     fn create_srq(&self, i: &[u8], d: &[u8], o: &mut [u8], dout: &mut [u8]) -> Res {

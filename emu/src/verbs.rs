@@ -26,6 +26,9 @@ use zverbs_ffi::types::{
 use zverbs_mlx5dv::prm::dv::{MLX5DV_SRQ_MASK_SRQN, mlx5dv_ah, mlx5dv_cq, mlx5dv_qp, mlx5dv_srq};
 use zverbs_mlx5dv::{CqLayout, QpLayout, SrqLayout};
 
+mod dc;
+pub use dc::DciWr;
+
 /// Every right: local write, remote write, remote read and remote atomic.
 pub const ACCESS_ALL: c_int = IBV_ACCESS_LOCAL_WRITE
     | IBV_ACCESS_REMOTE_WRITE

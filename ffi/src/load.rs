@@ -126,6 +126,7 @@ table! {
     }
     optional {
         _ibv_query_gid_ex: fn(*mut ibv_context, u32, u32, *mut ibv_gid_entry, u32, usize) -> c_int;
+        ibv_qp_to_qp_ex: fn(*mut ibv_qp) -> *mut ibv_qp_ex;
     }
 }
 
@@ -141,6 +142,7 @@ table! {
         // The out-struct is `struct mlx5dv_clock_info`, which the direct path declares
         // (`zverbs_mlx5dv::prm::clock`): cast the pointer.
         mlx5dv_get_clock_info: fn(*mut ibv_context, *mut c_void) -> c_int;
+        mlx5dv_qp_ex_from_ibv_qp_ex: fn(*mut ibv_qp_ex) -> *mut mlx5dv_qp_ex;
     }
 }
 

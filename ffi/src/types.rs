@@ -518,6 +518,72 @@ pub struct ibv_qp {
     pub events_completed: u32,
 }
 
+/// A `struct ibv_qp_ex` member: a work-request builder call (`ibv_wr_*`) whose arguments
+/// zverbs does not bind (the type of every member it does not call).
+pub type WrFn = Option<unsafe extern "C" fn()>;
+
+/// `struct ibv_qp_ex`: a QP with the work-request builder API (`ibv_wr_start`, an opcode call,
+/// the setters, `ibv_wr_complete`), from `ibv_qp_to_qp_ex` on a QP created with
+/// `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`. Only the members zverbs calls have their C types.
+#[repr(C)]
+pub struct ibv_qp_ex {
+    pub qp_base: ibv_qp,
+    pub comp_mask: u64,
+    pub wr_id: u64,
+    pub wr_flags: c_uint,
+    pub wr_atomic_cmp_swp: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u64, u64)>,
+    pub wr_atomic_fetch_add: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u64)>,
+    pub wr_bind_mw: WrFn,
+    pub wr_local_inv: WrFn,
+    pub wr_rdma_read: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64)>,
+    pub wr_rdma_write: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64)>,
+    pub wr_rdma_write_imm: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u32)>,
+    pub wr_send: Option<unsafe extern "C" fn(*mut ibv_qp_ex)>,
+    pub wr_send_imm: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32)>,
+    pub wr_send_inv: WrFn,
+    pub wr_send_tso: WrFn,
+    pub wr_set_ud_addr: WrFn,
+    pub wr_set_xrc_srqn: WrFn,
+    pub wr_set_inline_data: Option<unsafe extern "C" fn(*mut ibv_qp_ex, *mut c_void, usize)>,
+    pub wr_set_inline_data_list:
+        Option<unsafe extern "C" fn(*mut ibv_qp_ex, usize, *const ibv_data_buf)>,
+    pub wr_set_sge: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u32)>,
+    pub wr_set_sge_list: Option<unsafe extern "C" fn(*mut ibv_qp_ex, usize, *const ibv_sge)>,
+    pub wr_start: Option<unsafe extern "C" fn(*mut ibv_qp_ex)>,
+    pub wr_complete: Option<unsafe extern "C" fn(*mut ibv_qp_ex) -> c_int>,
+    pub wr_abort: Option<unsafe extern "C" fn(*mut ibv_qp_ex)>,
+    pub wr_atomic_write: WrFn,
+}
+
+/// `struct ibv_data_buf`: one inline source of `ibv_wr_set_inline_data_list`.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct ibv_data_buf {
+    pub addr: *mut c_void,
+    pub length: usize,
+}
+
+/// `struct mlx5dv_qp_ex`: mlx5's work-request builder calls, from
+/// `mlx5dv_qp_ex_from_ibv_qp_ex`. Only the members zverbs calls have their C types.
+#[repr(C)]
+pub struct mlx5dv_qp_ex {
+    pub comp_mask: u64,
+    /// `mlx5dv_wr_set_dc_addr`: the DC target (address handle, DCT number, access key) of
+    /// the work request being built.
+    pub wr_set_dc_addr: Option<unsafe extern "C" fn(*mut mlx5dv_qp_ex, *mut ibv_ah, u32, u64)>,
+    pub wr_mr_interleaved: WrFn,
+    pub wr_mr_list: WrFn,
+    pub wr_mkey_configure: WrFn,
+    pub wr_set_mkey_access_flags: WrFn,
+    pub wr_set_mkey_layout_list: WrFn,
+    pub wr_set_mkey_layout_interleaved: WrFn,
+    pub wr_set_mkey_sig_block: WrFn,
+    pub wr_raw_wqe: WrFn,
+    pub wr_set_dc_addr_stream: WrFn,
+    pub wr_memcpy: WrFn,
+    pub wr_set_mkey_crypto: WrFn,
+}
+
 /// `ibv_context_ops.post_send`.
 pub type PostSendFn =
     unsafe extern "C" fn(*mut ibv_qp, *mut ibv_send_wr, *mut *mut ibv_send_wr) -> c_int;
@@ -817,9 +883,19 @@ pub const IBV_MTU_4096: c_uint = 5;
 pub const IBV_QPT_RC: c_uint = 2;
 /// `IBV_QPT_UD`.
 pub const IBV_QPT_UD: c_uint = 4;
+/// `IBV_QPT_DRIVER`: a provider's own QP type (mlx5: the DC initiator and target).
+pub const IBV_QPT_DRIVER: c_uint = 0xff;
+/// `MLX5DV_QP_INIT_ATTR_MASK_DC`.
+pub const MLX5DV_QP_INIT_ATTR_MASK_DC: u64 = 1 << 1;
+/// `MLX5DV_DCTYPE_DCT`.
+pub const MLX5DV_DCTYPE_DCT: c_uint = 1;
+/// `MLX5DV_DCTYPE_DCI`.
+pub const MLX5DV_DCTYPE_DCI: c_uint = 2;
 
 /// `IBV_QP_INIT_ATTR_PD`.
 pub const IBV_QP_INIT_ATTR_PD: u32 = 1 << 0;
+/// `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`: `send_ops_flags` names the `ibv_wr_*` opcodes used.
+pub const IBV_QP_INIT_ATTR_SEND_OPS_FLAGS: u32 = 1 << 6;
 /// `MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS`.
 pub const MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS: u64 = 1 << 0;
 /// `MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE`.

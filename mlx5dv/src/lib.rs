@@ -155,7 +155,8 @@ pub use layout::{
 };
 pub use rq::RecvQueue;
 pub use sq::{
-    Changes, Connected, Datagram, Prepared, PreparedRdma, PreparedSend, SendQueue, SqTransport,
+    Changes, Connected, DC_AV_DS, Datagram, DcSendQueue, Prepared, PreparedRdma, PreparedSend,
+    SendQueue, SqTransport,
 };
 pub use srq::SharedRecvQueue;
 pub use state::{

@@ -964,6 +964,11 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> PostSend for SendQueue<P, R, 
     }
 }
 
+mod dc;
+pub use dc::{DC_AV_DS, DcSendQueue};
+
+#[cfg(test)]
+mod dc_tests;
 #[cfg(test)]
 mod frame;
 #[cfg(test)]

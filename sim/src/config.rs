@@ -284,6 +284,31 @@ pub struct Stats {
     /// UD QP ready to receive, a multicast group with no member, a multicast address with a
     /// QPN other than `0xffffff`.
     pub ud_no_dest: u64,
+    /// DC requests a target dropped because they carried another access key than the
+    /// target's (a DC access key violation): the initiator's retries run out.
+    pub dc_key_violations: u64,
+    /// DC requests that reached no target: an unknown DCT number, or a target not ready.
+    pub dc_no_target: u64,
+}
+
+/// A created DC target: its number (in the QP number space) and its access key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SimDct {
+    /// The DCT number an initiator names.
+    pub dctn: u32,
+    /// The access key it was created with.
+    pub access_key: u64,
+}
+
+/// A DC target to create ([`Device::create_dct`](crate::Device::create_dct)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DctConfig {
+    /// CQN of the CQ its receive completions go to.
+    pub cq: u32,
+    /// SRQN of the shared receive queue its SENDs and WRITEs with immediate consume.
+    pub srq: u32,
+    /// The access key every request must carry (`dct_access_key`).
+    pub access_key: u64,
 }
 
 /// The transport of a queue pair.
@@ -296,6 +321,15 @@ pub enum QpType {
     /// through an address vector, completes once sent, and is dropped at a receiver that
     /// cannot take it.
     Ud,
+    /// Dynamically connected initiator (`mlx5dv_create_qp` with `MLX5DV_DCTYPE_DCI`): no
+    /// peer; each WQE carries the DC target it goes to (the datagram segment after the
+    /// control segment, with the DCT number and access key) and otherwise the operations of
+    /// RC. Ready it with [`Device::ready_dci`](crate::Device::ready_dci).
+    Dci,
+    /// Dynamically connected target (`MLX5DV_DCTYPE_DCT`): serves the requests of any DCI
+    /// that names its number and access key; receives from a shared receive queue; has no
+    /// send queue. Made with [`Device::create_dct`](crate::Device::create_dct).
+    Dct,
 }
 
 /// The global routing header of an address handle (`struct ibv_global_route`).

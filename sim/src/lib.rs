@@ -193,8 +193,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 pub use config::{
-    Access, AhAttr, CqConfig, DeviceConfig, Grh, Mr, QpConfig, QpStatus, QpType,
-    RNR_RETRY_INFINITE, SimAh, SimCq, SimError, SimQp, SimSrq, SrqConfig, SrqEvent, Stats,
+    Access, AhAttr, CqConfig, DctConfig, DeviceConfig, Grh, Mr, QpConfig, QpStatus, QpType,
+    RNR_RETRY_INFINITE, SimAh, SimCq, SimDct, SimError, SimQp, SimSrq, SrqConfig, SrqEvent, Stats,
 };
 
 use engine::Engine;
@@ -404,6 +404,50 @@ impl Device {
     /// As [`Device::init_ud`].
     pub fn ready_ud(&self, qpn: u32) -> Result<(), SimError> {
         self.engine().ready_ud(qpn)
+    }
+
+    /// Creates a DC target (DCT) on the shared receive queue `cfg.srq`, its receive
+    /// completions on `cfg.cq`, serving requests that carry `cfg.access_key`. It starts in
+    /// INIT: [`Device::ready_dct`] moves it to RTR. Its number is in the QP number space.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::NoSuchCq`], [`SimError::NoSuchSrq`], [`SimError::TooMany`].
+    pub fn create_dct(&self, cfg: DctConfig) -> Result<SimDct, SimError> {
+        self.engine().create_dct(cfg)
+    }
+
+    /// Gives the DC target `dctn`, driven over memory someone else allocated
+    /// ([`Device::create_qp_external_ext`] with [`QpType::Dct`]), its access key.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::NoSuchQp`], [`SimError::InvalidConfig`] for a QP that is no DC target.
+    pub fn set_dct_key(&self, dctn: u32, access_key: u64) -> Result<(), SimError> {
+        self.engine().set_dct_key(dctn, access_key)
+    }
+
+    /// Moves DC target `dctn` to RTR, as `ibv_modify_qp` to INIT and then RTR does (a DCT
+    /// goes no further): it serves requests from now on.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::NoSuchQp`], [`SimError::InvalidConfig`] for a QP that is no DC target,
+    /// [`SimError::AlreadyConnected`] past INIT.
+    pub fn ready_dct(&self, dctn: u32) -> Result<(), SimError> {
+        self.engine().ready_dct(dctn)
+    }
+
+    /// Moves DC initiator `qpn` (made by [`Device::create_qp_ext`] with [`QpType::Dci`]) to
+    /// RTS, as `ibv_modify_qp` to INIT, RTR and RTS does: a DCI names no remote QP; each of
+    /// its requests names its target.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::NoSuchQp`], [`SimError::InvalidConfig`] for a QP that is no DCI,
+    /// [`SimError::AlreadyConnected`] past INIT.
+    pub fn ready_dci(&self, qpn: u32) -> Result<(), SimError> {
+        self.engine().ready_dci(qpn)
     }
 
     /// An address handle for `attr`: the 48-byte address vector libmlx5's `mlx5_create_ah`

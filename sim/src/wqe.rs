@@ -10,6 +10,7 @@ use core::ptr::NonNull;
 
 use crate::mem::{Region, read16};
 use crate::vendor;
+use zverbs_mlx5dv::DC_AV_DS;
 use zverbs_mlx5dv::prm::wqe::{AtomicSeg, CtrlSeg, DataSeg, RaddrSeg, SrqNextSeg, av};
 use zverbs_mlx5dv::prm::{INLINE_SEG, INVALID_LKEY, SEGS_PER_BB, opcode};
 
@@ -121,6 +122,17 @@ impl SqRing {
     /// QP `qpn`, a UD QP if `ud` (whose SENDs carry a datagram segment after the control
     /// segment, and which has no other operation but NOP).
     pub(crate) fn parse(&self, ci: u32, avail: u32, qpn: u32, ud: bool) -> Result<Wqe, Bad> {
+        self.parse_as(ci, avail, qpn, ud, false)
+    }
+
+    /// [`SqRing::parse`] for a DC initiator: an RC WQE with the datagram segment (the
+    /// target's address vector, DCT number and access key, in [`Wqe::av`]) after the control
+    /// segment.
+    pub(crate) fn parse_dc(&self, ci: u32, avail: u32, qpn: u32) -> Result<Wqe, Bad> {
+        self.parse_as(ci, avail, qpn, false, true)
+    }
+
+    fn parse_as(&self, ci: u32, avail: u32, qpn: u32, ud: bool, dc: bool) -> Result<Wqe, Bad> {
         let start = ci.wrapping_mul(SEGS_PER_BB as u32);
         let raw = self.seg(start);
         let ctrl = CtrlSeg::new_unchecked(&raw);
@@ -158,6 +170,21 @@ impl SqRing {
             av: [0; av::LEN],
             payload: Payload::Sges(0),
             sges: [DataEntry::default(); MAX_SEGS],
+        };
+        // A DCI's WQE: the datagram segment after the control segment, then the segments of an
+        // RC WQE, read as an RC WQE whose segments start three further on.
+        let (start, ds) = if dc && op != opcode::NOP {
+            let header = 1 + DC_AV_DS;
+            if ds < header {
+                return Err(bad(vendor::NO_DATAGRAM, blocks));
+            }
+            for i in 1..header {
+                let off = (i as usize - 1) * 16;
+                w.av[off..off + 16].copy_from_slice(&self.seg(start.wrapping_add(i)));
+            }
+            (start.wrapping_add(DC_AV_DS), ds - DC_AV_DS)
+        } else {
+            (start, ds)
         };
         let seg = |i: u32| self.seg(start.wrapping_add(i));
         let first_payload = match op {

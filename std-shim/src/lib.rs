@@ -206,6 +206,7 @@ pub mod backend;
 mod clock;
 pub mod connect;
 mod cq;
+pub mod dc;
 mod device;
 mod env;
 mod error;

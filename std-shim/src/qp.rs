@@ -85,6 +85,7 @@ pub struct QpBuilder<'a> {
     backend: Option<BackendRequest>,
     qp_type: QpType,
     srq: Option<&'a Srq>,
+    dc_access_key: u64,
 }
 
 impl<'a> QpBuilder<'a> {
@@ -99,6 +100,7 @@ impl<'a> QpBuilder<'a> {
             backend: None,
             qp_type: QpType::Rc,
             srq: None,
+            dc_access_key: 0,
         }
     }
 
@@ -112,6 +114,24 @@ impl<'a> QpBuilder<'a> {
     /// [`Qp::ready_ud`](crate::Qp::ready_ud).
     pub fn ud(self) -> Self {
         self.qp_type(QpType::Ud)
+    }
+
+    /// A DC initiator (DCI, mlx5 only): sends to any DC target, each request naming its
+    /// target. It receives nothing (no receive queue). Ready it with
+    /// [`Qp::ready_dc`](crate::Qp::ready_dc), post through
+    /// [`Qp::dc_send_queue`](crate::Qp::dc_send_queue).
+    pub fn dc_initiator(self) -> Self {
+        self.qp_type(QpType::Dci)
+    }
+
+    /// A DC target (DCT, mlx5 only) that serves the initiators whose requests carry
+    /// `access_key`; it needs an SRQ ([`QpBuilder::srq`]) for the SENDs and WRITEs with
+    /// immediate it receives, and has no send queue. Ready it with
+    /// [`Qp::ready_dc`](crate::Qp::ready_dc); its address for initiators is
+    /// [`Qp::dc_addr`](crate::Qp::dc_addr).
+    pub fn dc_target(mut self, access_key: u64) -> Self {
+        self.dc_access_key = access_key;
+        self.qp_type(QpType::Dct)
     }
 
     /// Takes the QP's receives from `srq`: the QP has no receive queue of its own
@@ -194,6 +214,7 @@ impl<'a> QpBuilder<'a> {
             }
         }
         let mut caps = self.caps;
+        crate::dc::shape(self.qp_type, self.srq.is_some(), &mut caps)?;
         if let Some(srq) = self.srq {
             if !Arc::ptr_eq(&srq.pd().inner, &self.pd.inner) {
                 return Err(Error::InvalidArgument(
@@ -204,7 +225,9 @@ impl<'a> QpBuilder<'a> {
             caps.max_recv_sge = 0;
             srq.bind_recv_cq(self.recv_cq)?;
         }
-        if (caps.max_recv_wr == 0 && self.srq.is_none()) || caps.max_send_wr == 0 {
+        if (caps.max_recv_wr == 0 && self.srq.is_none() && self.qp_type != QpType::Dci)
+            || caps.max_send_wr == 0
+        {
             return Err(Error::InvalidArgument(
                 "max_send_wr and max_recv_wr must be at least 1".into(),
             ));
@@ -258,6 +281,7 @@ impl<'a> QpBuilder<'a> {
                 direct,
                 qp_type: self.qp_type,
                 srq: self.srq.map(|s| &*s.inner.provider),
+                dc_access_key: self.dc_access_key,
             })?
         };
         let caps = provider.caps();
@@ -623,6 +647,7 @@ impl Qp {
     /// [`Error::NotReady`] before RTS; [`Error::AlreadyTaken`]; [`Error::Layout`] if the direct
     /// backend rejects the layout.
     pub fn send_queue(&self) -> Result<AnySendQueue> {
+        crate::dc::not_dc(self, "Qp::send_queue")?;
         self.send_queue_ready()?;
         {
             let mut t = self.inner.taken.lock().unwrap_or_else(|p| p.into_inner());
@@ -641,6 +666,7 @@ impl Qp {
     ///
     /// [`Error::NotReady`] before INIT; as [`Qp::send_queue`].
     pub fn recv_queue(&self) -> Result<AnyRecvQueue> {
+        crate::dc::not_dc(self, "Qp::recv_queue")?;
         self.own_receives()?;
         self.recv_ready()?;
         {
@@ -697,6 +723,7 @@ impl Qp {
                     .into(),
             ));
         }
+        crate::dc::not_dc(self, "Qp::queues")?;
         self.send_queue_ready()?;
         // Refused before the send queue is taken, so that the refusal changes nothing.
         self.own_receives()?;
@@ -912,6 +939,12 @@ pub enum QpType {
     /// Unreliable datagram (`IBV_QPT_UD`): no peer; each send names its destination through
     /// an [`AddressHandle`](crate::AddressHandle).
     Ud,
+    /// Dynamically connected initiator (mlx5 `MLX5DV_DCTYPE_DCI`): no peer; each request
+    /// names the DC target it goes to ([`QpBuilder::dc_initiator`], [`crate::dc`]).
+    Dci,
+    /// Dynamically connected target (mlx5 `MLX5DV_DCTYPE_DCT`): serves any initiator that
+    /// names its number and access key; receives through an SRQ ([`QpBuilder::dc_target`]).
+    Dct,
 }
 
 impl QpType {
@@ -920,6 +953,7 @@ impl QpType {
         match self {
             Self::Rc => crate::ffi::types::IBV_QPT_RC,
             Self::Ud => crate::ffi::types::IBV_QPT_UD,
+            Self::Dci | Self::Dct => crate::ffi::types::IBV_QPT_DRIVER,
         }
     }
 }

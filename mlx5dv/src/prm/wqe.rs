@@ -458,6 +458,21 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> DatagramSeg<T> {
         set_be32(b, av::DQP_DCT, remote_qpn | super::EXTENDED_UD_AV);
         set_be32(b, av::QKEY, qkey);
     }
+    /// What a DC initiator writes per request, as libmlx5's `mlx5dv_wr_set_dc_addr` does: the
+    /// address vector `av` (as for [`DatagramSeg::set_from_av`]), then the DCT number and
+    /// [`EXTENDED_UD_AV`](super::EXTENDED_UD_AV) or-ed into the vector's `dqp_dct`, and the
+    /// access key over `key.dc_key` (all 8 bytes).
+    ///
+    /// `dctn` is stored as given: a value above 24 bits spills into the top byte. Checking it
+    /// is the caller's business.
+    #[inline(always)]
+    pub fn set_dc_from_av(&mut self, av: &[u8; av::LEN], dctn: u32, dc_key: u64) {
+        let b = self.buffer.as_mut();
+        b[..av::LEN].copy_from_slice(av);
+        let dqp_dct = get_be32(av, av::DQP_DCT);
+        set_be32(b, av::DQP_DCT, dqp_dct | dctn | super::EXTENDED_UD_AV);
+        set_be64(b, av::DC_KEY, dc_key);
+    }
     /// Sets the Q_Key (`key.qkey.qkey`) alone.
     #[inline]
     pub fn set_qkey(&mut self, v: u32) {

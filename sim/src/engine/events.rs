@@ -35,7 +35,9 @@ impl Engine {
     /// "transport retry exceeded" (the QP enters the error state, the requests after it are
     /// flushed) and raises the QP's event; returns whether it did.
     pub(super) fn port_down_fails(&mut self, q: usize, opcode: u8, blocks: u32) -> bool {
-        if self.faults.port == PortState::Active || self.qps[q].qp_type != QpType::Rc {
+        if self.faults.port == PortState::Active
+            || !matches!(self.qps[q].qp_type, QpType::Rc | QpType::Dci)
+        {
             return false;
         }
         self.fail(q, Fault::new(RETRY_EXC, vendor::PORT_DOWN), opcode, blocks);

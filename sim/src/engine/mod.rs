@@ -41,6 +41,7 @@
 //! another process). A request from anyone else never reaches [`Engine::respond`].
 
 mod copy;
+mod dc;
 mod events;
 mod queues;
 mod requester;

@@ -50,6 +50,12 @@ const UD_HEADER: u32 = zverbs_mlx5dv::prm::wqe::UD_HEADER_DS as u32;
 const MAX_UD_SEND_SGE: u32 = MAX_DS as u32 - UD_HEADER;
 /// Inline bytes in the largest UD WQE.
 const MAX_UD_INLINE: u32 = (MAX_DS as u32 - UD_HEADER) * 16 - 4;
+/// The segments before a DCI's data: control, datagram and remote address.
+const DCI_HEADER: u32 = 2 + zverbs_mlx5dv::DC_AV_DS;
+/// Gather entries in the largest DCI WQE.
+const MAX_DCI_SEND_SGE: u32 = MAX_DS as u32 - DCI_HEADER;
+/// Inline bytes in the largest DCI WQE.
+const MAX_DCI_INLINE: u32 = (MAX_DS as u32 - DCI_HEADER) * 16 - 4;
 
 /// Where a QP's requests go.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -150,6 +156,8 @@ pub(crate) struct DevQp {
     pub(super) atomic_results: [Option<(u32, u64)>; super::ATOMIC_RESOURCES],
     /// The ring entry the next atomic result goes to.
     pub(super) atomic_next: usize,
+    /// A DC target's access key: requests carrying another are dropped.
+    pub(super) dc_key: u64,
 }
 
 impl DevQp {
@@ -291,6 +299,8 @@ impl Engine {
         let (header, max_sge, max_inline) = match qp_type {
             QpType::Rc => (2, MAX_SEND_SGE, MAX_INLINE),
             QpType::Ud => (UD_HEADER, MAX_UD_SEND_SGE, MAX_UD_INLINE),
+            QpType::Dci => (DCI_HEADER, MAX_DCI_SEND_SGE, MAX_DCI_INLINE),
+            QpType::Dct => (2, MAX_SEND_SGE, MAX_INLINE),
         };
         let srq = srqn.map(|n| self.srq_index(n)).transpose()?;
         if srq.is_some() && cfg.max_recv_wr != 0 {
@@ -308,13 +318,17 @@ impl Engine {
         }
         if cfg.max_send_sge > max_sge {
             return Err(SimError::InvalidConfig(match qp_type {
-                QpType::Rc => "max_send_sge above 61 (a WQE has at most 63 segments)",
+                QpType::Rc | QpType::Dct => "max_send_sge above 61 (a WQE has at most 63 segments)",
+                QpType::Dci => "max_send_sge above 58 for a DCI (a WQE has at most 63 segments)",
                 QpType::Ud => "max_send_sge above 59 for UD (a WQE has at most 63 segments)",
             }));
         }
         if cfg.max_inline_data > max_inline {
             return Err(SimError::InvalidConfig(match qp_type {
-                QpType::Rc => "max_inline_data above 972 bytes (a WQE has at most 63 segments)",
+                QpType::Rc | QpType::Dct => {
+                    "max_inline_data above 972 bytes (a WQE has at most 63 segments)"
+                }
+                QpType::Dci => "max_inline_data above 924 bytes for a DCI (63 segments)",
                 QpType::Ud => "max_inline_data above 940 bytes for UD (63 segments)",
             }));
         }
@@ -518,6 +532,7 @@ impl Engine {
             seq_nak_sent: false,
             atomic_results: [None; super::ATOMIC_RESOURCES],
             atomic_next: 0,
+            dc_key: 0,
         };
         if slot == self.qps.len() {
             self.qps.push(qp);

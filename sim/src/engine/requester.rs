@@ -37,7 +37,7 @@ const RNR_BACKOFF: Duration = Duration::from_micros(50);
 
 /// How a send WQE ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Outcome {
+pub(super) enum Outcome {
     /// Success; the requester CQE's byte count.
     Done(u32),
     /// The peer had no receive: retry later.
@@ -69,7 +69,7 @@ fn msg_len(w: &Wqe) -> u64 {
 }
 
 /// The PSN of the last packet of a request at `psn` (a READ's last response packet's).
-fn last_psn(psn: u32, opcode: u8, len: u64) -> u32 {
+pub(super) fn last_psn(psn: u32, opcode: u8, len: u64) -> u32 {
     psn_add(psn, packets(opcode, len).saturating_sub(1))
 }
 
@@ -100,7 +100,11 @@ impl Engine {
             self.fail(q, Fault::new(LOC_QP_OP, vendor::DOORBELL), op, 0);
             return 1;
         }
-        let parsed = sq.parse(qp.sq_ci, avail, qp.qpn, qp.qp_type == QpType::Ud);
+        let parsed = if qp.qp_type == QpType::Dci {
+            sq.parse_dc(qp.sq_ci, avail, qp.qpn)
+        } else {
+            sq.parse(qp.sq_ci, avail, qp.qpn, qp.qp_type == QpType::Ud)
+        };
         if qp.status == QpStatus::Error {
             let (op, blocks) = match parsed {
                 Ok(w) => (w.opcode, w.blocks),
@@ -142,6 +146,10 @@ impl Engine {
                 Ok(()) => Outcome::Done(0),
                 Err(f) => Outcome::Fail(f),
             };
+            return self.finish(q, &w, outcome);
+        }
+        if self.qps[q].qp_type == QpType::Dci {
+            let outcome = self.execute_dc(q, &w);
             return self.finish(q, &w, outcome);
         }
         if let Some((lid, qpn)) = self.qps[q].remote {
@@ -272,7 +280,7 @@ impl Engine {
 
     /// The requester's own checks of `w`: the spans it reads (WRITE, SEND) or writes (READ,
     /// the atomic's result), and the message length.
-    fn requester_spans(&self, q: usize, w: &Wqe) -> Result<(Spans, u64), Fault> {
+    pub(super) fn requester_spans(&self, q: usize, w: &Wqe) -> Result<(Spans, u64), Fault> {
         match w.opcode {
             opcode::RDMA_READ => self.local_spans(q, w, Access::LOCAL_WRITE),
             opcode::ATOMIC_CS | opcode::ATOMIC_FA => {
@@ -300,7 +308,7 @@ impl Engine {
     ///
     /// `spans` were checked by [`Engine::requester_spans`] for this WQE; a `Read` span lies in
     /// memory the responder checked for remote read (or in a response's own bytes).
-    unsafe fn conclude(
+    pub(super) unsafe fn conclude(
         &mut self,
         answer: Result<Ack, Nak>,
         spans: &Spans,

@@ -27,7 +27,7 @@ use super::{
     Engine, Fault, LOC_LEN, LOC_PROT, LOC_QP_OP, MAX_MSG, PSN_MASK, REM_ACCESS, REM_INV_REQ,
     REM_OP, RETRY_EXC, mr_vendor, packets, psn_add, psn_diff,
 };
-use crate::config::{Access, Mr, QpStatus};
+use crate::config::{Access, Mr, QpStatus, QpType};
 use crate::cq::{self, op};
 use crate::vendor;
 use crate::wire::{Message, Request, Response, Status};
@@ -547,6 +547,11 @@ impl Engine {
 
     /// Moves QP `p` to the error state (a responder-detected error of class C).
     fn peer_to_error(&mut self, p: usize) {
+        if self.qps[p].qp_type == QpType::Dct {
+            // A DC target serves every initiator: one initiator's bad request fails that
+            // initiator alone.
+            return;
+        }
         self.qps[p].status = QpStatus::Error;
     }
 

@@ -201,6 +201,8 @@ pub(crate) struct QpInit<'a> {
     pub(crate) qp_type: QpType,
     /// The shared receive queue the QP takes its receives from.
     pub(crate) srq: Option<&'a dyn SrqProvider>,
+    /// A DC target's access key (`dct_access_key`); 0 for other QPs.
+    pub(crate) dc_access_key: u64,
 }
 
 /// A registered memory region.
@@ -264,6 +266,10 @@ pub(crate) trait QpProvider: Send + Sync + Debug {
     fn register(&self) -> RegisterOwner;
     /// `ibv_attach_mcast` (`attach`) or `ibv_detach_mcast`.
     fn mcast(&self, attach: bool, gid: &Gid, lid: u16) -> Result<()>;
+    /// A DC target's access key (0 for other QPs).
+    fn dc_access_key(&self) -> u64 {
+        0
+    }
 }
 
 /// What a provider knows of a direct QP's BlueFlame register.

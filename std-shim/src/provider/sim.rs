@@ -332,6 +332,8 @@ impl PdProvider for SimPd {
         let qp_type = match init.qp_type {
             QpType::Rc => sim::QpType::Rc,
             QpType::Ud => sim::QpType::Ud,
+            QpType::Dci => sim::QpType::Dci,
+            QpType::Dct => sim::QpType::Dct,
         };
         let srq = init
             .srq
@@ -355,6 +357,11 @@ impl PdProvider for SimPd {
                 srq,
             )
             .map_err(|e| sim_err("create_qp", e))?;
+        if init.qp_type == QpType::Dct {
+            device()
+                .set_dct_key(qp.qpn, init.dc_access_key)
+                .map_err(|e| sim_err("mlx5dv_create_qp", e))?;
+        }
         let caps = QpCaps {
             max_send_wr: c.max_send_wr,
             max_recv_wr: qp.layout.rq.wqe_cnt,
@@ -376,6 +383,7 @@ impl PdProvider for SimPd {
                 qp,
                 caps,
                 qp_type: init.qp_type,
+                dc_access_key: init.dc_access_key,
             }),
             EngineNote(format!("{NAME}: direct QP, {doorbell}")),
         ))
@@ -535,6 +543,8 @@ struct SimQp {
     qp: sim::SimQp,
     caps: QpCaps,
     qp_type: QpType,
+    /// A DC target's access key.
+    dc_access_key: u64,
 }
 
 // SAFETY: as for `SimCq`.
@@ -569,6 +579,20 @@ impl QpProvider for SimQp {
                 QPS_RTS => device().ready_ud(self.qp.qpn).map_err(e),
                 QPS_ERR => device().set_error(self.qp.qpn).map_err(e),
                 QPS_RESET => device().reset_qp(self.qp.qpn).map(drop).map_err(e),
+                _ => Ok(()),
+            };
+        }
+        if matches!(self.qp_type, QpType::Dci | QpType::Dct) {
+            let e = |e| sim_err("ibv_modify_qp", e);
+            let (dev, qpn) = (device(), self.qp.qpn);
+            return match (attr.qp_state, self.qp_type) {
+                // No remote QP: a target serves from RTR on, an initiator sends from RTS.
+                (QPS_RTR, QpType::Dct) => dev.ready_dct(qpn).map_err(e),
+                (QPS_RTS, QpType::Dci) => dev.ready_dci(qpn).map_err(e),
+                // A DC target goes no further than RTR (the kernel refuses RTS).
+                (QPS_RTS, _) => Err(Error::from_ret("ibv_modify_qp", libc::EINVAL)),
+                (QPS_ERR, _) => dev.set_error(qpn).map_err(e),
+                (QPS_RESET, _) => dev.reset_qp(qpn).map(drop).map_err(e),
                 _ => Ok(()),
             };
         }
@@ -647,6 +671,9 @@ impl QpProvider for SimQp {
             d.detach_mcast(self.qp.qpn, gid.0, lid)
                 .map_err(|e| sim_err("ibv_detach_mcast", e))
         }
+    }
+    fn dc_access_key(&self) -> u64 {
+        self.dc_access_key
     }
 }
 

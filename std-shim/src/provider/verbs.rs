@@ -670,6 +670,21 @@ impl PdProvider for VerbsPd {
             None => ptr::null_mut(),
         };
         let qp_type = init.qp_type.to_raw();
+        let dc = match init.qp_type {
+            QpType::Dci => Some(MLX5DV_DCTYPE_DCI),
+            QpType::Dct => Some(MLX5DV_DCTYPE_DCT),
+            _ => None,
+        };
+        if dc.is_some() && !init.direct {
+            // libibverbs has no DC: only mlx5dv_create_qp makes one.
+            return Err(Error::Backend {
+                requested: crate::BackendKind::Verbs,
+                reason: String::from(
+                    "the dynamically connected transport (DCI/DCT) exists only on mlx5 devices \
+                     driven directly (mlx5dv_create_qp); libibverbs has no DC",
+                ),
+            });
+        }
         let cap = ibv_qp_cap {
             max_send_wr: init.caps.max_send_wr,
             max_recv_wr: init.caps.max_recv_wr,
@@ -684,9 +699,12 @@ impl PdProvider for VerbsPd {
             let m = load::mlx5()?;
             // A register of the QP's own where the device has one to give: a thread domain
             // (libmlx5 attaches a dedicated UAR to it) under a parent domain of this PD.
-            match ThreadDomain::new(self.ctx, self.pd, self.verbs) {
-                Ok(d) => domain = Some(d),
-                Err(why) => no_domain = Some(why),
+            // A DC target has no send queue, so no register to own.
+            if dc != Some(MLX5DV_DCTYPE_DCT) {
+                match ThreadDomain::new(self.ctx, self.pd, self.verbs) {
+                    Ok(d) => domain = Some(d),
+                    Err(why) => no_domain = Some(why),
+                }
             }
             let mut attr = ibv_qp_init_attr_ex {
                 qp_context: ptr::null_mut(),
@@ -715,18 +733,23 @@ impl PdProvider for VerbsPd {
             // without create flags.
             let rc = init.qp_type == QpType::Rc;
             let mut dv = mlx5dv_qp_init_attr {
-                comp_mask: if rc {
+                comp_mask: if rc || dc.is_some() {
                     MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS
                 } else {
                     0
                 },
                 create_flags: MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE,
                 dc_init_attr: mlx5dv_dc_init_attr {
-                    dc_type: 0,
-                    u: mlx5dv_dc_init_attr_u { dct_access_key: 0 },
+                    dc_type: dc.unwrap_or(0),
+                    u: mlx5dv_dc_init_attr_u {
+                        dct_access_key: init.dc_access_key,
+                    },
                 },
                 send_ops_flags: 0,
             };
+            if dc.is_some() {
+                dv.comp_mask |= MLX5DV_QP_INIT_ATTR_MASK_DC;
+            }
             // SAFETY: a live context and PD; valid attribute structs. Scatter-to-CQE is
             // disabled because the direct poller does not decode scattered CQEs.
             let qp = unsafe { (m.mlx5dv_create_qp)(self.ctx, &mut attr, &mut dv) };
@@ -765,7 +788,39 @@ impl PdProvider for VerbsPd {
                 max_inline_data: granted.max_inline_data,
             },
             layout: None,
+            dc_access_key: init.dc_access_key,
+            dct_mem: None,
         };
+        if dc == Some(MLX5DV_DCTYPE_DCT) {
+            // A DC target has no rings of its own (mlx5dv_init_obj has none to report): its
+            // layout gives the poller the number its receive completions carry, over memory
+            // of its own that the device never sees (one idle block and a doorbell record,
+            // which a reset clears); a target's send queue is refused.
+            let mem = out.dct_mem.insert(Box::new([0u64; 9]));
+            let base = NonNull::from(&mut mem[..]).cast::<u8>();
+            // SAFETY: 72 bytes: the block at 0..64, the record at 64..72, 8-aligned.
+            let dbrec = unsafe { base.add(64) }.cast::<u32>();
+            out.layout = Some(zverbs_mlx5dv::QpLayout {
+                // SAFETY: a live QP.
+                qpn: unsafe { (*qp.as_ptr()).qp_num },
+                dbrec,
+                sq: zverbs_mlx5dv::WqLayout {
+                    buf: base,
+                    wqe_cnt: 1,
+                    stride: 64,
+                },
+                rq: zverbs_mlx5dv::WqLayout {
+                    buf: base,
+                    wqe_cnt: 0,
+                    stride: 16,
+                },
+                bf: zverbs_mlx5dv::BfLayout { reg: base, size: 0 },
+            });
+            return Ok((
+                Box::new(out),
+                EngineNote(String::from("mlx5dv_create_qp: DC target (no send queue)")),
+            ));
+        }
         let note = if init.direct {
             let mut l = init_qp(qp)?;
             let reported = l.bf.size;
@@ -1154,6 +1209,10 @@ struct VerbsQp {
     verbs: &'static Verbs,
     caps: QpCaps,
     layout: Option<zverbs_mlx5dv::QpLayout>,
+    /// A DC target's access key (0 for other QPs).
+    dc_access_key: u64,
+    /// A DC target's stand-in rings (see `create_qp`).
+    dct_mem: Option<Box<[u64; 9]>>,
 }
 
 // SAFETY: an rdma-core QP handle; `ibv_modify_qp` may be called from any thread, and the data
@@ -1203,6 +1262,9 @@ impl QpProvider for VerbsQp {
             return Err(Error::from_ret(verb, ret));
         }
         Ok(())
+    }
+    fn dc_access_key(&self) -> u64 {
+        self.dc_access_key
     }
 }
 

@@ -318,6 +318,8 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
         "--test",
         "differential",
         "--test",
+        "differential_dc",
+        "--test",
         "blueflame",
         "--test",
         "async_events",
@@ -437,7 +439,8 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
 
     // 2b. Recovery and dynamic peers through the project's device tests, on libmlx5 (the
     //     direct path, then the fallback): a QP driven into error mid-transfer drains, is reset
-    //     and reconnected to a new peer; 1000 resets; QPs joining a polling poller.
+    //     and reconnected to a new peer; 1000 resets; QPs joining a polling poller; DC
+    //     initiators and targets made by libmlx5's mlx5dv_create_qp (on the fallback: refused).
     let exes = crate::rxe::build_executables(
         &[
             "--release",
@@ -447,6 +450,8 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
             "device_recovery",
             "--test",
             "device_members",
+            "--test",
+            "device_dc",
         ],
         true,
     )?;
@@ -466,9 +471,14 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
             if !out.contains("test result: ok") || out.contains("skipped:") {
                 bail!("{name} ({backend}) on the emulated ConnectX:\n{out}");
             }
+            let what = if name.contains("device_dc") {
+                "DC initiators and targets (the fallback: refused)"
+            } else {
+                "recovery, dynamic peers"
+            };
             table.row(vec![
                 format!("tests/{name}.rs"),
-                format!("{backend} backend: recovery, dynamic peers"),
+                format!("{backend} backend: {what}"),
                 "ok".into(),
             ]);
         }

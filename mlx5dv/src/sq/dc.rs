@@ -1,0 +1,347 @@
+//! The send queue of a DC initiator (DCI): reliable-connection operations, each addressed to a
+//! DC target (DCT) of its own.
+//!
+//! A DCI's WQE is an RC WQE with the datagram segment (`struct mlx5_wqe_datagram_seg`, 48
+//! bytes) between the control segment and the rest: control, then the address vector with the
+//! DCT number in `dqp_dct` (or-ed with `MLX5_EXTENDED_UD_AV`) and the access key in
+//! `key.dc_key`, then the remote-address, atomic, data or inline segments of the operation,
+//! as libmlx5 builds it (`mlx5dv_wr_set_dc_addr` after the `ibv_wr_*` opcode call). With the
+//! control segment the datagram segment fills the first basic block, so it never wraps; the
+//! segments after it do, following the ring as every WQE does.
+//!
+//! [`DcSendQueue`] wraps a [`SendQueue`] and posts only through
+//! [`post_to`](DcSendQueue::post_to) and [`stage_to`](DcSendQueue::stage_to), which take the
+//! destination: a DCI has no peer, so a request without one does not compile. The request
+//! itself is checked as on an RC queue (the core's one check); a datagram SEND
+//! ([`SendOp::SendTo`]) is refused with [`PostError::WrongTransport`].
+
+use core::ops::Deref;
+
+use zverbs_core::{DcDest, PostError, PostSend, RemoteBuf, SendOp, SendWr, Sge, SqCaps};
+
+use super::{Plan, SendQueue, write_data, write_inline};
+use crate::bf::{BfRegister, Dedicated, Shared, SharedBf};
+use crate::devmem::SegRing;
+use crate::layout::{LayoutError, QpLayout};
+use crate::prm::wqe::{
+    AtomicSeg, CtrlSeg, DataSeg, DatagramSeg, RaddrSeg, UD_HEADER_DS, inline_ds,
+};
+use crate::prm::{MAX_DS, SEGS_PER_BB};
+use crate::state::{SlotData, SqStateRef};
+
+/// Segments the datagram segment adds to an RC WQE (48 bytes).
+pub const DC_AV_DS: u32 = UD_HEADER_DS as u32 - 1;
+const _: () = assert!(DC_AV_DS == 3);
+
+/// The send queue of a DC initiator, driven directly: every request names its target.
+///
+/// Built like a [`SendQueue`] (same contract, the QP being a DCI) and polled through the same
+/// [`CompletionQueue`](crate::CompletionQueue) bindings; its completions are requester
+/// completions as an RC queue's are.
+#[derive(Debug)]
+pub struct DcSendQueue<P, R = Dedicated> {
+    sq: SendQueue<P, R>,
+}
+
+impl<P: SqStateRef> DcSendQueue<P> {
+    /// Drives the send queue of the DCI that `layout` describes, whose BlueFlame register is
+    /// its own.
+    ///
+    /// # Safety
+    ///
+    /// As [`SendQueue::new`], for a DCI (`mlx5dv_create_qp` with `MLX5DV_DCTYPE_DCI`, or the
+    /// software device's), whose ring was sized for WQEs with the datagram segment.
+    ///
+    /// # Errors
+    ///
+    /// As [`SendQueue::new`]; [`LayoutError::Transport`] when `caps.transport` is not
+    /// [`Transport::Rc`](zverbs_core::Transport::Rc) (a DCI carries RC operations);
+    /// [`LayoutError::WqeTooLarge`] when the largest request with its datagram segment does
+    /// not fit.
+    pub unsafe fn new(layout: &QpLayout, caps: SqCaps, state: P) -> Result<Self, LayoutError> {
+        // SAFETY: (caller) the contract of `SendQueue::new`.
+        let sq = unsafe { SendQueue::new(layout, caps, state) }?;
+        Self::of(sq)
+    }
+}
+
+impl<P: SqStateRef, H: Deref<Target = SharedBf>> DcSendQueue<P, Shared<H>> {
+    /// Drives the send queue of the DCI that `layout` describes, whose BlueFlame register other
+    /// queues write too (see [`SendQueue::new_shared`]).
+    ///
+    /// # Safety
+    ///
+    /// As [`SendQueue::new_shared`], for a DCI.
+    ///
+    /// # Errors
+    ///
+    /// As [`SendQueue::new_shared`], and as [`DcSendQueue::new`].
+    pub unsafe fn new_shared(
+        layout: &QpLayout,
+        caps: SqCaps,
+        state: P,
+        shared: H,
+    ) -> Result<Self, LayoutError> {
+        // SAFETY: (caller) the contract of `SendQueue::new_shared`.
+        let sq = unsafe { SendQueue::new_shared(layout, caps, state, shared) }?;
+        Self::of(sq)
+    }
+}
+
+impl<P: SqStateRef, R: BfRegister> DcSendQueue<P, R> {
+    /// Checks that the largest request, with its datagram segment, fits a WQE and the ring.
+    pub(crate) fn of(sq: SendQueue<P, R>) -> Result<Self, LayoutError> {
+        let caps = sq.caps;
+        let max_ds = 2
+            + DC_AV_DS as usize
+            + (caps.max_send_sge as usize).max(inline_ds(caps.max_inline_data as usize));
+        let max_blocks = max_ds.div_ceil(SEGS_PER_BB) as u32;
+        if max_ds > MAX_DS || max_blocks > sq.blocks.size() {
+            return Err(LayoutError::WqeTooLarge { blocks: max_blocks });
+        }
+        Ok(Self { sq })
+    }
+
+    /// The DCI's QP number.
+    #[inline]
+    pub fn qpn(&self) -> u32 {
+        self.sq.qpn()
+    }
+
+    /// The capabilities the queue enforces.
+    #[inline]
+    pub fn caps(&self) -> SqCaps {
+        self.sq.caps()
+    }
+
+    /// The producer counter in basic blocks.
+    #[inline]
+    pub fn producer(&self) -> u32 {
+        self.sq.producer()
+    }
+
+    /// WQEs written but not yet rung.
+    #[inline]
+    pub fn pending(&self) -> u32 {
+        self.sq.pending()
+    }
+
+    /// Free basic blocks, after taking any credits the poller has returned.
+    #[inline]
+    pub fn free_blocks(&mut self) -> u32 {
+        self.sq.free_blocks()
+    }
+
+    /// Checks `wr` as an RC request and plans its WQE with the datagram segment.
+    #[inline(always)]
+    fn plan_dc<'w>(&self, wr: &SendWr<'w>) -> Result<Plan<'w>, PostError> {
+        let mut plan = self.sq.plan(wr)?;
+        plan.ds += DC_AV_DS;
+        plan.blocks = plan.ds.div_ceil(SEGS_PER_BB as u32);
+        Ok(plan)
+    }
+
+    /// Writes `wr` to `dest` without ringing: it reaches the device with the next
+    /// [`ring`](DcSendQueue::ring) or [`post_to`](DcSendQueue::post_to).
+    ///
+    /// # Safety
+    ///
+    /// The posting contract of [`PostSend::stage`]: the local entries name registered memory
+    /// that stays valid until the request completes, and inline sources are readable.
+    ///
+    /// # Errors
+    ///
+    /// As [`PostSend::stage`] on an RC queue; [`PostError::WrongTransport`] for a datagram
+    /// SEND ([`SendOp::SendTo`]). A refused request writes nothing.
+    #[inline(always)]
+    pub unsafe fn stage_to(&mut self, dest: &DcDest, wr: &SendWr<'_>) -> Result<(), PostError> {
+        let plan = self.plan_dc(wr)?;
+        self.sq.check_room(plan.blocks, u32::from(plan.signaled))?;
+        // SAFETY: planned and room checked; the caller upholds the posting contract.
+        let start = unsafe { self.write(dest, wr, &plan) };
+        self.sq.note_pending(start, plan.blocks);
+        Ok(())
+    }
+
+    /// Writes `wr` to `dest` and rings the doorbell (after ringing what was staged before).
+    ///
+    /// # Safety
+    ///
+    /// As [`DcSendQueue::stage_to`].
+    ///
+    /// # Errors
+    ///
+    /// As [`DcSendQueue::stage_to`].
+    #[inline(always)]
+    pub unsafe fn post_to(&mut self, dest: &DcDest, wr: &SendWr<'_>) -> Result<(), PostError> {
+        let plan = self.plan_dc(wr)?;
+        self.sq.check_room(plan.blocks, u32::from(plan.signaled))?;
+        if self.sq.pending != 0 {
+            self.sq.ring_pending();
+        }
+        // SAFETY: planned and room checked; the caller upholds the posting contract.
+        let start = unsafe { self.write(dest, wr, &plan) };
+        let sq = &mut self.sq;
+        sq.doorbell.ring(sq.ring, sq.pi, start, plan.blocks, true);
+        Ok(())
+    }
+
+    /// Rings the doorbell for the requests staged since the last ring; nothing when there are
+    /// none.
+    #[inline]
+    pub fn ring(&mut self) {
+        self.sq.ring();
+    }
+
+    /// Writes the planned WQE at the producer counter, records it and advances the counters;
+    /// returns the segment counter of its control segment. The RC queue's write with every
+    /// segment after the control segment three further on (the datagram segment): one more
+    /// table of positions would cost the RC path a load per segment.
+    ///
+    /// # Safety
+    ///
+    /// `plan` is [`DcSendQueue::plan_dc`] of `wr`, room was checked, and the caller upholds
+    /// the posting contract.
+    #[inline(always)]
+    unsafe fn write(&mut self, dest: &DcDest, wr: &SendWr<'_>, plan: &Plan<'_>) -> u32 {
+        let sq = &mut self.sq;
+        let (ring, pi, qpn) = (&{ sq.ring }, sq.pi, sq.qpn);
+        let slots = sq.state.slots();
+        let start = pi.wrapping_mul(SEGS_PER_BB as u32);
+        // SAFETY: this and every write below are to segments `0..ds` of the WQE at `start`
+        // (a block boundary), in blocks `pi..pi+blocks`, which are free (room was checked) and
+        // not yet published.
+        unsafe {
+            ring.with_mut_wqe(start, 0, |b| {
+                CtrlSeg::new_unchecked(b).set(
+                    pi as u16,
+                    plan.opcode,
+                    0,
+                    qpn,
+                    plan.fm_ce_se,
+                    plan.ds as u8,
+                    plan.imm,
+                )
+            });
+            write_dc_av(ring, start, dest);
+        }
+        let mut k = 1 + DC_AV_DS;
+        match &wr.op {
+            SendOp::Write { remote, .. }
+            | SendOp::WriteImm { remote, .. }
+            | SendOp::Read { remote, .. } => {
+                // SAFETY: as above.
+                unsafe {
+                    ring.with_mut_wqe(start, k, |b| {
+                        RaddrSeg::new_unchecked(b).set(remote.addr, remote.rkey)
+                    })
+                };
+                k += 1;
+            }
+            SendOp::CompareSwap {
+                local,
+                remote,
+                compare,
+                swap,
+            } => {
+                // SAFETY: as above.
+                unsafe { write_dc_atomic(ring, start, local, remote, *swap, *compare) };
+            }
+            SendOp::FetchAdd { local, remote, add } => {
+                // SAFETY: as above.
+                unsafe { write_dc_atomic(ring, start, local, remote, *add, 0) };
+            }
+            // (Datagram SENDs were refused by the check.)
+            SendOp::Send { .. }
+            | SendOp::SendImm { .. }
+            | SendOp::Nop
+            | SendOp::SendTo { .. }
+            | SendOp::SendToImm { .. } => {}
+        }
+        let sgl = plan.sgl;
+        match plan.inline {
+            // SAFETY: the segments are free (as above); the sources are readable (caller).
+            Some(len) => unsafe { write_inline(ring, start.wrapping_add(k), sgl, len) },
+            None => {
+                for s in sgl {
+                    if s.length == 0 {
+                        continue;
+                    }
+                    // SAFETY: as above.
+                    unsafe { write_data(ring, start, k, s) };
+                    k += 1;
+                }
+            }
+        }
+        let next = pi.wrapping_add(plan.blocks);
+        let slot = ring.block_of(start) as usize;
+        debug_assert!(slot < slots.len());
+        // SAFETY: in bounds (one slot per block, checked at construction); the slot is free
+        // (room was checked) and the WQE is not published yet.
+        unsafe {
+            slots.get_unchecked(slot).record(SlotData {
+                wr_id: wr.wr_id,
+                next,
+                opcode: plan.opcode,
+                signaled: plan.signaled,
+            })
+        };
+        sq.sig_posted = sq.sig_posted.wrapping_add(u16::from(plan.signaled));
+        sq.pi = next;
+        start
+    }
+}
+
+/// Writes the datagram segment for `dest`, segments 1, 2 and 3 of the WQE at segment `start`
+/// (with the control segment, the first basic block: it never wraps).
+///
+/// # Safety
+///
+/// The three segments are free and unpublished; `start` is a block boundary.
+#[inline(always)]
+unsafe fn write_dc_av(ring: &SegRing, start: u32, dest: &DcDest) {
+    let mut seg = [0u8; 48];
+    DatagramSeg::new_unchecked(&mut seg[..]).set_dc_from_av(&dest.av, dest.dctn, dest.dc_key);
+    for (k, part) in (1..).zip(seg.chunks_exact(16)) {
+        // SAFETY: (caller) the segments are free and unpublished; `k < 4`, in the first block.
+        unsafe { ring.with_mut_wqe(start, k, |b| b.copy_from_slice(part)) };
+    }
+}
+
+/// Writes the raddr, atomic and data segments of a DC atomic (segments 4, 5 and 6 of the WQE
+/// at segment `start`, in its second basic block, which may wrap to slot 0).
+///
+/// # Safety
+///
+/// The segments are free and unpublished; `start` is a block boundary.
+#[inline(always)]
+unsafe fn write_dc_atomic(
+    ring: &SegRing,
+    start: u32,
+    local: &Sge,
+    remote: &RemoteBuf,
+    swap_add: u64,
+    compare: u64,
+) {
+    let k = 1 + DC_AV_DS;
+    // SAFETY: (caller) the segments are free and unpublished.
+    unsafe {
+        ring.with_mut_wqe(start, k, |b| {
+            RaddrSeg::new_unchecked(b).set(remote.addr, remote.rkey)
+        });
+        ring.with_mut_wqe(start, k + 1, |b| {
+            AtomicSeg::new_unchecked(b).set(swap_add, compare)
+        });
+        ring.with_mut_wqe(start, k + 2, |b| {
+            DataSeg::new_unchecked(b).set(8, local.lkey, local.addr)
+        });
+    }
+}
+
+impl<P: SqStateRef, R: BfRegister> DcSendQueue<P, R> {
+    /// The RC queue inside, for what is common to both (completion bindings, reset).
+    #[inline]
+    pub fn inner(&self) -> &SendQueue<P, R> {
+        &self.sq
+    }
+}
