@@ -935,3 +935,17 @@ fn timestamps_on_a_device_without_a_clock_are_a_typed_error() {
     // A CQ without them is created as ever, and says so.
     assert!(!c.cq_builder().build().unwrap().has_timestamps());
 }
+
+#[test]
+fn compressed_cqes_on_a_device_without_them_are_a_typed_error() {
+    // The fake device, as rxe, has no compression: refused before anything is created.
+    let log = new_log();
+    let c = ctx(&log);
+    for f in crate::MiniCqeFormat::ALL {
+        let e = c.cq_builder().compressed(f).build().unwrap_err();
+        assert!(matches!(e, Error::NoCqeCompression { .. }), "{e}");
+        assert!(e.to_string().contains("compressed CQEs"), "{e}");
+    }
+    assert!(!log.lock().unwrap().iter().any(|l| l.contains("create_cq")));
+    c.cq_builder().build().unwrap();
+}
