@@ -164,7 +164,45 @@ impl<B: Bindings> CompletionQueue<B> {
         };
         let s = &mut self.session;
         let mut ci = self.ci;
-        while let Some(o) = out.get_mut(n) {
+        if let (Kind::Recv, Some(rq)) = (s.kind, rq) {
+            // The common session, array by array: receives of the queue pair's own queue.
+            let template = s.template;
+            loop {
+                let first = s.next as usize % PER_ARRAY;
+                let m = (PER_ARRAY - first).min(s.left as usize).min(out.len() - n);
+                for (o, mini) in out[n..n + m].iter_mut().zip(&s.array[first..first + m]) {
+                    // SAFETY: the only poller; the device reported the next receive complete.
+                    let wr_id = unsafe { rq.retire() };
+                    *o.wc() = Completion {
+                        wr_id,
+                        byte_len: MiniCqe::new_unchecked(mini).byte_cnt(),
+                        ..template
+                    };
+                    o.stamp_value(ts);
+                    // SAFETY: an entry of the session: software's until the counter moves
+                    // past it.
+                    unsafe { cqes.set_op_own(ring.slot(ci), INVALID_OP_OWN) };
+                    ci = ci.wrapping_add(1);
+                }
+                n += m;
+                s.next += m as u32;
+                s.left -= m as u32;
+                s.counter = s.counter.wrapping_add(m as u16);
+                if s.left == 0 || !(s.next as usize).is_multiple_of(PER_ARRAY) {
+                    break;
+                }
+                // The next array is in the entry of its first completion: copy it before that
+                // entry is marked or handed back.
+                // SAFETY: an entry of the session, not yet handed back.
+                s.array = unsafe { read_array(cqes, ring.slot(ci)) };
+                if n == out.len() {
+                    break;
+                }
+            }
+        }
+        while s.left != 0
+            && let Some(o) = out.get_mut(n)
+        {
             let mini = MiniCqe::new_unchecked(&s.array[s.next as usize % PER_ARRAY]);
             let byte_cnt = mini.byte_cnt();
             let wc = o.wc();
