@@ -208,7 +208,19 @@ fn every_length_position_and_format_matches_plain_delivery() {
     } else {
         (0..CQES).collect()
     };
-    for n in 2..=CQES {
+    // Under Miri, the lengths around an array's end and the ring's, in one format (the format
+    // changes no path of the poller).
+    let lengths: Vec<u32> = if cfg!(miri) {
+        std::vec![2, 8, 9, 16]
+    } else {
+        (2..=CQES).collect()
+    };
+    let formats: &[MiniCqeFormat] = if cfg!(miri) {
+        &[MiniCqeFormat::Hash]
+    } else {
+        &MiniCqeFormat::ALL
+    };
+    for &n in &lengths {
         for &start in &starts {
             // `start` single receives move the session to `start`.
             let mut evs: Vec<Ev> = (0..start).map(|_| recv(1)).collect();
@@ -217,7 +229,7 @@ fn every_length_position_and_format_matches_plain_delivery() {
             for &slice in slices {
                 let want = run(&evs, slice, None);
                 assert_eq!(want.len(), (start + n + 1) as usize);
-                for f in MiniCqeFormat::ALL {
+                for &f in formats {
                     let got = run(&evs, slice, Some(f));
                     assert_eq!(got, want, "n {n} start {start} slice {slice} {f:?}");
                 }
