@@ -191,6 +191,7 @@ fn a_burst_of_sends_is_one_session() {
     assert_eq!(sessions, 1);
     assert_eq!(b.len(), 11, "ten receives and the closing NOP");
     assert!(b.iter().all(Completion::is_success));
+    assert!(b[..10].iter().all(|w| w.byte_len == 8));
     assert_eq!(
         b[..10].iter().map(|w| w.wr_id).collect::<Vec<_>>(),
         (1..=10).map(|i| i | 1 << 32).collect::<Vec<_>>()
