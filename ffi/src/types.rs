@@ -1125,3 +1125,11 @@ pub const MLX5DV_CONTEXT_ROOM: usize = 512;
 
 /// `MLX5DV_CONTEXT_MASK_CQE_COMPRESION` (sic).
 pub const MLX5DV_CONTEXT_MASK_CQE_COMPRESION: u64 = 1 << 0;
+
+// Layouts checked against rdma-core 44's `mlx5dv.h` (gcc, x86_64).
+const _: () = assert!(size_of::<mlx5dv_cq_init_attr>() == 24);
+const _: () = assert!(core::mem::offset_of!(mlx5dv_cq_init_attr, cqe_comp_res_format) == 8);
+const _: () = assert!(core::mem::offset_of!(mlx5dv_cq_init_attr, flags) == 12);
+const _: () = assert!(core::mem::offset_of!(mlx5dv_cq_init_attr, cqe_size) == 16);
+const _: () = assert!(core::mem::offset_of!(mlx5dv_context_head, cqe_comp_caps) == 24);
+const _: () = assert!(size_of::<mlx5dv_context_head>() <= MLX5DV_CONTEXT_ROOM);
