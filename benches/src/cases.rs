@@ -267,6 +267,21 @@ pub const CASES: &[Case] = &[
         16,
         ("zverbs_benches::ours::poll_timed", "zvb_poll_cq"),
     ),
+    case(
+        "poll16_recv",
+        "poll of 16 receive CQEs in one call, per CQE (C: poll16's CQEs)",
+        Group::Poll,
+        16,
+        ("zverbs_benches::ours::poll", "zvb_poll_cq"),
+    ),
+    case(
+        "poll16_comp",
+        "poll of a compressed session of 16 receives in one call, per CQE (C: poll16's \
+         uncompressed CQEs)",
+        Group::Poll,
+        16,
+        ("zverbs_benches::ours::poll", "zvb_poll_cq"),
+    ),
     Case {
         ours_fn: None,
         c_fn: None,
@@ -621,6 +636,15 @@ fn ours_runner(case: &Case) -> Option<Box<dyn Runner>> {
                 ours::poll_timed(&mut f.cq, bb(&mut wc))
             })
         }
+        "poll16_recv" | "poll16_comp" => {
+            let mut wc = [Completion::EMPTY; 16];
+            let session = (case.name == "poll16_comp").then_some(16);
+            poll(
+                crate::ours::OursRecv::new(mem(BF_SIZE), session),
+                16,
+                move |f: &mut crate::ours::OursRecv| ours::poll(&mut f.cq, bb(&mut wc)),
+            )
+        }
         "pingpong" => Box::new(RoundTripRun(PingPong::ours())),
         _ => return None,
     };
@@ -764,6 +788,7 @@ fn c_runner(case: &Case) -> Option<Box<dyn Runner>> {
                 n.max(0) as usize
             })
         }
+        "poll16_recv" | "poll16_comp" => c_runner(find("poll16")?)?,
         "pingpong" => Box::new(RoundTripRun(PingPong::c())),
         _ => return None,
     };

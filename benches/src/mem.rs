@@ -116,6 +116,55 @@ impl QpMem {
         }
     }
 
+    /// Writes `n` successful receive CQEs (`RESP_SEND`, `byte_cnt` 64) of QP `qpn` at consumer
+    /// counters `ci..ci + n`, as the device writes them: one by one, or, with `session`, as
+    /// compressed sessions of `session` completions each (a title CQE and its arrays of
+    /// mini-CQEs, `n` a multiple of `session`, no session across the ring's end).
+    ///
+    /// # Safety
+    ///
+    /// No poller reads these CQEs during the call.
+    pub unsafe fn write_recv_cqes(&self, qpn: u32, ci: u32, n: u32, session: Option<u32>) {
+        use zverbs_mlx5dv::prm::mini::{FORMAT_MASK, PER_ARRAY, array_entry};
+        let put = |at: u32, c: [u8; 64]| {
+            // SAFETY: the slot is in the leaked ring and (caller) no poller reads it now.
+            unsafe {
+                self.cq
+                    .cast::<Block>()
+                    .add((at % self.cqes) as usize)
+                    .write(Block(c))
+            };
+        };
+        let cqe = |at: u32, byte_cnt: u32, format: u8| {
+            let mut c = [0u8; 64];
+            c[44..48].copy_from_slice(&byte_cnt.to_be_bytes());
+            c[56..60].copy_from_slice(&qpn.to_be_bytes());
+            c[60..62].copy_from_slice(&(at as u16).to_be_bytes());
+            c[63] = (2 << 4) | format | ((at / self.cqes) & 1) as u8;
+            c
+        };
+        let Some(size) = session else {
+            for i in 0..n {
+                let at = ci.wrapping_add(i);
+                put(at, cqe(at, 64, 0));
+            }
+            return;
+        };
+        for s in 0..n / size {
+            let title = ci.wrapping_add(s * size);
+            for k in 0..size.div_ceil(PER_ARRAY as u32) {
+                let mut a = [0u8; 64];
+                for m in 0..PER_ARRAY {
+                    if k as usize * PER_ARRAY + m < size as usize {
+                        a[m * 8 + 4..m * 8 + 8].copy_from_slice(&64u32.to_be_bytes());
+                    }
+                }
+                put(title.wrapping_add(array_entry(k)), a);
+            }
+            put(title, cqe(title, size, FORMAT_MASK));
+        }
+    }
+
     /// The send ring's bytes.
     pub fn sq_bytes(&self) -> Vec<u8> {
         // SAFETY: the ring holds `blocks` blocks; no one writes it during the copy (the

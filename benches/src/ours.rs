@@ -129,6 +129,50 @@ impl Fixture for Ours {
     }
 }
 
+/// A CQ serving one receive queue, driven by zverbs over [`QpMem`]: what the receive polls
+/// poll, with the device's CQEs written one by one or compressed.
+pub struct OursRecv {
+    /// The completion queue.
+    pub cq: Cq,
+    /// Sessions of this many completions, or plain CQEs.
+    session: Option<u32>,
+    /// The memory (after the queue: dropped after it).
+    pub mem: QpMem,
+}
+
+impl OursRecv {
+    /// A CQ over `mem`'s ring, bound to a receive queue of as many entries; the device writes
+    /// compressed sessions of `session` completions when given.
+    pub fn new(mem: QpMem, session: Option<u32>) -> Self {
+        let slots: Box<[RqSlot]> = (0..mem.cqes).map(|_| RqSlot::new()).collect();
+        let rq: RqHandle = Arc::new(RqState::new(slots).expect("power of two"));
+        let bindings: Box<[_]> = Box::new([CqBinding::new(QPN, None, Some(rq))]);
+        // SAFETY: the memory outlives the CQ (field order); only this CQ polls the ring.
+        let cq = unsafe { CompletionQueue::new(&mem.cq_layout(), bindings) }.expect("layout");
+        Self { cq, session, mem }
+    }
+}
+
+impl Fixture for OursRecv {
+    fn room(&mut self, _: u32, _: u32) -> u64 {
+        0
+    }
+
+    fn complete_all(&mut self, _: u64) {}
+
+    fn write_cqes(&mut self, n: u32) {
+        // SAFETY: the CQ is polled only after this returns, on this thread.
+        unsafe {
+            self.mem
+                .write_recv_cqes(QPN, self.cq.consumer(), n, self.session)
+        };
+    }
+
+    fn cq_room(&self) -> u32 {
+        self.mem.cqes
+    }
+}
+
 /// A signaled 1-SGE RDMA WRITE, posted and rung.
 ///
 /// # Safety

@@ -185,6 +185,18 @@ pub mod mlx5_create_cq {
     pub const DB_ADDR: usize = 8;
     /// `cqe_size`.
     pub const CQE_SIZE: usize = 16;
+    /// `cqe_comp_en`: u8, 1 for a CQ with compressed CQEs.
+    pub const CQE_COMP_EN: usize = 20;
+    /// `cqe_comp_res_format`: u8, one `enum mlx5_ib_cqe_comp_res_format` bit.
+    pub const CQE_COMP_RES_FORMAT: usize = 21;
+}
+
+/// `struct mlx5_ib_query_device_resp` (driver output of the extended `QUERY_DEVICE`).
+pub mod mlx5_query_device {
+    /// `cqe_comp_caps.max_num`: u32.
+    pub const CQE_COMP_MAX_NUM: usize = 32;
+    /// `cqe_comp_caps.supported_format`: u32.
+    pub const CQE_COMP_SUPPORTED_FORMAT: usize = 36;
 }
 
 /// `struct ib_uverbs_create_qp` and the extended one: offsets of the legacy struct; the

@@ -19,6 +19,7 @@ use std::collections::HashMap;
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
+use zverbs_mlx5dv::prm::mini::MiniCqeFormat;
 use zverbs_mlx5dv::{BfLayout, CqLayout, QpLayout, WqLayout};
 use zverbs_sim::{Access, Device, DeviceConfig, Peer, QpType, RNR_RETRY_INFINITE, SimError};
 
@@ -260,6 +261,20 @@ impl Emu {
                 put::<8>(core_out, 208, zverbs_sim::clock::CLOCK_MASK);
                 put::<8>(core_out, 216, zverbs_sim::clock::CLOCK_KHZ);
                 put::<4>(drv_out, 4, drv_out.len() as u64);
+                // cqe_comp_caps: the software device compresses CQEs, in every format.
+                use abi::mlx5_query_device as q;
+                if drv_out.len() >= q::CQE_COMP_SUPPORTED_FORMAT + 4 {
+                    put::<4>(
+                        drv_out,
+                        q::CQE_COMP_MAX_NUM,
+                        u64::from(zverbs_sim::compress::MAX_SESSION),
+                    );
+                    put::<4>(
+                        drv_out,
+                        q::CQE_COMP_SUPPORTED_FORMAT,
+                        u64::from(zverbs_sim::compress::SUPPORTED_FORMATS),
+                    );
+                }
                 Ok(())
             }
             (false, cmd::QUERY_PORT) => {
@@ -488,6 +503,20 @@ impl Emu {
         let (Some(buf), Some(dbrec)) = (ptr(buf), ptr(db)) else {
             return Err(errno::EINVAL);
         };
+        // CQE compression (`cqe_comp_en`), in one format, as the kernel's mlx5 driver checks
+        // it: a combination of formats is invalid, and only 64-byte CQEs are compressed here.
+        let compress = if d.len() > abi::mlx5_create_cq::CQE_COMP_RES_FORMAT
+            && d[abi::mlx5_create_cq::CQE_COMP_EN] != 0
+        {
+            let f = MiniCqeFormat::from_raw(d[abi::mlx5_create_cq::CQE_COMP_RES_FORMAT])
+                .ok_or(errno::EINVAL)?;
+            if cqe_size != 64 {
+                return Err(errno::EOPNOTSUPP);
+            }
+            Some(f)
+        } else {
+            None
+        };
         let mut ctl = self.ctl();
         let cqn = ctl.next_cqn;
         let layout = CqLayout {
@@ -506,6 +535,9 @@ impl Emu {
         // the command when the provider says it may (libmlx5 does: the legacy command then
         // creates the CQ). The flag, when it comes, changes nothing.
         self.dev.enable_cq_timestamps(cqn).map_err(sim_errno)?;
+        if let Some(f) = compress {
+            self.dev.enable_cq_compression(cqn, f).map_err(sim_errno)?;
+        }
         ctl.next_cqn += 1;
         let h = ctl.handle();
         ctl.cqs.insert(h, cqn);
@@ -531,8 +563,12 @@ impl Emu {
         }
         put::<4>(dout, 0, u64::from(cqn));
         crate::log(format_args!(
-            "  CQ {cqn:#x}: {} CQEs of {cqe_size} bytes at {buf:p}",
-            cqe + 1
+            "  CQ {cqn:#x}: {} CQEs of {cqe_size} bytes at {buf:p}{}",
+            cqe + 1,
+            match compress {
+                Some(f) => format!(", compressed CQEs ({f:?})"),
+                None => String::new(),
+            }
         ));
         Ok(())
     }

@@ -143,6 +143,11 @@ table! {
         // (`zverbs_mlx5dv::prm::clock`): cast the pointer.
         mlx5dv_get_clock_info: fn(*mut ibv_context, *mut c_void) -> c_int;
         mlx5dv_qp_ex_from_ibv_qp_ex: fn(*mut ibv_qp_ex) -> *mut mlx5dv_qp_ex;
+        mlx5dv_create_cq: fn(*mut ibv_context, *mut ibv_cq_init_attr_ex, *mut mlx5dv_cq_init_attr)
+            -> *mut ibv_cq_ex;
+        // The out-struct is a `struct mlx5dv_context` (`mlx5dv_context_head` at the start of
+        // `MLX5DV_CONTEXT_ROOM` bytes).
+        mlx5dv_query_device: fn(*mut ibv_context, *mut c_void) -> c_int;
     }
 }
 

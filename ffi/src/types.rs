@@ -1150,3 +1150,62 @@ pub struct ibv_cq_ex {
     pub read_tm_info: UnusedOp,
     pub read_completion_wallclock_ns: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u64>,
 }
+
+/// `struct mlx5dv_cq_init_attr` (`mlx5dv_create_cq`'s vendor attributes).
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub struct mlx5dv_cq_init_attr {
+    /// `enum mlx5dv_cq_init_attr_mask` bits.
+    pub comp_mask: u64,
+    /// `enum mlx5dv_cqe_comp_res_format`: exactly one bit.
+    pub cqe_comp_res_format: u8,
+    /// `enum mlx5dv_cq_init_attr_flags` bits.
+    pub flags: u32,
+    /// CQE size, with `MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE`.
+    pub cqe_size: u16,
+}
+
+/// `MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE`.
+pub const MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE: u64 = 1 << 0;
+
+/// `struct mlx5dv_cqe_comp_caps`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct mlx5dv_cqe_comp_caps {
+    /// The most CQEs one compressed session carries (0: no compression).
+    pub max_num: u32,
+    /// `enum mlx5dv_cqe_comp_res_format` bits the device supports.
+    pub supported_format: u32,
+}
+
+/// The head of `struct mlx5dv_context`, up to `cqe_comp_caps`: what `mlx5dv_query_device`
+/// writes when `comp_mask` asks for `MLX5DV_CONTEXT_MASK_CQE_COMPRESION` alone. Pass it at
+/// the start of a buffer of [`MLX5DV_CONTEXT_ROOM`] bytes (the whole struct grows with
+/// rdma-core).
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub struct mlx5dv_context_head {
+    /// `version`.
+    pub version: u8,
+    /// `flags`.
+    pub flags: u64,
+    /// `comp_mask`: in, the fields asked for; out, those filled.
+    pub comp_mask: u64,
+    /// `cqe_comp_caps`.
+    pub cqe_comp_caps: mlx5dv_cqe_comp_caps,
+}
+
+/// Bytes to give `mlx5dv_query_device` for its `struct mlx5dv_context` (152 in rdma-core 44;
+/// room for later versions).
+pub const MLX5DV_CONTEXT_ROOM: usize = 512;
+
+/// `MLX5DV_CONTEXT_MASK_CQE_COMPRESION` (sic).
+pub const MLX5DV_CONTEXT_MASK_CQE_COMPRESION: u64 = 1 << 0;
+
+// Layouts checked against rdma-core 44's `mlx5dv.h` (gcc, x86_64).
+const _: () = assert!(size_of::<mlx5dv_cq_init_attr>() == 24);
+const _: () = assert!(core::mem::offset_of!(mlx5dv_cq_init_attr, cqe_comp_res_format) == 8);
+const _: () = assert!(core::mem::offset_of!(mlx5dv_cq_init_attr, flags) == 12);
+const _: () = assert!(core::mem::offset_of!(mlx5dv_cq_init_attr, cqe_size) == 16);
+const _: () = assert!(core::mem::offset_of!(mlx5dv_context_head, cqe_comp_caps) == 24);
+const _: () = assert!(size_of::<mlx5dv_context_head>() <= MLX5DV_CONTEXT_ROOM);

@@ -13,10 +13,11 @@
 //! WQE and every unsignaled WQE before it are retired and their credits handed back to the
 //! send queue. Receives complete in order. Error CQEs are decoded on a cold path.
 //!
-//! The CQ must have been created without CQE compression, and its QPs without
-//! scatter-to-CQE: a CQE in those formats is reported as a [`WcStatus::GeneralErr`]
-//! completion whose `vendor_err` is `0x100 | op_own`, and its WQE is retired, so no completion
-//! is lost.
+//! Its QPs must have been created without scatter-to-CQE: a CQE in those formats is reported
+//! as a [`WcStatus::GeneralErr`] completion whose `vendor_err` is `0x100 | op_own`, and its
+//! WQE is retired, so no completion is lost. A CQ created with CQE compression is polled the
+//! same way: compressed sessions are expanded out of line (`mini`), into the completions the
+//! device would have written one by one.
 
 use core::ptr::NonNull;
 
@@ -37,6 +38,8 @@ use crate::prm::{CQ_SET_CI, opcode};
 use crate::state::{
     Bindings, CqBinding, RqState, RqStateRef, SqState, SqStateRef, SrqState, SrqStateRef,
 };
+
+mod mini;
 
 /// The send queue state a binding of `B` reaches.
 type SqOf<B> = SqState<<<B as Bindings>::Sq as SqStateRef>::Slots>;
@@ -143,6 +146,8 @@ pub struct CompletionQueue<B: Bindings> {
     /// Where the control path hands over new bindings (queue pairs joining or leaving), if
     /// anywhere ([`CompletionQueue::set_handover`]).
     joins: Option<NonNull<Handover<B>>>,
+    /// The compressed session a poll ended inside, if any.
+    session: mini::Session,
 }
 
 // SAFETY: the poller owns the consumer side of the CQE ring and its bindings (`B: Send`); it
@@ -168,7 +173,7 @@ impl<B: Bindings> CompletionQueue<B> {
     ///   its consumer counter is 0;
     /// - each binding names a QP whose completions go to this CQ, with the states its queues
     ///   were built with; no state is bound to two CQs;
-    /// - the CQ does not use CQE compression;
+    /// - if the CQ uses CQE compression, its CQEs are 64 bytes;
     /// - under `cfg(zverbs_loom)` the ring is an array of `LoomCqe` and the doorbell record a
     ///   loom atomic.
     ///
@@ -197,6 +202,7 @@ impl<B: Bindings> CompletionQueue<B> {
             cqn: layout.cqn,
             timestamps: false,
             joins: None,
+            session: mini::Session::NONE,
         })
     }
 
@@ -469,6 +475,11 @@ impl<B: Bindings> CompletionQueue<B> {
                 break;
             };
             barrier::from_device();
+            if crate::prm::mini::is_title(op_own) {
+                // SAFETY: as in `poll`.
+                n = unsafe { self.expand(out, n, slot, op_own) };
+                continue;
+            }
             let cqes = self.cqes;
             // SAFETY: as in `poll`.
             if !unsafe { self.decode_fast(cqes, slot, op_own, o.wc()) } {
@@ -830,6 +841,9 @@ trait PollOut {
     ///
     /// As [`CqeRing::with_cqe`] for `slot`.
     unsafe fn stamp(&mut self, timestamps: bool, cqes: CqeRing, slot: u32);
+
+    /// Adds the timestamp `ts` (a compressed session's, its title's).
+    fn stamp_value(&mut self, ts: Option<u64>);
 }
 
 impl PollOut for Completion {
@@ -840,6 +854,9 @@ impl PollOut for Completion {
 
     #[inline(always)]
     unsafe fn stamp(&mut self, _: bool, _: CqeRing, _: u32) {}
+
+    #[inline(always)]
+    fn stamp_value(&mut self, _: Option<u64>) {}
 }
 
 impl PollOut for TimedCompletion {
@@ -857,6 +874,11 @@ impl PollOut for TimedCompletion {
         } else {
             None
         };
+    }
+
+    #[inline(always)]
+    fn stamp_value(&mut self, ts: Option<u64>) {
+        self.timestamp = ts;
     }
 }
 

@@ -383,4 +383,36 @@ impl CqeRing {
             cqe.body.with(|p| f(unsafe { &*p }))
         }
     }
+
+    /// Stores `op_own` into CQE `slot` (already masked): the poller hands the entries of a
+    /// compressed session back looking invalid, and marks where it stopped inside one.
+    ///
+    /// # Safety
+    ///
+    /// As [`CqeRing::with_cqe`]: the entry is software's (inside a compressed session whose
+    /// title the poller checked), and the consumer index that would let the device reuse it
+    /// has not been published yet, so the device does not write it now.
+    #[inline(always)]
+    pub(crate) unsafe fn set_op_own(&self, slot: u32, op_own: u8) {
+        #[cfg(not(zverbs_loom))]
+        {
+            let off = slot as usize * self.stride + 63;
+            // SAFETY: `slot` is in the ring (masked by the caller); the byte is accessed
+            // through an atomic, as `op_own` loads it; (caller) the device is not writing it.
+            unsafe {
+                (*self
+                    .base
+                    .as_ptr()
+                    .add(off)
+                    .cast::<zverbs_core::sync::atomic::AtomicU8>())
+                .store(op_own, Ordering::Relaxed)
+            }
+        }
+        #[cfg(zverbs_loom)]
+        {
+            // SAFETY: under loom the ring is an array of `LoomCqe` (constructor contract).
+            let cqe = unsafe { &*self.base.as_ptr().cast::<LoomCqe>().add(slot as usize) };
+            cqe.op_own.store(op_own, Ordering::Relaxed);
+        }
+    }
 }

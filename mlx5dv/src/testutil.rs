@@ -189,6 +189,21 @@ impl Mem {
         self.set_op_own(i, body[63]);
     }
 
+    /// Writes all 64 bytes of entry `i` as plain memory (a compressed session's array of
+    /// mini-CQEs, whose byte 63 is data, written before its title).
+    pub(crate) fn put_raw(&self, i: usize, body: [u8; 64]) {
+        assert!(i < self.cq.len());
+        self.cq.write_bytes(i * 64, &body);
+    }
+
+    /// The `op_own` byte of the 64-byte entry `i`.
+    pub(crate) fn op_own(&self, i: usize) -> u8 {
+        assert!(i < self.cq.len());
+        // SAFETY: as in `set_op_own`.
+        let b = unsafe { AtomicU8::from_ptr(self.cq.ptr().as_ptr().add(i).cast::<u8>().add(63)) };
+        b.load(Ordering::Acquire)
+    }
+
     /// Stores the `op_own` byte of the 64-byte entry `i`, as the device does (`Release`).
     pub(crate) fn set_op_own(&self, i: usize, op_own: u8) {
         assert!(i < self.cq.len());
@@ -258,7 +273,17 @@ impl Rig<crate::Datagram> {
 
 impl<T: crate::SqTransport> Rig<T> {
     pub(crate) fn with_cq(sq_blocks: u32, bf_size: u32, caps: SqCaps, cqes: u32) -> Self {
-        let rq_entries = 8;
+        Self::with_sizes(sq_blocks, bf_size, caps, cqes, 8)
+    }
+
+    /// A rig of `cqes` CQEs and `rq_entries` receive entries.
+    pub(crate) fn with_sizes(
+        sq_blocks: u32,
+        bf_size: u32,
+        caps: SqCaps,
+        cqes: u32,
+        rq_entries: u32,
+    ) -> Self {
         let mem = Mem::new(sq_blocks, rq_entries, 32, bf_size, cqes);
         let qp = mem.qp_layout(QPN, rq_entries, bf_size);
         let cql = mem.cq_layout();

@@ -289,6 +289,8 @@ pub struct Stats {
     pub dc_key_violations: u64,
     /// DC requests that reached no target: an unknown DCT number, or a target not ready.
     pub dc_no_target: u64,
+    /// Compressed CQE sessions written (each counts its completions in `cqes` too).
+    pub compressed_sessions: u64,
 }
 
 /// A created DC target: its number (in the QP number space) and its access key.

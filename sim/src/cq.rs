@@ -157,6 +157,14 @@ pub(crate) struct DevCq {
     /// Bytes per CQE slot: 64, or 128 (the 64-byte CQE in the slot's second half, the first
     /// left to data scattered into the CQE, which this device does not scatter).
     stride: usize,
+    /// CQE compression, in this mini-CQE format ([`crate::compress`]).
+    pub(crate) compress: Option<zverbs_mlx5dv::prm::mini::MiniCqeFormat>,
+    /// The CQEs of the current step, waiting to be written (compressed where they can be).
+    staged: Vec<RawCqe>,
+    /// Compressed sessions written.
+    pub(crate) sessions: u64,
+    /// A CQE was staged during the current step.
+    pub(crate) staged_now: bool,
 }
 
 impl DevCq {
@@ -183,6 +191,10 @@ impl DevCq {
             arm: unsafe { crate::arm::ArmState::new(dbrec) },
             uar: None,
             stride: 64,
+            compress: None,
+            staged: Vec::new(),
+            sessions: 0,
+            staged_now: false,
         }
     }
 
@@ -239,6 +251,97 @@ impl DevCq {
         n
     }
 
+    /// Compresses the CQEs written from now on, in `format` (room for a ring's worth of
+    /// staged CQEs is allocated here, so staging never allocates per completion).
+    pub(crate) fn enable_compression(
+        &mut self,
+        format: zverbs_mlx5dv::prm::mini::MiniCqeFormat,
+    ) -> Result<(), SimError> {
+        self.staged
+            .try_reserve_exact(self.cnt as usize)
+            .map_err(|_| SimError::OutOfMemory)?;
+        self.compress = Some(format);
+        Ok(())
+    }
+
+    /// Whether CQEs wait to be written.
+    pub(crate) fn has_staged(&self) -> bool {
+        !self.staged.is_empty()
+    }
+
+    /// Writes the staged CQEs: each run a session can carry as one session, the others one by
+    /// one ([`crate::compress`]).
+    pub(crate) fn flush(&mut self, stats_cqes: &mut u64) {
+        let Some(format) = self.compress else {
+            return;
+        };
+        let mut staged = core::mem::take(&mut self.staged);
+        let mut at = 0;
+        while at < staged.len() {
+            // SAFETY: the doorbell record is valid for the device's life (creation contract).
+            let ci = unsafe { load_be32_acquire(self.dbrec) } & 0x00ff_ffff;
+            let used = (self.pi & 0x00ff_ffff).wrapping_sub(ci) & 0x00ff_ffff;
+            let room = self.cnt.saturating_sub(used);
+            let max = crate::compress::MAX_SESSION.min(room);
+            let n = crate::compress::run_len(&staged[at..], max);
+            if n >= 2 {
+                self.write_session(&staged[at..at + n], format, stats_cqes);
+            } else {
+                self.write(&staged[at], stats_cqes);
+            }
+            at += n.max(1);
+        }
+        staged.clear();
+        self.staged = staged;
+    }
+
+    /// Writes `run` (at least two CQEs, with room for all) as one compressed session.
+    fn write_session(
+        &mut self,
+        run: &[RawCqe],
+        format: zverbs_mlx5dv::prm::mini::MiniCqeFormat,
+        stats_cqes: &mut u64,
+    ) {
+        let n = run.len() as u32;
+        for (k, entry) in crate::compress::arrays(n) {
+            let a = crate::compress::array(run, k, format);
+            let slot = (self.pi.wrapping_add(entry) & (self.cnt - 1)) as usize;
+            // SAFETY: `slot < cnt`; the entry is the device's (the session has room), and no
+            // poller reads it before the title's owner byte below says the session is there.
+            unsafe {
+                core::ptr::copy_nonoverlapping(
+                    a.as_ptr(),
+                    self.buf
+                        .ptr
+                        .add(slot * self.stride + (self.stride - 64))
+                        .as_ptr(),
+                    64,
+                )
+            };
+        }
+        let mut title = crate::compress::title(run);
+        let slot = (self.pi & (self.cnt - 1)) as usize;
+        let owner = ((self.pi >> self.log2) & 1) as u8;
+        Cqe64::new_unchecked(&mut title).set_owner(owner);
+        if let Some(clock) = &self.stamp {
+            Cqe64::new_unchecked(&mut title).set_timestamp(clock.ticks());
+        }
+        // SAFETY: as in `write`.
+        let p = unsafe { self.buf.ptr.add(slot * self.stride + (self.stride - 64)) };
+        // SAFETY: as in `write`.
+        unsafe { core::ptr::copy_nonoverlapping(title.as_ptr(), p.as_ptr(), field::OP_OWN) };
+        // SAFETY: as in `write`; Release orders the arrays and the body before it.
+        unsafe { AtomicU8::from_ptr(p.as_ptr().add(field::OP_OWN)) }
+            .store(title[field::OP_OWN], Ordering::Release);
+        self.pi = self.pi.wrapping_add(n);
+        *stats_cqes += u64::from(n);
+        self.sessions += 1;
+        zverbs_core::sync::atomic::fence(Ordering::SeqCst);
+        // SAFETY: as in `write`.
+        unsafe { self.arm.check(self.dbrec) };
+        self.arm.written(self.cqn, &title);
+    }
+
     /// Queues or writes `cqe` at step `now`.
     pub(crate) fn push(&mut self, now: u64, cqe: RawCqe, stats_cqes: &mut u64) {
         if self.holding || self.delay > 0 || !self.held.is_empty() {
@@ -252,6 +355,15 @@ impl DevCq {
             } else {
                 self.overruns += 1;
             }
+            return;
+        }
+        if self.compress.is_some() {
+            if self.staged.len() == self.staged.capacity() {
+                // A ring's worth staged already: none of them could wait for room anyway.
+                self.flush(stats_cqes);
+            }
+            self.staged.push(cqe);
+            self.staged_now = true;
             return;
         }
         self.write(&cqe, stats_cqes);

@@ -176,6 +176,7 @@ struct ReadmeDoctests;
 
 pub mod arm;
 pub mod clock;
+pub mod compress;
 mod config;
 mod cq;
 mod engine;
@@ -1011,6 +1012,21 @@ impl Device {
         let clock = e.clock;
         e.cq_mut(cqn)?.stamp = Some(clock);
         Ok(())
+    }
+
+    /// Compresses the CQEs of `cqn` written from now on, in the mini-CQE `format`, as a
+    /// ConnectX does for a CQ created with `cqe_comp_en` (the rule: [`compress`]).
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::NoSuchCq`], [`SimError::OutOfMemory`] when the staging room (a ring's worth
+    /// of CQEs) cannot be allocated.
+    pub fn enable_cq_compression(
+        &self,
+        cqn: u32,
+        format: zverbs_mlx5dv::prm::mini::MiniCqeFormat,
+    ) -> Result<(), SimError> {
+        self.engine().cq_mut(cqn)?.enable_compression(format)
     }
 
     /// The device clock (the counter CQE timestamps come from, and its clock-info page).

@@ -19,6 +19,7 @@ pub struct CqBuilder<'a> {
     poll_batch: u32,
     timestamps: bool,
     channel: Option<crate::event::CompChannel>,
+    compressed: Option<crate::MiniCqeFormat>,
 }
 
 impl<'a> CqBuilder<'a> {
@@ -30,6 +31,7 @@ impl<'a> CqBuilder<'a> {
             poll_batch: 32,
             timestamps: false,
             channel: None,
+            compressed: None,
         }
     }
 
@@ -73,12 +75,32 @@ impl<'a> CqBuilder<'a> {
         self
     }
 
+    /// The device compresses runs of similar completions into sessions of one full CQE and
+    /// 8-byte mini-CQEs in `format` (`mlx5dv_create_cq` with
+    /// `MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE`): less PCIe traffic and fewer cache lines per
+    /// completion, for receive-heavy queues. The poller expands the sessions: it returns the
+    /// same completions, in the same order, as without compression; those of one session
+    /// report the session's timestamp (its first completion's). `format` says what each
+    /// mini-CQE carries besides the length (the receive hash, or the checksum), which a
+    /// [`Completion`](zverbs_core::Completion) does not report: any format the device supports
+    /// will do.
+    ///
+    /// Only the direct backend expands compressed CQEs (libibverbs' `ibv_poll_cq` does not), so
+    /// `build` fails with [`Error::NoCqeCompression`] on the fallback (rxe, or the verbs
+    /// backend asked for), on a device that does not compress CQEs or not in `format`, and
+    /// with a [`channel`](Self::channel) on rdma-core devices. Never silently without it.
+    pub fn compressed(mut self, format: crate::MiniCqeFormat) -> Self {
+        self.compressed = Some(format);
+        self
+    }
+
     /// Creates the CQ.
     ///
     /// # Errors
     ///
     /// [`Error::Verbs`] from `ibv_create_cq`; [`Error::Backend`] when the direct backend was
-    /// required and the CQ cannot be driven directly.
+    /// required and the CQ cannot be driven directly; [`Error::NoCqeCompression`] (see
+    /// [`CqBuilder::compressed`]).
     pub fn build(self) -> Result<Cq> {
         let mut choice = self.ctx.backend_choice();
         if let Some(r) = self.backend {
@@ -90,22 +112,54 @@ impl<'a> CqBuilder<'a> {
         let support = self.ctx.inner.provider.direct_support();
         let direct = want_direct(choice, &support)?;
         let provider_ = &self.ctx.inner.provider;
-        let (provider, note) = match (&self.channel, self.timestamps) {
-            (ch, true) => provider_.create_cq_timestamped(
-                self.cqe,
-                direct,
-                ch.as_ref().map(|c| &*c.inner.provider),
-            )?,
-            (Some(ch), false) => {
-                provider_.create_cq_on_channel(self.cqe, direct, &*ch.inner.provider)?
+        let compressed = match self.compressed {
+            Some(_) if !direct => {
+                return Err(Error::NoCqeCompression {
+                    device: provider_.name().to_string(),
+                    reason: format!(
+                        "only the direct backend expands compressed CQEs, and the CQ would be \
+                         polled by libibverbs ({:?} backend requested, {})",
+                        choice.request,
+                        match &support {
+                            crate::backend::DirectSupport::Yes(s)
+                            | crate::backend::DirectSupport::No(s) => s,
+                        }
+                    ),
+                });
             }
-            (None, false) => provider_.create_cq(self.cqe, direct)?,
+            Some(f) => Some(provider_.create_cq_compressed(
+                self.cqe,
+                f,
+                self.timestamps,
+                self.channel.as_ref().map(|c| &*c.inner.provider),
+            )?),
+            None => None,
+        };
+        let (provider, note) = match compressed {
+            Some(made) => made,
+            None => match (&self.channel, self.timestamps) {
+                (ch, true) => provider_.create_cq_timestamped(
+                    self.cqe,
+                    direct,
+                    ch.as_ref().map(|c| &*c.inner.provider),
+                )?,
+                (Some(ch), false) => {
+                    provider_.create_cq_on_channel(self.cqe, direct, &*ch.inner.provider)?
+                }
+                (None, false) => provider_.create_cq(self.cqe, direct)?,
+            },
         };
         let events = match self.channel {
             Some(ch) => Some(crate::event::CqEvents::new(ch, &*provider)?),
             None => None,
         };
         let engine = provider.engine();
+        if self.compressed.is_some() && !engine.is_direct() {
+            return Err(Error::NoCqeCompression {
+                device: provider_.name().to_string(),
+                reason: note.0,
+            });
+        }
         if choice.request == BackendRequest::Direct && !engine.is_direct() {
             return Err(Error::Backend {
                 requested: BackendKind::Direct,

@@ -197,6 +197,16 @@ pub enum Error {
     /// Arming a CQ or waiting for its completion event failed.
     #[error(transparent)]
     Event(#[from] crate::event::EventError),
+    /// A CQ with compressed CQEs ([`CqBuilder::compressed`](crate::CqBuilder::compressed))
+    /// cannot be had here: the device does not compress CQEs (or not in that format), or the
+    /// CQ would not be polled by the direct backend, the one poller that expands them.
+    #[error("device `{device}` cannot give a CQ with compressed CQEs: {reason}")]
+    NoCqeCompression {
+        /// The device.
+        device: String,
+        /// Why.
+        reason: String,
+    },
 }
 
 impl Error {

@@ -248,6 +248,8 @@ pub use qp::{
 pub use queues::{AnyPoller, AnyRecvQueue, AnySendQueue, AnySrqQueue, QueueSet, Queues};
 pub use srq::{Srq, SrqStateHandle};
 pub use ud::{AddressHandle, AhAttr, MULTICAST_QPN, UdAttr, UdTarget};
+/// What a compressed CQ's mini-CQEs carry besides the length ([`CqBuilder::compressed`]).
+pub use zverbs_mlx5dv::prm::mini::MiniCqeFormat;
 
 #[cfg(feature = "sim")]
 pub use provider::sim::SimControl;

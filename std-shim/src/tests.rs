@@ -1007,3 +1007,17 @@ fn prepared_requests_post_through_the_direct_send_queue_without_allocating() {
     assert_eq!(sq.raw().producer().wrapping_sub(before), 3);
     assert!(rung, "the prepared post rang");
 }
+
+#[test]
+fn compressed_cqes_on_a_device_without_them_are_a_typed_error() {
+    // The fake device, as rxe, has no compression: refused before anything is created.
+    let log = new_log();
+    let c = ctx(&log);
+    for f in crate::MiniCqeFormat::ALL {
+        let e = c.cq_builder().compressed(f).build().unwrap_err();
+        assert!(matches!(e, Error::NoCqeCompression { .. }), "{e}");
+        assert!(e.to_string().contains("compressed CQEs"), "{e}");
+    }
+    assert!(!log.lock().unwrap().iter().any(|l| l.contains("create_cq")));
+    c.cq_builder().build().unwrap();
+}

@@ -313,3 +313,26 @@ fn completion_timestamps_or_a_typed_refusal() {
     // Without timestamps, as ever.
     assert!(!ctx.cq_builder().build().unwrap().has_timestamps());
 }
+
+/// Compressed CQEs where the device compresses them and the direct backend polls them, a
+/// typed refusal elsewhere (rxe: the fallback's `ibv_poll_cq` could not expand them).
+#[test]
+fn compressed_cqes_or_a_typed_refusal() {
+    let _serial = serial();
+    let Some(env) = env() else { return };
+    let ctx = open(&env.device);
+    match ctx
+        .cq_builder()
+        .compressed(zverbs::MiniCqeFormat::Hash)
+        .build()
+    {
+        Ok(cq) => {
+            assert_eq!(cq.backend().kind, zverbs::BackendKind::Direct);
+            println!("{}: {}", env.device, cq.backend().reason);
+        }
+        Err(e) => {
+            assert!(matches!(e, zverbs::Error::NoCqeCompression { .. }), "{e}");
+            println!("{}: {e}", env.device);
+        }
+    }
+}

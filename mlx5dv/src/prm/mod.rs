@@ -57,6 +57,7 @@ macro_rules! seg_view {
 pub mod clock;
 pub mod cqe;
 pub mod dv;
+pub mod mini;
 pub mod wqe;
 
 /// A byte range of a field inside a segment.

@@ -282,6 +282,30 @@ impl Engine {
             work += self.service_rq(q);
             work += self.service_sq(q);
         }
+        work + self.flush_cqs()
+    }
+
+    /// Writes the CQEs the compressing CQs staged ([`crate::compress`]) when the burst they
+    /// belong to ended: the step just taken added none to their CQ. Counts overruns; returns
+    /// the CQs written to.
+    fn flush_cqs(&mut self) -> usize {
+        let mut work = 0;
+        for i in 0..self.cqs.len() {
+            let c = &mut self.cqs[i];
+            let burst_on = core::mem::take(&mut c.staged_now);
+            if c.dead || !c.has_staged() || burst_on {
+                continue;
+            }
+            work += 1;
+            let (before, sessions) = (c.overruns, c.sessions);
+            c.flush(&mut self.stats.cqes);
+            self.stats.compressed_sessions += c.sessions - sessions;
+            let after = c.overruns;
+            self.stats.cq_overruns += after - before;
+            if after != before {
+                self.cq_overrun(i);
+            }
+        }
         work
     }
 

@@ -105,6 +105,22 @@ pub(crate) trait ContextProvider: Send + Sync + Debug {
         let _ = (cqe, direct, channel);
         Err(crate::event::EventError::Unsupported(self.name().to_owned()).into())
     }
+    /// As [`ContextProvider::create_cq`], for a direct CQ whose device compresses CQEs in
+    /// `format` ([`crate::CqBuilder::compressed`]), with completion timestamps when
+    /// `timestamps` says so and its events going to `channel` when one is given.
+    fn create_cq_compressed(
+        &self,
+        cqe: u32,
+        format: zverbs_mlx5dv::prm::mini::MiniCqeFormat,
+        timestamps: bool,
+        channel: Option<&dyn ChannelProvider>,
+    ) -> Result<(Box<dyn CqProvider>, EngineNote)> {
+        let _ = (cqe, format, timestamps, channel);
+        Err(crate::Error::NoCqeCompression {
+            device: self.name().to_string(),
+            reason: "the provider cannot create CQs with compressed CQEs".into(),
+        })
+    }
 }
 
 /// A completion channel: a descriptor that becomes readable when one of its CQs raised an

@@ -292,6 +292,31 @@ impl ContextProvider for SimContext {
             .map_err(|e| sim_err("set_cq_event_handler", e))?;
         Ok((cq, note))
     }
+
+    fn create_cq_compressed(
+        &self,
+        cqe: u32,
+        format: zverbs_mlx5dv::prm::mini::MiniCqeFormat,
+        timestamps: bool,
+        channel: Option<&dyn super::ChannelProvider>,
+    ) -> Result<(Box<dyn CqProvider>, EngineNote)> {
+        let (cq, note) = match (timestamps, channel) {
+            (true, ch) => self.create_cq_timestamped(cqe, true, ch)?,
+            (false, Some(ch)) => self.create_cq_on_channel(cqe, true, ch)?,
+            (false, None) => self.create_cq(cqe, true)?,
+        };
+        let cqn = match cq.engine() {
+            CqEngine::Direct(l) => l.cqn,
+            CqEngine::Verbs(_) => return Err(no_fallback()),
+        };
+        device()
+            .enable_cq_compression(cqn, format)
+            .map_err(|e| sim_err("create_cq", e))?;
+        Ok((
+            cq,
+            EngineNote(format!("{}, compressed CQEs ({format:?})", note.0)),
+        ))
+    }
 }
 
 fn no_fallback() -> Error {

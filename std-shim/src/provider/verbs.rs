@@ -21,6 +21,7 @@ use crate::mr::AccessFlags;
 use crate::qp::{QpCaps, QpType};
 use crate::ud::AhAttr;
 mod channel;
+mod compressed;
 
 use zverbs_mlx5dv::prm::dv::{MLX5DV_SRQ_MASK_SRQN, mlx5dv_ah, mlx5dv_cq, mlx5dv_qp, mlx5dv_srq};
 
@@ -449,6 +450,16 @@ impl ContextProvider for VerbsContext {
         ch: &dyn super::ChannelProvider,
     ) -> Result<(Box<dyn CqProvider>, EngineNote)> {
         channel::create_cq(self, cqe, direct, ch, false)
+    }
+
+    fn create_cq_compressed(
+        &self,
+        cqe: u32,
+        format: zverbs_mlx5dv::prm::mini::MiniCqeFormat,
+        timestamps: bool,
+        channel: Option<&dyn super::ChannelProvider>,
+    ) -> Result<(Box<dyn CqProvider>, EngineNote)> {
+        compressed::create_cq(self, cqe, format, timestamps, channel)
     }
 }
 

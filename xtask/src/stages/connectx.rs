@@ -327,6 +327,8 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
         "timestamps",
         "--test",
         "device_node",
+        "--test",
+        "compressed",
     ]);
     cmd.env("ZVERBS_EMU_SO", &emu.0);
     let (tests, _) = counted_tests(cmd, &["--nocapture"], run)?;
