@@ -13,7 +13,7 @@
 //! before a later doorbell record covers them, and the next request written there overwrites
 //! (`DESIGN.md` §8: "nothing written" means nothing the device may read).
 
-use zverbs_core::{BatchError, PostError, PostSend, SendWr};
+use zverbs_core::{BatchError, PostError, PostSend, SendOp, SendWr};
 
 use super::{SendQueue, SqTransport};
 use crate::bf::BfRegister;
@@ -82,21 +82,27 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
             sig_posted: self.sig_posted,
         };
         let (mut last_seg, mut last_blocks) = (self.last_seg, self.last_blocks);
-        for (index, wr) in wrs.iter().enumerate() {
-            let plan = match self.plan(wr) {
-                Ok(plan) => plan,
-                Err(error) => return Err(self.roll_back(mark, index, error)),
+        for wr in wrs {
+            // One arm per shape of WQE, each with its own copy of the step, in which the
+            // compiler knows the shape: the operation is told apart once, not again by the
+            // check, the plan and the writing of each segment.
+            // SAFETY (each arm): the caller upholds the posting contract.
+            let step = match wr.op {
+                SendOp::Write { .. } => unsafe { self.batch_step(wr, mark) },
+                SendOp::WriteImm { .. } => unsafe { self.batch_step(wr, mark) },
+                SendOp::Send { .. } => unsafe { self.batch_step(wr, mark) },
+                SendOp::SendImm { .. } => unsafe { self.batch_step(wr, mark) },
+                SendOp::Read { .. } => unsafe { self.batch_step(wr, mark) },
+                SendOp::CompareSwap { .. } => unsafe { self.batch_step(wr, mark) },
+                SendOp::FetchAdd { .. } => unsafe { self.batch_step(wr, mark) },
+                SendOp::Nop | SendOp::SendTo { .. } | SendOp::SendToImm { .. } => unsafe {
+                    self.batch_step(wr, mark)
+                },
             };
-            let signaled = u32::from(plan.signaled);
-            if !self.fits_counters(plan.blocks, signaled)
-                && let Err(error) = self.batch_room_again(mark, plan.blocks, signaled)
-            {
-                return Err(self.roll_back(mark, index, error));
+            match step {
+                Ok((start, blocks)) => (last_seg, last_blocks) = (start, blocks),
+                Err(error) => return Err(self.roll_back(mark, index_of(wrs, wr), error)),
             }
-            // SAFETY: planned from its check, and its blocks and CQE fit after the requests
-            // before it; the caller upholds the posting contract.
-            last_seg = unsafe { self.write(wr, &plan) };
-            last_blocks = plan.blocks;
         }
         // Staged only now: the requests staged before the batch stay as they were until the
         // batch is whole.
@@ -104,6 +110,26 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         (self.last_seg, self.last_blocks) = (last_seg, last_blocks);
         self.ring();
         Ok(())
+    }
+
+    /// One request of a batch: planned (checked), its room checked against the limits last
+    /// read (read again out of line when they are reached), then written. Returns where its
+    /// WQE starts and its size in basic blocks.
+    ///
+    /// # Safety
+    ///
+    /// As [`SendQueue::post_batch_open`].
+    #[inline(always)]
+    unsafe fn batch_step(&mut self, wr: &SendWr<'_>, mark: Mark) -> Result<(u32, u32), PostError> {
+        let plan = self.plan(wr)?;
+        let signaled = u32::from(plan.signaled);
+        if !self.fits_counters(plan.blocks, signaled) {
+            self.batch_room_again(mark, plan.blocks, signaled)?;
+        }
+        // SAFETY: planned from its check, and its blocks and CQE fit after the requests
+        // before it; the caller upholds the posting contract.
+        let start = unsafe { self.write(wr, &plan) };
+        Ok((start, plan.blocks))
     }
 
     /// Whether `blocks` more basic blocks and `signaled` more CQEs fit the limits last read
@@ -151,4 +177,11 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         self.sig_posted = mark.sig_posted;
         BatchError { index, error }
     }
+}
+
+/// The index of `wr`, an element of `wrs`: computed only for a refused request, so that the
+/// loop over the batch counts nothing.
+#[inline(always)]
+fn index_of(wrs: &[SendWr<'_>], wr: &SendWr<'_>) -> usize {
+    (core::ptr::from_ref(wr).addr() - wrs.as_ptr().addr()) / size_of::<SendWr<'_>>()
 }
