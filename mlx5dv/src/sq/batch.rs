@@ -83,21 +83,23 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         };
         let (mut last_seg, mut last_blocks) = (self.last_seg, self.last_blocks);
         for wr in wrs {
-            // One arm per shape of WQE, each with its own copy of the step, in which the
-            // compiler knows the shape: the operation is told apart once, not again by the
-            // check, the plan and the writing of each segment.
-            // SAFETY (each arm): the caller upholds the posting contract.
-            let step = match wr.op {
-                SendOp::Write { .. } => unsafe { self.batch_step(wr, mark) },
-                SendOp::WriteImm { .. } => unsafe { self.batch_step(wr, mark) },
-                SendOp::Send { .. } => unsafe { self.batch_step(wr, mark) },
-                SendOp::SendImm { .. } => unsafe { self.batch_step(wr, mark) },
-                SendOp::Read { .. } => unsafe { self.batch_step(wr, mark) },
-                SendOp::CompareSwap { .. } => unsafe { self.batch_step(wr, mark) },
-                SendOp::FetchAdd { .. } => unsafe { self.batch_step(wr, mark) },
-                SendOp::Nop | SendOp::SendTo { .. } | SendOp::SendToImm { .. } => unsafe {
-                    self.batch_step(wr, mark)
-                },
+            // One arm per operation (the datagram operations and NOP share one), each with
+            // its own copy of the step, in which the compiler knows the operation: it is told
+            // apart once, not again by the check, the plan and the writing of the segments.
+            // SAFETY: the caller upholds the posting contract.
+            let step = unsafe {
+                match wr.op {
+                    SendOp::Write { .. } => self.batch_step(wr, mark),
+                    SendOp::WriteImm { .. } => self.batch_step(wr, mark),
+                    SendOp::Send { .. } => self.batch_step(wr, mark),
+                    SendOp::SendImm { .. } => self.batch_step(wr, mark),
+                    SendOp::Read { .. } => self.batch_step(wr, mark),
+                    SendOp::CompareSwap { .. } => self.batch_step(wr, mark),
+                    SendOp::FetchAdd { .. } => self.batch_step(wr, mark),
+                    SendOp::Nop | SendOp::SendTo { .. } | SendOp::SendToImm { .. } => {
+                        self.batch_step(wr, mark)
+                    }
+                }
             };
             match step {
                 Ok((start, blocks)) => (last_seg, last_blocks) = (start, blocks),
