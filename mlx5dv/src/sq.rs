@@ -596,7 +596,6 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         // Locals, not fields: the compiler cannot prove that the ring stores below do not
         // alias `self`, and would reload fields after each one.
         let (ring, pi, qpn) = (&{ self.ring }, self.pi, self.qpn);
-        let slots = self.state.slots();
         let start = pi.wrapping_mul(SEGS_PER_BB as u32);
         // SAFETY: this and every write below are to segments `0..ds` of the WQE at `start`
         // (a block boundary), in blocks `pi..pi+blocks`, which are free (room was checked) and
@@ -690,6 +689,8 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
             }
         }
         let next = pi.wrapping_add(plan.blocks);
+        // Taken only now, after the WQE's stores: not held in a register across them.
+        let slots = self.state.slots();
         // The slot of block `pi`: its place in the ring, which the slots mirror (`new` checked
         // that there is one per block).
         let slot = ring.block_of(start) as usize;
