@@ -710,6 +710,27 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         start
     }
 
+    /// [`PostSend::post`] of one request: checks and plans it, checks its room, rings the
+    /// requests written before it (once it is known to be valid and to fit), writes it and
+    /// rings it alone.
+    ///
+    /// # Safety
+    ///
+    /// The posting contract of [`PostSend`].
+    #[inline(always)]
+    unsafe fn post_one(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
+        let plan = self.plan(wr)?;
+        self.check_room(plan.blocks, u32::from(plan.signaled))?;
+        if self.pending != 0 {
+            self.ring_pending();
+        }
+        // SAFETY: planned and room checked; the caller upholds the posting contract.
+        let start = unsafe { self.write(wr, &plan) };
+        self.doorbell
+            .ring(self.ring, self.pi, start, plan.blocks, true);
+        Ok(())
+    }
+
     /// [`PostSend::ring`] out of line, for [`PostSend::post`] after requests were written and
     /// not rung (not the latency path).
     #[cold]
@@ -850,16 +871,22 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> PostSend for SendQueue<P, R, 
     /// BlueFlame.
     #[inline(always)]
     unsafe fn post(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
-        let plan = self.plan(wr)?;
-        self.check_room(plan.blocks, u32::from(plan.signaled))?;
-        if self.pending != 0 {
-            self.ring_pending();
+        // One arm per operation, as in `post_all` (`sq/batch.rs`): for a request whose
+        // operation is opaque here, each arm is that operation's code alone; for one known at
+        // the call, the other arms are dead.
+        // SAFETY: the caller upholds the posting contract.
+        unsafe {
+            match wr.op {
+                SendOp::Write { .. } => self.post_one(wr),
+                SendOp::WriteImm { .. } => self.post_one(wr),
+                SendOp::Send { .. } => self.post_one(wr),
+                SendOp::SendImm { .. } => self.post_one(wr),
+                SendOp::Read { .. } => self.post_one(wr),
+                SendOp::CompareSwap { .. } => self.post_one(wr),
+                SendOp::FetchAdd { .. } => self.post_one(wr),
+                SendOp::Nop | SendOp::SendTo { .. } | SendOp::SendToImm { .. } => self.post_one(wr),
+            }
         }
-        // SAFETY: planned and room checked; the caller upholds the posting contract.
-        let start = unsafe { self.write(wr, &plan) };
-        self.doorbell
-            .ring(self.ring, self.pi, start, plan.blocks, true);
-        Ok(())
     }
 
     #[inline]
