@@ -294,3 +294,37 @@ fn a_batch_rings_once_for_itself_and_what_was_staged() {
     assert!(bf[264..320].iter().all(|&b| b == 0), "8 bytes only");
     assert_eq!((rig.sq.pending(), rig.mem.dbrec(1)), (0, 4));
 }
+
+/// The credit word read again in the middle of a batch, when the ring is full: the
+/// completions polled since free exactly the room the batch's next request needs, one block
+/// and the last CQE of the CQ share, and it is taken.
+#[test]
+fn a_batch_fits_in_exactly_what_was_returned_mid_batch() {
+    use crate::testutil::req_cqe;
+    use zverbs_core::{Completion, PollCq};
+    let sgl = [Sge::new(0x1000, 8, 1)];
+    let mut rig = Rig::with_cq(
+        4,
+        256,
+        SqCaps {
+            max_signaled: 2,
+            ..caps(1, 0)
+        },
+        64,
+    );
+    for i in 0..2 {
+        // SAFETY: never executed.
+        unsafe { rig.sq.post(&SendWr::send(i, &sgl).signaled()) }.unwrap();
+    }
+    // The first completes; the queue does not read the credit word until the ring is full.
+    rig.mem.put_cqe(0, req_cqe(QPN, opcode::SEND, 0, 0, 0));
+    assert_eq!(rig.cq.poll(&mut [Completion::EMPTY; 2]), 1);
+    let wrs = [
+        SendWr::nop(2),
+        SendWr::nop(3),
+        SendWr::send(4, &sgl).signaled(),
+    ];
+    post_all(&mut rig, &wrs).unwrap();
+    assert_eq!((rig.sq.producer(), rig.mem.dbrec(1)), (5, 5));
+    assert_eq!(rig.sq.outstanding_signaled(), 2);
+}
