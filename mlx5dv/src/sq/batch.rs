@@ -11,7 +11,7 @@
 //! wrote lies past the producer counter, in blocks the poller has retired (room was checked
 //! for each): the ring's WQEs and their slots there are scratch, which the device never reads
 //! before a later doorbell record covers them, and the next request written there overwrites
-//! (`DESIGN.md` §8: "nothing written" means nothing the device may read).
+//! ("nothing written" means nothing the device may read: `docs/ordering.md`, section 9).
 
 use zverbs_core::{BatchError, PostError, PostSend, SendOp, SendWr};
 
