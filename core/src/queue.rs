@@ -126,6 +126,16 @@ pub trait PostSend {
 
     /// Writes every request of `wrs` and rings once, or writes nothing at all.
     ///
+    /// "Nothing written" means nothing the device may read: a refused batch leaves the doorbell
+    /// record, the doorbell register (BlueFlame), the queue's counters (producer, consumer,
+    /// signaled requests outstanding) and its ring below the producer counter as they were,
+    /// and requests staged earlier stay staged. A backend may check and write each request in
+    /// turn and roll its producer counter back at a refused one (the direct mlx5 backend does):
+    /// then the free part of its ring, from the producer counter on, and the bookkeeping of
+    /// those free entries may hold the refused batch's requests. That part is scratch, which
+    /// the device never reads before a later doorbell covers it, and the next post writes
+    /// over.
+    ///
     /// # Safety
     ///
     /// See the trait's safety contract; it applies to every request of the batch.
@@ -133,7 +143,8 @@ pub trait PostSend {
     /// # Errors
     ///
     /// A [`BatchError`] naming the first request that is invalid or does not fit; then nothing
-    /// of the batch was written (requests staged earlier and not yet rung stay staged).
+    /// of the batch was written, in the sense above (requests staged earlier and not yet rung
+    /// stay staged).
     unsafe fn post_all(&mut self, wrs: &[SendWr<'_>]) -> Result<(), BatchError>;
 
     /// Writes one request and rings at once: the device sees it when the call returns. The

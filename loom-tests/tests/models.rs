@@ -32,7 +32,8 @@ fn blocks(ds: u8) -> u32 {
 }
 
 /// Send path: the poster writes a WQE of two basic blocks that wraps the end of the ring and
-/// rings, then a one-block WQE and rings again; a NIC that sees a doorbell-record value reads
+/// rings, then (after a refused batch that wrote the next block and rolled back) a one-block
+/// WQE and rings again; a NIC that sees a doorbell-record value reads
 /// every segment of every WQE before it, and must see exactly what was written. Catches
 /// `no_to_device` (the barrier between the WQE stores and the doorbell record).
 fn send_path() {
@@ -103,6 +104,12 @@ fn send_path() {
         unsafe {
             sq.post(&SendWr::write(1, &inline, RemoteBuf::new(0x1000, 5)).inline())
                 .expect("fits");
+            // A batch refused at its second request: its first is written past the producer
+            // counter, in the block the next WQE takes, and rolled back. The NIC never reads
+            // it (no doorbell record covers it); it reads the SEND written over it.
+            let two = [sgl[0]; 2];
+            let refused = [SendWr::nop(8).signaled(), SendWr::send(9, &two)];
+            sq.post_all(&refused).expect_err("two entries, one allowed");
             sq.post(&SendWr::send(2, &sgl).signaled()).expect("fits");
         }
         sq

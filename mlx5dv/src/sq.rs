@@ -14,8 +14,7 @@ use core::ops::Deref;
 use zverbs_core::mmio::MmioRegion;
 use zverbs_core::ring::Ring;
 use zverbs_core::{
-    BatchError, CheckedBatch, CheckedSend, PostError, PostSend, SendFlags, SendOp, SendWr, Sge,
-    UdDest,
+    BatchError, CheckedSend, PostError, PostSend, SendFlags, SendOp, SendWr, Sge, UdDest,
 };
 
 use crate::bf::{BfRegister, Dedicated, Shared, SharedBf};
@@ -555,23 +554,6 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         Ok(Plan::of(&wr.op, &checked))
     }
 
-    /// [`CheckedBatch::check_as`] for this queue's transport.
-    #[inline(always)]
-    fn check_batch<'a, 'w, F>(
-        wrs: &'a [SendWr<'w>],
-        caps: &SqCaps,
-        each: F,
-    ) -> Result<CheckedBatch<'a, 'w>, BatchError>
-    where
-        F: FnMut(&SendWr<'w>, CheckedSend<'w>) -> Result<(), PostError>,
-    {
-        if T::UD {
-            CheckedBatch::check_as::<true, F>(wrs, caps, each)
-        } else {
-            CheckedBatch::check_as::<false, F>(wrs, caps, each)
-        }
-    }
-
     /// Checks that `blocks` basic blocks and `signaled` more CQEs fit now.
     #[inline(always)]
     fn check_room(&mut self, blocks: u32, signaled: u32) -> Result<(), PostError> {
@@ -622,7 +604,6 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         // Locals, not fields: the compiler cannot prove that the ring stores below do not
         // alias `self`, and would reload fields after each one.
         let (ring, pi, qpn) = (&{ self.ring }, self.pi, self.qpn);
-        let slots = self.state.slots();
         let start = pi.wrapping_mul(SEGS_PER_BB as u32);
         // SAFETY: this and every write below are to segments `0..ds` of the WQE at `start`
         // (a block boundary), in blocks `pi..pi+blocks`, which are free (room was checked) and
@@ -716,6 +697,8 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
             }
         }
         let next = pi.wrapping_add(plan.blocks);
+        // Taken only now, after the WQE's stores: not held in a register across them.
+        let slots = self.state.slots();
         // The slot of block `pi`: its place in the ring, which the slots mirror (`new` checked
         // that there is one per block).
         let slot = ring.block_of(start) as usize;
@@ -735,35 +718,33 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         start
     }
 
+    /// [`PostSend::post`] of one request: checks and plans it, checks its room, rings the
+    /// requests written before it (once it is known to be valid and to fit), writes it and
+    /// rings it alone.
+    ///
+    /// # Safety
+    ///
+    /// The posting contract of [`PostSend`].
+    #[inline(always)]
+    unsafe fn post_one(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
+        let plan = self.plan(wr)?;
+        self.check_room(plan.blocks, u32::from(plan.signaled))?;
+        if self.pending != 0 {
+            self.ring_pending();
+        }
+        // SAFETY: planned and room checked; the caller upholds the posting contract.
+        let start = unsafe { self.write(wr, &plan) };
+        self.doorbell
+            .ring(self.ring, self.pi, start, plan.blocks, true);
+        Ok(())
+    }
+
     /// [`PostSend::ring`] out of line, for [`PostSend::post`] after requests were written and
     /// not rung (not the latency path).
     #[cold]
     #[inline(never)]
     fn ring_pending(&mut self) {
         self.ring();
-    }
-
-    /// Checks that `wrs`, all valid, fit the queue and its CQ share, each with the ones
-    /// before it, with the credits read again: the rest of [`PostSend::post_all`]'s
-    /// check when its requests do not fit the limits last read, or one of them is invalid (then
-    /// for the requests before it). Out of line: the batch's common case does not come here.
-    ///
-    /// # Errors
-    ///
-    /// The first request that does not fit, with [`PostError::QueueFull`] or
-    /// [`PostError::CqFull`].
-    #[cold]
-    #[inline(never)]
-    fn check_batch_room(&mut self, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
-        let caps = self.caps;
-        let (mut blocks, mut signaled) = (0u32, 0u32);
-        Self::check_batch(wrs, &caps, |wr, checked| {
-            let plan = Plan::of(&wr.op, &checked);
-            blocks += plan.blocks;
-            signaled += u32::from(plan.signaled);
-            self.check_room(blocks, signaled)
-        })?;
-        Ok(())
     }
 
     /// Notes a WQE written by [`SendQueue::write`] for the next [`PostSend::ring`].
@@ -898,16 +879,22 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> PostSend for SendQueue<P, R, 
     /// BlueFlame.
     #[inline(always)]
     unsafe fn post(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
-        let plan = self.plan(wr)?;
-        self.check_room(plan.blocks, u32::from(plan.signaled))?;
-        if self.pending != 0 {
-            self.ring_pending();
+        // One arm per operation, as in `post_all` (`sq/batch.rs`): for a request whose
+        // operation is opaque here, each arm is that operation's code alone; for one known at
+        // the call, the other arms are dead.
+        // SAFETY: the caller upholds the posting contract.
+        unsafe {
+            match wr.op {
+                SendOp::Write { .. } => self.post_one(wr),
+                SendOp::WriteImm { .. } => self.post_one(wr),
+                SendOp::Send { .. } => self.post_one(wr),
+                SendOp::SendImm { .. } => self.post_one(wr),
+                SendOp::Read { .. } => self.post_one(wr),
+                SendOp::CompareSwap { .. } => self.post_one(wr),
+                SendOp::FetchAdd { .. } => self.post_one(wr),
+                SendOp::Nop | SendOp::SendTo { .. } | SendOp::SendToImm { .. } => self.post_one(wr),
+            }
         }
-        // SAFETY: planned and room checked; the caller upholds the posting contract.
-        let start = unsafe { self.write(wr, &plan) };
-        self.doorbell
-            .ring(self.ring, self.pi, start, plan.blocks, true);
-        Ok(())
     }
 
     #[inline]
@@ -930,37 +917,18 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> PostSend for SendQueue<P, R, 
         self.pending = 0;
     }
 
+    /// In one pass (`sq/batch.rs`): each request checked and written in turn, the queue
+    /// rolled back at a refused one.
+    ///
+    /// "Nothing written" for a refused batch means nothing the device may read: the doorbell
+    /// record, the BlueFlame register, the producer counter, the signaled count and the
+    /// ring below the producer counter are as the batch found them, and requests staged
+    /// before it stay staged. The ring's blocks past the producer counter (free: retired by
+    /// the poller) and their bookkeeping slots may hold the refused batch's WQEs: scratch,
+    /// never published, overwritten by the next post.
     unsafe fn post_all(&mut self, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
-        // First pass: check every request and add up the room they need. Nothing is kept: the
-        // second pass plans each request again from the checked batch, which cannot fail.
-        let caps = self.caps;
-        let (mut blocks, mut signaled) = (0u32, 0u32);
-        let batch = Self::check_batch(wrs, &caps, |wr, checked| {
-            let plan = Plan::of(&wr.op, &checked);
-            blocks = blocks.saturating_add(plan.blocks);
-            signaled = signaled.saturating_add(u32::from(plan.signaled));
-            Ok(())
-        })
-        .map_err(|refused| {
-            // A request before the refused one that does not fit comes first, as when posting
-            // one by one.
-            match self.check_batch_room(wrs.get(..refused.index).unwrap_or_default()) {
-                Err(misfit) => misfit,
-                Ok(()) => refused,
-            }
-        })?;
-        if !self.fits(blocks, signaled) {
-            self.check_batch_room(wrs)?;
-        }
-        for (wr, checked) in batch.iter() {
-            let plan = Plan::of(&wr.op, &checked);
-            // SAFETY: planned from its check, and room for the whole batch was checked; the
-            // caller upholds the posting contract for every request.
-            let start = unsafe { self.write(wr, &plan) };
-            self.note_pending(start, plan.blocks);
-        }
-        self.ring();
-        Ok(())
+        // SAFETY: (caller) the posting contract, for every request.
+        unsafe { self.post_batch(wrs) }
     }
 }
 
@@ -969,6 +937,10 @@ pub use dc::{DC_AV_DS, DcSendQueue};
 
 #[cfg(test)]
 mod dc_tests;
+
+mod batch;
+#[cfg(test)]
+mod batch_tests;
 #[cfg(test)]
 mod frame;
 #[cfg(test)]
@@ -980,6 +952,7 @@ mod tests {
 
     use std::vec::Vec;
 
+    use super::batch_tests::visible;
     use super::frame::{advance, expect_wqe, read_wrapped};
     use super::*;
     use crate::testutil::{QPN, Rig, caps};
@@ -1684,7 +1657,7 @@ mod tests {
         let mut rig = Rig::new(8, 256, caps(2, 16));
         let sgl = [Sge::new(0x1000, 8, 1)];
         let three = [Sge::new(0x1000, 8, 1); 3];
-        let before = rig.mem.sq_bytes();
+        let before = visible(&mut rig);
         let bad = [
             SendWr::send(1, &sgl),
             SendWr::send(2, &sgl),
@@ -1700,7 +1673,9 @@ mod tests {
         let err = unsafe { rig.sq.post_all(&many) }.unwrap_err();
         assert_eq!(err.index, 8);
         assert!(matches!(err.error, PostError::QueueFull { .. }));
-        assert_eq!(rig.mem.sq_bytes(), before);
+        // Nothing the device or the poller may read: the blocks the one pass wrote are past
+        // the producer counter.
+        visible(&mut rig).assert_same(&before, "refused batches");
         assert_eq!((rig.sq.producer(), rig.mem.dbrec(1)), (0, 0));
 
         // A full-ring batch rings once, by doorbell (more than one WQE).
@@ -1877,10 +1852,10 @@ mod tests {
                     ..caps(3, 0)
                 },
             );
-            let before = (rig.mem.sq_bytes(), rig.mem.bf_bytes());
+            let before = visible(&mut rig);
             // SAFETY: never executed.
             assert_eq!(unsafe { rig.sq.post_all(wrs) }, Err(want));
-            assert_eq!((rig.mem.sq_bytes(), rig.mem.bf_bytes()), before);
+            visible(&mut rig).assert_same(&before, &std::format!("{want:?}"));
             assert_eq!(
                 (rig.sq.producer(), rig.sq.pending(), rig.mem.dbrec(1)),
                 (0, 0, 0)

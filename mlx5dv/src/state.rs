@@ -76,6 +76,13 @@ impl SqSlot {
     pub fn new() -> Self {
         Self(UnsafeCell::new(SlotData::default()))
     }
+
+    /// Tests: what the slot holds (no poster or poller runs meanwhile).
+    #[cfg(test)]
+    pub(crate) fn peek(&self) -> SlotData {
+        // SAFETY: (tests) nothing writes the slot during the read.
+        self.0.with(|p| unsafe { p.read() })
+    }
 }
 
 impl SqSlot {
