@@ -511,9 +511,10 @@ const QPN_MASK: u32 = 0x00ff_ffff;
 fn owned(ring: Ring, cqes: CqeRing, ci: u32) -> Option<(u32, u8)> {
     let slot = ring.slot(ci);
     let op_own = cqes.op_own(slot);
-    if op_own >> OPCODE_SHIFT == op::INVALID
-        || u32::from(op_own & OWNER_MASK) != ring.pass_parity(ci)
-    {
+    // The pass parity as `ci & size` (the bit above the slot bits), not `ci >> log2`: the size
+    // is the mask plus one, which the slot needs anyway, so the check loads nothing more.
+    let parity = u32::from(ci & ring.size() != 0);
+    if op_own >> OPCODE_SHIFT == op::INVALID || u32::from(op_own & OWNER_MASK) != parity {
         return None;
     }
     Some((slot, op_own))
@@ -560,13 +561,14 @@ fn any_send_kind(send_opcode: u8) -> SendKind {
     ))
 }
 
-/// [`send_kind_of`] for every opcode below 32 (the send opcodes the queue posts), looked up
-/// without branches: the one table of send opcodes, for both paths of the decoder and for
-/// error CQEs (which report the opcode the queue recorded).
-const SEND_KINDS: [Option<SendKind>; 32] = {
-    let mut t = [None; 32];
+/// [`send_kind_of`] for every byte (the send opcodes the queue posts, and `None` for the rest),
+/// looked up without branches (a byte indexes it whole: no bounds check): the one table of
+/// send opcodes, for both paths of the decoder and for error CQEs (which report the opcode
+/// the queue recorded).
+const SEND_KINDS: [Option<SendKind>; 256] = {
+    let mut t = [None; 256];
     let mut op = 0;
-    while op < 32 {
+    while op < 256 {
         t[op] = send_kind_of(op as u8);
         op += 1;
     }
@@ -577,7 +579,7 @@ const SEND_KINDS: [Option<SendKind>; 32] = {
 /// `None` otherwise.
 #[inline(always)]
 fn send_kind(send_opcode: u8) -> Option<SendKind> {
-    SEND_KINDS.get(usize::from(send_opcode)).copied().flatten()
+    SEND_KINDS[usize::from(send_opcode)]
 }
 
 /// [`send_kind`], by cases: the verbs opcode, flags and length rule of each send opcode.
@@ -861,14 +863,33 @@ impl PollOut for TimedCompletion {
 }
 
 impl<B: Bindings> CompletionQueue<B> {
-    /// The poll loop, for either output.
+    /// A poll, for either output. Inlined into the caller: an empty poll is the loads of the
+    /// ring state, the owner check of the CQE at the consumer counter and a return (no stack
+    /// frame, nothing stored); the loop is out of line, entered with that CQE software's.
     #[inline(always)]
     fn poll_out<O: PollOut>(&mut self, out: &mut [O]) -> usize {
+        match owned(self.ring, self.cqes, self.ci) {
+            Some(first) if !out.is_empty() => self.poll_loop(out, first),
+            _ => 0,
+        }
+    }
+
+    /// The poll loop, from the software-owned CQE `first` (slot and `op_own`) at the consumer
+    /// counter, with room for it in `out`. The first pass takes `first` rather than checking
+    /// the CQE again (the compiler peels it off the loop); the loop ends with at least one CQE
+    /// consumed, so the doorbell record is always written.
+    #[inline(never)]
+    fn poll_loop<O: PollOut>(&mut self, out: &mut [O], first: (u32, u8)) -> usize {
         // Locals, which the compiler need not reload after each completion it writes.
         let (ring, cqes, mut ci) = (self.ring, self.cqes, self.ci);
+        let mut first = Some(first);
         let mut n = 0;
         while let Some(o) = out.get_mut(n) {
-            let Some((slot, op_own)) = owned(ring, cqes, ci) else {
+            let found = match first.take() {
+                Some(f) => Some(f),
+                None => owned(ring, cqes, ci),
+            };
+            let Some((slot, op_own)) = found else {
                 break;
             };
             barrier::from_device();
@@ -885,9 +906,7 @@ impl<B: Bindings> CompletionQueue<B> {
             n += 1;
         }
         self.ci = ci;
-        if n > 0 {
-            self.publish_ci();
-        }
+        self.publish_ci();
         n
     }
 }
