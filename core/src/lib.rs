@@ -51,6 +51,7 @@
 struct ReadmeDoctests;
 
 pub mod barrier;
+mod brief;
 mod check;
 mod error;
 pub mod event;
@@ -65,6 +66,7 @@ mod timed;
 mod wc;
 mod wr;
 
+pub use brief::BriefCompletion;
 pub use check::{CheckedBatch, CheckedSend, MAX_MESSAGE, SqCaps, Transport};
 pub use error::{BatchError, PostError};
 pub use queue::{PollCq, PostRecv, PostSend, SendBatch};

@@ -24,7 +24,8 @@ use zverbs_core::handover::Handover;
 use zverbs_core::ring::Ring;
 use zverbs_core::sync::order;
 use zverbs_core::{
-    Completion, PollCq, PollCqTimed, TimedCompletion, WcFlags, WcOpcode, WcStatus, barrier,
+    BriefCompletion, Completion, PollCq, PollCqTimed, TimedCompletion, WcFlags, WcOpcode, WcStatus,
+    barrier,
 };
 
 use crate::devmem::{CqeRing, DbrecWord};
@@ -470,11 +471,13 @@ impl<B: Bindings> CompletionQueue<B> {
             };
             barrier::from_device();
             let cqes = self.cqes;
-            // SAFETY: as in `poll`.
-            if !unsafe { self.decode_fast(cqes, slot, op_own, o.wc()) } {
-                // SAFETY: as above.
-                unsafe { self.decode_slow(cqes, slot, op_own, o.wc()) };
-            }
+            o.fill_all(|wc| {
+                // SAFETY: as in `poll`.
+                if !unsafe { self.decode_fast(cqes, slot, op_own, wc) } {
+                    // SAFETY: as above.
+                    unsafe { self.decode_slow(cqes, slot, op_own, wc) };
+                }
+            });
             // SAFETY: as above.
             unsafe { o.stamp(self.timestamps, cqes, slot) };
             self.ci = self.ci.wrapping_add(1);
@@ -821,8 +824,19 @@ pub fn status_of(syndrome: Syndrome) -> WcStatus {
 /// CQE's timestamp. One poll loop for both, compiled once for each: the plain one has no
 /// trace of timestamps.
 trait PollOut {
-    /// The completion to decode into.
-    fn wc(&mut self) -> &mut Completion;
+    /// Calls `decode` with the completion to decode into, and keeps what the output holds of
+    /// it; returns what `decode` returns. An output that holds part of a completion decodes
+    /// into one of its own on the stack: inlined, the fields it drops are never computed.
+    fn fill(&mut self, decode: impl FnOnce(&mut Completion) -> bool) -> bool;
+
+    /// As [`PollOut::fill`], for a decoder that cannot fail.
+    #[inline(always)]
+    fn fill_all(&mut self, decode: impl FnOnce(&mut Completion)) {
+        self.fill(|wc| {
+            decode(wc);
+            true
+        });
+    }
 
     /// Adds what the output carries besides the completion, from the CQE in `slot` of a CQ
     /// whose CQEs carry timestamps when `timestamps` is true (the CQEs of successful
@@ -836,8 +850,8 @@ trait PollOut {
 
 impl PollOut for Completion {
     #[inline(always)]
-    fn wc(&mut self) -> &mut Completion {
-        self
+    fn fill(&mut self, decode: impl FnOnce(&mut Completion) -> bool) -> bool {
+        decode(self)
     }
 
     #[inline(always)]
@@ -846,8 +860,8 @@ impl PollOut for Completion {
 
 impl PollOut for TimedCompletion {
     #[inline(always)]
-    fn wc(&mut self) -> &mut Completion {
-        &mut self.wc
+    fn fill(&mut self, decode: impl FnOnce(&mut Completion) -> bool) -> bool {
+        decode(&mut self.wc)
     }
 
     #[inline(always)]
@@ -860,6 +874,19 @@ impl PollOut for TimedCompletion {
             None
         };
     }
+}
+
+impl PollOut for BriefCompletion {
+    #[inline(always)]
+    fn fill(&mut self, decode: impl FnOnce(&mut Completion) -> bool) -> bool {
+        let mut wc = Completion::EMPTY;
+        let done = decode(&mut wc);
+        *self = BriefCompletion::from(&wc);
+        done
+    }
+
+    #[inline(always)]
+    unsafe fn stamp(&mut self, _: bool, _: CqeRing, _: u32) {}
 }
 
 impl<B: Bindings> CompletionQueue<B> {
@@ -896,7 +923,7 @@ impl<B: Bindings> CompletionQueue<B> {
             // SAFETY: the owner bit says the CQE is software's, the barrier orders the reads
             // after that check, and the consumer counter that would free the entry is
             // published only after them.
-            if !unsafe { self.decode_fast(cqes, slot, op_own, o.wc()) } {
+            if !o.fill(|wc| unsafe { self.decode_fast(cqes, slot, op_own, wc) }) {
                 self.ci = ci;
                 return self.poll_rest(out, n);
             }
@@ -914,6 +941,13 @@ impl<B: Bindings> CompletionQueue<B> {
 impl<B: Bindings> PollCq for CompletionQueue<B> {
     #[inline]
     fn poll(&mut self, out: &mut [Completion]) -> usize {
+        self.poll_out(out)
+    }
+
+    /// The same poll loop, compiled for [`BriefCompletion`]: the fields it leaves out are
+    /// never read from the CQE (where a receive came from, its immediate and flags).
+    #[inline]
+    fn poll_brief(&mut self, out: &mut [BriefCompletion]) -> usize {
         self.poll_out(out)
     }
 }
@@ -1544,5 +1578,71 @@ mod tests {
             shown.contains(&std::format!("last: Hit {{ qpn: {QPN}, sq: Some(")),
             "{shown}"
         );
+    }
+
+    #[test]
+    fn a_brief_poll_reports_what_a_full_one_does() {
+        extern crate std;
+        use zverbs_core::BriefCompletion;
+        // The same CQEs on two rigs: requester CQEs of each kind, receives, an error, a CQE
+        // of an unknown QP; polled one at a time (each poll's first CQE) and in one poll (the
+        // rest of the loop and its cold path), briefly on one rig and in full on the other.
+        let sgl = [Sge::new(0x1000, 8, 1)];
+        let r = RemoteBuf::new(0, 1);
+        let fill = |rig: &mut Rig| {
+            send(rig, &SendWr::read(1, &sgl, r).signaled());
+            send(rig, &SendWr::send_imm(2, &sgl, 5).signaled());
+            send(
+                rig,
+                &SendWr::fetch_add(3, Sge::new(0x1000, 8, 1), r, 1).signaled(),
+            );
+            post_receives(rig, 2);
+            rig.mem
+                .put_cqe(0, req_cqe(QPN, opcode::RDMA_READ, 0, 0x44, 0));
+            rig.mem.put_cqe(1, req_cqe(QPN, opcode::SEND_IMM, 1, 0, 0));
+            rig.mem
+                .put_cqe(2, resp_cqe(QPN, op::RESP_SEND_IMM, 0x30, 0x1234, 0));
+            rig.mem.put_cqe(3, req_cqe(0x999, opcode::NOP, 0, 0, 0));
+            rig.mem.put_cqe(4, req_cqe(QPN, opcode::ATOMIC_FA, 2, 0, 0));
+            rig.mem
+                .put_cqe(5, err_cqe(QPN, op::RESP_ERR, 0, 0x13, 0x88, 0));
+        };
+        for per_poll in [1, 8] {
+            let (mut full, mut brief) =
+                (Rig::new(8, 256, caps(1, 0)), Rig::new(8, 256, caps(1, 0)));
+            fill(&mut full);
+            fill(&mut brief);
+            let mut got = std::vec::Vec::new();
+            let mut want = std::vec::Vec::new();
+            loop {
+                let mut wc = [Completion::EMPTY; 8];
+                let mut b = [BriefCompletion::EMPTY; 8];
+                let n = full.cq.poll(&mut wc[..per_poll]);
+                assert_eq!(brief.cq.poll_brief(&mut b[..per_poll]), n);
+                if n == 0 {
+                    break;
+                }
+                want.extend(wc[..n].iter().map(BriefCompletion::from));
+                got.extend_from_slice(&b[..n]);
+            }
+            assert_eq!(got.len(), 6);
+            assert_eq!(got, want, "{per_poll} a poll");
+            assert_eq!(
+                got.iter()
+                    .map(|c| (c.wr_id, c.byte_len))
+                    .collect::<std::vec::Vec<_>>(),
+                [(1, 0x44), (2, 0), (100, 0x30), (0, 0), (3, 8), (101, 0)]
+            );
+            assert_eq!(
+                (got[5].status, got[5].vendor_err),
+                (WcStatus::RemAccessErr, 0x88)
+            );
+            assert_eq!(brief.mem.cq_dbrec(), 6);
+            assert_eq!(
+                brief.sq.free_blocks(),
+                8,
+                "the brief poll retired the sends"
+            );
+        }
     }
 }
