@@ -13,12 +13,19 @@
 //! WQE and every unsignaled WQE before it are retired and their credits handed back to the
 //! send queue. Receives complete in order. Error CQEs are decoded on a cold path.
 //!
-//! The CQ must have been created without CQE compression, and its QPs without
-//! scatter-to-CQE: a CQE in those formats is reported as a [`WcStatus::GeneralErr`]
+//! Receives whose data the device scattered into the CQE (scatter-to-CQE, `scatter.rs`) are
+//! decoded out of line: the data is copied into the receive's buffers before it is reported.
+//! The CQ must have been created without CQE compression, and the send side of its QPs
+//! without scatter-to-CQE (READ and atomic responses in the CQE), and its shared receive
+//! queues' QPs without it: a CQE in those formats is reported as a [`WcStatus::GeneralErr`]
 //! completion whose `vendor_err` is `0x100 | op_own`, and its WQE is retired, so no completion
 //! is lost.
 
 use core::ptr::NonNull;
+
+mod scatter;
+
+pub(crate) use scatter::RecvWqes;
 
 use zverbs_core::handover::Handover;
 use zverbs_core::ring::Ring;
@@ -394,9 +401,24 @@ impl<B: Bindings> CompletionQueue<B> {
                 unsupported_format(out, op_own);
             }
             (op::RESP_WR_IMM..=op::RESP_SEND_INV, _, Some(rq)) => {
+                // Data scattered into the CQE goes to the receive's buffers first, while its
+                // WQE is still the poller's (before `responder` retires it).
+                let copied = if op_own & SCATTERED != 0 {
+                    // SAFETY: (caller) the CQE is software's; it completes the oldest receive,
+                    // not yet retired; the only poller.
+                    unsafe { scattered_receive(rq, cqes, slot, op_own) }
+                } else {
+                    Ok(())
+                };
                 // SAFETY: as above.
                 unsafe { responder(rq, cqe_op, qpn, cqes, slot, out) };
-                unsupported_format(out, op_own);
+                scatter::clear_path(out, op_own);
+                if let Err(e) = copied {
+                    out.status = e.status();
+                    if e == scatter::ScatterError::Format {
+                        out.vendor_err = VENDOR_ERR_UNSUPPORTED_FORMAT | u32::from(op_own);
+                    }
+                }
             }
             (op::RESP_WR_IMM..=op::RESP_SEND_INV, _, None) if let Some(srq) = srq => {
                 // SAFETY: the only poller of the SRQ's QPs; the CQE names the WQE.
@@ -499,8 +521,40 @@ impl<B: Bindings> CompletionQueue<B> {
     }
 }
 
-/// The `op_own` bits of the formats the poller does not decode (data scattered into the CQE).
+/// The `op_own` bits of data scattered into the CQE: decoded out of line (`scatter.rs`).
 const SCATTERED: u8 = INLINE_SCATTER_32 | INLINE_SCATTER_64;
+
+/// Copies the data scattered into the receive CQE in `slot` into the oldest receive of `rq`
+/// (`scatter.rs`).
+///
+/// # Safety
+///
+/// The CQE is software's and completes that receive; the only poller calls this, before the
+/// receive is retired.
+#[cold]
+#[inline(never)]
+unsafe fn scattered_receive<S>(
+    rq: &RqState<S>,
+    cqes: CqeRing,
+    slot: u32,
+    op_own: u8,
+) -> Result<(), scatter::ScatterError>
+where
+    S: stable_deref_trait::StableDeref<Target = [crate::RqSlot]>,
+{
+    #[cfg(not(zverbs_loom))]
+    {
+        // SAFETY: (caller) the CQE is software's.
+        let byte_cnt = unsafe { cqes.with_cqe(slot, |b| Cqe64::new_unchecked(b).byte_cnt()) };
+        // SAFETY: (caller) the oldest receive, posted, not retired; its WQE is in `rq`'s ring.
+        unsafe { scatter::copy_to_receive(rq.wqes(), rq.oldest(), cqes, slot, op_own, byte_cnt) }
+    }
+    #[cfg(zverbs_loom)]
+    {
+        let _ = (rq, cqes, slot, op_own);
+        Err(scatter::ScatterError::Format)
+    }
+}
 
 /// The QP number's bits of `sop_drop_qpn`.
 const QPN_MASK: u32 = 0x00ff_ffff;
@@ -958,6 +1012,9 @@ impl<B: Bindings> PollCqTimed for CompletionQueue<B> {
         self.poll_out(out)
     }
 }
+
+#[cfg(test)]
+mod scatter_tests;
 
 #[cfg(test)]
 mod tests {
