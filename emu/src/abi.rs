@@ -240,6 +240,9 @@ pub mod mlx5_create_qp {
     pub const FLAG_BFREG_INDEX: u32 = 1 << 3;
     /// `MLX5_QP_FLAG_UAR_PAGE_INDEX`: `bfreg_index` names a UAR object's page.
     pub const FLAG_UAR_PAGE_INDEX: u32 = 1 << 10;
+    /// `MLX5_QP_FLAG_SCATTER_CQE`: small messages may be scattered into the CQE (libmlx5 sets
+    /// it unless `MLX5_SCATTER_TO_CQE=0` or `MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE`).
+    pub const FLAG_SCATTER_CQE: u32 = 1 << 1;
 }
 
 /// `struct ib_uverbs_modify_qp` (also the base of the extended one).

@@ -284,6 +284,8 @@ pub struct Stats {
     /// UD QP ready to receive, a multicast group with no member, a multicast address with a
     /// QPN other than `0xffffff`.
     pub ud_no_dest: u64,
+    /// Received SENDs delivered in the CQE (scatter-to-CQE), their receive buffers untouched.
+    pub scattered: u64,
 }
 
 /// The transport of a queue pair.

@@ -318,6 +318,8 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
         "async_events",
         "--test",
         "timestamps",
+        "--test",
+        "scatter",
     ]);
     cmd.env("ZVERBS_EMU_SO", &emu.0);
     let (tests, _) = counted_tests(cmd, &["--nocapture"], run)?;
