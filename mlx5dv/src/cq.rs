@@ -129,7 +129,8 @@ impl<S, R, Q> Hit<S, R, Q> {
     }
 }
 
-/// `vendor_err` bit marking a CQE format the poller does not decode (compressed or scattered).
+/// `vendor_err` bit marking a CQE format the poller does not decode (compressed, or data
+/// scattered into a send CQE or an SRQ receive's, or where no CQE has room for it).
 pub const VENDOR_ERR_UNSUPPORTED_FORMAT: u32 = 0x100;
 
 /// A completion queue of an mlx5 device, polled directly, for the queues in its bindings `B`
