@@ -413,7 +413,6 @@ impl<B: Bindings> CompletionQueue<B> {
                 };
                 // SAFETY: as above.
                 unsafe { responder(rq, cqe_op, qpn, cqes, slot, out) };
-                scatter::clear_path(out, op_own);
                 if let Err(e) = copied {
                     out.status = e.status();
                     if e == scatter::ScatterError::Format {

@@ -10,7 +10,10 @@
 //! | [`INLINE_SCATTER_32`] (0x04) | up to 32 bytes | bytes 0..32 of the 64-byte CQE |
 //! | [`INLINE_SCATTER_64`] (0x08) | up to 64 bytes | the 64 bytes before it: the first half of a 128-byte entry |
 //!
-//! `byte_cnt` is the message length, as for any receive. The poller copies the data into the
+//! `byte_cnt` is the message length, as for any receive. The other fields are read as libmlx5
+//! reads them: with 32 bytes scattered, the CQE's bytes 0..32 (where `flags_rqpn`, `slid` and
+//! `ml_path` are) hold data, so a receive's source QP, SL, LID, path bits and GRH flag mean
+//! nothing then (nor on the RC queue pairs whose receives scatter). The poller copies the data into the
 //! scatter list of the receive the message took (read from the receive WQE in the ring, which
 //! is the poller's until it retires the receive), in order, as the device would have, and
 //! reports the completion as usual: the application sees its buffer filled either way.
@@ -24,8 +27,8 @@
 
 use core::ptr::NonNull;
 
+use zverbs_core::WcStatus;
 use zverbs_core::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
-use zverbs_core::{Completion, WcFlags, WcStatus};
 
 use crate::devmem::CqeRing;
 use crate::prm::INVALID_LKEY;
@@ -72,22 +75,6 @@ impl RecvWqes {
             self.shift.load(Ordering::Relaxed),
             self.mask.load(Ordering::Relaxed),
         ))
-    }
-}
-
-/// Clears what the receive completion `out` says of where the message came from (source QP,
-/// LID, SL, path bits, P_Key index, the GRH flag) when `op_own` says 32 bytes of data were
-/// scattered into the CQE: its bytes 0..32, where those fields are, hold data. They mean
-/// nothing for the RC queue pairs whose receives scatter (libmlx5 reads them anyway).
-#[inline(always)]
-pub(super) fn clear_path(out: &mut Completion, op_own: u8) {
-    if op_own & INLINE_SCATTER_32 != 0 {
-        out.src_qp = 0;
-        out.slid = 0;
-        out.pkey_index = 0;
-        out.sl = 0;
-        out.dlid_path_bits = 0;
-        out.flags.remove(WcFlags::GRH);
     }
 }
 
