@@ -603,6 +603,7 @@ impl Engine {
         };
         self.push_cqe_with_head(cqn, cqe, head);
         self.stats.recvs += 1;
+        self.stats.scattered += 1;
     }
 
     /// Moves QP `p` to the error state (a responder-detected error of class C).
