@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use zverbs_core::{Completion, RemoteBuf, SendWr, Sge, TimedCompletion};
+use zverbs_core::{BriefCompletion, Completion, RemoteBuf, SendWr, Sge, TimedCompletion};
 
 use crate::Fixture;
 use crate::c::{CBase, WrChain, wcs};
@@ -281,6 +281,20 @@ pub const CASES: &[Case] = &[
         Group::Poll,
         16,
         ("zverbs_benches::ours::poll", "zvb_poll_cq"),
+    ),
+    case(
+        "poll1_brief",
+        "poll of 1 CQE, wr_id/status/opcode/byte_len only (C: full ibv_wc poll)",
+        Group::Poll,
+        1,
+        ("zverbs_benches::ours::poll_brief", "zvb_poll_cq"),
+    ),
+    case(
+        "poll16_brief",
+        "poll of 16 CQEs, wr_id/status/opcode/byte_len only, per CQE (C: full ibv_wc poll)",
+        Group::Poll,
+        16,
+        ("zverbs_benches::ours::poll_brief", "zvb_poll_cq"),
     ),
     Case {
         ours_fn: None,
@@ -645,6 +659,12 @@ fn ours_runner(case: &Case) -> Option<Box<dyn Runner>> {
                 move |f: &mut crate::ours::OursRecv| ours::poll(&mut f.cq, bb(&mut wc)),
             )
         }
+        "poll1_brief" | "poll16_brief" => {
+            let mut wc = vec![BriefCompletion::EMPTY; case.units as usize];
+            poll(Ours::new(mem(BF_SIZE)), case.units, move |f: &mut Ours| {
+                ours::poll_brief(&mut f.cq, bb(&mut wc))
+            })
+        }
         "pingpong" => Box::new(RoundTripRun(PingPong::ours())),
         _ => return None,
     };
@@ -763,7 +783,7 @@ fn c_runner(case: &Case) -> Option<Box<dyn Runner>> {
                 unsafe { ffi::zvb_post_send_wr(&mut *f.sq, bb(chain.head()), &mut bad) == 0 }
             })
         }
-        "poll1" | "poll_empty" | "poll1_lfence" | "poll1_ts" => {
+        "poll1" | "poll_empty" | "poll1_lfence" | "poll1_ts" | "poll1_brief" => {
             let per_call = u32::from(case.name != "poll_empty");
             let lfence = case.name == "poll1_lfence";
             let mut wc = wcs::<1>();
@@ -780,7 +800,7 @@ fn c_runner(case: &Case) -> Option<Box<dyn Runner>> {
                 n.max(0) as usize
             })
         }
-        "poll16" | "poll16_ts" => {
+        "poll16" | "poll16_ts" | "poll16_brief" => {
             let mut wc = wcs::<16>();
             poll(CBase::new(mem(BF_SIZE)), 16, move |f: &mut CBase| {
                 // SAFETY: a live CQ and a 16-entry array.

@@ -9,8 +9,8 @@
 
 use std::sync::Arc;
 use zverbs_core::{
-    BatchError, Completion, PollCq, PollCqTimed, PostError, PostSend, RemoteBuf, SendWr, Sge,
-    TimedCompletion,
+    BatchError, BriefCompletion, Completion, PollCq, PollCqTimed, PostError, PostSend, RemoteBuf,
+    SendWr, Sge, TimedCompletion,
 };
 
 use zverbs_mlx5dv::{
@@ -445,4 +445,11 @@ pub fn poll(cq: &mut Cq, out: &mut [Completion]) -> usize {
 #[inline(never)]
 pub fn poll_timed(cq: &mut Cq, out: &mut [TimedCompletion]) -> usize {
     cq.poll_timed(out)
+}
+
+/// Polls up to `out.len()` completions, only their `wr_id`, status, opcode and length
+/// ([`PollCq::poll_brief`]).
+#[inline(never)]
+pub fn poll_brief(cq: &mut Cq, out: &mut [BriefCompletion]) -> usize {
+    cq.poll_brief(out)
 }

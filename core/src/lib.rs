@@ -51,6 +51,7 @@
 struct ReadmeDoctests;
 
 pub mod barrier;
+mod brief;
 mod check;
 mod dc;
 mod error;
@@ -66,6 +67,7 @@ mod timed;
 mod wc;
 mod wr;
 
+pub use brief::BriefCompletion;
 pub use check::{CheckedBatch, CheckedSend, MAX_MESSAGE, SqCaps, Transport};
 pub use dc::DcDest;
 pub use error::{BatchError, PostError};

@@ -17,6 +17,7 @@
 //! [`PostSend::stage`] and [`PostSend::ring`] are the two halves every backend implements and
 //! the batch is made of; calling them directly is for code that keeps its own batch.
 
+use crate::brief::BriefCompletion;
 use crate::error::{BatchError, PostError};
 use crate::wc::Completion;
 use crate::wr::{RecvWr, SendWr};
@@ -315,6 +316,16 @@ pub trait PollCq {
     fn poll_into<'o>(&mut self, out: &'o mut [Completion]) -> &'o mut [Completion] {
         let n = self.poll(out).min(out.len());
         &mut out[..n]
+    }
+
+    /// As [`PollCq::poll`], writing only the fields most loops read ([`BriefCompletion`]:
+    /// `wr_id`, status, opcode, `byte_len`, and the vendor syndrome of a failure): for a loop
+    /// that matches completions to its requests by `wr_id` and reads nothing else of them.
+    /// The mlx5 direct poller then reads nothing else of the CQE; the provided method polls
+    /// full completions (16 at a time, on the stack) and keeps the brief part of each.
+    #[inline]
+    fn poll_brief(&mut self, out: &mut [BriefCompletion]) -> usize {
+        crate::brief::poll_brief_via_poll(self, out)
     }
 }
 

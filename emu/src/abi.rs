@@ -258,6 +258,9 @@ pub mod mlx5_create_qp {
     pub const FLAG_TYPE_DCI: u32 = 1 << 5;
     /// `access_key` (u64, a DCT's; the union with `sq_buf_addr`).
     pub const ACCESS_KEY: usize = 40;
+    /// `MLX5_QP_FLAG_SCATTER_CQE`: small messages may be scattered into the CQE (libmlx5 sets
+    /// it unless `MLX5_SCATTER_TO_CQE=0` or `MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE`).
+    pub const FLAG_SCATTER_CQE: u32 = 1 << 1;
 }
 
 /// `struct ib_uverbs_modify_qp` (also the base of the extended one).

@@ -697,6 +697,13 @@ impl Emu {
         }
         .map_err(sim_errno)?;
         self.dev.set_user_index(qpn, uidx).map_err(sim_errno)?;
+        // As the kernel configures the QP's responder (`cs_res`): receives scattered into the
+        // CQE, 32 or 64 bytes by the receive CQ's CQE size, on connected QPs only. (The
+        // requester's `cs_req`, READ and atomic responses in the send CQE, is not modelled.)
+        let scatter = flags & m::FLAG_SCATTER_CQE != 0 && !ud;
+        self.dev
+            .set_scatter_to_cqe(qpn, scatter)
+            .map_err(sim_errno)?;
         ctl.next_qpn += 1;
         let bfreg = match named {
             Some(b) => b,

@@ -43,6 +43,7 @@ pub mod channel;
 pub mod device;
 pub mod fabric;
 mod preload;
+pub mod stats;
 pub mod sysfs;
 pub mod uar;
 pub mod verbs;

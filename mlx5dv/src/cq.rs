@@ -13,19 +13,27 @@
 //! WQE and every unsignaled WQE before it are retired and their credits handed back to the
 //! send queue. Receives complete in order. Error CQEs are decoded on a cold path.
 //!
-//! Its QPs must have been created without scatter-to-CQE: a CQE in those formats is reported
-//! as a [`WcStatus::GeneralErr`] completion whose `vendor_err` is `0x100 | op_own`, and its
-//! WQE is retired, so no completion is lost. A CQ created with CQE compression is polled the
-//! same way: compressed sessions are expanded out of line (`mini`), into the completions the
-//! device would have written one by one.
+//! Receives whose data the device scattered into the CQE (scatter-to-CQE, `scatter.rs`) are
+//! decoded out of line: the data is copied into the receive's buffers before it is reported.
+//! A CQ created with CQE compression is polled the same way: compressed sessions are expanded
+//! out of line (`mini`), into the completions the device would have written one by one. The
+//! send side of its QPs must have been created without scatter-to-CQE (READ and atomic
+//! responses in the CQE), and its shared receive queues' QPs without it: a CQE in those
+//! formats is reported as a [`WcStatus::GeneralErr`] completion whose `vendor_err` is
+//! `0x100 | op_own`, and its WQE is retired, so no completion is lost.
 
 use core::ptr::NonNull;
+
+mod scatter;
+
+pub(crate) use scatter::RecvWqes;
 
 use zverbs_core::handover::Handover;
 use zverbs_core::ring::Ring;
 use zverbs_core::sync::order;
 use zverbs_core::{
-    Completion, PollCq, PollCqTimed, TimedCompletion, WcFlags, WcOpcode, WcStatus, barrier,
+    BriefCompletion, Completion, PollCq, PollCqTimed, TimedCompletion, WcFlags, WcOpcode, WcStatus,
+    barrier,
 };
 
 use crate::devmem::{CqeRing, DbrecWord};
@@ -124,7 +132,8 @@ impl<S, R, Q> Hit<S, R, Q> {
     }
 }
 
-/// `vendor_err` bit marking a CQE format the poller does not decode (compressed or scattered).
+/// `vendor_err` bit marking a CQE format the poller does not decode (compressed, or data
+/// scattered into a send CQE or an SRQ receive's, or where no CQE has room for it).
 pub const VENDOR_ERR_UNSUPPORTED_FORMAT: u32 = 0x100;
 
 /// A completion queue of an mlx5 device, polled directly, for the queues in its bindings `B`
@@ -399,9 +408,23 @@ impl<B: Bindings> CompletionQueue<B> {
                 unsupported_format(out, op_own);
             }
             (op::RESP_WR_IMM..=op::RESP_SEND_INV, _, Some(rq)) => {
+                // Data scattered into the CQE goes to the receive's buffers first, while its
+                // WQE is still the poller's (before `responder` retires it).
+                let copied = if op_own & SCATTERED != 0 {
+                    // SAFETY: (caller) the CQE is software's; it completes the oldest receive,
+                    // not yet retired; the only poller.
+                    unsafe { scattered_receive(rq, cqes, slot, op_own) }
+                } else {
+                    Ok(())
+                };
                 // SAFETY: as above.
                 unsafe { responder(rq, cqe_op, qpn, cqes, slot, out) };
-                unsupported_format(out, op_own);
+                if let Err(e) = copied {
+                    out.status = e.status();
+                    if e == scatter::ScatterError::Format {
+                        out.vendor_err = VENDOR_ERR_UNSUPPORTED_FORMAT | u32::from(op_own);
+                    }
+                }
             }
             (op::RESP_WR_IMM..=op::RESP_SEND_INV, _, None) if let Some(srq) = srq => {
                 // SAFETY: the only poller of the SRQ's QPs; the CQE names the WQE.
@@ -481,11 +504,13 @@ impl<B: Bindings> CompletionQueue<B> {
                 continue;
             }
             let cqes = self.cqes;
-            // SAFETY: as in `poll`.
-            if !unsafe { self.decode_fast(cqes, slot, op_own, o.wc()) } {
-                // SAFETY: as above.
-                unsafe { self.decode_slow(cqes, slot, op_own, o.wc()) };
-            }
+            o.fill_all(|wc| {
+                // SAFETY: as in `poll`.
+                if !unsafe { self.decode_fast(cqes, slot, op_own, wc) } {
+                    // SAFETY: as above.
+                    unsafe { self.decode_slow(cqes, slot, op_own, wc) };
+                }
+            });
             // SAFETY: as above.
             unsafe { o.stamp(self.timestamps, cqes, slot) };
             self.ci = self.ci.wrapping_add(1);
@@ -507,8 +532,40 @@ impl<B: Bindings> CompletionQueue<B> {
     }
 }
 
-/// The `op_own` bits of the formats the poller does not decode (data scattered into the CQE).
+/// The `op_own` bits of data scattered into the CQE: decoded out of line (`scatter.rs`).
 const SCATTERED: u8 = INLINE_SCATTER_32 | INLINE_SCATTER_64;
+
+/// Copies the data scattered into the receive CQE in `slot` into the oldest receive of `rq`
+/// (`scatter.rs`).
+///
+/// # Safety
+///
+/// The CQE is software's and completes that receive; the only poller calls this, before the
+/// receive is retired.
+#[cold]
+#[inline(never)]
+unsafe fn scattered_receive<S>(
+    rq: &RqState<S>,
+    cqes: CqeRing,
+    slot: u32,
+    op_own: u8,
+) -> Result<(), scatter::ScatterError>
+where
+    S: stable_deref_trait::StableDeref<Target = [crate::RqSlot]>,
+{
+    #[cfg(not(zverbs_loom))]
+    {
+        // SAFETY: (caller) the CQE is software's.
+        let byte_cnt = unsafe { cqes.with_cqe(slot, |b| Cqe64::new_unchecked(b).byte_cnt()) };
+        // SAFETY: (caller) the oldest receive, posted, not retired; its WQE is in `rq`'s ring.
+        unsafe { scatter::copy_to_receive(rq.wqes(), rq.oldest(), cqes, slot, op_own, byte_cnt) }
+    }
+    #[cfg(zverbs_loom)]
+    {
+        let _ = (rq, cqes, slot, op_own);
+        Err(scatter::ScatterError::Format)
+    }
+}
 
 /// The QP number's bits of `sop_drop_qpn`.
 const QPN_MASK: u32 = 0x00ff_ffff;
@@ -522,9 +579,10 @@ const QPN_MASK: u32 = 0x00ff_ffff;
 fn owned(ring: Ring, cqes: CqeRing, ci: u32) -> Option<(u32, u8)> {
     let slot = ring.slot(ci);
     let op_own = cqes.op_own(slot);
-    if op_own >> OPCODE_SHIFT == op::INVALID
-        || u32::from(op_own & OWNER_MASK) != ring.pass_parity(ci)
-    {
+    // The pass parity as `ci & size` (the bit above the slot bits), not `ci >> log2`: the size
+    // is the mask plus one, which the slot needs anyway, so the check loads nothing more.
+    let parity = u32::from(ci & ring.size() != 0);
+    if op_own >> OPCODE_SHIFT == op::INVALID || u32::from(op_own & OWNER_MASK) != parity {
         return None;
     }
     Some((slot, op_own))
@@ -571,13 +629,14 @@ fn any_send_kind(send_opcode: u8) -> SendKind {
     ))
 }
 
-/// [`send_kind_of`] for every opcode below 32 (the send opcodes the queue posts), looked up
-/// without branches: the one table of send opcodes, for both paths of the decoder and for
-/// error CQEs (which report the opcode the queue recorded).
-const SEND_KINDS: [Option<SendKind>; 32] = {
-    let mut t = [None; 32];
+/// [`send_kind_of`] for every byte (the send opcodes the queue posts, and `None` for the rest),
+/// looked up without branches (a byte indexes it whole: no bounds check): the one table of
+/// send opcodes, for both paths of the decoder and for error CQEs (which report the opcode
+/// the queue recorded).
+const SEND_KINDS: [Option<SendKind>; 256] = {
+    let mut t = [None; 256];
     let mut op = 0;
-    while op < 32 {
+    while op < 256 {
         t[op] = send_kind_of(op as u8);
         op += 1;
     }
@@ -588,7 +647,7 @@ const SEND_KINDS: [Option<SendKind>; 32] = {
 /// `None` otherwise.
 #[inline(always)]
 fn send_kind(send_opcode: u8) -> Option<SendKind> {
-    SEND_KINDS.get(usize::from(send_opcode)).copied().flatten()
+    SEND_KINDS[usize::from(send_opcode)]
 }
 
 /// [`send_kind`], by cases: the verbs opcode, flags and length rule of each send opcode.
@@ -830,8 +889,19 @@ pub fn status_of(syndrome: Syndrome) -> WcStatus {
 /// CQE's timestamp. One poll loop for both, compiled once for each: the plain one has no
 /// trace of timestamps.
 trait PollOut {
-    /// The completion to decode into.
-    fn wc(&mut self) -> &mut Completion;
+    /// Calls `decode` with the completion to decode into, and keeps what the output holds of
+    /// it; returns what `decode` returns. An output that holds part of a completion decodes
+    /// into one of its own on the stack: inlined, the fields it drops are never computed.
+    fn fill(&mut self, decode: impl FnOnce(&mut Completion) -> bool) -> bool;
+
+    /// As [`PollOut::fill`], for a decoder that cannot fail.
+    #[inline(always)]
+    fn fill_all(&mut self, decode: impl FnOnce(&mut Completion)) {
+        self.fill(|wc| {
+            decode(wc);
+            true
+        });
+    }
 
     /// Adds what the output carries besides the completion, from the CQE in `slot` of a CQ
     /// whose CQEs carry timestamps when `timestamps` is true (the CQEs of successful
@@ -848,8 +918,8 @@ trait PollOut {
 
 impl PollOut for Completion {
     #[inline(always)]
-    fn wc(&mut self) -> &mut Completion {
-        self
+    fn fill(&mut self, decode: impl FnOnce(&mut Completion) -> bool) -> bool {
+        decode(self)
     }
 
     #[inline(always)]
@@ -861,8 +931,8 @@ impl PollOut for Completion {
 
 impl PollOut for TimedCompletion {
     #[inline(always)]
-    fn wc(&mut self) -> &mut Completion {
-        &mut self.wc
+    fn fill(&mut self, decode: impl FnOnce(&mut Completion) -> bool) -> bool {
+        decode(&mut self.wc)
     }
 
     #[inline(always)]
@@ -882,22 +952,57 @@ impl PollOut for TimedCompletion {
     }
 }
 
+impl PollOut for BriefCompletion {
+    #[inline(always)]
+    fn fill(&mut self, decode: impl FnOnce(&mut Completion) -> bool) -> bool {
+        let mut wc = Completion::EMPTY;
+        let done = decode(&mut wc);
+        *self = BriefCompletion::from(&wc);
+        done
+    }
+
+    #[inline(always)]
+    unsafe fn stamp(&mut self, _: bool, _: CqeRing, _: u32) {}
+
+    #[inline(always)]
+    fn stamp_value(&mut self, _: Option<u64>) {}
+}
+
 impl<B: Bindings> CompletionQueue<B> {
-    /// The poll loop, for either output.
+    /// A poll, for either output. Inlined into the caller: an empty poll is the loads of the
+    /// ring state, the owner check of the CQE at the consumer counter and a return (no stack
+    /// frame, nothing stored); the loop is out of line, entered with that CQE software's.
     #[inline(always)]
     fn poll_out<O: PollOut>(&mut self, out: &mut [O]) -> usize {
+        match owned(self.ring, self.cqes, self.ci) {
+            Some(first) if !out.is_empty() => self.poll_loop(out, first),
+            _ => 0,
+        }
+    }
+
+    /// The poll loop, from the software-owned CQE `first` (slot and `op_own`) at the consumer
+    /// counter, with room for it in `out`. The first pass takes `first` rather than checking
+    /// the CQE again (the compiler peels it off the loop); the loop ends with at least one CQE
+    /// consumed, so the doorbell record is always written.
+    #[inline(never)]
+    fn poll_loop<O: PollOut>(&mut self, out: &mut [O], first: (u32, u8)) -> usize {
         // Locals, which the compiler need not reload after each completion it writes.
         let (ring, cqes, mut ci) = (self.ring, self.cqes, self.ci);
+        let mut first = Some(first);
         let mut n = 0;
         while let Some(o) = out.get_mut(n) {
-            let Some((slot, op_own)) = owned(ring, cqes, ci) else {
+            let found = match first.take() {
+                Some(f) => Some(f),
+                None => owned(ring, cqes, ci),
+            };
+            let Some((slot, op_own)) = found else {
                 break;
             };
             barrier::from_device();
             // SAFETY: the owner bit says the CQE is software's, the barrier orders the reads
             // after that check, and the consumer counter that would free the entry is
             // published only after them.
-            if !unsafe { self.decode_fast(cqes, slot, op_own, o.wc()) } {
+            if !o.fill(|wc| unsafe { self.decode_fast(cqes, slot, op_own, wc) }) {
                 self.ci = ci;
                 return self.poll_rest(out, n);
             }
@@ -907,9 +1012,7 @@ impl<B: Bindings> CompletionQueue<B> {
             n += 1;
         }
         self.ci = ci;
-        if n > 0 {
-            self.publish_ci();
-        }
+        self.publish_ci();
         n
     }
 }
@@ -917,6 +1020,13 @@ impl<B: Bindings> CompletionQueue<B> {
 impl<B: Bindings> PollCq for CompletionQueue<B> {
     #[inline]
     fn poll(&mut self, out: &mut [Completion]) -> usize {
+        self.poll_out(out)
+    }
+
+    /// The same poll loop, compiled for [`BriefCompletion`]: the fields it leaves out are
+    /// never read from the CQE (where a receive came from, its immediate and flags).
+    #[inline]
+    fn poll_brief(&mut self, out: &mut [BriefCompletion]) -> usize {
         self.poll_out(out)
     }
 }
@@ -927,6 +1037,9 @@ impl<B: Bindings> PollCqTimed for CompletionQueue<B> {
         self.poll_out(out)
     }
 }
+
+#[cfg(test)]
+mod scatter_tests;
 
 #[cfg(test)]
 mod tests {
@@ -1547,5 +1660,71 @@ mod tests {
             shown.contains(&std::format!("last: Hit {{ qpn: {QPN}, sq: Some(")),
             "{shown}"
         );
+    }
+
+    #[test]
+    fn a_brief_poll_reports_what_a_full_one_does() {
+        extern crate std;
+        use zverbs_core::BriefCompletion;
+        // The same CQEs on two rigs: requester CQEs of each kind, receives, an error, a CQE
+        // of an unknown QP; polled one at a time (each poll's first CQE) and in one poll (the
+        // rest of the loop and its cold path), briefly on one rig and in full on the other.
+        let sgl = [Sge::new(0x1000, 8, 1)];
+        let r = RemoteBuf::new(0, 1);
+        let fill = |rig: &mut Rig| {
+            send(rig, &SendWr::read(1, &sgl, r).signaled());
+            send(rig, &SendWr::send_imm(2, &sgl, 5).signaled());
+            send(
+                rig,
+                &SendWr::fetch_add(3, Sge::new(0x1000, 8, 1), r, 1).signaled(),
+            );
+            post_receives(rig, 2);
+            rig.mem
+                .put_cqe(0, req_cqe(QPN, opcode::RDMA_READ, 0, 0x44, 0));
+            rig.mem.put_cqe(1, req_cqe(QPN, opcode::SEND_IMM, 1, 0, 0));
+            rig.mem
+                .put_cqe(2, resp_cqe(QPN, op::RESP_SEND_IMM, 0x30, 0x1234, 0));
+            rig.mem.put_cqe(3, req_cqe(0x999, opcode::NOP, 0, 0, 0));
+            rig.mem.put_cqe(4, req_cqe(QPN, opcode::ATOMIC_FA, 2, 0, 0));
+            rig.mem
+                .put_cqe(5, err_cqe(QPN, op::RESP_ERR, 0, 0x13, 0x88, 0));
+        };
+        for per_poll in [1, 8] {
+            let (mut full, mut brief) =
+                (Rig::new(8, 256, caps(1, 0)), Rig::new(8, 256, caps(1, 0)));
+            fill(&mut full);
+            fill(&mut brief);
+            let mut got = std::vec::Vec::new();
+            let mut want = std::vec::Vec::new();
+            loop {
+                let mut wc = [Completion::EMPTY; 8];
+                let mut b = [BriefCompletion::EMPTY; 8];
+                let n = full.cq.poll(&mut wc[..per_poll]);
+                assert_eq!(brief.cq.poll_brief(&mut b[..per_poll]), n);
+                if n == 0 {
+                    break;
+                }
+                want.extend(wc[..n].iter().map(BriefCompletion::from));
+                got.extend_from_slice(&b[..n]);
+            }
+            assert_eq!(got.len(), 6);
+            assert_eq!(got, want, "{per_poll} a poll");
+            assert_eq!(
+                got.iter()
+                    .map(|c| (c.wr_id, c.byte_len))
+                    .collect::<std::vec::Vec<_>>(),
+                [(1, 0x44), (2, 0), (100, 0x30), (0, 0), (3, 8), (101, 0)]
+            );
+            assert_eq!(
+                (got[5].status, got[5].vendor_err),
+                (WcStatus::RemAccessErr, 0x88)
+            );
+            assert_eq!(brief.mem.cq_dbrec(), 6);
+            assert_eq!(
+                brief.sq.free_blocks(),
+                8,
+                "the brief poll retired the sends"
+            );
+        }
     }
 }

@@ -415,4 +415,34 @@ impl CqeRing {
             cqe.op_own.store(op_own, Ordering::Relaxed);
         }
     }
+
+    /// The CQE size in bytes (64 or 128; 64 under loom).
+    #[inline(always)]
+    pub(crate) fn stride(&self) -> usize {
+        #[cfg(not(zverbs_loom))]
+        {
+            self.stride
+        }
+        #[cfg(zverbs_loom)]
+        {
+            64
+        }
+    }
+
+    /// Calls `f` with the first 64 bytes of the 128-byte entry in `slot` (already masked): the
+    /// bytes before its 64-byte CQE, where a scatter-to-CQE of 64 bytes puts the data.
+    ///
+    /// # Safety
+    ///
+    /// As [`CqeRing::with_cqe`], and the ring's CQEs are 128 bytes.
+    #[cfg(not(zverbs_loom))]
+    #[inline(always)]
+    pub(crate) unsafe fn with_entry_head<R>(&self, slot: u32, f: impl FnOnce(&[u8; 64]) -> R) -> R {
+        debug_assert_eq!(self.stride, 128);
+        let off = slot as usize * self.stride;
+        // SAFETY: (caller) 128-byte entries: `base` is 64 bytes into the ring, so the entry's
+        // first half starts 64 bytes before its CQE, inside the ring; the device does not write
+        // the entry until the consumer index moves past it.
+        f(unsafe { &*self.base.as_ptr().add(off).sub(64).cast::<[u8; 64]>() })
+    }
 }

@@ -73,6 +73,8 @@ impl<P: RqStateRef> RecvQueue<P> {
             });
         }
         let segs_per = stride / 16;
+        // The poller copies data scattered into a CQE into the WQEs of this ring.
+        state.wqes().set(layout.rq.buf, cnt, stride);
         Ok(Self {
             // SAFETY: (caller) the ring holds `cnt × stride` bytes while the queue lives, owned by it.
             ring: unsafe { SegRing::new(layout.rq.buf, cnt * segs_per) },

@@ -258,6 +258,8 @@ pub struct RqState<S> {
     tail: CachePadded<AtomicU32>,
     /// As [`SqState`]'s.
     gate: Gate,
+    /// Where the queue's WQEs are, for the poller to copy data scattered into a CQE.
+    wqes: crate::cq::RecvWqes,
 }
 
 /// A handle through which a receive queue or a CQ binding reaches an [`RqState`].
@@ -285,7 +287,21 @@ impl<S: StableDeref<Target = [RqSlot]>> RqState<S> {
             slots: Slots::new(slots)?,
             tail: CachePadded(AtomicU32::new(0)),
             gate: Gate::new(),
+            wqes: crate::cq::RecvWqes::new(),
         })
+    }
+
+    /// Where the queue's WQEs are (set by the receive queue built on this state).
+    #[inline]
+    pub(crate) fn wqes(&self) -> &crate::cq::RecvWqes {
+        &self.wqes
+    }
+
+    /// Poller side: the counter of the oldest receive not completed (the next
+    /// [`RqState::retire`] retires it).
+    #[inline(always)]
+    pub(crate) fn oldest(&self) -> u32 {
+        self.tail.load(Ordering::Relaxed) // only the poller writes it
     }
 
     /// The queue's gate, as [`SqState::gate`].

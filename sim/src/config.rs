@@ -291,6 +291,8 @@ pub struct Stats {
     pub dc_no_target: u64,
     /// Compressed CQE sessions written (each counts its completions in `cqes` too).
     pub compressed_sessions: u64,
+    /// Received SENDs delivered in the CQE (scatter-to-CQE), their receive buffers untouched.
+    pub scattered: u64,
 }
 
 /// A created DC target: its number (in the QP number space) and its access key.

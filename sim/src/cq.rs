@@ -125,6 +125,8 @@ pub(crate) fn err(
 struct Held {
     due: u64,
     cqe: RawCqe,
+    /// The first half of a 128-byte entry: 64 bytes of data scattered before the CQE.
+    head: Option<[u8; 64]>,
 }
 
 /// A CQ as the device drives it.
@@ -154,8 +156,7 @@ pub(crate) struct DevCq {
     pub(crate) arm: crate::arm::ArmState,
     /// The CQ doorbell's UAR (a 64-byte stand-in), for CQs whose memory the device owns.
     pub(crate) uar: Option<NonNull<u8>>,
-    /// Bytes per CQE slot: 64, or 128 (the 64-byte CQE in the slot's second half, the first
-    /// left to data scattered into the CQE, which this device does not scatter).
+    /// Bytes per entry: 64, or 128 with the 64-byte CQE in the second half.
     stride: usize,
     /// CQE compression, in this mini-CQE format ([`crate::compress`]).
     pub(crate) compress: Option<zverbs_mlx5dv::prm::mini::MiniCqeFormat>,
@@ -168,9 +169,11 @@ pub(crate) struct DevCq {
 }
 
 impl DevCq {
-    /// A CQ over `buf` (`cnt` 64-byte CQEs, already initialised) and its doorbell record.
-    pub(crate) fn new(cqn: u32, buf: Region, dbrec: NonNull<u32>, cnt: u32) -> Self {
-        debug_assert!(cnt.is_power_of_two() && buf.len >= cnt as usize * 64);
+    /// A CQ over `buf` (`cnt` entries of `stride` bytes, 64 or 128, already initialised) and
+    /// its doorbell record.
+    pub(crate) fn new(cqn: u32, buf: Region, dbrec: NonNull<u32>, cnt: u32, stride: usize) -> Self {
+        debug_assert!(stride == 64 || stride == 128);
+        debug_assert!(cnt.is_power_of_two() && buf.len >= cnt as usize * stride);
         Self {
             cqn,
             buf,
@@ -190,7 +193,7 @@ impl DevCq {
             // SAFETY: the record is valid for the CQ's life (the constructor's contract).
             arm: unsafe { crate::arm::ArmState::new(dbrec) },
             uar: None,
-            stride: 64,
+            stride,
             compress: None,
             staged: Vec::new(),
             sessions: 0,
@@ -198,13 +201,9 @@ impl DevCq {
         }
     }
 
-    /// The same CQ with slots of `size` bytes (64 or 128: `buf` holds `cnt` of them, each
-    /// initialised with its 64-byte CQE in its last 64 bytes, as libmlx5 lays out a CQ of
-    /// 128-byte CQEs).
-    pub(crate) fn with_cqe_size(mut self, size: usize) -> Self {
-        debug_assert!((size == 64 || size == 128) && self.buf.len >= self.cnt as usize * size);
-        self.stride = size;
-        self
+    /// Bytes per entry (64 or 128).
+    pub(crate) fn cqe_size(&self) -> usize {
+        self.stride
     }
 
     /// Forgets the CQEs held back (not yet written) for QP `qpn`: it was reset, and its old
@@ -246,7 +245,7 @@ impl DevCq {
         self.holding = false;
         let mut n = 0;
         while let Some(h) = self.held.pop_front() {
-            n += usize::from(self.write(&h.cqe, stats_cqes));
+            n += usize::from(self.write(&h.cqe, h.head.as_ref(), stats_cqes));
         }
         n
     }
@@ -287,7 +286,7 @@ impl DevCq {
             if n >= 2 {
                 self.write_session(&staged[at..at + n], format, stats_cqes);
             } else {
-                self.write(&staged[at], stats_cqes);
+                self.write(&staged[at], None, stats_cqes);
             }
             at += n.max(1);
         }
@@ -342,8 +341,15 @@ impl DevCq {
         self.arm.written(self.cqn, &title);
     }
 
-    /// Queues or writes `cqe` at step `now`.
-    pub(crate) fn push(&mut self, now: u64, cqe: RawCqe, stats_cqes: &mut u64) {
+    /// Queues or writes `cqe` at step `now`, with `head` in the first half of its 128-byte
+    /// entry if given (data scattered there).
+    pub(crate) fn push_with_head(
+        &mut self,
+        now: u64,
+        cqe: RawCqe,
+        head: Option<[u8; 64]>,
+        stats_cqes: &mut u64,
+    ) {
         if self.holding || self.delay > 0 || !self.held.is_empty() {
             if self.held.len() < self.cnt as usize {
                 let due = if self.holding {
@@ -351,22 +357,26 @@ impl DevCq {
                 } else {
                     now.saturating_add(self.delay)
                 };
-                self.held.push_back(Held { due, cqe });
+                self.held.push_back(Held { due, cqe, head });
             } else {
                 self.overruns += 1;
             }
             return;
         }
         if self.compress.is_some() {
-            if self.staged.len() == self.staged.capacity() {
-                // A ring's worth staged already: none of them could wait for room anyway.
-                self.flush(stats_cqes);
+            if head.is_none() {
+                if self.staged.len() == self.staged.capacity() {
+                    // A ring's worth staged already: none of them could wait for room anyway.
+                    self.flush(stats_cqes);
+                }
+                self.staged.push(cqe);
+                self.staged_now = true;
+                return;
             }
-            self.staged.push(cqe);
-            self.staged_now = true;
-            return;
+            // Data in the entry's first half is never compressed: what was staged goes first.
+            self.flush(stats_cqes);
         }
-        self.write(&cqe, stats_cqes);
+        self.write(&cqe, head.as_ref(), stats_cqes);
     }
 
     /// Writes the held CQEs that are due at step `now`; returns the work done (CQEs written,
@@ -382,15 +392,15 @@ impl DevCq {
             if h.due > now {
                 return n.max(1);
             }
-            let cqe = h.cqe;
+            let (cqe, head) = (h.cqe, h.head);
             self.held.pop_front();
-            n += usize::from(self.write(&cqe, stats_cqes));
+            n += usize::from(self.write(&cqe, head.as_ref(), stats_cqes));
         }
         n
     }
 
     /// Writes one CQE at the producer counter, or counts an overrun when the CQ is full.
-    fn write(&mut self, cqe: &RawCqe, stats_cqes: &mut u64) -> bool {
+    fn write(&mut self, cqe: &RawCqe, head: Option<&[u8; 64]>, stats_cqes: &mut u64) -> bool {
         // SAFETY: the doorbell record is valid for the device's life (creation contract).
         let ci = unsafe { load_be32_acquire(self.dbrec) } & 0x00ff_ffff;
         if (self.pi & 0x00ff_ffff).wrapping_sub(ci) & 0x00ff_ffff >= self.cnt {
@@ -399,9 +409,18 @@ impl DevCq {
         }
         let slot = (self.pi & (self.cnt - 1)) as usize;
         let owner = ((self.pi >> self.log2) & 1) as u8;
-        // SAFETY: `slot < cnt` and the ring holds `cnt` slots of `stride` bytes (64 or 128),
-        // the CQE in each slot's last 64 bytes.
-        let p = unsafe { self.buf.ptr.add(slot * self.stride + (self.stride - 64)) };
+        // SAFETY: `slot < cnt` and the ring holds `cnt` entries of `stride` bytes, each with
+        // its 64-byte CQE in the last 64 bytes.
+        let entry = unsafe { self.buf.ptr.add(slot * self.stride) };
+        // SAFETY: as above.
+        let p = unsafe { entry.add(self.stride - 64) };
+        if let Some(head) = head
+            && self.stride == 128
+        {
+            // SAFETY: the entry's first half, the device's as the CQE is (below), written
+            // before the owner byte's `Release`.
+            unsafe { core::ptr::copy_nonoverlapping(head.as_ptr(), entry.as_ptr(), 64) };
+        }
         let mut cqe = *cqe;
         Cqe64::new_unchecked(&mut cqe).set_owner(owner);
         let opcode = cqe[field::OP_OWN] >> 4;
@@ -483,11 +502,11 @@ mod tests {
             len: 128,
         };
         let db = NonNull::new(dbrec.as_mut_ptr()).unwrap();
-        let mut cq = DevCq::new(1, region, db, 2);
+        let mut cq = DevCq::new(1, region, db, 2, 64);
         let mut written = 0;
-        cq.push(0, req(1, 1, 0, 0, 0), &mut written);
-        cq.push(0, req(1, 1, 0, 1, 0), &mut written);
-        cq.push(0, req(1, 1, 0, 2, 0), &mut written);
+        cq.push_with_head(0, req(1, 1, 0, 0, 0), None, &mut written);
+        cq.push_with_head(0, req(1, 1, 0, 1, 0), None, &mut written);
+        cq.push_with_head(0, req(1, 1, 0, 2, 0), None, &mut written);
         assert_eq!(
             (written, cq.overruns),
             (2, 1),
@@ -496,7 +515,7 @@ mod tests {
         // The poller consumed both.
         // SAFETY: word 0 of the local doorbell record, written through the device's pointer.
         unsafe { db.as_ptr().write(2u32.to_be()) };
-        cq.push(0, req(1, 1, 0, 3, 0), &mut written);
+        cq.push_with_head(0, req(1, 1, 0, 3, 0), None, &mut written);
         assert_eq!(ring[0][63], 0x01, "second pass: owner 1");
         assert_eq!(ring[1][63], 0x00);
         assert_eq!(&ring[0][60..62], &[0, 3]);

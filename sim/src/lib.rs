@@ -338,8 +338,8 @@ impl Device {
     /// `layout.buf` holds `cqe_cnt` initialised CQEs of `layout.cqe_size` bytes and
     /// `layout.dbrec` two words, both valid for reads and writes for the device's whole life,
     /// and used by the driver as an mlx5 CQ is. A 128-byte CQE is laid out as libmlx5 lays it
-    /// out: the 64-byte CQE in the slot's second half (the first half is for data scattered to
-    /// the CQE, which the device never does).
+    /// out: the 64-byte CQE in the entry's second half, the first half for data scattered to
+    /// the CQE.
     ///
     /// # Errors
     ///
@@ -1029,6 +1029,32 @@ impl Device {
         self.engine().cq_mut(cqn)?.enable_compression(format)
     }
 
+    /// Lets QP `qpn` receive small SENDs into the CQE (scatter-to-CQE, as a ConnectX does for
+    /// a QP created with `MLX5_QP_FLAG_SCATTER_CQE`): from now on a SEND of 1 to 32 bytes (64
+    /// with 128-byte receive CQEs) arriving at an RC QP leaves its receive buffers untouched
+    /// and comes in its receive CQE (`INLINE_SCATTER_32`: the CQE's first 32 bytes;
+    /// `INLINE_SCATTER_64`: the first half of the 128-byte entry). A UD QP never scatters
+    /// (the kernel enables it on RC only). `false` turns it off.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::NoSuchQp`].
+    pub fn set_scatter_to_cqe(&self, qpn: u32, on: bool) -> Result<(), SimError> {
+        self.engine().qp_mut(qpn)?.scatter_to_cqe = on;
+        Ok(())
+    }
+
+    /// [`Device::create_cq`] with CQEs of `cqe_size` bytes: 64, or 128 (the 64-byte CQE in
+    /// the second half of each entry, as `mlx5dv_create_cq` with `cqe_size` 128 lays them
+    /// out).
+    ///
+    /// # Errors
+    ///
+    /// As [`Device::create_cq`]; [`SimError::InvalidConfig`] for another size.
+    pub fn create_cq_sized(&self, cfg: CqConfig, cqe_size: u32) -> Result<SimCq, SimError> {
+        self.engine().create_cq_sized(cfg, cqe_size)
+    }
+
     /// The device clock (the counter CQE timestamps come from, and its clock-info page).
     pub fn clock(&self) -> clock::DeviceClock {
         self.engine().clock
@@ -1115,9 +1141,30 @@ fn progress(shared: &Shared) {
 /// CQE was already polled).
 pub unsafe fn read_cqe(layout: &CqLayout, index: u32) -> [u8; 64] {
     let slot = (index & (layout.cqe_cnt - 1)) as usize;
+    let size = layout.cqe_size as usize;
+    let p: NonNull<u8> = layout.buf;
+    // SAFETY: (caller) the ring is live; `slot` is masked into it; the 64-byte CQE is the last
+    // 64 bytes of its entry.
+    unsafe {
+        p.as_ptr()
+            .add(slot * size + size - 64)
+            .cast::<[u8; 64]>()
+            .read()
+    }
+}
+
+/// The first half of the 128-byte CQ entry `index` of `layout` (where 64 bytes of a
+/// scattered receive go), read as [`read_cqe`] reads the CQE.
+///
+/// # Safety
+///
+/// As [`read_cqe`]; the CQEs are 128 bytes.
+pub unsafe fn read_cqe_head(layout: &CqLayout, index: u32) -> [u8; 64] {
+    assert_eq!(layout.cqe_size, 128, "only a 128-byte entry has a head");
+    let slot = (index & (layout.cqe_cnt - 1)) as usize;
     let p: NonNull<u8> = layout.buf;
     // SAFETY: (caller) the ring is live; `slot` is masked into it.
-    unsafe { p.as_ptr().add(slot * 64).cast::<[u8; 64]>().read() }
+    unsafe { p.as_ptr().add(slot * 128).cast::<[u8; 64]>().read() }
 }
 
 impl Device {

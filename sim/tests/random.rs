@@ -595,6 +595,7 @@ fn cfg(bf_size: u32) -> PairCfg {
         cqe: 1023,
         arena: ARENA,
         max_signaled: None,
+        cqe_size: 64,
     }
 }
 

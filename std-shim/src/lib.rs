@@ -261,6 +261,9 @@ pub use provider::sim::SimControl;
 /// `zverbs`. What `zverbs-core` hides from its documentation (the loom models' mutants) is not
 /// covered.
 pub use zverbs_core as core;
+/// The fields most completion loops read, polled with [`PollCq::poll_brief`]: on the mlx5
+/// direct backend the rest of the CQE is never read.
+pub use zverbs_core::BriefCompletion;
 /// In `zverbs`, what both backends' pollers return. On the software device, a WRITE with a
 /// wrong remote key fails at the peer; its completion says so, and [`Completion::ok`] makes it
 /// an error (`a`, `b`, `buf_a`, `buf_b` as in [`Qp`]'s example):

@@ -105,6 +105,16 @@ macro_rules! forward_queues {
                 }
                 n
             }
+
+            /// As `poll`, with the brief completions of the backend's own decoder.
+            #[inline(always)]
+            fn poll_brief(&mut self, out: &mut [zverbs_core::BriefCompletion]) -> usize {
+                let n = self.q.poll_brief(out);
+                if n == 0 && self.members.0.pending() {
+                    self.q.adopt();
+                }
+                n
+            }
         }
 
         impl zverbs_core::PollCqTimed for Poller {
@@ -674,6 +684,14 @@ impl PollCq for AnyPoller {
         match self {
             Self::Direct(q) => q.poll(out),
             Self::Verbs(q) => q.poll(out),
+        }
+    }
+
+    #[inline(always)]
+    fn poll_brief(&mut self, out: &mut [zverbs_core::BriefCompletion]) -> usize {
+        match self {
+            Self::Direct(q) => q.poll_brief(out),
+            Self::Verbs(q) => q.poll_brief(out),
         }
     }
 }

@@ -139,10 +139,12 @@ impl<B: Bindings> CompletionQueue<B> {
                 Err(qpn) => {
                     // Not a session this poller can take (a count of 0, 1 or more entries
                     // than the ring has): the title alone is consumed, and reported.
-                    *out[n].wc() = Completion {
-                        vendor_err: VENDOR_ERR_UNSUPPORTED_FORMAT | u32::from(op_own),
-                        ..unknown(qpn, op_own >> OPCODE_SHIFT)
-                    };
+                    out[n].fill_all(|wc| {
+                        *wc = Completion {
+                            vendor_err: VENDOR_ERR_UNSUPPORTED_FORMAT | u32::from(op_own),
+                            ..unknown(qpn, op_own >> OPCODE_SHIFT)
+                        }
+                    });
                     out[n].stamp_value(None);
                     self.ci = self.ci.wrapping_add(1);
                     return n + 1;
@@ -173,11 +175,13 @@ impl<B: Bindings> CompletionQueue<B> {
                 for (o, mini) in out[n..n + m].iter_mut().zip(&s.array[first..first + m]) {
                     // SAFETY: the only poller; the device reported the next receive complete.
                     let wr_id = unsafe { rq.retire() };
-                    *o.wc() = Completion {
-                        wr_id,
-                        byte_len: MiniCqe::new_unchecked(mini).byte_cnt(),
-                        ..template
-                    };
+                    o.fill_all(|wc| {
+                        *wc = Completion {
+                            wr_id,
+                            byte_len: MiniCqe::new_unchecked(mini).byte_cnt(),
+                            ..template
+                        }
+                    });
                     o.stamp_value(ts);
                     // SAFETY: an entry of the session: software's until the counter moves
                     // past it.
@@ -205,8 +209,7 @@ impl<B: Bindings> CompletionQueue<B> {
         {
             let mini = MiniCqe::new_unchecked(&s.array[s.next as usize % PER_ARRAY]);
             let byte_cnt = mini.byte_cnt();
-            let wc = o.wc();
-            match (s.kind, sq, rq, srq) {
+            o.fill_all(|wc| match (s.kind, sq, rq, srq) {
                 (Kind::Recv, _, Some(rq), _) => {
                     // SAFETY: the only poller; the device reported the next receive complete.
                     let wr_id = unsafe { rq.retire() };
@@ -243,7 +246,7 @@ impl<B: Bindings> CompletionQueue<B> {
                 }
                 // The queue left the CQ, or the session is of nothing it decodes.
                 _ => *wc = unknown(s.qpn, s.template.vendor_err as u8),
-            }
+            });
             o.stamp_value(ts);
             let at = ring.slot(ci);
             // SAFETY: an entry of the session: software's until the counter moves past it.

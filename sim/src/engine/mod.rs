@@ -320,13 +320,18 @@ impl Engine {
 
     /// Writes `cqe` to CQ `cq` (table entry), or holds it there; counts an overrun.
     fn push_cqe(&mut self, cq: usize, cqe: cq::RawCqe) {
+        self.push_cqe_with_head(cq, cqe, None);
+    }
+
+    /// [`Engine::push_cqe`], with the first half of a 128-byte entry (scattered data).
+    fn push_cqe_with_head(&mut self, cq: usize, cqe: cq::RawCqe, head: Option<[u8; 64]>) {
         let now = self.now;
         let c = &mut self.cqs[cq];
         if c.dead {
             return;
         }
         let before = c.overruns;
-        c.push(now, cqe, &mut self.stats.cqes);
+        c.push_with_head(now, cqe, head, &mut self.stats.cqes);
         self.stats.cq_overruns += c.overruns - before;
         if c.overruns != before {
             self.cq_overrun(cq);

@@ -158,6 +158,9 @@ pub(crate) struct DevQp {
     pub(super) atomic_next: usize,
     /// A DC target's access key: requests carrying another are dropped.
     pub(super) dc_key: u64,
+    /// Created allowing scatter-to-CQE (`MLX5_QP_FLAG_SCATTER_CQE`): a small SEND it
+    /// receives goes into the receive CQE instead of the receive buffer (RC only).
+    pub(crate) scatter_to_cqe: bool,
 }
 
 impl DevQp {
@@ -223,23 +226,36 @@ impl Engine {
     }
 
     pub(crate) fn create_cq(&mut self, cfg: CqConfig) -> Result<SimCq, SimError> {
+        self.create_cq_sized(cfg, 64)
+    }
+
+    /// [`Engine::create_cq`] with CQEs of `cqe_size` bytes (64 or 128).
+    pub(crate) fn create_cq_sized(
+        &mut self,
+        cfg: CqConfig,
+        cqe_size: u32,
+    ) -> Result<SimCq, SimError> {
         if cfg.cqe == 0 || cfg.cqe >= MAX_CQE_CNT {
             return Err(SimError::InvalidConfig("cqe must be in 1..2^22"));
         }
+        if !matches!(cqe_size, 64 | 128) {
+            return Err(SimError::InvalidConfig("CQE size must be 64 or 128"));
+        }
         let slot = self.free_cq_slot()?;
         let cnt = (cfg.cqe + 1).next_power_of_two();
-        let buf = self.alloc(cnt as usize * 64)?;
+        let size = cqe_size as usize;
+        let buf = self.alloc(cnt as usize * size)?;
         for i in 0..cnt as usize {
-            // SAFETY: byte 63 of CQE `i`, inside the new buffer. libmlx5 initialises every CQE
-            // as invalid (opcode 15, owner 0).
-            unsafe { buf.ptr.add(i * 64 + 63).write(op::INVALID << 4) };
+            // SAFETY: the last byte of entry `i` (its CQE's `op_own`), inside the new buffer.
+            // libmlx5 initialises every CQE as invalid (opcode 15, owner 0).
+            unsafe { buf.ptr.add(i * size + size - 1).write(op::INVALID << 4) };
         }
         let dbrec = self.alloc(8)?.ptr.cast::<u32>();
         let layout = CqLayout {
             buf: buf.ptr,
             dbrec,
             cqe_cnt: cnt,
-            cqe_size: 64,
+            cqe_size,
             cqn: CQN_BASE + slot as u32,
         };
         let uar = self.alloc(64)?.ptr;
@@ -272,12 +288,12 @@ impl Engine {
         if self.cqs.iter().any(|c| c.cqn == layout.cqn && !c.dead) {
             return Err(SimError::InvalidConfig("CQ number in use"));
         }
+        let stride = layout.cqe_size as usize;
         let buf = Region {
             ptr: layout.buf,
-            len: layout.cqe_cnt as usize * layout.cqe_size as usize,
+            len: layout.cqe_cnt as usize * stride,
         };
-        let cq = DevCq::new(layout.cqn, buf, layout.dbrec, layout.cqe_cnt)
-            .with_cqe_size(layout.cqe_size as usize);
+        let cq = DevCq::new(layout.cqn, buf, layout.dbrec, layout.cqe_cnt, stride);
         if slot == self.cqs.len() {
             self.cqs.push(cq);
         } else {
@@ -533,6 +549,7 @@ impl Engine {
             atomic_results: [None; super::ATOMIC_RESOURCES],
             atomic_next: 0,
             dc_key: 0,
+            scatter_to_cqe: false,
         };
         if slot == self.qps.len() {
             self.qps.push(qp);

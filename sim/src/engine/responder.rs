@@ -32,6 +32,7 @@ use crate::cq::{self, op};
 use crate::vendor;
 use crate::wire::{Message, Request, Response, Status};
 use crate::wqe::{DataEntry, MAX_SEGS, Wqe};
+use zverbs_mlx5dv::prm::cqe::{self, field};
 
 /// What a requester asks of a responder, apart from the payload bytes.
 #[derive(Clone, Copy, Debug)]
@@ -333,17 +334,48 @@ impl Engine {
         let len = ask.len;
         let recv = self.next_recv(p)?;
         let dst = self.recv_spans(p, recv, len, vendor::RECV_TOO_SHORT)?;
-        // SAFETY: the source spans are valid (caller), the destination spans were checked
-        // against the responder's regions with local write.
-        unsafe { copy_spans(src, dst.as_slice(), len) };
+        let room = self.scatter_room(p);
+        let mut scattered = None;
+        if len > 0 && len <= room {
+            // Scatter-to-CQE, as a ConnectX does for a QP created allowing it: the message
+            // goes into the CQE (the receive's buffers, checked above, are not written).
+            let mut data = [0u8; 64];
+            let to = [Span::own(data.as_mut_ptr() as u64, len)];
+            // SAFETY: the source spans are valid (caller); `data` holds `len` ≤ 64 bytes.
+            unsafe { copy_spans(src, &to, len) };
+            scattered = Some(data);
+        } else {
+            // SAFETY: the source spans are valid (caller), the destination spans were checked
+            // against the responder's regions with local write.
+            unsafe { copy_spans(src, dst.as_slice(), len) };
+        }
         self.stats.bytes += len;
         let (resp_op, imm) = if ask.opcode == opcode::SEND_IMM {
             (op::RESP_SEND_IMM, ask.imm)
         } else {
             (op::RESP_SEND, [0; 4])
         };
-        self.complete_recv(p, recv, RecvCqe::of(resp_op, ask, imm));
+        match scattered {
+            None => self.complete_recv(p, recv, RecvCqe::of(resp_op, ask, imm)),
+            Some(data) => {
+                self.complete_recv_scattered(p, recv, RecvCqe::of(resp_op, ask, imm), &data)
+            }
+        }
         Ok(Ack::Done)
+    }
+
+    /// How many bytes of a SEND QP `p` receives may go into the receive CQE: 0 unless it was
+    /// created allowing scatter-to-CQE (RC only: the kernel never enables it on UD); 32 with
+    /// 64-byte receive CQEs, 64 with 128-byte ones.
+    fn scatter_room(&self, p: usize) -> u64 {
+        let qp = &self.qps[p];
+        if !qp.scatter_to_cqe || qp.qp_type != crate::config::QpType::Rc {
+            return 0;
+        }
+        match self.cqs[qp.recv_cq].cqe_size() {
+            128 => 64,
+            _ => 32,
+        }
     }
 
     /// RDMA READ: the span to read, checked (the requester copies it).
@@ -543,6 +575,35 @@ impl Engine {
         let cqn = peer.recv_cq;
         self.push_cqe(cqn, cqe);
         self.stats.recvs += 1;
+    }
+
+    /// [`Engine::complete_recv`] for a message whose `data` (its first `m.len` bytes) goes
+    /// into the CQE: in its first 32 bytes with 64-byte CQEs (`INLINE_SCATTER_32`), in the
+    /// first half of the 128-byte entry otherwise (`INLINE_SCATTER_64`).
+    fn complete_recv_scattered(&mut self, p: usize, recv: Recv, m: RecvCqe, data: &[u8; 64]) {
+        let (id, counter) = self.consume_recv(p, recv);
+        let peer = &self.qps[p];
+        let mut cqe = cq::resp(
+            id,
+            peer.qpn,
+            m.resp_op,
+            counter,
+            m.len as u32,
+            m.imm,
+            m.solicited,
+        );
+        let cqn = peer.recv_cq;
+        let head = if self.cqs[cqn].cqe_size() == 128 {
+            cqe[field::OP_OWN] |= cqe::INLINE_SCATTER_64;
+            Some(*data)
+        } else {
+            cqe[field::OP_OWN] |= cqe::INLINE_SCATTER_32;
+            cqe[..32].copy_from_slice(&data[..32]);
+            None
+        };
+        self.push_cqe_with_head(cqn, cqe, head);
+        self.stats.recvs += 1;
+        self.stats.scattered += 1;
     }
 
     /// Moves QP `p` to the error state (a responder-detected error of class C).

@@ -135,6 +135,8 @@ pub struct PairCfg {
     pub arena: usize,
     /// `max_signaled` override (None: the whole CQ).
     pub max_signaled: Option<u32>,
+    /// Bytes per CQE of each end's CQ (64 or 128).
+    pub cqe_size: u32,
 }
 
 impl Default for PairCfg {
@@ -148,6 +150,7 @@ impl Default for PairCfg {
             cqe: 255,
             arena: 64 * 1024,
             max_signaled: None,
+            cqe_size: 64,
         }
     }
 }
@@ -233,8 +236,12 @@ pub fn with_pair_on<R>(
     cfg: PairCfg,
     f: impl FnOnce(&mut Pair<'_>) -> R,
 ) -> R {
-    let cq_a = dev.create_cq(CqConfig { cqe: cfg.cqe }).unwrap();
-    let cq_b = dev.create_cq(CqConfig { cqe: cfg.cqe }).unwrap();
+    let cq_a = dev
+        .create_cq_sized(CqConfig { cqe: cfg.cqe }, cfg.cqe_size)
+        .unwrap();
+    let cq_b = dev
+        .create_cq_sized(CqConfig { cqe: cfg.cqe }, cfg.cqe_size)
+        .unwrap();
     let qa = dev
         .create_qp(QpConfig {
             send_cq: cq_a.cqn,

@@ -221,6 +221,18 @@ pub(crate) struct QpInit<'a> {
     pub(crate) dc_access_key: u64,
 }
 
+impl QpInit<'_> {
+    /// Whether a directly driven QP is created allowing scatter-to-CQE (small received SENDs
+    /// delivered in the CQE, which the direct poller decodes): RC QPs (the kernel never
+    /// scatters on UD) with their own receive queue (the poller does not decode scattered
+    /// receives of a shared receive queue) whose sends are not all signaled (with
+    /// `sq_sig_all` the kernel scatters READ and atomic responses into the send CQE too, which
+    /// the poller does not decode either).
+    pub(crate) fn scatter_to_cqe(&self) -> bool {
+        self.direct && self.qp_type == QpType::Rc && self.srq.is_none() && !self.sig_all
+    }
+}
+
 /// A registered memory region.
 pub(crate) trait MrProvider: Send + Sync + Debug {
     fn lkey(&self) -> u32;

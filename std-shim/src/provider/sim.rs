@@ -387,6 +387,11 @@ impl PdProvider for SimPd {
                 .set_dct_key(qp.qpn, init.dc_access_key)
                 .map_err(|e| sim_err("mlx5dv_create_qp", e))?;
         }
+        // As libmlx5 creates a QP on a ConnectX: small SENDs it receives come in the CQE,
+        // where the direct poller allows it.
+        device()
+            .set_scatter_to_cqe(qp.qpn, init.scatter_to_cqe())
+            .map_err(|e| sim_err("create_qp", e))?;
         let caps = QpCaps {
             max_send_wr: c.max_send_wr,
             max_recv_wr: qp.layout.rq.wqe_cnt,

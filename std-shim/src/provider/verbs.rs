@@ -741,15 +741,23 @@ impl PdProvider for VerbsPd {
                 send_ops_flags: 0,
             };
             // Scatter-to-CQE is a responder feature of connected QPs: a UD QP is created
-            // without create flags.
+            // without create flags. The direct poller decodes receives scattered into the
+            // CQE (`zverbs-mlx5dv`'s `cq/scatter.rs`): an RC QP keeps libmlx5's default
+            // (scatter allowed) where `QpInit::scatter_to_cqe` says, and is created with it
+            // disabled otherwise.
             let rc = init.qp_type == QpType::Rc;
+            let scatter = init.scatter_to_cqe();
             let mut dv = mlx5dv_qp_init_attr {
                 comp_mask: if rc || dc.is_some() {
                     MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS
                 } else {
                     0
                 },
-                create_flags: MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE,
+                create_flags: if scatter {
+                    0
+                } else {
+                    MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE
+                },
                 dc_init_attr: mlx5dv_dc_init_attr {
                     dc_type: dc.unwrap_or(0),
                     u: mlx5dv_dc_init_attr_u {
@@ -761,8 +769,7 @@ impl PdProvider for VerbsPd {
             if dc.is_some() {
                 dv.comp_mask |= MLX5DV_QP_INIT_ATTR_MASK_DC;
             }
-            // SAFETY: a live context and PD; valid attribute structs. Scatter-to-CQE is
-            // disabled because the direct poller does not decode scattered CQEs.
+            // SAFETY: a live context and PD; valid attribute structs.
             let qp = unsafe { (m.mlx5dv_create_qp)(self.ctx, &mut attr, &mut dv) };
             if qp.is_null() {
                 return Err(Error::last_os("mlx5dv_create_qp"));

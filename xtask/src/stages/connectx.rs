@@ -329,6 +329,8 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
         "device_node",
         "--test",
         "compressed",
+        "--test",
+        "scatter",
     ]);
     cmd.env("ZVERBS_EMU_SO", &emu.0);
     let (tests, _) = counted_tests(cmd, &["--nocapture"], run)?;

@@ -1,0 +1,243 @@
+//! Scatter-to-CQE: a small received message delivered inside the CQE.
+//!
+//! A ConnectX may write the data of a received SEND into the completion instead of the
+//! receive buffer, when the QP was created allowing it (`MLX5_QP_FLAG_SCATTER_CQE`, on RC
+//! QPs; never on UD) and the message fits: up to 32 bytes with 64-byte CQEs, up to 64 bytes
+//! with 128-byte CQEs. `op_own` says where the data is:
+//!
+//! | `op_own` bit | data | where |
+//! |---|---|---|
+//! | [`INLINE_SCATTER_32`] (0x04) | up to 32 bytes | bytes 0..32 of the 64-byte CQE |
+//! | [`INLINE_SCATTER_64`] (0x08) | up to 64 bytes | the 64 bytes before it: the first half of a 128-byte entry |
+//!
+//! `byte_cnt` is the message length, as for any receive. The other fields are read as libmlx5
+//! reads them: with 32 bytes scattered, the CQE's bytes 0..32 (where `flags_rqpn`, `slid` and
+//! `ml_path` are) hold data, so a receive's source QP, SL, LID, path bits and GRH flag mean
+//! nothing then (nor on the RC queue pairs whose receives scatter). The poller copies the data into the
+//! scatter list of the receive the message took (read from the receive WQE in the ring, which
+//! is the poller's until it retires the receive), in order, as the device would have, and
+//! reports the completion as usual: the application sees its buffer filled either way.
+//! Nothing is allocated. A message longer than the scatter list is a local length error
+//! ([`WcStatus::LocLenErr`]), as libmlx5 reports it (`mlx5_copy_to_recv_wqe`); a CQE whose
+//! data cannot be where `op_own` says (64 bytes in a 64-byte CQE, a length over the room) is
+//! reported as [`WcStatus::GeneralErr`] with [`VENDOR_ERR_UNSUPPORTED_FORMAT`] and `op_own` in
+//! `vendor_err`, and nothing is copied.
+//!
+//! [`VENDOR_ERR_UNSUPPORTED_FORMAT`]: super::VENDOR_ERR_UNSUPPORTED_FORMAT
+
+use core::ptr::NonNull;
+
+use zverbs_core::WcStatus;
+use zverbs_core::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+
+use crate::devmem::CqeRing;
+use crate::prm::INVALID_LKEY;
+use crate::prm::cqe::{INLINE_SCATTER_32, INLINE_SCATTER_64};
+use crate::prm::wqe::DataSeg;
+
+/// Where a receive queue's WQEs are, for the poller that copies scattered data into them: set
+/// once by the receive queue when it is built ([`RecvWqes::set`]), read by the poller only for
+/// a scattered CQE.
+#[derive(Debug)]
+pub(crate) struct RecvWqes {
+    /// The ring's first byte; null until set.
+    base: AtomicPtr<u8>,
+    /// log2 of the WQE stride in bytes.
+    shift: AtomicU32,
+    /// WQEs in the ring, minus one.
+    mask: AtomicU32,
+}
+
+impl RecvWqes {
+    /// Not set: a scattered CQE of the queue cannot be copied (reported as a format error).
+    pub(crate) fn new() -> Self {
+        Self {
+            base: AtomicPtr::new(core::ptr::null_mut()),
+            shift: AtomicU32::new(0),
+            mask: AtomicU32::new(0),
+        }
+    }
+
+    /// The ring of `cnt` WQEs (a power of two) of `stride` bytes (a power of two ≥ 16) at
+    /// `base`. `Release`: the poller that loads `base` with `Acquire` sees the rest.
+    pub(crate) fn set(&self, base: NonNull<u8>, cnt: u32, stride: u32) {
+        debug_assert!(cnt.is_power_of_two() && stride.is_power_of_two() && stride >= 16);
+        self.shift.store(stride.trailing_zeros(), Ordering::Relaxed);
+        self.mask.store(cnt - 1, Ordering::Relaxed);
+        self.base.store(base.as_ptr(), Ordering::Release);
+    }
+
+    /// The ring: base, log2 stride, mask; `None` until set.
+    fn get(&self) -> Option<(NonNull<u8>, u32, u32)> {
+        let base = NonNull::new(self.base.load(Ordering::Acquire))?;
+        Some((
+            base,
+            self.shift.load(Ordering::Relaxed),
+            self.mask.load(Ordering::Relaxed),
+        ))
+    }
+}
+
+/// Why a scattered CQE's data did not reach the receive buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ScatterError {
+    /// The message is longer than the receive's scatter list (`LocLenErr`, as libmlx5).
+    TooLong,
+    /// The data cannot be where `op_own` says, or the queue's ring is unknown: a format the
+    /// poller does not decode.
+    Format,
+}
+
+impl ScatterError {
+    /// The completion status it is reported with.
+    pub(super) fn status(self) -> WcStatus {
+        match self {
+            ScatterError::TooLong => WcStatus::LocLenErr,
+            ScatterError::Format => WcStatus::GeneralErr,
+        }
+    }
+}
+
+/// How many bytes of data a CQE with `op_own` can hold in a ring of `cqe_size`-byte entries:
+/// 32 for [`INLINE_SCATTER_32`], 64 for [`INLINE_SCATTER_64`] in a 128-byte entry; `None` for
+/// anything else (no scatter bit, both bits, or 64 bytes in a 64-byte entry, which has no
+/// room before its CQE).
+pub(super) fn room(op_own: u8, cqe_size: usize) -> Option<usize> {
+    match op_own & (INLINE_SCATTER_32 | INLINE_SCATTER_64) {
+        INLINE_SCATTER_32 => Some(32),
+        INLINE_SCATTER_64 if cqe_size == 128 => Some(64),
+        _ => None,
+    }
+}
+
+/// Copies the `byte_cnt` bytes of data scattered into the CQE in `slot` (as `op_own` says)
+/// into the scatter list of receive WQE `index` (a free-running counter) of `wqes`.
+///
+/// # Safety
+///
+/// - the CQE in `slot` is software's ([`CqeRing::with_cqe`]) and is a receive completion of
+///   the queue whose ring `wqes` describes;
+/// - WQE `index` is the receive the message took, posted and not yet retired (its segments
+///   are as the poster wrote them, and its buffers valid and writable, as the posting
+///   contract of [`PostRecv`](zverbs_core::PostRecv) requires until it completes);
+/// - the only poller of the queue calls this.
+#[cfg(not(zverbs_loom))]
+pub(super) unsafe fn copy_to_receive(
+    wqes: &RecvWqes,
+    index: u32,
+    cqes: CqeRing,
+    slot: u32,
+    op_own: u8,
+    byte_cnt: u32,
+) -> Result<(), ScatterError> {
+    let room = room(op_own, cqes.stride()).ok_or(ScatterError::Format)?;
+    let len = byte_cnt as usize;
+    if len > room {
+        return Err(ScatterError::Format);
+    }
+    let (base, shift, mask) = wqes.get().ok_or(ScatterError::Format)?;
+    let mut data = [0u8; 64];
+    // SAFETY: (caller) the CQE is software's; `room` checked that a 64-byte scatter is in a
+    // 128-byte entry, whose first half holds the data.
+    unsafe {
+        if room == 32 {
+            cqes.with_cqe(slot, |c| data[..32].copy_from_slice(&c[..32]));
+        } else {
+            cqes.with_entry_head(slot, |h| data.copy_from_slice(h));
+        }
+    }
+    // SAFETY: `index & mask` is a WQE of the ring, `1 << shift` bytes long.
+    let wqe = unsafe { base.as_ptr().add(((index & mask) as usize) << shift) };
+    // SAFETY: (caller) the WQE is the poller's to read and its buffers writable.
+    unsafe { scatter(wqe, 1 << (shift - 4), &data[..len]) }
+}
+
+/// Copies `data` over the data segments at `wqe` (at most `segs` of them, ending early at one
+/// whose lkey is [`INVALID_LKEY`]), as the device scatters a message.
+///
+/// # Safety
+///
+/// `wqe` points to `segs` readable 16-byte data segments, each naming memory writable for its
+/// byte count, none of which overlaps `data`.
+#[cfg(not(zverbs_loom))]
+unsafe fn scatter(wqe: *const u8, segs: usize, mut data: &[u8]) -> Result<(), ScatterError> {
+    for i in 0..segs {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let mut raw = [0u8; 16];
+        // SAFETY: (caller) segment `i` is readable; unaligned-safe byte copy.
+        unsafe { core::ptr::copy_nonoverlapping(wqe.add(i * 16), raw.as_mut_ptr(), 16) };
+        let seg = DataSeg::new_unchecked(&raw);
+        if seg.lkey() == INVALID_LKEY {
+            break;
+        }
+        let n = data.len().min(seg.byte_count() as usize);
+        // SAFETY: (caller) the segment's memory is writable for its byte count, and `n` is at
+        // most that; it does not overlap the CQE copy `data`.
+        unsafe { core::ptr::copy_nonoverlapping(data.as_ptr(), seg.addr() as *mut u8, n) };
+        data = &data[n..];
+    }
+    if data.is_empty() {
+        Ok(())
+    } else {
+        Err(ScatterError::TooLong)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn room_by_format_and_cqe_size() {
+        for (op_own, size, want) in [
+            (0x20, 64, None),
+            (0x24, 64, Some(32)),
+            (0x24, 128, Some(32)),
+            (0x28, 64, None),
+            (0x28, 128, Some(64)),
+            (0x2c, 128, None),
+            (0x2d, 64, None),
+            (0x25, 64, Some(32)),
+        ] {
+            assert_eq!(room(op_own, size), want, "{op_own:#x} in {size}");
+        }
+    }
+
+    #[test]
+    fn scatter_fills_the_list_in_order_and_stops_at_the_end_marker() {
+        extern crate std;
+        use std::vec;
+        let mut a = vec![0xeeu8; 8];
+        let mut b = vec![0xeeu8; 8];
+        let mut wqe = [0u8; 64];
+        DataSeg::new_unchecked(&mut wqe[0..16]).set(5, 1, a.as_mut_ptr() as u64);
+        DataSeg::new_unchecked(&mut wqe[16..32]).set(8, 1, b.as_mut_ptr() as u64);
+        DataSeg::new_unchecked(&mut wqe[32..48]).set(0, INVALID_LKEY, 0);
+        let data: std::vec::Vec<u8> = (1..=13).collect();
+        // SAFETY: four segments of `wqe`; the buffers are live and as long as their counts.
+        assert_eq!(unsafe { scatter(wqe.as_ptr(), 4, &data) }, Ok(()));
+        assert_eq!(a, [1, 2, 3, 4, 5, 0xee, 0xee, 0xee]);
+        assert_eq!(b, [6, 7, 8, 9, 10, 11, 12, 13]);
+        // One byte more than the list holds: everything that fits is written, and it is an
+        // error.
+        let data: std::vec::Vec<u8> = (21..=34).collect();
+        let r = {
+            // SAFETY: as above.
+            unsafe { scatter(wqe.as_ptr(), 4, &data) }
+        };
+        assert_eq!(r, Err(ScatterError::TooLong));
+        assert_eq!((a[4], b[7]), (25, 33));
+        // Nothing to copy: nothing read or written.
+        // SAFETY: as above.
+        assert_eq!(unsafe { scatter(wqe.as_ptr(), 4, &[]) }, Ok(()));
+        // The list limited by the WQE's size, with no end marker.
+        let r = {
+            // SAFETY: one segment.
+            unsafe { scatter(wqe.as_ptr(), 1, &[9; 6]) }
+        };
+        assert_eq!(r, Err(ScatterError::TooLong));
+        assert_eq!(a, [9, 9, 9, 9, 9, 0xee, 0xee, 0xee]);
+    }
+}

@@ -1,0 +1,195 @@
+//! Scattered receive CQEs on the direct poller: every size boundary with 64- and 128-byte
+//! CQEs, SEND and SEND with immediate, the data byte-exact in the receive's buffers (split over
+//! its scatter list) and nothing past it, the completion as for a plain receive.
+
+extern crate std;
+
+use std::vec::Vec;
+
+use super::*;
+use crate::testutil::{QPN, Rig, caps, resp_cqe};
+use zverbs_core::{PostRecv, RecvWr, Sge};
+
+/// Bytes of the receive's first scatter entry (the rest go to the second).
+const FIRST: usize = 10;
+/// The second entry's room: 64 bytes in all, as a 64-byte scatter needs.
+const SECOND: usize = 54;
+/// What the buffers hold before the message.
+const STALE: u8 = 0xee;
+
+/// A rig whose CQ is polled with `cqe_size`-byte CQEs (the memory re-laid out: 128-byte
+/// entries are two of the rig's 64-byte slots, the CQE in the second), and its poller.
+fn rig(cqe_size: u32) -> (Rig, CompletionQueue<crate::testutil::RigBindings>) {
+    let rig = Rig::new(8, 256, caps(1, 0));
+    let mut layout = rig.mem.cq_layout();
+    layout.cqe_cnt = 64 * 64 / cqe_size;
+    layout.cqe_size = cqe_size;
+    // SAFETY: the rig's CQ memory, which this poller alone polls (the rig's is not used).
+    let cq = unsafe { CompletionQueue::new(&layout, rig.bindings.clone()) }.unwrap();
+    (rig, cq)
+}
+
+/// Message bytes `len` long, recognisable (`i + 1`, never the stale byte).
+fn message(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i + 1) as u8).collect()
+}
+
+/// Writes the receive CQE `k` (of a ring of `cqe_size`-byte CQEs) for `msg`, scattered in the
+/// format `scatter` (0: not scattered), as a ConnectX does.
+fn put(rig: &Rig, cqe_size: u32, k: usize, cqe_op: u8, msg: &[u8], scatter: u8) {
+    let mut c = resp_cqe(QPN, cqe_op, msg.len() as u32, 0x0102_0304, 0);
+    c[63] |= scatter;
+    // Where the message came from: a GRH and source QP 0xabc (in the bytes a 32-byte
+    // scatter's data overwrites).
+    c[24..28].copy_from_slice(&0x1000_0abcu32.to_be_bytes());
+    let per = (cqe_size / 64) as usize;
+    let at = k * per + per - 1;
+    match scatter {
+        INLINE_SCATTER_32 => c[..msg.len()].copy_from_slice(msg),
+        INLINE_SCATTER_64 => {
+            let mut head = [0u8; 64];
+            head[..msg.len()].copy_from_slice(msg);
+            // The first half of the 128-byte entry: no owner byte of its own to publish.
+            rig.mem.put_cqe(at - 1, head);
+        }
+        _ => {}
+    }
+    rig.mem.put_cqe(at, c);
+}
+
+#[test]
+fn scattered_receives_at_every_size_boundary() {
+    for cqe_size in [64u32, 128] {
+        let limit = if cqe_size == 64 { 32 } else { 64 };
+        for cqe_op in [op::RESP_SEND, op::RESP_SEND_IMM] {
+            for len in [0usize, 1, 31, 32, 33, 63, 64, 65] {
+                let (mut rig, mut cq) = rig(cqe_size);
+                let mut a = std::vec![STALE; FIRST];
+                let mut b = std::vec![STALE; SECOND + 8];
+                let sgl = [
+                    Sge::new(a.as_mut_ptr() as u64, FIRST as u32, 1),
+                    Sge::new(b.as_mut_ptr() as u64, SECOND as u32, 1),
+                ];
+                // SAFETY: the buffers outlive the poll that fills them.
+                unsafe { rig.rq.post(&RecvWr::new(77, &sgl)) }.unwrap();
+                let msg = message(len);
+                let scatter = match (cqe_size, len) {
+                    (_, 0) => 0,
+                    (64, ..=32) => INLINE_SCATTER_32,
+                    (128, ..=64) => INLINE_SCATTER_64,
+                    _ => 0,
+                };
+                put(&rig, cqe_size, 0, cqe_op, &msg, scatter);
+                let mut wc = [Completion::EMPTY; 2];
+                let case = std::format!("{cqe_size}-byte CQE, op {cqe_op}, {len} bytes");
+                assert_eq!(cq.poll(&mut wc), 1, "{case}");
+                let w = wc[0];
+                assert_eq!(
+                    (w.wr_id, w.status, w.opcode, w.byte_len, w.qp_num),
+                    (77, WcStatus::Success, WcOpcode::Recv, len as u32, QPN),
+                    "{case}"
+                );
+                let imm = cqe_op == op::RESP_SEND_IMM;
+                assert_eq!(w.imm(), imm.then_some(0x0102_0304), "{case}");
+                assert_eq!(w.vendor_err, 0, "{case}");
+                // The buffers: the scattered bytes in order over both entries, the rest
+                // untouched; a message the device wrote itself (not scattered) is not the
+                // poller's to copy.
+                let got: Vec<u8> = a.iter().chain(&b).copied().collect();
+                let copied = if scatter != 0 { len } else { 0 };
+                assert!(len <= limit || copied == 0, "{case}");
+                assert_eq!(&got[..copied], &msg[..copied], "{case}");
+                assert!(got[copied..].iter().all(|&x| x == STALE), "{case}: {got:?}");
+                assert_eq!(rig.rq.free(), 8, "{case}: the receive was retired");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_32_byte_scatter_in_a_128_byte_cqe_and_a_run_of_them() {
+    // A device may scatter into the CQE itself with 128-byte CQEs too; and a run of
+    // scattered receives, each to its own buffer, in one poll.
+    let (mut rig, mut cq) = rig(128);
+    let mut bufs: Vec<Vec<u8>> = (0..4).map(|_| std::vec![STALE; 64]).collect();
+    for (i, buf) in bufs.iter_mut().enumerate() {
+        let sgl = [Sge::new(buf.as_mut_ptr() as u64, 64, 1)];
+        // SAFETY: the buffers outlive the poll.
+        unsafe { rig.rq.post(&RecvWr::new(i as u64, &sgl)) }.unwrap();
+    }
+    let sizes = [
+        (20, INLINE_SCATTER_32),
+        (50, INLINE_SCATTER_64),
+        (32, INLINE_SCATTER_32),
+    ];
+    let sizes = [sizes[0], sizes[1], sizes[2], (64, INLINE_SCATTER_64)];
+    let msgs: Vec<Vec<u8>> = sizes.iter().map(|&(len, _)| message(len)).collect();
+    for (i, m) in msgs.iter().enumerate() {
+        put(&rig, 128, i, op::RESP_SEND, m, sizes[i].1);
+    }
+    let mut wc = [Completion::EMPTY; 8];
+    assert_eq!(cq.poll(&mut wc), 4);
+    for (i, m) in msgs.iter().enumerate() {
+        assert_eq!((wc[i].wr_id, wc[i].byte_len), (i as u64, m.len() as u32));
+        assert!(wc[i].is_success(), "{:?}", wc[i]);
+        // Where the message came from, as libmlx5 reads it: from the CQE's bytes 24..28,
+        // which hold data when 32 bytes were scattered (as far as the message reaches).
+        let path = if sizes[i].1 == INLINE_SCATTER_32 {
+            let mut b = 0x1000_0abcu32.to_be_bytes();
+            for (k, x) in b.iter_mut().enumerate() {
+                *x = m.get(24 + k).copied().unwrap_or(*x);
+            }
+            let f = u32::from_be_bytes(b);
+            (f & 0xff_ffff, ((f >> 24) & 0xf) as u8, f & (3 << 28) != 0)
+        } else {
+            (0xabc, 0, true)
+        };
+        let got = (wc[i].src_qp, wc[i].sl, wc[i].flags.contains(WcFlags::GRH));
+        assert_eq!(got, path, "receive {i}");
+        assert_eq!(&bufs[i][..m.len()], &m[..], "receive {i}");
+        assert!(bufs[i][m.len()..].iter().all(|&x| x == STALE));
+    }
+}
+
+#[test]
+fn a_message_longer_than_the_scatter_list_is_a_local_length_error() {
+    let (mut rig, mut cq) = rig(64);
+    let mut a = std::vec![STALE; 12];
+    let sgl = [Sge::new(a.as_mut_ptr() as u64, 8, 1)];
+    // SAFETY: the buffer outlives the poll.
+    unsafe { rig.rq.post(&RecvWr::new(5, &sgl)) }.unwrap();
+    put(&rig, 64, 0, op::RESP_SEND, &message(9), INLINE_SCATTER_32);
+    let mut wc = [Completion::EMPTY; 1];
+    assert_eq!(cq.poll(&mut wc), 1);
+    assert_eq!((wc[0].wr_id, wc[0].status), (5, WcStatus::LocLenErr));
+    assert_eq!(&a[..8], &message(8)[..], "what fits is written");
+    assert_eq!(&a[8..], &[STALE; 4]);
+}
+
+#[test]
+fn data_where_no_cqe_has_room_is_a_format_error_and_nothing_is_copied() {
+    // 64 bytes before a 64-byte CQE (the previous CQE), and 33 bytes "in" a 32-byte scatter.
+    for (scatter, len) in [(INLINE_SCATTER_64, 8), (INLINE_SCATTER_32, 33)] {
+        let (mut rig, mut cq) = rig(64);
+        let mut a = std::vec![STALE; 64];
+        let sgl = [Sge::new(a.as_mut_ptr() as u64, 64, 1)];
+        // SAFETY: the buffer outlives the poll.
+        unsafe { rig.rq.post(&RecvWr::new(6, &sgl)) }.unwrap();
+        let mut c = resp_cqe(QPN, op::RESP_SEND, len, 0, 0);
+        c[63] |= scatter;
+        rig.mem.put_cqe(0, c);
+        let mut wc = [Completion::EMPTY; 1];
+        assert_eq!(cq.poll(&mut wc), 1);
+        assert_eq!(
+            (wc[0].wr_id, wc[0].status, wc[0].vendor_err),
+            (
+                6,
+                WcStatus::GeneralErr,
+                VENDOR_ERR_UNSUPPORTED_FORMAT | u32::from(c[63])
+            ),
+            "{scatter:#x}, {len} bytes"
+        );
+        assert!(a.iter().all(|&x| x == STALE));
+        assert_eq!(rig.rq.free(), 8, "the receive was retired");
+    }
+}
