@@ -7,6 +7,9 @@
 //! back, the device runs, B polls, A checks. Everything but the device's own work is the direct
 //! path under test, so the ratio shows how much of a round trip on this device the poster and
 //! poller are.
+//!
+//! [`SendRecv`]: a SEND/RECV ping-pong of 32-byte messages between two zverbs ends, the data
+//! written into the receive buffer or (scatter-to-CQE) into the receive CQE.
 
 use std::ptr::NonNull;
 
