@@ -14,7 +14,7 @@ use crate::c::{CBase, WrChain, wcs};
 use crate::ffi::{self, ZvbWrDesc};
 use crate::mem::QpMem;
 use crate::ours::{self, Ours};
-use crate::pingpong::PingPong;
+use crate::pingpong::{PingPong, SendRecv};
 use zverbs_ffi::types::{IBV_SEND_SIGNALED, IBV_WR_RDMA_WRITE, ibv_send_wr};
 
 /// Which implementation runs a case.
@@ -283,6 +283,37 @@ pub const CASES: &[Case] = &[
         ("zverbs_benches::ours::poll", "zvb_poll_cq"),
     ),
     case(
+        "poll1_recv32",
+        "poll of 1 receive CQE of a 32-byte SEND, data in the buffer (C: poll1's CQE)",
+        Group::Poll,
+        1,
+        ("zverbs_benches::ours::poll", "zvb_poll_cq"),
+    ),
+    case(
+        "poll1_scatter",
+        "poll of 1 receive CQE of a 32-byte SEND scattered into the CQE, copied to the buffer \
+         (C: poll1's CQE)",
+        Group::Poll,
+        1,
+        ("zverbs_benches::ours::poll", "zvb_poll_cq"),
+    ),
+    case(
+        "poll16_recv32",
+        "poll of 16 receive CQEs of 32-byte SENDs, data in the buffers, per CQE (C: poll16's \
+         CQEs)",
+        Group::Poll,
+        16,
+        ("zverbs_benches::ours::poll", "zvb_poll_cq"),
+    ),
+    case(
+        "poll16_scatter",
+        "poll of 16 receive CQEs of 32-byte SENDs scattered into the CQEs, copied to the \
+         buffers, per CQE (C: poll16's CQEs)",
+        Group::Poll,
+        16,
+        ("zverbs_benches::ours::poll", "zvb_poll_cq"),
+    ),
+    case(
         "poll1_brief",
         "poll of 1 CQE, wr_id/status/opcode/byte_len only (C: full ibv_wc poll)",
         Group::Poll,
@@ -302,6 +333,30 @@ pub const CASES: &[Case] = &[
         ..case(
             "pingpong",
             "RDMA WRITE ping-pong round trip on the software device (8 bytes, signaled)",
+            Group::RoundTrip,
+            1,
+            ("", ""),
+        )
+    },
+    Case {
+        ours_fn: None,
+        c_fn: None,
+        ..case(
+            "sendrecv",
+            "SEND/RECV ping-pong round trip on the software device (32 bytes, signaled; zverbs \
+             only)",
+            Group::RoundTrip,
+            1,
+            ("", ""),
+        )
+    },
+    Case {
+        ours_fn: None,
+        c_fn: None,
+        ..case(
+            "sendrecv_scatter",
+            "SEND/RECV ping-pong round trip as sendrecv, the data scattered into the receive \
+             CQEs (zverbs only)",
             Group::RoundTrip,
             1,
             ("", ""),
@@ -401,6 +456,19 @@ impl<F: Fixture, Op: FnMut(&mut F) -> usize> Runner for PollRun<F, Op> {
 struct RoundTripRun<E>(PingPong<E>);
 
 impl<E: crate::pingpong::End> Runner for RoundTripRun<E> {
+    fn run(&mut self, calls: u64) -> Duration {
+        let t = Instant::now();
+        for _ in 0..calls {
+            self.0.round_trip();
+        }
+        t.elapsed()
+    }
+}
+
+/// SEND/RECV round trips, timed whole.
+struct SendRecvRun(SendRecv);
+
+impl Runner for SendRecvRun {
     fn run(&mut self, calls: u64) -> Duration {
         let t = Instant::now();
         for _ in 0..calls {
@@ -659,6 +727,13 @@ fn ours_runner(case: &Case) -> Option<Box<dyn Runner>> {
                 move |f: &mut crate::ours::OursRecv| ours::poll(&mut f.cq, bb(&mut wc)),
             )
         }
+        "poll1_recv32" | "poll1_scatter" | "poll16_recv32" | "poll16_scatter" => {
+            let mut wc = vec![Completion::EMPTY; case.units as usize];
+            let fix = ours::OursSmall::new(mem(BF_SIZE), case.name.ends_with("_scatter"));
+            poll(fix, case.units, move |f: &mut ours::OursSmall| {
+                ours::poll(&mut f.cq, bb(&mut wc))
+            })
+        }
         "poll1_brief" | "poll16_brief" => {
             let mut wc = vec![BriefCompletion::EMPTY; case.units as usize];
             poll(Ours::new(mem(BF_SIZE)), case.units, move |f: &mut Ours| {
@@ -666,6 +741,9 @@ fn ours_runner(case: &Case) -> Option<Box<dyn Runner>> {
             })
         }
         "pingpong" => Box::new(RoundTripRun(PingPong::ours())),
+        "sendrecv" | "sendrecv_scatter" => {
+            Box::new(SendRecvRun(SendRecv::new(case.name == "sendrecv_scatter")))
+        }
         _ => return None,
     };
     Some(r)
@@ -808,7 +886,10 @@ fn c_runner(case: &Case) -> Option<Box<dyn Runner>> {
                 n.max(0) as usize
             })
         }
-        "poll16_recv" | "poll16_comp" => c_runner(find("poll16")?)?,
+        "poll16_recv" | "poll16_comp" | "poll16_recv32" | "poll16_scatter" => {
+            c_runner(find("poll16")?)?
+        }
+        "poll1_recv32" | "poll1_scatter" => c_runner(find("poll1")?)?,
         "pingpong" => Box::new(RoundTripRun(PingPong::c())),
         _ => return None,
     };
@@ -827,7 +908,7 @@ pub fn runner(case: &Case, side: Side) -> Option<Box<dyn Runner>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use zverbs_core::{PollCq, WcOpcode};
+    use zverbs_core::{Completion, PollCq, WcOpcode};
     use zverbs_ffi::types::ibv_wc;
 
     /// Both sides over rings of `blocks` blocks.
@@ -1027,6 +1108,34 @@ mod tests {
         assert_eq!(o.cq.poll(&mut ours), 0);
     }
 
+    /// The 32-byte receive fixtures take the path they claim: scattered CQEs carry the data
+    /// and `INLINE_SCATTER_32`, and the poll copies it into the receive buffers; plain ones
+    /// carry neither and the buffers already hold the message.
+    #[test]
+    fn small_receive_fixtures_scatter_or_not_as_named() {
+        for scatter in [false, true] {
+            let mut f = ours::OursSmall::new(mem(BF_SIZE), scatter);
+            for round in 0..3u32 {
+                let ci = f.cq.consumer();
+                f.write_cqes(16);
+                for i in 0..16 {
+                    let op_own = f.mem.op_own(ci + i);
+                    assert_eq!(op_own & 0x0c, if scatter { 0x04 } else { 0 }, "op_own");
+                    let before = if scatter { [0; 32] } else { ours::SMALL_MSG };
+                    assert_eq!(f.buf(ci + i), before, "buffer before the poll");
+                }
+                let mut wc = [Completion::EMPTY; 16];
+                assert_eq!(ours::poll(&mut f.cq, &mut wc), 16);
+                for (i, c) in wc.iter().enumerate() {
+                    assert!(c.is_success(), "{c:?}");
+                    assert_eq!((c.opcode, c.byte_len), (WcOpcode::Recv, 32));
+                    assert_eq!(c.wr_id, u64::from(round * 16 + i as u32));
+                    assert_eq!(f.buf(ci + i as u32), ours::SMALL_MSG, "buffer after");
+                }
+            }
+        }
+    }
+
     /// Every case runs on both sides, across the fixtures' refills.
     #[test]
     fn every_case_runs_on_both_sides() {
@@ -1037,7 +1146,11 @@ mod tests {
                 } else {
                     5000
                 };
-                let mut r = runner(case, side).expect("runner");
+                // The SEND/RECV round trips have no C side.
+                let Some(mut r) = runner(case, side) else {
+                    assert!(side == Side::C && case.name.starts_with("sendrecv"));
+                    continue;
+                };
                 r.run(calls);
             }
         }

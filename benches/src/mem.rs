@@ -165,6 +165,59 @@ impl QpMem {
         }
     }
 
+    /// Writes `n` successful receive CQEs (`RESP_SEND`) of QP `qpn` at consumer counters
+    /// `ci..ci + n`, each for a message of `data.len()` bytes (at most 32): with `scatter`, the
+    /// data in the CQE's first 32 bytes and `INLINE_SCATTER_32` in `op_own`, as a ConnectX
+    /// writes a receive of a QP created allowing scatter-to-CQE; without, the CQE alone (the
+    /// device wrote the data into the receive buffer).
+    ///
+    /// # Safety
+    ///
+    /// No poller reads these CQEs during the call.
+    pub unsafe fn write_small_recv_cqes(
+        &self,
+        qpn: u32,
+        ci: u32,
+        n: u32,
+        data: &[u8],
+        scatter: bool,
+    ) {
+        use zverbs_mlx5dv::prm::cqe::INLINE_SCATTER_32;
+        assert!(
+            data.len() <= 32,
+            "at most 32 bytes scatter into a 64-byte CQE"
+        );
+        for i in 0..n {
+            let at = ci.wrapping_add(i);
+            let mut c = [0u8; 64];
+            if scatter {
+                c[..data.len()].copy_from_slice(data);
+            }
+            c[44..48].copy_from_slice(&(data.len() as u32).to_be_bytes());
+            c[56..60].copy_from_slice(&qpn.to_be_bytes());
+            c[60..62].copy_from_slice(&(at as u16).to_be_bytes());
+            let format = if scatter { INLINE_SCATTER_32 } else { 0 };
+            c[63] = (2 << 4) | format | ((at / self.cqes) & 1) as u8;
+            // SAFETY: the slot is in the leaked ring and (caller) no poller reads it now.
+            unsafe {
+                self.cq
+                    .cast::<Block>()
+                    .add((at % self.cqes) as usize)
+                    .write(Block(c))
+            };
+        }
+    }
+
+    /// The `op_own` byte of the CQE at consumer counter `ci`.
+    pub fn op_own(&self, ci: u32) -> u8 {
+        // SAFETY: byte 63 of a slot of the leaked ring; the fixtures are single-threaded.
+        unsafe {
+            self.cq
+                .add((ci % self.cqes) as usize * 64 + 63)
+                .read_volatile()
+        }
+    }
+
     /// The send ring's bytes.
     pub fn sq_bytes(&self) -> Vec<u8> {
         // SAFETY: the ring holds `blocks` blocks; no one writes it during the copy (the

@@ -7,15 +7,16 @@
 //! request is built, its operands come from run time. The requests are signaled, as the C
 //! baselines' are.
 
+use std::ptr::NonNull;
 use std::sync::Arc;
 use zverbs_core::{
-    BatchError, BriefCompletion, Completion, PollCq, PollCqTimed, PostError, PostSend, RemoteBuf,
-    SendWr, Sge, TimedCompletion,
+    BatchError, BriefCompletion, Completion, PollCq, PollCqTimed, PostError, PostRecv, PostSend,
+    RecvWr, RemoteBuf, SendWr, Sge, TimedCompletion,
 };
 
 use zverbs_mlx5dv::{
-    Changes, CompletionQueue, CqBinding, PreparedRdma, PreparedSend, RqSlot, RqState, SendQueue,
-    SqCaps, SqSlot, SqState,
+    Changes, CompletionQueue, CqBinding, PreparedRdma, PreparedSend, RecvQueue, RqSlot, RqState,
+    SendQueue, SqCaps, SqSlot, SqState, WqLayout,
 };
 
 use crate::mem::QpMem;
@@ -165,6 +166,124 @@ impl Fixture for OursRecv {
         unsafe {
             self.mem
                 .write_recv_cqes(QPN, self.cq.consumer(), n, self.session)
+        };
+    }
+
+    fn cq_room(&self) -> u32 {
+        self.mem.cqes
+    }
+}
+
+/// Bytes of each message [`OursSmall`] receives.
+pub const SMALL: usize = 32;
+
+/// The message [`OursSmall`] receives (recognisable, no zero byte).
+pub const SMALL_MSG: [u8; SMALL] = {
+    let mut m = [0u8; SMALL];
+    let mut i = 0;
+    while i < SMALL {
+        m[i] = 0xa0 + i as u8;
+        i += 1;
+    }
+    m
+};
+
+/// A CQ serving a receive queue with posted receives of [`SMALL`] bytes each (one buffer
+/// per ring entry), driven by zverbs over [`QpMem`] and a receive ring of its own: the device
+/// writes a receive CQE for a [`SMALL`]-byte SEND to each, with the data scattered into the
+/// CQE (the poller copies it into the receive's buffer) or not (the device wrote the buffer).
+pub struct OursSmall {
+    /// The completion queue.
+    pub cq: Cq,
+    /// The receive queue.
+    pub rq: RecvQueue<RqHandle>,
+    /// Whether the data is scattered into the CQEs.
+    pub scatter: bool,
+    /// The receive buffers, [`SMALL`] bytes each, one per ring entry (leaked).
+    bufs: NonNull<u8>,
+    /// The memory (after the queues: dropped after them).
+    pub mem: QpMem,
+}
+
+impl OursSmall {
+    /// The queues over `mem`'s CQ ring and doorbell record and a receive ring of as many
+    /// 16-byte (1-SGE) entries as the CQ has CQEs.
+    pub fn new(mem: QpMem, scatter: bool) -> Self {
+        let n = mem.cqes as usize;
+        let ring = NonNull::from(Box::leak(
+            vec![crate::mem::Block([0; 64]); n / 4].into_boxed_slice(),
+        ))
+        .cast();
+        let bufs = NonNull::from(Box::leak(
+            vec![crate::mem::Block([0; 64]); n / 2].into_boxed_slice(),
+        ))
+        .cast();
+        let mut layout = mem.qp_layout(QPN);
+        layout.rq = WqLayout {
+            buf: ring,
+            wqe_cnt: mem.cqes,
+            stride: 16,
+        };
+        let slots: Box<[RqSlot]> = (0..mem.cqes).map(|_| RqSlot::new()).collect();
+        let state: RqHandle = Arc::new(RqState::new(slots).expect("power of two"));
+        let bindings: Box<[_]> = Box::new([CqBinding::new(QPN, None, Some(state.clone()))]);
+        // SAFETY: the rings, the buffers and the doorbell records are leaked, so they outlive
+        // the queues; only these queues use them; `state` is bound to this CQ only.
+        let (rq, cq) = unsafe {
+            (
+                RecvQueue::new(&layout, state).expect("layout"),
+                CompletionQueue::new(&mem.cq_layout(), bindings).expect("layout"),
+            )
+        };
+        Self {
+            cq,
+            rq,
+            scatter,
+            bufs,
+            mem,
+        }
+    }
+
+    /// The buffer of receive ring entry `i`.
+    pub fn buf(&self, i: u32) -> [u8; SMALL] {
+        let at = (i % self.mem.cqes) as usize * SMALL;
+        // SAFETY: in the leaked buffers; the fixtures are single-threaded.
+        core::array::from_fn(|k| unsafe { self.bufs.as_ptr().add(at + k).read_volatile() })
+    }
+
+    fn buf_ptr(&self, i: u32) -> *mut u8 {
+        // SAFETY: entry `i % cqes` of the leaked buffers.
+        unsafe { self.bufs.as_ptr().add((i % self.mem.cqes) as usize * SMALL) }
+    }
+}
+
+impl Fixture for OursSmall {
+    fn room(&mut self, _: u32, _: u32) -> u64 {
+        0
+    }
+
+    fn complete_all(&mut self, _: u64) {}
+
+    /// Posts `n` receives, then writes their CQEs as the device would: the buffers hold the
+    /// message (written by the device) or are cleared (the message is in the CQE), so the
+    /// buffers' lines are equally warm either way.
+    fn write_cqes(&mut self, n: u32) {
+        for _ in 0..n {
+            let head = self.rq.head();
+            let p = self.buf_ptr(head);
+            let fill = if self.scatter { [0; SMALL] } else { SMALL_MSG };
+            // SAFETY: a buffer of the leaked area, not referenced elsewhere.
+            unsafe { p.cast::<[u8; SMALL]>().write_volatile(fill) };
+            let sgl = [Sge::new(p as u64, SMALL as u32, 0x1100)];
+            // SAFETY: the buffer is leaked, so it outlives the receive; it is written by the
+            // poller (scattered data) or, before, by this fixture in the device's stead.
+            let r = unsafe { self.rq.post(&RecvWr::new(u64::from(head), &sgl)) };
+            assert!(r.is_ok(), "post receive: {r:?}");
+        }
+        // SAFETY: the CQ is polled only after this returns, on this thread.
+        unsafe {
+            self.mem
+                .write_small_recv_cqes(QPN, self.cq.consumer(), n, &SMALL_MSG, self.scatter)
         };
     }
 

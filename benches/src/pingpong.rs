@@ -7,11 +7,15 @@
 //! back, the device runs, B polls, A checks. Everything but the device's own work is the direct
 //! path under test, so the ratio shows how much of a round trip on this device the poster and
 //! poller are.
+//!
+//! [`SendRecv`]: a SEND/RECV ping-pong of 32-byte messages between two zverbs ends, the data
+//! written into the receive buffer or (scatter-to-CQE) into the receive CQE.
 
 use std::ptr::NonNull;
 
-use zverbs_core::{Completion, PollCq, PostSend, RemoteBuf, SendWr, Sge};
-use zverbs_mlx5dv::{CompletionQueue, CqBinding, SendQueue, SqState};
+use zverbs_core::{Completion, PollCq, PostRecv, PostSend, RecvWr, RemoteBuf, SendWr, Sge};
+use zverbs_mlx5dv::prm::cqe::INLINE_SCATTER_32;
+use zverbs_mlx5dv::{CompletionQueue, CqBinding, RecvQueue, RqState, SendQueue, SqState};
 use zverbs_sim::{Access, CqConfig, Device, Mr, QpConfig, SimCq, SimQp};
 
 use crate::ffi::{self, ZvbCq, ZvbQpTable, ZvbSq};
@@ -280,4 +284,171 @@ impl PingPong<CEnd> {
             CEnd { sq, cq, table }
         })
     }
+}
+
+/// Message size of the SEND/RECV round trip: as much as a 64-byte CQE holds scattered.
+pub const SEND_SIZE: usize = 32;
+
+/// One end of the SEND/RECV round trip: its queues (one CQ for both directions) and buffers.
+struct SrSide {
+    sq: crate::ours::Sq,
+    rq: RecvQueue<crate::ours::RqHandle>,
+    cq: crate::ours::Cq,
+    tx: Buf,
+    rx: Buf,
+    lkey_tx: u32,
+    lkey_rx: u32,
+}
+
+impl SrSide {
+    /// Posts the receive of `SEND_SIZE` bytes into `rx`.
+    #[inline]
+    fn post_recv(&mut self, wr_id: u64) {
+        let sgl = [Sge::new(self.rx.addr(), SEND_SIZE as u32, self.lkey_rx)];
+        // SAFETY: the buffer is registered with the device, which outlives the queues, and is
+        // read by this program only with volatile loads.
+        let r = unsafe { self.rq.post(&RecvWr::new(wr_id, &sgl)) };
+        assert!(r.is_ok(), "post receive: {r:?}");
+    }
+
+    /// Polls one completion; returns it if it is successful.
+    #[inline]
+    fn poll_one(&mut self) -> Option<Completion> {
+        let mut wc = [Completion::EMPTY; 1];
+        (self.cq.poll(&mut wc) == 1 && wc[0].is_success()).then_some(wc[0])
+    }
+}
+
+/// A SEND/RECV ping-pong between two connected RC QPs of the software device, driven by
+/// zverbs, with `SEND_SIZE`-byte messages: written by the device into the receive buffer, or
+/// (scatter-to-CQE) into the receive CQE, from which the poller copies them into the buffer.
+///
+/// One round trip: A sends its buffer (1 SGE, signaled), the device runs until idle, A polls
+/// its send completion, B polls its receive completion, checks the bytes and posts the
+/// receive again; then the same from B to A.
+pub struct SendRecv {
+    a: SrSide,
+    b: SrSide,
+    round: u64,
+    /// Last: dropped after the ends that point into its memory.
+    dev: Device,
+}
+
+impl SendRecv {
+    /// Two connected ends, their receives posted; with `scatter`, the device scatters the
+    /// messages into the receive CQEs. Runs one round trip and checks that the messages took
+    /// the path asked for (the device's count of scattered messages, the CQE's `op_own`) and
+    /// arrived whole.
+    pub fn new(scatter: bool) -> Self {
+        let dev = Device::new();
+        let cq_a = dev.create_cq(CqConfig { cqe: CQE }).expect("create CQ");
+        let cq_b = dev.create_cq(CqConfig { cqe: CQE }).expect("create CQ");
+        let config = |cq: u32| QpConfig {
+            max_recv_wr: 16,
+            ..qp_config(cq, cq)
+        };
+        let qa = dev.create_qp(config(cq_a.cqn)).expect("create QP");
+        let qb = dev.create_qp(config(cq_b.cqn)).expect("create QP");
+        dev.connect(qa.qpn, qb.qpn).expect("connect");
+        dev.set_scatter_to_cqe(qa.qpn, scatter).expect("scatter");
+        dev.set_scatter_to_cqe(qb.qpn, scatter).expect("scatter");
+        let side = |qp: &SimQp, cq: &SimCq| {
+            let (tx, rx) = (Buf::new(), Buf::new());
+            // SAFETY: the buffers are leaked, so they outlive the device.
+            let reg = |b: Buf| unsafe { dev.reg_mr(b.0.as_ptr(), 64, Access::ALL) }.expect("reg");
+            let (mr_tx, mr_rx) = (reg(tx), reg(rx));
+            let sq_state =
+                std::sync::Arc::new(SqState::new(qp.sq_slots().into_boxed_slice()).expect("slots"));
+            let rq_state =
+                std::sync::Arc::new(RqState::new(qp.rq_slots().into_boxed_slice()).expect("slots"));
+            let bindings: Box<[_]> = Box::new([CqBinding::new(
+                qp.qpn,
+                Some(sq_state.clone()),
+                Some(rq_state.clone()),
+            )]);
+            // SAFETY: the layouts are the device's, which the ends never outlive (fields of
+            // the same value, the device last); each queue is its ring's only driver; the
+            // states are bound to this CQ only.
+            unsafe {
+                SrSide {
+                    sq: SendQueue::new(&qp.layout, qp.caps(), sq_state).expect("SQ"),
+                    rq: RecvQueue::new(&qp.layout, rq_state).expect("RQ"),
+                    cq: CompletionQueue::new(&cq.layout, bindings).expect("CQ"),
+                    tx,
+                    rx,
+                    lkey_tx: mr_tx.lkey,
+                    lkey_rx: mr_rx.lkey,
+                }
+            }
+        };
+        let mut s = Self {
+            a: side(&qa, &cq_a),
+            b: side(&qb, &cq_b),
+            round: 0,
+            dev,
+        };
+        s.a.post_recv(0);
+        s.b.post_recv(0);
+        // The whole message once: every byte must arrive, by either path.
+        let msg: [u8; SEND_SIZE] = core::array::from_fn(|i| 0x40 + i as u8);
+        for b in [s.a.tx, s.b.tx] {
+            // SAFETY: in the leaked line; the device reads it only while it steps here.
+            unsafe { b.0.cast::<[u8; SEND_SIZE]>().write_volatile(msg) };
+        }
+        s.round_trip();
+        let mut want = msg;
+        want[SEND_SIZE - 1] = 2;
+        for b in [s.a.rx, s.b.rx] {
+            // SAFETY: as above.
+            let got = unsafe { b.0.cast::<[u8; SEND_SIZE]>().read_volatile() };
+            assert_eq!(got, want, "the message arrived whole");
+        }
+        assert_eq!(
+            s.dev.stats().scattered,
+            if scatter { 2 } else { 0 },
+            "messages scattered into CQEs"
+        );
+        // B's first CQE is its receive of A's message.
+        // SAFETY: byte 63 of the first CQE of the device's ring, which outlives this read.
+        let op_own = unsafe { cq_b.layout.buf.add(63).read_volatile() };
+        assert_eq!(
+            op_own & INLINE_SCATTER_32 != 0,
+            scatter,
+            "op_own {op_own:#x} of the receive CQE"
+        );
+        s
+    }
+
+    /// One round trip. Panics if a message or a completion is missing.
+    #[inline]
+    pub fn round_trip(&mut self) {
+        self.round += 1;
+        let tag = (self.round % 255) as u8 + 1;
+        send_leg(&self.dev, &mut self.a, &mut self.b, tag, self.round);
+        send_leg(&self.dev, &mut self.b, &mut self.a, tag, self.round);
+    }
+}
+
+/// One way: `from` sends `tag` (in the last byte of its message) to `to`, the device runs,
+/// `from` polls its send completion, `to` its receive, checks the byte and posts again.
+#[inline]
+fn send_leg(dev: &Device, from: &mut SrSide, to: &mut SrSide, tag: u8, round: u64) {
+    // SAFETY: in the leaked line; the device reads it only while it steps on this thread.
+    unsafe { from.tx.0.add(SEND_SIZE - 1).write_volatile(tag) };
+    let sgl = [Sge::new(from.tx.addr(), SEND_SIZE as u32, from.lkey_tx)];
+    let wr = SendWr::send(round, &sgl).signaled();
+    // SAFETY: the buffer is registered with the device, which outlives the queues.
+    let r = unsafe { from.sq.post(&wr) };
+    assert!(r.is_ok(), "post: {r:?}");
+    dev.run_until_idle();
+    assert!(
+        from.poll_one().is_some(),
+        "send completion of round {round}"
+    );
+    let wc = to.poll_one().expect("receive completion");
+    assert_eq!(wc.byte_len, SEND_SIZE as u32, "length of round {round}");
+    // SAFETY: as above; the device (or the poller) wrote it before the completion.
+    let got = unsafe { to.rx.0.add(SEND_SIZE - 1).read_volatile() };
+    assert_eq!(got, tag, "bytes of round {round}");
+    to.post_recv(round);
 }
