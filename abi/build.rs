@@ -260,6 +260,21 @@ const STRUCTS: &[Spec] = &[
         &[("addr", ""), ("length", "")],
     ),
     (
+        "zverbs_ffi::types::mlx5dv_cq_init_attr",
+        "struct mlx5dv_cq_init_attr",
+        &[
+            ("comp_mask", ""),
+            ("cqe_comp_res_format", ""),
+            ("flags", ""),
+            ("cqe_size", ""),
+        ],
+    ),
+    (
+        "zverbs_ffi::types::mlx5dv_cqe_comp_caps",
+        "struct mlx5dv_cqe_comp_caps",
+        &[("max_num", ""), ("supported_format", "")],
+    ),
+    (
         "zverbs_ffi::types::mlx5dv_qp_ex",
         "struct mlx5dv_qp_ex",
         &[
@@ -966,6 +981,14 @@ const CONSTS: &[(&str, &str)] = &[
     (
         "zverbs_ffi::types::MLX5DV_QP_INIT_ATTR_MASK_DC",
         "MLX5DV_QP_INIT_ATTR_MASK_DC",
+    ),
+    (
+        "zverbs_ffi::types::MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE",
+        "MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE",
+    ),
+    (
+        "zverbs_ffi::types::MLX5DV_CONTEXT_MASK_CQE_COMPRESION",
+        "MLX5DV_CONTEXT_MASK_CQE_COMPRESION",
     ),
     (
         "zverbs_ffi::types::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS",

@@ -81,6 +81,10 @@ fn every_declaration_is_in_the_check() {
         "VERBS_ABI_IS_EXTENDED",
         "MLX5_IB_MMAP_CMD_SHIFT",
         "CLOCK_INFO_PGOFF",
+        // The head of `struct mlx5dv_context` (its offsets are asserted in `zverbs-ffi`; the
+        // C struct is longer) and the room given for the whole of it.
+        "mlx5dv_context_head",
+        "MLX5DV_CONTEXT_ROOM",
         // The PMIx loader's own items (not C types), and the PMIx keys, which are strings:
         // their lengths are in the table as `sizeof(PMIX_…)`.
         "Pmix",
