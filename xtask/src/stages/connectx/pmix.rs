@@ -238,7 +238,7 @@ pub fn fit(points: &[(f64, f64)]) -> (f64, f64) {
     (my - b * mx, b)
 }
 
-/// Bytes of the record each process publishes in a job of `n` ([`zverbs::connect::pmix`]'s
+/// Bytes of the record each process publishes in a job of `n` (`zverbs::connect::pmix`'s
 /// `MeshRecord`, 48 + 8·n, over RC; its `DcRecord`, 60 whatever n, over DC).
 pub fn record_bytes(n: f64, dc: bool) -> f64 {
     if dc { 60.0 } else { 48.0 + 8.0 * n }
