@@ -23,8 +23,14 @@
 //! whole and in order per destination, and hand what arrives to
 //! [`Device::deliver`](crate::Device::deliver).
 //!
+//! A request from a DC initiator is a [`Request`] with the target's access key
+//! ([`Request::dc_key`]): its responder is the DC target the request names, which checks the
+//! key instead of a connection; the response goes back to the initiator as an RC one does.
+//!
 //! Layout (all integers little-endian): byte 0 the kind (1 request, 2 response), then the
-//! fields in declaration order, then the payload to the end of the message.
+//! fields in declaration order, then the payload to the end of the message. A request's
+//! `solicited` byte is a set of flags (bit 0 solicited, bit 1 a DC request, whose access key
+//! follows `compare`).
 
 /// Carries messages to other device instances, named by their LID.
 pub trait Wire: Send + Sync {
@@ -63,6 +69,9 @@ pub struct Request {
     pub swap_add: u64,
     /// Atomic compare value.
     pub compare: u64,
+    /// For a request from a DC initiator, the target's access key: the responder serves it at
+    /// the DC target `dst_qpn` when the key is the target's, whoever sends it. `None` for RC.
+    pub dc_key: Option<u64>,
     /// The payload of a WRITE or SEND.
     pub payload: Vec<u8>,
 }
@@ -192,7 +201,7 @@ impl Message {
                 v.extend_from_slice(&r.seq.to_le_bytes());
                 v.extend_from_slice(&r.psn.to_le_bytes());
                 v.push(r.opcode);
-                v.push(u8::from(r.solicited));
+                v.push(u8::from(r.solicited) | (u8::from(r.dc_key.is_some()) << 1));
                 v.extend_from_slice(&r.raddr.to_le_bytes());
                 v.extend_from_slice(&r.rkey.to_le_bytes());
                 v.extend_from_slice(&r.imm);
@@ -200,6 +209,9 @@ impl Message {
                 v.extend_from_slice(&r.swap_add.to_le_bytes());
                 v.extend_from_slice(&r.compare.to_le_bytes());
                 debug_assert_eq!(v.len(), REQUEST_HEADER);
+                if let Some(key) = r.dc_key {
+                    v.extend_from_slice(&key.to_le_bytes());
+                }
                 v.extend_from_slice(&r.payload);
                 v
             }
@@ -260,13 +272,17 @@ impl Message {
                 let seq = r.u32()?;
                 let psn = r.u32()?;
                 let opcode = r.u8()?;
-                let solicited = r.u8()? != 0;
+                let flags = r.u8()?;
+                if flags & !3 != 0 {
+                    return None;
+                }
                 let raddr = r.u64()?;
                 let rkey = r.u32()?;
                 let imm = r.take::<4>()?;
                 let len = r.u64()?;
                 let swap_add = r.u64()?;
                 let compare = r.u64()?;
+                let dc_key = if flags & 2 != 0 { Some(r.u64()?) } else { None };
                 Some(Message::Request(Request {
                     src_lid,
                     src_qpn,
@@ -274,13 +290,14 @@ impl Message {
                     seq,
                     psn,
                     opcode,
-                    solicited,
+                    solicited: flags & 1 != 0,
                     raddr,
                     rkey,
                     imm,
                     len,
                     swap_add,
                     compare,
+                    dc_key,
                     payload: r.b.to_vec(),
                 }))
             }
@@ -367,16 +384,35 @@ mod tests {
             len: 3,
             swap_add: 0,
             compare: 0,
+            dc_key: None,
             payload: std::vec![1, 2, 3],
         });
         let b = m.encode();
         assert_eq!(b.len(), REQUEST_HEADER + 3);
         assert_eq!(&b[..7], &[1, 0x02, 0x01, 0x00, 0x01, 0, 0]);
         assert_eq!(&b[b.len() - 3..], &[1, 2, 3]);
-        assert_eq!(Message::decode(&b), Some(m));
+        assert_eq!(Message::decode(&b), Some(m.clone()));
         for cut in 0..REQUEST_HEADER {
             assert_eq!(Message::decode(&b[..cut]), None, "cut at {cut}");
         }
+        // A DC request: flag bit 1, the access key after the header, then the payload.
+        let Message::Request(mut r) = m else {
+            unreachable!()
+        };
+        r.dc_key = Some(0x0123_4567_89ab_cdef);
+        let dc = Message::Request(r);
+        let b = dc.encode();
+        assert_eq!(b.len(), REQUEST_HEADER + 8 + 3);
+        assert_eq!(b[20], 0b11);
+        assert_eq!(
+            &b[REQUEST_HEADER..REQUEST_HEADER + 8],
+            &0x0123_4567_89ab_cdefu64.to_le_bytes()
+        );
+        assert_eq!(Message::decode(&b), Some(dc));
+        assert_eq!(Message::decode(&b[..REQUEST_HEADER + 7]), None);
+        let mut unknown = b.clone();
+        unknown[20] |= 4;
+        assert_eq!(Message::decode(&unknown), None);
     }
 
     #[test]

@@ -455,3 +455,76 @@ fn dc_control_refusals() {
     // A DCI has no peer.
     assert!(w.dev.connect(dci, dct).is_err());
 }
+
+/// Steps both devices and carries their messages until nothing moves.
+fn pump(a: &Device, la: u16, b: &Device, q: &common::Queue) {
+    loop {
+        let mut work = a.run_until_idle() + b.run_until_idle();
+        for (lid, m) in q.take() {
+            if lid == la {
+                a.deliver(&m)
+            } else {
+                b.deliver(&m)
+            }
+            work += 1;
+        }
+        if work == 0 {
+            return;
+        }
+    }
+}
+
+#[test]
+fn an_initiator_reaches_a_target_in_another_process_through_the_wire() {
+    const LID_A: u16 = 1;
+    const LID_B: u16 = 2;
+    let q = std::sync::Arc::new(common::Queue::default());
+    let mut a = world(0, 1);
+    let b = world(1, 0);
+    a.dev.set_wire(q.clone(), LID_A);
+    b.dev.set_wire(q.clone(), LID_B);
+    let av = a
+        .dev
+        .create_ah(&AhAttr {
+            dlid: LID_B,
+            ..AhAttr::default()
+        })
+        .unwrap()
+        .av;
+    let (dctn, key) = (b.dcts[0].dctn, b.dcts[0].access_key);
+    let data: Vec<u8> = (0..48u8).map(|i| i ^ 0xa5).collect();
+    a.mem.write(0, &data);
+    let sgl = [a.sge(0, 48)];
+    let to_b = RemoteBuf::new(b.mem.addr(8192), b.mr.rkey);
+    a.post(
+        0,
+        &DcDest::new(av, dctn, key),
+        &SendWr::write(1, &sgl, to_b).signaled(),
+    );
+    a.post(
+        0,
+        &DcDest::new(av, dctn, key),
+        &SendWr::write(2, &sgl, RemoteBuf::new(b.mem.addr(8448), b.mr.rkey)).signaled(),
+    );
+    pump(a.dev, LID_A, b.dev, &q);
+    let tx = poll(&mut a.dcis[0].cq);
+    assert_eq!(
+        tx.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
+        [(1, WcStatus::Success), (2, WcStatus::Success)],
+        "{tx:?}"
+    );
+    assert_eq!(b.mem.read(8192, 48), data);
+    assert_eq!(b.mem.read(8448, 48), data);
+
+    // Another key is dropped at the target: the initiator's retries run out.
+    a.post(
+        0,
+        &DcDest::new(av, dctn, key ^ 1),
+        &SendWr::write(3, &sgl, to_b).signaled(),
+    );
+    pump(a.dev, LID_A, b.dev, &q);
+    let tx = poll(&mut a.dcis[0].cq);
+    assert_eq!(tx.len(), 1, "{tx:?}");
+    assert_eq!((tx[0].wr_id, tx[0].status), (3, WcStatus::RetryExcErr));
+    assert_eq!(b.dev.stats().dc_key_violations, 1);
+}

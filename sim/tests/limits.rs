@@ -339,6 +339,7 @@ fn a_read_longer_than_a_message_from_the_wire_is_refused() {
         len: (1 << 31) + 1,
         swap_add: 0,
         compare: 0,
+        dc_key: None,
         payload: Vec::new(),
     };
     db.deliver(&Message::Request(read).encode());

@@ -197,7 +197,7 @@ fn zverbs_perf_all2all_outside_a_launcher_says_how_to_launch() {
 }
 
 /// Under Open MPI's `mpirun` (a PMIx launcher), `all2all` joins the job: alone, on the
-/// software device, it runs (no peers) and reports; two processes cannot share the software
+/// software device, it runs (no peers) and reports, over RC and over DC; two processes cannot share the software
 /// device, and are told so.
 #[cfg(feature = "pmix")]
 #[test]
@@ -210,16 +210,27 @@ fn zverbs_perf_all2all_joins_an_mpirun_job() {
                 .find(|p| p.is_file())
         })
         .expect("mpirun is not installed (Debian package openmpi-bin)");
-    let job = |n: &str| {
+    let job_with = |n: &str, extra: &[&str]| {
         let mut c = command(
             mpirun.clone(),
             &["--allow-run-as-root", "--oversubscribe", "-n", n],
         );
         c.arg(env!("CARGO_BIN_EXE_zverbs-perf"))
             .args(["all2all", "-d", "zverbs_sim0", "-n", "10"])
+            .args(extra)
             .env("OMPI_MCA_mca_base_component_show_load_errors", "0");
         run(c)
     };
+    let job = |n: &str| job_with(n, &[]);
+    // Over DC a process has one DCI and one DCT, peers or none.
+    let dc = job_with("1", &["--dc"]);
+    assert_eq!(dc.code, Some(0), "{}", dc.text());
+    assert!(dc.stdout.contains("RDMA WRITE over DC"), "{}", dc.text());
+    assert!(
+        dc.stdout.contains("scale: processes=1 qps=2.0"),
+        "{}",
+        dc.text()
+    );
     let alone = job("1");
     assert_eq!(alone.code, Some(0), "{}", alone.text());
     assert!(

@@ -94,6 +94,35 @@ impl Engine {
         (qp.qp_type == QpType::Dct && qp.status == QpStatus::Rts).then_some(p)
     }
 
+    /// The target of DCI WQE `w` when it lies in another device instance (a LID other than
+    /// this one's, with a wire to reach it): `(lid, dctn, access_key)`. A NOP has none.
+    pub(super) fn remote_dc_target(&self, w: &Wqe) -> Option<(u16, u32, u64)> {
+        if w.opcode == opcode::NOP || self.wire.is_none() {
+            return None;
+        }
+        let av = DatagramSeg::new_unchecked(&w.av[..]);
+        let dlid = av.rlid();
+        (dlid != 0 && dlid != self.lid()).then(|| (dlid, av.dqp(), av.dc_key()))
+    }
+
+    /// The DC target `dctn` of this device for a request from another process carrying
+    /// `key`: ready for it (a new connection, expecting the request's `psn`), or the fault the
+    /// initiator reports (dropped at the target: its retries run out).
+    pub(super) fn admit_dc(&mut self, dctn: u32, key: u64, psn: u32) -> Result<usize, Fault> {
+        let Some(p) = self.dct_index(dctn) else {
+            self.stats.dc_no_target += 1;
+            return Err(Fault::new(RETRY_EXC, vendor::RETRY));
+        };
+        if self.qps[p].dc_key != key {
+            self.stats.dc_key_violations += 1;
+            return Err(Fault::new(RETRY_EXC, vendor::RETRY));
+        }
+        let target = &mut self.qps[p];
+        target.rq_psn = psn;
+        target.seq_nak_sent = false;
+        Ok(p)
+    }
+
     /// Executes DCI `q`'s WQE `w` against the target its datagram segment names.
     pub(super) fn execute_dc(&mut self, q: usize, w: &Wqe) -> Outcome {
         if w.opcode == opcode::NOP {

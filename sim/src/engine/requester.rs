@@ -149,6 +149,12 @@ impl Engine {
             return self.finish(q, &w, outcome);
         }
         if self.qps[q].qp_type == QpType::Dci {
+            if let Some((lid, dctn, key)) = self.remote_dc_target(&w) {
+                // A target in another process: a request through the wire, answered as an RC
+                // responder's, from the LID and number the initiator sent to.
+                self.qps[q].remote = Some((lid, dctn));
+                return self.send_remote(q, &w, lid, dctn, Some(key));
+            }
             let outcome = self.execute_dc(q, &w);
             return self.finish(q, &w, outcome);
         }
@@ -156,7 +162,7 @@ impl Engine {
             if w.opcode == opcode::NOP {
                 return self.finish(q, &w, Outcome::Done(0));
             }
-            return self.send_remote(q, &w, lid, qpn);
+            return self.send_remote(q, &w, lid, qpn, None);
         }
         let outcome = self.execute(q, &w);
         self.finish(q, &w, outcome)
@@ -381,8 +387,9 @@ impl Engine {
         unsafe { self.conclude(answer, &spans, len, last_psn(psn, w.opcode, len)) }
     }
 
-    /// Sends `w` to the peer QP `qpn` in the device instance at `lid`.
-    fn send_remote(&mut self, q: usize, w: &Wqe, lid: u16, qpn: u32) -> usize {
+    /// Sends `w` to the peer QP `qpn` in the device instance at `lid` (with `dc_key`, to the DC
+    /// target `qpn` there).
+    fn send_remote(&mut self, q: usize, w: &Wqe, lid: u16, qpn: u32, dc_key: Option<u64>) -> usize {
         let (spans, len) = match self.requester_spans(q, w) {
             Ok(x) => x,
             Err(f) => return self.finish(q, w, Outcome::Fail(f)),
@@ -424,6 +431,7 @@ impl Engine {
             len: ask.len,
             swap_add: ask.swap_add,
             compare: ask.compare,
+            dc_key,
             payload,
         };
         wire.send(lid, Message::Request(req).encode());

@@ -634,7 +634,17 @@ impl Engine {
             opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM | opcode::SEND | opcode::SEND_IMM
         );
         let ask = Ask::of_request(r);
-        let answer = match self.admit_remote(r, writes) {
+        let admitted = match r.dc_key {
+            Some(key) => self.admit_dc(r.dst_qpn, key, r.psn).and_then(|p| {
+                if writes && r.payload.len() as u64 != r.len {
+                    Err(Fault::new(REM_INV_REQ, vendor::LAYOUT))
+                } else {
+                    Ok(p)
+                }
+            }),
+            None => self.admit_remote(r, writes),
+        };
+        let answer = match admitted {
             Err(f) => Err(Nak::Error(f)),
             Ok(p) => {
                 let src = [Span::own(r.payload.as_ptr() as u64, r.payload.len() as u64)];

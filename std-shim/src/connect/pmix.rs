@@ -34,9 +34,12 @@
 //! # Ok(()) }
 //! ```
 //!
-//! The mesh costs N−1 QPs per process, N(N−1) in the job; the dynamically connected transport
-//! (one DCI per process reaching every peer's DCT) is the way past that, and would publish its
-//! DCT number in the same record in place of the per-peer QP numbers.
+//! The mesh costs N−1 QPs per process, N(N−1) in the job, and a record of 48 + 8·N bytes per
+//! process. [`Job::connect_all_dc`] is the way past that with the dynamically connected
+//! transport (mlx5, direct backend): each process has one DC initiator (DCI) and one DC target
+//! (DCT, on an SRQ), publishes the target's address with its region in a record of constant
+//! size ([`DcRecord`], 60 bytes), fences, and makes a [`DcPeer`] of every peer's record. Two
+//! QPs per process whatever N; each request names its peer.
 //!
 //! Needs the crate feature `pmix` and, at run time, the `libpmix2` package.
 
@@ -49,7 +52,9 @@ use zverbs_ffi::pmix::{
 };
 
 use super::{Endpoint, RemoteRegion};
+use crate::dc::{DcAddr, DcPeer};
 use crate::device::Gid;
+use crate::pd::Pd;
 use crate::qp::Qp;
 
 /// What went wrong in a PMIx job.
@@ -393,6 +398,70 @@ impl Job {
         Ok(Mesh { rank: me, peers })
     }
 
+    /// Connects this process to every other process of the job over the dynamically connected
+    /// transport: `dci` reaches every peer's target, `dct` serves every peer.
+    ///
+    /// `dci` is a new DC initiator and `dct` a new DC target (with an SRQ), both of `pd`'s
+    /// device (`pd.qp_builder(..).dc_initiator()`, `.srq(&srq).dc_target(key)`). Both are made
+    /// ready ([`Qp::ready_dc`]); the target's address and `region`, if any, are published in one
+    /// [`DcRecord`]; after the fence every peer's record becomes a [`DcPeer`] made with `pd`
+    /// (one address handle each). Every process of the job must call it (it fences twice: the
+    /// second so that no process sends before every target is ready).
+    ///
+    /// # Errors
+    ///
+    /// [`PmixError::InvalidArgument`] when `dci` is not a DC initiator or `dct` not a DC
+    /// target; [`PmixError::Verbs`] from readying the QPs or making a peer
+    /// ([`crate::Error::Backend`] where the device is not driven directly: libibverbs has no
+    /// DC); [`PmixError::Peer`] for a record that does not decode; and as [`Job::exchange`].
+    pub fn connect_all_dc(
+        &self,
+        pd: &Pd,
+        region: Option<RemoteRegion>,
+        dci: Qp,
+        dct: Qp,
+    ) -> Result<DcMesh> {
+        use crate::qp::QpType;
+        if dci.qp_type() != QpType::Dci || dct.qp_type() != QpType::Dct {
+            return Err(PmixError::InvalidArgument(format!(
+                "connect_all_dc takes a DC initiator and a DC target, got {:?} and {:?}",
+                dci.qp_type(),
+                dct.qp_type()
+            )));
+        }
+        dct.ready_dc()?;
+        dci.ready_dc()?;
+        let rec = DcRecord {
+            addr: dct.dc_addr()?,
+            region: region.unwrap_or_default(),
+        };
+        let records = self.exchange(DC_KEY, &rec.encode())?;
+        let me = self.rank();
+        let mut peers = Vec::with_capacity(records.len().saturating_sub(1));
+        for (r, bytes) in (0u32..).zip(&records) {
+            if r == me {
+                continue;
+            }
+            let theirs = DcRecord::decode(bytes).map_err(|detail| PmixError::Peer {
+                rank: r,
+                detail: format!("a DC record that does not decode: {detail}"),
+            })?;
+            peers.push(DcMeshPeer {
+                rank: r,
+                peer: pd.dc_peer(&theirs.addr)?,
+                region: (theirs.region.len != 0).then_some(theirs.region),
+            });
+        }
+        // Every target of the job is ready before any process sends.
+        self.fence()?;
+        Ok(DcMesh {
+            rank: me,
+            dci,
+            dct,
+            peers,
+        })
+    }
+
     fn get_value(&self, p: &pmix_proc_t, key: &CStr) -> Result<Value> {
         let mut out: *mut pmix_value_t = std::ptr::null_mut();
         // SAFETY: the process and the NUL-terminated key are live across the call; `out`
@@ -600,6 +669,115 @@ impl MeshRecord {
     }
 }
 
+/// The PMIx key under which [`Job::connect_all_dc`] publishes each process's [`DcRecord`].
+pub const DC_KEY: &str = "zverbs.dc.1";
+
+/// Every peer of one process over the dynamically connected transport:
+/// [`Job::connect_all_dc`]. Holds the process's DCI and DCT.
+#[derive(Debug)]
+pub struct DcMesh {
+    rank: u32,
+    dci: Qp,
+    dct: Qp,
+    peers: Vec<DcMeshPeer>,
+}
+
+impl DcMesh {
+    /// This process's rank.
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    /// The DC initiator (ready to send): its [`Qp::dc_send_queue`] posts to the peers.
+    pub fn dci(&self) -> &Qp {
+        &self.dci
+    }
+
+    /// The DC target every peer reaches.
+    pub fn dct(&self) -> &Qp {
+        &self.dct
+    }
+
+    /// The peers in rank order, this process left out.
+    pub fn peers(&self) -> &[DcMeshPeer] {
+        &self.peers
+    }
+}
+
+/// One peer of a [`DcMesh`]: its rank, its target as the DCI addresses it, and the region it
+/// published.
+#[derive(Debug)]
+pub struct DcMeshPeer {
+    /// The peer's rank.
+    pub rank: u32,
+    /// The peer's DC target.
+    pub peer: DcPeer,
+    /// The region the peer published, if any.
+    pub region: Option<RemoteRegion>,
+}
+
+/// What one process publishes for [`Job::connect_all_dc`]: its DC target's address and a region
+/// of its registered memory (length 0 for none). The same size in a job of any size.
+///
+/// Encoded: the magic `zvd1`, the [`DcAddr`] ([`DcAddr::to_bytes`], 34 bytes), two bytes of
+/// zero, then the region's address (u64), rkey (u32) and length (u64) little-endian:
+/// [`DcRecord::LEN`] bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DcRecord {
+    /// The DC target's address.
+    pub addr: DcAddr,
+    /// A region peers may target; length 0 when none.
+    pub region: RemoteRegion,
+}
+
+const DC_MAGIC: &[u8; 4] = b"zvd1";
+
+impl DcRecord {
+    /// The length of an encoded record.
+    pub const LEN: usize = 4 + DcAddr::LEN + 2 + 20;
+
+    /// The record's bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(Self::LEN);
+        out.extend_from_slice(DC_MAGIC);
+        out.extend_from_slice(&self.addr.to_bytes());
+        out.extend_from_slice(&[0, 0]);
+        out.extend_from_slice(&self.region.addr.to_le_bytes());
+        out.extend_from_slice(&self.region.rkey.to_le_bytes());
+        out.extend_from_slice(&self.region.len.to_le_bytes());
+        out
+    }
+
+    /// Reads a record.
+    ///
+    /// # Errors
+    ///
+    /// What is wrong with the bytes: another length or magic, or an address
+    /// [`DcAddr::from_bytes`] refuses.
+    pub fn decode(b: &[u8]) -> std::result::Result<Self, String> {
+        if b.len() != Self::LEN || &b[..4] != DC_MAGIC {
+            return Err(format!(
+                "{} bytes (expected {} starting with {:?})",
+                b.len(),
+                Self::LEN,
+                std::str::from_utf8(DC_MAGIC).unwrap_or_default()
+            ));
+        }
+        let addr = DcAddr::from_bytes(&b[4..4 + DcAddr::LEN]).map_err(|e| e.to_string())?;
+        let at = 4 + DcAddr::LEN + 2;
+        let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        let u64_at = |i: usize| u64::from(u32_at(i)) | (u64::from(u32_at(i + 4)) << 32);
+        Ok(Self {
+            addr,
+            region: RemoteRegion {
+                addr: u64_at(at),
+                rkey: u32_at(at + 8),
+                len: u64_at(at + 12),
+            },
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -654,6 +832,39 @@ mod tests {
                 .unwrap_err()
                 .contains("for rank 2")
         );
+    }
+
+    #[test]
+    fn a_dc_record_has_a_constant_size_and_decodes_to_itself() {
+        let r = DcRecord {
+            addr: DcAddr {
+                lid: 0x1234,
+                gid: Gid([0xfe, 0x80, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8]),
+                dctn: 0x12_3456,
+                access_key: 0x0123_4567_89ab_cdef,
+            },
+            region: RemoteRegion {
+                addr: 0x7f00_1234_5678,
+                rkey: 0xabcd,
+                len: 4096,
+            },
+        };
+        let b = r.encode();
+        assert_eq!(b.len(), DcRecord::LEN);
+        assert_eq!(DcRecord::LEN, 60);
+        assert_eq!(&b[..4], b"zvd1");
+        assert_eq!(&b[4..38], &r.addr.to_bytes());
+        assert_eq!(&b[40..48], &0x7f00_1234_5678u64.to_le_bytes());
+        assert_eq!(&b[48..52], &[0xcd, 0xab, 0, 0]);
+        assert_eq!(&b[52..60], &4096u64.to_le_bytes());
+        assert_eq!(DcRecord::decode(&b), Ok(r));
+        assert!(DcRecord::decode(&b[..59]).unwrap_err().contains("59 bytes"));
+        let mut magic = b.clone();
+        magic[3] = b'2';
+        assert!(DcRecord::decode(&magic).is_err());
+        let mut wide = b.clone();
+        wide[4 + 22] = 1; // the DCT number gets bit 24
+        assert!(DcRecord::decode(&wide).unwrap_err().contains("24 bits"));
     }
 
     #[test]

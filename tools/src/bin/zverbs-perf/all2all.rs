@@ -13,9 +13,11 @@
 //! the bytes that peer wrote. Rank 0 prints one line per process and the job's totals: message
 //! rate, connection set-up time, QPs and registered memory per process.
 //!
-//! The connections are RC, one QP per peer. A dynamically connected transport would replace
-//! `Job::connect_all` here by one DCI per process and the peers' DCT numbers, and keep the
-//! rest (the buffer, the loop over peers, the check, the report).
+//! With `--dc` the transport is dynamically connected ([`Job::connect_all_dc`]): each process
+//! has one DCI and one DCT (on an SRQ), whatever the job's size, and publishes a record of
+//! constant size; the WRITEs go round-robin over the peers through the one DCI, up to
+//! `--tx-depth` in flight on it, one completion every [`SIGNAL_EVERY`] requests. The buffer,
+//! the check and the report are the same.
 
 use std::ffi::OsString;
 use std::time::{Duration, Instant};
@@ -23,7 +25,8 @@ use std::time::{Duration, Instant};
 use zverbs::connect::RemoteRegion;
 use zverbs::connect::pmix::Job;
 use zverbs::{
-    AccessFlags, AnySendQueue, BackendRequest, Completion, ContextOptions, PollCq, PostSend, SendWr,
+    AccessFlags, AnySendQueue, BackendRequest, Completion, ContextOptions, Cq, MrBuf, PollCq,
+    PostSend, SendWr,
 };
 use zverbs_tools::args::{self, Arg::*, Parser};
 use zverbs_tools::device;
@@ -47,6 +50,8 @@ pub(crate) struct Opts {
     pub(crate) timeout: Duration,
     /// `--yield`: give the core away after an empty poll.
     pub(crate) yield_idle: bool,
+    /// `--dc`: the dynamically connected transport (one DCI and one DCT per process).
+    pub(crate) dc: bool,
 }
 
 pub(crate) const USAGE: &str = "\
@@ -57,12 +62,15 @@ usage: mpirun -n N zverbs-perf all2all [options]
 Every process connects one RC QP to every other (addresses exchanged through PMIx), writes
 ITERS messages of SIZE bytes to each, and checks what the others wrote to it. Rank 0 prints
 each process's message rate, connection set-up time, QPs and registered memory, and the totals.
+With --dc, each process has one DC initiator and one DC target instead, whatever N.
 
 options:
   -d, --device NAME       RDMA device (default: ZVERBS_DEVICE, else the first NIC)
   -s, --size BYTES        message size, 1 to 65536 (default 64)
   -n, --iters N           messages to each peer, 1 to 100000000 (default 1000)
   -t, --tx-depth N        requests in flight per QP, 16 to 4096 (default 64)
+      --dc                dynamically connected transport: one DCI (all the WRITEs, round-
+                          robin over the peers) and one DCT per process (mlx5, direct backend)
       --backend B         auto, direct or verbs (default: ZVERBS_BACKEND, else auto)
       --timeout SECS      how long any one wait may last without progress (default 60)
       --yield             give the core away after an empty poll (always when the job has
@@ -86,6 +94,7 @@ where
         backend: None,
         timeout: Duration::from_secs(60),
         yield_idle: false,
+        dc: false,
     };
     while let Some(arg) = p.next().map_err(args::explain)? {
         let f = args::flag(&arg);
@@ -103,6 +112,7 @@ where
                 o.timeout = Duration::from_secs(args::in_range(&mut p, &f, 1, 24 * 3600)?);
             }
             Long("yield") => o.yield_idle = true,
+            Long("dc") => o.dc = true,
             arg => return Err(args::unexpected(arg)),
         }
     }
@@ -219,10 +229,15 @@ pub(crate) fn run(o: &Opts) -> Result<()> {
     let ctx = chosen.ctx;
     if me == 0 {
         println!(
-            "all2all: {n} processes, {} messages of {} bytes to each peer, RDMA WRITE over RC \
-             (one QP per peer), device {}",
+            "all2all: {n} processes, {} messages of {} bytes to each peer, RDMA WRITE over {}, \
+             device {}",
             o.iters,
             o.size,
+            if o.dc {
+                "DC (one DCI and one DCT per process)"
+            } else {
+                "RC (one QP per peer)"
+            },
             ctx.name()
         );
     }
@@ -252,6 +267,18 @@ pub(crate) fn run(o: &Opts) -> Result<()> {
     // Every process starts the set-up together: its time is the mesh's, not the wait for the
     // slowest process to open its device.
     job.fence()?;
+    if o.dc {
+        let run = Run {
+            job: &job,
+            o,
+            buf: &buf,
+            cq: &cq,
+            recv_len,
+            rss0,
+            per_qp_signaled,
+        };
+        return run_dc(&run, &pd);
+    }
     let mut create = Duration::ZERO;
     let t_setup = Instant::now();
     let mesh = job.connect_all(Some(region), |_| {
@@ -345,21 +372,15 @@ pub(crate) fn run(o: &Opts) -> Result<()> {
         }
     }
     let elapsed = t0.elapsed();
-
-    // Every write of every process has completed (RC: acknowledged, so placed) once all have
-    // passed this fence.
-    job.fence()?;
-    let mut bad = 0u64;
-    let mut got = vec![0u8; slot];
-    for p in &peers_v {
-        buf.read(p.rank as usize * slot, &mut got);
-        bad += got
-            .iter()
-            .enumerate()
-            .filter(|&(i, &b)| b != pattern(p.rank, me, i))
-            .count() as u64;
-    }
-
+    let run = Run {
+        job: &job,
+        o,
+        buf: &buf,
+        cq: &cq,
+        recv_len,
+        rss0,
+        per_qp_signaled,
+    };
     let mine = Report {
         rank: me,
         qps: np as u32,
@@ -369,8 +390,176 @@ pub(crate) fn run(o: &Opts) -> Result<()> {
         create_ns: create.as_nanos() as u64,
         messages: done,
         elapsed_ns: elapsed.as_nanos() as u64,
-        bad,
+        bad: 0,
     };
+    run.check_and_report(mine, peers_v.iter().map(|p| p.rank), &backend)
+}
+
+/// What both transports share: the job, the options, the buffer and the CQ.
+struct Run<'a> {
+    job: &'a Job,
+    o: &'a Opts,
+    buf: &'a MrBuf,
+    cq: &'a Cq,
+    /// Bytes of receive slots (one per rank) at the start of `buf`; the send slots follow.
+    recv_len: usize,
+    /// Resident memory before the set-up.
+    rss0: u64,
+    /// Signaled requests in flight on one send queue at most.
+    per_qp_signaled: u32,
+}
+
+/// The `--dc` run: one DCI writes to every peer's DCT.
+fn run_dc(run: &Run<'_>, pd: &zverbs::Pd) -> Result<()> {
+    let (job, o, buf, cq) = (run.job, run.o, run.buf, run.cq);
+    let me = job.rank();
+    let slot = o.size;
+    let t_setup = Instant::now();
+    let t = Instant::now();
+    // Nothing is sent to the target (WRITEs only): one receive on its SRQ is enough.
+    let srq = pd.create_srq(1, 1)?;
+    let mut b = pd
+        .qp_builder(cq, cq)
+        .dc_initiator()
+        .max_send_wr(o.tx_depth)
+        .max_inline_data(0)
+        .max_signaled(run.per_qp_signaled);
+    if let Some(k) = o.backend {
+        b = b.backend(k);
+    }
+    let dci = b.build()?;
+    let mut b = pd.qp_builder(cq, cq).srq(&srq).dc_target(dc_key(job));
+    if let Some(k) = o.backend {
+        b = b.backend(k);
+    }
+    let dct = b.build()?;
+    let create = t.elapsed();
+    let region = RemoteRegion {
+        addr: buf.addr(),
+        rkey: buf.rkey(),
+        len: run.recv_len as u64,
+    };
+    let mesh = job.connect_all_dc(pd, Some(region), dci, dct)?;
+    let setup = t_setup.elapsed();
+    let setup_rss = rss().saturating_sub(run.rss0);
+
+    let peers = mesh.peers();
+    let mut sq = mesh.dci().dc_send_queue()?;
+    let mut targets = Vec::with_capacity(peers.len());
+    let mut sges = Vec::with_capacity(peers.len());
+    for p in peers {
+        let region = p.region.ok_or("a peer published no region")?;
+        targets.push(region.try_at(me as usize * slot)?);
+        let at = run.recv_len + p.rank as usize * slot;
+        sges.push([buf.sge(at..at + slot)]);
+    }
+    let mut poller = cq.poller()?;
+    let backend = mesh.dci().backend().to_string();
+
+    // The loop: request k goes to peer k mod P through the one DCI, up to `tx_depth` in
+    // flight; a signaled request's completion (its `wr_id` is k) frees every request up to k.
+    let np = peers.len() as u64;
+    let total = u64::from(o.iters) * np;
+    let depth = u64::from(o.tx_depth);
+    let (mut posted, mut done) = (0u64, 0u64);
+    let mut wc = [Completion::EMPTY; 64];
+    let t0 = Instant::now();
+    let mut last_progress = t0;
+    let give_way = o.yield_idle
+        || std::thread::available_parallelism().map_or(1, usize::from) < job.size() as usize;
+    while done < total {
+        while posted < total && posted - done < depth {
+            let i = (posted % np) as usize;
+            let wr = SendWr::write(posted, &sges[i], targets[i]);
+            let wr = if dc_signaled(posted, total) {
+                wr.signaled()
+            } else {
+                wr
+            };
+            // SAFETY: the scatter entry lies in `buf`, registered and alive until the end of
+            // `run` (after every completion); the send slots are not written while requests
+            // are in flight.
+            unsafe { sq.post_to(&peers[i].peer, &wr) }?;
+            posted += 1;
+        }
+        let got = poller.poll_into(&mut wc);
+        if got.is_empty() {
+            if last_progress.elapsed() > o.timeout {
+                return Err(format!(
+                    "rank {me}: no completion for {} s ({done} of {total} messages done)",
+                    o.timeout.as_secs()
+                )
+                .into());
+            }
+            if give_way {
+                std::thread::yield_now();
+            }
+            continue;
+        }
+        last_progress = Instant::now();
+        for c in got.iter() {
+            let c = c.ok()?;
+            done = done.max(c.wr_id + 1);
+        }
+    }
+    let elapsed = t0.elapsed();
+    let mine = Report {
+        rank: me,
+        qps: 2,
+        registered: buf.len() as u64,
+        setup_rss,
+        setup_ns: setup.as_nanos() as u64,
+        create_ns: create.as_nanos() as u64,
+        messages: done,
+        elapsed_ns: elapsed.as_nanos() as u64,
+        bad: 0,
+    };
+    run.check_and_report(mine, peers.iter().map(|p| p.rank), &backend)
+}
+
+/// The access key of this job's DC targets (the same in every process; derived from the
+/// namespace, so that another job's initiators are refused).
+fn dc_key(job: &Job) -> u64 {
+    job.namespace()
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+        })
+}
+
+/// Whether the DCI's request `k` (0-based, of `total`) is signaled.
+pub(crate) fn dc_signaled(k: u64, total: u64) -> bool {
+    k % u64::from(SIGNAL_EVERY) == u64::from(SIGNAL_EVERY) - 1 || k + 1 == total
+}
+
+impl Run<'_> {
+    /// Fences (every write of the job has then completed: acknowledged, so placed), checks
+    /// what the peers wrote, exchanges the reports and prints them at rank 0.
+    fn check_and_report(
+        &self,
+        mut mine: Report,
+        peers: impl Iterator<Item = u32>,
+        backend: &str,
+    ) -> Result<()> {
+        let (job, buf, slot) = (self.job, self.buf, self.o.size);
+        let me = job.rank();
+        job.fence()?;
+        let mut got = vec![0u8; slot];
+        for p in peers {
+            buf.read(p as usize * slot, &mut got);
+            mine.bad += got
+                .iter()
+                .enumerate()
+                .filter(|&(i, &b)| b != pattern(p, me, i))
+                .count() as u64;
+        }
+        report(job, &mine, backend)
+    }
+}
+
+/// Exchanges the reports; rank 0 prints them. Fails when any process saw a wrong byte.
+fn report(job: &Job, mine: &Report, backend: &str) -> Result<()> {
+    let me = job.rank();
     let all = job.exchange(RESULT_KEY, &mine.encode())?;
     let reports: Vec<Report> = all
         .iter()
@@ -378,7 +567,7 @@ pub(crate) fn run(o: &Opts) -> Result<()> {
         .map(|(r, b)| Report::decode(b).ok_or_else(|| format!("rank {r}: a garbled report")))
         .collect::<std::result::Result<_, _>>()?;
     if me == 0 {
-        print_reports(&reports, &backend);
+        print_reports(&reports, backend);
     }
     let bad_total: u64 = reports.iter().map(|r| r.bad).sum();
     if bad_total != 0 {

@@ -1,12 +1,13 @@
 //! Jobs launched through PMIx on the emulated ConnectX: Open MPI's `mpirun` starts N copies of
 //! `zverbs-perf all2all`, which find each other through mpirun's PMIx server
-//! (`zverbs::connect::pmix`), connect one RC QP to every peer, write to each and check what
-//! arrived.
+//! (`zverbs::connect::pmix`), connect to every peer, write to each and check what arrived:
+//! over RC (one QP per peer) and, with `--dc`, over the dynamically connected transport (one
+//! DCI and one DCT per process).
 //!
-//! - the `connectx` stage runs `mpirun -n 4` ([`check`]);
-//! - `cargo xtask bench --scale [--write-docs]` runs N = 2, 4, 8 and 16 ([`scale`]) and prints
-//!   the figures per process with a linear model of them projected to 1 000 and 10 000 peers;
-//!   `--write-docs` writes both into `docs/performance.md` (block `bench:scale`).
+//! - the `connectx` stage runs `mpirun -n 4` with each transport ([`check`]);
+//! - `cargo xtask bench --scale [--write-docs]` runs N = 2, 4, 8 and 16 with each ([`scale`])
+//!   and prints the figures per process with a linear model of them projected to 1 000 and
+//!   10 000 peers; `--write-docs` writes both into `docs/performance.md` (block `bench:scale`).
 //!
 //! Every process of the job has its own emulated device (and its threads) on this machine's
 //! cores, and every process busy-polls: the processes run with `--yield` (an empty poll gives
@@ -35,6 +36,8 @@ const SCALE_ROUNDS: usize = 5;
 /// What `zverbs-perf all2all` reports on its `scale:` line, averaged over the processes.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct ScaleRow {
+    /// The dynamically connected transport (`--dc`); RC otherwise.
+    pub dc: bool,
     /// Processes in the job.
     pub processes: u32,
     /// QPs per process.
@@ -61,6 +64,7 @@ pub fn parse_scale(out: &str) -> Option<ScaleRow> {
             .ok()
     };
     Some(ScaleRow {
+        dc: false,
         processes: get("processes")? as u32,
         qps: get("qps")?,
         registered: get("registered")?,
@@ -87,14 +91,20 @@ fn tools() -> Result<(PathBuf, PathBuf)> {
     Ok((mpirun, util::target_dir().join("release/zverbs-perf")))
 }
 
-/// Runs `mpirun -n n zverbs-perf all2all -n iters --yield` on the emulated device; rank 0's
-/// output (the job's table).
+/// The transport's name in tables.
+fn transport(dc: bool) -> &'static str {
+    if dc { "DC" } else { "RC" }
+}
+
+/// Runs `mpirun -n n zverbs-perf all2all -n iters --yield [--dc]` on the emulated device; rank
+/// 0's output (the job's table).
 fn all2all(
     emu: &(PathBuf, PathBuf),
     mpirun: &Path,
     perf: &Path,
     n: u32,
     iters: &str,
+    dc: bool,
 ) -> Result<String> {
     let mut c = Command::new(mpirun);
     // Root is refused without --allow-run-as-root; more processes than cores without
@@ -107,6 +117,9 @@ fn all2all(
     ])
     .arg(perf)
     .args(["all2all", "-n", iters, "--yield"]);
+    if dc {
+        c.arg("--dc");
+    }
     emulated(&mut c, &emu.0, &emu.1);
     c.env(
         "ZVERBS_EMU_NS",
@@ -120,21 +133,35 @@ fn all2all(
     std::fs::create_dir_all(&dir)?;
     let p = Proc::spawn(
         c,
-        dir.join(format!("mpirun-all2all-{n}.txt")),
-        format!("mpirun -n {n} zverbs-perf all2all"),
+        dir.join(format!(
+            "mpirun-all2all-{}{n}.txt",
+            if dc { "dc-" } else { "" }
+        )),
+        format!(
+            "mpirun -n {n} zverbs-perf all2all{}",
+            if dc { " --dc" } else { "" }
+        ),
     )?;
     p.finish(Instant::now() + TIMEOUT)
 }
 
-/// Checks one run's output: every process reported and received every peer's bytes.
-fn checked(out: &str, n: u32) -> Result<ScaleRow> {
-    let Some(row) = parse_scale(out) else {
+/// The QPs a process of a job of `n` has: one per peer over RC, a DCI and a DCT over DC.
+pub fn qps_per_process(n: u32, dc: bool) -> u32 {
+    if dc { 2 } else { n - 1 }
+}
+
+/// Checks one run's output: every process reported, had the QPs its transport needs and
+/// received every peer's bytes.
+fn checked(out: &str, n: u32, dc: bool) -> Result<ScaleRow> {
+    let Some(mut row) = parse_scale(out) else {
         bail!("mpirun -n {n} zverbs-perf all2all printed no `scale:` line:\n{out}");
     };
-    if row.processes != n || row.qps != f64::from(n - 1) {
+    row.dc = dc;
+    let qps = qps_per_process(n, dc);
+    if row.processes != n || row.qps != f64::from(qps) {
         bail!(
-            "mpirun -n {n}: {row:?} (expected {n} processes of {} QPs):\n{out}",
-            n - 1
+            "mpirun -n {n} ({}): {row:?} (expected {n} processes of {qps} QPs):\n{out}",
+            transport(dc)
         );
     }
     if !out.contains("check: every process received every peer's bytes") {
@@ -147,19 +174,28 @@ fn checked(out: &str, n: u32) -> Result<ScaleRow> {
 /// checked.
 pub(super) fn check(emu: &(PathBuf, PathBuf), table: &mut Table) -> Result<()> {
     let (mpirun, perf) = tools()?;
-    let out = all2all(emu, &mpirun, &perf, CHECK_PROCS, CHECK_ITERS)?;
-    for l in out.lines() {
-        println!("    {l}");
+    for dc in [false, true] {
+        let out = all2all(emu, &mpirun, &perf, CHECK_PROCS, CHECK_ITERS, dc)?;
+        for l in out.lines() {
+            println!("    {l}");
+        }
+        let row = checked(&out, CHECK_PROCS, dc)?;
+        table.row(vec![
+            format!(
+                "mpirun -n {CHECK_PROCS} zverbs-perf all2all{}",
+                if dc { " --dc" } else { "" }
+            ),
+            if dc {
+                "PMIx exchange, one DCI and one DCT per process".into()
+            } else {
+                "PMIx exchange, one RC QP per peer".into()
+            },
+            format!(
+                "ok: data checked, set-up {:.1} ms, {:.0} msg/s",
+                row.setup_ms, row.rate
+            ),
+        ]);
     }
-    let row = checked(&out, CHECK_PROCS)?;
-    table.row(vec![
-        format!("mpirun -n {CHECK_PROCS} zverbs-perf all2all"),
-        "PMIx exchange, one RC QP per peer".into(),
-        format!(
-            "ok: data checked, set-up {:.1} ms, {:.0} msg/s",
-            row.setup_ms, row.rate
-        ),
-    ]);
     Ok(())
 }
 
@@ -175,6 +211,7 @@ pub fn best_row(runs: &[ScaleRow]) -> ScaleRow {
     let min = |f| sorted(f).first().copied().unwrap_or_default();
     let max = |f| sorted(f).last().copied().unwrap_or_default();
     ScaleRow {
+        dc: runs.first().is_some_and(|r| r.dc),
         processes: runs.first().map_or(0, |r| r.processes),
         qps: med(|r| r.qps),
         registered: med(|r| r.registered),
@@ -201,10 +238,10 @@ pub fn fit(points: &[(f64, f64)]) -> (f64, f64) {
     (my - b * mx, b)
 }
 
-/// Bytes of the record each process publishes in a job of `n` ([`zverbs::connect::pmix`]'s
-/// `MeshRecord`: 48 + 8·n).
-pub fn record_bytes(n: f64) -> f64 {
-    48.0 + 8.0 * n
+/// Bytes of the record each process publishes in a job of `n` (`zverbs::connect::pmix`'s
+/// `MeshRecord`, 48 + 8·n, over RC; its `DcRecord`, 60 whatever n, over DC).
+pub fn record_bytes(n: f64, dc: bool) -> f64 {
+    if dc { 60.0 } else { 48.0 + 8.0 * n }
 }
 
 /// The set-up time a process would take with a core of its own: with more processes than
@@ -215,17 +252,19 @@ pub fn own_core_ms(r: &ScaleRow, cores: usize) -> f64 {
     r.setup_ms * n.min(cores.max(1) as f64) / n
 }
 
-/// The markdown of the scale figures and the model, measured on `cores` cores.
+/// The markdown of the scale figures (RC and DC rows) and the model of each transport,
+/// measured on `cores` cores.
 pub fn scale_markdown(rows: &[ScaleRow], cores: usize) -> String {
     let mut s = String::from(
-        "| processes N | QPs per process | registered per process | set-up RSS per process | \
-         set-up per process (wall) | of which QP creation | set-up per process, own core | \
-         all-to-all messages/s (job) |\n\
-         |---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| transport | processes N | QPs per process | registered per process | set-up RSS per \
+         process | set-up per process (wall) | of which QP creation | set-up per process, own \
+         core | all-to-all messages/s (job) |\n\
+         |:---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for r in rows {
         s.push_str(&format!(
-            "| {} | {:.0} | {:.0} KiB | {:.0} KiB | {:.2} ms | {:.2} ms | {:.2} ms | {:.0} |\n",
+            "| {} | {} | {:.0} | {:.0} KiB | {:.0} KiB | {:.2} ms | {:.2} ms | {:.2} ms | {:.0} |\n",
+            transport(r.dc),
             r.processes,
             r.qps,
             r.registered / 1024.0,
@@ -236,41 +275,65 @@ pub fn scale_markdown(rows: &[ScaleRow], cores: usize) -> String {
             r.rate
         ));
     }
-    let (mem_a, mem_b) = fit(&rows
-        .iter()
-        .map(|r| (r.qps, r.setup_rss))
-        .collect::<Vec<_>>());
-    let own: Vec<(f64, f64)> = rows
-        .iter()
-        .map(|r| (r.qps, own_core_ms(r, cores)))
-        .collect();
-    let (t_a, t_b) = fit(&own);
-    s.push_str(&format!(
-        "\nModel (least squares over the rows, per process, P = N − 1 peers, each process on a \
-         core of its own): set-up memory {:.0} KiB + {:.1} KiB·P; set-up time {:.2} ms + \
-         {:.3} ms·P; PMIx data gathered by each process N·(48 + 8·N) bytes (one record per \
-         process, naming a QP for every rank).\n\n\
-         | peers P | QPs per process | set-up memory per process | set-up time per process | \
-         PMIx records gathered per process |\n|---:|---:|---:|---:|---:|\n",
-        mem_a / 1024.0,
-        mem_b / 1024.0,
-        t_a,
-        t_b,
-    ));
-    for p in [1_000.0, 10_000.0] {
-        let n = p + 1.0;
-        // A line that does not rise says the runs were too noisy to tell a cost per peer.
-        let time = if t_b > 0.0 {
-            format!("{:.2} s", (t_a + t_b * p) / 1e3)
-        } else {
-            "— (no growth measured)".to_string()
-        };
-        s.push_str(&format!(
-            "| {p:.0} | {p:.0} | {:.0} MiB | {time} | {:.0} MiB |\n",
-            (mem_a + mem_b * p) / (1024.0 * 1024.0),
-            n * record_bytes(n) / (1024.0 * 1024.0)
+    let mut models = String::new();
+    let mut projected = String::from(
+        "| transport | peers P | QPs per process | set-up memory per process | set-up time per \
+         process | PMIx records gathered per process |\n|:---|---:|---:|---:|---:|---:|\n",
+    );
+    for dc in [false, true] {
+        let rows: Vec<&ScaleRow> = rows.iter().filter(|r| r.dc == dc).collect();
+        if rows.is_empty() {
+            continue;
+        }
+        let peers = |r: &ScaleRow| f64::from(r.processes.saturating_sub(1));
+        let (mem_a, mem_b) = fit(&rows
+            .iter()
+            .map(|r| (peers(r), r.setup_rss))
+            .collect::<Vec<_>>());
+        let (t_a, t_b) = fit(&rows
+            .iter()
+            .map(|r| (peers(r), own_core_ms(r, cores)))
+            .collect::<Vec<_>>());
+        models.push_str(&format!(
+            "- {}: set-up memory {:.0} KiB + {:.1} KiB·P; set-up time {:.2} ms + {:.3} ms·P; \
+             PMIx data gathered by each process {}.\n",
+            transport(dc),
+            mem_a / 1024.0,
+            mem_b / 1024.0,
+            t_a,
+            t_b,
+            if dc {
+                "N·60 bytes (one record of constant size per process)"
+            } else {
+                "N·(48 + 8·N) bytes (one record per process, naming a QP for every rank)"
+            }
         ));
+        for p in [1_000.0, 10_000.0] {
+            let n = p + 1.0;
+            // A line that does not rise says the runs were too noisy to tell a cost per peer.
+            let time = if t_b > 0.0 {
+                format!("{:.2} s", (t_a + t_b * p) / 1e3)
+            } else {
+                "— (no growth measured)".to_string()
+            };
+            let qps = if dc { 2.0 } else { p };
+            let gathered = n * record_bytes(n, dc);
+            let gathered = if gathered < 1024.0 * 1024.0 {
+                format!("{:.0} KiB", gathered / 1024.0)
+            } else {
+                format!("{:.0} MiB", gathered / (1024.0 * 1024.0))
+            };
+            projected.push_str(&format!(
+                "| {} | {p:.0} | {qps:.0} | {:.0} MiB | {time} | {gathered} |\n",
+                transport(dc),
+                (mem_a + mem_b * p).max(0.0) / (1024.0 * 1024.0),
+            ));
+        }
     }
+    s.push_str(&format!(
+        "\nModel (least squares over each transport's rows, per process, P = N − 1 peers, each \
+         process on a core of its own; a model, not a measurement):\n\n{models}\n{projected}"
+    ));
     s
 }
 
@@ -280,6 +343,7 @@ pub fn scale(write_docs: bool, out_dir: &Path) -> Result {
     let (mpirun, perf) = tools()?;
     let mut rows = Vec::new();
     let mut table = Table::new(&[
+        "transport",
         "N",
         ">QPs/proc",
         ">registered",
@@ -288,14 +352,18 @@ pub fn scale(write_docs: bool, out_dir: &Path) -> Result {
         ">create ms",
         ">msg/s",
     ]);
-    for &n in SCALE_PROCS {
+    for (dc, &n) in [false, true]
+        .into_iter()
+        .flat_map(|dc| SCALE_PROCS.iter().map(move |n| (dc, n)))
+    {
         let mut runs = Vec::with_capacity(SCALE_ROUNDS);
         for _ in 0..SCALE_ROUNDS {
-            let out = all2all(&emu, &mpirun, &perf, n, SCALE_ITERS)?;
-            runs.push(checked(&out, n)?);
+            let out = all2all(&emu, &mpirun, &perf, n, SCALE_ITERS, dc)?;
+            runs.push(checked(&out, n, dc)?);
         }
         let r = best_row(&runs);
         table.row(vec![
+            transport(dc).into(),
             n.to_string(),
             format!("{:.0}", r.qps),
             format!("{:.0}", r.registered),
@@ -339,9 +407,14 @@ mod tests {
         assert_eq!(r.setup_rss, 231424.0);
         assert_eq!(r.create_ms, 0.14);
         assert_eq!(r.rate, 80914.0);
-        assert!(checked(out, 4).is_ok());
-        assert!(checked(out, 8).is_err());
-        assert!(checked(&out.replace("check: every", "check: MISMATCH"), 4).is_err());
+        assert!(checked(out, 4, false).is_ok());
+        assert!(checked(out, 8, false).is_err());
+        assert!(checked(&out.replace("check: every", "check: MISMATCH"), 4, false).is_err());
+        // Over DC a process has a DCI and a DCT, whatever N.
+        assert!(checked(out, 4, true).is_err());
+        let dc = checked(&out.replace("qps=3.0", "qps=2.0"), 4, true).unwrap();
+        assert!(dc.dc);
+        assert!(checked(&out.replace("qps=3.0", "qps=2.0"), 4, false).is_err());
         assert_eq!(parse_scale("scale: processes=4"), None);
     }
 
@@ -350,7 +423,8 @@ mod tests {
         let (a, b) = fit(&[(1.0, 3.0), (3.0, 7.0), (7.0, 15.0)]);
         assert!((a - 1.0).abs() < 1e-9 && (b - 2.0).abs() < 1e-9, "{a} {b}");
         assert_eq!(fit(&[(1.0, 5.0)]), (5.0, 0.0));
-        assert_eq!(record_bytes(16.0), 176.0);
+        assert_eq!(record_bytes(16.0, false), 176.0);
+        assert_eq!(record_bytes(10_001.0, true), 60.0);
     }
 
     #[test]
@@ -367,6 +441,44 @@ mod tests {
             (m.processes, m.setup_ms, m.rate, m.setup_rss),
             (4, 1.0, 30.0, 8.0)
         );
+    }
+
+    #[test]
+    fn the_markdown_has_both_transports_and_a_model_of_each() {
+        let row = |dc, processes: u32, setup_rss, setup_ms| ScaleRow {
+            dc,
+            processes,
+            qps: f64::from(qps_per_process(processes, dc)),
+            setup_rss,
+            setup_ms,
+            ..ScaleRow::default()
+        };
+        let rows = [
+            row(false, 2, 100.0 * 1024.0, 1.0),
+            row(false, 4, 200.0 * 1024.0, 2.0),
+            row(true, 2, 100.0 * 1024.0, 1.0),
+            row(true, 4, 110.0 * 1024.0, 1.5),
+        ];
+        let md = scale_markdown(&rows, 64);
+        assert!(md.contains("| RC | 4 | 3 |"), "{md}");
+        assert!(md.contains("| DC | 4 | 2 |"), "{md}");
+        // RC: 100 KiB per peer over 2 peers; DC: 5 KiB per peer.
+        assert!(
+            md.contains("- RC: set-up memory 50 KiB + 50.0 KiB·P"),
+            "{md}"
+        );
+        assert!(
+            md.contains("- DC: set-up memory 95 KiB + 5.0 KiB·P"),
+            "{md}"
+        );
+        assert!(md.contains("| RC | 10000 | 10000 |"), "{md}");
+        assert!(md.contains("| DC | 10000 | 2 |"), "{md}");
+        // 10 001 records of 60 bytes.
+        assert!(
+            md.contains("| DC | 10000 | 2 | 49 MiB | 2.50 s | 586 KiB |"),
+            "{md}"
+        );
+        assert!(md.contains("a model, not a measurement"), "{md}");
     }
 
     #[test]
