@@ -2,8 +2,9 @@
 //! package `ucx-utils`).
 //!
 //! - [`check`] (the connectx stage): `ucx_info -d` must list the memory domain `mlx5_0` with
-//!   `rc_mlx5` on `mlx5_0:1`, and a short `ucx_perftest` `put_lat` over `rc_mlx5` between two
-//!   processes must complete;
+//!   `rc_mlx5`, `rc_verbs`, `ud_mlx5`, `ud_verbs` and `dc_mlx5` on `mlx5_0:1`, and short
+//!   `ucx_perftest` `put_lat` runs over `rc_mlx5` and over `dc_mlx5` between two processes must
+//!   complete;
 //! - [`bench()`] (`cargo xtask bench --ucx [-- --rounds N --iters N]`): `zverbs-perf` against
 //!   `ucx_perftest` over `rc_mlx5` on the same emulated device, in alternating rounds
 //!   ([`super::rounds`]), as the stage sets `zverbs-perf` against perftest.
@@ -16,8 +17,15 @@ use crate::util::{self, Result, Table, anyhow, bail};
 /// `ucx_perftest`'s device and transport: the emulated port, UCX's mlx5 RC transport.
 const UCT: [&str; 4] = ["-x", "rc_mlx5", "-d", "mlx5_0:1"];
 
+/// The same over UCX's dynamically connected transport (DCIs and DCTs the emulator creates
+/// for libmlx5's `mlx5dv_create_qp`).
+const UCT_DC: [&str; 4] = ["-x", "dc_mlx5", "-d", "mlx5_0:1"];
+
 /// Iterations of the connectx stage's `ucx_perftest` run.
 const SMOKE_ITERS: &str = "300";
+
+/// Iterations of the connectx stage's `ucx_perftest` run over `dc_mlx5`.
+const SMOKE_ITERS_DC: &str = "100";
 
 /// Where UCX's tools are.
 fn tools() -> Result<(PathBuf, PathBuf)> {
@@ -89,8 +97,8 @@ fn zverbs_msg_rate(out: &str) -> Option<f64> {
 }
 
 /// The connectx stage's UCX checks: `ucx_info -d` lists `mlx5_0` with `rc_mlx5` (and the
-/// other transports UCX offers without DEVX), and `ucx_perftest` `put_lat` over `rc_mlx5`
-/// completes between two processes. Adds their rows to `table`; returns the runs made.
+/// other transports UCX offers without DEVX, `dc_mlx5` among them), and `ucx_perftest`
+/// `put_lat` over `rc_mlx5` and over `dc_mlx5` completes between two processes. Adds their rows to `table`; returns the runs made.
 pub(super) fn check(
     emu: &(PathBuf, PathBuf),
     table: &mut Table,
@@ -103,7 +111,7 @@ pub(super) fn check(
     };
     let on = transports_on(&domain, "mlx5_0:1");
     println!("--- ucx_info -d: memory domain mlx5_0, transports on mlx5_0:1: {on:?}");
-    for want in ["rc_mlx5", "rc_verbs", "ud_mlx5", "ud_verbs"] {
+    for want in ["rc_mlx5", "rc_verbs", "ud_mlx5", "ud_verbs", "dc_mlx5"] {
         if !on.iter().any(|t| t == want) {
             bail!("ucx_info -d lists no {want} on mlx5_0:1:\n{domain}");
         }
@@ -130,7 +138,24 @@ pub(super) fn check(
         format!("put_lat over rc_mlx5, {SMOKE_ITERS} iterations"),
         "ok".into(),
     ]);
-    Ok(2)
+    let args = [&["-t", "put_lat", "-n", SMOKE_ITERS_DC][..], &UCT_DC].concat();
+    let out = pair(&perftest, &args, next_port(), &[], emu)?;
+    println!("--- ucx_perftest put_lat over dc_mlx5, client output:");
+    for l in out.lines().filter(|l| !l.trim().is_empty()) {
+        println!("    {l}");
+    }
+    match final_line(&out) {
+        Some(f) if f[0] == SMOKE_ITERS_DC.parse::<f64>()? && f[1] > 0.0 => {}
+        _ => bail!(
+            "ucx_perftest put_lat over dc_mlx5 did not complete {SMOKE_ITERS_DC} iterations:\n{out}"
+        ),
+    }
+    table.row(vec![
+        "ucx_perftest".into(),
+        format!("put_lat over dc_mlx5, {SMOKE_ITERS_DC} iterations"),
+        "ok".into(),
+    ]);
+    Ok(3)
 }
 
 /// What a figure is.
