@@ -171,8 +171,12 @@ impl<B: Bindings> CompletionQueue<B> {
             let template = s.template;
             loop {
                 let first = s.next as usize % PER_ARRAY;
-                let m = (PER_ARRAY - first).min(s.left as usize).min(out.len() - n);
-                for (o, mini) in out[n..n + m].iter_mut().zip(&s.array[first..first + m]) {
+                // Checked sub-slices (`get`), so no bounds-check panic is left in the poll path.
+                let (Some(room), Some(minis)) = (out.get_mut(n..), s.array.get(first..)) else {
+                    break;
+                };
+                let m = minis.len().min(s.left as usize).min(room.len());
+                for (o, mini) in room.iter_mut().zip(minis).take(m) {
                     // SAFETY: the only poller; the device reported the next receive complete.
                     let wr_id = unsafe { rq.retire() };
                     o.fill_all(|wc| {
