@@ -30,9 +30,12 @@ use core::ptr::NonNull;
 use zverbs_core::WcStatus;
 use zverbs_core::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 
+#[cfg(not(zverbs_loom))]
 use crate::devmem::CqeRing;
+#[cfg(not(zverbs_loom))]
 use crate::prm::INVALID_LKEY;
 use crate::prm::cqe::{INLINE_SCATTER_32, INLINE_SCATTER_64};
+#[cfg(not(zverbs_loom))]
 use crate::prm::wqe::DataSeg;
 
 /// Where a receive queue's WQEs are, for the poller that copies scattered data into them: set

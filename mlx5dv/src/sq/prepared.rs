@@ -29,7 +29,7 @@ use zverbs_core::{MAX_MESSAGE, PostError, SendOp, SendWr};
 use super::{SendQueue, SqTransport};
 use crate::bf::BfRegister;
 use crate::prm::wqe::{ctrl, data, raddr};
-use crate::state::{SlotData, SqSlot, SqStateRef};
+use crate::state::{SlotData, SqStateRef};
 
 /// A prepared request; `REMOTE` says whether its WQE has a remote-address segment (WRITE,
 /// WRITE with immediate, READ: [`PreparedRdma`]) or not (SEND, SEND with immediate:
@@ -356,13 +356,18 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         let slots = self.state.slots();
         debug_assert!(seg.is_multiple_of(4) && ((seg / 4) as usize) < slots.len());
         // Slot `seg / 4`, addressed as `seg` times a quarter slot: the same index as the
-        // ring's, scaled by the addressing mode rather than shifted once more.
-        const _: () = assert!(core::mem::size_of::<SqSlot>() == 16);
+        // ring's, scaled by the addressing mode rather than shifted once more (loom's slots are
+        // larger: indexed plainly there).
+        #[cfg(not(zverbs_loom))]
+        const _: () = assert!(core::mem::size_of::<crate::state::SqSlot>() == 16);
         // SAFETY: in bounds (one slot per block, checked by `new`, and `seg` is a block's
         // first segment); the slot is free (room was checked) and the WQE is not published
         // yet.
         unsafe {
+            #[cfg(not(zverbs_loom))]
             let slot = &*slots.as_ptr().byte_add(seg as usize * 4);
+            #[cfg(zverbs_loom)]
+            let slot = slots.get_unchecked((seg / 4) as usize);
             slot.record(SlotData {
                 wr_id,
                 next,
