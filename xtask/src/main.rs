@@ -24,6 +24,7 @@
 mod bench;
 mod cli;
 mod demo;
+mod disk;
 mod libtest;
 mod mutants;
 mod rxe;

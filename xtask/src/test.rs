@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use crate::cli::{self, Arg, Parser, usage};
+use crate::disk;
 use crate::libtest::{Counts, Tally};
 use crate::stages::{STAGES, Stage};
 use crate::util::{self, Error, Result, Table, bail};
@@ -90,7 +91,8 @@ pub fn main(mut p: Parser) -> Result {
         let took = util::duration(t.elapsed());
         match result {
             Ok(note) => {
-                println!("==> {} ok in {took}", stage.name);
+                println!("==> {} ok in {took} ({})", stage.name, disk::report());
+                disk::free_scratch(stage.name, stage.scratch);
                 summary.row(vec![
                     stage.name.into(),
                     "ok".into(),
@@ -99,7 +101,11 @@ pub fn main(mut p: Parser) -> Result {
                 ]);
             }
             Err(e) => {
-                println!("==> {} FAILED after {took}", stage.name);
+                println!(
+                    "==> {} FAILED after {took} ({})",
+                    stage.name,
+                    disk::report()
+                );
                 summary.row(vec![
                     stage.name.into(),
                     "FAILED".into(),

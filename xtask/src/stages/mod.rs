@@ -28,6 +28,10 @@ pub struct Stage {
     pub about: &'static str,
     /// Runs it; `Some(note)` is shown in the summary.
     pub run: fn(&mut Run) -> Result<Option<String>>,
+    /// Directories under the target directory that only this stage builds and reads (a
+    /// trailing `*` matches a prefix): removed after it passes when the disk is short
+    /// ([`crate::disk::free_scratch`]).
+    pub scratch: &'static [&'static str],
 }
 
 /// The stages, in the order they run.
@@ -36,62 +40,74 @@ pub const STAGES: &[Stage] = &[
         name: "prerequisites",
         about: "system packages (apt when root) and toolchain components",
         run: |_| prerequisites::ensure(),
+        scratch: &[],
     },
     Stage {
         name: "fmt",
         about: "cargo fmt --check, workspace and proofs",
         run: fmt::run,
+        scratch: &[],
     },
     Stage {
         name: "clippy",
         about: "clippy on every target and feature (and without default features), warnings denied",
         run: clippy::run,
+        scratch: &[],
     },
     Stage {
         name: "test",
         about: "the workspace's tests (unit, cross-checks, doc-tests), counted per crate",
         run: test::run,
+        scratch: &[],
     },
     Stage {
         name: "doc",
         about: "rustdoc with warnings denied",
         run: doc::run,
+        scratch: &["doc"],
     },
     Stage {
         name: "crates",
         about: "the published crates: packaged and built (sizes), built with the rust-version \
                 toolchain, loom kept out of dependents' lockfiles, semver-checks once released",
         run: crates::run,
+        scratch: &["package", "dependent"],
     },
     Stage {
         name: "nostd",
         about: "the no_std proof: the data-path crates linked into a no_std, no-alloc binary",
         run: nostd::run,
+        scratch: &["nostd"],
     },
     Stage {
         name: "miri",
         about: "Miri (Stacked and Tree Borrows) on every test that needs no C library",
         run: miri::run,
+        scratch: &["miri"],
     },
     Stage {
         name: "aarch64",
         about: "the data path for aarch64: clippy, its tests under qemu-user, the no_std proof",
         run: aarch64::run,
+        scratch: &["aarch64-unknown-linux-gnu"],
     },
     Stage {
         name: "loom",
         about: "loom models of the lock-free protocols, and each mutant rejected",
         run: loom::run,
+        scratch: &["loom*"],
     },
     Stage {
         name: "rxe",
         about: "rdma-core's tools and the device tests on rxe devices in a qemu VM",
         run: crate::rxe::stage,
+        scratch: &[],
     },
     Stage {
         name: "connectx",
         about: "the emulated ConnectX: WQEs and CQEs against libmlx5, perftest, ibv_rc_pingpong",
         run: connectx::run,
+        scratch: &[],
     },
 ];
 

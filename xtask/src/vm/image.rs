@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use super::{cpio, kmod};
+use super::{cpio, kmod, tar};
 use crate::util::{self, Result, anyhow, bail};
 
 /// Bump when the recipe changes in a way the lists below do not show.
@@ -203,6 +203,10 @@ fn build(dir: &Path) -> Result {
         let Some((package, _)) = name.split_once('_') else {
             continue;
         };
+        if package == kernel_pkg {
+            unpack_kernel(&path, &unpacked.join(package))?;
+            continue;
+        }
         let mut x = Command::new("dpkg");
         x.arg("-x").arg(&path).arg(unpacked.join(package));
         let status = x.status()?;
@@ -339,7 +343,9 @@ fn build(dir: &Path) -> Result {
     let moddir = kernel.join("lib/modules").join(&kernel_version);
     let index = kmod::index(&moddir)?;
     let builtin = kmod::builtin(&moddir);
-    let order = kmod::load_order(MODULES, &index, &builtin, |p| fs::read(moddir.join(p)))?;
+    let order = kmod::load_order(MODULES, &index, &builtin, |p| {
+        fs::read(moddir.join(p)).map(|ko| kmod::depends(&ko))
+    })?;
     let guest_moddir = Path::new("/usr/lib/modules").join(&kernel_version);
     let mut list = String::new();
     for (name, rel) in &order {
@@ -508,6 +514,86 @@ fn install_program(from: &Path, root: &Path) -> Result<PathBuf> {
     install(from, &to)?;
     fs::set_permissions(&to, fs::Permissions::from_mode(0o755))?;
     Ok(to)
+}
+
+/// Unpacks from the kernel package `deb` into `into` only what the image takes: the kernel,
+/// `modules.builtin` and the module files that [`MODULES`] need (a few MB of its 400), in two
+/// passes over the package's file tree (`dpkg-deb --fsys-tarfile`): the first reads every
+/// module's dependencies, the second writes the files needed.
+fn unpack_kernel(deb: &Path, into: &Path) -> Result {
+    let modules = |path: &str| -> Option<(String, String)> {
+        // lib/modules/<version>/<rel>
+        let rest = path.strip_prefix("lib/modules/")?;
+        let (version, rel) = rest.split_once('/')?;
+        Some((version.to_string(), rel.to_string()))
+    };
+    let mut index = std::collections::BTreeMap::new();
+    let mut depends = std::collections::BTreeMap::new();
+    let mut builtin = String::new();
+    fsys_tar(deb, |entry, data| {
+        let Some((_, rel)) = modules(entry.relative()).filter(|_| entry.is_file()) else {
+            return Ok(());
+        };
+        if rel == "modules.builtin" {
+            data.read_to_string(&mut builtin)?;
+        } else if let Some(stem) = rel.rsplit('/').next().and_then(|n| n.strip_suffix(".ko")) {
+            let mut ko = Vec::new();
+            data.read_to_end(&mut ko)?;
+            index.insert(kmod::normalize(stem), PathBuf::from(&rel));
+            depends.insert(PathBuf::from(&rel), kmod::depends(&ko));
+        }
+        Ok(())
+    })?;
+    let builtin_names = kmod::builtin_names(&builtin);
+    let order = kmod::load_order(MODULES, &index, &builtin_names, |p| {
+        Ok(depends.get(p).cloned().unwrap_or_default())
+    })?;
+    let wanted: BTreeSet<PathBuf> = order.into_iter().map(|(_, rel)| rel).collect();
+    let mut written = 0u64;
+    fsys_tar(deb, |entry, data| {
+        let path = entry.relative();
+        let take = entry.is_file()
+            && (path.starts_with("boot/vmlinuz-")
+                || modules(path).is_some_and(|(_, rel)| {
+                    rel == "modules.builtin" || wanted.contains(Path::new(&rel))
+                }));
+        if take {
+            let out = into.join(path);
+            if let Some(dir) = out.parent() {
+                fs::create_dir_all(dir)?;
+            }
+            written += std::io::copy(data, &mut fs::File::create(&out)?)?;
+        }
+        Ok(())
+    })?;
+    println!(
+        "  {}: the kernel, modules.builtin and {} module files ({} KiB)",
+        deb.file_name().unwrap_or_default().to_string_lossy(),
+        wanted.len(),
+        written / 1024
+    );
+    Ok(())
+}
+
+/// Calls `f` with each entry of the file tree of the package `deb` (see [`tar::each`]).
+fn fsys_tar(
+    deb: &Path,
+    f: impl FnMut(&tar::Entry, &mut dyn std::io::Read) -> std::io::Result<()>,
+) -> Result {
+    let mut cmd = Command::new("dpkg-deb");
+    cmd.arg("--fsys-tarfile")
+        .arg(deb)
+        .stdout(std::process::Stdio::piped());
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| anyhow!("{}: {e}", util::show(&cmd)))?;
+    let stdout = child.stdout.take().ok_or_else(|| anyhow!("no stdout"))?;
+    // Read to the end, then wait: a reading error comes first (dpkg-deb then dies of the
+    // closed pipe, which says nothing more).
+    let read = tar::each(std::io::BufReader::new(stdout), f);
+    let status = child.wait()?;
+    read.map_err(|e| anyhow!("{}: {e}", deb.display()))?;
+    util::check(&cmd, status)
 }
 
 /// The one entry of a directory (the kernel's `lib/modules/<version>`).

@@ -59,28 +59,32 @@ pub fn index(moddir: &Path) -> io::Result<BTreeMap<String, PathBuf>> {
 
 /// The modules built into the kernel image (`modules.builtin` lists them as paths).
 pub fn builtin(moddir: &Path) -> BTreeSet<String> {
-    fs::read_to_string(moddir.join("modules.builtin"))
-        .unwrap_or_default()
-        .lines()
+    builtin_names(&fs::read_to_string(moddir.join("modules.builtin")).unwrap_or_default())
+}
+
+/// The module names in the text of a `modules.builtin` file.
+pub fn builtin_names(text: &str) -> BTreeSet<String> {
+    text.lines()
         .filter_map(|l| l.rsplit('/').next()?.strip_suffix(".ko"))
         .map(normalize)
         .collect()
 }
 
 /// The modules `wanted` and everything they depend on, each once, dependencies first, as
-/// (name, path relative to `moddir`). `read` gives a module file's bytes. Wanted modules
+/// (name, path relative to `moddir`). `depends_of` gives a module file's dependencies (its
+/// [`depends`]). Wanted modules
 /// that are built into the kernel are left out; a module found nowhere is an error.
 pub fn load_order(
     wanted: &[&str],
     index: &BTreeMap<String, PathBuf>,
     builtin: &BTreeSet<String>,
-    mut read: impl FnMut(&Path) -> io::Result<Vec<u8>>,
+    mut depends_of: impl FnMut(&Path) -> io::Result<Vec<String>>,
 ) -> Result<Vec<(String, PathBuf)>> {
     fn visit(
         name: &str,
         index: &BTreeMap<String, PathBuf>,
         builtin: &BTreeSet<String>,
-        read: &mut dyn FnMut(&Path) -> io::Result<Vec<u8>>,
+        read: &mut dyn FnMut(&Path) -> io::Result<Vec<String>>,
         visiting: &mut Vec<String>,
         out: &mut Vec<(String, PathBuf)>,
     ) -> Result {
@@ -96,9 +100,9 @@ pub fn load_order(
             }
             bail!("kernel module {name} is neither a module file nor built in");
         };
-        let bytes = read(path).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+        let deps = read(path).map_err(|e| anyhow!("{}: {e}", path.display()))?;
         visiting.push(name.to_string());
-        for dep in depends(&bytes) {
+        for dep in deps {
             visit(&dep, index, builtin, read, visiting, out)?;
         }
         visiting.pop();
@@ -111,7 +115,7 @@ pub fn load_order(
             &normalize(w),
             index,
             builtin,
-            &mut read,
+            &mut depends_of,
             &mut Vec::new(),
             &mut out,
         )?;
@@ -161,7 +165,7 @@ mod tests {
             ("dummy".to_string(), PathBuf::from("dummy.ko")),
         ]);
         let builtin = BTreeSet::from(["udp_tunnel".to_string(), "virtio".to_string()]);
-        let read = |p: &Path| Ok(files[p.to_str().unwrap()].clone());
+        let read = |p: &Path| Ok(depends(&files[p.to_str().unwrap()]));
         let order = load_order(&["rdma_rxe", "virtio", "dummy"], &index, &builtin, read).unwrap();
         let names: Vec<&str> = order.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names, ["ib_core", "ib_uverbs", "rdma_rxe", "dummy"]);

@@ -18,6 +18,7 @@
 pub mod cpio;
 pub mod image;
 pub mod kmod;
+pub mod tar;
 
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
