@@ -72,7 +72,8 @@ options:
       --dc                dynamically connected transport: one DCI (all the WRITEs, round-
                           robin over the peers) and one DCT per process (mlx5, direct backend)
       --backend B         auto, direct or verbs (default: ZVERBS_BACKEND, else auto)
-      --timeout SECS      how long any one wait may last without progress (default 60)
+      --timeout SECS      how long any one wait may last without progress, and the
+                          deadline of every PMIx fence and get (default 60)
       --yield             give the core away after an empty poll (always when the job has
                           more processes than this machine has cores; on the emulated
                           ConnectX, whose device threads share the cores, use it always)
@@ -210,7 +211,8 @@ fn rss() -> u64 {
 
 /// Runs the test in this process of the job.
 pub(crate) fn run(o: &Opts) -> Result<()> {
-    let job = Job::init()?;
+    let mut job = Job::init()?;
+    job.set_deadline(o.timeout)?;
     let (me, n) = (job.rank(), job.size());
     let copts = match o.backend {
         Some(b) => ContextOptions::default().backend(b),
