@@ -60,11 +60,11 @@ mod differ;
 use std::fmt;
 use std::time::Duration;
 
-use common::{Rng, env_u64, in_emulator};
+use common::{Rng, in_emulator};
 use differ::{
-    Compared, Draw, READ_DST, READ_SRC, RECV, Req, SRC, WRITE_DST, arena, assert_mode,
+    Compared, Draw, READ_DST, READ_SRC, RECV, Req, SRC, Start, WRITE_DST, assert_mode,
     assert_same_completions, direct_state, flags, in_mode, mask_inline_pad, mask_qpn,
-    mask_unwritten, poll_both, random_ahs, random_source, sq_caps, sq_pi, wqe_bytes,
+    mask_unwritten, poll_both, random_ahs, random_source, sq_caps, sq_pi, start, wqe_bytes,
 };
 use zverbs_core::{
     Completion, PostRecv, PostSend, RecvWr, RemoteBuf, SendFlags, SendWr, Sge, UdDest,
@@ -376,11 +376,13 @@ fn wqes_and_completions_match_libmlx5_doorbell_only() {
 
 #[allow(clippy::too_many_lines)]
 fn run(mode: &str) {
-    let seed = env_u64("ZVERBS_EMU_DIFF_SEED", 0x5eed_d1ff);
-    let cases = env_u64("ZVERBS_EMU_DIFF_CASES", 3000);
-    let mut rng = Rng(seed | 1);
-    let ctx = Context::open().unwrap();
-    let (base, mr) = arena(&ctx, true);
+    let Start {
+        mut rng,
+        cases,
+        ctx,
+        base,
+        mr,
+    } = start(0, 3000, true);
     // WQEs of 1 to 5 basic blocks (16 entries: 18 segments) in a small ring, so that every
     // size meets the ring end at every position it can.
     let ask = ibv_qp_cap {
@@ -644,11 +646,13 @@ fn ud_wqes_match_libmlx5_doorbell_only() {
 
 #[allow(clippy::too_many_lines)]
 fn run_ud(mode: &str) {
-    let seed = env_u64("ZVERBS_EMU_DIFF_SEED", 0x5eed_d1ff);
-    let cases = env_u64("ZVERBS_EMU_DIFF_CASES", 3000);
-    let mut rng = Rng((seed ^ 0x0dd0_d00d) | 1);
-    let ctx = Context::open().unwrap();
-    let (base, mr) = arena(&ctx, false);
+    let Start {
+        mut rng,
+        cases,
+        ctx,
+        base,
+        mr,
+    } = start(0x0dd0_d00d, 3000, false);
     let ask = ibv_qp_cap {
         max_send_wr: 16,
         max_recv_wr: 16,
@@ -804,10 +808,14 @@ fn srq_receives_match_libmlx5() {
 }
 
 fn run_srq() {
-    let seed = env_u64("ZVERBS_EMU_DIFF_SEED", 0x5eed_d1ff);
-    let mut rng = Rng((seed ^ 0x5a5a_0000_5a5a) | 1);
-    let ctx = Context::open().unwrap();
-    let (base, mr) = arena(&ctx, false);
+    // The number of receives is each shape's ring: no case count.
+    let Start {
+        mut rng,
+        ctx,
+        base,
+        mr,
+        ..
+    } = start(0x5a5a_0000_5a5a, 0, false);
     let mut posts = 0u64;
     let mut shapes = Vec::new();
     for &(max_wr, max_sge) in &[
@@ -955,11 +963,14 @@ fn bf_buffer(l: &QpLayout, buf: u32) -> Vec<u8> {
 /// completion is compared too.
 #[allow(clippy::too_many_lines)]
 fn run_prepared(mode: &str) {
-    let seed = env_u64("ZVERBS_EMU_DIFF_SEED", 0x5eed_d1ff) ^ 0x9e37;
-    let cases = env_u64("ZVERBS_EMU_DIFF_CASES", 3000) / 3;
-    let mut rng = Rng(seed | 1);
-    let ctx = Context::open().unwrap();
-    let (base, mr) = arena(&ctx, true);
+    let Start {
+        mut rng,
+        cases,
+        ctx,
+        base,
+        mr,
+    } = start(0x9e37, 3000, true);
+    let cases = cases / 3;
     let ask = ibv_qp_cap {
         max_send_wr: 16,
         max_recv_wr: 64,

@@ -27,14 +27,12 @@
 mod common;
 mod differ;
 
-use common::{Rng, env_u64};
 use differ::{
-    Compared, Draw, OPS, RECV, Req, arena, assert_mode, assert_same_completions, direct_state,
-    flags, in_mode, mask_unwritten, poll_both, random_ahs, sq_caps, sq_pi,
+    Compared, Draw, OPS, RECV, Req, Start, assert_mode, assert_same_completions, direct_state,
+    flags, in_mode, mask_unwritten, poll_both, random_ahs, sq_caps, sq_pi, start,
 };
 use std::time::{Duration, Instant};
 use zverbs_core::{DcDest, RemoteBuf, Sge};
-use zverbs_emu::verbs::Context;
 use zverbs_emu::verbs::Qp;
 use zverbs_ffi::types::{
     IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND_WITH_IMM, ibv_data_buf, ibv_qp_cap, ibv_recv_wr,
@@ -71,11 +69,13 @@ fn dc_wqes_match_libmlx5_doorbell_only() {
 
 #[allow(clippy::too_many_lines)]
 fn run(mode: &str) {
-    let seed = env_u64("ZVERBS_EMU_DIFF_SEED", 0x5eed_d1ff);
-    let cases = env_u64("ZVERBS_EMU_DIFF_CASES", 2000);
-    let mut rng = Rng((seed ^ 0x00dc_00dc) | 1);
-    let ctx = Context::open().unwrap();
-    let (base, mr) = arena(&ctx, true);
+    let Start {
+        mut rng,
+        cases,
+        ctx,
+        base,
+        mr,
+    } = start(0x00dc_00dc, 2000, true);
     // A small ring (WQEs of 2 to 4 basic blocks), so that every size meets the ring end at
     // every position it can.
     let ask = ibv_qp_cap {

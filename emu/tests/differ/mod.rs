@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use crate::common::{Rng, in_emulator};
+use crate::common::{Rng, env_u64, in_emulator};
 use zverbs_core::{Completion, PollCq, RemoteBuf, SendFlags, SendWr, Sge, WcFlags};
 use zverbs_emu::verbs::{Ah, Context, Cq, Mr};
 use zverbs_ffi::types::{
@@ -203,6 +203,35 @@ pub fn arena(ctx: &Context, pattern: bool) -> (u64, Mr) {
     // SAFETY: the arena is leaked: valid for the process's life.
     let mr = unsafe { ctx.reg_mr(base_ptr, ARENA) }.unwrap();
     (base_ptr as u64, mr)
+}
+
+/// What a run starts with.
+pub struct Start {
+    /// Its randomness: `ZVERBS_EMU_DIFF_SEED` (else a fixed seed) mixed with the run's salt.
+    pub rng: Rng,
+    /// Its number of cases: `ZVERBS_EMU_DIFF_CASES`, else the run's default.
+    pub cases: u64,
+    /// The emulated device.
+    pub ctx: Context,
+    /// The [`arena`]'s address and MR.
+    pub base: u64,
+    pub mr: Mr,
+}
+
+/// Opens the device and registers the [`arena`] (its bytes a pattern when `pattern`), for a
+/// run whose randomness is salted with `salt` and which has `cases` cases by default.
+pub fn start(salt: u64, cases: u64, pattern: bool) -> Start {
+    let seed = env_u64("ZVERBS_EMU_DIFF_SEED", 0x5eed_d1ff);
+    let cases = env_u64("ZVERBS_EMU_DIFF_CASES", cases);
+    let ctx = Context::open().unwrap();
+    let (base, mr) = arena(&ctx, pattern);
+    Start {
+        rng: Rng((seed ^ salt) | 1),
+        cases,
+        ctx,
+        base,
+        mr,
+    }
 }
 
 /// Runs `run` as the test `name` in the emulator, in `mode`: `BlueFlame`, or `doorbell-only`,
