@@ -1278,6 +1278,7 @@ const PMIX_STRUCTS: &[Spec] = &[
             ("r#type", "type"),
             ("data", ""),
             ("data.flag", ""),
+            ("data.integer", ""),
             ("data.uint32", ""),
             ("data.bo", ""),
             ("data.ptr", ""),
@@ -1301,6 +1302,7 @@ const PMIX_CONSTS: &[(&str, &str)] = &[
     ("zverbs_ffi::pmix::PMIX_ERR_NOT_FOUND", "PMIX_ERR_NOT_FOUND"),
     ("zverbs_ffi::pmix::PMIX_RANK_WILDCARD", "PMIX_RANK_WILDCARD"),
     ("zverbs_ffi::pmix::PMIX_BOOL", "PMIX_BOOL"),
+    ("zverbs_ffi::pmix::PMIX_INT", "PMIX_INT"),
     ("zverbs_ffi::pmix::PMIX_UINT32", "PMIX_UINT32"),
     ("zverbs_ffi::pmix::PMIX_BYTE_OBJECT", "PMIX_BYTE_OBJECT"),
     ("zverbs_ffi::pmix::PMIX_GLOBAL", "PMIX_GLOBAL"),
@@ -1313,6 +1315,10 @@ const PMIX_CONSTS: &[(&str, &str)] = &[
     (
         "zverbs_ffi::pmix::PMIX_COLLECT_DATA.to_bytes_with_nul().len()",
         "sizeof(PMIX_COLLECT_DATA)",
+    ),
+    (
+        "zverbs_ffi::pmix::PMIX_TIMEOUT.to_bytes_with_nul().len()",
+        "sizeof(PMIX_TIMEOUT)",
     ),
     (
         "::core::mem::size_of::<zverbs_ffi::pmix::pmix_status_t>()",

@@ -93,6 +93,7 @@ fn every_declaration_is_in_the_check() {
         "PACKAGE",
         "PMIX_JOB_SIZE",
         "PMIX_COLLECT_DATA",
+        "PMIX_TIMEOUT",
     ];
     let sources = [
         include_str!("../../ffi/src/types.rs"),

@@ -94,6 +94,21 @@ pub struct Qp {
     pub cap: ibv_qp_cap,
 }
 
+impl Qp {
+    /// The QP `raw` that a create call returned (null: it failed), with the capabilities it
+    /// granted.
+    ///
+    /// # Safety
+    ///
+    /// `raw` is null or a live `struct ibv_qp`.
+    unsafe fn created(raw: *mut ibv_qp, cap: ibv_qp_cap) -> Option<Self> {
+        let raw = NonNull::new(raw)?;
+        // SAFETY: (caller) a live `struct ibv_qp`.
+        let qpn = unsafe { (*raw.as_ptr()).qp_num };
+        Some(Self { raw, qpn, cap })
+    }
+}
+
 impl Context {
     /// Opens the first device (the emulated `mlx5_0`), allocates a PD and reads the LID.
     ///
@@ -208,14 +223,45 @@ impl Context {
         };
         // SAFETY: a live PD and an initialised attribute struct.
         let qp = unsafe { (self.verbs.ibv_create_qp)(self.pd.as_ptr(), &mut attr) };
-        let raw = NonNull::new(qp).ok_or("ibv_create_qp failed")?;
-        // SAFETY: a live `struct ibv_qp`.
-        let qpn = unsafe { (*raw.as_ptr()).qp_num };
-        Ok(Qp {
-            raw,
-            qpn,
-            cap: attr.cap,
-        })
+        // SAFETY: what `ibv_create_qp` returned, with the capabilities it granted.
+        unsafe { Qp::created(qp, attr.cap) }.ok_or_else(|| "ibv_create_qp failed".into())
+    }
+
+    /// `ibv_modify_qp` of `qp` to the state `what` names.
+    fn modify(&self, qp: Qp, mut a: ibv_qp_attr, mask: c_int, what: &str) -> Result<(), String> {
+        // SAFETY: a live QP and an initialised attribute struct.
+        let r = unsafe { (self.verbs.ibv_modify_qp)(qp.raw.as_ptr(), &mut a, mask) };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(format!("ibv_modify_qp to {what} failed: {r}"))
+        }
+    }
+
+    /// RTR → RTS for a QP that sends with the reliable transport (RC, a DC initiator): PSN 0,
+    /// 16 reads in flight, transport timeout 14 (4.096 µs · 2^14, about 67 ms) and seven retries
+    /// of each kind.
+    fn to_rts(&self, qp: Qp) -> Result<(), String> {
+        let rts = ibv_qp_attr {
+            qp_state: IBV_QPS_RTS,
+            sq_psn: 0,
+            max_rd_atomic: 16,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            ..ibv_qp_attr::default()
+        };
+        self.modify(
+            qp,
+            rts,
+            m::IBV_QP_STATE
+                | m::IBV_QP_TIMEOUT
+                | m::IBV_QP_RETRY_CNT
+                | m::IBV_QP_RNR_RETRY
+                | m::IBV_QP_SQ_PSN
+                | m::IBV_QP_MAX_QP_RD_ATOMIC,
+            "RTS",
+        )
     }
 
     /// Moves `qp` through INIT, RTR and RTS towards `dest_qpn` at `dlid`.
@@ -224,15 +270,7 @@ impl Context {
     ///
     /// When a transition fails.
     pub fn connect(&self, qp: Qp, dlid: u16, dest_qpn: u32) -> Result<(), String> {
-        let step = |mut a: ibv_qp_attr, mask: c_int, what: &str| {
-            // SAFETY: a live QP and an initialised attribute struct.
-            let r = unsafe { (self.verbs.ibv_modify_qp)(qp.raw.as_ptr(), &mut a, mask) };
-            if r == 0 {
-                Ok(())
-            } else {
-                Err(format!("ibv_modify_qp to {what} failed: {r}"))
-            }
-        };
+        let step = |a, mask, what| self.modify(qp, a, mask, what);
         let init = ibv_qp_attr {
             qp_state: IBV_QPS_INIT,
             qp_access_flags: ACCESS_ALL as u32,
@@ -267,25 +305,7 @@ impl Context {
                 | m::IBV_QP_MIN_RNR_TIMER,
             "RTR",
         )?;
-        let rts = ibv_qp_attr {
-            qp_state: IBV_QPS_RTS,
-            sq_psn: 0,
-            max_rd_atomic: 16,
-            timeout: 14,
-            retry_cnt: 7,
-            rnr_retry: 7,
-            ..ibv_qp_attr::default()
-        };
-        step(
-            rts,
-            m::IBV_QP_STATE
-                | m::IBV_QP_TIMEOUT
-                | m::IBV_QP_RETRY_CNT
-                | m::IBV_QP_RNR_RETRY
-                | m::IBV_QP_SQ_PSN
-                | m::IBV_QP_MAX_QP_RD_ATOMIC,
-            "RTS",
-        )
+        self.to_rts(qp)
     }
 
     /// Moves the UD QP `qp` through INIT (P_Key index 0, port 1, `qkey`), RTR and RTS.
@@ -294,15 +314,7 @@ impl Context {
     ///
     /// When a transition fails.
     pub fn ready_ud(&self, qp: Qp, qkey: u32) -> Result<(), String> {
-        let step = |mut a: ibv_qp_attr, mask: c_int, what: &str| {
-            // SAFETY: a live QP and an initialised attribute struct.
-            let r = unsafe { (self.verbs.ibv_modify_qp)(qp.raw.as_ptr(), &mut a, mask) };
-            if r == 0 {
-                Ok(())
-            } else {
-                Err(format!("ibv_modify_qp to {what} failed: {r}"))
-            }
-        };
+        let step = |a, mask, what| self.modify(qp, a, mask, what);
         let init = ibv_qp_attr {
             qp_state: IBV_QPS_INIT,
             pkey_index: 0,

@@ -55,154 +55,33 @@
 //! differential` by hand).
 
 mod common;
+mod differ;
 
-use std::collections::BTreeSet;
 use std::fmt;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{Rng, env_u64, in_emulator};
-use zverbs_core::{
-    Completion, PollCq, PostRecv, PostSend, RecvWr, RemoteBuf, SendFlags, SendWr, Sge, UdDest,
-    WcFlags,
+use common::{Rng, in_emulator};
+use differ::{
+    Compared, Draw, READ_DST, READ_SRC, RECV, Req, SRC, Start, WRITE_DST, assert_mode,
+    assert_same_completions, direct_state, flags, in_mode, mask_inline_pad, mask_qpn,
+    mask_unwritten, poll_both, random_ahs, random_source, sq_caps, sq_pi, start, wqe_bytes,
 };
-use zverbs_emu::verbs::{Ah, Context, Cq, Mr, Qp};
+use zverbs_core::{
+    Completion, PostRecv, PostSend, RecvWr, RemoteBuf, SendFlags, SendWr, Sge, UdDest,
+};
+use zverbs_emu::verbs::{Ah, Context, Cq, Qp};
 use zverbs_ffi::types::{
     IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE,
-    IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND, IBV_WR_SEND_WITH_IMM, ibv_ah_attr, ibv_qp_cap,
-    ibv_recv_wr, ibv_send_wr, ibv_send_wr_atomic, ibv_send_wr_rdma, ibv_send_wr_ud, ibv_sge,
-    ibv_wc,
+    IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND, IBV_WR_SEND_WITH_IMM, ibv_qp_cap, ibv_recv_wr,
+    ibv_send_wr, ibv_send_wr_atomic, ibv_send_wr_rdma, ibv_send_wr_ud, ibv_sge, ibv_wc,
 };
 use zverbs_mlx5dv::{
     CompletionQueue, Connected, CqBinding, CqLayout, Datagram, Dedicated, QpLayout, RecvQueue,
-    RqRef, RqState, SendQueue, SharedRecvQueue, SqCaps, SqRef, SqState, SqTransport, SrqSlot,
-    SrqState,
+    RqRef, SendQueue, SharedRecvQueue, SqRef, SqTransport, SrqSlot, SrqState,
 };
 
-const ARENA: usize = 1 << 20;
-const SRC: usize = 0;
-const WRITE_DST: usize = 64 << 10;
-const READ_DST: usize = 128 << 10;
-const READ_SRC: usize = 192 << 10;
-const ATOMIC: usize = 256 << 10;
-const RECV: usize = 512 << 10;
-const RECV_SLOT: usize = 8192;
+const RECV_SLOT: u64 = 8192;
 const MAX_SGE_LEN: u64 = 512;
-
-/// One randomized request, as both sides post it.
-#[derive(Clone, Debug)]
-struct Req {
-    wr_id: u64,
-    op: u32,
-    sgl: Vec<(u64, u32)>,
-    inline: bool,
-    signaled: bool,
-    fence: bool,
-    solicited: bool,
-    imm: u32,
-    raddr: u64,
-    compare: u64,
-    swap_add: u64,
-}
-
-impl Req {
-    fn random(rng: &mut Rng, base: u64, id: u64, caps: &ibv_qp_cap) -> Self {
-        let op = rng.below(7) as u32;
-        let mut r = Req {
-            wr_id: id,
-            op,
-            sgl: Vec::new(),
-            inline: false,
-            signaled: rng.chance(50),
-            fence: rng.chance(10),
-            solicited: false,
-            imm: rng.next_u64() as u32,
-            raddr: 0,
-            compare: rng.next_u64(),
-            swap_add: rng.next_u64(),
-        };
-        match op {
-            IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD => {
-                let slot = rng.below(64);
-                r.sgl.push((base + (ATOMIC + 512) as u64 + 8 * slot, 8));
-                r.raddr = base + ATOMIC as u64 + 8 * rng.below(64);
-            }
-            IBV_WR_RDMA_READ => {
-                let n = 1 + rng.below(u64::from(caps.max_send_sge));
-                let mut off = READ_DST as u64;
-                for _ in 0..n {
-                    let len = 1 + rng.below(MAX_SGE_LEN) as u32;
-                    r.sgl.push((base + off, len));
-                    off += u64::from(len) + rng.below(64);
-                }
-                r.raddr = base + READ_SRC as u64 + rng.below(4096);
-            }
-            _ => {
-                r.solicited = matches!(op, IBV_WR_SEND | IBV_WR_SEND_WITH_IMM) && rng.chance(20);
-                if rng.chance(30) {
-                    r.inline = true;
-                    let len = 1 + rng.below(u64::from(caps.max_inline_data)) as u32;
-                    r.sgl.push((base + SRC as u64 + rng.below(4096), len));
-                } else {
-                    let n = 1 + rng.below(u64::from(caps.max_send_sge));
-                    for _ in 0..n {
-                        let len = 1 + rng.below(MAX_SGE_LEN) as u32;
-                        r.sgl.push((base + SRC as u64 + rng.below(32 << 10), len));
-                    }
-                }
-                r.raddr = base + WRITE_DST as u64 + rng.below(32 << 10);
-            }
-        }
-        r
-    }
-
-    fn consumes_recv(&self) -> bool {
-        matches!(
-            self.op,
-            IBV_WR_SEND | IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE_WITH_IMM
-        )
-    }
-}
-
-/// The raw WQE bytes at block `pi` of a ring, with wrap.
-fn wqe_bytes(l: &QpLayout, pi: u32) -> Vec<u8> {
-    let cnt = l.sq.wqe_cnt;
-    let ring = l.sq.buf.as_ptr();
-    let read = |block: u32| {
-        let mut b = [0u8; 64];
-        // SAFETY: the block is masked into the ring, which libmlx5 allocated for the QP.
-        unsafe {
-            core::ptr::copy_nonoverlapping(
-                ring.add((block & (cnt - 1)) as usize * 64),
-                b.as_mut_ptr(),
-                64,
-            )
-        };
-        b
-    };
-    let first = read(pi);
-    let ds = usize::from(first[7] & 0x3f);
-    let blocks = ds.div_ceil(4).max(1) as u32;
-    let mut v: Vec<u8> = (0..blocks).flat_map(|k| read(pi + k)).collect();
-    // Mask: bytes past ds × 16 in the last basic block are not part of the WQE.
-    v.truncate(ds * 16);
-    v
-}
-
-/// Masks what the device ignores and libmlx5 does not write: the padding after inline data
-/// (not part of the message; libmlx5 leaves stale ring bytes there, the direct path zeroes
-/// them), and the `compare` field of a fetch-and-add's atomic segment (libmlx5's
-/// `set_atomic_seg` writes only `swap_add` for FA; the direct path writes 0).
-fn mask_unwritten(w: &mut [u8], op: u32) {
-    if op == IBV_WR_ATOMIC_FETCH_AND_ADD && w.len() >= 48 {
-        w[40..48].fill(0);
-    }
-    let seg = match op {
-        IBV_WR_SEND | IBV_WR_SEND_WITH_IMM => 1,
-        IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM => 2,
-        _ => return,
-    };
-    mask_inline_pad(w, seg * 16);
-}
 
 /// What the driver of a run ([`Pair`]) needs to know of a transport's requests: how each
 /// side posts one and what of its WQE is masked.
@@ -274,22 +153,6 @@ impl Qps {
     }
 }
 
-/// A page-aligned arena of [`ARENA`] bytes, leaked (it lives as long as the process), its
-/// bytes a pattern when `pattern`, registered: its address and its MR.
-fn arena(ctx: &Context, pattern: bool) -> (u64, Mr) {
-    let arena: &'static mut [u8] = Box::leak(vec![0u8; ARENA + 4096].into_boxed_slice());
-    let base_ptr = ((arena.as_mut_ptr() as usize + 4095) & !4095) as *mut u8;
-    if pattern {
-        for i in 0..ARENA {
-            // SAFETY: inside the leaked arena.
-            unsafe { base_ptr.add(i).write((i as u8).wrapping_mul(13)) };
-        }
-    }
-    // SAFETY: the arena is leaked: valid for the process's life.
-    let mr = unsafe { ctx.reg_mr(base_ptr, ARENA) }.unwrap();
-    (base_ptr as u64, mr)
-}
-
 /// Both QPs of a run: the one libmlx5 posts to and the one the direct path posts to, with
 /// their CQs; and what the WQE comparison has seen.
 struct Pair<'a, T: SqTransport> {
@@ -300,18 +163,10 @@ struct Pair<'a, T: SqTransport> {
     cq_lib: Cq,
     l_lib: QpLayout,
     l_ours: QpLayout,
-    sq: SendQueue<SqRef<'a>, Dedicated, T>,
-    cq: CompletionQueue<&'a [CqBinding<SqRef<'a>, RqRef<'a>>]>,
-    wc_lib: Vec<ibv_wc>,
-    wc_ours: Vec<Completion>,
-    /// Requests compared.
-    done: u64,
-    /// WQEs that met the ring end.
-    wrapped: u64,
-    /// (blocks, first block's slot) of every WQE that met the ring end.
-    wrap_positions: BTreeSet<(u32, u32)>,
-    /// The sizes of the WQEs in blocks.
-    sizes: BTreeSet<u32>,
+    sq: SendQueue<SqRef<'static>, Dedicated, T>,
+    cq: CompletionQueue<&'static [CqBinding<SqRef<'static>, RqRef<'static>>]>,
+    /// The WQEs compared.
+    cmp: Compared,
 }
 
 impl<'a, T: SqTransport> Pair<'a, T> {
@@ -321,8 +176,8 @@ impl<'a, T: SqTransport> Pair<'a, T> {
         ctx: &'a Context,
         lkey: u32,
         qps: &Qps,
-        sq: SendQueue<SqRef<'a>, Dedicated, T>,
-        cq: CompletionQueue<&'a [CqBinding<SqRef<'a>, RqRef<'a>>]>,
+        sq: SendQueue<SqRef<'static>, Dedicated, T>,
+        cq: CompletionQueue<&'static [CqBinding<SqRef<'static>, RqRef<'static>>]>,
     ) -> Self {
         Self {
             ctx,
@@ -334,12 +189,7 @@ impl<'a, T: SqTransport> Pair<'a, T> {
             l_ours: qps.l_ours,
             sq,
             cq,
-            wc_lib: vec![ibv_wc::default(); 64],
-            wc_ours: vec![Completion::EMPTY; 64],
-            done: 0,
-            wrapped: 0,
-            wrap_positions: BTreeSet::new(),
-            sizes: BTreeSet::new(),
+            cmp: Compared::default(),
         }
     }
 
@@ -403,109 +253,106 @@ impl<'a, T: SqTransport> Pair<'a, T> {
             "same blocks published"
         );
 
-        let (qpn_lib, qpn_ours, cnt) = (self.q_lib.qpn, self.q_ours.qpn, self.l_lib.sq.wqe_cnt);
         let mut at = pi_lib;
         for r in batch {
-            let mut a = wqe_bytes(&self.l_lib, at);
-            let mut b = wqe_bytes(&self.l_ours, at);
-            assert_eq!(
-                a.len(),
-                b.len(),
-                "ds differs for {r:?}\nlibmlx5 {a:02x?}\nours {b:02x?}"
+            let blocks = self.cmp.wqe(
+                (&self.l_lib, self.q_lib.qpn),
+                (&self.l_ours, self.q_ours.qpn),
+                at,
+                K::WQE,
+                r,
+                |w| K::mask(w, r),
             );
-            let ds = (a.len() / 16) as u32;
-            // Mask: the QPN in qpn_ds. Each side must carry its own QP's number.
-            assert_eq!(a[4..8], ((qpn_lib << 8) | ds).to_be_bytes());
-            assert_eq!(b[4..8], ((qpn_ours << 8) | ds).to_be_bytes());
-            a[4..8].fill(0);
-            b[4..8].fill(0);
-            K::mask(&mut a, r);
-            K::mask(&mut b, r);
-            assert_eq!(
-                a,
-                b,
-                "{} bytes differ at block {at} for {r:?}\nlibmlx5 {a:02x?}\nours    {b:02x?}",
-                K::WQE
-            );
-            let blocks = (ds as usize).div_ceil(4) as u32;
-            let slot = at & (cnt - 1);
-            self.sizes.insert(blocks);
-            if slot + blocks > cnt {
-                self.wrapped += 1;
-                self.wrap_positions.insert((blocks, slot));
-            }
             at = at.wrapping_add(blocks);
-            self.done += 1;
         }
     }
 
-    /// Polls both CQs until each has given `expect` completions (20 s at most), and returns
-    /// them; `what` names the batch when they fall short.
+    /// Polls both CQs until each has given `expect` completions, and returns them; `what`
+    /// names the batch when they fall short.
     fn poll(&mut self, expect: usize, what: &dyn fmt::Debug) -> (Vec<ibv_wc>, Vec<Completion>) {
-        let (mut got_lib, mut got_ours) = (Vec::new(), Vec::new());
-        let t = Instant::now();
-        while (got_lib.len() < expect || got_ours.len() < expect)
-            && t.elapsed() < Duration::from_secs(20)
-        {
-            self.wc_lib.fill(ibv_wc::default());
-            let n = self.ctx.poll_cq(self.cq_lib, &mut self.wc_lib);
-            assert!(n >= 0, "ibv_poll_cq: {n}");
-            got_lib.extend_from_slice(&self.wc_lib[..n as usize]);
-            let m = self.cq.poll(&mut self.wc_ours);
-            got_ours.extend_from_slice(&self.wc_ours[..m]);
-            if n == 0 && m == 0 {
-                std::thread::yield_now();
-            }
+        poll_both(self.ctx, self.cq_lib, &mut self.cq, expect, what)
+    }
+}
+
+/// The direct path's queues on the RC QP of `qps`: its send queue (as many signaled requests
+/// in flight as its CQ holds beside the receives), its receive queue and its poller.
+fn direct_rc(
+    qps: &Qps,
+) -> (
+    SendQueue<SqRef<'static>, Dedicated, Connected>,
+    RecvQueue<RqRef<'static>>,
+    CompletionQueue<&'static [CqBinding<SqRef<'static>, RqRef<'static>>]>,
+) {
+    let (l, c) = (&qps.l_ours, &qps.c_ours);
+    let (sq_state, rq_state, cq) = direct_state(l, c, qps.q_ours.qpn, true);
+    let caps = sq_caps(
+        &qps.q_ours.cap,
+        c.cqe_cnt - l.rq.wqe_cnt,
+        zverbs_core::Transport::Rc,
+    );
+    // SAFETY: libmlx5 allocated the rings for this QP, which live as long as the process;
+    // nothing else posts to it.
+    unsafe {
+        (
+            SendQueue::new(l, caps, sq_state).unwrap(),
+            RecvQueue::new(l, rq_state.unwrap()).unwrap(),
+            cq,
+        )
+    }
+}
+
+/// Receives posted alike to both RC QPs, into 64 slots of the arena: through `ibv_post_recv`
+/// to libmlx5's and through the direct path's receive queue to ours.
+struct Recvs<'a> {
+    ctx: &'a Context,
+    q_lib: Qp,
+    rq: RecvQueue<RqRef<'static>>,
+    base: u64,
+    lkey: u32,
+    /// The next receive's `wr_id`.
+    next: u64,
+}
+
+impl<'a> Recvs<'a> {
+    fn new(
+        ctx: &'a Context,
+        q_lib: Qp,
+        rq: RecvQueue<RqRef<'static>>,
+        base: u64,
+        lkey: u32,
+    ) -> Self {
+        Self {
+            ctx,
+            q_lib,
+            rq,
+            base,
+            lkey,
+            next: 1 << 40,
         }
-        assert_eq!(got_lib.len(), expect, "libmlx5's completions for {what:?}");
-        assert_eq!(got_ours.len(), expect, "our completions for {what:?}");
-        (got_lib, got_ours)
     }
 
-    /// Checks that WQEs of every size met the ring end at every position they can.
-    fn assert_every_wrap_position(&self) {
-        let cnt = self.l_lib.sq.wqe_cnt;
-        let want: usize = self.sizes.iter().map(|&b| (b - 1) as usize).sum();
-        assert_eq!(
-            self.wrap_positions.len(),
-            want,
-            "every WQE size {:?} at every position that meets the ring end ({cnt} blocks)",
-            self.sizes
-        );
-    }
-}
-
-/// The flags of a request that is `signaled`, `inline`, `fence`d and `solicited` or not.
-fn flags(signaled: bool, inline: bool, fence: bool, solicited: bool) -> SendFlags {
-    let mut f = SendFlags::NONE;
-    for (on, flag) in [
-        (signaled, SendFlags::SIGNALED),
-        (inline, SendFlags::INLINE),
-        (fence, SendFlags::FENCE),
-        (solicited, SendFlags::SOLICITED),
-    ] {
-        if on {
-            f |= flag;
+    /// Posts `n` receives on each side.
+    fn post(&mut self, n: usize) {
+        for _ in 0..n {
+            let addr = self.base + RECV + (self.next % 64) * RECV_SLOT;
+            let mut s = ibv_sge {
+                addr,
+                length: RECV_SLOT as u32,
+                lkey: self.lkey,
+            };
+            let mut w = ibv_recv_wr {
+                wr_id: self.next,
+                next: core::ptr::null_mut(),
+                sg_list: &mut s,
+                num_sge: 1,
+            };
+            // SAFETY: a receive into the registered arena.
+            assert_eq!(unsafe { self.ctx.post_recv(self.q_lib, &mut w) }, 0);
+            let sgl = [Sge::new(addr, RECV_SLOT as u32, self.lkey)];
+            // SAFETY: as above.
+            unsafe { self.rq.post(&RecvWr::new(self.next, &sgl)) }.unwrap();
+            self.next += 1;
         }
-    }
-    f
-}
-
-fn sq_pi(l: &QpLayout) -> u32 {
-    // SAFETY: word 1 of the QP's doorbell record (MLX5_SND_DBR), written by the driver.
-    u32::from_be(unsafe { l.dbrec.as_ptr().add(1).read_volatile() }) & 0xffff
-}
-
-/// Runs `run` as the test `name` in the emulator, in `mode`: `BlueFlame`, or `doorbell-only`,
-/// a device without BlueFlame (libmlx5 and the direct path both ring 8-byte doorbells).
-fn in_mode(name: &str, mode: &str, run: fn(&str)) {
-    let env: &[(&str, &str)] = if mode == "doorbell-only" {
-        &[("ZVERBS_EMU_BF", "0"), ("MLX5_SHUT_UP_BF", "1")]
-    } else {
-        &[]
-    };
-    if in_emulator(name, env, Duration::from_secs(240)) {
-        run(mode);
     }
 }
 
@@ -529,11 +376,13 @@ fn wqes_and_completions_match_libmlx5_doorbell_only() {
 
 #[allow(clippy::too_many_lines)]
 fn run(mode: &str) {
-    let seed = env_u64("ZVERBS_EMU_DIFF_SEED", 0x5eed_d1ff);
-    let cases = env_u64("ZVERBS_EMU_DIFF_CASES", 3000);
-    let mut rng = Rng(seed | 1);
-    let ctx = Context::open().unwrap();
-    let (base, mr) = arena(&ctx, true);
+    let Start {
+        mut rng,
+        cases,
+        ctx,
+        base,
+        mr,
+    } = start(0, 3000, true);
     // WQEs of 1 to 5 basic blocks (16 entries: 18 segments) in a small ring, so that every
     // size meets the ring end at every position it can.
     let ask = ibv_qp_cap {
@@ -549,7 +398,6 @@ fn run(mode: &str) {
         q_ours,
         l_lib,
         l_ours,
-        c_ours,
         ..
     } = qps;
     let caps = q_lib.cap;
@@ -563,68 +411,12 @@ fn run(mode: &str) {
         caps.max_send_sge,
         caps.max_inline_data
     );
-    if mode == "doorbell-only" {
-        assert_eq!(
-            l_lib.bf.size, 0,
-            "a device without BlueFlame gives bf.size 0"
-        );
-    } else {
-        assert!(l_lib.bf.size > 0);
-    }
+    assert_mode(mode, &l_lib);
 
-    // The direct path's queues.
-    let sq_slots: Vec<_> = (0..l_ours.sq.wqe_cnt)
-        .map(|_| zverbs_mlx5dv::SqSlot::new())
-        .collect();
-    let rq_slots: Vec<_> = (0..l_ours.rq.wqe_cnt)
-        .map(|_| zverbs_mlx5dv::RqSlot::new())
-        .collect();
-    let sq_state = SqState::new(&sq_slots[..]).unwrap();
-    let rq_state = RqState::new(&rq_slots[..]).unwrap();
-    let bindings = [CqBinding::new(q_ours.qpn, Some(&sq_state), Some(&rq_state))];
-    let sq_caps = SqCaps {
-        max_send_sge: caps.max_send_sge,
-        max_inline_data: caps.max_inline_data,
-        sig_all: false,
-        max_signaled: c_ours.cqe_cnt - l_ours.rq.wqe_cnt,
-        transport: zverbs_core::Transport::Rc,
-    };
-    // SAFETY: libmlx5 allocated the rings for this QP and CQ, which live as long as the
-    // process; nothing else posts to this QP or polls this CQ.
-    let (sq, mut rq, cq) = unsafe {
-        (
-            SendQueue::new(&l_ours, sq_caps, &sq_state).unwrap(),
-            RecvQueue::new(&l_ours, &rq_state).unwrap(),
-            CompletionQueue::new(&c_ours, &bindings[..]).unwrap(),
-        )
-    };
-
-    let mut recv_id = 1u64 << 40;
-    let post_recvs = |n: usize, rq: &mut RecvQueue<RqRef<'_>>, recv_id: &mut u64| {
-        for _ in 0..n {
-            let slot = (*recv_id as usize) % 64;
-            let addr = base + (RECV + slot * RECV_SLOT) as u64;
-            let mut s = ibv_sge {
-                addr,
-                length: RECV_SLOT as u32,
-                lkey: mr.lkey,
-            };
-            let mut w = ibv_recv_wr {
-                wr_id: *recv_id,
-                next: core::ptr::null_mut(),
-                sg_list: &mut s,
-                num_sge: 1,
-            };
-            // SAFETY: a receive into the registered arena.
-            assert_eq!(unsafe { ctx.post_recv(q_lib, &mut w) }, 0);
-            let sgl = [Sge::new(addr, RECV_SLOT as u32, mr.lkey)];
-            // SAFETY: as above.
-            unsafe { rq.post(&RecvWr::new(*recv_id, &sgl)) }.unwrap();
-            *recv_id += 1;
-        }
-    };
+    let (sq, rq, cq) = direct_rc(&qps);
+    let mut recvs = Recvs::new(&ctx, q_lib, rq, base, mr.lkey);
     let rq_depth = l_ours.rq.wqe_cnt as usize;
-    post_recvs(rq_depth, &mut rq, &mut recv_id);
+    recvs.post(rq_depth);
 
     let mut p = Pair::new(&ctx, mr.lkey, &qps, sq, cq);
     let mut rc = Rc {
@@ -636,20 +428,25 @@ fn run(mode: &str) {
     let mut inline_n = 0u64;
     let mut next_id = 1u64;
     let mut phase_error = false;
-    while p.done < cases || !phase_error {
+    while p.cmp.done < cases || !phase_error {
         // The last batch: a WRITE with a bad rkey, then two more requests that are flushed.
-        let last = p.done >= cases;
+        let last = p.cmp.done >= cases;
         let n = if last { 3 } else { 1 + rng.below(3) as usize };
+        let draw = Draw {
+            max_sge_len: MAX_SGE_LEN,
+            max_inline: caps.max_inline_data,
+            dc: None,
+        };
         let mut batch: Vec<Req> = (0..n)
             .map(|_| {
-                let r = Req::random(&mut rng, base, next_id, &caps);
+                let r = Req::random(&mut rng, base, next_id, &caps, draw);
                 next_id += 1;
                 r
             })
             .collect();
         if last {
             batch[0].op = IBV_WR_RDMA_WRITE;
-            batch[0].raddr = base + WRITE_DST as u64;
+            batch[0].raddr = base + WRITE_DST;
             batch[0].imm = 0;
             phase_error = true;
         }
@@ -675,34 +472,7 @@ fn run(mode: &str) {
         };
         let (got_lib, got_ours) = p.poll(expect, &batch);
         let consumed = got_lib.iter().filter(|w| w.opcode >= 128).count();
-        for (l, o) in got_lib.iter().zip(&got_ours) {
-            assert_eq!(l.wr_id, o.wr_id);
-            assert_eq!(l.status, o.status.to_raw(), "status of {:#x}", l.wr_id);
-            assert_eq!(l.qp_num, q_lib.qpn);
-            assert_eq!(o.qp_num, q_ours.qpn);
-            if l.status == 0 {
-                assert_eq!(l.opcode, o.opcode.to_raw(), "opcode of {:#x}", l.wr_id);
-                // Mask: libmlx5 sets byte_len for receives, READ and atomics only.
-                if l.opcode >= 2 {
-                    assert_eq!(l.byte_len, o.byte_len, "byte_len of {:#x}", l.wr_id);
-                }
-                // IBV_WC_GRH and IBV_WC_WITH_IMM, the flags both decoders report (libmlx5 sets
-                // others only for raw packet QPs and extensions neither side uses here).
-                assert_eq!(
-                    l.wc_flags & u32::from(WcFlags::GRH.union(WcFlags::WITH_IMM).bits()),
-                    u32::from(o.flags.bits()),
-                    "wc_flags of {:#x}",
-                    l.wr_id
-                );
-                if o.flags.contains(WcFlags::WITH_IMM) {
-                    assert_eq!(u32::from_be(l.imm_data), o.imm);
-                }
-            } else {
-                // Error CQEs: the device's vendor syndrome, decoded by both.
-                assert_eq!(l.vendor_err, o.vendor_err, "vendor_err of {:#x}", l.wr_id);
-            }
-            compared_wc += 1;
-        }
+        compared_wc += assert_same_completions(&got_lib, &got_ours, (q_lib.qpn, q_ours.qpn));
         if last {
             assert_eq!(
                 got_lib[0].status, 10,
@@ -710,16 +480,16 @@ fn run(mode: &str) {
             );
             assert!(got_lib[1..].iter().all(|w| w.status == 5), "then flushes");
         } else {
-            post_recvs(consumed, &mut rq, &mut recv_id);
+            recvs.post(consumed);
         }
     }
-    p.assert_every_wrap_position();
+    p.cmp.assert_every_wrap_position(l_lib.sq.wqe_cnt);
     println!(
         "{mode}: differential: {} randomized cases (WRITE {}, WRITE_IMM {}, SEND {}, \
          SEND_IMM {}, READ {}, CS {}, FA {}; {inline_n} inline; WQEs of {:?} blocks; \
          {} wrapping the ring end, at all {} wrap positions): WQE bytes equal; {compared_wc} completions decoded alike by ibv_poll_cq and our \
          poller",
-        p.done,
+        p.cmp.done,
         ops[0],
         ops[1],
         ops[2],
@@ -727,9 +497,9 @@ fn run(mode: &str) {
         ops[4],
         ops[5],
         ops[6],
-        p.sizes,
-        p.wrapped,
-        p.wrap_positions.len()
+        p.cmp.sizes,
+        p.cmp.wrapped,
+        p.cmp.wrap_positions.len()
     );
 }
 
@@ -761,7 +531,7 @@ impl Kind for Rc {
     }
 
     fn flags(r: &Req) -> SendFlags {
-        flags(r.signaled, r.inline, r.fence, r.solicited)
+        r.flags()
     }
 
     fn lib_wr(&self, r: &Req, i: usize) -> ibv_send_wr {
@@ -800,22 +570,12 @@ impl Kind for Rc {
     }
 
     fn with_wr(&self, r: &Req, i: usize, sgl: &[Sge], post: &mut dyn FnMut(SendWr<'_>)) {
-        let remote = RemoteBuf::new(r.raddr, self.rkey(i));
-        post(match r.op {
-            IBV_WR_RDMA_WRITE => SendWr::write(r.wr_id, sgl, remote),
-            IBV_WR_RDMA_WRITE_WITH_IMM => SendWr::write_imm(r.wr_id, sgl, remote, r.imm),
-            IBV_WR_SEND => SendWr::send(r.wr_id, sgl),
-            IBV_WR_SEND_WITH_IMM => SendWr::send_imm(r.wr_id, sgl, r.imm),
-            IBV_WR_RDMA_READ => SendWr::read(r.wr_id, sgl, remote),
-            IBV_WR_ATOMIC_CMP_AND_SWP => {
-                SendWr::compare_swap(r.wr_id, sgl[0], remote, r.compare, r.swap_add)
-            }
-            _ => SendWr::fetch_add(r.wr_id, sgl[0], remote, r.swap_add),
-        });
+        post(r.direct_wr(sgl, RemoteBuf::new(r.raddr, self.rkey(i))));
     }
 
+    /// The segments follow the 16-byte control segment.
     fn mask(w: &mut [u8], r: &Req) {
-        mask_unwritten(w, r.op);
+        mask_unwritten(w, r.op, 16);
     }
 
     fn create(ctx: &Context, cq: Cq, ask: ibv_qp_cap) -> Qp {
@@ -824,19 +584,6 @@ impl Kind for Rc {
 
     fn ready(ctx: &Context, qp: Qp) {
         ctx.connect(qp, ctx.lid, qp.qpn).unwrap();
-    }
-}
-
-/// Masks the padding after inline data whose segment starts at byte `at` of the WQE: not
-/// part of the message; libmlx5 leaves stale ring bytes there, the direct path zeroes them.
-fn mask_inline_pad(w: &mut [u8], at: usize) {
-    if w.len() < at + 4 || w[at] & 0x80 == 0 {
-        return;
-    }
-    let len = u32::from_be_bytes(w[at..at + 4].try_into().unwrap()) & 0x7fff_ffff;
-    let end = at + 4 + len as usize;
-    for b in w.iter_mut().skip(end) {
-        *b = 0;
     }
 }
 
@@ -873,17 +620,12 @@ impl UdReq {
             remote_qpn: 0x10_0000 + rng.below(0xe_ffff) as u32,
             qkey: rng.next_u64() as u32,
         };
-        if rng.chance(30) {
-            r.inline = true;
-            let len = 1 + rng.below(u64::from(caps.max_inline_data)) as u32;
-            r.sgl.push((base + SRC as u64 + rng.below(4096), len));
-        } else {
-            let n = 1 + rng.below(u64::from(caps.max_send_sge));
-            for _ in 0..n {
-                let len = 1 + rng.below(UD_MAX_SGE_LEN) as u32;
-                r.sgl.push((base + SRC as u64 + rng.below(32 << 10), len));
-            }
-        }
+        let d = Draw {
+            max_sge_len: UD_MAX_SGE_LEN,
+            max_inline: caps.max_inline_data,
+            dc: None,
+        };
+        (r.inline, r.sgl) = random_source(rng, base, caps, d);
         r
     }
 }
@@ -904,11 +646,13 @@ fn ud_wqes_match_libmlx5_doorbell_only() {
 
 #[allow(clippy::too_many_lines)]
 fn run_ud(mode: &str) {
-    let seed = env_u64("ZVERBS_EMU_DIFF_SEED", 0x5eed_d1ff);
-    let cases = env_u64("ZVERBS_EMU_DIFF_CASES", 3000);
-    let mut rng = Rng((seed ^ 0x0dd0_d00d) | 1);
-    let ctx = Context::open().unwrap();
-    let (base, mr) = arena(&ctx, false);
+    let Start {
+        mut rng,
+        cases,
+        ctx,
+        base,
+        mr,
+    } = start(0x0dd0_d00d, 3000, false);
     let ask = ibv_qp_cap {
         max_send_wr: 16,
         max_recv_wr: 16,
@@ -926,31 +670,10 @@ fn run_ud(mode: &str) {
         ..
     } = qps;
     let caps = q_lib.cap;
-    assert_eq!(mode == "doorbell-only", l_lib.bf.size == 0);
+    assert_mode(mode, &l_lib);
 
-    // Address handles: to this port, with and without a GRH (random GID, flow label, hop
-    // limit, traffic class), random SL.
-    let mut ahs = Vec::new();
-    let mut grh_n = 0;
-    for i in 0..8 {
-        let mut a = ibv_ah_attr {
-            dlid: ctx.lid,
-            sl: rng.below(16) as u8,
-            port_num: 1,
-            ..ibv_ah_attr::default()
-        };
-        if i % 2 == 1 {
-            a.is_global = 1;
-            for b in &mut a.grh.dgid.raw {
-                *b = rng.next_u64() as u8;
-            }
-            a.grh.flow_label = rng.below(1 << 20) as u32;
-            a.grh.hop_limit = 1 + rng.below(255) as u8;
-            a.grh.traffic_class = rng.next_u64() as u8;
-            grh_n += 1;
-        }
-        ahs.push(ctx.create_ah(a).unwrap());
-    }
+    // Address handles: to this port, with and without a GRH.
+    let (ahs, grh_n) = random_ahs(&ctx, &mut rng, 8);
     println!(
         "{mode}: UD QPs {:#x} (libmlx5) and {:#x} (direct path), SQ {} blocks, bf.size {}, \
          max_send_sge {}, max_inline_data {}, {} address handles ({grh_n} with a GRH)",
@@ -963,36 +686,21 @@ fn run_ud(mode: &str) {
         ahs.len()
     );
 
-    let sq_slots: Vec<_> = (0..l_ours.sq.wqe_cnt)
-        .map(|_| zverbs_mlx5dv::SqSlot::new())
-        .collect();
-    let sq_state = SqState::new(&sq_slots[..]).unwrap();
-    let bindings = [CqBinding::new(
-        q_ours.qpn,
-        Some(&sq_state),
-        None::<&RqState<&[zverbs_mlx5dv::RqSlot]>>,
-    )];
-    let sq_caps = SqCaps {
-        max_send_sge: caps.max_send_sge,
-        max_inline_data: caps.max_inline_data,
-        sig_all: false,
-        max_signaled: c_ours.cqe_cnt,
-        transport: zverbs_core::Transport::Ud { mtu: 4096 },
-    };
-    // SAFETY: libmlx5 allocated the ring for this UD QP and CQ, which live as long as the
-    // process; nothing else posts to this QP or polls this CQ.
-    let (sq, cq) = unsafe {
-        (
-            SendQueue::new_ud(&l_ours, sq_caps, &sq_state).unwrap(),
-            CompletionQueue::new(&c_ours, &bindings[..]).unwrap(),
-        )
-    };
+    let (sq_state, _, cq) = direct_state(&l_ours, &c_ours, q_ours.qpn, false);
+    let caps_ud = sq_caps(
+        &caps,
+        c_ours.cqe_cnt,
+        zverbs_core::Transport::Ud { mtu: 4096 },
+    );
+    // SAFETY: libmlx5 allocated the ring for this UD QP, which lives as long as the process;
+    // nothing else posts to it.
+    let sq = unsafe { SendQueue::new_ud(&l_ours, caps_ud, sq_state) }.unwrap();
 
     let mut p = Pair::new(&ctx, mr.lkey, &qps, sq, cq);
     let ud = Ud { ahs: &ahs };
     let (mut imm_n, mut inline_n, mut grh_cases, mut compared_wc) = (0u64, 0u64, 0u64, 0u64);
     let mut next_id = 1u64;
-    while p.done < cases {
+    while p.cmp.done < cases {
         let n = 1 + rng.below(3) as usize;
         let mut batch: Vec<UdReq> = (0..n)
             .map(|_| {
@@ -1014,26 +722,20 @@ fn run_ud(mode: &str) {
         // The signaled requests complete on both (datagrams to nobody are sent and dropped).
         let expect = batch.iter().filter(|r| r.signaled).count();
         let (got_lib, got_ours) = p.poll(expect, &batch);
-        for (l, o) in got_lib.iter().zip(&got_ours) {
-            assert_eq!(l.wr_id, o.wr_id);
-            assert_eq!(l.status, 0, "status of {:#x}", l.wr_id);
-            assert_eq!(l.status, o.status.to_raw(), "status of {:#x}", l.wr_id);
-            assert_eq!(l.opcode, o.opcode.to_raw(), "opcode of {:#x}", l.wr_id);
-            assert_eq!((l.qp_num, o.qp_num), (q_lib.qpn, q_ours.qpn));
-            compared_wc += 1;
-        }
+        assert!(got_lib.iter().all(|l| l.status == 0), "{got_lib:?}");
+        compared_wc += assert_same_completions(&got_lib, &got_ours, (q_lib.qpn, q_ours.qpn));
     }
-    p.assert_every_wrap_position();
+    p.cmp.assert_every_wrap_position(l_lib.sq.wqe_cnt);
     println!(
         "{mode}: differential UD: {} randomized cases (SEND {}, SEND_IMM {imm_n}; \
          {inline_n} inline; {grh_cases} through an AH with a GRH; WQEs of {:?} blocks; \
          {} wrapping the ring end, at all {} wrap positions): WQE bytes equal; \
          {compared_wc} completions decoded alike",
-        p.done,
-        p.done - imm_n,
-        p.sizes,
-        p.wrapped,
-        p.wrap_positions.len()
+        p.cmp.done,
+        p.cmp.done - imm_n,
+        p.cmp.sizes,
+        p.cmp.wrapped,
+        p.cmp.wrap_positions.len()
     );
 }
 
@@ -1106,10 +808,14 @@ fn srq_receives_match_libmlx5() {
 }
 
 fn run_srq() {
-    let seed = env_u64("ZVERBS_EMU_DIFF_SEED", 0x5eed_d1ff);
-    let mut rng = Rng((seed ^ 0x5a5a_0000_5a5a) | 1);
-    let ctx = Context::open().unwrap();
-    let (base, mr) = arena(&ctx, false);
+    // The number of receives is each shape's ring: no case count.
+    let Start {
+        mut rng,
+        ctx,
+        base,
+        mr,
+        ..
+    } = start(0x5a5a_0000_5a5a, 0, false);
     let mut posts = 0u64;
     let mut shapes = Vec::new();
     for &(max_wr, max_sge) in &[
@@ -1152,7 +858,7 @@ fn run_srq() {
             let sgl: Vec<(u64, u32)> = (0..n)
                 .map(|_| {
                     (
-                        base + RECV as u64 + rng.below(256 << 10),
+                        base + RECV + rng.below(256 << 10),
                         // Not empty: libmlx5 writes an empty entry (2 GiB to the device),
                         // the direct path skips it (a difference `crosscheck` documents).
                         1 + rng.below(8192) as u32,
@@ -1257,11 +963,14 @@ fn bf_buffer(l: &QpLayout, buf: u32) -> Vec<u8> {
 /// completion is compared too.
 #[allow(clippy::too_many_lines)]
 fn run_prepared(mode: &str) {
-    let seed = env_u64("ZVERBS_EMU_DIFF_SEED", 0x5eed_d1ff) ^ 0x9e37;
-    let cases = env_u64("ZVERBS_EMU_DIFF_CASES", 3000) / 3;
-    let mut rng = Rng(seed | 1);
-    let ctx = Context::open().unwrap();
-    let (base, mr) = arena(&ctx, true);
+    let Start {
+        mut rng,
+        cases,
+        ctx,
+        base,
+        mr,
+    } = start(0x9e37, 3000, true);
+    let cases = cases / 3;
     let ask = ibv_qp_cap {
         max_send_wr: 16,
         max_recv_wr: 64,
@@ -1275,7 +984,6 @@ fn run_prepared(mode: &str) {
         q_ours,
         l_lib,
         l_ours,
-        c_ours,
         ..
     } = qps;
     assert_eq!(l_lib.bf.size, l_ours.bf.size);
@@ -1287,57 +995,9 @@ fn run_prepared(mode: &str) {
         assert!(l_lib.bf.size >= 64);
         assert_ne!(l_lib.bf.reg, l_ours.bf.reg, "a BlueFlame register each");
     }
-    let caps = q_lib.cap;
-    let sq_slots: Vec<_> = (0..l_ours.sq.wqe_cnt)
-        .map(|_| zverbs_mlx5dv::SqSlot::new())
-        .collect();
-    let rq_slots: Vec<_> = (0..l_ours.rq.wqe_cnt)
-        .map(|_| zverbs_mlx5dv::RqSlot::new())
-        .collect();
-    let sq_state = SqState::new(&sq_slots[..]).unwrap();
-    let rq_state = RqState::new(&rq_slots[..]).unwrap();
-    let bindings = [CqBinding::new(q_ours.qpn, Some(&sq_state), Some(&rq_state))];
-    let sq_caps = SqCaps {
-        max_send_sge: caps.max_send_sge,
-        max_inline_data: caps.max_inline_data,
-        sig_all: false,
-        max_signaled: c_ours.cqe_cnt - l_ours.rq.wqe_cnt,
-        transport: zverbs_core::Transport::Rc,
-    };
-    // SAFETY: as in `run`.
-    let (sq, mut rq, cq) = unsafe {
-        (
-            SendQueue::new(&l_ours, sq_caps, &sq_state).unwrap(),
-            RecvQueue::new(&l_ours, &rq_state).unwrap(),
-            CompletionQueue::new(&c_ours, &bindings[..]).unwrap(),
-        )
-    };
-    let mut recv_id = 1u64 << 40;
-    let mut post_recvs = |n: usize, rq: &mut RecvQueue<RqRef<'_>>| {
-        for _ in 0..n {
-            let slot = (recv_id as usize) % 64;
-            let addr = base + (RECV + slot * RECV_SLOT) as u64;
-            let mut s = ibv_sge {
-                addr,
-                length: RECV_SLOT as u32,
-                lkey: mr.lkey,
-            };
-            let mut w = ibv_recv_wr {
-                wr_id: recv_id,
-                next: core::ptr::null_mut(),
-                sg_list: &mut s,
-                num_sge: 1,
-            };
-            // SAFETY: a receive into the registered arena.
-            assert_eq!(unsafe { ctx.post_recv(q_lib, &mut w) }, 0);
-            let sgl = [Sge::new(addr, RECV_SLOT as u32, mr.lkey)];
-            // SAFETY: as above.
-            unsafe { rq.post(&RecvWr::new(recv_id, &sgl)) }.unwrap();
-            recv_id += 1;
-        }
-    };
-    let rq_depth = l_ours.rq.wqe_cnt as usize;
-    post_recvs(rq_depth, &mut rq);
+    let (sq, rq, cq) = direct_rc(&qps);
+    let mut recvs = Recvs::new(&ctx, q_lib, rq, base, mr.lkey);
+    recvs.post(l_ours.rq.wqe_cnt as usize);
     let mut p = Pair::new(&ctx, mr.lkey, &qps, sq, cq);
     let rc = Rc {
         rkey: mr.rkey,
@@ -1369,7 +1029,7 @@ fn run_prepared(mode: &str) {
         let r = Req {
             wr_id: id,
             op,
-            sgl: vec![(base + (src as u64) + off, len)],
+            sgl: vec![(base + src + off, len)],
             inline: false,
             // Every fourth at least: the unsignaled ones before it retire with it, so the
             // 16-block ring never fills.
@@ -1377,9 +1037,11 @@ fn run_prepared(mode: &str) {
             fence: rng.chance(10),
             solicited: rng.chance(10),
             imm: rng.next_u64() as u32,
-            raddr: base + (raddr as u64) + rng.below(4096),
+            raddr: base + raddr + rng.below(4096),
             compare: 0,
             swap_add: 0,
+            target: 0,
+            ah: 0,
         };
         count[which] += 1;
         zero_len += u64::from(len == 0);
@@ -1393,7 +1055,7 @@ fn run_prepared(mode: &str) {
         };
         let mut wr = ibv_send_wr {
             num_sge: 1,
-            send_flags: Rc::flags(&r).bits(),
+            send_flags: r.flags().bits(),
             sg_list: &mut sge,
             ..rc.lib_wr(&r, 0)
         };
@@ -1421,7 +1083,7 @@ fn run_prepared(mode: &str) {
             imm: r.imm,
         };
         rc.with_wr(&template, 0, &tsgl, &mut |w| {
-            let w = w.with_flags(Rc::flags(&r));
+            let w = w.with_flags(r.flags());
             let sq = &mut p.sq;
             // SAFETY: the entry lies in the registered arena, which outlives the request.
             let posted = if matches!(op, IBV_WR_SEND | IBV_WR_SEND_WITH_IMM) {
@@ -1435,21 +1097,17 @@ fn run_prepared(mode: &str) {
         });
         assert_eq!(sq_pi(&l_ours), sq_pi(&l_lib), "same blocks published");
 
-        // The WQEs, as `Pair::post` compares them.
-        let (mut a, mut b) = (wqe_bytes(&l_lib, pi), wqe_bytes(&l_ours, pi));
-        assert_eq!(a.len(), b.len(), "ds differs for {r:?}");
-        let ds = a.len();
-        assert_eq!(a[4..8], ((q_lib.qpn << 8) | (ds as u32 / 16)).to_be_bytes());
-        assert_eq!(
-            b[4..8],
-            ((q_ours.qpn << 8) | (ds as u32 / 16)).to_be_bytes()
+        // The WQEs, as `Pair::post` compares them (no inline data, no atomics: nothing is
+        // masked but the QPN).
+        p.cmp.wqe(
+            (&l_lib, q_lib.qpn),
+            (&l_ours, q_ours.qpn),
+            pi,
+            "prepared WQE",
+            &r,
+            |_| {},
         );
-        a[4..8].fill(0);
-        b[4..8].fill(0);
-        assert_eq!(
-            a, b,
-            "prepared WQE differs for {r:?}\nlibmlx5 {a:02x?}\nours    {b:02x?}"
-        );
+        let ds = wqe_bytes(&l_lib, pi).len();
 
         // The BlueFlame buffers, as compared with the WQEs.
         let mut fb = bf_buffer(&l_ours, buf);
@@ -1463,16 +1121,8 @@ fn run_prepared(mode: &str) {
         };
         fa.truncate(n);
         fb.truncate(n);
-        assert_eq!(
-            fa[4..8],
-            ((q_lib.qpn << 8) | (ds as u32 / 16)).to_be_bytes()
-        );
-        assert_eq!(
-            fb[4..8],
-            ((q_ours.qpn << 8) | (ds as u32 / 16)).to_be_bytes()
-        );
-        fa[4..8].fill(0);
-        fb[4..8].fill(0);
+        mask_qpn(&mut fa, q_lib.qpn, ds as u32 / 16);
+        mask_qpn(&mut fb, q_ours.qpn, ds as u32 / 16);
         assert_eq!(
             fa, fb,
             "BlueFlame bytes differ for {r:?}\nlibmlx5 {fa:02x?}\nours    {fb:02x?}"
@@ -1482,12 +1132,9 @@ fn run_prepared(mode: &str) {
         // Completions: the signaled request, and the receive a SEND or WRITE_IMM consumes.
         let expect = usize::from(r.signaled) + usize::from(r.consumes_recv());
         let (got_lib, got_ours) = p.poll(expect, &r);
-        for (l, o) in got_lib.iter().zip(&got_ours) {
-            assert_eq!((l.wr_id, l.status), (o.wr_id, o.status.to_raw()));
-            assert_eq!(l.status, 0, "{r:?}");
-            assert_eq!(l.opcode, o.opcode.to_raw(), "opcode of {:#x}", l.wr_id);
-        }
-        post_recvs(usize::from(r.consumes_recv()), &mut rq);
+        assert!(got_lib.iter().all(|l| l.status == 0), "{r:?}: {got_lib:?}");
+        assert_same_completions(&got_lib, &got_ours, (q_lib.qpn, q_ours.qpn));
+        recvs.post(usize::from(r.consumes_recv()));
     }
     println!(
         "{mode}: prepared differential: {cases} cases (WRITE {}, WRITE_IMM {}, READ {}, SEND {}, \

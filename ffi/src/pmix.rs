@@ -52,6 +52,8 @@ pub const PMIX_RANK_WILDCARD: pmix_rank_t = u32::MAX - 1;
 
 /// `PMIX_BOOL`.
 pub const PMIX_BOOL: pmix_data_type_t = 1;
+/// `PMIX_INT`.
+pub const PMIX_INT: pmix_data_type_t = 6;
 /// `PMIX_UINT32`.
 pub const PMIX_UINT32: pmix_data_type_t = 14;
 /// `PMIX_BYTE_OBJECT`.
@@ -67,6 +69,8 @@ pub const PMIX_INFO_REQD: pmix_info_directives_t = 1;
 pub const PMIX_JOB_SIZE: &core::ffi::CStr = c"pmix.job.size";
 /// `PMIX_COLLECT_DATA` (`bool`): a fence that collects what each process committed.
 pub const PMIX_COLLECT_DATA: &core::ffi::CStr = c"pmix.collect";
+/// `PMIX_TIMEOUT` (`int`): seconds before the call gives up with `PMIX_ERR_TIMEOUT` (0: never).
+pub const PMIX_TIMEOUT: &core::ffi::CStr = c"pmix.timeout";
 
 /// `pmix_proc_t`: a process, by namespace and rank.
 #[derive(Clone, Copy)]
@@ -90,6 +94,7 @@ pub struct pmix_byte_object_t {
 #[repr(C)]
 pub union pmix_value_data {
     pub flag: bool,
+    pub integer: c_int,
     pub uint32: u32,
     pub bo: pmix_byte_object_t,
     pub ptr: *mut c_void,

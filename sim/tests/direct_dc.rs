@@ -8,23 +8,14 @@
 mod common;
 
 use common::Arena;
+use common::direct::{Cq, DirectSrq, device_with_arena, drain, send_only};
 use zverbs_core::{
-    Completion, DcDest, PollCq, PostRecv, RecvWr, RemoteBuf, SendWr, Sge, WcOpcode, WcStatus,
+    Completion, DcDest, PostRecv, RecvWr, RemoteBuf, SendWr, Sge, WcOpcode, WcStatus,
 };
-use zverbs_mlx5dv::{
-    CompletionQueue, CqBinding, DcSendQueue, RqRef, SharedRecvQueue, SqRef, SqState, SrqLayout,
-    SrqRef, SrqSlot, SrqState,
-};
+use zverbs_mlx5dv::{CompletionQueue, CqBinding, DcSendQueue, SharedRecvQueue, SqRef, SrqRef};
 use zverbs_sim::{
-    Access, AhAttr, CqConfig, DctConfig, Device, Mr, QpConfig, QpStatus, QpType, SimDct, SimQp,
-    SrqConfig,
+    AhAttr, CqConfig, DctConfig, Device, Mr, QpConfig, QpStatus, QpType, SimDct, SimQp, SrqConfig,
 };
-
-fn leak<T>(v: T) -> &'static T {
-    Box::leak(Box::new(v))
-}
-
-type Cq = CompletionQueue<&'static [CqBinding<SqRef<'static>, RqRef<'static>, SrqRef<'static>>]>;
 
 const KEY: u64 = 0x0dc0_ffee_1234_5678;
 
@@ -49,33 +40,14 @@ struct World {
 }
 
 fn world(targets: usize, dcis: usize) -> World {
-    let mem = leak(Arena::new(1 << 16));
-    let dev = leak(Device::new());
-    // SAFETY: both are leaked: the arena outlives the device's use of it.
-    let mr = unsafe { dev.reg_mr(mem.ptr(0), mem.len(), Access::ALL) }.unwrap();
-    let s = dev
-        .create_srq(SrqConfig {
+    let (dev, mem, mr) = device_with_arena(1 << 16);
+    let s = DirectSrq::new(
+        dev,
+        SrqConfig {
             max_wr: 16,
             max_sge: 1,
-        })
-        .unwrap();
-    let layout = SrqLayout {
-        srqn: s.srqn,
-        buf: s.buf,
-        dbrec: s.dbrec,
-        stride: s.stride,
-        wqe_cnt: s.wqe_cnt,
-        head: s.head,
-        tail: s.tail,
-    };
-    let slots: &'static [SrqSlot] = (0..s.wqe_cnt)
-        .map(|_| SrqSlot::new())
-        .collect::<Vec<_>>()
-        .leak();
-    // SAFETY: the device (leaked) keeps the ring alive; the SRQ is new.
-    let state: SrqRef<'static> = leak(unsafe { SrqState::new(&layout, slots) }.unwrap());
-    // SAFETY: as above; only this queue posts to the SRQ, and its state is bound to `rcq`.
-    let srq = unsafe { SharedRecvQueue::new(&layout, state) }.unwrap();
+        },
+    );
     let rcq_sim = dev.create_cq(CqConfig { cqe: 64 }).unwrap();
     let mut dcts = Vec::new();
     let mut bind = Vec::new();
@@ -83,27 +55,27 @@ fn world(targets: usize, dcis: usize) -> World {
         let t = dev
             .create_dct(DctConfig {
                 cq: rcq_sim.cqn,
-                srq: s.srqn,
+                srq: s.sim.srqn,
                 access_key: KEY + i as u64,
             })
             .unwrap();
         dev.ready_dct(t.dctn).unwrap();
-        bind.push(CqBinding::with_srq(t.dctn, None, state));
+        bind.push(CqBinding::with_srq(t.dctn, None, s.state));
         dcts.push(t);
     }
     let bind: &'static [_] = bind.leak();
-    // SAFETY: as above.
+    // SAFETY: the device outlives the poller, which alone polls the receive CQ.
     let rcq = unsafe { CompletionQueue::new(&rcq_sim.layout, bind) }.unwrap();
     let dcis = (0..dcis).map(|_| dci(dev)).collect();
     World {
         dev,
         mem,
         mr,
-        srq,
+        srq: s.queue,
         dcts,
         rcq,
         rcqn: rcq_sim.cqn,
-        srqn: s.srqn,
+        srqn: s.sim.srqn,
         dcis,
     }
 }
@@ -124,18 +96,10 @@ fn dci(dev: &'static Device) -> Dci {
         )
         .unwrap();
     dev.ready_dci(qp.qpn).unwrap();
-    let sqs: SqRef<'static> = leak(SqState::new(&*qp.sq_slots().leak()).unwrap());
-    let b: &'static [CqBinding<SqRef<'static>, RqRef<'static>, SrqRef<'static>>] =
-        Box::leak(Box::new([CqBinding::send_only(qp.qpn, sqs)]));
-    // SAFETY: the device outlives the queues; each drives its ring alone; the state is bound
-    // to the CQ that serves it.
-    unsafe {
-        Dci {
-            qp,
-            sq: DcSendQueue::new(&qp.layout, qp.caps(), sqs).unwrap(),
-            cq: CompletionQueue::new(&cq.layout, b).unwrap(),
-        }
-    }
+    let (sqs, cq) = send_only(&qp, &cq.layout);
+    // SAFETY: the device outlives the queue, which alone drives its ring.
+    let sq = unsafe { DcSendQueue::new(&qp.layout, qp.caps(), sqs) }.unwrap();
+    Dci { qp, sq, cq }
 }
 
 impl World {
@@ -174,18 +138,6 @@ impl World {
     fn post(&mut self, i: usize, dest: &DcDest, wr: &SendWr<'_>) {
         // SAFETY: the entries lie in the registered arena (or are inline and readable).
         unsafe { self.dcis[i].sq.post_to(dest, wr) }.unwrap();
-    }
-}
-
-fn poll(cq: &mut Cq) -> Vec<Completion> {
-    let mut out = Vec::new();
-    let mut wc = [Completion::EMPTY; 8];
-    loop {
-        let n = cq.poll(&mut wc);
-        out.extend_from_slice(&wc[..n]);
-        if n == 0 {
-            return out;
-        }
     }
 }
 
@@ -230,7 +182,7 @@ fn one_initiator_runs_every_operation_against_three_targets() {
         }
     }
     w.dev.run_until_idle();
-    let tx = poll(&mut w.dcis[0].cq);
+    let tx = drain(&mut w.dcis[0].cq);
     let qpn = w.dcis[0].qp.qpn;
     assert_eq!(tx.len(), 21, "{tx:?}");
     let ops = [
@@ -278,7 +230,7 @@ fn one_initiator_runs_every_operation_against_three_targets() {
     }
     // The receive side: each target's three receives, completed on the shared CQ naming the
     // target, in order.
-    let rx = poll(&mut w.rcq);
+    let rx = drain(&mut w.rcq);
     let got: Vec<_> = rx
         .iter()
         .map(|c| (c.wr_id, c.status, c.opcode, c.qp_num, c.byte_len, c.imm))
@@ -318,7 +270,7 @@ fn fail_then_flush(w: &mut World, dest: &DcDest) -> Vec<Completion> {
     w.post(0, &good, &SendWr::write(2, &sgl, r));
     w.post(0, &good, &SendWr::read(3, &sgl, r).signaled());
     w.dev.run_until_idle();
-    poll(&mut w.dcis[0].cq)
+    drain(&mut w.dcis[0].cq)
 }
 
 fn statuses(c: &[Completion]) -> Vec<(u64, WcStatus)> {
@@ -407,7 +359,7 @@ fn a_remote_access_error_fails_the_initiator_and_the_target_serves_on() {
     w.post(0, &dest, &SendWr::write(5, &sgl, w.remote(4096)).signaled());
     w.dev.run_until_idle();
     assert_eq!(
-        statuses(&poll(&mut w.dcis[0].cq)),
+        statuses(&drain(&mut w.dcis[0].cq)),
         [(4, WcStatus::RemAccessErr), (5, WcStatus::WrFlushErr)]
     );
     assert_eq!(w.dev.qp_status(w.dcts[0].dctn).unwrap(), QpStatus::Rts);
@@ -415,7 +367,10 @@ fn a_remote_access_error_fails_the_initiator_and_the_target_serves_on() {
     w.mem.write(32768, &[0x42; 8]);
     w.post(1, &dest, &SendWr::write(6, &sgl, w.remote(4200)).signaled());
     w.dev.run_until_idle();
-    assert_eq!(statuses(&poll(&mut w.dcis[1].cq)), [(6, WcStatus::Success)]);
+    assert_eq!(
+        statuses(&drain(&mut w.dcis[1].cq)),
+        [(6, WcStatus::Success)]
+    );
     assert_eq!(w.mem.read(4200, 8), vec![0x42; 8]);
 }
 
@@ -432,7 +387,7 @@ fn an_initiator_moved_to_error_flushes_every_outstanding_request_once() {
         w.post(0, dest, &wr);
     }
     w.dev.run_until_idle();
-    let c = poll(&mut w.dcis[0].cq);
+    let c = drain(&mut w.dcis[0].cq);
     assert_eq!(
         statuses(&c),
         (0..6u64)
@@ -507,7 +462,7 @@ fn an_initiator_reaches_a_target_in_another_process_through_the_wire() {
         &SendWr::write(2, &sgl, RemoteBuf::new(b.mem.addr(8448), b.mr.rkey)).signaled(),
     );
     pump(a.dev, LID_A, b.dev, &q);
-    let tx = poll(&mut a.dcis[0].cq);
+    let tx = drain(&mut a.dcis[0].cq);
     assert_eq!(
         tx.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
         [(1, WcStatus::Success), (2, WcStatus::Success)],
@@ -523,7 +478,7 @@ fn an_initiator_reaches_a_target_in_another_process_through_the_wire() {
         &SendWr::write(3, &sgl, to_b).signaled(),
     );
     pump(a.dev, LID_A, b.dev, &q);
-    let tx = poll(&mut a.dcis[0].cq);
+    let tx = drain(&mut a.dcis[0].cq);
     assert_eq!(tx.len(), 1, "{tx:?}");
     assert_eq!((tx[0].wr_id, tx[0].status), (3, WcStatus::RetryExcErr));
     assert_eq!(b.dev.stats().dc_key_violations, 1);

@@ -7,21 +7,14 @@
 mod common;
 
 use common::Arena;
-use zverbs_core::{
-    Completion, PollCq, PostError, PostRecv, PostSend, RecvWr, SendWr, Sge, WcOpcode, WcStatus,
-};
+use common::direct::{Cq, DirectSrq, device_with_arena, drain, send_only};
+use zverbs_core::{PostError, PostRecv, PostSend, RecvWr, SendWr, Sge, WcOpcode, WcStatus};
 use zverbs_mlx5dv::{
-    CompletionQueue, CqBinding, RqRef, SendQueue, SharedRecvQueue, SqRef, SqState, SrqLayout,
-    SrqRef, SrqSlot, SrqState,
+    CompletionQueue, CqBinding, SendQueue, SharedRecvQueue, SqRef, SrqLayout, SrqRef,
 };
-use zverbs_sim::{Access, CqConfig, Device, Mr, RNR_RETRY_INFINITE, SimQp, SrqConfig};
-
-fn leak<T>(v: T) -> &'static T {
-    Box::leak(Box::new(v))
-}
+use zverbs_sim::{CqConfig, Device, Mr, RNR_RETRY_INFINITE, SimQp, SrqConfig};
 
 type Sq = SendQueue<SqRef<'static>>;
-type Cq = CompletionQueue<&'static [CqBinding<SqRef<'static>, RqRef<'static>, SrqRef<'static>>]>;
 
 /// `n` RC pairs: requesters with their own CQ each, responders taking their receives from one
 /// SRQ of `max_wr` receives and completing them on one CQ.
@@ -37,29 +30,8 @@ struct Setup {
 }
 
 fn setup(n: usize, max_wr: u32, rnr_retry: u8) -> Setup {
-    let mem = leak(Arena::new(1 << 16));
-    let dev = leak(Device::new());
-    // SAFETY: both are leaked: the arena outlives the device's use of it.
-    let mr = unsafe { dev.reg_mr(mem.ptr(0), mem.len(), Access::ALL) }.unwrap();
-    let s = dev.create_srq(SrqConfig { max_wr, max_sge: 2 }).unwrap();
-    let layout = SrqLayout {
-        srqn: s.srqn,
-        buf: s.buf,
-        dbrec: s.dbrec,
-        stride: s.stride,
-        wqe_cnt: s.wqe_cnt,
-        head: s.head,
-        tail: s.tail,
-    };
-    let slots: &'static [SrqSlot] = (0..s.wqe_cnt)
-        .map(|_| SrqSlot::new())
-        .collect::<Vec<_>>()
-        .leak();
-    // SAFETY: the device (leaked) keeps the ring alive; the SRQ is new.
-    let state: SrqRef<'static> = leak(unsafe { SrqState::new(&layout, slots) }.unwrap());
-    // SAFETY: as above; only this queue posts to the SRQ, its state is bound to `rcq` below,
-    // the one CQ its QPs complete receives on.
-    let srq = unsafe { SharedRecvQueue::new(&layout, state) }.unwrap();
+    let (dev, mem, mr) = device_with_arena(1 << 16);
+    let s = DirectSrq::new(dev, SrqConfig { max_wr, max_sge: 2 });
     let rcq_sim = dev.create_cq(CqConfig { cqe: 64 }).unwrap();
     let mut req = Vec::new();
     let mut resp = Vec::new();
@@ -68,31 +40,24 @@ fn setup(n: usize, max_wr: u32, rnr_retry: u8) -> Setup {
         req: r,
         cq,
         resp: on_srq,
-    } in common::srq_pairs(dev, n, s.srqn, rcq_sim.cqn, rnr_retry)
+    } in common::srq_pairs(dev, n, s.sim.srqn, rcq_sim.cqn, rnr_retry)
     {
-        let sqs: SqRef<'static> = leak(SqState::new(&*r.sq_slots().leak()).unwrap());
-        let b: &'static [CqBinding<SqRef<'static>, RqRef<'static>, SrqRef<'static>>] =
-            Box::leak(Box::new([CqBinding::send_only(r.qpn, sqs)]));
-        // SAFETY: the device outlives the queues; each drives its ring alone.
-        let (sq, cq) = unsafe {
-            (
-                SendQueue::new(&r.layout, r.caps(), sqs).unwrap(),
-                CompletionQueue::new(&cq.layout, b).unwrap(),
-            )
-        };
+        let (sqs, cq) = send_only(&r, &cq.layout);
+        // SAFETY: the device outlives the queue, which alone drives its ring.
+        let sq = unsafe { SendQueue::new(&r.layout, r.caps(), sqs) }.unwrap();
         req.push((r, sq, cq));
-        bind.push(CqBinding::with_srq(on_srq.qpn, None, state));
+        bind.push(CqBinding::with_srq(on_srq.qpn, None, s.state));
         resp.push(on_srq);
     }
     let bind: &'static [_] = bind.leak();
-    // SAFETY: as above.
+    // SAFETY: the device outlives the poller, which alone polls the receive CQ.
     let rcq = unsafe { CompletionQueue::new(&rcq_sim.layout, bind) }.unwrap();
     Setup {
         dev,
         mem,
         mr,
-        srq,
-        layout,
+        srq: s.queue,
+        layout: s.layout,
         req,
         resp,
         rcq,
@@ -116,18 +81,6 @@ impl Setup {
         // SAFETY: as above.
         unsafe { self.req[i].1.post(&SendWr::send(wr_id, &sgl).signaled()) }.unwrap();
     }
-
-    fn poll(cq: &mut Cq) -> Vec<Completion> {
-        let mut out = Vec::new();
-        let mut wc = [Completion::EMPTY; 8];
-        loop {
-            let n = cq.poll(&mut wc);
-            out.extend_from_slice(&wc[..n]);
-            if n == 0 {
-                return out;
-            }
-        }
-    }
 }
 
 #[test]
@@ -146,7 +99,7 @@ fn three_qps_share_one_srq_and_each_completion_names_its_qp() {
         s.send(i, n as u64, 8192 + i * 64, 10 + i as u32);
         s.dev.run_until_idle();
     }
-    let rx = Setup::poll(&mut s.rcq);
+    let rx = drain(&mut s.rcq);
     let got: Vec<_> = rx
         .iter()
         .map(|c| (c.wr_id, c.qp_num, c.byte_len, c.opcode, c.status))
@@ -165,7 +118,7 @@ fn three_qps_share_one_srq_and_each_completion_names_its_qp() {
     assert_eq!(s.mem.read(1024, 10), vec![1; 10]);
     assert_eq!(s.mem.read(2048, 11), vec![2; 11]);
     for (_, _, cq) in &mut s.req {
-        assert_eq!(Setup::poll(cq).len(), 1);
+        assert_eq!(drain(cq).len(), 1);
     }
 }
 
@@ -185,14 +138,14 @@ fn the_srq_is_refilled_round_after_round() {
             s.mem.write(8192, &[(round * 5 + k) as u8; 16]);
             s.send(i, k, 8192, 16);
             s.dev.run_until_idle();
-            let rx = Setup::poll(&mut s.rcq);
+            let rx = drain(&mut s.rcq);
             assert_eq!(rx.len(), 1, "round {round}");
             assert_eq!((rx[0].wr_id, rx[0].qp_num), (next + k, s.resp[i].qpn));
             assert_eq!(
                 s.mem.read(k as usize * 512, 16),
                 vec![(round * 5 + k) as u8; 16]
             );
-            assert_eq!(Setup::poll(&mut s.req[i].2).len(), 1);
+            assert_eq!(drain(&mut s.req[i].2).len(), 1);
         }
         next += 5;
         assert_eq!(s.srq.free(), 7, "every WQE back on the list");
@@ -206,9 +159,9 @@ fn an_empty_srq_is_an_rnr_nak_until_a_receive_is_posted() {
     let mut s = setup(1, 4, 0);
     s.send(0, 7, 8192, 8);
     s.dev.run_until_idle();
-    let tx = Setup::poll(&mut s.req[0].2);
+    let tx = drain(&mut s.req[0].2);
     assert_eq!((tx[0].wr_id, tx[0].status), (7, WcStatus::RnrRetryExcErr));
-    assert!(Setup::poll(&mut s.rcq).is_empty());
+    assert!(drain(&mut s.rcq).is_empty());
     assert_eq!(s.dev.stats().rnr_naks, 1);
 
     // Retrying for ever: the SEND waits, and lands once a receive is posted.
@@ -216,13 +169,13 @@ fn an_empty_srq_is_an_rnr_nak_until_a_receive_is_posted() {
     s.mem.write(8192, b"patience");
     s.send(0, 8, 8192, 8);
     s.dev.run_until_idle();
-    assert!(Setup::poll(&mut s.req[0].2).is_empty(), "still waiting");
+    assert!(drain(&mut s.req[0].2).is_empty(), "still waiting");
     s.post_recv(0x77, 0, 64).unwrap();
     s.dev.run_until_idle();
-    let rx = Setup::poll(&mut s.rcq);
+    let rx = drain(&mut s.rcq);
     assert_eq!((rx[0].wr_id, rx[0].byte_len), (0x77, 8));
     assert_eq!(s.mem.read(0, 8), b"patience");
-    let tx = Setup::poll(&mut s.req[0].2);
+    let tx = drain(&mut s.req[0].2);
     assert_eq!((tx[0].wr_id, tx[0].status), (8, WcStatus::Success));
 }
 
@@ -274,7 +227,7 @@ fn refused_posts_write_nothing() {
     // One completes: its WQE comes back, and the post that was refused now fits.
     s.send(0, 1, 8192, 4);
     s.dev.run_until_idle();
-    assert_eq!(Setup::poll(&mut s.rcq)[0].wr_id, 0);
+    assert_eq!(drain(&mut s.rcq)[0].wr_id, 0);
     s.post_recv(9, 512, 64).unwrap();
     assert_eq!(s.srq.free(), 0);
 }

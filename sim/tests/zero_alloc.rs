@@ -233,7 +233,7 @@ fn library_ud_and_srq_round_trips_allocate_nothing() {
     use zverbs_core::{Sge, Transport, UdDest};
     use zverbs_mlx5dv::{
         CompletionQueue, CqBinding, RecvQueue, RqRef, RqState, SendQueue, SharedRecvQueue, SqCaps,
-        SqRef, SqState, SrqLayout, SrqRef, SrqSlot, SrqState,
+        SqRef, SqState, SrqRef, SrqSlot, SrqState,
     };
     type Binds = &'static [CqBinding<SqRef<'static>, RqRef<'static>, SrqRef<'static>>];
 
@@ -262,15 +262,7 @@ fn library_ud_and_srq_round_trips_allocate_nothing() {
     };
     let (a, b) = (ud(acq), ud(bcq));
     let s = dev.create_srq(SrqConfig::default()).unwrap();
-    let srq_layout = SrqLayout {
-        srqn: s.srqn,
-        buf: s.buf,
-        dbrec: s.dbrec,
-        stride: s.stride,
-        wqe_cnt: s.wqe_cnt,
-        head: s.head,
-        tail: s.tail,
-    };
+    let srq_layout = common::direct::srq_layout(&s);
     let r = dev
         .create_qp(QpConfig {
             send_cq: rcq.cqn,

@@ -34,6 +34,28 @@ fn rts(qp: &Qp) {
         .unwrap();
 }
 
+/// A context on the fake device, driven directly, whose QPs all ring one BlueFlame register
+/// (two 256-byte buffers) in memory the test reads: the context and the register.
+fn ctx_on_shared_register(log: &Log) -> (Context, Arc<crate::provider::fake::SharedMem>) {
+    use crate::fallback::RawArray;
+    use crate::provider::fake::{FakeBf, SharedMem};
+    let reg = Arc::new(SharedMem(RawArray::new(64, 0)));
+    let ctx = ctx_with(log, |c| {
+        c.direct = true;
+        c.blueflame = FakeBf::Shared(256, reg.clone());
+    });
+    (ctx, reg)
+}
+
+/// An RC QP of `pd` on `cq` (both queues), 8 sends and 4 receives deep.
+fn rc_qp(pd: &Pd, cq: &Cq) -> Qp {
+    pd.qp_builder(cq, cq)
+        .max_send_wr(8)
+        .max_recv_wr(4)
+        .build()
+        .unwrap()
+}
+
 fn new_log() -> Log {
     Arc::new(Mutex::new(Vec::new()))
 }
@@ -436,12 +458,7 @@ fn direct_engine_plugs_in_through_the_provider_seam() {
     let buf = pd.alloc_buf(64, AccessFlags::ALL).unwrap();
     let cq = ctx.cq_builder().cqe(16).build().unwrap();
     assert_eq!(cq.backend().kind, BackendKind::Direct);
-    let qp = pd
-        .qp_builder(&cq, &cq)
-        .max_send_wr(8)
-        .max_recv_wr(4)
-        .build()
-        .unwrap();
+    let qp = rc_qp(&pd, &cq);
     assert_eq!(qp.backend().kind, BackendKind::Direct);
     assert!(
         qp.backend().reason.contains("fake direct QP"),
@@ -767,25 +784,12 @@ fn mr_buf_refuses_bad_offsets_and_lengths() {
 /// are reported dedicated and ring without a lock.
 #[test]
 fn qps_on_a_shared_register_are_serialised_and_reported() {
-    use crate::fallback::RawArray;
-    use crate::provider::fake::{FakeBf, SharedMem};
+    use crate::provider::fake::FakeBf;
     let log = new_log();
-    let reg = Arc::new(SharedMem(RawArray::new(64, 0)));
-    let ctx = ctx_with(&log, |c| {
-        c.direct = true;
-        c.blueflame = FakeBf::Shared(256, reg.clone());
-    });
+    let (ctx, reg) = ctx_on_shared_register(&log);
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.cq_builder().cqe(64).build().unwrap();
-    let qps: Vec<Qp> = (0..3)
-        .map(|_| {
-            pd.qp_builder(&cq, &cq)
-                .max_send_wr(8)
-                .max_recv_wr(4)
-                .build()
-                .unwrap()
-        })
-        .collect();
+    let qps: Vec<Qp> = (0..3).map(|_| rc_qp(&pd, &cq)).collect();
     qps.iter().for_each(rts);
     let at_creation: Vec<_> = qps.iter().map(|q| q.backend().blueflame).collect();
     assert_eq!(
@@ -834,12 +838,7 @@ fn qps_on_a_shared_register_are_serialised_and_reported() {
     });
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.cq_builder().cqe(16).build().unwrap();
-    let qp = pd
-        .qp_builder(&cq, &cq)
-        .max_send_wr(8)
-        .max_recv_wr(4)
-        .build()
-        .unwrap();
+    let qp = rc_qp(&pd, &cq);
     rts(&qp);
     assert_eq!(qp.backend().blueflame, Some(BlueFlame::Dedicated));
     assert!(
@@ -857,12 +856,7 @@ fn qps_on_a_shared_register_are_serialised_and_reported() {
     let ctx = ctx_with(&log, |c| c.direct = true);
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.cq_builder().cqe(16).build().unwrap();
-    let qp = pd
-        .qp_builder(&cq, &cq)
-        .max_send_wr(8)
-        .max_recv_wr(4)
-        .build()
-        .unwrap();
+    let qp = rc_qp(&pd, &cq);
     assert_eq!(qp.blueflame(), Some(BlueFlame::DoorbellOnly));
 }
 
@@ -871,22 +865,11 @@ fn qps_on_a_shared_register_are_serialised_and_reported() {
 /// share, so consecutive rings on the UD and RC QPs alternate buffers.
 #[test]
 fn a_ud_qp_on_a_shared_register_shares_its_lock_and_toggle() {
-    use crate::fallback::RawArray;
-    use crate::provider::fake::{FakeBf, SharedMem};
     let log = new_log();
-    let reg = Arc::new(SharedMem(RawArray::new(64, 0)));
-    let ctx = ctx_with(&log, |c| {
-        c.direct = true;
-        c.blueflame = FakeBf::Shared(256, reg.clone());
-    });
+    let (ctx, reg) = ctx_on_shared_register(&log);
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.cq_builder().cqe(64).build().unwrap();
-    let rc = pd
-        .qp_builder(&cq, &cq)
-        .max_send_wr(8)
-        .max_recv_wr(4)
-        .build()
-        .unwrap();
+    let rc = rc_qp(&pd, &cq);
     rts(&rc);
     let ud = pd
         .qp_builder(&cq, &cq)
@@ -940,23 +923,12 @@ fn timestamps_on_a_device_without_a_clock_are_a_typed_error() {
 /// changes, through the BlueFlame register, allocating nothing; a length over 2 GiB is refused.
 #[test]
 fn prepared_requests_post_through_the_direct_send_queue_without_allocating() {
-    use crate::fallback::RawArray;
-    use crate::provider::fake::{FakeBf, SharedMem};
     use zverbs_mlx5dv::Changes;
     let log = new_log();
-    let reg = Arc::new(SharedMem(RawArray::new(64, 0)));
-    let ctx = ctx_with(&log, |c| {
-        c.direct = true;
-        c.blueflame = FakeBf::Shared(256, reg.clone());
-    });
+    let (ctx, reg) = ctx_on_shared_register(&log);
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.cq_builder().cqe(16).build().unwrap();
-    let qp = pd
-        .qp_builder(&cq, &cq)
-        .max_send_wr(8)
-        .max_recv_wr(4)
-        .build()
-        .unwrap();
+    let qp = rc_qp(&pd, &cq);
     rts(&qp);
     let AnySendQueue::Direct(mut sq) = qp.send_queue().unwrap() else {
         panic!("expected the direct backend's RC queue");

@@ -4,13 +4,12 @@
 //! built with `ibv_wr_start`, an opcode call, `mlx5dv_wr_set_dc_addr`, the data setters and
 //! `ibv_wr_complete`.
 
-use core::ffi::c_int;
 use core::ptr::{NonNull, null_mut};
 
 use zverbs_ffi::types::{
     IBV_MTU_4096, IBV_QP_INIT_ATTR_PD, IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, IBV_QPS_INIT, IBV_QPS_RTR,
-    IBV_QPS_RTS, IBV_QPT_DRIVER, MLX5DV_DCTYPE_DCI, MLX5DV_DCTYPE_DCT, MLX5DV_QP_INIT_ATTR_MASK_DC,
-    ibv_qp_attr, ibv_qp_cap, ibv_qp_ex, ibv_qp_init_attr_ex, ibv_rx_hash_conf, mlx5dv_dc_init_attr,
+    IBV_QPT_DRIVER, MLX5DV_DCTYPE_DCI, MLX5DV_DCTYPE_DCT, MLX5DV_QP_INIT_ATTR_MASK_DC, ibv_qp_attr,
+    ibv_qp_cap, ibv_qp_ex, ibv_qp_init_attr_ex, ibv_rx_hash_conf, mlx5dv_dc_init_attr,
     mlx5dv_dc_init_attr_u, mlx5dv_qp_ex, mlx5dv_qp_init_attr, qp_attr_mask as m,
 };
 
@@ -91,19 +90,13 @@ impl Context {
         };
         // SAFETY: a live context and PD, initialised attribute structs.
         let qp = unsafe { (self.mlx5.mlx5dv_create_qp)(self.ctx.as_ptr(), &mut attr, &mut dv) };
-        let raw = NonNull::new(qp).ok_or_else(|| {
+        // SAFETY: what `mlx5dv_create_qp` returned, with the capabilities it granted.
+        unsafe { Qp::created(qp, attr.cap) }.ok_or_else(|| {
             format!(
                 "mlx5dv_create_qp ({}) failed: {}",
                 if target { "DCT" } else { "DCI" },
                 std::io::Error::last_os_error()
             )
-        })?;
-        // SAFETY: a live `struct ibv_qp`.
-        let qpn = unsafe { (*raw.as_ptr()).qp_num };
-        Ok(Qp {
-            raw,
-            qpn,
-            cap: attr.cap,
         })
     }
 
@@ -114,15 +107,7 @@ impl Context {
     ///
     /// When a transition fails.
     pub fn ready_dc(&self, qp: Qp, target: bool) -> Result<Qp, String> {
-        let step = |mut a: ibv_qp_attr, mask: c_int, what: &str| {
-            // SAFETY: a live QP and an initialised attribute struct.
-            let r = unsafe { (self.verbs.ibv_modify_qp)(qp.raw.as_ptr(), &mut a, mask) };
-            if r == 0 {
-                Ok(())
-            } else {
-                Err(format!("ibv_modify_qp to {what} failed: {r}"))
-            }
-        };
+        let step = |a, mask, what| self.modify(qp, a, mask, what);
         let init = ibv_qp_attr {
             qp_state: IBV_QPS_INIT,
             pkey_index: 0,
@@ -151,25 +136,7 @@ impl Context {
             "RTR",
         )?;
         if !target {
-            let rts = ibv_qp_attr {
-                qp_state: IBV_QPS_RTS,
-                timeout: 14,
-                retry_cnt: 7,
-                rnr_retry: 7,
-                max_rd_atomic: 16,
-                sq_psn: 0,
-                ..ibv_qp_attr::default()
-            };
-            step(
-                rts,
-                m::IBV_QP_STATE
-                    | m::IBV_QP_TIMEOUT
-                    | m::IBV_QP_RETRY_CNT
-                    | m::IBV_QP_RNR_RETRY
-                    | m::IBV_QP_SQ_PSN
-                    | m::IBV_QP_MAX_QP_RD_ATOMIC,
-                "RTS",
-            )?;
+            self.to_rts(qp)?;
         }
         // SAFETY: a live `struct ibv_qp` (a target's number is set at RTR).
         let qpn = unsafe { (*qp.raw.as_ptr()).qp_num };

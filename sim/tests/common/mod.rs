@@ -18,6 +18,8 @@ use zverbs_mlx5dv::{
 use zverbs_sim::wire::Wire;
 use zverbs_sim::{Access, CqConfig, Device, Mr, Peer, QpConfig, SimCq, SimQp};
 
+pub mod direct;
+
 /// Guard bytes on each side of an arena.
 pub const GUARD: usize = 256;
 const GUARD_BYTE: u8 = 0x5a;

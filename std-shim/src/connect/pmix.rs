@@ -10,6 +10,12 @@
 //! (`PMIx_Fence` with `PMIX_COLLECT_DATA`) and reads every peer's (`PMIx_Get`).
 //! `PMIx_Finalize` runs when the [`Job`] is dropped.
 //!
+//! Every fence and every get has a [deadline](Job::deadline) ([`Job::DEFAULT_DEADLINE`], 30 s,
+//! unless [`Job::set_deadline`] says otherwise), passed to PMIx as `PMIX_TIMEOUT`: a process of
+//! the job that never arrives (it crashed before its fence, hangs, or never started) makes
+//! every other fail with [`PmixError::Timeout`], naming the step and the deadline, instead of
+//! waiting until the launcher kills the job.
+//!
 //! [`Job::connect_all`] builds the full mesh of RC connections on that exchange: each process
 //! creates one QP per peer (N−1), publishes their QP numbers and PSNs with its LID, GID and an
 //! optional registered region in one record ([`MeshRecord`]), fences, reads its peers' records,
@@ -43,12 +49,14 @@
 //!
 //! Needs the crate feature `pmix` and, at run time, the `libpmix2` package.
 
-use std::ffi::{CStr, CString, c_char};
+use std::ffi::{CStr, CString, c_char, c_int};
+use std::time::Duration;
 
 use zverbs_ffi::pmix::{
-    PMIX_BOOL, PMIX_BYTE_OBJECT, PMIX_COLLECT_DATA, PMIX_GLOBAL, PMIX_INFO_REQD, PMIX_JOB_SIZE,
-    PMIX_MAX_KEYLEN, PMIX_RANK_WILDCARD, PMIX_SUCCESS, PMIX_UINT32, Pmix, PmixLoadError,
-    pmix_byte_object_t, pmix_info_t, pmix_proc_t, pmix_status_t, pmix_value_data, pmix_value_t,
+    PMIX_BOOL, PMIX_BYTE_OBJECT, PMIX_COLLECT_DATA, PMIX_ERR_TIMEOUT, PMIX_GLOBAL, PMIX_INFO_REQD,
+    PMIX_INT, PMIX_JOB_SIZE, PMIX_MAX_KEYLEN, PMIX_RANK_WILDCARD, PMIX_SUCCESS, PMIX_TIMEOUT,
+    PMIX_UINT32, Pmix, PmixLoadError, pmix_byte_object_t, pmix_info_t, pmix_proc_t, pmix_status_t,
+    pmix_value_data, pmix_value_t,
 };
 
 use super::{Endpoint, RemoteRegion};
@@ -84,6 +92,21 @@ pub enum PmixError {
         /// `PMIx_Error_string`'s text for it.
         text: String,
     },
+    /// A fence or a get did not complete within the job's [deadline](Job::deadline)
+    /// (`PMIX_ERR_TIMEOUT`): a process of the job has not reached the fence, or has not
+    /// published what is read.
+    #[error(
+        "{step} did not complete within the job's deadline of {} s: a process of the job has \
+         not arrived (it exited, hangs or never started); Job::set_deadline gives slow jobs \
+         longer",
+        deadline.as_secs()
+    )]
+    Timeout {
+        /// The step that gave up (`PMIx_Fence`, `PMIx_Get(zverbs.mesh.1 of rank 3)`, ...).
+        step: String,
+        /// The deadline it was given.
+        deadline: Duration,
+    },
     /// A key or value that PMIx cannot carry (a key longer than 511 bytes or with a NUL).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
@@ -112,6 +135,8 @@ pub struct Job {
     lib: &'static Pmix,
     me: pmix_proc_t,
     size: u32,
+    /// Whole seconds, 1 to `c_int::MAX`: `PMIX_TIMEOUT`'s value.
+    deadline: c_int,
 }
 
 impl std::fmt::Debug for Job {
@@ -120,6 +145,7 @@ impl std::fmt::Debug for Job {
             .field("namespace", &nspace(&self.me))
             .field("rank", &self.me.rank)
             .field("size", &self.size)
+            .field("deadline", &self.deadline())
             .finish()
     }
 }
@@ -135,6 +161,11 @@ fn nspace(p: &pmix_proc_t) -> String {
 }
 
 impl Job {
+    /// The deadline of every fence and get unless [`Job::set_deadline`] gives another: long
+    /// enough for a job whose processes start seconds apart on a busy machine, short enough
+    /// that a missing process is reported long before a batch system's time limit.
+    pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(30);
+
     /// Joins the job this process was launched in: opens `libpmix.so.2`, checks that a PMIx
     /// launcher started the process, calls `PMIx_Init` and reads the job's size.
     ///
@@ -172,10 +203,17 @@ impl Job {
                 detail: format!("PMIx_Init: {} (status {rc})", error_text(lib, rc)),
             });
         }
-        let mut job = Self { lib, me, size: 0 };
+        let mut job = Self {
+            lib,
+            me,
+            size: 0,
+            deadline: Self::DEFAULT_DEADLINE.as_secs() as c_int,
+        };
         let mut wildcard = me;
         wildcard.rank = PMIX_RANK_WILDCARD;
-        let v = job.get_value(&wildcard, PMIX_JOB_SIZE)?;
+        let v = job.get_value(&wildcard, PMIX_JOB_SIZE, || {
+            "PMIx_Get(PMIX_JOB_SIZE)".into()
+        })?;
         job.size = match v.get() {
             // SAFETY: the value's type says the union holds `uint32`.
             Some(v) if v.r#type == PMIX_UINT32 => unsafe { v.data.uint32 },
@@ -213,6 +251,28 @@ impl Job {
         nspace(&self.me)
     }
 
+    /// How long a [fence](Job::fence) or a [get](Job::get) (and so [`Job::exchange`],
+    /// [`Job::connect_all`], [`Job::connect_all_dc`]) waits for the other processes before it
+    /// fails with [`PmixError::Timeout`]: [`Job::DEFAULT_DEADLINE`] unless set.
+    pub fn deadline(&self) -> Duration {
+        Duration::from_secs(self.deadline as u64)
+    }
+
+    /// Sets the [deadline](Job::deadline) of the fences and gets that follow. PMIx counts it
+    /// in whole seconds (`PMIX_TIMEOUT`): a fraction of a second rounds up.
+    ///
+    /// Every process of a job should set the same deadline: the one that gives up first
+    /// reports the missing process, the others then fail as the job ends.
+    ///
+    /// # Errors
+    ///
+    /// [`PmixError::InvalidArgument`], the deadline unchanged, for zero (which PMIx reads as
+    /// "wait for ever") or more than `i32::MAX` seconds.
+    pub fn set_deadline(&mut self, deadline: Duration) -> Result<()> {
+        self.deadline = deadline_secs(deadline)?;
+        Ok(())
+    }
+
     /// Publishes `value` under `key` for every process of the job (`PMIx_Put` with
     /// `PMIX_GLOBAL` scope, then `PMIx_Commit`); the others read it after the next
     /// [`Job::fence`].
@@ -246,24 +306,26 @@ impl Job {
     ///
     /// # Errors
     ///
-    /// [`PmixError::Call`] (a process of the job failed or left, for instance).
+    /// [`PmixError::Timeout`] when a process of the job has not reached its fence within the
+    /// [deadline](Job::deadline); [`PmixError::Call`] (a process of the job failed or left, for
+    /// instance).
     pub fn fence(&self) -> Result<()> {
         let mut all = self.me;
         all.rank = PMIX_RANK_WILDCARD;
-        // SAFETY: all-zero is a valid `pmix_info_t`; the key and the value are set below.
-        let mut info: pmix_info_t = unsafe { std::mem::zeroed() };
-        for (d, s) in info.key.iter_mut().zip(PMIX_COLLECT_DATA.to_bytes()) {
-            *d = *s as c_char;
-        }
-        info.flags = PMIX_INFO_REQD;
-        info.value = pmix_value_t {
-            r#type: PMIX_BOOL,
-            data: pmix_value_data { flag: true },
-        };
-        // SAFETY: one process (the namespace's wildcard) and one info, both live across the
-        // call.
-        let rc = unsafe { (self.lib.PMIx_Fence)(&all, 1, &info, 1) };
-        self.check("PMIx_Fence", rc)
+        let info = [
+            info(
+                PMIX_COLLECT_DATA,
+                pmix_value_t {
+                    r#type: PMIX_BOOL,
+                    data: pmix_value_data { flag: true },
+                },
+            ),
+            self.timeout_info(),
+        ];
+        // SAFETY: one process (the namespace's wildcard) and `info.len()` infos, all live
+        // across the call.
+        let rc = unsafe { (self.lib.PMIx_Fence)(&all, 1, info.as_ptr(), info.len()) };
+        self.check_waited("PMIx_Fence", rc)
     }
 
     /// What process `rank` published under `key` (before a fence this process has passed).
@@ -272,7 +334,8 @@ impl Job {
     ///
     /// [`PmixError::InvalidArgument`] for a rank outside the job or a bad key;
     /// [`PmixError::Call`] (`PMIX_ERR_NOT_FOUND` when it published nothing under the key);
-    /// [`PmixError::Peer`] when the value is not a byte string.
+    /// [`PmixError::Timeout`] when the value has not arrived within the
+    /// [deadline](Job::deadline); [`PmixError::Peer`] when the value is not a byte string.
     pub fn get(&self, rank: u32, key: &str) -> Result<Vec<u8>> {
         if rank >= self.size {
             return Err(PmixError::InvalidArgument(format!(
@@ -283,7 +346,9 @@ impl Job {
         let key = c_key(key)?;
         let mut p = self.me;
         p.rank = rank;
-        let v = self.get_value(&p, &key)?;
+        let v = self.get_value(&p, &key, || {
+            format!("PMIx_Get({} of rank {rank})", key.to_string_lossy())
+        })?;
         match v.get() {
             Some(v) if v.r#type == PMIX_BYTE_OBJECT => {
                 // SAFETY: the type says the union holds a byte object.
@@ -462,17 +527,57 @@ impl Job {
         })
     }
 
-    fn get_value(&self, p: &pmix_proc_t, key: &CStr) -> Result<Value> {
+    /// `PMIx_Get` of `key` from `p` within the deadline; `step` names the call in a timeout.
+    fn get_value(
+        &self,
+        p: &pmix_proc_t,
+        key: &CStr,
+        step: impl FnOnce() -> String,
+    ) -> Result<Value> {
         let mut out: *mut pmix_value_t = std::ptr::null_mut();
-        // SAFETY: the process and the NUL-terminated key are live across the call; `out`
-        // receives a value that `Value` releases.
-        let rc = unsafe { (self.lib.PMIx_Get)(p, key.as_ptr(), std::ptr::null(), 0, &mut out) };
+        let info = [self.timeout_info()];
+        // SAFETY: the process, the NUL-terminated key and the info are live across the call;
+        // `out` receives a value that `Value` releases.
+        let rc =
+            unsafe { (self.lib.PMIx_Get)(p, key.as_ptr(), info.as_ptr(), info.len(), &mut out) };
         let v = Value {
             lib: self.lib,
             ptr: out,
         };
+        if rc == PMIX_ERR_TIMEOUT {
+            return Err(self.timeout(step()));
+        }
         self.check("PMIx_Get", rc)?;
         Ok(v)
+    }
+
+    /// `PMIX_TIMEOUT` with the job's deadline.
+    fn timeout_info(&self) -> pmix_info_t {
+        info(
+            PMIX_TIMEOUT,
+            pmix_value_t {
+                r#type: PMIX_INT,
+                data: pmix_value_data {
+                    integer: self.deadline,
+                },
+            },
+        )
+    }
+
+    fn timeout(&self, step: String) -> PmixError {
+        PmixError::Timeout {
+            step,
+            deadline: self.deadline(),
+        }
+    }
+
+    /// [`Job::check`] for a call that waits for the other processes: `PMIX_ERR_TIMEOUT` is a
+    /// [`PmixError::Timeout`].
+    fn check_waited(&self, call: &'static str, rc: pmix_status_t) -> Result<()> {
+        if rc == PMIX_ERR_TIMEOUT {
+            return Err(self.timeout(call.into()));
+        }
+        self.check(call, rc)
     }
 
     fn check(&self, call: &'static str, rc: pmix_status_t) -> Result<()> {
@@ -529,6 +634,32 @@ fn error_text(lib: &Pmix, rc: pmix_status_t) -> String {
     }
     // SAFETY: as above.
     unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+}
+
+/// A required `pmix_info_t` of `key` and `value`.
+fn info(key: &CStr, value: pmix_value_t) -> pmix_info_t {
+    // SAFETY: all-zero is a valid `pmix_info_t`; the key and the value are set below.
+    let mut info: pmix_info_t = unsafe { std::mem::zeroed() };
+    for (d, s) in info.key.iter_mut().zip(key.to_bytes()) {
+        *d = *s as c_char;
+    }
+    info.flags = PMIX_INFO_REQD;
+    info.value = value;
+    info
+}
+
+/// `deadline` in whole seconds, rounded up, as `PMIX_TIMEOUT` takes it.
+fn deadline_secs(deadline: Duration) -> Result<c_int> {
+    let secs = deadline
+        .as_secs()
+        .saturating_add(u64::from(deadline.subsec_nanos() > 0));
+    match c_int::try_from(secs) {
+        Ok(s) if s > 0 => Ok(s),
+        _ => Err(PmixError::InvalidArgument(format!(
+            "PMIx deadline {deadline:?}: 1 s to {} s",
+            c_int::MAX
+        ))),
+    }
 }
 
 fn c_key(key: &str) -> Result<CString> {
@@ -865,6 +996,53 @@ mod tests {
         let mut wide = b.clone();
         wide[4 + 22] = 1; // the DCT number gets bit 24
         assert!(DcRecord::decode(&wide).unwrap_err().contains("24 bits"));
+    }
+
+    #[test]
+    fn deadlines_are_whole_seconds_rounded_up() {
+        assert_eq!(deadline_secs(Job::DEFAULT_DEADLINE).unwrap(), 30);
+        assert_eq!(deadline_secs(Duration::from_secs(2)).unwrap(), 2);
+        assert_eq!(deadline_secs(Duration::from_millis(1500)).unwrap(), 2);
+        assert_eq!(deadline_secs(Duration::from_nanos(1)).unwrap(), 1);
+        let max = Duration::from_secs(c_int::MAX as u64);
+        assert_eq!(deadline_secs(max).unwrap(), c_int::MAX);
+        for bad in [Duration::ZERO, max + Duration::from_nanos(1), Duration::MAX] {
+            let e = deadline_secs(bad).unwrap_err();
+            assert!(matches!(e, PmixError::InvalidArgument(_)), "{e:?}");
+        }
+    }
+
+    #[test]
+    fn a_timeout_names_the_step_and_the_deadline() {
+        let e = PmixError::Timeout {
+            step: "PMIx_Fence".into(),
+            deadline: Duration::from_secs(2),
+        };
+        let msg = e.to_string();
+        assert!(msg.starts_with("PMIx_Fence did not complete"), "{msg}");
+        assert!(msg.contains("deadline of 2 s"), "{msg}");
+    }
+
+    #[test]
+    fn the_timeout_info_is_an_int_of_seconds() {
+        let i = info(
+            PMIX_TIMEOUT,
+            pmix_value_t {
+                r#type: PMIX_INT,
+                data: pmix_value_data { integer: 7 },
+            },
+        );
+        let key: Vec<u8> = i
+            .key
+            .iter()
+            .take_while(|&&c| c != 0)
+            .map(|&c| c as u8)
+            .collect();
+        assert_eq!(key, b"pmix.timeout");
+        assert_eq!(i.flags, PMIX_INFO_REQD);
+        assert_eq!(i.value.r#type, PMIX_INT);
+        // SAFETY: the value was made with `integer`.
+        assert_eq!(unsafe { i.value.data.integer }, 7);
     }
 
     #[test]

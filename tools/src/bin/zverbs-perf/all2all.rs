@@ -23,10 +23,11 @@ use std::ffi::OsString;
 use std::time::{Duration, Instant};
 
 use zverbs::connect::RemoteRegion;
-use zverbs::connect::pmix::Job;
+use zverbs::connect::pmix::{DcMeshPeer, Job};
+use zverbs::dc::DcSendQueue;
 use zverbs::{
     AccessFlags, AnySendQueue, BackendRequest, Completion, ContextOptions, Cq, MrBuf, PollCq,
-    PostSend, SendWr,
+    PostSend, RemoteBuf, SendWr, Sge,
 };
 use zverbs_tools::args::{self, Arg::*, Parser};
 use zverbs_tools::device;
@@ -72,7 +73,8 @@ options:
       --dc                dynamically connected transport: one DCI (all the WRITEs, round-
                           robin over the peers) and one DCT per process (mlx5, direct backend)
       --backend B         auto, direct or verbs (default: ZVERBS_BACKEND, else auto)
-      --timeout SECS      how long any one wait may last without progress (default 60)
+      --timeout SECS      how long any one wait may last without progress, and the
+                          deadline of every PMIx fence and get (default 60)
       --yield             give the core away after an empty poll (always when the job has
                           more processes than this machine has cores; on the emulated
                           ConnectX, whose device threads share the cores, use it always)
@@ -210,7 +212,8 @@ fn rss() -> u64 {
 
 /// Runs the test in this process of the job.
 pub(crate) fn run(o: &Opts) -> Result<()> {
-    let job = Job::init()?;
+    let mut job = Job::init()?;
+    job.set_deadline(o.timeout)?;
     let (me, n) = (job.rank(), job.size());
     let copts = match o.backend {
         Some(b) => ContextOptions::default().backend(b),
@@ -267,16 +270,16 @@ pub(crate) fn run(o: &Opts) -> Result<()> {
     // Every process starts the set-up together: its time is the mesh's, not the wait for the
     // slowest process to open its device.
     job.fence()?;
+    let run = Run {
+        job: &job,
+        o,
+        buf: &buf,
+        cq: &cq,
+        recv_len,
+        rss0,
+        per_qp_signaled,
+    };
     if o.dc {
-        let run = Run {
-            job: &job,
-            o,
-            buf: &buf,
-            cq: &cq,
-            recv_len,
-            rss0,
-            per_qp_signaled,
-        };
         return run_dc(&run, &pd);
     }
     let mut create = Duration::ZERO;
@@ -311,88 +314,110 @@ pub(crate) fn run(o: &Opts) -> Result<()> {
             buf.sge(recv_len + p.rank as usize * slot..recv_len + (p.rank as usize + 1) * slot)
         ]);
     }
-    let mut poller = cq.poller()?;
     let backend = peers_v
         .first()
         .map(|p| p.qp.backend().to_string())
         .unwrap_or_default();
 
-    // The loop: round-robin over the peers, up to `tx_depth` in flight on each QP.
+    // Round-robin over the peers, up to `tx_depth` in flight on each QP.
     let np = sqs.len();
-    let mut posted = vec![0u32; np];
-    let mut completed = vec![0u32; np];
-    let mut wc = [Completion::EMPTY; 64];
-    let total = u64::from(o.iters) * np as u64;
-    let mut done = 0u64;
-    let t0 = Instant::now();
-    let mut last_progress = t0;
-    // An empty poll gives the core away (`--yield`, or more processes than cores), so that
-    // the process whose completions this one waits for (or, on the emulated ConnectX, the
-    // device's threads) can run.
-    let give_way =
-        o.yield_idle || std::thread::available_parallelism().map_or(1, usize::from) < n as usize;
-    while done < total {
-        for i in 0..np {
-            while posted[i] < o.iters && posted[i] - completed[i] < o.tx_depth {
-                let k = posted[i];
-                let wr = SendWr::write(i as u64, &sges[i], targets[i]);
-                let wr = if signaled(k, o.iters) {
+    let mut window = RcWindow {
+        sqs,
+        sges,
+        targets,
+        posted: vec![0; np],
+        completed: vec![0; np],
+        iters: o.iters,
+        depth: o.tx_depth,
+    };
+    let (done, elapsed) = run.drive(u64::from(o.iters) * np as u64, &mut window)?;
+    let mine = run.report(np as u32, setup_rss, setup, create, (done, elapsed));
+    run.check_and_report(mine, peers_v.iter().map(|p| p.rank), &backend)
+}
+
+/// How a transport fills its send window, and what a signaled completion frees.
+trait Window {
+    /// Posts what the window allows, `done` messages having completed.
+    fn post(&mut self, done: u64) -> Result<()>;
+    /// The messages that the completion of request `wr_id` frees, `done` having completed.
+    fn freed(&mut self, wr_id: u64, done: u64) -> u64;
+}
+
+/// One RC QP per peer, `depth` requests in flight on each; a request's `wr_id` is its peer's
+/// index.
+struct RcWindow {
+    sqs: Vec<AnySendQueue>,
+    sges: Vec<[Sge; 1]>,
+    targets: Vec<RemoteBuf>,
+    posted: Vec<u32>,
+    completed: Vec<u32>,
+    iters: u32,
+    depth: u32,
+}
+
+impl Window for RcWindow {
+    fn post(&mut self, _done: u64) -> Result<()> {
+        for (i, sq) in self.sqs.iter_mut().enumerate() {
+            while self.posted[i] < self.iters && self.posted[i] - self.completed[i] < self.depth {
+                let wr = SendWr::write(i as u64, &self.sges[i], self.targets[i]);
+                let wr = if signaled(self.posted[i], self.iters) {
                     wr.signaled()
                 } else {
                     wr
                 };
-                // SAFETY: the scatter entry lies in `buf`, registered and alive until the end
-                // of this function (after every completion); the send slots are not written
-                // while requests are in flight.
-                unsafe { sqs[i].post(&wr) }?;
-                posted[i] += 1;
+                // SAFETY: the scatter entry lies in the run's buffer, registered and alive
+                // until the end of `run` (after every completion); the send slots are not
+                // written while requests are in flight.
+                unsafe { sq.post(&wr) }?;
+                self.posted[i] += 1;
             }
         }
-        let got = poller.poll_into(&mut wc);
-        if got.is_empty() {
-            if last_progress.elapsed() > o.timeout {
-                return Err(format!(
-                    "rank {me}: no completion for {} s ({done} of {total} messages done)",
-                    o.timeout.as_secs()
-                )
-                .into());
-            }
-            if give_way {
-                std::thread::yield_now();
-            }
-            continue;
-        }
-        last_progress = Instant::now();
-        for c in got.iter() {
-            let c = c.ok()?;
-            let i = c.wr_id as usize;
-            let f = freed(completed[i], o.iters);
-            completed[i] += f;
-            done += u64::from(f);
-        }
+        Ok(())
     }
-    let elapsed = t0.elapsed();
-    let run = Run {
-        job: &job,
-        o,
-        buf: &buf,
-        cq: &cq,
-        recv_len,
-        rss0,
-        per_qp_signaled,
-    };
-    let mine = Report {
-        rank: me,
-        qps: np as u32,
-        registered: buf.len() as u64,
-        setup_rss,
-        setup_ns: setup.as_nanos() as u64,
-        create_ns: create.as_nanos() as u64,
-        messages: done,
-        elapsed_ns: elapsed.as_nanos() as u64,
-        bad: 0,
-    };
-    run.check_and_report(mine, peers_v.iter().map(|p| p.rank), &backend)
+
+    fn freed(&mut self, wr_id: u64, _done: u64) -> u64 {
+        let i = wr_id as usize;
+        let f = freed(self.completed[i], self.iters);
+        self.completed[i] += f;
+        u64::from(f)
+    }
+}
+
+/// The one DCI: request k goes to peer k mod P, up to `depth` in flight; a signaled request's
+/// `wr_id` is k, and its completion frees every request up to k.
+struct DcWindow<'a> {
+    sq: DcSendQueue,
+    peers: &'a [DcMeshPeer],
+    sges: Vec<[Sge; 1]>,
+    targets: Vec<RemoteBuf>,
+    posted: u64,
+    total: u64,
+    depth: u64,
+}
+
+impl Window for DcWindow<'_> {
+    fn post(&mut self, done: u64) -> Result<()> {
+        let np = self.peers.len() as u64;
+        while self.posted < self.total && self.posted - done < self.depth {
+            let i = (self.posted % np) as usize;
+            let wr = SendWr::write(self.posted, &self.sges[i], self.targets[i]);
+            let wr = if dc_signaled(self.posted, self.total) {
+                wr.signaled()
+            } else {
+                wr
+            };
+            // SAFETY: the scatter entry lies in the run's buffer, registered and alive until
+            // the end of `run` (after every completion); the send slots are not written while
+            // requests are in flight.
+            unsafe { self.sq.post_to(&self.peers[i].peer, &wr) }?;
+            self.posted += 1;
+        }
+        Ok(())
+    }
+
+    fn freed(&mut self, wr_id: u64, done: u64) -> u64 {
+        (wr_id + 1).saturating_sub(done)
+    }
 }
 
 /// What both transports share: the job, the options, the buffer and the CQ.
@@ -444,7 +469,7 @@ fn run_dc(run: &Run<'_>, pd: &zverbs::Pd) -> Result<()> {
     let setup_rss = rss().saturating_sub(run.rss0);
 
     let peers = mesh.peers();
-    let mut sq = mesh.dci().dc_send_queue()?;
+    let sq = mesh.dci().dc_send_queue()?;
     let mut targets = Vec::with_capacity(peers.len());
     let mut sges = Vec::with_capacity(peers.len());
     for p in peers {
@@ -453,67 +478,20 @@ fn run_dc(run: &Run<'_>, pd: &zverbs::Pd) -> Result<()> {
         let at = run.recv_len + p.rank as usize * slot;
         sges.push([buf.sge(at..at + slot)]);
     }
-    let mut poller = cq.poller()?;
     let backend = mesh.dci().backend().to_string();
 
-    // The loop: request k goes to peer k mod P through the one DCI, up to `tx_depth` in
-    // flight; a signaled request's completion (its `wr_id` is k) frees every request up to k.
-    let np = peers.len() as u64;
-    let total = u64::from(o.iters) * np;
-    let depth = u64::from(o.tx_depth);
-    let (mut posted, mut done) = (0u64, 0u64);
-    let mut wc = [Completion::EMPTY; 64];
-    let t0 = Instant::now();
-    let mut last_progress = t0;
-    let give_way = o.yield_idle
-        || std::thread::available_parallelism().map_or(1, usize::from) < job.size() as usize;
-    while done < total {
-        while posted < total && posted - done < depth {
-            let i = (posted % np) as usize;
-            let wr = SendWr::write(posted, &sges[i], targets[i]);
-            let wr = if dc_signaled(posted, total) {
-                wr.signaled()
-            } else {
-                wr
-            };
-            // SAFETY: the scatter entry lies in `buf`, registered and alive until the end of
-            // `run` (after every completion); the send slots are not written while requests
-            // are in flight.
-            unsafe { sq.post_to(&peers[i].peer, &wr) }?;
-            posted += 1;
-        }
-        let got = poller.poll_into(&mut wc);
-        if got.is_empty() {
-            if last_progress.elapsed() > o.timeout {
-                return Err(format!(
-                    "rank {me}: no completion for {} s ({done} of {total} messages done)",
-                    o.timeout.as_secs()
-                )
-                .into());
-            }
-            if give_way {
-                std::thread::yield_now();
-            }
-            continue;
-        }
-        last_progress = Instant::now();
-        for c in got.iter() {
-            let c = c.ok()?;
-            done = done.max(c.wr_id + 1);
-        }
-    }
-    let elapsed = t0.elapsed();
-    let mine = Report {
-        rank: me,
-        qps: 2,
-        registered: buf.len() as u64,
-        setup_rss,
-        setup_ns: setup.as_nanos() as u64,
-        create_ns: create.as_nanos() as u64,
-        messages: done,
-        elapsed_ns: elapsed.as_nanos() as u64,
-        bad: 0,
+    let total = u64::from(o.iters) * peers.len() as u64;
+    let mut window = DcWindow {
+        sq,
+        peers,
+        sges,
+        targets,
+        posted: 0,
+        total,
+        depth: u64::from(o.tx_depth),
     };
+    let (done, elapsed) = run.drive(total, &mut window)?;
+    let mine = run.report(2, setup_rss, setup, create, (done, elapsed));
     run.check_and_report(mine, peers.iter().map(|p| p.rank), &backend)
 }
 
@@ -533,6 +511,69 @@ pub(crate) fn dc_signaled(k: u64, total: u64) -> bool {
 }
 
 impl Run<'_> {
+    /// Posts through `window` and polls the CQ until `total` messages have completed: the
+    /// messages done and the time it took.
+    ///
+    /// An empty poll gives the core away (`--yield`, or more processes than cores), so that
+    /// the process whose completions this one waits for (or, on the emulated ConnectX, the
+    /// device's threads) can run.
+    fn drive(&self, total: u64, window: &mut impl Window) -> Result<(u64, Duration)> {
+        let (o, me) = (self.o, self.job.rank());
+        let mut poller = self.cq.poller()?;
+        let mut wc = [Completion::EMPTY; 64];
+        let give_way = o.yield_idle
+            || std::thread::available_parallelism().map_or(1, usize::from)
+                < self.job.size() as usize;
+        let mut done = 0u64;
+        let t0 = Instant::now();
+        let mut last_progress = t0;
+        while done < total {
+            window.post(done)?;
+            let got = poller.poll_into(&mut wc);
+            if got.is_empty() {
+                if last_progress.elapsed() > o.timeout {
+                    return Err(format!(
+                        "rank {me}: no completion for {} s ({done} of {total} messages done)",
+                        o.timeout.as_secs()
+                    )
+                    .into());
+                }
+                if give_way {
+                    std::thread::yield_now();
+                }
+                continue;
+            }
+            last_progress = Instant::now();
+            for c in got.iter() {
+                done += window.freed(c.ok()?.wr_id, done);
+            }
+        }
+        Ok((done, t0.elapsed()))
+    }
+
+    /// This process's report of a run of `qps` QPs: its set-up and what [`Run::drive`]
+    /// returned.
+    fn report(
+        &self,
+        qps: u32,
+        setup_rss: u64,
+        setup: Duration,
+        create: Duration,
+        (messages, elapsed): (u64, Duration),
+    ) -> Report {
+        Report {
+            rank: self.job.rank(),
+            qps,
+            registered: self.buf.len() as u64,
+            setup_rss,
+            setup_ns: setup.as_nanos() as u64,
+            create_ns: create.as_nanos() as u64,
+            messages,
+            elapsed_ns: elapsed.as_nanos() as u64,
+            bad: 0,
+        }
+    }
+
     /// Fences (every write of the job has then completed: acknowledged, so placed), checks
     /// what the peers wrote, exchanges the reports and prints them at rank 0.
     fn check_and_report(

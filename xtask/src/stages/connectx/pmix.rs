@@ -4,7 +4,8 @@
 //! over RC (one QP per peer) and, with `--dc`, over the dynamically connected transport (one
 //! DCI and one DCT per process).
 //!
-//! - the `connectx` stage runs `mpirun -n 4` with each transport ([`check`]);
+//! - the `connectx` stage runs `mpirun -n 4` with each transport, and a job of two whose
+//!   second process never joins, to see the first one give up at its deadline ([`check`]);
 //! - `cargo xtask bench --scale [--write-docs]` runs N = 2, 4, 8 and 16 with each ([`scale`])
 //!   and prints the figures per process with a linear model of them projected to 1 000 and
 //!   10 000 peers; `--write-docs` writes both into `docs/performance.md` (block `bench:scale`).
@@ -96,6 +97,31 @@ fn transport(dc: bool) -> &'static str {
     if dc { "DC" } else { "RC" }
 }
 
+/// `mpirun` on the emulated device, `args` after its own flags; `tag` names the job's
+/// emulator namespace.
+fn mpirun_cmd(emu: &(PathBuf, PathBuf), mpirun: &Path, tag: &str) -> Command {
+    let mut c = Command::new(mpirun);
+    // Root is refused without --allow-run-as-root; more processes than cores without
+    // --oversubscribe.
+    c.args(["--allow-run-as-root", "--oversubscribe"]);
+    emulated(&mut c, &emu.0, &emu.1);
+    c.env(
+        "ZVERBS_EMU_NS",
+        format!("xtask-{}-pmix-{tag}", std::process::id()),
+    )
+    .env_remove("ZVERBS_EMU_RT")
+    // Open MPI lists the optional transports it cannot load (PSM, OFI): noise here.
+    .env("OMPI_MCA_mca_base_component_show_load_errors", "0");
+    c
+}
+
+/// Where a job's output goes: `target/emu/runs/mpirun-<name>.txt`.
+fn run_file(name: &str) -> Result<PathBuf> {
+    let dir = util::target_dir().join("emu/runs");
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir.join(format!("mpirun-{name}.txt")))
+}
+
 /// Runs `mpirun -n n zverbs-perf all2all -n iters --yield [--dc]` on the emulated device; rank
 /// 0's output (the job's table).
 fn all2all(
@@ -106,43 +132,55 @@ fn all2all(
     iters: &str,
     dc: bool,
 ) -> Result<String> {
-    let mut c = Command::new(mpirun);
-    // Root is refused without --allow-run-as-root; more processes than cores without
-    // --oversubscribe.
-    c.args([
-        "--allow-run-as-root",
-        "--oversubscribe",
-        "-n",
-        &n.to_string(),
-    ])
-    .arg(perf)
-    .args(["all2all", "-n", iters, "--yield"]);
+    let mut c = mpirun_cmd(emu, mpirun, &n.to_string());
+    c.args(["-n", &n.to_string()])
+        .arg(perf)
+        .args(["all2all", "-n", iters, "--yield"]);
     if dc {
         c.arg("--dc");
     }
-    emulated(&mut c, &emu.0, &emu.1);
-    c.env(
-        "ZVERBS_EMU_NS",
-        format!("xtask-{}-pmix{n}", std::process::id()),
-    )
-    .env_remove("ZVERBS_EMU_RT")
-    // Open MPI lists the optional transports it cannot load (PSM, OFI): noise here.
-    .env("OMPI_MCA_mca_base_component_show_load_errors", "0");
     println!("$ {}", util::show(&c));
-    let dir = util::target_dir().join("emu/runs");
-    std::fs::create_dir_all(&dir)?;
     let p = Proc::spawn(
         c,
-        dir.join(format!(
-            "mpirun-all2all-{}{n}.txt",
-            if dc { "dc-" } else { "" }
-        )),
+        run_file(&format!("all2all-{}{n}", if dc { "dc-" } else { "" }))?,
         format!(
             "mpirun -n {n} zverbs-perf all2all{}",
             if dc { " --dc" } else { "" }
         ),
     )?;
     p.finish(Instant::now() + TIMEOUT)
+}
+
+/// The deadline (`--timeout`, seconds) of the job whose second process never joins.
+const MISSING_DEADLINE: &str = "2";
+/// What the process that waited prints when its fence gives up (`PmixError::Timeout`).
+const MISSING_REPORT: &str = "PMIx_Fence did not complete within the job's deadline of 2 s";
+
+/// A job of two in which rank 1 is not `zverbs-perf` but `sleep`, which never joins the job
+/// (no `PMIx_Init`, no fence): rank 0, with a deadline of [`MISSING_DEADLINE`] seconds, must
+/// give up at its fence with the deadline error and exit with it, whereupon mpirun ends the
+/// job (and the sleep). A fence without the deadline waits for ever: then mpirun ends the job
+/// only when the sleep ends, 100 s later, without the report, and the check fails (as it does
+/// after [`TIMEOUT`] if the job hangs).
+fn missing_peer(emu: &(PathBuf, PathBuf), mpirun: &Path, perf: &Path) -> Result<()> {
+    let out = run_file("missing-peer")?;
+    let mut c = mpirun_cmd(emu, mpirun, "missing");
+    c.args(["-n", "1"])
+        .arg(perf)
+        .args(["all2all", "--yield", "--timeout", MISSING_DEADLINE])
+        .args([":", "-n", "1", "sleep", "100"]);
+    println!("$ {}", util::show(&c));
+    let name = "mpirun -n 1 zverbs-perf all2all : -n 1 sleep (never joins)";
+    // The job fails (rank 0 exits with the error): its output is what is checked.
+    let res = Proc::spawn(c, out.clone(), name.into())?.finish(Instant::now() + TIMEOUT);
+    let text = std::fs::read_to_string(&out).unwrap_or_default();
+    for l in text.lines().filter(|l| l.contains("zverbs-perf")) {
+        println!("    {l}");
+    }
+    if res.is_ok() || !text.contains(MISSING_REPORT) {
+        bail!("{name}: rank 0 did not report its fence's deadline ({MISSING_REPORT:?}):\n{text}");
+    }
+    Ok(())
 }
 
 /// The QPs a process of a job of `n` has: one per peer over RC, a DCI and a DCT over DC.
@@ -196,6 +234,12 @@ pub(super) fn check(emu: &(PathBuf, PathBuf), table: &mut Table) -> Result<()> {
             ),
         ]);
     }
+    missing_peer(emu, &mpirun, &perf)?;
+    table.row(vec![
+        "mpirun -n 1 zverbs-perf all2all --timeout 2 : -n 1 sleep".into(),
+        "PMIx fence with a process that never joins".into(),
+        "ok: deadline error, no hang".into(),
+    ]);
     Ok(())
 }
 
