@@ -108,7 +108,7 @@
 //!   that runs the direct backend with no NIC. Without the feature
 //!   (`default-features = false`), `zverbs-sim` is not a dependency, `zverbs::sim` does not
 //!   exist and the device is not listed; everything else is there.
-//! - `tokio` (off by default): [`AnyPoller::wait_async`] and [`AsyncChannel`], a CQ's
+//! - `tokio` (off by default): `AnyPoller::wait_async` and `AsyncChannel`, a CQ's
 //!   completion channel awaited through tokio's reactor. Without it, the channel is still
 //!   [`AsFd`](std::os::fd::AsFd) for any event loop, and [`AnyPoller::wait`] sleeps in the
 //!   calling thread.
