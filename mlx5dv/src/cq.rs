@@ -347,7 +347,8 @@ impl<B: Bindings> CompletionQueue<B> {
         out: &mut Completion,
     ) -> bool {
         if op_own & SCATTERED != 0 {
-            return false;
+            // SAFETY: (caller) as for this function.
+            return unsafe { self.decode_scattered(cqes, slot, op_own, out) };
         }
         // SAFETY: (caller) the CQE is software's until the consumer index moves.
         let (sop_drop_qpn, wqe_counter) = unsafe { cqes.with_cqe(slot, qpn_and_counter) };
@@ -378,6 +379,63 @@ impl<B: Bindings> CompletionQueue<B> {
             _ => {}
         }
         false
+    }
+
+    /// The fast path's part for a CQE whose `op_own` says data was scattered into it: a
+    /// receive of the QP that matched last, whose first data segment holds the whole message
+    /// (the common case: a receive of one buffer, long enough), is decoded inline, the data
+    /// copied with a few fixed-size moves
+    /// ([`copy_to_first_segment`](scatter::copy_to_first_segment)) before the receive is
+    /// retired. Returns `false`, having changed nothing, for anything else: a requester CQE,
+    /// another QP, a receive of several segments the message spans, a message longer than the
+    /// list, a format the poller does not decode; [`CompletionQueue::decode_slow`] takes
+    /// those, with the exact copy and its errors.
+    ///
+    /// # Safety
+    ///
+    /// As [`CqeRing::with_cqe`] for `slot`.
+    #[inline(always)]
+    unsafe fn decode_scattered(
+        &mut self,
+        cqes: CqeRing,
+        slot: u32,
+        op_own: u8,
+        out: &mut Completion,
+    ) -> bool {
+        // SAFETY: (caller) the CQE is software's until the consumer index moves.
+        let (sop_drop_qpn, byte_cnt) = unsafe {
+            cqes.with_cqe(slot, |b| {
+                let c = Cqe64::new_unchecked(b);
+                (c.sop_drop_qpn(), c.byte_cnt())
+            })
+        };
+        let qpn = sop_drop_qpn & QPN_MASK;
+        let cqe_op = op_own >> OPCODE_SHIFT;
+        if qpn != self.last.qpn || !(op::RESP_WR_IMM..=op::RESP_SEND_INV).contains(&cqe_op) {
+            return false;
+        }
+        // SAFETY: `last` is a hit of this poller's bindings.
+        let Some(rq) = (unsafe { self.last.rq() }) else {
+            return false;
+        };
+        #[cfg(not(zverbs_loom))]
+        {
+            // SAFETY: (caller) the CQE is software's; it completes the oldest receive of `rq`,
+            // posted and not yet retired (retired below, after the copy); the only poller.
+            if !unsafe {
+                scatter::copy_to_first_segment(rq.wqes(), rq.oldest(), cqes, slot, op_own, byte_cnt)
+            } {
+                return false;
+            }
+            // SAFETY: as above.
+            unsafe { responder(rq, cqe_op, qpn, cqes, slot, out) };
+            true
+        }
+        #[cfg(zverbs_loom)]
+        {
+            let _ = (rq, byte_cnt, out);
+            false
+        }
     }
 
     /// The cold path of the decoder: every CQE the fast path leaves (the first of another QP,

@@ -155,6 +155,112 @@ pub(super) unsafe fn copy_to_receive(
     unsafe { scatter(wqe, 1 << (shift - 4), &data[..len]) }
 }
 
+/// The common case of [`copy_to_receive`], inline in the poll loop: the receive's first data
+/// segment holds the whole message. Reads that segment of WQE `index` (not the rest of the
+/// list) and copies the `byte_cnt` bytes scattered into the CQE in `slot` with a few
+/// fixed-size moves ([`copy_small`]), writing exactly the bytes [`copy_to_receive`] would.
+/// Returns `false`, having written nothing, for anything else (a message longer than the
+/// first segment, a receive with no segment, a format [`room`] refuses, a ring not set):
+/// [`copy_to_receive`] decodes those, with their errors.
+///
+/// # Safety
+///
+/// As [`copy_to_receive`].
+#[cfg(not(zverbs_loom))]
+#[inline(always)]
+pub(super) unsafe fn copy_to_first_segment(
+    wqes: &RecvWqes,
+    index: u32,
+    cqes: CqeRing,
+    slot: u32,
+    op_own: u8,
+    byte_cnt: u32,
+) -> bool {
+    let Some((base, shift, mask)) = wqes.get() else {
+        return false;
+    };
+    // SAFETY: `index & mask` is a WQE of the ring, `1 << shift` ≥ 16 bytes long: its first
+    // data segment is readable; (caller) the poller's to read. Unaligned-safe read.
+    let raw = unsafe {
+        base.as_ptr()
+            .add(((index & mask) as usize) << shift)
+            .cast::<[u8; 16]>()
+            .read_unaligned()
+    };
+    let seg = DataSeg::new_unchecked(&raw);
+    // The end marker (no segment at all) has a byte count of 0, but a message of 0 bytes
+    // would fit it: the lkey tells.
+    if seg.byte_count() < byte_cnt || seg.lkey() == INVALID_LKEY {
+        return false;
+    }
+    let dst = seg.addr() as *mut u8;
+    let len = byte_cnt as usize;
+    match op_own & (INLINE_SCATTER_32 | INLINE_SCATTER_64) {
+        // SAFETY: (caller) the CQE is software's, the segment's memory writable for its byte
+        // count, which is at least `len`, and it does not overlap the CQE; `len` ≤ 32.
+        INLINE_SCATTER_32 if len <= 32 => unsafe {
+            cqes.with_cqe(slot, |c| copy_small(c, dst, len))
+        },
+        // SAFETY: as above, and the entries are 128 bytes: the data is the entry's first half.
+        INLINE_SCATTER_64 if len <= 64 && cqes.stride() == 128 => unsafe {
+            cqes.with_entry_head(slot, |h| copy_small(h, dst, len))
+        },
+        _ => return false,
+    }
+    true
+}
+
+/// Copies `src[..len]` to `dst` (`len` ≤ 64) with at most two moves of a fixed size (32, 16,
+/// 8, 4 or 2 bytes, the second ending where the data ends and overlapping the first) or one
+/// byte: no call, no loop, and nothing written past `dst + len`.
+///
+/// # Safety
+///
+/// `len` ≤ 64; `dst` is writable for `len` bytes that do not overlap `src`.
+#[cfg(not(zverbs_loom))]
+#[inline(always)]
+unsafe fn copy_small(src: &[u8; 64], dst: *mut u8, len: usize) {
+    /// Moves `N` bytes from `src + at` to `dst + at`.
+    ///
+    /// # Safety
+    ///
+    /// `at + N` ≤ 64 and ≤ the bytes `dst` is writable for.
+    #[inline(always)]
+    unsafe fn mv<const N: usize>(src: &[u8; 64], dst: *mut u8, at: usize) {
+        // SAFETY: (caller) `at + N` is inside both; unaligned-safe reads and writes.
+        unsafe {
+            let v = src.as_ptr().add(at).cast::<[u8; N]>().read_unaligned();
+            dst.add(at).cast::<[u8; N]>().write_unaligned(v);
+        }
+    }
+    // SAFETY: each move ends at or before `len` (≤ 64), so inside `src` and the writable
+    // bytes of `dst`; `at` = `len - N` is not negative, as `len` ≥ `N` on each branch.
+    unsafe {
+        if len >= 16 {
+            if len > 32 {
+                mv::<32>(src, dst, 0);
+                mv::<32>(src, dst, len - 32);
+            } else {
+                mv::<16>(src, dst, 0);
+                mv::<16>(src, dst, len - 16);
+            }
+        } else if len >= 4 {
+            if len >= 8 {
+                mv::<8>(src, dst, 0);
+                mv::<8>(src, dst, len - 8);
+            } else {
+                mv::<4>(src, dst, 0);
+                mv::<4>(src, dst, len - 4);
+            }
+        } else if len >= 2 {
+            mv::<2>(src, dst, 0);
+            mv::<2>(src, dst, len - 2);
+        } else if len == 1 {
+            mv::<1>(src, dst, 0);
+        }
+    }
+}
+
 /// Copies `data` over the data segments at `wqe` (at most `segs` of them, ending early at one
 /// whose lkey is [`INVALID_LKEY`]), as the device scatters a message.
 ///
