@@ -13,8 +13,12 @@
 //! WQE and every unsignaled WQE before it are retired and their credits handed back to the
 //! send queue. Receives complete in order. Error CQEs are decoded on a cold path.
 //!
-//! Receives whose data the device scattered into the CQE (scatter-to-CQE, `scatter.rs`) are
-//! decoded out of line: the data is copied into the receive's buffers before it is reported.
+//! Receives whose data the device scattered into the CQE (scatter-to-CQE, `scatter.rs`): the
+//! data is copied into the receive's buffers before it is reported. A poll that starts at one
+//! runs a loop of its own, which decodes a run of them inline when each receive's first
+//! buffer holds its message (a few fixed-size moves); the other cases (a message over
+//! several buffers or longer than them, a format no CQE has room for, a scattered receive
+//! after another kind of CQE in the same poll) are decoded out of line, with the exact copy.
 //! A CQ created with CQE compression is polled the same way: compressed sessions are expanded
 //! out of line (`mini`), into the completions the device would have written one by one. The
 //! send side of its QPs must have been created without scatter-to-CQE (READ and atomic
@@ -346,9 +350,9 @@ impl<B: Bindings> CompletionQueue<B> {
         op_own: u8,
         out: &mut Completion,
     ) -> bool {
+        // Data scattered into the CQE: the loop of those decodes it (`poll_scattered`).
         if op_own & SCATTERED != 0 {
-            // SAFETY: (caller) as for this function.
-            return unsafe { self.decode_scattered(cqes, slot, op_own, out) };
+            return false;
         }
         // SAFETY: (caller) the CQE is software's until the consumer index moves.
         let (sop_drop_qpn, wqe_counter) = unsafe { cqes.with_cqe(slot, qpn_and_counter) };
@@ -1029,19 +1033,28 @@ impl PollOut for BriefCompletion {
 impl<B: Bindings> CompletionQueue<B> {
     /// A poll, for either output. Inlined into the caller: an empty poll is the loads of the
     /// ring state, the owner check of the CQE at the consumer counter and a return (no stack
-    /// frame, nothing stored); the loop is out of line, entered with that CQE software's.
+    /// frame, nothing stored); the loop is out of line, entered with that CQE software's (the
+    /// plain loop, or the loop of scattered receives when its `op_own` has a format bit).
     #[inline(always)]
     fn poll_out<O: PollOut>(&mut self, out: &mut [O]) -> usize {
+        // Whether `out` has room is the loops' to see (they check it anyway): here it would
+        // cost every poll a test.
         match owned(self.ring, self.cqes, self.ci) {
-            Some(first) if !out.is_empty() => self.poll_loop(out, first),
-            _ => 0,
+            // A CQE with data scattered into it (or a compressed session's title, which has
+            // both format bits) first: the loop of scattered receives. The test is here rather
+            // than in the plain loop, which would save its registers before it.
+            Some(first) if first.1 & SCATTERED != 0 => self.poll_scattered(out, first),
+            Some(first) => self.poll_loop(out, first),
+            None => 0,
         }
     }
 
     /// The poll loop, from the software-owned CQE `first` (slot and `op_own`) at the consumer
-    /// counter, with room for it in `out`. The first pass takes `first` rather than checking
-    /// the CQE again (the compiler peels it off the loop); the loop ends with at least one CQE
-    /// consumed, so the doorbell record is always written.
+    /// counter. The first pass takes `first` rather than checking the CQE again (the compiler
+    /// peels it off the loop), after checking that `out` has room for it: when it has none,
+    /// nothing is decoded and the counter published is the one the record holds already.
+    /// Otherwise the loop ends with at least one CQE consumed, so the record is always
+    /// written.
     #[inline(never)]
     fn poll_loop<O: PollOut>(&mut self, out: &mut [O], first: (u32, u8)) -> usize {
         // Locals, which the compiler need not reload after each completion it writes.
@@ -1068,6 +1081,58 @@ impl<B: Bindings> CompletionQueue<B> {
             unsafe { o.stamp(self.timestamps, cqes, slot) };
             ci = ci.wrapping_add(1);
             n += 1;
+        }
+        self.ci = ci;
+        self.publish_ci();
+        n
+    }
+
+    /// The poll loop of scattered receives ([`CompletionQueue::decode_scattered`]), for a
+    /// poll whose first CQE, `first` (software's, at the consumer counter), has a format bit
+    /// in `op_own`. A loop of its own, so that the plain loop keeps its registers (the copy,
+    /// inline there, costs every other CQE spills): a run of scattered receives (small
+    /// messages to one QP) is decoded inline, and the first CQE it does not decode (another
+    /// kind, or a scattered one of the unusual cases) ends it, [`CompletionQueue::poll_rest`]
+    /// going on from there. A compressed session's title (both format bits) goes there at once.
+    /// The same happens to a scattered receive after another kind of CQE in one poll: the
+    /// plain loop hands it to `poll_rest`, which copies it out of line; a poll that starts at
+    /// it takes it inline.
+    #[inline(never)]
+    fn poll_scattered<O: PollOut>(&mut self, out: &mut [O], first: (u32, u8)) -> usize {
+        if crate::prm::mini::is_title(first.1) || out.is_empty() {
+            return self.poll_rest(out, 0);
+        }
+        let (ring, cqes, mut ci) = (self.ring, self.cqes, self.ci);
+        let (mut slot, mut op_own) = first;
+        let mut n = 0;
+        let mut outs = out.iter_mut();
+        let mut o = outs.next();
+        barrier::from_device();
+        // Rotated: the check of the next CQE is at the end of a pass, so the first pass takes
+        // `first` as it is.
+        while let Some(wc_out) = o {
+            // SAFETY: the CQE is software's (its owner bit checked, then the barrier), and the
+            // consumer counter that would free the entry is published only after the reads.
+            let decoded = wc_out.fill(|wc| unsafe {
+                op_own & SCATTERED != 0 && self.decode_scattered(cqes, slot, op_own, wc)
+            });
+            if !decoded {
+                self.ci = ci;
+                return self.poll_rest(out, n);
+            }
+            // SAFETY: as above.
+            unsafe { wc_out.stamp(self.timestamps, cqes, slot) };
+            ci = ci.wrapping_add(1);
+            n += 1;
+            o = outs.next();
+            if o.is_none() {
+                break;
+            }
+            let Some(next) = owned(ring, cqes, ci) else {
+                break;
+            };
+            barrier::from_device();
+            (slot, op_own) = next;
         }
         self.ci = ci;
         self.publish_ci();

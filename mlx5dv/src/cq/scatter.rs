@@ -71,6 +71,7 @@ impl RecvWqes {
     }
 
     /// The ring: base, log2 stride, mask; `None` until set.
+    #[inline(always)]
     fn get(&self) -> Option<(NonNull<u8>, u32, u32)> {
         let base = NonNull::new(self.base.load(Ordering::Acquire))?;
         Some((

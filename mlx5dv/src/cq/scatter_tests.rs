@@ -292,7 +292,10 @@ fn scattered_data_goes_to_the_receive_of_the_new_incarnation() {
     let mut wc = [Completion::EMPTY; 4];
     assert_eq!(cq.poll(&mut wc), 3);
     assert_eq!(
-        wc[..3].iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        wc[..3]
+            .iter()
+            .map(|w| (w.wr_id, w.status))
+            .collect::<Vec<_>>(),
         [
             (0, WcStatus::Success),
             (1, WcStatus::Success),
@@ -328,7 +331,10 @@ fn scattered_data_goes_to_the_receive_of_the_new_incarnation() {
     assert_eq!(&old[1][..6], &message(6)[..]);
     assert!(old[0][5..].iter().all(|&x| x == STALE), "{:?}", old[0]);
     assert!(old[1][6..].iter().all(|&x| x == STALE), "{:?}", old[1]);
-    assert!(old[2].iter().all(|&x| x == STALE), "the flushed receive got nothing");
+    assert!(
+        old[2].iter().all(|&x| x == STALE),
+        "the flushed receive got nothing"
+    );
 }
 
 #[test]
