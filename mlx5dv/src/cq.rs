@@ -385,63 +385,6 @@ impl<B: Bindings> CompletionQueue<B> {
         false
     }
 
-    /// The fast path's part for a CQE whose `op_own` says data was scattered into it: a
-    /// receive of the QP that matched last, whose first data segment holds the whole message
-    /// (the common case: a receive of one buffer, long enough), is decoded inline, the data
-    /// copied with a few fixed-size moves
-    /// ([`copy_to_first_segment`](scatter::copy_to_first_segment)) before the receive is
-    /// retired. Returns `false`, having changed nothing, for anything else: a requester CQE,
-    /// another QP, a receive of several segments the message spans, a message longer than the
-    /// list, a format the poller does not decode; [`CompletionQueue::decode_slow`] takes
-    /// those, with the exact copy and its errors.
-    ///
-    /// # Safety
-    ///
-    /// As [`CqeRing::with_cqe`] for `slot`.
-    #[inline(always)]
-    unsafe fn decode_scattered(
-        &mut self,
-        cqes: CqeRing,
-        slot: u32,
-        op_own: u8,
-        out: &mut Completion,
-    ) -> bool {
-        // SAFETY: (caller) the CQE is software's until the consumer index moves.
-        let (sop_drop_qpn, byte_cnt) = unsafe {
-            cqes.with_cqe(slot, |b| {
-                let c = Cqe64::new_unchecked(b);
-                (c.sop_drop_qpn(), c.byte_cnt())
-            })
-        };
-        let qpn = sop_drop_qpn & QPN_MASK;
-        let cqe_op = op_own >> OPCODE_SHIFT;
-        if qpn != self.last.qpn || !(op::RESP_WR_IMM..=op::RESP_SEND_INV).contains(&cqe_op) {
-            return false;
-        }
-        // SAFETY: `last` is a hit of this poller's bindings.
-        let Some(rq) = (unsafe { self.last.rq() }) else {
-            return false;
-        };
-        #[cfg(not(zverbs_loom))]
-        {
-            // SAFETY: (caller) the CQE is software's; it completes the oldest receive of `rq`,
-            // posted and not yet retired (retired below, after the copy); the only poller.
-            if !unsafe {
-                scatter::copy_to_first_segment(rq.wqes(), rq.oldest(), cqes, slot, op_own, byte_cnt)
-            } {
-                return false;
-            }
-            // SAFETY: as above.
-            unsafe { responder(rq, cqe_op, qpn, cqes, slot, out) };
-            true
-        }
-        #[cfg(zverbs_loom)]
-        {
-            let _ = (rq, byte_cnt, out);
-            false
-        }
-    }
-
     /// The cold path of the decoder: every CQE the fast path leaves (the first of another QP,
     /// the formats the poller does not decode, error CQEs, unknown opcodes, CQEs of queues
     /// this CQ was not given), out of line. Nothing is dropped: each CQE becomes a
@@ -596,6 +539,57 @@ impl<B: Bindings> CompletionQueue<B> {
 
 /// The `op_own` bits of data scattered into the CQE: decoded out of line (`scatter.rs`).
 const SCATTERED: u8 = INLINE_SCATTER_32 | INLINE_SCATTER_64;
+
+/// The inline decoder of [`CompletionQueue::poll_scattered`]: a receive CQE of QP `qpn`
+/// (whose receive state is `rq`, its ring `wqes`) with data scattered into it, whose receive's
+/// first data segment holds the whole message (the common case: a receive of one buffer, long
+/// enough). The data is copied with a few fixed-size moves
+/// ([`copy_to_first_segment`](scatter::copy_to_first_segment)) before the receive is retired,
+/// and the completion is what [`CompletionQueue::decode_slow`] reports for it. Returns
+/// `false`, having changed nothing, for anything else (a CQE of another kind or QP, no
+/// scatter bit, a message over several segments or longer than them, a format the poller
+/// does not decode): `decode_slow` takes those, with the exact copy and its errors.
+///
+/// # Safety
+///
+/// As [`CqeRing::with_cqe`] for `slot`; the only poller of the CQ calls this; `rq` is the
+/// receive state of QP `qpn`'s binding, and `wqes` its ring.
+#[cfg(not(zverbs_loom))]
+#[inline(always)]
+unsafe fn decode_scattered<S>(
+    rq: &RqState<S>,
+    wqes: scatter::WqeRing,
+    qpn: u32,
+    cqes: CqeRing,
+    slot: u32,
+    op_own: u8,
+    out: &mut Completion,
+) -> bool
+where
+    S: stable_deref_trait::StableDeref<Target = [crate::RqSlot]>,
+{
+    // SAFETY: (caller) the CQE is software's until the consumer index moves.
+    let (sop_drop_qpn, byte_cnt) = unsafe {
+        cqes.with_cqe(slot, |b| {
+            let c = Cqe64::new_unchecked(b);
+            (c.sop_drop_qpn(), c.byte_cnt())
+        })
+    };
+    let cqe_op = op_own >> OPCODE_SHIFT;
+    if sop_drop_qpn & QPN_MASK != qpn || !(op::RESP_WR_IMM..=op::RESP_SEND_INV).contains(&cqe_op)
+    {
+        return false;
+    }
+    // SAFETY: (caller) the CQE is software's; it completes the oldest receive of `rq`, posted
+    // and not yet retired (retired below, after the copy).
+    if !unsafe { scatter::copy_to_first_segment(wqes, rq.oldest(), cqes, slot, op_own, byte_cnt) }
+    {
+        return false;
+    }
+    // SAFETY: (caller) the only poller, for a responder CQE the device wrote.
+    unsafe { responder(rq, cqe_op, qpn, cqes, slot, out) };
+    true
+}
 
 /// Copies the data scattered into the receive CQE in `slot` into the oldest receive of `rq`
 /// (`scatter.rs`).
@@ -1087,56 +1081,73 @@ impl<B: Bindings> CompletionQueue<B> {
         n
     }
 
-    /// The poll loop of scattered receives ([`CompletionQueue::decode_scattered`]), for a
-    /// poll whose first CQE, `first` (software's, at the consumer counter), has a format bit
-    /// in `op_own`. A loop of its own, so that the plain loop keeps its registers (the copy,
-    /// inline there, costs every other CQE spills): a run of scattered receives (small
-    /// messages to one QP) is decoded inline, and the first CQE it does not decode (another
-    /// kind, or a scattered one of the unusual cases) ends it, [`CompletionQueue::poll_rest`]
-    /// going on from there. A compressed session's title (both format bits) goes there at once.
-    /// The same happens to a scattered receive after another kind of CQE in one poll: the
-    /// plain loop hands it to `poll_rest`, which copies it out of line; a poll that starts at
-    /// it takes it inline.
+    /// The poll loop of scattered receives, for a poll whose first CQE, `first` (software's,
+    /// at the consumer counter), has a format bit in `op_own`. A loop of its own, so that the
+    /// plain loop keeps its registers (the copy, inline there, costs every other CQE spills):
+    /// a run of scattered receives of the QP that matched last (small messages to one QP) is
+    /// decoded inline ([`decode_scattered`]), with that QP's receive state and ring loaded
+    /// once. The first CQE it does not decode (another kind, another QP, or a scattered one of
+    /// the unusual cases) ends it, [`CompletionQueue::poll_rest`] going on from there; so does
+    /// a compressed session's title (both format bits) at once. A scattered receive after
+    /// another kind of CQE in one poll is the plain loop's, which hands it to `poll_rest`, where
+    /// it is copied out of line; a poll that starts at it takes it inline.
     #[inline(never)]
     fn poll_scattered<O: PollOut>(&mut self, out: &mut [O], first: (u32, u8)) -> usize {
-        if crate::prm::mini::is_title(first.1) || out.is_empty() {
-            return self.poll_rest(out, 0);
+        #[cfg(zverbs_loom)]
+        {
+            let _ = first;
+            self.poll_rest(out, 0)
         }
-        let (ring, cqes, mut ci) = (self.ring, self.cqes, self.ci);
-        let (mut slot, mut op_own) = first;
-        let mut n = 0;
-        let mut outs = out.iter_mut();
-        let mut o = outs.next();
-        barrier::from_device();
-        // Rotated: the check of the next CQE is at the end of a pass, so the first pass takes
-        // `first` as it is.
-        while let Some(wc_out) = o {
-            // SAFETY: the CQE is software's (its owner bit checked, then the barrier), and the
-            // consumer counter that would free the entry is published only after the reads.
-            let decoded = wc_out.fill(|wc| unsafe {
-                op_own & SCATTERED != 0 && self.decode_scattered(cqes, slot, op_own, wc)
-            });
-            if !decoded {
-                self.ci = ci;
-                return self.poll_rest(out, n);
+        #[cfg(not(zverbs_loom))]
+        {
+            if crate::prm::mini::is_title(first.1) || out.is_empty() {
+                return self.poll_rest(out, 0);
             }
-            // SAFETY: as above.
-            unsafe { wc_out.stamp(self.timestamps, cqes, slot) };
-            ci = ci.wrapping_add(1);
-            n += 1;
-            o = outs.next();
-            if o.is_none() {
-                break;
-            }
-            let Some(next) = owned(ring, cqes, ci) else {
-                break;
+            let qpn = self.last.qpn;
+            // SAFETY: `last` is a hit of this poller's bindings.
+            let Some(rq) = (unsafe { self.last.rq() }) else {
+                return self.poll_rest(out, 0);
             };
+            let Some(wqes) = rq.wqes().get() else {
+                return self.poll_rest(out, 0);
+            };
+            let (ring, cqes, mut ci) = (self.ring, self.cqes, self.ci);
+            let (mut slot, mut op_own) = first;
+            let mut n = 0;
+            let mut outs = out.iter_mut();
+            let mut o = outs.next();
             barrier::from_device();
-            (slot, op_own) = next;
+            // Rotated: the check of the next CQE is at the end of a pass, so the first pass
+            // takes `first` as it is.
+            while let Some(wc_out) = o {
+                // SAFETY: the CQE is software's (its owner bit checked, then the barrier), and
+                // the consumer counter that would free the entry is published only after the
+                // reads; `rq` and `wqes` are those of QP `qpn`; the only poller.
+                let decoded = wc_out.fill(|wc| unsafe {
+                    decode_scattered(rq, wqes, qpn, cqes, slot, op_own, wc)
+                });
+                if !decoded {
+                    self.ci = ci;
+                    return self.poll_rest(out, n);
+                }
+                // SAFETY: as above.
+                unsafe { wc_out.stamp(self.timestamps, cqes, slot) };
+                ci = ci.wrapping_add(1);
+                n += 1;
+                o = outs.next();
+                if o.is_none() {
+                    break;
+                }
+                let Some(next) = owned(ring, cqes, ci) else {
+                    break;
+                };
+                barrier::from_device();
+                (slot, op_own) = next;
+            }
+            self.ci = ci;
+            self.publish_ci();
+            n
         }
-        self.ci = ci;
-        self.publish_ci();
-        n
     }
 }
 

@@ -70,16 +70,27 @@ impl RecvWqes {
         self.base.store(base.as_ptr(), Ordering::Release);
     }
 
-    /// The ring: base, log2 stride, mask; `None` until set.
+    /// The ring; `None` until set.
     #[inline(always)]
-    fn get(&self) -> Option<(NonNull<u8>, u32, u32)> {
+    pub(super) fn get(&self) -> Option<WqeRing> {
         let base = NonNull::new(self.base.load(Ordering::Acquire))?;
-        Some((
+        Some(WqeRing {
             base,
-            self.shift.load(Ordering::Relaxed),
-            self.mask.load(Ordering::Relaxed),
-        ))
+            shift: self.shift.load(Ordering::Relaxed),
+            mask: self.mask.load(Ordering::Relaxed),
+        })
     }
+}
+
+/// A receive queue's ring of WQEs, as [`RecvWqes`] holds it once set.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct WqeRing {
+    /// The ring's first byte.
+    base: NonNull<u8>,
+    /// log2 of the WQE stride in bytes (at least 4).
+    shift: u32,
+    /// WQEs in the ring, minus one.
+    mask: u32,
 }
 
 /// Why a scattered CQE's data did not reach the receive buffer.
@@ -139,7 +150,7 @@ pub(super) unsafe fn copy_to_receive(
     if len > room {
         return Err(ScatterError::Format);
     }
-    let (base, shift, mask) = wqes.get().ok_or(ScatterError::Format)?;
+    let WqeRing { base, shift, mask } = wqes.get().ok_or(ScatterError::Format)?;
     let mut data = [0u8; 64];
     // SAFETY: (caller) the CQE is software's; `room` checked that a 64-byte scatter is in a
     // 128-byte entry, whose first half holds the data.
@@ -161,25 +172,23 @@ pub(super) unsafe fn copy_to_receive(
 /// list) and copies the `byte_cnt` bytes scattered into the CQE in `slot` with a few
 /// fixed-size moves ([`copy_small`]), writing exactly the bytes [`copy_to_receive`] would.
 /// Returns `false`, having written nothing, for anything else (a message longer than the
-/// first segment, a receive with no segment, a format [`room`] refuses, a ring not set):
+/// first segment, a receive with no segment, a format [`room`] refuses):
 /// [`copy_to_receive`] decodes those, with their errors.
 ///
 /// # Safety
 ///
-/// As [`copy_to_receive`].
+/// As [`copy_to_receive`], `wqes` the ring of that queue.
 #[cfg(not(zverbs_loom))]
 #[inline(always)]
 pub(super) unsafe fn copy_to_first_segment(
-    wqes: &RecvWqes,
+    wqes: WqeRing,
     index: u32,
     cqes: CqeRing,
     slot: u32,
     op_own: u8,
     byte_cnt: u32,
 ) -> bool {
-    let Some((base, shift, mask)) = wqes.get() else {
-        return false;
-    };
+    let WqeRing { base, shift, mask } = wqes;
     // SAFETY: `index & mask` is a WQE of the ring, `1 << shift` ≥ 16 bytes long: its first
     // data segment is readable; (caller) the poller's to read. Unaligned-safe read.
     let raw = unsafe {
