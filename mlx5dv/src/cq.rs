@@ -576,14 +576,12 @@ where
         })
     };
     let cqe_op = op_own >> OPCODE_SHIFT;
-    if sop_drop_qpn & QPN_MASK != qpn || !(op::RESP_WR_IMM..=op::RESP_SEND_INV).contains(&cqe_op)
-    {
+    if sop_drop_qpn & QPN_MASK != qpn || !(op::RESP_WR_IMM..=op::RESP_SEND_INV).contains(&cqe_op) {
         return false;
     }
     // SAFETY: (caller) the CQE is software's; it completes the oldest receive of `rq`, posted
     // and not yet retired (retired below, after the copy).
-    if !unsafe { scatter::copy_to_first_segment(wqes, rq.oldest(), cqes, slot, op_own, byte_cnt) }
-    {
+    if !unsafe { scatter::copy_to_first_segment(wqes, rq.oldest(), cqes, slot, op_own, byte_cnt) } {
         return false;
     }
     // SAFETY: (caller) the only poller, for a responder CQE the device wrote.
@@ -1081,16 +1079,18 @@ impl<B: Bindings> CompletionQueue<B> {
         n
     }
 
-    /// The poll loop of scattered receives, for a poll whose first CQE, `first` (software's,
-    /// at the consumer counter), has a format bit in `op_own`. A loop of its own, so that the
-    /// plain loop keeps its registers (the copy, inline there, costs every other CQE spills):
-    /// a run of scattered receives of the QP that matched last (small messages to one QP) is
-    /// decoded inline ([`decode_scattered`]), with that QP's receive state and ring loaded
-    /// once. The first CQE it does not decode (another kind, another QP, or a scattered one of
-    /// the unusual cases) ends it, [`CompletionQueue::poll_rest`] going on from there; so does
-    /// a compressed session's title (both format bits) at once. A scattered receive after
-    /// another kind of CQE in one poll is the plain loop's, which hands it to `poll_rest`, where
-    /// it is copied out of line; a poll that starts at it takes it inline.
+    /// The poll of scattered receives, for a poll whose first CQE, `first` (software's, at the
+    /// consumer counter), has a format bit in `op_own`. Apart from the plain loop, so that it
+    /// keeps its registers (the copy, inline there, costs every other CQE spills): a run of
+    /// scattered receives of the QP that matched last (small messages to one QP) is decoded
+    /// inline ([`decode_scattered`]), the first here in straight-line code (a poll of one CQE
+    /// pays for no loop), the rest in [`CompletionQueue::poll_scattered_run`], which loads the
+    /// QP's receive state and ring once. The first CQE neither decodes (another kind, another
+    /// QP, or a scattered one of the unusual cases) ends the run, [`CompletionQueue::poll_rest`]
+    /// going on from there; so does a compressed session's title (both format bits) at once.
+    /// A scattered receive after another kind of CQE in one poll is the plain loop's, which
+    /// hands it to `poll_rest`, where it is copied out of line; a poll that starts at it takes
+    /// it inline.
     #[inline(never)]
     fn poll_scattered<O: PollOut>(&mut self, out: &mut [O], first: (u32, u8)) -> usize {
         #[cfg(zverbs_loom)]
@@ -1100,54 +1100,89 @@ impl<B: Bindings> CompletionQueue<B> {
         }
         #[cfg(not(zverbs_loom))]
         {
-            if crate::prm::mini::is_title(first.1) || out.is_empty() {
-                return self.poll_rest(out, 0);
-            }
-            let qpn = self.last.qpn;
+            let (slot, op_own) = first;
+            let cqes = self.cqes;
+            let Some(wc_out) = out.first_mut() else {
+                return 0;
+            };
+            let hit = self.last;
             // SAFETY: `last` is a hit of this poller's bindings.
-            let Some(rq) = (unsafe { self.last.rq() }) else {
+            let wqes = match unsafe { hit.rq() } {
+                Some(rq) if !crate::prm::mini::is_title(op_own) => rq.wqes().get().map(|w| (rq, w)),
+                _ => None,
+            };
+            let Some((rq, wqes)) = wqes else {
                 return self.poll_rest(out, 0);
             };
-            let Some(wqes) = rq.wqes().get() else {
-                return self.poll_rest(out, 0);
-            };
-            let (ring, cqes, mut ci) = (self.ring, self.cqes, self.ci);
-            let (mut slot, mut op_own) = first;
-            let mut n = 0;
-            let mut outs = out.iter_mut();
-            let mut o = outs.next();
             barrier::from_device();
-            // Rotated: the check of the next CQE is at the end of a pass, so the first pass
-            // takes `first` as it is.
-            while let Some(wc_out) = o {
-                // SAFETY: the CQE is software's (its owner bit checked, then the barrier), and
-                // the consumer counter that would free the entry is published only after the
-                // reads; `rq` and `wqes` are those of QP `qpn`; the only poller.
-                let decoded = wc_out.fill(|wc| unsafe {
-                    decode_scattered(rq, wqes, qpn, cqes, slot, op_own, wc)
-                });
-                if !decoded {
-                    self.ci = ci;
-                    return self.poll_rest(out, n);
-                }
-                // SAFETY: as above.
-                unsafe { wc_out.stamp(self.timestamps, cqes, slot) };
-                ci = ci.wrapping_add(1);
-                n += 1;
-                o = outs.next();
-                if o.is_none() {
-                    break;
-                }
-                let Some(next) = owned(ring, cqes, ci) else {
-                    break;
-                };
-                barrier::from_device();
-                (slot, op_own) = next;
+            // SAFETY: the CQE is software's (its owner bit checked, then the barrier), and the
+            // consumer counter that would free the entry is published only after the reads;
+            // `rq` and `wqes` are those of QP `hit.qpn`; the only poller.
+            let decoded = wc_out
+                .fill(|wc| unsafe { decode_scattered(rq, wqes, hit.qpn, cqes, slot, op_own, wc) });
+            if !decoded {
+                return self.poll_rest(out, 0);
             }
-            self.ci = ci;
+            // SAFETY: as above.
+            unsafe { wc_out.stamp(self.timestamps, cqes, slot) };
+            self.ci = self.ci.wrapping_add(1);
+            if out.len() > 1
+                && let Some(next) = owned(self.ring, cqes, self.ci)
+            {
+                return self.poll_scattered_run(out, next);
+            }
             self.publish_ci();
-            n
+            1
         }
+    }
+
+    /// The rest of [`CompletionQueue::poll_scattered`], from `out[1]` and the software-owned
+    /// CQE `next` at the consumer counter: the loop, out of line, so that a poll of one CQE
+    /// does not pay for the registers it holds.
+    #[cfg(not(zverbs_loom))]
+    #[inline(never)]
+    fn poll_scattered_run<O: PollOut>(&mut self, out: &mut [O], next: (u32, u8)) -> usize {
+        let mut n = 1;
+        let hit = self.last;
+        // SAFETY: `last` is a hit of this poller's bindings.
+        let Some(rq) = (unsafe { hit.rq() }) else {
+            return self.poll_rest(out, n);
+        };
+        let Some(wqes) = rq.wqes().get() else {
+            return self.poll_rest(out, n);
+        };
+        let (ring, cqes, mut ci) = (self.ring, self.cqes, self.ci);
+        let (mut slot, mut op_own) = next;
+        let mut outs = out.iter_mut().skip(1);
+        let mut o = outs.next();
+        barrier::from_device();
+        // Rotated: the check of the next CQE is at the end of a pass, so the first pass takes
+        // `next` as it is.
+        while let Some(wc_out) = o {
+            // SAFETY: as in `poll_scattered`.
+            let decoded = wc_out
+                .fill(|wc| unsafe { decode_scattered(rq, wqes, hit.qpn, cqes, slot, op_own, wc) });
+            if !decoded {
+                self.ci = ci;
+                return self.poll_rest(out, n);
+            }
+            // SAFETY: as above.
+            unsafe { wc_out.stamp(self.timestamps, cqes, slot) };
+            ci = ci.wrapping_add(1);
+            n += 1;
+            o = outs.next();
+            if o.is_none() {
+                break;
+            }
+            let Some(c) = owned(ring, cqes, ci) else {
+                break;
+            };
+            barrier::from_device();
+            (slot, op_own) = c;
+        }
+        self.ci = ci;
+        self.publish_ci();
+        n
     }
 }
 
