@@ -364,3 +364,78 @@ fn data_where_no_cqe_has_room_is_a_format_error_and_nothing_is_copied() {
         assert_eq!(rig.rq.free(), 8, "the receive was retired");
     }
 }
+
+#[test]
+fn a_run_of_scattered_receives_ends_at_the_first_cqe_of_another_kind() {
+    // One poll: two scattered receives (the first decoded straight, the second in the run),
+    // a plain receive (the run ends: the rest of the poll is decoded out of line) and a
+    // scattered one after it (copied out of line); then a poll that starts at a scattered
+    // receive whose list it spans (out of line from the first CQE).
+    let (mut rig, mut cq) = rig(64);
+    let k = prime(&mut rig, &mut cq, 64, true);
+    let mut bufs: Vec<Vec<u8>> = (0..4).map(|_| std::vec![STALE; 16 + GUARD]).collect();
+    for (i, buf) in bufs.iter_mut().enumerate() {
+        let sgl = [Sge::new(buf.as_mut_ptr() as u64, 16, 1)];
+        // SAFETY: the buffers outlive the polls.
+        unsafe { rig.rq.post(&RecvWr::new(i as u64, &sgl)) }.unwrap();
+    }
+    let lens = [5, 16, 9, 12];
+    let scatter = [INLINE_SCATTER_32, INLINE_SCATTER_32, 0, INLINE_SCATTER_32];
+    for i in 0..4 {
+        put(
+            &rig,
+            64,
+            k + i,
+            op::RESP_SEND,
+            &message(lens[i]),
+            scatter[i],
+        );
+    }
+    let mut wc = [Completion::EMPTY; 8];
+    assert_eq!(cq.poll(&mut wc), 4);
+    assert_eq!(cq.consumer() as usize, k + 4);
+    for i in 0..4 {
+        assert_eq!(
+            (wc[i].wr_id, wc[i].status, wc[i].byte_len),
+            (i as u64, WcStatus::Success, lens[i] as u32),
+            "receive {i}"
+        );
+        let copied = if scatter[i] != 0 { lens[i] } else { 0 };
+        assert_eq!(&bufs[i][..copied], &message(copied)[..], "receive {i}");
+        assert!(bufs[i][copied..].iter().all(|&x| x == STALE), "receive {i}");
+    }
+    assert_eq!(rig.mem.cq_dbrec() as usize, k + 4);
+    // Two scattered receives over two entries each, the first too long for its first entry:
+    // the poll starts out of line and the second, which would fit, goes with it.
+    let mut pairs: Vec<Vec<u8>> = (0..2).map(|_| std::vec![STALE; 20]).collect();
+    for (i, buf) in pairs.iter_mut().enumerate() {
+        let base = buf.as_mut_ptr() as u64;
+        let sgl = [Sge::new(base, 6, 1), Sge::new(base + 6, 14, 1)];
+        // SAFETY: the buffers outlive the polls.
+        unsafe { rig.rq.post(&RecvWr::new(10 + i as u64, &sgl)) }.unwrap();
+    }
+    put(
+        &rig,
+        64,
+        k + 4,
+        op::RESP_SEND,
+        &message(20),
+        INLINE_SCATTER_32,
+    );
+    put(
+        &rig,
+        64,
+        k + 5,
+        op::RESP_SEND_IMM,
+        &message(6),
+        INLINE_SCATTER_32,
+    );
+    assert_eq!(cq.poll(&mut wc), 2);
+    assert_eq!((wc[0].wr_id, wc[0].byte_len), (10, 20));
+    assert_eq!((wc[1].wr_id, wc[1].byte_len), (11, 6));
+    assert!(wc[..2].iter().all(|w| w.is_success()));
+    assert_eq!(pairs[0], message(20));
+    assert_eq!(&pairs[1][..6], &message(6)[..]);
+    assert!(pairs[1][6..].iter().all(|&x| x == STALE));
+    assert_eq!(rig.rq.free(), 8);
+}
