@@ -439,3 +439,31 @@ fn a_run_of_scattered_receives_ends_at_the_first_cqe_of_another_kind() {
     assert!(pairs[1][6..].iter().all(|&x| x == STALE));
     assert_eq!(rig.rq.free(), 8);
 }
+
+#[test]
+fn a_buffer_with_the_end_marker_lkey_ends_the_list() {
+    // A scatter entry whose lkey is the end marker (`MLX5_INVALID_LKEY`) ends the list for
+    // the device, whatever its length: a message for it is a local length error and nothing
+    // is written, on either path.
+    for primed in [false, true] {
+        let (mut rig, mut cq) = rig(64);
+        let k = prime(&mut rig, &mut cq, 64, primed);
+        let mut a = std::vec![STALE; 32];
+        let sgl = [Sge::new(
+            a.as_mut_ptr() as u64,
+            32,
+            crate::prm::INVALID_LKEY,
+        )];
+        // SAFETY: the buffer outlives the poll.
+        unsafe { rig.rq.post(&RecvWr::new(3, &sgl)) }.unwrap();
+        put(&rig, 64, k, op::RESP_SEND, &message(8), INLINE_SCATTER_32);
+        let mut wc = [Completion::EMPTY; 1];
+        assert_eq!(cq.poll(&mut wc), 1);
+        assert_eq!(
+            (wc[0].wr_id, wc[0].status),
+            (3, WcStatus::LocLenErr),
+            "primed {primed}"
+        );
+        assert!(a.iter().all(|&x| x == STALE), "primed {primed}");
+    }
+}
