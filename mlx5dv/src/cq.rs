@@ -537,7 +537,8 @@ impl<B: Bindings> CompletionQueue<B> {
     }
 }
 
-/// The `op_own` bits of data scattered into the CQE: decoded out of line (`scatter.rs`).
+/// The `op_own` bits of data scattered into the CQE (`scatter.rs`; both set: a compressed
+/// session's title).
 const SCATTERED: u8 = INLINE_SCATTER_32 | INLINE_SCATTER_64;
 
 /// The inline decoder of [`CompletionQueue::poll_scattered`]: a receive CQE of QP `qpn`

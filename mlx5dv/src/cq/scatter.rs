@@ -17,6 +17,9 @@
 //! scatter list of the receive the message took (read from the receive WQE in the ring, which
 //! is the poller's until it retires the receive), in order, as the device would have, and
 //! reports the completion as usual: the application sees its buffer filled either way.
+//! When the receive's first data segment holds the whole message (a receive of one buffer,
+//! long enough: the common case), the poll copies it inline with a few moves of a fixed size
+//! ([`copy_to_first_segment`]); any other list takes the exact copy ([`copy_to_receive`]).
 //! Nothing is allocated. A message longer than the scatter list is a local length error
 //! ([`WcStatus::LocLenErr`]), as libmlx5 reports it (`mlx5_copy_to_recv_wqe`); a CQE whose
 //! data cannot be where `op_own` says (64 bytes in a 64-byte CQE, a length over the room) is
