@@ -13,8 +13,12 @@
 //! WQE and every unsignaled WQE before it are retired and their credits handed back to the
 //! send queue. Receives complete in order. Error CQEs are decoded on a cold path.
 //!
-//! Receives whose data the device scattered into the CQE (scatter-to-CQE, `scatter.rs`) are
-//! decoded out of line: the data is copied into the receive's buffers before it is reported.
+//! Receives whose data the device scattered into the CQE (scatter-to-CQE, `scatter.rs`): the
+//! data is copied into the receive's buffers before it is reported. A poll that starts at one
+//! runs a loop of its own, which decodes a run of them inline when each receive's first
+//! buffer holds its message (a few fixed-size moves); the other cases (a message over
+//! several buffers or longer than them, a format no CQE has room for, a scattered receive
+//! after another kind of CQE in the same poll) are decoded out of line, with the exact copy.
 //! A CQ created with CQE compression is polled the same way: compressed sessions are expanded
 //! out of line (`mini`), into the completions the device would have written one by one. The
 //! send side of its QPs must have been created without scatter-to-CQE (READ and atomic
@@ -346,6 +350,7 @@ impl<B: Bindings> CompletionQueue<B> {
         op_own: u8,
         out: &mut Completion,
     ) -> bool {
+        // Data scattered into the CQE: the loop of those decodes it (`poll_scattered`).
         if op_own & SCATTERED != 0 {
             return false;
         }
@@ -532,8 +537,58 @@ impl<B: Bindings> CompletionQueue<B> {
     }
 }
 
-/// The `op_own` bits of data scattered into the CQE: decoded out of line (`scatter.rs`).
+/// The `op_own` bits of data scattered into the CQE (`scatter.rs`; both set: a compressed
+/// session's title).
 const SCATTERED: u8 = INLINE_SCATTER_32 | INLINE_SCATTER_64;
+
+/// The inline decoder of [`CompletionQueue::poll_scattered`]: a receive CQE of QP `qpn`
+/// (whose receive state is `rq`, its ring `wqes`) with data scattered into it, whose receive's
+/// first data segment holds the whole message (the common case: a receive of one buffer, long
+/// enough). The data is copied with a few fixed-size moves
+/// ([`copy_to_first_segment`](scatter::copy_to_first_segment)) before the receive is retired,
+/// and the completion is what [`CompletionQueue::decode_slow`] reports for it. Returns
+/// `false`, having changed nothing, for anything else (a CQE of another kind or QP, no
+/// scatter bit, a message over several segments or longer than them, a format the poller
+/// does not decode): `decode_slow` takes those, with the exact copy and its errors.
+///
+/// # Safety
+///
+/// As [`CqeRing::with_cqe`] for `slot`; the only poller of the CQ calls this; `rq` is the
+/// receive state of QP `qpn`'s binding, and `wqes` its ring.
+#[cfg(not(zverbs_loom))]
+#[inline(always)]
+unsafe fn decode_scattered<S>(
+    rq: &RqState<S>,
+    wqes: scatter::WqeRing,
+    qpn: u32,
+    cqes: CqeRing,
+    slot: u32,
+    op_own: u8,
+    out: &mut Completion,
+) -> bool
+where
+    S: stable_deref_trait::StableDeref<Target = [crate::RqSlot]>,
+{
+    // SAFETY: (caller) the CQE is software's until the consumer index moves.
+    let (sop_drop_qpn, byte_cnt) = unsafe {
+        cqes.with_cqe(slot, |b| {
+            let c = Cqe64::new_unchecked(b);
+            (c.sop_drop_qpn(), c.byte_cnt())
+        })
+    };
+    let cqe_op = op_own >> OPCODE_SHIFT;
+    if sop_drop_qpn & QPN_MASK != qpn || !(op::RESP_WR_IMM..=op::RESP_SEND_INV).contains(&cqe_op) {
+        return false;
+    }
+    // SAFETY: (caller) the CQE is software's; it completes the oldest receive of `rq`, posted
+    // and not yet retired (retired below, after the copy).
+    if !unsafe { scatter::copy_to_first_segment(wqes, rq.oldest(), cqes, slot, op_own, byte_cnt) } {
+        return false;
+    }
+    // SAFETY: (caller) the only poller, for a responder CQE the device wrote.
+    unsafe { responder(rq, cqe_op, qpn, cqes, slot, out) };
+    true
+}
 
 /// Copies the data scattered into the receive CQE in `slot` into the oldest receive of `rq`
 /// (`scatter.rs`).
@@ -971,19 +1026,28 @@ impl PollOut for BriefCompletion {
 impl<B: Bindings> CompletionQueue<B> {
     /// A poll, for either output. Inlined into the caller: an empty poll is the loads of the
     /// ring state, the owner check of the CQE at the consumer counter and a return (no stack
-    /// frame, nothing stored); the loop is out of line, entered with that CQE software's.
+    /// frame, nothing stored); the loop is out of line, entered with that CQE software's (the
+    /// plain loop, or the loop of scattered receives when its `op_own` has a format bit).
     #[inline(always)]
     fn poll_out<O: PollOut>(&mut self, out: &mut [O]) -> usize {
+        // Whether `out` has room is the loops' to see (they check it anyway): here it would
+        // cost every poll a test.
         match owned(self.ring, self.cqes, self.ci) {
-            Some(first) if !out.is_empty() => self.poll_loop(out, first),
-            _ => 0,
+            // A CQE with data scattered into it (or a compressed session's title, which has
+            // both format bits) first: the loop of scattered receives. The test is here rather
+            // than in the plain loop, which would save its registers before it.
+            Some(first) if first.1 & SCATTERED != 0 => self.poll_scattered(out, first),
+            Some(first) => self.poll_loop(out, first),
+            None => 0,
         }
     }
 
     /// The poll loop, from the software-owned CQE `first` (slot and `op_own`) at the consumer
-    /// counter, with room for it in `out`. The first pass takes `first` rather than checking
-    /// the CQE again (the compiler peels it off the loop); the loop ends with at least one CQE
-    /// consumed, so the doorbell record is always written.
+    /// counter. The first pass takes `first` rather than checking the CQE again (the compiler
+    /// peels it off the loop), after checking that `out` has room for it: when it has none,
+    /// nothing is decoded and the counter published is the one the record holds already.
+    /// Otherwise the loop ends with at least one CQE consumed, so the record is always
+    /// written.
     #[inline(never)]
     fn poll_loop<O: PollOut>(&mut self, out: &mut [O], first: (u32, u8)) -> usize {
         // Locals, which the compiler need not reload after each completion it writes.
@@ -1010,6 +1074,112 @@ impl<B: Bindings> CompletionQueue<B> {
             unsafe { o.stamp(self.timestamps, cqes, slot) };
             ci = ci.wrapping_add(1);
             n += 1;
+        }
+        self.ci = ci;
+        self.publish_ci();
+        n
+    }
+
+    /// The poll of scattered receives, for a poll whose first CQE, `first` (software's, at the
+    /// consumer counter), has a format bit in `op_own`. Apart from the plain loop, so that it
+    /// keeps its registers (the copy, inline there, costs every other CQE spills): a run of
+    /// scattered receives of the QP that matched last (small messages to one QP) is decoded
+    /// inline ([`decode_scattered`]), the first here in straight-line code (a poll of one CQE
+    /// pays for no loop), the rest in [`CompletionQueue::poll_scattered_run`], which loads the
+    /// QP's receive state and ring once. The first CQE neither decodes (another kind, another
+    /// QP, or a scattered one of the unusual cases) ends the run, [`CompletionQueue::poll_rest`]
+    /// going on from there; so does a compressed session's title (both format bits) at once.
+    /// A scattered receive after another kind of CQE in one poll is the plain loop's, which
+    /// hands it to `poll_rest`, where it is copied out of line; a poll that starts at it takes
+    /// it inline.
+    #[inline(never)]
+    fn poll_scattered<O: PollOut>(&mut self, out: &mut [O], first: (u32, u8)) -> usize {
+        #[cfg(zverbs_loom)]
+        {
+            let _ = first;
+            self.poll_rest(out, 0)
+        }
+        #[cfg(not(zverbs_loom))]
+        {
+            let (slot, op_own) = first;
+            let cqes = self.cqes;
+            let Some(wc_out) = out.first_mut() else {
+                return 0;
+            };
+            let hit = self.last;
+            // SAFETY: `last` is a hit of this poller's bindings.
+            let wqes = match unsafe { hit.rq() } {
+                Some(rq) if !crate::prm::mini::is_title(op_own) => rq.wqes().get().map(|w| (rq, w)),
+                _ => None,
+            };
+            let Some((rq, wqes)) = wqes else {
+                return self.poll_rest(out, 0);
+            };
+            barrier::from_device();
+            // SAFETY: the CQE is software's (its owner bit checked, then the barrier), and the
+            // consumer counter that would free the entry is published only after the reads;
+            // `rq` and `wqes` are those of QP `hit.qpn`; the only poller.
+            let decoded = wc_out
+                .fill(|wc| unsafe { decode_scattered(rq, wqes, hit.qpn, cqes, slot, op_own, wc) });
+            if !decoded {
+                return self.poll_rest(out, 0);
+            }
+            // SAFETY: as above.
+            unsafe { wc_out.stamp(self.timestamps, cqes, slot) };
+            self.ci = self.ci.wrapping_add(1);
+            if out.len() > 1
+                && let Some(next) = owned(self.ring, cqes, self.ci)
+            {
+                return self.poll_scattered_run(out, next);
+            }
+            self.publish_ci();
+            1
+        }
+    }
+
+    /// The rest of [`CompletionQueue::poll_scattered`], from `out[1]` and the software-owned
+    /// CQE `next` at the consumer counter: the loop, out of line, so that a poll of one CQE
+    /// does not pay for the registers it holds.
+    #[cfg(not(zverbs_loom))]
+    #[inline(never)]
+    fn poll_scattered_run<O: PollOut>(&mut self, out: &mut [O], next: (u32, u8)) -> usize {
+        let mut n = 1;
+        let hit = self.last;
+        // SAFETY: `last` is a hit of this poller's bindings.
+        let Some(rq) = (unsafe { hit.rq() }) else {
+            return self.poll_rest(out, n);
+        };
+        let Some(wqes) = rq.wqes().get() else {
+            return self.poll_rest(out, n);
+        };
+        let (ring, cqes, mut ci) = (self.ring, self.cqes, self.ci);
+        let (mut slot, mut op_own) = next;
+        let mut outs = out.iter_mut().skip(1);
+        let mut o = outs.next();
+        barrier::from_device();
+        // Rotated: the check of the next CQE is at the end of a pass, so the first pass takes
+        // `next` as it is.
+        while let Some(wc_out) = o {
+            // SAFETY: as in `poll_scattered`.
+            let decoded = wc_out
+                .fill(|wc| unsafe { decode_scattered(rq, wqes, hit.qpn, cqes, slot, op_own, wc) });
+            if !decoded {
+                self.ci = ci;
+                return self.poll_rest(out, n);
+            }
+            // SAFETY: as above.
+            unsafe { wc_out.stamp(self.timestamps, cqes, slot) };
+            ci = ci.wrapping_add(1);
+            n += 1;
+            o = outs.next();
+            if o.is_none() {
+                break;
+            }
+            let Some(c) = owned(ring, cqes, ci) else {
+                break;
+            };
+            barrier::from_device();
+            (slot, op_own) = c;
         }
         self.ci = ci;
         self.publish_ci();

@@ -17,6 +17,9 @@
 //! scatter list of the receive the message took (read from the receive WQE in the ring, which
 //! is the poller's until it retires the receive), in order, as the device would have, and
 //! reports the completion as usual: the application sees its buffer filled either way.
+//! When the receive's first data segment holds the whole message (a receive of one buffer,
+//! long enough: the common case), the poll copies it inline with a few moves of a fixed size
+//! ([`copy_to_first_segment`]); any other list takes the exact copy ([`copy_to_receive`]).
 //! Nothing is allocated. A message longer than the scatter list is a local length error
 //! ([`WcStatus::LocLenErr`]), as libmlx5 reports it (`mlx5_copy_to_recv_wqe`); a CQE whose
 //! data cannot be where `op_own` says (64 bytes in a 64-byte CQE, a length over the room) is
@@ -70,15 +73,27 @@ impl RecvWqes {
         self.base.store(base.as_ptr(), Ordering::Release);
     }
 
-    /// The ring: base, log2 stride, mask; `None` until set.
-    fn get(&self) -> Option<(NonNull<u8>, u32, u32)> {
+    /// The ring; `None` until set.
+    #[inline(always)]
+    pub(super) fn get(&self) -> Option<WqeRing> {
         let base = NonNull::new(self.base.load(Ordering::Acquire))?;
-        Some((
+        Some(WqeRing {
             base,
-            self.shift.load(Ordering::Relaxed),
-            self.mask.load(Ordering::Relaxed),
-        ))
+            shift: self.shift.load(Ordering::Relaxed),
+            mask: self.mask.load(Ordering::Relaxed),
+        })
     }
+}
+
+/// A receive queue's ring of WQEs, as [`RecvWqes`] holds it once set.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct WqeRing {
+    /// The ring's first byte.
+    base: NonNull<u8>,
+    /// log2 of the WQE stride in bytes (at least 4).
+    shift: u32,
+    /// WQEs in the ring, minus one.
+    mask: u32,
 }
 
 /// Why a scattered CQE's data did not reach the receive buffer.
@@ -138,7 +153,7 @@ pub(super) unsafe fn copy_to_receive(
     if len > room {
         return Err(ScatterError::Format);
     }
-    let (base, shift, mask) = wqes.get().ok_or(ScatterError::Format)?;
+    let WqeRing { base, shift, mask } = wqes.get().ok_or(ScatterError::Format)?;
     let mut data = [0u8; 64];
     // SAFETY: (caller) the CQE is software's; `room` checked that a 64-byte scatter is in a
     // 128-byte entry, whose first half holds the data.
@@ -153,6 +168,110 @@ pub(super) unsafe fn copy_to_receive(
     let wqe = unsafe { base.as_ptr().add(((index & mask) as usize) << shift) };
     // SAFETY: (caller) the WQE is the poller's to read and its buffers writable.
     unsafe { scatter(wqe, 1 << (shift - 4), &data[..len]) }
+}
+
+/// The common case of [`copy_to_receive`], inline in the poll loop: the receive's first data
+/// segment holds the whole message. Reads that segment of WQE `index` (not the rest of the
+/// list) and copies the `byte_cnt` bytes scattered into the CQE in `slot` with a few
+/// fixed-size moves ([`copy_small`]), writing exactly the bytes [`copy_to_receive`] would.
+/// Returns `false`, having written nothing, for anything else (a message longer than the
+/// first segment, a receive with no segment, a format [`room`] refuses):
+/// [`copy_to_receive`] decodes those, with their errors.
+///
+/// # Safety
+///
+/// As [`copy_to_receive`], `wqes` the ring of that queue.
+#[cfg(not(zverbs_loom))]
+#[inline(always)]
+pub(super) unsafe fn copy_to_first_segment(
+    wqes: WqeRing,
+    index: u32,
+    cqes: CqeRing,
+    slot: u32,
+    op_own: u8,
+    byte_cnt: u32,
+) -> bool {
+    let WqeRing { base, shift, mask } = wqes;
+    // SAFETY: `index & mask` is a WQE of the ring, `1 << shift` ≥ 16 bytes long: its first
+    // data segment is readable; (caller) the poller's to read. Unaligned-safe read.
+    let raw = unsafe {
+        base.as_ptr()
+            .add(((index & mask) as usize) << shift)
+            .cast::<[u8; 16]>()
+            .read_unaligned()
+    };
+    let seg = DataSeg::new_unchecked(&raw);
+    // The end marker (no segment at all) has a byte count of 0, but a message of 0 bytes
+    // would fit it: the lkey tells.
+    if seg.byte_count() < byte_cnt || seg.lkey() == INVALID_LKEY {
+        return false;
+    }
+    let dst = seg.addr() as *mut u8;
+    let len = byte_cnt as usize;
+    match op_own & (INLINE_SCATTER_32 | INLINE_SCATTER_64) {
+        // SAFETY: (caller) the CQE is software's, the segment's memory writable for its byte
+        // count, which is at least `len`, and it does not overlap the CQE; `len` ≤ 32.
+        INLINE_SCATTER_32 if len <= 32 => unsafe {
+            cqes.with_cqe(slot, |c| copy_small(c, dst, len))
+        },
+        // SAFETY: as above, and the entries are 128 bytes: the data is the entry's first half.
+        INLINE_SCATTER_64 if len <= 64 && cqes.stride() == 128 => unsafe {
+            cqes.with_entry_head(slot, |h| copy_small(h, dst, len))
+        },
+        _ => return false,
+    }
+    true
+}
+
+/// Copies `src[..len]` to `dst` (`len` ≤ 64) with at most two moves of a fixed size (32, 16,
+/// 8, 4 or 2 bytes, the second ending where the data ends and overlapping the first) or one
+/// byte: no call, no loop, and nothing written past `dst + len`.
+///
+/// # Safety
+///
+/// `len` ≤ 64; `dst` is writable for `len` bytes that do not overlap `src`.
+#[cfg(not(zverbs_loom))]
+#[inline(always)]
+unsafe fn copy_small(src: &[u8; 64], dst: *mut u8, len: usize) {
+    /// Moves `N` bytes from `src + at` to `dst + at`.
+    ///
+    /// # Safety
+    ///
+    /// `at + N` ≤ 64 and ≤ the bytes `dst` is writable for.
+    #[inline(always)]
+    unsafe fn mv<const N: usize>(src: &[u8; 64], dst: *mut u8, at: usize) {
+        // SAFETY: (caller) `at + N` is inside both; unaligned-safe reads and writes.
+        unsafe {
+            let v = src.as_ptr().add(at).cast::<[u8; N]>().read_unaligned();
+            dst.add(at).cast::<[u8; N]>().write_unaligned(v);
+        }
+    }
+    // SAFETY: each move ends at or before `len` (≤ 64), so inside `src` and the writable
+    // bytes of `dst`; `at` = `len - N` is not negative, as `len` ≥ `N` on each branch.
+    unsafe {
+        if len >= 16 {
+            if len > 32 {
+                mv::<32>(src, dst, 0);
+                mv::<32>(src, dst, len - 32);
+            } else {
+                mv::<16>(src, dst, 0);
+                mv::<16>(src, dst, len - 16);
+            }
+        } else if len >= 4 {
+            if len >= 8 {
+                mv::<8>(src, dst, 0);
+                mv::<8>(src, dst, len - 8);
+            } else {
+                mv::<4>(src, dst, 0);
+                mv::<4>(src, dst, len - 4);
+            }
+        } else if len >= 2 {
+            mv::<2>(src, dst, 0);
+            mv::<2>(src, dst, len - 2);
+        } else if len == 1 {
+            mv::<1>(src, dst, 0);
+        }
+    }
 }
 
 /// Copies `data` over the data segments at `wqe` (at most `segs` of them, ending early at one
