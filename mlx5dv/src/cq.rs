@@ -146,6 +146,10 @@ pub const VENDOR_ERR_UNSUPPORTED_FORMAT: u32 = 0x100;
 pub struct CompletionQueue<B: Bindings> {
     cqes: CqeRing,
     ring: Ring,
+    /// The ring's size: the bit of the consumer counter above the slot bits, whose value is the
+    /// pass parity (kept rather than computed from `ring`, so that the inlined empty poll
+    /// tests it against the counter straight from memory).
+    pass_bit: u32,
     /// Consumer counter (free-running; the device sees its low 24 bits).
     ci: u32,
     dbrec: DbrecWord,
@@ -207,6 +211,7 @@ impl<B: Bindings> CompletionQueue<B> {
             // SAFETY: (caller) the ring is valid while the poller lives and only it consumes it.
             cqes: unsafe { CqeRing::new(layout.buf, layout.cqe_size) },
             ring,
+            pass_bit: ring.size(),
             ci: 0,
             // SAFETY: (caller) the doorbell record is valid while the poller lives.
             dbrec: unsafe { DbrecWord::new(layout.dbrec, CQ_SET_CI) },
@@ -499,7 +504,7 @@ impl<B: Bindings> CompletionQueue<B> {
     #[inline(never)]
     fn poll_rest<O: PollOut>(&mut self, out: &mut [O], mut n: usize) -> usize {
         while let Some(o) = out.get_mut(n) {
-            let Some((slot, op_own)) = owned(self.ring, self.cqes, self.ci) else {
+            let Some((slot, op_own)) = owned(self.ring, self.pass_bit, self.cqes, self.ci) else {
                 break;
             };
             barrier::from_device();
@@ -631,12 +636,12 @@ const QPN_MASK: u32 = 0x00ff_ffff;
 /// on `op_own` alone: the rest of the CQE is read only after it and the
 /// [`from_device`](barrier::from_device) barrier.
 #[inline(always)]
-fn owned(ring: Ring, cqes: CqeRing, ci: u32) -> Option<(u32, u8)> {
+fn owned(ring: Ring, pass_bit: u32, cqes: CqeRing, ci: u32) -> Option<(u32, u8)> {
     let slot = ring.slot(ci);
     let op_own = cqes.op_own(slot);
-    // The pass parity as `ci & size` (the bit above the slot bits), not `ci >> log2`: the size
-    // is the mask plus one, which the slot needs anyway, so the check loads nothing more.
-    let parity = u32::from(ci & ring.size() != 0);
+    // The pass parity as `ci & size` (the bit above the slot bits, `pass_bit`), not
+    // `ci >> log2`: one test.
+    let parity = u32::from(ci & pass_bit != 0);
     if op_own >> OPCODE_SHIFT == op::INVALID || u32::from(op_own & OWNER_MASK) != parity {
         return None;
     }
@@ -1032,7 +1037,7 @@ impl<B: Bindings> CompletionQueue<B> {
     fn poll_out<O: PollOut>(&mut self, out: &mut [O]) -> usize {
         // Whether `out` has room is the loops' to see (they check it anyway): here it would
         // cost every poll a test.
-        match owned(self.ring, self.cqes, self.ci) {
+        match owned(self.ring, self.pass_bit, self.cqes, self.ci) {
             // A CQE with data scattered into it (or a compressed session's title, which has
             // both format bits) first: the loop of scattered receives. The test is here rather
             // than in the plain loop, which would save its registers before it.
@@ -1057,7 +1062,7 @@ impl<B: Bindings> CompletionQueue<B> {
         while let Some(o) = out.get_mut(n) {
             let found = match first.take() {
                 Some(f) => Some(f),
-                None => owned(ring, cqes, ci),
+                None => owned(ring, self.pass_bit, cqes, ci),
             };
             let Some((slot, op_own)) = found else {
                 break;
@@ -1128,7 +1133,7 @@ impl<B: Bindings> CompletionQueue<B> {
             unsafe { wc_out.stamp(self.timestamps, cqes, slot) };
             self.ci = self.ci.wrapping_add(1);
             if out.len() > 1
-                && let Some(next) = owned(self.ring, cqes, self.ci)
+                && let Some(next) = owned(self.ring, self.pass_bit, cqes, self.ci)
             {
                 return self.poll_scattered_run(out, next);
             }
@@ -1175,7 +1180,7 @@ impl<B: Bindings> CompletionQueue<B> {
             if o.is_none() {
                 break;
             }
-            let Some(c) = owned(ring, cqes, ci) else {
+            let Some(c) = owned(ring, self.pass_bit, cqes, ci) else {
                 break;
             };
             barrier::from_device();
