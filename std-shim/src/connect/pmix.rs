@@ -49,7 +49,10 @@
 //!
 //! Needs the crate feature `pmix` and, at run time, the `libpmix2` package.
 
+use std::collections::BTreeSet;
 use std::ffi::{CStr, CString, c_char, c_int};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use zverbs_ffi::pmix::{
@@ -137,6 +140,10 @@ pub struct Job {
     size: u32,
     /// Whole seconds, 1 to `c_int::MAX`: `PMIX_TIMEOUT`'s value.
     deadline: c_int,
+    /// The keys this process has published ([`Job::put`] refuses a key a second time).
+    published: Mutex<BTreeSet<String>>,
+    /// [`Job::exchange`] calls made: the round number in each one's key.
+    rounds: AtomicU32,
 }
 
 impl std::fmt::Debug for Job {
@@ -208,6 +215,8 @@ impl Job {
             me,
             size: 0,
             deadline: Self::DEFAULT_DEADLINE.as_secs() as c_int,
+            published: Mutex::new(BTreeSet::new()),
+            rounds: AtomicU32::new(0),
         };
         let mut wildcard = me;
         wildcard.rank = PMIX_RANK_WILDCARD;
@@ -273,15 +282,32 @@ impl Job {
         Ok(())
     }
 
-    /// Publishes `value` under `key` for every process of the job (`PMIx_Put` with
+    /// Publishes `value` under the key `name` for every process of the job (`PMIx_Put` with
     /// `PMIX_GLOBAL` scope, then `PMIx_Commit`); the others read it after the next
     /// [`Job::fence`].
     ///
+    /// A key is published once per process: PMIx does not carry a second value under a key
+    /// to the other processes (their `PMIx_Get` of it fails with `NOT-FOUND` after the next
+    /// fence), so a second `put` of a key is refused here. Rounds of the same exchange take a
+    /// key each ([`Job::exchange`] numbers them).
+    ///
     /// # Errors
     ///
-    /// [`PmixError::InvalidArgument`] for a key PMIx cannot carry; [`PmixError::Call`].
-    pub fn put(&self, key: &str, value: &[u8]) -> Result<()> {
-        let key = c_key(key)?;
+    /// [`PmixError::InvalidArgument`] for a key PMIx cannot carry or one this process has
+    /// published already; [`PmixError::Call`].
+    pub fn put(&self, name: &str, value: &[u8]) -> Result<()> {
+        let key = c_key(name)?;
+        let mut published = self
+            .published
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if published.contains(name) {
+            return Err(PmixError::InvalidArgument(format!(
+                "PMIx key {name:?} is published by this process already: PMIx would not carry \
+                 a second value under it to the others (publish each round under a key of its \
+                 own, as Job::exchange does)"
+            )));
+        }
         let mut v = pmix_value_t {
             r#type: PMIX_BYTE_OBJECT,
             data: pmix_value_data {
@@ -297,7 +323,9 @@ impl Job {
         self.check("PMIx_Put", rc)?;
         // SAFETY: no arguments.
         let rc = unsafe { (self.lib.PMIx_Commit)() };
-        self.check("PMIx_Commit", rc)
+        self.check("PMIx_Commit", rc)?;
+        published.insert(name.to_string());
+        Ok(())
     }
 
     /// Waits until every process of the job has reached its own fence, with data collection
@@ -370,13 +398,19 @@ impl Job {
         }
     }
 
-    /// Publishes `value` under `key`, fences, and returns every process's value under it, in
-    /// rank order (this process's own included).
+    /// Publishes `value`, fences, and returns every process's value, in rank order (this
+    /// process's own included). Collective: every process of the job calls it, its calls in
+    /// the same order. Each call is a round of its own: its values are published under
+    /// `key` followed by `.` and the round's number (this job's calls of `exchange` so far,
+    /// the same in every process), so the same `key` can be exchanged again (which a plain
+    /// [`Job::put`] of it cannot).
     ///
     /// # Errors
     ///
     /// As [`Job::put`], [`Job::fence`] and [`Job::get`].
     pub fn exchange(&self, key: &str, value: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let round = self.rounds.fetch_add(1, Ordering::Relaxed);
+        let key = &round_key(key, round);
         self.put(key, value)?;
         self.fence()?;
         (0..self.size)
@@ -668,11 +702,24 @@ fn c_key(key: &str) -> Result<CString> {
             "PMIx key {key:?}: 1 to {PMIX_MAX_KEYLEN} bytes"
         )));
     }
+    // PMIx reserves the keys starting with "pmix" for its own attributes: a get of one is
+    // answered from the job's information, never from what a process put (NOT-FOUND).
+    if key.starts_with("pmix") {
+        return Err(PmixError::InvalidArgument(format!(
+            "PMIx key {key:?}: keys starting with \"pmix\" are PMIx's own attributes"
+        )));
+    }
     CString::new(key)
         .map_err(|_| PmixError::InvalidArgument(format!("PMIx key {key:?} contains a NUL")))
 }
 
-/// The PMIx key under which [`Job::connect_all`] publishes each process's [`MeshRecord`].
+/// The key of a [`Job::exchange`] round: `key.round`.
+fn round_key(key: &str, round: u32) -> String {
+    format!("{key}.{round}")
+}
+
+/// The PMIx key of the [`Job::exchange`] in which [`Job::connect_all`] publishes each
+/// process's [`MeshRecord`] (followed by the round's number).
 pub const MESH_KEY: &str = "zverbs.mesh.1";
 
 /// Every RC connection of one process to the others of its job: [`Job::connect_all`].
@@ -800,7 +847,8 @@ impl MeshRecord {
     }
 }
 
-/// The PMIx key under which [`Job::connect_all_dc`] publishes each process's [`DcRecord`].
+/// The PMIx key of the [`Job::exchange`] in which [`Job::connect_all_dc`] publishes each
+/// process's [`DcRecord`] (followed by the round's number).
 pub const DC_KEY: &str = "zverbs.dc.1";
 
 /// Every peer of one process over the dynamically connected transport:
@@ -1052,6 +1100,10 @@ mod tests {
         assert!(c_key("a\0b").is_err());
         assert!(c_key(&"k".repeat(511)).is_ok());
         assert!(c_key(&"k".repeat(512)).is_err());
+        // PMIx's own attributes: a get of one never finds what a process put.
+        assert!(c_key("pmix_rounds.value").is_err());
+        assert!(c_key("my.pmix.value").is_ok());
+        assert_eq!(round_key("zverbs.mesh.1", 3), "zverbs.mesh.1.3");
     }
 
     #[test]

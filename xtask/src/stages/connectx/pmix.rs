@@ -88,6 +88,8 @@ fn tools() -> Result<(PathBuf, PathBuf)> {
         "zverbs-tools",
         "--bin",
         "zverbs-perf",
+        "--example",
+        ROUNDS_EXAMPLE,
     ]))?;
     Ok((mpirun, util::target_dir().join("release/zverbs-perf")))
 }
@@ -183,6 +185,37 @@ fn missing_peer(emu: &(PathBuf, PathBuf), mpirun: &Path, perf: &Path) -> Result<
     Ok(())
 }
 
+/// The example whose processes exchange values under one key in several rounds
+/// (`tools/examples/pmix_rounds.rs`).
+const ROUNDS_EXAMPLE: &str = "pmix_rounds";
+/// Its rounds.
+const ROUNDS: &str = "8";
+
+/// `mpirun -n 4 pmix_rounds 8`: every process checks every peer's value of each round of an
+/// exchange under one key (a round that read another round's value, or a key PMIx did not
+/// carry again, fails it), and that a second `put` of a key is refused.
+fn rounds(emu: &(PathBuf, PathBuf), mpirun: &Path) -> Result<()> {
+    let exe = util::target_dir()
+        .join("release/examples")
+        .join(ROUNDS_EXAMPLE);
+    let n = CHECK_PROCS.to_string();
+    let mut c = mpirun_cmd(emu, mpirun, "rounds");
+    c.args(["-n", &n]).arg(&exe).arg(ROUNDS);
+    println!("$ {}", util::show(&c));
+    let name = format!("mpirun -n {n} {ROUNDS_EXAMPLE} {ROUNDS}");
+    let out =
+        Proc::spawn(c, run_file("rounds")?, name.clone())?.finish(Instant::now() + TIMEOUT)?;
+    let want = format!("{ROUNDS} rounds of {n} values checked");
+    let ok = out.lines().filter(|l| l.ends_with(&want)).count();
+    for l in out.lines() {
+        println!("    {l}");
+    }
+    if ok != CHECK_PROCS as usize {
+        bail!("{name}: {ok} of {n} processes checked every round:\n{out}");
+    }
+    Ok(())
+}
+
 /// The QPs a process of a job of `n` has: one per peer over RC, a DCI and a DCT over DC.
 pub fn qps_per_process(n: u32, dc: bool) -> u32 {
     if dc { 2 } else { n - 1 }
@@ -234,6 +267,12 @@ pub(super) fn check(emu: &(PathBuf, PathBuf), table: &mut Table) -> Result<()> {
             ),
         ]);
     }
+    rounds(emu, &mpirun)?;
+    table.row(vec![
+        format!("mpirun -n {CHECK_PROCS} {ROUNDS_EXAMPLE} {ROUNDS}"),
+        "PMIx exchanges under one key, round after round".into(),
+        "ok: every value of every round checked".into(),
+    ]);
     missing_peer(emu, &mpirun, &perf)?;
     table.row(vec![
         "mpirun -n 1 zverbs-perf all2all --timeout 2 : -n 1 sleep".into(),
