@@ -646,6 +646,7 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
                     write_atomic(
                         ring,
                         start,
+                        1,
                         local,
                         remote.addr,
                         remote.rkey,
@@ -656,7 +657,7 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
             }
             SendOp::FetchAdd { local, remote, add } => {
                 // SAFETY: as above.
-                unsafe { write_atomic(ring, start, local, remote.addr, remote.rkey, *add, 0) };
+                unsafe { write_atomic(ring, start, 1, local, remote.addr, remote.rkey, *add, 0) };
             }
             SendOp::SendTo { dest, .. } | SendOp::SendToImm { dest, .. } if T::UD => {
                 // SAFETY: as above.
@@ -756,15 +757,19 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
     }
 }
 
-/// Writes the raddr, atomic and data segments (1, 2, 3) of the WQE at segment `start`.
+/// Writes the raddr, atomic and data segments of an atomic, segments `k`, `k + 1` and `k + 2`
+/// of the WQE at segment `start` (RC: 1, 2, 3; DC: after the address vector, in the second
+/// basic block, which may wrap to slot 0).
 ///
 /// # Safety
 ///
 /// The three segments are free and unpublished; `start` is a block boundary.
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn write_atomic(
+pub(super) unsafe fn write_atomic(
     ring: &SegRing,
     start: u32,
+    k: u32,
     local: &Sge,
     raddr: u64,
     rkey: u32,
@@ -773,11 +778,11 @@ unsafe fn write_atomic(
 ) {
     // SAFETY: (caller) the segments are free and unpublished.
     unsafe {
-        ring.with_mut_wqe(start, 1, |b| RaddrSeg::new_unchecked(b).set(raddr, rkey));
-        ring.with_mut_wqe(start, 2, |b| {
+        ring.with_mut_wqe(start, k, |b| RaddrSeg::new_unchecked(b).set(raddr, rkey));
+        ring.with_mut_wqe(start, k + 1, |b| {
             AtomicSeg::new_unchecked(b).set(swap_add, compare)
         });
-        ring.with_mut_wqe(start, 3, |b| {
+        ring.with_mut_wqe(start, k + 2, |b| {
             DataSeg::new_unchecked(b).set(8, local.lkey, local.addr)
         });
     }
