@@ -110,6 +110,8 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         // batch is whole.
         self.pending = self.pending.wrapping_add(wrs.len() as u32);
         (self.last_seg, self.last_blocks) = (last_seg, last_blocks);
+        // The counters moved past what the credit knew: the next post sets it again.
+        self.credit = 0;
         self.ring();
         Ok(())
     }
