@@ -199,6 +199,9 @@ pub struct SendQueue<P, R = Dedicated, T = Connected> {
     credit: u32,
     /// The QP number.
     qpn: u32,
+    /// The control segment's `qpn_ds` with `ds` 0, as the second half of its first 64-bit
+    /// word in memory order ([`word2`]): a one-block post ors the rest in.
+    qpn_word: u64,
     /// WQEs written since the last ring, and where the last one starts.
     pending: u32,
     last_seg: u32,
@@ -419,6 +422,7 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
             sig_limit: caps.max_signaled as u16,
             credit: 0,
             qpn: layout.qpn,
+            qpn_word: word2(0, layout.qpn << 8),
             pending: 0,
             last_seg: 0,
             last_blocks: 0,
@@ -757,10 +761,16 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         let plan = self.plan(wr)?;
         // One compare for the gate, one for the room in the ring, the room in the CQ and
         // nothing staged (the credit).
-        if self.state.gate().peek() != self.gate || self.credit < plan.blocks {
+        if self.state.gate().peek() != self.gate {
             self.post_room(plan.blocks, u32::from(plan.signaled))?;
         }
-        self.credit -= plan.blocks;
+        // Taken down before the compare: a short credit is set again by the exact checks.
+        let (credit, short) = self.credit.overflowing_sub(plan.blocks);
+        self.credit = credit;
+        if short {
+            self.post_room(plan.blocks, u32::from(plan.signaled))?;
+            self.credit -= plan.blocks;
+        }
         // SAFETY: planned, and the credit covers its blocks and CQE with nothing staged; the
         // caller upholds the posting contract.
         unsafe { self.write_and_ring(wr, &plan) };
@@ -774,6 +784,8 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
     #[cold]
     #[inline(never)]
     fn post_room(&mut self, blocks: u32, signaled: u32) -> Result<(), PostError> {
+        // No credit until the checks pass (the post may have taken it below zero).
+        self.credit = 0;
         self.check_room(blocks, signaled)?;
         if self.pending != 0 {
             self.ring();
@@ -831,10 +843,11 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         if T::UD || plan.inline.is_some() {
             return None;
         }
-        let ctrl0 = word2(
-            (u32::from(pi as u16) << 8) | u32::from(plan.opcode),
-            (self.qpn << 8) | (plan.ds & 0xff),
-        );
+        // The control segment's first word for a WQE of `n` words (`n / 2` segments: the
+        // same `ds` as the plan's, a constant here).
+        let ctrl0 = |n: u32| {
+            word2((u32::from(pi as u16) << 8) | u32::from(plan.opcode), n / 2) | self.qpn_word
+        };
         let ctrl1 = word2(u32::from(plan.fm_ce_se), plan.imm);
         let data = match plan.sgl {
             [s] if s.length != 0 => Some([word2(s.length, s.lkey), word64(s.addr)]),
@@ -846,11 +859,11 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
             | SendOp::Read { remote, .. } => {
                 let [d0, d1] = data?;
                 let raddr = [word64(remote.addr), word2(remote.rkey, 0)];
-                Some(([ctrl0, ctrl1, raddr[0], raddr[1], d0, d1, 0, 0], 6))
+                Some(([ctrl0(6), ctrl1, raddr[0], raddr[1], d0, d1, 0, 0], 6))
             }
             SendOp::Send { .. } | SendOp::SendImm { .. } => {
                 let [d0, d1] = data?;
-                Some(([ctrl0, ctrl1, d0, d1, 0, 0, 0, 0], 4))
+                Some(([ctrl0(4), ctrl1, d0, d1, 0, 0, 0, 0], 4))
             }
             SendOp::CompareSwap {
                 local,
@@ -859,7 +872,7 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
                 swap,
             } => Some((
                 [
-                    ctrl0,
+                    ctrl0(8),
                     ctrl1,
                     word64(remote.addr),
                     word2(remote.rkey, 0),
@@ -872,7 +885,7 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
             )),
             SendOp::FetchAdd { local, remote, add } => Some((
                 [
-                    ctrl0,
+                    ctrl0(8),
                     ctrl1,
                     word64(remote.addr),
                     word2(remote.rkey, 0),
@@ -883,7 +896,7 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
                 ],
                 8,
             )),
-            SendOp::Nop => Some(([ctrl0, ctrl1, 0, 0, 0, 0, 0, 0], 2)),
+            SendOp::Nop => Some(([ctrl0(2), ctrl1, 0, 0, 0, 0, 0, 0], 2)),
             SendOp::SendTo { .. } | SendOp::SendToImm { .. } => None,
         }
     }
