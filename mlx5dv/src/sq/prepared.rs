@@ -278,13 +278,15 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
                 self.post_prepared_slow(p, c.wr_id, c.addr, c.len, c.remote_addr, c.imm)
             };
         }
-        if self.credit == 0 {
+        // Taken down before the compare: the slow path sets a short credit again.
+        let (credit, short) = self.credit.overflowing_sub(1);
+        self.credit = credit;
+        if short {
             // SAFETY: as above.
             return unsafe {
                 self.post_prepared_slow(p, c.wr_id, c.addr, c.len, c.remote_addr, c.imm)
             };
         }
-        self.credit -= 1;
         // SAFETY: a length of at least one byte, room checked (the credit), nothing staged;
         // (caller) the posting contract.
         unsafe { self.write_block_and_ring(p, c) };
@@ -351,6 +353,8 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
             remote_addr,
             imm,
         };
+        // No credit until the checks pass (the fast path may have taken it below zero).
+        self.credit = 0;
         self.check_prepared(p, c)?;
         // The gate passed (open, of this incarnation) and the request is this queue's.
         self.prep_key = u64::from(self.gate) | p.key;
