@@ -1125,7 +1125,9 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> PostSend for SendQueue<P, R, 
         }
         if self.state.gate().peek() != self.gate {
             // Written before the QP left RTS: discarded when the queue restarts (a closed gate
-            // keeps them until then; nothing reaches the device).
+            // keeps them until then; nothing reaches the device). Staged: no credit (a batch
+            // may have left some).
+            self.credit = 0;
             return;
         }
         self.doorbell.ring(
