@@ -1165,6 +1165,8 @@ mod batch;
 #[cfg(test)]
 mod batch_tests;
 #[cfg(test)]
+mod credit_tests;
+#[cfg(test)]
 mod frame;
 #[cfg(test)]
 mod ud_tests;
