@@ -135,6 +135,12 @@ impl<const REMOTE: bool> Prepared<REMOTE> {
     }
 }
 
+/// `len` and `imm` in one argument (`len` in the low half).
+#[inline(always)]
+fn pack(len: u32, imm: u32) -> u64 {
+    u64::from(len) | (u64::from(imm) << 32)
+}
+
 /// The 64-bit word whose first four bytes in memory are `b`, the others 0.
 #[inline(always)]
 fn lo(b: [u8; 4]) -> u64 {
@@ -275,7 +281,7 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         if (c.len as i32) <= 0 || (u64::from(self.state.gate().peek()) | p.key) != self.prep_key {
             // SAFETY: (caller) the posting contract.
             return unsafe {
-                self.post_prepared_slow(p, c.wr_id, c.addr, c.len, c.remote_addr, c.imm)
+                self.post_prepared_slow(p, c.wr_id, c.addr, c.remote_addr, pack(c.len, c.imm))
             };
         }
         // Taken down before the compare: the slow path sets a short credit again.
@@ -284,7 +290,7 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         if short {
             // SAFETY: as above.
             return unsafe {
-                self.post_prepared_slow(p, c.wr_id, c.addr, c.len, c.remote_addr, c.imm)
+                self.post_prepared_slow(p, c.wr_id, c.addr, c.remote_addr, pack(c.len, c.imm))
             };
         }
         // SAFETY: a length of at least one byte, room checked (the credit), nothing staged;
@@ -340,12 +346,13 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         p: &Prepared<REMOTE>,
         wr_id: u64,
         addr: u64,
-        len: u32,
         remote_addr: u64,
-        imm: u32,
+        len_imm: u64,
     ) -> Result<(), PostError> {
-        // The changes as scalars: a `Changes` by reference would make the caller keep one in
-        // memory on the fast path too.
+        // The changes as scalars (a `Changes` by reference would make the caller keep one in
+        // memory on the fast path too), the length and the immediate in one: few enough
+        // arguments for registers and one stack slot, so that the call can be a jump.
+        let (len, imm) = (len_imm as u32, (len_imm >> 32) as u32);
         let c = Changes {
             wr_id,
             addr,
