@@ -1046,22 +1046,14 @@ unsafe fn write_inline(ring: &SegRing, seg: u32, sgl: &[Sge], len: u32) {
     if len == 0 {
         return;
     }
-    // A byte counter into the ring (free-running like the segment counter, 16 per segment).
-    let start = seg.wrapping_mul(16).wrapping_add(4);
-    let end = start.wrapping_add(len);
-    if !end.is_multiple_of(16) {
-        // The last segment is zeroed first and the payload copied over it, which leaves its
-        // padding (bytes `end % 16..16`) zero: two stores, not a mask of variable width.
-        // SAFETY: (caller) the segment is free.
-        unsafe { ring.with_mut(end / 16, |b| *b = [0; 16]) };
-    }
     // SAFETY: (caller) the segment is free.
     unsafe {
         ring.with_mut(seg, |b| {
             b[..4].copy_from_slice(&inline_byte_count(len).to_be_bytes())
         })
     };
-    let mut at = start;
+    // A byte counter into the ring (free-running like the segment counter, 16 per segment).
+    let mut at = seg.wrapping_mul(16).wrapping_add(4);
     for s in sgl {
         // SAFETY: (caller) `addr..addr+length` is readable and the segments are free; the
         // payload (at most `max_inline_data`, which fits the largest WQE) is shorter than the
@@ -1074,6 +1066,18 @@ unsafe fn write_inline(ring: &SegRing, seg: u32, sgl: &[Sge], len: u32) {
             )
         };
         at = at.wrapping_add(s.length);
+    }
+    let off = at % 16;
+    if off != 0 {
+        // Zero the padding, bytes `off..16`, with a mask over the whole segment rather than a
+        // fill of variable length (a call to memset).
+        let keep = (1u128 << (8 * off)) - 1;
+        // SAFETY: (caller) the segment is free.
+        unsafe {
+            ring.with_mut(at / 16, |b| {
+                *b = (u128::from_le_bytes(*b) & keep).to_le_bytes();
+            })
+        };
     }
 }
 
