@@ -194,8 +194,9 @@ pub struct SendQueue<P, R = Dedicated, T = Connected> {
     /// blocks (`limit - pi`) and the free CQEs (`sig_limit - sig_posted`), and 0 while
     /// requests are staged. Set by the exact checks of the slow path
     /// ([`SendQueue::reload_credit`]), taken down by each fast post, and zeroed by whatever
-    /// else moves the counters or stages (a restart, a stage, a batch). The gate is
-    /// compared on its own: another thread closes it.
+    /// else moves the counters or stages (a restart, a stage, a refused batch). The gate is
+    /// compared on its own: another thread closes it. A DC queue (`sq/dc.rs`) posts through
+    /// the exact checks alone and never reads it.
     credit: u32,
     /// The QP number.
     qpn: u32,
