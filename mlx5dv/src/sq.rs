@@ -190,8 +190,19 @@ pub struct SendQueue<P, R = Dedicated, T = Connected> {
     sig_done: u16,
     /// `sig_done + max_signaled` (16-bit wrapping): how far `sig_posted` may go.
     sig_limit: u16,
+    /// Basic blocks a post may take on the fast path with one compare: at most the free
+    /// blocks (`limit - pi`) and the free CQEs (`sig_limit - sig_posted`), and 0 while
+    /// requests are staged. Set by the exact checks of the slow path
+    /// ([`SendQueue::reload_credit`]), taken down by each fast post, and zeroed by whatever
+    /// else moves the counters or stages (a restart, a stage, a refused batch). The gate is
+    /// compared on its own: another thread closes it. A DC queue (`sq/dc.rs`) posts through
+    /// the exact checks alone and never reads it.
+    credit: u32,
     /// The QP number.
     qpn: u32,
+    /// The control segment's `qpn_ds` with `ds` 0, as the second half of its first 64-bit
+    /// word in memory order ([`word2`]): a one-block post ors the rest in.
+    qpn_word: u64,
     /// WQEs written since the last ring, and where the last one starts.
     pending: u32,
     last_seg: u32,
@@ -410,7 +421,9 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
             sig_posted: 0,
             sig_done: 0,
             sig_limit: caps.max_signaled as u16,
+            credit: 0,
             qpn: layout.qpn,
+            qpn_word: word2(0, layout.qpn << 8),
             pending: 0,
             last_seg: 0,
             last_blocks: 0,
@@ -504,6 +517,21 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         self.sig_done = (done >> 16) as u16;
         // `max_signaled <= 2^15` (clamped in `new`), so the 16-bit difference is exact.
         self.sig_limit = self.sig_done.wrapping_add(self.caps.max_signaled as u16);
+        self.reload_credit();
+    }
+
+    /// Sets the fast path's [`credit`](SendQueue::credit) from the limits last read: the
+    /// smaller of the free blocks and the free CQEs (each post takes at least one block and
+    /// at most one CQE), or 0 while requests are staged.
+    #[inline(always)]
+    fn reload_credit(&mut self) {
+        let blocks = self.limit.wrapping_sub(self.pi);
+        let cqes = u32::from(self.sig_limit.wrapping_sub(self.sig_posted));
+        self.credit = if self.pending == 0 {
+            blocks.min(cqes)
+        } else {
+            0
+        };
     }
 
     /// Whether `blocks` more basic blocks and `signaled` more CQEs fit the limits last read,
@@ -536,6 +564,7 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
             self.pending = 0;
             self.last_seg = 0;
             self.last_blocks = 0;
+            self.credit = 0;
             self.gate = g;
         }
         Ok(())
@@ -646,6 +675,7 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
                     write_atomic(
                         ring,
                         start,
+                        1,
                         local,
                         remote.addr,
                         remote.rkey,
@@ -656,7 +686,7 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
             }
             SendOp::FetchAdd { local, remote, add } => {
                 // SAFETY: as above.
-                unsafe { write_atomic(ring, start, local, remote.addr, remote.rkey, *add, 0) };
+                unsafe { write_atomic(ring, start, 1, local, remote.addr, remote.rkey, *add, 0) };
             }
             SendOp::SendTo { dest, .. } | SendOp::SendToImm { dest, .. } if T::UD => {
                 // SAFETY: as above.
@@ -718,9 +748,11 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         start
     }
 
-    /// [`PostSend::post`] of one request: checks and plans it, checks its room, rings the
-    /// requests written before it (once it is known to be valid and to fit), writes it and
-    /// rings it alone.
+    /// [`PostSend::post`] of one request: checks and plans it; then, when the fast path's
+    /// credit covers its blocks and the gate is as this queue last found it, writes it and
+    /// rings it alone (a one-block WQE of the common shapes as words in registers, stored to
+    /// the ring and to the BlueFlame register; any other with the field-wise writer). The
+    /// rest goes out of line to the exact checks ([`SendQueue::post_one_slow`]).
     ///
     /// # Safety
     ///
@@ -728,15 +760,184 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
     #[inline(always)]
     unsafe fn post_one(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
         let plan = self.plan(wr)?;
-        self.check_room(plan.blocks, u32::from(plan.signaled))?;
-        if self.pending != 0 {
-            self.ring_pending();
+        // One compare for the gate, one for the room in the ring, the room in the CQ and
+        // nothing staged (the credit).
+        if self.state.gate().peek() != self.gate {
+            self.post_room(plan.blocks, u32::from(plan.signaled))?;
         }
-        // SAFETY: planned and room checked; the caller upholds the posting contract.
-        let start = unsafe { self.write(wr, &plan) };
-        self.doorbell
-            .ring(self.ring, self.pi, start, plan.blocks, true);
+        // Taken down before the compare: a short credit is set again by the exact checks.
+        let (credit, short) = self.credit.overflowing_sub(plan.blocks);
+        self.credit = credit;
+        if short {
+            self.post_room(plan.blocks, u32::from(plan.signaled))?;
+            self.credit -= plan.blocks;
+        }
+        // SAFETY: planned, and the credit covers its blocks and CQE with nothing staged; the
+        // caller upholds the posting contract.
+        unsafe { self.write_and_ring(wr, &plan) };
         Ok(())
+    }
+
+    /// [`SendQueue::post_one`] when the gate or the credit turned it away: the exact checks
+    /// (the gate passed or refused, the credit word read again), then the requests staged
+    /// before it rung and the credit set again, to at least `blocks` (which the post takes
+    /// down at once: the exact checks passed, so the request fits whatever the credit says).
+    #[cold]
+    #[inline(never)]
+    fn post_room(&mut self, blocks: u32, signaled: u32) -> Result<(), PostError> {
+        // No credit until the checks pass (the post may have taken it below zero).
+        self.credit = 0;
+        self.check_room(blocks, signaled)?;
+        if self.pending != 0 {
+            self.ring();
+        }
+        self.reload_credit();
+        self.credit = self.credit.max(blocks);
+        Ok(())
+    }
+
+    /// Writes the planned request and rings it alone: a one-block WQE of the common shapes
+    /// ([`SendQueue::block_words`]) as words in registers, stored to the ring and to the
+    /// BlueFlame register; any other with the field-wise writer, the BlueFlame copy read
+    /// back from the ring.
+    ///
+    /// # Safety
+    ///
+    /// `plan` is `Plan::of` the request and of its check against `self.caps`, room was
+    /// checked, nothing is staged, and the caller upholds the posting contract of
+    /// [`PostSend`].
+    #[inline(always)]
+    unsafe fn write_and_ring(&mut self, wr: &SendWr<'_>, plan: &Plan<'_>) {
+        let pi = self.pi;
+        if let Some((words, n)) = self.block_words(wr, plan, pi) {
+            let start = pi.wrapping_mul(SEGS_PER_BB as u32);
+            let next = pi.wrapping_add(1);
+            // A local, as in `SendQueue::write`.
+            let ring = self.ring;
+            let sig = u16::from(plan.signaled);
+            self.record_block(
+                wr.wr_id,
+                plan.opcode,
+                plan.signaled,
+                sig,
+                ring.seg_of(start),
+                next,
+            );
+            // SAFETY: block `pi` is free (room was checked) and not yet published.
+            unsafe { ring.write_block_words(start, &words, n) };
+            self.doorbell.ring_block(next, &words, n);
+        } else {
+            // SAFETY: (caller) planned, room checked, the posting contract.
+            let start = unsafe { self.write(wr, plan) };
+            self.doorbell
+                .ring(self.ring, self.pi, start, plan.blocks, true);
+        }
+    }
+
+    /// The WQE of `wr` (planned as `plan`, at producer counter `pi`) as the 64-bit words of
+    /// its one basic block, holding its bytes in memory order, and how many of them it
+    /// fills; `None` unless it has one of the common shapes: a WRITE, READ or SEND with one
+    /// entry of at least one byte, an atomic, a NOP (not inline, not a datagram). The bytes
+    /// are those [`SendQueue::write`] writes.
+    #[inline(always)]
+    fn block_words(&self, wr: &SendWr<'_>, plan: &Plan<'_>, pi: u32) -> Option<([u64; 8], usize)> {
+        if T::UD || plan.inline.is_some() {
+            return None;
+        }
+        // The control segment's first word for a WQE of `n` words (`n / 2` segments: the
+        // same `ds` as the plan's, a constant here).
+        let ctrl0 = |n: u32| {
+            word2((u32::from(pi as u16) << 8) | u32::from(plan.opcode), n / 2) | self.qpn_word
+        };
+        let ctrl1 = word2(u32::from(plan.fm_ce_se), plan.imm);
+        let data = match plan.sgl {
+            [s] if s.length != 0 => Some([word2(s.length, s.lkey), word64(s.addr)]),
+            _ => None,
+        };
+        match &wr.op {
+            SendOp::Write { remote, .. }
+            | SendOp::WriteImm { remote, .. }
+            | SendOp::Read { remote, .. } => {
+                let [d0, d1] = data?;
+                let raddr = [word64(remote.addr), word2(remote.rkey, 0)];
+                Some(([ctrl0(6), ctrl1, raddr[0], raddr[1], d0, d1, 0, 0], 6))
+            }
+            SendOp::Send { .. } | SendOp::SendImm { .. } => {
+                let [d0, d1] = data?;
+                Some(([ctrl0(4), ctrl1, d0, d1, 0, 0, 0, 0], 4))
+            }
+            SendOp::CompareSwap {
+                local,
+                remote,
+                compare,
+                swap,
+            } => Some((
+                [
+                    ctrl0(8),
+                    ctrl1,
+                    word64(remote.addr),
+                    word2(remote.rkey, 0),
+                    word64(*swap),
+                    word64(*compare),
+                    word2(8, local.lkey),
+                    word64(local.addr),
+                ],
+                8,
+            )),
+            SendOp::FetchAdd { local, remote, add } => Some((
+                [
+                    ctrl0(8),
+                    ctrl1,
+                    word64(remote.addr),
+                    word2(remote.rkey, 0),
+                    word64(*add),
+                    0,
+                    word2(8, local.lkey),
+                    word64(local.addr),
+                ],
+                8,
+            )),
+            SendOp::Nop => Some(([ctrl0(2), ctrl1, 0, 0, 0, 0, 0, 0], 2)),
+            SendOp::SendTo { .. } | SendOp::SendToImm { .. } => None,
+        }
+    }
+
+    /// Records a one-block WQE in the slot of its basic block (`seg`, its first segment in
+    /// the ring) and advances the counters to `next` (`sig` is `signaled` as a count).
+    #[inline(always)]
+    fn record_block(
+        &mut self,
+        wr_id: u64,
+        opcode: u8,
+        signaled: bool,
+        sig: u16,
+        seg: u32,
+        next: u32,
+    ) {
+        let slots = self.state.slots();
+        debug_assert!(seg.is_multiple_of(4) && ((seg / 4) as usize) < slots.len());
+        // Slot `seg / 4`, addressed as `seg` times a quarter slot: the same index as the
+        // ring's, scaled by the addressing mode rather than shifted once more (loom's slots are
+        // larger: indexed plainly there).
+        #[cfg(not(zverbs_loom))]
+        const _: () = assert!(core::mem::size_of::<crate::state::SqSlot>() == 16);
+        // SAFETY: in bounds (one slot per block, checked by `new`, and `seg` is a block's
+        // first segment); the slot is free (room was checked) and the WQE is not published
+        // yet.
+        unsafe {
+            #[cfg(not(zverbs_loom))]
+            let slot = &*slots.as_ptr().byte_add(seg as usize * 4);
+            #[cfg(zverbs_loom)]
+            let slot = slots.get_unchecked((seg / 4) as usize);
+            slot.record(SlotData {
+                wr_id,
+                next,
+                opcode,
+                signaled,
+            })
+        };
+        self.sig_posted = self.sig_posted.wrapping_add(sig);
+        self.pi = next;
     }
 
     /// [`PostSend::ring`] out of line, for [`PostSend::post`] after requests were written and
@@ -753,18 +954,39 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         self.last_seg = start;
         self.last_blocks = blocks;
         self.pending += 1;
+        // Staged: the next post rings these first, out of line.
+        self.credit = 0;
     }
 }
 
-/// Writes the raddr, atomic and data segments (1, 2, 3) of the WQE at segment `start`.
+/// The 64-bit word holding `a` then `b`, big-endian, in memory order.
+#[inline(always)]
+fn word2(a: u32, b: u32) -> u64 {
+    let mut w = [0u8; 8];
+    w[..4].copy_from_slice(&a.to_be_bytes());
+    w[4..].copy_from_slice(&b.to_be_bytes());
+    u64::from_ne_bytes(w)
+}
+
+/// The 64-bit word holding `x` big-endian, in memory order.
+#[inline(always)]
+fn word64(x: u64) -> u64 {
+    u64::from_ne_bytes(x.to_be_bytes())
+}
+
+/// Writes the raddr, atomic and data segments of an atomic, segments `k`, `k + 1` and `k + 2`
+/// of the WQE at segment `start` (RC: 1, 2, 3; DC: after the address vector, in the second
+/// basic block, which may wrap to slot 0).
 ///
 /// # Safety
 ///
 /// The three segments are free and unpublished; `start` is a block boundary.
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn write_atomic(
+pub(super) unsafe fn write_atomic(
     ring: &SegRing,
     start: u32,
+    k: u32,
     local: &Sge,
     raddr: u64,
     rkey: u32,
@@ -773,11 +995,11 @@ unsafe fn write_atomic(
 ) {
     // SAFETY: (caller) the segments are free and unpublished.
     unsafe {
-        ring.with_mut_wqe(start, 1, |b| RaddrSeg::new_unchecked(b).set(raddr, rkey));
-        ring.with_mut_wqe(start, 2, |b| {
+        ring.with_mut_wqe(start, k, |b| RaddrSeg::new_unchecked(b).set(raddr, rkey));
+        ring.with_mut_wqe(start, k + 1, |b| {
             AtomicSeg::new_unchecked(b).set(swap_add, compare)
         });
-        ring.with_mut_wqe(start, 3, |b| {
+        ring.with_mut_wqe(start, k + 2, |b| {
             DataSeg::new_unchecked(b).set(8, local.lkey, local.addr)
         });
     }
@@ -904,7 +1126,9 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> PostSend for SendQueue<P, R, 
         }
         if self.state.gate().peek() != self.gate {
             // Written before the QP left RTS: discarded when the queue restarts (a closed gate
-            // keeps them until then; nothing reaches the device).
+            // keeps them until then; nothing reaches the device). Staged: no credit (a batch
+            // may have left some).
+            self.credit = 0;
             return;
         }
         self.doorbell.ring(
@@ -941,6 +1165,8 @@ mod dc_tests;
 mod batch;
 #[cfg(test)]
 mod batch_tests;
+#[cfg(test)]
+mod credit_tests;
 #[cfg(test)]
 mod frame;
 #[cfg(test)]
@@ -1904,6 +2130,7 @@ mod tests {
             let signaled = first as u16;
             rig.sq.pi = first;
             rig.sq.sig_posted = signaled;
+            rig.sq.credit = 0;
             rig.sq.state.force_done(first, signaled);
             rig.sq.refresh();
         }

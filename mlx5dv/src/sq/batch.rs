@@ -124,9 +124,14 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
     #[inline(always)]
     unsafe fn batch_step(&mut self, wr: &SendWr<'_>, mark: Mark) -> Result<(u32, u32), PostError> {
         let plan = self.plan(wr)?;
-        let signaled = u32::from(plan.signaled);
-        if !self.fits_counters(plan.blocks, signaled) {
-            self.batch_room_again(mark, plan.blocks, signaled)?;
+        // The credit, taken down before its compare as by a single post; a short one is set
+        // again by the exact checks. (Requests staged before the batch do not matter to it:
+        // the batch rings them with its own at its end.)
+        let (credit, short) = self.credit.overflowing_sub(plan.blocks);
+        self.credit = credit;
+        if short {
+            self.batch_room_again(mark, plan.blocks, u32::from(plan.signaled))?;
+            self.credit -= plan.blocks;
         }
         // SAFETY: planned from its check, and its blocks and CQE fit after the requests
         // before it; the caller upholds the posting contract.
@@ -134,16 +139,9 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         Ok((start, plan.blocks))
     }
 
-    /// Whether `blocks` more basic blocks and `signaled` more CQEs fit the limits last read
-    /// ([`SendQueue::fits`] without the gate, which the batch looked at once).
-    #[inline(always)]
-    fn fits_counters(&self, blocks: u32, signaled: u32) -> bool {
-        self.limit.wrapping_sub(self.pi) >= blocks
-            && u32::from(self.sig_limit.wrapping_sub(self.sig_posted)) >= signaled
-    }
-
-    /// A batch's request does not fit the limits last read: reads the credit word and checks
-    /// again. The errors count from where the batch started, as if the batch's requests up
+    /// A batch's request is not covered by the credit: reads the credit word and checks
+    /// again, then sets the credit from the limits read, to at least `blocks` (which the
+    /// request takes down at once), whether or not requests were staged before the batch. The errors count from where the batch started, as if the batch's requests up
     /// to this one were posted together: `needed` is their blocks, `free` the blocks free
     /// before the batch.
     #[cold]
@@ -154,6 +152,8 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         blocks: u32,
         signaled: u32,
     ) -> Result<(), PostError> {
+        // No credit until the checks pass (the request may have taken it below zero).
+        self.credit = 0;
         self.refresh();
         if self.limit.wrapping_sub(self.pi) < blocks {
             return Err(PostError::QueueFull {
@@ -167,6 +167,9 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
                 limit: self.caps.max_signaled,
             });
         }
+        let free = self.limit.wrapping_sub(self.pi);
+        let cqes = u32::from(self.sig_limit.wrapping_sub(self.sig_posted));
+        self.credit = free.min(cqes).max(blocks);
         Ok(())
     }
 
@@ -177,6 +180,8 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
     fn roll_back(&mut self, mark: Mark, index: usize, error: PostError) -> BatchError {
         self.pi = mark.pi;
         self.sig_posted = mark.sig_posted;
+        // The next post sets it again (requests may be staged).
+        self.credit = 0;
         BatchError { index, error }
     }
 }

@@ -17,15 +17,13 @@
 
 use core::ops::Deref;
 
-use zverbs_core::{DcDest, PostError, PostSend, RemoteBuf, SendOp, SendWr, Sge, SqCaps};
+use zverbs_core::{DcDest, PostError, PostSend, SendOp, SendWr, SqCaps};
 
-use super::{Plan, SendQueue, write_data, write_inline};
+use super::{Plan, SendQueue, write_atomic, write_data, write_inline};
 use crate::bf::{BfRegister, Dedicated, Shared, SharedBf};
 use crate::devmem::SegRing;
 use crate::layout::{LayoutError, QpLayout};
-use crate::prm::wqe::{
-    AtomicSeg, CtrlSeg, DataSeg, DatagramSeg, RaddrSeg, UD_HEADER_DS, inline_ds,
-};
+use crate::prm::wqe::{CtrlSeg, DatagramSeg, RaddrSeg, UD_HEADER_DS, inline_ds};
 use crate::prm::{MAX_DS, SEGS_PER_BB};
 use crate::state::{SlotData, SqStateRef};
 
@@ -245,11 +243,33 @@ impl<P: SqStateRef, R: BfRegister> DcSendQueue<P, R> {
                 swap,
             } => {
                 // SAFETY: as above.
-                unsafe { write_dc_atomic(ring, start, local, remote, *swap, *compare) };
+                unsafe {
+                    write_atomic(
+                        ring,
+                        start,
+                        1 + DC_AV_DS,
+                        local,
+                        remote.addr,
+                        remote.rkey,
+                        *swap,
+                        *compare,
+                    )
+                };
             }
             SendOp::FetchAdd { local, remote, add } => {
                 // SAFETY: as above.
-                unsafe { write_dc_atomic(ring, start, local, remote, *add, 0) };
+                unsafe {
+                    write_atomic(
+                        ring,
+                        start,
+                        1 + DC_AV_DS,
+                        local,
+                        remote.addr,
+                        remote.rkey,
+                        *add,
+                        0,
+                    )
+                };
             }
             // (Datagram SENDs were refused by the check.)
             SendOp::Send { .. }
@@ -305,36 +325,6 @@ unsafe fn write_dc_av(ring: &SegRing, start: u32, dest: &DcDest) {
     for (k, part) in (1..).zip(seg.chunks_exact(16)) {
         // SAFETY: (caller) the segments are free and unpublished; `k < 4`, in the first block.
         unsafe { ring.with_mut_wqe(start, k, |b| b.copy_from_slice(part)) };
-    }
-}
-
-/// Writes the raddr, atomic and data segments of a DC atomic (segments 4, 5 and 6 of the WQE
-/// at segment `start`, in its second basic block, which may wrap to slot 0).
-///
-/// # Safety
-///
-/// The segments are free and unpublished; `start` is a block boundary.
-#[inline(always)]
-unsafe fn write_dc_atomic(
-    ring: &SegRing,
-    start: u32,
-    local: &Sge,
-    remote: &RemoteBuf,
-    swap_add: u64,
-    compare: u64,
-) {
-    let k = 1 + DC_AV_DS;
-    // SAFETY: (caller) the segments are free and unpublished.
-    unsafe {
-        ring.with_mut_wqe(start, k, |b| {
-            RaddrSeg::new_unchecked(b).set(remote.addr, remote.rkey)
-        });
-        ring.with_mut_wqe(start, k + 1, |b| {
-            AtomicSeg::new_unchecked(b).set(swap_add, compare)
-        });
-        ring.with_mut_wqe(start, k + 2, |b| {
-            DataSeg::new_unchecked(b).set(8, local.lkey, local.addr)
-        });
     }
 }
 

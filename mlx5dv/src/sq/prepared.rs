@@ -135,6 +135,12 @@ impl<const REMOTE: bool> Prepared<REMOTE> {
     }
 }
 
+/// `len` and `imm` in one argument (`len` in the low half).
+#[inline(always)]
+fn pack(len: u32, imm: u32) -> u64 {
+    u64::from(len) | (u64::from(imm) << 32)
+}
+
 /// The 64-bit word whose first four bytes in memory are `b`, the others 0.
 #[inline(always)]
 fn lo(b: [u8; 4]) -> u64 {
@@ -266,43 +272,65 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         p: &Prepared<REMOTE>,
         c: Changes,
     ) -> Result<(), PostError> {
-        let pi = self.pi;
         // One compare each, every one conservative (the slow path decides exactly): a
         // length in 1..=2^31 (a zero-length WQE has one segment less); the gate as this
-        // queue last passed it, and the request's QPN, in one word (`prep_key`); a free
-        // block; a free CQE whether the request is signaled or not; nothing staged.
+        // queue last passed it, and the request's QPN, in one word (`prep_key`); the credit
+        // (a free block, a free CQE whether the request is signaled or not, nothing staged).
         // (A length of exactly 2 GiB takes the slow path: `len as i32 > 0` is one test.)
         const _: () = assert!(MAX_MESSAGE == 1 << 31);
         if (c.len as i32) <= 0 || (u64::from(self.state.gate().peek()) | p.key) != self.prep_key {
             // SAFETY: (caller) the posting contract.
             return unsafe {
-                self.post_prepared_slow(p, c.wr_id, c.addr, c.len, c.remote_addr, c.imm)
+                self.post_prepared_slow(p, c.wr_id, c.addr, c.remote_addr, pack(c.len, c.imm))
             };
         }
-        if pi == self.limit || self.sig_posted == self.sig_limit {
+        // Taken down before the compare: the slow path sets a short credit again.
+        let (credit, short) = self.credit.overflowing_sub(1);
+        self.credit = credit;
+        if short {
             // SAFETY: as above.
             return unsafe {
-                self.post_prepared_slow(p, c.wr_id, c.addr, c.len, c.remote_addr, c.imm)
+                self.post_prepared_slow(p, c.wr_id, c.addr, c.remote_addr, pack(c.len, c.imm))
             };
         }
-        if self.pending != 0 {
-            // SAFETY: as above.
-            return unsafe {
-                self.post_prepared_slow(p, c.wr_id, c.addr, c.len, c.remote_addr, c.imm)
-            };
-        }
+        // SAFETY: a length of at least one byte, room checked (the credit), nothing staged;
+        // (caller) the posting contract.
+        unsafe { self.write_block_and_ring(p, c) };
+        Ok(())
+    }
+
+    /// Writes a prepared request with a length of at least one byte as the words of its
+    /// block, stored to the ring and to the BlueFlame register, records it and rings it alone.
+    ///
+    /// # Safety
+    ///
+    /// `c.len >= 1`, [`SendQueue::check_prepared`] passed, nothing is staged, and the caller
+    /// upholds the posting contract.
+    #[inline(always)]
+    unsafe fn write_block_and_ring<const REMOTE: bool>(
+        &mut self,
+        p: &Prepared<REMOTE>,
+        c: Changes,
+    ) {
+        let pi = self.pi;
         let start = pi.wrapping_mul(crate::prm::SEGS_PER_BB as u32);
         let next = pi.wrapping_add(1);
         // A local, as in `SendQueue::write`: the slot store below cannot be proved not to
         // alias `self`.
         let ring = self.ring;
-        self.record_prepared(p, c.wr_id, ring.seg_of(start), next);
+        self.record_block(
+            c.wr_id,
+            p.opcode,
+            p.signaled,
+            p.sig16,
+            ring.seg_of(start),
+            next,
+        );
         let words = p.words(pi, c);
         let n = if REMOTE { 6 } else { 4 };
-        // SAFETY: block `pi` is free (room was checked) and not yet published.
+        // SAFETY: (caller) block `pi` is free (room was checked) and not yet published.
         unsafe { ring.write_block_words(start, &words, n) };
         self.doorbell.ring_block(next, &words, n);
-        Ok(())
     }
 
     /// [`SendQueue::post_prepared`] when a fast check failed: the exact checks, then the
@@ -318,12 +346,13 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         p: &Prepared<REMOTE>,
         wr_id: u64,
         addr: u64,
-        len: u32,
         remote_addr: u64,
-        imm: u32,
+        len_imm: u64,
     ) -> Result<(), PostError> {
-        // The changes as scalars: a `Changes` by reference would make the caller keep one in
-        // memory on the fast path too.
+        // The changes as scalars (a `Changes` by reference would make the caller keep one in
+        // memory on the fast path too), the length and the immediate in one: few enough
+        // arguments for registers and one stack slot, so that the call can be a jump.
+        let (len, imm) = (len_imm as u32, (len_imm >> 32) as u32);
         let c = Changes {
             wr_id,
             addr,
@@ -331,52 +360,25 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
             remote_addr,
             imm,
         };
+        // No credit until the checks pass (the fast path may have taken it below zero).
+        self.credit = 0;
         self.check_prepared(p, c)?;
         // The gate passed (open, of this incarnation) and the request is this queue's.
         self.prep_key = u64::from(self.gate) | p.key;
         if self.pending != 0 {
             self.ring_pending();
         }
-        // SAFETY: checked; the caller upholds the posting contract.
-        let start = unsafe { self.write_prepared(p, c) };
-        self.doorbell.ring(self.ring, self.pi, start, 1, true);
+        if len != 0 {
+            // SAFETY: checked, a length of at least one byte, nothing staged; the caller
+            // upholds the posting contract.
+            unsafe { self.write_block_and_ring(p, c) };
+        } else {
+            // SAFETY: checked; the caller upholds the posting contract.
+            let start = unsafe { self.write_prepared(p, c) };
+            self.doorbell.ring(self.ring, self.pi, start, 1, true);
+        }
+        self.reload_credit();
         Ok(())
-    }
-
-    /// Records the prepared WQE in the slot of its basic block, `block` (in the ring), and
-    /// advances the counters to `next`.
-    #[inline(always)]
-    fn record_prepared<const REMOTE: bool>(
-        &mut self,
-        p: &Prepared<REMOTE>,
-        wr_id: u64,
-        seg: u32,
-        next: u32,
-    ) {
-        let slots = self.state.slots();
-        debug_assert!(seg.is_multiple_of(4) && ((seg / 4) as usize) < slots.len());
-        // Slot `seg / 4`, addressed as `seg` times a quarter slot: the same index as the
-        // ring's, scaled by the addressing mode rather than shifted once more (loom's slots are
-        // larger: indexed plainly there).
-        #[cfg(not(zverbs_loom))]
-        const _: () = assert!(core::mem::size_of::<crate::state::SqSlot>() == 16);
-        // SAFETY: in bounds (one slot per block, checked by `new`, and `seg` is a block's
-        // first segment); the slot is free (room was checked) and the WQE is not published
-        // yet.
-        unsafe {
-            #[cfg(not(zverbs_loom))]
-            let slot = &*slots.as_ptr().byte_add(seg as usize * 4);
-            #[cfg(zverbs_loom)]
-            let slot = slots.get_unchecked((seg / 4) as usize);
-            slot.record(SlotData {
-                wr_id,
-                next,
-                opcode: p.opcode,
-                signaled: p.signaled,
-            })
-        };
-        self.sig_posted = self.sig_posted.wrapping_add(p.sig16);
-        self.pi = next;
     }
 
     /// Writes a prepared request without ringing, as [`PostSend::stage`](zverbs_core::PostSend::stage) does; the doorbell
