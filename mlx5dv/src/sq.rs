@@ -218,6 +218,9 @@ pub struct SendQueue<P, R = Dedicated, T = Connected> {
     /// queue's gate and QPN as the last prepared post found them (`sq/prepared.rs`), or
     /// `u64::MAX` (matches no request) until then.
     prep_key: u64,
+    /// The changes of a prepared post that went out of line, for its slow path to read: so
+    /// few arguments are left that the call needs no stack (`sq/prepared.rs`).
+    held: Changes,
 }
 
 // SAFETY: the queue owns its part of the ring and (with `R`) its hold on the doorbell
@@ -433,6 +436,7 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
             doorbell: Doorbell::new(dbrec, reg, layout.bf.size, register),
             transport: PhantomData,
             prep_key: u64::MAX,
+            held: Changes::default(),
         })
     }
 

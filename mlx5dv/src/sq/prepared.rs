@@ -135,12 +135,6 @@ impl<const REMOTE: bool> Prepared<REMOTE> {
     }
 }
 
-/// `len` and `imm` in one argument (`len` in the low half).
-#[inline(always)]
-fn pack(len: u32, imm: u32) -> u64 {
-    u64::from(len) | (u64::from(imm) << 32)
-}
-
 /// The 64-bit word whose first four bytes in memory are `b`, the others 0.
 #[inline(always)]
 fn lo(b: [u8; 4]) -> u64 {
@@ -279,19 +273,17 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         // (A length of exactly 2 GiB takes the slow path: `len as i32 > 0` is one test.)
         const _: () = assert!(MAX_MESSAGE == 1 << 31);
         if (c.len as i32) <= 0 || (u64::from(self.state.gate().peek()) | p.key) != self.prep_key {
+            self.held = c;
             // SAFETY: (caller) the posting contract.
-            return unsafe {
-                self.post_prepared_slow(p, c.wr_id, c.addr, c.remote_addr, pack(c.len, c.imm))
-            };
+            return unsafe { self.post_prepared_slow(p) };
         }
         // Taken down before the compare: the slow path sets a short credit again.
         let (credit, short) = self.credit.overflowing_sub(1);
         self.credit = credit;
         if short {
+            self.held = c;
             // SAFETY: as above.
-            return unsafe {
-                self.post_prepared_slow(p, c.wr_id, c.addr, c.remote_addr, pack(c.len, c.imm))
-            };
+            return unsafe { self.post_prepared_slow(p) };
         }
         // SAFETY: a length of at least one byte, room checked (the credit), nothing staged;
         // (caller) the posting contract.
@@ -344,22 +336,12 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
     unsafe fn post_prepared_slow<const REMOTE: bool>(
         &mut self,
         p: &Prepared<REMOTE>,
-        wr_id: u64,
-        addr: u64,
-        remote_addr: u64,
-        len_imm: u64,
     ) -> Result<(), PostError> {
-        // The changes as scalars (a `Changes` by reference would make the caller keep one in
-        // memory on the fast path too), the length and the immediate in one: few enough
-        // arguments for registers and one stack slot, so that the call can be a jump.
-        let (len, imm) = (len_imm as u32, (len_imm >> 32) as u32);
-        let c = Changes {
-            wr_id,
-            addr,
-            len,
-            remote_addr,
-            imm,
-        };
+        // The changes were left in `held` by the fast path: a `Changes` by value or by
+        // reference would be in memory on the fast path too, and as scalars they are more
+        // arguments than registers, so that the call could not be a jump.
+        let c = self.held;
+        let len = c.len;
         // No credit until the checks pass (the fast path may have taken it below zero).
         self.credit = 0;
         self.check_prepared(p, c)?;
