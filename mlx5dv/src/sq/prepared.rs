@@ -304,20 +304,16 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         p: &Prepared<REMOTE>,
         c: Changes,
     ) {
+        // Counted first, so that the count is not held in a register while the slot is
+        // recorded (which then adds 0).
+        self.sig_posted = self.sig_posted.wrapping_add(p.sig16);
         let pi = self.pi;
         let start = pi.wrapping_mul(crate::prm::SEGS_PER_BB as u32);
         let next = pi.wrapping_add(1);
         // A local, as in `SendQueue::write`: the slot store below cannot be proved not to
         // alias `self`.
         let ring = self.ring;
-        self.record_block(
-            c.wr_id,
-            p.opcode,
-            p.signaled,
-            p.sig16,
-            ring.seg_of(start),
-            next,
-        );
+        self.record_block(c.wr_id, p.opcode, p.signaled, 0, ring.seg_of(start), next);
         let words = p.words(pi, c);
         let n = if REMOTE { 6 } else { 4 };
         // SAFETY: (caller) block `pi` is free (room was checked) and not yet published.
