@@ -310,14 +310,19 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         let pi = self.pi;
         let start = pi.wrapping_mul(crate::prm::SEGS_PER_BB as u32);
         let next = pi.wrapping_add(1);
-        // A local, as in `SendQueue::write`: the slot store below cannot be proved not to
-        // alias `self`.
-        let ring = self.ring;
-        self.record_block(c.wr_id, p.opcode, p.signaled, 0, ring.seg_of(start), next);
+        // The block's segment in the ring, masked once: the ring's address is read only after
+        // the slot is recorded and the words are built (from `pi`, which then dies), so that
+        // neither is held in a register across the slot's stores; the ring is then addressed
+        // with this segment, not masked again (the slot store cannot be proved not to alias
+        // `self`, so the mask would be read again).
+        let seg = self.ring.seg_of(start);
+        self.record_block(c.wr_id, p.opcode, p.signaled, 0, seg, next);
         let words = p.words(pi, c);
+        let ring = self.ring;
         let n = if REMOTE { 6 } else { 4 };
-        // SAFETY: (caller) block `pi` is free (room was checked) and not yet published.
-        unsafe { ring.write_block_words(start, &words, n) };
+        // SAFETY: `seg` is block `pi`'s first segment in the ring; (caller) the block is free
+        // (room was checked) and not yet published.
+        unsafe { ring.write_block_words_at(seg, &words, n) };
         self.doorbell.ring_block(next, &words, n);
     }
 
