@@ -13,8 +13,12 @@
 use zverbs::connect::pmix::{Job, PmixError};
 
 fn main() {
-    let rounds: u32 = match std::env::args().nth(1) {
-        Some(n) => n.parse().expect("the number of rounds"),
+    let rounds: u32 = match std::env::args().nth(1).map(|n| n.parse()) {
+        Some(Ok(n)) => n,
+        Some(Err(_)) => {
+            eprintln!("usage: pmix_rounds [rounds] (a number of rounds, 8 if none)");
+            std::process::exit(2);
+        }
         None => 8,
     };
     if let Err(e) = run(rounds) {

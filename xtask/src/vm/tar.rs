@@ -113,7 +113,10 @@ pub fn each(
         }
         let size = number(&header[124..136])?;
         let kind = header[156];
-        let padded = size.div_ceil(BLOCK as u64) * BLOCK as u64;
+        let padded = size
+            .div_ceil(BLOCK as u64)
+            .checked_mul(BLOCK as u64)
+            .ok_or_else(|| bad("an entry's size does not fit in 64 bits once padded"))?;
         let mut data = (&mut r).take(size);
         match kind {
             b'L' | b'x' => {
@@ -251,5 +254,12 @@ mod tests {
         assert!(each(cut, |_, _| Ok(())).is_err());
         assert_eq!(number(b"00000001750\0").unwrap(), 1000);
         assert_eq!(number(&[0x80, 0, 0, 0, 0, 0, 0, 1, 0]).unwrap(), 256);
+        // A size that cannot be padded to a block is an error, not a wrapped length.
+        let mut huge = entry("h", b'0', b"");
+        // Base-256: 0x80, three zero bytes, then u64::MAX.
+        huge[124..128].copy_from_slice(&[0x80, 0, 0, 0]);
+        huge[128..136].copy_from_slice(&[0xff; 8]);
+        let err = each(&huge[..], |_, _| Ok(())).unwrap_err();
+        assert!(err.to_string().contains("padded"), "{err}");
     }
 }
