@@ -185,6 +185,84 @@ impl SegRing {
         }
     }
 
+    /// Whether the `n` segments from segment `seg` of the ring (`seg_of` a counter: not
+    /// masked again) lie before its end, so that they are contiguous in memory.
+    #[inline(always)]
+    pub(crate) fn fits_before_end(&self, seg: u32, n: u32) -> bool {
+        debug_assert!(seg <= self.mask);
+        seg + n <= self.mask + 1
+    }
+
+    /// Copies `len` bytes (at least 1) from `src` into the ring at byte counter `at`, where
+    /// they do not meet the ring's end: in fixed-size moves that may overlap (two of 1 to 8
+    /// bytes, or 16-byte moves), not a copy of variable length (a call to `memcpy`).
+    ///
+    /// # Safety
+    ///
+    /// As [`SegRing::copy_in`], and the bytes `at..at + len` (masked) do not meet the ring's
+    /// end.
+    #[inline(always)]
+    pub(crate) unsafe fn copy_in_short(&self, at: u32, src: *const u8, len: usize) {
+        debug_assert!(len >= 1);
+        #[cfg(not(zverbs_loom))]
+        {
+            let ring_bytes = (self.mask as usize + 1) * 16;
+            let pos = at as usize & (ring_bytes - 1);
+            debug_assert!(pos + len <= ring_bytes);
+            // SAFETY: (caller) `pos + len <= ring_bytes`.
+            let dst = unsafe { self.base.as_ptr().cast::<u8>().add(pos) };
+            // SAFETY: every move below reads `src + i .. src + i + n` and writes
+            // `dst + i .. dst + i + n` with `i + n <= len` (`n` the move's size, at most `len`),
+            // inside the source (readable, caller) and the bytes given (free segments, in the
+            // ring, not overlapping the source); unaligned moves.
+            unsafe {
+                let mv = |i: usize, n: usize| match n {
+                    16 => dst
+                        .add(i)
+                        .cast::<u128>()
+                        .write_unaligned(src.add(i).cast::<u128>().read_unaligned()),
+                    8 => dst
+                        .add(i)
+                        .cast::<u64>()
+                        .write_unaligned(src.add(i).cast::<u64>().read_unaligned()),
+                    4 => dst
+                        .add(i)
+                        .cast::<u32>()
+                        .write_unaligned(src.add(i).cast::<u32>().read_unaligned()),
+                    2 => dst
+                        .add(i)
+                        .cast::<u16>()
+                        .write_unaligned(src.add(i).cast::<u16>().read_unaligned()),
+                    _ => dst.add(i).write(src.add(i).read()),
+                };
+                if len >= 16 {
+                    let mut i = 0;
+                    while i + 16 < len {
+                        mv(i, 16);
+                        i += 16;
+                    }
+                    mv(len - 16, 16);
+                } else if len >= 8 {
+                    mv(0, 8);
+                    mv(len - 8, 8);
+                } else if len >= 4 {
+                    mv(0, 4);
+                    mv(len - 4, 4);
+                } else {
+                    mv(0, 1);
+                    if len >= 2 {
+                        mv(len - 2, 2);
+                    }
+                }
+            }
+        }
+        #[cfg(zverbs_loom)]
+        // SAFETY: (caller) as `copy_in`'s contract, which this one's implies.
+        unsafe {
+            self.copy_in(at, src, len)
+        };
+    }
+
     /// Writes `words[..n]` (64-bit words holding the bytes in memory order, `n <= 8`) at the
     /// start of the basic block whose first segment counter is `start`: the segments of one
     /// block, written without a copy through a byte array.

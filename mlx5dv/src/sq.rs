@@ -755,7 +755,8 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
     /// [`PostSend::post`] of one request: checks and plans it; then, when the fast path's
     /// credit covers its blocks and the gate is as this queue last found it, writes it and
     /// rings it alone (a one-block WQE of the common shapes as words in registers, stored to
-    /// the ring and to the BlueFlame register; any other with the field-wise writer). The
+    /// the ring and to the BlueFlame register; an inline WRITE or SEND of one entry with
+    /// fixed-size moves; any other with the field-wise writer). The
     /// rest goes out of line to the exact checks ([`SendQueue::post_one_slow`]).
     ///
     /// # Safety
@@ -802,8 +803,9 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
 
     /// Writes the planned request and rings it alone: a one-block WQE of the common shapes
     /// ([`SendQueue::block_words`]) as words in registers, stored to the ring and to the
-    /// BlueFlame register; any other with the field-wise writer, the BlueFlame copy read
-    /// back from the ring.
+    /// BlueFlame register; an inline WRITE or SEND of one entry with fixed-size moves
+    /// ([`SendQueue::write_inline_and_ring`]) and any other with the field-wise writer,
+    /// each with the BlueFlame copy read back from the ring.
     ///
     /// # Safety
     ///
@@ -830,6 +832,9 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
             // SAFETY: block `pi` is free (room was checked) and not yet published.
             unsafe { ring.write_block_words(start, &words, n) };
             self.doorbell.ring_block(next, &words, n);
+        } else if let Some((head, k)) = self.inline_head_words(wr, plan, pi) {
+            // SAFETY: (caller) planned, room checked, nothing staged, the posting contract.
+            unsafe { self.write_inline_and_ring(wr.wr_id, plan, &head, k) };
         } else {
             // SAFETY: (caller) planned, room checked, the posting contract.
             let start = unsafe { self.write(wr, plan) };
@@ -906,8 +911,114 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         }
     }
 
-    /// Records a one-block WQE in the slot of its basic block (`seg`, its first segment in
-    /// the ring) and advances the counters to `next` (`sig` is `signaled` as a count).
+    /// The control and remote-address segments of `wr` (planned as `plan`, at producer
+    /// counter `pi`) as 64-bit words holding their bytes in memory order, and how many
+    /// segments they are (the inline segment's place); `None` unless it is an inline WRITE or
+    /// SEND (with or without immediate) of one entry of at least one byte, on a connected
+    /// queue. The bytes are those [`SendQueue::write`] writes.
+    #[inline(always)]
+    fn inline_head_words(
+        &self,
+        wr: &SendWr<'_>,
+        plan: &Plan<'_>,
+        pi: u32,
+    ) -> Option<([u64; 8], u32)> {
+        if T::UD {
+            return None;
+        }
+        // One branch for the conditions on the entry (each branch more would make the
+        // field-wise writer's call sites colder to the compiler, which then inlines less of
+        // them).
+        let len = plan.inline?;
+        if !((len != 0) & (plan.sgl.len() == 1)) {
+            return None;
+        }
+        let ctrl0 = word2(
+            (u32::from(pi as u16) << 8) | u32::from(plan.opcode),
+            plan.ds,
+        ) | self.qpn_word;
+        let ctrl1 = word2(u32::from(plan.fm_ce_se), plan.imm);
+        match &wr.op {
+            SendOp::Write { remote, .. } | SendOp::WriteImm { remote, .. } => Some((
+                [
+                    ctrl0,
+                    ctrl1,
+                    word64(remote.addr),
+                    word2(remote.rkey, 0),
+                    0,
+                    0,
+                    0,
+                    0,
+                ],
+                2,
+            )),
+            SendOp::Send { .. } | SendOp::SendImm { .. } => {
+                Some(([ctrl0, ctrl1, 0, 0, 0, 0, 0, 0], 1))
+            }
+            _ => None,
+        }
+    }
+
+    /// Writes an inline request of one entry ([`SendQueue::inline_head_words`]: `head`, its
+    /// first `k` segments) and rings it alone: the head as words, the inline segment with
+    /// fixed-size moves and its last segment zeroed first (the padding), or, when the inline
+    /// segment meets the ring's end, out of line by the field-wise writer's copy.
+    ///
+    /// # Safety
+    ///
+    /// As [`SendQueue::write_and_ring`]; `plan` is an inline request of one entry of at least
+    /// one byte.
+    #[inline(always)]
+    unsafe fn write_inline_and_ring(
+        &mut self,
+        wr_id: u64,
+        plan: &Plan<'_>,
+        head: &[u64; 8],
+        k: u32,
+    ) {
+        let pi = self.pi;
+        let start = pi.wrapping_mul(SEGS_PER_BB as u32);
+        let next = pi.wrapping_add(plan.blocks);
+        // A local, as in `SendQueue::write`.
+        let ring = self.ring;
+        let seg = ring.seg_of(start);
+        let sig = u16::from(plan.signaled);
+        self.record_block(wr_id, plan.opcode, plan.signaled, sig, seg, next);
+        // SAFETY: the head is in the first block of the WQE, block `pi`, which is free (room
+        // was checked) and not yet published.
+        unsafe { ring.write_block_words_at(seg, head, 2 * k as usize) };
+        let (src, len) = match plan.sgl {
+            [s] => (s.addr, s.length),
+            _ => (0, 0),
+        };
+        debug_assert!(plan.inline == Some(len) && len != 0);
+        // The inline segment: segments `k..ds` of the WQE.
+        let inl = seg + k;
+        if ring.fits_before_end(inl, plan.ds - k) {
+            // SAFETY: segments `k..ds` of the WQE are in its blocks, free and unpublished
+            // (as above), contiguous (checked); (caller) `src..src + len` is readable.
+            unsafe {
+                // The last segment zeroed first: the payload then overwrites all of it but
+                // the padding.
+                ring.with_mut(seg + plan.ds - 1, |b| *b = [0; 16]);
+                ring.with_mut(inl, |b| {
+                    b[..4].copy_from_slice(&inline_byte_count(len).to_be_bytes())
+                });
+                ring.copy_in_short(
+                    inl.wrapping_mul(16).wrapping_add(4),
+                    core::ptr::with_exposed_provenance(src as usize),
+                    len as usize,
+                );
+            }
+        } else {
+            // SAFETY: as above, the segments following the ring's wrap.
+            unsafe { write_inline_wrapping(ring, inl, src, len) };
+        }
+        self.doorbell.ring(ring, next, start, plan.blocks, true);
+    }
+
+    /// Records a WQE in the slot of its first basic block (`seg`, its first segment in the
+    /// ring) and advances the counters to `next` (`sig` is `signaled` as a count).
     #[inline(always)]
     fn record_block(
         &mut self,
@@ -1086,6 +1197,20 @@ unsafe fn write_inline(ring: &SegRing, seg: u32, sgl: &[Sge], len: u32) {
     }
 }
 
+/// [`write_inline`] of one entry at `src`, `len` bytes, out of line: for an inline segment
+/// that meets the end of the ring (rare), so that the posting code keeps its registers.
+///
+/// # Safety
+///
+/// As [`write_inline`].
+#[cold]
+#[inline(never)]
+unsafe fn write_inline_wrapping(ring: SegRing, seg: u32, src: u64, len: u32) {
+    let sge = Sge::new(src, len, 0);
+    // SAFETY: (caller) as `write_inline`'s contract.
+    unsafe { write_inline(&ring, seg, core::slice::from_ref(&sge), len) };
+}
+
 impl<P: SqStateRef, R: BfRegister, T: SqTransport> PostSend for SendQueue<P, R, T> {
     #[inline(always)]
     unsafe fn stage(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
@@ -1173,6 +1298,8 @@ mod batch_tests;
 mod credit_tests;
 #[cfg(test)]
 mod frame;
+#[cfg(test)]
+mod inline_tests;
 #[cfg(test)]
 mod ud_tests;
 

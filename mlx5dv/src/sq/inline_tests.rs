@@ -1,0 +1,134 @@
+//! Inline requests posted and rung one at a time ([`PostSend::post`], which writes an inline
+//! request of one entry with its own path): the same ring, BlueFlame and doorbell-record bytes
+//! as the field-wise writer's ([`PostSend::stage`] then [`PostSend::ring`]), and the bytes a
+//! WQE must have, at every length, at every block of the ring (across its end) and over stale
+//! bytes.
+
+extern crate std;
+
+use std::vec::Vec;
+
+use super::frame::{advance, expect_wqe, read_wrapped};
+use super::*;
+use crate::testutil::{Rig, caps};
+use zverbs_core::RemoteBuf;
+
+/// The largest inline payload of the queues below (a WRITE of it is four basic blocks).
+const MAX_INLINE: u32 = 200;
+
+/// An inline request of kind `kind` (WRITE, WRITE with immediate, SEND, SEND with immediate)
+/// of `sgl`, signaled or not, and its opcode, immediate and segments after the control one.
+fn request<'a>(kind: usize, sgl: &'a [Sge], signaled: bool) -> (SendWr<'a>, u8, u32, Vec<u8>) {
+    let remote = RemoteBuf::new(0xabc0, 0x77);
+    let mut raddr = [0u8; 16];
+    RaddrSeg::new_unchecked(&mut raddr).set(remote.addr, remote.rkey);
+    let (wr, op, imm, header) = match kind {
+        0 => (
+            SendWr::write(9, sgl, remote),
+            opcode::RDMA_WRITE,
+            0,
+            raddr.to_vec(),
+        ),
+        1 => (
+            SendWr::write_imm(9, sgl, remote, 0x1234_5678),
+            opcode::RDMA_WRITE_IMM,
+            0x1234_5678,
+            raddr.to_vec(),
+        ),
+        2 => (SendWr::send(9, sgl), opcode::SEND, 0, Vec::new()),
+        _ => (
+            SendWr::send_imm(9, sgl, 0x0bad_cafe),
+            opcode::SEND_IMM,
+            0x0bad_cafe,
+            Vec::new(),
+        ),
+    };
+    let wr = wr.inline();
+    (if signaled { wr.signaled() } else { wr }, op, imm, header)
+}
+
+/// A queue of 8 basic blocks (BlueFlame buffers of `bf` bytes, 0 for none) over stale bytes,
+/// its producer at block `start`.
+fn rig(bf: u32, start: u32) -> Rig {
+    let mut rig = Rig::new(8, bf, caps(2, MAX_INLINE));
+    rig.mem.fill_sq(0xaa);
+    advance(&mut rig, start);
+    rig
+}
+
+#[test]
+fn an_inline_post_writes_what_the_field_wise_writer_writes() {
+    // Under Miri (100 times slower), the lengths around the segment and block boundaries
+    // (after 16 or 32 bytes of control and address segments and the 4-byte inline header),
+    // and the limit, at the blocks where the WQE meets the ring's end and one where it does
+    // not.
+    let (lens, starts): (Vec<u32>, Vec<u32>) = if cfg!(miri) {
+        (
+            std::vec![
+                0, 1, 3, 4, 8, 12, 13, 16, 27, 28, 29, 44, 45, 60, 61, 92, 93, 200
+            ],
+            std::vec![5, 6, 7],
+        )
+    } else {
+        ((0..=MAX_INLINE).collect(), (0..8).collect())
+    };
+    for kind in 0..4 {
+        for &len in &lens {
+            let data: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
+            let sgl = [Sge::from_slice(&data, 0)];
+            let (wr, op, imm, header) = request(kind, &sgl, len % 2 == 1);
+            for &start in &starts {
+                for bf in [0, 256] {
+                    let at = std::format!("kind={kind} len={len} start={start} bf={bf}");
+                    let mut staged = rig(bf, start);
+                    let mut posted = rig(bf, start);
+                    // SAFETY: never executed by a device; the inline source is live.
+                    unsafe { staged.sq.stage(&wr) }.unwrap();
+                    staged.sq.ring();
+                    // SAFETY: as above.
+                    unsafe { posted.sq.post(&wr) }.unwrap();
+                    let ring = posted.mem.sq_bytes();
+                    assert_eq!(ring, staged.mem.sq_bytes(), "ring, {at}");
+                    assert_eq!(
+                        posted.mem.bf_bytes(),
+                        staged.mem.bf_bytes(),
+                        "BlueFlame, {at}"
+                    );
+                    assert_eq!(posted.mem.dbrec(1), staged.mem.dbrec(1), "record, {at}");
+                    assert_eq!(posted.sq.producer(), staged.sq.producer(), "{at}");
+                    // The bytes themselves, padding zeroed over the stale ones.
+                    let mut want = expect_wqe(start, op, imm, &header, 0, Some(&data));
+                    if len % 2 == 1 {
+                        // The control segment's `fm_ce_se`: a CQE asked for.
+                        want[11] = fm_ce_se::CQ_UPDATE;
+                    }
+                    assert_eq!(read_wrapped(&ring, start, want.len()), want, "{at}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn an_inline_post_over_the_limit_is_refused_with_nothing_written() {
+    let data = [0x5au8; MAX_INLINE as usize + 1];
+    let sgl = [Sge::from_slice(&data, 0)];
+    for kind in 0..4 {
+        let (wr, ..) = request(kind, &sgl, true);
+        let mut rig = rig(256, 7);
+        let (ring, bf) = (rig.mem.sq_bytes(), rig.mem.bf_bytes());
+        // SAFETY: never executed by a device; the inline source is live.
+        let got = unsafe { rig.sq.post(&wr) };
+        assert_eq!(
+            got,
+            Err(PostError::InlineTooLarge {
+                len: MAX_INLINE + 1,
+                max: MAX_INLINE
+            })
+        );
+        assert_eq!(rig.mem.sq_bytes(), ring);
+        assert_eq!(rig.mem.bf_bytes(), bf);
+        assert_eq!(rig.mem.dbrec(1), 7);
+        assert_eq!(rig.sq.producer(), 7);
+    }
+}
