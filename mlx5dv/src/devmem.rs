@@ -185,6 +185,31 @@ impl SegRing {
         }
     }
 
+    /// Zeroes segment `seg` of the ring (`seg_of` a counter: not masked again).
+    ///
+    /// # Safety
+    ///
+    /// As [`SegRing::with_mut`]; `seg` is less than the ring's size.
+    #[inline(always)]
+    pub(crate) unsafe fn zero_seg_at(&self, seg: u32) {
+        debug_assert!(seg <= self.mask);
+        #[cfg(not(zverbs_loom))]
+        // SAFETY: (caller) the segment is in the ring, 16-byte aligned (constructor
+        // contract); the device is not reading it and only the owner writes.
+        unsafe {
+            self.base
+                .as_ptr()
+                .add(seg as usize)
+                .cast::<[u8; 16]>()
+                .write([0; 16])
+        };
+        #[cfg(zverbs_loom)]
+        // SAFETY: (caller) as above; masking a segment of the ring keeps it.
+        unsafe {
+            self.with_mut(seg, |b| *b = [0; 16])
+        };
+    }
+
     /// Whether the `n` segments from segment `seg` of the ring (`seg_of` a counter: not
     /// masked again) lie before its end, so that they are contiguous in memory.
     #[inline(always)]
@@ -193,23 +218,20 @@ impl SegRing {
         seg + n <= self.mask + 1
     }
 
-    /// Copies `len` bytes (at least 1) from `src` into the ring at byte counter `at`, where
-    /// they do not meet the ring's end: in fixed-size moves that may overlap (two of 1 to 8
-    /// bytes, or 16-byte moves), not a copy of variable length (a call to `memcpy`).
+    /// Copies `len` bytes (at least 1) from `src` into the ring at byte `pos` of it (not a
+    /// counter: not masked again), where they do not meet its end: in fixed-size moves that
+    /// may overlap (two of 1 to 16 bytes, two runs of two or four 16-byte moves, or runs of
+    /// four and a last one), not a copy of variable length (a call to `memcpy`).
     ///
     /// # Safety
     ///
-    /// As [`SegRing::copy_in`], and the bytes `at..at + len` (masked) do not meet the ring's
-    /// end.
+    /// As [`SegRing::copy_in`], and `pos + len` is at most the ring's size in bytes.
     #[inline(always)]
-    pub(crate) unsafe fn copy_in_short(&self, at: u32, src: *const u8, len: usize) {
-        debug_assert!(len >= 1);
+    pub(crate) unsafe fn copy_in_short_at(&self, pos: usize, src: *const u8, len: usize) {
+        debug_assert!(len >= 1 && pos + len <= (self.mask as usize + 1) * 16);
         #[cfg(not(zverbs_loom))]
         {
-            let ring_bytes = (self.mask as usize + 1) * 16;
-            let pos = at as usize & (ring_bytes - 1);
-            debug_assert!(pos + len <= ring_bytes);
-            // SAFETY: (caller) `pos + len <= ring_bytes`.
+            // SAFETY: (caller) `pos + len` is at most the ring's size.
             let dst = unsafe { self.base.as_ptr().cast::<u8>().add(pos) };
             // SAFETY: every move below reads `src + i .. src + i + n` and writes
             // `dst + i .. dst + i + n` with `i + n <= len` (`n` the move's size, at most `len`),
@@ -235,13 +257,28 @@ impl SegRing {
                         .write_unaligned(src.add(i).cast::<u16>().read_unaligned()),
                     _ => dst.add(i).write(src.add(i).read()),
                 };
-                if len >= 16 {
-                    let mut i = 0;
-                    while i + 16 < len {
-                        mv(i, 16);
-                        i += 16;
+                // Runs of 16 bytes: two runs of `r` cover any length from `r` to `2r`.
+                let run = |i: usize, r: usize| {
+                    for j in (0..r).step_by(16) {
+                        mv(i + j, 16);
                     }
-                    mv(len - 16, 16);
+                };
+                // Chosen by halving: two compares down to 8 bytes, three to 64.
+                if len >= 16 {
+                    if len >= 64 {
+                        let mut i = 0;
+                        while i + 64 < len {
+                            run(i, 64);
+                            i += 64;
+                        }
+                        run(len - 64, 64);
+                    } else if len >= 32 {
+                        run(0, 32);
+                        run(len - 32, 32);
+                    } else {
+                        mv(0, 16);
+                        mv(len - 16, 16);
+                    }
                 } else if len >= 8 {
                     mv(0, 8);
                     mv(len - 8, 8);
@@ -257,9 +294,10 @@ impl SegRing {
             }
         }
         #[cfg(zverbs_loom)]
-        // SAFETY: (caller) as `copy_in`'s contract, which this one's implies.
+        // SAFETY: (caller) as `copy_in`'s contract, which this one's implies (`pos` is in the
+        // ring: its byte counter is itself).
         unsafe {
-            self.copy_in(at, src, len)
+            self.copy_in(pos as u32, src, len)
         };
     }
 

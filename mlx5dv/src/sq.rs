@@ -1000,12 +1000,13 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
             unsafe {
                 // The last segment zeroed first: the payload then overwrites all of it but
                 // the padding.
-                ring.with_mut(seg + plan.ds - 1, |b| *b = [0; 16]);
-                ring.with_mut(inl, |b| {
+                ring.zero_seg_at(seg + plan.ds - 1);
+                // (`k < 4`: in the first block.)
+                ring.with_mut_wqe(start, k, |b| {
                     b[..4].copy_from_slice(&inline_byte_count(len).to_be_bytes())
                 });
-                ring.copy_in_short(
-                    inl.wrapping_mul(16).wrapping_add(4),
+                ring.copy_in_short_at(
+                    inl as usize * 16 + 4,
                     core::ptr::with_exposed_provenance(src as usize),
                     len as usize,
                 );
