@@ -918,21 +918,36 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         seg: u32,
         next: u32,
     ) {
-        let slots = self.state.slots();
-        debug_assert!(seg.is_multiple_of(4) && ((seg / 4) as usize) < slots.len());
         // Slot `seg / 4`, addressed as `seg` times a quarter slot: the same index as the
-        // ring's, scaled by the addressing mode rather than shifted once more (loom's slots are
-        // larger: indexed plainly there).
+        // ring's, scaled by the addressing mode rather than shifted once more.
+        self.record_block_at(wr_id, opcode, signaled, sig, seg as usize * 4, next);
+    }
+
+    /// [`SendQueue::record_block`] with the slot given by its offset in bytes (16 a block:
+    /// the caller's ring index, scaled), `at`.
+    #[inline(always)]
+    pub(super) fn record_block_at(
+        &mut self,
+        wr_id: u64,
+        opcode: u8,
+        signaled: bool,
+        sig: u16,
+        at: usize,
+        next: u32,
+    ) {
+        let slots = self.state.slots();
+        debug_assert!(at.is_multiple_of(16) && at / 16 < slots.len());
+        // (loom's slots are larger: indexed plainly there).
         #[cfg(not(zverbs_loom))]
         const _: () = assert!(core::mem::size_of::<crate::state::SqSlot>() == 16);
-        // SAFETY: in bounds (one slot per block, checked by `new`, and `seg` is a block's
-        // first segment); the slot is free (room was checked) and the WQE is not published
+        // SAFETY: in bounds (one slot per block, checked by `new`, and `at` is a block's
+        // slot offset); the slot is free (room was checked) and the WQE is not published
         // yet.
         unsafe {
             #[cfg(not(zverbs_loom))]
-            let slot = &*slots.as_ptr().byte_add(seg as usize * 4);
+            let slot = &*slots.as_ptr().byte_add(at);
             #[cfg(zverbs_loom)]
-            let slot = slots.get_unchecked((seg / 4) as usize);
+            let slot = slots.get_unchecked(at / 16);
             slot.record(SlotData {
                 wr_id,
                 next,

@@ -29,6 +29,7 @@ use zverbs_core::{MAX_MESSAGE, PostError, SendOp, SendWr};
 use super::{SendQueue, SqTransport};
 use crate::bf::BfRegister;
 use crate::prm::wqe::{ctrl, data, raddr};
+use crate::segreg::{BlockRegs, SegReg, SegWords};
 use crate::state::{SlotData, SqStateRef};
 
 /// A prepared request; `REMOTE` says whether its WQE has a remote-address segment (WRITE,
@@ -54,14 +55,13 @@ pub struct Prepared<const REMOTE: bool> {
     raddr_tail: [u8; 8],
     /// The data segment's `lkey`.
     lkey: [u8; 4],
-    /// The WQE's first words, as the post stores them (64-bit words holding the bytes in
-    /// memory order, see [`Prepared::words`]), with the changing fields 0: the control
-    /// segment's bytes 0..8 without the WQE index (`opcode`, `qpn_ds` with a data segment)
-    /// and bytes 8..16 (immediate 0), the remote-address segment's bytes 8..16 (`rkey`), and
+    /// The WQE's segments and words, as the post stores them (64-bit words holding the bytes
+    /// in memory order, see [`Prepared::block`]), with the changing fields 0: the control
+    /// segment without the WQE index and with immediate 0 (`opcode`, `qpn_ds` with a data
+    /// segment, `fm_ce_se`), the remote-address segment without the address (`rkey`), and
     /// the data segment's bytes 0..8 with `byte_count` 0 (`lkey`).
-    ctrl0: u64,
-    ctrl1: u64,
-    raddr1: u64,
+    ctrl: SegWords,
+    raddr: SegWords,
     data0: u64,
     /// `imm_mask` where the immediate goes in `ctrl1`.
     imm_mask64: u64,
@@ -112,25 +112,29 @@ impl<const REMOTE: bool> Prepared<REMOTE> {
         self.qpn
     }
 
-    /// The WQE of a post at producer counter `pi` with `c` (a length of at least 1), as
-    /// 64-bit words holding its bytes in memory order: the control segment, the
-    /// remote-address segment (`REMOTE`), the data segment; the first 6 (`REMOTE`) or 4 are
-    /// the WQE, the rest 0. Each changing field is converted once and or-ed into its
-    /// prepared word.
+    /// The WQE of a post at producer counter `pi` with `c` (a length of at least 1): the
+    /// control segment, the remote-address segment (`REMOTE`), the data segment. Each
+    /// changing field is converted once and or-ed into its prepared segment or word.
     #[inline(always)]
-    fn words(&self, pi: u32, c: Changes) -> [u64; 8] {
+    fn block(&self, pi: u32, c: Changes) -> BlockRegs {
         // `opmod_idx_opcode` bytes 1..3: the WQE index, big-endian (opmod and opcode are
-        // prepared around it).
+        // prepared around it); the immediate in bytes 12..16.
         let idx = lo((u32::from(pi as u16) << 8).to_be_bytes());
-        let ctrl0 = self.ctrl0 | idx;
-        let ctrl1 = self.ctrl1 | (hi(c.imm.to_be_bytes()) & self.imm_mask64);
+        let imm = hi(c.imm.to_be_bytes()) & self.imm_mask64;
+        let ctrl = SegReg::or(&self.ctrl, idx, imm);
         let data0 = self.data0 | lo(c.len.to_be_bytes());
         let data1 = u64::from_ne_bytes(c.addr.to_be_bytes());
-        if REMOTE {
-            let raddr0 = u64::from_ne_bytes(c.remote_addr.to_be_bytes());
-            [ctrl0, ctrl1, raddr0, self.raddr1, data0, data1, 0, 0]
-        } else {
-            [ctrl0, ctrl1, data0, data1, 0, 0, 0, 0]
+        let raddr = REMOTE.then(|| {
+            SegReg::or(
+                &self.raddr,
+                u64::from_ne_bytes(c.remote_addr.to_be_bytes()),
+                0,
+            )
+        });
+        BlockRegs {
+            ctrl,
+            raddr,
+            data: [data0, data1],
         }
     }
 }
@@ -231,9 +235,8 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
             ctrl_mid_empty: mid(ds - 1),
             raddr_tail,
             lkey,
-            ctrl0: word(c0),
-            ctrl1: word(c1),
-            raddr1: word(raddr_tail),
+            ctrl: SegWords([word(c0), word(c1)]),
+            raddr: SegWords([0, word(raddr_tail)]),
             data0: word(d0),
             imm_mask64: word(m),
             key: u64::from(self.qpn) << 32,
@@ -308,22 +311,20 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         // recorded (which then adds 0).
         self.sig_posted = self.sig_posted.wrapping_add(p.sig16);
         let pi = self.pi;
-        let start = pi.wrapping_mul(crate::prm::SEGS_PER_BB as u32);
         let next = pi.wrapping_add(1);
-        // The block's segment in the ring, masked once: the ring's address is read only after
-        // the slot is recorded and the words are built (from `pi`, which then dies), so that
-        // neither is held in a register across the slot's stores; the ring is then addressed
-        // with this segment, not masked again (the slot store cannot be proved not to alias
-        // `self`, so the mask would be read again).
-        let seg = self.ring.seg_of(start);
-        self.record_block(c.wr_id, p.opcode, p.signaled, 0, seg, next);
-        let words = p.words(pi, c);
+        // The block's first word in the ring, masked once: the ring's address is read only
+        // after the slot is recorded (so that it is not held in a register across the slot's
+        // stores); the ring is then addressed with this index, not masked again (the slot
+        // store cannot be proved not to alias `self`, so the mask would be read again). The
+        // slot is addressed from it too (16 bytes a block: the word index times 2).
+        let word = self.ring.word_of_block(pi);
+        let block = p.block(pi, c);
+        self.record_block_at(c.wr_id, p.opcode, p.signaled, 0, word as usize * 2, next);
         let ring = self.ring;
-        let n = if REMOTE { 6 } else { 4 };
-        // SAFETY: `seg` is block `pi`'s first segment in the ring; (caller) the block is free
+        // SAFETY: `word` is block `pi`'s first word in the ring; (caller) the block is free
         // (room was checked) and not yet published.
-        unsafe { ring.write_block_words_at(seg, &words, n) };
-        self.doorbell.ring_block(next, &words, n);
+        unsafe { ring.write_block_regs_at(word, &block) };
+        self.doorbell.ring_block_regs(next, &block);
     }
 
     /// [`SendQueue::post_prepared`] when a fast check failed: the exact checks, then the
