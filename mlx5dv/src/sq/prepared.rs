@@ -317,8 +317,8 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         // stores); the ring is then addressed with this index, not masked again (the slot
         // store cannot be proved not to alias `self`, so the mask would be read again). The
         // slot is addressed from it too (16 bytes a block: the word index times 2).
-        let word = self.ring.word_of_block(pi);
         let block = p.block(pi, c);
+        let word = self.ring.word_of_block(pi);
         self.record_block_at(c.wr_id, p.opcode, p.signaled, 0, word as usize * 2, next);
         let ring = self.ring;
         // SAFETY: `word` is block `pi`'s first word in the ring; (caller) the block is free
