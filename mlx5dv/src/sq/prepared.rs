@@ -119,11 +119,6 @@ impl<const REMOTE: bool> Prepared<REMOTE> {
     fn block(&self, pi: u32, c: Changes) -> BlockRegs {
         // `opmod_idx_opcode` bytes 1..3: the WQE index, big-endian (opmod and opcode are
         // prepared around it); the immediate in bytes 12..16.
-        let idx = lo((u32::from(pi as u16) << 8).to_be_bytes());
-        let imm = hi(c.imm.to_be_bytes()) & self.imm_mask64;
-        let ctrl = SegReg::or(&self.ctrl, idx, imm);
-        let data0 = self.data0 | lo(c.len.to_be_bytes());
-        let data1 = u64::from_ne_bytes(c.addr.to_be_bytes());
         let raddr = REMOTE.then(|| {
             SegReg::or(
                 &self.raddr,
@@ -131,6 +126,11 @@ impl<const REMOTE: bool> Prepared<REMOTE> {
                 0,
             )
         });
+        let data0 = self.data0 | lo(c.len.to_be_bytes());
+        let data1 = u64::from_ne_bytes(c.addr.to_be_bytes());
+        let idx = lo((u32::from(pi as u16) << 8).to_be_bytes());
+        let imm = hi(c.imm.to_be_bytes()) & self.imm_mask64;
+        let ctrl = SegReg::or(&self.ctrl, idx, imm);
         BlockRegs {
             ctrl,
             raddr,
@@ -311,14 +311,16 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         // recorded (which then adds 0).
         self.sig_posted = self.sig_posted.wrapping_add(p.sig16);
         let pi = self.pi;
-        let next = pi.wrapping_add(1);
+        // The block first, so that the WQE index's temporary is gone (into the control
+        // segment's register) before the ring index and the next counter are taken from `pi`.
+        let block = p.block(pi, c);
         // The block's first word in the ring, masked once: the ring's address is read only
         // after the slot is recorded (so that it is not held in a register across the slot's
         // stores); the ring is then addressed with this index, not masked again (the slot
         // store cannot be proved not to alias `self`, so the mask would be read again). The
         // slot is addressed from it too (16 bytes a block: the word index times 2).
-        let block = p.block(pi, c);
         let word = self.ring.word_of_block(pi);
+        let next = pi.wrapping_add(1);
         self.record_block_at(c.wr_id, p.opcode, p.signaled, 0, word as usize * 2, next);
         let ring = self.ring;
         // SAFETY: `word` is block `pi`'s first word in the ring; (caller) the block is free
