@@ -170,11 +170,25 @@ impl<R: BfRegister> Doorbell<R> {
         }
     }
 
-    /// [`Doorbell::ring_block`] for the one-block WQE of a prepared post, `b`, whose
-    /// segments held in registers are copied with one store each.
+    /// Whether a one-block WQE goes by BlueFlame (`bf.size >= 64`), for the prepared posts,
+    /// which decide it once ([`Doorbell::ring_block_regs`]).
     #[inline(always)]
-    pub(crate) fn ring_block_regs(&mut self, pi: u32, b: &BlockRegs) {
-        if self.bf_blocks == 0 {
+    pub(crate) fn has_blueflame(&self) -> bool {
+        self.bf_blocks != 0
+    }
+
+    /// [`Doorbell::ring_block`] for the one-block WQE of a prepared post, `b`, whose
+    /// segments held in registers are copied with one store each; `BF` is
+    /// [`Doorbell::has_blueflame`], decided by the caller.
+    ///
+    /// # Safety
+    ///
+    /// `BF == self.has_blueflame()` (with BlueFlame the copy is 64 bytes, without it the
+    /// region may hold 8).
+    #[inline(always)]
+    pub(crate) unsafe fn ring_block_regs<const BF: bool>(&mut self, pi: u32, b: &BlockRegs) {
+        debug_assert_eq!(BF, self.has_blueflame());
+        if !BF {
             // 2. As in `ring_block`.
             if self.register.is_shared() {
                 self.register.take(0);
@@ -190,7 +204,7 @@ impl<R: BfRegister> Doorbell<R> {
             let buf = unsafe { MmioRegion::new(self.reg.base().add(offset), 64) };
             self.publish(pi);
             // 6a. BlueFlame: the block's four segments, in order.
-            // SAFETY: one block fits the buffer (`bf_blocks >= 1`), which `buf` starts, 16-byte
+            // SAFETY: one block fits the buffer (`bf_blocks >= 1`: `BF`), which `buf` starts, 16-byte
             // aligned (a BlueFlame buffer is `bf_size`-aligned in the UAR page).
             unsafe {
                 b.ctrl.store_mmio(&buf, 0);

@@ -216,8 +216,12 @@ pub struct SendQueue<P, R = Dedicated, T = Connected> {
     transport: PhantomData<T>,
     /// What a prepared post compares the gate word, or-ed with its request's QPN, with: this
     /// queue's gate and QPN as the last prepared post found them (`sq/prepared.rs`), or
-    /// `u64::MAX` (matches no request) until then.
+    /// `u64::MAX` (matches no request) until then; kept in `prep_key` when the queue has
+    /// BlueFlame, in `prep_key_db` when it rings the doorbell only (the other stays
+    /// `u64::MAX`), so that the compare that passes says which, and the post tests it no
+    /// more.
     prep_key: u64,
+    prep_key_db: u64,
     /// The changes of a prepared post that went out of line, for its slow path to read: so
     /// few arguments are left that the call needs no stack (`sq/prepared.rs`).
     held: Changes,
@@ -436,6 +440,7 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
             doorbell: Doorbell::new(dbrec, reg, layout.bf.size, register),
             transport: PhantomData,
             prep_key: u64::MAX,
+            prep_key_db: u64::MAX,
             held: Changes::default(),
         })
     }

@@ -275,22 +275,49 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         // (a free block, a free CQE whether the request is signaled or not, nothing staged).
         // (A length of exactly 2 GiB takes the slow path: `len as i32 > 0` is one test.)
         const _: () = assert!(MAX_MESSAGE == 1 << 31);
-        if (c.len as i32) <= 0 || (u64::from(self.state.gate().peek()) | p.key) != self.prep_key {
-            self.held = c;
-            // SAFETY: (caller) the posting contract.
-            return unsafe { self.post_prepared_slow(p) };
+        // The key passes one of the two compares only on a queue of that kind: `prep_key`
+        // with BlueFlame, `prep_key_db` without (the other is `u64::MAX`, which no key is).
+        let key = u64::from(self.state.gate().peek()) | p.key;
+        if (c.len as i32) > 0 {
+            if key == self.prep_key {
+                // SAFETY: (caller) the posting contract; a length of at least one byte, and
+                // `prep_key` passed: the queue has BlueFlame.
+                return unsafe { self.post_prepared_fast::<REMOTE, true>(p, c) };
+            }
+            if key == self.prep_key_db {
+                // SAFETY: as above; `prep_key_db` passed: the queue has no BlueFlame.
+                return unsafe { self.post_prepared_fast::<REMOTE, false>(p, c) };
+            }
         }
+        self.held = c;
+        // SAFETY: (caller) the posting contract.
+        unsafe { self.post_prepared_slow(p) }
+    }
+
+    /// The rest of [`SendQueue::post_prepared`]'s common case, after the length and the key:
+    /// the credit, then the block, on a queue with BlueFlame (`BF`) or without.
+    ///
+    /// # Safety
+    ///
+    /// As [`SendQueue::post_prepared`]; `c.len >= 1`, the gate and the request's QPN passed,
+    /// and `BF` says whether the doorbell has BlueFlame.
+    #[inline(always)]
+    unsafe fn post_prepared_fast<const REMOTE: bool, const BF: bool>(
+        &mut self,
+        p: &Prepared<REMOTE>,
+        c: Changes,
+    ) -> Result<(), PostError> {
         // Taken down before the compare: the slow path sets a short credit again.
         let (credit, short) = self.credit.overflowing_sub(1);
         self.credit = credit;
         if short {
             self.held = c;
-            // SAFETY: as above.
+            // SAFETY: (caller) the posting contract.
             return unsafe { self.post_prepared_slow(p) };
         }
-        // SAFETY: a length of at least one byte, room checked (the credit), nothing staged;
-        // (caller) the posting contract.
-        unsafe { self.write_block_and_ring(p, c) };
+        // SAFETY: a length of at least one byte, room checked (the credit), nothing staged,
+        // `BF` as the doorbell is; (caller) the posting contract.
+        unsafe { self.write_block_and_ring::<REMOTE, BF>(p, c) };
         Ok(())
     }
 
@@ -299,10 +326,10 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
     ///
     /// # Safety
     ///
-    /// `c.len >= 1`, [`SendQueue::check_prepared`] passed, nothing is staged, and the caller
-    /// upholds the posting contract.
+    /// `c.len >= 1`, [`SendQueue::check_prepared`] passed, nothing is staged, `BF` says
+    /// whether the doorbell has BlueFlame, and the caller upholds the posting contract.
     #[inline(always)]
-    unsafe fn write_block_and_ring<const REMOTE: bool>(
+    unsafe fn write_block_and_ring<const REMOTE: bool, const BF: bool>(
         &mut self,
         p: &Prepared<REMOTE>,
         c: Changes,
@@ -326,7 +353,8 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         // SAFETY: `word` is block `pi`'s first word in the ring; (caller) the block is free
         // (room was checked) and not yet published.
         unsafe { ring.write_block_regs_at(word, &block) };
-        self.doorbell.ring_block_regs(next, &block);
+        // SAFETY: (caller) `BF` as the doorbell is.
+        unsafe { self.doorbell.ring_block_regs::<BF>(next, &block) };
     }
 
     /// [`SendQueue::post_prepared`] when a fast check failed: the exact checks, then the
@@ -350,14 +378,26 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         self.credit = 0;
         self.check_prepared(p, c)?;
         // The gate passed (open, of this incarnation) and the request is this queue's.
-        self.prep_key = u64::from(self.gate) | p.key;
+        let key = u64::from(self.gate) | p.key;
+        let bf = self.doorbell.has_blueflame();
+        if bf {
+            self.prep_key = key;
+        } else {
+            self.prep_key_db = key;
+        }
         if self.pending != 0 {
             self.ring_pending();
         }
         if len != 0 {
-            // SAFETY: checked, a length of at least one byte, nothing staged; the caller
-            // upholds the posting contract.
-            unsafe { self.write_block_and_ring(p, c) };
+            // SAFETY: checked, a length of at least one byte, nothing staged, `BF` as the
+            // doorbell is; the caller upholds the posting contract.
+            unsafe {
+                if bf {
+                    self.write_block_and_ring::<REMOTE, true>(p, c)
+                } else {
+                    self.write_block_and_ring::<REMOTE, false>(p, c)
+                }
+            };
         } else {
             // SAFETY: checked; the caller upholds the posting contract.
             let start = unsafe { self.write_prepared(p, c) };
