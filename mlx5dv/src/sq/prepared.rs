@@ -26,7 +26,7 @@
 
 use zverbs_core::{MAX_MESSAGE, PostError, SendOp, SendWr};
 
-use super::{SendQueue, SqTransport};
+use super::{SendQueue, SqTransport, word2, word64};
 use crate::bf::BfRegister;
 use crate::prm::wqe::{ctrl, data, raddr};
 use crate::segreg::{BlockRegs, SegReg, SegWords};
@@ -119,17 +119,11 @@ impl<const REMOTE: bool> Prepared<REMOTE> {
     fn block(&self, pi: u32, c: Changes) -> BlockRegs {
         // `opmod_idx_opcode` bytes 1..3: the WQE index, big-endian (opmod and opcode are
         // prepared around it); the immediate in bytes 12..16.
-        let raddr = REMOTE.then(|| {
-            SegReg::or(
-                &self.raddr,
-                u64::from_ne_bytes(c.remote_addr.to_be_bytes()),
-                0,
-            )
-        });
-        let data0 = self.data0 | lo(c.len.to_be_bytes());
-        let data1 = u64::from_ne_bytes(c.addr.to_be_bytes());
-        let idx = lo((u32::from(pi as u16) << 8).to_be_bytes());
-        let imm = hi(c.imm.to_be_bytes()) & self.imm_mask64;
+        let raddr = REMOTE.then(|| SegReg::or(&self.raddr, word64(c.remote_addr), 0));
+        let data0 = self.data0 | word2(c.len, 0);
+        let data1 = word64(c.addr);
+        let idx = word2(u32::from(pi as u16) << 8, 0);
+        let imm = word2(0, c.imm) & self.imm_mask64;
         let ctrl = SegReg::or(&self.ctrl, idx, imm);
         BlockRegs {
             ctrl,
@@ -137,22 +131,6 @@ impl<const REMOTE: bool> Prepared<REMOTE> {
             data: [data0, data1],
         }
     }
-}
-
-/// The 64-bit word whose first four bytes in memory are `b`, the others 0.
-#[inline(always)]
-fn lo(b: [u8; 4]) -> u64 {
-    let mut w = [0u8; 8];
-    w[..4].copy_from_slice(&b);
-    u64::from_ne_bytes(w)
-}
-
-/// The 64-bit word whose last four bytes in memory are `b`, the others 0.
-#[inline(always)]
-fn hi(b: [u8; 4]) -> u64 {
-    let mut w = [0u8; 8];
-    w[4..].copy_from_slice(&b);
-    u64::from_ne_bytes(w)
 }
 
 impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
@@ -202,43 +180,32 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         if plan.inline.is_some() {
             return Err(PostError::Unsupported);
         }
-        // ctrl, raddr (RDMA), data: one basic block.
+        // ctrl, raddr (RDMA), data: one basic block. Each word holds its two big-endian
+        // halves in memory order ([`word2`]); see `Prepared::block` for how a post completes
+        // them.
         let ds = if REMOTE { 3 } else { 2 };
-        let mid = |ds: u32| {
-            let mut b = [0u8; 8];
-            b[..4].copy_from_slice(&((self.qpn << 8) | ds).to_be_bytes());
-            b[4..].copy_from_slice(&u32::from(plan.fm_ce_se).to_be_bytes());
-            b
-        };
-        let mut raddr_tail = [0u8; 8];
-        raddr_tail[..4].copy_from_slice(&rkey.to_be_bytes());
+        let qpn_ds = |ds: u32| (self.qpn << 8) | ds;
+        let fm_ce_se = u32::from(plan.fm_ce_se);
+        let mid = |ds: u32| word2(qpn_ds(ds), fm_ce_se).to_ne_bytes();
+        let raddr1 = word2(rkey, 0);
         let imm_mask: u32 = if template.op.imm().is_some() { !0 } else { 0 };
-        let ctrl_mid = mid(ds);
-        let lkey = sge.lkey.to_be_bytes();
-        // The words by their bytes; see `Prepared::words` for how a post completes them.
-        let word = |b: [u8; 8]| u64::from_ne_bytes(b);
-        let mut c0 = [0u8; 8];
-        c0[ctrl::OPMOD_IDX_OPCODE.end - 1] = plan.opcode;
-        c0[ctrl::QPN_DS].copy_from_slice(&ctrl_mid[..4]);
-        let mut c1 = [0u8; 8];
-        c1[..4].copy_from_slice(&ctrl_mid[4..]);
-        let mut d0 = [0u8; 8];
-        d0[data::LKEY].copy_from_slice(&lkey);
-        let mut m = [0u8; 8];
-        m[4..].copy_from_slice(&imm_mask.to_ne_bytes());
         Ok(Prepared {
             qpn: self.qpn,
             opcode: plan.opcode,
             signaled: plan.signaled,
             imm_mask,
-            ctrl_mid,
+            ctrl_mid: mid(ds),
             ctrl_mid_empty: mid(ds - 1),
-            raddr_tail,
-            lkey,
-            ctrl: SegWords([word(c0), word(c1)]),
-            raddr: SegWords([0, word(raddr_tail)]),
-            data0: word(d0),
-            imm_mask64: word(m),
+            raddr_tail: raddr1.to_ne_bytes(),
+            lkey: sge.lkey.to_be_bytes(),
+            // `opmod_idx_opcode` with opmod and the WQE index 0: the opcode in its last byte.
+            ctrl: SegWords([
+                word2(u32::from(plan.opcode), qpn_ds(ds)),
+                word2(fm_ce_se, 0),
+            ]),
+            raddr: SegWords([0, raddr1]),
+            data0: word2(0, sge.lkey),
+            imm_mask64: word2(0, imm_mask),
             key: u64::from(self.qpn) << 32,
             sig16: u16::from(plan.signaled),
         })
