@@ -157,3 +157,63 @@ impl BlockRegs {
         }
     }
 }
+
+#[cfg(all(test, not(zverbs_loom)))]
+mod tests {
+    use core::ptr::NonNull;
+
+    use super::*;
+
+    /// A control segment's bytes: opmod 0, WQE index 0x1234, opcode 8 (prepared), `qpn_ds`
+    /// 0x000103 (prepared), `fm_ce_se` 8 (prepared), immediate 0xaabbccdd.
+    const CTRL: [u8; 16] = [
+        0, 0x12, 0x34, 8, 0, 0, 1, 3, 0, 0, 0, 8, 0xaa, 0xbb, 0xcc, 0xdd,
+    ];
+
+    fn ctrl() -> SegReg {
+        let prepared = SegWords([
+            u64::from_ne_bytes([0, 0, 0, 8, 0, 0, 1, 3]),
+            u64::from_ne_bytes([0, 0, 0, 8, 0, 0, 0, 0]),
+        ]);
+        SegReg::or(
+            &prepared,
+            u64::from_ne_bytes([0, 0x12, 0x34, 0, 0, 0, 0, 0]),
+            u64::from_ne_bytes([0, 0, 0, 0, 0xaa, 0xbb, 0xcc, 0xdd]),
+        )
+    }
+
+    fn bytes(s: &SegWords) -> [u8; 16] {
+        let mut b = [0u8; 16];
+        b[..8].copy_from_slice(&s.0[0].to_ne_bytes());
+        b[8..].copy_from_slice(&s.0[1].to_ne_bytes());
+        b
+    }
+
+    #[test]
+    fn a_segment_in_a_register_is_stored_as_its_bytes() {
+        let s = ctrl();
+        assert_eq!(s.low().to_ne_bytes(), CTRL[..8]);
+        let mut ring = [SegWords::default(); 2];
+        // SAFETY: segment 1 of `ring`: 16 bytes, 16-byte aligned.
+        unsafe { s.store(core::ptr::addr_of_mut!(ring[1]).cast()) };
+        assert_eq!(bytes(&ring[0]), [0; 16]);
+        assert_eq!(bytes(&ring[1]), CTRL);
+    }
+
+    #[test]
+    fn a_segment_in_a_register_is_copied_to_its_place_in_the_register() {
+        let mut page = [SegWords::default(); 4];
+        {
+            let base = NonNull::from(&mut page).cast::<u8>();
+            // SAFETY: `page` is 64 bytes, 16-byte aligned, not accessed through a reference
+            // while `reg` lives.
+            let reg = unsafe { MmioRegion::new(base, 64) };
+            // SAFETY: segment 2 lies in the region, whose base is 16-byte aligned.
+            unsafe { ctrl().store_mmio(&reg, 2) };
+        }
+        assert_eq!(bytes(&page[2]), CTRL);
+        for s in [0, 1, 3] {
+            assert_eq!(bytes(&page[s]), [0; 16], "segment {s} untouched");
+        }
+    }
+}
