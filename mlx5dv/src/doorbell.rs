@@ -204,8 +204,9 @@ impl<R: BfRegister> Doorbell<R> {
             let buf = unsafe { MmioRegion::new(self.reg.base().add(offset), 64) };
             self.publish(pi);
             // 6a. BlueFlame: the block's four segments, in order.
-            // SAFETY: one block fits the buffer (`bf_blocks >= 1`: `BF`), which `buf` starts, 16-byte
-            // aligned (a BlueFlame buffer is `bf_size`-aligned in the UAR page).
+            // SAFETY: one block fits the buffer (`bf_blocks >= 1`: `BF`), which `buf` starts,
+            // 16-byte aligned: the register is (constructor contract of the queue) and
+            // `offset` is 0 or `bf_size`, a multiple of 64.
             unsafe {
                 b.ctrl.store_mmio(&buf, 0);
                 let d = match b.raddr {

@@ -241,7 +241,8 @@ impl<P: SqStateRef> SendQueue<P> {
     /// - `layout` is what `mlx5dv_init_obj` reported for a live RC QP (or the software
     ///   device's equivalent): the ring, the doorbell record and the BlueFlame register
     ///   (`2 × bf.size` bytes, or 8 bytes when `bf.size == 0`) stay mapped while the queue
-    ///   lives;
+    ///   lives; with BlueFlame (`bf.size > 0`) the register is 16-byte aligned (a BlueFlame
+    ///   buffer is `bf.size`-aligned in its UAR page; prepared posts copy 16-byte segments);
     /// - nothing else posts to this send queue or writes its doorbell while this value lives
     ///   (libibverbs' `ibv_post_send` must not be used on the QP);
     /// - when `bf.size > 0`, no other queue, and no QP posted through libmlx5, writes the
@@ -412,6 +413,10 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         } else {
             2 * layout.bf.size as usize
         };
+        debug_assert!(
+            layout.bf.size == 0 || (layout.bf.reg.as_ptr() as usize).is_multiple_of(16),
+            "a BlueFlame register is 16-byte aligned (constructor contract)"
+        );
         // SAFETY: (caller) the register is mapped with `bf_len` bytes while the queue lives, and
         // only this queue writes it, or (`Shared`) only queues that take its lock.
         let reg = unsafe { MmioRegion::new(layout.bf.reg, bf_len) };
