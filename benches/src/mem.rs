@@ -51,7 +51,12 @@ impl QpMem {
             sq: leak(vec![Block([0; 64]); blocks as usize]).cast(),
             blocks,
             dbrec: leak(vec![0u32; 2]),
-            bf: leak(vec![0u64; (2 * bf_size as usize / 8).max(1)]),
+            // Whole blocks, 64-byte aligned as a BlueFlame buffer is in its UAR page.
+            bf: leak(vec![
+                Block([0; 64]);
+                (2 * bf_size as usize).div_ceil(64).max(1)
+            ])
+            .cast(),
             bf_size,
             cq: leak(cq).cast(),
             cqes,

@@ -24,6 +24,8 @@ pub type SegCell = UnsafeCell<[u8; 16]>;
 pub(crate) struct SegRing {
     base: NonNull<SegCell>,
     mask: u32,
+    /// The mask of a 64-bit word index into the ring (`2 * mask + 1`).
+    word_mask: u32,
 }
 
 impl SegRing {
@@ -40,6 +42,7 @@ impl SegRing {
         Self {
             base: base.cast(),
             mask: segs - 1,
+            word_mask: 2 * segs - 1,
         }
     }
 
@@ -53,6 +56,14 @@ impl SegRing {
     #[inline(always)]
     pub(crate) fn seg_of(&self, start: u32) -> u32 {
         start & self.mask
+    }
+
+    /// The first 64-bit word, in the ring, of the basic block of producer counter `pi`
+    /// (`8 * pi mod 2 * segments`): an index from which both the ring (8 bytes a unit) and the
+    /// slots (16 bytes a block: 2 a unit) are addressed by the addressing mode's scale.
+    #[inline(always)]
+    pub(crate) fn word_of_block(&self, pi: u32) -> u32 {
+        pi.wrapping_mul(8) & self.word_mask
     }
 
     /// The basic block, in the ring, of segment counter `start` (`(start mod segments) / 4`).
@@ -336,30 +347,47 @@ impl SegRing {
         }
     }
 
-    /// As [`SegRing::write_block_words`], at segment `seg` of the ring (`seg_of` a block's
-    /// first segment counter: not masked again).
+    /// Writes the one-block WQE `b` at 64-bit word `word` of the ring (`word_of_block`: not
+    /// masked again), a segment held in a register with one store.
     ///
     /// # Safety
     ///
-    /// As [`SegRing::write_block_words`]; `seg` is a multiple of 4 less than the ring's size.
+    /// As [`SegRing::write_block_words`]; `word` is a multiple of 8 less than the ring's
+    /// size in words.
     #[inline(always)]
-    pub(crate) unsafe fn write_block_words_at(&self, seg: u32, words: &[u64; 8], n: usize) {
-        debug_assert!(seg.is_multiple_of(4) && seg <= self.mask && n <= 8);
+    pub(crate) unsafe fn write_block_regs_at(&self, word: u32, b: &crate::segreg::BlockRegs) {
+        debug_assert!(word.is_multiple_of(8) && word <= self.word_mask);
         #[cfg(not(zverbs_loom))]
         {
             // SAFETY: (caller) the block's 64 bytes are in the ring, 16-byte aligned
-            // (constructor contract); the device is not reading them and only the owner writes.
-            let dst = unsafe { self.base.as_ptr().add(seg as usize) }.cast::<u64>();
-            for (i, w) in words.iter().take(n).enumerate() {
-                // SAFETY: word `i < 8` of the block above.
-                unsafe { dst.add(i).write(*w) };
+            // (constructor contract); the device is not reading them and only the owner
+            // writes. Each store below is to one of its first three segments.
+            unsafe {
+                let dst = self
+                    .base
+                    .as_ptr()
+                    .cast::<u64>()
+                    .add(word as usize)
+                    .cast::<u8>();
+                b.ctrl.store(dst);
+                let data = match b.raddr {
+                    Some(r) => {
+                        r.store(dst.add(16));
+                        dst.add(32)
+                    }
+                    None => dst.add(16),
+                }
+                .cast::<u64>();
+                data.write(b.data[0]);
+                data.add(1).write(b.data[1]);
             }
         }
         #[cfg(zverbs_loom)]
-        // SAFETY: (caller) as above; masking a segment of the ring keeps it.
-        unsafe {
-            self.write_block_words(seg, words, n)
-        };
+        {
+            let (words, n) = b.words();
+            // SAFETY: (caller) as above; masking a segment of the ring keeps it.
+            unsafe { self.write_block_words(word / 2, &words, n) };
+        }
     }
 
     /// Calls `f` with segment `idx` (masked) for reading.

@@ -29,6 +29,7 @@ use zverbs_core::sync::atomic::Ordering;
 use crate::bf::BfRegister;
 use crate::devmem::{DbrecWord, SegRing};
 use crate::prm::SEGS_PER_BB;
+use crate::segreg::BlockRegs;
 
 /// The send doorbell of one QP, whose BlueFlame register is held as `R` says.
 #[derive(Debug)]
@@ -165,6 +166,66 @@ impl<R: BfRegister> Doorbell<R> {
         if self.register.is_shared() {
             barrier::wc_flush();
             // 8. The register back.
+            self.register.give_back();
+        }
+    }
+
+    /// Whether a one-block WQE goes by BlueFlame (`bf.size >= 64`), for the prepared posts,
+    /// which decide it once ([`Doorbell::ring_block_regs`]).
+    #[inline(always)]
+    pub(crate) fn has_blueflame(&self) -> bool {
+        self.bf_blocks != 0
+    }
+
+    /// [`Doorbell::ring_block`] for the one-block WQE of a prepared post, `b`, whose
+    /// segments held in registers are copied with one store each; `BF` is
+    /// [`Doorbell::has_blueflame`], decided by the caller.
+    ///
+    /// # Safety
+    ///
+    /// `BF == self.has_blueflame()` (with BlueFlame the copy is 64 bytes, without it the
+    /// region may hold 8).
+    #[inline(always)]
+    pub(crate) unsafe fn ring_block_regs<const BF: bool>(&mut self, pi: u32, b: &BlockRegs) {
+        debug_assert_eq!(BF, self.has_blueflame());
+        if !BF {
+            // 2. As in `ring_block`.
+            if self.register.is_shared() {
+                self.register.take(0);
+            }
+            self.publish(pi);
+            // 6b. Doorbell: the first 8 bytes of the control segment.
+            // SAFETY: the region holds at least the 8-byte doorbell, at its word 0.
+            unsafe { self.reg.write_u64(0, b.ctrl.low()) };
+        } else {
+            // 2. The register (its lock, if shared), and the buffer to write.
+            let offset = self.register.take(self.bf_size) as usize;
+            // SAFETY: as in `ring_block`.
+            let buf = unsafe { MmioRegion::new(self.reg.base().add(offset), 64) };
+            self.publish(pi);
+            // 6a. BlueFlame: the block's four segments, in order.
+            // SAFETY: one block fits the buffer (`bf_blocks >= 1`: `BF`), which `buf` starts,
+            // 16-byte aligned: the register is (constructor contract of the queue) and
+            // `offset` is 0 or `bf_size`, a multiple of 64.
+            unsafe {
+                b.ctrl.store_mmio(&buf, 0);
+                let d = match b.raddr {
+                    Some(r) => {
+                        r.store_mmio(&buf, 1);
+                        4
+                    }
+                    None => 2,
+                };
+                buf.write_u64(d, b.data[0]);
+                buf.write_u64(d + 1, b.data[1]);
+                for w in d + 2..8 {
+                    buf.write_u64(w, 0);
+                }
+            }
+        }
+        // 7., 8. As in `ring_block`.
+        if self.register.is_shared() {
+            barrier::wc_flush();
             self.register.give_back();
         }
     }

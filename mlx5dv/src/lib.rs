@@ -143,6 +143,7 @@ mod gate_tests;
 mod layout;
 pub mod prm;
 mod rq;
+mod segreg;
 mod sq;
 mod srq;
 mod state;

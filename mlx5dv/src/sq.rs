@@ -216,8 +216,12 @@ pub struct SendQueue<P, R = Dedicated, T = Connected> {
     transport: PhantomData<T>,
     /// What a prepared post compares the gate word, or-ed with its request's QPN, with: this
     /// queue's gate and QPN as the last prepared post found them (`sq/prepared.rs`), or
-    /// `u64::MAX` (matches no request) until then.
+    /// `u64::MAX` (matches no request) until then; kept in `prep_key` when the queue has
+    /// BlueFlame, in `prep_key_db` when it rings the doorbell only (the other stays
+    /// `u64::MAX`), so that the compare that passes says which, and the post tests it no
+    /// more.
     prep_key: u64,
+    prep_key_db: u64,
     /// The changes of a prepared post that went out of line, for its slow path to read: so
     /// few arguments are left that the call needs no stack (`sq/prepared.rs`).
     held: Changes,
@@ -237,7 +241,8 @@ impl<P: SqStateRef> SendQueue<P> {
     /// - `layout` is what `mlx5dv_init_obj` reported for a live RC QP (or the software
     ///   device's equivalent): the ring, the doorbell record and the BlueFlame register
     ///   (`2 × bf.size` bytes, or 8 bytes when `bf.size == 0`) stay mapped while the queue
-    ///   lives;
+    ///   lives; with BlueFlame (`bf.size > 0`) the register is 16-byte aligned (a BlueFlame
+    ///   buffer is `bf.size`-aligned in its UAR page; prepared posts copy 16-byte segments);
     /// - nothing else posts to this send queue or writes its doorbell while this value lives
     ///   (libibverbs' `ibv_post_send` must not be used on the QP);
     /// - when `bf.size > 0`, no other queue, and no QP posted through libmlx5, writes the
@@ -408,6 +413,10 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         } else {
             2 * layout.bf.size as usize
         };
+        debug_assert!(
+            layout.bf.size == 0 || (layout.bf.reg.as_ptr() as usize).is_multiple_of(16),
+            "a BlueFlame register is 16-byte aligned (constructor contract)"
+        );
         // SAFETY: (caller) the register is mapped with `bf_len` bytes while the queue lives, and
         // only this queue writes it, or (`Shared`) only queues that take its lock.
         let reg = unsafe { MmioRegion::new(layout.bf.reg, bf_len) };
@@ -436,6 +445,7 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
             doorbell: Doorbell::new(dbrec, reg, layout.bf.size, register),
             transport: PhantomData,
             prep_key: u64::MAX,
+            prep_key_db: u64::MAX,
             held: Changes::default(),
         })
     }
@@ -1030,21 +1040,36 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         seg: u32,
         next: u32,
     ) {
-        let slots = self.state.slots();
-        debug_assert!(seg.is_multiple_of(4) && ((seg / 4) as usize) < slots.len());
         // Slot `seg / 4`, addressed as `seg` times a quarter slot: the same index as the
-        // ring's, scaled by the addressing mode rather than shifted once more (loom's slots are
-        // larger: indexed plainly there).
+        // ring's, scaled by the addressing mode rather than shifted once more.
+        self.record_block_at(wr_id, opcode, signaled, sig, seg as usize * 4, next);
+    }
+
+    /// [`SendQueue::record_block`] with the slot given by its offset in bytes (16 a block:
+    /// the caller's ring index, scaled), `at`.
+    #[inline(always)]
+    pub(super) fn record_block_at(
+        &mut self,
+        wr_id: u64,
+        opcode: u8,
+        signaled: bool,
+        sig: u16,
+        at: usize,
+        next: u32,
+    ) {
+        let slots = self.state.slots();
+        debug_assert!(at.is_multiple_of(16) && at / 16 < slots.len());
+        // (loom's slots are larger: indexed plainly there).
         #[cfg(not(zverbs_loom))]
         const _: () = assert!(core::mem::size_of::<crate::state::SqSlot>() == 16);
-        // SAFETY: in bounds (one slot per block, checked by `new`, and `seg` is a block's
-        // first segment); the slot is free (room was checked) and the WQE is not published
+        // SAFETY: in bounds (one slot per block, checked by `new`, and `at` is a block's
+        // slot offset); the slot is free (room was checked) and the WQE is not published
         // yet.
         unsafe {
             #[cfg(not(zverbs_loom))]
-            let slot = &*slots.as_ptr().byte_add(seg as usize * 4);
+            let slot = &*slots.as_ptr().byte_add(at);
             #[cfg(zverbs_loom)]
-            let slot = slots.get_unchecked((seg / 4) as usize);
+            let slot = slots.get_unchecked(at / 16);
             slot.record(SlotData {
                 wr_id,
                 next,

@@ -87,7 +87,9 @@ pub(crate) struct Mem {
     sq: Raw<Block>,
     rq: Raw<Block>,
     dbrec: Raw<u32>,
-    bf: Raw<u64>,
+    bf: Raw<Block>,
+    /// The register's length in 64-bit words (`2 * bf_size / 8`, or the 8-byte doorbell).
+    bf_words: usize,
     cq: Raw<Block>,
     cq_dbrec: Raw<u32>,
     rq_stride: u32,
@@ -109,7 +111,9 @@ impl Mem {
             sq: Raw::new(Block([0; 64]), sq_blocks as usize),
             rq: Raw::new(Block([0; 64]), rq_bytes.div_ceil(64).max(1)),
             dbrec: Raw::new(0, 2),
-            bf: Raw::new(0, (2 * bf_size as usize / 8).max(1)),
+            // Whole blocks, 64-byte aligned as a BlueFlame buffer is in its UAR page.
+            bf: Raw::new(Block([0; 64]), (2 * bf_size as usize).div_ceil(64).max(1)),
+            bf_words: (2 * bf_size as usize / 8).max(1),
             cq: Raw::new(invalid, cqes as usize),
             cq_dbrec: Raw::new(0, 2),
             rq_stride,
@@ -174,9 +178,10 @@ impl Mem {
     /// The BlueFlame area as bytes.
     pub(crate) fn bf_bytes(&self) -> Vec<u8> {
         let mut v = Vec::new();
-        for w in 0..self.bf.len() {
+        for w in 0..self.bf_words {
             // SAFETY: in bounds; no concurrent writer (the queue writes it during its calls).
-            let word = unsafe { core::ptr::read_volatile(self.bf.ptr().as_ptr().add(w)) };
+            let word =
+                unsafe { core::ptr::read_volatile(self.bf.ptr().cast::<u64>().as_ptr().add(w)) };
             v.extend_from_slice(&word.to_ne_bytes());
         }
         v

@@ -26,9 +26,10 @@
 
 use zverbs_core::{MAX_MESSAGE, PostError, SendOp, SendWr};
 
-use super::{SendQueue, SqTransport};
+use super::{SendQueue, SqTransport, word2, word64};
 use crate::bf::BfRegister;
 use crate::prm::wqe::{ctrl, data, raddr};
+use crate::segreg::{BlockRegs, SegReg, SegWords};
 use crate::state::{SlotData, SqStateRef};
 
 /// A prepared request; `REMOTE` says whether its WQE has a remote-address segment (WRITE,
@@ -54,14 +55,13 @@ pub struct Prepared<const REMOTE: bool> {
     raddr_tail: [u8; 8],
     /// The data segment's `lkey`.
     lkey: [u8; 4],
-    /// The WQE's first words, as the post stores them (64-bit words holding the bytes in
-    /// memory order, see [`Prepared::words`]), with the changing fields 0: the control
-    /// segment's bytes 0..8 without the WQE index (`opcode`, `qpn_ds` with a data segment)
-    /// and bytes 8..16 (immediate 0), the remote-address segment's bytes 8..16 (`rkey`), and
+    /// The WQE's segments and words, as the post stores them (64-bit words holding the bytes
+    /// in memory order, see [`Prepared::block`]), with the changing fields 0: the control
+    /// segment without the WQE index and with immediate 0 (`opcode`, `qpn_ds` with a data
+    /// segment, `fm_ce_se`), the remote-address segment without the address (`rkey`), and
     /// the data segment's bytes 0..8 with `byte_count` 0 (`lkey`).
-    ctrl0: u64,
-    ctrl1: u64,
-    raddr1: u64,
+    ctrl: SegWords,
+    raddr: SegWords,
     data0: u64,
     /// `imm_mask` where the immediate goes in `ctrl1`.
     imm_mask64: u64,
@@ -112,43 +112,25 @@ impl<const REMOTE: bool> Prepared<REMOTE> {
         self.qpn
     }
 
-    /// The WQE of a post at producer counter `pi` with `c` (a length of at least 1), as
-    /// 64-bit words holding its bytes in memory order: the control segment, the
-    /// remote-address segment (`REMOTE`), the data segment; the first 6 (`REMOTE`) or 4 are
-    /// the WQE, the rest 0. Each changing field is converted once and or-ed into its
-    /// prepared word.
+    /// The WQE of a post at producer counter `pi` with `c` (a length of at least 1): the
+    /// control segment, the remote-address segment (`REMOTE`), the data segment. Each
+    /// changing field is converted once and or-ed into its prepared segment or word.
     #[inline(always)]
-    fn words(&self, pi: u32, c: Changes) -> [u64; 8] {
+    fn block(&self, pi: u32, c: Changes) -> BlockRegs {
         // `opmod_idx_opcode` bytes 1..3: the WQE index, big-endian (opmod and opcode are
-        // prepared around it).
-        let idx = lo((u32::from(pi as u16) << 8).to_be_bytes());
-        let ctrl0 = self.ctrl0 | idx;
-        let ctrl1 = self.ctrl1 | (hi(c.imm.to_be_bytes()) & self.imm_mask64);
-        let data0 = self.data0 | lo(c.len.to_be_bytes());
-        let data1 = u64::from_ne_bytes(c.addr.to_be_bytes());
-        if REMOTE {
-            let raddr0 = u64::from_ne_bytes(c.remote_addr.to_be_bytes());
-            [ctrl0, ctrl1, raddr0, self.raddr1, data0, data1, 0, 0]
-        } else {
-            [ctrl0, ctrl1, data0, data1, 0, 0, 0, 0]
+        // prepared around it); the immediate in bytes 12..16.
+        let raddr = REMOTE.then(|| SegReg::or(&self.raddr, word64(c.remote_addr), 0));
+        let data0 = self.data0 | word2(c.len, 0);
+        let data1 = word64(c.addr);
+        let idx = word2(u32::from(pi as u16) << 8, 0);
+        let imm = word2(0, c.imm) & self.imm_mask64;
+        let ctrl = SegReg::or(&self.ctrl, idx, imm);
+        BlockRegs {
+            ctrl,
+            raddr,
+            data: [data0, data1],
         }
     }
-}
-
-/// The 64-bit word whose first four bytes in memory are `b`, the others 0.
-#[inline(always)]
-fn lo(b: [u8; 4]) -> u64 {
-    let mut w = [0u8; 8];
-    w[..4].copy_from_slice(&b);
-    u64::from_ne_bytes(w)
-}
-
-/// The 64-bit word whose last four bytes in memory are `b`, the others 0.
-#[inline(always)]
-fn hi(b: [u8; 4]) -> u64 {
-    let mut w = [0u8; 8];
-    w[4..].copy_from_slice(&b);
-    u64::from_ne_bytes(w)
 }
 
 impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
@@ -198,44 +180,32 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         if plan.inline.is_some() {
             return Err(PostError::Unsupported);
         }
-        // ctrl, raddr (RDMA), data: one basic block.
+        // ctrl, raddr (RDMA), data: one basic block. Each word holds its two big-endian
+        // halves in memory order ([`word2`]); see `Prepared::block` for how a post completes
+        // them.
         let ds = if REMOTE { 3 } else { 2 };
-        let mid = |ds: u32| {
-            let mut b = [0u8; 8];
-            b[..4].copy_from_slice(&((self.qpn << 8) | ds).to_be_bytes());
-            b[4..].copy_from_slice(&u32::from(plan.fm_ce_se).to_be_bytes());
-            b
-        };
-        let mut raddr_tail = [0u8; 8];
-        raddr_tail[..4].copy_from_slice(&rkey.to_be_bytes());
+        let qpn_ds = |ds: u32| (self.qpn << 8) | ds;
+        let fm_ce_se = u32::from(plan.fm_ce_se);
+        let mid = |ds: u32| word2(qpn_ds(ds), fm_ce_se).to_ne_bytes();
+        let raddr1 = word2(rkey, 0);
         let imm_mask: u32 = if template.op.imm().is_some() { !0 } else { 0 };
-        let ctrl_mid = mid(ds);
-        let lkey = sge.lkey.to_be_bytes();
-        // The words by their bytes; see `Prepared::words` for how a post completes them.
-        let word = |b: [u8; 8]| u64::from_ne_bytes(b);
-        let mut c0 = [0u8; 8];
-        c0[ctrl::OPMOD_IDX_OPCODE.end - 1] = plan.opcode;
-        c0[ctrl::QPN_DS].copy_from_slice(&ctrl_mid[..4]);
-        let mut c1 = [0u8; 8];
-        c1[..4].copy_from_slice(&ctrl_mid[4..]);
-        let mut d0 = [0u8; 8];
-        d0[data::LKEY].copy_from_slice(&lkey);
-        let mut m = [0u8; 8];
-        m[4..].copy_from_slice(&imm_mask.to_ne_bytes());
         Ok(Prepared {
             qpn: self.qpn,
             opcode: plan.opcode,
             signaled: plan.signaled,
             imm_mask,
-            ctrl_mid,
+            ctrl_mid: mid(ds),
             ctrl_mid_empty: mid(ds - 1),
-            raddr_tail,
-            lkey,
-            ctrl0: word(c0),
-            ctrl1: word(c1),
-            raddr1: word(raddr_tail),
-            data0: word(d0),
-            imm_mask64: word(m),
+            raddr_tail: raddr1.to_ne_bytes(),
+            lkey: sge.lkey.to_be_bytes(),
+            // `opmod_idx_opcode` with opmod and the WQE index 0: the opcode in its last byte.
+            ctrl: SegWords([
+                word2(u32::from(plan.opcode), qpn_ds(ds)),
+                word2(fm_ce_se, 0),
+            ]),
+            raddr: SegWords([0, raddr1]),
+            data0: word2(0, sge.lkey),
+            imm_mask64: word2(0, imm_mask),
             key: u64::from(self.qpn) << 32,
             sig16: u16::from(plan.signaled),
         })
@@ -272,22 +242,49 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         // (a free block, a free CQE whether the request is signaled or not, nothing staged).
         // (A length of exactly 2 GiB takes the slow path: `len as i32 > 0` is one test.)
         const _: () = assert!(MAX_MESSAGE == 1 << 31);
-        if (c.len as i32) <= 0 || (u64::from(self.state.gate().peek()) | p.key) != self.prep_key {
-            self.held = c;
-            // SAFETY: (caller) the posting contract.
-            return unsafe { self.post_prepared_slow(p) };
+        // The key passes one of the two compares only on a queue of that kind: `prep_key`
+        // with BlueFlame, `prep_key_db` without (the other is `u64::MAX`, which no key is).
+        let key = u64::from(self.state.gate().peek()) | p.key;
+        if (c.len as i32) > 0 {
+            if key == self.prep_key {
+                // SAFETY: (caller) the posting contract; a length of at least one byte, and
+                // `prep_key` passed: the queue has BlueFlame.
+                return unsafe { self.post_prepared_fast::<REMOTE, true>(p, c) };
+            }
+            if key == self.prep_key_db {
+                // SAFETY: as above; `prep_key_db` passed: the queue has no BlueFlame.
+                return unsafe { self.post_prepared_fast::<REMOTE, false>(p, c) };
+            }
         }
+        self.held = c;
+        // SAFETY: (caller) the posting contract.
+        unsafe { self.post_prepared_slow(p) }
+    }
+
+    /// The rest of [`SendQueue::post_prepared`]'s common case, after the length and the key:
+    /// the credit, then the block, on a queue with BlueFlame (`BF`) or without.
+    ///
+    /// # Safety
+    ///
+    /// As [`SendQueue::post_prepared`]; `c.len >= 1`, the gate and the request's QPN passed,
+    /// and `BF` says whether the doorbell has BlueFlame.
+    #[inline(always)]
+    unsafe fn post_prepared_fast<const REMOTE: bool, const BF: bool>(
+        &mut self,
+        p: &Prepared<REMOTE>,
+        c: Changes,
+    ) -> Result<(), PostError> {
         // Taken down before the compare: the slow path sets a short credit again.
         let (credit, short) = self.credit.overflowing_sub(1);
         self.credit = credit;
         if short {
             self.held = c;
-            // SAFETY: as above.
+            // SAFETY: (caller) the posting contract.
             return unsafe { self.post_prepared_slow(p) };
         }
-        // SAFETY: a length of at least one byte, room checked (the credit), nothing staged;
-        // (caller) the posting contract.
-        unsafe { self.write_block_and_ring(p, c) };
+        // SAFETY: a length of at least one byte, room checked (the credit), nothing staged,
+        // `BF` as the doorbell is; (caller) the posting contract.
+        unsafe { self.write_block_and_ring::<REMOTE, BF>(p, c) };
         Ok(())
     }
 
@@ -296,10 +293,10 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
     ///
     /// # Safety
     ///
-    /// `c.len >= 1`, [`SendQueue::check_prepared`] passed, nothing is staged, and the caller
-    /// upholds the posting contract.
+    /// `c.len >= 1`, [`SendQueue::check_prepared`] passed, nothing is staged, `BF` says
+    /// whether the doorbell has BlueFlame, and the caller upholds the posting contract.
     #[inline(always)]
-    unsafe fn write_block_and_ring<const REMOTE: bool>(
+    unsafe fn write_block_and_ring<const REMOTE: bool, const BF: bool>(
         &mut self,
         p: &Prepared<REMOTE>,
         c: Changes,
@@ -308,22 +305,23 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         // recorded (which then adds 0).
         self.sig_posted = self.sig_posted.wrapping_add(p.sig16);
         let pi = self.pi;
-        let start = pi.wrapping_mul(crate::prm::SEGS_PER_BB as u32);
+        // The block first, so that the WQE index's temporary is gone (into the control
+        // segment's register) before the ring index and the next counter are taken from `pi`.
+        let block = p.block(pi, c);
+        // The block's first word in the ring, masked once: the ring's address is read only
+        // after the slot is recorded (so that it is not held in a register across the slot's
+        // stores); the ring is then addressed with this index, not masked again (the slot
+        // store cannot be proved not to alias `self`, so the mask would be read again). The
+        // slot is addressed from it too (16 bytes a block: the word index times 2).
+        let word = self.ring.word_of_block(pi);
         let next = pi.wrapping_add(1);
-        // The block's segment in the ring, masked once: the ring's address is read only after
-        // the slot is recorded and the words are built (from `pi`, which then dies), so that
-        // neither is held in a register across the slot's stores; the ring is then addressed
-        // with this segment, not masked again (the slot store cannot be proved not to alias
-        // `self`, so the mask would be read again).
-        let seg = self.ring.seg_of(start);
-        self.record_block(c.wr_id, p.opcode, p.signaled, 0, seg, next);
-        let words = p.words(pi, c);
+        self.record_block_at(c.wr_id, p.opcode, p.signaled, 0, word as usize * 2, next);
         let ring = self.ring;
-        let n = if REMOTE { 6 } else { 4 };
-        // SAFETY: `seg` is block `pi`'s first segment in the ring; (caller) the block is free
+        // SAFETY: `word` is block `pi`'s first word in the ring; (caller) the block is free
         // (room was checked) and not yet published.
-        unsafe { ring.write_block_words_at(seg, &words, n) };
-        self.doorbell.ring_block(next, &words, n);
+        unsafe { ring.write_block_regs_at(word, &block) };
+        // SAFETY: (caller) `BF` as the doorbell is.
+        unsafe { self.doorbell.ring_block_regs::<BF>(next, &block) };
     }
 
     /// [`SendQueue::post_prepared`] when a fast check failed: the exact checks, then the
@@ -347,14 +345,26 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         self.credit = 0;
         self.check_prepared(p, c)?;
         // The gate passed (open, of this incarnation) and the request is this queue's.
-        self.prep_key = u64::from(self.gate) | p.key;
+        let key = u64::from(self.gate) | p.key;
+        let bf = self.doorbell.has_blueflame();
+        if bf {
+            self.prep_key = key;
+        } else {
+            self.prep_key_db = key;
+        }
         if self.pending != 0 {
             self.ring_pending();
         }
         if len != 0 {
-            // SAFETY: checked, a length of at least one byte, nothing staged; the caller
-            // upholds the posting contract.
-            unsafe { self.write_block_and_ring(p, c) };
+            // SAFETY: checked, a length of at least one byte, nothing staged, `BF` as the
+            // doorbell is; the caller upholds the posting contract.
+            unsafe {
+                if bf {
+                    self.write_block_and_ring::<REMOTE, true>(p, c)
+                } else {
+                    self.write_block_and_ring::<REMOTE, false>(p, c)
+                }
+            };
         } else {
             // SAFETY: checked; the caller upholds the posting contract.
             let start = unsafe { self.write_prepared(p, c) };
