@@ -972,7 +972,9 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
     /// Writes an inline request of one entry ([`SendQueue::inline_head_words`]: `head`, its
     /// first `k` segments) and rings it alone: the head as words, the inline segment with
     /// fixed-size moves and its last segment zeroed first (the padding), or, when the inline
-    /// segment meets the ring's end, out of line by the field-wise writer's copy.
+    /// segment meets the ring's end, out of line by the field-wise writer's copy. A WQE of
+    /// one block is read back as words and rung as [`SendQueue::block_words`]' are; a larger
+    /// one as the field-wise writer's.
     ///
     /// # Safety
     ///
@@ -1025,7 +1027,14 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
             // SAFETY: as above, the segments following the ring's wrap.
             unsafe { write_inline_wrapping(ring, inl, src, len) };
         }
-        self.doorbell.ring(ring, next, start, plan.blocks, true);
+        if plan.blocks == 1 {
+            // One block: its words read back once and rung as a one-block WQE's.
+            let mut words = [0u64; 8];
+            ring.for_each_word(pi, |i, w| words[i] = w);
+            self.doorbell.ring_block(next, &words, 8);
+        } else {
+            self.doorbell.ring(ring, next, start, plan.blocks, true);
+        }
     }
 
     /// Records a WQE in the slot of its first basic block (`seg`, its first segment in the
