@@ -8,7 +8,7 @@
 
 use zverbs_core::ring::Ring;
 use zverbs_core::sync::atomic::Ordering;
-use zverbs_core::{BatchError, PostError, PostRecv, RecvWr, barrier};
+use zverbs_core::{BatchError, PostError, PostRecv, RecvWr, Sge, barrier};
 
 use crate::devmem::{DbrecWord, SegRing};
 use crate::layout::{LayoutError, QpLayout};
@@ -161,24 +161,10 @@ impl<P: RqStateRef> crate::rq::RecvRing for RecvQueue<P> {
     /// `check` passed for this entry.
     #[inline(always)]
     unsafe fn write(&mut self, wr: &RecvWr<'_>) {
-        let mut seg = self.head.wrapping_shl(self.seg_shift);
-        let end = seg.wrapping_add(self.max_sge);
-        for s in wr.sgl.iter().filter(|s| s.length != 0) {
-            // SAFETY: the entry is free (checked) and unpublished.
-            unsafe {
-                self.ring.with_mut(seg, |b| {
-                    DataSeg::new_unchecked(b).set(s.length, s.lkey, s.addr)
-                })
-            };
-            seg = seg.wrapping_add(1);
-        }
-        if seg != end {
-            // SAFETY: as above.
-            unsafe {
-                self.ring
-                    .with_mut(seg, |b| DataSeg::new_unchecked(b).set(0, INVALID_LKEY, 0))
-            };
-        }
+        let seg = self.head.wrapping_shl(self.seg_shift);
+        // SAFETY: the entry is free (checked) and unpublished; `check` saw at most `max_sge`
+        // non-empty entries.
+        unsafe { write_scatter(&self.ring, seg, self.max_sge, wr.sgl) };
         // SAFETY: the slot is free and unpublished.
         unsafe { self.state.record(self.head, wr.wr_id) };
         self.head = self.head.wrapping_add(1);
@@ -218,6 +204,32 @@ pub(crate) trait RecvRing {
     unsafe fn write(&mut self, wr: &RecvWr<'_>);
     /// Hands what was written to the device (barrier, then the doorbell record).
     fn publish(&self);
+}
+
+/// Writes the non-empty entries of `sgl` as data segments from segment `seg` of `ring`, and
+/// after them, when they fill fewer than `max` segments, the end marker (length 0, the invalid
+/// key) at which the device stops reading the list.
+///
+/// # Safety
+///
+/// The `max` segments from `seg` are the poster's (a free entry) and not yet published, and
+/// `sgl` has at most `max` non-empty entries.
+#[inline(always)]
+pub(crate) unsafe fn write_scatter(ring: &SegRing, mut seg: u32, max: u32, sgl: &[Sge]) {
+    let end = seg.wrapping_add(max);
+    for s in sgl.iter().filter(|s| s.length != 0) {
+        // SAFETY: (caller) the segment is the poster's and unpublished.
+        unsafe {
+            ring.with_mut(seg, |b| {
+                DataSeg::new_unchecked(b).set(s.length, s.lkey, s.addr)
+            })
+        };
+        seg = seg.wrapping_add(1);
+    }
+    if seg != end {
+        // SAFETY: as above.
+        unsafe { ring.with_mut(seg, |b| DataSeg::new_unchecked(b).set(0, INVALID_LKEY, 0)) };
+    }
 }
 
 /// `PostRecv::post` of any receive ring: check, write, publish.

@@ -19,8 +19,7 @@ use zverbs_core::{BatchError, PostError, PostRecv, RecvWr, barrier};
 
 use crate::devmem::{DbrecWord, SegRing};
 use crate::layout::{LayoutError, SrqLayout};
-use crate::prm::INVALID_LKEY;
-use crate::prm::wqe::{DataSeg, SRQ_DATA, srq_max_gs, srq_next};
+use crate::prm::wqe::{SRQ_DATA, srq_max_gs, srq_next};
 use crate::state::SrqStateRef;
 
 /// A shared receive queue of an mlx5 device, posted to directly.
@@ -171,24 +170,10 @@ impl<P: SrqStateRef> crate::rq::RecvRing for SharedRecvQueue<P> {
                 b[srq_next::NEXT_WQE_INDEX.start + 1],
             ])
         });
-        let mut seg = first.wrapping_add((SRQ_DATA / 16) as u32);
-        let end = seg.wrapping_add(self.max_sge);
-        for s in wr.sgl.iter().filter(|s| s.length != 0) {
-            // SAFETY: the WQE is the poster's (taken from the free list) and unpublished.
-            unsafe {
-                self.ring.with_mut(seg, |b| {
-                    DataSeg::new_unchecked(b).set(s.length, s.lkey, s.addr)
-                })
-            };
-            seg = seg.wrapping_add(1);
-        }
-        if seg != end {
-            // SAFETY: as above.
-            unsafe {
-                self.ring
-                    .with_mut(seg, |b| DataSeg::new_unchecked(b).set(0, INVALID_LKEY, 0))
-            };
-        }
+        let seg = first.wrapping_add((SRQ_DATA / 16) as u32);
+        // SAFETY: the WQE is the poster's (taken from the free list) and unpublished; `check`
+        // saw at most `max_sge` non-empty entries.
+        unsafe { crate::rq::write_scatter(&self.ring, seg, self.max_sge, wr.sgl) };
         // SAFETY: as above: the slot is the poster's until the WQE completes.
         unsafe { self.state.record(index, wr.wr_id) };
         // A link outside the ring (a corrupted ring) is masked into it, never followed out.

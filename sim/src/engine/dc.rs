@@ -18,9 +18,7 @@
 use zverbs_mlx5dv::prm::opcode;
 use zverbs_mlx5dv::prm::wqe::DatagramSeg;
 
-use super::copy::Spans;
-use super::requester::{Outcome, last_psn};
-use super::responder::Ask;
+use super::requester::Outcome;
 use super::{Engine, Fault, RETRY_EXC};
 use crate::config::{DctConfig, QpConfig, QpStatus, QpType, SimDct, SimError};
 use crate::vendor;
@@ -129,39 +127,14 @@ impl Engine {
             return Outcome::Done(0);
         }
         let av = DatagramSeg::new_unchecked(&w.av[..]);
-        let (dctn, key, dlid) = (av.dqp(), av.dc_key(), av.rlid());
-        let p = match self.dct_index(dctn) {
-            Some(p) if dlid == self.lid() => p,
-            _ => {
-                self.stats.dc_no_target += 1;
-                return Outcome::Fail(Fault::new(RETRY_EXC, vendor::RETRY));
-            }
-        };
-        if self.qps[p].dc_key != key {
-            self.stats.dc_key_violations += 1;
+        if av.rlid() != self.lid() {
+            self.stats.dc_no_target += 1;
             return Outcome::Fail(Fault::new(RETRY_EXC, vendor::RETRY));
         }
-        let (spans, len) = match self.requester_spans(q, w) {
-            Ok(x) => x,
-            Err(f) => return Outcome::Fail(f),
-        };
-        let src = if matches!(
-            w.opcode,
-            opcode::RDMA_READ | opcode::ATOMIC_CS | opcode::ATOMIC_FA
-        ) {
-            Spans::new()
-        } else {
-            spans
-        };
         // A new connection at the target for each request: it expects the request's PSN.
-        let psn = self.qps[q].sq_psn;
-        let target = &mut self.qps[p];
-        target.rq_psn = psn;
-        target.seq_nak_sent = false;
-        // SAFETY: the payload spans were checked against registered regions (or lie in the
-        // send ring).
-        let answer = unsafe { self.respond(p, &Ask::of(w, len, psn), src.as_slice()) };
-        // SAFETY: `spans` come from `requester_spans`; a READ span was checked by `respond`.
-        unsafe { self.conclude(answer, &spans, len, last_psn(psn, w.opcode, len)) }
+        match self.admit_dc(av.dqp(), av.dc_key(), self.qps[q].sq_psn) {
+            Ok(p) => self.run_local(q, p, w),
+            Err(f) => Outcome::Fail(f),
+        }
     }
 }

@@ -363,6 +363,12 @@ impl Engine {
         if w.opcode == opcode::NOP {
             return Outcome::Done(0);
         }
+        self.run_local(q, p, w)
+    }
+
+    /// Carries out `w` of QP `q` at the QP `p` of this device, admitted to take it: the
+    /// requester's checks, the responder's answer and the requester's outcome.
+    pub(super) fn run_local(&mut self, q: usize, p: usize, w: &Wqe) -> Outcome {
         let (spans, len) = match self.requester_spans(q, w) {
             Ok(x) => x,
             Err(f) => return Outcome::Fail(f),

@@ -550,20 +550,26 @@ impl Engine {
         }
     }
 
-    /// Completes receive `recv` at `p`, consumed by a message of `len` bytes, with a
-    /// `resp_op` CQE; `ud` adds what a UD receive reports.
-    pub(super) fn complete_recv(&mut self, p: usize, recv: Recv, m: RecvCqe) {
+    /// Consumes receive `recv` at `p` for the message `m` and returns its responder CQE
+    /// (what every receive completion reports; the callers add the rest).
+    fn consume_into_cqe(&mut self, p: usize, recv: Recv, m: &RecvCqe) -> cq::RawCqe {
         let (id, counter) = self.consume_recv(p, recv);
-        let peer = &self.qps[p];
-        let mut cqe = cq::resp(
+        cq::resp(
             id,
-            peer.qpn,
+            self.qps[p].qpn,
             m.resp_op,
             counter,
             m.len as u32,
             m.imm,
             m.solicited,
-        );
+        )
+    }
+
+    /// Completes receive `recv` at `p`, consumed by a message of `len` bytes, with a
+    /// `resp_op` CQE; `ud` adds what a UD receive reports.
+    pub(super) fn complete_recv(&mut self, p: usize, recv: Recv, m: RecvCqe) {
+        let mut cqe = self.consume_into_cqe(p, recv, &m);
+        let peer = &self.qps[p];
         if let Some(ud) = m.ud {
             cq::set_ud(
                 &mut cqe,
@@ -581,18 +587,8 @@ impl Engine {
     /// into the CQE: in its first 32 bytes with 64-byte CQEs (`INLINE_SCATTER_32`), in the
     /// first half of the 128-byte entry otherwise (`INLINE_SCATTER_64`).
     fn complete_recv_scattered(&mut self, p: usize, recv: Recv, m: RecvCqe, data: &[u8; 64]) {
-        let (id, counter) = self.consume_recv(p, recv);
-        let peer = &self.qps[p];
-        let mut cqe = cq::resp(
-            id,
-            peer.qpn,
-            m.resp_op,
-            counter,
-            m.len as u32,
-            m.imm,
-            m.solicited,
-        );
-        let cqn = peer.recv_cq;
+        let mut cqe = self.consume_into_cqe(p, recv, &m);
+        let cqn = self.qps[p].recv_cq;
         let head = if self.cqs[cqn].cqe_size() == 128 {
             cqe[field::OP_OWN] |= cqe::INLINE_SCATTER_64;
             Some(*data)
