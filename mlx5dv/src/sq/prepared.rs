@@ -15,9 +15,11 @@
 //! prepared request belongs to this queue (its QPN). A zero-length post writes what the
 //! generic path writes for a zero-length entry: no data segment, one segment less in `ds`.
 //!
-//! The common case builds the WQE as 64-bit words in registers from the prepared words, stores
+//! The common case builds the WQE in registers from the prepared segments and words (on x86_64
+//! a segment of one changing and one prepared word in one SSE2 register: `segreg.rs`), stores
 //! them to the ring and the same registers to the BlueFlame buffer (the whole 64-byte block,
-//! zeros past the WQE, which the device does not read), behind one compare per check; a
+//! zeros past the WQE, which the device does not read), behind one compare per check (whether
+//! the queue has BlueFlame is told by which of two keys the request's matches); a
 //! request a compare turns away (a zero length, a full ring, a gate that changed, requests
 //! staged before it, ...) goes out of line to the exact checks and the field-wise writer. The
 //! WQE bytes are those the generic path writes for the same request (a property test below
