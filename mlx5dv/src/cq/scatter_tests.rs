@@ -339,29 +339,49 @@ fn scattered_data_goes_to_the_receive_of_the_new_incarnation() {
 
 #[test]
 fn data_where_no_cqe_has_room_is_a_format_error_and_nothing_is_copied() {
-    // 64 bytes before a 64-byte CQE (the previous CQE), and 33 bytes "in" a 32-byte scatter.
-    for (scatter, len) in [(INLINE_SCATTER_64, 8), (INLINE_SCATTER_32, 33)] {
-        let (mut rig, mut cq) = rig(64);
-        let mut a = std::vec![STALE; 64];
-        let sgl = [Sge::new(a.as_mut_ptr() as u64, 64, 1)];
-        // SAFETY: the buffer outlives the poll.
-        unsafe { rig.rq.post(&RecvWr::new(6, &sgl)) }.unwrap();
-        let mut c = resp_cqe(QPN, op::RESP_SEND, len, 0, 0);
-        c[63] |= scatter;
-        rig.mem.put_cqe(0, c);
-        let mut wc = [Completion::EMPTY; 1];
-        assert_eq!(cq.poll(&mut wc), 1);
-        assert_eq!(
-            (wc[0].wr_id, wc[0].status, wc[0].vendor_err),
-            (
-                6,
-                WcStatus::GeneralErr,
-                VENDOR_ERR_UNSUPPORTED_FORMAT | u32::from(c[63])
-            ),
-            "{scatter:#x}, {len} bytes"
-        );
-        assert!(a.iter().all(|&x| x == STALE));
-        assert_eq!(rig.rq.free(), 8, "the receive was retired");
+    // 64 bytes before a 64-byte CQE (the previous CQE), 33 bytes "in" a 32-byte scatter and
+    // 65 in a 64-byte one; into a buffer that would hold them, on either path (primed: the
+    // inline decoder of a run of scattered receives).
+    for (cqe_size, scatter, len) in [
+        (64u32, INLINE_SCATTER_64, 8u32),
+        (64, INLINE_SCATTER_32, 33),
+        (128, INLINE_SCATTER_32, 33),
+        (128, INLINE_SCATTER_64, 65),
+    ] {
+        for primed in [false, true] {
+            let case =
+                std::format!("{cqe_size}-byte CQE, {scatter:#x}, {len} bytes, primed {primed}");
+            let (mut rig, mut cq) = rig(cqe_size);
+            let k = prime(&mut rig, &mut cq, cqe_size, primed);
+            let mut a = std::vec![STALE; 128];
+            let sgl = [Sge::new(a.as_mut_ptr() as u64, 128, 1)];
+            // SAFETY: the buffer outlives the poll.
+            unsafe { rig.rq.post(&RecvWr::new(6, &sgl)) }.unwrap();
+            let mut c = resp_cqe(QPN, op::RESP_SEND, len, 0, 0);
+            c[63] |= scatter;
+            c[..32].copy_from_slice(&message(32));
+            let per = (cqe_size / 64) as usize;
+            if per == 2 {
+                // The first half of the 128-byte entry: data, were there room for it.
+                let mut head = [0u8; 64];
+                head.copy_from_slice(&message(64));
+                rig.mem.put_cqe(k * per, head);
+            }
+            rig.mem.put_cqe(k * per + per - 1, c);
+            let mut wc = [Completion::EMPTY; 1];
+            assert_eq!(cq.poll(&mut wc), 1, "{case}");
+            assert_eq!(
+                (wc[0].wr_id, wc[0].status, wc[0].vendor_err),
+                (
+                    6,
+                    WcStatus::GeneralErr,
+                    VENDOR_ERR_UNSUPPORTED_FORMAT | u32::from(c[63])
+                ),
+                "{case}"
+            );
+            assert!(a.iter().all(|&x| x == STALE), "{case}: nothing copied");
+            assert_eq!(rig.rq.free(), 8, "{case}: the receive was retired");
+        }
     }
 }
 
