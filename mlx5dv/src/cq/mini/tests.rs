@@ -373,6 +373,34 @@ fn a_title_with_an_impossible_count_is_reported_alone() {
     }
 }
 
+/// A title that cannot open a session is reported without a timestamp (the CQE it would come
+/// from is not one the poller decodes), even when the CQ has timestamps.
+#[test]
+fn a_title_with_an_impossible_count_has_no_timestamp() {
+    let mut d = Dev::new(None);
+    d.rig.cq.set_timestamps(true);
+    let mut t = resp_cqe(QPN, 2, 1, 0, 0);
+    t[48..56].copy_from_slice(&0x0102_0304_0506_0708u64.to_be_bytes());
+    t[63] |= FORMAT_MASK;
+    d.rig.mem.put_cqe(0, t);
+    d.pi = 1;
+    d.put(recv(1));
+    let mut wc = [TimedCompletion {
+        timestamp: Some(7),
+        ..TimedCompletion::EMPTY
+    }; 2];
+    assert_eq!(d.rig.cq.poll_timed(&mut wc), 2);
+    assert_eq!(
+        (wc[0].wc.status, wc[0].timestamp),
+        (WcStatus::GeneralErr, None)
+    );
+    assert_eq!(
+        (wc[1].wc.wr_id, wc[1].wc.status, wc[1].timestamp),
+        (0, WcStatus::Success, Some(0)),
+        "the receive after it, with its own CQE's timestamp"
+    );
+}
+
 /// A session's completions all carry its title's timestamp.
 #[test]
 fn timed_poll_gives_each_completion_the_title_timestamp() {
