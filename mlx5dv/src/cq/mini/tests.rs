@@ -448,3 +448,163 @@ fn a_session_of_an_unknown_queue_is_reported_not_dropped() {
     }
     assert_eq!(d.rig.cq.consumer(), 3);
 }
+
+/// The array of mini-CQEs for `(wqe_counter, s_wqe_opcode, byte_cnt)` each, for an entry.
+fn array_of(minis: &[(u16, u8, u32)]) -> [u8; 64] {
+    let mut a = [0x5au8; 64];
+    for (m, &(wqe, sop, len)) in minis.iter().enumerate() {
+        let mut v = MiniCqe::new_unchecked(&mut a[m * 8..m * 8 + 8]);
+        v.set_wqe_counter(wqe);
+        v.set_s_wqe_opcode(sop);
+        v.set_byte_cnt(len);
+    }
+    a
+}
+
+/// A requester session on a timed poll: the length by each mini-CQE's opcode (none for a
+/// WRITE whatever its byte count, 8 for an atomic, the byte count for a READ), the title's
+/// timestamp on each, and every entry handed back invalid.
+#[test]
+fn a_requester_session_reports_lengths_by_opcode_and_the_title_timestamp() {
+    let mut rig: Rig = Rig::with_sizes(16, 0, caps(1, 0), 16, 8);
+    rig.cq.set_timestamps(true);
+    let sgl = [Sge::new(0x1000, 8, 1)];
+    let remote = zverbs_core::RemoteBuf::new(0x2000, 5);
+    let mut wqes = [0u16; 3];
+    // SAFETY: never executed by a device.
+    unsafe {
+        wqes[0] = rig.sq.producer() as u16;
+        rig.sq
+            .post(&SendWr::write(1, &sgl, remote).signaled())
+            .unwrap();
+        wqes[1] = rig.sq.producer() as u16;
+        rig.sq
+            .post(&SendWr::fetch_add(2, Sge::new(0x1000, 8, 1), remote, 1).signaled())
+            .unwrap();
+        wqes[2] = rig.sq.producer() as u16;
+        rig.sq
+            .post(&SendWr::read(3, &sgl, remote).signaled())
+            .unwrap();
+    }
+    rig.mem.put_raw(
+        1,
+        array_of(&[
+            (wqes[0], opcode::RDMA_WRITE, 0x55),
+            (wqes[1], opcode::ATOMIC_FA, 0),
+            (wqes[2], opcode::RDMA_READ, 0x30),
+        ]),
+    );
+    // The third entry: stale bytes that would pass this pass's owner check.
+    let mut junk = [0xa5u8; 64];
+    junk[63] = 0;
+    rig.mem.put_raw(2, junk);
+    let ts: u64 = 0x1122_3344_5566_7788;
+    let mut t = req_cqe(QPN, opcode::RDMA_WRITE, wqes[0], 3, 0);
+    t[48..56].copy_from_slice(&ts.to_be_bytes());
+    t[63] |= FORMAT_MASK;
+    rig.mem.put_cqe(0, t);
+    let mut wc = [TimedCompletion::EMPTY; 4];
+    assert_eq!(rig.cq.poll_timed(&mut wc), 3);
+    let got: Vec<_> = wc[..3]
+        .iter()
+        .map(|w| (w.wc.wr_id, w.wc.opcode, w.wc.byte_len, w.timestamp))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (1, WcOpcode::RdmaWrite, 0, Some(ts)),
+            (2, WcOpcode::FetchAdd, 8, Some(ts)),
+            (3, WcOpcode::RdmaRead, 0x30, Some(ts)),
+        ]
+    );
+    assert!(wc[..3].iter().all(|w| w.wc.is_success()));
+    for e in 0..3 {
+        assert_eq!(rig.mem.op_own(e), INVALID_OP_OWN, "entry {e}");
+    }
+    assert_eq!(rig.mem.cq_dbrec(), 3);
+    assert_eq!(rig.sq.free_blocks(), 16);
+    assert_eq!(rig.cq.poll_timed(&mut wc), 0, "nothing stale is taken");
+}
+
+/// A session of receives from a shared receive queue: each completion retires the WQE the
+/// title's counter plus its place names, and carries the title's timestamp; a poll that
+/// stops inside the session goes on from there.
+#[test]
+fn a_shared_receive_queue_session_retires_the_wqes_its_counter_names() {
+    use crate::layout::SrqLayout;
+    use crate::prm::wqe::srq_next;
+    use crate::state::{CqBinding, SrqSlot, SrqState};
+    use crate::testutil::{Block, Raw, SqHandle};
+    use crate::{CompletionQueue, SharedRecvQueue};
+    // Four 64-byte WQEs, the free list 0 → 1 → 2 → 3 (3, the tail, is never posted to).
+    let ring = Raw::new(Block([0; 64]), 4);
+    for i in 0..3u16 {
+        ring.write_bytes(
+            i as usize * 64 + srq_next::NEXT_WQE_INDEX.start,
+            &(i + 1).to_be_bytes(),
+        );
+    }
+    let dbrec = Raw::new(0u32, 1);
+    let layout = SrqLayout {
+        srqn: 0x42,
+        buf: ring.ptr().cast(),
+        dbrec: dbrec.ptr(),
+        stride: 64,
+        wqe_cnt: 4,
+        head: 0,
+        tail: 3,
+    };
+    let slots: Vec<SrqSlot> = (0..4).map(|_| SrqSlot::new()).collect();
+    // SAFETY: the ring and record outlive the state and the queue; a new SRQ, its free list
+    // from head to tail; nothing else posts to it.
+    let state = unsafe { SrqState::new(&layout, &slots[..]) }.unwrap();
+    // SAFETY: as above.
+    let mut srq = unsafe { SharedRecvQueue::new(&layout, &state) }.unwrap();
+    for id in 1..=3u64 {
+        let sgl = [Sge::new(0x1000 * id, 0x100, 7)];
+        // SAFETY: never executed by a device.
+        unsafe { srq.post(&RecvWr::new(id, &sgl)) }.unwrap();
+    }
+    let rig = Rig::new(8, 256, caps(1, 0));
+    let bindings = [CqBinding::with_srq(QPN, None::<SqHandle>, &state)];
+    let cql = rig.mem.cq_layout();
+    // SAFETY: the rig's CQ memory, which this poller alone polls (the rig's is not used).
+    let mut cq = unsafe { CompletionQueue::new(&cql, &bindings[..]) }.unwrap();
+    cq.set_timestamps(true);
+    rig.mem
+        .put_raw(1, array_of(&[(0, 0, 0x11), (0, 0, 0x22), (0, 0, 0x33)]));
+    let mut junk = [0xa5u8; 64];
+    junk[63] = 2 << 4;
+    rig.mem.put_raw(2, junk);
+    let ts: u64 = 0x0a0b_0c0d_0e0f_1011;
+    let mut t = resp_cqe(QPN, 2, 3, 0, 0);
+    t[48..56].copy_from_slice(&ts.to_be_bytes());
+    t[60..62].copy_from_slice(&0u16.to_be_bytes());
+    t[63] |= FORMAT_MASK;
+    rig.mem.put_cqe(0, t);
+    let mut wc = [TimedCompletion::EMPTY; 3];
+    assert_eq!(
+        cq.poll_timed(&mut wc[..1]),
+        1,
+        "the poll stops inside the session"
+    );
+    assert_eq!(cq.poll_timed(&mut wc[1..]), 2, "and the next goes on");
+    let got: Vec<_> = wc
+        .iter()
+        .map(|w| (w.wc.wr_id, w.wc.byte_len, w.wc.opcode, w.timestamp))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (1, 0x11, WcOpcode::Recv, Some(ts)),
+            (2, 0x22, WcOpcode::Recv, Some(ts)),
+            (3, 0x33, WcOpcode::Recv, Some(ts)),
+        ]
+    );
+    assert!(wc.iter().all(|w| w.wc.is_success()));
+    for e in 0..3 {
+        assert_eq!(rig.mem.op_own(e), INVALID_OP_OWN, "entry {e}");
+    }
+    assert_eq!(rig.mem.cq_dbrec(), 3);
+    assert_eq!(srq.free(), 3, "every WQE back on the free list");
+}
