@@ -608,3 +608,48 @@ fn a_shared_receive_queue_session_retires_the_wqes_its_counter_names() {
     assert_eq!(rig.mem.cq_dbrec(), 3);
     assert_eq!(srq.free(), 3, "every WQE back on the free list");
 }
+
+/// A requester session of more than one array: the completions after the eighth come from
+/// the second array (in the entry of its first completion), whole polls or polls that stop
+/// anywhere.
+#[test]
+fn a_requester_session_of_two_arrays_reads_the_second() {
+    for slice in [16, 3, 1] {
+        let mut rig: Rig = Rig::with_sizes(16, 0, caps(1, 0), 16, 8);
+        let mut wqes = Vec::new();
+        for i in 0..10u64 {
+            wqes.push(rig.sq.producer() as u16);
+            // SAFETY: never executed by a device.
+            unsafe { rig.sq.post(&SendWr::nop(100 + i).signaled()) }.unwrap();
+        }
+        let minis: Vec<_> = wqes.iter().map(|&w| (w, opcode::NOP, 0)).collect();
+        for e in 1..10 {
+            let mut junk = [0xa5u8; 64];
+            junk[63] = 0;
+            rig.mem.put_raw(e, junk);
+        }
+        rig.mem
+            .put_raw(array_entry(0) as usize, array_of(&minis[..8]));
+        rig.mem
+            .put_raw(array_entry(1) as usize, array_of(&minis[8..]));
+        let mut t = req_cqe(QPN, opcode::NOP, wqes[0], 10, 0);
+        t[63] |= FORMAT_MASK;
+        rig.mem.put_cqe(0, t);
+        let mut got = Vec::new();
+        let mut wc = [Completion::EMPTY; 16];
+        for polls in 0.. {
+            assert!(polls <= 10, "the CQ never runs dry");
+            let n = rig.cq.poll(&mut wc[..slice]);
+            if n == 0 {
+                break;
+            }
+            got.extend(wc[..n].iter().map(|c| (c.wr_id, c.opcode, c.status)));
+        }
+        let want: Vec<_> = (100..110)
+            .map(|i| (i, WcOpcode::Nop, WcStatus::Success))
+            .collect();
+        assert_eq!(got, want, "{slice} a poll");
+        assert_eq!(rig.cq.consumer(), 10);
+        assert_eq!(rig.sq.free_blocks(), 16);
+    }
+}
