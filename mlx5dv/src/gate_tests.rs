@@ -149,3 +149,25 @@ fn doorbell_counters_read_what_the_queues_published() {
     // SAFETY: as above.
     assert_eq!(unsafe { crate::doorbell_counters(&layout) }, (0, 0));
 }
+
+#[test]
+fn a_responder_error_cqe_closes_both_gates() {
+    let mut rig = Rig::new(8, 64, caps(1, 0));
+    let rsgl = [Sge::new(0x2000, 64, 1)];
+    // SAFETY: never executed.
+    unsafe { rig.rq.post(&RecvWr::new(4, &rsgl)) }.unwrap();
+    rig.mem.put_cqe(0, err_cqe(QPN, 14, 0, 0x05, 0, 0));
+    let mut wc = wcs();
+    assert_eq!(rig.cq.poll(&mut wc), 1);
+    assert_eq!(
+        (wc[0].wr_id, wc[0].status),
+        (4, zverbs_core::WcStatus::WrFlushErr)
+    );
+    assert!(!rig.bindings[0].sq.as_ref().unwrap().gate().is_open());
+    assert!(!rig.bindings[0].rq.as_ref().unwrap().gate().is_open());
+    let sgl = [Sge::new(0x1000, 8, 1)];
+    assert_eq!(
+        post(&mut rig, &SendWr::send(3, &sgl).signaled()),
+        Err(PostError::NotReady)
+    );
+}

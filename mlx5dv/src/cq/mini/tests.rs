@@ -531,29 +531,11 @@ fn a_requester_session_reports_lengths_by_opcode_and_the_title_timestamp() {
 /// stops inside the session goes on from there.
 #[test]
 fn a_shared_receive_queue_session_retires_the_wqes_its_counter_names() {
-    use crate::layout::SrqLayout;
-    use crate::prm::wqe::srq_next;
     use crate::state::{CqBinding, SrqSlot, SrqState};
-    use crate::testutil::{Block, Raw, SqHandle};
+    use crate::testutil::{SqHandle, SrqMem};
     use crate::{CompletionQueue, SharedRecvQueue};
-    // Four 64-byte WQEs, the free list 0 → 1 → 2 → 3 (3, the tail, is never posted to).
-    let ring = Raw::new(Block([0; 64]), 4);
-    for i in 0..3u16 {
-        ring.write_bytes(
-            i as usize * 64 + srq_next::NEXT_WQE_INDEX.start,
-            &(i + 1).to_be_bytes(),
-        );
-    }
-    let dbrec = Raw::new(0u32, 1);
-    let layout = SrqLayout {
-        srqn: 0x42,
-        buf: ring.ptr().cast(),
-        dbrec: dbrec.ptr(),
-        stride: 64,
-        wqe_cnt: 4,
-        head: 0,
-        tail: 3,
-    };
+    let mem = SrqMem::new(0x42);
+    let layout = mem.layout;
     let slots: Vec<SrqSlot> = (0..4).map(|_| SrqSlot::new()).collect();
     // SAFETY: the ring and record outlive the state and the queue; a new SRQ, its free list
     // from head to tail; nothing else posts to it.
