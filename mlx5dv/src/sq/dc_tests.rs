@@ -359,3 +359,39 @@ fn refused_dc_requests_change_nothing() {
     assert_eq!((rig.dc.producer(), rig.dc.pending()), (8, 0));
     assert_eq!(rig.mem.dbrec(1), 8);
 }
+
+#[test]
+fn the_largest_dc_wqe_may_have_exactly_the_most_segments_a_wqe_has() {
+    // 58 entries: ctrl + datagram + 58 = 63 segments (MAX_DS), 16 blocks: taken by a ring
+    // of 16 blocks; 59 would be 64 segments, more than a WQE's count field holds, though the
+    // ring has room for the 16 blocks.
+    let mem = Mem::new(16, 8, 32, 0, 8);
+    let qp = mem.qp_layout(QPN, 8, 0);
+    let slots: std::boxed::Box<[crate::SqSlot]> = (0..16).map(|_| crate::SqSlot::new()).collect();
+    let state = crate::SqState::new(slots).unwrap();
+    assert_eq!(2 + DC_AV_DS as usize + 58, crate::prm::MAX_DS);
+    // SAFETY: never posted to.
+    assert!(unsafe { DcSendQueue::new(&qp, caps(58, 0), &state) }.is_ok());
+    // SAFETY: as above.
+    let e = unsafe { DcSendQueue::new(&qp, caps(59, 0), &state) }.unwrap_err();
+    assert_eq!(e, crate::LayoutError::WqeTooLarge { blocks: 16 });
+}
+
+#[test]
+fn a_dc_queue_reports_its_qpn_and_free_blocks() {
+    let mut rig = DcRig::new(8, 256, caps(2, 0));
+    assert_eq!(rig.dc.qpn(), QPN);
+    assert_eq!(rig.dc.free_blocks(), 8);
+    let sgl = [Sge::new(0x1000, 8, 1)];
+    // SAFETY: never executed by a device.
+    unsafe {
+        rig.dc
+            .stage_to(&dest(), &SendWr::write(1, &sgl, RemoteBuf::new(0x2000, 2)))
+    }
+    .unwrap();
+    assert_eq!(
+        rig.dc.free_blocks(),
+        6,
+        "a DC WRITE of one entry is two blocks"
+    );
+}
