@@ -395,3 +395,28 @@ fn a_dc_queue_reports_its_qpn_and_free_blocks() {
         "a DC WRITE of one entry is two blocks"
     );
 }
+
+#[test]
+fn zero_length_entries_of_a_dc_request_are_skipped() {
+    let mut rig = DcRig::new(8, 0, caps(4, 0));
+    let sgl = [
+        Sge::new(0x10, 0, 1),
+        Sge::new(0x20, 5, 2),
+        Sge::new(0x30, 0, 3),
+        Sge::new(0x40, 7, 4),
+    ];
+    // SAFETY: never executed by a device.
+    unsafe { rig.dc.stage_to(&dest(), &SendWr::send(1, &sgl)) }.unwrap();
+    let ring = rig.mem.sq_bytes();
+    // ctrl + datagram (3) + the two entries with bytes.
+    assert_eq!(crate::prm::wqe::CtrlSeg::new_unchecked(&ring[..16]).ds(), 6);
+    for (at, want) in [(64, (5, 2, 0x20)), (80, (7, 4, 0x40))] {
+        let d = crate::prm::wqe::DataSeg::new_unchecked(&ring[at..at + 16]);
+        assert_eq!(
+            (d.byte_count(), d.lkey(), d.addr()),
+            want,
+            "segment at {at}"
+        );
+    }
+    assert_eq!(rig.dc.producer(), 2);
+}
