@@ -420,3 +420,39 @@ fn zero_length_entries_of_a_dc_request_are_skipped() {
     }
     assert_eq!(rig.dc.producer(), 2);
 }
+
+#[test]
+fn a_dc_post_goes_by_blueflame_and_completes_with_its_wr_id() {
+    let mut c = caps(1, 0);
+    c.max_signaled = 2;
+    let mut rig = DcRig::new(8, 256, c);
+    let d = dest();
+    let sgl = [Sge::new(0x1000, 8, 1)];
+    let r = RemoteBuf::new(0x2000, 2);
+    // SAFETY: never executed by a device.
+    unsafe { rig.dc.post_to(&d, &SendWr::write(77, &sgl, r).signaled()) }.unwrap();
+    // The WQE (two blocks) fits the BlueFlame buffer: copied to the register, as posted.
+    let (ring, bf) = (rig.mem.sq_bytes(), rig.mem.bf_bytes());
+    assert_eq!(&bf[..128], &ring[..128]);
+    // An unsignaled request, then a signaled one: the CQE of the second retires both.
+    // SAFETY: as above.
+    unsafe { rig.dc.post_to(&d, &SendWr::write(78, &sgl, r)) }.unwrap();
+    // SAFETY: as above.
+    unsafe { rig.dc.post_to(&d, &SendWr::nop(79).signaled()) }.unwrap();
+    rig.mem
+        .put_cqe(0, req_cqe(QPN, opcode::RDMA_WRITE, 0, 0, 0));
+    rig.mem.put_cqe(1, req_cqe(QPN, opcode::NOP, 4, 0, 0));
+    let mut wc = [Completion::EMPTY; 4];
+    assert_eq!(rig.cq.poll(&mut wc), 2);
+    assert_eq!((wc[0].wr_id, wc[1].wr_id), (77, 79));
+    assert!(wc[..2].iter().all(Completion::is_success));
+    assert_eq!(rig.dc.free_blocks(), 8);
+    // Two CQEs back, as two were signaled: the CQ share (2) is whole again, and no more.
+    for i in 0..2 {
+        // SAFETY: as above.
+        unsafe { rig.dc.post_to(&d, &SendWr::nop(80 + i).signaled()) }.unwrap();
+    }
+    // SAFETY: as above.
+    let e = unsafe { rig.dc.post_to(&d, &SendWr::nop(82).signaled()) };
+    assert_eq!(e, Err(PostError::CqFull { limit: 2 }));
+}
