@@ -1726,6 +1726,66 @@ mod tests {
     }
 
     #[test]
+    fn a_queue_pair_that_joined_through_the_handover_is_served() {
+        extern crate std;
+        use std::boxed::Box;
+        use zverbs_core::handover::{Handover, Node};
+        // A poller created with no binding; the rig's QP joins it through the hand-over, as
+        // one created after the poller does.
+        let mut rig = Rig::new(8, 256, caps(1, 0));
+        let layout = rig.mem.cq_layout();
+        let none: crate::testutil::RigBindings = Box::new([]);
+        // SAFETY: the rig's CQ memory; the rig's own poller is not used again.
+        let mut cq = unsafe { CompletionQueue::new(&layout, none) }.unwrap();
+        assert!(!cq.adopt(), "no hand-over: nothing to adopt");
+        assert!(!cq.bindings_pending());
+        let handover: Handover<crate::testutil::RigBindings> = Handover::new();
+        // SAFETY: the hand-over outlives the poller (dropped first, below); its only poller.
+        unsafe { cq.set_handover(NonNull::from(&handover)) };
+        assert!(!cq.bindings_pending());
+        assert!(!cq.adopt(), "nothing published: nothing adopted");
+        assert!(!cq.serves(QPN));
+        let node = Box::into_raw(Box::new(Node::new(rig.bindings.clone())));
+        // SAFETY: the node is this test's until reclaimed; no other publication.
+        assert!(unsafe { handover.publish(node) }.is_null());
+        assert!(cq.bindings_pending());
+        // A CQE of the QP the bindings lack: the poll adopts the waiting table and retires
+        // the send.
+        send(&mut rig, &SendWr::nop(9).signaled());
+        rig.mem.put_cqe(0, req_cqe(QPN, opcode::NOP, 0, 0, 0));
+        let mut wc = wcs();
+        assert_eq!(cq.poll(&mut wc), 1);
+        assert_eq!(
+            (wc[0].wr_id, wc[0].qp_num, wc[0].status),
+            (9, QPN, WcStatus::Success)
+        );
+        assert_eq!(rig.sq.free_blocks(), 8, "the send got its credit back");
+        assert!(!cq.bindings_pending());
+        assert!(cq.serves(QPN));
+        assert!(!cq.serves(0x999), "only the QPs bound");
+        assert!(!cq.adopt(), "adopted once");
+        // The node came back holding the old (empty) table.
+        let back = handover.reclaim();
+        assert_eq!(back, node);
+        // SAFETY: the node came back from `reclaim`; allocated above, freed once.
+        let (next, old) = unsafe { (Node::next_reclaimed(back), Box::from_raw(back)) };
+        assert!(next.is_null());
+        assert!(old.into_table().is_empty());
+        // A second table published is adopted when asked, outside a poll.
+        let node = Box::into_raw(Box::new(Node::new(
+            Box::new([]) as crate::testutil::RigBindings
+        )));
+        // SAFETY: as above.
+        assert!(unsafe { handover.publish(node) }.is_null());
+        assert!(cq.adopt());
+        assert!(!cq.serves(QPN), "the QP left");
+        drop(cq);
+        let back = handover.reclaim();
+        // SAFETY: as above.
+        assert_eq!(unsafe { Box::from_raw(back) }.into_table().len(), 1);
+    }
+
+    #[test]
     fn big_cqes_use_the_second_half() {
         let mut rig = Rig::new(8, 256, caps(1, 0));
         // Re-layout the CQ memory as 4 CQEs of 128 bytes.
@@ -1871,7 +1931,9 @@ mod tests {
             fill(&mut brief);
             let mut got = std::vec::Vec::new();
             let mut want = std::vec::Vec::new();
-            loop {
+            for polls in 0.. {
+                // Six CQEs: a poll that never comes back empty is a fault, not a wait.
+                assert!(polls <= 6, "the CQ never runs dry");
                 let mut wc = [Completion::EMPTY; 8];
                 let mut b = [BriefCompletion::EMPTY; 8];
                 let n = full.cq.poll(&mut wc[..per_poll]);

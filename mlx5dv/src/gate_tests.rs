@@ -122,3 +122,52 @@ fn an_error_cqe_closes_the_gates() {
     let sq = rig.bindings[0].sq.as_ref().unwrap();
     assert_eq!(u32::from(sq.retired16()), rig.mem.dbrec(1));
 }
+
+#[test]
+fn doorbell_counters_read_what_the_queues_published() {
+    // What recovery compares with the retired counts: the receive head and the send producer
+    // counter, as the queues last wrote them to the QP's doorbell record.
+    let mut rig = Rig::new(8, 64, caps(1, 0));
+    let layout = rig.mem.qp_layout(QPN, 8, 64);
+    // SAFETY: the rig's record, mapped while the rig lives.
+    assert_eq!(unsafe { crate::doorbell_counters(&layout) }, (0, 0));
+    let sgl = [Sge::new(0x1000, 8, 1)];
+    for i in 0..3 {
+        post(&mut rig, &SendWr::send(i, &sgl).signaled()).unwrap();
+    }
+    let rsgl = [Sge::new(0x2000, 64, 1)];
+    for i in 0..2 {
+        // SAFETY: never executed.
+        unsafe { rig.rq.post(&RecvWr::new(i, &rsgl)) }.unwrap();
+    }
+    let pi = rig.sq.producer();
+    assert_eq!(pi, 3);
+    // SAFETY: as above.
+    assert_eq!(unsafe { crate::doorbell_counters(&layout) }, (2, 3));
+    // SAFETY: as above; nothing posts meanwhile.
+    unsafe { crate::clear_doorbell_record(&layout) };
+    // SAFETY: as above.
+    assert_eq!(unsafe { crate::doorbell_counters(&layout) }, (0, 0));
+}
+
+#[test]
+fn a_responder_error_cqe_closes_both_gates() {
+    let mut rig = Rig::new(8, 64, caps(1, 0));
+    let rsgl = [Sge::new(0x2000, 64, 1)];
+    // SAFETY: never executed.
+    unsafe { rig.rq.post(&RecvWr::new(4, &rsgl)) }.unwrap();
+    rig.mem.put_cqe(0, err_cqe(QPN, 14, 0, 0x05, 0, 0));
+    let mut wc = wcs();
+    assert_eq!(rig.cq.poll(&mut wc), 1);
+    assert_eq!(
+        (wc[0].wr_id, wc[0].status),
+        (4, zverbs_core::WcStatus::WrFlushErr)
+    );
+    assert!(!rig.bindings[0].sq.as_ref().unwrap().gate().is_open());
+    assert!(!rig.bindings[0].rq.as_ref().unwrap().gate().is_open());
+    let sgl = [Sge::new(0x1000, 8, 1)];
+    assert_eq!(
+        post(&mut rig, &SendWr::send(3, &sgl).signaled()),
+        Err(PostError::NotReady)
+    );
+}

@@ -363,3 +363,38 @@ pub(crate) fn resp_cqe(qpn: u32, cqe_op: u8, byte_cnt: u32, imm: u32, owner: u8)
     c[63] = (cqe_op << 4) | (owner & 1);
     c
 }
+
+/// A shared receive queue's memory: four 64-byte WQEs (three data segments each) whose free
+/// list runs 0 → 1 → 2 → 3 (3, the tail, is never posted to), and its doorbell record.
+pub(crate) struct SrqMem {
+    _ring: Raw<Block>,
+    _dbrec: Raw<u32>,
+    pub(crate) layout: crate::layout::SrqLayout,
+}
+
+impl SrqMem {
+    pub(crate) fn new(srqn: u32) -> Self {
+        let ring = Raw::new(Block([0; 64]), 4);
+        for i in 0..3u16 {
+            ring.write_bytes(
+                i as usize * 64 + crate::prm::wqe::srq_next::NEXT_WQE_INDEX.start,
+                &(i + 1).to_be_bytes(),
+            );
+        }
+        let dbrec = Raw::new(0u32, 1);
+        let layout = crate::layout::SrqLayout {
+            srqn,
+            buf: ring.ptr().cast(),
+            dbrec: dbrec.ptr(),
+            stride: 64,
+            wqe_cnt: 4,
+            head: 0,
+            tail: 3,
+        };
+        Self {
+            _ring: ring,
+            _dbrec: dbrec,
+            layout,
+        }
+    }
+}

@@ -8,7 +8,7 @@ use std::vec::Vec;
 
 use super::*;
 use crate::testutil::{QPN, Rig, caps, resp_cqe};
-use zverbs_core::{PostRecv, RecvWr, Sge};
+use zverbs_core::{PostRecv, PostSend, RecvWr, SendWr, Sge};
 
 /// Bytes of the receive's first scatter entry (the rest go to the second).
 const FIRST: usize = 10;
@@ -339,29 +339,49 @@ fn scattered_data_goes_to_the_receive_of_the_new_incarnation() {
 
 #[test]
 fn data_where_no_cqe_has_room_is_a_format_error_and_nothing_is_copied() {
-    // 64 bytes before a 64-byte CQE (the previous CQE), and 33 bytes "in" a 32-byte scatter.
-    for (scatter, len) in [(INLINE_SCATTER_64, 8), (INLINE_SCATTER_32, 33)] {
-        let (mut rig, mut cq) = rig(64);
-        let mut a = std::vec![STALE; 64];
-        let sgl = [Sge::new(a.as_mut_ptr() as u64, 64, 1)];
-        // SAFETY: the buffer outlives the poll.
-        unsafe { rig.rq.post(&RecvWr::new(6, &sgl)) }.unwrap();
-        let mut c = resp_cqe(QPN, op::RESP_SEND, len, 0, 0);
-        c[63] |= scatter;
-        rig.mem.put_cqe(0, c);
-        let mut wc = [Completion::EMPTY; 1];
-        assert_eq!(cq.poll(&mut wc), 1);
-        assert_eq!(
-            (wc[0].wr_id, wc[0].status, wc[0].vendor_err),
-            (
-                6,
-                WcStatus::GeneralErr,
-                VENDOR_ERR_UNSUPPORTED_FORMAT | u32::from(c[63])
-            ),
-            "{scatter:#x}, {len} bytes"
-        );
-        assert!(a.iter().all(|&x| x == STALE));
-        assert_eq!(rig.rq.free(), 8, "the receive was retired");
+    // 64 bytes before a 64-byte CQE (the previous CQE), 33 bytes "in" a 32-byte scatter and
+    // 65 in a 64-byte one; into a buffer that would hold them, on either path (primed: the
+    // inline decoder of a run of scattered receives).
+    for (cqe_size, scatter, len) in [
+        (64u32, INLINE_SCATTER_64, 8u32),
+        (64, INLINE_SCATTER_32, 33),
+        (128, INLINE_SCATTER_32, 33),
+        (128, INLINE_SCATTER_64, 65),
+    ] {
+        for primed in [false, true] {
+            let case =
+                std::format!("{cqe_size}-byte CQE, {scatter:#x}, {len} bytes, primed {primed}");
+            let (mut rig, mut cq) = rig(cqe_size);
+            let k = prime(&mut rig, &mut cq, cqe_size, primed);
+            let mut a = std::vec![STALE; 128];
+            let sgl = [Sge::new(a.as_mut_ptr() as u64, 128, 1)];
+            // SAFETY: the buffer outlives the poll.
+            unsafe { rig.rq.post(&RecvWr::new(6, &sgl)) }.unwrap();
+            let mut c = resp_cqe(QPN, op::RESP_SEND, len, 0, 0);
+            c[63] |= scatter;
+            c[..32].copy_from_slice(&message(32));
+            let per = (cqe_size / 64) as usize;
+            if per == 2 {
+                // The first half of the 128-byte entry: data, were there room for it.
+                let mut head = [0u8; 64];
+                head.copy_from_slice(&message(64));
+                rig.mem.put_cqe(k * per, head);
+            }
+            rig.mem.put_cqe(k * per + per - 1, c);
+            let mut wc = [Completion::EMPTY; 1];
+            assert_eq!(cq.poll(&mut wc), 1, "{case}");
+            assert_eq!(
+                (wc[0].wr_id, wc[0].status, wc[0].vendor_err),
+                (
+                    6,
+                    WcStatus::GeneralErr,
+                    VENDOR_ERR_UNSUPPORTED_FORMAT | u32::from(c[63])
+                ),
+                "{case}"
+            );
+            assert!(a.iter().all(|&x| x == STALE), "{case}: nothing copied");
+            assert_eq!(rig.rq.free(), 8, "{case}: the receive was retired");
+        }
     }
 }
 
@@ -466,4 +486,117 @@ fn a_buffer_with_the_end_marker_lkey_ends_the_list() {
         );
         assert!(a.iter().all(|&x| x == STALE), "primed {primed}");
     }
+}
+
+#[test]
+fn a_scattered_cqe_of_another_kind_or_queue_pair_is_not_taken_inline() {
+    // After a receive of the QP (its binding cached, so the next poll that starts at a
+    // scattered CQE tries the inline decoder first): a requester CQE with data in it (a READ
+    // response scattered to the CQE, a format the poller does not decode) and a scattered
+    // receive of a queue pair the CQ was not given. Neither may reach the QP's receive.
+    let (mut rig, mut cq) = rig(64);
+    let k = prime(&mut rig, &mut cq, 64, true);
+    let mut a = std::vec![STALE; 64];
+    let sgl = [Sge::new(a.as_mut_ptr() as u64, 64, 1)];
+    // SAFETY: the buffer outlives the polls.
+    unsafe { rig.rq.post(&RecvWr::new(8, &sgl)) }.unwrap();
+    let local = [Sge::new(0x1000, 4, 1)];
+    // SAFETY: never executed by a device.
+    unsafe {
+        rig.sq
+            .post(&SendWr::read(5, &local, zverbs_core::RemoteBuf::new(0x2000, 9)).signaled())
+    }
+    .unwrap();
+    let mut read = crate::testutil::req_cqe(QPN, crate::prm::opcode::RDMA_READ, 0, 4, 0);
+    read[..4].copy_from_slice(&message(4));
+    read[63] |= INLINE_SCATTER_32;
+    rig.mem.put_cqe(k, read);
+    let mut other = resp_cqe(QPN + 1, op::RESP_SEND, 4, 0, 0);
+    other[..4].copy_from_slice(&message(4));
+    other[63] |= INLINE_SCATTER_32;
+    rig.mem.put_cqe(k + 1, other);
+    let mut wc = [Completion::EMPTY; 1];
+    assert_eq!(cq.poll(&mut wc), 1);
+    assert_eq!(
+        (wc[0].wr_id, wc[0].status, wc[0].vendor_err, wc[0].qp_num),
+        (
+            5,
+            WcStatus::GeneralErr,
+            VENDOR_ERR_UNSUPPORTED_FORMAT | u32::from(read[63]),
+            QPN
+        )
+    );
+    assert_eq!(cq.poll(&mut wc), 1);
+    assert_eq!(
+        (wc[0].wr_id, wc[0].status, wc[0].qp_num),
+        (0, WcStatus::GeneralErr, QPN + 1)
+    );
+    assert!(a.iter().all(|&x| x == STALE), "nothing copied: {a:?}");
+    assert_eq!(rig.rq.free(), 7, "the QP's receive is still posted");
+    // Its own scattered receive takes it.
+    put(
+        &rig,
+        64,
+        k + 2,
+        op::RESP_SEND,
+        &message(6),
+        INLINE_SCATTER_32,
+    );
+    assert_eq!(cq.poll(&mut wc), 1);
+    assert_eq!(
+        (wc[0].wr_id, wc[0].status, wc[0].byte_len),
+        (8, WcStatus::Success, 6)
+    );
+    assert_eq!(&a[..6], &message(6)[..]);
+    assert_eq!(rig.rq.free(), 8);
+}
+
+#[test]
+fn shared_receive_queue_receives_scattered_and_flushed_retire_their_wqes() {
+    // Data scattered into the CQE of a receive from a shared receive queue (whose QPs must be
+    // created without scatter-to-CQE): reported as a format error, its WQE retired.
+    use crate::SharedRecvQueue;
+    use crate::state::{CqBinding, SrqSlot, SrqState};
+    use crate::testutil::{SqHandle, SrqMem};
+    let mem = SrqMem::new(0x42);
+    let slots: Vec<SrqSlot> = (0..4).map(|_| SrqSlot::new()).collect();
+    // SAFETY: the memory outlives the state and the queue; a new SRQ; nothing else posts.
+    let state = unsafe { SrqState::new(&mem.layout, &slots[..]) }.unwrap();
+    // SAFETY: as above.
+    let mut srq = unsafe { SharedRecvQueue::new(&mem.layout, &state) }.unwrap();
+    let mut a = std::vec![STALE; 64];
+    let sgl = [Sge::new(a.as_mut_ptr() as u64, 64, 1)];
+    // SAFETY: the buffer outlives the poll.
+    unsafe { srq.post(&RecvWr::new(1, &sgl)) }.unwrap();
+    let rig = Rig::new(8, 256, caps(1, 0));
+    let bindings = [CqBinding::with_srq(QPN, None::<SqHandle>, &state)];
+    // SAFETY: the rig's CQ memory, which this poller alone polls (the rig's is not used).
+    let mut cq = unsafe { CompletionQueue::new(&rig.mem.cq_layout(), &bindings[..]) }.unwrap();
+    let mut c = resp_cqe(QPN, op::RESP_SEND, 4, 0, 0);
+    c[..4].copy_from_slice(&message(4));
+    c[63] |= INLINE_SCATTER_32;
+    rig.mem.put_cqe(0, c);
+    let mut wc = [Completion::EMPTY; 1];
+    assert_eq!(cq.poll(&mut wc), 1);
+    assert_eq!(
+        (wc[0].wr_id, wc[0].status, wc[0].vendor_err),
+        (
+            1,
+            WcStatus::GeneralErr,
+            VENDOR_ERR_UNSUPPORTED_FORMAT | u32::from(c[63])
+        )
+    );
+    assert!(a.iter().all(|&x| x == STALE));
+    assert_eq!(srq.free(), 3, "the WQE was retired");
+    // And a flushed receive of the SRQ: its error CQE retires the WQE it names.
+    let wqe = srq.head() as u16;
+    // SAFETY: never executed by a device.
+    unsafe { srq.post(&RecvWr::new(2, &sgl)) }.unwrap();
+    rig.mem.put_cqe(
+        1,
+        crate::testutil::err_cqe(QPN, op::RESP_ERR, wqe, 0x05, 0, 0),
+    );
+    assert_eq!(cq.poll(&mut wc), 1);
+    assert_eq!((wc[0].wr_id, wc[0].status), (2, WcStatus::WrFlushErr));
+    assert_eq!(srq.free(), 3);
 }

@@ -330,3 +330,37 @@ fn a_batch_fits_in_exactly_what_was_returned_mid_batch() {
     assert_eq!((rig.sq.producer(), rig.mem.dbrec(1)), (5, 5));
     assert_eq!(rig.sq.outstanding_signaled(), 2);
 }
+
+#[test]
+fn inline_requests_of_one_entry_are_written_alike_posted_alone_or_in_a_batch() {
+    // Posted alone, a request of one entry may take the word-built writer of the common
+    // shapes; in a batch every request takes the segment writer. An inline one is not of
+    // those shapes: its data is in the WQE, whatever the path.
+    let payload: Vec<u8> = (1..=40).collect();
+    let remote = RemoteBuf::new(0x2000, 9);
+    let mk = |n: usize| [Sge::new(payload.as_ptr() as u64, n as u32, 3)];
+    let (s12, s20, s4, s40) = (mk(12), mk(20), mk(4), mk(40));
+    let wrs = [
+        SendWr::send(1, &s12).inline(),
+        SendWr::write(2, &s20, remote).inline().signaled(),
+        SendWr::send_imm(3, &s4, 0x55).inline(),
+        SendWr::write_imm(4, &s40, remote, 7).inline(),
+    ];
+    let mut alone = Rig::new(16, 256, caps(1, 64));
+    for wr in &wrs {
+        // SAFETY: never executed by a device; the inline sources are readable.
+        unsafe { alone.sq.post(wr) }.unwrap();
+    }
+    let mut batch = Rig::new(16, 256, caps(1, 64));
+    post_all(&mut batch, &wrs).unwrap();
+    assert_eq!(alone.sq.producer(), batch.sq.producer());
+    let (a, b) = (alone.mem.sq_bytes(), batch.mem.sq_bytes());
+    let blocks = alone.sq.producer() as usize;
+    assert_eq!(&a[..blocks * 64], &b[..blocks * 64]);
+    // The first WQE: control, then the inline segment holding the bytes.
+    assert_eq!(
+        u32::from_be_bytes(a[16..20].try_into().unwrap()),
+        0x8000_0000 | 12
+    );
+    assert_eq!(&a[20..32], &payload[..12]);
+}

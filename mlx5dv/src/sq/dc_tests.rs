@@ -359,3 +359,100 @@ fn refused_dc_requests_change_nothing() {
     assert_eq!((rig.dc.producer(), rig.dc.pending()), (8, 0));
     assert_eq!(rig.mem.dbrec(1), 8);
 }
+
+#[test]
+fn the_largest_dc_wqe_may_have_exactly_the_most_segments_a_wqe_has() {
+    // 58 entries: ctrl + datagram + 58 = 63 segments (MAX_DS), 16 blocks: taken by a ring
+    // of 16 blocks; 59 would be 64 segments, more than a WQE's count field holds, though the
+    // ring has room for the 16 blocks.
+    let mem = Mem::new(16, 8, 32, 0, 8);
+    let qp = mem.qp_layout(QPN, 8, 0);
+    let slots: std::boxed::Box<[crate::SqSlot]> = (0..16).map(|_| crate::SqSlot::new()).collect();
+    let state = crate::SqState::new(slots).unwrap();
+    assert_eq!(2 + DC_AV_DS as usize + 58, crate::prm::MAX_DS);
+    // SAFETY: never posted to.
+    assert!(unsafe { DcSendQueue::new(&qp, caps(58, 0), &state) }.is_ok());
+    // SAFETY: as above.
+    let e = unsafe { DcSendQueue::new(&qp, caps(59, 0), &state) }.unwrap_err();
+    assert_eq!(e, crate::LayoutError::WqeTooLarge { blocks: 16 });
+}
+
+#[test]
+fn a_dc_queue_reports_its_qpn_and_free_blocks() {
+    let mut rig = DcRig::new(8, 256, caps(2, 0));
+    assert_eq!(rig.dc.qpn(), QPN);
+    assert_eq!(rig.dc.free_blocks(), 8);
+    let sgl = [Sge::new(0x1000, 8, 1)];
+    // SAFETY: never executed by a device.
+    unsafe {
+        rig.dc
+            .stage_to(&dest(), &SendWr::write(1, &sgl, RemoteBuf::new(0x2000, 2)))
+    }
+    .unwrap();
+    assert_eq!(
+        rig.dc.free_blocks(),
+        6,
+        "a DC WRITE of one entry is two blocks"
+    );
+}
+
+#[test]
+fn zero_length_entries_of_a_dc_request_are_skipped() {
+    let mut rig = DcRig::new(8, 0, caps(4, 0));
+    let sgl = [
+        Sge::new(0x10, 0, 1),
+        Sge::new(0x20, 5, 2),
+        Sge::new(0x30, 0, 3),
+        Sge::new(0x40, 7, 4),
+    ];
+    // SAFETY: never executed by a device.
+    unsafe { rig.dc.stage_to(&dest(), &SendWr::send(1, &sgl)) }.unwrap();
+    let ring = rig.mem.sq_bytes();
+    // ctrl + datagram (3) + the two entries with bytes.
+    assert_eq!(crate::prm::wqe::CtrlSeg::new_unchecked(&ring[..16]).ds(), 6);
+    for (at, want) in [(64, (5, 2, 0x20)), (80, (7, 4, 0x40))] {
+        let d = crate::prm::wqe::DataSeg::new_unchecked(&ring[at..at + 16]);
+        assert_eq!(
+            (d.byte_count(), d.lkey(), d.addr()),
+            want,
+            "segment at {at}"
+        );
+    }
+    assert_eq!(rig.dc.producer(), 2);
+}
+
+#[test]
+fn a_dc_post_goes_by_blueflame_and_completes_with_its_wr_id() {
+    let mut c = caps(1, 0);
+    c.max_signaled = 2;
+    let mut rig = DcRig::new(8, 256, c);
+    let d = dest();
+    let sgl = [Sge::new(0x1000, 8, 1)];
+    let r = RemoteBuf::new(0x2000, 2);
+    // SAFETY: never executed by a device.
+    unsafe { rig.dc.post_to(&d, &SendWr::write(77, &sgl, r).signaled()) }.unwrap();
+    // The WQE (two blocks) fits the BlueFlame buffer: copied to the register, as posted.
+    let (ring, bf) = (rig.mem.sq_bytes(), rig.mem.bf_bytes());
+    assert_eq!(&bf[..128], &ring[..128]);
+    // An unsignaled request, then a signaled one: the CQE of the second retires both.
+    // SAFETY: as above.
+    unsafe { rig.dc.post_to(&d, &SendWr::write(78, &sgl, r)) }.unwrap();
+    // SAFETY: as above.
+    unsafe { rig.dc.post_to(&d, &SendWr::nop(79).signaled()) }.unwrap();
+    rig.mem
+        .put_cqe(0, req_cqe(QPN, opcode::RDMA_WRITE, 0, 0, 0));
+    rig.mem.put_cqe(1, req_cqe(QPN, opcode::NOP, 4, 0, 0));
+    let mut wc = [Completion::EMPTY; 4];
+    assert_eq!(rig.cq.poll(&mut wc), 2);
+    assert_eq!((wc[0].wr_id, wc[1].wr_id), (77, 79));
+    assert!(wc[..2].iter().all(Completion::is_success));
+    assert_eq!(rig.dc.free_blocks(), 8);
+    // Two CQEs back, as two were signaled: the CQ share (2) is whole again, and no more.
+    for i in 0..2 {
+        // SAFETY: as above.
+        unsafe { rig.dc.post_to(&d, &SendWr::nop(80 + i).signaled()) }.unwrap();
+    }
+    // SAFETY: as above.
+    let e = unsafe { rig.dc.post_to(&d, &SendWr::nop(82).signaled()) };
+    assert_eq!(e, Err(PostError::CqFull { limit: 2 }));
+}
