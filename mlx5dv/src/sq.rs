@@ -1100,22 +1100,28 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
     unsafe fn stage_one(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
         let plan = self.plan(wr)?;
         self.check_room(plan.blocks, u32::from(plan.signaled))?;
+        // Noted in each branch, so that the one-block WQE's size stays a constant there.
         // SAFETY: planned and room checked; the caller upholds the posting contract.
-        let (start, blocks) = unsafe { self.write_staged(wr, &plan) };
-        self.note_pending(start, blocks);
+        unsafe { self.write_staged(wr, &plan, |q, start, blocks| q.note_pending(start, blocks)) };
         Ok(())
     }
 
     /// Writes the planned request to be rung later (staged or in a batch): a one-block WQE
     /// of the common shapes as the words [`SendQueue::block_words`] builds, stored with
     /// whole-word stores, any other by the field-wise writer; records it and advances the
-    /// counters. Returns the segment counter of its control segment and its size in blocks.
+    /// counters; then calls `then` with the queue, the segment counter of its control segment
+    /// and its size in blocks, and returns what it returns.
     ///
     /// # Safety
     ///
     /// As [`SendQueue::write`].
     #[inline(always)]
-    unsafe fn write_staged(&mut self, wr: &SendWr<'_>, plan: &Plan<'_>) -> (u32, u32) {
+    unsafe fn write_staged<O>(
+        &mut self,
+        wr: &SendWr<'_>,
+        plan: &Plan<'_>,
+        then: impl FnOnce(&mut Self, u32, u32) -> O,
+    ) -> O {
         let pi = self.pi;
         if let Some((words, n)) = self.block_words(wr, plan, pi) {
             let start = pi.wrapping_mul(SEGS_PER_BB as u32);
@@ -1132,10 +1138,11 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
             );
             // SAFETY: (caller) block `pi` is free (room was checked) and not yet published.
             unsafe { ring.write_block_words(start, &words, n) };
-            (start, 1)
+            then(self, start, 1)
         } else {
             // SAFETY: (caller) as `write`'s contract.
-            (unsafe { self.write(wr, plan) }, plan.blocks)
+            let start = unsafe { self.write(wr, plan) };
+            then(self, start, plan.blocks)
         }
     }
 
