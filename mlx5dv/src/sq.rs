@@ -1090,6 +1090,62 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         self.pi = next;
     }
 
+    /// [`PostSend::stage`] of one request: checked, its room checked, then written
+    /// ([`SendQueue::write_staged`]) and noted for the next ring.
+    ///
+    /// # Safety
+    ///
+    /// The posting contract of [`PostSend`].
+    #[inline(always)]
+    unsafe fn stage_one(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
+        let plan = self.plan(wr)?;
+        self.check_room(plan.blocks, u32::from(plan.signaled))?;
+        // Noted in each branch, so that the one-block WQE's size stays a constant there.
+        // SAFETY: planned and room checked; the caller upholds the posting contract.
+        unsafe { self.write_staged(wr, &plan, |q, start, blocks| q.note_pending(start, blocks)) };
+        Ok(())
+    }
+
+    /// Writes the planned request to be rung later (staged or in a batch): a one-block WQE
+    /// of the common shapes as the words [`SendQueue::block_words`] builds, stored with
+    /// whole-word stores, any other by the field-wise writer; records it and advances the
+    /// counters; then calls `then` with the queue, the segment counter of its control segment
+    /// and its size in blocks, and returns what it returns.
+    ///
+    /// # Safety
+    ///
+    /// As [`SendQueue::write`].
+    #[inline(always)]
+    unsafe fn write_staged<O>(
+        &mut self,
+        wr: &SendWr<'_>,
+        plan: &Plan<'_>,
+        then: impl FnOnce(&mut Self, u32, u32) -> O,
+    ) -> O {
+        let pi = self.pi;
+        if let Some((words, n)) = self.block_words(wr, plan, pi) {
+            let start = pi.wrapping_mul(SEGS_PER_BB as u32);
+            // A local, as in `SendQueue::write`.
+            let ring = self.ring;
+            let sig = u16::from(plan.signaled);
+            self.record_block(
+                wr.wr_id,
+                plan.opcode,
+                plan.signaled,
+                sig,
+                ring.seg_of(start),
+                pi.wrapping_add(1),
+            );
+            // SAFETY: (caller) block `pi` is free (room was checked) and not yet published.
+            unsafe { ring.write_block_words(start, &words, n) };
+            then(self, start, 1)
+        } else {
+            // SAFETY: (caller) as `write`'s contract.
+            let start = unsafe { self.write(wr, plan) };
+            then(self, start, plan.blocks)
+        }
+    }
+
     /// [`PostSend::ring`] out of line, for [`PostSend::post`] after requests were written and
     /// not rung (not the latency path).
     #[cold]
@@ -1249,12 +1305,22 @@ unsafe fn write_inline_wrapping(ring: SegRing, seg: u32, src: u64, len: u32) {
 impl<P: SqStateRef, R: BfRegister, T: SqTransport> PostSend for SendQueue<P, R, T> {
     #[inline(always)]
     unsafe fn stage(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
-        let plan = self.plan(wr)?;
-        self.check_room(plan.blocks, u32::from(plan.signaled))?;
-        // SAFETY: planned and room checked; the caller upholds the posting contract.
-        let start = unsafe { self.write(wr, &plan) };
-        self.note_pending(start, plan.blocks);
-        Ok(())
+        // One arm per operation, as in `post`.
+        // SAFETY: the caller upholds the posting contract.
+        unsafe {
+            match wr.op {
+                SendOp::Write { .. } => self.stage_one(wr),
+                SendOp::WriteImm { .. } => self.stage_one(wr),
+                SendOp::Send { .. } => self.stage_one(wr),
+                SendOp::SendImm { .. } => self.stage_one(wr),
+                SendOp::Read { .. } => self.stage_one(wr),
+                SendOp::CompareSwap { .. } => self.stage_one(wr),
+                SendOp::FetchAdd { .. } => self.stage_one(wr),
+                SendOp::Nop | SendOp::SendTo { .. } | SendOp::SendToImm { .. } => {
+                    self.stage_one(wr)
+                }
+            }
+        }
     }
 
     /// Posts and rings, inlined into the caller like [`PostSend::stage`], so that a request

@@ -135,8 +135,7 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         }
         // SAFETY: planned from its check, and its blocks and CQE fit after the requests
         // before it; the caller upholds the posting contract.
-        let start = unsafe { self.write(wr, &plan) };
-        Ok((start, plan.blocks))
+        Ok(unsafe { self.write_staged(wr, &plan, |_, start, blocks| (start, blocks)) })
     }
 
     /// A batch's request is not covered by the credit: reads the credit word and checks
