@@ -41,8 +41,9 @@ pub struct Mem {
     pub rq: Vec<SegCell>,
     /// QP doorbell record: `[RCV, SND]`.
     pub dbrec: Vec<AtomicU32>,
-    /// BlueFlame register stand-in (never read by the model's NIC).
-    pub bf: Vec<u64>,
+    /// BlueFlame register stand-in (never read by the model's NIC): two 64-byte buffers,
+    /// aligned as a register is.
+    pub bf: Vec<BfBuffer>,
     /// CQE ring.
     pub cq: Vec<CqeCell>,
     /// CQ doorbell record.
@@ -55,6 +56,11 @@ unsafe impl Sync for Mem {}
 // SAFETY: as above.
 unsafe impl Send for Mem {}
 
+/// One BlueFlame buffer's 64 bytes, as words, at a register's alignment.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+pub struct BfBuffer(pub [u64; 8]);
+
 impl Mem {
     /// A send ring of `sq_blocks`, a receive ring of `rq_entries`, `cqes` CQEs.
     pub fn new(sq_blocks: usize, rq_entries: usize, cqes: usize) -> Self {
@@ -62,7 +68,7 @@ impl Mem {
             sq: (0..sq_blocks * 4).map(|_| SegCell::new([0; 16])).collect(),
             rq: (0..rq_entries).map(|_| SegCell::new([0; 16])).collect(),
             dbrec: (0..2).map(|_| AtomicU32::new(0)).collect(),
-            bf: vec![0; 16],
+            bf: vec![BfBuffer([0; 8]); 2],
             cq: (0..cqes).map(|_| new_cqe()).collect(),
             cq_dbrec: (0..2).map(|_| AtomicU32::new(0)).collect(),
         }
@@ -84,7 +90,7 @@ impl Mem {
                 stride: 16,
             },
             bf: BfLayout {
-                reg: nn(self.bf.as_ptr()),
+                reg: nn(self.bf.as_ptr().cast::<u64>()),
                 size: 64,
             },
         }
@@ -110,7 +116,7 @@ impl Mem {
     /// The BlueFlame buffer `i` (64 bytes each) as bytes, once no queue writes it any more.
     pub fn bf_bytes(&self, i: usize) -> [u8; 64] {
         let mut b = [0u8; 64];
-        for (w, word) in self.bf[8 * i..8 * i + 8].iter().enumerate() {
+        for (w, word) in self.bf[i].0.iter().enumerate() {
             // SAFETY: the queues wrote the register through raw pointers; every writer is
             // joined, so this read races with nothing.
             let v = unsafe { std::ptr::read_volatile(word) };

@@ -416,32 +416,6 @@ impl SegRing {
         }
     }
 
-    /// As [`SegRing::write_block_words`], at segment `seg` of the ring (`seg_of` a block's
-    /// first segment counter: not masked again).
-    ///
-    /// # Safety
-    ///
-    /// As [`SegRing::write_block_words`]; `seg` is a multiple of 4 less than the ring's size.
-    #[inline(always)]
-    pub(crate) unsafe fn write_block_words_at(&self, seg: u32, words: &[u64; 8], n: usize) {
-        debug_assert!(seg.is_multiple_of(4) && seg <= self.mask && n <= 8);
-        #[cfg(not(zverbs_loom))]
-        {
-            // SAFETY: (caller) the block's 64 bytes are in the ring, 16-byte aligned
-            // (constructor contract); the device is not reading them and only the owner writes.
-            let dst = unsafe { self.base.as_ptr().add(seg as usize) }.cast::<u64>();
-            for (i, w) in words.iter().take(n).enumerate() {
-                // SAFETY: word `i < 8` of the block above.
-                unsafe { dst.add(i).write(*w) };
-            }
-        }
-        #[cfg(zverbs_loom)]
-        // SAFETY: (caller) as above; masking a segment of the ring keeps it.
-        unsafe {
-            self.write_block_words(seg, words, n)
-        };
-    }
-
     /// Calls `f` with segment `idx` (masked) for reading.
     #[inline(always)]
     pub(crate) fn with<R>(&self, idx: u32, f: impl FnOnce(&[u8; 16]) -> R) -> R {

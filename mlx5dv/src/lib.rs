@@ -28,7 +28,7 @@
 //! #     NonNull::new(Box::into_raw(vec![fill; n].into_boxed_slice()).cast::<T>()).unwrap()
 //! # }
 //! # let (sq_ring, rq_ring, cqes) = (region(Block([0; 64]), 64), region(Block([0; 64]), 16), region(Block([0xff; 64]), 64));
-//! # let (dbrec, cq_dbrec, bf) = (region(0u32, 2), region(0u32, 2), region(0u64, 64));
+//! # let (dbrec, cq_dbrec, bf) = (region(0u32, 2), region(0u32, 2), region(Block([0; 64]), 8));
 //! let qp = QpLayout {
 //!     qpn: 0x100,
 //!     dbrec,
@@ -83,7 +83,7 @@
 //! # // SAFETY: each region came from `region` and nothing uses it any more.
 //! # unsafe {
 //! #     fn free<T>(p: NonNull<T>, n: usize) { drop(unsafe { Box::from_raw(core::ptr::slice_from_raw_parts_mut(p.as_ptr(), n)) }) }
-//! #     free(sq_ring, 64); free(rq_ring, 16); free(cqes, 64); free(dbrec, 2); free(cq_dbrec, 2); free(bf, 64);
+//! #     free(sq_ring, 64); free(rq_ring, 16); free(cqes, 64); free(dbrec, 2); free(cq_dbrec, 2); free(bf, 8);
 //! # }
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```

@@ -14,7 +14,8 @@ struct Block([u8; 64]);
 fn a_request_posts_through_the_reexported_backend() {
     let mut ring: Vec<Block> = (0..4).map(|_| Block([0; 64])).collect();
     let mut dbrec = [0u32; 2];
-    let mut bf = [0u64; 64];
+    // Two 256-byte BlueFlame buffers, aligned as a register is.
+    let mut bf: Vec<Block> = (0..8).map(|_| Block([0; 64])).collect();
     let slots: Vec<SqSlot> = (0..4).map(|_| SqSlot::new()).collect();
     let state = SqState::new(&slots[..]).unwrap();
     let layout = QpLayout {

@@ -79,7 +79,8 @@ const UD_QPN: u32 = 0x124;
 const SRQ_WQES: usize = 4;
 const SRQ_STRIDE: usize = 32;
 
-/// The memory a device shares with software, laid out as libmlx5 lays it out.
+/// The memory a device shares with software, laid out as libmlx5 lays it out: every ring and
+/// BlueFlame buffer at a multiple of 16 bytes (the records after them).
 #[repr(C, align(4096))]
 struct DeviceMemory {
     sq: [u8; SQ_BBS * 64],
@@ -89,9 +90,9 @@ struct DeviceMemory {
     qp_dbrec: [u32; 2],
     cq_dbrec: [u32; 2],
     ud_sq: [u8; SQ_BBS * 64],
-    ud_dbrec: [u32; 2],
     ud_bf: [u8; 2 * BF_SIZE],
     srq: [u8; SRQ_WQES * SRQ_STRIDE],
+    ud_dbrec: [u32; 2],
     srq_dbrec: [u32; 1],
     /// Stands in for the CQ's UAR page: the arm writes its CQ doorbell at 0x20.
     cq_uar: [u64; 8],
@@ -111,9 +112,9 @@ static MEMORY: Shared = Shared(UnsafeCell::new(DeviceMemory {
     qp_dbrec: [0; 2],
     cq_dbrec: [0; 2],
     ud_sq: [0; SQ_BBS * 64],
-    ud_dbrec: [0; 2],
     ud_bf: [0; 2 * BF_SIZE],
     srq: [0; SRQ_WQES * SRQ_STRIDE],
+    ud_dbrec: [0; 2],
     srq_dbrec: [0; 1],
     cq_uar: [0; 8],
 }));
