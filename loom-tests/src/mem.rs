@@ -57,7 +57,7 @@ unsafe impl Sync for Mem {}
 unsafe impl Send for Mem {}
 
 /// One BlueFlame buffer's 64 bytes, as words, at a register's alignment.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 #[repr(C, align(64))]
 pub struct BfBuffer(pub [u64; 8]);
 
