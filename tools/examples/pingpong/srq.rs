@@ -224,9 +224,16 @@ fn session<R: PostRecv, C: PollCq>(
     let client = o.server.is_some();
     let start = Instant::now();
     let mut pending = vec![RECV; qpns.len()];
+    // Sends posted: never more than `iters`. Counting completed sends alone (as the verbs
+    // example does) lets each side post up to one more per QP than the other expects, and one
+    // that arrives after the other side has destroyed its QPs fails here with "retry counter
+    // exceeded" (at once on a device that answers for a gone QP, after the retries on one
+    // that drops the request).
+    let mut posted = 0u64;
     if client {
-        for (sq, p) in sqs.iter_mut().zip(&mut pending) {
+        for (sq, p) in sqs.iter_mut().zip(&mut pending).take(o.iters as usize) {
             send(sq, sbuf, o.size)?;
+            posted += 1;
             *p = RECV | SENT;
         }
     }
@@ -255,8 +262,9 @@ fn session<R: PostRecv, C: PollCq>(
             } else {
                 return Err(format!("Completion for unknown wr_id {}", c.wr_id).into());
             }
-            if scnt < o.iters && pending[i] == 0 {
+            if posted < o.iters && pending[i] == 0 {
                 send(&mut sqs[i], sbuf, o.size)?;
+                posted += 1;
                 pending[i] = RECV | SENT;
             }
         }
