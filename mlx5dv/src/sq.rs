@@ -1303,7 +1303,10 @@ unsafe fn write_inline_wrapping(ring: SegRing, seg: u32, src: u64, len: u32) {
 }
 
 impl<P: SqStateRef, R: BfRegister, T: SqTransport> PostSend for SendQueue<P, R, T> {
-    #[inline(always)]
+    // Inlined into the caller where the build optimises; an ordinary call where it does not
+    // (a debug build), whose stack frame would otherwise hold every arm's locals in each
+    // function that posts, once per call site.
+    #[cfg_attr(not(debug_assertions), inline(always))]
     unsafe fn stage(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
         // One arm per operation, as in `post`.
         // SAFETY: the caller upholds the posting contract.
@@ -1328,8 +1331,8 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> PostSend for SendQueue<P, R, 
     /// trait's provided `post` is an ordinary call, where the request is opaque). The WQE goes
     /// straight to the doorbell; requests written earlier and not yet rung are rung first
     /// (once this one is known to be valid and to fit), so that this one alone rides on
-    /// BlueFlame.
-    #[inline(always)]
+    /// BlueFlame. (An ordinary call in a build without optimisation, as `stage`.)
+    #[cfg_attr(not(debug_assertions), inline(always))]
     unsafe fn post(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
         // One arm per operation, as in `post_all` (`sq/batch.rs`): for a request whose
         // operation is opaque here, each arm is that operation's code alone; for one known at
