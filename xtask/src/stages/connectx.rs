@@ -190,13 +190,102 @@ fn pair2(
     Ok(pair_outputs(server, client, port, env, emu)?.1)
 }
 
+/// As [`pair`], for a run whose figure is compared with another tool's: the server and every
+/// thread it starts (its device's threads too) on one CPU, the client's on another
+/// ([`Placement::Pinned`]).
+fn measured(tool: &Path, args: &[&str], port: u16, emu: &(PathBuf, PathBuf)) -> Result<String> {
+    measured2((tool, args), (tool, args), port, emu)
+}
+
+/// As [`pair2`], pinned as [`measured`] is.
+fn measured2(
+    server: (&Path, &[&str]),
+    client: (&Path, &[&str]),
+    port: u16,
+    emu: &(PathBuf, PathBuf),
+) -> Result<String> {
+    Ok(placed_outputs(server, client, port, &[], emu, Placement::pinned())?.1)
+}
+
+/// Where the two processes of a pair run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Placement {
+    /// Wherever the scheduler puts them.
+    Free,
+    /// The server on CPU `0`, the client on CPU `1`, each process's threads (the program's and
+    /// its emulated device's) kept there. On a two-core machine, left free, the two polling
+    /// programs and the four device threads that serve them move between the cores from one
+    /// run to the next, and a run's latency depends on where they landed; pinned, each core
+    /// holds one program and the device threads that preempt it, the same for every tool.
+    Pinned(usize, usize),
+}
+
+impl Placement {
+    /// [`Placement::Pinned`] on CPUs 0 and 1 where this process may use both, else free.
+    fn pinned() -> Self {
+        if allowed_cpus().is_some_and(|c| c.contains(&0) && c.contains(&1)) {
+            Placement::Pinned(0, 1)
+        } else {
+            Placement::Free
+        }
+    }
+}
+
+/// The CPUs this process may run on, or `None` when the kernel does not say.
+fn allowed_cpus() -> Option<Vec<usize>> {
+    // SAFETY: `set` is a plain bit set the call fills; size and pointer describe it.
+    let set = unsafe {
+        let mut set = std::mem::zeroed::<libc::cpu_set_t>();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return None;
+        }
+        set
+    };
+    // SAFETY: `CPU_ISSET` reads the set; every index is below CPU_SETSIZE.
+    Some(
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+            .collect(),
+    )
+}
+
+/// Has `cmd`'s process run on CPU `cpu` only (set in the child before it executes the
+/// program, so its threads inherit it).
+fn pin(cmd: &mut Command, cpu: usize) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the forked child before exec and only calls
+    // sched_setaffinity on a set built on its own stack: async-signal-safe, no allocation.
+    unsafe {
+        cmd.pre_exec(move || {
+            let mut set = std::mem::zeroed::<libc::cpu_set_t>();
+            libc::CPU_SET(cpu, &mut set);
+            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// As [`pair2`]; returns the server's output and the client's.
 fn pair_outputs(
+    server: (&Path, &[&str]),
+    client: (&Path, &[&str]),
+    port: u16,
+    env: &[(&str, &str)],
+    emu: &(PathBuf, PathBuf),
+) -> Result<(String, String)> {
+    placed_outputs(server, client, port, env, emu, Placement::Free)
+}
+
+/// As [`pair_outputs`], the two processes placed as `placement` says.
+fn placed_outputs(
     (server_tool, server_args): (&Path, &[&str]),
     (client_tool, client_args): (&Path, &[&str]),
     port: u16,
     env: &[(&str, &str)],
     emu: &(PathBuf, PathBuf),
+    placement: Placement,
 ) -> Result<(String, String)> {
     let file = |p: &Path| {
         p.file_name()
@@ -224,11 +313,18 @@ fn pair_outputs(
         for (k, v) in env {
             c.env(k, v);
         }
+        if let Placement::Pinned(s, cl) = placement {
+            pin(&mut c, if server { s } else { cl });
+        }
         c
+    };
+    let on = |server: bool| match placement {
+        Placement::Free => String::new(),
+        Placement::Pinned(s, c) => format!("[CPU {}] ", if server { s } else { c }),
     };
     let deadline = Instant::now() + TIMEOUT;
     let server_cmd = make(true);
-    println!("$ {}  &", util::show(&server_cmd));
+    println!("$ {}{}  &", on(true), util::show(&server_cmd));
     let server = Proc::spawn(
         server_cmd,
         dir.join(format!("{name}-{port}-server.txt")),
@@ -241,7 +337,7 @@ fn pair_outputs(
         std::thread::sleep(Duration::from_millis(20));
     }
     let client_cmd = make(false);
-    println!("$ {}", util::show(&client_cmd));
+    println!("$ {}{}", on(false), util::show(&client_cmd));
     let client = Proc::spawn(
         client_cmd,
         dir.join(format!("{name}-{port}-client.txt")),
@@ -285,6 +381,27 @@ fn typical(out: &str) -> Option<f64> {
     let at = cols.iter().position(|c| c.starts_with("t_typical"))?;
     let vals: Vec<&str> = out.lines().nth(header + 1)?.split_whitespace().collect();
     vals.get(at)?.parse().ok()
+}
+
+/// Runs a latency tool through `run` (which gives its output) and takes its `t_typical`, again
+/// when the figure is not a finite number: perftest times in CPU cycles and gives `inf`
+/// throughout when it could not measure the clock rate (its samples disagreeing on a loaded
+/// machine: "Correlation coefficient r^2 ... < 0.9"), a run that measured nothing.
+fn typical_of(what: &str, mut run: impl FnMut() -> Result<String>) -> Result<f64> {
+    const ATTEMPTS: usize = 3;
+    let mut last = String::new();
+    for _ in 0..ATTEMPTS {
+        let out = run()?;
+        match typical(&out) {
+            Some(t) if t.is_finite() => return Ok(t),
+            Some(_) => {
+                println!("{what}: no finite t_typical (the tool could not time the run); again");
+                last = out;
+            }
+            None => bail!("no t_typical in {what}'s output:\n{out}"),
+        }
+    }
+    bail!("{what}: no finite t_typical in {ATTEMPTS} runs; the last:\n{last}")
 }
 
 /// Where a Debian package's program is, if installed.
@@ -679,6 +796,7 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
         ">perftest [us]",
         ">direct/perftest",
         ">verbs/perftest",
+        ">perftest/perftest",
     ]);
     let mut notes = Vec::new();
     // Each row: `zverbs-perf` (direct, and the fallback) against perftest, in alternating
@@ -705,14 +823,25 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
         let direct = [ours, &n, &["--backend", "direct"]].concat();
         let verbs = [ours, &n, &["--backend", "verbs"]].concat();
         let theirs = [theirs, &n].concat();
-        let contenders: [(&Path, &[&str]); 3] =
-            [(&perf, &direct), (&perf, &verbs), (&perftest, &theirs)];
+        // perftest twice a round: the ratio of its two runs is what the instrument gives for
+        // two tools that are the same, the resolution every other ratio of the row has.
+        let contenders: [(&Path, &[&str]); 4] = [
+            (&perf, &direct),
+            (&perf, &verbs),
+            (&perftest, &theirs),
+            (&perftest, &theirs),
+        ];
         let f = rounds::alternating(ROUNDS, contenders.len(), |i| {
             let (tool, args) = contenders[i];
-            typical(&pair(tool, args, next_port(), &[], &emu)?)
-                .ok_or_else(|| anyhow!("no t_typical in {} {args:?}'s output", tool.display()))
+            typical_of(&format!("{} {args:?}", tool.display()), || {
+                measured(tool, args, next_port(), &emu)
+            })
         })?;
-        let (ds, vs) = (rounds::ratios(&f[0], &f[2]), rounds::ratios(&f[1], &f[2]));
+        let (ds, vs, aa) = (
+            rounds::ratios(&f[0], &f[2]),
+            rounds::ratios(&f[1], &f[2]),
+            rounds::ratios(&f[3], &f[2]),
+        );
         ratios.row(vec![
             label.into(),
             format!("{:.2}", rounds::median(&f[0])),
@@ -720,16 +849,21 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
             format!("{:.2}", rounds::median(&f[2])),
             rounds::ratio_cell(&ds),
             rounds::ratio_cell(&vs),
+            rounds::ratio_cell(&aa),
         ]);
-        notes.push(format!("{label} {:.3}", ds.median));
+        notes.push(format!("{label} {:.3} (A/A {:.3})", ds.median, aa.median));
     }
     println!(
         "\nlatency, t_typical (median of half round trips; full round trips for READ and atomics), \
          2-byte messages (8 for atomics), same emulated device, same run, {ROUNDS} alternating \
          rounds: each time column is the median over the rounds, each ratio the median of the \
-         rounds' ratios with its bootstrap 95% interval. The figures are mostly the software \
-         device's threads and the hand-off between processes through a socket, the same for \
-         every row; the post paths differ by nanoseconds within them:"
+         rounds' ratios with its bootstrap 95% interval; server and client each on a CPU of \
+         their own ({:?}). perftest/perftest is perftest against a second run of itself in the \
+         same rounds: the spread two identical tools show, which no other ratio of the row can \
+         resolve below. The figures are mostly the software device's threads and the hand-off \
+         between processes through a socket, the same for every row; the post paths differ by \
+         nanoseconds within them:",
+        Placement::pinned()
     );
     ratios.print(false);
 
@@ -744,7 +878,7 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
             + datagrams.len()
             + 2 * mixed.len()
             + checks.len()
-            + 3 * 5 * ROUNDS
+            + 4 * 5 * ROUNDS
             + ts_runs
             + ucx_runs
             + 5,
@@ -899,12 +1033,15 @@ fn events(
     let d = [&["send_lat", "--events"][..], &n, &["--backend", "direct"]].concat();
     let v = [&["send_lat", "--events"][..], &n, &["--backend", "verbs"]].concat();
     let p = [&["-e"][..], &n].concat();
-    let d = typical(&pair(&perf, &d, next_port(), &[], emu)?);
-    let v = typical(&pair(&perf, &v, next_port(), &[], emu)?);
-    let p = typical(&pair(&perftest, &p, next_port(), &[], emu)?);
-    let (Some(d), Some(v), Some(p)) = (d, v, p) else {
-        bail!("no t_typical in a latency tool's output (send_lat with events)");
-    };
+    let d = typical_of("zverbs-perf send_lat --events (direct)", || {
+        measured(&perf, &d, next_port(), emu)
+    })?;
+    let v = typical_of("zverbs-perf send_lat --events (verbs)", || {
+        measured(&perf, &v, next_port(), emu)
+    })?;
+    let p = typical_of("ib_send_lat -e", || {
+        measured(&perftest, &p, next_port(), emu)
+    })?;
     let mut t = Table::new(&[
         "test",
         ">zverbs-perf direct [us]",
@@ -930,4 +1067,60 @@ fn events(
         "ibv_rc_pingpong -e both roles ok, send_lat --events direct/perftest {:.3}",
         d / p
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(typical: &str) -> String {
+        format!(
+            " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]\n \
+             2       1000          66.16          1858.08      {typical}       225.78\n"
+        )
+    }
+
+    #[test]
+    fn a_run_that_timed_nothing_is_run_again() {
+        let mut outs = vec![result("190.74"), result("inf")];
+        let t = typical_of("tool", || Ok(outs.pop().unwrap())).unwrap();
+        assert_eq!(t, 190.74);
+        assert!(outs.is_empty(), "run twice");
+    }
+
+    #[test]
+    fn a_tool_that_never_times_is_an_error() {
+        let mut runs = 0;
+        let e = typical_of("tool", || {
+            runs += 1;
+            Ok(result("inf"))
+        })
+        .unwrap_err();
+        assert_eq!(runs, 3);
+        assert!(e.to_string().contains("no finite t_typical"), "{e}");
+        let e = typical_of("tool", || Ok("no table".into())).unwrap_err();
+        assert!(e.to_string().contains("no t_typical"), "{e}");
+    }
+
+    #[test]
+    fn pinned_only_where_both_cpus_are_allowed() {
+        let cpus = allowed_cpus().expect("sched_getaffinity");
+        assert!(!cpus.is_empty());
+        let want = if cpus.contains(&0) && cpus.contains(&1) {
+            Placement::Pinned(0, 1)
+        } else {
+            Placement::Free
+        };
+        assert_eq!(Placement::pinned(), want);
+    }
+
+    #[test]
+    fn a_pinned_child_runs_on_its_cpu_only() {
+        let mut c = Command::new("grep");
+        c.args(["Cpus_allowed_list", "/proc/self/status"]);
+        pin(&mut c, 0);
+        let out = c.output().expect("grep runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(text.split_whitespace().nth(1), Some("0"), "{text}");
+    }
 }

@@ -11,7 +11,7 @@
 
 use std::path::PathBuf;
 
-use super::{ROUNDS, pair, rounds, solo, typical, which};
+use super::{ROUNDS, measured, pair, rounds, solo, typical, which};
 use crate::util::{self, Result, Table, anyhow, bail};
 
 /// `ucx_perftest`'s device and transport: the emulated port, UCX's mlx5 RC transport.
@@ -271,7 +271,7 @@ pub fn bench(args: &[String]) -> Result {
         let idle_server = [&["-i", "0", &perftest_s][..], &theirs].concat();
         let f = rounds::alternating(rounds_n, 2, |i| {
             if i == 0 {
-                let out = pair(&perf, &ours, next_port(), &[], &emu)?;
+                let out = measured(&perf, &ours, next_port(), &emu)?;
                 match figure {
                     Figure::Latency => typical(&out),
                     Figure::Rate => zverbs_msg_rate(&out),
@@ -279,15 +279,14 @@ pub fn bench(args: &[String]) -> Result {
                 .ok_or_else(|| anyhow!("no figure in zverbs-perf {ours:?}'s output:\n{out}"))
             } else {
                 let out = if idle {
-                    super::pair2(
+                    super::measured2(
                         (&chrt, &idle_server),
                         (&perftest, &theirs),
                         next_port(),
-                        &[],
                         &emu,
                     )?
                 } else {
-                    pair(&perftest, &theirs, next_port(), &[], &emu)?
+                    measured(&perftest, &theirs, next_port(), &emu)?
                 };
                 final_line(&out)
                     .map(|v| match figure {
