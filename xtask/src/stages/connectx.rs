@@ -48,7 +48,7 @@ const TIMEOUT: Duration = Duration::from_secs(120);
 /// Iterations of each perftest run (latency tests and `ib_write_bw`).
 const ITERS: &str = "300";
 /// Alternating rounds of each `zverbs-perf` latency test against perftest's.
-const ROUNDS: usize = 5;
+const ROUNDS: usize = 7;
 
 /// What the emulator needs: the shim and the sysfs tool, built in release.
 fn build() -> Result<(PathBuf, PathBuf)> {
