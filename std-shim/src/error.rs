@@ -337,4 +337,19 @@ mod tests {
         assert!(e.to_string().contains("`libibverbs1`"));
         assert!(std::error::Error::source(&e).is_some());
     }
+
+    #[test]
+    fn a_misaligned_register_is_a_layout_error_that_names_it() {
+        let e: Error = zverbs_mlx5dv::LayoutError::BfMisaligned {
+            addr: 0x7f00_0000_0808,
+            align: 16,
+        }
+        .into();
+        assert!(matches!(e, Error::Layout(_)));
+        assert_eq!(
+            e.to_string(),
+            "the direct backend rejected the queue layout: the doorbell/BlueFlame register at \
+             0x7f0000000808 is not 16-byte aligned"
+        );
+    }
 }
