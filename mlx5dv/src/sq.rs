@@ -774,7 +774,7 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
     /// rings it alone (a one-block WQE of the common shapes as words in registers, stored to
     /// the ring and to the BlueFlame register; an inline WRITE or SEND of one entry with
     /// fixed-size moves; any other with the field-wise writer). The
-    /// rest goes out of line to the exact checks ([`SendQueue::post_one_slow`]).
+    /// rest goes out of line to the exact checks ([`SendQueue::post_room`]).
     ///
     /// # Safety
     ///

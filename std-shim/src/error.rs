@@ -116,9 +116,8 @@ pub enum Error {
         /// What to call first.
         advice: &'static str,
     },
-    /// A post was refused; nothing was written (the queue's
-    /// [`PostError`](zverbs_core::PostError), or the [`safe`](crate::safe) layer's
-    /// [`PostError`](zverbs_core::PostError) inside its error).
+    /// A post was refused; nothing was written (the queue's [`PostError`], or the
+    /// [`safe`](crate::safe) layer's [`PostError`] inside its error).
     #[error(transparent)]
     Post(#[from] PostError),
     /// An all-or-nothing batch was refused; nothing of it was written.
