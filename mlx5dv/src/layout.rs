@@ -149,6 +149,14 @@ pub enum LayoutError {
         /// The alignment it needs: 16 with BlueFlame, 8 without.
         align: u32,
     },
+    /// BlueFlame buffers whose size is not a whole number of 64-byte basic blocks: the second
+    /// buffer, at `bf.reg + bf.size`, would not be aligned for the stores a post makes. A
+    /// device's buffers are (256 bytes on ConnectX; `bf.size == 0` when there are none).
+    #[error("BlueFlame buffers of {size} bytes: not a multiple of 64")]
+    BfSize {
+        /// The layout's `bf.size`.
+        size: u32,
+    },
     /// A shared BlueFlame register's state was made for another buffer size than the queue's.
     #[error("shared BlueFlame register of {register}-byte buffers for a queue with {queue}")]
     SharedBfSize {

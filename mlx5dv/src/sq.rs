@@ -259,9 +259,10 @@ impl<P: SqStateRef> SendQueue<P> {
     ///
     /// A [`LayoutError`] when the ring is not a power of two of 64-byte blocks, is larger than
     /// the 16-bit counters allow, does not match `state`, or cannot hold the largest WQE the
-    /// capabilities allow; [`LayoutError::BfMisaligned`] when the register is not 16-byte
-    /// aligned with BlueFlame (`bf.size > 0`: posts store 16-byte segments into it) or not
-    /// 8-byte aligned without (the 8-byte doorbell). A refused layout is not written to.
+    /// capabilities allow; [`LayoutError::BfSize`] when `bf.size` is not a multiple of 64;
+    /// [`LayoutError::BfMisaligned`] when the register is not 16-byte aligned with BlueFlame
+    /// (`bf.size > 0`: posts store 16-byte segments into it) or not 8-byte aligned without
+    /// (the 8-byte doorbell). A refused layout is not written to.
     pub unsafe fn new(layout: &QpLayout, caps: SqCaps, state: P) -> Result<Self, LayoutError> {
         // SAFETY: (caller) the contract of `with_register`, with the register this queue's
         // alone.
@@ -409,8 +410,14 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         }
         let mut caps = caps;
         caps.max_signaled = caps.max_signaled.min(1 << 15);
-        // The register takes 16-byte segment stores with BlueFlame, 8-byte doorbells without:
+        // The register takes 16-byte segment stores with BlueFlame, 8-byte doorbells without,
+        // at its base and (with BlueFlame) at `bf.size`, where the second buffer starts:
         // checked here, so no post needs to.
+        if !layout.bf.size.is_multiple_of(64) {
+            return Err(LayoutError::BfSize {
+                size: layout.bf.size,
+            });
+        }
         let (bf_len, align) = if layout.bf.size == 0 {
             (8, 8)
         } else {
@@ -1826,6 +1833,55 @@ mod tests {
             assert!(DcSendQueue::new(&at(16, 256), rc, &state).is_ok());
             assert!(SendQueue::new_ud(&at(8, 0), ud, &state).is_ok());
             assert!(SendQueue::new_shared(&at(8, 0), rc, &state, &db_shared).is_ok());
+        }
+    }
+
+    /// BlueFlame buffers that are not whole basic blocks are refused by every constructor:
+    /// the second buffer, at `bf.reg + bf.size`, would take the stores of a post unaligned (or,
+    /// under 64 bytes, fit no block). Nothing is written.
+    #[test]
+    fn blueflame_buffers_not_whole_blocks_are_refused_by_every_constructor() {
+        use crate::DcSendQueue;
+        use crate::bf::SharedBf;
+        use crate::testutil::Mem;
+
+        let mem = Mem::new(8, 8, 32, 512, 8);
+        let slots: Vec<crate::SqSlot> = (0..8).map(|_| crate::SqSlot::new()).collect();
+        let state = crate::SqState::new(&slots[..]).unwrap();
+        let ud = SqCaps {
+            transport: zverbs_core::Transport::Ud { mtu: 4096 },
+            ..caps(2, 64)
+        };
+        let rc = caps(2, 64);
+        for size in [4, 8, 16, 32, 72, 80, 96, 200, 264] {
+            let l = mem.qp_layout(QPN, 8, size);
+            let sh = SharedBf::new(size);
+            // SAFETY: the layout is `mem`'s live memory, which outlives the calls; every queue
+            // is refused before it exists.
+            let got = unsafe {
+                [
+                    SendQueue::new(&l, rc, &state).err(),
+                    SendQueue::new_shared(&l, rc, &state, &sh).err(),
+                    SendQueue::new_ud(&l, ud, &state).err(),
+                    SendQueue::new_ud_shared(&l, ud, &state, &sh).err(),
+                    DcSendQueue::new(&l, rc, &state).err(),
+                    DcSendQueue::new_shared(&l, rc, &state, &sh).err(),
+                ]
+            };
+            assert_eq!(
+                got,
+                [Some(LayoutError::BfSize { size }); 6],
+                "bf.size {size}"
+            );
+            assert!(!sh.is_locked());
+        }
+        assert!(mem.sq_bytes().iter().all(|&b| b == 0), "the ring");
+        assert_eq!((mem.dbrec(0), mem.dbrec(1)), (0, 0), "the doorbell record");
+        assert!(mem.bf_bytes().iter().all(|&b| b == 0), "the register");
+        for size in [64, 128, 256, 512] {
+            // SAFETY: as above; never posted to.
+            let q = unsafe { SendQueue::new(&mem.qp_layout(QPN, 8, size), rc, &state) };
+            assert!(q.is_ok(), "bf.size {size}");
         }
     }
 
