@@ -3,7 +3,7 @@
 //! A [`Completion`] carries everything a CQE can say (where a receive came from, its
 //! immediate, its flags, ...). A loop that only matches completions to its requests by
 //! `wr_id` and checks that they succeeded pays for decoding and storing all of it.
-//! [`PollCq::poll_brief`](crate::PollCq::poll_brief) writes [`BriefCompletion`]s instead:
+//! [`PollCq::poll_brief`] writes [`BriefCompletion`]s instead:
 //! the request, how it ended, what kind it was and how many bytes it moved. On the mlx5
 //! direct backend the fields a brief completion leaves out are never read from the CQE; any
 //! other backend polls full completions and keeps the brief part of each.

@@ -63,10 +63,10 @@ type SrqOf<B> = SrqState<<<B as Bindings>::Srq as SrqStateRef>::Slots>;
 /// What the poller keeps of the binding that matched last (CQEs of one QP come in runs): its
 /// QPN and where its states are.
 ///
-/// The pointers come from the binding's handles, which are [`StableDeref`]
-/// (stable_deref_trait::StableDeref): their targets do not move while the handles live, even
-/// when the handles move, and the handles live in the poller's bindings, which it owns and
-/// never changes. So they stay valid as long as the poller.
+/// The pointers come from the binding's handles, which are
+/// [`StableDeref`](stable_deref_trait::StableDeref): their targets do not move while the
+/// handles live, even when the handles move, and the handles live in the poller's bindings,
+/// which it owns and never changes. So they stay valid as long as the poller.
 struct Hit<S, R, Q> {
     qpn: u32,
     sq: Option<NonNull<S>>,

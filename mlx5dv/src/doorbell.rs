@@ -205,8 +205,8 @@ impl<R: BfRegister> Doorbell<R> {
             self.publish(pi);
             // 6a. BlueFlame: the block's four segments, in order.
             // SAFETY: one block fits the buffer (`bf_blocks >= 1`: `BF`), which `buf` starts,
-            // 16-byte aligned: the register is (constructor contract of the queue) and
-            // `offset` is 0 or `bf_size`, a multiple of 64.
+            // 16-byte aligned: the register is and `offset` is 0 or `bf_size`, a multiple of 64
+            // (the queue's constructor refuses a layout otherwise).
             unsafe {
                 b.ctrl.store_mmio(&buf, 0);
                 let d = match b.raddr {

@@ -138,6 +138,25 @@ pub enum LayoutError {
     /// A capability of zero where one is needed (`max_signaled`).
     #[error("max_signaled must be at least 1")]
     ZeroCapacity,
+    /// A register a send queue cannot store to: with BlueFlame (`bf.size > 0`) it must be
+    /// 16-byte aligned, because a post copies whole 16-byte segments into it, and without
+    /// (doorbell only) 8-byte aligned, for the 8-byte doorbell. A register `mlx5dv_init_obj`
+    /// reports always is (a BlueFlame buffer is `bf.size`-aligned in its UAR page).
+    #[error("the doorbell/BlueFlame register at {addr:#x} is not {align}-byte aligned")]
+    BfMisaligned {
+        /// The layout's `bf.reg`.
+        addr: usize,
+        /// The alignment it needs: 16 with BlueFlame, 8 without.
+        align: u32,
+    },
+    /// BlueFlame buffers whose size is not a whole number of 64-byte basic blocks: the second
+    /// buffer, at `bf.reg + bf.size`, would not be aligned for the stores a post makes. A
+    /// device's buffers are (256 bytes on ConnectX; `bf.size == 0` when there are none).
+    #[error("BlueFlame buffers of {size} bytes: not a multiple of 64")]
+    BfSize {
+        /// The layout's `bf.size`.
+        size: u32,
+    },
     /// A shared BlueFlame register's state was made for another buffer size than the queue's.
     #[error("shared BlueFlame register of {register}-byte buffers for a queue with {queue}")]
     SharedBfSize {

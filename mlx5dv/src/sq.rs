@@ -241,8 +241,7 @@ impl<P: SqStateRef> SendQueue<P> {
     /// - `layout` is what `mlx5dv_init_obj` reported for a live RC QP (or the software
     ///   device's equivalent): the ring, the doorbell record and the BlueFlame register
     ///   (`2 × bf.size` bytes, or 8 bytes when `bf.size == 0`) stay mapped while the queue
-    ///   lives; with BlueFlame (`bf.size > 0`) the register is 16-byte aligned (a BlueFlame
-    ///   buffer is `bf.size`-aligned in its UAR page; prepared posts copy 16-byte segments);
+    ///   lives (the register's alignment is checked: see `# Errors`);
     /// - nothing else posts to this send queue or writes its doorbell while this value lives
     ///   (libibverbs' `ibv_post_send` must not be used on the QP);
     /// - when `bf.size > 0`, no other queue, and no QP posted through libmlx5, writes the
@@ -260,7 +259,10 @@ impl<P: SqStateRef> SendQueue<P> {
     ///
     /// A [`LayoutError`] when the ring is not a power of two of 64-byte blocks, is larger than
     /// the 16-bit counters allow, does not match `state`, or cannot hold the largest WQE the
-    /// capabilities allow.
+    /// capabilities allow; [`LayoutError::BfSize`] when `bf.size` is not a multiple of 64;
+    /// [`LayoutError::BfMisaligned`] when the register is not 16-byte aligned with BlueFlame
+    /// (`bf.size > 0`: posts store 16-byte segments into it) or not 8-byte aligned without
+    /// (the 8-byte doorbell). A refused layout is not written to.
     pub unsafe fn new(layout: &QpLayout, caps: SqCaps, state: P) -> Result<Self, LayoutError> {
         // SAFETY: (caller) the contract of `with_register`, with the register this queue's
         // alone.
@@ -408,17 +410,29 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         }
         let mut caps = caps;
         caps.max_signaled = caps.max_signaled.min(1 << 15);
-        let bf_len = if layout.bf.size == 0 {
-            8
+        // The register takes 16-byte segment stores with BlueFlame, 8-byte doorbells without,
+        // at its base and (with BlueFlame) at `bf.size`, where the second buffer starts:
+        // checked here, so no post needs to.
+        if !layout.bf.size.is_multiple_of(64) {
+            return Err(LayoutError::BfSize {
+                size: layout.bf.size,
+            });
+        }
+        let (bf_len, align) = if layout.bf.size == 0 {
+            (8, 8)
         } else {
-            2 * layout.bf.size as usize
+            (2 * layout.bf.size as usize, 16)
         };
-        debug_assert!(
-            layout.bf.size == 0 || (layout.bf.reg.as_ptr() as usize).is_multiple_of(16),
-            "a BlueFlame register is 16-byte aligned (constructor contract)"
-        );
+        let addr = layout.bf.reg.as_ptr() as usize;
+        if !addr.is_multiple_of(align) {
+            return Err(LayoutError::BfMisaligned {
+                addr,
+                align: align as u32,
+            });
+        }
         // SAFETY: (caller) the register is mapped with `bf_len` bytes while the queue lives, and
-        // only this queue writes it, or (`Shared`) only queues that take its lock.
+        // only this queue writes it, or (`Shared`) only queues that take its lock; aligned
+        // (checked above).
         let reg = unsafe { MmioRegion::new(layout.bf.reg, bf_len) };
         // SAFETY: (caller) the doorbell record is valid while the queue lives; word 1 is
         // MLX5_SND_DBR.
@@ -767,7 +781,7 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
     /// rings it alone (a one-block WQE of the common shapes as words in registers, stored to
     /// the ring and to the BlueFlame register; an inline WRITE or SEND of one entry with
     /// fixed-size moves; any other with the field-wise writer). The
-    /// rest goes out of line to the exact checks ([`SendQueue::post_one_slow`]).
+    /// rest goes out of line to the exact checks ([`SendQueue::post_room`]).
     ///
     /// # Safety
     ///
@@ -1746,6 +1760,129 @@ mod tests {
                 queue: 256
             })
         );
+    }
+
+    /// A register a post could not store to is refused by every constructor (RC, UD, DC,
+    /// dedicated or shared) before anything is built, in every build: with BlueFlame it must
+    /// be 16-byte aligned, without it 8-byte aligned. Nothing is written.
+    #[test]
+    fn misaligned_register_is_refused_by_every_constructor() {
+        use crate::DcSendQueue;
+        use crate::bf::SharedBf;
+        use crate::testutil::Mem;
+        use std::string::ToString;
+
+        // A register of two 256-byte buffers, 64-byte aligned, with room to move its base.
+        let mem = Mem::new(8, 8, 32, 512, 8);
+        let slots: Vec<crate::SqSlot> = (0..8).map(|_| crate::SqSlot::new()).collect();
+        let state = crate::SqState::new(&slots[..]).unwrap();
+        let ud = SqCaps {
+            transport: zverbs_core::Transport::Ud { mtu: 4096 },
+            ..caps(2, 64)
+        };
+        let rc = caps(2, 64);
+        let at = |shift: usize, size: u32| {
+            let mut l = mem.qp_layout(QPN, 8, size);
+            // SAFETY: `shift` < 64 bytes into the 1024-byte register.
+            l.bf.reg = unsafe { l.bf.reg.add(shift) };
+            l
+        };
+        let base = mem.qp_layout(QPN, 8, 256).bf.reg.as_ptr() as usize;
+        let shared = SharedBf::new(256);
+        let db_shared = SharedBf::new(0);
+        for (shift, size, align) in [(8, 256, 16), (4, 256, 16), (1, 256, 16), (4, 0, 8)] {
+            let l = at(shift, size);
+            let want = Some(LayoutError::BfMisaligned {
+                addr: base + shift,
+                align,
+            });
+            let sh = if size == 0 { &db_shared } else { &shared };
+            // SAFETY: the layout is `mem`'s live memory, which outlives the calls; every queue
+            // is refused before it exists.
+            let got = unsafe {
+                [
+                    SendQueue::new(&l, rc, &state).err(),
+                    SendQueue::new_shared(&l, rc, &state, sh).err(),
+                    SendQueue::new_ud(&l, ud, &state).err(),
+                    SendQueue::new_ud_shared(&l, ud, &state, sh).err(),
+                    DcSendQueue::new(&l, rc, &state).err(),
+                    DcSendQueue::new_shared(&l, rc, &state, sh).err(),
+                ]
+            };
+            assert_eq!(got, [want; 6], "register at base + {shift}, bf.size {size}");
+        }
+        assert_eq!(
+            LayoutError::BfMisaligned {
+                addr: 0x1008,
+                align: 16
+            }
+            .to_string(),
+            "the doorbell/BlueFlame register at 0x1008 is not 16-byte aligned"
+        );
+        assert!(!shared.is_locked() && !db_shared.is_locked());
+        assert!(
+            mem.sq_bytes().iter().all(|&b| b == 0),
+            "the ring is untouched"
+        );
+        assert_eq!((mem.dbrec(0), mem.dbrec(1)), (0, 0), "the doorbell record");
+        assert!(mem.bf_bytes().iter().all(|&b| b == 0), "the register");
+        // What a post stores to is taken: 16-byte aligned with BlueFlame, 8-byte without.
+        // SAFETY: as above; never posted to.
+        unsafe {
+            assert!(SendQueue::new(&at(16, 256), rc, &state).is_ok());
+            assert!(DcSendQueue::new(&at(16, 256), rc, &state).is_ok());
+            assert!(SendQueue::new_ud(&at(8, 0), ud, &state).is_ok());
+            assert!(SendQueue::new_shared(&at(8, 0), rc, &state, &db_shared).is_ok());
+        }
+    }
+
+    /// BlueFlame buffers that are not whole basic blocks are refused by every constructor:
+    /// the second buffer, at `bf.reg + bf.size`, would take the stores of a post unaligned (or,
+    /// under 64 bytes, fit no block). Nothing is written.
+    #[test]
+    fn blueflame_buffers_not_whole_blocks_are_refused_by_every_constructor() {
+        use crate::DcSendQueue;
+        use crate::bf::SharedBf;
+        use crate::testutil::Mem;
+
+        let mem = Mem::new(8, 8, 32, 512, 8);
+        let slots: Vec<crate::SqSlot> = (0..8).map(|_| crate::SqSlot::new()).collect();
+        let state = crate::SqState::new(&slots[..]).unwrap();
+        let ud = SqCaps {
+            transport: zverbs_core::Transport::Ud { mtu: 4096 },
+            ..caps(2, 64)
+        };
+        let rc = caps(2, 64);
+        for size in [4, 8, 16, 32, 72, 80, 96, 200, 264] {
+            let l = mem.qp_layout(QPN, 8, size);
+            let sh = SharedBf::new(size);
+            // SAFETY: the layout is `mem`'s live memory, which outlives the calls; every queue
+            // is refused before it exists.
+            let got = unsafe {
+                [
+                    SendQueue::new(&l, rc, &state).err(),
+                    SendQueue::new_shared(&l, rc, &state, &sh).err(),
+                    SendQueue::new_ud(&l, ud, &state).err(),
+                    SendQueue::new_ud_shared(&l, ud, &state, &sh).err(),
+                    DcSendQueue::new(&l, rc, &state).err(),
+                    DcSendQueue::new_shared(&l, rc, &state, &sh).err(),
+                ]
+            };
+            assert_eq!(
+                got,
+                [Some(LayoutError::BfSize { size }); 6],
+                "bf.size {size}"
+            );
+            assert!(!sh.is_locked());
+        }
+        assert!(mem.sq_bytes().iter().all(|&b| b == 0), "the ring");
+        assert_eq!((mem.dbrec(0), mem.dbrec(1)), (0, 0), "the doorbell record");
+        assert!(mem.bf_bytes().iter().all(|&b| b == 0), "the register");
+        for size in [64, 128, 256, 512] {
+            // SAFETY: as above; never posted to.
+            let q = unsafe { SendQueue::new(&mem.qp_layout(QPN, 8, size), rc, &state) };
+            assert!(q.is_ok(), "bf.size {size}");
+        }
     }
 
     /// Builds the expected segments of a WRITE with `n` SGEs or inline `data`, at `pi`.

@@ -116,9 +116,8 @@ pub enum Error {
         /// What to call first.
         advice: &'static str,
     },
-    /// A post was refused; nothing was written (the queue's
-    /// [`PostError`](zverbs_core::PostError), or the [`safe`](crate::safe) layer's
-    /// [`PostError`](zverbs_core::PostError) inside its error).
+    /// A post was refused; nothing was written (the queue's [`PostError`], or the
+    /// [`safe`](crate::safe) layer's [`PostError`] inside its error).
     #[error(transparent)]
     Post(#[from] PostError),
     /// An all-or-nothing batch was refused; nothing of it was written.
@@ -336,5 +335,20 @@ mod tests {
         .into();
         assert!(e.to_string().contains("`libibverbs1`"));
         assert!(std::error::Error::source(&e).is_some());
+    }
+
+    #[test]
+    fn a_misaligned_register_is_a_layout_error_that_names_it() {
+        let e: Error = zverbs_mlx5dv::LayoutError::BfMisaligned {
+            addr: 0x7f00_0000_0808,
+            align: 16,
+        }
+        .into();
+        assert!(matches!(e, Error::Layout(_)));
+        assert_eq!(
+            e.to_string(),
+            "the direct backend rejected the queue layout: the doorbell/BlueFlame register at \
+             0x7f0000000808 is not 16-byte aligned"
+        );
     }
 }

@@ -11,8 +11,17 @@
 //! - [`wait`](AnyPoller::wait)s: polls, arms, polls again, and only sleeps on the channel when
 //!   that second poll is empty (the protocol of [`zverbs_core::event`], so no wake-up is
 //!   lost), then returns the completions, or [`EventError::Timeout`] at the deadline;
-//! - with the `tokio` feature, [`wait_async`](AnyPoller::wait_async) does the same on an
-//!   [`AsyncChannel`].
+// (Linked only where the feature, and so the items, exist.)
+#![cfg_attr(
+    feature = "tokio",
+    doc = " - with the `tokio` feature, [`wait_async`](AnyPoller::wait_async) does the same \
+           on an [`AsyncChannel`]."
+)]
+#![cfg_attr(
+    not(feature = "tokio"),
+    doc = " - with the `tokio` feature, `AnyPoller::wait_async` does the same on an \
+           `AsyncChannel`."
+)]
 //!
 //! The channel is [`AsFd`]/[`AsRawFd`] (non-blocking), so an event loop (epoll, mio, tokio)
 //! can wait on it; after a wake-up, [`take_events`](AnyPoller::take_events) takes the CQ's

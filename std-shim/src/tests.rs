@@ -37,9 +37,8 @@ fn rts(qp: &Qp) {
 /// A context on the fake device, driven directly, whose QPs all ring one BlueFlame register
 /// (two 256-byte buffers) in memory the test reads: the context and the register.
 fn ctx_on_shared_register(log: &Log) -> (Context, Arc<crate::provider::fake::SharedMem>) {
-    use crate::fallback::RawArray;
     use crate::provider::fake::{FakeBf, SharedMem};
-    let reg = Arc::new(SharedMem(RawArray::new(64, 0)));
+    let reg = Arc::new(SharedMem::new(512));
     let ctx = ctx_with(log, |c| {
         c.direct = true;
         c.blueflame = FakeBf::Shared(256, reg.clone());
@@ -822,11 +821,11 @@ fn qps_on_a_shared_register_are_serialised_and_reported() {
     let mut written = Vec::new();
     for i in [0usize, 1, 1, 2] {
         // SAFETY: no queue writes the register between calls.
-        unsafe { (*reg.0.at(0), *reg.0.at(32)) = (0, 0) };
+        unsafe { (*reg.word(0), *reg.word(32)) = (0, 0) };
         // SAFETY: nothing executes the NOP.
         unsafe { sqs[i].post(&SendWr::nop(i as u64)) }.unwrap();
         // SAFETY: as above.
-        written.push(usize::from(unsafe { *reg.0.at(32) } != 0));
+        written.push(usize::from(unsafe { *reg.word(32) } != 0));
     }
     assert_eq!(written, [0, 1, 0, 1], "each ring wrote the other buffer");
     drop(sqs);
@@ -891,12 +890,12 @@ fn a_ud_qp_on_a_shared_register_shares_its_lock_and_toggle() {
     let mut written = Vec::new();
     for (on_ud, wr_id) in [(true, 1u64), (false, 2), (false, 3), (true, 4)] {
         // SAFETY: no queue writes the register between calls.
-        unsafe { (*reg.0.at(0), *reg.0.at(32)) = (0, 0) };
+        unsafe { (*reg.word(0), *reg.word(32)) = (0, 0) };
         let wr = SendWr::nop(wr_id);
         // SAFETY: nothing executes the NOPs.
         unsafe { if on_ud { usq.post(&wr) } else { rsq.post(&wr) } }.unwrap();
         // SAFETY: as above.
-        written.push(usize::from(unsafe { *reg.0.at(32) } != 0));
+        written.push(usize::from(unsafe { *reg.word(32) } != 0));
     }
     assert_eq!(written, [0, 1, 0, 1], "each ring wrote the other buffer");
 }
@@ -959,7 +958,7 @@ fn prepared_requests_post_through_the_direct_send_queue_without_allocating() {
         unsafe {
             results.push(sq.post_prepared(&write, c));
             // The post rang at once: its BlueFlame copy is in the register.
-            rung = (*reg.0.at(0), *reg.0.at(32)) != (0, 0);
+            rung = (*reg.word(0), *reg.word(32)) != (0, 0);
             // Again: the common case (the first took the checks out of line).
             results.push(sq.post_prepared(&write, c));
             results.push(sq.stage_prepared(&send, c));

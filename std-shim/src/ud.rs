@@ -1,6 +1,6 @@
 //! Unreliable datagram: queue pair set-up without a peer, address handles, multicast groups.
 //!
-//! A UD QP ([`QpType::Ud`](crate::QpType::Ud), [`QpBuilder::ud`](crate::QpBuilder::ud)) goes
+//! A UD QP ([`QpType::Ud`], [`QpBuilder::ud`](crate::QpBuilder::ud)) goes
 //! RESET → INIT (Q_Key, P_Key index, port) → RTR → RTS (send PSN) in one call,
 //! [`Qp::ready_ud`]; each send then names its destination through an [`AddressHandle`] made
 //! by [`Pd::create_ah`] (or [`Pd::create_ah_to`] from a peer's [`Endpoint`]) and the peer's QP

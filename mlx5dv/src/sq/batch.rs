@@ -1,4 +1,4 @@
-//! [`PostSend::post_all`](zverbs_core::PostSend::post_all) in one pass: each request is
+//! [`PostSend::post_all`] in one pass: each request is
 //! checked and written in turn, as a verbs chain is, and a refused one rolls the queue back
 //! instead of ringing.
 //!
@@ -27,12 +27,12 @@ struct Mark {
 }
 
 impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
-    /// [`PostSend::post_all`](zverbs_core::PostSend::post_all): the gate as this queue last
+    /// [`PostSend::post_all`]: the gate as this queue last
     /// found it, then every request checked and written in one pass.
     ///
     /// # Safety
     ///
-    /// The posting contract of [`PostSend`](zverbs_core::PostSend), for every request.
+    /// The posting contract of [`PostSend`], for every request.
     #[inline(always)]
     pub(super) unsafe fn post_batch(&mut self, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
         if self.state.gate().peek() != self.gate {

@@ -264,7 +264,7 @@ impl Poller {
     /// Reads timestamps from now on: [`PollCqTimed::poll_timed`] polls `cq_ex` with
     /// `ibv_start_poll` / `ibv_next_poll` / `ibv_end_poll` and reports each completion's
     /// `ibv_wc_read_completion_ts`. Without it, `poll_timed` polls as
-    /// [`PollCq::poll`](zverbs_core::PollCq::poll) and reports no timestamps.
+    /// [`PollCq::poll`] and reports no timestamps.
     ///
     /// # Safety
     ///

@@ -65,8 +65,21 @@ pub(crate) enum FakeBf {
     Shared(u32, Arc<SharedMem>),
 }
 
-/// A BlueFlame register several fake QPs write.
-pub(crate) struct SharedMem(pub(crate) RawArray<u64>);
+/// A BlueFlame register several fake QPs write, 64-byte aligned as a BlueFlame buffer is in
+/// its UAR page (a queue refuses a register that is not 16-byte aligned).
+pub(crate) struct SharedMem(RawArray<Block>);
+
+impl SharedMem {
+    /// A register of `len` bytes (whole blocks: rounded up to a multiple of 64).
+    pub(crate) fn new(len: usize) -> Self {
+        Self(RawArray::new(len.div_ceil(64), Block([0; 64])))
+    }
+
+    /// Pointer to the register's 64-bit word `i` (`i < len / 8`).
+    pub(crate) fn word(&self, i: usize) -> *mut u64 {
+        self.0.at(i / 8).cast::<u64>().wrapping_add(i % 8)
+    }
+}
 
 impl std::fmt::Debug for SharedMem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -88,7 +101,9 @@ pub(crate) struct Block(pub(crate) [u8; 64]);
 pub(crate) struct DirectMem {
     pub(crate) ring: RawArray<Block>,
     pub(crate) dbrec: RawArray<u32>,
-    pub(crate) bf: RawArray<u64>,
+    /// The BlueFlame register (the 8-byte doorbell without BlueFlame): whole blocks, 64-byte
+    /// aligned as a BlueFlame buffer is in its UAR page.
+    pub(crate) bf: RawArray<Block>,
     pub(crate) rq: RawArray<Block>,
 }
 
@@ -108,7 +123,7 @@ impl DirectMem {
         Self {
             ring: RawArray::new(blocks, b),
             dbrec: RawArray::new(2, 0),
-            bf: RawArray::new((2 * bf_size as usize / 8).max(1), 0),
+            bf: RawArray::new((2 * bf_size as usize).div_ceil(64), Block([0; 64])),
             rq: RawArray::new(rq_blocks, Block([0; 64])),
         }
     }
@@ -296,9 +311,9 @@ impl PdProvider for FakePd {
                 own,
             );
             let (reg, size) = match &self.blueflame {
-                FakeBf::None => (DirectMem::nn(m.bf.at(0)), 0),
-                FakeBf::Own(size) => (DirectMem::nn(m.bf.at(0)), *size),
-                FakeBf::Shared(size, shared) => (DirectMem::nn(shared.0.at(0)), *size),
+                FakeBf::None => (DirectMem::nn(m.bf.at(0)).cast::<u8>(), 0),
+                FakeBf::Own(size) => (DirectMem::nn(m.bf.at(0)).cast::<u8>(), *size),
+                FakeBf::Shared(size, shared) => (DirectMem::nn(shared.word(0)).cast::<u8>(), *size),
             };
             layout = Some(zverbs_mlx5dv::QpLayout {
                 qpn: crate::fallback::fake::QPN,
@@ -313,10 +328,7 @@ impl PdProvider for FakePd {
                     wqe_cnt: rq_entries,
                     stride,
                 },
-                bf: zverbs_mlx5dv::BfLayout {
-                    reg: reg.cast(),
-                    size,
-                },
+                bf: zverbs_mlx5dv::BfLayout { reg, size },
             });
             self.mem.lock().unwrap().push(m);
         }
