@@ -644,6 +644,27 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
     /// readable).
     #[inline(always)]
     unsafe fn write(&mut self, wr: &SendWr<'_>, plan: &Plan<'_>) -> u32 {
+        // SAFETY: (caller) as this function's contract; no header segments.
+        unsafe { self.write_after::<0>(wr, plan, |_, _| {}) }
+    }
+
+    /// [`SendQueue::write`] with `HDR` segments between the control segment and the
+    /// operation's, written by `header` (given the ring and the control segment's counter;
+    /// they lie in the first basic block): 0 for RC and UD queues, the datagram segment of a
+    /// DCI. A constant, so that the RC path has no table of positions (a load per segment).
+    ///
+    /// # Safety
+    ///
+    /// As [`SendQueue::write`], with `plan` counting the `HDR` segments; `header` writes only
+    /// segments `1..1 + HDR` of the WQE, and `HDR < 4` (checked).
+    #[inline(always)]
+    unsafe fn write_after<const HDR: u32>(
+        &mut self,
+        wr: &SendWr<'_>,
+        plan: &Plan<'_>,
+        header: impl FnOnce(&SegRing, u32),
+    ) -> u32 {
+        const { assert!(HDR < SEGS_PER_BB as u32) };
         // Locals, not fields: the compiler cannot prove that the ring stores below do not
         // alias `self`, and would reload fields after each one.
         let (ring, pi, qpn) = (&{ self.ring }, self.pi, self.qpn);
@@ -663,9 +684,10 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
                     plan.imm,
                 )
             });
+            header(ring, start);
         }
         // The next segment to write, counted from the control segment.
-        let mut k = 1;
+        let mut k = 1 + HDR;
         match &wr.op {
             SendOp::Write { remote, .. }
             | SendOp::WriteImm { remote, .. }
@@ -689,7 +711,7 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
                     write_atomic(
                         ring,
                         start,
-                        1,
+                        k,
                         local,
                         remote.addr,
                         remote.rkey,
@@ -700,7 +722,7 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
             }
             SendOp::FetchAdd { local, remote, add } => {
                 // SAFETY: as above.
-                unsafe { write_atomic(ring, start, 1, local, remote.addr, remote.rkey, *add, 0) };
+                unsafe { write_atomic(ring, start, k, local, remote.addr, remote.rkey, *add, 0) };
             }
             SendOp::SendTo { dest, .. } | SendOp::SendToImm { dest, .. } if T::UD => {
                 // SAFETY: as above.
@@ -1189,7 +1211,7 @@ fn word64(x: u64) -> u64 {
 /// The three segments are free and unpublished; `start` is a block boundary.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub(super) unsafe fn write_atomic(
+unsafe fn write_atomic(
     ring: &SegRing,
     start: u32,
     k: u32,
