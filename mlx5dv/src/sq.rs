@@ -1243,6 +1243,18 @@ unsafe fn write_atomic(
 unsafe fn write_datagram(ring: &SegRing, start: u32, dest: &UdDest) {
     let mut seg = [0u8; 48];
     DatagramSeg::new_unchecked(&mut seg[..]).set_from_av(&dest.av, dest.remote_qpn, dest.qkey);
+    // SAFETY: (caller) as this function's contract.
+    unsafe { write_datagram_seg(ring, start, &seg) };
+}
+
+/// Copies the 48 bytes of a datagram segment `seg` (a UD or DC address) into segments 1, 2
+/// and 3 of the WQE at segment `start`.
+///
+/// # Safety
+///
+/// The three segments are free and unpublished; `start` is a block boundary.
+#[inline(always)]
+pub(super) unsafe fn write_datagram_seg(ring: &SegRing, start: u32, seg: &[u8; 48]) {
     for (k, part) in (1..).zip(seg.chunks_exact(16)) {
         // SAFETY: (caller) the segments are free and unpublished; `k < 4`, in the first block.
         unsafe { ring.with_mut_wqe(start, k, |b| b.copy_from_slice(part)) };

@@ -19,7 +19,7 @@ use core::ops::Deref;
 
 use zverbs_core::{DcDest, PostError, PostSend, SendWr, SqCaps};
 
-use super::{Plan, SendQueue};
+use super::{Plan, SendQueue, write_datagram_seg};
 use crate::bf::{BfRegister, Dedicated, Shared, SharedBf};
 use crate::devmem::SegRing;
 use crate::layout::{LayoutError, QpLayout};
@@ -223,10 +223,8 @@ impl<P: SqStateRef, R: BfRegister> DcSendQueue<P, R> {
 unsafe fn write_dc_av(ring: &SegRing, start: u32, dest: &DcDest) {
     let mut seg = [0u8; 48];
     DatagramSeg::new_unchecked(&mut seg[..]).set_dc_from_av(&dest.av, dest.dctn, dest.dc_key);
-    for (k, part) in (1..).zip(seg.chunks_exact(16)) {
-        // SAFETY: (caller) the segments are free and unpublished; `k < 4`, in the first block.
-        unsafe { ring.with_mut_wqe(start, k, |b| b.copy_from_slice(part)) };
-    }
+    // SAFETY: (caller) as this function's contract.
+    unsafe { write_datagram_seg(ring, start, &seg) };
 }
 
 impl<P: SqStateRef, R: BfRegister> DcSendQueue<P, R> {
