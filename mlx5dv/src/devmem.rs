@@ -249,29 +249,10 @@ impl SegRing {
             // inside the source (readable, caller) and the bytes given (free segments, in the
             // ring, not overlapping the source); unaligned moves.
             unsafe {
-                let mv = |i: usize, n: usize| match n {
-                    16 => dst
-                        .add(i)
-                        .cast::<u128>()
-                        .write_unaligned(src.add(i).cast::<u128>().read_unaligned()),
-                    8 => dst
-                        .add(i)
-                        .cast::<u64>()
-                        .write_unaligned(src.add(i).cast::<u64>().read_unaligned()),
-                    4 => dst
-                        .add(i)
-                        .cast::<u32>()
-                        .write_unaligned(src.add(i).cast::<u32>().read_unaligned()),
-                    2 => dst
-                        .add(i)
-                        .cast::<u16>()
-                        .write_unaligned(src.add(i).cast::<u16>().read_unaligned()),
-                    _ => dst.add(i).write(src.add(i).read()),
-                };
                 // Runs of 16 bytes: two runs of `r` cover any length from `r` to `2r`.
                 let run = |i: usize, r: usize| {
                     for j in (0..r).step_by(16) {
-                        mv(i + j, 16);
+                        move_at::<u128>(dst, src, i + j);
                     }
                 };
                 // Chosen by halving: two compares down to 8 bytes, three to 64.
@@ -287,19 +268,19 @@ impl SegRing {
                         run(0, 32);
                         run(len - 32, 32);
                     } else {
-                        mv(0, 16);
-                        mv(len - 16, 16);
+                        move_at::<u128>(dst, src, 0);
+                        move_at::<u128>(dst, src, len - 16);
                     }
                 } else if len >= 8 {
-                    mv(0, 8);
-                    mv(len - 8, 8);
+                    move_at::<u64>(dst, src, 0);
+                    move_at::<u64>(dst, src, len - 8);
                 } else if len >= 4 {
-                    mv(0, 4);
-                    mv(len - 4, 4);
+                    move_at::<u32>(dst, src, 0);
+                    move_at::<u32>(dst, src, len - 4);
                 } else {
-                    mv(0, 1);
+                    move_at::<u8>(dst, src, 0);
                     if len >= 2 {
-                        mv(len - 2, 2);
+                        move_at::<u16>(dst, src, len - 2);
                     }
                 }
             }
@@ -422,6 +403,24 @@ impl SegRing {
         // SAFETY: only the ring's owner writes segments, and it is the caller: no write can
         // overlap this read. The device only reads them.
         self.cell(idx).with(|p| f(unsafe { &*p }))
+    }
+}
+
+/// Moves one `T` from byte `i` of `src` to byte `i` of `dst`: one unaligned load and one
+/// unaligned store of the type's width (a `u128` is one 16-byte vector move).
+///
+/// # Safety
+///
+/// `src + i .. src + i + size_of::<T>()` is readable, `dst + i .. dst + i + size_of::<T>()`
+/// writable, and the two do not overlap.
+#[cfg(not(zverbs_loom))]
+#[inline(always)]
+unsafe fn move_at<T: Copy>(dst: *mut u8, src: *const u8, i: usize) {
+    // SAFETY: (caller) both ranges are in their allocations and apart; unaligned accesses.
+    unsafe {
+        dst.add(i)
+            .cast::<T>()
+            .write_unaligned(src.add(i).cast::<T>().read_unaligned())
     }
 }
 

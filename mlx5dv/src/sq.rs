@@ -658,6 +658,27 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
     /// readable).
     #[inline(always)]
     unsafe fn write(&mut self, wr: &SendWr<'_>, plan: &Plan<'_>) -> u32 {
+        // SAFETY: (caller) as this function's contract; no header segments.
+        unsafe { self.write_after::<0>(wr, plan, |_, _| {}) }
+    }
+
+    /// [`SendQueue::write`] with `HDR` segments between the control segment and the
+    /// operation's, written by `header` (given the ring and the control segment's counter;
+    /// they lie in the first basic block): 0 for RC and UD queues, the datagram segment of a
+    /// DCI. A constant, so that the RC path has no table of positions (a load per segment).
+    ///
+    /// # Safety
+    ///
+    /// As [`SendQueue::write`], with `plan` counting the `HDR` segments; `header` writes only
+    /// segments `1..1 + HDR` of the WQE, and `HDR < 4` (checked).
+    #[inline(always)]
+    unsafe fn write_after<const HDR: u32>(
+        &mut self,
+        wr: &SendWr<'_>,
+        plan: &Plan<'_>,
+        header: impl FnOnce(&SegRing, u32),
+    ) -> u32 {
+        const { assert!(HDR < SEGS_PER_BB as u32) };
         // Locals, not fields: the compiler cannot prove that the ring stores below do not
         // alias `self`, and would reload fields after each one.
         let (ring, pi, qpn) = (&{ self.ring }, self.pi, self.qpn);
@@ -677,9 +698,10 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
                     plan.imm,
                 )
             });
+            header(ring, start);
         }
         // The next segment to write, counted from the control segment.
-        let mut k = 1;
+        let mut k = 1 + HDR;
         match &wr.op {
             SendOp::Write { remote, .. }
             | SendOp::WriteImm { remote, .. }
@@ -703,7 +725,7 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
                     write_atomic(
                         ring,
                         start,
-                        1,
+                        k,
                         local,
                         remote.addr,
                         remote.rkey,
@@ -714,7 +736,7 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
             }
             SendOp::FetchAdd { local, remote, add } => {
                 // SAFETY: as above.
-                unsafe { write_atomic(ring, start, 1, local, remote.addr, remote.rkey, *add, 0) };
+                unsafe { write_atomic(ring, start, k, local, remote.addr, remote.rkey, *add, 0) };
             }
             SendOp::SendTo { dest, .. } | SendOp::SendToImm { dest, .. } if T::UD => {
                 // SAFETY: as above.
@@ -1203,7 +1225,7 @@ fn word64(x: u64) -> u64 {
 /// The three segments are free and unpublished; `start` is a block boundary.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub(super) unsafe fn write_atomic(
+unsafe fn write_atomic(
     ring: &SegRing,
     start: u32,
     k: u32,
@@ -1235,6 +1257,18 @@ pub(super) unsafe fn write_atomic(
 unsafe fn write_datagram(ring: &SegRing, start: u32, dest: &UdDest) {
     let mut seg = [0u8; 48];
     DatagramSeg::new_unchecked(&mut seg[..]).set_from_av(&dest.av, dest.remote_qpn, dest.qkey);
+    // SAFETY: (caller) as this function's contract.
+    unsafe { write_datagram_seg(ring, start, &seg) };
+}
+
+/// Copies the 48 bytes of a datagram segment `seg` (a UD or DC address) into segments 1, 2
+/// and 3 of the WQE at segment `start`.
+///
+/// # Safety
+///
+/// The three segments are free and unpublished; `start` is a block boundary.
+#[inline(always)]
+pub(super) unsafe fn write_datagram_seg(ring: &SegRing, start: u32, seg: &[u8; 48]) {
     for (k, part) in (1..).zip(seg.chunks_exact(16)) {
         // SAFETY: (caller) the segments are free and unpublished; `k < 4`, in the first block.
         unsafe { ring.with_mut_wqe(start, k, |b| b.copy_from_slice(part)) };

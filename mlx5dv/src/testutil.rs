@@ -367,8 +367,8 @@ pub(crate) fn resp_cqe(qpn: u32, cqe_op: u8, byte_cnt: u32, imm: u32, owner: u8)
 /// A shared receive queue's memory: four 64-byte WQEs (three data segments each) whose free
 /// list runs 0 → 1 → 2 → 3 (3, the tail, is never posted to), and its doorbell record.
 pub(crate) struct SrqMem {
-    _ring: Raw<Block>,
-    _dbrec: Raw<u32>,
+    pub(crate) ring: Raw<Block>,
+    dbrec: Raw<u32>,
     pub(crate) layout: crate::layout::SrqLayout,
 }
 
@@ -392,9 +392,25 @@ impl SrqMem {
             tail: 3,
         };
         Self {
-            _ring: ring,
-            _dbrec: dbrec,
+            ring,
+            dbrec,
             layout,
         }
+    }
+
+    /// The doorbell record, host order.
+    pub(crate) fn dbrec(&self) -> u32 {
+        u32::from_be_bytes(self.dbrec.bytes()[..4].try_into().unwrap())
+    }
+
+    /// The first data segment of WQE `i`: (length, lkey, address).
+    pub(crate) fn data(&self, i: usize) -> (u32, u32, u64) {
+        let b = self.ring.bytes();
+        let d = &b[i * 64 + 16..i * 64 + 32];
+        (
+            u32::from_be_bytes(d[0..4].try_into().unwrap()),
+            u32::from_be_bytes(d[4..8].try_into().unwrap()),
+            u64::from_be_bytes(d[8..16].try_into().unwrap()),
+        )
     }
 }

@@ -373,14 +373,7 @@ impl Qp {
                 "Qp::dc_send_queue needs a DC initiator (QpBuilder::dc_initiator)".into(),
             ));
         }
-        self.send_queue_ready()?;
-        {
-            let mut t = self.inner.taken.lock().unwrap_or_else(|p| p.into_inner());
-            if t.0 {
-                return Err(Error::AlreadyTaken("send queue"));
-            }
-            t.0 = true;
-        }
+        self.take_send_queue()?;
         DcSendQueue::new(&self.inner)
     }
 }

@@ -628,6 +628,29 @@ impl Qp {
         )
     }
 
+    /// Refuses the send queue before RTS and once taken; marks it taken otherwise (for the
+    /// send queue of an RC or UD QP and of a DC initiator alike).
+    pub(crate) fn take_send_queue(&self) -> Result<()> {
+        self.send_queue_ready()?;
+        self.take_once("send queue", |t| &mut t.0)
+    }
+
+    /// Marks the queue handle that `which` picks from the taken flags (send, receive) taken,
+    /// or refuses with [`Error::AlreadyTaken`] when it already was.
+    fn take_once(
+        &self,
+        queue: &'static str,
+        which: impl FnOnce(&mut (bool, bool)) -> &mut bool,
+    ) -> Result<()> {
+        let mut t = self.inner.taken.lock().unwrap_or_else(|p| p.into_inner());
+        let taken = which(&mut t);
+        if *taken {
+            return Err(Error::AlreadyTaken(queue));
+        }
+        *taken = true;
+        Ok(())
+    }
+
     /// `InvalidArgument` for a QP on an SRQ: it has no receive queue of its own.
     pub(crate) fn own_receives(&self) -> Result<()> {
         if self.inner.srq.is_some() {
@@ -648,14 +671,7 @@ impl Qp {
     /// backend rejects the layout.
     pub fn send_queue(&self) -> Result<AnySendQueue> {
         crate::dc::not_dc(self, "Qp::send_queue")?;
-        self.send_queue_ready()?;
-        {
-            let mut t = self.inner.taken.lock().unwrap_or_else(|p| p.into_inner());
-            if t.0 {
-                return Err(Error::AlreadyTaken("send queue"));
-            }
-            t.0 = true;
-        }
+        self.take_send_queue()?;
         AnySendQueue::new(&self.inner)
     }
 
@@ -669,13 +685,7 @@ impl Qp {
         crate::dc::not_dc(self, "Qp::recv_queue")?;
         self.own_receives()?;
         self.recv_ready()?;
-        {
-            let mut t = self.inner.taken.lock().unwrap_or_else(|p| p.into_inner());
-            if t.1 {
-                return Err(Error::AlreadyTaken("receive queue"));
-            }
-            t.1 = true;
-        }
+        self.take_once("receive queue", |t| &mut t.1)?;
         AnyRecvQueue::new(&self.inner)
     }
 

@@ -17,15 +17,15 @@
 
 use core::ops::Deref;
 
-use zverbs_core::{DcDest, PostError, PostSend, SendOp, SendWr, SqCaps};
+use zverbs_core::{DcDest, PostError, PostSend, SendWr, SqCaps};
 
-use super::{Plan, SendQueue, write_atomic, write_data, write_inline};
+use super::{Plan, SendQueue, write_datagram_seg};
 use crate::bf::{BfRegister, Dedicated, Shared, SharedBf};
 use crate::devmem::SegRing;
 use crate::layout::{LayoutError, QpLayout};
-use crate::prm::wqe::{CtrlSeg, DatagramSeg, RaddrSeg, UD_HEADER_DS, inline_ds};
+use crate::prm::wqe::{DatagramSeg, UD_HEADER_DS, inline_ds};
 use crate::prm::{MAX_DS, SEGS_PER_BB};
-use crate::state::{SlotData, SqStateRef};
+use crate::state::SqStateRef;
 
 /// Segments the datagram segment adds to an RC WQE (48 bytes).
 pub const DC_AV_DS: u32 = UD_HEADER_DS as u32 - 1;
@@ -192,9 +192,8 @@ impl<P: SqStateRef, R: BfRegister> DcSendQueue<P, R> {
     }
 
     /// Writes the planned WQE at the producer counter, records it and advances the counters;
-    /// returns the segment counter of its control segment. The RC queue's write with every
-    /// segment after the control segment three further on (the datagram segment): one more
-    /// table of positions would cost the RC path a load per segment.
+    /// returns the segment counter of its control segment. The RC queue's write with the
+    /// datagram segment after the control segment ([`SendQueue::write_after`]).
     ///
     /// # Safety
     ///
@@ -202,113 +201,15 @@ impl<P: SqStateRef, R: BfRegister> DcSendQueue<P, R> {
     /// the posting contract.
     #[inline(always)]
     unsafe fn write(&mut self, dest: &DcDest, wr: &SendWr<'_>, plan: &Plan<'_>) -> u32 {
-        let sq = &mut self.sq;
-        let (ring, pi, qpn) = (&{ sq.ring }, sq.pi, sq.qpn);
-        let slots = sq.state.slots();
-        let start = pi.wrapping_mul(SEGS_PER_BB as u32);
-        // SAFETY: this and every write below are to segments `0..ds` of the WQE at `start`
-        // (a block boundary), in blocks `pi..pi+blocks`, which are free (room was checked) and
-        // not yet published.
-        unsafe {
-            ring.with_mut_wqe(start, 0, |b| {
-                CtrlSeg::new_unchecked(b).set(
-                    pi as u16,
-                    plan.opcode,
-                    0,
-                    qpn,
-                    plan.fm_ce_se,
-                    plan.ds as u8,
-                    plan.imm,
-                )
-            });
-            write_dc_av(ring, start, dest);
-        }
-        let mut k = 1 + DC_AV_DS;
-        match &wr.op {
-            SendOp::Write { remote, .. }
-            | SendOp::WriteImm { remote, .. }
-            | SendOp::Read { remote, .. } => {
-                // SAFETY: as above.
-                unsafe {
-                    ring.with_mut_wqe(start, k, |b| {
-                        RaddrSeg::new_unchecked(b).set(remote.addr, remote.rkey)
-                    })
-                };
-                k += 1;
-            }
-            SendOp::CompareSwap {
-                local,
-                remote,
-                compare,
-                swap,
-            } => {
-                // SAFETY: as above.
-                unsafe {
-                    write_atomic(
-                        ring,
-                        start,
-                        1 + DC_AV_DS,
-                        local,
-                        remote.addr,
-                        remote.rkey,
-                        *swap,
-                        *compare,
-                    )
-                };
-            }
-            SendOp::FetchAdd { local, remote, add } => {
-                // SAFETY: as above.
-                unsafe {
-                    write_atomic(
-                        ring,
-                        start,
-                        1 + DC_AV_DS,
-                        local,
-                        remote.addr,
-                        remote.rkey,
-                        *add,
-                        0,
-                    )
-                };
-            }
-            // (Datagram SENDs were refused by the check.)
-            SendOp::Send { .. }
-            | SendOp::SendImm { .. }
-            | SendOp::Nop
-            | SendOp::SendTo { .. }
-            | SendOp::SendToImm { .. } => {}
-        }
-        let sgl = plan.sgl;
-        match plan.inline {
-            // SAFETY: the segments are free (as above); the sources are readable (caller).
-            Some(len) => unsafe { write_inline(ring, start.wrapping_add(k), sgl, len) },
-            None => {
-                for s in sgl {
-                    if s.length == 0 {
-                        continue;
-                    }
-                    // SAFETY: as above.
-                    unsafe { write_data(ring, start, k, s) };
-                    k += 1;
-                }
-            }
-        }
-        let next = pi.wrapping_add(plan.blocks);
-        let slot = ring.block_of(start) as usize;
-        debug_assert!(slot < slots.len());
-        // SAFETY: in bounds (one slot per block, checked at construction); the slot is free
-        // (room was checked) and the WQE is not published yet.
-        unsafe {
-            slots.get_unchecked(slot).record(SlotData {
-                wr_id: wr.wr_id,
-                next,
-                opcode: plan.opcode,
-                signaled: plan.signaled,
-            })
+        // Called by `write_after` once, with the control segment's counter of this WQE.
+        let header = |ring: &SegRing, start: u32| {
+            // SAFETY: segments 1, 2 and 3 of the WQE at `start` (a block boundary) are free
+            // and unpublished (room was checked).
+            unsafe { write_dc_av(ring, start, dest) }
         };
-        sq.sig_posted = sq.sig_posted.wrapping_add(u16::from(plan.signaled));
-        sq.pi = next;
-        start
+        // SAFETY: (caller) planned with the datagram segment's `DC_AV_DS` segments, room
+        // checked, the posting contract upheld; the header writes segments 1, 2 and 3 only.
+        unsafe { self.sq.write_after::<DC_AV_DS>(wr, plan, header) }
     }
 }
 
@@ -322,10 +223,8 @@ impl<P: SqStateRef, R: BfRegister> DcSendQueue<P, R> {
 unsafe fn write_dc_av(ring: &SegRing, start: u32, dest: &DcDest) {
     let mut seg = [0u8; 48];
     DatagramSeg::new_unchecked(&mut seg[..]).set_dc_from_av(&dest.av, dest.dctn, dest.dc_key);
-    for (k, part) in (1..).zip(seg.chunks_exact(16)) {
-        // SAFETY: (caller) the segments are free and unpublished; `k < 4`, in the first block.
-        unsafe { ring.with_mut_wqe(start, k, |b| b.copy_from_slice(part)) };
-    }
+    // SAFETY: (caller) as this function's contract.
+    unsafe { write_datagram_seg(ring, start, &seg) };
 }
 
 impl<P: SqStateRef, R: BfRegister> DcSendQueue<P, R> {

@@ -6,7 +6,7 @@ extern crate std;
 
 use std::vec::Vec;
 
-use super::frame::{expect_wqe, read_wrapped};
+use super::frame::{complete_nop, expect_wqe, read_wrapped};
 use super::*;
 use crate::testutil::{Mem, QPN, Rig, SqHandle, caps, req_cqe};
 use zverbs_core::{Completion, DcDest, PollCq, RemoteBuf, Transport};
@@ -43,13 +43,7 @@ impl DcRig {
                     .post_to(&d, &SendWr::nop(1000 + u64::from(i)).signaled())
             }
             .unwrap();
-            let ci = self.cq.consumer();
-            let owner = ((ci / self.cq.cqe_cnt()) & 1) as u8;
-            let slot = (ci % self.cq.cqe_cnt()) as usize;
-            self.mem
-                .put_cqe(slot, req_cqe(QPN, opcode::NOP, i as u16, 0, owner));
-            let mut wc = [Completion::EMPTY; 1];
-            assert_eq!(self.cq.poll(&mut wc), 1);
+            complete_nop(&mut self.cq, &self.mem, i);
         }
         assert_eq!(self.dc.producer(), n);
     }

@@ -1,12 +1,13 @@
-//! The frame of the send queue's unit tests (`tests` in `sq.rs`, RC; `ud_tests.rs`, UD): the
-//! bytes a WQE must have, the ring read across its wrap, and the producer moved to a block.
+//! The frame of the send queue's unit tests (`tests` in `sq.rs`, RC; `ud_tests.rs`, UD;
+//! `dc_tests.rs`, DC): the bytes a WQE must have, the ring read across its wrap, and the
+//! producer moved to a block.
 
 extern crate std;
 
 use std::vec::Vec;
 
 use super::*;
-use crate::testutil::{QPN, Rig, req_cqe};
+use crate::testutil::{Mem, QPN, Rig, RigBindings, req_cqe};
 use zverbs_core::{Completion, PollCq};
 
 /// The bytes of a WQE at block `pi`: the control segment (`op`, `imm`), the segments of
@@ -64,13 +65,18 @@ pub(super) fn advance<T: SqTransport>(rig: &mut Rig<T>, n: u32) {
         // SAFETY: never executed by a device.
         unsafe { rig.sq.stage(&SendWr::nop(1000 + u64::from(i)).signaled()) }.unwrap();
         rig.sq.ring();
-        let ci = rig.cq.consumer();
-        let owner = ((ci / rig.cq.cqe_cnt()) & 1) as u8;
-        let slot = (ci % rig.cq.cqe_cnt()) as usize;
-        rig.mem
-            .put_cqe(slot, req_cqe(QPN, opcode::NOP, i as u16, 0, owner));
-        let mut wc = [Completion::EMPTY; 1];
-        assert_eq!(rig.cq.poll(&mut wc), 1);
+        complete_nop(&mut rig.cq, &rig.mem, i);
     }
     assert_eq!(rig.sq.producer(), n);
+}
+
+/// Completes the NOP at WQE index `i` as the device does, a requester CQE at the CQ's
+/// consumer index with its owner bit, and polls it.
+pub(super) fn complete_nop(cq: &mut crate::CompletionQueue<RigBindings>, mem: &Mem, i: u32) {
+    let ci = cq.consumer();
+    let owner = ((ci / cq.cqe_cnt()) & 1) as u8;
+    let slot = (ci % cq.cqe_cnt()) as usize;
+    mem.put_cqe(slot, req_cqe(QPN, opcode::NOP, i as u16, 0, owner));
+    let mut wc = [Completion::EMPTY; 1];
+    assert_eq!(cq.poll(&mut wc), 1);
 }

@@ -7,60 +7,10 @@ use std::vec::Vec;
 
 use super::*;
 use crate::state::{SrqSlot, SrqState};
-use crate::testutil::{Block, Raw};
+use crate::testutil::SrqMem;
 use zverbs_core::Sge;
 
 const SRQN: u32 = 0x42;
-
-/// An SRQ of four 64-byte WQEs (three entries each), its free list 0 → 1 → 2 → 3.
-struct Srq {
-    ring: Raw<Block>,
-    dbrec: Raw<u32>,
-    layout: SrqLayout,
-}
-
-impl Srq {
-    fn new() -> Self {
-        let ring = Raw::new(Block([0; 64]), 4);
-        for i in 0..3u16 {
-            ring.write_bytes(
-                i as usize * 64 + srq_next::NEXT_WQE_INDEX.start,
-                &(i + 1).to_be_bytes(),
-            );
-        }
-        let dbrec = Raw::new(0u32, 1);
-        let layout = SrqLayout {
-            srqn: SRQN,
-            buf: ring.ptr().cast(),
-            dbrec: dbrec.ptr(),
-            stride: 64,
-            wqe_cnt: 4,
-            head: 0,
-            tail: 3,
-        };
-        Self {
-            ring,
-            dbrec,
-            layout,
-        }
-    }
-
-    /// The doorbell record, host order.
-    fn dbrec(&self) -> u32 {
-        u32::from_be_bytes(self.dbrec.bytes()[..4].try_into().unwrap())
-    }
-
-    /// The first data segment of WQE `i`: (length, lkey, address).
-    fn data(&self, i: usize) -> (u32, u32, u64) {
-        let b = self.ring.bytes();
-        let d = &b[i * 64 + 16..i * 64 + 32];
-        (
-            u32::from_be_bytes(d[0..4].try_into().unwrap()),
-            u32::from_be_bytes(d[4..8].try_into().unwrap()),
-            u64::from_be_bytes(d[8..16].try_into().unwrap()),
-        )
-    }
-}
 
 fn post(q: &mut SharedRecvQueue<&SrqState<&[SrqSlot]>>, id: u64) -> Result<(), PostError> {
     let sgl = [Sge::new(0x1000 * id, 0x10 + id as u32, 7)];
@@ -70,7 +20,7 @@ fn post(q: &mut SharedRecvQueue<&SrqState<&[SrqSlot]>>, id: u64) -> Result<(), P
 
 #[test]
 fn posts_follow_the_free_list_until_full_and_take_what_the_poller_frees() {
-    let srq = Srq::new();
+    let srq = SrqMem::new(SRQN);
     let slots: Vec<SrqSlot> = (0..4).map(|_| SrqSlot::new()).collect();
     // SAFETY: the ring and doorbell record outlive the state and the queue; the SRQ is new,
     // its free list runs from head to tail; nothing else posts to it.
