@@ -96,6 +96,11 @@ fn an_inline_post_writes_what_the_field_wise_writer_writes() {
                     );
                     assert_eq!(posted.mem.dbrec(1), staged.mem.dbrec(1), "record, {at}");
                     assert_eq!(posted.sq.producer(), staged.sq.producer(), "{at}");
+                    assert_eq!(
+                        posted.sq.outstanding_signaled(),
+                        staged.sq.outstanding_signaled(),
+                        "signaled, {at}"
+                    );
                     // The bytes themselves, padding zeroed over the stale ones.
                     let mut want = expect_wqe(start, op, imm, &header, 0, Some(&data));
                     if len % 2 == 1 {
