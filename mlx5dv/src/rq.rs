@@ -313,6 +313,41 @@ mod tests {
     }
 
     #[test]
+    fn a_full_list_has_no_terminator_and_leaves_the_next_entry_alone() {
+        // Stride 32: two entries per receive; eight receives fill the ring, the last one's
+        // entry is followed (across the wrap) by the first, still posted.
+        let mut rig = Rig::new(8, 0, caps(1, 0));
+        let first = [Sge::new(0x1000, 64, 7)];
+        let full = [Sge::new(0x2000, 16, 8), Sge::new(0x3000, 32, 9)];
+        // SAFETY: never executed.
+        unsafe { rig.rq.post(&RecvWr::new(1, &first)).unwrap() };
+        for id in 2..9 {
+            // SAFETY: never executed.
+            unsafe { rig.rq.post(&RecvWr::new(id, &full)).unwrap() };
+        }
+        let ring = rig.mem.rq_bytes();
+        assert_eq!(
+            seg(&ring[0..16]),
+            (64, 7, 0x1000),
+            "the first receive untouched"
+        );
+        assert_eq!(seg(&ring[16..32]), (0, INVALID_LKEY, 0));
+        for e in 1..8 {
+            assert_eq!(
+                seg(&ring[e * 32..e * 32 + 16]),
+                (16, 8, 0x2000),
+                "entry {e}"
+            );
+            assert_eq!(
+                seg(&ring[e * 32 + 16..e * 32 + 32]),
+                (32, 9, 0x3000),
+                "entry {e}"
+            );
+        }
+        assert_eq!(rig.mem.dbrec(0), 8);
+    }
+
+    #[test]
     fn refused_receives_change_nothing() {
         let mut rig = Rig::new(8, 0, caps(1, 0));
         let one = [Sge::new(0x1000, 64, 7)];

@@ -161,6 +161,46 @@ fn a_refused_batch_leaves_scratch_past_the_producer_only() {
     visible(&mut rig).assert_same(&clean, "after the refused batch");
 }
 
+/// After a refused batch, a post rings the requests staged before the batch first, as it
+/// would have without the batch: the roll-back leaves no credit that would let the post go
+/// out alone while they stay staged (and a later ring copy the last of them to the BlueFlame
+/// register again).
+#[test]
+fn after_a_refused_batch_a_post_rings_what_was_staged_first() {
+    let sgl = [Sge::new(0x1000, 8, 1)];
+    let four = [sgl[0]; 4];
+    let r = RemoteBuf::new(0x4000, 1);
+    let run = |refused: bool| {
+        let mut rig = Rig::new(16, 256, caps(3, 0));
+        stage(&mut rig, &SendWr::write(2, &sgl, r).signaled()).unwrap();
+        stage(&mut rig, &SendWr::read(3, &sgl, r)).unwrap();
+        if refused {
+            // The batch reads the credit word (the staged requests left no credit), takes
+            // blocks from what it read, then meets its refused request. (Its scratch in the
+            // post's block is a WQE of the post's size: the post writes over all of it.)
+            let bad = [
+                SendWr::send(10, &sgl),
+                SendWr::send(11, &sgl),
+                SendWr::write(12, &four, r),
+            ];
+            assert_eq!(post_all(&mut rig, &bad).unwrap_err().index, 2);
+        }
+        // SAFETY: never executed by a device.
+        unsafe { rig.sq.post(&SendWr::send(4, &sgl).signaled()) }.unwrap();
+        assert_eq!(
+            rig.sq.pending(),
+            0,
+            "refused={refused}: the staged requests rung"
+        );
+        // Nothing is left to ring.
+        let after = visible(&mut rig);
+        rig.sq.ring();
+        visible(&mut rig).assert_same(&after, "ring after the post");
+        after
+    };
+    run(true).assert_same(&run(false), "with and without the refused batch");
+}
+
 /// A batch refused for room rolls back the counters it moved: the producer counter and the
 /// signaled count, also after it read the credit word again in the middle of the batch.
 #[test]

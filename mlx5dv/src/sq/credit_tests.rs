@@ -88,6 +88,30 @@ fn the_credit_runs_out_exactly_at_a_full_ring() {
     assert_eq!(rig.sq.producer(), 10);
 }
 
+/// A post takes its WQE's blocks from the credit, not one: WQEs of two blocks fill a ring of
+/// eight in four posts, and the fifth is refused with nothing written.
+#[test]
+fn the_credit_counts_the_blocks_of_larger_wqes() {
+    let mut rig = Rig::new(8, 64, caps(4, 0));
+    let sgl = [Sge::new(0x1000, 8, 1); 4];
+    let r = zverbs_core::RemoteBuf::new(0x4000, 1);
+    // Control, remote address and four data segments: two blocks.
+    let write = |rig: &mut Rig, wr_id| {
+        // SAFETY: never executed by a device.
+        unsafe { rig.sq.post(&SendWr::write(wr_id, &sgl, r)) }
+    };
+    for i in 0..4 {
+        write(&mut rig, i).unwrap();
+    }
+    assert_eq!((rig.sq.producer(), rig.mem.dbrec(1)), (8, 8));
+    let before = snapshot(&mut rig);
+    assert_eq!(
+        write(&mut rig, 4),
+        Err(PostError::QueueFull { needed: 2, free: 0 })
+    );
+    assert_eq!(snapshot(&mut rig), before, "a refusal wrote");
+}
+
 #[test]
 fn the_credit_runs_out_exactly_at_a_full_cq_share() {
     let mut c = caps(1, 0);

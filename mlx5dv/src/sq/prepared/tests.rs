@@ -316,6 +316,30 @@ fn prepare_refuses_what_it_cannot_prepare() {
     );
 }
 
+/// A prepared request tells the opcode, the completion asked for and the queue it was
+/// prepared with.
+#[test]
+fn a_prepared_request_tells_what_it_was_prepared_as() {
+    use crate::prm::opcode;
+    use crate::testutil::QPN;
+    let (rig, _) = rigs(4, 256);
+    let sgl = [Sge::new(0x1000, 8, 0x11)];
+    let remote = RemoteBuf::new(0x2000, 0x22);
+    let read = rig
+        .sq
+        .prepare_rdma(&SendWr::read(1, &sgl, remote).signaled())
+        .unwrap();
+    assert_eq!(
+        (read.opcode(), read.signaled(), read.qpn()),
+        (opcode::RDMA_READ, true, QPN)
+    );
+    let send = rig.sq.prepare_send(&SendWr::send_imm(1, &sgl, 7)).unwrap();
+    assert_eq!(
+        (send.opcode(), send.signaled(), send.qpn()),
+        (opcode::SEND_IMM, false, QPN)
+    );
+}
+
 /// The gate refuses prepared posts as it refuses generic ones: a queue pair in the error
 /// state or RESET takes nothing, on the fast path too (the queue's earlier posts made it the
 /// common case), and writes nothing.
