@@ -13,7 +13,7 @@
 //! [`post_to`](DcSendQueue::post_to) and [`stage_to`](DcSendQueue::stage_to), which take the
 //! destination: a DCI has no peer, so a request without one does not compile. The request
 //! itself is checked as on an RC queue (the core's one check); a datagram SEND
-//! ([`SendOp::SendTo`]) is refused with [`PostError::WrongTransport`].
+//! ([`SendOp::SendTo`](zverbs_core::SendOp::SendTo)) is refused with [`PostError::WrongTransport`].
 
 use core::ops::Deref;
 
@@ -150,7 +150,7 @@ impl<P: SqStateRef, R: BfRegister> DcSendQueue<P, R> {
     /// # Errors
     ///
     /// As [`PostSend::stage`] on an RC queue; [`PostError::WrongTransport`] for a datagram
-    /// SEND ([`SendOp::SendTo`]). A refused request writes nothing.
+    /// SEND ([`SendOp::SendTo`](zverbs_core::SendOp::SendTo)). A refused request writes nothing.
     #[inline(always)]
     pub unsafe fn stage_to(&mut self, dest: &DcDest, wr: &SendWr<'_>) -> Result<(), PostError> {
         let plan = self.plan_dc(wr)?;

@@ -1,12 +1,18 @@
-//! The `doc` stage: rustdoc on the workspace with every feature, warnings denied.
+//! The `doc` stage: rustdoc on the workspace with every feature, warnings denied, as a user
+//! reads it and with the private items a contributor reads (whose links rot as easily).
 
 use crate::test::Run;
 use crate::util::{self, Result};
 
 /// Runs the stage.
 pub fn run(_: &mut Run) -> Result<Option<String>> {
-    let mut cmd = util::cargo(["doc", "--workspace", "--no-deps", "--all-features"]);
-    cmd.env("RUSTDOCFLAGS", "-D warnings");
-    util::run(&mut cmd)?;
+    for private in [false, true] {
+        let mut cmd = util::cargo(["doc", "--workspace", "--no-deps", "--all-features"]);
+        if private {
+            cmd.arg("--document-private-items");
+        }
+        cmd.env("RUSTDOCFLAGS", "-D warnings");
+        util::run(&mut cmd)?;
+    }
     Ok(None)
 }
