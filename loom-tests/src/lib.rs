@@ -9,8 +9,9 @@
 //!
 //! Built without the cfg, the same scenarios run on ordinary threads as a stress test.
 //!
-//! Each protocol has a mutant: building with `--cfg zverbs_mutant="<name>"` weakens exactly one
-//! ordering in the library (all of them named in `zverbs_core::sync`, the one file where the
+//! Each protocol has a mutant: building with `--cfg zverbs_mutant="<name>"` (or, in a loom
+//! build, `ZVERBS_MUTANT=<name>`, which `zverbs-core`'s build script turns into that cfg for
+//! the library alone) weakens exactly one ordering in the library (all of them named in `zverbs_core::sync`, the one file where the
 //! mutants live), and the model's test then asserts that loom rejects it. See
 //! `docs/ordering.md` and `cargo xtask loom`.
 

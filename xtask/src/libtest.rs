@@ -9,6 +9,7 @@
 //! which package that binary was built from.
 
 use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
 
 /// Results of the test binaries of one crate.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -46,6 +47,13 @@ pub struct Tally {
     current: Option<(String, bool)>,
     /// Binaries that ended without a result line.
     pub no_result: Vec<String>,
+    /// Each binary run, in order: its package and what cargo announced (`unittests
+    /// src/lib.rs`, `tests/wrap.rs`, `doc-tests`), and the wall-clock time from its
+    /// announcement to its result line (under Miri, libtest's own `finished in` is Miri's
+    /// virtual clock, not the time it took).
+    pub times: Vec<(String, Duration)>,
+    /// When the binary announced last was announced, and its name in [`Tally::times`].
+    started: Option<(Instant, String)>,
 }
 
 impl Tally {
@@ -70,6 +78,8 @@ impl Tally {
                 .get(&file)
                 .cloned()
                 .unwrap_or_else(|| strip_hash(&file).replace('_', "-"));
+            let what = rest.rsplit_once(" (").map_or(rest, |(w, _)| w);
+            self.started = Some((Instant::now(), format!("{package} {what}")));
             self.start(package);
         } else if let Some(lib) = trimmed.strip_prefix("Doc-tests ") {
             let lib = lib.trim();
@@ -78,9 +88,13 @@ impl Tally {
                 .get(lib)
                 .cloned()
                 .unwrap_or_else(|| lib.replace('_', "-"));
+            self.started = Some((Instant::now(), format!("{package} doc-tests")));
             self.start(package);
         } else if let Some(rest) = trimmed.strip_prefix("test result: ") {
             let counts = result_counts(rest);
+            if let Some((at, name)) = self.started.take() {
+                self.times.push((name, at.elapsed()));
+            }
             if let Some((package, seen)) = &mut self.current {
                 *seen = true;
                 self.crates.entry(package.clone()).or_default().add(counts);
@@ -239,6 +253,16 @@ mod tests {
         assert_eq!(t.crates["xtask"].passed, 5);
         assert_eq!(t.total().passed, 48);
         assert!(t.no_result.is_empty());
+        let names: Vec<&str> = t.times.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "zverbs-core unittests src/lib.rs",
+                "zverbs-crosscheck tests/wqe.rs",
+                "xtask unittests src/main.rs",
+                "zverbs-core doc-tests"
+            ]
+        );
     }
 
     #[test]

@@ -8,12 +8,12 @@
 //! out. The stages are in [`crate::stages`], one file each.
 
 use std::collections::BTreeMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::cli::{self, Arg, Parser, usage};
 use crate::disk;
 use crate::libtest::{Counts, Tally};
-use crate::stages::{STAGES, Stage};
+use crate::stages::{STAGES, Stage, TOTAL_BUDGET};
 use crate::util::{self, Error, Result, Table, bail};
 
 /// State of one `cargo xtask test` run, shared by its stages.
@@ -75,56 +75,74 @@ pub fn main(mut p: Parser) -> Result {
         .collect();
 
     let mut run = Run::default();
-    let mut summary = Table::new(&["stage", "result", ">time", "note"]);
+    let mut summary = Summary::default();
     let started = Instant::now();
     let mut failure: Option<Error> = None;
     for (i, stage) in stages.iter().enumerate() {
         println!(
-            "\n==> [{}/{}] {}: {}",
+            "\n==> [{}/{}] {}: {} (budget {})",
             i + 1,
             stages.len(),
             stage.name,
-            stage.about
+            stage.about,
+            util::duration(stage.budget)
         );
         let t = Instant::now();
+        let built = util::build_time();
         let result = (stage.run)(&mut run);
-        let took = util::duration(t.elapsed());
+        let took = t.elapsed();
+        let times = Times {
+            took,
+            build: util::build_time().saturating_sub(built).min(took),
+            budget: stage.budget,
+        };
         match result {
             Ok(note) => {
-                println!("==> {} ok in {took} ({})", stage.name, disk::report());
+                println!(
+                    "==> {} ok in {} ({})",
+                    stage.name,
+                    util::duration(took),
+                    disk::report()
+                );
                 disk::free_scratch(stage.name, stage.scratch);
-                summary.row(vec![
-                    stage.name.into(),
-                    "ok".into(),
-                    took,
-                    note.unwrap_or_default(),
-                ]);
+                summary.row(stage.name, "ok", times, note.unwrap_or_default());
             }
             Err(e) => {
                 println!(
-                    "==> {} FAILED after {took} ({})",
+                    "==> {} FAILED after {} ({})",
                     stage.name,
+                    util::duration(took),
                     disk::report()
                 );
-                summary.row(vec![
-                    stage.name.into(),
-                    "FAILED".into(),
-                    took,
-                    String::new(),
-                ]);
+                summary.row(stage.name, "FAILED", times, String::new());
                 failure = Some(e);
                 break;
             }
         }
     }
-    summary.row(vec![
-        "total".into(),
-        if failure.is_some() { "FAILED" } else { "ok" }.into(),
-        util::duration(started.elapsed()),
+    let took = started.elapsed();
+    summary.row(
+        "total",
+        if failure.is_some() { "FAILED" } else { "ok" },
+        Times {
+            took,
+            build: util::build_time().min(took),
+            budget: TOTAL_BUDGET,
+        },
         String::new(),
-    ]);
-    println!("\nsummary:");
-    summary.print(true);
+    );
+    println!("\nsummary (build: compiling, linking and documenting; run: the rest):");
+    summary.table.print(true);
+    if summary.over > 0 {
+        println!(
+            "{} over budget (marked `OVER`): find what grew before it decides whether a run \
+             fits CI's 90 minutes (budgets: xtask/src/stages/mod.rs)",
+            match summary.over {
+                1 => "one stage or the total is".to_string(),
+                n => format!("{n} stages or the total are"),
+            }
+        );
+    }
     if let Some(t) = run.tests {
         println!(
             "tests: {} passed, {} failed, {} skipped",
@@ -137,61 +155,185 @@ pub fn main(mut p: Parser) -> Result {
     }
 }
 
+/// A stage's times: all of it, the part spent building, and its budget.
+#[derive(Clone, Copy, Debug)]
+struct Times {
+    took: Duration,
+    build: Duration,
+    budget: Duration,
+}
+
+/// The summary table: each stage's result, time (build and run), budget and note.
+struct Summary {
+    table: Table,
+    /// Rows over their budget.
+    over: u32,
+}
+
+impl Default for Summary {
+    fn default() -> Self {
+        Self {
+            table: Table::new(&[
+                "stage", "result", ">time", ">budget", ">build", ">run", "note",
+            ]),
+            over: 0,
+        }
+    }
+}
+
+impl Summary {
+    fn row(&mut self, stage: &str, result: &str, t: Times, note: String) {
+        let over = t.took > t.budget;
+        if over {
+            self.over += 1;
+        }
+        self.table.row(vec![
+            stage.into(),
+            if over {
+                format!("{result} OVER")
+            } else {
+                result.into()
+            },
+            util::duration(t.took),
+            util::duration(t.budget),
+            util::duration(t.build),
+            util::duration(t.took.saturating_sub(t.build)),
+            note,
+        ]);
+    }
+}
+
 /// Runs a `cargo test` command (any package selection, features or flags), counting its
 /// results per crate: prints the table, adds the counts to `run` (so later stages' tests,
 /// such as loom models, join the final count), and fails if the command or any test failed.
 /// Returns the total and the counts of each crate.
 /// `test_args` go to the test binaries (after `--`).
 pub fn counted_tests(
-    mut cmd: std::process::Command,
+    cmd: std::process::Command,
     test_args: &[&str],
     run: &mut Run,
 ) -> Result<(Counts, BTreeMap<String, Counts>)> {
-    cmd.args(["--no-fail-fast", "--message-format=json-render-diagnostics"]);
-    if !test_args.is_empty() {
-        cmd.arg("--").args(test_args);
-    }
-    let mut tally = Tally::default();
-    let status = util::run_lines(&mut cmd, |line| tally.line(line))?;
-    tally.finish();
+    let tests = TestRun::start(cmd, test_args, true)?;
+    tests.finish(run)
+}
 
-    let mut table = Table::new(&["crate", ">binaries", ">passed", ">failed", ">ignored"]);
-    let row = |name: &str, c: &Counts| {
-        vec![
-            name.to_string(),
-            c.binaries.to_string(),
-            c.passed.to_string(),
-            c.failed.to_string(),
-            c.ignored.to_string(),
-        ]
-    };
-    for (name, c) in &tally.crates {
-        table.row(row(name, c));
+/// One `cargo test` command run to its end, its output counted ([`TestRun::start`]) and then
+/// reported ([`TestRun::finish`]): two steps, so that commands run on several threads at once
+/// can keep their output apart and show it one after the other.
+pub struct TestRun {
+    cmd: std::process::Command,
+    status: std::process::ExitStatus,
+    /// The counts and times per binary.
+    pub tally: Tally,
+    /// The lines for a person to read, when they were kept rather than shown as they came.
+    pub kept: Vec<String>,
+}
+
+impl TestRun {
+    /// Runs `cmd` (with `test_args` after `--`) and counts its results; shows its output as it
+    /// comes when `show`, else keeps it in [`TestRun::kept`].
+    pub fn start(
+        mut cmd: std::process::Command,
+        test_args: &[&str],
+        show: bool,
+    ) -> Result<TestRun> {
+        cmd.args(["--no-fail-fast", "--message-format=json-render-diagnostics"]);
+        if !test_args.is_empty() {
+            cmd.arg("--").args(test_args);
+        }
+        let mut tally = Tally::default();
+        let mut kept = Vec::new();
+        let status = util::run_lines(&mut cmd, |line| {
+            let human = tally.line(line);
+            if human && !show {
+                kept.push(line.to_string());
+            }
+            human && show
+        })?;
+        tally.finish();
+        Ok(TestRun {
+            cmd,
+            status,
+            tally,
+            kept,
+        })
     }
-    let total = tally.total();
-    table.row(row("total", &total));
-    println!(
-        "
+
+    /// The command that ran.
+    pub fn command(&self) -> &std::process::Command {
+        &self.cmd
+    }
+
+    /// Prints the table of counts per crate, adds them to `run`, and fails if the command or
+    /// any test failed. Returns the total and the counts of each crate.
+    pub fn finish(self, run: &mut Run) -> Result<(Counts, BTreeMap<String, Counts>)> {
+        let tally = self.tally;
+        let mut table = Table::new(&["crate", ">binaries", ">passed", ">failed", ">ignored"]);
+        let row = |name: &str, c: &Counts| {
+            vec![
+                name.to_string(),
+                c.binaries.to_string(),
+                c.passed.to_string(),
+                c.failed.to_string(),
+                c.ignored.to_string(),
+            ]
+        };
+        for (name, c) in &tally.crates {
+            table.row(row(name, c));
+        }
+        let total = tally.total();
+        table.row(row("total", &total));
+        println!(
+            "
 tests per crate (binaries: unit, integration and doc-test runs):"
-    );
-    table.print(true);
-    let empty: Vec<&str> = tally
-        .crates
-        .iter()
-        .filter(|(_, c)| c.passed + c.failed + c.ignored == 0)
-        .map(|(name, _)| name.as_str())
-        .collect();
-    if !empty.is_empty() {
-        println!("crates without any test: {}", empty.join(", "));
-    }
-    for b in &tally.no_result {
-        println!("a test binary of {b} ended without a result (crashed?); counted as a failure");
-    }
-    run.add_tests(total);
+        );
+        table.print(true);
+        let empty: Vec<&str> = tally
+            .crates
+            .iter()
+            .filter(|(_, c)| c.passed + c.failed + c.ignored == 0)
+            .map(|(name, _)| name.as_str())
+            .collect();
+        if !empty.is_empty() {
+            println!("crates without any test: {}", empty.join(", "));
+        }
+        for b in &tally.no_result {
+            println!(
+                "a test binary of {b} ended without a result (crashed?); counted as a failure"
+            );
+        }
+        run.add_tests(total);
 
-    util::check(&cmd, status)?;
-    if total.failed > 0 {
-        bail!("{} tests failed", total.failed);
+        util::check(&self.cmd, self.status)?;
+        if total.failed > 0 {
+            bail!("{} tests failed", total.failed);
+        }
+        Ok((total, tally.crates))
     }
-    Ok((total, tally.crates))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stage_over_its_budget_is_marked() {
+        let mut s = Summary::default();
+        let t = |took, budget| Times {
+            took: Duration::from_secs(took),
+            build: Duration::from_secs(took / 2),
+            budget: Duration::from_secs(budget),
+        };
+        s.row("fmt", "ok", t(10, 30), String::new());
+        assert_eq!(s.over, 0);
+        s.row("miri", "ok", t(1000, 900), String::new());
+        assert_eq!(s.over, 1);
+        assert_eq!(
+            s.table.rows_for_test()[2],
+            [
+                "miri", "ok OVER", "16m40.0s", "15m00.0s", "8m20.0s", "8m20.0s", ""
+            ]
+        );
+        assert_eq!(s.table.rows_for_test()[1][1], "ok");
+    }
 }

@@ -6,7 +6,8 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::OnceLock;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 pub use anyhow::{Error, anyhow, bail};
 
@@ -132,12 +133,57 @@ fn quote(s: &str) -> String {
     }
 }
 
+/// Time spent building, in nanoseconds, since the process started: what [`run`] spent in a
+/// cargo command that only builds, and what [`run_lines`] saw go by before cargo's `Finished`
+/// line. A stage's build time is the difference across it ([`build_time`]).
+static BUILD_NANOS: AtomicU64 = AtomicU64::new(0);
+
+/// The cargo subcommands that only build (or check, or document).
+const BUILD_SUBCOMMANDS: &[&str] = &["build", "check", "clippy", "doc", "publish", "rustc"];
+
+/// Time spent building so far in this process ([`BUILD_NANOS`]).
+pub fn build_time() -> Duration {
+    Duration::from_nanos(BUILD_NANOS.load(Ordering::Relaxed))
+}
+
+fn add_build_time(d: Duration) {
+    let nanos = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    BUILD_NANOS.fetch_add(nanos, Ordering::Relaxed);
+}
+
+/// Whether `cmd` is a cargo command that only builds: `cargo SUB ...` or `rustup run
+/// TOOLCHAIN cargo SUB ...` with SUB in [`BUILD_SUBCOMMANDS`].
+fn only_builds(cmd: &Command) -> bool {
+    let program = Path::new(cmd.get_program())
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let args: Vec<String> = cmd
+        .get_args()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let sub = match program.as_str() {
+        "cargo" => args.first(),
+        "rustup" => args
+            .iter()
+            .position(|a| a == "cargo")
+            .and_then(|i| args.get(i + 1)),
+        _ => None,
+    };
+    sub.is_some_and(|s| BUILD_SUBCOMMANDS.contains(&s.as_str()))
+}
+
 /// Prints the command line, runs it with the terminal's stdio and fails unless it succeeds.
+/// A cargo command that only builds counts toward [`build_time`].
 pub fn run(cmd: &mut Command) -> Result {
     println!("$ {}", show(cmd));
+    let started = Instant::now();
     let status = cmd
         .status()
         .map_err(|e| anyhow!("cannot start `{}`: {e}", show(cmd)))?;
+    if only_builds(cmd) {
+        add_build_time(started.elapsed());
+    }
     check(cmd, status)
 }
 
@@ -152,9 +198,12 @@ pub fn succeeds(cmd: &mut Command) -> bool {
 
 /// Prints the command line, runs it with its stdout and stderr merged into one stream (in the
 /// order they were written), and hands every line to `on_line`, which says whether to echo it.
-/// Returns the exit status; failing to start is an error.
+/// Returns the exit status; failing to start is an error. The time until cargo's first
+/// `Finished` line (all of it, for a command that only builds) counts toward [`build_time`].
 pub fn run_lines(cmd: &mut Command, mut on_line: impl FnMut(&str) -> bool) -> Result<ExitStatus> {
     println!("$ {}", show(cmd));
+    let started = Instant::now();
+    let mut built = only_builds(cmd);
     let (reader, writer) = std::io::pipe()?;
     cmd.stdin(Stdio::null())
         .stdout(writer.try_clone()?)
@@ -173,11 +222,19 @@ pub fn run_lines(cmd: &mut Command, mut on_line: impl FnMut(&str) -> bool) -> Re
         }
         let line = String::from_utf8_lossy(&buf);
         let line = line.trim_end_matches(['\n', '\r']);
+        if !built && line.trim_start().starts_with("Finished `") {
+            built = true;
+            add_build_time(started.elapsed());
+        }
         if on_line(line) {
             println!("{line}");
         }
     }
-    Ok(child.wait()?)
+    let status = child.wait()?;
+    if only_builds(cmd) {
+        add_build_time(started.elapsed());
+    }
+    Ok(status)
 }
 
 /// Fails with the command line and its exit status unless `status` is success.
@@ -224,6 +281,12 @@ impl Table {
     /// Appends a row.
     pub fn row(&mut self, cells: Vec<String>) {
         self.rows.push(cells);
+    }
+
+    /// The rows, the header's first, for tests to read.
+    #[cfg(test)]
+    pub fn rows_for_test(&self) -> &[Vec<String>] {
+        &self.rows
     }
 
     /// Prints the table, with a rule under the header and before the last row when `total`.
@@ -324,6 +387,40 @@ mod tests {
     fn durations_read_naturally() {
         assert_eq!(duration(Duration::from_millis(1234)), "1.2s");
         assert_eq!(duration(Duration::from_millis(83_400)), "1m23.4s");
+    }
+
+    #[test]
+    fn build_commands_are_told_from_the_rest() {
+        assert!(only_builds(&cargo(["clippy", "--workspace"])));
+        assert!(only_builds(&cargo(["doc", "--no-deps"])));
+        assert!(!only_builds(&cargo(["test", "--workspace"])));
+        assert!(!only_builds(&cargo(["run", "-p", "x"])));
+        assert!(only_builds(&rustup_cargo(
+            "1.95.0",
+            ["check", "-p", "zverbs"]
+        )));
+        assert!(!only_builds(&rustup_cargo("nightly", ["miri", "test"])));
+        assert!(!only_builds(&Command::new("make")));
+    }
+
+    #[test]
+    fn the_time_before_cargo_s_finished_line_is_build_time() {
+        let before = build_time();
+        let started = Instant::now();
+        let mut cmd = Command::new("sh");
+        cmd.args([
+            "-c",
+            "sleep 0.2; echo '    Finished `test` profile'; sleep 1",
+        ]);
+        run_lines(&mut cmd, |_| false).unwrap();
+        let total = started.elapsed();
+        // No other test of this binary builds through `run` or `run_lines`.
+        let built = build_time() - before;
+        assert!(built >= Duration::from_millis(200), "{built:?}");
+        assert!(
+            built + Duration::from_millis(900) <= total,
+            "{built:?} of {total:?}"
+        );
     }
 
     #[test]

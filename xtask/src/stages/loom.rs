@@ -3,10 +3,13 @@
 //! The models are built with `--cfg zverbs_loom`, which swaps the library's atomics, fences and
 //! cells for loom's, in release mode (loom explores thousands of executions) with
 //! `LOOM_MAX_PREEMPTIONS=2`. Then, for each mutant, the same models are rebuilt with
-//! `--cfg zverbs_mutant="<name>"`, which weakens exactly one ordering in the library; the
-//! model that depends on that ordering must be rejected by loom (the test asserts it, so the
-//! mutant run passes only when loom catches the mutant), and every other model must still pass.
-//! Each build has its own target directory, `loom*` in cargo's, so reruns rebuild nothing.
+//! `ZVERBS_MUTANT=<name>`, which `zverbs-core`'s build script turns into
+//! `--cfg zverbs_mutant="<name>"` in a loom build: it weakens exactly one ordering in the
+//! library; the model that depends on that ordering must be rejected by loom (the test asserts
+//! it, so the mutant run passes only when loom catches the mutant), and every other model must
+//! still pass. All the builds share one target directory (`loom` in cargo's): the flags of the
+//! dependencies are the same in each, so loom and the rest are built once, and a mutant
+//! rebuilds only `zverbs-core` and the crates above it.
 
 use crate::cli::{Parser, usage};
 use crate::test::{Run, counted_tests};
@@ -19,13 +22,6 @@ pub const MUTANTS: &[(&str, &str)] = &zverbs_core::sync::mutant::ALL;
 /// Runs the models, built with `mutant` when given (which the models that depend on its
 /// ordering must reject: their tests pass only then). Returns the model runs that passed.
 pub fn models(mutant: Option<&str>, run: &mut Run) -> Result<u32> {
-    let mut flags = String::from("--cfg zverbs_loom");
-    let mut target = String::from("loom");
-    if let Some(m) = mutant {
-        flags.push_str(&format!(" --cfg zverbs_mutant=\"{m}\""));
-        target.push('-');
-        target.push_str(m);
-    }
     let mut cmd = util::cargo([
         "test",
         "--release",
@@ -33,8 +29,9 @@ pub fn models(mutant: Option<&str>, run: &mut Run) -> Result<u32> {
         "zverbs-loom-tests",
         "--target-dir",
     ]);
-    cmd.arg(util::target_dir().join(target));
-    cmd.env("RUSTFLAGS", flags);
+    cmd.arg(util::target_dir().join("loom"));
+    cmd.env("RUSTFLAGS", "--cfg zverbs_loom")
+        .env("ZVERBS_MUTANT", mutant.unwrap_or(""));
     if std::env::var_os("LOOM_MAX_PREEMPTIONS").is_none() {
         cmd.env("LOOM_MAX_PREEMPTIONS", "2");
     }

@@ -30,14 +30,22 @@
 //!
 //! Miri comes with the nightly toolchain: the `prerequisites` stage adds its `miri` and
 //! `rust-src` components when they are missing. Iteration counts of the few tests that loop
-//! tens of thousands of times are reduced under `cfg(miri)`.
+//! tens of thousands of times are reduced under `cfg(miri)`, and the sweeps over every length,
+//! wrap position and kind run a sample under it that still reaches every value of every axis
+//! (each such test says which cases remain).
+//!
+//! How it runs: everything is built once (`cargo miri test --no-run`: the aliasing model is a
+//! flag of the interpreter, `MIRIFLAGS`, not of the build), then the two models run at the
+//! same time as two processes, each on its own core (Miri interprets a program, its threads
+//! included, on one thread). Each model's output is shown after both have ended, with the
+//! wall-clock time of every test binary, slowest first: where the stage's time goes.
 
 use std::process::Command;
 use std::time::Instant;
 
 use crate::libtest::Counts;
-use crate::test::{Run, counted_tests};
-use crate::util::{self, Result};
+use crate::test::{Run, TestRun};
+use crate::util::{self, Result, Table};
 
 /// The toolchain Miri runs on.
 pub const TOOLCHAIN: &str = "nightly";
@@ -101,33 +109,98 @@ where
     cmd
 }
 
-/// Runs every job under each model.
+/// Builds every job once, runs each model's jobs in a process of its own at the same time,
+/// then shows each model's output, its counts and the time of each test binary.
 pub fn run(run: &mut Run) -> Result<Option<String>> {
+    println!("\n--> the tests under Miri, built once for both models");
+    for job in JOBS {
+        let mut cmd = cargo_miri(["test", "--no-run"]);
+        cmd.args(job.args);
+        let status = util::run_lines(&mut cmd, |_| true)?;
+        util::check(&cmd, status)?;
+    }
+
+    println!(
+        "\n--> {}, at the same time (their output follows when both have ended)",
+        MODELS
+            .iter()
+            .map(|(m, _)| *m)
+            .collect::<Vec<_>>()
+            .join(" and ")
+    );
+    let started = Instant::now();
+    let models: Vec<_> = MODELS
+        .iter()
+        .map(|&(model, flag)| std::thread::spawn(move || run_model(flag).map(|r| (model, r))))
+        .collect();
+    let mut results = Vec::new();
+    for h in models {
+        results.push(
+            h.join()
+                .map_err(|_| util::anyhow!("a Miri model's thread panicked"))??,
+        );
+    }
+    let wall = started.elapsed();
+
     let mut notes = Vec::new();
-    for (model, flag) in MODELS {
-        let started = Instant::now();
+    let mut failed = None;
+    for (model, (tests, took)) in results {
         let mut total = Counts::default();
-        for job in JOBS {
-            let mut flags = String::from(BASE_FLAGS);
-            if !flag.is_empty() {
-                flags.push(' ');
-                flags.push_str(flag);
+        let mut times = Vec::new();
+        for t in tests {
+            println!("\n--> {model}: {}", util::show(t.command()));
+            for line in &t.kept {
+                println!("{line}");
             }
-            if !job.check_leaks {
-                flags.push_str(" -Zmiri-ignore-leaks");
+            times.extend(t.tally.times.iter().cloned());
+            match t.finish(run) {
+                Ok((c, _)) => total.add(c),
+                Err(e) => {
+                    failed.get_or_insert(e);
+                }
             }
-            println!("\n--> {model}: cargo miri test {}", job.args.join(" "));
-            let mut cmd = cargo_miri(["test"]);
-            cmd.args(job.args).env("MIRIFLAGS", &flags);
-            let (t, _) = counted_tests(cmd, &[], run)?;
-            total.add(t);
         }
+        times.sort_by_key(|t| std::cmp::Reverse(t.1));
+        let mut table = Table::new(&["test binary", ">time"]);
+        for (name, d) in &times {
+            table.row(vec![name.clone(), util::duration(*d)]);
+        }
+        println!("\n{model}: the test binaries by wall-clock time");
+        table.print(false);
         notes.push(format!(
             "{model}: {} passed, {} ignored in {}",
             total.passed,
             total.ignored,
-            util::duration(started.elapsed())
+            util::duration(took)
         ));
     }
-    Ok(Some(notes.join("; ")))
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    Ok(Some(format!(
+        "{}; both at once in {}",
+        notes.join("; "),
+        util::duration(wall)
+    )))
+}
+
+/// Runs every job under the model `flag` selects, its output kept; returns each job's run and
+/// the time they took together.
+fn run_model(flag: &str) -> Result<(Vec<TestRun>, std::time::Duration)> {
+    let started = Instant::now();
+    let mut runs = Vec::new();
+    for job in JOBS {
+        let mut flags = String::from(BASE_FLAGS);
+        if !flag.is_empty() {
+            flags.push(' ');
+            flags.push_str(flag);
+        }
+        if !job.check_leaks {
+            flags.push_str(" -Zmiri-ignore-leaks");
+        }
+        let mut cmd = cargo_miri(["test"]);
+        cmd.args(job.args).env("MIRIFLAGS", &flags);
+        runs.push(TestRun::start(cmd, &[], false)?);
+    }
+    Ok((runs, started.elapsed()))
 }

@@ -17,8 +17,25 @@ pub mod nostd;
 pub mod prerequisites;
 pub mod test;
 
+use std::time::Duration;
+
 use crate::test::Run;
 use crate::util::Result;
+
+/// The whole run's budget on CI's machine (2 cores, a fresh clone, `CI=true`,
+/// `CARGO_INCREMENTAL=0`, line tables only): CI stops a run at 90 minutes, and a run that
+/// keeps half of that in hand leaves room for the next test without deciding whether it lands.
+pub const TOTAL_BUDGET: Duration = minutes(45);
+
+/// `m` minutes.
+const fn minutes(m: u64) -> Duration {
+    Duration::from_secs(m * 60)
+}
+
+/// `s` seconds.
+const fn seconds(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
 
 /// One step of `cargo xtask test`.
 pub struct Stage {
@@ -32,6 +49,9 @@ pub struct Stage {
     /// trailing `*` matches a prefix): removed after it passes when the disk is short
     /// ([`crate::disk::free_scratch`]).
     pub scratch: &'static [&'static str],
+    /// The most it may take in a fresh-clone run on CI's machine; the summary marks a stage
+    /// over it. The budgets add up to at most [`TOTAL_BUDGET`].
+    pub budget: Duration,
 }
 
 /// The stages, in the order they run.
@@ -41,30 +61,35 @@ pub const STAGES: &[Stage] = &[
         about: "system packages (apt when root) and toolchain components",
         run: |_| prerequisites::ensure(),
         scratch: &[],
+        budget: minutes(1),
     },
     Stage {
         name: "fmt",
         about: "cargo fmt --check, workspace and proofs",
         run: fmt::run,
         scratch: &[],
+        budget: seconds(30),
     },
     Stage {
         name: "clippy",
         about: "clippy on every target and feature (and without default features), warnings denied",
         run: clippy::run,
         scratch: &[],
+        budget: seconds(90),
     },
     Stage {
         name: "test",
         about: "the workspace's tests (unit, cross-checks, doc-tests), counted per crate",
         run: test::run,
         scratch: &[],
+        budget: minutes(4),
     },
     Stage {
         name: "doc",
         about: "rustdoc with warnings denied",
         run: doc::run,
         scratch: &["doc"],
+        budget: minutes(1),
     },
     Stage {
         name: "crates",
@@ -72,42 +97,49 @@ pub const STAGES: &[Stage] = &[
                 toolchain, loom kept out of dependents' lockfiles, semver-checks once released",
         run: crates::run,
         scratch: &["package", "dependent"],
+        budget: minutes(1),
     },
     Stage {
         name: "nostd",
         about: "the no_std proof: the data-path crates linked into a no_std, no-alloc binary",
         run: nostd::run,
         scratch: &["nostd"],
+        budget: seconds(30),
     },
     Stage {
         name: "miri",
         about: "Miri (Stacked and Tree Borrows) on every test that needs no C library",
         run: miri::run,
         scratch: &["miri"],
+        budget: minutes(15),
     },
     Stage {
         name: "aarch64",
         about: "the data path for aarch64: clippy, its tests under qemu-user, the no_std proof",
         run: aarch64::run,
         scratch: &["aarch64-unknown-linux-gnu"],
+        budget: minutes(4),
     },
     Stage {
         name: "loom",
         about: "loom models of the lock-free protocols, and each mutant rejected",
         run: loom::run,
         scratch: &["loom*"],
+        budget: minutes(4),
     },
     Stage {
         name: "rxe",
         about: "rdma-core's tools and the device tests on rxe devices in a qemu VM",
         run: crate::rxe::stage,
         scratch: &[],
+        budget: seconds(330),
     },
     Stage {
         name: "connectx",
         about: "the emulated ConnectX: WQEs and CQEs against libmlx5, perftest, ibv_rc_pingpong",
         run: connectx::run,
         scratch: &[],
+        budget: seconds(390),
     },
 ];
 
@@ -119,6 +151,16 @@ pub const NO_DEFAULT_FEATURES: &[&str] = &["zverbs", "zverbs-tools"];
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_stage_budgets_fit_the_run_s() {
+        let sum: Duration = STAGES.iter().map(|s| s.budget).sum();
+        assert!(
+            sum <= TOTAL_BUDGET,
+            "the stages' budgets add up to {sum:?}, over the run's {TOTAL_BUDGET:?}"
+        );
+        assert!(STAGES.iter().all(|s| s.budget > Duration::ZERO));
+    }
 
     #[test]
     fn stage_names_are_unique_and_in_ci_order() {
