@@ -50,8 +50,8 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
     let mut needing = 0;
     for n in NEED_PACKAGES {
         println!(
-            "\n--> the tests of {} --test {} that need system packages",
-            n.package, n.test
+            "\n--> the tests of {}/tests/{}.rs that need system packages",
+            n.dir, n.test
         );
         let cmd = util::cargo(["test", "-p", n.package, "--all-features", "--test", n.test]);
         let (t, _) = counted_tests(cmd, &["--ignored"], run)?;
