@@ -199,7 +199,20 @@ fn every_dc_operation_at_every_wrap_position() {
             SendWr::fetch_add(7, local, r, 0x33),
             SendWr::nop(8),
         ];
-        for wr in &wrs {
+        for (j, wr) in wrs.iter().enumerate() {
+            // Under Miri (100 times slower), each operation once, with `j % 5` entries, from
+            // the last block (where a WQE of two or three blocks wraps and one of one block ends
+            // at the ring's end) and from block `(j + 2) % 7` (blocks 0 to 6 over the
+            // operations; 6 for the three-block READ, which wraps there after two blocks): each
+            // arm, each number of entries and each block is reached.
+            if cfg!(miri) && j % 5 != n {
+                continue;
+            }
+            let starts: Vec<u32> = if cfg!(miri) {
+                std::vec![blocks - 1, (j as u32 + 2) % 7]
+            } else {
+                (0..blocks).collect()
+            };
             let n = if matches!(
                 wr.op,
                 SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } | SendOp::Nop
@@ -208,7 +221,7 @@ fn every_dc_operation_at_every_wrap_position() {
             } else {
                 n
             };
-            for start in 0..blocks {
+            for start in starts {
                 let mut rig = DcRig::new(blocks, 256, caps(4, 0));
                 rig.advance(start);
                 let d = dest();
@@ -243,9 +256,16 @@ fn every_dc_operation_at_every_wrap_position() {
             }
         }
     }
-    // Inline payloads of every length up to the limit, from the blocks where they wrap.
+    // Inline payloads of every length up to the limit, from the blocks where they wrap. Under
+    // Miri, the lengths at a segment boundary and at the block boundary, the latter from the
+    // block where the shorter ends at the ring's end (the longer's data wraps by a byte), the
+    // others alternately from the last block (where the WQE wraps after its first) and block 0.
+    let miri = [(0, 7), (1, 0), (12, 7), (13, 0), (44, 6), (45, 6), (100, 7)];
     for len in 0..=100usize {
         for start in [0, blocks - 1, blocks - 2] {
+            if cfg!(miri) && !miri.contains(&(len, start)) {
+                continue;
+            }
             let mut rig = DcRig::new(blocks, 256, caps(1, 100));
             rig.advance(start);
             let data: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
