@@ -66,7 +66,7 @@ impl Ours {
         };
         // SAFETY: the memory outlives the queues (field order of `Ours`); only this queue posts
         // to it, and `state` is bound to the CQ below only.
-        let sq = unsafe { SendQueue::new(&mem.qp_layout(QPN), caps, state) }.expect("layout");
+        let sq = unsafe { SendQueue::new(&mem.qp_layout(QPN), caps, state, None) }.expect("layout");
         // SAFETY: as above; only this CQ polls the ring.
         let cq = unsafe { CompletionQueue::new(&mem.cq_layout(), bindings) }.expect("layout");
         Self {

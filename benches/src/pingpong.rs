@@ -227,7 +227,7 @@ impl PingPong<OursEnd> {
             // each queue is its ring's only driver; the state is bound to this CQ only.
             unsafe {
                 OursEnd {
-                    sq: SendQueue::new(&qp.layout, qp.caps(), state).expect("SQ"),
+                    sq: SendQueue::new(&qp.layout, qp.caps(), state, None).expect("SQ"),
                     cq: CompletionQueue::new(&cq.layout, bindings).expect("CQ"),
                 }
             }
@@ -371,7 +371,7 @@ impl SendRecv {
             // states are bound to this CQ only.
             unsafe {
                 SrSide {
-                    sq: SendQueue::new(&qp.layout, qp.caps(), sq_state).expect("SQ"),
+                    sq: SendQueue::new(&qp.layout, qp.caps(), sq_state, None).expect("SQ"),
                     rq: RecvQueue::new(&qp.layout, rq_state).expect("RQ"),
                     cq: CompletionQueue::new(&cq.layout, bindings).expect("CQ"),
                     tx,

@@ -28,7 +28,7 @@ use zverbs_core::{Completion, PollCq, PostSend, SendFlags, SendWr, Sge, Transpor
 use zverbs_mlx5dv::prm::cqe::Cqe64;
 use zverbs_mlx5dv::prm::wqe::{UD_HEADER_DS, inline_ds};
 use zverbs_mlx5dv::{
-    BfLayout, CompletionQueue, Connected, CqBinding, CqLayout, Datagram, Dedicated, LayoutError,
+    BfLayout, CompletionQueue, Connected, CqBinding, CqLayout, Datagram, LayoutError,
     QpLayout, RqRef, SendQueue, SqCaps, SqRef, SqSlot, SqState, SqTransport, WqLayout,
 };
 
@@ -89,7 +89,7 @@ pub trait Kind: SqTransport + Sized {
         layout: &QpLayout,
         caps: SqCaps,
         state: SqRef<'a>,
-    ) -> Result<SendQueue<SqRef<'a>, Dedicated, Self>, LayoutError>;
+    ) -> Result<SendQueue<SqRef<'a>, Self>, LayoutError>;
 }
 
 impl Kind for Connected {
@@ -103,9 +103,9 @@ impl Kind for Connected {
         layout: &QpLayout,
         caps: SqCaps,
         state: SqRef<'a>,
-    ) -> Result<SendQueue<SqRef<'a>, Dedicated, Self>, LayoutError> {
+    ) -> Result<SendQueue<SqRef<'a>, Self>, LayoutError> {
         // SAFETY: the caller upholds `SendQueue::new`'s contract.
-        unsafe { SendQueue::new(layout, caps, state) }
+        unsafe { SendQueue::new(layout, caps, state, None) }
     }
 }
 
@@ -127,9 +127,9 @@ impl Kind for Datagram {
         layout: &QpLayout,
         caps: SqCaps,
         state: SqRef<'a>,
-    ) -> Result<SendQueue<SqRef<'a>, Dedicated, Self>, LayoutError> {
+    ) -> Result<SendQueue<SqRef<'a>, Self>, LayoutError> {
         // SAFETY: the caller upholds `SendQueue::new_ud`'s contract.
-        unsafe { SendQueue::new_ud(layout, caps, state) }
+        unsafe { SendQueue::new_ud(layout, caps, state, None) }
     }
 }
 
@@ -267,7 +267,7 @@ pub struct Harness<'a, T: Kind> {
     /// The C side.
     pub c: CSendQueue,
     /// Ours.
-    pub sq: SendQueue<SqRef<'a>, Dedicated, T>,
+    pub sq: SendQueue<SqRef<'a>, T>,
     qpn: u32,
     cq_ring: &'a DeviceMem,
     cq: CompletionQueue<&'a [CqBinding<SqRef<'a>, RqRef<'a>>]>,

@@ -76,7 +76,7 @@ use zverbs_ffi::types::{
     ibv_send_wr, ibv_send_wr_atomic, ibv_send_wr_rdma, ibv_send_wr_ud, ibv_sge, ibv_wc,
 };
 use zverbs_mlx5dv::{
-    CompletionQueue, Connected, CqBinding, CqLayout, Datagram, Dedicated, QpLayout, RecvQueue,
+    CompletionQueue, Connected, CqBinding, CqLayout, Datagram, QpLayout, RecvQueue,
     RqRef, SendQueue, SharedRecvQueue, SqRef, SqTransport, SrqSlot, SrqState,
 };
 
@@ -163,7 +163,7 @@ struct Pair<'a, T: SqTransport> {
     cq_lib: Cq,
     l_lib: QpLayout,
     l_ours: QpLayout,
-    sq: SendQueue<SqRef<'static>, Dedicated, T>,
+    sq: SendQueue<SqRef<'static>, T>,
     cq: CompletionQueue<&'static [CqBinding<SqRef<'static>, RqRef<'static>>]>,
     /// The WQEs compared.
     cmp: Compared,
@@ -176,7 +176,7 @@ impl<'a, T: SqTransport> Pair<'a, T> {
         ctx: &'a Context,
         lkey: u32,
         qps: &Qps,
-        sq: SendQueue<SqRef<'static>, Dedicated, T>,
+        sq: SendQueue<SqRef<'static>, T>,
         cq: CompletionQueue<&'static [CqBinding<SqRef<'static>, RqRef<'static>>]>,
     ) -> Self {
         Self {
@@ -279,7 +279,7 @@ impl<'a, T: SqTransport> Pair<'a, T> {
 fn direct_rc(
     qps: &Qps,
 ) -> (
-    SendQueue<SqRef<'static>, Dedicated, Connected>,
+    SendQueue<SqRef<'static>, Connected>,
     RecvQueue<RqRef<'static>>,
     CompletionQueue<&'static [CqBinding<SqRef<'static>, RqRef<'static>>]>,
 ) {
@@ -294,7 +294,7 @@ fn direct_rc(
     // nothing else posts to it.
     unsafe {
         (
-            SendQueue::new(l, caps, sq_state).unwrap(),
+            SendQueue::new(l, caps, sq_state, None).unwrap(),
             RecvQueue::new(l, rq_state.unwrap()).unwrap(),
             cq,
         )
@@ -694,7 +694,7 @@ fn run_ud(mode: &str) {
     );
     // SAFETY: libmlx5 allocated the ring for this UD QP, which lives as long as the process;
     // nothing else posts to it.
-    let sq = unsafe { SendQueue::new_ud(&l_ours, caps_ud, sq_state) }.unwrap();
+    let sq = unsafe { SendQueue::new_ud(&l_ours, caps_ud, sq_state, None) }.unwrap();
 
     let mut p = Pair::new(&ctx, mr.lkey, &qps, sq, cq);
     let ud = Ud { ahs: &ahs };

@@ -149,7 +149,7 @@ fn run(mode: &str) {
     let dc_caps = sq_caps(&caps, c_ours.cqe_cnt, zverbs_core::Transport::Rc);
     // SAFETY: libmlx5 allocated the ring for this DCI, which lives as long as the process;
     // nothing else posts to it.
-    let mut sq = unsafe { DcSendQueue::new(&l_ours, dc_caps, sq_state) }.unwrap();
+    let mut sq = unsafe { DcSendQueue::new(&l_ours, dc_caps, sq_state, None) }.unwrap();
     let wr = ctx.dci_wr(q_lib).unwrap();
     let (qpx, dv) = (wr.qpx.as_ptr(), wr.dv.as_ptr());
 

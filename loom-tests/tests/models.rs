@@ -43,7 +43,7 @@ fn send_path() {
     let layout = mem.qp_layout();
     // SAFETY: the memory outlives the queue (freed after the joins below); only this queue
     // posts to it.
-    let mut sq = unsafe { SendQueue::new(&layout, caps(), state) }.expect("valid layout");
+    let mut sq = unsafe { SendQueue::new(&layout, caps(), state, None) }.expect("valid layout");
     // Set-up, before the threads: three NOPs executed and completed, so the producer is at
     // block 3 and the next two-block WQE wraps to block 0.
     {
@@ -138,7 +138,7 @@ fn completion_path() {
     let layout = mem.qp_layout();
     {
         // SAFETY: as in `send_path`.
-        let mut sq = unsafe { SendQueue::new(&layout, caps(), state) }.expect("valid layout");
+        let mut sq = unsafe { SendQueue::new(&layout, caps(), state, None) }.expect("valid layout");
         for i in 0..3 {
             // SAFETY: the NIC touches no local memory.
             unsafe { sq.stage(&SendWr::nop(10 + i).signaled()) }.expect("fits");
@@ -192,7 +192,7 @@ fn credit_return() {
     let bindings: &'static [CqBinding<Sq, Rq>; 1] = leak([CqBinding::new(QPN, Some(state), None)]);
     let layout = mem.qp_layout();
     // SAFETY: as in `send_path`.
-    let mut sq = unsafe { SendQueue::new(&layout, caps(), state) }.expect("valid layout");
+    let mut sq = unsafe { SendQueue::new(&layout, caps(), state, None) }.expect("valid layout");
     // SAFETY: as in `completion_path`.
     let mut cq =
         unsafe { CompletionQueue::new(&mem.cq_layout(), &bindings[..]) }.expect("valid layout");
@@ -366,8 +366,8 @@ fn shared_blueflame() {
     // hold `shared`.
     let (mut sq_a, mut sq_b) = unsafe {
         (
-            SendQueue::new_shared(&layout_a, caps(), state_a, shared).expect("valid layout"),
-            SendQueue::new_shared(&layout_b, caps(), state_b, shared).expect("valid layout"),
+            SendQueue::new(&layout_a, caps(), state_a, Some(shared)).expect("valid layout"),
+            SendQueue::new(&layout_b, caps(), state_b, Some(shared)).expect("valid layout"),
         )
     };
     let a = thread::spawn(move || {
@@ -433,7 +433,7 @@ fn cq_arm() {
     let layout = mem.qp_layout();
     {
         // SAFETY: as in `send_path`.
-        let mut sq = unsafe { SendQueue::new(&layout, caps(), state) }.expect("valid layout");
+        let mut sq = unsafe { SendQueue::new(&layout, caps(), state, None) }.expect("valid layout");
         for i in 0..2 {
             // SAFETY: the NIC touches no local memory.
             unsafe { sq.stage(&SendWr::nop(20 + i).signaled()) }.expect("fits");

@@ -8,18 +8,20 @@
 //! and uses its one toggle. Two threads that copied into a shared register at once would
 //! interleave their stores, and the device would execute a WQE made of both (a *torn* write).
 //!
-//! A [`SendQueue`](crate::SendQueue) says which case it is in with its register type:
+//! Which case a [`SendQueue`](crate::SendQueue) is in is decided when it is built, at run
+//! time, as rdma-core's `need_lock` and UCX's doorbell mode decide it ([`BfMode`]):
 //!
-//! - [`Dedicated`]: the register is this queue's alone. The toggle is a field of the queue,
-//!   and ringing takes nothing: no atomic, no branch.
-//! - [`Shared`]: the register is shared, and every queue that writes it holds a handle to the
-//!   same [`SharedBf`]: a spin lock held around the copy and its flush, and the toggle. Only
-//!   these queues pay for it (one uncontended compare-and-swap and one store per ring).
+//! - [`BfMode::Dedicated`]: the register is this queue's alone. The toggle is a field of the
+//!   queue's doorbell, and ringing takes nothing: no atomic.
+//! - [`BfMode::Shared`]: the register is shared, and every queue that writes it was built
+//!   with the same [`SharedBf`]: a spin lock held around the copy and its flush, and the
+//!   toggle. Only these queues pay for it (one uncontended compare-and-swap and one store per
+//!   ring), and their posts take the out-of-line path, where the lock is taken.
+//! - [`BfMode::DoorbellOnly`]: the register has no BlueFlame buffers (`bf.size == 0`): every
+//!   ring is the 8-byte doorbell, which no other writer can tear.
 //!
 //! The lock is held for one BlueFlame copy (at most `bf.size` bytes in 64-bit stores) and a
 //! write-combining flush, and never across anything that can block or fail.
-
-use core::ops::Deref;
 
 use zverbs_core::sync::atomic::{AtomicBool, Ordering};
 use zverbs_core::sync::cell::UnsafeCell;
@@ -31,9 +33,9 @@ use zverbs_core::sync::order;
 /// `offset` of a `need_lock` register).
 ///
 /// One per register, created by whoever creates the queues (the control path) and handed to
-/// each of them ([`SendQueue::new_shared`](crate::SendQueue::new_shared)) through a handle:
-/// `&SharedBf` without an allocator, `Arc<SharedBf>` with one. `Sync`: the lock orders every
-/// access to the toggle.
+/// each of them when it is built ([`SendQueue::new`](crate::SendQueue::new)'s `shared`),
+/// which keeps its address: it must outlive them (a `static`, or an `Arc` held beside the
+/// queues). `Sync`: the lock orders every access to the toggle.
 #[derive(Debug)]
 #[repr(align(128))]
 pub struct SharedBf {
@@ -78,7 +80,7 @@ impl SharedBf {
     /// Takes the lock (test and test-and-set: waiting threads spin on a load, not on the
     /// cache line's ownership), then reads the buffer offset and flips it for the next holder.
     #[inline(always)]
-    fn acquire(&self) -> u32 {
+    pub(crate) fn acquire(&self) -> u32 {
         while self
             .locked
             .compare_exchange_weak(false, true, order::BF_LOCK_ACQUIRE, Ordering::Relaxed)
@@ -99,85 +101,22 @@ impl SharedBf {
     /// Gives the lock back: what the holder did (its MMIO stores, flushed; the toggle) happens
     /// before whatever the next holder does.
     #[inline(always)]
-    fn release(&self) {
+    pub(crate) fn release(&self) {
         self.locked.store(false, order::BF_LOCK_RELEASE);
     }
 }
 
-mod sealed {
-    pub trait Sealed {}
-}
-
-/// How a send queue holds its BlueFlame register while it rings: [`Dedicated`] or
-/// [`Shared`]. Sealed: the two are the only ways.
-pub trait BfRegister: sealed::Sealed {
-    /// Takes the register for one doorbell write and returns the byte offset of the buffer to
-    /// write (0 or `bf_size`), flipped for the next write.
-    #[doc(hidden)]
-    fn take(&mut self, bf_size: u32) -> u32;
-    /// Gives the register back, after the write-combining flush.
-    #[doc(hidden)]
-    fn give_back(&mut self);
-    /// Whether other queues may write the same register.
-    #[doc(hidden)]
-    fn is_shared(&self) -> bool;
-}
-
-/// A register of the queue's own (a thread domain's dedicated UAR, a low-latency bfreg): the
-/// toggle is the queue's and ringing takes no lock.
-#[derive(Debug, Default)]
-pub struct Dedicated {
-    offset: u32,
-}
-
-impl sealed::Sealed for Dedicated {}
-
-impl BfRegister for Dedicated {
-    #[inline(always)]
-    fn take(&mut self, bf_size: u32) -> u32 {
-        let offset = self.offset;
-        self.offset = offset ^ bf_size;
-        offset
-    }
-
-    #[inline(always)]
-    fn give_back(&mut self) {}
-
-    #[inline(always)]
-    fn is_shared(&self) -> bool {
-        false
-    }
-}
-
-/// A register shared with other queues, through a handle `H` to their common [`SharedBf`].
-#[derive(Debug)]
-pub struct Shared<H>(pub(crate) H);
-
-impl<H> Shared<H> {
-    /// The handle to the shared state.
-    pub fn handle(&self) -> &H {
-        &self.0
-    }
-}
-
-impl<H: Deref<Target = SharedBf>> sealed::Sealed for Shared<H> {}
-
-impl<H: Deref<Target = SharedBf>> BfRegister for Shared<H> {
-    #[inline(always)]
-    fn take(&mut self, bf_size: u32) -> u32 {
-        debug_assert_eq!(bf_size, self.0.bf_size);
-        self.0.acquire()
-    }
-
-    #[inline(always)]
-    fn give_back(&mut self) {
-        self.0.release();
-    }
-
-    #[inline(always)]
-    fn is_shared(&self) -> bool {
-        true
-    }
+/// How a send queue holds its BlueFlame register: decided when the queue is built, from its
+/// layout and whether it was given a [`SharedBf`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum BfMode {
+    /// No BlueFlame buffers (`bf.size == 0`): the 8-byte doorbell alone.
+    DoorbellOnly = 0,
+    /// BlueFlame buffers of the queue's own: its rings take no lock.
+    Dedicated = 1,
+    /// A register other queues write too: each ring takes the [`SharedBf`]'s lock.
+    Shared = 2,
 }
 
 #[cfg(all(test, not(zverbs_loom)))]
@@ -190,45 +129,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn dedicated_toggles_without_sharing() {
-        let mut d = Dedicated::default();
-        assert_eq!(
-            [d.take(256), d.take(256), d.take(256)],
-            [0, 256, 0],
-            "each ring the other buffer"
-        );
-        d.give_back();
-        assert!(!d.is_shared());
-        // Doorbell only: the offset stays 0.
-        let mut d = Dedicated::default();
-        assert_eq!([d.take(0), d.take(0)], [0, 0]);
-    }
-
-    #[test]
     fn shared_queues_share_one_toggle() {
         let bf = SharedBf::new(256);
-        let (mut a, mut b) = (Shared(&bf), Shared(&bf));
+        let (a, b) = (&bf, &bf);
         let mut seen = Vec::new();
         for first in [true, false, false, true] {
-            let q = if first { &mut a } else { &mut b };
-            seen.push(q.take(256));
-            q.give_back();
+            let q = if first { a } else { b };
+            seen.push(q.acquire());
+            q.release();
             // Free for the next (checked, rather than found out by the next take spinning).
             assert!(!bf.is_locked());
         }
         // One toggle for both queues: whoever rings next takes the other buffer.
         assert_eq!(seen, [0, 256, 0, 256]);
-        assert!(a.is_shared());
         assert_eq!(bf.bf_size(), 256);
     }
 
     #[test]
     fn shared_lock_is_held_until_given_back() {
         let bf = SharedBf::new(64);
-        let mut a = Shared(&bf);
-        a.take(64);
+        bf.acquire();
         assert!(bf.is_locked(), "held while ringing");
-        a.give_back();
+        bf.release();
         assert!(!bf.is_locked(), "free after");
     }
 
@@ -249,18 +171,17 @@ mod tests {
         });
         // One ring alone first: the lock comes back free (the threads would spin for ever on a
         // lock never given back); the toggle, at the other buffer, stays shared.
-        let mut first = Shared(&reg.bf);
-        assert_eq!(first.take(64), 0);
-        first.give_back();
+        assert_eq!(reg.bf.acquire(), 0);
+        reg.bf.release();
         assert!(!reg.bf.is_locked());
         let threads: Vec<_> = (0..THREADS)
             .map(|t| {
                 let reg = Arc::clone(&reg);
                 std::thread::spawn(move || {
-                    let mut me = Shared(&reg.bf);
+                    let me = &reg.bf;
                     let mut offsets = [0usize; 2];
                     for r in 0..RINGS {
-                        let offset = me.take(64) as usize;
+                        let offset = me.acquire() as usize;
                         offsets[offset / 64] += 1;
                         let tag = ((t as u64) << 32) | r as u64;
                         let words = &reg.buf[offset / 8..offset / 8 + 8];
@@ -274,7 +195,7 @@ mod tests {
                         for w in words {
                             assert_eq!(w.load(core::sync::atomic::Ordering::Relaxed), tag);
                         }
-                        me.give_back();
+                        me.release();
                     }
                     offsets
                 })

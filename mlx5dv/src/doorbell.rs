@@ -3,11 +3,12 @@
 //! The sequence is rdma-core's `post_send_db` (providers/mlx5/qp.c):
 //!
 //! 1. the WQEs are in the ring (plain stores);
-//! 2. take the register ([`BfRegister`]): a register shared with other queues is locked, so
-//!    that their writes and this one never interleave; either way this write gets the buffer
-//!    the previous one did not use, and the toggle flips for the next, so that consecutive
-//!    copies never merge (rdma-core locks after step 4; taking the register first lets a
-//!    dedicated one decide its buffer before the barriers, as rdma-core's code does);
+//! 2. take the register ([`BfMode`](crate::BfMode)): a register shared with other queues is
+//!    locked ([`SharedBf`]), so that their writes and this one never interleave; either way
+//!    this write gets the buffer the previous one did not use, and the toggle flips for the
+//!    next, so that consecutive copies never merge (rdma-core locks after step 4; taking the
+//!    register first lets a dedicated one decide its buffer before the barriers, as
+//!    rdma-core's code does);
 //! 3. [`to_device`](barrier::to_device): the WQEs are visible to the device before …
 //! 4. … the doorbell record `dbrec[MLX5_SND_DBR] = be32(pi & 0xffff)`, which tells the device
 //!    how far it may read;
@@ -22,43 +23,95 @@
 //!    after the next holder's);
 //! 8. give the register back.
 
+use core::ptr::NonNull;
+
 use zverbs_core::barrier;
 use zverbs_core::mmio::MmioRegion;
 use zverbs_core::sync::atomic::Ordering;
 
-use crate::bf::BfRegister;
+use crate::bf::{BfMode, SharedBf};
 use crate::devmem::{DbrecWord, SegRing};
 use crate::prm::SEGS_PER_BB;
 use crate::segreg::BlockRegs;
 
-/// The send doorbell of one QP, whose BlueFlame register is held as `R` says.
+/// A register shared with other queues, as a ring holds it: the [`SharedBf`] whose lock it
+/// takes, or `None` for a register of the queue's own. The fast paths, which only a queue
+/// with a register of its own takes, pass `None` as a constant, so that they have no code for
+/// the lock.
+pub(crate) type Lock = Option<NonNull<SharedBf>>;
+
+/// The send doorbell of one QP.
 #[derive(Debug)]
-pub(crate) struct Doorbell<R> {
+pub(crate) struct Doorbell {
     dbrec: DbrecWord,
     reg: MmioRegion,
     /// BlueFlame buffer size in bytes (0: doorbell only).
     bf_size: u32,
     /// The largest WQE, in basic blocks, that BlueFlame carries (`bf_size / 64`; 0: none).
     bf_blocks: u32,
-    /// The register's buffer toggle, and its lock when it is shared.
-    register: R,
+    /// Byte offset of the buffer the next write to a register of the queue's own goes to: 0
+    /// or `bf_size` (a shared register's is in its [`SharedBf`]).
+    offset: u32,
+    /// The register's [`SharedBf`] when other queues write it too (the queue's constructor
+    /// contract keeps it alive while the queue lives).
+    shared: Lock,
+    /// How the register is held, for the one compare of a single post's ring.
+    mode: BfMode,
 }
 
-impl<R: BfRegister> Doorbell<R> {
-    pub(crate) fn new(dbrec: DbrecWord, reg: MmioRegion, bf_size: u32, register: R) -> Self {
+impl Doorbell {
+    pub(crate) fn new(dbrec: DbrecWord, reg: MmioRegion, bf_size: u32, shared: Lock) -> Self {
         Self {
             dbrec,
             reg,
             bf_size,
             bf_blocks: bf_size / 64,
-            register,
+            offset: 0,
+            shared,
+            mode: match (shared, bf_size) {
+                (Some(_), _) => BfMode::Shared,
+                (None, 0) => BfMode::DoorbellOnly,
+                (None, _) => BfMode::Dedicated,
+            },
         }
     }
 
     /// How the register is held.
     #[inline]
-    pub(crate) fn register(&self) -> &R {
-        &self.register
+    pub(crate) fn mode(&self) -> BfMode {
+        self.mode
+    }
+
+    /// The shared register's lock, for the rings of the paths a shared register takes.
+    #[inline(always)]
+    pub(crate) fn lock(&self) -> Lock {
+        self.shared
+    }
+
+    /// Step 2: takes the register (`lock`: its [`SharedBf`]'s lock and toggle, or this
+    /// doorbell's toggle) and returns the byte offset of the buffer to write (0 or
+    /// `bf_size`), flipped for the next write.
+    #[inline(always)]
+    fn take(&mut self, lock: Lock) -> u32 {
+        match lock {
+            // SAFETY: the queue's constructor contract keeps its `SharedBf` alive while the
+            // queue lives.
+            Some(s) => unsafe { s.as_ref() }.acquire(),
+            None => {
+                let offset = self.offset;
+                self.offset = offset ^ self.bf_size;
+                offset
+            }
+        }
+    }
+
+    /// Step 8: gives a shared register back (nothing to do for one of the queue's own).
+    #[inline(always)]
+    fn give_back(lock: Lock) {
+        if let Some(s) = lock {
+            // SAFETY: as in `take`.
+            unsafe { s.as_ref() }.release();
+        }
     }
 
     /// BlueFlame buffer size (0: doorbell only).
@@ -69,7 +122,9 @@ impl<R: BfRegister> Doorbell<R> {
 
     /// Publishes the ring up to producer counter `pi` (basic blocks). `last_seg` is the segment
     /// counter of the last WQE's control segment and `last_blocks` its size; `single` says it
-    /// is the only WQE since the previous ring (so BlueFlame may carry it).
+    /// is the only WQE since the previous ring (so BlueFlame may carry it); `lock` is the
+    /// shared register's ([`Doorbell::lock`]), or `None` on the paths of a queue with a
+    /// register of its own.
     #[inline(always)]
     pub(crate) fn ring(
         &mut self,
@@ -78,6 +133,7 @@ impl<R: BfRegister> Doorbell<R> {
         last_seg: u32,
         last_blocks: u32,
         single: bool,
+        lock: Lock,
     ) {
         // Everything the steps below need is decided before the barriers, which make the
         // compiler reload whatever it keeps in memory, and kept in locals (`sq` too), which it
@@ -87,7 +143,7 @@ impl<R: BfRegister> Doorbell<R> {
         let reg = unsafe { MmioRegion::new(self.reg.base(), self.reg.len_bytes()) };
         let blueflame = single && last_blocks <= self.bf_blocks;
         // 2. The register (its lock, if shared), and the buffer to write.
-        let word0 = (self.register.take(self.bf_size) / 8) as usize;
+        let word0 = (self.take(lock) / 8) as usize;
         // 3. WQE stores before the doorbell record.
         barrier::to_device();
         // 4. The doorbell record: basic blocks produced, 16 bits, big-endian.
@@ -117,57 +173,122 @@ impl<R: BfRegister> Doorbell<R> {
         // 7. Out of the write-combining buffer now, before anyone else may write the register.
         barrier::wc_flush();
         // 8. The register back to the queues that share it (nothing to do for a dedicated one).
-        self.register.give_back();
+        Self::give_back(lock);
     }
-}
 
-impl<R: BfRegister> Doorbell<R> {
     /// Publishes the ring up to producer counter `pi` after one single-block WQE whose first
     /// `n` words (`n <= 8`, 64-bit words holding its bytes in memory order) are `words`: the
     /// steps of [`Doorbell::ring`], with the BlueFlame copy made from `words` as the caller
     /// holds them (not read back from the ring). The copy is the whole 64-byte block, as
     /// every BlueFlame copy: the device reads the WQE's `ds` segments of it, and the words
-    /// past `n` are zeros.
+    /// past `n` are zeros. `lock` as for [`Doorbell::ring`].
     #[inline(always)]
-    pub(crate) fn ring_block(&mut self, pi: u32, words: &[u64; 8], n: usize) {
-        debug_assert!(n <= 8);
+    pub(crate) fn ring_block(&mut self, pi: u32, words: &[u64; 8], n: usize, lock: Lock) {
         if self.bf_blocks == 0 {
-            // 2. Without BlueFlame the buffer is always the first (`bf_size == 0`); a shared
-            // register is still taken, for its lock.
-            if self.register.is_shared() {
-                self.register.take(0);
-            }
-            self.publish(pi);
-            // 6b. Doorbell: the first 8 bytes of the control segment.
-            // SAFETY: the region holds at least the 8-byte doorbell, at its word 0.
-            unsafe { self.reg.write_u64(0, words[0]) };
+            self.ring_block_doorbell(pi, words[0], lock);
         } else {
-            // 2. The register (its lock, if shared), and the buffer to write: a region of
-            // its own, so that the stores address it from one register.
-            let offset = self.register.take(self.bf_size) as usize;
-            // SAFETY: the buffer at `offset` (0 or `bf_size >= 64`) lies in `self.reg`,
-            // which the queue's constructor contract keeps mapped while this doorbell
-            // lives; the copy lives for this call only.
-            let buf = unsafe { MmioRegion::new(self.reg.base().add(offset), 64) };
-            self.publish(pi);
-            // 6a. BlueFlame: the block's eight words, in order.
-            for (i, &word) in words.iter().enumerate() {
-                let w = if i < n { word } else { 0 };
-                // SAFETY: one block fits the buffer (`bf_blocks >= 1`), which `buf` starts.
-                unsafe { buf.write_u64(i, w) };
-            }
+            self.ring_block_copy(pi, words, n, lock);
         }
-        // 7. Out of the write-combining buffer now, for a shared register: before the next
-        // holder's copy (docs/architecture.md). A dedicated register's next copy, this
-        // queue's, goes to the other buffer after its own `wc_start`, which drains this one
-        // first; and the copy is a whole 64-byte line, which the CPU sends without waiting
-        // for more stores (so a single-threaded BlueFlame needs no trailing flush, as UCX
-        // writes it; DESIGN section 7).
-        if self.register.is_shared() {
+    }
+
+    /// [`Doorbell::ring_block`] without BlueFlame (`bf_blocks == 0`): the doorbell `word0`.
+    #[inline(always)]
+    fn ring_block_doorbell(&mut self, pi: u32, word0: u64, lock: Lock) {
+        debug_assert_eq!(self.bf_blocks, 0);
+        // 2. Without BlueFlame the buffer is always the first (`bf_size == 0`); a shared
+        // register is still taken, for its lock.
+        if lock.is_some() {
+            self.take(lock);
+        }
+        self.publish(pi);
+        // 6b. Doorbell: the first 8 bytes of the control segment.
+        // SAFETY: the region holds at least the 8-byte doorbell, at its word 0.
+        unsafe { self.reg.write_u64(0, word0) };
+        Self::flush_shared(lock);
+    }
+
+    /// [`Doorbell::ring_block`] with BlueFlame (`bf_blocks >= 1`): the block copied.
+    #[inline(always)]
+    fn ring_block_copy(&mut self, pi: u32, words: &[u64; 8], n: usize, lock: Lock) {
+        debug_assert!(n <= 8 && self.bf_blocks >= 1);
+        // 2. The register (its lock, if shared), and the buffer to write: a region of
+        // its own, so that the stores address it from one register.
+        let offset = self.take(lock) as usize;
+        // SAFETY: the buffer at `offset` (0 or `bf_size >= 64`) lies in `self.reg`,
+        // which the queue's constructor contract keeps mapped while this doorbell
+        // lives; the copy lives for this call only.
+        let buf = unsafe { MmioRegion::new(self.reg.base().add(offset), 64) };
+        self.publish(pi);
+        // 6a. BlueFlame: the block's eight words, in order.
+        for (i, &word) in words.iter().enumerate() {
+            let w = if i < n { word } else { 0 };
+            // SAFETY: one block fits the buffer (`bf_blocks >= 1`), which `buf` starts.
+            unsafe { buf.write_u64(i, w) };
+        }
+        Self::flush_shared(lock);
+    }
+
+    /// Steps 7 and 8 of a one-block ring: out of the write-combining buffer now, for a shared
+    /// register: before the next holder's copy (docs/architecture.md); then the register
+    /// back. A dedicated register's next copy, this queue's, goes to the other buffer after
+    /// its own `wc_start`, which drains this one first; and the copy is a whole 64-byte line,
+    /// which the CPU sends without waiting for more stores (so a single-threaded BlueFlame
+    /// needs no trailing flush, as UCX writes it: docs/performance.md).
+    #[inline(always)]
+    fn flush_shared(lock: Lock) {
+        if lock.is_some() {
             barrier::wc_flush();
-            // 8. The register back.
-            self.register.give_back();
+            Self::give_back(lock);
         }
+    }
+
+    /// [`Doorbell::ring_block`] on the register the queue has, for the single posts: one
+    /// compare of the mode, whose third outcome, a shared register, goes to an out-of-line
+    /// ring under its lock (the words passed by value there, so that the fast path keeps them
+    /// in registers).
+    #[inline(always)]
+    pub(crate) fn ring_block_any(&mut self, pi: u32, words: &[u64; 8], n: usize) {
+        let mode = self.mode as u32;
+        if mode == BfMode::Dedicated as u32 {
+            self.ring_block_copy(pi, words, n, None)
+        } else if mode == BfMode::DoorbellOnly as u32 {
+            self.ring_block_doorbell(pi, words[0], None)
+        } else {
+            self.ring_block_locked(pi, *words, n)
+        }
+    }
+
+    /// [`Doorbell::ring_block`] under the shared register's lock.
+    #[cold]
+    #[inline(never)]
+    fn ring_block_locked(&mut self, pi: u32, words: [u64; 8], n: usize) {
+        let lock = self.shared;
+        self.ring_block(pi, &words, n, lock);
+    }
+
+    /// [`Doorbell::ring`] on the register the queue has, for the single posts: one predictable
+    /// branch, as [`Doorbell::ring_block_any`].
+    #[inline(always)]
+    pub(crate) fn ring_any(&mut self, sq: SegRing, pi: u32, last_seg: u32, last_blocks: u32) {
+        match self.shared {
+            None => self.ring(sq, pi, last_seg, last_blocks, true, None),
+            Some(s) => self.ring_locked(sq, pi, last_seg, last_blocks, true, s),
+        }
+    }
+
+    /// [`Doorbell::ring`] under the shared register's lock `s`.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn ring_locked(
+        &mut self,
+        sq: SegRing,
+        pi: u32,
+        last_seg: u32,
+        last_blocks: u32,
+        single: bool,
+        s: NonNull<SharedBf>,
+    ) {
+        self.ring(sq, pi, last_seg, last_blocks, single, Some(s));
     }
 
     /// Whether a one-block WQE goes by BlueFlame (`bf.size >= 64`), for the prepared posts,
@@ -184,14 +305,19 @@ impl<R: BfRegister> Doorbell<R> {
     /// # Safety
     ///
     /// `BF == self.has_blueflame()` (with BlueFlame the copy is 64 bytes, without it the
-    /// region may hold 8).
+    /// region may hold 8). `lock` as for [`Doorbell::ring`].
     #[inline(always)]
-    pub(crate) unsafe fn ring_block_regs<const BF: bool>(&mut self, pi: u32, b: &BlockRegs) {
+    pub(crate) unsafe fn ring_block_regs<const BF: bool>(
+        &mut self,
+        pi: u32,
+        b: &BlockRegs,
+        lock: Lock,
+    ) {
         debug_assert_eq!(BF, self.has_blueflame());
         if !BF {
             // 2. As in `ring_block`.
-            if self.register.is_shared() {
-                self.register.take(0);
+            if lock.is_some() {
+                self.take(lock);
             }
             self.publish(pi);
             // 6b. Doorbell: the first 8 bytes of the control segment.
@@ -199,7 +325,7 @@ impl<R: BfRegister> Doorbell<R> {
             unsafe { self.reg.write_u64(0, b.ctrl.low()) };
         } else {
             // 2. The register (its lock, if shared), and the buffer to write.
-            let offset = self.register.take(self.bf_size) as usize;
+            let offset = self.take(lock) as usize;
             // SAFETY: as in `ring_block`.
             let buf = unsafe { MmioRegion::new(self.reg.base().add(offset), 64) };
             self.publish(pi);
@@ -224,9 +350,9 @@ impl<R: BfRegister> Doorbell<R> {
             }
         }
         // 7., 8. As in `ring_block`.
-        if self.register.is_shared() {
+        if lock.is_some() {
             barrier::wc_flush();
-            self.register.give_back();
+            Self::give_back(lock);
         }
     }
 

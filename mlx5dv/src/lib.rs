@@ -63,7 +63,7 @@
 //! // nothing else.
 //! let (mut sq, _rq, mut cq) = unsafe {
 //!     (
-//!         SendQueue::new(&qp, caps, &sq_state)?,
+//!         SendQueue::new(&qp, caps, &sq_state, None)?,
 //!         RecvQueue::new(&qp, &rq_state)?,
 //!         CompletionQueue::new(&cq_layout, &bindings[..])?,
 //!     )
@@ -96,8 +96,8 @@
 //!   on each.
 //! - [`CqArm`]: a CQ's arm (libmlx5's `mlx5_arm_cq` sequence), for completion events; not on
 //!   the poll path.
-//! - [`bf`]: a BlueFlame register of the queue's own ([`Dedicated`]), or one several queues
-//!   share and take in turn ([`SharedBf`]).
+//! - [`bf`]: a BlueFlame register of the queue's own, or one several queues share and take in
+//!   turn ([`SharedBf`]); which, a queue is told when it is built ([`BfMode`]).
 //!
 //! ## Thread safety
 //!
@@ -151,7 +151,7 @@ mod state;
 mod testutil;
 
 pub use arm::CqArm;
-pub use bf::{BfRegister, Dedicated, Shared, SharedBf};
+pub use bf::{BfMode, SharedBf};
 pub use cq::{CompletionQueue, VENDOR_ERR_UNSUPPORTED_FORMAT, status_of};
 pub use gate::{Gate, clear_doorbell_record, doorbell_counters};
 pub use layout::{

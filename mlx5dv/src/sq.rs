@@ -9,7 +9,7 @@
 //! NOPs). Nothing is visible to the device until [`PostSend::ring`].
 
 use core::marker::PhantomData;
-use core::ops::Deref;
+use core::ptr::NonNull;
 
 use zverbs_core::mmio::MmioRegion;
 use zverbs_core::ring::Ring;
@@ -17,7 +17,7 @@ use zverbs_core::{
     BatchError, CheckedSend, PostError, PostSend, SendFlags, SendOp, SendWr, Sge, UdDest,
 };
 
-use crate::bf::{BfRegister, Dedicated, Shared, SharedBf};
+use crate::bf::{BfMode, SharedBf};
 use crate::devmem::{DbrecWord, SegRing};
 use crate::doorbell::Doorbell;
 use crate::layout::{LayoutError, QpLayout, SqCaps};
@@ -171,12 +171,11 @@ impl SqTransport for Datagram {
 /// Owned by one thread at a time (`&mut self` to post); its completions are polled through a
 /// [`CompletionQueue`](crate::CompletionQueue) bound to the same [`SqState`](crate::SqState),
 /// possibly on another thread. `P` is the handle through which it reaches that state
-/// (`&SqState<_>` or an owning pointer: see [`SqStateRef`]). `R` says how it holds its
-/// BlueFlame register: [`Dedicated`] (its own: [`SendQueue::new`]) or [`Shared`] with other
-/// queues ([`SendQueue::new_shared`]); see [`crate::bf`]. `T` is its transport: [`Connected`]
-/// (RC) or [`Datagram`] (UD: [`SendQueue::new_ud`]).
+/// (`&SqState<_>` or an owning pointer: see [`SqStateRef`]). `T` is its transport:
+/// [`Connected`] (RC: [`SendQueue::new`]) or [`Datagram`] (UD: [`SendQueue::new_ud`]). How it
+/// holds its BlueFlame register ([`BfMode`]) is decided when it is built: see [`crate::bf`].
 #[derive(Debug)]
-pub struct SendQueue<P, R = Dedicated, T = Connected> {
+pub struct SendQueue<P, T = Connected> {
     ring: SegRing,
     blocks: Ring,
     /// Producer counter in basic blocks (free-running).
@@ -212,7 +211,12 @@ pub struct SendQueue<P, R = Dedicated, T = Connected> {
     /// The gate word this queue posts under: open, of the incarnation its counters belong
     /// to (`gate.rs`).
     gate: u32,
-    doorbell: Doorbell<R>,
+    /// What [`PostSend::ring`] compares the gate word with, zero-extended: `gate` when the
+    /// register is the queue's own; `u64::MAX`, which no gate word is, when it is shared, so
+    /// that every ring of such a queue goes out of line, where the lock is taken: the one
+    /// compare the ring makes of the gate says both.
+    fast_gate: u64,
+    doorbell: Doorbell,
     transport: PhantomData<T>,
     /// What a prepared post compares the gate word, or-ed with its request's QPN, with: this
     /// queue's gate and QPN as the last prepared post found them (`sq/prepared.rs`), or
@@ -227,14 +231,16 @@ pub struct SendQueue<P, R = Dedicated, T = Connected> {
     held: Changes,
 }
 
-// SAFETY: the queue owns its part of the ring and (with `R`) its hold on the doorbell
-// register; moving it to another thread moves that ownership. Shared state goes through
-// `SqState` (Sync), atomics and, for a shared register, `SharedBf` (Sync).
-unsafe impl<P: Send, R: Send, T> Send for SendQueue<P, R, T> {}
+// SAFETY: the queue owns its part of the ring and its hold on the doorbell register; moving
+// it to another thread moves that ownership. Shared state goes through `SqState` (Sync),
+// atomics and, for a shared register, `SharedBf` (Sync).
+unsafe impl<P: Send, T> Send for SendQueue<P, T> {}
 
 impl<P: SqStateRef> SendQueue<P> {
-    /// Drives the send queue of the QP that `layout` describes, whose BlueFlame register is
-    /// its own.
+    /// Drives the send queue of the RC QP that `layout` describes. Its BlueFlame register is
+    /// its own, unless `shared` is the [`SharedBf`] of a register other queues write too: then
+    /// every ring takes `shared`'s lock around its doorbell write and uses its buffer toggle
+    /// ([`BfMode`]).
     ///
     /// # Safety
     ///
@@ -244,9 +250,12 @@ impl<P: SqStateRef> SendQueue<P> {
     ///   lives (the register's alignment is checked: see `# Errors`);
     /// - nothing else posts to this send queue or writes its doorbell while this value lives
     ///   (libibverbs' `ibv_post_send` must not be used on the QP);
-    /// - when `bf.size > 0`, no other queue, and no QP posted through libmlx5, writes the
-    ///   BlueFlame register `bf.reg` while this value lives (it came from a thread domain, or
-    ///   libmlx5 dedicates it to this QP); otherwise use [`SendQueue::new_shared`];
+    /// - with `shared` `None` and `bf.size > 0`, no other queue, and no QP posted through
+    ///   libmlx5, writes the BlueFlame register `bf.reg` while this value lives (it came from
+    ///   a thread domain, or libmlx5 dedicates it to this QP); with `shared`, every queue that
+    ///   writes `bf.reg` while this value lives was built with this same `shared` (one
+    ///   [`SharedBf`] per register), no QP on it is posted through libmlx5 (whose lock for it
+    ///   is another), and `shared` outlives this value;
     /// - `caps` are the QP's real capabilities (the ring was sized for them);
     /// - `state` is bound to the CQ that receives this QP's send completions, and no other
     ///   send queue uses it;
@@ -262,18 +271,24 @@ impl<P: SqStateRef> SendQueue<P> {
     /// capabilities allow; [`LayoutError::BfSize`] when `bf.size` is not a multiple of 64;
     /// [`LayoutError::BfMisaligned`] when the register is not 16-byte aligned with BlueFlame
     /// (`bf.size > 0`: posts store 16-byte segments into it) or not 8-byte aligned without
-    /// (the 8-byte doorbell). A refused layout is not written to.
-    pub unsafe fn new(layout: &QpLayout, caps: SqCaps, state: P) -> Result<Self, LayoutError> {
-        // SAFETY: (caller) the contract of `with_register`, with the register this queue's
-        // alone.
-        unsafe { Self::with_register(layout, caps, state, Dedicated::default()) }
+    /// (the 8-byte doorbell); [`LayoutError::SharedBfSize`] when `shared` was made for another
+    /// buffer size than `bf.size`; [`LayoutError::Transport`] when `caps.transport` is not
+    /// [`Transport::Rc`](zverbs_core::Transport::Rc). A refused layout is not written to.
+    pub unsafe fn new(
+        layout: &QpLayout,
+        caps: SqCaps,
+        state: P,
+        shared: Option<&SharedBf>,
+    ) -> Result<Self, LayoutError> {
+        // SAFETY: (caller) the contract of `with_register`, which is this function's.
+        unsafe { Self::with_register(layout, caps, state, shared) }
     }
 }
 
-impl<P: SqStateRef> SendQueue<P, Dedicated, Datagram> {
-    /// Drives the send queue of the unreliable-datagram QP that `layout` describes, whose
-    /// BlueFlame register is its own: it posts [`SendOp::SendTo`], [`SendOp::SendToImm`] and
-    /// NOP.
+impl<P: SqStateRef> SendQueue<P, Datagram> {
+    /// Drives the send queue of the unreliable-datagram QP that `layout` describes: it posts
+    /// [`SendOp::SendTo`], [`SendOp::SendToImm`] and NOP. `shared` as for [`SendQueue::new`]
+    /// (a register may be shared by queues of either transport).
     ///
     /// # Safety
     ///
@@ -281,104 +296,41 @@ impl<P: SqStateRef> SendQueue<P, Dedicated, Datagram> {
     ///
     /// # Errors
     ///
-    /// As [`SendQueue::new`], and [`LayoutError::Transport`] when `caps.transport` is not
+    /// As [`SendQueue::new`], with [`LayoutError::Transport`] when `caps.transport` is not
     /// [`Transport::Ud`](zverbs_core::Transport::Ud).
-    pub unsafe fn new_ud(layout: &QpLayout, caps: SqCaps, state: P) -> Result<Self, LayoutError> {
-        // SAFETY: (caller) the contract of `with_register`, with the register this queue's
-        // alone.
-        unsafe { Self::with_register(layout, caps, state, Dedicated::default()) }
-    }
-}
-
-impl<P: SqStateRef, H: Deref<Target = SharedBf>> SendQueue<P, Shared<H>, Datagram> {
-    /// Drives the send queue of the unreliable-datagram QP that `layout` describes, whose
-    /// BlueFlame register other queues (of either transport) write too: every ring takes
-    /// `shared`'s lock and uses its toggle, as [`SendQueue::new_shared`] does.
-    ///
-    /// # Safety
-    ///
-    /// As [`SendQueue::new_shared`], for a UD QP.
-    ///
-    /// # Errors
-    ///
-    /// As [`SendQueue::new_shared`], and [`LayoutError::Transport`] when `caps.transport` is
-    /// not [`Transport::Ud`](zverbs_core::Transport::Ud).
-    pub unsafe fn new_ud_shared(
+    pub unsafe fn new_ud(
         layout: &QpLayout,
         caps: SqCaps,
         state: P,
-        shared: H,
+        shared: Option<&SharedBf>,
     ) -> Result<Self, LayoutError> {
-        // SAFETY: (caller) the contract of `new_shared`.
-        unsafe { Self::with_shared(layout, caps, state, shared) }
+        // SAFETY: (caller) the contract of `with_register`, which is this function's.
+        unsafe { Self::with_register(layout, caps, state, shared) }
     }
 }
 
-impl<P: SqStateRef, H: Deref<Target = SharedBf>, T: SqTransport> SendQueue<P, Shared<H>, T> {
-    /// The shared-register constructors' common part: the buffer size check.
-    ///
-    /// # Safety
-    ///
-    /// The contract of [`SendQueue::new_shared`].
-    unsafe fn with_shared(
-        layout: &QpLayout,
-        caps: SqCaps,
-        state: P,
-        shared: H,
-    ) -> Result<Self, LayoutError> {
-        if shared.bf_size() != layout.bf.size {
-            return Err(LayoutError::SharedBfSize {
-                register: shared.bf_size(),
-                queue: layout.bf.size,
-            });
-        }
-        // SAFETY: (caller) the contract of `with_register`; every writer of the register holds
-        // this `shared`.
-        unsafe { Self::with_register(layout, caps, state, Shared(shared)) }
-    }
-}
-
-impl<P: SqStateRef, H: Deref<Target = SharedBf>> SendQueue<P, Shared<H>> {
-    /// Drives the send queue of the QP that `layout` describes, whose BlueFlame register other
-    /// queues write too: every ring takes `shared`'s lock around its doorbell write and uses
-    /// its buffer toggle.
-    ///
-    /// # Safety
-    ///
-    /// As [`SendQueue::new`], except the register: every queue that writes `bf.reg` while this
-    /// value lives holds a handle to this same `shared` (one [`SharedBf`] per register), and no
-    /// QP on it is posted through libmlx5 (whose lock for it is another).
-    ///
-    /// # Errors
-    ///
-    /// As [`SendQueue::new`], and [`LayoutError::SharedBfSize`] when `shared` was made for
-    /// another buffer size than `bf.size`.
-    pub unsafe fn new_shared(
-        layout: &QpLayout,
-        caps: SqCaps,
-        state: P,
-        shared: H,
-    ) -> Result<Self, LayoutError> {
-        // SAFETY: (caller) the contract of `with_shared`, which is this function's.
-        unsafe { Self::with_shared(layout, caps, state, shared) }
-    }
-}
-
-impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
+impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
     /// The constructors' common part.
     ///
     /// # Safety
     ///
-    /// The contract of [`SendQueue::new`], with `register` saying truly whether other queues
-    /// write the BlueFlame register.
+    /// The contract of [`SendQueue::new`], for a QP of transport `T`.
     pub(crate) unsafe fn with_register(
         layout: &QpLayout,
         caps: SqCaps,
         state: P,
-        register: R,
+        shared: Option<&SharedBf>,
     ) -> Result<Self, LayoutError> {
         if caps.is_ud() != T::UD {
             return Err(LayoutError::Transport);
+        }
+        if let Some(s) = shared
+            && s.bf_size() != layout.bf.size
+        {
+            return Err(LayoutError::SharedBfSize {
+                register: s.bf_size(),
+                queue: layout.bf.size,
+            });
         }
         let cnt = layout.sq.wqe_cnt;
         let blocks = Ring::new(cnt).ok_or(LayoutError::NotPowerOfTwo { count: cnt })?;
@@ -431,13 +383,14 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
             });
         }
         // SAFETY: (caller) the register is mapped with `bf_len` bytes while the queue lives, and
-        // only this queue writes it, or (`Shared`) only queues that take its lock; aligned
+        // only this queue writes it, or (`shared`) only queues that take its lock; aligned
         // (checked above).
         let reg = unsafe { MmioRegion::new(layout.bf.reg, bf_len) };
         // SAFETY: (caller) the doorbell record is valid while the queue lives; word 1 is
         // MLX5_SND_DBR.
         let dbrec = unsafe { DbrecWord::new(layout.dbrec, SND_DBR) };
-        Ok(Self {
+        let gate = state.gate().peek() | crate::gate::OPEN;
+        let mut q = Self {
             // SAFETY: (caller) the ring holds `cnt` 64-byte blocks while the queue lives, owned
             // by it.
             ring: unsafe { SegRing::new(layout.sq.buf, cnt * SEGS_PER_BB as u32) },
@@ -454,14 +407,29 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
             last_seg: 0,
             last_blocks: 0,
             caps,
-            gate: state.gate().peek() | crate::gate::OPEN,
+            gate: 0,
+            fast_gate: 0,
             state,
-            doorbell: Doorbell::new(dbrec, reg, layout.bf.size, register),
+            doorbell: Doorbell::new(dbrec, reg, layout.bf.size, shared.map(NonNull::from)),
             transport: PhantomData,
             prep_key: u64::MAX,
             prep_key_db: u64::MAX,
             held: Changes::default(),
-        })
+        };
+        q.set_gate(gate);
+        Ok(q)
+    }
+
+    /// Takes `gate` as the gate word the queue posts under, and the key of its fast paths
+    /// ([`SendQueue::fast_gate`]).
+    #[inline]
+    fn set_gate(&mut self, gate: u32) {
+        self.gate = gate;
+        self.fast_gate = if self.doorbell.lock().is_some() {
+            u64::MAX
+        } else {
+            u64::from(gate)
+        };
     }
 
     /// The QP number.
@@ -504,13 +472,13 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
     /// lock).
     #[inline]
     pub fn shares_register(&self) -> bool {
-        self.doorbell.register().is_shared()
+        self.doorbell.lock().is_some()
     }
 
     /// How the queue holds its BlueFlame register.
     #[inline]
-    pub fn register(&self) -> &R {
-        self.doorbell.register()
+    pub fn bf_mode(&self) -> BfMode {
+        self.doorbell.mode()
     }
 
     /// Free basic blocks, after taking any credits the poller has returned.
@@ -593,7 +561,7 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
             self.last_seg = 0;
             self.last_blocks = 0;
             self.credit = 0;
-            self.gate = g;
+            self.set_gate(g);
         }
         Ok(())
     }
@@ -811,8 +779,8 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
     #[inline(always)]
     unsafe fn post_one(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
         let plan = self.plan(wr)?;
-        // One compare for the gate, one for the room in the ring, the room in the CQ and
-        // nothing staged (the credit).
+        // One compare for the gate (and the register: a shared one's queue has no fast path),
+        // one for the room in the ring, the room in the CQ and nothing staged (the credit).
         if self.state.gate().peek() != self.gate {
             self.post_room(plan.blocks, u32::from(plan.signaled))?;
         }
@@ -877,7 +845,7 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
             );
             // SAFETY: block `pi` is free (room was checked) and not yet published.
             unsafe { ring.write_block_words(start, &words, n) };
-            self.doorbell.ring_block(next, &words, n);
+            self.doorbell.ring_block_any(next, &words, n);
         } else if let Some((head, k)) = self.inline_head_words(wr, plan, pi) {
             // SAFETY: (caller) planned, room checked, nothing staged, the posting contract.
             unsafe { self.write_inline_and_ring(wr.wr_id, plan, &head, k) };
@@ -885,7 +853,7 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
             // SAFETY: (caller) planned, room checked, the posting contract.
             let start = unsafe { self.write(wr, plan) };
             self.doorbell
-                .ring(self.ring, self.pi, start, plan.blocks, true);
+                .ring_any(self.ring, self.pi, start, plan.blocks);
         }
     }
 
@@ -1067,9 +1035,9 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
             // One block: its words read back once and rung as a one-block WQE's.
             let mut words = [0u64; 8];
             ring.for_each_word(pi, |i, w| words[i] = w);
-            self.doorbell.ring_block(next, &words, 8);
+            self.doorbell.ring_block_any(next, &words, 8);
         } else {
-            self.doorbell.ring(ring, next, start, plan.blocks, true);
+            self.doorbell.ring_any(ring, next, start, plan.blocks);
         }
     }
 
@@ -1198,6 +1166,32 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         self.pending += 1;
         // Staged: the next post rings these first, out of line.
         self.credit = 0;
+    }
+}
+
+impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
+    /// [`PostSend::ring`] when the fast compare turned it away: the gate changed, or the
+    /// register is shared (whose lock this ring takes).
+    #[cold]
+    #[inline(never)]
+    fn ring_slow(&mut self) {
+        if self.state.gate().peek() != self.gate {
+            // Written before the QP left RTS: discarded when the queue restarts (a closed gate
+            // keeps them until then; nothing reaches the device). Staged: no credit (a batch
+            // may have left some).
+            self.credit = 0;
+            return;
+        }
+        let lock = self.doorbell.lock();
+        self.doorbell.ring(
+            self.ring,
+            self.pi,
+            self.last_seg,
+            self.last_blocks,
+            self.pending == 1,
+            lock,
+        );
+        self.pending = 0;
     }
 }
 
@@ -1350,7 +1344,7 @@ unsafe fn write_inline_wrapping(ring: SegRing, seg: u32, src: u64, len: u32) {
     unsafe { write_inline(&ring, seg, core::slice::from_ref(&sge), len) };
 }
 
-impl<P: SqStateRef, R: BfRegister, T: SqTransport> PostSend for SendQueue<P, R, T> {
+impl<P: SqStateRef, T: SqTransport> PostSend for SendQueue<P, T> {
     // Inlined into the caller where the build optimises; an ordinary call where it does not
     // (a debug build), whose stack frame would otherwise hold every arm's locals in each
     // function that posts, once per call site.
@@ -1405,11 +1399,8 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> PostSend for SendQueue<P, R, 
         if self.pending == 0 {
             return;
         }
-        if self.state.gate().peek() != self.gate {
-            // Written before the QP left RTS: discarded when the queue restarts (a closed gate
-            // keeps them until then; nothing reaches the device). Staged: no credit (a batch
-            // may have left some).
-            self.credit = 0;
+        if u64::from(self.state.gate().peek()) != self.fast_gate {
+            self.ring_slow();
             return;
         }
         self.doorbell.ring(
@@ -1418,6 +1409,7 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> PostSend for SendQueue<P, R, 
             self.last_seg,
             self.last_blocks,
             self.pending == 1,
+            None,
         );
         self.pending = 0;
     }
@@ -1660,8 +1652,8 @@ mod tests {
         // never used.)
         let (mut qa, mut qb) = unsafe {
             (
-                SendQueue::new_shared(&a_layout, caps(2, 64), state(), shared.clone()).unwrap(),
-                SendQueue::new_shared(&b_layout, caps(2, 64), state(), shared.clone()).unwrap(),
+                SendQueue::new(&a_layout, caps(2, 64), state(), Some(&*shared)).unwrap(),
+                SendQueue::new(&b_layout, caps(2, 64), state(), Some(&*shared)).unwrap(),
             )
         };
         assert!(qa.shares_register() && qb.shares_register());
@@ -1700,7 +1692,7 @@ mod tests {
         drop((qa, qb));
     }
 
-    /// A UD queue on a register shared with an RC queue ([`SendQueue::new_ud_shared`]): the
+    /// A UD queue on a register shared with an RC queue ([`SendQueue::new_ud`] with `shared`): the
     /// one lock and toggle serve both; RC capabilities, or a register state of another buffer
     /// size, are refused.
     #[test]
@@ -1731,8 +1723,8 @@ mod tests {
         // used.)
         let (rc_caps, wrong_size) = unsafe {
             (
-                SendQueue::new_ud_shared(&b_layout, caps(2, 64), state(), shared.clone()).err(),
-                SendQueue::new_ud_shared(&b_layout, ud, state(), Arc::new(SharedBf::new(128)))
+                SendQueue::new_ud(&b_layout, caps(2, 64), state(), Some(&*shared)).err(),
+                SendQueue::new_ud(&b_layout, ud, state(), Some(&*Arc::new(SharedBf::new(128))))
                     .err(),
             )
         };
@@ -1747,8 +1739,8 @@ mod tests {
         // SAFETY: as above.
         let (mut qa, mut qb) = unsafe {
             (
-                SendQueue::new_shared(&a_layout, caps(2, 64), state(), shared.clone()).unwrap(),
-                SendQueue::new_ud_shared(&b_layout, ud, state(), shared.clone()).unwrap(),
+                SendQueue::new(&a_layout, caps(2, 64), state(), Some(&*shared)).unwrap(),
+                SendQueue::new_ud(&b_layout, ud, state(), Some(&*shared)).unwrap(),
             )
         };
         assert!(qb.shares_register() && qb.caps().is_ud());
@@ -1780,11 +1772,11 @@ mod tests {
         let state = crate::SqState::new(&slots[..]).unwrap();
         // SAFETY: the layout is the rig's live memory; the queue is refused before it exists.
         let r = unsafe {
-            SendQueue::new_shared(
+            SendQueue::new(
                 &rig.mem.qp_layout(QPN, 8, 256),
                 caps(2, 64),
                 &state,
-                &shared,
+                Some(&shared),
             )
         };
         assert_eq!(
@@ -1835,12 +1827,12 @@ mod tests {
             // is refused before it exists.
             let got = unsafe {
                 [
-                    SendQueue::new(&l, rc, &state).err(),
-                    SendQueue::new_shared(&l, rc, &state, sh).err(),
-                    SendQueue::new_ud(&l, ud, &state).err(),
-                    SendQueue::new_ud_shared(&l, ud, &state, sh).err(),
-                    DcSendQueue::new(&l, rc, &state).err(),
-                    DcSendQueue::new_shared(&l, rc, &state, sh).err(),
+                    SendQueue::new(&l, rc, &state, None).err(),
+                    SendQueue::new(&l, rc, &state, Some(sh)).err(),
+                    SendQueue::new_ud(&l, ud, &state, None).err(),
+                    SendQueue::new_ud(&l, ud, &state, Some(sh)).err(),
+                    DcSendQueue::new(&l, rc, &state, None).err(),
+                    DcSendQueue::new(&l, rc, &state, Some(sh)).err(),
                 ]
             };
             assert_eq!(got, [want; 6], "register at base + {shift}, bf.size {size}");
@@ -1863,10 +1855,10 @@ mod tests {
         // What a post stores to is taken: 16-byte aligned with BlueFlame, 8-byte without.
         // SAFETY: as above; never posted to.
         unsafe {
-            assert!(SendQueue::new(&at(16, 256), rc, &state).is_ok());
-            assert!(DcSendQueue::new(&at(16, 256), rc, &state).is_ok());
-            assert!(SendQueue::new_ud(&at(8, 0), ud, &state).is_ok());
-            assert!(SendQueue::new_shared(&at(8, 0), rc, &state, &db_shared).is_ok());
+            assert!(SendQueue::new(&at(16, 256), rc, &state, None).is_ok());
+            assert!(DcSendQueue::new(&at(16, 256), rc, &state, None).is_ok());
+            assert!(SendQueue::new_ud(&at(8, 0), ud, &state, None).is_ok());
+            assert!(SendQueue::new(&at(8, 0), rc, &state, Some(&db_shared)).is_ok());
         }
     }
 
@@ -1894,12 +1886,12 @@ mod tests {
             // is refused before it exists.
             let got = unsafe {
                 [
-                    SendQueue::new(&l, rc, &state).err(),
-                    SendQueue::new_shared(&l, rc, &state, &sh).err(),
-                    SendQueue::new_ud(&l, ud, &state).err(),
-                    SendQueue::new_ud_shared(&l, ud, &state, &sh).err(),
-                    DcSendQueue::new(&l, rc, &state).err(),
-                    DcSendQueue::new_shared(&l, rc, &state, &sh).err(),
+                    SendQueue::new(&l, rc, &state, None).err(),
+                    SendQueue::new(&l, rc, &state, Some(&sh)).err(),
+                    SendQueue::new_ud(&l, ud, &state, None).err(),
+                    SendQueue::new_ud(&l, ud, &state, Some(&sh)).err(),
+                    DcSendQueue::new(&l, rc, &state, None).err(),
+                    DcSendQueue::new(&l, rc, &state, Some(&sh)).err(),
                 ]
             };
             assert_eq!(
@@ -1914,7 +1906,7 @@ mod tests {
         assert!(mem.bf_bytes().iter().all(|&b| b == 0), "the register");
         for size in [64, 128, 256, 512] {
             // SAFETY: as above; never posted to.
-            let q = unsafe { SendQueue::new(&mem.qp_layout(QPN, 8, size), rc, &state) };
+            let q = unsafe { SendQueue::new(&mem.qp_layout(QPN, 8, size), rc, &state, None) };
             assert!(q.is_ok(), "bf.size {size}");
         }
     }

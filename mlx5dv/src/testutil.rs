@@ -244,7 +244,7 @@ pub(crate) type RigBindings = Box<[CqBinding<SqHandle, RqHandle>]>;
 /// A QP (send + receive queues) and its CQ over [`Mem`]; `T` is the send queue's transport.
 pub(crate) struct Rig<T = crate::Connected> {
     // Field order is drop order: the queues before the memory they point into.
-    pub(crate) sq: SendQueue<SqHandle, crate::Dedicated, T>,
+    pub(crate) sq: SendQueue<SqHandle, T>,
     pub(crate) rq: RecvQueue<RqHandle>,
     pub(crate) cq: CompletionQueue<RigBindings>,
     pub(crate) bindings: RigBindings,
@@ -303,9 +303,7 @@ impl<T: crate::SqTransport> Rig<T> {
         )]);
         // SAFETY: the memory outlives the queues (field order of `Rig`) and is used only by
         // these queues and the test, which touches it only between calls.
-        let sq =
-            unsafe { SendQueue::with_register(&qp, caps, sq_state, crate::Dedicated::default()) }
-                .unwrap();
+        let sq = unsafe { SendQueue::with_register(&qp, caps, sq_state, None) }.unwrap();
         // SAFETY: as above.
         let rq = unsafe { RecvQueue::new(&qp, rq_state) }.unwrap();
         // SAFETY: as above.

@@ -49,7 +49,7 @@
 //! let bindings = [CqBinding::send_only(qp.qpn, &state)];
 //! // SAFETY: the layouts are the device's, which outlives the queues; nothing else drives them.
 //! let (mut sq, mut poller) = unsafe {
-//!     let sq = SendQueue::new(&qp.layout, qp.caps(), &state)?;
+//!     let sq = SendQueue::new(&qp.layout, qp.caps(), &state, None)?;
 //!     (sq, CompletionQueue::new(&cq.layout, &bindings[..])?)
 //! };
 //!

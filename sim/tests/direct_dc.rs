@@ -98,7 +98,7 @@ fn dci(dev: &'static Device) -> Dci {
     dev.ready_dci(qp.qpn).unwrap();
     let (sqs, cq) = send_only(&qp, &cq.layout);
     // SAFETY: the device outlives the queue, which alone drives its ring.
-    let sq = unsafe { DcSendQueue::new(&qp.layout, qp.caps(), sqs) }.unwrap();
+    let sq = unsafe { DcSendQueue::new(&qp.layout, qp.caps(), sqs, None) }.unwrap();
     Dci { qp, sq, cq }
 }
 

@@ -44,7 +44,7 @@ fn setup(n: usize, max_wr: u32, rnr_retry: u8) -> Setup {
     {
         let (sqs, cq) = send_only(&r, &cq.layout);
         // SAFETY: the device outlives the queue, which alone drives its ring.
-        let sq = unsafe { SendQueue::new(&r.layout, r.caps(), sqs) }.unwrap();
+        let sq = unsafe { SendQueue::new(&r.layout, r.caps(), sqs, None) }.unwrap();
         req.push((r, sq, cq));
         bind.push(CqBinding::with_srq(on_srq.qpn, None, s.state));
         resp.push(on_srq);

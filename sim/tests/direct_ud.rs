@@ -12,7 +12,7 @@ use zverbs_core::{
     UdDest, WcFlags, WcOpcode,
 };
 use zverbs_mlx5dv::{
-    CompletionQueue, CqBinding, Datagram, Dedicated, RecvQueue, RqSlot, RqState, SendQueue, SqCaps,
+    CompletionQueue, CqBinding, Datagram, RecvQueue, RqSlot, RqState, SendQueue, SqCaps,
     SqSlot, SqState,
 };
 use zverbs_sim::{Access, AhAttr, CqConfig, Device, Grh, Mr, QpConfig, QpType, SimQp};
@@ -21,7 +21,7 @@ const QKEY: u32 = 0x1357_9bdf;
 const MLID: u16 = 0xc002;
 const MCAST_QPN: u32 = 0x00ff_ffff;
 
-type Sq = SendQueue<&'static SqState<&'static [SqSlot]>, Dedicated, Datagram>;
+type Sq = SendQueue<&'static SqState<&'static [SqSlot]>, Datagram>;
 type Rq = RecvQueue<&'static RqState<&'static [RqSlot]>>;
 type Sr = &'static SqState<&'static [SqSlot]>;
 type Rr = &'static RqState<&'static [RqSlot]>;
@@ -91,7 +91,7 @@ fn ud(dev: &'static Device, max_send_wr: u32) -> Ud {
     unsafe {
         Ud {
             qp,
-            sq: SendQueue::new_ud(&qp.layout, ud_caps(&qp), sqs).unwrap(),
+            sq: SendQueue::new_ud(&qp.layout, ud_caps(&qp), sqs, None).unwrap(),
             rq: RecvQueue::new(&qp.layout, rqs).unwrap(),
             cq: CompletionQueue::new(&cq.layout, bind).unwrap(),
         }
@@ -428,7 +428,7 @@ fn refused_requests_write_nothing() {
         .unwrap();
     let rcs = leak(SqState::new(&rc.sq_slots().leak()[..]).unwrap());
     // SAFETY: as in `ud`.
-    let mut rcq = unsafe { SendQueue::new(&rc.layout, rc.caps(), rcs) }.unwrap();
+    let mut rcq = unsafe { SendQueue::new(&rc.layout, rc.caps(), rcs, None) }.unwrap();
     assert_eq!(
         // SAFETY: refused before anything is read.
         unsafe { rcq.post(&SendWr::send_to(1, &sgl, dest)) },

@@ -381,7 +381,7 @@ fn loopback_qp_writes_to_itself() {
     // SAFETY: the device's layouts; this is their only driver.
     let (mut sq, mut cqp) = unsafe {
         (
-            zverbs_mlx5dv::SendQueue::new(&qp.layout, qp.caps(), &state).unwrap(),
+            zverbs_mlx5dv::SendQueue::new(&qp.layout, qp.caps(), &state, None).unwrap(),
             zverbs_mlx5dv::CompletionQueue::new(&cq.layout, &binding[..]).unwrap(),
         )
     };
@@ -562,7 +562,7 @@ fn external_rings_are_driven_like_the_devices_own() {
     // SAFETY: the layouts above, each driven by one queue only.
     let (mut sq, mut rq, mut cq) = unsafe {
         (
-            zverbs_mlx5dv::SendQueue::new(&qa, caps, &sq_state).unwrap(),
+            zverbs_mlx5dv::SendQueue::new(&qa, caps, &sq_state, None).unwrap(),
             zverbs_mlx5dv::RecvQueue::new(&qb, &rq_state).unwrap(),
             zverbs_mlx5dv::CompletionQueue::new(&cq_layout, &bindings[..]).unwrap(),
         )

@@ -91,7 +91,7 @@ fn every_operation_between_two_device_instances() {
     // SAFETY: the devices own the rings and outlive the queues; one driver per ring.
     let (mut sqa, mut cq_a) = unsafe {
         (
-            SendQueue::new(&qa.layout, qa.caps(), &ssa).unwrap(),
+            SendQueue::new(&qa.layout, qa.caps(), &ssa, None).unwrap(),
             CompletionQueue::new(&cqa.layout, &bind_a[..]).unwrap(),
         )
     };

@@ -307,9 +307,9 @@ fn library_ud_and_srq_round_trips_allocate_nothing() {
     // to the CQ that serves it, and every QP on the SRQ completes its receives on `scq`.
     let (mut a_q, mut b_q, mut r_q, mut srq_q, mut acq_p, mut bcq_p, mut rcq_p, mut scq_p) = unsafe {
         (
-            SendQueue::new_ud(&a.layout, ud_caps, a_sq).unwrap(),
+            SendQueue::new_ud(&a.layout, ud_caps, a_sq, None).unwrap(),
             RecvQueue::new(&b.layout, b_rq).unwrap(),
-            SendQueue::new(&r.layout, r.caps(), r_sq).unwrap(),
+            SendQueue::new(&r.layout, r.caps(), r_sq, None).unwrap(),
             SharedRecvQueue::new(&srq_layout, srq_state).unwrap(),
             CompletionQueue::new(&acq.layout, binds(CqBinding::new(a.qpn, Some(a_sq), None)))
                 .unwrap(),

@@ -64,8 +64,7 @@ use crate::device::Gid;
 use crate::error::{Error, Result};
 use crate::ffi::types::{ibv_qp_attr, qp_attr_mask as m};
 use crate::pd::Pd;
-use crate::qp::{DirectRegister, Qp, QpCaps, QpData, QpInner, QpType, SqStateHandle};
-use crate::queues::direct::SharedBfHandle;
+use crate::qp::{Qp, QpCaps, QpData, QpInner, QpType, SqStateHandle};
 use crate::ud::{AddressHandle, AhAttr};
 
 /// A DC target's address: what an initiator needs to reach it. Serialises to
@@ -378,30 +377,11 @@ impl Qp {
     }
 }
 
-/// The `zverbs-mlx5dv` send queue of a DC initiator, by how it holds its BlueFlame register.
-#[derive(Debug)]
-pub enum RawDcSendQueue {
-    /// A register of its own, or none (doorbell only): rings take no lock.
-    Dedicated(zverbs_mlx5dv::DcSendQueue<SqStateHandle, zverbs_mlx5dv::Dedicated>),
-    /// A register shared with other QPs: rings take its lock.
-    Shared(zverbs_mlx5dv::DcSendQueue<SqStateHandle, SharedBfHandle>),
-}
-
-/// Calls `$body` with `$q` bound to the queue inside a [`RawDcSendQueue`] (one branch).
-macro_rules! each {
-    ($raw:expr, $q:ident => $body:expr) => {
-        match $raw {
-            RawDcSendQueue::Dedicated($q) => $body,
-            RawDcSendQueue::Shared($q) => $body,
-        }
-    };
-}
-
 /// A DC initiator's send queue: every post names its target ([`DcPeer`]). Keeps its QP alive.
 #[derive(Debug)]
 pub struct DcSendQueue {
     // Field order is drop order: the queue before the QP whose memory it writes.
-    q: RawDcSendQueue,
+    q: zverbs_mlx5dv::DcSendQueue<SqStateHandle>,
     _qp: Arc<QpInner>,
 }
 
@@ -418,25 +398,18 @@ impl DcSendQueue {
         // it was created without scatter-to-CQE. The register: as for an RC QP (its own, or
         // the one `SharedBf` of its address that every direct QP on it holds).
         let q = unsafe {
-            match &d.register {
-                DirectRegister::DoorbellOnly | DirectRegister::Dedicated => {
-                    RawDcSendQueue::Dedicated(zverbs_mlx5dv::DcSendQueue::new(layout, caps, state)?)
-                }
-                DirectRegister::Shared(r) => RawDcSendQueue::Shared(
-                    zverbs_mlx5dv::DcSendQueue::new_shared(layout, caps, state, r.bf().clone())?,
-                ),
-            }
+            zverbs_mlx5dv::DcSendQueue::new(layout, caps, state, d.register.shared())?
         };
         Ok(Self { q, _qp: qp.clone() })
     }
 
     /// The DCI's QP number.
     pub fn qpn(&self) -> u32 {
-        each!(&self.q, q => q.qpn())
+        self.q.qpn()
     }
 
     /// The underlying `zverbs-mlx5dv` queue.
-    pub fn raw(&self) -> &RawDcSendQueue {
+    pub fn raw(&self) -> &zverbs_mlx5dv::DcSendQueue<SqStateHandle> {
         &self.q
     }
 
@@ -471,7 +444,7 @@ impl DcSendQueue {
     #[inline(always)]
     pub unsafe fn post_to_dest(&mut self, dest: &DcDest, wr: &SendWr<'_>) -> Result<(), PostError> {
         // SAFETY: (caller) the posting contract.
-        each!(&mut self.q, q => unsafe { q.post_to(dest, wr) })
+        unsafe { self.q.post_to(dest, wr) }
     }
 
     /// Writes `wr` to `peer` without ringing; [`DcSendQueue::ring`] publishes it.
@@ -486,12 +459,12 @@ impl DcSendQueue {
     #[inline(always)]
     pub unsafe fn stage_to(&mut self, peer: &DcPeer, wr: &SendWr<'_>) -> Result<(), PostError> {
         // SAFETY: (caller) the posting contract.
-        each!(&mut self.q, q => unsafe { q.stage_to(&peer.dest, wr) })
+        unsafe { self.q.stage_to(&peer.dest, wr) }
     }
 
     /// Rings the doorbell for the requests staged since the last ring.
     #[inline]
     pub fn ring(&mut self) {
-        each!(&mut self.q, q => q.ring())
+        self.q.ring()
     }
 }

@@ -395,6 +395,14 @@ impl DirectRegister {
         })
     }
 
+    /// The state its send queue shares with the other QPs on the register, if it is shared.
+    pub(crate) fn shared(&self) -> Option<&zverbs_mlx5dv::SharedBf> {
+        match self {
+            Self::Shared(r) => Some(r.bf()),
+            Self::DoorbellOnly | Self::Dedicated => None,
+        }
+    }
+
     /// How the QP holds the register now.
     fn report(&self) -> BlueFlame {
         match self {

@@ -35,7 +35,7 @@ use crate::backend::BackendKind;
 use crate::cq::Cq;
 use crate::error::{Error, Result};
 use crate::provider::{CqEngine, QpEngine};
-use crate::qp::{DirectRegister, Qp, QpData, QpInner};
+use crate::qp::{Qp, QpData, QpInner};
 
 /// The bindings a direct poller polls for.
 type DirectBindings = crate::members::DirectTable;
@@ -135,74 +135,10 @@ pub mod direct {
     /// A send queue driven by `zverbs-mlx5dv`.
     #[derive(Debug)]
     pub struct SendQueue {
-        // Field order is drop order: the queue before the QP whose memory it writes.
-        pub(super) q: RawSendQueue,
+        // Field order is drop order: the queue before the QP whose memory it writes (and
+        // whose register state, shared or not, it points to).
+        pub(super) q: zverbs_mlx5dv::SendQueue<SqStateHandle>,
         pub(super) _qp: Arc<QpInner>,
-    }
-
-    /// The `zverbs-mlx5dv` send queue of a [`SendQueue`] (or, with `T` [`Datagram`], of a
-    /// [`UdSendQueue`]), by how it holds its BlueFlame register (see
-    /// [`BlueFlame`](crate::BlueFlame)).
-    ///
-    /// [`Datagram`]: zverbs_mlx5dv::Datagram
-    #[derive(Debug)]
-    pub enum RawSendQueue<T = zverbs_mlx5dv::Connected> {
-        /// A register of its own, or none (doorbell only): rings take no lock.
-        Dedicated(zverbs_mlx5dv::SendQueue<SqStateHandle, zverbs_mlx5dv::Dedicated, T>),
-        /// A register shared with other QPs (of either transport): rings take its lock.
-        Shared(zverbs_mlx5dv::SendQueue<SqStateHandle, SharedBfHandle, T>),
-    }
-
-    /// How a [`RawSendQueue::Shared`] holds its register.
-    pub type SharedBfHandle = zverbs_mlx5dv::Shared<Arc<zverbs_mlx5dv::SharedBf>>;
-
-    /// Calls `$body` with `$q` bound to the queue inside a [`RawSendQueue`] (one branch).
-    macro_rules! each {
-        ($raw:expr, $q:ident => $body:expr) => {
-            match $raw {
-                RawSendQueue::Dedicated($q) => $body,
-                RawSendQueue::Shared($q) => $body,
-            }
-        };
-    }
-
-    impl<T: zverbs_mlx5dv::SqTransport> RawSendQueue<T> {
-        /// The producer counter in basic blocks.
-        pub fn producer(&self) -> u32 {
-            each!(self, q => q.producer())
-        }
-
-        /// Whether the queue rings with BlueFlame (false: doorbell only).
-        pub fn has_blueflame(&self) -> bool {
-            each!(self, q => q.has_blueflame())
-        }
-
-        /// Whether the BlueFlame register is shared with other queues (rings take its lock).
-        pub fn shares_register(&self) -> bool {
-            each!(self, q => q.shares_register())
-        }
-    }
-
-    impl<T: zverbs_mlx5dv::SqTransport> PostSend for RawSendQueue<T> {
-        #[inline(always)]
-        unsafe fn stage(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
-            // SAFETY: forwarded; the caller upholds the posting contract.
-            each!(self, q => unsafe { q.stage(wr) })
-        }
-        #[inline(always)]
-        fn ring(&mut self) {
-            each!(self, q => q.ring())
-        }
-        #[inline(always)]
-        unsafe fn post_all(&mut self, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
-            // SAFETY: forwarded.
-            each!(self, q => unsafe { q.post_all(wrs) })
-        }
-        #[inline(always)]
-        unsafe fn post(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
-            // SAFETY: forwarded.
-            each!(self, q => unsafe { q.post(wr) })
-        }
     }
 
     /// A receive queue driven by `zverbs-mlx5dv`.
@@ -224,29 +160,25 @@ pub mod direct {
 
     impl SendQueue {
         /// The underlying `zverbs-mlx5dv` queue (counters, BlueFlame).
-        pub fn raw(&self) -> &RawSendQueue {
+        pub fn raw(&self) -> &zverbs_mlx5dv::SendQueue<SqStateHandle> {
             &self.q
         }
     }
 
     forward_queues!();
 
-    /// The `zverbs-mlx5dv` send queue of a UD QP: the datagram transport, with its own
-    /// BlueFlame register (or none) or one shared with other QPs.
-    pub type RawUdSendQueue = RawSendQueue<zverbs_mlx5dv::Datagram>;
-
     /// The send queue of a UD QP driven by `zverbs-mlx5dv`: it posts
     /// [`SendOp::SendTo`](zverbs_core::SendOp::SendTo), `SendToImm` and NOP.
     #[derive(Debug)]
     pub struct UdSendQueue {
         // Field order is drop order: the queue before the QP whose memory it writes.
-        pub(super) q: RawUdSendQueue,
+        pub(super) q: zverbs_mlx5dv::SendQueue<SqStateHandle, zverbs_mlx5dv::Datagram>,
         pub(super) _qp: Arc<QpInner>,
     }
 
     impl UdSendQueue {
         /// The underlying `zverbs-mlx5dv` queue (counters, BlueFlame).
-        pub fn raw(&self) -> &RawUdSendQueue {
+        pub fn raw(&self) -> &zverbs_mlx5dv::SendQueue<SqStateHandle, zverbs_mlx5dv::Datagram> {
             &self.q
         }
     }
@@ -419,21 +351,7 @@ impl AnySendQueue {
                 // of its address, which RC and UD QPs on it hold alike); the QP is UD and its
                 // caps say so.
                 let q = unsafe {
-                    match &d.register {
-                        DirectRegister::DoorbellOnly | DirectRegister::Dedicated => {
-                            direct::RawSendQueue::Dedicated(zverbs_mlx5dv::SendQueue::new_ud(
-                                layout, caps, state,
-                            )?)
-                        }
-                        DirectRegister::Shared(r) => {
-                            direct::RawSendQueue::Shared(zverbs_mlx5dv::SendQueue::new_ud_shared(
-                                layout,
-                                caps,
-                                state,
-                                r.bf().clone(),
-                            )?)
-                        }
-                    }
+                    zverbs_mlx5dv::SendQueue::new_ud(layout, caps, state, d.register.shared())?
                 };
                 Ok(Self::DirectUd(direct::UdSendQueue { q, _qp: qp.clone() }))
             }
@@ -446,23 +364,10 @@ impl AnySendQueue {
                 // created without scatter-to-CQE. The register: the provider vouched that a
                 // dedicated one is this QP's alone (and 8-byte doorbells alone cannot tear);
                 // every direct QP of this process on a shared one holds the same `SharedBf`
-                // (one per address, `register::join`).
+                // (one per address, `register::join`), which the QP, kept alive by the handle,
+                // keeps alive.
                 let q = unsafe {
-                    match &d.register {
-                        DirectRegister::DoorbellOnly | DirectRegister::Dedicated => {
-                            direct::RawSendQueue::Dedicated(zverbs_mlx5dv::SendQueue::new(
-                                layout, caps, state,
-                            )?)
-                        }
-                        DirectRegister::Shared(r) => {
-                            direct::RawSendQueue::Shared(zverbs_mlx5dv::SendQueue::new_shared(
-                                layout,
-                                caps,
-                                state,
-                                r.bf().clone(),
-                            )?)
-                        }
-                    }
+                    zverbs_mlx5dv::SendQueue::new(layout, caps, state, d.register.shared())?
                 };
                 Ok(Self::Direct(direct::SendQueue { q, _qp: qp.clone() }))
             }

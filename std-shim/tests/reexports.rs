@@ -46,7 +46,7 @@ fn a_request_posts_through_the_reexported_backend() {
     {
         // SAFETY: the memory outlives the queue (dropped at the end of the block) and only it
         // posts.
-        let mut sq = unsafe { SendQueue::new(&layout, caps, &state) }.unwrap();
+        let mut sq = unsafe { SendQueue::new(&layout, caps, &state, None) }.unwrap();
         let sgl = [Sge::new(0x1000, 32, 5)];
         // SAFETY: nothing executes the request.
         unsafe { sq.post(&SendWr::write(1, &sgl, RemoteBuf::new(0x2000, 6)).signaled()) }.unwrap();

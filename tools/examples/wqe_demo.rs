@@ -198,7 +198,7 @@ fn run(o: &Options) {
     // compression or scatter-to-CQE is used.
     let (mut sq, mut cq) = unsafe {
         (
-            SendQueue::new(&qp, caps, &state).expect("valid send queue layout"),
+            SendQueue::new(&qp, caps, &state, None).expect("valid send queue layout"),
             CompletionQueue::new(&cq_layout, &bindings[..]).expect("valid CQ layout"),
         )
     };

@@ -16,7 +16,6 @@
 use zverbs_core::{BatchError, PostError, PostSend, SendOp, SendWr};
 
 use super::{SendQueue, SqTransport};
-use crate::bf::BfRegister;
 use crate::state::SqStateRef;
 
 /// Where a batch found the counters it moves: what a refused batch puts back.
@@ -26,7 +25,7 @@ struct Mark {
     sig_posted: u16,
 }
 
-impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
+impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
     /// [`PostSend::post_all`]: the gate as this queue last
     /// found it, then every request checked and written in one pass.
     ///

@@ -15,12 +15,10 @@
 //! itself is checked as on an RC queue (the core's one check); a datagram SEND
 //! ([`SendOp::SendTo`](zverbs_core::SendOp::SendTo)) is refused with [`PostError::WrongTransport`].
 
-use core::ops::Deref;
-
 use zverbs_core::{DcDest, PostError, PostSend, SendWr, SqCaps};
 
 use super::{Plan, SendQueue, write_datagram_seg};
-use crate::bf::{BfRegister, Dedicated, Shared, SharedBf};
+use crate::bf::SharedBf;
 use crate::devmem::SegRing;
 use crate::layout::{LayoutError, QpLayout};
 use crate::prm::wqe::{DatagramSeg, UD_HEADER_DS, inline_ds};
@@ -37,13 +35,13 @@ const _: () = assert!(DC_AV_DS == 3);
 /// [`CompletionQueue`](crate::CompletionQueue) bindings; its completions are requester
 /// completions as an RC queue's are.
 #[derive(Debug)]
-pub struct DcSendQueue<P, R = Dedicated> {
-    sq: SendQueue<P, R>,
+pub struct DcSendQueue<P> {
+    sq: SendQueue<P>,
 }
 
 impl<P: SqStateRef> DcSendQueue<P> {
-    /// Drives the send queue of the DCI that `layout` describes, whose BlueFlame register is
-    /// its own.
+    /// Drives the send queue of the DCI that `layout` describes; `shared` as for
+    /// [`SendQueue::new`].
     ///
     /// # Safety
     ///
@@ -56,39 +54,21 @@ impl<P: SqStateRef> DcSendQueue<P> {
     /// [`Transport::Rc`](zverbs_core::Transport::Rc) (a DCI carries RC operations);
     /// [`LayoutError::WqeTooLarge`] when the largest request with its datagram segment does
     /// not fit.
-    pub unsafe fn new(layout: &QpLayout, caps: SqCaps, state: P) -> Result<Self, LayoutError> {
-        // SAFETY: (caller) the contract of `SendQueue::new`.
-        let sq = unsafe { SendQueue::new(layout, caps, state) }?;
-        Self::of(sq)
-    }
-}
-
-impl<P: SqStateRef, H: Deref<Target = SharedBf>> DcSendQueue<P, Shared<H>> {
-    /// Drives the send queue of the DCI that `layout` describes, whose BlueFlame register other
-    /// queues write too (see [`SendQueue::new_shared`]).
-    ///
-    /// # Safety
-    ///
-    /// As [`SendQueue::new_shared`], for a DCI.
-    ///
-    /// # Errors
-    ///
-    /// As [`SendQueue::new_shared`], and as [`DcSendQueue::new`].
-    pub unsafe fn new_shared(
+    pub unsafe fn new(
         layout: &QpLayout,
         caps: SqCaps,
         state: P,
-        shared: H,
+        shared: Option<&SharedBf>,
     ) -> Result<Self, LayoutError> {
-        // SAFETY: (caller) the contract of `SendQueue::new_shared`.
-        let sq = unsafe { SendQueue::new_shared(layout, caps, state, shared) }?;
+        // SAFETY: (caller) the contract of `SendQueue::new`.
+        let sq = unsafe { SendQueue::new(layout, caps, state, shared) }?;
         Self::of(sq)
     }
 }
 
-impl<P: SqStateRef, R: BfRegister> DcSendQueue<P, R> {
+impl<P: SqStateRef> DcSendQueue<P> {
     /// Checks that the largest request, with its datagram segment, fits a WQE and the ring.
-    pub(crate) fn of(sq: SendQueue<P, R>) -> Result<Self, LayoutError> {
+    pub(crate) fn of(sq: SendQueue<P>) -> Result<Self, LayoutError> {
         let caps = sq.caps;
         let max_ds = 2
             + DC_AV_DS as usize
@@ -180,7 +160,8 @@ impl<P: SqStateRef, R: BfRegister> DcSendQueue<P, R> {
         // SAFETY: planned and room checked; the caller upholds the posting contract.
         let start = unsafe { self.write(dest, wr, &plan) };
         let sq = &mut self.sq;
-        sq.doorbell.ring(sq.ring, sq.pi, start, plan.blocks, true);
+        let lock = sq.doorbell.lock();
+        sq.doorbell.ring(sq.ring, sq.pi, start, plan.blocks, true, lock);
         Ok(())
     }
 
@@ -227,10 +208,10 @@ unsafe fn write_dc_av(ring: &SegRing, start: u32, dest: &DcDest) {
     unsafe { write_datagram_seg(ring, start, &seg) };
 }
 
-impl<P: SqStateRef, R: BfRegister> DcSendQueue<P, R> {
+impl<P: SqStateRef> DcSendQueue<P> {
     /// The RC queue inside, for what is common to both (completion bindings, reset).
     #[inline]
-    pub fn inner(&self) -> &SendQueue<P, R> {
+    pub fn inner(&self) -> &SendQueue<P> {
         &self.sq
     }
 }

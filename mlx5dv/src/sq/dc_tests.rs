@@ -294,19 +294,19 @@ fn the_largest_dc_wqe_counts_the_datagram_segment() {
     let slots: std::boxed::Box<[crate::SqSlot]> = (0..4).map(|_| crate::SqSlot::new()).collect();
     let state = crate::SqState::new(slots).unwrap();
     // SAFETY: never posted to.
-    assert!(unsafe { DcSendQueue::new(&qp, caps(11, 0), &state) }.is_ok());
+    assert!(unsafe { DcSendQueue::new(&qp, caps(11, 0), &state, None) }.is_ok());
     // SAFETY: as above.
-    let e = unsafe { DcSendQueue::new(&qp, caps(12, 0), &state) }.unwrap_err();
+    let e = unsafe { DcSendQueue::new(&qp, caps(12, 0), &state, None) }.unwrap_err();
     assert_eq!(e, crate::LayoutError::WqeTooLarge { blocks: 5 });
     // SAFETY: as above.
-    assert!(unsafe { SendQueue::new(&qp, caps(12, 0), &state) }.is_ok());
+    assert!(unsafe { SendQueue::new(&qp, caps(12, 0), &state, None) }.is_ok());
     // A DCI carries RC operations: UD capabilities are refused.
     let ud = SqCaps {
         transport: Transport::Ud { mtu: 4096 },
         ..caps(2, 0)
     };
     // SAFETY: as above.
-    let e = unsafe { DcSendQueue::new(&qp, ud, &state) }.unwrap_err();
+    let e = unsafe { DcSendQueue::new(&qp, ud, &state, None) }.unwrap_err();
     assert_eq!(e, crate::LayoutError::Transport);
 }
 
@@ -385,9 +385,9 @@ fn the_largest_dc_wqe_may_have_exactly_the_most_segments_a_wqe_has() {
     let state = crate::SqState::new(slots).unwrap();
     assert_eq!(2 + DC_AV_DS as usize + 58, crate::prm::MAX_DS);
     // SAFETY: never posted to.
-    assert!(unsafe { DcSendQueue::new(&qp, caps(58, 0), &state) }.is_ok());
+    assert!(unsafe { DcSendQueue::new(&qp, caps(58, 0), &state, None) }.is_ok());
     // SAFETY: as above.
-    let e = unsafe { DcSendQueue::new(&qp, caps(59, 0), &state) }.unwrap_err();
+    let e = unsafe { DcSendQueue::new(&qp, caps(59, 0), &state, None) }.unwrap_err();
     assert_eq!(e, crate::LayoutError::WqeTooLarge { blocks: 16 });
 }
 

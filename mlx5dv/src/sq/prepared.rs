@@ -29,7 +29,7 @@
 use zverbs_core::{MAX_MESSAGE, PostError, SendOp, SendWr};
 
 use super::{SendQueue, SqTransport, word2, word64};
-use crate::bf::BfRegister;
+use crate::doorbell::Lock;
 use crate::prm::wqe::{ctrl, data, raddr};
 use crate::segreg::{BlockRegs, SegReg, SegWords};
 use crate::state::{SlotData, SqStateRef};
@@ -135,7 +135,7 @@ impl<const REMOTE: bool> Prepared<REMOTE> {
     }
 }
 
-impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
+impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
     /// Prepares `template`, a 1-SGE WRITE, WRITE with immediate or READ, for posting with
     /// [`SendQueue::post_prepared`]: checks it as a post would and keeps its opcode, flags,
     /// remote key and local key. Its `wr_id`, addresses, length and immediate are ignored
@@ -285,8 +285,9 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
             return unsafe { self.post_prepared_slow(p) };
         }
         // SAFETY: a length of at least one byte, room checked (the credit), nothing staged,
-        // `BF` as the doorbell is; (caller) the posting contract.
-        unsafe { self.write_block_and_ring::<REMOTE, BF>(p, c) };
+        // `BF` as the doorbell is; (caller) the posting contract. The key passed: the register
+        // is the queue's own.
+        unsafe { self.write_block_and_ring::<REMOTE, BF>(p, c, None) };
         Ok(())
     }
 
@@ -296,12 +297,14 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
     /// # Safety
     ///
     /// `c.len >= 1`, [`SendQueue::check_prepared`] passed, nothing is staged, `BF` says
-    /// whether the doorbell has BlueFlame, and the caller upholds the posting contract.
+    /// whether the doorbell has BlueFlame, `lock` is the doorbell's (or `None` for a register
+    /// of the queue's own), and the caller upholds the posting contract.
     #[inline(always)]
     unsafe fn write_block_and_ring<const REMOTE: bool, const BF: bool>(
         &mut self,
         p: &Prepared<REMOTE>,
         c: Changes,
+        lock: Lock,
     ) {
         // Counted first, so that the count is not held in a register while the slot is
         // recorded (which then adds 0).
@@ -323,7 +326,7 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         // (room was checked) and not yet published.
         unsafe { ring.write_block_regs_at(word, &block) };
         // SAFETY: (caller) `BF` as the doorbell is.
-        unsafe { self.doorbell.ring_block_regs::<BF>(next, &block) };
+        unsafe { self.doorbell.ring_block_regs::<BF>(next, &block, lock) };
     }
 
     /// [`SendQueue::post_prepared`] when a fast check failed: the exact checks, then the
@@ -346,13 +349,16 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
         // No credit until the checks pass (the fast path may have taken it below zero).
         self.credit = 0;
         self.check_prepared(p, c)?;
-        // The gate passed (open, of this incarnation) and the request is this queue's.
+        // The gate passed (open, of this incarnation) and the request is this queue's: the
+        // next posts of it take the fast path, unless the register is shared (whose lock is
+        // taken here).
         let key = u64::from(self.gate) | p.key;
         let bf = self.doorbell.has_blueflame();
-        if bf {
-            self.prep_key = key;
-        } else {
-            self.prep_key_db = key;
+        let lock = self.doorbell.lock();
+        match (lock, bf) {
+            (Some(_), _) => {}
+            (None, true) => self.prep_key = key,
+            (None, false) => self.prep_key_db = key,
         }
         if self.pending != 0 {
             self.ring_pending();
@@ -362,15 +368,15 @@ impl<P: SqStateRef, R: BfRegister, T: SqTransport> SendQueue<P, R, T> {
             // doorbell is; the caller upholds the posting contract.
             unsafe {
                 if bf {
-                    self.write_block_and_ring::<REMOTE, true>(p, c)
+                    self.write_block_and_ring::<REMOTE, true>(p, c, lock)
                 } else {
-                    self.write_block_and_ring::<REMOTE, false>(p, c)
+                    self.write_block_and_ring::<REMOTE, false>(p, c, lock)
                 }
             };
         } else {
             // SAFETY: checked; the caller upholds the posting contract.
             let start = unsafe { self.write_prepared(p, c) };
-            self.doorbell.ring(self.ring, self.pi, start, 1, true);
+            self.doorbell.ring(self.ring, self.pi, start, 1, true, lock);
         }
         self.reload_credit();
         Ok(())

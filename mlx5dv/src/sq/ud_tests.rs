@@ -184,16 +184,16 @@ fn the_largest_ud_wqe_counts_the_datagram_segment() {
     let slots: std::boxed::Box<[crate::SqSlot]> = (0..4).map(|_| crate::SqSlot::new()).collect();
     let state = crate::SqState::new(slots).unwrap();
     // SAFETY: never posted to.
-    let e = unsafe { SendQueue::new_ud(&qp, ud_caps(13, 0), &state) }.unwrap_err();
+    let e = unsafe { SendQueue::new_ud(&qp, ud_caps(13, 0), &state, None) }.unwrap_err();
     assert_eq!(e, crate::LayoutError::WqeTooLarge { blocks: 5 });
     // SAFETY: as above.
-    assert!(unsafe { SendQueue::new(&qp, caps(13, 0), &state) }.is_ok());
+    assert!(unsafe { SendQueue::new(&qp, caps(13, 0), &state, None) }.is_ok());
     // The capabilities' transport must be the queue's.
     // SAFETY: as above.
-    let e = unsafe { SendQueue::new(&qp, ud_caps(2, 0), &state) }.unwrap_err();
+    let e = unsafe { SendQueue::new(&qp, ud_caps(2, 0), &state, None) }.unwrap_err();
     assert_eq!(e, crate::LayoutError::Transport);
     // SAFETY: as above.
-    let e = unsafe { SendQueue::new_ud(&qp, caps(2, 0), &state) }.unwrap_err();
+    let e = unsafe { SendQueue::new_ud(&qp, caps(2, 0), &state, None) }.unwrap_err();
     assert_eq!(e, crate::LayoutError::Transport);
 }
 

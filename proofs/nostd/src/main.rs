@@ -196,7 +196,7 @@ fn run() -> Result<(), c_int> {
     // QP with these states.
     let (mut sq, mut rq, mut cq) = unsafe {
         (
-            SendQueue::new(&qp, caps, &sq_state).map_err(|_| 3)?,
+            SendQueue::new(&qp, caps, &sq_state, None).map_err(|_| 3)?,
             RecvQueue::new(&qp, &rq_state).map_err(|_| 4)?,
             CompletionQueue::new(&cq_layout, &bindings[..]).map_err(|_| 5)?,
         )
@@ -434,7 +434,7 @@ fn datagrams_and_srq() -> Result<(), c_int> {
     // gone, and this one starts at the consumer counter it left (`skip` below).
     let (mut sq, mut srq, mut cq) = unsafe {
         (
-            SendQueue::new_ud(&qp, caps, &sq_state).map_err(|_| 32)?,
+            SendQueue::new_ud(&qp, caps, &sq_state, None).map_err(|_| 32)?,
             SharedRecvQueue::new(&srq_layout, &srq_state).map_err(|_| 33)?,
             CompletionQueue::new(&cq_layout, &bindings[..]).map_err(|_| 34)?,
         )

@@ -286,7 +286,7 @@ pub fn with_pair_on<R>(
             a: End {
                 qp: qa,
                 cq: cq_a,
-                sq: SendQueue::new(&qa.layout, caps(&qa), &sq_state_a).unwrap(),
+                sq: SendQueue::new(&qa.layout, caps(&qa), &sq_state_a, None).unwrap(),
                 rq: RecvQueue::new(&qa.layout, &rq_state_a).unwrap(),
                 cqp: CompletionQueue::new(&cq_a.layout, &bind_a[..]).unwrap(),
                 mem: mem_a,
@@ -295,7 +295,7 @@ pub fn with_pair_on<R>(
             b: End {
                 qp: qb,
                 cq: cq_b,
-                sq: SendQueue::new(&qb.layout, caps(&qb), &sq_state_b).unwrap(),
+                sq: SendQueue::new(&qb.layout, caps(&qb), &sq_state_b, None).unwrap(),
                 rq: RecvQueue::new(&qb.layout, &rq_state_b).unwrap(),
                 cqp: CompletionQueue::new(&cq_b.layout, &bind_b[..]).unwrap(),
                 mem: mem_b,
@@ -417,7 +417,7 @@ pub fn end_on<'a>(dev: &'a Device, mem: &'a Arena, cfg: PairCfg) -> End<'a> {
         End {
             qp,
             cq,
-            sq: SendQueue::new(&qp.layout, qp.caps(), sq_state).unwrap(),
+            sq: SendQueue::new(&qp.layout, qp.caps(), sq_state, None).unwrap(),
             rq: RecvQueue::new(&qp.layout, rq_state).unwrap(),
             cqp: CompletionQueue::new(&cq.layout, bind).unwrap(),
             mem,

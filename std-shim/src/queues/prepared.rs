@@ -8,9 +8,7 @@ use zverbs_core::{PostError, SendWr};
 use zverbs_mlx5dv::{Changes, Prepared, PreparedRdma, PreparedSend};
 
 use super::direct;
-use super::direct::RawSendQueue;
-
-impl RawSendQueue {
+impl direct::SendQueue {
     /// Prepares a 1-SGE WRITE, WRITE with immediate or READ (`zverbs_mlx5dv`'s
     /// `SendQueue::prepare_rdma`).
     ///
@@ -18,10 +16,7 @@ impl RawSendQueue {
     ///
     /// As `zverbs_mlx5dv`'s `SendQueue::prepare_rdma`.
     pub fn prepare_rdma(&self, template: &SendWr<'_>) -> Result<PreparedRdma, PostError> {
-        match self {
-            Self::Dedicated(q) => q.prepare_rdma(template),
-            Self::Shared(q) => q.prepare_rdma(template),
-        }
+        self.q.prepare_rdma(template)
     }
 
     /// Prepares a 1-SGE SEND or SEND with immediate.
@@ -30,10 +25,7 @@ impl RawSendQueue {
     ///
     /// As `zverbs_mlx5dv`'s `SendQueue::prepare_send`.
     pub fn prepare_send(&self, template: &SendWr<'_>) -> Result<PreparedSend, PostError> {
-        match self {
-            Self::Dedicated(q) => q.prepare_send(template),
-            Self::Shared(q) => q.prepare_send(template),
-        }
+        self.q.prepare_send(template)
     }
 
     /// Posts a prepared request with what changes, and rings.
@@ -51,12 +43,8 @@ impl RawSendQueue {
         p: &Prepared<REMOTE>,
         c: Changes,
     ) -> Result<(), PostError> {
-        match self {
-            // SAFETY: forwarded; the caller upholds the posting contract.
-            Self::Dedicated(q) => unsafe { q.post_prepared(p, c) },
-            // SAFETY: as above.
-            Self::Shared(q) => unsafe { q.post_prepared(p, c) },
-        }
+        // SAFETY: forwarded.
+        unsafe { self.q.post_prepared(p, c) }
     }
 
     /// Writes a prepared request without ringing ([`PostSend::ring`](zverbs_core::PostSend::ring)
@@ -64,73 +52,11 @@ impl RawSendQueue {
     ///
     /// # Safety
     ///
-    /// As [`RawSendQueue::post_prepared`].
+    /// As [`direct::SendQueue::post_prepared`].
     ///
     /// # Errors
     ///
-    /// As [`RawSendQueue::post_prepared`].
-    #[inline(always)]
-    pub unsafe fn stage_prepared<const REMOTE: bool>(
-        &mut self,
-        p: &Prepared<REMOTE>,
-        c: Changes,
-    ) -> Result<(), PostError> {
-        match self {
-            // SAFETY: forwarded; the caller upholds the posting contract.
-            Self::Dedicated(q) => unsafe { q.stage_prepared(p, c) },
-            // SAFETY: as above.
-            Self::Shared(q) => unsafe { q.stage_prepared(p, c) },
-        }
-    }
-}
-
-impl direct::SendQueue {
-    /// [`RawSendQueue::prepare_rdma`].
-    ///
-    /// # Errors
-    ///
-    /// As [`RawSendQueue::prepare_rdma`].
-    pub fn prepare_rdma(&self, template: &SendWr<'_>) -> Result<PreparedRdma, PostError> {
-        self.q.prepare_rdma(template)
-    }
-
-    /// [`RawSendQueue::prepare_send`].
-    ///
-    /// # Errors
-    ///
-    /// As [`RawSendQueue::prepare_send`].
-    pub fn prepare_send(&self, template: &SendWr<'_>) -> Result<PreparedSend, PostError> {
-        self.q.prepare_send(template)
-    }
-
-    /// [`RawSendQueue::post_prepared`].
-    ///
-    /// # Safety
-    ///
-    /// As [`RawSendQueue::post_prepared`].
-    ///
-    /// # Errors
-    ///
-    /// As [`RawSendQueue::post_prepared`].
-    #[inline(always)]
-    pub unsafe fn post_prepared<const REMOTE: bool>(
-        &mut self,
-        p: &Prepared<REMOTE>,
-        c: Changes,
-    ) -> Result<(), PostError> {
-        // SAFETY: forwarded.
-        unsafe { self.q.post_prepared(p, c) }
-    }
-
-    /// [`RawSendQueue::stage_prepared`].
-    ///
-    /// # Safety
-    ///
-    /// As [`RawSendQueue::post_prepared`].
-    ///
-    /// # Errors
-    ///
-    /// As [`RawSendQueue::post_prepared`].
+    /// As [`direct::SendQueue::post_prepared`].
     #[inline(always)]
     pub unsafe fn stage_prepared<const REMOTE: bool>(
         &mut self,

@@ -11,7 +11,7 @@ fn slots_outlive_the_send_queue(layout: &QpLayout, caps: SqCaps) {
     let slots: Vec<SqSlot> = (0..4).map(|_| SqSlot::new()).collect();
     let state = SqState::new(&slots[..]).unwrap();
     // SAFETY: (not run) the layout describes live queue memory.
-    let sq = unsafe { SendQueue::new(layout, caps, &state) }.unwrap();
+    let sq = unsafe { SendQueue::new(layout, caps, &state, None) }.unwrap();
     drop(slots);
     drop(sq);
 }

@@ -19,7 +19,7 @@ fn drive(
     rq: RqRef<'_>,
     bindings: &[CqBinding<SqRef<'_>, RqRef<'_>>],
 ) {
-    let _ = SendQueue::new(qp, caps, sq);
+    let _ = SendQueue::new(qp, caps, sq, None);
     let _ = RecvQueue::new(qp, rq);
     let _ = CompletionQueue::new(cq, bindings);
 }
