@@ -28,8 +28,8 @@ use zverbs_core::{Completion, PollCq, PostSend, SendFlags, SendWr, Sge, Transpor
 use zverbs_mlx5dv::prm::cqe::Cqe64;
 use zverbs_mlx5dv::prm::wqe::{UD_HEADER_DS, inline_ds};
 use zverbs_mlx5dv::{
-    BfLayout, CompletionQueue, Connected, CqBinding, CqLayout, Datagram, LayoutError,
-    QpLayout, RqRef, SendQueue, SqCaps, SqRef, SqSlot, SqState, SqTransport, WqLayout,
+    BfLayout, CompletionQueue, Connected, CqBinding, CqLayout, Datagram, LayoutError, QpLayout,
+    RqRef, SelfAddressed, SendQueue, SqCaps, SqRef, SqSlot, SqState, WqLayout,
 };
 
 use crate::mem::DeviceMem;
@@ -72,7 +72,7 @@ pub trait Request: fmt::Debug {
 }
 
 /// The transport of the queues: how each side's queue is made.
-pub trait Kind: SqTransport + Sized {
+pub trait Kind: SelfAddressed + Sized {
     /// The segments before the data: control and remote address (RC), control and datagram
     /// (UD).
     const HEADER_DS: usize;

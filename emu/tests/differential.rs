@@ -76,8 +76,8 @@ use zverbs_ffi::types::{
     ibv_send_wr, ibv_send_wr_atomic, ibv_send_wr_rdma, ibv_send_wr_ud, ibv_sge, ibv_wc,
 };
 use zverbs_mlx5dv::{
-    CompletionQueue, Connected, CqBinding, CqLayout, Datagram, QpLayout, RecvQueue,
-    RqRef, SendQueue, SharedRecvQueue, SqRef, SqTransport, SrqSlot, SrqState,
+    CompletionQueue, Connected, CqBinding, CqLayout, Datagram, QpLayout, RecvQueue, RqRef,
+    SelfAddressed, SendQueue, SharedRecvQueue, SqRef, SrqSlot, SrqState,
 };
 
 const RECV_SLOT: u64 = 8192;
@@ -87,7 +87,7 @@ const MAX_SGE_LEN: u64 = 512;
 /// side posts one and what of its WQE is masked.
 trait Kind {
     /// The direct path's send queue transport.
-    type T: SqTransport;
+    type T: SelfAddressed;
     /// A randomized request.
     type Req: fmt::Debug;
     /// What the WQE comparison calls the WQEs.
@@ -155,7 +155,7 @@ impl Qps {
 
 /// Both QPs of a run: the one libmlx5 posts to and the one the direct path posts to, with
 /// their CQs; and what the WQE comparison has seen.
-struct Pair<'a, T: SqTransport> {
+struct Pair<'a, T: SelfAddressed> {
     ctx: &'a Context,
     lkey: u32,
     q_lib: Qp,
@@ -169,7 +169,7 @@ struct Pair<'a, T: SqTransport> {
     cmp: Compared,
 }
 
-impl<'a, T: SqTransport> Pair<'a, T> {
+impl<'a, T: SelfAddressed> Pair<'a, T> {
     /// The pair of `qps`, posted to through `ctx` and (ours) `sq`, polled through `ctx` and
     /// (ours) `cq`; gather lists of `lkey`.
     fn new(

@@ -10,7 +10,7 @@
 //! three — the same request goes to one initiator through libmlx5's work-request builders
 //! (`ibv_wr_start`, the opcode call, `mlx5dv_wr_set_dc_addr`, `ibv_wr_set_sge_list` or
 //! `ibv_wr_set_inline_data_list`, `ibv_wr_complete`) and to the other through the direct path
-//! (`zverbs_mlx5dv::DcSendQueue`, a `DcDest` of the same handle's address vector, number and
+//! (`zverbs_mlx5dv::SendQueue<_, Dci>`, a `DcDest` of the same handle's address vector, number and
 //! key), and the WQE bytes (control, datagram, remote address, atomic, data or inline
 //! segments) are compared, at every position where a WQE meets the ring end. The software
 //! device executes both; the signaled completions libmlx5's `ibv_poll_cq` decodes are compared
@@ -38,7 +38,7 @@ use zverbs_ffi::types::{
     IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND_WITH_IMM, ibv_data_buf, ibv_qp_cap, ibv_recv_wr,
     ibv_sge, ibv_wc,
 };
-use zverbs_mlx5dv::DcSendQueue;
+use zverbs_mlx5dv::SendQueue;
 
 const RECV_SLOT: u64 = 4096;
 const MAX_SGE_LEN: u64 = 256;
@@ -149,7 +149,7 @@ fn run(mode: &str) {
     let dc_caps = sq_caps(&caps, c_ours.cqe_cnt, zverbs_core::Transport::Rc);
     // SAFETY: libmlx5 allocated the ring for this DCI, which lives as long as the process;
     // nothing else posts to it.
-    let mut sq = unsafe { DcSendQueue::new(&l_ours, dc_caps, sq_state, None) }.unwrap();
+    let mut sq = unsafe { SendQueue::new_dc(&l_ours, dc_caps, sq_state, None) }.unwrap();
     let wr = ctx.dci_wr(q_lib).unwrap();
     let (qpx, dv) = (wr.qpx.as_ptr(), wr.dv.as_ptr());
 

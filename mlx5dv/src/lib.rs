@@ -159,8 +159,8 @@ pub use layout::{
 };
 pub use rq::RecvQueue;
 pub use sq::{
-    Changes, Connected, DC_AV_DS, Datagram, DcSendQueue, Prepared, PreparedRdma, PreparedSend,
-    SendQueue, SqTransport,
+    Changes, Connected, DC_AV_DS, Datagram, Dci, Prepared, PreparedRdma, PreparedSend,
+    SelfAddressed, SendQueue, SqTransport,
 };
 pub use srq::SharedRecvQueue;
 pub use state::{

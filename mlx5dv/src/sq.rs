@@ -140,15 +140,29 @@ const FM_CE_SE: [u8; 8] = {
     t
 };
 
-/// The transport of a send queue, as a type: [`Connected`] (RC, the default) or [`Datagram`]
-/// (UD). Known at compile time, so that a connected queue pays nothing for the datagram
-/// operations' checks: the queue refuses the operations its transport lacks
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// The transport of a send queue, as a type: [`Connected`] (RC, the default), [`Datagram`]
+/// (UD) or [`Dci`] (a DC initiator). Known at compile time, so that a connected queue pays
+/// nothing for the other transports: the queue refuses the operations its transport lacks
 /// ([`PostError::WrongTransport`]), as its [`SqCaps::transport`] says, which its construction
-/// checks against this type.
-pub trait SqTransport {
+/// checks against this type, and only a DCI writes the DC address. Sealed: these three are
+/// the transports.
+pub trait SqTransport: sealed::Sealed {
     /// Whether the queue is an unreliable-datagram queue.
     const UD: bool;
+    /// Whether the queue is a DC initiator's: each request is addressed at its post
+    /// ([`SendQueue::post_to`]), its WQE carries the DC address after the control segment.
+    const DC: bool;
 }
+
+/// The transports whose requests say themselves where they go (RC: to the connected peer;
+/// UD: [`SendOp::SendTo`]): their queues post through [`PostSend`]. A DCI's requests are
+/// given their target at the post ([`SendQueue::post_to`]), so [`Dci`] is not one: a request
+/// without a target does not compile.
+pub trait SelfAddressed: SqTransport {}
 
 /// A reliable-connected send queue ([`SqTransport`]).
 #[derive(Clone, Copy, Debug, Default)]
@@ -158,13 +172,32 @@ pub struct Connected;
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Datagram;
 
+/// The send queue of a DC initiator ([`SqTransport`]): reliable-connection operations, each
+/// addressed to a DC target at its post (`sq/dc.rs`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Dci;
+
+impl sealed::Sealed for Connected {}
+impl sealed::Sealed for Datagram {}
+impl sealed::Sealed for Dci {}
+
 impl SqTransport for Connected {
     const UD: bool = false;
+    const DC: bool = false;
 }
 
 impl SqTransport for Datagram {
     const UD: bool = true;
+    const DC: bool = false;
 }
+
+impl SqTransport for Dci {
+    const UD: bool = false;
+    const DC: bool = true;
+}
+
+impl SelfAddressed for Connected {}
+impl SelfAddressed for Datagram {}
 
 /// The send queue of an mlx5 QP, driven directly.
 ///
@@ -172,8 +205,9 @@ impl SqTransport for Datagram {
 /// [`CompletionQueue`](crate::CompletionQueue) bound to the same [`SqState`](crate::SqState),
 /// possibly on another thread. `P` is the handle through which it reaches that state
 /// (`&SqState<_>` or an owning pointer: see [`SqStateRef`]). `T` is its transport:
-/// [`Connected`] (RC: [`SendQueue::new`]) or [`Datagram`] (UD: [`SendQueue::new_ud`]). How it
-/// holds its BlueFlame register ([`BfMode`]) is decided when it is built: see [`crate::bf`].
+/// [`Connected`] (RC: [`SendQueue::new`]), [`Datagram`] (UD: [`SendQueue::new_ud`]) or
+/// [`Dci`] (DC initiator: [`SendQueue::new_dc`]). How it holds its BlueFlame register
+/// ([`BfMode`]) is decided when it is built: see [`crate::bf`].
 #[derive(Debug)]
 pub struct SendQueue<P, T = Connected> {
     ring: SegRing,
@@ -194,8 +228,8 @@ pub struct SendQueue<P, T = Connected> {
     /// requests are staged. Set by the exact checks of the slow path
     /// ([`SendQueue::reload_credit`]), taken down by each fast post, and zeroed by whatever
     /// else moves the counters or stages (a restart, a stage, a refused batch). The gate is
-    /// compared on its own: another thread closes it. A DC queue (`sq/dc.rs`) posts through
-    /// the exact checks alone and never reads it.
+    /// compared on its own: another thread closes it. A DCI (`sq/dc.rs`) posts through the
+    /// exact checks alone and never reads it.
     credit: u32,
     /// The QP number.
     qpn: u32,
@@ -351,9 +385,16 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
         if caps.max_signaled == 0 {
             return Err(LayoutError::ZeroCapacity);
         }
-        // The largest WQE: ctrl + raddr (on a UD queue: ctrl + datagram) + the larger of the
-        // data segments and the inline segment; atomics are one block.
-        let head = if caps.is_ud() { UD_HEADER_DS } else { 2 };
+        // The largest WQE: ctrl + raddr (on a UD queue: ctrl + datagram; on a DCI: ctrl + DC
+        // address + raddr) + the larger of the data segments and the inline segment; atomics
+        // are one block (a DCI's: two).
+        let head = if T::UD {
+            UD_HEADER_DS
+        } else if T::DC {
+            2 + DC_AV_DS as usize
+        } else {
+            2
+        };
         let max_ds =
             head + (caps.max_send_sge as usize).max(inline_ds(caps.max_inline_data as usize));
         let max_blocks = max_ds.div_ceil(SEGS_PER_BB) as u32;
@@ -576,7 +617,13 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
         } else {
             wr.check_as::<false>(&self.caps)?
         };
-        Ok(Plan::of(&wr.op, &checked))
+        let mut plan = Plan::of(&wr.op, &checked);
+        if T::DC {
+            // The DC address between the control segment and the operation's.
+            plan.ds += DC_AV_DS;
+            plan.blocks = plan.ds.div_ceil(SEGS_PER_BB as u32);
+        }
+        Ok(plan)
     }
 
     /// Checks that `blocks` basic blocks and `signaled` more CQEs fit now.
@@ -864,7 +911,7 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
     /// are those [`SendQueue::write`] writes.
     #[inline(always)]
     fn block_words(&self, wr: &SendWr<'_>, plan: &Plan<'_>, pi: u32) -> Option<([u64; 8], usize)> {
-        if T::UD || plan.inline.is_some() {
+        if T::UD || T::DC || plan.inline.is_some() {
             return None;
         }
         // The control segment's first word for a WQE of `n` words (`n / 2` segments: the
@@ -937,7 +984,7 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
         plan: &Plan<'_>,
         pi: u32,
     ) -> Option<([u64; 8], u32)> {
-        if T::UD {
+        if T::UD || T::DC {
             return None;
         }
         // One branch for the conditions on the entry (each branch more would make the
@@ -1170,7 +1217,29 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
 }
 
 impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
-    /// [`PostSend::ring`] when the fast compare turned it away: the gate changed, or the
+    /// Rings the doorbell for the requests written since the last ring ([`PostSend::ring`]);
+    /// nothing when there are none.
+    #[inline]
+    pub fn ring(&mut self) {
+        if self.pending == 0 {
+            return;
+        }
+        if u64::from(self.state.gate().peek()) != self.fast_gate {
+            self.ring_slow();
+            return;
+        }
+        self.doorbell.ring(
+            self.ring,
+            self.pi,
+            self.last_seg,
+            self.last_blocks,
+            self.pending == 1,
+            None,
+        );
+        self.pending = 0;
+    }
+
+    /// [`SendQueue::ring`] when the fast compare turned it away: the gate changed, or the
     /// register is shared (whose lock this ring takes).
     #[cold]
     #[inline(never)]
@@ -1344,7 +1413,7 @@ unsafe fn write_inline_wrapping(ring: SegRing, seg: u32, src: u64, len: u32) {
     unsafe { write_inline(&ring, seg, core::slice::from_ref(&sge), len) };
 }
 
-impl<P: SqStateRef, T: SqTransport> PostSend for SendQueue<P, T> {
+impl<P: SqStateRef, T: SelfAddressed> PostSend for SendQueue<P, T> {
     // Inlined into the caller where the build optimises; an ordinary call where it does not
     // (a debug build), whose stack frame would otherwise hold every arm's locals in each
     // function that posts, once per call site.
@@ -1396,22 +1465,7 @@ impl<P: SqStateRef, T: SqTransport> PostSend for SendQueue<P, T> {
 
     #[inline]
     fn ring(&mut self) {
-        if self.pending == 0 {
-            return;
-        }
-        if u64::from(self.state.gate().peek()) != self.fast_gate {
-            self.ring_slow();
-            return;
-        }
-        self.doorbell.ring(
-            self.ring,
-            self.pi,
-            self.last_seg,
-            self.last_blocks,
-            self.pending == 1,
-            None,
-        );
-        self.pending = 0;
+        SendQueue::ring(self);
     }
 
     /// In one pass (`sq/batch.rs`): each request checked and written in turn, the queue
@@ -1430,7 +1484,7 @@ impl<P: SqStateRef, T: SqTransport> PostSend for SendQueue<P, T> {
 }
 
 mod dc;
-pub use dc::{DC_AV_DS, DcSendQueue};
+pub use dc::DC_AV_DS;
 
 #[cfg(test)]
 mod dc_tests;
@@ -1793,7 +1847,6 @@ mod tests {
     /// be 16-byte aligned, without it 8-byte aligned. Nothing is written.
     #[test]
     fn misaligned_register_is_refused_by_every_constructor() {
-        use crate::DcSendQueue;
         use crate::bf::SharedBf;
         use crate::testutil::Mem;
         use std::string::ToString;
@@ -1831,8 +1884,8 @@ mod tests {
                     SendQueue::new(&l, rc, &state, Some(sh)).err(),
                     SendQueue::new_ud(&l, ud, &state, None).err(),
                     SendQueue::new_ud(&l, ud, &state, Some(sh)).err(),
-                    DcSendQueue::new(&l, rc, &state, None).err(),
-                    DcSendQueue::new(&l, rc, &state, Some(sh)).err(),
+                    SendQueue::new_dc(&l, rc, &state, None).err(),
+                    SendQueue::new_dc(&l, rc, &state, Some(sh)).err(),
                 ]
             };
             assert_eq!(got, [want; 6], "register at base + {shift}, bf.size {size}");
@@ -1856,7 +1909,7 @@ mod tests {
         // SAFETY: as above; never posted to.
         unsafe {
             assert!(SendQueue::new(&at(16, 256), rc, &state, None).is_ok());
-            assert!(DcSendQueue::new(&at(16, 256), rc, &state, None).is_ok());
+            assert!(SendQueue::new_dc(&at(16, 256), rc, &state, None).is_ok());
             assert!(SendQueue::new_ud(&at(8, 0), ud, &state, None).is_ok());
             assert!(SendQueue::new(&at(8, 0), rc, &state, Some(&db_shared)).is_ok());
         }
@@ -1867,7 +1920,6 @@ mod tests {
     /// under 64 bytes, fit no block). Nothing is written.
     #[test]
     fn blueflame_buffers_not_whole_blocks_are_refused_by_every_constructor() {
-        use crate::DcSendQueue;
         use crate::bf::SharedBf;
         use crate::testutil::Mem;
 
@@ -1890,8 +1942,8 @@ mod tests {
                     SendQueue::new(&l, rc, &state, Some(&sh)).err(),
                     SendQueue::new_ud(&l, ud, &state, None).err(),
                     SendQueue::new_ud(&l, ud, &state, Some(&sh)).err(),
-                    DcSendQueue::new(&l, rc, &state, None).err(),
-                    DcSendQueue::new(&l, rc, &state, Some(&sh)).err(),
+                    SendQueue::new_dc(&l, rc, &state, None).err(),
+                    SendQueue::new_dc(&l, rc, &state, Some(&sh)).err(),
                 ]
             };
             assert_eq!(

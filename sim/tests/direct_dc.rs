@@ -1,5 +1,5 @@
 //! The dynamically connected transport end to end through the direct backend on the software
-//! device: a DC initiator's WQEs built by `zverbs_mlx5dv::DcSendQueue`, each naming its DC
+//! device: a DC initiator's WQEs built by `zverbs_mlx5dv::SendQueue<_, Dci>`, each naming its DC
 //! target; targets receiving from a shared receive queue; every operation to several targets
 //! from one initiator; a wrong access key and an unknown target failing as a ConnectX reports
 //! them (transport retry counter exceeded); a remote access error that fails the initiator and
@@ -12,7 +12,7 @@ use common::direct::{Cq, DirectSrq, device_with_arena, drain, send_only};
 use zverbs_core::{
     Completion, DcDest, PostRecv, RecvWr, RemoteBuf, SendWr, Sge, WcOpcode, WcStatus,
 };
-use zverbs_mlx5dv::{CompletionQueue, CqBinding, DcSendQueue, SharedRecvQueue, SqRef, SrqRef};
+use zverbs_mlx5dv::{CompletionQueue, CqBinding, SendQueue, SharedRecvQueue, SqRef, SrqRef};
 use zverbs_sim::{
     AhAttr, CqConfig, DctConfig, Device, Mr, QpConfig, QpStatus, QpType, SimDct, SimQp, SrqConfig,
 };
@@ -22,7 +22,7 @@ const KEY: u64 = 0x0dc0_ffee_1234_5678;
 /// A DC initiator driven by the library, with its own CQ.
 struct Dci {
     qp: SimQp,
-    sq: DcSendQueue<SqRef<'static>>,
+    sq: SendQueue<SqRef<'static>, zverbs_mlx5dv::Dci>,
     cq: Cq,
 }
 
@@ -98,7 +98,7 @@ fn dci(dev: &'static Device) -> Dci {
     dev.ready_dci(qp.qpn).unwrap();
     let (sqs, cq) = send_only(&qp, &cq.layout);
     // SAFETY: the device outlives the queue, which alone drives its ring.
-    let sq = unsafe { DcSendQueue::new(&qp.layout, qp.caps(), sqs, None) }.unwrap();
+    let sq = unsafe { SendQueue::new_dc(&qp.layout, qp.caps(), sqs, None) }.unwrap();
     Dci { qp, sq, cq }
 }
 

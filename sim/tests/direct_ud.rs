@@ -12,8 +12,8 @@ use zverbs_core::{
     UdDest, WcFlags, WcOpcode,
 };
 use zverbs_mlx5dv::{
-    CompletionQueue, CqBinding, Datagram, RecvQueue, RqSlot, RqState, SendQueue, SqCaps,
-    SqSlot, SqState,
+    CompletionQueue, CqBinding, Datagram, RecvQueue, RqSlot, RqState, SendQueue, SqCaps, SqSlot,
+    SqState,
 };
 use zverbs_sim::{Access, AhAttr, CqConfig, Device, Grh, Mr, QpConfig, QpType, SimQp};
 

@@ -381,7 +381,7 @@ impl Qp {
 #[derive(Debug)]
 pub struct DcSendQueue {
     // Field order is drop order: the queue before the QP whose memory it writes.
-    q: zverbs_mlx5dv::DcSendQueue<SqStateHandle>,
+    q: zverbs_mlx5dv::SendQueue<SqStateHandle, zverbs_mlx5dv::Dci>,
     _qp: Arc<QpInner>,
 }
 
@@ -397,9 +397,8 @@ impl DcSendQueue {
         // its send CQ's poller only; the QP is new (or reset, which its gate tells the queue);
         // it was created without scatter-to-CQE. The register: as for an RC QP (its own, or
         // the one `SharedBf` of its address that every direct QP on it holds).
-        let q = unsafe {
-            zverbs_mlx5dv::DcSendQueue::new(layout, caps, state, d.register.shared())?
-        };
+        let q =
+            unsafe { zverbs_mlx5dv::SendQueue::new_dc(layout, caps, state, d.register.shared())? };
         Ok(Self { q, _qp: qp.clone() })
     }
 
@@ -409,7 +408,7 @@ impl DcSendQueue {
     }
 
     /// The underlying `zverbs-mlx5dv` queue.
-    pub fn raw(&self) -> &zverbs_mlx5dv::DcSendQueue<SqStateHandle> {
+    pub fn raw(&self) -> &zverbs_mlx5dv::SendQueue<SqStateHandle, zverbs_mlx5dv::Dci> {
         &self.q
     }
 

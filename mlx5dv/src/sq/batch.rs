@@ -1,4 +1,4 @@
-//! [`PostSend::post_all`] in one pass: each request is
+//! [`PostSend::post_all`](zverbs_core::PostSend::post_all) in one pass: each request is
 //! checked and written in turn, as a verbs chain is, and a refused one rolls the queue back
 //! instead of ringing.
 //!
@@ -13,7 +13,7 @@
 //! before a later doorbell record covers them, and the next request written there overwrites
 //! ("nothing written" means nothing the device may read: `docs/ordering.md`, section 9).
 
-use zverbs_core::{BatchError, PostError, PostSend, SendOp, SendWr};
+use zverbs_core::{BatchError, PostError, SendOp, SendWr};
 
 use super::{SendQueue, SqTransport};
 use crate::state::SqStateRef;
@@ -26,12 +26,12 @@ struct Mark {
 }
 
 impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
-    /// [`PostSend::post_all`]: the gate as this queue last
+    /// [`PostSend::post_all`](zverbs_core::PostSend::post_all): the gate as this queue last
     /// found it, then every request checked and written in one pass.
     ///
     /// # Safety
     ///
-    /// The posting contract of [`PostSend`], for every request.
+    /// The posting contract of [`PostSend`](zverbs_core::PostSend), for every request.
     #[inline(always)]
     pub(super) unsafe fn post_batch(&mut self, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
         if self.state.gate().peek() != self.gate {
@@ -70,10 +70,8 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
     /// # Safety
     ///
     /// As [`SendQueue::post_batch`], with the gate as this queue last found it (the check
-    /// of each request's room does not look at it again: [`PostSend::ring`] does, at the
+    /// of each request's room does not look at it again: [`SendQueue::ring`] does, at the
     /// end).
-    ///
-    /// [`PostSend::ring`]: zverbs_core::PostSend::ring
     #[inline(always)]
     unsafe fn post_batch_open(&mut self, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
         let mark = Mark {

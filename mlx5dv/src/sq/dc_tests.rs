@@ -17,19 +17,15 @@ const DC_KEY: u64 = 0x0102_0304_0506_0708;
 /// A DCI's send queue with the CQ that completes it, over [`Mem`].
 struct DcRig {
     // Field order is drop order: the queues before the memory they point into.
-    dc: DcSendQueue<SqHandle>,
+    dc: SendQueue<SqHandle, Dci>,
     cq: crate::CompletionQueue<crate::testutil::RigBindings>,
     mem: Mem,
 }
 
 impl DcRig {
     fn new(blocks: u32, bf_size: u32, caps: SqCaps) -> Self {
-        let Rig { sq, cq, mem, .. } = Rig::new(blocks, bf_size, caps);
-        Self {
-            dc: DcSendQueue::of(sq).unwrap(),
-            cq,
-            mem,
-        }
+        let Rig { sq, cq, mem, .. } = Rig::<Dci>::with_cq(blocks, bf_size, caps, 64);
+        Self { dc: sq, cq, mem }
     }
 
     /// Posts and completes `n` DC NOPs (one block each: ctrl + datagram) so the producer
@@ -294,9 +290,9 @@ fn the_largest_dc_wqe_counts_the_datagram_segment() {
     let slots: std::boxed::Box<[crate::SqSlot]> = (0..4).map(|_| crate::SqSlot::new()).collect();
     let state = crate::SqState::new(slots).unwrap();
     // SAFETY: never posted to.
-    assert!(unsafe { DcSendQueue::new(&qp, caps(11, 0), &state, None) }.is_ok());
+    assert!(unsafe { SendQueue::new_dc(&qp, caps(11, 0), &state, None) }.is_ok());
     // SAFETY: as above.
-    let e = unsafe { DcSendQueue::new(&qp, caps(12, 0), &state, None) }.unwrap_err();
+    let e = unsafe { SendQueue::new_dc(&qp, caps(12, 0), &state, None) }.unwrap_err();
     assert_eq!(e, crate::LayoutError::WqeTooLarge { blocks: 5 });
     // SAFETY: as above.
     assert!(unsafe { SendQueue::new(&qp, caps(12, 0), &state, None) }.is_ok());
@@ -306,7 +302,7 @@ fn the_largest_dc_wqe_counts_the_datagram_segment() {
         ..caps(2, 0)
     };
     // SAFETY: as above.
-    let e = unsafe { DcSendQueue::new(&qp, ud, &state, None) }.unwrap_err();
+    let e = unsafe { SendQueue::new_dc(&qp, ud, &state, None) }.unwrap_err();
     assert_eq!(e, crate::LayoutError::Transport);
 }
 
@@ -385,9 +381,9 @@ fn the_largest_dc_wqe_may_have_exactly_the_most_segments_a_wqe_has() {
     let state = crate::SqState::new(slots).unwrap();
     assert_eq!(2 + DC_AV_DS as usize + 58, crate::prm::MAX_DS);
     // SAFETY: never posted to.
-    assert!(unsafe { DcSendQueue::new(&qp, caps(58, 0), &state, None) }.is_ok());
+    assert!(unsafe { SendQueue::new_dc(&qp, caps(58, 0), &state, None) }.is_ok());
     // SAFETY: as above.
-    let e = unsafe { DcSendQueue::new(&qp, caps(59, 0), &state, None) }.unwrap_err();
+    let e = unsafe { SendQueue::new_dc(&qp, caps(59, 0), &state, None) }.unwrap_err();
     assert_eq!(e, crate::LayoutError::WqeTooLarge { blocks: 16 });
 }
 

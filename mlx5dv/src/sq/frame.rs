@@ -60,7 +60,7 @@ pub(super) fn read_wrapped(ring: &[u8], pi: u32, len: usize) -> Vec<u8> {
 }
 
 /// Posts and completes `n` single-block NOPs so the producer starts at block `n`.
-pub(super) fn advance<T: SqTransport>(rig: &mut Rig<T>, n: u32) {
+pub(super) fn advance<T: SelfAddressed>(rig: &mut Rig<T>, n: u32) {
     for i in 0..n {
         // SAFETY: never executed by a device.
         unsafe { rig.sq.stage(&SendWr::nop(1000 + u64::from(i)).signaled()) }.unwrap();

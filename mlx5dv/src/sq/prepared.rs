@@ -28,7 +28,7 @@
 
 use zverbs_core::{MAX_MESSAGE, PostError, SendOp, SendWr};
 
-use super::{SendQueue, SqTransport, word2, word64};
+use super::{Connected, SendQueue, word2, word64};
 use crate::doorbell::Lock;
 use crate::prm::wqe::{ctrl, data, raddr};
 use crate::segreg::{BlockRegs, SegReg, SegWords};
@@ -135,7 +135,7 @@ impl<const REMOTE: bool> Prepared<REMOTE> {
     }
 }
 
-impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
+impl<P: SqStateRef> SendQueue<P, Connected> {
     /// Prepares `template`, a 1-SGE WRITE, WRITE with immediate or READ, for posting with
     /// [`SendQueue::post_prepared`]: checks it as a post would and keeps its opcode, flags,
     /// remote key and local key. Its `wr_id`, addresses, length and immediate are ignored
