@@ -7,7 +7,7 @@ use crate::test::{Run, counted_tests};
 use crate::util::{self, Result, bail};
 
 /// A test target whose tests need system packages (beyond what building needs): each such test
-/// is marked with an `ignore` reason that starts "needs <package>", so that a plain `cargo test` on a fresh clone
+/// is marked with an `ignore` reason that starts `needs <package>`, so that a plain `cargo test` on a fresh clone
 /// with no packages lists it as ignored, with the reason, instead of failing; this stage runs
 /// them with `--ignored` once the `prerequisites` stage has installed the packages.
 pub struct NeedsPackages {
