@@ -118,14 +118,14 @@ pub const STAGES: &[Stage] = &[
         about: "the data path for aarch64: clippy, its tests under qemu-user, the no_std proof",
         run: aarch64::run,
         scratch: &["aarch64-unknown-linux-gnu"],
-        budget: minutes(4),
+        budget: minutes(3),
     },
     Stage {
         name: "loom",
         about: "loom models of the lock-free protocols, and each mutant rejected",
         run: loom::run,
         scratch: &["loom*"],
-        budget: minutes(4),
+        budget: minutes(2),
     },
     Stage {
         name: "rxe",
