@@ -40,7 +40,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::cli::{self, Arg, Parser, usage};
-use crate::test::{Run, counted_tests};
+use crate::run::{Run, counted_tests};
 use crate::util::{self, Result, Table, anyhow, bail};
 
 /// How long one server or client may run.

@@ -2,8 +2,8 @@
 //! doc-tests), counted per crate; then each package of [`NO_DEFAULT_FEATURES`] without its
 //! default features; then the tests that need system packages ([`NEED_PACKAGES`]).
 
+use crate::run::{Run, counted_tests};
 use crate::stages::NO_DEFAULT_FEATURES;
-use crate::test::{Run, counted_tests};
 use crate::util::{self, Result, bail};
 
 /// A test target whose tests need system packages (beyond what building needs): each such test
