@@ -179,6 +179,7 @@ pub mod clock;
 pub mod compress;
 mod config;
 mod cq;
+mod cqe;
 mod engine;
 pub mod faults;
 mod mem;
