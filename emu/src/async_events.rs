@@ -178,8 +178,12 @@ fn state() -> MutexGuard<'static, State> {
 /// The device's subscription, read by its waker.
 static SUB: OnceLock<EventSubscription> = OnceLock::new();
 
+/// The device faults are injected into, once [`start`] has run.
+static DEVICE: OnceLock<&'static Device> = OnceLock::new();
+
 /// Subscribes to `dev`'s events (once) and serves the control socket.
 pub(crate) fn start(dev: &'static Device) {
+    DEVICE.get_or_init(|| dev);
     SUB.get_or_init(|| {
         // Called with the device's lock held: takes only this module's lock, which is never
         // held while the device is called.
@@ -455,10 +459,10 @@ pub unsafe extern "C" fn zverbs_emu_inject(kind: c_int, arg: u32) -> c_int {
     let Some(f) = Fault::of_code(kind, arg) else {
         return libc::EINVAL;
     };
-    let Some(emu) = crate::device::Emu::running() else {
+    let Some(dev) = DEVICE.get() else {
         return libc::ENODEV;
     };
-    match f.apply(emu.device()) {
+    match f.apply(dev) {
         Ok(()) => 0,
         Err(_) => libc::EINVAL,
     }
@@ -474,7 +478,7 @@ fn control_name(ns: &str, pid: u32) -> String {
 fn serve_control(dev: &'static Device) {
     static STARTED: OnceLock<()> = OnceLock::new();
     STARTED.get_or_init(|| {
-        let name = control_name(&crate::device::namespace(), std::process::id());
+        let name = control_name(&crate::fabric::namespace(), std::process::id());
         let sock = SocketAddr::from_abstract_name(name.as_bytes())
             .and_then(|a| UnixDatagram::bind_addr(&a));
         let sock = match sock {

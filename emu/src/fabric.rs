@@ -28,6 +28,12 @@ use std::time::{Duration, Instant};
 use zverbs_sim::Device;
 use zverbs_sim::wire::Wire;
 
+/// The namespace of the abstract sockets: `ZVERBS_EMU_NS`, or a default shared by every
+/// process of the machine.
+pub fn namespace() -> String {
+    std::env::var("ZVERBS_EMU_NS").unwrap_or_else(|_| "default".to_string())
+}
+
 /// The largest LID handed out (unicast LIDs are 1..=0xbfff).
 const MAX_LID: u16 = 0xbfff;
 /// The largest message accepted from a peer (a 2 GiB RDMA message plus its header).
