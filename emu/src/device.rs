@@ -24,7 +24,7 @@ use zverbs_mlx5dv::{BfLayout, CqLayout, QpLayout, WqLayout};
 use zverbs_sim::{Access, Device, DeviceConfig, Peer, QpType, RNR_RETRY_INFINITE, SimError};
 
 use crate::abi::{self, cmd, errno, ex, get, mask, put, qps};
-use crate::fabric::{self, Fabric};
+use crate::fabric::{self, Fabric, Listener};
 use crate::uar::{Bfreg, Mapping, Uctx};
 
 mod dc;
@@ -149,7 +149,8 @@ impl Emu {
         dev.set_atomic_host_endian(!atomics_big_endian());
         with_realtime(|| dev.start());
         let first = 1 + (std::process::id() % u32::from(0xbffe_u16)) as u16;
-        let (fabric, listener) = Fabric::bind(&fabric::namespace(), first)
+        let key = fabric::hello::Key::from_env();
+        let (fabric, listener) = Fabric::bind(&fabric::namespace(), first, key)
             .map_err(|e| format!("cannot bind the emulator's socket: {e}"))?;
         let lid = fabric.lid();
         dev.set_wire(Arc::new(fabric), lid);
@@ -183,8 +184,9 @@ impl Emu {
     fn start(&'static self) {
         crate::async_events::start(&self.dev);
         let l = LISTENER.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let dev = &self.dev;
         if let Some(l) = l
-            && let Err(e) = with_realtime(|| Fabric::serve(l, &self.dev))
+            && let Err(e) = with_realtime(|| l.serve(move |msg| dev.deliver(msg)))
         {
             crate::log(format_args!("cannot serve peers: {e}"));
         }
@@ -1069,7 +1071,7 @@ fn with_realtime<R>(f: impl FnOnce() -> R) -> R {
 }
 
 /// The listener bound in [`Emu::create`], served once the instance is `'static`.
-static LISTENER: Mutex<Option<std::os::unix::net::UnixListener>> = Mutex::new(None);
+static LISTENER: Mutex<Option<Listener>> = Mutex::new(None);
 
 type Res = Result<(), i32>;
 
