@@ -131,8 +131,8 @@ fn base_files(dev: &str, guid: String, gid: String) -> Vec<(String, String)> {
 
 /// Writes the tree under `root` (replacing any tree there), and the key of its fabric
 /// ([`KEY_FILE`](crate::fabric::hello::KEY_FILE)) when it has none: the processes that run
-/// with this tree admit one another, and no one else, to their device instances
-/// ([`crate::fabric::hello`]). A key already there is kept, so that a tree written
+/// with this tree admit one another, and no one else, to their device instances and fault
+/// sockets ([`crate::fabric::hello`]). A key already there is kept, so that a tree written
 /// again (each `cargo xtask emu`) serves the processes still running with it.
 ///
 /// # Errors

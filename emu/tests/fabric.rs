@@ -1,8 +1,9 @@
 //! The emulator's sockets between processes as an untrusted peer meets them: a device
-//! instance's listener ([`Fabric`], served by [`zverbs_emu::fabric::rx`]). Whoever connects
-//! must run as this user, open with a hello carrying this fabric's key and the LID it holds;
-//! what it sends costs no more than it sent (a frame's announced size allocates nothing, an
-//! idle connection takes no thread, connections are bounded); a message names its own sender.
+//! instance's listener ([`Fabric`], served by [`zverbs_emu::fabric::rx`]) and a process's
+//! fault-injection socket ([`serve_control`]). Whoever connects must run as this user, open
+//! with a hello carrying this fabric's key and, for a device instance, the LID it holds; what
+//! it sends costs no more than it sent (a frame's announced size allocates nothing, an idle
+//! connection takes no thread, connections are bounded); a message names its own sender.
 //!
 //! No device is needed: the listener hands what it admits to a channel. The tests take turns
 //! (they count the process's threads and its resident memory).
@@ -14,6 +15,7 @@ use std::sync::Mutex;
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
+use zverbs_emu::async_events::{send_fault, serve_control};
 use zverbs_emu::fabric::hello::{self, HELLO_LEN, Hello, KEY_LEN, Key, Role, lid_name};
 use zverbs_emu::fabric::rx::{MAX_CONNECTIONS, MAX_FRAME};
 use zverbs_emu::fabric::{Fabric, Listener};
@@ -439,4 +441,33 @@ fn connections_take_no_thread_and_are_bounded() {
     let mut c = s.open(lid);
     c.write_all(&frame(&datagram(lid, 5))).unwrap();
     assert_eq!(s.next(), datagram(lid, 5));
+}
+
+#[test]
+fn faults_are_taken_from_members_of_the_fabric_only() {
+    let _t = turn();
+    let ns = format!("fabric-test-{}-control", std::process::id());
+    let dev: &'static zverbs_sim::Device = Box::leak(Box::new(zverbs_sim::Device::new()));
+    serve_control(&ns, key(), dev);
+    let pid = std::process::id();
+    let up = dev.port_state();
+    let mut other = [0x5a; KEY_LEN];
+    other[0] = 0;
+    for stranger in [Key::new(other), Key::NONE] {
+        let e = send_fault(&ns, stranger, pid, "port-down").unwrap_err();
+        assert!(e.to_string().contains("another emulated fabric"), "{e}");
+        assert_eq!(dev.port_state(), up, "a stranger's fault was applied");
+    }
+    send_fault(&ns, key(), pid, "port-down").unwrap();
+    assert_ne!(dev.port_state(), up, "the member's fault was not applied");
+    let e = send_fault(&ns, key(), pid, "qp-fatal 0x123456").unwrap_err();
+    assert!(e.to_string().contains(&format!("process {pid}")), "{e}");
+    send_fault(&ns, key(), pid, "port-up").unwrap();
+    assert_eq!(dev.port_state(), up);
+    // A connection that says nothing holds the socket for a while (CONTROL_WAIT) at most.
+    let silent = hello::connect_now(&format!("zverbs-emu/{ns}/inject/{pid}")).unwrap();
+    silent.set_nonblocking(false).unwrap();
+    assert!(closed_by_peer(&silent));
+    send_fault(&ns, key(), pid, "port-down").unwrap();
+    assert_ne!(dev.port_state(), up);
 }

@@ -3,7 +3,8 @@
 //!
 //! `zverbs-emu inject PID FAULT`: injects a fault (`port-down`, `port-up`, `qp-fatal QPN`,
 //! `device-fatal`) into the emulated device of process `PID` (in the namespace
-//! `ZVERBS_EMU_NS` names), whose programs read it with `ibv_get_async_event`.
+//! `ZVERBS_EMU_NS` names, of the fabric whose sysfs tree `SYSFS_PATH` names), whose programs
+//! read it with `ibv_get_async_event`.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -22,12 +23,13 @@ fn main() -> ExitCode {
             }
         },
         [cmd, pid, fault @ ..] if cmd == "inject" && !fault.is_empty() => {
-            let ns = std::env::var("ZVERBS_EMU_NS").unwrap_or_else(|_| "default".into());
+            let ns = zverbs_emu::fabric::namespace();
             let Ok(pid) = pid.parse::<u32>() else {
                 eprintln!("zverbs-emu: not a process id: {pid}");
                 return ExitCode::from(2);
             };
-            match zverbs_emu::async_events::send_fault(&ns, pid, &fault.join(" ")) {
+            let key = zverbs_emu::fabric::hello::Key::from_env();
+            match zverbs_emu::async_events::send_fault(&ns, key, pid, &fault.join(" ")) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("zverbs-emu: cannot inject into process {pid}: {e}");
@@ -41,7 +43,8 @@ fn main() -> ExitCode {
                  ConnectX under DIR; then run a program with\n  SYSFS_PATH=DIR \
                  LD_PRELOAD=<path to libzverbs_emu.so> program ...\n(`cargo xtask emu -- \
                  program ...` does all of it)\ninject sends FAULT (port-down, port-up, qp-fatal QPN, \
-                 device-fatal) to the emulator of process PID"
+                 device-fatal) to the emulator of process PID, as a member of the fabric of the tree \
+                 SYSFS_PATH names"
             );
             ExitCode::from(2)
         }
