@@ -339,10 +339,12 @@ mod software_device {
         refused(&run(c), 1, "ZVERBS_BACKEND=");
     }
 
-    /// A server that answers a `zverbs-perf` client's exchange with the client's own address (its
-    /// QP connects to itself) and a target one slot into its own buffer: the client's WRITEs then
-    /// never change the byte it waits on, so it waits for a peer that never answers. `close` ends
-    /// the connection right after the exchange; otherwise it stays open until the client ends.
+    /// A server that answers a `zverbs-perf` client's exchange with the client's own QP under
+    /// LID 0 (which the software device takes for itself: the QP connects to itself; the exact
+    /// address sent back would be refused as an echo) and a target one slot into the client's
+    /// own buffer: the client's WRITEs then never change the byte it waits on, so it waits for
+    /// a peer that never answers. `close` ends the connection right after the exchange;
+    /// otherwise it stays open until the client ends.
     fn silent_peer(close: bool, client_args: &[&str]) -> Outcome {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = l.local_addr().unwrap().port().to_string();
@@ -356,7 +358,9 @@ mod software_device {
         s.set_read_timeout(Some(DEADLINE)).unwrap();
         let mut hello = [0u8; MSG_LEN + EXT_LEN];
         s.read_exact(&mut hello).unwrap();
-        let endpoint = decode(hello[..MSG_LEN].try_into().unwrap()).unwrap();
+        let mut endpoint = decode(hello[..MSG_LEN].try_into().unwrap()).unwrap();
+        assert_ne!(endpoint.lid, 0);
+        endpoint.lid = 0;
         let (region, app) = decode_ext(hello[MSG_LEN..].try_into().unwrap()).unwrap();
         let region = region.expect("the client offers its buffer");
         let shifted = RemoteRegion {
