@@ -425,6 +425,31 @@ mod software_device {
         }
     }
 
+    /// A client whose window (`-t`) is deeper than the server's receive queue (`-r`): SENDs
+    /// that find no receive posted are sent again until one is, and the test completes. (Small
+    /// messages: the device then outruns the server's reposting at once; with 6 RNR retries the
+    /// 65th SEND failed every time.)
+    #[test]
+    fn zverbs_perf_send_bw_outruns_a_shallow_receive_queue_and_completes() {
+        let o = run(perf(&[
+            "send_bw",
+            "-t",
+            "128",
+            "-r",
+            "64",
+            "-s",
+            "8",
+            "-n",
+            "3000",
+            "-p",
+            "18606",
+            "-d",
+            "zverbs_sim0",
+        ]));
+        assert_eq!(o.code, Some(0), "{}", o.text());
+        assert!(o.stdout.contains(" 3000 "), "{}", o.text());
+    }
+
     /// `--hw-ts` with `--events`: one CQ with both timestamps and a channel, the waits sleeping
     /// on it and reading the timestamps.
     #[test]
