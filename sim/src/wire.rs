@@ -261,6 +261,30 @@ impl Message {
         }
     }
 
+    /// The LID the bytes of a message name as its sender (`src_lid`, the first field of every
+    /// kind), without parsing the rest; `None` for bytes that are no message.
+    pub fn source_lid(b: &[u8]) -> Option<u16> {
+        if !matches!(b.first()?, &REQUEST | &RESPONSE | &DATAGRAM) {
+            return None;
+        }
+        Some(u16::from_le_bytes([*b.get(1)?, *b.get(2)?]))
+    }
+
+    /// Whether the message in `b` says it comes from the instance at `lid`: a request's and a
+    /// response's source is that LID, a datagram's may add path bits to it (the low seven bits
+    /// that its address vector's `src_path_bits` sets, as the sending device does). A transport
+    /// that knows which instance sent the bytes checks it before delivering them.
+    pub fn sent_from(b: &[u8], lid: u16) -> bool {
+        const PATH_BITS: u16 = 0x7f;
+        match (b.first(), Message::source_lid(b)) {
+            (Some(&DATAGRAM), Some(src)) => {
+                src & !PATH_BITS == lid & !PATH_BITS && src & lid == lid
+            }
+            (_, Some(src)) => src == lid,
+            _ => false,
+        }
+    }
+
     /// Parses a message; `None` for bytes that are not one (untrusted input: never a panic).
     pub fn decode(b: &[u8]) -> Option<Self> {
         let mut r = Reader { b };
@@ -448,6 +472,68 @@ mod tests {
         bad_flags[0] = 3;
         bad_flags[DATAGRAM_HEADER - 1] = 8;
         assert_eq!(Message::decode(&bad_flags), None);
+    }
+
+    #[test]
+    fn the_sender_is_read_from_the_first_field_of_every_kind() {
+        let req = Message::Request(Request {
+            src_lid: 0x0102,
+            src_qpn: 1,
+            dst_qpn: 2,
+            seq: 0,
+            psn: 0,
+            opcode: 0x08,
+            solicited: false,
+            raddr: 0,
+            rkey: 0,
+            imm: [0; 4],
+            len: 0,
+            swap_add: 0,
+            compare: 0,
+            dc_key: None,
+            payload: std::vec![],
+        })
+        .encode();
+        let resp = Message::Response(Response {
+            src_lid: 0x0102,
+            src_qpn: 2,
+            dst_qpn: 1,
+            seq: 0,
+            psn: 0,
+            status: Status::Ack,
+            data: std::vec![],
+        })
+        .encode();
+        let dgram = |src_lid| {
+            Message::Datagram(Datagram {
+                src_lid,
+                src_qpn: 1,
+                dlid: 3,
+                dqpn: 2,
+                qkey: 0,
+                sl: 0,
+                solicited: false,
+                imm: None,
+                grh: None,
+                payload: std::vec![],
+            })
+            .encode()
+        };
+        for b in [&req, &resp, &dgram(0x0102)] {
+            assert_eq!(Message::source_lid(b), Some(0x0102));
+            assert!(Message::sent_from(b, 0x0102));
+            assert!(!Message::sent_from(b, 0x0103));
+            assert!(!Message::sent_from(&b[..2], 0x0102), "cut short");
+        }
+        // A datagram's source may carry path bits; a request's may not.
+        assert!(Message::sent_from(&dgram(0x0102 | 0x7c), 0x0102));
+        assert!(!Message::sent_from(&dgram(0x0182), 0x0102));
+        assert!(!Message::sent_from(&dgram(0x0100), 0x0102));
+        let mut req_bits = req.clone();
+        req_bits[1] |= 0x7c;
+        assert!(!Message::sent_from(&req_bits, 0x0102));
+        assert_eq!(Message::source_lid(&[9, 2, 1]), None);
+        assert_eq!(Message::source_lid(&[]), None);
     }
 
     #[test]
