@@ -169,7 +169,8 @@ fn handles_are_taken_once_and_qps_may_come_after_the_poller() {
     let log = new_log();
     let ctx = ctx(&log);
     let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.cq_builder().build().unwrap();
+    // Room for two QPs of the default sizes (each holds 128 receives and 128 signaled sends).
+    let cq = ctx.cq_builder().cqe(512).build().unwrap();
     let qp = pd.qp_builder(&cq, &cq).build().unwrap();
     // No queue before the QP can use it: the receive queue from INIT, the send queue from RTS.
     assert_eq!(qp.state(), QpState::Reset);
@@ -254,6 +255,18 @@ fn qp_caps_and_cq_share() {
     // Send and receive share the CQ: the send side may have 100 - 30 signaled outstanding,
     // clamped to the send queue's depth.
     assert_eq!(qp.send_caps().max_signaled, 64);
+    // The CQ holds those 94 entries for it: a second QP gets what is left, and one that needs
+    // more than that is refused.
+    assert_eq!(cq.entries_left(), 100 - qp.caps().max_recv_wr - 64);
+    let e = pd
+        .qp_builder(&cq, &cq)
+        .max_send_wr(128)
+        .max_recv_wr(90)
+        .max_signaled(10)
+        .build()
+        .unwrap_err();
+    assert!(matches!(e, Error::CqTooSmall { needed: 10, .. }), "{e}");
+    drop(qp);
     let qp = pd
         .qp_builder(&cq, &cq)
         .max_send_wr(128)
