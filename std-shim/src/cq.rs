@@ -297,7 +297,9 @@ impl Cq {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
 
-    /// Entries no QP or SRQ attached to it holds yet ([`Cq::hold`]).
+    /// Entries no QP or SRQ attached to it holds yet: each QP created on it holds one per
+    /// receive of its receive queue and one per signaled send it may have outstanding
+    /// ([`QpBuilder::max_signaled`](crate::QpBuilder::max_signaled)), each SRQ one per receive.
     pub fn entries_left(&self) -> u32 {
         let held = self.registry().held;
         self.cqe().saturating_sub(held)
