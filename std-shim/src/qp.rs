@@ -187,10 +187,12 @@ impl<'a> QpBuilder<'a> {
     /// holds that many entries for it (as it holds one per receive of the QP's receive
     /// queue), so that no completion can overrun the CQ; a signaled post beyond it is refused
     /// with [`PostError::CqFull`](zverbs_core::PostError). By default as many as the send
-    /// queue holds (`max_send_wr`), or what the send CQ has left
-    /// ([`Cq::entries_left`](crate::Cq::entries_left)) when that is less. Set it when several
-    /// QPs share a CQ, so that each gets its part; [`QpBuilder::build`] refuses a QP whose
-    /// shares its CQs cannot hold ([`Error::CqTooSmall`]).
+    /// queue holds (`max_send_wr`) when the send CQ has that many left
+    /// ([`Cq::entries_left`](crate::Cq::entries_left)), else half of what it has left (and a
+    /// receive queue the CQ cannot hold whole takes half of what is left too: see
+    /// [`Qp::caps`]), so that QPs made after it on the CQ get their part. Set it when several
+    /// QPs share a CQ, to give each the part it needs: [`QpBuilder::build`] refuses a QP whose
+    /// `max_signaled` the CQ cannot hold any more ([`Error::CqTooSmall`]).
     pub fn max_signaled(mut self, n: u32) -> Self {
         self.max_signaled = Some(n);
         self
@@ -294,43 +296,52 @@ impl<'a> QpBuilder<'a> {
         let mut caps = provider.caps();
         let shared_cq = self.send_cq.is(self.recv_cq);
         // Every completion that can land in a CQ has an entry held for it (`Cq::hold`): one
-        // per receive the receive queue may have outstanding, one per signaled send. The
-        // receive queue takes as many as its ring holds (on the direct path the ring may hold
-        // more than `max_recv_wr`), or as many as the CQ has left, keeping one for a signaled
-        // send when the two queues share it; a post beyond that is refused (`CqFull`). A QP
-        // that does not fit at all is refused (and destroyed with `provider`).
+        // per receive the receive queue may have outstanding, one per signaled send. A QP takes
+        // what it can use (its whole receive ring: on the direct path the ring may hold more
+        // than `max_recv_wr`; every signaled send its queue holds, or `max_signaled`) when its
+        // CQs have that much left; on a CQ that has not, it takes half of what is left for its
+        // receives and half of the rest for its signaled sends, so that QPs created after it
+        // on the same CQ get their part too. Posts beyond a share are refused (`CqFull`); a QP
+        // whose explicit `max_signaled`, or one receive and one send, does not fit is refused
+        // (and destroyed with `provider`).
         let ring = match provider.engine() {
             QpEngine::Direct(l) => l.rq.wqe_cnt,
             QpEngine::Verbs(_) => 0,
         };
+        let sends = self.qp_type != QpType::Dct;
+        let send_want = if sends {
+            self.max_signaled
+                .unwrap_or(caps.max_send_wr)
+                .clamp(1, caps.max_send_wr.max(1))
+        } else {
+            0
+        };
         let recv_share = if self.srq.is_some() || self.qp_type == QpType::Dci {
             0
         } else {
-            let room = self
-                .recv_cq
-                .entries_left()
-                .saturating_sub(u32::from(shared_cq && self.qp_type != QpType::Dct));
-            let share = caps.max_recv_wr.max(ring).min(room);
-            if share == 0 {
-                return Err(Error::CqTooSmall {
-                    cqe: self.recv_cq.cqe(),
-                    left: self.recv_cq.entries_left(),
-                    what: "the QP's receive queue",
-                    needed: 1 + u32::from(shared_cq),
-                });
-            }
+            let want = caps.max_recv_wr.max(ring);
+            let left = self.recv_cq.entries_left();
+            let beside = if shared_cq { send_want } else { 0 };
+            let share = if want + beside <= left {
+                want
+            } else {
+                want.min(left / 2).max(1)
+            };
             caps.max_recv_wr = share;
             share
         };
         self.recv_cq.hold(recv_share, "the QP's receive queue")?;
-        let send_share = if self.qp_type == QpType::Dct {
-            0
-        } else {
-            // By default every signaled send the queue can hold, as far as the CQ has room.
-            let n = self
-                .max_signaled
-                .unwrap_or_else(|| self.send_cq.entries_left().min(caps.max_send_wr));
-            n.clamp(1, caps.max_send_wr.max(1))
+        let send_share = match self.max_signaled {
+            _ if !sends => 0,
+            Some(_) => send_want,
+            None => {
+                let left = self.send_cq.entries_left();
+                if send_want <= left {
+                    send_want
+                } else {
+                    (left / 2).max(1)
+                }
+            }
         };
         if let Err(e) = self.send_cq.hold(send_share, "the QP's signaled sends") {
             self.recv_cq.release(recv_share);

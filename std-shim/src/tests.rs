@@ -255,8 +255,8 @@ fn qp_caps_and_cq_share() {
     // Send and receive share the CQ: the send side may have 100 - 30 signaled outstanding,
     // clamped to the send queue's depth.
     assert_eq!(qp.send_caps().max_signaled, 64);
-    // The CQ holds those 94 entries for it: a second QP gets what is left, and one that needs
-    // more than that is refused.
+    // The CQ holds those entries for it: a second QP asking for more than is left is
+    // refused.
     assert_eq!(cq.entries_left(), 100 - qp.caps().max_recv_wr - 64);
     let e = pd
         .qp_builder(&cq, &cq)
@@ -267,13 +267,18 @@ fn qp_caps_and_cq_share() {
         .unwrap_err();
     assert!(matches!(e, Error::CqTooSmall { needed: 10, .. }), "{e}");
     drop(qp);
+    // Alone on the CQ, but needing more than it holds (90 receives and 128 signaled sends):
+    // half of it for the receives, half of the rest for the sends.
     let qp = pd
         .qp_builder(&cq, &cq)
         .max_send_wr(128)
         .max_recv_wr(90)
         .build()
         .unwrap();
-    assert_eq!(qp.send_caps().max_signaled, 10);
+    assert_eq!(
+        (qp.caps().max_recv_wr, qp.send_caps().max_signaled),
+        (50, 25)
+    );
     let e = pd.qp_builder(&cq, &cq).max_recv_wr(0).build().unwrap_err();
     assert!(matches!(e, Error::InvalidArgument(_)));
 }

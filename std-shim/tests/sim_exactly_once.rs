@@ -155,11 +155,11 @@ fn a_receive_queue_larger_than_its_cq_takes_no_more_receives_than_the_cq_holds()
         .max_send_wr(4)
         .build()
         .unwrap();
-    // Its receives take every entry but one, which its signaled sends take.
-    let share = cq.cqe() - 1;
-    assert_eq!(small.caps().max_recv_wr, share);
-    assert_eq!(small.send_caps().max_signaled, 1);
-    assert_eq!(cq.entries_left(), 0);
+    // Its receives take part of the CQ (half of it, with four signaled sends beside them).
+    let share = small.caps().max_recv_wr;
+    assert!((1..32).contains(&share), "{share}");
+    let signaled = small.send_caps().max_signaled;
+    assert_eq!(cq.entries_left(), cq.cqe() - share - signaled);
     let peer_cq = ctx.cq_builder().build().unwrap();
     let peer = pd.qp_builder(&peer_cq, &peer_cq).build().unwrap();
     zverbs::connect_pair(&small, &peer).unwrap();
@@ -199,21 +199,21 @@ fn qps_sharing_a_cq_each_hold_their_share_and_posts_beyond_it_are_refused() {
     let sim = ctx.sim().unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let buf = pd.alloc_buf(4096, AccessFlags::ALL).unwrap();
-    // Two QPs complete everything on one CQ of 4 (7 entries on this device).
+    // Two QPs complete everything on one CQ of 4 (7 entries on this device), each with a
+    // send queue of 8: together more than the CQ holds.
     let cq = ctx.cq_builder().cqe(4).build().unwrap();
     let builder = || pd.qp_builder(&cq, &cq).max_send_wr(8).max_recv_wr(1);
     let a = builder().build().unwrap();
-    // By default the first took every entry left for its signaled sends: a second QP does not
-    // fit beside it.
-    assert!(
-        matches!(builder().build(), Err(Error::CqTooSmall { .. })),
-        "the CQ is all held"
-    );
-    drop(a);
-    // Shared on purpose: each its part.
-    let a = builder().max_signaled(2).build().unwrap();
-    let b = builder().max_signaled(2).build().unwrap();
-    assert!(cq.entries_left() <= cq.cqe() - 6);
+    let b = builder().build().unwrap();
+    let shares = [&a, &b].map(|q| (q.caps().max_recv_wr, q.send_caps().max_signaled));
+    let held: u32 = shares.iter().map(|(r, s)| r + s).sum();
+    assert!(held <= cq.cqe(), "{shares:?}");
+    assert_eq!(cq.entries_left(), cq.cqe() - held);
+    // A QP asking for more signaled sends than the CQ has left is refused.
+    assert!(matches!(
+        builder().max_signaled(4).build(),
+        Err(Error::CqTooSmall { .. })
+    ));
     zverbs::connect_pair(&a, &b).unwrap();
     let mut sa = SafeSendQueue::new(a.send_queue().unwrap());
     let mut sb = SafeSendQueue::new(b.send_queue().unwrap());
@@ -225,23 +225,26 @@ fn qps_sharing_a_cq_each_hold_their_share_and_posts_beyond_it_are_refused() {
     // Nothing completes while the posts are made: every signaled post holds its entry.
     sim.set_stepped(true);
     let mut accepted = 0;
-    for (sq, id) in [(&mut sa, 10), (&mut sb, 20)] {
-        for i in 0..4 {
+    for ((sq, id), (_, limit)) in [(&mut sa, 10), (&mut sb, 20)].into_iter().zip(shares) {
+        for i in 0..8 {
             match sq.write(id + i, buf.slice(0..8), buf.remote(64), SendFlags::SIGNALED) {
                 Ok(()) => accepted += 1,
-                Err(SafePostError::Post(PostError::CqFull { limit: 2 })) => {}
+                Err(SafePostError::Post(PostError::CqFull { limit: l })) => assert_eq!(l, limit),
                 Err(e) => panic!("{e}"),
             }
         }
     }
     ra.post(1, buf.slice(1024..1088)).unwrap();
     rb.post(2, buf.slice(2048..2112)).unwrap();
-    // A second receive of each finds its queue full: the ring is one, and the CQ holds one.
+    // A second receive of each finds its queue full: the ring is one.
     assert!(ra.post(3, buf.slice(1024..1088)).is_err());
     sim.run_until_idle();
     sim.set_stepped(false);
-    assert_eq!(accepted, 4, "two signaled sends each, the rest refused");
-    let got = poller.wait(accepted, Instant::now() + WAIT).unwrap();
+    let signaled: u32 = shares.iter().map(|(_, s)| s).sum();
+    assert_eq!(accepted, signaled, "each QP's share, the rest refused");
+    let got = poller
+        .wait(accepted as usize, Instant::now() + WAIT)
+        .unwrap();
     assert!(got.iter().all(|c| c.status.is_success()), "{got:?}");
     assert_eq!(sim.stats().cq_overruns, 0, "no completion lost");
 }
