@@ -844,8 +844,26 @@ impl Emu {
             _ => {}
         }
         // The device checks PSNs as a ConnectX does: the requester's from `sq_psn` (RTS), the
-        // responder's expected one from `rq_psn` (RTR); and retries by `retry_cnt`.
+        // responder's expected one from `rq_psn` (RTR); it retries an unanswered request after
+        // the transport timer (`timeout`) up to `retry_cnt` times, and a request NAKed for
+        // want of a receive after the responder's RNR timer (its `min_rnr_timer`) up to
+        // `rnr_retry` times (7: for ever).
         if qp.connected && matches!(qp.state, qps::RTR | qps::RTS) {
+            if m & mask::MIN_RNR_TIMER != 0 {
+                self.dev
+                    .set_min_rnr_timer(qp.qpn, qp.min_rnr_timer & 0x1f)
+                    .map_err(sim_errno)?;
+            }
+            if m & mask::TIMEOUT != 0 {
+                self.dev
+                    .set_timeout(qp.qpn, qp.timeout & 0x1f)
+                    .map_err(sim_errno)?;
+            }
+            if m & mask::RNR_RETRY != 0 {
+                self.dev
+                    .set_rnr_retry(qp.qpn, qp.rnr_retry.min(RNR_RETRY_INFINITE))
+                    .map_err(sim_errno)?;
+            }
             if m & mask::RQ_PSN != 0 {
                 self.dev
                     .set_rq_psn(qp.qpn, qp.rq_psn & 0xff_ffff)

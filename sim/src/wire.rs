@@ -5,8 +5,10 @@
 //! the peer's memory: its device sends a [`Request`] (with the gathered payload of a WRITE or
 //! SEND) to the device instance at the peer's LID, whose engine does the responder's work on
 //! its own memory, receive queue and CQs and sends back a [`Response`] (an ACK, with the data
-//! of a READ or the original value of an atomic; an RNR NAK; or a NAK with the syndrome the
-//! requester reports). Each QP has at most one request in flight, so execution stays in order.
+//! of a READ or the original value of an atomic; an RNR NAK with the responder's RNR timer;
+//! or a NAK with the syndrome the requester reports). Each QP has at most one request in
+//! flight, so execution stays in order. An answer that never comes (a peer process that
+//! died) is the requester's transport timer's business.
 //!
 //! Both ends check where a message comes from, since a QPN is easy to guess: a responder
 //! serves a request only when its source LID and QPN are the ones its own connection names
@@ -30,7 +32,9 @@
 //! Layout (all integers little-endian): byte 0 the kind (1 request, 2 response), then the
 //! fields in declaration order, then the payload to the end of the message. A request's
 //! `solicited` byte is a set of flags (bit 0 solicited, bit 1 a DC request, whose access key
-//! follows `compare`).
+//! follows `compare`). A response's status is three bytes: its kind (0 ACK, 1 RNR NAK, 2 NAK,
+//! 3 sequence error NAK, 4 dropped), then the syndrome and vendor syndrome of a NAK, or the
+//! RNR timer code of an RNR NAK.
 
 /// Carries messages to other device instances, named by their LID.
 pub trait Wire: Send + Sync {
@@ -81,8 +85,9 @@ pub struct Request {
 pub enum Status {
     /// Done; the response carries READ data or the atomic's original value.
     Ack,
-    /// No receive was posted: retry later.
-    Rnr,
+    /// No receive was posted: retry once the RNR timer this code names (the responder's
+    /// `min_rnr_timer`, 5 bits of the specification's table) has run.
+    Rnr(u8),
     /// Refused with (syndrome, vendor syndrome) for the requester's error CQE.
     Nak(u8, u8),
     /// PSN sequence error NAK: the request is ahead of the PSN the responder expects (the
@@ -225,7 +230,7 @@ impl Message {
                 v.extend_from_slice(&r.psn.to_le_bytes());
                 let (kind, syndrome, vendor) = match r.status {
                     Status::Ack => (0, 0, 0),
-                    Status::Rnr => (1, 0, 0),
+                    Status::Rnr(t) => (1, t & 0x1f, 0),
                     Status::Nak(s, v) => (2, s, v),
                     Status::Seq => (3, 0, 0),
                     Status::Dropped => (4, 0, 0),
@@ -333,7 +338,7 @@ impl Message {
                 let psn = r.u32()?;
                 let status = match (r.u8()?, r.u8()?, r.u8()?) {
                     (0, _, _) => Status::Ack,
-                    (1, _, _) => Status::Rnr,
+                    (1, t, _) => Status::Rnr(t & 0x1f),
                     (2, s, v) => Status::Nak(s, v),
                     (3, _, _) => Status::Seq,
                     (4, _, _) => Status::Dropped,
@@ -540,7 +545,9 @@ mod tests {
     fn response_bytes_round_trip() {
         for status in [
             Status::Ack,
-            Status::Rnr,
+            Status::Rnr(0),
+            Status::Rnr(12),
+            Status::Rnr(31),
             Status::Nak(0x13, 0x31),
             Status::Seq,
             Status::Dropped,
