@@ -13,9 +13,13 @@ pub enum PostError {
         /// Slots free now.
         free: u32,
     },
-    /// Posting the request could overflow the completion queue: more signaled requests would be
-    /// outstanding than the queue's share of the CQ holds. Poll completions first.
-    #[error("completion queue could overflow: {limit} signaled requests already outstanding")]
+    /// Posting the request could overflow the completion queue: more signaled requests (or, on
+    /// a receive queue, receives) would be outstanding than the queue's share of the CQ holds.
+    /// Poll completions first.
+    #[error(
+        "completion queue could overflow: the queue's {limit} completion entries are held by \
+         outstanding requests"
+    )]
     CqFull {
         /// Completion entries this queue may have outstanding.
         limit: u32,

@@ -6,6 +6,20 @@
 //! shorter buffer reads as 0 and is not written, as the kernel treats commands shorter or
 //! longer than it knows.
 
+/// `EINVAL`, `EOPNOTSUPP`, `ENOMEM`, `EBUSY`, `EPERM` (errno values the commands return).
+pub mod errno {
+    /// Not permitted (a write-combining mapping on a device without write-combining).
+    pub const EPERM: i32 = libc::EPERM;
+    /// Invalid argument.
+    pub const EINVAL: i32 = libc::EINVAL;
+    /// Operation not supported.
+    pub const EOPNOTSUPP: i32 = libc::EOPNOTSUPP;
+    /// Out of memory (a device table is full).
+    pub const ENOMEM: i32 = libc::ENOMEM;
+    /// Busy (a CQ still in use).
+    pub const EBUSY: i32 = libc::EBUSY;
+}
+
 /// `RDMA_VERBS_IOCTL`: `_IOWR(0x1b, 1, struct ib_uverbs_ioctl_hdr)`.
 pub const RDMA_VERBS_IOCTL: u64 = 0xc018_1b01;
 /// `UVERBS_OBJECT_DEVICE`.

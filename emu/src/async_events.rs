@@ -19,18 +19,31 @@
 //!
 //! Faults are injected into the device of this process with [`inject`] (a test in the
 //! program that runs under the emulator), or from outside through [`send_fault`] (the
-//! process's control socket, which `zverbs-emu inject PID FAULT` writes to).
+//! process's control socket, which `zverbs-emu inject PID FAULT` writes to). The control
+//! socket admits a connection as the fabric's listeners do ([`crate::fabric::hello`]): the
+//! same user, a hello with the fabric's key; it serves one connection at a time, each for at
+//! most [`CONTROL_WAIT`].
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_int;
+use std::io::{Read, Write};
+use std::os::fd::AsFd;
 use std::os::linux::net::SocketAddrExt;
-use std::os::unix::net::{SocketAddr, UnixDatagram};
+use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
 
 use zverbs_sim::{Device, DeviceEvent, EventSubscription, PortState};
 
 use crate::abi::{self, cmd, ex, get, put};
+use crate::fabric::hello::{self, HELLO_LEN, Hello, Key, Role};
+
+/// How long a control connection may take to send its fault, and its sender to read the
+/// answer.
+pub const CONTROL_WAIT: Duration = Duration::from_secs(2);
+/// The longest fault text read.
+const FAULT_MAX: usize = 128;
 
 /// `enum ibv_event_type` values the device raises.
 mod ty {
@@ -178,8 +191,12 @@ fn state() -> MutexGuard<'static, State> {
 /// The device's subscription, read by its waker.
 static SUB: OnceLock<EventSubscription> = OnceLock::new();
 
+/// The device faults are injected into, once [`start`] has run.
+static DEVICE: OnceLock<&'static Device> = OnceLock::new();
+
 /// Subscribes to `dev`'s events (once) and serves the control socket.
 pub(crate) fn start(dev: &'static Device) {
+    DEVICE.get_or_init(|| dev);
     SUB.get_or_init(|| {
         // Called with the device's lock held: takes only this module's lock, which is never
         // held while the device is called.
@@ -191,7 +208,7 @@ pub(crate) fn start(dev: &'static Device) {
             }
         }))
     });
-    serve_control(dev);
+    serve_control(&crate::fabric::namespace(), Key::from_env(), dev);
 }
 
 /// Queues `ev` for the contexts it concerns and makes their async fds readable.
@@ -455,10 +472,10 @@ pub unsafe extern "C" fn zverbs_emu_inject(kind: c_int, arg: u32) -> c_int {
     let Some(f) = Fault::of_code(kind, arg) else {
         return libc::EINVAL;
     };
-    let Some(emu) = crate::device::Emu::running() else {
+    let Some(dev) = DEVICE.get() else {
         return libc::ENODEV;
     };
-    match f.apply(emu.device()) {
+    match f.apply(dev) {
         Ok(()) => 0,
         Err(_) => libc::EINVAL,
     }
@@ -469,14 +486,15 @@ fn control_name(ns: &str, pid: u32) -> String {
     format!("zverbs-emu/{ns}/inject/{pid}")
 }
 
-/// Binds this process's control socket and serves it on a thread: each datagram is a fault
-/// ([`Fault::parse`]).
-fn serve_control(dev: &'static Device) {
+/// Binds this process's control socket in namespace `ns` and serves it on a thread, admitting
+/// the connections of this fabric (`key`): each brings one fault ([`Fault::parse`]), applied
+/// to `dev` and answered `ok` or `error: why`. Once per process.
+pub fn serve_control(ns: &str, key: Key, dev: &'static Device) {
     static STARTED: OnceLock<()> = OnceLock::new();
     STARTED.get_or_init(|| {
-        let name = control_name(&crate::device::namespace(), std::process::id());
+        let name = control_name(ns, std::process::id());
         let sock = SocketAddr::from_abstract_name(name.as_bytes())
-            .and_then(|a| UnixDatagram::bind_addr(&a));
+            .and_then(|a| UnixListener::bind_addr(&a));
         let sock = match sock {
             Ok(s) => s,
             Err(e) => {
@@ -487,16 +505,29 @@ fn serve_control(dev: &'static Device) {
         let spawned = std::thread::Builder::new()
             .name("zverbs-emu-inject".into())
             .spawn(move || {
-                let mut buf = [0u8; 128];
-                while let Ok((n, _)) = sock.recv_from(&mut buf) {
-                    let text = String::from_utf8_lossy(&buf[..n]);
-                    match Fault::parse(&text) {
-                        Some(f) => {
+                for s in sock.incoming() {
+                    let Ok(mut s) = s else {
+                        // Out of descriptors, say: try again later rather than spin.
+                        std::thread::sleep(Duration::from_millis(10));
+                        continue;
+                    };
+                    let answer = match control_request(&mut s, &key) {
+                        Ok(f) => {
                             let r = f.apply(dev);
                             crate::log(format_args!("injected {f:?}: {r:?}"));
+                            match r {
+                                Ok(()) => "ok\n".to_string(),
+                                Err(e) => format!("error: {e}\n"),
+                            }
                         }
-                        None => crate::log(format_args!("unknown fault {text:?}")),
-                    }
+                        Err(Refusal::Stranger(why)) => {
+                            // Nothing is said to a stranger.
+                            crate::log(format_args!("control connection refused: {why}"));
+                            continue;
+                        }
+                        Err(Refusal::Member(why)) => format!("error: {why}\n"),
+                    };
+                    let _ = s.write_all(answer.as_bytes());
                 }
             });
         if let Err(e) = spawned {
@@ -505,23 +536,115 @@ fn serve_control(dev: &'static Device) {
     });
 }
 
+/// Why a control connection brings no fault.
+enum Refusal {
+    /// Not of this fabric: closed without an answer.
+    Stranger(String),
+    /// Of this fabric, with something that is no fault: answered.
+    Member(String),
+}
+
+/// Reads one control connection: its hello, then a fault up to a newline or the end.
+fn control_request(s: &mut UnixStream, key: &Key) -> Result<Fault, Refusal> {
+    let stranger = |why: String| Refusal::Stranger(why);
+    let cred = hello::peer_cred(s.as_fd()).map_err(|e| stranger(e.to_string()))?;
+    if cred.uid != hello::my_uid() {
+        return Err(stranger(format!(
+            "process {} of user {}: another user",
+            cred.pid, cred.uid
+        )));
+    }
+    s.set_read_timeout(Some(CONTROL_WAIT))
+        .and_then(|()| s.set_write_timeout(Some(CONTROL_WAIT)))
+        .map_err(|e| stranger(e.to_string()))?;
+    let mut h = [0u8; HELLO_LEN];
+    s.read_exact(&mut h)
+        .map_err(|e| stranger(format!("process {}: no hello ({e})", cred.pid)))?;
+    match Hello::decode(&h) {
+        Some(h) if h.role == Role::Control && h.key.matches(key) => {}
+        _ => {
+            return Err(stranger(format!(
+                "process {}: not a control hello of this fabric",
+                cred.pid
+            )));
+        }
+    }
+    let mut text = Vec::new();
+    let mut b = [0u8; 1];
+    while text.len() < FAULT_MAX {
+        match s.read(&mut b) {
+            Ok(0) => break,
+            Ok(_) if b[0] == b'\n' => break,
+            Ok(_) => text.push(b[0]),
+            Err(e) => return Err(Refusal::Member(format!("reading the fault: {e}"))),
+        }
+    }
+    let text = String::from_utf8_lossy(&text);
+    Fault::parse(&text).ok_or_else(|| Refusal::Member(format!("unknown fault {text:?}")))
+}
+
 /// Sends `fault` (as [`Fault::parse`] reads it) to the emulator of process `pid` in namespace
-/// `ns` (`ZVERBS_EMU_NS`, `default` without it).
+/// `ns` (`ZVERBS_EMU_NS`, `default` without it), as a member of the fabric of `key` (the one
+/// in the sysfs tree of `SYSFS_PATH`: [`Key::from_env`]), and waits for its answer.
 ///
 /// # Errors
 ///
-/// When the text is no fault or the process has no control socket.
-pub fn send_fault(ns: &str, pid: u32, fault: &str) -> std::io::Result<()> {
+/// When the text is no fault, the process has no control socket (or another process holds
+/// its name), refuses the connection (another fabric) or the fault (no such QP).
+pub fn send_fault(ns: &str, key: Key, pid: u32, fault: &str) -> std::io::Result<()> {
+    use std::io::{Error, ErrorKind};
     if Fault::parse(fault).is_none() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
             format!("not a fault: {fault:?} (port-down, port-up, qp-fatal QPN, device-fatal)"),
         ));
     }
-    let addr = SocketAddr::from_abstract_name(control_name(ns, pid).as_bytes())?;
-    let s = UnixDatagram::unbound()?;
-    s.send_to_addr(fault.as_bytes(), &addr)?;
-    Ok(())
+    let hello = Hello {
+        role: Role::Control,
+        lid: 0,
+        key,
+    };
+    let (mut s, cred) = hello::open(&control_name(ns, pid), &hello)?;
+    if u32::try_from(cred.pid) != Ok(pid) {
+        return Err(Error::new(
+            ErrorKind::PermissionDenied,
+            format!(
+                "the control socket of process {pid} is held by process {}",
+                cred.pid
+            ),
+        ));
+    }
+    s.set_read_timeout(Some(CONTROL_WAIT))?;
+    match s.write_all(format!("{fault}\n").as_bytes()) {
+        // Closed after the hello: refused.
+        Err(e) if matches!(e.kind(), ErrorKind::BrokenPipe | ErrorKind::ConnectionReset) => {
+            return Err(unanswered(pid));
+        }
+        r => r?,
+    }
+    let mut answer = String::new();
+    match s.read_to_string(&mut answer) {
+        Ok(_) if answer.trim() == "ok" => Ok(()),
+        // Closed with the fault unread (a reset), or after reading it: unanswered either way.
+        Ok(0) => Err(unanswered(pid)),
+        Err(e) if e.kind() == ErrorKind::ConnectionReset => Err(unanswered(pid)),
+        Ok(_) => Err(Error::other(format!(
+            "process {pid}: {}",
+            answer.trim().trim_start_matches("error: ")
+        ))),
+        Err(e) => Err(e),
+    }
+}
+
+/// The error of a control connection closed without an answer.
+fn unanswered(pid: u32) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::PermissionDenied,
+        format!(
+            "process {pid} closed the connection unanswered: it is of another emulated fabric \
+             (SYSFS_PATH must name the sysfs tree it runs with)"
+        ),
+    )
 }
 
 #[cfg(test)]

@@ -23,25 +23,11 @@ use zverbs_mlx5dv::prm::mini::MiniCqeFormat;
 use zverbs_mlx5dv::{BfLayout, CqLayout, QpLayout, WqLayout};
 use zverbs_sim::{Access, Device, DeviceConfig, Peer, QpType, RNR_RETRY_INFINITE, SimError};
 
-use crate::abi::{self, cmd, ex, get, mask, put, qps};
-use crate::fabric::Fabric;
+use crate::abi::{self, cmd, errno, ex, get, mask, put, qps};
+use crate::fabric::{self, Fabric, Listener};
 use crate::uar::{Bfreg, Mapping, Uctx};
 
 mod dc;
-
-/// `EINVAL`, `EOPNOTSUPP`, `ENOMEM`, `EBUSY`, `EPERM` (errno values the commands return).
-pub mod errno {
-    /// Not permitted (a write-combining mapping on a device without write-combining).
-    pub const EPERM: i32 = libc::EPERM;
-    /// Invalid argument.
-    pub const EINVAL: i32 = libc::EINVAL;
-    /// Operation not supported.
-    pub const EOPNOTSUPP: i32 = libc::EOPNOTSUPP;
-    /// Out of memory (a device table is full).
-    pub const ENOMEM: i32 = libc::ENOMEM;
-    /// Busy (a CQ still in use).
-    pub const EBUSY: i32 = libc::EBUSY;
-}
 
 /// The vendor, part and firmware a ConnectX-6 reports (the part ID libmlx5 matches, 0x101b,
 /// is also in the fake sysfs tree's modalias).
@@ -126,12 +112,6 @@ pub struct Emu {
 
 static EMU: OnceLock<Result<Emu, String>> = OnceLock::new();
 
-/// The namespace of the abstract sockets: `ZVERBS_EMU_NS`, or a default shared by every
-/// process of the machine.
-pub(crate) fn namespace() -> String {
-    std::env::var("ZVERBS_EMU_NS").unwrap_or_else(|_| "default".to_string())
-}
-
 impl Emu {
     /// This process's instance, created (device, progress thread, listener) on first use.
     ///
@@ -169,7 +149,8 @@ impl Emu {
         dev.set_atomic_host_endian(!atomics_big_endian());
         with_realtime(|| dev.start());
         let first = 1 + (std::process::id() % u32::from(0xbffe_u16)) as u16;
-        let (fabric, listener) = Fabric::bind(&namespace(), first)
+        let key = fabric::hello::Key::from_env();
+        let (fabric, listener) = Fabric::bind(&fabric::namespace(), first, key)
             .map_err(|e| format!("cannot bind the emulator's socket: {e}"))?;
         let lid = fabric.lid();
         dev.set_wire(Arc::new(fabric), lid);
@@ -203,8 +184,9 @@ impl Emu {
     fn start(&'static self) {
         crate::async_events::start(&self.dev);
         let l = LISTENER.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let dev = &self.dev;
         if let Some(l) = l
-            && let Err(e) = with_realtime(|| Fabric::serve(l, &self.dev))
+            && let Err(e) = with_realtime(|| l.serve(move |msg| dev.deliver(msg)))
         {
             crate::log(format_args!("cannot serve peers: {e}"));
         }
@@ -862,8 +844,26 @@ impl Emu {
             _ => {}
         }
         // The device checks PSNs as a ConnectX does: the requester's from `sq_psn` (RTS), the
-        // responder's expected one from `rq_psn` (RTR); and retries by `retry_cnt`.
+        // responder's expected one from `rq_psn` (RTR); it retries an unanswered request after
+        // the transport timer (`timeout`) up to `retry_cnt` times, and a request NAKed for
+        // want of a receive after the responder's RNR timer (its `min_rnr_timer`) up to
+        // `rnr_retry` times (7: for ever).
         if qp.connected && matches!(qp.state, qps::RTR | qps::RTS) {
+            if m & mask::MIN_RNR_TIMER != 0 {
+                self.dev
+                    .set_min_rnr_timer(qp.qpn, qp.min_rnr_timer & 0x1f)
+                    .map_err(sim_errno)?;
+            }
+            if m & mask::TIMEOUT != 0 {
+                self.dev
+                    .set_timeout(qp.qpn, qp.timeout & 0x1f)
+                    .map_err(sim_errno)?;
+            }
+            if m & mask::RNR_RETRY != 0 {
+                self.dev
+                    .set_rnr_retry(qp.qpn, qp.rnr_retry.min(RNR_RETRY_INFINITE))
+                    .map_err(sim_errno)?;
+            }
             if m & mask::RQ_PSN != 0 {
                 self.dev
                     .set_rq_psn(qp.qpn, qp.rq_psn & 0xff_ffff)
@@ -1089,7 +1089,7 @@ fn with_realtime<R>(f: impl FnOnce() -> R) -> R {
 }
 
 /// The listener bound in [`Emu::create`], served once the instance is `'static`.
-static LISTENER: Mutex<Option<std::os::unix::net::UnixListener>> = Mutex::new(None);
+static LISTENER: Mutex<Option<Listener>> = Mutex::new(None);
 
 type Res = Result<(), i32>;
 

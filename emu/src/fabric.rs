@@ -4,8 +4,11 @@
 //! Each process's device instance picks a LID that no other live instance in the namespace
 //! holds: binding `zverbs-emu.<ns>.lid.<lid>` is the reservation (an abstract name vanishes
 //! with the process that bound it, so nothing is left behind). A message for LID `n` goes on
-//! the stream this process opened to `n`'s listener; an incoming stream is read by its own
-//! thread, which hands each message to the device ([`Device::deliver`]).
+//! the stream this process opened to `n`'s listener; every stream opens with a hello that the
+//! listening side checks ([`hello`]: same user, same fabric's key, the LID the peer's own), and
+//! one thread of the listening process reads every admitted stream ([`rx`]: bounded
+//! connections, frames checked before anything is allocated for them, each message's sender
+//! the stream's) and hands each message to the device ([`zverbs_sim::Device::deliver`]).
 //!
 //! The device sends with its lock held, so a send never blocks: it writes the message at once
 //! when the socket takes all of it without waiting (`MSG_DONTWAIT`) and nothing is queued
@@ -15,8 +18,11 @@
 //!
 //! Framing: a little-endian `u32` length, then the message.
 
+pub mod hello;
+pub mod rx;
+
 use std::collections::HashMap;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::fd::AsRawFd;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
@@ -25,17 +31,15 @@ use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use zverbs_sim::Device;
 use zverbs_sim::wire::Wire;
 
-/// The largest LID handed out (unicast LIDs are 1..=0xbfff).
-const MAX_LID: u16 = 0xbfff;
-/// The largest message accepted from a peer (a 2 GiB RDMA message plus its header).
-const MAX_FRAME: usize = (1 << 31) + 4096;
+use hello::{Hello, Key, MAX_LID, Role, lid_name};
+pub use rx::Listener;
 
-/// The abstract socket name of the instance at `lid`.
-fn name(ns: &str, lid: u16) -> String {
-    format!("zverbs-emu.{ns}.lid.{lid}")
+/// The namespace of the abstract sockets: `ZVERBS_EMU_NS`, or a default shared by every
+/// process of the machine.
+pub fn namespace() -> String {
+    std::env::var("ZVERBS_EMU_NS").unwrap_or_else(|_| "default".to_string())
 }
 
 /// The way to one peer instance.
@@ -49,39 +53,47 @@ struct Link {
     backlog: Arc<AtomicUsize>,
 }
 
-/// This process's end of the channel.
+/// This process's end of the channel: its sending side (the [`Wire`] its device sends
+/// through).
 #[derive(Debug)]
 pub struct Fabric {
     ns: String,
     lid: u16,
+    key: Key,
     peers: Mutex<HashMap<u16, Link>>,
 }
 
 impl Fabric {
     /// Binds a listener for a free LID (starting at `first`, or at `ZVERBS_EMU_LID` when
-    /// set) in namespace `ns`; returns the fabric and the listener to [`Fabric::serve`].
+    /// set) in namespace `ns`, for the fabric whose members hold `key`; returns the sending
+    /// side and the listener to [`Listener::serve`].
     ///
     /// # Errors
     ///
     /// When no LID can be bound.
-    pub fn bind(ns: &str, first: u16) -> io::Result<(Self, UnixListener)> {
+    pub fn bind(ns: &str, first: u16, key: Key) -> io::Result<(Self, Listener)> {
         let forced = std::env::var("ZVERBS_EMU_LID")
             .ok()
             .and_then(|v| v.parse::<u16>().ok());
         let start = forced.unwrap_or(first).clamp(1, MAX_LID);
         let mut lid = start;
         loop {
-            let addr = SocketAddr::from_abstract_name(name(ns, lid).as_bytes())?;
+            let addr = SocketAddr::from_abstract_name(lid_name(ns, lid).as_bytes())?;
             match UnixListener::bind_addr(&addr) {
-                Ok(l) => {
-                    return Ok((
-                        Self {
-                            ns: ns.to_string(),
-                            lid,
-                            peers: Mutex::new(HashMap::new()),
-                        },
-                        l,
-                    ));
+                Ok(sock) => {
+                    let fabric = Self {
+                        ns: ns.to_string(),
+                        lid,
+                        key,
+                        peers: Mutex::new(HashMap::new()),
+                    };
+                    let listener = Listener {
+                        sock,
+                        ns: ns.to_string(),
+                        lid,
+                        key,
+                    };
+                    return Ok((fabric, listener));
                 }
                 Err(e) if e.kind() == io::ErrorKind::AddrInUse && forced.is_none() => {
                     lid = if lid == MAX_LID { 1 } else { lid + 1 };
@@ -99,52 +111,19 @@ impl Fabric {
         self.lid
     }
 
-    /// Accepts streams from peers on `listener`, each read on its own thread, delivering every
-    /// message to `dev`. Returns at once.
-    ///
-    /// # Errors
-    ///
-    /// When the accepting thread cannot be started.
-    pub fn serve(listener: UnixListener, dev: &'static Device) -> io::Result<()> {
-        std::thread::Builder::new()
-            .name("zverbs-emu-accept".into())
-            .spawn(move || {
-                for stream in listener.incoming() {
-                    let Ok(s) = stream else { continue };
-                    let _ = std::thread::Builder::new()
-                        .name("zverbs-emu-rx".into())
-                        .spawn(move || read_loop(s, dev));
-                }
-            })?;
-        Ok(())
+    /// The hello this instance's streams open with.
+    fn hello(&self) -> Hello {
+        Hello {
+            role: Role::Device,
+            lid: self.lid,
+            key: self.key,
+        }
     }
 }
 
-/// Reads messages from one peer until it closes the stream.
-fn read_loop(mut s: UnixStream, dev: &Device) {
-    let mut len = [0u8; 4];
-    let mut buf = Vec::new();
-    loop {
-        if s.read_exact(&mut len).is_err() {
-            return;
-        }
-        let n = u32::from_le_bytes(len) as usize;
-        if n > MAX_FRAME {
-            crate::log(format_args!("peer sent a frame of {n} bytes; closing"));
-            return;
-        }
-        buf.resize(n, 0);
-        if s.read_exact(&mut buf).is_err() {
-            return;
-        }
-        dev.deliver(&buf);
-    }
-}
-
-/// Connects to the instance at `lid` now.
-fn connect(ns: &str, lid: u16) -> io::Result<UnixStream> {
-    let addr = SocketAddr::from_abstract_name(name(ns, lid).as_bytes())?;
-    UnixStream::connect_addr(&addr)
+/// Connects to the instance at `lid` now, opening the stream with `hello`.
+fn connect(ns: &str, lid: u16, hello: &Hello) -> io::Result<UnixStream> {
+    hello::open(&lid_name(ns, lid), hello).map(|(s, _)| s)
 }
 
 /// Writes what `rx` receives on `stream`, or, when there is none yet, connects to the instance
@@ -152,6 +131,7 @@ fn connect(ns: &str, lid: u16) -> io::Result<UnixStream> {
 fn write_loop(
     ns: &str,
     lid: u16,
+    hello: &Hello,
     stream: Option<Arc<UnixStream>>,
     rx: &Receiver<Vec<u8>>,
     backlog: &AtomicUsize,
@@ -161,7 +141,7 @@ fn write_loop(
         None => {
             let deadline = Instant::now() + Duration::from_secs(10);
             loop {
-                match connect(ns, lid) {
+                match connect(ns, lid, hello) {
                     Ok(s) => break Arc::new(s),
                     Err(_) if Instant::now() < deadline => {
                         std::thread::sleep(Duration::from_millis(10));
@@ -213,13 +193,14 @@ impl Wire for Fabric {
         frame.extend_from_slice(&msg);
         let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
         let link = peers.entry(lid).or_insert_with(|| {
-            let stream = connect(&self.ns, lid).ok().map(Arc::new);
+            let hello = self.hello();
+            let stream = connect(&self.ns, lid, &hello).ok().map(Arc::new);
             let (tx, rx) = channel();
             let backlog = Arc::new(AtomicUsize::new(0));
             let (ns, s, b) = (self.ns.clone(), stream.clone(), backlog.clone());
             let _ = std::thread::Builder::new()
                 .name("zverbs-emu-tx".into())
-                .spawn(move || write_loop(&ns, lid, s, &rx, &b));
+                .spawn(move || write_loop(&ns, lid, &hello, s, &rx, &b));
             Link {
                 stream,
                 tx,

@@ -10,7 +10,8 @@
 //!   queries, PDs, memory regions, CQs and RC QPs, with the software device behind them, which
 //!   executes the WQEs libmlx5 writes and writes the CQEs libmlx5 polls;
 //! - device instances in different processes reach each other through a local channel
-//!   (abstract Unix sockets, found by LID), so two unmodified programs (perftest's server and
+//!   ([`fabric`]: abstract Unix sockets, found by LID, admitting only processes of the same
+//!   user and the same emulated fabric), so two unmodified programs (perftest's server and
 //!   client, `ibv_rc_pingpong`) talk RC to each other.
 //!
 //! `cargo xtask emu -- <program> [args]` runs any program on it; `docs/emulator.md` says what
@@ -23,6 +24,9 @@
 //!   `write()`.
 //! - `ZVERBS_EMU_NS=name`: the namespace of the channel (processes see each other only
 //!   within one); `ZVERBS_EMU_LID=n`: ask for LID `n`.
+//! - `SYSFS_PATH`: besides the tree libibverbs reads, the fabric's key
+//!   ([`fabric::hello::KEY_FILE`], written with the tree): processes admit one another only
+//!   when they hold the same key.
 //! - `ZVERBS_EMU_DYN_BFREGS=n`: the dynamic BlueFlame registers a context gets (default
 //!   1024, as the kernel gives; 0 leaves none for thread domains, [`uar`]).
 //! - Faults (port down/up, QP fatal, device fatal) are injected with

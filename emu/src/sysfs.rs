@@ -129,12 +129,17 @@ fn base_files(dev: &str, guid: String, gid: String) -> Vec<(String, String)> {
     ]
 }
 
-/// Writes the tree under `root` (replacing any tree there).
+/// Writes the tree under `root` (replacing any tree there), and the key of its fabric
+/// ([`KEY_FILE`](crate::fabric::hello::KEY_FILE)) when it has none: the processes that run
+/// with this tree admit one another, and no one else, to their device instances and fault
+/// sockets ([`crate::fabric::hello`]). A key already there is kept, so that a tree written
+/// again (each `cargo xtask emu`) serves the processes still running with it.
 ///
 /// # Errors
 ///
 /// When a directory or file cannot be written.
 pub fn write_tree(root: &Path) -> io::Result<()> {
+    crate::fabric::hello::Key::ensure(root)?;
     for top in ["class", "devices"] {
         if root.join(top).exists() {
             std::fs::remove_dir_all(root.join(top))?;
@@ -190,8 +195,11 @@ mod tests {
     fn class_entry_resolves_under_a_pci_function_with_ids_and_pkeys() {
         let dir = std::env::temp_dir().join(format!("zverbs-emu-sysfs-pci-{}", std::process::id()));
         write_tree(&dir).unwrap();
-        // Written twice: the second write replaces the tree, links included.
+        let key = crate::fabric::hello::Key::load(&dir).unwrap();
+        // Written twice: the second write replaces the tree, links included, and keeps the
+        // fabric's key.
         write_tree(&dir).unwrap();
+        assert_eq!(crate::fabric::hello::Key::load(&dir).unwrap(), key);
         let class = dir.join("class/infiniband/mlx5_0");
         let real = std::fs::canonicalize(&class).unwrap();
         assert_eq!(

@@ -20,7 +20,7 @@
 //! of it, and the create-QP answer gives it as `n / 2 × 4 + n % 2` (libmlx5's four-per-UAR
 //! numbering, of which it uses the first two).
 
-use crate::device::errno;
+use crate::abi::errno;
 
 /// Bfregs with BlueFlame per UAR (`MLX5_NON_FP_BFREGS_PER_UAR`).
 pub const BFREGS_PER_UAR: u32 = 2;
@@ -63,7 +63,7 @@ pub enum Mapping {
     /// Something this model does not track (another mmap command).
     Other,
     /// The clock-info page (`MLX5_IB_MMAP_CLOCK_INFO`, version 1): the caller fills it with
-    /// the device clock's [`Emu::clock_info`](crate::device::Emu::clock_info).
+    /// the device clock's `struct ib_uverbs_clock_info`.
     ClockInfo,
 }
 

@@ -137,6 +137,7 @@ mod cq;
 #[doc(hidden)]
 pub mod devmem;
 mod doorbell;
+mod drain;
 mod gate;
 #[cfg(all(test, not(zverbs_loom)))]
 mod gate_tests;
@@ -153,6 +154,7 @@ mod testutil;
 pub use arm::CqArm;
 pub use bf::{BfMode, SharedBf};
 pub use cq::{CompletionQueue, VENDOR_ERR_UNSUPPORTED_FORMAT, status_of};
+pub use drain::{DRAIN_WR_ID, post_drain_marker};
 pub use gate::{Gate, clear_doorbell_record, doorbell_counters};
 pub use layout::{
     BfLayout, CqLayout, LayoutError, QpLayout, SqCaps, SrqLayout, Transport, WqLayout,

@@ -32,6 +32,9 @@ pub struct RecvQueue<P> {
     state: P,
     /// The gate word this queue posts under (`gate.rs`).
     gate: u32,
+    /// Receives that may be outstanding at once: the ring's entries, or fewer when the queue's
+    /// share of its CQ is smaller ([`RecvQueue::limit_outstanding`]).
+    limit: u32,
 }
 
 // SAFETY: the queue owns its part of the ring; shared state goes through `RqState` (Sync).
@@ -87,7 +90,15 @@ impl<P: RqStateRef> RecvQueue<P> {
             dbrec: unsafe { DbrecWord::new(layout.dbrec, RCV_DBR) },
             gate: state.gate().peek() | crate::gate::OPEN,
             state,
+            limit: cnt,
         })
+    }
+
+    /// Lets at most `n` receives be outstanding (clamped to 1 ..= the ring's entries): the
+    /// queue's share of the CQ its receives complete on, when that holds fewer than the ring. A
+    /// post beyond it is refused with [`PostError::CqFull`], nothing written.
+    pub fn limit_outstanding(&mut self, n: u32) {
+        self.limit = n.clamp(1, self.entries.size());
     }
 
     /// Scatter entries a receive can have (`stride / 16`).
@@ -115,7 +126,8 @@ impl<P: RqStateRef> RecvQueue<P> {
             let _ = self.pass_gate();
         }
         self.tail = self.state.load_tail();
-        self.entries.free(self.head, self.tail)
+        self.limit
+            .saturating_sub(self.entries.used(self.head, self.tail))
     }
 
     /// The gate changed: refuses when it is closed; open for a later incarnation (the QP was
@@ -134,6 +146,21 @@ impl<P: RqStateRef> RecvQueue<P> {
         }
         Ok(())
     }
+
+    /// Whether `needed` receives fit now that the tail was read again; which limit refuses
+    /// them: the ring (`QueueFull`), or the queue's share of its CQ (`CqFull`).
+    #[cold]
+    fn full(&self, needed: u32) -> Result<(), PostError> {
+        let used = self.entries.used(self.head, self.tail);
+        let free = self.limit.saturating_sub(used);
+        if free >= needed {
+            Ok(())
+        } else if self.entries.size().saturating_sub(used) >= needed {
+            Err(PostError::CqFull { limit: self.limit })
+        } else {
+            Err(PostError::QueueFull { needed, free })
+        }
+    }
 }
 
 impl<P: RqStateRef> crate::rq::RecvRing for RecvQueue<P> {
@@ -144,12 +171,13 @@ impl<P: RqStateRef> crate::rq::RecvRing for RecvQueue<P> {
         if self.state.gate().peek() != self.gate {
             self.pass_gate()?;
         }
-        if self.entries.free(self.head, self.tail) < needed {
+        if self
+            .limit
+            .saturating_sub(self.entries.used(self.head, self.tail))
+            < needed
+        {
             self.tail = self.state.load_tail();
-            let free = self.entries.free(self.head, self.tail);
-            if free < needed {
-                return Err(PostError::QueueFull { needed, free });
-            }
+            return self.full(needed);
         }
         Ok(())
     }
@@ -389,5 +417,34 @@ mod tests {
         // SAFETY: never executed.
         unsafe { rig.rq.post(&RecvWr::new(9, &one)) }.unwrap();
         assert_eq!((rig.rq.head(), rig.mem.dbrec(0)), (9, 9));
+    }
+
+    #[test]
+    fn a_limit_below_the_ring_refuses_what_the_cq_could_not_hold() {
+        let mut rig = Rig::new(8, 0, caps(1, 0));
+        // The queue's share of its CQ: 3 of the ring's 8.
+        rig.rq.limit_outstanding(3);
+        assert_eq!(rig.rq.free(), 3);
+        let one = [Sge::new(0x1000, 64, 7)];
+        let batch = [RecvWr::new(1, &one); 4];
+        // SAFETY: never executed.
+        let err = unsafe { rig.rq.post_all(&batch) }.unwrap_err();
+        assert_eq!((err.index, err.error), (3, PostError::CqFull { limit: 3 }));
+        assert_eq!(rig.mem.dbrec(0), 0, "nothing posted");
+        // SAFETY: never executed.
+        unsafe { rig.rq.post_all(&batch[..3]) }.unwrap();
+        let before = rig.mem.rq_bytes();
+        // SAFETY: never executed.
+        let err = unsafe { rig.rq.post(&RecvWr::new(4, &one)) };
+        assert_eq!(err, Err(PostError::CqFull { limit: 3 }));
+        assert_eq!((rig.mem.rq_bytes(), rig.mem.dbrec(0)), (before, 3));
+        // One completion polled: one receive fits again.
+        rig.mem.put_cqe(0, resp_cqe(QPN, 2, 64, 0, 0));
+        assert_eq!(rig.cq.poll(&mut [Completion::EMPTY; 1]), 1);
+        // SAFETY: never executed.
+        unsafe { rig.rq.post(&RecvWr::new(5, &one)) }.unwrap();
+        // Clamped to the ring: no limit lets more than the ring's entries out.
+        rig.rq.limit_outstanding(100);
+        assert_eq!(rig.rq.free(), 5);
     }
 }

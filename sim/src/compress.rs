@@ -18,7 +18,7 @@
 use zverbs_mlx5dv::prm::cqe::{Cqe64, field};
 use zverbs_mlx5dv::prm::mini::{FORMAT_MASK, MiniCqe, MiniCqeFormat, PER_ARRAY, array_entry};
 
-use crate::cq::{RawCqe, op};
+use crate::cqe::{RawCqe, op};
 
 /// The most completions one session carries (the `max_num` the emulated device reports).
 pub const MAX_SESSION: u32 = 64;

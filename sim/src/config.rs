@@ -131,7 +131,7 @@ impl Default for QpConfig {
 pub struct SimCq {
     /// The CQ number.
     pub cqn: u32,
-    /// Its memory. Valid while the [`Device`](crate::Device) lives.
+    /// Its memory. Valid until it is destroyed or the [`Device`](crate::Device) dropped.
     pub layout: CqLayout,
 }
 
@@ -141,7 +141,7 @@ pub struct SimCq {
 pub struct SimQp {
     /// The QP number.
     pub qpn: u32,
-    /// Its memory. Valid while the [`Device`](crate::Device) lives.
+    /// Its memory. Valid until it is destroyed or the [`Device`](crate::Device) dropped.
     pub layout: QpLayout,
     /// Gather entries per send request.
     pub max_send_sge: u32,
@@ -270,8 +270,13 @@ pub struct Stats {
     /// kept result).
     pub duplicates: u64,
     /// Requests sent again because no valid acknowledgement came (a lost acknowledgement, a
-    /// sequence error NAK, an acknowledgement whose PSN is not the request's).
+    /// sequence error NAK, an acknowledgement whose PSN is not the request's, a transport
+    /// timer that ran out).
     pub retries: u64,
+    /// Requests to another process whose transport timer ran out with no answer (a peer
+    /// process that died, a lost message): each was sent again, or failed with "transport
+    /// retry exceeded" when its retries had run out (counted in `retries` too).
+    pub timeouts: u64,
     /// UD datagrams sent (each multicast send once).
     pub datagrams: u64,
     /// UD datagrams delivered into a receive (a multicast send once per attached QP).
@@ -407,7 +412,8 @@ impl Default for SrqConfig {
 pub struct SimSrq {
     /// The SRQ number (24 bits).
     pub srqn: u32,
-    /// The WQE ring. Valid while the [`Device`](crate::Device) lives.
+    /// The WQE ring. Valid until the SRQ is destroyed or the [`Device`](crate::Device)
+    /// dropped.
     pub buf: core::ptr::NonNull<u8>,
     /// The doorbell record: the receive counter, big-endian.
     pub dbrec: core::ptr::NonNull<u32>,

@@ -14,7 +14,7 @@
 //! |---|---|
 //! | [`DeviceEvent::PortError`] / [`DeviceEvent::PortActive`] | [`Device::set_port_state`](crate::Device::set_port_state) changing the state |
 //! | [`DeviceEvent::QpFatal`] | [`Device::inject_qp_fatal`](crate::Device::inject_qp_fatal); an RC QP whose request failed because the port is down |
-//! | [`DeviceEvent::QpRequestError`] / [`DeviceEvent::QpAccessError`] | [`Device::inject_qp_event`](crate::Device::inject_qp_event) |
+//! | [`DeviceEvent::QpRequestError`] / [`DeviceEvent::QpAccessError`] | a responder's class C error (an invalid request: a misaligned atomic, a message above 2 GiB; a remote access violation), which moves the responder to the error state; [`Device::inject_qp_event`](crate::Device::inject_qp_event) |
 //! | [`DeviceEvent::QpLastWqeReached`] | a QP on a shared receive queue entering the error state through one of the above |
 //! | [`DeviceEvent::CqError`] | a CQE that found its CQ full (CQ overrun), once per CQ |
 //! | [`DeviceEvent::SrqLimitReached`] | a message that left fewer receives posted than the armed limit (the limit is disarmed) |

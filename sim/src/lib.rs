@@ -111,14 +111,14 @@
 //! | bad lkey, local span outside its region, READ/atomic into memory without local write | local protection (0x04) | — |
 //! | message above 2 GiB | local length (0x01) | — |
 //! | malformed WQE: `ds` 0, past the producer, unknown opcode, wrong segments, inline length past `ds`, wrong index or QPN | local QP operation (0x02) | — |
-//! | bad rkey, remote span outside, missing remote right | remote access (0x13) | enters error |
-//! | atomic target not 8-byte aligned | remote invalid request (0x12) | enters error |
+//! | bad rkey, remote span outside, missing remote right | remote access (0x13) | enters error, `QpAccessError` event |
+//! | atomic target not 8-byte aligned | remote invalid request (0x12) | enters error, `QpRequestError` event |
 //! | SEND longer than the receive | remote invalid request (0x12) | local length (0x01) on the receive |
 //! | receive entry with a bad key, bounds or no local write | remote operation (0x14) | local protection (0x04) on the receive |
 //! | SEND or WRITE imm and no receive posted, after `rnr_retry` retries | RNR retry exceeded (0x16) | — |
 //! | peer QP in the error state, gone or not connected yet | transport retry exceeded (0x15) | — |
 //! | peer QP connected to another QP (not the requester) | transport retry exceeded (0x15) | — (never reached) |
-//! | no valid acknowledgement within `retry_cnt` retries (PSN mismatch, lost acknowledgements) | transport retry exceeded (0x15, vendor 0x81) | — (nothing carried out) |
+//! | no valid acknowledgement within `retry_cnt` retries (PSN mismatch, lost acknowledgements; towards another process, no answer within the transport timer) | transport retry exceeded (0x15, vendor 0x81) | — (nothing carried out) |
 //!
 //! Error and flush CQEs are written whether the WQE was signaled or not. A zero-length WRITE
 //! or READ needs no valid remote key (IBA C9-88).
@@ -153,7 +153,9 @@
 //!
 //! ## Not modelled
 //!
-//! Timing and bandwidth (a retry follows its cause by one step, not a timer), congestion,
+//! Timing and bandwidth (a peer in the same device answers at once, so a retry follows its
+//! cause by one step; only requests to another process wait for the transport and RNR timers,
+//! see [`Device::set_timeout`]), congestion,
 //! packet loss unless injected, packets on a wire (a message is placed whole; PSNs count its
 //! packets), PCIe and write-combining behaviour (BlueFlame writes land in ordinary memory and the device
 //! reads WQEs from the ring), DMA ordering beyond "a message is placed in address order with
@@ -179,6 +181,7 @@ pub mod clock;
 pub mod compress;
 mod config;
 mod cq;
+mod cqe;
 mod engine;
 pub mod faults;
 mod mem;
@@ -263,8 +266,8 @@ struct Shared {
 /// A software mlx5 device.
 ///
 /// Every method takes `&self`: the device can be shared between the threads that drive its
-/// queues (put it in an `Arc` or borrow it into scoped threads). The memory of its QPs and CQs
-/// lives as long as the device.
+/// queues (put it in an `Arc` or borrow it into scoped threads). The memory of its QPs, CQs
+/// and SRQs lives until they are destroyed (or the device dropped).
 #[derive(Debug)]
 pub struct Device {
     shared: Arc<Shared>,
@@ -505,7 +508,9 @@ impl Device {
         self.engine().create_srq(cfg)
     }
 
-    /// Destroys SRQ `srqn`; refused while a QP takes its receives from it.
+    /// Destroys SRQ `srqn`; refused while a QP takes its receives from it. The ring and record
+    /// the device allocated for it ([`Device::create_srq`]) are freed: nothing may use its
+    /// layout any more.
     ///
     /// # Errors
     ///
@@ -680,6 +685,57 @@ impl Device {
         Ok(())
     }
 
+    /// Sets QP `qpn`'s transport timer (`timeout` of `ibv_modify_qp` at RTS, a 5-bit code):
+    /// a request to a peer in another process that no answer reaches within `4.096 µs ×
+    /// 2^timeout` is sent again, and after `retry_cnt` such retries fails with "transport
+    /// retry exceeded" (vendor syndrome [`vendor::RETRY`]); the QP then enters the error state
+    /// and every request after it is flushed. 0 disables the timer, as the InfiniBand
+    /// specification says (a request then waits for its answer for ever). 14 (about 67 ms)
+    /// by default, what `ibv_rc_pingpong` and perftest ask for. A peer in this device answers
+    /// at once and needs no timer. [`Device::set_timer_scale`] shortens it for tests.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::NoSuchQp`], [`SimError::InvalidConfig`] above 31.
+    pub fn set_timeout(&self, qpn: u32, timeout: u8) -> Result<(), SimError> {
+        if timeout > 31 {
+            return Err(SimError::InvalidConfig("timeout above 31"));
+        }
+        self.engine().qp_mut(qpn)?.set_timeout(timeout);
+        Ok(())
+    }
+
+    /// Sets the RNR timer QP `qpn` asks its requesters to wait after it found no receive
+    /// posted (`min_rnr_timer` of `ibv_modify_qp` at RTR, a 5-bit code of the InfiniBand
+    /// specification's table: 12 is 0.64 ms, the default; 1 is 10 µs; 0 is 655.36 ms). Its
+    /// RNR NAKs to a requester in another process carry it, and that requester sends the
+    /// request again once it has run (a requester in this device asks again at its next
+    /// step).
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::NoSuchQp`], [`SimError::InvalidConfig`] above 31.
+    pub fn set_min_rnr_timer(&self, qpn: u32, code: u8) -> Result<(), SimError> {
+        if code > 31 {
+            return Err(SimError::InvalidConfig("min_rnr_timer above 31"));
+        }
+        self.engine().qp_mut(qpn)?.set_min_rnr_timer(code);
+        Ok(())
+    }
+
+    /// Runs the transport and RNR timers `scale` times faster than the InfiniBand
+    /// specification's values, for tests that wait for a dead peer's requests to fail: with
+    /// 1000, the default transport timer (14) runs out after about 67 µs instead of 67 ms. 1
+    /// (the default) is the specification's values. A divisor: no scale makes a timer longer
+    /// or infinite.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::InvalidConfig`] for 0 or above 1 000 000.
+    pub fn set_timer_scale(&self, scale: u32) -> Result<(), SimError> {
+        self.engine().set_timer_scale(scale)
+    }
+
     /// Sets the PSN of the next request QP `qpn` sends (`sq_psn` of `ibv_modify_qp` at RTS).
     /// Each request takes one PSN per packet of its message at the path MTU (4096 bytes; a
     /// READ the packets of its response, an atomic one), and the next request's PSN follows
@@ -725,7 +781,9 @@ impl Device {
 
     /// Destroys QP `qpn`: from the return on, the device never touches its memory (a QP
     /// created with [`Device::create_qp_external`] can then be freed). Its number is not
-    /// found any more.
+    /// found any more. The rings, doorbell record and BlueFlame register the device allocated
+    /// for a QP of [`Device::create_qp`] are freed, as a driver frees a destroyed QP's memory:
+    /// every queue built on its layout must be gone first.
     ///
     /// # Errors
     ///
@@ -734,7 +792,8 @@ impl Device {
         self.engine().destroy_qp(qpn)
     }
 
-    /// Destroys CQ `cqn`, as [`Device::destroy_qp`].
+    /// Destroys CQ `cqn`, as [`Device::destroy_qp`]: the ring, record and UAR the device
+    /// allocated for it are freed (its poller must be gone first).
     ///
     /// # Errors
     ///
@@ -1076,6 +1135,14 @@ impl Device {
     /// [`SimError::NoSuchCq`].
     pub fn release_completions(&self, cqn: u32) -> Result<usize, SimError> {
         self.engine().release_cq(cqn)
+    }
+
+    /// Bytes of the queue memory the device holds now (the rings, doorbell records, BlueFlame
+    /// registers and UARs it allocated for live QPs, CQs and SRQs, with their guard bytes).
+    /// Destroying an object gives its memory back: over any number of create and destroy
+    /// cycles this stays where it began.
+    pub fn allocated_bytes(&self) -> usize {
+        self.engine().owned_bytes()
     }
 
     /// Whether the guard bytes around every buffer the device allocated are intact: neither

@@ -58,6 +58,11 @@ impl DevBuf {
         }
     }
 
+    /// The bytes the allocation takes, guards included.
+    pub(crate) fn footprint(&self) -> usize {
+        self.layout.size()
+    }
+
     /// Whether both guards still hold the pattern.
     pub(crate) fn guards_intact(&self) -> bool {
         let check = |off: usize| {

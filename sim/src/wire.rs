@@ -5,8 +5,10 @@
 //! the peer's memory: its device sends a [`Request`] (with the gathered payload of a WRITE or
 //! SEND) to the device instance at the peer's LID, whose engine does the responder's work on
 //! its own memory, receive queue and CQs and sends back a [`Response`] (an ACK, with the data
-//! of a READ or the original value of an atomic; an RNR NAK; or a NAK with the syndrome the
-//! requester reports). Each QP has at most one request in flight, so execution stays in order.
+//! of a READ or the original value of an atomic; an RNR NAK with the responder's RNR timer;
+//! or a NAK with the syndrome the requester reports). Each QP has at most one request in
+//! flight, so execution stays in order. An answer that never comes (a peer process that
+//! died) is the requester's transport timer's business.
 //!
 //! Both ends check where a message comes from, since a QPN is easy to guess: a responder
 //! serves a request only when its source LID and QPN are the ones its own connection names
@@ -30,7 +32,9 @@
 //! Layout (all integers little-endian): byte 0 the kind (1 request, 2 response), then the
 //! fields in declaration order, then the payload to the end of the message. A request's
 //! `solicited` byte is a set of flags (bit 0 solicited, bit 1 a DC request, whose access key
-//! follows `compare`).
+//! follows `compare`). A response's status is three bytes: its kind (0 ACK, 1 RNR NAK, 2 NAK,
+//! 3 sequence error NAK, 4 dropped), then the syndrome and vendor syndrome of a NAK, or the
+//! RNR timer code of an RNR NAK.
 
 /// Carries messages to other device instances, named by their LID.
 pub trait Wire: Send + Sync {
@@ -81,8 +85,9 @@ pub struct Request {
 pub enum Status {
     /// Done; the response carries READ data or the atomic's original value.
     Ack,
-    /// No receive was posted: retry later.
-    Rnr,
+    /// No receive was posted: retry once the RNR timer this code names (the responder's
+    /// `min_rnr_timer`, 5 bits of the specification's table) has run.
+    Rnr(u8),
     /// Refused with (syndrome, vendor syndrome) for the requester's error CQE.
     Nak(u8, u8),
     /// PSN sequence error NAK: the request is ahead of the PSN the responder expects (the
@@ -225,7 +230,7 @@ impl Message {
                 v.extend_from_slice(&r.psn.to_le_bytes());
                 let (kind, syndrome, vendor) = match r.status {
                     Status::Ack => (0, 0, 0),
-                    Status::Rnr => (1, 0, 0),
+                    Status::Rnr(t) => (1, t & 0x1f, 0),
                     Status::Nak(s, v) => (2, s, v),
                     Status::Seq => (3, 0, 0),
                     Status::Dropped => (4, 0, 0),
@@ -258,6 +263,30 @@ impl Message {
                 v.extend_from_slice(&d.payload);
                 v
             }
+        }
+    }
+
+    /// The LID the bytes of a message name as its sender (`src_lid`, the first field of every
+    /// kind), without parsing the rest; `None` for bytes that are no message.
+    pub fn source_lid(b: &[u8]) -> Option<u16> {
+        if !matches!(b.first()?, &REQUEST | &RESPONSE | &DATAGRAM) {
+            return None;
+        }
+        Some(u16::from_le_bytes([*b.get(1)?, *b.get(2)?]))
+    }
+
+    /// Whether the message in `b` says it comes from the instance at `lid`: a request's and a
+    /// response's source is that LID, a datagram's may add path bits to it (the low seven bits
+    /// that its address vector's `src_path_bits` sets, as the sending device does). A transport
+    /// that knows which instance sent the bytes checks it before delivering them.
+    pub fn sent_from(b: &[u8], lid: u16) -> bool {
+        const PATH_BITS: u16 = 0x7f;
+        match (b.first(), Message::source_lid(b)) {
+            (Some(&DATAGRAM), Some(src)) => {
+                src & !PATH_BITS == lid & !PATH_BITS && src & lid == lid
+            }
+            (_, Some(src)) => src == lid,
+            _ => false,
         }
     }
 
@@ -309,7 +338,7 @@ impl Message {
                 let psn = r.u32()?;
                 let status = match (r.u8()?, r.u8()?, r.u8()?) {
                     (0, _, _) => Status::Ack,
-                    (1, _, _) => Status::Rnr,
+                    (1, t, _) => Status::Rnr(t & 0x1f),
                     (2, s, v) => Status::Nak(s, v),
                     (3, _, _) => Status::Seq,
                     (4, _, _) => Status::Dropped,
@@ -451,10 +480,74 @@ mod tests {
     }
 
     #[test]
+    fn the_sender_is_read_from_the_first_field_of_every_kind() {
+        let req = Message::Request(Request {
+            src_lid: 0x0102,
+            src_qpn: 1,
+            dst_qpn: 2,
+            seq: 0,
+            psn: 0,
+            opcode: 0x08,
+            solicited: false,
+            raddr: 0,
+            rkey: 0,
+            imm: [0; 4],
+            len: 0,
+            swap_add: 0,
+            compare: 0,
+            dc_key: None,
+            payload: std::vec![],
+        })
+        .encode();
+        let resp = Message::Response(Response {
+            src_lid: 0x0102,
+            src_qpn: 2,
+            dst_qpn: 1,
+            seq: 0,
+            psn: 0,
+            status: Status::Ack,
+            data: std::vec![],
+        })
+        .encode();
+        let dgram = |src_lid| {
+            Message::Datagram(Datagram {
+                src_lid,
+                src_qpn: 1,
+                dlid: 3,
+                dqpn: 2,
+                qkey: 0,
+                sl: 0,
+                solicited: false,
+                imm: None,
+                grh: None,
+                payload: std::vec![],
+            })
+            .encode()
+        };
+        for b in [&req, &resp, &dgram(0x0102)] {
+            assert_eq!(Message::source_lid(b), Some(0x0102));
+            assert!(Message::sent_from(b, 0x0102));
+            assert!(!Message::sent_from(b, 0x0103));
+            assert!(!Message::sent_from(&b[..2], 0x0102), "cut short");
+        }
+        // A datagram's source may carry path bits; a request's may not.
+        assert!(Message::sent_from(&dgram(0x0102 | 0x7c), 0x0102));
+        assert!(!Message::sent_from(&dgram(0x0182), 0x0102));
+        assert!(!Message::sent_from(&dgram(0x0100), 0x0102));
+        let mut req_bits = req.clone();
+        req_bits[1] |= 0x7c;
+        assert!(!Message::sent_from(&req_bits, 0x0102));
+        assert_eq!(Message::source_lid(&[9, 2, 1]), None);
+        assert_eq!(Message::source_lid(&[]), None);
+    }
+
+    #[test]
     fn response_bytes_round_trip() {
         for status in [
             Status::Ack,
-            Status::Rnr,
+            Status::Rnr(0),
+            Status::Rnr(12),
+            Status::Rnr(31),
             Status::Nak(0x13, 0x31),
             Status::Seq,
             Status::Dropped,

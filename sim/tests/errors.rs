@@ -183,6 +183,7 @@ fn remote_access_errors_put_both_sides_in_error() {
                 p.b.rq.post(&RecvWr::new(0xb1, &[p.b.sge(0, 8)])).unwrap();
                 p.b.rq.post(&RecvWr::new(0xb2, &[p.b.sge(8, 8)])).unwrap();
             }
+            let events = p.dev.subscribe_events(Box::new(|| {}));
             let (wr, v) = case(p, p.a.sge(0, 8));
             let (ca, cb) = run_failing(p, &[wr], 1);
             assert_eq!(
@@ -194,6 +195,13 @@ fn remote_access_errors_put_both_sides_in_error() {
             assert_eq!(
                 p.dev.qp_status(p.b.qpn()).unwrap(),
                 QpStatus::Error,
+                "{name}"
+            );
+            // And says so to the responder's side, once: an access error event.
+            let raised: Vec<_> = std::iter::from_fn(|| events.try_next()).collect();
+            assert_eq!(
+                raised,
+                [zverbs_sim::DeviceEvent::QpAccessError { qpn: p.b.qpn() }],
                 "{name}"
             );
             assert_exactly_once(&[0xb1, 0xb2], &cb);
@@ -485,6 +493,7 @@ fn malformed_wqes_are_local_qp_operation_errors() {
 #[test]
 fn misaligned_atomic_target_is_a_remote_invalid_request() {
     with_pair(PairCfg::default(), |p| {
+        let events = p.dev.subscribe_events(Box::new(|| {}));
         let wr = SendWr::fetch_add(1, p.a.sge(0, 8), p.b.remote(64), 1).signaled();
         // raddr (bytes 16..24) + 4: misaligned (the backend would refuse it at post).
         let ca = post_patched(p, &wr, |b| b[23] += 4);
@@ -493,6 +502,12 @@ fn misaligned_atomic_target_is_a_remote_invalid_request() {
             (WcStatus::RemInvReqErr, u32::from(vendor::ATOMIC_ALIGN))
         );
         assert_eq!(p.dev.qp_status(p.b.qpn()).unwrap(), QpStatus::Error);
+        // The responder's side learns it as a ConnectX tells it: an invalid request event.
+        let raised: Vec<_> = std::iter::from_fn(|| events.try_next()).collect();
+        assert_eq!(
+            raised,
+            [zverbs_sim::DeviceEvent::QpRequestError { qpn: p.b.qpn() }]
+        );
     });
 }
 

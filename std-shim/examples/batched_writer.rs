@@ -34,6 +34,8 @@ use zverbs::{AccessFlags, ContextOptions, SendFlags};
 pub const DEPTH: u32 = 128;
 /// Distinct source and target slots the WRITEs cycle through.
 const SLOTS: usize = 64;
+/// The largest WRITE (each buffer holds [`SLOTS`] of them).
+pub const MAX_SIZE: usize = 1 << 20;
 
 /// What to write.
 #[derive(Clone, Copy, Debug)]
@@ -59,23 +61,58 @@ impl Default for Config {
     }
 }
 
-fn main() -> zverbs::Result<()> {
+const USAGE: &str = "usage: batched_writer [writes] [batch] [signal every] [bytes]";
+
+fn main() -> std::process::ExitCode {
     let d = Config::default();
-    let arg = |i: usize, default: u64| -> u64 {
-        std::env::args()
-            .nth(i)
-            .map_or(default, |v| v.parse().expect("a number"))
-    };
-    let config = Config {
-        writes: arg(1, d.writes),
-        batch: arg(2, d.batch),
-        signal_every: arg(3, d.signal_every),
-        size: arg(4, d.size as u64) as usize,
+    let parsed = (|| -> Result<Config, String> {
+        at_most(4)?;
+        Ok(Config {
+            writes: arg(1, "the number of writes", d.writes)?,
+            batch: arg(2, "the batch", d.batch)?,
+            signal_every: arg(3, "signal every", d.signal_every)?,
+            size: usize::try_from(arg(4, "the size in bytes", d.size as u64)?)
+                .unwrap_or(usize::MAX),
+        })
+    })();
+    let config = match parsed {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("batched_writer: {e}\n{USAGE}");
+            return std::process::ExitCode::from(2);
+        }
     };
     let device =
         std::env::var(zverbs::DEVICE_ENV).unwrap_or_else(|_| zverbs::SOFTWARE_DEVICE.into());
-    print!("{}", run(&device, config)?);
-    Ok(())
+    match run(&device, config) {
+        Ok(r) => {
+            print!("{r}");
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("batched_writer: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// The `i`th argument (from 1) as a number, `default` when it is absent.
+fn arg(i: usize, what: &str, default: u64) -> Result<u64, String> {
+    match std::env::args_os().nth(i) {
+        None => Ok(default),
+        Some(v) => v
+            .to_str()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| format!("`{}`: {what} must be a whole number", v.to_string_lossy())),
+    }
+}
+
+/// Refuses arguments past the `n` this program takes.
+fn at_most(n: usize) -> Result<(), String> {
+    match std::env::args_os().nth(n + 1) {
+        Some(extra) => Err(format!("unexpected argument `{}`", extra.to_string_lossy())),
+        None => Ok(()),
+    }
 }
 
 /// What the run did.
@@ -134,10 +171,19 @@ fn soon() -> Instant {
 /// whatever set-up, a post, a wait or a completion returns; [`zverbs::Error::Protocol`] when
 /// the target's bytes are not the source's.
 pub fn run(device: &str, c: Config) -> zverbs::Result<Report> {
-    if c.batch == 0 || c.signal_every == 0 || c.batch + c.signal_every > u64::from(DEPTH) {
+    if c.batch == 0
+        || c.signal_every == 0
+        || c.batch.saturating_add(c.signal_every) > u64::from(DEPTH)
+    {
         return Err(zverbs::Error::InvalidArgument(format!(
             "batch {} and signal every {}: both at least 1, together at most the queue's {DEPTH}",
             c.batch, c.signal_every
+        )));
+    }
+    if c.size == 0 || c.size > MAX_SIZE {
+        return Err(zverbs::Error::InvalidArgument(format!(
+            "{} bytes per WRITE: use 1 to {MAX_SIZE}",
+            c.size
         )));
     }
     let ctx = zverbs::open_device(Some(device), &ContextOptions::default())?;

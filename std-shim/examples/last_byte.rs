@@ -44,6 +44,8 @@ use zverbs::{AccessFlags, ContextOptions, MrBuf, SendFlags};
 
 /// Message slots in the receiver's buffer (at most 255: the acknowledgement is a byte).
 const SLOTS: usize = 8;
+/// The largest message (the buffers hold [`SLOTS`] of them).
+pub const MAX_SIZE: usize = 1 << 20;
 /// Send queue depth of each side.
 const DEPTH: u32 = 64;
 /// Where the acknowledgement lands in the sender's buffer (after its source slots).
@@ -51,17 +53,53 @@ fn ack_at(size: usize) -> usize {
     SLOTS * size
 }
 
-fn main() -> zverbs::Result<()> {
-    let arg = |i: usize, default: u64| -> u64 {
-        std::env::args()
-            .nth(i)
-            .map_or(default, |v| v.parse().expect("a number"))
+const USAGE: &str = "usage: last_byte [messages] [bytes per message]";
+
+fn main() -> std::process::ExitCode {
+    let parsed = (|| -> Result<(u64, usize), String> {
+        at_most(2)?;
+        let messages = arg(1, "the number of messages", 5_000)?;
+        let size = arg(2, "the message size", 256)?;
+        Ok((messages, usize::try_from(size).unwrap_or(usize::MAX)))
+    })();
+    let (messages, size) = match parsed {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("last_byte: {e}\n{USAGE}");
+            return std::process::ExitCode::from(2);
+        }
     };
-    let (messages, size) = (arg(1, 5_000), arg(2, 256) as usize);
     let device =
         std::env::var(zverbs::DEVICE_ENV).unwrap_or_else(|_| zverbs::SOFTWARE_DEVICE.into());
-    print!("{}", run(&device, messages, size)?);
-    Ok(())
+    match run(&device, messages, size) {
+        Ok(r) => {
+            print!("{r}");
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("last_byte: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// The `i`th argument (from 1) as a number, `default` when it is absent.
+fn arg(i: usize, what: &str, default: u64) -> Result<u64, String> {
+    match std::env::args_os().nth(i) {
+        None => Ok(default),
+        Some(v) => v
+            .to_str()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| format!("`{}`: {what} must be a whole number", v.to_string_lossy())),
+    }
+}
+
+/// Refuses arguments past the `n` this program takes.
+fn at_most(n: usize) -> Result<(), String> {
+    match std::env::args_os().nth(n + 1) {
+        Some(extra) => Err(format!("unexpected argument `{}`", extra.to_string_lossy())),
+        None => Ok(()),
+    }
 }
 
 /// What the run did.
@@ -121,6 +159,11 @@ pub fn run(device: &str, messages: u64, size: usize) -> zverbs::Result<Report> {
         return Err(zverbs::Error::InvalidArgument(
             "a message needs a body and a last byte: at least 2 bytes".into(),
         ));
+    }
+    if size > MAX_SIZE {
+        return Err(zverbs::Error::InvalidArgument(format!(
+            "{size} bytes per message: at most {MAX_SIZE}"
+        )));
     }
     let ctx = zverbs::open_device(Some(device), &ContextOptions::default())?;
     let pd = ctx.alloc_pd()?;

@@ -38,6 +38,8 @@ const WARMUP: u64 = 100;
 const RECVS: u64 = 16;
 /// Messages up to this size go inline.
 const INLINE: usize = 64;
+/// The largest message.
+pub const MAX_SIZE: usize = 1 << 20;
 
 /// Which operation carries the messages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,21 +50,64 @@ pub enum Op {
     Send,
 }
 
-fn main() -> zverbs::Result<()> {
-    let mut args = std::env::args().skip(1);
-    let op = match args.next().as_deref() {
-        None | Some("write") => Op::Write,
-        Some("send") => Op::Send,
-        Some(other) => panic!("{other}: the operation is write or send"),
+const USAGE: &str = "usage: latency [write|send] [iterations] [bytes]";
+
+fn main() -> std::process::ExitCode {
+    let parsed = (|| -> Result<(Op, u64, usize), String> {
+        at_most(3)?;
+        let op = match std::env::args_os().nth(1) {
+            None => Op::Write,
+            Some(v) if v == "write" => Op::Write,
+            Some(v) if v == "send" => Op::Send,
+            Some(other) => {
+                return Err(format!(
+                    "`{}`: the operation is write or send",
+                    other.to_string_lossy()
+                ));
+            }
+        };
+        let iters = arg(2, "the number of iterations", 10_000)?;
+        let size = arg(3, "the message size", 8)?;
+        Ok((op, iters, usize::try_from(size).unwrap_or(usize::MAX)))
+    })();
+    let (op, iters, size) = match parsed {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("latency: {e}\n{USAGE}");
+            return std::process::ExitCode::from(2);
+        }
     };
-    let iters = args
-        .next()
-        .map_or(10_000, |v| v.parse().expect("iterations"));
-    let size = args.next().map_or(8, |v| v.parse().expect("bytes"));
     let device =
         std::env::var(zverbs::DEVICE_ENV).unwrap_or_else(|_| zverbs::SOFTWARE_DEVICE.into());
-    print!("{}", run(&device, op, iters, size)?);
-    Ok(())
+    match run(&device, op, iters, size) {
+        Ok(r) => {
+            print!("{r}");
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("latency: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// The `i`th argument (from 1) as a number, `default` when it is absent.
+fn arg(i: usize, what: &str, default: u64) -> Result<u64, String> {
+    match std::env::args_os().nth(i) {
+        None => Ok(default),
+        Some(v) => v
+            .to_str()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| format!("`{}`: {what} must be a whole number", v.to_string_lossy())),
+    }
+}
+
+/// Refuses arguments past the `n` this program takes.
+fn at_most(n: usize) -> Result<(), String> {
+    match std::env::args_os().nth(n + 1) {
+        Some(extra) => Err(format!("unexpected argument `{}`", extra.to_string_lossy())),
+        None => Ok(()),
+    }
 }
 
 /// What was measured: half round trips, in nanoseconds.
@@ -186,10 +231,10 @@ impl End {
 /// [`zverbs::Error::InvalidArgument`] for a size of 0 or no iterations; whatever set-up, a
 /// post, a wait or a completion returns.
 pub fn run(device: &str, op: Op, iters: u64, size: usize) -> zverbs::Result<Report> {
-    if size == 0 || iters == 0 {
-        return Err(zverbs::Error::InvalidArgument(
-            "at least one iteration of at least one byte".into(),
-        ));
+    if size == 0 || iters == 0 || size > MAX_SIZE {
+        return Err(zverbs::Error::InvalidArgument(format!(
+            "{iters} iterations of {size} bytes: at least one iteration of 1 to {MAX_SIZE} bytes"
+        )));
     }
     let ctx = zverbs::open_device(Some(device), &ContextOptions::default())?;
     let pd = ctx.alloc_pd()?;

@@ -46,15 +46,48 @@ const RECV: usize = MSG;
 const WRITTEN: usize = 2 * MSG;
 const SIG: SendFlags = SendFlags::SIGNALED;
 
-fn main() -> zverbs::Result<()> {
-    let requests = match std::env::args().nth(1) {
-        Some(n) => n.parse().expect("the number of requests per client"),
-        None => 200,
+const USAGE: &str = "usage: rpc [requests per client]";
+
+fn main() -> std::process::ExitCode {
+    let parsed = at_most(1).and_then(|()| arg(1, "the number of requests per client", 200));
+    let requests = match parsed {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("rpc: {e}\n{USAGE}");
+            return std::process::ExitCode::from(2);
+        }
     };
     let device =
         std::env::var(zverbs::DEVICE_ENV).unwrap_or_else(|_| zverbs::SOFTWARE_DEVICE.into());
-    print!("{}", run(&device, requests)?);
-    Ok(())
+    match run(&device, requests) {
+        Ok(r) => {
+            print!("{r}");
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("rpc: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// The `i`th argument (from 1) as a number, `default` when it is absent.
+fn arg(i: usize, what: &str, default: u64) -> Result<u64, String> {
+    match std::env::args_os().nth(i) {
+        None => Ok(default),
+        Some(v) => v
+            .to_str()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| format!("`{}`: {what} must be a whole number", v.to_string_lossy())),
+    }
+}
+
+/// Refuses arguments past the `n` this program takes.
+fn at_most(n: usize) -> Result<(), String> {
+    match std::env::args_os().nth(n + 1) {
+        Some(extra) => Err(format!("unexpected argument `{}`", extra.to_string_lossy())),
+        None => Ok(()),
+    }
 }
 
 /// A deadline for one wait: far beyond anything the exchange needs, so that a peer that stops

@@ -239,6 +239,9 @@ pub struct Cq {
 pub(crate) struct Registry {
     pub(crate) qps: Vec<Weak<QpInner>>,
     pub(crate) poller_taken: bool,
+    /// Entries held by the QPs and SRQs attached ([`Cq::hold`]): their receives and their
+    /// signaled sends.
+    pub(crate) held: u32,
 }
 
 #[derive(Debug)]
@@ -292,6 +295,46 @@ impl Cq {
 
     pub(crate) fn is(&self, other: &Cq) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// Entries no QP or SRQ attached to it holds yet: each QP created on it holds one per
+    /// receive of its receive queue and one per signaled send it may have outstanding
+    /// ([`QpBuilder::max_signaled`](crate::QpBuilder::max_signaled)), each SRQ one per receive.
+    pub fn entries_left(&self) -> u32 {
+        let held = self.registry().held;
+        self.cqe().saturating_sub(held)
+    }
+
+    fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {
+        self.inner
+            .registry
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Holds `n` of its entries for `what` (a QP's receive queue or signaled sends, an SRQ's
+    /// receives): every completion that can land in the CQ has an entry of its own, so none is
+    /// ever lost to an overrun. Refused, holding nothing, when fewer are left.
+    pub(crate) fn hold(&self, n: u32, what: &'static str) -> Result<()> {
+        let cqe = self.cqe();
+        let mut reg = self.registry();
+        let left = cqe.saturating_sub(reg.held);
+        if n > left {
+            return Err(Error::CqTooSmall {
+                cqe,
+                left,
+                what,
+                needed: n,
+            });
+        }
+        reg.held += n;
+        Ok(())
+    }
+
+    /// Gives back `n` entries [`Cq::hold`] held.
+    pub(crate) fn release(&self, n: u32) {
+        let mut reg = self.registry();
+        reg.held = reg.held.saturating_sub(n);
     }
 
     /// The CQ's poller, for the QPs created on it, before it was taken and after; it can be

@@ -193,6 +193,24 @@ pub enum Error {
         /// Receives given to the device and not yet completed.
         recv: u32,
     },
+    /// A CQ cannot hold every completion that may land in it: each QP and SRQ attached holds
+    /// its share (its receives, its signaled sends), and what is left is not enough for a new
+    /// one. Make the CQ larger, or ask for fewer receives or signaled sends
+    /// ([`QpBuilder::max_signaled`](crate::QpBuilder::max_signaled)).
+    #[error(
+        "the CQ of {cqe} entries has {left} left, and {what} needs {needed}: create a larger CQ, \
+         or ask for fewer receives or signaled sends (QpBuilder::max_signaled)"
+    )]
+    CqTooSmall {
+        /// The CQ's entries.
+        cqe: u32,
+        /// Entries no QP or SRQ holds yet.
+        left: u32,
+        /// What asked: a QP's receive queue, its signaled sends, an SRQ.
+        what: &'static str,
+        /// The entries it needs.
+        needed: u32,
+    },
     /// Arming a CQ or waiting for its completion event failed.
     #[error(transparent)]
     Event(#[from] crate::event::EventError),

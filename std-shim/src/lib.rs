@@ -248,6 +248,9 @@ pub use qp::{
 pub use queues::{AnyPoller, AnyRecvQueue, AnySendQueue, AnySrqQueue, QueueSet, Queues};
 pub use srq::{Srq, SrqStateHandle};
 pub use ud::{AddressHandle, AhAttr, MULTICAST_QPN, UdAttr, UdTarget};
+/// The `wr_id` of a drain marker's completion: a flush [`Qp::reset`] may ask for, when the last
+/// requests of a QP in the error state completed unsignaled (`docs/usage.md`, "Recovery").
+pub use zverbs_mlx5dv::DRAIN_WR_ID;
 /// What a compressed CQ's mini-CQEs carry besides the length ([`CqBuilder::compressed`]).
 pub use zverbs_mlx5dv::prm::mini::MiniCqeFormat;
 

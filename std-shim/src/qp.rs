@@ -183,9 +183,16 @@ impl<'a> QpBuilder<'a> {
         self
     }
 
-    /// Signaled send requests that may be outstanding: this QP's share of its send CQ. By
-    /// default the send CQ's size, less the receive queue when both share one CQ. Set it when
-    /// several QPs share a CQ.
+    /// Signaled send requests that may be outstanding: this QP's share of its send CQ, which
+    /// holds that many entries for it (as it holds one per receive of the QP's receive
+    /// queue), so that no completion can overrun the CQ; a signaled post beyond it is refused
+    /// with [`PostError::CqFull`](zverbs_core::PostError). By default as many as the send
+    /// queue holds (`max_send_wr`) when the send CQ has that many left
+    /// ([`Cq::entries_left`](crate::Cq::entries_left)), else half of what it has left (and a
+    /// receive queue the CQ cannot hold whole takes half of what is left too: see
+    /// [`Qp::caps`]), so that QPs made after it on the CQ get their part. Set it when several
+    /// QPs share a CQ, to give each the part it needs: [`QpBuilder::build`] refuses a QP whose
+    /// `max_signaled` the CQ cannot hold any more ([`Error::CqTooSmall`]).
     pub fn max_signaled(mut self, n: u32) -> Self {
         self.max_signaled = Some(n);
         self
@@ -203,7 +210,9 @@ impl<'a> QpBuilder<'a> {
     ///
     /// [`Error::Verbs`] from `ibv_create_qp` / `mlx5dv_create_qp`; [`Error::Backend`] when the
     /// backend asked for differs from the CQs' or cannot be used; [`Error::InvalidArgument`]
-    /// for CQs of another context, or a CQ whose poller was already taken.
+    /// for CQs of another context, or a CQ whose poller was already taken;
+    /// [`Error::CqTooSmall`] when the receive CQ cannot hold the QP's receive queue, or the
+    /// send CQ its signaled sends (see [`QpBuilder::max_signaled`]).
     pub fn build(self) -> Result<Qp> {
         let ctx = self.pd.context();
         for cq in [self.send_cq, self.recv_cq] {
@@ -284,31 +293,85 @@ impl<'a> QpBuilder<'a> {
                 dc_access_key: self.dc_access_key,
             })?
         };
-        let caps = provider.caps();
+        let mut caps = provider.caps();
         let shared_cq = self.send_cq.is(self.recv_cq);
-        let max_signaled = self.max_signaled.unwrap_or_else(|| {
-            let cqe = self.send_cq.cqe();
-            if shared_cq {
-                cqe.saturating_sub(caps.max_recv_wr)
+        // Every completion that can land in a CQ has an entry held for it (`Cq::hold`): one
+        // per receive the receive queue may have outstanding, one per signaled send. A QP takes
+        // what it can use (its whole receive ring: on the direct path the ring may hold more
+        // than `max_recv_wr`; every signaled send its queue holds, or `max_signaled`) when its
+        // CQs have that much left; on a CQ that has not, it takes half of what is left for its
+        // receives and half of the rest for its signaled sends, so that QPs created after it
+        // on the same CQ get their part too. Posts beyond a share are refused (`CqFull`); a QP
+        // whose explicit `max_signaled`, or one receive and one send, does not fit is refused
+        // (and destroyed with `provider`).
+        let ring = match provider.engine() {
+            QpEngine::Direct(l) => l.rq.wqe_cnt,
+            QpEngine::Verbs(_) => 0,
+        };
+        let sends = self.qp_type != QpType::Dct;
+        let send_want = if sends {
+            self.max_signaled
+                .unwrap_or(caps.max_send_wr)
+                .clamp(1, caps.max_send_wr.max(1))
+        } else {
+            0
+        };
+        let recv_share = if self.srq.is_some() || self.qp_type == QpType::Dci {
+            0
+        } else {
+            let want = caps.max_recv_wr.max(ring);
+            let left = self.recv_cq.entries_left();
+            let beside = if shared_cq { send_want } else { 0 };
+            let share = if want + beside <= left {
+                want
             } else {
-                cqe
+                want.min(left / 2).max(1)
+            };
+            caps.max_recv_wr = share;
+            share
+        };
+        self.recv_cq.hold(recv_share, "the QP's receive queue")?;
+        let send_share = match self.max_signaled {
+            _ if !sends => 0,
+            Some(_) => send_want,
+            None => {
+                let left = self.send_cq.entries_left();
+                if send_want <= left {
+                    send_want
+                } else {
+                    (left / 2).max(1)
+                }
             }
-        });
+        };
+        if let Err(e) = self.send_cq.hold(send_share, "the QP's signaled sends") {
+            self.recv_cq.release(recv_share);
+            return Err(e);
+        }
+        let holds = Holds {
+            send: send_share,
+            recv: recv_share,
+        };
         let sq_caps = SqCaps {
             max_send_sge: caps.max_send_sge,
             max_inline_data: caps.max_inline_data,
             sig_all: self.sig_all,
-            max_signaled: max_signaled.clamp(1, caps.max_send_wr.max(1)),
+            max_signaled: send_share.max(1),
             transport: zverbs_mlx5dv::Transport::Rc,
         };
         let mut reason = format!("{}; {}", self.send_cq.backend().reason, note.0);
         let mut blueflame = None;
+        let release = |e: Error| {
+            self.send_cq.release(holds.send);
+            self.recv_cq.release(holds.recv);
+            e
+        };
         let data = match provider.engine() {
             QpEngine::Direct(layout) => {
-                let (register, report, why) = DirectRegister::new(&layout, provider.register())?;
+                let (register, report, why) =
+                    DirectRegister::new(&layout, provider.register()).map_err(release)?;
                 reason.push_str(&format!("; {report}{why}"));
                 blueflame = Some(report);
-                QpData::Direct(DirectData::new(&layout, register)?)
+                QpData::Direct(DirectData::new(&layout, register).map_err(release)?)
             }
             QpEngine::Verbs(_) => QpData::Verbs(VerbsData {
                 sq: Arc::new(SqShared::new(caps.max_send_wr)),
@@ -332,6 +395,8 @@ impl<'a> QpBuilder<'a> {
             taken: Mutex::new((false, false)),
             state: AtomicU32::new(QpState::Reset.to_raw()),
             psn: AtomicU32::new(random_psn()),
+            drain_marker: std::sync::atomic::AtomicBool::new(false),
+            holds,
             ud_mtu: AtomicU32::new(0),
             send_cq: self.send_cq.clone(),
             recv_cq: self.recv_cq.clone(),
@@ -510,11 +575,15 @@ pub(crate) struct QpInner {
     /// Whether the send / receive queue handles were taken.
     pub(crate) taken: Mutex<(bool, bool)>,
     /// The state the last successful transition through this handle set (`enum
-    /// ibv_qp_state`).
+    /// ibv_qp_state`); [`Qp::state`] asks the device.
     pub(crate) state: AtomicU32,
-    /// The first PSN this QP sends from: random at creation, then what the last transition to
-    /// RTS set (24 bits).
+    /// The first PSN this QP sends from: random at creation and at each reset, then what the
+    /// last transition to RTS set (24 bits).
     pub(crate) psn: AtomicU32,
+    /// A drain marker was posted to this incarnation (`recovery.rs`).
+    pub(crate) drain_marker: std::sync::atomic::AtomicBool,
+    /// The entries its CQs hold for it (given back when it goes).
+    pub(crate) holds: Holds,
     /// A UD QP's path MTU in bytes (its largest datagram), set by [`Qp::ready_ud`] from its
     /// port; 0 before, and for other QPs.
     pub(crate) ud_mtu: AtomicU32,
@@ -523,10 +592,21 @@ pub(crate) struct QpInner {
     pub(crate) _pd: Pd,
 }
 
+/// The entries a QP's CQs hold for it ([`Cq::hold`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Holds {
+    /// Signaled sends, on the send CQ.
+    pub(crate) send: u32,
+    /// Receives, on the receive CQ.
+    pub(crate) recv: u32,
+}
+
 impl Drop for QpInner {
     /// Leaves the pollers of its CQs (before its fields, the QP first, are dropped): each gets
-    /// a table without it.
+    /// a table without it; and gives back the entries they held for it.
     fn drop(&mut self) {
+        self.send_cq.release(self.holds.send);
+        self.recv_cq.release(self.holds.recv);
         let cqs = [&self.send_cq, &self.recv_cq];
         for (i, cq) in cqs.into_iter().enumerate() {
             if i == 1 && self.send_cq.is(&self.recv_cq) {
@@ -571,7 +651,8 @@ impl Qp {
         self.inner.srq.as_ref()
     }
 
-    /// The capabilities the device granted.
+    /// The capabilities the device granted; `max_recv_wr` no more than the receive CQ holds
+    /// entries for (see [`QpBuilder::max_signaled`]).
     pub fn caps(&self) -> QpCaps {
         self.inner.caps
     }
@@ -596,11 +677,21 @@ impl Qp {
         }
     }
 
-    /// The QP's state, as the last transition made through this library set it, or the error
-    /// state once the poller met an error completion of the QP (the device moved it there on
-    /// its own, after a failed request).
+    /// The QP's state as the device says it is (`ibv_query_qp`): the device moves a QP to the
+    /// error state on its own (a failed request of its own, a bad request it received as a
+    /// responder, a port that went down), and this says so whether or not this side has
+    /// polled a completion about it. Where the device reports only what the library's
+    /// transitions set (the software device outside the error state), that; and the error
+    /// state once the poller met an error completion of the QP.
+    ///
+    /// A control-path call: on an rdma-core device it asks the kernel.
     pub fn state(&self) -> QpState {
-        self.observed_state(self.inner.state.load(Ordering::Acquire))
+        let last = self.observed_state(self.inner.state.load(Ordering::Acquire));
+        match self.inner.provider.query_state() {
+            Ok(Some(raw)) => QpState::from_raw(raw),
+            // The device cannot be asked (or knows no more): what the library saw.
+            Ok(None) | Err(_) => last,
+        }
     }
 
     /// Refuses a queue handle before the QP reaches `needs` (or after it left the states

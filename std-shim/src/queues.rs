@@ -403,7 +403,10 @@ impl AnyRecvQueue {
         match &qp.data {
             QpData::Direct(d) => {
                 // SAFETY: as for the send queue.
-                let q = unsafe { zverbs_mlx5dv::RecvQueue::new(&d.layout, d.rq_state.clone())? };
+                let mut q =
+                    unsafe { zverbs_mlx5dv::RecvQueue::new(&d.layout, d.rq_state.clone())? };
+                // No more receives outstanding than its CQ holds entries for (`Cq::hold`).
+                q.limit_outstanding(qp.caps.max_recv_wr);
                 Ok(Self::Direct(direct::RecvQueue { q, _qp: qp.clone() }))
             }
             QpData::Verbs(v) => {

@@ -26,16 +26,31 @@
 //! incarnation is then left in the CQ, and after RESET the device writes none, so the new
 //! incarnation's completions are the only ones its queues' bookkeeping meets.
 //!
+//! **Requests that completed unsignaled.** In the error state every outstanding request is
+//! flushed with a completion, signaled or not. Requests the device had carried out
+//! *unsignaled* before the error, with no signaled request after them, never get one (no
+//! device writes it), and would keep the send queue from looking drained for ever. So a reset
+//! refused with send requests outstanding, on a QP the device has in the error state, posts a
+//! drain marker once per incarnation (`zverbs_mlx5dv::post_drain_marker`, a NOP; on the
+//! fallback a zero-length WRITE): the device flushes it, and its completion (a flush with
+//! `wr_id` [`DRAIN_WR_ID`](crate::DRAIN_WR_ID)) retires everything before it. `to_error`, then
+//! polling and resetting until the reset is accepted, always ends.
+//!
+//! **A new PSN.** Each reset draws a new first PSN ([`Qp::psn`], announced by
+//! [`Qp::endpoint`]), never the last one's: the peer that connects to the new endpoint
+//! expects it, and a late packet of the old connection is not taken for the new one's.
+//!
 //! Contract: no post to the QP is in progress on another thread while it is reset (the
 //! queues are owned by their threads; a post racing the reset could publish to the old
-//! incarnation). In the error state every outstanding request is flushed with a completion,
-//! signaled or not; requests that completed *unsignaled* before the error, with no signaled
-//! request after them, never get a completion and keep the send queue from looking drained:
-//! signal the last request of each batch (the usual selective-signaling pattern does).
+//! incarnation, or meet the drain marker).
 
+use std::sync::atomic::Ordering;
+
+use crate::connect::random_psn;
 use crate::error::{Error, Result};
 use crate::ffi::types::{ibv_qp_attr, qp_attr_mask as m};
-use crate::qp::{Qp, QpData, QpState};
+use crate::provider::QpEngine;
+use crate::qp::{DirectRegister, Qp, QpData, QpState};
 
 impl Qp {
     /// Moves the QP to the error state (`ibv_modify_qp` to `IBV_QPS_ERR`): every request it
@@ -81,17 +96,27 @@ impl Qp {
 
     /// Moves a drained QP to RESET (`ibv_modify_qp` to `IBV_QPS_RESET`), from any state, the
     /// error state included, so that it can be connected again ([`Qp::connect`] or
-    /// [`Qp::to_init`], to any peer). Its send and receive queue handles and its poller stay
-    /// valid: the queues restart at 0 with the device (see the module docs of `recovery.rs`
-    /// and `docs/usage.md`, "Recovery").
+    /// [`Qp::to_init`]) with a new first PSN ([`Qp::psn`], which [`Qp::endpoint`] announces).
+    /// Its send and receive queue handles and its poller stay valid: the queues restart at 0
+    /// with the device (see the module docs of `recovery.rs` and `docs/usage.md`,
+    /// "Recovery").
+    ///
+    /// Refused while completions are still to come. When the device has the QP in the error
+    /// state and send requests are not retired, the first refusal posts a drain marker: the
+    /// requests that completed unsignaled get no completion of their own, and the marker's
+    /// flush (a completion with `wr_id` [`DRAIN_WR_ID`](crate::DRAIN_WR_ID)) retires them.
+    /// Poll, and call `reset` again.
     ///
     /// # Errors
     ///
     /// [`Error::NotDrained`] while completions of the old incarnation are still to be polled
-    /// (nothing changes); [`Error::Verbs`] from `ibv_modify_qp`.
+    /// (nothing changes but the marker); [`Error::Verbs`] from `ibv_modify_qp`.
     pub fn reset(&self) -> Result<()> {
         let (send, recv) = self.outstanding();
         if send != 0 || recv != 0 {
+            if send != 0 {
+                self.post_drain_marker();
+            }
             return Err(Error::NotDrained { send, recv });
         }
         self.close_gates();
@@ -110,7 +135,61 @@ impl Qp {
                 d.rq_state.restart();
             }
         }
+        self.inner.drain_marker.store(false, Ordering::Release);
+        // A new incarnation sends from a new PSN, never the last one's: a late packet of the
+        // old connection is not taken for the new one's, and the peer that connects to the
+        // new `endpoint()` expects the PSN the new incarnation sends from.
+        let old = self.inner.psn.load(Ordering::Acquire);
+        let psn = loop {
+            let p = random_psn();
+            if p != old {
+                break p;
+            }
+        };
+        self.inner.psn.store(psn, Ordering::Release);
         Ok(())
+    }
+
+    /// Posts a drain marker (`zverbs_mlx5dv::post_drain_marker`), once per incarnation, to a QP
+    /// the device has in the error state with send requests not retired: when the last of them
+    /// completed unsignaled, no completion would ever retire them, and the marker's flush does
+    /// (a completion with `wr_id` [`DRAIN_WR_ID`](crate::DRAIN_WR_ID)). Under `reset`'s
+    /// contract: no post to the QP in progress.
+    fn post_drain_marker(&self) {
+        if self.state() != QpState::Error || self.inner.drain_marker.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        // The device may have moved the QP to the error state with no completion of its own
+        // (as a responder): its queues refuse posts from now on, so that none can follow the
+        // marker into its slot.
+        self.close_gates();
+        let posted = match &self.inner.data {
+            QpData::Direct(d) => {
+                let shared = match &d.register {
+                    DirectRegister::Shared(r) => Some(&**r.bf()),
+                    DirectRegister::DoorbellOnly | DirectRegister::Dedicated => None,
+                };
+                // SAFETY: the layout and send state are the live QP's (this handle keeps it
+                // alive), its register held as its send queue holds it; the device has the QP
+                // in the error state and (contract of `reset`) no post is in progress, nor
+                // will one be until the QP is reset and connected again.
+                unsafe { zverbs_mlx5dv::post_drain_marker(&d.layout, &d.sq_state, shared) }
+                    .unwrap_or(false)
+            }
+            QpData::Verbs(v) => match self.inner.provider.engine() {
+                QpEngine::Verbs(qp) => {
+                    // SAFETY: as above, for the live QP libibverbs posts to, whose send queue
+                    // `v.sq` serves.
+                    unsafe { crate::fallback::post_drain_marker(qp.as_ptr(), &v.sq) }
+                        .unwrap_or(false)
+                }
+                QpEngine::Direct(_) => false,
+            },
+        };
+        if !posted {
+            // No room, or refused: the next refused reset tries again.
+            self.inner.drain_marker.store(false, Ordering::Release);
+        }
     }
 
     /// Closes both queues' gates: posts are refused from now on.

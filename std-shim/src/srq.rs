@@ -29,8 +29,8 @@ pub(crate) struct SrqInner {
     pub(crate) provider: Box<dyn SrqProvider>,
     /// The direct path's bookkeeping (`None` on the fallback).
     state: Option<SrqStateHandle>,
-    /// Whether the queue handle was taken, and (direct path) the CQ every QP on the SRQ must
-    /// complete its receives on: the first such QP's.
+    /// Whether the queue handle was taken, and the CQ every QP on the SRQ must complete its
+    /// receives on: the first such QP's.
     pub(crate) use_: Mutex<SrqUse>,
     pub(crate) pd: Pd,
 }
@@ -40,6 +40,18 @@ pub(crate) struct SrqInner {
 pub(crate) struct SrqUse {
     taken: bool,
     recv_cq: Option<crate::cq::Cq>,
+    /// The entries `recv_cq` holds for the SRQ's receives.
+    held: u32,
+}
+
+impl Drop for SrqInner {
+    /// Gives back the entries its receive CQ held for it.
+    fn drop(&mut self) {
+        let u = self.use_.get_mut().unwrap_or_else(|p| p.into_inner());
+        if let Some(cq) = &u.recv_cq {
+            cq.release(u.held);
+        }
+    }
 }
 
 impl Srq {
@@ -154,20 +166,21 @@ impl Srq {
         self.inner.state.as_ref()
     }
 
-    /// Records `cq` as the receive CQ of a new QP on the SRQ: on the direct path every QP on
-    /// it must complete its receives on the same CQ (whose poller frees the SRQ's WQEs).
+    /// Records `cq` as the receive CQ of a new QP on the SRQ: every QP on it must complete its
+    /// receives on the same CQ (on the direct path, its poller frees the SRQ's WQEs), which
+    /// holds an entry for each receive the SRQ can hold ([`Cq::hold`](crate::Cq)), so that
+    /// none of them can overrun it.
     pub(crate) fn bind_recv_cq(&self, cq: &crate::cq::Cq) -> Result<()> {
-        if self.inner.state.is_none() {
-            return Ok(());
-        }
         let mut u = self.inner.use_.lock().unwrap_or_else(|p| p.into_inner());
         match &u.recv_cq {
             Some(c) if !c.is(cq) => Err(Error::InvalidArgument(
-                "every QP on a directly driven SRQ must complete its receives on the same CQ"
-                    .into(),
+                "every QP on an SRQ must complete its receives on the same CQ".into(),
             )),
             Some(_) => Ok(()),
             None => {
+                let (max_wr, _) = self.caps();
+                cq.hold(max_wr, "the SRQ's receives")?;
+                u.held = max_wr;
                 u.recv_cq = Some(cq.clone());
                 Ok(())
             }

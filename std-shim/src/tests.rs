@@ -169,7 +169,8 @@ fn handles_are_taken_once_and_qps_may_come_after_the_poller() {
     let log = new_log();
     let ctx = ctx(&log);
     let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.cq_builder().build().unwrap();
+    // Room for two QPs of the default sizes (each holds 128 receives and 128 signaled sends).
+    let cq = ctx.cq_builder().cqe(512).build().unwrap();
     let qp = pd.qp_builder(&cq, &cq).build().unwrap();
     // No queue before the QP can use it: the receive queue from INIT, the send queue from RTS.
     assert_eq!(qp.state(), QpState::Reset);
@@ -254,13 +255,30 @@ fn qp_caps_and_cq_share() {
     // Send and receive share the CQ: the send side may have 100 - 30 signaled outstanding,
     // clamped to the send queue's depth.
     assert_eq!(qp.send_caps().max_signaled, 64);
+    // The CQ holds those entries for it: a second QP asking for more than is left is
+    // refused.
+    assert_eq!(cq.entries_left(), 100 - qp.caps().max_recv_wr - 64);
+    let e = pd
+        .qp_builder(&cq, &cq)
+        .max_send_wr(128)
+        .max_recv_wr(90)
+        .max_signaled(10)
+        .build()
+        .unwrap_err();
+    assert!(matches!(e, Error::CqTooSmall { needed: 10, .. }), "{e}");
+    drop(qp);
+    // Alone on the CQ, but needing more than it holds (90 receives and 128 signaled sends):
+    // half of it for the receives, half of the rest for the sends.
     let qp = pd
         .qp_builder(&cq, &cq)
         .max_send_wr(128)
         .max_recv_wr(90)
         .build()
         .unwrap();
-    assert_eq!(qp.send_caps().max_signaled, 10);
+    assert_eq!(
+        (qp.caps().max_recv_wr, qp.send_caps().max_signaled),
+        (50, 25)
+    );
     let e = pd.qp_builder(&cq, &cq).max_recv_wr(0).build().unwrap_err();
     assert!(matches!(e, Error::InvalidArgument(_)));
 }

@@ -342,7 +342,8 @@ mod tests {
             },
         );
         let pd = ctx.alloc_pd().unwrap();
-        let cq = ctx.cq_builder().build().unwrap();
+        // Room for an RC and a UD QP of the default sizes.
+        let cq = ctx.cq_builder().cqe(512).build().unwrap();
         let rc = pd.qp_builder(&cq, &cq).build().unwrap();
         assert!(matches!(
             rc.ready_ud(&UdAttr::new(7)),

@@ -68,8 +68,15 @@ fn join_while_polling(ctx: &Context, gid: Option<u32>) {
     // Created while the poller polls.
     let mut qps = Vec::new();
     for i in 0..QPS {
-        let qp = pd.qp_builder(&cq, &cq).build().unwrap();
-        let peer = pd.qp_builder(&peer_cq, &peer_cq).build().unwrap();
+        // Each QP's share of its CQ: one receive and a few signaled sends (the CQ holds 64).
+        let small = || pd.qp_builder(&cq, &cq).max_send_wr(8).max_recv_wr(1);
+        let qp = small().build().unwrap();
+        let peer = pd
+            .qp_builder(&peer_cq, &peer_cq)
+            .max_send_wr(8)
+            .max_recv_wr(1)
+            .build()
+            .unwrap();
         connect(ctx, gid, &qp, &peer);
         let src = pd.alloc_buf(64, AccessFlags::ALL).unwrap();
         let dst = pd.alloc_buf(64, AccessFlags::ALL).unwrap();

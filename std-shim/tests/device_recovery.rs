@@ -1,8 +1,10 @@
 //! Recovery on a device: a QP driven into the error state mid-transfer (a WRITE with a bad
 //! rkey) completes every request it holds exactly once, the failed one with its error and every
-//! other with a flush; its queues then refuse posts; once drained it is reset, connected to
-//! another peer, and the same queue handles transfer again (memory checked); and a QP reset
-//! and reconnected many times leaks no device object.
+//! other with a flush; its queues then refuse posts; once drained it is reset (with a new PSN),
+//! connected to another peer, and the same queue handles transfer again (memory checked); a QP
+//! whose last request completed unsignaled drains and resets, and both sides of a pair recover
+//! and connect to each other again; and a QP reset and reconnected many times leaks no device
+//! object.
 //!
 //! Each scenario runs on the software device (with the `sim` feature) and on the device the
 //! environment names (`ZVERBS_TEST_DEVICE`: rxe in `cargo xtask test --only rxe`, or the
@@ -137,6 +139,9 @@ fn drain_reset_reconnect(ctx: &Context, gid: Option<u32>) {
     }
     // The QP is in the error state: its queues refuse posts, with nothing written.
     assert_eq!(a.qp.state(), QpState::Error);
+    // So is the responder, B, which the bad rkey put there (a class C error): its state is
+    // what its device says, though B polled nothing.
+    assert_eq!(b.qp.state(), QpState::Error);
     let e = sq.write(6, a.buf.slice(0..8), c.buf.remote(0), SIG);
     assert!(
         matches!(
@@ -146,8 +151,12 @@ fn drain_reset_reconnect(ctx: &Context, gid: Option<u32>) {
         "{e:?}"
     );
     assert!(a.qp.is_drained(), "{:?}", a.qp.outstanding());
+    let old_psn = a.qp.psn();
     a.qp.reset().unwrap();
     assert_eq!(a.qp.state(), QpState::Reset);
+    // A new incarnation sends from a new PSN, which its endpoint announces.
+    assert_ne!(a.qp.psn(), old_psn);
+    assert_eq!(endpoint(ctx, gid, &a.qp).0.psn, a.qp.psn());
     let e = rq.post(7, a.buf.slice(0..8));
     assert!(
         matches!(
@@ -227,9 +236,86 @@ fn reuse(ctx: &Context, gid: Option<u32>, a: &End, b: &End, n: u32) {
         assert_eq!(got, word, "round {round}");
         a.qp.to_error().unwrap();
         b.qp.to_error().unwrap();
+        let psns = (a.qp.psn(), b.qp.psn());
         a.qp.reset().unwrap();
         b.qp.reset().unwrap();
+        assert!(
+            a.qp.psn() != psns.0 && b.qp.psn() != psns.1,
+            "round {round}"
+        );
     }
+}
+
+/// Polls `cq` and resets `qp` until the reset is accepted (`to_error`, then drain): returns
+/// the completions polled meanwhile.
+fn drain_and_reset(qp: &Qp, cq: &mut AnyPoller) -> Vec<Completion> {
+    let deadline = Instant::now() + COMPLETION_LIMIT;
+    let mut got = Vec::new();
+    let mut wc = [Completion::EMPTY; 16];
+    loop {
+        match qp.reset() {
+            Ok(()) => return got,
+            Err(Error::NotDrained { .. }) => {
+                let n = cq.poll(&mut wc);
+                got.extend_from_slice(&wc[..n]);
+            }
+            Err(e) => panic!("reset: {e}"),
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never drained: {:?}, polled {got:?}",
+            qp.outstanding()
+        );
+    }
+}
+
+/// The last request of A is unsignaled: it completes with no completion. Taken down on
+/// purpose, A still drains and resets (the reset's drain marker retires it), and both sides,
+/// recovered, transfer again: A's peer B was healthy, but it expects the PSNs of A's old
+/// incarnation, so it recovers too and the two connect to each other's new endpoints.
+fn unsignaled_last_request_then_both_sides_recover(ctx: &Context, gid: Option<u32>) {
+    let pd = ctx.alloc_pd().unwrap();
+    let (a, b) = (end(&pd), end(&pd));
+    connect(ctx, gid, &a.qp, &b.qp);
+    let mut sq = SafeSendQueue::new(a.qp.send_queue().unwrap());
+    let mut cq = a.cq.poller().unwrap();
+    let mut bcq = b.cq.poller().unwrap();
+    a.buf.write(0, b"first");
+    sq.write(1, a.buf.slice(0..5), b.buf.remote(0), SIG)
+        .unwrap();
+    assert_eq!(wait(&mut cq, 1)[0].status, WcStatus::Success);
+    a.buf.write(8, b"unsignaled");
+    sq.write(2, a.buf.slice(8..18), b.buf.remote(8), SendFlags::empty())
+        .unwrap();
+    let deadline = Instant::now() + COMPLETION_LIMIT;
+    let mut got = [0u8; 10];
+    while &got != b"unsignaled" {
+        assert!(
+            Instant::now() < deadline,
+            "the unsignaled WRITE never landed"
+        );
+        b.buf.read(8, &mut got);
+    }
+    a.qp.to_error().unwrap();
+    let extra = drain_and_reset(&a.qp, &mut cq);
+    // The unsignaled WRITE had completed: the one completion is the drain marker's flush.
+    assert_eq!(extra.len(), 1, "{extra:?}");
+    assert_eq!(
+        (extra[0].wr_id, extra[0].status),
+        (zverbs::DRAIN_WR_ID, WcStatus::WrFlushErr)
+    );
+    b.qp.to_error().unwrap();
+    assert!(drain_and_reset(&b.qp, &mut bcq).is_empty());
+    connect(ctx, gid, &a.qp, &b.qp);
+    a.buf.write(64, b"both again");
+    sq.write(3, a.buf.slice(64..74), b.buf.remote(64), SIG)
+        .unwrap();
+    let c = wait(&mut cq, 1);
+    assert_eq!((c[0].wr_id, c[0].status), (3, WcStatus::Success));
+    let mut got = [0u8; 10];
+    b.buf.read(64, &mut got);
+    assert_eq!(&got, b"both again");
+    nothing_more(&mut cq);
 }
 
 /// The software-device variants run in the test stage; where a device is named (the rxe and
@@ -264,6 +350,14 @@ mod software_device {
     }
 
     #[test]
+    fn an_unsignaled_last_request_drains_then_both_sides_recover() {
+        if on_a_named_device() {
+            return;
+        }
+        unsignaled_last_request_then_both_sides_recover(&sim(), None);
+    }
+
+    #[test]
     fn a_qp_reset_and_reconnected_a_thousand_times() {
         if on_a_named_device() {
             return;
@@ -287,6 +381,13 @@ fn reset_is_refused_until_polled_on_the_device() {
     let Some(env) = env() else { return };
     let _s = serial();
     reset_waits_for_the_poller(&open(&env.device), Some(env.gid_index));
+}
+
+#[test]
+fn an_unsignaled_last_request_drains_then_both_sides_recover_on_the_device() {
+    let Some(env) = env() else { return };
+    let _s = serial();
+    unsignaled_last_request_then_both_sides_recover(&open(&env.device), Some(env.gid_index));
 }
 
 /// `ZVERBS_TEST_REUSE` rounds (default 1000) of reset and reconnection; the kernel's objects

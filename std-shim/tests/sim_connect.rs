@@ -63,9 +63,11 @@ fn endpoint_is_stable_and_names_the_qp() {
 fn qps_draw_their_psns_apart() {
     // Random per QP: four QPs drawing one PSN would take a 2^-72 chance.
     let (pd, a, b) = sides();
-    let cq = &a.cq;
     let more: Vec<Qp> = (0..2)
-        .map(|_| pd.qp_builder(cq, cq).build().unwrap())
+        .map(|_| {
+            let cq = pd.context().cq_builder().build().unwrap();
+            pd.qp_builder(&cq, &cq).build().unwrap()
+        })
         .collect();
     let psns: Vec<u32> = [&a.qp, &b.qp, &more[0], &more[1]]
         .iter()

@@ -18,7 +18,9 @@ fn a_ud_qp_is_created_and_readied_without_a_peer() {
     let ctx = ctx();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.cq_builder().cqe(16).build().unwrap();
-    let qp = pd.qp_builder(&cq, &cq).ud().build().unwrap();
+    // Two QPs on a CQ of 16 (31 entries here): each its share.
+    let ud = || pd.qp_builder(&cq, &cq).ud().max_send_wr(4).max_recv_wr(4);
+    let qp = ud().build().unwrap();
     assert_eq!(qp.qp_type(), QpType::Ud);
     qp.ready_ud(&UdAttr::new(0x1111_1111)).unwrap();
     assert_eq!(qp.state(), QpState::Rts);
@@ -28,7 +30,7 @@ fn a_ud_qp_is_created_and_readied_without_a_peer() {
         Err(Error::Verbs { .. })
     ));
     // A P_Key index the port has not.
-    let qp = pd.qp_builder(&cq, &cq).ud().build().unwrap();
+    let qp = ud().build().unwrap();
     let mut a = UdAttr::new(7);
     a.pkey_index = 3;
     assert!(matches!(qp.ready_ud(&a), Err(Error::Verbs { .. })));
@@ -120,7 +122,8 @@ fn qps_take_their_receives_from_a_shared_receive_queue() {
     assert_eq!((layout.head, layout.tail), (0, layout.wqe_cnt - 1));
     assert!(srq.caps().0 >= 64 && srq.caps().1 >= 2);
     assert!(srq.as_raw().is_none());
-    let cq = ctx.cq_builder().cqe(64).build().unwrap();
+    // Room for the SRQ's receives and the two QPs' signaled sends.
+    let cq = ctx.cq_builder().cqe(512).build().unwrap();
     let rc = pd.qp_builder(&cq, &cq).srq(&srq).build().unwrap();
     let ud = pd.qp_builder(&cq, &cq).ud().srq(&srq).build().unwrap();
     for qp in [&rc, &ud] {

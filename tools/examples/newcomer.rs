@@ -15,8 +15,11 @@ use std::time::{Duration, Instant};
 use zverbs::{AccessFlags, ContextOptions, SendFlags};
 
 fn main() -> zverbs::Result<()> {
-    let rounds: u32 = match std::env::args().nth(1) {
-        Some(n) => n.parse().expect("the number of round trips"),
+    let rounds: u32 = match std::env::args_os().nth(1) {
+        Some(n) => n.to_str().and_then(|n| n.parse().ok()).ok_or_else(|| {
+            let n = n.to_string_lossy();
+            zverbs::Error::InvalidArgument(format!("`{n}`: round trips, 0 to {}", u32::MAX))
+        })?,
         None => 1000,
     };
     let sig = SendFlags::SIGNALED;

@@ -13,9 +13,12 @@
 use zverbs::connect::pmix::{Job, PmixError};
 
 fn main() {
-    let rounds: u32 = match std::env::args().nth(1).map(|n| n.parse()) {
-        Some(Ok(n)) => n,
-        Some(Err(_)) => {
+    let rounds: Option<Result<u32, ()>> = std::env::args_os()
+        .nth(1)
+        .map(|n| n.to_str().and_then(|n| n.parse().ok()).ok_or(()));
+    let rounds = match rounds {
+        Some(Ok(n)) if std::env::args_os().nth(2).is_none() => n,
+        Some(_) => {
             eprintln!("usage: pmix_rounds [rounds] (a number of rounds, 8 if none)");
             std::process::exit(2);
         }

@@ -6,7 +6,7 @@
 //! The examples are built (by cargo, with this test's features) before they run. The runs that
 //! need a device use the software device (feature `sim`).
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -97,23 +97,30 @@ fn perf(args: &[&str]) -> Command {
 /// An example of this package, built now (a no-op when `cargo test` already built it with these
 /// features) so that the binary run is the one of this source and these features.
 fn example(name: &str, args: &[&str]) -> Command {
-    static BUILT: Mutex<Vec<(String, PathBuf)>> = Mutex::new(Vec::new());
-    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
-    let exe = match built.iter().find(|(n, _)| n == name) {
-        Some((_, exe)) => exe.clone(),
-        None => {
-            let exe = build_example(name);
-            built.push((name.to_string(), exe.clone()));
-            exe
-        }
-    };
-    command(exe, args)
+    command(example_exe("zverbs-tools", name), args)
 }
 
-/// `cargo build --example name` with this test's profile and features; the executable.
-fn build_example(name: &str) -> PathBuf {
+/// The executable of example `name` of `package` (this one, or the `zverbs` library's), built
+/// once per test run.
+fn example_exe(package: &str, name: &str) -> PathBuf {
+    static BUILT: Mutex<Vec<(String, PathBuf)>> = Mutex::new(Vec::new());
+    let key = format!("{package}/{name}");
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    match built.iter().find(|(n, _)| *n == key) {
+        Some((_, exe)) => exe.clone(),
+        None => {
+            let exe = build_example(package, name);
+            built.push((key, exe.clone()));
+            exe
+        }
+    }
+}
+
+/// `cargo build -p package --example name` with this test's profile and features (the
+/// software device's, for the `zverbs` library's examples); the executable.
+fn build_example(package: &str, name: &str) -> PathBuf {
     let mut c = Command::new(env!("CARGO"));
-    c.args(["build", "-p", "zverbs-tools", "--example", name])
+    c.args(["build", "-p", package, "--example", name])
         .arg("--message-format=json-render-diagnostics")
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .stderr(Stdio::inherit());
@@ -287,6 +294,175 @@ fn the_examples_refuse_out_of_range_arguments() {
     }
 }
 
+/// Every program a user runs (`zverbs-perf`, the examples of this package and of the `zverbs`
+/// library), given arguments that it does not take: it refuses them (or runs briefly on the
+/// software device), and never panics (exit code 101, "panicked") or hangs. No argument names
+/// a host: a client would wait for a server.
+#[test]
+fn no_program_panics_on_any_argument() {
+    let big = "18446744073709551616"; // 2^64: fits no number type
+    let max = u64::MAX.to_string();
+    let not_utf8 = || OsStr::from_bytes(b"a\xffb").to_os_string();
+    let words = |a: &[&str]| -> Vec<OsString> { a.iter().map(OsString::from).collect() };
+    // What no program takes, alone and after each program's first words.
+    let mut common: Vec<Vec<OsString>> = ["-1", "1.5", "", "-", "--bogus", "-x", big]
+        .iter()
+        .map(|a| words(&[a]))
+        .collect();
+    common.push(vec![not_utf8()]);
+    let after = |first: &[&str]| -> Vec<Vec<OsString>> {
+        let mut v: Vec<Vec<OsString>> = ["-1", "--bogus", "-s", "--size", big]
+            .iter()
+            .map(|a| words(&[first, &[*a][..]].concat()))
+            .collect();
+        let mut n = words(first);
+        n.push(not_utf8());
+        v.push(n);
+        v
+    };
+    // Each program, with the arguments out of range in each place it takes a number.
+    let perf: Vec<Vec<OsString>> = [
+        vec!["write_lat", "-s", &max],
+        vec!["write_lat", "-s", "2147483649"],
+        vec!["send_bw", "-t", &max],
+        vec!["send_bw", "-r", "1"],
+        vec!["write_lat", "-n", "0"],
+        vec!["write_lat", "--warmup", &max],
+        vec!["write_lat", "--timeout", &max],
+        vec!["write_lat", "-m", "1500"],
+        vec!["write_lat", "-p", "65536"],
+        vec!["write_lat", "-I", &max],
+        vec!["write_lat", "-g", &max, "-n", "1"],
+        vec!["write_lat", "-i", "300", "-n", "1"],
+        vec!["send_lat", "--ud", "-s", "65536", "-n", "1"],
+        vec!["all2all", "-s", &max],
+        vec!["devices", "extra"],
+    ]
+    .iter()
+    .map(|a| words(a))
+    .chain(after(&["write_lat"]))
+    .chain(after(&["all2all"]))
+    .collect();
+    let pingpong: Vec<Vec<OsString>> = [
+        vec!["--size", &max],
+        vec!["--iters", "0"],
+        vec!["--rc", "-s", &max],
+        vec!["--rc", "-n", &max],
+        vec!["--ud", "-s", &max],
+        vec!["--srq", "-q", &max],
+        vec!["--srq", "-q", "0"],
+    ]
+    .iter()
+    .map(|a| words(a))
+    .chain(after(&["--rc"]))
+    .chain(after(&["--ud"]))
+    .chain(after(&["--srq"]))
+    .collect();
+    let positional =
+        |sets: &[&[&str]]| -> Vec<Vec<OsString>> { sets.iter().map(|a| words(a)).collect() };
+    let mut programs: Vec<(&str, PathBuf, Vec<Vec<OsString>>)> = vec![
+        (
+            "zverbs-perf",
+            env!("CARGO_BIN_EXE_zverbs-perf").into(),
+            perf,
+        ),
+        (
+            "pingpong",
+            example_exe("zverbs-tools", "pingpong"),
+            pingpong,
+        ),
+        (
+            "loopback",
+            example_exe("zverbs-tools", "loopback"),
+            positional(&[&["--gid-idx", &max], &["--backend", "x"], &["a", "b"]]),
+        ),
+        (
+            "mcast",
+            example_exe("zverbs-tools", "mcast"),
+            positional(&[
+                &["--send", "-S", &max],
+                &["--recv", "-m", "x"],
+                &["--send", "--recv"],
+            ]),
+        ),
+        (
+            "newcomer",
+            example_exe("zverbs-tools", "newcomer"),
+            positional(&[&["abc"], &["4294967296"]]),
+        ),
+        (
+            "wqe_demo",
+            example_exe("zverbs-tools", "wqe_demo"),
+            Vec::new(),
+        ),
+    ];
+    if cfg!(feature = "pmix") {
+        programs.push((
+            "pmix_rounds",
+            example_exe("zverbs-tools", "pmix_rounds"),
+            positional(&[&["abc"], &["4294967296"], &["1", "2"]]),
+        ));
+    }
+    if cfg!(feature = "sim") {
+        programs.extend([
+            (
+                "batched_writer",
+                example_exe("zverbs", "batched_writer"),
+                positional(&[
+                    &["abc"],
+                    &["10", "abc"],
+                    &["10", "0"],
+                    &["10", &max, &max],
+                    &["10", "1", "0"],
+                    &["10", "1", "1", &max],
+                    &["10", "1", "1", "0"],
+                    &["1", "1", "1", "1", "1"],
+                ]),
+            ),
+            (
+                "last_byte",
+                example_exe("zverbs", "last_byte"),
+                positional(&[
+                    &["abc"],
+                    &["10", "abc"],
+                    &["10", &max],
+                    &["10", "1"],
+                    &["1", "2", "3"],
+                ]),
+            ),
+            (
+                "latency",
+                example_exe("zverbs", "latency"),
+                positional(&[
+                    &["read"],
+                    &["write", "abc"],
+                    &["write", "0"],
+                    &["send", "10", &max],
+                    &["send", "10", "0"],
+                    &["write", "1", "1", "1"],
+                ]),
+            ),
+            (
+                "rpc",
+                example_exe("zverbs", "rpc"),
+                positional(&[&["abc"], &["0"], &["1", "2"]]),
+            ),
+        ]);
+    }
+    for (name, exe, own) in &programs {
+        for args in common.iter().chain(own) {
+            let mut c = command(exe.clone(), &[]);
+            c.args(args).env("ZVERBS_DEVICE", "zverbs_sim0");
+            let o = run(c);
+            assert!(
+                o.code != Some(101) && !o.stderr.contains("panicked"),
+                "{name} {args:?} panicked:\n{}",
+                o.text()
+            );
+        }
+    }
+}
+
 /// What needs a device: the software device.
 #[cfg(feature = "sim")]
 mod software_device {
@@ -339,10 +515,12 @@ mod software_device {
         refused(&run(c), 1, "ZVERBS_BACKEND=");
     }
 
-    /// A server that answers a `zverbs-perf` client's exchange with the client's own address (its
-    /// QP connects to itself) and a target one slot into its own buffer: the client's WRITEs then
-    /// never change the byte it waits on, so it waits for a peer that never answers. `close` ends
-    /// the connection right after the exchange; otherwise it stays open until the client ends.
+    /// A server that answers a `zverbs-perf` client's exchange with the client's own QP under
+    /// LID 0 (which the software device takes for itself: the QP connects to itself; the exact
+    /// address sent back would be refused as an echo) and a target one slot into the client's
+    /// own buffer: the client's WRITEs then never change the byte it waits on, so it waits for
+    /// a peer that never answers. `close` ends the connection right after the exchange;
+    /// otherwise it stays open until the client ends.
     fn silent_peer(close: bool, client_args: &[&str]) -> Outcome {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = l.local_addr().unwrap().port().to_string();
@@ -356,7 +534,9 @@ mod software_device {
         s.set_read_timeout(Some(DEADLINE)).unwrap();
         let mut hello = [0u8; MSG_LEN + EXT_LEN];
         s.read_exact(&mut hello).unwrap();
-        let endpoint = decode(hello[..MSG_LEN].try_into().unwrap()).unwrap();
+        let mut endpoint = decode(hello[..MSG_LEN].try_into().unwrap()).unwrap();
+        assert_ne!(endpoint.lid, 0);
+        endpoint.lid = 0;
         let (region, app) = decode_ext(hello[MSG_LEN..].try_into().unwrap()).unwrap();
         let region = region.expect("the client offers its buffer");
         let shifted = RemoteRegion {
@@ -419,6 +599,31 @@ mod software_device {
                 o.text()
             );
         }
+    }
+
+    /// A client whose window (`-t`) is deeper than the server's receive queue (`-r`): SENDs
+    /// that find no receive posted are sent again until one is, and the test completes. (Small
+    /// messages: the device then outruns the server's reposting at once; with 6 RNR retries the
+    /// 65th SEND failed every time.)
+    #[test]
+    fn zverbs_perf_send_bw_outruns_a_shallow_receive_queue_and_completes() {
+        let o = run(perf(&[
+            "send_bw",
+            "-t",
+            "128",
+            "-r",
+            "64",
+            "-s",
+            "8",
+            "-n",
+            "3000",
+            "-p",
+            "18606",
+            "-d",
+            "zverbs_sim0",
+        ]));
+        assert_eq!(o.code, Some(0), "{}", o.text());
+        assert!(o.stdout.contains(" 3000 "), "{}", o.text());
     }
 
     /// `--hw-ts` with `--events`: one CQ with both timestamps and a channel, the waits sleeping

@@ -30,7 +30,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use crate::cli::{self, Arg, Parser, usage};
-use crate::test::Run;
+use crate::run::Run;
 use crate::util::{self, Result, Table, anyhow, bail};
 
 /// The version of cargo-mutants installed when it is missing, and that the figures in

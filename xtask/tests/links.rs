@@ -36,20 +36,24 @@ fn slug(heading: &str) -> String {
         .collect()
 }
 
+/// The lines of a Markdown text outside its fenced code blocks.
+fn prose(text: &str) -> impl Iterator<Item = &str> {
+    let mut fenced = false;
+    text.lines().filter(move |line| {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            return false;
+        }
+        !fenced
+    })
+}
+
 /// The anchors of a Markdown text's headings (outside fenced code blocks), with GitHub's
 /// `-1`, `-2` suffixes for repeated ones.
 fn anchors(text: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut seen = std::collections::HashMap::new();
-    let mut fenced = false;
-    for line in text.lines() {
-        if line.trim_start().starts_with("```") {
-            fenced = !fenced;
-            continue;
-        }
-        if fenced {
-            continue;
-        }
+    for line in prose(text) {
         let Some(title) = line.strip_prefix('#') else {
             continue;
         };
@@ -69,15 +73,7 @@ fn anchors(text: &str) -> Vec<String> {
 /// leaving out web addresses and mail.
 fn links(text: &str) -> Vec<String> {
     let mut out = Vec::new();
-    let mut fenced = false;
-    for line in text.lines() {
-        if line.trim_start().starts_with("```") {
-            fenced = !fenced;
-            continue;
-        }
-        if fenced {
-            continue;
-        }
+    for line in prose(text) {
         let mut rest = line;
         while let Some(i) = rest.find("](") {
             let after = &rest[i + 2..];

@@ -1,15 +1,37 @@
 //! `zverbs-emu sysfs DIR`: writes the fake sysfs tree of the emulated ConnectX under `DIR`
-//! (for `SYSFS_PATH`).
+//! (for `SYSFS_PATH`), with the key of its fabric (kept when the tree is written again).
 //!
 //! `zverbs-emu inject PID FAULT`: injects a fault (`port-down`, `port-up`, `qp-fatal QPN`,
 //! `device-fatal`) into the emulated device of process `PID` (in the namespace
-//! `ZVERBS_EMU_NS` names), whose programs read it with `ibv_get_async_event`.
+//! `ZVERBS_EMU_NS` names, of the fabric whose sysfs tree `SYSFS_PATH` names), whose programs
+//! read it with `ibv_get_async_event`.
 
+use std::ffi::OsString;
 use std::path::Path;
 use std::process::ExitCode;
 
+const USAGE: &str = "\
+usage: zverbs-emu sysfs DIR | zverbs-emu inject PID FAULT
+
+sysfs writes the fake sysfs tree of the emulated ConnectX under DIR, with its fabric's key;
+then run a program with
+  SYSFS_PATH=DIR LD_PRELOAD=<path to libzverbs_emu.so> program ...
+(`cargo xtask emu -- program ...` does all of it)
+inject sends FAULT (port-down, port-up, qp-fatal QPN, device-fatal) to the emulator of process
+PID, as a member of the fabric of the tree SYSFS_PATH names (ZVERBS_EMU_NS its namespace)";
+
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    let args: Vec<String> = match args.into_iter().map(OsString::into_string).collect() {
+        Ok(a) => a,
+        Err(bad) => {
+            eprintln!(
+                "zverbs-emu: argument `{}` is not UTF-8\n\n{USAGE}",
+                bad.to_string_lossy()
+            );
+            return ExitCode::from(2);
+        }
+    };
     match args.as_slice() {
         [cmd, dir] if cmd == "sysfs" => match zverbs_emu::sysfs::write_tree(Path::new(dir)) {
             Ok(()) => {
@@ -22,13 +44,18 @@ fn main() -> ExitCode {
             }
         },
         [cmd, pid, fault @ ..] if cmd == "inject" && !fault.is_empty() => {
-            let ns = std::env::var("ZVERBS_EMU_NS").unwrap_or_else(|_| "default".into());
+            let ns = zverbs_emu::fabric::namespace();
             let Ok(pid) = pid.parse::<u32>() else {
                 eprintln!("zverbs-emu: not a process id: {pid}");
                 return ExitCode::from(2);
             };
-            match zverbs_emu::async_events::send_fault(&ns, pid, &fault.join(" ")) {
+            let key = zverbs_emu::fabric::hello::Key::from_env();
+            match zverbs_emu::async_events::send_fault(&ns, key, pid, &fault.join(" ")) {
                 Ok(()) => ExitCode::SUCCESS,
+                Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
+                    eprintln!("zverbs-emu: {e}");
+                    ExitCode::from(2)
+                }
                 Err(e) => {
                     eprintln!("zverbs-emu: cannot inject into process {pid}: {e}");
                     ExitCode::FAILURE
@@ -36,13 +63,7 @@ fn main() -> ExitCode {
             }
         }
         _ => {
-            eprintln!(
-                "usage: zverbs-emu sysfs DIR | zverbs-emu inject PID FAULT\n\nsysfs writes the fake sysfs tree of the emulated \
-                 ConnectX under DIR; then run a program with\n  SYSFS_PATH=DIR \
-                 LD_PRELOAD=<path to libzverbs_emu.so> program ...\n(`cargo xtask emu -- \
-                 program ...` does all of it)\ninject sends FAULT (port-down, port-up, qp-fatal QPN, \
-                 device-fatal) to the emulator of process PID"
-            );
+            eprintln!("{USAGE}");
             ExitCode::from(2)
         }
     }

@@ -140,6 +140,16 @@ impl Emu {
                         .set_retry_cnt(qpn, qp.retry_cnt.min(7))
                         .map_err(sim_errno)?;
                 }
+                if m & mask::TIMEOUT != 0 {
+                    self.dev
+                        .set_timeout(qpn, qp.timeout & 0x1f)
+                        .map_err(sim_errno)?;
+                }
+                if m & mask::RNR_RETRY != 0 {
+                    self.dev
+                        .set_rnr_retry(qpn, qp.rnr_retry.min(7))
+                        .map_err(sim_errno)?;
+                }
                 Ok(())
             }
             // A target stops at RTR, as the kernel has it.

@@ -52,7 +52,7 @@ impl Engine {
 
     /// Raises `ev` for QP `q`, which has entered the error state, and, when it takes its
     /// receives from a shared receive queue, `QpLastWqeReached` after it.
-    fn qp_event(&mut self, q: usize, ev: DeviceEvent) {
+    pub(super) fn qp_event(&mut self, q: usize, ev: DeviceEvent) {
         let qpn = self.qps[q].qpn;
         self.faults.raise(ev);
         if self.qps[q].srq.is_some() {

@@ -48,6 +48,7 @@ mod requester;
 mod reset;
 mod responder;
 mod srq;
+mod timers;
 mod ud;
 
 use std::sync::Arc;
@@ -63,6 +64,14 @@ use ud::Group;
 use zverbs_mlx5dv::prm::cqe::Syndrome;
 
 pub use queues::Peer;
+
+/// The object a device buffer belongs to, by number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Owner {
+    Qp(u32),
+    Cq(u32),
+    Srq(u32),
+}
 
 /// The largest message (2 GiB).
 const MAX_MSG: u64 = 1 << 31;
@@ -142,7 +151,9 @@ pub(crate) struct Engine {
     /// Multicast groups with at least one QP attached.
     groups: Vec<Group>,
     mrs: MrTable,
-    owned: Vec<DevBuf>,
+    /// The buffers the device allocated (rings, records, registers), each with the object it
+    /// belongs to: freed when that object is destroyed.
+    owned: Vec<(Owner, DevBuf)>,
     now: u64,
     pub(crate) stats: Stats,
     cfg: DeviceConfig,
@@ -156,6 +167,9 @@ pub(crate) struct Engine {
     pub(crate) faults: crate::faults::Faults,
     /// The device clock (CQE timestamps).
     pub(crate) clock: crate::clock::DeviceClock,
+    /// The transport and RNR timers run this many times faster than the specification's
+    /// values (`timers.rs`).
+    timer_scale: u32,
 }
 
 impl core::fmt::Debug for Engine {
@@ -212,6 +226,7 @@ impl Engine {
             atomic_host_endian: true,
             faults: crate::faults::Faults::default(),
             clock: crate::clock::DeviceClock::new(),
+            timer_scale: 1,
         })
     }
 
@@ -219,17 +234,32 @@ impl Engine {
         self.wire = Some((wire, lid));
     }
 
-    /// A buffer the device owns for its life (a ring, a record, a register).
-    fn alloc(&mut self, len: usize) -> Result<Region, SimError> {
+    /// A buffer the device allocates for `owner` (a ring, a record, a register), until
+    /// [`Engine::free_owned`] frees it with the object.
+    fn alloc(&mut self, owner: Owner, len: usize) -> Result<Region, SimError> {
+        self.owned
+            .try_reserve(1)
+            .map_err(|_| SimError::OutOfMemory)?;
         let b = DevBuf::new(len).ok_or(SimError::OutOfMemory)?;
         let r = b.region();
-        self.owned.push(b);
+        self.owned.push((owner, b));
         Ok(r)
+    }
+
+    /// Frees every buffer the device allocated for `owner` (a destroyed object, or one whose
+    /// creation failed half-way): the device keeps no memory of what is gone.
+    fn free_owned(&mut self, owner: Owner) {
+        self.owned.retain(|(o, _)| *o != owner);
+    }
+
+    /// Bytes of the buffers the device holds now (rings, records, registers, with guards).
+    pub(crate) fn owned_bytes(&self) -> usize {
+        self.owned.iter().map(|(_, b)| b.footprint()).sum()
     }
 
     /// Whether the guard bytes around every device buffer are intact.
     pub(crate) fn guards_intact(&self) -> bool {
-        self.owned.iter().all(DevBuf::guards_intact)
+        self.owned.iter().all(|(_, b)| b.guards_intact())
     }
 
     pub(crate) fn qp_index(&self, qpn: u32) -> Result<usize, SimError> {

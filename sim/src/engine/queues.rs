@@ -16,7 +16,7 @@ use zverbs_mlx5dv::prm::wqe::inline_ds;
 use zverbs_mlx5dv::prm::{MAX_DS, RCV_DBR, SND_DBR};
 use zverbs_mlx5dv::{BfLayout, CqLayout, QpLayout, WqLayout};
 
-use super::{Engine, FLUSH};
+use super::{Engine, FLUSH, Owner};
 use crate::config::{
     CqConfig, QpConfig, QpStatus, QpType, RNR_RETRY_INFINITE, SimCq, SimError, SimQp,
 };
@@ -79,6 +79,8 @@ pub(super) struct Pending {
     pub(super) seq: u32,
     /// The WQE it carries out, as parsed when it was sent.
     pub(super) wqe: Wqe,
+    /// When it was sent: its transport timer runs from here (`timers.rs`).
+    pub(super) sent: Instant,
 }
 
 /// A QP's memory as the device sees it.
@@ -148,6 +150,12 @@ pub(crate) struct DevQp {
     pub(super) retry_cnt: u8,
     /// Transport retries left for the WQE at `sq_ci`, once it has needed one.
     pub(super) retry_left: Option<u8>,
+    /// The transport timer's code (`timeout` at RTS): a request to another process that is
+    /// not answered within `4.096 µs × 2^timeout` is sent again (0: never).
+    pub(super) timeout: u8,
+    /// The RNR timer's code this QP's RNR NAKs carry as a responder (`min_rnr_timer` at
+    /// RTR): how long its requester waits before sending again.
+    pub(super) min_rnr_timer: u8,
     /// The responder has NAKed an out-of-sequence request and drops the next ones until the
     /// expected PSN arrives (one NAK per sequence error, as IB responders send).
     pub(super) seq_nak_sent: bool,
@@ -172,6 +180,16 @@ impl DevQp {
     /// Sets the transport retry count for the requests from now on.
     pub(crate) fn set_retry_cnt(&mut self, retry_cnt: u8) {
         self.retry_cnt = retry_cnt;
+    }
+
+    /// Sets the transport timer's code (`timeout`, 5 bits; 0 disables the timer).
+    pub(crate) fn set_timeout(&mut self, timeout: u8) {
+        self.timeout = timeout & 0x1f;
+    }
+
+    /// Sets the RNR timer's code its RNR NAKs carry (`min_rnr_timer`, 5 bits).
+    pub(crate) fn set_min_rnr_timer(&mut self, code: u8) {
+        self.min_rnr_timer = code & 0x1f;
     }
 
     /// Sets the PSN of the next request this QP sends (`sq_psn`, 24 bits).
@@ -242,15 +260,31 @@ impl Engine {
             return Err(SimError::InvalidConfig("CQE size must be 64 or 128"));
         }
         let slot = self.free_cq_slot()?;
+        let owner = Owner::Cq(CQN_BASE + slot as u32);
+        let made = self.create_cq_owned(cfg, cqe_size, slot, owner);
+        if made.is_err() {
+            self.free_owned(owner);
+        }
+        made
+    }
+
+    /// [`Engine::create_cq_sized`] into table entry `slot`, its buffers allocated for `owner`.
+    fn create_cq_owned(
+        &mut self,
+        cfg: CqConfig,
+        cqe_size: u32,
+        slot: usize,
+        owner: Owner,
+    ) -> Result<SimCq, SimError> {
         let cnt = (cfg.cqe + 1).next_power_of_two();
         let size = cqe_size as usize;
-        let buf = self.alloc(cnt as usize * size)?;
+        let buf = self.alloc(owner, cnt as usize * size)?;
         for i in 0..cnt as usize {
             // SAFETY: the last byte of entry `i` (its CQE's `op_own`), inside the new buffer.
             // libmlx5 initialises every CQE as invalid (opcode 15, owner 0).
             unsafe { buf.ptr.add(i * size + size - 1).write(op::INVALID << 4) };
         }
-        let dbrec = self.alloc(8)?.ptr.cast::<u32>();
+        let dbrec = self.alloc(owner, 8)?.ptr.cast::<u32>();
         let layout = CqLayout {
             buf: buf.ptr,
             dbrec,
@@ -258,8 +292,8 @@ impl Engine {
             cqe_size,
             cqn: CQN_BASE + slot as u32,
         };
-        let uar = self.alloc(64)?.ptr;
-        // SAFETY: the buffers were just allocated for this CQ and live as long as the engine.
+        let uar = self.alloc(owner, 64)?.ptr;
+        // SAFETY: the buffers were just allocated for this CQ and live until it is destroyed.
         unsafe { self.add_cq(&layout) }?;
         let i = self.cq_index(layout.cqn)?;
         self.cqs[i].uar = Some(uar);
@@ -391,15 +425,26 @@ impl Engine {
             )
         };
         let slot = self.free_qp_slot()?;
-        let sq = self.alloc(sq_cnt as usize * 64)?;
-        let rq = self.alloc(rq_cnt as usize * stride as usize)?;
-        let dbrec = self.alloc(8)?.ptr.cast::<u32>();
+        let owner = Owner::Qp(QPN_BASE + slot as u32);
         let bf_len = if cfg.bf_size == 0 {
             8
         } else {
             2 * cfg.bf_size as usize
         };
-        let bf = self.alloc(bf_len)?;
+        let allocated = (|| {
+            let sq = self.alloc(owner, sq_cnt as usize * 64)?;
+            let rq = self.alloc(owner, rq_cnt as usize * stride as usize)?;
+            let dbrec = self.alloc(owner, 8)?.ptr.cast::<u32>();
+            let bf = self.alloc(owner, bf_len)?;
+            Ok::<_, SimError>((sq, rq, dbrec, bf))
+        })();
+        let (sq, rq, dbrec, bf) = match allocated {
+            Ok(x) => x,
+            Err(e) => {
+                self.free_owned(owner);
+                return Err(e);
+            }
+        };
         let layout = QpLayout {
             qpn: QPN_BASE + slot as u32,
             dbrec,
@@ -418,8 +463,11 @@ impl Engine {
                 size: cfg.bf_size,
             },
         };
-        // SAFETY: the buffers were just allocated for this QP and live as long as the engine.
-        unsafe { self.add_qp(&layout, cfg.send_cq, cfg.recv_cq, cfg.rnr_retry) }?;
+        // SAFETY: the buffers were just allocated for this QP and live until it is destroyed.
+        if let Err(e) = unsafe { self.add_qp(&layout, cfg.send_cq, cfg.recv_cq, cfg.rnr_retry) } {
+            self.free_owned(owner);
+            return Err(e);
+        }
         let q = self.qp_index(layout.qpn)?;
         self.qps[q].qp_type = qp_type;
         self.qps[q].srq = srq;
@@ -545,6 +593,8 @@ impl Engine {
             rq_psn: 0,
             retry_cnt: super::RETRY_CNT_DEFAULT,
             retry_left: None,
+            timeout: super::timers::TIMEOUT_DEFAULT,
+            min_rnr_timer: super::timers::MIN_RNR_TIMER_DEFAULT,
             seq_nak_sent: false,
             atomic_results: [None; super::ATOMIC_RESOURCES],
             atomic_next: 0,
@@ -638,6 +688,9 @@ impl Engine {
             }
         }
         self.leave_groups(q);
+        // The rings, record and register the device allocated for it (none for a QP whose
+        // driver allocated them): the QP is gone, and so are they.
+        self.free_owned(Owner::Qp(qpn));
         Ok(())
     }
 
@@ -653,6 +706,8 @@ impl Engine {
         }
         self.cqs[c].dead = true;
         self.cqs[c].arm.handler = None;
+        self.cqs[c].uar = None;
+        self.free_owned(Owner::Cq(cqn));
         Ok(())
     }
 

@@ -15,7 +15,7 @@
 //! valid acknowledgement (a sequence error NAK, a drop, a lost or foreign acknowledgement)
 //! leaves the WQE where it is too, to be sent again until the QP's transport retries run out.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use zverbs_mlx5dv::prm::{fm_ce_se, opcode};
 
@@ -29,19 +29,17 @@ use super::{
 use crate::config::{Access, QpStatus, QpType, RNR_RETRY_INFINITE};
 use crate::cq::{self, op};
 use crate::vendor;
-use crate::wire::{Message, Request, Response};
+use crate::wire::{Message, Request, Response, Status};
 use crate::wqe::{Payload, Wqe};
-
-/// How long a request to another process waits after an RNR NAK before it is sent again.
-const RNR_BACKOFF: Duration = Duration::from_micros(50);
 
 /// How a send WQE ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Outcome {
     /// Success; the requester CQE's byte count.
     Done(u32),
-    /// The peer had no receive: retry later.
-    Rnr,
+    /// The peer had no receive: retry later; a peer in another process says when (its RNR
+    /// timer code), a peer in this device is asked again at the next step.
+    Rnr(Option<u8>),
     /// No valid acknowledgement (lost, a sequence error NAK, a PSN that is not the
     /// request's): send again, counted against the QP's retry count.
     Retry,
@@ -52,7 +50,7 @@ pub(super) enum Outcome {
 impl From<Nak> for Outcome {
     fn from(nak: Nak) -> Self {
         match nak {
-            Nak::Rnr => Outcome::Rnr,
+            Nak::Rnr => Outcome::Rnr(None),
             Nak::Error(f) => Outcome::Fail(f),
             Nak::Seq(_) | Nak::Dropped => Outcome::Retry,
         }
@@ -76,8 +74,26 @@ pub(super) fn last_psn(psn: u32, opcode: u8, len: u64) -> u32 {
 impl Engine {
     /// Executes or flushes the next published send WQE of QP `q`; returns the work done.
     pub(super) fn service_sq(&mut self, q: usize) -> usize {
-        if self.qps[q].status == QpStatus::Init || self.qps[q].pending.is_some() {
+        if self.qps[q].status == QpStatus::Init {
             return 0;
+        }
+        if let Some(p) = self.qps[q].pending {
+            if self.qps[q].status == QpStatus::Error {
+                // In the error state the request in flight is flushed like every other: its
+                // answer, if one still comes, matches nothing.
+                self.qps[q].pending = None;
+            } else {
+                match self.transport_deadline(q, p.sent) {
+                    Some(at) if Instant::now() >= at => {
+                        // No answer within the transport timer: sent again, or failed with
+                        // "transport retry exceeded" once the retries have run out.
+                        self.qps[q].pending = None;
+                        self.stats.timeouts += 1;
+                        return self.finish(q, &p.wqe, Outcome::Retry);
+                    }
+                    _ => return 0,
+                }
+            }
         }
         if let Some(at) = self.qps[q].resend_at {
             if self.qps[q].status != QpStatus::Error && Instant::now() < at {
@@ -185,12 +201,13 @@ impl Engine {
                 self.stats.wqes_ok += 1;
                 1
             }
-            Outcome::Rnr => {
+            Outcome::Rnr(timer) => {
                 self.stats.rnr_naks += 1;
+                let at = timer.map(|code| self.rnr_deadline(code));
                 let qp = &mut self.qps[q];
-                if qp.remote.is_some() {
-                    qp.resend_at = Some(Instant::now() + RNR_BACKOFF);
-                }
+                // A peer in another process: sent again once the RNR timer its NAK carried
+                // has run.
+                qp.resend_at = at;
                 if qp.rnr_retry == RNR_RETRY_INFINITE {
                     return 0;
                 }
@@ -422,7 +439,11 @@ impl Engine {
         let seq = self.next_seq;
         self.next_seq = self.next_seq.wrapping_add(1);
         let qp = &mut self.qps[q];
-        qp.pending = Some(Pending { seq, wqe: *w });
+        qp.pending = Some(Pending {
+            seq,
+            wqe: *w,
+            sent: Instant::now(),
+        });
         let req = Request {
             src_lid: my_lid,
             src_qpn: qp.qpn,
@@ -470,6 +491,10 @@ impl Engine {
         if core::mem::take(&mut self.qps[q].lose_next_ack) {
             // Lost on its way: the request is sent again.
             self.finish(q, &w, Outcome::Retry);
+            return;
+        }
+        if let Status::Rnr(timer) = r.status {
+            self.finish(q, &w, Outcome::Rnr(Some(timer)));
             return;
         }
         let outcome = match self.requester_spans(q, &w) {

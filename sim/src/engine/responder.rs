@@ -29,6 +29,7 @@ use super::{
 };
 use crate::config::{Access, Mr, QpStatus, QpType};
 use crate::cq::{self, op};
+use crate::faults::DeviceEvent;
 use crate::vendor;
 use crate::wire::{Message, Request, Response, Status};
 use crate::wqe::{DataEntry, MAX_SEGS, Wqe};
@@ -117,10 +118,11 @@ impl From<Fault> for Nak {
 }
 
 impl Nak {
-    /// How a response to another process says so.
-    fn status(self) -> Status {
+    /// How a response to another process says so; an RNR NAK carries the responder's RNR
+    /// timer code `rnr_timer`.
+    fn status(self, rnr_timer: u8) -> Status {
         match self {
-            Nak::Rnr => Status::Rnr,
+            Nak::Rnr => Status::Rnr(rnr_timer),
             Nak::Error(f) => Status::Nak(f.syndrome, f.vendor),
             Nak::Seq(_) => Status::Seq,
             Nak::Dropped => Status::Dropped,
@@ -132,7 +134,7 @@ impl Nak {
     pub(super) fn of_status(s: Status, psn: u32) -> Option<Self> {
         match s {
             Status::Ack => None,
-            Status::Rnr => Some(Nak::Rnr),
+            Status::Rnr(_) => Some(Nak::Rnr),
             Status::Nak(syndrome, vendor) => Some(Nak::Error(Fault::new(syndrome, vendor))),
             Status::Seq => Some(Nak::Seq(psn)),
             Status::Dropped => Some(Nak::Dropped),
@@ -170,6 +172,16 @@ impl RecvCqe {
             ud: None,
         }
     }
+}
+
+/// The kind of a class C error a responder detects, by the event it raises.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Class {
+    /// A remote key, bounds or right refused (`IBV_EVENT_QP_ACCESS_ERR`).
+    Access,
+    /// A request the responder cannot carry out: a misaligned atomic, a message above 2 GiB
+    /// (`IBV_EVENT_QP_REQ_ERR`).
+    InvalidRequest,
 }
 
 /// Converts an atomic operand to or from its order in memory.
@@ -282,7 +294,7 @@ impl Engine {
         if ask.len > MAX_MSG {
             // Only a request from another process can claim this (a local requester checks
             // its own length); its READ would be answered with more than a message can hold.
-            self.peer_to_error(p);
+            self.peer_to_error(p, Class::InvalidRequest);
             return Err(Fault::new(REM_INV_REQ, vendor::MSG_TOO_LONG).into());
         }
         match ask.opcode {
@@ -391,7 +403,7 @@ impl Engine {
     /// Compare-and-swap or fetch-and-add on 8 aligned bytes.
     fn atomic(&mut self, p: usize, ask: &Ask) -> Result<Ack, Nak> {
         if !ask.raddr.is_multiple_of(8) {
-            self.peer_to_error(p);
+            self.peer_to_error(p, Class::InvalidRequest);
             return Err(Fault::new(REM_INV_REQ, vendor::ATOMIC_ALIGN).into());
         }
         self.remote_check(p, ask, 8, Access::REMOTE_ATOMIC)?;
@@ -441,7 +453,7 @@ impl Engine {
                 );
                 Fault::new(REM_ACCESS, v)
             })
-            .inspect_err(|_| self.peer_to_error(p))
+            .inspect_err(|_| self.peer_to_error(p, Class::Access))
     }
 
     /// The receive the next inbound message at `p` consumes: the next of its receive queue,
@@ -602,14 +614,28 @@ impl Engine {
         self.stats.scattered += 1;
     }
 
-    /// Moves QP `p` to the error state (a responder-detected error of class C).
-    fn peer_to_error(&mut self, p: usize) {
+    /// Moves QP `p` to the error state (a responder-detected error of class C) and raises
+    /// the asynchronous event a ConnectX raises for it: `IBV_EVENT_QP_ACCESS_ERR` for a
+    /// remote access violation, `IBV_EVENT_QP_REQ_ERR` for an invalid request (then, on an
+    /// SRQ, `IBV_EVENT_QP_LAST_WQE_REACHED`). So the responder's side learns that its QP
+    /// left RTS, as the requester learns it from its error completion.
+    fn peer_to_error(&mut self, p: usize, class: Class) {
         if self.qps[p].qp_type == QpType::Dct {
             // A DC target serves every initiator: one initiator's bad request fails that
             // initiator alone.
             return;
         }
-        self.qps[p].status = QpStatus::Error;
+        let qpn = self.qps[p].qpn;
+        let was = core::mem::replace(&mut self.qps[p].status, QpStatus::Error);
+        if was != QpStatus::Error {
+            self.qp_event(
+                p,
+                match class {
+                    Class::Access => DeviceEvent::QpAccessError { qpn },
+                    Class::InvalidRequest => DeviceEvent::QpRequestError { qpn },
+                },
+            );
+        }
     }
 
     /// Completes receive `recv` at `p` with an error; the QP enters the error state.
@@ -640,12 +666,13 @@ impl Engine {
             }),
             None => self.admit_remote(r, writes),
         };
-        let answer = match admitted {
-            Err(f) => Err(Nak::Error(f)),
+        let (answer, rnr_timer) = match admitted {
+            Err(f) => (Err(Nak::Error(f)), 0),
             Ok(p) => {
                 let src = [Span::own(r.payload.as_ptr() as u64, r.payload.len() as u64)];
                 // SAFETY: the payload is the message's own bytes.
-                unsafe { self.respond(p, &ask, if writes { &src } else { &[] }) }
+                let answer = unsafe { self.respond(p, &ask, if writes { &src } else { &[] }) };
+                (answer, self.qps[p].min_rnr_timer)
             }
         };
         // An acknowledgement carries the request's last PSN; a duplicate's, the last request
@@ -667,7 +694,7 @@ impl Engine {
                 (Status::Ack, v)
             }
             Ok(Ack::Atomic(orig)) => (Status::Ack, orig.to_ne_bytes().to_vec()),
-            Err(nak) => (nak.status(), Vec::new()),
+            Err(nak) => (nak.status(rnr_timer), Vec::new()),
         };
         if let Some((wire, my_lid)) = &self.wire {
             let resp = Response {
@@ -698,7 +725,7 @@ mod tests {
             Nak::Seq(0xff_ffff),
             Nak::Dropped,
         ] {
-            assert_eq!(Nak::of_status(nak.status(), 0xff_ffff), Some(nak));
+            assert_eq!(Nak::of_status(nak.status(12), 0xff_ffff), Some(nak));
         }
         assert_eq!(Nak::of_status(Status::Ack, 0), None);
     }

@@ -18,7 +18,7 @@ use core::ptr::NonNull;
 use zverbs_mlx5dv::prm::wqe::{SrqNextSeg, srq_max_gs};
 
 use super::responder::Nak;
-use super::{Engine, Fault, REM_OP};
+use super::{Engine, Fault, Owner, REM_OP};
 use crate::config::{SimError, SimSrq, SrqConfig, SrqEvent};
 use crate::mem::{Region, load_be32_acquire};
 use crate::vendor;
@@ -81,7 +81,14 @@ impl Engine {
         // power of two, so the free list never runs dry while `max_wr` are posted.
         let stride = (16 + 16 * cfg.max_sge).max(32).next_power_of_two();
         let cnt = (cfg.max_wr + 1).next_power_of_two();
-        let buf = self.alloc(cnt as usize * stride as usize)?;
+        let owner = Owner::Srq(SRQN_BASE + slot as u32);
+        let buf = match self.alloc(owner, cnt as usize * stride as usize) {
+            Ok(b) => b,
+            Err(e) => {
+                self.free_owned(owner);
+                return Err(e);
+            }
+        };
         for i in 0..cnt - 1 {
             // SAFETY: WQE `i`'s next segment, inside the new ring (`(i + 1) * stride` bytes
             // at most); nothing else uses the ring yet.
@@ -94,9 +101,15 @@ impl Engine {
             };
             SrqNextSeg::new_unchecked(seg).set_next_wqe_index((i + 1) as u16);
         }
-        let dbrec = self.alloc(8)?.ptr.cast::<u32>();
-        // SAFETY: the ring and record were just allocated and linked, and live as long as the
-        // engine.
+        let dbrec = match self.alloc(owner, 8) {
+            Ok(r) => r.ptr.cast::<u32>(),
+            Err(e) => {
+                self.free_owned(owner);
+                return Err(e);
+            }
+        };
+        // SAFETY: the ring and record were just allocated and linked, and live until the SRQ
+        // is destroyed.
         let srqn = unsafe { self.add_srq(slot, buf, dbrec, cnt, stride) };
         Ok(SimSrq {
             srqn,
@@ -196,6 +209,7 @@ impl Engine {
             return Err(SimError::InvalidConfig("SRQ in use by a QP"));
         }
         self.srqs[s].dead = true;
+        self.free_owned(Owner::Srq(srqn));
         Ok(())
     }
 

@@ -29,10 +29,16 @@
 //!
 //! The server connects in [`server`]'s callback, before it answers, as `ibv_rc_pingpong`
 //! does: `exchange::server(&mut s, &hello, wire, |peer| qp.connect(&peer.endpoint))`.
+//!
+//! Every wait ends: [`client`] and [`server`] each finish within the stream's read timeout
+//! (the `timeout` that [`connect`] and [`accept`] set; [`DEFAULT_TIMEOUT`] for a stream without
+//! one), counted from the call, however the peer spaces its bytes; a peer that closes is seen
+//! at once. A peer that answers with this side's own address (an echo: its QP would be
+//! connected to itself) is refused.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream, ToSocketAddrs};
-use std::time::Duration;
+use std::net::{IpAddr, Ipv4Addr, TcpListener, TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
 
 use super::{Endpoint, RemoteRegion};
 use crate::device::Gid;
@@ -46,6 +52,8 @@ pub const EXT_LEN: usize = 96;
 pub const DONE: &[u8; 5] = b"done\0";
 /// `ibv_rc_pingpong`'s default TCP port.
 pub const DEFAULT_PORT: u16 = 18515;
+/// How long [`client`] and [`server`] may take on a stream that has no read timeout.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 const EXT_MAGIC: &str = "zverbs1:";
 
 /// Which messages to exchange.
@@ -231,13 +239,23 @@ pub fn connect(addr: &str, timeout: Duration) -> Result<TcpStream> {
 ///
 /// [`Error::Exchange`] when the port cannot be bound.
 pub fn listen(port: u16) -> Result<TcpListener> {
-    TcpListener::bind(("0.0.0.0", port)).map_err(|source| Error::Exchange {
+    listen_on(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port)
+}
+
+/// Listens for the exchange on `port` of the interface of address `ip` only: `127.0.0.1`
+/// for a peer of this machine (port 0: any free port).
+///
+/// # Errors
+///
+/// [`Error::Exchange`] when the port cannot be bound.
+pub fn listen_on(ip: IpAddr, port: u16) -> Result<TcpListener> {
+    TcpListener::bind((ip, port)).map_err(|source| Error::Exchange {
         during: "binding the exchange port",
         source,
     })
 }
 
-/// Accepts one peer, reading with `timeout` afterwards.
+/// Accepts one peer, whose exchange ([`server`]) must then end within `timeout`.
 ///
 /// # Errors
 ///
@@ -253,42 +271,146 @@ pub fn accept(listener: &TcpListener, timeout: Duration) -> Result<TcpStream> {
     Ok(s)
 }
 
-fn read_exact(s: &mut TcpStream, buf: &mut [u8], during: &'static str) -> Result<()> {
-    s.read_exact(buf).map_err(|source| match source.kind() {
-        std::io::ErrorKind::UnexpectedEof => Error::Protocol {
-            detail: format!("the peer closed the connection while {during}"),
-        },
-        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Error::Protocol {
-            detail: format!("the peer went silent while {during}"),
-        },
-        _ => Error::Exchange { during, source },
-    })
+/// When an exchange on `s` must be over: its read timeout from now ([`DEFAULT_TIMEOUT`] when
+/// it has none).
+fn deadline_of(s: &TcpStream) -> Instant {
+    let budget = s.read_timeout().ok().flatten().unwrap_or(DEFAULT_TIMEOUT);
+    Instant::now() + budget
 }
 
-fn write_all(s: &mut TcpStream, buf: &[u8], during: &'static str) -> Result<()> {
-    s.write_all(buf)
-        .map_err(|source| Error::Exchange { during, source })
+/// Runs `f` with the deadline of one exchange on `s`, then gives `s` back the read and write
+/// timeouts it had.
+fn within<T>(s: &mut TcpStream, f: impl FnOnce(&mut TcpStream, Instant) -> Result<T>) -> Result<T> {
+    let (read, write) = (
+        s.read_timeout().ok().flatten(),
+        s.write_timeout().ok().flatten(),
+    );
+    let deadline = deadline_of(s);
+    let r = f(s, deadline);
+    let _ = s.set_read_timeout(read);
+    let _ = s.set_write_timeout(write);
+    r
 }
 
-fn send_hello(s: &mut TcpStream, h: &Hello, wire: Wire) -> Result<()> {
+/// The time left before `deadline`, or the error of an exchange that took too long (`done`
+/// of `want` bytes of what it was doing when it ran out).
+fn time_left(
+    deadline: Instant,
+    during: &'static str,
+    done: usize,
+    want: usize,
+) -> Result<Duration> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(Error::Exchange {
+            during,
+            source: std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "the peer did not finish the exchange in time ({done} of {want} bytes \
+                     done): it is slow, stuck, or not this program"
+                ),
+            ),
+        });
+    }
+    Ok(left)
+}
+
+/// Reads exactly `buf.len()` bytes from `s` by `deadline`, however the peer spaces them.
+///
+/// # Errors
+///
+/// [`Error::Protocol`] when the peer closes the connection first, [`Error::Exchange`] when
+/// the deadline passes or the socket fails (`during` says what was being read).
+pub fn read_by(
+    s: &mut TcpStream,
+    buf: &mut [u8],
+    deadline: Instant,
+    during: &'static str,
+) -> Result<()> {
+    let mut got = 0;
+    while got < buf.len() {
+        let left = time_left(deadline, during, got, buf.len())?;
+        s.set_read_timeout(Some(left))
+            .map_err(|source| Error::Exchange { during, source })?;
+        match s.read(&mut buf[got..]) {
+            Ok(0) => {
+                return Err(Error::Protocol {
+                    detail: format!(
+                        "the peer closed the connection while {during} ({got} of {} bytes had \
+                         come)",
+                        buf.len()
+                    ),
+                });
+            }
+            Ok(n) => got += n,
+            Err(e) => match e.kind() {
+                // The time is checked again above.
+                std::io::ErrorKind::WouldBlock
+                | std::io::ErrorKind::TimedOut
+                | std::io::ErrorKind::Interrupted => {}
+                _ => return Err(Error::Exchange { during, source: e }),
+            },
+        }
+    }
+    Ok(())
+}
+
+/// Writes all of `buf` to `s` by `deadline`.
+///
+/// # Errors
+///
+/// [`Error::Exchange`] when the deadline passes or the socket fails.
+pub fn write_by(
+    s: &mut TcpStream,
+    buf: &[u8],
+    deadline: Instant,
+    during: &'static str,
+) -> Result<()> {
+    let mut put = 0;
+    while put < buf.len() {
+        let left = time_left(deadline, during, put, buf.len())?;
+        s.set_write_timeout(Some(left))
+            .map_err(|source| Error::Exchange { during, source })?;
+        match s.write(&buf[put..]) {
+            Ok(0) => {
+                return Err(Error::Exchange {
+                    during,
+                    source: std::io::ErrorKind::WriteZero.into(),
+                });
+            }
+            Ok(n) => put += n,
+            Err(e) => match e.kind() {
+                std::io::ErrorKind::WouldBlock
+                | std::io::ErrorKind::TimedOut
+                | std::io::ErrorKind::Interrupted => {}
+                _ => return Err(Error::Exchange { during, source: e }),
+            },
+        }
+    }
+    Ok(())
+}
+
+fn send_hello(s: &mut TcpStream, h: &Hello, wire: Wire, deadline: Instant) -> Result<()> {
     let mut out = encode(&h.endpoint).to_vec();
     if wire == Wire::Zverbs {
         out.extend_from_slice(&encode_ext(h.region, &h.app)?);
     }
-    write_all(s, &out, "sending this side's address")
+    write_by(s, &out, deadline, "sending this side's address")
 }
 
-fn recv_hello(s: &mut TcpStream, wire: Wire) -> Result<Hello> {
+fn recv_hello(s: &mut TcpStream, wire: Wire, deadline: Instant) -> Result<Hello> {
     let mut msg = [0u8; MSG_LEN];
-    read_exact(s, &mut msg, "reading the peer's address")?;
+    read_by(s, &mut msg, deadline, "reading the peer's address")?;
     let endpoint = decode(&msg)?;
     let (region, app) = match wire {
         Wire::RcPingpong => (None, String::new()),
         Wire::Zverbs => {
             let mut ext = [0u8; EXT_LEN];
-            read_exact(
+            read_by(
                 s,
                 &mut ext,
+                deadline,
                 "reading the zverbs extension (is the peer ibv_rc_pingpong?)",
             )?;
             decode_ext(&ext)?
@@ -301,20 +423,50 @@ fn recv_hello(s: &mut TcpStream, wire: Wire) -> Result<Hello> {
     })
 }
 
-/// The client's side: send this side's address, read the peer's, send `done`.
+/// Whether `a` and `b` name the same QP: the same QP number at the same port (LID and GID).
+/// Two sides of a connection never do; a peer that sends this side's own address back does.
+pub fn same_qp(a: &Endpoint, b: &Endpoint) -> bool {
+    a.lid == b.lid && a.qpn & 0xff_ffff == b.qpn & 0xff_ffff && a.gid == b.gid
+}
+
+/// Refuses a peer whose address is this side's own.
 ///
 /// # Errors
 ///
-/// [`Error::Protocol`] for a garbled or missing answer; [`Error::Exchange`] for socket errors.
+/// [`Error::Protocol`] naming the address.
+pub fn refuse_own(local: &Endpoint, remote: &Endpoint) -> Result<()> {
+    if same_qp(local, remote) {
+        return Err(Error::Protocol {
+            detail: format!(
+                "the peer's address is this side's own (LID {:#06x}, QPN {:#08x}): it sent \
+                 this side's message back instead of its own",
+                remote.lid, remote.qpn
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The client's side: send this side's address, read the peer's, send `done`, all within the
+/// stream's read timeout (the one [`connect`] set).
+///
+/// # Errors
+///
+/// [`Error::Protocol`] for a garbled or missing answer, or one that is this side's own
+/// address; [`Error::Exchange`] for socket errors and a peer that does not finish in time.
 pub fn client(s: &mut TcpStream, local: &Hello, wire: Wire) -> Result<Hello> {
-    send_hello(s, local, wire)?;
-    let remote = recv_hello(s, wire)?;
-    write_all(s, DONE, "sending done")?;
-    Ok(remote)
+    within(s, |s, deadline| {
+        send_hello(s, local, wire, deadline)?;
+        let remote = recv_hello(s, wire, deadline)?;
+        refuse_own(&local.endpoint, &remote.endpoint)?;
+        write_by(s, DONE, deadline, "sending done")?;
+        Ok(remote)
+    })
 }
 
 /// The server's side: read the client's address, run `on_remote` (connect the QP, as
-/// `ibv_rc_pingpong` does before answering), send this side's address, read `done`.
+/// `ibv_rc_pingpong` does before answering), send this side's address, read `done`; all
+/// within the stream's read timeout (the one [`accept`] set), `on_remote`'s time included.
 ///
 /// # Errors
 ///
@@ -325,28 +477,34 @@ pub fn server(
     wire: Wire,
     on_remote: impl FnOnce(&Hello) -> Result<()>,
 ) -> Result<Hello> {
-    let remote = recv_hello(s, wire)?;
-    on_remote(&remote)?;
-    send_hello(s, local, wire)?;
-    let mut done = [0u8; 5];
-    read_exact(s, &mut done, "reading done")?;
-    if &done != DONE {
-        return Err(garbled("\"done\"", &done));
-    }
-    Ok(remote)
+    within(s, |s, deadline| {
+        let remote = recv_hello(s, wire, deadline)?;
+        refuse_own(&local.endpoint, &remote.endpoint)?;
+        on_remote(&remote)?;
+        send_hello(s, local, wire, deadline)?;
+        let mut done = [0u8; 5];
+        read_by(s, &mut done, deadline, "reading done")?;
+        if &done != DONE {
+            return Err(garbled("\"done\"", &done));
+        }
+        Ok(remote)
+    })
 }
 
 /// A barrier over the exchange connection: each side sends one byte and waits for the
-/// other's (used to end a test together).
+/// other's (used to end a test together), within the stream's read timeout.
 ///
 /// # Errors
 ///
-/// [`Error::Protocol`] or [`Error::Exchange`] when the peer is gone.
+/// [`Error::Protocol`] or [`Error::Exchange`] when the peer is gone or does not answer in
+/// time.
 pub fn barrier(s: &mut TcpStream, token: u8) -> Result<u8> {
-    write_all(s, &[token], "synchronising")?;
-    let mut b = [0u8; 1];
-    read_exact(s, &mut b, "synchronising")?;
-    Ok(b[0])
+    within(s, |s, deadline| {
+        write_by(s, &[token], deadline, "synchronising")?;
+        let mut b = [0u8; 1];
+        read_by(s, &mut b, deadline, "synchronising")?;
+        Ok(b[0])
+    })
 }
 
 #[cfg(test)]
@@ -550,6 +708,117 @@ mod tests {
         c.write_all(&encode(&ep())).unwrap();
         let e = server(&mut s, &Hello::default(), Wire::Zverbs, |_| Ok(())).unwrap_err();
         assert!(e.to_string().contains("ibv_rc_pingpong"), "{e}");
+    }
+
+    /// Writes `bytes` to `s` one at a time, `gap` apart, until done or the reader is gone.
+    fn dribble(s: &mut TcpStream, bytes: &[u8], gap: Duration) {
+        for b in bytes {
+            std::thread::sleep(gap);
+            if s.write_all(&[*b]).is_err() {
+                return;
+            }
+        }
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "sockets: Miri makes no system calls")]
+    fn a_peer_that_dribbles_its_bytes_cannot_stretch_the_exchange() {
+        // Each byte comes well within the timeout, the whole answer well after it: the
+        // exchange ends at its deadline.
+        let timeout = Duration::from_secs(1);
+        let gap = Duration::from_millis(60);
+        let answer = encode(&Endpoint { qpn: 7, ..ep() });
+        assert!(gap * answer.len() as u32 > 2 * timeout);
+        // A slow server.
+        let l = listen_on(IpAddr::V4(Ipv4Addr::LOCALHOST), 0).unwrap();
+        let port = l.local_addr().unwrap().port();
+        let t = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut m = [0u8; MSG_LEN];
+            s.read_exact(&mut m).unwrap();
+            dribble(&mut s, &answer, gap);
+        });
+        let mut c = connect(&format!("127.0.0.1:{port}"), timeout).unwrap();
+        let hello = Hello {
+            endpoint: ep(),
+            ..Hello::default()
+        };
+        let e = client(&mut c, &hello, Wire::RcPingpong).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("did not finish the exchange in time"),
+            "{e}"
+        );
+        assert_eq!(
+            c.read_timeout().unwrap(),
+            Some(timeout),
+            "the stream's own timeout"
+        );
+        drop(c);
+        t.join().unwrap();
+        // A slow client.
+        let l = listen_on(IpAddr::V4(Ipv4Addr::LOCALHOST), 0).unwrap();
+        let port = l.local_addr().unwrap().port();
+        let t = std::thread::spawn(move || {
+            let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            dribble(&mut s, &encode(&ep()), gap);
+        });
+        let mut s = accept(&l, timeout).unwrap();
+        let mut called = false;
+        let e = server(&mut s, &Hello::default(), Wire::RcPingpong, |_| {
+            called = true;
+            Ok(())
+        })
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("did not finish the exchange in time"),
+            "{e}"
+        );
+        assert!(!called);
+        drop(s);
+        t.join().unwrap();
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "sockets: Miri makes no system calls")]
+    fn a_peer_that_sends_this_sides_address_back_is_refused() {
+        // An echo: the client would connect its QP to itself and measure itself.
+        let (mut c, mut s) = local_pair();
+        let t = std::thread::spawn(move || {
+            let mut m = [0u8; MSG_LEN];
+            s.read_exact(&mut m).unwrap();
+            s.write_all(&m).unwrap();
+        });
+        let hello = Hello {
+            endpoint: ep(),
+            ..Hello::default()
+        };
+        let e = client(&mut c, &hello, Wire::RcPingpong).unwrap_err();
+        assert!(matches!(e, Error::Protocol { .. }), "{e}");
+        assert!(e.to_string().contains("this side's own"), "{e}");
+        t.join().unwrap();
+        // The server refuses before it connects anything.
+        let (mut c, mut s) = local_pair();
+        c.write_all(&encode(&ep())).unwrap();
+        let e = server(&mut s, &hello, Wire::RcPingpong, |_| {
+            panic!("connected to its own address")
+        })
+        .unwrap_err();
+        assert!(e.to_string().contains("this side's own"), "{e}");
+        // Another QP of the same port, or the same QP number elsewhere, is a peer.
+        let mut other = ep();
+        other.qpn += 1;
+        assert!(!same_qp(&ep(), &other));
+        let mut elsewhere = ep();
+        elsewhere.lid += 1;
+        assert!(!same_qp(&ep(), &elsewhere));
+        let mut psn = ep();
+        psn.psn ^= 1;
+        assert!(
+            same_qp(&ep(), &psn),
+            "an echo with another PSN is still an echo"
+        );
     }
 
     #[test]

@@ -34,6 +34,7 @@ mod ud;
 
 pub use poller::{Binding, Poller};
 pub use rq::RecvQueue;
+pub(crate) use sq::post_drain_marker;
 pub use sq::{RingError, SendQueue};
 pub use state::{RqShared, SqShared};
 pub use ud::{SrqQueue, ud_send_wr};

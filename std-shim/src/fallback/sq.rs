@@ -322,6 +322,9 @@ impl PostSend for SendQueue {
         if !self.shared.gate().is_open() {
             return Err(PostError::NotReady);
         }
+        if self.staged == 0 {
+            self.take_markers();
+        }
         self.check_room(1, u32::from(checked.signaled()))?;
         // SAFETY: checked, supported, room checked; the caller upholds the posting contract.
         unsafe { self.stage_checked(wr, &checked) };
@@ -360,6 +363,9 @@ impl PostSend for SendQueue {
     unsafe fn post_all(&mut self, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
         self.pending_refusal()
             .map_err(|error| BatchError { index: 0, error })?;
+        if self.staged == 0 && self.shared.gate().is_open() {
+            self.take_markers();
+        }
         let caps = self.caps;
         let (mut n, mut signaled) = (0u32, 0u32);
         let batch = CheckedBatch::check(wrs, &caps, |wr, checked| {
@@ -382,6 +388,24 @@ impl PostSend for SendQueue {
 }
 
 impl SendQueue {
+    /// Counts the drain markers the control path posted since this queue last rang (each one
+    /// signaled request with a counter of its own, [`post_drain_marker`]): the next request's
+    /// counter follows them. One load and a compare when there are none.
+    #[inline(always)]
+    fn take_markers(&mut self) {
+        let posted = self.shared.posted();
+        if posted != self.pi {
+            self.skip_markers(posted);
+        }
+    }
+
+    #[cold]
+    fn skip_markers(&mut self, posted: u32) {
+        let markers = posted.wrapping_sub(self.pi);
+        self.pi = posted;
+        self.sig_posted = self.sig_posted.wrapping_add(markers);
+    }
+
     /// Unwinds the requests from `bad` on, which the provider did not post.
     #[cold]
     fn refused(&mut self, ret: i32, bad: *mut ibv_send_wr) {
@@ -452,4 +476,47 @@ fn rdma(remote: &zverbs_core::RemoteBuf) -> ibv_send_wr_rdma {
         remote_addr: remote.addr,
         rkey: remote.rkey,
     }
+}
+
+/// Posts a drain marker to the send queue of `qp`, a queue pair in the error state (see
+/// `zverbs_mlx5dv::post_drain_marker`, which the direct path uses): a zero-length RDMA WRITE
+/// asking for a completion, with the next counter of `shared` as its `wr_id`, recorded with
+/// [`DRAIN_WR_ID`](zverbs_mlx5dv::DRAIN_WR_ID). The device flushes it, and its completion
+/// retires every request before it. Returns `Ok(false)`, having posted nothing, when the
+/// slot table is full; the provider's errno when it refuses.
+///
+/// # Safety
+///
+/// `qp` is a live QP whose send queue `shared` serves; no send queue posts to it from before
+/// this call until the next post after it is reset (the queue then counts the marker,
+/// `SendQueue::take_markers`).
+pub(crate) unsafe fn post_drain_marker(qp: *mut ibv_qp, shared: &SqShared) -> Result<bool, i32> {
+    // SAFETY: (caller) `qp` and its context are live.
+    let Some(post) = (unsafe { (*(*qp).context).ops.post_send }) else {
+        return Err(libc::EOPNOTSUPP);
+    };
+    let counter = shared.posted();
+    if counter.wrapping_sub(shared.load_done().0) >= shared.capacity() {
+        return Ok(false);
+    }
+    let slot = SendSlot {
+        wr_id: zverbs_mlx5dv::DRAIN_WR_ID,
+        opcode: zverbs_core::WcOpcode::RdmaWrite,
+        imm: false,
+        signaled: true,
+    };
+    // SAFETY: the slot of `counter` is retired (checked above) and (caller) no queue posts.
+    unsafe { shared.record(counter, slot) };
+    let mut wr = ibv_send_wr::ZERO;
+    wr.wr_id = u64::from(counter);
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    let mut bad: *mut ibv_send_wr = core::ptr::null_mut();
+    // SAFETY: (caller) a live QP; the request has no scatter list and lives for the call.
+    let ret = unsafe { post(qp, &mut wr, &mut bad) };
+    if ret != 0 {
+        return Err(ret.abs());
+    }
+    shared.note_posted(counter.wrapping_add(1));
+    Ok(true)
 }

@@ -82,6 +82,17 @@ impl SqShared {
         self.posted.store(pi, Ordering::Release);
     }
 
+    /// The counter after the last request handed to libibverbs.
+    #[inline(always)]
+    pub(crate) fn posted(&self) -> u32 {
+        self.posted.load(Ordering::Acquire)
+    }
+
+    /// Slots: the most requests that may be outstanding.
+    pub(crate) fn capacity(&self) -> u32 {
+        self.mask + 1
+    }
+
     /// Requests handed to libibverbs and not yet completed.
     pub(crate) fn outstanding(&self) -> u32 {
         let posted = self.posted.load(Ordering::Acquire);

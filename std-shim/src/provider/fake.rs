@@ -477,6 +477,10 @@ impl QpProvider for FakeQp {
         );
         Ok(())
     }
+    fn query_state(&self) -> Result<Option<u32>> {
+        // The fake device does nothing on its own: its state is the last transition's.
+        Ok(None)
+    }
 }
 
 impl Drop for FakeQp {

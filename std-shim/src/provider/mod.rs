@@ -298,6 +298,10 @@ pub(crate) trait QpProvider: Send + Sync + Debug {
     fn dc_access_key(&self) -> u64 {
         0
     }
+    /// The QP's state as the device knows it (`enum ibv_qp_state`, `ibv_query_qp`), or `None`
+    /// where the device knows no more than the library's own transitions (the software
+    /// device, outside the error state).
+    fn query_state(&self) -> Result<Option<u32>>;
 }
 
 /// What a provider knows of a direct QP's BlueFlame register.

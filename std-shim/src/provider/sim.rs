@@ -14,8 +14,9 @@
 //! and traffic flows once both sides name each other. A QP accepts requests only from the QP
 //! it named: a third QP that names it gets "transport retry exceeded", and naming a QP that
 //! already names another is refused at RTR.
-//! Dropping a QP or CQ destroys it in the device (its table entry is reused; the ring memory
-//! the device allocated stays with the device).
+//! Dropping a QP, CQ or SRQ destroys it in the device, which frees the rings, records and
+//! registers it allocated for it (its table entry is reused): a process that creates and
+//! drops queues for ever holds only what its live queues need.
 
 use std::io;
 use std::marker::PhantomData;
@@ -470,7 +471,8 @@ impl AhProvider for SimAh {
 #[derive(Debug)]
 struct SimSrq(sim::SimSrq);
 
-// SAFETY: as for `SimCq`: the layout points into memory the process-wide device owns.
+// SAFETY: as for `SimCq`: the layout points into memory the process-wide device allocated for
+// this SRQ and frees only in this provider's `Drop` (the SRQ's destruction).
 unsafe impl Send for SimSrq {}
 // SAFETY: as above.
 unsafe impl Sync for SimSrq {}
@@ -542,8 +544,11 @@ impl Drop for SimCq {
     }
 }
 
-// SAFETY: the layout points into memory the process-wide device owns and never frees; the
-// queues built from it take care of their own thread-safety.
+// SAFETY: the layout points into memory the process-wide device allocated for this CQ and
+// frees only when the CQ is destroyed, which is this provider's `Drop`: valid, wherever the
+// provider goes, for as long as it lives (and every queue or poller built from the layout
+// holds the `Cq` that holds the provider). The queues built from it take care of their own
+// thread-safety.
 unsafe impl Send for SimCq {}
 // SAFETY: as above; the provider itself is immutable.
 unsafe impl Sync for SimCq {}
@@ -577,7 +582,9 @@ struct SimQp {
     dc_access_key: u64,
 }
 
-// SAFETY: as for `SimCq`.
+// SAFETY: as for `SimCq`: the rings, record and register the device allocated for this QP are
+// freed only by its destruction in this provider's `Drop`, after every queue built from the
+// layout (they hold the QP alive).
 unsafe impl Send for SimQp {}
 // SAFETY: as above.
 unsafe impl Sync for SimQp {}
@@ -652,6 +659,10 @@ impl QpProvider for SimQp {
                     d.set_rq_psn(self.qp.qpn, attr.rq_psn & 0xff_ffff)
                         .map_err(|e| sim_err("ibv_modify_qp", e))?;
                 }
+                if mask & qp_attr_mask::IBV_QP_MIN_RNR_TIMER != 0 {
+                    d.set_min_rnr_timer(self.qp.qpn, attr.min_rnr_timer & 0x1f)
+                        .map_err(|e| sim_err("ibv_modify_qp", e))?;
+                }
                 Ok(())
             }
             QPS_RTS => {
@@ -669,6 +680,9 @@ impl QpProvider for SimQp {
                 }
                 if mask & qp_attr_mask::IBV_QP_RETRY_CNT != 0 {
                     d.set_retry_cnt(self.qp.qpn, attr.retry_cnt).map_err(e)?;
+                }
+                if mask & qp_attr_mask::IBV_QP_TIMEOUT != 0 {
+                    d.set_timeout(self.qp.qpn, attr.timeout & 0x1f).map_err(e)?;
                 }
                 if mask & qp_attr_mask::IBV_QP_RNR_RETRY != 0 {
                     d.set_rnr_retry(self.qp.qpn, attr.rnr_retry).map_err(e)?;
@@ -704,6 +718,18 @@ impl QpProvider for SimQp {
     }
     fn dc_access_key(&self) -> u64 {
         self.dc_access_key
+    }
+    fn query_state(&self) -> Result<Option<u32>> {
+        // The device tells its states apart from the library's transitions only in the
+        // error state, which it may enter on its own (a failed request, a responder error,
+        // a port that went down, an injected fault).
+        match device()
+            .qp_status(self.qp.qpn)
+            .map_err(|e| sim_err("ibv_query_qp", e))?
+        {
+            sim::QpStatus::Error => Ok(Some(QPS_ERR)),
+            sim::QpStatus::Init | sim::QpStatus::Rts => Ok(None),
+        }
     }
 }
 

@@ -1284,6 +1284,25 @@ impl QpProvider for VerbsQp {
     fn dc_access_key(&self) -> u64 {
         self.dc_access_key
     }
+    fn query_state(&self) -> Result<Option<u32>> {
+        let mut attr = ibv_qp_attr::default();
+        // SAFETY: an all-zero `ibv_qp_init_attr` is valid (null pointers, zero counts); the
+        // call writes into it.
+        let mut init: crate::ffi::types::ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: a live QP and attribute structs the call fills.
+        let ret = unsafe {
+            (self.verbs.ibv_query_qp)(
+                self.qp.as_ptr(),
+                &mut attr,
+                crate::ffi::types::qp_attr_mask::IBV_QP_STATE,
+                &mut init,
+            )
+        };
+        if ret != 0 {
+            return Err(Error::from_ret("ibv_query_qp", ret));
+        }
+        Ok(Some(attr.qp_state))
+    }
 }
 
 impl Drop for VerbsQp {

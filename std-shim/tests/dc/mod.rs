@@ -387,7 +387,8 @@ pub fn refusals(ctx: &Context) {
     assert!(inv(dci.dc_addr().map(drop)));
     // A target without an SRQ; an initiator with one.
     let pd = &dc.pd;
-    let tcq = ctx.cq_builder().cqe(8).build().unwrap();
+    // Room for the RC QP and the initiator below, of the default sizes.
+    let tcq = ctx.cq_builder().cqe(512).build().unwrap();
     assert!(inv(pd
         .qp_builder(&tcq, &tcq)
         .dc_target(1)

@@ -19,7 +19,6 @@
 //! refilled with 0xff before it is posted again), and the completions of the SRQ's receives
 //! name the QP they arrived on, which is how the next send is paced.
 
-use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -129,20 +128,23 @@ fn run(o: &Opts) -> Res<()> {
                 format!("{host}:{}", o.port)
             };
             let mut s = exchange::connect(&addr, PEER_TIMEOUT)?;
-            send_records(&mut s, &mine)?;
-            let peers = recv_records(&mut s, n)?;
-            s.write_all(DONE)?;
+            // The whole exchange within the timeout, however the peer spaces its bytes.
+            let by = Instant::now() + PEER_TIMEOUT;
+            send_records(&mut s, &mine, by)?;
+            let peers = recv_records(&mut s, n, &mine, by)?;
+            exchange::write_by(&mut s, DONE, by, "sending done")?;
             connect(&peers)?;
             peers
         }
         None => {
             let l = exchange::listen(o.port)?;
             let mut s = exchange::accept(&l, PEER_TIMEOUT)?;
-            let peers = recv_records(&mut s, n)?;
+            let by = Instant::now() + PEER_TIMEOUT;
+            let peers = recv_records(&mut s, n, &mine, by)?;
             connect(&peers)?;
-            send_records(&mut s, &mine)?;
+            send_records(&mut s, &mine, by)?;
             let mut done = [0u8; DONE.len()];
-            s.read_exact(&mut done)?;
+            exchange::read_by(&mut s, &mut done, by, "reading done")?;
             if &done != DONE {
                 return Err(format!("the peer sent {done:?}, not \"done\"").into());
             }
@@ -170,23 +172,33 @@ fn run(o: &Opts) -> Res<()> {
     Ok(())
 }
 
-/// Sends this side's records, then zero records up to [`RECORDS`].
-fn send_records(s: &mut TcpStream, mine: &[Endpoint]) -> Res<()> {
+/// Sends this side's records, then zero records up to [`RECORDS`], by `by`.
+fn send_records(s: &mut TcpStream, mine: &[Endpoint], by: Instant) -> Res<()> {
     for i in 0..RECORDS {
         let ep = mine.get(i).copied().unwrap_or_default();
-        s.write_all(&exchange::encode(&ep))?;
+        exchange::write_by(
+            s,
+            &exchange::encode(&ep),
+            by,
+            "sending this side's addresses",
+        )?;
     }
     Ok(())
 }
 
-/// Reads [`RECORDS`] records, keeping the first `n`.
-fn recv_records(s: &mut TcpStream, n: usize) -> Res<Vec<Endpoint>> {
+/// Reads [`RECORDS`] records by `by`, keeping the first `n`; none may be one of `mine` (a
+/// peer that sends this side's records back).
+fn recv_records(s: &mut TcpStream, n: usize, mine: &[Endpoint], by: Instant) -> Res<Vec<Endpoint>> {
     let mut out = Vec::with_capacity(n);
     for i in 0..RECORDS {
         let mut msg = [0u8; MSG_LEN];
-        s.read_exact(&mut msg)?;
+        exchange::read_by(s, &mut msg, by, "reading the peer's addresses")?;
         if i < n {
-            out.push(exchange::decode(&msg)?);
+            let ep = exchange::decode(&msg)?;
+            for me in mine {
+                exchange::refuse_own(me, &ep)?;
+            }
+            out.push(ep);
         }
     }
     Ok(out)

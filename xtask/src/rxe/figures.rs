@@ -17,9 +17,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::checks::{self, Check, Kind, Ready};
-use super::topology::Topology;
 use crate::cli::{self, Arg, Parser, usage};
 use crate::util::{self, Result, Table, bail};
+use crate::vm::topology::Topology;
 
 /// What to measure.
 #[derive(Clone, Debug)]
@@ -183,7 +183,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// `cargo xtask bench --rxe`.
 pub fn run(o: &Options, out: &Path) -> Result {
     if !o.host {
-        crate::stages::prerequisites::ensure_vm()?;
+        crate::packages::ensure_vm()?;
     }
     let topo = if o.host {
         Topology::from_env()?
@@ -415,10 +415,10 @@ pub fn run(o: &Options, out: &Path) -> Result {
              Command: `cargo xtask bench --rxe`. {}",
             o.rounds,
             o.iters,
-            crate::bench::machine()
+            crate::report::machine()
         );
-        crate::bench::replace_block(&util::root().join(crate::bench::DOC), "rxe", &md)?;
-        println!("wrote the table in {}", crate::bench::DOC);
+        crate::report::replace_block(&util::root().join(crate::report::DOC), "rxe", &md)?;
+        println!("wrote the table in {}", crate::report::DOC);
     }
     Ok(())
 }

@@ -11,26 +11,25 @@
 //!   their tests a process of its own.
 //!
 //! With `ZVERBS_RXE=host` the same checks run directly on this machine's devices, named by the
-//! `ZVERBS_TEST_*` variables ([`topology`]): for a machine with real rxe or a ConnectX.
+//! `ZVERBS_TEST_*` variables ([`crate::vm::topology`]): for a machine with real rxe or a ConnectX.
 //!
 //! Other code can run its own list of checks in one boot with [`run_in_vm`] (or on the host
 //! with [`on_host_checks`]), after building its executables with [`build_executables`].
 
 pub mod checks;
 pub mod figures;
-pub mod topology;
 
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
+use crate::vm::topology::Topology;
 use checks::{Check, CheckResult, Kind, Ready, Status};
-use topology::Topology;
 
 use crate::cli::{self, Arg, Parser};
 use crate::libtest::{self, Counts};
-use crate::test::Run;
+use crate::run::Run;
 use crate::util::{self, Result, Table, anyhow, bail};
 use crate::vm::{self, GUEST_CTL, Spec};
 
@@ -224,7 +223,7 @@ fn in_vm(
     image_only: bool,
     rebuild: bool,
 ) -> Result<u8> {
-    crate::stages::prerequisites::ensure_vm()?;
+    crate::packages::ensure_vm()?;
     let image = vm::image(rebuild)?;
     if image_only {
         println!(
@@ -325,7 +324,7 @@ pub fn stage(run: &mut Run) -> Result<Option<String>> {
         Ok(other) => bail!("{MODE_ENV}={other:?}: expected vm or host"),
     };
     if !host {
-        crate::stages::prerequisites::ensure_vm()?;
+        crate::packages::ensure_vm()?;
     }
     let topo = if host {
         Topology::from_env()?

@@ -24,8 +24,8 @@
 //! aarch64 Linux is little-endian like x86_64, so byte order is checked by the literal bytes
 //! of the unit tests, not by the second architecture.
 
+use crate::run::{Run, counted_tests};
 use crate::stages::nostd::{self, Target};
-use crate::test::{Run, counted_tests};
 use crate::util::{self, Result, bail};
 
 /// The Rust target.

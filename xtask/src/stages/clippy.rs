@@ -1,8 +1,8 @@
 //! The `clippy` stage: clippy on every target of the workspace with every feature, then on
 //! each package of [`NO_DEFAULT_FEATURES`] without its default features; warnings denied.
 
+use crate::run::Run;
 use crate::stages::NO_DEFAULT_FEATURES;
-use crate::test::Run;
 use crate::util::{self, Result};
 
 /// Runs the stage.

@@ -17,6 +17,8 @@
 //! and `ibv_rc_pingpong` against our `pingpong --rc` both ways; `ibv_ud_pingpong` (without
 //! and with a GRH) and `ibv_srq_pingpong` (16 QPs on one SRQ), each against itself and against
 //! our `pingpong --ud` / `pingpong --srq` in both roles, each side reporting its bytes;
+//! `ib_write_bw` whose server is killed mid-transfer, whose client must end with its requests'
+//! "transport retry counter exceeded" (as on a ConnectX; the time it took is printed);
 //! completion timestamps: `ibv_rc_pingpong --ts` against our `pingpong --rc --ts` and
 //! `pingpong --rc --ts -e` (timestamps and a completion channel on one CQ) in both roles (each
 //! side reporting non-zero receive completion intervals on the device clock, ours through
@@ -40,7 +42,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::cli::{self, Arg, Parser, usage};
-use crate::test::{Run, counted_tests};
+use crate::run::{Run, counted_tests};
 use crate::util::{self, Result, Table, anyhow, bail};
 
 /// How long one server or client may run.
@@ -347,6 +349,95 @@ fn placed_outputs(
     let server_out = server.finish(deadline)?;
     Ok((server_out, out))
 }
+
+/// Runs `tool args` as server and client on 127.0.0.1, kills the server (`SIGKILL`) half a
+/// second after the client printed `started` (its transfer is under way), and waits for the
+/// client to end on its own: as on a ConnectX,
+/// its requests find no answer, its transport timer and retries run out ("transport retry
+/// counter exceeded") and the tool ends with that error. Returns how long the client took after
+/// the kill, and its output; an error when it did not end within [`KILLED_LIMIT`].
+fn killed_peer(
+    tool: &Path,
+    args: &[&str],
+    started: &str,
+    port: u16,
+    emu: &(PathBuf, PathBuf),
+) -> Result<(Duration, String)> {
+    let name = tool
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let dir = util::target_dir().join("emu/runs");
+    std::fs::create_dir_all(&dir)?;
+    let port_s = port.to_string();
+    let make = |server: bool| {
+        let mut c = Command::new(tool);
+        c.args(args).args(["-p", &port_s]);
+        if !server {
+            c.arg("127.0.0.1");
+        }
+        emulated(&mut c, &emu.0, &emu.1);
+        c.env("ZVERBS_EMU_NS", format!("xtask-{}", std::process::id()))
+            .env("ZVERBS_EMU_RT", "1");
+        c
+    };
+    let deadline = Instant::now() + TIMEOUT;
+    let server_cmd = make(true);
+    println!("$ {}  &", util::show(&server_cmd));
+    let mut server = Proc::spawn(
+        server_cmd,
+        dir.join(format!("{name}-{port}-killed-server.txt")),
+        format!("{name} server"),
+    )?;
+    while !listening(port) {
+        if Instant::now() > deadline {
+            bail!("{name} server never listened on port {port}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let client_cmd = make(false);
+    println!("$ {}", util::show(&client_cmd));
+    let mut client = Proc::spawn(
+        client_cmd,
+        dir.join(format!("{name}-{port}-killed-client.txt")),
+        format!("{name} client"),
+    )?;
+    while !std::fs::read_to_string(&client.out).is_ok_and(|o| o.contains(started)) {
+        if client.child.try_wait()?.is_some() || Instant::now() > deadline {
+            let out = std::fs::read_to_string(&client.out).unwrap_or_default();
+            bail!("{name} client never started its transfer:\n{out}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    if client.child.try_wait()?.is_some() {
+        bail!("{name} client ended before its server was killed");
+    }
+    println!("$ kill -9 {}  # the server", server.child.id());
+    server.child.kill()?;
+    let killed = Instant::now();
+    server.child.wait()?;
+    let status = loop {
+        if let Some(s) = client.child.try_wait()? {
+            break s;
+        }
+        if killed.elapsed() > KILLED_LIMIT {
+            let out = std::fs::read_to_string(&client.out).unwrap_or_default();
+            bail!("{name} client still runs {KILLED_LIMIT:?} after its server was killed:\n{out}");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let took = killed.elapsed();
+    let out = std::fs::read_to_string(&client.out).unwrap_or_default();
+    if status.success() {
+        bail!("{name} client ended successfully though its server was killed:\n{out}");
+    }
+    Ok((took, out))
+}
+
+/// How long a client whose server was killed may take to end: far beyond its timers (8 tries
+/// of 67 ms with perftest's and `ibv_rc_pingpong`'s attributes), short of a hang.
+const KILLED_LIMIT: Duration = Duration::from_secs(20);
 
 /// Runs `program args` on the emulated device with `env`; its output, or an error naming it.
 fn solo(
@@ -779,6 +870,22 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
             ]);
         }
     }
+    // A peer killed mid-transfer: the survivor's requests time out and flush, and the tool ends
+    // with the error, as on a ConnectX (not: spins for ever).
+    let Some(bw) = which("ib_write_bw") else {
+        bail!("ib_write_bw is not installed (Debian package perftest)");
+    };
+    // (perftest allocates its iterations' stamps first: the transfer starts after its header.)
+    let (took, out) = killed_peer(&bw, &["-n", "100000000"], "#bytes", next_port(), &emu)?;
+    println!("--- ib_write_bw -n 100000000, server killed: the client ended {took:?} after:");
+    for l in out.lines().filter(|l| !l.trim().is_empty()).take(12) {
+        println!("    {l}");
+    }
+    table.row(vec![
+        "ib_write_bw".into(),
+        "server killed mid-transfer: the client's requests time out, it ends".into(),
+        format!("ended {:.2} s after", took.as_secs_f64()),
+    ]);
     let ts_runs = timestamps(&mut table, &mut next_port, &rel, &emu)?;
     let ucx_runs = ucx::check(&emu, &mut table, &mut next_port)?;
     println!(

@@ -23,7 +23,7 @@
 use std::fmt::Write as _;
 use std::process::{Command, Stdio};
 
-use crate::test::Run;
+use crate::run::Run;
 use crate::util::{self, Result, Table, anyhow, bail};
 
 /// The crates published to crates.io, as cargo names them. Every other workspace member says

@@ -1,7 +1,7 @@
 //! The `doc` stage: rustdoc on the workspace with every feature, warnings denied, as a user
 //! reads it and with the private items a contributor reads (whose links rot as easily).
 
-use crate::test::Run;
+use crate::run::Run;
 use crate::util::{self, Result};
 
 /// Runs the stage.

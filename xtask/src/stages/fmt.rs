@@ -1,8 +1,8 @@
 //! The `fmt` stage: `cargo fmt --check` on the workspace and on the no_std proof (its own
 //! workspace).
 
+use crate::run::Run;
 use crate::stages::nostd::MANIFEST;
-use crate::test::Run;
 use crate::util::{self, Result};
 
 /// Runs the stage.

@@ -12,7 +12,7 @@
 //! rebuilds only `zverbs-core` and the crates above it.
 
 use crate::cli::{Parser, usage};
-use crate::test::{Run, counted_tests};
+use crate::run::{Run, counted_tests};
 use crate::util::{self, Result};
 
 /// The mutants: each weakens one ordering (see `docs/ordering.md`). The library's own list,

@@ -44,7 +44,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use crate::libtest::Counts;
-use crate::test::{Run, TestRun};
+use crate::run::{Run, TestRun};
 use crate::util::{self, Result, Table};
 
 /// The toolchain Miri runs on.

@@ -1,7 +1,7 @@
 //! The stages of `cargo xtask test`, one file each, in the order they run ([`STAGES`]).
 //!
 //! A stage is a function that runs its checks and returns a note for the summary; stages that
-//! run `cargo test` go through [`crate::test::counted_tests`], so their tests join the table
+//! run `cargo test` go through [`crate::run::counted_tests`], so their tests join the table
 //! and the final count. The `rxe` stage is [`crate::rxe::stage`] (with the VM it boots,
 //! [`crate::vm`]); the `connectx` stage also provides `cargo xtask emu`.
 
@@ -19,7 +19,7 @@ pub mod test;
 
 use std::time::Duration;
 
-use crate::test::Run;
+use crate::run::Run;
 use crate::util::Result;
 
 /// The whole run's budget on CI's machine (2 cores, a fresh clone, `CI=true`,
@@ -118,14 +118,14 @@ pub const STAGES: &[Stage] = &[
         about: "the data path for aarch64: clippy, its tests under qemu-user, the no_std proof",
         run: aarch64::run,
         scratch: &["aarch64-unknown-linux-gnu"],
-        budget: minutes(4),
+        budget: minutes(3),
     },
     Stage {
         name: "loom",
         about: "loom models of the lock-free protocols, and each mutant rejected",
         run: loom::run,
         scratch: &["loom*"],
-        budget: minutes(4),
+        budget: minutes(2),
     },
     Stage {
         name: "rxe",

@@ -14,7 +14,7 @@
 
 use std::process::Command;
 
-use crate::test::Run;
+use crate::run::Run;
 use crate::util::{self, Result, anyhow, bail};
 
 /// The proof's own target directory (`nostd` in cargo's), so that building it never waits on

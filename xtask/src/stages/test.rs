@@ -2,12 +2,12 @@
 //! doc-tests), counted per crate; then each package of [`NO_DEFAULT_FEATURES`] without its
 //! default features; then the tests that need system packages ([`NEED_PACKAGES`]).
 
+use crate::run::{Run, counted_tests};
 use crate::stages::NO_DEFAULT_FEATURES;
-use crate::test::{Run, counted_tests};
 use crate::util::{self, Result, bail};
 
 /// A test target whose tests need system packages (beyond what building needs): each such test
-/// is marked with an `ignore` reason that starts "needs <package>", so that a plain `cargo test` on a fresh clone
+/// is marked with an `ignore` reason that starts `needs <package>`, so that a plain `cargo test` on a fresh clone
 /// with no packages lists it as ignored, with the reason, instead of failing; this stage runs
 /// them with `--ignored` once the `prerequisites` stage has installed the packages.
 pub struct NeedsPackages {

@@ -412,7 +412,7 @@ fn build(dir: &Path) -> Result {
 fn apt(program: &str) -> Command {
     let mut cmd = Command::new(program);
     cmd.args(["-o", "DPkg::Lock::Timeout=600"]);
-    if crate::stages::prerequisites::is_root() {
+    if crate::packages::is_root() {
         cmd.args(["-o", "APT::Sandbox::User=root"]);
     }
     cmd.env("DEBIAN_FRONTEND", "noninteractive");
@@ -438,7 +438,7 @@ fn kernel_package() -> Result<String> {
     if let Some(p) = query() {
         return Ok(p);
     }
-    if !crate::stages::prerequisites::is_root() {
+    if !crate::packages::is_root() {
         bail!(
             "apt knows no package {KERNEL_META}: its package lists need updating; as root run\n    \
              apt-get update\n(or set {KERNEL_ENV} to a kernel package name)"

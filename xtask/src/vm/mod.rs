@@ -19,6 +19,7 @@ pub mod cpio;
 pub mod image;
 pub mod kmod;
 pub mod tar;
+pub mod topology;
 
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
@@ -29,8 +30,8 @@ use std::time::{Duration, Instant};
 
 pub use image::Image;
 
-use crate::rxe::topology::Topology;
 use crate::util::{self, Result, anyhow, bail};
+use topology::Topology;
 
 /// The exit code when the guest command ran out of time (as `timeout(1)` reports it).
 pub const TIMED_OUT: u8 = 124;

@@ -18,7 +18,7 @@ mod run;
 mod watch;
 
 use std::ffi::OsString;
-use std::net::ToSocketAddrs;
+use std::net::{IpAddr, Ipv4Addr, ToSocketAddrs};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -92,6 +92,9 @@ pub(crate) struct Opts {
     pub(crate) ib_port: Option<u8>,
     pub(crate) gid_index: Option<u32>,
     pub(crate) port: u16,
+    /// The address the server listens on for the exchange: every interface, or loopback
+    /// only when both sides run in this process.
+    pub(crate) listen: IpAddr,
     pub(crate) size: usize,
     pub(crate) iters: usize,
     pub(crate) warmup: usize,
@@ -142,7 +145,9 @@ options:
                           bandwidth)
       --warmup N          latency iterations run before measuring (default 100)
   -t, --tx-depth N        send queue depth / bandwidth window, 2 to 65536 (default 128)
-  -r, --rx-depth N        receives kept posted, 2 to 65536 (default 128)
+  -r, --rx-depth N        receives kept posted, 2 to 65536 (default 128); a SEND that
+                          finds none posted is sent again until one is (RNR retry 7, as
+                          perftest's)
   -I, --inline N          largest inline message (default 64; 0 disables inline)
   -m, --mtu BYTES         path MTU: 256 512 1024 2048 4096 (default 1024)
       --cm                connect through rdma_cm instead of the TCP exchange
@@ -155,8 +160,8 @@ options:
                           consecutive completions the client waits for; halved for send_lat)
       --hugepages         put the buffer on hugepages
   -e, --events            sleep on CQ events instead of spinning (as perftest's -e)
-      --timeout SECS      how long to wait for the peer: the exchange, rdma_cm, and any one
-                          message of the test (default 30)
+      --timeout SECS      how long to wait for the peer: the whole exchange, rdma_cm, and
+                          any one message of the test (default 30)
   -h, --help              this text
 
 Latency is timed as perftest times it: from one iteration's post to the next one's, halved
@@ -184,6 +189,7 @@ where
         ib_port: None,
         gid_index: None,
         port: zverbs::connect::exchange::DEFAULT_PORT,
+        listen: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
         size: 0,
         iters: 0,
         warmup: 100,
@@ -329,15 +335,13 @@ fn choose_device(opts: &mut Opts) -> run::Result<bool> {
 /// process's exit.
 fn run_in_process(opts: &Opts) -> run::Result<()> {
     run::YIELD_WHEN_IDLE.store(true, std::sync::atomic::Ordering::Relaxed);
-    let server_opts = opts.clone();
+    let (server_opts, client_opts) = in_process_sides(opts);
     let server = std::thread::Builder::new()
         .name("zverbs-perf server".into())
         .spawn(move || {
             run::QUIET.with(|q| q.set(true));
             run::run(&server_opts).map_err(|e| e.to_string())
         })?;
-    let mut client_opts = opts.clone();
-    client_opts.server = Some(format!("127.0.0.1:{}", opts.port));
     // Connect once the server listens (or has failed before it could).
     {
         let deadline = Instant::now() + opts.timeout;
@@ -372,6 +376,17 @@ fn run_in_process(opts: &Opts) -> run::Result<()> {
         (Err(c), Some(Err(s))) => Err(format!("{c} (server side: {s})").into()),
         (Err(c), _) => Err(c),
     }
+}
+
+/// The options of the two sides of a one-process run: the server listens on loopback only
+/// (nothing outside this machine has anything to say to it), the client connects there.
+fn in_process_sides(opts: &Opts) -> (Opts, Opts) {
+    let loopback = Ipv4Addr::LOCALHOST;
+    let mut server = opts.clone();
+    server.listen = IpAddr::V4(loopback);
+    let mut client = opts.clone();
+    client.server = Some(format!("{loopback}:{}", opts.port));
+    (server, client)
 }
 
 /// The thread's result once it has finished, or `None` if it has not within `within`.
@@ -569,6 +584,20 @@ mod tests {
             finish(failed, Duration::from_secs(30)),
             Some(Err("server failed".into()))
         );
+    }
+
+    #[test]
+    fn a_one_process_run_listens_on_loopback_only() {
+        let o = p("write_lat -p 9000").unwrap();
+        assert_eq!(
+            o.listen,
+            IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            "a server of its own"
+        );
+        let (server, client) = in_process_sides(&o);
+        assert_eq!(server.listen, IpAddr::V4(Ipv4Addr::LOCALHOST));
+        assert_eq!(server.server, None);
+        assert_eq!(client.server_addr().as_deref(), Some("127.0.0.1:9000"));
     }
 
     #[test]

@@ -9,7 +9,7 @@ use zverbs::connect::{Endpoint, RemoteRegion};
 use zverbs::{
     AccessFlags, Completion, ConnectAttr, ContextOptions, DeviceClock, Error, MrBuf, PollCq,
     PollCqTimed, PostError, PostRecv, PostSend, QueueSet, Queues, RecvWr, SendFlags, SendWr, Sge,
-    TimedCompletion, UdAttr, UdDest, WcOpcode,
+    TimedCompletion, UdAttr, UdDest, WcOpcode, WcStatus,
 };
 
 use zverbs_tools::latency::{self, Recorder};
@@ -291,10 +291,13 @@ pub(crate) fn run(opts: &Opts) -> Result<()> {
         post_receives(&mut rq, &buf, lay, opts.rx_depth)?;
         (cm::decode_region(&peer)?, Conn::Cm(conn), rq)
     } else {
+        // SENDs that find no receive posted are sent again for ever (RNR retry 7), as
+        // perftest's QPs do: a receive queue shallower than the window only slows the test.
         let attr = |peer: &Endpoint| {
             ConnectAttr::new(port, me.psn, peer, local.gid_index)
                 .mtu(opts.mtu)
                 .rd_atomic(1)
+                .rnr(7, 12)
         };
         if opts.ud {
             qp.to_init_ud(&ud_attr)?;
@@ -322,7 +325,7 @@ pub(crate) fn run(opts: &Opts) -> Result<()> {
             }
             (peer, s)
         } else {
-            let l = exchange::listen(opts.port)?;
+            let l = exchange::listen_on(opts.listen, opts.port)?;
             say!(" Waiting for a client on TCP port {}", opts.port);
             *LISTENING.0.lock().unwrap_or_else(|e| e.into_inner()) = true;
             LISTENING.1.notify_all();
@@ -485,6 +488,40 @@ struct Seen {
     done: bool,
 }
 
+/// What a failed completion means for the test, in words: the status, the request, and what
+/// the status says happened.
+fn failed(c: &Completion) -> String {
+    let request = match c.wr_id {
+        RECV_ID => "a receive".to_string(),
+        DONE_ID => "the closing SEND".to_string(),
+        id => format!("request {id} ({:?})", c.opcode),
+    };
+    let what = match c.status {
+        WcStatus::RnrRetryExcErr => {
+            "the peer had no receive posted for it, again and again until the RNR retries ran \
+             out (the receive queue -r, shallower than the sender's window -t, was not \
+             refilled in time; this tool retries for ever, so the peer's QP was set otherwise)"
+        }
+        WcStatus::RetryExcErr => {
+            "the peer did not acknowledge it, however often it was sent: the peer is gone, \
+             unreachable, or its QP is not connected to this one"
+        }
+        WcStatus::RemAccessErr => {
+            "the peer refused access to its buffer (its address, length or rkey as exchanged)"
+        }
+        WcStatus::RemInvReqErr | WcStatus::RemOpErr => {
+            "the peer could not carry it out (a message longer than its receive, or its QP in \
+             error)"
+        }
+        WcStatus::WrFlushErr => "it was flushed: an earlier request failed, or the QP was reset",
+        _ => "see the status",
+    };
+    format!(
+        "{request} failed: {} (vendor error {:#x}): {what}",
+        c.status, c.vendor_err
+    )
+}
+
 /// Polls once and accounts for what completed.
 fn drain<C: PollCq + PollCqTimed>(cq: &mut C, seen: &mut Seen) -> Result<usize> {
     let mut wc = [Completion::EMPTY; 16];
@@ -509,10 +546,7 @@ fn drain<C: PollCq + PollCqTimed>(cq: &mut C, seen: &mut Seen) -> Result<usize> 
     }
     for c in &wc[..n] {
         if !c.is_success() {
-            return Err(bad(format!(
-                "completion {:#x} ({:?}) failed: {} (vendor error {:#x})",
-                c.wr_id, c.opcode, c.status, c.vendor_err
-            )));
+            return Err(failed(c).into());
         }
         match c.opcode {
             WcOpcode::Recv | WcOpcode::RecvRdmaWithImm => {
@@ -920,5 +954,32 @@ impl PollCqTimed for Sleeping {
                 0
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_completion_says_what_happened_not_protocol() {
+        let c = Completion {
+            wr_id: 17,
+            status: WcStatus::RnrRetryExcErr,
+            opcode: WcOpcode::Send,
+            ..Completion::EMPTY
+        };
+        let m = failed(&c);
+        assert!(m.starts_with("request 17 (Send) failed: "), "{m}");
+        assert!(m.contains("no receive posted"), "{m}");
+        assert!(m.contains("-r") && m.contains("-t"), "{m}");
+        assert!(!m.contains("protocol"), "{m}");
+        let m = failed(&Completion {
+            wr_id: DONE_ID,
+            status: WcStatus::RetryExcErr,
+            ..c
+        });
+        assert!(m.starts_with("the closing SEND failed"), "{m}");
+        assert!(m.contains("did not acknowledge"), "{m}");
     }
 }

@@ -20,6 +20,7 @@
 //! connection for up to [`NAP`] (it wakes when the peer closes it), or for [`SHORT_NAP`]
 //! without one; it looks after every nap.
 
+use std::io::Read;
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -182,21 +183,33 @@ fn sleep_in(s: &TcpStream) -> bool {
     })
 }
 
+/// Bytes a look reads from the connection at most (a peer that keeps sending cannot hold
+/// the look).
+const DRAIN_MAX: usize = 4096;
+
 /// Whether the peer has closed (or reset) the non-blocking connection `s`. Nothing is sent on
-/// it during a test, so any byte waiting means it is open.
+/// it during a test: whatever a peer sent anyway (a stray byte after its `done`) is read and
+/// dropped, so that a close behind it is seen, where a peek would find the byte for ever.
 fn closed(s: &TcpStream) -> bool {
-    let mut b = [0u8; 1];
-    match s.peek(&mut b) {
-        Ok(0) => true,
-        Ok(_) => false,
-        Err(e) => matches!(
-            e.kind(),
-            std::io::ErrorKind::ConnectionReset
-                | std::io::ErrorKind::ConnectionAborted
-                | std::io::ErrorKind::BrokenPipe
-                | std::io::ErrorKind::NotConnected
-        ),
+    let mut b = [0u8; 256];
+    let mut drained = 0;
+    while drained < DRAIN_MAX {
+        match (&*s).read(&mut b) {
+            Ok(0) => return true,
+            Ok(n) => drained += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                return matches!(
+                    e.kind(),
+                    std::io::ErrorKind::ConnectionReset
+                        | std::io::ErrorKind::ConnectionAborted
+                        | std::io::ErrorKind::BrokenPipe
+                        | std::io::ErrorKind::NotConnected
+                );
+            }
+        }
     }
+    false
 }
 
 #[cfg(test)]
@@ -262,6 +275,34 @@ mod tests {
         let now = now.max(start + PEEK_EVERY);
         assert_eq!(w.look("waiting", now), Ok(()), "still within the grace");
         let e = w.look("waiting for the DONE", now + GRACE).unwrap_err();
+        assert!(e.contains("the peer closed the connection"), "{e}");
+    }
+
+    #[test]
+    fn a_close_behind_a_stray_byte_is_seen() {
+        // The client of a one-sided test sent `done` and one byte more, then closed: the
+        // passive server's wait (no limit) must still end.
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (server, _) = l.accept().unwrap();
+        server.set_nonblocking(true).unwrap();
+        std::io::Write::write_all(&mut client, b"x").unwrap();
+        drop(client);
+        let mut w = Watch::new(Some(&server), None);
+        let start = Instant::now();
+        let mut now = start;
+        let give_up = Instant::now() + Duration::from_secs(30);
+        let e = loop {
+            if let Err(e) = w.look("waiting for the client's closing SEND", now) {
+                break e;
+            }
+            assert!(Instant::now() < give_up, "the close was never seen");
+            std::thread::sleep(Duration::from_millis(10));
+            now += PEEK_EVERY;
+            if w.gone.is_some() {
+                now += GRACE;
+            }
+        };
         assert!(e.contains("the peer closed the connection"), "{e}");
     }
 

@@ -52,9 +52,11 @@ pub(super) fn check(emu: &(PathBuf, PathBuf), table: &mut Table) -> Result<()> {
     let tool = emu.0.with_file_name("zverbs-emu");
     for fault in ["port-down", "port-up"] {
         let mut inject = Command::new(&tool);
+        // A member of the watched program's fabric: its namespace and its sysfs tree (the key).
         inject
             .args(["inject", &pid, fault])
-            .env("ZVERBS_EMU_NS", &ns);
+            .env("ZVERBS_EMU_NS", &ns)
+            .env("SYSFS_PATH", &emu.1);
         util::run(&mut inject)?;
     }
     let text = wait_for(&out, "IBV_EVENT_PORT_ACTIVE", "the port coming up")?;

@@ -467,10 +467,10 @@ pub fn scale(write_docs: bool, out_dir: &Path) -> Result {
             "{}\n{SCALE_ITERS} RDMA WRITEs of 64 bytes to each peer; best of {SCALE_ROUNDS} \
              runs of each job (the least set-up time, the highest rate, the median memory); \
              `cargo xtask bench --scale`.\n\n{md}",
-            crate::bench::machine()
+            crate::report::machine()
         );
-        crate::bench::replace_block(Path::new(crate::bench::DOC), "scale", &body)?;
-        println!("wrote {}", crate::bench::DOC);
+        crate::report::replace_block(Path::new(crate::report::DOC), "scale", &body)?;
+        println!("wrote {}", crate::report::DOC);
     }
     Ok(())
 }

@@ -2,7 +2,7 @@
 //! order, and each row's figures reduced to medians and ratios. The connectx stage's table
 //! against perftest and `cargo xtask bench --ucx`'s against UCX are made with it.
 
-use crate::bench::{RatioStats, ratio_stats};
+use crate::report::{RatioStats, ratio_stats};
 use crate::util::Result;
 
 /// Runs contenders `0..n` (`run(i)` runs contender `i` once and gives its figure) for `rounds`
