@@ -12,10 +12,12 @@
 //! record publishes, then rung as the send queue rings. Its completion reaches the poller of
 //! the send CQ as a flush of a request with that `wr_id`.
 
+use core::ptr::NonNull;
+
 use stable_deref_trait::StableDeref;
 use zverbs_core::mmio::MmioRegion;
 
-use crate::bf::{BfRegister, Dedicated, Shared, SharedBf};
+use crate::bf::SharedBf;
 use crate::devmem::{DbrecWord, SegRing};
 use crate::doorbell::Doorbell;
 use crate::layout::{LayoutError, QpLayout};
@@ -110,24 +112,12 @@ pub unsafe fn post_drain_marker<S: StableDeref<Target = [SqSlot]>>(
     // SAFETY: (caller) the register is mapped with `bf_len` bytes, and written by others only
     // under `shared`'s lock, which the doorbell takes.
     let reg = unsafe { MmioRegion::new(layout.bf.reg, bf_len) };
-    match shared {
-        Some(bf) => ring_one(dbrec, reg, layout.bf.size, Shared(bf), ring, pi),
-        None => ring_one(dbrec, reg, layout.bf.size, Dedicated::default(), ring, pi),
-    }
+    // The doorbell as the queue's: the register's lock taken when it is shared.
+    let lock = shared.map(NonNull::from);
+    let mut db = Doorbell::new(dbrec, reg, layout.bf.size, lock);
+    // An 8-byte doorbell for the one-block WQE at `pi` (the send queue's steps).
+    db.ring(ring, pi.wrapping_add(1), pi * SEGS_PER_BB as u32, 1, false, lock);
     Ok(true)
-}
-
-/// Rings the one-block WQE at `pi` with an 8-byte doorbell (the send queue's steps).
-fn ring_one<R: BfRegister>(
-    dbrec: DbrecWord,
-    reg: MmioRegion,
-    bf_size: u32,
-    register: R,
-    ring: SegRing,
-    pi: u32,
-) {
-    let mut db = Doorbell::new(dbrec, reg, bf_size, register);
-    db.ring(ring, pi.wrapping_add(1), pi * SEGS_PER_BB as u32, 1, false);
 }
 
 #[cfg(all(test, not(zverbs_loom)))]
