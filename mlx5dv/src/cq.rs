@@ -30,8 +30,6 @@ use core::ptr::NonNull;
 
 mod scatter;
 
-pub(crate) use scatter::RecvWqes;
-
 use zverbs_core::handover::Handover;
 use zverbs_core::ring::Ring;
 use zverbs_core::sync::order;
@@ -564,7 +562,7 @@ const SCATTERED: u8 = INLINE_SCATTER_32 | INLINE_SCATTER_64;
 #[inline(always)]
 unsafe fn decode_scattered<S>(
     rq: &RqState<S>,
-    wqes: scatter::WqeRing,
+    wqes: crate::state::WqeRing,
     qpn: u32,
     cqes: CqeRing,
     slot: u32,

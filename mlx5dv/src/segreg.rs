@@ -7,8 +7,8 @@
 //! and one `or` with the prepared segment build it, one store writes it to the ring and one
 //! to the BlueFlame buffer, where two 64-bit words take two of each and two general
 //! registers. The bytes are the same; a 16-byte store lands in the BlueFlame buffer's
-//! write-combining line as two 8-byte stores do, in program order (DESIGN section 4: the
-//! copy is ordered stores, never `memcpy`).
+//! write-combining line as two 8-byte stores do, in program order (the BlueFlame copy is
+//! ordered stores, never `memcpy`: `docs/architecture.md`, section 2.3, step 6a).
 
 use zverbs_core::mmio::MmioRegion;
 

@@ -35,9 +35,11 @@
 //! ([`StableDeref`]: references, `Box`, `Arc`, `Rc`, `Vec`), will do. A handle is one pointer,
 //! read as a reference is, so the choice costs nothing on the data path.
 
+use core::ptr::NonNull;
+
 use stable_deref_trait::StableDeref;
 use zverbs_core::sync::CachePadded;
-use zverbs_core::sync::atomic::{AtomicU32, Ordering};
+use zverbs_core::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 use zverbs_core::sync::cell::UnsafeCell;
 use zverbs_core::sync::order;
 
@@ -248,6 +250,61 @@ impl<S: StableDeref<Target = [SqSlot]>> SqState<S> {
     }
 }
 
+/// Where a receive queue's WQEs are, for the poller that copies scattered data into them: set
+/// once by the receive queue when it is built ([`RecvWqes::set`]), read by the poller only for
+/// a scattered CQE (`cq/scatter.rs`).
+#[derive(Debug)]
+pub(crate) struct RecvWqes {
+    /// The ring's first byte; null until set.
+    base: AtomicPtr<u8>,
+    /// log2 of the WQE stride in bytes.
+    shift: AtomicU32,
+    /// WQEs in the ring, minus one.
+    mask: AtomicU32,
+}
+
+impl RecvWqes {
+    /// Not set: a scattered CQE of the queue cannot be copied (reported as a format error).
+    pub(crate) fn new() -> Self {
+        Self {
+            base: AtomicPtr::new(core::ptr::null_mut()),
+            shift: AtomicU32::new(0),
+            mask: AtomicU32::new(0),
+        }
+    }
+
+    /// The ring of `cnt` WQEs (a power of two) of `stride` bytes (a power of two ≥ 16) at
+    /// `base`. `Release`: the poller that loads `base` with `Acquire` sees the rest.
+    pub(crate) fn set(&self, base: NonNull<u8>, cnt: u32, stride: u32) {
+        debug_assert!(cnt.is_power_of_two() && stride.is_power_of_two() && stride >= 16);
+        self.shift.store(stride.trailing_zeros(), Ordering::Relaxed);
+        self.mask.store(cnt - 1, Ordering::Relaxed);
+        self.base.store(base.as_ptr(), Ordering::Release);
+    }
+
+    /// The ring; `None` until set.
+    #[inline(always)]
+    pub(crate) fn get(&self) -> Option<WqeRing> {
+        let base = NonNull::new(self.base.load(Ordering::Acquire))?;
+        Some(WqeRing {
+            base,
+            shift: self.shift.load(Ordering::Relaxed),
+            mask: self.mask.load(Ordering::Relaxed),
+        })
+    }
+}
+
+/// A receive queue's ring of WQEs, as [`RecvWqes`] holds it once set.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct WqeRing {
+    /// The ring's first byte.
+    pub(crate) base: NonNull<u8>,
+    /// log2 of the WQE stride in bytes (at least 4).
+    pub(crate) shift: u32,
+    /// WQEs in the ring, minus one.
+    pub(crate) mask: u32,
+}
+
 /// What a receive queue shares with the completion queue that serves it: the slots, in
 /// storage `S`, and the completed-receive counter. `Send` and `Sync` when the storage is.
 #[derive(Debug)]
@@ -259,7 +316,7 @@ pub struct RqState<S> {
     /// As [`SqState`]'s.
     gate: Gate,
     /// Where the queue's WQEs are, for the poller to copy data scattered into a CQE.
-    wqes: crate::cq::RecvWqes,
+    wqes: RecvWqes,
 }
 
 /// A handle through which a receive queue or a CQ binding reaches an [`RqState`].
@@ -287,13 +344,13 @@ impl<S: StableDeref<Target = [RqSlot]>> RqState<S> {
             slots: Slots::new(slots)?,
             tail: CachePadded(AtomicU32::new(0)),
             gate: Gate::new(),
-            wqes: crate::cq::RecvWqes::new(),
+            wqes: RecvWqes::new(),
         })
     }
 
     /// Where the queue's WQEs are (set by the receive queue built on this state).
     #[inline]
-    pub(crate) fn wqes(&self) -> &crate::cq::RecvWqes {
+    pub(crate) fn wqes(&self) -> &RecvWqes {
         &self.wqes
     }
 

@@ -28,10 +28,7 @@
 //!
 //! [`VENDOR_ERR_UNSUPPORTED_FORMAT`]: super::VENDOR_ERR_UNSUPPORTED_FORMAT
 
-use core::ptr::NonNull;
-
 use zverbs_core::WcStatus;
-use zverbs_core::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 
 #[cfg(not(zverbs_loom))]
 use crate::devmem::CqeRing;
@@ -40,61 +37,7 @@ use crate::prm::INVALID_LKEY;
 use crate::prm::cqe::{INLINE_SCATTER_32, INLINE_SCATTER_64};
 #[cfg(not(zverbs_loom))]
 use crate::prm::wqe::DataSeg;
-
-/// Where a receive queue's WQEs are, for the poller that copies scattered data into them: set
-/// once by the receive queue when it is built ([`RecvWqes::set`]), read by the poller only for
-/// a scattered CQE.
-#[derive(Debug)]
-pub(crate) struct RecvWqes {
-    /// The ring's first byte; null until set.
-    base: AtomicPtr<u8>,
-    /// log2 of the WQE stride in bytes.
-    shift: AtomicU32,
-    /// WQEs in the ring, minus one.
-    mask: AtomicU32,
-}
-
-impl RecvWqes {
-    /// Not set: a scattered CQE of the queue cannot be copied (reported as a format error).
-    pub(crate) fn new() -> Self {
-        Self {
-            base: AtomicPtr::new(core::ptr::null_mut()),
-            shift: AtomicU32::new(0),
-            mask: AtomicU32::new(0),
-        }
-    }
-
-    /// The ring of `cnt` WQEs (a power of two) of `stride` bytes (a power of two ≥ 16) at
-    /// `base`. `Release`: the poller that loads `base` with `Acquire` sees the rest.
-    pub(crate) fn set(&self, base: NonNull<u8>, cnt: u32, stride: u32) {
-        debug_assert!(cnt.is_power_of_two() && stride.is_power_of_two() && stride >= 16);
-        self.shift.store(stride.trailing_zeros(), Ordering::Relaxed);
-        self.mask.store(cnt - 1, Ordering::Relaxed);
-        self.base.store(base.as_ptr(), Ordering::Release);
-    }
-
-    /// The ring; `None` until set.
-    #[inline(always)]
-    pub(super) fn get(&self) -> Option<WqeRing> {
-        let base = NonNull::new(self.base.load(Ordering::Acquire))?;
-        Some(WqeRing {
-            base,
-            shift: self.shift.load(Ordering::Relaxed),
-            mask: self.mask.load(Ordering::Relaxed),
-        })
-    }
-}
-
-/// A receive queue's ring of WQEs, as [`RecvWqes`] holds it once set.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct WqeRing {
-    /// The ring's first byte.
-    base: NonNull<u8>,
-    /// log2 of the WQE stride in bytes (at least 4).
-    shift: u32,
-    /// WQEs in the ring, minus one.
-    mask: u32,
-}
+use crate::state::{RecvWqes, WqeRing};
 
 /// Why a scattered CQE's data did not reach the receive buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
