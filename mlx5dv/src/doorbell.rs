@@ -55,8 +55,11 @@ pub(crate) struct Doorbell {
     /// The register's [`SharedBf`] when other queues write it too (the queue's constructor
     /// contract keeps it alive while the queue lives).
     shared: Lock,
-    /// How the register is held, for the one compare of a single post's ring.
+    /// How the register is held.
     mode: BfMode,
+    /// The single posts' key to the register, tested once: `bf_blocks` for a register of the
+    /// queue's own (0: doorbell only), negative for a shared one.
+    key: i32,
 }
 
 impl Doorbell {
@@ -68,6 +71,11 @@ impl Doorbell {
             bf_blocks: bf_size / 64,
             offset: 0,
             shared,
+            key: if shared.is_some() {
+                i32::MIN
+            } else {
+                (bf_size / 64) as i32
+            },
             mode: match (shared, bf_size) {
                 (Some(_), _) => BfMode::Shared,
                 (None, 0) => BfMode::DoorbellOnly,
@@ -248,11 +256,14 @@ impl Doorbell {
     /// in registers).
     #[inline(always)]
     pub(crate) fn ring_block_any(&mut self, pi: u32, words: &[u64; 8], n: usize) {
-        let mode = self.mode as u32;
-        if mode == BfMode::Dedicated as u32 {
-            self.ring_block_copy(pi, words, n, None)
-        } else if mode == BfMode::DoorbellOnly as u32 {
+        // One load and one test of `key` (a shared register's is negative), as the
+        // doorbell-only test a dedicated register makes anyway: the doorbell-only ring pays
+        // nothing for sharing, the BlueFlame one a branch not taken.
+        let key = self.key;
+        if key == 0 {
             self.ring_block_doorbell(pi, words[0], None)
+        } else if key > 0 {
+            self.ring_block_copy(pi, words, n, None)
         } else {
             self.ring_block_locked(pi, *words, n)
         }
@@ -270,9 +281,10 @@ impl Doorbell {
     /// branch, as [`Doorbell::ring_block_any`].
     #[inline(always)]
     pub(crate) fn ring_any(&mut self, sq: SegRing, pi: u32, last_seg: u32, last_blocks: u32) {
-        match self.shared {
-            None => self.ring(sq, pi, last_seg, last_blocks, true, None),
-            Some(s) => self.ring_locked(sq, pi, last_seg, last_blocks, true, s),
+        if self.key >= 0 {
+            self.ring(sq, pi, last_seg, last_blocks, true, None)
+        } else if let Some(s) = self.shared {
+            self.ring_locked(sq, pi, last_seg, last_blocks, true, s)
         }
     }
 

@@ -116,7 +116,14 @@ pub unsafe fn post_drain_marker<S: StableDeref<Target = [SqSlot]>>(
     let lock = shared.map(NonNull::from);
     let mut db = Doorbell::new(dbrec, reg, layout.bf.size, lock);
     // An 8-byte doorbell for the one-block WQE at `pi` (the send queue's steps).
-    db.ring(ring, pi.wrapping_add(1), pi * SEGS_PER_BB as u32, 1, false, lock);
+    db.ring(
+        ring,
+        pi.wrapping_add(1),
+        pi * SEGS_PER_BB as u32,
+        1,
+        false,
+        lock,
+    );
     Ok(true)
 }
 
