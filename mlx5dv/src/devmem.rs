@@ -72,6 +72,26 @@ impl SegRing {
         (start & self.mask) / 4
     }
 
+    /// Reserves the WQE whose control segment is segment counter `start` (a multiple of 4),
+    /// `blocks` basic blocks: the one place a send path argues that it may write them. The
+    /// token's writes are safe; what it covers reaches the device when the caller publishes
+    /// the producer counter past it (the doorbell record).
+    ///
+    /// # Safety
+    ///
+    /// The `blocks` blocks from `start` are free (the room check passed: the device has
+    /// completed whatever was there) and not yet published, no other token covers them while
+    /// this one lives, and `blocks` is at most the ring's size.
+    #[inline(always)]
+    pub(crate) unsafe fn reserve(&self, start: u32, blocks: u32) -> Wqe<'_> {
+        debug_assert!(start.is_multiple_of(4) && blocks * 4 <= self.mask + 1);
+        Wqe {
+            ring: self,
+            start,
+            blocks,
+        }
+    }
+
     /// Calls `f` with segment `k` of the WQE whose control segment is segment `start`, for
     /// writing. WQEs start on a basic block, so the segments of the first block (`k < 4`) are
     /// addressed from the block without masking each one; later ones follow the ring's wrap.
@@ -421,6 +441,58 @@ unsafe fn move_at<T: Copy>(dst: *mut u8, src: *const u8, i: usize) {
         dst.add(i)
             .cast::<T>()
             .write_unaligned(src.add(i).cast::<T>().read_unaligned())
+    }
+}
+
+/// A WQE's basic blocks, reserved by [`SegRing::reserve`]: free, unpublished and this token's
+/// alone, so that its writes need no further argument. Segment `k` is counted from the control
+/// segment and follows the ring's wrap; the writes stay inside the reservation
+/// (`k < 4 * blocks`, checked in debug builds; in any build they stay inside the ring).
+#[derive(Debug)]
+pub(crate) struct Wqe<'r> {
+    ring: &'r SegRing,
+    start: u32,
+    blocks: u32,
+}
+
+impl Wqe<'_> {
+    /// Calls `f` with segment `k` of the WQE, for writing.
+    #[inline(always)]
+    pub(crate) fn seg<R>(&self, k: u32, f: impl FnOnce(&mut [u8; 16]) -> R) -> R {
+        debug_assert!(k < 4 * self.blocks);
+        // SAFETY: the reservation (`SegRing::reserve`): the segment is free, unpublished and
+        // this token's; `start` is a multiple of 4.
+        unsafe { self.ring.with_mut_wqe(self.start, k, f) }
+    }
+
+    /// Writes `words[..n]` at the start of the WQE's first block
+    /// ([`SegRing::write_block_words`]).
+    #[inline(always)]
+    pub(crate) fn block_words(&self, words: &[u64; 8], n: usize) {
+        debug_assert!(n <= 8);
+        // SAFETY: as in `Wqe::seg`: the first block is the token's.
+        unsafe { self.ring.write_block_words(self.start, words, n) }
+    }
+
+    /// Copies `len` bytes from `src` into the ring at byte counter `at` (16 a segment),
+    /// continuing across its end ([`SegRing::copy_in`]): the inline data of the WQE.
+    ///
+    /// # Safety
+    ///
+    /// `src..src + len` is readable; the bytes `at..at + len` lie in the WQE.
+    #[inline(always)]
+    pub(crate) unsafe fn copy_in(&self, at: u32, src: *const u8, len: usize) {
+        // SAFETY: (caller) readable and inside the WQE, which the token covers.
+        unsafe { self.ring.copy_in(at, src, len) }
+    }
+
+    /// Calls `f` with segment `idx` of the ring (masked), for writing: a segment of the WQE
+    /// addressed by the ring's segment counter (the inline data's).
+    #[inline(always)]
+    pub(crate) fn seg_at<R>(&self, idx: u32, f: impl FnOnce(&mut [u8; 16]) -> R) -> R {
+        debug_assert!(idx.wrapping_sub(self.start) & self.ring.mask < 4 * self.blocks);
+        // SAFETY: as in `Wqe::seg`.
+        unsafe { self.ring.with_mut(idx, f) }
     }
 }
 

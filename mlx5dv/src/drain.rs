@@ -79,20 +79,19 @@ pub unsafe fn post_drain_marker<S: StableDeref<Target = [SqSlot]>>(
     // counter, so the device does not read it, and (caller) no queue writes it.
     let ring = unsafe { SegRing::new(layout.sq.buf, cnt * SEGS_PER_BB as u32) };
     let seg = pi * SEGS_PER_BB as u32;
-    // SAFETY: as above; `seg` is a multiple of 4.
-    unsafe {
-        ring.with_mut_wqe(seg, 0, |b| {
-            CtrlSeg::new_unchecked(&mut b[..]).set(
-                pi as u16,
-                opcode::NOP,
-                0,
-                layout.qpn,
-                fm_ce_se::CQ_UPDATE,
-                1,
-                0,
-            );
-        });
-    }
+    // SAFETY: as above; `seg` is a multiple of 4, and the WQE is one block.
+    let wqe = unsafe { ring.reserve(seg, 1) };
+    wqe.seg(0, |b| {
+        CtrlSeg::new_unchecked(&mut b[..]).set(
+            pi as u16,
+            opcode::NOP,
+            0,
+            layout.qpn,
+            fm_ce_se::CQ_UPDATE,
+            1,
+            0,
+        );
+    });
     let slot = &state.slots()[(pi & (cnt - 1)) as usize];
     // SAFETY: the slot's earlier request was retired (the room check above), and the marker
     // is not published yet.

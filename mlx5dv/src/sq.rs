@@ -18,7 +18,7 @@ use zverbs_core::{
 };
 
 use crate::bf::{BfMode, SharedBf};
-use crate::devmem::{DbrecWord, SegRing};
+use crate::devmem::{DbrecWord, SegRing, Wqe};
 use crate::doorbell::Doorbell;
 use crate::layout::{LayoutError, QpLayout, SqCaps};
 use crate::prm::wqe::{
@@ -674,7 +674,7 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
     #[inline(always)]
     unsafe fn write(&mut self, wr: &SendWr<'_>, plan: &Plan<'_>) -> u32 {
         // SAFETY: (caller) as this function's contract; no header segments.
-        unsafe { self.write_after::<0>(wr, plan, |_, _| {}) }
+        unsafe { self.write_after::<0>(wr, plan, |_| {}) }
     }
 
     /// [`SendQueue::write`] with `HDR` segments between the control segment and the
@@ -691,42 +691,38 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
         &mut self,
         wr: &SendWr<'_>,
         plan: &Plan<'_>,
-        header: impl FnOnce(&SegRing, u32),
+        header: impl FnOnce(&Wqe<'_>),
     ) -> u32 {
         const { assert!(HDR < SEGS_PER_BB as u32) };
         // Locals, not fields: the compiler cannot prove that the ring stores below do not
         // alias `self`, and would reload fields after each one.
         let (ring, pi, qpn) = (&{ self.ring }, self.pi, self.qpn);
         let start = pi.wrapping_mul(SEGS_PER_BB as u32);
-        // SAFETY: this and every write below are to segments `0..ds` of the WQE at `start`
-        // (a block boundary), in blocks `pi..pi+blocks`, which are free (room was checked) and
-        // not yet published.
-        unsafe {
-            ring.with_mut_wqe(start, 0, |b| {
-                CtrlSeg::new_unchecked(b).set(
-                    pi as u16,
-                    plan.opcode,
-                    0,
-                    qpn,
-                    plan.fm_ce_se,
-                    plan.ds as u8,
-                    plan.imm,
-                )
-            });
-            header(ring, start);
-        }
+        // SAFETY: blocks `pi..pi + blocks` (a block boundary) are free (room was checked:
+        // caller) and not yet published; `blocks` fits the ring (the largest WQE was checked
+        // at construction).
+        let wqe = unsafe { ring.reserve(start, plan.blocks) };
+        wqe.seg(0, |b| {
+            CtrlSeg::new_unchecked(b).set(
+                pi as u16,
+                plan.opcode,
+                0,
+                qpn,
+                plan.fm_ce_se,
+                plan.ds as u8,
+                plan.imm,
+            )
+        });
+        header(&wqe);
         // The next segment to write, counted from the control segment.
         let mut k = 1 + HDR;
         match &wr.op {
             SendOp::Write { remote, .. }
             | SendOp::WriteImm { remote, .. }
             | SendOp::Read { remote, .. } => {
-                // SAFETY: as above.
-                unsafe {
-                    ring.with_mut_wqe(start, k, |b| {
-                        RaddrSeg::new_unchecked(b).set(remote.addr, remote.rkey)
-                    })
-                };
+                wqe.seg(k, |b| {
+                    RaddrSeg::new_unchecked(b).set(remote.addr, remote.rkey)
+                });
                 k += 1;
             }
             SendOp::CompareSwap {
@@ -734,28 +730,12 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
                 remote,
                 compare,
                 swap,
-            } => {
-                // SAFETY: as above.
-                unsafe {
-                    write_atomic(
-                        ring,
-                        start,
-                        k,
-                        local,
-                        remote.addr,
-                        remote.rkey,
-                        *swap,
-                        *compare,
-                    )
-                };
-            }
+            } => write_atomic(&wqe, k, local, remote.addr, remote.rkey, *swap, *compare),
             SendOp::FetchAdd { local, remote, add } => {
-                // SAFETY: as above.
-                unsafe { write_atomic(ring, start, k, local, remote.addr, remote.rkey, *add, 0) };
+                write_atomic(&wqe, k, local, remote.addr, remote.rkey, *add, 0)
             }
             SendOp::SendTo { dest, .. } | SendOp::SendToImm { dest, .. } if T::UD => {
-                // SAFETY: as above.
-                unsafe { write_datagram(ring, start, dest) };
+                write_datagram(&wqe, dest);
                 k += 3;
             }
             // (A datagram on a connected queue (`T::UD` false, a constant): never here, as the
@@ -769,15 +749,14 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
         // The data: none for atomics (written above) and NOP, whose list is empty.
         let sgl = plan.sgl;
         match plan.inline {
-            // SAFETY: the segments are free (as above); the sources are readable (caller).
-            Some(len) => unsafe { write_inline(ring, start.wrapping_add(k), sgl, len) },
+            // SAFETY: (caller) the sources are readable.
+            Some(len) => unsafe { write_inline(&wqe, start.wrapping_add(k), sgl, len) },
             // One entry, the common case, as straight-line code.
             None if sgl.len() == 1 => {
                 if let Some(s) = sgl.first()
                     && s.length != 0
                 {
-                    // SAFETY: as above.
-                    unsafe { write_data(ring, start, k, s) };
+                    write_data(&wqe, k, s);
                 }
             }
             None => {
@@ -785,8 +764,7 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
                     if s.length == 0 {
                         continue;
                     }
-                    // SAFETY: as above.
-                    unsafe { write_data(ring, start, k, s) };
+                    write_data(&wqe, k, s);
                     k += 1;
                 }
             }
@@ -891,7 +869,7 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
                 next,
             );
             // SAFETY: block `pi` is free (room was checked) and not yet published.
-            unsafe { ring.write_block_words(start, &words, n) };
+            unsafe { ring.reserve(start, 1) }.block_words(&words, n);
             self.doorbell.ring_block_any(next, &words, n);
         } else if let Some((head, k)) = self.inline_head_words(wr, plan, pi) {
             // SAFETY: (caller) planned, room checked, nothing staged, the posting contract.
@@ -1188,7 +1166,7 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
                 pi.wrapping_add(1),
             );
             // SAFETY: (caller) block `pi` is free (room was checked) and not yet published.
-            unsafe { ring.write_block_words(start, &words, n) };
+            unsafe { ring.reserve(start, 1) }.block_words(&words, n);
             then(self, start, 1)
         } else {
             // SAFETY: (caller) as `write`'s contract.
@@ -1279,18 +1257,13 @@ fn word64(x: u64) -> u64 {
     u64::from_ne_bytes(x.to_be_bytes())
 }
 
-/// Writes the raddr, atomic and data segments of an atomic, segments `k`, `k + 1` and `k + 2`
-/// of the WQE at segment `start` (RC: 1, 2, 3; DC: after the address vector, in the second
+///// Writes an atomic's segments (remote address, atomic, the 8-byte local data segment) as
+/// segments `k..k + 3` of `wqe` (RC: 1, 2, 3; DC: after the address vector, in the second
 /// basic block, which may wrap to slot 0).
-///
-/// # Safety
-///
-/// The three segments are free and unpublished; `start` is a block boundary.
-#[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn write_atomic(
-    ring: &SegRing,
-    start: u32,
+#[allow(clippy::too_many_arguments)]
+fn write_atomic(
+    wqe: &Wqe<'_>,
     k: u32,
     local: &Sge,
     raddr: u64,
@@ -1298,86 +1271,63 @@ unsafe fn write_atomic(
     swap_add: u64,
     compare: u64,
 ) {
-    // SAFETY: (caller) the segments are free and unpublished.
-    unsafe {
-        ring.with_mut_wqe(start, k, |b| RaddrSeg::new_unchecked(b).set(raddr, rkey));
-        ring.with_mut_wqe(start, k + 1, |b| {
-            AtomicSeg::new_unchecked(b).set(swap_add, compare)
-        });
-        ring.with_mut_wqe(start, k + 2, |b| {
-            DataSeg::new_unchecked(b).set(8, local.lkey, local.addr)
-        });
-    }
+    wqe.seg(k, |b| RaddrSeg::new_unchecked(b).set(raddr, rkey));
+    wqe.seg(k + 1, |b| {
+        AtomicSeg::new_unchecked(b).set(swap_add, compare)
+    });
+    wqe.seg(k + 2, |b| {
+        DataSeg::new_unchecked(b).set(8, local.lkey, local.addr)
+    });
 }
 
-/// Writes the datagram segment for `dest`, segments 1, 2 and 3 of the WQE at segment `start`
-/// (with the control segment, the first basic block: it never wraps).
-///
-/// # Safety
-///
-/// The three segments are free and unpublished; `start` is a block boundary.
+/// Writes the datagram segment for `dest`, segments 1, 2 and 3 of `wqe` (with the control
+/// segment, the first basic block: it never wraps).
 #[inline(never)]
-unsafe fn write_datagram(ring: &SegRing, start: u32, dest: &UdDest) {
+fn write_datagram(wqe: &Wqe<'_>, dest: &UdDest) {
     let mut seg = [0u8; 48];
     DatagramSeg::new_unchecked(&mut seg[..]).set_from_av(&dest.av, dest.remote_qpn, dest.qkey);
-    // SAFETY: (caller) as this function's contract.
-    unsafe { write_datagram_seg(ring, start, &seg) };
+    write_datagram_seg(wqe, &seg);
 }
 
 /// Copies the 48 bytes of a datagram segment `seg` (a UD or DC address) into segments 1, 2
-/// and 3 of the WQE at segment `start`.
-///
-/// # Safety
-///
-/// The three segments are free and unpublished; `start` is a block boundary.
+/// and 3 of `wqe`.
 #[inline(always)]
-pub(super) unsafe fn write_datagram_seg(ring: &SegRing, start: u32, seg: &[u8; 48]) {
+pub(super) fn write_datagram_seg(wqe: &Wqe<'_>, seg: &[u8; 48]) {
     for (k, part) in (1..).zip(seg.chunks_exact(16)) {
-        // SAFETY: (caller) the segments are free and unpublished; `k < 4`, in the first block.
-        unsafe { ring.with_mut_wqe(start, k, |b| b.copy_from_slice(part)) };
+        wqe.seg(k, |b| b.copy_from_slice(part));
     }
 }
 
-/// Writes a data segment for `s` as segment `k` of the WQE at segment `start`.
-///
-/// # Safety
-///
-/// The segment is free and unpublished; `start` is a block boundary.
+/// Writes a data segment for `s` as segment `k` of `wqe`.
 #[inline(always)]
-unsafe fn write_data(ring: &SegRing, start: u32, k: u32, s: &Sge) {
-    // SAFETY: (caller) the segment is free and unpublished.
-    unsafe {
-        ring.with_mut_wqe(start, k, |b| {
-            DataSeg::new_unchecked(b).set(s.length, s.lkey, s.addr)
-        })
-    };
+fn write_data(wqe: &Wqe<'_>, k: u32, s: &Sge) {
+    wqe.seg(k, |b| {
+        DataSeg::new_unchecked(b).set(s.length, s.lkey, s.addr)
+    });
 }
 
-/// Writes an inline segment carrying the bytes of `sgl` (`len` in all) from segment `seg` on,
-/// continuing across the end of the ring, and zeroes the padding of its last segment.
+/// Writes an inline segment carrying the bytes of `sgl` (`len` in all) from segment `seg` on
+/// (a segment counter of the ring, in `wqe`), continuing across the end of the ring, and
+/// zeroes the padding of its last segment.
 ///
 /// # Safety
 ///
-/// The segments are free and unpublished; every entry's bytes are readable.
+/// Every entry's bytes are readable.
 #[inline(always)]
-unsafe fn write_inline(ring: &SegRing, seg: u32, sgl: &[Sge], len: u32) {
+unsafe fn write_inline(wqe: &Wqe<'_>, seg: u32, sgl: &[Sge], len: u32) {
     if len == 0 {
         return;
     }
-    // SAFETY: (caller) the segment is free.
-    unsafe {
-        ring.with_mut(seg, |b| {
-            b[..4].copy_from_slice(&inline_byte_count(len).to_be_bytes())
-        })
-    };
+    wqe.seg_at(seg, |b| {
+        b[..4].copy_from_slice(&inline_byte_count(len).to_be_bytes())
+    });
     // A byte counter into the ring (free-running like the segment counter, 16 per segment).
     let mut at = seg.wrapping_mul(16).wrapping_add(4);
     for s in sgl {
-        // SAFETY: (caller) `addr..addr+length` is readable and the segments are free; the
-        // payload (at most `max_inline_data`, which fits the largest WQE) is shorter than the
-        // ring.
+        // SAFETY: (caller) `addr..addr+length` is readable; the payload (at most
+        // `max_inline_data`, which the plan counted in the WQE) lies in the WQE.
         unsafe {
-            ring.copy_in(
+            wqe.copy_in(
                 at,
                 core::ptr::with_exposed_provenance(s.addr as usize),
                 s.length as usize,
@@ -1390,27 +1340,31 @@ unsafe fn write_inline(ring: &SegRing, seg: u32, sgl: &[Sge], len: u32) {
         // Zero the padding, bytes `off..16`, with a mask over the whole segment rather than a
         // fill of variable length (a call to memset).
         let keep = (1u128 << (8 * off)) - 1;
-        // SAFETY: (caller) the segment is free.
-        unsafe {
-            ring.with_mut(at / 16, |b| {
-                *b = (u128::from_le_bytes(*b) & keep).to_le_bytes();
-            })
-        };
+        wqe.seg_at(at / 16, |b| {
+            *b = (u128::from_le_bytes(*b) & keep).to_le_bytes();
+        });
     }
 }
 
-/// [`write_inline`] of one entry at `src`, `len` bytes, out of line: for an inline segment
-/// that meets the end of the ring (rare), so that the posting code keeps its registers.
+/// [`write_inline`] of one entry at `src`, `len` bytes, from ring segment `seg` on, out of
+/// line: for an inline segment that meets the end of the ring (rare), so that the posting
+/// code keeps its registers.
 ///
 /// # Safety
 ///
-/// As [`write_inline`].
+/// The segments the inline segment takes from `seg` on, and the rest of the block of `seg`,
+/// are free and unpublished (the room check of their WQE passed); `src..src + len` is
+/// readable.
 #[cold]
 #[inline(never)]
 unsafe fn write_inline_wrapping(ring: SegRing, seg: u32, src: u64, len: u32) {
     let sge = Sge::new(src, len, 0);
-    // SAFETY: (caller) as `write_inline`'s contract.
-    unsafe { write_inline(&ring, seg, core::slice::from_ref(&sge), len) };
+    // The blocks from the one of `seg` to the inline segment's last.
+    let blocks = ((seg % 4) * 16 + 4 + len).div_ceil(64);
+    // SAFETY: (caller) those blocks are free and unpublished.
+    let wqe = unsafe { ring.reserve(seg & !3, blocks) };
+    // SAFETY: (caller) `src..src + len` is readable.
+    unsafe { write_inline(&wqe, seg, core::slice::from_ref(&sge), len) };
 }
 
 impl<P: SqStateRef, T: SelfAddressed> PostSend for SendQueue<P, T> {

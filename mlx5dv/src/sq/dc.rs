@@ -21,7 +21,7 @@ use zverbs_core::{DcDest, PostError, SendWr, SqCaps};
 
 use super::{Dci, Plan, SendQueue, write_datagram_seg};
 use crate::bf::SharedBf;
-use crate::devmem::SegRing;
+use crate::devmem::Wqe;
 use crate::layout::{LayoutError, QpLayout};
 use crate::prm::wqe::{DatagramSeg, UD_HEADER_DS};
 use crate::state::SqStateRef;
@@ -115,28 +115,19 @@ impl<P: SqStateRef> SendQueue<P, Dci> {
     /// caller upholds the posting contract.
     #[inline(always)]
     unsafe fn write_to(&mut self, dest: &DcDest, wr: &SendWr<'_>, plan: &Plan<'_>) -> u32 {
-        // Called by `write_after` once, with the control segment's counter of this WQE.
-        let header = |ring: &SegRing, start: u32| {
-            // SAFETY: segments 1, 2 and 3 of the WQE at `start` (a block boundary) are free
-            // and unpublished (room was checked).
-            unsafe { write_dc_av(ring, start, dest) }
-        };
+        // Called by `write_after` once, with the reserved WQE.
+        let header = |wqe: &Wqe<'_>| write_dc_av(wqe, dest);
         // SAFETY: (caller) planned with the datagram segment's `DC_AV_DS` segments, room
         // checked, the posting contract upheld; the header writes segments 1, 2 and 3 only.
         unsafe { self.write_after::<DC_AV_DS>(wr, plan, header) }
     }
 }
 
-/// Writes the datagram segment for `dest`, segments 1, 2 and 3 of the WQE at segment `start`
-/// (with the control segment, the first basic block: it never wraps).
-///
-/// # Safety
-///
-/// The three segments are free and unpublished; `start` is a block boundary.
+/// Writes the datagram segment for `dest`, segments 1, 2 and 3 of `wqe` (with the control
+/// segment, the first basic block: it never wraps).
 #[inline(always)]
-unsafe fn write_dc_av(ring: &SegRing, start: u32, dest: &DcDest) {
+fn write_dc_av(wqe: &Wqe<'_>, dest: &DcDest) {
     let mut seg = [0u8; 48];
     DatagramSeg::new_unchecked(&mut seg[..]).set_dc_from_av(&dest.av, dest.dctn, dest.dc_key);
-    // SAFETY: (caller) as this function's contract.
-    unsafe { write_datagram_seg(ring, start, &seg) };
+    write_datagram_seg(wqe, &seg);
 }

@@ -445,36 +445,28 @@ impl<P: SqStateRef> SendQueue<P, Connected> {
         };
         // `opmod_idx_opcode`: opmod 0, the WQE index (16 bits), the opcode.
         let idx_opcode = (u32::from(pi as u16) << 8) | u32::from(p.opcode);
-        // SAFETY: this and every write below are to segments `0..3` of the WQE at `start` (a
-        // block boundary), in block `pi`, which is free (room was checked) and not yet
-        // published.
-        unsafe {
-            ring.with_mut_wqe(start, 0, |b| {
-                b[ctrl::OPMOD_IDX_OPCODE].copy_from_slice(&idx_opcode.to_be_bytes());
-                b[ctrl::QPN_DS.start..ctrl::IMM.start].copy_from_slice(&mid);
-                b[ctrl::IMM].copy_from_slice(&(c.imm & p.imm_mask).to_be_bytes());
-            });
-        }
+        // SAFETY: block `pi` (the WQE at `start`, a block boundary) is free (room was
+        // checked: caller) and not yet published.
+        let wqe = unsafe { ring.reserve(start, 1) };
+        wqe.seg(0, |b| {
+            b[ctrl::OPMOD_IDX_OPCODE].copy_from_slice(&idx_opcode.to_be_bytes());
+            b[ctrl::QPN_DS.start..ctrl::IMM.start].copy_from_slice(&mid);
+            b[ctrl::IMM].copy_from_slice(&(c.imm & p.imm_mask).to_be_bytes());
+        });
         let mut k = 1;
         if REMOTE {
-            // SAFETY: as above.
-            unsafe {
-                ring.with_mut_wqe(start, k, |b| {
-                    b[raddr::RADDR].copy_from_slice(&c.remote_addr.to_be_bytes());
-                    b[raddr::RKEY.start..].copy_from_slice(&p.raddr_tail);
-                });
-            }
+            wqe.seg(k, |b| {
+                b[raddr::RADDR].copy_from_slice(&c.remote_addr.to_be_bytes());
+                b[raddr::RKEY.start..].copy_from_slice(&p.raddr_tail);
+            });
             k += 1;
         }
         if has_data {
-            // SAFETY: as above.
-            unsafe {
-                ring.with_mut_wqe(start, k, |b| {
-                    b[data::BYTE_COUNT].copy_from_slice(&c.len.to_be_bytes());
-                    b[data::LKEY].copy_from_slice(&p.lkey);
-                    b[data::ADDR].copy_from_slice(&c.addr.to_be_bytes());
-                });
-            }
+            wqe.seg(k, |b| {
+                b[data::BYTE_COUNT].copy_from_slice(&c.len.to_be_bytes());
+                b[data::LKEY].copy_from_slice(&p.lkey);
+                b[data::ADDR].copy_from_slice(&c.addr.to_be_bytes());
+            });
         }
         let next = pi.wrapping_add(1);
         let slot = ring.block_of(start) as usize;
