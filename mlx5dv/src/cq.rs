@@ -38,7 +38,7 @@ use zverbs_core::{
     barrier,
 };
 
-use crate::devmem::{CqeRing, DbrecWord};
+use crate::devmem::{CqeRing, DbrecWord, OwnedCqe};
 use crate::layout::{CqLayout, LayoutError};
 use crate::prm::cqe::{
     Cqe64, FLAGS_RQPN_GRH, FLAGS_RQPN_SL_SHIFT, FLAGS_RQPN_SRC_QP, INLINE_SCATTER_32,
@@ -341,24 +341,13 @@ impl<B: Bindings> CompletionQueue<B> {
     /// with a send opcode the queue posts, or a responder CQE, of the QP that matched last, in
     /// the plain format), reading only the fields that needs. Returns `false`, having changed
     /// nothing, for any other CQE: [`CompletionQueue::decode_slow`] decodes those.
-    ///
-    /// # Safety
-    ///
-    /// As [`CqeRing::with_cqe`] for `slot`.
     #[inline(always)]
-    unsafe fn decode_fast(
-        &mut self,
-        cqes: CqeRing,
-        slot: u32,
-        op_own: u8,
-        out: &mut Completion,
-    ) -> bool {
+    fn decode_fast(&mut self, cqe: OwnedCqe, op_own: u8, out: &mut Completion) -> bool {
         // Data scattered into the CQE: the loop of those decodes it (`poll_scattered`).
         if op_own & SCATTERED != 0 {
             return false;
         }
-        // SAFETY: (caller) the CQE is software's until the consumer index moves.
-        let (sop_drop_qpn, wqe_counter) = unsafe { cqes.with_cqe(slot, qpn_and_counter) };
+        let (sop_drop_qpn, wqe_counter) = cqe.with(qpn_and_counter);
         let qpn = sop_drop_qpn & QPN_MASK;
         if qpn != self.last.qpn {
             return false;
@@ -373,14 +362,14 @@ impl<B: Bindings> CompletionQueue<B> {
                 if let Some((opcode, flags, len)) = send_kind((sop_drop_qpn >> 24) as u8) {
                     let kind = (opcode, flags, len);
                     // SAFETY: as above; the only poller, for a CQE the device wrote.
-                    *out = unsafe { requester(sq, kind, qpn, wqe_counter, cqes, slot) };
+                    *out = unsafe { requester(sq, kind, qpn, wqe_counter, cqe) };
                     return true;
                 }
             }
             // SAFETY: as above.
             cqe_op @ op::RESP_WR_IMM..=op::RESP_SEND_INV if let Some(rq) = unsafe { last.rq() } => {
                 // SAFETY: as above.
-                unsafe { responder(rq, cqe_op, qpn, cqes, slot, out) };
+                unsafe { responder(rq, cqe_op, qpn, cqe, out) };
                 return true;
             }
             _ => {}
@@ -392,15 +381,10 @@ impl<B: Bindings> CompletionQueue<B> {
     /// the formats the poller does not decode, error CQEs, unknown opcodes, CQEs of queues
     /// this CQ was not given), out of line. Nothing is dropped: each CQE becomes a
     /// completion, and retires what it completes.
-    ///
-    /// # Safety
-    ///
-    /// As [`CqeRing::with_cqe`] for `slot`.
     #[cold]
     #[inline(never)]
-    unsafe fn decode_slow(&mut self, cqes: CqeRing, slot: u32, op_own: u8, out: &mut Completion) {
-        // SAFETY: (caller) the CQE is software's until the consumer index moves.
-        let (sop_drop_qpn, wqe_counter) = unsafe { cqes.with_cqe(slot, qpn_and_counter) };
+    fn decode_slow(&mut self, cqe: OwnedCqe, op_own: u8, out: &mut Completion) {
+        let (sop_drop_qpn, wqe_counter) = cqe.with(qpn_and_counter);
         let qpn = sop_drop_qpn & QPN_MASK;
         let (sq, rq, srq) = match self.binding(qpn) {
             // SAFETY: the hit is of this poller's bindings.
@@ -412,21 +396,21 @@ impl<B: Bindings> CompletionQueue<B> {
             (op::REQ, Some(sq), _) => {
                 let kind = any_send_kind((sop_drop_qpn >> 24) as u8);
                 // SAFETY: the only poller, for a CQE the device wrote.
-                *out = unsafe { requester(sq, kind, qpn, wqe_counter, cqes, slot) };
+                *out = unsafe { requester(sq, kind, qpn, wqe_counter, cqe) };
                 unsupported_format(out, op_own);
             }
             (op::RESP_WR_IMM..=op::RESP_SEND_INV, _, Some(rq)) => {
                 // Data scattered into the CQE goes to the receive's buffers first, while its
                 // WQE is still the poller's (before `responder` retires it).
                 let copied = if op_own & SCATTERED != 0 {
-                    // SAFETY: (caller) the CQE is software's; it completes the oldest receive,
-                    // not yet retired; the only poller.
-                    unsafe { scattered_receive(rq, cqes, slot, op_own) }
+                    // SAFETY: the CQE completes the oldest receive, not yet retired; the only
+                    // poller.
+                    unsafe { scattered_receive(rq, cqe, op_own) }
                 } else {
                     Ok(())
                 };
                 // SAFETY: as above.
-                unsafe { responder(rq, cqe_op, qpn, cqes, slot, out) };
+                unsafe { responder(rq, cqe_op, qpn, cqe, out) };
                 if let Err(e) = copied {
                     out.status = e.status();
                     if e == scatter::ScatterError::Format {
@@ -437,11 +421,9 @@ impl<B: Bindings> CompletionQueue<B> {
             (op::RESP_WR_IMM..=op::RESP_SEND_INV, _, None) if let Some(srq) = srq => {
                 // SAFETY: the only poller of the SRQ's QPs; the CQE names the WQE.
                 let wr_id = unsafe { srq.retire(wqe_counter) };
-                // SAFETY: (caller) as above.
-                let f = unsafe { cqes.with_cqe(slot, receive_fields) };
+                let f = cqe.with(receive_fields);
                 *out = received(wr_id, cqe_op, qpn, f.0, f.1, f.2);
-                // SAFETY: as above.
-                unsafe { receive_path(cqes, slot, out) };
+                receive_path(cqe, out);
                 unsupported_format(out, op_own);
             }
             (op::REQ_ERR, Some(sq), _) => {
@@ -453,8 +435,7 @@ impl<B: Bindings> CompletionQueue<B> {
                 }
                 // SAFETY: the only poller; an error CQE completes the WQE it names.
                 let done = unsafe { sq.retire(wqe_counter) };
-                // SAFETY: (caller) as above.
-                let (status, vendor_err) = unsafe { cqes.with_cqe(slot, error_of) };
+                let (status, vendor_err) = cqe.with(error_of);
                 *out = Completion {
                     wr_id: done.wr_id,
                     status,
@@ -479,8 +460,7 @@ impl<B: Bindings> CompletionQueue<B> {
                     (None, Some(srq)) => unsafe { srq.retire(wqe_counter) },
                     (None, None) => 0,
                 };
-                // SAFETY: (caller) as above.
-                let (status, vendor_err) = unsafe { cqes.with_cqe(slot, error_of) };
+                let (status, vendor_err) = cqe.with(error_of);
                 *out = Completion {
                     wr_id,
                     status,
@@ -511,16 +491,14 @@ impl<B: Bindings> CompletionQueue<B> {
                 n = unsafe { self.expand(out, n, slot, op_own) };
                 continue;
             }
-            let cqes = self.cqes;
+            // SAFETY: as in `poll_loop`.
+            let cqe = unsafe { self.cqes.owned(slot) };
             o.fill_all(|wc| {
-                // SAFETY: as in `poll`.
-                if !unsafe { self.decode_fast(cqes, slot, op_own, wc) } {
-                    // SAFETY: as above.
-                    unsafe { self.decode_slow(cqes, slot, op_own, wc) };
+                if !self.decode_fast(cqe, op_own, wc) {
+                    self.decode_slow(cqe, op_own, wc);
                 }
             });
-            // SAFETY: as above.
-            unsafe { o.stamp(self.timestamps, cqes, slot) };
+            o.stamp(self.timestamps, cqe);
             self.ci = self.ci.wrapping_add(1);
             n += 1;
         }
@@ -564,32 +542,28 @@ unsafe fn decode_scattered<S>(
     rq: &RqState<S>,
     wqes: crate::state::WqeRing,
     qpn: u32,
-    cqes: CqeRing,
-    slot: u32,
+    cqe: OwnedCqe,
     op_own: u8,
     out: &mut Completion,
 ) -> bool
 where
     S: stable_deref_trait::StableDeref<Target = [crate::RqSlot]>,
 {
-    // SAFETY: (caller) the CQE is software's until the consumer index moves.
-    let (sop_drop_qpn, byte_cnt) = unsafe {
-        cqes.with_cqe(slot, |b| {
-            let c = Cqe64::new_unchecked(b);
-            (c.sop_drop_qpn(), c.byte_cnt())
-        })
-    };
+    let (sop_drop_qpn, byte_cnt) = cqe.with(|b| {
+        let c = Cqe64::new_unchecked(b);
+        (c.sop_drop_qpn(), c.byte_cnt())
+    });
     let cqe_op = op_own >> OPCODE_SHIFT;
     if sop_drop_qpn & QPN_MASK != qpn || !(op::RESP_WR_IMM..=op::RESP_SEND_INV).contains(&cqe_op) {
         return false;
     }
-    // SAFETY: (caller) the CQE is software's; it completes the oldest receive of `rq`, posted
-    // and not yet retired (retired below, after the copy).
-    if !unsafe { scatter::copy_to_first_segment(wqes, rq.oldest(), cqes, slot, op_own, byte_cnt) } {
+    // SAFETY: (caller) the CQE completes the oldest receive of `rq`, posted and not yet
+    // retired (retired below, after the copy).
+    if !unsafe { scatter::copy_to_first_segment(wqes, rq.oldest(), cqe, op_own, byte_cnt) } {
         return false;
     }
     // SAFETY: (caller) the only poller, for a responder CQE the device wrote.
-    unsafe { responder(rq, cqe_op, qpn, cqes, slot, out) };
+    unsafe { responder(rq, cqe_op, qpn, cqe, out) };
     true
 }
 
@@ -604,8 +578,7 @@ where
 #[inline(never)]
 unsafe fn scattered_receive<S>(
     rq: &RqState<S>,
-    cqes: CqeRing,
-    slot: u32,
+    cqe: OwnedCqe,
     op_own: u8,
 ) -> Result<(), scatter::ScatterError>
 where
@@ -613,14 +586,13 @@ where
 {
     #[cfg(not(zverbs_loom))]
     {
-        // SAFETY: (caller) the CQE is software's.
-        let byte_cnt = unsafe { cqes.with_cqe(slot, |b| Cqe64::new_unchecked(b).byte_cnt()) };
+        let byte_cnt = cqe.with(|b| Cqe64::new_unchecked(b).byte_cnt());
         // SAFETY: (caller) the oldest receive, posted, not retired; its WQE is in `rq`'s ring.
-        unsafe { scatter::copy_to_receive(rq.wqes(), rq.oldest(), cqes, slot, op_own, byte_cnt) }
+        unsafe { scatter::copy_to_receive(rq.wqes(), rq.oldest(), cqe, op_own, byte_cnt) }
     }
     #[cfg(zverbs_loom)]
     {
-        let _ = (rq, cqes, slot, op_own);
+        let _ = (rq, cqe, op_own);
         Err(scatter::ScatterError::Format)
     }
 }
@@ -742,8 +714,7 @@ unsafe fn requester<S>(
     kind: SendKind,
     qpn: u32,
     wqe_counter: u16,
-    cqes: CqeRing,
-    slot: u32,
+    cqe: OwnedCqe,
 ) -> Completion
 where
     S: stable_deref_trait::StableDeref<Target = [crate::SqSlot]>,
@@ -752,8 +723,7 @@ where
     let byte_len = match len {
         ReqLen::Zero => 0,
         ReqLen::Atomic => 8,
-        // SAFETY: (caller) the CQE is software's.
-        ReqLen::ByteCnt => unsafe { cqes.with_cqe(slot, |b| Cqe64::new_unchecked(b).byte_cnt()) },
+        ReqLen::ByteCnt => cqe.with(|b| Cqe64::new_unchecked(b).byte_cnt()),
     };
     // SAFETY: (caller) the only poller, and the device reported the WQE complete.
     let wr_id = unsafe { sq.retire(wqe_counter) }.wr_id;
@@ -781,23 +751,15 @@ where
 ///
 /// As [`requester`], for a responder CQE.
 #[inline(always)]
-unsafe fn responder<S>(
-    rq: &RqState<S>,
-    cqe_op: u8,
-    qpn: u32,
-    cqes: CqeRing,
-    slot: u32,
-    out: &mut Completion,
-) where
+unsafe fn responder<S>(rq: &RqState<S>, cqe_op: u8, qpn: u32, cqe: OwnedCqe, out: &mut Completion)
+where
     S: stable_deref_trait::StableDeref<Target = [crate::RqSlot]>,
 {
     // SAFETY: (caller) the only poller; the device reported the oldest receive complete.
     let wr_id = unsafe { rq.retire() };
-    // SAFETY: (caller) the CQE is software's.
-    let (byte_len, imm, flags_rqpn) = unsafe { cqes.with_cqe(slot, receive_fields) };
+    let (byte_len, imm, flags_rqpn) = cqe.with(receive_fields);
     *out = received(wr_id, cqe_op, qpn, byte_len, imm, flags_rqpn);
-    // SAFETY: (caller) as above.
-    unsafe { receive_path(cqes, slot, out) };
+    receive_path(cqe, out);
 }
 
 /// The fields of a responder CQE a receive completion reports first: `byte_cnt`,
@@ -813,19 +775,12 @@ fn receive_fields(cqe: &[u8; 64]) -> (u32, u32, u32) {
 /// completion is written: the poll loop then holds fewer values at once, and keeps its own in
 /// registers. As libmlx5's `handle_responder` reports them; the P_Key index shares its field
 /// with the immediate, and is reported as 0 when the message carried one.
-///
-/// # Safety
-///
-/// As [`CqeRing::with_cqe`] for `slot`.
 #[inline(always)]
-unsafe fn receive_path(cqes: CqeRing, slot: u32, out: &mut Completion) {
-    // SAFETY: (caller) the CQE is software's.
-    let (flags_rqpn, pkey, slid, ml_path) = unsafe {
-        cqes.with_cqe(slot, |b| {
-            let c = Cqe64::new_unchecked(b);
-            (c.flags_rqpn(), c.imm_inval_pkey(), c.slid(), c.ml_path())
-        })
-    };
+fn receive_path(cqe: OwnedCqe, out: &mut Completion) {
+    let (flags_rqpn, pkey, slid, ml_path) = cqe.with(|b| {
+        let c = Cqe64::new_unchecked(b);
+        (c.flags_rqpn(), c.imm_inval_pkey(), c.slid(), c.ml_path())
+    });
     out.src_qp = flags_rqpn & FLAGS_RQPN_SRC_QP;
     out.slid = slid;
     out.pkey_index = if out.flags.contains(WcFlags::WITH_IMM) {
@@ -961,14 +916,10 @@ trait PollOut {
         });
     }
 
-    /// Adds what the output carries besides the completion, from the CQE in `slot` of a CQ
-    /// whose CQEs carry timestamps when `timestamps` is true (the CQEs of successful
-    /// completions: an error CQE's syndromes are where the timestamp would be).
-    ///
-    /// # Safety
-    ///
-    /// As [`CqeRing::with_cqe`] for `slot`.
-    unsafe fn stamp(&mut self, timestamps: bool, cqes: CqeRing, slot: u32);
+    /// Adds what the output carries besides the completion, from `cqe` of a CQ whose CQEs
+    /// carry timestamps when `timestamps` is true (the CQEs of successful completions: an
+    /// error CQE's syndromes are where the timestamp would be).
+    fn stamp(&mut self, timestamps: bool, cqe: OwnedCqe);
 
     /// Adds the timestamp `ts` (a compressed session's, its title's).
     fn stamp_value(&mut self, ts: Option<u64>);
@@ -981,7 +932,7 @@ impl PollOut for Completion {
     }
 
     #[inline(always)]
-    unsafe fn stamp(&mut self, _: bool, _: CqeRing, _: u32) {}
+    fn stamp(&mut self, _: bool, _: OwnedCqe) {}
 
     #[inline(always)]
     fn stamp_value(&mut self, _: Option<u64>) {}
@@ -994,11 +945,10 @@ impl PollOut for TimedCompletion {
     }
 
     #[inline(always)]
-    unsafe fn stamp(&mut self, timestamps: bool, cqes: CqeRing, slot: u32) {
+    fn stamp(&mut self, timestamps: bool, cqe: OwnedCqe) {
         // An error CQE has no timestamp: its syndromes share those bytes.
         self.timestamp = if timestamps && self.wc.status == WcStatus::Success {
-            // SAFETY: (caller) the CQE is software's.
-            Some(unsafe { cqes.with_cqe(slot, |b| Cqe64::new_unchecked(b).timestamp()) })
+            Some(cqe.with(|b| Cqe64::new_unchecked(b).timestamp()))
         } else {
             None
         };
@@ -1020,7 +970,7 @@ impl PollOut for BriefCompletion {
     }
 
     #[inline(always)]
-    unsafe fn stamp(&mut self, _: bool, _: CqeRing, _: u32) {}
+    fn stamp(&mut self, _: bool, _: OwnedCqe) {}
 
     #[inline(always)]
     fn stamp_value(&mut self, _: Option<u64>) {}
@@ -1069,12 +1019,12 @@ impl<B: Bindings> CompletionQueue<B> {
             // SAFETY: the owner bit says the CQE is software's, the barrier orders the reads
             // after that check, and the consumer counter that would free the entry is
             // published only after them.
-            if !o.fill(|wc| unsafe { self.decode_fast(cqes, slot, op_own, wc) }) {
+            let cqe = unsafe { cqes.owned(slot) };
+            if !o.fill(|wc| self.decode_fast(cqe, op_own, wc)) {
                 self.ci = ci;
                 return self.poll_rest(out, n);
             }
-            // SAFETY: as above.
-            unsafe { o.stamp(self.timestamps, cqes, slot) };
+            o.stamp(self.timestamps, cqe);
             ci = ci.wrapping_add(1);
             n += 1;
         }
@@ -1120,15 +1070,15 @@ impl<B: Bindings> CompletionQueue<B> {
             };
             barrier::from_device();
             // SAFETY: the CQE is software's (its owner bit checked, then the barrier), and the
-            // consumer counter that would free the entry is published only after the reads;
-            // `rq` and `wqes` are those of QP `hit.qpn`; the only poller.
-            let decoded = wc_out
-                .fill(|wc| unsafe { decode_scattered(rq, wqes, hit.qpn, cqes, slot, op_own, wc) });
+            // consumer counter that would free the entry is published only after the reads.
+            let cqe = unsafe { cqes.owned(slot) };
+            // SAFETY: `rq` and `wqes` are those of QP `hit.qpn`; the only poller.
+            let decoded =
+                wc_out.fill(|wc| unsafe { decode_scattered(rq, wqes, hit.qpn, cqe, op_own, wc) });
             if !decoded {
                 return self.poll_rest(out, 0);
             }
-            // SAFETY: as above.
-            unsafe { wc_out.stamp(self.timestamps, cqes, slot) };
+            wc_out.stamp(self.timestamps, cqe);
             self.ci = self.ci.wrapping_add(1);
             if out.len() > 1
                 && let Some(next) = owned(self.ring, self.pass_bit, cqes, self.ci)
@@ -1164,14 +1114,15 @@ impl<B: Bindings> CompletionQueue<B> {
         // `next` as it is.
         while let Some(wc_out) = o {
             // SAFETY: as in `poll_scattered`.
-            let decoded = wc_out
-                .fill(|wc| unsafe { decode_scattered(rq, wqes, hit.qpn, cqes, slot, op_own, wc) });
+            let cqe = unsafe { cqes.owned(slot) };
+            // SAFETY: as in `poll_scattered`.
+            let decoded =
+                wc_out.fill(|wc| unsafe { decode_scattered(rq, wqes, hit.qpn, cqe, op_own, wc) });
             if !decoded {
                 self.ci = ci;
                 return self.poll_rest(out, n);
             }
-            // SAFETY: as above.
-            unsafe { wc_out.stamp(self.timestamps, cqes, slot) };
+            wc_out.stamp(self.timestamps, cqe);
             ci = ci.wrapping_add(1);
             n += 1;
             o = outs.next();

@@ -651,6 +651,19 @@ impl CqeRing {
         }
     }
 
+    /// The CQE in `slot` (already masked) as a token whose reads are safe: the one place the
+    /// poller argues that a CQE is software's.
+    ///
+    /// # Safety
+    ///
+    /// The CQE is software's: its owner byte was checked and followed by
+    /// [`from_device`](zverbs_core::barrier::from_device); the consumer index that would let
+    /// the device reuse the entry is published only after the token's last use.
+    #[inline(always)]
+    pub(crate) unsafe fn owned(&self, slot: u32) -> OwnedCqe {
+        OwnedCqe { ring: *self, slot }
+    }
+
     /// Stores `op_own` into CQE `slot` (already masked): the poller hands the entries of a
     /// compressed session back looking invalid, and marks where it stopped inside one.
     ///
@@ -711,5 +724,41 @@ impl CqeRing {
         // first half starts 64 bytes before its CQE, inside the ring; the device does not write
         // the entry until the consumer index moves past it.
         f(unsafe { &*self.base.as_ptr().add(off).sub(64).cast::<[u8; 64]>() })
+    }
+}
+
+/// A CQE software owns, from [`CqeRing::owned`]: read without a further argument.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct OwnedCqe {
+    ring: CqeRing,
+    slot: u32,
+}
+
+impl OwnedCqe {
+    /// The ring's CQE size in bytes ([`CqeRing::stride`]).
+    #[inline(always)]
+    pub(crate) fn stride(&self) -> usize {
+        self.ring.stride()
+    }
+
+    /// Calls `f` with the 64-byte CQE.
+    #[inline(always)]
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&[u8; 64]) -> R) -> R {
+        // SAFETY: the token's (`CqeRing::owned`): the CQE is software's until the consumer
+        // index moves past it, after the token's last use.
+        unsafe { self.ring.with_cqe(self.slot, f) }
+    }
+
+    /// Calls `f` with the first 64 bytes of its 128-byte entry
+    /// ([`CqeRing::with_entry_head`]).
+    ///
+    /// # Safety
+    ///
+    /// The ring's CQEs are 128 bytes.
+    #[cfg(not(zverbs_loom))]
+    #[inline(always)]
+    pub(crate) unsafe fn with_entry_head<R>(&self, f: impl FnOnce(&[u8; 64]) -> R) -> R {
+        // SAFETY: the token's, and (caller) 128-byte entries.
+        unsafe { self.ring.with_entry_head(self.slot, f) }
     }
 }

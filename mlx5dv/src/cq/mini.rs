@@ -289,22 +289,20 @@ impl<B: Bindings> CompletionQueue<B> {
     ///
     /// As [`CompletionQueue::expand`].
     unsafe fn open(&mut self, slot: u32) -> Result<(), u32> {
-        let cqes = self.cqes;
         // SAFETY: (caller) the title is software's.
-        let (count, qpn, counter, cqe_op, imm, flags_rqpn, timestamp) = unsafe {
-            cqes.with_cqe(slot, |b| {
-                let c = Cqe64::new_unchecked(b);
-                (
-                    c.byte_cnt(),
-                    c.sop_drop_qpn() & super::QPN_MASK,
-                    c.wqe_counter(),
-                    c.op_own() >> OPCODE_SHIFT,
-                    c.imm_inval_pkey(),
-                    c.flags_rqpn(),
-                    c.timestamp(),
-                )
-            })
-        };
+        let title = unsafe { self.cqes.owned(slot) };
+        let (count, qpn, counter, cqe_op, imm, flags_rqpn, timestamp) = title.with(|b| {
+            let c = Cqe64::new_unchecked(b);
+            (
+                c.byte_cnt(),
+                c.sop_drop_qpn() & super::QPN_MASK,
+                c.wqe_counter(),
+                c.op_own() >> OPCODE_SHIFT,
+                c.imm_inval_pkey(),
+                c.flags_rqpn(),
+                c.timestamp(),
+            )
+        });
         if count < 2 || count > self.ring.size() {
             return Err(qpn);
         }
@@ -316,8 +314,7 @@ impl<B: Bindings> CompletionQueue<B> {
         let (kind, mut template) = match cqe_op {
             op::RESP_WR_IMM..=op::RESP_SEND_INV if rq || srq => {
                 let mut t = received(0, cqe_op, qpn, 0, imm, flags_rqpn);
-                // SAFETY: (caller) the title is software's.
-                unsafe { receive_path(cqes, slot, &mut t) };
+                receive_path(title, &mut t);
                 (if rq { Kind::Recv } else { Kind::Srq }, t)
             }
             op::REQ if sq => (
@@ -336,7 +333,7 @@ impl<B: Bindings> CompletionQueue<B> {
             template.vendor_err = u32::from(cqe_op);
         }
         // SAFETY: the first array is in the entry after the title, inside the session.
-        let array = unsafe { read_array(cqes, self.ring.slot(self.ci.wrapping_add(1))) };
+        let array = unsafe { read_array(self.cqes, self.ring.slot(self.ci.wrapping_add(1))) };
         self.session = Session {
             left: count,
             next: 0,

@@ -31,7 +31,7 @@
 use zverbs_core::WcStatus;
 
 #[cfg(not(zverbs_loom))]
-use crate::devmem::CqeRing;
+use crate::devmem::OwnedCqe;
 #[cfg(not(zverbs_loom))]
 use crate::prm::INVALID_LKEY;
 use crate::prm::cqe::{INLINE_SCATTER_32, INLINE_SCATTER_64};
@@ -71,13 +71,12 @@ pub(super) fn room(op_own: u8, cqe_size: usize) -> Option<usize> {
     }
 }
 
-/// Copies the `byte_cnt` bytes of data scattered into the CQE in `slot` (as `op_own` says)
+/// Copies the `byte_cnt` bytes of data scattered into `cqe` (as `op_own` says)
 /// into the scatter list of receive WQE `index` (a free-running counter) of `wqes`.
 ///
 /// # Safety
 ///
-/// - the CQE in `slot` is software's ([`CqeRing::with_cqe`]) and is a receive completion of
-///   the queue whose ring `wqes` describes;
+/// - `cqe` is a receive completion of the queue whose ring `wqes` describes;
 /// - WQE `index` is the receive the message took, posted and not yet retired (its segments
 ///   are as the poster wrote them, and its buffers valid and writable, as the posting
 ///   contract of [`PostRecv`](zverbs_core::PostRecv) requires until it completes);
@@ -86,26 +85,23 @@ pub(super) fn room(op_own: u8, cqe_size: usize) -> Option<usize> {
 pub(super) unsafe fn copy_to_receive(
     wqes: &RecvWqes,
     index: u32,
-    cqes: CqeRing,
-    slot: u32,
+    cqe: OwnedCqe,
     op_own: u8,
     byte_cnt: u32,
 ) -> Result<(), ScatterError> {
-    let room = room(op_own, cqes.stride()).ok_or(ScatterError::Format)?;
+    let room = room(op_own, cqe.stride()).ok_or(ScatterError::Format)?;
     let len = byte_cnt as usize;
     if len > room {
         return Err(ScatterError::Format);
     }
     let WqeRing { base, shift, mask } = wqes.get().ok_or(ScatterError::Format)?;
     let mut data = [0u8; 64];
-    // SAFETY: (caller) the CQE is software's; `room` checked that a 64-byte scatter is in a
-    // 128-byte entry, whose first half holds the data.
-    unsafe {
-        if room == 32 {
-            cqes.with_cqe(slot, |c| data[..32].copy_from_slice(&c[..32]));
-        } else {
-            cqes.with_entry_head(slot, |h| data.copy_from_slice(h));
-        }
+    if room == 32 {
+        cqe.with(|c| data[..32].copy_from_slice(&c[..32]));
+    } else {
+        // SAFETY: `room` checked that a 64-byte scatter is in a 128-byte entry, whose first
+        // half holds the data.
+        unsafe { cqe.with_entry_head(|h| data.copy_from_slice(h)) };
     }
     // SAFETY: `index & mask` is a WQE of the ring, `1 << shift` bytes long.
     let wqe = unsafe { base.as_ptr().add(((index & mask) as usize) << shift) };
@@ -115,7 +111,7 @@ pub(super) unsafe fn copy_to_receive(
 
 /// The common case of [`copy_to_receive`], inline in the poll loop: the receive's first data
 /// segment holds the whole message. Reads that segment of WQE `index` (not the rest of the
-/// list) and copies the `byte_cnt` bytes scattered into the CQE in `slot` with a few
+/// list) and copies the `byte_cnt` bytes scattered into `cqe` with a few
 /// fixed-size moves ([`copy_small`]), writing exactly the bytes [`copy_to_receive`] would.
 /// Returns `false`, having written nothing, for anything else (a message longer than the
 /// first segment, a receive with no segment, a format [`room`] refuses):
@@ -129,8 +125,7 @@ pub(super) unsafe fn copy_to_receive(
 pub(super) unsafe fn copy_to_first_segment(
     wqes: WqeRing,
     index: u32,
-    cqes: CqeRing,
-    slot: u32,
+    cqe: OwnedCqe,
     op_own: u8,
     byte_cnt: u32,
 ) -> bool {
@@ -152,14 +147,11 @@ pub(super) unsafe fn copy_to_first_segment(
     let dst = seg.addr() as *mut u8;
     let len = byte_cnt as usize;
     match op_own & (INLINE_SCATTER_32 | INLINE_SCATTER_64) {
-        // SAFETY: (caller) the CQE is software's, the segment's memory writable for its byte
-        // count, which is at least `len`, and it does not overlap the CQE; `len` ≤ 32.
-        INLINE_SCATTER_32 if len <= 32 => unsafe {
-            cqes.with_cqe(slot, |c| copy_small(c, dst, len))
-        },
+        // SAFETY: (caller) the segment's memory is writable for its byte count, which is at least `len`, and it does not overlap the CQE; `len` ≤ 32.
+        INLINE_SCATTER_32 if len <= 32 => unsafe { cqe.with(|c| copy_small(c, dst, len)) },
         // SAFETY: as above, and the entries are 128 bytes: the data is the entry's first half.
-        INLINE_SCATTER_64 if len <= 64 && cqes.stride() == 128 => unsafe {
-            cqes.with_entry_head(slot, |h| copy_small(h, dst, len))
+        INLINE_SCATTER_64 if len <= 64 && cqe.stride() == 128 => unsafe {
+            cqe.with_entry_head(|h| copy_small(h, dst, len))
         },
         _ => return false,
     }
