@@ -100,37 +100,46 @@ impl<S, R, Q> Hit<S, R, Q> {
         srq: None,
     };
 
-    /// The send queue state.
-    ///
-    /// # Safety
-    ///
-    /// The hit came from the bindings of the poller calling this (see [`Hit`]).
+    /// The states, borrowed for as long as `bindings`, the bindings of the poller whose hit
+    /// this is: send, receive, shared receive.
     #[inline(always)]
-    unsafe fn sq<'s>(self) -> Option<&'s S> {
-        // SAFETY: (caller) the target lives, unmoved, as long as the poller.
-        self.sq.map(|p| unsafe { p.as_ref() })
+    #[allow(clippy::type_complexity)]
+    fn states<'s, B: ?Sized>(
+        self,
+        bindings: &'s B,
+    ) -> (Option<&'s S>, Option<&'s R>, Option<&'s Q>) {
+        let _ = bindings;
+        // SAFETY: the one argument for every hit: a `Hit` is made only by `find_binding`, from
+        // the poller's bindings (or is `UNBOUND`), and the poller forgets it whenever its
+        // bindings change (`swap_bindings`, `adopt`); the targets of the bindings' handles are
+        // `StableDeref`: they live, unmoved, as long as the bindings, which `bindings` borrows.
+        unsafe {
+            (
+                self.sq.map(|p| p.as_ref()),
+                self.rq.map(|p| p.as_ref()),
+                self.srq.map(|p| p.as_ref()),
+            )
+        }
     }
 
-    /// The receive queue state.
-    ///
-    /// # Safety
-    ///
-    /// As [`Hit::sq`].
+    /// The send queue state ([`Hit::states`]).
     #[inline(always)]
-    unsafe fn rq<'s>(self) -> Option<&'s R> {
-        // SAFETY: as above.
-        self.rq.map(|p| unsafe { p.as_ref() })
+    fn sq<'s, B: ?Sized>(self, bindings: &'s B) -> Option<&'s S>
+    where
+        R: 's,
+        Q: 's,
+    {
+        self.states(bindings).0
     }
 
-    /// The shared receive queue state.
-    ///
-    /// # Safety
-    ///
-    /// As [`Hit::sq`].
+    /// The receive queue state ([`Hit::states`]).
     #[inline(always)]
-    unsafe fn srq<'s>(self) -> Option<&'s Q> {
-        // SAFETY: as above.
-        self.srq.map(|p| unsafe { p.as_ref() })
+    fn rq<'s, B: ?Sized>(self, bindings: &'s B) -> Option<&'s R>
+    where
+        S: 's,
+        Q: 's,
+    {
+        self.states(bindings).1
     }
 }
 
@@ -354,8 +363,7 @@ impl<B: Bindings> CompletionQueue<B> {
         }
         let last = self.last;
         match op_own >> OPCODE_SHIFT {
-            // SAFETY: `last` is a hit of this poller's bindings.
-            op::REQ if let Some(sq) = unsafe { last.sq() } => {
+            op::REQ if let Some(sq) = last.sq(&self.bindings) => {
                 // Taken apart and put together again: the compiler then keeps the three in
                 // registers (passed whole, the table entry costs three more instructions a
                 // CQE).
@@ -366,8 +374,9 @@ impl<B: Bindings> CompletionQueue<B> {
                     return true;
                 }
             }
-            // SAFETY: as above.
-            cqe_op @ op::RESP_WR_IMM..=op::RESP_SEND_INV if let Some(rq) = unsafe { last.rq() } => {
+            cqe_op @ op::RESP_WR_IMM..=op::RESP_SEND_INV
+                if let Some(rq) = last.rq(&self.bindings) =>
+            {
                 // SAFETY: as above.
                 unsafe { responder(rq, cqe_op, qpn, cqe, out) };
                 return true;
@@ -387,8 +396,7 @@ impl<B: Bindings> CompletionQueue<B> {
         let (sop_drop_qpn, wqe_counter) = cqe.with(qpn_and_counter);
         let qpn = sop_drop_qpn & QPN_MASK;
         let (sq, rq, srq) = match self.binding(qpn) {
-            // SAFETY: the hit is of this poller's bindings.
-            Some(b) => unsafe { (b.sq(), b.rq(), b.srq()) },
+            Some(b) => b.states(&self.bindings),
             None => (None, None, None),
         };
         let cqe_op = op_own >> OPCODE_SHIFT;
@@ -1060,8 +1068,7 @@ impl<B: Bindings> CompletionQueue<B> {
                 return 0;
             };
             let hit = self.last;
-            // SAFETY: `last` is a hit of this poller's bindings.
-            let wqes = match unsafe { hit.rq() } {
+            let wqes = match hit.rq(&self.bindings) {
                 Some(rq) if !crate::prm::mini::is_title(op_own) => rq.wqes().get().map(|w| (rq, w)),
                 _ => None,
             };
@@ -1098,8 +1105,7 @@ impl<B: Bindings> CompletionQueue<B> {
     fn poll_scattered_run<O: PollOut>(&mut self, out: &mut [O], next: (u32, u8)) -> usize {
         let mut n = 1;
         let hit = self.last;
-        // SAFETY: `last` is a hit of this poller's bindings.
-        let Some(rq) = (unsafe { hit.rq() }) else {
+        let Some(rq) = hit.rq(&self.bindings) else {
             return self.poll_rest(out, n);
         };
         let Some(wqes) = rq.wqes().get() else {

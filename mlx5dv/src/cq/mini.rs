@@ -156,9 +156,9 @@ impl<B: Bindings> CompletionQueue<B> {
             Some(h) => h,
             None => super::Hit::UNBOUND,
         };
-        // SAFETY: the hit is of this poller's bindings, resolved in this call (a session
-        // keeps only the QPN: bindings may change between polls).
-        let (sq, rq, srq) = unsafe { (hit.sq(), hit.rq(), hit.srq()) };
+        // Resolved in this call (a session keeps only the QPN: bindings may change between
+        // polls).
+        let (sq, rq, srq) = hit.states(&self.bindings);
         let ts = if self.timestamps {
             Some(self.session.timestamp)
         } else {
@@ -307,8 +307,10 @@ impl<B: Bindings> CompletionQueue<B> {
             return Err(qpn);
         }
         let (sq, rq, srq) = match self.binding(qpn) {
-            // SAFETY: the hit is of this poller's bindings.
-            Some(h) => unsafe { (h.sq().is_some(), h.rq().is_some(), h.srq().is_some()) },
+            Some(h) => {
+                let (sq, rq, srq) = h.states(&self.bindings);
+                (sq.is_some(), rq.is_some(), srq.is_some())
+            }
             None => (false, false, false),
         };
         let (kind, mut template) = match cqe_op {
