@@ -104,10 +104,7 @@ impl<S, R, Q> Hit<S, R, Q> {
     /// this is: send, receive, shared receive.
     #[inline(always)]
     #[allow(clippy::type_complexity)]
-    fn states<'s, B: ?Sized>(
-        self,
-        bindings: &'s B,
-    ) -> (Option<&'s S>, Option<&'s R>, Option<&'s Q>) {
+    fn states<B: ?Sized>(self, bindings: &B) -> (Option<&S>, Option<&R>, Option<&Q>) {
         let _ = bindings;
         // SAFETY: the one argument for every hit: a `Hit` is made only by `find_binding`, from
         // the poller's bindings (or is `UNBOUND`), and the poller forgets it whenever its

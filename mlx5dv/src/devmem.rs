@@ -83,10 +83,10 @@ impl SegRing {
     /// completed whatever was there) and not yet published, no other token covers them while
     /// this one lives, and `blocks` is at most the ring's size.
     #[inline(always)]
-    pub(crate) unsafe fn reserve(&self, start: u32, blocks: u32) -> Wqe<'_> {
+    pub(crate) unsafe fn reserve(&self, start: u32, blocks: u32) -> Wqe {
         debug_assert!(start.is_multiple_of(4) && blocks * 4 <= self.mask + 1);
         Wqe {
-            ring: self,
+            ring: *self,
             start,
             blocks,
         }
@@ -447,15 +447,16 @@ unsafe fn move_at<T: Copy>(dst: *mut u8, src: *const u8, i: usize) {
 /// A WQE's basic blocks, reserved by [`SegRing::reserve`]: free, unpublished and this token's
 /// alone, so that its writes need no further argument. Segment `k` is counted from the control
 /// segment and follows the ring's wrap; the writes stay inside the reservation
-/// (`k < 4 * blocks`, checked in debug builds; in any build they stay inside the ring).
+/// (`k < 4 * blocks`, checked in debug builds; in any build they stay inside the ring). Not
+/// `Copy`: one reservation, one token, handed down to the code that writes the WQE.
 #[derive(Debug)]
-pub(crate) struct Wqe<'r> {
-    ring: &'r SegRing,
+pub(crate) struct Wqe {
+    ring: SegRing,
     start: u32,
     blocks: u32,
 }
 
-impl Wqe<'_> {
+impl Wqe {
     /// Calls `f` with segment `k` of the WQE, for writing.
     #[inline(always)]
     pub(crate) fn seg<R>(&self, k: u32, f: impl FnOnce(&mut [u8; 16]) -> R) -> R {
@@ -472,6 +473,38 @@ impl Wqe<'_> {
         debug_assert!(n <= 8);
         // SAFETY: as in `Wqe::seg`: the first block is the token's.
         unsafe { self.ring.write_block_words(self.start, words, n) }
+    }
+
+    /// Writes `words[..n]` at ring segment `seg`, the WQE's first segment as
+    /// [`SegRing::seg_of`] gives it ([`SegRing::write_block_words_at`]).
+    #[inline(always)]
+    pub(crate) fn block_words_at(&self, seg: u32, words: &[u64; 8], n: usize) {
+        debug_assert!(seg == self.ring.seg_of(self.start) && n <= 8);
+        // SAFETY: as in `Wqe::seg`: the first block is the token's, at `seg`.
+        unsafe { self.ring.write_block_words_at(seg, words, n) }
+    }
+
+    /// Zeroes ring segment `seg` (not masked: `seg_of` a segment of the WQE that does not
+    /// meet the ring's end; [`SegRing::zero_seg_at`]).
+    #[inline(always)]
+    pub(crate) fn zero_seg_at(&self, seg: u32) {
+        debug_assert!(seg.wrapping_sub(self.ring.seg_of(self.start)) < 4 * self.blocks);
+        // SAFETY: as in `Wqe::seg`.
+        unsafe { self.ring.zero_seg_at(seg) }
+    }
+
+    /// Copies `len` bytes from `src` to byte `pos` of the ring, not wrapping
+    /// ([`SegRing::copy_in_short_at`]): inline data of the WQE that does not meet the ring's
+    /// end.
+    ///
+    /// # Safety
+    ///
+    /// `src..src + len` is readable; the bytes `pos..pos + len` lie in the WQE, before the
+    /// ring's end.
+    #[inline(always)]
+    pub(crate) unsafe fn copy_in_short_at(&self, pos: usize, src: *const u8, len: usize) {
+        // SAFETY: (caller) readable, and inside the WQE, which the token covers.
+        unsafe { self.ring.copy_in_short_at(pos, src, len) }
     }
 
     /// Copies `len` bytes from `src` into the ring at byte counter `at` (16 a segment),

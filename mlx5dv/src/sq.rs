@@ -144,6 +144,85 @@ mod sealed {
     pub trait Sealed {}
 }
 
+/// A request whose posting contract the caller of an unsafe post vouched for ([`PostSend`]'s:
+/// its local entries name registered memory valid until it completes, its inline sources are
+/// readable). Made once, where the post enters the queue (the trait's methods,
+/// [`SendQueue::post_to`] and [`SendQueue::stage_to`]), so that the code below them argues it
+/// no more: with a [`Wqe`] reservation, writing a request is safe.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Vouched<'a, 'w>(&'a SendWr<'w>);
+
+impl<'a, 'w> Vouched<'a, 'w> {
+    /// Vouches for `wr`.
+    ///
+    /// # Safety
+    ///
+    /// The posting contract of [`PostSend`] holds for `wr`.
+    #[inline(always)]
+    pub(crate) unsafe fn new(wr: &'a SendWr<'w>) -> Self {
+        Self(wr)
+    }
+
+    /// The request.
+    #[inline(always)]
+    pub(crate) fn wr(self) -> &'a SendWr<'w> {
+        self.0
+    }
+}
+
+/// Requests vouched for together ([`Vouched`], for each): a batch.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct VouchedAll<'a, 'w>(pub(crate) &'a [SendWr<'w>]);
+
+impl<'a, 'w> VouchedAll<'a, 'w> {
+    /// Vouches for every request of `wrs`.
+    ///
+    /// # Safety
+    ///
+    /// The posting contract of [`PostSend`] holds for each.
+    #[inline(always)]
+    pub(crate) unsafe fn new(wrs: &'a [SendWr<'w>]) -> Self {
+        Self(wrs)
+    }
+
+    /// One of them (`wr` is an element of the batch).
+    #[inline(always)]
+    pub(crate) fn one(self, wr: &'a SendWr<'w>) -> Vouched<'a, 'w> {
+        Vouched(wr)
+    }
+}
+
+/// Proof that room was checked for the request about to be written at the producer counter:
+/// its blocks are free (the device completed what was there) and past the counter the device
+/// was given. Made by the room checks of the post paths, the one unsafe step of writing a
+/// request; spent by [`Room::reserve`], which hands out the WQE's blocks. Costs nothing: the
+/// reservation is made where the blocks are written.
+#[derive(Debug)]
+pub(crate) struct Room(());
+
+impl Room {
+    /// Room was checked.
+    ///
+    /// # Safety
+    ///
+    /// The request about to be written at the producer counter fits the free blocks (and
+    /// the CQ), as the room checks found.
+    #[inline(always)]
+    pub(crate) unsafe fn checked() -> Self {
+        Self(())
+    }
+
+    /// The blocks of the WQE whose control segment is segment counter `start`, the producer
+    /// counter's, `blocks` of them (the request's plan).
+    #[inline(always)]
+    pub(crate) fn reserve(self, ring: &SegRing, start: u32, blocks: u32) -> Wqe {
+        // SAFETY: the room check (`Room::checked`): the blocks at the producer counter are
+        // free and unpublished, and a checked request's blocks fit the ring (the largest WQE
+        // was checked at construction).
+        unsafe { ring.reserve(start, blocks) }
+    }
+}
+
 /// The transport of a send queue, as a type: [`Connected`] (RC, the default), [`Datagram`]
 /// (UD) or [`Dci`] (a DC initiator). Known at compile time, so that a connected queue pays
 /// nothing for the other transports: the queue refuses the operations its transport lacks
@@ -663,18 +742,13 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
         Ok(())
     }
 
-    /// Writes the planned WQE at the producer counter, records it and advances the counters.
-    /// Returns the segment counter of its control segment.
-    ///
-    /// # Safety
-    ///
-    /// `plan` is `Plan::of` the request and of its check against `self.caps`, room was
-    /// checked, and the caller upholds the posting contract of [`PostSend`] (inline sources are
-    /// readable).
+    /// Writes the planned WQE at the producer counter (for which `room` was checked), records
+    /// it and advances the counters. Returns the segment counter of its control segment.
+    /// `plan` is `Plan::of` the request and of its check against `self.caps`.
     #[inline(always)]
-    unsafe fn write(&mut self, wr: &SendWr<'_>, plan: &Plan<'_>) -> u32 {
-        // SAFETY: (caller) as this function's contract; no header segments.
-        unsafe { self.write_after::<0>(wr, plan, |_| {}) }
+    fn write(&mut self, v: Vouched<'_, '_>, plan: &Plan<'_>, room: Room) -> u32 {
+        // No header segments.
+        self.write_after::<0>(v, plan, room, |_| {})
     }
 
     /// [`SendQueue::write`] with `HDR` segments between the control segment and the
@@ -682,26 +756,23 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
     /// they lie in the first basic block): 0 for RC and UD queues, the datagram segment of a
     /// DCI. A constant, so that the RC path has no table of positions (a load per segment).
     ///
-    /// # Safety
-    ///
     /// As [`SendQueue::write`], with `plan` counting the `HDR` segments; `header` writes only
     /// segments `1..1 + HDR` of the WQE, and `HDR < 4` (checked).
     #[inline(always)]
-    unsafe fn write_after<const HDR: u32>(
+    fn write_after<const HDR: u32>(
         &mut self,
-        wr: &SendWr<'_>,
+        v: Vouched<'_, '_>,
         plan: &Plan<'_>,
-        header: impl FnOnce(&Wqe<'_>),
+        room: Room,
+        header: impl FnOnce(&Wqe),
     ) -> u32 {
         const { assert!(HDR < SEGS_PER_BB as u32) };
+        let wr = v.wr();
         // Locals, not fields: the compiler cannot prove that the ring stores below do not
         // alias `self`, and would reload fields after each one.
         let (ring, pi, qpn) = (&{ self.ring }, self.pi, self.qpn);
         let start = pi.wrapping_mul(SEGS_PER_BB as u32);
-        // SAFETY: blocks `pi..pi + blocks` (a block boundary) are free (room was checked:
-        // caller) and not yet published; `blocks` fits the ring (the largest WQE was checked
-        // at construction).
-        let wqe = unsafe { ring.reserve(start, plan.blocks) };
+        let wqe = room.reserve(ring, start, plan.blocks);
         wqe.seg(0, |b| {
             CtrlSeg::new_unchecked(b).set(
                 pi as u16,
@@ -749,7 +820,7 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
         // The data: none for atomics (written above) and NOP, whose list is empty.
         let sgl = plan.sgl;
         match plan.inline {
-            // SAFETY: (caller) the sources are readable.
+            // SAFETY: the request is vouched for (`v`): its inline sources are readable.
             Some(len) => unsafe { write_inline(&wqe, start.wrapping_add(k), sgl, len) },
             // One entry, the common case, as straight-line code.
             None if sgl.len() == 1 => {
@@ -797,13 +868,9 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
     /// the ring and to the BlueFlame register; an inline WRITE or SEND of one entry with
     /// fixed-size moves; any other with the field-wise writer). The
     /// rest goes out of line to the exact checks ([`SendQueue::post_room`]).
-    ///
-    /// # Safety
-    ///
-    /// The posting contract of [`PostSend`].
     #[inline(always)]
-    unsafe fn post_one(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
-        let plan = self.plan(wr)?;
+    fn post_one(&mut self, v: Vouched<'_, '_>) -> Result<(), PostError> {
+        let plan = self.plan(v.wr())?;
         // One compare for the gate (and the register: a shared one's queue has no fast path),
         // one for the room in the ring, the room in the CQ and nothing staged (the credit).
         if self.state.gate().peek() != self.gate {
@@ -816,9 +883,9 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
             self.post_room(plan.blocks, u32::from(plan.signaled))?;
             self.credit -= plan.blocks;
         }
-        // SAFETY: planned, and the credit covers its blocks and CQE with nothing staged; the
-        // caller upholds the posting contract.
-        unsafe { self.write_and_ring(wr, &plan) };
+        // SAFETY: the credit covers its blocks (and its CQE) with nothing staged.
+        let room = unsafe { Room::checked() };
+        self.write_and_ring(v, &plan, room);
         Ok(())
     }
 
@@ -846,13 +913,11 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
     /// ([`SendQueue::write_inline_and_ring`]) and any other with the field-wise writer,
     /// each with the BlueFlame copy read back from the ring.
     ///
-    /// # Safety
-    ///
-    /// `plan` is `Plan::of` the request and of its check against `self.caps`, room was
-    /// checked, nothing is staged, and the caller upholds the posting contract of
-    /// [`PostSend`].
+    /// `plan` is `Plan::of` the request and of its check against `self.caps`, `room` was
+    /// checked for it, and nothing is staged.
     #[inline(always)]
-    unsafe fn write_and_ring(&mut self, wr: &SendWr<'_>, plan: &Plan<'_>) {
+    fn write_and_ring(&mut self, v: Vouched<'_, '_>, plan: &Plan<'_>, room: Room) {
+        let wr = v.wr();
         let pi = self.pi;
         if let Some((words, n)) = self.block_words(wr, plan, pi) {
             let start = pi.wrapping_mul(SEGS_PER_BB as u32);
@@ -868,15 +933,12 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
                 ring.seg_of(start),
                 next,
             );
-            // SAFETY: block `pi` is free (room was checked) and not yet published.
-            unsafe { ring.reserve(start, 1) }.block_words(&words, n);
+            room.reserve(&ring, start, 1).block_words(&words, n);
             self.doorbell.ring_block_any(next, &words, n);
         } else if let Some((head, k)) = self.inline_head_words(wr, plan, pi) {
-            // SAFETY: (caller) planned, room checked, nothing staged, the posting contract.
-            unsafe { self.write_inline_and_ring(wr.wr_id, plan, &head, k) };
+            self.write_inline_and_ring(v, plan, &head, k, room);
         } else {
-            // SAFETY: (caller) planned, room checked, the posting contract.
-            let start = unsafe { self.write(wr, plan) };
+            let start = self.write(v, plan, room);
             self.doorbell
                 .ring_any(self.ring, self.pi, start, plan.blocks);
         }
@@ -1005,29 +1067,28 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
     /// one block is read back as words and rung as [`SendQueue::block_words`]' are; a larger
     /// one as the field-wise writer's.
     ///
-    /// # Safety
-    ///
     /// As [`SendQueue::write_and_ring`]; `plan` is an inline request of one entry of at least
     /// one byte.
     #[inline(always)]
-    unsafe fn write_inline_and_ring(
+    fn write_inline_and_ring(
         &mut self,
-        wr_id: u64,
+        v: Vouched<'_, '_>,
         plan: &Plan<'_>,
         head: &[u64; 8],
         k: u32,
+        room: Room,
     ) {
         let pi = self.pi;
         let start = pi.wrapping_mul(SEGS_PER_BB as u32);
         let next = pi.wrapping_add(plan.blocks);
         // A local, as in `SendQueue::write`.
         let ring = self.ring;
+        let wqe = room.reserve(&ring, start, plan.blocks);
         let seg = ring.seg_of(start);
         let sig = u16::from(plan.signaled);
-        self.record_block(wr_id, plan.opcode, plan.signaled, sig, seg, next);
-        // SAFETY: the head is in the first block of the WQE, block `pi`, which is free (room
-        // was checked) and not yet published.
-        unsafe { ring.write_block_words_at(seg, head, 2 * k as usize) };
+        self.record_block(v.wr().wr_id, plan.opcode, plan.signaled, sig, seg, next);
+        // The head: in the first block of the WQE.
+        wqe.block_words_at(seg, head, 2 * k as usize);
         let (src, len) = match plan.sgl {
             [s] => (s.addr, s.length),
             _ => (0, 0),
@@ -1036,24 +1097,25 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
         // The inline segment: segments `k..ds` of the WQE.
         let inl = seg + k;
         if ring.fits_before_end(inl, plan.ds - k) {
-            // SAFETY: segments `k..ds` of the WQE are in its blocks, free and unpublished
-            // (as above), contiguous (checked); (caller) `src..src + len` is readable.
+            // The last segment zeroed first: the payload then overwrites all of it but the
+            // padding.
+            wqe.zero_seg_at(seg + plan.ds - 1);
+            // (`k < 4`: in the first block.)
+            wqe.seg(k, |b| {
+                b[..4].copy_from_slice(&inline_byte_count(len).to_be_bytes())
+            });
+            // SAFETY: segments `k..ds` of the WQE are contiguous (checked); the request is
+            // vouched for (`v`): `src..src + len` is readable.
             unsafe {
-                // The last segment zeroed first: the payload then overwrites all of it but
-                // the padding.
-                ring.zero_seg_at(seg + plan.ds - 1);
-                // (`k < 4`: in the first block.)
-                ring.with_mut_wqe(start, k, |b| {
-                    b[..4].copy_from_slice(&inline_byte_count(len).to_be_bytes())
-                });
-                ring.copy_in_short_at(
+                wqe.copy_in_short_at(
                     inl as usize * 16 + 4,
                     core::ptr::with_exposed_provenance(src as usize),
                     len as usize,
-                );
-            }
+                )
+            };
         } else {
-            // SAFETY: as above, the segments following the ring's wrap.
+            // SAFETY: the segments from `inl` on are the WQE's (reserved above); the request
+            // is vouched for (`v`): `src..src + len` is readable.
             unsafe { write_inline_wrapping(ring, inl, src, len) };
         }
         if plan.blocks == 1 {
@@ -1121,17 +1183,16 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
 
     /// [`PostSend::stage`] of one request: checked, its room checked, then written
     /// ([`SendQueue::write_staged`]) and noted for the next ring.
-    ///
-    /// # Safety
-    ///
-    /// The posting contract of [`PostSend`].
     #[inline(always)]
-    unsafe fn stage_one(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
-        let plan = self.plan(wr)?;
+    fn stage_one(&mut self, v: Vouched<'_, '_>) -> Result<(), PostError> {
+        let plan = self.plan(v.wr())?;
         self.check_room(plan.blocks, u32::from(plan.signaled))?;
+        // SAFETY: room checked.
+        let room = unsafe { Room::checked() };
         // Noted in each branch, so that the one-block WQE's size stays a constant there.
-        // SAFETY: planned and room checked; the caller upholds the posting contract.
-        unsafe { self.write_staged(wr, &plan, |q, start, blocks| q.note_pending(start, blocks)) };
+        self.write_staged(v, &plan, room, |q, start, blocks| {
+            q.note_pending(start, blocks)
+        });
         Ok(())
     }
 
@@ -1139,18 +1200,16 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
     /// of the common shapes as the words [`SendQueue::block_words`] builds, stored with
     /// whole-word stores, any other by the field-wise writer; records it and advances the
     /// counters; then calls `then` with the queue, the segment counter of its control segment
-    /// and its size in blocks, and returns what it returns.
-    ///
-    /// # Safety
-    ///
-    /// As [`SendQueue::write`].
+    /// and its size in blocks, and returns what it returns. As [`SendQueue::write`].
     #[inline(always)]
-    unsafe fn write_staged<O>(
+    fn write_staged<O>(
         &mut self,
-        wr: &SendWr<'_>,
+        v: Vouched<'_, '_>,
         plan: &Plan<'_>,
+        room: Room,
         then: impl FnOnce(&mut Self, u32, u32) -> O,
     ) -> O {
+        let wr = v.wr();
         let pi = self.pi;
         if let Some((words, n)) = self.block_words(wr, plan, pi) {
             let start = pi.wrapping_mul(SEGS_PER_BB as u32);
@@ -1165,12 +1224,10 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
                 ring.seg_of(start),
                 pi.wrapping_add(1),
             );
-            // SAFETY: (caller) block `pi` is free (room was checked) and not yet published.
-            unsafe { ring.reserve(start, 1) }.block_words(&words, n);
+            room.reserve(&ring, start, 1).block_words(&words, n);
             then(self, start, 1)
         } else {
-            // SAFETY: (caller) as `write`'s contract.
-            let start = unsafe { self.write(wr, plan) };
+            let start = self.write(v, plan, room);
             then(self, start, plan.blocks)
         }
     }
@@ -1263,7 +1320,7 @@ fn word64(x: u64) -> u64 {
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn write_atomic(
-    wqe: &Wqe<'_>,
+    wqe: &Wqe,
     k: u32,
     local: &Sge,
     raddr: u64,
@@ -1283,7 +1340,7 @@ fn write_atomic(
 /// Writes the datagram segment for `dest`, segments 1, 2 and 3 of `wqe` (with the control
 /// segment, the first basic block: it never wraps).
 #[inline(never)]
-fn write_datagram(wqe: &Wqe<'_>, dest: &UdDest) {
+fn write_datagram(wqe: &Wqe, dest: &UdDest) {
     let mut seg = [0u8; 48];
     DatagramSeg::new_unchecked(&mut seg[..]).set_from_av(&dest.av, dest.remote_qpn, dest.qkey);
     write_datagram_seg(wqe, &seg);
@@ -1292,7 +1349,7 @@ fn write_datagram(wqe: &Wqe<'_>, dest: &UdDest) {
 /// Copies the 48 bytes of a datagram segment `seg` (a UD or DC address) into segments 1, 2
 /// and 3 of `wqe`.
 #[inline(always)]
-pub(super) fn write_datagram_seg(wqe: &Wqe<'_>, seg: &[u8; 48]) {
+pub(super) fn write_datagram_seg(wqe: &Wqe, seg: &[u8; 48]) {
     for (k, part) in (1..).zip(seg.chunks_exact(16)) {
         wqe.seg(k, |b| b.copy_from_slice(part));
     }
@@ -1300,7 +1357,7 @@ pub(super) fn write_datagram_seg(wqe: &Wqe<'_>, seg: &[u8; 48]) {
 
 /// Writes a data segment for `s` as segment `k` of `wqe`.
 #[inline(always)]
-fn write_data(wqe: &Wqe<'_>, k: u32, s: &Sge) {
+fn write_data(wqe: &Wqe, k: u32, s: &Sge) {
     wqe.seg(k, |b| {
         DataSeg::new_unchecked(b).set(s.length, s.lkey, s.addr)
     });
@@ -1314,7 +1371,7 @@ fn write_data(wqe: &Wqe<'_>, k: u32, s: &Sge) {
 ///
 /// Every entry's bytes are readable.
 #[inline(always)]
-unsafe fn write_inline(wqe: &Wqe<'_>, seg: u32, sgl: &[Sge], len: u32) {
+unsafe fn write_inline(wqe: &Wqe, seg: u32, sgl: &[Sge], len: u32) {
     if len == 0 {
         return;
     }
@@ -1348,20 +1405,19 @@ unsafe fn write_inline(wqe: &Wqe<'_>, seg: u32, sgl: &[Sge], len: u32) {
 
 /// [`write_inline`] of one entry at `src`, `len` bytes, from ring segment `seg` on, out of
 /// line: for an inline segment that meets the end of the ring (rare), so that the posting
-/// code keeps its registers.
+/// code keeps its registers (the ring passed by value, nothing by reference).
 ///
 /// # Safety
 ///
 /// The segments the inline segment takes from `seg` on, and the rest of the block of `seg`,
-/// are free and unpublished (the room check of their WQE passed); `src..src + len` is
-/// readable.
+/// are a reserved WQE's; `src..src + len` is readable.
 #[cold]
 #[inline(never)]
 unsafe fn write_inline_wrapping(ring: SegRing, seg: u32, src: u64, len: u32) {
     let sge = Sge::new(src, len, 0);
     // The blocks from the one of `seg` to the inline segment's last.
     let blocks = ((seg % 4) * 16 + 4 + len).div_ceil(64);
-    // SAFETY: (caller) those blocks are free and unpublished.
+    // SAFETY: (caller) those blocks are reserved: free and unpublished.
     let wqe = unsafe { ring.reserve(seg & !3, blocks) };
     // SAFETY: (caller) `src..src + len` is readable.
     unsafe { write_inline(&wqe, seg, core::slice::from_ref(&sge), len) };
@@ -1373,21 +1429,18 @@ impl<P: SqStateRef, T: SelfAddressed> PostSend for SendQueue<P, T> {
     // function that posts, once per call site.
     #[cfg_attr(not(debug_assertions), inline(always))]
     unsafe fn stage(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
-        // One arm per operation, as in `post`.
         // SAFETY: the caller upholds the posting contract.
-        unsafe {
-            match wr.op {
-                SendOp::Write { .. } => self.stage_one(wr),
-                SendOp::WriteImm { .. } => self.stage_one(wr),
-                SendOp::Send { .. } => self.stage_one(wr),
-                SendOp::SendImm { .. } => self.stage_one(wr),
-                SendOp::Read { .. } => self.stage_one(wr),
-                SendOp::CompareSwap { .. } => self.stage_one(wr),
-                SendOp::FetchAdd { .. } => self.stage_one(wr),
-                SendOp::Nop | SendOp::SendTo { .. } | SendOp::SendToImm { .. } => {
-                    self.stage_one(wr)
-                }
-            }
+        let v = unsafe { Vouched::new(wr) };
+        // One arm per operation, as in `post`.
+        match wr.op {
+            SendOp::Write { .. } => self.stage_one(v),
+            SendOp::WriteImm { .. } => self.stage_one(v),
+            SendOp::Send { .. } => self.stage_one(v),
+            SendOp::SendImm { .. } => self.stage_one(v),
+            SendOp::Read { .. } => self.stage_one(v),
+            SendOp::CompareSwap { .. } => self.stage_one(v),
+            SendOp::FetchAdd { .. } => self.stage_one(v),
+            SendOp::Nop | SendOp::SendTo { .. } | SendOp::SendToImm { .. } => self.stage_one(v),
         }
     }
 
@@ -1403,17 +1456,16 @@ impl<P: SqStateRef, T: SelfAddressed> PostSend for SendQueue<P, T> {
         // operation is opaque here, each arm is that operation's code alone; for one known at
         // the call, the other arms are dead.
         // SAFETY: the caller upholds the posting contract.
-        unsafe {
-            match wr.op {
-                SendOp::Write { .. } => self.post_one(wr),
-                SendOp::WriteImm { .. } => self.post_one(wr),
-                SendOp::Send { .. } => self.post_one(wr),
-                SendOp::SendImm { .. } => self.post_one(wr),
-                SendOp::Read { .. } => self.post_one(wr),
-                SendOp::CompareSwap { .. } => self.post_one(wr),
-                SendOp::FetchAdd { .. } => self.post_one(wr),
-                SendOp::Nop | SendOp::SendTo { .. } | SendOp::SendToImm { .. } => self.post_one(wr),
-            }
+        let v = unsafe { Vouched::new(wr) };
+        match wr.op {
+            SendOp::Write { .. } => self.post_one(v),
+            SendOp::WriteImm { .. } => self.post_one(v),
+            SendOp::Send { .. } => self.post_one(v),
+            SendOp::SendImm { .. } => self.post_one(v),
+            SendOp::Read { .. } => self.post_one(v),
+            SendOp::CompareSwap { .. } => self.post_one(v),
+            SendOp::FetchAdd { .. } => self.post_one(v),
+            SendOp::Nop | SendOp::SendTo { .. } | SendOp::SendToImm { .. } => self.post_one(v),
         }
     }
 
@@ -1433,7 +1485,7 @@ impl<P: SqStateRef, T: SelfAddressed> PostSend for SendQueue<P, T> {
     /// never published, overwritten by the next post.
     unsafe fn post_all(&mut self, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
         // SAFETY: (caller) the posting contract, for every request.
-        unsafe { self.post_batch(wrs) }
+        self.post_batch(unsafe { VouchedAll::new(wrs) })
     }
 }
 

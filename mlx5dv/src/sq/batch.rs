@@ -15,7 +15,7 @@
 
 use zverbs_core::{BatchError, PostError, SendOp, SendWr};
 
-use super::{SendQueue, SqTransport};
+use super::{Room, SendQueue, SqTransport, Vouched, VouchedAll};
 use crate::state::SqStateRef;
 
 /// Where a batch found the counters it moves: what a refused batch puts back.
@@ -29,37 +29,30 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
     /// [`PostSend::post_all`](zverbs_core::PostSend::post_all): the gate as this queue last
     /// found it, then every request checked and written in one pass.
     ///
-    /// # Safety
-    ///
-    /// The posting contract of [`PostSend`](zverbs_core::PostSend), for every request.
+    /// `wrs` are vouched for ([`Vouched`]: the posting contract holds for every request).
     #[inline(always)]
-    pub(super) unsafe fn post_batch(&mut self, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
+    pub(super) fn post_batch(&mut self, wrs: VouchedAll<'_, '_>) -> Result<(), BatchError> {
         if self.state.gate().peek() != self.gate {
-            // SAFETY: (caller) the posting contract.
-            return unsafe { self.post_batch_gate(wrs) };
+            return self.post_batch_gate(wrs);
         }
-        // SAFETY: (caller) the posting contract; the gate is as the counters know it.
-        unsafe { self.post_batch_open(wrs) }
+        // The gate is as the counters know it.
+        self.post_batch_open(wrs)
     }
 
     /// The batch when the gate changed since this queue last looked: the first request's own
     /// fault comes first, as when posting one by one; then a closed gate refuses the batch
     /// (at its first request), and an open one of a later incarnation restarts the counters
     /// before the batch is written. An empty batch asks nothing of the gate.
-    ///
-    /// # Safety
-    ///
-    /// As [`SendQueue::post_batch`].
     #[cold]
     #[inline(never)]
-    unsafe fn post_batch_gate(&mut self, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
-        if let Some(first) = wrs.first() {
+    fn post_batch_gate(&mut self, wrs: VouchedAll<'_, '_>) -> Result<(), BatchError> {
+        if let Some(first) = wrs.0.first() {
             let refuse = |error| BatchError { index: 0, error };
             self.plan(first).map_err(refuse)?;
             self.pass_gate().map_err(refuse)?;
         }
-        // SAFETY: (caller) the posting contract; the gate passed (or the batch is empty).
-        unsafe { self.post_batch_open(wrs) }
+        // The gate passed (or the batch is empty).
+        self.post_batch_open(wrs)
     }
 
     /// The one pass: each request planned (checked), its room checked against the limits
@@ -67,13 +60,11 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
     /// refused request rolls the batch back. The doorbell rings once, at the end, for the
     /// batch and whatever was staged before it.
     ///
-    /// # Safety
-    ///
-    /// As [`SendQueue::post_batch`], with the gate as this queue last found it (the check
-    /// of each request's room does not look at it again: [`SendQueue::ring`] does, at the
-    /// end).
+    /// With the gate as this queue last found it (the check of each request's room does not
+    /// look at it again: [`SendQueue::ring`] does, at the end).
     #[inline(always)]
-    unsafe fn post_batch_open(&mut self, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
+    fn post_batch_open(&mut self, all: VouchedAll<'_, '_>) -> Result<(), BatchError> {
+        let wrs = all.0;
         let mark = Mark {
             pi: self.pi,
             sig_posted: self.sig_posted,
@@ -83,19 +74,17 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
             // One arm per operation (the datagram operations and NOP share one), each with
             // its own copy of the step, in which the compiler knows the operation: it is told
             // apart once, not again by the check, the plan and the writing of the segments.
-            // SAFETY: the caller upholds the posting contract.
-            let step = unsafe {
-                match wr.op {
-                    SendOp::Write { .. } => self.batch_step(wr, mark),
-                    SendOp::WriteImm { .. } => self.batch_step(wr, mark),
-                    SendOp::Send { .. } => self.batch_step(wr, mark),
-                    SendOp::SendImm { .. } => self.batch_step(wr, mark),
-                    SendOp::Read { .. } => self.batch_step(wr, mark),
-                    SendOp::CompareSwap { .. } => self.batch_step(wr, mark),
-                    SendOp::FetchAdd { .. } => self.batch_step(wr, mark),
-                    SendOp::Nop | SendOp::SendTo { .. } | SendOp::SendToImm { .. } => {
-                        self.batch_step(wr, mark)
-                    }
+            let v = all.one(wr);
+            let step = match wr.op {
+                SendOp::Write { .. } => self.batch_step(v, mark),
+                SendOp::WriteImm { .. } => self.batch_step(v, mark),
+                SendOp::Send { .. } => self.batch_step(v, mark),
+                SendOp::SendImm { .. } => self.batch_step(v, mark),
+                SendOp::Read { .. } => self.batch_step(v, mark),
+                SendOp::CompareSwap { .. } => self.batch_step(v, mark),
+                SendOp::FetchAdd { .. } => self.batch_step(v, mark),
+                SendOp::Nop | SendOp::SendTo { .. } | SendOp::SendToImm { .. } => {
+                    self.batch_step(v, mark)
                 }
             };
             match step {
@@ -114,13 +103,9 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
     /// One request of a batch: planned (checked), its room checked against the limits last
     /// read (read again out of line when they are reached), then written. Returns where its
     /// WQE starts and its size in basic blocks.
-    ///
-    /// # Safety
-    ///
-    /// As [`SendQueue::post_batch_open`].
     #[inline(always)]
-    unsafe fn batch_step(&mut self, wr: &SendWr<'_>, mark: Mark) -> Result<(u32, u32), PostError> {
-        let plan = self.plan(wr)?;
+    fn batch_step(&mut self, v: Vouched<'_, '_>, mark: Mark) -> Result<(u32, u32), PostError> {
+        let plan = self.plan(v.wr())?;
         // The credit, taken down before its compare as by a single post; a short one is set
         // again by the exact checks. (Requests staged before the batch do not matter to it:
         // the batch rings them with its own at its end.)
@@ -130,9 +115,9 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
             self.batch_room_again(mark, plan.blocks, u32::from(plan.signaled))?;
             self.credit -= plan.blocks;
         }
-        // SAFETY: planned from its check, and its blocks and CQE fit after the requests
-        // before it; the caller upholds the posting contract.
-        Ok(unsafe { self.write_staged(wr, &plan, |_, start, blocks| (start, blocks)) })
+        // SAFETY: its blocks (and its CQE) fit after the requests before it.
+        let room = unsafe { Room::checked() };
+        Ok(self.write_staged(v, &plan, room, |_, start, blocks| (start, blocks)))
     }
 
     /// A batch's request is not covered by the credit: reads the credit word and checks

@@ -19,7 +19,7 @@
 
 use zverbs_core::{DcDest, PostError, SendWr, SqCaps};
 
-use super::{Dci, Plan, SendQueue, write_datagram_seg};
+use super::{Dci, Plan, Room, SendQueue, Vouched, write_datagram_seg};
 use crate::bf::SharedBf;
 use crate::devmem::Wqe;
 use crate::layout::{LayoutError, QpLayout};
@@ -75,8 +75,10 @@ impl<P: SqStateRef> SendQueue<P, Dci> {
     pub unsafe fn stage_to(&mut self, dest: &DcDest, wr: &SendWr<'_>) -> Result<(), PostError> {
         let plan = self.plan(wr)?;
         self.check_room(plan.blocks, u32::from(plan.signaled))?;
-        // SAFETY: planned and room checked; the caller upholds the posting contract.
-        let start = unsafe { self.write_to(dest, wr, &plan) };
+        // SAFETY: the caller upholds the posting contract; room checked: the blocks at the
+        // producer counter are free, and past the counter the device was given.
+        let (v, room) = unsafe { (Vouched::new(wr), Room::checked()) };
+        let start = self.write_to(dest, v, &plan, room);
         self.note_pending(start, plan.blocks);
         Ok(())
     }
@@ -97,36 +99,31 @@ impl<P: SqStateRef> SendQueue<P, Dci> {
         if self.pending != 0 {
             self.ring_pending();
         }
-        // SAFETY: planned and room checked; the caller upholds the posting contract.
-        let start = unsafe { self.write_to(dest, wr, &plan) };
+        // SAFETY: as in `stage_to`.
+        let (v, room) = unsafe { (Vouched::new(wr), Room::checked()) };
+        let start = self.write_to(dest, v, &plan, room);
         let lock = self.doorbell.lock();
         self.doorbell
             .ring(self.ring, self.pi, start, plan.blocks, true, lock);
         Ok(())
     }
 
-    /// Writes the planned WQE at the producer counter, records it and advances the counters;
-    /// returns the segment counter of its control segment. The RC queue's write with the
-    /// datagram segment after the control segment ([`SendQueue::write_after`]).
-    ///
-    /// # Safety
-    ///
-    /// `plan` is [`SendQueue::plan`] of `wr` (with the DC address), room was checked, and the
-    /// caller upholds the posting contract.
+    /// Writes the planned WQE into `wqe`, at the producer counter, records it and advances the
+    /// counters; returns the segment counter of its control segment. The RC queue's write
+    /// with the datagram segment after the control segment ([`SendQueue::write_after`]);
+    /// `plan` is [`SendQueue::plan`] of the request (with the DC address).
     #[inline(always)]
-    unsafe fn write_to(&mut self, dest: &DcDest, wr: &SendWr<'_>, plan: &Plan<'_>) -> u32 {
-        // Called by `write_after` once, with the reserved WQE.
-        let header = |wqe: &Wqe<'_>| write_dc_av(wqe, dest);
-        // SAFETY: (caller) planned with the datagram segment's `DC_AV_DS` segments, room
-        // checked, the posting contract upheld; the header writes segments 1, 2 and 3 only.
-        unsafe { self.write_after::<DC_AV_DS>(wr, plan, header) }
+    fn write_to(&mut self, dest: &DcDest, v: Vouched<'_, '_>, plan: &Plan<'_>, room: Room) -> u32 {
+        // Called by `write_after` once, with the reserved WQE; it writes segments 1, 2 and 3.
+        let header = |wqe: &Wqe| write_dc_av(wqe, dest);
+        self.write_after::<DC_AV_DS>(v, plan, room, header)
     }
 }
 
 /// Writes the datagram segment for `dest`, segments 1, 2 and 3 of `wqe` (with the control
 /// segment, the first basic block: it never wraps).
 #[inline(always)]
-fn write_dc_av(wqe: &Wqe<'_>, dest: &DcDest) {
+fn write_dc_av(wqe: &Wqe, dest: &DcDest) {
     let mut seg = [0u8; 48];
     DatagramSeg::new_unchecked(&mut seg[..]).set_dc_from_av(&dest.av, dest.dctn, dest.dc_key);
     write_datagram_seg(wqe, &seg);
