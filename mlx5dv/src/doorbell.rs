@@ -3,7 +3,7 @@
 //! The sequence is rdma-core's `post_send_db` (providers/mlx5/qp.c):
 //!
 //! 1. the WQEs are in the ring (plain stores);
-//! 2. take the register ([`BfMode`](crate::BfMode)): a register shared with other queues is
+//! 2. take the register ([`BfMode`]): a register shared with other queues is
 //!    locked ([`SharedBf`]), so that their writes and this one never interleave; either way
 //!    this write gets the buffer the previous one did not use, and the toggle flips for the
 //!    next, so that consecutive copies never merge (rdma-core locks after step 4; taking the
