@@ -667,6 +667,14 @@ static ALWAYS_INLINE int poll_one(struct zvb_cq *cq, struct zvb_sq **cur, struct
 				wc->imm_data = cqe64->imm_inval_pkey;
 			}
 		}
+		/* Where the message came from, as libmlx5's handle_responder reports it. */
+		wc->slid = be16toh(cqe64->slid);
+		wc->sl = (be32toh(cqe64->flags_rqpn) >> 24) & 0xf;
+		wc->src_qp = be32toh(cqe64->flags_rqpn) & 0xffffff;
+		wc->dlid_path_bits = cqe64->ml_path & 0x7f;
+		if ((be32toh(cqe64->flags_rqpn) >> 28) & 3)
+			wc->wc_flags |= IBV_WC_GRH;
+		wc->pkey_index = be32toh(cqe64->imm_inval_pkey) & 0xffff;
 		wc->status = IBV_WC_SUCCESS;
 		idx = qp->rq_tail & (qp->rq_wqe_cnt - 1);
 		if (scatter) {
