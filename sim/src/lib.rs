@@ -136,6 +136,18 @@
 //! the order of its free list by every QP on it; an empty one is an RNR NAK; its limit and
 //! error events are read with [`Device::srq_event`]. See `docs/sim.md`.
 //!
+//! ## Raw Ethernet
+//!
+//! Raw packet QPs ([`QpType::RawPacket`], [`Device::ready_raw`]) send whole Ethernet frames
+//! (the Ethernet segment with inlined header bytes, checksum offload) out of the device's
+//! Ethernet port: to the [`EthPort`] [`Device::attach_port`] connected, and back into the
+//! device's own receive side while loopback is on ([`Device::set_loopback`]; on while no port
+//! is attached). Frames from outside come in by [`Device::receive_frame`]. Flow rules
+//! ([`Device::create_flow`]) steer them to a raw QP's receive queue or an RSS QP
+//! ([`Device::create_rss_qp`]) spreading them by Toeplitz hash over receive work queues
+//! ([`Device::create_wq`]), ordinary or striding; a frame no rule takes, or no WQE can hold,
+//! is dropped and counted in [`Stats`]. See `docs/sim.md`, "Raw Ethernet".
+//!
 //! ## Faults on demand
 //!
 //! [`Device::fail_next_wqe`] fails the next send WQE of a QP with a chosen syndrome;
