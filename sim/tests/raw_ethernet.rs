@@ -15,135 +15,16 @@ use std::sync::{Arc, Mutex};
 
 use common::Arena;
 use common::direct::device_with_arena;
-use raw::{RawCq, RawQp, Sg};
+use raw::eth::*;
+use raw::{RawCq, RawQp};
 use zverbs_mlx5dv::prm::cqe::Cqe64;
 use zverbs_mlx5dv::prm::mini::MiniCqeFormat;
-use zverbs_mlx5dv::prm::wqe::{CtrlSeg, DataSeg, inline_byte_count};
+use zverbs_mlx5dv::prm::wqe::CtrlSeg;
 use zverbs_mlx5dv::prm::{CQ_SET_CI, opcode};
 use zverbs_sim::{
     CqConfig, DEFAULT_RSS_KEY, Device, EthPort, FlowAttr, FlowDest, FlowSpec, L4Proto, Mr,
-    QpConfig, QpType, RssConfig, RxHashFields, SimWq, Striding, WqConfig, vendor,
+    RssConfig, RxHashFields, SimWq, Striding, WqConfig, vendor,
 };
-
-const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
-const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
-const SRC_MAC: [u8; 6] = [0x0c, 0x42, 0xa1, 0x11, 0x22, 0x33];
-const GROUP: Ipv4Addr = Ipv4Addr::new(239, 1, 2, 3);
-const SIGNALED: u8 = 0x08;
-
-/// An IPv4/UDP frame with both checksums 0 and `payload` bytes counting up from `seed`.
-fn udp_frame(
-    dst_mac: [u8; 6],
-    src: Ipv4Addr,
-    dst: Ipv4Addr,
-    ports: (u16, u16),
-    payload: usize,
-    seed: u8,
-) -> Vec<u8> {
-    let mut f = Vec::new();
-    f.extend_from_slice(&dst_mac);
-    f.extend_from_slice(&SRC_MAC);
-    f.extend_from_slice(&[0x08, 0x00]);
-    let ip_len = (20 + 8 + payload) as u16;
-    f.extend_from_slice(&[0x45, 0x00]);
-    f.extend_from_slice(&ip_len.to_be_bytes());
-    f.extend_from_slice(&[0, 0, 0x40, 0, 0x40, 17, 0, 0]);
-    f.extend_from_slice(&src.octets());
-    f.extend_from_slice(&dst.octets());
-    f.extend_from_slice(&ports.0.to_be_bytes());
-    f.extend_from_slice(&ports.1.to_be_bytes());
-    f.extend_from_slice(&((8 + payload) as u16).to_be_bytes());
-    f.extend_from_slice(&[0, 0]);
-    f.extend((0..payload).map(|i| seed.wrapping_add(i as u8)));
-    f
-}
-
-/// The 32-bit sum of `b` as big-endian 16-bit words, an odd byte padded.
-fn sum(b: &[u8]) -> u32 {
-    let mut s = 0u32;
-    let mut i = 0;
-    while i < b.len() {
-        let hi = u32::from(b[i]) << 8;
-        let lo = b.get(i + 1).map_or(0, |&x| u32::from(x));
-        s += hi | lo;
-        i += 2;
-    }
-    s
-}
-
-fn fold(mut s: u32) -> u16 {
-    while s >> 16 != 0 {
-        s = (s >> 16) + (s & 0xffff);
-    }
-    s as u16
-}
-
-/// Whether the IPv4 header and UDP checksums of an untagged UDP frame are right.
-fn checksums_ok(f: &[u8]) -> (bool, bool) {
-    let ip = &f[14..34];
-    let l3 = fold(sum(ip)) == 0xffff;
-    let udp = &f[34..];
-    let mut pseudo = [0u8; 12];
-    pseudo[..8].copy_from_slice(&ip[12..20]);
-    pseudo[9] = 17;
-    pseudo[10..12].copy_from_slice(&(udp.len() as u16).to_be_bytes());
-    let l4 = fold(sum(&pseudo) + sum(udp)) == 0xffff;
-    (l3, l4)
-}
-
-/// A raw packet QP on `dev`, its CQ, in RTS.
-fn raw_qp(dev: &Device, recv_wr: u32) -> (RawQp, RawCq) {
-    let cq = dev.create_cq(CqConfig { cqe: 64 }).unwrap();
-    let cfg = QpConfig {
-        send_cq: cq.cqn,
-        recv_cq: cq.cqn,
-        max_send_wr: 4,
-        max_send_sge: 2,
-        max_inline_data: 64,
-        max_recv_wr: recv_wr,
-        max_recv_sge: 1,
-        ..QpConfig::default()
-    };
-    let qp = dev.create_qp_ext(cfg, QpType::RawPacket, None).unwrap();
-    dev.ready_raw(qp.qpn).unwrap();
-    (RawQp::new(qp), RawCq::new(cq))
-}
-
-/// What follows a raw WQE's Ethernet segment.
-enum Body<'a> {
-    Sges(&'a [Sg]),
-    Inline(&'a [u8]),
-}
-
-/// Posts a raw SEND: control, the Ethernet segment with `hdr` inlined, then `body`.
-fn post_frame(qp: &mut RawQp, hdr: &[u8], body: Body<'_>, cs_flags: u8, mss: u16) -> u16 {
-    let mut w = [0u8; 1024];
-    let e = 16;
-    w[e + 4] = cs_flags;
-    w[e + 6..e + 8].copy_from_slice(&mss.to_be_bytes());
-    w[e + 12..e + 14].copy_from_slice(&(hdr.len() as u16).to_be_bytes());
-    w[e + 14..e + 14 + hdr.len()].copy_from_slice(hdr);
-    let mut ds = 1 + 1 + hdr.len().saturating_sub(2).div_ceil(16);
-    match body {
-        Body::Sges(sges) => {
-            for &(addr, len, lkey) in sges {
-                DataSeg::new_unchecked(&mut w[ds * 16..ds * 16 + 16]).set(len, lkey, addr);
-                ds += 1;
-            }
-        }
-        Body::Inline(data) => {
-            let o = ds * 16;
-            w[o..o + 4].copy_from_slice(&inline_byte_count(data.len() as u32).to_be_bytes());
-            w[o + 4..o + 4 + data.len()].copy_from_slice(data);
-            ds += (data.len() + 4).div_ceil(16);
-        }
-    }
-    let index = qp.sq_pi as u16;
-    let qpn = qp.qpn();
-    CtrlSeg::new_unchecked(&mut w[..16]).set(index, opcode::SEND, 0, qpn, SIGNALED, ds as u8, 0);
-    qp.write_blocks(&w[..ds.div_ceil(4) * 64]);
-    index
-}
 
 /// Sends `frame` from `mem` at `off`: the first `inl` bytes inlined, the rest by one data
 /// segment.
@@ -151,21 +32,6 @@ fn send(qp: &mut RawQp, mem: &Arena, mr: &Mr, off: usize, frame: &[u8], inl: usi
     mem.write(off, frame);
     let rest = (mem.addr(off + inl), (frame.len() - inl) as u32, mr.lkey);
     post_frame(qp, &frame[..inl], Body::Sges(&[rest]), cs, 0);
-}
-
-/// The send's CQE and the loopback receive's, in whichever order the CQ holds them.
-fn send_and_recv(cq: &mut RawCq) -> ([u8; 64], [u8; 64]) {
-    let a = cq.poll().expect("a first CQE");
-    let b = cq.poll().expect("a second CQE");
-    if a[63] >> 4 == 0 { (a, b) } else { (b, a) }
-}
-
-fn be16(c: &[u8], at: usize) -> u16 {
-    u16::from_be_bytes([c[at], c[at + 1]])
-}
-
-fn be32(c: &[u8], at: usize) -> u32 {
-    u32::from_be_bytes([c[at], c[at + 1], c[at + 2], c[at + 3]])
 }
 
 /// Every frame the attached port transmits.
@@ -593,29 +459,6 @@ fn rss_spreads_flows_by_hash() {
     );
 }
 
-/// Writes WQE `k` of work queue `w` (an ordinary one: data segments from offset 0; a
-/// striding one: the next segment, then one data segment) and publishes `k + 1` WQEs.
-fn post_wq(w: &SimWq, k: usize, sges: &[Sg]) {
-    let stride = w.layout.stride as usize;
-    let slot = k & (w.layout.wqe_cnt as usize - 1);
-    let first = if w.striding.is_some() { 1 } else { 0 };
-    for (i, &(addr, len, lkey)) in sges.iter().enumerate() {
-        let mut seg = [0u8; 16];
-        DataSeg::new_unchecked(&mut seg).set(len, lkey, addr);
-        // SAFETY: segment `first + i` of WQE `slot` in the device's ring.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                seg.as_ptr(),
-                w.layout.buf.as_ptr().add(slot * stride + (first + i) * 16),
-                16,
-            )
-        };
-    }
-    // SAFETY: word 0 of the WQ's doorbell record, which the device loads atomically.
-    unsafe { std::sync::atomic::AtomicU32::from_ptr(w.dbrec.as_ptr()) }
-        .store((k as u32 + 1).to_be(), std::sync::atomic::Ordering::Release);
-}
-
 /// A striding work queue (64-byte strides, 8 per WQE) behind a one-entry table, on `cq`.
 fn striding_rig(dev: &Device, cq: u32) -> (SimWq, u32) {
     let w = dev
@@ -653,12 +496,12 @@ fn striding_rig(dev: &Device, cq: u32) -> (SimWq, u32) {
 /// WQE index (`wqe_id`), the stride index (`wqe_counter`) and the consumed strides with the
 /// length (`byte_cnt`); a frame that does not fit the strides left gets a filler CQE
 /// consuming them and goes to stride 0 of the next WQE; a frame longer than a whole WQE and
-/// one with no WQE left are dropped. Timestamps in the real-time format.
+/// one with no WQE left are dropped. Timestamps from the free-running counter.
 #[test]
 fn striding_queue_cqes_and_fillers() {
     let (dev, mem, mr) = device_with_arena(8192);
     let cq = dev.create_cq(CqConfig { cqe: 63 }).unwrap();
-    dev.enable_cq_real_time_timestamps(cq.cqn).unwrap();
+    dev.enable_cq_timestamps(cq.cqn).unwrap();
     let (w, _) = striding_rig(dev, cq.cqn);
     post_wq(&w, 0, &[(mem.addr(0), 512, mr.lkey)]);
     post_wq(&w, 1, &[(mem.addr(512), 512, mr.lkey)]);
@@ -686,10 +529,7 @@ fn striding_queue_cqes_and_fillers() {
         (1, 3, (1 << 16) | 64),
         (1, 4, filler | (4 << 16)),
     ];
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
+    let mut last = 0;
     for (k, &(wqe_id, stride, bc)) in want.iter().enumerate() {
         let c = cq.poll().unwrap_or_else(|| panic!("CQE {k}"));
         assert_eq!(
@@ -701,13 +541,10 @@ fn striding_queue_cqes_and_fillers() {
         assert_eq!(be32(&c, 32), w.wqn);
         let ts = u64::from_be_bytes(c[48..56].try_into().unwrap());
         assert!(
-            (ts >> 32).abs_diff(now) <= 5,
-            "seconds in the high half: {ts:#x}"
+            ts >= last && ts <= dev.clock().ticks(),
+            "CQE {k}: the counter, {ts}"
         );
-        assert!(
-            ts & 0xffff_ffff < 1_000_000_000,
-            "nanoseconds in the low half"
-        );
+        last = ts;
         if bc & filler == 0 {
             // Sent with a zero IPv4 header checksum (wrong) and a zero UDP checksum (none).
             assert_eq!(c[28], 0x05, "L2 and L4 OK, L3 not");
@@ -788,4 +625,178 @@ fn compressed_sessions_carry_stride_indexes() {
     // The poller's consumer counter, for the record.
     // SAFETY: word 0 of the CQ's doorbell record.
     unsafe { layout.dbrec.as_ptr().add(CQ_SET_CI).write(6u32.to_be()) };
+}
+
+/// A TCP segment with the ACK flag and data: the device computes only the checksum each flag
+/// asks for, an independent sum accepts it, and the receive CQE reports the header types and
+/// which checksums are right.
+#[test]
+fn tcp_checksums_by_flag_and_header_types() {
+    let (dev, mem, mr) = device_with_arena(8192);
+    let (mut qp, mut cq) = raw_qp(dev, 4);
+    dev.create_flow(FlowAttr {
+        priority: 0,
+        spec: FlowSpec::five_tuple(
+            L4Proto::Tcp,
+            (Ipv4Addr::new(10, 0, 0, 1), 40000),
+            (Ipv4Addr::new(10, 0, 0, 2), 80),
+        ),
+        dest: FlowDest::RawQp(qp.qpn()),
+    })
+    .unwrap();
+    // Ethernet, IPv4 (protocol 6), TCP with a 20-byte header, ACK|PSH, 11 bytes of data.
+    let mut f = udp_frame(
+        MAC_A,
+        Ipv4Addr::new(10, 0, 0, 1),
+        Ipv4Addr::new(10, 0, 0, 2),
+        (40000, 80),
+        23,
+        0x41,
+    );
+    f[23] = 6;
+    f[38..42].copy_from_slice(&[0, 0, 0, 1]); // sequence number
+    f[42..46].copy_from_slice(&[0, 0, 0, 2]); // acknowledgement number
+    f[46] = 5 << 4;
+    f[47] = 0x18;
+    f[48..54].copy_from_slice(&[0xff, 0xff, 0, 0, 0, 0]); // window, checksum, urgent
+    let tcp_ok = |g: &[u8]| {
+        let seg = &g[34..];
+        let mut pseudo = [0u8; 12];
+        pseudo[..8].copy_from_slice(&g[26..34]);
+        pseudo[9] = 6;
+        pseudo[10..12].copy_from_slice(&(seg.len() as u16).to_be_bytes());
+        fold(sum(&pseudo) + sum(seg)) == 0xffff
+    };
+    for (cs, l3, l4, ok) in [(0x80u8, false, true, 0x05u8), (0x40, true, false, 0x03)] {
+        qp.post_recv(&[(mem.addr(4096), 256, mr.lkey)]);
+        send(&mut qp, mem, &mr, 0, &f, 14, cs);
+        dev.run_until_idle();
+        let (_, r) = send_and_recv(&mut cq);
+        let got = mem.read(4096, f.len());
+        assert_eq!(checksums_ok(&got).0, l3, "cs_flags {cs:#x}: IPv4 header");
+        assert_eq!(tcp_ok(&got), l4, "cs_flags {cs:#x}: TCP");
+        assert_eq!(
+            got[50..52] == [0, 0],
+            !l4,
+            "the TCP checksum left alone without 0x80"
+        );
+        assert_eq!(
+            (r[28], r[29]),
+            (ok, 0x48),
+            "cs_flags {cs:#x}: OK bits, IPv4 + TCP ACK data"
+        );
+    }
+}
+
+/// A receive WQE naming memory the device may not write completes with a local protection
+/// error: the raw QP enters the error state and takes no more frames; a work queue places
+/// nothing more.
+#[test]
+fn a_receive_with_a_bad_key_fails() {
+    let (dev, mem, mr) = device_with_arena(8192);
+    let (mut qp, mut cq) = raw_qp(dev, 4);
+    dev.create_flow(FlowAttr {
+        priority: 0,
+        spec: FlowSpec::dst_mac(MAC_A),
+        dest: FlowDest::RawQp(qp.qpn()),
+    })
+    .unwrap();
+    qp.post_recv(&[(mem.addr(0), 256, mr.lkey ^ 0x100)]);
+    qp.post_recv(&[(mem.addr(256), 256, mr.lkey)]);
+    let f = udp_frame(MAC_A, Ipv4Addr::LOCALHOST, GROUP, (1, 2), 20, 0);
+    dev.receive_frame(&f);
+    dev.run_until_idle();
+    let c = cq.poll().expect("the error CQE");
+    assert_eq!((c[63] >> 4, c[55], c[54]), (14, 0x04, vendor::RECV_LKEY));
+    assert_eq!(
+        dev.qp_status(qp.qpn()).unwrap(),
+        zverbs_sim::QpStatus::Error
+    );
+    let flushed = cq.poll().expect("the second receive, flushed");
+    assert_eq!((flushed[63] >> 4, flushed[55]), (14, 0x05));
+    dev.receive_frame(&f);
+    assert_eq!(dev.stats().eth_no_wqe, 1);
+
+    let cqw = dev.create_cq(CqConfig { cqe: 15 }).unwrap();
+    let (w, _) = {
+        let w = dev
+            .create_wq(WqConfig {
+                cq: cqw.cqn,
+                max_wr: 2,
+                max_sge: 1,
+                striding: None,
+                two_byte_shift: false,
+            })
+            .unwrap();
+        dev.ready_wq(w.wqn).unwrap();
+        let t = dev.create_rwq_ind_table(&[w.wqn]).unwrap();
+        let rss = dev
+            .create_rss_qp(RssConfig {
+                ind_table: t,
+                fields: RxHashFields::empty(),
+                key: DEFAULT_RSS_KEY,
+            })
+            .unwrap();
+        dev.create_flow(FlowAttr {
+            priority: 0,
+            spec: FlowSpec::dst_mac(MAC_B),
+            dest: FlowDest::Rss(rss),
+        })
+        .unwrap();
+        (w, rss)
+    };
+    post_wq(&w, 0, &[(mem.addr(0), 256, mr.lkey ^ 0x100)]);
+    post_wq(&w, 1, &[(mem.addr(256), 256, mr.lkey)]);
+    let g = udp_frame(MAC_B, Ipv4Addr::LOCALHOST, GROUP, (1, 2), 20, 0);
+    dev.receive_frame(&g);
+    dev.receive_frame(&g);
+    let mut cqw = RawCq::new(cqw);
+    let c = cqw.poll().expect("the error CQE");
+    assert_eq!((c[63] >> 4, c[55], be32(&c, 32)), (14, 0x04, w.wqn));
+    assert!(cqw.poll().is_none(), "nothing placed after the error");
+    assert_eq!(dev.stats().eth_no_wqe, 2);
+}
+
+/// A CQ stamping in the real-time format: seconds since the epoch in the high 32 bits,
+/// nanoseconds in the low 32, on every receive CQE, a filler's too.
+#[test]
+#[cfg_attr(
+    miri,
+    ignore = "reads CLOCK_REALTIME, which Miri's isolation withholds"
+)]
+fn real_time_timestamps_are_seconds_and_nanoseconds() {
+    let (dev, mem, mr) = device_with_arena(4096);
+    let cq = dev.create_cq(CqConfig { cqe: 15 }).unwrap();
+    dev.enable_cq_real_time_timestamps(cq.cqn).unwrap();
+    let (w, _) = striding_rig(dev, cq.cqn);
+    post_wq(&w, 0, &[(mem.addr(0), 512, mr.lkey)]);
+    post_wq(&w, 1, &[(mem.addr(512), 512, mr.lkey)]);
+    let src = Ipv4Addr::new(10, 1, 1, 1);
+    let epoch = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+    };
+    let before = epoch();
+    // 300 bytes (5 strides), then 300 more: a filler, then WQE 1.
+    for _ in 0..2 {
+        dev.receive_frame(&udp_frame(MAC_A, src, GROUP, (1, 2), 258, 0));
+    }
+    let after = epoch();
+    let mut cq = RawCq::new(cq);
+    for k in 0..3 {
+        let c = cq.poll().unwrap_or_else(|| panic!("CQE {k}"));
+        let ts = u64::from_be_bytes(c[48..56].try_into().unwrap());
+        let (secs, nanos) = (ts >> 32, ts & 0xffff_ffff);
+        assert!(
+            nanos < 1_000_000_000,
+            "CQE {k}: nanoseconds in the low half: {ts:#x}"
+        );
+        let t = std::time::Duration::new(secs, nanos as u32);
+        assert!(
+            before <= t && t <= after,
+            "CQE {k}: {t:?} not in {before:?}..={after:?}"
+        );
+    }
+    assert_eq!(dev.stats().eth_fillers, 1);
 }

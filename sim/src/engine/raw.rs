@@ -310,7 +310,7 @@ impl Engine {
                 port.transmit(&frame[..total]);
             }
             if self.eth.loopback {
-                self.rx_frame(&frame[..total]);
+                self.rx_buffered(&mut frame, total);
             }
         }
         self.eth.frame = frame;
@@ -323,25 +323,49 @@ impl Engine {
     /// completions, like those of every frame that arrives before the next step, are a burst
     /// that step ends (for a compressing CQ, written then).
     pub(crate) fn receive_external(&mut self, frame: &[u8]) {
-        self.rx_frame(frame);
+        let len = frame.len();
+        if !(eth::ETH_HLEN..=eth::MAX_FRAME).contains(&len) {
+            self.stats.eth_arrived += 1;
+            self.stats.eth_bad_frames += 1;
+            return;
+        }
+        if self.eth.frame.len() < len {
+            // No raw QP or work queue yet, so no rule either.
+            self.stats.eth_arrived += 1;
+            self.stats.eth_no_rule += 1;
+            return;
+        }
+        // Into the device's own buffer first, as a NIC takes a frame off the wire before it
+        // steers it: the copies into receive buffers read memory the device owns.
+        let mut buf = core::mem::take(&mut self.eth.frame);
+        buf[..len].copy_from_slice(frame);
+        self.rx_buffered(&mut buf, len);
+        self.eth.frame = buf;
         for c in &mut self.cqs {
             c.staged_now = false;
         }
     }
 
-    /// A frame arriving at the port: steered by the flow rules into receive queues.
-    pub(crate) fn rx_frame(&mut self, frame: &[u8]) {
+    /// The frame in the first `len` bytes of `buf` (the device's frame buffer, taken out of
+    /// the engine meanwhile), arriving at the port: steered by the flow rules into receive
+    /// queues.
+    fn rx_buffered(&mut self, buf: &mut [u8], len: usize) {
+        // The copies read the frame through this pointer (exposed here, before the shared
+        // borrow below, so the device's atomic reads may use it).
+        let span = Span::own(buf.as_mut_ptr() as u64, len as u64);
+        let bytes = &buf[..len];
         self.stats.eth_arrived += 1;
-        let h = match eth::parse(frame) {
-            Some(h) if frame.len() <= eth::MAX_FRAME => h,
-            _ => {
+        let h = match eth::parse(bytes) {
+            Some(h) => h,
+            None => {
                 self.stats.eth_bad_frames += 1;
                 return;
             }
         };
+        let frame = Arrived { bytes, span, h };
         let mut best: Option<Flow> = None;
         for f in &self.eth.flows {
-            if best.is_none_or(|b| f.table < b.table) && f.attr.spec.matches(&h) {
+            if best.is_none_or(|b| f.table < b.table) && f.attr.spec.matches(&frame.h) {
                 best = Some(*f);
             }
         }
@@ -352,20 +376,20 @@ impl Engine {
         for i in 0..self.eth.flows.len() {
             let f = self.eth.flows[i];
             if f.table == best.table && f.attr.spec == best.attr.spec {
-                self.steer_to(f.attr.dest, frame, &h);
+                self.steer_to(f.attr.dest, &frame);
             }
         }
     }
 
     /// Places `frame` (headers `h`) into the receive queue `dest` names.
-    fn steer_to(&mut self, dest: FlowDest, frame: &[u8], h: &Headers) {
+    fn steer_to(&mut self, dest: FlowDest, frame: &Arrived<'_>) {
         match dest {
             FlowDest::RawQp(qpn) => match self.qp_index(qpn) {
                 Ok(q)
                     if self.qps[q].qp_type == QpType::RawPacket
                         && self.qps[q].status != QpStatus::Error =>
                 {
-                    self.place_qp(q, frame, h);
+                    self.place_qp(q, frame);
                 }
                 _ => self.stats.eth_no_wqe += 1,
             },
@@ -378,10 +402,10 @@ impl Engine {
                     self.stats.eth_no_wqe += 1;
                     return;
                 };
-                let (hash, ty) = rss.cfg.hash(h);
+                let (hash, ty) = rss.cfg.hash(&frame.h);
                 // A power-of-two table: the hash's low bits pick the entry.
                 let w = t.wqs[hash as usize & (t.wqs.len() - 1)];
-                self.place_wq(w, frame, h, Some((hash, ty)));
+                self.place_wq(w, frame, Some((hash, ty)));
             }
         }
     }
@@ -418,7 +442,8 @@ impl Engine {
     }
 
     /// An ordinary receive into the receive queue of raw QP `q`.
-    fn place_qp(&mut self, q: usize, frame: &[u8], h: &Headers) {
+    fn place_qp(&mut self, q: usize, a: &Arrived<'_>) {
+        let (frame, h) = (a.bytes, &a.h);
         let Some(rq) = self.qps[q].mem.rq else {
             self.stats.eth_no_wqe += 1;
             return;
@@ -439,7 +464,7 @@ impl Engine {
             Ok(dst) => {
                 // SAFETY: the frame is the caller's bytes; the destination spans were checked
                 // against regions with local write.
-                unsafe { copy_spans(&[frame_span(frame)], dst.as_slice(), len) };
+                unsafe { copy_spans(&[a.span], dst.as_slice(), len) };
                 let qp = &mut self.qps[q];
                 qp.rq_ci = ci.wrapping_add(1);
                 let cqe = eth_cqe(qp.uidx, ci as u16, len as u32, 0, frame, h, None);
@@ -452,7 +477,8 @@ impl Engine {
     }
 
     /// Places a frame into receive work queue `w` (table entry), hashed with `hash`.
-    fn place_wq(&mut self, w: usize, frame: &[u8], h: &Headers, hash: Option<(u32, u8)>) {
+    fn place_wq(&mut self, w: usize, a: &Arrived<'_>, hash: Option<(u32, u8)>) {
+        let (frame, h) = (a.bytes, &a.h);
         let wq = &self.eth.wqs[w];
         if wq.dead || !wq.ready || wq.error {
             self.stats.eth_no_wqe += 1;
@@ -481,7 +507,7 @@ impl Engine {
                 Err(Place::Prot(v)) => self.wq_fail(w, ci as u16, v),
                 Ok(dst) => {
                     // SAFETY: as in `place_qp`.
-                    unsafe { copy_spans(&[frame_span(frame)], dst.as_slice(), len) };
+                    unsafe { copy_spans(&[a.span], dst.as_slice(), len) };
                     self.eth.wqs[w].ci = ci.wrapping_add(1);
                     let cqe = eth_cqe(uidx, ci as u16, len as u32, 0, frame, h, hash);
                     self.push_cqe(cq, cqe);
@@ -546,7 +572,7 @@ impl Engine {
             }
         };
         // SAFETY: as in `place_qp`.
-        unsafe { copy_spans(&[frame_span(frame)], &[dst], len) };
+        unsafe { copy_spans(&[a.span], &[dst], len) };
         let byte_cnt = (need << STRIDES_SHIFT) | len as u32;
         let wqe_id = (ci & slot_mask) as u16;
         let cqe = eth_cqe(uidx, used as u16, byte_cnt, wqe_id, frame, h, hash);
@@ -848,9 +874,12 @@ impl Engine {
     }
 }
 
-/// The frame's bytes as a span the device reads.
-fn frame_span(frame: &[u8]) -> Span {
-    Span::own(frame.as_ptr() as u64, frame.len() as u64)
+/// A frame on its way to the receive queues: its bytes, the same bytes as a span the device
+/// copies from, and its headers.
+struct Arrived<'a> {
+    bytes: &'a [u8],
+    span: Span,
+    h: Headers,
 }
 
 /// The receive CQE of an Ethernet frame: `RESP_SEND`, the user index of its queue, the
