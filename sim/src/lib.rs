@@ -802,11 +802,12 @@ impl Device {
     /// created with [`Device::create_qp_external`] can then be freed). Its number is not
     /// found any more. The rings, doorbell record and BlueFlame register the device allocated
     /// for a QP of [`Device::create_qp`] are freed, as a driver frees a destroyed QP's memory:
-    /// every queue built on its layout must be gone first.
+    /// every queue built on its layout must be gone first. A raw packet QP a flow rule
+    /// steers to is refused until the rule is removed (the kernel answers `EBUSY`).
     ///
     /// # Errors
     ///
-    /// [`SimError::NoSuchQp`].
+    /// [`SimError::NoSuchQp`], [`SimError::InvalidConfig`] while a flow rule names it.
     pub fn destroy_qp(&self, qpn: u32) -> Result<(), SimError> {
         self.engine().destroy_qp(qpn)
     }

@@ -373,6 +373,18 @@ fn flow_rules_by_priority() {
         "a port without its transport"
     );
     assert!(bad(0, FlowSpec::ANY, FlowDest::Rss(999)).is_err());
+    // A QP a rule steers to is not destroyed (its number could go to a new QP).
+    let rule = dev
+        .create_flow(FlowAttr {
+            priority: 2,
+            spec: FlowSpec::dst_mac(MAC_B),
+            dest: to(&a),
+        })
+        .unwrap();
+    assert!(dev.destroy_qp(a.qpn()).is_err(), "a rule names it");
+    dev.destroy_flow(rule).unwrap();
+    dev.destroy_qp(a.qpn()).unwrap();
+    assert!(dev.destroy_flow(rule).is_err(), "gone already");
 }
 
 /// An RSS QP spreads flows over the receive work queues of its indirection table by the

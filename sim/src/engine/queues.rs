@@ -690,6 +690,11 @@ impl Engine {
     /// see a QP in the error state.
     pub(crate) fn destroy_qp(&mut self, qpn: u32) -> Result<(), SimError> {
         let q = self.qp_index(qpn)?;
+        if self.flows_name_qp(qpn) {
+            // As the kernel (EBUSY): a new QP may take this number, and the rule must not
+            // steer frames to it.
+            return Err(SimError::InvalidConfig("QP in use by a flow rule"));
+        }
         let qp = &mut self.qps[q];
         qp.dead = true;
         qp.status = QpStatus::Error;

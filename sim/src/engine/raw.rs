@@ -861,6 +861,14 @@ impl Engine {
         Ok(id)
     }
 
+    /// Whether a flow rule steers to QP `qpn`.
+    pub(crate) fn flows_name_qp(&self, qpn: u32) -> bool {
+        self.eth
+            .flows
+            .iter()
+            .any(|f| f.attr.dest == FlowDest::RawQp(qpn))
+    }
+
     pub(crate) fn destroy_flow(&mut self, id: u32) -> Result<(), SimError> {
         let i = self
             .eth
