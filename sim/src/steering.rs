@@ -161,6 +161,9 @@ pub struct FlowAttr {
     pub spec: FlowSpec,
     /// Where the frames go.
     pub dest: FlowDest,
+    /// A flow tag (`IBV_FLOW_SPEC_ACTION_TAG`, below 2^24), reported in the low 24 bits of
+    /// `sop_drop_qpn` of the receive CQE of every frame the rule steers; `None` reports 0.
+    pub tag: Option<u32>,
 }
 
 /// The most user priorities of flow rules (`attr.priority` 0..=15).

@@ -57,6 +57,7 @@ fn a_frame_loops_back_into_an_ordinary_receive() {
         priority: 0,
         spec: FlowSpec::dst_mac(multicast),
         dest: FlowDest::RawQp(qp.qpn()),
+        tag: None,
     })
     .unwrap();
     qp.post_recv(&[(mem.addr(4096), 256, mr.lkey)]);
@@ -128,6 +129,7 @@ fn inline_headers_of_any_size_cross_the_ring_end() {
         priority: 3,
         spec: FlowSpec::ANY,
         dest: FlowDest::RawQp(qp.qpn()),
+        tag: None,
     })
     .unwrap();
     let mut n = 0;
@@ -270,6 +272,7 @@ fn flow_rules_by_priority() {
             priority: 1,
             spec: FlowSpec::dst_mac(MAC_A),
             dest: to(&a),
+            tag: None,
         })
         .unwrap();
     let host = Ipv4Addr::new(10, 0, 0, 9);
@@ -278,6 +281,7 @@ fn flow_rules_by_priority() {
             priority: 0,
             spec: FlowSpec::udp_dst(host, 5000),
             dest: to(&b),
+            tag: None,
         })
         .unwrap();
     let src = Ipv4Addr::new(10, 0, 0, 1);
@@ -306,6 +310,7 @@ fn flow_rules_by_priority() {
             priority: 1,
             spec: FlowSpec::dst_mac(MAC_A),
             dest: to(&b),
+            tag: None,
         })
         .unwrap();
     step(&udp_frame(MAC_A, src, host, (9, 1), 10, 7));
@@ -320,6 +325,7 @@ fn flow_rules_by_priority() {
         priority: 0,
         spec: five,
         dest: to(&b),
+        tag: None,
     })
     .unwrap();
     let any = dev
@@ -327,6 +333,7 @@ fn flow_rules_by_priority() {
             priority: 15,
             spec: FlowSpec::ANY,
             dest: to(&a),
+            tag: None,
         })
         .unwrap();
     let mc = udp_frame([1, 0, 0x5e, 1, 2, 3], src, GROUP, (9, 7000), 10, 0);
@@ -361,6 +368,7 @@ fn flow_rules_by_priority() {
             priority,
             spec,
             dest,
+            tag: None,
         })
     };
     assert!(bad(16, FlowSpec::ANY, to(&a)).is_err(), "priority above 15");
@@ -379,6 +387,7 @@ fn flow_rules_by_priority() {
             priority: 2,
             spec: FlowSpec::dst_mac(MAC_B),
             dest: to(&a),
+            tag: None,
         })
         .unwrap();
     assert!(dev.destroy_qp(a.qpn()).is_err(), "a rule names it");
@@ -424,6 +433,7 @@ fn rss_spreads_flows_by_hash() {
         priority: 0,
         spec: FlowSpec::ANY,
         dest: FlowDest::Rss(rss),
+        tag: None,
     })
     .unwrap();
     // A WQ in RESET takes nothing.
@@ -499,6 +509,7 @@ fn striding_rig(dev: &Device, cq: u32) -> (SimWq, u32) {
         priority: 0,
         spec: FlowSpec::ANY,
         dest: FlowDest::Rss(rss),
+        tag: None,
     })
     .unwrap();
     (w, rss)
@@ -654,6 +665,7 @@ fn tcp_checksums_by_flag_and_header_types() {
             (Ipv4Addr::new(10, 0, 0, 2), 80),
         ),
         dest: FlowDest::RawQp(qp.qpn()),
+        tag: None,
     })
     .unwrap();
     // Ethernet, IPv4 (protocol 6), TCP with a 20-byte header, ACK|PSH, 11 bytes of data.
@@ -711,6 +723,7 @@ fn a_receive_with_a_bad_key_fails() {
         priority: 0,
         spec: FlowSpec::dst_mac(MAC_A),
         dest: FlowDest::RawQp(qp.qpn()),
+        tag: None,
     })
     .unwrap();
     qp.post_recv(&[(mem.addr(0), 256, mr.lkey ^ 0x100)]);
@@ -753,6 +766,7 @@ fn a_receive_with_a_bad_key_fails() {
             priority: 0,
             spec: FlowSpec::dst_mac(MAC_B),
             dest: FlowDest::Rss(rss),
+            tag: None,
         })
         .unwrap();
         (w, rss)
@@ -811,4 +825,30 @@ fn real_time_timestamps_are_seconds_and_nanoseconds() {
         );
     }
     assert_eq!(dev.stats().eth_fillers, 1);
+}
+
+/// A rule's flow tag comes in the low 24 bits of `sop_drop_qpn` of each frame it steers; one
+/// match at one priority has one tag.
+#[test]
+fn flow_tags_come_in_the_cqe() {
+    let (dev, mem, mr) = device_with_arena(4096);
+    let (mut qp, mut cq) = raw_qp(dev, 4);
+    let (other, _) = raw_qp(dev, 4);
+    let rule = |tag, qpn| FlowAttr {
+        priority: 4,
+        spec: FlowSpec::dst_mac(MAC_A),
+        dest: FlowDest::RawQp(qpn),
+        tag,
+    };
+    dev.create_flow(rule(Some(0xab_cdef), qp.qpn())).unwrap();
+    assert!(
+        dev.create_flow(rule(Some(7), other.qpn())).is_err(),
+        "another tag on the same entry"
+    );
+    assert!(dev.create_flow(rule(None, other.qpn())).is_err());
+    assert!(dev.create_flow(rule(Some(1 << 24), other.qpn())).is_err());
+    qp.post_recv(&[(mem.addr(0), 256, mr.lkey)]);
+    dev.receive_frame(&udp_frame(MAC_A, Ipv4Addr::LOCALHOST, GROUP, (1, 2), 8, 0));
+    let c = cq.poll().expect("the receive CQE");
+    assert_eq!(&c[56..60], &[0, 0xab, 0xcd, 0xef]);
 }

@@ -394,6 +394,7 @@ fn raw_ethernet_round_trips_allocate_nothing() {
         priority: 0,
         spec: FlowSpec::dst_mac(MAC_A),
         dest: FlowDest::RawQp(qp.qpn()),
+        tag: None,
     };
     dev.create_flow(to_qp).unwrap();
     let wcq = dev.create_cq(CqConfig { cqe: 63 }).unwrap();
@@ -422,6 +423,7 @@ fn raw_ethernet_round_trips_allocate_nothing() {
         priority: 0,
         spec: FlowSpec::dst_mac(MAC_B),
         dest: FlowDest::Rss(rss),
+        tag: None,
     };
     dev.create_flow(to_rss).unwrap();
     let src = Ipv4Addr::new(10, 0, 0, 1);

@@ -376,20 +376,21 @@ impl Engine {
         for i in 0..self.eth.flows.len() {
             let f = self.eth.flows[i];
             if f.table == best.table && f.attr.spec == best.attr.spec {
-                self.steer_to(f.attr.dest, &frame);
+                self.steer_to(&f.attr, &frame);
             }
         }
     }
 
     /// Places `frame` (headers `h`) into the receive queue `dest` names.
-    fn steer_to(&mut self, dest: FlowDest, frame: &Arrived<'_>) {
-        match dest {
+    fn steer_to(&mut self, rule: &FlowAttr, frame: &Arrived<'_>) {
+        let tag = rule.tag.unwrap_or(0);
+        match rule.dest {
             FlowDest::RawQp(qpn) => match self.qp_index(qpn) {
                 Ok(q)
                     if self.qps[q].qp_type == QpType::RawPacket
                         && self.qps[q].status != QpStatus::Error =>
                 {
-                    self.place_qp(q, frame);
+                    self.place_qp(q, frame, tag);
                 }
                 _ => self.stats.eth_no_wqe += 1,
             },
@@ -405,7 +406,7 @@ impl Engine {
                 let (hash, ty) = rss.cfg.hash(&frame.h);
                 // A power-of-two table: the hash's low bits pick the entry.
                 let w = t.wqs[hash as usize & (t.wqs.len() - 1)];
-                self.place_wq(w, frame, Some((hash, ty)));
+                self.place_wq(w, frame, Some((hash, ty)), tag);
             }
         }
     }
@@ -442,7 +443,7 @@ impl Engine {
     }
 
     /// An ordinary receive into the receive queue of raw QP `q`.
-    fn place_qp(&mut self, q: usize, a: &Arrived<'_>) {
+    fn place_qp(&mut self, q: usize, a: &Arrived<'_>, tag: u32) {
         let (frame, h) = (a.bytes, &a.h);
         let Some(rq) = self.qps[q].mem.rq else {
             self.stats.eth_no_wqe += 1;
@@ -467,7 +468,7 @@ impl Engine {
                 unsafe { copy_spans(&[a.span], dst.as_slice(), len) };
                 let qp = &mut self.qps[q];
                 qp.rq_ci = ci.wrapping_add(1);
-                let cqe = eth_cqe(qp.uidx, ci as u16, len as u32, 0, frame, h, None);
+                let cqe = eth_cqe(qp.uidx, ci as u16, len as u32, 0, frame, h, None, tag);
                 let cqn = qp.recv_cq;
                 self.push_cqe(cqn, cqe);
                 self.stats.eth_delivered += 1;
@@ -477,7 +478,7 @@ impl Engine {
     }
 
     /// Places a frame into receive work queue `w` (table entry), hashed with `hash`.
-    fn place_wq(&mut self, w: usize, a: &Arrived<'_>, hash: Option<(u32, u8)>) {
+    fn place_wq(&mut self, w: usize, a: &Arrived<'_>, hash: Option<(u32, u8)>, tag: u32) {
         let (frame, h) = (a.bytes, &a.h);
         let wq = &self.eth.wqs[w];
         if wq.dead || !wq.ready || wq.error {
@@ -509,7 +510,7 @@ impl Engine {
                     // SAFETY: as in `place_qp`.
                     unsafe { copy_spans(&[a.span], dst.as_slice(), len) };
                     self.eth.wqs[w].ci = ci.wrapping_add(1);
-                    let cqe = eth_cqe(uidx, ci as u16, len as u32, 0, frame, h, hash);
+                    let cqe = eth_cqe(uidx, ci as u16, len as u32, 0, frame, h, hash, tag);
                     self.push_cqe(cq, cqe);
                     self.stats.eth_delivered += 1;
                     self.stats.bytes += len;
@@ -533,7 +534,16 @@ impl Engine {
             // frame goes to the next WQE.
             let (ci, used) = (wq.ci, wq.used);
             let byte_cnt = FILLER | ((num - used) << STRIDES_SHIFT);
-            let mut c = cq::resp(uidx, 0, op::RESP_SEND, used as u16, byte_cnt, [0; 4], false);
+            // Written for the frame that did not fit: its rule's flow tag.
+            let mut c = cq::resp(
+                uidx,
+                tag,
+                op::RESP_SEND,
+                used as u16,
+                byte_cnt,
+                [0; 4],
+                false,
+            );
             c[2..4].copy_from_slice(&((ci & slot_mask) as u16).to_be_bytes());
             let wq = &mut self.eth.wqs[w];
             wq.ci = ci.wrapping_add(1);
@@ -575,7 +585,7 @@ impl Engine {
         unsafe { copy_spans(&[a.span], &[dst], len) };
         let byte_cnt = (need << STRIDES_SHIFT) | len as u32;
         let wqe_id = (ci & slot_mask) as u16;
-        let cqe = eth_cqe(uidx, used as u16, byte_cnt, wqe_id, frame, h, hash);
+        let cqe = eth_cqe(uidx, used as u16, byte_cnt, wqe_id, frame, h, hash, tag);
         let wq = &mut self.eth.wqs[w];
         wq.used += need;
         if wq.used == num {
@@ -833,6 +843,22 @@ impl Engine {
             return Err(SimError::InvalidConfig("flow priority above 15"));
         }
         attr.spec.check().map_err(SimError::InvalidConfig)?;
+        if attr.tag.is_some_and(|t| t >= 1 << 24) {
+            return Err(SimError::InvalidConfig("a flow tag has 24 bits"));
+        }
+        let table = crate::steering::core_priority(&attr);
+        if self
+            .eth
+            .flows
+            .iter()
+            .any(|f| f.table == table && f.attr.spec == attr.spec && f.attr.tag != attr.tag)
+        {
+            // One flow-table entry, shared by identical rules, has one tag (the kernel:
+            // EEXIST).
+            return Err(SimError::InvalidConfig(
+                "a rule with the same match and priority carries another flow tag",
+            ));
+        }
         match attr.dest {
             FlowDest::RawQp(qpn) => {
                 let q = self.qp_index(qpn)?;
@@ -853,11 +879,7 @@ impl Engine {
             .try_reserve(1)
             .map_err(|_| SimError::OutOfMemory)?;
         let id = self.eth.handle();
-        self.eth.flows.push(Flow {
-            id,
-            attr,
-            table: crate::steering::core_priority(&attr),
-        });
+        self.eth.flows.push(Flow { id, attr, table });
         Ok(id)
     }
 
@@ -893,8 +915,9 @@ struct Arrived<'a> {
 /// The receive CQE of an Ethernet frame: `RESP_SEND`, the user index of its queue, the
 /// counter (the WQE counter of an ordinary queue, the stride index of a striding one), the
 /// byte count (the striding format's for a striding queue), `wqe_id`, the RSS hash and its
-/// type, the raw checksum, the header validity and types; the flow tag (bits 23..0 of
-/// `sop_drop_qpn`) 0, as no tag action is modelled.
+/// type, the raw checksum, the header validity and types, and the rule's flow tag (bits
+/// 23..0 of `sop_drop_qpn`).
+#[allow(clippy::too_many_arguments)] // Each is a CQE field of its own.
 fn eth_cqe(
     uidx: u32,
     counter: u16,
@@ -903,8 +926,9 @@ fn eth_cqe(
     frame: &[u8],
     h: &Headers,
     hash: Option<(u32, u8)>,
+    tag: u32,
 ) -> RawCqe {
-    let mut c = cq::resp(uidx, 0, op::RESP_SEND, counter, byte_cnt, [0; 4], false);
+    let mut c = cq::resp(uidx, tag, op::RESP_SEND, counter, byte_cnt, [0; 4], false);
     c[2..4].copy_from_slice(&wqe_id.to_be_bytes());
     if let Some((result, ty)) = hash {
         c[12..16].copy_from_slice(&result.to_be_bytes());
