@@ -1380,9 +1380,10 @@ impl Device {
     ///
     /// # Errors
     ///
-    /// [`SimError::InvalidConfig`] for a priority above 15, a spec that cannot be a rule or a
-    /// QP that is no raw packet QP, [`SimError::NoSuchQp`], [`SimError::NoSuchRssQp`],
-    /// [`SimError::OutOfMemory`].
+    /// [`SimError::InvalidConfig`] for a priority above 15, a spec that cannot be a rule, a
+    /// QP that is no raw packet QP, a tag of more than 24 bits or another tag than a rule of
+    /// the same match and priority carries, [`SimError::NoSuchQp`],
+    /// [`SimError::NoSuchRssQp`], [`SimError::OutOfMemory`].
     pub fn create_flow(&self, attr: FlowAttr) -> Result<u32, SimError> {
         self.engine().create_flow(attr)
     }

@@ -272,6 +272,7 @@ impl Engine {
             return Err(Fault::new(LOC_LEN, vendor::RAW_FRAME_LEN));
         }
         let total = total as usize;
+        // Sized when the QP was created (`EthState::reserve`), so every index below is in it.
         let mut frame = core::mem::take(&mut self.eth.frame);
         debug_assert!(frame.len() >= eth::MAX_FRAME);
         // The inlined header: from byte 14 of the Ethernet segment on, segment by segment
