@@ -555,8 +555,38 @@ static NOINLINE int handle_error_cqe(struct mlx5_cqe64 *cqe64, struct zvb_sq *qp
 	return CQ_OK;
 }
 
+/*
+ * Copies `size` bytes the device scattered into a CQE to the buffers of receive WQE `idx`,
+ * gather entry by entry, as libmlx5's poller does for a QP created allowing scatter-to-CQE.
+ * IBV_WC_SUCCESS, or IBV_WC_LOC_LEN_ERR when the buffers are too small.
+ */
+static ALWAYS_INLINE enum ibv_wc_status copy_to_recv_wqe(const struct zvb_sq *qp, uint32_t idx,
+							 const uint8_t *src, uint32_t size)
+{
+	const struct mlx5_wqe_data_seg *seg =
+		(const struct mlx5_wqe_data_seg *)(qp->rq_buf + ((size_t)idx << qp->rq_wqe_shift));
+	uint32_t i;
+
+	for (i = 0; i < qp->rq_max_gs && size; i++) {
+		uint32_t len = be32toh(seg[i].byte_count);
+		uint32_t n = size < len ? size : len;
+
+		if (seg[i].lkey == htobe32(MLX5_INVALID_LKEY))
+			break;
+		memcpy((void *)(uintptr_t)be64toh(seg[i].addr), src, n);
+		src += n;
+		size -= n;
+	}
+	return size ? IBV_WC_LOC_LEN_ERR : IBV_WC_SUCCESS;
+}
+
+/*
+ * One completion. `ts`: where its timestamp goes (NULL: not read); `scatter`: the QPs may
+ * have receives scattered into their CQEs. Both are constants at every call, so the variants
+ * compile to what they use.
+ */
 static ALWAYS_INLINE int poll_one(struct zvb_cq *cq, struct zvb_sq **cur, struct ibv_wc *wc,
-				  int lfence)
+				  int lfence, uint64_t *ts, int scatter)
 {
 	struct mlx5_cqe64 *cqe64 = next_sw_cqe(cq);
 	struct zvb_sq *qp;
@@ -637,8 +667,25 @@ static ALWAYS_INLINE int poll_one(struct zvb_cq *cq, struct zvb_sq **cur, struct
 				wc->imm_data = cqe64->imm_inval_pkey;
 			}
 		}
+		/* Where the message came from, as libmlx5's handle_responder reports it. */
+		wc->slid = be16toh(cqe64->slid);
+		wc->sl = (be32toh(cqe64->flags_rqpn) >> 24) & 0xf;
+		wc->src_qp = be32toh(cqe64->flags_rqpn) & 0xffffff;
+		wc->dlid_path_bits = cqe64->ml_path & 0x7f;
+		if ((be32toh(cqe64->flags_rqpn) >> 28) & 3)
+			wc->wc_flags |= IBV_WC_GRH;
+		wc->pkey_index = be32toh(cqe64->imm_inval_pkey) & 0xffff;
 		wc->status = IBV_WC_SUCCESS;
-		wc->wr_id = qp->rq_wrid[qp->rq_tail & (qp->rq_wqe_cnt - 1)];
+		idx = qp->rq_tail & (qp->rq_wqe_cnt - 1);
+		if (scatter) {
+			if (cqe64->op_own & MLX5_INLINE_SCATTER_32)
+				wc->status = copy_to_recv_wqe(qp, idx, (const uint8_t *)cqe64,
+							      wc->byte_len);
+			else if (cqe64->op_own & MLX5_INLINE_SCATTER_64)
+				wc->status = copy_to_recv_wqe(qp, idx, (const uint8_t *)cqe64 - 64,
+							      wc->byte_len);
+		}
+		wc->wr_id = qp->rq_wrid[idx];
 		qp->rq_tail++;
 		break;
 	case MLX5_CQE_REQ_ERR:
@@ -647,16 +694,19 @@ static ALWAYS_INLINE int poll_one(struct zvb_cq *cq, struct zvb_sq **cur, struct
 	default:
 		return CQ_POLL_ERR;
 	}
+	if (ts)
+		*ts = be64toh(cqe64->timestamp);
 	return CQ_OK;
 }
 
-static ALWAYS_INLINE int poll_cq(struct zvb_cq *cq, int ne, struct ibv_wc *wc, int lfence)
+static ALWAYS_INLINE int poll_cq(struct zvb_cq *cq, int ne, struct ibv_wc *wc, int lfence,
+				 uint64_t *ts, int scatter)
 {
 	struct zvb_sq *cur = NULL;
 	int npolled, err = CQ_OK;
 
 	for (npolled = 0; npolled < ne; ++npolled) {
-		err = poll_one(cq, &cur, wc + npolled, lfence);
+		err = poll_one(cq, &cur, wc + npolled, lfence, ts ? ts + npolled : NULL, scatter);
 		if (err != CQ_OK)
 			break;
 	}
@@ -666,12 +716,22 @@ static ALWAYS_INLINE int poll_cq(struct zvb_cq *cq, int ne, struct ibv_wc *wc, i
 
 int NOINLINE zvb_poll_cq(struct zvb_cq *cq, int ne, struct ibv_wc *wc)
 {
-	return poll_cq(cq, ne, wc, 0);
+	return poll_cq(cq, ne, wc, 0, NULL, 0);
 }
 
 int NOINLINE zvb_poll_cq_lfence(struct zvb_cq *cq, int ne, struct ibv_wc *wc)
 {
-	return poll_cq(cq, ne, wc, 1);
+	return poll_cq(cq, ne, wc, 1, NULL, 0);
+}
+
+int NOINLINE zvb_poll_cq_ts(struct zvb_cq *cq, int ne, struct ibv_wc *wc, uint64_t *ts)
+{
+	return poll_cq(cq, ne, wc, 0, ts, 0);
+}
+
+int NOINLINE zvb_poll_cq_scatter(struct zvb_cq *cq, int ne, struct ibv_wc *wc)
+{
+	return poll_cq(cq, ne, wc, 0, NULL, 1);
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -36,6 +36,9 @@ struct zvb_sq {
 	uint64_t *rq_wrid;
 	uint32_t rq_wqe_cnt;
 	uint32_t rq_tail;
+	uint8_t *rq_buf;       /* the receive ring: WQEs of data segments */
+	uint32_t rq_wqe_shift; /* log2 of a receive WQE's bytes */
+	uint32_t rq_max_gs;    /* data segments per receive WQE */
 };
 
 /* QP lookup by number, two levels as libmlx5's context keeps it. */
@@ -95,6 +98,16 @@ int zvb_post_send_wr(struct zvb_sq *sq, struct ibv_send_wr *wr, struct ibv_send_
 /* Polls up to `ne` completions. `_lfence`: rdma-core's x86 barrier after the owner check. */
 int zvb_poll_cq(struct zvb_cq *cq, int ne, struct ibv_wc *wc);
 int zvb_poll_cq_lfence(struct zvb_cq *cq, int ne, struct ibv_wc *wc);
+/*
+ * As zvb_poll_cq, also reading each completion's timestamp into `ts` (what libmlx5's
+ * `ibv_wc_read_completion_ts` returns: the CQE's 64-bit timestamp, host order).
+ */
+int zvb_poll_cq_ts(struct zvb_cq *cq, int ne, struct ibv_wc *wc, uint64_t *ts);
+/*
+ * As zvb_poll_cq, for a QP created allowing scatter-to-CQE: a receive whose data the device
+ * wrote into the CQE has it copied into the receive WQE's buffers, as libmlx5's poller does.
+ */
+int zvb_poll_cq_scatter(struct zvb_cq *cq, int ne, struct ibv_wc *wc);
 
 /* Fixtures, not timed: verbs request chains (`n` requests of one gather entry each). */
 struct zvb_wr_desc {

@@ -4,8 +4,8 @@
 use std::ptr::null_mut;
 
 use crate::ffi::{self, ZvbCq, ZvbQpTable, ZvbSq, ZvbWrDesc};
-use crate::mem::QpMem;
-use crate::ours::CAPS;
+use crate::mem::{Block, QpMem};
+use crate::ours::{CAPS, SMALL, SMALL_MSG};
 use crate::{Fixture, QPN};
 use zverbs_ffi::types::{ibv_send_wr, ibv_wc};
 
@@ -56,6 +56,9 @@ impl CBase {
             rq_wrid: null_mut(),
             rq_wqe_cnt: 0,
             rq_tail: 0,
+            rq_buf: null_mut(),
+            rq_wqe_shift: 0,
+            rq_max_gs: 0,
         });
         // SAFETY: allocation only.
         let table = unsafe { ffi::zvb_qp_table_new() };
@@ -107,6 +110,120 @@ impl Fixture for CBase {
 
     fn cq_room(&self) -> u32 {
         self.mem.cqes
+    }
+}
+
+/// What the receive CQEs of a [`CRecv`] are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecvKind {
+    /// `RESP_SEND` of 64 bytes, the data in the receive buffers (what `poll16_recv` polls).
+    Plain,
+    /// `RESP_SEND` of [`SMALL`] bytes, the device wrote the buffer.
+    Small,
+    /// `RESP_SEND` of [`SMALL`] bytes scattered into the CQE (`INLINE_SCATTER_32`).
+    Scattered,
+}
+
+/// A CQ serving one receive queue, driven by the C baseline over [`QpMem`]: the same receive
+/// CQEs as the zverbs receive fixtures (`OursRecv`, `OursSmall`), polled by a poller that
+/// reads the receive ring's `wr_id` (and copies scattered data into the receive WQE's buffer),
+/// as libmlx5's does.
+pub struct CRecv {
+    /// The queues (the send side unused).
+    pub base: CBase,
+    kind: RecvKind,
+    /// Receives posted (the fixture's producer counter).
+    head: u32,
+    /// The receive buffers, [`SMALL`] bytes each, one per ring entry (leaked).
+    bufs: *mut u8,
+}
+
+impl CRecv {
+    /// A receive ring of as many 16-byte (1-SGE) entries as `mem`'s CQ has CQEs, with its
+    /// `wr_id` array and buffers.
+    pub fn new(mem: QpMem, kind: RecvKind) -> Self {
+        let n = mem.cqes as usize;
+        let mut base = CBase::new(mem);
+        base.sq.rq_wrid = leak_array(0u64, n);
+        base.sq.rq_wqe_cnt = n as u32;
+        base.sq.rq_buf = leak_array(Block([0; 64]), n.div_ceil(4)).cast();
+        base.sq.rq_wqe_shift = 4;
+        base.sq.rq_max_gs = 1;
+        let bufs = leak_array(Block([0; 64]), (n * SMALL).div_ceil(64)).cast();
+        Self {
+            base,
+            kind,
+            head: 0,
+            bufs,
+        }
+    }
+
+    /// The buffer of receive ring entry `i`.
+    pub fn buf(&self, i: u32) -> [u8; SMALL] {
+        let at = (i % self.base.mem.cqes) as usize * SMALL;
+        // SAFETY: in the leaked buffers; the fixtures are single-threaded.
+        core::array::from_fn(|k| unsafe { self.bufs.add(at + k).read_volatile() })
+    }
+}
+
+impl Fixture for CRecv {
+    fn room(&mut self, _: u32, _: u32) -> u64 {
+        0
+    }
+
+    fn complete_all(&mut self, _: u64) {}
+
+    /// Posts `n` receives (the `wr_id` and, with data, the data segment of each, as libmlx5's
+    /// `post_recv` writes them), then writes their CQEs as the device would.
+    fn write_cqes(&mut self, n: u32) {
+        let entries = self.base.mem.cqes;
+        for _ in 0..n {
+            let slot = (self.head % entries) as usize;
+            let buf = (slot * SMALL) as u64 + self.bufs as u64;
+            let fill = if self.kind == RecvKind::Small {
+                SMALL_MSG
+            } else {
+                [0; SMALL]
+            };
+            let mut seg = [0u8; 16];
+            seg[0..4].copy_from_slice(&(SMALL as u32).to_be_bytes());
+            seg[4..8].copy_from_slice(&0x1100u32.to_be_bytes());
+            seg[8..16].copy_from_slice(&buf.to_be_bytes());
+            // SAFETY: entry `slot` of the leaked wr_id array, ring and buffers, which only
+            // this fixture and (after this returns, on this thread) the poller use.
+            unsafe {
+                self.base.sq.rq_wrid.add(slot).write(u64::from(self.head));
+                self.base
+                    .sq
+                    .rq_buf
+                    .add(slot * 16)
+                    .cast::<[u8; 16]>()
+                    .write(seg);
+                self.bufs
+                    .add(slot * SMALL)
+                    .cast::<[u8; SMALL]>()
+                    .write_volatile(fill);
+            }
+            self.head = self.head.wrapping_add(1);
+        }
+        let (qpn, ci) = (self.base.sq.qpn, self.base.cq.cons_index);
+        // SAFETY: the CQ is polled only after this returns, on this thread.
+        unsafe {
+            match self.kind {
+                RecvKind::Plain => self.base.mem.write_recv_cqes(qpn, ci, n, None),
+                RecvKind::Small | RecvKind::Scattered => self.base.mem.write_small_recv_cqes(
+                    qpn,
+                    ci,
+                    n,
+                    &SMALL_MSG,
+                    self.kind == RecvKind::Scattered,
+                ),
+            }
+        }
+    }
+
+    fn cq_room(&self) -> u32 {
+        self.base.mem.cqes
     }
 }
 

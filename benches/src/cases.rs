@@ -10,12 +10,12 @@ use std::time::{Duration, Instant};
 use zverbs_core::{BriefCompletion, Completion, RemoteBuf, SendWr, Sge, TimedCompletion};
 
 use crate::Fixture;
-use crate::c::{CBase, WrChain, wcs};
+use crate::c::{CBase, CRecv, RecvKind, WrChain, wcs};
 use crate::ffi::{self, ZvbWrDesc};
 use crate::mem::QpMem;
 use crate::ours::{self, Ours};
 use crate::pingpong::{PingPong, SendRecv};
-use zverbs_ffi::types::{IBV_SEND_SIGNALED, IBV_WR_RDMA_WRITE, ibv_send_wr};
+use zverbs_ffi::types::{IBV_SEND_SIGNALED, IBV_WR_RDMA_WRITE, ibv_send_wr, ibv_wc};
 
 /// Which implementation runs a case.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -255,36 +255,38 @@ pub const CASES: &[Case] = &[
     ),
     case(
         "poll1_ts",
-        "poll of 1 CQE with its timestamp (C: plain poll, compiler barrier)",
+        "poll of 1 CQE with its timestamp (C: the same, the CQE's timestamp read as \
+         ibv_wc_read_completion_ts does)",
         Group::Poll,
         1,
-        ("zverbs_benches::ours::poll_timed", "zvb_poll_cq"),
+        ("zverbs_benches::ours::poll_timed", "zvb_poll_cq_ts"),
     ),
     case(
         "poll16_ts",
-        "poll of 16 CQEs with their timestamps in one call, per CQE (C: plain poll)",
+        "poll of 16 CQEs with their timestamps in one call, per CQE (C: the same)",
         Group::Poll,
         16,
-        ("zverbs_benches::ours::poll_timed", "zvb_poll_cq"),
+        ("zverbs_benches::ours::poll_timed", "zvb_poll_cq_ts"),
     ),
     case(
         "poll16_recv",
-        "poll of 16 receive CQEs in one call, per CQE (C: poll16's CQEs)",
+        "poll of 16 receive CQEs in one call, per CQE (C: the same, wr_id from the receive \
+         ring)",
         Group::Poll,
         16,
         ("zverbs_benches::ours::poll", "zvb_poll_cq"),
     ),
     case(
         "poll16_comp",
-        "poll of a compressed session of 16 receives in one call, per CQE (C: poll16's \
-         uncompressed CQEs)",
+        "poll of a compressed session of 16 receives in one call, per CQE (C: the same \
+         receives as 16 uncompressed CQEs)",
         Group::Poll,
         16,
         ("zverbs_benches::ours::poll", "zvb_poll_cq"),
     ),
     case(
         "poll1_recv32",
-        "poll of 1 receive CQE of a 32-byte SEND, data in the buffer (C: poll1's CQE)",
+        "poll of 1 receive CQE of a 32-byte SEND, data in the buffer (C: the same)",
         Group::Poll,
         1,
         ("zverbs_benches::ours::poll", "zvb_poll_cq"),
@@ -292,15 +294,15 @@ pub const CASES: &[Case] = &[
     case(
         "poll1_scatter",
         "poll of 1 receive CQE of a 32-byte SEND scattered into the CQE, copied to the buffer \
-         (C: poll1's CQE)",
+         (C: the same, as libmlx5 copies it)",
         Group::Poll,
         1,
-        ("zverbs_benches::ours::poll", "zvb_poll_cq"),
+        ("zverbs_benches::ours::poll", "zvb_poll_cq_scatter"),
     ),
     case(
         "poll16_recv32",
-        "poll of 16 receive CQEs of 32-byte SENDs, data in the buffers, per CQE (C: poll16's \
-         CQEs)",
+        "poll of 16 receive CQEs of 32-byte SENDs, data in the buffers, per CQE (C: the \
+         same)",
         Group::Poll,
         16,
         ("zverbs_benches::ours::poll", "zvb_poll_cq"),
@@ -308,10 +310,10 @@ pub const CASES: &[Case] = &[
     case(
         "poll16_scatter",
         "poll of 16 receive CQEs of 32-byte SENDs scattered into the CQEs, copied to the \
-         buffers, per CQE (C: poll16's CQEs)",
+         buffers, per CQE (C: the same)",
         Group::Poll,
         16,
-        ("zverbs_benches::ours::poll", "zvb_poll_cq"),
+        ("zverbs_benches::ours::poll", "zvb_poll_cq_scatter"),
     ),
     case(
         "poll1_brief",
@@ -861,7 +863,7 @@ fn c_runner(case: &Case) -> Option<Box<dyn Runner>> {
                 unsafe { ffi::zvb_post_send_wr(&mut *f.sq, bb(chain.head()), &mut bad) == 0 }
             })
         }
-        "poll1" | "poll_empty" | "poll1_lfence" | "poll1_ts" | "poll1_brief" => {
+        "poll1" | "poll_empty" | "poll1_lfence" | "poll1_brief" => {
             let per_call = u32::from(case.name != "poll_empty");
             let lfence = case.name == "poll1_lfence";
             let mut wc = wcs::<1>();
@@ -878,7 +880,28 @@ fn c_runner(case: &Case) -> Option<Box<dyn Runner>> {
                 n.max(0) as usize
             })
         }
-        "poll16" | "poll16_ts" | "poll16_brief" => {
+        "poll1_ts" | "poll16_ts" => {
+            let n = case.units as usize;
+            let mut wc = vec![ibv_wc::default(); n];
+            let mut ts = vec![0u64; n];
+            poll(
+                CBase::new(mem(BF_SIZE)),
+                case.units,
+                move |f: &mut CBase| {
+                    // SAFETY: a live CQ and two arrays of `n` entries.
+                    let got = unsafe {
+                        ffi::zvb_poll_cq_ts(
+                            &mut *f.cq,
+                            n as i32,
+                            bb(&mut wc).as_mut_ptr(),
+                            bb(&mut ts).as_mut_ptr(),
+                        )
+                    };
+                    got.max(0) as usize
+                },
+            )
+        }
+        "poll16" | "poll16_brief" => {
             let mut wc = wcs::<16>();
             poll(CBase::new(mem(BF_SIZE)), 16, move |f: &mut CBase| {
                 // SAFETY: a live CQ and a 16-entry array.
@@ -886,10 +909,34 @@ fn c_runner(case: &Case) -> Option<Box<dyn Runner>> {
                 n.max(0) as usize
             })
         }
-        "poll16_recv" | "poll16_comp" | "poll16_recv32" | "poll16_scatter" => {
-            c_runner(find("poll16")?)?
+        "poll16_recv" | "poll16_comp" | "poll1_recv32" | "poll16_recv32" | "poll1_scatter"
+        | "poll16_scatter" => {
+            let kind = match case.name {
+                "poll16_recv" | "poll16_comp" => RecvKind::Plain,
+                "poll1_recv32" | "poll16_recv32" => RecvKind::Small,
+                _ => RecvKind::Scattered,
+            };
+            let n = case.units as usize;
+            let mut wc = vec![ibv_wc::default(); n];
+            poll(
+                CRecv::new(mem(BF_SIZE), kind),
+                case.units,
+                move |f: &mut CRecv| {
+                    let cq = &mut *f.base.cq;
+                    let wc = bb(&mut wc).as_mut_ptr();
+                    // SAFETY: a live CQ, its QP's receive ring, wr_id array and buffers, and an
+                    // array of `n` entries.
+                    let got = unsafe {
+                        if kind == RecvKind::Scattered {
+                            ffi::zvb_poll_cq_scatter(cq, n as i32, wc)
+                        } else {
+                            ffi::zvb_poll_cq(cq, n as i32, wc)
+                        }
+                    };
+                    got.max(0) as usize
+                },
+            )
         }
-        "poll1_recv32" | "poll1_scatter" => c_runner(find("poll1")?)?,
         "pingpong" => Box::new(RoundTripRun(PingPong::c())),
         _ => return None,
     };
@@ -909,7 +956,6 @@ pub fn runner(case: &Case, side: Side) -> Option<Box<dyn Runner>> {
 mod tests {
     use super::*;
     use zverbs_core::{Completion, PollCq, WcOpcode};
-    use zverbs_ffi::types::ibv_wc;
 
     /// Both sides over rings of `blocks` blocks.
     fn pair(blocks: u32, bf: u32) -> (Ours, CBase) {
@@ -1133,6 +1179,73 @@ mod tests {
                     assert_eq!(f.buf(ci + i as u32), ours::SMALL_MSG, "buffer after");
                 }
             }
+        }
+    }
+
+    /// The C receive baselines do the work their zverbs cases do: the `wr_id` comes from the
+    /// receive ring, scattered data lands in the receive WQE's buffer (and only with the
+    /// scatter poll), and the timestamped poll reads each CQE's timestamp.
+    #[test]
+    fn c_receive_and_timestamp_polls_do_the_same_work() {
+        for kind in [RecvKind::Plain, RecvKind::Small, RecvKind::Scattered] {
+            let mut f = CRecv::new(mem(BF_SIZE), kind);
+            for round in 0..3u32 {
+                let ci = f.base.cq.cons_index;
+                f.write_cqes(16);
+                let mut wc = [ibv_wc::default(); 16];
+                // SAFETY: a live CQ with its receive ring and a 16-entry array.
+                let n = unsafe {
+                    if kind == RecvKind::Scattered {
+                        ffi::zvb_poll_cq_scatter(&mut *f.base.cq, 16, wc.as_mut_ptr())
+                    } else {
+                        ffi::zvb_poll_cq(&mut *f.base.cq, 16, wc.as_mut_ptr())
+                    }
+                };
+                assert_eq!(n, 16, "{kind:?}");
+                for (i, w) in wc.iter().enumerate() {
+                    assert_eq!(w.status, 0, "{kind:?}");
+                    assert_eq!(w.opcode, 128, "IBV_WC_RECV");
+                    assert_eq!(w.wr_id, u64::from(round * 16 + i as u32), "{kind:?}");
+                    let want = if kind == RecvKind::Plain { 64 } else { 32 };
+                    assert_eq!(w.byte_len, want);
+                    if kind != RecvKind::Plain {
+                        assert_eq!(f.buf(ci + i as u32), ours::SMALL_MSG, "{kind:?} buffer");
+                    }
+                }
+            }
+        }
+        // A scattered CQE polled without the scatter poll leaves the buffer as it was.
+        let mut f = CRecv::new(mem(BF_SIZE), RecvKind::Scattered);
+        f.write_cqes(1);
+        let mut wc = [ibv_wc::default(); 1];
+        // SAFETY: as above.
+        let n = unsafe { ffi::zvb_poll_cq(&mut *f.base.cq, 1, wc.as_mut_ptr()) };
+        assert_eq!(n, 1);
+        assert_eq!(f.buf(0), [0; 32]);
+
+        let mut c = CBase::new(mem(BF_SIZE));
+        for i in 0..4 {
+            post_both(&mut Ours::new(mem(BF_SIZE)), &mut c, "write", i);
+        }
+        c.write_cqes(4);
+        for i in 0..4u64 {
+            let at = i as usize * 64 + 48;
+            // SAFETY: the timestamp field of CQE `i` of the leaked ring, not being polled.
+            unsafe {
+                c.mem
+                    .cq
+                    .as_ptr()
+                    .add(at)
+                    .cast::<[u8; 8]>()
+                    .write((0x0102_0304_0506_0700 + i).to_be_bytes())
+            };
+        }
+        let (mut wc, mut ts) = ([ibv_wc::default(); 4], [0u64; 4]);
+        // SAFETY: a live CQ and two 4-entry arrays.
+        let n = unsafe { ffi::zvb_poll_cq_ts(&mut *c.cq, 4, wc.as_mut_ptr(), ts.as_mut_ptr()) };
+        assert_eq!(n, 4);
+        for (i, t) in ts.iter().enumerate() {
+            assert_eq!(*t, 0x0102_0304_0506_0700 + i as u64);
         }
     }
 

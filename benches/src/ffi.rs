@@ -52,6 +52,12 @@ pub struct ZvbSq {
     pub rq_wqe_cnt: u32,
     /// Receives completed.
     pub rq_tail: u32,
+    /// The receive ring: WQEs of data segments.
+    pub rq_buf: *mut u8,
+    /// log2 of a receive WQE's bytes.
+    pub rq_wqe_shift: u32,
+    /// Data segments per receive WQE.
+    pub rq_max_gs: u32,
 }
 
 /// `struct zvb_cq`: a completion queue as libmlx5 keeps one.
@@ -173,6 +179,10 @@ unsafe extern "C" {
     pub fn zvb_poll_cq(cq: *mut ZvbCq, ne: c_int, wc: *mut ibv_wc) -> c_int;
     /// Polls up to `ne` completions (`lfence` after the owner check, as rdma-core on x86).
     pub fn zvb_poll_cq_lfence(cq: *mut ZvbCq, ne: c_int, wc: *mut ibv_wc) -> c_int;
+    /// As [`zvb_poll_cq`], each completion's timestamp into `ts` (`ne` entries).
+    pub fn zvb_poll_cq_ts(cq: *mut ZvbCq, ne: c_int, wc: *mut ibv_wc, ts: *mut u64) -> c_int;
+    /// As [`zvb_poll_cq`], receives scattered into their CQEs copied to their buffers.
+    pub fn zvb_poll_cq_scatter(cq: *mut ZvbCq, ne: c_int, wc: *mut ibv_wc) -> c_int;
 
     /// A new, empty QP table (null when out of memory).
     pub fn zvb_qp_table_new() -> *mut ZvbQpTable;

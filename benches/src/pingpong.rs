@@ -266,6 +266,9 @@ impl PingPong<CEnd> {
                 rq_wrid: std::ptr::null_mut(),
                 rq_wqe_cnt: 0,
                 rq_tail: 0,
+                rq_buf: std::ptr::null_mut(),
+                rq_wqe_shift: 0,
+                rq_max_gs: 0,
             });
             // SAFETY: allocation; then `sq` is boxed, so its address is stable while the table
             // (freed with the end) points at it.

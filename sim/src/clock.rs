@@ -55,6 +55,16 @@ impl DeviceClock {
         ((ns * 5 / 32) as u64) & CLOCK_MASK
     }
 
+    /// The real-time clock as a ConnectX's real-time timestamps carry it (a CQ created with
+    /// `MLX5_IB_CREATE_CQ_FLAGS_REAL_TIME_TS`): `CLOCK_REALTIME` as seconds in the high 32
+    /// bits and nanoseconds in the low 32, not a count of nanoseconds.
+    pub fn real_time(&self) -> u64 {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        real_time_of(now.as_secs(), now.subsec_nanos())
+    }
+
     /// The clock-info page of this clock now: the counter and the wall-clock time read
     /// together, and how ticks become nanoseconds.
     pub fn clock_info(&self) -> ib_uverbs_clock_info {
@@ -76,6 +86,11 @@ impl DeviceClock {
             overflow_period: ((CLOCK_MASK / 2) as u128 * 32 / 5) as u64,
         }
     }
+}
+
+/// A real-time timestamp of `secs` seconds and `nanos` nanoseconds: `secs << 32 | nanos`.
+pub const fn real_time_of(secs: u64, nanos: u32) -> u64 {
+    (secs << 32) | nanos as u64
 }
 
 #[cfg(test)]

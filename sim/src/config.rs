@@ -212,6 +212,18 @@ pub enum SimError {
     /// No registered region with this key.
     #[error("no memory region with key {0:#x}")]
     NoSuchMr(u32),
+    /// No such receive work queue.
+    #[error("no WQ {0:#x}")]
+    NoSuchWq(u32),
+    /// No such receive work queue indirection table.
+    #[error("no indirection table {0:#x}")]
+    NoSuchIndTable(u32),
+    /// No such RSS QP.
+    #[error("no RSS QP {0:#x}")]
+    NoSuchRssQp(u32),
+    /// No such flow rule.
+    #[error("no flow rule {0:#x}")]
+    NoSuchFlow(u32),
     /// The QP is already connected.
     #[error("QP {0:#x} is already connected")]
     AlreadyConnected(u32),
@@ -298,6 +310,26 @@ pub struct Stats {
     pub compressed_sessions: u64,
     /// Received SENDs delivered in the CQE (scatter-to-CQE), their receive buffers untouched.
     pub scattered: u64,
+    /// Ethernet frames raw packet QPs sent out of the port (to the attached port, looped
+    /// back, or both).
+    pub eth_sent: u64,
+    /// Ethernet frames that arrived at the port (looped back or from outside).
+    pub eth_arrived: u64,
+    /// Frames placed into a receive queue (a frame a rule copies to two queues counts twice).
+    pub eth_delivered: u64,
+    /// Frames that matched no flow rule: dropped (no raw QP sees them).
+    pub eth_no_rule: u64,
+    /// Frames whose receive queue had no WQE posted, was not ready or is gone: dropped
+    /// (Ethernet has no RNR).
+    pub eth_no_wqe: u64,
+    /// Frames longer than the receive WQE they would go to (a striding queue: longer than a
+    /// whole WQE's strides): dropped.
+    pub eth_too_long: u64,
+    /// Frames shorter than an Ethernet header or longer than the largest frame, arriving from
+    /// outside: dropped.
+    pub eth_bad_frames: u64,
+    /// Filler CQEs written by striding queues.
+    pub eth_fillers: u64,
 }
 
 /// A created DC target: its number (in the QP number space) and its access key.
@@ -339,6 +371,13 @@ pub enum QpType {
     /// that names its number and access key; receives from a shared receive queue; has no
     /// send queue. Made with [`Device::create_dct`](crate::Device::create_dct).
     Dct,
+    /// Raw packet (`IBV_QPT_RAW_PACKET`): its send WQEs carry an Ethernet segment and whole
+    /// frames, which leave through the device's Ethernet port; its receive queue takes the
+    /// frames flow rules steer to it ([`Device::create_flow`](crate::Device::create_flow)).
+    /// Its QPN is its send queue's number (as the kernel answers). It receives from creation
+    /// (a ConnectX's RQ is ready at INIT) and sends once
+    /// [`Device::ready_raw`](crate::Device::ready_raw) moved it to RTS.
+    RawPacket,
 }
 
 /// The global routing header of an address handle (`struct ibv_global_route`).

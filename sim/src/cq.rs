@@ -66,6 +66,12 @@ pub(crate) struct DevCq {
     pub(crate) sessions: u64,
     /// A CQE was staged during the current step.
     pub(crate) staged_now: bool,
+    /// Timestamps in the real-time format (`seconds << 32 | nanoseconds`) instead of the
+    /// free-running counter.
+    pub(crate) real_time: bool,
+    /// A striding receive work queue completes here: compressed sessions carry each
+    /// completion's stride index ([`crate::compress`]).
+    pub(crate) strided: bool,
 }
 
 impl DevCq {
@@ -98,7 +104,20 @@ impl DevCq {
             staged: Vec::new(),
             sessions: 0,
             staged_now: false,
+            real_time: false,
+            strided: false,
         }
+    }
+
+    /// The timestamp a CQE written now carries, for a CQ that stamps them.
+    fn stamp_now(&self) -> Option<u64> {
+        self.stamp.as_ref().map(|clock| {
+            if self.real_time {
+                clock.real_time()
+            } else {
+                clock.ticks()
+            }
+        })
     }
 
     /// Bytes per entry (64 or 128).
@@ -182,7 +201,7 @@ impl DevCq {
             let used = (self.pi & 0x00ff_ffff).wrapping_sub(ci) & 0x00ff_ffff;
             let room = self.cnt.saturating_sub(used);
             let max = crate::compress::MAX_SESSION.min(room);
-            let n = crate::compress::run_len(&staged[at..], max);
+            let n = crate::compress::run_len(&staged[at..], max, format, self.strided);
             if n >= 2 {
                 self.write_session(&staged[at..at + n], format, stats_cqes);
             } else {
@@ -203,7 +222,7 @@ impl DevCq {
     ) {
         let n = run.len() as u32;
         for (k, entry) in crate::compress::arrays(n) {
-            let a = crate::compress::array(run, k, format);
+            let a = crate::compress::array(run, k, format, self.strided);
             let slot = (self.pi.wrapping_add(entry) & (self.cnt - 1)) as usize;
             // SAFETY: `slot < cnt`; the entry is the device's (the session has room), and no
             // poller reads it before the title's owner byte below says the session is there.
@@ -222,8 +241,8 @@ impl DevCq {
         let slot = (self.pi & (self.cnt - 1)) as usize;
         let owner = ((self.pi >> self.log2) & 1) as u8;
         Cqe64::new_unchecked(&mut title).set_owner(owner);
-        if let Some(clock) = &self.stamp {
-            Cqe64::new_unchecked(&mut title).set_timestamp(clock.ticks());
+        if let Some(ts) = self.stamp_now() {
+            Cqe64::new_unchecked(&mut title).set_timestamp(ts);
         }
         // SAFETY: as in `write`.
         let p = unsafe { self.buf.ptr.add(slot * self.stride + (self.stride - 64)) };
@@ -324,13 +343,13 @@ impl DevCq {
         let mut cqe = *cqe;
         Cqe64::new_unchecked(&mut cqe).set_owner(owner);
         let opcode = cqe[field::OP_OWN] >> 4;
-        if let Some(clock) = &self.stamp
+        if let Some(ts) = self.stamp_now()
             && opcode != op::REQ_ERR
             && opcode != op::RESP_ERR
         {
             // As a ConnectX: the device clock when the CQE is written. An error CQE has no
             // timestamp: its syndrome and vendor syndrome are in those bytes.
-            Cqe64::new_unchecked(&mut cqe).set_timestamp(clock.ticks());
+            Cqe64::new_unchecked(&mut cqe).set_timestamp(ts);
         }
         // SAFETY: the CQE is the device's (the consumer counter is past it), so the poller does
         // not read its body now; it reads only `op_own`, which is not written here.

@@ -136,6 +136,18 @@
 //! the order of its free list by every QP on it; an empty one is an RNR NAK; its limit and
 //! error events are read with [`Device::srq_event`]. See `docs/sim.md`.
 //!
+//! ## Raw Ethernet
+//!
+//! Raw packet QPs ([`QpType::RawPacket`], [`Device::ready_raw`]) send whole Ethernet frames
+//! (the Ethernet segment with inlined header bytes, checksum offload) out of the device's
+//! Ethernet port: to the [`EthPort`] [`Device::attach_port`] connected, and back into the
+//! device's own receive side while loopback is on ([`Device::set_loopback`]; on while no port
+//! is attached). Frames from outside come in by [`Device::receive_frame`]. Flow rules
+//! ([`Device::create_flow`]) steer them to a raw QP's receive queue or an RSS QP
+//! ([`Device::create_rss_qp`]) spreading them by Toeplitz hash over receive work queues
+//! ([`Device::create_wq`]), ordinary or striding; a frame no rule takes, or no WQE can hold,
+//! is dropped and counted in [`Stats`]. See `docs/sim.md`, "Raw Ethernet".
+//!
 //! ## Faults on demand
 //!
 //! [`Device::fail_next_wqe`] fails the next send WQE of a QP with a chosen syndrome;
@@ -183,9 +195,11 @@ mod config;
 mod cq;
 mod cqe;
 mod engine;
+pub mod eth;
 pub mod faults;
 mod mem;
 mod mr;
+pub mod steering;
 pub mod vendor;
 pub mod wire;
 mod wqe;
@@ -203,7 +217,12 @@ pub use config::{
 
 use engine::Engine;
 pub use engine::Peer;
+pub use eth::EthPort;
 pub use faults::{DeviceEvent, EventSubscription, PortState};
+pub use steering::{
+    DEFAULT_RSS_KEY, FlowAttr, FlowDest, FlowSpec, L4Proto, RssConfig, RxHashFields, SimWq,
+    Striding, WqConfig,
+};
 
 /// The name the software device goes by in `zverbs`'s device list (`zverbs::SOFTWARE_DEVICE`,
 /// and the value of `ZVERBS_DEVICE` that asks for it).
@@ -783,11 +802,12 @@ impl Device {
     /// created with [`Device::create_qp_external`] can then be freed). Its number is not
     /// found any more. The rings, doorbell record and BlueFlame register the device allocated
     /// for a QP of [`Device::create_qp`] are freed, as a driver frees a destroyed QP's memory:
-    /// every queue built on its layout must be gone first.
+    /// every queue built on its layout must be gone first. A raw packet QP a flow rule
+    /// steers to is refused until the rule is removed (the kernel answers `EBUSY`).
     ///
     /// # Errors
     ///
-    /// [`SimError::NoSuchQp`].
+    /// [`SimError::NoSuchQp`], [`SimError::InvalidConfig`] while a flow rule names it.
     pub fn destroy_qp(&self, qpn: u32) -> Result<(), SimError> {
         self.engine().destroy_qp(qpn)
     }
@@ -1069,7 +1089,9 @@ impl Device {
     pub fn enable_cq_timestamps(&self, cqn: u32) -> Result<(), SimError> {
         let mut e = self.engine();
         let clock = e.clock;
-        e.cq_mut(cqn)?.stamp = Some(clock);
+        let cq = e.cq_mut(cqn)?;
+        cq.stamp = Some(clock);
+        cq.real_time = false;
         Ok(())
     }
 
@@ -1232,6 +1254,165 @@ pub unsafe fn read_cqe_head(layout: &CqLayout, index: u32) -> [u8; 64] {
     let p: NonNull<u8> = layout.buf;
     // SAFETY: (caller) the ring is live; `slot` is masked into it.
     unsafe { p.as_ptr().add(slot * 128).cast::<[u8; 64]>().read() }
+}
+
+/// Raw Ethernet: the port, raw packet QPs, receive work queues, RSS and flow rules
+/// (`docs/sim.md`, "Raw Ethernet").
+impl Device {
+    /// Moves raw packet QP `qpn` ([`QpType::RawPacket`]) to RTS, as `ibv_modify_qp` to INIT
+    /// (with the port), RTR and RTS do: its send queue runs from now on. (Its receive queue
+    /// takes frames from creation, as a ConnectX's does from INIT.)
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::NoSuchQp`], [`SimError::InvalidConfig`] for another kind of QP,
+    /// [`SimError::AlreadyConnected`] past INIT.
+    pub fn ready_raw(&self, qpn: u32) -> Result<(), SimError> {
+        self.engine().ready_raw(qpn)
+    }
+
+    /// Connects the Ethernet port to `port`: every frame a raw packet QP sends is handed to
+    /// it, and loopback is turned off (a ConnectX sends to the wire and does not loop its own
+    /// frames back unless asked; [`Device::set_loopback`] asks). `None` disconnects it and
+    /// turns loopback back on, the state a device starts in.
+    pub fn attach_port(&self, port: Option<Arc<dyn EthPort>>) {
+        self.engine().attach_port(port);
+    }
+
+    /// Whether frames the device sends are also offered to its own receive side (its flow
+    /// rules), as a ConnectX's local loopback does. On by default with no port attached, so
+    /// one device can send and receive; [`Device::attach_port`] turns it off.
+    pub fn set_loopback(&self, on: bool) {
+        self.engine().set_loopback(on);
+    }
+
+    /// Sets the port MTU (68 to 9000; 1500 by default): the largest IP packet a frame may
+    /// carry. A raw packet SEND of a longer frame fails with a local length error.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::InvalidConfig`] outside the range.
+    pub fn set_port_mtu(&self, mtu: u32) -> Result<(), SimError> {
+        self.engine().set_mtu(mtu)
+    }
+
+    /// A frame arriving at the port from outside (what an attached port feeds in), from the
+    /// destination MAC to the end of the payload, without the FCS: steered by the flow rules
+    /// into receive queues, or dropped and counted in [`Stats`]. Must not be called from
+    /// within [`EthPort::transmit`] of this device (its lock is held there).
+    pub fn receive_frame(&self, frame: &[u8]) {
+        self.engine().receive_external(frame);
+    }
+
+    /// Creates a receive work queue (`ibv_create_wq`, and `mlx5dv_create_wq` for a striding
+    /// one), in RESET: [`Device::ready_wq`] makes it take frames. Its completions go to
+    /// `cfg.cq` with its WQN as the user index.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::NoSuchCq`], [`SimError::InvalidConfig`] for sizes or striding parameters
+    /// out of range or the two-byte shift, [`SimError::TooMany`], [`SimError::OutOfMemory`].
+    pub fn create_wq(&self, cfg: WqConfig) -> Result<SimWq, SimError> {
+        self.engine().create_wq(cfg)
+    }
+
+    /// Moves work queue `wqn` to ready (`ibv_modify_wq` to `IBV_WQS_RDY`); from RESET it
+    /// starts at its first WQE.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::NoSuchWq`].
+    pub fn ready_wq(&self, wqn: u32) -> Result<(), SimError> {
+        self.engine().ready_wq(wqn)
+    }
+
+    /// Destroys work queue `wqn`; refused while an indirection table names it.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::NoSuchWq`], [`SimError::InvalidConfig`] while in use.
+    pub fn destroy_wq(&self, wqn: u32) -> Result<(), SimError> {
+        self.engine().destroy_wq(wqn)
+    }
+
+    /// Creates an indirection table over the work queues `wqns` (`ibv_create_rwq_ind_table`;
+    /// a power of two of them, at most 2^13, repeats allowed); returns its handle.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::InvalidConfig`] for the length, [`SimError::NoSuchWq`],
+    /// [`SimError::OutOfMemory`].
+    pub fn create_rwq_ind_table(&self, wqns: &[u32]) -> Result<u32, SimError> {
+        self.engine().create_ind_table(wqns)
+    }
+
+    /// Destroys indirection table `handle`; refused while an RSS QP uses it.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::NoSuchIndTable`], [`SimError::InvalidConfig`] while in use.
+    pub fn destroy_rwq_ind_table(&self, handle: u32) -> Result<(), SimError> {
+        self.engine().destroy_ind_table(handle)
+    }
+
+    /// Creates an RSS QP (`ibv_create_qp_ex` of a raw packet QP with an indirection table
+    /// and `rx_hash_conf`, Toeplitz); returns its handle, which flow rules name
+    /// ([`FlowDest::Rss`]). (The kernel answers QPN 0 for every RSS QP.)
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::InvalidConfig`] for IPv6 fields or the ports of both transports,
+    /// [`SimError::NoSuchIndTable`], [`SimError::OutOfMemory`].
+    pub fn create_rss_qp(&self, cfg: RssConfig) -> Result<u32, SimError> {
+        self.engine().create_rss_qp(cfg)
+    }
+
+    /// Destroys RSS QP `handle`; refused while a flow rule steers to it.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::NoSuchRssQp`], [`SimError::InvalidConfig`] while in use.
+    pub fn destroy_rss_qp(&self, handle: u32) -> Result<(), SimError> {
+        self.engine().destroy_rss_qp(handle)
+    }
+
+    /// Creates a flow rule (`ibv_create_flow`, `IBV_FLOW_ATTR_NORMAL`); returns its handle.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::InvalidConfig`] for a priority above 15, a spec that cannot be a rule, a
+    /// QP that is no raw packet QP, a tag of more than 24 bits or another tag than a rule of
+    /// the same match and priority carries, [`SimError::NoSuchQp`],
+    /// [`SimError::NoSuchRssQp`], [`SimError::OutOfMemory`].
+    pub fn create_flow(&self, attr: FlowAttr) -> Result<u32, SimError> {
+        self.engine().create_flow(attr)
+    }
+
+    /// Removes flow rule `handle` (`ibv_destroy_flow`).
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::NoSuchFlow`].
+    pub fn destroy_flow(&self, handle: u32) -> Result<(), SimError> {
+        self.engine().destroy_flow(handle)
+    }
+
+    /// Stamps every CQE of `cqn` written from now on with the real-time clock in a
+    /// ConnectX's real-time format (`seconds << 32 | nanoseconds`, [`clock::real_time_of`]),
+    /// as for a CQ created with `MLX5_IB_CREATE_CQ_FLAGS_REAL_TIME_TS`;
+    /// [`Device::enable_cq_timestamps`] stamps the free-running counter instead.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::NoSuchCq`].
+    pub fn enable_cq_real_time_timestamps(&self, cqn: u32) -> Result<(), SimError> {
+        let mut e = self.engine();
+        let clock = e.clock;
+        let cq = e.cq_mut(cqn)?;
+        cq.stamp = Some(clock);
+        cq.real_time = true;
+        Ok(())
+    }
 }
 
 impl Device {

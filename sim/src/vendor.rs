@@ -60,6 +60,20 @@ pub const NO_DATAGRAM: u8 = 0x29;
 /// have (local QP operation, 0x02).
 pub const SGID_INDEX: u8 = 0x2a;
 
+/// A raw packet SEND without its Ethernet segment: `ds` leaves no room for it after the
+/// control segment (local QP operation, 0x02).
+pub const NO_ETH_SEG: u8 = 0x2b;
+/// A raw packet SEND whose Ethernet segment has a non-zero `mss`: segmentation belongs to the
+/// TSO opcode alone (local QP operation, 0x02).
+pub const RAW_MSS: u8 = 0x2c;
+/// A raw packet SEND whose inlined header (`inline_hdr_sz`) runs past the WQE's `ds` (local
+/// QP operation, 0x02).
+pub const RAW_INLINE_HDR: u8 = 0x2d;
+/// A raw packet SEND whose frame is shorter than an Ethernet header (14 bytes) or longer
+/// than the port MTU with the Ethernet header (and a VLAN tag when it carries one) (local
+/// length, 0x01).
+pub const RAW_FRAME_LEN: u8 = 0x15;
+
 /// A UD SEND longer than the path MTU (local length, 0x01).
 pub const UD_MTU: u8 = 0x13;
 /// A UD receive too short for the 40-byte GRH area and the datagram (responder: local

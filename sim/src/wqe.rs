@@ -26,7 +26,7 @@ pub(crate) struct DataEntry {
 }
 
 impl DataEntry {
-    fn from_seg(b: &[u8; 16]) -> Self {
+    pub(crate) fn from_seg(b: &[u8; 16]) -> Self {
         let d = DataSeg::new_unchecked(b);
         let bc = d.byte_count();
         Self {
@@ -235,41 +235,58 @@ impl SqRing {
             }
             _ => return Err(bad(vendor::OPCODE, blocks)),
         };
+        self.parse_payload(start, first_payload, ds, &mut w)
+            .map_err(|v| bad(v, blocks))?;
+        Ok(w)
+    }
+
+    /// The payload of the WQE whose control segment is at segment counter `start`, from its
+    /// segment `first` to `ds` (exclusive), into `w` (whose opcode is set): one inline
+    /// segment filling the rest exactly, or data segments only, or nothing. The vendor
+    /// syndrome of a payload that does not fit.
+    pub(crate) fn parse_payload(
+        &self,
+        start: u32,
+        first_payload: u32,
+        ds: u32,
+        w: &mut Wqe,
+    ) -> Result<(), u8> {
+        let seg = |i: u32| self.seg(start.wrapping_add(i));
         if first_payload == ds {
-            return Ok(w);
+            return Ok(());
         }
         let head = seg(first_payload);
         let bc = DataSeg::new_unchecked(&head).byte_count();
         if bc & INLINE_SEG != 0 {
-            if op == opcode::RDMA_READ {
-                return Err(bad(vendor::LAYOUT, blocks));
+            if w.opcode == opcode::RDMA_READ {
+                return Err(vendor::LAYOUT);
             }
             let len = bc & !INLINE_SEG;
             let need = (u64::from(len) + 4).div_ceil(16);
             let have = u64::from(ds - first_payload);
             if need > have {
-                return Err(bad(vendor::INLINE_LEN, blocks));
+                return Err(vendor::INLINE_LEN);
             }
             if need < have {
-                return Err(bad(vendor::LAYOUT, blocks));
+                return Err(vendor::LAYOUT);
             }
             w.payload = Payload::Inline {
                 seg: start.wrapping_add(first_payload),
                 len,
             };
-            return Ok(w);
+            return Ok(());
         }
         let mut n = 0;
         for i in first_payload..ds {
             let d = seg(i);
             if DataSeg::new_unchecked(&d).byte_count() & INLINE_SEG != 0 {
-                return Err(bad(vendor::LAYOUT, blocks));
+                return Err(vendor::LAYOUT);
             }
             w.sges[n] = DataEntry::from_seg(&d);
             n += 1;
         }
         w.payload = Payload::Sges(n);
-        Ok(w)
+        Ok(())
     }
 }
 

@@ -5,10 +5,12 @@
 //! The same for UD datagrams and receives from a shared receive queue, driven by hand
 //! (`tests/raw`): a UD SEND with its receive, multicast to two attached QPs, and an RC SEND
 //! into an SRQ, with the SRQ WQE freed again; and the same through the library's own queues
-//! (`SendQueue::new_ud`, `RecvQueue`, `SharedRecvQueue`, `CompletionQueue`).
+//! (`SendQueue::new_ud`, `RecvQueue`, `SharedRecvQueue`, `CompletionQueue`). And raw
+//! Ethernet frames (`tests/raw/eth.rs`): sent, looped back, steered, received into an
+//! ordinary and a striding queue.
 //!
 //! `ZVERBS_SIM_ALLOC_ITERS` overrides the count (at least 1 000 000 unless set; a quarter of
-//! it for the UD and SRQ loops).
+//! it for the UD and SRQ loops, an eighth for the raw Ethernet one).
 
 mod common;
 mod raw;
@@ -370,4 +372,99 @@ fn library_ud_and_srq_round_trips_allocate_nothing() {
     println!("{iters} library UD and SRQ round trips: {allocs} allocations, {frees} frees");
     assert_eq!((allocs, frees), (0, 0));
     assert_eq!(srq_q.free(), s.wqe_cnt - 1);
+}
+
+/// Raw Ethernet allocates nothing per frame: a raw SEND (18 inlined header bytes, checksum
+/// offload) looped back into an ordinary receive by a destination-MAC rule, and one into a
+/// striding work queue behind an RSS QP, its WQEs posted again as their strides run out.
+#[test]
+fn raw_ethernet_round_trips_allocate_nothing() {
+    use raw::eth::{Body, GROUP, MAC_A, MAC_B, post_frame, post_wq, raw_qp, udp_frame};
+    use std::net::Ipv4Addr;
+    use zverbs_sim::{
+        DEFAULT_RSS_KEY, FlowAttr, FlowDest, FlowSpec, RssConfig, RxHashFields, Striding, WqConfig,
+    };
+    let iters = env_u64("ZVERBS_SIM_ALLOC_ITERS", 1_000_000) / 8;
+    let dev = Device::new();
+    let mem = Arena::new(8192);
+    // SAFETY: the arena outlives the device's use of it (both live to the end of the test).
+    let mr = unsafe { dev.reg_mr(mem.ptr(0), mem.len(), Access::ALL) }.unwrap();
+    let (mut qp, mut cq) = raw_qp(&dev, 16);
+    let to_qp = FlowAttr {
+        priority: 0,
+        spec: FlowSpec::dst_mac(MAC_A),
+        dest: FlowDest::RawQp(qp.qpn()),
+        tag: None,
+    };
+    dev.create_flow(to_qp).unwrap();
+    let wcq = dev.create_cq(CqConfig { cqe: 63 }).unwrap();
+    let w = dev
+        .create_wq(WqConfig {
+            cq: wcq.cqn,
+            max_wr: 4,
+            max_sge: 1,
+            striding: Some(Striding {
+                log_stride_bytes: 6,
+                log_num_strides: 3,
+            }),
+            two_byte_shift: false,
+        })
+        .unwrap();
+    dev.ready_wq(w.wqn).unwrap();
+    let table = dev.create_rwq_ind_table(&[w.wqn]).unwrap();
+    let rss = dev
+        .create_rss_qp(RssConfig {
+            ind_table: table,
+            fields: RxHashFields::SRC_IPV4 | RxHashFields::DST_IPV4,
+            key: DEFAULT_RSS_KEY,
+        })
+        .unwrap();
+    let to_rss = FlowAttr {
+        priority: 0,
+        spec: FlowSpec::dst_mac(MAC_B),
+        dest: FlowDest::Rss(rss),
+        tag: None,
+    };
+    dev.create_flow(to_rss).unwrap();
+    let src = Ipv4Addr::new(10, 0, 0, 1);
+    let a = udp_frame(MAC_A, src, GROUP, (1, 2), 22, 0);
+    let b = udp_frame(MAC_B, src, GROUP, (1, 2), 22, 0);
+    mem.write(0, &a);
+    mem.write(64, &b);
+    let bufs = |k: usize| [(mem.addr(1024 + (k & 3) * 512), 512, mr.lkey)];
+    for k in 0..4 {
+        post_wq(&w, k, &bufs(k));
+    }
+    let mut wcq = RawCq::new(wcq);
+    let (mut posted, mut frames) = (4usize, 0u64);
+    MEASURING.with(|m| m.set(true));
+    for _ in 0..iters {
+        qp.post_recv(&[(mem.addr(128), 256, mr.lkey)]);
+        let rest_a = [(mem.addr(18), 46, mr.lkey)];
+        post_frame(&mut qp, &a[..18], Body::Sges(&rest_a), 0xc0, 0);
+        let rest_b = [(mem.addr(64 + 18), 46, mr.lkey)];
+        post_frame(&mut qp, &b[..18], Body::Sges(&rest_b), 0xc0, 0);
+        dev.run_until_idle();
+        let mut kinds = [0u32; 16];
+        while let Some(c) = cq.poll() {
+            kinds[usize::from(c[63] >> 4)] += 1;
+        }
+        assert_eq!((kinds[0], kinds[2]), (2, 1), "two sends, one receive");
+        let c = wcq.poll().expect("the striding queue's CQE");
+        assert_eq!(Cqe64::new_unchecked(&c).byte_cnt(), (1 << 16) | 64);
+        frames += 1;
+        if frames.is_multiple_of(8) {
+            // A WQE's eight strides are used: post it again.
+            post_wq(&w, posted, &bufs(posted));
+            posted += 1;
+        }
+    }
+    MEASURING.with(|m| m.set(false));
+    let (allocs, frees) = (
+        ALLOCS.load(Ordering::Relaxed),
+        FREES.load(Ordering::Relaxed),
+    );
+    println!("{frames} raw frames sent and received: {allocs} allocations, {frees} frees");
+    assert_eq!(frames, iters);
+    assert_eq!((allocs, frees), (0, 0));
 }

@@ -25,6 +25,7 @@
 //! | `copy.rs` | [`Span`](copy::Span)s of checked memory and the one copy loop | atomic accesses only; the last byte stored last, with `Release` |
 //! | `ud.rs` | address vectors, the UD requester, routing to a QP or a multicast group, the UD receive | a send completes once sent; what the receiver refuses is dropped and counted |
 //! | `srq.rs` | shared receive queues: creation, consumption in free-list order, limit and error events | nothing read outside the ring; a malformed ring puts the SRQ in error |
+//! | `raw.rs` | raw packet QPs: the Ethernet segment, frames out of the port and back in, flow rules, RSS, receive work queues (ordinary and striding) and their CQEs | a malformed WQE sends nothing; a frame no rule takes, or no WQE can hold, is dropped and counted |
 //! | `events.rs` | the port's state, injected QP and device failures, the events the data path raises ([`crate::faults`]) | a port down fails each RC request taken, once; an event per cause |
 //!
 //! Requester and responder meet in [`Engine::respond`]: the requester checks its own side
@@ -44,6 +45,7 @@ mod copy;
 mod dc;
 mod events;
 mod queues;
+mod raw;
 mod requester;
 mod reset;
 mod responder;
@@ -71,6 +73,7 @@ enum Owner {
     Qp(u32),
     Cq(u32),
     Srq(u32),
+    Wq(u32),
 }
 
 /// The largest message (2 GiB).
@@ -170,6 +173,8 @@ pub(crate) struct Engine {
     /// The transport and RNR timers run this many times faster than the specification's
     /// values (`timers.rs`).
     timer_scale: u32,
+    /// The Ethernet port, flow rules, receive work queues and RSS QPs (`raw.rs`).
+    pub(crate) eth: raw::EthState,
 }
 
 impl core::fmt::Debug for Engine {
@@ -227,6 +232,7 @@ impl Engine {
             faults: crate::faults::Faults::default(),
             clock: crate::clock::DeviceClock::new(),
             timer_scale: 1,
+            eth: raw::EthState::default(),
         })
     }
 

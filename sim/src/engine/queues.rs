@@ -351,7 +351,16 @@ impl Engine {
             QpType::Ud => (UD_HEADER, MAX_UD_SEND_SGE, MAX_UD_INLINE),
             QpType::Dci => (DCI_HEADER, MAX_DCI_SEND_SGE, MAX_DCI_INLINE),
             QpType::Dct => (2, MAX_SEND_SGE, MAX_INLINE),
+            QpType::RawPacket => (RAW_HEADER, MAX_RAW_SEND_SGE, MAX_RAW_INLINE),
         };
+        if qp_type == QpType::RawPacket {
+            if srqn.is_some() {
+                return Err(SimError::InvalidConfig(
+                    "a raw packet QP has its own receive queue, not an SRQ",
+                ));
+            }
+            self.eth.reserve()?;
+        }
         let srq = srqn.map(|n| self.srq_index(n)).transpose()?;
         if srq.is_some() && cfg.max_recv_wr != 0 {
             return Err(SimError::InvalidConfig(
@@ -371,6 +380,9 @@ impl Engine {
                 QpType::Rc | QpType::Dct => "max_send_sge above 61 (a WQE has at most 63 segments)",
                 QpType::Dci => "max_send_sge above 58 for a DCI (a WQE has at most 63 segments)",
                 QpType::Ud => "max_send_sge above 59 for UD (a WQE has at most 63 segments)",
+                QpType::RawPacket => {
+                    "max_send_sge above 60 for a raw packet QP (a WQE has at most 63 segments)"
+                }
             }));
         }
         if cfg.max_inline_data > max_inline {
@@ -380,6 +392,7 @@ impl Engine {
                 }
                 QpType::Dci => "max_inline_data above 924 bytes for a DCI (63 segments)",
                 QpType::Ud => "max_inline_data above 940 bytes for UD (63 segments)",
+                QpType::RawPacket => "max_inline_data above 956 bytes for a raw QP (63 segments)",
             }));
         }
         if cfg.max_recv_wr > MAX_RING {
@@ -497,6 +510,9 @@ impl Engine {
         srqn: Option<u32>,
     ) -> Result<(), SimError> {
         let srq = srqn.map(|n| self.srq_index(n)).transpose()?;
+        if qp_type == QpType::RawPacket {
+            self.eth.reserve()?;
+        }
         if srq.is_some() && layout.rq.wqe_cnt != 0 {
             return Err(SimError::InvalidConfig(
                 "a QP on a shared receive queue has no receive ring",
@@ -674,6 +690,11 @@ impl Engine {
     /// see a QP in the error state.
     pub(crate) fn destroy_qp(&mut self, qpn: u32) -> Result<(), SimError> {
         let q = self.qp_index(qpn)?;
+        if self.flows_name_qp(qpn) {
+            // As the kernel (EBUSY): a new QP may take this number, and the rule must not
+            // steer frames to it.
+            return Err(SimError::InvalidConfig("QP in use by a flow rule"));
+        }
         let qp = &mut self.qps[q];
         qp.dead = true;
         qp.status = QpStatus::Error;
@@ -758,6 +779,14 @@ impl Engine {
         avail as usize
     }
 }
+
+/// The segments before a raw packet QP's frame data: control and the Ethernet segment as
+/// libmlx5 sizes it (32 bytes: room for 18 inlined header bytes).
+pub(super) const RAW_HEADER: u32 = 3;
+/// Gather entries in the largest raw packet WQE.
+const MAX_RAW_SEND_SGE: u32 = MAX_DS as u32 - RAW_HEADER;
+/// Inline bytes in the largest raw packet WQE.
+const MAX_RAW_INLINE: u32 = (MAX_DS as u32 - RAW_HEADER) * 16 - 4;
 
 /// The capacity check of the UD limits above, against the segment counts.
 const _: () = assert!(MAX_UD_SEND_SGE == 59 && MAX_UD_INLINE == 940 && MAX_INLINE == 972);

@@ -116,10 +116,10 @@ impl Engine {
             self.fail(q, Fault::new(LOC_QP_OP, vendor::DOORBELL), op, 0);
             return 1;
         }
-        let parsed = if qp.qp_type == QpType::Dci {
-            sq.parse_dc(qp.sq_ci, avail, qp.qpn)
-        } else {
-            sq.parse(qp.sq_ci, avail, qp.qpn, qp.qp_type == QpType::Ud)
+        let parsed = match qp.qp_type {
+            QpType::Dci => sq.parse_dc(qp.sq_ci, avail, qp.qpn),
+            QpType::RawPacket => super::raw::parse_raw(&sq, qp.sq_ci, avail, qp.qpn),
+            _ => sq.parse(qp.sq_ci, avail, qp.qpn, qp.qp_type == QpType::Ud),
         };
         if qp.status == QpStatus::Error {
             let (op, blocks) = match parsed {
@@ -155,6 +155,14 @@ impl Engine {
         }
         if self.port_down_fails(q, w.opcode, w.blocks) {
             return 1;
+        }
+        if self.qps[q].qp_type == QpType::RawPacket {
+            // A frame completes once it has left through the port.
+            let outcome = match self.execute_raw(q, &w) {
+                Ok(()) => Outcome::Done(0),
+                Err(f) => Outcome::Fail(f),
+            };
+            return self.finish(q, &w, outcome);
         }
         if self.qps[q].qp_type == QpType::Ud {
             // A UD send completes once sent: nothing comes back.

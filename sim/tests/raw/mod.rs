@@ -4,6 +4,8 @@
 //! Nothing here allocates, so the zero-allocation test can drive it.
 #![allow(dead_code)]
 
+pub mod eth;
+
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use zverbs_mlx5dv::prm::cqe::{Cqe64, op};
