@@ -37,6 +37,7 @@ use crate::prm::INVALID_LKEY;
 use crate::prm::cqe::{INLINE_SCATTER_32, INLINE_SCATTER_64};
 #[cfg(not(zverbs_loom))]
 use crate::prm::wqe::DataSeg;
+#[cfg(not(zverbs_loom))]
 use crate::state::{RecvWqes, WqeRing};
 
 /// Why a scattered CQE's data did not reach the receive buffer.
