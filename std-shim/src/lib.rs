@@ -203,6 +203,8 @@
 struct ReadmeDoctests;
 
 pub mod backend;
+mod bindings;
+mod channel;
 mod clock;
 pub mod connect;
 mod cq;
@@ -210,10 +212,8 @@ pub mod dc;
 mod device;
 mod env;
 mod error;
-mod event;
 mod events;
 pub mod fallback;
-mod members;
 mod mr;
 mod pd;
 mod provider;
@@ -223,31 +223,39 @@ mod recovery;
 mod register;
 pub mod safe;
 mod srq;
+mod take;
+mod types;
 mod ud;
+mod wait;
 
 pub use backend::{BackendChoice, BackendKind, BackendReport, BackendRequest, BlueFlame};
+pub use channel::CompChannel;
 pub use clock::DeviceClock;
 pub use cq::{Cq, CqBuilder};
-pub use device::{
-    Context, ContextOptions, DEVICE_ENV, Device, DeviceAttr, Gid, GidEntry, GidType, LinkLayer,
-    LocalAddress, Mtu, PortAttr, PortState, SOFTWARE_DEVICE, devices, open_device,
-};
+pub use device::{Context, ContextOptions, DEVICE_ENV, Device, devices, open_device};
+pub use error::EventError;
 pub use error::{Error, Result};
-#[cfg(feature = "tokio")]
-pub use event::AsyncChannel;
-pub use event::{CompChannel, EventError};
-pub use events::{AsyncEvent, AsyncEvents, CqId, SrqId};
-pub use mr::{AccessFlags, BufError, Mr, MrBuf};
+pub use events::AsyncEvents;
+pub use mr::{Mr, MrBuf};
 pub use pd::Pd;
 pub use provider::SrqLayout;
-pub use qp::QpType;
-pub use qp::{
-    ConnectAttr, GlobalRoute, InitAttr, Qp, QpBuilder, QpCaps, QpState, RtrAttr, RtsAttr,
-    connect_pair,
-};
+pub use qp::{Qp, QpBuilder, connect_pair};
 pub use queues::{AnyPoller, AnyRecvQueue, AnySendQueue, AnySrqQueue, QueueSet, Queues};
 pub use srq::{Srq, SrqStateHandle};
-pub use ud::{AddressHandle, AhAttr, MULTICAST_QPN, UdAttr, UdTarget};
+pub use types::access::AccessFlags;
+pub use types::ah::{AhAttr, MULTICAST_QPN, UdAttr};
+pub use types::buf::BufError;
+pub use types::device::{
+    DeviceAttr, Gid, GidEntry, GidType, LinkLayer, LocalAddress, Mtu, PortAttr, PortState,
+    SOFTWARE_DEVICE,
+};
+pub use types::event::{AsyncEvent, CqId, SrqId};
+pub use types::qp::{
+    ConnectAttr, GlobalRoute, InitAttr, QpCaps, QpState, QpType, RtrAttr, RtsAttr,
+};
+pub use ud::{AddressHandle, UdTarget};
+#[cfg(feature = "tokio")]
+pub use wait::AsyncChannel;
 /// The `wr_id` of a drain marker's completion: a flush [`Qp::reset`] may ask for, when the last
 /// requests of a QP in the error state completed unsignaled (`docs/usage.md`, "Recovery").
 pub use zverbs_mlx5dv::DRAIN_WR_ID;
