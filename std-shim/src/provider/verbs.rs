@@ -177,6 +177,7 @@ pub(crate) fn open(list: &Arc<DeviceList>, index: usize) -> Result<VerbsContext>
 /// # Safety
 ///
 /// `ctx` is a live context that stays open while `keep` lives.
+#[cfg(feature = "rdma_cm")]
 pub(crate) unsafe fn borrow_context(
     ctx: *mut ibv_context,
     keep: Arc<dyn Any + Send + Sync>,
