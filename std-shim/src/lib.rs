@@ -205,8 +205,10 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+mod async_events;
 pub mod backend;
 mod bindings;
+mod blueflame;
 mod channel;
 mod clock;
 pub mod connect;
@@ -215,7 +217,6 @@ pub mod dc;
 mod device;
 mod env;
 mod error;
-mod events;
 pub mod fallback;
 mod mr;
 mod pd;
@@ -223,7 +224,6 @@ mod provider;
 mod qp;
 pub mod queues;
 mod recovery;
-mod register;
 pub mod safe;
 mod srq;
 mod take;
@@ -231,6 +231,7 @@ mod types;
 mod ud;
 mod wait;
 
+pub use async_events::AsyncEvents;
 pub use backend::{BackendChoice, BackendKind, BackendReport, BackendRequest, BlueFlame};
 pub use channel::CompChannel;
 pub use clock::DeviceClock;
@@ -238,7 +239,6 @@ pub use cq::{Cq, CqBuilder};
 pub use device::{Context, ContextOptions, DEVICE_ENV, Device, devices, open_device};
 pub use error::EventError;
 pub use error::{Error, Result};
-pub use events::AsyncEvents;
 pub use mr::{Mr, MrBuf};
 pub use pd::Pd;
 pub use provider::SrqLayout;

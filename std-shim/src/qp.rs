@@ -11,12 +11,12 @@ use crate::backend::{
 };
 use crate::bindings::{DirectTable, Tables, VerbsTable};
 pub use crate::bindings::{RqStateHandle, SqStateHandle};
+use crate::blueflame::{self, SharedRegister};
 use crate::cq::{Cq, Registry};
 use crate::error::{Error, Result};
 use crate::fallback::{self, RqShared, SqShared};
 use crate::pd::Pd;
 use crate::provider::{QpEngine, QpInit, QpProvider, RegisterOwner};
-use crate::register::{self, SharedRegister};
 use crate::srq::Srq;
 use crate::types::device::LocalAddress;
 use crate::types::endpoint::{Endpoint, random_psn};
@@ -426,7 +426,7 @@ impl DirectRegister {
                 (Self::Dedicated, BlueFlame::Dedicated, format!(" ({why})"))
             }
             RegisterOwner::Assigned => {
-                let (r, others) = register::join(layout.bf.reg, layout.bf.size)?;
+                let (r, others) = blueflame::join(layout.bf.reg, layout.bf.size)?;
                 (
                     Self::Shared(r),
                     BlueFlame::Shared { others },
@@ -442,7 +442,7 @@ impl DirectRegister {
             Self::DoorbellOnly => BlueFlame::DoorbellOnly,
             Self::Dedicated => BlueFlame::Dedicated,
             Self::Shared(r) => BlueFlame::Shared {
-                others: register::others(r),
+                others: blueflame::others(r),
             },
         }
     }

@@ -446,7 +446,7 @@ impl AnySendQueue {
                 // created without scatter-to-CQE. The register: the provider vouched that a
                 // dedicated one is this QP's alone (and 8-byte doorbells alone cannot tear);
                 // every direct QP of this process on a shared one holds the same `SharedBf`
-                // (one per address, `register::join`).
+                // (one per address, `blueflame::join`).
                 let q = unsafe {
                     match &d.register {
                         DirectRegister::DoorbellOnly | DirectRegister::Dedicated => {
