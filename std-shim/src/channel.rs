@@ -10,7 +10,7 @@
 //!   `ibv_req_notify_cq` through the provider's ops;
 //! - [`wait`](crate::AnyPoller::wait)s: polls, arms, polls again, and only sleeps on the channel when
 //!   that second poll is empty (the protocol of [`zverbs_core::event`], so no wake-up is
-//!   lost), then returns the completions, or [`EventError::Timeout`](crate::EventError::Timeout) at the deadline;
+//!   lost), then returns the completions, or [`EventError::Timeout`] at the deadline;
 // (Linked only where the feature, and so the items, exist.)
 #![cfg_attr(
     feature = "tokio",

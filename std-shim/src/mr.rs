@@ -130,10 +130,10 @@ impl Pd {
     ///
     /// # Errors
     ///
-    /// [`Error::Buf`](crate::Error::Buf) with [`BufError::TooLarge`](crate::BufError::TooLarge)
+    /// [`Error::Buf`] with [`BufError::TooLarge`]
     /// when `len`, rounded up to whole pages, is more than an allocation can hold;
-    /// [`Error::MemlockLimit`](crate::Error::MemlockLimit) when the locked-memory limit is too
-    /// low; [`Error::Verbs`](crate::Error::Verbs) from `ibv_reg_mr`.
+    /// [`Error::MemlockLimit`] when the locked-memory limit is too
+    /// low; [`Error::Verbs`] from `ibv_reg_mr`.
     pub fn alloc_buf(&self, len: usize, access: AccessFlags) -> Result<MrBuf> {
         MrBuf::new(self, Storage::pages(len)?, access)
     }
@@ -142,7 +142,7 @@ impl Pd {
     ///
     /// # Errors
     ///
-    /// [`Error::NoHugepages`](crate::Error::NoHugepages) when the system has too few reserved
+    /// [`Error::NoHugepages`] when the system has too few reserved
     /// (`len` rounded up to 2 MiB); then as [`Pd::alloc_buf`].
     pub fn alloc_buf_hugepages(&self, len: usize, access: AccessFlags) -> Result<MrBuf> {
         MrBuf::new(self, Storage::hugepages(len)?, access)
@@ -159,7 +159,7 @@ impl Pd {
     ///   the peer was given its rkey with remote access), Rust code holds no reference to
     ///   those bytes that assumes they do not change (no `&mut`, no `&` read while a remote
     ///   write or local READ/receive may land), and accesses them at such times only
-    ///   atomically, through a [`SharedMem`](zverbs_core::shared::SharedMem) of exactly
+    ///   atomically, through a [`SharedMem`] of exactly
     ///   `addr..addr+len` (the software device reads and writes whole 8-byte words of the
     ///   registration, including bytes of a word that a request covers only in part).
     ///

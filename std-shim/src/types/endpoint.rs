@@ -46,7 +46,7 @@ impl RemoteRegion {
     ///
     /// # Errors
     ///
-    /// [`BufError::OutOfBounds`](crate::BufError::OutOfBounds) if `offset` is past the end of
+    /// [`BufError::OutOfBounds`] if `offset` is past the end of
     /// the region.
     pub fn try_at(&self, offset: usize) -> Result<zverbs_core::RemoteBuf, BufError> {
         let len = usize::try_from(self.len).unwrap_or(usize::MAX);
