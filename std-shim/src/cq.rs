@@ -1,14 +1,21 @@
 //! Completion queues.
 
+use std::any::Any;
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::backend::{BackendKind, BackendReport, BackendRequest, want_direct};
+use crate::bindings::{Publisher, Tables};
+use crate::channel::{CompChannel, CqEvents};
 use crate::device::Context;
 use crate::error::{Error, Result};
-use crate::members::Members;
 use crate::provider::{CqEngine, CqProvider};
-use crate::qp::QpInner;
-use crate::queues::AnyPoller;
+
+impl Context {
+    /// A builder for a completion queue.
+    pub fn cq_builder(&self) -> CqBuilder<'_> {
+        CqBuilder::new(self)
+    }
+}
 
 /// A builder for a [`Cq`].
 #[derive(Debug)]
@@ -18,8 +25,8 @@ pub struct CqBuilder<'a> {
     backend: Option<BackendRequest>,
     poll_batch: u32,
     timestamps: bool,
-    channel: Option<crate::event::CompChannel>,
-    compressed: Option<crate::MiniCqeFormat>,
+    channel: Option<CompChannel>,
+    compressed: Option<zverbs_mlx5dv::prm::mini::MiniCqeFormat>,
 }
 
 impl<'a> CqBuilder<'a> {
@@ -36,9 +43,9 @@ impl<'a> CqBuilder<'a> {
     }
 
     /// Its completion events go to `channel` (of the same context), so that its poller can
-    /// [`arm`](AnyPoller::arm) it and [`wait`](AnyPoller::wait) on it. One channel may serve
+    /// [`arm`](crate::AnyPoller::arm) it and [`wait`](crate::AnyPoller::wait) on it. One channel may serve
     /// several CQs.
-    pub fn channel(mut self, channel: &crate::event::CompChannel) -> Self {
+    pub fn channel(mut self, channel: &CompChannel) -> Self {
         self.channel = Some(channel.clone());
         self
     }
@@ -67,7 +74,7 @@ impl<'a> CqBuilder<'a> {
     /// with `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`, polled with
     /// [`PollCqTimed::poll_timed`](zverbs_core::PollCqTimed::poll_timed), converted with
     /// [`Context::clock`]. [`PollCq::poll`](zverbs_core::PollCq::poll) costs the same either
-    /// way. With a [`channel`](Self::channel) too, [`AnyPoller::wait_timed`] sleeps on it and
+    /// way. With a [`channel`](Self::channel) too, [`AnyPoller::wait_timed`](crate::AnyPoller::wait_timed) sleeps on it and
     /// returns the completions with their timestamps. `build` fails with
     /// [`Error::NoTimestamps`] on a device that cannot timestamp completions.
     pub fn timestamps(mut self, on: bool) -> Self {
@@ -89,7 +96,7 @@ impl<'a> CqBuilder<'a> {
     /// `build` fails with [`Error::NoCqeCompression`] on the fallback (rxe, or the verbs
     /// backend asked for), on a device that does not compress CQEs or not in `format`, and
     /// with a [`channel`](Self::channel) on rdma-core devices. Never silently without it.
-    pub fn compressed(mut self, format: crate::MiniCqeFormat) -> Self {
+    pub fn compressed(mut self, format: zverbs_mlx5dv::prm::mini::MiniCqeFormat) -> Self {
         self.compressed = Some(format);
         self
     }
@@ -150,7 +157,7 @@ impl<'a> CqBuilder<'a> {
             },
         };
         let events = match self.channel {
-            Some(ch) => Some(crate::event::CqEvents::new(ch, &*provider)?),
+            Some(ch) => Some(CqEvents::new(ch, &*provider)?),
             None => None,
         };
         let engine = provider.engine();
@@ -195,10 +202,10 @@ impl<'a> CqBuilder<'a> {
                 },
                 poll_batch: self.poll_batch,
                 registry: Mutex::new(Registry::default()),
-                members: if kind == BackendKind::Direct {
-                    Members::Direct(Arc::default())
+                tables: if kind == BackendKind::Direct {
+                    Tables::Direct(Arc::<Publisher<_>>::default())
                 } else {
-                    Members::Verbs(Arc::default())
+                    Tables::Verbs(Arc::<Publisher<_>>::default())
                 },
                 events,
             }),
@@ -237,7 +244,9 @@ pub struct Cq {
 
 #[derive(Debug, Default)]
 pub(crate) struct Registry {
-    pub(crate) qps: Vec<Weak<QpInner>>,
+    /// The QPs created on it, each a `qp::QpInner` (whose module stands above this one: the
+    /// QP module builds the poller's tables from them, `qp::attached`).
+    pub(crate) qps: Vec<Weak<dyn Any + Send + Sync>>,
     pub(crate) poller_taken: bool,
     /// Entries held by the QPs and SRQs attached ([`Cq::hold`]): their receives and their
     /// signaled sends.
@@ -252,10 +261,10 @@ pub(crate) struct CqInner {
     pub(crate) report: BackendReport,
     pub(crate) poll_batch: u32,
     pub(crate) registry: Mutex<Registry>,
-    /// Where the control path hands the poller its new tables (`members.rs`).
-    pub(crate) members: Members,
+    /// Where the control path hands the poller its new tables (`bindings.rs`).
+    pub(crate) tables: Tables,
     /// Its completion channel and arm, when created with one.
-    pub(crate) events: Option<crate::event::CqEvents>,
+    pub(crate) events: Option<CqEvents>,
 }
 
 impl Drop for CqInner {
@@ -335,29 +344,5 @@ impl Cq {
     pub(crate) fn release(&self, n: u32) {
         let mut reg = self.registry();
         reg.held = reg.held.saturating_sub(n);
-    }
-
-    /// The CQ's poller, for the QPs created on it, before it was taken and after; it can be
-    /// taken once. A QP created later joins it, and a destroyed one leaves it, while it polls
-    /// on another thread (without a lock on the poll path: `docs/architecture.md`).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::AlreadyTaken`] on a second call; [`Error::Layout`] if the direct backend
-    /// rejects the CQ's layout.
-    pub fn poller(&self) -> Result<AnyPoller> {
-        let qps: Vec<Arc<QpInner>> = {
-            let mut reg = self
-                .inner
-                .registry
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            if reg.poller_taken {
-                return Err(Error::AlreadyTaken("CQ poller"));
-            }
-            reg.poller_taken = true;
-            reg.qps.iter().filter_map(Weak::upgrade).collect()
-        };
-        AnyPoller::new(self, qps)
     }
 }

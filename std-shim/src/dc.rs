@@ -60,12 +60,14 @@ use std::sync::Arc;
 use zverbs_core::PostSend;
 use zverbs_core::{DcDest, PostError, SendWr};
 
-use crate::device::Gid;
 use crate::error::{Error, Result};
-use crate::ffi::types::{ibv_qp_attr, qp_attr_mask as m};
 use crate::pd::Pd;
-use crate::qp::{Qp, QpCaps, QpData, QpInner, QpType, SqStateHandle};
-use crate::ud::{AddressHandle, AhAttr};
+use crate::qp::{Qp, QpData, QpInner, SqStateHandle};
+use crate::types::ah::AhAttr;
+use crate::types::device::Gid;
+use crate::types::qp::QpType;
+use crate::ud::AddressHandle;
+use zverbs_ffi::types::{ibv_qp_attr, qp_attr_mask as m};
 
 /// A DC target's address: what an initiator needs to reach it. Serialises to
 /// [`DcAddr::LEN`] bytes ([`DcAddr::to_bytes`], [`DcAddr::from_bytes`]) for an exchange.
@@ -171,7 +173,7 @@ impl Pd {
         let ctx = self.context();
         let port = ctx.active_port()?;
         let local = ctx.address(port, None)?;
-        let endpoint = crate::connect::Endpoint {
+        let endpoint = crate::types::endpoint::Endpoint {
             lid: addr.lid,
             qpn: addr.dctn,
             psn: 0,
@@ -190,53 +192,11 @@ impl Pd {
 /// The refusal of DC where the device is not driven directly.
 fn no_dc(what: &str) -> Error {
     Error::Backend {
-        requested: crate::BackendKind::Direct,
+        requested: crate::types::backend::BackendKind::Direct,
         reason: format!(
             "the dynamically connected transport is an mlx5 feature of the direct backend; \
              {what} cannot carry it (libibverbs has no DC)"
         ),
-    }
-}
-
-/// The builder's adjustments for a DC QP: a DCI has no receive queue and no SRQ; a DCT needs
-/// an SRQ and has no send queue (its send capabilities are the smallest).
-pub(crate) fn shape(qp_type: QpType, has_srq: bool, caps: &mut QpCaps) -> Result<()> {
-    match qp_type {
-        QpType::Dci => {
-            if has_srq {
-                return Err(Error::InvalidArgument(
-                    "a DC initiator receives nothing: it takes no SRQ".into(),
-                ));
-            }
-            caps.max_recv_wr = 0;
-            caps.max_recv_sge = 0;
-        }
-        QpType::Dct => {
-            if !has_srq {
-                return Err(Error::InvalidArgument(
-                    "a DC target takes its receives from an SRQ: QpBuilder::srq".into(),
-                ));
-            }
-            caps.max_send_wr = 1;
-            caps.max_send_sge = 1;
-            caps.max_inline_data = 0;
-        }
-        _ => {}
-    }
-    Ok(())
-}
-
-/// Refuses `what` (an RC or UD queue handle) on a DC QP, with the way to do it.
-pub(crate) fn not_dc(qp: &Qp, what: &str) -> Result<()> {
-    match qp.qp_type() {
-        QpType::Dci => Err(Error::InvalidArgument(format!(
-            "{what}: a DC initiator posts through Qp::dc_send_queue, each request naming its \
-             target (a DcPeer)"
-        ))),
-        QpType::Dct => Err(Error::InvalidArgument(format!(
-            "{what}: a DC target has no queues of its own; post its receives to its SRQ"
-        ))),
-        _ => Ok(()),
     }
 }
 
@@ -268,9 +228,9 @@ impl Qp {
             qp_state: 1,
             pkey_index: 0,
             port_num: port,
-            qp_access_flags: crate::AccessFlags::REMOTE_WRITE.bits()
-                | crate::AccessFlags::REMOTE_READ.bits()
-                | crate::AccessFlags::REMOTE_ATOMIC.bits(),
+            qp_access_flags: crate::types::access::AccessFlags::REMOTE_WRITE.bits()
+                | crate::types::access::AccessFlags::REMOTE_READ.bits()
+                | crate::types::access::AccessFlags::REMOTE_ATOMIC.bits(),
             ..Default::default()
         };
         let mut mask = m::IBV_QP_STATE | m::IBV_QP_PKEY_INDEX | m::IBV_QP_PORT;
@@ -330,7 +290,7 @@ impl Qp {
                 break;
             }
             let mut reg = cq.inner.registry.lock().unwrap_or_else(|p| p.into_inner());
-            let reached = crate::members::republish(cq, &mut reg);
+            let reached = crate::qp::republish(cq, &mut reg);
             drop(reg);
             drop(reached);
         }

@@ -1,14 +1,16 @@
 //! The control path's errors.
 
 use std::io;
+use std::time::Duration;
 
 use zverbs_core::{BatchError, PostError, WcError};
 
-use crate::backend::BackendKind;
-use crate::ffi::load::LoadError;
-use crate::mr::BufError;
-use crate::qp::QpState;
-use crate::safe::{SafePostError, WaitError};
+use zverbs_ffi::load::LoadError;
+
+use crate::types::backend::BackendKind;
+use crate::types::buf::BufError;
+use crate::types::device::{PortState, SOFTWARE_DEVICE};
+use crate::types::qp::QpState;
 
 /// A `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -54,7 +56,7 @@ pub enum Error {
         /// The device.
         device: String,
         /// Each port and its state.
-        ports: Vec<(u8, crate::device::PortState)>,
+        ports: Vec<(u8, PortState)>,
     },
     /// A verb failed; `source` carries its errno.
     #[error("{verb} failed: {source}")]
@@ -213,7 +215,7 @@ pub enum Error {
     },
     /// Arming a CQ or waiting for its completion event failed.
     #[error(transparent)]
-    Event(#[from] crate::event::EventError),
+    Event(#[from] EventError),
     /// A CQ with compressed CQEs ([`CqBuilder::compressed`](crate::CqBuilder::compressed))
     /// cannot be had here: the device does not compress CQEs (or not in that format), or the
     /// CQ would not be polled by the direct backend, the one poller that expands them.
@@ -270,6 +272,62 @@ impl From<SafePostError> for Error {
     }
 }
 
+/// What can go wrong arming a CQ or waiting for its event.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EventError {
+    /// The CQ was created without a completion channel: it raises no events.
+    #[error("the CQ has no completion channel (create it with CqBuilder::channel)")]
+    NoChannel,
+    /// The deadline passed before a completion arrived.
+    #[error("no completion within {0:?}")]
+    Timeout(Duration),
+    /// The device cannot make completion channels.
+    #[error("the device {0} has no completion channels")]
+    Unsupported(String),
+    /// Waiting on the channel's descriptor failed.
+    #[error("waiting on the completion channel failed: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Why a safe post was refused. Nothing was written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SafePostError {
+    /// The device would write into a buffer registered without `LOCAL_WRITE`.
+    #[error("the device would write into a buffer registered without LOCAL_WRITE")]
+    NotWritable,
+    /// The queue refused the request.
+    #[error(transparent)]
+    Post(#[from] PostError),
+}
+
+/// Why [`SafePoller::wait`](crate::safe::SafePoller::wait) returned without its completions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WaitError {
+    /// The deadline passed first. The completions that did arrive stay in the poller: the next
+    /// [`SafePoller::wait`](crate::safe::SafePoller::wait) or [`SafePoller::poll`](crate::safe::SafePoller::poll) returns them first.
+    #[error(
+        "{got} of {wanted} completions arrived before the deadline (a request not signaled, a \
+         peer not answering, or a deadline too short?)"
+    )]
+    Timeout {
+        /// Completions asked for.
+        wanted: usize,
+        /// Completions that arrived (kept for the next call).
+        got: usize,
+    },
+    /// More completions asked for than the poller holds.
+    #[error("asked for {count} completions; the poller holds at most {capacity}")]
+    TooMany {
+        /// Completions asked for.
+        count: usize,
+        /// The poller's capacity ([`SafePoller::capacity`](crate::safe::SafePoller::capacity)).
+        capacity: usize,
+    },
+}
+
 /// The detail of [`Error::NoDevice`]'s message.
 fn no_device_detail(library: Option<&LoadError>, hint: Option<&str>) -> String {
     match (library, hint) {
@@ -289,7 +347,7 @@ fn device_list(name: &str, available: &[String]) -> String {
     } else {
         available.join(", ")
     };
-    if name == crate::device::SOFTWARE_DEVICE && !cfg!(feature = "sim") {
+    if name == SOFTWARE_DEVICE && !cfg!(feature = "sim") {
         s.push_str(
             " (the software device is left out of this build: enable the `sim` feature of \
              zverbs)",
@@ -299,7 +357,7 @@ fn device_list(name: &str, available: &[String]) -> String {
 }
 
 /// The ports of [`Error::NoActivePort`]'s message.
-fn port_list(ports: &[(u8, crate::device::PortState)]) -> String {
+fn port_list(ports: &[(u8, PortState)]) -> String {
     let list: Vec<String> = ports
         .iter()
         .map(|(p, s)| format!("port {p}: {s}"))

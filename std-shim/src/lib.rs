@@ -8,8 +8,8 @@
 //!
 //! ## Quick start
 //!
-//! On the software mlx5 device ([`SOFTWARE_DEVICE`], feature `sim`, on by default: no NIC,
-//! no rdma-core, no server): two RC queue pairs of this process connected to each other, an
+//! On the software mlx5 device ([`SOFTWARE_DEVICE`], feature `sim`: no NIC, no rdma-core, no
+//! server; `zverbs = { version = "0.1", features = ["sim"] }`): two RC queue pairs of this process connected to each other, an
 //! RDMA WRITE from one into the other's buffer, then a SEND into a receive the other posted.
 //! Every call returns a [`Result`], so `?` carries set-up, posting, waiting and failed
 //! completions alike. This is run by `cargo test --doc`.
@@ -103,11 +103,14 @@
 //!
 //! ## Features
 //!
-//! - `sim` (on by default): the software mlx5 device [`SOFTWARE_DEVICE`] (`zverbs_sim0`,
+//! - `sim` (off by default): the software mlx5 device [`SOFTWARE_DEVICE`] (`zverbs_sim0`,
 //!   crate `zverbs-sim`, re-exported as `zverbs::sim`), a ConnectX stand-in in this process
-//!   that runs the direct backend with no NIC. Without the feature
-//!   (`default-features = false`), `zverbs-sim` is not a dependency, `zverbs::sim` does not
-//!   exist and the device is not listed; everything else is there.
+//!   that runs the direct backend with no NIC: for tests, development and the examples.
+//!   Without it, `zverbs-sim` is not a dependency, `zverbs::sim` does not exist and the device
+//!   is not listed; everything else is there.
+//! - `rdma_cm` (on by default): `connect::cm`, connections through the RDMA connection
+//!   manager. `librdmacm.so.1` is loaded at run time like libibverbs, so the feature costs no
+//!   dependency; `default-features = false` leaves the module out.
 //! - `tokio` (off by default): `AnyPoller::wait_async` and `AsyncChannel`, a CQ's
 //!   completion channel awaited through tokio's reactor. Without it, the channel is still
 //!   [`AsFd`](std::os::fd::AsFd) for any event loop, and [`AnyPoller::wait`] sleeps in the
@@ -202,7 +205,11 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+mod async_events;
 pub mod backend;
+mod bindings;
+mod blueflame;
+mod channel;
 mod clock;
 pub mod connect;
 mod cq;
@@ -210,44 +217,48 @@ pub mod dc;
 mod device;
 mod env;
 mod error;
-mod event;
-mod events;
 pub mod fallback;
-mod members;
 mod mr;
 mod pd;
 mod provider;
 mod qp;
 pub mod queues;
 mod recovery;
-mod register;
 pub mod safe;
 mod srq;
+mod take;
+mod types;
 mod ud;
+mod wait;
 
+pub use async_events::AsyncEvents;
 pub use backend::{BackendChoice, BackendKind, BackendReport, BackendRequest, BlueFlame};
+pub use channel::CompChannel;
 pub use clock::DeviceClock;
 pub use cq::{Cq, CqBuilder};
-pub use device::{
-    Context, ContextOptions, DEVICE_ENV, Device, DeviceAttr, Gid, GidEntry, GidType, LinkLayer,
-    LocalAddress, Mtu, PortAttr, PortState, SOFTWARE_DEVICE, devices, open_device,
-};
+pub use device::{Context, ContextOptions, DEVICE_ENV, Device, devices, open_device};
+pub use error::EventError;
 pub use error::{Error, Result};
-#[cfg(feature = "tokio")]
-pub use event::AsyncChannel;
-pub use event::{CompChannel, EventError};
-pub use events::{AsyncEvent, AsyncEvents, CqId, SrqId};
-pub use mr::{AccessFlags, BufError, Mr, MrBuf};
+pub use mr::{Mr, MrBuf};
 pub use pd::Pd;
 pub use provider::SrqLayout;
-pub use qp::QpType;
-pub use qp::{
-    ConnectAttr, GlobalRoute, InitAttr, Qp, QpBuilder, QpCaps, QpState, RtrAttr, RtsAttr,
-    connect_pair,
-};
+pub use qp::{Qp, QpBuilder, connect_pair};
 pub use queues::{AnyPoller, AnyRecvQueue, AnySendQueue, AnySrqQueue, QueueSet, Queues};
 pub use srq::{Srq, SrqStateHandle};
-pub use ud::{AddressHandle, AhAttr, MULTICAST_QPN, UdAttr, UdTarget};
+pub use types::access::AccessFlags;
+pub use types::ah::{AhAttr, MULTICAST_QPN, UdAttr};
+pub use types::buf::BufError;
+pub use types::device::{
+    DeviceAttr, Gid, GidEntry, GidType, LinkLayer, LocalAddress, Mtu, PortAttr, PortState,
+    SOFTWARE_DEVICE,
+};
+pub use types::event::{AsyncEvent, CqId, SrqId};
+pub use types::qp::{
+    ConnectAttr, GlobalRoute, InitAttr, QpCaps, QpState, QpType, RtrAttr, RtsAttr,
+};
+pub use ud::{AddressHandle, UdTarget};
+#[cfg(feature = "tokio")]
+pub use wait::AsyncChannel;
 /// The `wr_id` of a drain marker's completion: a flush [`Qp::reset`] may ask for, when the last
 /// requests of a QP in the error state completed unsignaled (`docs/usage.md`, "Recovery").
 pub use zverbs_mlx5dv::DRAIN_WR_ID;
@@ -374,7 +385,7 @@ pub use zverbs_ffi as ffi;
 /// rings of) is not covered.
 pub use zverbs_mlx5dv as mlx5;
 /// The software mlx5 device (crate `zverbs-sim`), also reachable as the device `zverbs_sim0` of
-/// [`devices`]; only with the `sim` feature (on by default).
+/// [`devices`]; only with the `sim` feature (off by default).
 ///
 /// **Covered by this crate's semver** while the feature is on: tests written against the
 /// device, its fault injection and its counters keep compiling across compatible releases.

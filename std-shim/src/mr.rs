@@ -28,36 +28,8 @@ use zverbs_core::{RemoteBuf, Sge};
 use crate::error::{Error, Result};
 use crate::pd::Pd;
 use crate::provider::MrProvider;
-
-bitflags::bitflags! {
-    /// Access rights of a registration, as `enum ibv_access_flags` (the values are
-    /// libibverbs').
-    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-    pub struct AccessFlags: u32 {
-        /// The device may write (RDMA READ destinations, receives, atomic results)
-        /// (`IBV_ACCESS_LOCAL_WRITE`).
-        const LOCAL_WRITE = 1;
-        /// Peers may RDMA WRITE into it (`IBV_ACCESS_REMOTE_WRITE`).
-        const REMOTE_WRITE = 1 << 1;
-        /// Peers may RDMA READ it (`IBV_ACCESS_REMOTE_READ`).
-        const REMOTE_READ = 1 << 2;
-        /// Peers may run atomics on it (`IBV_ACCESS_REMOTE_ATOMIC`).
-        const REMOTE_ATOMIC = 1 << 3;
-    }
-}
-
-impl AccessFlags {
-    /// Every local and remote right.
-    pub const ALL: Self = Self::all();
-}
-
-/// The software device's rights: the same `enum ibv_access_flags` bits.
-#[cfg(feature = "sim")]
-impl From<AccessFlags> for zverbs_sim::Access {
-    fn from(a: AccessFlags) -> Self {
-        Self::from_bits_truncate(a.bits())
-    }
-}
+use crate::types::access::AccessFlags;
+use crate::types::buf::{BufError, or_panic, remote_in};
 
 const PAGE: usize = 4096;
 const HUGEPAGE: usize = 2 << 20;
@@ -150,6 +122,54 @@ impl Drop for Storage {
             // SAFETY: allocated with this layout in `pages`, freed once.
             unsafe { std::alloc::dealloc(ptr.as_ptr(), *layout) };
         }
+    }
+}
+
+impl Pd {
+    /// A zeroed, page-aligned buffer of `len` bytes that the library allocates and registers.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Buf`] with [`BufError::TooLarge`]
+    /// when `len`, rounded up to whole pages, is more than an allocation can hold;
+    /// [`Error::MemlockLimit`] when the locked-memory limit is too
+    /// low; [`Error::Verbs`] from `ibv_reg_mr`.
+    pub fn alloc_buf(&self, len: usize, access: AccessFlags) -> Result<MrBuf> {
+        MrBuf::new(self, Storage::pages(len)?, access)
+    }
+
+    /// A buffer of `len` bytes (rounded up to 2 MiB) backed by hugepages, registered.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NoHugepages`] when the system has too few reserved
+    /// (`len` rounded up to 2 MiB); then as [`Pd::alloc_buf`].
+    pub fn alloc_buf_hugepages(&self, len: usize, access: AccessFlags) -> Result<MrBuf> {
+        MrBuf::new(self, Storage::hugepages(len)?, access)
+    }
+
+    /// Registers memory the caller owns.
+    ///
+    /// # Safety
+    ///
+    /// - `addr..addr+len` is mapped memory that stays mapped (not freed, unmapped or
+    ///   remapped) until the returned [`Mr`] and every queue that may still access it are
+    ///   dropped;
+    /// - while the device may access it (a request using it is posted and not completed, or
+    ///   the peer was given its rkey with remote access), Rust code holds no reference to
+    ///   those bytes that assumes they do not change (no `&mut`, no `&` read while a remote
+    ///   write or local READ/receive may land), and accesses them at such times only
+    ///   atomically, through a [`SharedMem`] of exactly
+    ///   `addr..addr+len` (the software device reads and writes whole 8-byte words of the
+    ///   registration, including bytes of a word that a request covers only in part).
+    ///
+    /// # Errors
+    ///
+    /// As [`Pd::alloc_buf`].
+    pub unsafe fn register(&self, addr: *mut u8, len: usize, access: AccessFlags) -> Result<Mr> {
+        // SAFETY: (caller) the memory stays mapped while registered.
+        let reg = unsafe { self.inner.provider.reg_mr(addr, len, access)? };
+        Ok(Mr::new(reg, addr, len, self.clone()))
     }
 }
 
@@ -248,24 +268,6 @@ impl Mr {
     }
 }
 
-/// The remote target at `offset` of `len` bytes at `base` (the end itself is allowed: the
-/// target of a zero-length request).
-pub(crate) fn remote_in(
-    base: u64,
-    len: usize,
-    rkey: u32,
-    offset: usize,
-) -> Result<RemoteBuf, BufError> {
-    if offset > len {
-        return Err(BufError::OutOfBounds {
-            offset,
-            len: 0,
-            buf_len: len,
-        });
-    }
-    Ok(RemoteBuf::new(base + offset as u64, rkey))
-}
-
 /// The scatter entry for `range` of `len` bytes at `base`.
 fn sge_in(
     base: usize,
@@ -273,108 +275,9 @@ fn sge_in(
     lkey: u32,
     range: impl RangeBounds<usize>,
 ) -> Result<Sge, BufError> {
-    let (start, end) = crate::safe::resolve(range, len)?;
+    let (start, end) = crate::types::buf::resolve(range, len)?;
     // `resolve` bounded the length by `u32::MAX`.
     Ok(Sge::new((base + start) as u64, (end - start) as u32, lkey))
-}
-
-/// Why an access to an [`MrBuf`] (or a buffer's allocation) was refused. Nothing was read or
-/// written.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum BufError {
-    /// `len` bytes at `offset` do not lie inside the buffer (or `offset + len` overflows).
-    OutOfBounds {
-        /// The offset asked for.
-        offset: usize,
-        /// The length asked for.
-        len: usize,
-        /// The buffer's length.
-        buf_len: usize,
-    },
-    /// A range whose start is after its end.
-    ReversedRange {
-        /// The range's start.
-        start: usize,
-        /// The range's end.
-        end: usize,
-    },
-    /// A `u64` access at an offset that is not a multiple of 8.
-    Misaligned {
-        /// The offset asked for.
-        offset: usize,
-    },
-    /// [`MrBuf::wait_u8`]'s deadline passed before the byte took the value.
-    TimedOut {
-        /// The byte's offset.
-        offset: usize,
-        /// The value waited for.
-        expected: u8,
-        /// The value last read.
-        last: u8,
-    },
-    /// A buffer of more bytes than the address space can hold, once rounded up to whole pages.
-    TooLarge {
-        /// The length asked for.
-        requested: usize,
-    },
-    /// A span longer than one scatter entry of a work request can carry (its length is a
-    /// 32-bit field on the wire).
-    TooLong {
-        /// The span's length.
-        len: usize,
-        /// The longest a span can be.
-        max: u32,
-    },
-}
-
-impl fmt::Display for BufError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            BufError::OutOfBounds {
-                offset,
-                len,
-                buf_len,
-            } => write!(
-                f,
-                "{len} bytes at offset {offset} are outside a buffer of {buf_len} bytes"
-            ),
-            BufError::ReversedRange { start, end } => {
-                write!(f, "range {start}..{end} starts after its end")
-            }
-            BufError::Misaligned { offset } => {
-                write!(f, "u64 access at offset {offset}, not a multiple of 8")
-            }
-            BufError::TimedOut {
-                offset,
-                expected,
-                last,
-            } => write!(
-                f,
-                "the byte at offset {offset} did not become {expected:#04x} before the \
-                 deadline (last read {last:#04x})"
-            ),
-            BufError::TooLarge { requested } => write!(
-                f,
-                "a buffer of {requested} bytes is larger than the address space allows"
-            ),
-            BufError::TooLong { len, max } => write!(
-                f,
-                "a span of {len} bytes is longer than a scatter entry carries ({max} bytes)"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for BufError {}
-
-/// The value of `r`, or a panic with its error at the caller's location.
-#[track_caller]
-pub(crate) fn or_panic<T>(r: Result<T, BufError>) -> T {
-    match r {
-        Ok(v) => v,
-        Err(e) => panic!("{e}"),
-    }
 }
 
 /// How many times [`MrBuf::wait_u8`] loads the byte between two readings of the clock.

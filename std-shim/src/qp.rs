@@ -1,52 +1,33 @@
 //! RC queue pairs: creation, capabilities, and the INIT → RTR → RTS transitions.
 
-use std::fmt;
+use std::any::Any;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use zverbs_mlx5dv::{RqSlot, RqState, SqCaps, SqSlot, SqState};
 
 use crate::backend::{
     BackendChoice, BackendKind, BackendReport, BackendRequest, BlueFlame, RequestSource,
 };
-use crate::connect::{Endpoint, random_psn};
-use crate::cq::Cq;
-use crate::device::{Gid, LocalAddress, Mtu};
+use crate::bindings::{DirectTable, Tables, VerbsTable};
+pub use crate::bindings::{RqStateHandle, SqStateHandle};
+use crate::blueflame::{self, SharedRegister};
+use crate::cq::{Cq, Registry};
 use crate::error::{Error, Result};
-use crate::fallback::{RqShared, SqShared};
-use crate::ffi::types::{ibv_qp_attr, qp_attr_mask as m};
-use crate::mr::AccessFlags;
+use crate::fallback::{self, RqShared, SqShared};
 use crate::pd::Pd;
 use crate::provider::{QpEngine, QpInit, QpProvider, RegisterOwner};
-use crate::queues::{AnyRecvQueue, AnySendQueue};
-use crate::register::{self, SharedRegister};
-use crate::safe::{SafePoller, SafeQueues, SafeRecvQueue, SafeSendQueue};
 use crate::srq::Srq;
+use crate::types::device::LocalAddress;
+use crate::types::endpoint::{Endpoint, random_psn};
+use crate::types::qp::{ConnectAttr, InitAttr, QpCaps, QpState, QpType, RtrAttr, RtsAttr};
+use zverbs_ffi::types::{ibv_qp_attr, qp_attr_mask as m};
 
-/// A queue pair's capabilities (`struct ibv_qp_cap`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct QpCaps {
-    /// Outstanding send requests.
-    pub max_send_wr: u32,
-    /// Outstanding receive requests.
-    pub max_recv_wr: u32,
-    /// Scatter entries per send request.
-    pub max_send_sge: u32,
-    /// Scatter entries per receive request.
-    pub max_recv_sge: u32,
-    /// Bytes of inline data per send request.
-    pub max_inline_data: u32,
-}
-
-impl Default for QpCaps {
-    fn default() -> Self {
-        Self {
-            max_send_wr: 128,
-            max_recv_wr: 128,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 64,
-        }
+impl Pd {
+    /// A builder for an RC queue pair whose completions go to `send_cq` and `recv_cq` (which
+    /// may be the same CQ).
+    pub fn qp_builder<'a>(&'a self, send_cq: &'a Cq, recv_cq: &'a Cq) -> QpBuilder<'a> {
+        QpBuilder::new(self, send_cq, recv_cq)
     }
 }
 
@@ -223,7 +204,7 @@ impl<'a> QpBuilder<'a> {
             }
         }
         let mut caps = self.caps;
-        crate::dc::shape(self.qp_type, self.srq.is_some(), &mut caps)?;
+        shape(self.qp_type, self.srq.is_some(), &mut caps)?;
         if let Some(srq) = self.srq {
             if !Arc::ptr_eq(&srq.pd().inner, &self.pd.inner) {
                 return Err(Error::InvalidArgument(
@@ -404,9 +385,11 @@ impl<'a> QpBuilder<'a> {
         });
         for cq in [self.send_cq, self.recv_cq] {
             let mut reg = cq.inner.registry.lock().unwrap_or_else(|p| p.into_inner());
-            reg.qps.push(Arc::downgrade(&inner));
+            reg.qps.push(Arc::downgrade(
+                &(inner.clone() as Arc<dyn Any + Send + Sync>),
+            ));
             // A poller already out: it gets the table with this QP before the QP can post.
-            let reached = crate::members::republish(cq, &mut reg);
+            let reached = republish(cq, &mut reg);
             drop(reg);
             drop(reached);
             if shared_cq {
@@ -416,13 +399,6 @@ impl<'a> QpBuilder<'a> {
         Ok(Qp { inner })
     }
 }
-
-/// A direct send queue's bookkeeping, shared by the queue and the poller that serves it; each
-/// holds a clone, so it lives as long as the longer-lived of the two.
-pub type SqStateHandle = Arc<SqState<Box<[SqSlot]>>>;
-
-/// A direct receive queue's bookkeeping, shared as [`SqStateHandle`] is.
-pub type RqStateHandle = Arc<RqState<Box<[RqSlot]>>>;
 
 /// How a direct QP holds its BlueFlame register.
 #[derive(Debug)]
@@ -450,7 +426,7 @@ impl DirectRegister {
                 (Self::Dedicated, BlueFlame::Dedicated, format!(" ({why})"))
             }
             RegisterOwner::Assigned => {
-                let (r, others) = register::join(layout.bf.reg, layout.bf.size)?;
+                let (r, others) = blueflame::join(layout.bf.reg, layout.bf.size)?;
                 (
                     Self::Shared(r),
                     BlueFlame::Shared { others },
@@ -474,7 +450,7 @@ impl DirectRegister {
             Self::DoorbellOnly => BlueFlame::DoorbellOnly,
             Self::Dedicated => BlueFlame::Dedicated,
             Self::Shared(r) => BlueFlame::Shared {
-                others: register::others(r),
+                others: blueflame::others(r),
             },
         }
     }
@@ -532,7 +508,7 @@ unsafe impl Sync for QpData {}
 /// Two QPs of one device connected to each other (between machines, the [`Endpoint`]s travel
 /// over the network: [`crate::connect`]), then their queues:
 ///
-/// [`Endpoint`]: crate::connect::Endpoint
+/// [`Endpoint`]: crate::types::endpoint::Endpoint
 ///
 /// ```
 /// # #[cfg(feature = "sim")] {
@@ -613,7 +589,7 @@ impl Drop for QpInner {
                 break;
             }
             let mut reg = cq.inner.registry.lock().unwrap_or_else(|p| p.into_inner());
-            let reached = crate::members::republish(cq, &mut reg);
+            let reached = republish(cq, &mut reg);
             drop(reg);
             drop(reached);
         }
@@ -719,7 +695,7 @@ impl Qp {
     }
 
     /// Refuses the receive queue before INIT.
-    fn recv_ready(&self) -> Result<()> {
+    pub(crate) fn recv_ready(&self) -> Result<()> {
         self.ready(
             "receive queue",
             &[QpState::Init, QpState::Rtr, QpState::Rts],
@@ -736,7 +712,7 @@ impl Qp {
 
     /// Marks the queue handle that `which` picks from the taken flags (send, receive) taken,
     /// or refuses with [`Error::AlreadyTaken`] when it already was.
-    fn take_once(
+    pub(crate) fn take_once(
         &self,
         queue: &'static str,
         which: impl FnOnce(&mut (bool, bool)) -> &mut bool,
@@ -758,92 +734,6 @@ impl Qp {
             ));
         }
         Ok(())
-    }
-
-    /// The send queue, for posting; it can be taken once, when the QP is in RTS (ready to
-    /// send): a request posted earlier would never be executed, so asking earlier is an error,
-    /// not a queue that silently does nothing.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::NotReady`] before RTS; [`Error::AlreadyTaken`]; [`Error::Layout`] if the direct
-    /// backend rejects the layout.
-    pub fn send_queue(&self) -> Result<AnySendQueue> {
-        crate::dc::not_dc(self, "Qp::send_queue")?;
-        self.take_send_queue()?;
-        AnySendQueue::new(&self.inner)
-    }
-
-    /// The receive queue, for posting; it can be taken once, from INIT on: receives may be
-    /// posted before the peer connects (and should be, for a peer that sends at once).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::NotReady`] before INIT; as [`Qp::send_queue`].
-    pub fn recv_queue(&self) -> Result<AnyRecvQueue> {
-        crate::dc::not_dc(self, "Qp::recv_queue")?;
-        self.own_receives()?;
-        self.recv_ready()?;
-        self.take_once("receive queue", |t| &mut t.1)?;
-        AnyRecvQueue::new(&self.inner)
-    }
-
-    /// The QP's send and receive queues and the poller of `cq`, which must serve both, in the
-    /// [`safe`](crate::safe) layer: posts that ring, waits with deadlines. The QP must be in
-    /// RTS ([`Qp::connect`]). QPs created on `cq` later join its poller.
-    ///
-    /// The QPs `a` and `b` are connected to each other, each with one CQ for both queues, as in
-    /// [`Qp`]'s example:
-    ///
-    /// ```
-    /// # #[cfg(feature = "sim")] {
-    /// # fn main() -> zverbs::Result<()> {
-    /// # let ctx = zverbs::open_device(Some(zverbs::SOFTWARE_DEVICE), &zverbs::ContextOptions::default())?;
-    /// # let pd = ctx.alloc_pd()?;
-    /// # let (cq_a, cq_b) = (ctx.cq_builder().build()?, ctx.cq_builder().build()?);
-    /// # let (a, b) = (pd.qp_builder(&cq_a, &cq_a).build()?, pd.qp_builder(&cq_b, &cq_b).build()?);
-    /// # zverbs::connect_pair(&a, &b)?;
-    /// # let buf_a = pd.alloc_buf(4096, zverbs::AccessFlags::ALL)?;
-    /// # let buf_b = pd.alloc_buf(4096, zverbs::AccessFlags::ALL)?;
-    /// use std::time::{Duration, Instant};
-    /// use zverbs::SendFlags;
-    ///
-    /// let (mut qa, mut qb) = (a.queues(&cq_a)?, b.queues(&cq_b)?);
-    /// qb.rq.post(1, buf_b.slice(..))?;
-    /// buf_a.write(0, b"ping");
-    /// qa.sq.send(2, buf_a.slice(0..4), SendFlags::SIGNALED)?;
-    /// let deadline = Instant::now() + Duration::from_secs(5);
-    /// assert_eq!(qa.cq.wait(1, deadline)?[0].ok()?.wr_id, 2); // the SEND is done
-    /// assert_eq!(qb.cq.wait(1, deadline)?[0].ok()?.byte_len, 4); // and received
-    /// assert!(a.queues(&cq_a).is_err()); // taken once: `Error::AlreadyTaken`
-    /// # Ok(()) }
-    /// # main().unwrap(); }
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidArgument`] when `cq` is not the QP's send and receive CQ; the errors of
-    /// [`Qp::send_queue`], [`Qp::recv_queue`] and [`Cq::poller`].
-    pub fn queues(&self, cq: &Cq) -> Result<SafeQueues> {
-        if !self.inner.send_cq.is(cq) || !self.inner.recv_cq.is(cq) {
-            return Err(Error::InvalidArgument(
-                "Qp::queues needs the CQ that serves both queues of the QP (for separate CQs, \
-                 take Qp::send_queue, Qp::recv_queue and each Cq::poller)"
-                    .into(),
-            ));
-        }
-        crate::dc::not_dc(self, "Qp::queues")?;
-        self.send_queue_ready()?;
-        // Refused before the send queue is taken, so that the refusal changes nothing.
-        self.own_receives()?;
-        let sq = self.send_queue()?;
-        let rq = self.recv_queue()?;
-        let poller = cq.poller()?;
-        Ok(SafeQueues {
-            sq: SafeSendQueue::new(sq),
-            rq: SafeRecvQueue::new(rq),
-            cq: SafePoller::new(poller, cq.cqe() as usize),
-        })
     }
 
     /// `ibv_modify_qp`, noting the state it moved to.
@@ -1038,33 +928,120 @@ impl Qp {
     }
 }
 
-/// A queue pair's transport (`enum ibv_qp_type`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum QpType {
-    /// Reliable connected (`IBV_QPT_RC`): one peer, acknowledged and retried.
-    #[default]
-    Rc,
-    /// Unreliable datagram (`IBV_QPT_UD`): no peer; each send names its destination through
-    /// an [`AddressHandle`](crate::AddressHandle).
-    Ud,
-    /// Dynamically connected initiator (mlx5 `MLX5DV_DCTYPE_DCI`): no peer; each request
-    /// names the DC target it goes to ([`QpBuilder::dc_initiator`], [`crate::dc`]).
-    Dci,
-    /// Dynamically connected target (mlx5 `MLX5DV_DCTYPE_DCT`): serves any initiator that
-    /// names its number and access key; receives through an SRQ ([`QpBuilder::dc_target`]).
-    Dct,
+/// The builder's adjustments for a DC QP: a DCI has no receive queue and no SRQ; a DCT needs
+/// an SRQ and has no send queue (its send capabilities are the smallest).
+pub(crate) fn shape(qp_type: QpType, has_srq: bool, caps: &mut QpCaps) -> Result<()> {
+    match qp_type {
+        QpType::Dci => {
+            if has_srq {
+                return Err(Error::InvalidArgument(
+                    "a DC initiator receives nothing: it takes no SRQ".into(),
+                ));
+            }
+            caps.max_recv_wr = 0;
+            caps.max_recv_sge = 0;
+        }
+        QpType::Dct => {
+            if !has_srq {
+                return Err(Error::InvalidArgument(
+                    "a DC target takes its receives from an SRQ: QpBuilder::srq".into(),
+                ));
+            }
+            caps.max_send_wr = 1;
+            caps.max_send_sge = 1;
+            caps.max_inline_data = 0;
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
-impl QpType {
-    /// libibverbs' number for it.
-    pub const fn to_raw(self) -> u32 {
-        match self {
-            Self::Rc => crate::ffi::types::IBV_QPT_RC,
-            Self::Ud => crate::ffi::types::IBV_QPT_UD,
-            Self::Dci | Self::Dct => crate::ffi::types::IBV_QPT_DRIVER,
-        }
+// The tables of the pollers that serve a QP (`bindings.rs`): built here, where a QP's
+// states are known, and published when a QP joins or leaves a CQ.
+
+/// The direct table of `cq` for `qps`.
+pub(crate) fn direct_table(cq: &Cq, qps: &[Arc<QpInner>]) -> DirectTable {
+    let mut bindings = Vec::with_capacity(qps.len());
+    let mut srqs = Vec::new();
+    for qp in qps {
+        let QpData::Direct(d) = &qp.data else {
+            continue;
+        };
+        let sq = qp.send_cq.is(cq).then(|| d.sq_state.clone());
+        let on_cq = qp.recv_cq.is(cq);
+        bindings.push(match qp.srq.as_ref().and_then(|s| s.direct_state()) {
+            // Its receives come from the SRQ: this poller frees its WQEs.
+            Some(srq) => {
+                if on_cq {
+                    srqs.extend(
+                        qp.srq
+                            .as_ref()
+                            .map(|s| s.inner.clone() as Arc<dyn Send + Sync>),
+                    );
+                }
+                zverbs_mlx5dv::CqBinding {
+                    qpn: qp.provider.qpn(),
+                    sq,
+                    rq: None,
+                    srq: on_cq.then(|| srq.clone()),
+                }
+            }
+            None => zverbs_mlx5dv::CqBinding {
+                qpn: qp.provider.qpn(),
+                sq,
+                rq: on_cq.then(|| d.rq_state.clone()),
+                srq: None,
+            },
+        });
     }
+    DirectTable {
+        bindings: bindings.into_boxed_slice(),
+        srqs,
+    }
+}
+
+/// The fallback table of `cq` for `qps`.
+pub(crate) fn verbs_table(cq: &Cq, qps: &[Arc<QpInner>]) -> VerbsTable {
+    let mut bindings = Vec::with_capacity(qps.len());
+    for qp in qps {
+        let QpData::Verbs(v) = &qp.data else {
+            continue;
+        };
+        let on_cq = qp.recv_cq.is(cq);
+        bindings.push(fallback::Binding {
+            qpn: qp.provider.qpn(),
+            sq: qp.send_cq.is(cq).then(|| v.sq.clone()),
+            rq: (on_cq && qp.srq.is_none()).then(|| v.rq.clone()),
+            srq: on_cq && qp.srq.is_some(),
+        });
+    }
+    bindings.into_boxed_slice()
+}
+
+/// After the registry of `cq` changed: when its poller is out, publishes the table of the QPs
+/// it has now. Returns the QPs it reached, to be dropped by the caller after the lock (the last
+/// handle of one may go with them, and its destruction takes the lock again).
+pub(crate) fn republish(cq: &Cq, reg: &mut MutexGuard<'_, Registry>) -> Vec<Arc<QpInner>> {
+    reg.qps.retain(|w| w.strong_count() > 0);
+    if !reg.poller_taken {
+        return Vec::new();
+    }
+    let qps = attached(reg);
+    match &cq.inner.tables {
+        Tables::Direct(h) => h.publish(direct_table(cq, &qps)),
+        Tables::Verbs(h) => h.publish(verbs_table(cq, &qps)),
+    }
+    qps
+}
+
+/// The live QPs of a CQ's registry (each a [`QpInner`], kept there as `dyn Any`: the registry's
+/// module stands below this one).
+pub(crate) fn attached(reg: &Registry) -> Vec<Arc<QpInner>> {
+    reg.qps
+        .iter()
+        .filter_map(Weak::upgrade)
+        .filter_map(|qp| qp.downcast::<QpInner>().ok())
+        .collect()
 }
 
 /// Connects two QPs of this process to each other: each [`Qp::connect`]s to the other's
@@ -1091,276 +1068,4 @@ pub fn connect_pair(a: &Qp, b: &Qp) -> Result<()> {
     let (ea, eb) = (a.endpoint()?, b.endpoint()?);
     a.connect(&eb)?;
     b.connect(&ea)
-}
-
-/// The state of a queue pair (`enum ibv_qp_state`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum QpState {
-    /// Created, not yet usable (`IBV_QPS_RESET`).
-    Reset,
-    /// Receives may be posted; nothing is sent or received yet (`IBV_QPS_INIT`).
-    Init,
-    /// Ready to receive: incoming messages are accepted (`IBV_QPS_RTR`).
-    Rtr,
-    /// Ready to send (`IBV_QPS_RTS`).
-    Rts,
-    /// Send queue drained (`IBV_QPS_SQD`).
-    Sqd,
-    /// Send queue error (`IBV_QPS_SQE`).
-    Sqe,
-    /// Error: every outstanding request completes as flushed (`IBV_QPS_ERR`).
-    Error,
-    /// A number this crate does not know.
-    Unknown(u32),
-}
-
-impl QpState {
-    /// The state for libibverbs' number.
-    pub const fn from_raw(raw: u32) -> Self {
-        match raw {
-            0 => Self::Reset,
-            1 => Self::Init,
-            2 => Self::Rtr,
-            3 => Self::Rts,
-            4 => Self::Sqd,
-            5 => Self::Sqe,
-            6 => Self::Error,
-            n => Self::Unknown(n),
-        }
-    }
-
-    /// libibverbs' number for the state.
-    pub const fn to_raw(self) -> u32 {
-        match self {
-            Self::Reset => 0,
-            Self::Init => 1,
-            Self::Rtr => 2,
-            Self::Rts => 3,
-            Self::Sqd => 4,
-            Self::Sqe => 5,
-            Self::Error => 6,
-            Self::Unknown(n) => n,
-        }
-    }
-}
-
-impl fmt::Display for QpState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Reset => f.write_str("RESET"),
-            Self::Init => f.write_str("INIT"),
-            Self::Rtr => f.write_str("RTR"),
-            Self::Rts => f.write_str("RTS"),
-            Self::Sqd => f.write_str("SQD"),
-            Self::Sqe => f.write_str("SQE"),
-            Self::Error => f.write_str("ERROR"),
-            Self::Unknown(n) => write!(f, "state {n}"),
-        }
-    }
-}
-
-/// RESET → INIT attributes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct InitAttr {
-    /// The port (from 1).
-    pub port: u8,
-    /// P_Key table index.
-    pub pkey_index: u16,
-    /// What the peer may do to this side's memory through this QP.
-    pub access: AccessFlags,
-}
-
-/// The GRH of an address vector: needed on RoCE and across IB subnets.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct GlobalRoute {
-    /// The peer's GID.
-    pub dgid: Gid,
-    /// This side's GID index.
-    pub sgid_index: u8,
-    /// Hop limit (TTL).
-    pub hop_limit: u8,
-    /// Traffic class (DSCP/ECN on RoCE v2).
-    pub traffic_class: u8,
-    /// Flow label.
-    pub flow_label: u32,
-}
-
-/// INIT → RTR attributes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RtrAttr {
-    /// The port (from 1).
-    pub port: u8,
-    /// Path MTU.
-    pub path_mtu: Mtu,
-    /// The peer's QP number.
-    pub dest_qpn: u32,
-    /// The peer's first PSN.
-    pub rq_psn: u32,
-    /// READ/atomic requests the peer may have outstanding at this side.
-    pub max_dest_rd_atomic: u8,
-    /// RNR NAK timer code (12: 0.64 ms).
-    pub min_rnr_timer: u8,
-    /// The peer's LID (0 on RoCE).
-    pub dlid: u16,
-    /// Service level.
-    pub sl: u8,
-    /// The GRH, or `None` for LID routing.
-    pub grh: Option<GlobalRoute>,
-}
-
-/// RTR → RTS attributes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RtsAttr {
-    /// This side's first PSN.
-    pub sq_psn: u32,
-    /// ACK timeout code (4.096 µs × 2^timeout; 14 ≈ 67 ms).
-    pub timeout: u8,
-    /// Transport retries (7 max).
-    pub retry_cnt: u8,
-    /// RNR retries: how many times a request that finds no receive posted at the peer is
-    /// sent again, each after the peer's RNR timer, before it fails with "RNR retry counter
-    /// exceeded" (0–6); 7 retries for ever.
-    pub rnr_retry: u8,
-    /// READ/atomic requests this side may have outstanding.
-    pub max_rd_atomic: u8,
-}
-
-/// Everything to take a QP from RESET to RTS against a peer, with `ibv_rc_pingpong`'s
-/// defaults; the three steps' attributes are public to adjust.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ConnectAttr {
-    /// RESET → INIT.
-    pub init: InitAttr,
-    /// INIT → RTR.
-    pub rtr: RtrAttr,
-    /// RTR → RTS.
-    pub rts: RtsAttr,
-}
-
-impl ConnectAttr {
-    /// Attributes to connect to `remote` from `port`, sending from PSN `local_psn`.
-    ///
-    /// A GRH is used when the peer's GID is set (as `ibv_rc_pingpong` decides: non-zero
-    /// interface id), with this side's GID `sgid_index` (from
-    /// [`LocalAddress::gid_index`](crate::LocalAddress::gid_index)). Defaults: MTU 1024, every
-    /// remote access right, one outstanding READ/atomic each way, RNR timer 12 (0.64 ms),
-    /// timeout 14, 7 retries, **6 RNR retries**.
-    ///
-    /// The RNR retries bound how long a request that needs a receive at the peer (a SEND, a
-    /// WRITE with immediate) waits when none is posted: it is sent again 6 times, each after
-    /// the peer's RNR timer (its `min_rnr_timer`, 12 = 0.64 ms with these defaults on both
-    /// sides), then fails with [`WcStatus::RnrRetryExcErr`](zverbs_core::WcStatus) and moves
-    /// the QP to the error state: about 6 × 0.64 ≈ 4 ms, not a hang. The software device
-    /// retries once per step of its engine instead of waiting a timer, so there the error
-    /// comes within microseconds. `.rnr(7, 12)` retries for ever (`ibv_rc_pingpong`'s choice),
-    /// for a peer that is known to post its receives in time.
-    pub fn new(port: u8, local_psn: u32, remote: &Endpoint, sgid_index: Option<u32>) -> Self {
-        let grh = (remote.gid.interface_id() != 0).then(|| GlobalRoute {
-            dgid: remote.gid,
-            sgid_index: sgid_index.unwrap_or(0) as u8,
-            hop_limit: 64,
-            traffic_class: 0,
-            flow_label: 0,
-        });
-        Self {
-            init: InitAttr {
-                port,
-                pkey_index: 0,
-                access: AccessFlags::ALL,
-            },
-            rtr: RtrAttr {
-                port,
-                path_mtu: Mtu::M1024,
-                dest_qpn: remote.qpn,
-                rq_psn: remote.psn,
-                max_dest_rd_atomic: 1,
-                min_rnr_timer: 12,
-                dlid: remote.lid,
-                sl: 0,
-                grh,
-            },
-            rts: RtsAttr {
-                sq_psn: local_psn,
-                timeout: 14,
-                retry_cnt: 7,
-                rnr_retry: 6,
-                max_rd_atomic: 1,
-            },
-        }
-    }
-
-    /// The path MTU.
-    pub fn mtu(mut self, mtu: Mtu) -> Self {
-        self.rtr.path_mtu = mtu;
-        self
-    }
-
-    /// Outstanding READ/atomic requests, both ways.
-    pub fn rd_atomic(mut self, n: u8) -> Self {
-        self.rtr.max_dest_rd_atomic = n;
-        self.rts.max_rd_atomic = n;
-        self
-    }
-
-    /// The service level.
-    pub fn sl(mut self, sl: u8) -> Self {
-        self.rtr.sl = sl;
-        self
-    }
-
-    /// ACK timeout code and transport retries.
-    pub fn timeout(mut self, timeout: u8, retry_cnt: u8) -> Self {
-        self.rts.timeout = timeout;
-        self.rts.retry_cnt = retry_cnt;
-        self
-    }
-
-    /// RNR retries (0–6, or 7: for ever) and this side's RNR timer code (the wait a peer's
-    /// retry makes: 12 is 0.64 ms, 0 is 655 ms; see the IB specification's table).
-    pub fn rnr(mut self, rnr_retry: u8, min_rnr_timer: u8) -> Self {
-        self.rts.rnr_retry = rnr_retry;
-        self.rtr.min_rnr_timer = min_rnr_timer;
-        self
-    }
-
-    /// What the peer may do to this side's memory.
-    pub fn access(mut self, access: AccessFlags) -> Self {
-        self.init.access = access;
-        self
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn grh_only_when_the_peer_has_a_gid() {
-        let mut ep = Endpoint {
-            lid: 5,
-            qpn: 0x11,
-            psn: 0x22,
-            gid: Gid::default(),
-        };
-        let c = ConnectAttr::new(1, 7, &ep, None);
-        assert_eq!(c.rtr.grh, None);
-        assert_eq!((c.rtr.dlid, c.rtr.dest_qpn, c.rtr.rq_psn), (5, 0x11, 0x22));
-        // A finite RNR retry count: a request without a receive at the peer fails, not hangs.
-        assert_eq!(
-            (
-                c.rts.timeout,
-                c.rts.retry_cnt,
-                c.rts.rnr_retry,
-                c.rtr.min_rnr_timer
-            ),
-            (14, 7, 6, 12)
-        );
-        assert_eq!(c.rnr(7, 12).rts.rnr_retry, 7);
-        ep.gid.0[15] = 1;
-        let c = ConnectAttr::new(1, 7, &ep, Some(3)).mtu(Mtu::M4096);
-        let g = c.rtr.grh.unwrap();
-        assert_eq!((g.sgid_index, g.dgid), (3, ep.gid));
-        assert_eq!(c.rtr.path_mtu, Mtu::M4096);
-    }
 }

@@ -38,7 +38,7 @@ use crate::provider::{CqEngine, QpEngine};
 use crate::qp::{Qp, QpData, QpInner};
 
 /// The bindings a direct poller polls for.
-type DirectBindings = crate::members::DirectTable;
+type DirectBindings = crate::bindings::DirectTable;
 
 /// Implements [`PostSend`] for a handle type by forwarding to the queue it holds in its field
 /// `q` (always inlined).
@@ -96,7 +96,7 @@ macro_rules! forward_queues {
 
         impl PollCq for Poller {
             /// Polls; a poll that finds nothing also adopts a new table of QPs if one waits
-            /// (one load and a compare, on the idle path only: `members.rs`).
+            /// (one load and a compare, on the idle path only: `bindings.rs`).
             #[inline(always)]
             fn poll(&mut self, out: &mut [Completion]) -> usize {
                 let n = self.q.poll(out);
@@ -154,7 +154,7 @@ pub mod direct {
         // Field order is drop order: the poller before the hand-over it reads and the CQ
         // whose memory it reads (its table keeps the SRQs it writes alive).
         pub(super) q: zverbs_mlx5dv::CompletionQueue<DirectBindings>,
-        pub(super) members: Arc<crate::members::Hand<DirectBindings>>,
+        pub(super) members: Arc<crate::bindings::Publisher<DirectBindings>>,
         pub(super) _cq: Cq,
     }
 
@@ -226,7 +226,7 @@ pub mod verbs {
     #[derive(Debug)]
     pub struct Poller {
         pub(super) q: fallback::Poller,
-        pub(super) members: Arc<crate::members::Hand<crate::members::VerbsTable>>,
+        pub(super) members: Arc<crate::bindings::Publisher<crate::bindings::VerbsTable>>,
         pub(super) _cq: Cq,
     }
 
@@ -325,7 +325,7 @@ pub enum AnyPoller {
     Verbs(verbs::Poller),
 }
 
-fn qp_ptr(qp: &QpInner) -> Result<*mut crate::ffi::types::ibv_qp> {
+fn qp_ptr(qp: &QpInner) -> Result<*mut zverbs_ffi::types::ibv_qp> {
     match qp.provider.engine() {
         QpEngine::Verbs(p) => Ok(p.as_ptr()),
         QpEngine::Direct(_) => Err(Error::Backend {
@@ -364,7 +364,7 @@ impl AnySendQueue {
                 // created without scatter-to-CQE. The register: the provider vouched that a
                 // dedicated one is this QP's alone (and 8-byte doorbells alone cannot tear);
                 // every direct QP of this process on a shared one holds the same `SharedBf`
-                // (one per address, `register::join`), which the QP, kept alive by the handle,
+                // (one per address, `blueflame::join`), which the QP, kept alive by the handle,
                 // keeps alive.
                 let q = unsafe {
                     zverbs_mlx5dv::SendQueue::new(layout, caps, state, d.register.shared())?
@@ -437,9 +437,10 @@ impl AnyRecvQueue {
 
 impl AnyPoller {
     pub(crate) fn new(cq: &Cq, qps: Vec<Arc<QpInner>>) -> Result<Self> {
-        use crate::members::{Members, direct_table, verbs_table};
-        match (cq.engine(), &cq.inner.members) {
-            (CqEngine::Direct(layout), Members::Direct(members)) => {
+        use crate::bindings::Tables;
+        use crate::qp::{direct_table, verbs_table};
+        match (cq.engine(), &cq.inner.tables) {
+            (CqEngine::Direct(layout), Tables::Direct(members)) => {
                 let table = direct_table(cq, &qps);
                 // SAFETY: the layout is libmlx5's for this live CQ (kept alive by `_cq`, dropped
                 // after the queue); the poller is taken once and libibverbs never polls the CQ;
@@ -457,7 +458,7 @@ impl AnyPoller {
                     _cq: cq.clone(),
                 }))
             }
-            (CqEngine::Verbs(ptr), Members::Verbs(members)) => {
+            (CqEngine::Verbs(ptr), Tables::Verbs(members)) => {
                 let table = verbs_table(cq, &qps);
                 // SAFETY: a live CQ kept alive by `_cq`, polled only through this handle;
                 // the bindings name its QPs with their states.

@@ -46,11 +46,12 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::connect::random_psn;
 use crate::error::{Error, Result};
-use crate::ffi::types::{ibv_qp_attr, qp_attr_mask as m};
 use crate::provider::QpEngine;
-use crate::qp::{DirectRegister, Qp, QpData, QpState};
+use crate::qp::{DirectRegister, Qp, QpData};
+use crate::types::endpoint::random_psn;
+use crate::types::qp::QpState;
+use zverbs_ffi::types::{ibv_qp_attr, qp_attr_mask as m};
 
 impl Qp {
     /// Moves the QP to the error state (`ibv_modify_qp` to `IBV_QPS_ERR`): every request it

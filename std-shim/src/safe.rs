@@ -44,16 +44,21 @@
 //! [`BufSlice`] already passed, and the queue's own [`PostSend::post`]; [`SafePoller`] copies
 //! completions into a buffer of its own, allocated once.
 
-use std::ops::{Bound, RangeBounds};
+use std::ops::RangeBounds;
 use std::time::Instant;
 
 use zverbs_core::{
-    Completion, PollCq, PostError, PostRecv, PostSend, RecvWr, RemoteBuf, SendBatch, SendFlags,
-    SendWr, Sge,
+    Completion, PollCq, PostRecv, PostSend, RecvWr, RemoteBuf, SendBatch, SendFlags, SendWr, Sge,
 };
 
-use crate::mr::{AccessFlags, BufError, MrBuf, or_panic};
+#[cfg(doc)]
+use zverbs_core::PostError;
+
+pub use crate::error::{SafePostError, WaitError};
+use crate::mr::MrBuf;
 use crate::queues::{AnyPoller, AnyRecvQueue, AnySendQueue};
+use crate::types::access::AccessFlags;
+use crate::types::buf::{BufError, or_panic};
 use crate::ud::UdTarget;
 
 /// A bounds-checked span of an [`MrBuf`] ([`MrBuf::slice`]).
@@ -61,48 +66,6 @@ use crate::ud::UdTarget;
 pub struct BufSlice<'a> {
     buf: &'a MrBuf,
     sge: Sge,
-}
-
-/// `range` resolved against a buffer of `len` bytes: `(start, end)`, checked without overflow.
-pub(crate) fn resolve(
-    range: impl RangeBounds<usize>,
-    len: usize,
-) -> Result<(usize, usize), BufError> {
-    let start = match range.start_bound() {
-        Bound::Included(&s) => s,
-        Bound::Excluded(&s) => s.checked_add(1).ok_or(BufError::OutOfBounds {
-            offset: s,
-            len: 0,
-            buf_len: len,
-        })?,
-        Bound::Unbounded => 0,
-    };
-    let end = match range.end_bound() {
-        Bound::Included(&e) => e.checked_add(1).ok_or(BufError::OutOfBounds {
-            offset: start,
-            len: usize::MAX,
-            buf_len: len,
-        })?,
-        Bound::Excluded(&e) => e,
-        Bound::Unbounded => len,
-    };
-    if start > end {
-        return Err(BufError::ReversedRange { start, end });
-    }
-    if end > len {
-        return Err(BufError::OutOfBounds {
-            offset: start,
-            len: end - start,
-            buf_len: len,
-        });
-    }
-    if end - start > u32::MAX as usize {
-        return Err(BufError::TooLong {
-            len: end - start,
-            max: u32::MAX,
-        });
-    }
-    Ok((start, end))
 }
 
 impl MrBuf {
@@ -157,18 +120,6 @@ impl BufSlice<'_> {
             Err(SafePostError::NotWritable)
         }
     }
-}
-
-/// Why a safe post was refused. Nothing was written.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum SafePostError {
-    /// The device would write into a buffer registered without `LOCAL_WRITE`.
-    #[error("the device would write into a buffer registered without LOCAL_WRITE")]
-    NotWritable,
-    /// The queue refused the request.
-    #[error(transparent)]
-    Post(#[from] PostError),
 }
 
 /// The send operations, each building its request and handing it to `$submit` (post and ring,
@@ -550,32 +501,6 @@ impl<Q: PostRecv> SafeRecvQueue<Q> {
         // SAFETY: a bounds-checked span of an `MrBuf` with its own key (module docs).
         unsafe { self.q.post(&RecvWr::new(wr_id, &sgl)) }.map_err(Into::into)
     }
-}
-
-/// Why [`SafePoller::wait`] returned without its completions.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum WaitError {
-    /// The deadline passed first. The completions that did arrive stay in the poller: the next
-    /// [`SafePoller::wait`] or [`SafePoller::poll`] returns them first.
-    #[error(
-        "{got} of {wanted} completions arrived before the deadline (a request not signaled, a \
-         peer not answering, or a deadline too short?)"
-    )]
-    Timeout {
-        /// Completions asked for.
-        wanted: usize,
-        /// Completions that arrived (kept for the next call).
-        got: usize,
-    },
-    /// More completions asked for than the poller holds.
-    #[error("asked for {count} completions; the poller holds at most {capacity}")]
-    TooMany {
-        /// Completions asked for.
-        count: usize,
-        /// The poller's capacity ([`SafePoller::capacity`]).
-        capacity: usize,
-    },
 }
 
 /// How many times [`SafePoller::wait`] polls between two readings of the clock.

@@ -6,15 +6,11 @@ use std::sync::{Arc, Mutex};
 use zverbs_mlx5dv::{SrqSlot, SrqState};
 
 use crate::backend::BackendKind;
+pub use crate::bindings::SrqStateHandle;
 use crate::error::{Error, Result};
-use crate::ffi::types::ibv_srq;
 use crate::pd::Pd;
 use crate::provider::{SrqEngine, SrqLayout, SrqProvider};
-use crate::queues::{AnySrqQueue, direct, verbs};
-
-/// A direct shared receive queue's bookkeeping, shared by its queue handle and the pollers of
-/// the CQ its QPs complete their receives on.
-pub type SrqStateHandle = Arc<SrqState<Box<[SrqSlot]>>>;
+use zverbs_ffi::types::ibv_srq;
 
 /// A shared receive queue (`ibv_create_srq`), destroyed on drop (`ibv_destroy_srq`) once no
 /// QP uses it (QPs on it hold it alive). Cloning is cheap.
@@ -28,7 +24,7 @@ pub(crate) struct SrqInner {
     // Field order is drop order: the SRQ goes before its bookkeeping and its PD.
     pub(crate) provider: Box<dyn SrqProvider>,
     /// The direct path's bookkeeping (`None` on the fallback).
-    state: Option<SrqStateHandle>,
+    pub(crate) state: Option<SrqStateHandle>,
     /// Whether the queue handle was taken, and the CQ every QP on the SRQ must complete its
     /// receives on: the first such QP's.
     pub(crate) use_: Mutex<SrqUse>,
@@ -38,7 +34,7 @@ pub(crate) struct SrqInner {
 /// How an SRQ is used (see [`SrqInner::use_`]).
 #[derive(Debug, Default)]
 pub(crate) struct SrqUse {
-    taken: bool,
+    pub(crate) taken: bool,
     recv_cq: Option<crate::cq::Cq>,
     /// The entries `recv_cq` holds for the SRQ's receives.
     held: u32,
@@ -108,57 +104,6 @@ impl Srq {
             )));
         }
         self.inner.provider.arm(limit)
-    }
-
-    /// The queue to post receives to, for every QP on the SRQ; it can be taken once.
-    /// Completions of its receives arrive on the receive CQs of the QPs that consumed them
-    /// (on the direct path, one CQ for all: [`QpBuilder::srq`](crate::QpBuilder::srq)).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::AlreadyTaken`]; [`Error::Layout`] if the direct backend rejects the layout;
-    /// [`Error::Backend`] when the provider has no `post_srq_recv` entry.
-    pub fn queue(&self) -> Result<AnySrqQueue> {
-        {
-            let mut u = self.inner.use_.lock().unwrap_or_else(|p| p.into_inner());
-            if u.taken {
-                return Err(Error::AlreadyTaken("shared receive queue"));
-            }
-            u.taken = true;
-        }
-        match (self.inner.provider.engine(), &self.inner.state) {
-            (SrqEngine::Direct(l), Some(state)) => {
-                // SAFETY: the layout is the provider's for this live SRQ, kept alive by the
-                // clone the handle holds beside the queue (dropped after it); the queue is
-                // taken once and nothing else posts to the SRQ; `state` was made from the
-                // same layout when the SRQ was created, nothing was posted since, and the
-                // QPs on the SRQ all complete their receives on one CQ, whose pollers bind it
-                // (`QpBuilder::build` refuses another).
-                let q = unsafe { zverbs_mlx5dv::SharedRecvQueue::new(&l, state.clone())? };
-                Ok(AnySrqQueue::Direct(direct::SrqQueue {
-                    q,
-                    _srq: self.clone(),
-                }))
-            }
-            (SrqEngine::Verbs(p), _) => {
-                let (max_wr, max_sge) = self.caps();
-                // SAFETY: a live SRQ kept alive by the handle's clone; only this queue posts
-                // to it; its real scatter limit.
-                let q = unsafe { crate::fallback::SrqQueue::new(p.as_ptr(), max_wr, max_sge) }
-                    .ok_or_else(|| Error::Backend {
-                        requested: BackendKind::Verbs,
-                        reason: "the provider has no post_srq_recv entry in ibv_context.ops".into(),
-                    })?;
-                Ok(AnySrqQueue::Verbs(verbs::SrqQueue {
-                    q,
-                    _srq: self.clone(),
-                }))
-            }
-            (SrqEngine::Direct(_), None) => Err(Error::Backend {
-                requested: BackendKind::Direct,
-                reason: "the SRQ has no direct bookkeeping".into(),
-            }),
-        }
     }
 
     /// The direct path's bookkeeping, for the pollers of its QPs' receive CQ.

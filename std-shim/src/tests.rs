@@ -4,9 +4,10 @@
 use std::sync::{Arc, Mutex};
 
 use crate::backend::{BackendChoice, BackendRequest, RequestSource};
+use crate::error::SafePostError;
 use crate::fallback::fake::{self, with};
 use crate::provider::fake::{FakeContext, Log};
-use crate::safe::{SafePostError, SafeRecvQueue, SafeSendQueue};
+use crate::safe::{SafeRecvQueue, SafeSendQueue};
 use crate::*;
 
 fn ctx_with(log: &Log, f: impl FnOnce(&mut FakeContext)) -> Context {
@@ -29,7 +30,7 @@ fn ctx(log: &Log) -> Context {
 /// Takes `qp` to RTS (the fake provider accepts every transition), so that its queues can be
 /// taken.
 fn rts(qp: &Qp) {
-    let peer = crate::connect::Endpoint::default();
+    let peer = crate::types::endpoint::Endpoint::default();
     qp.connect_with(&ConnectAttr::new(1, 0, &peer, None))
         .unwrap();
 }
@@ -187,7 +188,7 @@ fn handles_are_taken_once_and_qps_may_come_after_the_poller() {
         ),
         "{e}"
     );
-    let attr = ConnectAttr::new(1, 0, &crate::connect::Endpoint::default(), None);
+    let attr = ConnectAttr::new(1, 0, &crate::types::endpoint::Endpoint::default(), None);
     qp.to_init(&attr.init).unwrap();
     qp.to_rtr(&attr.rtr).unwrap();
     assert_eq!(qp.state(), QpState::Rtr);

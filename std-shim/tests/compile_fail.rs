@@ -7,7 +7,7 @@
 //! After a deliberate change of an error's wording, `TRYBUILD=overwrite cargo test -p zverbs
 //! --test compile_fail` rewrites the `.stderr` files; read the diff before committing it.
 //!
-//! They run only with the software device (feature `sim`, on by default): the compiler names a type by its shortest
+//! They run only with the software device (feature `sim`, which this crate's tests turn on): the compiler names a type by its shortest
 //! unambiguous path, which depends on the crates in the build (without the software device,
 //! `zverbs_mlx5dv::Datagram` is plain `Datagram`), so one set of `.stderr` files fits one
 //! feature set.

@@ -8,6 +8,9 @@
 //! (docs/testing.md); the rdma_cm tests also need `ZVERBS_TEST_ADDR` (one device) or
 //! `ZVERBS_TEST_PAIR_ADDRS` (the pair).
 
+// They connect (or join a multicast group) through rdma_cm.
+#![cfg(feature = "rdma_cm")]
+
 mod device;
 
 use std::net::{IpAddr, SocketAddr};

@@ -9,6 +9,9 @@
 //! Device tests: they return at once unless `ZVERBS_TEST_DEVICE` names a device
 //! (docs/testing.md); `cargo xtask test` runs them on rxe in a VM.
 
+// They connect (or join a multicast group) through rdma_cm.
+#![cfg(feature = "rdma_cm")]
+
 mod device;
 
 use std::net::IpAddr;

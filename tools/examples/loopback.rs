@@ -3,7 +3,7 @@
 //! all checks pass, 1 otherwise (2 for bad arguments).
 //!
 //! It runs without a NIC: on a machine that has none it runs on the software mlx5 device
-//! `zverbs_sim0` (the `sim` feature, on by default: no NIC, no rdma-core, no server), and its
+//! `zverbs_sim0` (the `sim` feature of zverbs, which zverbs-tools turns on: no NIC, no rdma-core, no server), and its
 //! first line says so. To choose the device, name it (`mlx5_0`, `rxe0`, `zverbs_sim0`;
 //! `ibv_devices` lists the NICs) or set `ZVERBS_DEVICE`; with neither, it takes the first NIC.
 //! On RoCE, `--gid-idx` picks the GID (`ibv_devinfo -v` lists them); `--backend` forces one.

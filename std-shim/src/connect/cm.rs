@@ -22,15 +22,16 @@ use std::time::Duration;
 use super::RemoteRegion;
 use crate::backend::BackendChoice;
 use crate::device::Context;
-use crate::device::Gid;
 use crate::error::{Error, Result};
-use crate::ffi::cm::*;
-use crate::ffi::load::{self, Rdmacm};
-use crate::ffi::types::{ibv_qp_attr, qp_attr_mask};
-use crate::mr::AccessFlags;
 use crate::provider::verbs::borrow_context;
-use crate::qp::{GlobalRoute, Qp, QpState, QpType};
-use crate::ud::{AhAttr, MULTICAST_QPN, UdAttr};
+use crate::qp::Qp;
+use crate::types::access::AccessFlags;
+use crate::types::ah::{AhAttr, MULTICAST_QPN, UdAttr};
+use crate::types::device::Gid;
+use crate::types::qp::{GlobalRoute, QpState, QpType};
+use zverbs_ffi::cm::*;
+use zverbs_ffi::load::{self, Rdmacm};
+use zverbs_ffi::types::{ibv_qp_attr, qp_attr_mask};
 
 /// Private data a connect request can carry on RC (the answer may carry more, but this crate
 /// sends at most this much either way).

@@ -41,8 +41,8 @@ use std::net::{IpAddr, Ipv4Addr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use super::{Endpoint, RemoteRegion};
-use crate::device::Gid;
 use crate::error::{Error, Result};
+use crate::types::device::Gid;
 
 /// Bytes of `ibv_rc_pingpong`'s message, NUL included.
 pub const MSG_LEN: usize = 52;

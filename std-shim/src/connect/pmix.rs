@@ -64,9 +64,9 @@ use zverbs_ffi::pmix::{
 
 use super::{Endpoint, RemoteRegion};
 use crate::dc::{DcAddr, DcPeer};
-use crate::device::Gid;
 use crate::pd::Pd;
 use crate::qp::Qp;
+use crate::types::device::Gid;
 
 /// What went wrong in a PMIx job.
 #[derive(Debug, thiserror::Error)]
@@ -123,7 +123,7 @@ pub enum PmixError {
     },
     /// Creating or connecting a queue pair failed.
     #[error(transparent)]
-    Verbs(#[from] crate::Error),
+    Verbs(#[from] crate::error::Error),
 }
 
 /// A `Result` with a [`PmixError`].
@@ -440,7 +440,7 @@ impl Job {
     pub fn connect_all(
         &self,
         region: Option<RemoteRegion>,
-        mut make_qp: impl FnMut(u32) -> crate::Result<Qp>,
+        mut make_qp: impl FnMut(u32) -> crate::error::Result<Qp>,
     ) -> Result<Mesh> {
         let n = self.size;
         let me = self.rank();
@@ -520,7 +520,7 @@ impl Job {
         dci: Qp,
         dct: Qp,
     ) -> Result<DcMesh> {
-        use crate::qp::QpType;
+        use crate::types::qp::QpType;
         if dci.qp_type() != QpType::Dci || dct.qp_type() != QpType::Dct {
             return Err(PmixError::InvalidArgument(format!(
                 "connect_all_dc takes a DC initiator and a DC target, got {:?} and {:?}",

@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 
 use zverbs_core::Sge;
 
-use crate::ffi::types::*;
+use zverbs_ffi::types::*;
 
 /// The QP number the fake QP reports.
 pub(crate) const QPN: u32 = 0x1234;

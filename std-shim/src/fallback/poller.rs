@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use zverbs_core::{Completion, PollCq, PollCqTimed, TimedCompletion, WcFlags, WcOpcode, WcStatus};
 
-use super::RawArray;
+use super::raw::RawArray;
 use super::state::{RECV_TAG, RqShared, SqShared};
-use crate::ffi::types::*;
+use zverbs_ffi::types::*;
 
 /// Which queues of one QP a poller serves.
 #[derive(Clone, Debug)]

@@ -4,9 +4,9 @@ use std::sync::Arc;
 
 use zverbs_core::{BatchError, PostError, PostRecv, RecvWr, Sge};
 
-use super::RawArray;
+use super::raw::{RawArray, sg_list};
 use super::state::{RECV_TAG, RqShared};
-use crate::ffi::types::*;
+use zverbs_ffi::types::*;
 
 /// A receive queue driven through `ibv_post_recv`.
 #[derive(Debug)]
@@ -111,7 +111,7 @@ impl RecvQueue {
             this.write(ibv_recv_wr {
                 wr_id: RECV_TAG | u64::from(counter),
                 next: core::ptr::null_mut(),
-                sg_list: super::sg_list(sg),
+                sg_list: sg_list(sg),
                 num_sge: wr.sgl.len() as i32,
             })
         };

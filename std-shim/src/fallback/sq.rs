@@ -7,9 +7,9 @@ use zverbs_core::{
     WcOpcode,
 };
 
-use super::RawArray;
+use super::raw::{RawArray, sg_list};
 use super::state::{SendSlot, SqShared};
-use crate::ffi::types::*;
+use zverbs_ffi::types::*;
 
 /// Requests the provider refused at [`ring`](PostSend::ring).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -175,7 +175,7 @@ impl SendQueue {
         let signaled = checked.signaled();
         let mut out = ibv_send_wr::ZERO;
         out.wr_id = u64::from(self.pi);
-        out.sg_list = super::sg_list(sg_base);
+        out.sg_list = sg_list(sg_base);
         // The flags pass through (`SendFlags` has libibverbs' values), SIGNALED as the check
         // says (the queue's `sig_all`).
         out.send_flags = checked.flags().bits();

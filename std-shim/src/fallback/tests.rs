@@ -11,7 +11,7 @@ use zverbs_mlx5dv::SqCaps;
 use super::fake::{self, FakeDevice, QPN, with};
 use super::state::RECV_TAG;
 use super::{Binding, Poller, RecvQueue, RqShared, SendQueue, SqShared};
-use crate::ffi::types::*;
+use zverbs_ffi::types::*;
 
 const MAX_WR: u32 = 8;
 

@@ -3,8 +3,8 @@
 
 use zverbs_core::{BatchError, PostError, PostRecv, RecvWr, Sge};
 
-use super::RawArray;
-use crate::ffi::types::*;
+use super::raw::{RawArray, sg_list};
+use zverbs_ffi::types::*;
 
 /// The `ibv_send_wr` of a UD SEND of `sgl` to QP `remote_qpn` through address handle `ah`
 /// with Q_Key `qkey` (`wr.ud`), with the immediate `imm` (already big-endian, as verbs
@@ -22,7 +22,7 @@ pub fn ud_send_wr(
 ) -> ibv_send_wr {
     ibv_send_wr {
         wr_id,
-        sg_list: super::sg_list(sgl.as_mut_ptr()),
+        sg_list: sg_list(sgl.as_mut_ptr()),
         num_sge: i32::try_from(sgl.len()).unwrap_or(i32::MAX),
         opcode: if imm.is_some() {
             IBV_WR_SEND_WITH_IMM
@@ -114,7 +114,7 @@ impl SrqQueue {
             this.write(ibv_recv_wr {
                 wr_id: wr.wr_id,
                 next: core::ptr::null_mut(),
-                sg_list: super::sg_list(sges),
+                sg_list: sg_list(sges),
                 num_sge: wr.sgl.len() as i32,
             })
         };
@@ -196,7 +196,7 @@ mod tests {
         );
         let mut bad = core::ptr::null_mut();
         // SAFETY: the fake QP; the request and its list live across the call.
-        let ret = unsafe { crate::ffi::ibv_post_send(dev.qp(), &mut wr, &mut bad) };
+        let ret = unsafe { zverbs_ffi::ibv_post_send(dev.qp(), &mut wr, &mut bad) };
         assert_eq!(ret, 0);
         let seen = with(|f| f.sends.clone());
         assert_eq!(seen.len(), 1);
@@ -212,7 +212,7 @@ mod tests {
         // Without an immediate: a plain SEND.
         let mut wr = ud_send_wr(10, &mut sgl, ah, 3, 4, None, 0);
         // SAFETY: as above.
-        let ret = unsafe { crate::ffi::ibv_post_send(dev.qp(), &mut wr, &mut bad) };
+        let ret = unsafe { zverbs_ffi::ibv_post_send(dev.qp(), &mut wr, &mut bad) };
         assert_eq!(ret, 0);
         let s = with(|f| f.sends[1]);
         assert_eq!(

@@ -8,13 +8,15 @@ use super::{
     QpProvider, RegisterOwner,
 };
 use crate::backend::DirectSupport;
-use crate::device::{DeviceAttr, Gid, GidEntry, GidType, LinkLayer, Mtu, PortAttr, PortState};
 use crate::error::{Error, Result};
-use crate::fallback::RawArray;
 use crate::fallback::fake::FakeDevice;
-use crate::ffi::types::{ibv_ah, ibv_cq, ibv_qp_attr};
-use crate::mr::AccessFlags;
-use crate::qp::QpCaps;
+use crate::fallback::raw::RawArray;
+use crate::types::access::AccessFlags;
+use crate::types::device::{
+    DeviceAttr, Gid, GidEntry, GidType, LinkLayer, Mtu, PortAttr, PortState,
+};
+use crate::types::qp::QpCaps;
+use zverbs_ffi::types::{ibv_ah, ibv_cq, ibv_qp_attr};
 
 /// What happened, in order.
 pub(crate) type Log = Arc<Mutex<Vec<String>>>;
@@ -353,7 +355,7 @@ impl PdProvider for FakePd {
             ),
         ))
     }
-    fn create_ah(&self, attr: &crate::ud::AhAttr) -> Result<Box<dyn super::AhProvider>> {
+    fn create_ah(&self, attr: &crate::types::ah::AhAttr) -> Result<Box<dyn super::AhProvider>> {
         note(&self.log, format!("create_ah {attr:?}"));
         Ok(Box::new(FakeAh))
     }

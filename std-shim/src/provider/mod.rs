@@ -22,19 +22,39 @@ pub(crate) mod sim;
 pub(crate) mod sim_channel;
 pub(crate) mod verbs;
 
+use std::any::Any;
 use std::fmt::Debug;
 use std::ptr::NonNull;
 
 use zverbs_mlx5dv::{CqLayout, QpLayout};
 
 use crate::backend::DirectSupport;
-use crate::device::Gid;
-use crate::device::{DeviceAttr, GidEntry, PortAttr};
+use crate::error::Error;
 use crate::error::Result;
-use crate::ffi::types::{ibv_ah, ibv_cq, ibv_qp, ibv_qp_attr, ibv_srq};
-use crate::mr::AccessFlags;
-use crate::qp::{QpCaps, QpType};
-use crate::ud::AhAttr;
+use crate::types::access::AccessFlags;
+use crate::types::ah::AhAttr;
+use crate::types::device::Gid;
+use crate::types::device::{DeviceAttr, GidEntry, PortAttr};
+use crate::types::event::AsyncEvent;
+use crate::types::qp::{QpCaps, QpType};
+use std::os::fd::BorrowedFd;
+use zverbs_ffi::types::{ibv_ah, ibv_cq, ibv_qp, ibv_qp_attr, ibv_srq};
+
+/// What reads a context's events (one per provider).
+pub(crate) trait AsyncEventSource: Send + Sync + Debug {
+    /// The non-blocking fd, readable while events are pending.
+    fn fd(&self) -> BorrowedFd<'_>;
+    /// The next event, converted (and acknowledged), if one is pending.
+    fn try_next(&self) -> Result<Option<AsyncEvent>>;
+}
+
+/// The error of a provider without asynchronous events.
+pub(crate) fn unsupported() -> Error {
+    Error::Verbs {
+        verb: "ibv_get_async_event",
+        source: std::io::Error::from(std::io::ErrorKind::Unsupported),
+    }
+}
 
 /// An open device.
 pub(crate) trait ContextProvider: Send + Sync + Debug {
@@ -65,12 +85,12 @@ pub(crate) trait ContextProvider: Send + Sync + Debug {
     /// A completion queue of at least `cqe` entries; `direct` asks for a direct engine.
     fn create_cq(&self, cqe: u32, direct: bool) -> Result<(Box<dyn CqProvider>, EngineNote)>;
     /// A reader of the device's asynchronous events.
-    fn async_events(&self) -> Result<Box<dyn crate::events::AsyncEventSource>> {
-        Err(crate::events::unsupported())
+    fn async_events(&self) -> Result<Box<dyn crate::provider::AsyncEventSource>> {
+        Err(crate::provider::unsupported())
     }
     /// The device clock now (frequency, timestamp mask, timecounter snapshot).
-    fn clock(&self) -> Result<crate::clock::ClockSnapshot> {
-        Err(crate::Error::NoTimestamps {
+    fn clock(&self) -> Result<crate::types::clock::ClockSnapshot> {
+        Err(crate::error::Error::NoTimestamps {
             device: self.name().to_string(),
             reason: "the provider has no device clock".into(),
         })
@@ -85,14 +105,14 @@ pub(crate) trait ContextProvider: Send + Sync + Debug {
         channel: Option<&dyn ChannelProvider>,
     ) -> Result<(Box<dyn CqProvider>, EngineNote)> {
         let _ = (cqe, direct, channel);
-        Err(crate::Error::NoTimestamps {
+        Err(crate::error::Error::NoTimestamps {
             device: self.name().to_string(),
             reason: "the provider cannot create CQs with completion timestamps".into(),
         })
     }
     /// A completion channel (`ibv_create_comp_channel`).
     fn create_comp_channel(&self) -> Result<Box<dyn ChannelProvider>> {
-        Err(crate::event::EventError::Unsupported(self.name().to_owned()).into())
+        Err(crate::error::EventError::Unsupported(self.name().to_owned()).into())
     }
     /// As [`ContextProvider::create_cq`], for a CQ whose events go to `channel` (made by this
     /// provider).
@@ -103,7 +123,7 @@ pub(crate) trait ContextProvider: Send + Sync + Debug {
         channel: &dyn ChannelProvider,
     ) -> Result<(Box<dyn CqProvider>, EngineNote)> {
         let _ = (cqe, direct, channel);
-        Err(crate::event::EventError::Unsupported(self.name().to_owned()).into())
+        Err(crate::error::EventError::Unsupported(self.name().to_owned()).into())
     }
     /// As [`ContextProvider::create_cq`], for a direct CQ whose device compresses CQEs in
     /// `format` ([`crate::CqBuilder::compressed`]), with completion timestamps when
@@ -116,7 +136,7 @@ pub(crate) trait ContextProvider: Send + Sync + Debug {
         channel: Option<&dyn ChannelProvider>,
     ) -> Result<(Box<dyn CqProvider>, EngineNote)> {
         let _ = (cqe, format, timestamps, channel);
-        Err(crate::Error::NoCqeCompression {
+        Err(crate::error::Error::NoCqeCompression {
             device: self.name().to_string(),
             reason: "the provider cannot create CQs with compressed CQEs".into(),
         })
@@ -125,7 +145,10 @@ pub(crate) trait ContextProvider: Send + Sync + Debug {
 
 /// A completion channel: a descriptor that becomes readable when one of its CQs raised an
 /// event, and the events themselves.
-pub(crate) trait ChannelProvider: Send + Sync + Debug {
+///
+/// A provider recognises the channels it made by their type (`Any`): the software device's
+/// CQs take only its own channels.
+pub(crate) trait ChannelProvider: Any + Send + Sync + Debug {
     /// The descriptor (non-blocking).
     fn fd(&self) -> std::os::fd::RawFd;
     /// One event, without blocking: the [`event_token`](CqProvider::event_token) of its CQ,
@@ -133,12 +156,7 @@ pub(crate) trait ChannelProvider: Send + Sync + Debug {
     /// ([`CqProvider::event_taken`]).
     fn take_event(&self) -> Result<Option<usize>>;
     /// The rdma-core channel behind it, if it is one.
-    fn verbs_channel(&self) -> Option<*mut crate::ffi::types::ibv_comp_channel> {
-        None
-    }
-    /// The software device's channel, if it is one.
-    #[cfg(feature = "sim")]
-    fn sim_channel(&self) -> Option<&sim_channel::SimChannel> {
+    fn verbs_channel(&self) -> Option<*mut zverbs_ffi::types::ibv_comp_channel> {
         None
     }
 }
@@ -260,7 +278,7 @@ pub(crate) trait CqProvider: Send + Sync + Debug {
     }
     /// The extended rdma-core CQ behind it, if it was created as one (`ibv_create_cq_ex`):
     /// the fallback polls it with `ibv_start_poll` to read timestamps.
-    fn verbs_cq_ex(&self) -> Option<*mut crate::ffi::types::ibv_cq_ex> {
+    fn verbs_cq_ex(&self) -> Option<*mut zverbs_ffi::types::ibv_cq_ex> {
         None
     }
     /// What names this CQ in its channel's events ([`ChannelProvider::take_event`]).
@@ -274,7 +292,7 @@ pub(crate) trait CqProvider: Send + Sync + Debug {
     /// Arms the CQ through the provider (`ibv_req_notify_cq`), for a CQ not armed directly.
     fn req_notify(&self, solicited_only: bool) -> Result<()> {
         let _ = solicited_only;
-        Err(crate::event::EventError::NoChannel.into())
+        Err(crate::error::EventError::NoChannel.into())
     }
     /// An event of this CQ was taken from its channel: acknowledge it (in batches; every one
     /// before the CQ is destroyed).

@@ -18,6 +18,7 @@
 //! registers it allocated for it (its table entry is reused): a process that creates and
 //! drops queues for ever holds only what its live queues need.
 
+use std::any::Any;
 use std::io;
 use std::marker::PhantomData;
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -26,21 +27,24 @@ use zverbs_sim::{self as sim, CqConfig, QpConfig, SimError, SrqConfig};
 
 mod events;
 
+use super::sim_channel::SimChannel;
 use super::{
     AhProvider, ContextProvider, CqEngine, CqProvider, EngineNote, MrProvider, PdProvider,
     QpEngine, QpInit, QpProvider, RegisterOwner, SrqEngine, SrqLayout, SrqProvider,
 };
 use crate::backend::DirectSupport;
-use crate::device::{DeviceAttr, Gid, GidEntry, GidType, LinkLayer, Mtu, PortAttr, PortState};
 use crate::error::{Error, Result};
-use crate::ffi::types::ibv_ah;
-use crate::ffi::types::{ibv_qp_attr, qp_attr_mask};
-use crate::mr::AccessFlags;
-use crate::qp::{QpCaps, QpType};
-use crate::ud::AhAttr;
+use crate::types::access::AccessFlags;
+use crate::types::ah::AhAttr;
+use crate::types::device::{
+    DeviceAttr, Gid, GidEntry, GidType, LinkLayer, Mtu, PortAttr, PortState,
+};
+use crate::types::qp::{QpCaps, QpType};
+use zverbs_ffi::types::ibv_ah;
+use zverbs_ffi::types::{ibv_qp_attr, qp_attr_mask};
 
 /// The software device's name in the device list.
-pub(crate) const NAME: &str = crate::device::SOFTWARE_DEVICE;
+pub(crate) const NAME: &str = crate::types::device::SOFTWARE_DEVICE;
 
 /// Its node GUID.
 pub(crate) const GUID: u64 = 0x7a76_6572_6273_0001;
@@ -160,7 +164,7 @@ impl ContextProvider for SimContext {
         true
     }
 
-    fn async_events(&self) -> Result<Box<dyn crate::events::AsyncEventSource>> {
+    fn async_events(&self) -> Result<Box<dyn crate::provider::AsyncEventSource>> {
         events::SimEvents::open()
     }
 
@@ -240,9 +244,9 @@ impl ContextProvider for SimContext {
         ))
     }
 
-    fn clock(&self) -> Result<crate::clock::ClockSnapshot> {
+    fn clock(&self) -> Result<crate::types::clock::ClockSnapshot> {
         let page = device().clock().clock_info();
-        Ok(crate::clock::ClockSnapshot {
+        Ok(crate::types::clock::ClockSnapshot {
             khz: sim::clock::CLOCK_KHZ,
             mask: sim::clock::CLOCK_MASK,
             info: zverbs_mlx5dv::clock::ClockInfo::from_page(&page),
@@ -274,7 +278,7 @@ impl ContextProvider for SimContext {
     }
 
     fn create_comp_channel(&self) -> Result<Box<dyn super::ChannelProvider>> {
-        Ok(Box::new(super::sim_channel::SimChannel::new()?))
+        Ok(Box::new(SimChannel::new()?))
     }
 
     fn create_cq_on_channel(
@@ -283,9 +287,11 @@ impl ContextProvider for SimContext {
         direct: bool,
         channel: &dyn super::ChannelProvider,
     ) -> Result<(Box<dyn CqProvider>, EngineNote)> {
-        let ch = channel.sim_channel().ok_or_else(|| {
-            Error::InvalidArgument("the completion channel is not the software device's".into())
-        })?;
+        let ch = (channel as &dyn Any)
+            .downcast_ref::<SimChannel>()
+            .ok_or_else(|| {
+                Error::InvalidArgument("the completion channel is not the software device's".into())
+            })?;
         let (cq, note) = self.create_cq(cqe, direct)?;
         let cqn = cq.event_token() as u32;
         device()
@@ -760,7 +766,8 @@ impl Drop for SimQp {
 /// ```
 #[derive(Clone, Copy, Debug)]
 pub struct SimControl<'a> {
-    _ctx: PhantomData<&'a crate::Context>,
+    /// Borrowed from the context's provider, as long as the context.
+    _ctx: PhantomData<&'a dyn ContextProvider>,
 }
 
 impl SimControl<'_> {

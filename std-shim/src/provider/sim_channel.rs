@@ -80,8 +80,4 @@ impl ChannelProvider for SimChannel {
         }
         Ok(Some(cqn as usize))
     }
-
-    fn sim_channel(&self) -> Option<&SimChannel> {
-        Some(self)
-    }
 }

@@ -13,13 +13,15 @@ use super::{
     QpEngine, QpInit, QpProvider, RegisterOwner, SrqEngine, SrqLayout, SrqProvider,
 };
 use crate::backend::DirectSupport;
-use crate::device::{DeviceAttr, Gid, GidEntry, GidType, LinkLayer, Mtu, PortAttr, PortState};
 use crate::error::{Error, Result};
-use crate::ffi::load::{self, Verbs};
-use crate::ffi::types::*;
-use crate::mr::AccessFlags;
-use crate::qp::{QpCaps, QpType};
-use crate::ud::AhAttr;
+use crate::types::access::AccessFlags;
+use crate::types::ah::AhAttr;
+use crate::types::device::{
+    DeviceAttr, Gid, GidEntry, GidType, LinkLayer, Mtu, PortAttr, PortState,
+};
+use crate::types::qp::{QpCaps, QpType};
+use zverbs_ffi::load::{self, Verbs};
+use zverbs_ffi::types::*;
 mod channel;
 mod compressed;
 
@@ -175,6 +177,7 @@ pub(crate) fn open(list: &Arc<DeviceList>, index: usize) -> Result<VerbsContext>
 /// # Safety
 ///
 /// `ctx` is a live context that stays open while `keep` lives.
+#[cfg(feature = "rdma_cm")]
 pub(crate) unsafe fn borrow_context(
     ctx: *mut ibv_context,
     keep: Arc<dyn Any + Send + Sync>,
@@ -224,7 +227,7 @@ impl ContextProvider for VerbsContext {
         &self.name
     }
 
-    fn async_events(&self) -> Result<Box<dyn crate::events::AsyncEventSource>> {
+    fn async_events(&self) -> Result<Box<dyn crate::provider::AsyncEventSource>> {
         // SAFETY: a live context; the reader is dropped before it (`AsyncEvents` holds the
         // context after the reader).
         unsafe { events::VerbsEvents::open(self.ctx, self.verbs) }
@@ -388,13 +391,13 @@ impl ContextProvider for VerbsContext {
         Ok((Box::new(out), EngineNote(note)))
     }
 
-    fn clock(&self) -> Result<crate::clock::ClockSnapshot> {
+    fn clock(&self) -> Result<crate::types::clock::ClockSnapshot> {
         let (khz, mask) = self.timestamp_caps()?;
         let info = self.clock_info(khz, mask)?;
         let max_ticks = (mask / 2).min(u64::MAX / u64::from(info.mult.max(1)));
         let max_age_ns =
             zverbs_mlx5dv::clock::TickRate::from_khz(khz).map_or(0, |r| r.ticks_to_ns(max_ticks));
-        Ok(crate::clock::ClockSnapshot {
+        Ok(crate::types::clock::ClockSnapshot {
             khz,
             mask,
             info,
@@ -480,7 +483,7 @@ impl VerbsContext {
         };
         // SAFETY: a live context, a valid attribute struct, and a channel of the context or
         // null.
-        let ex = unsafe { crate::ffi::ibv_create_cq_ex(self.ctx, &mut attr) };
+        let ex = unsafe { zverbs_ffi::ibv_create_cq_ex(self.ctx, &mut attr) };
         NonNull::new(ex).ok_or_else(|| Error::last_os("ibv_create_cq_ex"))
     }
 }
@@ -496,7 +499,7 @@ impl VerbsContext {
         // SAFETY: all-zero bytes are a valid `ibv_device_attr_ex`.
         let mut a: ibv_device_attr_ex = unsafe { core::mem::zeroed() };
         // SAFETY: a live context and a writable struct of the size the call passes.
-        let ret = unsafe { crate::ffi::ibv_query_device_ex(self.ctx, &mut a) };
+        let ret = unsafe { zverbs_ffi::ibv_query_device_ex(self.ctx, &mut a) };
         match ret {
             0 => {}
             libc::EOPNOTSUPP | libc::ENOSYS => {
@@ -535,8 +538,8 @@ impl VerbsContext {
             },
         };
         // SAFETY: a live context and a writable struct.
-        let ret = unsafe { crate::ffi::ibv_query_rt_values_ex(self.ctx, &mut v) };
-        let now = crate::clock::wall_now_ns();
+        let ret = unsafe { zverbs_ffi::ibv_query_rt_values_ex(self.ctx, &mut v) };
+        let now = crate::types::clock::wall_now_ns();
         if ret != 0 {
             return Err(Error::from_ret("ibv_query_rt_values_ex", ret));
         }
@@ -551,7 +554,7 @@ impl VerbsContext {
             .wrapping_mul(1_000_000_000)
             .wrapping_add(v.raw_clock.tv_nsec as u64);
         let hour = khz.saturating_mul(1000 * 3600);
-        let (mult, shift) = crate::clock::mult_shift(khz, hour.min(mask / 2));
+        let (mult, shift) = crate::types::clock::mult_shift(khz, hour.min(mask / 2));
         Ok(ClockInfo {
             nsec: now,
             last_cycles: cycles & mask,
@@ -689,7 +692,7 @@ impl PdProvider for VerbsPd {
         if dc.is_some() && !init.direct {
             // libibverbs has no DC: only mlx5dv_create_qp makes one.
             return Err(Error::Backend {
-                requested: crate::BackendKind::Verbs,
+                requested: crate::types::backend::BackendKind::Verbs,
                 reason: String::from(
                     "the dynamically connected transport (DCI/DCT) exists only on mlx5 devices \
                      driven directly (mlx5dv_create_qp); libibverbs has no DC",
@@ -908,7 +911,7 @@ impl VerbsPd {
             out.av = NonNull::new(dv.av.cast::<[u8; 48]>());
             if out.av.is_none() {
                 return Err(Error::Backend {
-                    requested: crate::BackendKind::Direct,
+                    requested: crate::types::backend::BackendKind::Direct,
                     reason: String::from("mlx5dv_init_obj(AH) reported no address vector"),
                 });
             }
@@ -963,7 +966,7 @@ impl VerbsPd {
 /// free list from `head` 0 to `tail`, the last WQE, so the ring holds `tail + 1` WQEs.
 fn srq_layout(dv: &mlx5dv_srq) -> Result<SrqLayout> {
     let bad = |why: &str| Error::Backend {
-        requested: crate::BackendKind::Direct,
+        requested: crate::types::backend::BackendKind::Direct,
         reason: format!("mlx5dv_init_obj(SRQ): {why}"),
     };
     let buf = NonNull::new(dv.buf.cast::<u8>()).ok_or_else(|| bad("null ring"))?;
@@ -1084,7 +1087,7 @@ fn init_qp(qp: NonNull<ibv_qp>) -> Result<zverbs_mlx5dv::QpLayout> {
     // SAFETY: a live QP.
     let qpn = unsafe { (*qp.as_ptr()).qp_num };
     dv.layout(qpn).ok_or_else(|| Error::Backend {
-        requested: crate::BackendKind::Direct,
+        requested: crate::types::backend::BackendKind::Direct,
         reason: String::from("mlx5dv_init_obj(QP) reported a null ring or register"),
     })
 }
@@ -1184,7 +1187,7 @@ impl ThreadDomain {
     ) -> std::result::Result<Self, String> {
         let mut attr = ibv_td_init_attr::default();
         // SAFETY: a live context and a valid attribute struct.
-        let td = unsafe { crate::ffi::ibv_alloc_td(ctx, &mut attr) };
+        let td = unsafe { zverbs_ffi::ibv_alloc_td(ctx, &mut attr) };
         if td.is_null() {
             return Err(format!("ibv_alloc_td: {}", std::io::Error::last_os_error()));
         }
@@ -1197,11 +1200,11 @@ impl ThreadDomain {
             pd_context: ptr::null_mut(),
         };
         // SAFETY: a live context, and a PD and thread domain of it.
-        let parent = unsafe { crate::ffi::ibv_alloc_parent_domain(ctx, &mut pattr) };
+        let parent = unsafe { zverbs_ffi::ibv_alloc_parent_domain(ctx, &mut pattr) };
         if parent.is_null() {
             let e = std::io::Error::last_os_error();
             // SAFETY: allocated above, used by nothing.
-            unsafe { crate::ffi::ibv_dealloc_td(td) };
+            unsafe { zverbs_ffi::ibv_dealloc_td(td) };
             return Err(format!("ibv_alloc_parent_domain: {e}"));
         }
         Ok(Self { td, parent, verbs })
@@ -1214,7 +1217,7 @@ impl Drop for ThreadDomain {
         // after the QP created on it (`VerbsQp` destroys the QP before its fields drop).
         unsafe {
             (self.verbs.ibv_dealloc_pd)(self.parent);
-            crate::ffi::ibv_dealloc_td(self.td);
+            zverbs_ffi::ibv_dealloc_td(self.td);
         }
     }
 }
@@ -1288,13 +1291,13 @@ impl QpProvider for VerbsQp {
         let mut attr = ibv_qp_attr::default();
         // SAFETY: an all-zero `ibv_qp_init_attr` is valid (null pointers, zero counts); the
         // call writes into it.
-        let mut init: crate::ffi::types::ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+        let mut init: zverbs_ffi::types::ibv_qp_init_attr = unsafe { std::mem::zeroed() };
         // SAFETY: a live QP and attribute structs the call fills.
         let ret = unsafe {
             (self.verbs.ibv_query_qp)(
                 self.qp.as_ptr(),
                 &mut attr,
-                crate::ffi::types::qp_attr_mask::IBV_QP_STATE,
+                zverbs_ffi::types::qp_attr_mask::IBV_QP_STATE,
                 &mut init,
             )
         };

@@ -13,7 +13,8 @@ use zverbs_sim::{self as sim, DeviceEvent, EventSubscription, PortState};
 
 use super::{SimControl, device, sim_err};
 use crate::error::{Error, Result};
-use crate::events::{AsyncEvent, AsyncEventSource, CqId, SrqId};
+use crate::provider::AsyncEventSource;
+use crate::types::event::{AsyncEvent, CqId, SrqId};
 
 /// A reader of the software device's events.
 #[derive(Debug)]

@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::{VerbsContext, VerbsCq, init_obj};
 use crate::error::{Error, Result};
-use crate::ffi::load::Verbs;
-use crate::ffi::types::{ibv_comp_channel, ibv_cq, ibv_cq_ex};
 use crate::provider::{ChannelProvider, CqEngine, CqProvider, EngineNote};
+use zverbs_ffi::load::Verbs;
+use zverbs_ffi::types::{ibv_comp_channel, ibv_cq, ibv_cq_ex};
 use zverbs_mlx5dv::prm::dv::mlx5dv_cq;
 
 /// Events acknowledged together (one `ibv_ack_cq_events` takes the CQ's mutex).
@@ -136,7 +136,7 @@ impl CqProvider for ChannelCq {
     fn req_notify(&self, solicited_only: bool) -> Result<()> {
         // SAFETY: a live CQ with a channel; the provider's own entry.
         let r = unsafe {
-            crate::ffi::ibv_req_notify_cq(self.cq.cq.as_ptr(), i32::from(solicited_only))
+            zverbs_ffi::ibv_req_notify_cq(self.cq.cq.as_ptr(), i32::from(solicited_only))
         };
         if r != 0 {
             return Err(Error::from_ret("ibv_req_notify_cq", r));
@@ -203,7 +203,7 @@ pub(super) fn create_cq(
         let mut dv = mlx5dv_cq::default();
         // SAFETY: a live CQ of an mlx5 context, and `dv` is a valid out-struct.
         let r = unsafe {
-            init_obj(crate::ffi::types::MLX5DV_OBJ_CQ, |obj| {
+            init_obj(zverbs_ffi::types::MLX5DV_OBJ_CQ, |obj| {
                 obj.cq.r#in = cq.as_ptr();
                 obj.cq.out = &mut dv;
             })

@@ -12,9 +12,9 @@ use zverbs_mlx5dv::prm::mini::MiniCqeFormat;
 use super::{VerbsContext, VerbsCq, init_cq};
 use crate::backend::DirectSupport;
 use crate::error::{Error, Result};
-use crate::ffi::load;
-use crate::ffi::types::*;
 use crate::provider::{ChannelProvider, CqProvider, EngineNote};
+use zverbs_ffi::load;
+use zverbs_ffi::types::*;
 
 /// `cqe_comp_caps` of `mlx5dv_query_device`, or why they cannot be had.
 fn comp_caps(ctx: &VerbsContext) -> std::result::Result<mlx5dv_cqe_comp_caps, String> {

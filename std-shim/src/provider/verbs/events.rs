@@ -6,9 +6,10 @@ use std::io;
 use std::os::fd::{BorrowedFd, RawFd};
 
 use crate::error::{Error, Result};
-use crate::events::{AsyncEvent, AsyncEventSource};
-use crate::ffi::load::Verbs;
-use crate::ffi::types::{ibv_async_event, ibv_context, ibv_event_type as ty};
+use crate::provider::AsyncEventSource;
+use crate::types::event::AsyncEvent;
+use zverbs_ffi::load::Verbs;
+use zverbs_ffi::types::{ibv_async_event, ibv_context, ibv_event_type as ty};
 
 /// The reader of one context's async fd.
 #[derive(Debug)]
