@@ -1027,6 +1027,7 @@ fn round(ctx: &Context, device: &str, gid: Option<u32>, fault: Fault, op: Op) ->
         }
     }
     let mut t = account(&reqs_all, &got, &a, &peers);
+    showed(fault, op, &got);
     t.last = send_last;
     if fault == Fault::CqFull {
         note.push_str("; ");
@@ -1034,6 +1035,34 @@ fn round(ctx: &Context, device: &str, gid: Option<u32>, fault: Fault, op: Op) ->
     }
     t.note = note;
     t
+}
+
+/// Checks that the fault did what it does: the bad request of the wrong-key and RNR cells
+/// failed with its error, and no request posted after a fault that kills the connection
+/// succeeded.
+fn showed(fault: Fault, op: Op, got: &[(Completion, Instant)]) {
+    let status = |id: u64| {
+        got.iter()
+            .find(|(c, _)| c.wr_id == id)
+            .map(|(c, _)| c.status)
+    };
+    let want = match (fault, op) {
+        (Fault::WrongKey, Op::Send) => WcStatus::LocProtErr,
+        (Fault::WrongKey, _) => WcStatus::RemAccessErr,
+        (Fault::Rnr, _) => WcStatus::RnrRetryExcErr,
+        (Fault::PeerKilled | Fault::PeerQpDestroyed | Fault::QpFatal | Fault::DeviceFatal, _) => {
+            let ok: Vec<u64> = (WINDOW..2 * WINDOW)
+                .filter(|id| status(*id) == Some(WcStatus::Success))
+                .collect();
+            assert!(
+                ok.is_empty(),
+                "requests {ok:?}, posted after the fault, succeeded: {got:?}"
+            );
+            return;
+        }
+        _ => return,
+    };
+    assert_eq!(status(MIDDLE), Some(want), "the bad request: {got:?}");
 }
 
 /// From the fault to the last completion of a send request.
