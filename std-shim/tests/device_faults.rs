@@ -86,6 +86,9 @@ const BUF_LEN: usize = 0x10000;
 /// Bytes of each SEND and each receive buffer: more than a CQE holds, so that the message is
 /// in the receive buffer, never scattered into the CQE (where it is seen only once polled).
 const MSG: usize = 128;
+/// Receive buffers of a peer, used in turn (the receives of a reset peer's next incarnation
+/// land in buffers of their own, so that the first incarnation's SENDs stay visible).
+const RECV_SLOTS: usize = (ATOMIC - RECV) / MSG;
 
 /// How long a cell may take from its fault to its last completion before it is a hang: a
 /// hundred times the transport timer's worst case and the RNR timers' (4.096 µs × 2^timeout ×
@@ -360,7 +363,7 @@ impl LocalPeer {
         }
         let rq = self.rq.as_mut().unwrap();
         for _ in 0..n {
-            let k = self.posted_recvs as usize % PEER_RECVS as usize;
+            let k = self.posted_recvs as usize % RECV_SLOTS;
             rq.post(
                 self.posted_recvs,
                 self.buf.slice(RECV + k * MSG..RECV + (k + 1) * MSG),
@@ -375,8 +378,6 @@ impl LocalPeer {
         let qp = self.qp.as_ref().unwrap();
         qp.to_error().unwrap();
         drain_and_reset(qp, &mut self.poller, Instant::now() + hang_limit());
-        // Its receive buffers start again with the next incarnation's receives.
-        self.posted_recvs = self.posted_recvs.div_ceil(PEER_RECVS) * PEER_RECVS;
     }
 
     fn destroy_qp(&mut self) {
@@ -699,7 +700,7 @@ fn effect(r: &Req, a: &A, peers: &[Peer]) -> Option<bool> {
             Some(if r.op == Op::Write {
                 theirs(DST + id * 64) == tag(r.id)
             } else {
-                (0..PEER_RECVS as usize).any(|k| theirs(RECV + k * MSG) == tag(r.id))
+                (0..RECV_SLOTS).any(|k| theirs(RECV + k * MSG) == tag(r.id))
             })
         }
     }
