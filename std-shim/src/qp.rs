@@ -188,9 +188,10 @@ impl<'a> QpBuilder<'a> {
     /// queue), so that no completion can overrun the CQ; a signaled post beyond it is refused
     /// with [`PostError::CqFull`](zverbs_core::PostError). By default as many as the send
     /// queue holds (`max_send_wr`) when the send CQ has that many left
-    /// ([`Cq::entries_left`](crate::Cq::entries_left)), else half of what it has left (and a
-    /// receive queue the CQ cannot hold whole takes half of what is left too: see
-    /// [`Qp::caps`]), so that QPs made after it on the CQ get their part. Set it when several
+    /// ([`Cq::entries_left`](crate::Cq::entries_left)), else the `max_send_wr` asked for when
+    /// it has that many left (a device may round the queue up), else half of what it has left
+    /// (and a receive queue the CQ cannot hold whole takes what was asked for, or half of what
+    /// is left: see [`Qp::caps`]), so that QPs made after it on the CQ get their part. Set it when several
     /// QPs share a CQ, to give each the part it needs: [`QpBuilder::build`] refuses a QP whose
     /// `max_signaled` the CQ cannot hold any more ([`Error::CqTooSmall`]).
     pub fn max_signaled(mut self, n: u32) -> Self {
