@@ -771,6 +771,58 @@ fn account(reqs: &[Req], got: &[(Completion, Instant)], a: &A, peers: &[Peer]) -
     t
 }
 
+/// The software device's controls (with the `sim` feature; without it no cell runs there).
+#[cfg(feature = "sim")]
+mod soft {
+    use zverbs::Context;
+    use zverbs::sim::PortState;
+
+    /// Holds the device still (`true`: nothing moves until released) or lets it run.
+    pub fn hold(ctx: &Context, on: bool) {
+        ctx.sim().unwrap().set_stepped(on);
+    }
+
+    pub fn port(ctx: &Context, down: bool) {
+        let s = if down {
+            PortState::Down
+        } else {
+            PortState::Active
+        };
+        ctx.sim().unwrap().set_port_state(1, s).unwrap();
+    }
+
+    pub fn qp_fatal(ctx: &Context, qpn: u32) {
+        ctx.sim().unwrap().inject_qp_fatal(qpn).unwrap();
+    }
+
+    pub fn device_fatal(ctx: &Context) {
+        ctx.sim().unwrap().inject_device_fatal();
+    }
+}
+
+#[cfg(not(feature = "sim"))]
+mod soft {
+    use zverbs::Context;
+
+    const NO_SIM: &str = "the software device needs the sim feature";
+
+    pub fn hold(_: &Context, _: bool) {
+        unreachable!("{NO_SIM}")
+    }
+
+    pub fn port(_: &Context, _: bool) {
+        unreachable!("{NO_SIM}")
+    }
+
+    pub fn qp_fatal(_: &Context, _: u32) {
+        unreachable!("{NO_SIM}")
+    }
+
+    pub fn device_fatal(_: &Context) {
+        unreachable!("{NO_SIM}")
+    }
+}
+
 /// Sends `fault` to the emulated ConnectX of this process through its tool.
 fn emu_inject(tool: &PathBuf, fault: &[&str]) {
     let out = Command::new(tool)
@@ -807,14 +859,7 @@ fn ip_link(dev: &str, state: &str) {
 /// Takes the port down (`down`) or up on this backend; waits until the port says so.
 fn set_port(ctx: &Context, backend: &Backend, down: bool) {
     match backend {
-        Backend::Software => {
-            let s = if down {
-                zverbs::sim::PortState::Down
-            } else {
-                zverbs::sim::PortState::Active
-            };
-            ctx.sim().unwrap().set_port_state(1, s).unwrap();
-        }
+        Backend::Software => soft::port(ctx, down),
         Backend::Emulated(tool) => emu_inject(tool, &[if down { "port-down" } else { "port-up" }]),
         Backend::Kernel(d) => {
             let dev = virtual_netdev(d).expect("a virtual interface under the port");
@@ -831,7 +876,7 @@ fn set_port(ctx: &Context, backend: &Backend, down: bool) {
 /// One round of a cell: returns what it counted.
 fn round(ctx: &Context, device: &str, gid: Option<u32>, fault: Fault, op: Op) -> Tally {
     let backend = Backend::of(device);
-    let sim = (backend == Backend::Software).then(|| ctx.sim().unwrap());
+    let on_soft = backend == Backend::Software;
     let limit = hang_limit();
     let pd = ctx.alloc_pd().unwrap();
     // A CQ smaller than A's queues for the CQ-full cell: A gets a share of it.
@@ -879,8 +924,8 @@ fn round(ctx: &Context, device: &str, gid: Option<u32>, fault: Fault, op: Op) ->
             | Fault::ResetSamePeer
             | Fault::ResetNewPeer
     );
-    if let (Some(s), true) = (&sim, hold) {
-        s.set_stepped(true);
+    if on_soft && hold {
+        soft::hold(ctx, true);
     }
     if fault == Fault::CqFull {
         // Every request signaled, none polled: those beyond A's share of the CQ are refused.
@@ -909,12 +954,12 @@ fn round(ctx: &Context, device: &str, gid: Option<u32>, fault: Fault, op: Op) ->
         }
         Fault::PortDown => set_port(ctx, &backend, true),
         Fault::QpFatal => match &backend {
-            Backend::Software => sim.as_ref().unwrap().inject_qp_fatal(a.qp.qpn()).unwrap(),
+            Backend::Software => soft::qp_fatal(ctx, a.qp.qpn()),
             Backend::Emulated(tool) => emu_inject(tool, &["qp-fatal", &a.qp.qpn().to_string()]),
             Backend::Kernel(_) => unreachable!(),
         },
         Fault::DeviceFatal => match &backend {
-            Backend::Software => sim.as_ref().unwrap().inject_device_fatal(),
+            Backend::Software => soft::device_fatal(ctx),
             Backend::Emulated(tool) => emu_inject(tool, &["device-fatal"]),
             Backend::Kernel(_) => unreachable!(),
         },
@@ -934,8 +979,8 @@ fn round(ctx: &Context, device: &str, gid: Option<u32>, fault: Fault, op: Op) ->
         Fault::WrongKey | Fault::Rnr => {}
         Fault::ResetSamePeer | Fault::ResetNewPeer => {
             a.qp.to_error().unwrap();
-            if let Some(s) = &sim {
-                s.set_stepped(false);
+            if on_soft {
+                soft::hold(ctx, false);
             }
             got.extend(drain_and_reset(&a.qp, &mut a.poller, fault_at + limit));
             let (mine, _, _, _) = endpoint(ctx, gid, &a.qp);
@@ -990,8 +1035,8 @@ fn round(ctx: &Context, device: &str, gid: Option<u32>, fault: Fault, op: Op) ->
             a.post(r, remote);
         }
     }
-    if let (Some(s), true) = (&sim, hold) {
-        s.set_stepped(false);
+    if on_soft && hold {
+        soft::hold(ctx, false);
     }
     let mut all = reqs.clone();
     all.extend_from_slice(&second);
