@@ -411,8 +411,11 @@ fn killed_peer_within(
     std::fs::create_dir_all(&dir)?;
     let port_s = port.to_string();
     let make = |server: bool| {
-        let mut c = Command::new(tool);
-        c.args(args).args(["-p", &port_s]);
+        // Line-buffered: into a file, the tools' stdio buffers their header until they exit,
+        // and the client's start (`started`) would never be seen while it runs. stdbuf keeps
+        // the emulator's LD_PRELOAD behind its own, and execs the tool (same process).
+        let mut c = Command::new("stdbuf");
+        c.arg("-oL").arg(tool).args(args).args(["-p", &port_s]);
         if !server {
             c.arg("127.0.0.1");
         }
