@@ -169,9 +169,10 @@ impl<'a> QpBuilder<'a> {
     /// queue), so that no completion can overrun the CQ; a signaled post beyond it is refused
     /// with [`PostError::CqFull`](zverbs_core::PostError). By default as many as the send
     /// queue holds (`max_send_wr`) when the send CQ has that many left
-    /// ([`Cq::entries_left`](crate::Cq::entries_left)), else half of what it has left (and a
-    /// receive queue the CQ cannot hold whole takes half of what is left too: see
-    /// [`Qp::caps`]), so that QPs made after it on the CQ get their part. Set it when several
+    /// ([`Cq::entries_left`](crate::Cq::entries_left)), else the `max_send_wr` asked for when
+    /// it has that many left (a device may round the queue up), else half of what it has left
+    /// (and a receive queue the CQ cannot hold whole takes what was asked for, or half of what
+    /// is left: see [`Qp::caps`]), so that QPs made after it on the CQ get their part. Set it when several
     /// QPs share a CQ, to give each the part it needs: [`QpBuilder::build`] refuses a QP whose
     /// `max_signaled` the CQ cannot hold any more ([`Error::CqTooSmall`]).
     pub fn max_signaled(mut self, n: u32) -> Self {
@@ -274,13 +275,17 @@ impl<'a> QpBuilder<'a> {
                 dc_access_key: self.dc_access_key,
             })?
         };
+        // What the caller asked for: a device may round the queues up (libmlx5 makes a ring of
+        // 500 receives 512 long), and a CQ sized for what was asked still holds that.
+        let asked = caps;
         let mut caps = provider.caps();
         let shared_cq = self.send_cq.is(self.recv_cq);
         // Every completion that can land in a CQ has an entry held for it (`Cq::hold`): one
         // per receive the receive queue may have outstanding, one per signaled send. A QP takes
         // what it can use (its whole receive ring: on the direct path the ring may hold more
         // than `max_recv_wr`; every signaled send its queue holds, or `max_signaled`) when its
-        // CQs have that much left; on a CQ that has not, it takes half of what is left for its
+        // CQs have that much left, else what was asked for (`max_recv_wr`, `max_send_wr`) when
+        // they have that much left; on a CQ that has neither, it takes half of what is left for its
         // receives and half of the rest for its signaled sends, so that QPs created after it
         // on the same CQ get their part too. Posts beyond a share are refused (`CqFull`); a QP
         // whose explicit `max_signaled`, or one receive and one send, does not fit is refused
@@ -297,14 +302,28 @@ impl<'a> QpBuilder<'a> {
         } else {
             0
         };
+        let send_asked = if sends {
+            self.max_signaled
+                .unwrap_or(asked.max_send_wr)
+                .clamp(1, caps.max_send_wr.max(1))
+        } else {
+            0
+        };
         let recv_share = if self.srq.is_some() || self.qp_type == QpType::Dci {
             0
         } else {
             let want = caps.max_recv_wr.max(ring);
+            let recv_asked = asked.max_recv_wr.min(want);
             let left = self.recv_cq.entries_left();
-            let beside = if shared_cq { send_want } else { 0 };
+            let (beside, beside_asked) = if shared_cq {
+                (send_want, send_asked)
+            } else {
+                (0, 0)
+            };
             let share = if want + beside <= left {
                 want
+            } else if recv_asked + beside_asked <= left {
+                recv_asked
             } else {
                 want.min(left / 2).max(1)
             };
@@ -319,6 +338,8 @@ impl<'a> QpBuilder<'a> {
                 let left = self.send_cq.entries_left();
                 if send_want <= left {
                     send_want
+                } else if send_asked <= left {
+                    send_asked
                 } else {
                     (left / 2).max(1)
                 }

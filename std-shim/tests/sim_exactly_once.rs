@@ -248,3 +248,27 @@ fn qps_sharing_a_cq_each_hold_their_share_and_posts_beyond_it_are_refused() {
     assert!(got.iter().all(|c| c.status.is_success()), "{got:?}");
     assert_eq!(sim.stats().cq_overruns, 0, "no completion lost");
 }
+
+#[test]
+fn a_qp_gets_the_receives_it_asked_for_when_its_cq_holds_them_but_not_its_whole_ring() {
+    let _g = serial();
+    let ctx = ctx();
+    let pd = ctx.alloc_pd().unwrap();
+    // ibv_rc_pingpong's shape: 500 receives and one send on a CQ of 501. The receive ring is
+    // rounded up to 512, more than the CQ holds; what was asked fits.
+    let cq = ctx.cq_builder().cqe(501).build().unwrap();
+    let qp = pd
+        .qp_builder(&cq, &cq)
+        .max_send_wr(1)
+        .max_recv_wr(500)
+        .build()
+        .unwrap();
+    println!(
+        "CQ {} entries; receives {}, signaled sends {}",
+        cq.cqe(),
+        qp.caps().max_recv_wr,
+        qp.send_caps().max_signaled
+    );
+    assert!(qp.caps().max_recv_wr >= 500, "{:?}", qp.caps());
+    assert!(qp.send_caps().max_signaled >= 1);
+}

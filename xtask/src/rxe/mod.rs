@@ -92,6 +92,10 @@ pub const DEVICE_TESTS: &[DeviceTests] = &[
         select: &["-p", "zverbs", "--test", "device_recovery"],
     },
     DeviceTests {
+        what: "the fault matrix: faults x operations, each request completed once",
+        select: &["-p", "zverbs", "--test", "device_faults"],
+    },
+    DeviceTests {
         what: "QPs joining and leaving a polling poller",
         select: &["-p", "zverbs", "--test", "device_members"],
     },

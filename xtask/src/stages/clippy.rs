@@ -1,8 +1,9 @@
 //! The `clippy` stage: clippy on every target of the workspace with every feature, then on
-//! each package of [`NO_DEFAULT_FEATURES`] without its default features; warnings denied.
+//! each package of [`NO_DEFAULT_FEATURES`] without its default features (the library alone for
+//! those of [`LIBRARY_ONLY_WITHOUT_DEFAULTS`]); warnings denied.
 
 use crate::run::Run;
-use crate::stages::NO_DEFAULT_FEATURES;
+use crate::stages::{LIBRARY_ONLY_WITHOUT_DEFAULTS, NO_DEFAULT_FEATURES};
 use crate::util::{self, Result};
 
 /// Runs the stage.
@@ -17,11 +18,16 @@ pub fn run(_: &mut Run) -> Result<Option<String>> {
         "warnings",
     ]))?;
     for p in NO_DEFAULT_FEATURES {
+        let targets = if LIBRARY_ONLY_WITHOUT_DEFAULTS.contains(p) {
+            "--lib"
+        } else {
+            "--all-targets"
+        };
         util::run(&mut util::cargo([
             "clippy",
             "-p",
             p,
-            "--all-targets",
+            targets,
             "--no-default-features",
             "--",
             "-D",

@@ -17,8 +17,9 @@
 //! and `ibv_rc_pingpong` against our `pingpong --rc` both ways; `ibv_ud_pingpong` (without
 //! and with a GRH) and `ibv_srq_pingpong` (16 QPs on one SRQ), each against itself and against
 //! our `pingpong --ud` / `pingpong --srq` in both roles, each side reporting its bytes;
-//! `ib_write_bw` whose server is killed mid-transfer, whose client must end with its requests'
-//! "transport retry counter exceeded" (as on a ConnectX; the time it took is printed);
+//! `ib_write_bw` and `ibv_rc_pingpong` whose server is killed mid-transfer, whose client must
+//! end with its requests' "transport retry counter exceeded" (as on a ConnectX; the time it
+//! took is printed); the fault matrix (`std-shim/tests/device_faults.rs`, on both backends);
 //! completion timestamps: `ibv_rc_pingpong --ts` against our `pingpong --rc --ts` and
 //! `pingpong --rc --ts -e` (timestamps and a completion channel on one CQ) in both roles (each
 //! side reporting non-zero receive completion intervals on the device clock, ours through
@@ -367,12 +368,54 @@ fn killed_peer(
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
+    match killed_peer_within(
+        tool,
+        args,
+        started,
+        Duration::from_millis(500),
+        port,
+        KILLED_LIMIT,
+        emu,
+    )? {
+        Killed::Ended(took, out) => Ok((took, out)),
+        Killed::Waiting(out) => {
+            bail!("{name} client still runs {KILLED_LIMIT:?} after its server was killed:\n{out}")
+        }
+    }
+}
+
+/// What a client did after its server was killed.
+enum Killed {
+    /// It ended (with an error) this long after the kill: its output.
+    Ended(Duration, String),
+    /// It still ran at the limit (then it was ended): its output.
+    Waiting(String),
+}
+
+/// [`killed_peer`], with the server killed `after` the client's transfer started and the
+/// client given `limit` to end.
+fn killed_peer_within(
+    tool: &Path,
+    args: &[&str],
+    started: &str,
+    after: Duration,
+    port: u16,
+    limit: Duration,
+    emu: &(PathBuf, PathBuf),
+) -> Result<Killed> {
+    let name = tool
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let dir = util::target_dir().join("emu/runs");
     std::fs::create_dir_all(&dir)?;
     let port_s = port.to_string();
     let make = |server: bool| {
-        let mut c = Command::new(tool);
-        c.args(args).args(["-p", &port_s]);
+        // Line-buffered: into a file, the tools' stdio buffers their header until they exit,
+        // and the client's start (`started`) would never be seen while it runs. stdbuf keeps
+        // the emulator's LD_PRELOAD behind its own, and execs the tool (same process).
+        let mut c = Command::new("stdbuf");
+        c.arg("-oL").arg(tool).args(args).args(["-p", &port_s]);
         if !server {
             c.arg("127.0.0.1");
         }
@@ -409,7 +452,7 @@ fn killed_peer(
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    std::thread::sleep(Duration::from_millis(500));
+    std::thread::sleep(after);
     if client.child.try_wait()?.is_some() {
         bail!("{name} client ended before its server was killed");
     }
@@ -421,9 +464,9 @@ fn killed_peer(
         if let Some(s) = client.child.try_wait()? {
             break s;
         }
-        if killed.elapsed() > KILLED_LIMIT {
+        if killed.elapsed() > limit {
             let out = std::fs::read_to_string(&client.out).unwrap_or_default();
-            bail!("{name} client still runs {KILLED_LIMIT:?} after its server was killed:\n{out}");
+            return Ok(Killed::Waiting(out));
         }
         std::thread::sleep(Duration::from_millis(5));
     };
@@ -432,12 +475,87 @@ fn killed_peer(
     if status.success() {
         bail!("{name} client ended successfully though its server was killed:\n{out}");
     }
-    Ok((took, out))
+    Ok(Killed::Ended(took, out))
 }
+
+/// `ibv_rc_pingpong -n 100000000` with its server killed (SIGKILL) mid-run: the client must end
+/// on its own with "transport retry counter exceeded" within [`KILLED_LIMIT`]. Returns how long
+/// it took after the kill, and which try it was.
+///
+/// ibv_rc_pingpong takes turns: each side sends only once the other's message arrived. A
+/// server killed while its client's SEND is on its way leaves that SEND unanswered, its retries
+/// run out and the client ends (as `ib_write_bw`'s does). A server killed while it holds the
+/// turn (the client's SEND acknowledged, its own not sent yet) leaves the client waiting for a
+/// receive only, and nothing tells a QP that only waits for receives that its peer is gone, on a
+/// ConnectX as on the emulator (docs/emulator.md, "A peer that dies"): the unmodified program
+/// waits for ever. So the kill is tried again, at another moment, on a new pair, until it lands
+/// in the client's turn (about half of them do); a client still waiting
+/// [`PINGPONG_TURN_WAIT`] after the kill (five times its retries, 4.096 µs × 2^14 × 8) had
+/// none outstanding, and is ended.
+fn killed_pingpong(
+    next_port: &mut impl FnMut() -> u16,
+    emu: &(PathBuf, PathBuf),
+) -> Result<(Duration, usize)> {
+    let Some(rc) = which("ibv_rc_pingpong") else {
+        bail!("ibv_rc_pingpong is not installed (Debian package ibverbs-utils)");
+    };
+    for t in 0..PINGPONG_TRIES {
+        // A different moment each try: 300 to 700 ms into the run.
+        let after =
+            Duration::from_millis(300 + (t as u64 * 170 + u64::from(std::process::id())) % 400);
+        let run = killed_peer_within(
+            &rc,
+            &["-n", "100000000"],
+            "remote address",
+            after,
+            next_port(),
+            PINGPONG_TURN_WAIT,
+            emu,
+        )?;
+        match run {
+            Killed::Ended(took, out) => {
+                println!(
+                    "--- ibv_rc_pingpong -n 100000000, server killed {after:?} into the run \
+                     (try {}): the client ended {took:?} after:",
+                    t + 1
+                );
+                for l in out.lines().filter(|l| !l.trim().is_empty()).take(8) {
+                    println!("    {l}");
+                }
+                // Its request's "transport retry counter exceeded", or the flush of a receive
+                // polled before it.
+                if !out.contains("Failed status") {
+                    bail!("ibv_rc_pingpong client ended without its requests' error:\n{out}");
+                }
+                return Ok((took, t + 1));
+            }
+            Killed::Waiting(_) => println!(
+                "--- try {}: the server was killed in its turn; the client, waiting for a \
+                 receive only, was ended after {PINGPONG_TURN_WAIT:?}",
+                t + 1
+            ),
+        }
+    }
+    bail!("ibv_rc_pingpong: in {PINGPONG_TRIES} tries no client ended after its server was killed")
+}
+
+/// Tries of [`killed_pingpong`]: each lands in the client's turn about half of the time.
+const PINGPONG_TRIES: usize = 12;
+/// How long a client of [`killed_pingpong`] is given: five times its retries (0.54 s).
+const PINGPONG_TURN_WAIT: Duration = Duration::from_secs(3);
 
 /// How long a client whose server was killed may take to end: far beyond its timers (8 tries
 /// of 67 ms with perftest's and `ibv_rc_pingpong`'s attributes), short of a hang.
 const KILLED_LIMIT: Duration = Duration::from_secs(20);
+
+/// The emulator's tool (`zverbs-emu`, built by [`build`]), as a string for an environment
+/// variable.
+fn rel_tool() -> String {
+    util::target_dir()
+        .join("release/zverbs-emu")
+        .to_string_lossy()
+        .into_owned()
+}
 
 /// Runs `program args` on the emulated device with `env`; its output, or an error naming it.
 fn solo(
@@ -664,27 +782,47 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
             "device_members",
             "--test",
             "device_dc",
+            "--test",
+            "device_faults",
         ],
         true,
     )?;
+    let inject = rel_tool();
     for (name, exe) in &exes {
         for backend in ["direct", "verbs"] {
             let env = [
                 ("ZVERBS_TEST_DEVICE", "mlx5_0"),
                 ("ZVERBS_TEST_GID_INDEX", "0"),
                 ("ZVERBS_BACKEND", backend),
+                // The fault matrix injects port, QP and device faults through the tool.
+                ("ZVERBS_TEST_EMU_TOOL", inject.as_str()),
             ];
-            let out = solo(
-                exe,
-                &["--test-threads=1", "--skip", "software_device"],
-                &env,
-                &emu,
-            )?;
+            // The matrix's table is its output: shown, not captured.
+            let args: &[&str] = if name.contains("device_faults") {
+                &[
+                    "--test-threads=1",
+                    "--skip",
+                    "software_device",
+                    "--nocapture",
+                ]
+            } else {
+                &["--test-threads=1", "--skip", "software_device"]
+            };
+            let out = solo(exe, args, &env, &emu)?;
             if !out.contains("test result: ok") || out.contains("skipped:") {
                 bail!("{name} ({backend}) on the emulated ConnectX:\n{out}");
             }
             let what = if name.contains("device_dc") {
                 "DC initiators and targets (the fallback: refused)"
+            } else if name.contains("device_faults") {
+                // The matrix's table, as the test printed it.
+                for l in out
+                    .lines()
+                    .filter(|l| l.starts_with('|') || l.starts_with("fault matrix"))
+                {
+                    println!("{l}");
+                }
+                "the fault matrix: faults x operations, every request completed once"
             } else {
                 "recovery, dynamic peers"
             };
@@ -885,6 +1023,15 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
         "ib_write_bw".into(),
         "server killed mid-transfer: the client's requests time out, it ends".into(),
         format!("ended {:.2} s after", took.as_secs_f64()),
+    ]);
+    let (took, tries) = killed_pingpong(&mut next_port, &emu)?;
+    table.row(vec![
+        "ibv_rc_pingpong".into(),
+        "server killed mid-run: the client's request times out, it ends".into(),
+        format!(
+            "ended {:.2} s after (try {tries}; before it the server held the turn)",
+            took.as_secs_f64()
+        ),
     ]);
     let ts_runs = timestamps(&mut table, &mut next_port, &rel, &emu)?;
     let ucx_runs = ucx::check(&emu, &mut table, &mut next_port)?;

@@ -148,6 +148,12 @@ pub const STAGES: &[Stage] = &[
 /// `zverbs-tools` without the software device (feature `sim`).
 pub const NO_DEFAULT_FEATURES: &[&str] = &["zverbs", "zverbs-tools"];
 
+/// The packages of [`NO_DEFAULT_FEATURES`] whose own tests, examples and doc-tests turn the
+/// software device back on (a dev-dependency on the package itself with `sim`): without their
+/// default features only their library is linted (clippy) and built (crates); testing them so
+/// would run the workspace pass's tests a second time.
+pub const LIBRARY_ONLY_WITHOUT_DEFAULTS: &[&str] = &["zverbs"];
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,6 +166,46 @@ mod tests {
             "the stages' budgets add up to {sum:?}, over the run's {TOTAL_BUDGET:?}"
         );
         assert!(STAGES.iter().all(|s| s.budget > Duration::ZERO));
+    }
+
+    /// A package is tested only with its defaults exactly when its tests turn them back on:
+    /// listed in [`LIBRARY_ONLY_WITHOUT_DEFAULTS`] if and only if its manifest has a
+    /// dev-dependency on itself.
+    #[test]
+    fn library_only_packages_are_those_whose_tests_turn_their_features_on() {
+        let meta = crate::util::cargo(["metadata", "--no-deps", "--format-version", "1"])
+            .output()
+            .expect("cargo metadata");
+        let meta = String::from_utf8(meta.stdout).expect("utf-8");
+        for p in NO_DEFAULT_FEATURES {
+            let dir = match *p {
+                "zverbs" => "std-shim",
+                "zverbs-tools" => "tools",
+                other => panic!("no directory known for {other}"),
+            };
+            assert!(
+                meta.contains(&format!("\"name\":\"{p}\"")),
+                "{p} is not a package"
+            );
+            let manifest =
+                std::fs::read_to_string(crate::util::root().join(dir).join("Cargo.toml"))
+                    .expect("manifest");
+            let dev = manifest
+                .split("[dev-dependencies]")
+                .nth(1)
+                .map(|d| d.split("\n[").next().unwrap_or(""))
+                .unwrap_or("");
+            let on_itself = dev
+                .lines()
+                .any(|l| l.starts_with(&format!("{p} = ")) && l.contains("path = \".\""));
+            assert_eq!(
+                LIBRARY_ONLY_WITHOUT_DEFAULTS.contains(p),
+                on_itself,
+                "{p}: listed in LIBRARY_ONLY_WITHOUT_DEFAULTS: {}, tests depend on itself: \
+                 {on_itself}",
+                LIBRARY_ONLY_WITHOUT_DEFAULTS.contains(p)
+            );
+        }
     }
 
     #[test]

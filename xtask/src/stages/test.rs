@@ -1,9 +1,10 @@
 //! The `test` stage: the workspace's tests with every feature (unit, integration, cross-checks,
 //! doc-tests), counted per crate; then each package of [`NO_DEFAULT_FEATURES`] without its
-//! default features; then the tests that need system packages ([`NEED_PACKAGES`]).
+//! default features (but those of [`LIBRARY_ONLY_WITHOUT_DEFAULTS`], whose tests turn them back
+//! on); then the tests that need system packages ([`NEED_PACKAGES`]).
 
 use crate::run::{Run, counted_tests};
-use crate::stages::NO_DEFAULT_FEATURES;
+use crate::stages::{LIBRARY_ONLY_WITHOUT_DEFAULTS, NO_DEFAULT_FEATURES};
 use crate::util::{self, Result, bail};
 
 /// A test target whose tests need system packages (beyond what building needs): each such test
@@ -41,7 +42,10 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
         total.ignored,
         crates.len()
     );
-    for p in NO_DEFAULT_FEATURES {
+    for p in NO_DEFAULT_FEATURES
+        .iter()
+        .filter(|p| !LIBRARY_ONLY_WITHOUT_DEFAULTS.contains(p))
+    {
         println!("\n--> {p} without its default features");
         let cmd = util::cargo(["test", "-p", p, "--no-default-features"]);
         let (t, _) = counted_tests(cmd, &[], run)?;
