@@ -132,9 +132,12 @@ impl SqRing {
         self.parse_as(ci, avail, qpn, false, true)
     }
 
-    fn parse_as(&self, ci: u32, avail: u32, qpn: u32, ud: bool, dc: bool) -> Result<Wqe, Bad> {
-        let start = ci.wrapping_mul(SEGS_PER_BB as u32);
-        let raw = self.seg(start);
+    /// The control segment of the WQE at block counter `ci` of QP `qpn` (`avail` blocks
+    /// published), checked as the device checks every WQE (segments counted, all of them
+    /// published, its WQE index and QP number): a [`Wqe`] with nothing after the control
+    /// segment read yet, and the WQE's segment count.
+    pub(crate) fn control(&self, ci: u32, avail: u32, qpn: u32) -> Result<(Wqe, u32), Bad> {
+        let raw = self.seg(ci.wrapping_mul(SEGS_PER_BB as u32));
         let ctrl = CtrlSeg::new_unchecked(&raw);
         let op = ctrl.opcode();
         let ds = u32::from(ctrl.ds());
@@ -158,7 +161,7 @@ impl SqRing {
         }
         let mut imm = [0u8; 4];
         imm.copy_from_slice(&raw[12..16]);
-        let mut w = Wqe {
+        let w = Wqe {
             opcode: op,
             blocks,
             fm_ce_se: ctrl.fm_ce_se(),
@@ -170,6 +173,18 @@ impl SqRing {
             av: [0; av::LEN],
             payload: Payload::Sges(0),
             sges: [DataEntry::default(); MAX_SEGS],
+        };
+        Ok((w, ds))
+    }
+
+    fn parse_as(&self, ci: u32, avail: u32, qpn: u32, ud: bool, dc: bool) -> Result<Wqe, Bad> {
+        let start = ci.wrapping_mul(SEGS_PER_BB as u32);
+        let (mut w, ds) = self.control(ci, avail, qpn)?;
+        let (op, blocks) = (w.opcode, w.blocks);
+        let bad = |vendor, blocks| Bad {
+            vendor,
+            opcode: op,
+            blocks,
         };
         // A DCI's WQE: the datagram segment after the control segment, then the segments of an
         // RC WQE, read as an RC WQE whose segments start three further on.

@@ -112,14 +112,17 @@ fn a_dead_peers_requests_time_out_then_everything_is_flushed() {
     let (da, db) = (Device::new(), Device::new());
     let (ma, mb) = (Arena::new(64 * 1024), Arena::new(64 * 1024));
     let (mut a, b) = across(&q, &da, &db, &ma, &mb);
-    // 4.096 µs × 2^14 / 1000 ≈ 67 µs a try, 8 tries.
-    da.set_timer_scale(1000).unwrap();
     da.set_retry_cnt(a.qpn(), 7).unwrap();
     load(&mut a, &b);
     // The first request leaves; the peer process dies before it answers (nothing reaches B
-    // from now on, and B answers nothing).
+    // from now on, and B answers nothing). The timer runs at the specification's pace until
+    // then (4.096 µs × 2^14 ≈ 67 ms a try), so that a slow machine (an emulated CPU) sends it
+    // once, not again, before it is counted.
     da.run_until_idle();
     assert_eq!(q.take().len(), 1, "one request in flight");
+    // Then 1000 times faster (≈ 67 µs a try, 8 tries): the scale applies to the request
+    // already in flight.
+    da.set_timer_scale(1000).unwrap();
     let got = wait_alone(&da, &q, &mut a, (SENDS + RECVS) as usize);
     check_ended(&got, WcStatus::RetryExcErr);
     let failed = got.iter().find(|c| c.wr_id == 0).unwrap();

@@ -23,9 +23,9 @@
 
 use std::sync::Arc;
 
+use zverbs_mlx5dv::prm::SEGS_PER_BB;
 use zverbs_mlx5dv::prm::opcode;
-use zverbs_mlx5dv::prm::wqe::{CtrlSeg, DataSeg};
-use zverbs_mlx5dv::prm::{SEGS_PER_BB, wqe::av};
+use zverbs_mlx5dv::prm::wqe::DataSeg;
 
 use super::copy::{Span, Spans, copy_spans};
 use super::responder::Recv;
@@ -36,7 +36,7 @@ use crate::eth::{self, EthPort, Headers};
 use crate::mem::{Region, load_be32_acquire};
 use crate::steering::{FLOW_PRIORITIES, FlowAttr, FlowDest, RssConfig, SimWq, Striding, WqConfig};
 use crate::vendor;
-use crate::wqe::{Bad, DataEntry, MAX_SEGS, Payload, RqRing, SqRing, Wqe};
+use crate::wqe::{Bad, DataEntry, MAX_SEGS, RqRing, SqRing, Wqe};
 
 /// The first receive work queue number.
 const WQN_BASE: u32 = 0x400;
@@ -184,42 +184,12 @@ fn eseg_ds(n: u32) -> u32 {
 /// [`Wqe`] holds. TSO (`MLX5_OPCODE_TSO`) is not modelled and refused as an unknown opcode.
 pub(super) fn parse_raw(sq: &SqRing, ci: u32, avail: u32, qpn: u32) -> Result<Wqe, Bad> {
     let start = ci.wrapping_mul(SEGS_PER_BB as u32);
-    let raw = sq.seg(start);
-    let ctrl = CtrlSeg::new_unchecked(&raw);
-    let op = ctrl.opcode();
-    let ds = u32::from(ctrl.ds());
+    let (mut w, ds) = sq.control(ci, avail, qpn)?;
+    let (op, blocks) = (w.opcode, w.blocks);
     let bad = |vendor, blocks| Bad {
         vendor,
         opcode: op,
         blocks,
-    };
-    if ds == 0 {
-        return Err(bad(vendor::DS_ZERO, 1));
-    }
-    let blocks = ds.div_ceil(SEGS_PER_BB as u32);
-    if blocks > avail {
-        return Err(bad(vendor::PAST_PRODUCER, 1));
-    }
-    if ctrl.wqe_index() != ci as u16 {
-        return Err(bad(vendor::WQE_INDEX, blocks));
-    }
-    if ctrl.qpn() != qpn {
-        return Err(bad(vendor::QPN, blocks));
-    }
-    let mut imm = [0u8; 4];
-    imm.copy_from_slice(&raw[12..16]);
-    let mut w = Wqe {
-        opcode: op,
-        blocks,
-        fm_ce_se: ctrl.fm_ce_se(),
-        imm,
-        raddr: 0,
-        rkey: 0,
-        swap_add: 0,
-        compare: 0,
-        av: [0; av::LEN],
-        payload: Payload::Sges(0),
-        sges: [DataEntry::default(); MAX_SEGS],
     };
     match op {
         opcode::NOP => return Ok(w),
