@@ -847,25 +847,16 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
                 }
             }
         }
-        let next = pi.wrapping_add(plan.blocks);
-        // Taken only now, after the WQE's stores: not held in a register across them.
-        let slots = self.state.slots();
-        // The slot of block `pi`: its place in the ring, which the slots mirror (`new` checked
-        // that there is one per block).
-        let slot = ring.block_of(start) as usize;
-        debug_assert!(slot < slots.len());
-        // SAFETY: in bounds (above); the slot is free (room was checked: the poller has
-        // retired every earlier WQE there) and the WQE is not published yet.
-        unsafe {
-            slots.get_unchecked(slot).record(SlotData {
-                wr_id: wr.wr_id,
-                next,
-                opcode: plan.opcode,
-                signaled: plan.signaled,
-            })
-        };
-        self.sig_posted = self.sig_posted.wrapping_add(u16::from(plan.signaled));
-        self.pi = next;
+        // Recorded only now, after the WQE's stores: nothing of it held in a register across
+        // them.
+        self.record_block(
+            wr.wr_id,
+            plan.opcode,
+            plan.signaled,
+            u16::from(plan.signaled),
+            ring.seg_of(start),
+            pi.wrapping_add(plan.blocks),
+        );
         start
     }
 
