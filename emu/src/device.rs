@@ -1128,7 +1128,7 @@ impl Emu {
 /// threads at once, as a NIC needs no CPU time slice, make latency figures mean something on a
 /// small machine; they are still bounded by the kernel's real-time throttling, and the device
 /// threads sleep when idle.
-fn with_realtime<R>(f: impl FnOnce() -> R) -> R {
+pub(crate) fn with_realtime<R>(f: impl FnOnce() -> R) -> R {
     let wanted = std::env::var_os("ZVERBS_EMU_RT").is_some_and(|v| v == "1");
     if !wanted {
         return f();

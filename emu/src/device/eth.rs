@@ -228,7 +228,9 @@ impl Emu {
             let dev = Emu::running()
                 .ok_or_else(|| "no device instance".to_string())?
                 .device();
-            let port = crate::port::open(dev, &ifname).map_err(|e| e.to_string())?;
+            // The port's thread, like the device's, in SCHED_FIFO with `ZVERBS_EMU_RT=1`.
+            let port = super::with_realtime(|| crate::port::open(dev, &ifname))
+                .map_err(|e| e.to_string())?;
             dev.attach_port(Some(std::sync::Arc::new(port)));
             Ok(())
         });
@@ -259,6 +261,10 @@ impl Emu {
     pub(super) fn eth_query_device(core_out: &mut [u8], drv_out: &mut [u8], extended: bool) {
         let flags = get::<4>(core_out, 60) | RAW_IP_CSUM | MANAGED_FLOW_STEERING;
         put::<4>(core_out, 60, flags);
+        // The function's own node GUID (the sysfs tree's), big-endian as the kernel gives it.
+        let guid = crate::sysfs::ETH_NODE_GUID.swap_bytes();
+        put::<8>(core_out, 8, guid);
+        put::<8>(core_out, 16, guid);
         if !extended {
             return;
         }
