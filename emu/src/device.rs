@@ -443,6 +443,9 @@ impl Emu {
 
     /// Forgets the context of a closed descriptor.
     pub fn closed(&self, fd: i32) {
+        if Self::ethernet(fd) {
+            self.eth_report();
+        }
         crate::async_events::context_closed(fd);
         self.ctl().uctx.remove(&fd);
     }

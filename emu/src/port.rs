@@ -78,6 +78,14 @@ pub struct PortCounters {
     pub too_long: AtomicU64,
 }
 
+/// The counters of this process's port, once it is open.
+static COUNTERS: std::sync::OnceLock<&'static PortCounters> = std::sync::OnceLock::new();
+
+/// The counters of this process's port, if one was opened.
+pub fn counters() -> Option<&'static PortCounters> {
+    COUNTERS.get().copied()
+}
+
 /// The bound socket, which the device sends through.
 #[derive(Debug)]
 pub struct PacketPort {
@@ -195,6 +203,7 @@ pub fn open(dev: &'static Device, ifname: &str) -> io::Result<PacketPort> {
         return Err(fail(&format!("bind to {ifname}")));
     }
     let counters: &'static PortCounters = Box::leak(Box::default());
+    let _ = COUNTERS.set(counters);
     let base = ring as usize;
     std::thread::Builder::new()
         .name(format!("zverbs-emu-port-{ifname}"))

@@ -49,6 +49,14 @@ enum Skip {
     NoNamespace(String),
 }
 
+impl std::fmt::Display for Skip {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Skip::NoNamespace(why) => write!(f, "the kernel refuses a network namespace: {why}"),
+        }
+    }
+}
+
 /// A network namespace with the veth pair, deleted on drop.
 struct Netns {
     name: String,
@@ -123,7 +131,7 @@ fn netns(test: &str) -> Option<Netns> {
     match Netns::new() {
         Ok(ns) => Some(ns),
         Err(why) => {
-            println!("{test}: SKIPPED: the kernel refuses a network namespace: {why:?}");
+            println!("{test}: SKIPPED: {why}");
             None
         }
     }
@@ -163,6 +171,8 @@ fn emulated(ns: &Netns, tree: &Tree, ifname: &str, program: &str, args: &[&str])
         // The device's and the port's threads preempt the busy-polling programs, as a NIC
         // needs no time slice (docs/emulator.md).
         .arg("ZVERBS_EMU_RT=1")
+        // Where every frame went, on stderr at the end.
+        .arg("ZVERBS_EMU_ETH_STATS=1")
         .arg(program)
         .args(args)
         .stdout(Stdio::piped())
@@ -290,6 +300,7 @@ fn receiver_counts(child: Child) -> Counts {
         .join()
         .unwrap();
     assert!(ok, "rawqp recv failed: {out}{err}");
+    print!("{err}");
     parse_counts(out.lines().last().unwrap_or(""))
 }
 

@@ -240,6 +240,36 @@ impl Emu {
         })
     }
 
+    /// With `ZVERBS_EMU_ETH_STATS=1`, says on stderr what the port and the device counted
+    /// (when an Ethernet context closes): where every frame went, drops included.
+    pub(super) fn eth_report(&self) {
+        if std::env::var_os("ZVERBS_EMU_ETH_STATS").is_none_or(|v| v != "1") {
+            return;
+        }
+        let s = self.dev.stats();
+        let (mut sent, mut failed, mut received, mut long) = (0, 0, 0, 0);
+        if let Some(c) = crate::port::counters() {
+            use std::sync::atomic::Ordering::Relaxed;
+            sent = c.sent.load(Relaxed);
+            failed = c.send_failed.load(Relaxed);
+            received = c.received.load(Relaxed);
+            long = c.too_long.load(Relaxed);
+        }
+        eprintln!(
+            "[zverbs-emu {}] Ethernet: device sent {} arrived {} delivered {} no_rule {} \
+             no_wqe {} too_long {} bad {}; port sent {sent} send_failed {failed} received \
+             {received} too_long {long}",
+            std::process::id(),
+            s.eth_sent,
+            s.eth_arrived,
+            s.eth_delivered,
+            s.eth_no_rule,
+            s.eth_no_wqe,
+            s.eth_too_long,
+            s.eth_bad_frames
+        );
+    }
+
     /// `QUERY_PORT` of the Ethernet function's port 1.
     pub(super) fn eth_query_port(&self, o: &mut [u8]) {
         // IB_PORT_CM_SUP | IB_PORT_IP_BASED_GIDS, as a RoCE port reports.

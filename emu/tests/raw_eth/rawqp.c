@@ -21,7 +21,7 @@
 #include <string.h>
 #include <time.h>
 
-#define RX_DEPTH 1024
+#define RX_DEPTH 8192
 #define BUF 2048
 #define TX_DEPTH 256
 
