@@ -272,7 +272,14 @@ pub fn write_ethernet(root: &Path, ifname: Option<&str>) -> io::Result<()> {
             format!("{ETH_PCI_FUNCTION}/infiniband/{ETH_IBDEV}/device"),
             format!("../../../{ETH_PCI_SLOT}"),
         ),
+        // The kernel driver bound to the function (DPDK's PCI scan skips a function
+        // without one, and takes `mlx5_core` for a kernel driver it leaves bound).
+        (
+            format!("{ETH_PCI_FUNCTION}/driver"),
+            "../../../bus/pci/drivers/mlx5_core".into(),
+        ),
     ];
+    std::fs::create_dir_all(root.join("bus/pci/drivers/mlx5_core"))?;
     for (path, target) in links {
         let p = root.join(path);
         if let Some(dir) = p.parent() {
@@ -348,6 +355,9 @@ mod tests {
             read("class/infiniband/mlx5_1/ports/1/gid_attrs/types/0"),
             "RoCE v2\n"
         );
+        let driver = std::fs::read_link(dir.join(ETH_PCI_FUNCTION).join("driver")).unwrap();
+        assert!(driver.ends_with("mlx5_core"));
+        assert!(dir.join(ETH_PCI_FUNCTION).join("driver").is_dir());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
