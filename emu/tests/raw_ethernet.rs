@@ -39,6 +39,8 @@ const IP_E: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
 const GROUP: Ipv4Addr = Ipv4Addr::new(239, 1, 2, 3);
 /// Datagrams each transfer test sends.
 const COUNT: u64 = 20_000;
+/// Frames of the capture replayed at tcpreplay's top speed (raw QP and DPDK alike).
+const FAST: u64 = 200_000;
 /// How long any one program may run.
 const RUN_LIMIT: Duration = Duration::from_secs(90);
 
@@ -158,6 +160,18 @@ impl Drop for Tree {
 
 /// `program args` inside `ns` under the emulator, its port on interface `ifname`.
 fn emulated(ns: &Netns, tree: &Tree, ifname: &str, program: &str, args: &[&str]) -> Command {
+    emulated_with(ns, tree, ifname, &[], program, args)
+}
+
+/// [`emulated`] with more environment (`env` sets it inside the namespace).
+fn emulated_with(
+    ns: &Netns,
+    tree: &Tree,
+    ifname: &str,
+    env: &[(&str, String)],
+    program: &str,
+    args: &[&str],
+) -> Command {
     let so = common::shim();
     assert!(
         so.exists(),
@@ -172,8 +186,11 @@ fn emulated(ns: &Netns, tree: &Tree, ifname: &str, program: &str, args: &[&str])
         // needs no time slice (docs/emulator.md).
         .arg("ZVERBS_EMU_RT=1")
         // Where every frame went, on stderr at the end.
-        .arg("ZVERBS_EMU_ETH_STATS=1")
-        .arg(program)
+        .arg("ZVERBS_EMU_ETH_STATS=1");
+    for (k, v) in env {
+        c.arg(format!("{k}={v}"));
+    }
+    c.arg(program)
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -245,6 +262,15 @@ struct Counts {
     lost: u64,
 }
 
+/// Microseconds from the first datagram `rawqp recv` took to the last.
+fn span_us(line: &str) -> u64 {
+    let w: Vec<&str> = line.split_whitespace().collect();
+    w.iter()
+        .position(|x| *x == "span_us")
+        .and_then(|i| w.get(i + 1)?.parse().ok())
+        .unwrap_or(0)
+}
+
 fn parse_counts(line: &str) -> Counts {
     let w: Vec<&str> = line.split_whitespace().collect();
     let get = |k: &str| -> u64 {
@@ -267,8 +293,20 @@ fn parse_counts(line: &str) -> Counts {
 /// Starts `rawqp recv` on the emulated port for datagrams to `mac`/`ip`:`port`, and waits
 /// until its rule is in place.
 fn start_receiver(ns: &Netns, tree: &Tree, mac: &str, ip: Ipv4Addr, port: u16) -> Child {
+    start_receiver_of(ns, tree, mac, ip, port, COUNT)
+}
+
+/// [`start_receiver`] expecting `count` datagrams.
+fn start_receiver_of(
+    ns: &Netns,
+    tree: &Tree,
+    mac: &str,
+    ip: Ipv4Addr,
+    port: u16,
+    count: u64,
+) -> Child {
     let ip = ip.to_string();
-    let (port, count) = (port.to_string(), COUNT.to_string());
+    let (port, count) = (port.to_string(), count.to_string());
     let args = ["recv", "mlx5_1", mac, &ip, &port, &count, "3000"];
     let mut child = emulated(ns, tree, "zve", rawqp(), &args).spawn().unwrap();
     let mut line = String::new();
@@ -293,6 +331,11 @@ thread_local! {
 
 /// Ends the receiver started by [`start_receiver`] and returns its counts.
 fn receiver_counts(child: Child) -> Counts {
+    receiver_report(child).0
+}
+
+/// Ends the receiver started by [`start_receiver`]: its counts and its span.
+fn receiver_report(child: Child) -> (Counts, u64) {
     let (ok, _, err) = finish(child, "rawqp recv");
     let out = RECEIVER_OUT
         .with(|r| r.borrow_mut().take())
@@ -301,7 +344,8 @@ fn receiver_counts(child: Child) -> Counts {
         .unwrap();
     assert!(ok, "rawqp recv failed: {out}{err}");
     print!("{err}");
-    parse_counts(out.lines().last().unwrap_or(""))
+    let line = out.lines().last().unwrap_or("");
+    (parse_counts(line), span_us(line))
 }
 
 fn assert_all_in_order(c: &Counts, what: &str) {
@@ -649,4 +693,161 @@ fn a_raw_qp_needs_cap_net_raw() {
         err.contains("ibv_create_qp(RAW_PACKET) failed: Operation not permitted"),
         "{err}"
     );
+}
+
+/// The same capture as DPDK's test below ([`FAST`] frames) replayed at tcpreplay's top speed
+/// into a raw QP (`rawqp recv`, 8192 receives posted): every frame, in order; the receive
+/// rate is printed beside testpmd's.
+#[test]
+fn topspeed_capture_into_a_raw_qp() {
+    require("/usr/bin/tcpreplay", "tcpreplay");
+    let Some(ns) = netns("topspeed_capture_into_a_raw_qp") else {
+        return;
+    };
+    let tree = Tree::new("fast");
+    let pcap = tree.0.join("fast.pcap");
+    std::fs::write(&pcap, capture(FAST, 32000)).unwrap();
+    let rx = start_receiver_of(&ns, &tree, MAC_E, IP_E, 32000, FAST);
+    let out = ns
+        .exec(["tcpreplay", "-q", "-i", "zvp", "--topspeed"])
+        .arg(&pcap)
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "tcpreplay: {report}");
+    let (c, span) = receiver_report(rx);
+    let actual = report.lines().find(|l| l.contains("Actual:")).unwrap_or("");
+    println!(
+        "tcpreplay -q -i zvp --topspeed fast.pcap ({FAST} frames) -> rawqp recv on the emulated \
+         mlx5_1 (zve): tcpreplay {}; received {}, in order {}, lost {}, {:.0} frames/s from \
+         the first to the last",
+        actual.trim(),
+        c.received,
+        c.in_order,
+        c.lost,
+        c.received as f64 * 1e6 / span.max(1) as f64
+    );
+    assert_eq!(
+        c,
+        Counts {
+            received: FAST,
+            distinct: FAST,
+            in_order: FAST,
+            ..Counts::default()
+        }
+    );
+}
+
+/// DPDK's `dpdk-testpmd` with the mlx5 driver in its Verbs mode (`dv_flow_en=0`; the
+/// emulator refuses DEVX), unmodified, on the emulated port, forwarding in `rxonly` mode while
+/// tcpreplay sends [`FAST`] frames at top speed on the peer: every frame is received. The probe reads
+/// the PCI function from `SYSFS_PCI_DEVICES` (the tree's `devices/pci0000:00`), finds `mlx5_1`
+/// by its `uevent`, and the interface `zve` under its `net/`; the queues are libmlx5's (a
+/// Verbs CQ with CQE compression, a work queue, an RSS QP and flow rules on it, a raw packet
+/// QP for Tx), the WQEs and CQEs DPDK's own. With testpmd's default 256 receive descriptors,
+/// most frames of a top-speed replay find no receive WQE and are dropped (counted by the
+/// device as `no_wqe`, as a ConnectX's `rx_out_of_buffer`): 8192 are posted here, as
+/// `rawqp` posts.
+#[test]
+fn dpdk_testpmd_receives_a_tcpreplayed_capture() {
+    require("/usr/bin/dpdk-testpmd", "dpdk-dev");
+    require("/usr/bin/tcpreplay", "tcpreplay");
+    let Some(ns) = netns("dpdk_testpmd_receives_a_tcpreplayed_capture") else {
+        return;
+    };
+    let tree = Tree::new("dpdk");
+    let pcap = tree.0.join("fast.pcap");
+    std::fs::write(&pcap, capture(FAST, 32000)).unwrap();
+    let args = [
+        "-l",
+        "0-1",
+        "--no-huge",
+        "-m",
+        "512",
+        "--no-shconf",
+        "--no-telemetry",
+        "--iova-mode=va",
+        "-a",
+        "0000:03:00.1,dv_flow_en=0",
+        "--",
+        "--forward-mode=rxonly",
+        "--stats-period",
+        "1",
+        "--rxd=8192",
+        "--total-num-mbufs=32768",
+    ];
+    // DPDK's PCI scan reads the tree's PCI functions.
+    let pci = tree.0.join("devices/pci0000:00").display().to_string();
+    let env = [("SYSFS_PCI_DEVICES", pci)];
+    let mut cmd = emulated_with(&ns, &tree, "zve", &env, "dpdk-testpmd", &args);
+    let mut child = cmd.spawn().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut log = String::new();
+    let started = Instant::now();
+    loop {
+        let mut line = String::new();
+        if out.read_line(&mut line).unwrap() == 0 {
+            let (_, _, err) = finish(child, "dpdk-testpmd");
+            panic!("dpdk-testpmd ended before forwarding:\n{log}\n{err}");
+        }
+        log.push_str(&line);
+        if line.contains("start packet forwarding") {
+            break;
+        }
+        assert!(
+            started.elapsed() < RUN_LIMIT,
+            "dpdk-testpmd did not start:\n{log}"
+        );
+    }
+    let startup = started.elapsed();
+    let reader = std::thread::spawn(move || {
+        let mut rest = String::new();
+        out.read_to_string(&mut rest).unwrap();
+        rest
+    });
+    let replay = ns
+        .exec(["tcpreplay", "-q", "-i", "zvp", "--topspeed"])
+        .arg(&pcap)
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&replay.stdout).to_string();
+    assert!(replay.status.success(), "tcpreplay: {report}");
+    // Two statistics periods for the last frames to be counted, then SIGINT: testpmd stops
+    // forwarding and prints its totals.
+    std::thread::sleep(Duration::from_secs(2));
+    // SAFETY: a signal to our own child (`ip netns exec` execs `env`, which execs testpmd,
+    // so the child's process is testpmd's).
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let (_, _, err) = finish(child, "dpdk-testpmd");
+    let rest = reader.join().unwrap().replace('\u{1b}', "");
+    let total = FAST;
+    let rx = rest
+        .split("Forward statistics for port 0")
+        .nth(1)
+        .and_then(|s| s.split("RX-packets:").nth(1))
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no forward statistics:\n{log}{rest}\n{err}"));
+    let peak = rest
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("Rx-pps:"))
+        .filter_map(|l| l.split_whitespace().next()?.parse::<u64>().ok())
+        .max()
+        .unwrap_or(0);
+    let actual = report.lines().find(|l| l.contains("Actual:")).unwrap_or("");
+    let emu_line = err
+        .lines()
+        .filter(|l| l.contains("Ethernet:"))
+        .last()
+        .unwrap_or("");
+    println!(
+        "dpdk-testpmd {} (started in {:.1} s) on the emulated mlx5_1 (zve) <- tcpreplay -i zvp \
+         --topspeed fast.pcap ({total} frames): tcpreplay {}; testpmd received {rx} of \
+         {total}, peak Rx-pps {peak}\n{}",
+        args.join(" "),
+        startup.as_secs_f64(),
+        actual.trim(),
+        emu_line.trim()
+    );
+    assert_eq!(rx, total, "testpmd received every frame");
 }

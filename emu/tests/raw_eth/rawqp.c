@@ -6,7 +6,8 @@
  *     prints "ready" once the rule is in place, then counts the datagrams that arrive, each
  *     carrying an 8-byte big-endian sequence number at the start of its UDP payload, until
  *     EXPECT have come or none came for IDLE_MS. Prints one line:
- *     "received R distinct D in_order I out_of_order O duplicates U lost L".
+ *     "received R distinct D in_order I out_of_order O duplicates U lost L span_us S" (S: from
+ *     the first datagram to the last).
  *
  *   rawqp send DEV SRC_MAC DST_MAC SRC_IP DST_IP UDP_PORT COUNT
  *     Sends COUNT UDP datagrams (sequence numbers 0..COUNT-1, 64-byte frames) from a raw
@@ -134,6 +135,7 @@ static int recv_main(char **argv) {
     uint8_t *seen = calloc(expect ? expect : 1, 1);
     uint64_t received = 0, distinct = 0, in_order = 0, out_of_order = 0, dup = 0, next = 0;
     uint64_t last = now_ms();
+    struct timespec first_ts = {0, 0}, last_ts = {0, 0};
     while (received < expect && now_ms() - last < idle) {
         struct ibv_wc wc[32];
         int n = ibv_poll_cq(cq, 32, wc);
@@ -148,6 +150,9 @@ static int recv_main(char **argv) {
             uint64_t seq = 0;
             for (int b = 0; b < 8; b++)
                 seq = seq << 8 | p[42 + b];
+            if (received == 0)
+                clock_gettime(CLOCK_MONOTONIC, &first_ts);
+            clock_gettime(CLOCK_MONOTONIC, &last_ts);
             received++;
             if (seq < expect && !seen[seq]) {
                 seen[seq] = 1;
@@ -167,10 +172,13 @@ static int recv_main(char **argv) {
             last = now_ms();
         }
     }
-    printf("received %llu distinct %llu in_order %llu out_of_order %llu duplicates %llu lost %llu\n",
+    long long span_us = (last_ts.tv_sec - first_ts.tv_sec) * 1000000LL +
+                        (last_ts.tv_nsec - first_ts.tv_nsec) / 1000;
+    printf("received %llu distinct %llu in_order %llu out_of_order %llu duplicates %llu lost %llu "
+           "span_us %lld\n",
            (unsigned long long)received, (unsigned long long)distinct,
            (unsigned long long)in_order, (unsigned long long)out_of_order,
-           (unsigned long long)dup, (unsigned long long)(expect - distinct));
+           (unsigned long long)dup, (unsigned long long)(expect - distinct), span_us);
     if (ibv_destroy_flow(flow) || ibv_destroy_qp(qp) || ibv_destroy_cq(cq) || ibv_dereg_mr(mr))
         die("teardown");
     ibv_dealloc_pd(pd);
