@@ -84,7 +84,8 @@ impl Netns {
         let ns = Self { name };
         let setup = format!(
             "set -e
-             sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
+             # No IPv6 chatter on the pair (a kernel without IPv6 has none to turn off).
+             sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1 || true
              ip link add name zve address {MAC_E} type veth peer name zvp address {MAC_P}
              ip link set lo up
              ip link set zve up
