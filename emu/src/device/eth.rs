@@ -257,8 +257,8 @@ impl Emu {
         }
         eprintln!(
             "[zverbs-emu {}] Ethernet: device sent {} arrived {} delivered {} no_rule {} \
-             no_wqe {} too_long {} bad {}; port sent {sent} send_failed {failed} received \
-             {received} too_long {long}",
+             no_wqe {} too_long {} bad {} fillers {}; port sent {sent} send_failed {failed} \
+             received {received} too_long {long}",
             std::process::id(),
             s.eth_sent,
             s.eth_arrived,
@@ -266,7 +266,8 @@ impl Emu {
             s.eth_no_rule,
             s.eth_no_wqe,
             s.eth_too_long,
-            s.eth_bad_frames
+            s.eth_bad_frames,
+            s.eth_fillers
         );
     }
 
