@@ -13,11 +13,14 @@
 //!   processes, each an emulated ConnectX on one end of the veth pair (a wire between two
 //!   NICs: no process sees its own frames, as a ConnectX without local loopback), and print
 //!   their figures;
+//! - DPDK's `dpdk-testpmd` (mlx5 driver, Verbs mode), unmodified, receives a capture replayed
+//!   at tcpreplay's top speed, with ordinary and with striding receive queues, and the raw QP
+//!   program receives the same capture (their rates printed side by side);
 //! - without `CAP_NET_RAW` a raw packet QP is refused with EPERM, as the kernel refuses it.
 //!
 //! The raw QP program is `raw_eth/rawqp.c`, written on libibverbs and compiled here. Needs root
-//! (namespaces, packet sockets), perftest, tcpreplay, a C compiler and libibverbs' headers (the
-//! `prerequisites` stage installs them); run by the `connectx` stage of `cargo xtask test`
+//! (namespaces, packet sockets), perftest, tcpreplay, DPDK's testpmd, a C compiler and
+//! libibverbs' headers (the `prerequisites` stage installs them); run by the `connectx` stage of `cargo xtask test`
 //! (`cargo test --release -p zverbs-emu --test raw_ethernet -- --nocapture`). Where the kernel
 //! refuses a network namespace the tests say so and skip ([`Skip`]).
 
