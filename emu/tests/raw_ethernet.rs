@@ -504,6 +504,18 @@ fn raw_qp_frames_reach_a_kernel_socket() {
         return;
     };
     let tree = Tree::new("send");
+    // The device reporting no minimum inline header (libmlx5 inlines nothing: the frame is
+    // all in the data segment) and an L2 one (libmlx5 copies the first 18 bytes into the
+    // Ethernet segment, through the next segment).
+    for (port, inline) in [(33000, "none"), (33001, "l2")] {
+        send_to_kernel_socket(&ns, &tree, port, inline);
+    }
+}
+
+/// `rawqp send` of [`COUNT`] datagrams to a kernel UDP socket on `zvp` at `port`, the device
+/// reporting the minimum inline header `inline`: every datagram arrives, in order, and the
+/// kernel finds no checksum in error.
+fn send_to_kernel_socket(ns: &Netns, tree: &Tree, port: u16, inline: &str) {
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let path = format!("/run/netns/{}", ns.name);
     let receiver = std::thread::spawn(move || {
@@ -511,7 +523,7 @@ fn raw_qp_frames_reach_a_kernel_socket() {
         // SAFETY: joins this thread to the namespace of an open descriptor.
         let r = unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&file), libc::CLONE_NEWNET) };
         assert_eq!(r, 0);
-        let s = UdpSocket::bind((IP_P, 33000)).unwrap();
+        let s = UdpSocket::bind((IP_P, port)).unwrap();
         // Room for every datagram (root may exceed rmem_max), so that nothing is lost for
         // want of a reader.
         let big: libc::c_int = 64 << 20;
@@ -545,10 +557,14 @@ fn raw_qp_frames_reach_a_kernel_socket() {
     let ip_e = IP_E.to_string();
     let ip_p = IP_P.to_string();
     let count = COUNT.to_string();
+    let port_s = port.to_string();
     let args = [
-        "send", "mlx5_1", MAC_E, MAC_P, &ip_e, &ip_p, "33000", &count,
+        "send", "mlx5_1", MAC_E, MAC_P, &ip_e, &ip_p, &port_s, &count,
     ];
-    let child = emulated(&ns, &tree, "zve", rawqp(), &args).spawn().unwrap();
+    let env = [("ZVERBS_EMU_ETH_MIN_INLINE", inline.to_string())];
+    let child = emulated_with(ns, tree, "zve", &env, rawqp(), &args)
+        .spawn()
+        .unwrap();
     let (ok, out, err) = finish(child, "rawqp send");
     assert!(ok, "rawqp send: {out}{err}");
     let (received, in_order) = receiver.join().unwrap();
@@ -556,9 +572,9 @@ fn raw_qp_frames_reach_a_kernel_socket() {
     let snmp = String::from_utf8_lossy(&snmp.stdout);
     let udp: Vec<&str> = snmp.lines().filter(|l| l.starts_with("Udp:")).collect();
     println!(
-        "rawqp send on the emulated mlx5_1 (zve), {COUNT} UDP datagrams with IBV_SEND_IP_CSUM -> \
-         a kernel UDP socket on zvp ({IP_P}:33000): {}, received {received}, in order \
-         {in_order}, lost {}; kernel counters {udp:?}",
+        "rawqp send on the emulated mlx5_1 (zve, minimum inline header {inline}), {COUNT} UDP \
+         datagrams with IBV_SEND_IP_CSUM -> a kernel UDP socket on zvp ({IP_P}:{port}): {}, \
+         received {received}, in order {in_order}, lost {}; kernel counters {udp:?}",
         out.trim(),
         COUNT - received
     );

@@ -1153,8 +1153,8 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
         "{} tests, {} tool runs; direct/perftest {}; events: {events}",
         tests.passed + eth.passed,
         // The Ethernet tests' runs: raw_ethernet_bw and raw_ethernet_lat (server and client
-        // each) and tcpreplay.
-        5 + tools.len()
+        // each), tcpreplay (four times) and dpdk-testpmd (twice).
+        10 + tools.len()
             + datagrams.len()
             + 2 * mixed.len()
             + checks.len()
