@@ -31,6 +31,12 @@ static void die(const char *what) {
     exit(1);
 }
 
+/* ibv_post_send/ibv_post_recv return the error instead of setting errno. */
+static void die_rc(const char *what, int rc) {
+    fprintf(stderr, "rawqp: %s failed: %s\n", what, strerror(rc));
+    exit(1);
+}
+
 static void mac_of(const char *s, uint8_t m[6]) {
     unsigned v[6];
     if (sscanf(s, "%x:%x:%x:%x:%x:%x", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5]) != 6)
@@ -233,8 +239,9 @@ static int send_main(char **argv) {
                                      .opcode = IBV_WR_SEND,
                                      .send_flags = IBV_SEND_SIGNALED | IBV_SEND_IP_CSUM},
                                *bad;
-            if (ibv_post_send(qp, &wr, &bad))
-                die("ibv_post_send");
+            int rc = ibv_post_send(qp, &wr, &bad);
+            if (rc)
+                die_rc("ibv_post_send", rc);
             posted++;
         }
         struct ibv_wc wc[32];
