@@ -122,6 +122,20 @@ pub mod ex {
     pub const CREATE_QP: u32 = 24;
     /// `MODIFY_QP`.
     pub const MODIFY_QP: u32 = 26;
+    /// `CREATE_FLOW`.
+    pub const CREATE_FLOW: u32 = 50;
+    /// `DESTROY_FLOW`.
+    pub const DESTROY_FLOW: u32 = 51;
+    /// `CREATE_WQ`.
+    pub const CREATE_WQ: u32 = 52;
+    /// `MODIFY_WQ`.
+    pub const MODIFY_WQ: u32 = 53;
+    /// `DESTROY_WQ`.
+    pub const DESTROY_WQ: u32 = 54;
+    /// `CREATE_RWQ_IND_TBL`.
+    pub const CREATE_RWQ_IND_TBL: u32 = 55;
+    /// `DESTROY_RWQ_IND_TBL`.
+    pub const DESTROY_RWQ_IND_TBL: u32 = 56;
 }
 
 /// Core input and output sizes of the legacy write() commands (the input counts the leading
@@ -371,6 +385,8 @@ pub mod qps {
 
 /// `IBV_QPT_RC`.
 pub const QPT_RC: u8 = 2;
+/// `IBV_QPT_RAW_PACKET`.
+pub const QPT_RAW_PACKET: u8 = 8;
 /// `IBV_QPT_UD`.
 pub const QPT_UD: u8 = 4;
 /// `IBV_QPT_DRIVER`: libmlx5's DC initiators and targets (the driver command says which).

@@ -28,6 +28,7 @@ use crate::fabric::{self, Fabric, Listener};
 use crate::uar::{Bfreg, Mapping, Uctx};
 
 mod dc;
+mod eth;
 
 /// The vendor, part and firmware a ConnectX-6 reports (the part ID libmlx5 matches, 0x101b,
 /// is also in the fake sysfs tree's modalias).
@@ -73,6 +74,8 @@ struct Qp {
     bfreg: Option<Bfreg>,
     /// A DC initiator's or target's kind (`None` for RC and UD).
     dc: Option<QpType>,
+    /// A raw packet QP or an RSS QP of the Ethernet function.
+    raw: Option<eth::Raw>,
 }
 
 /// The kernel's bookkeeping.
@@ -93,6 +96,12 @@ struct Ctl {
     /// Each DC target's stand-in rings and doorbell record, by its number: the device
     /// watches them and never finds them rung (a target has no send queue).
     dct_mem: HashMap<u32, Box<[u64; 9]>>,
+    /// `flow_handle` → the software device's flow rule.
+    flows: HashMap<u32, u32>,
+    /// `wq_handle` → WQN.
+    wqs: HashMap<u32, u32>,
+    /// `ind_tbl_handle` → the software device's indirection table.
+    ind_tables: HashMap<u32, u32>,
 }
 
 impl Ctl {
@@ -231,9 +240,15 @@ impl Emu {
             drv_out.len()
         ));
         let r = match (extended, c) {
+            (false, cmd::GET_CONTEXT) if Self::ethernet(fd) => Self::eth_context_request(drv_in)
+                .and_then(|()| self.get_context(fd, drv_in, core_out, drv_out))
+                .and_then(|()| self.eth_context_answer(drv_out)),
             (false, cmd::GET_CONTEXT) => self.get_context(fd, drv_in, core_out, drv_out),
             (false, cmd::QUERY_DEVICE) => {
                 query_device(core_out);
+                if Self::ethernet(fd) {
+                    Self::eth_query_device(core_out, drv_out, false);
+                }
                 Ok(())
             }
             (true, ex::QUERY_DEVICE) => {
@@ -257,6 +272,13 @@ impl Emu {
                         u64::from(zverbs_sim::compress::SUPPORTED_FORMATS),
                     );
                 }
+                if Self::ethernet(fd) {
+                    Self::eth_query_device(core_out, drv_out, true);
+                }
+                Ok(())
+            }
+            (false, cmd::QUERY_PORT) if Self::ethernet(fd) => {
+                self.eth_query_port(core_out);
                 Ok(())
             }
             (false, cmd::QUERY_PORT) => {
@@ -306,6 +328,13 @@ impl Emu {
             (false, cmd::DESTROY_SRQ) => self.destroy_srq(core_in),
             (false, cmd::ATTACH_MCAST) => self.mcast(core_in, true),
             (false, cmd::DETACH_MCAST) => self.mcast(core_in, false),
+            (true, ex::CREATE_FLOW) => self.create_flow(fd, core_in, core_out),
+            (true, ex::DESTROY_FLOW) => self.destroy_flow(core_in),
+            (true, ex::CREATE_WQ) => self.create_wq(fd, core_in, drv_in, core_out, drv_out),
+            (true, ex::MODIFY_WQ) => self.modify_wq(core_in, drv_in),
+            (true, ex::DESTROY_WQ) => self.destroy_wq(core_in, core_out),
+            (true, ex::CREATE_RWQ_IND_TBL) => self.create_ind_table(core_in, core_out),
+            (true, ex::DESTROY_RWQ_IND_TBL) => self.destroy_ind_table(core_in),
             _ => Err(errno::EOPNOTSUPP),
         };
         if r.is_ok() {
@@ -414,6 +443,9 @@ impl Emu {
 
     /// Forgets the context of a closed descriptor.
     pub fn closed(&self, fd: i32) {
+        if Self::ethernet(fd) {
+            self.eth_report();
+        }
         crate::async_events::context_closed(fd);
         self.ctl().uctx.remove(&fd);
     }
@@ -579,10 +611,16 @@ impl Emu {
         use abi::create_qp as f;
         use abi::mlx5_create_qp as m;
         let at = |off: usize| if extended { off - f::EX_SHIFT } else { off };
-        let (ud, dc) = match get::<1>(i, at(f::QP_TYPE)) as u8 {
-            abi::QPT_RC => (false, None),
-            abi::QPT_UD => (true, None),
-            abi::QPT_DRIVER => (false, Some(dc::kind(get::<4>(d, m::FLAGS) as u32)?)),
+        let (ud, dc, raw) = match get::<1>(i, at(f::QP_TYPE)) as u8 {
+            abi::QPT_RC => (false, None, false),
+            abi::QPT_UD => (true, None, false),
+            abi::QPT_DRIVER => (false, Some(dc::kind(get::<4>(d, m::FLAGS) as u32)?), false),
+            abi::QPT_RAW_PACKET => {
+                if Self::raw_qp_request(fd, i, extended)? {
+                    return self.create_rss_qp(fd, i, d, o);
+                }
+                (false, None, true)
+            }
             _ => return Err(errno::EOPNOTSUPP),
         };
         if dc == Some(QpType::Dct) {
@@ -605,18 +643,33 @@ impl Emu {
         let rq_cnt = get::<4>(d, m::RQ_WQE_COUNT) as u32;
         let rq_shift = get::<4>(d, m::RQ_WQE_SHIFT) as u32;
         let uidx = get::<4>(d, m::UIDX) as u32;
-        let (Some(rq_buf), Some(dbrec)) = (ptr(buf), ptr(db)) else {
+        let Some(dbrec) = ptr(db) else {
             return Err(errno::EINVAL);
         };
         if rq_shift >= 16 {
             return Err(errno::EINVAL);
         }
-        // libmlx5 puts the receive ring first in the QP buffer and the send ring after it.
+        // A raw QP without a receive (or send) ring has no buffer for it: the device never
+        // reads a ring of no WQEs, which stands at the doorbell record then.
+        let rq_buf = match ptr(buf) {
+            Some(b) => b,
+            None if raw && rq_cnt == 0 => dbrec,
+            None => return Err(errno::EINVAL),
+        };
+        // libmlx5 puts the receive ring first in the QP buffer and the send ring after it; a
+        // raw packet QP's send ring is a buffer of its own, as the kernel sizes two umems.
         let rq_bytes = u64::from(rq_cnt) << rq_shift;
-        let sq_buf = buf
-            .checked_add(rq_bytes)
-            .and_then(ptr)
-            .ok_or(errno::EINVAL)?;
+        let sq_buf = if raw {
+            match ptr(Self::raw_sq_buf(d)) {
+                Some(b) => b,
+                None if sq_cnt == 0 => dbrec,
+                None => return Err(errno::EINVAL),
+            }
+        } else {
+            buf.checked_add(rq_bytes)
+                .and_then(ptr)
+                .ok_or(errno::EINVAL)?
+        };
         let mut ctl = self.ctl();
         let (Some(&send_cq), Some(&recv_cq)) = (ctl.cqs.get(&send_h), ctl.cqs.get(&recv_h)) else {
             return Err(errno::EINVAL);
@@ -662,6 +715,7 @@ impl Emu {
         let qp_type = match (ud, dc) {
             (_, Some(kind)) => kind,
             (true, None) => QpType::Ud,
+            (false, None) if raw => QpType::RawPacket,
             (false, None) => QpType::Rc,
         };
         // SAFETY: libmlx5 allocated the rings and doorbell record for this QP and frees them
@@ -682,7 +736,7 @@ impl Emu {
         // As the kernel configures the QP's responder (`cs_res`): receives scattered into the
         // CQE, 32 or 64 bytes by the receive CQ's CQE size, on connected QPs only. (The
         // requester's `cs_req`, READ and atomic responses in the send CQE, is not modelled.)
-        let scatter = flags & m::FLAG_SCATTER_CQE != 0 && !ud;
+        let scatter = flags & m::FLAG_SCATTER_CQE != 0 && !ud && !raw;
         self.dev
             .set_scatter_to_cqe(qpn, scatter)
             .map_err(sim_errno)?;
@@ -705,6 +759,7 @@ impl Emu {
                 fd,
                 bfreg: Some(bfreg),
                 dc,
+                raw: raw.then_some(eth::Raw::Qp),
                 ..Qp::default()
             },
         );
@@ -749,6 +804,7 @@ impl Emu {
         let m = get::<4>(i, f::ATTR_MASK) as u32;
         let mut ctl = self.ctl();
         let qp = ctl.qps.get_mut(&h).ok_or(errno::EINVAL)?;
+        let prev = qp.state;
         let b = |off| get::<1>(i, off) as u8;
         if m & mask::AV != 0 {
             qp.dlid = get::<2>(i, f::DLID) as u16;
@@ -801,6 +857,9 @@ impl Emu {
         }
         if qp.ud {
             return self.modify_ud(qp, m);
+        }
+        if qp.raw.is_some() {
+            return self.modify_raw(qp, m, prev);
         }
         if let Some(kind) = qp.dc {
             return self.modify_dc(qp, m, kind);
@@ -943,6 +1002,16 @@ impl Emu {
 
     fn destroy_qp(&self, i: &[u8]) -> Res {
         let h = get::<4>(i, 8) as u32;
+        let raw = self.ctl().qps.get(&h).copied().filter(|q| q.raw.is_some());
+        if let Some(qp) = raw {
+            self.destroy_raw(h, qp)?;
+            let mut ctl = self.ctl();
+            if let (Some(Bfreg::Static(n)), Some(u)) = (qp.bfreg, ctl.uctx.get_mut(&qp.fd)) {
+                u.free_bfreg(n);
+            }
+            crate::watch::qp_gone(qp.qpn);
+            return Ok(());
+        }
         let mut ctl = self.ctl();
         let qp = ctl.qps.remove(&h).ok_or(errno::EINVAL)?;
         let _ = (qp.send_cq, qp.recv_cq);
@@ -1062,7 +1131,7 @@ impl Emu {
 /// threads at once, as a NIC needs no CPU time slice, make latency figures mean something on a
 /// small machine; they are still bounded by the kernel's real-time throttling, and the device
 /// threads sleep when idle.
-fn with_realtime<R>(f: impl FnOnce() -> R) -> R {
+pub(crate) fn with_realtime<R>(f: impl FnOnce() -> R) -> R {
     let wanted = std::env::var_os("ZVERBS_EMU_RT").is_some_and(|v| v == "1");
     if !wanted {
         return f();

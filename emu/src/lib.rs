@@ -32,6 +32,9 @@
 //! - Faults (port down/up, QP fatal, device fatal) are injected with
 //!   [`async_events::inject`] from the program, or from outside with `zverbs-emu inject PID
 //!   FAULT` ([`async_events`]); the program reads them with `ibv_get_async_event`.
+//! - `ZVERBS_EMU_ETH_IF=ifname`: the Linux interface the Ethernet function's port is
+//!   ([`port`]: an `AF_PACKET` socket on it); unset, the port loops its frames back.
+//!   `ZVERBS_EMU_ETH_MIN_INLINE=l2` makes it report an L2 minimum inline (default none).
 //! - `ZVERBS_EMU_BF_WATCH=1`: the device watches every store to the UAR pages and counts torn
 //!   BlueFlame copies ([`watch`]; x86-64).
 #![deny(
@@ -46,6 +49,7 @@ pub mod async_events;
 pub mod channel;
 pub mod device;
 pub mod fabric;
+pub mod port;
 mod preload;
 pub mod stats;
 pub mod sysfs;

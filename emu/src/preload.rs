@@ -55,6 +55,25 @@ fn is_fake(fd: c_int) -> bool {
     fd_bit(fd).is_some_and(|(w, b)| FDS[w].load(Ordering::Relaxed) & b != 0)
 }
 
+/// Of those, the descriptors opened for the Ethernet function's uverbs device
+/// ([`crate::sysfs::ETH_UVERBS`]).
+static ETH_FDS: [AtomicU64; 64] = [const { AtomicU64::new(0) }; 64];
+
+/// Whether `fd` is a context of the emulated Ethernet function (`mlx5_1`).
+pub(crate) fn is_ethernet(fd: c_int) -> bool {
+    fd_bit(fd).is_some_and(|(w, b)| ETH_FDS[w].load(Ordering::Relaxed) & b != 0)
+}
+
+/// # Safety
+///
+/// `path` is null or a NUL-terminated string.
+unsafe fn is_ethernet_path(path: *const c_char) -> bool {
+    // SAFETY: (caller) NUL-terminated when not null.
+    !path.is_null()
+        && unsafe { CStr::from_ptr(path) }.to_bytes()
+            == format!("/dev/infiniband/{}", crate::sysfs::ETH_UVERBS).as_bytes()
+}
+
 /// # Safety
 ///
 /// `path` is null or a NUL-terminated string.
@@ -114,7 +133,7 @@ const UAR_FILE_SIZE: i64 = 1 << 36;
 /// [`mmap`] below (checked as the driver checks it) or around it (a raw system call, as the
 /// memory hooks of UCX make). [`fstat`](paths::fstat) reports the character device the sysfs
 /// tree names (the backing `/dev/null`).
-fn open_fake(flags: c_int) -> c_int {
+fn open_fake(flags: c_int, ethernet: bool) -> c_int {
     let mfd_flags = if flags & libc::O_CLOEXEC != 0 {
         libc::MFD_CLOEXEC
     } else {
@@ -138,7 +157,15 @@ fn open_fake(flags: c_int) -> c_int {
     match fd_bit(fd) {
         Some((w, b)) => {
             FDS[w].fetch_or(b, Ordering::Relaxed);
-            crate::log(format_args!("uverbs device opened as fd {fd}"));
+            if ethernet {
+                ETH_FDS[w].fetch_or(b, Ordering::Relaxed);
+            } else {
+                ETH_FDS[w].fetch_and(!b, Ordering::Relaxed);
+            }
+            crate::log(format_args!(
+                "uverbs device opened as fd {fd}{}",
+                if ethernet { " (Ethernet function)" } else { "" }
+            ));
         }
         None if fd >= 0 => crate::log(format_args!("fd {fd} too high to serve uverbs on")),
         None => {}
@@ -210,7 +237,8 @@ unsafe fn open_gid(path: *const c_char) -> Option<c_int> {
 pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: libc::mode_t) -> c_int {
     // SAFETY: (caller) `path` is a C string.
     if unsafe { is_uverbs(path) } {
-        return open_fake(flags);
+        // SAFETY: (caller) `path` is a C string.
+        return open_fake(flags, unsafe { is_ethernet_path(path) });
     }
     // SAFETY: (caller) `path` is a C string.
     if let Some(fd) = unsafe { open_gid(path) } {
@@ -248,7 +276,8 @@ pub unsafe extern "C" fn openat(
 ) -> c_int {
     // SAFETY: (caller) `path` is a C string.
     if unsafe { is_uverbs(path) } {
-        return open_fake(flags);
+        // SAFETY: (caller) `path` is a C string.
+        return open_fake(flags, unsafe { is_ethernet_path(path) });
     }
     // SAFETY: (caller) `path` is a C string.
     if let Some(fd) = unsafe { open_gid(path) } {

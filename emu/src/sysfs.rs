@@ -162,6 +162,144 @@ pub fn write_tree(root: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// The Ethernet function's device name: a second PCI function of the same ConnectX-6, whose
+/// port 1 has link layer Ethernet (raw packet QPs, flow rules, work queues), beside the
+/// InfiniBand `mlx5_0` that RC, UD and DC use.
+pub const ETH_IBDEV: &str = "mlx5_1";
+
+/// The Ethernet function's uverbs device (`/dev/infiniband/uverbs1`).
+pub const ETH_UVERBS: &str = "uverbs1";
+
+/// The Ethernet function's PCI address and directory under the tree's root.
+pub const ETH_PCI_SLOT: &str = "0000:03:00.1";
+
+/// The Ethernet function's directory under the tree's root.
+pub const ETH_PCI_FUNCTION: &str = "devices/pci0000:00/0000:03:00.1";
+
+/// The node GUID of the Ethernet function (the InfiniBand one's plus one, as a ConnectX's
+/// functions number theirs).
+pub const ETH_NODE_GUID: u64 = NODE_GUID + 1;
+
+/// The files of the Ethernet function, with `ifname` (the Linux interface its port is, see
+/// `docs/ethernet.md`) under the function's `net/` as a ConnectX's netdev is, with
+/// `dev_port` 0: what DPDK's mlx5 driver reads to find the port's interface.
+pub fn ethernet_files(ifname: Option<&str>) -> Vec<(String, String)> {
+    let g = ETH_NODE_GUID;
+    let group = |shift: u32| (g >> shift) & 0xffff;
+    let guid = format!(
+        "{:04x}:{:04x}:{:04x}:{:04x}",
+        group(48),
+        group(32),
+        group(16),
+        group(0)
+    );
+    let dev = format!("class/infiniband/{ETH_IBDEV}");
+    let verbs = format!("class/infiniband_verbs/{ETH_UVERBS}");
+    let mut v: Vec<(String, String)> = vec![
+        (format!("{verbs}/ibdev"), ETH_IBDEV.into()),
+        (format!("{verbs}/dev"), "1:3".into()),
+        (format!("{verbs}/abi_version"), "1".into()),
+        (format!("{dev}/node_type"), "1: CA".into()),
+        (format!("{dev}/node_guid"), guid),
+        (
+            format!("{dev}/ports/1/gids/0"),
+            format!(
+                "fe80:0000:0000:0000:{:04x}:{:04x}:{:04x}:{:04x}",
+                group(48),
+                group(32),
+                group(16),
+                group(0)
+            ),
+        ),
+        (format!("{dev}/ports/1/gid_attrs/types/0"), "RoCE v2".into()),
+        (format!("{dev}/ports/1/pkeys/0"), "0xffff".into()),
+    ];
+    let pci = [
+        (
+            "modalias",
+            "pci:v000015B3d0000101Bsv000015B3sd00000007bc02sc00i00".to_string(),
+        ),
+        ("vendor", "0x15b3".into()),
+        ("device", "0x101b".into()),
+        ("subsystem_vendor", "0x15b3".into()),
+        ("subsystem_device", "0x0007".into()),
+        ("class", "0x020000".into()),
+        ("numa_node", "-1".into()),
+        (
+            "uevent",
+            format!("DRIVER=mlx5_core\nPCI_SLOT_NAME={ETH_PCI_SLOT}"),
+        ),
+        // Six BARs, as the kernel lists them (start, end, flags): BAR 0 of 32 MiB.
+        (
+            "resource",
+            format!(
+                "0x00000000e2000000 0x00000000e3ffffff 0x000000000014220c{}",
+                "\n0x0000000000000000 0x0000000000000000 0x0000000000000000".repeat(5)
+            ),
+        ),
+        ("current_link_width", "16".into()),
+        ("current_link_speed", "16.0 GT/s PCIe".into()),
+    ];
+    for (f, c) in pci {
+        v.push((format!("{ETH_PCI_FUNCTION}/{f}"), c));
+    }
+    if let Some(ifname) = ifname {
+        v.push((
+            format!("{ETH_PCI_FUNCTION}/net/{ifname}/dev_port"),
+            "0".into(),
+        ));
+        v.push((
+            format!("{ETH_PCI_FUNCTION}/net/{ifname}/dev_id"),
+            "0x0".into(),
+        ));
+    }
+    v
+}
+
+/// Adds the Ethernet function (`mlx5_1`, [`ethernet_files`]) to the tree under `root`, which
+/// [`write_tree`] wrote: programs then list two devices and pick the Ethernet one by name.
+///
+/// # Errors
+///
+/// When a directory, link or file cannot be written.
+pub fn write_ethernet(root: &Path, ifname: Option<&str>) -> io::Result<()> {
+    let links = [
+        (
+            format!("class/infiniband/{ETH_IBDEV}"),
+            format!("../../{ETH_PCI_FUNCTION}/infiniband/{ETH_IBDEV}"),
+        ),
+        (
+            format!("{ETH_PCI_FUNCTION}/infiniband/{ETH_IBDEV}/device"),
+            format!("../../../{ETH_PCI_SLOT}"),
+        ),
+        // The kernel driver bound to the function (DPDK's PCI scan skips a function
+        // without one, and takes `mlx5_core` for a kernel driver it leaves bound).
+        (
+            format!("{ETH_PCI_FUNCTION}/driver"),
+            "../../../bus/pci/drivers/mlx5_core".into(),
+        ),
+    ];
+    std::fs::create_dir_all(root.join("bus/pci/drivers/mlx5_core"))?;
+    for (path, target) in links {
+        let p = root.join(path);
+        if let Some(dir) = p.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        if p.symlink_metadata().is_ok() {
+            std::fs::remove_file(&p)?;
+        }
+        std::os::unix::fs::symlink(target, p)?;
+    }
+    for (path, content) in ethernet_files(ifname) {
+        let p = root.join(path);
+        if let Some(dir) = p.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::write(p, format!("{content}\n"))?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -188,6 +326,38 @@ mod tests {
         write_tree(&dir).unwrap();
         let dev = std::fs::read_to_string(dir.join("class/infiniband_verbs/uverbs0/dev")).unwrap();
         assert_eq!(dev, "1:3\n");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn ethernet_function_beside_the_infiniband_one() {
+        let dir = std::env::temp_dir().join(format!("zverbs-emu-sysfs-eth-{}", std::process::id()));
+        write_tree(&dir).unwrap();
+        write_ethernet(&dir, Some("zve0")).unwrap();
+        let read = |p: &str| std::fs::read_to_string(dir.join(p)).unwrap();
+        assert_eq!(read("class/infiniband_verbs/uverbs1/ibdev"), "mlx5_1\n");
+        assert_eq!(read("class/infiniband_verbs/uverbs0/ibdev"), "mlx5_0\n");
+        assert!(
+            read("class/infiniband/mlx5_1/device/uevent").contains("PCI_SLOT_NAME=0000:03:00.1\n")
+        );
+        assert_eq!(
+            read("class/infiniband/mlx5_1/device/net/zve0/dev_port"),
+            "0\n"
+        );
+        assert_eq!(
+            read("class/infiniband/mlx5_1/device/resource")
+                .lines()
+                .count(),
+            6
+        );
+        assert!(read("class/infiniband/mlx5_1/device/modalias").contains("v000015B3d0000101B"));
+        assert_eq!(
+            read("class/infiniband/mlx5_1/ports/1/gid_attrs/types/0"),
+            "RoCE v2\n"
+        );
+        let driver = std::fs::read_link(dir.join(ETH_PCI_FUNCTION).join("driver")).unwrap();
+        assert!(driver.ends_with("mlx5_core"));
+        assert!(dir.join(ETH_PCI_FUNCTION).join("driver").is_dir());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -1316,6 +1316,34 @@ impl Device {
         self.engine().create_wq(cfg)
     }
 
+    /// Drives a receive work queue whose ring and doorbell record someone else allocated
+    /// (libmlx5 behind an emulated ConnectX, `ibv_create_wq` / `mlx5dv_create_wq`): `cnt`
+    /// WQEs at `buf` with the stride `cfg` implies (as [`SimWq`] describes the layout), a
+    /// one-word doorbell record, and `uidx` as the user index of its CQEs (the driver's
+    /// `user_index`, by which libmlx5 finds the queue). In RESET, as [`Device::create_wq`].
+    /// Returns its number.
+    ///
+    /// # Safety
+    ///
+    /// The ring and the record are valid for reads and writes for the device's whole life
+    /// (or until [`Device::destroy_wq`]) and are written only as an mlx5 driver writes them.
+    ///
+    /// # Errors
+    ///
+    /// As [`Device::create_wq`], and [`SimError::InvalidConfig`] for a count that is not a
+    /// power of two or above 32768.
+    pub unsafe fn create_wq_external(
+        &self,
+        cfg: WqConfig,
+        buf: NonNull<u8>,
+        cnt: u32,
+        dbrec: NonNull<u32>,
+        uidx: u32,
+    ) -> Result<u32, SimError> {
+        // SAFETY: (caller) valid for the device's life.
+        unsafe { self.engine().create_wq_external(cfg, buf, cnt, dbrec, uidx) }
+    }
+
     /// Moves work queue `wqn` to ready (`ibv_modify_wq` to `IBV_WQS_RDY`); from RESET it
     /// starts at its first WQE.
     ///
@@ -1324,6 +1352,16 @@ impl Device {
     /// [`SimError::NoSuchWq`].
     pub fn ready_wq(&self, wqn: u32) -> Result<(), SimError> {
         self.engine().ready_wq(wqn)
+    }
+
+    /// Moves work queue `wqn` back to RESET (`ibv_modify_wq` to `IBV_WQS_RESET`): it places
+    /// no frame until [`Device::ready_wq`], which starts it again at its first WQE.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::NoSuchWq`].
+    pub fn reset_wq(&self, wqn: u32) -> Result<(), SimError> {
+        self.engine().reset_wq(wqn)
     }
 
     /// Destroys work queue `wqn`; refused while an indirection table names it.

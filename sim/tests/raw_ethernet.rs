@@ -852,3 +852,83 @@ fn flow_tags_come_in_the_cqe() {
     let c = cq.poll().expect("the receive CQE");
     assert_eq!(&c[56..60], &[0, 0xab, 0xcd, 0xef]);
 }
+
+/// A work queue over a ring and doorbell record the driver allocated (libmlx5 behind the
+/// emulated ConnectX): its CQEs carry the driver's user index, not the WQN; RESET stops it
+/// taking frames and ready starts it again at its first WQE.
+#[test]
+fn an_external_work_queue_answers_with_the_drivers_user_index() {
+    let (dev, mem, mr) = device_with_arena(8192);
+    let cq = dev.create_cq(CqConfig { cqe: 63 }).unwrap();
+    // 8 WQEs of one data segment (16 bytes), as libmlx5 lays out an ordinary WQ of one SGE
+    // (it adds the 16-byte next segment only for striding ones: the device reads from 0).
+    let ring: &'static mut [u128] = Box::leak(vec![0u128; 8].into_boxed_slice());
+    let dbrec: &'static mut [u32; 2] = Box::leak(Box::new([0u32; 2]));
+    let buf = std::ptr::NonNull::new(ring.as_mut_ptr().cast::<u8>()).unwrap();
+    let db = std::ptr::NonNull::from(&mut dbrec[0]);
+    let cfg = WqConfig {
+        cq: cq.cqn,
+        max_wr: 8,
+        max_sge: 1,
+        striding: None,
+        two_byte_shift: false,
+    };
+    // SAFETY: the ring and record are leaked: valid for the device's life.
+    let bad = unsafe { dev.create_wq_external(cfg, buf, 6, db, 0x1234) };
+    assert!(bad.is_err(), "a count that is not a power of two");
+    // SAFETY: as above.
+    let wqn = unsafe { dev.create_wq_external(cfg, buf, 8, db, 0x1234) }.unwrap();
+    let w = SimWq {
+        wqn,
+        layout: zverbs_mlx5dv::WqLayout {
+            buf,
+            wqe_cnt: 8,
+            stride: 16,
+        },
+        dbrec: db,
+        striding: None,
+    };
+    let table = dev.create_rwq_ind_table(&[wqn]).unwrap();
+    let rss = dev
+        .create_rss_qp(RssConfig {
+            ind_table: table,
+            fields: RxHashFields::empty(),
+            key: DEFAULT_RSS_KEY,
+        })
+        .unwrap();
+    dev.create_flow(FlowAttr {
+        priority: 0,
+        spec: FlowSpec::ANY,
+        dest: FlowDest::Rss(rss),
+        tag: None,
+    })
+    .unwrap();
+    dev.ready_wq(wqn).unwrap();
+    for k in 0..2 {
+        post_wq(&w, k, &[(mem.addr(k * 256), 256, mr.lkey)]);
+    }
+    let src = Ipv4Addr::new(10, 0, 0, 1);
+    let f = udp_frame(MAC_A, src, GROUP, (1, 2), 16, 7);
+    dev.receive_frame(&f);
+    dev.run_until_idle();
+    let mut cq = RawCq::new(cq);
+    let c = cq.poll().expect("a receive CQE");
+    assert_eq!(
+        who(&c),
+        (0x1234, 0, f.len() as u32),
+        "the driver's user index"
+    );
+    assert_eq!(mem.read(0, f.len()), f);
+    // RESET: nothing placed; ready again: from the first WQE on.
+    dev.reset_wq(wqn).unwrap();
+    let dropped = dev.stats().eth_no_wqe;
+    dev.receive_frame(&f);
+    dev.run_until_idle();
+    assert_eq!(dev.stats().eth_no_wqe, dropped + 1);
+    assert!(cq.poll().is_none());
+    dev.ready_wq(wqn).unwrap();
+    dev.receive_frame(&f);
+    dev.run_until_idle();
+    let c = cq.poll().expect("a receive CQE after ready");
+    assert_eq!(who(&c), (0x1234, 0, f.len() as u32), "WQE 0 again");
+}

@@ -1,5 +1,7 @@
-//! `zverbs-emu sysfs DIR`: writes the fake sysfs tree of the emulated ConnectX under `DIR`
-//! (for `SYSFS_PATH`), with the key of its fabric (kept when the tree is written again).
+//! `zverbs-emu sysfs DIR [--ethernet [IFNAME]]`: writes the fake sysfs tree of the emulated
+//! ConnectX under `DIR` (for `SYSFS_PATH`), with the key of its fabric (kept when the tree is
+//! written again); with `--ethernet`, its Ethernet function `mlx5_1` too, whose port is the
+//! interface `IFNAME` (named again by `ZVERBS_EMU_ETH_IF` in the programs, `docs/ethernet.md`).
 //!
 //! `zverbs-emu inject PID FAULT`: injects a fault (`port-down`, `port-up`, `qp-fatal QPN`,
 //! `device-fatal`) into the emulated device of process `PID` (in the namespace
@@ -11,7 +13,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 const USAGE: &str = "\
-usage: zverbs-emu sysfs DIR | zverbs-emu inject PID FAULT
+usage: zverbs-emu sysfs DIR [--ethernet [IFNAME]] | zverbs-emu inject PID FAULT
 
 sysfs writes the fake sysfs tree of the emulated ConnectX under DIR, with its fabric's key;
 then run a program with
@@ -33,6 +35,24 @@ fn main() -> ExitCode {
         }
     };
     match args.as_slice() {
+        [cmd, dir, eth, ifname @ ..]
+            if cmd == "sysfs" && eth == "--ethernet" && ifname.len() <= 1 =>
+        {
+            let root = Path::new(dir);
+            let ifname = ifname.first().map(String::as_str);
+            match zverbs_emu::sysfs::write_tree(root)
+                .and_then(|()| zverbs_emu::sysfs::write_ethernet(root, ifname))
+            {
+                Ok(()) => {
+                    println!("{dir}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("zverbs-emu: cannot write the sysfs tree under {dir}: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         [cmd, dir] if cmd == "sysfs" => match zverbs_emu::sysfs::write_tree(Path::new(dir)) {
             Ok(()) => {
                 println!("{dir}");

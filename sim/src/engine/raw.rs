@@ -77,6 +77,8 @@ struct Flow {
 #[derive(Debug)]
 struct DevWq {
     wqn: u32,
+    /// The user index its CQEs carry (CQE version 1): the WQN unless the driver gave one.
+    uidx: u32,
     ring: RqRing,
     dbrec: core::ptr::NonNull<u32>,
     cq: usize,
@@ -465,7 +467,7 @@ impl Engine {
             return;
         }
         let len = frame.len() as u64;
-        let (uidx, cq) = (wq.wqn, wq.cq);
+        let (uidx, cq) = (wq.uidx, wq.cq);
         let Some(s) = wq.striding else {
             if avail == 0 {
                 self.stats.eth_no_wqe += 1;
@@ -574,7 +576,7 @@ impl Engine {
     fn wq_fail(&mut self, w: usize, counter: u16, vendor: u8) {
         let wq = &mut self.eth.wqs[w];
         wq.error = true;
-        let c = cq::err(wq.wqn, 0, op::RESP_ERR, 0, counter, LOC_PROT, vendor);
+        let c = cq::err(wq.uidx, 0, op::RESP_ERR, 0, counter, LOC_PROT, vendor);
         let cq = wq.cq;
         self.push_cqe(cq, c);
     }
@@ -611,8 +613,8 @@ impl Engine {
         Ok(())
     }
 
-    pub(crate) fn create_wq(&mut self, cfg: WqConfig) -> Result<SimWq, SimError> {
-        let cq = self.cq_index(cfg.cq)?;
+    /// The WQE stride of a work queue of `cfg`, its sizes checked.
+    fn wq_stride(cfg: &WqConfig) -> Result<u32, SimError> {
         if cfg.max_wr == 0 || cfg.max_wr > MAX_WQ_WR {
             return Err(SimError::InvalidConfig("max_wr must be in 1..=32768"));
         }
@@ -621,7 +623,7 @@ impl Engine {
                 "the two-byte shift of a striding queue is not modelled by the software device",
             ));
         }
-        let stride = match cfg.striding {
+        match cfg.striding {
             Some(s) => {
                 if !(6..=13).contains(&s.log_stride_bytes) {
                     return Err(SimError::InvalidConfig("log_stride_bytes outside 6..=13"));
@@ -629,16 +631,19 @@ impl Engine {
                 if !(3..=16).contains(&s.log_num_strides) {
                     return Err(SimError::InvalidConfig("log_num_strides outside 3..=16"));
                 }
-                STRIDING_WQE
+                Ok(STRIDING_WQE)
             }
             None => {
                 if cfg.max_sge == 0 || cfg.max_sge > MAX_SEGS as u32 {
                     return Err(SimError::InvalidConfig("max_sge must be in 1..=64"));
                 }
-                16 * cfg.max_sge.next_power_of_two()
+                Ok(16 * cfg.max_sge.next_power_of_two())
             }
-        };
-        let cnt = cfg.max_wr.next_power_of_two();
+        }
+    }
+
+    /// A free work queue slot, with room to push one.
+    fn wq_slot(&mut self) -> Result<usize, SimError> {
         let slot = match self.eth.wqs.iter().position(|w| w.dead) {
             Some(i) => i,
             None if self.eth.wqs.len() < self.cfg.max_qps as usize => self.eth.wqs.len(),
@@ -651,6 +656,56 @@ impl Engine {
                 .try_reserve(1)
                 .map_err(|_| SimError::OutOfMemory)?;
         }
+        Ok(slot)
+    }
+
+    /// Puts `wq` into `slot` (from [`Engine::wq_slot`]).
+    fn put_wq(&mut self, slot: usize, wq: DevWq) {
+        let (cq, striding) = (wq.cq, wq.striding.is_some());
+        if slot == self.eth.wqs.len() {
+            self.eth.wqs.push(wq);
+        } else {
+            self.eth.wqs[slot] = wq;
+        }
+        if striding {
+            self.cqs[cq].strided = true;
+        }
+    }
+
+    /// A new work queue of `cfg` over `ring` (`cnt` WQEs of `stride` bytes) and `dbrec`.
+    fn new_wq(
+        wqn: u32,
+        cfg: &WqConfig,
+        cq: usize,
+        ring: Region,
+        cnt: u32,
+        stride: u32,
+        dbrec: core::ptr::NonNull<u32>,
+    ) -> DevWq {
+        DevWq {
+            wqn,
+            uidx: wqn,
+            ring: RqRing {
+                region: ring,
+                cnt,
+                stride,
+            },
+            dbrec,
+            cq,
+            striding: cfg.striding,
+            ready: false,
+            error: false,
+            dead: false,
+            ci: 0,
+            used: 0,
+        }
+    }
+
+    pub(crate) fn create_wq(&mut self, cfg: WqConfig) -> Result<SimWq, SimError> {
+        let cq = self.cq_index(cfg.cq)?;
+        let stride = Self::wq_stride(&cfg)?;
+        let cnt = cfg.max_wr.next_power_of_two();
+        let slot = self.wq_slot()?;
         let wqn = WQN_BASE + slot as u32;
         let owner = Owner::Wq(wqn);
         let made = (|| {
@@ -665,33 +720,12 @@ impl Engine {
                 return Err(e);
             }
         };
-        let wq = DevWq {
-            wqn,
-            ring: RqRing {
-                region: Region {
-                    ptr: ring.ptr,
-                    len: ring.len,
-                },
-                cnt,
-                stride,
-            },
-            dbrec,
-            cq,
-            striding: cfg.striding,
-            ready: false,
-            error: false,
-            dead: false,
-            ci: 0,
-            used: 0,
+        let region = Region {
+            ptr: ring.ptr,
+            len: ring.len,
         };
-        if slot == self.eth.wqs.len() {
-            self.eth.wqs.push(wq);
-        } else {
-            self.eth.wqs[slot] = wq;
-        }
-        if cfg.striding.is_some() {
-            self.cqs[cq].strided = true;
-        }
+        let wq = Self::new_wq(wqn, &cfg, cq, region, cnt, stride, dbrec);
+        self.put_wq(slot, wq);
         Ok(SimWq {
             wqn,
             layout: zverbs_mlx5dv::WqLayout {
@@ -702,6 +736,39 @@ impl Engine {
             dbrec,
             striding: cfg.striding,
         })
+    }
+
+    /// A work queue over a ring and doorbell record the driver allocated: `cnt` WQEs (a power
+    /// of two, at most 32768) of the stride `cfg` implies; its CQEs carry `uidx`.
+    ///
+    /// # Safety
+    ///
+    /// As [`crate::Device::create_wq_external`].
+    pub(crate) unsafe fn create_wq_external(
+        &mut self,
+        cfg: WqConfig,
+        buf: core::ptr::NonNull<u8>,
+        cnt: u32,
+        dbrec: core::ptr::NonNull<u32>,
+        uidx: u32,
+    ) -> Result<u32, SimError> {
+        let cq = self.cq_index(cfg.cq)?;
+        let stride = Self::wq_stride(&cfg)?;
+        if !cnt.is_power_of_two() || cnt > MAX_WQ_WR {
+            return Err(SimError::InvalidConfig(
+                "a work queue's ring holds a power of two of WQEs, at most 32768",
+            ));
+        }
+        let slot = self.wq_slot()?;
+        let wqn = WQN_BASE + slot as u32;
+        let region = Region {
+            ptr: buf,
+            len: cnt as usize * stride as usize,
+        };
+        let mut wq = Self::new_wq(wqn, &cfg, cq, region, cnt, stride, dbrec);
+        wq.uidx = uidx & 0xff_ffff;
+        self.put_wq(slot, wq);
+        Ok(wqn)
     }
 
     fn wq_index(&self, wqn: u32) -> Result<usize, SimError> {
@@ -722,6 +789,12 @@ impl Engine {
             wq.error = false;
         }
         wq.ready = true;
+        Ok(())
+    }
+
+    pub(crate) fn reset_wq(&mut self, wqn: u32) -> Result<(), SimError> {
+        let w = self.wq_index(wqn)?;
+        self.eth.wqs[w].ready = false;
         Ok(())
     }
 

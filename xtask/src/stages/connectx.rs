@@ -30,6 +30,10 @@
 //! (no assertion on time).
 //! A job of four processes started by Open MPI's `mpirun` connects every pair through PMIx and
 //! checks the data each wrote to the others (`zverbs-perf all2all`, [`pmix`]).
+//! The Ethernet function (`mlx5_1`, its port a veth in a network namespace) runs kernel
+//! multicast, a tcpreplayed capture and a kernel socket against raw packet QPs, and perftest's
+//! `raw_ethernet_bw` and `raw_ethernet_lat` between the veth's two ends (`zverbs-emu`'s
+//! `raw_ethernet` test, `docs/ethernet.md`).
 //! The programs run with `ZVERBS_EMU_RT=1`: the device's threads preempt the programs'
 //! busy-polling threads, so that latency is not a matter of scheduler time slices.
 
@@ -661,6 +665,26 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
     cmd.env("ZVERBS_EMU_SO", &emu.0);
     let (tests, _) = counted_tests(cmd, &["--nocapture"], run)?;
 
+    // The Ethernet function (mlx5_1) with its port a veth in a network namespace: kernel
+    // multicast and a tcpreplayed capture into a raw QP, a raw QP's frames into a kernel
+    // socket, perftest's raw_ethernet_bw and raw_ethernet_lat between the veth's two ends
+    // (one test at a time: their figures are printed).
+    let mut cmd = util::cargo([
+        "test",
+        "--release",
+        "-p",
+        "zverbs-emu",
+        "--test",
+        "raw_ethernet",
+    ]);
+    cmd.env("ZVERBS_EMU_SO", &emu.0);
+    let (eth, _) = counted_tests(cmd, &["--nocapture", "--test-threads=1"], run)?;
+    println!(
+        "Ethernet function tests (raw QPs, flow rules, a veth port, perftest raw_ethernet_*): \
+         {} passed",
+        eth.passed
+    );
+
     // The completion-event tests of `zverbs` on the emulated mlx5_0, on the direct backend
     // (our arm sequence) and on the fallback (libmlx5's): the test executable runs under the
     // emulator (cargo's runner), cargo and the compiler do not.
@@ -1127,8 +1151,10 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
     let events = events(&rel, &emu, &mut next_port)?;
     Ok(Some(format!(
         "{} tests, {} tool runs; direct/perftest {}; events: {events}",
-        tests.passed,
-        tools.len()
+        tests.passed + eth.passed,
+        // The Ethernet tests' runs: raw_ethernet_bw and raw_ethernet_lat (server and client
+        // each), tcpreplay (four times) and dpdk-testpmd (twice).
+        10 + tools.len()
             + datagrams.len()
             + 2 * mixed.len()
             + checks.len()

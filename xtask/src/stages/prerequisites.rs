@@ -60,6 +60,27 @@ const NEEDS: &[Need] = &[
         present: || Path::new("/usr/bin/ucx_perftest").exists(),
         package: "ucx-utils",
     },
+    Need {
+        what: "tcpreplay (a capture replayed onto the emulated ConnectX's Ethernet port)",
+        present: || Path::new("/usr/bin/tcpreplay").exists(),
+        package: "tcpreplay",
+    },
+    Need {
+        what: "iproute2's ip (the network namespace and veth pair of the Ethernet port)",
+        present: || Path::new("/usr/sbin/ip").exists() || Path::new("/sbin/ip").exists(),
+        package: "iproute2",
+    },
+    Need {
+        what: "dpdk-testpmd (DPDK's mlx5 driver tried on the emulated ConnectX)",
+        present: || Path::new("/usr/bin/dpdk-testpmd").exists(),
+        // Debian 12 ships testpmd in the development tools, not in `dpdk` (the runtime).
+        package: "dpdk-dev",
+    },
+    Need {
+        what: "DPDK's mlx5 driver, librte_net_mlx5 (dpdk-testpmd on the emulated ConnectX)",
+        present: has_dpdk_mlx5,
+        package: "librte-net-mlx5-23",
+    },
 ];
 
 /// Whether `<pmix.h>` is installed: in `/usr/include`, or where Debian keeps PMIx's headers
@@ -100,6 +121,16 @@ const AARCH64_NEEDS: &[Need] = &[
         package: "qemu-user",
     },
 ];
+
+/// Whether DPDK's mlx5 poll-mode driver is in a library directory (Debian keeps DPDK's
+/// drivers under `/usr/lib/<triplet>/dpdk/pmds-23/`).
+fn has_dpdk_mlx5() -> bool {
+    std::fs::read_dir("/usr/lib")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|d| d.path().join("librte_net_mlx5.so.23").exists())
+}
 
 /// Whether `libmlx5.so.1` is in a library directory (`/usr/lib/<triplet>/` on Debian).
 fn has_libmlx5() -> bool {

@@ -1,0 +1,918 @@
+//! The emulated ConnectX's Ethernet function (`mlx5_1`) with its port a Linux interface: each
+//! test makes a network namespace with a veth pair, `zve` (the emulated port's interface, named
+//! by `ZVERBS_EMU_ETH_IF`) and `zvp` (its peer, 10.77.0.2/24, where the kernel's own sockets
+//! and `tcpreplay` stand), and runs unmodified programs under the emulator inside it:
+//!
+//! - UDP multicast sent by a kernel socket on the peer reaches a raw packet QP through a flow
+//!   rule (ETH dst MAC, IPv4 group, UDP port): every datagram, in order, none lost;
+//! - a capture generated here (8-byte big-endian sequence numbers at the UDP payload's start)
+//!   and replayed on the peer with `tcpreplay` does the same;
+//! - frames a raw packet QP sends (checksums by the device) are received by an ordinary kernel
+//!   UDP socket on the peer;
+//! - perftest's `raw_ethernet_bw` and `raw_ethernet_lat`, unmodified, run between two
+//!   processes, each an emulated ConnectX on one end of the veth pair (a wire between two
+//!   NICs: no process sees its own frames, as a ConnectX without local loopback), and print
+//!   their figures;
+//! - DPDK's `dpdk-testpmd` (mlx5 driver, Verbs mode), unmodified, receives a capture replayed
+//!   at tcpreplay's top speed, with ordinary and with striding receive queues, and the raw QP
+//!   program receives the same capture (their rates printed side by side);
+//! - without `CAP_NET_RAW` a raw packet QP is refused with EPERM, as the kernel refuses it.
+//!
+//! The raw QP program is `raw_eth/rawqp.c`, written on libibverbs and compiled here. Needs root
+//! (namespaces, packet sockets), perftest, tcpreplay, DPDK's testpmd, a C compiler and
+//! libibverbs' headers (the `prerequisites` stage installs them); run by the `connectx` stage of `cargo xtask test`
+//! (`cargo test --release -p zverbs-emu --test raw_ethernet -- --nocapture`). Where the kernel
+//! refuses a network namespace the tests say so and skip ([`Skip`]).
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::{Ipv4Addr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// The emulated port's MAC (set on `zve`) and its peer's (`zvp`).
+const MAC_E: &str = "02:00:00:00:00:0e";
+const MAC_P: &str = "02:00:00:00:00:0f";
+/// The peer's address, the address the emulated port's programs use, the multicast group.
+const IP_P: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 2);
+const IP_E: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
+const GROUP: Ipv4Addr = Ipv4Addr::new(239, 1, 2, 3);
+/// Datagrams each transfer test sends.
+const COUNT: u64 = 20_000;
+/// Frames of the capture replayed at tcpreplay's top speed (raw QP and DPDK alike).
+const FAST: u64 = 200_000;
+/// How long any one program may run.
+const RUN_LIMIT: Duration = Duration::from_secs(90);
+
+/// Why a test could not run here: only what the kernel refuses.
+#[derive(Debug)]
+enum Skip {
+    /// `ip netns add` failed (no permission, or namespaces not available).
+    NoNamespace(String),
+}
+
+impl std::fmt::Display for Skip {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Skip::NoNamespace(why) => write!(f, "the kernel refuses a network namespace: {why}"),
+        }
+    }
+}
+
+/// A network namespace with the veth pair, deleted on drop.
+struct Netns {
+    name: String,
+}
+
+impl Netns {
+    fn new() -> Result<Self, Skip> {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let name = format!(
+            "zvemu{}x{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        let out = Command::new("ip")
+            .args(["netns", "add", &name])
+            .output()
+            .map_err(|e| Skip::NoNamespace(format!("ip: {e}")))?;
+        if !out.status.success() {
+            return Err(Skip::NoNamespace(
+                String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            ));
+        }
+        let ns = Self { name };
+        let setup = format!(
+            "set -e
+             # No IPv6 chatter on the pair (a kernel without IPv6 has none to turn off).
+             sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1 || true
+             ip link add name zve address {MAC_E} type veth peer name zvp address {MAC_P}
+             ip link set lo up
+             ip link set zve up
+             ip link set zvp up
+             ip addr add {IP_P}/24 dev zvp
+             ip route add 239.0.0.0/8 dev zvp"
+        );
+        let ok = ns.exec(["sh", "-c", &setup]).status().unwrap().success();
+        assert!(ok, "setting up the veth pair in {}", ns.name);
+        Ok(ns)
+    }
+
+    /// `ip netns exec NAME args...`.
+    fn exec<I: IntoIterator<Item = S>, S: AsRef<std::ffi::OsStr>>(&self, args: I) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.name]).args(args);
+        c
+    }
+
+    /// Runs `f` on a thread inside the namespace (its sockets are the namespace's).
+    fn within<R: Send + 'static>(&self, f: impl FnOnce() -> R + Send + 'static) -> R {
+        let path = format!("/run/netns/{}", self.name);
+        std::thread::spawn(move || {
+            let file = std::fs::File::open(&path).expect("the namespace's file");
+            // SAFETY: joins the calling thread (only) to the namespace of an open descriptor.
+            let r =
+                unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&file), libc::CLONE_NEWNET) };
+            assert_eq!(r, 0, "setns: {}", std::io::Error::last_os_error());
+            f()
+        })
+        .join()
+        .unwrap()
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+    }
+}
+
+/// The namespace, or `None` after saying why the test is skipped.
+fn netns(test: &str) -> Option<Netns> {
+    match Netns::new() {
+        Ok(ns) => Some(ns),
+        Err(why) => {
+            println!("{test}: SKIPPED: {why}");
+            None
+        }
+    }
+}
+
+/// The fake sysfs tree with the Ethernet function (its port `zve`), removed on drop.
+struct Tree(PathBuf);
+
+impl Tree {
+    fn new(test: &str) -> Self {
+        let dir =
+            std::env::temp_dir().join(format!("zverbs-emu-eth-{}-{test}", std::process::id()));
+        zverbs_emu::sysfs::write_tree(&dir).unwrap();
+        zverbs_emu::sysfs::write_ethernet(&dir, Some("zve")).unwrap();
+        Self(dir)
+    }
+}
+
+impl Drop for Tree {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `program args` inside `ns` under the emulator, its port on interface `ifname`.
+fn emulated(ns: &Netns, tree: &Tree, ifname: &str, program: &str, args: &[&str]) -> Command {
+    emulated_with(ns, tree, ifname, &[], program, args)
+}
+
+/// [`emulated`] with more environment (`env` sets it inside the namespace).
+fn emulated_with(
+    ns: &Netns,
+    tree: &Tree,
+    ifname: &str,
+    env: &[(&str, String)],
+    program: &str,
+    args: &[&str],
+) -> Command {
+    let so = common::shim();
+    assert!(
+        so.exists(),
+        "{} is missing: build the shim first",
+        so.display()
+    );
+    let mut c = ns.exec(["env"]);
+    c.arg(format!("SYSFS_PATH={}", tree.0.display()))
+        .arg(format!("LD_PRELOAD={}", so.display()))
+        .arg(format!("ZVERBS_EMU_ETH_IF={ifname}"))
+        // The device's and the port's threads preempt the busy-polling programs, as a NIC
+        // needs no time slice (docs/emulator.md).
+        .arg("ZVERBS_EMU_RT=1")
+        // Where every frame went, on stderr at the end.
+        .arg("ZVERBS_EMU_ETH_STATS=1");
+    for (k, v) in env {
+        c.arg(format!("{k}={v}"));
+    }
+    c.arg(program)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// Waits for `child` (ended after [`RUN_LIMIT`]); its exit status and output.
+fn finish(mut child: Child, what: &str) -> (bool, String, String) {
+    let started = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if started.elapsed() > RUN_LIMIT {
+            let _ = child.kill();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut out = String::new();
+    let mut err = String::new();
+    if let Some(mut o) = child.stdout.take() {
+        o.read_to_string(&mut out).unwrap();
+    }
+    if let Some(mut e) = child.stderr.take() {
+        e.read_to_string(&mut err).unwrap();
+    }
+    let _ = child.wait();
+    let ok = status.is_some_and(|s| s.success());
+    if status.is_none() {
+        println!("{what}: ended after {RUN_LIMIT:?}");
+    }
+    (ok, out, err)
+}
+
+fn require(tool: &str, package: &str) {
+    assert!(
+        Path::new(tool).exists(),
+        "{tool} is missing: install Debian's {package} (cargo xtask test --only prerequisites)"
+    );
+}
+
+/// `raw_eth/rawqp.c`, compiled against the system's libibverbs (once per test process).
+fn rawqp() -> &'static str {
+    static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/raw_eth/rawqp.c");
+        let out = std::env::temp_dir().join(format!("zverbs-rawqp-{}", std::process::id()));
+        let st = Command::new("cc")
+            .args(["-O2", "-Wall", "-Werror", "-o"])
+            .arg(&out)
+            .arg(&src)
+            .arg("-libverbs")
+            .status()
+            .expect("cc (Debian's gcc) to compile rawqp.c");
+        assert!(st.success(), "compiling {}", src.display());
+        out.display().to_string()
+    })
+}
+
+/// What `rawqp recv` counted.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Counts {
+    received: u64,
+    distinct: u64,
+    in_order: u64,
+    out_of_order: u64,
+    duplicates: u64,
+    lost: u64,
+}
+
+/// Microseconds from the first datagram `rawqp recv` took to the last.
+fn span_us(line: &str) -> u64 {
+    let w: Vec<&str> = line.split_whitespace().collect();
+    w.iter()
+        .position(|x| *x == "span_us")
+        .and_then(|i| w.get(i + 1)?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn parse_counts(line: &str) -> Counts {
+    let w: Vec<&str> = line.split_whitespace().collect();
+    let get = |k: &str| -> u64 {
+        let i = w
+            .iter()
+            .position(|x| *x == k)
+            .unwrap_or_else(|| panic!("no {k} in {line:?}"));
+        w[i + 1].parse().unwrap()
+    };
+    Counts {
+        received: get("received"),
+        distinct: get("distinct"),
+        in_order: get("in_order"),
+        out_of_order: get("out_of_order"),
+        duplicates: get("duplicates"),
+        lost: get("lost"),
+    }
+}
+
+/// Starts `rawqp recv` on the emulated port for datagrams to `mac`/`ip`:`port`, and waits
+/// until its rule is in place.
+fn start_receiver(ns: &Netns, tree: &Tree, mac: &str, ip: Ipv4Addr, port: u16) -> Child {
+    start_receiver_of(ns, tree, mac, ip, port, COUNT)
+}
+
+/// [`start_receiver`] expecting `count` datagrams.
+fn start_receiver_of(
+    ns: &Netns,
+    tree: &Tree,
+    mac: &str,
+    ip: Ipv4Addr,
+    port: u16,
+    count: u64,
+) -> Child {
+    let ip = ip.to_string();
+    let (port, count) = (port.to_string(), count.to_string());
+    let args = ["recv", "mlx5_1", mac, &ip, &port, &count, "3000"];
+    let mut child = emulated(ns, tree, "zve", rawqp(), &args).spawn().unwrap();
+    let mut line = String::new();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready", "rawqp recv did not start");
+    // The rest of its output is read by `finish`.
+    child.stdout = None;
+    let rest = std::thread::spawn(move || {
+        let mut s = String::new();
+        out.read_to_string(&mut s).unwrap();
+        s
+    });
+    RECEIVER_OUT.with(|r| *r.borrow_mut() = Some(rest));
+    child
+}
+
+thread_local! {
+    static RECEIVER_OUT: std::cell::RefCell<Option<std::thread::JoinHandle<String>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Ends the receiver started by [`start_receiver`] and returns its counts.
+fn receiver_counts(child: Child) -> Counts {
+    receiver_report(child).0
+}
+
+/// Ends the receiver started by [`start_receiver`]: its counts and its span.
+fn receiver_report(child: Child) -> (Counts, u64) {
+    let (ok, _, err) = finish(child, "rawqp recv");
+    let out = RECEIVER_OUT
+        .with(|r| r.borrow_mut().take())
+        .unwrap()
+        .join()
+        .unwrap();
+    assert!(ok, "rawqp recv failed: {out}{err}");
+    print!("{err}");
+    let line = out.lines().last().unwrap_or("");
+    (parse_counts(line), span_us(line))
+}
+
+fn assert_all_in_order(c: &Counts, what: &str) {
+    assert_eq!(
+        *c,
+        Counts {
+            received: COUNT,
+            distinct: COUNT,
+            in_order: COUNT,
+            ..Counts::default()
+        },
+        "{what}: every datagram once, in order"
+    );
+}
+
+/// UDP multicast sent by the kernel's socket stack on the peer reaches a raw packet QP on the
+/// emulated port through a flow rule: all of it, in order.
+#[test]
+fn kernel_multicast_reaches_a_raw_qp() {
+    let Some(ns) = netns("kernel_multicast_reaches_a_raw_qp") else {
+        return;
+    };
+    let tree = Tree::new("mcast");
+    let rx = start_receiver(&ns, &tree, "01:00:5e:01:02:03", GROUP, 31000);
+    let sent = ns.within(|| {
+        let s = UdpSocket::bind((IP_P, 0)).unwrap();
+        s.set_multicast_ttl_v4(1).unwrap();
+        let mut d = [0u8; 22];
+        for seq in 0..COUNT {
+            d[..8].copy_from_slice(&seq.to_be_bytes());
+            s.send_to(&d, (GROUP, 31000)).unwrap();
+            // Paced in bursts (a market-data feed's rate, not a flood): Ethernet has no flow
+            // control, so a burst longer than the receive queue would be dropped.
+            if seq % 64 == 63 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        COUNT
+    });
+    let c = receiver_counts(rx);
+    println!(
+        "kernel UDP multicast to {GROUP}:31000 from {IP_P} (a std::net::UdpSocket on zvp) -> \
+         rawqp recv on the emulated mlx5_1 (zve): sent {sent}, received {}, in order {}, \
+         lost {}",
+        c.received, c.in_order, c.lost
+    );
+    assert_all_in_order(&c, "kernel multicast");
+}
+
+/// A pcap capture of `n` UDP datagrams to the emulated port (`MAC_E`, `IP_E`:`port`), each
+/// with its sequence number as 8 big-endian bytes at the start of its payload.
+fn capture(n: u64, port: u16) -> Vec<u8> {
+    let mut p = Vec::new();
+    // pcap file header: magic, version 2.4, zone, sigfigs, snaplen, LINKTYPE_ETHERNET.
+    for w in [0xa1b2_c3d4u32] {
+        p.extend_from_slice(&w.to_le_bytes());
+    }
+    p.extend_from_slice(&2u16.to_le_bytes());
+    p.extend_from_slice(&4u16.to_le_bytes());
+    for w in [0u32, 0, 65535, 1] {
+        p.extend_from_slice(&w.to_le_bytes());
+    }
+    let mac = |s: &str| -> Vec<u8> {
+        s.split(':')
+            .map(|h| u8::from_str_radix(h, 16).unwrap())
+            .collect()
+    };
+    for seq in 0..n {
+        let mut f = Vec::with_capacity(64);
+        f.extend(mac(MAC_E));
+        f.extend(mac(MAC_P));
+        f.extend_from_slice(&[0x08, 0x00]);
+        let mut ip = [0u8; 20];
+        ip[0] = 0x45;
+        ip[2..4].copy_from_slice(&50u16.to_be_bytes());
+        ip[6] = 0x40;
+        ip[8] = 64;
+        ip[9] = 17;
+        ip[12..16].copy_from_slice(&IP_P.octets());
+        ip[16..20].copy_from_slice(&IP_E.octets());
+        let sum = ip
+            .chunks(2)
+            .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+            .sum::<u32>();
+        let sum = (sum & 0xffff) + (sum >> 16);
+        ip[10..12].copy_from_slice(&(!((sum & 0xffff) + (sum >> 16)) as u16).to_be_bytes());
+        f.extend_from_slice(&ip);
+        f.extend_from_slice(&40000u16.to_be_bytes());
+        f.extend_from_slice(&port.to_be_bytes());
+        f.extend_from_slice(&30u16.to_be_bytes());
+        f.extend_from_slice(&[0, 0]); // no UDP checksum
+        f.extend_from_slice(&seq.to_be_bytes());
+        f.resize(64, 0);
+        // Record header: seconds, microseconds (a datagram each 50 µs), lengths.
+        let us = seq * 50;
+        for w in [(us / 1_000_000) as u32, (us % 1_000_000) as u32, 64, 64] {
+            p.extend_from_slice(&w.to_le_bytes());
+        }
+        p.extend_from_slice(&f);
+    }
+    p
+}
+
+/// A capture replayed with tcpreplay on the peer reaches a raw packet QP through a flow rule:
+/// all of it, in order.
+#[test]
+fn tcpreplayed_capture_reaches_a_raw_qp() {
+    require("/usr/bin/tcpreplay", "tcpreplay");
+    let Some(ns) = netns("tcpreplayed_capture_reaches_a_raw_qp") else {
+        return;
+    };
+    let tree = Tree::new("tcpreplay");
+    let pcap = tree.0.join("feed.pcap");
+    std::fs::write(&pcap, capture(COUNT, 32000)).unwrap();
+    let rx = start_receiver(&ns, &tree, MAC_E, IP_E, 32000);
+    // 20000 datagrams a second: the capture's own pace (one each 50 µs).
+    let out = ns
+        .exec(["tcpreplay", "-i", "zvp", "--pps=20000"])
+        .arg(&pcap)
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "tcpreplay: {report}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let c = receiver_counts(rx);
+    let actual = report
+        .lines()
+        .find(|l| l.contains("Actual:"))
+        .unwrap_or("")
+        .trim();
+    println!(
+        "tcpreplay -i zvp --pps=20000 feed.pcap ({COUNT} UDP datagrams to {IP_E}:32000) -> \
+         rawqp recv on the emulated mlx5_1 (zve): tcpreplay {actual}; received {}, in order \
+         {}, lost {}",
+        c.received, c.in_order, c.lost
+    );
+    assert!(
+        report.contains(&format!("{COUNT} packets")),
+        "tcpreplay sent them all: {report}"
+    );
+    assert_all_in_order(&c, "tcpreplay");
+}
+
+/// Frames a raw packet QP sends (UDP checksum and IPv4 header checksum computed by the device)
+/// are received by an ordinary kernel UDP socket on the peer: all of them, in order.
+#[test]
+fn raw_qp_frames_reach_a_kernel_socket() {
+    let Some(ns) = netns("raw_qp_frames_reach_a_kernel_socket") else {
+        return;
+    };
+    let tree = Tree::new("send");
+    // The device reporting no minimum inline header (libmlx5 inlines nothing: the frame is
+    // all in the data segment) and an L2 one (libmlx5 copies the first 18 bytes into the
+    // Ethernet segment, through the next segment).
+    for (port, inline) in [(33000, "none"), (33001, "l2")] {
+        send_to_kernel_socket(&ns, &tree, port, inline);
+    }
+}
+
+/// `rawqp send` of [`COUNT`] datagrams to a kernel UDP socket on `zvp` at `port`, the device
+/// reporting the minimum inline header `inline`: every datagram arrives, in order, and the
+/// kernel finds no checksum in error.
+fn send_to_kernel_socket(ns: &Netns, tree: &Tree, port: u16, inline: &str) {
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let path = format!("/run/netns/{}", ns.name);
+    let receiver = std::thread::spawn(move || {
+        let file = std::fs::File::open(&path).unwrap();
+        // SAFETY: joins this thread to the namespace of an open descriptor.
+        let r = unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&file), libc::CLONE_NEWNET) };
+        assert_eq!(r, 0);
+        let s = UdpSocket::bind((IP_P, port)).unwrap();
+        // Room for every datagram (root may exceed rmem_max), so that nothing is lost for
+        // want of a reader.
+        let big: libc::c_int = 64 << 20;
+        // SAFETY: setting an integer socket option on our socket.
+        unsafe {
+            libc::setsockopt(
+                std::os::fd::AsRawFd::as_raw_fd(&s),
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUFFORCE,
+                (&raw const big).cast(),
+                4,
+            )
+        };
+        s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        ready_tx.send(()).unwrap();
+        let (mut received, mut in_order, mut next) = (0u64, 0u64, 0u64);
+        let mut buf = [0u8; 64];
+        while let Ok(n) = s.recv(&mut buf) {
+            assert_eq!(n, 22);
+            let seq = u64::from_be_bytes(buf[..8].try_into().unwrap());
+            received += 1;
+            in_order += u64::from(seq == next);
+            next = seq + 1;
+            if received == COUNT {
+                break;
+            }
+        }
+        (received, in_order)
+    });
+    ready_rx.recv().unwrap();
+    let ip_e = IP_E.to_string();
+    let ip_p = IP_P.to_string();
+    let count = COUNT.to_string();
+    let port_s = port.to_string();
+    let args = [
+        "send", "mlx5_1", MAC_E, MAC_P, &ip_e, &ip_p, &port_s, &count,
+    ];
+    let env = [("ZVERBS_EMU_ETH_MIN_INLINE", inline.to_string())];
+    let child = emulated_with(ns, tree, "zve", &env, rawqp(), &args)
+        .spawn()
+        .unwrap();
+    let (ok, out, err) = finish(child, "rawqp send");
+    assert!(ok, "rawqp send: {out}{err}");
+    let (received, in_order) = receiver.join().unwrap();
+    let snmp = ns.exec(["cat", "/proc/net/snmp"]).output().unwrap();
+    let snmp = String::from_utf8_lossy(&snmp.stdout);
+    let udp: Vec<&str> = snmp.lines().filter(|l| l.starts_with("Udp:")).collect();
+    println!(
+        "rawqp send on the emulated mlx5_1 (zve, minimum inline header {inline}), {COUNT} UDP \
+         datagrams with IBV_SEND_IP_CSUM -> a kernel UDP socket on zvp ({IP_P}:{port}): {}, \
+         received {received}, in order {in_order}, lost {}; kernel counters {udp:?}",
+        out.trim(),
+        COUNT - received
+    );
+    assert_eq!(out.trim(), format!("sent {COUNT}"));
+    assert_eq!((received, in_order), (COUNT, COUNT));
+    // The kernel checked the checksums the device computed: no datagram in error.
+    assert!(
+        udp.get(1)
+            .is_some_and(|l| l.split_whitespace().nth(3) == Some("0")),
+        "UDP InErrors: {udp:?}"
+    );
+}
+
+/// A figure from perftest's result line: the `col`-th number of the line under the header.
+fn perftest_row(out: &str, header: &str) -> Vec<f64> {
+    let mut lines = out.lines();
+    while let Some(l) = lines.next() {
+        if l.contains(header) {
+            let row = lines.next().unwrap_or("");
+            return row
+                .split_whitespace()
+                .filter_map(|w| w.parse::<f64>().ok())
+                .collect();
+        }
+    }
+    Vec::new()
+}
+
+/// Runs perftest's `tool` as server on `zve` and client on `zvp` (two emulated ConnectX
+/// processes on the two ends of the veth pair) with `extra` arguments; the outputs.
+fn perftest_pair(ns: &Netns, tree: &Tree, tool: &str, extra: &[&str]) -> (String, String) {
+    require(&format!("/usr/bin/{tool}"), "perftest");
+    let mut server_args = vec!["-d", "mlx5_1", "--server", "-B", MAC_E, "-E", MAC_P];
+    server_args.extend_from_slice(extra);
+    let mut client_args = vec!["-d", "mlx5_1", "--client", "-B", MAC_P, "-E", MAC_E];
+    client_args.extend_from_slice(extra);
+    let server = emulated(ns, tree, "zve", tool, &server_args)
+        .spawn()
+        .unwrap();
+    // The server's rule must be in place before the client sends (perftest has no
+    // out-of-band exchange on raw Ethernet).
+    std::thread::sleep(Duration::from_millis(1500));
+    let client = emulated(ns, tree, "zvp", tool, &client_args)
+        .spawn()
+        .unwrap();
+    let (cok, cout, cerr) = finish(client, "client");
+    let (sok, sout, serr) = finish(server, "server");
+    println!("server (on zve): {tool} {}", server_args.join(" "));
+    println!("client (on zvp): {tool} {}", client_args.join(" "));
+    assert!(sok, "{tool} server failed:\n{sout}\n{serr}");
+    assert!(cok, "{tool} client failed:\n{cout}\n{cerr}");
+    // Where the server's device put every frame (`ZVERBS_EMU_ETH_STATS`).
+    print!("server's device: {serr}");
+    (sout, cout)
+}
+
+/// perftest's `raw_ethernet_bw`, unmodified: 64-byte frames for 2 seconds from a client on one
+/// emulated port to a server on the other, steered by perftest's destination-MAC rule, and
+/// again as UDP datagrams steered by its 5-tuple rule (ETH, IPV4_EXT, UDP specs); both sides
+/// report a rate. (The server's receive queue of 512 overruns at the client's rate: Ethernet
+/// has no flow control, and the device counts the frames it had no WQE for.)
+#[test]
+fn perftest_raw_ethernet_bw() {
+    let Some(ns) = netns("perftest_raw_ethernet_bw") else {
+        return;
+    };
+    let tree = Tree::new("bw");
+    let udp = [
+        "-J",
+        "10.77.0.1",
+        "-j",
+        "10.77.0.2",
+        "-K",
+        "5000",
+        "-k",
+        "6000",
+    ];
+    for flows in [&[][..], &udp[..]] {
+        let mut args = vec!["-s", "64", "-D", "2"];
+        args.extend_from_slice(flows);
+        let (server, client) = perftest_pair(&ns, &tree, "raw_ethernet_bw", &args);
+        let header = "#bytes";
+        let s = perftest_row(&server, header);
+        let c = perftest_row(&client, header);
+        println!("raw_ethernet_bw server (receiver):\n{server}");
+        println!("raw_ethernet_bw client (sender):\n{client}");
+        // #bytes, #iterations, BW peak, BW average, MsgRate.
+        assert!(s.len() >= 5 && c.len() >= 5, "result rows: {s:?} {c:?}");
+        println!(
+            "raw_ethernet_bw {} on the emulated mlx5_1 (veth ends zvp -> zve): client sent {} \
+             frames ({} Mpps), server received {} ({} Mpps, {} MB/s)",
+            args.join(" "),
+            c[1],
+            c[4],
+            s[1],
+            s[4],
+            s[3]
+        );
+        assert!(s[1] > 0.0 && s[4] > 0.0, "the server received frames");
+    }
+}
+
+/// perftest's `raw_ethernet_lat`, unmodified: 1000 ping-pongs of 64-byte frames between the
+/// two emulated ports; the client reports the latency.
+#[test]
+fn perftest_raw_ethernet_lat() {
+    let Some(ns) = netns("perftest_raw_ethernet_lat") else {
+        return;
+    };
+    let tree = Tree::new("lat");
+    let (server, client) =
+        perftest_pair(&ns, &tree, "raw_ethernet_lat", &["-s", "64", "-n", "1000"]);
+    println!("raw_ethernet_lat server:\n{server}");
+    println!("raw_ethernet_lat client:\n{client}");
+    // #bytes #iterations t_min t_max t_typical t_avg t_stdev 99% 99.9%
+    let c = perftest_row(&client, "#bytes");
+    assert!(c.len() >= 6, "result row: {c:?}");
+    println!(
+        "raw_ethernet_lat -s 64 -n 1000 on the emulated mlx5_1 (veth ends): t_typical {} us, \
+         t_avg {} us (half round trip)",
+        c[4], c[5]
+    );
+    assert_eq!(c[1], 1000.0);
+}
+
+/// Without `CAP_NET_RAW` a raw packet QP is refused with EPERM, as the kernel refuses it.
+#[test]
+fn a_raw_qp_needs_cap_net_raw() {
+    let Some(ns) = netns("a_raw_qp_needs_cap_net_raw") else {
+        return;
+    };
+    require("/usr/bin/setpriv", "util-linux");
+    let tree = Tree::new("caps");
+    let so = common::shim();
+    // No port interface: the port loops back (the packet socket itself needs CAP_NET_RAW).
+    let out = ns
+        .exec([
+            "setpriv",
+            "--inh-caps=-net_raw",
+            "--bounding-set=-net_raw",
+            "env",
+        ])
+        .arg(format!("SYSFS_PATH={}", tree.0.display()))
+        .arg(format!("LD_PRELOAD={}", so.display()))
+        .args([
+            rawqp(),
+            "recv",
+            "mlx5_1",
+            MAC_E,
+            "10.77.0.1",
+            "1",
+            "1",
+            "10",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("ibv_create_qp(RAW_PACKET) failed: Operation not permitted"),
+        "{err}"
+    );
+}
+
+/// The same capture as DPDK's test below ([`FAST`] frames) replayed at tcpreplay's top speed
+/// into a raw QP (`rawqp recv`, 8192 receives posted): every frame, in order; the receive
+/// rate is printed beside testpmd's.
+#[test]
+fn topspeed_capture_into_a_raw_qp() {
+    require("/usr/bin/tcpreplay", "tcpreplay");
+    let Some(ns) = netns("topspeed_capture_into_a_raw_qp") else {
+        return;
+    };
+    let tree = Tree::new("fast");
+    let pcap = tree.0.join("fast.pcap");
+    std::fs::write(&pcap, capture(FAST, 32000)).unwrap();
+    let rx = start_receiver_of(&ns, &tree, MAC_E, IP_E, 32000, FAST);
+    let out = ns
+        .exec(["tcpreplay", "-q", "-i", "zvp", "--topspeed"])
+        .arg(&pcap)
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "tcpreplay: {report}");
+    let (c, span) = receiver_report(rx);
+    let actual = report.lines().find(|l| l.contains("Actual:")).unwrap_or("");
+    println!(
+        "tcpreplay -q -i zvp --topspeed fast.pcap ({FAST} frames) -> rawqp recv on the emulated \
+         mlx5_1 (zve): tcpreplay {}; received {}, in order {}, lost {}, {:.0} frames/s from \
+         the first to the last",
+        actual.trim(),
+        c.received,
+        c.in_order,
+        c.lost,
+        c.received as f64 * 1e6 / span.max(1) as f64
+    );
+    assert_eq!(
+        c,
+        Counts {
+            received: FAST,
+            distinct: FAST,
+            in_order: FAST,
+            ..Counts::default()
+        }
+    );
+}
+
+/// DPDK's `dpdk-testpmd` with the mlx5 driver in its Verbs mode (`dv_flow_en=0`; the
+/// emulator refuses DEVX), unmodified, on the emulated port, forwarding in `rxonly` mode while
+/// tcpreplay sends [`FAST`] frames at top speed on the peer: every frame is received, with
+/// ordinary receive queues and again with striding ones (`mprq_en=1`). The probe reads
+/// the PCI function from `SYSFS_PCI_DEVICES` (the tree's `devices/pci0000:00`), finds `mlx5_1`
+/// by its `uevent`, and the interface `zve` under its `net/`; the queues are libmlx5's (a
+/// Verbs CQ with CQE compression, a work queue, an RSS QP and flow rules on it, a raw packet
+/// QP for Tx), the WQEs and CQEs DPDK's own. With testpmd's default 256 receive descriptors,
+/// most frames of a top-speed replay find no receive WQE and are dropped (counted by the
+/// device as `no_wqe`, as a ConnectX's `rx_out_of_buffer`): 8192 are posted here, as
+/// `rawqp` posts.
+#[test]
+fn dpdk_testpmd_receives_a_tcpreplayed_capture() {
+    require("/usr/bin/dpdk-testpmd", "dpdk-dev");
+    require("/usr/bin/tcpreplay", "tcpreplay");
+    let Some(ns) = netns("dpdk_testpmd_receives_a_tcpreplayed_capture") else {
+        return;
+    };
+    let tree = Tree::new("dpdk");
+    let pcap = tree.0.join("fast.pcap");
+    std::fs::write(&pcap, capture(FAST, 32000)).unwrap();
+    // Ordinary receive queues, then striding ones ("Multi-Packet RQ": a striding work queue
+    // and CQEs compressed in the stride-index format, which DPDK decodes itself).
+    for devargs in ["dv_flow_en=0", "dv_flow_en=0,mprq_en=1,rxqs_min_mprq=1"] {
+        let rx = testpmd_rx(&ns, &tree, &pcap, devargs);
+        assert_eq!(rx, FAST, "testpmd ({devargs}) received every frame");
+    }
+}
+
+/// One `dpdk-testpmd` run in `rxonly` mode with `devargs` while tcpreplay sends `pcap` at
+/// top speed, once testpmd forwards; what testpmd received.
+fn testpmd_rx(ns: &Netns, tree: &Tree, pcap: &Path, devargs: &str) -> u64 {
+    let allow = format!("0000:03:00.1,{devargs}");
+    let args = [
+        "-l",
+        "0-1",
+        "--no-huge",
+        "-m",
+        "512",
+        "--no-shconf",
+        "--no-telemetry",
+        "--iova-mode=va",
+        "-a",
+        &allow,
+        "--",
+        "--forward-mode=rxonly",
+        "--stats-period",
+        "1",
+        "--rxd=8192",
+        "--total-num-mbufs=32768",
+    ];
+    // DPDK's PCI scan reads the tree's PCI functions.
+    let pci = tree.0.join("devices/pci0000:00").display().to_string();
+    let env = [("SYSFS_PCI_DEVICES", pci)];
+    let mut cmd = emulated_with(ns, tree, "zve", &env, "dpdk-testpmd", &args);
+    let mut child = cmd.spawn().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut log = String::new();
+    let started = Instant::now();
+    loop {
+        let mut line = String::new();
+        if out.read_line(&mut line).unwrap() == 0 {
+            let (_, _, err) = finish(child, "dpdk-testpmd");
+            panic!("dpdk-testpmd ended before forwarding:\n{log}\n{err}");
+        }
+        log.push_str(&line);
+        if line.contains("start packet forwarding") {
+            break;
+        }
+        assert!(
+            started.elapsed() < RUN_LIMIT,
+            "dpdk-testpmd did not start:\n{log}"
+        );
+    }
+    let startup = started.elapsed();
+    let reader = std::thread::spawn(move || {
+        let mut rest = String::new();
+        out.read_to_string(&mut rest).unwrap();
+        rest
+    });
+    let replay = ns
+        .exec(["tcpreplay", "-q", "-i", "zvp", "--topspeed"])
+        .arg(pcap)
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&replay.stdout).to_string();
+    assert!(replay.status.success(), "tcpreplay: {report}");
+    // Two statistics periods for the last frames to be counted, then SIGINT: testpmd stops
+    // forwarding and prints its totals.
+    std::thread::sleep(Duration::from_secs(2));
+    // SAFETY: a signal to our own child (`ip netns exec` execs `env`, which execs testpmd,
+    // so the child's process is testpmd's).
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let (_, _, err) = finish(child, "dpdk-testpmd");
+    let rest = reader.join().unwrap().replace('\u{1b}', "");
+    let total = FAST;
+    let rx = rest
+        .split("Forward statistics for port 0")
+        .nth(1)
+        .and_then(|s| s.split("RX-packets:").nth(1))
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no forward statistics:\n{log}{rest}\n{err}"));
+    let peak = rest
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("Rx-pps:"))
+        .filter_map(|l| l.split_whitespace().next()?.parse::<u64>().ok())
+        .max()
+        .unwrap_or(0);
+    let actual = report.lines().find(|l| l.contains("Actual:")).unwrap_or("");
+    let emu_line = err
+        .lines()
+        .filter(|l| l.contains("Ethernet:"))
+        .last()
+        .unwrap_or("");
+    println!(
+        "dpdk-testpmd {} (started in {:.1} s) on the emulated mlx5_1 (zve) <- tcpreplay -i zvp \
+         --topspeed fast.pcap ({total} frames): tcpreplay {}; testpmd received {rx} of \
+         {total}, peak Rx-pps {peak}\n{}",
+        args.join(" "),
+        startup.as_secs_f64(),
+        actual.trim(),
+        emu_line.trim()
+    );
+    if devargs.contains("mprq_en=1") {
+        // The driver's note that it sized the striding queue's strides to its buffers.
+        let all = format!("{log}{rest}{err}");
+        assert!(
+            all.contains("Multi-Packet RQ"),
+            "testpmd made no striding queue:\n{all}"
+        );
+    }
+    rx
+}
