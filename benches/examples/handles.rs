@@ -18,12 +18,13 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
+use zverbs::backend::Queues;
+use zverbs::backend::mlx5 as direct;
 use zverbs::connect::Endpoint;
-use zverbs::queues::direct;
-use zverbs::safe::{SafePoller, SafeSendQueue};
+use zverbs::safe::SafePoller;
 use zverbs::{
-    AccessFlags, AnyPoller, AnySendQueue, Completion, ConnectAttr, ContextOptions, MrBuf, PollCq,
-    PostSend, Qp, Queues, RemoteBuf, SendFlags, SendWr, Sge,
+    AccessFlags, AnyPoller, Completion, ConnectAttr, ContextOptions, MrBuf, PollCq, PostSend, Qp,
+    RemoteBuf, SendFlags, SendQueue, SendWr, Sge,
 };
 
 #[inline(never)]
@@ -35,19 +36,14 @@ fn post_direct(sq: &mut direct::SendQueue, sge: Sge, remote: RemoteBuf, wr_id: u
 }
 
 #[inline(never)]
-fn post_any(sq: &mut AnySendQueue, sge: Sge, remote: RemoteBuf, wr_id: u64) -> bool {
+fn post_any(sq: &mut SendQueue, sge: Sge, remote: RemoteBuf, wr_id: u64) -> bool {
     let sgl = [sge];
     // SAFETY: as in `post_direct`.
     unsafe { sq.post(&SendWr::write(wr_id, &sgl, remote).signaled()) }.is_ok()
 }
 
 #[inline(never)]
-fn post_safe(
-    sq: &mut SafeSendQueue<AnySendQueue>,
-    buf: &MrBuf,
-    remote: RemoteBuf,
-    wr_id: u64,
-) -> bool {
+fn post_safe(sq: &mut SendQueue, buf: &MrBuf, remote: RemoteBuf, wr_id: u64) -> bool {
     sq.write(wr_id, buf.slice(0..64), remote, SendFlags::SIGNALED)
         .is_ok()
 }

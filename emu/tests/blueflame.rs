@@ -37,7 +37,7 @@ mod run {
     use zverbs::connect::{Endpoint, random_psn};
     use zverbs::{
         AccessFlags, AhAttr, BlueFlame, Completion, ConnectAttr, ContextOptions, PollCq, PostRecv,
-        PostSend, Queues, RecvWr, SendWr, Sge, UdAttr, UdDest, WcOpcode,
+        PostSend, RecvWr, SendWr, Sge, UdAttr, UdDest, WcOpcode,
     };
     use zverbs_emu::watch::WatchStats;
 

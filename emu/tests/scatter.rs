@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use common::in_emulator;
 use zverbs::{
-    AccessFlags, AnyPoller, AnyRecvQueue, AnySendQueue, BackendRequest, Completion, ContextOptions,
-    PollCq, PostRecv, PostSend, RecvWr, SendWr, WcOpcode, WcStatus,
+    AccessFlags, AnyPoller, AnyRecvQueue, BackendRequest, Completion, ContextOptions, PollCq,
+    PostRecv, PostSend, RecvWr, SendQueue, SendWr, WcOpcode, WcStatus,
 };
 
 const STALE: u8 = 0xee;
@@ -47,7 +47,7 @@ fn run(backend: BackendRequest, room: usize) {
     zverbs::connect_pair(&a, &b).unwrap();
     let buf_a = pd.alloc_buf(4096, AccessFlags::ALL).unwrap();
     let buf_b = pd.alloc_buf(4096, AccessFlags::ALL).unwrap();
-    let mut sq: AnySendQueue = a.send_queue().unwrap();
+    let mut sq: SendQueue = a.send_queue().unwrap();
     let mut rq: AnyRecvQueue = b.recv_queue().unwrap();
     let (mut pa, mut pb) = (cq_a.poller().unwrap(), cq_b.poller().unwrap());
     let before = zverbs_emu::stats::device_stats().expect("the emulator serves this process");

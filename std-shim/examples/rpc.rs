@@ -28,8 +28,8 @@ use std::fmt;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use zverbs::safe::{SafePoller, SafeQueues, SafeRecvQueue, SafeSendQueue, WaitError};
-use zverbs::{AccessFlags, AnySendQueue, ContextOptions, MrBuf, SendFlags, WcOpcode};
+use zverbs::safe::{SafePoller, SafeQueues, SafeRecvQueue, WaitError};
+use zverbs::{AccessFlags, ContextOptions, MrBuf, SendFlags, SendQueue, WcOpcode};
 
 /// Clients, each on a thread and a QP of its own.
 pub const CLIENTS: usize = 3;
@@ -161,10 +161,10 @@ pub fn run(device: &str, requests: u64) -> zverbs::Result<Report> {
         server_qps.push(qp);
         clients.push((client, cq, buf));
     }
-    let mut sq: Vec<SafeSendQueue<AnySendQueue>> = Vec::new();
+    let mut sq: Vec<SendQueue> = Vec::new();
     let mut rq = Vec::new();
     for (c, qp) in server_qps.iter().enumerate() {
-        sq.push(SafeSendQueue::new(qp.send_queue()?));
+        sq.push(qp.send_queue()?);
         let mut q = SafeRecvQueue::new(qp.recv_queue()?);
         // Receives posted before any client sends: wr_id names the client and the slot.
         for s in 0..SLOTS {
@@ -272,7 +272,7 @@ fn client(i: u64, mut q: SafeQueues, buf: &MrBuf, requests: u64) -> zverbs::Resu
 /// The server's side: its queues, one per client, and the two shared pollers.
 struct Server<'a> {
     buf: &'a MrBuf,
-    sq: &'a mut [SafeSendQueue<AnySendQueue>],
+    sq: &'a mut [SendQueue],
     rq: &'a mut [SafeRecvQueue<zverbs::AnyRecvQueue>],
     requests_in: SafePoller<zverbs::AnyPoller>,
     answers_out: SafePoller<zverbs::AnyPoller>,

@@ -300,6 +300,23 @@ pub enum SafePostError {
     /// The queue refused the request.
     #[error(transparent)]
     Post(#[from] PostError),
+    /// A post of a prepared request reached outside what was prepared: its local span past the
+    /// prepared slice, or its remote offset past the end of the address space.
+    #[error(
+        "a prepared request's post reaches outside it (offset {offset}, length {len}, prepared \
+         span {span} bytes)"
+    )]
+    OutsidePrepared {
+        /// The offset asked for, in the prepared slice.
+        offset: u32,
+        /// The length asked for.
+        len: u32,
+        /// The prepared slice's length.
+        span: u32,
+    },
+    /// A prepared request posted on a queue it was not prepared for.
+    #[error("the request was prepared for another send queue")]
+    ForeignPrepared,
 }
 
 /// Why [`SafePoller::wait`](crate::safe::SafePoller::wait) returned without its completions.

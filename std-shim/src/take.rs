@@ -6,18 +6,19 @@ use crate::cq::Cq;
 use crate::error::{Error, Result};
 use crate::provider::SrqEngine;
 use crate::qp::{Qp, attached};
-use crate::queues::{AnyPoller, AnyRecvQueue, AnySendQueue, AnySrqQueue, direct, verbs};
-use crate::safe::{SafePoller, SafeQueues, SafeRecvQueue, SafeSendQueue};
+use crate::queues::{AnyPoller, AnyRecvQueue, AnySrqQueue, direct, verbs};
+use crate::safe::{SafePoller, SafeQueues, SafeRecvQueue};
+use crate::sq::SendQueue;
 use crate::srq::Srq;
 use crate::types::backend::BackendKind;
 use crate::types::qp::QpType;
 
-/// Refuses `what` (an RC or UD queue handle) on a DC QP, with the way to do it.
+/// Refuses `what` (a receive queue, or queues with one) on a DC QP, with the way to do it.
 pub(crate) fn not_dc(qp: &Qp, what: &str) -> Result<()> {
     match qp.qp_type() {
         QpType::Dci => Err(Error::InvalidArgument(format!(
-            "{what}: a DC initiator posts through Qp::dc_send_queue, each request naming its \
-             target (a DcPeer)"
+            "{what}: a DC initiator has a send queue only (Qp::send_queue), each request naming \
+             its target (SendQueue::to with a DcPeer)"
         ))),
         QpType::Dct => Err(Error::InvalidArgument(format!(
             "{what}: a DC target has no queues of its own; post its receives to its SRQ"
@@ -29,16 +30,20 @@ pub(crate) fn not_dc(qp: &Qp, what: &str) -> Result<()> {
 impl Qp {
     /// The send queue, for posting; it can be taken once, when the QP is in RTS (ready to
     /// send): a request posted earlier would never be executed, so asking earlier is an error,
-    /// not a queue that silently does nothing.
+    /// not a queue that silently does nothing. For an RC, UD or DC initiator's QP on either
+    /// backend (a DC initiator's requests name their target: [`SendQueue::to`]).
     ///
     /// # Errors
     ///
     /// [`Error::NotReady`] before RTS; [`Error::AlreadyTaken`]; [`Error::Layout`] if the direct
-    /// backend rejects the layout.
-    pub fn send_queue(&self) -> Result<AnySendQueue> {
-        not_dc(self, "Qp::send_queue")?;
+    /// backend rejects the layout; [`Error::InvalidArgument`] for a DC target (it has no send
+    /// queue).
+    pub fn send_queue(&self) -> Result<SendQueue> {
+        if self.qp_type() == QpType::Dct {
+            not_dc(self, "Qp::send_queue")?;
+        }
         self.take_send_queue()?;
-        AnySendQueue::new(&self.inner)
+        SendQueue::new(&self.inner)
     }
 
     /// The receive queue, for posting; it can be taken once, from INIT on: receives may be
@@ -107,7 +112,7 @@ impl Qp {
         let rq = self.recv_queue()?;
         let poller = cq.poller()?;
         Ok(SafeQueues {
-            sq: SafeSendQueue::new(sq),
+            sq,
             rq: SafeRecvQueue::new(rq),
             cq: SafePoller::new(poller, cq.cqe() as usize),
         })

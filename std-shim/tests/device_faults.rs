@@ -42,11 +42,11 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use zverbs::connect::Endpoint;
-use zverbs::safe::{SafePostError, SafeRecvQueue, SafeSendQueue};
+use zverbs::safe::{SafePostError, SafeRecvQueue};
 use zverbs::{
-    AccessFlags, AnyPoller, AnyRecvQueue, AnySendQueue, AsyncEvent, Completion, ConnectAttr,
-    Context, ContextOptions, Cq, Error, Gid, MrBuf, Pd, PollCq, PortState, PostError, PostSend, Qp,
-    RemoteBuf, SendFlags, SendWr, Sge, WcStatus,
+    AccessFlags, AnyPoller, AnyRecvQueue, AsyncEvent, Completion, ConnectAttr, Context,
+    ContextOptions, Cq, Error, Gid, MrBuf, Pd, PollCq, PortState, PostError, PostSend, Qp,
+    RemoteBuf, SendFlags, SendQueue, SendWr, Sge, WcStatus,
 };
 
 /// Set in a cell's process: `FAULT OP DEVICE GID_INDEX` (`-` for no GID index).
@@ -494,7 +494,7 @@ struct A {
     cq: Cq,
     buf: MrBuf,
     /// Made once the QP is connected.
-    sq: Option<SafeSendQueue<AnySendQueue>>,
+    sq: Option<SendQueue>,
     rq: Option<SafeRecvQueue<AnyRecvQueue>>,
     poller: AnyPoller,
 }
@@ -535,7 +535,7 @@ impl A {
             rq.post(first + i, self.buf.slice(off..off + MSG)).unwrap();
         }
         if self.sq.is_none() {
-            self.sq = Some(SafeSendQueue::new(self.qp.send_queue().unwrap()));
+            self.sq = Some(self.qp.send_queue().unwrap());
         }
     }
 
@@ -569,11 +569,8 @@ impl A {
                 }];
                 // SAFETY: the span is A's registered buffer, alive until the cell's end; the
                 // device refuses the wrong key before it reads anything.
-                unsafe {
-                    sq.get_mut()
-                        .post(&SendWr::send(r.id, &sgl).with_flags(flags))
-                }
-                .map_err(SafePostError::Post)
+                unsafe { sq.post(&SendWr::send(r.id, &sgl).with_flags(flags)) }
+                    .map_err(SafePostError::Post)
             }
             Op::Send => sq.send(r.id, src, flags),
             Op::Write => sq.write(r.id, src, at(DST + id * 64), flags),

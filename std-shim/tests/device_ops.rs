@@ -9,7 +9,7 @@
 mod device;
 
 use device::{Caps, Link, bytes, connected, pattern, wait};
-use zverbs::safe::{SafeRecvQueue, SafeSendQueue};
+use zverbs::safe::SafeRecvQueue;
 use zverbs::{
     BackendKind, PostRecv, PostSend, RecvWr, SendFlags, SendWr, Sge, WcFlags, WcOpcode, WcStatus,
 };
@@ -38,7 +38,7 @@ fn write(link: Link) {
         return;
     };
     let (qa, mut qb) = (a.queues(), b.queues());
-    let mut sq = SafeSendQueue::new(qa.sq);
+    let mut sq = qa.sq;
     let mut acq = qa.cq;
     let data = pattern(1, 200);
     a.buf.write(0, &data);
@@ -65,7 +65,7 @@ fn write_above_the_mtu(link: Link) {
         return;
     };
     let qa = a.queues();
-    let mut sq = SafeSendQueue::new(qa.sq);
+    let mut sq = qa.sq;
     let mut acq = qa.cq;
     let len = 60 << 10;
     let data = pattern(2, len);
@@ -84,7 +84,7 @@ fn write_with_immediate(link: Link) {
         return;
     };
     let (qa, qb) = (a.queues(), b.queues());
-    let mut sq = SafeSendQueue::new(qa.sq);
+    let mut sq = qa.sq;
     let mut rq = SafeRecvQueue::new(qb.rq);
     let (mut acq, mut bcq) = (qa.cq, qb.cq);
     rq.post(0xb0, b.buf.slice(60000..60100)).unwrap();
@@ -131,7 +131,7 @@ fn send_and_receive(link: Link) {
         return;
     };
     let (qa, qb) = (a.queues(), b.queues());
-    let mut sq = SafeSendQueue::new(qa.sq);
+    let mut sq = qa.sq;
     let mut rq = SafeRecvQueue::new(qb.rq);
     let (mut acq, mut bcq) = (qa.cq, qb.cq);
     let sizes = [1usize, 64, 1000, 1024, 4096];
@@ -180,7 +180,7 @@ fn send_with_immediate(link: Link) {
         return;
     };
     let (qa, qb) = (a.queues(), b.queues());
-    let mut sq = SafeSendQueue::new(qa.sq);
+    let mut sq = qa.sq;
     let mut rq = SafeRecvQueue::new(qb.rq);
     let (mut acq, mut bcq) = (qa.cq, qb.cq);
     rq.post(1, b.buf.slice(0..256)).unwrap();
@@ -215,7 +215,7 @@ fn send_above_the_mtu(link: Link) {
         return;
     };
     let (qa, qb) = (a.queues(), b.queues());
-    let mut sq = SafeSendQueue::new(qa.sq);
+    let mut sq = qa.sq;
     let mut rq = SafeRecvQueue::new(qb.rq);
     let (mut acq, mut bcq) = (qa.cq, qb.cq);
     let len = 16 << 10;
@@ -274,7 +274,7 @@ fn read(link: Link) {
         return;
     };
     let qa = a.queues();
-    let mut sq = SafeSendQueue::new(qa.sq);
+    let mut sq = qa.sq;
     let mut acq = qa.cq;
     let data = pattern(7, 777);
     b.buf.write(12345, &data);
@@ -296,7 +296,7 @@ fn read_above_the_mtu(link: Link) {
         return;
     };
     let qa = a.queues();
-    let mut sq = SafeSendQueue::new(qa.sq);
+    let mut sq = qa.sq;
     let mut acq = qa.cq;
     let len = 48 << 10;
     let data = pattern(8, len);
@@ -322,7 +322,7 @@ fn atomics(link: Link) {
     let be = b.ctx.atomics_big_endian();
     let v = |x: u64| if be { x.to_be() } else { x };
     let qa = a.queues();
-    let mut sq = SafeSendQueue::new(qa.sq);
+    let mut sq = qa.sq;
     let mut acq = qa.cq;
     let start = 0x0123_4567_89ab_cdef_u64;
     b.buf.store_u64(8, v(start));
@@ -383,7 +383,7 @@ fn inline(link: Link) {
     let max = a.qp.caps().max_inline_data as usize;
     assert!(max >= 64, "asked for 64 inline bytes, got {max}");
     let (qa, qb) = (a.queues(), b.queues());
-    let mut sq = SafeSendQueue::new(qa.sq);
+    let mut sq = qa.sq;
     let mut rq = SafeRecvQueue::new(qb.rq);
     let (mut acq, mut bcq) = (qa.cq, qb.cq);
     rq.post(1, b.buf.slice(0..128)).unwrap();

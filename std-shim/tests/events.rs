@@ -6,11 +6,10 @@
 use std::time::Duration;
 
 use zverbs::connect::{Endpoint, random_psn};
-use zverbs::safe::{SafeRecvQueue, SafeSendQueue};
+use zverbs::safe::SafeRecvQueue;
 use zverbs::{
-    AccessFlags, AnyPoller, AnyRecvQueue, AnySendQueue, CompChannel, Completion, ConnectAttr,
-    ContextOptions, Cq, Error, EventError, MrBuf, PollCqTimed, Qp, SendFlags, TimedCompletion,
-    WcOpcode,
+    AccessFlags, AnyPoller, AnyRecvQueue, CompChannel, Completion, ConnectAttr, ContextOptions, Cq,
+    Error, EventError, MrBuf, PollCqTimed, Qp, SendFlags, SendQueue, TimedCompletion, WcOpcode,
 };
 
 /// The device under test and its GID index.
@@ -101,15 +100,11 @@ fn pair_with(timestamps: bool) -> Option<(Side, Side)> {
     Some((a, b))
 }
 
-type Q = (
-    SafeSendQueue<AnySendQueue>,
-    SafeRecvQueue<AnyRecvQueue>,
-    AnyPoller,
-);
+type Q = (SendQueue, SafeRecvQueue<AnyRecvQueue>, AnyPoller);
 
 fn queues(s: &Side) -> Q {
     (
-        SafeSendQueue::new(s.qp.send_queue().unwrap()),
+        s.qp.send_queue().unwrap(),
         SafeRecvQueue::new(s.qp.recv_queue().unwrap()),
         s.cq.poller().unwrap(),
     )
@@ -343,7 +338,7 @@ fn an_event_for_a_cq_being_destroyed() {
             ))
             .unwrap();
     }
-    let mut asq = SafeSendQueue::new(qps[0].send_queue().unwrap());
+    let mut asq = qps[0].send_queue().unwrap();
     let mut brq = SafeRecvQueue::new(qps[1].recv_queue().unwrap());
     let mut acq = cqs[0].poller().unwrap();
     let mut bcq = cqs[1].poller().unwrap();

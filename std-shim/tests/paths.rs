@@ -2,12 +2,12 @@
 //! applications name them (the crate root, `backend`, `connect`, `safe`, `queues::direct`).
 //! A module made private or a re-export dropped fails this file's build.
 
+use zverbs::backend::mlx5::{RqStateHandle, SqStateHandle};
 use zverbs::backend::{
     BACKEND_ENV, BackendChoice, BackendKind, BackendReport, BackendRequest, BlueFlame,
     RequestSource,
 };
 use zverbs::connect::{Endpoint, RemoteRegion, random_psn};
-use zverbs::queues::direct::{RqStateHandle, SqStateHandle};
 use zverbs::safe::{BufSlice, SafePostError, WaitError};
 use zverbs::{
     AccessFlags, AhAttr, AsyncEvent, AsyncEvents, BufError, CompChannel, ConnectAttr, CqId,

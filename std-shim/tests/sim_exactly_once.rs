@@ -10,7 +10,7 @@
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use zverbs::safe::{SafePoller, SafePostError, SafeRecvQueue, SafeSendQueue};
+use zverbs::safe::{SafePoller, SafePostError, SafeRecvQueue};
 use zverbs::{
     AccessFlags, AsyncEvent, Completion, ContextOptions, Error, PollCq, PostError, QpState,
     RemoteBuf, SendFlags, WcStatus,
@@ -176,7 +176,7 @@ fn a_receive_queue_larger_than_its_cq_takes_no_more_receives_than_the_cq_holds()
         rq.post(99, buf.slice(4096..4160)),
         Err(SafePostError::Post(PostError::CqFull { limit })) if limit == share
     ));
-    let mut sq = SafeSendQueue::new(peer.send_queue().unwrap());
+    let mut sq = peer.send_queue().unwrap();
     for i in 0..share {
         sq.send(u64::from(i), buf.slice(0..8), SendFlags::empty())
             .unwrap();
@@ -215,8 +215,8 @@ fn qps_sharing_a_cq_each_hold_their_share_and_posts_beyond_it_are_refused() {
         Err(Error::CqTooSmall { .. })
     ));
     zverbs::connect_pair(&a, &b).unwrap();
-    let mut sa = SafeSendQueue::new(a.send_queue().unwrap());
-    let mut sb = SafeSendQueue::new(b.send_queue().unwrap());
+    let mut sa = a.send_queue().unwrap();
+    let mut sb = b.send_queue().unwrap();
     let (mut ra, mut rb) = (
         SafeRecvQueue::new(a.recv_queue().unwrap()),
         SafeRecvQueue::new(b.recv_queue().unwrap()),

@@ -1,11 +1,11 @@
 //! The safe layer posts only spans of library-owned buffers (`BufSlice` of an `MrBuf`): a
 //! scatter entry or a slice of the caller's own memory is not one.
 
-use zverbs::safe::{SafeRecvQueue, SafeSendQueue};
-use zverbs::{AnyRecvQueue, AnySendQueue, RemoteBuf, SendFlags, Sge};
+use zverbs::safe::SafeRecvQueue;
+use zverbs::{AnyRecvQueue, RemoteBuf, SendFlags, SendQueue, Sge};
 
 fn post(
-    sq: &mut SafeSendQueue<AnySendQueue>,
+    sq: &mut SendQueue,
     rq: &mut SafeRecvQueue<AnyRecvQueue>,
     mine: &mut [u8],
 ) {

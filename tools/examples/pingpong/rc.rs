@@ -36,12 +36,13 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use zverbs::backend::Queues;
 use zverbs::connect::Endpoint;
 use zverbs::connect::exchange::{self, Hello, Wire};
-use zverbs::safe::{SafeRecvQueue, SafeSendQueue};
+use zverbs::safe::SafeRecvQueue;
 use zverbs::{
     AccessFlags, Completion, ConnectAttr, ContextOptions, MrBuf, PollCq, PollCqTimed, PostRecv,
-    PostSend, Queues, SendFlags, TimedCompletion,
+    SendFlags, TimedCompletion,
 };
 use zverbs_tools::args::{self, Arg::*, Parser};
 
@@ -557,7 +558,7 @@ fn spin<C: PollCq + PollCqTimed>() -> Next<
 /// completions: a poll, or a wait on the CQ's channel (`-e`); with their timestamps when
 /// `mask` is given.
 #[allow(clippy::too_many_arguments)]
-fn session<S: PostSend, R: PostRecv, C: PollCq + PollCqTimed>(
+fn session<S: Into<zverbs::SendQueue>, R: PostRecv, C: PollCq + PollCqTimed>(
     sq: S,
     rq: R,
     mut cq: C,
@@ -572,7 +573,7 @@ fn session<S: PostSend, R: PostRecv, C: PollCq + PollCqTimed>(
     mask: Option<u64>,
 ) -> Result<(Instant, TsStats), Box<dyn std::error::Error>> {
     let mut stats = TsStats::default();
-    let mut sq = SafeSendQueue::new(sq);
+    let mut sq: zverbs::SendQueue = sq.into();
     let mut rq = SafeRecvQueue::new(rq);
     let start = Instant::now();
     let mut routs = o.rx_depth;

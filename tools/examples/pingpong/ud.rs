@@ -20,12 +20,13 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
+use zverbs::backend::Queues;
 use zverbs::connect::Endpoint;
 use zverbs::connect::exchange::{self, Hello, Wire};
-use zverbs::safe::{SafeRecvQueue, SafeSendQueue};
+use zverbs::safe::SafeRecvQueue;
 use zverbs::{
-    AccessFlags, AhAttr, Completion, ContextOptions, MrBuf, PollCq, PostRecv, PostSend, Queues,
-    SendFlags, UdAttr, UdTarget,
+    AccessFlags, AhAttr, Completion, ContextOptions, MrBuf, PollCq, PostRecv, SendFlags, UdAttr,
+    UdTarget,
 };
 use zverbs_tools::args::Parser;
 
@@ -155,7 +156,7 @@ fn run(o: &Opts) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// The ping-pong, with the first receives posted; returns when timing started.
-fn session<S: PostSend, R: PostRecv, C: PollCq>(
+fn session<S: Into<zverbs::SendQueue>, R: PostRecv, C: PollCq>(
     sq: S,
     rq: R,
     mut cq: C,
@@ -163,7 +164,7 @@ fn session<S: PostSend, R: PostRecv, C: PollCq>(
     o: &Opts,
     client: bool,
 ) -> Result<Instant, Box<dyn std::error::Error>> {
-    let mut sq = SafeSendQueue::new(sq);
+    let mut sq: zverbs::SendQueue = sq.into();
     let mut rq = SafeRecvQueue::new(rq);
     let slice = buf.try_slice(GRH..GRH + o.size)?;
     let start = Instant::now();

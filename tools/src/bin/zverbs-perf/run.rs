@@ -3,13 +3,14 @@
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Instant;
 
+use zverbs::backend::{QueueSet, Queues};
 use zverbs::connect::cm::{self, CmClient, CmConnection, CmListener};
 use zverbs::connect::exchange::{self, Hello, Wire};
 use zverbs::connect::{Endpoint, RemoteRegion};
 use zverbs::{
     AccessFlags, Completion, ConnectAttr, ContextOptions, DeviceClock, Error, MrBuf, PollCq,
-    PollCqTimed, PostError, PostRecv, PostSend, QueueSet, Queues, RecvWr, SendFlags, SendWr, Sge,
-    TimedCompletion, UdAttr, UdDest, WcOpcode, WcStatus,
+    PollCqTimed, PostError, PostRecv, PostSend, RecvWr, SendFlags, SendWr, Sge, TimedCompletion,
+    UdAttr, UdDest, WcOpcode, WcStatus,
 };
 
 use zverbs_tools::latency::{self, Recorder};
@@ -360,7 +361,7 @@ pub(crate) fn run(opts: &Opts) -> Result<()> {
     };
     let (sq, cq) = (qp.send_queue()?, cq.poller()?);
     let (queues, sleeping) = if opts.events {
-        let set = zverbs::QueueSet {
+        let set = zverbs::backend::QueueSet {
             sq,
             rq,
             cq: Sleeping {
