@@ -21,9 +21,8 @@ use std::time::{Duration, Instant};
 use zverbs::backend::Queues;
 use zverbs::backend::mlx5 as direct;
 use zverbs::connect::Endpoint;
-use zverbs::safe::SafePoller;
 use zverbs::{
-    AccessFlags, AnyPoller, Completion, ConnectAttr, ContextOptions, MrBuf, PollCq, PostSend, Qp,
+    AccessFlags, Completion, ConnectAttr, ContextOptions, MrBuf, PollCq, Poller, PostSend, Qp,
     RemoteBuf, SendFlags, SendQueue, SendWr, Sge,
 };
 
@@ -54,13 +53,13 @@ fn poll_direct(cq: &mut direct::Poller, out: &mut [Completion; 1]) -> usize {
 }
 
 #[inline(never)]
-fn poll_any(cq: &mut AnyPoller, out: &mut [Completion; 1]) -> usize {
+fn poll_any(cq: &mut Poller, out: &mut [Completion; 1]) -> usize {
     cq.poll(out)
 }
 
 #[inline(never)]
-fn poll_safe(cq: &mut SafePoller<AnyPoller>) -> usize {
-    cq.poll().len()
+fn poll_safe(cq: &mut Poller) -> usize {
+    cq.ready().len()
 }
 
 /// Waits (uncounted) until the 8-byte sequence number `seq` has landed at the start of `buf`,

@@ -13,13 +13,13 @@ use std::time::{Duration, Instant};
 
 use common::in_emulator;
 use zverbs::{
-    AccessFlags, AnyPoller, AnyRecvQueue, BackendRequest, Completion, ContextOptions, PollCq,
+    AccessFlags, AnyRecvQueue, BackendRequest, Completion, ContextOptions, PollCq, Poller,
     PostRecv, PostSend, RecvWr, SendQueue, SendWr, WcOpcode, WcStatus,
 };
 
 const STALE: u8 = 0xee;
 
-fn wait(cq: &mut AnyPoller) -> Completion {
+fn wait(cq: &mut Poller) -> Completion {
     let mut wc = [Completion::EMPTY; 1];
     let deadline = Instant::now() + Duration::from_secs(30);
     while cq.poll(&mut wc) == 0 {

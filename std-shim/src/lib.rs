@@ -97,9 +97,9 @@
 //! - `rdma_cm` (on by default): `connect::cm`, connections through the RDMA connection
 //!   manager. `librdmacm.so.1` is loaded at run time like libibverbs, so the feature costs no
 //!   dependency; `default-features = false` leaves the module out.
-//! - `tokio` (off by default): `AnyPoller::wait_async` and `AsyncChannel`, a CQ's
+//! - `tokio` (off by default): `Poller::wait_async` and `AsyncChannel`, a CQ's
 //!   completion channel awaited through tokio's reactor. Without it, the channel is still
-//!   [`AsFd`](std::os::fd::AsFd) for any event loop, and [`AnyPoller::wait`] sleeps in the
+//!   [`AsFd`](std::os::fd::AsFd) for any event loop, and [`Poller::wait_blocking`] sleeps in the
 //!   calling thread.
 //! - `pmix` (off by default): `connect::pmix`, for programs started N times
 //!   by a PMIx launcher (`mpirun`, `srun --mpi=pmix`): the job's rank and size, records
@@ -208,6 +208,7 @@ mod error;
 pub mod fallback;
 mod mr;
 mod pd;
+mod poller;
 mod provider;
 mod qp;
 pub mod queues;
@@ -231,6 +232,7 @@ pub use error::EventError;
 pub use error::{Error, Result};
 pub use mr::{Mr, MrBuf};
 pub use pd::Pd;
+pub use poller::Poller;
 pub use provider::SrqLayout;
 pub use qp::{Qp, QpBuilder, connect_pair};
 pub use queues::{AnyPoller, AnyRecvQueue, AnySrqQueue};
@@ -299,7 +301,7 @@ pub use zverbs_core::BriefCompletion;
 /// # main().unwrap(); }
 /// ```
 pub use zverbs_core::Completion;
-/// In `zverbs`, implemented by both backends' pollers ([`AnyPoller`], [`backend::Queues`]);
+/// In `zverbs`, implemented by the [`Poller`] and the backends' typed pollers ([`backend::Queues`]);
 /// [`PostSend`]'s example polls through it on the software device.
 pub use zverbs_core::PollCq;
 /// In `zverbs`, implemented by [`SendQueue`] (for requests over memory the caller vouches

@@ -34,27 +34,28 @@
 //!   # Ok(()) }
 //!   ```
 //!
-//! - [`SafePoller::wait`] spins for a number of completions until a deadline, and says so
-//!   when the deadline passes ([`WaitError::Timeout`]); [`Completion::ok`] turns a failed
-//!   completion into an error ([`zverbs_core::WcError`]).
+//! - [`Poller::wait`](crate::Poller::wait) spins for a number of completions until a
+//!   deadline, [`Poller::wait_blocking`](crate::Poller::wait_blocking) sleeps on the CQ's
+//!   channel for them, and both say so when the deadline passes ([`WaitError::Timeout`]);
+//!   [`Completion::ok`](zverbs_core::Completion::ok) turns a failed completion into an error
+//!   ([`zverbs_core::WcError`]).
 //! - Every error here converts into [`crate::Error`], so `?` works across set-up, posting and
 //!   waiting in one function.
 //!
-//! The layer is thin: a post through [`SendQueue`](crate::SendQueue) is the bounds and access check its
-//! [`BufSlice`] already passed, and the queue's own [`PostSend::post`]; [`SafePoller`] copies
-//! completions into a buffer of its own, allocated once.
+//! The layer is thin: a post through [`SendQueue`](crate::SendQueue) is the bounds and access
+//! check its [`BufSlice`] already passed, and the backend queue's own [`PostSend::post`]; the
+//! [`Poller`](crate::Poller) copies completions into a buffer of its own, allocated once.
 
 use std::ops::RangeBounds;
-use std::time::Instant;
 
-use zverbs_core::{Completion, PollCq, PostRecv, RecvWr, Sge};
+use zverbs_core::{PostRecv, RecvWr, Sge};
 
 #[cfg(doc)]
 use zverbs_core::{PostError, PostSend};
 
 pub use crate::error::{SafePostError, WaitError};
 use crate::mr::MrBuf;
-use crate::queues::{AnyPoller, AnyRecvQueue};
+use crate::queues::AnyRecvQueue;
 use crate::types::access::AccessFlags;
 use crate::types::buf::{BufError, or_panic};
 
@@ -185,134 +186,6 @@ impl<Q: PostRecv> SafeRecvQueue<Q> {
     }
 }
 
-/// How many times [`SafePoller::wait`] polls between two readings of the clock.
-const POLLS_PER_CLOCK_READ: u32 = 64;
-
-/// A CQ poller with a buffer of its own (allocated once), for waiting: [`SafePoller::wait`]
-/// returns a number of completions or an error at a deadline, never waiting for ever.
-///
-/// It spins: each call keeps the core busy until its completions are in or the deadline has
-/// passed (it reads the clock once every 64 polls, so it returns soon after the deadline rather
-/// than exactly at it). How it waits is not part of its contract: when completion channels
-/// exist, a poller that sleeps on one will answer the same calls.
-///
-/// # Example
-///
-/// `poll` takes what is ready, `wait` waits until a deadline:
-///
-/// ```
-/// # #[cfg(feature = "sim")] {
-/// # fn main() -> zverbs::Result<()> {
-/// # let ctx = zverbs::open_device(Some(zverbs::SOFTWARE_DEVICE), &zverbs::ContextOptions::default())?;
-/// # let pd = ctx.alloc_pd()?;
-/// # let (cq_a, cq_b) = (ctx.cq_builder().build()?, ctx.cq_builder().build()?);
-/// # let (a, b) = (pd.qp_builder(&cq_a, &cq_a).build()?, pd.qp_builder(&cq_b, &cq_b).build()?);
-/// # zverbs::connect_pair(&a, &b)?;
-/// # let buf_a = pd.alloc_buf(4096, zverbs::AccessFlags::ALL)?;
-/// # let buf_b = pd.alloc_buf(4096, zverbs::AccessFlags::ALL)?;
-/// use std::time::{Duration, Instant};
-/// use zverbs::SendFlags;
-/// use zverbs::safe::WaitError;
-///
-/// let mut qa = a.queues(&cq_a)?; // `qa.cq` is a `SafePoller`
-/// assert!(qa.cq.poll().is_empty()); // nothing yet; never blocks
-/// let soon = Instant::now() + Duration::from_millis(1);
-/// assert!(matches!(qa.cq.wait(1, soon), Err(WaitError::Timeout { wanted: 1, got: 0 })));
-///
-/// qa.sq.write(1, buf_a.slice(0..8), buf_b.remote(0), SendFlags::SIGNALED)?;
-/// qa.sq.write(2, buf_a.slice(0..8), buf_b.remote(8), SendFlags::SIGNALED)?;
-/// let deadline = Instant::now() + Duration::from_secs(5);
-/// let done = qa.cq.wait(2, deadline)?;
-/// assert_eq!([done[0].ok()?.wr_id, done[1].ok()?.wr_id], [1, 2]); // in posting order
-/// # Ok(()) }
-/// # main().unwrap(); }
-/// ```
-#[derive(Debug)]
-pub struct SafePoller<C> {
-    cq: C,
-    buf: Box<[Completion]>,
-    /// Completions polled and not yet returned: `buf[start..end]`.
-    start: usize,
-    end: usize,
-}
-
-impl<C: PollCq> SafePoller<C> {
-    /// Wraps `cq` with room for `capacity` completions (at least 1).
-    pub fn new(cq: C, capacity: usize) -> Self {
-        Self {
-            cq,
-            buf: vec![Completion::EMPTY; capacity.max(1)].into_boxed_slice(),
-            start: 0,
-            end: 0,
-        }
-    }
-
-    /// The most completions one call returns.
-    pub fn capacity(&self) -> usize {
-        self.buf.len()
-    }
-
-    /// The wrapped poller. Completions kept from a timed-out [`SafePoller::wait`] stay here
-    /// until the next [`SafePoller::poll`] or `wait`.
-    pub fn get_mut(&mut self) -> &mut C {
-        &mut self.cq
-    }
-
-    /// Moves the completions kept from earlier calls to the front of the buffer; returns how
-    /// many there are.
-    fn compact(&mut self) -> usize {
-        if self.start != 0 {
-            self.buf.copy_within(self.start..self.end, 0);
-            self.end -= self.start;
-            self.start = 0;
-        }
-        self.end
-    }
-
-    /// The completions ready now (up to [`SafePoller::capacity`]), oldest first, after any kept
-    /// from a timed-out wait; empty when there are none. Never blocks.
-    pub fn poll(&mut self) -> &[Completion] {
-        let have = self.compact();
-        let got = have + self.cq.poll(&mut self.buf[have..]);
-        self.start = 0;
-        self.end = 0;
-        &self.buf[..got]
-    }
-
-    /// Waits for `count` completions, oldest first, until `deadline`.
-    ///
-    /// Each completion still has to be checked: [`Completion::ok`] turns a failed one into an
-    /// error (`for c in cq.wait(2, deadline)? { c.ok()?; }`).
-    ///
-    /// # Errors
-    ///
-    /// [`WaitError::Timeout`] when the deadline passes first (the completions that arrived are
-    /// kept for the next call); [`WaitError::TooMany`] when `count` exceeds
-    /// [`SafePoller::capacity`].
-    pub fn wait(&mut self, count: usize, deadline: Instant) -> Result<&[Completion], WaitError> {
-        let capacity = self.buf.len();
-        if count > capacity {
-            return Err(WaitError::TooMany { count, capacity });
-        }
-        let mut got = self.compact();
-        'wait: while got < count {
-            for _ in 0..POLLS_PER_CLOCK_READ {
-                got += self.cq.poll(&mut self.buf[got..count]);
-                if got == count {
-                    break 'wait;
-                }
-            }
-            if Instant::now() >= deadline {
-                self.end = got;
-                return Err(WaitError::Timeout { wanted: count, got });
-            }
-        }
-        self.start = count;
-        self.end = got;
-        Ok(&self.buf[..count])
-    }
-}
-
 /// A QP's send and receive queues and the poller of its CQ, in this layer ([`Qp::queues`]):
 /// each backend's handles behind one type, chosen at run time ([`crate::queues`] says what that
 /// costs: nothing measurable).
@@ -325,5 +198,5 @@ pub struct SafeQueues {
     /// The receive queue.
     pub rq: SafeRecvQueue<AnyRecvQueue>,
     /// The CQ's poller, with room for as many completions as the CQ holds.
-    pub cq: SafePoller<AnyPoller>,
+    pub cq: crate::Poller,
 }

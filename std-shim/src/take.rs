@@ -4,10 +4,11 @@
 
 use crate::cq::Cq;
 use crate::error::{Error, Result};
+use crate::poller::Poller;
 use crate::provider::SrqEngine;
 use crate::qp::{Qp, attached};
 use crate::queues::{AnyPoller, AnyRecvQueue, AnySrqQueue, direct, verbs};
-use crate::safe::{SafePoller, SafeQueues, SafeRecvQueue};
+use crate::safe::{SafeQueues, SafeRecvQueue};
 use crate::sq::SendQueue;
 use crate::srq::Srq;
 use crate::types::backend::BackendKind;
@@ -114,7 +115,7 @@ impl Qp {
         Ok(SafeQueues {
             sq,
             rq: SafeRecvQueue::new(rq),
-            cq: SafePoller::new(poller, cq.cqe() as usize),
+            cq: poller,
         })
     }
 }
@@ -128,7 +129,7 @@ impl Cq {
     ///
     /// [`Error::AlreadyTaken`] on a second call; [`Error::Layout`] if the direct backend
     /// rejects the CQ's layout.
-    pub fn poller(&self) -> Result<AnyPoller> {
+    pub fn poller(&self) -> Result<Poller> {
         let qps = {
             let mut reg = self
                 .inner
@@ -141,7 +142,7 @@ impl Cq {
             reg.poller_taken = true;
             attached(&reg)
         };
-        AnyPoller::new(self, qps)
+        Ok(Poller::new(AnyPoller::new(self, qps)?, self.cqe() as usize))
     }
 }
 

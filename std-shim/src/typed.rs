@@ -21,6 +21,7 @@
 use crate::backend::BackendKind;
 use crate::cq::Cq;
 use crate::error::{Error, Result};
+use crate::poller::Poller;
 use crate::qp::Qp;
 use crate::queues::{AnyPoller, AnyRecvQueue, direct, verbs};
 use crate::sq::{SendQueue, TypedSq};
@@ -76,9 +77,9 @@ impl Queues {
     /// # Errors
     ///
     /// [`Error::Backend`] when the handles are driven by different backends.
-    pub fn from_parts(sq: SendQueue, rq: AnyRecvQueue, cq: AnyPoller) -> Result<Self> {
+    pub fn from_parts(sq: SendQueue, rq: AnyRecvQueue, cq: Poller) -> Result<Self> {
         let requested = sq.kind();
-        match (sq.into_typed(), rq, cq) {
+        match (sq.into_typed(), rq, cq.into_typed()) {
             (TypedSq::Rc(sq), AnyRecvQueue::Direct(rq), AnyPoller::Direct(cq)) => {
                 Ok(Self::Direct(QueueSet { sq, rq, cq }))
             }

@@ -44,9 +44,9 @@ use std::time::{Duration, Instant};
 use zverbs::connect::Endpoint;
 use zverbs::safe::{SafePostError, SafeRecvQueue};
 use zverbs::{
-    AccessFlags, AnyPoller, AnyRecvQueue, AsyncEvent, Completion, ConnectAttr, Context,
-    ContextOptions, Cq, Error, Gid, MrBuf, Pd, PollCq, PortState, PostError, PostSend, Qp,
-    RemoteBuf, SendFlags, SendQueue, SendWr, Sge, WcStatus,
+    AccessFlags, AnyRecvQueue, AsyncEvent, Completion, ConnectAttr, Context, ContextOptions, Cq,
+    Error, Gid, MrBuf, Pd, PollCq, Poller, PortState, PostError, PostSend, Qp, RemoteBuf,
+    SendFlags, SendQueue, SendWr, Sge, WcStatus,
 };
 
 /// Set in a cell's process: `FAULT OP DEVICE GID_INDEX` (`-` for no GID index).
@@ -325,7 +325,7 @@ struct LocalPeer {
     buf: MrBuf,
     qp: Option<Qp>,
     rq: Option<SafeRecvQueue<AnyRecvQueue>>,
-    poller: AnyPoller,
+    poller: Poller,
     posted_recvs: u64,
 }
 
@@ -496,7 +496,7 @@ struct A {
     /// Made once the QP is connected.
     sq: Option<SendQueue>,
     rq: Option<SafeRecvQueue<AnyRecvQueue>>,
-    poller: AnyPoller,
+    poller: Poller,
 }
 
 impl A {
@@ -608,7 +608,7 @@ fn window(first: u64, op: Op, peer: usize, middle: Option<(Op, bool)>) -> Vec<Re
 }
 
 /// Polls `qp`'s CQ and resets it until the reset is accepted; the completions polled.
-fn drain_and_reset(qp: &Qp, cq: &mut AnyPoller, deadline: Instant) -> Vec<(Completion, Instant)> {
+fn drain_and_reset(qp: &Qp, cq: &mut Poller, deadline: Instant) -> Vec<(Completion, Instant)> {
     let mut got = Vec::new();
     let mut wc = [Completion::EMPTY; 16];
     loop {

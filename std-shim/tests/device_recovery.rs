@@ -19,8 +19,8 @@ use device::{COMPLETION_LIMIT, env, open, serial};
 use zverbs::connect::Endpoint;
 use zverbs::safe::SafeRecvQueue;
 use zverbs::{
-    AccessFlags, AnyPoller, Completion, ConnectAttr, Context, Cq, Error, MrBuf, Pd, PollCq,
-    PostError, Qp, QpState, RemoteBuf, SendFlags, WcStatus,
+    AccessFlags, Completion, ConnectAttr, Context, Cq, Error, MrBuf, Pd, PollCq, Poller, PostError,
+    Qp, QpState, RemoteBuf, SendFlags, WcStatus,
 };
 
 const SIG: SendFlags = SendFlags::SIGNALED;
@@ -71,7 +71,7 @@ fn connect(ctx: &Context, gid: Option<u32>, a: &Qp, b: &Qp) {
 }
 
 /// Polls `cq` until `n` completions arrived (failing after the limit).
-fn wait(cq: &mut AnyPoller, n: usize) -> Vec<Completion> {
+fn wait(cq: &mut Poller, n: usize) -> Vec<Completion> {
     let deadline = Instant::now() + COMPLETION_LIMIT;
     let mut got = Vec::new();
     let mut wc = [Completion::EMPTY; 16];
@@ -88,7 +88,7 @@ fn wait(cq: &mut AnyPoller, n: usize) -> Vec<Completion> {
 }
 
 /// Nothing more arrives on `cq` (polled a while).
-fn nothing_more(cq: &mut AnyPoller) {
+fn nothing_more(cq: &mut Poller) {
     let mut wc = [Completion::EMPTY; 4];
     for _ in 0..10_000 {
         assert_eq!(cq.poll(&mut wc), 0, "an extra completion: {:?}", wc[0]);
@@ -256,7 +256,7 @@ fn reuse(ctx: &Context, gid: Option<u32>, a: &End, b: &End, n: u32) {
 
 /// Polls `cq` and resets `qp` until the reset is accepted (`to_error`, then drain): returns
 /// the completions polled meanwhile.
-fn drain_and_reset(qp: &Qp, cq: &mut AnyPoller) -> Vec<Completion> {
+fn drain_and_reset(qp: &Qp, cq: &mut Poller) -> Vec<Completion> {
     let deadline = Instant::now() + COMPLETION_LIMIT;
     let mut got = Vec::new();
     let mut wc = [Completion::EMPTY; 16];

@@ -13,8 +13,8 @@ mod device;
 use device::{BUF_LEN, Link, bytes, pattern, wait};
 use zverbs::connect::Endpoint;
 use zverbs::{
-    AccessFlags, AnyPoller, AnySrqQueue, ConnectAttr, Context, Cq, Error, LocalAddress, MrBuf,
-    PollCq, PostError, PostRecv, PostSend, Qp, RecvWr, SendQueue, SendWr, Srq, WcOpcode,
+    AccessFlags, AnySrqQueue, ConnectAttr, Context, Cq, Error, LocalAddress, MrBuf, PollCq, Poller,
+    PostError, PostRecv, PostSend, Qp, RecvWr, SendQueue, SendWr, Srq, WcOpcode,
 };
 
 /// QPs on each side.
@@ -159,8 +159,8 @@ fn exchange(
     a: &Requester,
     b: &Responder,
     sqs: &mut [SendQueue],
-    acq: &mut AnyPoller,
-    bcq: &mut AnyPoller,
+    acq: &mut Poller,
+    bcq: &mut Poller,
     ks: std::ops::Range<usize>,
     slot_of: impl Fn(u64) -> usize,
 ) -> Vec<u64> {

@@ -20,10 +20,10 @@ use device::{env, open, serial};
 use zverbs::connect::Endpoint;
 use zverbs::safe::SafeRecvQueue;
 use zverbs::{AccessFlags, ConnectAttr, Context, Cq, MrBuf, Pd, Qp, SendFlags};
-use zverbs::{AnyPoller, AnyRecvQueue, SendQueue};
+use zverbs::{AnyRecvQueue, Poller, SendQueue};
 
 /// A QP's send and receive queue and its CQ's poller.
-type Queues = (SendQueue, SafeRecvQueue<AnyRecvQueue>, AnyPoller);
+type Queues = (SendQueue, SafeRecvQueue<AnyRecvQueue>, Poller);
 
 /// The handles of one working queue pair, each droppable on its own.
 struct Handles {

@@ -23,7 +23,7 @@ use zverbs::connect::Endpoint;
 use zverbs::connect::cm::CmMulticast;
 use zverbs::safe::{SafePostError, SafeRecvQueue};
 use zverbs::{
-    AccessFlags, AnyPoller, AnyRecvQueue, Completion, Context, Cq, LocalAddress, MrBuf, Pd, PollCq,
+    AccessFlags, AnyRecvQueue, Completion, Context, Cq, LocalAddress, MrBuf, Pd, PollCq, Poller,
     PostError, PostSend, Qp, SendFlags, SendQueue, SendWr, Sge, UdAttr, UdTarget, WcOpcode,
 };
 
@@ -96,7 +96,7 @@ impl UdSide {
             .target(peer.qp.qpn(), qkey)
     }
 
-    fn queues(&self) -> (SendQueue, AnyRecvQueue, AnyPoller) {
+    fn queues(&self) -> (SendQueue, AnyRecvQueue, Poller) {
         (
             self.qp.send_queue().expect("the send queue"),
             self.qp.recv_queue().expect("the receive queue"),
@@ -376,7 +376,7 @@ struct Member {
     qp: Qp,
     buf: MrBuf,
     rq: SafeRecvQueue<AnyRecvQueue>,
-    cq: AnyPoller,
+    cq: Poller,
     _cq: Cq,
 }
 

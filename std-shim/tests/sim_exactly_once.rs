@@ -10,7 +10,7 @@
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use zverbs::safe::{SafePoller, SafePostError, SafeRecvQueue};
+use zverbs::safe::{SafePostError, SafeRecvQueue};
 use zverbs::{
     AccessFlags, AsyncEvent, Completion, ContextOptions, Error, PollCq, PostError, QpState,
     RemoteBuf, SendFlags, WcStatus,
@@ -108,7 +108,7 @@ fn a_qp_whose_last_request_was_unsignaled_drains_and_resets() {
             Ok(()) => break,
             Err(Error::NotDrained { send, recv }) => {
                 assert!(send > 0 && recv == 0, "{send} {recv}");
-                extra.extend_from_slice(qa.cq.poll());
+                extra.extend_from_slice(qa.cq.ready());
             }
             Err(e) => panic!("{e}"),
         }
@@ -181,7 +181,7 @@ fn a_receive_queue_larger_than_its_cq_takes_no_more_receives_than_the_cq_holds()
         sq.send(u64::from(i), buf.slice(0..8), SendFlags::empty())
             .unwrap();
     }
-    let mut poller = SafePoller::new(cq.poller().unwrap(), 16);
+    let mut poller = cq.poller().unwrap();
     let got = poller.wait(share as usize, Instant::now() + WAIT).unwrap();
     assert!(got.iter().all(|c| c.status.is_success()), "{got:?}");
     // Every receive completed, none lost: the refused one fits now.
@@ -221,7 +221,7 @@ fn qps_sharing_a_cq_each_hold_their_share_and_posts_beyond_it_are_refused() {
         SafeRecvQueue::new(a.recv_queue().unwrap()),
         SafeRecvQueue::new(b.recv_queue().unwrap()),
     );
-    let mut poller = SafePoller::new(cq.poller().unwrap(), 16);
+    let mut poller = cq.poller().unwrap();
     // Nothing completes while the posts are made: every signaled post holds its entry.
     sim.set_stepped(true);
     let mut accepted = 0;

@@ -8,7 +8,7 @@ use static_assertions::{assert_impl_all, assert_not_impl_any};
 use zverbs::backend::{QueueSet, Queues};
 use zverbs::backend::{mlx5 as direct, verbs};
 use zverbs::safe::{BufSlice, SafeRecvQueue};
-use zverbs::{AnyPoller, AnyRecvQueue, Context, Cq, Device, Mr, MrBuf, Pd, Qp, SendQueue};
+use zverbs::{AnyRecvQueue, Context, Cq, Device, Mr, MrBuf, Pd, Poller, Qp, SendQueue};
 
 // Control-path handles: `Send + Sync`, cheap clones of an `Arc`; any thread may call them.
 assert_impl_all!(Context: Send, Sync, Clone);
@@ -28,10 +28,10 @@ assert_not_impl_any!(MrBuf: std::borrow::Borrow<[u8]>, std::borrow::BorrowMut<[u
 // its CQ's poller may live on different threads) but not `Sync` (one thread at a time).
 assert_impl_all!(SendQueue: Send);
 assert_impl_all!(AnyRecvQueue: Send);
-assert_impl_all!(AnyPoller: Send);
+assert_impl_all!(Poller: Send);
 assert_not_impl_any!(SendQueue: Sync);
 assert_not_impl_any!(AnyRecvQueue: Sync);
-assert_not_impl_any!(AnyPoller: Sync);
+assert_not_impl_any!(Poller: Sync);
 
 assert_impl_all!(direct::SendQueue: Send);
 assert_impl_all!(direct::RecvQueue: Send);

@@ -5,10 +5,9 @@
 use std::time::{Duration, Instant};
 
 use zverbs::dc::{DcAddr, DcPeer};
-use zverbs::safe::SafePoller;
 use zverbs::{
-    AccessFlags, AnyPoller, Completion, Context, Cq, Error, MrBuf, Pd, PostError, PostRecv,
-    PostSend, Qp, QpState, QpType, RecvWr, SendQueue, SendWr, Srq, WcOpcode, WcStatus,
+    AccessFlags, Completion, Context, Cq, Error, MrBuf, Pd, Poller, PostError, PostRecv, PostSend,
+    Qp, QpState, QpType, RecvWr, SendQueue, SendWr, Srq, WcOpcode, WcStatus,
 };
 
 const KEY: u64 = 0x0dc0_ffee_0000_0001;
@@ -18,7 +17,7 @@ fn deadline() -> Instant {
 }
 
 /// Waits for `n` completions of `cq`.
-fn wait(p: &mut SafePoller<AnyPoller>, n: usize) -> Vec<Completion> {
+fn wait(p: &mut Poller, n: usize) -> Vec<Completion> {
     p.wait(n, deadline()).expect("completions").to_vec()
 }
 
@@ -94,8 +93,8 @@ pub fn every_operation_to_every_target(ctx: &Context) {
     let dc = Dc::new(ctx, 3, 1);
     let (dci, cq) = &dc.dcis[0];
     let mut sq = dci.send_queue().unwrap();
-    let mut tx = SafePoller::new(cq.poller().unwrap(), 64);
-    let mut rx = SafePoller::new(dc.dct_cq.poller().unwrap(), 64);
+    let mut tx = cq.poller().unwrap();
+    let mut rx = dc.dct_cq.poller().unwrap();
     let mut srq = dc.srq.queue().unwrap();
     let b = &dc.buf;
     let peers: Vec<DcPeer> = (0..3).map(|t| dc.peer(t)).collect();
@@ -225,7 +224,7 @@ pub fn wrong_key_fails_then_the_initiator_recovers(ctx: &Context) {
     let dc = Dc::new(ctx, 2, 1);
     let (dci, cq) = &dc.dcis[0];
     let mut sq = dci.send_queue().unwrap();
-    let mut tx = SafePoller::new(cq.poller().unwrap(), 16);
+    let mut tx = cq.poller().unwrap();
     let b = &dc.buf;
     let mut wrong = dc.addrs[0];
     wrong.access_key = dc.addrs[1].access_key;
@@ -286,7 +285,7 @@ pub fn unknown_target_fails(ctx: &Context) {
     let dc = Dc::new(ctx, 1, 1);
     let (dci, cq) = &dc.dcis[0];
     let mut sq = dci.send_queue().unwrap();
-    let mut tx = SafePoller::new(cq.poller().unwrap(), 16);
+    let mut tx = cq.poller().unwrap();
     let mut nowhere = dc.addrs[0];
     nowhere.dctn = dci.qpn(); // a QP, and no target
     let peer = dc.pd.dc_peer(&nowhere).unwrap();
@@ -306,14 +305,14 @@ pub fn access_violation_fails_the_initiator_only(ctx: &Context) {
     bad.rkey ^= 0x100;
     let (dci, cq) = &dc.dcis[0];
     let mut sq = dci.send_queue().unwrap();
-    let mut tx = SafePoller::new(cq.poller().unwrap(), 16);
+    let mut tx = cq.poller().unwrap();
     post(&mut sq, &peer, &SendWr::write(1, &sgl, bad).signaled());
     let c = wait(&mut tx, 1);
     assert_eq!((c[0].wr_id, c[0].status), (1, WcStatus::RemAccessErr));
     // Out of bounds of the registration.
     let (dci2, cq2) = &dc.dcis[1];
     let mut sq2 = dci2.send_queue().unwrap();
-    let mut tx2 = SafePoller::new(cq2.poller().unwrap(), 16);
+    let mut tx2 = cq2.poller().unwrap();
     b.write(32768, b"fine too");
     post(
         &mut sq2,
@@ -333,7 +332,7 @@ pub fn flush_of_every_outstanding_request(ctx: &Context) {
     let dc = Dc::new(ctx, 2, 1);
     let (dci, cq) = &dc.dcis[0];
     let mut sq = dci.send_queue().unwrap();
-    let mut tx = SafePoller::new(cq.poller().unwrap(), 16);
+    let mut tx = cq.poller().unwrap();
     let sgl = [dc.buf.sge(32768..32776)];
     let peers = [dc.peer(0), dc.peer(1)];
     // Staged, not rung: the device sees them only after the QP is in error.
@@ -369,7 +368,7 @@ pub fn flush_of_every_outstanding_request(ctx: &Context) {
         got.iter()
             .all(|c| matches!(c.status, WcStatus::Success | WcStatus::WrFlushErr))
     );
-    assert!(tx.poll().is_empty(), "no completion twice");
+    assert!(tx.ready().is_empty(), "no completion twice");
 }
 
 /// What the API refuses for DC, with a typed error and nothing changed.
@@ -463,7 +462,7 @@ pub fn safe_operations_to_targets(ctx: &Context) {
     let dc = Dc::new(ctx, 2, 1);
     let (dci, cq) = &dc.dcis[0];
     let mut sq = dci.send_queue().unwrap();
-    let mut tx = SafePoller::new(cq.poller().unwrap(), 16);
+    let mut tx = cq.poller().unwrap();
     let b = &dc.buf;
     let peers: Vec<DcPeer> = (0..2).map(|t| dc.peer(t)).collect();
     b.write(0, b"to target zero");

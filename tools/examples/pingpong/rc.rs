@@ -407,14 +407,17 @@ fn run(o: &Opts) -> Result<(), Box<dyn std::error::Error>> {
     exchange()?;
     let mask = clock.as_ref().map(zverbs::DeviceClock::mask);
     let (start, ts) = if o.events {
-        // Sleep on the channel: `wait` polls, arms, polls again and sleeps only then.
-        // With `-t`, `wait_timed` returns the completions with their timestamps.
+        // Sleep on the channel: `wait_blocking` polls, arms, polls again and sleeps only
+        // then. With `-t`, `wait_timed` returns the completions with their timestamps.
         let wait = Next {
-            plain: |cq: &mut zverbs::AnyPoller, wc: &mut [Completion]| {
-                cq.wait(wc, Some(PEER_TIMEOUT)).map_err(|e| e.into())
+            plain: |cq: &mut zverbs::Poller, wc: &mut [Completion]| {
+                let done = cq.wait_blocking(1, Instant::now() + PEER_TIMEOUT)?;
+                wc[0] = done[0];
+                Ok(1)
             },
-            timed: |cq: &mut zverbs::AnyPoller, wc: &mut [TimedCompletion]| {
-                cq.wait_timed(wc, Some(PEER_TIMEOUT)).map_err(|e| e.into())
+            timed: |cq: &mut zverbs::Poller, wc: &mut [TimedCompletion]| {
+                cq.wait_timed(wc, Instant::now() + PEER_TIMEOUT)
+                    .map_err(|e| e.into())
             },
         };
         let (sq, rq, cq) = (qp.send_queue()?, rq.into_inner(), cq.poller()?);
