@@ -66,12 +66,6 @@ impl SegRing {
         pi.wrapping_mul(8) & self.word_mask
     }
 
-    /// The basic block, in the ring, of segment counter `start` (`(start mod segments) / 4`).
-    #[inline(always)]
-    pub(crate) fn block_of(&self, start: u32) -> u32 {
-        (start & self.mask) / 4
-    }
-
     /// Reserves the WQE whose control segment is segment counter `start` (a multiple of 4),
     /// `blocks` basic blocks: the one place a send path argues that it may write them. The
     /// token's writes are safe; what it covers reaches the device when the caller publishes

@@ -49,9 +49,13 @@ pub(crate) struct Doorbell {
     bf_size: u32,
     /// The largest WQE, in basic blocks, that BlueFlame carries (`bf_size / 64`; 0: none).
     bf_blocks: u32,
-    /// Byte offset of the buffer the next write to a register of the queue's own goes to: 0
-    /// or `bf_size` (a shared register's is in its [`SharedBf`]).
-    offset: u32,
+    /// The address of the buffer the next write to a register of the queue's own goes to:
+    /// the register's base or `bf_size` past it (a shared register's toggle is in its
+    /// [`SharedBf`]). An address, not an offset, so that the copy needs no add to the base.
+    next: usize,
+    /// The two buffers' addresses xor-ed: `next ^ toggle` is the other buffer (0 without
+    /// BlueFlame, where there is one).
+    toggle: usize,
     /// The register's [`SharedBf`] when other queues write it too (the queue's constructor
     /// contract keeps it alive while the queue lives).
     shared: Lock,
@@ -64,12 +68,14 @@ pub(crate) struct Doorbell {
 
 impl Doorbell {
     pub(crate) fn new(dbrec: DbrecWord, reg: MmioRegion, bf_size: u32, shared: Lock) -> Self {
+        let base = reg.base();
         Self {
             dbrec,
             reg,
             bf_size,
             bf_blocks: bf_size / 64,
-            offset: 0,
+            next: base.addr().get(),
+            toggle: base.addr().get() ^ (base.addr().get() + bf_size as usize),
             shared,
             key: if shared.is_some() {
                 i32::MIN
@@ -97,18 +103,20 @@ impl Doorbell {
     }
 
     /// Step 2: takes the register (`lock`: its [`SharedBf`]'s lock and toggle, or this
-    /// doorbell's toggle) and returns the byte offset of the buffer to write (0 or
-    /// `bf_size`), flipped for the next write.
+    /// doorbell's toggle) and returns the buffer to write (the register's base or `bf_size`
+    /// past it), flipped for the next write.
     #[inline(always)]
-    fn take(&mut self, lock: Lock) -> u32 {
+    fn take(&mut self, lock: Lock) -> NonNull<u8> {
         match lock {
             // SAFETY: the queue's constructor contract keeps its `SharedBf` alive while the
-            // queue lives.
-            Some(s) => unsafe { s.as_ref() }.acquire(),
+            // queue lives; the offset it hands out is 0 or `bf_size`, inside the region.
+            Some(s) => unsafe { self.reg.base().add(s.as_ref().acquire() as usize) },
             None => {
-                let offset = self.offset;
-                self.offset = offset ^ self.bf_size;
-                offset
+                let next = self.next;
+                self.next = next ^ self.toggle;
+                // SAFETY: one of the register's two buffers (`new` starts at one, and each
+                // take flips to the other), in `self.reg`: not null.
+                unsafe { NonNull::new_unchecked(self.reg.base().as_ptr().with_addr(next)) }
             }
         }
     }
@@ -146,12 +154,14 @@ impl Doorbell {
         // Everything the steps below need is decided before the barriers, which make the
         // compiler reload whatever it keeps in memory, and kept in locals (`sq` too), which it
         // need not reload after each MMIO store either.
-        // SAFETY: the same registers as `self.reg`, which the queue's constructor contract
-        // keeps mapped while this doorbell lives; the copy lives for this call only.
-        let reg = unsafe { MmioRegion::new(self.reg.base(), self.reg.len_bytes()) };
         let blueflame = single && last_blocks <= self.bf_blocks;
         // 2. The register (its lock, if shared), and the buffer to write.
-        let word0 = (self.take(lock) / 8) as usize;
+        let buf = self.take(lock);
+        // SAFETY: the buffer lies in `self.reg` (the register's base, or `bf_size` past it,
+        // where a buffer of `bf_size` bytes starts; the doorbell at word 0 without BlueFlame),
+        // which the queue's constructor contract keeps mapped while this doorbell lives; the
+        // copy lives for this call only.
+        let reg = unsafe { MmioRegion::new(buf, (self.bf_size as usize).max(8)) };
         // 3. WQE stores before the doorbell record.
         barrier::to_device();
         // 4. The doorbell record: basic blocks produced, 16 bits, big-endian.
@@ -163,20 +173,17 @@ impl Doorbell {
             // the ring's wrap (`last_blocks >= 1` and `bf_blocks == 0` without BlueFlame).
             let first = last_seg / SEGS_PER_BB as u32;
             for b in 0..last_blocks {
-                let w = word0 + 8 * b as usize;
+                let w = 8 * b as usize;
                 sq.for_each_word(first.wrapping_add(b), |i, word| {
-                    // SAFETY: word `w + i` lies in the buffer starting at word `word0` because
-                    // the WQE fits the buffer, and the region spans both buffers (constructor
-                    // contract of the queue).
+                    // SAFETY: word `w + i` lies in the buffer because the WQE fits it.
                     unsafe { reg.write_u64(w + i, word) };
                 });
             }
         } else {
             // 6b. Doorbell: the first 8 bytes of the last control segment.
             let (lo, _) = sq.with(last_seg, split_seg);
-            // SAFETY: the region holds at least the 8-byte doorbell at word `word0` (0
-            // without BlueFlame).
-            unsafe { reg.write_u64(word0, lo) };
+            // SAFETY: the region holds at least the 8-byte doorbell.
+            unsafe { reg.write_u64(0, lo) };
         }
         // 7. Out of the write-combining buffer now, before anyone else may write the register.
         barrier::wc_flush();
@@ -221,11 +228,11 @@ impl Doorbell {
         debug_assert!(n <= 8 && self.bf_blocks >= 1);
         // 2. The register (its lock, if shared), and the buffer to write: a region of
         // its own, so that the stores address it from one register.
-        let offset = self.take(lock) as usize;
-        // SAFETY: the buffer at `offset` (0 or `bf_size >= 64`) lies in `self.reg`,
-        // which the queue's constructor contract keeps mapped while this doorbell
+        let buf = self.take(lock);
+        // SAFETY: the buffer (the register's base or `bf_size >= 64` past it) lies in
+        // `self.reg`, which the queue's constructor contract keeps mapped while this doorbell
         // lives; the copy lives for this call only.
-        let buf = unsafe { MmioRegion::new(self.reg.base().add(offset), 64) };
+        let buf = unsafe { MmioRegion::new(buf, 64) };
         self.publish(pi);
         // 6a. BlueFlame: the block's eight words, in order.
         for (i, &word) in words.iter().enumerate() {
@@ -337,14 +344,14 @@ impl Doorbell {
             unsafe { self.reg.write_u64(0, b.ctrl.low()) };
         } else {
             // 2. The register (its lock, if shared), and the buffer to write.
-            let offset = self.take(lock) as usize;
-            // SAFETY: as in `ring_block`.
-            let buf = unsafe { MmioRegion::new(self.reg.base().add(offset), 64) };
+            let buf = self.take(lock);
+            // SAFETY: as in `ring_block_copy`.
+            let buf = unsafe { MmioRegion::new(buf, 64) };
             self.publish(pi);
             // 6a. BlueFlame: the block's four segments, in order.
             // SAFETY: one block fits the buffer (`bf_blocks >= 1`: `BF`), which `buf` starts,
-            // 16-byte aligned: the register is and `offset` is 0 or `bf_size`, a multiple of 64
-            // (the queue's constructor refuses a layout otherwise).
+            // 16-byte aligned: the register is, and the buffer is its base or `bf_size` past
+            // it, a multiple of 64 (the queue's constructor refuses a layout otherwise).
             unsafe {
                 b.ctrl.store_mmio(&buf, 0);
                 let d = match b.raddr {

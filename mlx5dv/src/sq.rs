@@ -25,7 +25,7 @@ use crate::prm::wqe::{
     AtomicSeg, CtrlSeg, DataSeg, DatagramSeg, RaddrSeg, UD_HEADER_DS, inline_byte_count, inline_ds,
 };
 use crate::prm::{MAX_DS, SEGS_PER_BB, SND_DBR, fm_ce_se, opcode};
-use crate::state::{SlotData, SqStateRef};
+use crate::state::{SlotData, SlotsAt, SqStateRef};
 
 mod prepared;
 pub use prepared::{Changes, Prepared, PreparedRdma, PreparedSend};
@@ -321,6 +321,12 @@ pub struct SendQueue<P, T = Connected> {
     last_blocks: u32,
     caps: SqCaps,
     state: P,
+    /// The state's first slot, one per basic block: the slots' address, read once here rather
+    /// than through `state` on every post (`P` and the slots' storage are [`StableDeref`],
+    /// so it stays put while `state` lives).
+    ///
+    /// [`StableDeref`]: stable_deref_trait::StableDeref
+    slots: SlotsAt,
     /// The gate word this queue posts under: open, of the incarnation its counters belong
     /// to (`gate.rs`).
     gate: u32,
@@ -529,6 +535,7 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
             caps,
             gate: 0,
             fast_gate: 0,
+            slots: SlotsAt::of(state.slots()),
             state,
             doorbell: Doorbell::new(dbrec, reg, layout.bf.size, shared.map(NonNull::from)),
             transport: PhantomData,
@@ -840,25 +847,16 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
                 }
             }
         }
-        let next = pi.wrapping_add(plan.blocks);
-        // Taken only now, after the WQE's stores: not held in a register across them.
-        let slots = self.state.slots();
-        // The slot of block `pi`: its place in the ring, which the slots mirror (`new` checked
-        // that there is one per block).
-        let slot = ring.block_of(start) as usize;
-        debug_assert!(slot < slots.len());
-        // SAFETY: in bounds (above); the slot is free (room was checked: the poller has
-        // retired every earlier WQE there) and the WQE is not published yet.
-        unsafe {
-            slots.get_unchecked(slot).record(SlotData {
-                wr_id: wr.wr_id,
-                next,
-                opcode: plan.opcode,
-                signaled: plan.signaled,
-            })
-        };
-        self.sig_posted = self.sig_posted.wrapping_add(u16::from(plan.signaled));
-        self.pi = next;
+        // Recorded only now, after the WQE's stores: nothing of it held in a register across
+        // them.
+        self.record_block(
+            wr.wr_id,
+            plan.opcode,
+            plan.signaled,
+            u16::from(plan.signaled),
+            ring.seg_of(start),
+            pi.wrapping_add(plan.blocks),
+        );
         start
     }
 
@@ -1116,7 +1114,7 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
         } else {
             // SAFETY: the segments from `inl` on are the WQE's (reserved above); the request
             // is vouched for (`v`): `src..src + len` is readable.
-            unsafe { write_inline_wrapping(ring, inl, src, len) };
+            unsafe { write_inline_wrapping(self.ring, inl, src, len) };
         }
         if plan.blocks == 1 {
             // One block: its words read back once and rung as a one-block WQE's.
@@ -1157,20 +1155,12 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
         at: usize,
         next: u32,
     ) {
-        let slots = self.state.slots();
-        debug_assert!(at.is_multiple_of(16) && at / 16 < slots.len());
-        // (loom's slots are larger: indexed plainly there).
-        #[cfg(not(zverbs_loom))]
-        const _: () = assert!(core::mem::size_of::<crate::state::SqSlot>() == 16);
+        debug_assert!(at.is_multiple_of(16) && at / 16 < self.state.slots().len());
         // SAFETY: in bounds (one slot per block, checked by `new`, and `at` is a block's
-        // slot offset); the slot is free (room was checked) and the WQE is not published
-        // yet.
+        // slot offset) of the state's slots, which `self.slots` starts and `self.state`
+        // keeps alive; the slot is free (room was checked) and the WQE is not published yet.
         unsafe {
-            #[cfg(not(zverbs_loom))]
-            let slot = &*slots.as_ptr().byte_add(at);
-            #[cfg(zverbs_loom)]
-            let slot = slots.get_unchecked(at / 16);
-            slot.record(SlotData {
+            self.slots.slot(at).record(SlotData {
                 wr_id,
                 next,
                 opcode,

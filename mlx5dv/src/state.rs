@@ -101,6 +101,48 @@ impl SqSlot {
     }
 }
 
+/// Where a send queue's slots start, held by the queue so that a post reaches a slot without
+/// going through its state's handle: a shared borrow of [`SqState::slots`] whose lifetime is
+/// the queue's hold on the state (a [`StableDeref`] handle to a state whose storage is
+/// [`StableDeref`] too, so neither moves while the queue lives).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SlotsAt(NonNull<SqSlot>);
+
+// SAFETY: a `SlotsAt` stands for a `&[SqSlot]`, which is `Send` and `Sync` because `SqSlot` is
+// `Sync`; it gives access to a slot only through the unsafe `SlotsAt::slot`.
+unsafe impl Send for SlotsAt {}
+// SAFETY: as above.
+unsafe impl Sync for SlotsAt {}
+
+impl SlotsAt {
+    /// The start of `slots`.
+    #[inline]
+    pub(crate) fn of(slots: &[SqSlot]) -> Self {
+        Self(NonNull::from(slots).cast())
+    }
+
+    /// The slot `at` bytes from the start (16 bytes a slot; loom's slots are larger, and
+    /// `at / 16` is their index).
+    ///
+    /// # Safety
+    ///
+    /// The slots this was made of are alive, and `at` is a multiple of 16 less than 16 times
+    /// their number.
+    #[inline(always)]
+    pub(crate) unsafe fn slot<'a>(self, at: usize) -> &'a SqSlot {
+        #[cfg(not(zverbs_loom))]
+        const _: () = assert!(core::mem::size_of::<SqSlot>() == 16);
+        // SAFETY: (caller) a slot of a live slice.
+        unsafe {
+            #[cfg(not(zverbs_loom))]
+            let slot = &*self.0.as_ptr().byte_add(at);
+            #[cfg(zverbs_loom)]
+            let slot = &*self.0.as_ptr().add(at / 16);
+            slot
+        }
+    }
+}
+
 /// Per-entry bookkeeping storage of a receive queue (the `wr_id`). Allocate `rq.wqe_cnt` once.
 #[derive(Debug, Default)]
 pub struct RqSlot(UnsafeCell<u64>);

@@ -32,7 +32,7 @@ use super::{Connected, SendQueue, word2, word64};
 use crate::doorbell::Lock;
 use crate::prm::wqe::{ctrl, data, raddr};
 use crate::segreg::{BlockRegs, SegReg, SegWords};
-use crate::state::{SlotData, SqStateRef};
+use crate::state::SqStateRef;
 
 /// A prepared request; `REMOTE` says whether its WQE has a remote-address segment (WRITE,
 /// WRITE with immediate, READ: [`PreparedRdma`]) or not (SEND, SEND with immediate:
@@ -435,7 +435,6 @@ impl<P: SqStateRef> SendQueue<P, Connected> {
     ) -> u32 {
         // Locals, not fields, as in `SendQueue::write`.
         let (ring, pi) = (&{ self.ring }, self.pi);
-        let slots = self.state.slots();
         let start = pi.wrapping_mul(crate::prm::SEGS_PER_BB as u32);
         let has_data = c.len != 0;
         let mid = if has_data {
@@ -468,21 +467,14 @@ impl<P: SqStateRef> SendQueue<P, Connected> {
                 b[data::ADDR].copy_from_slice(&c.addr.to_be_bytes());
             });
         }
-        let next = pi.wrapping_add(1);
-        let slot = ring.block_of(start) as usize;
-        debug_assert!(slot < slots.len());
-        // SAFETY: in bounds (one slot per block, checked by `new`); the slot is free (room
-        // was checked) and the WQE is not published yet.
-        unsafe {
-            slots.get_unchecked(slot).record(SlotData {
-                wr_id: c.wr_id,
-                next,
-                opcode: p.opcode,
-                signaled: p.signaled,
-            })
-        };
-        self.sig_posted = self.sig_posted.wrapping_add(u16::from(p.signaled));
-        self.pi = next;
+        self.record_block(
+            c.wr_id,
+            p.opcode,
+            p.signaled,
+            u16::from(p.signaled),
+            ring.seg_of(start),
+            pi.wrapping_add(1),
+        );
         start
     }
 }
