@@ -1,7 +1,9 @@
 //! What the handles chosen at run time cost: the same signaled RDMA WRITE posted, and the same
-//! CQ polled, through the direct backend's own types (`Queues::Direct`, monomorphised), through
-//! the `Any*` enums, and through the safe layer that `Qp::queues` returns, on the software
-//! device. Each way is one function kept out of line, so callgrind can count its instructions:
+//! CQ polled, through the direct backend's own types (`backend::Queues::Direct`,
+//! monomorphised), through the front door's `unsafe` post and `PollCq` (`SendQueue`, `Poller`:
+//! `post_any`, `poll_any`), and through its safe operations (`SendQueue::write`,
+//! `Poller::ready`: `post_safe`, `poll_safe`), on the software device. Each way is one
+//! function kept out of line, so callgrind can count its instructions:
 //!
 //! ```text
 //! cargo build --release -p zverbs-benches --example handles

@@ -74,7 +74,7 @@ impl<'a> CqBuilder<'a> {
     /// with `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`, polled with
     /// [`PollCqTimed::poll_timed`](zverbs_core::PollCqTimed::poll_timed), converted with
     /// [`Context::clock`]. [`PollCq::poll`](zverbs_core::PollCq::poll) costs the same either
-    /// way. With a [`channel`](Self::channel) too, [`AnyPoller::wait_timed`](crate::Poller::wait_timed) sleeps on it and
+    /// way. With a [`channel`](Self::channel) too, [`Poller::wait_timed`](crate::Poller::wait_timed) sleeps on it and
     /// returns the completions with their timestamps. `build` fails with
     /// [`Error::NoTimestamps`] on a device that cannot timestamp completions.
     pub fn timestamps(mut self, on: bool) -> Self {

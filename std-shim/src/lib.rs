@@ -235,7 +235,7 @@ pub use pd::Pd;
 pub use poller::Poller;
 pub use provider::SrqLayout;
 pub use qp::{Qp, QpBuilder, connect_pair};
-pub use queues::{AnyPoller, AnyRecvQueue, AnySrqQueue};
+pub use queues::{AnyRecvQueue, AnySrqQueue};
 pub use sq::{Batch, Changes, Prepared, SendQueue, To};
 pub use srq::{Srq, SrqStateHandle};
 pub use types::access::AccessFlags;

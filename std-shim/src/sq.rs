@@ -452,14 +452,23 @@ impl SendQueue {
         }
     }
 
-    /// The safe operations' one post: the request's local entries are checked spans of
-    /// `MrBuf`s or inline bytes.
+    /// The safe operations' one post, straight into the backend's: the request's local
+    /// entries are checked spans of `MrBuf`s or inline bytes.
     #[inline(always)]
     fn submit(&mut self, wr: &SendWr<'_>) -> Result<(), SafePostError> {
-        // SAFETY: every local entry is a bounds-checked span of an `MrBuf` with its own key
-        // (see `safe`'s docs: such memory is never referenced by Rust and is deregistered
-        // before it is freed); inline sources are `&[u8]` live for this call.
-        unsafe { PostSend::post(self, wr) }.map_err(Into::into)
+        // SAFETY (each arm): every local entry is a bounds-checked span of an `MrBuf` with its
+        // own key (see `safe`'s docs: such memory is never referenced by Rust and is
+        // deregistered before it is freed); inline sources are `&[u8]` live for this call.
+        let r = match &mut self.e {
+            // SAFETY: as above.
+            TypedSq::Rc(q) => unsafe { q.q.post(wr) },
+            // SAFETY: as above.
+            TypedSq::Ud(q) => unsafe { q.q.post(wr) },
+            TypedSq::Dc(_) => Err(PostError::WrongTransport),
+            // SAFETY: as above.
+            TypedSq::Verbs(q) => unsafe { q.post(wr) },
+        };
+        r.map_err(Into::into)
     }
 
     send_ops!("posted, and the doorbell rung");
