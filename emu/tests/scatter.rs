@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use common::in_emulator;
 use zverbs::{
-    AccessFlags, AnyRecvQueue, BackendRequest, Completion, ContextOptions, PollCq, Poller,
-    PostRecv, PostSend, RecvWr, SendQueue, SendWr, WcOpcode, WcStatus,
+    AccessFlags, BackendRequest, Completion, ContextOptions, PollCq, Poller, PostRecv, PostSend,
+    RecvQueue, RecvWr, SendQueue, SendWr, WcOpcode, WcStatus,
 };
 
 const STALE: u8 = 0xee;
@@ -48,7 +48,7 @@ fn run(backend: BackendRequest, room: usize) {
     let buf_a = pd.alloc_buf(4096, AccessFlags::ALL).unwrap();
     let buf_b = pd.alloc_buf(4096, AccessFlags::ALL).unwrap();
     let mut sq: SendQueue = a.send_queue().unwrap();
-    let mut rq: AnyRecvQueue = b.recv_queue().unwrap();
+    let mut rq: RecvQueue = b.recv_queue().unwrap();
     let (mut pa, mut pb) = (cq_a.poller().unwrap(), cq_b.poller().unwrap());
     let before = zverbs_emu::stats::device_stats().expect("the emulator serves this process");
     let mut scattered = 0;

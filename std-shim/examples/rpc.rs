@@ -29,7 +29,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use zverbs::Poller;
-use zverbs::safe::{SafeQueues, SafeRecvQueue, WaitError};
+use zverbs::RecvQueue;
+use zverbs::safe::{SafeQueues, WaitError};
 use zverbs::{AccessFlags, ContextOptions, MrBuf, SendFlags, SendQueue, WcOpcode};
 
 /// Clients, each on a thread and a QP of its own.
@@ -166,7 +167,7 @@ pub fn run(device: &str, requests: u64) -> zverbs::Result<Report> {
     let mut rq = Vec::new();
     for (c, qp) in server_qps.iter().enumerate() {
         sq.push(qp.send_queue()?);
-        let mut q = SafeRecvQueue::new(qp.recv_queue()?);
+        let mut q = qp.recv_queue()?;
         // Receives posted before any client sends: wr_id names the client and the slot.
         for s in 0..SLOTS {
             let at = c * REGION + s * MSG;
@@ -274,7 +275,7 @@ fn client(i: u64, mut q: SafeQueues, buf: &MrBuf, requests: u64) -> zverbs::Resu
 struct Server<'a> {
     buf: &'a MrBuf,
     sq: &'a mut [SendQueue],
-    rq: &'a mut [SafeRecvQueue<zverbs::AnyRecvQueue>],
+    rq: &'a mut [RecvQueue],
     requests_in: Poller,
     answers_out: Poller,
     written_at: &'a [zverbs::RemoteBuf],

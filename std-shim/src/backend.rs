@@ -13,7 +13,7 @@
 //! [`ContextOptions::backend`]: crate::ContextOptions::backend
 
 use crate::error::{Error, Result};
-pub use crate::queues::AnyPoller;
+pub use crate::queues::{AnyPoller, AnyRecvQueue, AnySrqQueue};
 pub use crate::sq::TypedSq;
 pub use crate::typed::{QueueSet, Queues};
 

@@ -48,14 +48,13 @@
 
 use std::ops::RangeBounds;
 
-use zverbs_core::{PostRecv, RecvWr, Sge};
+use zverbs_core::Sge;
 
 #[cfg(doc)]
-use zverbs_core::{PostError, PostSend};
+use zverbs_core::{PostError, PostRecv, PostSend};
 
 pub use crate::error::{SafePostError, WaitError};
 use crate::mr::MrBuf;
-use crate::queues::AnyRecvQueue;
 use crate::types::access::AccessFlags;
 use crate::types::buf::{BufError, or_panic};
 
@@ -120,72 +119,6 @@ impl BufSlice<'_> {
     }
 }
 
-/// A receive queue that posts only [`BufSlice`]s of writable buffers.
-///
-/// # Example
-///
-/// Post a receive, and a SEND from the peer lands in it:
-///
-/// ```
-/// # #[cfg(feature = "sim")] {
-/// # fn main() -> zverbs::Result<()> {
-/// # let ctx = zverbs::open_device(Some(zverbs::SOFTWARE_DEVICE), &zverbs::ContextOptions::default())?;
-/// # let pd = ctx.alloc_pd()?;
-/// # let (cq_a, cq_b) = (ctx.cq_builder().build()?, ctx.cq_builder().build()?);
-/// # let (a, b) = (pd.qp_builder(&cq_a, &cq_a).build()?, pd.qp_builder(&cq_b, &cq_b).build()?);
-/// # zverbs::connect_pair(&a, &b)?;
-/// # let buf_a = pd.alloc_buf(4096, zverbs::AccessFlags::ALL)?;
-/// # let buf_b = pd.alloc_buf(4096, zverbs::AccessFlags::ALL)?;
-/// use std::time::{Duration, Instant};
-/// use zverbs::{SendFlags, WcOpcode};
-///
-/// let (mut qa, mut qb) = (a.queues(&cq_a)?, b.queues(&cq_b)?);
-/// qb.rq.post(7, buf_b.slice(2048..))?; // `qb.rq` is a `SafeRecvQueue`; visible at once
-/// buf_a.write(0, b"a message");
-/// qa.sq.send_imm(1, buf_a.slice(0..9), 0xcafe, SendFlags::NONE)?;
-/// let deadline = Instant::now() + Duration::from_secs(5);
-/// let c = *qb.cq.wait(1, deadline)?[0].ok()?;
-/// assert_eq!((c.wr_id, c.opcode, c.byte_len, c.imm()), (7, WcOpcode::Recv, 9, Some(0xcafe)));
-/// let mut got = [0; 9];
-/// buf_b.read(2048, &mut got);
-/// assert_eq!(&got, b"a message");
-/// # Ok(()) }
-/// # main().unwrap(); }
-/// ```
-#[derive(Debug)]
-pub struct SafeRecvQueue<Q> {
-    q: Q,
-}
-
-impl<Q: PostRecv> SafeRecvQueue<Q> {
-    /// Wraps a receive queue of either backend.
-    pub fn new(q: Q) -> Self {
-        Self { q }
-    }
-
-    /// The wrapped queue (posting through it directly is `unsafe`).
-    pub fn get_mut(&mut self) -> &mut Q {
-        &mut self.q
-    }
-
-    /// The wrapped queue.
-    pub fn into_inner(self) -> Q {
-        self.q
-    }
-
-    /// Posts a receive into `local`; the device may fill it as soon as this returns.
-    ///
-    /// # Errors
-    ///
-    /// [`SafePostError::NotWritable`] unless the buffer has `LOCAL_WRITE`;
-    /// [`SafePostError::Post`] when the queue refuses it.
-    pub fn post(&mut self, wr_id: u64, local: BufSlice<'_>) -> Result<(), SafePostError> {
-        let sgl = [local.writable()?];
-        // SAFETY: a bounds-checked span of an `MrBuf` with its own key (module docs).
-        unsafe { self.q.post(&RecvWr::new(wr_id, &sgl)) }.map_err(Into::into)
-    }
-}
-
 /// A QP's send and receive queues and the poller of its CQ, in this layer ([`Qp::queues`]):
 /// each backend's handles behind one type, chosen at run time ([`crate::queues`] says what that
 /// costs: nothing measurable).
@@ -196,7 +129,7 @@ pub struct SafeQueues {
     /// The send queue: each post rings.
     pub sq: crate::SendQueue,
     /// The receive queue.
-    pub rq: SafeRecvQueue<AnyRecvQueue>,
+    pub rq: crate::RecvQueue,
     /// The CQ's poller, with room for as many completions as the CQ holds.
     pub cq: crate::Poller,
 }

@@ -8,7 +8,8 @@ use crate::poller::Poller;
 use crate::provider::SrqEngine;
 use crate::qp::{Qp, attached};
 use crate::queues::{AnyPoller, AnyRecvQueue, AnySrqQueue, direct, verbs};
-use crate::safe::{SafeQueues, SafeRecvQueue};
+use crate::rq::{RecvQueue, SrqQueue};
+use crate::safe::SafeQueues;
 use crate::sq::SendQueue;
 use crate::srq::Srq;
 use crate::types::backend::BackendKind;
@@ -53,12 +54,12 @@ impl Qp {
     /// # Errors
     ///
     /// [`Error::NotReady`] before INIT; as [`Qp::send_queue`].
-    pub fn recv_queue(&self) -> Result<AnyRecvQueue> {
+    pub fn recv_queue(&self) -> Result<RecvQueue> {
         not_dc(self, "Qp::recv_queue")?;
         self.own_receives()?;
         self.recv_ready()?;
         self.take_once("receive queue", |t| &mut t.1)?;
-        AnyRecvQueue::new(&self.inner)
+        AnyRecvQueue::new(&self.inner).map(RecvQueue::new)
     }
 
     /// The QP's send and receive queues and the poller of `cq`, which must serve both, in the
@@ -112,11 +113,7 @@ impl Qp {
         let sq = self.send_queue()?;
         let rq = self.recv_queue()?;
         let poller = cq.poller()?;
-        Ok(SafeQueues {
-            sq,
-            rq: SafeRecvQueue::new(rq),
-            cq: poller,
-        })
+        Ok(SafeQueues { sq, rq, cq: poller })
     }
 }
 
@@ -155,7 +152,7 @@ impl Srq {
     ///
     /// [`Error::AlreadyTaken`]; [`Error::Layout`] if the direct backend rejects the layout;
     /// [`Error::Backend`] when the provider has no `post_srq_recv` entry.
-    pub fn queue(&self) -> Result<AnySrqQueue> {
+    pub fn queue(&self) -> Result<SrqQueue> {
         {
             let mut u = self.inner.use_.lock().unwrap_or_else(|p| p.into_inner());
             if u.taken {
@@ -172,10 +169,10 @@ impl Srq {
                 // QPs on the SRQ all complete their receives on one CQ, whose pollers bind it
                 // (`QpBuilder::build` refuses another).
                 let q = unsafe { zverbs_mlx5dv::SharedRecvQueue::new(&l, state.clone())? };
-                Ok(AnySrqQueue::Direct(direct::SrqQueue {
+                Ok(SrqQueue::new(AnySrqQueue::Direct(direct::SrqQueue {
                     q,
                     _srq: self.clone(),
-                }))
+                })))
             }
             (SrqEngine::Verbs(p), _) => {
                 let (max_wr, max_sge) = self.caps();
@@ -186,10 +183,10 @@ impl Srq {
                         requested: BackendKind::Verbs,
                         reason: "the provider has no post_srq_recv entry in ibv_context.ops".into(),
                     })?;
-                Ok(AnySrqQueue::Verbs(verbs::SrqQueue {
+                Ok(SrqQueue::new(AnySrqQueue::Verbs(verbs::SrqQueue {
                     q,
                     _srq: self.clone(),
-                }))
+                })))
             }
             (SrqEngine::Direct(_), None) => Err(Error::Backend {
                 requested: BackendKind::Direct,

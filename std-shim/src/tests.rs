@@ -9,7 +9,6 @@ use crate::backend::{BackendChoice, BackendRequest, RequestSource};
 use crate::error::SafePostError;
 use crate::fallback::fake::{self, with};
 use crate::provider::fake::{FakeContext, Log};
-use crate::safe::SafeRecvQueue;
 use crate::*;
 
 fn ctx_with(log: &Log, f: impl FnOnce(&mut FakeContext)) -> Context {
@@ -362,7 +361,7 @@ fn safe_layer_posts_buffer_spans_with_their_keys() {
     let qp = pd.qp_builder(&cq, &cq).build().unwrap();
     rts(&qp);
     let mut sq = qp.send_queue().unwrap();
-    let mut rq = SafeRecvQueue::new(qp.recv_queue().unwrap());
+    let mut rq = qp.recv_queue().unwrap();
     buf.write(8, b"payload!");
     assert!(buf.try_slice(4000..4097).is_err());
     sq.send(1, buf.slice(8..16), SendFlags::SIGNALED).unwrap();

@@ -24,6 +24,7 @@ use crate::error::{Error, Result};
 use crate::poller::Poller;
 use crate::qp::Qp;
 use crate::queues::{AnyPoller, AnyRecvQueue, direct, verbs};
+use crate::rq::RecvQueue;
 use crate::sq::{SendQueue, TypedSq};
 
 /// One QP's send and receive queues with the poller of the CQ they share, all of one backend.
@@ -77,9 +78,9 @@ impl Queues {
     /// # Errors
     ///
     /// [`Error::Backend`] when the handles are driven by different backends.
-    pub fn from_parts(sq: SendQueue, rq: AnyRecvQueue, cq: Poller) -> Result<Self> {
+    pub fn from_parts(sq: SendQueue, rq: RecvQueue, cq: Poller) -> Result<Self> {
         let requested = sq.kind();
-        match (sq.into_typed(), rq, cq.into_typed()) {
+        match (sq.into_typed(), rq.into_typed(), cq.into_typed()) {
             (TypedSq::Rc(sq), AnyRecvQueue::Direct(rq), AnyPoller::Direct(cq)) => {
                 Ok(Self::Direct(QueueSet { sq, rq, cq }))
             }

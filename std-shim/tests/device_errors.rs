@@ -14,7 +14,7 @@
 mod device;
 
 use device::{Caps, Link, bytes, connected, pattern, wait, wait_some};
-use zverbs::safe::{SafePostError, SafeRecvQueue};
+use zverbs::safe::SafePostError;
 use zverbs::{Completion, PollCq, PostError, QpState, RemoteBuf, SendFlags, WcOpcode, WcStatus};
 
 const SIG: SendFlags = SendFlags::SIGNALED;
@@ -35,7 +35,7 @@ fn bad_rkey_then_flush(link: Link) {
     };
     let (qa, qb) = (a.queues(), b.queues());
     let mut sq = qa.sq;
-    let mut rq = SafeRecvQueue::new(qb.rq);
+    let mut rq = qb.rq;
     let (mut acq, mut bcq) = (qa.cq, qb.cq);
     rq.post(50, b.buf.slice(0..1024)).unwrap();
     rq.post(51, b.buf.slice(1024..2048)).unwrap();

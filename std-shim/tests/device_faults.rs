@@ -42,11 +42,11 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use zverbs::connect::Endpoint;
-use zverbs::safe::{SafePostError, SafeRecvQueue};
+use zverbs::safe::SafePostError;
 use zverbs::{
-    AccessFlags, AnyRecvQueue, AsyncEvent, Completion, ConnectAttr, Context, ContextOptions, Cq,
-    Error, Gid, MrBuf, Pd, PollCq, Poller, PortState, PostError, PostSend, Qp, RemoteBuf,
-    SendFlags, SendQueue, SendWr, Sge, WcStatus,
+    AccessFlags, AsyncEvent, Completion, ConnectAttr, Context, ContextOptions, Cq, Error, Gid,
+    MrBuf, Pd, PollCq, Poller, PortState, PostError, PostSend, Qp, RecvQueue, RemoteBuf, SendFlags,
+    SendQueue, SendWr, Sge, WcStatus,
 };
 
 /// Set in a cell's process: `FAULT OP DEVICE GID_INDEX` (`-` for no GID index).
@@ -324,7 +324,7 @@ struct LocalPeer {
     cq: Cq,
     buf: MrBuf,
     qp: Option<Qp>,
-    rq: Option<SafeRecvQueue<AnyRecvQueue>>,
+    rq: Option<RecvQueue>,
     poller: Poller,
     posted_recvs: u64,
 }
@@ -359,7 +359,7 @@ impl LocalPeer {
     /// Posts `n` receives (the QP connected).
     fn post_recvs(&mut self, n: u64) {
         if self.rq.is_none() {
-            self.rq = Some(SafeRecvQueue::new(self.qp().recv_queue().unwrap()));
+            self.rq = Some(self.qp().recv_queue().unwrap());
         }
         let rq = self.rq.as_mut().unwrap();
         for _ in 0..n {
@@ -495,7 +495,7 @@ struct A {
     buf: MrBuf,
     /// Made once the QP is connected.
     sq: Option<SendQueue>,
-    rq: Option<SafeRecvQueue<AnyRecvQueue>>,
+    rq: Option<RecvQueue>,
     poller: Poller,
 }
 
@@ -527,7 +527,7 @@ impl A {
     /// Posts A's receives `first..first + A_RECVS` (the QP connected).
     fn post_recvs(&mut self, first: u64) {
         if self.rq.is_none() {
-            self.rq = Some(SafeRecvQueue::new(self.qp.recv_queue().unwrap()));
+            self.rq = Some(self.qp.recv_queue().unwrap());
         }
         let rq = self.rq.as_mut().unwrap();
         for i in 0..A_RECVS {

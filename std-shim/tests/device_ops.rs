@@ -9,7 +9,6 @@
 mod device;
 
 use device::{Caps, Link, bytes, connected, pattern, wait};
-use zverbs::safe::SafeRecvQueue;
 use zverbs::{
     BackendKind, PostRecv, PostSend, RecvWr, SendFlags, SendWr, Sge, WcFlags, WcOpcode, WcStatus,
 };
@@ -85,7 +84,7 @@ fn write_with_immediate(link: Link) {
     };
     let (qa, qb) = (a.queues(), b.queues());
     let mut sq = qa.sq;
-    let mut rq = SafeRecvQueue::new(qb.rq);
+    let mut rq = qb.rq;
     let (mut acq, mut bcq) = (qa.cq, qb.cq);
     rq.post(0xb0, b.buf.slice(60000..60100)).unwrap();
     let data = pattern(3, 3000);
@@ -132,7 +131,7 @@ fn send_and_receive(link: Link) {
     };
     let (qa, qb) = (a.queues(), b.queues());
     let mut sq = qa.sq;
-    let mut rq = SafeRecvQueue::new(qb.rq);
+    let mut rq = qb.rq;
     let (mut acq, mut bcq) = (qa.cq, qb.cq);
     let sizes = [1usize, 64, 1000, 1024, 4096];
     for i in 0..sizes.len() {
@@ -181,7 +180,7 @@ fn send_with_immediate(link: Link) {
     };
     let (qa, qb) = (a.queues(), b.queues());
     let mut sq = qa.sq;
-    let mut rq = SafeRecvQueue::new(qb.rq);
+    let mut rq = qb.rq;
     let (mut acq, mut bcq) = (qa.cq, qb.cq);
     rq.post(1, b.buf.slice(0..256)).unwrap();
     rq.post(2, b.buf.slice(256..512)).unwrap();
@@ -216,7 +215,7 @@ fn send_above_the_mtu(link: Link) {
     };
     let (qa, qb) = (a.queues(), b.queues());
     let mut sq = qa.sq;
-    let mut rq = SafeRecvQueue::new(qb.rq);
+    let mut rq = qb.rq;
     let (mut acq, mut bcq) = (qa.cq, qb.cq);
     let len = 16 << 10;
     rq.post(9, b.buf.slice(4096..4096 + 32768)).unwrap();
@@ -247,7 +246,7 @@ fn gather_and_scatter(link: Link) {
     let recv = [b.buf.sge(2000..2120), b.buf.sge(9000..9500)];
     // SAFETY: the entries lie in B's registered buffer, which the test reads only after the
     // completion.
-    unsafe { qb.rq.post(&RecvWr::new(77, &recv)) }.unwrap();
+    unsafe { PostRecv::post(&mut qb.rq, &RecvWr::new(77, &recv)) }.unwrap();
     let gather = [a.buf.sge(1000..1100), a.buf.sge(5000..5150)];
     // SAFETY: the entries lie in A's registered buffer, not written until the completion.
     unsafe { qa.sq.post(&SendWr::send(78, &gather).signaled()) }.unwrap();
@@ -384,7 +383,7 @@ fn inline(link: Link) {
     assert!(max >= 64, "asked for 64 inline bytes, got {max}");
     let (qa, qb) = (a.queues(), b.queues());
     let mut sq = qa.sq;
-    let mut rq = SafeRecvQueue::new(qb.rq);
+    let mut rq = qb.rq;
     let (mut acq, mut bcq) = (qa.cq, qb.cq);
     rq.post(1, b.buf.slice(0..128)).unwrap();
     let mut payload = pattern(9, 64);

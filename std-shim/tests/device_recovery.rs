@@ -17,7 +17,6 @@ use std::time::Instant;
 
 use device::{COMPLETION_LIMIT, env, open, serial};
 use zverbs::connect::Endpoint;
-use zverbs::safe::SafeRecvQueue;
 use zverbs::{
     AccessFlags, Completion, ConnectAttr, Context, Cq, Error, MrBuf, Pd, PollCq, Poller, PostError,
     Qp, QpState, RemoteBuf, SendFlags, WcStatus,
@@ -103,7 +102,7 @@ fn drain_reset_reconnect(ctx: &Context, gid: Option<u32>) {
     println!("QP {:#x}: {}", a.qp.qpn(), a.qp.backend());
     connect(ctx, gid, &a.qp, &b.qp);
     let mut sq = a.qp.send_queue().unwrap();
-    let mut rq = SafeRecvQueue::new(a.qp.recv_queue().unwrap());
+    let mut rq = a.qp.recv_queue().unwrap();
     let mut cq = a.cq.poller().unwrap();
     // Receives held by A, then a good WRITE, a WRITE with a bad rkey, and three more behind
     // it (one unsignaled): all posted before the device fails the bad one.

@@ -13,8 +13,8 @@ mod device;
 use device::{BUF_LEN, Link, bytes, pattern, wait};
 use zverbs::connect::Endpoint;
 use zverbs::{
-    AccessFlags, AnySrqQueue, ConnectAttr, Context, Cq, Error, LocalAddress, MrBuf, PollCq, Poller,
-    PostError, PostRecv, PostSend, Qp, RecvWr, SendQueue, SendWr, Srq, WcOpcode,
+    AccessFlags, ConnectAttr, Context, Cq, Error, LocalAddress, MrBuf, PollCq, Poller, PostError,
+    PostRecv, PostSend, Qp, RecvWr, SendQueue, SendWr, Srq, SrqQueue, WcOpcode,
 };
 
 /// QPs on each side.
@@ -136,10 +136,10 @@ fn srq_pairs(link: Link, srq_wr: u32) -> Option<(Requester, Responder)> {
 }
 
 /// Posts the receive `wr_id` of [`SLOT`] bytes at slot `slot`.
-fn post_slot(rq: &mut AnySrqQueue, buf: &MrBuf, wr_id: u64, slot: usize) -> Result<(), PostError> {
+fn post_slot(rq: &mut SrqQueue, buf: &MrBuf, wr_id: u64, slot: usize) -> Result<(), PostError> {
     let sgl = [buf.sge(slot * SLOT..(slot + 1) * SLOT)];
     // SAFETY: registered memory that outlives the receive, read only after its completion.
-    unsafe { rq.post(&RecvWr::new(wr_id, &sgl)) }
+    unsafe { PostRecv::post(rq, &RecvWr::new(wr_id, &sgl)) }
 }
 
 /// Message `k`: `10 + k` bytes of pattern `k`, sent by requester QP `k % QPS`.

@@ -18,12 +18,11 @@ use std::fs;
 use device::netlink::{Objects, Socket};
 use device::{env, open, serial};
 use zverbs::connect::Endpoint;
-use zverbs::safe::SafeRecvQueue;
 use zverbs::{AccessFlags, ConnectAttr, Context, Cq, MrBuf, Pd, Qp, SendFlags};
-use zverbs::{AnyRecvQueue, Poller, SendQueue};
+use zverbs::{Poller, RecvQueue, SendQueue};
 
 /// A QP's send and receive queue and its CQ's poller.
-type Queues = (SendQueue, SafeRecvQueue<AnyRecvQueue>, Poller);
+type Queues = (SendQueue, RecvQueue, Poller);
 
 /// The handles of one working queue pair, each droppable on its own.
 struct Handles {
@@ -61,7 +60,7 @@ impl Handles {
         qp.connect_with(&ConnectAttr::new(local.port, me.psn, &me, local.gid_index))
             .expect("a QP connected to itself");
         let mut sq = qp.send_queue().unwrap();
-        let mut rq = SafeRecvQueue::new(qp.recv_queue().unwrap());
+        let mut rq = qp.recv_queue().unwrap();
         let poller = cq.poller().unwrap();
         rq.post(1, buf.slice(4096..8192)).unwrap();
         let sig = SendFlags::SIGNALED;

@@ -21,10 +21,10 @@ use device::ud::{Expect, QKEY, check_datagram};
 use device::{BUF_LEN, Link, bytes, pattern, wait, wait_some};
 use zverbs::connect::Endpoint;
 use zverbs::connect::cm::CmMulticast;
-use zverbs::safe::{SafePostError, SafeRecvQueue};
+use zverbs::safe::SafePostError;
 use zverbs::{
-    AccessFlags, AnyRecvQueue, Completion, Context, Cq, LocalAddress, MrBuf, Pd, PollCq, Poller,
-    PostError, PostSend, Qp, SendFlags, SendQueue, SendWr, Sge, UdAttr, UdTarget, WcOpcode,
+    AccessFlags, Completion, Context, Cq, LocalAddress, MrBuf, Pd, PollCq, Poller, PostError,
+    PostSend, Qp, RecvQueue, SendFlags, SendQueue, SendWr, Sge, UdAttr, UdTarget, WcOpcode,
 };
 
 const SIG: SendFlags = SendFlags::SIGNALED;
@@ -96,7 +96,7 @@ impl UdSide {
             .target(peer.qp.qpn(), qkey)
     }
 
-    fn queues(&self) -> (SendQueue, AnyRecvQueue, Poller) {
+    fn queues(&self) -> (SendQueue, RecvQueue, Poller) {
         (
             self.qp.send_queue().expect("the send queue"),
             self.qp.recv_queue().expect("the receive queue"),
@@ -133,8 +133,8 @@ fn ud_pair(link: Link) -> Option<(UdSide, UdSide)> {
 }
 
 /// Posts `n` receives of [`SLOT`] bytes, `wr_id` `first + i` at `i * SLOT`.
-fn post_slots(rq: AnyRecvQueue, buf: &MrBuf, first: u64, n: usize) -> SafeRecvQueue<AnyRecvQueue> {
-    let mut rq = SafeRecvQueue::new(rq);
+fn post_slots(rq: RecvQueue, buf: &MrBuf, first: u64, n: usize) -> RecvQueue {
+    let mut rq = rq;
     for i in 0..n {
         rq.post(first + i as u64, buf.slice(i * SLOT..(i + 1) * SLOT))
             .unwrap();
@@ -375,7 +375,7 @@ struct Member {
     group: zverbs::connect::cm::McastGroup,
     qp: Qp,
     buf: MrBuf,
-    rq: SafeRecvQueue<AnyRecvQueue>,
+    rq: RecvQueue,
     cq: Poller,
     _cq: Cq,
 }

@@ -6,10 +6,10 @@
 use std::time::{Duration, Instant};
 
 use zverbs::connect::{Endpoint, random_psn};
-use zverbs::safe::{SafeRecvQueue, WaitError};
+use zverbs::safe::WaitError;
 use zverbs::{
-    AccessFlags, AnyRecvQueue, CompChannel, Completion, ConnectAttr, ContextOptions, Cq, Error,
-    EventError, MrBuf, PollCqTimed, Poller, Qp, SendFlags, SendQueue, TimedCompletion, WcOpcode,
+    AccessFlags, CompChannel, Completion, ConnectAttr, ContextOptions, Cq, Error, EventError,
+    MrBuf, PollCqTimed, Poller, Qp, RecvQueue, SendFlags, SendQueue, TimedCompletion, WcOpcode,
 };
 
 /// The device under test and its GID index.
@@ -100,12 +100,12 @@ fn pair_with(timestamps: bool) -> Option<(Side, Side)> {
     Some((a, b))
 }
 
-type Q = (SendQueue, SafeRecvQueue<AnyRecvQueue>, Poller);
+type Q = (SendQueue, RecvQueue, Poller);
 
 fn queues(s: &Side) -> Q {
     (
         s.qp.send_queue().unwrap(),
-        SafeRecvQueue::new(s.qp.recv_queue().unwrap()),
+        s.qp.recv_queue().unwrap(),
         s.cq.poller().unwrap(),
     )
 }
@@ -341,7 +341,7 @@ fn an_event_for_a_cq_being_destroyed() {
             .unwrap();
     }
     let mut asq = qps[0].send_queue().unwrap();
-    let mut brq = SafeRecvQueue::new(qps[1].recv_queue().unwrap());
+    let mut brq = qps[1].recv_queue().unwrap();
     let mut acq = cqs[0].poller().unwrap();
     let mut bcq = cqs[1].poller().unwrap();
     let mut ccq = cqs[2].poller().unwrap();

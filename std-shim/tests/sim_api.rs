@@ -246,7 +246,7 @@ fn queues_are_refused_before_their_qp_can_use_them() {
     let attr = ConnectAttr::new(port, 0, &me, local.gid_index);
     qp.to_init(&attr.init).unwrap();
     // Receives may be posted from INIT on, before the peer connects.
-    let mut rq = zverbs::safe::SafeRecvQueue::new(qp.recv_queue().unwrap());
+    let mut rq = qp.recv_queue().unwrap();
     let buf = pd.alloc_buf(4096, AccessFlags::ALL).unwrap();
     rq.post(1, buf.slice(..)).unwrap();
     assert!(matches!(qp.send_queue(), Err(Error::NotReady { .. })));

@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 
 use zverbs::backend::Queues;
 use zverbs::connect::{Endpoint, random_psn};
-use zverbs::safe::SafeRecvQueue;
 use zverbs::{
     AccessFlags, BackendKind, Completion, ConnectAttr, ContextOptions, PollCq, SendFlags, WcOpcode,
     WcStatus,
@@ -157,7 +156,7 @@ fn a_qp_on_the_software_device_takes_requests_only_from_its_peer() {
         Queues::DirectUd(_) | Queues::Verbs(_) => panic!("RC QPs on the direct backend"),
     };
     let (qa, qb, qc) = (take(a), take(b), take(c));
-    let mut rqa = SafeRecvQueue::new(qa.rq);
+    let mut rqa = zverbs::RecvQueue::from(qa.rq);
     let mut cqa = qa.cq;
     rqa.post(0xa1, bufs[a].slice(0..64)).unwrap();
 

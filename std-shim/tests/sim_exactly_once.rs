@@ -10,7 +10,7 @@
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use zverbs::safe::{SafePostError, SafeRecvQueue};
+use zverbs::safe::SafePostError;
 use zverbs::{
     AccessFlags, AsyncEvent, Completion, ContextOptions, Error, PollCq, PostError, QpState,
     RemoteBuf, SendFlags, WcStatus,
@@ -163,7 +163,7 @@ fn a_receive_queue_larger_than_its_cq_takes_no_more_receives_than_the_cq_holds()
     let peer_cq = ctx.cq_builder().build().unwrap();
     let peer = pd.qp_builder(&peer_cq, &peer_cq).build().unwrap();
     zverbs::connect_pair(&small, &peer).unwrap();
-    let mut rq = SafeRecvQueue::new(small.recv_queue().unwrap());
+    let mut rq = small.recv_queue().unwrap();
     for i in 0..share {
         rq.post(
             u64::from(i),
@@ -217,10 +217,7 @@ fn qps_sharing_a_cq_each_hold_their_share_and_posts_beyond_it_are_refused() {
     zverbs::connect_pair(&a, &b).unwrap();
     let mut sa = a.send_queue().unwrap();
     let mut sb = b.send_queue().unwrap();
-    let (mut ra, mut rb) = (
-        SafeRecvQueue::new(a.recv_queue().unwrap()),
-        SafeRecvQueue::new(b.recv_queue().unwrap()),
-    );
+    let (mut ra, mut rb) = (a.recv_queue().unwrap(), b.recv_queue().unwrap());
     let mut poller = cq.poller().unwrap();
     // Nothing completes while the posts are made: every signaled post holds its entry.
     sim.set_stepped(true);

@@ -182,7 +182,7 @@ fn rc_qps_on_one_srq_complete_receives_naming_their_qp() {
         let sgl = [buf.sge(i as usize * 64..(i as usize + 1) * 64)];
         // SAFETY: the buffer is registered, outlives the receives, and is read only after
         // their completions.
-        unsafe { rq.post(&RecvWr::new(100 + i, &sgl)) }.unwrap();
+        unsafe { PostRecv::post(&mut rq, &RecvWr::new(100 + i, &sgl)) }.unwrap();
     }
     let mut poller = cq.poller().unwrap();
     let mut senders: Vec<SendQueue> = peers.iter().map(|p| p.send_queue().unwrap()).collect();

@@ -18,7 +18,6 @@
 use std::time::{Duration, Instant};
 
 use zverbs::dc::DcAddr;
-use zverbs::safe::SafeRecvQueue;
 use zverbs::{AccessFlags, Changes, ContextOptions, SendFlags};
 
 fn main() -> zverbs::Result<()> {
@@ -102,7 +101,7 @@ fn main() -> zverbs::Result<()> {
     let s = pd.qp_builder(&cq_s, &cq_s).srq(&srq).build()?;
     let c = pd.qp_builder(&cq_a, &cq_a).build()?;
     zverbs::connect_pair(&c, &s)?;
-    let mut srq_q = SafeRecvQueue::new(srq.queue()?);
+    let mut srq_q = srq.queue()?;
     let mut s_cq = cq_s.poller()?;
     let mut c_sq = c.send_queue()?;
     srq_q.post(10, buf_b.slice(1024..2048))?;

@@ -107,7 +107,13 @@ pub fn every_operation_to_every_target(ctx: &Context) {
         for k in 0..3 {
             let sgl = [b.sge(16384 + 256 * (3 * t + k)..16384 + 256 * (3 * t + k) + 128)];
             // SAFETY: in the registered buffer.
-            unsafe { srq.post(&RecvWr::new(0x100 * (t as u64 + 1) + k as u64, &sgl)) }.unwrap();
+            unsafe {
+                PostRecv::post(
+                    &mut srq,
+                    &RecvWr::new(0x100 * (t as u64 + 1) + k as u64, &sgl),
+                )
+            }
+            .unwrap();
         }
         let tag = 0x10 * (t as u64 + 1);
         let (s64, s16, s40, s8) = (

@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 use zverbs::backend::QueueSet;
 use zverbs::connect::Endpoint;
 use zverbs::{
-    AccessFlags, AnyRecvQueue, BackendKind, Completion, ConnectAttr, Context, ContextOptions, Cq,
-    LocalAddress, MrBuf, Pd, PollCq, Poller, Qp, SendQueue,
+    AccessFlags, BackendKind, Completion, ConnectAttr, Context, ContextOptions, Cq, LocalAddress,
+    MrBuf, Pd, PollCq, Poller, Qp, RecvQueue, SendQueue,
 };
 
 /// How long a test waits for any one completion before it fails. rxe under emulation takes
@@ -246,7 +246,7 @@ impl Side {
     }
 
     /// The QP's queues and its CQ's poller (both backends, through the `Any*` handles).
-    pub fn queues(&self) -> QueueSet<SendQueue, AnyRecvQueue, Poller> {
+    pub fn queues(&self) -> QueueSet<SendQueue, RecvQueue, Poller> {
         QueueSet {
             sq: self.qp.send_queue().expect("the send queue"),
             rq: self.qp.recv_queue().expect("the receive queue"),
