@@ -211,7 +211,7 @@ mod pd;
 mod poller;
 mod provider;
 mod qp;
-pub mod queues;
+mod queues;
 mod recovery;
 mod rq;
 pub mod safe;

@@ -183,9 +183,6 @@ pub mod verbs {
     use super::*;
     use crate::fallback;
 
-    /// A send queue driven through `ibv_post_send` (keeps its QP alive).
-    pub use fallback::SendQueue;
-
     /// A receive queue driven through `ibv_post_recv`.
     #[derive(Debug)]
     pub struct RecvQueue {

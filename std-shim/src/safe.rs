@@ -119,9 +119,9 @@ impl BufSlice<'_> {
     }
 }
 
-/// A QP's send and receive queues and the poller of its CQ, in this layer ([`Qp::queues`]):
-/// each backend's handles behind one type, chosen at run time ([`crate::queues`] says what that
-/// costs: nothing measurable).
+/// A QP's send and receive queues and the poller of its CQ ([`Qp::queues`]): the front door's
+/// handles, each holding its backend's typed handle, chosen at run time (one `match` per call:
+/// `docs/usage.md`, "Posting, batching and waiting", has what it costs).
 ///
 /// [`Qp::queues`]: crate::Qp::queues
 #[derive(Debug)]
