@@ -1,7 +1,7 @@
 //! Taking the data-path handles of a QP, a CQ and an SRQ: each can be taken once, and only
-//! when it can be used. The handles ([`SendQueue`](crate::SendQueue), [`Poller`](crate::Poller),
-//! the receive queues, [`crate::backend`]'s typed ones) stand above the control-path objects
-//! they are taken from, so the taking is here, above both.
+//! when it can be used. The handles ([`SendQueue`], [`Poller`], the receive queues,
+//! [`crate::backend`]'s typed ones) stand above the control-path objects they are taken from,
+//! so the taking is here, above both.
 
 use crate::cq::Cq;
 use crate::error::{Error, Result};
