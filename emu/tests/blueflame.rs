@@ -34,6 +34,7 @@ use common::in_emulator;
 mod run {
     use std::sync::Barrier;
 
+    use zverbs::backend::Queues;
     use zverbs::connect::{Endpoint, random_psn};
     use zverbs::{
         AccessFlags, AhAttr, BlueFlame, Completion, ConnectAttr, ContextOptions, PollCq, PostRecv,

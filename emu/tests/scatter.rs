@@ -63,7 +63,7 @@ fn run(backend: BackendRequest, room: usize) {
             let rx = [buf_b.sge(0..10), buf_b.sge(512..1024)];
             let id = (k * 2 + usize::from(imm)) as u64;
             // SAFETY: registered buffers, which Rust does not touch while the requests run.
-            unsafe { rq.post(&RecvWr::new(id, &rx)) }.unwrap();
+            unsafe { PostRecv::post(&mut rq, &RecvWr::new(id, &rx)) }.unwrap();
             let tx = [buf_a.sge(0..len)];
             let wr = if imm {
                 SendWr::send_imm(id, &tx, 0xaabb_ccdd)
