@@ -26,10 +26,11 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use zverbs_benches::ffi::{ZvbVloop, zvb_vloop_close, zvb_vloop_open, zvb_vloop_run};
 
+use zverbs::backend::Queues;
 use zverbs::connect::{Endpoint, random_psn};
 use zverbs::{
-    AccessFlags, BackendRequest, Completion, ConnectAttr, ContextOptions, PollCq, PostSend, Queues,
-    SendWr, WcStatus,
+    AccessFlags, BackendRequest, Completion, ConnectAttr, ContextOptions, PollCq, PostSend, SendWr,
+    WcStatus,
 };
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;

@@ -1,7 +1,9 @@
 //! What the handles chosen at run time cost: the same signaled RDMA WRITE posted, and the same
-//! CQ polled, through the direct backend's own types (`Queues::Direct`, monomorphised), through
-//! the `Any*` enums, and through the safe layer that `Qp::queues` returns, on the software
-//! device. Each way is one function kept out of line, so callgrind can count its instructions:
+//! CQ polled, through the direct backend's own types (`backend::Queues::Direct`,
+//! monomorphised), through the front door's `unsafe` post and `PollCq` (`SendQueue`, `Poller`:
+//! `post_any`, `poll_any`), and through its safe operations (`SendQueue::write`,
+//! `Poller::ready`: `post_safe`, `poll_safe`), on the software device. Each way is one
+//! function kept out of line, so callgrind can count its instructions:
 //!
 //! ```text
 //! cargo build --release -p zverbs-benches --example handles
@@ -18,12 +20,12 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
+use zverbs::backend::Queues;
+use zverbs::backend::mlx5 as direct;
 use zverbs::connect::Endpoint;
-use zverbs::queues::direct;
-use zverbs::safe::{SafePoller, SafeSendQueue};
 use zverbs::{
-    AccessFlags, AnyPoller, AnySendQueue, Completion, ConnectAttr, ContextOptions, MrBuf, PollCq,
-    PostSend, Qp, Queues, RemoteBuf, SendFlags, SendWr, Sge,
+    AccessFlags, Completion, ConnectAttr, ContextOptions, MrBuf, PollCq, Poller, PostSend, Qp,
+    RemoteBuf, SendFlags, SendQueue, SendWr, Sge,
 };
 
 #[inline(never)]
@@ -35,19 +37,14 @@ fn post_direct(sq: &mut direct::SendQueue, sge: Sge, remote: RemoteBuf, wr_id: u
 }
 
 #[inline(never)]
-fn post_any(sq: &mut AnySendQueue, sge: Sge, remote: RemoteBuf, wr_id: u64) -> bool {
+fn post_any(sq: &mut SendQueue, sge: Sge, remote: RemoteBuf, wr_id: u64) -> bool {
     let sgl = [sge];
     // SAFETY: as in `post_direct`.
     unsafe { sq.post(&SendWr::write(wr_id, &sgl, remote).signaled()) }.is_ok()
 }
 
 #[inline(never)]
-fn post_safe(
-    sq: &mut SafeSendQueue<AnySendQueue>,
-    buf: &MrBuf,
-    remote: RemoteBuf,
-    wr_id: u64,
-) -> bool {
+fn post_safe(sq: &mut SendQueue, buf: &MrBuf, remote: RemoteBuf, wr_id: u64) -> bool {
     sq.write(wr_id, buf.slice(0..64), remote, SendFlags::SIGNALED)
         .is_ok()
 }
@@ -58,13 +55,13 @@ fn poll_direct(cq: &mut direct::Poller, out: &mut [Completion; 1]) -> usize {
 }
 
 #[inline(never)]
-fn poll_any(cq: &mut AnyPoller, out: &mut [Completion; 1]) -> usize {
+fn poll_any(cq: &mut Poller, out: &mut [Completion; 1]) -> usize {
     cq.poll(out)
 }
 
 #[inline(never)]
-fn poll_safe(cq: &mut SafePoller<AnyPoller>) -> usize {
-    cq.poll().len()
+fn poll_safe(cq: &mut Poller) -> usize {
+    cq.ready().len()
 }
 
 /// Waits (uncounted) until the 8-byte sequence number `seq` has landed at the start of `buf`,

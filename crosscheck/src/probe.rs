@@ -227,7 +227,7 @@ pub fn wc_status_of_syndrome(syndrome: u8) -> u32 {
     ffi::zv_wc_status_of_syndrome(syndrome)
 }
 
-/// A send request for [`CSendQueue::post`].
+/// A send request for [`CSq::post`].
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CRequest<'a> {
     /// One of [`ffi::op`].
@@ -332,9 +332,9 @@ impl<Q: CQueueState> CQueue<Q> {
 }
 
 /// The probe's libmlx5-style send queue over its own ring.
-pub type CSendQueue = CQueue<ZvSq>;
+pub type CSq = CQueue<ZvSq>;
 
-impl CSendQueue {
+impl CSq {
     /// An RC queue of `wqe_cnt` basic blocks (a power of two) whose ring starts as `initial`;
     /// it takes any number of entries.
     pub fn new(
@@ -462,9 +462,9 @@ impl CSendQueue {
 }
 
 /// The probe's libmlx5-style receive queue over its own ring.
-pub type CRecvQueue = CQueue<ZvRq>;
+pub type CRq = CQueue<ZvRq>;
 
-impl CRecvQueue {
+impl CRq {
     /// A queue of `wqe_cnt` entries of `stride` bytes (powers of two) whose ring starts as
     /// `initial`.
     pub fn new(wqe_cnt: u32, stride: u32, initial: &[u8]) -> Self {

@@ -33,7 +33,7 @@ use zverbs_mlx5dv::{
 };
 
 use crate::mem::DeviceMem;
-use crate::probe::{CRequest, CSendQueue};
+use crate::probe::{CRequest, CSq};
 use crate::rng::SplitMix64;
 
 /// A queue pair shape: what the control path would have negotiated.
@@ -78,7 +78,7 @@ pub trait Kind: SelfAddressed + Sized {
     const HEADER_DS: usize;
 
     /// The C side's queue.
-    fn c_queue(cfg: &Config, qpn: u32, initial: &[u8]) -> CSendQueue;
+    fn c_queue(cfg: &Config, qpn: u32, initial: &[u8]) -> CSq;
 
     /// Ours.
     ///
@@ -95,8 +95,8 @@ pub trait Kind: SelfAddressed + Sized {
 impl Kind for Connected {
     const HEADER_DS: usize = 2;
 
-    fn c_queue(cfg: &Config, qpn: u32, initial: &[u8]) -> CSendQueue {
-        CSendQueue::new(cfg.wqe_cnt, qpn, cfg.sig_all, cfg.max_inline_data, initial)
+    fn c_queue(cfg: &Config, qpn: u32, initial: &[u8]) -> CSq {
+        CSq::new(cfg.wqe_cnt, qpn, cfg.sig_all, cfg.max_inline_data, initial)
     }
 
     unsafe fn send_queue<'a>(
@@ -112,8 +112,8 @@ impl Kind for Connected {
 impl Kind for Datagram {
     const HEADER_DS: usize = UD_HEADER_DS;
 
-    fn c_queue(cfg: &Config, qpn: u32, initial: &[u8]) -> CSendQueue {
-        CSendQueue::new_ud(
+    fn c_queue(cfg: &Config, qpn: u32, initial: &[u8]) -> CSq {
+        CSq::new_ud(
             cfg.wqe_cnt,
             qpn,
             cfg.sig_all,
@@ -265,7 +265,7 @@ pub struct Harness<'a, T: Kind> {
     /// Ours: the BlueFlame register.
     pub bf: &'a DeviceMem,
     /// The C side.
-    pub c: CSendQueue,
+    pub c: CSq,
     /// Ours.
     pub sq: SendQueue<SqRef<'a>, T>,
     qpn: u32,

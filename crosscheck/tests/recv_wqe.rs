@@ -10,7 +10,7 @@
 use std::ptr::NonNull;
 
 use zverbs_core::{Completion, PollCq, PostRecv, RecvWr, Sge, WcStatus};
-use zverbs_crosscheck::probe::CRecvQueue;
+use zverbs_crosscheck::probe::CRq;
 use zverbs_crosscheck::{DeviceMem, SplitMix64};
 use zverbs_mlx5dv::prm::cqe::{Cqe64, CqeOpcode};
 use zverbs_mlx5dv::{
@@ -64,7 +64,7 @@ fn run_config(wqe_cnt: u32, stride: u32, rng: &mut SplitMix64, seed: u64, stats:
     }
     let cq_dbrec = DeviceMem::new(8, 8);
     let qpn = rng.below(1 << 24) as u32;
-    let mut c = CRecvQueue::new(wqe_cnt, stride, &initial);
+    let mut c = CRq::new(wqe_cnt, stride, &initial);
 
     let layout = QpLayout {
         qpn,

@@ -34,10 +34,11 @@ use common::in_emulator;
 mod run {
     use std::sync::Barrier;
 
+    use zverbs::backend::Queues;
     use zverbs::connect::{Endpoint, random_psn};
     use zverbs::{
         AccessFlags, AhAttr, BlueFlame, Completion, ConnectAttr, ContextOptions, PollCq, PostRecv,
-        PostSend, Queues, RecvWr, SendWr, Sge, UdAttr, UdDest, WcOpcode,
+        PostSend, RecvWr, SendWr, Sge, UdAttr, UdDest, WcOpcode,
     };
     use zverbs_emu::watch::WatchStats;
 

@@ -12,9 +12,10 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::in_emulator;
+use zverbs::backend::Queues;
 use zverbs::{
     AccessFlags, BackendKind, BackendRequest, Completion, ContextOptions, MiniCqeFormat, PollCq,
-    PostRecv, PostSend, Queues, RecvWr, SendWr,
+    PostRecv, PostSend, RecvWr, SendWr,
 };
 
 fn run() {

@@ -13,13 +13,13 @@ use std::time::{Duration, Instant};
 
 use common::in_emulator;
 use zverbs::{
-    AccessFlags, AnyPoller, AnyRecvQueue, AnySendQueue, BackendRequest, Completion, ContextOptions,
-    PollCq, PostRecv, PostSend, RecvWr, SendWr, WcOpcode, WcStatus,
+    AccessFlags, BackendRequest, Completion, ContextOptions, PollCq, Poller, PostRecv, PostSend,
+    RecvQueue, RecvWr, SendQueue, SendWr, WcOpcode, WcStatus,
 };
 
 const STALE: u8 = 0xee;
 
-fn wait(cq: &mut AnyPoller) -> Completion {
+fn wait(cq: &mut Poller) -> Completion {
     let mut wc = [Completion::EMPTY; 1];
     let deadline = Instant::now() + Duration::from_secs(30);
     while cq.poll(&mut wc) == 0 {
@@ -47,8 +47,8 @@ fn run(backend: BackendRequest, room: usize) {
     zverbs::connect_pair(&a, &b).unwrap();
     let buf_a = pd.alloc_buf(4096, AccessFlags::ALL).unwrap();
     let buf_b = pd.alloc_buf(4096, AccessFlags::ALL).unwrap();
-    let mut sq: AnySendQueue = a.send_queue().unwrap();
-    let mut rq: AnyRecvQueue = b.recv_queue().unwrap();
+    let mut sq: SendQueue = a.send_queue().unwrap();
+    let mut rq: RecvQueue = b.recv_queue().unwrap();
     let (mut pa, mut pb) = (cq_a.poller().unwrap(), cq_b.poller().unwrap());
     let before = zverbs_emu::stats::device_stats().expect("the emulator serves this process");
     let mut scattered = 0;
@@ -63,7 +63,7 @@ fn run(backend: BackendRequest, room: usize) {
             let rx = [buf_b.sge(0..10), buf_b.sge(512..1024)];
             let id = (k * 2 + usize::from(imm)) as u64;
             // SAFETY: registered buffers, which Rust does not touch while the requests run.
-            unsafe { rq.post(&RecvWr::new(id, &rx)) }.unwrap();
+            unsafe { PostRecv::post(&mut rq, &RecvWr::new(id, &rx)) }.unwrap();
             let tx = [buf_a.sge(0..len)];
             let wr = if imm {
                 SendWr::send_imm(id, &tx, 0xaabb_ccdd)

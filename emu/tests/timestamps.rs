@@ -11,9 +11,10 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::in_emulator;
+use zverbs::backend::Queues;
 use zverbs::{
-    AccessFlags, BackendKind, BackendRequest, ContextOptions, PollCqTimed, PostSend, Queues,
-    SendWr, TimedCompletion,
+    AccessFlags, BackendKind, BackendRequest, ContextOptions, PollCqTimed, PostSend, SendWr,
+    TimedCompletion,
 };
 use zverbs_sim::clock::{CLOCK_KHZ, CLOCK_MASK, CLOCK_MULT, CLOCK_SHIFT};
 

@@ -271,7 +271,7 @@ fn receive(
             SendFlags::SIGNALED,
         )?;
         acked += 1;
-        for c in q.cq.poll() {
+        for c in q.cq.ready() {
             c.ok()?;
             completed += 1;
         }

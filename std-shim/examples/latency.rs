@@ -216,7 +216,7 @@ impl End {
     /// Takes the completions of this side's own requests that are in, without waiting (for
     /// `send`, the receives are taken by `wait`; none is ready here).
     fn reap(&mut self) -> zverbs::Result<()> {
-        for c in self.q.cq.poll() {
+        for c in self.q.cq.ready() {
             c.ok()?;
             self.completed += 1;
         }

@@ -28,8 +28,10 @@ use std::fmt;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use zverbs::safe::{SafePoller, SafeQueues, SafeRecvQueue, SafeSendQueue, WaitError};
-use zverbs::{AccessFlags, AnySendQueue, ContextOptions, MrBuf, SendFlags, WcOpcode};
+use zverbs::Poller;
+use zverbs::RecvQueue;
+use zverbs::safe::{SafeQueues, WaitError};
+use zverbs::{AccessFlags, ContextOptions, MrBuf, SendFlags, SendQueue, WcOpcode};
 
 /// Clients, each on a thread and a QP of its own.
 pub const CLIENTS: usize = 3;
@@ -161,11 +163,11 @@ pub fn run(device: &str, requests: u64) -> zverbs::Result<Report> {
         server_qps.push(qp);
         clients.push((client, cq, buf));
     }
-    let mut sq: Vec<SafeSendQueue<AnySendQueue>> = Vec::new();
+    let mut sq: Vec<SendQueue> = Vec::new();
     let mut rq = Vec::new();
     for (c, qp) in server_qps.iter().enumerate() {
-        sq.push(SafeSendQueue::new(qp.send_queue()?));
-        let mut q = SafeRecvQueue::new(qp.recv_queue()?);
+        sq.push(qp.send_queue()?);
+        let mut q = qp.recv_queue()?;
         // Receives posted before any client sends: wr_id names the client and the slot.
         for s in 0..SLOTS {
             let at = c * REGION + s * MSG;
@@ -174,8 +176,8 @@ pub fn run(device: &str, requests: u64) -> zverbs::Result<Report> {
         rq.push(q);
     }
     // Every QP on the two CQs exists: their pollers can be taken.
-    let requests_in = SafePoller::new(recv_cq.poller()?, recv_cq.cqe() as usize);
-    let answers_out = SafePoller::new(send_cq.poller()?, send_cq.cqe() as usize);
+    let requests_in = recv_cq.poller()?;
+    let answers_out = send_cq.poller()?;
     let written_at: Vec<_> = clients.iter().map(|(_, _, b)| b.remote(WRITTEN)).collect();
 
     let mut answers = [(0, 0); CLIENTS];
@@ -229,7 +231,7 @@ fn client(i: u64, mut q: SafeQueues, buf: &MrBuf, requests: u64) -> zverbs::Resu
         let mut answer = None;
         let (mut seen, deadline) = (0, soon());
         while seen < 2 {
-            let ready = q.cq.poll();
+            let ready = q.cq.ready();
             if ready.is_empty() {
                 if Instant::now() >= deadline {
                     return Err(WaitError::Timeout {
@@ -272,10 +274,10 @@ fn client(i: u64, mut q: SafeQueues, buf: &MrBuf, requests: u64) -> zverbs::Resu
 /// The server's side: its queues, one per client, and the two shared pollers.
 struct Server<'a> {
     buf: &'a MrBuf,
-    sq: &'a mut [SafeSendQueue<AnySendQueue>],
-    rq: &'a mut [SafeRecvQueue<zverbs::AnyRecvQueue>],
-    requests_in: SafePoller<zverbs::AnyPoller>,
-    answers_out: SafePoller<zverbs::AnyPoller>,
+    sq: &'a mut [SendQueue],
+    rq: &'a mut [RecvQueue],
+    requests_in: Poller,
+    answers_out: Poller,
     written_at: &'a [zverbs::RemoteBuf],
 }
 
@@ -327,7 +329,7 @@ impl Server<'_> {
             }
             outstanding += 1;
             // Take the answers' completions that are in, without waiting.
-            for &done in self.answers_out.poll() {
+            for &done in self.answers_out.ready() {
                 retire(done, &mut busy, &mut outstanding)?;
             }
         }

@@ -13,6 +13,26 @@
 //! [`ContextOptions::backend`]: crate::ContextOptions::backend
 
 use crate::error::{Error, Result};
+pub use crate::queues::{AnyPoller, AnyRecvQueue, AnySrqQueue};
+pub use crate::sq::TypedSq;
+pub use crate::typed::{QueueSet, Queues};
+
+/// The mlx5 direct backend's typed handles, for loops monomorphised for it
+/// ([`Queues::Direct`]); the [`SendQueue`](crate::SendQueue) and the other front-door handles
+/// hold them.
+pub mod mlx5 {
+    pub use crate::queues::direct::{
+        Connected, Datagram, Dci, Poller, RecvQueue, RqStateHandle, SelfAddressed, SendQueue,
+        SqStateHandle, SqTransport, SrqQueue,
+    };
+}
+
+/// The libibverbs fallback's typed handles, for loops monomorphised for it
+/// ([`Queues::Verbs`]).
+pub mod verbs {
+    pub use crate::fallback::{RingError, SendQueue};
+    pub use crate::queues::verbs::{Poller, RecvQueue, SrqQueue};
+}
 pub(crate) use crate::types::backend::DirectSupport;
 pub use crate::types::backend::{
     BACKEND_ENV, BackendChoice, BackendKind, BackendReport, BackendRequest, BlueFlame,

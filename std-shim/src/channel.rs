@@ -4,27 +4,27 @@
 //! completion event; one channel may serve several CQs, as in verbs. A CQ gets one with
 //! [`CqBuilder::channel`](crate::CqBuilder::channel). Its poller then:
 //!
-//! - [`arm`](crate::AnyPoller::arm)s it: one event for the next completion (or, `solicited_only`,
+//! - [`arm`](crate::Poller::arm)s it: one event for the next completion (or, `solicited_only`,
 //!   the next solicited or error completion). On the direct backend this is the mlx5 arm
 //!   sequence itself ([`zverbs_mlx5dv::CqArm`]: no syscall, no libmlx5); on the fallback,
 //!   `ibv_req_notify_cq` through the provider's ops;
-//! - [`wait`](crate::AnyPoller::wait)s: polls, arms, polls again, and only sleeps on the channel when
+//! - [`wait`](crate::Poller::wait_blocking)s: polls, arms, polls again, and only sleeps on the channel when
 //!   that second poll is empty (the protocol of [`zverbs_core::event`], so no wake-up is
 //!   lost), then returns the completions, or [`EventError::Timeout`] at the deadline;
 // (Linked only where the feature, and so the items, exist.)
 #![cfg_attr(
     feature = "tokio",
-    doc = " - with the `tokio` feature, [`wait_async`](crate::AnyPoller::wait_async) does the same \
+    doc = " - with the `tokio` feature, [`wait_async`](crate::Poller::wait_async) does the same \
            on an [`AsyncChannel`](crate::AsyncChannel)."
 )]
 #![cfg_attr(
     not(feature = "tokio"),
-    doc = " - with the `tokio` feature, `AnyPoller::wait_async` does the same on an \
+    doc = " - with the `tokio` feature, `Poller::wait_async` does the same on an \
            `AsyncChannel`."
 )]
 //!
 //! The channel is [`AsFd`]/[`AsRawFd`] (non-blocking), so an event loop (epoll, mio, tokio)
-//! can wait on it; after a wake-up, [`take_events`](crate::AnyPoller::take_events) takes the CQ's
+//! can wait on it; after a wake-up, [`take_events`](crate::Poller::take_events) takes the CQ's
 //! events, then poll, and arm again. Events are acknowledged (`ibv_ack_cq_events`) in
 //! batches, and every one before the CQ is destroyed.
 //!

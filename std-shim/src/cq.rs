@@ -43,7 +43,7 @@ impl<'a> CqBuilder<'a> {
     }
 
     /// Its completion events go to `channel` (of the same context), so that its poller can
-    /// [`arm`](crate::AnyPoller::arm) it and [`wait`](crate::AnyPoller::wait) on it. One channel may serve
+    /// [`arm`](crate::Poller::arm) it and [`wait`](crate::Poller::wait_blocking) on it. One channel may serve
     /// several CQs.
     pub fn channel(mut self, channel: &CompChannel) -> Self {
         self.channel = Some(channel.clone());
@@ -74,7 +74,7 @@ impl<'a> CqBuilder<'a> {
     /// with `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`, polled with
     /// [`PollCqTimed::poll_timed`](zverbs_core::PollCqTimed::poll_timed), converted with
     /// [`Context::clock`]. [`PollCq::poll`](zverbs_core::PollCq::poll) costs the same either
-    /// way. With a [`channel`](Self::channel) too, [`AnyPoller::wait_timed`](crate::AnyPoller::wait_timed) sleeps on it and
+    /// way. With a [`channel`](Self::channel) too, [`Poller::wait_timed`](crate::Poller::wait_timed) sleeps on it and
     /// returns the completions with their timestamps. `build` fails with
     /// [`Error::NoTimestamps`] on a device that cannot timestamp completions.
     pub fn timestamps(mut self, on: bool) -> Self {

@@ -8,7 +8,8 @@
 //! [`QpBuilder::dc_initiator`](crate::QpBuilder::dc_initiator)) is readied once too (INIT,
 //! RTR, RTS, with no remote QP number); each peer's address becomes a [`DcPeer`]
 //! ([`Pd::dc_peer`]: an address handle to the target's port, the number and the key), and
-//! every request on the initiator's [`DcSendQueue`] names one: RDMA WRITE (with immediate),
+//! every request on the initiator's [`SendQueue`](crate::SendQueue) names one
+//! ([`SendQueue::to`](crate::SendQueue::to)): RDMA WRITE (with immediate),
 //! SEND (with immediate), READ, and the atomics, as on an RC QP. A request to a target that
 //! does not exist, or with the wrong key, fails the initiator with "transport retry counter
 //! exceeded" (the target drops it); the initiator then flushes its other requests and is
@@ -22,7 +23,7 @@
 //! # fn main() -> zverbs::Result<()> {
 //! # let ctx = zverbs::open_device(Some(zverbs::SOFTWARE_DEVICE), &zverbs::ContextOptions::default())?;
 //! use zverbs::dc::DcAddr;
-//! use zverbs::{AccessFlags, SendWr};
+//! use zverbs::{AccessFlags, SendFlags};
 //!
 //! let pd = ctx.alloc_pd()?;
 //! let cq = ctx.cq_builder().build()?;
@@ -37,14 +38,11 @@
 //! let dci = pd.qp_builder(&cq, &cq).dc_initiator().build()?;
 //! dci.ready_dc()?;
 //! let peer = pd.dc_peer(&DcAddr::from_bytes(&wire)?)?;
-//! let mut sq = dci.dc_send_queue()?;
+//! let mut sq = dci.send_queue()?;
 //! let buf = pd.alloc_buf(64, AccessFlags::ALL)?;
 //! buf.write(0, b"over DC");
-//! let sgl = [buf.sge(0..7)];
-//! let wr = SendWr::write(1, &sgl, window.remote(0)).signaled();
-//! // SAFETY: the entry names registered memory that outlives the request.
-//! unsafe { sq.post_to(&peer, &wr) }?;
-//! let mut poller = zverbs::safe::SafePoller::new(cq.poller()?, 16);
+//! sq.to(&peer).write(1, buf.slice(0..7), window.remote(0), SendFlags::SIGNALED)?;
+//! let mut poller = cq.poller()?;
 //! let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
 //! assert_eq!(poller.wait(1, deadline)?[0].ok()?.wr_id, 1);
 //! let mut got = [0u8; 7];
@@ -54,15 +52,13 @@
 //! # main().unwrap(); }
 //! ```
 
-use std::sync::Arc;
-
+use zverbs_core::DcDest;
 #[allow(unused_imports)] // named in the docs
 use zverbs_core::PostSend;
-use zverbs_core::{DcDest, PostError, SendWr};
 
 use crate::error::{Error, Result};
 use crate::pd::Pd;
-use crate::qp::{Qp, QpData, QpInner, SqStateHandle};
+use crate::qp::Qp;
 use crate::types::ah::AhAttr;
 use crate::types::device::Gid;
 use crate::types::qp::QpType;
@@ -316,114 +312,5 @@ impl Qp {
             dctn: self.qpn(),
             access_key: self.inner.provider.dc_access_key(),
         })
-    }
-
-    /// The send queue of this DC initiator, for posting to any target; it can be taken once,
-    /// in RTS ([`Qp::ready_dc`]). Its completions come from the QP's send CQ's poller.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidArgument`] for a QP that is not a DC initiator; [`Error::NotReady`]
-    /// before RTS; [`Error::AlreadyTaken`]; [`Error::Layout`] if the direct backend rejects
-    /// the layout.
-    pub fn dc_send_queue(&self) -> Result<DcSendQueue> {
-        if self.qp_type() != QpType::Dci {
-            return Err(Error::InvalidArgument(
-                "Qp::dc_send_queue needs a DC initiator (QpBuilder::dc_initiator)".into(),
-            ));
-        }
-        self.take_send_queue()?;
-        DcSendQueue::new(&self.inner)
-    }
-}
-
-/// A DC initiator's send queue: every post names its target ([`DcPeer`]). Keeps its QP alive.
-#[derive(Debug)]
-pub struct DcSendQueue {
-    // Field order is drop order: the queue before the QP whose memory it writes.
-    q: zverbs_mlx5dv::SendQueue<SqStateHandle, zverbs_mlx5dv::Dci>,
-    _qp: Arc<QpInner>,
-}
-
-impl DcSendQueue {
-    fn new(qp: &Arc<QpInner>) -> Result<Self> {
-        let QpData::Direct(d) = &qp.data else {
-            return Err(no_dc("the libibverbs fallback"));
-        };
-        let (layout, caps, state) = (&d.layout, qp.sq_caps, d.sq_state.clone());
-        // SAFETY: the layout is the device's for this live DCI, kept alive by the `Arc` held
-        // beside the queue (dropped after it); this is the QP's only send queue handle (taken
-        // once) and nothing else posts to it; the caps are the QP's; its state is bound to
-        // its send CQ's poller only; the QP is new (or reset, which its gate tells the queue);
-        // it was created without scatter-to-CQE. The register: as for an RC QP (its own, or
-        // the one `SharedBf` of its address that every direct QP on it holds).
-        let q =
-            unsafe { zverbs_mlx5dv::SendQueue::new_dc(layout, caps, state, d.register.shared())? };
-        Ok(Self { q, _qp: qp.clone() })
-    }
-
-    /// The DCI's QP number.
-    pub fn qpn(&self) -> u32 {
-        self.q.qpn()
-    }
-
-    /// The underlying `zverbs-mlx5dv` queue.
-    pub fn raw(&self) -> &zverbs_mlx5dv::SendQueue<SqStateHandle, zverbs_mlx5dv::Dci> {
-        &self.q
-    }
-
-    /// Posts `wr` to the target `peer` and rings the doorbell.
-    ///
-    /// # Safety
-    ///
-    /// The posting contract of [`PostSend::post`]: the request's local entries name memory
-    /// registered with this device that stays valid (and, for READ and atomic results,
-    /// untouched) until the request completes; inline sources are readable.
-    ///
-    /// # Errors
-    ///
-    /// As [`PostSend::post`] on an RC QP; [`PostError::WrongTransport`] for a datagram SEND.
-    /// A refused request writes nothing.
-    #[inline(always)]
-    pub unsafe fn post_to(&mut self, peer: &DcPeer, wr: &SendWr<'_>) -> Result<(), PostError> {
-        // SAFETY: (caller) the posting contract.
-        unsafe { self.post_to_dest(&peer.dest, wr) }
-    }
-
-    /// [`DcSendQueue::post_to`] with the destination's segment contents ([`DcPeer::dest`]).
-    ///
-    /// # Safety
-    ///
-    /// As [`DcSendQueue::post_to`]; `dest.av` is the address vector of an address handle of
-    /// this device.
-    ///
-    /// # Errors
-    ///
-    /// As [`DcSendQueue::post_to`].
-    #[inline(always)]
-    pub unsafe fn post_to_dest(&mut self, dest: &DcDest, wr: &SendWr<'_>) -> Result<(), PostError> {
-        // SAFETY: (caller) the posting contract.
-        unsafe { self.q.post_to(dest, wr) }
-    }
-
-    /// Writes `wr` to `peer` without ringing; [`DcSendQueue::ring`] publishes it.
-    ///
-    /// # Safety
-    ///
-    /// As [`DcSendQueue::post_to`].
-    ///
-    /// # Errors
-    ///
-    /// As [`DcSendQueue::post_to`].
-    #[inline(always)]
-    pub unsafe fn stage_to(&mut self, peer: &DcPeer, wr: &SendWr<'_>) -> Result<(), PostError> {
-        // SAFETY: (caller) the posting contract.
-        unsafe { self.q.stage_to(&peer.dest, wr) }
-    }
-
-    /// Rings the doorbell for the requests staged since the last ring.
-    #[inline]
-    pub fn ring(&mut self) {
-        self.q.ring()
     }
 }

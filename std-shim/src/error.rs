@@ -133,7 +133,7 @@ pub enum Error {
     #[error(transparent)]
     Completion(#[from] WcError),
     /// Waiting for completions ended without them
-    /// ([`SafePoller::wait`](crate::safe::SafePoller::wait)).
+    /// ([`Poller::wait`](crate::Poller::wait)).
     #[error(transparent)]
     Wait(#[from] WaitError),
     /// The direct backend rejected the layout rdma-core reported.
@@ -300,14 +300,33 @@ pub enum SafePostError {
     /// The queue refused the request.
     #[error(transparent)]
     Post(#[from] PostError),
+    /// A post of a prepared request reached outside what was prepared: its local span past the
+    /// prepared slice, or its remote offset past the end of the address space.
+    #[error(
+        "a prepared request's post reaches outside it (offset {offset}, length {len}, prepared \
+         span {span} bytes)"
+    )]
+    OutsidePrepared {
+        /// The offset asked for, in the prepared slice.
+        offset: u32,
+        /// The length asked for.
+        len: u32,
+        /// The prepared slice's length.
+        span: u32,
+    },
+    /// A prepared request posted on a queue it was not prepared for.
+    #[error("the request was prepared for another send queue")]
+    ForeignPrepared,
 }
 
-/// Why [`SafePoller::wait`](crate::safe::SafePoller::wait) returned without its completions.
+/// Why [`Poller::wait`](crate::Poller::wait) (spinning) or
+/// [`Poller::wait_blocking`](crate::Poller::wait_blocking) (sleeping) returned without its
+/// completions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum WaitError {
     /// The deadline passed first. The completions that did arrive stay in the poller: the next
-    /// [`SafePoller::wait`](crate::safe::SafePoller::wait) or [`SafePoller::poll`](crate::safe::SafePoller::poll) returns them first.
+    /// wait or [`Poller::ready`](crate::Poller::ready) returns them first.
     #[error(
         "{got} of {wanted} completions arrived before the deadline (a request not signaled, a \
          peer not answering, or a deadline too short?)"
@@ -323,9 +342,34 @@ pub enum WaitError {
     TooMany {
         /// Completions asked for.
         count: usize,
-        /// The poller's capacity ([`SafePoller::capacity`](crate::safe::SafePoller::capacity)).
+        /// The poller's capacity ([`Poller::capacity`](crate::Poller::capacity)).
         capacity: usize,
     },
+    /// A sleeping wait on a CQ created without a completion channel
+    /// ([`CqBuilder::channel`](crate::CqBuilder::channel)).
+    #[error("the CQ has no completion channel (create it with CqBuilder::channel)")]
+    NoChannel,
+    /// Arming the CQ or sleeping on its channel failed with this errno (`ibv_req_notify_cq`,
+    /// `ibv_get_cq_event`, `poll(2)`).
+    #[error("arming the CQ or waiting on its channel failed (errno {errno})")]
+    Channel {
+        /// The errno (-1 when the failure had none).
+        errno: i32,
+    },
+}
+
+impl WaitError {
+    /// What a failure of the channel's machinery is as a wait's error.
+    pub(crate) fn of(e: Error) -> Self {
+        match e {
+            Error::Event(EventError::NoChannel) => Self::NoChannel,
+            Error::Wait(w) => w,
+            Error::Verbs { source, .. } | Error::Event(EventError::Io(source)) => Self::Channel {
+                errno: source.raw_os_error().unwrap_or(-1),
+            },
+            _ => Self::Channel { errno: -1 },
+        }
+    }
 }
 
 /// The detail of [`Error::NoDevice`]'s message.

@@ -59,11 +59,11 @@
 //! ```
 //!
 //! Against a peer on a NIC, with the connection exchanged over TCP (`ibv_rc_pingpong`'s
-//! exchange), and the hot loop written generically over the core traits, so that it is
-//! monomorphised for the backend the QP got (the `unsafe` posts take any registered memory):
+//! exchange). The same handles drive whichever backend the QP got; a hot loop monomorphised
+//! for one backend takes that backend's types ([`backend::Queues`]):
 //!
 //! ```no_run
-//! use zverbs::{AccessFlags, ContextOptions, Queues, SendWr, PostSend, PollCq};
+//! use zverbs::{AccessFlags, ContextOptions, SendFlags};
 //! use zverbs::connect::exchange;
 //!
 //! # fn main() -> zverbs::Result<()> {
@@ -80,25 +80,11 @@
 //! let peer = exchange::client(&mut s, &hello, exchange::Wire::RcPingpong)?;
 //! qp.connect(&peer.endpoint)?; // INIT, RTR, RTS: from the peer's PSN, sending from ours
 //!
-//! let sge = [buf.sge(0..64)];
-//! match Queues::take(&qp, &cq)? {
-//!     Queues::Direct(mut q) => send_one(&mut q.sq, &mut q.cq, &sge)?,
-//!     Queues::DirectUd(mut q) => send_one(&mut q.sq, &mut q.cq, &sge)?, // a UD QP's
-//!     Queues::Verbs(mut q) => send_one(&mut q.sq, &mut q.cq, &sge)?,
-//! }
+//! let mut q = qp.queues(&cq)?;
+//! q.sq.send(1, buf.slice(0..64), SendFlags::SIGNALED)?; // posts and rings
+//! let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+//! q.cq.wait(1, deadline)?[0].ok()?;
 //! # Ok(()) }
-//! fn send_one(sq: &mut impl PostSend, cq: &mut impl PollCq, sge: &[zverbs::Sge]) -> zverbs::Result<()> {
-//!     // SAFETY: `sge` lies in a registered buffer that outlives the request, and nothing
-//!     // writes it until the completion is polled.
-//!     unsafe { sq.post(&SendWr::send(1, sge).signaled()) }?; // posts and rings
-//!     let mut wc = [zverbs::Completion::EMPTY; 4];
-//!     loop {
-//!         if let [c, ..] = cq.poll_into(&mut wc) {
-//!             c.ok()?;
-//!             return Ok(());
-//!         }
-//!     }
-//! }
 //! ```
 //!
 //! ## Features
@@ -111,9 +97,9 @@
 //! - `rdma_cm` (on by default): `connect::cm`, connections through the RDMA connection
 //!   manager. `librdmacm.so.1` is loaded at run time like libibverbs, so the feature costs no
 //!   dependency; `default-features = false` leaves the module out.
-//! - `tokio` (off by default): `AnyPoller::wait_async` and `AsyncChannel`, a CQ's
+//! - `tokio` (off by default): `Poller::wait_async` and `AsyncChannel`, a CQ's
 //!   completion channel awaited through tokio's reactor. Without it, the channel is still
-//!   [`AsFd`](std::os::fd::AsFd) for any event loop, and [`AnyPoller::wait`] sleeps in the
+//!   [`AsFd`](std::os::fd::AsFd) for any event loop, and [`Poller::wait_blocking`] sleeps in the
 //!   calling thread.
 //! - `pmix` (off by default): `connect::pmix`, for programs started N times
 //!   by a PMIx launcher (`mpirun`, `srun --mpi=pmix`): the job's rank and size, records
@@ -133,7 +119,7 @@
 //! - **Covered**: this crate's own items; [`core`] (`zverbs-core`, the data path's vocabulary,
 //!   whose everyday types are also at this crate's root: `zverbs::SendWr` is
 //!   `zverbs::core::SendWr`); [`mlx5`] (`zverbs-mlx5dv`, the direct backend's queues and the
-//!   mlx5 layouts, the types of [`Queues::Direct`]); and `sim` (`zverbs-sim`) while the `sim`
+//!   mlx5 layouts, the types of [`backend::Queues::Direct`]); and `sim` (`zverbs-sim`) while the `sim`
 //!   feature is on. A breaking change in any of them is a breaking release of `zverbs`.
 //! - **Not covered**: [`ffi`] (`zverbs-ffi`, the raw rdma-core binding). It follows rdma-core's
 //!   headers and ABI, and a compatible release of `zverbs` may move to a binding whose items
@@ -167,17 +153,19 @@
 //!
 //! See [`backend`]: automatic (direct on mlx5, fallback elsewhere), overridden by the caller
 //! or by `ZVERBS_BACKEND=auto|direct|verbs`, and reported by [`Qp::backend`] and
-//! [`Cq::backend`]. The handles are in [`queues`].
+//! [`Cq::backend`]. The handles ([`SendQueue`] and the others) hold the backend's typed
+//! handles ([`backend::mlx5`], [`backend::verbs`]), which a loop monomorphised for one backend
+//! takes directly ([`backend::Queues`]).
 //!
 //! ## Safety: which posting is `unsafe`
 //!
 //! The core traits' post methods are `unsafe`: the device reads and writes memory by address,
 //! and the caller promises the buffers stay registered and untouched by Rust references until
-//! their completion. [`safe`] wraps a send or receive queue so that it only posts spans of
-//! buffers the library allocated ([`MrBuf`]), which Rust never references and which are
-//! deregistered before their memory is freed: no `unsafe` at the call site. It is also the
-//! convenient layer: its posts ring, its waits have deadlines, and [`Qp::queues`] hands out a
-//! QP's queues and its CQ's poller in one call.
+//! their completion. The [`SendQueue`]'s operations (and the receive queue's and SRQ's of
+//! [`safe`]) post only spans of buffers the library allocated ([`MrBuf`]), which Rust never
+//! references and which are deregistered before their memory is freed: no `unsafe` at the call
+//! site, for RC, UD and DC, and for prepared requests. Its posts ring, its waits have deadlines,
+//! and [`Qp::queues`] hands out a QP's queues and its CQ's poller in one call.
 //! Registering caller-owned memory ([`Pd::register`]) is `unsafe` with a written contract.
 //!
 //! ## Thread safety
@@ -220,13 +208,17 @@ mod error;
 pub mod fallback;
 mod mr;
 mod pd;
+mod poller;
 mod provider;
 mod qp;
-pub mod queues;
+mod queues;
 mod recovery;
+mod rq;
 pub mod safe;
+mod sq;
 mod srq;
 mod take;
+mod typed;
 mod types;
 mod ud;
 mod wait;
@@ -241,9 +233,11 @@ pub use error::EventError;
 pub use error::{Error, Result};
 pub use mr::{Mr, MrBuf};
 pub use pd::Pd;
+pub use poller::Poller;
 pub use provider::SrqLayout;
 pub use qp::{Qp, QpBuilder, connect_pair};
-pub use queues::{AnyPoller, AnyRecvQueue, AnySendQueue, AnySrqQueue, QueueSet, Queues};
+pub use rq::{RecvQueue, SrqQueue};
+pub use sq::{Batch, Changes, Prepared, SendQueue, To};
 pub use srq::{Srq, SrqStateHandle};
 pub use types::access::AccessFlags;
 pub use types::ah::{AhAttr, MULTICAST_QPN, UdAttr};
@@ -308,13 +302,13 @@ pub use zverbs_core::BriefCompletion;
 /// # main().unwrap(); }
 /// ```
 pub use zverbs_core::Completion;
-/// In `zverbs`, implemented by both backends' pollers ([`AnyPoller`], [`Queues`]);
+/// In `zverbs`, implemented by the [`Poller`] and the backends' typed pollers ([`backend::Queues`]);
 /// [`PostSend`]'s example polls through it on the software device.
 pub use zverbs_core::PollCq;
-/// In `zverbs`, implemented by both backends' send queues ([`AnySendQueue`], [`Queues`]). On
-/// the software device: generic code over [`PostSend`] and [`PollCq`], run on the queues of
-/// whichever backend the QP got ([`Queues::take`]); the posts are `unsafe` (see the contract
-/// below), which the [`safe`] layer spares. `a` and `b` are two connected QPs, `buf_a` and
+/// In `zverbs`, implemented by [`SendQueue`] (for requests over memory the caller vouches
+/// for) and by the backends' typed queues ([`backend::Queues`]): generic code over [`PostSend`]
+/// and [`PollCq`] is monomorphised for each. The posts are `unsafe` (see the contract below);
+/// the [`SendQueue`]'s own operations spare it. `a` and `b` are two connected QPs, `buf_a` and
 /// `buf_b` a buffer on each side, as in [`Qp`]'s example:
 ///
 /// ```
@@ -328,7 +322,8 @@ pub use zverbs_core::PollCq;
 /// # let buf_a = pd.alloc_buf(4096, zverbs::AccessFlags::ALL)?;
 /// # let buf_b = pd.alloc_buf(4096, zverbs::AccessFlags::ALL)?;
 /// use std::time::{Duration, Instant};
-/// use zverbs::{Completion, PollCq, PostSend, Queues, SendWr};
+/// use zverbs::backend::Queues;
+/// use zverbs::{Completion, PollCq, PostSend, SendWr};
 ///
 /// fn post_and_wait(sq: &mut impl PostSend, cq: &mut impl PollCq, wr: &SendWr<'_>) -> zverbs::Result<Completion> {
 ///     // SAFETY: the request's memory is an `MrBuf`, registered for as long as it lives, and
@@ -376,8 +371,9 @@ pub use zverbs_core::{PollCqTimed, TimedCompletion};
 /// types); code that relies on the binding itself depends on `zverbs-ffi` directly.
 #[doc(inline)]
 pub use zverbs_ffi as ffi;
-/// The mlx5 direct backend (crate `zverbs-mlx5dv`): the queues behind [`Queues::Direct`]
-/// ([`queues::direct`]) and [`mlx5::prm`](zverbs_mlx5dv::prm), the WQE and CQE layouts as
+/// The mlx5 direct backend (crate `zverbs-mlx5dv`): the queues inside
+/// [`backend::mlx5`]'s handles, its prepared requests, and [`mlx5::prm`](zverbs_mlx5dv::prm),
+/// the WQE and CQE layouts as
 /// `mlx5dv.h` names them.
 ///
 /// **Covered by this crate's semver**, as [`core`] is: the direct queues are its

@@ -350,7 +350,7 @@ const SPINS_PER_CLOCK_READ: u32 = 128;
 /// assert_eq!(&got, b"hello");
 /// buf.store_u64(8, 42);
 /// assert_eq!(buf.load_u64(8), 42);
-/// let span = buf.slice(0..5); // what `SafeSendQueue` posts: bounds-checked, with the buffer's key
+/// let span = buf.slice(0..5); // what a `SendQueue` posts: bounds-checked, with the buffer's key
 /// assert_eq!(span.len(), 5);
 /// let there = buf.remote(64); // what a peer needs to WRITE at offset 64
 /// assert_eq!((there.addr, there.rkey), (buf.addr() + 64, buf.rkey()));

@@ -99,8 +99,8 @@ impl<'a> QpBuilder<'a> {
 
     /// A DC initiator (DCI, mlx5 only): sends to any DC target, each request naming its
     /// target. It receives nothing (no receive queue). Ready it with
-    /// [`Qp::ready_dc`](crate::Qp::ready_dc), post through
-    /// [`Qp::dc_send_queue`](crate::Qp::dc_send_queue).
+    /// [`Qp::ready_dc`](crate::Qp::ready_dc), post through its
+    /// [`Qp::send_queue`](crate::Qp::send_queue) ([`SendQueue::to`](crate::SendQueue::to)).
     pub fn dc_initiator(self) -> Self {
         self.qp_type(QpType::Dci)
     }

@@ -1,25 +1,7 @@
-//! The data-path handles: one send queue, one receive queue per QP and one poller per CQ,
-//! driven by either backend through the [`zverbs_core`] traits.
-//!
-//! Each backend has its own concrete types ([`direct`], [`verbs`]); generic code over
-//! [`PostSend`], [`PostRecv`] and [`PollCq`] instantiated with them compiles to static dispatch.
-//! The `Any*` enums hold whichever backend was chosen at run time and implement the same traits
-//! with one `match` per call; [`Queues`] pairs a QP's queues with its CQ's poller so that code
-//! can branch once and run a monomorphised loop:
-//!
-//! ```no_run
-//! use zverbs::{PollCq, PostRecv, PostSend, Queues};
-//!
-//! fn run(sq: impl PostSend, rq: impl PostRecv, cq: impl PollCq) { /* the hot loop */ }
-//!
-//! # fn f(qp: &zverbs::Qp, cq: &zverbs::Cq) -> zverbs::Result<()> {
-//! match Queues::take(qp, cq)? {
-//!     Queues::Direct(q) => run(q.sq, q.rq, q.cq), // monomorphised for mlx5
-//!     Queues::DirectUd(q) => run(q.sq, q.rq, q.cq), // for a UD QP on mlx5
-//!     Queues::Verbs(q) => run(q.sq, q.rq, q.cq),  // monomorphised for libibverbs
-//! }
-//! # Ok(()) }
-//! ```
+//! The backends' typed handles: the receive queue and the poller of each backend ([`direct`],
+//! [`verbs`]) and the direct backend's send queue, generic over its transport, with the
+//! `Any*` enums over the two backends. The front door's [`SendQueue`](crate::SendQueue) holds
+//! one of the typed send queues; [`crate::backend`] names them for monomorphised loops.
 //!
 //! Every handle keeps its QP (and so its CQs, PD and context) alive: the objects can be
 //! dropped in any order. Each owns what it uses: the direct queues hold the queue memory's
@@ -35,38 +17,10 @@ use crate::backend::BackendKind;
 use crate::cq::Cq;
 use crate::error::{Error, Result};
 use crate::provider::{CqEngine, QpEngine};
-use crate::qp::{Qp, QpData, QpInner};
+use crate::qp::{QpData, QpInner};
 
 /// The bindings a direct poller polls for.
 type DirectBindings = crate::bindings::DirectTable;
-
-/// Implements [`PostSend`] for a handle type by forwarding to the queue it holds in its field
-/// `q` (always inlined).
-macro_rules! forward_send {
-    ($t:ty) => {
-        impl PostSend for $t {
-            #[inline(always)]
-            unsafe fn stage(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
-                // SAFETY: forwarded; the caller upholds the posting contract.
-                unsafe { self.q.stage(wr) }
-            }
-            #[inline(always)]
-            fn ring(&mut self) {
-                self.q.ring()
-            }
-            #[inline(always)]
-            unsafe fn post_all(&mut self, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
-                // SAFETY: forwarded.
-                unsafe { self.q.post_all(wrs) }
-            }
-            #[inline(always)]
-            unsafe fn post(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
-                // SAFETY: forwarded.
-                unsafe { self.q.post(wr) }
-            }
-        }
-    };
-}
 
 /// Implements [`PostRecv`] for a handle type by forwarding to its field `q`.
 macro_rules! forward_recv {
@@ -86,14 +40,10 @@ macro_rules! forward_recv {
     };
 }
 
-/// Implements the data-path traits for a backend's `SendQueue`, `RecvQueue` and `Poller` by
-/// forwarding to the queue each holds in its field `q` (always inlined: the handles add
-/// nothing to the hot path).
-macro_rules! forward_queues {
+/// Implements the poll traits for a backend's `Poller` by forwarding to the poller it holds in
+/// its field `q` (always inlined: the handle adds nothing to the hot path).
+macro_rules! forward_poller {
     () => {
-        forward_send!(SendQueue);
-        forward_recv!(RecvQueue);
-
         impl PollCq for Poller {
             /// Polls; a poll that finds nothing also adopts a new table of QPs if one waits
             /// (one load and a compare, on the idle path only: `bindings.rs`).
@@ -131,14 +81,18 @@ pub mod direct {
     use super::*;
 
     pub use crate::qp::{RqStateHandle, SqStateHandle};
+    pub use zverbs_mlx5dv::{Connected, Datagram, Dci, SelfAddressed, SqTransport};
 
-    /// A send queue driven by `zverbs-mlx5dv`.
+    /// A send queue driven by `zverbs-mlx5dv`, of transport `T`: [`Connected`] (RC, the
+    /// default), [`Datagram`] (UD) or [`Dci`] (a DC initiator, whose posts name their target:
+    /// `post_to`). The typed handle behind [`crate::SendQueue`], for loops monomorphised for
+    /// the direct backend ([`crate::backend::Queues`]).
     #[derive(Debug)]
-    pub struct SendQueue {
+    pub struct SendQueue<T: SqTransport = Connected> {
         // Field order is drop order: the queue before the QP whose memory it writes (and
         // whose register state, shared or not, it points to).
-        pub(super) q: zverbs_mlx5dv::SendQueue<SqStateHandle>,
-        pub(super) _qp: Arc<QpInner>,
+        pub(crate) q: zverbs_mlx5dv::SendQueue<SqStateHandle, T>,
+        pub(crate) _qp: Arc<QpInner>,
     }
 
     /// A receive queue driven by `zverbs-mlx5dv`.
@@ -158,32 +112,53 @@ pub mod direct {
         pub(super) _cq: Cq,
     }
 
-    impl SendQueue {
-        /// The underlying `zverbs-mlx5dv` queue (counters, BlueFlame).
-        pub fn raw(&self) -> &zverbs_mlx5dv::SendQueue<SqStateHandle> {
+    impl<T: SqTransport> SendQueue<T> {
+        /// The underlying `zverbs-mlx5dv` queue (counters, BlueFlame, prepared requests).
+        pub fn raw(&self) -> &zverbs_mlx5dv::SendQueue<SqStateHandle, T> {
             &self.q
+        }
+
+        /// The underlying queue, to post through (`unsafe` there, as here).
+        pub fn raw_mut(&mut self) -> &mut zverbs_mlx5dv::SendQueue<SqStateHandle, T> {
+            &mut self.q
+        }
+
+        /// The QP number.
+        pub fn qpn(&self) -> u32 {
+            self.q.qpn()
+        }
+
+        /// Rings the doorbell for the requests staged since the last ring.
+        #[inline(always)]
+        pub fn ring(&mut self) {
+            self.q.ring()
         }
     }
 
-    forward_queues!();
-
-    /// The send queue of a UD QP driven by `zverbs-mlx5dv`: it posts
-    /// [`SendOp::SendTo`](zverbs_core::SendOp::SendTo), `SendToImm` and NOP.
-    #[derive(Debug)]
-    pub struct UdSendQueue {
-        // Field order is drop order: the queue before the QP whose memory it writes.
-        pub(super) q: zverbs_mlx5dv::SendQueue<SqStateHandle, zverbs_mlx5dv::Datagram>,
-        pub(super) _qp: Arc<QpInner>,
-    }
-
-    impl UdSendQueue {
-        /// The underlying `zverbs-mlx5dv` queue (counters, BlueFlame).
-        pub fn raw(&self) -> &zverbs_mlx5dv::SendQueue<SqStateHandle, zverbs_mlx5dv::Datagram> {
-            &self.q
+    impl<T: SelfAddressed> PostSend for SendQueue<T> {
+        #[inline(always)]
+        unsafe fn stage(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
+            // SAFETY: the caller upholds the posting contract, which is the inner queue's.
+            unsafe { self.q.stage(wr) }
+        }
+        #[inline(always)]
+        fn ring(&mut self) {
+            self.q.ring()
+        }
+        #[inline(always)]
+        unsafe fn post_all(&mut self, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
+            // SAFETY: the caller upholds the posting contract, which is the inner queue's.
+            unsafe { self.q.post_all(wrs) }
+        }
+        #[inline(always)]
+        unsafe fn post(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
+            // SAFETY: the caller upholds the posting contract, which is the inner queue's.
+            unsafe { self.q.post(wr) }
         }
     }
 
-    forward_send!(UdSendQueue);
+    forward_recv!(RecvQueue);
+    forward_poller!();
 
     /// A shared receive queue posted to by `zverbs-mlx5dv`.
     #[derive(Debug)]
@@ -208,13 +183,6 @@ pub mod verbs {
     use super::*;
     use crate::fallback;
 
-    /// A send queue driven through `ibv_post_send`.
-    #[derive(Debug)]
-    pub struct SendQueue {
-        pub(super) q: fallback::SendQueue,
-        pub(super) _qp: Arc<QpInner>,
-    }
-
     /// A receive queue driven through `ibv_post_recv`.
     #[derive(Debug)]
     pub struct RecvQueue {
@@ -230,13 +198,6 @@ pub mod verbs {
         pub(super) _cq: Cq,
     }
 
-    impl SendQueue {
-        /// The refusal the provider made at the last `ring`, if any (see [`fallback`]).
-        pub fn take_ring_error(&mut self) -> Option<fallback::RingError> {
-            self.q.take_ring_error()
-        }
-    }
-
     impl Poller {
         /// The errno of the last failed `ibv_poll_cq`, if any.
         pub fn take_error(&mut self) -> Option<i32> {
@@ -244,7 +205,8 @@ pub mod verbs {
         }
     }
 
-    forward_queues!();
+    forward_recv!(RecvQueue);
+    forward_poller!();
 
     /// A shared receive queue posted to through `ibv_post_srq_recv`.
     #[derive(Debug)]
@@ -254,17 +216,6 @@ pub mod verbs {
     }
 
     forward_recv!(SrqQueue);
-}
-
-/// A send queue of either backend.
-#[derive(Debug)]
-pub enum AnySendQueue {
-    /// Driven directly (an RC QP).
-    Direct(direct::SendQueue),
-    /// A UD QP's, driven directly.
-    DirectUd(direct::UdSendQueue),
-    /// Driven through libibverbs (either transport).
-    Verbs(verbs::SendQueue),
 }
 
 /// A shared receive queue of either backend ([`Srq::queue`](crate::Srq::queue)).
@@ -325,7 +276,7 @@ pub enum AnyPoller {
     Verbs(verbs::Poller),
 }
 
-fn qp_ptr(qp: &QpInner) -> Result<*mut zverbs_ffi::types::ibv_qp> {
+pub(crate) fn qp_ptr(qp: &QpInner) -> Result<*mut zverbs_ffi::types::ibv_qp> {
     match qp.provider.engine() {
         QpEngine::Verbs(p) => Ok(p.as_ptr()),
         QpEngine::Direct(_) => Err(Error::Backend {
@@ -335,66 +286,10 @@ fn qp_ptr(qp: &QpInner) -> Result<*mut zverbs_ffi::types::ibv_qp> {
     }
 }
 
-fn no_entry(what: &str) -> Error {
+pub(crate) fn no_entry(what: &str) -> Error {
     Error::Backend {
         requested: BackendKind::Verbs,
         reason: format!("the provider has no {what} entry in ibv_context.ops"),
-    }
-}
-
-impl AnySendQueue {
-    pub(crate) fn new(qp: &Arc<QpInner>) -> Result<Self> {
-        match &qp.data {
-            QpData::Direct(d) if qp.send_caps().is_ud() => {
-                let (layout, caps, state) = (&d.layout, qp.send_caps(), d.sq_state.clone());
-                // SAFETY: as for an RC QP below (the register: its own, or the one `SharedBf`
-                // of its address, which RC and UD QPs on it hold alike); the QP is UD and its
-                // caps say so.
-                let q = unsafe {
-                    zverbs_mlx5dv::SendQueue::new_ud(layout, caps, state, d.register.shared())?
-                };
-                Ok(Self::DirectUd(direct::UdSendQueue { q, _qp: qp.clone() }))
-            }
-            QpData::Direct(d) => {
-                let (layout, caps, state) = (&d.layout, qp.sq_caps, d.sq_state.clone());
-                // SAFETY: the layout is libmlx5's for this live QP, kept alive by the `Arc` the
-                // handle holds beside the queue (dropped after it); this is the QP's only send
-                // queue handle (taken once) and libibverbs never posts to it; the caps are the
-                // QP's, its state is bound to its send CQ's poller only; the QP is new; it was
-                // created without scatter-to-CQE. The register: the provider vouched that a
-                // dedicated one is this QP's alone (and 8-byte doorbells alone cannot tear);
-                // every direct QP of this process on a shared one holds the same `SharedBf`
-                // (one per address, `blueflame::join`), which the QP, kept alive by the handle,
-                // keeps alive.
-                let q = unsafe {
-                    zverbs_mlx5dv::SendQueue::new(layout, caps, state, d.register.shared())?
-                };
-                Ok(Self::Direct(direct::SendQueue { q, _qp: qp.clone() }))
-            }
-            QpData::Verbs(v) => {
-                let ptr = qp_ptr(qp)?;
-                // SAFETY: a live QP kept alive by the `Arc`; the only send queue handle; the
-                // QP's real caps; the state made for it and bound to its send CQ only.
-                let q = unsafe {
-                    crate::fallback::SendQueue::new(
-                        ptr,
-                        qp.caps.max_send_wr,
-                        qp.send_caps(),
-                        v.sq.clone(),
-                    )
-                }
-                .ok_or_else(|| no_entry("post_send"))?;
-                Ok(Self::Verbs(verbs::SendQueue { q, _qp: qp.clone() }))
-            }
-        }
-    }
-
-    /// Which backend drives it.
-    pub fn kind(&self) -> BackendKind {
-        match self {
-            Self::Direct(_) | Self::DirectUd(_) => BackendKind::Direct,
-            Self::Verbs(_) => BackendKind::Verbs,
-        }
     }
 }
 
@@ -522,50 +417,6 @@ impl AnyPoller {
     }
 }
 
-impl PostSend for AnySendQueue {
-    #[inline(always)]
-    unsafe fn stage(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
-        match self {
-            // SAFETY: forwarded.
-            Self::Direct(q) => unsafe { q.stage(wr) },
-            // SAFETY: forwarded.
-            Self::DirectUd(q) => unsafe { q.stage(wr) },
-            // SAFETY: forwarded.
-            Self::Verbs(q) => unsafe { q.stage(wr) },
-        }
-    }
-    #[inline(always)]
-    fn ring(&mut self) {
-        match self {
-            Self::Direct(q) => q.ring(),
-            Self::DirectUd(q) => q.ring(),
-            Self::Verbs(q) => q.ring(),
-        }
-    }
-    #[inline(always)]
-    unsafe fn post_all(&mut self, wrs: &[SendWr<'_>]) -> Result<(), BatchError> {
-        match self {
-            // SAFETY: forwarded.
-            Self::Direct(q) => unsafe { q.post_all(wrs) },
-            // SAFETY: forwarded.
-            Self::DirectUd(q) => unsafe { q.post_all(wrs) },
-            // SAFETY: forwarded.
-            Self::Verbs(q) => unsafe { q.post_all(wrs) },
-        }
-    }
-    #[inline(always)]
-    unsafe fn post(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
-        match self {
-            // SAFETY: forwarded.
-            Self::Direct(q) => unsafe { q.post(wr) },
-            // SAFETY: forwarded.
-            Self::DirectUd(q) => unsafe { q.post(wr) },
-            // SAFETY: forwarded.
-            Self::Verbs(q) => unsafe { q.post(wr) },
-        }
-    }
-}
-
 impl PostRecv for AnyRecvQueue {
     #[inline(always)]
     unsafe fn post(&mut self, wr: &RecvWr<'_>) -> Result<(), PostError> {
@@ -614,83 +465,3 @@ impl zverbs_core::PollCqTimed for AnyPoller {
         }
     }
 }
-
-/// One QP's send and receive queues with the poller of the CQ they share, all of one backend.
-#[derive(Debug)]
-pub struct QueueSet<S, R, C> {
-    /// The send queue.
-    pub sq: S,
-    /// The receive queue.
-    pub rq: R,
-    /// The poller of the QP's CQ.
-    pub cq: C,
-}
-
-/// A [`QueueSet`] of the backend chosen at run time: match once, then run generic code.
-#[derive(Debug)]
-pub enum Queues {
-    /// Driven directly (an RC QP).
-    Direct(QueueSet<direct::SendQueue, direct::RecvQueue, direct::Poller>),
-    /// A UD QP's, driven directly.
-    DirectUd(QueueSet<direct::UdSendQueue, direct::RecvQueue, direct::Poller>),
-    /// Driven through libibverbs (either transport).
-    Verbs(QueueSet<verbs::SendQueue, verbs::RecvQueue, verbs::Poller>),
-}
-
-impl Queues {
-    /// Takes `qp`'s queues and the poller of `cq`, which must serve both of its queues. The QP
-    /// must be in RTS (see [`Qp::send_queue`]).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidArgument`] when `cq` is not the QP's send and receive CQ; the errors of
-    /// [`Qp::send_queue`], [`Qp::recv_queue`] and [`Cq::poller`].
-    pub fn take(qp: &Qp, cq: &Cq) -> Result<Self> {
-        if !qp.inner.send_cq.is(cq) || !qp.inner.recv_cq.is(cq) {
-            return Err(Error::InvalidArgument(
-                "Queues::take needs the CQ that serves both queues of the QP".into(),
-            ));
-        }
-        qp.send_queue_ready()?;
-        qp.own_receives()?;
-        let sq = qp.send_queue()?;
-        let rq = qp.recv_queue()?;
-        let cq = cq.poller()?;
-        Self::from_parts(sq, rq, cq)
-    }
-
-    /// Groups handles taken one by one: for a QP whose receives are posted before it is
-    /// connected (the receive queue from INIT, the send queue once in RTS), or whose queues
-    /// use two CQs.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Backend`] when the handles are driven by different backends.
-    pub fn from_parts(sq: AnySendQueue, rq: AnyRecvQueue, cq: AnyPoller) -> Result<Self> {
-        match (sq, rq, cq) {
-            (AnySendQueue::Direct(sq), AnyRecvQueue::Direct(rq), AnyPoller::Direct(cq)) => {
-                Ok(Self::Direct(QueueSet { sq, rq, cq }))
-            }
-            (AnySendQueue::DirectUd(sq), AnyRecvQueue::Direct(rq), AnyPoller::Direct(cq)) => {
-                Ok(Self::DirectUd(QueueSet { sq, rq, cq }))
-            }
-            (AnySendQueue::Verbs(sq), AnyRecvQueue::Verbs(rq), AnyPoller::Verbs(cq)) => {
-                Ok(Self::Verbs(QueueSet { sq, rq, cq }))
-            }
-            (sq, _, _) => Err(Error::Backend {
-                requested: sq.kind(),
-                reason: "the queues and the poller are driven by different backends".into(),
-            }),
-        }
-    }
-
-    /// Which backend drives them.
-    pub fn kind(&self) -> BackendKind {
-        match self {
-            Self::Direct(_) | Self::DirectUd(_) => BackendKind::Direct,
-            Self::Verbs(_) => BackendKind::Verbs,
-        }
-    }
-}
-
-mod prepared;

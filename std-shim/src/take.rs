@@ -1,23 +1,27 @@
 //! Taking the data-path handles of a QP, a CQ and an SRQ: each can be taken once, and only
-//! when it can be used. The handles ([`queues`](crate::queues), [`safe`](crate::safe)) stand
-//! above the control-path objects they are taken from, so the taking is here, above both.
+//! when it can be used. The handles ([`SendQueue`], [`Poller`], the receive queues,
+//! [`crate::backend`]'s typed ones) stand above the control-path objects they are taken from,
+//! so the taking is here, above both.
 
 use crate::cq::Cq;
 use crate::error::{Error, Result};
+use crate::poller::Poller;
 use crate::provider::SrqEngine;
 use crate::qp::{Qp, attached};
-use crate::queues::{AnyPoller, AnyRecvQueue, AnySendQueue, AnySrqQueue, direct, verbs};
-use crate::safe::{SafePoller, SafeQueues, SafeRecvQueue, SafeSendQueue};
+use crate::queues::{AnyPoller, AnyRecvQueue, AnySrqQueue, direct, verbs};
+use crate::rq::{RecvQueue, SrqQueue};
+use crate::safe::SafeQueues;
+use crate::sq::SendQueue;
 use crate::srq::Srq;
 use crate::types::backend::BackendKind;
 use crate::types::qp::QpType;
 
-/// Refuses `what` (an RC or UD queue handle) on a DC QP, with the way to do it.
+/// Refuses `what` (a receive queue, or queues with one) on a DC QP, with the way to do it.
 pub(crate) fn not_dc(qp: &Qp, what: &str) -> Result<()> {
     match qp.qp_type() {
         QpType::Dci => Err(Error::InvalidArgument(format!(
-            "{what}: a DC initiator posts through Qp::dc_send_queue, each request naming its \
-             target (a DcPeer)"
+            "{what}: a DC initiator has a send queue only (Qp::send_queue), each request naming \
+             its target (SendQueue::to with a DcPeer)"
         ))),
         QpType::Dct => Err(Error::InvalidArgument(format!(
             "{what}: a DC target has no queues of its own; post its receives to its SRQ"
@@ -29,16 +33,20 @@ pub(crate) fn not_dc(qp: &Qp, what: &str) -> Result<()> {
 impl Qp {
     /// The send queue, for posting; it can be taken once, when the QP is in RTS (ready to
     /// send): a request posted earlier would never be executed, so asking earlier is an error,
-    /// not a queue that silently does nothing.
+    /// not a queue that silently does nothing. For an RC, UD or DC initiator's QP on either
+    /// backend (a DC initiator's requests name their target: [`SendQueue::to`]).
     ///
     /// # Errors
     ///
     /// [`Error::NotReady`] before RTS; [`Error::AlreadyTaken`]; [`Error::Layout`] if the direct
-    /// backend rejects the layout.
-    pub fn send_queue(&self) -> Result<AnySendQueue> {
-        not_dc(self, "Qp::send_queue")?;
+    /// backend rejects the layout; [`Error::InvalidArgument`] for a DC target (it has no send
+    /// queue).
+    pub fn send_queue(&self) -> Result<SendQueue> {
+        if self.qp_type() == QpType::Dct {
+            not_dc(self, "Qp::send_queue")?;
+        }
         self.take_send_queue()?;
-        AnySendQueue::new(&self.inner)
+        SendQueue::new(&self.inner)
     }
 
     /// The receive queue, for posting; it can be taken once, from INIT on: receives may be
@@ -47,12 +55,12 @@ impl Qp {
     /// # Errors
     ///
     /// [`Error::NotReady`] before INIT; as [`Qp::send_queue`].
-    pub fn recv_queue(&self) -> Result<AnyRecvQueue> {
+    pub fn recv_queue(&self) -> Result<RecvQueue> {
         not_dc(self, "Qp::recv_queue")?;
         self.own_receives()?;
         self.recv_ready()?;
         self.take_once("receive queue", |t| &mut t.1)?;
-        AnyRecvQueue::new(&self.inner)
+        AnyRecvQueue::new(&self.inner).map(RecvQueue::new)
     }
 
     /// The QP's send and receive queues and the poller of `cq`, which must serve both, in the
@@ -106,11 +114,7 @@ impl Qp {
         let sq = self.send_queue()?;
         let rq = self.recv_queue()?;
         let poller = cq.poller()?;
-        Ok(SafeQueues {
-            sq: SafeSendQueue::new(sq),
-            rq: SafeRecvQueue::new(rq),
-            cq: SafePoller::new(poller, cq.cqe() as usize),
-        })
+        Ok(SafeQueues { sq, rq, cq: poller })
     }
 }
 
@@ -123,7 +127,7 @@ impl Cq {
     ///
     /// [`Error::AlreadyTaken`] on a second call; [`Error::Layout`] if the direct backend
     /// rejects the CQ's layout.
-    pub fn poller(&self) -> Result<AnyPoller> {
+    pub fn poller(&self) -> Result<Poller> {
         let qps = {
             let mut reg = self
                 .inner
@@ -136,7 +140,7 @@ impl Cq {
             reg.poller_taken = true;
             attached(&reg)
         };
-        AnyPoller::new(self, qps)
+        Ok(Poller::new(AnyPoller::new(self, qps)?, self.cqe() as usize))
     }
 }
 
@@ -149,7 +153,7 @@ impl Srq {
     ///
     /// [`Error::AlreadyTaken`]; [`Error::Layout`] if the direct backend rejects the layout;
     /// [`Error::Backend`] when the provider has no `post_srq_recv` entry.
-    pub fn queue(&self) -> Result<AnySrqQueue> {
+    pub fn queue(&self) -> Result<SrqQueue> {
         {
             let mut u = self.inner.use_.lock().unwrap_or_else(|p| p.into_inner());
             if u.taken {
@@ -166,10 +170,10 @@ impl Srq {
                 // QPs on the SRQ all complete their receives on one CQ, whose pollers bind it
                 // (`QpBuilder::build` refuses another).
                 let q = unsafe { zverbs_mlx5dv::SharedRecvQueue::new(&l, state.clone())? };
-                Ok(AnySrqQueue::Direct(direct::SrqQueue {
+                Ok(SrqQueue::new(AnySrqQueue::Direct(direct::SrqQueue {
                     q,
                     _srq: self.clone(),
-                }))
+                })))
             }
             (SrqEngine::Verbs(p), _) => {
                 let (max_wr, max_sge) = self.caps();
@@ -180,10 +184,10 @@ impl Srq {
                         requested: BackendKind::Verbs,
                         reason: "the provider has no post_srq_recv entry in ibv_context.ops".into(),
                     })?;
-                Ok(AnySrqQueue::Verbs(verbs::SrqQueue {
+                Ok(SrqQueue::new(AnySrqQueue::Verbs(verbs::SrqQueue {
                     q,
                     _srq: self.clone(),
-                }))
+                })))
             }
             (SrqEngine::Direct(_), None) => Err(Error::Backend {
                 requested: BackendKind::Direct,

@@ -3,11 +3,12 @@
 
 use std::sync::{Arc, Mutex};
 
+use crate::backend::Queues;
+use crate::backend::TypedSq;
 use crate::backend::{BackendChoice, BackendRequest, RequestSource};
 use crate::error::SafePostError;
 use crate::fallback::fake::{self, with};
 use crate::provider::fake::{FakeContext, Log};
-use crate::safe::{SafeRecvQueue, SafeSendQueue};
 use crate::*;
 
 fn ctx_with(log: &Log, f: impl FnOnce(&mut FakeContext)) -> Context {
@@ -359,8 +360,8 @@ fn safe_layer_posts_buffer_spans_with_their_keys() {
     let cq = ctx.cq_builder().build().unwrap();
     let qp = pd.qp_builder(&cq, &cq).build().unwrap();
     rts(&qp);
-    let mut sq = SafeSendQueue::new(qp.send_queue().unwrap());
-    let mut rq = SafeRecvQueue::new(qp.recv_queue().unwrap());
+    let mut sq = qp.send_queue().unwrap();
+    let mut rq = qp.recv_queue().unwrap();
     buf.write(8, b"payload!");
     assert!(buf.try_slice(4000..4097).is_err());
     sq.send(1, buf.slice(8..16), SendFlags::SIGNALED).unwrap();
@@ -386,6 +387,41 @@ fn safe_layer_posts_buffer_spans_with_their_keys() {
         Err(SafePostError::NotWritable)
     );
     assert_eq!(with(|f| f.recvs.len()), 1);
+}
+
+/// On the fallback the prepared requests are served by ordinary posts: the same calls, the same
+/// checks, and `ibv_post_send` gets the span and remote address each post names.
+#[test]
+fn prepared_requests_on_the_fallback_are_ordinary_posts() {
+    use crate::sq::Changes;
+    let log = new_log();
+    let ctx = ctx(&log);
+    let pd = ctx.alloc_pd().unwrap();
+    let buf = pd.alloc_buf(4096, AccessFlags::ALL).unwrap();
+    let cq = ctx.cq_builder().build().unwrap();
+    let qp = pd.qp_builder(&cq, &cq).build().unwrap();
+    rts(&qp);
+    let mut sq = qp.send_queue().unwrap();
+    assert_eq!(sq.kind(), crate::BackendKind::Verbs);
+    let write = sq
+        .prepare_write(buf.slice(64..128), buf.remote(1024), SendFlags::SIGNALED)
+        .unwrap();
+    let send = sq
+        .prepare_send_imm(buf.slice(0..32), SendFlags::NONE)
+        .unwrap();
+    sq.post_prepared(&write, Changes::new(1).local(8, 16).remote_offset(32))
+        .unwrap();
+    sq.post_prepared(&send, Changes::new(2).imm(0xbeef))
+        .unwrap();
+    assert!(matches!(
+        sq.post_prepared(&write, Changes::new(3).local(60, 8)),
+        Err(SafePostError::OutsidePrepared { .. })
+    ));
+    let s = with(|f| f.sends.clone());
+    assert_eq!(s.len(), 2, "the refused post reached nothing");
+    assert_eq!(s[0].sges[0], Sge::new(buf.addr() + 72, 16, 0x1111));
+    assert_eq!((s[0].remote_addr, s[0].rkey), (buf.addr() + 1056, 0x2222));
+    assert_eq!(s[1].sges[0], Sge::new(buf.addr(), 32, 0x1111));
 }
 
 #[test]
@@ -828,9 +864,9 @@ fn qps_on_a_shared_register_are_serialised_and_reported() {
     }
     let mut sqs: Vec<_> = qps
         .iter()
-        .map(|q| match q.send_queue().unwrap() {
-            AnySendQueue::Direct(sq) => sq,
-            AnySendQueue::DirectUd(_) | AnySendQueue::Verbs(_) => {
+        .map(|q| match q.send_queue().unwrap().into_typed() {
+            TypedSq::Rc(sq) => sq,
+            TypedSq::Ud(_) | TypedSq::Dc(_) | TypedSq::Verbs(_) => {
                 panic!("expected the direct backend's RC queue")
             }
         })
@@ -866,7 +902,7 @@ fn qps_on_a_shared_register_are_serialised_and_reported() {
         "{}",
         qp.backend()
     );
-    let AnySendQueue::Direct(sq) = qp.send_queue().unwrap() else {
+    let TypedSq::Rc(sq) = qp.send_queue().unwrap().into_typed() else {
         panic!("expected the direct backend");
     };
     assert!(!sq.raw().shares_register() && sq.raw().has_blueflame());
@@ -898,10 +934,10 @@ fn a_ud_qp_on_a_shared_register_shares_its_lock_and_toggle() {
         .unwrap();
     ud.ready_ud(&UdAttr::new(0x1111_1111)).unwrap();
     assert_eq!(ud.blueflame(), Some(BlueFlame::Shared { others: 1 }));
-    let AnySendQueue::DirectUd(mut usq) = ud.send_queue().unwrap() else {
+    let TypedSq::Ud(mut usq) = ud.send_queue().unwrap().into_typed() else {
         panic!("expected the direct backend's UD queue");
     };
-    let AnySendQueue::Direct(mut rsq) = rc.send_queue().unwrap() else {
+    let TypedSq::Rc(mut rsq) = rc.send_queue().unwrap().into_typed() else {
         panic!("expected the direct backend's RC queue");
     };
     assert!(usq.raw().shares_register() && usq.raw().has_blueflame());
@@ -948,17 +984,18 @@ fn prepared_requests_post_through_the_direct_send_queue_without_allocating() {
     let cq = ctx.cq_builder().cqe(16).build().unwrap();
     let qp = rc_qp(&pd, &cq);
     rts(&qp);
-    let AnySendQueue::Direct(mut sq) = qp.send_queue().unwrap() else {
+    let TypedSq::Rc(mut sq) = qp.send_queue().unwrap().into_typed() else {
         panic!("expected the direct backend's RC queue");
     };
     let sgl = [Sge::new(0x1000, 8, 0x11)];
     let remote = RemoteBuf::new(0x2000, 0x22);
     let write = sq
+        .raw()
         .prepare_rdma(&SendWr::write(0, &sgl, remote).signaled())
         .unwrap();
-    let send = sq.prepare_send(&SendWr::send(0, &sgl)).unwrap();
+    let send = sq.raw().prepare_send(&SendWr::send(0, &sgl)).unwrap();
     assert_eq!(
-        sq.prepare_rdma(&SendWr::send(0, &sgl)),
+        sq.raw().prepare_rdma(&SendWr::send(0, &sgl)),
         Err(PostError::Unsupported)
     );
     let c = Changes {
@@ -975,18 +1012,18 @@ fn prepared_requests_post_through_the_direct_send_queue_without_allocating() {
         // SAFETY: nothing executes the requests, and no queue writes the register while the
         // test reads it.
         unsafe {
-            results.push(sq.post_prepared(&write, c));
+            results.push(sq.raw_mut().post_prepared(&write, c));
             // The post rang at once: its BlueFlame copy is in the register.
             rung = (*reg.word(0), *reg.word(32)) != (0, 0);
             // Again: the common case (the first took the checks out of line).
-            results.push(sq.post_prepared(&write, c));
-            results.push(sq.stage_prepared(&send, c));
+            results.push(sq.raw_mut().post_prepared(&write, c));
+            results.push(sq.raw_mut().stage_prepared(&send, c));
             sq.ring();
             let long = Changes {
                 len: (1 << 31) + 1,
                 ..c
             };
-            results.push(sq.post_prepared(&write, long));
+            results.push(sq.raw_mut().post_prepared(&write, long));
         }
     });
     assert_eq!(allocs, 0);

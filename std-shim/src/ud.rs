@@ -74,7 +74,7 @@ impl AddressHandle {
 }
 
 /// A UD destination that keeps its address handle alive: what the [`safe`](crate::safe)
-/// layer's [`send_to`](crate::safe::SafeSendQueue::send_to) takes, so that the verbs handle a
+/// [`SendQueue::send_to`](crate::SendQueue::send_to) takes, so that the verbs handle a
 /// fallback send hands to the provider is always a live one. Made by
 /// [`AddressHandle::target`]; cloning is cheap.
 #[derive(Clone, Debug)]

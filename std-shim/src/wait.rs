@@ -2,15 +2,15 @@
 //! channel (`channel.rs`) only when nothing is there; with the `tokio` feature it awaits the
 //! channel through tokio's reactor.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use zverbs_core::{Completion, PollCqTimed, TimedCompletion};
 
 use crate::channel::{CompChannel, CqEvents};
-use crate::error::{EventError, Result};
-use crate::queues::AnyPoller;
+use crate::error::{EventError, Result, WaitError};
+use crate::poller::Poller;
 
-impl AnyPoller {
+impl Poller {
     fn events(&self) -> Result<&CqEvents> {
         self.cq()
             .inner
@@ -26,7 +26,7 @@ impl AnyPoller {
 
     /// Arms the CQ: its channel gets one event for the next completion (with
     /// `solicited_only`: the next solicited or error completion). Poll once more after
-    /// arming before sleeping ([`AnyPoller::wait`] does all of it).
+    /// arming before sleeping ([`Poller::wait_blocking`] does all of it).
     ///
     /// # Errors
     ///
@@ -87,62 +87,56 @@ impl AnyPoller {
         Ok(())
     }
 
-    /// Returns completions, sleeping on the CQ's channel while there are none, for at most
-    /// `timeout` (`None`: no limit). Polls, arms, polls again, and sleeps only when that
-    /// second poll is empty, so a completion that arrives meanwhile is never missed.
-    ///
-    /// # Errors
-    ///
-    /// [`EventError::Timeout`]; [`EventError::NoChannel`]; the errors of [`AnyPoller::arm`]
-    /// and [`AnyPoller::take_events`].
-    pub fn wait(&mut self, out: &mut [Completion], timeout: Option<Duration>) -> Result<usize> {
-        self.wait_untimed(out, timeout, false)
+    /// The CQ this poller polls.
+    fn cq(&self) -> &crate::cq::Cq {
+        self.p.cq()
     }
 
-    /// [`AnyPoller::wait`], woken only by solicited (or error) completions: the others are
-    /// returned with the next one that wakes it, or by a poll.
-    ///
-    /// # Errors
-    ///
-    /// As [`AnyPoller::wait`].
-    pub fn wait_solicited(
+    /// The direct poller's consumer counter (`None` on the fallback).
+    fn direct_consumer(&self) -> Option<u32> {
+        self.p.direct_consumer()
+    }
+
+    /// One round of a sleeping wait: completions into `out`, sleeping on the channel while
+    /// there are none, until `deadline`.
+    pub(crate) fn sleep_round(
         &mut self,
         out: &mut [Completion],
-        timeout: Option<Duration>,
+        deadline: Option<Instant>,
+        solicited_only: bool,
     ) -> Result<usize> {
-        self.wait_untimed(out, timeout, true)
-    }
-
-    /// [`AnyPoller::wait`], returning each completion with its timestamp, as
-    /// [`PollCqTimed::poll_timed`] does: for a CQ built
-    /// with both a channel and [`timestamps`](crate::CqBuilder::timestamps).
-    ///
-    /// # Errors
-    ///
-    /// As [`AnyPoller::wait`].
-    pub fn wait_timed(
-        &mut self,
-        out: &mut [TimedCompletion],
-        timeout: Option<Duration>,
-    ) -> Result<usize> {
-        self.wait_with(out, timeout, |p: &mut Self, out: &mut [TimedCompletion]| {
-            let n = p.poll_timed(out);
-            if n > 0 {
-                return Ok(n);
-            }
-            p.arm(false)?;
-            Ok(p.poll_timed(out))
+        self.wait_with(out, deadline, |p: &mut Self, out: &mut [Completion]| {
+            zverbs_core::event::poll_arm_poll(p, out, |p: &mut Self| p.arm(solicited_only))
         })
     }
 
-    fn wait_untimed(
+    /// [`Poller::wait_blocking`] returning each completion with its timestamp, as
+    /// [`PollCqTimed::poll_timed`] does, into `out` (at least one, at most `out.len()`): for a
+    /// CQ built with both a channel and [`timestamps`](crate::CqBuilder::timestamps).
+    ///
+    /// # Errors
+    ///
+    /// As [`Poller::wait_blocking`].
+    pub fn wait_timed(
         &mut self,
-        out: &mut [Completion],
-        timeout: Option<Duration>,
-        solicited_only: bool,
-    ) -> Result<usize> {
-        self.wait_with(out, timeout, |p: &mut Self, out: &mut [Completion]| {
-            zverbs_core::event::poll_arm_poll(p, out, |p: &mut Self| p.arm(solicited_only))
+        out: &mut [TimedCompletion],
+        deadline: Instant,
+    ) -> std::result::Result<usize, WaitError> {
+        self.wait_with(
+            out,
+            Some(deadline),
+            |p: &mut Self, out: &mut [TimedCompletion]| {
+                let n = p.poll_timed(out);
+                if n > 0 {
+                    return Ok(n);
+                }
+                p.arm(false)?;
+                Ok(p.poll_timed(out))
+            },
+        )
+        .map_err(|e| match e {
+            crate::Error::Event(EventError::Timeout(_)) => WaitError::Timeout { wanted: 1, got: 0 },
+            e => WaitError::of(e),
         })
     }
 
@@ -151,10 +145,9 @@ impl AnyPoller {
     fn wait_with<T>(
         &mut self,
         out: &mut [T],
-        timeout: Option<Duration>,
+        deadline: Option<Instant>,
         mut poll_arm_poll: impl FnMut(&mut Self, &mut [T]) -> Result<usize>,
     ) -> Result<usize> {
-        let deadline = timeout.map(|t| Instant::now() + t);
         let channel = self.events()?.channel.clone();
         loop {
             let n = poll_arm_poll(self, out)?;
@@ -166,7 +159,8 @@ impl AnyPoller {
             if self.take_kept()? == 0 {
                 loop {
                     if !channel.sleep(deadline)? {
-                        return Err(EventError::Timeout(timeout.unwrap_or_default()).into());
+                        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+                        return Err(EventError::Timeout(left.unwrap_or_default()).into());
                     }
                     if self.take_events()? > 0 {
                         break;
@@ -178,7 +172,7 @@ impl AnyPoller {
 }
 
 /// A completion channel registered with tokio's reactor (feature `tokio`), for
-/// [`AnyPoller::wait_async`].
+/// [`Poller::wait_async`].
 #[cfg(feature = "tokio")]
 #[derive(Debug)]
 pub struct AsyncChannel {
@@ -213,15 +207,15 @@ impl AsyncChannel {
 }
 
 #[cfg(feature = "tokio")]
-impl AnyPoller {
-    /// [`AnyPoller::wait`] without blocking the thread: awaits the channel's descriptor
+impl Poller {
+    /// [`Poller::wait_blocking`] without blocking the thread: awaits the channel's descriptor
     /// (which must be this CQ's channel). No deadline of its own: wrap it in
     /// `tokio::time::timeout`.
     ///
     /// # Errors
     ///
-    /// [`EventError::NoChannel`]; [`EventError::Io`]; the errors of [`AnyPoller::arm`] and
-    /// [`AnyPoller::take_events`].
+    /// [`EventError::NoChannel`]; [`EventError::Io`]; the errors of [`Poller::arm`] and
+    /// [`Poller::take_events`].
     pub async fn wait_async(
         &mut self,
         out: &mut [Completion],

@@ -20,8 +20,9 @@ use std::cell::Cell;
 use std::time::Instant;
 
 use device::{Caps, Side, env, serial};
+use zverbs::backend::Queues;
 use zverbs::{
-    BackendRequest, Completion, ContextOptions, PollCq, PostRecv, PostSend, Queues, RecvWr, SendWr,
+    BackendRequest, Completion, ContextOptions, PollCq, PostRecv, PostSend, RecvWr, SendWr,
     WcOpcode,
 };
 

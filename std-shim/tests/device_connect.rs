@@ -21,7 +21,6 @@ use device::{Caps, Link, Side, bytes, env, open, pattern, wait};
 use zverbs::connect::RemoteRegion;
 use zverbs::connect::cm::{self, CmClient, CmListener};
 use zverbs::connect::exchange::{self, Hello, Wire};
-use zverbs::safe::{SafeRecvQueue, SafeSendQueue};
 use zverbs::{SendFlags, WcOpcode, WcStatus};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -129,8 +128,8 @@ fn rdma_cm(link: Link) {
 /// lands.
 fn traffic(c: &Side, to_s: RemoteRegion, s: &Side, to_c: RemoteRegion) {
     let (qc, qs) = (c.queues(), s.queues());
-    let (mut csq, mut crq, mut ccq) = (SafeSendQueue::new(qc.sq), SafeRecvQueue::new(qc.rq), qc.cq);
-    let (mut ssq, mut srq, mut scq) = (SafeSendQueue::new(qs.sq), SafeRecvQueue::new(qs.rq), qs.cq);
+    let (mut csq, mut crq, mut ccq) = (qc.sq, qc.rq, qc.cq);
+    let (mut ssq, mut srq, mut scq) = (qs.sq, qs.rq, qs.cq);
     crq.post(1, c.buf.slice(32768..36864)).unwrap();
     srq.post(2, s.buf.slice(32768..36864)).unwrap();
     c.buf.write(0, &pattern(20, 2000));

@@ -10,7 +10,6 @@ mod device;
 
 use device::{Caps, Side, bytes, env, open, pattern, serial, wait};
 use zverbs::connect::Endpoint;
-use zverbs::safe::SafeSendQueue;
 use zverbs::{
     AccessFlags, BackendKind, BackendRequest, ConnectAttr, Error, GidType, LinkLayer, PortState,
     PostSend, SendFlags, SendWr, WcStatus,
@@ -203,23 +202,15 @@ fn pd_mr_cq_and_qp_are_created_and_connected_step_by_step() {
     peer.connect_with(&b).expect("the peer");
 
     // A WRITE from the caller's memory into the buffer, and a READ back into it.
-    let mut q = SafeSendQueue::new(qp.send_queue().unwrap());
+    let mut q = qp.send_queue().unwrap();
     let mut poller = cq.poller().unwrap();
     let sgl = [mr.sge(1000..3000)];
     // SAFETY: the entry lies in `mine`'s registration, untouched until the completion.
-    unsafe {
-        q.get_mut()
-            .post(&SendWr::write(1, &sgl, buf.remote(0)).signaled())
-    }
-    .unwrap();
+    unsafe { q.post(&SendWr::write(1, &sgl, buf.remote(0)).signaled()) }.unwrap();
     buf.write(3000, b"read into caller memory");
     let back = [mr.sge(0..23)];
     // SAFETY: as above; `mine[0..23]` is written by the device and read after the completion.
-    unsafe {
-        q.get_mut()
-            .post(&SendWr::read(2, &back, buf.remote(3000)).signaled())
-    }
-    .unwrap();
+    unsafe { q.post(&SendWr::read(2, &back, buf.remote(3000)).signaled()) }.unwrap();
     let w = wait(&mut poller, 2);
     assert!(w.iter().all(|c| c.status == WcStatus::Success), "{w:?}");
     assert_eq!(bytes(&buf, 0, 2000), pattern(40, 8192)[1000..3000]);
@@ -229,7 +220,7 @@ fn pd_mr_cq_and_qp_are_created_and_connected_step_by_step() {
     // Writing into a buffer registered without LOCAL_WRITE is refused before it is posted.
     let side = Side::new(&ctx, env.gid_index, caps);
     side.qp.connect_with(&side.attr(&side.endpoint())).unwrap();
-    let mut sq = SafeSendQueue::new(side.qp.send_queue().unwrap());
+    let mut sq = side.qp.send_queue().unwrap();
     let e = sq.read(1, ro.slice(0..8), buf.remote(0), SendFlags::SIGNALED);
     assert_eq!(e, Err(zverbs::safe::SafePostError::NotWritable));
 }

@@ -46,6 +46,14 @@ fn every_operation_to_every_target() {
 }
 
 #[test]
+fn safe_operations_to_targets() {
+    let _g = serial();
+    if let Some(ctx) = direct() {
+        dc::safe_operations_to_targets(&ctx);
+    }
+}
+
+#[test]
 fn wrong_key_fails_then_the_initiator_recovers() {
     let _g = serial();
     if let Some(ctx) = direct() {

@@ -14,7 +14,7 @@
 mod device;
 
 use device::{Caps, Link, bytes, connected, pattern, wait, wait_some};
-use zverbs::safe::{SafePostError, SafeRecvQueue, SafeSendQueue};
+use zverbs::safe::SafePostError;
 use zverbs::{Completion, PollCq, PostError, QpState, RemoteBuf, SendFlags, WcOpcode, WcStatus};
 
 const SIG: SendFlags = SendFlags::SIGNALED;
@@ -34,8 +34,8 @@ fn bad_rkey_then_flush(link: Link) {
         return;
     };
     let (qa, qb) = (a.queues(), b.queues());
-    let mut sq = SafeSendQueue::new(qa.sq);
-    let mut rq = SafeRecvQueue::new(qb.rq);
+    let mut sq = qa.sq;
+    let mut rq = qb.rq;
     let (mut acq, mut bcq) = (qa.cq, qb.cq);
     rq.post(50, b.buf.slice(0..1024)).unwrap();
     rq.post(51, b.buf.slice(1024..2048)).unwrap();
@@ -105,7 +105,7 @@ fn rnr_retry_exceeded(link: Link) {
         return;
     };
     let (qa, qb) = (a.queues(), b.queues());
-    let mut sq = SafeSendQueue::new(qa.sq);
+    let mut sq = qa.sq;
     let (mut acq, mut bcq) = (qa.cq, qb.cq);
     let _rq = qb.rq; // no receive posted
     sq.send(1, a.buf.slice(0..100), SIG).unwrap();
@@ -134,7 +134,7 @@ fn peer_gone_retry_exceeded(link: Link) {
     let remote = b.buf.remote(0);
     drop(b);
     let qa = a.queues();
-    let mut sq = SafeSendQueue::new(qa.sq);
+    let mut sq = qa.sq;
     let mut acq = qa.cq;
     sq.write(1, a.buf.slice(0..100), remote, SIG).unwrap();
     sq.send(2, a.buf.slice(0..100), SendFlags::NONE).unwrap();

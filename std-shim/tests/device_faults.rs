@@ -42,11 +42,11 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use zverbs::connect::Endpoint;
-use zverbs::safe::{SafePostError, SafeRecvQueue, SafeSendQueue};
+use zverbs::safe::SafePostError;
 use zverbs::{
-    AccessFlags, AnyPoller, AnyRecvQueue, AnySendQueue, AsyncEvent, Completion, ConnectAttr,
-    Context, ContextOptions, Cq, Error, Gid, MrBuf, Pd, PollCq, PortState, PostError, PostSend, Qp,
-    RemoteBuf, SendFlags, SendWr, Sge, WcStatus,
+    AccessFlags, AsyncEvent, Completion, ConnectAttr, Context, ContextOptions, Cq, Error, Gid,
+    MrBuf, Pd, PollCq, Poller, PortState, PostError, PostSend, Qp, RecvQueue, RemoteBuf, SendFlags,
+    SendQueue, SendWr, Sge, WcStatus,
 };
 
 /// Set in a cell's process: `FAULT OP DEVICE GID_INDEX` (`-` for no GID index).
@@ -324,8 +324,8 @@ struct LocalPeer {
     cq: Cq,
     buf: MrBuf,
     qp: Option<Qp>,
-    rq: Option<SafeRecvQueue<AnyRecvQueue>>,
-    poller: AnyPoller,
+    rq: Option<RecvQueue>,
+    poller: Poller,
     posted_recvs: u64,
 }
 
@@ -359,7 +359,7 @@ impl LocalPeer {
     /// Posts `n` receives (the QP connected).
     fn post_recvs(&mut self, n: u64) {
         if self.rq.is_none() {
-            self.rq = Some(SafeRecvQueue::new(self.qp().recv_queue().unwrap()));
+            self.rq = Some(self.qp().recv_queue().unwrap());
         }
         let rq = self.rq.as_mut().unwrap();
         for _ in 0..n {
@@ -494,9 +494,9 @@ struct A {
     cq: Cq,
     buf: MrBuf,
     /// Made once the QP is connected.
-    sq: Option<SafeSendQueue<AnySendQueue>>,
-    rq: Option<SafeRecvQueue<AnyRecvQueue>>,
-    poller: AnyPoller,
+    sq: Option<SendQueue>,
+    rq: Option<RecvQueue>,
+    poller: Poller,
 }
 
 impl A {
@@ -527,7 +527,7 @@ impl A {
     /// Posts A's receives `first..first + A_RECVS` (the QP connected).
     fn post_recvs(&mut self, first: u64) {
         if self.rq.is_none() {
-            self.rq = Some(SafeRecvQueue::new(self.qp.recv_queue().unwrap()));
+            self.rq = Some(self.qp.recv_queue().unwrap());
         }
         let rq = self.rq.as_mut().unwrap();
         for i in 0..A_RECVS {
@@ -535,7 +535,7 @@ impl A {
             rq.post(first + i, self.buf.slice(off..off + MSG)).unwrap();
         }
         if self.sq.is_none() {
-            self.sq = Some(SafeSendQueue::new(self.qp.send_queue().unwrap()));
+            self.sq = Some(self.qp.send_queue().unwrap());
         }
     }
 
@@ -569,11 +569,8 @@ impl A {
                 }];
                 // SAFETY: the span is A's registered buffer, alive until the cell's end; the
                 // device refuses the wrong key before it reads anything.
-                unsafe {
-                    sq.get_mut()
-                        .post(&SendWr::send(r.id, &sgl).with_flags(flags))
-                }
-                .map_err(SafePostError::Post)
+                unsafe { sq.post(&SendWr::send(r.id, &sgl).with_flags(flags)) }
+                    .map_err(SafePostError::Post)
             }
             Op::Send => sq.send(r.id, src, flags),
             Op::Write => sq.write(r.id, src, at(DST + id * 64), flags),
@@ -611,7 +608,7 @@ fn window(first: u64, op: Op, peer: usize, middle: Option<(Op, bool)>) -> Vec<Re
 }
 
 /// Polls `qp`'s CQ and resets it until the reset is accepted; the completions polled.
-fn drain_and_reset(qp: &Qp, cq: &mut AnyPoller, deadline: Instant) -> Vec<(Completion, Instant)> {
+fn drain_and_reset(qp: &Qp, cq: &mut Poller, deadline: Instant) -> Vec<(Completion, Instant)> {
     let mut got = Vec::new();
     let mut wc = [Completion::EMPTY; 16];
     loop {

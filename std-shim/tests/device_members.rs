@@ -12,7 +12,6 @@ use std::time::Instant;
 
 use device::{COMPLETION_LIMIT, env, open, serial};
 use zverbs::connect::Endpoint;
-use zverbs::safe::SafeSendQueue;
 use zverbs::{AccessFlags, Completion, ConnectAttr, Context, PollCq, Qp, SendFlags, WcStatus};
 
 const QPS: u64 = 6;
@@ -81,7 +80,7 @@ fn join_while_polling(ctx: &Context, gid: Option<u32>) {
         let src = pd.alloc_buf(64, AccessFlags::ALL).unwrap();
         let dst = pd.alloc_buf(64, AccessFlags::ALL).unwrap();
         src.write(0, &(i + 1000).to_le_bytes());
-        let mut sq = SafeSendQueue::new(qp.send_queue().unwrap());
+        let mut sq = qp.send_queue().unwrap();
         sq.write(i, src.slice(0..8), dst.remote(0), SendFlags::SIGNALED)
             .unwrap();
         qps.push((qp, peer, src, dst, sq));

@@ -9,7 +9,6 @@
 mod device;
 
 use device::{Caps, Link, bytes, connected, pattern, wait};
-use zverbs::safe::{SafeRecvQueue, SafeSendQueue};
 use zverbs::{
     BackendKind, PostRecv, PostSend, RecvWr, SendFlags, SendWr, Sge, WcFlags, WcOpcode, WcStatus,
 };
@@ -38,7 +37,7 @@ fn write(link: Link) {
         return;
     };
     let (qa, mut qb) = (a.queues(), b.queues());
-    let mut sq = SafeSendQueue::new(qa.sq);
+    let mut sq = qa.sq;
     let mut acq = qa.cq;
     let data = pattern(1, 200);
     a.buf.write(0, &data);
@@ -65,7 +64,7 @@ fn write_above_the_mtu(link: Link) {
         return;
     };
     let qa = a.queues();
-    let mut sq = SafeSendQueue::new(qa.sq);
+    let mut sq = qa.sq;
     let mut acq = qa.cq;
     let len = 60 << 10;
     let data = pattern(2, len);
@@ -84,8 +83,8 @@ fn write_with_immediate(link: Link) {
         return;
     };
     let (qa, qb) = (a.queues(), b.queues());
-    let mut sq = SafeSendQueue::new(qa.sq);
-    let mut rq = SafeRecvQueue::new(qb.rq);
+    let mut sq = qa.sq;
+    let mut rq = qb.rq;
     let (mut acq, mut bcq) = (qa.cq, qb.cq);
     rq.post(0xb0, b.buf.slice(60000..60100)).unwrap();
     let data = pattern(3, 3000);
@@ -131,8 +130,8 @@ fn send_and_receive(link: Link) {
         return;
     };
     let (qa, qb) = (a.queues(), b.queues());
-    let mut sq = SafeSendQueue::new(qa.sq);
-    let mut rq = SafeRecvQueue::new(qb.rq);
+    let mut sq = qa.sq;
+    let mut rq = qb.rq;
     let (mut acq, mut bcq) = (qa.cq, qb.cq);
     let sizes = [1usize, 64, 1000, 1024, 4096];
     for i in 0..sizes.len() {
@@ -180,8 +179,8 @@ fn send_with_immediate(link: Link) {
         return;
     };
     let (qa, qb) = (a.queues(), b.queues());
-    let mut sq = SafeSendQueue::new(qa.sq);
-    let mut rq = SafeRecvQueue::new(qb.rq);
+    let mut sq = qa.sq;
+    let mut rq = qb.rq;
     let (mut acq, mut bcq) = (qa.cq, qb.cq);
     rq.post(1, b.buf.slice(0..256)).unwrap();
     rq.post(2, b.buf.slice(256..512)).unwrap();
@@ -215,8 +214,8 @@ fn send_above_the_mtu(link: Link) {
         return;
     };
     let (qa, qb) = (a.queues(), b.queues());
-    let mut sq = SafeSendQueue::new(qa.sq);
-    let mut rq = SafeRecvQueue::new(qb.rq);
+    let mut sq = qa.sq;
+    let mut rq = qb.rq;
     let (mut acq, mut bcq) = (qa.cq, qb.cq);
     let len = 16 << 10;
     rq.post(9, b.buf.slice(4096..4096 + 32768)).unwrap();
@@ -247,7 +246,7 @@ fn gather_and_scatter(link: Link) {
     let recv = [b.buf.sge(2000..2120), b.buf.sge(9000..9500)];
     // SAFETY: the entries lie in B's registered buffer, which the test reads only after the
     // completion.
-    unsafe { qb.rq.post(&RecvWr::new(77, &recv)) }.unwrap();
+    unsafe { PostRecv::post(&mut qb.rq, &RecvWr::new(77, &recv)) }.unwrap();
     let gather = [a.buf.sge(1000..1100), a.buf.sge(5000..5150)];
     // SAFETY: the entries lie in A's registered buffer, not written until the completion.
     unsafe { qa.sq.post(&SendWr::send(78, &gather).signaled()) }.unwrap();
@@ -274,7 +273,7 @@ fn read(link: Link) {
         return;
     };
     let qa = a.queues();
-    let mut sq = SafeSendQueue::new(qa.sq);
+    let mut sq = qa.sq;
     let mut acq = qa.cq;
     let data = pattern(7, 777);
     b.buf.write(12345, &data);
@@ -296,7 +295,7 @@ fn read_above_the_mtu(link: Link) {
         return;
     };
     let qa = a.queues();
-    let mut sq = SafeSendQueue::new(qa.sq);
+    let mut sq = qa.sq;
     let mut acq = qa.cq;
     let len = 48 << 10;
     let data = pattern(8, len);
@@ -322,7 +321,7 @@ fn atomics(link: Link) {
     let be = b.ctx.atomics_big_endian();
     let v = |x: u64| if be { x.to_be() } else { x };
     let qa = a.queues();
-    let mut sq = SafeSendQueue::new(qa.sq);
+    let mut sq = qa.sq;
     let mut acq = qa.cq;
     let start = 0x0123_4567_89ab_cdef_u64;
     b.buf.store_u64(8, v(start));
@@ -383,8 +382,8 @@ fn inline(link: Link) {
     let max = a.qp.caps().max_inline_data as usize;
     assert!(max >= 64, "asked for 64 inline bytes, got {max}");
     let (qa, qb) = (a.queues(), b.queues());
-    let mut sq = SafeSendQueue::new(qa.sq);
-    let mut rq = SafeRecvQueue::new(qb.rq);
+    let mut sq = qa.sq;
+    let mut rq = qb.rq;
     let (mut acq, mut bcq) = (qa.cq, qb.cq);
     rq.post(1, b.buf.slice(0..128)).unwrap();
     let mut payload = pattern(9, 64);

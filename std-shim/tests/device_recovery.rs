@@ -17,10 +17,9 @@ use std::time::Instant;
 
 use device::{COMPLETION_LIMIT, env, open, serial};
 use zverbs::connect::Endpoint;
-use zverbs::safe::{SafeRecvQueue, SafeSendQueue};
 use zverbs::{
-    AccessFlags, AnyPoller, Completion, ConnectAttr, Context, Cq, Error, MrBuf, Pd, PollCq,
-    PostError, Qp, QpState, RemoteBuf, SendFlags, WcStatus,
+    AccessFlags, Completion, ConnectAttr, Context, Cq, Error, MrBuf, Pd, PollCq, Poller, PostError,
+    Qp, QpState, RemoteBuf, SendFlags, WcStatus,
 };
 
 const SIG: SendFlags = SendFlags::SIGNALED;
@@ -71,7 +70,7 @@ fn connect(ctx: &Context, gid: Option<u32>, a: &Qp, b: &Qp) {
 }
 
 /// Polls `cq` until `n` completions arrived (failing after the limit).
-fn wait(cq: &mut AnyPoller, n: usize) -> Vec<Completion> {
+fn wait(cq: &mut Poller, n: usize) -> Vec<Completion> {
     let deadline = Instant::now() + COMPLETION_LIMIT;
     let mut got = Vec::new();
     let mut wc = [Completion::EMPTY; 16];
@@ -88,7 +87,7 @@ fn wait(cq: &mut AnyPoller, n: usize) -> Vec<Completion> {
 }
 
 /// Nothing more arrives on `cq` (polled a while).
-fn nothing_more(cq: &mut AnyPoller) {
+fn nothing_more(cq: &mut Poller) {
     let mut wc = [Completion::EMPTY; 4];
     for _ in 0..10_000 {
         assert_eq!(cq.poll(&mut wc), 0, "an extra completion: {:?}", wc[0]);
@@ -102,8 +101,8 @@ fn drain_reset_reconnect(ctx: &Context, gid: Option<u32>) {
     let (a, b, c) = (end(&pd), end(&pd), end(&pd));
     println!("QP {:#x}: {}", a.qp.qpn(), a.qp.backend());
     connect(ctx, gid, &a.qp, &b.qp);
-    let mut sq = SafeSendQueue::new(a.qp.send_queue().unwrap());
-    let mut rq = SafeRecvQueue::new(a.qp.recv_queue().unwrap());
+    let mut sq = a.qp.send_queue().unwrap();
+    let mut rq = a.qp.recv_queue().unwrap();
     let mut cq = a.cq.poller().unwrap();
     // Receives held by A, then a good WRITE, a WRITE with a bad rkey, and three more behind
     // it (one unsignaled): all posted before the device fails the bad one.
@@ -176,7 +175,7 @@ fn drain_reset_reconnect(ctx: &Context, gid: Option<u32>) {
     c.buf.read(512, &mut got);
     assert_eq!(&got, b"after reset");
     // And receives: C sends into A's receive queue.
-    let mut cs = SafeSendQueue::new(c.qp.send_queue().unwrap());
+    let mut cs = c.qp.send_queue().unwrap();
     let mut ccq = c.cq.poller().unwrap();
     rq.post(9, a.buf.slice(1024..1088)).unwrap();
     c.buf.write(0, b"hello A");
@@ -197,7 +196,7 @@ fn reset_waits_for_the_poller(ctx: &Context, gid: Option<u32>) {
     let pd = ctx.alloc_pd().unwrap();
     let (a, b) = (end(&pd), end(&pd));
     connect(ctx, gid, &a.qp, &b.qp);
-    let mut sq = SafeSendQueue::new(a.qp.send_queue().unwrap());
+    let mut sq = a.qp.send_queue().unwrap();
     let mut cq = a.cq.poller().unwrap();
     sq.write(1, a.buf.slice(0..8), b.buf.remote(0), SIG)
         .unwrap();
@@ -224,7 +223,7 @@ fn reset_waits_for_the_poller(ctx: &Context, gid: Option<u32>) {
 /// the same queue handles. Returns with A and B in RESET.
 fn reuse(ctx: &Context, gid: Option<u32>, a: &End, b: &End, n: u32) {
     connect(ctx, gid, &a.qp, &b.qp);
-    let mut sq = SafeSendQueue::new(a.qp.send_queue().unwrap());
+    let mut sq = a.qp.send_queue().unwrap();
     let mut cq = a.cq.poller().unwrap();
     for round in 0..n {
         if round > 0 {
@@ -256,7 +255,7 @@ fn reuse(ctx: &Context, gid: Option<u32>, a: &End, b: &End, n: u32) {
 
 /// Polls `cq` and resets `qp` until the reset is accepted (`to_error`, then drain): returns
 /// the completions polled meanwhile.
-fn drain_and_reset(qp: &Qp, cq: &mut AnyPoller) -> Vec<Completion> {
+fn drain_and_reset(qp: &Qp, cq: &mut Poller) -> Vec<Completion> {
     let deadline = Instant::now() + COMPLETION_LIMIT;
     let mut got = Vec::new();
     let mut wc = [Completion::EMPTY; 16];
@@ -285,7 +284,7 @@ fn unsignaled_last_request_then_both_sides_recover(ctx: &Context, gid: Option<u3
     let pd = ctx.alloc_pd().unwrap();
     let (a, b) = (end(&pd), end(&pd));
     connect(ctx, gid, &a.qp, &b.qp);
-    let mut sq = SafeSendQueue::new(a.qp.send_queue().unwrap());
+    let mut sq = a.qp.send_queue().unwrap();
     let mut cq = a.cq.poller().unwrap();
     let mut bcq = b.cq.poller().unwrap();
     a.buf.write(0, b"first");

@@ -13,8 +13,8 @@ mod device;
 use device::{BUF_LEN, Link, bytes, pattern, wait};
 use zverbs::connect::Endpoint;
 use zverbs::{
-    AccessFlags, AnyPoller, AnySendQueue, AnySrqQueue, ConnectAttr, Context, Cq, Error,
-    LocalAddress, MrBuf, PollCq, PostError, PostRecv, PostSend, Qp, RecvWr, SendWr, Srq, WcOpcode,
+    AccessFlags, ConnectAttr, Context, Cq, Error, LocalAddress, MrBuf, PollCq, Poller, PostError,
+    PostRecv, PostSend, Qp, RecvWr, SendQueue, SendWr, Srq, SrqQueue, WcOpcode,
 };
 
 /// QPs on each side.
@@ -136,14 +136,14 @@ fn srq_pairs(link: Link, srq_wr: u32) -> Option<(Requester, Responder)> {
 }
 
 /// Posts the receive `wr_id` of [`SLOT`] bytes at slot `slot`.
-fn post_slot(rq: &mut AnySrqQueue, buf: &MrBuf, wr_id: u64, slot: usize) -> Result<(), PostError> {
+fn post_slot(rq: &mut SrqQueue, buf: &MrBuf, wr_id: u64, slot: usize) -> Result<(), PostError> {
     let sgl = [buf.sge(slot * SLOT..(slot + 1) * SLOT)];
     // SAFETY: registered memory that outlives the receive, read only after its completion.
-    unsafe { rq.post(&RecvWr::new(wr_id, &sgl)) }
+    unsafe { PostRecv::post(rq, &RecvWr::new(wr_id, &sgl)) }
 }
 
 /// Message `k`: `10 + k` bytes of pattern `k`, sent by requester QP `k % QPS`.
-fn send_message(sqs: &mut [AnySendQueue], a: &Requester, k: usize) {
+fn send_message(sqs: &mut [SendQueue], a: &Requester, k: usize) {
     let data = pattern(k as u8, 10 + k);
     a.buf.write(k * SLOT, &data);
     let sgl = [a.buf.sge(k * SLOT..k * SLOT + data.len())];
@@ -158,9 +158,9 @@ fn send_message(sqs: &mut [AnySendQueue], a: &Requester, k: usize) {
 fn exchange(
     a: &Requester,
     b: &Responder,
-    sqs: &mut [AnySendQueue],
-    acq: &mut AnyPoller,
-    bcq: &mut AnyPoller,
+    sqs: &mut [SendQueue],
+    acq: &mut Poller,
+    bcq: &mut Poller,
     ks: std::ops::Range<usize>,
     slot_of: impl Fn(u64) -> usize,
 ) -> Vec<u64> {
@@ -197,7 +197,7 @@ fn qps_on_one_srq_name_their_qp_and_receives_are_reposted(link: Link) {
         return;
     };
     let mut rq = b.srq.queue().expect("the SRQ's queue");
-    let mut sqs: Vec<AnySendQueue> = a.qps.iter().map(|q| q.send_queue().unwrap()).collect();
+    let mut sqs: Vec<SendQueue> = a.qps.iter().map(|q| q.send_queue().unwrap()).collect();
     let (mut acq, mut bcq) = (a.cq.poller().unwrap(), b.cq.poller().unwrap());
     for i in 0..6 {
         post_slot(&mut rq, &b.buf, 100 + i as u64, i).unwrap();
@@ -227,7 +227,7 @@ fn a_full_srq_refuses_a_post(link: Link) {
         return;
     };
     let mut rq = b.srq.queue().expect("the SRQ's queue");
-    let mut sqs: Vec<AnySendQueue> = a.qps.iter().map(|q| q.send_queue().unwrap()).collect();
+    let mut sqs: Vec<SendQueue> = a.qps.iter().map(|q| q.send_queue().unwrap()).collect();
     let (mut acq, mut bcq) = (a.cq.poller().unwrap(), b.cq.poller().unwrap());
     let mut n = 0usize;
     let refused = loop {
@@ -275,7 +275,7 @@ fn a_qp_on_an_srq_has_no_receive_queue(link: Link) {
     );
     assert!(matches!(qp.queues(&b.cq), Err(Error::InvalidArgument(_))));
     assert!(matches!(
-        zverbs::Queues::take(qp, &b.cq),
+        zverbs::backend::Queues::take(qp, &b.cq),
         Err(Error::InvalidArgument(_))
     ));
     assert!(qp.send_queue().is_ok());

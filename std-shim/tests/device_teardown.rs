@@ -18,16 +18,11 @@ use std::fs;
 use device::netlink::{Objects, Socket};
 use device::{env, open, serial};
 use zverbs::connect::Endpoint;
-use zverbs::safe::{SafeRecvQueue, SafeSendQueue};
 use zverbs::{AccessFlags, ConnectAttr, Context, Cq, MrBuf, Pd, Qp, SendFlags};
-use zverbs::{AnyPoller, AnyRecvQueue, AnySendQueue};
+use zverbs::{Poller, RecvQueue, SendQueue};
 
 /// A QP's send and receive queue and its CQ's poller.
-type Queues = (
-    SafeSendQueue<AnySendQueue>,
-    SafeRecvQueue<AnyRecvQueue>,
-    AnyPoller,
-);
+type Queues = (SendQueue, RecvQueue, Poller);
 
 /// The handles of one working queue pair, each droppable on its own.
 struct Handles {
@@ -64,8 +59,8 @@ impl Handles {
         };
         qp.connect_with(&ConnectAttr::new(local.port, me.psn, &me, local.gid_index))
             .expect("a QP connected to itself");
-        let mut sq = SafeSendQueue::new(qp.send_queue().unwrap());
-        let mut rq = SafeRecvQueue::new(qp.recv_queue().unwrap());
+        let mut sq = qp.send_queue().unwrap();
+        let mut rq = qp.recv_queue().unwrap();
         let poller = cq.poller().unwrap();
         rq.post(1, buf.slice(4096..8192)).unwrap();
         let sig = SendFlags::SIGNALED;

@@ -21,10 +21,10 @@ use device::ud::{Expect, QKEY, check_datagram};
 use device::{BUF_LEN, Link, bytes, pattern, wait, wait_some};
 use zverbs::connect::Endpoint;
 use zverbs::connect::cm::CmMulticast;
-use zverbs::safe::{SafePostError, SafeRecvQueue, SafeSendQueue};
+use zverbs::safe::SafePostError;
 use zverbs::{
-    AccessFlags, AnyPoller, AnyRecvQueue, AnySendQueue, Completion, Context, Cq, LocalAddress,
-    MrBuf, Pd, PollCq, PostError, PostSend, Qp, SendFlags, SendWr, Sge, UdAttr, UdTarget, WcOpcode,
+    AccessFlags, Completion, Context, Cq, LocalAddress, MrBuf, Pd, PollCq, Poller, PostError,
+    PostSend, Qp, RecvQueue, SendFlags, SendQueue, SendWr, Sge, UdAttr, UdTarget, WcOpcode,
 };
 
 const SIG: SendFlags = SendFlags::SIGNALED;
@@ -96,7 +96,7 @@ impl UdSide {
             .target(peer.qp.qpn(), qkey)
     }
 
-    fn queues(&self) -> (AnySendQueue, AnyRecvQueue, AnyPoller) {
+    fn queues(&self) -> (SendQueue, RecvQueue, Poller) {
         (
             self.qp.send_queue().expect("the send queue"),
             self.qp.recv_queue().expect("the receive queue"),
@@ -133,8 +133,8 @@ fn ud_pair(link: Link) -> Option<(UdSide, UdSide)> {
 }
 
 /// Posts `n` receives of [`SLOT`] bytes, `wr_id` `first + i` at `i * SLOT`.
-fn post_slots(rq: AnyRecvQueue, buf: &MrBuf, first: u64, n: usize) -> SafeRecvQueue<AnyRecvQueue> {
-    let mut rq = SafeRecvQueue::new(rq);
+fn post_slots(rq: RecvQueue, buf: &MrBuf, first: u64, n: usize) -> RecvQueue {
+    let mut rq = rq;
     for i in 0..n {
         rq.post(first + i as u64, buf.slice(i * SLOT..(i + 1) * SLOT))
             .unwrap();
@@ -172,7 +172,7 @@ fn send_and_send_with_immediate(link: Link) {
     let (sq, _, mut acq) = a.queues();
     let (_, rq, mut bcq) = b.queues();
     let _rq = post_slots(rq, &b.buf, 10, 2);
-    let mut sq = SafeSendQueue::new(sq);
+    let mut sq = sq;
     let to_b = a.target(&b, QKEY);
     let (d1, d2) = (pattern(1, 300), pattern(2, 1000));
     a.buf.write(0, &d1);
@@ -254,7 +254,7 @@ fn above_the_mtu_is_refused(link: Link) {
     let (sq, _, mut acq) = a.queues();
     let (_, rq, mut bcq) = b.queues();
     let _rq = post_slots(rq, &b.buf, 30, 2);
-    let mut sq = SafeSendQueue::new(sq);
+    let mut sq = sq;
     let to_b = a.target(&b, QKEY);
     let e = sq
         .send_to(1, a.buf.slice(0..mtu + 1), &to_b, SIG)
@@ -308,7 +308,7 @@ fn wrong_qkey_is_dropped(link: Link) {
     let (sq, _, mut acq) = a.queues();
     let (_, rq, mut bcq) = b.queues();
     let _rq = post_slots(rq, &b.buf, 40, 2);
-    let mut sq = SafeSendQueue::new(sq);
+    let mut sq = sq;
     let wrong = a.target(&b, QKEY ^ 0x0f0f);
     let right = a.target(&b, QKEY);
     let (d1, d2) = (pattern(6, 100), pattern(7, 120));
@@ -343,7 +343,7 @@ fn send_without_an_address_handle_is_refused(link: Link) {
     let (sq, _, mut acq) = a.queues();
     let (_, rq, mut bcq) = b.queues();
     let _rq = post_slots(rq, &b.buf, 50, 1);
-    let mut sq = SafeSendQueue::new(sq);
+    let mut sq = sq;
     let wrong = SafePostError::Post(PostError::WrongTransport);
     assert_eq!(sq.send(1, a.buf.slice(0..8), SIG), Err(wrong));
     assert_eq!(sq.send_imm(2, a.buf.slice(0..8), 7, SIG), Err(wrong));
@@ -375,8 +375,8 @@ struct Member {
     group: zverbs::connect::cm::McastGroup,
     qp: Qp,
     buf: MrBuf,
-    rq: SafeRecvQueue<AnyRecvQueue>,
-    cq: AnyPoller,
+    rq: RecvQueue,
+    cq: Poller,
     _cq: Cq,
 }
 
@@ -444,7 +444,7 @@ fn multicast_to_two_receivers_then_one_leaves(link: Link) {
     let j = sender.join_info();
     let to_group = pd.create_ah(&j.ah).unwrap().target(j.qpn, j.qkey);
     let buf = pd.alloc_buf(4096, AccessFlags::ALL).unwrap();
-    let mut sq = SafeSendQueue::new(qp.send_queue().unwrap());
+    let mut sq = qp.send_queue().unwrap();
     let mut scq = cq.poller().unwrap();
     let d1 = pattern(9, 200);
     buf.write(0, &d1);

@@ -3,14 +3,13 @@
 //! ConnectX in the connectx stage).
 #![cfg(feature = "sim")]
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use zverbs::connect::{Endpoint, random_psn};
-use zverbs::safe::{SafeRecvQueue, SafeSendQueue};
+use zverbs::safe::WaitError;
 use zverbs::{
-    AccessFlags, AnyPoller, AnyRecvQueue, AnySendQueue, CompChannel, Completion, ConnectAttr,
-    ContextOptions, Cq, Error, EventError, MrBuf, PollCqTimed, Qp, SendFlags, TimedCompletion,
-    WcOpcode,
+    AccessFlags, CompChannel, Completion, ConnectAttr, ContextOptions, Cq, Error, EventError,
+    MrBuf, PollCqTimed, Poller, Qp, RecvQueue, SendFlags, SendQueue, TimedCompletion, WcOpcode,
 };
 
 /// The device under test and its GID index.
@@ -101,32 +100,30 @@ fn pair_with(timestamps: bool) -> Option<(Side, Side)> {
     Some((a, b))
 }
 
-type Q = (
-    SafeSendQueue<AnySendQueue>,
-    SafeRecvQueue<AnyRecvQueue>,
-    AnyPoller,
-);
+type Q = (SendQueue, RecvQueue, Poller);
 
 fn queues(s: &Side) -> Q {
     (
-        SafeSendQueue::new(s.qp.send_queue().unwrap()),
-        SafeRecvQueue::new(s.qp.recv_queue().unwrap()),
+        s.qp.send_queue().unwrap(),
+        s.qp.recv_queue().unwrap(),
         s.cq.poller().unwrap(),
     )
 }
 
-const LIMIT: Option<Duration> = Some(Duration::from_secs(20));
+/// The deadline of a wait that something will end (no test waits for it to pass).
+fn limit() -> Instant {
+    Instant::now() + Duration::from_secs(20)
+}
 
 /// Waits (sleeping on the channel) until a receive completes; returns the wake-ups taken.
-fn wait_recv(cq: &mut AnyPoller) -> u32 {
-    let mut wc = [Completion::EMPTY; 8];
+fn wait_recv(cq: &mut Poller) -> u32 {
     let mut waits = 0;
     loop {
-        let n = cq
-            .wait(&mut wc, LIMIT)
+        let got = cq
+            .wait_blocking(1, limit())
             .expect("a completion within the limit");
         waits += 1;
-        for c in &wc[..n] {
+        for c in got {
             assert!(c.is_success(), "{c:?}");
             if c.opcode == WcOpcode::Recv {
                 return waits;
@@ -179,12 +176,12 @@ fn solicited_only_arming_wakes_for_solicited_completions() {
     let mut wc = [Completion::EMPTY; 8];
     // Armed for solicited completions, with nothing there.
     assert_eq!(
-        zverbs::core::event::poll_arm_poll(&mut bcq, &mut wc, |c: &mut AnyPoller| c.arm(true))
+        zverbs::core::event::poll_arm_poll(&mut bcq, &mut wc, |c: &mut Poller| c.arm(true))
             .unwrap(),
         0
     );
     asq.send(1, a.buf.slice(0..8), SendFlags::SIGNALED).unwrap();
-    acq.wait(&mut wc, LIMIT).unwrap();
+    acq.wait_blocking(1, limit()).unwrap();
     // The unsolicited receive completed but raised no event.
     let quiet = b.ch.clone();
     let mut waited = 0;
@@ -202,8 +199,8 @@ fn solicited_only_arming_wakes_for_solicited_completions() {
     .unwrap();
     let mut got = Vec::new();
     while got.len() < 2 {
-        let n = bcq.wait_solicited(&mut wc, LIMIT).unwrap();
-        got.extend(wc[..n].iter().map(|c| c.wr_id));
+        let done = bcq.wait_solicited(1, limit()).unwrap();
+        got.extend(done.iter().map(|c| c.wr_id));
     }
     assert_eq!(got, [0, 1]);
 }
@@ -224,11 +221,11 @@ fn a_cq_with_a_channel_and_timestamps_sleeps_wakes_and_stamps() {
         arq.post(i, a.buf.slice(0..64)).unwrap();
     }
     let mut tw = [TimedCompletion::EMPTY; 4];
-    let t = Duration::from_millis(20);
-    match acq.wait_timed(&mut tw, Some(t)) {
-        Err(Error::Event(EventError::Timeout(d))) => assert_eq!(d, t),
-        other => panic!("{other:?}"),
-    }
+    let t = Instant::now() + Duration::from_millis(20);
+    assert_eq!(
+        acq.wait_timed(&mut tw, t),
+        Err(WaitError::Timeout { wanted: 1, got: 0 })
+    );
     let stamped = |c: &TimedCompletion| {
         assert!(c.wc.is_success(), "{c:?}");
         let ts = c.hw_timestamp().expect("a CQ with timestamps");
@@ -240,15 +237,13 @@ fn a_cq_with_a_channel_and_timestamps_sleeps_wakes_and_stamps() {
     let mut send = |id: u64| {
         bsq.send(id, b.buf.slice(0..8), SendFlags::SIGNALED)
             .unwrap();
-        let mut wc = [Completion::EMPTY; 1];
-        assert_eq!(bcq.wait(&mut wc, LIMIT).unwrap(), 1);
-        assert!(wc[0].is_success(), "{:?}", wc[0]);
+        let c = bcq.wait_blocking(1, limit()).unwrap()[0];
+        assert!(c.is_success(), "{c:?}");
     };
     // Woken by `wait` (armed by the timed wait before).
     send(10);
-    let mut wc = [Completion::EMPTY; 4];
-    let n = acq.wait(&mut wc, LIMIT).unwrap();
-    assert_eq!((n, wc[0].wr_id), (1, 0));
+    assert_eq!(acq.wait_blocking(1, limit()).unwrap()[0].wr_id, 0);
+    assert!(acq.ready().is_empty(), "one completion");
     // Woken by `wait_timed`, stamped: the send comes from another thread while it (most
     // likely) sleeps; a wait that did not arm would sleep to the limit.
     let n = std::thread::scope(|s| {
@@ -256,7 +251,7 @@ fn a_cq_with_a_channel_and_timestamps_sleeps_wakes_and_stamps() {
             std::thread::sleep(Duration::from_millis(20));
             send(11);
         });
-        acq.wait_timed(&mut tw, LIMIT).unwrap()
+        acq.wait_timed(&mut tw, limit()).unwrap()
     });
     assert_eq!((n, tw[0].wc.wr_id), (1, 1));
     let first = stamped(&tw[0]);
@@ -283,22 +278,24 @@ fn no_channel_and_timeout_are_typed_errors() {
         p.arm(false),
         Err(Error::Event(EventError::NoChannel))
     ));
-    let mut wc = [Completion::EMPTY; 4];
-    assert!(matches!(
-        p.wait(&mut wc, Some(Duration::from_millis(1))),
-        Err(Error::Event(EventError::NoChannel))
-    ));
+    let soon = Instant::now() + Duration::from_millis(1);
+    assert_eq!(p.wait_blocking(1, soon), Err(WaitError::NoChannel));
+    // The spinning wait needs no channel, and ends at the same deadline with the same error.
+    assert_eq!(
+        p.wait(1, soon),
+        Err(WaitError::Timeout { wanted: 1, got: 0 })
+    );
     assert!(p.channel().is_none());
 
     let ch = ctx.comp_channel().unwrap();
     let cq = ctx.cq_builder().cqe(8).channel(&ch).build().unwrap();
     let mut p = cq.poller().unwrap();
     assert!(p.channel().unwrap().is(&ch));
-    let t = Duration::from_millis(20);
-    match p.wait(&mut wc, Some(t)) {
-        Err(Error::Event(EventError::Timeout(d))) => assert_eq!(d, t),
-        other => panic!("{other:?}"),
-    }
+    let t = Instant::now() + Duration::from_millis(20);
+    assert_eq!(
+        p.wait_blocking(1, t),
+        Err(WaitError::Timeout { wanted: 1, got: 0 })
+    );
 }
 
 /// An event raised for a CQ whose poller and handle are then dropped: taken by the poller of
@@ -343,22 +340,22 @@ fn an_event_for_a_cq_being_destroyed() {
             ))
             .unwrap();
     }
-    let mut asq = SafeSendQueue::new(qps[0].send_queue().unwrap());
-    let mut brq = SafeRecvQueue::new(qps[1].recv_queue().unwrap());
+    let mut asq = qps[0].send_queue().unwrap();
+    let mut brq = qps[1].recv_queue().unwrap();
     let mut acq = cqs[0].poller().unwrap();
     let mut bcq = cqs[1].poller().unwrap();
     let mut ccq = cqs[2].poller().unwrap();
     brq.post(7, buf.slice(0..64)).unwrap();
     let mut wc = [Completion::EMPTY; 4];
     assert_eq!(
-        zverbs::core::event::poll_arm_poll(&mut bcq, &mut wc, |c: &mut AnyPoller| c.arm(false))
+        zverbs::core::event::poll_arm_poll(&mut bcq, &mut wc, |c: &mut Poller| c.arm(false))
             .unwrap(),
         0
     );
     asq.send(1, buf.slice(100..108), SendFlags::SIGNALED)
         .unwrap();
-    let n = acq.wait(&mut wc, LIMIT).unwrap();
-    assert!(wc[..n].iter().all(|c| c.is_success()), "{:?}", &wc[..n]);
+    let done = acq.wait_blocking(1, limit()).unwrap();
+    assert!(done.iter().all(|c| c.is_success()), "{done:?}");
     // B's event reaches the channel: it is readable until a poller takes it. C's poller
     // takes it and keeps it for B.
     let readable = |ms| {
@@ -376,10 +373,10 @@ fn an_event_for_a_cq_being_destroyed() {
     drop(cqs);
     drop((b_qp, b_cq));
     // The channel and C still work.
-    assert!(matches!(
-        ccq.wait(&mut wc, Some(Duration::from_millis(10))),
-        Err(Error::Event(EventError::Timeout(_)))
-    ));
+    assert_eq!(
+        ccq.wait_blocking(1, Instant::now() + Duration::from_millis(10)),
+        Err(WaitError::Timeout { wanted: 1, got: 0 })
+    );
     drop((asq, acq, ccq));
 }
 

@@ -1,13 +1,15 @@
 //! The paths users import from: items that moved between the crate's modules stay where
-//! applications name them (the crate root, `backend`, `connect`, `safe`, `queues::direct`).
-//! A module made private or a re-export dropped fails this file's build.
+//! applications name them (the crate root, `backend`, `connect`, `safe`), and the front door
+//! (`SendQueue`, `Poller`) and the typed backends (`backend::mlx5`, `backend::verbs`) are where
+//! the docs say. A module made private or a re-export dropped fails this file's build.
 
+use zverbs::backend::mlx5::{RqStateHandle, SqStateHandle};
 use zverbs::backend::{
     BACKEND_ENV, BackendChoice, BackendKind, BackendReport, BackendRequest, BlueFlame,
     RequestSource,
 };
+use zverbs::backend::{QueueSet, Queues, TypedSq, mlx5, verbs};
 use zverbs::connect::{Endpoint, RemoteRegion, random_psn};
-use zverbs::queues::direct::{RqStateHandle, SqStateHandle};
 use zverbs::safe::{BufSlice, SafePostError, WaitError};
 use zverbs::{
     AccessFlags, AhAttr, AsyncEvent, AsyncEvents, BufError, CompChannel, ConnectAttr, CqId,
@@ -15,6 +17,7 @@ use zverbs::{
     MULTICAST_QPN, Mtu, PortAttr, PortState, QpCaps, QpState, QpType, RtrAttr, RtsAttr,
     SOFTWARE_DEVICE, SrqId, SrqStateHandle, UdAttr,
 };
+use zverbs::{Batch, Changes, Poller, Prepared, SendQueue, To};
 
 /// Names each item once, so that the imports above are used.
 #[test]
@@ -56,5 +59,11 @@ fn moved_items_keep_their_public_paths() {
         std::mem::size_of::<(SafePostError, WaitError, EventError, BufSlice<'static>)>(),
         std::mem::size_of::<(CompChannel, AsyncEvents)>(),
         std::mem::size_of::<(SqStateHandle, RqStateHandle, SrqStateHandle)>(),
+        std::mem::size_of::<(SendQueue, Poller, Batch<'static>, To<'static, 'static>)>(),
+        std::mem::size_of::<(Prepared<'static>, Changes, TypedSq, Queues)>(),
+        std::mem::size_of::<(mlx5::SendQueue, mlx5::SendQueue<mlx5::Datagram>)>(),
+        std::mem::size_of::<(mlx5::SendQueue<mlx5::Dci>, mlx5::RecvQueue, mlx5::Poller)>(),
+        std::mem::size_of::<(verbs::SendQueue, verbs::RecvQueue, verbs::Poller)>(),
+        std::mem::size_of::<QueueSet<mlx5::SendQueue, mlx5::RecvQueue, mlx5::Poller>>(),
     );
 }

@@ -7,11 +7,25 @@ use std::time::{Duration, Instant};
 use zverbs::connect::Endpoint;
 use zverbs::safe::{SafePostError, SafeQueues, WaitError};
 use zverbs::{
-    AccessFlags, ConnectAttr, ContextOptions, Cq, Error, MrBuf, Pd, PostError, PostSend, Qp,
-    QpState, RemoteBuf, SendFlags, SendWr, WcOpcode, WcStatus,
+    AccessFlags, Changes, ConnectAttr, ContextOptions, Cq, Error, MrBuf, Pd, PostError, PostSend,
+    Qp, QpState, RemoteBuf, SendFlags, SendWr, WcOpcode, WcStatus,
 };
 
 const SIG: SendFlags = SendFlags::SIGNALED;
+
+/// What a send queue has posted on the direct backend (its producer counter).
+trait Producer {
+    fn mlx5_producer(&self) -> u32;
+}
+
+impl Producer for zverbs::SendQueue {
+    fn mlx5_producer(&self) -> u32 {
+        match self.typed() {
+            zverbs::backend::TypedSq::Rc(q) => q.raw().producer(),
+            _ => panic!("the software device drives RC queues directly"),
+        }
+    }
+}
 
 /// Long enough for anything the software device does (no test waits for it to pass).
 fn soon() -> Instant {
@@ -190,7 +204,7 @@ fn wait_keeps_what_arrived_for_the_next_call() {
         .map(|c| c.wr_id)
         .collect();
     assert_eq!(ids, [1, 2]);
-    assert!(qa.cq.poll().is_empty());
+    assert!(qa.cq.ready().is_empty());
     let capacity = qa.cq.capacity();
     assert_eq!(
         qa.cq.wait(capacity + 1, soon()),
@@ -232,18 +246,18 @@ fn queues_are_refused_before_their_qp_can_use_them() {
     let attr = ConnectAttr::new(port, 0, &me, local.gid_index);
     qp.to_init(&attr.init).unwrap();
     // Receives may be posted from INIT on, before the peer connects.
-    let mut rq = zverbs::safe::SafeRecvQueue::new(qp.recv_queue().unwrap());
+    let mut rq = qp.recv_queue().unwrap();
     let buf = pd.alloc_buf(4096, AccessFlags::ALL).unwrap();
     rq.post(1, buf.slice(..)).unwrap();
     assert!(matches!(qp.send_queue(), Err(Error::NotReady { .. })));
     qp.to_rtr(&attr.rtr).unwrap();
     qp.to_rts(&attr.rts).unwrap();
     assert_eq!(qp.state(), QpState::Rts);
-    let mut sq = zverbs::safe::SafeSendQueue::new(qp.send_queue().unwrap());
+    let mut sq = qp.send_queue().unwrap();
     // Connected to itself: a SEND lands in the receive posted at INIT.
     buf.write(2048, b"to myself");
     sq.send(2, buf.slice(2048..2057), SIG).unwrap();
-    let mut cq = zverbs::safe::SafePoller::new(cq.poller().unwrap(), 4);
+    let mut cq = cq.poller().unwrap();
     let mut got: Vec<(u64, WcStatus)> = cq
         .wait(2, soon())
         .unwrap()
@@ -302,7 +316,7 @@ fn every_error_of_the_data_path_converts_with_question_mark() {
     let nine = [a.buf.sge(0..8); 9];
     let mut core_post = || -> zverbs::Result<()> {
         // SAFETY: refused before anything is written (more entries than the queue allows).
-        unsafe { qa.sq.get_mut().post(&SendWr::send(3, &nine)) }?;
+        unsafe { qa.sq.post(&SendWr::send(3, &nine)) }?;
         Ok(())
     };
     let e = core_post().unwrap_err();
@@ -314,7 +328,7 @@ fn every_error_of_the_data_path_converts_with_question_mark() {
         let wrs = [SendWr::send(4, &sgl), SendWr::send(5, &nine)];
         // SAFETY: refused before anything is written (the second request has too many
         // entries).
-        unsafe { qa.sq.get_mut().post_all(&wrs) }?;
+        unsafe { qa.sq.post_all(&wrs) }?;
         Ok(())
     };
     let e = core_batch().unwrap_err();
@@ -349,4 +363,114 @@ fn every_error_of_the_data_path_converts_with_question_mark() {
         "{wc}"
     );
     drop(qb);
+}
+
+/// A prepared WRITE, WRITE with immediate and SEND post only what changes, through the direct
+/// backend's prepared path; a span outside the prepared one, or a request prepared on another
+/// queue, is refused with nothing written; a DC target on an RC queue is refused.
+#[test]
+fn prepared_requests_post_what_changes_and_refuse_what_reaches_outside() {
+    let Pair {
+        a,
+        b,
+        mut qa,
+        mut qb,
+        pd,
+    } = pair(|c| c).unwrap();
+    a.buf.write(0, b"0123456789abcdef");
+    let write = qa
+        .sq
+        .prepare_write(a.buf.slice(0..16), b.buf.remote(1024), SIG)
+        .unwrap();
+    assert_eq!(write.span(), 16);
+    // The whole span, then 4 bytes from offset 4 to 64 bytes past the prepared address.
+    qa.sq.post_prepared(&write, Changes::new(1)).unwrap();
+    qa.sq
+        .post_prepared(&write, Changes::new(2).local(4, 4).remote_offset(64))
+        .unwrap();
+    let done: Vec<_> = qa
+        .cq
+        .wait(2, soon())
+        .unwrap()
+        .iter()
+        .map(|c| (c.wr_id, c.status))
+        .collect();
+    assert_eq!(done, [(1, WcStatus::Success), (2, WcStatus::Success)]);
+    let mut got = [0u8; 16];
+    b.buf.read(1024, &mut got);
+    assert_eq!(&got, b"0123456789abcdef");
+    let mut four = [0u8; 4];
+    b.buf.read(1024 + 64, &mut four);
+    assert_eq!(&four, b"4567");
+
+    // Outside the prepared span: refused, nothing posted.
+    let sent = qa.sq.mlx5_producer();
+    for c in [
+        Changes::new(3).local(12, 8),
+        Changes::new(3).local(17, 0),
+        Changes::new(3).local(u32::MAX, 2),
+        Changes::new(3).remote_offset(u64::MAX),
+    ] {
+        assert!(
+            matches!(
+                qa.sq.post_prepared(&write, c),
+                Err(SafePostError::OutsidePrepared { .. })
+            ),
+            "{c:?}"
+        );
+    }
+    // Prepared on B's queue, posted on A's: refused.
+    let other = qb
+        .sq
+        .prepare_write(b.buf.slice(0..16), a.buf.remote(0), SIG)
+        .unwrap();
+    assert_eq!(
+        qa.sq.post_prepared(&other, Changes::new(4)),
+        Err(SafePostError::ForeignPrepared)
+    );
+    assert_eq!(qa.sq.mlx5_producer(), sent, "nothing written");
+    assert_eq!(
+        qa.cq.wait(1, now()),
+        Err(WaitError::Timeout { wanted: 1, got: 0 })
+    );
+
+    // A SEND with immediate into B's receive; a READ needs a writable span.
+    qb.rq.post(7, b.buf.slice(2048..2048 + 64)).unwrap();
+    let send = qa
+        .sq
+        .prepare_send_imm(a.buf.slice(0..16), SendFlags::NONE)
+        .unwrap();
+    qa.sq
+        .post_prepared(&send, Changes::new(5).local(10, 6).imm(0xfeed))
+        .unwrap();
+    let r = qb.cq.wait(1, soon()).unwrap()[0];
+    assert_eq!((r.wr_id, r.byte_len, r.imm()), (7, 6, Some(0xfeed)));
+    let ro = pd.alloc_buf(64, AccessFlags::REMOTE_READ).unwrap();
+    assert!(matches!(
+        qa.sq.prepare_read(ro.slice(..), b.buf.remote(0), SIG),
+        Err(SafePostError::NotWritable)
+    ));
+    // A DC target on an RC queue: refused, nothing written.
+    let ctx = pd.context();
+    let local = ctx.address(ctx.active_port().unwrap(), None).unwrap();
+    let addr = zverbs::dc::DcAddr {
+        lid: local.lid,
+        gid: local.gid,
+        dctn: 1,
+        access_key: 1,
+    };
+    let peer = pd.dc_peer(&addr).unwrap();
+    assert_eq!(
+        qa.sq
+            .to(&peer)
+            .write(6, a.buf.slice(0..8), b.buf.remote(0), SIG),
+        Err(SafePostError::Post(PostError::WrongTransport))
+    );
+    assert_eq!(qa.sq.mlx5_producer(), sent + 1, "only the SEND");
+    // An inline request is not prepared (its bytes are the request).
+    assert!(matches!(
+        qa.sq
+            .prepare_write(a.buf.slice(0..8), b.buf.remote(0), SIG | SendFlags::INLINE),
+        Err(SafePostError::Post(PostError::Unsupported))
+    ));
 }

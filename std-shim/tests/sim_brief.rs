@@ -45,7 +45,7 @@ fn small_sends_scattered_into_the_cqe_reach_the_buffers_and_poll_briefly() {
         buf_a.write(i * 100, &msg);
         let rx = [buf_b.sge(i * 100..i * 100 + 64)];
         // SAFETY: registered buffers, which Rust does not touch while the requests run.
-        unsafe { rq.post(&RecvWr::new(10 + i as u64, &rx)) }.unwrap();
+        unsafe { PostRecv::post(&mut rq, &RecvWr::new(10 + i as u64, &rx)) }.unwrap();
         let tx = [buf_a.sge(i * 100..i * 100 + len)];
         // SAFETY: as above.
         unsafe { sq.post(&SendWr::send(20 + i as u64, &tx).signaled()) }.unwrap();

@@ -5,9 +5,10 @@
 
 use std::time::{Duration, Instant};
 
+use zverbs::backend::Queues;
 use zverbs::{
     AccessFlags, BackendRequest, Completion, ContextOptions, MiniCqeFormat, PollCq, PostRecv,
-    PostSend, Queues, RecvWr, SendWr,
+    PostSend, RecvWr, SendWr,
 };
 
 #[test]

@@ -3,12 +3,10 @@
 //! the steps below must not interleave with another test's.
 #![cfg(feature = "sim")]
 
+use zverbs::backend::Queues;
 use zverbs::connect::Endpoint;
-use zverbs::safe::SafeSendQueue;
 use zverbs::sim::Idle;
-use zverbs::{
-    AccessFlags, Completion, ConnectAttr, ContextOptions, PollCq, Queues, SendFlags, WcStatus,
-};
+use zverbs::{AccessFlags, Completion, ConnectAttr, ContextOptions, PollCq, SendFlags, WcStatus};
 
 /// Threads of this process (the test's own threads, and the device's progress thread while
 /// it runs; the test starts no other).
@@ -75,7 +73,7 @@ fn the_progress_thread_runs_while_a_context_is_open_and_stepping_replaces_it() {
     let Queues::Direct(q) = Queues::take(&qp, &send_cq).unwrap() else {
         panic!("the software device has only the direct backend");
     };
-    let mut sq = SafeSendQueue::new(q.sq);
+    let mut sq = zverbs::SendQueue::from(q.sq);
     let (rq, mut cq) = (q.rq, q.cq);
     let mut wc = [Completion::EMPTY; 4];
     buf.write(0, b"stepped");

@@ -20,6 +20,11 @@ fn every_operation_to_every_target() {
 }
 
 #[test]
+fn safe_operations_to_targets() {
+    dc::safe_operations_to_targets(&ctx());
+}
+
+#[test]
 fn wrong_key_fails_then_the_initiator_recovers() {
     dc::wrong_key_fails_then_the_initiator_recovers(&ctx());
 }

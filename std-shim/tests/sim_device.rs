@@ -5,11 +5,11 @@
 
 use std::time::{Duration, Instant};
 
+use zverbs::backend::Queues;
 use zverbs::connect::{Endpoint, random_psn};
-use zverbs::safe::{SafeRecvQueue, SafeSendQueue};
 use zverbs::{
-    AccessFlags, BackendKind, Completion, ConnectAttr, ContextOptions, PollCq, Queues, SendFlags,
-    WcOpcode, WcStatus,
+    AccessFlags, BackendKind, Completion, ConnectAttr, ContextOptions, PollCq, SendFlags, WcOpcode,
+    WcStatus,
 };
 
 fn wait<C: PollCq>(cq: &mut C, n: usize) -> Vec<Completion> {
@@ -63,7 +63,7 @@ fn software_device_runs_the_direct_path_through_the_control_path() {
     let Queues::Direct(qa) = Queues::take(&a, &a_cq).unwrap() else {
         panic!("the software device has only the direct backend");
     };
-    let mut sq = SafeSendQueue::new(qa.sq);
+    let mut sq = zverbs::SendQueue::from(qa.sq);
     let mut cq = qa.cq;
     let sig = SendFlags::SIGNALED;
 
@@ -156,13 +156,13 @@ fn a_qp_on_the_software_device_takes_requests_only_from_its_peer() {
         Queues::DirectUd(_) | Queues::Verbs(_) => panic!("RC QPs on the direct backend"),
     };
     let (qa, qb, qc) = (take(a), take(b), take(c));
-    let mut rqa = SafeRecvQueue::new(qa.rq);
+    let mut rqa = zverbs::RecvQueue::from(qa.rq);
     let mut cqa = qa.cq;
     rqa.post(0xa1, bufs[a].slice(0..64)).unwrap();
 
     let sig = SendFlags::SIGNALED;
     bufs[c].write(0, b"from c");
-    let mut sqc = SafeSendQueue::new(qc.sq);
+    let mut sqc = zverbs::SendQueue::from(qc.sq);
     let mut cqc = qc.cq;
     sqc.send(1, bufs[c].slice(0..6), sig).unwrap();
     let w = wait(&mut cqc, 1);
@@ -180,7 +180,7 @@ fn a_qp_on_the_software_device_takes_requests_only_from_its_peer() {
     );
 
     bufs[b].write(0, b"from b");
-    let mut sqb = SafeSendQueue::new(qb.sq);
+    let mut sqb = zverbs::SendQueue::from(qb.sq);
     let mut cqb = qb.cq;
     sqb.send(2, bufs[b].slice(0..6), sig).unwrap();
     assert!(wait(&mut cqb, 1)[0].is_success());

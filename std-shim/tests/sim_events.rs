@@ -262,7 +262,7 @@ fn the_srq_limit_event_reaches_the_reader_once_and_disarms_it() {
     for i in 0..4u64 {
         let sgl = [buf.sge(i as usize * 64..(i as usize + 1) * 64)];
         // SAFETY: registered, outlives the receives, read only after their completions.
-        unsafe { rq.post(&RecvWr::new(i, &sgl)) }.unwrap();
+        unsafe { PostRecv::post(&mut rq, &RecvWr::new(i, &sgl)) }.unwrap();
     }
     srq.arm(3).unwrap();
     let mut sq = peer.send_queue().unwrap();

@@ -10,7 +10,7 @@
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use zverbs::safe::{SafePoller, SafePostError, SafeRecvQueue, SafeSendQueue};
+use zverbs::safe::SafePostError;
 use zverbs::{
     AccessFlags, AsyncEvent, Completion, ContextOptions, Error, PollCq, PostError, QpState,
     RemoteBuf, SendFlags, WcStatus,
@@ -108,7 +108,7 @@ fn a_qp_whose_last_request_was_unsignaled_drains_and_resets() {
             Ok(()) => break,
             Err(Error::NotDrained { send, recv }) => {
                 assert!(send > 0 && recv == 0, "{send} {recv}");
-                extra.extend_from_slice(qa.cq.poll());
+                extra.extend_from_slice(qa.cq.ready());
             }
             Err(e) => panic!("{e}"),
         }
@@ -163,7 +163,7 @@ fn a_receive_queue_larger_than_its_cq_takes_no_more_receives_than_the_cq_holds()
     let peer_cq = ctx.cq_builder().build().unwrap();
     let peer = pd.qp_builder(&peer_cq, &peer_cq).build().unwrap();
     zverbs::connect_pair(&small, &peer).unwrap();
-    let mut rq = SafeRecvQueue::new(small.recv_queue().unwrap());
+    let mut rq = small.recv_queue().unwrap();
     for i in 0..share {
         rq.post(
             u64::from(i),
@@ -176,12 +176,12 @@ fn a_receive_queue_larger_than_its_cq_takes_no_more_receives_than_the_cq_holds()
         rq.post(99, buf.slice(4096..4160)),
         Err(SafePostError::Post(PostError::CqFull { limit })) if limit == share
     ));
-    let mut sq = SafeSendQueue::new(peer.send_queue().unwrap());
+    let mut sq = peer.send_queue().unwrap();
     for i in 0..share {
         sq.send(u64::from(i), buf.slice(0..8), SendFlags::empty())
             .unwrap();
     }
-    let mut poller = SafePoller::new(cq.poller().unwrap(), 16);
+    let mut poller = cq.poller().unwrap();
     let got = poller.wait(share as usize, Instant::now() + WAIT).unwrap();
     assert!(got.iter().all(|c| c.status.is_success()), "{got:?}");
     // Every receive completed, none lost: the refused one fits now.
@@ -215,13 +215,10 @@ fn qps_sharing_a_cq_each_hold_their_share_and_posts_beyond_it_are_refused() {
         Err(Error::CqTooSmall { .. })
     ));
     zverbs::connect_pair(&a, &b).unwrap();
-    let mut sa = SafeSendQueue::new(a.send_queue().unwrap());
-    let mut sb = SafeSendQueue::new(b.send_queue().unwrap());
-    let (mut ra, mut rb) = (
-        SafeRecvQueue::new(a.recv_queue().unwrap()),
-        SafeRecvQueue::new(b.recv_queue().unwrap()),
-    );
-    let mut poller = SafePoller::new(cq.poller().unwrap(), 16);
+    let mut sa = a.send_queue().unwrap();
+    let mut sb = b.send_queue().unwrap();
+    let (mut ra, mut rb) = (a.recv_queue().unwrap(), b.recv_queue().unwrap());
+    let mut poller = cq.poller().unwrap();
     // Nothing completes while the posts are made: every signaled post holds its entry.
     sim.set_stepped(true);
     let mut accepted = 0;

@@ -4,11 +4,9 @@
 
 use std::time::{Duration, Instant};
 
+use zverbs::backend::Queues;
 use zverbs::connect::Endpoint;
-use zverbs::safe::SafeSendQueue;
-use zverbs::{
-    AccessFlags, Completion, ConnectAttr, ContextOptions, PollCq, Queues, SendFlags, WcStatus,
-};
+use zverbs::{AccessFlags, Completion, ConnectAttr, ContextOptions, PollCq, SendFlags, WcStatus};
 
 fn wait<C: PollCq>(cq: &mut C, n: usize) -> Vec<Completion> {
     let mut out = Vec::new();
@@ -58,7 +56,7 @@ fn mismatched_psns_end_in_retry_exceeded_and_write_nothing() {
     let Queues::Direct(qa) = Queues::take(&a, &a_cq).unwrap() else {
         panic!("the software device has only the direct backend");
     };
-    let mut sq = SafeSendQueue::new(qa.sq);
+    let mut sq = zverbs::SendQueue::from(qa.sq);
     let mut cq = qa.cq;
     a_buf.write(0, b"must not arrive");
     sq.write(1, a_buf.slice(0..15), b_buf.remote(0), SendFlags::SIGNALED)

@@ -5,7 +5,8 @@
 
 use std::time::{Duration, Instant};
 
-use zverbs::{AccessFlags, ContextOptions, PollCqTimed, PostSend, Queues, SendWr, TimedCompletion};
+use zverbs::backend::Queues;
+use zverbs::{AccessFlags, ContextOptions, PollCqTimed, PostSend, SendWr, TimedCompletion};
 
 /// Posts `n` signaled WRITEs from a QP whose CQ was built with `timestamps`, and returns what
 /// `poll_timed` reported for them, with the clock.

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use ud::{Expect, GRH, QKEY, check_datagram};
 use zverbs::{
-    AccessFlags, AhAttr, AnySendQueue, Completion, ContextOptions, MULTICAST_QPN, PollCq, PostRecv,
-    RecvWr, SendFlags, UdAttr, WcOpcode,
+    AccessFlags, AhAttr, Completion, ContextOptions, MULTICAST_QPN, PollCq, PostRecv, RecvWr,
+    SendFlags, SendQueue, UdAttr, WcOpcode,
 };
 
 /// Shared with the device tests (`device_ud.rs`).
@@ -182,10 +182,10 @@ fn rc_qps_on_one_srq_complete_receives_naming_their_qp() {
         let sgl = [buf.sge(i as usize * 64..(i as usize + 1) * 64)];
         // SAFETY: the buffer is registered, outlives the receives, and is read only after
         // their completions.
-        unsafe { rq.post(&RecvWr::new(100 + i, &sgl)) }.unwrap();
+        unsafe { PostRecv::post(&mut rq, &RecvWr::new(100 + i, &sgl)) }.unwrap();
     }
     let mut poller = cq.poller().unwrap();
-    let mut senders: Vec<AnySendQueue> = peers.iter().map(|p| p.send_queue().unwrap()).collect();
+    let mut senders: Vec<SendQueue> = peers.iter().map(|p| p.send_queue().unwrap()).collect();
     let mut peer_poller = peer_cq.poller().unwrap();
     let src = pd.alloc_buf(64, AccessFlags::ALL).unwrap();
     src.write(0, b"0123456789");

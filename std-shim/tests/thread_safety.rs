@@ -5,11 +5,10 @@
 //! compile-fail tests of `tests/compile_fail/`.
 
 use static_assertions::{assert_impl_all, assert_not_impl_any};
-use zverbs::queues::{direct, verbs};
-use zverbs::safe::{BufSlice, SafeRecvQueue, SafeSendQueue};
-use zverbs::{
-    AnyPoller, AnyRecvQueue, AnySendQueue, Context, Cq, Device, Mr, MrBuf, Pd, Qp, QueueSet, Queues,
-};
+use zverbs::backend::{QueueSet, Queues};
+use zverbs::backend::{mlx5 as direct, verbs};
+use zverbs::safe::BufSlice;
+use zverbs::{Context, Cq, Device, Mr, MrBuf, Pd, Poller, Qp, RecvQueue, SendQueue};
 
 // Control-path handles: `Send + Sync`, cheap clones of an `Arc`; any thread may call them.
 assert_impl_all!(Context: Send, Sync, Clone);
@@ -27,12 +26,12 @@ assert_not_impl_any!(MrBuf: std::borrow::Borrow<[u8]>, std::borrow::BorrowMut<[u
 
 // Data-path handles: `Send` (a queue may move to another thread, and a QP's send queue and
 // its CQ's poller may live on different threads) but not `Sync` (one thread at a time).
-assert_impl_all!(AnySendQueue: Send);
-assert_impl_all!(AnyRecvQueue: Send);
-assert_impl_all!(AnyPoller: Send);
-assert_not_impl_any!(AnySendQueue: Sync);
-assert_not_impl_any!(AnyRecvQueue: Sync);
-assert_not_impl_any!(AnyPoller: Sync);
+assert_impl_all!(SendQueue: Send);
+assert_impl_all!(RecvQueue: Send);
+assert_impl_all!(Poller: Send);
+assert_not_impl_any!(SendQueue: Sync);
+assert_not_impl_any!(RecvQueue: Sync);
+assert_not_impl_any!(Poller: Sync);
 
 assert_impl_all!(direct::SendQueue: Send);
 assert_impl_all!(direct::RecvQueue: Send);
@@ -68,14 +67,14 @@ assert_impl_all!(QueueSet<direct::SendQueue, direct::RecvQueue, direct::Poller>:
 assert_impl_all!(QueueSet<verbs::SendQueue, verbs::RecvQueue, verbs::Poller>: Send);
 
 // The safe layer adds no sharing: its queues are what they wrap.
-assert_impl_all!(SafeSendQueue<AnySendQueue>: Send);
-assert_impl_all!(SafeRecvQueue<AnyRecvQueue>: Send);
-assert_not_impl_any!(SafeSendQueue<AnySendQueue>: Sync);
-assert_not_impl_any!(SafeRecvQueue<AnyRecvQueue>: Sync);
-assert_impl_all!(SafeSendQueue<direct::SendQueue>: Send);
-assert_impl_all!(SafeSendQueue<verbs::SendQueue>: Send);
-assert_not_impl_any!(SafeSendQueue<direct::SendQueue>: Sync);
-assert_not_impl_any!(SafeSendQueue<verbs::SendQueue>: Sync);
+assert_impl_all!(SendQueue: Send);
+assert_impl_all!(RecvQueue: Send);
+assert_not_impl_any!(SendQueue: Sync);
+assert_not_impl_any!(RecvQueue: Sync);
+assert_impl_all!(SendQueue: Send);
+assert_impl_all!(SendQueue: Send);
+assert_not_impl_any!(SendQueue: Sync);
+assert_not_impl_any!(SendQueue: Sync);
 
 // A span of a library-owned buffer is a plain borrowed value.
 assert_impl_all!(BufSlice<'static>: Send, Sync, Copy);

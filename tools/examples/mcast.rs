@@ -27,7 +27,6 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use zverbs::connect::cm::CmMulticast;
-use zverbs::safe::SafeRecvQueue;
 use zverbs::{AccessFlags, Completion, PollCq, Qp, SendFlags, WcFlags};
 use zverbs_tools::args::{self, Arg::*, Parser};
 
@@ -140,7 +139,7 @@ fn receive(a: &Args) -> Res<()> {
     m.ready(&qp)?;
     let slot = GRH_BYTES + a.size;
     let buf = pd.alloc_buf(slot * a.count as usize, AccessFlags::LOCAL_WRITE)?;
-    let mut rq = SafeRecvQueue::new(qp.recv_queue()?);
+    let mut rq = qp.recv_queue()?;
     for i in 0..a.count as usize {
         rq.post(i as u64, buf.try_slice(i * slot..(i + 1) * slot)?)?;
     }

@@ -1,6 +1,9 @@
 //! What a newcomer writes first: two RC queue pairs of one process, on the software mlx5
 //! device, connected to each other; a WRITE with immediate, a SEND into a posted receive, a
-//! READ, a fetch-and-add, then N timed round trips (a WRITE with immediate each way).
+//! READ, a fetch-and-add, a SEND into a shared receive queue (SRQ), a prepared WRITE posted
+//! with what changes, a WRITE and a SEND over the dynamically connected transport (DC), then N
+//! timed round trips (a WRITE with immediate each way). No `unsafe` anywhere (the crate
+//! attribute below makes one a build error).
 //!
 //! ```text
 //! cargo run -p zverbs-tools --example newcomer -- [round trips]
@@ -10,9 +13,12 @@
 //! and failed completions alike; every post rings; every wait has a deadline. docs/usage.md
 //! compares its length with the same program written against the earlier API.
 
+#![forbid(unsafe_code)]
+
 use std::time::{Duration, Instant};
 
-use zverbs::{AccessFlags, ContextOptions, SendFlags};
+use zverbs::dc::DcAddr;
+use zverbs::{AccessFlags, Changes, ContextOptions, SendFlags};
 
 fn main() -> zverbs::Result<()> {
     let rounds: u32 = match std::env::args_os().nth(1) {
@@ -27,7 +33,11 @@ fn main() -> zverbs::Result<()> {
     // Set-up: one device, one protection domain, a CQ, a QP and a buffer for each side.
     let ctx = zverbs::open_device(Some("zverbs_sim0"), &ContextOptions::default())?;
     let pd = ctx.alloc_pd()?;
-    let (cq_a, cq_b) = (ctx.cq_builder().build()?, ctx.cq_builder().build()?);
+    // A's CQ serves the QPs of steps 5 and 7 too: room for all of their requests.
+    let (cq_a, cq_b) = (
+        ctx.cq_builder().cqe(2048).build()?,
+        ctx.cq_builder().build()?,
+    );
     let a = pd.qp_builder(&cq_a, &cq_a).build()?;
     let b = pd.qp_builder(&cq_b, &cq_b).build()?;
     let buf_a = pd.alloc_buf(4096, AccessFlags::ALL)?;
@@ -84,7 +94,70 @@ fn main() -> zverbs::Result<()> {
         buf_b.load_u64(3000)
     );
 
-    // 5. Round trips: A writes with immediate, B answers the same way.
+    // 5. SEND into a shared receive queue: a third QP takes its receives from an SRQ, whose
+    // queue any number of QPs share.
+    let cq_s = ctx.cq_builder().build()?;
+    let srq = pd.create_srq(16, 1)?;
+    let s = pd.qp_builder(&cq_s, &cq_s).srq(&srq).build()?;
+    let c = pd.qp_builder(&cq_a, &cq_a).build()?;
+    zverbs::connect_pair(&c, &s)?;
+    let mut srq_q = srq.queue()?;
+    let mut s_cq = cq_s.poller()?;
+    let mut c_sq = c.send_queue()?;
+    srq_q.post(10, buf_b.slice(1024..2048))?;
+    buf_a.write(200, b"shared");
+    c_sq.send(11, buf_a.slice(200..206), sig)?;
+    qa.cq.wait(1, deadline())?[0].ok()?;
+    let got = *s_cq.wait(1, deadline())?[0].ok()?;
+    println!("srq: {} bytes into receive {}", got.byte_len, got.wr_id);
+
+    // 6. A prepared WRITE: checked and built once, each post gives only what changes.
+    buf_a.write(400, b"prepared");
+    let prepared = qa
+        .sq
+        .prepare_write(buf_a.slice(400..408), buf_b.remote(400), sig)?;
+    for i in 0..4u32 {
+        let c = Changes::new(12)
+            .local(2 * i, 2)
+            .remote_offset(u64::from(2 * i));
+        qa.sq.post_prepared(&prepared, c)?;
+        qa.cq.wait(1, deadline())?[0].ok()?;
+    }
+    let mut got = [0; 8];
+    buf_b.read(400, &mut got);
+    println!("prepared: {:?}", String::from_utf8_lossy(&got));
+
+    // 7. DC: one initiator reaches any target, each request naming its own. A target has an
+    // access key and an SRQ; its address travels as bytes.
+    let dct = pd
+        .qp_builder(&cq_s, &cq_s)
+        .srq(&srq)
+        .dc_target(0x5eed)
+        .build()?;
+    dct.ready_dc()?;
+    let wire = dct.dc_addr()?.to_bytes();
+    let dci = pd.qp_builder(&cq_a, &cq_a).dc_initiator().build()?;
+    dci.ready_dc()?;
+    let peer = pd.dc_peer(&DcAddr::from_bytes(&wire)?)?;
+    let mut dc_sq = dci.send_queue()?;
+    buf_a.write(500, b"over DC");
+    dc_sq
+        .to(&peer)
+        .write(13, buf_a.slice(500..507), buf_b.remote(500), sig)?;
+    qa.cq.wait(1, deadline())?[0].ok()?;
+    srq_q.post(14, buf_b.slice(2048..3000))?;
+    dc_sq.to(&peer).send(15, buf_a.slice(500..507), sig)?;
+    qa.cq.wait(1, deadline())?[0].ok()?;
+    let got = *s_cq.wait(1, deadline())?[0].ok()?;
+    let mut dc_got = [0; 7];
+    buf_b.read(500, &mut dc_got);
+    println!(
+        "dc: write {:?}, send of {} bytes into the target's SRQ",
+        String::from_utf8_lossy(&dc_got),
+        got.byte_len
+    );
+
+    // 8. Round trips: A writes with immediate, B answers the same way.
     qa.rq.post(7, buf_a.slice(1024..2048))?;
     qb.rq.post(7, buf_b.slice(1024..2048))?;
     let t0 = Instant::now();

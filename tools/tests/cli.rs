@@ -494,6 +494,41 @@ mod software_device {
         )
     }
 
+    /// The newcomer's program runs every step (RC operations, SRQ, prepared requests, DC,
+    /// round trips) with no `unsafe` in its source.
+    #[test]
+    fn the_newcomer_example_runs_every_step_without_unsafe() {
+        let src = include_str!("../examples/newcomer.rs");
+        assert!(
+            src.contains("#![forbid(unsafe_code)]"),
+            "the example forbids unsafe"
+        );
+        let code: Vec<&str> = src
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("//"))
+            .collect();
+        assert!(
+            !code
+                .iter()
+                .any(|l| l.contains("unsafe {") || l.contains("unsafe fn")),
+            "no unsafe in the example"
+        );
+        let o = run(example("newcomer", &["3"]));
+        assert_eq!(o.code, Some(0), "{}", o.text());
+        for step in [
+            "write_imm: \"hello, B\"",
+            "send/recv: \"a message\"",
+            "read: \"read me\"",
+            "fetch_add: old 40, new 42",
+            "srq: 6 bytes into receive 10",
+            "prepared: \"prepared\"",
+            "dc: write \"over DC\", send of 7 bytes",
+            "3 round trips",
+        ] {
+            assert!(o.stdout.contains(step), "{step}: {}", o.text());
+        }
+    }
+
     #[test]
     fn a_backend_variable_that_is_not_utf8_is_an_error_not_ignored() {
         let mut c = perf(&[

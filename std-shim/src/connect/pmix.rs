@@ -867,7 +867,7 @@ impl DcMesh {
         self.rank
     }
 
-    /// The DC initiator (ready to send): its [`Qp::dc_send_queue`] posts to the peers.
+    /// The DC initiator (ready to send): its [`Qp::send_queue`] posts to the peers.
     pub fn dci(&self) -> &Qp {
         &self.dci
     }

@@ -42,6 +42,9 @@ pub struct SendQueue {
     caps: SqCaps,
     shared: Arc<SqShared>,
     ring_error: Option<RingError>,
+    /// What keeps the QP alive when the queue is the zverbs crate's (its `Qp`'s state);
+    /// dropped last, after the staging memory.
+    keep: Option<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 // SAFETY: the queue owns its staging memory; the QP pointer is only used to post, which
@@ -86,7 +89,20 @@ impl SendQueue {
             caps,
             shared,
             ring_error: None,
+            keep: None,
         })
+    }
+
+    /// Holds `owner` (what keeps the QP alive) for as long as the queue lives.
+    pub(crate) fn keep_alive(mut self, owner: Arc<dyn std::any::Any + Send + Sync>) -> Self {
+        self.keep = Some(owner);
+        self
+    }
+
+    /// The QP number.
+    pub fn qpn(&self) -> u32 {
+        // SAFETY: the QP is live while the queue lives (the constructor's contract).
+        unsafe { (*self.qp).qp_num }
     }
 
     /// The limits the queue enforces.

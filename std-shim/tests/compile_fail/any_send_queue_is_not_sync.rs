@@ -3,9 +3,9 @@
 //! Both backends' queues hold memory that one thread writes at a time, so two scoped threads
 //! borrowing one queue are refused. (The receive queue and the poller: `tests/thread_safety.rs`.)
 
-use zverbs::AnySendQueue;
+use zverbs::SendQueue;
 
-fn share(q: &AnySendQueue) {
+fn share(q: &SendQueue) {
     std::thread::scope(|s| {
         s.spawn(|| q.kind());
         s.spawn(|| q.kind());

@@ -3,15 +3,14 @@
 
 #![deny(unused_must_use)]
 
-use zverbs::safe::SafeSendQueue;
-use zverbs::{AnySendQueue, PostSend};
+use zverbs::{PostSend, SendQueue};
 
-fn safe_layer(sq: &mut SafeSendQueue<AnySendQueue>) {
+fn safe_layer(sq: &mut SendQueue) {
     sq.batch();
 }
 
-fn core_trait(sq: &mut AnySendQueue) {
-    sq.batch();
+fn core_trait(sq: &mut SendQueue) {
+    PostSend::batch(sq);
 }
 
 fn main() {}

@@ -1,12 +1,12 @@
 //! The safe layer posts only spans of library-owned buffers (`BufSlice` of an `MrBuf`): a
 //! scatter entry or a slice of the caller's own memory is not one.
 
-use zverbs::safe::{SafeRecvQueue, SafeSendQueue};
-use zverbs::{AnyRecvQueue, AnySendQueue, RemoteBuf, SendFlags, Sge};
+use zverbs::{RecvQueue, RemoteBuf, SendFlags, SendQueue, Sge, SrqQueue};
 
 fn post(
-    sq: &mut SafeSendQueue<AnySendQueue>,
-    rq: &mut SafeRecvQueue<AnyRecvQueue>,
+    sq: &mut SendQueue,
+    rq: &mut RecvQueue,
+    srq: &mut SrqQueue,
     mine: &mut [u8],
 ) {
     let remote = RemoteBuf::new(0x1000, 7);
@@ -14,6 +14,7 @@ fn post(
     sq.write(1, sge, remote, SendFlags::SIGNALED).unwrap();
     sq.read(2, &mut *mine, remote, SendFlags::SIGNALED).unwrap();
     rq.post(3, sge).unwrap();
+    srq.post(4, sge).unwrap();
 }
 
 fn main() {}

@@ -4,11 +4,10 @@
 
 use std::time::{Duration, Instant};
 
-use zverbs::dc::{DcAddr, DcPeer, DcSendQueue};
-use zverbs::safe::SafePoller;
+use zverbs::dc::{DcAddr, DcPeer};
 use zverbs::{
-    AccessFlags, AnyPoller, Completion, Context, Cq, Error, MrBuf, Pd, PostError, PostRecv, Qp,
-    QpState, QpType, RecvWr, SendWr, Srq, WcOpcode, WcStatus,
+    AccessFlags, Completion, Context, Cq, Error, MrBuf, Pd, Poller, PostError, PostRecv, PostSend,
+    Qp, QpState, QpType, RecvWr, SendQueue, SendWr, Srq, WcOpcode, WcStatus,
 };
 
 const KEY: u64 = 0x0dc0_ffee_0000_0001;
@@ -18,7 +17,7 @@ fn deadline() -> Instant {
 }
 
 /// Waits for `n` completions of `cq`.
-fn wait(p: &mut SafePoller<AnyPoller>, n: usize) -> Vec<Completion> {
+fn wait(p: &mut Poller, n: usize) -> Vec<Completion> {
     p.wait(n, deadline()).expect("completions").to_vec()
 }
 
@@ -83,7 +82,7 @@ impl Dc {
     }
 }
 
-fn post(sq: &mut DcSendQueue, peer: &DcPeer, wr: &SendWr<'_>) {
+fn post(sq: &mut SendQueue, peer: &DcPeer, wr: &SendWr<'_>) {
     // SAFETY: every entry lies in the test's registered buffer, which outlives the requests.
     unsafe { sq.post_to(peer, wr) }.unwrap();
 }
@@ -93,9 +92,9 @@ fn post(sq: &mut DcSendQueue, peer: &DcPeer, wr: &SendWr<'_>) {
 pub fn every_operation_to_every_target(ctx: &Context) {
     let dc = Dc::new(ctx, 3, 1);
     let (dci, cq) = &dc.dcis[0];
-    let mut sq = dci.dc_send_queue().unwrap();
-    let mut tx = SafePoller::new(cq.poller().unwrap(), 64);
-    let mut rx = SafePoller::new(dc.dct_cq.poller().unwrap(), 64);
+    let mut sq = dci.send_queue().unwrap();
+    let mut tx = cq.poller().unwrap();
+    let mut rx = dc.dct_cq.poller().unwrap();
     let mut srq = dc.srq.queue().unwrap();
     let b = &dc.buf;
     let peers: Vec<DcPeer> = (0..3).map(|t| dc.peer(t)).collect();
@@ -108,7 +107,13 @@ pub fn every_operation_to_every_target(ctx: &Context) {
         for k in 0..3 {
             let sgl = [b.sge(16384 + 256 * (3 * t + k)..16384 + 256 * (3 * t + k) + 128)];
             // SAFETY: in the registered buffer.
-            unsafe { srq.post(&RecvWr::new(0x100 * (t as u64 + 1) + k as u64, &sgl)) }.unwrap();
+            unsafe {
+                PostRecv::post(
+                    &mut srq,
+                    &RecvWr::new(0x100 * (t as u64 + 1) + k as u64, &sgl),
+                )
+            }
+            .unwrap();
         }
         let tag = 0x10 * (t as u64 + 1);
         let (s64, s16, s40, s8) = (
@@ -224,8 +229,8 @@ pub fn every_operation_to_every_target(ctx: &Context) {
 pub fn wrong_key_fails_then_the_initiator_recovers(ctx: &Context) {
     let dc = Dc::new(ctx, 2, 1);
     let (dci, cq) = &dc.dcis[0];
-    let mut sq = dci.dc_send_queue().unwrap();
-    let mut tx = SafePoller::new(cq.poller().unwrap(), 16);
+    let mut sq = dci.send_queue().unwrap();
+    let mut tx = cq.poller().unwrap();
     let b = &dc.buf;
     let mut wrong = dc.addrs[0];
     wrong.access_key = dc.addrs[1].access_key;
@@ -285,8 +290,8 @@ pub fn wrong_key_fails_then_the_initiator_recovers(ctx: &Context) {
 pub fn unknown_target_fails(ctx: &Context) {
     let dc = Dc::new(ctx, 1, 1);
     let (dci, cq) = &dc.dcis[0];
-    let mut sq = dci.dc_send_queue().unwrap();
-    let mut tx = SafePoller::new(cq.poller().unwrap(), 16);
+    let mut sq = dci.send_queue().unwrap();
+    let mut tx = cq.poller().unwrap();
     let mut nowhere = dc.addrs[0];
     nowhere.dctn = dci.qpn(); // a QP, and no target
     let peer = dc.pd.dc_peer(&nowhere).unwrap();
@@ -305,15 +310,15 @@ pub fn access_violation_fails_the_initiator_only(ctx: &Context) {
     let mut bad = b.remote(4096);
     bad.rkey ^= 0x100;
     let (dci, cq) = &dc.dcis[0];
-    let mut sq = dci.dc_send_queue().unwrap();
-    let mut tx = SafePoller::new(cq.poller().unwrap(), 16);
+    let mut sq = dci.send_queue().unwrap();
+    let mut tx = cq.poller().unwrap();
     post(&mut sq, &peer, &SendWr::write(1, &sgl, bad).signaled());
     let c = wait(&mut tx, 1);
     assert_eq!((c[0].wr_id, c[0].status), (1, WcStatus::RemAccessErr));
     // Out of bounds of the registration.
     let (dci2, cq2) = &dc.dcis[1];
-    let mut sq2 = dci2.dc_send_queue().unwrap();
-    let mut tx2 = SafePoller::new(cq2.poller().unwrap(), 16);
+    let mut sq2 = dci2.send_queue().unwrap();
+    let mut tx2 = cq2.poller().unwrap();
     b.write(32768, b"fine too");
     post(
         &mut sq2,
@@ -332,8 +337,8 @@ pub fn access_violation_fails_the_initiator_only(ctx: &Context) {
 pub fn flush_of_every_outstanding_request(ctx: &Context) {
     let dc = Dc::new(ctx, 2, 1);
     let (dci, cq) = &dc.dcis[0];
-    let mut sq = dci.dc_send_queue().unwrap();
-    let mut tx = SafePoller::new(cq.poller().unwrap(), 16);
+    let mut sq = dci.send_queue().unwrap();
+    let mut tx = cq.poller().unwrap();
     let sgl = [dc.buf.sge(32768..32776)];
     let peers = [dc.peer(0), dc.peer(1)];
     // Staged, not rung: the device sees them only after the QP is in error.
@@ -369,7 +374,7 @@ pub fn flush_of_every_outstanding_request(ctx: &Context) {
         got.iter()
             .all(|c| matches!(c.status, WcStatus::Success | WcStatus::WrFlushErr))
     );
-    assert!(tx.poll().is_empty(), "no completion twice");
+    assert!(tx.ready().is_empty(), "no completion twice");
 }
 
 /// What the API refuses for DC, with a typed error and nothing changed.
@@ -378,12 +383,12 @@ pub fn refusals(ctx: &Context) {
     let (dci, cq) = &dc.dcis[0];
     let dct = &dc.dcts[0];
     let inv = |r: Result<(), Error>| matches!(r, Err(Error::InvalidArgument(_)));
-    // The RC and UD queue handles of a DC QP.
-    assert!(inv(dci.send_queue().map(drop)));
+    // A DC QP has no receive queue (an initiator's send queue is taken below), and a target
+    // no send queue either.
     assert!(inv(dci.recv_queue().map(drop)));
     assert!(inv(dci.queues(cq).map(drop)));
     assert!(inv(dct.send_queue().map(drop)));
-    assert!(inv(dct.dc_send_queue().map(drop)));
+    assert!(inv(dct.recv_queue().map(drop)));
     assert!(inv(dci.dc_addr().map(drop)));
     // A target without an SRQ; an initiator with one.
     let pd = &dc.pd;
@@ -400,17 +405,16 @@ pub fn refusals(ctx: &Context) {
         .dc_initiator()
         .build()
         .map(drop)));
-    // An RC QP has no DC queue and no DC readiness.
+    // An RC QP has no DC readiness (its queue refuses a DC target: `sim_api.rs`).
     let rc = pd.qp_builder(&tcq, &tcq).build().unwrap();
-    assert!(inv(rc.dc_send_queue().map(drop)));
     assert!(inv(rc.ready_dc()));
     // Before RTS, a DCI's queue is refused.
     let early = pd.qp_builder(&tcq, &tcq).dc_initiator().build().unwrap();
-    assert!(matches!(early.dc_send_queue(), Err(Error::NotReady { .. })));
+    assert!(matches!(early.send_queue(), Err(Error::NotReady { .. })));
     // A datagram SEND on a DC queue: refused, nothing written.
-    let mut sq = dci.dc_send_queue().unwrap();
+    let mut sq = dci.send_queue().unwrap();
     assert!(matches!(
-        dci.dc_send_queue(),
+        dci.send_queue(),
         Err(Error::AlreadyTaken("send queue"))
     ));
     let ah = pd
@@ -428,5 +432,90 @@ pub fn refusals(ctx: &Context) {
     let e = unsafe { sq.post_to(&peer, &SendWr::send_to(1, &sgl, &ud)) };
     assert_eq!(e, Err(PostError::WrongTransport));
     assert_eq!(dci.outstanding(), before);
+    // A request without its target, through the queue's `PostSend` (post, stage, batch):
+    // refused, nothing written.
+    let wr = SendWr::write(2, &sgl, dc.buf.remote(0));
+    // SAFETY: refused before anything is read.
+    unsafe {
+        assert_eq!(sq.post(&wr), Err(PostError::WrongTransport));
+        assert_eq!(sq.stage(&wr), Err(PostError::WrongTransport));
+        let e = sq.post_all(std::slice::from_ref(&wr)).unwrap_err();
+        assert_eq!((e.index, e.error), (0, PostError::WrongTransport));
+    }
+    let e = sq.send(3, dc.buf.slice(0..8), zverbs::SendFlags::SIGNALED);
+    assert_eq!(
+        e,
+        Err(zverbs::safe::SafePostError::Post(PostError::WrongTransport))
+    );
+    // Nor is a DC request prepared: it would carry no target.
+    let e = sq.prepare_write(
+        dc.buf.slice(0..8),
+        dc.buf.remote(0),
+        zverbs::SendFlags::NONE,
+    );
+    assert!(matches!(
+        e,
+        Err(zverbs::safe::SafePostError::Post(PostError::WrongTransport))
+    ));
+    assert_eq!(dci.outstanding(), before);
     let _ = cq;
+}
+
+/// The send queue's safe operations to DC targets (`SendQueue::to`), one by one and in a
+/// batch behind one doorbell: no `unsafe`, the data and the completions as for raw posts.
+pub fn safe_operations_to_targets(ctx: &Context) {
+    use zverbs::SendFlags;
+    let dc = Dc::new(ctx, 2, 1);
+    let (dci, cq) = &dc.dcis[0];
+    let mut sq = dci.send_queue().unwrap();
+    let mut tx = cq.poller().unwrap();
+    let b = &dc.buf;
+    let peers: Vec<DcPeer> = (0..2).map(|t| dc.peer(t)).collect();
+    b.write(0, b"to target zero");
+    b.write(64, b"to target one!");
+    b.store_u64(8192, 40);
+    let sig = SendFlags::SIGNALED;
+    sq.to(&peers[0])
+        .write(1, b.slice(0..14), b.remote(4096), sig)
+        .unwrap();
+    sq.to(&peers[1])
+        .fetch_add(2, b.slice(256..264), b.remote(8192), 2, sig)
+        .unwrap();
+    let mut batch = sq.batch();
+    batch
+        .to(&peers[1])
+        .write(3, b.slice(64..78), b.remote(4096 + 64), SendFlags::NONE)
+        .unwrap();
+    batch
+        .to(&peers[0])
+        .read(4, b.slice(512..526), b.remote(4096), sig)
+        .unwrap();
+    batch.finish();
+    let ids: Vec<_> = wait(&mut tx, 3)
+        .iter()
+        .map(|c| (c.wr_id, c.status))
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            (1, WcStatus::Success),
+            (2, WcStatus::Success),
+            (4, WcStatus::Success)
+        ]
+    );
+    let read = |off: usize, len: usize| {
+        let mut v = vec![0u8; len];
+        b.read(off, &mut v);
+        v
+    };
+    assert_eq!(read(4096, 14), b"to target zero");
+    assert_eq!(read(4096 + 64, 14), b"to target one!");
+    assert_eq!(read(512, 14), b"to target zero", "READ back");
+    let faa = b.load_u64(256);
+    let faa = if ctx.atomics_big_endian() {
+        u64::from_be(faa)
+    } else {
+        faa
+    };
+    assert_eq!(faa, 40, "FAA's original");
 }

@@ -17,10 +17,11 @@ use std::net::Ipv4Addr;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use zverbs::backend::QueueSet;
 use zverbs::connect::Endpoint;
 use zverbs::{
-    AccessFlags, AnyPoller, AnyRecvQueue, AnySendQueue, BackendKind, Completion, ConnectAttr,
-    Context, ContextOptions, Cq, LocalAddress, MrBuf, Pd, PollCq, Qp, QueueSet,
+    AccessFlags, BackendKind, Completion, ConnectAttr, Context, ContextOptions, Cq, LocalAddress,
+    MrBuf, Pd, PollCq, Poller, Qp, RecvQueue, SendQueue,
 };
 
 /// How long a test waits for any one completion before it fails. rxe under emulation takes
@@ -245,7 +246,7 @@ impl Side {
     }
 
     /// The QP's queues and its CQ's poller (both backends, through the `Any*` handles).
-    pub fn queues(&self) -> QueueSet<AnySendQueue, AnyRecvQueue, AnyPoller> {
+    pub fn queues(&self) -> QueueSet<SendQueue, RecvQueue, Poller> {
         QueueSet {
             sq: self.qp.send_queue().expect("the send queue"),
             rq: self.qp.recv_queue().expect("the receive queue"),

@@ -30,9 +30,10 @@ use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use zverbs::backend::{QueueSet, Queues};
 use zverbs::{
     AccessFlags, BackendRequest, Completion, ContextOptions, MrBuf, PollCq, PostRecv, PostSend,
-    QueueSet, Queues, RecvWr, RemoteBuf, SendWr, WcStatus,
+    RecvWr, RemoteBuf, SendWr, WcStatus,
 };
 use zverbs_tools::args::{self, Arg::*, Parser};
 use zverbs_tools::device;

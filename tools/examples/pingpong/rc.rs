@@ -36,12 +36,13 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use zverbs::RecvQueue;
+use zverbs::backend::Queues;
 use zverbs::connect::Endpoint;
 use zverbs::connect::exchange::{self, Hello, Wire};
-use zverbs::safe::{SafeRecvQueue, SafeSendQueue};
 use zverbs::{
-    AccessFlags, Completion, ConnectAttr, ContextOptions, MrBuf, PollCq, PollCqTimed, PostRecv,
-    PostSend, Queues, SendFlags, TimedCompletion,
+    AccessFlags, Completion, ConnectAttr, ContextOptions, MrBuf, PollCq, PollCqTimed, SendFlags,
+    TimedCompletion,
 };
 use zverbs_tools::args::{self, Arg::*, Parser};
 
@@ -357,7 +358,7 @@ fn run(o: &Opts) -> Result<(), Box<dyn std::error::Error>> {
     qp.to_init(&attr(&Endpoint::default()).init)?;
     // The receive queue from INIT on: the receives are posted before the exchange (as
     // ibv_rc_pingpong does), the send queue is taken once the exchange has connected the QP.
-    let mut rq = SafeRecvQueue::new(qp.recv_queue()?);
+    let mut rq = qp.recv_queue()?;
     let slice = buf.try_slice(0..o.size)?;
     println!(
         "  local address:  LID {:#06x}, QPN {:#08x}, PSN {:#08x}, GID {}",
@@ -406,20 +407,23 @@ fn run(o: &Opts) -> Result<(), Box<dyn std::error::Error>> {
     exchange()?;
     let mask = clock.as_ref().map(zverbs::DeviceClock::mask);
     let (start, ts) = if o.events {
-        // Sleep on the channel: `wait` polls, arms, polls again and sleeps only then.
-        // With `-t`, `wait_timed` returns the completions with their timestamps.
+        // Sleep on the channel: `wait_blocking` polls, arms, polls again and sleeps only
+        // then. With `-t`, `wait_timed` returns the completions with their timestamps.
         let wait = Next {
-            plain: |cq: &mut zverbs::AnyPoller, wc: &mut [Completion]| {
-                cq.wait(wc, Some(PEER_TIMEOUT)).map_err(|e| e.into())
+            plain: |cq: &mut zverbs::Poller, wc: &mut [Completion]| {
+                let done = cq.wait_blocking(1, Instant::now() + PEER_TIMEOUT)?;
+                wc[0] = done[0];
+                Ok(1)
             },
-            timed: |cq: &mut zverbs::AnyPoller, wc: &mut [TimedCompletion]| {
-                cq.wait_timed(wc, Some(PEER_TIMEOUT)).map_err(|e| e.into())
+            timed: |cq: &mut zverbs::Poller, wc: &mut [TimedCompletion]| {
+                cq.wait_timed(wc, Instant::now() + PEER_TIMEOUT)
+                    .map_err(|e| e.into())
             },
         };
-        let (sq, rq, cq) = (qp.send_queue()?, rq.into_inner(), cq.poller()?);
+        let (sq, rq, cq) = (qp.send_queue()?, rq, cq.poller()?);
         session(sq, rq, cq, wait, &rbuf, slice, o, client, mask)?
     } else {
-        let queues = Queues::from_parts(qp.send_queue()?, rq.into_inner(), cq.poller()?)?;
+        let queues = Queues::from_parts(qp.send_queue()?, rq, cq.poller()?)?;
         match queues {
             Queues::Direct(q) => session(q.sq, q.rq, q.cq, spin(), &rbuf, slice, o, client, mask)?,
             Queues::DirectUd(q) => {
@@ -519,8 +523,8 @@ pub(crate) fn check_at(buf: &MrBuf, at: usize, size: usize, fill: u8, n: u64, da
     buf.fill(at..at + size, if fill == 0 { 0xff } else { 0 });
 }
 
-fn post_recvs<R: PostRecv>(
-    rq: &mut SafeRecvQueue<R>,
+fn post_recvs(
+    rq: &mut RecvQueue,
     buf: &MrBuf,
     size: usize,
     n: u32,
@@ -557,7 +561,7 @@ fn spin<C: PollCq + PollCqTimed>() -> Next<
 /// completions: a poll, or a wait on the CQ's channel (`-e`); with their timestamps when
 /// `mask` is given.
 #[allow(clippy::too_many_arguments)]
-fn session<S: PostSend, R: PostRecv, C: PollCq + PollCqTimed>(
+fn session<S: Into<zverbs::SendQueue>, R: Into<RecvQueue>, C: PollCq + PollCqTimed>(
     sq: S,
     rq: R,
     mut cq: C,
@@ -572,8 +576,8 @@ fn session<S: PostSend, R: PostRecv, C: PollCq + PollCqTimed>(
     mask: Option<u64>,
 ) -> Result<(Instant, TsStats), Box<dyn std::error::Error>> {
     let mut stats = TsStats::default();
-    let mut sq = SafeSendQueue::new(sq);
-    let mut rq = SafeRecvQueue::new(rq);
+    let mut sq: zverbs::SendQueue = sq.into();
+    let mut rq: RecvQueue = rq.into();
     let start = Instant::now();
     let mut routs = o.rx_depth;
     let (mut scnt, mut rcnt) = (0u64, 0u64);

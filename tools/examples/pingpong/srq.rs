@@ -26,8 +26,8 @@ use std::time::Instant;
 use zverbs::connect::Endpoint;
 use zverbs::connect::exchange::{self, DONE, MSG_LEN};
 use zverbs::{
-    AccessFlags, AnySendQueue, Completion, ConnectAttr, ContextOptions, MrBuf, PollCq, PostRecv,
-    PostSend, Qp, RecvWr, SendWr,
+    AccessFlags, Completion, ConnectAttr, ContextOptions, MrBuf, PollCq, PostRecv, PostSend, Qp,
+    RecvWr, SendQueue, SendWr,
 };
 use zverbs_tools::args::Parser;
 
@@ -157,7 +157,7 @@ fn run(o: &Opts) -> Res<()> {
             p.lid, p.qpn, p.psn, p.gid
         );
     }
-    let sqs: Vec<AnySendQueue> = qps
+    let sqs: Vec<SendQueue> = qps
         .iter()
         .map(|q| q.send_queue())
         .collect::<zverbs::Result<_>>()?;
@@ -214,7 +214,7 @@ fn post_recv(rq: &mut impl PostRecv, buf: &MrBuf, size: usize, slot: usize) -> R
     Ok(())
 }
 
-fn send(sq: &mut AnySendQueue, buf: &MrBuf, size: usize) -> Res<()> {
+fn send(sq: &mut SendQueue, buf: &MrBuf, size: usize) -> Res<()> {
     let sgl = [buf.sge(0..size)];
     // SAFETY: the send buffer is registered, never written after set-up, and outlives the
     // queues.
@@ -224,7 +224,7 @@ fn send(sq: &mut AnySendQueue, buf: &MrBuf, size: usize) -> Res<()> {
 
 /// The ping-pong, with the SRQ's receives posted; returns when timing started.
 fn session<R: PostRecv, C: PollCq>(
-    mut sqs: Vec<AnySendQueue>,
+    mut sqs: Vec<SendQueue>,
     mut rq: R,
     mut cq: C,
     (sbuf, rbuf): (&MrBuf, &MrBuf),

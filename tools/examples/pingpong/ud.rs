@@ -20,12 +20,11 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
+use zverbs::backend::Queues;
 use zverbs::connect::Endpoint;
 use zverbs::connect::exchange::{self, Hello, Wire};
-use zverbs::safe::{SafeRecvQueue, SafeSendQueue};
 use zverbs::{
-    AccessFlags, AhAttr, Completion, ContextOptions, MrBuf, PollCq, PostRecv, PostSend, Queues,
-    SendFlags, UdAttr, UdTarget,
+    AccessFlags, AhAttr, Completion, ContextOptions, MrBuf, PollCq, SendFlags, UdAttr, UdTarget,
 };
 use zverbs_tools::args::Parser;
 
@@ -87,7 +86,7 @@ fn run(o: &Opts) -> Result<(), Box<dyn std::error::Error>> {
     // INIT now, RTR and RTS with the address handle once the peer is known (as
     // ibv_ud_pingpong's connect step).
     qp.to_init_ud(&ud)?;
-    let mut rq = SafeRecvQueue::new(qp.recv_queue()?);
+    let mut rq = qp.recv_queue()?;
     for _ in 0..o.rx_depth {
         rq.post(RECV_WRID, rbuf.try_slice(0..o.size + GRH)?)?;
     }
@@ -138,7 +137,7 @@ fn run(o: &Opts) -> Result<(), Box<dyn std::error::Error>> {
     );
     let dest = ah.target(peer.qpn, QKEY);
     let client = o.server.is_some();
-    let queues = Queues::from_parts(qp.send_queue()?, rq.into_inner(), cq.poller()?)?;
+    let queues = Queues::from_parts(qp.send_queue()?, rq, cq.poller()?)?;
     let ends = (&buf, &rbuf, &dest);
     let start = match queues {
         Queues::Direct(q) => session(q.sq, q.rq, q.cq, ends, o, client)?,
@@ -155,7 +154,7 @@ fn run(o: &Opts) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// The ping-pong, with the first receives posted; returns when timing started.
-fn session<S: PostSend, R: PostRecv, C: PollCq>(
+fn session<S: Into<zverbs::SendQueue>, R: Into<zverbs::RecvQueue>, C: PollCq>(
     sq: S,
     rq: R,
     mut cq: C,
@@ -163,8 +162,8 @@ fn session<S: PostSend, R: PostRecv, C: PollCq>(
     o: &Opts,
     client: bool,
 ) -> Result<Instant, Box<dyn std::error::Error>> {
-    let mut sq = SafeSendQueue::new(sq);
-    let mut rq = SafeRecvQueue::new(rq);
+    let mut sq: zverbs::SendQueue = sq.into();
+    let mut rq: zverbs::RecvQueue = rq.into();
     let slice = buf.try_slice(GRH..GRH + o.size)?;
     let start = Instant::now();
     let mut routs = o.rx_depth;

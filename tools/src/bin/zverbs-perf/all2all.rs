@@ -24,10 +24,9 @@ use std::time::{Duration, Instant};
 
 use zverbs::connect::RemoteRegion;
 use zverbs::connect::pmix::{DcMeshPeer, Job};
-use zverbs::dc::DcSendQueue;
 use zverbs::{
-    AccessFlags, AnySendQueue, BackendRequest, Completion, ContextOptions, Cq, MrBuf, PollCq,
-    PostSend, RemoteBuf, SendWr, Sge,
+    AccessFlags, BackendRequest, Completion, ContextOptions, Cq, MrBuf, PollCq, PostSend,
+    RemoteBuf, SendQueue, SendWr, Sge,
 };
 use zverbs_tools::args::{self, Arg::*, Parser};
 use zverbs_tools::device;
@@ -303,7 +302,7 @@ pub(crate) fn run(o: &Opts) -> Result<()> {
     let setup_rss = rss().saturating_sub(rss0);
 
     let peers_v = mesh.into_peers();
-    let mut sqs: Vec<AnySendQueue> = Vec::with_capacity(peers_v.len());
+    let mut sqs: Vec<SendQueue> = Vec::with_capacity(peers_v.len());
     let mut targets = Vec::with_capacity(peers_v.len());
     let mut sges = Vec::with_capacity(peers_v.len());
     for p in &peers_v {
@@ -346,7 +345,7 @@ trait Window {
 /// One RC QP per peer, `depth` requests in flight on each; a request's `wr_id` is its peer's
 /// index.
 struct RcWindow {
-    sqs: Vec<AnySendQueue>,
+    sqs: Vec<SendQueue>,
     sges: Vec<[Sge; 1]>,
     targets: Vec<RemoteBuf>,
     posted: Vec<u32>,
@@ -386,7 +385,7 @@ impl Window for RcWindow {
 /// The one DCI: request k goes to peer k mod P, up to `depth` in flight; a signaled request's
 /// `wr_id` is k, and its completion frees every request up to k.
 struct DcWindow<'a> {
-    sq: DcSendQueue,
+    sq: SendQueue,
     peers: &'a [DcMeshPeer],
     sges: Vec<[Sge; 1]>,
     targets: Vec<RemoteBuf>,
@@ -469,7 +468,7 @@ fn run_dc(run: &Run<'_>, pd: &zverbs::Pd) -> Result<()> {
     let setup_rss = rss().saturating_sub(run.rss0);
 
     let peers = mesh.peers();
-    let sq = mesh.dci().dc_send_queue()?;
+    let sq = mesh.dci().send_queue()?;
     let mut targets = Vec::with_capacity(peers.len());
     let mut sges = Vec::with_capacity(peers.len());
     for p in peers {

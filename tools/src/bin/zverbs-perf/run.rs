@@ -3,13 +3,14 @@
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Instant;
 
+use zverbs::backend::{QueueSet, Queues};
 use zverbs::connect::cm::{self, CmClient, CmConnection, CmListener};
 use zverbs::connect::exchange::{self, Hello, Wire};
 use zverbs::connect::{Endpoint, RemoteRegion};
 use zverbs::{
     AccessFlags, Completion, ConnectAttr, ContextOptions, DeviceClock, Error, MrBuf, PollCq,
-    PollCqTimed, PostError, PostRecv, PostSend, QueueSet, Queues, RecvWr, SendFlags, SendWr, Sge,
-    TimedCompletion, UdAttr, UdDest, WcOpcode, WcStatus,
+    PollCqTimed, PostError, PostRecv, PostSend, RecvWr, SendFlags, SendWr, Sge, TimedCompletion,
+    UdAttr, UdDest, WcOpcode, WcStatus,
 };
 
 use zverbs_tools::latency::{self, Recorder};
@@ -360,7 +361,7 @@ pub(crate) fn run(opts: &Opts) -> Result<()> {
     };
     let (sq, cq) = (qp.send_queue()?, cq.poller()?);
     let (queues, sleeping) = if opts.events {
-        let set = zverbs::QueueSet {
+        let set = zverbs::backend::QueueSet {
             sq,
             rq,
             cq: Sleeping {
@@ -920,19 +921,28 @@ pub(crate) fn list_devices() -> Result<()> {
 }
 
 /// A poller that sleeps on its CQ's completion channel until completions arrive (`--events`):
-/// each `poll` is an [`AnyPoller::wait`](zverbs::AnyPoller::wait), which polls, arms, polls
-/// again and sleeps only then; 0 when `timeout` passed with nothing (the test's watch then
-/// reports a silent peer).
+/// each `poll` is a [`Poller::wait_blocking`](zverbs::Poller::wait_blocking) for one
+/// completion (which polls, arms, polls again and sleeps only then) and a poll for any more;
+/// 0 when `timeout` passed with nothing (the test's watch then reports a silent peer).
 struct Sleeping {
-    cq: zverbs::AnyPoller,
+    cq: zverbs::Poller,
     timeout: std::time::Duration,
 }
 
 impl PollCq for Sleeping {
     fn poll(&mut self, out: &mut [Completion]) -> usize {
-        match self.cq.wait(out, Some(self.timeout)) {
-            Ok(n) => n,
-            Err(zverbs::Error::Event(zverbs::EventError::Timeout(_))) => 0,
+        let Some((first, rest)) = out.split_first_mut() else {
+            return 0;
+        };
+        match self
+            .cq
+            .wait_blocking(1, std::time::Instant::now() + self.timeout)
+        {
+            Ok(done) => {
+                *first = done[0];
+                1 + PollCq::poll(&mut self.cq, rest)
+            }
+            Err(zverbs::safe::WaitError::Timeout { .. }) => 0,
             Err(e) => {
                 eprintln!("zverbs-perf: waiting for completions failed: {e}");
                 0
@@ -942,13 +952,16 @@ impl PollCq for Sleeping {
 }
 
 /// With `--hw-ts` too: each `poll_timed` is an
-/// [`AnyPoller::wait_timed`](zverbs::AnyPoller::wait_timed), sleeping as `poll` does and
+/// [`Poller::wait_timed`](zverbs::Poller::wait_timed), sleeping as `poll` does and
 /// returning the completions with their timestamps.
 impl PollCqTimed for Sleeping {
     fn poll_timed(&mut self, out: &mut [zverbs::TimedCompletion]) -> usize {
-        match self.cq.wait_timed(out, Some(self.timeout)) {
+        match self
+            .cq
+            .wait_timed(out, std::time::Instant::now() + self.timeout)
+        {
             Ok(n) => n,
-            Err(zverbs::Error::Event(zverbs::EventError::Timeout(_))) => 0,
+            Err(zverbs::safe::WaitError::Timeout { .. }) => 0,
             Err(e) => {
                 eprintln!("zverbs-perf: waiting for completions failed: {e}");
                 0
