@@ -86,6 +86,26 @@ impl SegRing {
         }
     }
 
+    /// Reserves the `segs` segments of a receive WQE's scatter list from segment counter
+    /// `start`: the one place a receive path argues that it may write them. The token's writes
+    /// are safe; they reach the device when the caller publishes the receive (the doorbell
+    /// record).
+    ///
+    /// # Safety
+    ///
+    /// The `segs` segments from `start` are the poster's (the entry is free: the room check
+    /// or the free list says the device is done with it) and not yet published, no other
+    /// token covers them while this one lives, and `segs` is at most the ring's size.
+    #[inline(always)]
+    pub(crate) unsafe fn reserve_recv(&self, start: u32, segs: u32) -> RecvWqe {
+        debug_assert!(segs <= self.mask + 1);
+        RecvWqe {
+            ring: *self,
+            start,
+            segs,
+        }
+    }
+
     /// Calls `f` with segment `k` of the WQE whose control segment is segment `start`, for
     /// writing. WQEs start on a basic block, so the segments of the first block (`k < 4`) are
     /// addressed from the block without masking each one; later ones follow the ring's wrap.
@@ -520,6 +540,34 @@ impl Wqe {
         debug_assert!(idx.wrapping_sub(self.start) & self.ring.mask < 4 * self.blocks);
         // SAFETY: as in `Wqe::seg`.
         unsafe { self.ring.with_mut(idx, f) }
+    }
+}
+
+/// A receive WQE's scatter segments, reserved by [`SegRing::reserve_recv`]: free,
+/// unpublished and this token's alone, so that its writes need no further argument. Segment
+/// `k` is counted from the first and follows the ring's wrap; the writes stay inside the
+/// reservation (`k < segs`, checked in debug builds; in any build they stay inside the ring).
+#[derive(Debug)]
+pub(crate) struct RecvWqe {
+    ring: SegRing,
+    start: u32,
+    segs: u32,
+}
+
+impl RecvWqe {
+    /// The number of segments reserved.
+    #[inline(always)]
+    pub(crate) fn segs(&self) -> u32 {
+        self.segs
+    }
+
+    /// Calls `f` with segment `k` of the reservation, for writing.
+    #[inline(always)]
+    pub(crate) fn seg<R>(&self, k: u32, f: impl FnOnce(&mut [u8; 16]) -> R) -> R {
+        debug_assert!(k < self.segs);
+        // SAFETY: the reservation (`SegRing::reserve_recv`): the segment is free, unpublished
+        // and this token's.
+        unsafe { self.ring.with_mut(self.start.wrapping_add(k), f) }
     }
 }
 
