@@ -739,6 +739,22 @@ impl CqeRing {
         OwnedCqe { ring: *self, slot }
     }
 
+    /// The entries of the compressed session open at the consumer index, as a token that
+    /// hands out each of them as an [`OwnedCqe`]: the one place the poller argues that a
+    /// session's entries are software's.
+    ///
+    /// # Safety
+    ///
+    /// A session is open: its title passed the owner check (followed by
+    /// [`from_device`](zverbs_core::barrier::from_device)) and its count is within the ring,
+    /// so the entries from the consumer index to its last are software's; the token is given
+    /// only slots of those entries, and the consumer index that would let the device reuse
+    /// one is published only after the token's last use.
+    #[inline(always)]
+    pub(crate) unsafe fn session(&self) -> SessionCqes {
+        SessionCqes { ring: *self }
+    }
+
     /// Stores `op_own` into CQE `slot` (already masked): the poller hands the entries of a
     /// compressed session back looking invalid, and marks where it stopped inside one.
     ///
@@ -802,6 +818,48 @@ impl CqeRing {
     }
 }
 
+/// The entries of an open compressed session, from [`CqeRing::session`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SessionCqes {
+    ring: CqeRing,
+}
+
+impl SessionCqes {
+    /// The entry in `slot` (already masked), an entry of the session not yet handed back.
+    #[inline(always)]
+    pub(crate) fn entry(&self, slot: u32) -> OwnedCqe {
+        OwnedCqe {
+            ring: self.ring,
+            slot,
+        }
+    }
+}
+
+/// The WQE counter of a WQE the device reported complete: read from a CQE software owns
+/// ([`OwnedCqe::qpn_and_counter`]), or made where a compressed session's completions are
+/// counted ([`Reported::in_session`]). Retiring what it names needs no further argument.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Reported(u16);
+
+impl Reported {
+    /// The counter of a completion of a compressed session.
+    ///
+    /// # Safety
+    ///
+    /// The device reported WQE `counter` complete: the counter is a mini-CQE's, or the
+    /// session title's plus the completion's place in the session, of a session software owns.
+    #[inline(always)]
+    pub(crate) unsafe fn in_session(counter: u16) -> Self {
+        Self(counter)
+    }
+
+    /// The 16-bit WQE counter.
+    #[inline(always)]
+    pub(crate) fn counter(self) -> u16 {
+        self.0
+    }
+}
+
 /// A CQE software owns, from [`CqeRing::owned`]: read without a further argument.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct OwnedCqe {
@@ -816,12 +874,30 @@ impl OwnedCqe {
         self.ring.stride()
     }
 
+    /// The CQE's `sop_drop_qpn` and the WQE counter it reports complete.
+    #[inline(always)]
+    pub(crate) fn qpn_and_counter(&self) -> (u32, Reported) {
+        self.with(|b| {
+            let c = crate::prm::cqe::Cqe64::new_unchecked(b);
+            (c.sop_drop_qpn(), Reported(c.wqe_counter()))
+        })
+    }
+
     /// Calls `f` with the 64-byte CQE.
     #[inline(always)]
     pub(crate) fn with<R>(&self, f: impl FnOnce(&[u8; 64]) -> R) -> R {
         // SAFETY: the token's (`CqeRing::owned`): the CQE is software's until the consumer
         // index moves past it, after the token's last use.
         unsafe { self.ring.with_cqe(self.slot, f) }
+    }
+
+    /// Stores `op_own` into the entry's owner byte ([`CqeRing::set_op_own`]): an entry of a
+    /// compressed session handed back, or marked where a poll stopped inside one.
+    #[inline(always)]
+    pub(crate) fn set_op_own(&self, op_own: u8) {
+        // SAFETY: the token's: the entry is software's until the consumer index moves past
+        // it, so the device does not write it now.
+        unsafe { self.ring.set_op_own(self.slot, op_own) }
     }
 
     /// Calls `f` with the first 64 bytes of its 128-byte entry
