@@ -675,54 +675,43 @@ impl CqeRing {
         }
     }
 
+    /// The `op_own` byte of CQE `slot` (already masked), as an atomic: the device writes it
+    /// at any time, so it is accessed through an atomic (a single byte load or store, the same
+    /// instruction as a volatile access), never through a reference to the CQE.
+    #[cfg(not(zverbs_loom))]
+    #[inline(always)]
+    fn owner_byte(&self, slot: u32) -> &zverbs_core::sync::atomic::AtomicU8 {
+        let off = slot as usize * self.stride + 63;
+        // SAFETY: `slot` is in the ring (masked by the caller), so its last byte is too
+        // (constructor contract); `AtomicU8` has the size and alignment of `u8`.
+        unsafe {
+            &*self
+                .base
+                .as_ptr()
+                .add(off)
+                .cast::<zverbs_core::sync::atomic::AtomicU8>()
+        }
+    }
+
+    /// CQE `slot` (already masked) as its loom objects.
+    #[cfg(zverbs_loom)]
+    #[inline(always)]
+    fn loom_cqe(&self, slot: u32) -> &LoomCqe {
+        // SAFETY: under loom the ring is an array of `LoomCqe` (constructor contract), and
+        // `slot` is in it (masked by the caller).
+        unsafe { &*self.base.as_ptr().cast::<LoomCqe>().add(slot as usize) }
+    }
+
     /// Loads the `op_own` byte of CQE `slot` (already masked).
     #[inline(always)]
     pub(crate) fn op_own(&self, slot: u32) -> u8 {
         #[cfg(not(zverbs_loom))]
         {
-            let off = slot as usize * self.stride + 63;
-            // SAFETY: `slot` is in the ring (masked by the caller). The byte is written by the
-            // device at any time, so it is read through an atomic (a single byte load, the
-            // same instruction as a volatile read), never through a reference.
-            unsafe {
-                (*self
-                    .base
-                    .as_ptr()
-                    .add(off)
-                    .cast::<zverbs_core::sync::atomic::AtomicU8>())
-                .load(Ordering::Relaxed)
-            }
+            self.owner_byte(slot).load(Ordering::Relaxed)
         }
         #[cfg(zverbs_loom)]
         {
-            // SAFETY: under loom the ring is an array of `LoomCqe` (constructor contract).
-            let cqe = unsafe { &*self.base.as_ptr().cast::<LoomCqe>().add(slot as usize) };
-            cqe.op_own.load(Ordering::Relaxed)
-        }
-    }
-
-    /// Calls `f` with the 64-byte CQE in `slot` (already masked).
-    ///
-    /// # Safety
-    ///
-    /// The CQE is software's: its owner byte was checked and followed by
-    /// [`from_device`](zverbs_core::barrier::from_device), and the consumer index that
-    /// would let the device reuse the entry has not been published yet.
-    #[inline(always)]
-    pub(crate) unsafe fn with_cqe<R>(&self, slot: u32, f: impl FnOnce(&[u8; 64]) -> R) -> R {
-        #[cfg(not(zverbs_loom))]
-        {
-            let off = slot as usize * self.stride;
-            // SAFETY: the entry is in the ring and (caller) the device will not write it until
-            // the consumer index moves past it, so a shared reference is not aliased by writes.
-            f(unsafe { &*self.base.as_ptr().add(off).cast::<[u8; 64]>() })
-        }
-        #[cfg(zverbs_loom)]
-        {
-            // SAFETY: under loom the ring is an array of `LoomCqe` (constructor contract).
-            let cqe = unsafe { &*self.base.as_ptr().cast::<LoomCqe>().add(slot as usize) };
-            // SAFETY: the caller guarantees the device is not writing the body now.
-            cqe.body.with(|p| f(unsafe { &*p }))
+            self.loom_cqe(slot).op_own.load(Ordering::Relaxed)
         }
     }
 
@@ -755,38 +744,6 @@ impl CqeRing {
         SessionCqes { ring: *self }
     }
 
-    /// Stores `op_own` into CQE `slot` (already masked): the poller hands the entries of a
-    /// compressed session back looking invalid, and marks where it stopped inside one.
-    ///
-    /// # Safety
-    ///
-    /// As [`CqeRing::with_cqe`]: the entry is software's (inside a compressed session whose
-    /// title the poller checked), and the consumer index that would let the device reuse it
-    /// has not been published yet, so the device does not write it now.
-    #[inline(always)]
-    pub(crate) unsafe fn set_op_own(&self, slot: u32, op_own: u8) {
-        #[cfg(not(zverbs_loom))]
-        {
-            let off = slot as usize * self.stride + 63;
-            // SAFETY: `slot` is in the ring (masked by the caller); the byte is accessed
-            // through an atomic, as `op_own` loads it; (caller) the device is not writing it.
-            unsafe {
-                (*self
-                    .base
-                    .as_ptr()
-                    .add(off)
-                    .cast::<zverbs_core::sync::atomic::AtomicU8>())
-                .store(op_own, Ordering::Relaxed)
-            }
-        }
-        #[cfg(zverbs_loom)]
-        {
-            // SAFETY: under loom the ring is an array of `LoomCqe` (constructor contract).
-            let cqe = unsafe { &*self.base.as_ptr().cast::<LoomCqe>().add(slot as usize) };
-            cqe.op_own.store(op_own, Ordering::Relaxed);
-        }
-    }
-
     /// The CQE size in bytes (64 or 128; 64 under loom).
     #[inline(always)]
     pub(crate) fn stride(&self) -> usize {
@@ -798,23 +755,6 @@ impl CqeRing {
         {
             64
         }
-    }
-
-    /// Calls `f` with the first 64 bytes of the 128-byte entry in `slot` (already masked): the
-    /// bytes before its 64-byte CQE, where a scatter-to-CQE of 64 bytes puts the data.
-    ///
-    /// # Safety
-    ///
-    /// As [`CqeRing::with_cqe`], and the ring's CQEs are 128 bytes.
-    #[cfg(not(zverbs_loom))]
-    #[inline(always)]
-    pub(crate) unsafe fn with_entry_head<R>(&self, slot: u32, f: impl FnOnce(&[u8; 64]) -> R) -> R {
-        debug_assert_eq!(self.stride, 128);
-        let off = slot as usize * self.stride;
-        // SAFETY: (caller) 128-byte entries: `base` is 64 bytes into the ring, so the entry's
-        // first half starts 64 bytes before its CQE, inside the ring; the device does not write
-        // the entry until the consumer index moves past it.
-        f(unsafe { &*self.base.as_ptr().add(off).sub(64).cast::<[u8; 64]>() })
     }
 }
 
@@ -860,7 +800,9 @@ impl Reported {
     }
 }
 
-/// A CQE software owns, from [`CqeRing::owned`]: read without a further argument.
+/// A CQE software owns, from [`CqeRing::owned`] (or [`SessionCqes::entry`]): the device does
+/// not write it until the consumer index moves past it, after the token's last use, so its
+/// reads (and the poller's writes of its owner byte) need no further argument.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct OwnedCqe {
     ring: CqeRing,
@@ -886,30 +828,55 @@ impl OwnedCqe {
     /// Calls `f` with the 64-byte CQE.
     #[inline(always)]
     pub(crate) fn with<R>(&self, f: impl FnOnce(&[u8; 64]) -> R) -> R {
-        // SAFETY: the token's (`CqeRing::owned`): the CQE is software's until the consumer
-        // index moves past it, after the token's last use.
-        unsafe { self.ring.with_cqe(self.slot, f) }
+        #[cfg(not(zverbs_loom))]
+        {
+            let off = self.slot as usize * self.ring.stride;
+            // SAFETY: the entry is in the ring (`slot` masked), and the token's: the device
+            // does not write it until the consumer index moves past it, so a shared reference
+            // is not aliased by writes.
+            f(unsafe { &*self.ring.base.as_ptr().add(off).cast::<[u8; 64]>() })
+        }
+        #[cfg(zverbs_loom)]
+        {
+            // SAFETY: the token's: the device is not writing the body now.
+            self.ring
+                .loom_cqe(self.slot)
+                .body
+                .with(|p| f(unsafe { &*p }))
+        }
     }
 
-    /// Stores `op_own` into the entry's owner byte ([`CqeRing::set_op_own`]): an entry of a
-    /// compressed session handed back, or marked where a poll stopped inside one.
+    /// Stores `op_own` into the entry's owner byte: an entry of a compressed session handed
+    /// back looking invalid, or marked where a poll stopped inside one. The token's: the device
+    /// does not write the entry now.
     #[inline(always)]
     pub(crate) fn set_op_own(&self, op_own: u8) {
-        // SAFETY: the token's: the entry is software's until the consumer index moves past
-        // it, so the device does not write it now.
-        unsafe { self.ring.set_op_own(self.slot, op_own) }
+        #[cfg(not(zverbs_loom))]
+        self.ring
+            .owner_byte(self.slot)
+            .store(op_own, Ordering::Relaxed);
+        #[cfg(zverbs_loom)]
+        self.ring
+            .loom_cqe(self.slot)
+            .op_own
+            .store(op_own, Ordering::Relaxed);
     }
 
-    /// Calls `f` with the first 64 bytes of its 128-byte entry
-    /// ([`CqeRing::with_entry_head`]).
-    ///
-    /// # Safety
-    ///
-    /// The ring's CQEs are 128 bytes.
+    /// Calls `f` with the first 64 bytes of its entry when the ring's CQEs are 128 bytes (the
+    /// bytes before its 64-byte CQE, where a scatter-to-CQE of 64 bytes puts the data);
+    /// `None` for 64-byte CQEs.
     #[cfg(not(zverbs_loom))]
     #[inline(always)]
-    pub(crate) unsafe fn with_entry_head<R>(&self, f: impl FnOnce(&[u8; 64]) -> R) -> R {
-        // SAFETY: the token's, and (caller) 128-byte entries.
-        unsafe { self.ring.with_entry_head(self.slot, f) }
+    pub(crate) fn with_entry_head<R>(&self, f: impl FnOnce(&[u8; 64]) -> R) -> Option<R> {
+        if self.ring.stride != 128 {
+            return None;
+        }
+        let off = self.slot as usize * 128;
+        // SAFETY: 128-byte entries: `base` is 64 bytes into the ring, so the entry's first half
+        // starts 64 bytes before its CQE, inside the ring; the token's: the device does not
+        // write the entry until the consumer index moves past it.
+        Some(f(unsafe {
+            &*self.ring.base.as_ptr().add(off).sub(64).cast::<[u8; 64]>()
+        }))
     }
 }
