@@ -543,7 +543,7 @@ const SCATTERED: u8 = INLINE_SCATTER_32 | INLINE_SCATTER_64;
 ///
 /// # Safety
 ///
-/// As [`CqeRing::with_cqe`] for `slot`; the only poller of the CQ calls this; `rq` is the
+/// As [`CqeRing::owned`] for `slot`; the only poller of the CQ calls this; `rq` is the
 /// receive state of QP `qpn`'s binding, and `wqes` its ring.
 #[cfg(not(zverbs_loom))]
 #[inline(always)]
