@@ -510,19 +510,24 @@ impl DbrecWord {
         Self(unsafe { ptr.cast::<AtomicU32>().add(word) })
     }
 
+    /// The word as an atomic, for this call's access.
+    #[inline(always)]
+    fn word(&self) -> &AtomicU32 {
+        // SAFETY: `AtomicU32` has the size, alignment and bit validity of `u32` (and under loom
+        // the memory holds loom atomics); the constructor's contract keeps the word valid.
+        unsafe { self.0.as_ref() }
+    }
+
     /// Stores `counter` as a big-endian doorbell-record value.
     #[inline(always)]
     pub(crate) fn publish(self, counter: u32, order: Ordering) {
-        // SAFETY: `AtomicU32` has the size, alignment and bit validity of `u32` (and under loom
-        // the memory holds loom atomics); the constructor's contract keeps the word valid.
-        unsafe { self.0.as_ref() }.store(counter.to_be(), order);
+        self.word().store(counter.to_be(), order);
     }
 
     /// The counter the word holds (`Acquire`).
     #[inline]
     pub(crate) fn read(self) -> u32 {
-        // SAFETY: as in `publish`.
-        u32::from_be(unsafe { self.0.as_ref() }.load(Ordering::Acquire))
+        u32::from_be(self.word().load(Ordering::Acquire))
     }
 }
 
