@@ -66,11 +66,11 @@ pub(crate) struct SlotData {
 #[derive(Debug, Default)]
 pub struct SqSlot(UnsafeCell<SlotData>);
 
-// SAFETY: the cell is reached only through `SqSlot::record` (the poster) and `SqState::retire`
-// (the poller), both `unsafe` with the hand-over protocol of the module docs as their
-// contract: the poster writes a slot only after the credit word (Acquire) shows the poller is
-// done with it, and the poller reads it only after the device completed the WQE the poster
-// published. Safe code can do nothing with a shared `SqSlot`.
+// SAFETY: the cell is reached only through `SqSlot::record` (the poster, `unsafe`) and
+// `Polled::<SqState>::retire` (the poller, behind the tokens `Polled` and `Reported`), whose
+// contracts are the hand-over protocol of the module docs: the poster writes a slot only after
+// the credit word (Acquire) shows the poller is done with it, and the poller reads it only
+// after the device completed the WQE the poster published. Safe code can do nothing with a shared `SqSlot`.
 unsafe impl Sync for SqSlot {}
 
 impl SqSlot {
@@ -147,8 +147,8 @@ impl SlotsAt {
 #[derive(Debug, Default)]
 pub struct RqSlot(UnsafeCell<u64>);
 
-// SAFETY: as for `SqSlot`: reached only through `RqState::record` and `RqState::retire`, whose
-// contracts are the receive side's hand-over protocol.
+// SAFETY: as for `SqSlot`: reached only through `RqState::record` and
+// `Polled::<RqState>::retire`, whose contracts are the receive side's hand-over protocol.
 unsafe impl Sync for RqSlot {}
 
 impl RqSlot {
@@ -433,7 +433,7 @@ impl<S: StableDeref<Target = [RqSlot]>> RqState<S> {
     }
 
     /// Poller side: the counter of the oldest receive not completed (the next
-    /// [`RqState::retire`] retires it).
+    /// `Polled::<RqState>::retire` retires it).
     #[inline(always)]
     pub(crate) fn oldest(&self) -> u32 {
         self.tail.load(Ordering::Relaxed) // only the poller writes it
@@ -518,8 +518,9 @@ impl<S: StableDeref<Target = [RqSlot]>> Polled<'_, RqState<S>> {
 #[derive(Debug, Default)]
 pub struct SrqSlot(UnsafeCell<u64>);
 
-// SAFETY: as for `SqSlot`: reached only through `SrqState::record` and `SrqState::retire`,
-// whose contracts are the free list's hand-over protocol (module docs).
+// SAFETY: as for `SqSlot`: reached only through `SrqState::record` and
+// `Polled::<SrqState>::retire`, whose contracts are the free list's hand-over protocol (module
+// docs).
 unsafe impl Sync for SrqSlot {}
 
 impl SrqSlot {

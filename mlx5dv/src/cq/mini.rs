@@ -111,7 +111,7 @@ impl<B: Bindings> CompletionQueue<B> {
     ///
     /// # Safety
     ///
-    /// As [`CqeRing::owned`] for `slot`, which the poller's ownership check passed and
+    /// As [`CqeRing::owned`](crate::devmem::CqeRing::owned) for `slot`, which the poller's ownership check passed and
     /// followed with the `from_device` barrier.
     #[cold]
     #[inline(never)]
