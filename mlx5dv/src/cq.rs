@@ -38,7 +38,7 @@ use zverbs_core::{
     barrier,
 };
 
-use crate::devmem::{CqeRing, DbrecWord, OwnedCqe};
+use crate::devmem::{CqeRing, DbrecWord, OwnedCqe, Reported};
 use crate::layout::{CqLayout, LayoutError};
 use crate::prm::cqe::{
     Cqe64, FLAGS_RQPN_GRH, FLAGS_RQPN_SL_SHIFT, FLAGS_RQPN_SRC_QP, INLINE_SCATTER_32,
@@ -46,7 +46,7 @@ use crate::prm::cqe::{
 };
 use crate::prm::{CQ_SET_CI, opcode};
 use crate::state::{
-    Bindings, CqBinding, RqState, RqStateRef, SqState, SqStateRef, SrqState, SrqStateRef,
+    Bindings, CqBinding, Polled, RqState, RqStateRef, SqState, SqStateRef, SrqState, SrqStateRef,
 };
 
 mod mini;
@@ -104,24 +104,34 @@ impl<S, R, Q> Hit<S, R, Q> {
     /// this is: send, receive, shared receive.
     #[inline(always)]
     #[allow(clippy::type_complexity)]
-    fn states<B: ?Sized>(self, bindings: &B) -> (Option<&S>, Option<&R>, Option<&Q>) {
+    fn states<B: ?Sized>(
+        self,
+        bindings: &B,
+    ) -> (
+        Option<Polled<'_, S>>,
+        Option<Polled<'_, R>>,
+        Option<Polled<'_, Q>>,
+    ) {
         let _ = bindings;
         // SAFETY: the one argument for every hit: a `Hit` is made only by `find_binding`, from
         // the poller's bindings (or is `UNBOUND`), and the poller forgets it whenever its
         // bindings change (`swap_bindings`, `adopt`); the targets of the bindings' handles are
         // `StableDeref`: they live, unmoved, as long as the bindings, which `bindings` borrows.
+        // The caller is the CQ's one poller (`CompletionQueue::new`), which serves the
+        // bindings' queues, and hands each state only the completions of the hit's QP (it
+        // finds the hit by the QPN the CQE names).
         unsafe {
             (
-                self.sq.map(|p| p.as_ref()),
-                self.rq.map(|p| p.as_ref()),
-                self.srq.map(|p| p.as_ref()),
+                self.sq.map(|p| Polled::new(p.as_ref())),
+                self.rq.map(|p| Polled::new(p.as_ref())),
+                self.srq.map(|p| Polled::new(p.as_ref())),
             )
         }
     }
 
     /// The send queue state ([`Hit::states`]).
     #[inline(always)]
-    fn sq<'s, B: ?Sized>(self, bindings: &'s B) -> Option<&'s S>
+    fn sq<'s, B: ?Sized>(self, bindings: &'s B) -> Option<Polled<'s, S>>
     where
         R: 's,
         Q: 's,
@@ -131,7 +141,7 @@ impl<S, R, Q> Hit<S, R, Q> {
 
     /// The receive queue state ([`Hit::states`]).
     #[inline(always)]
-    fn rq<'s, B: ?Sized>(self, bindings: &'s B) -> Option<&'s R>
+    fn rq<'s, B: ?Sized>(self, bindings: &'s B) -> Option<Polled<'s, R>>
     where
         S: 's,
         Q: 's,
@@ -353,7 +363,7 @@ impl<B: Bindings> CompletionQueue<B> {
         if op_own & SCATTERED != 0 {
             return false;
         }
-        let (sop_drop_qpn, wqe_counter) = cqe.with(qpn_and_counter);
+        let (sop_drop_qpn, wqe_counter) = cqe.qpn_and_counter();
         let qpn = sop_drop_qpn & QPN_MASK;
         if qpn != self.last.qpn {
             return false;
@@ -366,16 +376,14 @@ impl<B: Bindings> CompletionQueue<B> {
                 // CQE).
                 if let Some((opcode, flags, len)) = send_kind((sop_drop_qpn >> 24) as u8) {
                     let kind = (opcode, flags, len);
-                    // SAFETY: as above; the only poller, for a CQE the device wrote.
-                    *out = unsafe { requester(sq, kind, qpn, wqe_counter, cqe) };
+                    *out = requester(sq, kind, qpn, wqe_counter, cqe);
                     return true;
                 }
             }
             cqe_op @ op::RESP_WR_IMM..=op::RESP_SEND_INV
                 if let Some(rq) = last.rq(&self.bindings) =>
             {
-                // SAFETY: as above.
-                unsafe { responder(rq, cqe_op, qpn, cqe, out) };
+                responder(rq, cqe_op, qpn, cqe, out);
                 return true;
             }
             _ => {}
@@ -390,7 +398,7 @@ impl<B: Bindings> CompletionQueue<B> {
     #[cold]
     #[inline(never)]
     fn decode_slow(&mut self, cqe: OwnedCqe, op_own: u8, out: &mut Completion) {
-        let (sop_drop_qpn, wqe_counter) = cqe.with(qpn_and_counter);
+        let (sop_drop_qpn, wqe_counter) = cqe.qpn_and_counter();
         let qpn = sop_drop_qpn & QPN_MASK;
         let (sq, rq, srq) = match self.binding(qpn) {
             Some(b) => b.states(&self.bindings),
@@ -400,8 +408,7 @@ impl<B: Bindings> CompletionQueue<B> {
         match (cqe_op, sq, rq) {
             (op::REQ, Some(sq), _) => {
                 let kind = any_send_kind((sop_drop_qpn >> 24) as u8);
-                // SAFETY: the only poller, for a CQE the device wrote.
-                *out = unsafe { requester(sq, kind, qpn, wqe_counter, cqe) };
+                *out = requester(sq, kind, qpn, wqe_counter, cqe);
                 unsupported_format(out, op_own);
             }
             (op::RESP_WR_IMM..=op::RESP_SEND_INV, _, Some(rq)) => {
@@ -414,8 +421,7 @@ impl<B: Bindings> CompletionQueue<B> {
                 } else {
                     Ok(())
                 };
-                // SAFETY: as above.
-                unsafe { responder(rq, cqe_op, qpn, cqe, out) };
+                responder(rq, cqe_op, qpn, cqe, out);
                 if let Err(e) = copied {
                     out.status = e.status();
                     if e == scatter::ScatterError::Format {
@@ -424,8 +430,7 @@ impl<B: Bindings> CompletionQueue<B> {
                 }
             }
             (op::RESP_WR_IMM..=op::RESP_SEND_INV, _, None) if let Some(srq) = srq => {
-                // SAFETY: the only poller of the SRQ's QPs; the CQE names the WQE.
-                let wr_id = unsafe { srq.retire(wqe_counter) };
+                let wr_id = srq.retire(wqe_counter);
                 let f = cqe.with(receive_fields);
                 *out = received(wr_id, cqe_op, qpn, f.0, f.1, f.2);
                 receive_path(cqe, out);
@@ -438,8 +443,8 @@ impl<B: Bindings> CompletionQueue<B> {
                 if let Some(rq) = rq {
                     rq.gate().close();
                 }
-                // SAFETY: the only poller; an error CQE completes the WQE it names.
-                let done = unsafe { sq.retire(wqe_counter) };
+                // An error CQE completes the WQE it names.
+                let done = sq.retire(wqe_counter);
                 let (status, vendor_err) = cqe.with(error_of);
                 *out = Completion {
                     wr_id: done.wr_id,
@@ -458,11 +463,10 @@ impl<B: Bindings> CompletionQueue<B> {
                     rq.gate().close();
                 }
                 let wr_id = match (rq, srq) {
-                    // SAFETY: the only poller; receives complete in order, errors included.
-                    (Some(rq), _) => unsafe { rq.retire() },
-                    // SAFETY: the only poller of the SRQ's QPs; an error CQE names its WQE
-                    // too, which is freed as libmlx5 frees it.
-                    (None, Some(srq)) => unsafe { srq.retire(wqe_counter) },
+                    // Receives complete in order, errors included.
+                    (Some(rq), _) => rq.retire(&cqe),
+                    // An error CQE names its WQE too, which is freed as libmlx5 frees it.
+                    (None, Some(srq)) => srq.retire(wqe_counter),
                     (None, None) => 0,
                 };
                 let (status, vendor_err) = cqe.with(error_of);
@@ -539,12 +543,12 @@ const SCATTERED: u8 = INLINE_SCATTER_32 | INLINE_SCATTER_64;
 ///
 /// # Safety
 ///
-/// As [`CqeRing::with_cqe`] for `slot`; the only poller of the CQ calls this; `rq` is the
+/// As [`CqeRing::owned`] for `slot`; the only poller of the CQ calls this; `rq` is the
 /// receive state of QP `qpn`'s binding, and `wqes` its ring.
 #[cfg(not(zverbs_loom))]
 #[inline(always)]
 unsafe fn decode_scattered<S>(
-    rq: &RqState<S>,
+    rq: Polled<'_, RqState<S>>,
     wqes: crate::state::WqeRing,
     qpn: u32,
     cqe: OwnedCqe,
@@ -567,8 +571,7 @@ where
     if !unsafe { scatter::copy_to_first_segment(wqes, rq.oldest(), cqe, op_own, byte_cnt) } {
         return false;
     }
-    // SAFETY: (caller) the only poller, for a responder CQE the device wrote.
-    unsafe { responder(rq, cqe_op, qpn, cqe, out) };
+    responder(rq, cqe_op, qpn, cqe, out);
     true
 }
 
@@ -582,7 +585,7 @@ where
 #[cold]
 #[inline(never)]
 unsafe fn scattered_receive<S>(
-    rq: &RqState<S>,
+    rq: Polled<'_, RqState<S>>,
     cqe: OwnedCqe,
     op_own: u8,
 ) -> Result<(), scatter::ScatterError>
@@ -621,14 +624,6 @@ fn owned(ring: Ring, pass_bit: u32, cqes: CqeRing, ci: u32) -> Option<(u32, u8)>
         return None;
     }
     Some((slot, op_own))
-}
-
-/// The two fields every CQE's decoding starts from: `sop_drop_qpn` (the QPN, and a requester
-/// CQE's send opcode) and `wqe_counter`.
-#[inline(always)]
-fn qpn_and_counter(cqe: &[u8; 64]) -> (u32, u16) {
-    let c = Cqe64::new_unchecked(cqe);
-    (c.sop_drop_qpn(), c.wqe_counter())
 }
 
 /// An error CQE's status and vendor error.
@@ -708,17 +703,12 @@ const fn send_kind_of(send_opcode: u8) -> Option<SendKind> {
 
 /// The successful completion of a requester CQE: retires the WQE at `wqe_counter` (and the
 /// unsignaled ones before it) and reports it as `kind` says.
-///
-/// # Safety
-///
-/// The only poller of the CQ calls this, for a requester CQE the device wrote in `slot`, which
-/// is software's ([`CqeRing::with_cqe`]).
 #[inline(always)]
-unsafe fn requester<S>(
-    sq: &SqState<S>,
+fn requester<S>(
+    sq: Polled<'_, SqState<S>>,
     kind: SendKind,
     qpn: u32,
-    wqe_counter: u16,
+    wqe_counter: Reported,
     cqe: OwnedCqe,
 ) -> Completion
 where
@@ -730,8 +720,7 @@ where
         ReqLen::Atomic => 8,
         ReqLen::ByteCnt => cqe.with(|b| Cqe64::new_unchecked(b).byte_cnt()),
     };
-    // SAFETY: (caller) the only poller, and the device reported the WQE complete.
-    let wr_id = unsafe { sq.retire(wqe_counter) }.wr_id;
+    let wr_id = sq.retire(wqe_counter).wr_id;
     Completion {
         wr_id,
         byte_len,
@@ -751,17 +740,17 @@ where
 
 /// The successful completion of a responder CQE (`cqe_op` one of `RESP_WR_IMM` ..
 /// `RESP_SEND_INV`): retires the oldest receive and reports what arrived.
-///
-/// # Safety
-///
-/// As [`requester`], for a responder CQE.
 #[inline(always)]
-unsafe fn responder<S>(rq: &RqState<S>, cqe_op: u8, qpn: u32, cqe: OwnedCqe, out: &mut Completion)
-where
+fn responder<S>(
+    rq: Polled<'_, RqState<S>>,
+    cqe_op: u8,
+    qpn: u32,
+    cqe: OwnedCqe,
+    out: &mut Completion,
+) where
     S: stable_deref_trait::StableDeref<Target = [crate::RqSlot]>,
 {
-    // SAFETY: (caller) the only poller; the device reported the oldest receive complete.
-    let wr_id = unsafe { rq.retire() };
+    let wr_id = rq.retire(&cqe);
     let (byte_len, imm, flags_rqpn) = cqe.with(receive_fields);
     *out = received(wr_id, cqe_op, qpn, byte_len, imm, flags_rqpn);
     receive_path(cqe, out);

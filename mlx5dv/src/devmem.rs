@@ -86,37 +86,24 @@ impl SegRing {
         }
     }
 
-    /// Calls `f` with segment `k` of the WQE whose control segment is segment `start`, for
-    /// writing. WQEs start on a basic block, so the segments of the first block (`k < 4`) are
-    /// addressed from the block without masking each one; later ones follow the ring's wrap.
+    /// Reserves the `segs` segments of a receive WQE's scatter list from segment counter
+    /// `start`: the one place a receive path argues that it may write them. The token's writes
+    /// are safe; they reach the device when the caller publishes the receive (the doorbell
+    /// record).
     ///
     /// # Safety
     ///
-    /// As [`SegRing::with_mut`]; `start` is a multiple of 4.
+    /// The `segs` segments from `start` are the poster's (the entry is free: the room check
+    /// or the free list says the device is done with it) and not yet published, no other
+    /// token covers them while this one lives, and `segs` is at most the ring's size.
     #[inline(always)]
-    pub(crate) unsafe fn with_mut_wqe<R>(
-        &self,
-        start: u32,
-        k: u32,
-        f: impl FnOnce(&mut [u8; 16]) -> R,
-    ) -> R {
-        debug_assert!(start.is_multiple_of(4));
-        let cell = if k < 4 {
-            // SAFETY: `start & mask` is a multiple of 4 at most `mask - 3` (the ring is whole
-            // blocks), so the block's four segments are in the ring.
-            unsafe {
-                &*self
-                    .base
-                    .as_ptr()
-                    .add((start & self.mask) as usize)
-                    .add(k as usize)
-            }
-        } else {
-            self.cell(start.wrapping_add(k))
-        };
-        // SAFETY: only the owner writes the ring, and (caller) the device is not reading this
-        // segment, so the exclusive reference is unique for its short life.
-        cell.with_mut(|p| f(unsafe { &mut *p }))
+    pub(crate) unsafe fn reserve_recv(&self, start: u32, segs: u32) -> RecvWqe {
+        debug_assert!(segs <= self.mask + 1);
+        RecvWqe {
+            ring: *self,
+            start,
+            segs,
+        }
     }
 
     /// Calls `f` with segment `idx` (masked) for writing.
@@ -164,251 +151,12 @@ impl SegRing {
         }
     }
 
-    /// Copies `len` bytes from `src` into the ring at byte counter `at` (16 per segment,
-    /// free-running like the segment counter), continuing at the ring's start when it meets
-    /// the end: at most two copies.
-    ///
-    /// # Safety
-    ///
-    /// The segments written are free and unpublished (as for [`SegRing::with_mut`]);
-    /// `src..src + len` is readable and does not overlap the ring; `len` is at most the
-    /// ring's size.
-    #[inline(always)]
-    pub(crate) unsafe fn copy_in(&self, at: u32, src: *const u8, len: usize) {
-        #[cfg(not(zverbs_loom))]
-        {
-            let ring_bytes = (self.mask as usize + 1) * 16;
-            let pos = at as usize & (ring_bytes - 1);
-            let first = len.min(ring_bytes - pos);
-            let dst = self.base.as_ptr().cast::<u8>();
-            // SAFETY: `pos + first <= ring_bytes` and `len - first <= ring_bytes`, so both
-            // copies stay in the ring; (caller) the source is readable, does not overlap, and
-            // the bytes written belong to free segments.
-            unsafe {
-                core::ptr::copy_nonoverlapping(src, dst.add(pos), first);
-                if first < len {
-                    core::ptr::copy_nonoverlapping(src.add(first), dst, len - first);
-                }
-            }
-        }
-        #[cfg(zverbs_loom)]
-        {
-            let (mut at, mut src, mut left) = (at, src, len);
-            while left > 0 {
-                let off = (at % 16) as usize;
-                let n = left.min(16 - off);
-                // SAFETY: (caller) as above; `off + n <= 16`.
-                unsafe {
-                    self.with_mut(at / 16, |b| {
-                        core::ptr::copy_nonoverlapping(src, b.as_mut_ptr().add(off), n)
-                    });
-                    src = src.add(n);
-                }
-                at = at.wrapping_add(n as u32);
-                left -= n;
-            }
-        }
-    }
-
-    /// Zeroes segment `seg` of the ring (`seg_of` a counter: not masked again).
-    ///
-    /// # Safety
-    ///
-    /// As [`SegRing::with_mut`]; `seg` is less than the ring's size.
-    #[inline(always)]
-    pub(crate) unsafe fn zero_seg_at(&self, seg: u32) {
-        debug_assert!(seg <= self.mask);
-        #[cfg(not(zverbs_loom))]
-        // SAFETY: (caller) the segment is in the ring, 16-byte aligned (constructor
-        // contract); the device is not reading it and only the owner writes.
-        unsafe {
-            self.base
-                .as_ptr()
-                .add(seg as usize)
-                .cast::<[u8; 16]>()
-                .write([0; 16])
-        };
-        #[cfg(zverbs_loom)]
-        // SAFETY: (caller) as above; masking a segment of the ring keeps it.
-        unsafe {
-            self.with_mut(seg, |b| *b = [0; 16])
-        };
-    }
-
     /// Whether the `n` segments from segment `seg` of the ring (`seg_of` a counter: not
     /// masked again) lie before its end, so that they are contiguous in memory.
     #[inline(always)]
     pub(crate) fn fits_before_end(&self, seg: u32, n: u32) -> bool {
         debug_assert!(seg <= self.mask);
         seg + n <= self.mask + 1
-    }
-
-    /// Copies `len` bytes (at least 1) from `src` into the ring at byte `pos` of it (not a
-    /// counter: not masked again), where they do not meet its end: in fixed-size moves that
-    /// may overlap (two of 1 to 16 bytes, two runs of two or four 16-byte moves, or runs of
-    /// four and a last one), not a copy of variable length (a call to `memcpy`).
-    ///
-    /// # Safety
-    ///
-    /// As [`SegRing::copy_in`], and `pos + len` is at most the ring's size in bytes.
-    #[inline(always)]
-    pub(crate) unsafe fn copy_in_short_at(&self, pos: usize, src: *const u8, len: usize) {
-        debug_assert!(len >= 1 && pos + len <= (self.mask as usize + 1) * 16);
-        #[cfg(not(zverbs_loom))]
-        {
-            // SAFETY: (caller) `pos + len` is at most the ring's size.
-            let dst = unsafe { self.base.as_ptr().cast::<u8>().add(pos) };
-            // SAFETY: every move below reads `src + i .. src + i + n` and writes
-            // `dst + i .. dst + i + n` with `i + n <= len` (`n` the move's size, at most `len`),
-            // inside the source (readable, caller) and the bytes given (free segments, in the
-            // ring, not overlapping the source); unaligned moves.
-            unsafe {
-                // Runs of 16 bytes: two runs of `r` cover any length from `r` to `2r`.
-                let run = |i: usize, r: usize| {
-                    for j in (0..r).step_by(16) {
-                        move_at::<u128>(dst, src, i + j);
-                    }
-                };
-                // Chosen by halving: two compares down to 8 bytes, three to 64.
-                if len >= 16 {
-                    if len >= 64 {
-                        let mut i = 0;
-                        while i + 64 < len {
-                            run(i, 64);
-                            i += 64;
-                        }
-                        run(len - 64, 64);
-                    } else if len >= 32 {
-                        run(0, 32);
-                        run(len - 32, 32);
-                    } else {
-                        move_at::<u128>(dst, src, 0);
-                        move_at::<u128>(dst, src, len - 16);
-                    }
-                } else if len >= 8 {
-                    move_at::<u64>(dst, src, 0);
-                    move_at::<u64>(dst, src, len - 8);
-                } else if len >= 4 {
-                    move_at::<u32>(dst, src, 0);
-                    move_at::<u32>(dst, src, len - 4);
-                } else {
-                    move_at::<u8>(dst, src, 0);
-                    if len >= 2 {
-                        move_at::<u16>(dst, src, len - 2);
-                    }
-                }
-            }
-        }
-        #[cfg(zverbs_loom)]
-        // SAFETY: (caller) as `copy_in`'s contract, which this one's implies (`pos` is in the
-        // ring: its byte counter is itself).
-        unsafe {
-            self.copy_in(pos as u32, src, len)
-        };
-    }
-
-    /// Writes `words[..n]` (64-bit words holding the bytes in memory order, `n <= 8`) at the
-    /// start of the basic block whose first segment counter is `start`: the segments of one
-    /// block, written without a copy through a byte array.
-    ///
-    /// # Safety
-    ///
-    /// As [`SegRing::with_mut`] for the segments written; `start` is a multiple of 4.
-    #[inline(always)]
-    pub(crate) unsafe fn write_block_words(&self, start: u32, words: &[u64; 8], n: usize) {
-        debug_assert!(start.is_multiple_of(4) && n <= 8);
-        #[cfg(not(zverbs_loom))]
-        {
-            // SAFETY: `start & mask` is a multiple of 4 at most `mask - 3` (the ring is whole
-            // blocks), so the block's 64 bytes are in the ring, 16-byte aligned (constructor
-            // contract); (caller) the device is not reading them and only the owner writes.
-            let dst = unsafe { self.base.as_ptr().add((start & self.mask) as usize) }.cast::<u64>();
-            for (i, w) in words.iter().take(n).enumerate() {
-                // SAFETY: word `i < 8` of the block above.
-                unsafe { dst.add(i).write(*w) };
-            }
-        }
-        #[cfg(zverbs_loom)]
-        for s in 0..n.div_ceil(2) {
-            // SAFETY: (caller) as above.
-            unsafe {
-                self.with_mut_wqe(start, s as u32, |b| {
-                    b[..8].copy_from_slice(&words[2 * s].to_ne_bytes());
-                    if 2 * s + 1 < n {
-                        b[8..].copy_from_slice(&words[2 * s + 1].to_ne_bytes());
-                    }
-                })
-            };
-        }
-    }
-
-    /// As [`SegRing::write_block_words`], at segment `seg` of the ring (`seg_of` a block's
-    /// first segment counter: not masked again).
-    ///
-    /// # Safety
-    ///
-    /// As [`SegRing::write_block_words`]; `seg` is a multiple of 4 less than the ring's size.
-    #[inline(always)]
-    pub(crate) unsafe fn write_block_words_at(&self, seg: u32, words: &[u64; 8], n: usize) {
-        debug_assert!(seg.is_multiple_of(4) && seg <= self.mask && n <= 8);
-        #[cfg(not(zverbs_loom))]
-        {
-            // SAFETY: (caller) the block's 64 bytes are in the ring, 16-byte aligned
-            // (constructor contract); the device is not reading them and only the owner writes.
-            let dst = unsafe { self.base.as_ptr().add(seg as usize) }.cast::<u64>();
-            for (i, w) in words.iter().take(n).enumerate() {
-                // SAFETY: word `i < 8` of the block above.
-                unsafe { dst.add(i).write(*w) };
-            }
-        }
-        #[cfg(zverbs_loom)]
-        // SAFETY: (caller) as above; masking a segment of the ring keeps it.
-        unsafe {
-            self.write_block_words(seg, words, n)
-        };
-    }
-
-    /// Writes the one-block WQE `b` at 64-bit word `word` of the ring (`word_of_block`: not
-    /// masked again), a segment held in a register with one store.
-    ///
-    /// # Safety
-    ///
-    /// As [`SegRing::write_block_words`]; `word` is a multiple of 8 less than the ring's
-    /// size in words.
-    #[inline(always)]
-    pub(crate) unsafe fn write_block_regs_at(&self, word: u32, b: &crate::segreg::BlockRegs) {
-        debug_assert!(word.is_multiple_of(8) && word <= self.word_mask);
-        #[cfg(not(zverbs_loom))]
-        {
-            // SAFETY: (caller) the block's 64 bytes are in the ring, 16-byte aligned
-            // (constructor contract); the device is not reading them and only the owner
-            // writes. Each store below is to one of its first three segments.
-            unsafe {
-                let dst = self
-                    .base
-                    .as_ptr()
-                    .cast::<u64>()
-                    .add(word as usize)
-                    .cast::<u8>();
-                b.ctrl.store(dst);
-                let data = match b.raddr {
-                    Some(r) => {
-                        r.store(dst.add(16));
-                        dst.add(32)
-                    }
-                    None => dst.add(16),
-                }
-                .cast::<u64>();
-                data.write(b.data[0]);
-                data.add(1).write(b.data[1]);
-            }
-        }
-        #[cfg(zverbs_loom)]
-        {
-            let (words, n) = b.words();
-            // SAFETY: (caller) as above; masking a segment of the ring keeps it.
-            unsafe { self.write_block_words(word / 2, &words, n) };
-        }
     }
 
     /// Calls `f` with segment `idx` (masked) for reading.
@@ -451,66 +199,256 @@ pub(crate) struct Wqe {
 }
 
 impl Wqe {
-    /// Calls `f` with segment `k` of the WQE, for writing.
+    /// Calls `f` with segment `k` of the WQE, for writing. WQEs start on a basic block, so
+    /// the segments of the first block (`k < 4`) are addressed from the block without masking
+    /// each one; later ones follow the ring's wrap.
     #[inline(always)]
     pub(crate) fn seg<R>(&self, k: u32, f: impl FnOnce(&mut [u8; 16]) -> R) -> R {
         debug_assert!(k < 4 * self.blocks);
+        let cell = if k < 4 {
+            // SAFETY: `start & mask` is a multiple of 4 (`SegRing::reserve`) at most
+            // `mask - 3` (the ring is whole blocks), so the block's four segments are in the
+            // ring.
+            unsafe {
+                &*self
+                    .ring
+                    .base
+                    .as_ptr()
+                    .add((self.start & self.ring.mask) as usize)
+                    .add(k as usize)
+            }
+        } else {
+            self.ring.cell(self.start.wrapping_add(k))
+        };
         // SAFETY: the reservation (`SegRing::reserve`): the segment is free, unpublished and
-        // this token's; `start` is a multiple of 4.
-        unsafe { self.ring.with_mut_wqe(self.start, k, f) }
+        // this token's, so the exclusive reference is unique for its short life.
+        cell.with_mut(|p| f(unsafe { &mut *p }))
     }
 
-    /// Writes `words[..n]` at the start of the WQE's first block
-    /// ([`SegRing::write_block_words`]).
+    /// Writes `words[..n]` (64-bit words holding the bytes in memory order, `n <= 8`) at the
+    /// start of the WQE's first block: the segments of one block, written without a copy
+    /// through a byte array.
     #[inline(always)]
     pub(crate) fn block_words(&self, words: &[u64; 8], n: usize) {
         debug_assert!(n <= 8);
-        // SAFETY: as in `Wqe::seg`: the first block is the token's.
-        unsafe { self.ring.write_block_words(self.start, words, n) }
+        #[cfg(not(zverbs_loom))]
+        {
+            // SAFETY: `start & mask` is a multiple of 4 at most `mask - 3` (the ring is whole
+            // blocks), so the block's 64 bytes are in the ring, 16-byte aligned (constructor
+            // contract), and the token's (`SegRing::reserve`).
+            let dst = unsafe {
+                self.ring
+                    .base
+                    .as_ptr()
+                    .add((self.start & self.ring.mask) as usize)
+            }
+            .cast::<u64>();
+            for (i, w) in words.iter().take(n).enumerate() {
+                // SAFETY: word `i < 8` of the block above.
+                unsafe { dst.add(i).write(*w) };
+            }
+        }
+        #[cfg(zverbs_loom)]
+        for s in 0..n.div_ceil(2) {
+            self.seg(s as u32, |b| {
+                b[..8].copy_from_slice(&words[2 * s].to_ne_bytes());
+                if 2 * s + 1 < n {
+                    b[8..].copy_from_slice(&words[2 * s + 1].to_ne_bytes());
+                }
+            });
+        }
     }
 
-    /// Writes `words[..n]` at ring segment `seg`, the WQE's first segment as
-    /// [`SegRing::seg_of`] gives it ([`SegRing::write_block_words_at`]).
+    /// As [`Wqe::block_words`], at ring segment `seg`, the WQE's first segment as
+    /// [`SegRing::seg_of`] gives it (not masked again).
     #[inline(always)]
     pub(crate) fn block_words_at(&self, seg: u32, words: &[u64; 8], n: usize) {
         debug_assert!(seg == self.ring.seg_of(self.start) && n <= 8);
-        // SAFETY: as in `Wqe::seg`: the first block is the token's, at `seg`.
-        unsafe { self.ring.write_block_words_at(seg, words, n) }
+        #[cfg(not(zverbs_loom))]
+        {
+            // SAFETY: `seg` is the WQE's first segment, a multiple of 4 below the ring's size:
+            // the block's 64 bytes are in the ring, 16-byte aligned (constructor contract),
+            // and the token's.
+            let dst = unsafe { self.ring.base.as_ptr().add(seg as usize) }.cast::<u64>();
+            for (i, w) in words.iter().take(n).enumerate() {
+                // SAFETY: word `i < 8` of the block above.
+                unsafe { dst.add(i).write(*w) };
+            }
+        }
+        #[cfg(zverbs_loom)]
+        self.block_words(words, n);
+    }
+
+    /// Writes the one-block WQE `b` at 64-bit word `word` of the ring, the WQE's first word as
+    /// [`SegRing::word_of_block`] gives it (not masked again), a segment held in a register
+    /// with one store.
+    #[inline(always)]
+    pub(crate) fn block_regs_at(&self, word: u32, b: &crate::segreg::BlockRegs) {
+        debug_assert!(word == 2 * self.ring.seg_of(self.start));
+        #[cfg(not(zverbs_loom))]
+        {
+            // SAFETY: `word` is the WQE's first word, a multiple of 8 below the ring's size in
+            // words: the block's 64 bytes are in the ring, 16-byte aligned (constructor
+            // contract), and the token's. Each store below is to one of its first three
+            // segments.
+            unsafe {
+                let dst = self
+                    .ring
+                    .base
+                    .as_ptr()
+                    .cast::<u64>()
+                    .add(word as usize)
+                    .cast::<u8>();
+                b.ctrl.store(dst);
+                let data = match b.raddr {
+                    Some(r) => {
+                        r.store(dst.add(16));
+                        dst.add(32)
+                    }
+                    None => dst.add(16),
+                }
+                .cast::<u64>();
+                data.write(b.data[0]);
+                data.add(1).write(b.data[1]);
+            }
+        }
+        #[cfg(zverbs_loom)]
+        {
+            let (words, n) = b.words();
+            self.block_words(&words, n);
+        }
     }
 
     /// Zeroes ring segment `seg` (not masked: `seg_of` a segment of the WQE that does not
-    /// meet the ring's end; [`SegRing::zero_seg_at`]).
+    /// meet the ring's end).
     #[inline(always)]
     pub(crate) fn zero_seg_at(&self, seg: u32) {
-        debug_assert!(seg.wrapping_sub(self.ring.seg_of(self.start)) < 4 * self.blocks);
-        // SAFETY: as in `Wqe::seg`.
-        unsafe { self.ring.zero_seg_at(seg) }
+        debug_assert!(
+            seg <= self.ring.mask
+                && seg.wrapping_sub(self.ring.seg_of(self.start)) < 4 * self.blocks
+        );
+        #[cfg(not(zverbs_loom))]
+        // SAFETY: the segment is in the ring (below its size), 16-byte aligned (constructor
+        // contract), and the token's.
+        unsafe {
+            self.ring
+                .base
+                .as_ptr()
+                .add(seg as usize)
+                .cast::<[u8; 16]>()
+                .write([0; 16])
+        };
+        #[cfg(zverbs_loom)]
+        self.seg_at(seg, |b| *b = [0; 16]);
     }
 
-    /// Copies `len` bytes from `src` to byte `pos` of the ring, not wrapping
-    /// ([`SegRing::copy_in_short_at`]): inline data of the WQE that does not meet the ring's
-    /// end.
+    /// Copies `len` bytes (at least 1) from `src` to byte `pos` of the ring (not a counter: not
+    /// masked again), inline data of the WQE that does not meet the ring's end: in fixed-size
+    /// moves that may overlap (two of 1 to 16 bytes, two runs of two or four 16-byte moves, or
+    /// runs of four and a last one), not a copy of variable length (a call to `memcpy`).
     ///
     /// # Safety
     ///
-    /// `src..src + len` is readable; the bytes `pos..pos + len` lie in the WQE, before the
-    /// ring's end.
+    /// `src..src + len` is readable and does not overlap the ring; the bytes `pos..pos + len`
+    /// lie in the WQE, before the ring's end.
     #[inline(always)]
     pub(crate) unsafe fn copy_in_short_at(&self, pos: usize, src: *const u8, len: usize) {
-        // SAFETY: (caller) readable, and inside the WQE, which the token covers.
-        unsafe { self.ring.copy_in_short_at(pos, src, len) }
+        debug_assert!(len >= 1 && pos + len <= (self.ring.mask as usize + 1) * 16);
+        #[cfg(not(zverbs_loom))]
+        {
+            // SAFETY: (caller) `pos + len` is at most the ring's size: the bytes lie in the WQE.
+            let dst = unsafe { self.ring.base.as_ptr().cast::<u8>().add(pos) };
+            // SAFETY: every move below reads `src + i .. src + i + n` and writes
+            // `dst + i .. dst + i + n` with `i + n <= len` (`n` the move's size, at most `len`),
+            // inside the source (readable, caller) and the bytes given (the WQE's: the token's;
+            // in the ring, not overlapping the source); unaligned moves.
+            unsafe {
+                // Runs of 16 bytes: two runs of `r` cover any length from `r` to `2r`.
+                let run = |i: usize, r: usize| {
+                    for j in (0..r).step_by(16) {
+                        move_at::<u128>(dst, src, i + j);
+                    }
+                };
+                // Chosen by halving: two compares down to 8 bytes, three to 64.
+                if len >= 16 {
+                    if len >= 64 {
+                        let mut i = 0;
+                        while i + 64 < len {
+                            run(i, 64);
+                            i += 64;
+                        }
+                        run(len - 64, 64);
+                    } else if len >= 32 {
+                        run(0, 32);
+                        run(len - 32, 32);
+                    } else {
+                        move_at::<u128>(dst, src, 0);
+                        move_at::<u128>(dst, src, len - 16);
+                    }
+                } else if len >= 8 {
+                    move_at::<u64>(dst, src, 0);
+                    move_at::<u64>(dst, src, len - 8);
+                } else if len >= 4 {
+                    move_at::<u32>(dst, src, 0);
+                    move_at::<u32>(dst, src, len - 4);
+                } else {
+                    move_at::<u8>(dst, src, 0);
+                    if len >= 2 {
+                        move_at::<u16>(dst, src, len - 2);
+                    }
+                }
+            }
+        }
+        #[cfg(zverbs_loom)]
+        // SAFETY: (caller) as `Wqe::copy_in`'s contract, which this one's implies (`pos` is
+        // in the ring: its byte counter is itself).
+        unsafe {
+            self.copy_in(pos as u32, src, len)
+        };
     }
 
-    /// Copies `len` bytes from `src` into the ring at byte counter `at` (16 a segment),
-    /// continuing across its end ([`SegRing::copy_in`]): the inline data of the WQE.
+    /// Copies `len` bytes from `src` into the ring at byte counter `at` (16 a segment,
+    /// free-running like the segment counter), continuing at the ring's start when it meets
+    /// the end (at most two copies): the inline data of the WQE.
     ///
     /// # Safety
     ///
-    /// `src..src + len` is readable; the bytes `at..at + len` lie in the WQE.
+    /// `src..src + len` is readable and does not overlap the ring; the bytes `at..at + len`
+    /// lie in the WQE.
     #[inline(always)]
     pub(crate) unsafe fn copy_in(&self, at: u32, src: *const u8, len: usize) {
-        // SAFETY: (caller) readable and inside the WQE, which the token covers.
-        unsafe { self.ring.copy_in(at, src, len) }
+        #[cfg(not(zverbs_loom))]
+        {
+            let ring_bytes = (self.ring.mask as usize + 1) * 16;
+            let pos = at as usize & (ring_bytes - 1);
+            let first = len.min(ring_bytes - pos);
+            let dst = self.ring.base.as_ptr().cast::<u8>();
+            // SAFETY: `pos + first <= ring_bytes` and `len - first <= ring_bytes`, so both
+            // copies stay in the ring; (caller) the source is readable and does not overlap the
+            // ring, and the bytes written lie in the WQE: the token's.
+            unsafe {
+                core::ptr::copy_nonoverlapping(src, dst.add(pos), first);
+                if first < len {
+                    core::ptr::copy_nonoverlapping(src.add(first), dst, len - first);
+                }
+            }
+        }
+        #[cfg(zverbs_loom)]
+        {
+            let (mut at, mut src, mut left) = (at, src, len);
+            while left > 0 {
+                let off = (at % 16) as usize;
+                let n = left.min(16 - off);
+                // SAFETY: (caller) as above; `off + n <= 16`.
+                self.seg_at(at / 16, |b| unsafe {
+                    core::ptr::copy_nonoverlapping(src, b.as_mut_ptr().add(off), n)
+                });
+                // SAFETY: (caller) still inside the source.
+                src = unsafe { src.add(n) };
+                at = at.wrapping_add(n as u32);
+                left -= n;
+            }
+        }
     }
 
     /// Calls `f` with segment `idx` of the ring (masked), for writing: a segment of the WQE
@@ -520,6 +458,34 @@ impl Wqe {
         debug_assert!(idx.wrapping_sub(self.start) & self.ring.mask < 4 * self.blocks);
         // SAFETY: as in `Wqe::seg`.
         unsafe { self.ring.with_mut(idx, f) }
+    }
+}
+
+/// A receive WQE's scatter segments, reserved by [`SegRing::reserve_recv`]: free,
+/// unpublished and this token's alone, so that its writes need no further argument. Segment
+/// `k` is counted from the first and follows the ring's wrap; the writes stay inside the
+/// reservation (`k < segs`, checked in debug builds; in any build they stay inside the ring).
+#[derive(Debug)]
+pub(crate) struct RecvWqe {
+    ring: SegRing,
+    start: u32,
+    segs: u32,
+}
+
+impl RecvWqe {
+    /// The number of segments reserved.
+    #[inline(always)]
+    pub(crate) fn segs(&self) -> u32 {
+        self.segs
+    }
+
+    /// Calls `f` with segment `k` of the reservation, for writing.
+    #[inline(always)]
+    pub(crate) fn seg<R>(&self, k: u32, f: impl FnOnce(&mut [u8; 16]) -> R) -> R {
+        debug_assert!(k < self.segs);
+        // SAFETY: the reservation (`SegRing::reserve_recv`): the segment is free, unpublished
+        // and this token's.
+        unsafe { self.ring.with_mut(self.start.wrapping_add(k), f) }
     }
 }
 
@@ -544,19 +510,24 @@ impl DbrecWord {
         Self(unsafe { ptr.cast::<AtomicU32>().add(word) })
     }
 
+    /// The word as an atomic, for this call's access.
+    #[inline(always)]
+    fn word(&self) -> &AtomicU32 {
+        // SAFETY: `AtomicU32` has the size, alignment and bit validity of `u32` (and under loom
+        // the memory holds loom atomics); the constructor's contract keeps the word valid.
+        unsafe { self.0.as_ref() }
+    }
+
     /// Stores `counter` as a big-endian doorbell-record value.
     #[inline(always)]
     pub(crate) fn publish(self, counter: u32, order: Ordering) {
-        // SAFETY: `AtomicU32` has the size, alignment and bit validity of `u32` (and under loom
-        // the memory holds loom atomics); the constructor's contract keeps the word valid.
-        unsafe { self.0.as_ref() }.store(counter.to_be(), order);
+        self.word().store(counter.to_be(), order);
     }
 
     /// The counter the word holds (`Acquire`).
     #[inline]
     pub(crate) fn read(self) -> u32 {
-        // SAFETY: as in `publish`.
-        u32::from_be(unsafe { self.0.as_ref() }.load(Ordering::Acquire))
+        u32::from_be(self.word().load(Ordering::Acquire))
     }
 }
 
@@ -627,54 +598,43 @@ impl CqeRing {
         }
     }
 
+    /// The `op_own` byte of CQE `slot` (already masked), as an atomic: the device writes it
+    /// at any time, so it is accessed through an atomic (a single byte load or store, the same
+    /// instruction as a volatile access), never through a reference to the CQE.
+    #[cfg(not(zverbs_loom))]
+    #[inline(always)]
+    fn owner_byte(&self, slot: u32) -> &zverbs_core::sync::atomic::AtomicU8 {
+        let off = slot as usize * self.stride + 63;
+        // SAFETY: `slot` is in the ring (masked by the caller), so its last byte is too
+        // (constructor contract); `AtomicU8` has the size and alignment of `u8`.
+        unsafe {
+            &*self
+                .base
+                .as_ptr()
+                .add(off)
+                .cast::<zverbs_core::sync::atomic::AtomicU8>()
+        }
+    }
+
+    /// CQE `slot` (already masked) as its loom objects.
+    #[cfg(zverbs_loom)]
+    #[inline(always)]
+    fn loom_cqe(&self, slot: u32) -> &LoomCqe {
+        // SAFETY: under loom the ring is an array of `LoomCqe` (constructor contract), and
+        // `slot` is in it (masked by the caller).
+        unsafe { &*self.base.as_ptr().cast::<LoomCqe>().add(slot as usize) }
+    }
+
     /// Loads the `op_own` byte of CQE `slot` (already masked).
     #[inline(always)]
     pub(crate) fn op_own(&self, slot: u32) -> u8 {
         #[cfg(not(zverbs_loom))]
         {
-            let off = slot as usize * self.stride + 63;
-            // SAFETY: `slot` is in the ring (masked by the caller). The byte is written by the
-            // device at any time, so it is read through an atomic (a single byte load, the
-            // same instruction as a volatile read), never through a reference.
-            unsafe {
-                (*self
-                    .base
-                    .as_ptr()
-                    .add(off)
-                    .cast::<zverbs_core::sync::atomic::AtomicU8>())
-                .load(Ordering::Relaxed)
-            }
+            self.owner_byte(slot).load(Ordering::Relaxed)
         }
         #[cfg(zverbs_loom)]
         {
-            // SAFETY: under loom the ring is an array of `LoomCqe` (constructor contract).
-            let cqe = unsafe { &*self.base.as_ptr().cast::<LoomCqe>().add(slot as usize) };
-            cqe.op_own.load(Ordering::Relaxed)
-        }
-    }
-
-    /// Calls `f` with the 64-byte CQE in `slot` (already masked).
-    ///
-    /// # Safety
-    ///
-    /// The CQE is software's: its owner byte was checked and followed by
-    /// [`from_device`](zverbs_core::barrier::from_device), and the consumer index that
-    /// would let the device reuse the entry has not been published yet.
-    #[inline(always)]
-    pub(crate) unsafe fn with_cqe<R>(&self, slot: u32, f: impl FnOnce(&[u8; 64]) -> R) -> R {
-        #[cfg(not(zverbs_loom))]
-        {
-            let off = slot as usize * self.stride;
-            // SAFETY: the entry is in the ring and (caller) the device will not write it until
-            // the consumer index moves past it, so a shared reference is not aliased by writes.
-            f(unsafe { &*self.base.as_ptr().add(off).cast::<[u8; 64]>() })
-        }
-        #[cfg(zverbs_loom)]
-        {
-            // SAFETY: under loom the ring is an array of `LoomCqe` (constructor contract).
-            let cqe = unsafe { &*self.base.as_ptr().cast::<LoomCqe>().add(slot as usize) };
-            // SAFETY: the caller guarantees the device is not writing the body now.
-            cqe.body.with(|p| f(unsafe { &*p }))
+            self.loom_cqe(slot).op_own.load(Ordering::Relaxed)
         }
     }
 
@@ -691,36 +651,20 @@ impl CqeRing {
         OwnedCqe { ring: *self, slot }
     }
 
-    /// Stores `op_own` into CQE `slot` (already masked): the poller hands the entries of a
-    /// compressed session back looking invalid, and marks where it stopped inside one.
+    /// The entries of the compressed session open at the consumer index, as a token that
+    /// hands out each of them as an [`OwnedCqe`]: the one place the poller argues that a
+    /// session's entries are software's.
     ///
     /// # Safety
     ///
-    /// As [`CqeRing::with_cqe`]: the entry is software's (inside a compressed session whose
-    /// title the poller checked), and the consumer index that would let the device reuse it
-    /// has not been published yet, so the device does not write it now.
+    /// A session is open: its title passed the owner check (followed by
+    /// [`from_device`](zverbs_core::barrier::from_device)) and its count is within the ring,
+    /// so the entries from the consumer index to its last are software's; the token is given
+    /// only slots of those entries, and the consumer index that would let the device reuse
+    /// one is published only after the token's last use.
     #[inline(always)]
-    pub(crate) unsafe fn set_op_own(&self, slot: u32, op_own: u8) {
-        #[cfg(not(zverbs_loom))]
-        {
-            let off = slot as usize * self.stride + 63;
-            // SAFETY: `slot` is in the ring (masked by the caller); the byte is accessed
-            // through an atomic, as `op_own` loads it; (caller) the device is not writing it.
-            unsafe {
-                (*self
-                    .base
-                    .as_ptr()
-                    .add(off)
-                    .cast::<zverbs_core::sync::atomic::AtomicU8>())
-                .store(op_own, Ordering::Relaxed)
-            }
-        }
-        #[cfg(zverbs_loom)]
-        {
-            // SAFETY: under loom the ring is an array of `LoomCqe` (constructor contract).
-            let cqe = unsafe { &*self.base.as_ptr().cast::<LoomCqe>().add(slot as usize) };
-            cqe.op_own.store(op_own, Ordering::Relaxed);
-        }
+    pub(crate) unsafe fn session(&self) -> SessionCqes {
+        SessionCqes { ring: *self }
     }
 
     /// The CQE size in bytes (64 or 128; 64 under loom).
@@ -735,26 +679,53 @@ impl CqeRing {
             64
         }
     }
+}
 
-    /// Calls `f` with the first 64 bytes of the 128-byte entry in `slot` (already masked): the
-    /// bytes before its 64-byte CQE, where a scatter-to-CQE of 64 bytes puts the data.
-    ///
-    /// # Safety
-    ///
-    /// As [`CqeRing::with_cqe`], and the ring's CQEs are 128 bytes.
-    #[cfg(not(zverbs_loom))]
+/// The entries of an open compressed session, from [`CqeRing::session`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SessionCqes {
+    ring: CqeRing,
+}
+
+impl SessionCqes {
+    /// The entry in `slot` (already masked), an entry of the session not yet handed back.
     #[inline(always)]
-    pub(crate) unsafe fn with_entry_head<R>(&self, slot: u32, f: impl FnOnce(&[u8; 64]) -> R) -> R {
-        debug_assert_eq!(self.stride, 128);
-        let off = slot as usize * self.stride;
-        // SAFETY: (caller) 128-byte entries: `base` is 64 bytes into the ring, so the entry's
-        // first half starts 64 bytes before its CQE, inside the ring; the device does not write
-        // the entry until the consumer index moves past it.
-        f(unsafe { &*self.base.as_ptr().add(off).sub(64).cast::<[u8; 64]>() })
+    pub(crate) fn entry(&self, slot: u32) -> OwnedCqe {
+        OwnedCqe {
+            ring: self.ring,
+            slot,
+        }
     }
 }
 
-/// A CQE software owns, from [`CqeRing::owned`]: read without a further argument.
+/// The WQE counter of a WQE the device reported complete: read from a CQE software owns
+/// ([`OwnedCqe::qpn_and_counter`]), or made where a compressed session's completions are
+/// counted ([`Reported::in_session`]). Retiring what it names needs no further argument.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Reported(u16);
+
+impl Reported {
+    /// The counter of a completion of a compressed session.
+    ///
+    /// # Safety
+    ///
+    /// The device reported WQE `counter` complete: the counter is a mini-CQE's, or the
+    /// session title's plus the completion's place in the session, of a session software owns.
+    #[inline(always)]
+    pub(crate) unsafe fn in_session(counter: u16) -> Self {
+        Self(counter)
+    }
+
+    /// The 16-bit WQE counter.
+    #[inline(always)]
+    pub(crate) fn counter(self) -> u16 {
+        self.0
+    }
+}
+
+/// A CQE software owns, from [`CqeRing::owned`] (or [`SessionCqes::entry`]): the device does
+/// not write it until the consumer index moves past it, after the token's last use, so its
+/// reads (and the poller's writes of its owner byte) need no further argument.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct OwnedCqe {
     ring: CqeRing,
@@ -768,24 +739,67 @@ impl OwnedCqe {
         self.ring.stride()
     }
 
+    /// The CQE's `sop_drop_qpn` and the WQE counter it reports complete.
+    #[inline(always)]
+    pub(crate) fn qpn_and_counter(&self) -> (u32, Reported) {
+        self.with(|b| {
+            let c = crate::prm::cqe::Cqe64::new_unchecked(b);
+            (c.sop_drop_qpn(), Reported(c.wqe_counter()))
+        })
+    }
+
     /// Calls `f` with the 64-byte CQE.
     #[inline(always)]
     pub(crate) fn with<R>(&self, f: impl FnOnce(&[u8; 64]) -> R) -> R {
-        // SAFETY: the token's (`CqeRing::owned`): the CQE is software's until the consumer
-        // index moves past it, after the token's last use.
-        unsafe { self.ring.with_cqe(self.slot, f) }
+        #[cfg(not(zverbs_loom))]
+        {
+            let off = self.slot as usize * self.ring.stride;
+            // SAFETY: the entry is in the ring (`slot` masked), and the token's: the device
+            // does not write it until the consumer index moves past it, so a shared reference
+            // is not aliased by writes.
+            f(unsafe { &*self.ring.base.as_ptr().add(off).cast::<[u8; 64]>() })
+        }
+        #[cfg(zverbs_loom)]
+        {
+            // SAFETY: the token's: the device is not writing the body now.
+            self.ring
+                .loom_cqe(self.slot)
+                .body
+                .with(|p| f(unsafe { &*p }))
+        }
     }
 
-    /// Calls `f` with the first 64 bytes of its 128-byte entry
-    /// ([`CqeRing::with_entry_head`]).
-    ///
-    /// # Safety
-    ///
-    /// The ring's CQEs are 128 bytes.
+    /// Stores `op_own` into the entry's owner byte: an entry of a compressed session handed
+    /// back looking invalid, or marked where a poll stopped inside one. The token's: the device
+    /// does not write the entry now.
+    #[inline(always)]
+    pub(crate) fn set_op_own(&self, op_own: u8) {
+        #[cfg(not(zverbs_loom))]
+        self.ring
+            .owner_byte(self.slot)
+            .store(op_own, Ordering::Relaxed);
+        #[cfg(zverbs_loom)]
+        self.ring
+            .loom_cqe(self.slot)
+            .op_own
+            .store(op_own, Ordering::Relaxed);
+    }
+
+    /// Calls `f` with the first 64 bytes of its entry when the ring's CQEs are 128 bytes (the
+    /// bytes before its 64-byte CQE, where a scatter-to-CQE of 64 bytes puts the data);
+    /// `None` for 64-byte CQEs.
     #[cfg(not(zverbs_loom))]
     #[inline(always)]
-    pub(crate) unsafe fn with_entry_head<R>(&self, f: impl FnOnce(&[u8; 64]) -> R) -> R {
-        // SAFETY: the token's, and (caller) 128-byte entries.
-        unsafe { self.ring.with_entry_head(self.slot, f) }
+    pub(crate) fn with_entry_head<R>(&self, f: impl FnOnce(&[u8; 64]) -> R) -> Option<R> {
+        if self.ring.stride != 128 {
+            return None;
+        }
+        let off = self.slot as usize * 128;
+        // SAFETY: 128-byte entries: `base` is 64 bytes into the ring, so the entry's first half
+        // starts 64 bytes before its CQE, inside the ring; the token's: the device does not
+        // write the entry until the consumer index moves past it.
+        Some(f(unsafe {
+            &*self.ring.base.as_ptr().add(off).sub(64).cast::<[u8; 64]>()
+        }))
     }
 }

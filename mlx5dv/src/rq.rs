@@ -10,7 +10,7 @@ use zverbs_core::ring::Ring;
 use zverbs_core::sync::atomic::Ordering;
 use zverbs_core::{BatchError, PostError, PostRecv, RecvWr, Sge, barrier};
 
-use crate::devmem::{DbrecWord, SegRing};
+use crate::devmem::{DbrecWord, RecvWqe, SegRing};
 use crate::layout::{LayoutError, QpLayout};
 use crate::prm::wqe::DataSeg;
 use crate::prm::{INVALID_LKEY, RCV_DBR};
@@ -190,11 +190,14 @@ impl<P: RqStateRef> crate::rq::RecvRing for RecvQueue<P> {
     #[inline(always)]
     unsafe fn write(&mut self, wr: &RecvWr<'_>) {
         let seg = self.head.wrapping_shl(self.seg_shift);
-        // SAFETY: the entry is free (checked) and unpublished; `check` saw at most `max_sge`
-        // non-empty entries.
-        unsafe { write_scatter(&self.ring, seg, self.max_sge, wr.sgl) };
-        // SAFETY: the slot is free and unpublished.
-        unsafe { self.state.record(self.head, wr.wr_id) };
+        // SAFETY: the entry is free (`check` saw room for it: the tail shows the device done
+        // with it) and unpublished, its segments and its slot alike; `max_sge` segments are
+        // the ring's stride.
+        let wqe = unsafe {
+            self.state.record(self.head, wr.wr_id);
+            self.ring.reserve_recv(seg, self.max_sge)
+        };
+        write_scatter(&wqe, wr.sgl);
         self.head = self.head.wrapping_add(1);
     }
 
@@ -234,29 +237,23 @@ pub(crate) trait RecvRing {
     fn publish(&self);
 }
 
-/// Writes the non-empty entries of `sgl` as data segments from segment `seg` of `ring`, and
-/// after them, when they fill fewer than `max` segments, the end marker (length 0, the invalid
-/// key) at which the device stops reading the list.
-///
-/// # Safety
-///
-/// The `max` segments from `seg` are the poster's (a free entry) and not yet published, and
-/// `sgl` has at most `max` non-empty entries.
+/// Writes the non-empty entries of `sgl` as data segments into the reserved scatter list
+/// `wqe`, and after them, when they fill fewer than its segments, the end marker (length 0,
+/// the invalid key) at which the device stops reading the list. The queue's `check` refuses a
+/// list with more non-empty entries than `wqe` has segments; were one to come here, the
+/// entries past them would not be written (the writes never leave the reservation).
 #[inline(always)]
-pub(crate) unsafe fn write_scatter(ring: &SegRing, mut seg: u32, max: u32, sgl: &[Sge]) {
-    let end = seg.wrapping_add(max);
-    for s in sgl.iter().filter(|s| s.length != 0) {
-        // SAFETY: (caller) the segment is the poster's and unpublished.
-        unsafe {
-            ring.with_mut(seg, |b| {
-                DataSeg::new_unchecked(b).set(s.length, s.lkey, s.addr)
-            })
-        };
-        seg = seg.wrapping_add(1);
+pub(crate) fn write_scatter(wqe: &RecvWqe, sgl: &[Sge]) {
+    let max = wqe.segs();
+    let mut k = 0;
+    for s in sgl.iter().filter(|s| s.length != 0).take(max as usize) {
+        wqe.seg(k, |b| {
+            DataSeg::new_unchecked(b).set(s.length, s.lkey, s.addr)
+        });
+        k += 1;
     }
-    if seg != end {
-        // SAFETY: as above.
-        unsafe { ring.with_mut(seg, |b| DataSeg::new_unchecked(b).set(0, INVALID_LKEY, 0)) };
+    if k < max {
+        wqe.seg(k, |b| DataSeg::new_unchecked(b).set(0, INVALID_LKEY, 0));
     }
 }
 

@@ -171,11 +171,14 @@ impl<P: SrqStateRef> crate::rq::RecvRing for SharedRecvQueue<P> {
             ])
         });
         let seg = first.wrapping_add((SRQ_DATA / 16) as u32);
-        // SAFETY: the WQE is the poster's (taken from the free list) and unpublished; `check`
-        // saw at most `max_sge` non-empty entries.
-        unsafe { crate::rq::write_scatter(&self.ring, seg, self.max_sge, wr.sgl) };
-        // SAFETY: as above: the slot is the poster's until the WQE completes.
-        unsafe { self.state.record(index, wr.wr_id) };
+        // SAFETY: the WQE is the poster's (taken from the free list) and unpublished, its
+        // scatter segments (`max_sge` after the link segment, inside its stride) and its slot
+        // alike, until it completes.
+        let wqe = unsafe {
+            self.state.record(index, wr.wr_id);
+            self.ring.reserve_recv(seg, self.max_sge)
+        };
+        crate::rq::write_scatter(&wqe, wr.sgl);
         // A link outside the ring (a corrupted ring) is masked into it, never followed out.
         self.head = u32::from(next) & self.capacity;
         self.posted = self.posted.wrapping_add(1);

@@ -43,7 +43,7 @@ use zverbs_core::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 use zverbs_core::sync::cell::UnsafeCell;
 use zverbs_core::sync::order;
 
-use crate::devmem::SegRing;
+use crate::devmem::{OwnedCqe, Reported, SegRing};
 use crate::gate::Gate;
 use crate::layout::{LayoutError, SrqLayout};
 use crate::prm::wqe::srq_next;
@@ -66,11 +66,11 @@ pub(crate) struct SlotData {
 #[derive(Debug, Default)]
 pub struct SqSlot(UnsafeCell<SlotData>);
 
-// SAFETY: the cell is reached only through `SqSlot::record` (the poster) and `SqState::retire`
-// (the poller), both `unsafe` with the hand-over protocol of the module docs as their
-// contract: the poster writes a slot only after the credit word (Acquire) shows the poller is
-// done with it, and the poller reads it only after the device completed the WQE the poster
-// published. Safe code can do nothing with a shared `SqSlot`.
+// SAFETY: the cell is reached only through `SqSlot::record` (the poster, `unsafe`) and
+// `Polled::<SqState>::retire` (the poller, behind the tokens `Polled` and `Reported`), whose
+// contracts are the hand-over protocol of the module docs: the poster writes a slot only after
+// the credit word (Acquire) shows the poller is done with it, and the poller reads it only
+// after the device completed the WQE the poster published. Safe code can do nothing with a shared `SqSlot`.
 unsafe impl Sync for SqSlot {}
 
 impl SqSlot {
@@ -147,8 +147,8 @@ impl SlotsAt {
 #[derive(Debug, Default)]
 pub struct RqSlot(UnsafeCell<u64>);
 
-// SAFETY: as for `SqSlot`: reached only through `RqState::record` and `RqState::retire`, whose
-// contracts are the receive side's hand-over protocol.
+// SAFETY: as for `SqSlot`: reached only through `RqState::record` and
+// `Polled::<RqState>::retire`, whose contracts are the receive side's hand-over protocol.
 unsafe impl Sync for RqSlot {}
 
 impl RqSlot {
@@ -268,26 +268,62 @@ impl<S: StableDeref<Target = [SqSlot]>> SqState<S> {
         let word = (u32::from(signaled) << 16) | (ci & 0xffff);
         self.done.store(word, Ordering::Release);
     }
+}
 
-    /// Poller side: the WQE whose first basic block has the 16-bit counter `wqe_counter`
-    /// completed (with a CQE of its own). Retires it and every unsignaled WQE before it, hands
-    /// the credits back, and returns what the poster recorded.
+/// A queue's state as the one poller of its completion queue reaches it: its `retire` is the
+/// poller side of the slot protocol, safe with what a CQE reports ([`Reported`], an
+/// [`OwnedCqe`]). Made only where the poller resolves its bindings (one argument there).
+#[derive(Debug)]
+pub(crate) struct Polled<'a, T>(&'a T);
+
+impl<T> Clone for Polled<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for Polled<'_, T> {}
+
+impl<'a, T> Polled<'a, T> {
+    /// `state` as its poller's.
     ///
     /// # Safety
     ///
-    /// Only the one poller of this queue calls this, for a WQE the device reported complete.
+    /// The caller is the one poller of the completion queue that serves `state` (no other
+    /// thread retires from it while any `Polled` of it lives), and the completions it passes
+    /// to `retire` are of this queue.
     #[inline(always)]
-    pub(crate) unsafe fn retire(&self, wqe_counter: u16) -> SlotData {
-        // SAFETY: (caller) the device completed this WQE, so the poster wrote the slot before
-        // publishing it and will not rewrite it until the credit word below releases it.
-        let data = self
-            .slot(u32::from(wqe_counter))
+    pub(crate) unsafe fn new(state: &'a T) -> Self {
+        Self(state)
+    }
+}
+
+impl<T> core::ops::Deref for Polled<'_, T> {
+    type Target = T;
+    #[inline(always)]
+    fn deref(&self) -> &T {
+        self.0
+    }
+}
+
+impl<S: StableDeref<Target = [SqSlot]>> Polled<'_, SqState<S>> {
+    /// Poller side: the WQE whose first basic block has the 16-bit counter `done` names
+    /// completed (with a CQE of its own). Retires it and every unsignaled WQE before it, hands
+    /// the credits back, and returns what the poster recorded.
+    #[inline(always)]
+    pub(crate) fn retire(&self, done: Reported) -> SlotData {
+        let q = self.0;
+        // SAFETY: the tokens': the device completed this WQE (`done`), so the poster wrote
+        // the slot before publishing it and will not rewrite it until the credit word below
+        // releases it; only this poller reads it (`Polled::new`).
+        let data = q
+            .slot(u32::from(done.counter()))
             .0
             .with(|p| unsafe { p.read() });
-        let old = self.done.load(Ordering::Relaxed); // only this thread writes it
+        let old = q.done.load(Ordering::Relaxed); // only this thread writes it
         let signaled = old.wrapping_add(u32::from(data.signaled) << 16) & 0xffff_0000;
         let word = signaled | (data.next & 0xffff);
-        self.done.store(word, order::CREDIT_RELEASE);
+        q.done.store(word, order::CREDIT_RELEASE);
         data
     }
 }
@@ -397,7 +433,7 @@ impl<S: StableDeref<Target = [RqSlot]>> RqState<S> {
     }
 
     /// Poller side: the counter of the oldest receive not completed (the next
-    /// [`RqState::retire`] retires it).
+    /// `Polled::<RqState>::retire` retires it).
     #[inline(always)]
     pub(crate) fn oldest(&self) -> u32 {
         self.tail.load(Ordering::Relaxed) // only the poller writes it
@@ -458,19 +494,21 @@ impl<S: StableDeref<Target = [RqSlot]>> RqState<S> {
     pub(crate) fn load_tail(&self) -> u32 {
         self.tail.load(order::CREDIT_ACQUIRE)
     }
+}
 
-    /// Poller side: the oldest receive completed; returns its `wr_id` and frees its slot.
-    ///
-    /// # Safety
-    ///
-    /// Only the one poller of this queue calls this, once per receive CQE.
+impl<S: StableDeref<Target = [RqSlot]>> Polled<'_, RqState<S>> {
+    /// Poller side: the oldest receive completed, as the receive CQE `cqe` (or an entry of a
+    /// compressed session) reports; returns its `wr_id` and frees its slot. Once per CQE.
     #[inline(always)]
-    pub(crate) unsafe fn retire(&self) -> u64 {
-        let tail = self.tail.load(Ordering::Relaxed); // only this thread writes it
-        // SAFETY: (caller) the device completed this receive, which the poster recorded before
-        // publishing it.
-        let wr_id = self.slot(tail).0.with(|p| unsafe { p.read() });
-        self.tail.store(tail.wrapping_add(1), order::CREDIT_RELEASE);
+    pub(crate) fn retire(&self, cqe: &OwnedCqe) -> u64 {
+        let _ = cqe;
+        let q = self.0;
+        let tail = q.tail.load(Ordering::Relaxed); // only this thread writes it
+        // SAFETY: the tokens': the device completed this receive (`cqe`, one of this queue's:
+        // `Polled::new`), which the poster recorded before publishing it; only this poller
+        // reads it.
+        let wr_id = q.slot(tail).0.with(|p| unsafe { p.read() });
+        q.tail.store(tail.wrapping_add(1), order::CREDIT_RELEASE);
         wr_id
     }
 }
@@ -480,8 +518,9 @@ impl<S: StableDeref<Target = [RqSlot]>> RqState<S> {
 #[derive(Debug, Default)]
 pub struct SrqSlot(UnsafeCell<u64>);
 
-// SAFETY: as for `SqSlot`: reached only through `SrqState::record` and `SrqState::retire`,
-// whose contracts are the free list's hand-over protocol (module docs).
+// SAFETY: as for `SqSlot`: reached only through `SrqState::record` and
+// `Polled::<SrqState>::retire`, whose contracts are the free list's hand-over protocol (module
+// docs).
 unsafe impl Sync for SrqSlot {}
 
 impl SrqSlot {
@@ -618,36 +657,37 @@ impl<S: StableDeref<Target = [SrqSlot]>> SrqState<S> {
     pub(crate) fn load_freed(&self) -> u32 {
         self.freed.load(order::CREDIT_ACQUIRE)
     }
+}
 
-    /// Poller side: the receive in WQE `wqe_counter` completed. Reads its `wr_id`, links the
+impl<S: StableDeref<Target = [SrqSlot]>> Polled<'_, SrqState<S>> {
+    /// Poller side: the receive in the WQE `done` names completed. Reads its `wr_id`, links the
     /// WQE behind the tail of the free list (`next_wqe_index` of the tail WQE, as libmlx5's
     /// `mlx5_free_srq_wqe`), makes it the tail, and counts it freed.
-    ///
-    /// # Safety
-    ///
-    /// Only the one poller of the CQ that all QPs on this SRQ complete their receives on calls
-    /// this, once per receive CQE that names a WQE the poster published.
+    /// Once per receive CQE.
     #[inline]
-    pub(crate) unsafe fn retire(&self, wqe_counter: u16) -> u64 {
-        let index = u32::from(wqe_counter) & self.slots.mask;
-        // SAFETY: (caller) the device completed this WQE, which the poster recorded before
-        // publishing it and will not take again before the count below frees it.
-        let wr_id = self.slots.at(index).0.with(|p| unsafe { p.read() });
+    pub(crate) fn retire(&self, done: Reported) -> u64 {
+        let q = self.0;
+        let index = u32::from(done.counter()) & q.slots.mask;
+        // SAFETY: the tokens': the device completed this WQE (`done`), which the poster
+        // recorded before publishing it and will not take again before the count below frees
+        // it; only this poller, the one of the CQ all QPs on the SRQ complete their receives
+        // on (`Polled::new`), reads it.
+        let wr_id = q.slots.at(index).0.with(|p| unsafe { p.read() });
         // SAFETY: only the poller touches `tail`.
-        let tail = self.tail.with(|p| unsafe { p.read() });
-        let seg = tail.wrapping_shl(self.seg_shift);
+        let tail = q.tail.with(|p| unsafe { p.read() });
+        let seg = tail.wrapping_shl(q.seg_shift);
         // SAFETY: the tail WQE is on the free list and is never taken by the poster (it takes
         // only WQEs before the tail), and the device does not read a WQE that is not posted:
         // its next segment is the poller's.
         unsafe {
-            self.ring.with_mut(seg, |b| {
+            q.ring.with_mut(seg, |b| {
                 b[srq_next::NEXT_WQE_INDEX].copy_from_slice(&(index as u16).to_be_bytes())
             })
         };
         // SAFETY: as above.
-        self.tail.with_mut(|p| unsafe { p.write(index) });
-        let freed = self.freed.load(Ordering::Relaxed); // only this thread writes it
-        self.freed
+        q.tail.with_mut(|p| unsafe { p.write(index) });
+        let freed = q.freed.load(Ordering::Relaxed); // only this thread writes it
+        q.freed
             .store(freed.wrapping_add(1), order::SRQ_FREE_RELEASE);
         wr_id
     }

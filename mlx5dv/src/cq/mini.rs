@@ -25,7 +25,7 @@ use super::{
     CompletionQueue, PollOut, ReqLen, VENDOR_ERR_UNSUPPORTED_FORMAT, any_send_kind, receive_path,
     received, unknown,
 };
-use crate::devmem::CqeRing;
+use crate::devmem::{OwnedCqe, Reported};
 use crate::prm::cqe::{Cqe64, OPCODE_SHIFT, op};
 use crate::prm::mini::{FORMAT_MASK, MiniCqe, PER_ARRAY};
 use crate::state::Bindings;
@@ -89,25 +89,18 @@ impl Session {
     }
 }
 
-/// Copies the array of mini-CQEs in `slot`.
-///
-/// # Safety
-///
-/// As [`CqeRing::with_cqe`] for `slot`: an entry of the open session.
+/// Copies the array of mini-CQEs in the entry `cqe`.
 #[inline(always)]
-unsafe fn read_array(cqes: CqeRing, slot: u32) -> [[u8; 8]; PER_ARRAY] {
-    // SAFETY: (caller) the entry is software's.
-    unsafe {
-        cqes.with_cqe(slot, |b| {
-            let mut a = [[0u8; 8]; PER_ARRAY];
-            for (i, m) in a.iter_mut().enumerate() {
-                let mut w = [0u8; 8];
-                w.copy_from_slice(&b[i * 8..i * 8 + 8]);
-                *m = w;
-            }
-            a
-        })
-    }
+fn read_array(cqe: OwnedCqe) -> [[u8; 8]; PER_ARRAY] {
+    cqe.with(|b| {
+        let mut a = [[0u8; 8]; PER_ARRAY];
+        for (i, m) in a.iter_mut().enumerate() {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&b[i * 8..i * 8 + 8]);
+            *m = w;
+        }
+        a
+    })
 }
 
 impl<B: Bindings> CompletionQueue<B> {
@@ -118,7 +111,7 @@ impl<B: Bindings> CompletionQueue<B> {
     ///
     /// # Safety
     ///
-    /// As [`CqeRing::with_cqe`] for `slot`, which the poller's ownership check passed and
+    /// As [`CqeRing::owned`](crate::devmem::CqeRing::owned) for `slot`, which the poller's ownership check passed and
     /// followed with the `from_device` barrier.
     #[cold]
     #[inline(never)]
@@ -151,7 +144,12 @@ impl<B: Bindings> CompletionQueue<B> {
                 }
             }
         }
-        let (ring, cqes) = (self.ring, self.cqes);
+        let ring = self.ring;
+        // SAFETY: a session is open (opened above or by an earlier poll, which left its
+        // entry at the consumer counter as it found it): its title passed the owner check
+        // and its count is within the ring; only entries from the counter to the session's
+        // last are asked for below, and the caller publishes the counter after this call.
+        let cqes = unsafe { self.cqes.session() };
         let hit = match self.binding(self.session.qpn) {
             Some(h) => h,
             None => super::Hit::UNBOUND,
@@ -177,8 +175,8 @@ impl<B: Bindings> CompletionQueue<B> {
                 };
                 let m = minis.len().min(s.left as usize).min(room.len());
                 for (o, mini) in room.iter_mut().zip(minis).take(m) {
-                    // SAFETY: the only poller; the device reported the next receive complete.
-                    let wr_id = unsafe { rq.retire() };
+                    let entry = cqes.entry(ring.slot(ci));
+                    let wr_id = rq.retire(&entry);
                     o.fill_all(|wc| {
                         *wc = Completion {
                             wr_id,
@@ -187,9 +185,7 @@ impl<B: Bindings> CompletionQueue<B> {
                         }
                     });
                     o.stamp_value(ts);
-                    // SAFETY: an entry of the session: software's until the counter moves
-                    // past it.
-                    unsafe { cqes.set_op_own(ring.slot(ci), INVALID_OP_OWN) };
+                    entry.set_op_own(INVALID_OP_OWN);
                     ci = ci.wrapping_add(1);
                 }
                 n += m;
@@ -201,8 +197,7 @@ impl<B: Bindings> CompletionQueue<B> {
                 }
                 // The next array is in the entry of its first completion: copy it before that
                 // entry is marked or handed back.
-                // SAFETY: an entry of the session, not yet handed back.
-                s.array = unsafe { read_array(cqes, ring.slot(ci)) };
+                s.array = read_array(cqes.entry(ring.slot(ci)));
                 if n == out.len() {
                     break;
                 }
@@ -213,10 +208,10 @@ impl<B: Bindings> CompletionQueue<B> {
         {
             let mini = MiniCqe::new_unchecked(&s.array[s.next as usize % PER_ARRAY]);
             let byte_cnt = mini.byte_cnt();
+            let entry = cqes.entry(ring.slot(ci));
             o.fill_all(|wc| match (s.kind, sq, rq, srq) {
                 (Kind::Recv, _, Some(rq), _) => {
-                    // SAFETY: the only poller; the device reported the next receive complete.
-                    let wr_id = unsafe { rq.retire() };
+                    let wr_id = rq.retire(&entry);
                     *wc = Completion {
                         wr_id,
                         byte_len: byte_cnt,
@@ -224,8 +219,9 @@ impl<B: Bindings> CompletionQueue<B> {
                     };
                 }
                 (Kind::Srq, _, _, Some(srq)) => {
-                    // SAFETY: the only poller of the SRQ's QPs; the session names the WQE.
-                    let wr_id = unsafe { srq.retire(s.counter) };
+                    // SAFETY: the session names the WQE: the title's counter plus the
+                    // completion's place in it, as the device numbers them.
+                    let wr_id = srq.retire(unsafe { Reported::in_session(s.counter) });
                     *wc = Completion {
                         wr_id,
                         byte_len: byte_cnt,
@@ -234,8 +230,11 @@ impl<B: Bindings> CompletionQueue<B> {
                 }
                 (Kind::Send, Some(sq), _, _) => {
                     let (opcode, flags, len) = any_send_kind(mini.s_wqe_opcode());
-                    // SAFETY: the only poller; the mini-CQE names the completed WQE.
-                    let wr_id = unsafe { sq.retire(mini.wqe_counter()) }.wr_id;
+                    // SAFETY: the mini-CQE, copied from an entry of the session, names the
+                    // completed WQE.
+                    let wr_id = sq
+                        .retire(unsafe { Reported::in_session(mini.wqe_counter()) })
+                        .wr_id;
                     *wc = Completion {
                         wr_id,
                         byte_len: match len {
@@ -252,9 +251,7 @@ impl<B: Bindings> CompletionQueue<B> {
                 _ => *wc = unknown(s.qpn, s.template.vendor_err as u8),
             });
             o.stamp_value(ts);
-            let at = ring.slot(ci);
-            // SAFETY: an entry of the session: software's until the counter moves past it.
-            unsafe { cqes.set_op_own(at, INVALID_OP_OWN) };
+            entry.set_op_own(INVALID_OP_OWN);
             ci = ci.wrapping_add(1);
             n += 1;
             s.counter = s.counter.wrapping_add(1);
@@ -266,16 +263,14 @@ impl<B: Bindings> CompletionQueue<B> {
             if (s.next as usize).is_multiple_of(PER_ARRAY) {
                 // The next array is in the entry of its first completion: copy it before that
                 // entry is marked or handed back.
-                // SAFETY: an entry of the session, not yet handed back.
-                s.array = unsafe { read_array(cqes, ring.slot(ci)) };
+                s.array = read_array(cqes.entry(ring.slot(ci)));
             }
         }
         if s.left != 0 {
             // Stopped inside the session: the entry at the counter (whose array, if it holds
             // one, is copied) passes the next poll's ownership check as a compressed CQE.
             let mark = FORMAT_MASK | ring.pass_parity(ci) as u8;
-            // SAFETY: as above.
-            unsafe { cqes.set_op_own(ring.slot(ci), mark) };
+            cqes.entry(ring.slot(ci)).set_op_own(mark);
         }
         self.ci = ci;
         n
@@ -334,8 +329,10 @@ impl<B: Bindings> CompletionQueue<B> {
             // Where the reported opcode is kept (the template is not used otherwise).
             template.vendor_err = u32::from(cqe_op);
         }
-        // SAFETY: the first array is in the entry after the title, inside the session.
-        let array = unsafe { read_array(self.cqes, self.ring.slot(self.ci.wrapping_add(1))) };
+        // SAFETY: the first array is in the entry after the title, inside the session (its
+        // count, at least 2, is within the ring): software's with the title.
+        let first = unsafe { self.cqes.owned(self.ring.slot(self.ci.wrapping_add(1))) };
+        let array = read_array(first);
         self.session = Session {
             left: count,
             next: 0,

@@ -99,10 +99,9 @@ pub(super) unsafe fn copy_to_receive(
     let mut data = [0u8; 64];
     if room == 32 {
         cqe.with(|c| data[..32].copy_from_slice(&c[..32]));
-    } else {
-        // SAFETY: `room` checked that a 64-byte scatter is in a 128-byte entry, whose first
-        // half holds the data.
-        unsafe { cqe.with_entry_head(|h| data.copy_from_slice(h)) };
+    } else if cqe.with_entry_head(|h| data.copy_from_slice(h)).is_none() {
+        // `room` let a 64-byte scatter through only in a 128-byte entry.
+        return Err(ScatterError::Format);
     }
     // SAFETY: `index & mask` is a WQE of the ring, `1 << shift` bytes long.
     let wqe = unsafe { base.as_ptr().add(((index & mask) as usize) << shift) };
@@ -150,10 +149,15 @@ pub(super) unsafe fn copy_to_first_segment(
     match op_own & (INLINE_SCATTER_32 | INLINE_SCATTER_64) {
         // SAFETY: (caller) the segment's memory is writable for its byte count, which is at least `len`, and it does not overlap the CQE; `len` ≤ 32.
         INLINE_SCATTER_32 if len <= 32 => unsafe { cqe.with(|c| copy_small(c, dst, len)) },
-        // SAFETY: as above, and the entries are 128 bytes: the data is the entry's first half.
-        INLINE_SCATTER_64 if len <= 64 && cqe.stride() == 128 => unsafe {
-            cqe.with_entry_head(|h| copy_small(h, dst, len))
-        },
+        // The data is the first half of a 128-byte entry (none in a 64-byte one: then nothing
+        // is written and the general path reports the format).
+        INLINE_SCATTER_64 if len <= 64 => {
+            // SAFETY: as above.
+            let copied = unsafe { cqe.with_entry_head(|h| copy_small(h, dst, len)) };
+            if copied.is_none() {
+                return false;
+            }
+        }
         _ => return false,
     }
     true

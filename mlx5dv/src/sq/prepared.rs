@@ -322,9 +322,11 @@ impl<P: SqStateRef> SendQueue<P, Connected> {
         let next = pi.wrapping_add(1);
         self.record_block_at(c.wr_id, p.opcode, p.signaled, 0, word as usize * 2, next);
         let ring = self.ring;
-        // SAFETY: `word` is block `pi`'s first word in the ring; (caller) the block is free
-        // (room was checked) and not yet published.
-        unsafe { ring.write_block_regs_at(word, &block) };
+        // SAFETY: (caller) block `pi` is free (room was checked) and not yet published; the
+        // WQE is one block.
+        let wqe = unsafe { ring.reserve(pi.wrapping_mul(crate::prm::SEGS_PER_BB as u32), 1) };
+        // `word` is block `pi`'s first word in the ring.
+        wqe.block_regs_at(word, &block);
         // SAFETY: (caller) `BF` as the doorbell is.
         unsafe { self.doorbell.ring_block_regs::<BF>(next, &block, lock) };
     }

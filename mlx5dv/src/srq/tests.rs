@@ -6,7 +6,8 @@ extern crate std;
 use std::vec::Vec;
 
 use super::*;
-use crate::state::{SrqSlot, SrqState};
+use crate::devmem::Reported;
+use crate::state::{Polled, SrqSlot, SrqState};
 use crate::testutil::SrqMem;
 use zverbs_core::Sge;
 
@@ -54,8 +55,10 @@ fn posts_follow_the_free_list_until_full_and_take_what_the_poller_frees() {
     // The poller frees WQE 1 (linked behind the tail, 3): one receive fits, into WQE 3,
     // and the next would go to WQE 1. The post finds the room itself (its cached count is
     // still 0), exactly the one receive it needs.
-    // SAFETY: WQE 1 was posted; this test is the one poller.
-    assert_eq!(unsafe { state.retire(1) }, 2);
+    // SAFETY: WQE 1 was posted and this test, playing the device, reports it complete (as a
+    // session's completion would); it is the one poller.
+    let retired = unsafe { Polled::new(&state).retire(Reported::in_session(1)) };
+    assert_eq!(retired, 2);
     post(&mut q, 5).unwrap();
     assert_eq!((q.posted(), q.head(), q.free(), srq.dbrec()), (4, 1, 0, 4));
     assert_eq!(srq.data(3), (0x15, 7, 0x5000));
