@@ -37,6 +37,10 @@ const VENDOR_PART_ID: u32 = 4123;
 const FW_VER: u64 = (20 << 32) | (31 << 16) | 1000;
 /// The node GUID, the same in the sysfs tree's GID.
 pub const NODE_GUID: u64 = 0x0c42_a103_00aa_bbcc;
+
+/// The node GUID of the Ethernet function (the InfiniBand one's plus one, as a ConnectX's
+/// functions number theirs).
+pub const ETH_NODE_GUID: u64 = NODE_GUID + 1;
 /// First CQ and QP numbers.
 const CQN_BASE: u32 = 0x400;
 const QPN_BASE: u32 = 0x100;

@@ -49,6 +49,7 @@ pub mod async_events;
 pub mod channel;
 pub mod device;
 pub mod fabric;
+mod fds;
 pub mod port;
 mod preload;
 pub mod stats;

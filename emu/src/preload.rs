@@ -31,38 +31,18 @@
 //! would, so reading it as a fixed argument is what the C library itself does.
 
 use core::ffi::{c_char, c_int, c_ulong, c_void};
-use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicUsize, Ordering};
 use std::ffi::CStr;
 
 use crate::abi::{self, attr, get, ioctl_hdr as h, put};
 use crate::device::Emu;
+use crate::fds;
 use crate::uar::Mapping;
 
 /// The uverbs character devices' path prefix.
 const UVERBS: &[u8] = b"/dev/infiniband/uverbs";
 /// What a uverbs descriptor really is.
 const BACKING: &CStr = c"/dev/null";
-
-/// Descriptors below 4096 opened for a uverbs device, one bit each.
-static FDS: [AtomicU64; 64] = [const { AtomicU64::new(0) }; 64];
-
-fn fd_bit(fd: c_int) -> Option<(usize, u64)> {
-    let fd = usize::try_from(fd).ok()?;
-    (fd < 64 * 64).then(|| (fd / 64, 1u64 << (fd % 64)))
-}
-
-fn is_fake(fd: c_int) -> bool {
-    fd_bit(fd).is_some_and(|(w, b)| FDS[w].load(Ordering::Relaxed) & b != 0)
-}
-
-/// Of those, the descriptors opened for the Ethernet function's uverbs device
-/// ([`crate::sysfs::ETH_UVERBS`]).
-static ETH_FDS: [AtomicU64; 64] = [const { AtomicU64::new(0) }; 64];
-
-/// Whether `fd` is a context of the emulated Ethernet function (`mlx5_1`).
-pub(crate) fn is_ethernet(fd: c_int) -> bool {
-    fd_bit(fd).is_some_and(|(w, b)| ETH_FDS[w].load(Ordering::Relaxed) & b != 0)
-}
 
 /// # Safety
 ///
@@ -154,21 +134,15 @@ fn open_fake(flags: c_int, ethernet: bool) -> c_int {
         return -1;
     }
     write_clock_info(fd);
-    match fd_bit(fd) {
-        Some((w, b)) => {
-            FDS[w].fetch_or(b, Ordering::Relaxed);
-            if ethernet {
-                ETH_FDS[w].fetch_or(b, Ordering::Relaxed);
-            } else {
-                ETH_FDS[w].fetch_and(!b, Ordering::Relaxed);
-            }
+    match fds::mark(fd, ethernet) {
+        true => {
             crate::log(format_args!(
                 "uverbs device opened as fd {fd}{}",
                 if ethernet { " (Ethernet function)" } else { "" }
             ));
         }
-        None if fd >= 0 => crate::log(format_args!("fd {fd} too high to serve uverbs on")),
-        None => {}
+        false if fd >= 0 => crate::log(format_args!("fd {fd} too high to serve uverbs on")),
+        false => {}
     }
     fd
 }
@@ -333,9 +307,7 @@ pub unsafe extern "C" fn stat(path: *const c_char, buf: *mut libc::stat) -> c_in
 /// As libc's `close`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
-    if let Some((w, b)) = fd_bit(fd)
-        && FDS[w].fetch_and(!b, Ordering::Relaxed) & b != 0
-    {
+    if fds::forget(fd) {
         crate::log(format_args!("uverbs fd {fd} closed"));
         if let Some(e) = Emu::running() {
             e.closed(fd);
@@ -367,7 +339,7 @@ pub unsafe extern "C" fn mmap(
     let Some(real) = real!("mmap", MmapFn) else {
         return libc::MAP_FAILED;
     };
-    if is_fake(fd) {
+    if fds::is_fake(fd) {
         // A UAR page: doorbell and BlueFlame registers, here ordinary shared memory, if the
         // kernel would map it.
         let _ = prot;
@@ -601,7 +573,7 @@ unsafe fn verbs_ioctl(fd: c_int, hdr: *mut u8) -> i32 {
 /// As libc's `ioctl`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: *mut c_void) -> c_int {
-    if is_fake(fd) {
+    if fds::is_fake(fd) {
         // `c_ulong` is `u64` on the LP64 targets this builds for; the conversion keeps it so
         // should it not be.
         #[allow(clippy::useless_conversion)]
@@ -674,7 +646,7 @@ unsafe fn verbs_write(fd: c_int, buf: *const u8, count: usize) -> i32 {
 /// As libc's `write`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, count: usize) -> isize {
-    if is_fake(fd) {
+    if fds::is_fake(fd) {
         // SAFETY: (caller) a uverbs command.
         let r = unsafe { verbs_write(fd, buf.cast(), count) };
         if r == 0 {

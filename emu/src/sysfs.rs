@@ -33,7 +33,7 @@
 use std::io;
 use std::path::Path;
 
-use crate::device::NODE_GUID;
+use crate::device::{ETH_NODE_GUID, NODE_GUID};
 
 /// The file of the port's GID 0, under the tree's root.
 pub const GID_FILE: &str = "class/infiniband/mlx5_0/ports/1/gids/0";
@@ -175,10 +175,6 @@ pub const ETH_PCI_SLOT: &str = "0000:03:00.1";
 
 /// The Ethernet function's directory under the tree's root.
 pub const ETH_PCI_FUNCTION: &str = "devices/pci0000:00/0000:03:00.1";
-
-/// The node GUID of the Ethernet function (the InfiniBand one's plus one, as a ConnectX's
-/// functions number theirs).
-pub const ETH_NODE_GUID: u64 = NODE_GUID + 1;
 
 /// The files of the Ethernet function, with `ifname` (the Linux interface its port is, see
 /// `docs/ethernet.md`) under the function's `net/` as a ConnectX's netdev is, with

@@ -202,7 +202,7 @@ fn parse_specs(specs: &[u8], n: u64) -> Result<(FlowSpec, Option<u32>), i32> {
 impl Emu {
     /// Whether `fd` is a context of the Ethernet function.
     pub(super) fn ethernet(fd: i32) -> bool {
-        crate::preload::is_ethernet(fd)
+        crate::fds::is_ethernet(fd)
     }
 
     /// `GET_CONTEXT` on the Ethernet function, before the common answer: DEVX refused.
@@ -293,7 +293,7 @@ impl Emu {
         let flags = get::<4>(core_out, 60) | RAW_IP_CSUM | MANAGED_FLOW_STEERING;
         put::<4>(core_out, 60, flags);
         // The function's own node GUID (the sysfs tree's), big-endian as the kernel gives it.
-        let guid = crate::sysfs::ETH_NODE_GUID.swap_bytes();
+        let guid = super::ETH_NODE_GUID.swap_bytes();
         put::<8>(core_out, 8, guid);
         put::<8>(core_out, 16, guid);
         if !extended {

@@ -12,7 +12,8 @@
 use core::ffi::{c_char, c_int};
 use core::sync::atomic::{AtomicUsize, Ordering};
 
-use super::{BACKING, is_fake, is_uverbs};
+use super::{BACKING, is_uverbs};
+use crate::fds::is_fake;
 
 type AccessFn = unsafe extern "C" fn(*const c_char, c_int) -> c_int;
 type FaccessatFn = unsafe extern "C" fn(c_int, *const c_char, c_int, c_int) -> c_int;
