@@ -22,6 +22,26 @@ then run a program with
 inject sends FAULT (port-down, port-up, qp-fatal QPN, device-fatal) to the emulator of process
 PID, as a member of the fabric of the tree SYSFS_PATH names (ZVERBS_EMU_NS its namespace)";
 
+/// `sysfs DIR [--ethernet [IFNAME]]`: writes the tree under `dir`, with the Ethernet function
+/// (its port the interface `IFNAME`) when `ethernet` is given.
+fn sysfs(dir: &str, ethernet: Option<Option<&str>>) -> ExitCode {
+    let root = Path::new(dir);
+    let written = zverbs_emu::sysfs::write_tree(root).and_then(|()| match ethernet {
+        Some(ifname) => zverbs_emu::sysfs::write_ethernet(root, ifname),
+        None => Ok(()),
+    });
+    match written {
+        Ok(()) => {
+            println!("{dir}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("zverbs-emu: cannot write the sysfs tree under {dir}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
     let args: Vec<String> = match args.into_iter().map(OsString::into_string).collect() {
@@ -38,31 +58,9 @@ fn main() -> ExitCode {
         [cmd, dir, eth, ifname @ ..]
             if cmd == "sysfs" && eth == "--ethernet" && ifname.len() <= 1 =>
         {
-            let root = Path::new(dir);
-            let ifname = ifname.first().map(String::as_str);
-            match zverbs_emu::sysfs::write_tree(root)
-                .and_then(|()| zverbs_emu::sysfs::write_ethernet(root, ifname))
-            {
-                Ok(()) => {
-                    println!("{dir}");
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("zverbs-emu: cannot write the sysfs tree under {dir}: {e}");
-                    ExitCode::FAILURE
-                }
-            }
+            sysfs(dir, Some(ifname.first().map(String::as_str)))
         }
-        [cmd, dir] if cmd == "sysfs" => match zverbs_emu::sysfs::write_tree(Path::new(dir)) {
-            Ok(()) => {
-                println!("{dir}");
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("zverbs-emu: cannot write the sysfs tree under {dir}: {e}");
-                ExitCode::FAILURE
-            }
-        },
+        [cmd, dir] if cmd == "sysfs" => sysfs(dir, None),
         [cmd, pid, fault @ ..] if cmd == "inject" && !fault.is_empty() => {
             let ns = zverbs_emu::fabric::namespace();
             let Ok(pid) = pid.parse::<u32>() else {
