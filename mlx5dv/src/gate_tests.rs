@@ -48,6 +48,7 @@ fn a_closed_gate_refuses_posts_and_writes_nothing() {
 #[test]
 fn a_later_incarnation_restarts_the_queues_at_zero() {
     let mut rig = Rig::new(8, 64, caps(1, 0));
+    let empty = rig.rq.free();
     let sgl = [Sge::new(0x1000, 8, 1)];
     for i in 0..3 {
         post(&mut rig, &SendWr::send(i, &sgl).signaled()).unwrap();
@@ -80,6 +81,8 @@ fn a_later_incarnation_restarts_the_queues_at_zero() {
     rq.gate().open();
     sq.gate().open();
     assert_eq!(sq.gate().incarnation(), 1);
+    // The old incarnation's receive is forgotten: the whole receive queue is free again.
+    assert_eq!(rig.rq.free(), empty);
     // The staged request is forgotten: ringing now writes nothing.
     rig.sq.ring();
     assert_eq!(rig.mem.dbrec(1), 0);
