@@ -335,6 +335,93 @@ int NOINLINE zvb_post_faa(struct zvb_sq *sq, uint64_t addr, uint32_t lkey, uint6
 	return post_atomic(sq, MLX5_OPCODE_ATOMIC_FA, addr, lkey, raddr, rkey, add, 0, wr_id);
 }
 
+/*
+ * A raw packet QP's SEND of one frame with IBV_SEND_IP_CSUM, as libmlx5's `_mlx5_post_send`
+ * writes it for a device whose minimum inline is L2: the Ethernet segment zeroed, the
+ * checksum flags, the frame's first 18 bytes inlined (`mlx5dv_set_eth_seg`; the segment lies
+ * in the WQE's first basic block, so it never wraps), the rest of the frame as one data
+ * segment.
+ */
+int NOINLINE zvb_post_eth(struct zvb_sq *sq, uint64_t addr, uint32_t len, uint32_t lkey,
+			  uint64_t wr_id)
+{
+	struct mlx5_wqe_ctrl_seg *ctrl;
+	struct mlx5_wqe_eth_seg *eth;
+	uint32_t idx, ds = 3;
+
+	if (unlikely(len < ZVB_ETH_INLINE))
+		return EINVAL;
+	if (unlikely(sq_full(sq, 0)))
+		return ENOMEM;
+	idx = sq->cur_post & (sq->wqe_cnt - 1);
+	ctrl = wqe_at(sq, idx);
+	eth = (struct mlx5_wqe_eth_seg *)(ctrl + 1);
+	memset(eth, 0, sizeof(*eth));
+	mlx5dv_set_eth_seg(eth, MLX5_ETH_WQE_L3_CSUM | MLX5_ETH_WQE_L4_CSUM, 0, ZVB_ETH_INLINE,
+			   (uint8_t *)(uintptr_t)addr);
+	if (likely(len > ZVB_ETH_INLINE)) {
+		mlx5dv_set_data_seg((struct mlx5_wqe_data_seg *)(eth + 1), len - ZVB_ETH_INLINE,
+				    lkey, addr + ZVB_ETH_INLINE);
+		ds++;
+	}
+	finish_wqe(sq, ctrl, idx, 0, MLX5_OPCODE_SEND, MLX5_WQE_CTRL_CQ_UPDATE, ds, 0, wr_id);
+	ring_db(sq, 1, ds, ctrl);
+	return 0;
+}
+
+void zvb_prepare_eth_frame(struct zvb_eth_frame *f, const uint8_t *headers,
+			   uint32_t ip_total_at, uint32_t udp_len_at)
+{
+	struct mlx5_wqe_eth_seg *eth = (struct mlx5_wqe_eth_seg *)f->segs;
+
+	memset(f, 0, sizeof(*f));
+	eth->cs_flags = MLX5_ETH_WQE_L3_CSUM | MLX5_ETH_WQE_L4_CSUM;
+	eth->inline_hdr_sz = htobe16(ZVB_ETH_FRAME_HEADERS);
+	memcpy(f->segs + offsetof(struct mlx5_wqe_eth_seg, inline_hdr_start), headers,
+	       ZVB_ETH_FRAME_HEADERS);
+	f->ip_at = offsetof(struct mlx5_wqe_eth_seg, inline_hdr_start) + ip_total_at;
+	f->udp_at = offsetof(struct mlx5_wqe_eth_seg, inline_hdr_start) + udp_len_at;
+	f->segs[f->ip_at] = f->segs[f->ip_at + 1] = 0;
+	f->segs[f->udp_at] = f->segs[f->udp_at + 1] = 0;
+	f->ip_base = ZVB_ETH_FRAME_HEADERS - (ip_total_at - 2);
+	f->udp_base = ZVB_ETH_FRAME_HEADERS - (udp_len_at - 4);
+}
+
+/*
+ * A prepared frame's SEND: the Ethernet segment and the headers copied from `f` (four units:
+ * three in the WQE's first basic block, one in its second, which may be at the ring's
+ * start), the two length fields set for the payload, one data segment for the payload.
+ */
+int NOINLINE zvb_post_eth_frame(struct zvb_sq *sq, const struct zvb_eth_frame *f,
+				uint64_t addr, uint32_t len, uint32_t lkey, uint64_t wr_id)
+{
+	struct mlx5_wqe_ctrl_seg *ctrl;
+	uint8_t segs[sizeof(f->segs)];
+	uint8_t *second;
+	uint32_t idx, ds = 5;
+	uint16_t v;
+
+	if (unlikely(sq_full(sq, 0)))
+		return ENOMEM;
+	idx = sq->cur_post & (sq->wqe_cnt - 1);
+	ctrl = wqe_at(sq, idx);
+	second = wqe_at(sq, (idx + 1) & (sq->wqe_cnt - 1));
+	memcpy(segs, f->segs, sizeof(segs));
+	v = htobe16(f->ip_base + len);
+	memcpy(segs + f->ip_at, &v, 2);
+	v = htobe16(f->udp_base + len);
+	memcpy(segs + f->udp_at, &v, 2);
+	memcpy(ctrl + 1, segs, 48);
+	memcpy(second, segs + 48, 16);
+	if (likely(len)) {
+		mlx5dv_set_data_seg((struct mlx5_wqe_data_seg *)(second + 16), len, lkey, addr);
+		ds++;
+	}
+	finish_wqe(sq, ctrl, idx, 0, MLX5_OPCODE_SEND, MLX5_WQE_CTRL_CQ_UPDATE, ds, 0, wr_id);
+	ring_db(sq, 1, ds, ctrl);
+	return 0;
+}
+
 /* mlx5 opcodes of the verbs opcodes an RC QP takes here; 0xff: not supported. */
 static const uint8_t mlx5_opcode_of[] = {
 	[IBV_WR_RDMA_WRITE] = MLX5_OPCODE_RDMA_WRITE,
@@ -735,6 +822,93 @@ int NOINLINE zvb_poll_cq_scatter(struct zvb_cq *cq, int ne, struct ibv_wc *wc)
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* Striding receive queue, packets in place                                                    */
+/* ------------------------------------------------------------------------------------------ */
+
+/* `struct mpwrq_cqe_bc` of the kernel's mlx5/device.h: byte_cnt of a striding queue's CQE. */
+#define ZVB_MPRQ_FILLER 0x80000000u
+#define ZVB_MPRQ_STRIDES_SHIFT 16
+#define ZVB_MPRQ_STRIDES_MASK 0x7fffu
+#define ZVB_MPRQ_LEN_MASK 0xffffu
+/* `mlx5dv_get_cqe_format` of a compressed session's title (libmlx5's MLX5_COMPRESSED). */
+#define ZVB_CQE_COMPRESSED 3
+
+/* Posts again every WQE from the oldest on whose strides are all back (DPDK's
+ * `mlx5_rx_burst_mprq` moves to the next WQE and rings the RQ doorbell the same way). */
+static NOINLINE void mprq_repost(struct zvb_mprq *rq)
+{
+	uint32_t num = 1u << rq->log_num;
+	uint32_t tail = rq->tail, head = rq->head;
+
+	while (rq->released[tail & rq->wqe_mask] >= num) {
+		rq->released[tail & rq->wqe_mask] = 0;
+		++tail;
+		++head;
+	}
+	rq->tail = tail;
+	rq->head = head;
+	to_device_barrier();
+	rq->dbrec[0] = htobe32(head & 0xffff);
+}
+
+static ALWAYS_INLINE void mprq_release(struct zvb_mprq *rq, uint32_t wqe, uint32_t strides)
+{
+	uint32_t done = rq->released[wqe] += strides;
+
+	if (done >= 1u << rq->log_num && wqe == (rq->tail & rq->wqe_mask))
+		mprq_repost(rq);
+}
+
+int NOINLINE zvb_rx_stride(struct zvb_cq *cq, struct zvb_mprq *rq, int max, uint64_t *sum)
+{
+	uint64_t acc = 0;
+	int n = 0, consumed = 0;
+
+	while (n < max) {
+		struct mlx5_cqe64 *cqe64 = next_sw_cqe(cq);
+		uint32_t byte_cnt, wqe, stride, strides, len;
+		uint64_t first;
+		uint8_t *p;
+
+		if (!cqe64)
+			break;
+		from_device_barrier();
+		if (unlikely(mlx5dv_get_cqe_opcode(cqe64) != MLX5_CQE_RESP_SEND ||
+			     mlx5dv_get_cqe_format(cqe64) == ZVB_CQE_COMPRESSED))
+			break;
+		++cq->cons_index;
+		consumed = 1;
+		byte_cnt = be32toh(cqe64->byte_cnt);
+		wqe = be16toh(cqe64->wqe_id) & rq->wqe_mask;
+		stride = be16toh(cqe64->wqe_counter);
+		strides = (byte_cnt >> ZVB_MPRQ_STRIDES_SHIFT) & ZVB_MPRQ_STRIDES_MASK;
+		if (byte_cnt & ZVB_MPRQ_FILLER) {
+			mprq_release(rq, wqe, strides);
+			continue;
+		}
+		len = byte_cnt & ZVB_MPRQ_LEN_MASK;
+		if (unlikely(strides == 0 || stride + strides > 1u << rq->log_num ||
+			     len > strides << rq->log_stride)) {
+			++rq->malformed;
+			mprq_release(rq, wqe, strides);
+			continue;
+		}
+		p = rq->buf + ((((size_t)wqe << rq->log_num) + stride) << rq->log_stride);
+		/* The touch: the packet in place, read where it lies. */
+		first = 0;
+		if (len >= 8)
+			memcpy(&first, p, 8);
+		acc += first + len;
+		++n;
+		mprq_release(rq, wqe, strides);
+	}
+	if (consumed)
+		cq->dbrec[ZVB_CQ_SET_CI] = htobe32(cq->cons_index & 0xffffff);
+	*sum += acc;
+	return n;
+}
+
+/* ------------------------------------------------------------------------------------------ */
 /* Fixtures (not timed)                                                                        */
 /* ------------------------------------------------------------------------------------------ */
 
@@ -788,6 +962,7 @@ size_t zvb_sizeof(int which)
 	case 1: return sizeof(struct zvb_cq);
 	case 2: return sizeof(struct ibv_wc);
 	case 3: return sizeof(struct zvb_wr_desc);
+	case 4: return sizeof(struct zvb_mprq);
 	default: return 0;
 	}
 }

@@ -89,6 +89,31 @@ int zvb_post_faa(struct zvb_sq *sq, uint64_t addr, uint32_t lkey, uint64_t raddr
 		 uint32_t rkey, uint64_t add, uint64_t wr_id);
 
 /*
+ * Raw Ethernet (a raw packet QP; `qpn` is its SQN). `zvb_post_eth`: a signaled SEND of one
+ * frame with IBV_SEND_IP_CSUM, its first ZVB_ETH_INLINE bytes inlined (libmlx5 on a device
+ * whose minimum inline is L2), the rest by one data segment; EINVAL for a shorter frame.
+ * `zvb_post_eth_frame`: a prepared frame of ZVB_ETH_FRAME_HEADERS header bytes (Ethernet,
+ * IPv4, UDP: `zvb_prepare_eth_frame`, not timed), all of them inlined, the IPv4 total length
+ * and UDP length set for the payload, the payload by one data segment; signaled, IP_CSUM.
+ */
+#define ZVB_ETH_INLINE 18
+#define ZVB_ETH_FRAME_HEADERS 42
+
+struct zvb_eth_frame {
+	uint8_t segs[64];   /* the Ethernet segment and the headers: WQE units 1..4 */
+	uint16_t ip_base;   /* IPv4 total length of an empty payload */
+	uint16_t udp_base;  /* UDP length of an empty payload */
+	uint8_t ip_at;      /* where in `segs` the IPv4 total length goes */
+	uint8_t udp_at;     /* where the UDP length goes */
+};
+
+int zvb_post_eth(struct zvb_sq *sq, uint64_t addr, uint32_t len, uint32_t lkey, uint64_t wr_id);
+void zvb_prepare_eth_frame(struct zvb_eth_frame *f, const uint8_t *headers,
+			   uint32_t ip_total_at, uint32_t udp_len_at);
+int zvb_post_eth_frame(struct zvb_sq *sq, const struct zvb_eth_frame *f, uint64_t addr,
+		       uint32_t len, uint32_t lkey, uint64_t wr_id);
+
+/*
  * A chain of verbs requests, as `ibv_post_send` takes it (RC: WRITE, WRITE_WITH_IMM, SEND,
  * SEND_WITH_IMM, READ, the two atomics; flags SIGNALED, SOLICITED, FENCE, INLINE). Stops at
  * the first bad request (`*bad_wr`), rings once for the ones before it.
@@ -108,6 +133,33 @@ int zvb_poll_cq_ts(struct zvb_cq *cq, int ne, struct ibv_wc *wc, uint64_t *ts);
  * wrote into the CQE has it copied into the receive WQE's buffers, as libmlx5's poller does.
  */
 int zvb_poll_cq_scatter(struct zvb_cq *cq, int ne, struct ibv_wc *wc);
+
+/*
+ * A striding ("multi-packet") receive work queue, as DPDK's mlx5 receive path keeps one
+ * (`struct mlx5_rxq_data` with `strd_num_n`, `strd_sz_n`, `consumed_strd`): the stride buffer
+ * (WQE i's strides at `buf + (i << (log_num + log_stride))`, its data segment never rewritten),
+ * the WQ's doorbell record, per WQE the strides given back.
+ */
+struct zvb_mprq {
+	uint8_t *buf;          /* the stride buffer */
+	uint32_t *dbrec;       /* the WQ's doorbell record: [0], WQEs posted */
+	uint32_t *released;    /* per WQE: strides given back */
+	uint32_t wqe_mask;     /* WQEs - 1 */
+	uint32_t log_stride;   /* log2 of a stride's bytes */
+	uint32_t log_num;      /* log2 of the strides of a WQE */
+	uint32_t head;         /* WQEs posted */
+	uint32_t tail;         /* the oldest WQE not posted again */
+	uint32_t malformed;    /* CQEs naming strides outside their WQE */
+};
+
+/*
+ * Receives up to `max` packets of the striding queue `rq` from `cq` in place: each packet's
+ * first 8 bytes (0 for a shorter one) and length added to `*sum` (the touch), its strides
+ * given back, every WQE whose strides are all back posted again in ring order. Checks what
+ * the zverbs queue checks (a receive CQE, not a compressed session's title, its strides
+ * inside its WQE, its length inside its strides). Returns the packets.
+ */
+int zvb_rx_stride(struct zvb_cq *cq, struct zvb_mprq *rq, int max, uint64_t *sum);
 
 /* Fixtures, not timed: verbs request chains (`n` requests of one gather entry each). */
 struct zvb_wr_desc {

@@ -3,8 +3,8 @@
 
 use std::ptr::null_mut;
 
-use crate::ffi::{self, ZvbCq, ZvbQpTable, ZvbSq, ZvbWrDesc};
-use crate::mem::{Block, QpMem};
+use crate::ffi::{self, ZvbCq, ZvbMprq, ZvbQpTable, ZvbSq, ZvbWrDesc};
+use crate::mem::{Block, QpMem, STRIDE_LOG_NUM, STRIDE_LOG_SIZE, STRIDE_WQES, StrideMem};
 use crate::ours::{CAPS, SMALL, SMALL_MSG};
 use crate::{Fixture, QPN};
 use zverbs_ffi::types::{ibv_send_wr, ibv_wc};
@@ -266,4 +266,60 @@ impl Drop for WrChain {
 /// A zeroed `ibv_wc` array for polling.
 pub fn wcs<const N: usize>() -> [ibv_wc; N] {
     [ibv_wc::default(); N]
+}
+
+/// A CQ serving one striding receive work queue, driven by the C baseline over [`QpMem`] and
+/// a [`StrideMem`]: the same CQEs as the zverbs fixture (`OursStride`), the packets received
+/// in place by [`ffi::zvb_rx_stride`].
+pub struct CStride {
+    /// The CQ (the send side unused).
+    pub base: CBase,
+    /// The striding queue.
+    pub rq: Box<ZvbMprq>,
+    /// Its memory.
+    pub smem: StrideMem,
+}
+
+impl CStride {
+    /// The queue over a new [`StrideMem`], all its WQEs posted, polled from `mem`'s CQ.
+    pub fn new(mem: QpMem) -> Self {
+        let base = CBase::new(mem);
+        let smem = StrideMem::new();
+        let rq = Box::new(ZvbMprq {
+            buf: smem.buf.as_ptr(),
+            dbrec: smem.dbrec.as_ptr(),
+            released: leak_array(0u32, STRIDE_WQES as usize),
+            wqe_mask: STRIDE_WQES - 1,
+            log_stride: STRIDE_LOG_SIZE,
+            log_num: STRIDE_LOG_NUM,
+            head: STRIDE_WQES,
+            tail: 0,
+            malformed: 0,
+        });
+        // Every WQE posted (their data segments are what the zverbs queue writes; nothing
+        // reads them here).
+        // SAFETY: word 0 of the leaked record.
+        unsafe { smem.dbrec.write_volatile(STRIDE_WQES.to_be()) };
+        Self { base, rq, smem }
+    }
+}
+
+impl Fixture for CStride {
+    fn room(&mut self, _: u32, _: u32) -> u64 {
+        0
+    }
+
+    fn complete_all(&mut self, _: u64) {}
+
+    fn write_cqes(&mut self, n: u32) {
+        // SAFETY: the CQ is polled only after this returns, on this thread.
+        unsafe {
+            self.smem
+                .write_cqes(&self.base.mem, self.base.cq.cons_index, n)
+        };
+    }
+
+    fn cq_room(&self) -> u32 {
+        self.base.mem.cqes
+    }
 }

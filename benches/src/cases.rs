@@ -219,6 +219,24 @@ pub const CASES: &[Case] = &[
         1,
         ("zverbs_benches::ours::post_prepared_rdma", "zvb_post_read"),
     ),
+    case(
+        "eth_csum",
+        "raw Ethernet SEND of a 64-byte frame, 1 SGE, IP_CSUM, 18 bytes inlined",
+        Group::Post,
+        1,
+        ("zverbs_benches::ours::post_eth", "zvb_post_eth"),
+    ),
+    case(
+        "prep_frame",
+        "prepared raw Ethernet frame: 42 header bytes inlined, lengths set, 22-byte payload, \
+         IP_CSUM (C: the same, prepared by hand)",
+        Group::Post,
+        1,
+        (
+            "zverbs_benches::ours::post_prepared_frame",
+            "zvb_post_eth_frame",
+        ),
+    ),
     Case {
         goal_ns: Some(5.0),
         ..case(
@@ -316,6 +334,23 @@ pub const CASES: &[Case] = &[
         ("zverbs_benches::ours::poll", "zvb_poll_cq_scatter"),
     ),
     case(
+        "rx_stride1",
+        "receive of 1 packet from a striding queue in place: poll, touch (first 8 bytes and \
+         length), give the stride back, the WQE posted again every 64 packets (C: the same, \
+         as DPDK's mlx5 receive path does it)",
+        Group::Poll,
+        1,
+        ("zverbs_benches::ours::rx_stride", "zvb_rx_stride"),
+    ),
+    case(
+        "rx_stride16",
+        "receive of 16 packets from a striding queue in place in one poll, per packet (C: the \
+         same)",
+        Group::Poll,
+        16,
+        ("zverbs_benches::ours::rx_stride", "zvb_rx_stride"),
+    ),
+    case(
         "poll1_brief",
         "poll of 1 CQE, wr_id/status/opcode/byte_len only (C: full ibv_wc poll)",
         Group::Poll,
@@ -393,6 +428,55 @@ const RKEY: u32 = 0xdead_beef;
 const WR_ID: u64 = 7;
 /// Inline payload source.
 static DATA: [u8; 64] = [0x5a; 64];
+
+/// The raw Ethernet cases' frame: the research brief's 64-byte multicast UDP frame (Ethernet,
+/// IPv4, UDP: 42 header bytes, checksums 0 for the device, then 22 payload bytes).
+static FRAME: [u8; 64] = {
+    let head: [u8; 42] = [
+        0x01, 0x00, 0x5e, 0x01, 0x02, 0x03, 0x0c, 0x42, 0xa1, 0x11, 0x22, 0x33, 0x08, 0x00, 0x45,
+        0x00, 0x00, 0x32, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0x00, 0x00, 0x0a, 0x00, 0x00, 0x01,
+        0xef, 0x01, 0x02, 0x03, 0x75, 0x30, 0x79, 0x18, 0x00, 0x1e, 0x00, 0x00,
+    ];
+    let mut f = [0u8; 64];
+    let mut i = 0;
+    while i < 64 {
+        f[i] = if i < 42 { head[i] } else { (i - 42) as u8 };
+        i += 1;
+    }
+    f
+};
+
+/// The frame's header bytes (Ethernet, IPv4, UDP).
+const FRAME_HEADERS: usize = 42;
+
+/// A prepared frame of [`FRAME`]'s headers on `sq`.
+fn prepared_frame(sq: &ours::EthSq) -> zverbs_mlx5dv::PreparedFrame {
+    sq.prepare_frame(
+        &FRAME[..FRAME_HEADERS],
+        zverbs_core::SendFlags::IP_CSUM | zverbs_core::SendFlags::SIGNALED,
+        zverbs_mlx5dv::FrameLengths::IPV4_UDP,
+    )
+    .expect("prepares")
+}
+
+/// The C baseline's prepared frame of [`FRAME`]'s headers.
+fn c_frame() -> ffi::ZvbEthFrame {
+    let mut f = ffi::ZvbEthFrame {
+        segs: [0; 64],
+        ip_base: 0,
+        udp_base: 0,
+        ip_at: 0,
+        udp_at: 0,
+    };
+    // SAFETY: `f` is a live frame and the headers are 42 bytes.
+    unsafe { ffi::zvb_prepare_eth_frame(&mut f, FRAME.as_ptr(), 16, 38) };
+    f
+}
+
+/// The frame's address (the post reads its first bytes) and the payload's.
+fn frame_addr() -> u64 {
+    FRAME.as_ptr() as u64
+}
 
 /// Post+ring runs: as many calls as the queue takes, then every credit back (untimed).
 struct PostRun<F, Op> {
@@ -626,6 +710,31 @@ fn ours_runner(case: &Case) -> Option<Box<dyn Runner>> {
                 .is_ok()
             })
         }
+        "eth_csum" => post(Ours::new_eth(mem(BF_SIZE)), 1, 1, |f: &mut Ours<_>| {
+            // SAFETY: no device: nothing reads the frame but the post (its first bytes, a
+            // live static).
+            unsafe { ours::post_eth(&mut f.sq, bb(frame_addr()), bb(64), bb(LKEY), bb(WR_ID)) }
+                .is_ok()
+        }),
+        "prep_frame" => {
+            let fix = Ours::new_eth(mem(BF_SIZE));
+            let p = prepared_frame(&fix.sq);
+            let payload = frame_addr() + FRAME_HEADERS as u64;
+            post(fix, 2, 1, move |f: &mut Ours<_>| {
+                // SAFETY: no device: nothing reads the payload.
+                unsafe {
+                    ours::post_prepared_frame(
+                        &mut f.sq,
+                        bb(&p),
+                        bb(payload),
+                        bb(22),
+                        bb(LKEY),
+                        bb(WR_ID),
+                    )
+                }
+                .is_ok()
+            })
+        }
         "send" => post(Ours::new(mem(BF_SIZE)), 1, 1, |f: &mut Ours| {
             // SAFETY: as above.
             unsafe { ours::post_send(&mut f.sq, bb(ADDR), bb(LEN), bb(LKEY), bb(WR_ID)) }.is_ok()
@@ -736,6 +845,17 @@ fn ours_runner(case: &Case) -> Option<Box<dyn Runner>> {
                 ours::poll(&mut f.cq, bb(&mut wc))
             })
         }
+        "rx_stride1" | "rx_stride16" => {
+            let max = case.units as usize;
+            let mut sum = 0u64;
+            poll(
+                ours::OursStride::new(mem(BF_SIZE)),
+                case.units,
+                move |f: &mut ours::OursStride| {
+                    ours::rx_stride(&f.rq, &mut f.cq, bb(max), &mut sum)
+                },
+            )
+        }
         "poll1_brief" | "poll16_brief" => {
             let mut wc = vec![BriefCompletion::EMPTY; case.units as usize];
             poll(Ours::new(mem(BF_SIZE)), case.units, move |f: &mut Ours| {
@@ -792,6 +912,31 @@ fn c_runner(case: &Case) -> Option<Box<dyn Runner>> {
                         bb(len),
                         bb(RADDR),
                         bb(RKEY),
+                        bb(WR_ID),
+                    )
+                };
+                rc == 0
+            })
+        }
+        "eth_csum" => post(CBase::new(mem(BF_SIZE)), 1, 1, |f: &mut CBase| {
+            // SAFETY: as above; the frame's first bytes are a live static.
+            let rc = unsafe {
+                ffi::zvb_post_eth(&mut *f.sq, bb(frame_addr()), bb(64), bb(LKEY), bb(WR_ID))
+            };
+            rc == 0
+        }),
+        "prep_frame" => {
+            let frame = c_frame();
+            let payload = frame_addr() + FRAME_HEADERS as u64;
+            post(CBase::new(mem(BF_SIZE)), 2, 1, move |f: &mut CBase| {
+                // SAFETY: as above; `frame` is live.
+                let rc = unsafe {
+                    ffi::zvb_post_eth_frame(
+                        &mut *f.sq,
+                        bb(&frame),
+                        bb(payload),
+                        bb(22),
+                        bb(LKEY),
                         bb(WR_ID),
                     )
                 };
@@ -937,6 +1082,21 @@ fn c_runner(case: &Case) -> Option<Box<dyn Runner>> {
                 },
             )
         }
+        "rx_stride1" | "rx_stride16" => {
+            let max = case.units as i32;
+            let mut sum = 0u64;
+            poll(
+                crate::c::CStride::new(mem(BF_SIZE)),
+                case.units,
+                move |f: &mut crate::c::CStride| {
+                    // SAFETY: a live CQ and striding queue over leaked memory.
+                    let n = unsafe {
+                        ffi::zvb_rx_stride(&mut *f.base.cq, &mut *f.rq, bb(max), &mut sum)
+                    };
+                    n.max(0) as usize
+                },
+            )
+        }
         "pingpong" => Box::new(RoundTripRun(PingPong::c())),
         _ => return None,
     };
@@ -1041,7 +1201,7 @@ mod tests {
         assert_eq!((ours, rc), (Ok(()), 0), "{kind}");
     }
 
-    fn assert_same(o: &Ours, c: &CBase, what: &str) {
+    fn assert_same<T: zverbs_mlx5dv::SqTransport>(o: &Ours<T>, c: &CBase, what: &str) {
         assert_eq!(o.mem.sq_bytes(), c.mem.sq_bytes(), "ring after {what}");
         assert_eq!(
             bf_as_read(o.mem.bf_bytes()),
@@ -1096,6 +1256,54 @@ mod tests {
                     // A one-block request first shifts the two-block ones onto odd blocks.
                     let k = if i % 3 == 0 { "write" } else { kind };
                     post_both(&mut o, &mut c, k, 100 + i);
+                    assert_same(&o, &c, &format!("{k} #{i} (bf {bf})"));
+                    o.complete_all(1);
+                    c.complete_all(1);
+                }
+            }
+        }
+    }
+
+    /// The raw Ethernet cases are the same bytes on both sides: the 64-byte frame with 18 bytes
+    /// inlined and the prepared frame (with a payload and without), at every position of a
+    /// small ring (the prepared frame's two blocks straddle its end), with BlueFlame and
+    /// doorbell only.
+    #[test]
+    fn both_sides_write_the_same_ethernet_bytes() {
+        for bf in [BF_SIZE, 0] {
+            for kind in ["eth_csum", "prep_frame", "prep_frame0"] {
+                let mut o = Ours::new_eth(QpMem::new(8, 64, bf));
+                let mut c = CBase::new(QpMem::new(8, 64, bf));
+                let p = prepared_frame(&o.sq);
+                let frame = c_frame();
+                for i in 0..19u64 {
+                    // A one-block frame first shifts the two-block ones onto odd blocks.
+                    let k = if i % 3 == 0 { "eth_csum" } else { kind };
+                    let wr_id = 100 + i;
+                    let payload = frame_addr() + FRAME_HEADERS as u64;
+                    let len = if k == "prep_frame0" { 0 } else { 22 };
+                    // SAFETY: no device reads the memory; the frame is a live static.
+                    let (ours, rc) = unsafe {
+                        if k == "eth_csum" {
+                            (
+                                ours::post_eth(&mut o.sq, frame_addr(), 64, LKEY, wr_id),
+                                ffi::zvb_post_eth(&mut *c.sq, frame_addr(), 64, LKEY, wr_id),
+                            )
+                        } else {
+                            (
+                                ours::post_prepared_frame(&mut o.sq, &p, payload, len, LKEY, wr_id),
+                                ffi::zvb_post_eth_frame(
+                                    &mut *c.sq, &frame, payload, len, LKEY, wr_id,
+                                ),
+                            )
+                        }
+                    };
+                    assert_eq!((ours, rc), (Ok(()), 0), "{k}");
+                    // Past the WQE in its last block: stale bytes on one side, zeros on the
+                    // other (a prepared frame stores whole blocks), never read.
+                    let at = o.sq.producer() - u32::from(k != "eth_csum") - 1;
+                    o.mem.clear_past_wqe(at);
+                    c.mem.clear_past_wqe(at);
                     assert_same(&o, &c, &format!("{k} #{i} (bf {bf})"));
                     o.complete_all(1);
                     c.complete_all(1);
@@ -1246,6 +1454,45 @@ mod tests {
         assert_eq!(n, 4);
         for (i, t) in ts.iter().enumerate() {
             assert_eq!(*t, 0x0102_0304_0506_0700 + i as u64);
+        }
+    }
+
+    /// The packet cases do the same work on both sides: over many refills (the WQEs posted
+    /// again, the ring wrapping), the same packets touched (the same sum), the same WQEs
+    /// posted again (the doorbell records), the same CQEs consumed.
+    #[test]
+    fn both_sides_receive_the_same_packets_in_place() {
+        for max in [1usize, 16] {
+            let mut o = ours::OursStride::new(mem(BF_SIZE));
+            let mut c = crate::c::CStride::new(mem(BF_SIZE));
+            assert_eq!(o.smem.dbrec(), crate::mem::STRIDE_WQES);
+            let (mut so, mut sc) = (0u64, 0u64);
+            for round in 0..200u32 {
+                let n = 1 + round % 16;
+                o.write_cqes(n);
+                c.write_cqes(n);
+                let (mut got_o, mut got_c) = (0, 0);
+                while got_o < n as usize {
+                    let k = ours::rx_stride(&o.rq, &mut o.cq, max, &mut so);
+                    assert!(k > 0 && k <= max);
+                    got_o += k;
+                }
+                while got_c < n as usize {
+                    // SAFETY: a live CQ and striding queue.
+                    let k = unsafe {
+                        ffi::zvb_rx_stride(&mut *c.base.cq, &mut *c.rq, max as i32, &mut sc)
+                    };
+                    assert!(k > 0 && k as usize <= max);
+                    got_c += k as usize;
+                }
+                assert_eq!((got_o, so), (got_c, sc), "round {round}");
+                assert_eq!(o.smem.dbrec(), c.smem.dbrec(), "round {round}");
+                assert_eq!(o.mem.cq_dbrec(), c.base.mem.cq_dbrec(), "round {round}");
+                assert_eq!(ours::rx_stride(&o.rq, &mut o.cq, max, &mut so), 0);
+            }
+            // 1600 or so packets of one stride, 64 strides a WQE: the ring of 16 went round.
+            assert!(o.smem.dbrec() > 2 * crate::mem::STRIDE_WQES);
+            assert_eq!((o.rq.malformed(), c.rq.malformed), (0, 0));
         }
     }
 

@@ -8,6 +8,22 @@ use std::ffi::c_int;
 
 use zverbs_ffi::types::{ibv_send_wr, ibv_wc};
 
+/// `struct zvb_eth_frame`: a prepared frame of the C baseline.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ZvbEthFrame {
+    /// The Ethernet segment and the headers.
+    pub segs: [u8; 64],
+    /// IPv4 total length of an empty payload.
+    pub ip_base: u16,
+    /// UDP length of an empty payload.
+    pub udp_base: u16,
+    /// Where the IPv4 total length goes.
+    pub ip_at: u8,
+    /// Where the UDP length goes.
+    pub udp_at: u8,
+}
+
 /// `struct zvb_sq`: a send queue as libmlx5 keeps one.
 #[repr(C)]
 #[derive(Debug)]
@@ -76,6 +92,30 @@ pub struct ZvbCq {
     pub cqe_sz: u32,
     /// Consumer index.
     pub cons_index: u32,
+}
+
+/// `struct zvb_mprq`: a striding receive work queue as DPDK's receive path keeps one.
+#[repr(C)]
+#[derive(Debug)]
+pub struct ZvbMprq {
+    /// The stride buffer.
+    pub buf: *mut u8,
+    /// The WQ's doorbell record (`[0]`: WQEs posted).
+    pub dbrec: *mut u32,
+    /// Per WQE, the strides given back.
+    pub released: *mut u32,
+    /// WQEs - 1.
+    pub wqe_mask: u32,
+    /// log2 of a stride's bytes.
+    pub log_stride: u32,
+    /// log2 of a WQE's strides.
+    pub log_num: u32,
+    /// WQEs posted.
+    pub head: u32,
+    /// The oldest WQE not posted again.
+    pub tail: u32,
+    /// CQEs naming strides outside their WQE.
+    pub malformed: u32,
 }
 
 /// `struct zvb_qp_table` (opaque: allocated and filled by C).
@@ -169,6 +209,25 @@ unsafe extern "C" {
         add: u64,
         wr_id: u64,
     ) -> c_int;
+    /// A signaled SEND of one frame with `IBV_SEND_IP_CSUM` on a raw packet QP, its first 18
+    /// bytes inlined.
+    pub fn zvb_post_eth(sq: *mut ZvbSq, addr: u64, len: u32, lkey: u32, wr_id: u64) -> c_int;
+    /// Prepares a frame of 42 header bytes (not timed).
+    pub fn zvb_prepare_eth_frame(
+        f: *mut ZvbEthFrame,
+        headers: *const u8,
+        ip_total_at: u32,
+        udp_len_at: u32,
+    );
+    /// A prepared frame's SEND with its payload.
+    pub fn zvb_post_eth_frame(
+        sq: *mut ZvbSq,
+        f: *const ZvbEthFrame,
+        addr: u64,
+        len: u32,
+        lkey: u32,
+        wr_id: u64,
+    ) -> c_int;
     /// A chain of verbs requests, rung once.
     pub fn zvb_post_send_wr(
         sq: *mut ZvbSq,
@@ -183,6 +242,9 @@ unsafe extern "C" {
     pub fn zvb_poll_cq_ts(cq: *mut ZvbCq, ne: c_int, wc: *mut ibv_wc, ts: *mut u64) -> c_int;
     /// As [`zvb_poll_cq`], receives scattered into their CQEs copied to their buffers.
     pub fn zvb_poll_cq_scatter(cq: *mut ZvbCq, ne: c_int, wc: *mut ibv_wc) -> c_int;
+    /// Receives up to `max` packets of `rq` in place (touch: first 8 bytes and length into
+    /// `sum`), giving their strides back and posting finished WQEs again; the packets.
+    pub fn zvb_rx_stride(cq: *mut ZvbCq, rq: *mut ZvbMprq, max: c_int, sum: *mut u64) -> c_int;
 
     /// A new, empty QP table (null when out of memory).
     pub fn zvb_qp_table_new() -> *mut ZvbQpTable;
@@ -240,5 +302,6 @@ mod tests {
         assert_eq!(c(1), size_of::<ZvbCq>());
         assert_eq!(c(2), size_of::<ibv_wc>());
         assert_eq!(c(3), size_of::<ZvbWrDesc>());
+        assert_eq!(c(4), size_of::<ZvbMprq>());
     }
 }

@@ -230,6 +230,22 @@ impl QpMem {
         unsafe { bytes(self.sq, self.blocks as usize * 64) }
     }
 
+    /// Zeroes the bytes after the WQE that starts at block `block` (its `ds` units) to the
+    /// end of its last block, which the device never reads: for comparing rings written by
+    /// posts that leave those bytes stale and posts that zero them.
+    pub fn clear_past_wqe(&self, block: u32) {
+        let ring = self.sq_bytes();
+        let at = (block % self.blocks) as usize * 64;
+        let ds = usize::from(ring[at + 7] & 0x3f);
+        let end = ds.div_ceil(4) * 64;
+        for i in ds * 16..end {
+            let pos = (at + i) % ring.len();
+            // SAFETY: `pos` is inside the ring of `blocks` blocks; the fixtures are
+            // single-threaded, and no device reads the ring.
+            unsafe { self.sq.as_ptr().add(pos).write(0) };
+        }
+    }
+
     /// The BlueFlame register's bytes.
     pub fn bf_bytes(&self) -> Vec<u8> {
         // SAFETY: as above, for the register's length.
@@ -246,6 +262,102 @@ impl QpMem {
     pub fn cq_dbrec(&self) -> u32 {
         // SAFETY: word 0 of the leaked record.
         u32::from_be(unsafe { self.cq_dbrec.read_volatile() })
+    }
+}
+
+/// log2 of a striding queue's strides per WQE in the packet cases (64 strides).
+pub const STRIDE_LOG_NUM: u32 = 6;
+/// log2 of its stride size (64 bytes).
+pub const STRIDE_LOG_SIZE: u32 = 6;
+/// Its WQEs.
+pub const STRIDE_WQES: u32 = 16;
+/// Bytes of each packet of the packet cases (one stride each: a WQE is posted again every 64
+/// packets).
+pub const PACKET_LEN: u32 = 60;
+
+/// A striding work queue's memory (its ring of 32-byte WQEs, its one-word doorbell record, its
+/// stride buffer with a packet already in every stride) and where the device puts the next
+/// packet: what the packet cases receive from, on both sides.
+#[derive(Debug)]
+pub struct StrideMem {
+    /// The WQE ring.
+    pub ring: NonNull<u8>,
+    /// The doorbell record.
+    pub dbrec: NonNull<u32>,
+    /// The stride buffer, `STRIDE_WQES` WQEs of `2^(STRIDE_LOG_NUM + STRIDE_LOG_SIZE)` bytes.
+    pub buf: NonNull<u8>,
+    /// The device's next WQE (free-running) and stride.
+    next: (u32, u32),
+}
+
+impl Default for StrideMem {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl StrideMem {
+    /// The ring, record and buffer (leaked), the buffer's strides each holding a packet.
+    pub fn new() -> Self {
+        let bytes = (STRIDE_WQES << (STRIDE_LOG_NUM + STRIDE_LOG_SIZE)) as usize;
+        let mut b = vec![Block([0; 64]); bytes / 64];
+        for (i, blk) in b.iter_mut().enumerate() {
+            for (k, x) in blk.0.iter_mut().enumerate() {
+                *x = (i * 7 + k) as u8;
+            }
+        }
+        Self {
+            ring: leak(vec![Block([0; 64]); (STRIDE_WQES / 2) as usize]).cast(),
+            dbrec: leak(vec![0u32; 2]),
+            buf: leak(b).cast(),
+            next: (0, 0),
+        }
+    }
+
+    /// Bytes of the stride buffer.
+    pub fn buf_len(&self) -> usize {
+        (STRIDE_WQES << (STRIDE_LOG_NUM + STRIDE_LOG_SIZE)) as usize
+    }
+
+    /// The WQ's doorbell record as the count it encodes.
+    pub fn dbrec(&self) -> u32 {
+        // SAFETY: word 0 of the leaked record.
+        u32::from_be(unsafe { self.dbrec.read_volatile() })
+    }
+
+    /// Writes `n` CQEs of packets of [`PACKET_LEN`] bytes, one stride each, at consumer
+    /// counters `ci..ci + n` of `cq`'s ring, as the device writes a striding queue's: `wqe_id`,
+    /// the stride index in `wqe_counter`, the striding `byte_cnt`, the flow tag (1), the
+    /// queue's user index and the checksum bits.
+    ///
+    /// # Safety
+    ///
+    /// No poller reads these CQEs during the call.
+    pub unsafe fn write_cqes(&mut self, cq: &QpMem, ci: u32, n: u32) {
+        for i in 0..n {
+            let at = ci.wrapping_add(i);
+            let (wqe, stride) = self.next;
+            let mut c = [0u8; 64];
+            c[2..4].copy_from_slice(&((wqe % STRIDE_WQES) as u16).to_be_bytes());
+            c[28] = 0x7;
+            c[32..36].copy_from_slice(&0x400u32.to_be_bytes());
+            c[44..48].copy_from_slice(&((1 << 16) | PACKET_LEN).to_be_bytes());
+            c[56..60].copy_from_slice(&1u32.to_be_bytes());
+            c[60..62].copy_from_slice(&(stride as u16).to_be_bytes());
+            c[63] = (2 << 4) | ((at / cq.cqes) & 1) as u8;
+            // SAFETY: the slot is in the leaked ring and (caller) no poller reads it now.
+            unsafe {
+                cq.cq
+                    .cast::<Block>()
+                    .add((at % cq.cqes) as usize)
+                    .write(Block(c))
+            };
+            self.next = if stride + 1 == 1 << STRIDE_LOG_NUM {
+                (wqe + 1, 0)
+            } else {
+                (wqe, stride + 1)
+            };
+        }
     }
 }
 

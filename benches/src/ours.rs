@@ -11,15 +11,16 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 use zverbs_core::{
     BatchError, BriefCompletion, Completion, PollCq, PollCqTimed, PostError, PostRecv, PostSend,
-    RecvWr, RemoteBuf, SendWr, Sge, TimedCompletion,
+    RecvWr, RemoteBuf, SendFlags, SendWr, Sge, TimedCompletion,
 };
 
 use zverbs_mlx5dv::{
-    Changes, CompletionQueue, CqBinding, PreparedRdma, PreparedSend, RecvQueue, RqSlot, RqState,
-    SendQueue, SqCaps, SqSlot, SqState, WqLayout,
+    Changes, CompletionQueue, Connected, CqBinding, Ethernet, PreparedFrame, PreparedRdma,
+    PreparedSend, RecvQueue, RqSlot, RqState, SendQueue, SqCaps, SqSlot, SqState, SqTransport,
+    StrideBuffer, StrideConfig, StrideSlot, StridingRq, StridingState, WqLayout,
 };
 
-use crate::mem::QpMem;
+use crate::mem::{QpMem, STRIDE_LOG_NUM, STRIDE_LOG_SIZE, STRIDE_WQES, StrideMem};
 use crate::{Fixture, QPN};
 
 /// The capabilities the fixtures' queues are created with (the C baseline enforces the same).
@@ -31,6 +32,17 @@ pub const CAPS: SqCaps = SqCaps {
     transport: zverbs_core::Transport::Rc,
 };
 
+/// The capabilities of the raw Ethernet fixtures' queues: [`CAPS`] on a raw packet QP, frames
+/// up to 1514 bytes.
+pub const ETH_CAPS: SqCaps = SqCaps {
+    transport: zverbs_core::Transport::Ethernet { max_frame: 1514 },
+    ..CAPS
+};
+
+/// Frame bytes the Ethernet fixtures' queues inline (a device whose minimum inline is L2, as
+/// the C baseline's).
+pub const ETH_MIN_INLINE: u16 = 18;
+
 /// A send queue's bookkeeping as the `zverbs` crate holds it: behind an owning handle, one
 /// clone in the queue and one in the CQ's binding.
 pub type SqHandle = Arc<SqState<Box<[SqSlot]>>>;
@@ -38,13 +50,15 @@ pub type SqHandle = Arc<SqState<Box<[SqSlot]>>>;
 pub type RqHandle = Arc<RqState<Box<[RqSlot]>>>;
 /// The send queue, as the `zverbs` crate drives it.
 pub type Sq = SendQueue<SqHandle>;
+/// A raw packet QP's send queue.
+pub type EthSq = SendQueue<SqHandle, Ethernet>;
 /// The completion queue, as the `zverbs` crate polls it.
 pub type Cq = CompletionQueue<Box<[CqBinding<SqHandle, RqHandle>]>>;
 
-/// A send queue and the CQ serving it, driven by zverbs over [`QpMem`].
-pub struct Ours {
+/// A send queue (of transport `T`) and the CQ serving it, driven by zverbs over [`QpMem`].
+pub struct Ours<T: SqTransport = Connected> {
     /// The send queue.
-    pub sq: Sq,
+    pub sq: SendQueue<SqHandle, T>,
     /// The completion queue.
     pub cq: Cq,
     /// The memory (after the queues: dropped after them).
@@ -57,16 +71,49 @@ impl Ours {
     /// Queues over `mem` (used by nothing else), with [`CAPS`] and as many signaled requests
     /// outstanding as the CQ holds.
     pub fn new(mem: QpMem) -> Self {
+        // SAFETY: `new` of an RC queue.
+        Self::with(mem, CAPS, |layout, caps, state| unsafe {
+            SendQueue::new(layout, caps, state, None)
+        })
+    }
+}
+
+impl Ours<Ethernet> {
+    /// As [`Ours::new`], a raw packet QP's queue with [`ETH_CAPS`], inlining
+    /// [`ETH_MIN_INLINE`] frame bytes.
+    pub fn new_eth(mem: QpMem) -> Self {
+        // SAFETY: `new_eth` of an Ethernet queue; the frames the benchmarks post are live
+        // statics.
+        Self::with(mem, ETH_CAPS, |layout, caps, state| unsafe {
+            SendQueue::new_eth(layout, caps, ETH_MIN_INLINE, state, None)
+        })
+    }
+}
+
+impl<T: SqTransport> Ours<T> {
+    /// The queues over `mem` with `caps`, the send queue made by `make` (given the layout, the
+    /// capabilities and the state; an unsafe constructor whose contract `mem` meets: it is
+    /// used by nothing else and outlives the queues, and the state is bound to the CQ below
+    /// only).
+    fn with(
+        mem: QpMem,
+        caps: SqCaps,
+        make: impl FnOnce(
+            &zverbs_mlx5dv::QpLayout,
+            SqCaps,
+            SqHandle,
+        ) -> Result<SendQueue<SqHandle, T>, zverbs_mlx5dv::LayoutError>,
+    ) -> Self {
         let slots: Box<[SqSlot]> = (0..mem.blocks).map(|_| SqSlot::new()).collect();
         let state = Arc::new(SqState::new(slots).expect("power of two"));
         let bindings: Box<[_]> = Box::new([CqBinding::new(QPN, Some(state.clone()), None)]);
         let caps = SqCaps {
             max_signaled: mem.cqes,
-            ..CAPS
+            ..caps
         };
-        // SAFETY: the memory outlives the queues (field order of `Ours`); only this queue posts
-        // to it, and `state` is bound to the CQ below only.
-        let sq = unsafe { SendQueue::new(&mem.qp_layout(QPN), caps, state, None) }.expect("layout");
+        // The memory outlives the queues (field order of `Ours`); only this queue posts to it,
+        // and `state` is bound to the CQ below only.
+        let sq = make(&mem.qp_layout(QPN), caps, state).expect("layout");
         // SAFETY: as above; only this CQ polls the ring.
         let cq = unsafe { CompletionQueue::new(&mem.cq_layout(), bindings) }.expect("layout");
         Self {
@@ -84,7 +131,7 @@ impl Ours {
     }
 }
 
-impl Fixture for Ours {
+impl<T: SqTransport> Fixture for Ours<T> {
     fn room(&mut self, blocks_per_call: u32, requests_per_call: u32) -> u64 {
         let by_blocks = self.sq.free_blocks() / blocks_per_call;
         let signaled = self.mem.cqes - self.sq.outstanding_signaled();
@@ -172,6 +219,88 @@ impl Fixture for OursRecv {
     fn cq_room(&self) -> u32 {
         self.mem.cqes
     }
+}
+
+/// A striding queue's bookkeeping, as the `zverbs` crate holds it (owned by the queue).
+pub type StrideHandle = Box<StridingState<Box<[StrideSlot]>>>;
+/// The striding receive queue, as the `zverbs` crate drives it.
+pub type Striding = StridingRq<StrideHandle>;
+
+/// A CQ serving one striding receive work queue, driven by zverbs over [`QpMem`] and a
+/// [`StrideMem`]: the CQEs of one-stride packets, received in place.
+pub struct OursStride {
+    /// The completion queue (no bindings: only the striding queue's CQEs come).
+    pub cq: Cq,
+    /// The striding queue.
+    pub rq: Striding,
+    /// Its memory (leaked).
+    pub smem: StrideMem,
+    /// The CQ's memory (after the queues: dropped after them).
+    pub mem: QpMem,
+}
+
+impl OursStride {
+    /// The queue over a new [`StrideMem`], all its WQEs posted, polled from `mem`'s CQ.
+    pub fn new(mem: QpMem) -> Self {
+        let smem = StrideMem::new();
+        let slots: Box<[StrideSlot]> = (0..STRIDE_WQES).map(|_| StrideSlot::new()).collect();
+        let state = Box::new(StridingState::new(slots).expect("power of two"));
+        let layout = WqLayout {
+            buf: smem.ring,
+            wqe_cnt: STRIDE_WQES,
+            stride: 32,
+        };
+        let strides = StrideConfig {
+            log_num_strides: STRIDE_LOG_NUM,
+            log_stride_size: STRIDE_LOG_SIZE,
+        };
+        let buffer = StrideBuffer {
+            addr: smem.buf,
+            len: smem.buf_len(),
+            lkey: 0x1100,
+        };
+        // SAFETY: the ring, record and buffer are leaked (they outlive the queue), used by
+        // nothing else; the CQ's memory outlives it (field order); only this CQ polls the ring.
+        let (rq, cq) = unsafe {
+            (
+                StridingRq::new(&layout, smem.dbrec, strides, buffer, state).expect("layout"),
+                CompletionQueue::new(&mem.cq_layout(), Box::new([]) as Box<[_]>).expect("layout"),
+            )
+        };
+        Self { cq, rq, smem, mem }
+    }
+}
+
+impl Fixture for OursStride {
+    fn room(&mut self, _: u32, _: u32) -> u64 {
+        0
+    }
+
+    fn complete_all(&mut self, _: u64) {}
+
+    fn write_cqes(&mut self, n: u32) {
+        // SAFETY: the CQ is polled only after this returns, on this thread.
+        unsafe { self.smem.write_cqes(&self.mem, self.cq.consumer(), n) };
+    }
+
+    fn cq_room(&self) -> u32 {
+        self.mem.cqes
+    }
+}
+
+/// Receives up to `max` packets of `rq` from `cq` in place: each packet's first 8 bytes (0 for
+/// a shorter one) and length added to `sum` (the touch), its strides given back when it is dropped (a WQE posted
+/// again once all of its are). The packets received.
+#[inline(never)]
+pub fn rx_stride(rq: &Striding, cq: &mut Cq, max: usize, sum: &mut u64) -> usize {
+    let mut acc = 0u64;
+    let n = rq.poll_packets(cq, max, |p| {
+        let b = p.bytes();
+        let first = b.first_chunk::<8>().map_or(0, |c| u64::from_ne_bytes(*c));
+        acc = acc.wrapping_add(first.wrapping_add(b.len() as u64));
+    });
+    *sum = sum.wrapping_add(acc);
+    n
 }
 
 /// Bytes of each message [`OursSmall`] receives.
@@ -398,6 +527,52 @@ pub unsafe fn post_write_inline(
         .signaled();
     // SAFETY: (caller) the posting contract; `data` is readable for the call.
     unsafe { sq.post(&wr) }
+}
+
+/// A signaled SEND of one frame on a raw packet QP with checksum offload (`IP_CSUM`), its
+/// first 18 bytes inlined, posted and rung.
+///
+/// # Safety
+///
+/// As [`post_write`]; and the frame's first 18 bytes are readable.
+///
+/// # Errors
+///
+/// As [`PostSend::post`].
+#[inline(never)]
+pub unsafe fn post_eth(
+    sq: &mut EthSq,
+    addr: u64,
+    len: u32,
+    lkey: u32,
+    wr_id: u64,
+) -> Result<(), PostError> {
+    let sgl = [Sge::new(addr, len, lkey)];
+    let wr = SendWr::send(wr_id, &sgl).with_flags(SendFlags::IP_CSUM | SendFlags::SIGNALED);
+    // SAFETY: (caller) the posting contract.
+    unsafe { sq.post(&wr) }
+}
+
+/// A prepared frame posted with its payload and rung.
+///
+/// # Safety
+///
+/// As [`post_write`].
+///
+/// # Errors
+///
+/// As [`EthSq::post_frame`].
+#[inline(never)]
+pub unsafe fn post_prepared_frame(
+    sq: &mut EthSq,
+    p: &PreparedFrame,
+    addr: u64,
+    len: u32,
+    lkey: u32,
+    wr_id: u64,
+) -> Result<(), PostError> {
+    // SAFETY: (caller) the posting contract.
+    unsafe { sq.post_frame(p, wr_id, Sge::new(addr, len, lkey)) }
 }
 
 /// A signaled 1-SGE SEND, posted and rung.

@@ -17,13 +17,20 @@
 //!
 //! [`RecvWr::check`] is the receive side's check (its scatter entries).
 //!
-//! The order of the checks, and so which error a request with several faults gets: the
-//! transport ([`PostError::WrongTransport`]: a datagram on a reliable-connected queue, a
+//! The order of the checks, and so which error a request with several faults gets: on a raw
+//! Ethernet queue its own first (the operation, [`PostError::WrongTransport`] for any but
+//! SEND and NOP; a frame's length, [`PostError::FrameTooShort`], [`PostError::FrameTooLong`]);
+//! then the transport ([`PostError::WrongTransport`]: a datagram on a reliable-connected queue, a
 //! connected operation on a datagram queue) and a datagram's length against the path MTU
 //! ([`PostError::DatagramTooLong`]), then an atomic's operands ([`PostError::AtomicSize`], then [`PostError::AtomicAlignment`]), the number of
-//! entries ([`PostError::TooManySges`]), then for an inline request
+//! entries ([`PostError::TooManySges`]), checksum offload on a queue that is not a raw
+//! Ethernet one ([`PostError::ChecksumNotAvailable`]), then for an inline request
 //! [`PostError::InlineNotAllowed`] and [`PostError::InlineTooLarge`], otherwise
 //! [`PostError::MessageTooLong`].
+//!
+//! A raw Ethernet queue ([`Transport::Ethernet`]) takes SEND (a whole frame) and NOP: every
+//! other operation is [`PostError::WrongTransport`] there, as a datagram is on a connected
+//! queue.
 
 use core::convert::Infallible;
 
@@ -33,6 +40,10 @@ use crate::wr::{RecvWr, SendFlags, SendOp, SendWr};
 
 /// The largest message an RDMA operation can carry: 2 GiB (2^31 bytes).
 pub const MAX_MESSAGE: u64 = 1 << 31;
+
+/// The shortest frame a raw Ethernet queue sends: an Ethernet header (destination and source
+/// MAC, EtherType), 14 bytes (`MLX5_ETH_L2_MIN_HEADER_SIZE`).
+pub const MIN_FRAME: u32 = 14;
 
 /// What the control path negotiated for a send queue: the limits its requests are checked
 /// against.
@@ -66,6 +77,15 @@ pub enum Transport {
         /// The path MTU in bytes (256 .. 4096): the largest datagram.
         mtu: u32,
     },
+    /// A raw packet queue pair (`IBV_QPT_RAW_PACKET`) on an Ethernet port: [`SendOp::Send`]
+    /// of one whole frame (from the Ethernet header on, without the FCS) and NOP. A frame is
+    /// at least [`MIN_FRAME`] bytes and at most `max_frame`; [`SendFlags::IP_CSUM`] has the
+    /// device fill in its IPv4 and TCP/UDP checksums.
+    Ethernet {
+        /// The largest frame in bytes (the port's MTU plus the Ethernet header, and a VLAN
+        /// tag if one is sent).
+        max_frame: u32,
+    },
 }
 
 impl SqCaps {
@@ -73,6 +93,12 @@ impl SqCaps {
     #[inline(always)]
     pub const fn is_ud(&self) -> bool {
         matches!(self.transport, Transport::Ud { .. })
+    }
+
+    /// Whether the queue is a raw Ethernet queue.
+    #[inline(always)]
+    pub const fn is_ethernet(&self) -> bool {
+        matches!(self.transport, Transport::Ethernet { .. })
     }
 }
 
@@ -177,19 +203,35 @@ impl Mode for Trusted {
     }
 }
 
+/// The transport as [`SendWr::summarize`] knows it: at run time (`ANY`: as `caps.transport`
+/// says) or at compile time, for a backend whose queue is one type per transport.
+mod kind {
+    /// Read from `caps.transport` at run time.
+    pub const ANY: u8 = 0;
+    /// Reliable connected, known at compile time.
+    pub const RC: u8 = 1;
+    /// Unreliable datagram, known at compile time.
+    pub const UD: u8 = 2;
+    /// Raw Ethernet, known at compile time.
+    pub const ETH: u8 = 3;
+}
+
 impl<'w> SendWr<'w> {
     /// Checks the request against a queue's limits and sums up what it asks of the queue.
     /// Reads the request alone: the queue's room is the backend's to check.
     ///
     /// # Errors
     ///
-    /// The first fault, in the order of the module's documentation:
-    /// [`PostError::AtomicSize`], [`PostError::AtomicAlignment`], [`PostError::TooManySges`],
-    /// [`PostError::InlineNotAllowed`], [`PostError::InlineTooLarge`] or
-    /// [`PostError::MessageTooLong`].
+    /// The first fault, in the order of the module's documentation: on a raw Ethernet queue
+    /// [`PostError::WrongTransport`], [`PostError::FrameTooShort`] or
+    /// [`PostError::FrameTooLong`]; then [`PostError::WrongTransport`],
+    /// [`PostError::DatagramTooLong`], [`PostError::AtomicSize`],
+    /// [`PostError::AtomicAlignment`], [`PostError::TooManySges`], on the other queues
+    /// [`PostError::ChecksumNotAvailable`], [`PostError::InlineNotAllowed`],
+    /// [`PostError::InlineTooLarge`] or [`PostError::MessageTooLong`].
     #[inline(always)]
     pub fn check(&self, caps: &SqCaps) -> Result<CheckedSend<'w>, PostError> {
-        self.summarize::<Checking, false, false>(caps)
+        self.summarize::<Checking, { kind::ANY }>(caps)
     }
 
     /// [`SendWr::check`] for a queue whose transport is known at compile time: a datagram
@@ -207,19 +249,46 @@ impl<'w> SendWr<'w> {
         &self,
         caps: &SqCaps,
     ) -> Result<CheckedSend<'w>, PostError> {
-        self.summarize::<Checking, true, DATAGRAM>(caps)
+        if DATAGRAM {
+            self.summarize::<Checking, { kind::UD }>(caps)
+        } else {
+            self.summarize::<Checking, { kind::RC }>(caps)
+        }
     }
 
-    /// The check, and the summary; under [`Trusted`] the summary alone. With `KNOWN`, the
-    /// queue is a datagram queue when `DATAGRAM` (known at compile time); without, as
-    /// `caps.transport` says.
+    /// [`SendWr::check`] for a queue known at compile time to be a raw Ethernet queue
+    /// (`caps.transport` is [`Transport::Ethernet`]: the backend checked that when it made the
+    /// queue), as [`SendWr::check_as`] is for the other transports.
+    ///
+    /// # Errors
+    ///
+    /// As [`SendWr::check`].
     #[inline(always)]
-    fn summarize<M: Mode, const KNOWN: bool, const DATAGRAM: bool>(
+    pub fn check_ethernet(&self, caps: &SqCaps) -> Result<CheckedSend<'w>, PostError> {
+        self.summarize::<Checking, { kind::ETH }>(caps)
+    }
+
+    /// The check, and the summary; under [`Trusted`] the summary alone. `KIND` is the
+    /// queue's transport when known at compile time, or [`kind::ANY`]: as `caps.transport`
+    /// says.
+    #[inline(always)]
+    fn summarize<M: Mode, const KIND: u8>(
         &self,
         caps: &SqCaps,
     ) -> Result<CheckedSend<'w>, M::Error> {
+        // A raw Ethernet queue's own checks first (SEND or NOP, a frame's length); on the other
+        // queues, checksum offload refused: one flag test.
+        let ethernet = KIND == kind::ETH || (KIND == kind::ANY && caps.is_ethernet());
+        if M::CHECKS && ethernet {
+            frame::<M>(self, caps)?;
+        }
+        // Whether the queue is known at compile time, and then whether it is a datagram queue
+        // (an Ethernet queue refused every operation but SEND and NOP above, so it takes the
+        // connected queue's path from here).
+        let known = KIND != kind::ANY;
+        let on_ud = KIND == kind::UD;
         // Whether connected operations are refused: on a datagram queue.
-        let refuse_connected = if KNOWN { DATAGRAM } else { caps.is_ud() };
+        let refuse_connected = if known { on_ud } else { caps.is_ud() };
         let (sgl, imm): (&'w [Sge], u32) = match self.op {
             SendOp::Write { sgl, .. } | SendOp::Send { sgl } | SendOp::Read { sgl, .. } => {
                 if refuse_connected {
@@ -234,7 +303,7 @@ impl<'w> SendWr<'w> {
                 (sgl, imm)
             }
             SendOp::SendTo { sgl, .. } | SendOp::SendToImm { sgl, .. } => {
-                if KNOWN && !DATAGRAM {
+                if known && !on_ud {
                     M::refuse(PostError::WrongTransport)?;
                 } else if M::CHECKS {
                     // Out of line: the reliable-connected operations pay nothing for it.
@@ -262,11 +331,31 @@ impl<'w> SendWr<'w> {
                 max: caps.max_send_sge,
             })?;
         }
+        // Checksum offload is an Ethernet queue's alone. On a queue known at compile time not
+        // to be one, it is tested with the inline flag, in the one test a request pays for
+        // both (neither flag: the entries by reference, as before there was checksum
+        // offload); told at run time, it is a test of its own.
+        let known_other = KIND == kind::RC || KIND == kind::UD;
+        if KIND == kind::ANY && !ethernet && self.flags.contains(SendFlags::IP_CSUM) {
+            M::refuse(PostError::ChecksumNotAvailable)?;
+        }
+        let unusual = if known_other {
+            SendFlags::INLINE.union(SendFlags::IP_CSUM)
+        } else {
+            SendFlags::INLINE
+        };
         let mut inline_len = 0;
         let mut data_sges = 0;
-        if self.flags.contains(SendFlags::INLINE) {
-            if !self.op.can_inline() {
-                M::refuse(PostError::InlineNotAllowed)?;
+        if self.flags.intersects(unusual) {
+            // One branch for both refusals: checksum offload (on a queue known not to be an
+            // Ethernet one), an operation that carries nothing inline.
+            let csum = known_other && self.flags.contains(SendFlags::IP_CSUM);
+            if csum || !self.op.can_inline() {
+                M::refuse(if csum {
+                    PostError::ChecksumNotAvailable
+                } else {
+                    PostError::InlineNotAllowed
+                })?;
             }
             let len: u64 = sgl.iter().map(|s| u64::from(s.length)).sum();
             if len > u64::from(caps.max_inline_data) {
@@ -277,9 +366,10 @@ impl<'w> SendWr<'w> {
             }
             inline_len = len as u32;
         } else if let [s] = sgl {
-            // One entry, the common case, without a loop.
+            // One entry, the common case, without a loop. (On an Ethernet queue the frame's
+            // own limit, checked above, is the smaller.)
             data_sges = u32::from(s.length != 0);
-            if u64::from(s.length) > MAX_MESSAGE {
+            if KIND != kind::ETH && u64::from(s.length) > MAX_MESSAGE {
                 M::refuse(PostError::MessageTooLong)?;
             }
         } else {
@@ -307,6 +397,39 @@ impl<'w> SendWr<'w> {
             imm,
         })
     }
+}
+
+/// The checks of a raw Ethernet queue's own, before the others: the operation is a SEND (a
+/// frame, at least [`MIN_FRAME`] bytes and at most the queue's largest frame, its entries
+/// summed) or a NOP; anything else is [`PostError::WrongTransport`].
+#[inline(always)]
+fn frame<M: Mode>(wr: &SendWr<'_>, caps: &SqCaps) -> Result<(), M::Error> {
+    let sgl = match wr.op {
+        SendOp::Send { sgl } => sgl,
+        SendOp::Nop => return Ok(()),
+        _ => return M::refuse(PostError::WrongTransport),
+    };
+    let Transport::Ethernet { max_frame: max } = caps.transport else {
+        // (Called for Ethernet queues only.)
+        return M::refuse(PostError::WrongTransport);
+    };
+    let len = match sgl {
+        [s] => u64::from(s.length),
+        _ => sgl.iter().map(|s| u64::from(s.length)).sum(),
+    };
+    if len < u64::from(MIN_FRAME) {
+        return M::refuse(PostError::FrameTooShort {
+            len: len as u32,
+            min: MIN_FRAME,
+        });
+    }
+    if len > u64::from(max) {
+        return M::refuse(PostError::FrameTooLong {
+            len: len.min(u64::from(u32::MAX)) as u32,
+            max,
+        });
+    }
+    Ok(())
 }
 
 /// The checks of a datagram's own: the queue is a UD queue, and the datagram fits its path MTU.
@@ -367,7 +490,7 @@ impl<'a, 'w> CheckedBatch<'a, 'w> {
     where
         F: FnMut(&SendWr<'w>, CheckedSend<'w>) -> Result<(), PostError>,
     {
-        Self::check_with::<false, false, F>(wrs, caps, each)
+        Self::check_with::<{ kind::ANY }, F>(wrs, caps, each)
     }
 
     /// [`CheckedBatch::check`] with [`SendWr::check_as`] for each request: for a backend whose
@@ -385,11 +508,15 @@ impl<'a, 'w> CheckedBatch<'a, 'w> {
     where
         F: FnMut(&SendWr<'w>, CheckedSend<'w>) -> Result<(), PostError>,
     {
-        Self::check_with::<true, DATAGRAM, F>(wrs, caps, each)
+        if DATAGRAM {
+            Self::check_with::<{ kind::UD }, F>(wrs, caps, each)
+        } else {
+            Self::check_with::<{ kind::RC }, F>(wrs, caps, each)
+        }
     }
 
     #[inline(always)]
-    fn check_with<const KNOWN: bool, const DATAGRAM: bool, F>(
+    fn check_with<const KIND: u8, F>(
         wrs: &'a [SendWr<'w>],
         caps: &SqCaps,
         mut each: F,
@@ -399,7 +526,7 @@ impl<'a, 'w> CheckedBatch<'a, 'w> {
     {
         for (index, wr) in wrs.iter().enumerate() {
             let checked = wr
-                .summarize::<Checking, KNOWN, DATAGRAM>(caps)
+                .summarize::<Checking, KIND>(caps)
                 .map_err(|error| BatchError { index, error })?;
             each(wr, checked).map_err(|error| BatchError { index, error })?;
         }
@@ -429,7 +556,7 @@ impl<'a, 'w> CheckedBatch<'a, 'w> {
             transport: Transport::Rc,
         };
         self.wrs.iter().map(move |wr| {
-            let Ok(checked) = wr.summarize::<Trusted, false, false>(&caps);
+            let Ok(checked) = wr.summarize::<Trusted, { kind::ANY }>(&caps);
             (wr, checked)
         })
     }
@@ -909,5 +1036,241 @@ mod tests {
         // An empty batch is valid and has nothing to write.
         let empty = CheckedBatch::check(&[], &CAPS, |_, _| Err(PostError::Unsupported)).unwrap();
         assert_eq!(empty.iter().count(), 0);
+    }
+
+    const ETH: SqCaps = SqCaps {
+        max_send_sge: 3,
+        max_inline_data: 64,
+        sig_all: false,
+        max_signaled: 16,
+        transport: Transport::Ethernet { max_frame: 1514 },
+    };
+
+    /// Both checks of an Ethernet queue (at run time and known at compile time) give the same
+    /// answer; returns it.
+    fn eth_check<'w>(wr: &SendWr<'w>, caps: &SqCaps) -> Result<CheckedSend<'w>, PostError> {
+        let got = wr.check(caps);
+        assert_eq!(wr.check_ethernet(caps), got, "{wr:?}");
+        got
+    }
+
+    #[test]
+    fn a_frame_is_an_ethernet_header_to_the_largest_frame() {
+        let buf = [0u8; 1515];
+        for (len, parts) in [(14usize, 1usize), (14, 2), (60, 1), (1514, 1), (1514, 3)] {
+            let cut = len / parts;
+            // `len` bytes in `parts` entries (the last takes the rest).
+            let sgl: [Sge; 3] = core::array::from_fn(|i| {
+                let from = (i * cut).min(len);
+                let to = if i + 1 >= parts { len } else { (i + 1) * cut };
+                Sge::from_slice(&buf[from..to.max(from)], 1)
+            });
+            let wr = SendWr::send(1, &sgl[..parts]);
+            let c = eth_check(&wr, &ETH).unwrap();
+            assert_eq!(c.data_sges(), parts as u32, "{len} bytes in {parts}");
+            assert_eq!(c.flags(), SendFlags::NONE);
+        }
+        for (len, err) in [
+            (0u32, PostError::FrameTooShort { len: 0, min: 14 }),
+            (13, PostError::FrameTooShort { len: 13, min: 14 }),
+            (
+                1515,
+                PostError::FrameTooLong {
+                    len: 1515,
+                    max: 1514,
+                },
+            ),
+        ] {
+            let sgl = [Sge::new(0x1000, len, 1)];
+            assert_eq!(eth_check(&SendWr::send(1, &sgl), &ETH), Err(err));
+            // Split over two entries, the sum counts.
+            let two = [
+                Sge::new(0x1000, len / 2, 1),
+                Sge::new(0x2000, len - len / 2, 1),
+            ];
+            assert_eq!(eth_check(&SendWr::send(1, &two), &ETH), Err(err));
+        }
+        // Inline: the same bounds, under the inline limit first.
+        let small = [Sge::from_slice(&buf[..13], 0)];
+        assert_eq!(
+            eth_check(&SendWr::send(1, &small).inline(), &ETH),
+            Err(PostError::FrameTooShort { len: 13, min: 14 })
+        );
+        let fits = [Sge::from_slice(&buf[..64], 0)];
+        assert_eq!(
+            eth_check(&SendWr::send(1, &fits).inline(), &ETH)
+                .unwrap()
+                .inline_len(),
+            64
+        );
+        let tiny = SqCaps {
+            transport: Transport::Ethernet { max_frame: 60 },
+            ..ETH
+        };
+        assert_eq!(
+            eth_check(&SendWr::send(1, &fits).inline(), &tiny),
+            Err(PostError::FrameTooLong { len: 64, max: 60 })
+        );
+        // A NOP has no frame.
+        assert!(eth_check(&SendWr::nop(1), &ETH).is_ok());
+    }
+
+    #[test]
+    fn an_ethernet_queue_takes_send_and_nop_alone() {
+        let sgl = [Sge::new(0x10, 64, 1)];
+        let (r, local) = (RemoteBuf::new(0x1000, 1), Sge::new(0x2000, 8, 1));
+        let dest = crate::UdDest::new([0; 48], 0, 7, 0x11);
+        for wr in [
+            SendWr::write(1, &sgl, r),
+            SendWr::write_imm(2, &sgl, r, 5),
+            SendWr::send_imm(4, &sgl, 6),
+            SendWr::read(5, &sgl, r),
+            SendWr::compare_swap(6, local, r, 1, 2),
+            SendWr::fetch_add(7, local, r, 3),
+            SendWr::send_to(8, &sgl, &dest),
+            SendWr::send_to_imm(9, &sgl, &dest, 10),
+        ] {
+            assert_eq!(
+                eth_check(&wr, &ETH),
+                Err(PostError::WrongTransport),
+                "{wr:?}"
+            );
+        }
+        // A frame's SEND is a connected SEND elsewhere: fine on RC, refused on UD.
+        let ud = SqCaps {
+            transport: Transport::Ud { mtu: 4096 },
+            ..CAPS
+        };
+        assert!(SendWr::send(1, &sgl).check(&CAPS).is_ok());
+        assert_eq!(
+            SendWr::send(1, &sgl).check(&ud),
+            Err(PostError::WrongTransport)
+        );
+    }
+
+    #[test]
+    fn checksum_offload_only_on_an_ethernet_queue() {
+        let sgl = [Sge::new(0x10, 64, 1)];
+        let two = [Sge::new(0x10, 30, 1), Sge::new(0x40, 34, 1)];
+        let ud = SqCaps {
+            transport: Transport::Ud { mtu: 4096 },
+            ..CAPS
+        };
+        let dest = crate::UdDest::new([0; 48], 0, 7, 0x11);
+        for list in [&sgl[..], &two[..]] {
+            for inline in [false, true] {
+                let mut wr = SendWr::send(1, list).with_flags(SendFlags::IP_CSUM);
+                if inline {
+                    wr = wr.inline();
+                }
+                let c = eth_check(&wr, &ETH).unwrap();
+                assert!(c.flags().contains(SendFlags::IP_CSUM), "{wr:?}");
+                assert_eq!(c.is_inline(), inline);
+                assert_eq!(
+                    wr.check(&CAPS),
+                    Err(PostError::ChecksumNotAvailable),
+                    "{wr:?}"
+                );
+                assert_eq!(
+                    wr.check_as::<false>(&CAPS),
+                    Err(PostError::ChecksumNotAvailable),
+                    "{wr:?}"
+                );
+                let mut d = SendWr::send_to(1, list, &dest).with_flags(SendFlags::IP_CSUM);
+                if inline {
+                    d = d.inline();
+                }
+                assert_eq!(d.check(&ud), Err(PostError::ChecksumNotAvailable), "{d:?}");
+                assert_eq!(
+                    d.check_as::<true>(&ud),
+                    Err(PostError::ChecksumNotAvailable),
+                    "{d:?}"
+                );
+            }
+        }
+        // A NOP with the flag too: the flag is the queue's question, not the operation's.
+        assert_eq!(
+            SendWr::nop(1)
+                .with_flags(SendFlags::IP_CSUM)
+                .check_as::<false>(&CAPS),
+            Err(PostError::ChecksumNotAvailable)
+        );
+    }
+
+    #[test]
+    fn a_checked_ethernet_batch_gives_back_the_summaries_of_the_check() {
+        let sgl = [
+            Sge::new(0x10, 0, 1),
+            Sge::new(0x20, 9, 1),
+            Sge::new(0, 60, 1),
+        ];
+        let frame = [0u8; 60];
+        let inline = [Sge::from_slice(&frame, 0)];
+        let wrs = [
+            SendWr::send(1, &sgl).with_flags(SendFlags::IP_CSUM),
+            SendWr::send(2, &inline).inline().signaled(),
+            SendWr::nop(3),
+        ];
+        let batch = CheckedBatch::check(&wrs, &ETH, |_, _| Ok(())).unwrap();
+        for (wr, c) in batch.iter() {
+            assert_eq!(Ok(c), wr.check(&ETH), "{wr:?}");
+        }
+        let bad = [wrs[0], SendWr::send(4, &sgl[..2])];
+        assert_eq!(
+            CheckedBatch::check(&bad, &ETH, |_, _| Ok(())).unwrap_err(),
+            BatchError {
+                index: 1,
+                error: PostError::FrameTooShort { len: 9, min: 14 }
+            }
+        );
+    }
+
+    #[test]
+    fn the_order_of_the_ethernet_checks() {
+        let four = [Sge::new(0x10, 4, 1); 4];
+        let dest = crate::UdDest::new([0; 48], 0, 7, 0x11);
+        // Checksum offload after the number of entries, before inline.
+        let wr = SendWr::send(1, &four).with_flags(SendFlags::IP_CSUM);
+        let many = Err(PostError::TooManySges { got: 4, max: 3 });
+        assert_eq!(wr.check(&CAPS), many);
+        assert_eq!(wr.check_as::<false>(&CAPS), many);
+        let big = [Sge::new(0x10, 100, 1)];
+        for wr in [
+            SendWr::send(1, &big)
+                .with_flags(SendFlags::IP_CSUM)
+                .inline(),
+            SendWr::read(1, &big, RemoteBuf::new(0, 1))
+                .with_flags(SendFlags::IP_CSUM)
+                .inline(),
+        ] {
+            assert_eq!(
+                wr.check(&CAPS),
+                Err(PostError::ChecksumNotAvailable),
+                "{wr:?}"
+            );
+            assert_eq!(
+                wr.check_as::<false>(&CAPS),
+                Err(PostError::ChecksumNotAvailable),
+                "{wr:?}"
+            );
+        }
+        // The transport before it.
+        let d = SendWr::send_to(1, &four[..1], &dest).with_flags(SendFlags::IP_CSUM);
+        assert_eq!(d.check_as::<false>(&CAPS), Err(PostError::WrongTransport));
+        // On an Ethernet queue the operation and the frame come first: too many entries of a
+        // good frame (16 bytes) are too many; a short frame of too many entries is short.
+        assert_eq!(
+            eth_check(&SendWr::send(1, &four), &ETH),
+            Err(PostError::TooManySges { got: 4, max: 3 })
+        );
+        let short = [Sge::new(0x10, 2, 1); 4];
+        assert_eq!(
+            eth_check(&SendWr::send(1, &short), &ETH),
+            Err(PostError::FrameTooShort { len: 8, min: 14 })
+        );
+        assert_eq!(
+            eth_check(&SendWr::read(1, &short, RemoteBuf::new(0, 1)), &ETH),
+            Err(PostError::WrongTransport)
+        );
     }
 }

@@ -57,8 +57,9 @@ pub enum PostError {
     #[error("message longer than 2 GiB")]
     MessageTooLong,
     /// An operation the queue pair's transport does not have: a datagram
-    /// ([`SendOp::SendTo`](crate::SendOp::SendTo)) on a reliable-connected queue, or a
-    /// WRITE, READ, connected SEND or atomic on an unreliable-datagram queue.
+    /// ([`SendOp::SendTo`](crate::SendOp::SendTo)) on a reliable-connected queue, a
+    /// WRITE, READ, connected SEND or atomic on an unreliable-datagram queue, or anything but
+    /// a SEND (without immediate) or NOP on a raw Ethernet queue.
     #[error("operation not available on this queue pair's transport")]
     WrongTransport,
     /// A datagram longer than the path MTU of its UD queue pair.
@@ -69,6 +70,36 @@ pub enum PostError {
         /// The queue's path MTU.
         mtu: u32,
     },
+    /// A frame on a raw Ethernet queue shorter than the least it may be: an Ethernet header
+    /// (14 bytes), or the header bytes the device wants inlined (18 on some mlx5 devices).
+    #[error("frame of {len} bytes is shorter than {min}")]
+    FrameTooShort {
+        /// The frame's length (the sum of its entries).
+        len: u32,
+        /// The shortest frame the queue takes.
+        min: u32,
+    },
+    /// A frame on a raw Ethernet queue longer than its largest frame.
+    #[error("frame of {len} bytes exceeds the queue's largest frame of {max}")]
+    FrameTooLong {
+        /// The frame's length (the sum of its entries).
+        len: u32,
+        /// The queue's largest frame.
+        max: u32,
+    },
+    /// A length field named for a prepared frame that does not lie inside its headers (or
+    /// lies before the start of the header it belongs to).
+    #[error("length field at byte {at} is not inside the {headers} header bytes")]
+    FrameLengthField {
+        /// The field's offset as given.
+        at: u32,
+        /// The headers' length.
+        headers: u32,
+    },
+    /// [`SendFlags::IP_CSUM`](crate::SendFlags::IP_CSUM) on a queue that is not a raw
+    /// Ethernet queue: only a raw packet QP has the device compute a frame's checksums.
+    #[error("checksum offload is only available on a raw Ethernet queue")]
+    ChecksumNotAvailable,
     /// The backend does not implement this operation (for example NOP through libibverbs).
     #[error("operation not supported by this backend")]
     Unsupported,

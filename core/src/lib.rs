@@ -68,7 +68,7 @@ mod wc;
 mod wr;
 
 pub use brief::BriefCompletion;
-pub use check::{CheckedBatch, CheckedSend, MAX_MESSAGE, SqCaps, Transport};
+pub use check::{CheckedBatch, CheckedSend, MAX_MESSAGE, MIN_FRAME, SqCaps, Transport};
 pub use dc::DcDest;
 pub use error::{BatchError, PostError};
 pub use queue::{PollCq, PostRecv, PostSend, SendBatch};

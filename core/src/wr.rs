@@ -54,6 +54,10 @@ bitflags::bitflags! {
         /// memory need not be registered and may be reused as soon as the post returns.
         /// Valid for WRITE, WRITE with immediate, SEND and SEND with immediate.
         const INLINE = 1 << 3;
+        /// Have the device compute the IPv4 header checksum and the TCP or UDP checksum of
+        /// the frame (`IBV_SEND_IP_CSUM`): the frame's own checksum fields are overwritten.
+        /// Only on a raw Ethernet queue ([`Transport::Ethernet`](crate::Transport::Ethernet)).
+        const IP_CSUM = 1 << 4;
     }
 }
 
@@ -392,12 +396,13 @@ mod tests {
 
     #[test]
     fn flag_values_match_libibverbs() {
-        // enum ibv_send_flags: FENCE 1, SIGNALED 2, SOLICITED 4, INLINE 8.
+        // enum ibv_send_flags: FENCE 1, SIGNALED 2, SOLICITED 4, INLINE 8, IP_CSUM 16.
         assert_eq!(SendFlags::FENCE.bits(), 1);
         assert_eq!(SendFlags::SIGNALED.bits(), 2);
         assert_eq!(SendFlags::SOLICITED.bits(), 4);
         assert_eq!(SendFlags::INLINE.bits(), 8);
-        assert_eq!(SendFlags::from_bits_truncate(0xff).bits(), 0xf);
+        assert_eq!(SendFlags::IP_CSUM.bits(), 16);
+        assert_eq!(SendFlags::from_bits_truncate(0xff).bits(), 0x1f);
     }
 
     #[test]

@@ -96,9 +96,12 @@ static const struct zv_fact facts[] = {
 
 	/* CQEs. */
 	SIZE(struct mlx5_cqe64),
+	FIELD(struct mlx5_cqe64, wqe_id),
 	FIELD(struct mlx5_cqe64, ml_path),
 	FIELD(struct mlx5_cqe64, slid),
 	FIELD(struct mlx5_cqe64, flags_rqpn),
+	FIELD(struct mlx5_cqe64, hds_ip_ext),
+	FIELD(struct mlx5_cqe64, l4_hdr_type_etc),
 	FIELD(struct mlx5_cqe64, srqn_uidx),
 	FIELD(struct mlx5_cqe64, imm_inval_pkey),
 	FIELD(struct mlx5_cqe64, byte_cnt),
@@ -287,6 +290,7 @@ static const struct zv_fact facts[] = {
 	ALIGN(struct zv_srq),
 	CONST(ZV_QPT_RC),
 	CONST(ZV_QPT_UD),
+	CONST(ZV_QPT_RAW),
 	CONST(ZV_OP_WRITE),
 	CONST(ZV_OP_WRITE_IMM),
 	CONST(ZV_OP_SEND),
@@ -585,20 +589,24 @@ static uint8_t mlx5_opcode_of(enum ibv_wr_opcode op)
  * the segment's size in 16-byte units (0 and nothing written when there are no bytes).
  */
 static int put_inline(struct zv_sq *sq, const struct ibv_send_wr *wr, uint8_t *seg,
-		      unsigned *units)
+		      unsigned *units, int first, uint32_t off)
 {
 	struct mlx5_wqe_inl_data_seg *hdr = (struct mlx5_wqe_inl_data_seg *)seg;
 	uint8_t *dst = seg + sizeof(*hdr);
 	uint32_t total = 0;
 	int i;
 
-	for (i = 0; i < wr->num_sge; i++) {
+	/* From entry `first`, byte `off` (a raw packet QP's frame resumes after its inlined
+	 * header bytes, as `set_data_inl_seg` does from `sg_copy_ptr`). */
+	for (i = first; i < wr->num_sge; i++) {
 		const struct ibv_sge *sge = &wr->sg_list[i];
+		uint32_t o = i == first ? off : 0;
 
-		total += sge->length;
+		total += sge->length - o;
 		if (total > sq->max_inline_data)
 			return ENOMEM;
-		dst = copy_wrapping(sq, dst, (const uint8_t *)(uintptr_t)sge->addr, sge->length);
+		dst = copy_wrapping(sq, dst, (const uint8_t *)(uintptr_t)sge->addr + o,
+				    sge->length - o);
 	}
 	if (total == 0) {
 		*units = 0;
@@ -608,6 +616,54 @@ static int put_inline(struct zv_sq *sq, const struct ibv_send_wr *wr, uint8_t *s
 	wrote(sq, hdr, sizeof(*hdr));
 	*units = (total + sizeof(*hdr) + 15) / 16;
 	return 0;
+}
+
+/*
+ * A raw packet QP's Ethernet segment at `seg` (after the control segment, so never across the
+ * end of the ring), as `_mlx5_post_send`'s IBV_QPT_RAW_PACKET branch writes it: the 32 bytes
+ * of `struct mlx5_wqe_eth_seg` zeroed, `cs_flags` L3|L4 for IBV_SEND_IP_CSUM, then
+ * `copy_eth_inline_headers`: the frame's first `eth_min_inline` bytes gathered across the
+ * entries into `inline_hdr_start` (EINVAL when the list is shorter), `inline_hdr_sz`. The
+ * gather resumes at entry `*idx`, byte `*off` (an entry consumed exactly is skipped). Adds
+ * the segment's units to `*size`; returns where the next segment goes.
+ */
+static uint8_t *put_eth(struct zv_sq *sq, const struct ibv_send_wr *wr, uint8_t *seg,
+			unsigned *size, int *idx, uint32_t *off, int *err)
+{
+	struct mlx5_wqe_eth_seg *eth = (struct mlx5_wqe_eth_seg *)seg;
+	uint32_t inl = sq->eth_min_inline, copied = 0;
+	int i = 0;
+	uint32_t o = 0;
+
+	memset(eth, 0, sizeof(*eth));
+	wrote(sq, eth, sizeof(*eth));
+	if (wr->send_flags & IBV_SEND_IP_CSUM)
+		eth->cs_flags = MLX5_ETH_WQE_L3_CSUM | MLX5_ETH_WQE_L4_CSUM;
+	while (copied < inl && i < wr->num_sge) {
+		const struct ibv_sge *sge = &wr->sg_list[i];
+		uint32_t n = sge->length - o;
+
+		if (n > inl - copied)
+			n = inl - copied;
+		memcpy(eth->inline_hdr_start + copied, (const uint8_t *)(uintptr_t)sge->addr + o, n);
+		copied += n;
+		o += n;
+		if (o == sge->length) {
+			i++;
+			o = 0;
+		}
+	}
+	if (copied < inl) {
+		*err = EINVAL;
+		return seg;
+	}
+	eth->inline_hdr_sz = htobe16(inl);
+	*idx = i;
+	*off = o;
+	*size += (offsetof(struct mlx5_wqe_eth_seg, inline_hdr) + inl) >> 4;
+	seg += (offsetof(struct mlx5_wqe_eth_seg, inline_hdr) + inl) & ~0xfu;
+	*err = 0;
+	return seg == sq_end(sq) ? sq->buf : seg;
 }
 
 /*
@@ -720,9 +776,17 @@ int zv_post_send(struct zv_sq *sq, const struct zv_wr *in, uint32_t *ds)
 		   (wr.send_flags & IBV_SEND_SOLICITED ? MLX5_WQE_CTRL_SOLICITED : 0);
 
 	if (in->op != ZV_OP_NOP) {
+		/* Where the data starts: a raw frame's after its inlined header bytes. */
+		int first = 0;
+		uint32_t off = 0;
+
 		if (sq->qp_type == ZV_QPT_UD) {
 			seg = put_datagram(sq, in, seg);
 			size += sizeof(struct mlx5_wqe_datagram_seg) / 16;
+		} else if (sq->qp_type == ZV_QPT_RAW) {
+			seg = put_eth(sq, &wr, seg, &size, &first, &off, &err);
+			if (err)
+				return err;
 		} else {
 			put_rc_head(sq, &wr, &seg, &size);
 		}
@@ -730,7 +794,7 @@ int zv_post_send(struct zv_sq *sq, const struct zv_wr *in, uint32_t *ds)
 		if ((wr.send_flags & IBV_SEND_INLINE) && wr.num_sge) {
 			unsigned units;
 
-			err = put_inline(sq, &wr, seg, &units);
+			err = put_inline(sq, &wr, seg, &units, first, off);
 			if (err)
 				return err;
 			size += units;
@@ -740,16 +804,18 @@ int zv_post_send(struct zv_sq *sq, const struct zv_wr *in, uint32_t *ds)
 				     wr.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
 			int i;
 
-			for (i = 0; i < wr.num_sge; i++) {
+			for (i = first; i < wr.num_sge; i++) {
 				const struct ibv_sge *sge = &wr.sg_list[i];
+				/* `set_data_ptr_seg(dseg, sge, offset)`: the rest of the entry. */
+				uint32_t o = i == first ? off : 0;
 
 				if ((uint8_t *)d == sq_end(sq))
 					d = (struct mlx5_wqe_data_seg *)sq->buf;
-				if (sge->length == 0)
+				if (sge->length - o == 0)
 					continue;
 				/* An atomic's local buffer is always 8 bytes. */
-				mlx5dv_set_data_seg(d, atomic ? 8 : sge->length, sge->lkey,
-						    (uintptr_t)sge->addr);
+				mlx5dv_set_data_seg(d, atomic ? 8 : sge->length - o, sge->lkey,
+						    (uintptr_t)sge->addr + o);
 				wrote(sq, d, sizeof(*d));
 				d++;
 				size += sizeof(*d) / 16;

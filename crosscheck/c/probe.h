@@ -117,6 +117,7 @@ struct zv_wr {
 enum zv_qpt {
 	ZV_QPT_RC = 0,
 	ZV_QPT_UD = 1,
+	ZV_QPT_RAW = 2, /* IBV_QPT_RAW_PACKET on an Ethernet port */
 };
 
 /* A send queue modelled the way libmlx5 keeps one. */
@@ -131,7 +132,7 @@ struct zv_sq {
 	uint32_t dbrec[2]; /* the doorbell record, [MLX5_RCV_DBR] and [MLX5_SND_DBR] */
 	uint32_t qp_type; /* enum zv_qpt */
 	uint32_t max_gs; /* libmlx5's sq.max_gs: requests with more entries are refused */
-	uint32_t pad;
+	uint32_t eth_min_inline; /* RAW: the context's eth_min_inline_size, 0 or 18 */
 };
 
 /* A receive queue modelled the way libmlx5 keeps one (no WQE signature). */

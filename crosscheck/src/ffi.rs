@@ -204,6 +204,8 @@ pub mod qpt {
     pub const RC: u32 = 0;
     /// Unreliable datagram.
     pub const UD: u32 = 1;
+    /// Raw packet QP on an Ethernet port.
+    pub const RAW: u32 = 2;
 }
 
 /// `struct zv_sq`: the probe's model of a libmlx5 send queue.
@@ -230,8 +232,9 @@ pub struct ZvSq {
     pub qp_type: u32,
     /// libmlx5's `sq.max_gs`: requests with more entries are refused.
     pub max_gs: u32,
-    /// Padding.
-    pub pad: u32,
+    /// A raw packet QP's minimum inline frame bytes (the context's `eth_min_inline_size`, 0
+    /// or 18).
+    pub eth_min_inline: u32,
 }
 
 /// `struct zv_rq`: the probe's model of a libmlx5 receive queue.

@@ -376,6 +376,32 @@ impl CSq {
         )
     }
 
+    /// A raw packet QP's queue of `wqe_cnt` basic blocks (a power of two) whose ring starts as
+    /// `initial`, inlining each frame's first `eth_min_inline` bytes (0 or 18), refusing
+    /// requests of more than `max_gs` entries or more inline bytes than `max_inline_data`
+    /// after them.
+    pub fn new_raw(
+        wqe_cnt: u32,
+        qpn: u32,
+        sig_all: bool,
+        max_inline_data: u32,
+        max_gs: u32,
+        eth_min_inline: u32,
+        initial: &[u8],
+    ) -> Self {
+        let mut q = Self::with_type(
+            qpt::RAW,
+            wqe_cnt,
+            qpn,
+            sig_all,
+            max_inline_data,
+            max_gs,
+            initial,
+        );
+        q.q.eth_min_inline = eth_min_inline;
+        q
+    }
+
     fn with_type(
         qp_type: u32,
         wqe_cnt: u32,
@@ -402,7 +428,7 @@ impl CSq {
             dbrec: [0; 2],
             qp_type,
             max_gs,
-            pad: 0,
+            eth_min_inline: 0,
         };
         Self {
             ring,

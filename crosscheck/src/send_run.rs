@@ -28,8 +28,8 @@ use zverbs_core::{Completion, PollCq, PostSend, SendFlags, SendWr, Sge, Transpor
 use zverbs_mlx5dv::prm::cqe::Cqe64;
 use zverbs_mlx5dv::prm::wqe::{UD_HEADER_DS, inline_ds};
 use zverbs_mlx5dv::{
-    BfLayout, CompletionQueue, Connected, CqBinding, CqLayout, Datagram, LayoutError, QpLayout,
-    RqRef, SelfAddressed, SendQueue, SqCaps, SqRef, SqSlot, SqState, WqLayout,
+    BfLayout, CompletionQueue, Connected, CqBinding, CqLayout, Datagram, Ethernet, LayoutError,
+    QpLayout, RqRef, SelfAddressed, SendQueue, SqCaps, SqRef, SqSlot, SqState, WqLayout,
 };
 
 use crate::mem::DeviceMem;
@@ -130,6 +130,37 @@ impl Kind for Datagram {
     ) -> Result<SendQueue<SqRef<'a>, Self>, LayoutError> {
         // SAFETY: the caller upholds `SendQueue::new_ud`'s contract.
         unsafe { SendQueue::new_ud(layout, caps, state, None) }
+    }
+}
+
+/// The minimum inline frame bytes of the raw Ethernet queues the harness makes (libmlx5's 18:
+/// `eth_min_inline` reporting any mode but none).
+pub const ETH_MIN_INLINE: u16 = 18;
+
+impl Kind for Ethernet {
+    /// Control and the Ethernet segment with 18 inlined bytes.
+    const HEADER_DS: usize = 3;
+
+    fn c_queue(cfg: &Config, qpn: u32, initial: &[u8]) -> CSq {
+        CSq::new_raw(
+            cfg.wqe_cnt,
+            qpn,
+            cfg.sig_all,
+            cfg.max_inline_data,
+            cfg.max_send_sge,
+            u32::from(ETH_MIN_INLINE),
+            initial,
+        )
+    }
+
+    unsafe fn send_queue<'a>(
+        layout: &QpLayout,
+        caps: SqCaps,
+        state: SqRef<'a>,
+    ) -> Result<SendQueue<SqRef<'a>, Self>, LayoutError> {
+        // SAFETY: the caller upholds `SendQueue::new_eth`'s contract (the frames the tests
+        // post point into the harness's payload, readable).
+        unsafe { SendQueue::new_eth(layout, caps, ETH_MIN_INLINE, state, None) }
     }
 }
 

@@ -156,9 +156,12 @@ fn ours() -> Ours {
     let t = "struct mlx5_cqe64";
     fact!(o, format!("sizeof({t})"), cqe_field::LEN);
     fact!(o, format!("sizeof({t})"), Cqe64::<[u8; 64]>::LEN);
+    field!(o, t, "wqe_id", cqe_field::WQE_ID);
     field!(o, t, "ml_path", byte(cqe_field::ML_PATH));
     field!(o, t, "slid", cqe_field::SLID);
     field!(o, t, "flags_rqpn", cqe_field::FLAGS_RQPN);
+    field!(o, t, "hds_ip_ext", byte(cqe_field::HDS_IP_EXT));
+    field!(o, t, "l4_hdr_type_etc", byte(cqe_field::L4_L3_HDR_TYPE));
     field!(o, t, "srqn_uidx", cqe_field::SRQN_UIDX);
     field!(o, t, "imm_inval_pkey", cqe_field::IMM_INVAL_PKEY);
     field!(o, t, "byte_cnt", cqe_field::BYTE_CNT);
@@ -410,6 +413,7 @@ fn ours() -> Ours {
     fact!(o, "alignof(struct zv_srq)", align_of::<ZvSrq>());
     fact!(o, "ZV_QPT_RC", ffi::qpt::RC);
     fact!(o, "ZV_QPT_UD", ffi::qpt::UD);
+    fact!(o, "ZV_QPT_RAW", ffi::qpt::RAW);
     fact!(o, "ZV_OP_WRITE", ffi::op::WRITE);
     fact!(o, "ZV_OP_WRITE_IMM", ffi::op::WRITE_IMM);
     fact!(o, "ZV_OP_SEND", ffi::op::SEND);

@@ -304,7 +304,7 @@ struct Ud {
 fn mtu(cfg: &Config) -> u32 {
     match cfg.transport {
         Transport::Ud { mtu } => mtu,
-        Transport::Rc => unreachable!("a UD configuration"),
+        Transport::Rc | Transport::Ethernet { .. } => unreachable!("a UD configuration"),
     }
 }
 

@@ -81,6 +81,7 @@
 struct ReadmeDoctests;
 
 pub mod cm;
+pub mod eth;
 pub mod load;
 pub mod pmix;
 pub mod types;

@@ -148,6 +148,8 @@ table! {
         // The out-struct is a `struct mlx5dv_context` (`mlx5dv_context_head` at the start of
         // `MLX5DV_CONTEXT_ROOM` bytes).
         mlx5dv_query_device: fn(*mut ibv_context, *mut c_void) -> c_int;
+        mlx5dv_create_wq: fn(*mut ibv_context, *mut crate::eth::ibv_wq_init_attr,
+            *mut crate::eth::mlx5dv_wq_init_attr) -> *mut crate::eth::ibv_wq;
     }
 }
 

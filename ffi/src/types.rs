@@ -690,21 +690,21 @@ pub struct verbs_context {
     pub alloc_td: Option<AllocTdFn>,
     pub modify_cq: UnusedOp,
     pub post_srq_ops: UnusedOp,
-    pub destroy_rwq_ind_table: UnusedOp,
-    pub create_rwq_ind_table: UnusedOp,
-    pub destroy_wq: UnusedOp,
-    pub modify_wq: UnusedOp,
-    pub create_wq: UnusedOp,
+    pub destroy_rwq_ind_table: Option<crate::eth::DestroyRwqIndTableFn>,
+    pub create_rwq_ind_table: Option<crate::eth::CreateRwqIndTableFn>,
+    pub destroy_wq: Option<crate::eth::DestroyWqFn>,
+    pub modify_wq: Option<crate::eth::ModifyWqFn>,
+    pub create_wq: Option<crate::eth::CreateWqFn>,
     pub query_rt_values: Option<QueryRtValuesFn>,
     pub create_cq_ex: Option<CreateCqExFn>,
     pub r#priv: *mut c_void,
     pub query_device_ex: Option<QueryDeviceExFn>,
-    pub ibv_destroy_flow: UnusedOp,
+    pub ibv_destroy_flow: Option<crate::eth::DestroyFlowFn>,
     pub ABI_placeholder2: UnusedOp,
-    pub ibv_create_flow: UnusedOp,
+    pub ibv_create_flow: Option<crate::eth::CreateFlowFn>,
     pub ABI_placeholder1: UnusedOp,
     pub open_qp: UnusedOp,
-    pub create_qp_ex: UnusedOp,
+    pub create_qp_ex: Option<crate::eth::CreateQpExFn>,
     pub get_srq_num: UnusedOp,
     pub create_srq_ex: UnusedOp,
     pub open_xrcd: UnusedOp,
@@ -843,6 +843,9 @@ pub const IBV_SEND_SIGNALED: c_uint = 1 << 1;
 pub const IBV_SEND_SOLICITED: c_uint = 1 << 2;
 /// `IBV_SEND_INLINE`.
 pub const IBV_SEND_INLINE: c_uint = 1 << 3;
+/// `IBV_SEND_IP_CSUM`: the device computes the IPv4 header and TCP/UDP checksums of a raw
+/// packet send.
+pub const IBV_SEND_IP_CSUM: c_uint = 1 << 4;
 
 /// `IBV_ACCESS_LOCAL_WRITE`.
 pub const IBV_ACCESS_LOCAL_WRITE: c_int = 1 << 0;
@@ -883,6 +886,8 @@ pub const IBV_MTU_4096: c_uint = 5;
 pub const IBV_QPT_RC: c_uint = 2;
 /// `IBV_QPT_UD`.
 pub const IBV_QPT_UD: c_uint = 4;
+/// `IBV_QPT_RAW_PACKET`.
+pub const IBV_QPT_RAW_PACKET: c_uint = 8;
 /// `IBV_QPT_DRIVER`: a provider's own QP type (mlx5: the DC initiator and target).
 pub const IBV_QPT_DRIVER: c_uint = 0xff;
 /// `MLX5DV_QP_INIT_ATTR_MASK_DC`.
@@ -906,6 +911,8 @@ pub const MLX5DV_OBJ_QP: u64 = 1 << 0;
 pub const MLX5DV_OBJ_CQ: u64 = 1 << 1;
 /// `MLX5DV_OBJ_SRQ`.
 pub const MLX5DV_OBJ_SRQ: u64 = 1 << 2;
+/// `MLX5DV_OBJ_RWQ`.
+pub const MLX5DV_OBJ_RWQ: u64 = 1 << 3;
 /// `MLX5DV_OBJ_AH`.
 pub const MLX5DV_OBJ_AH: u64 = 1 << 5;
 
@@ -1048,7 +1055,16 @@ pub struct ibv_device_attr_ex {
     /// The frequency of the device clock in kHz.
     pub hca_core_clock: u64,
     pub device_cap_flags_ex: u64,
-    pub _rest: [u64; 14],
+    /// `struct ibv_tso_caps` (`max_tso`, `supported_qpts`).
+    pub tso_caps: [u32; 2],
+    /// `struct ibv_rss_caps`.
+    pub rss_caps: crate::eth::ibv_rss_caps,
+    pub max_wq_type_rq: u32,
+    /// `struct ibv_packet_pacing_caps` (`qp_rate_limit_min`, `_max`, `supported_qpts`).
+    pub packet_pacing_caps: [u32; 3],
+    /// `enum ibv_raw_packet_caps` bits.
+    pub raw_packet_caps: u32,
+    pub _rest: [u32; 13],
 }
 
 /// `struct ibv_values_ex`.

@@ -62,11 +62,17 @@ impl CqArm {
     ///   lives, and never accessed through references;
     /// - under `cfg(zverbs_loom)` the doorbell record is made of loom atomics.
     pub unsafe fn new(layout: &CqLayout, cq_uar: NonNull<u8>) -> Self {
+        // SAFETY: (caller) the record is valid and its arm word is ours to write; the UAR page
+        // is mapped and writable at `CQ_DOORBELL..+8`.
+        let (arm_db, doorbell) = unsafe {
+            (
+                DbrecWord::new(layout.dbrec, CQ_ARM_DB),
+                MmioRegion::new(cq_uar.add(CQ_DOORBELL), 8),
+            )
+        };
         Self {
-            // SAFETY: (caller) the record is valid and its arm word is ours to write.
-            arm_db: unsafe { DbrecWord::new(layout.dbrec, CQ_ARM_DB) },
-            // SAFETY: (caller) the UAR page is mapped and writable at `CQ_DOORBELL..+8`.
-            doorbell: unsafe { MmioRegion::new(cq_uar.add(CQ_DOORBELL), 8) },
+            arm_db,
+            doorbell,
             cqn: layout.cqn,
             sn: 0,
         }

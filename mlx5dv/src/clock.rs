@@ -10,8 +10,13 @@
 //!   ([`prm::clock`](crate::prm::clock)), read with its sequence word by [`ClockInfo::read`].
 //!
 //! A device in real-time mode (`MLX5DV_CONTEXT_FLAGS_REAL_TIME_TS`, CQs created with the
-//! wall-clock flag) writes nanoseconds of `CLOCK_REALTIME` into the CQE: [`ClockInfo::REAL_TIME`]
-//! converts those as they are.
+//! wall-clock flag) writes `CLOCK_REALTIME` into the CQE as **seconds in the high 32 bits and
+//! nanoseconds in the low 32** (the kernel's `mlx5_real_time_cyc2time`, DPDK's
+//! `mlx5_txpp_convert_rx_ts`), not as a count of nanoseconds: [`ClockInfo::REAL_TIME`]
+//! converts that (`hi × 10^9 + lo`). libmlx5's `ibv_wc_read_completion_wallclock_ns` on such a
+//! CQ returns the CQE's value as it is (`mlx5_cq_read_wc_completion_ts`, rdma-core 44 and
+//! later), so a reader of completions through libibverbs converts it with
+//! [`real_time_to_ns`] too.
 
 use crate::prm::clock::{
     MLX5_IB_CLOCK_INFO_KERNEL_UPDATING, ib_uverbs_clock_info, mlx5dv_clock_info,
@@ -79,16 +84,23 @@ pub enum ClockInfoError {
 }
 
 impl ClockInfo {
-    /// The identity: timestamps that are already wall-clock nanoseconds (a device in
-    /// real-time mode).
+    /// The timestamps of a device in real-time mode, `seconds << 32 | nanoseconds`:
+    /// [`ClockInfo::ts_to_ns`] converts them with [`real_time_to_ns`]. Told apart from a
+    /// snapshot by `mult` 0 with a full mask (no timecounter has a `mult` of 0).
     pub const REAL_TIME: Self = Self {
         nsec: 0,
         last_cycles: 0,
         frac: 0,
-        mult: 1,
+        mult: 0,
         shift: 0,
         mask: u64::MAX,
     };
+
+    /// Whether this is [`ClockInfo::REAL_TIME`].
+    #[inline]
+    pub const fn is_real_time(&self) -> bool {
+        self.mult == 0 && self.mask == u64::MAX
+    }
 
     /// Attempts [`ClockInfo::read`] makes before it reports [`ClockInfoError::Busy`] (as
     /// libmlx5).
@@ -108,31 +120,31 @@ impl ClockInfo {
     /// [`ClockInfoError::Busy`] when every attempt saw an update in progress.
     pub unsafe fn read(page: *const ib_uverbs_clock_info) -> Result<Self, ClockInfoError> {
         use zverbs_core::sync::atomic::{Ordering, fence};
-        // Volatile loads: another party (the kernel, the device thread) writes the page.
-        let sign = |p: *const ib_uverbs_clock_info| {
-            // SAFETY: (caller) `page` is readable and aligned; `sign` a plain integer.
-            unsafe { core::ptr::addr_of!((*p).sign).read_volatile() }
-        };
-        let mut busy = 0;
-        loop {
-            let before = sign(page);
-            if before & MLX5_IB_CLOCK_INFO_KERNEL_UPDATING != 0 {
-                busy += 1;
-                if busy >= Self::READ_ATTEMPTS {
-                    return Err(ClockInfoError::Busy);
+        // SAFETY: (caller) `page` is readable and aligned for the whole call; its fields
+        // (`sign` among them) are plain integers, and a copy torn by a concurrent update is
+        // discarded by the second load of the word. Volatile loads: another party (the
+        // kernel, the device thread) writes the page.
+        unsafe {
+            let sign = || core::ptr::addr_of!((*page).sign).read_volatile();
+            let mut busy = 0;
+            loop {
+                let before = sign();
+                if before & MLX5_IB_CLOCK_INFO_KERNEL_UPDATING != 0 {
+                    busy += 1;
+                    if busy >= Self::READ_ATTEMPTS {
+                        return Err(ClockInfoError::Busy);
+                    }
+                    core::hint::spin_loop();
+                    continue;
                 }
-                core::hint::spin_loop();
-                continue;
-            }
-            // Acquire: the fields are read after the first load of the word.
-            fence(Ordering::Acquire);
-            // SAFETY: (caller) as above; the fields are plain integers, and a copy torn by a
-            // concurrent update is discarded by the second load of the word.
-            let ci = unsafe { page.read_volatile() };
-            // The fields are read before the second load of the word.
-            fence(Ordering::Acquire);
-            if sign(page) == before {
-                return Ok(Self::from_page(&ci));
+                // Acquire: the fields are read after the first load of the word.
+                fence(Ordering::Acquire);
+                let ci = page.read_volatile();
+                // The fields are read before the second load of the word.
+                fence(Ordering::Acquire);
+                if sign() == before {
+                    return Ok(Self::from_page(&ci));
+                }
             }
         }
     }
@@ -162,9 +174,13 @@ impl ClockInfo {
     }
 
     /// `device_timestamp` in wall-clock nanoseconds (`mlx5dv_ts_to_ns`). A timestamp more than
-    /// half the counter's range after `last_cycles` is taken as one before it.
+    /// half the counter's range after `last_cycles` is taken as one before it. For
+    /// [`ClockInfo::REAL_TIME`], [`real_time_to_ns`].
     #[inline]
     pub const fn ts_to_ns(&self, device_timestamp: u64) -> u64 {
+        if self.is_real_time() {
+            return real_time_to_ns(device_timestamp);
+        }
         let delta = device_timestamp.wrapping_sub(self.last_cycles) & self.mask;
         let mult = self.mult as u64;
         if delta > self.mask / 2 {
@@ -176,6 +192,16 @@ impl ClockInfo {
                 .wrapping_add(delta.wrapping_mul(mult).wrapping_add(self.frac) >> self.shift)
         }
     }
+}
+
+/// A real-time CQE timestamp (`seconds << 32 | nanoseconds`, what a ConnectX in real-time
+/// mode writes, and what libmlx5's `ibv_wc_read_completion_wallclock_ns` returns unconverted)
+/// in nanoseconds since the epoch: `hi × 10^9 + lo`.
+#[inline]
+pub const fn real_time_to_ns(ts: u64) -> u64 {
+    (ts >> 32)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(ts & 0xffff_ffff)
 }
 
 #[cfg(test)]
@@ -229,10 +255,22 @@ mod tests {
     }
 
     #[test]
-    fn real_time_timestamps_pass_through() {
-        for ns in [0, 1, 1_700_000_000_123_456_789, u64::MAX / 2] {
-            assert_eq!(ClockInfo::REAL_TIME.ts_to_ns(ns), ns);
+    fn real_time_timestamps_are_seconds_and_nanoseconds() {
+        // (seconds, nanoseconds) as the device writes them, and the nanoseconds they are.
+        for (secs, nanos, ns) in [
+            (0u64, 0u64, 0u64),
+            (0, 999_999_999, 999_999_999),
+            (1, 0, 1_000_000_000),
+            (1_700_000_000, 123_456_789, 1_700_000_000_123_456_789),
+            (0xffff_ffff, 999_999_999, 4_294_967_295_999_999_999),
+        ] {
+            let ts = secs << 32 | nanos;
+            assert_eq!(real_time_to_ns(ts), ns, "{secs} s {nanos} ns");
+            assert_eq!(ClockInfo::REAL_TIME.ts_to_ns(ts), ns, "{secs} s {nanos} ns");
         }
+        assert!(ClockInfo::REAL_TIME.is_real_time());
+        assert!(!INFO.is_real_time());
+        assert!(!ClockInfo::default().is_real_time());
     }
 
     #[test]

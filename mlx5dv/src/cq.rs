@@ -179,6 +179,9 @@ pub struct CompletionQueue<B: Bindings> {
     joins: Option<NonNull<Handover<B>>>,
     /// The compressed session a poll ended inside, if any.
     session: mini::Session,
+    /// The user index of the striding receive queue sharing the CQ, or `u32::MAX` (never a
+    /// 24-bit index) when none does.
+    striding_uidx: u32,
 }
 
 // SAFETY: the poller owns the consumer side of the CQE ring and its bindings (`B: Send`); it
@@ -221,20 +224,27 @@ impl<B: Bindings> CompletionQueue<B> {
                 stride: layout.cqe_size,
             });
         }
+        // SAFETY: (caller) the ring and the doorbell record are valid while the poller lives,
+        // and only it consumes the ring and writes the record's consumer word.
+        let (cqes, dbrec) = unsafe {
+            (
+                CqeRing::new(layout.buf, layout.cqe_size),
+                DbrecWord::new(layout.dbrec, CQ_SET_CI),
+            )
+        };
         Ok(Self {
-            // SAFETY: (caller) the ring is valid while the poller lives and only it consumes it.
-            cqes: unsafe { CqeRing::new(layout.buf, layout.cqe_size) },
+            cqes,
             ring,
             pass_bit: ring.size(),
             ci: 0,
-            // SAFETY: (caller) the doorbell record is valid while the poller lives.
-            dbrec: unsafe { DbrecWord::new(layout.dbrec, CQ_SET_CI) },
+            dbrec,
             bindings,
             last: Hit::UNBOUND,
             cqn: layout.cqn,
             timestamps: false,
             joins: None,
             session: mini::Session::NONE,
+            striding_uidx: u32::MAX,
         })
     }
 
@@ -274,13 +284,13 @@ impl<B: Bindings> CompletionQueue<B> {
         let Some(h) = self.joins else {
             return false;
         };
-        // SAFETY: (`set_handover`) the hand-over outlives the poller.
-        let h = unsafe { h.as_ref() };
-        if !h.pending() {
-            return false;
-        }
-        // SAFETY: this is its one poller; the tables published obey the bindings' contract.
+        // SAFETY: (`set_handover`) the hand-over outlives the poller, this is its one poller,
+        // and the tables published there obey the bindings' contract.
         unsafe {
+            let h = h.as_ref();
+            if !h.pending() {
+                return false;
+            }
             h.adopt(|t| {
                 core::mem::swap(&mut self.bindings, t);
             })
@@ -394,17 +404,31 @@ impl<B: Bindings> CompletionQueue<B> {
     /// The cold path of the decoder: every CQE the fast path leaves (the first of another QP,
     /// the formats the poller does not decode, error CQEs, unknown opcodes, CQEs of queues
     /// this CQ was not given), out of line. Nothing is dropped: each CQE becomes a
-    /// completion, and retires what it completes.
+    /// completion, and retires what it completes; except a CQE of the striding receive queue
+    /// sharing the CQ ([`CompletionQueue::set_striding_user_index`]), which is left for its
+    /// packet poll: `false`, nothing written.
     #[cold]
     #[inline(never)]
-    fn decode_slow(&mut self, cqe: OwnedCqe, op_own: u8, out: &mut Completion) {
+    fn decode_slow(&mut self, cqe: OwnedCqe, op_own: u8, out: &mut Completion) -> bool {
         let (sop_drop_qpn, wqe_counter) = cqe.qpn_and_counter();
-        let qpn = sop_drop_qpn & QPN_MASK;
-        let (sq, rq, srq) = match self.binding(qpn) {
+        let cqe_op = op_own >> OPCODE_SHIFT;
+        let mut qpn = sop_drop_qpn & QPN_MASK;
+        let mut hit = self.binding(qpn);
+        if hit.is_none()
+            && (cqe_op == op::RESP_ERR || (op::RESP_WR_IMM..=op::RESP_SEND_INV).contains(&cqe_op))
+        {
+            // An Ethernet receive CQE: bits 23..0 of `sop_drop_qpn` are the flow tag of the
+            // rule that steered the frame, and the queue is named only by its user index
+            // (CQE version 1), which a raw packet QP's or work queue's binding holds.
+            let uidx = cqe.with(|b| Cqe64::new_unchecked(b).srqn());
+            if let Some(h) = self.binding(uidx) {
+                (qpn, hit) = (uidx, Some(h));
+            }
+        }
+        let (sq, rq, srq) = match hit {
             Some(b) => b.states(&self.bindings),
             None => (None, None, None),
         };
-        let cqe_op = op_own >> OPCODE_SHIFT;
         match (cqe_op, sq, rq) {
             (op::REQ, Some(sq), _) => {
                 let kind = any_send_kind((sop_drop_qpn >> 24) as u8);
@@ -478,10 +502,13 @@ impl<B: Bindings> CompletionQueue<B> {
                     ..unknown(qpn, cqe_op)
                 };
             }
+            // The striding queue's: its packet poll takes it (`striding.rs`).
+            _ if self.for_striding(cqe, op_own) => return false,
             // A CQE for a queue this CQ was not given, or an opcode the poller does not handle
             // (resize, signature error, unknown): reported, not dropped, and nothing retired.
             _ => *out = unknown(qpn, cqe_op),
         }
+        true
     }
 
     /// The rest of a poll from `out[n]` on, when the CQE at the consumer counter is not for
@@ -491,22 +518,19 @@ impl<B: Bindings> CompletionQueue<B> {
     #[inline(never)]
     fn poll_rest<O: PollOut>(&mut self, out: &mut [O], mut n: usize) -> usize {
         while let Some(o) = out.get_mut(n) {
-            let Some((slot, op_own)) = owned(self.ring, self.pass_bit, self.cqes, self.ci) else {
+            let Some((cqe, op_own)) = self.peek_owned() else {
                 break;
             };
-            barrier::from_device();
             if crate::prm::mini::is_title(op_own) {
                 // SAFETY: as in `poll`.
-                n = unsafe { self.expand(out, n, slot, op_own) };
+                n = unsafe { self.expand(out, n, cqe.slot(), op_own) };
                 continue;
             }
-            // SAFETY: as in `poll_loop`.
-            let cqe = unsafe { self.cqes.owned(slot) };
-            o.fill_all(|wc| {
-                if !self.decode_fast(cqe, op_own, wc) {
-                    self.decode_slow(cqe, op_own, wc);
-                }
-            });
+            if !o.fill(|wc| self.decode_fast(cqe, op_own, wc) || self.decode_slow(cqe, op_own, wc))
+            {
+                // Left for the striding queue's poll.
+                break;
+            }
             o.stamp(self.timestamps, cqe);
             self.ci = self.ci.wrapping_add(1);
             n += 1;
@@ -517,9 +541,67 @@ impl<B: Bindings> CompletionQueue<B> {
         n
     }
 
+    /// The CQE at the consumer counter, if software owns it, as a token (after the owner check
+    /// and the [`from_device`](barrier::from_device) barrier), with its `op_own`. Nothing is
+    /// consumed: [`CompletionQueue::advance`] moves past it.
+    #[inline(always)]
+    pub(crate) fn peek_owned(&self) -> Option<(OwnedCqe, u8)> {
+        let (slot, op_own) = owned(self.ring, self.pass_bit, self.cqes, self.ci)?;
+        barrier::from_device();
+        // SAFETY: the owner bit says the CQE is software's, the barrier orders the reads after
+        // that check, and the consumer counter that would free the entry is published only
+        // after them (by `publish_ci`, which every poll calls after its last use of a token).
+        Some((unsafe { self.cqes.owned(slot) }, op_own))
+    }
+
+    /// Moves the consumer counter past the CQE at it (not published: `publish_ci`).
+    #[inline(always)]
+    pub(crate) fn advance(&mut self) {
+        self.ci = self.ci.wrapping_add(1);
+    }
+
+    /// The entry `ahead` places after the consumer counter, inside the compressed session
+    /// whose title is at (or before) the counter.
+    ///
+    /// # Safety
+    ///
+    /// A session is open: its title passed the owner check (followed by the
+    /// [`from_device`](barrier::from_device) barrier) and its count, within the ring, covers
+    /// the entry; the counter is published only after the token's last use.
+    #[inline(always)]
+    pub(crate) unsafe fn session_entry(&self, ahead: u32) -> OwnedCqe {
+        // SAFETY: (caller) the session's entries are software's.
+        unsafe { self.cqes.session() }.entry(self.ring.slot(self.ci.wrapping_add(ahead)))
+    }
+
+    /// Sets the user index (CQE version 1, `srqn_uidx`) of the striding receive queue whose
+    /// completions share this CQ with other queues' ([`StridingRq`](crate::StridingRq)): a
+    /// poll stops at its CQEs (a packet poll of that queue takes them) rather than reporting
+    /// them as completions of a queue it was not given. `None` (the default): no such queue.
+    /// Checked out of line, on the path of CQEs no binding takes. Such a CQ must be created
+    /// without CQE compression: a compressed session of the striding queue met by this poll
+    /// is not told apart (the check would cost every session's poll), and is reported as
+    /// completions of an unknown queue.
+    pub fn set_striding_user_index(&mut self, uidx: Option<u32>) {
+        self.striding_uidx = uidx.map_or(u32::MAX, |u| u & crate::prm::cqe::SRQN_UIDX_MASK);
+    }
+
+    /// Whether the CQE `cqe` (software's, `op_own`) is the striding receive queue's this CQ
+    /// shares ([`CompletionQueue::set_striding_user_index`]): a receive CQE or a receive
+    /// error of its user index.
+    #[inline(always)]
+    fn for_striding(&self, cqe: OwnedCqe, op_own: u8) -> bool {
+        if self.striding_uidx == u32::MAX {
+            return false;
+        }
+        let cqe_op = op_own >> OPCODE_SHIFT;
+        ((op::RESP_WR_IMM..=op::RESP_SEND_INV).contains(&cqe_op) || cqe_op == op::RESP_ERR)
+            && cqe.with(|b| Cqe64::new_unchecked(b).srqn()) == self.striding_uidx
+    }
+
     /// Publishes the consumer counter to the CQ doorbell record.
     #[inline(always)]
-    fn publish_ci(&self) {
+    pub(crate) fn publish_ci(&self) {
         // Release: the reads of the CQEs consumed before happen before the device may see
         // their slots free and overwrite them.
         self.dbrec
@@ -1063,11 +1145,14 @@ impl<B: Bindings> CompletionQueue<B> {
             };
             barrier::from_device();
             // SAFETY: the CQE is software's (its owner bit checked, then the barrier), and the
-            // consumer counter that would free the entry is published only after the reads.
-            let cqe = unsafe { cqes.owned(slot) };
-            // SAFETY: `rq` and `wqes` are those of QP `hit.qpn`; the only poller.
-            let decoded =
-                wc_out.fill(|wc| unsafe { decode_scattered(rq, wqes, hit.qpn, cqe, op_own, wc) });
+            // consumer counter that would free the entry is published only after the reads;
+            // `rq` and `wqes` are those of QP `hit.qpn`; the only poller.
+            let (cqe, decoded) = unsafe {
+                let cqe = cqes.owned(slot);
+                let decoded =
+                    wc_out.fill(|wc| decode_scattered(rq, wqes, hit.qpn, cqe, op_own, wc));
+                (cqe, decoded)
+            };
             if !decoded {
                 return self.poll_rest(out, 0);
             }
@@ -1105,11 +1190,13 @@ impl<B: Bindings> CompletionQueue<B> {
         // Rotated: the check of the next CQE is at the end of a pass, so the first pass takes
         // `next` as it is.
         while let Some(wc_out) = o {
-            // SAFETY: as in `poll_scattered`.
-            let cqe = unsafe { cqes.owned(slot) };
-            // SAFETY: as in `poll_scattered`.
-            let decoded =
-                wc_out.fill(|wc| unsafe { decode_scattered(rq, wqes, hit.qpn, cqe, op_own, wc) });
+            // SAFETY: as in `poll_scattered` (the CQE's owner bit checked before the pass).
+            let (cqe, decoded) = unsafe {
+                let cqe = cqes.owned(slot);
+                let decoded =
+                    wc_out.fill(|wc| decode_scattered(rq, wqes, hit.qpn, cqe, op_own, wc));
+                (cqe, decoded)
+            };
             if !decoded {
                 self.ci = ci;
                 return self.poll_rest(out, n);

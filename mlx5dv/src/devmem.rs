@@ -129,13 +129,14 @@ impl SegRing {
         #[cfg(not(zverbs_loom))]
         {
             // SAFETY: a block never straddles the ring's end (the ring is whole blocks, and
-            // `first` is a multiple of 4 below the segment count), so its 64 bytes are
-            // contiguous and in the ring.
-            let words = unsafe { self.base.as_ptr().add(first as usize).cast::<u64>() };
-            for i in 0..8 {
-                // SAFETY: word `i < 8` of the block above; only the ring's owner (the caller)
-                // writes it, and not during this call.
-                f(i, unsafe { words.add(i).read() });
+            // `first` is a multiple of 4 below the segment count), so its 64 bytes, the eight
+            // words read, are contiguous and in the ring; only the ring's owner (the caller)
+            // writes them, and not during this call.
+            unsafe {
+                let words = self.base.as_ptr().add(first as usize).cast::<u64>();
+                for i in 0..8 {
+                    f(i, words.add(i).read());
+                }
             }
         }
         #[cfg(zverbs_loom)]
@@ -205,24 +206,24 @@ impl Wqe {
     #[inline(always)]
     pub(crate) fn seg<R>(&self, k: u32, f: impl FnOnce(&mut [u8; 16]) -> R) -> R {
         debug_assert!(k < 4 * self.blocks);
-        let cell = if k < 4 {
-            // SAFETY: `start & mask` is a multiple of 4 (`SegRing::reserve`) at most
-            // `mask - 3` (the ring is whole blocks), so the block's four segments are in the
-            // ring.
-            unsafe {
+        // SAFETY: for `k < 4`, `start & mask` is a multiple of 4 (`SegRing::reserve`) at most
+        // `mask - 3` (the ring is whole blocks), so the block's four segments are in the ring;
+        // later ones are masked into it. The reservation (`SegRing::reserve`): the segment is
+        // free, unpublished and this token's, so the exclusive reference is unique for its
+        // short life.
+        unsafe {
+            let cell = if k < 4 {
                 &*self
                     .ring
                     .base
                     .as_ptr()
                     .add((self.start & self.ring.mask) as usize)
                     .add(k as usize)
-            }
-        } else {
-            self.ring.cell(self.start.wrapping_add(k))
-        };
-        // SAFETY: the reservation (`SegRing::reserve`): the segment is free, unpublished and
-        // this token's, so the exclusive reference is unique for its short life.
-        cell.with_mut(|p| f(unsafe { &mut *p }))
+            } else {
+                self.ring.cell(self.start.wrapping_add(k))
+            };
+            cell.with_mut(|p| f(&mut *p))
+        }
     }
 
     /// Writes `words[..n]` (64-bit words holding the bytes in memory order, `n <= 8`) at the
@@ -230,27 +231,35 @@ impl Wqe {
     /// through a byte array.
     #[inline(always)]
     pub(crate) fn block_words(&self, words: &[u64; 8], n: usize) {
-        debug_assert!(n <= 8);
+        self.block_words_in(0, words, n);
+    }
+
+    /// [`Wqe::block_words`] at the start of the WQE's block `j` (`j < blocks`), which follows
+    /// the ring's wrap.
+    #[inline(always)]
+    pub(crate) fn block_words_in(&self, j: u32, words: &[u64; 8], n: usize) {
+        debug_assert!(n <= 8 && j < self.blocks);
         #[cfg(not(zverbs_loom))]
         {
-            // SAFETY: `start & mask` is a multiple of 4 at most `mask - 3` (the ring is whole
-            // blocks), so the block's 64 bytes are in the ring, 16-byte aligned (constructor
-            // contract), and the token's (`SegRing::reserve`).
-            let dst = unsafe {
-                self.ring
+            // SAFETY: `start + 4 j` masked is a multiple of 4 at most `mask - 3` (the ring is
+            // whole blocks), so the block's 64 bytes, the words `i < 8` written, are in the
+            // ring, 16-byte aligned (constructor contract), and the token's
+            // (`SegRing::reserve`: block `j < blocks` of the reservation).
+            unsafe {
+                let dst = self
+                    .ring
                     .base
                     .as_ptr()
-                    .add((self.start & self.ring.mask) as usize)
-            }
-            .cast::<u64>();
-            for (i, w) in words.iter().take(n).enumerate() {
-                // SAFETY: word `i < 8` of the block above.
-                unsafe { dst.add(i).write(*w) };
+                    .add((self.start.wrapping_add(4 * j) & self.ring.mask) as usize)
+                    .cast::<u64>();
+                for (i, w) in words.iter().take(n).enumerate() {
+                    dst.add(i).write(*w);
+                }
             }
         }
         #[cfg(zverbs_loom)]
         for s in 0..n.div_ceil(2) {
-            self.seg(s as u32, |b| {
+            self.seg(4 * j + s as u32, |b| {
                 b[..8].copy_from_slice(&words[2 * s].to_ne_bytes());
                 if 2 * s + 1 < n {
                     b[8..].copy_from_slice(&words[2 * s + 1].to_ne_bytes());
@@ -267,12 +276,13 @@ impl Wqe {
         #[cfg(not(zverbs_loom))]
         {
             // SAFETY: `seg` is the WQE's first segment, a multiple of 4 below the ring's size:
-            // the block's 64 bytes are in the ring, 16-byte aligned (constructor contract),
-            // and the token's.
-            let dst = unsafe { self.ring.base.as_ptr().add(seg as usize) }.cast::<u64>();
-            for (i, w) in words.iter().take(n).enumerate() {
-                // SAFETY: word `i < 8` of the block above.
-                unsafe { dst.add(i).write(*w) };
+            // the block's 64 bytes, the words `i < 8` written, are in the ring, 16-byte aligned
+            // (constructor contract), and the token's.
+            unsafe {
+                let dst = self.ring.base.as_ptr().add(seg as usize).cast::<u64>();
+                for (i, w) in words.iter().take(n).enumerate() {
+                    dst.add(i).write(*w);
+                }
             }
         }
         #[cfg(zverbs_loom)]
@@ -356,13 +366,13 @@ impl Wqe {
         debug_assert!(len >= 1 && pos + len <= (self.ring.mask as usize + 1) * 16);
         #[cfg(not(zverbs_loom))]
         {
-            // SAFETY: (caller) `pos + len` is at most the ring's size: the bytes lie in the WQE.
-            let dst = unsafe { self.ring.base.as_ptr().cast::<u8>().add(pos) };
-            // SAFETY: every move below reads `src + i .. src + i + n` and writes
+            // SAFETY: (caller) `pos + len` is at most the ring's size: the bytes `dst..dst + len`
+            // lie in the WQE. Every move below reads `src + i .. src + i + n` and writes
             // `dst + i .. dst + i + n` with `i + n <= len` (`n` the move's size, at most `len`),
             // inside the source (readable, caller) and the bytes given (the WQE's: the token's;
             // in the ring, not overlapping the source); unaligned moves.
             unsafe {
+                let dst = self.ring.base.as_ptr().cast::<u8>().add(pos);
                 // Runs of 16 bytes: two runs of `r` cover any length from `r` to `2r`.
                 let run = |i: usize, r: usize| {
                     for j in (0..r).step_by(16) {
@@ -439,12 +449,14 @@ impl Wqe {
             while left > 0 {
                 let off = (at % 16) as usize;
                 let n = left.min(16 - off);
-                // SAFETY: (caller) as above; `off + n <= 16`.
-                self.seg_at(at / 16, |b| unsafe {
-                    core::ptr::copy_nonoverlapping(src, b.as_mut_ptr().add(off), n)
-                });
-                // SAFETY: (caller) still inside the source.
-                src = unsafe { src.add(n) };
+                // SAFETY: (caller) as above; `off + n <= 16`; the source's next byte is still
+                // inside it.
+                unsafe {
+                    self.seg_at(at / 16, |b| {
+                        core::ptr::copy_nonoverlapping(src, b.as_mut_ptr().add(off), n)
+                    });
+                    src = src.add(n);
+                }
                 at = at.wrapping_add(n as u32);
                 left -= n;
             }
@@ -733,6 +745,12 @@ pub(crate) struct OwnedCqe {
 }
 
 impl OwnedCqe {
+    /// Its slot in the ring.
+    #[inline(always)]
+    pub(crate) fn slot(&self) -> u32 {
+        self.slot
+    }
+
     /// The ring's CQE size in bytes ([`CqeRing::stride`]).
     #[inline(always)]
     pub(crate) fn stride(&self) -> usize {

@@ -104,21 +104,41 @@ impl Doorbell {
 
     /// Step 2: takes the register (`lock`: its [`SharedBf`]'s lock and toggle, or this
     /// doorbell's toggle) and returns the buffer to write (the register's base or `bf_size`
-    /// past it), flipped for the next write.
+    /// past it), flipped for the next write: the token whose doorbell store is safe.
     #[inline(always)]
-    fn take(&mut self, lock: Lock) -> NonNull<u8> {
+    fn take(&mut self, lock: Lock) -> BfBuf {
+        // A buffer of `bf_size` bytes, or the 8-byte doorbell without BlueFlame.
+        let len = (self.bf_size as usize).max(8);
         match lock {
             // SAFETY: the queue's constructor contract keeps its `SharedBf` alive while the
-            // queue lives; the offset it hands out is 0 or `bf_size`, inside the region.
-            Some(s) => unsafe { self.reg.base().add(s.as_ref().acquire() as usize) },
+            // queue lives; the offset it hands out is 0 or `bf_size`, where a buffer of
+            // `bf_size` bytes starts inside `self.reg`, which the same contract keeps mapped
+            // while this doorbell lives; the lock is held until `give_back`.
+            Some(s) => BfBuf(unsafe {
+                MmioRegion::new(self.reg.base().add(s.as_ref().acquire() as usize), len)
+            }),
             None => {
                 let next = self.next;
                 self.next = next ^ self.toggle;
                 // SAFETY: one of the register's two buffers (`new` starts at one, and each
-                // take flips to the other), in `self.reg`: not null.
-                unsafe { NonNull::new_unchecked(self.reg.base().as_ptr().with_addr(next)) }
+                // take flips to the other), in `self.reg` (so not null), which the queue's
+                // constructor contract keeps mapped while this doorbell lives.
+                BfBuf(unsafe {
+                    MmioRegion::new(
+                        NonNull::new_unchecked(self.reg.base().as_ptr().with_addr(next)),
+                        len,
+                    )
+                })
             }
         }
+    }
+
+    /// Step 6b without BlueFlame (`bf_size == 0`: the toggle is 0, so every write goes to the
+    /// register's base): the doorbell, the first 8 bytes of the last control segment.
+    #[inline(always)]
+    fn doorbell_only(&self, word0: u64) {
+        // SAFETY: the region holds at least the 8-byte doorbell, at its word 0.
+        unsafe { self.reg.write_u64(0, word0) };
     }
 
     /// Step 8: gives a shared register back (nothing to do for one of the queue's own).
@@ -156,12 +176,7 @@ impl Doorbell {
         // need not reload after each MMIO store either.
         let blueflame = single && last_blocks <= self.bf_blocks;
         // 2. The register (its lock, if shared), and the buffer to write.
-        let buf = self.take(lock);
-        // SAFETY: the buffer lies in `self.reg` (the register's base, or `bf_size` past it,
-        // where a buffer of `bf_size` bytes starts; the doorbell at word 0 without BlueFlame),
-        // which the queue's constructor contract keeps mapped while this doorbell lives; the
-        // copy lives for this call only.
-        let reg = unsafe { MmioRegion::new(buf, (self.bf_size as usize).max(8)) };
+        let reg = self.take(lock);
         // 3. WQE stores before the doorbell record.
         barrier::to_device();
         // 4. The doorbell record: basic blocks produced, 16 bits, big-endian.
@@ -176,14 +191,13 @@ impl Doorbell {
                 let w = 8 * b as usize;
                 sq.for_each_word(first.wrapping_add(b), |i, word| {
                     // SAFETY: word `w + i` lies in the buffer because the WQE fits it.
-                    unsafe { reg.write_u64(w + i, word) };
+                    unsafe { reg.0.write_u64(w + i, word) };
                 });
             }
         } else {
             // 6b. Doorbell: the first 8 bytes of the last control segment.
             let (lo, _) = sq.with(last_seg, split_seg);
-            // SAFETY: the region holds at least the 8-byte doorbell.
-            unsafe { reg.write_u64(0, lo) };
+            reg.doorbell(lo);
         }
         // 7. Out of the write-combining buffer now, before anyone else may write the register.
         barrier::wc_flush();
@@ -217,8 +231,7 @@ impl Doorbell {
         }
         self.publish(pi);
         // 6b. Doorbell: the first 8 bytes of the control segment.
-        // SAFETY: the region holds at least the 8-byte doorbell, at its word 0.
-        unsafe { self.reg.write_u64(0, word0) };
+        self.doorbell_only(word0);
         Self::flush_shared(lock);
     }
 
@@ -229,16 +242,12 @@ impl Doorbell {
         // 2. The register (its lock, if shared), and the buffer to write: a region of
         // its own, so that the stores address it from one register.
         let buf = self.take(lock);
-        // SAFETY: the buffer (the register's base or `bf_size >= 64` past it) lies in
-        // `self.reg`, which the queue's constructor contract keeps mapped while this doorbell
-        // lives; the copy lives for this call only.
-        let buf = unsafe { MmioRegion::new(buf, 64) };
         self.publish(pi);
         // 6a. BlueFlame: the block's eight words, in order.
         for (i, &word) in words.iter().enumerate() {
             let w = if i < n { word } else { 0 };
             // SAFETY: one block fits the buffer (`bf_blocks >= 1`), which `buf` starts.
-            unsafe { buf.write_u64(i, w) };
+            unsafe { buf.0.write_u64(i, w) };
         }
         Self::flush_shared(lock);
     }
@@ -340,23 +349,21 @@ impl Doorbell {
             }
             self.publish(pi);
             // 6b. Doorbell: the first 8 bytes of the control segment.
-            // SAFETY: the region holds at least the 8-byte doorbell, at its word 0.
-            unsafe { self.reg.write_u64(0, b.ctrl.low()) };
+            self.doorbell_only(b.ctrl.low());
         } else {
             // 2. The register (its lock, if shared), and the buffer to write.
             let buf = self.take(lock);
-            // SAFETY: as in `ring_block_copy`.
-            let buf = unsafe { MmioRegion::new(buf, 64) };
+            let buf = &buf.0;
             self.publish(pi);
             // 6a. BlueFlame: the block's four segments, in order.
             // SAFETY: one block fits the buffer (`bf_blocks >= 1`: `BF`), which `buf` starts,
             // 16-byte aligned: the register is, and the buffer is its base or `bf_size` past
             // it, a multiple of 64 (the queue's constructor refuses a layout otherwise).
             unsafe {
-                b.ctrl.store_mmio(&buf, 0);
+                b.ctrl.store_mmio(buf, 0);
                 let d = match b.raddr {
                     Some(r) => {
-                        r.store_mmio(&buf, 1);
+                        r.store_mmio(buf, 1);
                         4
                     }
                     None => 2,
@@ -382,6 +389,22 @@ impl Doorbell {
         barrier::to_device();
         self.dbrec.publish(pi & 0xffff, Ordering::Relaxed);
         barrier::wc_start();
+    }
+}
+
+/// One of the register's buffers, taken ([`Doorbell::take`]) for one ring: mapped while the
+/// doorbell lives (the queue's constructor contract), at least the 8-byte doorbell long
+/// (`bf_size` bytes with BlueFlame), and the holder's alone until the register is given back.
+/// Made only by `take`, so its doorbell store needs no further argument; the BlueFlame copies
+/// argue their length where they know the WQE fits.
+struct BfBuf(MmioRegion);
+
+impl BfBuf {
+    /// Step 6b: the doorbell, the first 8 bytes of the last control segment, at word 0.
+    #[inline(always)]
+    fn doorbell(&self, word0: u64) {
+        // SAFETY: every buffer `take` hands out holds at least the 8-byte doorbell.
+        unsafe { self.0.write_u64(0, word0) };
     }
 }
 

@@ -67,20 +67,42 @@ pub unsafe fn post_drain_marker<S: StableDeref<Target = [SqSlot]>>(
             given: state.len() as usize,
         });
     }
-    // SAFETY: (caller) the record is mapped; word 1 is MLX5_SND_DBR.
-    let dbrec = unsafe { DbrecWord::new(layout.dbrec, SND_DBR) };
+    let bf_len = if layout.bf.size == 0 {
+        8
+    } else {
+        2 * layout.bf.size as usize
+    };
+    // SAFETY: (caller) the record is mapped (word 1 is MLX5_SND_DBR); the ring holds `cnt`
+    // blocks, which no queue writes meanwhile; the register is mapped with `bf_len` bytes, and
+    // written by others only under `shared`'s lock, which the doorbell takes.
+    let (dbrec, ring, reg) = unsafe {
+        (
+            DbrecWord::new(layout.dbrec, SND_DBR),
+            SegRing::new(layout.sq.buf, cnt * SEGS_PER_BB as u32),
+            MmioRegion::new(layout.bf.reg, bf_len),
+        )
+    };
     // The 16-bit producer counter the device was last given, and how far the poller retired.
     let pi = dbrec.read() & 0xffff;
     let retired = u32::from(state.retired16());
     if pi.wrapping_sub(retired) & 0xffff >= cnt {
         return Ok(false);
     }
-    // SAFETY: (caller) the ring holds `cnt` blocks; the block at `pi` is past the published
-    // counter, so the device does not read it, and (caller) no queue writes it.
-    let ring = unsafe { SegRing::new(layout.sq.buf, cnt * SEGS_PER_BB as u32) };
     let seg = pi * SEGS_PER_BB as u32;
-    // SAFETY: as above; `seg` is a multiple of 4, and the WQE is one block.
-    let wqe = unsafe { ring.reserve(seg, 1) };
+    let slot = &state.slots()[(pi & (cnt - 1)) as usize];
+    // SAFETY: the block at `pi` (segment `seg`, a multiple of 4: the WQE is that one block)
+    // and its slot are past the published counter and retired (the room check above), so
+    // neither the device nor the poller reads them, and (caller) no queue writes them; the
+    // marker is not published yet.
+    let wqe = unsafe {
+        slot.record(SlotData {
+            wr_id: DRAIN_WR_ID,
+            next: pi.wrapping_add(1),
+            opcode: opcode::NOP,
+            signaled: true,
+        });
+        ring.reserve(seg, 1)
+    };
     wqe.seg(0, |b| {
         CtrlSeg::new_unchecked(&mut b[..]).set(
             pi as u16,
@@ -92,25 +114,6 @@ pub unsafe fn post_drain_marker<S: StableDeref<Target = [SqSlot]>>(
             0,
         );
     });
-    let slot = &state.slots()[(pi & (cnt - 1)) as usize];
-    // SAFETY: the slot's earlier request was retired (the room check above), and the marker
-    // is not published yet.
-    unsafe {
-        slot.record(SlotData {
-            wr_id: DRAIN_WR_ID,
-            next: pi.wrapping_add(1),
-            opcode: opcode::NOP,
-            signaled: true,
-        });
-    }
-    let bf_len = if layout.bf.size == 0 {
-        8
-    } else {
-        2 * layout.bf.size as usize
-    };
-    // SAFETY: (caller) the register is mapped with `bf_len` bytes, and written by others only
-    // under `shared`'s lock, which the doorbell takes.
-    let reg = unsafe { MmioRegion::new(layout.bf.reg, bf_len) };
     // The doorbell as the queue's: the register's lock taken when it is shared.
     let lock = shared.map(NonNull::from);
     let mut db = Doorbell::new(dbrec, reg, layout.bf.size, lock);

@@ -135,6 +135,14 @@ pub enum LayoutError {
     /// [`SendQueue::new_ud`](crate::SendQueue::new_ud) for UD ones).
     #[error("the capabilities' transport is not the queue's")]
     Transport,
+    /// A minimum of inlined frame bytes an Ethernet queue cannot have: libmlx5 inlines 0 or 18
+    /// (`MLX5_ETH_L2_INLINE_HEADER_SIZE`) bytes, as the context's `eth_min_inline` says; any
+    /// other transport inlines none.
+    #[error("{bytes} minimum inline frame bytes: an Ethernet queue takes 0 or 18, others 0")]
+    MinInline {
+        /// The minimum given.
+        bytes: u16,
+    },
     /// A capability of zero where one is needed (`max_signaled`).
     #[error("max_signaled must be at least 1")]
     ZeroCapacity,
@@ -156,6 +164,23 @@ pub enum LayoutError {
     BfSize {
         /// The layout's `bf.size`.
         size: u32,
+    },
+    /// Stride parameters of a striding receive queue outside what a ConnectX takes: strides
+    /// of 2^6 to 2^13 bytes, 2^3 to 2^16 of them a WQE (`mlx5dv_striding_rq_caps`).
+    #[error("striding queue with 2^{log_num_strides} strides of 2^{log_stride_size} bytes")]
+    Strides {
+        /// log2 of the strides per WQE.
+        log_num_strides: u32,
+        /// log2 of the bytes per stride.
+        log_stride_size: u32,
+    },
+    /// The buffer of a striding receive queue holds fewer bytes than its WQEs name.
+    #[error("stride buffer of {given} bytes, the WQEs need {needed}")]
+    StrideBuffer {
+        /// Bytes the WQEs name (`wqe_cnt × strides × stride size`).
+        needed: usize,
+        /// Bytes given.
+        given: usize,
     },
     /// A shared BlueFlame register's state was made for another buffer size than the queue's.
     #[error("shared BlueFlame register of {register}-byte buffers for a queue with {queue}")]

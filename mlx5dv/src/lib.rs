@@ -94,6 +94,8 @@
 //! - [`SendQueue`], [`RecvQueue`], [`CompletionQueue`]: the three queues, built by `unsafe`
 //!   constructors from the raw layouts ([`QpLayout`], [`CqLayout`]) whose contracts are written
 //!   on each.
+//! - [`StridingRq`]: a striding ("multi-packet") receive work queue of raw Ethernet, whose
+//!   packets its polls hand out in place ([`Packet`]), borrowed from the strides until dropped.
 //! - [`CqArm`]: a CQ's arm (libmlx5's `mlx5_arm_cq` sequence), for completion events; not on
 //!   the poll path.
 //! - [`bf`]: a BlueFlame register of the queue's own, or one several queues share and take in
@@ -110,6 +112,9 @@
 //! as are [`RqState`], the slots and the [`CqBinding`]s over `Send + Sync` handles. With
 //! borrowed states the borrow checker keeps the slots, the states and the bindings alive for
 //! as long as a queue or the poller uses them.
+//!
+//! A [`StridingRq`] is owned by one thread with the packets it hands out (its bookkeeping is
+//! cells, shared with no poller on another thread): `Send`, not `Sync`.
 //!
 //! Send queues whose QPs share a BlueFlame register share a [`SharedBf`] too, and take its lock
 //! around each doorbell write; a queue with a register of its own takes nothing.
@@ -148,6 +153,8 @@ mod segreg;
 mod sq;
 mod srq;
 mod state;
+#[cfg(not(zverbs_loom))]
+mod striding;
 #[cfg(test)]
 mod testutil;
 
@@ -161,11 +168,15 @@ pub use layout::{
 };
 pub use rq::RecvQueue;
 pub use sq::{
-    Changes, Connected, DC_AV_DS, Datagram, Dci, Prepared, PreparedRdma, PreparedSend,
-    SelfAddressed, SendQueue, SqTransport,
+    Changes, Connected, DC_AV_DS, Datagram, Dci, Ethernet, FRAME_HEADERS_MAX, FrameLengths,
+    Prepared, PreparedFrame, PreparedRdma, PreparedSend, SelfAddressed, SendQueue, SqTransport,
 };
 pub use srq::SharedRecvQueue;
 pub use state::{
     Bindings, CqBinding, RqRef, RqSlot, RqState, RqStateRef, SqRef, SqSlot, SqState, SqStateRef,
     SrqRef, SrqSlot, SrqState, SrqStateRef,
+};
+#[cfg(not(zverbs_loom))]
+pub use striding::{
+    Packet, StrideBuffer, StrideConfig, StrideSlot, StridingRq, StridingState, StridingStateRef,
 };

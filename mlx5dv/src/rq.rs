@@ -78,16 +78,22 @@ impl<P: RqStateRef> RecvQueue<P> {
         let segs_per = stride / 16;
         // The poller copies data scattered into a CQE into the WQEs of this ring.
         state.wqes().set(layout.rq.buf, cnt, stride);
+        // SAFETY: (caller) the ring holds `cnt × stride` bytes while the queue lives, owned by
+        // it, and the doorbell record is valid as long; word 0 is MLX5_RCV_DBR.
+        let (ring, dbrec) = unsafe {
+            (
+                SegRing::new(layout.rq.buf, cnt * segs_per),
+                DbrecWord::new(layout.dbrec, RCV_DBR),
+            )
+        };
         Ok(Self {
-            // SAFETY: (caller) the ring holds `cnt × stride` bytes while the queue lives, owned by it.
-            ring: unsafe { SegRing::new(layout.rq.buf, cnt * segs_per) },
+            ring,
             entries,
             seg_shift: segs_per.trailing_zeros(),
             head: 0,
             tail: 0,
             max_sge: segs_per,
-            // SAFETY: (caller) the doorbell record is valid while the queue lives; word 0 is MLX5_RCV_DBR.
-            dbrec: unsafe { DbrecWord::new(layout.dbrec, RCV_DBR) },
+            dbrec,
             gate: state.gate().peek() | crate::gate::OPEN,
             state,
             limit: cnt,

@@ -29,10 +29,11 @@ mod imp {
     #[inline(always)]
     pub(crate) fn or(c: &SegWords, low: u64, high: u64) -> Repr {
         // SAFETY: `SegWords` is 16 bytes, 16-byte aligned, and every bit pattern is an
-        // `__m128i`.
-        let c = unsafe { core::ptr::from_ref(c).cast::<__m128i>().read() };
-        // SAFETY: SSE2 is in every x86_64 target's baseline.
-        unsafe { _mm_or_si128(_mm_set_epi64x(high as i64, low as i64), c) }
+        // `__m128i`; SSE2 is in every x86_64 target's baseline.
+        unsafe {
+            let c = core::ptr::from_ref(c).cast::<__m128i>().read();
+            _mm_or_si128(_mm_set_epi64x(high as i64, low as i64), c)
+        }
     }
 
     #[inline(always)]

@@ -22,12 +22,16 @@ use crate::devmem::{DbrecWord, SegRing, Wqe};
 use crate::doorbell::Doorbell;
 use crate::layout::{LayoutError, QpLayout, SqCaps};
 use crate::prm::wqe::{
-    AtomicSeg, CtrlSeg, DataSeg, DatagramSeg, RaddrSeg, UD_HEADER_DS, inline_byte_count, inline_ds,
+    AtomicSeg, CtrlSeg, DataSeg, DatagramSeg, RaddrSeg, UD_HEADER_DS, eth_ds, inline_byte_count,
+    inline_ds,
 };
 use crate::prm::{MAX_DS, SEGS_PER_BB, SND_DBR, fm_ce_se, opcode};
 use crate::state::{SlotData, SlotsAt, SqStateRef};
 
+mod eth;
 mod prepared;
+use eth::write_eth;
+pub use eth::{FRAME_HEADERS_MAX, FrameLengths, PreparedFrame};
 pub use prepared::{Changes, Prepared, PreparedRdma, PreparedSend};
 
 /// What a checked request will write.
@@ -168,7 +172,30 @@ impl<'a, 'w> Vouched<'a, 'w> {
     pub(crate) fn wr(self) -> &'a SendWr<'w> {
         self.0
     }
+
+    /// The request's gather list, vouched for with it: the list of an operation that carries
+    /// one (WRITE, SEND, READ, with or without immediate, datagrams), empty for the others
+    /// (atomics, whose one entry is the device's to write, and NOP). Every operation with a
+    /// list has it first (`SendOp` is `repr(C)`), so this is one load and a select.
+    #[inline(always)]
+    pub(crate) fn list(self) -> VouchedList<'a> {
+        VouchedList(match self.0.op {
+            SendOp::Write { sgl, .. }
+            | SendOp::WriteImm { sgl, .. }
+            | SendOp::Send { sgl }
+            | SendOp::SendImm { sgl, .. }
+            | SendOp::Read { sgl, .. }
+            | SendOp::SendTo { sgl, .. }
+            | SendOp::SendToImm { sgl, .. } => sgl,
+            SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } | SendOp::Nop => &[],
+        })
+    }
 }
+
+/// The gather list of a request vouched for ([`Vouched::list`]): its entries' bytes that the
+/// post copies (inline data, a frame's first bytes) are readable.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct VouchedList<'a>(&'a [Sge]);
 
 /// Requests vouched for together ([`Vouched`], for each): a batch.
 #[derive(Clone, Copy, Debug)]
@@ -224,21 +251,25 @@ impl Room {
 }
 
 /// The transport of a send queue, as a type: [`Connected`] (RC, the default), [`Datagram`]
-/// (UD) or [`Dci`] (a DC initiator). Known at compile time, so that a connected queue pays
+/// (UD), [`Dci`] (a DC initiator) or [`Ethernet`] (a raw packet QP). Known at compile time, so that a connected queue pays
 /// nothing for the other transports: the queue refuses the operations its transport lacks
 /// ([`PostError::WrongTransport`]), as its [`SqCaps::transport`] says, which its construction
-/// checks against this type, and only a DCI writes the DC address. Sealed: these three are
-/// the transports.
+/// checks against this type, and only a DCI writes the DC address, only an Ethernet queue the
+/// Ethernet segment. Sealed: these four are the transports.
 pub trait SqTransport: sealed::Sealed {
     /// Whether the queue is an unreliable-datagram queue.
     const UD: bool;
     /// Whether the queue is a DC initiator's: each request is addressed at its post
     /// ([`SendQueue::post_to`]), its WQE carries the DC address after the control segment.
     const DC: bool;
+    /// Whether the queue is a raw packet QP's on an Ethernet port: each SEND is a whole
+    /// frame, its WQE carries the Ethernet segment after the control segment.
+    const ETH: bool;
 }
 
 /// The transports whose requests say themselves where they go (RC: to the connected peer;
-/// UD: [`SendOp::SendTo`]): their queues post through [`PostSend`]. A DCI's requests are
+/// UD: [`SendOp::SendTo`]; Ethernet: the frame's own header): their queues post through
+/// [`PostSend`]. A DCI's requests are
 /// given their target at the post ([`SendQueue::post_to`]), so [`Dci`] is not one: a request
 /// without a target does not compile.
 pub trait SelfAddressed: SqTransport {}
@@ -256,27 +287,43 @@ pub struct Datagram;
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Dci;
 
+/// The send queue of a raw packet QP on an Ethernet port ([`SqTransport`]): each
+/// [`SendOp::Send`] is one whole frame, written behind an Ethernet segment (`sq/eth.rs`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Ethernet;
+
 impl sealed::Sealed for Connected {}
 impl sealed::Sealed for Datagram {}
 impl sealed::Sealed for Dci {}
+impl sealed::Sealed for Ethernet {}
 
 impl SqTransport for Connected {
     const UD: bool = false;
     const DC: bool = false;
+    const ETH: bool = false;
 }
 
 impl SqTransport for Datagram {
     const UD: bool = true;
     const DC: bool = false;
+    const ETH: bool = false;
 }
 
 impl SqTransport for Dci {
     const UD: bool = false;
     const DC: bool = true;
+    const ETH: bool = false;
+}
+
+impl SqTransport for Ethernet {
+    const UD: bool = false;
+    const DC: bool = false;
+    const ETH: bool = true;
 }
 
 impl SelfAddressed for Connected {}
 impl SelfAddressed for Datagram {}
+impl SelfAddressed for Ethernet {}
 
 /// The send queue of an mlx5 QP, driven directly.
 ///
@@ -284,8 +331,9 @@ impl SelfAddressed for Datagram {}
 /// [`CompletionQueue`](crate::CompletionQueue) bound to the same [`SqState`](crate::SqState),
 /// possibly on another thread. `P` is the handle through which it reaches that state
 /// (`&SqState<_>` or an owning pointer: see [`SqStateRef`]). `T` is its transport:
-/// [`Connected`] (RC: [`SendQueue::new`]), [`Datagram`] (UD: [`SendQueue::new_ud`]) or
-/// [`Dci`] (DC initiator: [`SendQueue::new_dc`]). How it holds its BlueFlame register
+/// [`Connected`] (RC: [`SendQueue::new`]), [`Datagram`] (UD: [`SendQueue::new_ud`]),
+/// [`Dci`] (DC initiator: [`SendQueue::new_dc`]) or [`Ethernet`] (raw packet QP:
+/// [`SendQueue::new_eth`]). How it holds its BlueFlame register
 /// ([`BfMode`]) is decided when it is built: see [`crate::bf`].
 #[derive(Debug)]
 pub struct SendQueue<P, T = Connected> {
@@ -312,6 +360,9 @@ pub struct SendQueue<P, T = Connected> {
     credit: u32,
     /// The QP number.
     qpn: u32,
+    /// The frame bytes an Ethernet queue inlines into each WQE's Ethernet segment (0 or 18:
+    /// the device's minimum); 0 on the other transports.
+    eth_inline: u16,
     /// The control segment's `qpn_ds` with `ds` 0, as the second half of its first 64-bit
     /// word in memory order ([`word2`]): a one-block post ors the rest in.
     qpn_word: u64,
@@ -400,7 +451,7 @@ impl<P: SqStateRef> SendQueue<P> {
         shared: Option<&SharedBf>,
     ) -> Result<Self, LayoutError> {
         // SAFETY: (caller) the contract of `with_register`, which is this function's.
-        unsafe { Self::with_register(layout, caps, state, shared) }
+        unsafe { Self::with_register(layout, caps, 0, state, shared) }
     }
 }
 
@@ -424,7 +475,7 @@ impl<P: SqStateRef> SendQueue<P, Datagram> {
         shared: Option<&SharedBf>,
     ) -> Result<Self, LayoutError> {
         // SAFETY: (caller) the contract of `with_register`, which is this function's.
-        unsafe { Self::with_register(layout, caps, state, shared) }
+        unsafe { Self::with_register(layout, caps, 0, state, shared) }
     }
 }
 
@@ -434,14 +485,22 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
     /// # Safety
     ///
     /// The contract of [`SendQueue::new`], for a QP of transport `T`.
+    /// `min_inline` is the frame bytes an Ethernet queue inlines (0 on the other transports).
     pub(crate) unsafe fn with_register(
         layout: &QpLayout,
         caps: SqCaps,
+        min_inline: u16,
         state: P,
         shared: Option<&SharedBf>,
     ) -> Result<Self, LayoutError> {
-        if caps.is_ud() != T::UD {
+        if caps.is_ud() != T::UD || caps.is_ethernet() != T::ETH {
             return Err(LayoutError::Transport);
+        }
+        // 0, or (an Ethernet queue's) libmlx5's 18.
+        let inline_ok =
+            min_inline == 0 || (T::ETH && min_inline == crate::prm::ETH_L2_INLINE_HEADER_SIZE);
+        if !inline_ok {
+            return Err(LayoutError::MinInline { bytes: min_inline });
         }
         if let Some(s) = shared
             && s.bf_size() != layout.bf.size
@@ -477,6 +536,8 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
             UD_HEADER_DS
         } else if T::DC {
             2 + DC_AV_DS as usize
+        } else if T::ETH {
+            1 + eth_ds(usize::from(min_inline))
         } else {
             2
         };
@@ -510,16 +571,18 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
         }
         // SAFETY: (caller) the register is mapped with `bf_len` bytes while the queue lives, and
         // only this queue writes it, or (`shared`) only queues that take its lock; aligned
-        // (checked above).
-        let reg = unsafe { MmioRegion::new(layout.bf.reg, bf_len) };
-        // SAFETY: (caller) the doorbell record is valid while the queue lives; word 1 is
-        // MLX5_SND_DBR.
-        let dbrec = unsafe { DbrecWord::new(layout.dbrec, SND_DBR) };
+        // (checked above). The doorbell record is valid while the queue lives; word 1 is
+        // MLX5_SND_DBR. The ring holds `cnt` 64-byte blocks while the queue lives, owned by it.
+        let (reg, dbrec, ring) = unsafe {
+            (
+                MmioRegion::new(layout.bf.reg, bf_len),
+                DbrecWord::new(layout.dbrec, SND_DBR),
+                SegRing::new(layout.sq.buf, cnt * SEGS_PER_BB as u32),
+            )
+        };
         let gate = state.gate().peek() | crate::gate::OPEN;
         let mut q = Self {
-            // SAFETY: (caller) the ring holds `cnt` 64-byte blocks while the queue lives, owned
-            // by it.
-            ring: unsafe { SegRing::new(layout.sq.buf, cnt * SEGS_PER_BB as u32) },
+            ring,
             blocks,
             pi: 0,
             limit: cnt,
@@ -528,6 +591,7 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
             sig_limit: caps.max_signaled as u16,
             credit: 0,
             qpn: layout.qpn,
+            eth_inline: min_inline,
             qpn_word: word2(0, layout.qpn << 8),
             pending: 0,
             last_seg: 0,
@@ -698,18 +762,53 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
     fn plan<'w>(&self, wr: &SendWr<'w>) -> Result<Plan<'w>, PostError> {
         // The transport is a type: a connected queue has no code for datagrams past the
         // check, which refuses them.
-        let checked = if T::UD {
+        let checked = if T::ETH {
+            wr.check_ethernet(&self.caps)?
+        } else if T::UD {
             wr.check_as::<true>(&self.caps)?
         } else {
             wr.check_as::<false>(&self.caps)?
         };
         let mut plan = Plan::of(&wr.op, &checked);
+        if T::ETH && matches!(wr.op, SendOp::Send { .. }) {
+            // The Ethernet segment with the frame's first bytes, then the rest of the frame.
+            self.plan_frame(&mut plan, &checked)?;
+        }
         if T::DC {
             // The DC address between the control segment and the operation's.
             plan.ds += DC_AV_DS;
             plan.blocks = plan.ds.div_ceil(SEGS_PER_BB as u32);
         }
         Ok(plan)
+    }
+
+    /// Checks that `blocks` basic blocks and `signaled` more CQEs fit now, and hands out the
+    /// proof ([`Room`]) for writing them.
+    #[inline(always)]
+    fn room_for(&mut self, blocks: u32, signaled: u32) -> Result<Room, PostError> {
+        self.check_room(blocks, signaled)?;
+        // SAFETY: room checked.
+        Ok(unsafe { Room::checked() })
+    }
+
+    /// The fast path's room for a single post of `blocks` basic blocks and `signaled` CQEs
+    /// (the request rung alone): one compare for the gate (and the register: a shared one's
+    /// queue has no fast path), one for the credit (the room in the ring and the CQ, nothing
+    /// staged); the exact checks out of line ([`SendQueue::post_room`]).
+    #[inline(always)]
+    fn single_room(&mut self, blocks: u32, signaled: u32) -> Result<Room, PostError> {
+        if self.state.gate().peek() != self.gate {
+            self.post_room(blocks, signaled)?;
+        }
+        // Taken down before the compare: a short credit is set again by the exact checks.
+        let (credit, short) = self.credit.overflowing_sub(blocks);
+        self.credit = credit;
+        if short {
+            self.post_room(blocks, signaled)?;
+            self.credit -= blocks;
+        }
+        // SAFETY: the credit covers its blocks (and its CQE) with nothing staged.
+        Ok(unsafe { Room::checked() })
     }
 
     /// Checks that `blocks` basic blocks and `signaled` more CQEs fit now.
@@ -780,16 +879,11 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
         let (ring, pi, qpn) = (&{ self.ring }, self.pi, self.qpn);
         let start = pi.wrapping_mul(SEGS_PER_BB as u32);
         let wqe = room.reserve(ring, start, plan.blocks);
-        wqe.seg(0, |b| {
-            CtrlSeg::new_unchecked(b).set(
-                pi as u16,
-                plan.opcode,
-                0,
-                qpn,
-                plan.fm_ce_se,
-                plan.ds as u8,
-                plan.imm,
-            )
+        // The plan's fields by value: a closure holding the plan by reference would keep the
+        // whole plan in memory wherever the compiler does not inline it.
+        let (opcode, fm_ce_se, ds, imm) = (plan.opcode, plan.fm_ce_se, plan.ds as u8, plan.imm);
+        wqe.seg(0, move |b| {
+            CtrlSeg::new_unchecked(b).set(pi as u16, opcode, 0, qpn, fm_ce_se, ds, imm)
         });
         header(&wqe);
         // The next segment to write, counted from the control segment.
@@ -816,6 +910,15 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
                 write_datagram(&wqe, dest);
                 k += 3;
             }
+            SendOp::Send { .. } if T::ETH => {
+                k += write_eth(
+                    &wqe,
+                    start,
+                    v.list(),
+                    eth::cs_flags_of(wr.flags),
+                    self.eth_inline,
+                );
+            }
             // (A datagram on a connected queue (`T::UD` false, a constant): never here, as the
             // check refused it, so the code has no arm for it.)
             SendOp::Send { .. }
@@ -824,25 +927,35 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
             | SendOp::SendTo { .. }
             | SendOp::SendToImm { .. } => {}
         }
-        // The data: none for atomics (written above) and NOP, whose list is empty.
+        // The data: none for atomics (written above) and NOP, whose list is empty. A frame's
+        // first `skip` bytes are in its Ethernet segment (written above): the data resumes
+        // after them.
         let sgl = plan.sgl;
+        let skip = if T::ETH && matches!(wr.op, SendOp::Send { .. }) {
+            u32::from(self.eth_inline)
+        } else {
+            0
+        };
         match plan.inline {
-            // SAFETY: the request is vouched for (`v`): its inline sources are readable.
-            Some(len) => unsafe { write_inline(&wqe, start.wrapping_add(k), sgl, len) },
+            Some(len) => write_inline(&wqe, start.wrapping_add(k), v.list(), skip, len),
             // One entry, the common case, as straight-line code.
             None if sgl.len() == 1 => {
                 if let Some(s) = sgl.first()
-                    && s.length != 0
+                    && s.length > skip
                 {
-                    write_data(&wqe, k, s);
+                    write_data(&wqe, k, &skipped(s, skip));
                 }
             }
             None => {
+                let mut skip = skip;
                 for s in sgl {
-                    if s.length == 0 {
+                    // Bytes of this entry already inlined (a frame's first ones).
+                    let taken = skip.min(s.length);
+                    skip -= taken;
+                    if s.length == taken {
                         continue;
                     }
-                    write_data(&wqe, k, s);
+                    write_data(&wqe, k, &skipped(s, taken));
                     k += 1;
                 }
             }
@@ -869,20 +982,7 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
     #[inline(always)]
     fn post_one(&mut self, v: Vouched<'_, '_>) -> Result<(), PostError> {
         let plan = self.plan(v.wr())?;
-        // One compare for the gate (and the register: a shared one's queue has no fast path),
-        // one for the room in the ring, the room in the CQ and nothing staged (the credit).
-        if self.state.gate().peek() != self.gate {
-            self.post_room(plan.blocks, u32::from(plan.signaled))?;
-        }
-        // Taken down before the compare: a short credit is set again by the exact checks.
-        let (credit, short) = self.credit.overflowing_sub(plan.blocks);
-        self.credit = credit;
-        if short {
-            self.post_room(plan.blocks, u32::from(plan.signaled))?;
-            self.credit -= plan.blocks;
-        }
-        // SAFETY: the credit covers its blocks (and its CQE) with nothing staged.
-        let room = unsafe { Room::checked() };
+        let room = self.single_room(plan.blocks, u32::from(plan.signaled))?;
         self.write_and_ring(v, &plan, room);
         Ok(())
     }
@@ -917,7 +1017,7 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
     fn write_and_ring(&mut self, v: Vouched<'_, '_>, plan: &Plan<'_>, room: Room) {
         let wr = v.wr();
         let pi = self.pi;
-        if let Some((words, n)) = self.block_words(wr, plan, pi) {
+        if let Some((words, n)) = self.block_words(v, plan, pi) {
             let start = pi.wrapping_mul(SEGS_PER_BB as u32);
             let next = pi.wrapping_add(1);
             // A local, as in `SendQueue::write`.
@@ -948,10 +1048,19 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
     /// entry of at least one byte, an atomic, a NOP (not inline, not a datagram). The bytes
     /// are those [`SendQueue::write`] writes.
     #[inline(always)]
-    fn block_words(&self, wr: &SendWr<'_>, plan: &Plan<'_>, pi: u32) -> Option<([u64; 8], usize)> {
+    fn block_words(
+        &self,
+        v: Vouched<'_, '_>,
+        plan: &Plan<'_>,
+        pi: u32,
+    ) -> Option<([u64; 8], usize)> {
+        if T::ETH {
+            return self.frame_words(v, plan, pi);
+        }
         if T::UD || T::DC || plan.inline.is_some() {
             return None;
         }
+        let wr = v.wr();
         // The control segment's first word for a WQE of `n` words (`n / 2` segments: the
         // same `ds` as the plan's, a constant here).
         let ctrl0 = |n: u32| {
@@ -1022,7 +1131,7 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
         plan: &Plan<'_>,
         pi: u32,
     ) -> Option<([u64; 8], u32)> {
-        if T::UD || T::DC {
+        if T::UD || T::DC || T::ETH {
             return None;
         }
         // One branch for the conditions on the entry (each branch more would make the
@@ -1094,27 +1203,26 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
         debug_assert!(plan.inline == Some(len) && len != 0);
         // The inline segment: segments `k..ds` of the WQE.
         let inl = seg + k;
-        if ring.fits_before_end(inl, plan.ds - k) {
-            // The last segment zeroed first: the payload then overwrites all of it but the
-            // padding.
-            wqe.zero_seg_at(seg + plan.ds - 1);
-            // (`k < 4`: in the first block.)
-            wqe.seg(k, |b| {
-                b[..4].copy_from_slice(&inline_byte_count(len).to_be_bytes())
-            });
-            // SAFETY: segments `k..ds` of the WQE are contiguous (checked); the request is
-            // vouched for (`v`): `src..src + len` is readable.
-            unsafe {
+        // SAFETY: the request is vouched for (`v`): `src..src + len` is readable. The
+        // segments from `inl` on are the WQE's (reserved above): contiguous up to segment
+        // `ds` when they fit before the ring's end (checked), else copied across it.
+        unsafe {
+            if ring.fits_before_end(inl, plan.ds - k) {
+                // The last segment zeroed first: the payload then overwrites all of it but
+                // the padding.
+                wqe.zero_seg_at(seg + plan.ds - 1);
+                // (`k < 4`: in the first block.)
+                wqe.seg(k, |b| {
+                    b[..4].copy_from_slice(&inline_byte_count(len).to_be_bytes())
+                });
                 wqe.copy_in_short_at(
                     inl as usize * 16 + 4,
                     core::ptr::with_exposed_provenance(src as usize),
                     len as usize,
-                )
-            };
-        } else {
-            // SAFETY: the segments from `inl` on are the WQE's (reserved above); the request
-            // is vouched for (`v`): `src..src + len` is readable.
-            unsafe { write_inline_wrapping(self.ring, inl, src, len) };
+                );
+            } else {
+                write_inline_wrapping(self.ring, inl, src, len);
+            }
         }
         if plan.blocks == 1 {
             // One block: its words read back once and rung as a one-block WQE's.
@@ -1176,9 +1284,7 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
     #[inline(always)]
     fn stage_one(&mut self, v: Vouched<'_, '_>) -> Result<(), PostError> {
         let plan = self.plan(v.wr())?;
-        self.check_room(plan.blocks, u32::from(plan.signaled))?;
-        // SAFETY: room checked.
-        let room = unsafe { Room::checked() };
+        let room = self.room_for(plan.blocks, u32::from(plan.signaled))?;
         // Noted in each branch, so that the one-block WQE's size stays a constant there.
         self.write_staged(v, &plan, room, |q, start, blocks| {
             q.note_pending(start, blocks)
@@ -1201,7 +1307,7 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
     ) -> O {
         let wr = v.wr();
         let pi = self.pi;
-        if let Some((words, n)) = self.block_words(wr, plan, pi) {
+        if let Some((words, n)) = self.block_words(v, plan, pi) {
             let start = pi.wrapping_mul(SEGS_PER_BB as u32);
             // A local, as in `SendQueue::write`.
             let ring = self.ring;
@@ -1345,6 +1451,12 @@ pub(super) fn write_datagram_seg(wqe: &Wqe, seg: &[u8; 48]) {
     }
 }
 
+/// The part of entry `s` after its first `n` bytes (`n` at most its length).
+#[inline(always)]
+fn skipped(s: &Sge, n: u32) -> Sge {
+    Sge::new(s.addr.wrapping_add(u64::from(n)), s.length - n, s.lkey)
+}
+
 /// Writes a data segment for `s` as segment `k` of `wqe`.
 #[inline(always)]
 fn write_data(wqe: &Wqe, k: u32, s: &Sge) {
@@ -1353,15 +1465,12 @@ fn write_data(wqe: &Wqe, k: u32, s: &Sge) {
     });
 }
 
-/// Writes an inline segment carrying the bytes of `sgl` (`len` in all) from segment `seg` on
-/// (a segment counter of the ring, in `wqe`), continuing across the end of the ring, and
-/// zeroes the padding of its last segment.
-///
-/// # Safety
-///
-/// Every entry's bytes are readable.
+/// Writes an inline segment carrying bytes `skip..skip + len` of the request's gather list
+/// (`list`: all of them, or a frame's after its inlined first bytes) from segment `seg` on (a
+/// segment counter of the ring, in `wqe`), continuing across the end of the ring, and zeroes
+/// the padding of its last segment.
 #[inline(always)]
-unsafe fn write_inline(wqe: &Wqe, seg: u32, sgl: &[Sge], len: u32) {
+fn write_inline(wqe: &Wqe, seg: u32, list: VouchedList<'_>, skip: u32, len: u32) {
     if len == 0 {
         return;
     }
@@ -1369,33 +1478,74 @@ unsafe fn write_inline(wqe: &Wqe, seg: u32, sgl: &[Sge], len: u32) {
         b[..4].copy_from_slice(&inline_byte_count(len).to_be_bytes())
     });
     // A byte counter into the ring (free-running like the segment counter, 16 per segment).
-    let mut at = seg.wrapping_mul(16).wrapping_add(4);
-    for s in sgl {
-        // SAFETY: (caller) `addr..addr+length` is readable; the payload (at most
-        // `max_inline_data`, which the plan counted in the WQE) lies in the WQE.
-        unsafe {
-            wqe.copy_in(
-                at,
-                core::ptr::with_exposed_provenance(s.addr as usize),
-                s.length as usize,
-            )
-        };
-        at = at.wrapping_add(s.length);
-    }
-    let off = at % 16;
+    let at = seg.wrapping_mul(16).wrapping_add(4);
+    // All of the list (every transport but a frame's, whose first bytes are elsewhere): each
+    // entry whole, without counting down what is left (a constant `skip` of 0 keeps the
+    // other transports' posts free of the frame's loop).
+    let end = if skip == 0 {
+        gather_in::<true>(wqe, at, list, 0, len)
+    } else {
+        gather_in::<false>(wqe, at, list, skip, len)
+    };
+    let off = end % 16;
     if off != 0 {
         // Zero the padding, bytes `off..16`, with a mask over the whole segment rather than a
         // fill of variable length (a call to memset).
         let keep = (1u128 << (8 * off)) - 1;
-        wqe.seg_at(at / 16, |b| {
+        wqe.seg_at(end / 16, |b| {
             *b = (u128::from_le_bytes(*b) & keep).to_le_bytes();
         });
     }
 }
 
+/// Copies bytes `skip..skip + len` of a request's gather list (`list`, which has at least
+/// that many) into `wqe` at ring byte counter `at` (16 a segment, free-running), continuing
+/// across the end of the ring; returns the byte counter after them. The inline data of a WQE,
+/// and a frame's first bytes in its Ethernet segment. `WHOLE`: the whole list (`skip` 0,
+/// `len` its bytes), each entry copied whole without counting down what is left, the loop
+/// of every transport's inline data but a frame's.
+#[inline(always)]
+fn gather_in<const WHOLE: bool>(
+    wqe: &Wqe,
+    at: u32,
+    list: VouchedList<'_>,
+    skip: u32,
+    len: u32,
+) -> u32 {
+    debug_assert!(!WHOLE || skip == 0);
+    let (mut at, mut skip, mut left) = (at, skip, len);
+    for s in list.0 {
+        let (taken, n) = if WHOLE {
+            (0, s.length)
+        } else {
+            if left == 0 {
+                break;
+            }
+            let taken = skip.min(s.length);
+            skip -= taken;
+            let n = (s.length - taken).min(left);
+            left -= n;
+            (taken, n)
+        };
+        // SAFETY: the request is vouched for (`list`): its entries' bytes are readable (inline
+        // sources, or a frame's first bytes: `new_eth`'s contract); `n` bytes from `taken`
+        // lie in this entry, and the plan counted them in the WQE.
+        unsafe {
+            wqe.copy_in(
+                at,
+                core::ptr::with_exposed_provenance(s.addr.wrapping_add(u64::from(taken)) as usize),
+                n as usize,
+            )
+        };
+        at = at.wrapping_add(n);
+    }
+    at
+}
+
 /// [`write_inline`] of one entry at `src`, `len` bytes, from ring segment `seg` on, out of
 /// line: for an inline segment that meets the end of the ring (rare), so that the posting
-/// code keeps its registers (the ring passed by value, nothing by reference).
+/// code keeps its registers (the ring passed by value, nothing by reference: the request stays
+/// in registers on the fast path).
 ///
 /// # Safety
 ///
@@ -1405,12 +1555,13 @@ unsafe fn write_inline(wqe: &Wqe, seg: u32, sgl: &[Sge], len: u32) {
 #[inline(never)]
 unsafe fn write_inline_wrapping(ring: SegRing, seg: u32, src: u64, len: u32) {
     let sge = Sge::new(src, len, 0);
+    let wr = SendWr::send(0, core::slice::from_ref(&sge));
     // The blocks from the one of `seg` to the inline segment's last.
     let blocks = ((seg % 4) * 16 + 4 + len).div_ceil(64);
-    // SAFETY: (caller) those blocks are reserved: free and unpublished.
-    let wqe = unsafe { ring.reserve(seg & !3, blocks) };
-    // SAFETY: (caller) `src..src + len` is readable.
-    unsafe { write_inline(&wqe, seg, core::slice::from_ref(&sge), len) };
+    // SAFETY: (caller) those blocks are reserved: free and unpublished; the one entry of `wr`
+    // is readable.
+    let (wqe, v) = unsafe { (ring.reserve(seg & !3, blocks), Vouched::new(&wr)) };
+    write_inline(&wqe, seg, v.list(), 0, len);
 }
 
 impl<P: SqStateRef, T: SelfAddressed> PostSend for SendQueue<P, T> {
@@ -1490,6 +1641,8 @@ mod batch;
 mod batch_tests;
 #[cfg(test)]
 mod credit_tests;
+#[cfg(test)]
+mod eth_tests;
 #[cfg(test)]
 mod frame;
 #[cfg(test)]

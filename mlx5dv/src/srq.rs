@@ -85,9 +85,16 @@ impl<P: SrqStateRef> SharedRecvQueue<P> {
             });
         }
         let segs_per = stride / 16;
+        // SAFETY: (caller) the ring holds `cnt × stride` bytes while the queue lives, and the
+        // doorbell record (one word) is valid as long.
+        let (ring, dbrec) = unsafe {
+            (
+                SegRing::new(layout.buf, cnt * segs_per),
+                DbrecWord::new(layout.dbrec, 0),
+            )
+        };
         Ok(Self {
-            // SAFETY: (caller) the ring holds `cnt × stride` bytes while the queue lives.
-            ring: unsafe { SegRing::new(layout.buf, cnt * segs_per) },
+            ring,
             seg_shift: segs_per.trailing_zeros(),
             head: layout.head,
             posted: 0,
@@ -95,8 +102,7 @@ impl<P: SrqStateRef> SharedRecvQueue<P> {
             capacity: cnt - 1,
             max_sge: srq_max_gs(stride as usize) as u32,
             srqn: layout.srqn,
-            // SAFETY: (caller) the doorbell record (one word) is valid while the queue lives.
-            dbrec: unsafe { DbrecWord::new(layout.dbrec, 0) },
+            dbrec,
             state,
         })
     }

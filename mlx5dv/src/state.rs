@@ -671,21 +671,19 @@ impl<S: StableDeref<Target = [SrqSlot]>> Polled<'_, SrqState<S>> {
         // SAFETY: the tokens': the device completed this WQE (`done`), which the poster
         // recorded before publishing it and will not take again before the count below frees
         // it; only this poller, the one of the CQ all QPs on the SRQ complete their receives
-        // on (`Polled::new`), reads it.
-        let wr_id = q.slots.at(index).0.with(|p| unsafe { p.read() });
-        // SAFETY: only the poller touches `tail`.
-        let tail = q.tail.with(|p| unsafe { p.read() });
-        let seg = tail.wrapping_shl(q.seg_shift);
-        // SAFETY: the tail WQE is on the free list and is never taken by the poster (it takes
-        // only WQEs before the tail), and the device does not read a WQE that is not posted:
-        // its next segment is the poller's.
-        unsafe {
+        // on (`Polled::new`), reads its slot. Only the poller touches `tail`; the tail WQE is
+        // on the free list and is never taken by the poster (it takes only WQEs before the
+        // tail), and the device does not read a WQE that is not posted: its next segment is
+        // the poller's.
+        let wr_id = q.tail.with_mut(|p| unsafe {
+            let wr_id = q.slots.at(index).0.with(|s| s.read());
+            let seg = p.read().wrapping_shl(q.seg_shift);
             q.ring.with_mut(seg, |b| {
                 b[srq_next::NEXT_WQE_INDEX].copy_from_slice(&(index as u16).to_be_bytes())
-            })
-        };
-        // SAFETY: as above.
-        q.tail.with_mut(|p| unsafe { p.write(index) });
+            });
+            p.write(index);
+            wr_id
+        });
         let freed = q.freed.load(Ordering::Relaxed); // only this thread writes it
         q.freed
             .store(freed.wrapping_add(1), order::SRQ_FREE_RELEASE);

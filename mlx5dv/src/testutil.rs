@@ -276,6 +276,14 @@ impl Rig<crate::Datagram> {
     }
 }
 
+impl Rig<crate::Ethernet> {
+    /// A rig whose send queue is a raw Ethernet queue (`caps.transport` Ethernet) inlining
+    /// `min_inline` frame bytes.
+    pub(crate) fn new_eth(sq_blocks: u32, bf_size: u32, caps: SqCaps, min_inline: u16) -> Self {
+        Self::with_min_inline(sq_blocks, bf_size, caps, 64, 8, min_inline)
+    }
+}
+
 impl<T: crate::SqTransport> Rig<T> {
     pub(crate) fn with_cq(sq_blocks: u32, bf_size: u32, caps: SqCaps, cqes: u32) -> Self {
         Self::with_sizes(sq_blocks, bf_size, caps, cqes, 8)
@@ -288,6 +296,18 @@ impl<T: crate::SqTransport> Rig<T> {
         caps: SqCaps,
         cqes: u32,
         rq_entries: u32,
+    ) -> Self {
+        Self::with_min_inline(sq_blocks, bf_size, caps, cqes, rq_entries, 0)
+    }
+
+    /// [`Rig::with_sizes`] with an Ethernet queue's minimum inline frame bytes.
+    pub(crate) fn with_min_inline(
+        sq_blocks: u32,
+        bf_size: u32,
+        caps: SqCaps,
+        cqes: u32,
+        rq_entries: u32,
+        min_inline: u16,
     ) -> Self {
         let mem = Mem::new(sq_blocks, rq_entries, 32, bf_size, cqes);
         let qp = mem.qp_layout(QPN, rq_entries, bf_size);
@@ -303,7 +323,8 @@ impl<T: crate::SqTransport> Rig<T> {
         )]);
         // SAFETY: the memory outlives the queues (field order of `Rig`) and is used only by
         // these queues and the test, which touches it only between calls.
-        let sq = unsafe { SendQueue::with_register(&qp, caps, sq_state, None) }.unwrap();
+        let sq =
+            unsafe { SendQueue::with_register(&qp, caps, min_inline, sq_state, None) }.unwrap();
         // SAFETY: as above.
         let rq = unsafe { RecvQueue::new(&qp, rq_state) }.unwrap();
         // SAFETY: as above.

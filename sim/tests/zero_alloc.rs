@@ -7,10 +7,13 @@
 //! into an SRQ, with the SRQ WQE freed again; and the same through the library's own queues
 //! (`SendQueue::new_ud`, `RecvQueue`, `SharedRecvQueue`, `CompletionQueue`). And raw
 //! Ethernet frames (`tests/raw/eth.rs`): sent, looped back, steered, received into an
-//! ordinary and a striding queue.
+//! ordinary and a striding queue; packets received in place through the library's
+//! `StridingRq`; and the library's own Ethernet send queue (`SendQueue::new_eth`: frames by
+//! reference, inline, in a batch, prepared; a fortieth of the iterations, five frames each).
 //!
 //! `ZVERBS_SIM_ALLOC_ITERS` overrides the count (at least 1 000 000 unless set; a quarter of
-//! it for the UD and SRQ loops, an eighth for the raw Ethernet one).
+//! it for the UD and SRQ loops, an eighth for the raw Ethernet one, a 32nd of it for the polls
+//! of three packets each from the striding queue, a fortieth for the library's Ethernet sends).
 
 mod common;
 mod raw;
@@ -466,5 +469,227 @@ fn raw_ethernet_round_trips_allocate_nothing() {
     );
     println!("{frames} raw frames sent and received: {allocs} allocations, {frees} frees");
     assert_eq!(frames, iters);
+    assert_eq!((allocs, frees), (0, 0));
+}
+
+/// Packets received in place from a striding queue through the library's `StridingRq`
+/// (frames of three sizes arriving at the port, steered through an RSS QP, polled into a
+/// burst, touched, some kept over the next poll, given back, WQEs posted again, fillers):
+/// nothing allocated per packet.
+#[test]
+fn striding_packets_in_place_allocate_nothing() {
+    use raw::eth::{GROUP, MAC_B, udp_frame};
+    use std::net::Ipv4Addr;
+    use zverbs_mlx5dv::{
+        CompletionQueue, CqBinding, Packet, RqRef, SqRef, StrideBuffer, StrideConfig, StrideSlot,
+        StridingRq, StridingState,
+    };
+    use zverbs_sim::{
+        DEFAULT_RSS_KEY, FlowAttr, FlowDest, FlowSpec, RssConfig, RxHashFields, Striding, WqConfig,
+    };
+    // Three frames a poll: a 32nd of the count (about 94 000 packets by default).
+    let iters = env_u64("ZVERBS_SIM_ALLOC_ITERS", 1_000_000) / 32;
+    let dev = Device::new();
+    let mem = Arena::new(16 * 512);
+    // SAFETY: the arena outlives the device's use of it (both live to the end of the test).
+    let mr = unsafe { dev.reg_mr(mem.ptr(0), mem.len(), Access::ALL) }.unwrap();
+    let cq = dev.create_cq(CqConfig { cqe: 63 }).unwrap();
+    let w = dev
+        .create_wq(WqConfig {
+            cq: cq.cqn,
+            max_wr: 16,
+            max_sge: 1,
+            striding: Some(Striding {
+                log_stride_bytes: 6,
+                log_num_strides: 3,
+            }),
+            two_byte_shift: false,
+        })
+        .unwrap();
+    dev.ready_wq(w.wqn).unwrap();
+    let table = dev.create_rwq_ind_table(&[w.wqn]).unwrap();
+    let rss = dev
+        .create_rss_qp(RssConfig {
+            ind_table: table,
+            fields: RxHashFields::empty(),
+            key: DEFAULT_RSS_KEY,
+        })
+        .unwrap();
+    dev.create_flow(FlowAttr {
+        priority: 0,
+        spec: FlowSpec::dst_mac(MAC_B),
+        dest: FlowDest::Rss(rss),
+        tag: None,
+    })
+    .unwrap();
+    let slots: Vec<StrideSlot> = (0..16).map(|_| StrideSlot::new()).collect();
+    let state = StridingState::new(&slots[..]).unwrap();
+    let cfg = StrideConfig {
+        log_num_strides: 3,
+        log_stride_size: 6,
+    };
+    let buffer = StrideBuffer {
+        addr: std::ptr::NonNull::new(mem.ptr(0)).unwrap(),
+        len: mem.len(),
+        lkey: mr.lkey,
+    };
+    // SAFETY: the device and arena outlive the queue; the WQ is new and ready; only this
+    // queue posts to it.
+    let rq = unsafe { StridingRq::new(&w.layout, w.dbrec, cfg, buffer, &state) }.unwrap();
+    let none: [CqBinding<SqRef<'_>, RqRef<'_>>; 0] = [];
+    // SAFETY: as above; the only poller.
+    let mut cq = unsafe { CompletionQueue::new(&cq.layout, &none[..]) }.unwrap();
+    let src = Ipv4Addr::new(10, 0, 0, 1);
+    // 100, 200 and 300 bytes: 2, 4 and 5 strides; fillers as WQEs run out.
+    let frames = [58usize, 158, 258].map(|p| udp_frame(MAC_B, src, GROUP, (1, 2), p, 3));
+    let mut burst: [Option<Packet<'_>>; 4] = [const { None }; 4];
+    let mut kept: Option<Packet<'_>> = None;
+    let (mut packets, mut sum) = (0u64, 0u64);
+    MEASURING.with(|m| m.set(true));
+    for _ in 0..iters {
+        for f in &frames {
+            dev.receive_frame(f);
+        }
+        dev.run_until_idle();
+        let n = rq.poll_burst(&mut cq, &mut burst);
+        assert_eq!(n, 3);
+        for p in burst.iter_mut().take(n) {
+            let p = p.take().unwrap();
+            sum += u64::from(p.bytes()[p.len() - 1]) + p.len() as u64;
+            packets += 1;
+            // Keep the first of each burst until the next one: given back out of order.
+            if p.len() == frames[0].len() {
+                drop(kept.replace(p));
+            }
+        }
+    }
+    drop(kept);
+    MEASURING.with(|m| m.set(false));
+    let (allocs, frees) = (
+        ALLOCS.load(Ordering::Relaxed),
+        FREES.load(Ordering::Relaxed),
+    );
+    println!("{packets} packets received in place: {allocs} allocations, {frees} frees");
+    assert_eq!(packets, 3 * iters);
+    let last = |f: &Vec<u8>| u64::from(f[f.len() - 1]) + f.len() as u64;
+    assert_eq!(sum, iters * frames.iter().map(last).sum::<u64>());
+    assert_eq!(dev.stats().eth_no_wqe, 0);
+    assert!(rq.head() > 16);
+    assert_eq!((allocs, frees), (0, 0));
+}
+
+/// The library's Ethernet send queue allocates nothing per frame: a frame by reference with
+/// checksum offload (18 inlined header bytes), an inline frame, a batch of two and a prepared
+/// frame through `SendQueue<_, Ethernet>`, looped back into a hand-driven raw QP, each send
+/// completed through the library's poller.
+#[test]
+fn library_raw_ethernet_sends_allocate_nothing() {
+    use raw::eth::{MAC_B, raw_qp, udp_frame};
+    use std::net::Ipv4Addr;
+    use zverbs_core::{SendFlags, Sge, Transport};
+    use zverbs_mlx5dv::{
+        CompletionQueue, CqBinding, FrameLengths, RqRef, SendQueue, SqCaps, SqRef, SqState, SrqRef,
+    };
+    use zverbs_sim::{FlowAttr, FlowDest, FlowSpec};
+    type Binds = &'static [CqBinding<SqRef<'static>, RqRef<'static>, SrqRef<'static>>];
+
+    // Five frames and a NOP a round: a fortieth of the iterations (125 000 frames by default),
+    // so that the loop costs the test stage little.
+    let iters = env_u64("ZVERBS_SIM_ALLOC_ITERS", 1_000_000) / 40;
+    let mem = leak(Arena::new(8192));
+    let dev = leak(Device::new());
+    // SAFETY: both are leaked: the arena outlives the device's use of it.
+    let mr = unsafe { dev.reg_mr(mem.ptr(0), 8192, Access::ALL) }.unwrap();
+    let tcq = dev.create_cq(CqConfig { cqe: 64 }).unwrap();
+    let tx = dev
+        .create_qp_ext(
+            QpConfig {
+                send_cq: tcq.cqn,
+                recv_cq: tcq.cqn,
+                max_send_wr: 16,
+                max_inline_data: 128,
+                ..QpConfig::default()
+            },
+            QpType::RawPacket,
+            None,
+        )
+        .unwrap();
+    dev.ready_raw(tx.qpn).unwrap();
+    let (mut rx, mut rx_cq) = raw_qp(dev, 16);
+    dev.create_flow(FlowAttr {
+        priority: 0,
+        spec: FlowSpec::dst_mac(MAC_B),
+        dest: FlowDest::RawQp(rx.qpn()),
+        tag: None,
+    })
+    .unwrap();
+    let sqs: SqRef<'static> = leak(SqState::new(&*tx.sq_slots().leak()).unwrap());
+    let binds: Binds = Box::leak(Box::new([CqBinding::send_only(tx.qpn, sqs)]));
+    let caps = SqCaps {
+        transport: Transport::Ethernet { max_frame: 1514 },
+        ..tx.caps()
+    };
+    // SAFETY: the device (leaked) outlives the queues; the ring has one driver; the state is
+    // bound to the CQ of its sends; frames are in the registered arena.
+    let (mut sq, mut cq) = unsafe {
+        (
+            SendQueue::new_eth(&tx.layout, caps, 18, sqs, None).unwrap(),
+            CompletionQueue::new(&tcq.layout, binds).unwrap(),
+        )
+    };
+    let frame = udp_frame(
+        MAC_B,
+        Ipv4Addr::new(10, 0, 0, 1),
+        Ipv4Addr::new(10, 0, 0, 2),
+        (1, 2),
+        22,
+        0,
+    );
+    mem.write(0, &frame);
+    let p = sq
+        .prepare_frame(&frame[..42], SendFlags::IP_CSUM, FrameLengths::IPV4_UDP)
+        .unwrap();
+    let one = [Sge::new(mem.addr(0), 64, mr.lkey)];
+    let two = [
+        Sge::new(mem.addr(0), 10, mr.lkey),
+        Sge::new(mem.addr(10), 54, mr.lkey),
+    ];
+    let payload = Sge::new(mem.addr(42), 22, mr.lkey);
+    let mut wc = [Completion::EMPTY; 8];
+    MEASURING.with(|m| m.set(true));
+    for i in 0..iters {
+        for _ in 0..5 {
+            rx.post_recv(&[(mem.addr(4096), 256, mr.lkey)]);
+        }
+        let batch = [
+            SendWr::send(i, &two).with_flags(SendFlags::IP_CSUM),
+            SendWr::send(i, &one).inline(),
+        ];
+        // SAFETY: entries in the registered arena, not touched by this loop.
+        unsafe {
+            sq.post(&SendWr::send(i, &one).with_flags(SendFlags::IP_CSUM))
+                .unwrap();
+            sq.post(&SendWr::send(i, &two).inline()).unwrap();
+            sq.post_all(&batch).unwrap();
+            sq.post_frame(&p, i, payload).unwrap();
+        }
+        // One signaled request retires the four before it.
+        // SAFETY: as above.
+        unsafe { sq.post(&SendWr::nop(i).signaled()) }.unwrap();
+        dev.run_until_idle();
+        assert!(cq.poll(&mut wc) == 1 && wc[0].wr_id == i && wc[0].is_success());
+        let mut n = 0;
+        while let Some(c) = rx_cq.poll() {
+            assert_eq!(Cqe64::new_unchecked(&c).byte_cnt(), 64);
+            n += 1;
+        }
+        assert_eq!(n, 5, "five frames");
+    }
+    MEASURING.with(|m| m.set(false));
+    let (allocs, frees) = (
+        ALLOCS.load(Ordering::Relaxed),
+        FREES.load(Ordering::Relaxed),
+    );
+    println!("{iters} rounds of five library raw frames: {allocs} allocations, {frees} frees");
     assert_eq!((allocs, frees), (0, 0));
 }

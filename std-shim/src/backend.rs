@@ -22,8 +22,8 @@ pub use crate::typed::{QueueSet, Queues};
 /// hold them.
 pub mod mlx5 {
     pub use crate::queues::direct::{
-        Connected, Datagram, Dci, Poller, RecvQueue, RqStateHandle, SelfAddressed, SendQueue,
-        SqStateHandle, SqTransport, SrqQueue,
+        Connected, Datagram, Dci, Ethernet, Poller, RecvQueue, RqStateHandle, SelfAddressed,
+        SendQueue, SqStateHandle, SqTransport, SrqQueue,
     };
 }
 

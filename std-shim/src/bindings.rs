@@ -32,6 +32,22 @@ pub type RqStateHandle = Arc<RqState<Box<[RqSlot]>>>;
 /// the CQ its QPs complete their receives on.
 pub type SrqStateHandle = Arc<SrqState<Box<[SrqSlot]>>>;
 
+/// A receive work queue's part in its CQ's poller: its number (what its receives are found
+/// by) and its bookkeeping, on the backend that drives it. Held by the work queue; the CQ's
+/// registry holds it weakly.
+#[derive(Debug)]
+pub(crate) struct WqBinding {
+    pub(crate) wqn: u32,
+    pub(crate) rq: WqRq,
+}
+
+/// A work queue's receive bookkeeping.
+#[derive(Debug)]
+pub(crate) enum WqRq {
+    Direct(RqStateHandle),
+    Verbs(Arc<fallback::RqShared>),
+}
+
 /// One binding of the direct poller.
 pub(crate) type DirectBinding =
     zverbs_mlx5dv::CqBinding<SqStateHandle, RqStateHandle, SrqStateHandle>;

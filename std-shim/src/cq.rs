@@ -247,7 +247,11 @@ pub(crate) struct Registry {
     /// The QPs created on it, each a `qp::QpInner` (whose module stands above this one: the
     /// QP module builds the poller's tables from them, `qp::attached`).
     pub(crate) qps: Vec<Weak<dyn Any + Send + Sync>>,
+    /// The receive work queues whose completions go to it.
+    pub(crate) wqs: Vec<Weak<crate::bindings::WqBinding>>,
     pub(crate) poller_taken: bool,
+    /// A striding work queue holds every entry: nothing else may complete on the CQ.
+    pub(crate) exclusive: bool,
     /// Entries held by the QPs and SRQs attached ([`Cq::hold`]): their receives and their
     /// signaled sends.
     pub(crate) held: u32,
@@ -327,6 +331,11 @@ impl Cq {
     pub(crate) fn hold(&self, n: u32, what: &'static str) -> Result<()> {
         let cqe = self.cqe();
         let mut reg = self.registry();
+        if reg.exclusive && n != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "the CQ serves a striding work queue alone; give {what} a CQ of its own"
+            )));
+        }
         let left = cqe.saturating_sub(reg.held);
         if n > left {
             return Err(Error::CqTooSmall {
@@ -344,5 +353,38 @@ impl Cq {
     pub(crate) fn release(&self, n: u32) {
         let mut reg = self.registry();
         reg.held = reg.held.saturating_sub(n);
+    }
+
+    /// Holds every entry for one queue that must complete on the CQ alone (a striding work
+    /// queue, whose poll takes every receive completion as its own), after checking that
+    /// `n` (its most completions outstanding) fit. Refused when anything else holds entries
+    /// or the poller was taken. [`Cq::release_exclusive`] gives them back.
+    pub(crate) fn hold_exclusive(&self, n: u32, what: &'static str) -> Result<()> {
+        let cqe = self.cqe();
+        let mut reg = self.registry();
+        if reg.held != 0 || reg.exclusive || reg.poller_taken {
+            return Err(Error::InvalidArgument(format!(
+                "{what} needs a CQ of its own: this one serves other queues, or its poller was \
+                 taken"
+            )));
+        }
+        if n > cqe {
+            return Err(Error::CqTooSmall {
+                cqe,
+                left: cqe,
+                what,
+                needed: n,
+            });
+        }
+        reg.held = cqe;
+        reg.exclusive = true;
+        Ok(())
+    }
+
+    /// Gives back what [`Cq::hold_exclusive`] held.
+    pub(crate) fn release_exclusive(&self) {
+        let mut reg = self.registry();
+        reg.held = 0;
+        reg.exclusive = false;
     }
 }

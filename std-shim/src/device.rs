@@ -406,6 +406,35 @@ impl Context {
     }
 }
 
+/// Raw Ethernet: what the device does with raw packets, and the checks before a raw packet
+/// object is created.
+impl Context {
+    /// What the device does with raw packets on `port`: checksum offload, flow steering.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NoRawPacket`] for a device without raw packet QPs (rxe, siw) or a port whose
+    /// link layer is not Ethernet; [`Error::Verbs`] from the queries.
+    pub fn raw_caps(&self, port: u8) -> Result<crate::types::eth::RawCaps> {
+        Ok(self.inner.provider.raw_support(port)?.caps)
+    }
+
+    /// The checks before a raw packet object is created on `port`: the device has raw packet
+    /// QPs there, and the calling thread has `CAP_NET_RAW` where the kernel asks for it
+    /// (`verb` names what would be created).
+    pub(crate) fn raw_ready(
+        &self,
+        port: u8,
+        verb: &'static str,
+    ) -> Result<crate::provider::RawSupport> {
+        let support = self.inner.provider.raw_support(port)?;
+        if support.needs_cap_net_raw && crate::types::eth::has_cap_net_raw() == Some(false) {
+            return Err(Error::NeedsCapNetRaw { verb });
+        }
+        Ok(support)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,6 +10,7 @@ use zverbs_ffi::load::LoadError;
 use crate::types::backend::BackendKind;
 use crate::types::buf::BufError;
 use crate::types::device::{PortState, SOFTWARE_DEVICE};
+use crate::types::eth::FlowRuleError;
 use crate::types::qp::QpState;
 
 /// A `Result` with this crate's [`Error`].
@@ -226,6 +227,43 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// Raw packet QPs and flow rules need the `CAP_NET_RAW` capability, which the process
+    /// does not have (checked before the kernel is asked; the kernel's EPERM means the same).
+    #[error(
+        "{verb}: raw packet QPs and flow rules need the CAP_NET_RAW capability; run as root, or \
+         grant it (`setcap cap_net_raw+ep <program>`, or `--cap-add NET_RAW` in a container)"
+    )]
+    NeedsCapNetRaw {
+        /// What was being created.
+        verb: &'static str,
+    },
+    /// The device has no raw packet QPs (rxe and siw have none; a port whose link layer is
+    /// not Ethernet has none either).
+    #[error("device `{device}` has no raw packet QPs: {reason}")]
+    NoRawPacket {
+        /// The device.
+        device: String,
+        /// Why.
+        reason: String,
+    },
+    /// Joining an IPv4 multicast group through a kernel socket failed.
+    #[error("cannot join multicast group {group} on `{interface}`: {source}")]
+    McastJoin {
+        /// The group.
+        group: std::net::Ipv4Addr,
+        /// The interface.
+        interface: String,
+        /// The socket error.
+        source: io::Error,
+    },
+    /// A flow rule was refused, by the library's check or by the kernel.
+    #[error(transparent)]
+    FlowRule(#[from] FlowRuleError),
+    /// A striding receive work queue was asked of the libibverbs fallback, which cannot drive
+    /// one: `ibv_post_wq_recv` writes no striding WQE and `ibv_poll_cq` retires one WQE per
+    /// completion (use the direct backend, on an mlx5 device).
+    #[error("a striding receive work queue needs the direct backend: {0}")]
+    StridingNeedsDirect(String),
 }
 
 impl Error {
@@ -247,6 +285,33 @@ impl Error {
             io::Error::last_os_error()
         };
         Self::Verbs { verb, source }
+    }
+
+    /// The error of raw packet object `verb` that failed with `errno`: EPERM is the missing
+    /// `CAP_NET_RAW` ([`Error::NeedsCapNetRaw`]), anything else a [`Error::Verbs`].
+    pub(crate) fn raw_verb(verb: &'static str, errno: i32) -> Self {
+        if errno == libc::EPERM {
+            return Self::NeedsCapNetRaw { verb };
+        }
+        Self::Verbs {
+            verb,
+            source: io::Error::from_raw_os_error(errno),
+        }
+    }
+
+    /// The error of `ibv_create_flow` that failed with `errno`: the kernel's refusals of a
+    /// rule as what they mean ([`FlowRuleError`]), EPERM as [`Error::NeedsCapNetRaw`].
+    pub(crate) fn flow_verb(errno: i32, priority: u16) -> Self {
+        match errno {
+            libc::ENOMEM | libc::ENOSPC if priority >= crate::types::eth::FLOW_PRIORITIES => {
+                FlowRuleError::Priority(priority).into()
+            }
+            libc::EEXIST => FlowRuleError::ConflictingTag.into(),
+            libc::EOPNOTSUPP => {
+                FlowRuleError::Unsupported("the kernel answered EOPNOTSUPP".into()).into()
+            }
+            e => Self::raw_verb("ibv_create_flow", e),
+        }
     }
 
     /// The errno behind the error, when there is one.
@@ -431,6 +496,47 @@ mod tests {
         assert!(e.to_string().starts_with("ibv_modify_qp failed:"), "{e}");
         let e = Error::from_ret("ibv_poll_cq", -libc::EAGAIN);
         assert_eq!(e.errno(), Some(libc::EAGAIN));
+    }
+
+    /// The kernel's EPERM on a raw packet QP or a flow rule is the missing capability, named
+    /// with what grants it; its refusals of a rule are the rule's errors.
+    #[test]
+    fn raw_errnos_become_typed_errors() {
+        let e = Error::raw_verb("ibv_create_qp", libc::EPERM);
+        assert!(matches!(
+            e,
+            Error::NeedsCapNetRaw {
+                verb: "ibv_create_qp"
+            }
+        ));
+        assert!(e.to_string().contains("CAP_NET_RAW"), "{e}");
+        assert_eq!(
+            Error::raw_verb("ibv_create_qp", libc::EINVAL).errno(),
+            Some(libc::EINVAL)
+        );
+        assert!(matches!(
+            Error::flow_verb(libc::ENOMEM, 16),
+            Error::FlowRule(FlowRuleError::Priority(16))
+        ));
+        assert!(matches!(
+            Error::flow_verb(libc::ENOSPC, 20),
+            Error::FlowRule(FlowRuleError::Priority(20))
+        ));
+        // ENOMEM at a valid priority is the memory it says.
+        assert_eq!(
+            Error::flow_verb(libc::ENOMEM, 3).errno(),
+            Some(libc::ENOMEM)
+        );
+        assert!(matches!(
+            Error::flow_verb(libc::EEXIST, 0),
+            Error::FlowRule(FlowRuleError::ConflictingTag)
+        ));
+        assert!(matches!(
+            Error::flow_verb(libc::EPERM, 0),
+            Error::NeedsCapNetRaw {
+                verb: "ibv_create_flow"
+            }
+        ));
     }
 
     #[test]

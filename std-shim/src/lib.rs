@@ -157,6 +157,17 @@
 //! handles ([`backend::mlx5`], [`backend::verbs`]), which a loop monomorphised for one backend
 //! takes directly ([`backend::Queues`]).
 //!
+//! ## Raw Ethernet
+//!
+//! Raw packet QPs ([`Pd::create_raw_qp`]: `CAP_NET_RAW` and the device checked first) send
+//! whole frames through the same [`SendQueue`] ([`SendQueue::send_frame`], prepared frames
+//! with [`SendQueue::prepare_frame`], checksums by the device with [`SendFlags::IP_CSUM`]);
+//! [`FlowRule`]s steer arriving frames to a raw QP or an [`RssQp`] over [`WorkQueue`]s
+//! ([`Flow`] removes its rule on drop); a [`McastMembership`] joins a group through a kernel
+//! socket; a striding work queue's packets are read in place ([`StridingQueue`], [`Packet`],
+//! the direct backend). `docs/ethernet.md` says what each backend can do, and
+//! `tools/examples/market_data.rs` puts it together.
+//!
 //! ## Safety: which posting is `unsafe`
 //!
 //! The core traits' post methods are `unsafe`: the device reads and writes memory by address,
@@ -206,22 +217,28 @@ mod device;
 mod env;
 mod error;
 pub mod fallback;
+mod flow;
+mod mcast;
 mod mr;
 mod pd;
 mod poller;
 mod provider;
 mod qp;
 mod queues;
+mod raw_qp;
 mod recovery;
 mod rq;
+mod rss;
 pub mod safe;
 mod sq;
 mod srq;
+mod striding;
 mod take;
 mod typed;
 mod types;
 mod ud;
 mod wait;
+mod wq;
 
 pub use async_events::AsyncEvents;
 pub use backend::{BackendChoice, BackendKind, BackendReport, BackendRequest, BlueFlame};
@@ -231,20 +248,28 @@ pub use cq::{Cq, CqBuilder};
 pub use device::{Context, ContextOptions, DEVICE_ENV, Device, devices, open_device};
 pub use error::EventError;
 pub use error::{Error, Result};
+pub use flow::Flow;
+pub use mcast::McastMembership;
 pub use mr::{Mr, MrBuf};
 pub use pd::Pd;
 pub use poller::Poller;
 pub use provider::SrqLayout;
 pub use qp::{Qp, QpBuilder, connect_pair};
 pub use rq::{RecvQueue, SrqQueue};
-pub use sq::{Batch, Changes, Prepared, SendQueue, To};
+pub use rss::RssQp;
+pub use sq::{Batch, Changes, Prepared, PreparedFrame, SendQueue, To};
 pub use srq::{Srq, SrqStateHandle};
+pub use striding::{Packet, StridingQueue};
 pub use types::access::AccessFlags;
 pub use types::ah::{AhAttr, MULTICAST_QPN, UdAttr};
 pub use types::buf::BufError;
 pub use types::device::{
     DeviceAttr, Gid, GidEntry, GidType, LinkLayer, LocalAddress, Mtu, PortAttr, PortState,
     SOFTWARE_DEVICE,
+};
+pub use types::eth::{
+    CAP_NET_RAW_BIT, DEFAULT_RSS_KEY, FLOW_PRIORITIES, FlowRule, FlowRuleError, L4Proto,
+    MAX_FLOW_TAG, RawCaps, RxHash, RxHashFields, Strides, WqShape, has_cap_net_raw, multicast_mac,
 };
 pub use types::event::{AsyncEvent, CqId, SrqId};
 pub use types::qp::{
@@ -253,11 +278,14 @@ pub use types::qp::{
 pub use ud::{AddressHandle, UdTarget};
 #[cfg(feature = "tokio")]
 pub use wait::AsyncChannel;
+pub use wq::WorkQueue;
 /// The `wr_id` of a drain marker's completion: a flush [`Qp::reset`] may ask for, when the last
 /// requests of a QP in the error state completed unsignaled (`docs/usage.md`, "Recovery").
 pub use zverbs_mlx5dv::DRAIN_WR_ID;
 /// What a compressed CQ's mini-CQEs carry besides the length ([`CqBuilder::compressed`]).
 pub use zverbs_mlx5dv::prm::mini::MiniCqeFormat;
+/// The length fields a [`PreparedFrame`] sets for each payload ([`SendQueue::prepare_frame`]).
+pub use zverbs_mlx5dv::{FRAME_HEADERS_MAX, FrameLengths};
 
 #[cfg(feature = "sim")]
 pub use provider::sim::SimControl;

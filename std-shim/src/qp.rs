@@ -9,7 +9,7 @@ use zverbs_mlx5dv::{RqSlot, RqState, SqCaps, SqSlot, SqState};
 use crate::backend::{
     BackendChoice, BackendKind, BackendReport, BackendRequest, BlueFlame, RequestSource,
 };
-use crate::bindings::{DirectTable, Tables, VerbsTable};
+use crate::bindings::{DirectTable, Tables, VerbsTable, WqBinding, WqRq};
 pub use crate::bindings::{RqStateHandle, SqStateHandle};
 use crate::blueflame::{self, SharedRegister};
 use crate::cq::{Cq, Registry};
@@ -20,6 +20,7 @@ use crate::provider::{QpEngine, QpInit, QpProvider, RegisterOwner};
 use crate::srq::Srq;
 use crate::types::device::LocalAddress;
 use crate::types::endpoint::{Endpoint, random_psn};
+use crate::types::eth::RawInfo;
 use crate::types::qp::{ConnectAttr, InitAttr, QpCaps, QpState, QpType, RtrAttr, RtsAttr};
 use zverbs_ffi::types::{ibv_qp_attr, qp_attr_mask as m};
 
@@ -67,6 +68,7 @@ pub struct QpBuilder<'a> {
     qp_type: QpType,
     srq: Option<&'a Srq>,
     dc_access_key: u64,
+    raw_port: u8,
 }
 
 impl<'a> QpBuilder<'a> {
@@ -82,7 +84,16 @@ impl<'a> QpBuilder<'a> {
             qp_type: QpType::Rc,
             srq: None,
             dc_access_key: 0,
+            raw_port: 1,
         }
+    }
+
+    /// A raw packet QP on `port` ([`QpType::RawPacket`]): it sends whole Ethernet frames and
+    /// receives what flow rules steer to it. Ready it with [`Qp::ready_raw`]
+    /// ([`Pd::create_raw_qp`](crate::Pd::create_raw_qp) does both).
+    pub fn raw_packet(mut self, port: u8) -> Self {
+        self.raw_port = port;
+        self.qp_type(QpType::RawPacket)
     }
 
     /// The transport ([`QpType::Rc`] by default).
@@ -197,6 +208,18 @@ impl<'a> QpBuilder<'a> {
     /// send CQ its signaled sends (see [`QpBuilder::max_signaled`]).
     pub fn build(self) -> Result<Qp> {
         let ctx = self.pd.context();
+        // A raw packet QP: the device and the capability are checked before anything is made.
+        let raw = match self.qp_type {
+            QpType::RawPacket => {
+                let s = ctx.raw_ready(self.raw_port, "ibv_create_qp")?;
+                Some(RawInfo {
+                    port: self.raw_port,
+                    min_inline: s.min_inline,
+                    max_frame: s.max_frame,
+                })
+            }
+            _ => None,
+        };
         for cq in [self.send_cq, self.recv_cq] {
             if !Arc::ptr_eq(&cq.context().inner, &ctx.inner) {
                 return Err(Error::InvalidArgument(
@@ -358,7 +381,12 @@ impl<'a> QpBuilder<'a> {
             max_inline_data: caps.max_inline_data,
             sig_all: self.sig_all,
             max_signaled: send_share.max(1),
-            transport: zverbs_mlx5dv::Transport::Rc,
+            transport: match raw {
+                Some(r) => zverbs_mlx5dv::Transport::Ethernet {
+                    max_frame: r.max_frame,
+                },
+                None => zverbs_mlx5dv::Transport::Rc,
+            },
         };
         let mut reason = format!("{}; {}", self.send_cq.backend().reason, note.0);
         let mut blueflame = None;
@@ -400,6 +428,7 @@ impl<'a> QpBuilder<'a> {
             drain_marker: std::sync::atomic::AtomicBool::new(false),
             holds,
             ud_mtu: AtomicU32::new(0),
+            raw,
             send_cq: self.send_cq.clone(),
             recv_cq: self.recv_cq.clone(),
             _pd: self.pd.clone(),
@@ -584,6 +613,8 @@ pub(crate) struct QpInner {
     /// A UD QP's path MTU in bytes (its largest datagram), set by [`Qp::ready_ud`] from its
     /// port; 0 before, and for other QPs.
     pub(crate) ud_mtu: AtomicU32,
+    /// A raw packet QP's port and frame limits; `None` for other QPs.
+    pub(crate) raw: Option<RawInfo>,
     pub(crate) send_cq: Cq,
     pub(crate) recv_cq: Cq,
     pub(crate) _pd: Pd,
@@ -981,7 +1012,7 @@ pub(crate) fn shape(qp_type: QpType, has_srq: bool, caps: &mut QpCaps) -> Result
 // states are known, and published when a QP joins or leaves a CQ.
 
 /// The direct table of `cq` for `qps`.
-pub(crate) fn direct_table(cq: &Cq, qps: &[Arc<QpInner>]) -> DirectTable {
+pub(crate) fn direct_table(cq: &Cq, qps: &[Arc<QpInner>], wqs: &[Arc<WqBinding>]) -> DirectTable {
     let mut bindings = Vec::with_capacity(qps.len());
     let mut srqs = Vec::new();
     for qp in qps {
@@ -1015,6 +1046,16 @@ pub(crate) fn direct_table(cq: &Cq, qps: &[Arc<QpInner>]) -> DirectTable {
             },
         });
     }
+    for wq in wqs {
+        if let WqRq::Direct(rq) = &wq.rq {
+            bindings.push(zverbs_mlx5dv::CqBinding {
+                qpn: wq.wqn,
+                sq: None,
+                rq: Some(rq.clone()),
+                srq: None,
+            });
+        }
+    }
     DirectTable {
         bindings: bindings.into_boxed_slice(),
         srqs,
@@ -1022,19 +1063,30 @@ pub(crate) fn direct_table(cq: &Cq, qps: &[Arc<QpInner>]) -> DirectTable {
 }
 
 /// The fallback table of `cq` for `qps`.
-pub(crate) fn verbs_table(cq: &Cq, qps: &[Arc<QpInner>]) -> VerbsTable {
+pub(crate) fn verbs_table(cq: &Cq, qps: &[Arc<QpInner>], wqs: &[Arc<WqBinding>]) -> VerbsTable {
     let mut bindings = Vec::with_capacity(qps.len());
     for qp in qps {
         let QpData::Verbs(v) = &qp.data else {
             continue;
         };
         let on_cq = qp.recv_cq.is(cq);
+        // A raw packet QP's receive completions carry the flow tag where the QP number would
+        // be: its receives are found by the key in their `wr_id` (`fallback::RecvQueue::keyed`).
+        let raw = qp.qp_type == QpType::RawPacket;
         bindings.push(fallback::Binding {
             qpn: qp.provider.qpn(),
             sq: qp.send_cq.is(cq).then(|| v.sq.clone()),
-            rq: (on_cq && qp.srq.is_none()).then(|| v.rq.clone()),
+            rq: (on_cq && qp.srq.is_none() && !raw).then(|| v.rq.clone()),
             srq: on_cq && qp.srq.is_some(),
         });
+        if raw && on_cq {
+            bindings.push(fallback::Binding::keyed(qp.provider.qpn(), v.rq.clone()));
+        }
+    }
+    for wq in wqs {
+        if let WqRq::Verbs(rq) = &wq.rq {
+            bindings.push(fallback::Binding::keyed(wq.wqn, rq.clone()));
+        }
     }
     bindings.into_boxed_slice()
 }
@@ -1044,15 +1096,22 @@ pub(crate) fn verbs_table(cq: &Cq, qps: &[Arc<QpInner>]) -> VerbsTable {
 /// handle of one may go with them, and its destruction takes the lock again).
 pub(crate) fn republish(cq: &Cq, reg: &mut MutexGuard<'_, Registry>) -> Vec<Arc<QpInner>> {
     reg.qps.retain(|w| w.strong_count() > 0);
+    reg.wqs.retain(|w| w.strong_count() > 0);
     if !reg.poller_taken {
         return Vec::new();
     }
     let qps = attached(reg);
+    let wqs = attached_wqs(reg);
     match &cq.inner.tables {
-        Tables::Direct(h) => h.publish(direct_table(cq, &qps)),
-        Tables::Verbs(h) => h.publish(verbs_table(cq, &qps)),
+        Tables::Direct(h) => h.publish(direct_table(cq, &qps, &wqs)),
+        Tables::Verbs(h) => h.publish(verbs_table(cq, &qps, &wqs)),
     }
     qps
+}
+
+/// The live receive work queues of a CQ's registry.
+pub(crate) fn attached_wqs(reg: &Registry) -> Vec<Arc<WqBinding>> {
+    reg.wqs.iter().filter_map(Weak::upgrade).collect()
 }
 
 /// The live QPs of a CQ's registry (each a [`QpInner`], kept there as `dyn Any`: the registry's

@@ -81,7 +81,7 @@ pub mod direct {
     use super::*;
 
     pub use crate::qp::{RqStateHandle, SqStateHandle};
-    pub use zverbs_mlx5dv::{Connected, Datagram, Dci, SelfAddressed, SqTransport};
+    pub use zverbs_mlx5dv::{Connected, Datagram, Dci, Ethernet, SelfAddressed, SqTransport};
 
     /// A send queue driven by `zverbs-mlx5dv`, of transport `T`: [`Connected`] (RC, the
     /// default), [`Datagram`] (UD) or [`Dci`] (a DC initiator, whose posts name their target:
@@ -98,8 +98,9 @@ pub mod direct {
     /// A receive queue driven by `zverbs-mlx5dv`.
     #[derive(Debug)]
     pub struct RecvQueue {
-        pub(super) q: zverbs_mlx5dv::RecvQueue<RqStateHandle>,
-        pub(super) _qp: Arc<QpInner>,
+        // Field order is drop order: the queue before the QP or work queue it writes.
+        pub(crate) q: zverbs_mlx5dv::RecvQueue<RqStateHandle>,
+        pub(crate) _owner: Arc<dyn std::fmt::Debug + Send + Sync>,
     }
 
     /// A CQ polled by `zverbs-mlx5dv`.
@@ -107,7 +108,7 @@ pub mod direct {
     pub struct Poller {
         // Field order is drop order: the poller before the hand-over it reads and the CQ
         // whose memory it reads (its table keeps the SRQs it writes alive).
-        pub(super) q: zverbs_mlx5dv::CompletionQueue<DirectBindings>,
+        pub(crate) q: zverbs_mlx5dv::CompletionQueue<DirectBindings>,
         pub(super) members: Arc<crate::bindings::Publisher<DirectBindings>>,
         pub(super) _cq: Cq,
     }
@@ -186,8 +187,9 @@ pub mod verbs {
     /// A receive queue driven through `ibv_post_recv`.
     #[derive(Debug)]
     pub struct RecvQueue {
-        pub(super) q: fallback::RecvQueue,
-        pub(super) _qp: Arc<QpInner>,
+        // Field order is drop order: the queue before the QP or work queue it posts to.
+        pub(crate) q: fallback::RecvQueue,
+        pub(crate) _owner: Arc<dyn std::fmt::Debug + Send + Sync>,
     }
 
     /// A CQ polled through `ibv_poll_cq`.
@@ -286,6 +288,23 @@ pub(crate) fn qp_ptr(qp: &QpInner) -> Result<*mut zverbs_ffi::types::ibv_qp> {
     }
 }
 
+/// Refuses an ordinary Ethernet receive queue on the direct backend where its completions
+/// cannot be told apart: the direct poller finds them by their user index (their QP number's
+/// place holds the flow tag), which libmlx5 chooses and no verb reports.
+pub(crate) fn direct_eth_receives(user_index: Option<u32>) -> Result<()> {
+    match user_index {
+        Some(_) => Ok(()),
+        None => Err(Error::Backend {
+            requested: BackendKind::Direct,
+            reason: "an ordinary Ethernet receive queue's completions name it only by the user \
+                     index libmlx5 chose, which no verb reports: receive through a striding \
+                     work queue (WorkQueue::striding_queue), or create the CQ with the verbs \
+                     backend"
+                .into(),
+        }),
+    }
+}
+
 pub(crate) fn no_entry(what: &str) -> Error {
     Error::Backend {
         requested: BackendKind::Verbs,
@@ -297,17 +316,23 @@ impl AnyRecvQueue {
     pub(crate) fn new(qp: &Arc<QpInner>) -> Result<Self> {
         match &qp.data {
             QpData::Direct(d) => {
+                if qp.qp_type == crate::types::qp::QpType::RawPacket {
+                    direct_eth_receives(qp.provider.user_index())?;
+                }
                 // SAFETY: as for the send queue.
                 let mut q =
                     unsafe { zverbs_mlx5dv::RecvQueue::new(&d.layout, d.rq_state.clone())? };
                 // No more receives outstanding than its CQ holds entries for (`Cq::hold`).
                 q.limit_outstanding(qp.caps.max_recv_wr);
-                Ok(Self::Direct(direct::RecvQueue { q, _qp: qp.clone() }))
+                Ok(Self::Direct(direct::RecvQueue {
+                    q,
+                    _owner: qp.clone(),
+                }))
             }
             QpData::Verbs(v) => {
                 let ptr = qp_ptr(qp)?;
                 // SAFETY: as for the send queue.
-                let q = unsafe {
+                let mut q = unsafe {
                     crate::fallback::RecvQueue::new(
                         ptr,
                         qp.caps.max_recv_wr,
@@ -316,7 +341,15 @@ impl AnyRecvQueue {
                     )
                 }
                 .ok_or_else(|| no_entry("post_recv"))?;
-                Ok(Self::Verbs(verbs::RecvQueue { q, _qp: qp.clone() }))
+                if qp.qp_type == crate::types::qp::QpType::RawPacket {
+                    // Its completions name the flow tag, not the QP: the poller finds its
+                    // receives by this key (`qp::verbs_table`).
+                    q = q.keyed(qp.provider.qpn());
+                }
+                Ok(Self::Verbs(verbs::RecvQueue {
+                    q,
+                    _owner: qp.clone(),
+                }))
             }
         }
     }
@@ -331,12 +364,16 @@ impl AnyRecvQueue {
 }
 
 impl AnyPoller {
-    pub(crate) fn new(cq: &Cq, qps: Vec<Arc<QpInner>>) -> Result<Self> {
+    pub(crate) fn new(
+        cq: &Cq,
+        qps: Vec<Arc<QpInner>>,
+        wqs: Vec<Arc<crate::bindings::WqBinding>>,
+    ) -> Result<Self> {
         use crate::bindings::Tables;
         use crate::qp::{direct_table, verbs_table};
         match (cq.engine(), &cq.inner.tables) {
             (CqEngine::Direct(layout), Tables::Direct(members)) => {
-                let table = direct_table(cq, &qps);
+                let table = direct_table(cq, &qps, &wqs);
                 // SAFETY: the layout is libmlx5's for this live CQ (kept alive by `_cq`, dropped
                 // after the queue); the poller is taken once and libibverbs never polls the CQ;
                 // each binding names a QP of this CQ with its states; the CQ was created
@@ -354,7 +391,7 @@ impl AnyPoller {
                 }))
             }
             (CqEngine::Verbs(ptr), Tables::Verbs(members)) => {
-                let table = verbs_table(cq, &qps);
+                let table = verbs_table(cq, &qps, &wqs);
                 // SAFETY: a live CQ kept alive by `_cq`, polled only through this handle;
                 // the bindings name its QPs with their states.
                 let mut q = unsafe {

@@ -19,7 +19,9 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use zverbs_core::{BatchError, PostError, PostSend, RemoteBuf, SendFlags, SendWr, Sge, SqCaps};
-use zverbs_mlx5dv::{Connected, Datagram, Dci, PreparedRdma, PreparedSend};
+use zverbs_mlx5dv::{
+    Connected, Datagram, Dci, Ethernet, FRAME_HEADERS_MAX, FrameLengths, PreparedRdma, PreparedSend,
+};
 
 use crate::dc::DcPeer;
 use crate::error::{Result, SafePostError};
@@ -239,6 +241,8 @@ pub enum TypedSq {
     Ud(direct::SendQueue<Datagram>),
     /// A DC initiator's, driven directly (each request names its target).
     Dc(direct::SendQueue<Dci>),
+    /// A raw packet QP's, driven directly (each SEND one whole Ethernet frame).
+    Eth(direct::SendQueue<Ethernet>),
     /// Driven through libibverbs (RC or UD).
     Verbs(fallback::SendQueue),
 }
@@ -299,6 +303,23 @@ impl SendQueue {
     /// The send queue of `qp`, typed by its backend and transport.
     pub(crate) fn new(qp: &Arc<QpInner>) -> Result<Self> {
         let e = match &qp.data {
+            QpData::Direct(d) if qp.qp_type == crate::types::qp::QpType::RawPacket => {
+                let (layout, caps, state) = (&d.layout, qp.send_caps(), d.sq_state.clone());
+                let min_inline = qp.raw.map_or(18, |r| r.min_inline);
+                // SAFETY: as for an RC QP below, for a raw packet QP (its caps' transport is
+                // Ethernet); the frames the safe operations post are spans of `MrBuf`s, host
+                // memory the CPU reads (the minimum inline bytes are copied from it).
+                let q = unsafe {
+                    zverbs_mlx5dv::SendQueue::new_eth(
+                        layout,
+                        caps,
+                        min_inline,
+                        state,
+                        d.register.shared(),
+                    )?
+                };
+                TypedSq::Eth(direct::SendQueue { q, _qp: qp.clone() })
+            }
             QpData::Direct(d) if qp.qp_type == crate::types::qp::QpType::Dci => {
                 let (layout, caps, state) = (&d.layout, qp.sq_caps, d.sq_state.clone());
                 // SAFETY: the layout is the device's for this live DCI, kept alive by the
@@ -375,6 +396,7 @@ impl SendQueue {
             TypedSq::Rc(q) => q.q.caps(),
             TypedSq::Ud(q) => q.q.caps(),
             TypedSq::Dc(q) => q.q.caps(),
+            TypedSq::Eth(q) => q.q.caps(),
             TypedSq::Verbs(q) => q.caps(),
         }
     }
@@ -466,6 +488,8 @@ impl SendQueue {
             TypedSq::Ud(q) => unsafe { q.q.post(wr) },
             TypedSq::Dc(_) => Err(PostError::WrongTransport),
             // SAFETY: as above.
+            TypedSq::Eth(q) => unsafe { q.q.post(wr) },
+            // SAFETY: as above.
             TypedSq::Verbs(q) => unsafe { q.post(wr) },
         };
         r.map_err(Into::into)
@@ -498,6 +522,12 @@ impl From<direct::SendQueue<Dci>> for SendQueue {
     }
 }
 
+impl From<direct::SendQueue<Ethernet>> for SendQueue {
+    fn from(q: direct::SendQueue<Ethernet>) -> Self {
+        Self { e: TypedSq::Eth(q) }
+    }
+}
+
 impl From<fallback::SendQueue> for SendQueue {
     fn from(q: fallback::SendQueue) -> Self {
         Self {
@@ -517,6 +547,8 @@ impl PostSend for SendQueue {
             TypedSq::Ud(q) => unsafe { q.q.stage(wr) },
             TypedSq::Dc(_) => Err(PostError::WrongTransport),
             // SAFETY: as above.
+            TypedSq::Eth(q) => unsafe { q.q.stage(wr) },
+            // SAFETY: as above.
             TypedSq::Verbs(q) => unsafe { q.stage(wr) },
         }
     }
@@ -527,6 +559,7 @@ impl PostSend for SendQueue {
             TypedSq::Rc(q) => q.q.ring(),
             TypedSq::Ud(q) => q.q.ring(),
             TypedSq::Dc(q) => q.q.ring(),
+            TypedSq::Eth(q) => q.q.ring(),
             TypedSq::Verbs(q) => q.ring(),
         }
     }
@@ -544,6 +577,8 @@ impl PostSend for SendQueue {
                 error: PostError::WrongTransport,
             }),
             // SAFETY: as above.
+            TypedSq::Eth(q) => unsafe { q.q.post_all(wrs) },
+            // SAFETY: as above.
             TypedSq::Verbs(q) => unsafe { q.post_all(wrs) },
         }
     }
@@ -558,6 +593,8 @@ impl PostSend for SendQueue {
             // SAFETY: as above.
             TypedSq::Ud(q) => unsafe { q.q.post(wr) },
             TypedSq::Dc(_) => Err(PostError::WrongTransport),
+            // SAFETY: as above.
+            TypedSq::Eth(q) => unsafe { q.q.post(wr) },
             // SAFETY: as above.
             TypedSq::Verbs(q) => unsafe { q.post(wr) },
         }
@@ -748,6 +785,7 @@ impl SendQueue {
             TypedSq::Rc(q) => q.q.qpn(),
             TypedSq::Ud(q) => q.q.qpn(),
             TypedSq::Dc(q) => q.q.qpn(),
+            TypedSq::Eth(q) => q.q.qpn(),
             TypedSq::Verbs(q) => q.qpn(),
         }
     }
@@ -912,6 +950,188 @@ impl SendQueue {
                 let wr = wr_of(p.op, c.wr_id, &sgl, remote, c.imm).with_flags(p.flags);
                 // SAFETY: as above.
                 unsafe { PostSend::post(self, &wr) }
+            }
+            _ => return Err(SafePostError::ForeignPrepared),
+        }
+        .map_err(Into::into)
+    }
+}
+
+/// A raw Ethernet frame whose headers stay the same from post to post, prepared once for one
+/// raw packet QP's [`SendQueue`] ([`SendQueue::prepare_frame`]) and posted with a payload each
+/// time ([`SendQueue::post_frame`]): the IPv4 total length and the UDP length (those
+/// [`FrameLengths`] names) are set for each payload, the checksums left to the device
+/// ([`SendFlags::IP_CSUM`]).
+///
+/// On the direct backend the control and Ethernet segments, with every header byte inlined,
+/// are built once (`zverbs_mlx5dv`'s [`PreparedFrame`](zverbs_mlx5dv::PreparedFrame)); on the
+/// libibverbs fallback a post is an ordinary inline SEND of two entries, the patched headers
+/// and the payload, so the QP needs `max_send_sge` ≥ 2 and the frame must fit its
+/// `max_inline_data`.
+#[derive(Clone, Copy, Debug)]
+pub struct PreparedFrame {
+    built: FrameBuilt,
+    /// The queue it was prepared for.
+    qpn: u32,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum FrameBuilt {
+    Direct(zverbs_mlx5dv::PreparedFrame),
+    Ordinary {
+        headers: [u8; FRAME_HEADERS_MAX],
+        len: usize,
+        lengths: FrameLengths,
+        flags: SendFlags,
+    },
+}
+
+impl PreparedFrame {
+    /// The header bytes each post sends before its payload.
+    pub fn headers_len(&self) -> usize {
+        match &self.built {
+            FrameBuilt::Direct(p) => p.headers_len(),
+            FrameBuilt::Ordinary { len, .. } => *len,
+        }
+    }
+}
+
+impl SendQueue {
+    /// Sends one whole Ethernet frame (from the destination MAC on, without the FCS) on a raw
+    /// packet QP's queue, and rings: a SEND of `frame` ([`SendFlags::IP_CSUM`] asks the device
+    /// for the IPv4 and TCP/UDP checksums).
+    ///
+    /// # Errors
+    ///
+    /// As [`SendQueue::send`]; [`PostError::FrameTooShort`] / [`PostError::FrameTooLong`]
+    /// for a frame shorter than an Ethernet header or longer than the port's largest;
+    /// [`PostError::ChecksumNotAvailable`] for `IP_CSUM` on a queue that is not a raw packet
+    /// QP's. Nothing was written.
+    #[inline(always)]
+    pub fn send_frame(
+        &mut self,
+        wr_id: u64,
+        frame: BufSlice<'_>,
+        flags: SendFlags,
+    ) -> Result<(), SafePostError> {
+        self.send(wr_id, frame, flags)
+    }
+
+    /// Prepares a frame whose first bytes are `headers` (an Ethernet header at least, at most
+    /// [`FRAME_HEADERS_MAX`] bytes: Ethernet, IPv4 and UDP are 42) for
+    /// [`SendQueue::post_frame`]. `flags` as for a SEND on this queue, without
+    /// [`SendFlags::INLINE`]; `lengths` the fields each post sets
+    /// ([`FrameLengths::IPV4_UDP`] for Ethernet + IPv4 + UDP).
+    ///
+    /// # Errors
+    ///
+    /// [`PostError::WrongTransport`] on a queue that is not a raw packet QP's;
+    /// [`PostError::FrameTooShort`], [`PostError::InlineTooLarge`],
+    /// [`PostError::InlineNotAllowed`], [`PostError::FrameLengthField`] as
+    /// `zverbs_mlx5dv`'s `prepare_frame` says.
+    pub fn prepare_frame(
+        &self,
+        headers: &[u8],
+        flags: SendFlags,
+        lengths: FrameLengths,
+    ) -> Result<PreparedFrame, SafePostError> {
+        let built = match &self.e {
+            TypedSq::Eth(q) => FrameBuilt::Direct(q.q.prepare_frame(headers, flags, lengths)?),
+            TypedSq::Verbs(q) if q.caps().is_ethernet() => {
+                if flags.contains(SendFlags::INLINE) {
+                    return Err(PostError::InlineNotAllowed.into());
+                }
+                let h = headers.len();
+                if h > FRAME_HEADERS_MAX {
+                    return Err(PostError::InlineTooLarge {
+                        len: h as u32,
+                        max: FRAME_HEADERS_MAX as u32,
+                    }
+                    .into());
+                }
+                for (at, before) in [(lengths.ipv4_total_at, 2), (lengths.udp_len_at, 4)] {
+                    if let Some(at) = at
+                        && (at < before || at + 2 > h)
+                    {
+                        return Err(PostError::FrameLengthField {
+                            at: at as u32,
+                            headers: h as u32,
+                        }
+                        .into());
+                    }
+                }
+                // Each post is an inline SEND of two entries, the headers and the payload:
+                // the queue must take two (`max_send_sge`).
+                let sgl = [Sge::from_slice(headers, 0), Sge::from_slice(&[], 0)];
+                SendWr::send(0, &sgl)
+                    .with_flags(flags | SendFlags::INLINE)
+                    .check(&q.caps())?;
+                let mut copy = [0u8; FRAME_HEADERS_MAX];
+                copy[..h].copy_from_slice(headers);
+                FrameBuilt::Ordinary {
+                    headers: copy,
+                    len: h,
+                    lengths,
+                    flags,
+                }
+            }
+            _ => return Err(PostError::WrongTransport.into()),
+        };
+        Ok(PreparedFrame {
+            built,
+            qpn: self.qpn(),
+        })
+    }
+
+    /// Posts the prepared frame `p` with `payload` after its headers, and rings.
+    ///
+    /// # Errors
+    ///
+    /// [`SafePostError::ForeignPrepared`] for a frame prepared on another queue;
+    /// [`PostError::FrameTooLong`]; on the fallback [`PostError::InlineTooLarge`] for a frame
+    /// longer than the QP's `max_inline_data`; [`PostError::QueueFull`],
+    /// [`PostError::CqFull`], [`PostError::NotReady`] as for any post. Nothing was written.
+    #[inline(always)]
+    pub fn post_frame(
+        &mut self,
+        p: &PreparedFrame,
+        wr_id: u64,
+        payload: BufSlice<'_>,
+    ) -> Result<(), SafePostError> {
+        if p.qpn != self.qpn() {
+            return Err(SafePostError::ForeignPrepared);
+        }
+        let sge = payload.sge();
+        match (&mut self.e, &p.built) {
+            // SAFETY: the payload is a checked span of an `MrBuf` with its own key (as for
+            // every safe post: `safe`'s docs).
+            (TypedSq::Eth(q), FrameBuilt::Direct(b)) => unsafe { q.q.post_frame(b, wr_id, sge) },
+            (
+                TypedSq::Verbs(q),
+                FrameBuilt::Ordinary {
+                    headers,
+                    len,
+                    lengths,
+                    flags,
+                },
+            ) => {
+                let mut h = *headers;
+                let total = (*len as u32).saturating_add(sge.length);
+                let mut set = |at: Option<usize>, base: usize| {
+                    if let Some(at) = at {
+                        let v = (total as usize).saturating_sub(at - base);
+                        h[at..at + 2].copy_from_slice(&(v.min(0xffff) as u16).to_be_bytes());
+                    }
+                };
+                // The IPv4 header starts 2 bytes before its total length, UDP 4 before its
+                // length; each counts from its header's start to the frame's end.
+                set(lengths.ipv4_total_at, 2);
+                set(lengths.udp_len_at, 4);
+                let sgl = [Sge::from_slice(&h[..*len], 0), sge];
+                let wr = SendWr::send(wr_id, &sgl).with_flags(*flags | SendFlags::INLINE);
+                // SAFETY: inline: the headers are read from this stack copy at the post, the
+                // payload from a checked span of an `MrBuf`.
+                unsafe { q.post(&wr) }
             }
             _ => return Err(SafePostError::ForeignPrepared),
         }

@@ -59,6 +59,7 @@ impl Qp {
         not_dc(self, "Qp::recv_queue")?;
         self.own_receives()?;
         self.recv_ready()?;
+        self.raw_recv_ready()?;
         self.take_once("receive queue", |t| &mut t.1)?;
         AnyRecvQueue::new(&self.inner).map(RecvQueue::new)
     }
@@ -138,9 +139,12 @@ impl Cq {
                 return Err(Error::AlreadyTaken("CQ poller"));
             }
             reg.poller_taken = true;
-            attached(&reg)
+            (attached(&reg), crate::qp::attached_wqs(&reg))
         };
-        Ok(Poller::new(AnyPoller::new(self, qps)?, self.cqe() as usize))
+        Ok(Poller::new(
+            AnyPoller::new(self, qps.0, qps.1)?,
+            self.cqe() as usize,
+        ))
     }
 }
 

@@ -866,7 +866,7 @@ fn qps_on_a_shared_register_are_serialised_and_reported() {
         .iter()
         .map(|q| match q.send_queue().unwrap().into_typed() {
             TypedSq::Rc(sq) => sq,
-            TypedSq::Ud(_) | TypedSq::Dc(_) | TypedSq::Verbs(_) => {
+            TypedSq::Ud(_) | TypedSq::Dc(_) | TypedSq::Eth(_) | TypedSq::Verbs(_) => {
                 panic!("expected the direct backend's RC queue")
             }
         })

@@ -90,6 +90,12 @@ impl Queues {
             (TypedSq::Verbs(sq), AnyRecvQueue::Verbs(rq), AnyPoller::Verbs(cq)) => {
                 Ok(Self::Verbs(QueueSet { sq, rq, cq }))
             }
+            (TypedSq::Eth(_), ..) => Err(Error::Backend {
+                requested,
+                reason: "a raw packet QP's direct queues are taken one by one (SendQueue::\
+                         into_typed gives TypedSq::Eth; RecvQueue and Poller as for any QP)"
+                    .into(),
+            }),
             _ => Err(Error::Backend {
                 requested,
                 reason: "the queues and the poller are driven by different backends (or the \

@@ -327,3 +327,37 @@ fn compressed_cqes_or_a_typed_refusal() {
         }
     }
 }
+
+/// A device without raw packet QPs (rxe: no raw packet capability, no checksum offload, no
+/// flow steering; a ConnectX port whose link layer is InfiniBand) answers a raw packet QP,
+/// an RSS QP and its capability query with `Error::NoRawPacket`, before anything is created:
+/// the CQ holds no entries for a QP afterwards.
+#[test]
+fn a_device_without_raw_packet_qps_says_so() {
+    let _serial = serial();
+    let Some(env) = env() else { return };
+    let ctx = open(&env.device);
+    let port = ctx.active_port().expect("an active port");
+    let link = ctx.port(port).expect("ibv_query_port").link_layer;
+    let caps = ctx.raw_caps(port);
+    println!("{} port {port} ({link:?}): {caps:?}", env.device);
+    let has_none = env.device.starts_with("rxe") || link != LinkLayer::Ethernet;
+    if !has_none {
+        println!("skipped: {} has raw packet QPs on port {port}", env.device);
+        return;
+    }
+    assert!(matches!(caps, Err(Error::NoRawPacket { .. })), "{caps:?}");
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.cq_builder().cqe(64).build().unwrap();
+    let before = cq.entries_left();
+    let e = pd
+        .create_raw_qp(port, &cq, &cq, zverbs::QpCaps::default())
+        .unwrap_err();
+    assert!(matches!(e, Error::NoRawPacket { .. }), "{e}");
+    println!("{e}");
+    assert_eq!(cq.entries_left(), before, "nothing was created");
+    let e = pd
+        .create_wq(&cq, 8, zverbs::WqShape::Ordinary { max_sge: 1 })
+        .and_then(|w| pd.create_rss_qp(port, &[&w], &zverbs::RxHash::default()));
+    assert!(e.is_err(), "{e:?}");
+}

@@ -32,6 +32,15 @@ assert_impl_all!(Poller: Send);
 assert_not_impl_any!(SendQueue: Sync);
 assert_not_impl_any!(RecvQueue: Sync);
 assert_not_impl_any!(Poller: Sync);
+// Raw Ethernet: the striding queue moves between threads, is polled by one; its packets
+// borrow it and stay on its thread; the control-path handles are shared.
+assert_impl_all!(zverbs::StridingQueue: Send);
+assert_not_impl_any!(zverbs::StridingQueue: Sync);
+assert_not_impl_any!(zverbs::Packet<'static>: Send, Sync);
+assert_impl_all!(zverbs::WorkQueue: Send, Sync, Clone);
+assert_impl_all!(zverbs::RssQp: Send, Sync, Clone);
+assert_impl_all!(zverbs::Flow: Send, Sync, Clone);
+assert_impl_all!(zverbs::McastMembership: Send, Sync);
 
 assert_impl_all!(direct::SendQueue: Send);
 assert_impl_all!(direct::RecvQueue: Send);

@@ -186,6 +186,50 @@ fn zverbs_perf_refuses_out_of_range_numbers_at_once() {
     }
 }
 
+/// The raw Ethernet tests' own arguments are checked before any device is opened.
+#[test]
+fn zverbs_perf_refuses_raw_arguments_at_once() {
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["raw_lat", "-s", "59"],
+            "a raw Ethernet frame is 60 to 9014 bytes",
+        ),
+        (
+            &["raw_bw", "-s", "9015"],
+            "a raw Ethernet frame is 60 to 9014 bytes",
+        ),
+        (&["raw_lat", "--cm"], "raw_lat takes none of --cm"),
+        (&["raw_bw", "--ud"], "raw_bw takes none of --cm"),
+        (&["raw_lat", "-D", "1"], "-D is for raw_bw"),
+        (
+            &["raw_lat", "--receive-only"],
+            "--receive-only is for a raw_bw server",
+        ),
+        (
+            &["raw_bw", "host", "--receive-only"],
+            "--receive-only is for a raw_bw server",
+        ),
+        (
+            &["raw_bw", "--histogram", "x.svg"],
+            "--histogram is for latency tests",
+        ),
+        (
+            &["raw_lat", "-B", "02:00:00:00:00"],
+            "-B 02:00:00:00:00: not a MAC address",
+        ),
+        (&["raw_lat", "-E", "zz:00:00:00:00:00"], "not a MAC address"),
+        (
+            &["write_lat", "-B", "02:00:00:00:00:01"],
+            "-B, -E, -D and --receive-only are for raw_lat and raw_bw",
+        ),
+    ];
+    for (args, message) in cases {
+        let mut args = args.to_vec();
+        args.extend(["-d", "zverbs_sim0"]);
+        refused(&run(perf(&args)), 2, message);
+    }
+}
+
 /// `all2all` outside a PMIx launcher says how to launch it, before it opens any device; bad
 /// options are refused first.
 #[cfg(feature = "pmix")]
@@ -288,6 +332,17 @@ fn the_examples_refuse_out_of_range_arguments() {
         ("pingpong", &["--rc", "-d"], "-d needs a device name"),
         ("loopback", &["--gid-idx", "x"], "--gid-idx x: not a number"),
         ("loopback", &["--bogus"], "unknown option --bogus"),
+        ("market_data", &["-C", "0"], "-C 0: use 1 to"),
+        (
+            "market_data",
+            &["--group", "10.0.0.1"],
+            "not a multicast address",
+        ),
+        (
+            "market_data",
+            &["--port", "65536"],
+            "--port 65536: use 1 to 65535",
+        ),
     ];
     for (name, args, message) in cases {
         refused(&run(example(name, args)), 2, message);
@@ -395,6 +450,11 @@ fn no_program_panics_on_any_argument() {
             example_exe("zverbs-tools", "wqe_demo"),
             Vec::new(),
         ),
+        (
+            "market_data",
+            example_exe("zverbs-tools", "market_data"),
+            positional(&[&["-C", &max], &["--group", "x"], &["--timeout", "0"]]),
+        ),
     ];
     if cfg!(feature = "pmix") {
         programs.push((
@@ -492,6 +552,32 @@ mod software_device {
         format!(
             "device: zverbs_sim0 (the software mlx5 device: {missing}; pass --device to choose)\n"
         )
+    }
+
+    /// The market-data receiver on the software device, its own feed: every datagram of the
+    /// feed through a multicast rule into a striding queue, in order, none lost, with the
+    /// latency percentiles from the send time in each packet to its device timestamp.
+    #[test]
+    fn the_market_data_receiver_takes_its_own_feed_in_order() {
+        let o = run(example("market_data", &["-C", "5000"]));
+        assert_eq!(o.code, Some(0), "{}", o.text());
+        assert!(
+            o.stdout
+                .contains("striding queue of 8 WQEs x 512 strides of 128 bytes, device timestamps"),
+            "{}",
+            o.text()
+        );
+        assert!(
+            o.stdout
+                .contains("received 5000 in_order 5000 gaps 0 lost 0 late 0"),
+            "{}",
+            o.text()
+        );
+        assert!(
+            o.stdout.contains("latency send -> receive (ns): min "),
+            "{}",
+            o.text()
+        );
     }
 
     /// The newcomer's program runs every step (RC operations, SRQ, prepared requests, DC,
@@ -634,6 +720,84 @@ mod software_device {
                 o.text()
             );
         }
+    }
+
+    /// The numbers of the row under a perftest-style header line that contains `header`.
+    fn row_under(out: &str, header: &str) -> Vec<f64> {
+        let mut lines = out.lines();
+        while let Some(l) = lines.next() {
+            if l.contains(header) {
+                return lines
+                    .next()
+                    .unwrap_or("")
+                    .split_whitespace()
+                    .filter_map(|w| w.parse().ok())
+                    .collect();
+            }
+        }
+        Vec::new()
+    }
+
+    /// `raw_lat` and `raw_bw` on the software device, both sides in this process, each
+    /// steering frames to its own MAC into a striding queue read in place (the device loops
+    /// the port back): every ping answered, its latency row complete; the server's count of
+    /// the streamed frames told back to the client, within what was sent.
+    #[test]
+    fn zverbs_perf_raw_tests_run_both_sides_on_the_software_device() {
+        let o = run(perf(&[
+            "raw_lat",
+            "-n",
+            "300",
+            "--warmup",
+            "10",
+            "-p",
+            "18611",
+            "-d",
+            "zverbs_sim0",
+            "--timeout",
+            "5",
+        ]));
+        assert_eq!(o.code, Some(0), "{}", o.text());
+        assert!(
+            o.stdout
+                .contains("receive: a striding work queue behind an RSS QP, packets in place"),
+            "{}",
+            o.text()
+        );
+        // #bytes #iterations t_min t_typical t_p99 t_p99.9 t_max t_avg t_stdev
+        let r = row_under(&o.stdout, "t_typical[us]");
+        assert_eq!(r.len(), 9, "{}", o.text());
+        assert_eq!((r[0], r[1]), (64.0, 300.0), "{}", o.text());
+        assert!(r[2] > 0.0 && r[2] <= r[3] && r[3] <= r[6], "{}", o.text());
+
+        let o = run(perf(&[
+            "raw_bw",
+            "-n",
+            "20000",
+            "-s",
+            "128",
+            "-p",
+            "18612",
+            "-d",
+            "zverbs_sim0",
+        ]));
+        assert_eq!(o.code, Some(0), "{}", o.text());
+        // #bytes #iterations BW average BW Gbit/s MsgRate
+        let r = row_under(&o.stdout, "MsgRate[Mpps]");
+        assert_eq!(r.len(), 5, "{}", o.text());
+        assert_eq!((r[0], r[1]), (128.0, 20000.0), "{}", o.text());
+        assert!(r[4] > 0.0, "{}", o.text());
+        let told = o
+            .stdout
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("the server received "))
+            .unwrap_or_else(|| panic!("the server's count: {}", o.text()));
+        let w: Vec<&str> = told.split_whitespace().collect();
+        let (got, sent): (u64, u64) = (w[0].parse().unwrap(), w[2].parse().unwrap());
+        assert_eq!(sent, 20000, "{}", o.text());
+        // Ethernet has no flow control: frames the receive queue had no room for are lost;
+        // most arrive.
+        assert!(got > 0 && got <= sent, "{}", o.text());
     }
 
     /// A client whose window (`-t`) is deeper than the server's receive queue (`-r`): SENDs

@@ -103,10 +103,12 @@ pub(super) unsafe fn copy_to_receive(
         // `room` let a 64-byte scatter through only in a 128-byte entry.
         return Err(ScatterError::Format);
     }
-    // SAFETY: `index & mask` is a WQE of the ring, `1 << shift` bytes long.
-    let wqe = unsafe { base.as_ptr().add(((index & mask) as usize) << shift) };
-    // SAFETY: (caller) the WQE is the poller's to read and its buffers writable.
-    unsafe { scatter(wqe, 1 << (shift - 4), &data[..len]) }
+    // SAFETY: `index & mask` is a WQE of the ring, `1 << shift` bytes long; (caller) the WQE
+    // is the poller's to read and its buffers writable.
+    unsafe {
+        let wqe = base.as_ptr().add(((index & mask) as usize) << shift);
+        scatter(wqe, 1 << (shift - 4), &data[..len])
+    }
 }
 
 /// The common case of [`copy_to_receive`], inline in the poll loop: the receive's first data
@@ -146,19 +148,22 @@ pub(super) unsafe fn copy_to_first_segment(
     }
     let dst = seg.addr() as *mut u8;
     let len = byte_cnt as usize;
-    match op_own & (INLINE_SCATTER_32 | INLINE_SCATTER_64) {
-        // SAFETY: (caller) the segment's memory is writable for its byte count, which is at least `len`, and it does not overlap the CQE; `len` ≤ 32.
-        INLINE_SCATTER_32 if len <= 32 => unsafe { cqe.with(|c| copy_small(c, dst, len)) },
-        // The data is the first half of a 128-byte entry (none in a 64-byte one: then nothing
-        // is written and the general path reports the format).
-        INLINE_SCATTER_64 if len <= 64 => {
-            // SAFETY: as above.
-            let copied = unsafe { cqe.with_entry_head(|h| copy_small(h, dst, len)) };
-            if copied.is_none() {
-                return false;
+    // SAFETY: (caller) the segment's memory is writable for its byte count, which is at least
+    // `len`, and it does not overlap the CQE; each copy is of `len` ≤ 32 or ≤ 64 bytes, as its
+    // arm checks.
+    unsafe {
+        match op_own & (INLINE_SCATTER_32 | INLINE_SCATTER_64) {
+            INLINE_SCATTER_32 if len <= 32 => cqe.with(|c| copy_small(c, dst, len)),
+            // The data is the first half of a 128-byte entry (none in a 64-byte one: then
+            // nothing is written and the general path reports the format).
+            INLINE_SCATTER_64 if len <= 64 => {
+                let copied = cqe.with_entry_head(|h| copy_small(h, dst, len));
+                if copied.is_none() {
+                    return false;
+                }
             }
+            _ => return false,
         }
-        _ => return false,
     }
     true
 }
@@ -228,16 +233,19 @@ unsafe fn scatter(wqe: *const u8, segs: usize, mut data: &[u8]) -> Result<(), Sc
             return Ok(());
         }
         let mut raw = [0u8; 16];
-        // SAFETY: (caller) segment `i` is readable; unaligned-safe byte copy.
-        unsafe { core::ptr::copy_nonoverlapping(wqe.add(i * 16), raw.as_mut_ptr(), 16) };
-        let seg = DataSeg::new_unchecked(&raw);
-        if seg.lkey() == INVALID_LKEY {
-            break;
-        }
-        let n = data.len().min(seg.byte_count() as usize);
-        // SAFETY: (caller) the segment's memory is writable for its byte count, and `n` is at
-        // most that; it does not overlap the CQE copy `data`.
-        unsafe { core::ptr::copy_nonoverlapping(data.as_ptr(), seg.addr() as *mut u8, n) };
+        // SAFETY: (caller) segment `i` is readable (an unaligned-safe byte copy), and its
+        // memory is writable for its byte count, of which `n` is at most; it does not overlap
+        // the CQE copy `data`.
+        let n = unsafe {
+            core::ptr::copy_nonoverlapping(wqe.add(i * 16), raw.as_mut_ptr(), 16);
+            let seg = DataSeg::new_unchecked(&raw);
+            if seg.lkey() == INVALID_LKEY {
+                break;
+            }
+            let n = data.len().min(seg.byte_count() as usize);
+            core::ptr::copy_nonoverlapping(data.as_ptr(), seg.addr() as *mut u8, n);
+            n
+        };
         data = &data[n..];
     }
     if data.is_empty() {

@@ -7,6 +7,14 @@ use super::{Field, get_be16, get_be32, get_be64, set_be16, set_be32, set_be64};
 /// Field offsets of `struct mlx5_cqe64`.
 pub mod field {
     use super::Field;
+    /// `wqe_id`: be16 of a striding receive queue's CQE, the WQE (multi-packet WQE) the
+    /// packet is in (kernel `mlx5_cqe64.wqe_id`, DPDK `mlx5_cqe.wqe_id`).
+    pub const WQE_ID: Field = 2..4;
+    /// `hds_ip_ext`: u8 of an Ethernet receive CQE: bit 0 L2 OK, bit 1 L3 OK, bit 2 L4 OK
+    /// ([`CQE_L3_OK`](super::CQE_L3_OK), ...).
+    pub const HDS_IP_EXT: usize = 28;
+    /// `l4_l3_hdr_type`: u8 of an Ethernet receive CQE: bits 3..2 the L3 type, 6..4 the L4 type.
+    pub const L4_L3_HDR_TYPE: usize = 29;
     /// `ml_path`: u8 of a responder CQE, the destination LID path bits in bits 6..0.
     pub const ML_PATH: usize = 17;
     /// `slid`: be16 source LID of a responder CQE (InfiniBand).
@@ -57,6 +65,8 @@ pub mod err_field {
 const _: () = assert!(field::LEN == 64 && field::OP_OWN == 63 && field::SIGNATURE == 62);
 const _: () = assert!(field::FLAGS_RQPN.start == 24 && field::FLAGS_RQPN.end == 28);
 const _: () = assert!(field::ML_PATH == 17 && field::SLID.start == 22 && field::SLID.end == 24);
+const _: () = assert!(field::WQE_ID.start == 2 && field::HDS_IP_EXT == 28);
+const _: () = assert!(mpwrq::FILLER >> mpwrq::STRIDES_SHIFT == (mpwrq::STRIDES_MASK + 1));
 const _: () = assert!(field::SRQN_UIDX.start == 32 && field::IMM_INVAL_PKEY.start == 36);
 const _: () = assert!(field::BYTE_CNT.start == 44 && field::TIMESTAMP.start == 48);
 const _: () = assert!(field::SOP_DROP_QPN.start == 56 && field::WQE_COUNTER.start == 60);
@@ -82,6 +92,28 @@ pub const FLAGS_RQPN_SL_SHIFT: u32 = 24;
 pub const ML_PATH_DLID_PATH_BITS: u8 = 0x7f;
 /// The bits of `srqn_uidx` that hold the SRQ number or user index (24 bits).
 pub const SRQN_UIDX_MASK: u32 = 0x00ff_ffff;
+
+/// `hds_ip_ext` bit: the L2 header is valid (`MLX5_CQE_L2_OK`).
+pub const CQE_L2_OK: u8 = 1 << 0;
+/// `hds_ip_ext` bit: the L3 header and its checksum are valid (`MLX5_CQE_L3_OK`).
+pub const CQE_L3_OK: u8 = 1 << 1;
+/// `hds_ip_ext` bit: the L4 header and its checksum are valid (`MLX5_CQE_L4_OK`).
+pub const CQE_L4_OK: u8 = 1 << 2;
+
+/// The `byte_cnt` of a striding receive queue's CQE (kernel `struct mpwrq_cqe_bc`): bit 31
+/// the filler flag (no packet; the strides counted are consumed), bits 30..16 the strides the
+/// CQE consumes, bits 15..0 the packet's length.
+pub mod mpwrq {
+    /// Filler: the CQE carries no packet (`MLX5_MPRQ_FILLER_MASK`).
+    pub const FILLER: u32 = 1 << 31;
+    /// Where the consumed strides start.
+    pub const STRIDES_SHIFT: u32 = 16;
+    /// The consumed strides, after the shift: 15 bits, as the kernel reads them (DPDK masks
+    /// 14; the two agree for the WQEs of up to 2^14 strides a CQE can describe either way).
+    pub const STRIDES_MASK: u32 = 0x7fff;
+    /// The packet's length (`MLX5_MPRQ_LEN_MASK`).
+    pub const LEN_MASK: u32 = 0xffff;
+}
 
 /// Bit 0 of `op_own` (`MLX5_CQE_OWNER_MASK`).
 pub const OWNER_MASK: u8 = 1;
@@ -389,6 +421,21 @@ impl<T: AsRef<[u8]>> Cqe64<T> {
     pub fn send_opcode(&self) -> u8 {
         (self.sop_drop_qpn() >> 24) as u8
     }
+    /// `wqe_id` of a striding receive queue's CQE: the WQE the packet is in.
+    #[inline]
+    pub fn wqe_id(&self) -> u16 {
+        get_be16(self.buffer.as_ref(), field::WQE_ID)
+    }
+    /// `hds_ip_ext` of an Ethernet receive CQE ([`CQE_L3_OK`], [`CQE_L4_OK`], ...).
+    #[inline]
+    pub fn hds_ip_ext(&self) -> u8 {
+        self.buffer.as_ref()[field::HDS_IP_EXT]
+    }
+    /// `l4_l3_hdr_type` of an Ethernet receive CQE.
+    #[inline]
+    pub fn l4_l3_hdr_type(&self) -> u8 {
+        self.buffer.as_ref()[field::L4_L3_HDR_TYPE]
+    }
     /// `wqe_counter`.
     #[inline]
     pub fn wqe_counter(&self) -> u16 {
@@ -480,6 +527,16 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Cqe64<T> {
     #[inline]
     pub fn set_sop_drop_qpn(&mut self, v: u32) {
         set_be32(self.buffer.as_mut(), field::SOP_DROP_QPN, v);
+    }
+    /// Sets `wqe_id`.
+    #[inline]
+    pub fn set_wqe_id(&mut self, v: u16) {
+        set_be16(self.buffer.as_mut(), field::WQE_ID, v);
+    }
+    /// Sets `hds_ip_ext`.
+    #[inline]
+    pub fn set_hds_ip_ext(&mut self, v: u8) {
+        self.buffer.as_mut()[field::HDS_IP_EXT] = v;
     }
     /// Sets `wqe_counter`.
     #[inline]

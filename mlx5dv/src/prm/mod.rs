@@ -122,6 +122,24 @@ pub mod fm_ce_se {
     pub const INITIATOR_SMALL_FENCE: u8 = 1 << 5;
 }
 
+/// Checksum offload bits of the Ethernet segment's `cs_flags` (`MLX5_ETH_WQE_*_CSUM`).
+pub mod cs_flags {
+    /// The inner (tunnelled) IPv4 header checksum (`MLX5_ETH_WQE_L3_INNER_CSUM`, 1 << 4).
+    pub const L3_INNER: u8 = 1 << 4;
+    /// The inner TCP/UDP checksum (`MLX5_ETH_WQE_L4_INNER_CSUM`, 1 << 5).
+    pub const L4_INNER: u8 = 1 << 5;
+    /// The IPv4 header checksum (`MLX5_ETH_WQE_L3_CSUM`, 1 << 6).
+    pub const L3: u8 = 1 << 6;
+    /// The TCP/UDP checksum (`MLX5_ETH_WQE_L4_CSUM`, 1 << 7).
+    pub const L4: u8 = 1 << 7;
+    /// What libmlx5 sets for `IBV_SEND_IP_CSUM`: both outer checksums, `0xc0`.
+    pub const IP_CSUM: u8 = L3 | L4;
+}
+
+/// Frame bytes libmlx5 inlines into the Ethernet segment when the device asks for a minimum
+/// (`MLX5_ETH_L2_INLINE_HEADER_SIZE`: destination and source MAC, a VLAN tag, EtherType).
+pub const ETH_L2_INLINE_HEADER_SIZE: u16 = 18;
+
 /// Reads a big-endian `u16` at `f`.
 #[inline(always)]
 pub(crate) fn get_be16(b: &[u8], f: Field) -> u16 {

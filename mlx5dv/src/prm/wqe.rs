@@ -11,6 +11,7 @@
 //! | ATOMIC_CS, ATOMIC_FA | ctrl, raddr, atomic, data (8 bytes): one basic block |
 //! | NOP | ctrl |
 //! | SEND, SEND_IMM on a UD QP | ctrl, datagram, data × n or inline |
+//! | SEND on a raw packet QP | ctrl, Ethernet (+ inlined frame bytes), data × n or inline |
 //!
 //! On a UD QP the control and datagram segments fill the first basic block exactly
 //! ([`UD_HEADER_DS`] units), so the datagram segment never wraps around the end of the ring; a
@@ -132,6 +133,41 @@ pub mod av {
     pub const LEN: usize = 48;
 }
 
+/// Field offsets of the Ethernet segment of a raw packet QP's send WQE
+/// (`struct mlx5_wqe_eth_seg`, 32 bytes as declared). The frame's first `inline_hdr_sz`
+/// bytes start at [`INLINE_HDR_START`](eth::INLINE_HDR_START) and run on through the
+/// following 16-byte units (wrapping at the ring's end as inline data does): the segment takes
+/// [`eth_ds`] units.
+pub mod eth {
+    use super::Field;
+    /// `rsvd0` (DPDK: `swp_offs`): 4 bytes, zero.
+    pub const RSVD0: Field = 0..4;
+    /// `cs_flags`: u8 of checksum offload bits ([`cs_flags`](crate::prm::cs_flags)).
+    pub const CS_FLAGS: usize = 4;
+    /// `rsvd1` (DPDK: `swp_flags`): u8, zero.
+    pub const RSVD1: usize = 5;
+    /// `mss`: be16 TSO segment size; zero for a SEND.
+    pub const MSS: Field = 6..8;
+    /// `rsvd2` (DPDK: `metadata`): 4 bytes, zero.
+    pub const RSVD2: Field = 8..12;
+    /// `inline_hdr_sz`: be16 count of frame bytes inlined from [`INLINE_HDR_START`] on.
+    pub const INLINE_HDR_SZ: Field = 12..14;
+    /// `inline_hdr_start`: where the inlined frame bytes start (the first two here).
+    pub const INLINE_HDR_START: usize = 14;
+    /// `inline_hdr`: the next 16 inlined bytes (the declared struct's end).
+    pub const INLINE_HDR: Field = 16..32;
+    /// Size of the segment as declared (with 18 inlined bytes).
+    pub const LEN: usize = 32;
+}
+
+/// Size in 16-byte units of an Ethernet segment inlining `inline_hdr_sz` frame bytes: one
+/// unit holds the fields and the first two bytes, each further 16 bytes one more
+/// (libmlx5: `(offsetof(eth_seg, inline_hdr) + inl_hdr_size) >> 4` for 0 and 18 bytes).
+#[inline(always)]
+pub const fn eth_ds(inline_hdr_sz: usize) -> usize {
+    1 + inline_hdr_sz.saturating_sub(2).div_ceil(super::WQE_SEG)
+}
+
 /// Field offsets of the next segment at the head of a shared receive WQE
 /// (`struct mlx5_wqe_srq_next_seg`).
 pub mod srq_next {
@@ -178,6 +214,10 @@ const _: () = assert!(av::QKEY.start == av::DC_KEY.start && av::QKEY_RESERVED.en
 const _: () = assert!(srq_next::LEN == 16 && srq_next::NEXT_WQE_INDEX.start == 2);
 const _: () = assert!(srq_next::SIGNATURE == 4 && srq_next::RSVD1.end == srq_next::LEN);
 const _: () = assert!(SRQ_DATA == 16);
+const _: () = assert!(eth::CS_FLAGS == 4 && eth::RSVD1 == 5 && eth::MSS.start == 6);
+const _: () = assert!(eth::RSVD2.start == 8 && eth::INLINE_HDR_SZ.start == 12);
+const _: () = assert!(eth::INLINE_HDR_START == 14 && eth::INLINE_HDR.end == eth::LEN);
+const _: () = assert!(eth_ds(0) == 1 && eth_ds(2) == 1 && eth_ds(18) == 2 && eth_ds(42) == 4);
 const _: () = assert!(UD_HEADER_DS == 4 && ctrl::LEN + av::LEN == super::SEND_WQE_BB);
 
 seg_view!(
@@ -571,6 +611,61 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> SrqNextSeg<T> {
         b[..srq_next::LEN].fill(0);
         set_be16(b, srq_next::NEXT_WQE_INDEX, next_wqe_index);
     }
+}
+
+seg_view!(
+    /// A view of the first 16 bytes of an Ethernet segment (`struct mlx5_wqe_eth_seg`): its
+    /// fields and the first two inlined frame bytes. The rest of the inlined bytes follow in
+    /// the next units ([`eth_ds`]).
+    EthSeg,
+    super::WQE_SEG
+);
+
+impl<T: AsRef<[u8]>> EthSeg<T> {
+    /// The checksum offload bits.
+    #[inline]
+    pub fn cs_flags(&self) -> u8 {
+        self.buffer.as_ref()[eth::CS_FLAGS]
+    }
+    /// The TSO segment size (0 for a SEND).
+    #[inline]
+    pub fn mss(&self) -> u16 {
+        get_be16(self.buffer.as_ref(), eth::MSS)
+    }
+    /// How many frame bytes are inlined from byte 14 on.
+    #[inline]
+    pub fn inline_hdr_sz(&self) -> u16 {
+        get_be16(self.buffer.as_ref(), eth::INLINE_HDR_SZ)
+    }
+    /// The first two inlined frame bytes.
+    #[inline]
+    pub fn inline_hdr_start(&self) -> [u8; 2] {
+        let b = self.buffer.as_ref();
+        [b[eth::INLINE_HDR_START], b[eth::INLINE_HDR_START + 1]]
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> EthSeg<T> {
+    /// Writes the segment's fields (`cs_flags`, `mss` 0, `inline_hdr_sz`; the reserved bytes
+    /// zero, as libmlx5's `memset`) and the first two inlined bytes `start` (zeros when none
+    /// are inlined).
+    #[inline(always)]
+    pub fn set(&mut self, cs_flags: u8, inline_hdr_sz: u16, start: [u8; 2]) {
+        self.buffer.as_mut()[..16].copy_from_slice(&eth_seg_head(cs_flags, inline_hdr_sz, start));
+    }
+}
+
+/// The first 16 bytes of an Ethernet segment, as a value ([`EthSeg::set`]).
+#[inline(always)]
+pub const fn eth_seg_head(cs_flags: u8, inline_hdr_sz: u16, start: [u8; 2]) -> [u8; 16] {
+    let mut b = [0u8; 16];
+    b[eth::CS_FLAGS] = cs_flags;
+    let sz = inline_hdr_sz.to_be_bytes();
+    b[eth::INLINE_HDR_SZ.start] = sz[0];
+    b[eth::INLINE_HDR_SZ.start + 1] = sz[1];
+    b[eth::INLINE_HDR_START] = start[0];
+    b[eth::INLINE_HDR_START + 1] = start[1];
+    b
 }
 
 /// The inline segment header: `byte_count` with [`INLINE_SEG`](super::INLINE_SEG) set.

@@ -54,7 +54,7 @@ impl<P: SqStateRef> SendQueue<P, Dci> {
         shared: Option<&SharedBf>,
     ) -> Result<Self, LayoutError> {
         // SAFETY: (caller) the contract of `with_register`, which is this function's.
-        unsafe { Self::with_register(layout, caps, state, shared) }
+        unsafe { Self::with_register(layout, caps, 0, state, shared) }
     }
 
     /// Writes `wr` to `dest` without ringing: it reaches the device with the next

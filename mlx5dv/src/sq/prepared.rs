@@ -248,14 +248,16 @@ impl<P: SqStateRef> SendQueue<P, Connected> {
         // with BlueFlame, `prep_key_db` without (the other is `u64::MAX`, which no key is).
         let key = u64::from(self.state.gate().peek()) | p.key;
         if (c.len as i32) > 0 {
-            if key == self.prep_key {
-                // SAFETY: (caller) the posting contract; a length of at least one byte, and
-                // `prep_key` passed: the queue has BlueFlame.
-                return unsafe { self.post_prepared_fast::<REMOTE, true>(p, c) };
-            }
-            if key == self.prep_key_db {
-                // SAFETY: as above; `prep_key_db` passed: the queue has no BlueFlame.
-                return unsafe { self.post_prepared_fast::<REMOTE, false>(p, c) };
+            // SAFETY: (caller) the posting contract; a length of at least one byte, and the
+            // key that passed says the doorbell's kind: `prep_key` a queue with BlueFlame,
+            // `prep_key_db` one without.
+            unsafe {
+                if key == self.prep_key {
+                    return self.post_prepared_fast::<REMOTE, true>(p, c);
+                }
+                if key == self.prep_key_db {
+                    return self.post_prepared_fast::<REMOTE, false>(p, c);
+                }
             }
         }
         self.held = c;
@@ -279,15 +281,16 @@ impl<P: SqStateRef> SendQueue<P, Connected> {
         // Taken down before the compare: the slow path sets a short credit again.
         let (credit, short) = self.credit.overflowing_sub(1);
         self.credit = credit;
-        if short {
-            self.held = c;
-            // SAFETY: (caller) the posting contract.
-            return unsafe { self.post_prepared_slow(p) };
+        // SAFETY: (caller) the posting contract. Past the short credit: a length of at least
+        // one byte, room checked (the credit), nothing staged, `BF` as the doorbell is; the key
+        // passed: the register is the queue's own.
+        unsafe {
+            if short {
+                self.held = c;
+                return self.post_prepared_slow(p);
+            }
+            self.write_block_and_ring::<REMOTE, BF>(p, c, None);
         }
-        // SAFETY: a length of at least one byte, room checked (the credit), nothing staged,
-        // `BF` as the doorbell is; (caller) the posting contract. The key passed: the register
-        // is the queue's own.
-        unsafe { self.write_block_and_ring::<REMOTE, BF>(p, c, None) };
         Ok(())
     }
 
@@ -323,12 +326,13 @@ impl<P: SqStateRef> SendQueue<P, Connected> {
         self.record_block_at(c.wr_id, p.opcode, p.signaled, 0, word as usize * 2, next);
         let ring = self.ring;
         // SAFETY: (caller) block `pi` is free (room was checked) and not yet published; the
-        // WQE is one block.
-        let wqe = unsafe { ring.reserve(pi.wrapping_mul(crate::prm::SEGS_PER_BB as u32), 1) };
-        // `word` is block `pi`'s first word in the ring.
-        wqe.block_regs_at(word, &block);
-        // SAFETY: (caller) `BF` as the doorbell is.
-        unsafe { self.doorbell.ring_block_regs::<BF>(next, &block, lock) };
+        // WQE is one block; `BF` as the doorbell is.
+        unsafe {
+            let wqe = ring.reserve(pi.wrapping_mul(crate::prm::SEGS_PER_BB as u32), 1);
+            // `word` is block `pi`'s first word in the ring.
+            wqe.block_regs_at(word, &block);
+            self.doorbell.ring_block_regs::<BF>(next, &block, lock);
+        }
     }
 
     /// [`SendQueue::post_prepared`] when a fast check failed: the exact checks, then the
@@ -365,20 +369,19 @@ impl<P: SqStateRef> SendQueue<P, Connected> {
         if self.pending != 0 {
             self.ring_pending();
         }
-        if len != 0 {
-            // SAFETY: checked, a length of at least one byte, nothing staged, `BF` as the
-            // doorbell is; the caller upholds the posting contract.
-            unsafe {
+        // SAFETY: checked, nothing staged; the caller upholds the posting contract. A length
+        // of at least one byte goes as a block, `BF` as the doorbell is.
+        unsafe {
+            if len != 0 {
                 if bf {
                     self.write_block_and_ring::<REMOTE, true>(p, c, lock)
                 } else {
                     self.write_block_and_ring::<REMOTE, false>(p, c, lock)
                 }
-            };
-        } else {
-            // SAFETY: checked; the caller upholds the posting contract.
-            let start = unsafe { self.write_prepared(p, c) };
-            self.doorbell.ring(self.ring, self.pi, start, 1, true, lock);
+            } else {
+                let start = self.write_prepared(p, c);
+                self.doorbell.ring(self.ring, self.pi, start, 1, true, lock);
+            }
         }
         self.reload_credit();
         Ok(())

@@ -4,7 +4,8 @@
 //! start-up code calls [`main`]. Everything the binary does goes through the data-path crates
 //! (`zverbs-core`, `zverbs-mlx5dv`), over static memory laid out as libmlx5 lays out a queue
 //! pair and a completion queue: it posts a receive, posts and rings an RDMA WRITE (BlueFlame),
-//! plays the device by writing a requester and a responder CQE, and polls them. Inputs pass
+//! plays the device by writing a requester and a responder CQE, and polls them; a striding
+//! receive work queue hands out packets in place, plain and from a compressed session. Inputs pass
 //! through [`black_box`] so nothing is folded away or dead-stripped before linking.
 //!
 //! If a data-path crate used `std`, the build would fail with E0152 (a second
@@ -27,15 +28,16 @@ use core::hint::black_box;
 use core::ptr::NonNull;
 
 use zverbs_core::{
-    Completion, PollCq, PostRecv, PostSend, RecvWr, RemoteBuf, SendWr, Sge, UdDest, WcOpcode,
-    WcStatus,
+    Completion, PollCq, PostRecv, PostSend, RecvWr, RemoteBuf, SendFlags, SendWr, Sge, UdDest,
+    WcOpcode, WcStatus,
 };
 use zverbs_mlx5dv::prm::cqe::Cqe64;
 use zverbs_mlx5dv::prm::opcode;
 use zverbs_mlx5dv::{
-    BfLayout, Changes, CompletionQueue, CqArm, CqBinding, CqLayout, QpLayout, RecvQueue, RqSlot,
-    RqState, SendQueue, SharedRecvQueue, SqCaps, SqSlot, SqState, SrqLayout, SrqSlot, SrqState,
-    Transport, WqLayout,
+    BfLayout, Changes, CompletionQueue, CqArm, CqBinding, CqLayout, FrameLengths, QpLayout,
+    RecvQueue, RqRef, RqSlot, RqState, SendQueue, SharedRecvQueue, SqCaps, SqRef, SqSlot, SqState,
+    SrqLayout, SrqSlot, SrqState, StrideBuffer, StrideConfig, StrideSlot, StridingRq,
+    StridingState, Transport, WqLayout,
 };
 
 #[link(name = "c")]
@@ -78,6 +80,9 @@ const UD_QPN: u32 = 0x124;
 /// Shared receive queue WQEs and their stride (a next segment and one data segment).
 const SRQ_WQES: usize = 4;
 const SRQ_STRIDE: usize = 32;
+/// A striding work queue's WQEs, each of 8 strides of 64 bytes.
+const MPRQ_WQES: usize = 4;
+const MPRQ_WQE_BYTES: usize = 8 * 64;
 
 /// The memory a device shares with software, laid out as libmlx5 lays it out: every ring and
 /// BlueFlame buffer at a multiple of 16 bytes (the records after them).
@@ -96,6 +101,16 @@ struct DeviceMemory {
     srq_dbrec: [u32; 1],
     /// Stands in for the CQ's UAR page: the arm writes its CQ doorbell at 0x20.
     cq_uar: [u64; 8],
+    /// A striding work queue: its WQEs, its record, its strides, its CQ.
+    mprq: [u8; MPRQ_WQES * 32],
+    mprq_dbrec: [u32; 2],
+    strides: [u8; MPRQ_WQES * MPRQ_WQE_BYTES],
+    mprq_cq: [u8; CQES * 64],
+    mprq_cq_dbrec: [u32; 2],
+    /// A raw packet QP's send ring, its BlueFlame buffers and record.
+    eth_sq: [u8; SQ_BBS * 64],
+    eth_bf: [u8; 2 * BF_SIZE],
+    eth_dbrec: [u32; 2],
 }
 
 /// Static device memory, reached only through raw pointers.
@@ -117,6 +132,14 @@ static MEMORY: Shared = Shared(UnsafeCell::new(DeviceMemory {
     ud_dbrec: [0; 2],
     srq_dbrec: [0; 1],
     cq_uar: [0; 8],
+    mprq: [0; MPRQ_WQES * 32],
+    mprq_dbrec: [0; 2],
+    strides: [0; MPRQ_WQES * MPRQ_WQE_BYTES],
+    mprq_cq: [0; CQES * 64],
+    mprq_cq_dbrec: [0; 2],
+    eth_sq: [0; SQ_BBS * 64],
+    eth_bf: [0; 2 * BF_SIZE],
+    eth_dbrec: [0; 2],
 }));
 
 /// Called by the C library's start-up code.
@@ -498,6 +521,163 @@ fn datagrams_and_srq() -> Result<(), c_int> {
         46,
     )?;
     check(srq.free() == 1, 47)?;
+    striding()?;
+    ethernet()
+}
+
+/// A raw packet QP's send queue: a frame by reference with checksum offload (18 bytes
+/// inlined), an inline frame, a prepared frame, and a frame too short refused.
+fn ethernet() -> Result<(), c_int> {
+    let mem = MEMORY.0.get();
+    // SAFETY: as in `run`: the static lives for the whole program, one thread.
+    let (sq_buf, dbrec, bf) = unsafe {
+        (
+            (&raw mut (*mem).eth_sq).cast::<u8>(),
+            (&raw mut (*mem).eth_dbrec).cast::<u32>(),
+            (&raw mut (*mem).eth_bf).cast::<u8>(),
+        )
+    };
+    let qp = QpLayout {
+        qpn: black_box(0x125),
+        dbrec: nonnull(dbrec),
+        sq: WqLayout {
+            buf: nonnull(sq_buf),
+            wqe_cnt: black_box(SQ_BBS as u32),
+            stride: 64,
+        },
+        rq: WqLayout {
+            buf: nonnull(sq_buf),
+            wqe_cnt: 0,
+            stride: 16,
+        },
+        bf: BfLayout {
+            reg: nonnull(bf),
+            size: black_box(BF_SIZE as u32),
+        },
+    };
+    let caps = SqCaps {
+        max_send_sge: 2,
+        max_inline_data: 128,
+        sig_all: false,
+        max_signaled: CQES as u32,
+        transport: Transport::Ethernet {
+            max_frame: black_box(1514),
+        },
+    };
+    let sq_slots: [SqSlot; SQ_BBS] = core::array::from_fn(|_| SqSlot::new());
+    let sq_state = SqState::new(&sq_slots[..]).map_err(|_| 60)?;
+    // SAFETY: the layout describes the static ring and record, which live for the whole
+    // program; this is the only queue over them.
+    let mut sq =
+        unsafe { SendQueue::new_eth(&qp, caps, black_box(18), &sq_state, None) }.map_err(|_| 61)?;
+    let frame = black_box([0x45u8; 64]);
+    let sgl = [Sge::from_slice(&frame, 0x1100)];
+    let short = [Sge::from_slice(&frame[..10], 0x1100)];
+    let headers = black_box([0x11u8; 42]);
+    let lengths = FrameLengths {
+        ipv4_total_at: Some(16),
+        udp_len_at: Some(38),
+    };
+    let prepared = sq
+        .prepare_frame(&headers, SendFlags::IP_CSUM, lengths)
+        .map_err(|_| 62)?;
+    // SAFETY: nothing runs the requests; the frames outlive the program's use of the ring.
+    unsafe {
+        sq.post(&SendWr::send(60, &sgl).with_flags(SendFlags::IP_CSUM))
+            .map_err(|_| 63)?;
+        sq.post(&SendWr::send(61, &sgl).inline()).map_err(|_| 64)?;
+        sq.post_frame(&prepared, 62, Sge::from_slice(&frame[..22], 0x1100))
+            .map_err(|_| 65)?;
+        check(sq.post(&SendWr::send(63, &short)).is_err(), 66)?;
+    }
+    // The first WQE is a SEND (opcode 0x0a) with the checksum flags in its Ethernet segment.
+    // SAFETY: bytes 3 and 20 of the first WQE, inside the ring; nothing writes it now.
+    let (op, cs) = unsafe { (sq_buf.add(3).read(), sq_buf.add(20).read()) };
+    check(op == opcode::SEND && cs == 0xc0, 67)
+}
+
+/// A striding receive work queue hands out a packet in place, takes a filler, gives its
+/// strides back and posts its WQE again; then a compressed session of two packets.
+fn striding() -> Result<(), c_int> {
+    let mem = MEMORY.0.get();
+    // SAFETY: as in `run`: the static lives for the whole program, one thread.
+    let (ring, dbrec, strides, cq_buf, cq_dbrec) = unsafe {
+        (
+            (&raw mut (*mem).mprq).cast::<u8>(),
+            (&raw mut (*mem).mprq_dbrec).cast::<u32>(),
+            (&raw mut (*mem).strides).cast::<u8>(),
+            (&raw mut (*mem).mprq_cq).cast::<u8>(),
+            (&raw mut (*mem).mprq_cq_dbrec).cast::<u32>(),
+        )
+    };
+    for i in 0..CQES {
+        // SAFETY: byte 63 of CQE `i` is inside the ring; no queue exists yet.
+        unsafe { cq_buf.add(i * 64 + 63).write(0xf1) };
+    }
+    let layout = WqLayout {
+        buf: nonnull(ring),
+        wqe_cnt: black_box(MPRQ_WQES as u32),
+        stride: 32,
+    };
+    let cfg = StrideConfig {
+        log_num_strides: black_box(3),
+        log_stride_size: 6,
+    };
+    let buffer = StrideBuffer {
+        addr: nonnull(strides),
+        len: MPRQ_WQES * MPRQ_WQE_BYTES,
+        lkey: black_box(0x77),
+    };
+    let slots = [const { StrideSlot::new() }; MPRQ_WQES];
+    let state = StridingState::new(&slots[..]).map_err(|_| 50)?;
+    // SAFETY: the static's ring, record and strides outlive the queue; nothing else uses them.
+    let rq =
+        unsafe { StridingRq::new(&layout, nonnull(dbrec), cfg, buffer, &state) }.map_err(|_| 51)?;
+    let cq_layout = CqLayout {
+        buf: nonnull(cq_buf),
+        dbrec: nonnull(cq_dbrec),
+        cqe_cnt: black_box(CQES as u32),
+        cqe_size: 64,
+        cqn: 9,
+    };
+    let none: [CqBinding<SqRef<'_>, RqRef<'_>>; 0] = [];
+    // SAFETY: as above; the only poller of the ring.
+    let mut cq = unsafe { CompletionQueue::new(&cq_layout, &none[..]) }.map_err(|_| 52)?;
+    // The device: a 100-byte packet at WQE 0's first stride, a filler for its last 6.
+    // SAFETY: inside the strides; the queue does not read them until a CQE says so.
+    unsafe { core::ptr::write_bytes(strides, 0xa5, 100) };
+    let put = |at: usize, wqe_id: u16, stride: u16, byte_cnt: u32, op_own: u8| {
+        let mut c = [0u8; 64];
+        let mut v = Cqe64::new_unchecked(&mut c);
+        v.set_wqe_id(wqe_id);
+        v.set_wqe_counter(stride);
+        v.set_byte_cnt(byte_cnt);
+        v.set_timestamp(black_box(77));
+        v.set_op_own(op_own);
+        // SAFETY: CQE `at` is inside the ring; the poller is not running.
+        unsafe { core::ptr::copy_nonoverlapping(c.as_ptr(), cq_buf.add(at * 64), 64) };
+    };
+    put(0, 0, 0, 2 << 16 | 100, 0x20);
+    put(1, 0, 2, 1 << 31 | 6 << 16, 0x20);
+    let mut sum = 0usize;
+    let n = rq.poll_packets(&mut cq, black_box(8), |p| {
+        sum += p.bytes().iter().map(|&b| usize::from(b)).sum::<usize>() + p.timestamp() as usize;
+    });
+    check(n == 1 && sum == 100 * 0xa5 + 77, 53)?;
+    check(rq.head() == MPRQ_WQES as u32 + 1, 54)?;
+    // A session of two packets in WQE 1: the title at 2, its array at 3.
+    let mut array = [0u8; 64];
+    array[2..4].copy_from_slice(&0u16.to_be_bytes());
+    array[4..8].copy_from_slice(&(1u32 << 16 | 60).to_be_bytes());
+    array[10..12].copy_from_slice(&1u16.to_be_bytes());
+    array[12..16].copy_from_slice(&(1u32 << 16 | 61).to_be_bytes());
+    // SAFETY: CQE 3 is inside the ring; the poller is not running.
+    unsafe { core::ptr::copy_nonoverlapping(array.as_ptr(), cq_buf.add(3 * 64), 64) };
+    put(2, 1, 0, 2, 0x2c);
+    let mut burst = [const { None }; 4];
+    let n = rq.poll_burst(&mut cq, black_box(&mut burst[..]));
+    let lens = burst.each_ref().map(|p| p.as_ref().map_or(0, |p| p.len()));
+    check(n == 2 && lens == [60, 61, 0, 0], 55)?;
     Ok(())
 }
 

@@ -23,6 +23,23 @@ pub struct Binding {
     pub srq: bool,
 }
 
+/// The bit of [`Binding::qpn`] that marks a keyed binding, above every QP number.
+pub(crate) const KEYED: u32 = 1 << 31;
+
+impl Binding {
+    /// The binding of a receive queue whose receives carry `key` in their `wr_id`
+    /// (`RecvQueue::keyed`: a raw packet QP's or a receive work queue's), whose completions
+    /// name no QP the poller knows.
+    pub(crate) fn keyed(key: u32, rq: Arc<RqShared>) -> Self {
+        Self {
+            qpn: KEYED | (key & super::rq::KEY_MASK),
+            sq: None,
+            rq: Some(rq),
+            srq: false,
+        }
+    }
+}
+
 /// A CQ polled through `ibv_poll_cq`.
 #[derive(Debug)]
 pub struct Poller {
@@ -130,6 +147,20 @@ impl Poller {
         Some(i)
     }
 
+    /// The index of the binding `wc` is for: a keyed receive's ([`Binding::keyed`]) by the
+    /// key in its `wr_id`, else by its QP number.
+    #[inline(always)]
+    fn binding_of(&mut self, wc: &ibv_wc) -> Option<usize> {
+        let key = (wc.wr_id >> 32) as u32 & super::rq::KEY_MASK;
+        if wc.wr_id & RECV_TAG != 0
+            && key != 0
+            && let Some(i) = self.binding(KEYED | key)
+        {
+            return Some(i);
+        }
+        self.binding(wc.qp_num)
+    }
+
     /// Translates one work completion.
     #[inline(always)]
     fn convert(&mut self, wc: &ibv_wc, out: &mut Completion) {
@@ -146,7 +177,7 @@ impl Poller {
         out.sl = 0;
         out.dlid_path_bits = 0;
         let counter = wc.wr_id as u32;
-        let found = self.binding(wc.qp_num);
+        let found = self.binding_of(wc);
         let binding = found.and_then(|i| self.bindings.get(i));
         if !status.is_success() {
             error_closes(binding);

@@ -11,8 +11,9 @@ use zverbs_ffi::types::*;
 /// A receive queue driven through `ibv_post_recv`.
 #[derive(Debug)]
 pub struct RecvQueue {
-    qp: *mut ibv_qp,
-    post: PostRecvFn,
+    target: Target,
+    /// `RECV_TAG`, and for a keyed queue its key in bits 32..56 ([`RecvQueue::keyed`]).
+    tag: u64,
     wrs: RawArray<ibv_recv_wr>,
     sges: RawArray<Sge>,
     max_wr: u32,
@@ -47,11 +48,54 @@ impl RecvQueue {
     ) -> Option<Self> {
         // SAFETY: (caller) `qp` and its context are live.
         let post = unsafe { (*(*qp).context).ops.post_recv }?;
+        Some(Self::with_target(
+            Target::Qp(qp, post),
+            max_recv_wr,
+            max_recv_sge,
+            shared,
+        ))
+    }
+
+    /// A receive queue posting to receive work queue `wq` (`ibv_post_wq_recv`), with
+    /// `max_wr` receives of `max_sge` scatter entries, keyed with the WQ's number (its
+    /// completions carry no QP number the poller knows: see [`RecvQueue::keyed`]).
+    ///
+    /// # Safety
+    ///
+    /// As [`RecvQueue::new`], for a live WQ.
+    pub(crate) unsafe fn new_wq(
+        wq: *mut zverbs_ffi::eth::ibv_wq,
+        max_wr: u32,
+        max_sge: u32,
+        shared: Arc<RqShared>,
+    ) -> Option<Self> {
+        // SAFETY: (caller) a live WQ.
+        let post = unsafe { (*wq).post_recv }?;
+        // SAFETY: (caller) a live WQ.
+        let wqn = unsafe { (*wq).wq_num };
+        Some(Self::with_target(Target::Wq(wq, post), max_wr, max_sge, shared).keyed(wqn))
+    }
+
+    /// The same queue, its receives carrying `key` (a raw packet QP's or work queue's number,
+    /// non-zero, 24 bits) in their `wr_id`: an Ethernet receive completion names no QP the
+    /// poller knows (its `qp_num` is the flow tag), so the poller finds the queue by the key,
+    /// in the binding [`Binding::keyed`](super::Binding::keyed) made.
+    pub(crate) fn keyed(mut self, key: u32) -> Self {
+        self.tag = RECV_TAG | (u64::from(key & KEY_MASK) << 32);
+        self
+    }
+
+    fn with_target(
+        target: Target,
+        max_recv_wr: u32,
+        max_recv_sge: u32,
+        shared: Arc<RqShared>,
+    ) -> Self {
         let max_wr = max_recv_wr.max(1);
         let max_sge = max_recv_sge;
-        Some(Self {
-            qp,
-            post,
+        Self {
+            target,
+            tag: RECV_TAG,
             wrs: RawArray::new(max_wr as usize, ibv_recv_wr::ZERO),
             sges: RawArray::new(max_wr as usize * max_sge.max(1) as usize, Sge::default()),
             max_wr,
@@ -59,7 +103,7 @@ impl RecvQueue {
             head: 0,
             tail: 0,
             shared,
-        })
+        }
     }
 
     /// Scatter entries a receive may have.
@@ -109,7 +153,7 @@ impl RecvQueue {
         // SAFETY: `i < max_wr` (caller), inside the array.
         unsafe {
             this.write(ibv_recv_wr {
-                wr_id: RECV_TAG | u64::from(counter),
+                wr_id: self.tag | u64::from(counter),
                 next: core::ptr::null_mut(),
                 sg_list: sg_list(sg),
                 num_sge: wr.sgl.len() as i32,
@@ -118,6 +162,35 @@ impl RecvQueue {
         // SAFETY: (caller) the slot is free and the receive not yet posted.
         unsafe { self.shared.record(counter, wr.wr_id) };
         this
+    }
+}
+
+/// The bits of a keyed receive's `wr_id` that hold its queue's key (above the counter).
+pub(crate) const KEY_MASK: u32 = 0x00ff_ffff;
+
+/// Where a receive queue posts.
+#[derive(Debug)]
+enum Target {
+    /// A QP's receive queue (`ibv_post_recv`).
+    Qp(*mut ibv_qp, PostRecvFn),
+    /// A receive work queue (`ibv_post_wq_recv`).
+    Wq(*mut zverbs_ffi::eth::ibv_wq, zverbs_ffi::eth::WqPostRecvFn),
+}
+
+impl Target {
+    /// Posts the chain at `first`.
+    ///
+    /// # Safety
+    ///
+    /// The target is live and only this queue posts to it; the chain is valid.
+    #[inline(always)]
+    unsafe fn post(&self, first: *mut ibv_recv_wr, bad: *mut *mut ibv_recv_wr) -> i32 {
+        match *self {
+            // SAFETY: (caller) a live QP, a valid chain.
+            Target::Qp(qp, f) => unsafe { f(qp, first, bad) },
+            // SAFETY: (caller) a live WQ, a valid chain.
+            Target::Wq(wq, f) => unsafe { f(wq, first, bad) },
+        }
     }
 }
 
@@ -130,7 +203,7 @@ impl PostRecv for RecvQueue {
         let mut bad = core::ptr::null_mut();
         // SAFETY: (constructor) the QP is live and only this queue posts receives to it; the
         // request is in our arrays. (Caller) the buffers obey the posting contract.
-        let ret = unsafe { (self.post)(self.qp, first, &mut bad) };
+        let ret = unsafe { self.target.post(first, &mut bad) };
         if ret != 0 {
             return Err(PostError::Verbs { errno: ret.abs() });
         }
@@ -161,7 +234,7 @@ impl PostRecv for RecvQueue {
         let first = self.wrs.at(0);
         let mut bad: *mut ibv_recv_wr = core::ptr::null_mut();
         // SAFETY: as in `post_recv`, for the whole chain.
-        let ret = unsafe { (self.post)(self.qp, first, &mut bad) };
+        let ret = unsafe { self.target.post(first, &mut bad) };
         if ret != 0 {
             // The provider posted the requests before `bad` and none from it on.
             let index = super::sq::chain_index(bad, first, wrs.len()).unwrap_or(0);

@@ -740,3 +740,77 @@ fn an_srq_binding_reports_receives_with_the_callers_wr_id() {
     assert_eq!(wc[2].wr_id, 0xdead_beef_0000_0001);
     assert!(wc.iter().take(3).all(|c| c.status == WcStatus::Success));
 }
+
+/// A raw packet QP's receive completions name the flow tag where the QP number would be (0
+/// without a tag): its receive queue keys its `wr_id`s with its number, and the poller finds
+/// the queue by that key (the keyed binding), not by the completion's `qp_num`, which may even
+/// equal another QP's number. Its send completions still name the QP.
+#[test]
+fn keyed_receives_are_found_by_their_key_not_the_flow_tag() {
+    fake::reset(1024);
+    let dev = FakeDevice::new();
+    let raw_qpn = 0x42;
+    let (sqs, rqs) = (
+        Arc::new(SqShared::new(MAX_WR)),
+        Arc::new(RqShared::new(MAX_WR)),
+    );
+    // Another QP whose number is the flow tag below, with a receive queue of its own.
+    let other = Arc::new(RqShared::new(MAX_WR));
+    let bindings = Box::new([
+        Binding {
+            qpn: raw_qpn,
+            sq: Some(sqs.clone()),
+            rq: None,
+            srq: false,
+        },
+        Binding::keyed(raw_qpn, rqs.clone()),
+        Binding {
+            qpn: 7,
+            sq: None,
+            rq: Some(other),
+            srq: false,
+        },
+    ]);
+    // SAFETY: as in `rig_with`.
+    let (mut rq, mut cq) = unsafe {
+        (
+            RecvQueue::new(dev.qp(), MAX_WR, 1, rqs)
+                .unwrap()
+                .keyed(raw_qpn),
+            Poller::new(dev.cq(), 16, bindings).unwrap(),
+        )
+    };
+    let buf = [0u8; 256];
+    let a = [Sge::new(buf.as_ptr() as u64, 256, 5)];
+    for i in 0..2 {
+        // SAFETY: the fake provider only reads the requests.
+        unsafe { rq.post(&RecvWr::new(300 + i, &a)) }.unwrap();
+    }
+    let ids: Vec<u64> = with(|f| f.recvs.iter().map(|x| x.wr_id).collect());
+    assert_eq!(
+        ids,
+        [RECV_TAG | (0x42 << 32), RECV_TAG | (0x42 << 32) | 1],
+        "the key above the counter"
+    );
+    with(|f| {
+        for (i, tag) in [(0u64, 0u32), (1, 7)] {
+            f.cq.push_back(ibv_wc {
+                wr_id: ids[i as usize],
+                opcode: 128,
+                byte_len: 60,
+                qp_num: tag,
+                ..ibv_wc::default()
+            });
+        }
+    });
+    let mut wc = [Completion::EMPTY; 4];
+    let n = cq.poll(&mut wc);
+    assert_eq!(n, 2);
+    assert_eq!(
+        (wc[0].wr_id, wc[0].status, wc[0].opcode, wc[0].byte_len),
+        (300, WcStatus::Success, WcOpcode::Recv, 60)
+    );
+    assert_eq!((wc[1].wr_id, wc[1].status), (301, WcStatus::Success));
+    assert_eq!(rq.free(), MAX_WR);
+    drop(dev);
+}

@@ -159,6 +159,19 @@ impl ContextProvider for FakeContext {
     fn name(&self) -> &str {
         "fake0"
     }
+    /// An rdma-core device with raw packet QPs: the kernel asks for `CAP_NET_RAW`.
+    fn raw_support(&self, _port: u8) -> Result<super::RawSupport> {
+        Ok(super::RawSupport {
+            caps: crate::types::eth::RawCaps {
+                raw_packet_caps: 0,
+                ip_csum: false,
+                flow_steering: true,
+            },
+            min_inline: 18,
+            max_frame: 1518,
+            needs_cap_net_raw: true,
+        })
+    }
     fn query_device(&self) -> Result<DeviceAttr> {
         Ok(DeviceAttr {
             fw_ver: "0".into(),
@@ -448,6 +461,8 @@ struct FakeQp {
 unsafe impl Send for FakeQp {}
 // SAFETY: as above.
 unsafe impl Sync for FakeQp {}
+
+impl super::FlowTarget for FakeQp {}
 
 impl QpProvider for FakeQp {
     fn qpn(&self) -> u32 {

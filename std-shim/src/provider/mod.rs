@@ -35,6 +35,7 @@ use crate::types::access::AccessFlags;
 use crate::types::ah::AhAttr;
 use crate::types::device::Gid;
 use crate::types::device::{DeviceAttr, GidEntry, PortAttr};
+use crate::types::eth::{FlowRule, FlowRuleError, RawCaps, RxHash, WqShape};
 use crate::types::event::AsyncEvent;
 use crate::types::qp::{QpCaps, QpType};
 use std::os::fd::BorrowedFd;
@@ -110,6 +111,22 @@ pub(crate) trait ContextProvider: Send + Sync + Debug {
             reason: "the provider cannot create CQs with completion timestamps".into(),
         })
     }
+    /// What the device does with raw packets on `port`.
+    fn raw_support(&self, port: u8) -> Result<RawSupport> {
+        let _ = port;
+        Err(Error::NoRawPacket {
+            device: self.name().to_string(),
+            reason: "the provider has no raw packet QPs".into(),
+        })
+    }
+    /// An indirection table over `wqs` (a power of two of them, this provider's).
+    fn create_ind_table(&self, wqs: &[&dyn WqProvider]) -> Result<Box<dyn IndTableProvider>> {
+        let _ = wqs;
+        Err(Error::NoRawPacket {
+            device: self.name().to_string(),
+            reason: "the provider has no receive work queues".into(),
+        })
+    }
     /// A completion channel (`ibv_create_comp_channel`).
     fn create_comp_channel(&self) -> Result<Box<dyn ChannelProvider>> {
         Err(crate::error::EventError::Unsupported(self.name().to_owned()).into())
@@ -142,6 +159,68 @@ pub(crate) trait ContextProvider: Send + Sync + Debug {
         })
     }
 }
+
+/// What a device does with raw packets on one of its ports ([`ContextProvider::raw_support`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RawSupport {
+    /// Its raw packet capabilities.
+    pub(crate) caps: RawCaps,
+    /// Bytes of each frame a send WQE must carry inline in its Ethernet segment (0 or 18).
+    pub(crate) min_inline: u16,
+    /// The largest frame the port sends: its MTU, the Ethernet header and one VLAN tag.
+    pub(crate) max_frame: u32,
+    /// Whether the kernel asks for `CAP_NET_RAW` (an rdma-core device; the software device
+    /// runs in the process and has no privileges to ask for).
+    pub(crate) needs_cap_net_raw: bool,
+}
+
+/// A flow rule, removed when dropped.
+pub(crate) trait FlowProvider: Send + Sync + Debug {}
+
+/// A receive work queue (`ibv_create_wq`), destroyed when dropped.
+pub(crate) trait WqProvider: Any + Send + Sync + Debug {
+    /// The WQ number.
+    fn wqn(&self) -> u32;
+    /// Receive requests and scatter entries per request it really has.
+    fn caps(&self) -> (u32, u32);
+    /// Moves it to ready (`ibv_modify_wq` to `IBV_WQS_RDY`): it takes packets from then on.
+    fn ready(&self) -> Result<()>;
+    /// What drives it.
+    fn engine(&self) -> WqEngine;
+    /// As [`QpProvider::user_index`], for its receive completions.
+    fn user_index(&self) -> Option<u32> {
+        None
+    }
+}
+
+/// A receive work queue's engine.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum WqEngine {
+    /// Its ring (`mlx5dv_init_obj(MLX5DV_OBJ_RWQ)`) and one-word doorbell record.
+    Direct {
+        layout: zverbs_mlx5dv::WqLayout,
+        dbrec: NonNull<u32>,
+    },
+    /// An rdma-core `ibv_wq`, posted to with `ibv_post_wq_recv`.
+    Verbs(NonNull<zverbs_ffi::eth::ibv_wq>),
+}
+
+/// An indirection table over receive work queues, destroyed when dropped (after the RSS QPs
+/// over it: they hold it).
+pub(crate) trait IndTableProvider: Any + Send + Sync + Debug {}
+
+/// What a flow rule can steer to: a raw packet QP or an RSS QP.
+pub(crate) trait FlowTarget: Send + Sync + Debug {
+    /// A rule steering what `rule` matches on port `port` to this QP.
+    fn create_flow(&self, rule: &FlowRule, port: u8) -> Result<Box<dyn FlowProvider>> {
+        let _ = (rule, port);
+        Err(FlowRuleError::WrongQp.into())
+    }
+}
+
+/// An RSS QP (a raw packet QP over an indirection table, `rx_hash_conf`), destroyed when
+/// dropped.
+pub(crate) trait RssProvider: FlowTarget {}
 
 /// A completion channel: a descriptor that becomes readable when one of its CQs raised an
 /// event, and the events themselves.
@@ -182,6 +261,33 @@ pub(crate) trait PdProvider: Send + Sync + Debug {
     /// A shared receive queue of at least `max_wr` requests of `max_sge` entries; `direct`
     /// asks for its layout.
     fn create_srq(&self, max_wr: u32, max_sge: u32, direct: bool) -> Result<Box<dyn SrqProvider>>;
+    /// A receive work queue of at least `max_wr` requests whose completions go to `cq`;
+    /// `direct` asks for its layout (a striding one has no other engine).
+    fn create_wq(
+        &self,
+        cq: &dyn CqProvider,
+        max_wr: u32,
+        shape: WqShape,
+        direct: bool,
+    ) -> Result<Box<dyn WqProvider>> {
+        let _ = (cq, max_wr, shape, direct);
+        Err(Error::NoRawPacket {
+            device: String::from("this device"),
+            reason: "the provider has no receive work queues".into(),
+        })
+    }
+    /// An RSS QP hashing with `hash` over `table` (this provider's).
+    fn create_rss_qp(
+        &self,
+        table: &dyn IndTableProvider,
+        hash: &RxHash,
+    ) -> Result<Box<dyn RssProvider>> {
+        let _ = (table, hash);
+        Err(Error::NoRawPacket {
+            device: String::from("this device"),
+            reason: "the provider has no RSS QPs".into(),
+        })
+    }
 }
 
 /// An address handle.
@@ -300,7 +406,7 @@ pub(crate) trait CqProvider: Send + Sync + Debug {
 }
 
 /// A queue pair.
-pub(crate) trait QpProvider: Send + Sync + Debug {
+pub(crate) trait QpProvider: FlowTarget {
     fn qpn(&self) -> u32;
     /// The capabilities the QP really has.
     fn caps(&self) -> QpCaps;
@@ -315,6 +421,13 @@ pub(crate) trait QpProvider: Send + Sync + Debug {
     /// A DC target's access key (0 for other QPs).
     fn dc_access_key(&self) -> u64 {
         0
+    }
+    /// The user index its receive completions carry (`srqn_uidx`, CQE version 1), where the
+    /// provider knows it: the direct poller finds an Ethernet receive by it (the QP number's
+    /// place holds the flow tag). The software device's is the QP number; libmlx5 chooses its
+    /// own and reports it through no verb.
+    fn user_index(&self) -> Option<u32> {
+        None
     }
     /// The QP's state as the device knows it (`enum ibv_qp_state`, `ibv_query_qp`), or `None`
     /// where the device knows no more than the library's own transitions (the software

@@ -29,8 +29,9 @@ mod events;
 
 use super::sim_channel::SimChannel;
 use super::{
-    AhProvider, ContextProvider, CqEngine, CqProvider, EngineNote, MrProvider, PdProvider,
-    QpEngine, QpInit, QpProvider, RegisterOwner, SrqEngine, SrqLayout, SrqProvider,
+    AhProvider, ContextProvider, CqEngine, CqProvider, EngineNote, FlowProvider, FlowTarget,
+    IndTableProvider, MrProvider, PdProvider, QpEngine, QpInit, QpProvider, RawSupport,
+    RegisterOwner, RssProvider, SrqEngine, SrqLayout, SrqProvider, WqEngine, WqProvider,
 };
 use crate::backend::DirectSupport;
 use crate::error::{Error, Result};
@@ -39,6 +40,7 @@ use crate::types::ah::AhAttr;
 use crate::types::device::{
     DeviceAttr, Gid, GidEntry, GidType, LinkLayer, Mtu, PortAttr, PortState,
 };
+use crate::types::eth::{FlowRule, FlowRuleError, L4Proto, RawCaps, RxHash, WqShape};
 use crate::types::qp::{QpCaps, QpType};
 use zverbs_ffi::types::ibv_ah;
 use zverbs_ffi::types::{ibv_qp_attr, qp_attr_mask};
@@ -281,6 +283,43 @@ impl ContextProvider for SimContext {
         Ok(Box::new(SimChannel::new()?))
     }
 
+    fn raw_support(&self, port: u8) -> Result<RawSupport> {
+        if port != 1 {
+            return Err(Error::from_ret("ibv_query_port", libc::EINVAL));
+        }
+        // The device models a ConnectX's Ethernet side on its one port beside the InfiniBand
+        // one: raw packet QPs, checksums, flow steering. With no part number it inlines the
+        // 18-byte L2 header, the size every ConnectX accepts.
+        Ok(RawSupport {
+            caps: RawCaps {
+                raw_packet_caps: zverbs_ffi::eth::IBV_RAW_PACKET_CAP_IP_CSUM,
+                ip_csum: true,
+                flow_steering: true,
+            },
+            min_inline: crate::types::eth::min_inline_for_part(0),
+            max_frame: sim::eth::DEFAULT_MTU + 18,
+            needs_cap_net_raw: false,
+        })
+    }
+
+    fn create_ind_table(&self, wqs: &[&dyn WqProvider]) -> Result<Box<dyn IndTableProvider>> {
+        let wqns = wqs
+            .iter()
+            .map(|w| {
+                (*w as &dyn Any)
+                    .downcast_ref::<SimWorkQueue>()
+                    .map(|w| w.0.wqn)
+                    .ok_or_else(|| {
+                        Error::InvalidArgument("the work queue is not the software device's".into())
+                    })
+            })
+            .collect::<Result<Vec<u32>>>()?;
+        let handle = device()
+            .create_rwq_ind_table(&wqns)
+            .map_err(|e| sim_err("ibv_create_rwq_ind_table", e))?;
+        Ok(Box::new(SimIndTable(handle)))
+    }
+
     fn create_cq_on_channel(
         &self,
         cqe: u32,
@@ -366,6 +405,7 @@ impl PdProvider for SimPd {
             QpType::Ud => sim::QpType::Ud,
             QpType::Dci => sim::QpType::Dci,
             QpType::Dct => sim::QpType::Dct,
+            QpType::RawPacket => sim::QpType::RawPacket,
         };
         let srq = init
             .srq
@@ -449,6 +489,61 @@ impl PdProvider for SimPd {
         Ok(Box::new(SimAh(ah)))
     }
 
+    fn create_wq(
+        &self,
+        cq: &dyn CqProvider,
+        max_wr: u32,
+        shape: WqShape,
+        direct: bool,
+    ) -> Result<Box<dyn WqProvider>> {
+        if !direct {
+            return Err(no_fallback());
+        }
+        let CqEngine::Direct(l) = cq.engine() else {
+            return Err(no_fallback());
+        };
+        let (max_sge, striding) = match shape {
+            WqShape::Ordinary { max_sge } => (max_sge, None),
+            WqShape::Striding(s) => (
+                1,
+                Some(sim::Striding {
+                    log_stride_bytes: u32::from(s.log_stride_size),
+                    log_num_strides: u32::from(s.log_num_strides),
+                }),
+            ),
+        };
+        let wq = device()
+            .create_wq(sim::WqConfig {
+                cq: l.cqn,
+                max_wr,
+                max_sge,
+                striding,
+                two_byte_shift: false,
+            })
+            .map_err(|e| sim_err("ibv_create_wq", e))?;
+        Ok(Box::new(SimWorkQueue(wq)))
+    }
+
+    fn create_rss_qp(
+        &self,
+        table: &dyn IndTableProvider,
+        hash: &RxHash,
+    ) -> Result<Box<dyn RssProvider>> {
+        let t = (table as &dyn Any)
+            .downcast_ref::<SimIndTable>()
+            .ok_or_else(|| {
+                Error::InvalidArgument("the indirection table is not the software device's".into())
+            })?;
+        let handle = device()
+            .create_rss_qp(sim::RssConfig {
+                ind_table: t.0,
+                fields: sim::RxHashFields::from_bits_truncate(hash.fields.bits()),
+                key: hash.key,
+            })
+            .map_err(|e| sim_err("ibv_create_qp_ex", e))?;
+        Ok(Box::new(SimRss(handle)))
+    }
+
     fn create_srq(&self, max_wr: u32, max_sge: u32, direct: bool) -> Result<Box<dyn SrqProvider>> {
         if !direct {
             return Err(no_fallback());
@@ -457,6 +552,134 @@ impl PdProvider for SimPd {
             .create_srq(SrqConfig { max_wr, max_sge })
             .map_err(|e| sim_err("ibv_create_srq", e))?;
         Ok(Box::new(SimSrq(srq)))
+    }
+}
+
+/// A flow rule of `rule` on port `port` steering to `dest`.
+fn sim_flow(rule: &FlowRule, port: u8, dest: sim::FlowDest) -> Result<Box<dyn FlowProvider>> {
+    rule.check()?;
+    if port != 1 {
+        return Err(Error::from_ret("ibv_create_flow", libc::EINVAL));
+    }
+    let spec = sim::FlowSpec {
+        dst_mac: rule.dst_mac,
+        src_mac: rule.src_mac,
+        ether_type: rule.ether_type,
+        src_ip: rule.src_ip,
+        dst_ip: rule.dst_ip,
+        l4: rule.l4.map(|l| match l {
+            L4Proto::Udp => sim::L4Proto::Udp,
+            L4Proto::Tcp => sim::L4Proto::Tcp,
+        }),
+        src_port: rule.src_port,
+        dst_port: rule.dst_port,
+    };
+    let handle = device()
+        .create_flow(sim::FlowAttr {
+            priority: rule.priority,
+            spec,
+            dest,
+            tag: rule.tag,
+        })
+        .map_err(|e| match e {
+            // Another tag on a rule of the same match: the kernel's EEXIST.
+            SimError::InvalidConfig(why) if why.contains("tag") && rule.tag.is_some() => {
+                FlowRuleError::ConflictingTag.into()
+            }
+            e => sim_err("ibv_create_flow", e),
+        })?;
+    Ok(Box::new(SimFlow(handle)))
+}
+
+/// A flow rule, removed on drop.
+#[derive(Debug)]
+struct SimFlow(u32);
+
+impl FlowProvider for SimFlow {}
+
+impl Drop for SimFlow {
+    fn drop(&mut self) {
+        // Ours, removed once.
+        let _ = device().destroy_flow(self.0);
+    }
+}
+
+/// A receive work queue, destroyed on drop (after the tables over it: they hold it).
+#[derive(Debug)]
+struct SimWorkQueue(sim::SimWq);
+
+// SAFETY: as for `SimCq`: the ring and record the device allocated for this WQ are freed
+// only by its destruction in this provider's `Drop`, after every queue built from them (they
+// hold the WQ alive).
+unsafe impl Send for SimWorkQueue {}
+// SAFETY: as above.
+unsafe impl Sync for SimWorkQueue {}
+
+impl WqProvider for SimWorkQueue {
+    fn wqn(&self) -> u32 {
+        self.0.wqn
+    }
+    fn caps(&self) -> (u32, u32) {
+        let sge = if self.0.striding.is_some() {
+            1
+        } else {
+            self.0.layout.stride / 16
+        };
+        (self.0.layout.wqe_cnt, sge)
+    }
+    fn ready(&self) -> Result<()> {
+        device()
+            .ready_wq(self.0.wqn)
+            .map_err(|e| sim_err("ibv_modify_wq", e))
+    }
+    fn engine(&self) -> WqEngine {
+        WqEngine::Direct {
+            layout: self.0.layout,
+            dbrec: self.0.dbrec,
+        }
+    }
+    fn user_index(&self) -> Option<u32> {
+        // A work queue's CQEs carry its number as the user index.
+        Some(self.0.wqn)
+    }
+}
+
+impl Drop for SimWorkQueue {
+    fn drop(&mut self) {
+        // Ours, destroyed once; no table names it any more (tables hold their queues).
+        let _ = device().destroy_wq(self.0.wqn);
+    }
+}
+
+/// An indirection table, destroyed on drop.
+#[derive(Debug)]
+struct SimIndTable(u32);
+
+impl IndTableProvider for SimIndTable {}
+
+impl Drop for SimIndTable {
+    fn drop(&mut self) {
+        // Ours, destroyed once; no RSS QP uses it any more (they hold their table).
+        let _ = device().destroy_rwq_ind_table(self.0);
+    }
+}
+
+/// An RSS QP, destroyed on drop.
+#[derive(Debug)]
+struct SimRss(u32);
+
+impl FlowTarget for SimRss {
+    fn create_flow(&self, rule: &FlowRule, port: u8) -> Result<Box<dyn FlowProvider>> {
+        sim_flow(rule, port, sim::FlowDest::Rss(self.0))
+    }
+}
+
+impl RssProvider for SimRss {}
+
+impl Drop for SimRss {
+    fn drop(&mut self) {
+        // Ours, destroyed once; no rule steers to it any more (rules hold their QP).
+        let _ = device().destroy_rss_qp(self.0);
     }
 }
 
@@ -595,6 +818,15 @@ unsafe impl Send for SimQp {}
 // SAFETY: as above.
 unsafe impl Sync for SimQp {}
 
+impl FlowTarget for SimQp {
+    fn create_flow(&self, rule: &FlowRule, port: u8) -> Result<Box<dyn FlowProvider>> {
+        if self.qp_type != QpType::RawPacket {
+            return Err(FlowRuleError::WrongQp.into());
+        }
+        sim_flow(rule, port, sim::FlowDest::RawQp(self.qp.qpn))
+    }
+}
+
 impl QpProvider for SimQp {
     fn qpn(&self) -> u32 {
         self.qp.qpn
@@ -620,6 +852,22 @@ impl QpProvider for SimQp {
                 // A UD QP has no peer: the device serves it from RTS on.
                 QPS_RTR => Ok(()),
                 QPS_RTS => device().ready_ud(self.qp.qpn).map_err(e),
+                QPS_ERR => device().set_error(self.qp.qpn).map_err(e),
+                QPS_RESET => device().reset_qp(self.qp.qpn).map(drop).map_err(e),
+                _ => Ok(()),
+            };
+        }
+        if self.qp_type == QpType::RawPacket {
+            let e = |e| sim_err("ibv_modify_qp", e);
+            return match attr.qp_state {
+                // The port is required at INIT (the kernel's rule for raw packet QPs).
+                QPS_INIT if mask & qp_attr_mask::IBV_QP_PORT == 0 || attr.port_num != 1 => {
+                    Err(Error::from_ret("ibv_modify_qp", libc::EINVAL))
+                }
+                // Its receive queue takes frames from creation, as a ConnectX's does from
+                // INIT; RTR changes nothing.
+                QPS_INIT | QPS_RTR => Ok(()),
+                QPS_RTS => device().ready_raw(self.qp.qpn).map_err(e),
                 QPS_ERR => device().set_error(self.qp.qpn).map_err(e),
                 QPS_RESET => device().reset_qp(self.qp.qpn).map(drop).map_err(e),
                 _ => Ok(()),
@@ -725,6 +973,10 @@ impl QpProvider for SimQp {
     fn dc_access_key(&self) -> u64 {
         self.dc_access_key
     }
+    fn user_index(&self) -> Option<u32> {
+        // The device's CQEs carry the QP number as the user index unless told otherwise.
+        Some(self.qp.qpn)
+    }
     fn query_state(&self) -> Result<Option<u32>> {
         // The device tells its states apart from the library's transitions only in the
         // error state, which it may enter on its own (a failed request, a responder error,
@@ -817,6 +1069,26 @@ impl SimControl<'_> {
     /// The device's counters.
     pub fn stats(&self) -> sim::Stats {
         device().stats()
+    }
+
+    /// A frame arriving at the device's Ethernet port from outside, from the destination MAC
+    /// to the end of the payload (no FCS): steered by the flow rules into receive queues, or
+    /// dropped and counted ([`Stats`](sim::Stats)'s `eth_*`).
+    pub fn receive_frame(&self, frame: &[u8]) {
+        device().receive_frame(frame);
+    }
+
+    /// Connects the Ethernet port to `port`, which gets every frame a raw packet QP sends
+    /// (loopback turns off); `None` disconnects it (loopback back on: the state the device
+    /// starts in, where one process sends to itself).
+    pub fn attach_port(&self, port: Option<std::sync::Arc<dyn sim::EthPort>>) {
+        device().attach_port(port);
+    }
+
+    /// Whether frames the device sends are also offered to its own flow rules (on by default
+    /// with no port attached).
+    pub fn set_loopback(&self, on: bool) {
+        device().set_loopback(on);
     }
 
     /// Fails the next send WQE of QP `qpn` with the mlx5 `syndrome` (the error CQE's, e.g.

@@ -24,6 +24,7 @@ use zverbs_ffi::load::{self, Verbs};
 use zverbs_ffi::types::*;
 mod channel;
 mod compressed;
+mod eth;
 
 use zverbs_mlx5dv::prm::dv::{MLX5DV_SRQ_MASK_SRQN, mlx5dv_ah, mlx5dv_cq, mlx5dv_qp, mlx5dv_srq};
 
@@ -442,6 +443,17 @@ impl ContextProvider for VerbsContext {
         Ok((Box::new(out), EngineNote(note)))
     }
 
+    fn raw_support(&self, port: u8) -> Result<super::RawSupport> {
+        eth::raw_support(self, port)
+    }
+
+    fn create_ind_table(
+        &self,
+        wqs: &[&dyn super::WqProvider],
+    ) -> Result<Box<dyn super::IndTableProvider>> {
+        eth::create_ind_table(self, wqs)
+    }
+
     fn create_comp_channel(&self) -> Result<Box<dyn super::ChannelProvider>> {
         Ok(Box::new(channel::VerbsChannel::new(self)?))
     }
@@ -602,6 +614,16 @@ fn init_cq(cq: NonNull<ibv_cq>) -> std::result::Result<zverbs_mlx5dv::CqLayout, 
     .map_err(|e| format!("CQ: {e}"))?;
     dv.layout()
         .ok_or_else(|| String::from("mlx5dv_init_obj(CQ) reported a null buffer"))
+}
+
+/// The error of a QP creation that returned null: for a raw packet QP, the kernel's EPERM
+/// is the missing `CAP_NET_RAW`.
+fn create_qp_error(verb: &'static str, qp_type: QpType) -> Error {
+    let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+    match qp_type {
+        QpType::RawPacket => Error::raw_verb(verb, errno),
+        _ => Error::from_ret(verb, errno),
+    }
 }
 
 #[derive(Debug)]
@@ -775,7 +797,7 @@ impl PdProvider for VerbsPd {
             // SAFETY: a live context and PD; valid attribute structs.
             let qp = unsafe { (m.mlx5dv_create_qp)(self.ctx, &mut attr, &mut dv) };
             if qp.is_null() {
-                return Err(Error::last_os("mlx5dv_create_qp"));
+                return Err(create_qp_error("mlx5dv_create_qp", init.qp_type));
             }
             (qp, attr.cap)
         } else {
@@ -791,7 +813,7 @@ impl PdProvider for VerbsPd {
             // SAFETY: a live PD and CQs; a valid attribute struct.
             let qp = unsafe { (self.verbs.ibv_create_qp)(self.pd, &mut attr) };
             if qp.is_null() {
-                return Err(Error::last_os("ibv_create_qp"));
+                return Err(create_qp_error("ibv_create_qp", init.qp_type));
             }
             (qp, attr.cap)
         };
@@ -880,6 +902,22 @@ impl PdProvider for VerbsPd {
 
     fn create_srq(&self, max_wr: u32, max_sge: u32, direct: bool) -> Result<Box<dyn SrqProvider>> {
         VerbsPd::create_srq(self, max_wr, max_sge, direct)
+    }
+    fn create_wq(
+        &self,
+        cq: &dyn CqProvider,
+        max_wr: u32,
+        shape: crate::types::eth::WqShape,
+        direct: bool,
+    ) -> Result<Box<dyn super::WqProvider>> {
+        eth::create_wq(self, cq, max_wr, shape, direct)
+    }
+    fn create_rss_qp(
+        &self,
+        table: &dyn super::IndTableProvider,
+        hash: &crate::types::eth::RxHash,
+    ) -> Result<Box<dyn super::RssProvider>> {
+        eth::create_rss_qp(self, table, hash)
     }
 }
 

@@ -14,5 +14,6 @@ pub(crate) mod buf;
 pub(crate) mod clock;
 pub(crate) mod device;
 pub(crate) mod endpoint;
+pub(crate) mod eth;
 pub(crate) mod event;
 pub(crate) mod qp;

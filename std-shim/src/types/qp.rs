@@ -50,6 +50,9 @@ pub enum QpType {
     /// Dynamically connected target (mlx5 `MLX5DV_DCTYPE_DCT`): serves any initiator that
     /// names its number and access key; receives through an SRQ ([`QpBuilder::dc_target`](crate::QpBuilder::dc_target)).
     Dct,
+    /// A raw packet QP (`IBV_QPT_RAW_PACKET`): sends whole Ethernet frames and receives the
+    /// frames flow rules steer to it ([`Pd::create_raw_qp`](crate::Pd::create_raw_qp)).
+    RawPacket,
 }
 
 impl QpType {
@@ -59,6 +62,7 @@ impl QpType {
             Self::Rc => zverbs_ffi::types::IBV_QPT_RC,
             Self::Ud => zverbs_ffi::types::IBV_QPT_UD,
             Self::Dci | Self::Dct => zverbs_ffi::types::IBV_QPT_DRIVER,
+            Self::RawPacket => zverbs_ffi::types::IBV_QPT_RAW_PACKET,
         }
     }
 }

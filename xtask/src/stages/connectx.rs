@@ -33,11 +33,14 @@
 //! The Ethernet function (`mlx5_1`, its port a veth in a network namespace) runs kernel
 //! multicast, a tcpreplayed capture and a kernel socket against raw packet QPs, and perftest's
 //! `raw_ethernet_bw` and `raw_ethernet_lat` between the veth's two ends (`zverbs-emu`'s
-//! `raw_ethernet` test, `docs/ethernet.md`).
+//! `raw_ethernet` test, `docs/ethernet.md`); then `zverbs-perf raw_lat`/`raw_bw` against them
+//! side by side, and a `zverbs-perf` receiver against `dpdk-testpmd` fed by one `tcpreplay`
+//! ([`eth`]).
 //! The programs run with `ZVERBS_EMU_RT=1`: the device's threads preempt the programs'
 //! busy-polling threads, so that latency is not a matter of scheduler time slices.
 
 mod asyncwatch;
+mod eth;
 pub(crate) mod pmix;
 mod rounds;
 pub(crate) mod ucx;
@@ -1145,12 +1148,35 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
     );
     ratios.print(false);
 
+    // 4b. Raw Ethernet on the Ethernet function, its port a veth: zverbs-perf raw_lat/raw_bw
+    //     against perftest's raw_ethernet_lat/raw_ethernet_bw, and a receiver against DPDK's
+    //     testpmd fed by the same tcpreplay.
+    let (eth_table, eth_note, eth_after, eth_runs) =
+        eth::side_by_side(&emu.0, &rel, &mut next_port)?;
+    println!(
+        "\nraw Ethernet, 64-byte frames, mlx5_1 with its port on one end of a veth pair and the \
+         peer's on the other (two emulated NICs and a wire), {} alternating rounds, medians and \
+         median ratios with bootstrap 95% intervals; server and client each on a CPU of their \
+         own ({:?}). raw_lat: t_typical, half round trips, against raw_ethernet_lat (lower is \
+         better); raw_bw: what the server received per second while the client sent for 1 s, \
+         against raw_ethernet_bw's server (higher is better); receive only: frames received \
+         per second of tcpreplay --topspeed's replay of one capture, zverbs-perf raw_bw \
+         --receive-only against dpdk-testpmd rxonly (higher is better). reference/reference \
+         is the reference tool against a second run of itself in the same rounds:",
+        eth::ROUNDS,
+        Placement::pinned()
+    );
+    eth_table.print(false);
+    for l in eth_after {
+        println!("{l}");
+    }
+
     // 5. Completion events: both sides sleep on their completion channels (libmlx5's arm and
     //    libibverbs' ibv_get_cq_event on one side, our direct arm on the other, through the
     //    emulator's channel and arm doorbell).
     let events = events(&rel, &emu, &mut next_port)?;
     Ok(Some(format!(
-        "{} tests, {} tool runs; direct/perftest {}; events: {events}",
+        "{} tests, {} tool runs; direct/perftest {}; raw Ethernet direct/reference {eth_note}; events: {events}",
         tests.passed + eth.passed,
         // The Ethernet tests' runs: raw_ethernet_bw and raw_ethernet_lat (server and client
         // each), tcpreplay (four times) and dpdk-testpmd (twice).
@@ -1161,6 +1187,7 @@ pub fn run(run: &mut Run) -> Result<Option<String>> {
             + 4 * 5 * ROUNDS
             + ts_runs
             + ucx_runs
+            + eth_runs
             + 5,
         notes.join(", ")
     )))

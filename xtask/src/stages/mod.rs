@@ -16,6 +16,7 @@ pub mod miri;
 pub mod nostd;
 pub mod prerequisites;
 pub mod test;
+pub mod unsafe_blocks;
 
 use std::time::Duration;
 
@@ -69,6 +70,13 @@ pub const STAGES: &[Stage] = &[
         run: fmt::run,
         scratch: &[],
         budget: seconds(30),
+    },
+    Stage {
+        name: "unsafe",
+        about: "mlx5dv's unsafe blocks in product code counted per file, held under a ceiling",
+        run: unsafe_blocks::run,
+        scratch: &[],
+        budget: seconds(5),
     },
     Stage {
         name: "clippy",
@@ -216,6 +224,7 @@ mod tests {
             [
                 "prerequisites",
                 "fmt",
+                "unsafe",
                 "clippy",
                 "test",
                 "doc",

@@ -6,7 +6,9 @@
 //!
 //! Without a host it is the server; with one, the client. Both sides run the same test with
 //! the same size and iteration count (checked during the exchange). Tests: `write_lat`,
-//! `send_lat`, `read_lat`, `atomic_lat`, `write_bw`, `send_bw`. Run `zverbs-perf --help`.
+//! `send_lat`, `read_lat`, `atomic_lat`, `write_bw`, `send_bw`, and on Ethernet `raw_lat` and
+//! `raw_bw` (raw packet QPs, as perftest's `raw_ethernet_lat`/`raw_ethernet_bw`: [`raw`]).
+//! Run `zverbs-perf --help`.
 //!
 //! Every wait ends: on what it waits for, on the peer's failure (the exchange connection
 //! closes, or in a one-process run the other side fails), or after `--timeout` seconds without
@@ -14,6 +16,7 @@
 
 #[cfg(feature = "pmix")]
 mod all2all;
+mod raw;
 mod run;
 mod watch;
 
@@ -35,6 +38,8 @@ pub(crate) enum Test {
     AtomicLat,
     WriteBw,
     SendBw,
+    RawLat,
+    RawBw,
 }
 
 impl Test {
@@ -46,6 +51,8 @@ impl Test {
             "atomic_lat" => Test::AtomicLat,
             "write_bw" => Test::WriteBw,
             "send_bw" => Test::SendBw,
+            "raw_lat" => Test::RawLat,
+            "raw_bw" => Test::RawBw,
             _ => return None,
         })
     }
@@ -58,6 +65,8 @@ impl Test {
             Test::AtomicLat => "atomic_lat",
             Test::WriteBw => "write_bw",
             Test::SendBw => "send_bw",
+            Test::RawLat => "raw_lat",
+            Test::RawBw => "raw_bw",
         }
     }
 
@@ -69,6 +78,8 @@ impl Test {
             Test::AtomicLat => "Atomic FETCH_AND_ADD Latency Test",
             Test::WriteBw => "RDMA_Write BW Test",
             Test::SendBw => "Send BW Test",
+            Test::RawLat => "Raw Ethernet Send Latency Test",
+            Test::RawBw => "Raw Ethernet Send BW Test",
         }
     }
 
@@ -79,7 +90,12 @@ impl Test {
     }
 
     pub(crate) fn is_latency(self) -> bool {
-        !matches!(self, Test::WriteBw | Test::SendBw)
+        !matches!(self, Test::WriteBw | Test::SendBw | Test::RawBw)
+    }
+
+    /// Whether the test runs between raw packet QPs (Ethernet frames, no connection).
+    pub(crate) fn is_raw(self) -> bool {
+        matches!(self, Test::RawLat | Test::RawBw)
     }
 }
 
@@ -114,6 +130,14 @@ pub(crate) struct Opts {
     /// Sleep on the CQ's completion channel instead of spinning (`--events`, as perftest's
     /// `-e`).
     pub(crate) events: bool,
+    /// `raw_*`: this side's MAC (`-B`, as perftest's), else the device's interface's.
+    pub(crate) source_mac: Option<[u8; 6]>,
+    /// `raw_*`: the peer's MAC (`-E`), else the one it tells over the exchange.
+    pub(crate) dest_mac: Option<[u8; 6]>,
+    /// `raw_bw`: how long the client sends (`-D`), at most `--iters` frames.
+    pub(crate) duration: Option<Duration>,
+    /// `raw_bw` server without a peer: counts the frames steered to it (`--receive-only`).
+    pub(crate) receive_only: bool,
 }
 
 /// The largest message: 2 GiB, InfiniBand's limit (a port may allow less: checked once the
@@ -131,6 +155,8 @@ usage: zverbs-perf <test> [server-host] [options]
                                `zverbs-perf all2all --help`)
 
 tests:  write_lat send_lat read_lat atomic_lat write_bw send_bw
+        raw_lat raw_bw  (UDP frames between raw packet QPs on an Ethernet port, as
+                        perftest's raw_ethernet_lat / raw_ethernet_bw)
         (no host: run as the server; with a host: run as the client)
 
 options:
@@ -162,7 +188,20 @@ options:
   -e, --events            sleep on CQ events instead of spinning (as perftest's -e)
       --timeout SECS      how long to wait for the peer: the whole exchange, rdma_cm, and
                           any one message of the test (default 30)
+  -B, --source-mac MAC    raw_*: this side's MAC, which its flow rule steers (default: the
+                          device's network interface's; 02:00:00:00:00:01 for a server and
+                          ..:02 for a client on the software device)
+  -E, --dest-mac MAC      raw_*: where the frames go (default: the peer's source MAC, told
+                          over the TCP exchange)
+  -D, --duration SECS     raw_bw: the client sends for this long (at most --iters frames)
+      --receive-only      raw_bw server without a zverbs-perf client: counts the frames its
+                          rule steers to it (any sender: tcpreplay, perftest) until 0.5 s
+                          passes without one; no TCP exchange
   -h, --help              this text
+
+raw_lat and raw_bw: SIZE is the whole frame without the FCS, 60 to 9014 (default 64);
+raw_bw sends 1000000 frames by default; -r is the receives kept posted (default 512, as
+perftest's). A raw packet QP needs CAP_NET_RAW on a NIC (root).
 
 Latency is timed as perftest times it: from one iteration's post to the next one's, halved
 for write_lat and send_lat (half round trips), whole for read_lat and atomic_lat (full round
@@ -182,6 +221,7 @@ where
     let mut test = None;
     let mut size = None;
     let mut iters = None;
+    let mut rx_depth = None;
     let mut o = Opts {
         test: Test::WriteLat,
         server: None,
@@ -205,6 +245,10 @@ where
         hugepages: false,
         timeout: Duration::from_secs(30),
         events: false,
+        source_mac: None,
+        dest_mac: None,
+        duration: None,
+        receive_only: false,
     };
     while let Some(arg) = p.next().map_err(args::explain)? {
         let f = args::flag(&arg);
@@ -218,7 +262,9 @@ where
             Short('n') | Long("iters") => iters = Some(args::in_range(&mut p, &f, 1, MAX_ITERS)?),
             Long("warmup") => o.warmup = args::in_range(&mut p, &f, 0, MAX_ITERS)?,
             Short('t') | Long("tx-depth") => o.tx_depth = args::in_range(&mut p, &f, 2, MAX_DEPTH)?,
-            Short('r') | Long("rx-depth") => o.rx_depth = args::in_range(&mut p, &f, 2, MAX_DEPTH)?,
+            Short('r') | Long("rx-depth") => {
+                rx_depth = Some(args::in_range(&mut p, &f, 2, MAX_DEPTH)?);
+            }
             Short('I') | Long("inline") => o.inline = args::number(&mut p, &f)?,
             Short('m') | Long("mtu") => {
                 let b: u32 = args::number(&mut p, &f)?;
@@ -244,6 +290,17 @@ where
             Long("timeout") => {
                 o.timeout = Duration::from_secs(args::in_range(&mut p, &f, 1, 24 * 3600)?);
             }
+            Short('B') | Long("source-mac") => o.source_mac = Some(mac(&mut p, &f)?),
+            Short('E') | Long("dest-mac") => o.dest_mac = Some(mac(&mut p, &f)?),
+            Long("receive-only") => o.receive_only = true,
+            Short('D') | Long("duration") => {
+                o.duration = Some(Duration::from_secs(args::in_range(
+                    &mut p,
+                    &f,
+                    1,
+                    24 * 3600,
+                )?));
+            }
             Value(v) if test.is_none() => {
                 let s = args::string(v)?;
                 test = Some(Test::parse(&s).ok_or_else(|| format!("unknown test `{s}`"))?);
@@ -252,10 +309,19 @@ where
             arg => return Err(args::unexpected(arg)),
         }
     }
-    o.test =
-        test.ok_or("which test? (write_lat, send_lat, read_lat, atomic_lat, write_bw, send_bw)")?;
+    o.test = test.ok_or(
+        "which test? (write_lat, send_lat, read_lat, atomic_lat, write_bw, send_bw, raw_lat, \
+         raw_bw)",
+    )?;
+    if o.test.is_raw() {
+        return raw_args(o, size, iters, rx_depth);
+    }
+    if o.source_mac.is_some() || o.dest_mac.is_some() || o.duration.is_some() || o.receive_only {
+        return Err("-B, -E, -D and --receive-only are for raw_lat and raw_bw".into());
+    }
     o.size = size.unwrap_or(if o.test.is_latency() { 2 } else { 65536 });
     o.iters = iters.unwrap_or(if o.test.is_latency() { 1000 } else { 5000 });
+    o.rx_depth = rx_depth.unwrap_or(o.rx_depth);
     if o.test == Test::AtomicLat {
         o.size = 8;
     }
@@ -277,6 +343,50 @@ where
                     window of requests in flight)"
                 .into(),
         );
+    }
+    Ok(o)
+}
+
+/// A MAC address option's value.
+fn mac(p: &mut Parser, f: &str) -> Result<[u8; 6], String> {
+    let v = args::value(p, f)?;
+    raw::parse_mac(&v).ok_or_else(|| format!("{f} {v}: not a MAC address (aa:bb:cc:dd:ee:ff)"))
+}
+
+/// The rest of the options of `raw_lat` and `raw_bw`, and what they refuse.
+fn raw_args(
+    mut o: Opts,
+    size: Option<usize>,
+    iters: Option<usize>,
+    rx_depth: Option<u32>,
+) -> Result<Opts, String> {
+    o.size = size.unwrap_or(64);
+    if !(raw::MIN_FRAME..=raw::MAX_FRAME).contains(&o.size) {
+        return Err(format!(
+            "-s {}: a raw Ethernet frame is {} to {} bytes (without the FCS)",
+            o.size,
+            raw::MIN_FRAME,
+            raw::MAX_FRAME
+        ));
+    }
+    o.iters = iters.unwrap_or(if o.test.is_latency() { 1000 } else { 1_000_000 });
+    // perftest's receive depth for SEND tests.
+    o.rx_depth = rx_depth.unwrap_or(512);
+    if o.cm || o.ud || o.hw_ts || o.events || o.hugepages {
+        return Err(format!(
+            "{} takes none of --cm, --ud, --hw-ts, --events, --hugepages (raw packet QPs have \
+             no connection; frames go by MAC)",
+            o.test.name()
+        ));
+    }
+    if o.histogram.is_some() && !o.test.is_latency() {
+        return Err("--histogram is for latency tests".into());
+    }
+    if o.duration.is_some() && o.test != Test::RawBw {
+        return Err("-D is for raw_bw".into());
+    }
+    if o.receive_only && (o.test != Test::RawBw || o.server.is_some()) {
+        return Err("--receive-only is for a raw_bw server (no host)".into());
     }
     Ok(o)
 }
@@ -434,8 +544,9 @@ fn main() -> ExitCode {
         }
     };
     let result = match choose_device(&mut opts) {
-        Ok(true) => run_in_process(&opts),
-        Ok(false) => run::run(&opts),
+        // A receiver without a peer has no other side to run here.
+        Ok(true) if !opts.receive_only => run_in_process(&opts),
+        Ok(_) => run::run(&opts),
         Err(e) => Err(e),
     };
     match result {
@@ -598,6 +709,21 @@ mod tests {
         assert_eq!(server.listen, IpAddr::V4(Ipv4Addr::LOCALHOST));
         assert_eq!(server.server, None);
         assert_eq!(client.server_addr().as_deref(), Some("127.0.0.1:9000"));
+    }
+
+    #[test]
+    fn raw_tests_default_to_perftests_frames_and_depths() {
+        let o = p("raw_lat").unwrap();
+        assert_eq!((o.size, o.iters, o.rx_depth), (64, 1000, 512));
+        assert!(o.test.is_latency() && o.test.is_raw() && !o.test.is_round_trip());
+        let o = p("raw_bw host -D 3 -B 02:00:00:00:00:0f -E 02:00:00:00:00:0e -r 4096").unwrap();
+        assert_eq!((o.size, o.iters, o.rx_depth), (64, 1_000_000, 4096));
+        assert_eq!(o.duration, Some(Duration::from_secs(3)));
+        assert_eq!(o.source_mac, Some([2, 0, 0, 0, 0, 0x0f]));
+        assert_eq!(o.dest_mac, Some([2, 0, 0, 0, 0, 0x0e]));
+        assert!(!o.test.is_latency());
+        assert_eq!(p("write_bw -r 64").unwrap().rx_depth, 64);
+        assert_eq!(p("write_bw").unwrap().rx_depth, 128);
     }
 
     #[test]

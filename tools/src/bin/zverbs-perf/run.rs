@@ -145,6 +145,9 @@ fn bad(detail: impl Into<String>) -> Box<dyn std::error::Error> {
 
 /// Runs the test described by `opts`.
 pub(crate) fn run(opts: &Opts) -> Result<()> {
+    if opts.test.is_raw() {
+        return crate::raw::run(opts);
+    }
     // A UD receive starts with the 40 bytes of the GRH area.
     let lay = Layout::new(opts.size + if opts.ud { GRH } else { 0 });
     let copts = match opts.backend {
@@ -661,6 +664,8 @@ where
         None => SendWr::send(i, &src),
     };
     match (o.test, env.client) {
+        // `raw::run` runs these; `run` hands them over before any queue pair is made.
+        (Test::RawLat | Test::RawBw, _) => return Err(bad("a raw Ethernet test")),
         (Test::WriteLat, _) => {
             let flag_at = lay.a() + o.size - 1;
             for i in 0..total as u64 {
