@@ -690,21 +690,21 @@ pub struct verbs_context {
     pub alloc_td: Option<AllocTdFn>,
     pub modify_cq: UnusedOp,
     pub post_srq_ops: UnusedOp,
-    pub destroy_rwq_ind_table: Option<crate::eth::DestroyRwqIndTableFn>,
-    pub create_rwq_ind_table: Option<crate::eth::CreateRwqIndTableFn>,
-    pub destroy_wq: Option<crate::eth::DestroyWqFn>,
-    pub modify_wq: Option<crate::eth::ModifyWqFn>,
-    pub create_wq: Option<crate::eth::CreateWqFn>,
+    pub destroy_rwq_ind_table: Option<DestroyRwqIndTableFn>,
+    pub create_rwq_ind_table: Option<CreateRwqIndTableFn>,
+    pub destroy_wq: Option<DestroyWqFn>,
+    pub modify_wq: Option<ModifyWqFn>,
+    pub create_wq: Option<CreateWqFn>,
     pub query_rt_values: Option<QueryRtValuesFn>,
     pub create_cq_ex: Option<CreateCqExFn>,
     pub r#priv: *mut c_void,
     pub query_device_ex: Option<QueryDeviceExFn>,
-    pub ibv_destroy_flow: Option<crate::eth::DestroyFlowFn>,
+    pub ibv_destroy_flow: Option<DestroyFlowFn>,
     pub ABI_placeholder2: UnusedOp,
-    pub ibv_create_flow: Option<crate::eth::CreateFlowFn>,
+    pub ibv_create_flow: Option<CreateFlowFn>,
     pub ABI_placeholder1: UnusedOp,
     pub open_qp: UnusedOp,
-    pub create_qp_ex: Option<crate::eth::CreateQpExFn>,
+    pub create_qp_ex: Option<CreateQpExFn>,
     pub get_srq_num: UnusedOp,
     pub create_srq_ex: UnusedOp,
     pub open_xrcd: UnusedOp,
@@ -1058,7 +1058,7 @@ pub struct ibv_device_attr_ex {
     /// `struct ibv_tso_caps` (`max_tso`, `supported_qpts`).
     pub tso_caps: [u32; 2],
     /// `struct ibv_rss_caps`.
-    pub rss_caps: crate::eth::ibv_rss_caps,
+    pub rss_caps: ibv_rss_caps,
     pub max_wq_type_rq: u32,
     /// `struct ibv_packet_pacing_caps` (`qp_rate_limit_min`, `_max`, `supported_qpts`).
     pub packet_pacing_caps: [u32; 3],
@@ -1225,3 +1225,259 @@ const _: () = assert!(core::mem::offset_of!(mlx5dv_cq_init_attr, flags) == 12);
 const _: () = assert!(core::mem::offset_of!(mlx5dv_cq_init_attr, cqe_size) == 16);
 const _: () = assert!(core::mem::offset_of!(mlx5dv_context_head, cqe_comp_caps) == 24);
 const _: () = assert!(size_of::<mlx5dv_context_head>() <= MLX5DV_CONTEXT_ROOM);
+
+// Raw Ethernet: receive work queues, indirection tables, RSS QPs and flow rules (the
+// calls that reach them are in `eth.rs`).
+
+/// `struct ibv_rss_caps`.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub struct ibv_rss_caps {
+    pub supported_qpts: u32,
+    pub max_rwq_indirection_tables: u32,
+    pub max_rwq_indirection_table_size: u32,
+    pub rx_hash_fields_mask: u64,
+    pub rx_hash_function: u8,
+}
+
+/// `IBV_DEVICE_RAW_IP_CSUM` (in `ibv_device_attr.device_cap_flags`).
+pub const IBV_DEVICE_RAW_IP_CSUM: u32 = 1 << 26;
+/// `IBV_DEVICE_MANAGED_FLOW_STEERING`.
+pub const IBV_DEVICE_MANAGED_FLOW_STEERING: u32 = 1 << 29;
+/// `IBV_RAW_PACKET_CAP_IP_CSUM`.
+pub const IBV_RAW_PACKET_CAP_IP_CSUM: u32 = 1 << 2;
+
+/// `IBV_QP_INIT_ATTR_IND_TABLE`.
+pub const IBV_QP_INIT_ATTR_IND_TABLE: u32 = 1 << 4;
+/// `IBV_QP_INIT_ATTR_RX_HASH`.
+pub const IBV_QP_INIT_ATTR_RX_HASH: u32 = 1 << 5;
+/// `IBV_RX_HASH_FUNC_TOEPLITZ`.
+pub const IBV_RX_HASH_FUNC_TOEPLITZ: u8 = 1 << 0;
+
+/// `IBV_WQT_RQ`.
+pub const IBV_WQT_RQ: c_uint = 0;
+/// `IBV_WQS_RESET`.
+pub const IBV_WQS_RESET: c_uint = 0;
+/// `IBV_WQS_RDY`.
+pub const IBV_WQS_RDY: c_uint = 1;
+/// `IBV_WQ_ATTR_STATE`.
+pub const IBV_WQ_ATTR_STATE: u32 = 1 << 0;
+/// `MLX5DV_WQ_INIT_ATTR_MASK_STRIDING_RQ`.
+pub const MLX5DV_WQ_INIT_ATTR_MASK_STRIDING_RQ: u64 = 1 << 0;
+
+/// `struct ibv_wq`.
+#[repr(C)]
+pub struct ibv_wq {
+    pub context: *mut ibv_context,
+    pub wq_context: *mut c_void,
+    pub pd: *mut ibv_pd,
+    pub cq: *mut ibv_cq,
+    pub wq_num: u32,
+    pub handle: u32,
+    pub state: c_uint,
+    pub wq_type: c_uint,
+    pub post_recv: Option<WqPostRecvFn>,
+    pub mutex: libc::pthread_mutex_t,
+    pub cond: libc::pthread_cond_t,
+    pub events_completed: u32,
+    pub comp_mask: u32,
+}
+
+/// `ibv_wq.post_recv`.
+pub type WqPostRecvFn =
+    unsafe extern "C" fn(*mut ibv_wq, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int;
+
+/// `struct ibv_wq_init_attr`.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct ibv_wq_init_attr {
+    pub wq_context: *mut c_void,
+    pub wq_type: c_uint,
+    pub max_wr: u32,
+    pub max_sge: u32,
+    pub pd: *mut ibv_pd,
+    pub cq: *mut ibv_cq,
+    pub comp_mask: u32,
+    pub create_flags: u32,
+}
+
+/// `struct ibv_wq_attr`.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub struct ibv_wq_attr {
+    pub attr_mask: u32,
+    pub wq_state: c_uint,
+    pub curr_wq_state: c_uint,
+    pub flags: u32,
+    pub flags_mask: u32,
+}
+
+/// `struct ibv_rwq_ind_table`.
+#[repr(C)]
+pub struct ibv_rwq_ind_table {
+    pub context: *mut ibv_context,
+    pub ind_tbl_handle: c_int,
+    pub ind_tbl_num: c_int,
+    pub comp_mask: u32,
+}
+
+/// `struct ibv_rwq_ind_table_init_attr`.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct ibv_rwq_ind_table_init_attr {
+    pub log_ind_tbl_size: u32,
+    pub ind_tbl: *mut *mut ibv_wq,
+    pub comp_mask: u32,
+}
+
+/// `struct mlx5dv_striding_rq_init_attr`.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub struct mlx5dv_striding_rq_init_attr {
+    pub single_stride_log_num_of_bytes: u32,
+    pub single_wqe_log_num_of_strides: u32,
+    pub two_byte_shift_en: u8,
+}
+
+/// `struct mlx5dv_wq_init_attr`.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub struct mlx5dv_wq_init_attr {
+    pub comp_mask: u64,
+    pub striding_rq_attrs: mlx5dv_striding_rq_init_attr,
+}
+
+/// `struct mlx5dv_rwq`: what `mlx5dv_init_obj(MLX5DV_OBJ_RWQ)` reports of a work queue.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct mlx5dv_rwq {
+    pub buf: *mut c_void,
+    pub dbrec: *mut u32,
+    pub wqe_cnt: u32,
+    pub stride: u32,
+    pub comp_mask: u64,
+}
+
+/// `struct ibv_flow_attr`; the specs follow it in memory.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub struct ibv_flow_attr {
+    pub comp_mask: u32,
+    pub r#type: c_uint,
+    pub size: u16,
+    pub priority: u16,
+    pub num_of_specs: u8,
+    pub port: u8,
+    pub flags: u32,
+}
+
+/// `IBV_FLOW_ATTR_NORMAL`.
+pub const IBV_FLOW_ATTR_NORMAL: c_uint = 0;
+/// `IBV_FLOW_SPEC_ETH`.
+pub const IBV_FLOW_SPEC_ETH: c_uint = 0x20;
+/// `IBV_FLOW_SPEC_IPV4_EXT`.
+pub const IBV_FLOW_SPEC_IPV4_EXT: c_uint = 0x32;
+/// `IBV_FLOW_SPEC_TCP`.
+pub const IBV_FLOW_SPEC_TCP: c_uint = 0x40;
+/// `IBV_FLOW_SPEC_UDP`.
+pub const IBV_FLOW_SPEC_UDP: c_uint = 0x41;
+/// `IBV_FLOW_SPEC_ACTION_TAG`.
+pub const IBV_FLOW_SPEC_ACTION_TAG: c_uint = 0x1000;
+
+/// `struct ibv_flow_eth_filter` (network byte order).
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub struct ibv_flow_eth_filter {
+    pub dst_mac: [u8; 6],
+    pub src_mac: [u8; 6],
+    pub ether_type: u16,
+    pub vlan_tag: u16,
+}
+
+/// `struct ibv_flow_spec_eth`.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub struct ibv_flow_spec_eth {
+    pub r#type: c_uint,
+    pub size: u16,
+    pub val: ibv_flow_eth_filter,
+    pub mask: ibv_flow_eth_filter,
+}
+
+/// `struct ibv_flow_ipv4_ext_filter` (network byte order).
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub struct ibv_flow_ipv4_ext_filter {
+    pub src_ip: u32,
+    pub dst_ip: u32,
+    pub proto: u8,
+    pub tos: u8,
+    pub ttl: u8,
+    pub flags: u8,
+}
+
+/// `struct ibv_flow_spec_ipv4_ext`.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub struct ibv_flow_spec_ipv4_ext {
+    pub r#type: c_uint,
+    pub size: u16,
+    pub val: ibv_flow_ipv4_ext_filter,
+    pub mask: ibv_flow_ipv4_ext_filter,
+}
+
+/// `struct ibv_flow_tcp_udp_filter` (network byte order).
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub struct ibv_flow_tcp_udp_filter {
+    pub dst_port: u16,
+    pub src_port: u16,
+}
+
+/// `struct ibv_flow_spec_tcp_udp`.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub struct ibv_flow_spec_tcp_udp {
+    pub r#type: c_uint,
+    pub size: u16,
+    pub val: ibv_flow_tcp_udp_filter,
+    pub mask: ibv_flow_tcp_udp_filter,
+}
+
+/// `struct ibv_flow_spec_action_tag`.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub struct ibv_flow_spec_action_tag {
+    pub r#type: c_uint,
+    pub size: u16,
+    pub tag_id: u32,
+}
+
+/// `struct ibv_flow`.
+#[repr(C)]
+pub struct ibv_flow {
+    pub comp_mask: u32,
+    pub context: *mut ibv_context,
+    pub handle: u32,
+}
+
+/// `verbs_context.create_wq`.
+pub type CreateWqFn = unsafe extern "C" fn(*mut ibv_context, *mut ibv_wq_init_attr) -> *mut ibv_wq;
+/// `verbs_context.modify_wq`.
+pub type ModifyWqFn = unsafe extern "C" fn(*mut ibv_wq, *mut ibv_wq_attr) -> c_int;
+/// `verbs_context.destroy_wq`.
+pub type DestroyWqFn = unsafe extern "C" fn(*mut ibv_wq) -> c_int;
+/// `verbs_context.create_rwq_ind_table`.
+pub type CreateRwqIndTableFn = unsafe extern "C" fn(
+    *mut ibv_context,
+    *mut ibv_rwq_ind_table_init_attr,
+) -> *mut ibv_rwq_ind_table;
+/// `verbs_context.destroy_rwq_ind_table`.
+pub type DestroyRwqIndTableFn = unsafe extern "C" fn(*mut ibv_rwq_ind_table) -> c_int;
+/// `verbs_context.ibv_create_flow`.
+pub type CreateFlowFn = unsafe extern "C" fn(*mut ibv_qp, *mut ibv_flow_attr) -> *mut ibv_flow;
+/// `verbs_context.ibv_destroy_flow`.
+pub type DestroyFlowFn = unsafe extern "C" fn(*mut ibv_flow) -> c_int;
+/// `verbs_context.create_qp_ex`.
+pub type CreateQpExFn =
+    unsafe extern "C" fn(*mut ibv_context, *mut ibv_qp_init_attr_ex) -> *mut ibv_qp;

@@ -420,7 +420,7 @@ impl Opts {
 /// Without a server address both sides may run here, so a machine without a NIC gets the
 /// software device, asked for by name. Returns whether it is the software device: then both
 /// sides run in this process (the device exists in this process only).
-fn choose_device(opts: &mut Opts) -> run::Result<bool> {
+fn choose_device(opts: &mut Opts) -> watch::RunResult<bool> {
     if opts.cm {
         return Ok(false);
     }
@@ -443,19 +443,28 @@ fn choose_device(opts: &mut Opts) -> run::Result<bool> {
 /// other's waits end (the exchange connection closes, and [`watch::ABORT`] is set); a server
 /// still blocked where no wait looks (waiting for a client that never came) is left to the
 /// process's exit.
-fn run_in_process(opts: &Opts) -> run::Result<()> {
-    run::YIELD_WHEN_IDLE.store(true, std::sync::atomic::Ordering::Relaxed);
+/// Runs the test described by `opts`: the raw Ethernet tests in `raw`, the others in `run`.
+fn run_test(opts: &Opts) -> watch::RunResult<()> {
+    if opts.test.is_raw() {
+        raw::run(opts)
+    } else {
+        run::run(opts)
+    }
+}
+
+fn run_in_process(opts: &Opts) -> watch::RunResult<()> {
+    watch::YIELD_WHEN_IDLE.store(true, std::sync::atomic::Ordering::Relaxed);
     let (server_opts, client_opts) = in_process_sides(opts);
     let server = std::thread::Builder::new()
         .name("zverbs-perf server".into())
         .spawn(move || {
-            run::QUIET.with(|q| q.set(true));
-            run::run(&server_opts).map_err(|e| e.to_string())
+            watch::QUIET.with(|q| q.set(true));
+            run_test(&server_opts).map_err(|e| e.to_string())
         })?;
     // Connect once the server listens (or has failed before it could).
     {
         let deadline = Instant::now() + opts.timeout;
-        let (lock, cv) = &run::LISTENING;
+        let (lock, cv) = &watch::LISTENING;
         let mut up = lock.lock().unwrap_or_else(|e| e.into_inner());
         while !*up && !server.is_finished() && Instant::now() < deadline {
             up = cv
@@ -464,7 +473,7 @@ fn run_in_process(opts: &Opts) -> run::Result<()> {
                 .0;
         }
     }
-    let result = run::run(&client_opts);
+    let result = run_test(&client_opts);
     if result.is_err() {
         watch::ABORT.store(true, std::sync::atomic::Ordering::Relaxed);
     }
@@ -546,7 +555,7 @@ fn main() -> ExitCode {
     let result = match choose_device(&mut opts) {
         // A receiver without a peer has no other side to run here.
         Ok(true) if !opts.receive_only => run_in_process(&opts),
-        Ok(_) => run::run(&opts),
+        Ok(_) => run_test(&opts),
         Err(e) => Err(e),
     };
     match result {

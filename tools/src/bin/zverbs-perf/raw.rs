@@ -41,8 +41,7 @@ use zverbs::{
 use zverbs_tools::latency::{self, Recorder};
 use zverbs_tools::plot;
 
-use crate::run::{LISTENING, QUIET, Result, YIELD_WHEN_IDLE};
-use crate::watch::{ABORT, Watch};
+use crate::watch::{ABORT, LISTENING, QUIET, RunResult as Result, Watch, YIELD_WHEN_IDLE};
 use crate::{Opts, Test};
 
 /// Ethernet (14), IPv4 without options (20) and UDP (8) headers.

@@ -16,10 +16,8 @@ use zverbs::{
 use zverbs_tools::latency::{self, Recorder};
 use zverbs_tools::plot;
 
-use crate::watch::Watch;
+use crate::watch::{LISTENING, QUIET, RunResult as Result, Watch, YIELD_WHEN_IDLE};
 use crate::{Opts, Test};
-
-pub(crate) type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 /// The GRH area at the start of a UD receive.
 const GRH: usize = 40;
@@ -103,22 +101,6 @@ enum Conn {
     Cm(#[allow(dead_code)] CmConnection),
 }
 
-/// Signalled when a server's TCP listener is bound (for the in-process client of a
-/// software-device run, which must not connect before it).
-pub(crate) static LISTENING: (std::sync::Mutex<bool>, std::sync::Condvar) =
-    (std::sync::Mutex::new(false), std::sync::Condvar::new());
-
-/// Set for a software-device run with both sides in this process: more threads spin than
-/// there may be cores (both sides and the device's progress thread), so an empty poll yields
-/// the core rather than burn a scheduler time slice.
-pub(crate) static YIELD_WHEN_IDLE: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(false);
-
-thread_local! {
-    /// Set on the in-process server of a software-device run, whose side stays silent.
-    pub(crate) static QUIET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
 /// `println!` unless this thread is the silent side.
 macro_rules! say {
     ($($t:tt)*) => {
@@ -145,9 +127,6 @@ fn bad(detail: impl Into<String>) -> Box<dyn std::error::Error> {
 
 /// Runs the test described by `opts`.
 pub(crate) fn run(opts: &Opts) -> Result<()> {
-    if opts.test.is_raw() {
-        return crate::raw::run(opts);
-    }
     // A UD receive starts with the 40 bytes of the GRH area.
     let lay = Layout::new(opts.size + if opts.ud { GRH } else { 0 });
     let copts = match opts.backend {
@@ -664,7 +643,7 @@ where
         None => SendWr::send(i, &src),
     };
     match (o.test, env.client) {
-        // `raw::run` runs these; `run` hands them over before any queue pair is made.
+        // `raw::run` runs these; `main` hands them there, never here.
         (Test::RawLat | Test::RawBw, _) => return Err(bad("a raw Ethernet test")),
         (Test::WriteLat, _) => {
             let flag_at = lay.a() + o.size - 1;

@@ -25,6 +25,25 @@ use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+/// What a run returns.
+pub(crate) type RunResult<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+/// Signalled when a server's TCP listener is bound (for the in-process client of a
+/// software-device run, which must not connect before it).
+pub(crate) static LISTENING: (std::sync::Mutex<bool>, std::sync::Condvar) =
+    (std::sync::Mutex::new(false), std::sync::Condvar::new());
+
+/// Set for a software-device run with both sides in this process: more threads spin than
+/// there may be cores (both sides and the device's progress thread), so an empty poll yields
+/// the core rather than burn a scheduler time slice.
+pub(crate) static YIELD_WHEN_IDLE: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+thread_local! {
+    /// Set on the in-process server of a software-device run, whose side stays silent.
+    pub(crate) static QUIET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// Set when one side of a one-process run fails: the other side's waits end at their next
 /// look.
 pub(crate) static ABORT: AtomicBool = AtomicBool::new(false);
