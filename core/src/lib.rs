@@ -8,7 +8,8 @@
 //! arithmetic ([`ring`]), memory barriers named by purpose ([`barrier`]), a write-only MMIO
 //! pointer ([`mmio`]), the `sync` shim that swaps atomics and cells for loom's under
 //! `cfg(zverbs_loom)` ([`sync`]), and race-free copies in and out of memory that a device or
-//! another thread may write at the same time ([`shared`]).
+//! another thread may write at the same time ([`shared`]). And it says, for every backend and
+//! the software device alike, what a raw Ethernet flow steering rule matches ([`flow`]).
 //!
 //! The crate is `#![no_std]` and does not use `alloc`: nothing in it allocates, locks, makes a
 //! system call or panics on the data path.
@@ -56,6 +57,7 @@ mod check;
 mod dc;
 mod error;
 pub mod event;
+pub mod flow;
 pub mod handover;
 pub mod mmio;
 mod queue;

@@ -2,145 +2,39 @@
 //! (`ibv_create_wq`, striding or not), indirection tables (`ibv_create_rwq_ind_table`), RSS
 //! QPs (`ibv_create_qp_ex` with `rx_hash_conf`) and the Toeplitz hash they spread by.
 //!
-//! The engine applies them (`engine/raw.rs`); this module only says what a rule matches and
-//! what a hash is, so the facts are written once.
+//! The engine applies them (`engine/raw.rs`); this module only says whether a frame matches a
+//! rule (what a rule matches, [`FlowSpec`], is `zverbs-core`'s, shared with `zverbs`) and what
+//! a hash is, so the facts are written once.
 
-use std::net::Ipv4Addr;
+use crate::eth::{Headers, IPPROTO_TCP};
 
-use crate::eth::{ETHERTYPE_IPV4, Headers, IPPROTO_TCP, IPPROTO_UDP};
+/// What a flow rule matches, and the transport a rule or hash names: the one definition every
+/// backend shares.
+pub use zverbs_core::flow::{DEFAULT_RSS_KEY, FLOW_PRIORITIES, FlowSpec, L4Proto, MAX_FLOW_TAG};
 
-/// The transport a flow rule or hash names.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum L4Proto {
-    /// UDP (`IBV_FLOW_SPEC_UDP`).
-    Udp,
-    /// TCP (`IBV_FLOW_SPEC_TCP`).
-    Tcp,
-}
-
-impl L4Proto {
-    const fn number(self) -> u8 {
-        match self {
-            L4Proto::Udp => IPPROTO_UDP,
-            L4Proto::Tcp => IPPROTO_TCP,
-        }
+/// Whether a frame with headers `h` matches `spec`.
+pub(crate) fn matches(spec: &FlowSpec, h: &Headers) -> bool {
+    let eq = |want: Option<[u8; 6]>, got: [u8; 6]| want.is_none_or(|w| w == got);
+    if !eq(spec.dst_mac, h.dst_mac)
+        || !eq(spec.src_mac, h.src_mac)
+        || spec.ether_type.is_some_and(|t| t != h.ether_type)
+    {
+        return false;
     }
-}
-
-/// What a flow rule matches: each field given must be equal, each `None` is a wildcard (a
-/// zero mask). Naming an IPv4 address or a transport implies an IPv4 frame (as the kernel adds
-/// `ethertype == 0x0800`); naming a port implies its transport.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct FlowSpec {
-    /// Destination MAC (`IBV_FLOW_SPEC_ETH` `dst_mac`).
-    pub dst_mac: Option<[u8; 6]>,
-    /// Source MAC.
-    pub src_mac: Option<[u8; 6]>,
-    /// EtherType, after a VLAN tag if the frame has one.
-    pub ether_type: Option<u16>,
-    /// IPv4 source address (`IBV_FLOW_SPEC_IPV4_EXT`).
-    pub src_ip: Option<Ipv4Addr>,
-    /// IPv4 destination address.
-    pub dst_ip: Option<Ipv4Addr>,
-    /// The transport (`IBV_FLOW_SPEC_UDP` / `_TCP`).
-    pub l4: Option<L4Proto>,
-    /// Source port; needs `l4`.
-    pub src_port: Option<u16>,
-    /// Destination port; needs `l4`.
-    pub dst_port: Option<u16>,
-}
-
-impl FlowSpec {
-    /// Every frame (an `ETH` spec with a zero mask: promiscuous).
-    pub const ANY: Self = Self {
-        dst_mac: None,
-        src_mac: None,
-        ether_type: None,
-        src_ip: None,
-        dst_ip: None,
-        l4: None,
-        src_port: None,
-        dst_port: None,
+    if !spec.needs_ipv4() {
+        return true;
+    }
+    let Some(ip) = h.ipv4 else { return false };
+    if spec.src_ip.is_some_and(|a| a.octets() != ip.src)
+        || spec.dst_ip.is_some_and(|a| a.octets() != ip.dst)
+    {
+        return false;
+    }
+    let Some(proto) = spec.l4 else { return true };
+    let Some(l4) = h.l4.filter(|l| l.proto == proto.number()) else {
+        return false;
     };
-
-    /// Frames to `mac` (perftest's rule).
-    pub const fn dst_mac(mac: [u8; 6]) -> Self {
-        Self {
-            dst_mac: Some(mac),
-            ..Self::ANY
-        }
-    }
-
-    /// UDP datagrams to `ip`:`port` (a multicast group and port for market data).
-    pub const fn udp_dst(ip: Ipv4Addr, port: u16) -> Self {
-        Self {
-            dst_ip: Some(ip),
-            l4: Some(L4Proto::Udp),
-            dst_port: Some(port),
-            ..Self::ANY
-        }
-    }
-
-    /// One flow by its 5-tuple.
-    pub const fn five_tuple(l4: L4Proto, src: (Ipv4Addr, u16), dst: (Ipv4Addr, u16)) -> Self {
-        Self {
-            src_ip: Some(src.0),
-            dst_ip: Some(dst.0),
-            l4: Some(l4),
-            src_port: Some(src.1),
-            dst_port: Some(dst.1),
-            ..Self::ANY
-        }
-    }
-
-    /// Why the spec cannot be a rule, if it cannot.
-    pub(crate) fn check(&self) -> Result<(), &'static str> {
-        if (self.src_port.is_some() || self.dst_port.is_some()) && self.l4.is_none() {
-            return Err("a flow rule with a port needs its transport (l4)");
-        }
-        let ip = self.src_ip.is_some() || self.dst_ip.is_some() || self.l4.is_some();
-        if ip && self.ether_type.is_some_and(|t| t != ETHERTYPE_IPV4) {
-            return Err("an IPv4 or transport field with an EtherType other than IPv4");
-        }
-        Ok(())
-    }
-
-    /// A multicast-only rule: its destination MAC is a multicast one, or it names no MAC and
-    /// its destination IPv4 address is multicast. A ConnectX puts such rules in the one
-    /// multicast priority after the 32 regular ones, whatever their own priority.
-    pub(crate) fn multicast_only(&self) -> bool {
-        match self.dst_mac {
-            Some(m) => m[0] & 1 == 1,
-            None => self.dst_ip.is_some_and(|ip| ip.is_multicast()),
-        }
-    }
-
-    /// Whether a frame with headers `h` matches.
-    pub(crate) fn matches(&self, h: &Headers) -> bool {
-        let eq = |want: Option<[u8; 6]>, got: [u8; 6]| want.is_none_or(|w| w == got);
-        if !eq(self.dst_mac, h.dst_mac)
-            || !eq(self.src_mac, h.src_mac)
-            || self.ether_type.is_some_and(|t| t != h.ether_type)
-        {
-            return false;
-        }
-        let needs_ip = self.src_ip.is_some() || self.dst_ip.is_some() || self.l4.is_some();
-        if !needs_ip {
-            return true;
-        }
-        let Some(ip) = h.ipv4 else { return false };
-        if self.src_ip.is_some_and(|a| a.octets() != ip.src)
-            || self.dst_ip.is_some_and(|a| a.octets() != ip.dst)
-        {
-            return false;
-        }
-        let Some(proto) = self.l4 else { return true };
-        let Some(l4) = h.l4.filter(|l| l.proto == proto.number()) else {
-            return false;
-        };
-        self.src_port.is_none_or(|p| p == l4.src_port)
-            && self.dst_port.is_none_or(|p| p == l4.dst_port)
-    }
+    spec.src_port.is_none_or(|p| p == l4.src_port) && spec.dst_port.is_none_or(|p| p == l4.dst_port)
 }
 
 /// Where a flow rule sends the frames it matches.
@@ -165,9 +59,6 @@ pub struct FlowAttr {
     /// `sop_drop_qpn` of the receive CQE of every frame the rule steers; `None` reports 0.
     pub tag: Option<u32>,
 }
-
-/// The most user priorities of flow rules (`attr.priority` 0..=15).
-pub const FLOW_PRIORITIES: u16 = 16;
 
 /// The table a rule of `attr` sits in, looked at in ascending order: user priority *p* is the
 /// ConnectX's `2p + 1` (don't-trap rules, not modelled, would take `2p`), a multicast-only rule
@@ -202,14 +93,6 @@ bitflags::bitflags! {
         const DST_PORT_UDP = 1 << 7;
     }
 }
-
-/// The Toeplitz key most RSS implementations start from (Microsoft's RSS verification key);
-/// a ConnectX takes exactly 40 bytes.
-pub const DEFAULT_RSS_KEY: [u8; 40] = [
-    0x6d, 0x5a, 0x56, 0xda, 0x25, 0x5b, 0x0e, 0xc2, 0x41, 0x67, 0x25, 0x3d, 0x43, 0xa3, 0x8f, 0xb0,
-    0xd0, 0xca, 0x2b, 0xcb, 0xae, 0x7b, 0x30, 0xb4, 0x77, 0xcb, 0x2d, 0xa3, 0x80, 0x30, 0xf2, 0x0c,
-    0x6a, 0x42, 0xb7, 0x3b, 0xbe, 0xac, 0x01, 0xfa,
-];
 
 /// The Toeplitz hash of `input` under `key`: for every set bit of the input (most significant
 /// first) the 32 key bits starting at that bit's position are XORed into the result.
@@ -379,18 +262,5 @@ mod tests {
         with_ports[8..10].copy_from_slice(&2794u16.to_be_bytes());
         with_ports[10..].copy_from_slice(&1766u16.to_be_bytes());
         assert_eq!(toeplitz(&DEFAULT_RSS_KEY, &with_ports), 0x51cc_c178);
-    }
-
-    #[test]
-    fn multicast_only_rules() {
-        assert!(FlowSpec::dst_mac([1, 0, 0x5e, 1, 2, 3]).multicast_only());
-        assert!(!FlowSpec::dst_mac([2, 0, 0, 0, 0, 1]).multicast_only());
-        assert!(FlowSpec::udp_dst(Ipv4Addr::new(239, 1, 2, 3), 1).multicast_only());
-        assert!(!FlowSpec::udp_dst(Ipv4Addr::new(10, 0, 0, 1), 1).multicast_only());
-        let bad = FlowSpec {
-            dst_port: Some(1),
-            ..FlowSpec::ANY
-        };
-        assert!(bad.check().is_err());
     }
 }

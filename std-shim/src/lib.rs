@@ -268,8 +268,9 @@ pub use types::device::{
     SOFTWARE_DEVICE,
 };
 pub use types::eth::{
-    CAP_NET_RAW_BIT, DEFAULT_RSS_KEY, FLOW_PRIORITIES, FlowRule, FlowRuleError, L4Proto,
-    MAX_FLOW_TAG, RawCaps, RxHash, RxHashFields, Strides, WqShape, has_cap_net_raw, multicast_mac,
+    CAP_NET_RAW_BIT, DEFAULT_RSS_KEY, FLOW_PRIORITIES, FlowRule, FlowRuleError, FlowSpec,
+    FlowSpecError, L4Proto, MAX_FLOW_TAG, RawCaps, RxHash, RxHashFields, Strides, WqShape,
+    has_cap_net_raw, multicast_mac,
 };
 pub use types::event::{AsyncEvent, CqId, SrqId};
 pub use types::qp::{

@@ -12,8 +12,8 @@ use std::net::Ipv4Addr;
 use std::sync::{Mutex, MutexGuard};
 
 use zverbs::{
-    AccessFlags, Context, ContextOptions, Error, FlowRule, FlowRuleError, L4Proto, MrBuf, QpCaps,
-    QpState, QpType, RxHash, RxHashFields, WqShape,
+    AccessFlags, Context, ContextOptions, Error, FlowRule, FlowRuleError, FlowSpec, L4Proto, MrBuf,
+    QpCaps, QpState, QpType, RxHash, RxHashFields, WqShape,
 };
 
 static DEVICE: Mutex<()> = Mutex::new(());
@@ -262,10 +262,10 @@ fn bad_rules_and_setups_are_typed_errors() {
         fr(&FlowRule::dst_mac(SRC_MAC).priority(16)),
         FlowRuleError::Priority(16)
     );
-    let port_only = FlowRule {
+    let port_only = FlowRule::of(FlowSpec {
         dst_port: Some(9),
-        ..FlowRule::ANY
-    };
+        ..FlowSpec::ANY
+    });
     assert_eq!(fr(&port_only), FlowRuleError::PortWithoutTransport);
     assert_eq!(
         fr(&FlowRule::dst_mac(SRC_MAC).tag(1 << 24)),

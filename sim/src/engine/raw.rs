@@ -34,7 +34,9 @@ use crate::config::{Access, QpStatus, QpType, SimError};
 use crate::cq::{self, RawCqe, op};
 use crate::eth::{self, EthPort, Headers};
 use crate::mem::{Region, load_be32_acquire};
-use crate::steering::{FLOW_PRIORITIES, FlowAttr, FlowDest, RssConfig, SimWq, Striding, WqConfig};
+use crate::steering::{
+    FLOW_PRIORITIES, FlowAttr, FlowDest, MAX_FLOW_TAG, RssConfig, SimWq, Striding, WqConfig,
+};
 use crate::vendor;
 use crate::wqe::{Bad, DataEntry, MAX_SEGS, RqRing, SqRing, Wqe};
 
@@ -338,7 +340,9 @@ impl Engine {
         let frame = Arrived { bytes, span, h };
         let mut best: Option<Flow> = None;
         for f in &self.eth.flows {
-            if best.is_none_or(|b| f.table < b.table) && f.attr.spec.matches(&frame.h) {
+            if best.is_none_or(|b| f.table < b.table)
+                && crate::steering::matches(&f.attr.spec, &frame.h)
+            {
                 best = Some(*f);
             }
         }
@@ -886,8 +890,10 @@ impl Engine {
         if attr.priority >= FLOW_PRIORITIES {
             return Err(SimError::InvalidConfig("flow priority above 15"));
         }
-        attr.spec.check().map_err(SimError::InvalidConfig)?;
-        if attr.tag.is_some_and(|t| t >= 1 << 24) {
+        attr.spec
+            .check()
+            .map_err(|e| SimError::InvalidConfig(e.reason()))?;
+        if attr.tag.is_some_and(|t| t > MAX_FLOW_TAG) {
             return Err(SimError::InvalidConfig("a flow tag has 24 bits"));
         }
         let table = crate::steering::core_priority(&attr);

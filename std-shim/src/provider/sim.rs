@@ -40,7 +40,7 @@ use crate::types::ah::AhAttr;
 use crate::types::device::{
     DeviceAttr, Gid, GidEntry, GidType, LinkLayer, Mtu, PortAttr, PortState,
 };
-use crate::types::eth::{FlowRule, FlowRuleError, L4Proto, RawCaps, RxHash, WqShape};
+use crate::types::eth::{FlowRule, FlowRuleError, RawCaps, RxHash, WqShape};
 use crate::types::qp::{QpCaps, QpType};
 use zverbs_ffi::types::ibv_ah;
 use zverbs_ffi::types::{ibv_qp_attr, qp_attr_mask};
@@ -561,23 +561,10 @@ fn sim_flow(rule: &FlowRule, port: u8, dest: sim::FlowDest) -> Result<Box<dyn Fl
     if port != 1 {
         return Err(Error::from_ret("ibv_create_flow", libc::EINVAL));
     }
-    let spec = sim::FlowSpec {
-        dst_mac: rule.dst_mac,
-        src_mac: rule.src_mac,
-        ether_type: rule.ether_type,
-        src_ip: rule.src_ip,
-        dst_ip: rule.dst_ip,
-        l4: rule.l4.map(|l| match l {
-            L4Proto::Udp => sim::L4Proto::Udp,
-            L4Proto::Tcp => sim::L4Proto::Tcp,
-        }),
-        src_port: rule.src_port,
-        dst_port: rule.dst_port,
-    };
     let handle = device()
         .create_flow(sim::FlowAttr {
             priority: rule.priority,
-            spec,
+            spec: rule.spec,
             dest,
             tag: rule.tag,
         })

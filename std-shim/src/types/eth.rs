@@ -4,59 +4,36 @@
 
 use std::net::Ipv4Addr;
 
-/// The transport a [`FlowRule`] names (`IBV_FLOW_SPEC_UDP` / `IBV_FLOW_SPEC_TCP`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum L4Proto {
-    /// UDP.
-    Udp,
-    /// TCP.
-    Tcp,
-}
-
-/// The most flow rule priorities (`ibv_flow_attr.priority` 0..=15; the kernel answers ENOMEM
-/// above, older kernels ENOSPC).
-pub const FLOW_PRIORITIES: u16 = 16;
-
-/// The largest flow tag (`IBV_FLOW_SPEC_ACTION_TAG`'s `tag_id` has 24 bits on mlx5).
-pub const MAX_FLOW_TAG: u32 = (1 << 24) - 1;
+pub use zverbs_core::flow::{
+    DEFAULT_RSS_KEY, FLOW_PRIORITIES, FlowSpec, FlowSpecError, L4Proto, MAX_FLOW_TAG, multicast_mac,
+};
 
 /// A flow steering rule (`ibv_create_flow`, `IBV_FLOW_ATTR_NORMAL`): which arriving frames a
-/// raw packet QP or an RSS QP receives. Each field given must be equal; each `None` is a
-/// wildcard (a zero mask). Naming an IPv4 address or a transport implies an IPv4 frame (the
-/// kernel adds `ethertype == 0x0800`); naming a port needs its transport.
+/// raw packet QP or an RSS QP receives ([`FlowSpec`], the match every backend shares: each
+/// field given must be equal, each `None` is a wildcard), at which priority, and with which
+/// flow tag.
 ///
 /// The three rules market data needs have constructors: [`FlowRule::dst_mac`] (perftest's),
-/// [`FlowRule::multicast`] (a group and UDP port) and [`FlowRule::five_tuple`].
+/// [`FlowRule::multicast`] (a group and UDP port) and [`FlowRule::five_tuple`]; any other
+/// match is a [`FlowSpec`] made a rule with [`FlowRule::of`].
 ///
 /// ```
 /// use std::net::Ipv4Addr;
-/// use zverbs::{FlowRule, L4Proto};
+/// use zverbs::{FlowRule, FlowSpec, L4Proto};
 ///
 /// let group = Ipv4Addr::new(239, 1, 2, 3);
 /// let rule = FlowRule::multicast(group, 31000).tag(7);
-/// assert_eq!(rule.dst_mac, Some([0x01, 0x00, 0x5e, 0x01, 0x02, 0x03]));
+/// assert_eq!(rule.spec.dst_mac, Some([0x01, 0x00, 0x5e, 0x01, 0x02, 0x03]));
 /// let one = FlowRule::five_tuple(L4Proto::Udp, (Ipv4Addr::new(10, 0, 0, 1), 5000), (group, 31000))
 ///     .priority(2);
 /// assert_eq!(one.priority, 2);
+/// let arp = FlowRule::of(FlowSpec { ether_type: Some(0x0806), ..FlowSpec::ANY });
+/// assert!(arp.check().is_ok());
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct FlowRule {
-    /// Destination MAC (`IBV_FLOW_SPEC_ETH` `dst_mac`).
-    pub dst_mac: Option<[u8; 6]>,
-    /// Source MAC.
-    pub src_mac: Option<[u8; 6]>,
-    /// EtherType (after a VLAN tag, if the frame has one).
-    pub ether_type: Option<u16>,
-    /// IPv4 source address (`IBV_FLOW_SPEC_IPV4_EXT`).
-    pub src_ip: Option<Ipv4Addr>,
-    /// IPv4 destination address.
-    pub dst_ip: Option<Ipv4Addr>,
-    /// The transport.
-    pub l4: Option<L4Proto>,
-    /// Source port; needs `l4`.
-    pub src_port: Option<u16>,
-    /// Destination port; needs `l4`.
-    pub dst_port: Option<u16>,
+    /// What the rule matches.
+    pub spec: FlowSpec,
     /// 0 to 15, lower looked at first. A multicast-only rule (a multicast destination MAC, or
     /// no MAC and a multicast destination address) sits in the device's one multicast table
     /// whatever its priority, as on a ConnectX.
@@ -68,61 +45,36 @@ pub struct FlowRule {
 
 impl FlowRule {
     /// Every frame (an `ETH` spec with a zero mask).
-    pub const ANY: Self = Self {
-        dst_mac: None,
-        src_mac: None,
-        ether_type: None,
-        src_ip: None,
-        dst_ip: None,
-        l4: None,
-        src_port: None,
-        dst_port: None,
-        priority: 0,
-        tag: None,
-    };
+    pub const ANY: Self = Self::of(FlowSpec::ANY);
 
-    /// Frames to `mac` (perftest's rule: the port's own MAC).
-    pub const fn dst_mac(mac: [u8; 6]) -> Self {
+    /// A rule of `spec`, at priority 0, untagged.
+    pub const fn of(spec: FlowSpec) -> Self {
         Self {
-            dst_mac: Some(mac),
-            ..Self::ANY
+            spec,
+            priority: 0,
+            tag: None,
         }
     }
 
-    /// UDP datagrams to multicast group `group`, port `port`: the group's MAC
-    /// ([`multicast_mac`]), its address and the port, as the three specs (`ETH`, `IPV4_EXT`,
-    /// `UDP`) every subscriber of the group writes, so that subscribers share one entry and
-    /// each gets a copy.
+    /// Frames to `mac` (perftest's rule: the port's own MAC).
+    pub const fn dst_mac(mac: [u8; 6]) -> Self {
+        Self::of(FlowSpec::dst_mac(mac))
+    }
+
+    /// UDP datagrams to multicast group `group`, port `port` ([`FlowSpec::multicast`]: the
+    /// group's MAC, address and port, as every subscriber of the group writes them).
     pub const fn multicast(group: Ipv4Addr, port: u16) -> Self {
-        Self {
-            dst_mac: Some(multicast_mac(group)),
-            dst_ip: Some(group),
-            l4: Some(L4Proto::Udp),
-            dst_port: Some(port),
-            ..Self::ANY
-        }
+        Self::of(FlowSpec::multicast(group, port))
     }
 
     /// UDP datagrams to `ip`:`port`, any MAC.
     pub const fn udp_dst(ip: Ipv4Addr, port: u16) -> Self {
-        Self {
-            dst_ip: Some(ip),
-            l4: Some(L4Proto::Udp),
-            dst_port: Some(port),
-            ..Self::ANY
-        }
+        Self::of(FlowSpec::udp_dst(ip, port))
     }
 
     /// One flow by its 5-tuple (transport, source and destination address and port).
     pub const fn five_tuple(l4: L4Proto, src: (Ipv4Addr, u16), dst: (Ipv4Addr, u16)) -> Self {
-        Self {
-            src_ip: Some(src.0),
-            dst_ip: Some(dst.0),
-            l4: Some(l4),
-            src_port: Some(src.1),
-            dst_port: Some(dst.1),
-            ..Self::ANY
-        }
+        Self::of(FlowSpec::five_tuple(l4, src, dst))
     }
 
     /// The same rule at priority `p`.
@@ -139,11 +91,8 @@ impl FlowRule {
 
     /// Whether a frame's destination is multicast for this rule (a ConnectX puts such rules
     /// in its multicast table).
-    pub fn multicast_only(&self) -> bool {
-        match self.dst_mac {
-            Some(m) => m[0] & 1 == 1,
-            None => self.dst_ip.is_some_and(|ip| ip.is_multicast()),
-        }
+    pub const fn multicast_only(&self) -> bool {
+        self.spec.multicast_only()
     }
 
     /// Why the rule cannot be created, checked before the device is asked (the kernel's own
@@ -152,16 +101,7 @@ impl FlowRule {
         if self.priority >= FLOW_PRIORITIES {
             return Err(FlowRuleError::Priority(self.priority));
         }
-        if (self.src_port.is_some() || self.dst_port.is_some()) && self.l4.is_none() {
-            return Err(FlowRuleError::PortWithoutTransport);
-        }
-        let ip = self.src_ip.is_some() || self.dst_ip.is_some() || self.l4.is_some();
-        if let Some(t) = self.ether_type
-            && ip
-            && t != ETHERTYPE_IPV4
-        {
-            return Err(FlowRuleError::EtherTypeNotIpv4(t));
-        }
+        self.spec.check()?;
         if let Some(t) = self.tag
             && t > MAX_FLOW_TAG
         {
@@ -171,14 +111,10 @@ impl FlowRule {
     }
 }
 
-/// EtherType of IPv4.
-pub const ETHERTYPE_IPV4: u16 = 0x0800;
-
-/// The MAC an IPv4 multicast group's frames carry: `01:00:5e` and the group's low 23 bits
-/// (RFC 1112).
-pub const fn multicast_mac(group: Ipv4Addr) -> [u8; 6] {
-    let o = group.octets();
-    [0x01, 0x00, 0x5e, o[1] & 0x7f, o[2], o[3]]
+impl From<FlowSpec> for FlowRule {
+    fn from(spec: FlowSpec) -> Self {
+        Self::of(spec)
+    }
 }
 
 /// Why a [`FlowRule`] was refused: by the library's check before the device was asked, or by
@@ -207,6 +143,15 @@ pub enum FlowRuleError {
     /// The device cannot match what the rule asks (EOPNOTSUPP).
     #[error("the device cannot match this rule: {0}")]
     Unsupported(String),
+}
+
+impl From<FlowSpecError> for FlowRuleError {
+    fn from(e: FlowSpecError) -> Self {
+        match e {
+            FlowSpecError::PortWithoutTransport => FlowRuleError::PortWithoutTransport,
+            FlowSpecError::EtherTypeNotIpv4(t) => FlowRuleError::EtherTypeNotIpv4(t),
+        }
+    }
 }
 
 /// The hash an RSS QP spreads frames with (`rx_hash_conf`, `IBV_RX_HASH_FUNC_TOEPLITZ`).
@@ -265,13 +210,6 @@ impl RxHash {
         Ok(())
     }
 }
-
-/// The Toeplitz key most RSS implementations start from (Microsoft's RSS verification key).
-pub const DEFAULT_RSS_KEY: [u8; 40] = [
-    0x6d, 0x5a, 0x56, 0xda, 0x25, 0x5b, 0x0e, 0xc2, 0x41, 0x67, 0x25, 0x3d, 0x43, 0xa3, 0x8f, 0xb0,
-    0xd0, 0xca, 0x2b, 0xcb, 0xae, 0x7b, 0x30, 0xb4, 0x77, 0xcb, 0x2d, 0xa3, 0x80, 0x30, 0xf2, 0x0c,
-    0x6a, 0x42, 0xb7, 0x3b, 0xbe, 0xac, 0x01, 0xfa,
-];
 
 /// The strides of a striding ("multi-packet") receive work queue
 /// (`mlx5dv_striding_rq_init_attr`): each WQE is one buffer of `2^log_num_strides` strides
@@ -399,34 +337,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn multicast_mac_takes_the_low_23_bits() {
-        assert_eq!(
-            multicast_mac(Ipv4Addr::new(239, 1, 2, 3)),
-            [0x01, 0x00, 0x5e, 0x01, 0x02, 0x03]
-        );
-        // The 24th bit is not carried: 239.129.2.3 shares 239.1.2.3's MAC.
-        assert_eq!(
-            multicast_mac(Ipv4Addr::new(239, 129, 2, 3)),
-            multicast_mac(Ipv4Addr::new(239, 1, 2, 3))
-        );
-    }
-
-    #[test]
     fn bad_rules_are_named() {
         assert_eq!(
             FlowRule::ANY.priority(16).check(),
             Err(FlowRuleError::Priority(16))
         );
         assert_eq!(FlowRule::ANY.priority(15).check(), Ok(()));
-        let port_only = FlowRule {
+        let port_only = FlowRule::of(FlowSpec {
             dst_port: Some(1),
-            ..FlowRule::ANY
-        };
+            ..FlowSpec::ANY
+        });
         assert_eq!(port_only.check(), Err(FlowRuleError::PortWithoutTransport));
-        let arp = FlowRule {
+        let arp = FlowRule::of(FlowSpec {
             ether_type: Some(0x0806),
-            ..FlowRule::udp_dst(Ipv4Addr::LOCALHOST, 1)
-        };
+            ..FlowSpec::udp_dst(Ipv4Addr::LOCALHOST, 1)
+        });
         assert_eq!(arp.check(), Err(FlowRuleError::EtherTypeNotIpv4(0x0806)));
         assert_eq!(
             FlowRule::ANY.tag(1 << 24).check(),

@@ -417,23 +417,24 @@ pub(crate) fn flow_bytes(rule: &FlowRule, port: u8) -> (Vec<u32>, u8) {
         eth + offset_of!(ibv_flow_spec_eth, val),
         eth + offset_of!(ibv_flow_spec_eth, mask),
     );
+    let f = &rule.spec;
     let dst = offset_of!(ibv_flow_eth_filter, dst_mac);
     let src = offset_of!(ibv_flow_eth_filter, src_mac);
     let et = offset_of!(ibv_flow_eth_filter, ether_type);
-    if let Some(m) = rule.dst_mac {
+    if let Some(m) = f.dst_mac {
         b[val + dst..val + dst + 6].copy_from_slice(&m);
         b[mask + dst..mask + dst + 6].fill(0xff);
     }
-    if let Some(m) = rule.src_mac {
+    if let Some(m) = f.src_mac {
         b[val + src..val + src + 6].copy_from_slice(&m);
         b[mask + src..mask + src + 6].fill(0xff);
     }
-    if let Some(t) = rule.ether_type {
+    if let Some(t) = f.ether_type {
         b[val + et..val + et + 2].copy_from_slice(&t.to_be_bytes());
         b[mask + et..mask + et + 2].fill(0xff);
     }
     n += 1;
-    if rule.src_ip.is_some() || rule.dst_ip.is_some() || rule.l4.is_some() {
+    if f.needs_ipv4() {
         let ip = spec(
             &mut b,
             IBV_FLOW_SPEC_IPV4_EXT,
@@ -444,8 +445,8 @@ pub(crate) fn flow_bytes(rule: &FlowRule, port: u8) -> (Vec<u32>, u8) {
             ip + offset_of!(ibv_flow_spec_ipv4_ext, mask),
         );
         for (addr, at) in [
-            (rule.src_ip, offset_of!(ibv_flow_ipv4_ext_filter, src_ip)),
-            (rule.dst_ip, offset_of!(ibv_flow_ipv4_ext_filter, dst_ip)),
+            (f.src_ip, offset_of!(ibv_flow_ipv4_ext_filter, src_ip)),
+            (f.dst_ip, offset_of!(ibv_flow_ipv4_ext_filter, dst_ip)),
         ] {
             if let Some(a) = addr {
                 b[val + at..val + at + 4].copy_from_slice(&a.octets());
@@ -454,7 +455,7 @@ pub(crate) fn flow_bytes(rule: &FlowRule, port: u8) -> (Vec<u32>, u8) {
         }
         n += 1;
     }
-    if let Some(l4) = rule.l4 {
+    if let Some(l4) = f.l4 {
         let ty = match l4 {
             L4Proto::Udp => IBV_FLOW_SPEC_UDP,
             L4Proto::Tcp => IBV_FLOW_SPEC_TCP,
@@ -465,8 +466,8 @@ pub(crate) fn flow_bytes(rule: &FlowRule, port: u8) -> (Vec<u32>, u8) {
             t + offset_of!(ibv_flow_spec_tcp_udp, mask),
         );
         for (p, at) in [
-            (rule.dst_port, offset_of!(ibv_flow_tcp_udp_filter, dst_port)),
-            (rule.src_port, offset_of!(ibv_flow_tcp_udp_filter, src_port)),
+            (f.dst_port, offset_of!(ibv_flow_tcp_udp_filter, dst_port)),
+            (f.src_port, offset_of!(ibv_flow_tcp_udp_filter, src_port)),
         ] {
             if let Some(p) = p {
                 b[val + at..val + at + 2].copy_from_slice(&p.to_be_bytes());
