@@ -8,7 +8,7 @@
 mod common;
 
 use common::Arena;
-use common::direct::{Cq, DirectSrq, device_with_arena, drain, send_only};
+use common::direct::{Cq, DirectSrq, device_with_arena, drain, qp_with_cq, send_only};
 use zverbs_core::{
     Completion, DcDest, PostRecv, RecvWr, RemoteBuf, SendWr, Sge, WcOpcode, WcStatus,
 };
@@ -81,20 +81,12 @@ fn world(targets: usize, dcis: usize) -> World {
 }
 
 fn dci(dev: &'static Device) -> Dci {
-    let cq = dev.create_cq(CqConfig { cqe: 64 }).unwrap();
-    let qp = dev
-        .create_qp_ext(
-            QpConfig {
-                send_cq: cq.cqn,
-                recv_cq: cq.cqn,
-                max_send_wr: 16,
-                max_recv_wr: 0,
-                ..QpConfig::default()
-            },
-            QpType::Dci,
-            None,
-        )
-        .unwrap();
+    let cfg = QpConfig {
+        max_send_wr: 16,
+        max_recv_wr: 0,
+        ..QpConfig::default()
+    };
+    let (qp, cq) = qp_with_cq(dev, QpType::Dci, cfg);
     dev.ready_dci(qp.qpn).unwrap();
     let (sqs, cq) = send_only(&qp, &cq.layout);
     // SAFETY: the device outlives the queue, which alone drives its ring.

@@ -11,13 +11,13 @@ mod raw;
 use std::net::Ipv4Addr;
 
 use common::Arena;
-use common::direct::{Cq, device_with_arena, drain, send_only};
+use common::direct::{Cq, device_with_arena, drain, qp_with_cq, send_only};
 use raw::eth::*;
 use raw::{RawCq, RawQp};
 use zverbs_core::{PostError, PostSend, SendFlags, SendWr, Sge, Transport, WcOpcode, WcStatus};
 use zverbs_mlx5dv::prm::cqe::Cqe64;
 use zverbs_mlx5dv::{Ethernet, FrameLengths, SendQueue, SqCaps, SqRef};
-use zverbs_sim::{CqConfig, Device, FlowAttr, FlowDest, FlowSpec, Mr, QpConfig, QpType, SimQp};
+use zverbs_sim::{Device, FlowDest, FlowSpec, Mr, QpConfig, QpType, SimQp};
 
 type Sq = SendQueue<SqRef<'static>, Ethernet>;
 
@@ -31,21 +31,13 @@ struct Sender {
 /// A ready raw packet QP on `dev` with `max_send_wr` send WQEs, driven by the library with
 /// `min_inline` frame bytes inlined.
 fn sender(dev: &'static Device, max_send_wr: u32, min_inline: u16) -> Sender {
-    let cq = dev.create_cq(CqConfig { cqe: 64 }).unwrap();
-    let qp = dev
-        .create_qp_ext(
-            QpConfig {
-                send_cq: cq.cqn,
-                recv_cq: cq.cqn,
-                max_send_wr,
-                max_send_sge: 4,
-                max_inline_data: 128,
-                ..QpConfig::default()
-            },
-            QpType::RawPacket,
-            None,
-        )
-        .unwrap();
+    let cfg = QpConfig {
+        max_send_wr,
+        max_send_sge: 4,
+        max_inline_data: 128,
+        ..QpConfig::default()
+    };
+    let (qp, cq) = qp_with_cq(dev, QpType::RawPacket, cfg);
     dev.ready_raw(qp.qpn).unwrap();
     let (sqs, cq) = send_only(&qp, &cq.layout);
     let caps = SqCaps {
@@ -61,12 +53,12 @@ fn sender(dev: &'static Device, max_send_wr: u32, min_inline: u16) -> Sender {
 /// The receiving raw QP, hand-driven, and the rule that steers frames for [`MAC_B`] to it.
 fn receiver(dev: &Device) -> (RawQp, RawCq) {
     let (qp, cq) = raw_qp(dev, 64);
-    dev.create_flow(FlowAttr {
-        priority: 0,
-        spec: FlowSpec::dst_mac(MAC_B),
-        dest: FlowDest::RawQp(qp.qpn()),
-        tag: None,
-    })
+    dev.create_flow(flow_attr(
+        0,
+        FlowSpec::dst_mac(MAC_B),
+        FlowDest::RawQp(qp.qpn()),
+        None,
+    ))
     .unwrap();
     (qp, cq)
 }

@@ -67,19 +67,11 @@ fn ud_caps(qp: &SimQp) -> SqCaps {
 
 /// A ready UD QP with `max_send_wr` send WQEs. The device must outlive it (tests leak it).
 fn ud(dev: &'static Device, max_send_wr: u32) -> Ud {
-    let cq = dev.create_cq(CqConfig { cqe: 64 }).unwrap();
-    let qp = dev
-        .create_qp_ext(
-            QpConfig {
-                send_cq: cq.cqn,
-                recv_cq: cq.cqn,
-                max_send_wr,
-                ..QpConfig::default()
-            },
-            QpType::Ud,
-            None,
-        )
-        .unwrap();
+    let cfg = QpConfig {
+        max_send_wr,
+        ..QpConfig::default()
+    };
+    let (qp, cq) = common::direct::qp_with_cq(dev, QpType::Ud, cfg);
     dev.init_ud(qp.qpn, QKEY, 0).unwrap();
     dev.ready_ud(qp.qpn).unwrap();
     let sqs = leak(SqState::new(&qp.sq_slots().leak()[..]).unwrap());

@@ -22,8 +22,8 @@ use zverbs_mlx5dv::prm::mini::MiniCqeFormat;
 use zverbs_mlx5dv::prm::wqe::CtrlSeg;
 use zverbs_mlx5dv::prm::{CQ_SET_CI, opcode};
 use zverbs_sim::{
-    CqConfig, DEFAULT_RSS_KEY, Device, EthPort, FlowAttr, FlowDest, FlowSpec, L4Proto, Mr,
-    RssConfig, RxHashFields, SimWq, Striding, WqConfig, vendor,
+    CqConfig, DEFAULT_RSS_KEY, Device, EthPort, FlowDest, FlowSpec, L4Proto, Mr, RxHashFields,
+    SimWq, vendor,
 };
 
 /// Sends `frame` from `mem` at `off`: the first `inl` bytes inlined, the rest by one data
@@ -53,12 +53,12 @@ fn a_frame_loops_back_into_an_ordinary_receive() {
     let (dev, mem, mr) = device_with_arena(8192);
     let (mut qp, mut cq) = raw_qp(dev, 4);
     let multicast = [0x01, 0x00, 0x5e, 0x01, 0x02, 0x03];
-    dev.create_flow(FlowAttr {
-        priority: 0,
-        spec: FlowSpec::dst_mac(multicast),
-        dest: FlowDest::RawQp(qp.qpn()),
-        tag: None,
-    })
+    dev.create_flow(flow_attr(
+        0,
+        FlowSpec::dst_mac(multicast),
+        FlowDest::RawQp(qp.qpn()),
+        None,
+    ))
     .unwrap();
     qp.post_recv(&[(mem.addr(4096), 256, mr.lkey)]);
     let frame = udp_frame(
@@ -125,13 +125,8 @@ fn a_frame_loops_back_into_an_ordinary_receive() {
 fn inline_headers_of_any_size_cross_the_ring_end() {
     let (dev, mem, mr) = device_with_arena(16384);
     let (mut qp, mut cq) = raw_qp(dev, 16);
-    dev.create_flow(FlowAttr {
-        priority: 3,
-        spec: FlowSpec::ANY,
-        dest: FlowDest::RawQp(qp.qpn()),
-        tag: None,
-    })
-    .unwrap();
+    dev.create_flow(flow_attr(3, FlowSpec::ANY, FlowDest::RawQp(qp.qpn()), None))
+        .unwrap();
     let mut n = 0;
     for round in 0..3u8 {
         for (k, inl) in [0usize, 2, 18, 42].into_iter().enumerate() {
@@ -268,21 +263,11 @@ fn flow_rules_by_priority() {
     }
     let to = |q: &RawQp| FlowDest::RawQp(q.qpn());
     let by_mac = dev
-        .create_flow(FlowAttr {
-            priority: 1,
-            spec: FlowSpec::dst_mac(MAC_A),
-            dest: to(&a),
-            tag: None,
-        })
+        .create_flow(flow_attr(1, FlowSpec::dst_mac(MAC_A), to(&a), None))
         .unwrap();
     let host = Ipv4Addr::new(10, 0, 0, 9);
     let by_port = dev
-        .create_flow(FlowAttr {
-            priority: 0,
-            spec: FlowSpec::udp_dst(host, 5000),
-            dest: to(&b),
-            tag: None,
-        })
+        .create_flow(flow_attr(0, FlowSpec::udp_dst(host, 5000), to(&b), None))
         .unwrap();
     let src = Ipv4Addr::new(10, 0, 0, 1);
     let step = |f: &[u8]| {
@@ -306,12 +291,7 @@ fn flow_rules_by_priority() {
     assert!(cqb.poll().is_none());
     // The same match for B at the same priority: each QP gets a copy.
     let same = dev
-        .create_flow(FlowAttr {
-            priority: 1,
-            spec: FlowSpec::dst_mac(MAC_A),
-            dest: to(&b),
-            tag: None,
-        })
+        .create_flow(flow_attr(1, FlowSpec::dst_mac(MAC_A), to(&b), None))
         .unwrap();
     step(&udp_frame(MAC_A, src, host, (9, 1), 10, 7));
     assert_eq!(who(&cqa.poll().unwrap()), (a.qpn(), 2, 52));
@@ -321,20 +301,9 @@ fn flow_rules_by_priority() {
     dev.destroy_flow(by_mac).unwrap();
     // A multicast-only rule of priority 0 comes after a catch-all of priority 15.
     let five = FlowSpec::five_tuple(L4Proto::Udp, (src, 9), (GROUP, 7000));
-    dev.create_flow(FlowAttr {
-        priority: 0,
-        spec: five,
-        dest: to(&b),
-        tag: None,
-    })
-    .unwrap();
+    dev.create_flow(flow_attr(0, five, to(&b), None)).unwrap();
     let any = dev
-        .create_flow(FlowAttr {
-            priority: 15,
-            spec: FlowSpec::ANY,
-            dest: to(&a),
-            tag: None,
-        })
+        .create_flow(flow_attr(15, FlowSpec::ANY, to(&a), None))
         .unwrap();
     let mc = udp_frame([1, 0, 0x5e, 1, 2, 3], src, GROUP, (9, 7000), 10, 0);
     step(&mc);
@@ -363,14 +332,7 @@ fn flow_rules_by_priority() {
         "B had five receives left"
     );
     // Refused rules.
-    let bad = |priority, spec, dest| {
-        dev.create_flow(FlowAttr {
-            priority,
-            spec,
-            dest,
-            tag: None,
-        })
-    };
+    let bad = |priority, spec, dest| dev.create_flow(flow_attr(priority, spec, dest, None));
     assert!(bad(16, FlowSpec::ANY, to(&a)).is_err(), "priority above 15");
     let port_alone = FlowSpec {
         dst_port: Some(1),
@@ -383,12 +345,7 @@ fn flow_rules_by_priority() {
     assert!(bad(0, FlowSpec::ANY, FlowDest::Rss(999)).is_err());
     // A QP a rule steers to is not destroyed (its number could go to a new QP).
     let rule = dev
-        .create_flow(FlowAttr {
-            priority: 2,
-            spec: FlowSpec::dst_mac(MAC_B),
-            dest: to(&a),
-            tag: None,
-        })
+        .create_flow(flow_attr(2, FlowSpec::dst_mac(MAC_B), to(&a), None))
         .unwrap();
     assert!(dev.destroy_qp(a.qpn()).is_err(), "a rule names it");
     dev.destroy_flow(rule).unwrap();
@@ -405,37 +362,16 @@ fn rss_spreads_flows_by_hash() {
     let cq = dev.create_cq(CqConfig { cqe: 255 }).unwrap();
     let mut wqs = Vec::new();
     for _ in 0..4 {
-        let w = dev
-            .create_wq(WqConfig {
-                cq: cq.cqn,
-                max_wr: 32,
-                max_sge: 1,
-                striding: None,
-                two_byte_shift: false,
-            })
-            .unwrap();
-        wqs.push(w);
+        wqs.push(dev.create_wq(wq_config(cq.cqn, 32, None)).unwrap());
     }
     let wqns: Vec<u32> = wqs.iter().map(|w| w.wqn).collect();
-    let table = dev.create_rwq_ind_table(&wqns).unwrap();
     let fields = RxHashFields::SRC_IPV4
         | RxHashFields::DST_IPV4
         | RxHashFields::SRC_PORT_UDP
         | RxHashFields::DST_PORT_UDP;
-    let rss = dev
-        .create_rss_qp(RssConfig {
-            ind_table: table,
-            fields,
-            key: DEFAULT_RSS_KEY,
-        })
+    let (rss, table) = rss_qp(dev, &wqns, fields);
+    dev.create_flow(flow_attr(0, FlowSpec::ANY, FlowDest::Rss(rss), None))
         .unwrap();
-    dev.create_flow(FlowAttr {
-        priority: 0,
-        spec: FlowSpec::ANY,
-        dest: FlowDest::Rss(rss),
-        tag: None,
-    })
-    .unwrap();
     // A WQ in RESET takes nothing.
     let src = Ipv4Addr::new(192, 168, 1, 1);
     dev.receive_frame(&udp_frame(MAC_A, src, GROUP, (1, 2), 8, 0));
@@ -483,35 +419,8 @@ fn rss_spreads_flows_by_hash() {
 
 /// A striding work queue (64-byte strides, 8 per WQE) behind a one-entry table, on `cq`.
 fn striding_rig(dev: &Device, cq: u32) -> (SimWq, u32) {
-    let w = dev
-        .create_wq(WqConfig {
-            cq,
-            max_wr: 4,
-            max_sge: 1,
-            striding: Some(Striding {
-                log_stride_bytes: 6,
-                log_num_strides: 3,
-            }),
-            two_byte_shift: false,
-        })
-        .unwrap();
+    let (w, rss) = steered_wq(dev, wq_config(cq, 4, Some(3)), FlowSpec::ANY, None);
     assert_eq!((w.layout.stride, w.layout.wqe_cnt), (32, 4));
-    dev.ready_wq(w.wqn).unwrap();
-    let table = dev.create_rwq_ind_table(&[w.wqn]).unwrap();
-    let rss = dev
-        .create_rss_qp(RssConfig {
-            ind_table: table,
-            fields: RxHashFields::empty(),
-            key: DEFAULT_RSS_KEY,
-        })
-        .unwrap();
-    dev.create_flow(FlowAttr {
-        priority: 0,
-        spec: FlowSpec::ANY,
-        dest: FlowDest::Rss(rss),
-        tag: None,
-    })
-    .unwrap();
     (w, rss)
 }
 
@@ -657,26 +566,12 @@ fn compressed_sessions_carry_stride_indexes() {
 fn tcp_checksums_by_flag_and_header_types() {
     let (dev, mem, mr) = device_with_arena(8192);
     let (mut qp, mut cq) = raw_qp(dev, 4);
-    dev.create_flow(FlowAttr {
-        priority: 0,
-        spec: FlowSpec::five_tuple(
-            L4Proto::Tcp,
-            (Ipv4Addr::new(10, 0, 0, 1), 40000),
-            (Ipv4Addr::new(10, 0, 0, 2), 80),
-        ),
-        dest: FlowDest::RawQp(qp.qpn()),
-        tag: None,
-    })
-    .unwrap();
+    let (src, dst) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
+    let five = FlowSpec::five_tuple(L4Proto::Tcp, (src, 40000), (dst, 80));
+    let to_qp = FlowDest::RawQp(qp.qpn());
+    dev.create_flow(flow_attr(0, five, to_qp, None)).unwrap();
     // Ethernet, IPv4 (protocol 6), TCP with a 20-byte header, ACK|PSH, 11 bytes of data.
-    let mut f = udp_frame(
-        MAC_A,
-        Ipv4Addr::new(10, 0, 0, 1),
-        Ipv4Addr::new(10, 0, 0, 2),
-        (40000, 80),
-        23,
-        0x41,
-    );
+    let mut f = udp_frame(MAC_A, src, dst, (40000, 80), 23, 0x41);
     f[23] = 6;
     f[38..42].copy_from_slice(&[0, 0, 0, 1]); // sequence number
     f[42..46].copy_from_slice(&[0, 0, 0, 2]); // acknowledgement number
@@ -719,12 +614,12 @@ fn tcp_checksums_by_flag_and_header_types() {
 fn a_receive_with_a_bad_key_fails() {
     let (dev, mem, mr) = device_with_arena(8192);
     let (mut qp, mut cq) = raw_qp(dev, 4);
-    dev.create_flow(FlowAttr {
-        priority: 0,
-        spec: FlowSpec::dst_mac(MAC_A),
-        dest: FlowDest::RawQp(qp.qpn()),
-        tag: None,
-    })
+    dev.create_flow(flow_attr(
+        0,
+        FlowSpec::dst_mac(MAC_A),
+        FlowDest::RawQp(qp.qpn()),
+        None,
+    ))
     .unwrap();
     qp.post_recv(&[(mem.addr(0), 256, mr.lkey ^ 0x100)]);
     qp.post_recv(&[(mem.addr(256), 256, mr.lkey)]);
@@ -743,34 +638,8 @@ fn a_receive_with_a_bad_key_fails() {
     assert_eq!(dev.stats().eth_no_wqe, 1);
 
     let cqw = dev.create_cq(CqConfig { cqe: 15 }).unwrap();
-    let (w, _) = {
-        let w = dev
-            .create_wq(WqConfig {
-                cq: cqw.cqn,
-                max_wr: 2,
-                max_sge: 1,
-                striding: None,
-                two_byte_shift: false,
-            })
-            .unwrap();
-        dev.ready_wq(w.wqn).unwrap();
-        let t = dev.create_rwq_ind_table(&[w.wqn]).unwrap();
-        let rss = dev
-            .create_rss_qp(RssConfig {
-                ind_table: t,
-                fields: RxHashFields::empty(),
-                key: DEFAULT_RSS_KEY,
-            })
-            .unwrap();
-        dev.create_flow(FlowAttr {
-            priority: 0,
-            spec: FlowSpec::dst_mac(MAC_B),
-            dest: FlowDest::Rss(rss),
-            tag: None,
-        })
-        .unwrap();
-        (w, rss)
-    };
+    let cfg = wq_config(cqw.cqn, 2, None);
+    let (w, _) = steered_wq(dev, cfg, FlowSpec::dst_mac(MAC_B), None);
     post_wq(&w, 0, &[(mem.addr(0), 256, mr.lkey ^ 0x100)]);
     post_wq(&w, 1, &[(mem.addr(256), 256, mr.lkey)]);
     let g = udp_frame(MAC_B, Ipv4Addr::LOCALHOST, GROUP, (1, 2), 20, 0);
@@ -834,12 +703,7 @@ fn flow_tags_come_in_the_cqe() {
     let (dev, mem, mr) = device_with_arena(4096);
     let (mut qp, mut cq) = raw_qp(dev, 4);
     let (other, _) = raw_qp(dev, 4);
-    let rule = |tag, qpn| FlowAttr {
-        priority: 4,
-        spec: FlowSpec::dst_mac(MAC_A),
-        dest: FlowDest::RawQp(qpn),
-        tag,
-    };
+    let rule = |tag, qpn| flow_attr(4, FlowSpec::dst_mac(MAC_A), FlowDest::RawQp(qpn), tag);
     dev.create_flow(rule(Some(0xab_cdef), qp.qpn())).unwrap();
     assert!(
         dev.create_flow(rule(Some(7), other.qpn())).is_err(),
@@ -866,13 +730,7 @@ fn an_external_work_queue_answers_with_the_drivers_user_index() {
     let dbrec: &'static mut [u32; 2] = Box::leak(Box::new([0u32; 2]));
     let buf = std::ptr::NonNull::new(ring.as_mut_ptr().cast::<u8>()).unwrap();
     let db = std::ptr::NonNull::from(&mut dbrec[0]);
-    let cfg = WqConfig {
-        cq: cq.cqn,
-        max_wr: 8,
-        max_sge: 1,
-        striding: None,
-        two_byte_shift: false,
-    };
+    let cfg = wq_config(cq.cqn, 8, None);
     // SAFETY: the ring and record are leaked: valid for the device's life.
     let bad = unsafe { dev.create_wq_external(cfg, buf, 6, db, 0x1234) };
     assert!(bad.is_err(), "a count that is not a power of two");
@@ -888,21 +746,9 @@ fn an_external_work_queue_answers_with_the_drivers_user_index() {
         dbrec: db,
         striding: None,
     };
-    let table = dev.create_rwq_ind_table(&[wqn]).unwrap();
-    let rss = dev
-        .create_rss_qp(RssConfig {
-            ind_table: table,
-            fields: RxHashFields::empty(),
-            key: DEFAULT_RSS_KEY,
-        })
+    let (rss, _) = rss_qp(dev, &[wqn], RxHashFields::empty());
+    dev.create_flow(flow_attr(0, FlowSpec::ANY, FlowDest::Rss(rss), None))
         .unwrap();
-    dev.create_flow(FlowAttr {
-        priority: 0,
-        spec: FlowSpec::ANY,
-        dest: FlowDest::Rss(rss),
-        tag: None,
-    })
-    .unwrap();
     dev.ready_wq(wqn).unwrap();
     for k in 0..2 {
         post_wq(&w, k, &[(mem.addr(k * 256), 256, mr.lkey)]);

@@ -21,10 +21,7 @@ use zverbs_mlx5dv::{
     CompletionQueue, CqBinding, CqLayout, Packet, QpLayout, RecvQueue, RqSlot, RqState,
     StrideBuffer, StrideConfig, StrideSlot, StridingRq, StridingState, WqLayout,
 };
-use zverbs_sim::{
-    CqConfig, DEFAULT_RSS_KEY, Device, FlowAttr, FlowDest, FlowSpec, Mr, QpConfig, QpType,
-    RssConfig, RxHashFields, SimWq, Striding, WqConfig,
-};
+use zverbs_sim::{CqConfig, Device, FlowDest, FlowSpec, Mr, QpConfig, QpType, SimWq};
 
 type Bindings =
     &'static [CqBinding<zverbs_mlx5dv::SqRef<'static>, zverbs_mlx5dv::RqRef<'static>>];
@@ -36,35 +33,8 @@ const SRC: Ipv4Addr = Ipv4Addr::new(10, 1, 1, 1);
 /// A striding work queue of `wqes` WQEs of 2^`log_num` strides of 64 bytes on `cq`, ready,
 /// behind a one-entry table and an RSS QP that a rule for frames to `mac` steers to.
 fn striding_wq(dev: &Device, cq: u32, wqes: u32, log_num: u32, mac: [u8; 6]) -> SimWq {
-    let w = dev
-        .create_wq(WqConfig {
-            cq,
-            max_wr: wqes,
-            max_sge: 1,
-            striding: Some(Striding {
-                log_stride_bytes: 6,
-                log_num_strides: log_num,
-            }),
-            two_byte_shift: false,
-        })
-        .unwrap();
-    dev.ready_wq(w.wqn).unwrap();
-    let table = dev.create_rwq_ind_table(&[w.wqn]).unwrap();
-    let rss = dev
-        .create_rss_qp(RssConfig {
-            ind_table: table,
-            fields: RxHashFields::empty(),
-            key: DEFAULT_RSS_KEY,
-        })
-        .unwrap();
-    dev.create_flow(FlowAttr {
-        priority: 0,
-        spec: FlowSpec::dst_mac(mac),
-        dest: FlowDest::Rss(rss),
-        tag: Some(0x5a),
-    })
-    .unwrap();
-    w
+    let cfg = wq_config(cq, wqes, Some(log_num));
+    steered_wq(dev, cfg, FlowSpec::dst_mac(mac), Some(0x5a)).0
 }
 
 /// The direct path's queue over the software device's work queue `w`, its strides at `off`
@@ -367,31 +337,7 @@ fn real_time_timestamps_convert_to_wall_clock_nanoseconds() {
 fn an_ordinary_work_queue_through_the_receive_queue_and_poller() {
     let (dev, mem, mr) = device_with_arena(16 * 1024);
     let cq = dev.create_cq(CqConfig { cqe: 63 }).unwrap();
-    let w = dev
-        .create_wq(WqConfig {
-            cq: cq.cqn,
-            max_wr: 8,
-            max_sge: 1,
-            striding: None,
-            two_byte_shift: false,
-        })
-        .unwrap();
-    dev.ready_wq(w.wqn).unwrap();
-    let table = dev.create_rwq_ind_table(&[w.wqn]).unwrap();
-    let rss = dev
-        .create_rss_qp(RssConfig {
-            ind_table: table,
-            fields: RxHashFields::empty(),
-            key: DEFAULT_RSS_KEY,
-        })
-        .unwrap();
-    dev.create_flow(FlowAttr {
-        priority: 0,
-        spec: FlowSpec::ANY,
-        dest: FlowDest::Rss(rss),
-        tag: Some(0x77),
-    })
-    .unwrap();
+    let (w, _) = steered_wq(dev, wq_config(cq.cqn, 8, None), FlowSpec::ANY, Some(0x77));
     let layout = QpLayout {
         qpn: w.wqn,
         dbrec: w.dbrec,
@@ -461,13 +407,9 @@ fn a_cq_shared_with_a_raw_queue_pair() {
         )
         .unwrap();
     dev.ready_raw(qp.qpn).unwrap();
-    dev.create_flow(FlowAttr {
-        priority: 0,
-        spec: FlowSpec::dst_mac(MAC_B),
-        dest: FlowDest::RawQp(qp.qpn),
-        tag: None,
-    })
-    .unwrap();
+    let to_qp = FlowDest::RawQp(qp.qpn);
+    dev.create_flow(flow_attr(0, FlowSpec::dst_mac(MAC_B), to_qp, None))
+        .unwrap();
     let mut srq = direct(&w, mem, &mr, 0);
     srq.set_user_index(Some(w.wqn));
     let slots: &'static [RqSlot] = (0..qp.layout.rq.wqe_cnt)

@@ -382,52 +382,29 @@ fn library_ud_and_srq_round_trips_allocate_nothing() {
 /// striding work queue behind an RSS QP, its WQEs posted again as their strides run out.
 #[test]
 fn raw_ethernet_round_trips_allocate_nothing() {
-    use raw::eth::{Body, GROUP, MAC_A, MAC_B, post_frame, post_wq, raw_qp, udp_frame};
-    use std::net::Ipv4Addr;
-    use zverbs_sim::{
-        DEFAULT_RSS_KEY, FlowAttr, FlowDest, FlowSpec, RssConfig, RxHashFields, Striding, WqConfig,
+    use raw::eth::{
+        Body, GROUP, MAC_A, MAC_B, flow_attr, post_frame, post_wq, raw_qp, rss_qp, udp_frame,
+        wq_config,
     };
+    use std::net::Ipv4Addr;
+    use zverbs_sim::{FlowDest, FlowSpec, RxHashFields};
     let iters = env_u64("ZVERBS_SIM_ALLOC_ITERS", 1_000_000) / 8;
     let dev = Device::new();
     let mem = Arena::new(8192);
     // SAFETY: the arena outlives the device's use of it (both live to the end of the test).
     let mr = unsafe { dev.reg_mr(mem.ptr(0), mem.len(), Access::ALL) }.unwrap();
     let (mut qp, mut cq) = raw_qp(&dev, 16);
-    let to_qp = FlowAttr {
-        priority: 0,
-        spec: FlowSpec::dst_mac(MAC_A),
-        dest: FlowDest::RawQp(qp.qpn()),
-        tag: None,
-    };
+    let to_qp = flow_attr(0, FlowSpec::dst_mac(MAC_A), FlowDest::RawQp(qp.qpn()), None);
     dev.create_flow(to_qp).unwrap();
     let wcq = dev.create_cq(CqConfig { cqe: 63 }).unwrap();
-    let w = dev
-        .create_wq(WqConfig {
-            cq: wcq.cqn,
-            max_wr: 4,
-            max_sge: 1,
-            striding: Some(Striding {
-                log_stride_bytes: 6,
-                log_num_strides: 3,
-            }),
-            two_byte_shift: false,
-        })
-        .unwrap();
+    let w = dev.create_wq(wq_config(wcq.cqn, 4, Some(3))).unwrap();
     dev.ready_wq(w.wqn).unwrap();
-    let table = dev.create_rwq_ind_table(&[w.wqn]).unwrap();
-    let rss = dev
-        .create_rss_qp(RssConfig {
-            ind_table: table,
-            fields: RxHashFields::SRC_IPV4 | RxHashFields::DST_IPV4,
-            key: DEFAULT_RSS_KEY,
-        })
-        .unwrap();
-    let to_rss = FlowAttr {
-        priority: 0,
-        spec: FlowSpec::dst_mac(MAC_B),
-        dest: FlowDest::Rss(rss),
-        tag: None,
-    };
+    let (rss, _) = rss_qp(
+        &dev,
+        &[w.wqn],
+        RxHashFields::SRC_IPV4 | RxHashFields::DST_IPV4,
+    );
+    let to_rss = flow_attr(0, FlowSpec::dst_mac(MAC_B), FlowDest::Rss(rss), None);
     dev.create_flow(to_rss).unwrap();
     let src = Ipv4Addr::new(10, 0, 0, 1);
     let a = udp_frame(MAC_A, src, GROUP, (1, 2), 22, 0);
@@ -478,15 +455,13 @@ fn raw_ethernet_round_trips_allocate_nothing() {
 /// nothing allocated per packet.
 #[test]
 fn striding_packets_in_place_allocate_nothing() {
-    use raw::eth::{GROUP, MAC_B, udp_frame};
+    use raw::eth::{GROUP, MAC_B, steered_wq, udp_frame, wq_config};
     use std::net::Ipv4Addr;
     use zverbs_mlx5dv::{
         CompletionQueue, CqBinding, Packet, RqRef, SqRef, StrideBuffer, StrideConfig, StrideSlot,
         StridingRq, StridingState,
     };
-    use zverbs_sim::{
-        DEFAULT_RSS_KEY, FlowAttr, FlowDest, FlowSpec, RssConfig, RxHashFields, Striding, WqConfig,
-    };
+    use zverbs_sim::FlowSpec;
     // Three frames a poll: a 32nd of the count (about 94 000 packets by default).
     let iters = env_u64("ZVERBS_SIM_ALLOC_ITERS", 1_000_000) / 32;
     let dev = Device::new();
@@ -494,34 +469,8 @@ fn striding_packets_in_place_allocate_nothing() {
     // SAFETY: the arena outlives the device's use of it (both live to the end of the test).
     let mr = unsafe { dev.reg_mr(mem.ptr(0), mem.len(), Access::ALL) }.unwrap();
     let cq = dev.create_cq(CqConfig { cqe: 63 }).unwrap();
-    let w = dev
-        .create_wq(WqConfig {
-            cq: cq.cqn,
-            max_wr: 16,
-            max_sge: 1,
-            striding: Some(Striding {
-                log_stride_bytes: 6,
-                log_num_strides: 3,
-            }),
-            two_byte_shift: false,
-        })
-        .unwrap();
-    dev.ready_wq(w.wqn).unwrap();
-    let table = dev.create_rwq_ind_table(&[w.wqn]).unwrap();
-    let rss = dev
-        .create_rss_qp(RssConfig {
-            ind_table: table,
-            fields: RxHashFields::empty(),
-            key: DEFAULT_RSS_KEY,
-        })
-        .unwrap();
-    dev.create_flow(FlowAttr {
-        priority: 0,
-        spec: FlowSpec::dst_mac(MAC_B),
-        dest: FlowDest::Rss(rss),
-        tag: None,
-    })
-    .unwrap();
+    let cfg = wq_config(cq.cqn, 16, Some(3));
+    let (w, _) = steered_wq(&dev, cfg, FlowSpec::dst_mac(MAC_B), None);
     let slots: Vec<StrideSlot> = (0..16).map(|_| StrideSlot::new()).collect();
     let state = StridingState::new(&slots[..]).unwrap();
     let cfg = StrideConfig {
@@ -584,13 +533,13 @@ fn striding_packets_in_place_allocate_nothing() {
 /// completed through the library's poller.
 #[test]
 fn library_raw_ethernet_sends_allocate_nothing() {
-    use raw::eth::{MAC_B, raw_qp, udp_frame};
+    use raw::eth::{MAC_B, flow_attr, raw_qp, udp_frame};
     use std::net::Ipv4Addr;
     use zverbs_core::{SendFlags, Sge, Transport};
     use zverbs_mlx5dv::{
         CompletionQueue, CqBinding, FrameLengths, RqRef, SendQueue, SqCaps, SqRef, SqState, SrqRef,
     };
-    use zverbs_sim::{FlowAttr, FlowDest, FlowSpec};
+    use zverbs_sim::{FlowDest, FlowSpec};
     type Binds = &'static [CqBinding<SqRef<'static>, RqRef<'static>, SrqRef<'static>>];
 
     // Five frames and a NOP a round: a fortieth of the iterations (125 000 frames by default),
@@ -616,12 +565,12 @@ fn library_raw_ethernet_sends_allocate_nothing() {
         .unwrap();
     dev.ready_raw(tx.qpn).unwrap();
     let (mut rx, mut rx_cq) = raw_qp(dev, 16);
-    dev.create_flow(FlowAttr {
-        priority: 0,
-        spec: FlowSpec::dst_mac(MAC_B),
-        dest: FlowDest::RawQp(rx.qpn()),
-        tag: None,
-    })
+    dev.create_flow(flow_attr(
+        0,
+        FlowSpec::dst_mac(MAC_B),
+        FlowDest::RawQp(rx.qpn()),
+        None,
+    ))
     .unwrap();
     let sqs: SqRef<'static> = leak(SqState::new(&*tx.sq_slots().leak()).unwrap());
     let binds: Binds = Box::leak(Box::new([CqBinding::send_only(tx.qpn, sqs)]));

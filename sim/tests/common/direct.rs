@@ -8,7 +8,7 @@ use zverbs_mlx5dv::{
     CompletionQueue, CqBinding, CqLayout, RqRef, SharedRecvQueue, SqRef, SqState, SrqLayout,
     SrqRef, SrqSlot, SrqState,
 };
-use zverbs_sim::{Access, Device, Mr, SimQp, SimSrq, SrqConfig};
+use zverbs_sim::{Access, CqConfig, Device, Mr, QpConfig, QpType, SimCq, SimQp, SimSrq, SrqConfig};
 
 use super::Arena;
 
@@ -77,6 +77,18 @@ impl DirectSrq {
             queue,
         }
     }
+}
+
+/// A QP of type `ty` on `dev` with a new CQ of 64 entries as both its send and its receive CQ;
+/// `cfg` gives the rest (its CQ numbers are replaced).
+pub fn qp_with_cq(dev: &Device, ty: QpType, cfg: QpConfig) -> (SimQp, SimCq) {
+    let cq = dev.create_cq(CqConfig { cqe: 64 }).unwrap();
+    let cfg = QpConfig {
+        send_cq: cq.cqn,
+        recv_cq: cq.cqn,
+        ..cfg
+    };
+    (dev.create_qp_ext(cfg, ty, None).unwrap(), cq)
 }
 
 /// The send-queue state of `qp` and the poller of its CQ (`cq`, which completes nothing

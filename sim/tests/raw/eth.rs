@@ -8,7 +8,10 @@ use std::net::Ipv4Addr;
 
 use zverbs_mlx5dv::prm::opcode;
 use zverbs_mlx5dv::prm::wqe::{CtrlSeg, DataSeg, inline_byte_count};
-use zverbs_sim::{CqConfig, Device, QpConfig, QpType, SimWq};
+use zverbs_sim::{
+    CqConfig, DEFAULT_RSS_KEY, Device, FlowAttr, FlowDest, FlowSpec, QpConfig, QpType, RssConfig,
+    RxHashFields, SimWq, Striding, WqConfig,
+};
 
 use super::{RawCq, RawQp, Sg};
 
@@ -94,6 +97,56 @@ pub fn raw_qp(dev: &Device, recv_wr: u32) -> (RawQp, RawCq) {
     let qp = dev.create_qp_ext(cfg, QpType::RawPacket, None).unwrap();
     dev.ready_raw(qp.qpn).unwrap();
     (RawQp::new(qp), RawCq::new(cq))
+}
+
+/// A flow rule of `spec` at `priority` steering to `dest`, tagging with `tag`.
+pub fn flow_attr(priority: u16, spec: FlowSpec, dest: FlowDest, tag: Option<u32>) -> FlowAttr {
+    FlowAttr {
+        priority,
+        spec,
+        dest,
+        tag,
+    }
+}
+
+/// A receive work queue on CQ `cq` of `max_wr` WQEs of one scatter entry: an ordinary one, or
+/// one of 2^`log_num_strides` strides of 64 bytes per WQE.
+pub fn wq_config(cq: u32, max_wr: u32, log_num_strides: Option<u32>) -> WqConfig {
+    WqConfig {
+        cq,
+        max_wr,
+        max_sge: 1,
+        striding: log_num_strides.map(|log_num_strides| Striding {
+            log_stride_bytes: 6,
+            log_num_strides,
+        }),
+        two_byte_shift: false,
+    }
+}
+
+/// An RSS QP over a new indirection table of the work queues `wqns`, hashing `fields` under
+/// the default key: the RSS QP's handle and the table's.
+pub fn rss_qp(dev: &Device, wqns: &[u32], fields: RxHashFields) -> (u32, u32) {
+    let ind_table = dev.create_rwq_ind_table(wqns).unwrap();
+    let rss = dev
+        .create_rss_qp(RssConfig {
+            ind_table,
+            fields,
+            key: DEFAULT_RSS_KEY,
+        })
+        .unwrap();
+    (rss, ind_table)
+}
+
+/// A ready work queue of `cfg` alone behind an RSS QP that hashes nothing, and a rule at
+/// priority 0 that steers frames of `spec` there, tagged with `tag`: the queue and the RSS QP.
+pub fn steered_wq(dev: &Device, cfg: WqConfig, spec: FlowSpec, tag: Option<u32>) -> (SimWq, u32) {
+    let w = dev.create_wq(cfg).unwrap();
+    dev.ready_wq(w.wqn).unwrap();
+    let (rss, _) = rss_qp(dev, &[w.wqn], RxHashFields::empty());
+    dev.create_flow(flow_attr(0, spec, FlowDest::Rss(rss), tag))
+        .unwrap();
+    (w, rss)
 }
 
 /// What follows a raw WQE's Ethernet segment.
