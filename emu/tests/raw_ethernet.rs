@@ -118,6 +118,14 @@ impl Netns {
 
     /// Runs `f` on a thread inside the namespace (its sockets are the namespace's).
     fn within<R: Send + 'static>(&self, f: impl FnOnce() -> R + Send + 'static) -> R {
+        self.spawn_within(f).join().unwrap()
+    }
+
+    /// Starts `f` on a thread inside the namespace.
+    fn spawn_within<R: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> R + Send + 'static,
+    ) -> std::thread::JoinHandle<R> {
         let path = format!("/run/netns/{}", self.name);
         std::thread::spawn(move || {
             let file = std::fs::File::open(&path).expect("the namespace's file");
@@ -127,8 +135,6 @@ impl Netns {
             assert_eq!(r, 0, "setns: {}", std::io::Error::last_os_error());
             f()
         })
-        .join()
-        .unwrap()
     }
 }
 
@@ -373,6 +379,27 @@ fn assert_all_in_order(c: &Counts, what: &str) {
     );
 }
 
+/// [`COUNT`] UDP datagrams of 22 bytes (a sequence number, then zeros) sent to
+/// [`GROUP`]:31000 by a kernel socket on `zvp`: how many.
+fn send_kernel_multicast(ns: &Netns) -> u64 {
+    ns.within(|| {
+        let s = UdpSocket::bind((IP_P, 0)).unwrap();
+        s.set_multicast_ttl_v4(1).unwrap();
+        let mut d = [0u8; 22];
+        for seq in 0..COUNT {
+            d[..8].copy_from_slice(&seq.to_be_bytes());
+            s.send_to(&d, (GROUP, 31000)).unwrap();
+            // Paced in bursts (a market-data feed's rate, not a flood) shorter than the
+            // receive ring: Ethernet has no flow control, and drops what finds no receive
+            // posted.
+            if seq % 64 == 63 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        COUNT
+    })
+}
+
 /// UDP multicast sent by the kernel's socket stack on the peer reaches a raw packet QP on the
 /// emulated port through a flow rule: all of it, in order.
 #[test]
@@ -382,21 +409,7 @@ fn kernel_multicast_reaches_a_raw_qp() {
     };
     let tree = Tree::new("mcast");
     let rx = start_receiver(&ns, &tree, "01:00:5e:01:02:03", GROUP, 31000);
-    let sent = ns.within(|| {
-        let s = UdpSocket::bind((IP_P, 0)).unwrap();
-        s.set_multicast_ttl_v4(1).unwrap();
-        let mut d = [0u8; 22];
-        for seq in 0..COUNT {
-            d[..8].copy_from_slice(&seq.to_be_bytes());
-            s.send_to(&d, (GROUP, 31000)).unwrap();
-            // Paced in bursts (a market-data feed's rate, not a flood): Ethernet has no flow
-            // control, so a burst longer than the receive queue would be dropped.
-            if seq % 64 == 63 {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }
-        COUNT
-    });
+    let sent = send_kernel_multicast(&ns);
     let c = receiver_counts(rx);
     println!(
         "kernel UDP multicast to {GROUP}:31000 from {IP_P} (a std::net::UdpSocket on zvp) -> \
@@ -405,6 +418,49 @@ fn kernel_multicast_reaches_a_raw_qp() {
         c.received, c.in_order, c.lost
     );
     assert_all_in_order(&c, "kernel multicast");
+}
+
+/// A 64-byte IPv4/UDP frame from `from` (MAC, address) to `to`, UDP port 40000 to `port`,
+/// whose payload is `seq` (8 bytes, big-endian) and 14 zero bytes. The UDP checksum is 0
+/// (none); the IPv4 one is computed with `ip_sum`, else left 0 for the device to compute
+/// (`SendFlags::IP_CSUM`).
+fn udp_frame(
+    from: (&str, Ipv4Addr),
+    to: (&str, Ipv4Addr),
+    port: u16,
+    seq: u64,
+    ip_sum: bool,
+) -> [u8; 64] {
+    let mac = |s: &str| -> Vec<u8> {
+        s.split(':')
+            .map(|h| u8::from_str_radix(h, 16).unwrap())
+            .collect()
+    };
+    let mut f = [0u8; 64];
+    f[0..6].copy_from_slice(&mac(to.0));
+    f[6..12].copy_from_slice(&mac(from.0));
+    f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+    let ip = &mut f[14..34];
+    ip[0] = 0x45;
+    ip[2..4].copy_from_slice(&50u16.to_be_bytes());
+    ip[6] = 0x40;
+    ip[8] = 64;
+    ip[9] = 17;
+    ip[12..16].copy_from_slice(&from.1.octets());
+    ip[16..20].copy_from_slice(&to.1.octets());
+    if ip_sum {
+        let sum = ip
+            .chunks(2)
+            .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+            .sum::<u32>();
+        let sum = (sum & 0xffff) + (sum >> 16);
+        ip[10..12].copy_from_slice(&(!((sum & 0xffff) + (sum >> 16)) as u16).to_be_bytes());
+    }
+    f[34..36].copy_from_slice(&40000u16.to_be_bytes());
+    f[36..38].copy_from_slice(&port.to_be_bytes());
+    f[38..40].copy_from_slice(&30u16.to_be_bytes());
+    f[42..50].copy_from_slice(&seq.to_be_bytes());
+    f
 }
 
 /// A pcap capture of `n` UDP datagrams to the emulated port (`MAC_E`, `IP_E`:`port`), each
@@ -420,43 +476,13 @@ fn capture(n: u64, port: u16) -> Vec<u8> {
     for w in [0u32, 0, 65535, 1] {
         p.extend_from_slice(&w.to_le_bytes());
     }
-    let mac = |s: &str| -> Vec<u8> {
-        s.split(':')
-            .map(|h| u8::from_str_radix(h, 16).unwrap())
-            .collect()
-    };
     for seq in 0..n {
-        let mut f = Vec::with_capacity(64);
-        f.extend(mac(MAC_E));
-        f.extend(mac(MAC_P));
-        f.extend_from_slice(&[0x08, 0x00]);
-        let mut ip = [0u8; 20];
-        ip[0] = 0x45;
-        ip[2..4].copy_from_slice(&50u16.to_be_bytes());
-        ip[6] = 0x40;
-        ip[8] = 64;
-        ip[9] = 17;
-        ip[12..16].copy_from_slice(&IP_P.octets());
-        ip[16..20].copy_from_slice(&IP_E.octets());
-        let sum = ip
-            .chunks(2)
-            .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
-            .sum::<u32>();
-        let sum = (sum & 0xffff) + (sum >> 16);
-        ip[10..12].copy_from_slice(&(!((sum & 0xffff) + (sum >> 16)) as u16).to_be_bytes());
-        f.extend_from_slice(&ip);
-        f.extend_from_slice(&40000u16.to_be_bytes());
-        f.extend_from_slice(&port.to_be_bytes());
-        f.extend_from_slice(&30u16.to_be_bytes());
-        f.extend_from_slice(&[0, 0]); // no UDP checksum
-        f.extend_from_slice(&seq.to_be_bytes());
-        f.resize(64, 0);
         // Record header: seconds, microseconds (a datagram each 50 µs), lengths.
         let us = seq * 50;
         for w in [(us / 1_000_000) as u32, (us % 1_000_000) as u32, 64, 64] {
             p.extend_from_slice(&w.to_le_bytes());
         }
-        p.extend_from_slice(&f);
+        p.extend_from_slice(&udp_frame((MAC_P, IP_P), (MAC_E, IP_E), port, seq, true));
     }
     p
 }
@@ -520,17 +546,13 @@ fn raw_qp_frames_reach_a_kernel_socket() {
     }
 }
 
-/// `rawqp send` of [`COUNT`] datagrams to a kernel UDP socket on `zvp` at `port`, the device
-/// reporting the minimum inline header `inline`: every datagram arrives, in order, and the
-/// kernel finds no checksum in error.
-fn send_to_kernel_socket(ns: &Netns, tree: &Tree, port: u16, inline: &str) {
+/// A kernel UDP socket on `zvp` at `port` (in the namespace, listening when this returns)
+/// that takes up to [`COUNT`] datagrams of 22 bytes, each with its sequence number in its first
+/// 8 bytes, until 3 s pass without one: its thread gives how many it received and how many of
+/// those came right after the one before.
+fn kernel_udp_counter(ns: &Netns, port: u16) -> std::thread::JoinHandle<(u64, u64)> {
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-    let path = format!("/run/netns/{}", ns.name);
-    let receiver = std::thread::spawn(move || {
-        let file = std::fs::File::open(&path).unwrap();
-        // SAFETY: joins this thread to the namespace of an open descriptor.
-        let r = unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&file), libc::CLONE_NEWNET) };
-        assert_eq!(r, 0);
+    let receiver = ns.spawn_within(move || {
         let s = UdpSocket::bind((IP_P, port)).unwrap();
         // Room for every datagram (root may exceed rmem_max), so that nothing is lost for
         // want of a reader.
@@ -562,6 +584,35 @@ fn send_to_kernel_socket(ns: &Netns, tree: &Tree, port: u16, inline: &str) {
         (received, in_order)
     });
     ready_rx.recv().unwrap();
+    receiver
+}
+
+/// The namespace's kernel UDP counters: the two `Udp:` lines of `/proc/net/snmp` (names, then
+/// values).
+fn udp_counters(ns: &Netns) -> Vec<String> {
+    let snmp = ns.exec(["cat", "/proc/net/snmp"]).output().unwrap();
+    let snmp = String::from_utf8_lossy(&snmp.stdout);
+    snmp.lines()
+        .filter(|l| l.starts_with("Udp:"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The kernel checked the checksums the device computed: no datagram in error (`InErrors`,
+/// the third UDP counter, 0).
+fn assert_no_udp_errors(udp: &[String]) {
+    assert!(
+        udp.get(1)
+            .is_some_and(|l| l.split_whitespace().nth(3) == Some("0")),
+        "UDP InErrors: {udp:?}"
+    );
+}
+
+/// `rawqp send` of [`COUNT`] datagrams to a kernel UDP socket on `zvp` at `port`, the device
+/// reporting the minimum inline header `inline`: every datagram arrives, in order, and the
+/// kernel finds no checksum in error.
+fn send_to_kernel_socket(ns: &Netns, tree: &Tree, port: u16, inline: &str) {
+    let receiver = kernel_udp_counter(ns, port);
     let ip_e = IP_E.to_string();
     let ip_p = IP_P.to_string();
     let count = COUNT.to_string();
@@ -576,9 +627,7 @@ fn send_to_kernel_socket(ns: &Netns, tree: &Tree, port: u16, inline: &str) {
     let (ok, out, err) = finish(child, "rawqp send");
     assert!(ok, "rawqp send: {out}{err}");
     let (received, in_order) = receiver.join().unwrap();
-    let snmp = ns.exec(["cat", "/proc/net/snmp"]).output().unwrap();
-    let snmp = String::from_utf8_lossy(&snmp.stdout);
-    let udp: Vec<&str> = snmp.lines().filter(|l| l.starts_with("Udp:")).collect();
+    let udp = udp_counters(ns);
     println!(
         "rawqp send on the emulated mlx5_1 (zve, minimum inline header {inline}), {COUNT} UDP \
          datagrams with IBV_SEND_IP_CSUM -> a kernel UDP socket on zvp ({IP_P}:{port}): {}, \
@@ -588,12 +637,7 @@ fn send_to_kernel_socket(ns: &Netns, tree: &Tree, port: u16, inline: &str) {
     );
     assert_eq!(out.trim(), format!("sent {COUNT}"));
     assert_eq!((received, in_order), (COUNT, COUNT));
-    // The kernel checked the checksums the device computed: no datagram in error.
-    assert!(
-        udp.get(1)
-            .is_some_and(|l| l.split_whitespace().nth(3) == Some("0")),
-        "UDP InErrors: {udp:?}"
-    );
+    assert_no_udp_errors(&udp);
 }
 
 /// A figure from perftest's result line: the `col`-th number of the line under the header.
@@ -708,25 +752,31 @@ fn perftest_raw_ethernet_lat() {
     assert_eq!(c[1], 1000.0);
 }
 
+/// A command in the namespace over the emulator (`tree`'s sysfs, the shim preloaded) that
+/// drops `CAP_NET_RAW` from the inheritable and bounding sets first: the program and its
+/// arguments follow.
+fn without_cap_net_raw(ns: &Netns, tree: &Tree) -> Command {
+    require("/usr/bin/setpriv", "util-linux");
+    let mut c = ns.exec([
+        "setpriv",
+        "--inh-caps=-net_raw",
+        "--bounding-set=-net_raw",
+        "env",
+    ]);
+    c.arg(format!("SYSFS_PATH={}", tree.0.display()))
+        .arg(format!("LD_PRELOAD={}", common::shim().display()));
+    c
+}
+
 /// Without `CAP_NET_RAW` a raw packet QP is refused with EPERM, as the kernel refuses it.
 #[test]
 fn a_raw_qp_needs_cap_net_raw() {
     let Some(ns) = netns("a_raw_qp_needs_cap_net_raw") else {
         return;
     };
-    require("/usr/bin/setpriv", "util-linux");
     let tree = Tree::new("caps");
-    let so = common::shim();
     // No port interface: the port loops back (the packet socket itself needs CAP_NET_RAW).
-    let out = ns
-        .exec([
-            "setpriv",
-            "--inh-caps=-net_raw",
-            "--bounding-set=-net_raw",
-            "env",
-        ])
-        .arg(format!("SYSFS_PATH={}", tree.0.display()))
-        .arg(format!("LD_PRELOAD={}", so.display()))
+    let out = without_cap_net_raw(&ns, &tree)
         .args([
             rawqp(),
             "recv",
@@ -1117,21 +1167,7 @@ fn zverbs_receives_kernel_multicast_after_a_join_and_a_rule() {
 fn zverbs_receives_kernel_multicast(ns: &Netns, tree: &Tree, name: &str, role: &str) {
     let mut child = zverbs_child(ns, tree, name, role).spawn().unwrap();
     let rest = until_ready(&mut child);
-    let sent = ns.within(|| {
-        let s = UdpSocket::bind((IP_P, 0)).unwrap();
-        s.set_multicast_ttl_v4(1).unwrap();
-        let mut d = [0u8; 22];
-        for seq in 0..COUNT {
-            d[..8].copy_from_slice(&seq.to_be_bytes());
-            s.send_to(&d, (GROUP, 31000)).unwrap();
-            // Paced in bursts shorter than the receive ring: Ethernet drops what finds no
-            // receive posted.
-            if seq % 64 == 63 {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }
-        COUNT
-    });
+    let sent = send_kernel_multicast(ns);
     let (ok, _, err) = finish(child, "zverbs multicast receiver");
     let out = rest.join().unwrap();
     assert!(ok, "the zverbs receiver failed: {out}{err}");
@@ -1157,28 +1193,7 @@ fn zverbs_receives_kernel_multicast(ns: &Netns, tree: &Tree, name: &str, role: &
 /// [`IP_P`]:`port`) whose payload is `seq` (8 bytes, big-endian) and 14 zero bytes; both
 /// checksums 0, for the device to compute (`SendFlags::IP_CSUM`). 64 bytes.
 fn frame_to_peer(port: u16, seq: u64) -> [u8; 64] {
-    let mac = |s: &str| -> Vec<u8> {
-        s.split(':')
-            .map(|h| u8::from_str_radix(h, 16).unwrap())
-            .collect()
-    };
-    let mut f = [0u8; 64];
-    f[0..6].copy_from_slice(&mac(MAC_P));
-    f[6..12].copy_from_slice(&mac(MAC_E));
-    f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
-    let ip = &mut f[14..34];
-    ip[0] = 0x45;
-    ip[2..4].copy_from_slice(&50u16.to_be_bytes());
-    ip[6] = 0x40;
-    ip[8] = 64;
-    ip[9] = 17;
-    ip[12..16].copy_from_slice(&IP_E.octets());
-    ip[16..20].copy_from_slice(&IP_P.octets());
-    f[34..36].copy_from_slice(&40000u16.to_be_bytes());
-    f[36..38].copy_from_slice(&port.to_be_bytes());
-    f[38..40].copy_from_slice(&30u16.to_be_bytes());
-    f[42..50].copy_from_slice(&seq.to_be_bytes());
-    f
+    udp_frame((MAC_E, IP_E), (MAC_P, IP_P), port, seq, false)
 }
 
 /// The zverbs sender (the child): a raw packet QP on the emulated port sends [`COUNT`]
@@ -1269,49 +1284,12 @@ fn zverbs_frames_reach_a_kernel_socket() {
 /// libibverbs fallback; `send-direct`: the direct backend's Ethernet send queue over the QP
 /// libmlx5 made).
 fn zverbs_frames_to_kernel_socket(ns: &Netns, tree: &Tree, name: &str, port: u16, role: &str) {
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-    let path = format!("/run/netns/{}", ns.name);
-    let receiver = std::thread::spawn(move || {
-        let file = std::fs::File::open(&path).unwrap();
-        // SAFETY: joins this thread to the namespace of an open descriptor.
-        let r = unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&file), libc::CLONE_NEWNET) };
-        assert_eq!(r, 0);
-        let s = UdpSocket::bind((IP_P, port)).unwrap();
-        let big: libc::c_int = 64 << 20;
-        // SAFETY: setting an integer socket option on our socket.
-        unsafe {
-            libc::setsockopt(
-                std::os::fd::AsRawFd::as_raw_fd(&s),
-                libc::SOL_SOCKET,
-                libc::SO_RCVBUFFORCE,
-                (&raw const big).cast(),
-                4,
-            )
-        };
-        s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
-        ready_tx.send(()).unwrap();
-        let (mut received, mut in_order, mut next) = (0u64, 0u64, 0u64);
-        let mut buf = [0u8; 64];
-        while let Ok(n) = s.recv(&mut buf) {
-            assert_eq!(n, 22);
-            let seq = u64::from_be_bytes(buf[..8].try_into().unwrap());
-            received += 1;
-            in_order += u64::from(seq == next);
-            next = seq + 1;
-            if received == COUNT {
-                break;
-            }
-        }
-        (received, in_order)
-    });
-    ready_rx.recv().unwrap();
+    let receiver = kernel_udp_counter(ns, port);
     let child = zverbs_child(ns, tree, name, role).spawn().unwrap();
     let (ok, out, err) = finish(child, "zverbs sender");
     assert!(ok, "the zverbs sender failed: {out}{err}");
     let (received, in_order) = receiver.join().unwrap();
-    let snmp = ns.exec(["cat", "/proc/net/snmp"]).output().unwrap();
-    let snmp = String::from_utf8_lossy(&snmp.stdout);
-    let udp: Vec<&str> = snmp.lines().filter(|l| l.starts_with("Udp:")).collect();
+    let udp = udp_counters(ns);
     println!(
         "zverbs (a raw packet QP, {}, IBV_SEND_IP_CSUM; half whole frames, half a prepared \
          frame) on the emulated mlx5_1 (zve), {COUNT} UDP datagrams -> a kernel UDP socket \
@@ -1329,12 +1307,7 @@ fn zverbs_frames_to_kernel_socket(ns: &Netns, tree: &Tree, name: &str, port: u16
     );
     assert!(out.contains(&format!("sent {COUNT}")), "{out}");
     assert_eq!((received, in_order), (COUNT, COUNT));
-    // The kernel checked the checksums the device computed: no datagram in error.
-    assert!(
-        udp.get(1)
-            .is_some_and(|l| l.split_whitespace().nth(3) == Some("0")),
-        "UDP InErrors: {udp:?}"
-    );
+    assert_no_udp_errors(&udp);
 }
 
 /// The `market_data` example of `zverbs-tools`, built now in this test's profile.
@@ -1468,19 +1441,9 @@ fn zverbs_without_cap_net_raw_says_which_capability() {
         return;
     }
     let Some(ns) = netns(NAME) else { return };
-    require("/usr/bin/setpriv", "util-linux");
     let tree = Tree::new("zverbs-caps");
-    let so = common::shim();
     let me = std::env::current_exe().unwrap();
-    let out = ns
-        .exec([
-            "setpriv",
-            "--inh-caps=-net_raw",
-            "--bounding-set=-net_raw",
-            "env",
-        ])
-        .arg(format!("SYSFS_PATH={}", tree.0.display()))
-        .arg(format!("LD_PRELOAD={}", so.display()))
+    let out = without_cap_net_raw(&ns, &tree)
         .arg(format!("{ZVERBS_CHILD}=caps"))
         .arg(&me)
         .args([NAME, "--exact", "--nocapture", "--test-threads", "1"])
