@@ -12,8 +12,8 @@ use std::net::Ipv4Addr;
 use std::sync::{Mutex, MutexGuard};
 
 use zverbs::{
-    AccessFlags, Context, ContextOptions, Error, FlowRule, FlowRuleError, FlowSpec, L4Proto, MrBuf,
-    QpCaps, QpState, QpType, RxHash, RxHashFields, WqShape,
+    AccessFlags, Completion, Context, ContextOptions, Error, FlowRule, FlowRuleError, FlowSpec,
+    L4Proto, MrBuf, Poller, QpCaps, QpState, QpType, RecvQueue, RxHash, RxHashFields, WqShape,
 };
 
 static DEVICE: Mutex<()> = Mutex::new(());
@@ -52,6 +52,15 @@ fn udp_frame(
     f.extend_from_slice(&[0, 0]);
     f.extend_from_slice(payload);
     f
+}
+
+/// Posts `n` receives (`wr_id` 0 to `n - 1`) of `len` bytes each, one after the other from
+/// the start of `buf`.
+fn post_slices(rq: &mut RecvQueue, buf: &MrBuf, n: u64, len: usize) {
+    for i in 0..n {
+        let at = i as usize * len;
+        rq.post(i, buf.slice(at..at + len)).unwrap();
+    }
 }
 
 fn bytes(buf: &MrBuf, at: usize, len: usize) -> Vec<u8> {
@@ -150,12 +159,8 @@ fn multicast_and_five_tuple_rules_take_their_own_frames() {
         pd.alloc_buf(8192, AccessFlags::LOCAL_WRITE).unwrap(),
     );
     let (mut qm, mut qo) = (md.recv_queue().unwrap(), one.recv_queue().unwrap());
-    for i in 0..4 {
-        qm.post(i, bm.slice(i as usize * 2048..(i as usize + 1) * 2048))
-            .unwrap();
-        qo.post(i, bo.slice(i as usize * 2048..(i as usize + 1) * 2048))
-            .unwrap();
-    }
+    post_slices(&mut qm, &bm, 4, 2048);
+    post_slices(&mut qo, &bo, 4, 2048);
     let gmac = zverbs::multicast_mac(group);
     let m1 = udp_frame(gmac, (feed, 5000), (group, 31000), b"tick 1");
     let m_other_port = udp_frame(gmac, (feed, 5000), (group, 31001), b"not subscribed");
@@ -203,10 +208,7 @@ fn an_rss_qp_spreads_a_groups_flows_over_its_work_queues() {
     ];
     for (w, b) in [&w0, &w1].into_iter().zip(&bufs) {
         let mut rq = w.recv_queue().unwrap();
-        for i in 0..32 {
-            rq.post(i, b.slice(i as usize * 256..(i as usize + 1) * 256))
-                .unwrap();
-        }
+        post_slices(&mut rq, b, 32, 256);
         assert!(matches!(w.recv_queue(), Err(Error::AlreadyTaken(_))));
         std::mem::forget(rq); // its receives stay posted for the frames below
     }
@@ -315,6 +317,22 @@ fn deadline() -> std::time::Instant {
     std::time::Instant::now() + std::time::Duration::from_secs(5)
 }
 
+/// At least `n` completions from `poller`, each a success, waiting for each at most until the
+/// [`deadline`].
+fn successes(poller: &mut Poller, n: usize) -> Vec<Completion> {
+    let mut got = Vec::new();
+    while got.len() < n {
+        got.extend(
+            poller
+                .wait(1, deadline())
+                .unwrap()
+                .iter()
+                .map(|c| *c.ok().unwrap()),
+        );
+    }
+    got
+}
+
 /// Whether the IPv4 header at 14.. of `f` sums to its checksum.
 fn ipv4_sum_ok(f: &[u8]) -> bool {
     let mut sum: u32 = f[14..34]
@@ -350,10 +368,7 @@ fn frames_sent_through_the_send_queue_arrive_through_a_rule() {
     assert_eq!(sq.kind(), zverbs::BackendKind::Direct);
     assert!(sq.caps().is_ethernet());
     let mut rq = rx.recv_queue().unwrap();
-    for i in 0..16 {
-        rq.post(i, rbuf.slice(i as usize * 2048..(i as usize + 1) * 2048))
-            .unwrap();
-    }
+    post_slices(&mut rq, &rbuf, 16, 2048);
     let mut poller = cq.poller().unwrap();
     let src = (Ipv4Addr::new(10, 5, 0, 1), 9000);
     let dst = (Ipv4Addr::new(10, 5, 0, 2), 9001);
@@ -371,16 +386,7 @@ fn frames_sent_through_the_send_queue_arrive_through_a_rule() {
     let g = udp_frame(mac, src, dst, b"inline");
     sq.send_inline(101, &g, SendFlags::SIGNALED | SendFlags::IP_CSUM)
         .unwrap();
-    let mut got = Vec::new();
-    while got.len() < 4 {
-        got.extend(
-            poller
-                .wait(1, deadline())
-                .unwrap()
-                .iter()
-                .map(|c| *c.ok().unwrap()),
-        );
-    }
+    let got = successes(&mut poller, 4);
     let sends: Vec<u64> = got
         .iter()
         .filter(|c| c.opcode == WcOpcode::Send)
@@ -423,16 +429,7 @@ fn frames_sent_through_the_send_queue_arrive_through_a_rule() {
             .unwrap();
         off += 512;
     }
-    let mut got = Vec::new();
-    while got.len() < 6 {
-        got.extend(
-            poller
-                .wait(1, deadline())
-                .unwrap()
-                .iter()
-                .map(|c| *c.ok().unwrap()),
-        );
-    }
+    let got = successes(&mut poller, 6);
     for (i, pl) in payloads.iter().enumerate() {
         let slot = 2 + i;
         let c = got
