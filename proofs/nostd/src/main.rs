@@ -201,13 +201,7 @@ fn run() -> Result<(), c_int> {
         cqe_size: 64,
         cqn: 7,
     };
-    let caps = SqCaps {
-        max_send_sge: 2,
-        max_inline_data: 64,
-        sig_all: false,
-        max_signaled: CQES as u32,
-        transport: zverbs_core::Transport::Rc,
-    };
+    let caps = sq_caps(64, zverbs_core::Transport::Rc);
 
     let sq_slots: [SqSlot; SQ_BBS] = core::array::from_fn(|_| SqSlot::new());
     let rq_slots: [RqSlot; RQ_ENTRIES] = core::array::from_fn(|_| RqSlot::new());
@@ -402,24 +396,7 @@ fn datagrams_and_srq() -> Result<(), c_int> {
             )
         };
     }
-    let qp = QpLayout {
-        qpn: black_box(UD_QPN),
-        dbrec: nonnull(dbrec),
-        sq: WqLayout {
-            buf: nonnull(sq_buf),
-            wqe_cnt: black_box(SQ_BBS as u32),
-            stride: 64,
-        },
-        rq: WqLayout {
-            buf: nonnull(sq_buf),
-            wqe_cnt: 0,
-            stride: 16,
-        },
-        bf: BfLayout {
-            reg: nonnull(bf),
-            size: black_box(BF_SIZE as u32),
-        },
-    };
+    let qp = send_only_layout(black_box(UD_QPN), sq_buf, dbrec, bf);
     let srq_layout = SrqLayout {
         srqn: 5,
         buf: nonnull(srq_buf),
@@ -437,15 +414,12 @@ fn datagrams_and_srq() -> Result<(), c_int> {
         cqe_size: 64,
         cqn: 8,
     };
-    let caps = SqCaps {
-        max_send_sge: 2,
-        max_inline_data: 64,
-        sig_all: false,
-        max_signaled: CQES as u32,
-        transport: Transport::Ud {
+    let caps = sq_caps(
+        64,
+        Transport::Ud {
             mtu: black_box(4096),
         },
-    };
+    );
     let sq_slots: [SqSlot; SQ_BBS] = core::array::from_fn(|_| SqSlot::new());
     let srq_slots: [SrqSlot; SRQ_WQES] = core::array::from_fn(|_| SrqSlot::new());
     let sq_state = SqState::new(&sq_slots[..]).map_err(|_| 30)?;
@@ -537,33 +511,13 @@ fn ethernet() -> Result<(), c_int> {
             (&raw mut (*mem).eth_bf).cast::<u8>(),
         )
     };
-    let qp = QpLayout {
-        qpn: black_box(0x125),
-        dbrec: nonnull(dbrec),
-        sq: WqLayout {
-            buf: nonnull(sq_buf),
-            wqe_cnt: black_box(SQ_BBS as u32),
-            stride: 64,
-        },
-        rq: WqLayout {
-            buf: nonnull(sq_buf),
-            wqe_cnt: 0,
-            stride: 16,
-        },
-        bf: BfLayout {
-            reg: nonnull(bf),
-            size: black_box(BF_SIZE as u32),
-        },
-    };
-    let caps = SqCaps {
-        max_send_sge: 2,
-        max_inline_data: 128,
-        sig_all: false,
-        max_signaled: CQES as u32,
-        transport: Transport::Ethernet {
+    let qp = send_only_layout(black_box(0x125), sq_buf, dbrec, bf);
+    let caps = sq_caps(
+        128,
+        Transport::Ethernet {
             max_frame: black_box(1514),
         },
-    };
+    );
     let sq_slots: [SqSlot; SQ_BBS] = core::array::from_fn(|_| SqSlot::new());
     let sq_state = SqState::new(&sq_slots[..]).map_err(|_| 60)?;
     // SAFETY: the layout describes the static ring and record, which live for the whole
@@ -679,6 +633,41 @@ fn striding() -> Result<(), c_int> {
     let lens = burst.each_ref().map(|p| p.as_ref().map_or(0, |p| p.len()));
     check(n == 2 && lens == [60, 61, 0, 0], 55)?;
     Ok(())
+}
+
+/// The layout of a QP that only sends (QPN `qpn`, no receive queue) over a static send ring
+/// of [`SQ_BBS`] basic blocks, its doorbell record and its BlueFlame register.
+fn send_only_layout(qpn: u32, sq_buf: *mut u8, dbrec: *mut u32, bf: *mut u8) -> QpLayout {
+    QpLayout {
+        qpn,
+        dbrec: nonnull(dbrec),
+        sq: WqLayout {
+            buf: nonnull(sq_buf),
+            wqe_cnt: black_box(SQ_BBS as u32),
+            stride: 64,
+        },
+        rq: WqLayout {
+            buf: nonnull(sq_buf),
+            wqe_cnt: 0,
+            stride: 16,
+        },
+        bf: BfLayout {
+            reg: nonnull(bf),
+            size: black_box(BF_SIZE as u32),
+        },
+    }
+}
+
+/// The send queue limits every queue here has (two entries, requests signaled one by one, up
+/// to the CQ's size outstanding), with `max_inline_data` bytes inline, for `transport`.
+fn sq_caps(max_inline_data: u32, transport: Transport) -> SqCaps {
+    SqCaps {
+        max_send_sge: 2,
+        max_inline_data,
+        sig_all: false,
+        max_signaled: CQES as u32,
+        transport,
+    }
 }
 
 /// A pointer into the static, which is never null.
