@@ -115,8 +115,6 @@ impl Qp {
 mod tests {
     use std::sync::{Arc, Mutex};
 
-    use crate::backend::{BackendChoice, BackendRequest, RequestSource};
-    use crate::provider::fake::FakeContext;
     use crate::*;
 
     /// The child's side: set by the parent test, which runs this test binary again.
@@ -178,15 +176,8 @@ mod tests {
         }
         drop_cap_net_raw();
         assert_eq!(has_cap_net_raw(), Some(false));
-        crate::fallback::fake::reset(16);
         let log = Arc::new(Mutex::new(Vec::new()));
-        let ctx = Context::from_provider(
-            Box::new(FakeContext::new(&log)),
-            BackendChoice {
-                request: BackendRequest::Auto,
-                source: RequestSource::Default,
-            },
-        );
+        let ctx = crate::tests::ctx(&log);
         let pd = ctx.alloc_pd().unwrap();
         let cq = ctx.cq_builder().cqe(512).build().unwrap();
         let e = pd

@@ -11,6 +11,8 @@ use crate::fallback::fake::{self, with};
 use crate::provider::fake::{FakeContext, Log};
 use crate::*;
 
+/// A context over a new fake device, set up by `f`, with the backend chosen by default; the
+/// fake verbs are reset first.
 fn ctx_with(log: &Log, f: impl FnOnce(&mut FakeContext)) -> Context {
     fake::reset(256);
     let mut c = FakeContext::new(log);
@@ -24,7 +26,8 @@ fn ctx_with(log: &Log, f: impl FnOnce(&mut FakeContext)) -> Context {
     )
 }
 
-fn ctx(log: &Log) -> Context {
+/// A context over a new fake device as it comes (unit tests of other modules open it too).
+pub(crate) fn ctx(log: &Log) -> Context {
     ctx_with(log, |_| {})
 }
 

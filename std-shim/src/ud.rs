@@ -244,21 +244,12 @@ impl Qp {
 mod tests {
     use std::sync::{Arc, Mutex};
 
-    use crate::backend::{BackendChoice, BackendRequest, RequestSource};
-    use crate::provider::fake::FakeContext;
     use crate::*;
 
     #[test]
     fn ready_ud_sends_the_ud_masks_and_an_rc_qp_is_refused() {
-        crate::fallback::fake::reset(16);
         let log = Arc::new(Mutex::new(Vec::new()));
-        let ctx = Context::from_provider(
-            Box::new(FakeContext::new(&log)),
-            BackendChoice {
-                request: BackendRequest::Auto,
-                source: RequestSource::Default,
-            },
-        );
+        let ctx = crate::tests::ctx(&log);
         let pd = ctx.alloc_pd().unwrap();
         // Room for an RC and a UD QP of the default sizes.
         let cq = ctx.cq_builder().cqe(512).build().unwrap();
