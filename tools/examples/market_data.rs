@@ -374,16 +374,9 @@ impl Sender {
 }
 
 fn main() -> ExitCode {
-    let a = match parse_args(Parser::from_env()) {
+    let a = match args::or_usage(parse_args(Parser::from_env()), "market_data", USAGE) {
         Ok(a) => a,
-        Err(e) if e.is_empty() => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("market_data: {e}\n{USAGE}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     match run(&a) {
         Ok(f) if f.received == a.count && f.in_order == a.count => ExitCode::SUCCESS,

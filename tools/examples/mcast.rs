@@ -259,16 +259,9 @@ fn send(a: &Args) -> Res<()> {
 }
 
 fn main() -> ExitCode {
-    let a = match parse_args(Parser::from_env()) {
+    let a = match args::or_usage(parse_args(Parser::from_env()), "mcast", USAGE) {
         Ok(a) => a,
-        Err(e) if e.is_empty() => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("mcast: {e}\n{USAGE}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     match if a.send { send(&a) } else { receive(&a) } {
         Ok(()) => ExitCode::SUCCESS,

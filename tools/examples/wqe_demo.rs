@@ -117,19 +117,12 @@ fn options() -> Result<Options, String> {
 }
 
 fn main() -> ExitCode {
-    match options() {
+    match args::or_usage(options(), "wqe_demo", USAGE) {
         Ok(o) => {
             run(&o);
             ExitCode::SUCCESS
         }
-        Err(e) if e.is_empty() => {
-            println!("{USAGE}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("wqe_demo: {e}\n{USAGE}");
-            ExitCode::from(2)
-        }
+        Err(code) => code,
     }
 }
 

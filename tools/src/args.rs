@@ -6,6 +6,7 @@
 
 use std::ffi::OsString;
 use std::fmt::Display;
+use std::process::ExitCode;
 use std::str::FromStr;
 
 pub use lexopt::{Arg, Parser};
@@ -32,6 +33,27 @@ pub fn explain(e: lexopt::Error) -> String {
         }
         lexopt::Error::NonUnicodeValue(v) => not_utf8(&v),
         other => other.to_string(),
+    }
+}
+
+/// What a program's parser made of its command line (`Err` with an empty message: `--help`),
+/// or the code to exit with: success after printing `usage` for `--help`, 2 after printing
+/// `{program}: {error}` and `usage` to standard error.
+///
+/// # Errors
+///
+/// The exit code, when there is nothing to run.
+pub fn or_usage<T>(parsed: Result<T, String>, program: &str, usage: &str) -> Result<T, ExitCode> {
+    match parsed {
+        Ok(a) => Ok(a),
+        Err(e) if e.is_empty() => {
+            println!("{usage}");
+            Err(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("{program}: {e}\n{usage}");
+            Err(ExitCode::from(2))
+        }
     }
 }
 
@@ -110,6 +132,19 @@ mod tests {
             }
         }
         Ok((n, d))
+    }
+
+    #[test]
+    fn help_exits_0_and_a_bad_argument_2() {
+        assert_eq!(or_usage(parse("-n 3"), "t", "usage"), Ok((Some(3), None)));
+        assert_eq!(
+            or_usage(Err::<(), _>(String::new()), "t", "usage"),
+            Err(ExitCode::SUCCESS)
+        );
+        assert_eq!(
+            or_usage(parse("-n 11"), "t", "usage"),
+            Err(ExitCode::from(2))
+        );
     }
 
     #[test]
