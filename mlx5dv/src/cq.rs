@@ -11,7 +11,10 @@
 //!
 //! A requester CQE names the first basic block of the WQE it completes (`wqe_counter`); that
 //! WQE and every unsignaled WQE before it are retired and their credits handed back to the
-//! send queue. Receives complete in order. Error CQEs are decoded on a cold path.
+//! send queue. Receives complete in order. Error CQEs are decoded on a cold path. A poll that
+//! starts at a requester CQE runs the loop of those; one that starts at a receive, the loop of
+//! receives of the QP that matched last (its receive state and the ring at hand for the
+//! run); the first CQE of another kind ends either, the rest of the poll decoding everything.
 //!
 //! Receives whose data the device scattered into the CQE (scatter-to-CQE, `scatter.rs`): the
 //! data is copied into the receive's buffers before it is reported. A poll that starts at one
@@ -362,15 +365,27 @@ impl<B: Bindings> CompletionQueue<B> {
         Some(found)
     }
 
-    /// The fast path of the decoder, inlined into the poll loop: decodes the software-owned
+    /// The fast path of the decoder, inlined into the poll loops: decodes the software-owned
     /// CQE in `slot` into `out` if it is what a poll loop sees all the time (a requester CQE
-    /// with a send opcode the queue posts, or a responder CQE, of the QP that matched last, in
-    /// the plain format), reading only the fields that needs. Returns `false`, having changed
-    /// nothing, for any other CQE: [`CompletionQueue::decode_slow`] decodes those.
+    /// with a send opcode the queue posts, or, when `RECEIVES`, a responder CQE, of the QP
+    /// that matched last, in the plain format), reading only the fields that needs. Returns
+    /// `false`, having changed nothing, for any other CQE: [`CompletionQueue::decode_slow`]
+    /// decodes those (and the plain loop hands receives to the loops of receives).
     #[inline(always)]
-    fn decode_fast(&mut self, cqe: OwnedCqe, op_own: u8, out: &mut Completion) -> bool {
-        // Data scattered into the CQE: the loop of those decodes it (`poll_scattered`).
-        if op_own & SCATTERED != 0 {
+    fn decode_fast<const RECEIVES: bool>(
+        &mut self,
+        cqe: OwnedCqe,
+        op_own: u8,
+        out: &mut Completion,
+    ) -> bool {
+        // Data scattered into the CQE: the loop of those decodes it (`poll_received`); without
+        // `RECEIVES`, the same test takes anything but a requester CQE away.
+        let not_fast = if RECEIVES {
+            SCATTERED
+        } else {
+            OPCODE_MASK | SCATTERED
+        };
+        if op_own & not_fast != 0 {
             return false;
         }
         let (sop_drop_qpn, wqe_counter) = cqe.qpn_and_counter();
@@ -391,7 +406,7 @@ impl<B: Bindings> CompletionQueue<B> {
                 }
             }
             cqe_op @ op::RESP_WR_IMM..=op::RESP_SEND_INV
-                if let Some(rq) = last.rq(&self.bindings) =>
+                if RECEIVES && let Some(rq) = last.rq(&self.bindings) =>
             {
                 responder(rq, cqe_op, qpn, cqe, out);
                 return true;
@@ -526,8 +541,9 @@ impl<B: Bindings> CompletionQueue<B> {
                 n = unsafe { self.expand(out, n, cqe.slot(), op_own) };
                 continue;
             }
-            if !o.fill(|wc| self.decode_fast(cqe, op_own, wc) || self.decode_slow(cqe, op_own, wc))
-            {
+            if !o.fill(|wc| {
+                self.decode_fast::<true>(cqe, op_own, wc) || self.decode_slow(cqe, op_own, wc)
+            }) {
                 // Left for the striding queue's poll.
                 break;
             }
@@ -613,7 +629,68 @@ impl<B: Bindings> CompletionQueue<B> {
 /// session's title).
 const SCATTERED: u8 = INLINE_SCATTER_32 | INLINE_SCATTER_64;
 
-/// The inline decoder of [`CompletionQueue::poll_scattered`]: a receive CQE of QP `qpn`
+/// The inline decoder of [`CompletionQueue::poll_received`] for receives in the plain
+/// format: a responder CQE (`RESP_WR_IMM` .. `RESP_SEND_INV`, no format bit) of QP `qpn`,
+/// whose receive state is `rq`, is decoded into `out` as [`CompletionQueue::decode_slow`]
+/// reports it, and its receive retired. Returns `false`, having changed nothing, for anything
+/// else: `decode_slow` takes those.
+#[inline(always)]
+fn decode_received<S>(
+    rq: Polled<'_, RqState<S>>,
+    qpn: u32,
+    cqe: OwnedCqe,
+    op_own: u8,
+    out: &mut Completion,
+) -> bool
+where
+    S: stable_deref_trait::StableDeref<Target = [crate::RqSlot]>,
+{
+    // One test for the opcode and the format bits: `op_own - 0x10` has none of the bits of
+    // 0xcc set exactly when the opcode is 1 ..= 4 and neither format bit is.
+    if op_own.wrapping_sub(op::RESP_WR_IMM << OPCODE_SHIFT) & PLAIN_RECEIVE_TEST != 0 {
+        return false;
+    }
+    // The QPN compared as the CQE holds it (big-endian, after the byte of `sop`): the
+    // swap of `qpn` is the same for the whole run, so each CQE pays no swap for it.
+    let raw = cqe.with(|b| u32::from_le_bytes([b[56], b[57], b[58], b[59]]));
+    if raw & QPN_MASK_RAW != qpn.swap_bytes() {
+        return false;
+    }
+    responder(rq, op_own >> OPCODE_SHIFT, qpn, cqe, out);
+    true
+}
+
+/// [`QPN_MASK`] over `sop_drop_qpn` as it is in memory, read as a little-endian word.
+const QPN_MASK_RAW: u32 = QPN_MASK.swap_bytes();
+
+const _: () = assert!(
+    crate::prm::cqe::field::SOP_DROP_QPN.start == 56
+        && crate::prm::cqe::field::SOP_DROP_QPN.end == 60
+);
+
+/// The bits [`decode_received`] tests in `op_own - (RESP_WR_IMM << 4)`: the opcode's top two
+/// (set when the opcode is not 1 ..= 4) and the format bits.
+const PLAIN_RECEIVE_TEST: u8 = 0xc0 | SCATTERED;
+
+const _: () = {
+    let mut b = 0u32;
+    while b < 256 {
+        let op_own = b as u8;
+        let cqe_op = op_own >> OPCODE_SHIFT;
+        let plain =
+            cqe_op >= op::RESP_WR_IMM && cqe_op <= op::RESP_SEND_INV && op_own & SCATTERED == 0;
+        assert!(
+            plain
+                == (op_own.wrapping_sub(op::RESP_WR_IMM << OPCODE_SHIFT) & PLAIN_RECEIVE_TEST == 0)
+        );
+        b += 1;
+    }
+};
+
+/// The `op_own` bits of the opcode.
+const OPCODE_MASK: u8 = 0xf0;
+
+/// The inline decoder of [`CompletionQueue::poll_received`]: a receive CQE of QP `qpn`
 /// (whose receive state is `rq`, its ring `wqes`) with data scattered into it, whose receive's
 /// first data segment holds the whole message (the common case: a receive of one buffer, long
 /// enough). The data is copied with a few fixed-size moves
@@ -850,7 +927,8 @@ fn receive_fields(cqe: &[u8; 64]) -> (u32, u32, u32) {
 /// `pkey_index`, `sl`, `dlid_path_bits`), read from the CQE in `slot` after the rest of the
 /// completion is written: the poll loop then holds fewer values at once, and keeps its own in
 /// registers. As libmlx5's `handle_responder` reports them; the P_Key index shares its field
-/// with the immediate, and is reported as 0 when the message carried one.
+/// with the immediate, and is reported as 0 when the message carried one: the field less
+/// the immediate `out` reports (the field itself, or 0).
 #[inline(always)]
 fn receive_path(cqe: OwnedCqe, out: &mut Completion) {
     let (flags_rqpn, pkey, slid, ml_path) = cqe.with(|b| {
@@ -859,11 +937,7 @@ fn receive_path(cqe: OwnedCqe, out: &mut Completion) {
     });
     out.src_qp = flags_rqpn & FLAGS_RQPN_SRC_QP;
     out.slid = slid;
-    out.pkey_index = if out.flags.contains(WcFlags::WITH_IMM) {
-        0
-    } else {
-        pkey as u16
-    };
+    out.pkey_index = (pkey ^ out.imm) as u16;
     out.sl = ((flags_rqpn >> FLAGS_RQPN_SL_SHIFT) & 0xf) as u8;
     out.dlid_path_bits = ml_path & ML_PATH_DLID_PATH_BITS;
 }
@@ -880,22 +954,37 @@ fn received(
     imm: u32,
     flags_rqpn: u32,
 ) -> Completion {
-    let with_imm = cqe_op == op::RESP_WR_IMM || cqe_op == op::RESP_SEND_IMM;
+    // The two opcodes with an immediate, RESP_WR_IMM (1) and RESP_SEND_IMM (3), are the odd
+    // ones of the range: its low bit says it (a mask, where comparing with each costs a
+    // compare and a set each, and a select).
+    let with_imm = cqe_op & 1;
+    let grh = u8::from(flags_rqpn & FLAGS_RQPN_GRH != 0);
     // `vendor_err` 0 and `status` Success, as in `EMPTY`.
     Completion {
         wr_id,
         byte_len,
-        imm: if with_imm { imm } else { 0 },
+        imm: imm & 0u32.wrapping_sub(u32::from(with_imm)),
         qp_num: qpn,
         opcode: if cqe_op == op::RESP_WR_IMM {
             WcOpcode::RecvRdmaWithImm
         } else {
             WcOpcode::Recv
         },
-        flags: recv_flags(with_imm, flags_rqpn),
+        flags: WcFlags::from_bits_retain(
+            (with_imm * WcFlags::WITH_IMM.bits()) | (grh * WcFlags::GRH.bits()),
+        ),
         ..Completion::EMPTY
     }
 }
+
+const _: () = assert!(
+    op::RESP_WR_IMM == 1
+        && op::RESP_SEND == 2
+        && op::RESP_SEND_IMM == 3
+        && op::RESP_SEND_INV == 4
+        && WcFlags::WITH_IMM.bits() == 2
+        && WcFlags::GRH.bits() == 1
+);
 
 /// A requester or responder CQE in a format the poller does not decode (data scattered into
 /// the CQE): its WQE was retired, and the completion, which says what it was, becomes an
@@ -920,23 +1009,6 @@ fn unknown(qpn: u32, cqe_op: u8) -> Completion {
         status: WcStatus::GeneralErr,
         opcode: WcOpcode::Unknown(u32::from(cqe_op)),
         ..Completion::EMPTY
-    }
-}
-
-/// The flags of a successful receive completion: the immediate, and the GRH when the CQE's
-/// `flags_rqpn` says the message carried one (as libmlx5's `handle_responder` sets
-/// `IBV_WC_GRH`).
-#[inline(always)]
-fn recv_flags(with_imm: bool, flags_rqpn: u32) -> WcFlags {
-    let imm = if with_imm {
-        WcFlags::WITH_IMM
-    } else {
-        WcFlags::NONE
-    };
-    if flags_rqpn & FLAGS_RQPN_GRH != 0 {
-        imm.union(WcFlags::GRH)
-    } else {
-        imm
     }
 }
 
@@ -1056,23 +1128,29 @@ impl<B: Bindings> CompletionQueue<B> {
     /// A poll, for either output. Inlined into the caller: an empty poll is the loads of the
     /// ring state, the owner check of the CQE at the consumer counter and a return (no stack
     /// frame, nothing stored); the loop is out of line, entered with that CQE software's (the
-    /// plain loop, or the loop of scattered receives when its `op_own` has a format bit).
+    /// plain loop for a requester CQE in the plain format, the loops of receives for anything
+    /// else).
     #[inline(always)]
     fn poll_out<O: PollOut>(&mut self, out: &mut [O]) -> usize {
         // Whether `out` has room is the loops' to see (they check it anyway): here it would
         // cost every poll a test.
         match owned(self.ring, self.pass_bit, self.cqes, self.ci) {
-            // A CQE with data scattered into it (or a compressed session's title, which has
-            // both format bits) first: the loop of scattered receives. The test is here rather
-            // than in the plain loop, which would save its registers before it.
-            Some(first) if first.1 & SCATTERED != 0 => self.poll_scattered(out, first),
+            // Anything but a requester CQE in the plain format first (a receive, plain or with
+            // data scattered into it, a compressed session's title, an error): the loops of
+            // receives. One test of `op_own` (the opcode's bits and the format bits), here
+            // rather than in the plain loop, which would save its registers before it.
+            Some(first) if first.1 & (OPCODE_MASK | SCATTERED) != 0 => {
+                self.poll_received(out, first)
+            }
             Some(first) => self.poll_loop(out, first),
             None => 0,
         }
     }
 
-    /// The poll loop, from the software-owned CQE `first` (slot and `op_own`) at the consumer
-    /// counter. The first pass takes `first` rather than checking the CQE again (the compiler
+    /// The poll loop of requester CQEs, from the software-owned CQE `first` (slot and
+    /// `op_own`) at the consumer counter; the first CQE of another kind ends it,
+    /// [`CompletionQueue::poll_rest`] going on from there (requester CQEs alone, it keeps
+    /// fewer values than a loop that decodes receives too). The first pass takes `first` rather than checking the CQE again (the compiler
     /// peels it off the loop), after checking that `out` has room for it: when it has none,
     /// nothing is decoded and the counter published is the one the record holds already.
     /// Otherwise the loop ends with at least one CQE consumed, so the record is always
@@ -1096,7 +1174,7 @@ impl<B: Bindings> CompletionQueue<B> {
             // after that check, and the consumer counter that would free the entry is
             // published only after them.
             let cqe = unsafe { cqes.owned(slot) };
-            if !o.fill(|wc| self.decode_fast(cqe, op_own, wc)) {
+            if !o.fill(|wc| self.decode_fast::<false>(cqe, op_own, wc)) {
                 self.ci = ci;
                 return self.poll_rest(out, n);
             }
@@ -1109,66 +1187,140 @@ impl<B: Bindings> CompletionQueue<B> {
         n
     }
 
-    /// The poll of scattered receives, for a poll whose first CQE, `first` (software's, at the
-    /// consumer counter), has a format bit in `op_own`. Apart from the plain loop, so that it
-    /// keeps its registers (the copy, inline there, costs every other CQE spills): a run of
-    /// scattered receives of the QP that matched last (small messages to one QP) is decoded
-    /// inline ([`decode_scattered`]), the first here in straight-line code (a poll of one CQE
-    /// pays for no loop), the rest in [`CompletionQueue::poll_scattered_run`], which loads the
-    /// QP's receive state and ring once. The first CQE neither decodes (another kind, another
-    /// QP, or a scattered one of the unusual cases) ends the run, [`CompletionQueue::poll_rest`]
-    /// going on from there; so does a compressed session's title (both format bits) at once.
-    /// A scattered receive after another kind of CQE in one poll is the plain loop's, which
-    /// hands it to `poll_rest`, where it is copied out of line; a poll that starts at it takes
-    /// it inline.
+    /// The poll of receives, for a poll whose first CQE, `first` (software's, at the consumer
+    /// counter), is not a requester CQE in the plain format. Apart from the plain loop, so
+    /// that it keeps its registers: a run of receives of the QP that matched last is decoded
+    /// with that QP's receive state at hand, the first here in straight-line code (a poll of
+    /// one CQE pays for no loop), the rest in a loop of its own, which loads the state (and
+    /// the ring) once: [`CompletionQueue::poll_received_run`] for receives in the plain
+    /// format, [`CompletionQueue::poll_scattered_run`] for receives whose data was scattered
+    /// into the CQE (small messages to one QP), decoded inline ([`decode_scattered`]). The
+    /// first CQE neither decodes (another kind, another QP, or a scattered one of the unusual
+    /// cases) ends the run, [`CompletionQueue::poll_rest`] going on from there; so does a
+    /// compressed session's title (both format bits) at once. A scattered receive after
+    /// another kind of CQE in one poll is the plain loop's, which hands it to `poll_rest`,
+    /// where it is copied out of line; a poll that starts at it takes it inline.
     #[inline(never)]
-    fn poll_scattered<O: PollOut>(&mut self, out: &mut [O], first: (u32, u8)) -> usize {
-        #[cfg(zverbs_loom)]
-        {
-            let _ = first;
-            self.poll_rest(out, 0)
-        }
-        #[cfg(not(zverbs_loom))]
-        {
-            let (slot, op_own) = first;
-            let cqes = self.cqes;
-            let Some(wc_out) = out.first_mut() else {
-                return 0;
-            };
-            let hit = self.last;
-            let wqes = match hit.rq(&self.bindings) {
-                Some(rq) if !crate::prm::mini::is_title(op_own) => rq.wqes().get().map(|w| (rq, w)),
-                _ => None,
-            };
-            let Some((rq, wqes)) = wqes else {
-                return self.poll_rest(out, 0);
-            };
-            barrier::from_device();
-            // SAFETY: the CQE is software's (its owner bit checked, then the barrier), and the
-            // consumer counter that would free the entry is published only after the reads;
-            // `rq` and `wqes` are those of QP `hit.qpn`; the only poller.
-            let (cqe, decoded) = unsafe {
-                let cqe = cqes.owned(slot);
-                let decoded =
-                    wc_out.fill(|wc| decode_scattered(rq, wqes, hit.qpn, cqe, op_own, wc));
-                (cqe, decoded)
-            };
-            if !decoded {
-                return self.poll_rest(out, 0);
+    fn poll_received<O: PollOut>(&mut self, out: &mut [O], first: (u32, u8)) -> usize {
+        let (slot, op_own) = first;
+        let cqes = self.cqes;
+        let hit = self.last;
+        match op_own & SCATTERED {
+            0 => {
+                let Some(wc_out) = out.first_mut() else {
+                    return 0;
+                };
+                let Some(rq) = hit.rq(&self.bindings) else {
+                    return self.poll_rest(out, 0);
+                };
+                barrier::from_device();
+                // SAFETY: the CQE is software's (its owner bit checked, then the barrier), and
+                // the consumer counter that would free the entry is published only after the
+                // reads; `rq` is QP `hit.qpn`'s.
+                let cqe = unsafe { cqes.owned(slot) };
+                if !wc_out.fill(|wc| decode_received(rq, hit.qpn, cqe, op_own, wc)) {
+                    return self.poll_rest(out, 0);
+                }
+                wc_out.stamp(self.timestamps, cqe);
+                self.ci = self.ci.wrapping_add(1);
+                if out.len() > 1
+                    && let Some(next) = owned(self.ring, self.pass_bit, cqes, self.ci)
+                {
+                    return self.poll_received_run(out, next);
+                }
+                self.publish_ci();
+                1
             }
-            wc_out.stamp(self.timestamps, cqe);
-            self.ci = self.ci.wrapping_add(1);
-            if out.len() > 1
-                && let Some(next) = owned(self.ring, self.pass_bit, cqes, self.ci)
-            {
-                return self.poll_scattered_run(out, next);
+            // A compressed session's title (both format bits): out of line at once, before
+            // anything else is loaded (the expansion is `poll_rest`'s).
+            SCATTERED => self.poll_rest(out, 0),
+            #[cfg(zverbs_loom)]
+            _ => self.poll_rest(out, 0),
+            #[cfg(not(zverbs_loom))]
+            _ => {
+                let Some(wc_out) = out.first_mut() else {
+                    return 0;
+                };
+                let Some((rq, wqes)) = hit
+                    .rq(&self.bindings)
+                    .and_then(|rq| rq.wqes().get().map(|w| (rq, w)))
+                else {
+                    return self.poll_rest(out, 0);
+                };
+                barrier::from_device();
+                // SAFETY: the CQE is software's (its owner bit checked, then the barrier), and
+                // the consumer counter that would free the entry is published only after the
+                // reads; `rq` and `wqes` are those of QP `hit.qpn`; the only poller.
+                let (cqe, decoded) = unsafe {
+                    let cqe = cqes.owned(slot);
+                    let decoded =
+                        wc_out.fill(|wc| decode_scattered(rq, wqes, hit.qpn, cqe, op_own, wc));
+                    (cqe, decoded)
+                };
+                if !decoded {
+                    return self.poll_rest(out, 0);
+                }
+                wc_out.stamp(self.timestamps, cqe);
+                self.ci = self.ci.wrapping_add(1);
+                if out.len() > 1
+                    && let Some(next) = owned(self.ring, self.pass_bit, cqes, self.ci)
+                {
+                    return self.poll_scattered_run(out, next);
+                }
+                self.publish_ci();
+                1
             }
-            self.publish_ci();
-            1
         }
     }
 
-    /// The rest of [`CompletionQueue::poll_scattered`], from `out[1]` and the software-owned
+    /// The rest of [`CompletionQueue::poll_received`] for receives in the plain format, from
+    /// `out[1]` and the software-owned CQE `next` at the consumer counter: the loop, out of
+    /// line, so that a poll of one CQE does not pay for the registers it holds.
+    #[inline(never)]
+    fn poll_received_run<O: PollOut>(&mut self, out: &mut [O], next: (u32, u8)) -> usize {
+        let hit = self.last;
+        let Some(rq) = hit.rq(&self.bindings) else {
+            return self.poll_rest(out, 1);
+        };
+        let (ring, cqes, pass_bit) = (self.ring, self.cqes, self.pass_bit);
+        // The counter of the CQE `out[1]` takes: the completions so far are one more than
+        // the counter's advance past it.
+        let start = self.ci;
+        let mut ci = start;
+        let (mut slot, mut op_own) = next;
+        let Some(outs) = out.get_mut(1..) else {
+            return self.poll_rest(out, 1);
+        };
+        let mut outs = outs.iter_mut();
+        barrier::from_device();
+        // Rotated: the check of the next CQE is at the end of a pass, so the first pass takes
+        // `next` as it is.
+        while let Some(wc_out) = outs.next() {
+            // SAFETY: the CQE is software's (its owner bit checked before the pass, then the
+            // barrier), and the consumer counter that would free the entry is published only
+            // after the reads.
+            let cqe = unsafe { cqes.owned(slot) };
+            if !wc_out.fill(|wc| decode_received(rq, hit.qpn, cqe, op_own, wc)) {
+                self.ci = ci;
+                return self.poll_rest(out, 1 + ci.wrapping_sub(start) as usize);
+            }
+            wc_out.stamp(self.timestamps, cqe);
+            ci = ci.wrapping_add(1);
+            if outs.len() == 0 {
+                break;
+            }
+            let Some(c) = owned(ring, pass_bit, cqes, ci) else {
+                break;
+            };
+            barrier::from_device();
+            (slot, op_own) = c;
+        }
+        self.ci = ci;
+        self.publish_ci();
+        1 + ci.wrapping_sub(start) as usize
+    }
+
+    /// The rest of [`CompletionQueue::poll_received`] for scattered receives, from `out[1]` and the software-owned
     /// CQE `next` at the consumer counter: the loop, out of line, so that a poll of one CQE
     /// does not pay for the registers it holds.
     #[cfg(not(zverbs_loom))]
@@ -1190,7 +1342,7 @@ impl<B: Bindings> CompletionQueue<B> {
         // Rotated: the check of the next CQE is at the end of a pass, so the first pass takes
         // `next` as it is.
         while let Some(wc_out) = o {
-            // SAFETY: as in `poll_scattered` (the CQE's owner bit checked before the pass).
+            // SAFETY: as in `poll_received` (the CQE's owner bit checked before the pass).
             let (cqe, decoded) = unsafe {
                 let cqe = cqes.owned(slot);
                 let decoded =
@@ -1512,6 +1664,101 @@ mod tests {
         }
         assert_eq!(rig.cq.poll(&mut wc), GRH_CASES.len());
         check_grh_cases(&wc);
+    }
+
+    /// A responder CQE of the rig's QP with every field a receive reports set: `op_own`
+    /// `cqe_op << 4`, `byte_cnt` 0x20 + `i`, `imm_inval_pkey` 0x8000 + `i`, `flags_rqpn`
+    /// GRH bits 01 and SL 5 over source QP 0x000abc + `i`, `slid` 0x0102, `ml_path` 0xff.
+    fn full_resp_cqe(cqe_op: u8, i: u32) -> [u8; 64] {
+        let mut c = resp_cqe(QPN, cqe_op, 0x20 + i, 0x8000 + i, 0);
+        c[24..28].copy_from_slice(&(0x1500_0abc + i).to_be_bytes()); // flags_rqpn
+        c[22..24].copy_from_slice(&0x0102u16.to_be_bytes()); // slid
+        c[17] = 0xff; // ml_path
+        c
+    }
+
+    /// What libmlx5 reports for [`full_resp_cqe`] `(cqe_op, i)` taking receive `wr_id`.
+    fn full_resp_completion(cqe_op: u8, i: u32, wr_id: u64) -> Completion {
+        let with_imm = cqe_op == op::RESP_WR_IMM || cqe_op == op::RESP_SEND_IMM;
+        Completion {
+            wr_id,
+            status: WcStatus::Success,
+            opcode: if cqe_op == op::RESP_WR_IMM {
+                WcOpcode::RecvRdmaWithImm
+            } else {
+                WcOpcode::Recv
+            },
+            byte_len: 0x20 + i,
+            qp_num: QPN,
+            imm: if with_imm { 0x8000 + i } else { 0 },
+            vendor_err: 0,
+            src_qp: 0x000abc + i,
+            slid: 0x0102,
+            // The immediate's field: the P_Key index only without one.
+            pkey_index: if with_imm { 0 } else { 0x8000 + i as u16 },
+            sl: 5,
+            dlid_path_bits: 0x7f,
+            flags: if with_imm {
+                WcFlags::GRH.union(WcFlags::WITH_IMM)
+            } else {
+                WcFlags::GRH
+            },
+        }
+    }
+
+    #[test]
+    fn receive_runs_and_requester_cqes_in_one_poll() {
+        // A poll that starts at receives (their own loop once the QP's binding is cached) and
+        // meets a requester CQE, then receives again; and one that starts at a requester CQE
+        // (the plain loop) and meets receives: every field of each as libmlx5 reports it.
+        let mut rig = Rig::new(8, 256, caps(2, 0));
+        post_receives(&mut rig, 7);
+        send(&mut rig, &SendWr::nop(50).signaled());
+        send(&mut rig, &SendWr::nop(51).signaled());
+        let mut wc = wcs();
+        rig.mem.put_cqe(0, full_resp_cqe(op::RESP_SEND, 0));
+        assert_eq!(rig.cq.poll(&mut wc), 1);
+        assert_eq!(wc[0], full_resp_completion(op::RESP_SEND, 0, 100));
+        let first = [
+            op::RESP_SEND_IMM,
+            op::RESP_WR_IMM,
+            op::RESP_SEND,
+            op::REQ,
+            op::RESP_SEND_INV,
+        ];
+        let second = [op::REQ, op::RESP_SEND_IMM, op::RESP_SEND];
+        let (mut slot, mut recv, mut nop) = (1, 1, 0);
+        for cqes in [&first[..], &second[..]] {
+            let (r0, n0) = (recv, nop);
+            for &cqe_op in cqes {
+                if cqe_op == op::REQ {
+                    rig.mem.put_cqe(slot, req_cqe(QPN, opcode::NOP, nop, 0, 0));
+                    nop += 1;
+                } else {
+                    rig.mem.put_cqe(slot, full_resp_cqe(cqe_op, recv));
+                    recv += 1;
+                }
+                slot += 1;
+            }
+            assert_eq!(rig.cq.poll(&mut wc), cqes.len());
+            let (mut r, mut n) = (r0, n0);
+            for (k, &cqe_op) in cqes.iter().enumerate() {
+                if cqe_op == op::REQ {
+                    assert_eq!(
+                        (wc[k].wr_id, wc[k].opcode),
+                        (50 + u64::from(n), WcOpcode::Nop)
+                    );
+                    assert!(wc[k].is_success() && wc[k].flags == WcFlags::NONE);
+                    n += 1;
+                } else {
+                    let want = full_resp_completion(cqe_op, r, 100 + u64::from(r));
+                    assert_eq!(wc[k], want, "{cqes:?} at {k}");
+                    r += 1;
+                }
+            }
+        }
+        assert_eq!(rig.rq.free(), 8);
+        assert_eq!(rig.mem.cq_dbrec(), slot as u32);
     }
 
     /// Polls `cqe` after `post` on a new rig, as the first CQE the poller sees (the cold path:

@@ -203,6 +203,11 @@ impl<B: Bindings> CompletionQueue<B> {
                 }
             }
         }
+        // SAFETY: the one argument for the counters below: each names a WQE the device
+        // reported complete in this session, which software owns: the SRQ entries' the
+        // title's counter plus the completion's place in the session, as the device numbers
+        // them; the send entries' the mini-CQE's own, copied from an entry of the session.
+        let in_session = |counter: u16| unsafe { Reported::in_session(counter) };
         while s.left != 0
             && let Some(o) = out.get_mut(n)
         {
@@ -219,9 +224,7 @@ impl<B: Bindings> CompletionQueue<B> {
                     };
                 }
                 (Kind::Srq, _, _, Some(srq)) => {
-                    // SAFETY: the session names the WQE: the title's counter plus the
-                    // completion's place in it, as the device numbers them.
-                    let wr_id = srq.retire(unsafe { Reported::in_session(s.counter) });
+                    let wr_id = srq.retire(in_session(s.counter));
                     *wc = Completion {
                         wr_id,
                         byte_len: byte_cnt,
@@ -230,11 +233,7 @@ impl<B: Bindings> CompletionQueue<B> {
                 }
                 (Kind::Send, Some(sq), _, _) => {
                     let (opcode, flags, len) = any_send_kind(mini.s_wqe_opcode());
-                    // SAFETY: the mini-CQE, copied from an entry of the session, names the
-                    // completed WQE.
-                    let wr_id = sq
-                        .retire(unsafe { Reported::in_session(mini.wqe_counter()) })
-                        .wr_id;
+                    let wr_id = sq.retire(in_session(mini.wqe_counter())).wr_id;
                     *wc = Completion {
                         wr_id,
                         byte_len: match len {

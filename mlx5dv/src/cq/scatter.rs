@@ -178,43 +178,40 @@ pub(super) unsafe fn copy_to_first_segment(
 #[cfg(not(zverbs_loom))]
 #[inline(always)]
 unsafe fn copy_small(src: &[u8; 64], dst: *mut u8, len: usize) {
-    /// Moves `N` bytes from `src + at` to `dst + at`.
-    ///
-    /// # Safety
-    ///
-    /// `at + N` ≤ 64 and ≤ the bytes `dst` is writable for.
-    #[inline(always)]
-    unsafe fn mv<const N: usize>(src: &[u8; 64], dst: *mut u8, at: usize) {
-        // SAFETY: (caller) `at + N` is inside both; unaligned-safe reads and writes.
-        unsafe {
-            let v = src.as_ptr().add(at).cast::<[u8; N]>().read_unaligned();
-            dst.add(at).cast::<[u8; N]>().write_unaligned(v);
-        }
+    // Moves `$n` bytes from `src + at` to `dst + at` (unaligned-safe reads and writes), in
+    // the unsafe block below, whose argument covers each use: `at + $n` ≤ 64 and ≤ the bytes
+    // `dst` is writable for.
+    macro_rules! mv {
+        ($n:literal, $at:expr) => {{
+            let at: usize = $at;
+            let v = src.as_ptr().add(at).cast::<[u8; $n]>().read_unaligned();
+            dst.add(at).cast::<[u8; $n]>().write_unaligned(v);
+        }};
     }
     // SAFETY: each move ends at or before `len` (≤ 64), so inside `src` and the writable
     // bytes of `dst`; `at` = `len - N` is not negative, as `len` ≥ `N` on each branch.
     unsafe {
         if len >= 16 {
             if len > 32 {
-                mv::<32>(src, dst, 0);
-                mv::<32>(src, dst, len - 32);
+                mv!(32, 0);
+                mv!(32, len - 32);
             } else {
-                mv::<16>(src, dst, 0);
-                mv::<16>(src, dst, len - 16);
+                mv!(16, 0);
+                mv!(16, len - 16);
             }
         } else if len >= 4 {
             if len >= 8 {
-                mv::<8>(src, dst, 0);
-                mv::<8>(src, dst, len - 8);
+                mv!(8, 0);
+                mv!(8, len - 8);
             } else {
-                mv::<4>(src, dst, 0);
-                mv::<4>(src, dst, len - 4);
+                mv!(4, 0);
+                mv!(4, len - 4);
             }
         } else if len >= 2 {
-            mv::<2>(src, dst, 0);
-            mv::<2>(src, dst, len - 2);
+            mv!(2, 0);
+            mv!(2, len - 2);
         } else if len == 1 {
-            mv::<1>(src, dst, 0);
+            mv!(1, 0);
         }
     }
 }
