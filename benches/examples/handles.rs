@@ -25,7 +25,7 @@ use zverbs::backend::mlx5 as direct;
 use zverbs::connect::Endpoint;
 use zverbs::{
     AccessFlags, Completion, ConnectAttr, ContextOptions, MrBuf, PollCq, Poller, PostSend, Qp,
-    RemoteBuf, SendFlags, SendQueue, SendWr, Sge,
+    Registered, RemoteBuf, SendFlags, SendQueue, SendWr, Sge,
 };
 
 #[inline(never)]
@@ -45,8 +45,13 @@ fn post_any(sq: &mut SendQueue, sge: Sge, remote: RemoteBuf, wr_id: u64) -> bool
 
 #[inline(never)]
 fn post_safe(sq: &mut SendQueue, buf: &MrBuf, remote: RemoteBuf, wr_id: u64) -> bool {
-    sq.write(wr_id, buf.slice(0..64), remote, SendFlags::SIGNALED)
-        .is_ok()
+    sq.write(
+        wr_id,
+        buf.slice(0..64).unwrap(),
+        remote,
+        SendFlags::SIGNALED,
+    )
+    .is_ok()
 }
 
 #[inline(never)]
@@ -108,8 +113,8 @@ fn main() -> zverbs::Result<()> {
     let mut any_cq = cq2.poller()?;
     let mut safe = qp3.queues(&cq3)?;
 
-    let sge = src.sge(0..64);
-    let remote = dst.remote(0);
+    let sge = src.sge(0..64)?;
+    let remote = dst.remote(0)?;
     let mut out = [Completion::EMPTY; 1];
     let mut missed = 0;
     let mut seq = 0;

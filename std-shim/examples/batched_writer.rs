@@ -28,7 +28,7 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use zverbs::{AccessFlags, ContextOptions, SendFlags};
+use zverbs::{AccessFlags, ContextOptions, Registered, SendFlags};
 
 /// WQEs in the writer's send queue.
 pub const DEPTH: u32 = 128;
@@ -228,7 +228,7 @@ pub fn run(device: &str, c: Config) -> zverbs::Result<Report> {
             } else {
                 SendFlags::NONE
             };
-            batch.write(seq, src.slice(at..at + c.size), dst.remote(at), flags)?;
+            batch.write(seq, src.slice(at..at + c.size)?, dst.remote(at)?, flags)?;
             posted += 1;
         }
         batch.finish(); // one doorbell for the n WRITEs

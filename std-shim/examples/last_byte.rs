@@ -40,7 +40,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use zverbs::safe::SafeQueues;
-use zverbs::{AccessFlags, ContextOptions, MrBuf, SendFlags};
+use zverbs::{AccessFlags, ContextOptions, MrBuf, Registered, SendFlags};
 
 /// Message slots in the receiver's buffer (at most 255: the acknowledgement is a byte).
 const SLOTS: usize = 8;
@@ -222,8 +222,8 @@ fn send(mut q: SafeQueues, buf: &MrBuf, peer: &MrBuf, n: u64, size: usize) -> zv
         buf.store_u8(at + size - 1, stamp(i));
         q.sq.write(
             i,
-            buf.slice(at..at + size),
-            peer.remote(at),
+            buf.slice(at..at + size)?,
+            peer.remote(at)?,
             SendFlags::SIGNALED,
         )?;
     }
@@ -267,7 +267,7 @@ fn receive(
         q.sq.write_inline(
             i,
             &[(i + 1) as u8],
-            peer.remote(ack_at(size)),
+            peer.remote(ack_at(size))?,
             SendFlags::SIGNALED,
         )?;
         acked += 1;

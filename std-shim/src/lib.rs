@@ -17,7 +17,7 @@
 //! ```
 //! # #[cfg(feature = "sim")] {
 //! use std::time::{Duration, Instant};
-//! use zverbs::{AccessFlags, ContextOptions, SendFlags};
+//! use zverbs::{AccessFlags, ContextOptions, Registered, SendFlags};
 //!
 //! # fn main() -> zverbs::Result<()> {
 //! // The software device by name; `open_device(None, ..)` opens the device the environment
@@ -37,7 +37,7 @@
 //!
 //! // RDMA WRITE: A's bytes land in B's buffer, without B's CPU.
 //! buf_a.write(0, b"hello");
-//! qa.sq.write(1, buf_a.slice(0..5), buf_b.remote(0), SendFlags::SIGNALED)?; // posts and rings
+//! qa.sq.write(1, buf_a.slice(0..5)?, buf_b.remote(0)?, SendFlags::SIGNALED)?; // posts and rings
 //! let done = qa.cq.wait(1, deadline)?[0].ok()?; // a timeout or a failed request is an `Err`
 //! assert_eq!(done.wr_id, 1);
 //! let mut got = [0; 5];
@@ -45,9 +45,9 @@
 //! assert_eq!(&got, b"hello");
 //!
 //! // SEND into a receive that B posted.
-//! qb.rq.post(2, buf_b.slice(1024..2048))?;
+//! qb.rq.post(2, buf_b.slice(1024..2048)?)?;
 //! buf_a.write(100, b"a message");
-//! qa.sq.send(3, buf_a.slice(100..109), SendFlags::SIGNALED)?;
+//! qa.sq.send(3, buf_a.slice(100..109)?, SendFlags::SIGNALED)?;
 //! qa.cq.wait(1, deadline)?[0].ok()?;
 //! let recv = *qb.cq.wait(1, deadline)?[0].ok()?;
 //! assert_eq!((recv.wr_id, recv.byte_len), (2, 9));
@@ -81,7 +81,7 @@
 //! qp.connect(&peer.endpoint)?; // INIT, RTR, RTS: from the peer's PSN, sending from ours
 //!
 //! let mut q = qp.queues(&cq)?;
-//! q.sq.send(1, buf.slice(0..64), SendFlags::SIGNALED)?; // posts and rings
+//! q.sq.send(1, buf.slice(0..64)?, SendFlags::SIGNALED)?; // posts and rings
 //! let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
 //! q.cq.wait(1, deadline)?[0].ok()?;
 //! # Ok(()) }
@@ -250,7 +250,7 @@ pub use error::EventError;
 pub use error::{Error, Result};
 pub use flow::Flow;
 pub use mcast::McastMembership;
-pub use mr::{Mr, MrBuf};
+pub use mr::{Mr, MrBuf, Registered};
 pub use pd::Pd;
 pub use poller::Poller;
 pub use provider::SrqLayout;
@@ -315,11 +315,11 @@ pub use zverbs_core::BriefCompletion;
 /// # let buf_a = pd.alloc_buf(4096, zverbs::AccessFlags::ALL)?;
 /// # let buf_b = pd.alloc_buf(4096, zverbs::AccessFlags::ALL)?;
 /// use std::time::{Duration, Instant};
-/// use zverbs::{RemoteBuf, SendFlags, WcStatus};
+/// use zverbs::{Registered, RemoteBuf, SendFlags, WcStatus};
 ///
 /// let mut qa = a.queues(&cq_a)?;
 /// let wrong = RemoteBuf::new(buf_b.addr(), buf_b.rkey() ^ 0x5a5a_0000);
-/// qa.sq.write(9, buf_a.slice(0..8), wrong, SendFlags::SIGNALED)?;
+/// qa.sq.write(9, buf_a.slice(0..8)?, wrong, SendFlags::SIGNALED)?;
 /// let deadline = Instant::now() + Duration::from_secs(5);
 /// let c = qa.cq.wait(1, deadline)?[0];
 /// assert_eq!((c.wr_id, c.status), (9, WcStatus::RemAccessErr));
@@ -351,7 +351,7 @@ pub use zverbs_core::PollCq;
 /// # let buf_b = pd.alloc_buf(4096, zverbs::AccessFlags::ALL)?;
 /// use std::time::{Duration, Instant};
 /// use zverbs::backend::Queues;
-/// use zverbs::{Completion, PollCq, PostSend, SendWr};
+/// use zverbs::{Completion, PollCq, PostSend, Registered, SendWr};
 ///
 /// fn post_and_wait(sq: &mut impl PostSend, cq: &mut impl PollCq, wr: &SendWr<'_>) -> zverbs::Result<Completion> {
 ///     // SAFETY: the request's memory is an `MrBuf`, registered for as long as it lives, and
@@ -368,8 +368,8 @@ pub use zverbs_core::PollCq;
 /// }
 ///
 /// buf_a.write(0, b"generic");
-/// let sgl = [buf_a.sge(0..7)];
-/// let wr = SendWr::write(1, &sgl, buf_b.remote(0)).signaled();
+/// let sgl = [buf_a.sge(0..7)?];
+/// let wr = SendWr::write(1, &sgl, buf_b.remote(0)?).signaled();
 /// let c = match Queues::take(&a, &cq_a)? {
 ///     Queues::Direct(mut q) => post_and_wait(&mut q.sq, &mut q.cq, &wr)?, // mlx5, this device
 ///     Queues::DirectUd(mut q) => post_and_wait(&mut q.sq, &mut q.cq, &wr)?, // a UD QP there

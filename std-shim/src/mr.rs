@@ -173,6 +173,92 @@ impl Pd {
     }
 }
 
+/// Memory registered with a protection domain: an [`MrBuf`] (the library's memory) or an [`Mr`]
+/// (the caller's). Its keys and extent, and the two things a request needs from it: a scatter
+/// entry for a span of it (local), and its address at an offset for a peer (remote). Both are
+/// checked against the registration and return a [`BufError`] for a span outside it, which
+/// converts into [`Error`] so `?` works in set-up code:
+///
+/// ```
+/// # #[cfg(feature = "sim")] {
+/// # fn main() -> zverbs::Result<()> {
+/// # let ctx = zverbs::open_device(Some(zverbs::SOFTWARE_DEVICE), &zverbs::ContextOptions::default())?;
+/// use zverbs::{AccessFlags, BufError, Registered};
+///
+/// let pd = ctx.alloc_pd()?;
+/// let buf = pd.alloc_buf(4096, AccessFlags::ALL)?;
+/// let sge = buf.sge(64..128)?; // for the `unsafe` posts: address, length and the buffer's lkey
+/// assert_eq!((sge.addr, sge.length, sge.lkey), (buf.addr() + 64, 64, buf.lkey()));
+/// let there = buf.remote(64)?; // what a peer needs to WRITE at offset 64
+/// assert_eq!((there.addr, there.rkey), (buf.addr() + 64, buf.rkey()));
+/// assert!(matches!(buf.sge(4000..4097), Err(BufError::OutOfBounds { buf_len: 4096, .. })));
+/// # Ok(()) }
+/// # main().unwrap(); }
+/// ```
+///
+/// Sealed: implemented by [`MrBuf`] and [`Mr`] only.
+pub trait Registered: sealed::Sealed {
+    /// The local key.
+    fn lkey(&self) -> u32;
+
+    /// The remote key.
+    fn rkey(&self) -> u32;
+
+    /// First registered address.
+    fn addr(&self) -> u64;
+
+    /// Registered length in bytes.
+    fn len(&self) -> usize;
+
+    /// Whether the registration is empty (never true of an [`MrBuf`], which has at least one
+    /// page).
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// A scatter entry for `range` of the registration (`buf.sge(..)?`, `buf.sge(0..64)?`), for
+    /// the `unsafe` posts; the front door's queues take [`MrBuf::slice`] instead.
+    ///
+    /// # Errors
+    ///
+    /// [`BufError::ReversedRange`], [`BufError::OutOfBounds`] (naming the range and the
+    /// registration's length), or [`BufError::TooLong`] for a span longer than a scatter entry
+    /// carries (4 GiB − 1 bytes).
+    fn sge(&self, range: impl RangeBounds<usize>) -> Result<Sge, BufError>
+    where
+        Self: Sized,
+    {
+        sge_in(self.addr(), self.len(), self.lkey(), range)
+    }
+
+    /// The registration as a remote target at `offset`, for the peer (the end itself is
+    /// allowed: the target of a zero-length request).
+    ///
+    /// # Errors
+    ///
+    /// [`BufError::OutOfBounds`] if `offset` is past the end of the registration.
+    fn remote(&self, offset: usize) -> Result<RemoteBuf, BufError> {
+        remote_in(self.addr(), self.len(), self.rkey(), offset)
+    }
+}
+
+/// The scatter entry for `range` of `len` bytes at `base`.
+fn sge_in(
+    base: u64,
+    len: usize,
+    lkey: u32,
+    range: impl RangeBounds<usize>,
+) -> Result<Sge, BufError> {
+    let (start, end) = crate::types::buf::resolve(range, len)?;
+    // `resolve` bounded the length by `u32::MAX`.
+    Ok(Sge::new(base + start as u64, (end - start) as u32, lkey))
+}
+
+mod sealed {
+    /// Keeps [`Registered`](super::Registered) to this crate's two registrations.
+    pub trait Sealed {}
+}
+
 /// A registration of memory the caller owns (from [`Pd::register`](crate::Pd::register)).
 /// Deregistered when the last clone is dropped.
 #[derive(Clone, Debug)]
@@ -200,84 +286,26 @@ impl Mr {
             }),
         }
     }
+}
 
-    /// The local key.
-    pub fn lkey(&self) -> u32 {
+impl sealed::Sealed for Mr {}
+
+impl Registered for Mr {
+    fn lkey(&self) -> u32 {
         self.inner.reg.lkey()
     }
 
-    /// The remote key.
-    pub fn rkey(&self) -> u32 {
+    fn rkey(&self) -> u32 {
         self.inner.reg.rkey()
     }
 
-    /// First registered address.
-    pub fn addr(&self) -> u64 {
+    fn addr(&self) -> u64 {
         self.inner.addr as u64
     }
 
-    /// Registered length.
-    pub fn len(&self) -> usize {
+    fn len(&self) -> usize {
         self.inner.len
     }
-
-    /// Whether the registration is empty.
-    pub fn is_empty(&self) -> bool {
-        self.inner.len == 0
-    }
-
-    /// A scatter entry for `range` of the region (`mr.sge(..)`, `mr.sge(0..64)`).
-    ///
-    /// # Panics
-    ///
-    /// As slicing does, if the range is reversed or reaches past the end of the region, and if
-    /// it is longer than a scatter entry can carry (4 GiB − 1 bytes); [`Mr::try_sge`] returns
-    /// the error instead.
-    #[track_caller]
-    pub fn sge(&self, range: impl RangeBounds<usize>) -> Sge {
-        or_panic(self.try_sge(range))
-    }
-
-    /// As [`Mr::sge`].
-    ///
-    /// # Errors
-    ///
-    /// [`BufError::ReversedRange`], [`BufError::OutOfBounds`], [`BufError::TooLong`].
-    pub fn try_sge(&self, range: impl RangeBounds<usize>) -> Result<Sge, BufError> {
-        sge_in(self.inner.addr, self.inner.len, self.lkey(), range)
-    }
-
-    /// The region as a remote target at `offset`, for the peer.
-    ///
-    /// # Panics
-    ///
-    /// If `offset` is past the end of the region ([`Mr::try_remote`] returns an error
-    /// instead).
-    #[track_caller]
-    pub fn remote(&self, offset: usize) -> RemoteBuf {
-        or_panic(self.try_remote(offset))
-    }
-
-    /// As [`Mr::remote`].
-    ///
-    /// # Errors
-    ///
-    /// [`BufError::OutOfBounds`] if `offset` is past the end of the region.
-    pub fn try_remote(&self, offset: usize) -> Result<RemoteBuf, BufError> {
-        remote_in(self.addr(), self.inner.len, self.rkey(), offset)
-    }
-}
-
-/// The scatter entry for `range` of `len` bytes at `base`.
-fn sge_in(
-    base: usize,
-    len: usize,
-    lkey: u32,
-    range: impl RangeBounds<usize>,
-) -> Result<Sge, BufError> {
-    let (start, end) = crate::types::buf::resolve(range, len)?;
-    // `resolve` bounded the length by `u32::MAX`.
-    Ok(Sge::new((base + start) as u64, (end - start) as u32, lkey))
 }
 
 /// How many times [`MrBuf::wait_u8`] loads the byte between two readings of the clock.
@@ -340,7 +368,7 @@ const SPINS_PER_CLOCK_READ: u32 = 128;
 /// # #[cfg(feature = "sim")] {
 /// # fn main() -> zverbs::Result<()> {
 /// # let ctx = zverbs::open_device(Some(zverbs::SOFTWARE_DEVICE), &zverbs::ContextOptions::default())?;
-/// use zverbs::{AccessFlags, BufError};
+/// use zverbs::{AccessFlags, BufError, Registered};
 ///
 /// let pd = ctx.alloc_pd()?;
 /// let buf = pd.alloc_buf(4096, AccessFlags::ALL)?;
@@ -350,9 +378,9 @@ const SPINS_PER_CLOCK_READ: u32 = 128;
 /// assert_eq!(&got, b"hello");
 /// buf.store_u64(8, 42);
 /// assert_eq!(buf.load_u64(8), 42);
-/// let span = buf.slice(0..5); // what a `SendQueue` posts: bounds-checked, with the buffer's key
+/// let span = buf.slice(0..5)?; // what a `SendQueue` posts: bounds-checked, with the buffer's key
 /// assert_eq!(span.len(), 5);
-/// let there = buf.remote(64); // what a peer needs to WRITE at offset 64
+/// let there = buf.remote(64)?; // what a peer needs to WRITE at offset 64
 /// assert_eq!((there.addr, there.rkey), (buf.addr() + 64, buf.rkey()));
 /// // Past the end: the `try_` forms say so, the others panic as slice indexing does.
 /// assert!(matches!(buf.try_read(4092, &mut [0; 8]), Err(BufError::OutOfBounds { .. })));
@@ -418,31 +446,6 @@ impl MrBuf {
         }
     }
 
-    /// The local key.
-    pub fn lkey(&self) -> u32 {
-        self.inner.reg.lkey()
-    }
-
-    /// The remote key.
-    pub fn rkey(&self) -> u32 {
-        self.inner.reg.rkey()
-    }
-
-    /// First address.
-    pub fn addr(&self) -> u64 {
-        self.inner.storage.ptr().as_ptr() as u64
-    }
-
-    /// Length in bytes (the requested length rounded up to the page or hugepage size).
-    pub fn len(&self) -> usize {
-        self.inner.len
-    }
-
-    /// Never true: buffers have at least one page.
-    pub fn is_empty(&self) -> bool {
-        self.inner.len == 0
-    }
-
     /// The access rights it was registered with.
     pub fn access(&self) -> AccessFlags {
         self.inner.access
@@ -451,53 +454,6 @@ impl MrBuf {
     /// Whether it lives on hugepages.
     pub fn is_hugepages(&self) -> bool {
         matches!(self.inner.storage, Storage::Huge { .. })
-    }
-
-    /// A scatter entry for `range` (`buf.sge(..)`, `buf.sge(0..64)`), for the `unsafe` post
-    /// methods; the [`safe`](crate::safe) queues take [`MrBuf::slice`] instead.
-    ///
-    /// # Panics
-    ///
-    /// As slicing does, if the range is reversed or reaches past the end of the buffer, and if
-    /// it is longer than a scatter entry can carry (4 GiB − 1 bytes); [`MrBuf::try_sge`]
-    /// returns the error instead.
-    #[track_caller]
-    pub fn sge(&self, range: impl RangeBounds<usize>) -> Sge {
-        or_panic(self.try_sge(range))
-    }
-
-    /// As [`MrBuf::sge`].
-    ///
-    /// # Errors
-    ///
-    /// [`BufError::ReversedRange`], [`BufError::OutOfBounds`], [`BufError::TooLong`].
-    pub fn try_sge(&self, range: impl RangeBounds<usize>) -> Result<Sge, BufError> {
-        sge_in(
-            self.inner.storage.ptr().as_ptr() as usize,
-            self.inner.len,
-            self.lkey(),
-            range,
-        )
-    }
-
-    /// The buffer as a remote target at `offset`, for the peer.
-    ///
-    /// # Panics
-    ///
-    /// If `offset` is past the end of the buffer ([`MrBuf::try_remote`] returns an error
-    /// instead).
-    #[track_caller]
-    pub fn remote(&self, offset: usize) -> RemoteBuf {
-        or_panic(self.try_remote(offset))
-    }
-
-    /// As [`MrBuf::remote`].
-    ///
-    /// # Errors
-    ///
-    /// [`BufError::OutOfBounds`] if `offset` is past the end of the buffer.
-    pub fn try_remote(&self, offset: usize) -> Result<RemoteBuf, BufError> {
-        remote_in(self.addr(), self.inner.len, self.rkey(), offset)
     }
 
     /// Copies `src` into the buffer at `offset`.
@@ -786,6 +742,27 @@ impl MrBuf {
     /// Whether two handles are the same buffer.
     pub fn same(&self, other: &MrBuf) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
+
+impl sealed::Sealed for MrBuf {}
+
+impl Registered for MrBuf {
+    fn lkey(&self) -> u32 {
+        self.inner.reg.lkey()
+    }
+
+    fn rkey(&self) -> u32 {
+        self.inner.reg.rkey()
+    }
+
+    fn addr(&self) -> u64 {
+        self.inner.storage.ptr().as_ptr() as u64
+    }
+
+    /// The requested length rounded up to the page or hugepage size.
+    fn len(&self) -> usize {
+        self.inner.len
     }
 }
 

@@ -79,9 +79,9 @@ macro_rules! recv_front {
 /// use zverbs::{SendFlags, WcOpcode};
 ///
 /// let (mut qa, mut qb) = (a.queues(&cq_a)?, b.queues(&cq_b)?);
-/// qb.rq.post(7, buf_b.slice(2048..))?; // `qb.rq` is a `RecvQueue`; visible at once
+/// qb.rq.post(7, buf_b.slice(2048..)?)?; // `qb.rq` is a `RecvQueue`; visible at once
 /// buf_a.write(0, b"a message");
-/// qa.sq.send_imm(1, buf_a.slice(0..9), 0xcafe, SendFlags::NONE)?;
+/// qa.sq.send_imm(1, buf_a.slice(0..9)?, 0xcafe, SendFlags::NONE)?;
 /// let deadline = Instant::now() + Duration::from_secs(5);
 /// let c = *qb.cq.wait(1, deadline)?[0].ok()?;
 /// assert_eq!((c.wr_id, c.opcode, c.byte_len, c.imm()), (7, WcOpcode::Recv, 9, Some(0xcafe)));

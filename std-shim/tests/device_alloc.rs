@@ -22,8 +22,8 @@ use std::time::Instant;
 use device::{Caps, Side, env, serial};
 use zverbs::backend::Queues;
 use zverbs::{
-    BackendRequest, Completion, ContextOptions, PollCq, PostRecv, PostSend, RecvWr, SendWr,
-    WcOpcode,
+    BackendRequest, Completion, ContextOptions, PollCq, PostRecv, PostSend, RecvWr, Registered,
+    SendWr, WcOpcode,
 };
 
 /// Counts the allocations, reallocations and frees of the armed thread.
@@ -135,11 +135,11 @@ fn fallback_round_trips_allocate_nothing() {
     // Everything the loop uses is made before it.
     let (mut asq, mut arq, mut acq) = (qa.sq, qa.rq, qa.cq);
     let (mut bsq, mut brq, mut bcq) = (qb.sq, qb.rq, qb.cq);
-    let a_src = [a.buf.sge(0..8)];
-    let a_recv = [a.buf.sge(4096..4160)];
-    let b_src = [b.buf.sge(0..64)];
-    let b_recv = [b.buf.sge(4096..4160)];
-    let to_a = a.buf.remote(8192);
+    let a_src = [a.buf.sge(0..8).unwrap()];
+    let a_recv = [a.buf.sge(4096..4160).unwrap()];
+    let b_src = [b.buf.sge(0..64).unwrap()];
+    let b_recv = [b.buf.sge(4096..4160).unwrap()];
+    let to_a = a.buf.remote(8192).unwrap();
     for _ in 0..8 {
         // SAFETY: the entries lie in the registered buffers, which this test reads only
         // between completions.

@@ -12,7 +12,9 @@ use std::time::Instant;
 
 use device::{COMPLETION_LIMIT, env, open, serial};
 use zverbs::connect::Endpoint;
-use zverbs::{AccessFlags, Completion, ConnectAttr, Context, PollCq, Qp, SendFlags, WcStatus};
+use zverbs::{
+    AccessFlags, Completion, ConnectAttr, Context, PollCq, Qp, Registered, SendFlags, WcStatus,
+};
 
 const QPS: u64 = 6;
 
@@ -81,8 +83,13 @@ fn join_while_polling(ctx: &Context, gid: Option<u32>) {
         let dst = pd.alloc_buf(64, AccessFlags::ALL).unwrap();
         src.write(0, &(i + 1000).to_le_bytes());
         let mut sq = qp.send_queue().unwrap();
-        sq.write(i, src.slice(0..8), dst.remote(0), SendFlags::SIGNALED)
-            .unwrap();
+        sq.write(
+            i,
+            src.slice(0..8).unwrap(),
+            dst.remote(0).unwrap(),
+            SendFlags::SIGNALED,
+        )
+        .unwrap();
         qps.push((qp, peer, src, dst, sq));
     }
     let got = got_rx.recv().unwrap();

@@ -6,8 +6,8 @@
 use std::time::{Duration, Instant};
 
 use zverbs::{
-    AccessFlags, BriefCompletion, ContextOptions, PollCq, PostRecv, PostSend, RecvWr, SendWr,
-    WcOpcode,
+    AccessFlags, BriefCompletion, ContextOptions, PollCq, PostRecv, PostSend, RecvWr, Registered,
+    SendWr, WcOpcode,
 };
 
 fn brief(cq: &mut impl PollCq, n: usize) -> Vec<BriefCompletion> {
@@ -43,10 +43,10 @@ fn small_sends_scattered_into_the_cqe_reach_the_buffers_and_poll_briefly() {
     for (i, len) in lens.iter().enumerate() {
         let msg: Vec<u8> = (0..*len).map(|j| (j + 1 + i * 50) as u8).collect();
         buf_a.write(i * 100, &msg);
-        let rx = [buf_b.sge(i * 100..i * 100 + 64)];
+        let rx = [buf_b.sge(i * 100..i * 100 + 64).unwrap()];
         // SAFETY: registered buffers, which Rust does not touch while the requests run.
         unsafe { PostRecv::post(&mut rq, &RecvWr::new(10 + i as u64, &rx)) }.unwrap();
-        let tx = [buf_a.sge(i * 100..i * 100 + len)];
+        let tx = [buf_a.sge(i * 100..i * 100 + len).unwrap()];
         // SAFETY: as above.
         unsafe { sq.post(&SendWr::send(20 + i as u64, &tx).signaled()) }.unwrap();
     }

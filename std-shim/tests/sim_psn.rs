@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 
 use zverbs::backend::Queues;
 use zverbs::connect::Endpoint;
-use zverbs::{AccessFlags, Completion, ConnectAttr, ContextOptions, PollCq, SendFlags, WcStatus};
+use zverbs::{
+    AccessFlags, Completion, ConnectAttr, ContextOptions, PollCq, Registered, SendFlags, WcStatus,
+};
 
 fn wait<C: PollCq>(cq: &mut C, n: usize) -> Vec<Completion> {
     let mut out = Vec::new();
@@ -59,8 +61,13 @@ fn mismatched_psns_end_in_retry_exceeded_and_write_nothing() {
     let mut sq = zverbs::SendQueue::from(qa.sq);
     let mut cq = qa.cq;
     a_buf.write(0, b"must not arrive");
-    sq.write(1, a_buf.slice(0..15), b_buf.remote(0), SendFlags::SIGNALED)
-        .unwrap();
+    sq.write(
+        1,
+        a_buf.slice(0..15).unwrap(),
+        b_buf.remote(0).unwrap(),
+        SendFlags::SIGNALED,
+    )
+    .unwrap();
     let w = wait(&mut cq, 1);
     assert_eq!(
         (w[0].wr_id, w[0].status),

@@ -82,8 +82,8 @@ fn a_mac_rule_steers_frames_to_a_raw_qp_until_dropped() {
     assert_eq!(flow.rule(), &FlowRule::dst_mac(mac));
     let buf = pd.alloc_buf(4096, AccessFlags::LOCAL_WRITE).unwrap();
     let mut rq = qp.recv_queue().unwrap();
-    rq.post(1, buf.slice(0..2048)).unwrap();
-    rq.post(2, buf.slice(2048..4096)).unwrap();
+    rq.post(1, buf.slice(0..2048).unwrap()).unwrap();
+    rq.post(2, buf.slice(2048..4096).unwrap()).unwrap();
 
     let frame = udp_frame(
         mac,
@@ -151,10 +151,18 @@ fn multicast_and_five_tuple_rules_take_their_own_frames() {
     );
     let (mut qm, mut qo) = (md.recv_queue().unwrap(), one.recv_queue().unwrap());
     for i in 0..4 {
-        qm.post(i, bm.slice(i as usize * 2048..(i as usize + 1) * 2048))
-            .unwrap();
-        qo.post(i, bo.slice(i as usize * 2048..(i as usize + 1) * 2048))
-            .unwrap();
+        qm.post(
+            i,
+            bm.slice(i as usize * 2048..(i as usize + 1) * 2048)
+                .unwrap(),
+        )
+        .unwrap();
+        qo.post(
+            i,
+            bo.slice(i as usize * 2048..(i as usize + 1) * 2048)
+                .unwrap(),
+        )
+        .unwrap();
     }
     let gmac = zverbs::multicast_mac(group);
     let m1 = udp_frame(gmac, (feed, 5000), (group, 31000), b"tick 1");
@@ -204,8 +212,11 @@ fn an_rss_qp_spreads_a_groups_flows_over_its_work_queues() {
     for (w, b) in [&w0, &w1].into_iter().zip(&bufs) {
         let mut rq = w.recv_queue().unwrap();
         for i in 0..32 {
-            rq.post(i, b.slice(i as usize * 256..(i as usize + 1) * 256))
-                .unwrap();
+            rq.post(
+                i,
+                b.slice(i as usize * 256..(i as usize + 1) * 256).unwrap(),
+            )
+            .unwrap();
         }
         assert!(matches!(w.recv_queue(), Err(Error::AlreadyTaken(_))));
         std::mem::forget(rq); // its receives stay posted for the frames below
@@ -351,8 +362,12 @@ fn frames_sent_through_the_send_queue_arrive_through_a_rule() {
     assert!(sq.caps().is_ethernet());
     let mut rq = rx.recv_queue().unwrap();
     for i in 0..16 {
-        rq.post(i, rbuf.slice(i as usize * 2048..(i as usize + 1) * 2048))
-            .unwrap();
+        rq.post(
+            i,
+            rbuf.slice(i as usize * 2048..(i as usize + 1) * 2048)
+                .unwrap(),
+        )
+        .unwrap();
     }
     let mut poller = cq.poller().unwrap();
     let src = (Ipv4Addr::new(10, 5, 0, 1), 9000);
@@ -363,7 +378,7 @@ fn frames_sent_through_the_send_queue_arrive_through_a_rule() {
     sbuf.write(0, &f);
     sq.send_frame(
         100,
-        sbuf.slice(0..f.len()),
+        sbuf.slice(0..f.len()).unwrap(),
         SendFlags::SIGNALED | SendFlags::IP_CSUM,
     )
     .unwrap();
@@ -419,7 +434,7 @@ fn frames_sent_through_the_send_queue_arrive_through_a_rule() {
     let mut off = 4096;
     for (i, pl) in payloads.iter().enumerate() {
         sbuf.write(off, pl);
-        sq.post_frame(&p, 200 + i as u64, sbuf.slice(off..off + pl.len()))
+        sq.post_frame(&p, 200 + i as u64, sbuf.slice(off..off + pl.len()).unwrap())
             .unwrap();
         off += 512;
     }
@@ -462,7 +477,7 @@ fn frames_sent_through_the_send_queue_arrive_through_a_rule() {
 
     // Typed errors: a frame shorter than an Ethernet header; checksum offload on RC.
     assert!(matches!(
-        sq.send_frame(1, sbuf.slice(0..10), SendFlags::NONE),
+        sq.send_frame(1, sbuf.slice(0..10).unwrap(), SendFlags::NONE),
         Err(SafePostError::Post(PostError::FrameTooShort {
             len: 10,
             min: 14
@@ -534,7 +549,7 @@ fn a_striding_queue_hands_packets_out_in_place() {
             sbuf.write(at, &f);
             sq.send_frame(
                 next,
-                sbuf.slice(at..at + f.len()),
+                sbuf.slice(at..at + f.len()).unwrap(),
                 SendFlags::SIGNALED | SendFlags::IP_CSUM,
             )
             .unwrap();

@@ -270,7 +270,7 @@ fn run(a: &Args) -> Res<Feed> {
         let buf = pd.alloc_buf(1024 * SLOT, AccessFlags::LOCAL_WRITE)?;
         let mut rq = qp.recv_queue()?;
         for i in 0..1024 {
-            rq.post(i as u64, buf.slice(i * SLOT..(i + 1) * SLOT))?;
+            rq.post(i as u64, buf.slice(i * SLOT..(i + 1) * SLOT)?)?;
         }
         println!(
             "market_data: a raw packet QP's receive queue (libibverbs fallback), host timestamps"
@@ -291,7 +291,7 @@ fn run(a: &Args) -> Res<Feed> {
                 let at = c.wr_id as usize * SLOT;
                 buf.read(at, &mut frame);
                 take(&frame, now_ns(), &mut feed);
-                rq.post(c.wr_id, buf.slice(at..at + SLOT))?;
+                rq.post(c.wr_id, buf.slice(at..at + SLOT)?)?;
             }
         }
     }
@@ -359,7 +359,7 @@ impl Sender {
             match self.sq.post_frame(
                 &self.frame,
                 self.next,
-                self.buf.slice(at..at + payload.len()),
+                self.buf.slice(at..at + payload.len())?,
             ) {
                 Ok(()) => self.next += 1,
                 // The send queue is full: its completions come back first.

@@ -359,7 +359,7 @@ fn run(o: &Opts) -> Result<(), Box<dyn std::error::Error>> {
     // The receive queue from INIT on: the receives are posted before the exchange (as
     // ibv_rc_pingpong does), the send queue is taken once the exchange has connected the QP.
     let mut rq = qp.recv_queue()?;
-    let slice = buf.try_slice(0..o.size)?;
+    let slice = buf.slice(0..o.size)?;
     println!(
         "  local address:  LID {:#06x}, QPN {:#08x}, PSN {:#08x}, GID {}",
         me.lid, me.qpn, me.psn, me.gid
@@ -530,7 +530,7 @@ fn post_recvs(
     n: u32,
 ) -> Result<(), Box<dyn std::error::Error>> {
     for _ in 0..n {
-        rq.post(RECV_WRID, buf.try_slice(0..size)?)?;
+        rq.post(RECV_WRID, buf.slice(0..size)?)?;
     }
     Ok(())
 }

@@ -27,7 +27,7 @@ use zverbs::connect::Endpoint;
 use zverbs::connect::exchange::{self, DONE, MSG_LEN};
 use zverbs::{
     AccessFlags, Completion, ConnectAttr, ContextOptions, MrBuf, PollCq, PostRecv, PostSend, Qp,
-    RecvWr, SendQueue, SendWr,
+    RecvWr, Registered, SendQueue, SendWr,
 };
 use zverbs_tools::args::Parser;
 
@@ -206,7 +206,7 @@ fn recv_records(s: &mut TcpStream, n: usize, mine: &[Endpoint], by: Instant) -> 
 
 /// Posts the receive of buffer slot `slot` to the SRQ.
 fn post_recv(rq: &mut impl PostRecv, buf: &MrBuf, size: usize, slot: usize) -> Res<()> {
-    let sgl = [buf.sge(slot * size..(slot + 1) * size)];
+    let sgl = [buf.sge(slot * size..(slot + 1) * size)?];
     // SAFETY: the slot is registered memory of `buf`, which outlives the SRQ's receives (the
     // queues are dropped before it); this side reads the slot only after the receive's
     // completion, and posts it again only after that read.
@@ -215,7 +215,7 @@ fn post_recv(rq: &mut impl PostRecv, buf: &MrBuf, size: usize, slot: usize) -> R
 }
 
 fn send(sq: &mut SendQueue, buf: &MrBuf, size: usize) -> Res<()> {
-    let sgl = [buf.sge(0..size)];
+    let sgl = [buf.sge(0..size)?];
     // SAFETY: the send buffer is registered, never written after set-up, and outlives the
     // queues.
     unsafe { sq.post(&SendWr::send(SEND_WRID, &sgl).signaled()) }?;

@@ -26,7 +26,7 @@ use zverbs::connect::RemoteRegion;
 use zverbs::connect::pmix::{DcMeshPeer, Job};
 use zverbs::{
     AccessFlags, BackendRequest, Completion, ContextOptions, Cq, MrBuf, PollCq, PostSend,
-    RemoteBuf, SendQueue, SendWr, Sge,
+    Registered, RemoteBuf, SendQueue, SendWr, Sge,
 };
 use zverbs_tools::args::{self, Arg::*, Parser};
 use zverbs_tools::device;
@@ -310,7 +310,7 @@ pub(crate) fn run(o: &Opts) -> Result<()> {
         let region = p.region.ok_or("a peer published no region")?;
         targets.push(region.try_at(me as usize * slot)?);
         sges.push([
-            buf.sge(recv_len + p.rank as usize * slot..recv_len + (p.rank as usize + 1) * slot)
+            buf.sge(recv_len + p.rank as usize * slot..recv_len + (p.rank as usize + 1) * slot)?
         ]);
     }
     let backend = peers_v
@@ -475,7 +475,7 @@ fn run_dc(run: &Run<'_>, pd: &zverbs::Pd) -> Result<()> {
         let region = p.region.ok_or("a peer published no region")?;
         targets.push(region.try_at(me as usize * slot)?);
         let at = run.recv_len + p.rank as usize * slot;
-        sges.push([buf.sge(at..at + slot)]);
+        sges.push([buf.sge(at..at + slot)?]);
     }
     let backend = mesh.dci().backend().to_string();
 

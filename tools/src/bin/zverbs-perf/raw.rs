@@ -197,7 +197,7 @@ impl Rx {
                     if let Some(seq) = test_seq(&head[..len]) {
                         f(seq);
                     }
-                    rq.post(c.wr_id, buf.slice(at..at + SLOT))?;
+                    rq.post(c.wr_id, buf.slice(at..at + SLOT)?)?;
                 }
                 Ok(done.len())
             }
@@ -247,7 +247,7 @@ impl Tx {
         };
         match self
             .sq
-            .post_frame(frame, seq, self.payloads.slice(at..at + self.payload))
+            .post_frame(frame, seq, self.payloads.slice(at..at + self.payload)?)
         {
             Ok(()) => Ok(true),
             Err(zverbs::safe::SafePostError::Post(
@@ -341,7 +341,7 @@ fn side(ctx: &Context, pd: &Pd, port: u8, opts: &Opts, mac: [u8; 6]) -> Result<S
         let buf = pd.alloc_buf(rx_depth as usize * SLOT, AccessFlags::LOCAL_WRITE)?;
         let mut rq = qp.recv_queue()?;
         for i in 0..rx_depth as usize {
-            rq.post(i as u64, buf.slice(i * SLOT..(i + 1) * SLOT))?;
+            rq.post(i as u64, buf.slice(i * SLOT..(i + 1) * SLOT)?)?;
         }
         Rx::Ordinary {
             rq,
