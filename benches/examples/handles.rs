@@ -73,7 +73,7 @@ fn poll_safe(cq: &mut Poller) -> usize {
 /// then a little longer for its completion to be written after it.
 fn landed(buf: &MrBuf, seq: u64) {
     let deadline = Instant::now() + Duration::from_secs(10);
-    while buf.load_u64_acquire(0) != seq {
+    while buf.load_u64_acquire(0).unwrap() != seq {
         assert!(Instant::now() < deadline, "the write did not land");
         std::thread::yield_now();
     }
@@ -123,7 +123,7 @@ fn main() -> zverbs::Result<()> {
         // one completion (counted).
         for way in 0..3 {
             seq += 1;
-            src.store_u64(0, seq);
+            src.store_u64(0, seq)?;
             let posted = match way {
                 0 => post_direct(&mut d.sq, sge, remote, black_box(i)),
                 1 => post_any(&mut any_sq, sge, remote, black_box(i)),

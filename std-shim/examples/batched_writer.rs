@@ -199,7 +199,7 @@ pub fn run(device: &str, c: Config) -> zverbs::Result<Report> {
     let dst = pd.alloc_buf(SLOTS * c.size, AccessFlags::ALL)?;
     // The source never changes while WRITEs read it: a pattern per slot, written once.
     for s in 0..SLOTS {
-        src.fill(s * c.size..(s + 1) * c.size, s as u8 + 1);
+        src.fill(s * c.size..(s + 1) * c.size, s as u8 + 1)?;
     }
     let mut q = a.queues(&cq_a)?;
 
@@ -245,8 +245,8 @@ pub fn run(device: &str, c: Config) -> zverbs::Result<Report> {
 
     let slots = SLOTS.min(c.writes as usize);
     let (mut want, mut got) = (vec![0; slots * c.size], vec![0; slots * c.size]);
-    src.read(0, &mut want);
-    dst.read(0, &mut got);
+    src.read(0, &mut want)?;
+    dst.read(0, &mut got)?;
     if want != got {
         return Err(zverbs::Error::Protocol {
             detail: "the target's bytes differ from the source's".into(),

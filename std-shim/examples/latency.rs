@@ -169,13 +169,13 @@ struct End {
 impl End {
     /// Sends message `stamp` (its last byte) of `size` bytes to `peer`.
     fn post(&mut self, op: Op, size: usize, peer: &MrBuf, stamp: u8) -> zverbs::Result<()> {
-        self.buf.store_u8(size - 1, stamp);
+        self.buf.store_u8(size - 1, stamp)?;
         let sig = SendFlags::SIGNALED;
         match (op, size <= INLINE) {
             (Op::Write, true) => {
                 // An inline source is read during the call: a stack copy will do.
                 let mut m = [0u8; INLINE];
-                self.buf.read(0, &mut m[..size]);
+                self.buf.read(0, &mut m[..size])?;
                 self.q
                     .sq
                     .write_inline(0, &m[..size], peer.remote(size)?, sig)?;
@@ -187,7 +187,7 @@ impl End {
             }
             (Op::Send, true) => {
                 let mut m = [0u8; INLINE];
-                self.buf.read(0, &mut m[..size]);
+                self.buf.read(0, &mut m[..size])?;
                 self.q.sq.send_inline(0, &m[..size], sig)?;
             }
             (Op::Send, false) => self.q.sq.send(0, self.buf.slice(..size)?, sig)?,

@@ -224,9 +224,9 @@ fn client(i: u64, mut q: SafeQueues, buf: &MrBuf, requests: u64) -> zverbs::Resu
         // consumes it to deliver the immediate.
         q.rq.post(seq, buf.slice(RECV..RECV + MSG)?)?;
         let (a, b) = (seq * 7 + i, 1000 * i + seq);
-        buf.store_u64(REQ, a);
-        buf.store_u64(REQ + 8, b);
-        buf.store_u64(REQ + 16, seq);
+        buf.store_u64(REQ, a)?;
+        buf.store_u64(REQ + 8, b)?;
+        buf.store_u64(REQ + 16, seq)?;
         q.sq.send(seq, buf.slice(REQ..REQ + 24)?, SIG)?;
         // The request's completion and the answer's, in either order. The client polls, and
         // gives its core away while nothing is in: the server (and on the software device, the
@@ -250,12 +250,12 @@ fn client(i: u64, mut q: SafeQueues, buf: &MrBuf, requests: u64) -> zverbs::Resu
                 seen += 1;
                 match c.opcode {
                     WcOpcode::Recv => {
-                        answer = Some((buf.load_u64(RECV), buf.load_u64(RECV + 8)));
+                        answer = Some((buf.load_u64(RECV)?, buf.load_u64(RECV + 8)?));
                         by_send += 1;
                     }
                     WcOpcode::RecvRdmaWithImm => {
                         let imm = u64::from(c.imm().unwrap_or(u32::MAX));
-                        answer = Some((buf.load_u64(WRITTEN), imm));
+                        answer = Some((buf.load_u64(WRITTEN)?, imm));
                         by_write += 1;
                     }
                     _ => {} // the request's own completion
@@ -300,9 +300,9 @@ impl Server<'_> {
             let (c, slot) = (req.wr_id as usize / SLOTS, req.wr_id as usize % SLOTS);
             let at = c * REGION + slot * MSG;
             let (a, b, seq) = (
-                self.buf.load_u64(at),
-                self.buf.load_u64(at + 8),
-                self.buf.load_u64(at + 16),
+                self.buf.load_u64(at)?,
+                self.buf.load_u64(at + 8)?,
+                self.buf.load_u64(at + 16)?,
             );
             // Read: the receive can take the next request.
             self.rq[c].post(req.wr_id, self.buf.slice(at..at + MSG)?)?;
@@ -320,7 +320,7 @@ impl Server<'_> {
                     retire(done, &mut busy, &mut outstanding)?;
                 }
                 let from = c * REGION + (SLOTS + s) * MSG;
-                self.buf.store_u64(from, sum);
+                self.buf.store_u64(from, sum)?;
                 busy[c][s] = true;
                 self.sq[c].write_imm(
                     (c * 2 + s) as u64,

@@ -36,23 +36,23 @@
 //! let deadline = Instant::now() + Duration::from_secs(5);
 //!
 //! // RDMA WRITE: A's bytes land in B's buffer, without B's CPU.
-//! buf_a.write(0, b"hello");
+//! buf_a.write(0, b"hello")?;
 //! qa.sq.write(1, buf_a.slice(0..5)?, buf_b.remote(0)?, SendFlags::SIGNALED)?; // posts and rings
 //! let done = qa.cq.wait(1, deadline)?[0].ok()?; // a timeout or a failed request is an `Err`
 //! assert_eq!(done.wr_id, 1);
 //! let mut got = [0; 5];
-//! buf_b.read(0, &mut got);
+//! buf_b.read(0, &mut got)?;
 //! assert_eq!(&got, b"hello");
 //!
 //! // SEND into a receive that B posted.
 //! qb.rq.post(2, buf_b.slice(1024..2048)?)?;
-//! buf_a.write(100, b"a message");
+//! buf_a.write(100, b"a message")?;
 //! qa.sq.send(3, buf_a.slice(100..109)?, SendFlags::SIGNALED)?;
 //! qa.cq.wait(1, deadline)?[0].ok()?;
 //! let recv = *qb.cq.wait(1, deadline)?[0].ok()?;
 //! assert_eq!((recv.wr_id, recv.byte_len), (2, 9));
 //! let mut msg = [0; 9];
-//! buf_b.read(1024, &mut msg);
+//! buf_b.read(1024, &mut msg)?;
 //! assert_eq!(&msg, b"a message");
 //! # Ok(()) }
 //! # main().unwrap(); }
@@ -198,6 +198,10 @@
 //! Every handle holds its parents (a QP its CQs and PD, a CQ and a PD their context, a queue
 //! handle its QP, a poller its CQ and QPs), so objects can be dropped in any order: rdma-core
 //! objects are destroyed children first, when the last handle goes.
+
+// A doc example that drops a `Result` (a copy into a buffer, a post) is an error, not a
+// warning nobody sees.
+#![doc(test(attr(deny(unused_must_use))))]
 
 /// The README's example, compiled and run as a doc-test so that it stays true.
 #[cfg(doctest)]
@@ -367,7 +371,7 @@ pub use zverbs_core::PollCq;
 ///     Err(zverbs::safe::WaitError::Timeout { wanted: 1, got: 0 }.into())
 /// }
 ///
-/// buf_a.write(0, b"generic");
+/// buf_a.write(0, b"generic")?;
 /// let sgl = [buf_a.sge(0..7)?];
 /// let wr = SendWr::write(1, &sgl, buf_b.remote(0)?).signaled();
 /// let c = match Queues::take(&a, &cq_a)? {
@@ -377,7 +381,7 @@ pub use zverbs_core::PollCq;
 /// };
 /// assert_eq!(c.wr_id, 1);
 /// let mut got = [0; 7];
-/// buf_b.read(0, &mut got);
+/// buf_b.read(0, &mut got)?;
 /// assert_eq!(&got, b"generic");
 /// # Ok(()) }
 /// # main().unwrap(); }

@@ -29,7 +29,7 @@ use crate::error::{Error, Result};
 use crate::pd::Pd;
 use crate::provider::MrProvider;
 use crate::types::access::AccessFlags;
-use crate::types::buf::{BufError, or_panic, remote_in};
+use crate::types::buf::{BufError, remote_in};
 
 const PAGE: usize = 4096;
 const HUGEPAGE: usize = 2 << 20;
@@ -354,10 +354,11 @@ const SPINS_PER_CLOCK_READ: u32 = 128;
 ///
 /// # Bad input
 ///
-/// Offsets and lengths are checked without overflow. The accessors that take an offset panic
-/// on a range outside the buffer, as slice indexing does (the message names the range and the
-/// buffer's length); each has a `try_` twin that returns a [`BufError`] instead and never
-/// panics, for code that must not. [`MrBuf::wait_u8`] returns an error for a bad offset too.
+/// Offsets and lengths are checked without overflow. Every accessor that takes an offset or a
+/// range has one form, which returns a [`BufError`] for a range outside the buffer (naming the
+/// range and the buffer's length) or a misaligned word, and then has read or written nothing;
+/// none panics. `BufError` converts into [`Error`], so `?` works in set-up code:
+/// `buf.write(0, b"x")?`, `buf.load_u64(8)?`, `buf.slice(0..64)?`.
 ///
 /// # Example
 ///
@@ -372,18 +373,21 @@ const SPINS_PER_CLOCK_READ: u32 = 128;
 ///
 /// let pd = ctx.alloc_pd()?;
 /// let buf = pd.alloc_buf(4096, AccessFlags::ALL)?;
-/// buf.write(0, b"hello");
+/// buf.write(0, b"hello")?;
 /// let mut got = [0; 5];
-/// buf.read(0, &mut got);
+/// buf.read(0, &mut got)?;
 /// assert_eq!(&got, b"hello");
-/// buf.store_u64(8, 42);
-/// assert_eq!(buf.load_u64(8), 42);
+/// buf.store_u64(8, 42)?;
+/// assert_eq!(buf.load_u64(8)?, 42);
 /// let span = buf.slice(0..5)?; // what a `SendQueue` posts: bounds-checked, with the buffer's key
 /// assert_eq!(span.len(), 5);
 /// let there = buf.remote(64)?; // what a peer needs to WRITE at offset 64
 /// assert_eq!((there.addr, there.rkey), (buf.addr() + 64, buf.rkey()));
-/// // Past the end: the `try_` forms say so, the others panic as slice indexing does.
-/// assert!(matches!(buf.try_read(4092, &mut [0; 8]), Err(BufError::OutOfBounds { .. })));
+/// // Past the end: an error that names the range and the buffer's length; nothing written.
+/// let e = buf.write(4092, b"12345678").unwrap_err();
+/// assert_eq!(e, BufError::OutOfBounds { offset: 4092, len: 8, buf_len: 4096 });
+/// assert_eq!(e.to_string(), "8 bytes at offset 4092 are outside a buffer of 4096 bytes");
+/// assert_eq!(buf.load_u64(4088)?, 0);
 /// # Ok(()) }
 /// # main().unwrap(); }
 /// ```
@@ -458,21 +462,11 @@ impl MrBuf {
 
     /// Copies `src` into the buffer at `offset`.
     ///
-    /// # Panics
-    ///
-    /// If the range is outside the buffer ([`MrBuf::try_write`] returns an error instead).
-    #[track_caller]
-    pub fn write(&self, offset: usize, src: &[u8]) {
-        or_panic(self.try_write(offset, src));
-    }
-
-    /// Copies `src` into the buffer at `offset`.
-    ///
     /// # Errors
     ///
-    /// [`BufError::OutOfBounds`] if the range is outside the buffer.
+    /// [`BufError::OutOfBounds`] if the range is outside the buffer; nothing is written.
     #[inline]
-    pub fn try_write(&self, offset: usize, src: &[u8]) -> Result<(), BufError> {
+    pub fn write(&self, offset: usize, src: &[u8]) -> Result<(), BufError> {
         self.mem()
             .write(offset, src)
             .map_err(|e| self.refused(e, offset, src.len()))
@@ -482,21 +476,11 @@ impl MrBuf {
     /// same time the copy may see part of the new bytes; poll the completion, or see the last
     /// byte change with [`MrBuf::wait_u8`], first to see all of them.
     ///
-    /// # Panics
-    ///
-    /// If the range is outside the buffer ([`MrBuf::try_read`] returns an error instead).
-    #[track_caller]
-    pub fn read(&self, offset: usize, dst: &mut [u8]) {
-        or_panic(self.try_read(offset, dst));
-    }
-
-    /// Copies bytes at `offset` into `dst` (see [`MrBuf::read`]).
-    ///
     /// # Errors
     ///
-    /// [`BufError::OutOfBounds`] if the range is outside the buffer.
+    /// [`BufError::OutOfBounds`] if the range is outside the buffer; `dst` is left as it was.
     #[inline]
-    pub fn try_read(&self, offset: usize, dst: &mut [u8]) -> Result<(), BufError> {
+    pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), BufError> {
         let len = dst.len();
         self.mem()
             .read(offset, dst)
@@ -505,22 +489,11 @@ impl MrBuf {
 
     /// Fills `range` with `byte`.
     ///
-    /// # Panics
-    ///
-    /// If the range is outside the buffer or reversed ([`MrBuf::try_fill`] returns an error
-    /// instead).
-    #[track_caller]
-    pub fn fill(&self, range: Range<usize>, byte: u8) {
-        or_panic(self.try_fill(range, byte));
-    }
-
-    /// Fills `range` with `byte`.
-    ///
     /// # Errors
     ///
     /// [`BufError::ReversedRange`] if `range.start > range.end`, [`BufError::OutOfBounds`] if
-    /// the range is outside the buffer.
-    pub fn try_fill(&self, range: Range<usize>, byte: u8) -> Result<(), BufError> {
+    /// the range is outside the buffer; nothing is written.
+    pub fn fill(&self, range: Range<usize>, byte: u8) -> Result<(), BufError> {
         let Range { start, end } = range;
         let len = end
             .checked_sub(start)
@@ -534,22 +507,12 @@ impl MrBuf {
     /// peer's RDMA WRITE will change. To read the rest of the message once it changes, use
     /// [`MrBuf::load_u8_acquire`] or [`MrBuf::wait_u8`] instead.
     ///
-    /// # Panics
-    ///
-    /// If the offset is outside the buffer ([`MrBuf::try_load_u8`] returns an error instead).
-    #[inline]
-    #[track_caller]
-    pub fn load_u8(&self, offset: usize) -> u8 {
-        or_panic(self.try_load_u8(offset))
-    }
-
-    /// Loads the byte at `offset` (`Relaxed`).
-    ///
     /// # Errors
     ///
     /// [`BufError::OutOfBounds`] if the offset is outside the buffer.
     #[inline]
-    pub fn try_load_u8(&self, offset: usize) -> Result<u8, BufError> {
+    #[must_use = "a load does nothing but return the byte"]
+    pub fn load_u8(&self, offset: usize) -> Result<u8, BufError> {
         self.mem()
             .load_u8(offset)
             .map_err(|e| self.refused(e, offset, 1))
@@ -560,23 +523,12 @@ impl MrBuf {
     /// follow see the whole message. On aarch64 this is an `ldar` (later loads wait for it); on
     /// x86_64 an ordinary load.
     ///
-    /// # Panics
-    ///
-    /// If the offset is outside the buffer ([`MrBuf::try_load_u8_acquire`] returns an error
-    /// instead).
-    #[inline]
-    #[track_caller]
-    pub fn load_u8_acquire(&self, offset: usize) -> u8 {
-        or_panic(self.try_load_u8_acquire(offset))
-    }
-
-    /// As [`MrBuf::load_u8_acquire`].
-    ///
     /// # Errors
     ///
     /// [`BufError::OutOfBounds`] if the offset is outside the buffer.
     #[inline]
-    pub fn try_load_u8_acquire(&self, offset: usize) -> Result<u8, BufError> {
+    #[must_use = "a load does nothing but return the byte"]
+    pub fn load_u8_acquire(&self, offset: usize) -> Result<u8, BufError> {
         self.mem()
             .load_u8_acquire(offset)
             .map_err(|e| self.refused(e, offset, 1))
@@ -618,22 +570,11 @@ impl MrBuf {
 
     /// Stores `v` at `offset` (`Relaxed`).
     ///
-    /// # Panics
-    ///
-    /// If the offset is outside the buffer ([`MrBuf::try_store_u8`] returns an error instead).
-    #[inline]
-    #[track_caller]
-    pub fn store_u8(&self, offset: usize, v: u8) {
-        or_panic(self.try_store_u8(offset, v));
-    }
-
-    /// Stores `v` at `offset` (`Relaxed`).
-    ///
     /// # Errors
     ///
-    /// [`BufError::OutOfBounds`] if the offset is outside the buffer.
+    /// [`BufError::OutOfBounds`] if the offset is outside the buffer; nothing is written.
     #[inline]
-    pub fn try_store_u8(&self, offset: usize, v: u8) -> Result<(), BufError> {
+    pub fn store_u8(&self, offset: usize, v: u8) -> Result<(), BufError> {
         self.mem()
             .store_u8(offset, v)
             .map_err(|e| self.refused(e, offset, 1))
@@ -643,23 +584,11 @@ impl MrBuf {
     /// [`MrBuf::load_u8_acquire`] or [`MrBuf::wait_u8`] sees everything this thread wrote
     /// before (the writing side of the idiom, between threads of one program).
     ///
-    /// # Panics
-    ///
-    /// If the offset is outside the buffer ([`MrBuf::try_store_u8_release`] returns an error
-    /// instead).
-    #[inline]
-    #[track_caller]
-    pub fn store_u8_release(&self, offset: usize, v: u8) {
-        or_panic(self.try_store_u8_release(offset, v));
-    }
-
-    /// As [`MrBuf::store_u8_release`].
-    ///
     /// # Errors
     ///
-    /// [`BufError::OutOfBounds`] if the offset is outside the buffer.
+    /// [`BufError::OutOfBounds`] if the offset is outside the buffer; nothing is written.
     #[inline]
-    pub fn try_store_u8_release(&self, offset: usize, v: u8) -> Result<(), BufError> {
+    pub fn store_u8_release(&self, offset: usize, v: u8) -> Result<(), BufError> {
         self.mem()
             .store_u8_release(offset, v)
             .map_err(|e| self.refused(e, offset, 1))
@@ -668,23 +597,12 @@ impl MrBuf {
     /// Loads the native-endian `u64` at `offset` (a multiple of 8), e.g. an atomic's target or
     /// result (`Relaxed`).
     ///
-    /// # Panics
-    ///
-    /// If the offset is outside the buffer or unaligned ([`MrBuf::try_load_u64`] returns an
-    /// error instead).
-    #[inline]
-    #[track_caller]
-    pub fn load_u64(&self, offset: usize) -> u64 {
-        or_panic(self.try_load_u64(offset))
-    }
-
-    /// As [`MrBuf::load_u64`].
-    ///
     /// # Errors
     ///
     /// [`BufError::OutOfBounds`], [`BufError::Misaligned`].
     #[inline]
-    pub fn try_load_u64(&self, offset: usize) -> Result<u64, BufError> {
+    #[must_use = "a load does nothing but return the word"]
+    pub fn load_u64(&self, offset: usize) -> Result<u64, BufError> {
         self.mem()
             .load_u64(offset)
             .map_err(|e| self.refused(e, offset, 8))
@@ -693,23 +611,12 @@ impl MrBuf {
     /// Loads the native-endian `u64` at `offset` (a multiple of 8) with `Acquire` (see
     /// [`MrBuf::load_u8_acquire`]).
     ///
-    /// # Panics
-    ///
-    /// If the offset is outside the buffer or unaligned ([`MrBuf::try_load_u64_acquire`]
-    /// returns an error instead).
-    #[inline]
-    #[track_caller]
-    pub fn load_u64_acquire(&self, offset: usize) -> u64 {
-        or_panic(self.try_load_u64_acquire(offset))
-    }
-
-    /// As [`MrBuf::load_u64_acquire`].
-    ///
     /// # Errors
     ///
     /// [`BufError::OutOfBounds`], [`BufError::Misaligned`].
     #[inline]
-    pub fn try_load_u64_acquire(&self, offset: usize) -> Result<u64, BufError> {
+    #[must_use = "a load does nothing but return the word"]
+    pub fn load_u64_acquire(&self, offset: usize) -> Result<u64, BufError> {
         self.mem()
             .load_u64_acquire(offset)
             .map_err(|e| self.refused(e, offset, 8))
@@ -717,23 +624,11 @@ impl MrBuf {
 
     /// Stores the native-endian `u64` `v` at `offset` (a multiple of 8), `Relaxed`.
     ///
-    /// # Panics
-    ///
-    /// If the offset is outside the buffer or unaligned ([`MrBuf::try_store_u64`] returns an
-    /// error instead).
-    #[inline]
-    #[track_caller]
-    pub fn store_u64(&self, offset: usize, v: u64) {
-        or_panic(self.try_store_u64(offset, v));
-    }
-
-    /// As [`MrBuf::store_u64`].
-    ///
     /// # Errors
     ///
-    /// [`BufError::OutOfBounds`], [`BufError::Misaligned`].
+    /// [`BufError::OutOfBounds`], [`BufError::Misaligned`]; nothing is written.
     #[inline]
-    pub fn try_store_u64(&self, offset: usize, v: u64) -> Result<(), BufError> {
+    pub fn store_u64(&self, offset: usize, v: u64) -> Result<(), BufError> {
         self.mem()
             .store_u64(offset, v)
             .map_err(|e| self.refused(e, offset, 8))

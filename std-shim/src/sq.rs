@@ -274,7 +274,7 @@ pub enum TypedSq {
 /// use zverbs::{Registered, SendFlags};
 ///
 /// let mut qa = a.queues(&cq_a)?; // `qa.sq` is a `SendQueue`
-/// buf_a.write(0, b"written");
+/// buf_a.write(0, b"written")?;
 /// qa.sq.write(1, buf_a.slice(0..7)?, buf_b.remote(64)?, SendFlags::NONE)?; // posted, rung
 /// qa.sq.write_inline(2, b"inline", buf_b.remote(128)?, SendFlags::SIGNALED)?; // no buffer needed
 /// let mut batch = qa.sq.batch(); // two requests, one doorbell
@@ -286,7 +286,7 @@ pub enum TypedSq {
 ///     c.ok()?; // only signaled requests complete: 2 and 4
 /// }
 /// let mut got = [0; 6];
-/// buf_b.read(128, &mut got);
+/// buf_b.read(128, &mut got)?;
 /// assert_eq!(&got, b"inline");
 /// // A span the device would have to write into a read-only buffer is refused, not posted.
 /// let ro = pd.alloc_buf(64, zverbs::AccessFlags::REMOTE_READ)?;

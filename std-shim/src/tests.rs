@@ -362,7 +362,7 @@ fn safe_layer_posts_buffer_spans_with_their_keys() {
     rts(&qp);
     let mut sq = qp.send_queue().unwrap();
     let mut rq = qp.recv_queue().unwrap();
-    buf.write(8, b"payload!");
+    buf.write(8, b"payload!").unwrap();
     assert!(buf.slice(4000..4097).is_err());
     sq.send(1, buf.slice(8..16).unwrap(), SendFlags::SIGNALED)
         .unwrap();
@@ -449,20 +449,24 @@ fn mr_buf_copies_in_and_out() {
     assert_eq!(buf.len(), 4096);
     assert!(buf.addr().is_multiple_of(4096));
     assert_eq!((buf.lkey(), buf.rkey()), (0x1111, 0x2222));
-    buf.write(100, b"abc");
+    buf.write(100, b"abc").unwrap();
     let mut out = [0u8; 5];
-    buf.read(99, &mut out);
+    buf.read(99, &mut out).unwrap();
     assert_eq!(&out, b"\0abc\0");
-    buf.store_u64(8, 0x0102_0304_0506_0708);
-    assert_eq!(buf.load_u64(8), 0x0102_0304_0506_0708);
-    buf.fill(0..4096, 0xee);
-    assert_eq!(buf.load_u8(4095), 0xee);
+    buf.store_u64(8, 0x0102_0304_0506_0708).unwrap();
+    assert_eq!(buf.load_u64(8).unwrap(), 0x0102_0304_0506_0708);
+    buf.fill(0..4096, 0xee).unwrap();
+    assert_eq!(buf.load_u8(4095).unwrap(), 0xee);
     assert_eq!(
         buf.remote(16).unwrap(),
         RemoteBuf::new(buf.addr() + 16, 0x2222)
     );
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| buf.write(4094, b"xyz")));
-    assert!(r.is_err());
+    assert!(buf.write(4094, b"xyz").is_err());
+    assert_eq!(
+        buf.load_u8(4095).unwrap(),
+        0xee,
+        "a refused write writes nothing"
+    );
 }
 
 #[test]
@@ -617,27 +621,31 @@ fn mr_buf_is_shared_by_threads_and_the_device_without_data_races() {
     let pd = ctx.alloc_pd().unwrap();
     let buf = pd.alloc_buf(4096, AccessFlags::ALL).unwrap();
     let incoming = pd.alloc_buf(4096, AccessFlags::ALL).unwrap();
-    incoming.write(0, &pattern(200, 3));
+    incoming.write(0, &pattern(200, 3)).unwrap();
     std::thread::scope(|s| {
         let b = buf.clone();
         s.spawn(move || {
             for r in 0..rounds {
                 let v = r as u8;
-                b.write(3, &pattern(45, v));
-                b.fill(60..77, v);
-                b.store_u8(101, v);
-                b.store_u8_release(102, v);
-                b.store_u64(104, u64::from(v));
+                b.write(3, &pattern(45, v)).unwrap();
+                b.fill(60..77, v).unwrap();
+                b.store_u8(101, v).unwrap();
+                b.store_u8_release(102, v).unwrap();
+                b.store_u64(104, u64::from(v)).unwrap();
             }
         });
         let b = buf.clone();
         s.spawn(move || {
             let mut got = [0; 120];
             for _ in 0..rounds {
-                b.read(0, &mut got);
-                b.read(5, &mut got[..70]);
-                let _ = (b.load_u8(101), b.load_u8_acquire(102), b.load_u8(50));
-                let _ = (b.load_u64(104), b.load_u64_acquire(8));
+                b.read(0, &mut got).unwrap();
+                b.read(5, &mut got[..70]).unwrap();
+                let _ = (
+                    b.load_u8(101).unwrap(),
+                    b.load_u8_acquire(102).unwrap(),
+                    b.load_u8(50).unwrap(),
+                );
+                let _ = (b.load_u64(104).unwrap(), b.load_u64_acquire(8).unwrap());
                 let _ = b.wait_u8(99, 0xff, std::time::Instant::now());
             }
         });
@@ -651,10 +659,10 @@ fn mr_buf_is_shared_by_threads_and_the_device_without_data_races() {
     });
     // Each writer's last values are there.
     let r = (rounds - 1) as u8;
-    assert_eq!(buf.load_u8(101), r);
-    assert_eq!(buf.load_u64(104), u64::from(r));
+    assert_eq!(buf.load_u8(101).unwrap(), r);
+    assert_eq!(buf.load_u64(104).unwrap(), u64::from(r));
     let mut got = [0; 2];
-    buf.read(99, &mut got);
+    buf.read(99, &mut got).unwrap();
     assert_eq!(got, [pattern(200, 3)[92], 0]);
 }
 
@@ -670,12 +678,12 @@ fn wait_u8_sees_the_value_and_the_whole_message_before_it() {
         let msg = pattern(99, r as u8);
         std::thread::scope(|s| {
             s.spawn(|| {
-                buf.write(1, &msg);
-                buf.store_u8_release(100, r as u8);
+                buf.write(1, &msg).unwrap();
+                buf.store_u8_release(100, r as u8).unwrap();
             });
             buf.wait_u8(100, r as u8, far).unwrap();
             let mut got = [0; 99];
-            buf.read(1, &mut got);
+            buf.read(1, &mut got).unwrap();
             assert_eq!(got[..], msg[..]);
         });
     }
@@ -690,7 +698,7 @@ fn wait_u8_honours_its_deadline() {
     let ctx = ctx(&log);
     let pd = ctx.alloc_pd().unwrap();
     let buf = pd.alloc_buf(4096, AccessFlags::ALL).unwrap();
-    buf.store_u8(10, 7);
+    buf.store_u8(10, 7).unwrap();
     let soon = std::time::Instant::now() + std::time::Duration::from_millis(20);
     assert_eq!(
         buf.wait_u8(10, 8, soon),
@@ -757,34 +765,28 @@ fn mr_buf_refuses_bad_offsets_and_lengths() {
     };
     let max = usize::MAX;
     // Copies: past the end, and ranges whose end overflows.
-    assert_eq!(buf.try_write(4094, b"xyz"), Err(oob(4094, 3)));
-    assert_eq!(buf.try_write(max - 1, b"xyz"), Err(oob(max - 1, 3)));
-    assert_eq!(buf.try_read(max, &mut [0; 2]), Err(oob(max, 2)));
-    assert_eq!(buf.try_read(4097, &mut []), Err(oob(4097, 0)));
-    assert_eq!(buf.try_fill(4000..4097, 1), Err(oob(4000, 97)));
-    assert_eq!(buf.try_fill(1..max, 1), Err(oob(1, max - 1)));
+    assert_eq!(buf.write(4094, b"xyz"), Err(oob(4094, 3)));
+    assert_eq!(buf.write(max - 1, b"xyz"), Err(oob(max - 1, 3)));
+    assert_eq!(buf.read(max, &mut [0; 2]), Err(oob(max, 2)));
+    assert_eq!(buf.read(4097, &mut []), Err(oob(4097, 0)));
+    assert_eq!(buf.fill(4000..4097, 1), Err(oob(4000, 97)));
+    assert_eq!(buf.fill(1..max, 1), Err(oob(1, max - 1)));
     #[allow(clippy::reversed_empty_ranges)]
     let reversed = 9..8;
     assert_eq!(
-        buf.try_fill(reversed.clone(), 1),
+        buf.fill(reversed.clone(), 1),
         Err(BufError::ReversedRange { start: 9, end: 8 })
     );
     // Single bytes and words.
-    assert_eq!(buf.try_load_u8(4096), Err(oob(4096, 1)));
-    assert_eq!(buf.try_load_u8_acquire(max), Err(oob(max, 1)));
-    assert_eq!(buf.try_store_u8(max, 1), Err(oob(max, 1)));
-    assert_eq!(buf.try_store_u8_release(4096, 1), Err(oob(4096, 1)));
-    assert_eq!(
-        buf.try_load_u64(12),
-        Err(BufError::Misaligned { offset: 12 })
-    );
-    assert_eq!(buf.try_load_u64(4096), Err(oob(4096, 8)));
-    assert_eq!(buf.try_load_u64_acquire(max - 7), Err(oob(max - 7, 8)));
-    assert_eq!(
-        buf.try_store_u64(4, 1),
-        Err(BufError::Misaligned { offset: 4 })
-    );
-    assert_eq!(buf.try_store_u64(max, 1), Err(oob(max, 8)));
+    assert_eq!(buf.load_u8(4096), Err(oob(4096, 1)));
+    assert_eq!(buf.load_u8_acquire(max), Err(oob(max, 1)));
+    assert_eq!(buf.store_u8(max, 1), Err(oob(max, 1)));
+    assert_eq!(buf.store_u8_release(4096, 1), Err(oob(4096, 1)));
+    assert_eq!(buf.load_u64(12), Err(BufError::Misaligned { offset: 12 }));
+    assert_eq!(buf.load_u64(4096), Err(oob(4096, 8)));
+    assert_eq!(buf.load_u64_acquire(max - 7), Err(oob(max - 7, 8)));
+    assert_eq!(buf.store_u64(4, 1), Err(BufError::Misaligned { offset: 4 }));
+    assert_eq!(buf.store_u64(max, 1), Err(oob(max, 8)));
     // Remote targets: up to the end (a zero-length request), not past it.
     assert_eq!(
         buf.remote(4096),
@@ -803,16 +805,14 @@ fn mr_buf_refuses_bad_offsets_and_lengths() {
         buf.slice(4096..=usize::MAX),
         Err(BufError::OutOfBounds { .. })
     ));
-    // Nothing was written by the refused calls.
-    let mut all = vec![0xaa; 4096];
-    buf.read(0, &mut all);
-    assert!(all.iter().all(|&b| b == 0));
     // The errors' messages name the range and the buffer's length (or the misalignment).
+    let mut dst = [7u8; 4];
     let refused = [
-        buf.try_write(max - 1, b"xyz").unwrap_err(),
-        buf.try_read(4096, &mut [0]).unwrap_err(),
-        buf.try_fill(4095..4097, 0).unwrap_err(),
-        buf.try_load_u64(3).unwrap_err(),
+        buf.write(max - 1, b"xyz").unwrap_err(),
+        buf.read(4094, &mut dst).unwrap_err(),
+        buf.fill(4095..4097, 2).unwrap_err(),
+        buf.store_u64(4088 + 8, 3).unwrap_err(),
+        buf.load_u64(3).unwrap_err(),
         buf.remote(usize::MAX).unwrap_err(),
         buf.slice(4000..4097).unwrap_err(),
         buf.sge(4090..=4096).unwrap_err(),
@@ -825,6 +825,12 @@ fn mr_buf_refuses_bad_offsets_and_lengths() {
             "{msg}"
         );
     }
+    // Nothing was written by the refused calls: not the buffer, not a refused read's
+    // destination.
+    assert_eq!(dst, [7; 4]);
+    let mut all = vec![0xaa; 4096];
+    buf.read(0, &mut all).unwrap();
+    assert!(all.iter().all(|&b| b == 0));
     // A caller-owned registration refuses remote offsets past its end too.
     let mut mine = vec![0u8; 100];
     // SAFETY: the fake device never touches the memory, which outlives the registration.

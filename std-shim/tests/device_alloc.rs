@@ -153,7 +153,7 @@ fn fallback_round_trips_allocate_nothing() {
         let mut b_sends_out = 0u32;
         for i in 0..rounds {
             // A: an inline SEND with immediate, carrying the round number.
-            a.buf.store_u64(0, i);
+            a.buf.store_u64(0, i).unwrap();
             let wr = SendWr::send_imm(i, &a_src, i as u32).signaled().inline();
             // SAFETY: as above; inline data is copied at the post.
             unsafe { asq.post(&wr) }.map_err(|_| "A's post")?;
@@ -166,7 +166,7 @@ fn fallback_round_trips_allocate_nothing() {
                         return Err("B's completion failed".into());
                     }
                     if c.opcode == WcOpcode::Recv {
-                        if c.imm() != Some(i as u32) || b.buf.load_u64(4096) != i {
+                        if c.imm() != Some(i as u32) || b.buf.load_u64(4096).unwrap() != i {
                             return Err("B received the wrong message".into());
                         }
                         got = true;
@@ -178,7 +178,7 @@ fn fallback_round_trips_allocate_nothing() {
             // SAFETY: as above.
             unsafe { brq.post(&RecvWr::new(RECV_ID, &b_recv)) }.map_err(|_| "B's receive")?;
             // B: an RDMA WRITE with immediate back.
-            b.buf.store_u64(0, !i);
+            b.buf.store_u64(0, !i).unwrap();
             let wr = SendWr::write_imm(i, &b_src, to_a, !(i as u32)).signaled();
             // SAFETY: as above.
             unsafe { bsq.post(&wr) }.map_err(|_| "B's post")?;
@@ -191,7 +191,8 @@ fn fallback_round_trips_allocate_nothing() {
                     match (c.status.is_success(), c.opcode) {
                         (true, WcOpcode::Send) => sent = c.wr_id == i,
                         (true, WcOpcode::RecvRdmaWithImm) => {
-                            written = c.imm() == Some(!(i as u32)) && a.buf.load_u64(8192) == !i
+                            written =
+                                c.imm() == Some(!(i as u32)) && a.buf.load_u64(8192).unwrap() == !i
                         }
                         _ => return Err("A's completion".into()),
                     }

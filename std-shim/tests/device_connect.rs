@@ -132,8 +132,8 @@ fn traffic(c: &Side, to_s: RemoteRegion, s: &Side, to_c: RemoteRegion) {
     let (mut ssq, mut srq, mut scq) = (qs.sq, qs.rq, qs.cq);
     crq.post(1, c.buf.slice(32768..36864).unwrap()).unwrap();
     srq.post(2, s.buf.slice(32768..36864).unwrap()).unwrap();
-    c.buf.write(0, &pattern(20, 2000));
-    s.buf.write(0, &pattern(21, 2000));
+    c.buf.write(0, &pattern(20, 2000)).unwrap();
+    s.buf.write(0, &pattern(21, 2000)).unwrap();
     let sig = SendFlags::SIGNALED;
     csq.write(3, c.buf.slice(0..2000).unwrap(), to_s.at(8192), sig)
         .unwrap();

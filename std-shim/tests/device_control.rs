@@ -207,7 +207,7 @@ fn pd_mr_cq_and_qp_are_created_and_connected_step_by_step() {
     let sgl = [mr.sge(1000..3000).unwrap()];
     // SAFETY: the entry lies in `mine`'s registration, untouched until the completion.
     unsafe { q.post(&SendWr::write(1, &sgl, buf.remote(0).unwrap()).signaled()) }.unwrap();
-    buf.write(3000, b"read into caller memory");
+    buf.write(3000, b"read into caller memory").unwrap();
     let back = [mr.sge(0..23).unwrap()];
     // SAFETY: as above; `mine[0..23]` is written by the device and read after the completion.
     unsafe { q.post(&SendWr::read(2, &back, buf.remote(3000).unwrap()).signaled()) }.unwrap();

@@ -41,7 +41,7 @@ fn bad_rkey_then_flush(link: Link) {
     let (mut acq, mut bcq) = (qa.cq, qb.cq);
     rq.post(50, b.buf.slice(0..1024).unwrap()).unwrap();
     rq.post(51, b.buf.slice(1024..2048).unwrap()).unwrap();
-    a.buf.write(0, &pattern(30, 512));
+    a.buf.write(0, &pattern(30, 512)).unwrap();
     let bad = RemoteBuf::new(b.buf.addr(), b.buf.rkey() ^ 0x5a5a_5a00);
     // One doorbell for the bad request and the work behind it.
     let mut batch = sq.batch();

@@ -246,8 +246,9 @@ fn tag(id: u64) -> [u8; 8] {
 /// Fills a peer's buffer: every READ source is its id's tag, every counter at its base.
 fn fill_peer(buf: &MrBuf) {
     for id in 0..256u64 {
-        buf.write(SRC + id as usize * 64, &tag(id));
-        buf.write(ATOMIC + id as usize * 8, &ATOMIC_BASE.to_le_bytes());
+        buf.write(SRC + id as usize * 64, &tag(id)).unwrap();
+        buf.write(ATOMIC + id as usize * 8, &ATOMIC_BASE.to_le_bytes())
+            .unwrap();
     }
 }
 
@@ -513,7 +514,7 @@ impl A {
             .unwrap();
         let buf = pd.alloc_buf(BUF_LEN, AccessFlags::ALL).unwrap();
         for id in 0..256u64 {
-            buf.write(SRC + id as usize * 64, &tag(id));
+            buf.write(SRC + id as usize * 64, &tag(id)).unwrap();
         }
         let poller = cq.poller().unwrap();
         Self {
@@ -682,7 +683,7 @@ fn effect(r: &Req, a: &A, peers: &[Peer]) -> Option<bool> {
     let id = r.id as usize;
     let mine = |off: usize| {
         let mut b = [0u8; 8];
-        a.buf.read(off, &mut b);
+        a.buf.read(off, &mut b).unwrap();
         b
     };
     match r.op {
@@ -694,7 +695,7 @@ fn effect(r: &Req, a: &A, peers: &[Peer]) -> Option<bool> {
             };
             let theirs = |off: usize| {
                 let mut b = [0u8; 8];
-                p.buf.read(off, &mut b);
+                p.buf.read(off, &mut b).unwrap();
                 b
             };
             Some(if r.op == Op::Write {

@@ -41,8 +41,8 @@ fn write(link: Link) {
     let mut sq = qa.sq;
     let mut acq = qa.cq;
     let data = pattern(1, 200);
-    a.buf.write(0, &data);
-    b.buf.fill(0..1024, 0xee);
+    a.buf.write(0, &data).unwrap();
+    b.buf.fill(0..1024, 0xee).unwrap();
     sq.write(
         0x1111,
         a.buf.slice(0..200).unwrap(),
@@ -74,7 +74,7 @@ fn write_above_the_mtu(link: Link) {
     let mut acq = qa.cq;
     let len = 60 << 10;
     let data = pattern(2, len);
-    a.buf.write(0, &data);
+    a.buf.write(0, &data).unwrap();
     sq.write(
         7,
         a.buf.slice(0..len).unwrap(),
@@ -99,7 +99,7 @@ fn write_with_immediate(link: Link) {
     let (mut acq, mut bcq) = (qa.cq, qb.cq);
     rq.post(0xb0, b.buf.slice(60000..60100).unwrap()).unwrap();
     let data = pattern(3, 3000);
-    a.buf.write(0, &data);
+    a.buf.write(0, &data).unwrap();
     sq.write_imm(
         0xa0,
         a.buf.slice(0..3000).unwrap(),
@@ -154,7 +154,7 @@ fn send_and_receive(link: Link) {
     }
     let mut off = 0;
     for (i, &n) in sizes.iter().enumerate() {
-        a.buf.write(off, &pattern(10 + i as u8, n));
+        a.buf.write(off, &pattern(10 + i as u8, n)).unwrap();
         sq.send(200 + i as u64, a.buf.slice(off..off + n).unwrap(), SIG)
             .unwrap();
         off += n;
@@ -198,7 +198,7 @@ fn send_with_immediate(link: Link) {
     let (mut acq, mut bcq) = (qa.cq, qb.cq);
     rq.post(1, b.buf.slice(0..256).unwrap()).unwrap();
     rq.post(2, b.buf.slice(256..512).unwrap()).unwrap();
-    a.buf.write(0, b"with an immediate");
+    a.buf.write(0, b"with an immediate").unwrap();
     sq.send_imm(3, a.buf.slice(0..17).unwrap(), 0xdead_beef, SIG)
         .unwrap();
     sq.send_imm(4, a.buf.slice(0..0).unwrap(), 1, SIG).unwrap();
@@ -235,7 +235,7 @@ fn send_above_the_mtu(link: Link) {
     rq.post(9, b.buf.slice(4096..4096 + 32768).unwrap())
         .unwrap();
     let data = pattern(4, len);
-    a.buf.write(0, &data);
+    a.buf.write(0, &data).unwrap();
     sq.send(8, a.buf.slice(0..len).unwrap(), SIG).unwrap();
     assert!(wait(&mut acq, 1)[0].is_success());
     let r = wait(&mut bcq, 1);
@@ -256,8 +256,8 @@ fn gather_and_scatter(link: Link) {
     let (mut qa, mut qb) = (a.queues(), b.queues());
     let first = pattern(5, 100);
     let second = pattern(6, 150);
-    a.buf.write(1000, &first);
-    a.buf.write(5000, &second);
+    a.buf.write(1000, &first).unwrap();
+    a.buf.write(5000, &second).unwrap();
     let recv = [
         b.buf.sge(2000..2120).unwrap(),
         b.buf.sge(9000..9500).unwrap(),
@@ -297,7 +297,7 @@ fn read(link: Link) {
     let mut sq = qa.sq;
     let mut acq = qa.cq;
     let data = pattern(7, 777);
-    b.buf.write(12345, &data);
+    b.buf.write(12345, &data).unwrap();
     sq.read(
         0x5eed,
         a.buf.slice(40000..40777).unwrap(),
@@ -325,7 +325,7 @@ fn read_above_the_mtu(link: Link) {
     let mut acq = qa.cq;
     let len = 48 << 10;
     let data = pattern(8, len);
-    b.buf.write(4096, &data);
+    b.buf.write(4096, &data).unwrap();
     sq.read(
         1,
         a.buf.slice(0..len).unwrap(),
@@ -355,7 +355,7 @@ fn atomics(link: Link) {
     let mut sq = qa.sq;
     let mut acq = qa.cq;
     let start = 0x0123_4567_89ab_cdef_u64;
-    b.buf.store_u64(8, v(start));
+    b.buf.store_u64(8, v(start)).unwrap();
     sq.fetch_add(
         1,
         a.buf.slice(64..72).unwrap(),
@@ -371,12 +371,12 @@ fn atomics(link: Link) {
         "{w:?}"
     );
     assert_eq!(
-        a.buf.load_u64(64),
+        a.buf.load_u64(64).unwrap(),
         v(start),
         "FETCH_ADD returns the old value"
     );
     let added = start + 0x1_0000_0001;
-    assert_eq!(b.buf.load_u64(8), v(added), "and adds");
+    assert_eq!(b.buf.load_u64(8).unwrap(), v(added), "and adds");
 
     sq.compare_swap(
         2,
@@ -393,11 +393,11 @@ fn atomics(link: Link) {
         (WcStatus::Success, WcOpcode::CompSwap)
     );
     assert_eq!(
-        a.buf.load_u64(72),
+        a.buf.load_u64(72).unwrap(),
         v(added),
         "a failed compare returns the value"
     );
-    assert_eq!(b.buf.load_u64(8), v(added), "and leaves it");
+    assert_eq!(b.buf.load_u64(8).unwrap(), v(added), "and leaves it");
 
     sq.compare_swap(
         3,
@@ -410,8 +410,12 @@ fn atomics(link: Link) {
     .unwrap();
     let w = wait(&mut acq, 1);
     assert!(w[0].is_success(), "{w:?}");
-    assert_eq!(a.buf.load_u64(80), v(added));
-    assert_eq!(b.buf.load_u64(8), v(42), "a matching compare swaps");
+    assert_eq!(a.buf.load_u64(80).unwrap(), v(added));
+    assert_eq!(
+        b.buf.load_u64(8).unwrap(),
+        v(42),
+        "a matching compare swaps"
+    );
 
     // Misuse is refused before it reaches the device.
     assert!(
@@ -488,7 +492,7 @@ fn selective_signaling_and_batches(link: Link) {
     let mut qa = a.queues();
     let depth = a.qp.caps().max_send_wr as usize;
     for i in 0..16usize {
-        a.buf.write(i * 16, &pattern(i as u8, 16));
+        a.buf.write(i * 16, &pattern(i as u8, 16)).unwrap();
     }
     let sgls: Vec<[Sge; 1]> = (0..16)
         .map(|i| [a.buf.sge(i * 16..i * 16 + 16).unwrap()])

@@ -109,7 +109,7 @@ fn drain_reset_reconnect(ctx: &Context, gid: Option<u32>) {
     for i in 0..3 {
         rq.post(100 + i, a.buf.slice(2048..2112).unwrap()).unwrap();
     }
-    a.buf.write(0, b"before");
+    a.buf.write(0, b"before").unwrap();
     sq.write(1, a.buf.slice(0..6).unwrap(), b.buf.remote(0).unwrap(), SIG)
         .unwrap();
     let good = wait(&mut cq, 1);
@@ -186,7 +186,7 @@ fn drain_reset_reconnect(ctx: &Context, gid: Option<u32>) {
     );
     // A new peer: C. The same handles restart with the device's counters.
     connect(ctx, gid, &a.qp, &c.qp);
-    a.buf.write(0, b"after reset");
+    a.buf.write(0, b"after reset").unwrap();
     sq.write(
         8,
         a.buf.slice(0..11).unwrap(),
@@ -197,13 +197,13 @@ fn drain_reset_reconnect(ctx: &Context, gid: Option<u32>) {
     let done = wait(&mut cq, 1);
     assert_eq!((done[0].wr_id, done[0].status), (8, WcStatus::Success));
     let mut got = [0u8; 11];
-    c.buf.read(512, &mut got);
+    c.buf.read(512, &mut got).unwrap();
     assert_eq!(&got, b"after reset");
     // And receives: C sends into A's receive queue.
     let mut cs = c.qp.send_queue().unwrap();
     let mut ccq = c.cq.poller().unwrap();
     rq.post(9, a.buf.slice(1024..1088).unwrap()).unwrap();
-    c.buf.write(0, b"hello A");
+    c.buf.write(0, b"hello A").unwrap();
     cs.send(10, c.buf.slice(0..7).unwrap(), SIG).unwrap();
     assert_eq!(wait(&mut ccq, 1)[0].status, WcStatus::Success);
     let r = wait(&mut cq, 1);
@@ -212,7 +212,7 @@ fn drain_reset_reconnect(ctx: &Context, gid: Option<u32>) {
         (9, 7, WcStatus::Success)
     );
     let mut got = [0u8; 7];
-    a.buf.read(1024, &mut got);
+    a.buf.read(1024, &mut got).unwrap();
     assert_eq!(&got, b"hello A");
 }
 
@@ -255,7 +255,7 @@ fn reuse(ctx: &Context, gid: Option<u32>, a: &End, b: &End, n: u32) {
             connect(ctx, gid, &a.qp, &b.qp);
         }
         let word = round.to_le_bytes();
-        a.buf.write(0, &word);
+        a.buf.write(0, &word).unwrap();
         sq.write(
             u64::from(round),
             a.buf.slice(0..4).unwrap(),
@@ -269,7 +269,7 @@ fn reuse(ctx: &Context, gid: Option<u32>, a: &End, b: &End, n: u32) {
             (u64::from(round), WcStatus::Success)
         );
         let mut got = [0u8; 4];
-        b.buf.read(0, &mut got);
+        b.buf.read(0, &mut got).unwrap();
         assert_eq!(got, word, "round {round}");
         a.qp.to_error().unwrap();
         b.qp.to_error().unwrap();
@@ -317,11 +317,11 @@ fn unsignaled_last_request_then_both_sides_recover(ctx: &Context, gid: Option<u3
     let mut sq = a.qp.send_queue().unwrap();
     let mut cq = a.cq.poller().unwrap();
     let mut bcq = b.cq.poller().unwrap();
-    a.buf.write(0, b"first");
+    a.buf.write(0, b"first").unwrap();
     sq.write(1, a.buf.slice(0..5).unwrap(), b.buf.remote(0).unwrap(), SIG)
         .unwrap();
     assert_eq!(wait(&mut cq, 1)[0].status, WcStatus::Success);
-    a.buf.write(8, b"unsignaled");
+    a.buf.write(8, b"unsignaled").unwrap();
     sq.write(
         2,
         a.buf.slice(8..18).unwrap(),
@@ -336,7 +336,7 @@ fn unsignaled_last_request_then_both_sides_recover(ctx: &Context, gid: Option<u3
             Instant::now() < deadline,
             "the unsignaled WRITE never landed"
         );
-        b.buf.read(8, &mut got);
+        b.buf.read(8, &mut got).unwrap();
     }
     a.qp.to_error().unwrap();
     let extra = drain_and_reset(&a.qp, &mut cq);
@@ -349,7 +349,7 @@ fn unsignaled_last_request_then_both_sides_recover(ctx: &Context, gid: Option<u3
     b.qp.to_error().unwrap();
     assert!(drain_and_reset(&b.qp, &mut bcq).is_empty());
     connect(ctx, gid, &a.qp, &b.qp);
-    a.buf.write(64, b"both again");
+    a.buf.write(64, b"both again").unwrap();
     sq.write(
         3,
         a.buf.slice(64..74).unwrap(),
@@ -360,7 +360,7 @@ fn unsignaled_last_request_then_both_sides_recover(ctx: &Context, gid: Option<u3
     let c = wait(&mut cq, 1);
     assert_eq!((c[0].wr_id, c[0].status), (3, WcStatus::Success));
     let mut got = [0u8; 10];
-    b.buf.read(64, &mut got);
+    b.buf.read(64, &mut got).unwrap();
     assert_eq!(&got, b"both again");
     nothing_more(&mut cq);
 }

@@ -73,7 +73,7 @@ impl UdSide {
         let mut attr = UdAttr::new(QKEY);
         attr.port = local.port;
         qp.ready_ud(&attr).expect("UD QP to RTS");
-        buf.fill(0..BUF_LEN, FILL);
+        buf.fill(0..BUF_LEN, FILL).unwrap();
         Self {
             local,
             pd,
@@ -179,8 +179,8 @@ fn send_and_send_with_immediate(link: Link) {
     let mut sq = sq;
     let to_b = a.target(&b, QKEY);
     let (d1, d2) = (pattern(1, 300), pattern(2, 1000));
-    a.buf.write(0, &d1);
-    a.buf.write(4096, &d2);
+    a.buf.write(0, &d1).unwrap();
+    a.buf.write(4096, &d2).unwrap();
     sq.send_to(1, a.buf.slice(0..300).unwrap(), &to_b, SIG)
         .unwrap();
     sq.send_to_imm(2, a.buf.slice(4096..5096).unwrap(), &to_b, 0x1234_5678, SIG)
@@ -217,8 +217,8 @@ fn gather_and_inline(link: Link) {
     let _rq = post_slots(rq, &b.buf, 20, 2);
     let to_b = a.target(&b, QKEY);
     let data = pattern(3, 700);
-    a.buf.write(100, &data[..200]);
-    a.buf.write(9000, &data[200..]);
+    a.buf.write(100, &data[..200]).unwrap();
+    a.buf.write(9000, &data[200..]).unwrap();
     let sgl = [a.buf.sge(100..300).unwrap(), a.buf.sge(9000..9500).unwrap()];
     let wr = SendWr::send_to(5, &sgl, to_b.dest()).signaled();
     // SAFETY: registered memory that outlives the completion polled below.
@@ -298,7 +298,7 @@ fn above_the_mtu_is_refused(link: Link) {
     check_datagram(&w[0], &e(30, &head), &b.buf, 0, 64, FILL);
     // Exactly the MTU is accepted.
     let full = pattern(5, mtu);
-    a.buf.write(0, &full);
+    a.buf.write(0, &full).unwrap();
     sq.send_to(4, a.buf.slice(0..mtu).unwrap(), &to_b, SIG)
         .unwrap();
     sent(&wait(&mut acq, 1), &[4]);
@@ -320,8 +320,8 @@ fn wrong_qkey_is_dropped(link: Link) {
     let wrong = a.target(&b, QKEY ^ 0x0f0f);
     let right = a.target(&b, QKEY);
     let (d1, d2) = (pattern(6, 100), pattern(7, 120));
-    a.buf.write(0, &d1);
-    a.buf.write(1024, &d2);
+    a.buf.write(0, &d1).unwrap();
+    a.buf.write(1024, &d2).unwrap();
     sq.send_to(1, a.buf.slice(0..100).unwrap(), &wrong, SIG)
         .unwrap();
     sent(&wait(&mut acq, 1), &[1]);
@@ -368,7 +368,7 @@ fn send_without_an_address_handle_is_refused(link: Link) {
     nothing_on(&mut bcq);
     let to_b = a.target(&b, QKEY);
     let d = pattern(8, 16);
-    a.buf.write(0, &d);
+    a.buf.write(0, &d).unwrap();
     sq.send_to(4, a.buf.slice(0..16).unwrap(), &to_b, SIG)
         .unwrap();
     sent(&wait(&mut acq, 1), &[4]);
@@ -408,7 +408,7 @@ fn member(group: IpAddr, bind: IpAddr, slots: usize) -> Member {
     device::check_backend(&ctx, &qp);
     m.ready(&qp).expect("ready the UD QP");
     let buf = pd.alloc_buf(BUF_LEN, AccessFlags::ALL).unwrap();
-    buf.fill(0..BUF_LEN, FILL);
+    buf.fill(0..BUF_LEN, FILL).unwrap();
     let rq = post_slots(qp.recv_queue().unwrap(), &buf, 0, slots);
     let group = m.join(&qp).expect("join the group");
     Member {
@@ -461,7 +461,7 @@ fn multicast_to_two_receivers_then_one_leaves(link: Link) {
     let mut sq = qp.send_queue().unwrap();
     let mut scq = cq.poller().unwrap();
     let d1 = pattern(9, 200);
-    buf.write(0, &d1);
+    buf.write(0, &d1).unwrap();
     sq.send_to(1, buf.slice(0..200).unwrap(), &to_group, SIG)
         .unwrap();
     sent(&wait_some(&mut scq, 1), &[1]);
@@ -480,7 +480,7 @@ fn multicast_to_two_receivers_then_one_leaves(link: Link) {
     // Receiver 2 leaves; receiver 1 takes the next two, receiver 2 nothing.
     drop(r2.group);
     let d2 = pattern(10, 64);
-    buf.write(1024, &d2);
+    buf.write(1024, &d2).unwrap();
     for id in [2, 3] {
         sq.send_to_imm(id, buf.slice(1024..1088).unwrap(), &to_group, 0x77, SIG)
             .unwrap();

@@ -88,7 +88,7 @@ fn each_post_rings_and_a_batch_rings_once_when_finished_or_dropped() {
         a, b, mut qa, qb, ..
     } = pair(|c| c).unwrap();
     // One post: the device has it when the call returns.
-    a.buf.write(0, b"rung");
+    a.buf.write(0, b"rung").unwrap();
     qa.sq
         .write(1, a.buf.slice(0..4).unwrap(), b.buf.remote(0).unwrap(), SIG)
         .unwrap();
@@ -138,7 +138,7 @@ fn each_post_rings_and_a_batch_rings_once_when_finished_or_dropped() {
     assert_eq!((c.wr_id, c.status), (4, WcStatus::Success));
     let mut got = [0u8; 4];
     for off in [0, 8, 16, 24] {
-        b.buf.read(off, &mut got);
+        b.buf.read(off, &mut got).unwrap();
         assert_eq!(&got, b"rung", "at {off}");
     }
     drop(qb);
@@ -277,7 +277,7 @@ fn queues_are_refused_before_their_qp_can_use_them() {
     assert_eq!(qp.state(), QpState::Rts);
     let mut sq = qp.send_queue().unwrap();
     // Connected to itself: a SEND lands in the receive posted at INIT.
-    buf.write(2048, b"to myself");
+    buf.write(2048, b"to myself").unwrap();
     sq.send(2, buf.slice(2048..2057).unwrap(), SIG).unwrap();
     let mut cq = cq.poller().unwrap();
     let mut got: Vec<(u64, WcStatus)> = cq
@@ -289,7 +289,7 @@ fn queues_are_refused_before_their_qp_can_use_them() {
     got.sort_by_key(|g| g.0);
     assert_eq!(got, [(1, WcStatus::Success), (2, WcStatus::Success)]);
     let mut msg = [0u8; 9];
-    buf.read(0, &mut msg);
+    buf.read(0, &mut msg).unwrap();
     assert_eq!(&msg, b"to myself");
 }
 
@@ -399,7 +399,7 @@ fn prepared_requests_post_what_changes_and_refuse_what_reaches_outside() {
         mut qb,
         pd,
     } = pair(|c| c).unwrap();
-    a.buf.write(0, b"0123456789abcdef");
+    a.buf.write(0, b"0123456789abcdef").unwrap();
     let write = qa
         .sq
         .prepare_write(
@@ -423,10 +423,10 @@ fn prepared_requests_post_what_changes_and_refuse_what_reaches_outside() {
         .collect();
     assert_eq!(done, [(1, WcStatus::Success), (2, WcStatus::Success)]);
     let mut got = [0u8; 16];
-    b.buf.read(1024, &mut got);
+    b.buf.read(1024, &mut got).unwrap();
     assert_eq!(&got, b"0123456789abcdef");
     let mut four = [0u8; 4];
-    b.buf.read(1024 + 64, &mut four);
+    b.buf.read(1024 + 64, &mut four).unwrap();
     assert_eq!(&four, b"4567");
 
     // Outside the prepared span: refused, nothing posted.

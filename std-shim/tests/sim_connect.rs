@@ -86,12 +86,12 @@ fn connect_sends_from_the_announced_psn() {
     let (mut qa, mut qb) = (a.qp.queues(&a.cq).unwrap(), b.qp.queues(&b.cq).unwrap());
     // Both ways: a request gets through only when the sender's PSN is the one the receiver
     // was told.
-    a.buf.write(0, b"from A");
+    a.buf.write(0, b"from A").unwrap();
     qa.sq
         .write(1, a.buf.slice(0..6).unwrap(), b.buf.remote(0).unwrap(), SIG)
         .unwrap();
     qa.cq.wait(1, soon()).unwrap()[0].ok().unwrap();
-    b.buf.write(8, b"from B");
+    b.buf.write(8, b"from B").unwrap();
     qb.sq
         .write(
             2,
@@ -102,9 +102,9 @@ fn connect_sends_from_the_announced_psn() {
         .unwrap();
     qb.cq.wait(1, soon()).unwrap()[0].ok().unwrap();
     let mut got = [0u8; 6];
-    b.buf.read(0, &mut got);
+    b.buf.read(0, &mut got).unwrap();
     assert_eq!(&got, b"from A");
-    a.buf.read(8, &mut got);
+    a.buf.read(8, &mut got).unwrap();
     assert_eq!(&got, b"from B");
 }
 
@@ -121,7 +121,7 @@ fn a_peer_told_another_psn_gets_nothing_through() {
     };
     b.qp.connect(&wrong).unwrap();
     let mut qa = a.qp.queues(&a.cq).unwrap();
-    a.buf.write(0, b"must not arrive");
+    a.buf.write(0, b"must not arrive").unwrap();
     qa.sq
         .write(
             1,
@@ -133,7 +133,7 @@ fn a_peer_told_another_psn_gets_nothing_through() {
     let w = qa.cq.wait(1, soon()).unwrap()[0];
     assert_eq!((w.wr_id, w.status), (1, WcStatus::RetryExcErr), "{w:?}");
     let mut got = [0xffu8; 15];
-    b.buf.read(0, &mut got);
+    b.buf.read(0, &mut got).unwrap();
     assert_eq!(got, [0; 15], "nothing written in B's memory");
 }
 
@@ -181,10 +181,10 @@ fn every_operation(q: &mut SafeQueues, p: &mut SafeQueues, from: &MrBuf, to: &Mr
     };
     let read = |b: &MrBuf, at: usize, n: usize| {
         let mut v = vec![0; n];
-        b.read(at, &mut v);
+        b.read(at, &mut v).unwrap();
         v
     };
-    from.write(0, b"write");
+    from.write(0, b"write").unwrap();
     q.sq.write(1, from.slice(0..5).unwrap(), to.remote(0).unwrap(), SIG)
         .unwrap();
     done(q, WcOpcode::RdmaWrite);
@@ -196,7 +196,7 @@ fn every_operation(q: &mut SafeQueues, p: &mut SafeQueues, from: &MrBuf, to: &Mr
     assert_eq!(read(to, 16, 6), b"inline");
 
     p.rq.post(10, to.slice(1024..2048).unwrap()).unwrap();
-    from.write(32, b"imm");
+    from.write(32, b"imm").unwrap();
     q.sq.write_imm(
         3,
         from.slice(32..35).unwrap(),
@@ -210,7 +210,7 @@ fn every_operation(q: &mut SafeQueues, p: &mut SafeQueues, from: &MrBuf, to: &Mr
     assert_eq!(read(to, 32, 3), b"imm");
 
     p.rq.post(11, to.slice(1024..2048).unwrap()).unwrap();
-    from.write(64, b"send");
+    from.write(64, b"send").unwrap();
     q.sq.send(4, from.slice(64..68).unwrap(), SIG).unwrap();
     done(q, WcOpcode::Send);
     assert_eq!(done(p, WcOpcode::Recv).byte_len, 4);
@@ -228,7 +228,7 @@ fn every_operation(q: &mut SafeQueues, p: &mut SafeQueues, from: &MrBuf, to: &Mr
     assert_eq!(done(p, WcOpcode::Recv).byte_len, 11);
     assert_eq!(read(to, 1024, 11), b"inline send");
 
-    to.write(2048, b"read me");
+    to.write(2048, b"read me").unwrap();
     q.sq.read(
         7,
         from.slice(2048..2055).unwrap(),
@@ -239,7 +239,7 @@ fn every_operation(q: &mut SafeQueues, p: &mut SafeQueues, from: &MrBuf, to: &Mr
     done(q, WcOpcode::RdmaRead);
     assert_eq!(read(from, 2048, 7), b"read me");
 
-    to.store_u64(3000, 40);
+    to.store_u64(3000, 40).unwrap();
     q.sq.fetch_add(
         8,
         from.slice(3000..3008).unwrap(),
@@ -249,7 +249,10 @@ fn every_operation(q: &mut SafeQueues, p: &mut SafeQueues, from: &MrBuf, to: &Mr
     )
     .unwrap();
     done(q, WcOpcode::FetchAdd);
-    assert_eq!((from.load_u64(3000), to.load_u64(3000)), (40, 42));
+    assert_eq!(
+        (from.load_u64(3000).unwrap(), to.load_u64(3000).unwrap()),
+        (40, 42)
+    );
 
     q.sq.compare_swap(
         9,
@@ -261,7 +264,10 @@ fn every_operation(q: &mut SafeQueues, p: &mut SafeQueues, from: &MrBuf, to: &Mr
     )
     .unwrap();
     done(q, WcOpcode::CompSwap);
-    assert_eq!((from.load_u64(3000), to.load_u64(3000)), (42, 7));
+    assert_eq!(
+        (from.load_u64(3000).unwrap(), to.load_u64(3000).unwrap()),
+        (42, 7)
+    );
 
     // Several behind one doorbell, the last signaled.
     let mut batch = q.sq.batch();
@@ -295,6 +301,6 @@ fn a_qp_connected_to_itself() {
         .unwrap();
     qa.cq.wait(1, soon()).unwrap()[0].ok().unwrap();
     let mut got = [0u8; 4];
-    a.buf.read(512, &mut got);
+    a.buf.read(512, &mut got).unwrap();
     assert_eq!(&got, b"loop");
 }

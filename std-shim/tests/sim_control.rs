@@ -78,7 +78,7 @@ fn the_progress_thread_runs_while_a_context_is_open_and_stepping_replaces_it() {
     let mut sq = zverbs::SendQueue::from(q.sq);
     let (rq, mut cq) = (q.rq, q.cq);
     let mut wc = [Completion::EMPTY; 4];
-    buf.write(0, b"stepped");
+    buf.write(0, b"stepped").unwrap();
     sq.write(
         1,
         buf.slice(0..7).unwrap(),
@@ -91,7 +91,7 @@ fn the_progress_thread_runs_while_a_context_is_open_and_stepping_replaces_it() {
     assert_eq!(cq.poll(&mut wc), 1);
     assert_eq!(wc[0].status, WcStatus::Success);
     let mut got = [0u8; 7];
-    buf.read(100, &mut got);
+    buf.read(100, &mut got).unwrap();
     assert_eq!(&got, b"stepped");
 
     // A fault on demand: the acknowledgement of the next request is lost, the request is

@@ -83,7 +83,7 @@ fn a_qp_whose_last_request_was_unsignaled_drains_and_resets() {
     let b = pd.qp_builder(&cq_b, &cq_b).build().unwrap();
     zverbs::connect_pair(&a, &b).unwrap();
     let mut qa = a.queues(&cq_a).unwrap();
-    buf_a.write(0, b"signaled");
+    buf_a.write(0, b"signaled").unwrap();
     qa.sq
         .write(
             1,
@@ -94,7 +94,7 @@ fn a_qp_whose_last_request_was_unsignaled_drains_and_resets() {
         .unwrap();
     assert_eq!(qa.cq.wait(1, Instant::now() + WAIT).unwrap()[0].wr_id, 1);
     // The last request is unsignaled: it completes with no completion at all.
-    buf_a.write(8, b"unsigned");
+    buf_a.write(8, b"unsigned").unwrap();
     qa.sq
         .write(
             2,
@@ -110,7 +110,7 @@ fn a_qp_whose_last_request_was_unsignaled_drains_and_resets() {
             Instant::now() < deadline,
             "the unsignaled WRITE never landed"
         );
-        buf_b.read(8, &mut got);
+        buf_b.read(8, &mut got).unwrap();
     }
     a.to_error().unwrap();
     // to_error, then drain: poll and reset until the reset is accepted. It ends, and the one

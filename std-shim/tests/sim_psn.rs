@@ -60,7 +60,7 @@ fn mismatched_psns_end_in_retry_exceeded_and_write_nothing() {
     };
     let mut sq = zverbs::SendQueue::from(qa.sq);
     let mut cq = qa.cq;
-    a_buf.write(0, b"must not arrive");
+    a_buf.write(0, b"must not arrive").unwrap();
     sq.write(
         1,
         a_buf.slice(0..15).unwrap(),
@@ -76,6 +76,6 @@ fn mismatched_psns_end_in_retry_exceeded_and_write_nothing() {
     );
     assert_eq!(w[0].vendor_err, u32::from(zverbs::sim::vendor::RETRY));
     let mut got = [0xffu8; 15];
-    b_buf.read(0, &mut got);
+    b_buf.read(0, &mut got).unwrap();
     assert_eq!(got, [0; 15], "nothing written in B's memory");
 }

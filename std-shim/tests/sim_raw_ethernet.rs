@@ -56,7 +56,7 @@ fn udp_frame(
 
 fn bytes(buf: &MrBuf, at: usize, len: usize) -> Vec<u8> {
     let mut v = vec![0; len];
-    buf.read(at, &mut v);
+    buf.read(at, &mut v).unwrap();
     v
 }
 
@@ -375,7 +375,7 @@ fn frames_sent_through_the_send_queue_arrive_through_a_rule() {
 
     // A plain frame, checksum offload: the device computes the IPv4 header checksum.
     let f = udp_frame(mac, src, dst, b"checksummed by the device");
-    sbuf.write(0, &f);
+    sbuf.write(0, &f).unwrap();
     sq.send_frame(
         100,
         sbuf.slice(0..f.len()).unwrap(),
@@ -433,7 +433,7 @@ fn frames_sent_through_the_send_queue_arrive_through_a_rule() {
     let payloads: [&[u8]; 3] = [b"a", b"twenty bytes payload", &[7u8; 300]];
     let mut off = 4096;
     for (i, pl) in payloads.iter().enumerate() {
-        sbuf.write(off, pl);
+        sbuf.write(off, pl).unwrap();
         sq.post_frame(&p, 200 + i as u64, sbuf.slice(off..off + pl.len()).unwrap())
             .unwrap();
         off += 512;
@@ -546,7 +546,7 @@ fn a_striding_queue_hands_packets_out_in_place() {
         while next < upto {
             let f = frame(next);
             let at = (next % 64) as usize * 1024;
-            sbuf.write(at, &f);
+            sbuf.write(at, &f).unwrap();
             sq.send_frame(
                 next,
                 sbuf.slice(at..at + f.len()).unwrap(),

@@ -56,7 +56,7 @@ fn ud_send_and_send_imm_reach_the_peer_with_the_senders_address() {
     qb.rq
         .post(2, rbuf.slice(1024..1024 + GRH + 64).unwrap())
         .unwrap();
-    sbuf.write(0, b"datagram");
+    sbuf.write(0, b"datagram").unwrap();
     qa.sq
         .send_to(10, sbuf.slice(0..8).unwrap(), &dest, SendFlags::SIGNALED)
         .unwrap();
@@ -146,7 +146,7 @@ fn a_datagram_to_a_group_reaches_every_attached_qp() {
             .post(i as u64, buf.slice(r..r + GRH + 16).unwrap())
             .unwrap();
     }
-    buf.write(0, b"to the group");
+    buf.write(0, b"to the group").unwrap();
     q[0].sq
         .send_to(7, buf.slice(0..12).unwrap(), &dest, SendFlags::SIGNALED)
         .unwrap();
@@ -198,7 +198,7 @@ fn rc_qps_on_one_srq_complete_receives_naming_their_qp() {
     let mut senders: Vec<SendQueue> = peers.iter().map(|p| p.send_queue().unwrap()).collect();
     let mut peer_poller = peer_cq.poller().unwrap();
     let src = pd.alloc_buf(64, AccessFlags::ALL).unwrap();
-    src.write(0, b"0123456789");
+    src.write(0, b"0123456789").unwrap();
     for (k, i) in [1usize, 0, 1].into_iter().enumerate() {
         let sgl = [src.sge(0..1 + k).unwrap()];
         let wr = zverbs::SendWr::send(k as u64, &sgl).signaled();
@@ -224,7 +224,7 @@ fn rc_qps_on_one_srq_complete_receives_naming_their_qp() {
             assert_eq!(c.opcode, WcOpcode::Recv);
             // The message landed in the receive the completion names.
             let mut data = vec![0u8; c.byte_len as usize];
-            buf.read((c.wr_id - 100) as usize * 64, &mut data);
+            buf.read((c.wr_id - 100) as usize * 64, &mut data).unwrap();
             assert_eq!(data, b"0123456789"[..c.byte_len as usize]);
             (c.byte_len, c.qp_num, c.wr_id)
         })

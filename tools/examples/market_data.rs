@@ -289,7 +289,7 @@ fn run(a: &Args) -> Res<Feed> {
                 let c = c.ok()?;
                 last = Instant::now();
                 let at = c.wr_id as usize * SLOT;
-                buf.read(at, &mut frame);
+                buf.read(at, &mut frame)?;
                 take(&frame, now_ns(), &mut feed);
                 rq.post(c.wr_id, buf.slice(at..at + SLOT)?)?;
             }
@@ -355,7 +355,7 @@ impl Sender {
             let mut payload = [0u8; 22];
             payload[..8].copy_from_slice(&self.next.to_be_bytes());
             payload[8..16].copy_from_slice(&now_ns().to_be_bytes());
-            self.buf.write(at, &payload);
+            self.buf.write(at, &payload)?;
             match self.sq.post_frame(
                 &self.frame,
                 self.next,

@@ -178,7 +178,7 @@ fn receive(a: &Args) -> Res<()> {
             }
             let len = (c.byte_len as usize).saturating_sub(GRH_BYTES);
             let at = c.wr_id as usize * slot + GRH_BYTES;
-            buf.read(at, &mut payload[..len.min(a.size)]);
+            buf.read(at, &mut payload[..len.min(a.size)])?;
             let imm = if c.flags.contains(WcFlags::WITH_IMM) {
                 format!(", immediate {:#x}", c.imm)
             } else {
@@ -231,7 +231,7 @@ fn send(a: &Args) -> Res<()> {
     let ah = pd.create_ah(&j.ah)?;
     let dest = ah.target(j.qpn, j.qkey);
     let buf = pd.alloc_buf(a.size, AccessFlags::LOCAL_WRITE)?;
-    buf.fill(0..a.size, 0x6d);
+    buf.fill(0..a.size, 0x6d)?;
     let mut q = qp.queues(&cq)?;
     let slice = buf.slice(0..a.size)?;
     let until = a.repeat.map(|r| Instant::now() + r);

@@ -52,13 +52,13 @@ fn main() -> zverbs::Result<()> {
 
     // 1. WRITE with immediate: the bytes land in B's buffer, the immediate in B's receive.
     qb.rq.post(1, buf_b.slice(1024..2048)?)?;
-    buf_a.write(0, b"hello, B");
+    buf_a.write(0, b"hello, B")?;
     qa.sq
         .write_imm(2, buf_a.slice(0..8)?, buf_b.remote(0)?, 42, sig)?;
     qa.cq.wait(1, deadline())?[0].ok()?;
     let imm = qb.cq.wait(1, deadline())?[0].ok()?.imm();
     let mut got = [0; 8];
-    buf_b.read(0, &mut got);
+    buf_b.read(0, &mut got)?;
     println!(
         "write_imm: {:?}, immediate {imm:?}",
         String::from_utf8_lossy(&got)
@@ -66,32 +66,32 @@ fn main() -> zverbs::Result<()> {
 
     // 2. SEND into a receive B posted.
     qb.rq.post(3, buf_b.slice(1024..2048)?)?;
-    buf_a.write(100, b"a message");
+    buf_a.write(100, b"a message")?;
     qa.sq.send(4, buf_a.slice(100..109)?, sig)?;
     qa.cq.wait(1, deadline())?[0].ok()?;
     let len = qb.cq.wait(1, deadline())?[0].ok()?.byte_len;
     let mut got = vec![0; len as usize];
-    buf_b.read(1024, &mut got);
+    buf_b.read(1024, &mut got)?;
     println!("send/recv: {:?}", String::from_utf8_lossy(&got));
 
     // 3. READ B's bytes into A's buffer.
-    buf_b.write(2048, b"read me");
+    buf_b.write(2048, b"read me")?;
     qa.sq
         .read(5, buf_a.slice(2048..2055)?, buf_b.remote(2048)?, sig)?;
     qa.cq.wait(1, deadline())?[0].ok()?;
     let mut got = [0; 7];
-    buf_a.read(2048, &mut got);
+    buf_a.read(2048, &mut got)?;
     println!("read: {:?}", String::from_utf8_lossy(&got));
 
     // 4. Fetch-and-add on a counter in B's buffer; the old value lands in A's.
-    buf_b.store_u64(3000, 40);
+    buf_b.store_u64(3000, 40)?;
     qa.sq
         .fetch_add(6, buf_a.slice(3000..3008)?, buf_b.remote(3000)?, 2, sig)?;
     qa.cq.wait(1, deadline())?[0].ok()?;
     println!(
         "fetch_add: old {}, new {}",
-        buf_a.load_u64(3000),
-        buf_b.load_u64(3000)
+        buf_a.load_u64(3000)?,
+        buf_b.load_u64(3000)?
     );
 
     // 5. SEND into a shared receive queue: a third QP takes its receives from an SRQ, whose
@@ -105,14 +105,14 @@ fn main() -> zverbs::Result<()> {
     let mut s_cq = cq_s.poller()?;
     let mut c_sq = c.send_queue()?;
     srq_q.post(10, buf_b.slice(1024..2048)?)?;
-    buf_a.write(200, b"shared");
+    buf_a.write(200, b"shared")?;
     c_sq.send(11, buf_a.slice(200..206)?, sig)?;
     qa.cq.wait(1, deadline())?[0].ok()?;
     let got = *s_cq.wait(1, deadline())?[0].ok()?;
     println!("srq: {} bytes into receive {}", got.byte_len, got.wr_id);
 
     // 6. A prepared WRITE: checked and built once, each post gives only what changes.
-    buf_a.write(400, b"prepared");
+    buf_a.write(400, b"prepared")?;
     let prepared = qa
         .sq
         .prepare_write(buf_a.slice(400..408)?, buf_b.remote(400)?, sig)?;
@@ -124,7 +124,7 @@ fn main() -> zverbs::Result<()> {
         qa.cq.wait(1, deadline())?[0].ok()?;
     }
     let mut got = [0; 8];
-    buf_b.read(400, &mut got);
+    buf_b.read(400, &mut got)?;
     println!("prepared: {:?}", String::from_utf8_lossy(&got));
 
     // 7. DC: one initiator reaches any target, each request naming its own. A target has an
@@ -140,7 +140,7 @@ fn main() -> zverbs::Result<()> {
     dci.ready_dc()?;
     let peer = pd.dc_peer(&DcAddr::from_bytes(&wire)?)?;
     let mut dc_sq = dci.send_queue()?;
-    buf_a.write(500, b"over DC");
+    buf_a.write(500, b"over DC")?;
     dc_sq
         .to(&peer)
         .write(13, buf_a.slice(500..507)?, buf_b.remote(500)?, sig)?;
@@ -150,7 +150,7 @@ fn main() -> zverbs::Result<()> {
     qa.cq.wait(1, deadline())?[0].ok()?;
     let got = *s_cq.wait(1, deadline())?[0].ok()?;
     let mut dc_got = [0; 7];
-    buf_b.read(500, &mut dc_got);
+    buf_b.read(500, &mut dc_got)?;
     println!(
         "dc: write {:?}, send of {} bytes into the target's SRQ",
         String::from_utf8_lossy(&dc_got),

@@ -101,9 +101,9 @@ pub fn every_operation_to_every_target(ctx: &Context) {
     for (t, peer) in peers.iter().enumerate() {
         let (win, src) = (4096 * (t + 1), 32768 + 1024 * t);
         let data: Vec<u8> = (0..64).map(|i| (i * 3 + t) as u8).collect();
-        b.write(src, &data);
-        b.write(win + 512, &[0x5a ^ t as u8; 32]);
-        b.store_u64(win + 768, 100);
+        b.write(src, &data).unwrap();
+        b.write(win + 512, &[0x5a ^ t as u8; 32]).unwrap();
+        b.store_u64(win + 768, 100).unwrap();
         for k in 0..3 {
             let sgl = [b
                 .sge(16384 + 256 * (3 * t + k)..16384 + 256 * (3 * t + k) + 128)
@@ -177,7 +177,7 @@ pub fn every_operation_to_every_target(ctx: &Context) {
     }
     let atomic_be = ctx.atomics_big_endian();
     let read_u64 = |off: usize| {
-        let v = b.load_u64(off);
+        let v = b.load_u64(off).unwrap();
         if atomic_be { u64::from_be(v) } else { v }
     };
     for t in 0..3 {
@@ -185,7 +185,7 @@ pub fn every_operation_to_every_target(ctx: &Context) {
         let data: Vec<u8> = (0..64).map(|i| (i * 3 + t) as u8).collect();
         let read = |off: usize, len: usize| {
             let mut v = vec![0u8; len];
-            b.read(off, &mut v);
+            b.read(off, &mut v).unwrap();
             v
         };
         assert_eq!(read(win, 64), data, "WRITE to target {t}");
@@ -242,7 +242,7 @@ pub fn wrong_key_fails_then_the_initiator_recovers(ctx: &Context) {
     let mut wrong = dc.addrs[0];
     wrong.access_key = dc.addrs[1].access_key;
     let (bad, good) = (dc.pd.dc_peer(&wrong).unwrap(), dc.peer(0));
-    b.fill(4096..4104, 0xee);
+    b.fill(4096..4104, 0xee).unwrap();
     let sgl = [b.sge(32768..32776).unwrap()];
     post(
         &mut sq,
@@ -272,7 +272,7 @@ pub fn wrong_key_fails_then_the_initiator_recovers(ctx: &Context) {
         ]
     );
     let mut v = [0u8; 8];
-    b.read(4096, &mut v);
+    b.read(4096, &mut v).unwrap();
     assert_eq!(v, [0xee; 8], "nothing written at the target");
     assert_eq!(dci.state(), QpState::Error);
     // Refused while in error, and nothing written.
@@ -282,7 +282,7 @@ pub fn wrong_key_fails_then_the_initiator_recovers(ctx: &Context) {
     // Recovery as for RC: reset (drained), ready again; the same queue posts again.
     dci.reset().unwrap();
     dci.ready_dc().unwrap();
-    b.write(32768, b"again!!!");
+    b.write(32768, b"again!!!").unwrap();
     post(
         &mut sq,
         &good,
@@ -293,7 +293,7 @@ pub fn wrong_key_fails_then_the_initiator_recovers(ctx: &Context) {
         .map(|c| (c.wr_id, c.status))
         .collect();
     assert_eq!(got, [(5, WcStatus::Success)]);
-    b.read(4096, &mut v);
+    b.read(4096, &mut v).unwrap();
     assert_eq!(&v, b"again!!!");
 }
 
@@ -330,7 +330,7 @@ pub fn access_violation_fails_the_initiator_only(ctx: &Context) {
     let (dci2, cq2) = &dc.dcis[1];
     let mut sq2 = dci2.send_queue().unwrap();
     let mut tx2 = cq2.poller().unwrap();
-    b.write(32768, b"fine too");
+    b.write(32768, b"fine too").unwrap();
     post(
         &mut sq2,
         &peer,
@@ -339,7 +339,7 @@ pub fn access_violation_fails_the_initiator_only(ctx: &Context) {
     let c = wait(&mut tx2, 1);
     assert_eq!((c[0].wr_id, c[0].status), (2, WcStatus::Success));
     let mut v = [0u8; 8];
-    b.read(4200, &mut v);
+    b.read(4200, &mut v).unwrap();
     assert_eq!(&v, b"fine too");
     assert_eq!(dc.dcts[0].state(), QpState::Rtr);
 }
@@ -482,9 +482,9 @@ pub fn safe_operations_to_targets(ctx: &Context) {
     let mut tx = cq.poller().unwrap();
     let b = &dc.buf;
     let peers: Vec<DcPeer> = (0..2).map(|t| dc.peer(t)).collect();
-    b.write(0, b"to target zero");
-    b.write(64, b"to target one!");
-    b.store_u64(8192, 40);
+    b.write(0, b"to target zero").unwrap();
+    b.write(64, b"to target one!").unwrap();
+    b.store_u64(8192, 40).unwrap();
     let sig = SendFlags::SIGNALED;
     sq.to(&peers[0])
         .write(1, b.slice(0..14).unwrap(), b.remote(4096).unwrap(), sig)
@@ -527,13 +527,13 @@ pub fn safe_operations_to_targets(ctx: &Context) {
     );
     let read = |off: usize, len: usize| {
         let mut v = vec![0u8; len];
-        b.read(off, &mut v);
+        b.read(off, &mut v).unwrap();
         v
     };
     assert_eq!(read(4096, 14), b"to target zero");
     assert_eq!(read(4096 + 64, 14), b"to target one!");
     assert_eq!(read(512, 14), b"to target zero", "READ back");
-    let faa = b.load_u64(256);
+    let faa = b.load_u64(256).unwrap();
     let faa = if ctx.atomics_big_endian() {
         u64::from_be(faa)
     } else {

@@ -211,15 +211,15 @@ impl<S: PostSend, R: PostRecv, C: PollCq> End<'_, S, R, C> {
     /// Spins until the last byte of the receive buffer holds `tag`.
     fn wait_byte(&self, size: usize, tag: u8) -> Res<()> {
         let mut spin = Spin::default();
-        while self.rx.load_u8(size - 1) != tag {
+        while self.rx.load_u8(size - 1)? != tag {
             spin.wait("the WRITE's last byte")?;
         }
         Ok(())
     }
 
     /// Sets the last byte of the send buffer (read by the device after the doorbell).
-    fn set_tag(&self, size: usize, tag: u8) {
-        self.tx.store_u8(size - 1, tag);
+    fn set_tag(&self, size: usize, tag: u8) -> Res<()> {
+        Ok(self.tx.store_u8(size - 1, tag)?)
     }
 }
 
@@ -366,10 +366,10 @@ fn bench<S: PostSend, R: PostRecv, C: PollCq>(
                 a.wait_recv(args.size)?;
             }
             Op::Write => {
-                a.set_tag(args.size, tag);
+                a.set_tag(args.size, tag)?;
                 a.post(Op::Write, args.size, remote_of_b)?;
                 b.wait_byte(args.size, tag)?;
-                b.set_tag(args.size, tag);
+                b.set_tag(args.size, tag)?;
                 b.post(Op::Write, args.size, remote_of_a)?;
                 a.wait_byte(args.size, tag)?;
             }

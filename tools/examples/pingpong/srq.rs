@@ -58,7 +58,7 @@ fn run(o: &Opts) -> Res<()> {
     let pd = ctx.alloc_pd()?;
     let sbuf = pd.alloc_buf(o.size, AccessFlags::LOCAL_WRITE)?;
     let rbuf = pd.alloc_buf(o.size * o.rx_depth as usize, AccessFlags::LOCAL_WRITE)?;
-    rbuf.fill(0..o.size * o.rx_depth as usize, 0xff);
+    rbuf.fill(0..o.size * o.rx_depth as usize, 0xff)?;
     let cq = ctx.cq_builder().cqe(o.rx_depth + o.num_qp).build()?;
     let srq = pd.create_srq(o.rx_depth, 1)?;
     let qps: Vec<Qp> = (0..n)
@@ -267,7 +267,7 @@ fn session<R: PostRecv, C: PollCq>(
                 pending[i] &= !SENT;
             } else if c.wr_id & RECV_TAG != 0 {
                 let slot = (c.wr_id & !RECV_TAG) as usize;
-                rc::check_at(rbuf, slot * o.size, o.size, 0, rcnt, &mut damage);
+                rc::check_at(rbuf, slot * o.size, o.size, 0, rcnt, &mut damage)?;
                 post_recv(&mut rq, rbuf, o.size, slot)?;
                 rcnt += 1;
                 pending[i] &= !RECV;

@@ -57,7 +57,7 @@ fn run(o: &Opts) -> Result<(), Box<dyn std::error::Error>> {
     let pd = ctx.alloc_pd()?;
     let buf = pd.alloc_buf(o.size + GRH, AccessFlags::LOCAL_WRITE)?;
     let rbuf = pd.alloc_buf(o.size + GRH, AccessFlags::LOCAL_WRITE)?;
-    buf.fill(0..o.size + GRH, FILL);
+    buf.fill(0..o.size + GRH, FILL)?;
     let cq = ctx.cq_builder().cqe(o.rx_depth + 1).build()?;
     let qp = pd
         .qp_builder(&cq, &cq)
@@ -184,7 +184,7 @@ fn session<S: Into<zverbs::SendQueue>, R: Into<zverbs::RecvQueue>, C: PollCq>(
             match c.wr_id {
                 SEND_WRID => scnt += 1,
                 RECV_WRID => {
-                    rc::check_at(rbuf, GRH, o.size, FILL, rcnt, &mut damage);
+                    rc::check_at(rbuf, GRH, o.size, FILL, rcnt, &mut damage)?;
                     routs -= 1;
                     if routs <= 1 {
                         for _ in routs..o.rx_depth {

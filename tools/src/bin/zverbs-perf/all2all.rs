@@ -263,7 +263,7 @@ pub(crate) fn run(o: &Opts) -> Result<()> {
     for r in 0..n {
         let at = recv_len + r as usize * slot;
         let bytes: Vec<u8> = (0..slot).map(|i| pattern(me, r, i)).collect();
-        buf.write(at, &bytes);
+        buf.write(at, &bytes)?;
     }
 
     // Every process starts the set-up together: its time is the mesh's, not the wait for the
@@ -586,7 +586,7 @@ impl Run<'_> {
         job.fence()?;
         let mut got = vec![0u8; slot];
         for p in peers {
-            buf.read(p as usize * slot, &mut got);
+            buf.read(p as usize * slot, &mut got)?;
             mine.bad += got
                 .iter()
                 .enumerate()

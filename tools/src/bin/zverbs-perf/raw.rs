@@ -193,7 +193,7 @@ impl Rx {
                     let c = c.ok()?;
                     let at = c.wr_id as usize * SLOT;
                     let len = (c.byte_len as usize).min(head.len());
-                    buf.read(at, &mut head[..len]);
+                    buf.read(at, &mut head[..len])?;
                     if let Some(seq) = test_seq(&head[..len]) {
                         f(seq);
                     }
@@ -239,7 +239,7 @@ impl Tx {
             return Ok(false);
         }
         let at = (seq % self.depth) as usize * self.payload;
-        self.payloads.write(at, &seq.to_be_bytes());
+        self.payloads.write(at, &seq.to_be_bytes())?;
         let frame = if signaled {
             &self.signaled
         } else {

@@ -651,7 +651,7 @@ where
                 let v = (i % 255 + 1) as u8;
                 if env.client {
                     laps.mark(i, &mut lat);
-                    buf.store_u8(lay.b() + o.size - 1, v);
+                    buf.store_u8(lay.b() + o.size - 1, v)?;
                     post(
                         &mut q.sq,
                         &mut q.cq,
@@ -662,12 +662,12 @@ where
                     q.sq.ring();
                 }
                 let mut w = env.answer();
-                while buf.load_u8(flag_at) != v {
+                while buf.load_u8(flag_at)? != v {
                     drain(&mut q.cq, &mut seen)?;
                     w.idle("waiting for the peer's WRITE")?;
                 }
                 if !env.client {
-                    buf.store_u8(lay.b() + o.size - 1, v);
+                    buf.store_u8(lay.b() + o.size - 1, v)?;
                     post(
                         &mut q.sq,
                         &mut q.cq,
