@@ -12,6 +12,12 @@
 //!   `unsafe`): the caller promises to keep the memory mapped and to keep Rust references away
 //!   from it while the device may touch it.
 //!
+//! What both are, memory registered with a protection domain, is the [`Registered`] trait:
+//! the keys and extent, a scatter entry for a span ([`Registered::sge`]) and a remote target
+//! at an offset ([`Registered::remote`]). Every accessor that takes an offset or a range, on
+//! the trait or on `MrBuf`, has one form, returning a [`BufError`] for a range outside the
+//! memory (`buf.slice(0..64)?`, `buf.write(0, b"x")?`, `buf.load_u64(8)?`).
+//!
 //! `MrBuf`'s memory model (atomic accesses in whole words, shared with the software device's
 //! engine through `zverbs_core::shared`) is written on the type, where users read it.
 
