@@ -31,21 +31,25 @@ fn main() {
         let mut dst = vec![0u8; size];
         g.throughput(Throughput::Bytes(size as u64));
         g.bench_with_input(BenchmarkId::new("write", size), &size, |b, _| {
-            b.iter(|| buf.write(0, black_box(&src)))
+            b.iter(|| buf.write(0, black_box(&src)).unwrap())
         });
         g.bench_with_input(BenchmarkId::new("read", size), &size, |b, _| {
-            b.iter(|| buf.read(0, black_box(&mut dst)))
+            b.iter(|| buf.read(0, black_box(&mut dst)).unwrap())
         });
         g.bench_with_input(BenchmarkId::new("fill", size), &size, |b, _| {
-            b.iter(|| buf.fill(0..black_box(size), 0xa5))
+            b.iter(|| buf.fill(0..black_box(size), 0xa5).unwrap())
         });
         g.bench_with_input(BenchmarkId::new("memcpy", size), &size, |b, _| {
             b.iter(|| black_box(&mut dst).copy_from_slice(black_box(&src)))
         });
     }
     g.throughput(Throughput::Elements(1));
-    g.bench_function("store_u8", |b| b.iter(|| buf.store_u8(black_box(4095), 7)));
-    g.bench_function("load_u8", |b| b.iter(|| buf.load_u8(black_box(4095))));
+    g.bench_function("store_u8", |b| {
+        b.iter(|| buf.store_u8(black_box(4095), 7).unwrap())
+    });
+    g.bench_function("load_u8", |b| {
+        b.iter(|| buf.load_u8(black_box(4095)).unwrap())
+    });
     g.finish();
     c.final_summary();
 }

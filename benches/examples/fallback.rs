@@ -29,8 +29,8 @@ use zverbs_benches::ffi::{ZvbVloop, zvb_vloop_close, zvb_vloop_open, zvb_vloop_r
 use zverbs::backend::Queues;
 use zverbs::connect::{Endpoint, random_psn};
 use zverbs::{
-    AccessFlags, BackendRequest, Completion, ConnectAttr, ContextOptions, PollCq, PostSend, SendWr,
-    WcStatus,
+    AccessFlags, BackendRequest, Completion, ConnectAttr, ContextOptions, PollCq, PostSend,
+    Registered, SendWr, WcStatus,
 };
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
@@ -189,8 +189,8 @@ fn run(args: &Args) -> Res<()> {
         args.size
     );
 
-    let sgl = [a_buf.try_sge(0..args.size as usize)?];
-    let remote = b_buf.remote(0);
+    let sgl = [a_buf.sge(0..args.size as usize)?];
+    let remote = b_buf.remote(0)?;
     let mut wc = [Completion::EMPTY; 1];
     let mut next_id = 0u64;
     let mut ours = |n: u64| -> Res<Duration> {

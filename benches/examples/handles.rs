@@ -25,7 +25,7 @@ use zverbs::backend::mlx5 as direct;
 use zverbs::connect::Endpoint;
 use zverbs::{
     AccessFlags, Completion, ConnectAttr, ContextOptions, MrBuf, PollCq, Poller, PostSend, Qp,
-    RemoteBuf, SendFlags, SendQueue, SendWr, Sge,
+    Registered, RemoteBuf, SendFlags, SendQueue, SendWr, Sge,
 };
 
 #[inline(never)]
@@ -45,8 +45,13 @@ fn post_any(sq: &mut SendQueue, sge: Sge, remote: RemoteBuf, wr_id: u64) -> bool
 
 #[inline(never)]
 fn post_safe(sq: &mut SendQueue, buf: &MrBuf, remote: RemoteBuf, wr_id: u64) -> bool {
-    sq.write(wr_id, buf.slice(0..64), remote, SendFlags::SIGNALED)
-        .is_ok()
+    sq.write(
+        wr_id,
+        buf.slice(0..64).unwrap(),
+        remote,
+        SendFlags::SIGNALED,
+    )
+    .is_ok()
 }
 
 #[inline(never)]
@@ -68,7 +73,7 @@ fn poll_safe(cq: &mut Poller) -> usize {
 /// then a little longer for its completion to be written after it.
 fn landed(buf: &MrBuf, seq: u64) {
     let deadline = Instant::now() + Duration::from_secs(10);
-    while buf.load_u64_acquire(0) != seq {
+    while buf.load_u64_acquire(0).unwrap() != seq {
         assert!(Instant::now() < deadline, "the write did not land");
         std::thread::yield_now();
     }
@@ -108,8 +113,8 @@ fn main() -> zverbs::Result<()> {
     let mut any_cq = cq2.poller()?;
     let mut safe = qp3.queues(&cq3)?;
 
-    let sge = src.sge(0..64);
-    let remote = dst.remote(0);
+    let sge = src.sge(0..64)?;
+    let remote = dst.remote(0)?;
     let mut out = [Completion::EMPTY; 1];
     let mut missed = 0;
     let mut seq = 0;
@@ -118,7 +123,7 @@ fn main() -> zverbs::Result<()> {
         // one completion (counted).
         for way in 0..3 {
             seq += 1;
-            src.store_u64(0, seq);
+            src.store_u64(0, seq)?;
             let posted = match way {
                 0 => post_direct(&mut d.sq, sge, remote, black_box(i)),
                 1 => post_any(&mut any_sq, sge, remote, black_box(i)),

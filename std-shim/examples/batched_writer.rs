@@ -28,7 +28,7 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use zverbs::{AccessFlags, ContextOptions, SendFlags};
+use zverbs::{AccessFlags, ContextOptions, Registered, SendFlags};
 
 /// WQEs in the writer's send queue.
 pub const DEPTH: u32 = 128;
@@ -199,7 +199,7 @@ pub fn run(device: &str, c: Config) -> zverbs::Result<Report> {
     let dst = pd.alloc_buf(SLOTS * c.size, AccessFlags::ALL)?;
     // The source never changes while WRITEs read it: a pattern per slot, written once.
     for s in 0..SLOTS {
-        src.fill(s * c.size..(s + 1) * c.size, s as u8 + 1);
+        src.fill(s * c.size..(s + 1) * c.size, s as u8 + 1)?;
     }
     let mut q = a.queues(&cq_a)?;
 
@@ -228,7 +228,7 @@ pub fn run(device: &str, c: Config) -> zverbs::Result<Report> {
             } else {
                 SendFlags::NONE
             };
-            batch.write(seq, src.slice(at..at + c.size), dst.remote(at), flags)?;
+            batch.write(seq, src.slice(at..at + c.size)?, dst.remote(at)?, flags)?;
             posted += 1;
         }
         batch.finish(); // one doorbell for the n WRITEs
@@ -245,8 +245,8 @@ pub fn run(device: &str, c: Config) -> zverbs::Result<Report> {
 
     let slots = SLOTS.min(c.writes as usize);
     let (mut want, mut got) = (vec![0; slots * c.size], vec![0; slots * c.size]);
-    src.read(0, &mut want);
-    dst.read(0, &mut got);
+    src.read(0, &mut want)?;
+    dst.read(0, &mut got)?;
     if want != got {
         return Err(zverbs::Error::Protocol {
             detail: "the target's bytes differ from the source's".into(),

@@ -40,7 +40,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use zverbs::safe::SafeQueues;
-use zverbs::{AccessFlags, ContextOptions, MrBuf, SendFlags};
+use zverbs::{AccessFlags, ContextOptions, MrBuf, Registered, SendFlags};
 
 /// Message slots in the receiver's buffer (at most 255: the acknowledgement is a byte).
 const SLOTS: usize = 8;
@@ -199,7 +199,7 @@ fn send(mut q: SafeQueues, buf: &MrBuf, peer: &MrBuf, n: u64, size: usize) -> zv
         // count travels as a byte; the difference is at most SLOTS, so it cannot wrap.
         let deadline = soon();
         let mut waited = false;
-        while (i as u8).wrapping_sub(buf.load_u8_acquire(ack_at(size))) as usize >= SLOTS {
+        while (i as u8).wrapping_sub(buf.load_u8_acquire(ack_at(size))?) as usize >= SLOTS {
             waited = true;
             if Instant::now() >= deadline {
                 return Err(zverbs::Error::Protocol {
@@ -218,12 +218,12 @@ fn send(mut q: SafeQueues, buf: &MrBuf, peer: &MrBuf, n: u64, size: usize) -> zv
             }
         }
         let at = (i as usize % SLOTS) * size;
-        buf.fill(at..at + size - 1, body(i));
-        buf.store_u8(at + size - 1, stamp(i));
+        buf.fill(at..at + size - 1, body(i))?;
+        buf.store_u8(at + size - 1, stamp(i))?;
         q.sq.write(
             i,
-            buf.slice(at..at + size),
-            peer.remote(at),
+            buf.slice(at..at + size)?,
+            peer.remote(at)?,
             SendFlags::SIGNALED,
         )?;
     }
@@ -250,7 +250,7 @@ fn receive(
         let at = (i as usize % SLOTS) * size;
         // Spins with acquire loads until the stamp is there, or the deadline passes.
         buf.wait_u8(at + size - 1, stamp(i), soon())?;
-        buf.read(at, &mut msg); // all of it: the acquire load ordered these reads after it
+        buf.read(at, &mut msg)?; // all of it: the acquire load ordered these reads after it
         if msg[..size - 1].iter().any(|&b| b != body(i)) {
             return Err(zverbs::Error::Protocol {
                 detail: format!("message {i}: its last byte came before its body"),
@@ -267,7 +267,7 @@ fn receive(
         q.sq.write_inline(
             i,
             &[(i + 1) as u8],
-            peer.remote(ack_at(size)),
+            peer.remote(ack_at(size))?,
             SendFlags::SIGNALED,
         )?;
         acked += 1;

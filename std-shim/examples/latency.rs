@@ -30,7 +30,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use zverbs::safe::SafeQueues;
-use zverbs::{AccessFlags, ContextOptions, MrBuf, SendFlags, WcOpcode};
+use zverbs::{AccessFlags, ContextOptions, MrBuf, Registered, SendFlags, WcOpcode};
 
 /// Round trips run before the timed ones.
 const WARMUP: u64 = 100;
@@ -169,28 +169,28 @@ struct End {
 impl End {
     /// Sends message `stamp` (its last byte) of `size` bytes to `peer`.
     fn post(&mut self, op: Op, size: usize, peer: &MrBuf, stamp: u8) -> zverbs::Result<()> {
-        self.buf.store_u8(size - 1, stamp);
+        self.buf.store_u8(size - 1, stamp)?;
         let sig = SendFlags::SIGNALED;
         match (op, size <= INLINE) {
             (Op::Write, true) => {
                 // An inline source is read during the call: a stack copy will do.
                 let mut m = [0u8; INLINE];
-                self.buf.read(0, &mut m[..size]);
+                self.buf.read(0, &mut m[..size])?;
                 self.q
                     .sq
-                    .write_inline(0, &m[..size], peer.remote(size), sig)?;
+                    .write_inline(0, &m[..size], peer.remote(size)?, sig)?;
             }
             (Op::Write, false) => {
                 self.q
                     .sq
-                    .write(0, self.buf.slice(..size), peer.remote(size), sig)?
+                    .write(0, self.buf.slice(..size)?, peer.remote(size)?, sig)?
             }
             (Op::Send, true) => {
                 let mut m = [0u8; INLINE];
-                self.buf.read(0, &mut m[..size]);
+                self.buf.read(0, &mut m[..size])?;
                 self.q.sq.send_inline(0, &m[..size], sig)?;
             }
-            (Op::Send, false) => self.q.sq.send(0, self.buf.slice(..size), sig)?,
+            (Op::Send, false) => self.q.sq.send(0, self.buf.slice(..size)?, sig)?,
         }
         self.posted += 1;
         Ok(())
@@ -205,7 +205,7 @@ impl End {
                 let c = self.q.cq.wait(1, soon())?[0];
                 c.ok()?;
                 if c.opcode == WcOpcode::Recv {
-                    self.q.rq.post(1, self.buf.slice(size..2 * size))?;
+                    self.q.rq.post(1, self.buf.slice(size..2 * size)?)?;
                     return Ok(());
                 }
                 self.completed += 1;
@@ -261,7 +261,7 @@ pub fn run(device: &str, op: Op, iters: u64, size: usize) -> zverbs::Result<Repo
     if op == Op::Send {
         for e in [&mut ea, &mut eb] {
             for _ in 0..RECVS {
-                e.q.rq.post(1, e.buf.slice(size..2 * size))?;
+                e.q.rq.post(1, e.buf.slice(size..2 * size)?)?;
             }
         }
     }

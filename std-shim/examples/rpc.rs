@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use zverbs::Poller;
 use zverbs::RecvQueue;
 use zverbs::safe::{SafeQueues, WaitError};
-use zverbs::{AccessFlags, ContextOptions, MrBuf, SendFlags, SendQueue, WcOpcode};
+use zverbs::{AccessFlags, ContextOptions, MrBuf, Registered, SendFlags, SendQueue, WcOpcode};
 
 /// Clients, each on a thread and a QP of its own.
 pub const CLIENTS: usize = 3;
@@ -171,14 +171,17 @@ pub fn run(device: &str, requests: u64) -> zverbs::Result<Report> {
         // Receives posted before any client sends: wr_id names the client and the slot.
         for s in 0..SLOTS {
             let at = c * REGION + s * MSG;
-            q.post((c * SLOTS + s) as u64, server_buf.slice(at..at + MSG))?;
+            q.post((c * SLOTS + s) as u64, server_buf.slice(at..at + MSG)?)?;
         }
         rq.push(q);
     }
     // Every QP on the two CQs exists: their pollers can be taken.
     let requests_in = recv_cq.poller()?;
     let answers_out = send_cq.poller()?;
-    let written_at: Vec<_> = clients.iter().map(|(_, _, b)| b.remote(WRITTEN)).collect();
+    let written_at = clients
+        .iter()
+        .map(|(_, _, b)| b.remote(WRITTEN))
+        .collect::<Result<Vec<_>, _>>()?;
 
     let mut answers = [(0, 0); CLIENTS];
     thread::scope(|s| -> zverbs::Result<()> {
@@ -219,12 +222,12 @@ fn client(i: u64, mut q: SafeQueues, buf: &MrBuf, requests: u64) -> zverbs::Resu
     for seq in 0..requests {
         // The answer needs a receive either way: a SEND lands in it, a WRITE with immediate
         // consumes it to deliver the immediate.
-        q.rq.post(seq, buf.slice(RECV..RECV + MSG))?;
+        q.rq.post(seq, buf.slice(RECV..RECV + MSG)?)?;
         let (a, b) = (seq * 7 + i, 1000 * i + seq);
-        buf.store_u64(REQ, a);
-        buf.store_u64(REQ + 8, b);
-        buf.store_u64(REQ + 16, seq);
-        q.sq.send(seq, buf.slice(REQ..REQ + 24), SIG)?;
+        buf.store_u64(REQ, a)?;
+        buf.store_u64(REQ + 8, b)?;
+        buf.store_u64(REQ + 16, seq)?;
+        q.sq.send(seq, buf.slice(REQ..REQ + 24)?, SIG)?;
         // The request's completion and the answer's, in either order. The client polls, and
         // gives its core away while nothing is in: the server (and on the software device, the
         // device itself) may need it to answer.
@@ -247,12 +250,12 @@ fn client(i: u64, mut q: SafeQueues, buf: &MrBuf, requests: u64) -> zverbs::Resu
                 seen += 1;
                 match c.opcode {
                     WcOpcode::Recv => {
-                        answer = Some((buf.load_u64(RECV), buf.load_u64(RECV + 8)));
+                        answer = Some((buf.load_u64(RECV)?, buf.load_u64(RECV + 8)?));
                         by_send += 1;
                     }
                     WcOpcode::RecvRdmaWithImm => {
                         let imm = u64::from(c.imm().unwrap_or(u32::MAX));
-                        answer = Some((buf.load_u64(WRITTEN), imm));
+                        answer = Some((buf.load_u64(WRITTEN)?, imm));
                         by_write += 1;
                     }
                     _ => {} // the request's own completion
@@ -297,12 +300,12 @@ impl Server<'_> {
             let (c, slot) = (req.wr_id as usize / SLOTS, req.wr_id as usize % SLOTS);
             let at = c * REGION + slot * MSG;
             let (a, b, seq) = (
-                self.buf.load_u64(at),
-                self.buf.load_u64(at + 8),
-                self.buf.load_u64(at + 16),
+                self.buf.load_u64(at)?,
+                self.buf.load_u64(at + 8)?,
+                self.buf.load_u64(at + 16)?,
             );
             // Read: the receive can take the next request.
-            self.rq[c].post(req.wr_id, self.buf.slice(at..at + MSG))?;
+            self.rq[c].post(req.wr_id, self.buf.slice(at..at + MSG)?)?;
             let sum = a.wrapping_add(b);
             if seq % 2 == 0 {
                 let mut answer = [0u8; 16];
@@ -317,11 +320,11 @@ impl Server<'_> {
                     retire(done, &mut busy, &mut outstanding)?;
                 }
                 let from = c * REGION + (SLOTS + s) * MSG;
-                self.buf.store_u64(from, sum);
+                self.buf.store_u64(from, sum)?;
                 busy[c][s] = true;
                 self.sq[c].write_imm(
                     (c * 2 + s) as u64,
-                    self.buf.slice(from..from + 8),
+                    self.buf.slice(from..from + 8)?,
                     self.written_at[c],
                     seq as u32,
                     SIG,

@@ -23,7 +23,7 @@
 //! # fn main() -> zverbs::Result<()> {
 //! # let ctx = zverbs::open_device(Some(zverbs::SOFTWARE_DEVICE), &zverbs::ContextOptions::default())?;
 //! use zverbs::dc::DcAddr;
-//! use zverbs::{AccessFlags, SendFlags};
+//! use zverbs::{AccessFlags, Registered, SendFlags};
 //!
 //! let pd = ctx.alloc_pd()?;
 //! let cq = ctx.cq_builder().build()?;
@@ -40,13 +40,13 @@
 //! let peer = pd.dc_peer(&DcAddr::from_bytes(&wire)?)?;
 //! let mut sq = dci.send_queue()?;
 //! let buf = pd.alloc_buf(64, AccessFlags::ALL)?;
-//! buf.write(0, b"over DC");
-//! sq.to(&peer).write(1, buf.slice(0..7), window.remote(0), SendFlags::SIGNALED)?;
+//! buf.write(0, b"over DC")?;
+//! sq.to(&peer).write(1, buf.slice(0..7)?, window.remote(0)?, SendFlags::SIGNALED)?;
 //! let mut poller = cq.poller()?;
 //! let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
 //! assert_eq!(poller.wait(1, deadline)?[0].ok()?.wr_id, 1);
 //! let mut got = [0u8; 7];
-//! window.read(0, &mut got);
+//! window.read(0, &mut got)?;
 //! assert_eq!(&got, b"over DC");
 //! # Ok(()) }
 //! # main().unwrap(); }

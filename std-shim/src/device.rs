@@ -235,7 +235,7 @@ impl ContextOptions {
 /// ```
 /// # #[cfg(feature = "sim")] {
 /// # fn main() -> zverbs::Result<()> {
-/// use zverbs::{AccessFlags, ContextOptions};
+/// use zverbs::{AccessFlags, ContextOptions, Registered};
 ///
 /// let ctx = zverbs::open_device(Some(zverbs::SOFTWARE_DEVICE), &ContextOptions::default())?;
 /// assert_eq!(ctx.name(), "zverbs_sim0");

@@ -17,7 +17,7 @@
 //! ```
 //! # #[cfg(feature = "sim")] {
 //! use std::time::{Duration, Instant};
-//! use zverbs::{AccessFlags, ContextOptions, SendFlags};
+//! use zverbs::{AccessFlags, ContextOptions, Registered, SendFlags};
 //!
 //! # fn main() -> zverbs::Result<()> {
 //! // The software device by name; `open_device(None, ..)` opens the device the environment
@@ -36,23 +36,23 @@
 //! let deadline = Instant::now() + Duration::from_secs(5);
 //!
 //! // RDMA WRITE: A's bytes land in B's buffer, without B's CPU.
-//! buf_a.write(0, b"hello");
-//! qa.sq.write(1, buf_a.slice(0..5), buf_b.remote(0), SendFlags::SIGNALED)?; // posts and rings
+//! buf_a.write(0, b"hello")?;
+//! qa.sq.write(1, buf_a.slice(0..5)?, buf_b.remote(0)?, SendFlags::SIGNALED)?; // posts and rings
 //! let done = qa.cq.wait(1, deadline)?[0].ok()?; // a timeout or a failed request is an `Err`
 //! assert_eq!(done.wr_id, 1);
 //! let mut got = [0; 5];
-//! buf_b.read(0, &mut got);
+//! buf_b.read(0, &mut got)?;
 //! assert_eq!(&got, b"hello");
 //!
 //! // SEND into a receive that B posted.
-//! qb.rq.post(2, buf_b.slice(1024..2048))?;
-//! buf_a.write(100, b"a message");
-//! qa.sq.send(3, buf_a.slice(100..109), SendFlags::SIGNALED)?;
+//! qb.rq.post(2, buf_b.slice(1024..2048)?)?;
+//! buf_a.write(100, b"a message")?;
+//! qa.sq.send(3, buf_a.slice(100..109)?, SendFlags::SIGNALED)?;
 //! qa.cq.wait(1, deadline)?[0].ok()?;
 //! let recv = *qb.cq.wait(1, deadline)?[0].ok()?;
 //! assert_eq!((recv.wr_id, recv.byte_len), (2, 9));
 //! let mut msg = [0; 9];
-//! buf_b.read(1024, &mut msg);
+//! buf_b.read(1024, &mut msg)?;
 //! assert_eq!(&msg, b"a message");
 //! # Ok(()) }
 //! # main().unwrap(); }
@@ -81,7 +81,7 @@
 //! qp.connect(&peer.endpoint)?; // INIT, RTR, RTS: from the peer's PSN, sending from ours
 //!
 //! let mut q = qp.queues(&cq)?;
-//! q.sq.send(1, buf.slice(0..64), SendFlags::SIGNALED)?; // posts and rings
+//! q.sq.send(1, buf.slice(0..64)?, SendFlags::SIGNALED)?; // posts and rings
 //! let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
 //! q.cq.wait(1, deadline)?[0].ok()?;
 //! # Ok(()) }
@@ -199,6 +199,10 @@
 //! handle its QP, a poller its CQ and QPs), so objects can be dropped in any order: rdma-core
 //! objects are destroyed children first, when the last handle goes.
 
+// A doc example that drops a `Result` (a copy into a buffer, a post) is an error, not a
+// warning nobody sees.
+#![doc(test(attr(deny(unused_must_use))))]
+
 /// The README's example, compiled and run as a doc-test so that it stays true.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
@@ -250,7 +254,7 @@ pub use error::EventError;
 pub use error::{Error, Result};
 pub use flow::Flow;
 pub use mcast::McastMembership;
-pub use mr::{Mr, MrBuf};
+pub use mr::{Mr, MrBuf, Registered};
 pub use pd::Pd;
 pub use poller::Poller;
 pub use provider::SrqLayout;
@@ -316,11 +320,11 @@ pub use zverbs_core::BriefCompletion;
 /// # let buf_a = pd.alloc_buf(4096, zverbs::AccessFlags::ALL)?;
 /// # let buf_b = pd.alloc_buf(4096, zverbs::AccessFlags::ALL)?;
 /// use std::time::{Duration, Instant};
-/// use zverbs::{RemoteBuf, SendFlags, WcStatus};
+/// use zverbs::{Registered, RemoteBuf, SendFlags, WcStatus};
 ///
 /// let mut qa = a.queues(&cq_a)?;
 /// let wrong = RemoteBuf::new(buf_b.addr(), buf_b.rkey() ^ 0x5a5a_0000);
-/// qa.sq.write(9, buf_a.slice(0..8), wrong, SendFlags::SIGNALED)?;
+/// qa.sq.write(9, buf_a.slice(0..8)?, wrong, SendFlags::SIGNALED)?;
 /// let deadline = Instant::now() + Duration::from_secs(5);
 /// let c = qa.cq.wait(1, deadline)?[0];
 /// assert_eq!((c.wr_id, c.status), (9, WcStatus::RemAccessErr));
@@ -352,7 +356,7 @@ pub use zverbs_core::PollCq;
 /// # let buf_b = pd.alloc_buf(4096, zverbs::AccessFlags::ALL)?;
 /// use std::time::{Duration, Instant};
 /// use zverbs::backend::Queues;
-/// use zverbs::{Completion, PollCq, PostSend, SendWr};
+/// use zverbs::{Completion, PollCq, PostSend, Registered, SendWr};
 ///
 /// fn post_and_wait(sq: &mut impl PostSend, cq: &mut impl PollCq, wr: &SendWr<'_>) -> zverbs::Result<Completion> {
 ///     // SAFETY: the request's memory is an `MrBuf`, registered for as long as it lives, and
@@ -368,9 +372,9 @@ pub use zverbs_core::PollCq;
 ///     Err(zverbs::safe::WaitError::Timeout { wanted: 1, got: 0 }.into())
 /// }
 ///
-/// buf_a.write(0, b"generic");
-/// let sgl = [buf_a.sge(0..7)];
-/// let wr = SendWr::write(1, &sgl, buf_b.remote(0)).signaled();
+/// buf_a.write(0, b"generic")?;
+/// let sgl = [buf_a.sge(0..7)?];
+/// let wr = SendWr::write(1, &sgl, buf_b.remote(0)?).signaled();
 /// let c = match Queues::take(&a, &cq_a)? {
 ///     Queues::Direct(mut q) => post_and_wait(&mut q.sq, &mut q.cq, &wr)?, // mlx5, this device
 ///     Queues::DirectUd(mut q) => post_and_wait(&mut q.sq, &mut q.cq, &wr)?, // a UD QP there
@@ -378,7 +382,7 @@ pub use zverbs_core::PollCq;
 /// };
 /// assert_eq!(c.wr_id, 1);
 /// let mut got = [0; 7];
-/// buf_b.read(0, &mut got);
+/// buf_b.read(0, &mut got)?;
 /// assert_eq!(&got, b"generic");
 /// # Ok(()) }
 /// # main().unwrap(); }

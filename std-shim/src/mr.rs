@@ -12,6 +12,12 @@
 //!   `unsafe`): the caller promises to keep the memory mapped and to keep Rust references away
 //!   from it while the device may touch it.
 //!
+//! What both are, memory registered with a protection domain, is the [`Registered`] trait:
+//! the keys and extent, a scatter entry for a span ([`Registered::sge`]) and a remote target
+//! at an offset ([`Registered::remote`]). Every accessor that takes an offset or a range, on
+//! the trait or on `MrBuf`, has one form, returning a [`BufError`] for a range outside the
+//! memory (`buf.slice(0..64)?`, `buf.write(0, b"x")?`, `buf.load_u64(8)?`).
+//!
 //! `MrBuf`'s memory model (atomic accesses in whole words, shared with the software device's
 //! engine through `zverbs_core::shared`) is written on the type, where users read it.
 
@@ -29,7 +35,7 @@ use crate::error::{Error, Result};
 use crate::pd::Pd;
 use crate::provider::MrProvider;
 use crate::types::access::AccessFlags;
-use crate::types::buf::{BufError, or_panic, remote_in};
+use crate::types::buf::{BufError, remote_in};
 
 const PAGE: usize = 4096;
 const HUGEPAGE: usize = 2 << 20;
@@ -173,6 +179,92 @@ impl Pd {
     }
 }
 
+/// Memory registered with a protection domain: an [`MrBuf`] (the library's memory) or an [`Mr`]
+/// (the caller's). Its keys and extent, and the two things a request needs from it: a scatter
+/// entry for a span of it (local), and its address at an offset for a peer (remote). Both are
+/// checked against the registration and return a [`BufError`] for a span outside it, which
+/// converts into [`Error`] so `?` works in set-up code:
+///
+/// ```
+/// # #[cfg(feature = "sim")] {
+/// # fn main() -> zverbs::Result<()> {
+/// # let ctx = zverbs::open_device(Some(zverbs::SOFTWARE_DEVICE), &zverbs::ContextOptions::default())?;
+/// use zverbs::{AccessFlags, BufError, Registered};
+///
+/// let pd = ctx.alloc_pd()?;
+/// let buf = pd.alloc_buf(4096, AccessFlags::ALL)?;
+/// let sge = buf.sge(64..128)?; // for the `unsafe` posts: address, length and the buffer's lkey
+/// assert_eq!((sge.addr, sge.length, sge.lkey), (buf.addr() + 64, 64, buf.lkey()));
+/// let there = buf.remote(64)?; // what a peer needs to WRITE at offset 64
+/// assert_eq!((there.addr, there.rkey), (buf.addr() + 64, buf.rkey()));
+/// assert!(matches!(buf.sge(4000..4097), Err(BufError::OutOfBounds { buf_len: 4096, .. })));
+/// # Ok(()) }
+/// # main().unwrap(); }
+/// ```
+///
+/// Sealed: implemented by [`MrBuf`] and [`Mr`] only.
+pub trait Registered: sealed::Sealed {
+    /// The local key.
+    fn lkey(&self) -> u32;
+
+    /// The remote key.
+    fn rkey(&self) -> u32;
+
+    /// First registered address.
+    fn addr(&self) -> u64;
+
+    /// Registered length in bytes.
+    fn len(&self) -> usize;
+
+    /// Whether the registration is empty (never true of an [`MrBuf`], which has at least one
+    /// page).
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// A scatter entry for `range` of the registration (`buf.sge(..)?`, `buf.sge(0..64)?`), for
+    /// the `unsafe` posts; the front door's queues take [`MrBuf::slice`] instead.
+    ///
+    /// # Errors
+    ///
+    /// [`BufError::ReversedRange`], [`BufError::OutOfBounds`] (naming the range and the
+    /// registration's length), or [`BufError::TooLong`] for a span longer than a scatter entry
+    /// carries (4 GiB − 1 bytes).
+    fn sge(&self, range: impl RangeBounds<usize>) -> Result<Sge, BufError>
+    where
+        Self: Sized,
+    {
+        sge_in(self.addr(), self.len(), self.lkey(), range)
+    }
+
+    /// The registration as a remote target at `offset`, for the peer (the end itself is
+    /// allowed: the target of a zero-length request).
+    ///
+    /// # Errors
+    ///
+    /// [`BufError::OutOfBounds`] if `offset` is past the end of the registration.
+    fn remote(&self, offset: usize) -> Result<RemoteBuf, BufError> {
+        remote_in(self.addr(), self.len(), self.rkey(), offset)
+    }
+}
+
+/// The scatter entry for `range` of `len` bytes at `base`.
+fn sge_in(
+    base: u64,
+    len: usize,
+    lkey: u32,
+    range: impl RangeBounds<usize>,
+) -> Result<Sge, BufError> {
+    let (start, end) = crate::types::buf::resolve(range, len)?;
+    // `resolve` bounded the length by `u32::MAX`.
+    Ok(Sge::new(base + start as u64, (end - start) as u32, lkey))
+}
+
+mod sealed {
+    /// Keeps [`Registered`](super::Registered) to this crate's two registrations.
+    pub trait Sealed {}
+}
+
 /// A registration of memory the caller owns (from [`Pd::register`](crate::Pd::register)).
 /// Deregistered when the last clone is dropped.
 #[derive(Clone, Debug)]
@@ -200,84 +292,26 @@ impl Mr {
             }),
         }
     }
+}
 
-    /// The local key.
-    pub fn lkey(&self) -> u32 {
+impl sealed::Sealed for Mr {}
+
+impl Registered for Mr {
+    fn lkey(&self) -> u32 {
         self.inner.reg.lkey()
     }
 
-    /// The remote key.
-    pub fn rkey(&self) -> u32 {
+    fn rkey(&self) -> u32 {
         self.inner.reg.rkey()
     }
 
-    /// First registered address.
-    pub fn addr(&self) -> u64 {
+    fn addr(&self) -> u64 {
         self.inner.addr as u64
     }
 
-    /// Registered length.
-    pub fn len(&self) -> usize {
+    fn len(&self) -> usize {
         self.inner.len
     }
-
-    /// Whether the registration is empty.
-    pub fn is_empty(&self) -> bool {
-        self.inner.len == 0
-    }
-
-    /// A scatter entry for `range` of the region (`mr.sge(..)`, `mr.sge(0..64)`).
-    ///
-    /// # Panics
-    ///
-    /// As slicing does, if the range is reversed or reaches past the end of the region, and if
-    /// it is longer than a scatter entry can carry (4 GiB − 1 bytes); [`Mr::try_sge`] returns
-    /// the error instead.
-    #[track_caller]
-    pub fn sge(&self, range: impl RangeBounds<usize>) -> Sge {
-        or_panic(self.try_sge(range))
-    }
-
-    /// As [`Mr::sge`].
-    ///
-    /// # Errors
-    ///
-    /// [`BufError::ReversedRange`], [`BufError::OutOfBounds`], [`BufError::TooLong`].
-    pub fn try_sge(&self, range: impl RangeBounds<usize>) -> Result<Sge, BufError> {
-        sge_in(self.inner.addr, self.inner.len, self.lkey(), range)
-    }
-
-    /// The region as a remote target at `offset`, for the peer.
-    ///
-    /// # Panics
-    ///
-    /// If `offset` is past the end of the region ([`Mr::try_remote`] returns an error
-    /// instead).
-    #[track_caller]
-    pub fn remote(&self, offset: usize) -> RemoteBuf {
-        or_panic(self.try_remote(offset))
-    }
-
-    /// As [`Mr::remote`].
-    ///
-    /// # Errors
-    ///
-    /// [`BufError::OutOfBounds`] if `offset` is past the end of the region.
-    pub fn try_remote(&self, offset: usize) -> Result<RemoteBuf, BufError> {
-        remote_in(self.addr(), self.inner.len, self.rkey(), offset)
-    }
-}
-
-/// The scatter entry for `range` of `len` bytes at `base`.
-fn sge_in(
-    base: usize,
-    len: usize,
-    lkey: u32,
-    range: impl RangeBounds<usize>,
-) -> Result<Sge, BufError> {
-    let (start, end) = crate::types::buf::resolve(range, len)?;
-    // `resolve` bounded the length by `u32::MAX`.
-    Ok(Sge::new((base + start) as u64, (end - start) as u32, lkey))
 }
 
 /// How many times [`MrBuf::wait_u8`] loads the byte between two readings of the clock.
@@ -326,10 +360,11 @@ const SPINS_PER_CLOCK_READ: u32 = 128;
 ///
 /// # Bad input
 ///
-/// Offsets and lengths are checked without overflow. The accessors that take an offset panic
-/// on a range outside the buffer, as slice indexing does (the message names the range and the
-/// buffer's length); each has a `try_` twin that returns a [`BufError`] instead and never
-/// panics, for code that must not. [`MrBuf::wait_u8`] returns an error for a bad offset too.
+/// Offsets and lengths are checked without overflow. Every accessor that takes an offset or a
+/// range has one form, which returns a [`BufError`] for a range outside the buffer (naming the
+/// range and the buffer's length) or a misaligned word, and then has read or written nothing;
+/// none panics. `BufError` converts into [`Error`], so `?` works in set-up code:
+/// `buf.write(0, b"x")?`, `buf.load_u64(8)?`, `buf.slice(0..64)?`.
 ///
 /// # Example
 ///
@@ -340,22 +375,25 @@ const SPINS_PER_CLOCK_READ: u32 = 128;
 /// # #[cfg(feature = "sim")] {
 /// # fn main() -> zverbs::Result<()> {
 /// # let ctx = zverbs::open_device(Some(zverbs::SOFTWARE_DEVICE), &zverbs::ContextOptions::default())?;
-/// use zverbs::{AccessFlags, BufError};
+/// use zverbs::{AccessFlags, BufError, Registered};
 ///
 /// let pd = ctx.alloc_pd()?;
 /// let buf = pd.alloc_buf(4096, AccessFlags::ALL)?;
-/// buf.write(0, b"hello");
+/// buf.write(0, b"hello")?;
 /// let mut got = [0; 5];
-/// buf.read(0, &mut got);
+/// buf.read(0, &mut got)?;
 /// assert_eq!(&got, b"hello");
-/// buf.store_u64(8, 42);
-/// assert_eq!(buf.load_u64(8), 42);
-/// let span = buf.slice(0..5); // what a `SendQueue` posts: bounds-checked, with the buffer's key
+/// buf.store_u64(8, 42)?;
+/// assert_eq!(buf.load_u64(8)?, 42);
+/// let span = buf.slice(0..5)?; // what a `SendQueue` posts: bounds-checked, with the buffer's key
 /// assert_eq!(span.len(), 5);
-/// let there = buf.remote(64); // what a peer needs to WRITE at offset 64
+/// let there = buf.remote(64)?; // what a peer needs to WRITE at offset 64
 /// assert_eq!((there.addr, there.rkey), (buf.addr() + 64, buf.rkey()));
-/// // Past the end: the `try_` forms say so, the others panic as slice indexing does.
-/// assert!(matches!(buf.try_read(4092, &mut [0; 8]), Err(BufError::OutOfBounds { .. })));
+/// // Past the end: an error that names the range and the buffer's length; nothing written.
+/// let e = buf.write(4092, b"12345678").unwrap_err();
+/// assert_eq!(e, BufError::OutOfBounds { offset: 4092, len: 8, buf_len: 4096 });
+/// assert_eq!(e.to_string(), "8 bytes at offset 4092 are outside a buffer of 4096 bytes");
+/// assert_eq!(buf.load_u64(4088)?, 0);
 /// # Ok(()) }
 /// # main().unwrap(); }
 /// ```
@@ -418,31 +456,6 @@ impl MrBuf {
         }
     }
 
-    /// The local key.
-    pub fn lkey(&self) -> u32 {
-        self.inner.reg.lkey()
-    }
-
-    /// The remote key.
-    pub fn rkey(&self) -> u32 {
-        self.inner.reg.rkey()
-    }
-
-    /// First address.
-    pub fn addr(&self) -> u64 {
-        self.inner.storage.ptr().as_ptr() as u64
-    }
-
-    /// Length in bytes (the requested length rounded up to the page or hugepage size).
-    pub fn len(&self) -> usize {
-        self.inner.len
-    }
-
-    /// Never true: buffers have at least one page.
-    pub fn is_empty(&self) -> bool {
-        self.inner.len == 0
-    }
-
     /// The access rights it was registered with.
     pub fn access(&self) -> AccessFlags {
         self.inner.access
@@ -453,70 +466,13 @@ impl MrBuf {
         matches!(self.inner.storage, Storage::Huge { .. })
     }
 
-    /// A scatter entry for `range` (`buf.sge(..)`, `buf.sge(0..64)`), for the `unsafe` post
-    /// methods; the [`safe`](crate::safe) queues take [`MrBuf::slice`] instead.
-    ///
-    /// # Panics
-    ///
-    /// As slicing does, if the range is reversed or reaches past the end of the buffer, and if
-    /// it is longer than a scatter entry can carry (4 GiB − 1 bytes); [`MrBuf::try_sge`]
-    /// returns the error instead.
-    #[track_caller]
-    pub fn sge(&self, range: impl RangeBounds<usize>) -> Sge {
-        or_panic(self.try_sge(range))
-    }
-
-    /// As [`MrBuf::sge`].
-    ///
-    /// # Errors
-    ///
-    /// [`BufError::ReversedRange`], [`BufError::OutOfBounds`], [`BufError::TooLong`].
-    pub fn try_sge(&self, range: impl RangeBounds<usize>) -> Result<Sge, BufError> {
-        sge_in(
-            self.inner.storage.ptr().as_ptr() as usize,
-            self.inner.len,
-            self.lkey(),
-            range,
-        )
-    }
-
-    /// The buffer as a remote target at `offset`, for the peer.
-    ///
-    /// # Panics
-    ///
-    /// If `offset` is past the end of the buffer ([`MrBuf::try_remote`] returns an error
-    /// instead).
-    #[track_caller]
-    pub fn remote(&self, offset: usize) -> RemoteBuf {
-        or_panic(self.try_remote(offset))
-    }
-
-    /// As [`MrBuf::remote`].
-    ///
-    /// # Errors
-    ///
-    /// [`BufError::OutOfBounds`] if `offset` is past the end of the buffer.
-    pub fn try_remote(&self, offset: usize) -> Result<RemoteBuf, BufError> {
-        remote_in(self.addr(), self.inner.len, self.rkey(), offset)
-    }
-
-    /// Copies `src` into the buffer at `offset`.
-    ///
-    /// # Panics
-    ///
-    /// If the range is outside the buffer ([`MrBuf::try_write`] returns an error instead).
-    #[track_caller]
-    pub fn write(&self, offset: usize, src: &[u8]) {
-        or_panic(self.try_write(offset, src));
-    }
-
     /// Copies `src` into the buffer at `offset`.
     ///
     /// # Errors
     ///
-    /// [`BufError::OutOfBounds`] if the range is outside the buffer.
+    /// [`BufError::OutOfBounds`] if the range is outside the buffer; nothing is written.
     #[inline]
-    pub fn try_write(&self, offset: usize, src: &[u8]) -> Result<(), BufError> {
+    pub fn write(&self, offset: usize, src: &[u8]) -> Result<(), BufError> {
         self.mem()
             .write(offset, src)
             .map_err(|e| self.refused(e, offset, src.len()))
@@ -526,21 +482,11 @@ impl MrBuf {
     /// same time the copy may see part of the new bytes; poll the completion, or see the last
     /// byte change with [`MrBuf::wait_u8`], first to see all of them.
     ///
-    /// # Panics
-    ///
-    /// If the range is outside the buffer ([`MrBuf::try_read`] returns an error instead).
-    #[track_caller]
-    pub fn read(&self, offset: usize, dst: &mut [u8]) {
-        or_panic(self.try_read(offset, dst));
-    }
-
-    /// Copies bytes at `offset` into `dst` (see [`MrBuf::read`]).
-    ///
     /// # Errors
     ///
-    /// [`BufError::OutOfBounds`] if the range is outside the buffer.
+    /// [`BufError::OutOfBounds`] if the range is outside the buffer; `dst` is left as it was.
     #[inline]
-    pub fn try_read(&self, offset: usize, dst: &mut [u8]) -> Result<(), BufError> {
+    pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), BufError> {
         let len = dst.len();
         self.mem()
             .read(offset, dst)
@@ -549,22 +495,11 @@ impl MrBuf {
 
     /// Fills `range` with `byte`.
     ///
-    /// # Panics
-    ///
-    /// If the range is outside the buffer or reversed ([`MrBuf::try_fill`] returns an error
-    /// instead).
-    #[track_caller]
-    pub fn fill(&self, range: Range<usize>, byte: u8) {
-        or_panic(self.try_fill(range, byte));
-    }
-
-    /// Fills `range` with `byte`.
-    ///
     /// # Errors
     ///
     /// [`BufError::ReversedRange`] if `range.start > range.end`, [`BufError::OutOfBounds`] if
-    /// the range is outside the buffer.
-    pub fn try_fill(&self, range: Range<usize>, byte: u8) -> Result<(), BufError> {
+    /// the range is outside the buffer; nothing is written.
+    pub fn fill(&self, range: Range<usize>, byte: u8) -> Result<(), BufError> {
         let Range { start, end } = range;
         let len = end
             .checked_sub(start)
@@ -578,22 +513,12 @@ impl MrBuf {
     /// peer's RDMA WRITE will change. To read the rest of the message once it changes, use
     /// [`MrBuf::load_u8_acquire`] or [`MrBuf::wait_u8`] instead.
     ///
-    /// # Panics
-    ///
-    /// If the offset is outside the buffer ([`MrBuf::try_load_u8`] returns an error instead).
-    #[inline]
-    #[track_caller]
-    pub fn load_u8(&self, offset: usize) -> u8 {
-        or_panic(self.try_load_u8(offset))
-    }
-
-    /// Loads the byte at `offset` (`Relaxed`).
-    ///
     /// # Errors
     ///
     /// [`BufError::OutOfBounds`] if the offset is outside the buffer.
     #[inline]
-    pub fn try_load_u8(&self, offset: usize) -> Result<u8, BufError> {
+    #[must_use = "a load does nothing but return the byte"]
+    pub fn load_u8(&self, offset: usize) -> Result<u8, BufError> {
         self.mem()
             .load_u8(offset)
             .map_err(|e| self.refused(e, offset, 1))
@@ -604,23 +529,12 @@ impl MrBuf {
     /// follow see the whole message. On aarch64 this is an `ldar` (later loads wait for it); on
     /// x86_64 an ordinary load.
     ///
-    /// # Panics
-    ///
-    /// If the offset is outside the buffer ([`MrBuf::try_load_u8_acquire`] returns an error
-    /// instead).
-    #[inline]
-    #[track_caller]
-    pub fn load_u8_acquire(&self, offset: usize) -> u8 {
-        or_panic(self.try_load_u8_acquire(offset))
-    }
-
-    /// As [`MrBuf::load_u8_acquire`].
-    ///
     /// # Errors
     ///
     /// [`BufError::OutOfBounds`] if the offset is outside the buffer.
     #[inline]
-    pub fn try_load_u8_acquire(&self, offset: usize) -> Result<u8, BufError> {
+    #[must_use = "a load does nothing but return the byte"]
+    pub fn load_u8_acquire(&self, offset: usize) -> Result<u8, BufError> {
         self.mem()
             .load_u8_acquire(offset)
             .map_err(|e| self.refused(e, offset, 1))
@@ -662,22 +576,11 @@ impl MrBuf {
 
     /// Stores `v` at `offset` (`Relaxed`).
     ///
-    /// # Panics
-    ///
-    /// If the offset is outside the buffer ([`MrBuf::try_store_u8`] returns an error instead).
-    #[inline]
-    #[track_caller]
-    pub fn store_u8(&self, offset: usize, v: u8) {
-        or_panic(self.try_store_u8(offset, v));
-    }
-
-    /// Stores `v` at `offset` (`Relaxed`).
-    ///
     /// # Errors
     ///
-    /// [`BufError::OutOfBounds`] if the offset is outside the buffer.
+    /// [`BufError::OutOfBounds`] if the offset is outside the buffer; nothing is written.
     #[inline]
-    pub fn try_store_u8(&self, offset: usize, v: u8) -> Result<(), BufError> {
+    pub fn store_u8(&self, offset: usize, v: u8) -> Result<(), BufError> {
         self.mem()
             .store_u8(offset, v)
             .map_err(|e| self.refused(e, offset, 1))
@@ -687,23 +590,11 @@ impl MrBuf {
     /// [`MrBuf::load_u8_acquire`] or [`MrBuf::wait_u8`] sees everything this thread wrote
     /// before (the writing side of the idiom, between threads of one program).
     ///
-    /// # Panics
-    ///
-    /// If the offset is outside the buffer ([`MrBuf::try_store_u8_release`] returns an error
-    /// instead).
-    #[inline]
-    #[track_caller]
-    pub fn store_u8_release(&self, offset: usize, v: u8) {
-        or_panic(self.try_store_u8_release(offset, v));
-    }
-
-    /// As [`MrBuf::store_u8_release`].
-    ///
     /// # Errors
     ///
-    /// [`BufError::OutOfBounds`] if the offset is outside the buffer.
+    /// [`BufError::OutOfBounds`] if the offset is outside the buffer; nothing is written.
     #[inline]
-    pub fn try_store_u8_release(&self, offset: usize, v: u8) -> Result<(), BufError> {
+    pub fn store_u8_release(&self, offset: usize, v: u8) -> Result<(), BufError> {
         self.mem()
             .store_u8_release(offset, v)
             .map_err(|e| self.refused(e, offset, 1))
@@ -712,23 +603,12 @@ impl MrBuf {
     /// Loads the native-endian `u64` at `offset` (a multiple of 8), e.g. an atomic's target or
     /// result (`Relaxed`).
     ///
-    /// # Panics
-    ///
-    /// If the offset is outside the buffer or unaligned ([`MrBuf::try_load_u64`] returns an
-    /// error instead).
-    #[inline]
-    #[track_caller]
-    pub fn load_u64(&self, offset: usize) -> u64 {
-        or_panic(self.try_load_u64(offset))
-    }
-
-    /// As [`MrBuf::load_u64`].
-    ///
     /// # Errors
     ///
     /// [`BufError::OutOfBounds`], [`BufError::Misaligned`].
     #[inline]
-    pub fn try_load_u64(&self, offset: usize) -> Result<u64, BufError> {
+    #[must_use = "a load does nothing but return the word"]
+    pub fn load_u64(&self, offset: usize) -> Result<u64, BufError> {
         self.mem()
             .load_u64(offset)
             .map_err(|e| self.refused(e, offset, 8))
@@ -737,23 +617,12 @@ impl MrBuf {
     /// Loads the native-endian `u64` at `offset` (a multiple of 8) with `Acquire` (see
     /// [`MrBuf::load_u8_acquire`]).
     ///
-    /// # Panics
-    ///
-    /// If the offset is outside the buffer or unaligned ([`MrBuf::try_load_u64_acquire`]
-    /// returns an error instead).
-    #[inline]
-    #[track_caller]
-    pub fn load_u64_acquire(&self, offset: usize) -> u64 {
-        or_panic(self.try_load_u64_acquire(offset))
-    }
-
-    /// As [`MrBuf::load_u64_acquire`].
-    ///
     /// # Errors
     ///
     /// [`BufError::OutOfBounds`], [`BufError::Misaligned`].
     #[inline]
-    pub fn try_load_u64_acquire(&self, offset: usize) -> Result<u64, BufError> {
+    #[must_use = "a load does nothing but return the word"]
+    pub fn load_u64_acquire(&self, offset: usize) -> Result<u64, BufError> {
         self.mem()
             .load_u64_acquire(offset)
             .map_err(|e| self.refused(e, offset, 8))
@@ -761,23 +630,11 @@ impl MrBuf {
 
     /// Stores the native-endian `u64` `v` at `offset` (a multiple of 8), `Relaxed`.
     ///
-    /// # Panics
-    ///
-    /// If the offset is outside the buffer or unaligned ([`MrBuf::try_store_u64`] returns an
-    /// error instead).
-    #[inline]
-    #[track_caller]
-    pub fn store_u64(&self, offset: usize, v: u64) {
-        or_panic(self.try_store_u64(offset, v));
-    }
-
-    /// As [`MrBuf::store_u64`].
-    ///
     /// # Errors
     ///
-    /// [`BufError::OutOfBounds`], [`BufError::Misaligned`].
+    /// [`BufError::OutOfBounds`], [`BufError::Misaligned`]; nothing is written.
     #[inline]
-    pub fn try_store_u64(&self, offset: usize, v: u64) -> Result<(), BufError> {
+    pub fn store_u64(&self, offset: usize, v: u64) -> Result<(), BufError> {
         self.mem()
             .store_u64(offset, v)
             .map_err(|e| self.refused(e, offset, 8))
@@ -786,6 +643,27 @@ impl MrBuf {
     /// Whether two handles are the same buffer.
     pub fn same(&self, other: &MrBuf) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
+
+impl sealed::Sealed for MrBuf {}
+
+impl Registered for MrBuf {
+    fn lkey(&self) -> u32 {
+        self.inner.reg.lkey()
+    }
+
+    fn rkey(&self) -> u32 {
+        self.inner.reg.rkey()
+    }
+
+    fn addr(&self) -> u64 {
+        self.inner.storage.ptr().as_ptr() as u64
+    }
+
+    /// The requested length rounded up to the page or hugepage size.
+    fn len(&self) -> usize {
+        self.inner.len
     }
 }
 

@@ -17,7 +17,7 @@ use crate::provider::PdProvider;
 /// # #[cfg(feature = "sim")] {
 /// # fn main() -> zverbs::Result<()> {
 /// # let ctx = zverbs::open_device(Some(zverbs::SOFTWARE_DEVICE), &zverbs::ContextOptions::default())?;
-/// use zverbs::AccessFlags;
+/// use zverbs::{AccessFlags, Registered};
 ///
 /// let pd = ctx.alloc_pd()?;
 /// let buf = pd.alloc_buf(4096, AccessFlags::ALL)?; // allocated, then registered in `pd`

@@ -37,7 +37,7 @@ const POLLS_PER_CLOCK_READ: u32 = 64;
 /// # let buf_a = pd.alloc_buf(4096, zverbs::AccessFlags::ALL)?;
 /// # let buf_b = pd.alloc_buf(4096, zverbs::AccessFlags::ALL)?;
 /// use std::time::{Duration, Instant};
-/// use zverbs::SendFlags;
+/// use zverbs::{Registered, SendFlags};
 /// use zverbs::safe::WaitError;
 ///
 /// let mut qa = a.queues(&cq_a)?; // `qa.cq` is a `Poller`
@@ -45,8 +45,8 @@ const POLLS_PER_CLOCK_READ: u32 = 64;
 /// let soon = Instant::now() + Duration::from_millis(1);
 /// assert!(matches!(qa.cq.wait(1, soon), Err(WaitError::Timeout { wanted: 1, got: 0 })));
 ///
-/// qa.sq.write(1, buf_a.slice(0..8), buf_b.remote(0), SendFlags::SIGNALED)?;
-/// qa.sq.write(2, buf_a.slice(0..8), buf_b.remote(8), SendFlags::SIGNALED)?;
+/// qa.sq.write(1, buf_a.slice(0..8)?, buf_b.remote(0)?, SendFlags::SIGNALED)?;
+/// qa.sq.write(2, buf_a.slice(0..8)?, buf_b.remote(8)?, SendFlags::SIGNALED)?;
 /// let deadline = Instant::now() + Duration::from_secs(5);
 /// let done = qa.cq.wait(2, deadline)?;
 /// assert_eq!([done[0].ok()?.wr_id, done[1].ok()?.wr_id], [1, 2]); // in posting order

@@ -79,14 +79,14 @@ macro_rules! recv_front {
 /// use zverbs::{SendFlags, WcOpcode};
 ///
 /// let (mut qa, mut qb) = (a.queues(&cq_a)?, b.queues(&cq_b)?);
-/// qb.rq.post(7, buf_b.slice(2048..))?; // `qb.rq` is a `RecvQueue`; visible at once
-/// buf_a.write(0, b"a message");
-/// qa.sq.send_imm(1, buf_a.slice(0..9), 0xcafe, SendFlags::NONE)?;
+/// qb.rq.post(7, buf_b.slice(2048..)?)?; // `qb.rq` is a `RecvQueue`; visible at once
+/// buf_a.write(0, b"a message")?;
+/// qa.sq.send_imm(1, buf_a.slice(0..9)?, 0xcafe, SendFlags::NONE)?;
 /// let deadline = Instant::now() + Duration::from_secs(5);
 /// let c = *qb.cq.wait(1, deadline)?[0].ok()?;
 /// assert_eq!((c.wr_id, c.opcode, c.byte_len, c.imm()), (7, WcOpcode::Recv, 9, Some(0xcafe)));
 /// let mut got = [0; 9];
-/// buf_b.read(2048, &mut got);
+/// buf_b.read(2048, &mut got)?;
 /// assert_eq!(&got, b"a message");
 /// # Ok(()) }
 /// # main().unwrap(); }

@@ -28,8 +28,8 @@
 //!   # use zverbs::{MrBuf, RemoteBuf, SendFlags, SendQueue};
 //!   # fn f(sq: &mut SendQueue, buf: &MrBuf, peer: RemoteBuf) -> zverbs::Result<()> {
 //!   let mut b = sq.batch();
-//!   b.write(1, buf.slice(0..64), peer, SendFlags::NONE)?;
-//!   b.send(2, buf.slice(64..128), SendFlags::SIGNALED)?;
+//!   b.write(1, buf.slice(0..64)?, peer, SendFlags::NONE)?;
+//!   b.send(2, buf.slice(64..128)?, SendFlags::SIGNALED)?;
 //!   b.finish(); // one doorbell for both
 //!   # Ok(()) }
 //!   ```
@@ -55,8 +55,9 @@ use zverbs_core::{PostError, PostRecv, PostSend};
 
 pub use crate::error::{SafePostError, WaitError};
 use crate::mr::MrBuf;
+use crate::mr::Registered;
 use crate::types::access::AccessFlags;
-use crate::types::buf::{BufError, or_panic};
+use crate::types::buf::BufError;
 
 /// A bounds-checked span of an [`MrBuf`] ([`MrBuf::slice`]).
 #[derive(Clone, Copy, Debug)]
@@ -66,30 +67,19 @@ pub struct BufSlice<'a> {
 }
 
 impl MrBuf {
-    /// The span `range` of the buffer, to post: `buf.slice(..)`, `buf.slice(64..128)`,
-    /// `buf.slice(8..)`.
-    ///
-    /// # Panics
-    ///
-    /// As slicing `&s[range]` does, if the range is reversed or reaches past the end of the
-    /// buffer, and if it is longer than a scatter entry can carry (4 GiB − 1 bytes): the
-    /// message names the range and the buffer's length. [`MrBuf::try_slice`] returns the
-    /// error instead.
-    #[track_caller]
-    pub fn slice(&self, range: impl RangeBounds<usize>) -> BufSlice<'_> {
-        or_panic(self.try_slice(range))
-    }
-
-    /// As [`MrBuf::slice`].
+    /// The span `range` of the buffer, to post: `buf.slice(..)?`, `buf.slice(64..128)?`,
+    /// `buf.slice(8..)?`.
     ///
     /// # Errors
     ///
-    /// [`BufError::ReversedRange`], [`BufError::OutOfBounds`], or [`BufError::TooLong`] for a
-    /// span longer than `u32::MAX` bytes.
-    pub fn try_slice(&self, range: impl RangeBounds<usize>) -> Result<BufSlice<'_>, BufError> {
+    /// [`BufError::ReversedRange`], [`BufError::OutOfBounds`] (naming the range and the
+    /// buffer's length), or [`BufError::TooLong`] for a span longer than a scatter entry
+    /// carries (4 GiB − 1 bytes). Nothing is posted: the error comes before the queue sees the
+    /// span.
+    pub fn slice(&self, range: impl RangeBounds<usize>) -> Result<BufSlice<'_>, BufError> {
         Ok(BufSlice {
             buf: self,
-            sge: self.try_sge(range)?,
+            sge: self.sge(range)?,
         })
     }
 }

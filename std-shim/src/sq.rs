@@ -271,26 +271,26 @@ pub enum TypedSq {
 /// # let buf_a = pd.alloc_buf(4096, zverbs::AccessFlags::ALL)?;
 /// # let buf_b = pd.alloc_buf(4096, zverbs::AccessFlags::ALL)?;
 /// use std::time::{Duration, Instant};
-/// use zverbs::SendFlags;
+/// use zverbs::{Registered, SendFlags};
 ///
 /// let mut qa = a.queues(&cq_a)?; // `qa.sq` is a `SendQueue`
-/// buf_a.write(0, b"written");
-/// qa.sq.write(1, buf_a.slice(0..7), buf_b.remote(64), SendFlags::NONE)?; // posted, rung
-/// qa.sq.write_inline(2, b"inline", buf_b.remote(128), SendFlags::SIGNALED)?; // no buffer needed
+/// buf_a.write(0, b"written")?;
+/// qa.sq.write(1, buf_a.slice(0..7)?, buf_b.remote(64)?, SendFlags::NONE)?; // posted, rung
+/// qa.sq.write_inline(2, b"inline", buf_b.remote(128)?, SendFlags::SIGNALED)?; // no buffer needed
 /// let mut batch = qa.sq.batch(); // two requests, one doorbell
-/// batch.write(3, buf_a.slice(0..7), buf_b.remote(256), SendFlags::NONE)?;
-/// batch.write(4, buf_a.slice(0..7), buf_b.remote(320), SendFlags::SIGNALED)?;
+/// batch.write(3, buf_a.slice(0..7)?, buf_b.remote(256)?, SendFlags::NONE)?;
+/// batch.write(4, buf_a.slice(0..7)?, buf_b.remote(320)?, SendFlags::SIGNALED)?;
 /// batch.finish();
 /// let deadline = Instant::now() + Duration::from_secs(5);
 /// for c in qa.cq.wait(2, deadline)? {
 ///     c.ok()?; // only signaled requests complete: 2 and 4
 /// }
 /// let mut got = [0; 6];
-/// buf_b.read(128, &mut got);
+/// buf_b.read(128, &mut got)?;
 /// assert_eq!(&got, b"inline");
 /// // A span the device would have to write into a read-only buffer is refused, not posted.
 /// let ro = pd.alloc_buf(64, zverbs::AccessFlags::REMOTE_READ)?;
-/// assert!(qa.sq.read(5, ro.slice(..), buf_b.remote(0), SendFlags::SIGNALED).is_err());
+/// assert!(qa.sq.read(5, ro.slice(..)?, buf_b.remote(0)?, SendFlags::SIGNALED).is_err());
 /// # Ok(()) }
 /// # main().unwrap(); }
 /// ```

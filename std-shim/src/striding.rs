@@ -11,6 +11,7 @@
 //! Thread safety: the queue is `Send` and polled by one thread at a time; its packets borrow
 //! it and stay on that thread.
 
+use crate::mr::Registered;
 use std::cell::RefCell;
 use std::ptr::NonNull;
 use std::sync::Arc;

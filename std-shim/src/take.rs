@@ -85,9 +85,9 @@ impl Qp {
     /// use zverbs::SendFlags;
     ///
     /// let (mut qa, mut qb) = (a.queues(&cq_a)?, b.queues(&cq_b)?);
-    /// qb.rq.post(1, buf_b.slice(..))?;
-    /// buf_a.write(0, b"ping");
-    /// qa.sq.send(2, buf_a.slice(0..4), SendFlags::SIGNALED)?;
+    /// qb.rq.post(1, buf_b.slice(..)?)?;
+    /// buf_a.write(0, b"ping")?;
+    /// qa.sq.send(2, buf_a.slice(0..4)?, SendFlags::SIGNALED)?;
     /// let deadline = Instant::now() + Duration::from_secs(5);
     /// assert_eq!(qa.cq.wait(1, deadline)?[0].ok()?.wr_id, 2); // the SEND is done
     /// assert_eq!(qb.cq.wait(1, deadline)?[0].ok()?.byte_len, 4); // and received

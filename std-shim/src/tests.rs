@@ -365,17 +365,29 @@ fn safe_layer_posts_buffer_spans_with_their_keys() {
     rts(&qp);
     let mut sq = qp.send_queue().unwrap();
     let mut rq = qp.recv_queue().unwrap();
-    buf.write(8, b"payload!");
-    assert!(buf.try_slice(4000..4097).is_err());
-    sq.send(1, buf.slice(8..16), SendFlags::SIGNALED).unwrap();
-    sq.write_inline(2, b"tiny", buf.remote(0), SendFlags::NONE)
+    buf.write(8, b"payload!").unwrap();
+    assert!(buf.slice(4000..4097).is_err());
+    sq.send(1, buf.slice(8..16).unwrap(), SendFlags::SIGNALED)
+        .unwrap();
+    sq.write_inline(2, b"tiny", buf.remote(0).unwrap(), SendFlags::NONE)
         .unwrap();
     assert_eq!(
-        sq.read(3, ro.slice(0..8), buf.remote(0), SendFlags::NONE),
+        sq.read(
+            3,
+            ro.slice(0..8).unwrap(),
+            buf.remote(0).unwrap(),
+            SendFlags::NONE
+        ),
         Err(SafePostError::NotWritable)
     );
     assert_eq!(
-        sq.fetch_add(4, buf.slice(8..12), buf.remote(0), 1, SendFlags::NONE),
+        sq.fetch_add(
+            4,
+            buf.slice(8..12).unwrap(),
+            buf.remote(0).unwrap(),
+            1,
+            SendFlags::NONE
+        ),
         Err(SafePostError::Post(PostError::AtomicSize { len: 4 }))
     );
     let s = with(|f| f.sends.clone());
@@ -384,9 +396,9 @@ fn safe_layer_posts_buffer_spans_with_their_keys() {
     assert_eq!(&s[0].payload[..8], b"payload!");
     assert_eq!(&s[1].payload[..4], b"tiny");
     assert_eq!((s[1].remote_addr, s[1].rkey), (buf.addr(), 0x2222));
-    rq.post(9, buf.slice(0..64)).unwrap();
+    rq.post(9, buf.slice(0..64).unwrap()).unwrap();
     assert_eq!(
-        rq.post(10, ro.slice(0..64)),
+        rq.post(10, ro.slice(0..64).unwrap()),
         Err(SafePostError::NotWritable)
     );
     assert_eq!(with(|f| f.recvs.len()), 1);
@@ -407,10 +419,14 @@ fn prepared_requests_on_the_fallback_are_ordinary_posts() {
     let mut sq = qp.send_queue().unwrap();
     assert_eq!(sq.kind(), crate::BackendKind::Verbs);
     let write = sq
-        .prepare_write(buf.slice(64..128), buf.remote(1024), SendFlags::SIGNALED)
+        .prepare_write(
+            buf.slice(64..128).unwrap(),
+            buf.remote(1024).unwrap(),
+            SendFlags::SIGNALED,
+        )
         .unwrap();
     let send = sq
-        .prepare_send_imm(buf.slice(0..32), SendFlags::NONE)
+        .prepare_send_imm(buf.slice(0..32).unwrap(), SendFlags::NONE)
         .unwrap();
     sq.post_prepared(&write, Changes::new(1).local(8, 16).remote_offset(32))
         .unwrap();
@@ -436,17 +452,24 @@ fn mr_buf_copies_in_and_out() {
     assert_eq!(buf.len(), 4096);
     assert!(buf.addr().is_multiple_of(4096));
     assert_eq!((buf.lkey(), buf.rkey()), (0x1111, 0x2222));
-    buf.write(100, b"abc");
+    buf.write(100, b"abc").unwrap();
     let mut out = [0u8; 5];
-    buf.read(99, &mut out);
+    buf.read(99, &mut out).unwrap();
     assert_eq!(&out, b"\0abc\0");
-    buf.store_u64(8, 0x0102_0304_0506_0708);
-    assert_eq!(buf.load_u64(8), 0x0102_0304_0506_0708);
-    buf.fill(0..4096, 0xee);
-    assert_eq!(buf.load_u8(4095), 0xee);
-    assert_eq!(buf.remote(16), RemoteBuf::new(buf.addr() + 16, 0x2222));
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| buf.write(4094, b"xyz")));
-    assert!(r.is_err());
+    buf.store_u64(8, 0x0102_0304_0506_0708).unwrap();
+    assert_eq!(buf.load_u64(8).unwrap(), 0x0102_0304_0506_0708);
+    buf.fill(0..4096, 0xee).unwrap();
+    assert_eq!(buf.load_u8(4095).unwrap(), 0xee);
+    assert_eq!(
+        buf.remote(16).unwrap(),
+        RemoteBuf::new(buf.addr() + 16, 0x2222)
+    );
+    assert!(buf.write(4094, b"xyz").is_err());
+    assert_eq!(
+        buf.load_u8(4095).unwrap(),
+        0xee,
+        "a refused write writes nothing"
+    );
 }
 
 #[test]
@@ -468,7 +491,7 @@ fn generic_code_runs_on_the_chosen_backend() {
     let qp = pd.qp_builder(&cq, &cq).build().unwrap();
     rts(&qp);
     with(|f| f.auto_complete = true);
-    let sge = buf.sge(0..8);
+    let sge = buf.sge(0..8).unwrap();
     let n = match Queues::take(&qp, &cq).unwrap() {
         Queues::Direct(mut q) => ping(&mut q.sq, &mut q.cq, sge),
         Queues::DirectUd(mut q) => ping(&mut q.sq, &mut q.cq, sge),
@@ -533,7 +556,7 @@ fn direct_engine_plugs_in_through_the_provider_seam() {
     let Queues::Direct(mut q) = Queues::take(&qp, &cq).unwrap() else {
         panic!("expected the direct backend");
     };
-    let sgl = [buf.sge(0..8)];
+    let sgl = [buf.sge(0..8).unwrap()];
     let remote = RemoteBuf::new(0x1000, 0x77);
     // SAFETY: nothing executes the request (the test plays the device).
     unsafe { q.sq.post(&SendWr::write(42, &sgl, remote).signaled()) }.unwrap();
@@ -601,27 +624,31 @@ fn mr_buf_is_shared_by_threads_and_the_device_without_data_races() {
     let pd = ctx.alloc_pd().unwrap();
     let buf = pd.alloc_buf(4096, AccessFlags::ALL).unwrap();
     let incoming = pd.alloc_buf(4096, AccessFlags::ALL).unwrap();
-    incoming.write(0, &pattern(200, 3));
+    incoming.write(0, &pattern(200, 3)).unwrap();
     std::thread::scope(|s| {
         let b = buf.clone();
         s.spawn(move || {
             for r in 0..rounds {
                 let v = r as u8;
-                b.write(3, &pattern(45, v));
-                b.fill(60..77, v);
-                b.store_u8(101, v);
-                b.store_u8_release(102, v);
-                b.store_u64(104, u64::from(v));
+                b.write(3, &pattern(45, v)).unwrap();
+                b.fill(60..77, v).unwrap();
+                b.store_u8(101, v).unwrap();
+                b.store_u8_release(102, v).unwrap();
+                b.store_u64(104, u64::from(v)).unwrap();
             }
         });
         let b = buf.clone();
         s.spawn(move || {
             let mut got = [0; 120];
             for _ in 0..rounds {
-                b.read(0, &mut got);
-                b.read(5, &mut got[..70]);
-                let _ = (b.load_u8(101), b.load_u8_acquire(102), b.load_u8(50));
-                let _ = (b.load_u64(104), b.load_u64_acquire(8));
+                b.read(0, &mut got).unwrap();
+                b.read(5, &mut got[..70]).unwrap();
+                let _ = (
+                    b.load_u8(101).unwrap(),
+                    b.load_u8_acquire(102).unwrap(),
+                    b.load_u8(50).unwrap(),
+                );
+                let _ = (b.load_u64(104).unwrap(), b.load_u64_acquire(8).unwrap());
                 let _ = b.wait_u8(99, 0xff, std::time::Instant::now());
             }
         });
@@ -635,10 +662,10 @@ fn mr_buf_is_shared_by_threads_and_the_device_without_data_races() {
     });
     // Each writer's last values are there.
     let r = (rounds - 1) as u8;
-    assert_eq!(buf.load_u8(101), r);
-    assert_eq!(buf.load_u64(104), u64::from(r));
+    assert_eq!(buf.load_u8(101).unwrap(), r);
+    assert_eq!(buf.load_u64(104).unwrap(), u64::from(r));
     let mut got = [0; 2];
-    buf.read(99, &mut got);
+    buf.read(99, &mut got).unwrap();
     assert_eq!(got, [pattern(200, 3)[92], 0]);
 }
 
@@ -654,12 +681,12 @@ fn wait_u8_sees_the_value_and_the_whole_message_before_it() {
         let msg = pattern(99, r as u8);
         std::thread::scope(|s| {
             s.spawn(|| {
-                buf.write(1, &msg);
-                buf.store_u8_release(100, r as u8);
+                buf.write(1, &msg).unwrap();
+                buf.store_u8_release(100, r as u8).unwrap();
             });
             buf.wait_u8(100, r as u8, far).unwrap();
             let mut got = [0; 99];
-            buf.read(1, &mut got);
+            buf.read(1, &mut got).unwrap();
             assert_eq!(got[..], msg[..]);
         });
     }
@@ -674,7 +701,7 @@ fn wait_u8_honours_its_deadline() {
     let ctx = ctx(&log);
     let pd = ctx.alloc_pd().unwrap();
     let buf = pd.alloc_buf(4096, AccessFlags::ALL).unwrap();
-    buf.store_u8(10, 7);
+    buf.store_u8(10, 7).unwrap();
     let soon = std::time::Instant::now() + std::time::Duration::from_millis(20);
     assert_eq!(
         buf.wait_u8(10, 8, soon),
@@ -741,91 +768,82 @@ fn mr_buf_refuses_bad_offsets_and_lengths() {
     };
     let max = usize::MAX;
     // Copies: past the end, and ranges whose end overflows.
-    assert_eq!(buf.try_write(4094, b"xyz"), Err(oob(4094, 3)));
-    assert_eq!(buf.try_write(max - 1, b"xyz"), Err(oob(max - 1, 3)));
-    assert_eq!(buf.try_read(max, &mut [0; 2]), Err(oob(max, 2)));
-    assert_eq!(buf.try_read(4097, &mut []), Err(oob(4097, 0)));
-    assert_eq!(buf.try_fill(4000..4097, 1), Err(oob(4000, 97)));
-    assert_eq!(buf.try_fill(1..max, 1), Err(oob(1, max - 1)));
+    assert_eq!(buf.write(4094, b"xyz"), Err(oob(4094, 3)));
+    assert_eq!(buf.write(max - 1, b"xyz"), Err(oob(max - 1, 3)));
+    assert_eq!(buf.read(max, &mut [0; 2]), Err(oob(max, 2)));
+    assert_eq!(buf.read(4097, &mut []), Err(oob(4097, 0)));
+    assert_eq!(buf.fill(4000..4097, 1), Err(oob(4000, 97)));
+    assert_eq!(buf.fill(1..max, 1), Err(oob(1, max - 1)));
     #[allow(clippy::reversed_empty_ranges)]
     let reversed = 9..8;
     assert_eq!(
-        buf.try_fill(reversed.clone(), 1),
+        buf.fill(reversed.clone(), 1),
         Err(BufError::ReversedRange { start: 9, end: 8 })
     );
     // Single bytes and words.
-    assert_eq!(buf.try_load_u8(4096), Err(oob(4096, 1)));
-    assert_eq!(buf.try_load_u8_acquire(max), Err(oob(max, 1)));
-    assert_eq!(buf.try_store_u8(max, 1), Err(oob(max, 1)));
-    assert_eq!(buf.try_store_u8_release(4096, 1), Err(oob(4096, 1)));
-    assert_eq!(
-        buf.try_load_u64(12),
-        Err(BufError::Misaligned { offset: 12 })
-    );
-    assert_eq!(buf.try_load_u64(4096), Err(oob(4096, 8)));
-    assert_eq!(buf.try_load_u64_acquire(max - 7), Err(oob(max - 7, 8)));
-    assert_eq!(
-        buf.try_store_u64(4, 1),
-        Err(BufError::Misaligned { offset: 4 })
-    );
-    assert_eq!(buf.try_store_u64(max, 1), Err(oob(max, 8)));
+    assert_eq!(buf.load_u8(4096), Err(oob(4096, 1)));
+    assert_eq!(buf.load_u8_acquire(max), Err(oob(max, 1)));
+    assert_eq!(buf.store_u8(max, 1), Err(oob(max, 1)));
+    assert_eq!(buf.store_u8_release(4096, 1), Err(oob(4096, 1)));
+    assert_eq!(buf.load_u64(12), Err(BufError::Misaligned { offset: 12 }));
+    assert_eq!(buf.load_u64(4096), Err(oob(4096, 8)));
+    assert_eq!(buf.load_u64_acquire(max - 7), Err(oob(max - 7, 8)));
+    assert_eq!(buf.store_u64(4, 1), Err(BufError::Misaligned { offset: 4 }));
+    assert_eq!(buf.store_u64(max, 1), Err(oob(max, 8)));
     // Remote targets: up to the end (a zero-length request), not past it.
     assert_eq!(
-        buf.try_remote(4096),
+        buf.remote(4096),
         Ok(RemoteBuf::new(buf.addr() + 4096, 0x2222))
     );
-    assert_eq!(buf.try_remote(4097), Err(oob(4097, 0)));
-    assert_eq!(buf.try_remote(usize::MAX), Err(oob(max, 0)));
+    assert_eq!(buf.remote(4097), Err(oob(4097, 0)));
+    assert_eq!(buf.remote(usize::MAX), Err(oob(max, 0)));
     // Scatter entries and slices: out of bounds, reversed or overflowing are errors.
-    assert_eq!(buf.try_sge(0..4097), Err(oob(0, 4097)));
+    assert_eq!(buf.sge(0..4097), Err(oob(0, 4097)));
     assert_eq!(
-        buf.try_sge(reversed.clone()),
+        buf.sge(reversed.clone()),
         Err(BufError::ReversedRange { start: 9, end: 8 })
     );
-    assert!(buf.try_slice(max..max).is_err() && buf.try_slice(reversed.clone()).is_err());
+    assert!(buf.slice(max..max).is_err() && buf.slice(reversed.clone()).is_err());
     assert!(matches!(
-        buf.try_slice(4096..=usize::MAX),
+        buf.slice(4096..=usize::MAX),
         Err(BufError::OutOfBounds { .. })
     ));
-    // Nothing was written by the refused calls.
-    let mut all = vec![0xaa; 4096];
-    buf.read(0, &mut all);
-    assert!(all.iter().all(|&b| b == 0));
-    // The panicking forms panic with the range in the message.
-    for f in [
-        &(|| buf.write(max - 1, b"xyz")) as &dyn Fn(),
-        &|| buf.read(4096, &mut [0]),
-        &|| buf.fill(4095..4097, 0),
-        &|| {
-            buf.load_u64(3);
-        },
-        &|| {
-            buf.remote(usize::MAX);
-        },
-        &|| {
-            buf.slice(4000..4097);
-        },
-        &|| {
-            buf.sge(4090..=4096);
-        },
-    ] {
-        let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_err();
-        let msg = e.downcast_ref::<String>().unwrap();
+    // The errors' messages name the range and the buffer's length (or the misalignment).
+    let mut dst = [7u8; 4];
+    let refused = [
+        buf.write(max - 1, b"xyz").unwrap_err(),
+        buf.read(4094, &mut dst).unwrap_err(),
+        buf.fill(4095..4097, 2).unwrap_err(),
+        buf.store_u64(4088 + 8, 3).unwrap_err(),
+        buf.load_u64(3).unwrap_err(),
+        buf.remote(usize::MAX).unwrap_err(),
+        buf.slice(4000..4097).unwrap_err(),
+        buf.sge(4090..=4096).unwrap_err(),
+    ];
+    for e in refused {
+        let msg = e.to_string();
         assert!(
-            msg.contains("outside a buffer of 4096") || msg.contains("not a multiple of 8"),
+            msg.contains(" at offset ") && msg.contains("outside a buffer of 4096")
+                || msg.contains("not a multiple of 8"),
             "{msg}"
         );
     }
+    // Nothing was written by the refused calls: not the buffer, not a refused read's
+    // destination.
+    assert_eq!(dst, [7; 4]);
+    let mut all = vec![0xaa; 4096];
+    buf.read(0, &mut all).unwrap();
+    assert!(all.iter().all(|&b| b == 0));
     // A caller-owned registration refuses remote offsets past its end too.
     let mut mine = vec![0u8; 100];
     // SAFETY: the fake device never touches the memory, which outlives the registration.
     let mr = unsafe { pd.register(mine.as_mut_ptr(), mine.len(), AccessFlags::ALL) }.unwrap();
     assert_eq!(
-        mr.try_remote(100),
+        mr.remote(100),
         Ok(RemoteBuf::new(mr.addr() + 100, mr.rkey()))
     );
     assert_eq!(
-        mr.try_remote(usize::MAX),
+        mr.remote(usize::MAX),
         Err(BufError::OutOfBounds {
             offset: max,
             len: 0,

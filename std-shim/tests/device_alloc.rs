@@ -22,8 +22,8 @@ use std::time::Instant;
 use device::{Caps, Side, env, serial};
 use zverbs::backend::Queues;
 use zverbs::{
-    BackendRequest, Completion, ContextOptions, PollCq, PostRecv, PostSend, RecvWr, SendWr,
-    WcOpcode,
+    BackendRequest, Completion, ContextOptions, PollCq, PostRecv, PostSend, RecvWr, Registered,
+    SendWr, WcOpcode,
 };
 
 /// Counts the allocations, reallocations and frees of the armed thread.
@@ -135,11 +135,11 @@ fn fallback_round_trips_allocate_nothing() {
     // Everything the loop uses is made before it.
     let (mut asq, mut arq, mut acq) = (qa.sq, qa.rq, qa.cq);
     let (mut bsq, mut brq, mut bcq) = (qb.sq, qb.rq, qb.cq);
-    let a_src = [a.buf.sge(0..8)];
-    let a_recv = [a.buf.sge(4096..4160)];
-    let b_src = [b.buf.sge(0..64)];
-    let b_recv = [b.buf.sge(4096..4160)];
-    let to_a = a.buf.remote(8192);
+    let a_src = [a.buf.sge(0..8).unwrap()];
+    let a_recv = [a.buf.sge(4096..4160).unwrap()];
+    let b_src = [b.buf.sge(0..64).unwrap()];
+    let b_recv = [b.buf.sge(4096..4160).unwrap()];
+    let to_a = a.buf.remote(8192).unwrap();
     for _ in 0..8 {
         // SAFETY: the entries lie in the registered buffers, which this test reads only
         // between completions.
@@ -153,7 +153,7 @@ fn fallback_round_trips_allocate_nothing() {
         let mut b_sends_out = 0u32;
         for i in 0..rounds {
             // A: an inline SEND with immediate, carrying the round number.
-            a.buf.store_u64(0, i);
+            a.buf.store_u64(0, i).unwrap();
             let wr = SendWr::send_imm(i, &a_src, i as u32).signaled().inline();
             // SAFETY: as above; inline data is copied at the post.
             unsafe { asq.post(&wr) }.map_err(|_| "A's post")?;
@@ -166,7 +166,7 @@ fn fallback_round_trips_allocate_nothing() {
                         return Err("B's completion failed".into());
                     }
                     if c.opcode == WcOpcode::Recv {
-                        if c.imm() != Some(i as u32) || b.buf.load_u64(4096) != i {
+                        if c.imm() != Some(i as u32) || b.buf.load_u64(4096).unwrap() != i {
                             return Err("B received the wrong message".into());
                         }
                         got = true;
@@ -178,7 +178,7 @@ fn fallback_round_trips_allocate_nothing() {
             // SAFETY: as above.
             unsafe { brq.post(&RecvWr::new(RECV_ID, &b_recv)) }.map_err(|_| "B's receive")?;
             // B: an RDMA WRITE with immediate back.
-            b.buf.store_u64(0, !i);
+            b.buf.store_u64(0, !i).unwrap();
             let wr = SendWr::write_imm(i, &b_src, to_a, !(i as u32)).signaled();
             // SAFETY: as above.
             unsafe { bsq.post(&wr) }.map_err(|_| "B's post")?;
@@ -191,7 +191,8 @@ fn fallback_round_trips_allocate_nothing() {
                     match (c.status.is_success(), c.opcode) {
                         (true, WcOpcode::Send) => sent = c.wr_id == i,
                         (true, WcOpcode::RecvRdmaWithImm) => {
-                            written = c.imm() == Some(!(i as u32)) && a.buf.load_u64(8192) == !i
+                            written =
+                                c.imm() == Some(!(i as u32)) && a.buf.load_u64(8192).unwrap() == !i
                         }
                         _ => return Err("A's completion".into()),
                     }

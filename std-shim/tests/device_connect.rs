@@ -21,7 +21,7 @@ use device::{Caps, Link, Side, bytes, env, open, pattern, wait};
 use zverbs::connect::RemoteRegion;
 use zverbs::connect::cm::{self, CmClient, CmListener};
 use zverbs::connect::exchange::{self, Hello, Wire};
-use zverbs::{SendFlags, WcOpcode, WcStatus};
+use zverbs::{Registered, SendFlags, WcOpcode, WcStatus};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -130,17 +130,17 @@ fn traffic(c: &Side, to_s: RemoteRegion, s: &Side, to_c: RemoteRegion) {
     let (qc, qs) = (c.queues(), s.queues());
     let (mut csq, mut crq, mut ccq) = (qc.sq, qc.rq, qc.cq);
     let (mut ssq, mut srq, mut scq) = (qs.sq, qs.rq, qs.cq);
-    crq.post(1, c.buf.slice(32768..36864)).unwrap();
-    srq.post(2, s.buf.slice(32768..36864)).unwrap();
-    c.buf.write(0, &pattern(20, 2000));
-    s.buf.write(0, &pattern(21, 2000));
+    crq.post(1, c.buf.slice(32768..36864).unwrap()).unwrap();
+    srq.post(2, s.buf.slice(32768..36864).unwrap()).unwrap();
+    c.buf.write(0, &pattern(20, 2000)).unwrap();
+    s.buf.write(0, &pattern(21, 2000)).unwrap();
     let sig = SendFlags::SIGNALED;
-    csq.write(3, c.buf.slice(0..2000), to_s.at(8192), sig)
+    csq.write(3, c.buf.slice(0..2000).unwrap(), to_s.at(8192), sig)
         .unwrap();
-    csq.send(4, c.buf.slice(0..100), sig).unwrap();
-    ssq.write(5, s.buf.slice(0..2000), to_c.at(8192), sig)
+    csq.send(4, c.buf.slice(0..100).unwrap(), sig).unwrap();
+    ssq.write(5, s.buf.slice(0..2000).unwrap(), to_c.at(8192), sig)
         .unwrap();
-    ssq.send(6, s.buf.slice(0..100), sig).unwrap();
+    ssq.send(6, s.buf.slice(0..100).unwrap(), sig).unwrap();
     for (cq, ids, recv) in [(&mut ccq, [3, 4], 1), (&mut scq, [5, 6], 2)] {
         let mut w = wait(cq, 3);
         w.sort_by_key(|c| c.wr_id);

@@ -12,7 +12,7 @@ use device::{Caps, Side, bytes, env, open, pattern, serial, wait};
 use zverbs::connect::Endpoint;
 use zverbs::{
     AccessFlags, BackendKind, BackendRequest, ConnectAttr, Error, GidType, LinkLayer, PortState,
-    PostSend, SendFlags, SendWr, WcStatus,
+    PostSend, Registered, SendFlags, SendWr, WcStatus,
 };
 
 #[test]
@@ -204,13 +204,13 @@ fn pd_mr_cq_and_qp_are_created_and_connected_step_by_step() {
     // A WRITE from the caller's memory into the buffer, and a READ back into it.
     let mut q = qp.send_queue().unwrap();
     let mut poller = cq.poller().unwrap();
-    let sgl = [mr.sge(1000..3000)];
+    let sgl = [mr.sge(1000..3000).unwrap()];
     // SAFETY: the entry lies in `mine`'s registration, untouched until the completion.
-    unsafe { q.post(&SendWr::write(1, &sgl, buf.remote(0)).signaled()) }.unwrap();
-    buf.write(3000, b"read into caller memory");
-    let back = [mr.sge(0..23)];
+    unsafe { q.post(&SendWr::write(1, &sgl, buf.remote(0).unwrap()).signaled()) }.unwrap();
+    buf.write(3000, b"read into caller memory").unwrap();
+    let back = [mr.sge(0..23).unwrap()];
     // SAFETY: as above; `mine[0..23]` is written by the device and read after the completion.
-    unsafe { q.post(&SendWr::read(2, &back, buf.remote(3000)).signaled()) }.unwrap();
+    unsafe { q.post(&SendWr::read(2, &back, buf.remote(3000).unwrap()).signaled()) }.unwrap();
     let w = wait(&mut poller, 2);
     assert!(w.iter().all(|c| c.status == WcStatus::Success), "{w:?}");
     assert_eq!(bytes(&buf, 0, 2000), pattern(40, 8192)[1000..3000]);
@@ -221,7 +221,12 @@ fn pd_mr_cq_and_qp_are_created_and_connected_step_by_step() {
     let side = Side::new(&ctx, env.gid_index, caps);
     side.qp.connect_with(&side.attr(&side.endpoint())).unwrap();
     let mut sq = side.qp.send_queue().unwrap();
-    let e = sq.read(1, ro.slice(0..8), buf.remote(0), SendFlags::SIGNALED);
+    let e = sq.read(
+        1,
+        ro.slice(0..8).unwrap(),
+        buf.remote(0).unwrap(),
+        SendFlags::SIGNALED,
+    );
     assert_eq!(e, Err(zverbs::safe::SafePostError::NotWritable));
 }
 

@@ -15,7 +15,9 @@ mod device;
 
 use device::{Caps, Link, bytes, connected, pattern, wait, wait_some};
 use zverbs::safe::SafePostError;
-use zverbs::{Completion, PollCq, PostError, QpState, RemoteBuf, SendFlags, WcOpcode, WcStatus};
+use zverbs::{
+    Completion, PollCq, PostError, QpState, Registered, RemoteBuf, SendFlags, WcOpcode, WcStatus,
+};
 
 const SIG: SendFlags = SendFlags::SIGNALED;
 
@@ -37,23 +39,40 @@ fn bad_rkey_then_flush(link: Link) {
     let mut sq = qa.sq;
     let mut rq = qb.rq;
     let (mut acq, mut bcq) = (qa.cq, qb.cq);
-    rq.post(50, b.buf.slice(0..1024)).unwrap();
-    rq.post(51, b.buf.slice(1024..2048)).unwrap();
-    a.buf.write(0, &pattern(30, 512));
+    rq.post(50, b.buf.slice(0..1024).unwrap()).unwrap();
+    rq.post(51, b.buf.slice(1024..2048).unwrap()).unwrap();
+    a.buf.write(0, &pattern(30, 512)).unwrap();
     let bad = RemoteBuf::new(b.buf.addr(), b.buf.rkey() ^ 0x5a5a_5a00);
     // One doorbell for the bad request and the work behind it.
     let mut batch = sq.batch();
-    batch.write(1, a.buf.slice(0..64), bad, SIG).unwrap();
+    batch
+        .write(1, a.buf.slice(0..64).unwrap(), bad, SIG)
+        .unwrap();
     // Work behind the bad request: unsignaled and signaled, of several kinds.
     batch
-        .write(2, a.buf.slice(0..64), b.buf.remote(4096), SendFlags::NONE)
+        .write(
+            2,
+            a.buf.slice(0..64).unwrap(),
+            b.buf.remote(4096).unwrap(),
+            SendFlags::NONE,
+        )
         .unwrap();
-    batch.send(3, a.buf.slice(0..32), SIG).unwrap();
+    batch.send(3, a.buf.slice(0..32).unwrap(), SIG).unwrap();
     batch
-        .read(4, a.buf.slice(8192..8256), b.buf.remote(0), SIG)
+        .read(
+            4,
+            a.buf.slice(8192..8256).unwrap(),
+            b.buf.remote(0).unwrap(),
+            SIG,
+        )
         .unwrap();
     batch
-        .write(5, a.buf.slice(0..16), b.buf.remote(4096), SendFlags::NONE)
+        .write(
+            5,
+            a.buf.slice(0..16).unwrap(),
+            b.buf.remote(4096).unwrap(),
+            SendFlags::NONE,
+        )
         .unwrap();
     batch.finish();
     let w = wait(&mut acq, 5);
@@ -85,7 +104,12 @@ fn bad_rkey_then_flush(link: Link) {
     // A request posted to the QP in the error state is refused, with nothing written (the
     // poller closed the queue when it met the error completion): no completion follows.
     for round in 0..3u64 {
-        let e = sq.write(10 + round, a.buf.slice(0..8), b.buf.remote(0), SIG);
+        let e = sq.write(
+            10 + round,
+            a.buf.slice(0..8).unwrap(),
+            b.buf.remote(0).unwrap(),
+            SIG,
+        );
         assert!(
             matches!(e, Err(SafePostError::Post(PostError::NotReady))),
             "{e:?}"
@@ -108,9 +132,14 @@ fn rnr_retry_exceeded(link: Link) {
     let mut sq = qa.sq;
     let (mut acq, mut bcq) = (qa.cq, qb.cq);
     let _rq = qb.rq; // no receive posted
-    sq.send(1, a.buf.slice(0..100), SIG).unwrap();
-    sq.write(2, a.buf.slice(0..100), b.buf.remote(0), SIG)
-        .unwrap();
+    sq.send(1, a.buf.slice(0..100).unwrap(), SIG).unwrap();
+    sq.write(
+        2,
+        a.buf.slice(0..100).unwrap(),
+        b.buf.remote(0).unwrap(),
+        SIG,
+    )
+    .unwrap();
     let w = wait(&mut acq, 2);
     assert_eq!(
         ids_and_status(&w),
@@ -131,13 +160,15 @@ fn peer_gone_retry_exceeded(link: Link) {
     }) else {
         return;
     };
-    let remote = b.buf.remote(0);
+    let remote = b.buf.remote(0).unwrap();
     drop(b);
     let qa = a.queues();
     let mut sq = qa.sq;
     let mut acq = qa.cq;
-    sq.write(1, a.buf.slice(0..100), remote, SIG).unwrap();
-    sq.send(2, a.buf.slice(0..100), SendFlags::NONE).unwrap();
+    sq.write(1, a.buf.slice(0..100).unwrap(), remote, SIG)
+        .unwrap();
+    sq.send(2, a.buf.slice(0..100).unwrap(), SendFlags::NONE)
+        .unwrap();
     let w = wait_some(&mut acq, 2);
     assert_eq!(
         ids_and_status(&w),

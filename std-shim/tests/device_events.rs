@@ -16,7 +16,7 @@ use std::time::Duration;
 use zverbs::connect::{Endpoint, random_psn};
 use zverbs::{
     AccessFlags, AsyncEvent, ConnectAttr, ContextOptions, PortState, PostRecv, PostSend, RecvWr,
-    SendWr,
+    Registered, SendWr,
 };
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -120,7 +120,7 @@ fn the_srq_limit_reaches_the_reader() {
     let buf = pd.alloc_buf(4096, AccessFlags::ALL).unwrap();
     let mut rq = srq.queue().unwrap();
     for i in 0..3u64 {
-        let sgl = [buf.sge(i as usize * 64..(i as usize + 1) * 64)];
+        let sgl = [buf.sge(i as usize * 64..(i as usize + 1) * 64).unwrap()];
         // SAFETY: registered, outlives the receives, read only after their completions.
         unsafe { PostRecv::post(&mut rq, &RecvWr::new(i, &sgl)) }.unwrap();
     }
@@ -128,7 +128,7 @@ fn the_srq_limit_reaches_the_reader() {
     let mut sq = peer.send_queue().unwrap();
     let mut poller = cq.poller().unwrap();
     let mut peer_poller = peer_cq.poller().unwrap();
-    let sgl = [buf.sge(2048..2056)];
+    let sgl = [buf.sge(2048..2056).unwrap()];
     for id in 0..2 {
         // SAFETY: registered memory that outlives the request's completion.
         unsafe { sq.post(&SendWr::send(id, &sgl).signaled()) }.unwrap();

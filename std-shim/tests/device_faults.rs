@@ -45,8 +45,8 @@ use zverbs::connect::Endpoint;
 use zverbs::safe::SafePostError;
 use zverbs::{
     AccessFlags, AsyncEvent, Completion, ConnectAttr, Context, ContextOptions, Cq, Error, Gid,
-    MrBuf, Pd, PollCq, Poller, PortState, PostError, PostSend, Qp, RecvQueue, RemoteBuf, SendFlags,
-    SendQueue, SendWr, Sge, WcStatus,
+    MrBuf, Pd, PollCq, Poller, PortState, PostError, PostSend, Qp, RecvQueue, Registered,
+    RemoteBuf, SendFlags, SendQueue, SendWr, Sge, WcStatus,
 };
 
 /// Set in a cell's process: `FAULT OP DEVICE GID_INDEX` (`-` for no GID index).
@@ -246,8 +246,9 @@ fn tag(id: u64) -> [u8; 8] {
 /// Fills a peer's buffer: every READ source is its id's tag, every counter at its base.
 fn fill_peer(buf: &MrBuf) {
     for id in 0..256u64 {
-        buf.write(SRC + id as usize * 64, &tag(id));
-        buf.write(ATOMIC + id as usize * 8, &ATOMIC_BASE.to_le_bytes());
+        buf.write(SRC + id as usize * 64, &tag(id)).unwrap();
+        buf.write(ATOMIC + id as usize * 8, &ATOMIC_BASE.to_le_bytes())
+            .unwrap();
     }
 }
 
@@ -366,7 +367,9 @@ impl LocalPeer {
             let k = self.posted_recvs as usize % RECV_SLOTS;
             rq.post(
                 self.posted_recvs,
-                self.buf.slice(RECV + k * MSG..RECV + (k + 1) * MSG),
+                self.buf
+                    .slice(RECV + k * MSG..RECV + (k + 1) * MSG)
+                    .unwrap(),
             )
             .unwrap();
             self.posted_recvs += 1;
@@ -458,7 +461,7 @@ fn peer_process(spec: &str) {
     let pd = ctx.alloc_pd().unwrap();
     let mut me = LocalPeer::new(&pd);
     let (ep, _, _, _) = endpoint(&ctx, gid, me.qp());
-    println!("peer: {}", encode(&ep, me.buf.remote(0)));
+    println!("peer: {}", encode(&ep, me.buf.remote(0).unwrap()));
     let mut line = String::new();
     std::io::stdin().read_line(&mut line).unwrap();
     let (a, _) = decode(line.trim());
@@ -511,7 +514,7 @@ impl A {
             .unwrap();
         let buf = pd.alloc_buf(BUF_LEN, AccessFlags::ALL).unwrap();
         for id in 0..256u64 {
-            buf.write(SRC + id as usize * 64, &tag(id));
+            buf.write(SRC + id as usize * 64, &tag(id)).unwrap();
         }
         let poller = cq.poller().unwrap();
         Self {
@@ -532,7 +535,8 @@ impl A {
         let rq = self.rq.as_mut().unwrap();
         for i in 0..A_RECVS {
             let off = RECV + i as usize * MSG;
-            rq.post(first + i, self.buf.slice(off..off + MSG)).unwrap();
+            rq.post(first + i, self.buf.slice(off..off + MSG).unwrap())
+                .unwrap();
         }
         if self.sq.is_none() {
             self.sq = Some(self.qp.send_queue().unwrap());
@@ -556,8 +560,8 @@ impl A {
             RemoteBuf::new(remote.addr + off as u64, rk)
         };
         let len = if r.op == Op::Send { MSG } else { 8 };
-        let src = self.buf.slice(SRC + id * 64..SRC + id * 64 + len);
-        let dst = self.buf.slice(DST + id * 64..DST + id * 64 + 8);
+        let src = self.buf.slice(SRC + id * 64..SRC + id * 64 + len).unwrap();
+        let dst = self.buf.slice(DST + id * 64..DST + id * 64 + 8).unwrap();
         let sq = self.sq.as_mut().expect("A connected");
         let res = match r.op {
             Op::Send if r.bad_key => {
@@ -679,7 +683,7 @@ fn effect(r: &Req, a: &A, peers: &[Peer]) -> Option<bool> {
     let id = r.id as usize;
     let mine = |off: usize| {
         let mut b = [0u8; 8];
-        a.buf.read(off, &mut b);
+        a.buf.read(off, &mut b).unwrap();
         b
     };
     match r.op {
@@ -691,7 +695,7 @@ fn effect(r: &Req, a: &A, peers: &[Peer]) -> Option<bool> {
             };
             let theirs = |off: usize| {
                 let mut b = [0u8; 8];
-                p.buf.read(off, &mut b);
+                p.buf.read(off, &mut b).unwrap();
                 b
             };
             Some(if r.op == Op::Write {
@@ -894,7 +898,7 @@ fn round(ctx: &Context, device: &str, gid: Option<u32>, fault: Fault, op: Op) ->
     } else {
         let mut p = LocalPeer::new(&pd);
         let (ep, _, _, _) = endpoint(ctx, gid, p.qp());
-        let remote = p.buf.remote(0);
+        let remote = p.buf.remote(0).unwrap();
         let (mine, _, _, _) = endpoint(ctx, gid, &a.qp);
         connect(ctx, gid, p.qp(), &mine);
         p.post_recvs(recvs);
@@ -986,13 +990,13 @@ fn round(ctx: &Context, device: &str, gid: Option<u32>, fault: Fault, op: Op) ->
                     unreachable!()
                 };
                 p.drain_and_reset();
-                (endpoint(ctx, gid, p.qp()).0, p.buf.remote(0), 0)
+                (endpoint(ctx, gid, p.qp()).0, p.buf.remote(0).unwrap(), 0)
             } else {
                 peers.push(Peer::Local(Box::new(LocalPeer::new(&pd))));
                 let Peer::Local(p) = &peers[1] else {
                     unreachable!()
                 };
-                (endpoint(ctx, gid, p.qp()).0, p.buf.remote(0), 1)
+                (endpoint(ctx, gid, p.qp()).0, p.buf.remote(0).unwrap(), 1)
             };
             let Peer::Local(p) = &mut peers[idx] else {
                 unreachable!()
@@ -1149,10 +1153,10 @@ fn raw_overrun(ctx: &Context, gid: Option<u32>, pd: &Pd, peers: &[Peer]) -> Stri
     let buf = pd.alloc_buf(4096, AccessFlags::ALL).unwrap();
     let mut sq = qp.send_queue().unwrap();
     let n = small.cqe() + 4;
-    let sgl = [buf.sge(0..8)];
+    let sgl = [buf.sge(0..8).unwrap()];
     for i in 0..n {
         // SAFETY: registered memory that outlives the requests (the QP is destroyed first).
-        unsafe { sq.post(&SendWr::write(u64::from(i), &sgl, p.buf.remote(0))) }.unwrap();
+        unsafe { sq.post(&SendWr::write(u64::from(i), &sgl, p.buf.remote(0).unwrap())) }.unwrap();
     }
     qp.to_error().unwrap();
     let deadline = Instant::now() + hang_limit();

@@ -12,7 +12,9 @@ use std::time::Instant;
 
 use device::{COMPLETION_LIMIT, env, open, serial};
 use zverbs::connect::Endpoint;
-use zverbs::{AccessFlags, Completion, ConnectAttr, Context, PollCq, Qp, SendFlags, WcStatus};
+use zverbs::{
+    AccessFlags, Completion, ConnectAttr, Context, PollCq, Qp, Registered, SendFlags, WcStatus,
+};
 
 const QPS: u64 = 6;
 
@@ -79,10 +81,15 @@ fn join_while_polling(ctx: &Context, gid: Option<u32>) {
         connect(ctx, gid, &qp, &peer);
         let src = pd.alloc_buf(64, AccessFlags::ALL).unwrap();
         let dst = pd.alloc_buf(64, AccessFlags::ALL).unwrap();
-        src.write(0, &(i + 1000).to_le_bytes());
+        src.write(0, &(i + 1000).to_le_bytes()).unwrap();
         let mut sq = qp.send_queue().unwrap();
-        sq.write(i, src.slice(0..8), dst.remote(0), SendFlags::SIGNALED)
-            .unwrap();
+        sq.write(
+            i,
+            src.slice(0..8).unwrap(),
+            dst.remote(0).unwrap(),
+            SendFlags::SIGNALED,
+        )
+        .unwrap();
         qps.push((qp, peer, src, dst, sq));
     }
     let got = got_rx.recv().unwrap();
@@ -91,7 +98,7 @@ fn join_while_polling(ctx: &Context, gid: Option<u32>) {
     assert!(got.iter().all(|g| g.1 == WcStatus::Success), "{got:?}");
     for (i, q) in qps.iter().enumerate() {
         let mut b = [0u8; 8];
-        q.3.read(0, &mut b);
+        q.3.read(0, &mut b).unwrap();
         assert_eq!(u64::from_le_bytes(b), i as u64 + 1000, "QP {i}'s WRITE");
     }
     let qpns: Vec<u32> = qps.iter().map(|q| q.0.qpn()).collect();

@@ -10,7 +10,8 @@ mod device;
 
 use device::{Caps, Link, bytes, connected, pattern, wait};
 use zverbs::{
-    BackendKind, PostRecv, PostSend, RecvWr, SendFlags, SendWr, Sge, WcFlags, WcOpcode, WcStatus,
+    BackendKind, PostRecv, PostSend, RecvWr, Registered, SendFlags, SendWr, Sge, WcFlags, WcOpcode,
+    WcStatus,
 };
 
 const SIG: SendFlags = SendFlags::SIGNALED;
@@ -40,10 +41,15 @@ fn write(link: Link) {
     let mut sq = qa.sq;
     let mut acq = qa.cq;
     let data = pattern(1, 200);
-    a.buf.write(0, &data);
-    b.buf.fill(0..1024, 0xee);
-    sq.write(0x1111, a.buf.slice(0..200), b.buf.remote(300), SIG)
-        .unwrap();
+    a.buf.write(0, &data).unwrap();
+    b.buf.fill(0..1024, 0xee).unwrap();
+    sq.write(
+        0x1111,
+        a.buf.slice(0..200).unwrap(),
+        b.buf.remote(300).unwrap(),
+        SIG,
+    )
+    .unwrap();
     let w = wait(&mut acq, 1);
     assert_eq!(w[0].status, WcStatus::Success, "{w:?}");
     assert_eq!(
@@ -68,9 +74,14 @@ fn write_above_the_mtu(link: Link) {
     let mut acq = qa.cq;
     let len = 60 << 10;
     let data = pattern(2, len);
-    a.buf.write(0, &data);
-    sq.write(7, a.buf.slice(0..len), b.buf.remote(1024), SIG)
-        .unwrap();
+    a.buf.write(0, &data).unwrap();
+    sq.write(
+        7,
+        a.buf.slice(0..len).unwrap(),
+        b.buf.remote(1024).unwrap(),
+        SIG,
+    )
+    .unwrap();
     let w = wait(&mut acq, 1);
     assert!(w[0].is_success() && w[0].wr_id == 7, "{w:?}");
     assert_eq!(bytes(&b.buf, 1024, len), data);
@@ -86,13 +97,13 @@ fn write_with_immediate(link: Link) {
     let mut sq = qa.sq;
     let mut rq = qb.rq;
     let (mut acq, mut bcq) = (qa.cq, qb.cq);
-    rq.post(0xb0, b.buf.slice(60000..60100)).unwrap();
+    rq.post(0xb0, b.buf.slice(60000..60100).unwrap()).unwrap();
     let data = pattern(3, 3000);
-    a.buf.write(0, &data);
+    a.buf.write(0, &data).unwrap();
     sq.write_imm(
         0xa0,
-        a.buf.slice(0..3000),
-        b.buf.remote(8000),
+        a.buf.slice(0..3000).unwrap(),
+        b.buf.remote(8000).unwrap(),
         0x1234_5678,
         SIG,
     )
@@ -135,13 +146,16 @@ fn send_and_receive(link: Link) {
     let (mut acq, mut bcq) = (qa.cq, qb.cq);
     let sizes = [1usize, 64, 1000, 1024, 4096];
     for i in 0..sizes.len() {
-        rq.post(100 + i as u64, b.buf.slice(i * 8192..i * 8192 + 4096))
-            .unwrap();
+        rq.post(
+            100 + i as u64,
+            b.buf.slice(i * 8192..i * 8192 + 4096).unwrap(),
+        )
+        .unwrap();
     }
     let mut off = 0;
     for (i, &n) in sizes.iter().enumerate() {
-        a.buf.write(off, &pattern(10 + i as u8, n));
-        sq.send(200 + i as u64, a.buf.slice(off..off + n), SIG)
+        a.buf.write(off, &pattern(10 + i as u8, n)).unwrap();
+        sq.send(200 + i as u64, a.buf.slice(off..off + n).unwrap(), SIG)
             .unwrap();
         off += n;
     }
@@ -182,12 +196,12 @@ fn send_with_immediate(link: Link) {
     let mut sq = qa.sq;
     let mut rq = qb.rq;
     let (mut acq, mut bcq) = (qa.cq, qb.cq);
-    rq.post(1, b.buf.slice(0..256)).unwrap();
-    rq.post(2, b.buf.slice(256..512)).unwrap();
-    a.buf.write(0, b"with an immediate");
-    sq.send_imm(3, a.buf.slice(0..17), 0xdead_beef, SIG)
+    rq.post(1, b.buf.slice(0..256).unwrap()).unwrap();
+    rq.post(2, b.buf.slice(256..512).unwrap()).unwrap();
+    a.buf.write(0, b"with an immediate").unwrap();
+    sq.send_imm(3, a.buf.slice(0..17).unwrap(), 0xdead_beef, SIG)
         .unwrap();
-    sq.send_imm(4, a.buf.slice(0..0), 1, SIG).unwrap();
+    sq.send_imm(4, a.buf.slice(0..0).unwrap(), 1, SIG).unwrap();
     let w = wait(&mut acq, 2);
     assert!(
         w.iter()
@@ -218,10 +232,11 @@ fn send_above_the_mtu(link: Link) {
     let mut rq = qb.rq;
     let (mut acq, mut bcq) = (qa.cq, qb.cq);
     let len = 16 << 10;
-    rq.post(9, b.buf.slice(4096..4096 + 32768)).unwrap();
+    rq.post(9, b.buf.slice(4096..4096 + 32768).unwrap())
+        .unwrap();
     let data = pattern(4, len);
-    a.buf.write(0, &data);
-    sq.send(8, a.buf.slice(0..len), SIG).unwrap();
+    a.buf.write(0, &data).unwrap();
+    sq.send(8, a.buf.slice(0..len).unwrap(), SIG).unwrap();
     assert!(wait(&mut acq, 1)[0].is_success());
     let r = wait(&mut bcq, 1);
     assert_eq!(
@@ -241,13 +256,19 @@ fn gather_and_scatter(link: Link) {
     let (mut qa, mut qb) = (a.queues(), b.queues());
     let first = pattern(5, 100);
     let second = pattern(6, 150);
-    a.buf.write(1000, &first);
-    a.buf.write(5000, &second);
-    let recv = [b.buf.sge(2000..2120), b.buf.sge(9000..9500)];
+    a.buf.write(1000, &first).unwrap();
+    a.buf.write(5000, &second).unwrap();
+    let recv = [
+        b.buf.sge(2000..2120).unwrap(),
+        b.buf.sge(9000..9500).unwrap(),
+    ];
     // SAFETY: the entries lie in B's registered buffer, which the test reads only after the
     // completion.
     unsafe { PostRecv::post(&mut qb.rq, &RecvWr::new(77, &recv)) }.unwrap();
-    let gather = [a.buf.sge(1000..1100), a.buf.sge(5000..5150)];
+    let gather = [
+        a.buf.sge(1000..1100).unwrap(),
+        a.buf.sge(5000..5150).unwrap(),
+    ];
     // SAFETY: the entries lie in A's registered buffer, not written until the completion.
     unsafe { qa.sq.post(&SendWr::send(78, &gather).signaled()) }.unwrap();
     assert!(wait(&mut qa.cq, 1)[0].is_success());
@@ -260,7 +281,7 @@ fn gather_and_scatter(link: Link) {
     assert!(bytes(&b.buf, 9130, 370).iter().all(|&x| x == 0));
 
     // A gathered WRITE too.
-    let remote = b.buf.remote(20000);
+    let remote = b.buf.remote(20000).unwrap();
     // SAFETY: as above.
     unsafe { qa.sq.post(&SendWr::write(79, &gather, remote).signaled()) }.unwrap();
     assert!(wait(&mut qa.cq, 1)[0].is_success());
@@ -276,9 +297,14 @@ fn read(link: Link) {
     let mut sq = qa.sq;
     let mut acq = qa.cq;
     let data = pattern(7, 777);
-    b.buf.write(12345, &data);
-    sq.read(0x5eed, a.buf.slice(40000..40777), b.buf.remote(12345), SIG)
-        .unwrap();
+    b.buf.write(12345, &data).unwrap();
+    sq.read(
+        0x5eed,
+        a.buf.slice(40000..40777).unwrap(),
+        b.buf.remote(12345).unwrap(),
+        SIG,
+    )
+    .unwrap();
     let w = wait(&mut acq, 1);
     assert_eq!(
         (w[0].status, w[0].wr_id, w[0].opcode, w[0].byte_len),
@@ -299,9 +325,14 @@ fn read_above_the_mtu(link: Link) {
     let mut acq = qa.cq;
     let len = 48 << 10;
     let data = pattern(8, len);
-    b.buf.write(4096, &data);
-    sq.read(1, a.buf.slice(0..len), b.buf.remote(4096), SIG)
-        .unwrap();
+    b.buf.write(4096, &data).unwrap();
+    sq.read(
+        1,
+        a.buf.slice(0..len).unwrap(),
+        b.buf.remote(4096).unwrap(),
+        SIG,
+    )
+    .unwrap();
     let w = wait(&mut acq, 1);
     assert_eq!(
         (w[0].status, w[0].byte_len),
@@ -324,9 +355,15 @@ fn atomics(link: Link) {
     let mut sq = qa.sq;
     let mut acq = qa.cq;
     let start = 0x0123_4567_89ab_cdef_u64;
-    b.buf.store_u64(8, v(start));
-    sq.fetch_add(1, a.buf.slice(64..72), b.buf.remote(8), 0x1_0000_0001, SIG)
-        .unwrap();
+    b.buf.store_u64(8, v(start)).unwrap();
+    sq.fetch_add(
+        1,
+        a.buf.slice(64..72).unwrap(),
+        b.buf.remote(8).unwrap(),
+        0x1_0000_0001,
+        SIG,
+    )
+    .unwrap();
     let w = wait(&mut acq, 1);
     assert_eq!(
         (w[0].status, w[0].opcode, w[0].byte_len),
@@ -334,42 +371,72 @@ fn atomics(link: Link) {
         "{w:?}"
     );
     assert_eq!(
-        a.buf.load_u64(64),
+        a.buf.load_u64(64).unwrap(),
         v(start),
         "FETCH_ADD returns the old value"
     );
     let added = start + 0x1_0000_0001;
-    assert_eq!(b.buf.load_u64(8), v(added), "and adds");
+    assert_eq!(b.buf.load_u64(8).unwrap(), v(added), "and adds");
 
-    sq.compare_swap(2, a.buf.slice(72..80), b.buf.remote(8), 5, 6, SIG)
-        .unwrap();
+    sq.compare_swap(
+        2,
+        a.buf.slice(72..80).unwrap(),
+        b.buf.remote(8).unwrap(),
+        5,
+        6,
+        SIG,
+    )
+    .unwrap();
     let w = wait(&mut acq, 1);
     assert_eq!(
         (w[0].status, w[0].opcode),
         (WcStatus::Success, WcOpcode::CompSwap)
     );
     assert_eq!(
-        a.buf.load_u64(72),
+        a.buf.load_u64(72).unwrap(),
         v(added),
         "a failed compare returns the value"
     );
-    assert_eq!(b.buf.load_u64(8), v(added), "and leaves it");
+    assert_eq!(b.buf.load_u64(8).unwrap(), v(added), "and leaves it");
 
-    sq.compare_swap(3, a.buf.slice(80..88), b.buf.remote(8), added, 42, SIG)
-        .unwrap();
+    sq.compare_swap(
+        3,
+        a.buf.slice(80..88).unwrap(),
+        b.buf.remote(8).unwrap(),
+        added,
+        42,
+        SIG,
+    )
+    .unwrap();
     let w = wait(&mut acq, 1);
     assert!(w[0].is_success(), "{w:?}");
-    assert_eq!(a.buf.load_u64(80), v(added));
-    assert_eq!(b.buf.load_u64(8), v(42), "a matching compare swaps");
+    assert_eq!(a.buf.load_u64(80).unwrap(), v(added));
+    assert_eq!(
+        b.buf.load_u64(8).unwrap(),
+        v(42),
+        "a matching compare swaps"
+    );
 
     // Misuse is refused before it reaches the device.
     assert!(
-        sq.fetch_add(4, a.buf.slice(64..70), b.buf.remote(8), 1, SIG)
-            .is_err()
+        sq.fetch_add(
+            4,
+            a.buf.slice(64..70).unwrap(),
+            b.buf.remote(8).unwrap(),
+            1,
+            SIG
+        )
+        .is_err()
     );
     assert!(
-        sq.fetch_add(4, a.buf.slice(64..72), b.buf.remote(12), 1, SIG)
-            .is_err()
+        sq.fetch_add(
+            4,
+            a.buf.slice(64..72).unwrap(),
+            b.buf.remote(12).unwrap(),
+            1,
+            SIG
+        )
+        .is_err()
     );
 }
 
@@ -385,9 +452,9 @@ fn inline(link: Link) {
     let mut sq = qa.sq;
     let mut rq = qb.rq;
     let (mut acq, mut bcq) = (qa.cq, qb.cq);
-    rq.post(1, b.buf.slice(0..128)).unwrap();
+    rq.post(1, b.buf.slice(0..128).unwrap()).unwrap();
     let mut payload = pattern(9, 64);
-    sq.write_inline(10, &payload, b.buf.remote(1000), SendFlags::NONE)
+    sq.write_inline(10, &payload, b.buf.remote(1000).unwrap(), SendFlags::NONE)
         .unwrap();
     let first = payload.clone();
     payload.iter_mut().for_each(|x| *x = !*x);
@@ -425,14 +492,16 @@ fn selective_signaling_and_batches(link: Link) {
     let mut qa = a.queues();
     let depth = a.qp.caps().max_send_wr as usize;
     for i in 0..16usize {
-        a.buf.write(i * 16, &pattern(i as u8, 16));
+        a.buf.write(i * 16, &pattern(i as u8, 16)).unwrap();
     }
-    let sgls: Vec<[Sge; 1]> = (0..16).map(|i| [a.buf.sge(i * 16..i * 16 + 16)]).collect();
+    let sgls: Vec<[Sge; 1]> = (0..16)
+        .map(|i| [a.buf.sge(i * 16..i * 16 + 16).unwrap()])
+        .collect();
     let wrs: Vec<SendWr<'_>> = sgls
         .iter()
         .enumerate()
         .map(|(i, s)| {
-            let wr = SendWr::write(i as u64, s, b.buf.remote(30000 + i * 16));
+            let wr = SendWr::write(i as u64, s, b.buf.remote(30000 + i * 16).unwrap());
             if i == 15 { wr.signaled() } else { wr }
         })
         .collect();
@@ -449,7 +518,7 @@ fn selective_signaling_and_batches(link: Link) {
     }
     // The signaled completion returned every slot: the queue takes `depth` requests again.
     for i in 0..depth {
-        let wr = SendWr::write(100 + i as u64, &sgls[0], b.buf.remote(40000));
+        let wr = SendWr::write(100 + i as u64, &sgls[0], b.buf.remote(40000).unwrap());
         let wr = if i + 1 == depth { wr.signaled() } else { wr };
         // SAFETY: as above.
         unsafe { qa.sq.stage(&wr) }.unwrap_or_else(|e| panic!("request {i} of {depth}: {e}"));
@@ -460,7 +529,7 @@ fn selective_signaling_and_batches(link: Link) {
         // SAFETY: as above (refused, so never posted).
         let full = unsafe {
             qa.sq
-                .stage(&SendWr::write(999, &sgls[0], b.buf.remote(40000)).signaled())
+                .stage(&SendWr::write(999, &sgls[0], b.buf.remote(40000).unwrap()).signaled())
         };
         assert!(
             matches!(full, Err(zverbs::PostError::QueueFull { .. })),

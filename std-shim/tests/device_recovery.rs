@@ -19,7 +19,7 @@ use device::{COMPLETION_LIMIT, env, open, serial};
 use zverbs::connect::Endpoint;
 use zverbs::{
     AccessFlags, Completion, ConnectAttr, Context, Cq, Error, MrBuf, Pd, PollCq, Poller, PostError,
-    Qp, QpState, RemoteBuf, SendFlags, WcStatus,
+    Qp, QpState, Registered, RemoteBuf, SendFlags, WcStatus,
 };
 
 const SIG: SendFlags = SendFlags::SIGNALED;
@@ -107,24 +107,44 @@ fn drain_reset_reconnect(ctx: &Context, gid: Option<u32>) {
     // Receives held by A, then a good WRITE, a WRITE with a bad rkey, and three more behind
     // it (one unsignaled): all posted before the device fails the bad one.
     for i in 0..3 {
-        rq.post(100 + i, a.buf.slice(2048..2112)).unwrap();
+        rq.post(100 + i, a.buf.slice(2048..2112).unwrap()).unwrap();
     }
-    a.buf.write(0, b"before");
-    sq.write(1, a.buf.slice(0..6), b.buf.remote(0), SIG)
+    a.buf.write(0, b"before").unwrap();
+    sq.write(1, a.buf.slice(0..6).unwrap(), b.buf.remote(0).unwrap(), SIG)
         .unwrap();
     let good = wait(&mut cq, 1);
     assert_eq!((good[0].wr_id, good[0].status), (1, WcStatus::Success));
-    let bad = RemoteBuf::new(b.buf.remote(0).addr, b.buf.remote(0).rkey ^ 0x5a5a_0000);
+    let bad = RemoteBuf::new(
+        b.buf.remote(0).unwrap().addr,
+        b.buf.remote(0).unwrap().rkey ^ 0x5a5a_0000,
+    );
     let mut batch = sq.batch();
-    batch.write(2, a.buf.slice(0..8), bad, SIG).unwrap();
     batch
-        .write(3, a.buf.slice(0..8), b.buf.remote(64), SIG)
+        .write(2, a.buf.slice(0..8).unwrap(), bad, SIG)
         .unwrap();
     batch
-        .write(4, a.buf.slice(0..8), b.buf.remote(128), SendFlags::empty())
+        .write(
+            3,
+            a.buf.slice(0..8).unwrap(),
+            b.buf.remote(64).unwrap(),
+            SIG,
+        )
         .unwrap();
     batch
-        .write(5, a.buf.slice(0..8), b.buf.remote(192), SIG)
+        .write(
+            4,
+            a.buf.slice(0..8).unwrap(),
+            b.buf.remote(128).unwrap(),
+            SendFlags::empty(),
+        )
+        .unwrap();
+    batch
+        .write(
+            5,
+            a.buf.slice(0..8).unwrap(),
+            b.buf.remote(192).unwrap(),
+            SIG,
+        )
         .unwrap();
     batch.finish();
     // Exactly one completion per request: the bad WRITE's error, a flush for each other.
@@ -141,7 +161,7 @@ fn drain_reset_reconnect(ctx: &Context, gid: Option<u32>) {
     // So is the responder, B, which the bad rkey put there (a class C error): its state is
     // what its device says, though B polled nothing.
     assert_eq!(b.qp.state(), QpState::Error);
-    let e = sq.write(6, a.buf.slice(0..8), c.buf.remote(0), SIG);
+    let e = sq.write(6, a.buf.slice(0..8).unwrap(), c.buf.remote(0).unwrap(), SIG);
     assert!(
         matches!(
             e,
@@ -156,7 +176,7 @@ fn drain_reset_reconnect(ctx: &Context, gid: Option<u32>) {
     // A new incarnation sends from a new PSN, which its endpoint announces.
     assert_ne!(a.qp.psn(), old_psn);
     assert_eq!(endpoint(ctx, gid, &a.qp).0.psn, a.qp.psn());
-    let e = rq.post(7, a.buf.slice(0..8));
+    let e = rq.post(7, a.buf.slice(0..8).unwrap());
     assert!(
         matches!(
             e,
@@ -166,20 +186,25 @@ fn drain_reset_reconnect(ctx: &Context, gid: Option<u32>) {
     );
     // A new peer: C. The same handles restart with the device's counters.
     connect(ctx, gid, &a.qp, &c.qp);
-    a.buf.write(0, b"after reset");
-    sq.write(8, a.buf.slice(0..11), c.buf.remote(512), SIG)
-        .unwrap();
+    a.buf.write(0, b"after reset").unwrap();
+    sq.write(
+        8,
+        a.buf.slice(0..11).unwrap(),
+        c.buf.remote(512).unwrap(),
+        SIG,
+    )
+    .unwrap();
     let done = wait(&mut cq, 1);
     assert_eq!((done[0].wr_id, done[0].status), (8, WcStatus::Success));
     let mut got = [0u8; 11];
-    c.buf.read(512, &mut got);
+    c.buf.read(512, &mut got).unwrap();
     assert_eq!(&got, b"after reset");
     // And receives: C sends into A's receive queue.
     let mut cs = c.qp.send_queue().unwrap();
     let mut ccq = c.cq.poller().unwrap();
-    rq.post(9, a.buf.slice(1024..1088)).unwrap();
-    c.buf.write(0, b"hello A");
-    cs.send(10, c.buf.slice(0..7), SIG).unwrap();
+    rq.post(9, a.buf.slice(1024..1088).unwrap()).unwrap();
+    c.buf.write(0, b"hello A").unwrap();
+    cs.send(10, c.buf.slice(0..7).unwrap(), SIG).unwrap();
     assert_eq!(wait(&mut ccq, 1)[0].status, WcStatus::Success);
     let r = wait(&mut cq, 1);
     assert_eq!(
@@ -187,7 +212,7 @@ fn drain_reset_reconnect(ctx: &Context, gid: Option<u32>) {
         (9, 7, WcStatus::Success)
     );
     let mut got = [0u8; 7];
-    a.buf.read(1024, &mut got);
+    a.buf.read(1024, &mut got).unwrap();
     assert_eq!(&got, b"hello A");
 }
 
@@ -198,7 +223,7 @@ fn reset_waits_for_the_poller(ctx: &Context, gid: Option<u32>) {
     connect(ctx, gid, &a.qp, &b.qp);
     let mut sq = a.qp.send_queue().unwrap();
     let mut cq = a.cq.poller().unwrap();
-    sq.write(1, a.buf.slice(0..8), b.buf.remote(0), SIG)
+    sq.write(1, a.buf.slice(0..8).unwrap(), b.buf.remote(0).unwrap(), SIG)
         .unwrap();
     a.qp.to_error().unwrap();
     // Not polled yet: the WRITE's completion (success or flush) is still the old incarnation's.
@@ -230,16 +255,21 @@ fn reuse(ctx: &Context, gid: Option<u32>, a: &End, b: &End, n: u32) {
             connect(ctx, gid, &a.qp, &b.qp);
         }
         let word = round.to_le_bytes();
-        a.buf.write(0, &word);
-        sq.write(u64::from(round), a.buf.slice(0..4), b.buf.remote(0), SIG)
-            .unwrap();
+        a.buf.write(0, &word).unwrap();
+        sq.write(
+            u64::from(round),
+            a.buf.slice(0..4).unwrap(),
+            b.buf.remote(0).unwrap(),
+            SIG,
+        )
+        .unwrap();
         let c = wait(&mut cq, 1);
         assert_eq!(
             (c[0].wr_id, c[0].status),
             (u64::from(round), WcStatus::Success)
         );
         let mut got = [0u8; 4];
-        b.buf.read(0, &mut got);
+        b.buf.read(0, &mut got).unwrap();
         assert_eq!(got, word, "round {round}");
         a.qp.to_error().unwrap();
         b.qp.to_error().unwrap();
@@ -287,13 +317,18 @@ fn unsignaled_last_request_then_both_sides_recover(ctx: &Context, gid: Option<u3
     let mut sq = a.qp.send_queue().unwrap();
     let mut cq = a.cq.poller().unwrap();
     let mut bcq = b.cq.poller().unwrap();
-    a.buf.write(0, b"first");
-    sq.write(1, a.buf.slice(0..5), b.buf.remote(0), SIG)
+    a.buf.write(0, b"first").unwrap();
+    sq.write(1, a.buf.slice(0..5).unwrap(), b.buf.remote(0).unwrap(), SIG)
         .unwrap();
     assert_eq!(wait(&mut cq, 1)[0].status, WcStatus::Success);
-    a.buf.write(8, b"unsignaled");
-    sq.write(2, a.buf.slice(8..18), b.buf.remote(8), SendFlags::empty())
-        .unwrap();
+    a.buf.write(8, b"unsignaled").unwrap();
+    sq.write(
+        2,
+        a.buf.slice(8..18).unwrap(),
+        b.buf.remote(8).unwrap(),
+        SendFlags::empty(),
+    )
+    .unwrap();
     let deadline = Instant::now() + COMPLETION_LIMIT;
     let mut got = [0u8; 10];
     while &got != b"unsignaled" {
@@ -301,7 +336,7 @@ fn unsignaled_last_request_then_both_sides_recover(ctx: &Context, gid: Option<u3
             Instant::now() < deadline,
             "the unsignaled WRITE never landed"
         );
-        b.buf.read(8, &mut got);
+        b.buf.read(8, &mut got).unwrap();
     }
     a.qp.to_error().unwrap();
     let extra = drain_and_reset(&a.qp, &mut cq);
@@ -314,13 +349,18 @@ fn unsignaled_last_request_then_both_sides_recover(ctx: &Context, gid: Option<u3
     b.qp.to_error().unwrap();
     assert!(drain_and_reset(&b.qp, &mut bcq).is_empty());
     connect(ctx, gid, &a.qp, &b.qp);
-    a.buf.write(64, b"both again");
-    sq.write(3, a.buf.slice(64..74), b.buf.remote(64), SIG)
-        .unwrap();
+    a.buf.write(64, b"both again").unwrap();
+    sq.write(
+        3,
+        a.buf.slice(64..74).unwrap(),
+        b.buf.remote(64).unwrap(),
+        SIG,
+    )
+    .unwrap();
     let c = wait(&mut cq, 1);
     assert_eq!((c[0].wr_id, c[0].status), (3, WcStatus::Success));
     let mut got = [0u8; 10];
-    b.buf.read(64, &mut got);
+    b.buf.read(64, &mut got).unwrap();
     assert_eq!(&got, b"both again");
     nothing_more(&mut cq);
 }

@@ -14,7 +14,7 @@ use device::{BUF_LEN, Link, bytes, pattern, wait};
 use zverbs::connect::Endpoint;
 use zverbs::{
     AccessFlags, ConnectAttr, Context, Cq, Error, LocalAddress, MrBuf, PollCq, Poller, PostError,
-    PostRecv, PostSend, Qp, RecvWr, SendQueue, SendWr, Srq, SrqQueue, WcOpcode,
+    PostRecv, PostSend, Qp, RecvWr, Registered, SendQueue, SendWr, Srq, SrqQueue, WcOpcode,
 };
 
 /// QPs on each side.
@@ -119,7 +119,7 @@ fn srq_pairs(link: Link, srq_wr: u32) -> Option<(Requester, Responder)> {
         srq.caps().0,
         qb[0].backend()
     );
-    bb.fill(0..BUF_LEN, FILL);
+    bb.fill(0..BUF_LEN, FILL).unwrap();
     Some((
         Requester {
             buf: ba,
@@ -137,7 +137,7 @@ fn srq_pairs(link: Link, srq_wr: u32) -> Option<(Requester, Responder)> {
 
 /// Posts the receive `wr_id` of [`SLOT`] bytes at slot `slot`.
 fn post_slot(rq: &mut SrqQueue, buf: &MrBuf, wr_id: u64, slot: usize) -> Result<(), PostError> {
-    let sgl = [buf.sge(slot * SLOT..(slot + 1) * SLOT)];
+    let sgl = [buf.sge(slot * SLOT..(slot + 1) * SLOT).unwrap()];
     // SAFETY: registered memory that outlives the receive, read only after its completion.
     unsafe { PostRecv::post(rq, &RecvWr::new(wr_id, &sgl)) }
 }
@@ -145,8 +145,8 @@ fn post_slot(rq: &mut SrqQueue, buf: &MrBuf, wr_id: u64, slot: usize) -> Result<
 /// Message `k`: `10 + k` bytes of pattern `k`, sent by requester QP `k % QPS`.
 fn send_message(sqs: &mut [SendQueue], a: &Requester, k: usize) {
     let data = pattern(k as u8, 10 + k);
-    a.buf.write(k * SLOT, &data);
-    let sgl = [a.buf.sge(k * SLOT..k * SLOT + data.len())];
+    a.buf.write(k * SLOT, &data).unwrap();
+    let sgl = [a.buf.sge(k * SLOT..k * SLOT + data.len()).unwrap()];
     let wr = SendWr::send(k as u64, &sgl).signaled();
     // SAFETY: registered memory that outlives the completion polled by the caller.
     unsafe { sqs[k % QPS].post(&wr) }.unwrap();
@@ -207,7 +207,7 @@ fn qps_on_one_srq_name_their_qp_and_receives_are_reposted(link: Link) {
     });
     assert_eq!(ids, (100..106).collect::<Vec<u64>>());
     // Repost the same memory under new wr_ids.
-    b.buf.fill(0..BUF_LEN, FILL);
+    b.buf.fill(0..BUF_LEN, FILL).unwrap();
     for i in 0..6 {
         post_slot(&mut rq, &b.buf, 200 + i as u64, i).unwrap();
     }

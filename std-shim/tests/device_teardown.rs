@@ -18,7 +18,7 @@ use std::fs;
 use device::netlink::{Objects, Socket};
 use device::{env, open, serial};
 use zverbs::connect::Endpoint;
-use zverbs::{AccessFlags, ConnectAttr, Context, Cq, MrBuf, Pd, Qp, SendFlags};
+use zverbs::{AccessFlags, ConnectAttr, Context, Cq, MrBuf, Pd, Qp, Registered, SendFlags};
 use zverbs::{Poller, RecvQueue, SendQueue};
 
 /// A QP's send and receive queue and its CQ's poller.
@@ -62,15 +62,30 @@ impl Handles {
         let mut sq = qp.send_queue().unwrap();
         let mut rq = qp.recv_queue().unwrap();
         let poller = cq.poller().unwrap();
-        rq.post(1, buf.slice(4096..8192)).unwrap();
+        rq.post(1, buf.slice(4096..8192).unwrap()).unwrap();
         let sig = SendFlags::SIGNALED;
-        sq.send(2, buf.slice(0..100), sig).unwrap();
-        sq.write(3, buf.slice(0..100), buf.remote(1000), SendFlags::NONE)
-            .unwrap();
-        sq.read(4, buf.slice(2000..2100), buf.remote(0), sig)
-            .unwrap();
-        sq.write(5, buf.slice(0..100), buf.remote(3000), sig)
-            .unwrap();
+        sq.send(2, buf.slice(0..100).unwrap(), sig).unwrap();
+        sq.write(
+            3,
+            buf.slice(0..100).unwrap(),
+            buf.remote(1000).unwrap(),
+            SendFlags::NONE,
+        )
+        .unwrap();
+        sq.read(
+            4,
+            buf.slice(2000..2100).unwrap(),
+            buf.remote(0).unwrap(),
+            sig,
+        )
+        .unwrap();
+        sq.write(
+            5,
+            buf.slice(0..100).unwrap(),
+            buf.remote(3000).unwrap(),
+            sig,
+        )
+        .unwrap();
         let queues = (sq, rq, poller);
         Self {
             ctx: Some(ctx),

@@ -24,7 +24,8 @@ use zverbs::connect::cm::CmMulticast;
 use zverbs::safe::SafePostError;
 use zverbs::{
     AccessFlags, Completion, Context, Cq, LocalAddress, MrBuf, Pd, PollCq, Poller, PostError,
-    PostSend, Qp, RecvQueue, SendFlags, SendQueue, SendWr, Sge, UdAttr, UdTarget, WcOpcode,
+    PostSend, Qp, RecvQueue, Registered, SendFlags, SendQueue, SendWr, Sge, UdAttr, UdTarget,
+    WcOpcode,
 };
 
 const SIG: SendFlags = SendFlags::SIGNALED;
@@ -72,7 +73,7 @@ impl UdSide {
         let mut attr = UdAttr::new(QKEY);
         attr.port = local.port;
         qp.ready_ud(&attr).expect("UD QP to RTS");
-        buf.fill(0..BUF_LEN, FILL);
+        buf.fill(0..BUF_LEN, FILL).unwrap();
         Self {
             local,
             pd,
@@ -136,8 +137,11 @@ fn ud_pair(link: Link) -> Option<(UdSide, UdSide)> {
 fn post_slots(rq: RecvQueue, buf: &MrBuf, first: u64, n: usize) -> RecvQueue {
     let mut rq = rq;
     for i in 0..n {
-        rq.post(first + i as u64, buf.slice(i * SLOT..(i + 1) * SLOT))
-            .unwrap();
+        rq.post(
+            first + i as u64,
+            buf.slice(i * SLOT..(i + 1) * SLOT).unwrap(),
+        )
+        .unwrap();
     }
     rq
 }
@@ -175,10 +179,11 @@ fn send_and_send_with_immediate(link: Link) {
     let mut sq = sq;
     let to_b = a.target(&b, QKEY);
     let (d1, d2) = (pattern(1, 300), pattern(2, 1000));
-    a.buf.write(0, &d1);
-    a.buf.write(4096, &d2);
-    sq.send_to(1, a.buf.slice(0..300), &to_b, SIG).unwrap();
-    sq.send_to_imm(2, a.buf.slice(4096..5096), &to_b, 0x1234_5678, SIG)
+    a.buf.write(0, &d1).unwrap();
+    a.buf.write(4096, &d2).unwrap();
+    sq.send_to(1, a.buf.slice(0..300).unwrap(), &to_b, SIG)
+        .unwrap();
+    sq.send_to_imm(2, a.buf.slice(4096..5096).unwrap(), &to_b, 0x1234_5678, SIG)
         .unwrap();
     sent(&wait(&mut acq, 2), &[1, 2]);
     let w = wait(&mut bcq, 2);
@@ -212,9 +217,9 @@ fn gather_and_inline(link: Link) {
     let _rq = post_slots(rq, &b.buf, 20, 2);
     let to_b = a.target(&b, QKEY);
     let data = pattern(3, 700);
-    a.buf.write(100, &data[..200]);
-    a.buf.write(9000, &data[200..]);
-    let sgl = [a.buf.sge(100..300), a.buf.sge(9000..9500)];
+    a.buf.write(100, &data[..200]).unwrap();
+    a.buf.write(9000, &data[200..]).unwrap();
+    let sgl = [a.buf.sge(100..300).unwrap(), a.buf.sge(9000..9500).unwrap()];
     let wr = SendWr::send_to(5, &sgl, to_b.dest()).signaled();
     // SAFETY: registered memory that outlives the completion polled below.
     unsafe { sq.post(&wr) }.unwrap();
@@ -257,7 +262,7 @@ fn above_the_mtu_is_refused(link: Link) {
     let mut sq = sq;
     let to_b = a.target(&b, QKEY);
     let e = sq
-        .send_to(1, a.buf.slice(0..mtu + 1), &to_b, SIG)
+        .send_to(1, a.buf.slice(0..mtu + 1).unwrap(), &to_b, SIG)
         .unwrap_err();
     assert_eq!(
         e,
@@ -267,9 +272,11 @@ fn above_the_mtu_is_refused(link: Link) {
         })
     );
     let mut batch = sq.batch();
-    batch.send_to(2, a.buf.slice(0..8), &to_b, SIG).unwrap();
+    batch
+        .send_to(2, a.buf.slice(0..8).unwrap(), &to_b, SIG)
+        .unwrap();
     let e = batch
-        .send_to(3, a.buf.slice(0..mtu + 1), &to_b, SIG)
+        .send_to(3, a.buf.slice(0..mtu + 1).unwrap(), &to_b, SIG)
         .unwrap_err();
     assert!(
         matches!(e, SafePostError::Post(PostError::DatagramTooLong { .. })),
@@ -291,8 +298,9 @@ fn above_the_mtu_is_refused(link: Link) {
     check_datagram(&w[0], &e(30, &head), &b.buf, 0, 64, FILL);
     // Exactly the MTU is accepted.
     let full = pattern(5, mtu);
-    a.buf.write(0, &full);
-    sq.send_to(4, a.buf.slice(0..mtu), &to_b, SIG).unwrap();
+    a.buf.write(0, &full).unwrap();
+    sq.send_to(4, a.buf.slice(0..mtu).unwrap(), &to_b, SIG)
+        .unwrap();
     sent(&wait(&mut acq, 1), &[4]);
     let w = wait(&mut bcq, 1);
     check_datagram(&w[0], &e(31, &full), &b.buf, SLOT, 64, FILL);
@@ -312,12 +320,14 @@ fn wrong_qkey_is_dropped(link: Link) {
     let wrong = a.target(&b, QKEY ^ 0x0f0f);
     let right = a.target(&b, QKEY);
     let (d1, d2) = (pattern(6, 100), pattern(7, 120));
-    a.buf.write(0, &d1);
-    a.buf.write(1024, &d2);
-    sq.send_to(1, a.buf.slice(0..100), &wrong, SIG).unwrap();
+    a.buf.write(0, &d1).unwrap();
+    a.buf.write(1024, &d2).unwrap();
+    sq.send_to(1, a.buf.slice(0..100).unwrap(), &wrong, SIG)
+        .unwrap();
     sent(&wait(&mut acq, 1), &[1]);
     nothing_on(&mut bcq);
-    sq.send_to(2, a.buf.slice(1024..1144), &right, SIG).unwrap();
+    sq.send_to(2, a.buf.slice(1024..1144).unwrap(), &right, SIG)
+        .unwrap();
     sent(&wait(&mut acq, 1), &[2]);
     let w = wait(&mut bcq, 1);
     let e = Expect {
@@ -345,18 +355,22 @@ fn send_without_an_address_handle_is_refused(link: Link) {
     let _rq = post_slots(rq, &b.buf, 50, 1);
     let mut sq = sq;
     let wrong = SafePostError::Post(PostError::WrongTransport);
-    assert_eq!(sq.send(1, a.buf.slice(0..8), SIG), Err(wrong));
-    assert_eq!(sq.send_imm(2, a.buf.slice(0..8), 7, SIG), Err(wrong));
+    assert_eq!(sq.send(1, a.buf.slice(0..8).unwrap(), SIG), Err(wrong));
     assert_eq!(
-        sq.write(3, a.buf.slice(0..8), b.buf.remote(0), SIG),
+        sq.send_imm(2, a.buf.slice(0..8).unwrap(), 7, SIG),
+        Err(wrong)
+    );
+    assert_eq!(
+        sq.write(3, a.buf.slice(0..8).unwrap(), b.buf.remote(0).unwrap(), SIG),
         Err(wrong)
     );
     nothing_on(&mut acq);
     nothing_on(&mut bcq);
     let to_b = a.target(&b, QKEY);
     let d = pattern(8, 16);
-    a.buf.write(0, &d);
-    sq.send_to(4, a.buf.slice(0..16), &to_b, SIG).unwrap();
+    a.buf.write(0, &d).unwrap();
+    sq.send_to(4, a.buf.slice(0..16).unwrap(), &to_b, SIG)
+        .unwrap();
     sent(&wait(&mut acq, 1), &[4]);
     let w = wait(&mut bcq, 1);
     let e = Expect {
@@ -394,7 +408,7 @@ fn member(group: IpAddr, bind: IpAddr, slots: usize) -> Member {
     device::check_backend(&ctx, &qp);
     m.ready(&qp).expect("ready the UD QP");
     let buf = pd.alloc_buf(BUF_LEN, AccessFlags::ALL).unwrap();
-    buf.fill(0..BUF_LEN, FILL);
+    buf.fill(0..BUF_LEN, FILL).unwrap();
     let rq = post_slots(qp.recv_queue().unwrap(), &buf, 0, slots);
     let group = m.join(&qp).expect("join the group");
     Member {
@@ -447,8 +461,9 @@ fn multicast_to_two_receivers_then_one_leaves(link: Link) {
     let mut sq = qp.send_queue().unwrap();
     let mut scq = cq.poller().unwrap();
     let d1 = pattern(9, 200);
-    buf.write(0, &d1);
-    sq.send_to(1, buf.slice(0..200), &to_group, SIG).unwrap();
+    buf.write(0, &d1).unwrap();
+    sq.send_to(1, buf.slice(0..200).unwrap(), &to_group, SIG)
+        .unwrap();
     sent(&wait_some(&mut scq, 1), &[1]);
     for r in [&mut r1, &mut r2] {
         let w = wait(&mut r.cq, 1);
@@ -465,9 +480,9 @@ fn multicast_to_two_receivers_then_one_leaves(link: Link) {
     // Receiver 2 leaves; receiver 1 takes the next two, receiver 2 nothing.
     drop(r2.group);
     let d2 = pattern(10, 64);
-    buf.write(1024, &d2);
+    buf.write(1024, &d2).unwrap();
     for id in [2, 3] {
-        sq.send_to_imm(id, buf.slice(1024..1088), &to_group, 0x77, SIG)
+        sq.send_to_imm(id, buf.slice(1024..1088).unwrap(), &to_group, 0x77, SIG)
             .unwrap();
         sent(&wait_some(&mut scq, 1), &[id]);
     }

@@ -142,21 +142,23 @@ fn no_wake_up_is_lost_in_arm_sleep_wake_cycles() {
     let (mut asq, mut arq, mut acq) = queues(&a);
     let (mut bsq, mut brq, mut bcq) = queues(&b);
     let sig = SendFlags::SIGNALED;
-    arq.post(0, a.buf.slice(0..64)).unwrap();
-    brq.post(0, b.buf.slice(0..64)).unwrap();
+    arq.post(0, a.buf.slice(0..64).unwrap()).unwrap();
+    brq.post(0, b.buf.slice(0..64).unwrap()).unwrap();
     let bbuf = b.buf.clone();
     let echo = std::thread::spawn(move || {
         for i in 0..n {
             wait_recv(&mut bcq);
-            brq.post(u64::from(i), bbuf.slice(0..64)).unwrap();
-            bsq.send(u64::from(i), bbuf.slice(64..72), sig).unwrap();
+            brq.post(u64::from(i), bbuf.slice(0..64).unwrap()).unwrap();
+            bsq.send(u64::from(i), bbuf.slice(64..72).unwrap(), sig)
+                .unwrap();
         }
         bcq
     });
     for i in 0..n {
-        asq.send(u64::from(i), a.buf.slice(64..72), sig).unwrap();
+        asq.send(u64::from(i), a.buf.slice(64..72).unwrap(), sig)
+            .unwrap();
         wait_recv(&mut acq);
-        arq.post(u64::from(i), a.buf.slice(0..64)).unwrap();
+        arq.post(u64::from(i), a.buf.slice(0..64).unwrap()).unwrap();
     }
     let _bcq = echo.join().unwrap();
     println!("{n} round trips, each side asleep between messages");
@@ -171,7 +173,7 @@ fn solicited_only_arming_wakes_for_solicited_completions() {
     let (mut asq, _arq, mut acq) = queues(&a);
     let (_bsq, mut brq, mut bcq) = queues(&b);
     for i in 0..2 {
-        brq.post(i, b.buf.slice(0..64)).unwrap();
+        brq.post(i, b.buf.slice(0..64).unwrap()).unwrap();
     }
     let mut wc = [Completion::EMPTY; 8];
     // Armed for solicited completions, with nothing there.
@@ -180,7 +182,8 @@ fn solicited_only_arming_wakes_for_solicited_completions() {
             .unwrap(),
         0
     );
-    asq.send(1, a.buf.slice(0..8), SendFlags::SIGNALED).unwrap();
+    asq.send(1, a.buf.slice(0..8).unwrap(), SendFlags::SIGNALED)
+        .unwrap();
     acq.wait_blocking(1, limit()).unwrap();
     // The unsolicited receive completed but raised no event.
     let quiet = b.ch.clone();
@@ -193,7 +196,7 @@ fn solicited_only_arming_wakes_for_solicited_completions() {
     drop(quiet);
     asq.send(
         2,
-        a.buf.slice(0..8),
+        a.buf.slice(0..8).unwrap(),
         SendFlags::SIGNALED | SendFlags::SOLICITED,
     )
     .unwrap();
@@ -218,7 +221,7 @@ fn a_cq_with_a_channel_and_timestamps_sleeps_wakes_and_stamps() {
     let (_asq, mut arq, mut acq) = queues(&a);
     let (mut bsq, _brq, mut bcq) = queues(&b);
     for i in 0..3 {
-        arq.post(i, a.buf.slice(0..64)).unwrap();
+        arq.post(i, a.buf.slice(0..64).unwrap()).unwrap();
     }
     let mut tw = [TimedCompletion::EMPTY; 4];
     let t = Instant::now() + Duration::from_millis(20);
@@ -235,7 +238,7 @@ fn a_cq_with_a_channel_and_timestamps_sleeps_wakes_and_stamps() {
         ts
     };
     let mut send = |id: u64| {
-        bsq.send(id, b.buf.slice(0..8), SendFlags::SIGNALED)
+        bsq.send(id, b.buf.slice(0..8).unwrap(), SendFlags::SIGNALED)
             .unwrap();
         let c = bcq.wait_blocking(1, limit()).unwrap()[0];
         assert!(c.is_success(), "{c:?}");
@@ -345,14 +348,14 @@ fn an_event_for_a_cq_being_destroyed() {
     let mut acq = cqs[0].poller().unwrap();
     let mut bcq = cqs[1].poller().unwrap();
     let mut ccq = cqs[2].poller().unwrap();
-    brq.post(7, buf.slice(0..64)).unwrap();
+    brq.post(7, buf.slice(0..64).unwrap()).unwrap();
     let mut wc = [Completion::EMPTY; 4];
     assert_eq!(
         zverbs::core::event::poll_arm_poll(&mut bcq, &mut wc, |c: &mut Poller| c.arm(false))
             .unwrap(),
         0
     );
-    asq.send(1, buf.slice(100..108), SendFlags::SIGNALED)
+    asq.send(1, buf.slice(100..108).unwrap(), SendFlags::SIGNALED)
         .unwrap();
     let done = acq.wait_blocking(1, limit()).unwrap();
     assert!(done.iter().all(|c| c.is_success()), "{done:?}");
@@ -389,7 +392,7 @@ fn wait_async_wakes_on_the_channel() {
     let (a, b) = pair();
     let (mut asq, _arq, _acq) = queues(&a);
     let (_bsq, mut brq, mut bcq) = queues(&b);
-    brq.post(5, b.buf.slice(0..64)).unwrap();
+    brq.post(5, b.buf.slice(0..64).unwrap()).unwrap();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .build()
@@ -398,7 +401,8 @@ fn wait_async_wakes_on_the_channel() {
         let ch = zverbs::AsyncChannel::new(b.ch.clone()).unwrap();
         let sender = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(20));
-            asq.send(6, a.buf.slice(0..8), SendFlags::SIGNALED).unwrap();
+            asq.send(6, a.buf.slice(0..8).unwrap(), SendFlags::SIGNALED)
+                .unwrap();
             (asq, a)
         });
         let mut wc = [Completion::EMPTY; 4];

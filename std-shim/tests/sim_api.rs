@@ -8,7 +8,7 @@ use zverbs::connect::Endpoint;
 use zverbs::safe::{SafePostError, SafeQueues, WaitError};
 use zverbs::{
     AccessFlags, Changes, ConnectAttr, ContextOptions, Cq, Error, MrBuf, Pd, PostError, PostSend,
-    Qp, QpState, RemoteBuf, SendFlags, SendWr, WcOpcode, WcStatus,
+    Qp, QpState, Registered, RemoteBuf, SendFlags, SendWr, WcOpcode, WcStatus,
 };
 
 const SIG: SendFlags = SendFlags::SIGNALED;
@@ -88,9 +88,9 @@ fn each_post_rings_and_a_batch_rings_once_when_finished_or_dropped() {
         a, b, mut qa, qb, ..
     } = pair(|c| c).unwrap();
     // One post: the device has it when the call returns.
-    a.buf.write(0, b"rung");
+    a.buf.write(0, b"rung").unwrap();
     qa.sq
-        .write(1, a.buf.slice(0..4), b.buf.remote(0), SIG)
+        .write(1, a.buf.slice(0..4).unwrap(), b.buf.remote(0).unwrap(), SIG)
         .unwrap();
     let c = qa.cq.wait(1, soon()).unwrap()[0];
     assert_eq!((c.wr_id, c.status), (1, WcStatus::Success));
@@ -98,10 +98,20 @@ fn each_post_rings_and_a_batch_rings_once_when_finished_or_dropped() {
     // A batch: nothing reaches the device until it is finished.
     let mut batch = qa.sq.batch();
     batch
-        .write(2, a.buf.slice(0..4), b.buf.remote(8), SendFlags::NONE)
+        .write(
+            2,
+            a.buf.slice(0..4).unwrap(),
+            b.buf.remote(8).unwrap(),
+            SendFlags::NONE,
+        )
         .unwrap();
     batch
-        .write(3, a.buf.slice(0..4), b.buf.remote(16), SIG)
+        .write(
+            3,
+            a.buf.slice(0..4).unwrap(),
+            b.buf.remote(16).unwrap(),
+            SIG,
+        )
         .unwrap();
     assert_eq!(
         qa.cq.wait(1, now()),
@@ -114,8 +124,8 @@ fn each_post_rings_and_a_batch_rings_once_when_finished_or_dropped() {
     // A batch left by `?` at a refused request rings what it staged before.
     let mut stage_then_fail = || -> zverbs::Result<()> {
         let mut batch = qa.sq.batch();
-        batch.write(4, a.buf.slice(0..4), b.buf.remote(24), SIG)?;
-        batch.write_inline(5, &[0; 4096], b.buf.remote(32), SIG)?;
+        batch.write(4, a.buf.slice(0..4)?, b.buf.remote(24)?, SIG)?;
+        batch.write_inline(5, &[0; 4096], b.buf.remote(32)?, SIG)?;
         batch.finish();
         Ok(())
     };
@@ -128,7 +138,7 @@ fn each_post_rings_and_a_batch_rings_once_when_finished_or_dropped() {
     assert_eq!((c.wr_id, c.status), (4, WcStatus::Success));
     let mut got = [0u8; 4];
     for off in [0, 8, 16, 24] {
-        b.buf.read(off, &mut got);
+        b.buf.read(off, &mut got).unwrap();
         assert_eq!(&got, b"rung", "at {off}");
     }
     drop(qb);
@@ -140,7 +150,13 @@ fn a_write_with_immediate_and_no_receive_fails_by_default_not_hangs() {
         a, b, mut qa, qb, ..
     } = pair(|c| c).unwrap();
     qa.sq
-        .write_imm(1, a.buf.slice(0..8), b.buf.remote(0), 7, SIG)
+        .write_imm(
+            1,
+            a.buf.slice(0..8).unwrap(),
+            b.buf.remote(0).unwrap(),
+            7,
+            SIG,
+        )
         .unwrap();
     // The default rnr_retry (6) is spent: the request fails with "RNR retry exceeded" (on the
     // software device after 7 attempts, one per engine step).
@@ -161,7 +177,13 @@ fn with_rnr_retry_7_the_write_waits_for_a_receive() {
         ..
     } = pair(|c| c.rnr(7, 12)).unwrap();
     qa.sq
-        .write_imm(1, a.buf.slice(0..8), b.buf.remote(0), 7, SIG)
+        .write_imm(
+            1,
+            a.buf.slice(0..8).unwrap(),
+            b.buf.remote(0).unwrap(),
+            7,
+            SIG,
+        )
         .unwrap();
     // Retried for ever: the wait ends at its deadline, with nothing.
     let deadline = Instant::now() + Duration::from_millis(50);
@@ -170,7 +192,7 @@ fn with_rnr_retry_7_the_write_waits_for_a_receive() {
         Err(WaitError::Timeout { wanted: 1, got: 0 })
     );
     // A receive lets it through.
-    qb.rq.post(9, b.buf.slice(1024..2048)).unwrap();
+    qb.rq.post(9, b.buf.slice(1024..2048).unwrap()).unwrap();
     assert_eq!(qa.cq.wait(1, soon()).unwrap()[0].status, WcStatus::Success);
     let r = qb.cq.wait(1, soon()).unwrap()[0];
     assert_eq!(
@@ -185,7 +207,7 @@ fn wait_keeps_what_arrived_for_the_next_call() {
         a, b, mut qa, qb, ..
     } = pair(|c| c).unwrap();
     qa.sq
-        .write(1, a.buf.slice(0..8), b.buf.remote(0), SIG)
+        .write(1, a.buf.slice(0..8).unwrap(), b.buf.remote(0).unwrap(), SIG)
         .unwrap();
     // Two asked for, one posted: the deadline ends the wait, and the one that came is kept.
     let deadline = Instant::now() + Duration::from_millis(50);
@@ -194,7 +216,7 @@ fn wait_keeps_what_arrived_for_the_next_call() {
         Err(WaitError::Timeout { wanted: 2, got: 1 })
     );
     qa.sq
-        .write(2, a.buf.slice(0..8), b.buf.remote(0), SIG)
+        .write(2, a.buf.slice(0..8).unwrap(), b.buf.remote(0).unwrap(), SIG)
         .unwrap();
     let ids: Vec<u64> = qa
         .cq
@@ -248,15 +270,15 @@ fn queues_are_refused_before_their_qp_can_use_them() {
     // Receives may be posted from INIT on, before the peer connects.
     let mut rq = qp.recv_queue().unwrap();
     let buf = pd.alloc_buf(4096, AccessFlags::ALL).unwrap();
-    rq.post(1, buf.slice(..)).unwrap();
+    rq.post(1, buf.slice(..).unwrap()).unwrap();
     assert!(matches!(qp.send_queue(), Err(Error::NotReady { .. })));
     qp.to_rtr(&attr.rtr).unwrap();
     qp.to_rts(&attr.rts).unwrap();
     assert_eq!(qp.state(), QpState::Rts);
     let mut sq = qp.send_queue().unwrap();
     // Connected to itself: a SEND lands in the receive posted at INIT.
-    buf.write(2048, b"to myself");
-    sq.send(2, buf.slice(2048..2057), SIG).unwrap();
+    buf.write(2048, b"to myself").unwrap();
+    sq.send(2, buf.slice(2048..2057).unwrap(), SIG).unwrap();
     let mut cq = cq.poller().unwrap();
     let mut got: Vec<(u64, WcStatus)> = cq
         .wait(2, soon())
@@ -267,7 +289,7 @@ fn queues_are_refused_before_their_qp_can_use_them() {
     got.sort_by_key(|g| g.0);
     assert_eq!(got, [(1, WcStatus::Success), (2, WcStatus::Success)]);
     let mut msg = [0u8; 9];
-    buf.read(0, &mut msg);
+    buf.read(0, &mut msg).unwrap();
     assert_eq!(&msg, b"to myself");
 }
 
@@ -284,7 +306,7 @@ fn every_error_of_the_data_path_converts_with_question_mark() {
 
     // A buffer access.
     let e = (|| -> zverbs::Result<()> {
-        a.buf.try_slice(0..4097)?;
+        a.buf.slice(0..4097)?;
         Ok(())
     })()
     .unwrap_err();
@@ -292,7 +314,7 @@ fn every_error_of_the_data_path_converts_with_question_mark() {
 
     // The safe layer's own refusal, and the queue's refusal through the safe layer.
     let mut read_into_read_only = || -> zverbs::Result<()> {
-        qa.sq.read(1, ro.slice(0..8), b.buf.remote(0), SIG)?;
+        qa.sq.read(1, ro.slice(0..8)?, b.buf.remote(0)?, SIG)?;
         Ok(())
     };
     let e = read_into_read_only().unwrap_err();
@@ -302,7 +324,7 @@ fn every_error_of_the_data_path_converts_with_question_mark() {
     );
     let mut too_long_inline = || -> zverbs::Result<()> {
         qa.sq
-            .write_inline(2, &[0; 4096], b.buf.remote(0), SendFlags::NONE)?;
+            .write_inline(2, &[0; 4096], b.buf.remote(0)?, SendFlags::NONE)?;
         Ok(())
     };
     let e = too_long_inline().unwrap_err();
@@ -312,8 +334,8 @@ fn every_error_of_the_data_path_converts_with_question_mark() {
     );
 
     // The core traits' post and batch errors.
-    let sgl = [a.buf.sge(0..8)];
-    let nine = [a.buf.sge(0..8); 9];
+    let sgl = [a.buf.sge(0..8).unwrap()];
+    let nine = [a.buf.sge(0..8).unwrap(); 9];
     let mut core_post = || -> zverbs::Result<()> {
         // SAFETY: refused before anything is written (more entries than the queue allows).
         unsafe { qa.sq.post(&SendWr::send(3, &nine)) }?;
@@ -345,7 +367,7 @@ fn every_error_of_the_data_path_converts_with_question_mark() {
     // A failed completion.
     let bad = RemoteBuf::new(b.buf.addr(), b.buf.rkey() ^ 0x0101_0000);
     let mut write_to_bad_key = || -> zverbs::Result<()> {
-        qa.sq.write(6, a.buf.slice(0..8), bad, SIG)?;
+        qa.sq.write(6, a.buf.slice(0..8)?, bad, SIG)?;
         for c in qa.cq.wait(1, soon())? {
             c.ok()?;
         }
@@ -377,10 +399,14 @@ fn prepared_requests_post_what_changes_and_refuse_what_reaches_outside() {
         mut qb,
         pd,
     } = pair(|c| c).unwrap();
-    a.buf.write(0, b"0123456789abcdef");
+    a.buf.write(0, b"0123456789abcdef").unwrap();
     let write = qa
         .sq
-        .prepare_write(a.buf.slice(0..16), b.buf.remote(1024), SIG)
+        .prepare_write(
+            a.buf.slice(0..16).unwrap(),
+            b.buf.remote(1024).unwrap(),
+            SIG,
+        )
         .unwrap();
     assert_eq!(write.span(), 16);
     // The whole span, then 4 bytes from offset 4 to 64 bytes past the prepared address.
@@ -397,10 +423,10 @@ fn prepared_requests_post_what_changes_and_refuse_what_reaches_outside() {
         .collect();
     assert_eq!(done, [(1, WcStatus::Success), (2, WcStatus::Success)]);
     let mut got = [0u8; 16];
-    b.buf.read(1024, &mut got);
+    b.buf.read(1024, &mut got).unwrap();
     assert_eq!(&got, b"0123456789abcdef");
     let mut four = [0u8; 4];
-    b.buf.read(1024 + 64, &mut four);
+    b.buf.read(1024 + 64, &mut four).unwrap();
     assert_eq!(&four, b"4567");
 
     // Outside the prepared span: refused, nothing posted.
@@ -422,7 +448,7 @@ fn prepared_requests_post_what_changes_and_refuse_what_reaches_outside() {
     // Prepared on B's queue, posted on A's: refused.
     let other = qb
         .sq
-        .prepare_write(b.buf.slice(0..16), a.buf.remote(0), SIG)
+        .prepare_write(b.buf.slice(0..16).unwrap(), a.buf.remote(0).unwrap(), SIG)
         .unwrap();
     assert_eq!(
         qa.sq.post_prepared(&other, Changes::new(4)),
@@ -435,10 +461,12 @@ fn prepared_requests_post_what_changes_and_refuse_what_reaches_outside() {
     );
 
     // A SEND with immediate into B's receive; a READ needs a writable span.
-    qb.rq.post(7, b.buf.slice(2048..2048 + 64)).unwrap();
+    qb.rq
+        .post(7, b.buf.slice(2048..2048 + 64).unwrap())
+        .unwrap();
     let send = qa
         .sq
-        .prepare_send_imm(a.buf.slice(0..16), SendFlags::NONE)
+        .prepare_send_imm(a.buf.slice(0..16).unwrap(), SendFlags::NONE)
         .unwrap();
     qa.sq
         .post_prepared(&send, Changes::new(5).local(10, 6).imm(0xfeed))
@@ -447,7 +475,8 @@ fn prepared_requests_post_what_changes_and_refuse_what_reaches_outside() {
     assert_eq!((r.wr_id, r.byte_len, r.imm()), (7, 6, Some(0xfeed)));
     let ro = pd.alloc_buf(64, AccessFlags::REMOTE_READ).unwrap();
     assert!(matches!(
-        qa.sq.prepare_read(ro.slice(..), b.buf.remote(0), SIG),
+        qa.sq
+            .prepare_read(ro.slice(..).unwrap(), b.buf.remote(0).unwrap(), SIG),
         Err(SafePostError::NotWritable)
     ));
     // A DC target on an RC queue: refused, nothing written.
@@ -463,14 +492,17 @@ fn prepared_requests_post_what_changes_and_refuse_what_reaches_outside() {
     assert_eq!(
         qa.sq
             .to(&peer)
-            .write(6, a.buf.slice(0..8), b.buf.remote(0), SIG),
+            .write(6, a.buf.slice(0..8).unwrap(), b.buf.remote(0).unwrap(), SIG),
         Err(SafePostError::Post(PostError::WrongTransport))
     );
     assert_eq!(qa.sq.mlx5_producer(), sent + 1, "only the SEND");
     // An inline request is not prepared (its bytes are the request).
     assert!(matches!(
-        qa.sq
-            .prepare_write(a.buf.slice(0..8), b.buf.remote(0), SIG | SendFlags::INLINE),
+        qa.sq.prepare_write(
+            a.buf.slice(0..8).unwrap(),
+            b.buf.remote(0).unwrap(),
+            SIG | SendFlags::INLINE
+        ),
         Err(SafePostError::Post(PostError::Unsupported))
     ));
 }

@@ -6,8 +6,8 @@
 use std::time::{Duration, Instant};
 
 use zverbs::{
-    AccessFlags, BriefCompletion, ContextOptions, PollCq, PostRecv, PostSend, RecvWr, SendWr,
-    WcOpcode,
+    AccessFlags, BriefCompletion, ContextOptions, PollCq, PostRecv, PostSend, RecvWr, Registered,
+    SendWr, WcOpcode,
 };
 
 fn brief(cq: &mut impl PollCq, n: usize) -> Vec<BriefCompletion> {
@@ -35,18 +35,18 @@ fn small_sends_scattered_into_the_cqe_reach_the_buffers_and_poll_briefly() {
     zverbs::connect_pair(&a, &b).unwrap();
     let buf_a = pd.alloc_buf(4096, AccessFlags::ALL).unwrap();
     let buf_b = pd.alloc_buf(4096, AccessFlags::ALL).unwrap();
-    buf_b.fill(0..4096, 0xee);
+    buf_b.fill(0..4096, 0xee).unwrap();
     let (mut sq, mut rq) = (a.send_queue().unwrap(), b.recv_queue().unwrap());
     let (mut pa, mut pb) = (cq_a.poller().unwrap(), cq_b.poller().unwrap());
     // 1, 32 (scattered into 64-byte CQEs) and 33 bytes (not).
     let lens = [1usize, 32, 33];
     for (i, len) in lens.iter().enumerate() {
         let msg: Vec<u8> = (0..*len).map(|j| (j + 1 + i * 50) as u8).collect();
-        buf_a.write(i * 100, &msg);
-        let rx = [buf_b.sge(i * 100..i * 100 + 64)];
+        buf_a.write(i * 100, &msg).unwrap();
+        let rx = [buf_b.sge(i * 100..i * 100 + 64).unwrap()];
         // SAFETY: registered buffers, which Rust does not touch while the requests run.
         unsafe { PostRecv::post(&mut rq, &RecvWr::new(10 + i as u64, &rx)) }.unwrap();
-        let tx = [buf_a.sge(i * 100..i * 100 + len)];
+        let tx = [buf_a.sge(i * 100..i * 100 + len).unwrap()];
         // SAFETY: as above.
         unsafe { sq.post(&SendWr::send(20 + i as u64, &tx).signaled()) }.unwrap();
     }
@@ -67,7 +67,7 @@ fn small_sends_scattered_into_the_cqe_reach_the_buffers_and_poll_briefly() {
             (10 + i as u64, WcOpcode::Recv, *len as u32)
         );
         let mut data = vec![0u8; 64];
-        buf_b.read(i * 100, &mut data);
+        buf_b.read(i * 100, &mut data).unwrap();
         let msg: Vec<u8> = (0..*len).map(|j| (j + 1 + i * 50) as u8).collect();
         assert_eq!(&data[..*len], &msg[..], "message {i}");
         assert!(data[*len..].iter().all(|&x| x == 0xee), "message {i}");

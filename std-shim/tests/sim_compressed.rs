@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use zverbs::backend::Queues;
 use zverbs::{
     AccessFlags, BackendRequest, Completion, ContextOptions, MiniCqeFormat, PollCq, PostRecv,
-    PostSend, RecvWr, SendWr,
+    PostSend, RecvWr, Registered, SendWr,
 };
 
 #[test]
@@ -43,12 +43,14 @@ fn a_burst_of_receives_comes_compressed_and_whole() {
     };
     let n = 30u32;
     for i in 0..n {
-        let sgl = [buf_b.sge(i as usize * 1024..(i as usize + 1) * 1024)];
+        let sgl = [buf_b
+            .sge(i as usize * 1024..(i as usize + 1) * 1024)
+            .unwrap()];
         // SAFETY: registered memory, untouched by Rust while the receive is posted.
         unsafe { qb.rq.post(&RecvWr::new(500 + u64::from(i), &sgl)) }.unwrap();
     }
     for i in 0..n {
-        let sgl = [buf_a.sge(0..(i as usize * 3 + 2))];
+        let sgl = [buf_a.sge(0..(i as usize * 3 + 2)).unwrap()];
         let wr = SendWr::send(u64::from(i), &sgl);
         // SAFETY: as above.
         unsafe { qa.sq.post(&if i + 1 == n { wr.signaled() } else { wr }) }.unwrap();

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use zverbs::connect::Endpoint;
 use zverbs::safe::SafeQueues;
 use zverbs::{
-    AccessFlags, ConnectAttr, ContextOptions, Cq, MrBuf, Pd, Qp, QpState, SendFlags, WcOpcode,
-    WcStatus,
+    AccessFlags, ConnectAttr, ContextOptions, Cq, MrBuf, Pd, Qp, QpState, Registered, SendFlags,
+    WcOpcode, WcStatus,
 };
 
 const SIG: SendFlags = SendFlags::SIGNALED;
@@ -86,20 +86,25 @@ fn connect_sends_from_the_announced_psn() {
     let (mut qa, mut qb) = (a.qp.queues(&a.cq).unwrap(), b.qp.queues(&b.cq).unwrap());
     // Both ways: a request gets through only when the sender's PSN is the one the receiver
     // was told.
-    a.buf.write(0, b"from A");
+    a.buf.write(0, b"from A").unwrap();
     qa.sq
-        .write(1, a.buf.slice(0..6), b.buf.remote(0), SIG)
+        .write(1, a.buf.slice(0..6).unwrap(), b.buf.remote(0).unwrap(), SIG)
         .unwrap();
     qa.cq.wait(1, soon()).unwrap()[0].ok().unwrap();
-    b.buf.write(8, b"from B");
+    b.buf.write(8, b"from B").unwrap();
     qb.sq
-        .write(2, b.buf.slice(8..14), a.buf.remote(8), SIG)
+        .write(
+            2,
+            b.buf.slice(8..14).unwrap(),
+            a.buf.remote(8).unwrap(),
+            SIG,
+        )
         .unwrap();
     qb.cq.wait(1, soon()).unwrap()[0].ok().unwrap();
     let mut got = [0u8; 6];
-    b.buf.read(0, &mut got);
+    b.buf.read(0, &mut got).unwrap();
     assert_eq!(&got, b"from A");
-    a.buf.read(8, &mut got);
+    a.buf.read(8, &mut got).unwrap();
     assert_eq!(&got, b"from B");
 }
 
@@ -116,14 +121,19 @@ fn a_peer_told_another_psn_gets_nothing_through() {
     };
     b.qp.connect(&wrong).unwrap();
     let mut qa = a.qp.queues(&a.cq).unwrap();
-    a.buf.write(0, b"must not arrive");
+    a.buf.write(0, b"must not arrive").unwrap();
     qa.sq
-        .write(1, a.buf.slice(0..15), b.buf.remote(0), SIG)
+        .write(
+            1,
+            a.buf.slice(0..15).unwrap(),
+            b.buf.remote(0).unwrap(),
+            SIG,
+        )
         .unwrap();
     let w = qa.cq.wait(1, soon()).unwrap()[0];
     assert_eq!((w.wr_id, w.status), (1, WcStatus::RetryExcErr), "{w:?}");
     let mut got = [0xffu8; 15];
-    b.buf.read(0, &mut got);
+    b.buf.read(0, &mut got).unwrap();
     assert_eq!(got, [0; 15], "nothing written in B's memory");
 }
 
@@ -146,7 +156,9 @@ fn connect_with_records_the_psn_it_sends_from() {
     // So a peer connected to that endpoint afterwards gets the request through.
     b.qp.connect(&a.qp.endpoint().unwrap()).unwrap();
     let mut qa = a.qp.queues(&a.cq).unwrap();
-    qa.sq.write_inline(1, b"ok", b.buf.remote(0), SIG).unwrap();
+    qa.sq
+        .write_inline(1, b"ok", b.buf.remote(0).unwrap(), SIG)
+        .unwrap();
     qa.cq.wait(1, soon()).unwrap()[0].ok().unwrap();
     // And `ConnectAttr::new` with the QP's PSN is what `connect_attr` builds.
     let by_hand = ConnectAttr::new(
@@ -169,67 +181,102 @@ fn every_operation(q: &mut SafeQueues, p: &mut SafeQueues, from: &MrBuf, to: &Mr
     };
     let read = |b: &MrBuf, at: usize, n: usize| {
         let mut v = vec![0; n];
-        b.read(at, &mut v);
+        b.read(at, &mut v).unwrap();
         v
     };
-    from.write(0, b"write");
-    q.sq.write(1, from.slice(0..5), to.remote(0), SIG).unwrap();
+    from.write(0, b"write").unwrap();
+    q.sq.write(1, from.slice(0..5).unwrap(), to.remote(0).unwrap(), SIG)
+        .unwrap();
     done(q, WcOpcode::RdmaWrite);
     assert_eq!(read(to, 0, 5), b"write");
 
-    q.sq.write_inline(2, b"inline", to.remote(16), SIG).unwrap();
+    q.sq.write_inline(2, b"inline", to.remote(16).unwrap(), SIG)
+        .unwrap();
     done(q, WcOpcode::RdmaWrite);
     assert_eq!(read(to, 16, 6), b"inline");
 
-    p.rq.post(10, to.slice(1024..2048)).unwrap();
-    from.write(32, b"imm");
-    q.sq.write_imm(3, from.slice(32..35), to.remote(32), 77, SIG)
-        .unwrap();
+    p.rq.post(10, to.slice(1024..2048).unwrap()).unwrap();
+    from.write(32, b"imm").unwrap();
+    q.sq.write_imm(
+        3,
+        from.slice(32..35).unwrap(),
+        to.remote(32).unwrap(),
+        77,
+        SIG,
+    )
+    .unwrap();
     done(q, WcOpcode::RdmaWrite);
     assert_eq!(done(p, WcOpcode::RecvRdmaWithImm).imm(), Some(77));
     assert_eq!(read(to, 32, 3), b"imm");
 
-    p.rq.post(11, to.slice(1024..2048)).unwrap();
-    from.write(64, b"send");
-    q.sq.send(4, from.slice(64..68), SIG).unwrap();
+    p.rq.post(11, to.slice(1024..2048).unwrap()).unwrap();
+    from.write(64, b"send").unwrap();
+    q.sq.send(4, from.slice(64..68).unwrap(), SIG).unwrap();
     done(q, WcOpcode::Send);
     assert_eq!(done(p, WcOpcode::Recv).byte_len, 4);
     assert_eq!(read(to, 1024, 4), b"send");
 
-    p.rq.post(12, to.slice(1024..2048)).unwrap();
-    q.sq.send_imm(5, from.slice(64..68), 99, SIG).unwrap();
+    p.rq.post(12, to.slice(1024..2048).unwrap()).unwrap();
+    q.sq.send_imm(5, from.slice(64..68).unwrap(), 99, SIG)
+        .unwrap();
     done(q, WcOpcode::Send);
     assert_eq!(done(p, WcOpcode::Recv).imm(), Some(99));
 
-    p.rq.post(13, to.slice(1024..2048)).unwrap();
+    p.rq.post(13, to.slice(1024..2048).unwrap()).unwrap();
     q.sq.send_inline(6, b"inline send", SIG).unwrap();
     done(q, WcOpcode::Send);
     assert_eq!(done(p, WcOpcode::Recv).byte_len, 11);
     assert_eq!(read(to, 1024, 11), b"inline send");
 
-    to.write(2048, b"read me");
-    q.sq.read(7, from.slice(2048..2055), to.remote(2048), SIG)
-        .unwrap();
+    to.write(2048, b"read me").unwrap();
+    q.sq.read(
+        7,
+        from.slice(2048..2055).unwrap(),
+        to.remote(2048).unwrap(),
+        SIG,
+    )
+    .unwrap();
     done(q, WcOpcode::RdmaRead);
     assert_eq!(read(from, 2048, 7), b"read me");
 
-    to.store_u64(3000, 40);
-    q.sq.fetch_add(8, from.slice(3000..3008), to.remote(3000), 2, SIG)
-        .unwrap();
+    to.store_u64(3000, 40).unwrap();
+    q.sq.fetch_add(
+        8,
+        from.slice(3000..3008).unwrap(),
+        to.remote(3000).unwrap(),
+        2,
+        SIG,
+    )
+    .unwrap();
     done(q, WcOpcode::FetchAdd);
-    assert_eq!((from.load_u64(3000), to.load_u64(3000)), (40, 42));
+    assert_eq!(
+        (from.load_u64(3000).unwrap(), to.load_u64(3000).unwrap()),
+        (40, 42)
+    );
 
-    q.sq.compare_swap(9, from.slice(3000..3008), to.remote(3000), 42, 7, SIG)
-        .unwrap();
+    q.sq.compare_swap(
+        9,
+        from.slice(3000..3008).unwrap(),
+        to.remote(3000).unwrap(),
+        42,
+        7,
+        SIG,
+    )
+    .unwrap();
     done(q, WcOpcode::CompSwap);
-    assert_eq!((from.load_u64(3000), to.load_u64(3000)), (42, 7));
+    assert_eq!(
+        (from.load_u64(3000).unwrap(), to.load_u64(3000).unwrap()),
+        (42, 7)
+    );
 
     // Several behind one doorbell, the last signaled.
     let mut batch = q.sq.batch();
     batch
-        .write_inline(20, b"one", to.remote(100), SendFlags::NONE)
+        .write_inline(20, b"one", to.remote(100).unwrap(), SendFlags::NONE)
         .unwrap();
-    batch.write_inline(21, b"two", to.remote(104), SIG).unwrap();
+    batch
+        .write_inline(21, b"two", to.remote(104).unwrap(), SIG)
+        .unwrap();
     batch.finish();
     assert_eq!(done(q, WcOpcode::RdmaWrite).wr_id, 21);
     assert_eq!(read(to, 100, 7), b"one\0two");
@@ -250,10 +297,10 @@ fn a_qp_connected_to_itself() {
     a.qp.connect(&a.qp.endpoint().unwrap()).unwrap();
     let mut qa = a.qp.queues(&a.cq).unwrap();
     qa.sq
-        .write_inline(1, b"loop", a.buf.remote(512), SIG)
+        .write_inline(1, b"loop", a.buf.remote(512).unwrap(), SIG)
         .unwrap();
     qa.cq.wait(1, soon()).unwrap()[0].ok().unwrap();
     let mut got = [0u8; 4];
-    a.buf.read(512, &mut got);
+    a.buf.read(512, &mut got).unwrap();
     assert_eq!(&got, b"loop");
 }

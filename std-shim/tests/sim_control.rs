@@ -6,7 +6,9 @@
 use zverbs::backend::Queues;
 use zverbs::connect::Endpoint;
 use zverbs::sim::Idle;
-use zverbs::{AccessFlags, Completion, ConnectAttr, ContextOptions, PollCq, SendFlags, WcStatus};
+use zverbs::{
+    AccessFlags, Completion, ConnectAttr, ContextOptions, PollCq, Registered, SendFlags, WcStatus,
+};
 
 /// Threads of this process (the test's own threads, and the device's progress thread while
 /// it runs; the test starts no other).
@@ -76,23 +78,33 @@ fn the_progress_thread_runs_while_a_context_is_open_and_stepping_replaces_it() {
     let mut sq = zverbs::SendQueue::from(q.sq);
     let (rq, mut cq) = (q.rq, q.cq);
     let mut wc = [Completion::EMPTY; 4];
-    buf.write(0, b"stepped");
-    sq.write(1, buf.slice(0..7), buf.remote(100), SendFlags::SIGNALED)
-        .unwrap();
+    buf.write(0, b"stepped").unwrap();
+    sq.write(
+        1,
+        buf.slice(0..7).unwrap(),
+        buf.remote(100).unwrap(),
+        SendFlags::SIGNALED,
+    )
+    .unwrap();
     assert_eq!(cq.poll(&mut wc), 0, "nothing moves without a step");
     assert_eq!(sim.step(), 1, "one WQE taken");
     assert_eq!(cq.poll(&mut wc), 1);
     assert_eq!(wc[0].status, WcStatus::Success);
     let mut got = [0u8; 7];
-    buf.read(100, &mut got);
+    buf.read(100, &mut got).unwrap();
     assert_eq!(&got, b"stepped");
 
     // A fault on demand: the acknowledgement of the next request is lost, the request is
     // sent again and not carried out again.
     let before = sim.stats();
     sim.lose_next_ack(qp.qpn()).unwrap();
-    sq.write(2, buf.slice(0..7), buf.remote(200), SendFlags::SIGNALED)
-        .unwrap();
+    sq.write(
+        2,
+        buf.slice(0..7).unwrap(),
+        buf.remote(200).unwrap(),
+        SendFlags::SIGNALED,
+    )
+    .unwrap();
     assert_eq!(sim.run_until_idle(), 2, "sent, then sent again");
     assert_eq!(cq.poll(&mut wc), 1);
     assert_eq!((wc[0].wr_id, wc[0].status), (2, WcStatus::Success));

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use zverbs::backend::Queues;
 use zverbs::connect::{Endpoint, random_psn};
 use zverbs::{
-    AccessFlags, BackendKind, Completion, ConnectAttr, ContextOptions, PollCq, SendFlags, WcOpcode,
-    WcStatus,
+    AccessFlags, BackendKind, Completion, ConnectAttr, ContextOptions, PollCq, Registered,
+    SendFlags, WcOpcode, WcStatus,
 };
 
 fn wait<C: PollCq>(cq: &mut C, n: usize) -> Vec<Completion> {
@@ -67,37 +67,55 @@ fn software_device_runs_the_direct_path_through_the_control_path() {
     let mut cq = qa.cq;
     let sig = SendFlags::SIGNALED;
 
-    a_buf.write(0, b"direct path on the software device");
-    sq.write(1, a_buf.slice(0..34), b_buf.remote(64), sig)
+    a_buf
+        .write(0, b"direct path on the software device")
         .unwrap();
+    sq.write(
+        1,
+        a_buf.slice(0..34).unwrap(),
+        b_buf.remote(64).unwrap(),
+        sig,
+    )
+    .unwrap();
     let w = wait(&mut cq, 1);
     assert!(
         w[0].is_success() && w[0].opcode == WcOpcode::RdmaWrite,
         "{w:?}"
     );
     let mut got = [0u8; 34];
-    b_buf.read(64, &mut got);
+    b_buf.read(64, &mut got).unwrap();
     assert_eq!(&got, b"direct path on the software device");
 
-    b_buf.write(1000, b"read me");
-    sq.read(2, a_buf.slice(200..207), b_buf.remote(1000), sig)
-        .unwrap();
+    b_buf.write(1000, b"read me").unwrap();
+    sq.read(
+        2,
+        a_buf.slice(200..207).unwrap(),
+        b_buf.remote(1000).unwrap(),
+        sig,
+    )
+    .unwrap();
     let w = wait(&mut cq, 1);
     assert_eq!((w[0].opcode, w[0].byte_len), (WcOpcode::RdmaRead, 7));
     let mut got = [0u8; 7];
-    a_buf.read(200, &mut got);
+    a_buf.read(200, &mut got).unwrap();
     assert_eq!(&got, b"read me");
 
-    b_buf.store_u64(2048, 40);
-    sq.fetch_add(3, a_buf.slice(2048..2056), b_buf.remote(2048), 2, sig)
-        .unwrap();
+    b_buf.store_u64(2048, 40).unwrap();
+    sq.fetch_add(
+        3,
+        a_buf.slice(2048..2056).unwrap(),
+        b_buf.remote(2048).unwrap(),
+        2,
+        sig,
+    )
+    .unwrap();
     let w = wait(&mut cq, 1);
     assert_eq!(w[0].opcode, WcOpcode::FetchAdd);
-    assert_eq!(a_buf.load_u64(2048), 40);
-    assert_eq!(b_buf.load_u64(2048), 42);
+    assert_eq!(a_buf.load_u64(2048).unwrap(), 40);
+    assert_eq!(b_buf.load_u64(2048).unwrap(), 42);
 
     let bad = zverbs::RemoteBuf::new(b_buf.addr(), b_buf.rkey() ^ 0x0101_0000);
-    sq.write(4, a_buf.slice(0..8), bad, sig).unwrap();
+    sq.write(4, a_buf.slice(0..8).unwrap(), bad, sig).unwrap();
     let w = wait(&mut cq, 1);
     assert_eq!((w[0].wr_id, w[0].status), (4, WcStatus::RemAccessErr));
 
@@ -158,13 +176,13 @@ fn a_qp_on_the_software_device_takes_requests_only_from_its_peer() {
     let (qa, qb, qc) = (take(a), take(b), take(c));
     let mut rqa = zverbs::RecvQueue::from(qa.rq);
     let mut cqa = qa.cq;
-    rqa.post(0xa1, bufs[a].slice(0..64)).unwrap();
+    rqa.post(0xa1, bufs[a].slice(0..64).unwrap()).unwrap();
 
     let sig = SendFlags::SIGNALED;
-    bufs[c].write(0, b"from c");
+    bufs[c].write(0, b"from c").unwrap();
     let mut sqc = zverbs::SendQueue::from(qc.sq);
     let mut cqc = qc.cq;
-    sqc.send(1, bufs[c].slice(0..6), sig).unwrap();
+    sqc.send(1, bufs[c].slice(0..6).unwrap(), sig).unwrap();
     let w = wait(&mut cqc, 1);
     assert_eq!(
         (w[0].wr_id, w[0].status),
@@ -179,15 +197,15 @@ fn a_qp_on_the_software_device_takes_requests_only_from_its_peer() {
         wc[0]
     );
 
-    bufs[b].write(0, b"from b");
+    bufs[b].write(0, b"from b").unwrap();
     let mut sqb = zverbs::SendQueue::from(qb.sq);
     let mut cqb = qb.cq;
-    sqb.send(2, bufs[b].slice(0..6), sig).unwrap();
+    sqb.send(2, bufs[b].slice(0..6).unwrap(), sig).unwrap();
     assert!(wait(&mut cqb, 1)[0].is_success());
     let w = wait(&mut cqa, 1);
     assert_eq!((w[0].wr_id, w[0].opcode), (0xa1, WcOpcode::Recv), "{w:?}");
     let mut got = [0u8; 6];
-    bufs[a].read(0, &mut got);
+    bufs[a].read(0, &mut got).unwrap();
     assert_eq!(&got, b"from b");
 }
 

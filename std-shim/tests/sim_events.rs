@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use zverbs::sim::{DeviceEvent, PortState};
 use zverbs::{
     AccessFlags, AsyncEvent, AsyncEvents, Completion, ContextOptions, PollCq, PostRecv, PostSend,
-    RecvWr, SendFlags, SendWr, WcStatus,
+    RecvWr, Registered, SendFlags, SendWr, WcStatus,
 };
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -64,7 +64,12 @@ fn a_port_that_goes_down_mid_transfer_fails_every_request_once_and_reports_its_q
     let (mut qa, _qb) = (a.queues(&cq_a).unwrap(), b.queues(&cq_b).unwrap());
     let deadline = Instant::now() + WAIT;
     qa.sq
-        .write(0, buf.slice(0..64), buf.remote(1024), SendFlags::SIGNALED)
+        .write(
+            0,
+            buf.slice(0..64).unwrap(),
+            buf.remote(1024).unwrap(),
+            SendFlags::SIGNALED,
+        )
         .unwrap();
     assert!(qa.cq.wait(1, deadline).unwrap()[0].status.is_success());
     assert_eq!(ctx.port(1).unwrap().state, zverbs::PortState::Active);
@@ -74,7 +79,12 @@ fn a_port_that_goes_down_mid_transfer_fails_every_request_once_and_reports_its_q
     sim.set_stepped(true);
     for i in 1..=6 {
         qa.sq
-            .write(i, buf.slice(0..64), buf.remote(2048), SendFlags::SIGNALED)
+            .write(
+                i,
+                buf.slice(0..64).unwrap(),
+                buf.remote(2048).unwrap(),
+                SendFlags::SIGNALED,
+            )
             .unwrap();
     }
     sim.set_port_state(1, PortState::Down).unwrap();
@@ -260,7 +270,7 @@ fn the_srq_limit_event_reaches_the_reader_once_and_disarms_it() {
     let buf = pd.alloc_buf(4096, AccessFlags::ALL).unwrap();
     let mut rq = srq.queue().unwrap();
     for i in 0..4u64 {
-        let sgl = [buf.sge(i as usize * 64..(i as usize + 1) * 64)];
+        let sgl = [buf.sge(i as usize * 64..(i as usize + 1) * 64).unwrap()];
         // SAFETY: registered, outlives the receives, read only after their completions.
         unsafe { PostRecv::post(&mut rq, &RecvWr::new(i, &sgl)) }.unwrap();
     }
@@ -270,7 +280,7 @@ fn the_srq_limit_event_reaches_the_reader_once_and_disarms_it() {
     let mut peer_poller = peer_cq.poller().unwrap();
     let src = pd.alloc_buf(64, AccessFlags::ALL).unwrap();
     let mut send_one = |id: u64| {
-        let sgl = [src.sge(0..8)];
+        let sgl = [src.sge(0..8).unwrap()];
         // SAFETY: registered memory that lives until the completion is polled below.
         unsafe { sq.post(&SendWr::send(id, &sgl).signaled()) }.unwrap();
         let end = Instant::now() + WAIT;

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use zverbs::safe::SafePostError;
 use zverbs::{
     AccessFlags, AsyncEvent, Completion, ContextOptions, Error, PollCq, PostError, QpState,
-    RemoteBuf, SendFlags, WcStatus,
+    Registered, RemoteBuf, SendFlags, WcStatus,
 };
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -43,9 +43,12 @@ fn a_responders_error_moves_it_to_the_error_state_and_says_so() {
     let b = pd.qp_builder(&cq_b, &cq_b).build().unwrap();
     zverbs::connect_pair(&a, &b).unwrap();
     let mut qa = a.queues(&cq_a).unwrap();
-    let bad = RemoteBuf::new(buf.remote(0).addr, buf.remote(0).rkey ^ 0x5a5a_0000);
+    let bad = RemoteBuf::new(
+        buf.remote(0).unwrap().addr,
+        buf.remote(0).unwrap().rkey ^ 0x5a5a_0000,
+    );
     qa.sq
-        .write(1, buf.slice(0..8), bad, SendFlags::SIGNALED)
+        .write(1, buf.slice(0..8).unwrap(), bad, SendFlags::SIGNALED)
         .unwrap();
     let c = qa.cq.wait(1, Instant::now() + WAIT).unwrap()[0];
     assert_eq!((c.wr_id, c.status), (1, WcStatus::RemAccessErr));
@@ -80,15 +83,25 @@ fn a_qp_whose_last_request_was_unsignaled_drains_and_resets() {
     let b = pd.qp_builder(&cq_b, &cq_b).build().unwrap();
     zverbs::connect_pair(&a, &b).unwrap();
     let mut qa = a.queues(&cq_a).unwrap();
-    buf_a.write(0, b"signaled");
+    buf_a.write(0, b"signaled").unwrap();
     qa.sq
-        .write(1, buf_a.slice(0..8), buf_b.remote(0), SendFlags::SIGNALED)
+        .write(
+            1,
+            buf_a.slice(0..8).unwrap(),
+            buf_b.remote(0).unwrap(),
+            SendFlags::SIGNALED,
+        )
         .unwrap();
     assert_eq!(qa.cq.wait(1, Instant::now() + WAIT).unwrap()[0].wr_id, 1);
     // The last request is unsignaled: it completes with no completion at all.
-    buf_a.write(8, b"unsigned");
+    buf_a.write(8, b"unsigned").unwrap();
     qa.sq
-        .write(2, buf_a.slice(8..16), buf_b.remote(8), SendFlags::empty())
+        .write(
+            2,
+            buf_a.slice(8..16).unwrap(),
+            buf_b.remote(8).unwrap(),
+            SendFlags::empty(),
+        )
         .unwrap();
     let deadline = Instant::now() + WAIT;
     let mut got = [0u8; 8];
@@ -97,7 +110,7 @@ fn a_qp_whose_last_request_was_unsignaled_drains_and_resets() {
             Instant::now() < deadline,
             "the unsignaled WRITE never landed"
         );
-        buf_b.read(8, &mut got);
+        buf_b.read(8, &mut got).unwrap();
     }
     a.to_error().unwrap();
     // to_error, then drain: poll and reset until the reset is accepted. It ends, and the one
@@ -135,7 +148,12 @@ fn a_qp_whose_last_request_was_unsignaled_drains_and_resets() {
     }
     zverbs::connect_pair(&a, &b).unwrap();
     qa.sq
-        .write(3, buf_a.slice(0..8), buf_b.remote(64), SendFlags::SIGNALED)
+        .write(
+            3,
+            buf_a.slice(0..8).unwrap(),
+            buf_b.remote(64).unwrap(),
+            SendFlags::SIGNALED,
+        )
         .unwrap();
     let c = qa.cq.wait(1, Instant::now() + WAIT).unwrap()[0];
     assert_eq!((c.wr_id, c.status), (3, WcStatus::Success));
@@ -167,25 +185,25 @@ fn a_receive_queue_larger_than_its_cq_takes_no_more_receives_than_the_cq_holds()
     for i in 0..share {
         rq.post(
             u64::from(i),
-            buf.slice(64 * i as usize..64 * (i as usize + 1)),
+            buf.slice(64 * i as usize..64 * (i as usize + 1)).unwrap(),
         )
         .unwrap();
     }
     // One more would have no entry in the CQ for its completion: refused, nothing written.
     assert!(matches!(
-        rq.post(99, buf.slice(4096..4160)),
+        rq.post(99, buf.slice(4096..4160).unwrap()),
         Err(SafePostError::Post(PostError::CqFull { limit })) if limit == share
     ));
     let mut sq = peer.send_queue().unwrap();
     for i in 0..share {
-        sq.send(u64::from(i), buf.slice(0..8), SendFlags::empty())
+        sq.send(u64::from(i), buf.slice(0..8).unwrap(), SendFlags::empty())
             .unwrap();
     }
     let mut poller = cq.poller().unwrap();
     let got = poller.wait(share as usize, Instant::now() + WAIT).unwrap();
     assert!(got.iter().all(|c| c.status.is_success()), "{got:?}");
     // Every receive completed, none lost: the refused one fits now.
-    rq.post(99, buf.slice(4096..4160)).unwrap();
+    rq.post(99, buf.slice(4096..4160).unwrap()).unwrap();
     assert_eq!(ctx.sim().unwrap().stats().cq_overruns, 0);
     // Nothing is held for a QP that is gone.
     drop((rq, poller, small));
@@ -224,17 +242,22 @@ fn qps_sharing_a_cq_each_hold_their_share_and_posts_beyond_it_are_refused() {
     let mut accepted = 0;
     for ((sq, id), (_, limit)) in [(&mut sa, 10), (&mut sb, 20)].into_iter().zip(shares) {
         for i in 0..8 {
-            match sq.write(id + i, buf.slice(0..8), buf.remote(64), SendFlags::SIGNALED) {
+            match sq.write(
+                id + i,
+                buf.slice(0..8).unwrap(),
+                buf.remote(64).unwrap(),
+                SendFlags::SIGNALED,
+            ) {
                 Ok(()) => accepted += 1,
                 Err(SafePostError::Post(PostError::CqFull { limit: l })) => assert_eq!(l, limit),
                 Err(e) => panic!("{e}"),
             }
         }
     }
-    ra.post(1, buf.slice(1024..1088)).unwrap();
-    rb.post(2, buf.slice(2048..2112)).unwrap();
+    ra.post(1, buf.slice(1024..1088).unwrap()).unwrap();
+    rb.post(2, buf.slice(2048..2112).unwrap()).unwrap();
     // A second receive of each finds its queue full: the ring is one.
-    assert!(ra.post(3, buf.slice(1024..1088)).is_err());
+    assert!(ra.post(3, buf.slice(1024..1088).unwrap()).is_err());
     sim.run_until_idle();
     sim.set_stepped(false);
     let signaled: u32 = shares.iter().map(|(_, s)| s).sum();

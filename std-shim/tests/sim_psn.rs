@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 
 use zverbs::backend::Queues;
 use zverbs::connect::Endpoint;
-use zverbs::{AccessFlags, Completion, ConnectAttr, ContextOptions, PollCq, SendFlags, WcStatus};
+use zverbs::{
+    AccessFlags, Completion, ConnectAttr, ContextOptions, PollCq, Registered, SendFlags, WcStatus,
+};
 
 fn wait<C: PollCq>(cq: &mut C, n: usize) -> Vec<Completion> {
     let mut out = Vec::new();
@@ -58,9 +60,14 @@ fn mismatched_psns_end_in_retry_exceeded_and_write_nothing() {
     };
     let mut sq = zverbs::SendQueue::from(qa.sq);
     let mut cq = qa.cq;
-    a_buf.write(0, b"must not arrive");
-    sq.write(1, a_buf.slice(0..15), b_buf.remote(0), SendFlags::SIGNALED)
-        .unwrap();
+    a_buf.write(0, b"must not arrive").unwrap();
+    sq.write(
+        1,
+        a_buf.slice(0..15).unwrap(),
+        b_buf.remote(0).unwrap(),
+        SendFlags::SIGNALED,
+    )
+    .unwrap();
     let w = wait(&mut cq, 1);
     assert_eq!(
         (w[0].wr_id, w[0].status),
@@ -69,6 +76,6 @@ fn mismatched_psns_end_in_retry_exceeded_and_write_nothing() {
     );
     assert_eq!(w[0].vendor_err, u32::from(zverbs::sim::vendor::RETRY));
     let mut got = [0xffu8; 15];
-    b_buf.read(0, &mut got);
+    b_buf.read(0, &mut got).unwrap();
     assert_eq!(got, [0; 15], "nothing written in B's memory");
 }

@@ -59,13 +59,13 @@ fn udp_frame(
 fn post_slices(rq: &mut RecvQueue, buf: &MrBuf, n: u64, len: usize) {
     for i in 0..n {
         let at = i as usize * len;
-        rq.post(i, buf.slice(at..at + len)).unwrap();
+        rq.post(i, buf.slice(at..at + len).unwrap()).unwrap();
     }
 }
 
 fn bytes(buf: &MrBuf, at: usize, len: usize) -> Vec<u8> {
     let mut v = vec![0; len];
-    buf.read(at, &mut v);
+    buf.read(at, &mut v).unwrap();
     v
 }
 
@@ -91,8 +91,8 @@ fn a_mac_rule_steers_frames_to_a_raw_qp_until_dropped() {
     assert_eq!(flow.rule(), &FlowRule::dst_mac(mac));
     let buf = pd.alloc_buf(4096, AccessFlags::LOCAL_WRITE).unwrap();
     let mut rq = qp.recv_queue().unwrap();
-    rq.post(1, buf.slice(0..2048)).unwrap();
-    rq.post(2, buf.slice(2048..4096)).unwrap();
+    rq.post(1, buf.slice(0..2048).unwrap()).unwrap();
+    rq.post(2, buf.slice(2048..4096).unwrap()).unwrap();
 
     let frame = udp_frame(
         mac,
@@ -375,10 +375,10 @@ fn frames_sent_through_the_send_queue_arrive_through_a_rule() {
 
     // A plain frame, checksum offload: the device computes the IPv4 header checksum.
     let f = udp_frame(mac, src, dst, b"checksummed by the device");
-    sbuf.write(0, &f);
+    sbuf.write(0, &f).unwrap();
     sq.send_frame(
         100,
-        sbuf.slice(0..f.len()),
+        sbuf.slice(0..f.len()).unwrap(),
         SendFlags::SIGNALED | SendFlags::IP_CSUM,
     )
     .unwrap();
@@ -424,8 +424,8 @@ fn frames_sent_through_the_send_queue_arrive_through_a_rule() {
     let payloads: [&[u8]; 3] = [b"a", b"twenty bytes payload", &[7u8; 300]];
     let mut off = 4096;
     for (i, pl) in payloads.iter().enumerate() {
-        sbuf.write(off, pl);
-        sq.post_frame(&p, 200 + i as u64, sbuf.slice(off..off + pl.len()))
+        sbuf.write(off, pl).unwrap();
+        sq.post_frame(&p, 200 + i as u64, sbuf.slice(off..off + pl.len()).unwrap())
             .unwrap();
         off += 512;
     }
@@ -459,7 +459,7 @@ fn frames_sent_through_the_send_queue_arrive_through_a_rule() {
 
     // Typed errors: a frame shorter than an Ethernet header; checksum offload on RC.
     assert!(matches!(
-        sq.send_frame(1, sbuf.slice(0..10), SendFlags::NONE),
+        sq.send_frame(1, sbuf.slice(0..10).unwrap(), SendFlags::NONE),
         Err(SafePostError::Post(PostError::FrameTooShort {
             len: 10,
             min: 14
@@ -528,10 +528,10 @@ fn a_striding_queue_hands_packets_out_in_place() {
         while next < upto {
             let f = frame(next);
             let at = (next % 64) as usize * 1024;
-            sbuf.write(at, &f);
+            sbuf.write(at, &f).unwrap();
             sq.send_frame(
                 next,
-                sbuf.slice(at..at + f.len()),
+                sbuf.slice(at..at + f.len()).unwrap(),
                 SendFlags::SIGNALED | SendFlags::IP_CSUM,
             )
             .unwrap();

@@ -6,7 +6,9 @@
 use std::time::{Duration, Instant};
 
 use zverbs::backend::Queues;
-use zverbs::{AccessFlags, ContextOptions, PollCqTimed, PostSend, SendWr, TimedCompletion};
+use zverbs::{
+    AccessFlags, ContextOptions, PollCqTimed, PostSend, Registered, SendWr, TimedCompletion,
+};
 
 /// Posts `n` signaled WRITEs from a QP whose CQ was built with `timestamps`, and returns what
 /// `poll_timed` reported for them, with the clock.
@@ -32,10 +34,10 @@ fn timed_writes(
     };
     let mut got = Vec::new();
     for i in 0..n {
-        let sgl = [buf_a.sge(0..8)];
+        let sgl = [buf_a.sge(0..8)?];
         // SAFETY: registered buffers, untouched by Rust until the completion.
         unsafe {
-            q.sq.post(&SendWr::write(i, &sgl, buf_b.remote(0)).signaled())
+            q.sq.post(&SendWr::write(i, &sgl, buf_b.remote(0)?).signaled())
         }?;
         let deadline = Instant::now() + Duration::from_secs(20);
         let mut out = [TimedCompletion::EMPTY; 1];

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use ud::{Expect, GRH, QKEY, check_datagram};
 use zverbs::{
     AccessFlags, AhAttr, Completion, ContextOptions, MULTICAST_QPN, PollCq, PostRecv, RecvWr,
-    SendFlags, SendQueue, UdAttr, WcOpcode,
+    Registered, SendFlags, SendQueue, UdAttr, WcOpcode,
 };
 
 /// Shared with the device tests (`device_ud.rs`).
@@ -52,14 +52,22 @@ fn ud_send_and_send_imm_reach_the_peer_with_the_senders_address() {
     let rbuf = pd.alloc_buf(4096, AccessFlags::ALL).unwrap();
     let (mut qa, mut qb) = (a.queues(&cq_a).unwrap(), b.queues(&cq_b).unwrap());
     // A UD receive starts with the 40-byte GRH area.
-    qb.rq.post(1, rbuf.slice(0..GRH + 64)).unwrap();
-    qb.rq.post(2, rbuf.slice(1024..1024 + GRH + 64)).unwrap();
-    sbuf.write(0, b"datagram");
+    qb.rq.post(1, rbuf.slice(0..GRH + 64).unwrap()).unwrap();
+    qb.rq
+        .post(2, rbuf.slice(1024..1024 + GRH + 64).unwrap())
+        .unwrap();
+    sbuf.write(0, b"datagram").unwrap();
     qa.sq
-        .send_to(10, sbuf.slice(0..8), &dest, SendFlags::SIGNALED)
+        .send_to(10, sbuf.slice(0..8).unwrap(), &dest, SendFlags::SIGNALED)
         .unwrap();
     qa.sq
-        .send_to_imm(11, sbuf.slice(0..5), &dest, 0xfeed, SendFlags::SIGNALED)
+        .send_to_imm(
+            11,
+            sbuf.slice(0..5).unwrap(),
+            &dest,
+            0xfeed,
+            SendFlags::SIGNALED,
+        )
         .unwrap();
     let sent: Vec<Completion> = qa.cq.wait(2, deadline()).unwrap().to_vec();
     assert_eq!((sent[0].wr_id, sent[1].wr_id), (10, 11));
@@ -84,12 +92,12 @@ fn ud_send_and_send_imm_reach_the_peer_with_the_senders_address() {
     let big = pd.alloc_buf(big + 1, AccessFlags::ALL).unwrap();
     assert!(
         qa.sq
-            .send(12, sbuf.slice(0..8), SendFlags::SIGNALED)
+            .send(12, sbuf.slice(0..8).unwrap(), SendFlags::SIGNALED)
             .is_err()
     );
     assert!(
         qa.sq
-            .send_to(13, big.slice(..), &dest, SendFlags::SIGNALED)
+            .send_to(13, big.slice(..).unwrap(), &dest, SendFlags::SIGNALED)
             .is_err()
     );
 }
@@ -134,11 +142,13 @@ fn a_datagram_to_a_group_reaches_every_attached_qp() {
         .map(|(qp, cq)| qp.queues(cq).unwrap())
         .collect();
     for (i, r) in [(1usize, 1024usize), (2, 2048)] {
-        q[i].rq.post(i as u64, buf.slice(r..r + GRH + 16)).unwrap();
+        q[i].rq
+            .post(i as u64, buf.slice(r..r + GRH + 16).unwrap())
+            .unwrap();
     }
-    buf.write(0, b"to the group");
+    buf.write(0, b"to the group").unwrap();
     q[0].sq
-        .send_to(7, buf.slice(0..12), &dest, SendFlags::SIGNALED)
+        .send_to(7, buf.slice(0..12).unwrap(), &dest, SendFlags::SIGNALED)
         .unwrap();
     assert_eq!(q[0].cq.wait(1, deadline()).unwrap()[0].wr_id, 7);
     for (i, r) in [(1usize, 1024usize), (2, 2048)] {
@@ -179,7 +189,7 @@ fn rc_qps_on_one_srq_complete_receives_naming_their_qp() {
     let mut rq = srq.queue().unwrap();
     assert!(srq.queue().is_err());
     for i in 0..4u64 {
-        let sgl = [buf.sge(i as usize * 64..(i as usize + 1) * 64)];
+        let sgl = [buf.sge(i as usize * 64..(i as usize + 1) * 64).unwrap()];
         // SAFETY: the buffer is registered, outlives the receives, and is read only after
         // their completions.
         unsafe { PostRecv::post(&mut rq, &RecvWr::new(100 + i, &sgl)) }.unwrap();
@@ -188,9 +198,9 @@ fn rc_qps_on_one_srq_complete_receives_naming_their_qp() {
     let mut senders: Vec<SendQueue> = peers.iter().map(|p| p.send_queue().unwrap()).collect();
     let mut peer_poller = peer_cq.poller().unwrap();
     let src = pd.alloc_buf(64, AccessFlags::ALL).unwrap();
-    src.write(0, b"0123456789");
+    src.write(0, b"0123456789").unwrap();
     for (k, i) in [1usize, 0, 1].into_iter().enumerate() {
-        let sgl = [src.sge(0..1 + k)];
+        let sgl = [src.sge(0..1 + k).unwrap()];
         let wr = zverbs::SendWr::send(k as u64, &sgl).signaled();
         // SAFETY: registered memory that lives until the completion is polled below.
         unsafe { zverbs::PostSend::post(&mut senders[i], &wr) }.unwrap();
@@ -214,7 +224,7 @@ fn rc_qps_on_one_srq_complete_receives_naming_their_qp() {
             assert_eq!(c.opcode, WcOpcode::Recv);
             // The message landed in the receive the completion names.
             let mut data = vec![0u8; c.byte_len as usize];
-            buf.read((c.wr_id - 100) as usize * 64, &mut data);
+            buf.read((c.wr_id - 100) as usize * 64, &mut data).unwrap();
             assert_eq!(data, b"0123456789"[..c.byte_len as usize]);
             (c.byte_len, c.qp_num, c.wr_id)
         })

@@ -22,7 +22,7 @@ use std::process::exit;
 use std::time::{Duration, Instant};
 
 use zverbs::safe::SafeQueues;
-use zverbs::{AccessFlags, BackendRequest, Completion, ContextOptions, SendFlags};
+use zverbs::{AccessFlags, BackendRequest, Completion, ContextOptions, Registered, SendFlags};
 use zverbs::{WcOpcode, WcStatus};
 
 use zverbs_tools::args::{self, Arg::*, Parser};
@@ -170,11 +170,11 @@ fn ops(
     let sig = SendFlags::SIGNALED;
 
     // RDMA WRITE
-    a.write(0, b"written by RDMA WRITE");
-    qa.sq.write(1, a.slice(0..21), b.remote(100), sig)?;
+    a.write(0, b"written by RDMA WRITE")?;
+    qa.sq.write(1, a.slice(0..21)?, b.remote(100)?, sig)?;
     let w = wait(qa, 1)?;
     let mut got = [0u8; 21];
-    b.read(100, &mut got);
+    b.read(100, &mut got)?;
     c.check(
         w[0].is_success() && w[0].wr_id == 1 && w[0].opcode == WcOpcode::RdmaWrite,
         "WRITE completes",
@@ -186,24 +186,24 @@ fn ops(
 
     // Inline WRITE, unsignaled, then a signaled one retires both.
     qa.sq
-        .write_inline(2, b"inline!", b.remote(200), SendFlags::NONE)?;
-    qa.sq.write_inline(3, b"second", b.remote(220), sig)?;
+        .write_inline(2, b"inline!", b.remote(200)?, SendFlags::NONE)?;
+    qa.sq.write_inline(3, b"second", b.remote(220)?, sig)?;
     let w = wait(qa, 1)?;
     let mut got = [0u8; 7];
-    b.read(200, &mut got);
+    b.read(200, &mut got)?;
     c.check(
         w[0].wr_id == 3 && &got == b"inline!",
         "inline WRITE, selective signaling",
     );
 
     // SEND with immediate into a posted receive.
-    qb.rq.post(10, b.slice(1024..2048))?;
-    a.write(512, b"a message");
-    qa.sq.send_imm(4, a.slice(512..521), 0xfeed_f00d, sig)?;
+    qb.rq.post(10, b.slice(1024..2048)?)?;
+    a.write(512, b"a message")?;
+    qa.sq.send_imm(4, a.slice(512..521)?, 0xfeed_f00d, sig)?;
     let w = wait(qa, 1)?;
     let r = wait(qb, 1)?;
     let mut got = [0u8; 9];
-    b.read(1024, &mut got);
+    b.read(1024, &mut got)?;
     c.check(
         w[0].is_success() && w[0].opcode == WcOpcode::Send,
         "SEND completes",
@@ -219,8 +219,9 @@ fn ops(
     c.check(&got == b"a message", "SEND lands in the receive buffer");
 
     // WRITE with immediate consumes a receive.
-    qb.rq.post(11, b.slice(2048..2049))?;
-    qa.sq.write_imm(5, a.slice(0..4), b.remote(300), 77, sig)?;
+    qb.rq.post(11, b.slice(2048..2049)?)?;
+    qa.sq
+        .write_imm(5, a.slice(0..4)?, b.remote(300)?, 77, sig)?;
     wait(qa, 1)?;
     let r = wait(qb, 1)?;
     c.check(
@@ -229,11 +230,11 @@ fn ops(
     );
 
     // RDMA READ
-    b.write(3000, b"read me back");
-    qa.sq.read(6, a.slice(3000..3012), b.remote(3000), sig)?;
+    b.write(3000, b"read me back")?;
+    qa.sq.read(6, a.slice(3000..3012)?, b.remote(3000)?, sig)?;
     let w = wait(qa, 1)?;
     let mut got = [0u8; 12];
-    a.read(3000, &mut got);
+    a.read(3000, &mut got)?;
     c.check(
         w[0].opcode == WcOpcode::RdmaRead && w[0].byte_len == 12 && &got == b"read me back",
         "READ fetches the peer's bytes",
@@ -241,25 +242,29 @@ fn ops(
 
     // Atomics (host order, unless the device is a ConnectX the driver could not set to it).
     let v = |x: u64| if be { x.to_be() } else { x };
-    b.store_u64(4000, v(40));
+    b.store_u64(4000, v(40))?;
     qa.sq
-        .fetch_add(7, a.slice(4000..4008), b.remote(4000), 2, sig)?;
+        .fetch_add(7, a.slice(4000..4008)?, b.remote(4000)?, 2, sig)?;
     let w = wait(qa, 1)?;
     c.check(
-        w[0].opcode == WcOpcode::FetchAdd && a.load_u64(4000) == v(40) && b.load_u64(4000) == v(42),
+        w[0].opcode == WcOpcode::FetchAdd
+            && a.load_u64(4000)? == v(40)
+            && b.load_u64(4000)? == v(42),
         "FETCH_ADD returns the old value and adds",
     );
     qa.sq
-        .compare_swap(8, a.slice(4000..4008), b.remote(4000), 42, 7, sig)?;
+        .compare_swap(8, a.slice(4000..4008)?, b.remote(4000)?, 42, 7, sig)?;
     let w = wait(qa, 1)?;
     c.check(
-        w[0].opcode == WcOpcode::CompSwap && a.load_u64(4000) == v(42) && b.load_u64(4000) == v(7),
+        w[0].opcode == WcOpcode::CompSwap
+            && a.load_u64(4000)? == v(42)
+            && b.load_u64(4000)? == v(7),
         "COMPARE_SWAP swaps on a match",
     );
 
     // A remote access error: a WRITE with a wrong rkey.
     let bad = zverbs::RemoteBuf::new(b.addr(), b.rkey() ^ 0x5a5a_0000);
-    qa.sq.write(9, a.slice(0..8), bad, sig)?;
+    qa.sq.write(9, a.slice(0..8)?, bad, sig)?;
     let w = wait(qa, 1)?;
     c.check(
         w[0].wr_id == 9 && w[0].status == WcStatus::RemAccessErr,

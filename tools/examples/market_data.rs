@@ -270,7 +270,7 @@ fn run(a: &Args) -> Res<Feed> {
         let buf = pd.alloc_buf(1024 * SLOT, AccessFlags::LOCAL_WRITE)?;
         let mut rq = qp.recv_queue()?;
         for i in 0..1024 {
-            rq.post(i as u64, buf.slice(i * SLOT..(i + 1) * SLOT))?;
+            rq.post(i as u64, buf.slice(i * SLOT..(i + 1) * SLOT)?)?;
         }
         println!(
             "market_data: a raw packet QP's receive queue (libibverbs fallback), host timestamps"
@@ -289,9 +289,9 @@ fn run(a: &Args) -> Res<Feed> {
                 let c = c.ok()?;
                 last = Instant::now();
                 let at = c.wr_id as usize * SLOT;
-                buf.read(at, &mut frame);
+                buf.read(at, &mut frame)?;
                 take(&frame, now_ns(), &mut feed);
-                rq.post(c.wr_id, buf.slice(at..at + SLOT))?;
+                rq.post(c.wr_id, buf.slice(at..at + SLOT)?)?;
             }
         }
     }
@@ -355,11 +355,11 @@ impl Sender {
             let mut payload = [0u8; 22];
             payload[..8].copy_from_slice(&self.next.to_be_bytes());
             payload[8..16].copy_from_slice(&now_ns().to_be_bytes());
-            self.buf.write(at, &payload);
+            self.buf.write(at, &payload)?;
             match self.sq.post_frame(
                 &self.frame,
                 self.next,
-                self.buf.slice(at..at + payload.len()),
+                self.buf.slice(at..at + payload.len())?,
             ) {
                 Ok(()) => self.next += 1,
                 // The send queue is full: its completions come back first.

@@ -141,7 +141,7 @@ fn receive(a: &Args) -> Res<()> {
     let buf = pd.alloc_buf(slot * a.count as usize, AccessFlags::LOCAL_WRITE)?;
     let mut rq = qp.recv_queue()?;
     for i in 0..a.count as usize {
-        rq.post(i as u64, buf.try_slice(i * slot..(i + 1) * slot)?)?;
+        rq.post(i as u64, buf.slice(i * slot..(i + 1) * slot)?)?;
     }
     let group = m.join(&qp)?;
     let j = group.join_info();
@@ -178,7 +178,7 @@ fn receive(a: &Args) -> Res<()> {
             }
             let len = (c.byte_len as usize).saturating_sub(GRH_BYTES);
             let at = c.wr_id as usize * slot + GRH_BYTES;
-            buf.read(at, &mut payload[..len.min(a.size)]);
+            buf.read(at, &mut payload[..len.min(a.size)])?;
             let imm = if c.flags.contains(WcFlags::WITH_IMM) {
                 format!(", immediate {:#x}", c.imm)
             } else {
@@ -231,9 +231,9 @@ fn send(a: &Args) -> Res<()> {
     let ah = pd.create_ah(&j.ah)?;
     let dest = ah.target(j.qpn, j.qkey);
     let buf = pd.alloc_buf(a.size, AccessFlags::LOCAL_WRITE)?;
-    buf.fill(0..a.size, 0x6d);
+    buf.fill(0..a.size, 0x6d)?;
     let mut q = qp.queues(&cq)?;
-    let slice = buf.try_slice(0..a.size)?;
+    let slice = buf.slice(0..a.size)?;
     let until = a.repeat.map(|r| Instant::now() + r);
     let mut sent = 0u64;
     loop {

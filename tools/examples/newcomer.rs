@@ -18,7 +18,7 @@
 use std::time::{Duration, Instant};
 
 use zverbs::dc::DcAddr;
-use zverbs::{AccessFlags, Changes, ContextOptions, SendFlags};
+use zverbs::{AccessFlags, Changes, ContextOptions, Registered, SendFlags};
 
 fn main() -> zverbs::Result<()> {
     let rounds: u32 = match std::env::args_os().nth(1) {
@@ -51,47 +51,47 @@ fn main() -> zverbs::Result<()> {
     let deadline = || Instant::now() + Duration::from_secs(5);
 
     // 1. WRITE with immediate: the bytes land in B's buffer, the immediate in B's receive.
-    qb.rq.post(1, buf_b.slice(1024..2048))?;
-    buf_a.write(0, b"hello, B");
+    qb.rq.post(1, buf_b.slice(1024..2048)?)?;
+    buf_a.write(0, b"hello, B")?;
     qa.sq
-        .write_imm(2, buf_a.slice(0..8), buf_b.remote(0), 42, sig)?;
+        .write_imm(2, buf_a.slice(0..8)?, buf_b.remote(0)?, 42, sig)?;
     qa.cq.wait(1, deadline())?[0].ok()?;
     let imm = qb.cq.wait(1, deadline())?[0].ok()?.imm();
     let mut got = [0; 8];
-    buf_b.read(0, &mut got);
+    buf_b.read(0, &mut got)?;
     println!(
         "write_imm: {:?}, immediate {imm:?}",
         String::from_utf8_lossy(&got)
     );
 
     // 2. SEND into a receive B posted.
-    qb.rq.post(3, buf_b.slice(1024..2048))?;
-    buf_a.write(100, b"a message");
-    qa.sq.send(4, buf_a.slice(100..109), sig)?;
+    qb.rq.post(3, buf_b.slice(1024..2048)?)?;
+    buf_a.write(100, b"a message")?;
+    qa.sq.send(4, buf_a.slice(100..109)?, sig)?;
     qa.cq.wait(1, deadline())?[0].ok()?;
     let len = qb.cq.wait(1, deadline())?[0].ok()?.byte_len;
     let mut got = vec![0; len as usize];
-    buf_b.read(1024, &mut got);
+    buf_b.read(1024, &mut got)?;
     println!("send/recv: {:?}", String::from_utf8_lossy(&got));
 
     // 3. READ B's bytes into A's buffer.
-    buf_b.write(2048, b"read me");
+    buf_b.write(2048, b"read me")?;
     qa.sq
-        .read(5, buf_a.slice(2048..2055), buf_b.remote(2048), sig)?;
+        .read(5, buf_a.slice(2048..2055)?, buf_b.remote(2048)?, sig)?;
     qa.cq.wait(1, deadline())?[0].ok()?;
     let mut got = [0; 7];
-    buf_a.read(2048, &mut got);
+    buf_a.read(2048, &mut got)?;
     println!("read: {:?}", String::from_utf8_lossy(&got));
 
     // 4. Fetch-and-add on a counter in B's buffer; the old value lands in A's.
-    buf_b.store_u64(3000, 40);
+    buf_b.store_u64(3000, 40)?;
     qa.sq
-        .fetch_add(6, buf_a.slice(3000..3008), buf_b.remote(3000), 2, sig)?;
+        .fetch_add(6, buf_a.slice(3000..3008)?, buf_b.remote(3000)?, 2, sig)?;
     qa.cq.wait(1, deadline())?[0].ok()?;
     println!(
         "fetch_add: old {}, new {}",
-        buf_a.load_u64(3000),
-        buf_b.load_u64(3000)
+        buf_a.load_u64(3000)?,
+        buf_b.load_u64(3000)?
     );
 
     // 5. SEND into a shared receive queue: a third QP takes its receives from an SRQ, whose
@@ -104,18 +104,18 @@ fn main() -> zverbs::Result<()> {
     let mut srq_q = srq.queue()?;
     let mut s_cq = cq_s.poller()?;
     let mut c_sq = c.send_queue()?;
-    srq_q.post(10, buf_b.slice(1024..2048))?;
-    buf_a.write(200, b"shared");
-    c_sq.send(11, buf_a.slice(200..206), sig)?;
+    srq_q.post(10, buf_b.slice(1024..2048)?)?;
+    buf_a.write(200, b"shared")?;
+    c_sq.send(11, buf_a.slice(200..206)?, sig)?;
     qa.cq.wait(1, deadline())?[0].ok()?;
     let got = *s_cq.wait(1, deadline())?[0].ok()?;
     println!("srq: {} bytes into receive {}", got.byte_len, got.wr_id);
 
     // 6. A prepared WRITE: checked and built once, each post gives only what changes.
-    buf_a.write(400, b"prepared");
+    buf_a.write(400, b"prepared")?;
     let prepared = qa
         .sq
-        .prepare_write(buf_a.slice(400..408), buf_b.remote(400), sig)?;
+        .prepare_write(buf_a.slice(400..408)?, buf_b.remote(400)?, sig)?;
     for i in 0..4u32 {
         let c = Changes::new(12)
             .local(2 * i, 2)
@@ -124,7 +124,7 @@ fn main() -> zverbs::Result<()> {
         qa.cq.wait(1, deadline())?[0].ok()?;
     }
     let mut got = [0; 8];
-    buf_b.read(400, &mut got);
+    buf_b.read(400, &mut got)?;
     println!("prepared: {:?}", String::from_utf8_lossy(&got));
 
     // 7. DC: one initiator reaches any target, each request naming its own. A target has an
@@ -140,17 +140,17 @@ fn main() -> zverbs::Result<()> {
     dci.ready_dc()?;
     let peer = pd.dc_peer(&DcAddr::from_bytes(&wire)?)?;
     let mut dc_sq = dci.send_queue()?;
-    buf_a.write(500, b"over DC");
+    buf_a.write(500, b"over DC")?;
     dc_sq
         .to(&peer)
-        .write(13, buf_a.slice(500..507), buf_b.remote(500), sig)?;
+        .write(13, buf_a.slice(500..507)?, buf_b.remote(500)?, sig)?;
     qa.cq.wait(1, deadline())?[0].ok()?;
-    srq_q.post(14, buf_b.slice(2048..3000))?;
-    dc_sq.to(&peer).send(15, buf_a.slice(500..507), sig)?;
+    srq_q.post(14, buf_b.slice(2048..3000)?)?;
+    dc_sq.to(&peer).send(15, buf_a.slice(500..507)?, sig)?;
     qa.cq.wait(1, deadline())?[0].ok()?;
     let got = *s_cq.wait(1, deadline())?[0].ok()?;
     let mut dc_got = [0; 7];
-    buf_b.read(500, &mut dc_got);
+    buf_b.read(500, &mut dc_got)?;
     println!(
         "dc: write {:?}, send of {} bytes into the target's SRQ",
         String::from_utf8_lossy(&dc_got),
@@ -158,22 +158,22 @@ fn main() -> zverbs::Result<()> {
     );
 
     // 8. Round trips: A writes with immediate, B answers the same way.
-    qa.rq.post(7, buf_a.slice(1024..2048))?;
-    qb.rq.post(7, buf_b.slice(1024..2048))?;
+    qa.rq.post(7, buf_a.slice(1024..2048)?)?;
+    qb.rq.post(7, buf_b.slice(1024..2048)?)?;
     let t0 = Instant::now();
     for i in 0..rounds {
         let end = deadline();
         qa.sq
-            .write_imm(8, buf_a.slice(0..8), buf_b.remote(0), i, sig)?;
+            .write_imm(8, buf_a.slice(0..8)?, buf_b.remote(0)?, i, sig)?;
         qb.cq.wait(1, end)?[0].ok()?;
-        qb.rq.post(7, buf_b.slice(1024..2048))?;
+        qb.rq.post(7, buf_b.slice(1024..2048)?)?;
         qb.sq
-            .write_imm(9, buf_b.slice(0..8), buf_a.remote(0), i, sig)?;
+            .write_imm(9, buf_b.slice(0..8)?, buf_a.remote(0)?, i, sig)?;
         qa.cq
             .wait(2, end)?
             .iter()
             .try_for_each(|c| c.ok().map(drop))?;
-        qa.rq.post(7, buf_a.slice(1024..2048))?;
+        qa.rq.post(7, buf_a.slice(1024..2048)?)?;
         qb.cq.wait(1, end)?[0].ok()?;
     }
     let per = t0.elapsed() / rounds.max(1);

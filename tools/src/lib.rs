@@ -7,6 +7,10 @@
 //! direct path writes). They live here, not in the `zverbs` crate, so that an application that
 //! depends on `zverbs` builds none of them nor what they need (argument parsing, histograms).
 
+// A doc example that drops a `Result` (a copy into a buffer, a post) is an error, not a
+// warning nobody sees.
+#![doc(test(attr(deny(unused_must_use))))]
+
 /// `docs/usage.md`'s Rust snippets, compiled as doc-tests so that the guide stays true: those
 /// that run on the software device run, those that need a NIC or a peer are `no_run`. (This
 /// crate is not published, so the path out of its folder is always there.)

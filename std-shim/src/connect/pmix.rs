@@ -24,7 +24,7 @@
 //!
 //! ```no_run
 //! use zverbs::connect::pmix::Job;
-//! use zverbs::{AccessFlags, ContextOptions};
+//! use zverbs::{AccessFlags, ContextOptions, Registered};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let job = Job::init()?; // fails with a message naming the fix outside a PMIx launcher

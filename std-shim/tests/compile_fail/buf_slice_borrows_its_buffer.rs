@@ -3,7 +3,7 @@
 use zverbs::{MrBuf, SendFlags, SendQueue};
 
 fn post(sq: &mut SendQueue, buf: MrBuf) {
-    let span = buf.slice(0..64);
+    let span = buf.slice(0..64).unwrap();
     drop(buf);
     sq.send(1, span, SendFlags::SIGNALED).unwrap();
 }

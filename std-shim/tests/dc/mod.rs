@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use zverbs::dc::{DcAddr, DcPeer};
 use zverbs::{
     AccessFlags, Completion, Context, Cq, Error, MrBuf, Pd, Poller, PostError, PostRecv, PostSend,
-    Qp, QpState, QpType, RecvWr, SendQueue, SendWr, Srq, WcOpcode, WcStatus,
+    Qp, QpState, QpType, RecvWr, Registered, SendQueue, SendWr, Srq, WcOpcode, WcStatus,
 };
 
 const KEY: u64 = 0x0dc0_ffee_0000_0001;
@@ -101,11 +101,13 @@ pub fn every_operation_to_every_target(ctx: &Context) {
     for (t, peer) in peers.iter().enumerate() {
         let (win, src) = (4096 * (t + 1), 32768 + 1024 * t);
         let data: Vec<u8> = (0..64).map(|i| (i * 3 + t) as u8).collect();
-        b.write(src, &data);
-        b.write(win + 512, &[0x5a ^ t as u8; 32]);
-        b.store_u64(win + 768, 100);
+        b.write(src, &data).unwrap();
+        b.write(win + 512, &[0x5a ^ t as u8; 32]).unwrap();
+        b.store_u64(win + 768, 100).unwrap();
         for k in 0..3 {
-            let sgl = [b.sge(16384 + 256 * (3 * t + k)..16384 + 256 * (3 * t + k) + 128)];
+            let sgl = [b
+                .sge(16384 + 256 * (3 * t + k)..16384 + 256 * (3 * t + k) + 128)
+                .unwrap()];
             // SAFETY: in the registered buffer.
             unsafe {
                 PostRecv::post(
@@ -117,25 +119,30 @@ pub fn every_operation_to_every_target(ctx: &Context) {
         }
         let tag = 0x10 * (t as u64 + 1);
         let (s64, s16, s40, s8) = (
-            [b.sge(src..src + 64)],
-            [b.sge(src..src + 16)],
-            [b.sge(src..src + 40)],
-            [b.sge(src..src + 8)],
+            [b.sge(src..src + 64).unwrap()],
+            [b.sge(src..src + 16).unwrap()],
+            [b.sge(src..src + 40).unwrap()],
+            [b.sge(src..src + 8).unwrap()],
         );
-        let into = [b.sge(src + 256..src + 288)];
+        let into = [b.sge(src + 256..src + 288).unwrap()];
         let imm = 0xabc0 + t as u32;
         let wrs = [
-            SendWr::write(tag, &s64, b.remote(win)).signaled(),
-            SendWr::write_imm(tag + 1, &s16, b.remote(win + 128), imm).signaled(),
+            SendWr::write(tag, &s64, b.remote(win).unwrap()).signaled(),
+            SendWr::write_imm(tag + 1, &s16, b.remote(win + 128).unwrap(), imm).signaled(),
             SendWr::send(tag + 2, &s40).signaled(),
             SendWr::send_imm(tag + 3, &s8, imm + 0x100).signaled(),
-            SendWr::read(tag + 4, &into, b.remote(win + 512)).signaled(),
-            SendWr::fetch_add(tag + 5, b.sge(src + 512..src + 520), b.remote(win + 768), 5)
-                .signaled(),
+            SendWr::read(tag + 4, &into, b.remote(win + 512).unwrap()).signaled(),
+            SendWr::fetch_add(
+                tag + 5,
+                b.sge(src + 512..src + 520).unwrap(),
+                b.remote(win + 768).unwrap(),
+                5,
+            )
+            .signaled(),
             SendWr::compare_swap(
                 tag + 6,
-                b.sge(src + 520..src + 528),
-                b.remote(win + 768),
+                b.sge(src + 520..src + 528).unwrap(),
+                b.remote(win + 768).unwrap(),
                 105,
                 7,
             )
@@ -170,7 +177,7 @@ pub fn every_operation_to_every_target(ctx: &Context) {
     }
     let atomic_be = ctx.atomics_big_endian();
     let read_u64 = |off: usize| {
-        let v = b.load_u64(off);
+        let v = b.load_u64(off).unwrap();
         if atomic_be { u64::from_be(v) } else { v }
     };
     for t in 0..3 {
@@ -178,7 +185,7 @@ pub fn every_operation_to_every_target(ctx: &Context) {
         let data: Vec<u8> = (0..64).map(|i| (i * 3 + t) as u8).collect();
         let read = |off: usize, len: usize| {
             let mut v = vec![0u8; len];
-            b.read(off, &mut v);
+            b.read(off, &mut v).unwrap();
             v
         };
         assert_eq!(read(win, 64), data, "WRITE to target {t}");
@@ -235,18 +242,22 @@ pub fn wrong_key_fails_then_the_initiator_recovers(ctx: &Context) {
     let mut wrong = dc.addrs[0];
     wrong.access_key = dc.addrs[1].access_key;
     let (bad, good) = (dc.pd.dc_peer(&wrong).unwrap(), dc.peer(0));
-    b.fill(4096..4104, 0xee);
-    let sgl = [b.sge(32768..32776)];
+    b.fill(4096..4104, 0xee).unwrap();
+    let sgl = [b.sge(32768..32776).unwrap()];
     post(
         &mut sq,
         &bad,
-        &SendWr::write(1, &sgl, b.remote(4096)).signaled(),
+        &SendWr::write(1, &sgl, b.remote(4096).unwrap()).signaled(),
     );
-    post(&mut sq, &good, &SendWr::write(2, &sgl, b.remote(4096)));
     post(
         &mut sq,
         &good,
-        &SendWr::read(3, &sgl, b.remote(4096)).signaled(),
+        &SendWr::write(2, &sgl, b.remote(4096).unwrap()),
+    );
+    post(
+        &mut sq,
+        &good,
+        &SendWr::read(3, &sgl, b.remote(4096).unwrap()).signaled(),
     );
     let got: Vec<_> = wait(&mut tx, 3)
         .iter()
@@ -261,28 +272,28 @@ pub fn wrong_key_fails_then_the_initiator_recovers(ctx: &Context) {
         ]
     );
     let mut v = [0u8; 8];
-    b.read(4096, &mut v);
+    b.read(4096, &mut v).unwrap();
     assert_eq!(v, [0xee; 8], "nothing written at the target");
     assert_eq!(dci.state(), QpState::Error);
     // Refused while in error, and nothing written.
     // SAFETY: in the registered buffer.
-    let e = unsafe { sq.post_to(&good, &SendWr::write(4, &sgl, b.remote(4096))) };
+    let e = unsafe { sq.post_to(&good, &SendWr::write(4, &sgl, b.remote(4096).unwrap())) };
     assert_eq!(e, Err(PostError::NotReady));
     // Recovery as for RC: reset (drained), ready again; the same queue posts again.
     dci.reset().unwrap();
     dci.ready_dc().unwrap();
-    b.write(32768, b"again!!!");
+    b.write(32768, b"again!!!").unwrap();
     post(
         &mut sq,
         &good,
-        &SendWr::write(5, &sgl, b.remote(4096)).signaled(),
+        &SendWr::write(5, &sgl, b.remote(4096).unwrap()).signaled(),
     );
     let got: Vec<_> = wait(&mut tx, 1)
         .iter()
         .map(|c| (c.wr_id, c.status))
         .collect();
     assert_eq!(got, [(5, WcStatus::Success)]);
-    b.read(4096, &mut v);
+    b.read(4096, &mut v).unwrap();
     assert_eq!(&v, b"again!!!");
 }
 
@@ -295,7 +306,7 @@ pub fn unknown_target_fails(ctx: &Context) {
     let mut nowhere = dc.addrs[0];
     nowhere.dctn = dci.qpn(); // a QP, and no target
     let peer = dc.pd.dc_peer(&nowhere).unwrap();
-    let sgl = [dc.buf.sge(0..8)];
+    let sgl = [dc.buf.sge(0..8).unwrap()];
     post(&mut sq, &peer, &SendWr::send(1, &sgl).signaled());
     let c = wait(&mut tx, 1);
     assert_eq!((c[0].wr_id, c[0].status), (1, WcStatus::RetryExcErr));
@@ -306,8 +317,8 @@ pub fn access_violation_fails_the_initiator_only(ctx: &Context) {
     let dc = Dc::new(ctx, 1, 2);
     let b = &dc.buf;
     let peer = dc.peer(0);
-    let sgl = [b.sge(32768..32776)];
-    let mut bad = b.remote(4096);
+    let sgl = [b.sge(32768..32776).unwrap()];
+    let mut bad = b.remote(4096).unwrap();
     bad.rkey ^= 0x100;
     let (dci, cq) = &dc.dcis[0];
     let mut sq = dci.send_queue().unwrap();
@@ -319,16 +330,16 @@ pub fn access_violation_fails_the_initiator_only(ctx: &Context) {
     let (dci2, cq2) = &dc.dcis[1];
     let mut sq2 = dci2.send_queue().unwrap();
     let mut tx2 = cq2.poller().unwrap();
-    b.write(32768, b"fine too");
+    b.write(32768, b"fine too").unwrap();
     post(
         &mut sq2,
         &peer,
-        &SendWr::write(2, &sgl, b.remote(4200)).signaled(),
+        &SendWr::write(2, &sgl, b.remote(4200).unwrap()).signaled(),
     );
     let c = wait(&mut tx2, 1);
     assert_eq!((c[0].wr_id, c[0].status), (2, WcStatus::Success));
     let mut v = [0u8; 8];
-    b.read(4200, &mut v);
+    b.read(4200, &mut v).unwrap();
     assert_eq!(&v, b"fine too");
     assert_eq!(dc.dcts[0].state(), QpState::Rtr);
 }
@@ -339,11 +350,11 @@ pub fn flush_of_every_outstanding_request(ctx: &Context) {
     let (dci, cq) = &dc.dcis[0];
     let mut sq = dci.send_queue().unwrap();
     let mut tx = cq.poller().unwrap();
-    let sgl = [dc.buf.sge(32768..32776)];
+    let sgl = [dc.buf.sge(32768..32776).unwrap()];
     let peers = [dc.peer(0), dc.peer(1)];
     // Staged, not rung: the device sees them only after the QP is in error.
     for i in 0..6u64 {
-        let wr = SendWr::write(i, &sgl, dc.buf.remote(4096)).signaled();
+        let wr = SendWr::write(i, &sgl, dc.buf.remote(4096).unwrap()).signaled();
         // SAFETY: in the registered buffer.
         unsafe { sq.stage_to(&peers[(i % 2) as usize], &wr) }.unwrap();
     }
@@ -353,7 +364,7 @@ pub fn flush_of_every_outstanding_request(ctx: &Context) {
     // In the error state the queue refuses posts; reset and readied, it takes them again, and
     // moved to error with requests outstanding, every one completes once, flushed or done.
     for i in 0..6u64 {
-        let wr = SendWr::write(10 + i, &sgl, dc.buf.remote(4096)).signaled();
+        let wr = SendWr::write(10 + i, &sgl, dc.buf.remote(4096).unwrap()).signaled();
         // SAFETY: refused before anything is read.
         let r = unsafe { sq.post_to(&peers[0], &wr) };
         assert_eq!(r, Err(PostError::NotReady));
@@ -361,7 +372,7 @@ pub fn flush_of_every_outstanding_request(ctx: &Context) {
     dci.reset().unwrap();
     dci.ready_dc().unwrap();
     for i in 0..6u64 {
-        let wr = SendWr::write(20 + i, &sgl, dc.buf.remote(4096)).signaled();
+        let wr = SendWr::write(20 + i, &sgl, dc.buf.remote(4096).unwrap()).signaled();
         // SAFETY: as above.
         unsafe { sq.stage_to(&peers[(i % 2) as usize], &wr) }.unwrap();
     }
@@ -425,7 +436,7 @@ pub fn refusals(ctx: &Context) {
         })
         .unwrap();
     let ud = zverbs::core::UdDest::new(*ah.av().unwrap(), 0, 1, 1);
-    let sgl = [dc.buf.sge(0..8)];
+    let sgl = [dc.buf.sge(0..8).unwrap()];
     let peer = dc.peer(0);
     let before = dci.outstanding();
     // SAFETY: refused before anything is read.
@@ -434,7 +445,7 @@ pub fn refusals(ctx: &Context) {
     assert_eq!(dci.outstanding(), before);
     // A request without its target, through the queue's `PostSend` (post, stage, batch):
     // refused, nothing written.
-    let wr = SendWr::write(2, &sgl, dc.buf.remote(0));
+    let wr = SendWr::write(2, &sgl, dc.buf.remote(0).unwrap());
     // SAFETY: refused before anything is read.
     unsafe {
         assert_eq!(sq.post(&wr), Err(PostError::WrongTransport));
@@ -442,15 +453,15 @@ pub fn refusals(ctx: &Context) {
         let e = sq.post_all(std::slice::from_ref(&wr)).unwrap_err();
         assert_eq!((e.index, e.error), (0, PostError::WrongTransport));
     }
-    let e = sq.send(3, dc.buf.slice(0..8), zverbs::SendFlags::SIGNALED);
+    let e = sq.send(3, dc.buf.slice(0..8).unwrap(), zverbs::SendFlags::SIGNALED);
     assert_eq!(
         e,
         Err(zverbs::safe::SafePostError::Post(PostError::WrongTransport))
     );
     // Nor is a DC request prepared: it would carry no target.
     let e = sq.prepare_write(
-        dc.buf.slice(0..8),
-        dc.buf.remote(0),
+        dc.buf.slice(0..8).unwrap(),
+        dc.buf.remote(0).unwrap(),
         zverbs::SendFlags::NONE,
     );
     assert!(matches!(
@@ -471,24 +482,35 @@ pub fn safe_operations_to_targets(ctx: &Context) {
     let mut tx = cq.poller().unwrap();
     let b = &dc.buf;
     let peers: Vec<DcPeer> = (0..2).map(|t| dc.peer(t)).collect();
-    b.write(0, b"to target zero");
-    b.write(64, b"to target one!");
-    b.store_u64(8192, 40);
+    b.write(0, b"to target zero").unwrap();
+    b.write(64, b"to target one!").unwrap();
+    b.store_u64(8192, 40).unwrap();
     let sig = SendFlags::SIGNALED;
     sq.to(&peers[0])
-        .write(1, b.slice(0..14), b.remote(4096), sig)
+        .write(1, b.slice(0..14).unwrap(), b.remote(4096).unwrap(), sig)
         .unwrap();
     sq.to(&peers[1])
-        .fetch_add(2, b.slice(256..264), b.remote(8192), 2, sig)
+        .fetch_add(
+            2,
+            b.slice(256..264).unwrap(),
+            b.remote(8192).unwrap(),
+            2,
+            sig,
+        )
         .unwrap();
     let mut batch = sq.batch();
     batch
         .to(&peers[1])
-        .write(3, b.slice(64..78), b.remote(4096 + 64), SendFlags::NONE)
+        .write(
+            3,
+            b.slice(64..78).unwrap(),
+            b.remote(4096 + 64).unwrap(),
+            SendFlags::NONE,
+        )
         .unwrap();
     batch
         .to(&peers[0])
-        .read(4, b.slice(512..526), b.remote(4096), sig)
+        .read(4, b.slice(512..526).unwrap(), b.remote(4096).unwrap(), sig)
         .unwrap();
     batch.finish();
     let ids: Vec<_> = wait(&mut tx, 3)
@@ -505,13 +527,13 @@ pub fn safe_operations_to_targets(ctx: &Context) {
     );
     let read = |off: usize, len: usize| {
         let mut v = vec![0u8; len];
-        b.read(off, &mut v);
+        b.read(off, &mut v).unwrap();
         v
     };
     assert_eq!(read(4096, 14), b"to target zero");
     assert_eq!(read(4096 + 64, 14), b"to target one!");
     assert_eq!(read(512, 14), b"to target zero", "READ back");
-    let faa = b.load_u64(256);
+    let faa = b.load_u64(256).unwrap();
     let faa = if ctx.atomics_big_endian() {
         u64::from_be(faa)
     } else {

@@ -346,7 +346,7 @@ pub fn pattern(seed: u8, len: usize) -> Vec<u8> {
 /// The bytes of `buf` at `offset..offset + len`.
 pub fn bytes(buf: &MrBuf, offset: usize, len: usize) -> Vec<u8> {
     let mut v = vec![0u8; len];
-    buf.read(offset, &mut v);
+    buf.read(offset, &mut v).unwrap();
     v
 }
 

@@ -66,7 +66,7 @@ pub fn check_datagram(
         assert_eq!(c.imm, imm, "{c:?}");
     }
     let mut got = vec![0u8; e.data.len() + tail];
-    buf.read(at + GRH, &mut got);
+    buf.read(at + GRH, &mut got).unwrap();
     assert_eq!(
         &got[..e.data.len()],
         e.data,

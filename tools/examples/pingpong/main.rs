@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use zverbs::backend::{QueueSet, Queues};
 use zverbs::{
     AccessFlags, BackendRequest, Completion, ContextOptions, MrBuf, PollCq, PostRecv, PostSend,
-    RecvWr, RemoteBuf, SendWr, WcStatus,
+    RecvWr, Registered, RemoteBuf, SendWr, WcStatus,
 };
 use zverbs_tools::args::{self, Arg::*, Parser};
 use zverbs_tools::device;
@@ -142,7 +142,7 @@ const RECV_DEPTH: u32 = 64;
 
 impl<S: PostSend, R: PostRecv, C: PollCq> End<'_, S, R, C> {
     fn post_recv(&mut self, size: usize) -> Res<()> {
-        let sgl = [self.rx.try_sge(0..size)?];
+        let sgl = [self.rx.sge(0..size)?];
         // SAFETY: the receive buffer is registered with local write and outlives the queues;
         // this program reads it only through copies and volatile loads.
         unsafe { self.q.rq.post(&RecvWr::new(0, &sgl)) }?;
@@ -151,7 +151,7 @@ impl<S: PostSend, R: PostRecv, C: PollCq> End<'_, S, R, C> {
 
     /// Posts one message (`op`) of `size` bytes to `remote`, signaled every `SIGNAL_EVERY`.
     fn post(&mut self, op: Op, size: usize, remote: RemoteBuf) -> Res<()> {
-        let sgl = [self.tx.try_sge(0..size)?];
+        let sgl = [self.tx.sge(0..size)?];
         let wr = match op {
             Op::Send => SendWr::send(0, &sgl),
             Op::Write => SendWr::write(0, &sgl, remote),
@@ -211,15 +211,15 @@ impl<S: PostSend, R: PostRecv, C: PollCq> End<'_, S, R, C> {
     /// Spins until the last byte of the receive buffer holds `tag`.
     fn wait_byte(&self, size: usize, tag: u8) -> Res<()> {
         let mut spin = Spin::default();
-        while self.rx.load_u8(size - 1) != tag {
+        while self.rx.load_u8(size - 1)? != tag {
             spin.wait("the WRITE's last byte")?;
         }
         Ok(())
     }
 
     /// Sets the last byte of the send buffer (read by the device after the doorbell).
-    fn set_tag(&self, size: usize, tag: u8) {
-        self.tx.store_u8(size - 1, tag);
+    fn set_tag(&self, size: usize, tag: u8) -> Res<()> {
+        Ok(self.tx.store_u8(size - 1, tag)?)
     }
 }
 
@@ -308,7 +308,7 @@ fn run(args: &Args) -> Res<()> {
         inline_max: a.caps().max_inline_data,
     };
     let inline = args.size <= setup.inline_max as usize;
-    let remotes = (bufs[1].remote(0), bufs[3].remote(0));
+    let remotes = (bufs[1].remote(0)?, bufs[3].remote(0)?);
     match (Queues::take(&a, &a_cq)?, Queues::take(&b, &b_cq)?) {
         (Queues::Direct(qa), Queues::Direct(qb)) => {
             let (ea, eb) = ends(qa, qb, &bufs, inline);
@@ -366,10 +366,10 @@ fn bench<S: PostSend, R: PostRecv, C: PollCq>(
                 a.wait_recv(args.size)?;
             }
             Op::Write => {
-                a.set_tag(args.size, tag);
+                a.set_tag(args.size, tag)?;
                 a.post(Op::Write, args.size, remote_of_b)?;
                 b.wait_byte(args.size, tag)?;
-                b.set_tag(args.size, tag);
+                b.set_tag(args.size, tag)?;
                 b.post(Op::Write, args.size, remote_of_a)?;
                 a.wait_byte(args.size, tag)?;
             }

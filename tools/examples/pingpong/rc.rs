@@ -41,8 +41,8 @@ use zverbs::backend::Queues;
 use zverbs::connect::Endpoint;
 use zverbs::connect::exchange::{self, Hello, Wire};
 use zverbs::{
-    AccessFlags, Completion, ConnectAttr, ContextOptions, MrBuf, PollCq, PollCqTimed, SendFlags,
-    TimedCompletion,
+    AccessFlags, BufError, Completion, ConnectAttr, ContextOptions, MrBuf, PollCq, PollCqTimed,
+    SendFlags, TimedCompletion,
 };
 use zverbs_tools::args::{self, Arg::*, Parser};
 
@@ -314,7 +314,7 @@ fn run(o: &Opts) -> Result<(), Box<dyn std::error::Error>> {
     let pd = ctx.alloc_pd()?;
     let buf = pd.alloc_buf(o.size, AccessFlags::LOCAL_WRITE)?;
     let rbuf = pd.alloc_buf(o.size, AccessFlags::LOCAL_WRITE)?;
-    buf.fill(0..o.size, FILL);
+    buf.fill(0..o.size, FILL)?;
     // The device clock, for the timestamps' mask (their wrap) and frequency; a device
     // without completion timestamps is refused here, as `ibv_rc_pingpong --ts` refuses it.
     let clock = if o.ts { Some(ctx.clock()?) } else { None };
@@ -359,7 +359,7 @@ fn run(o: &Opts) -> Result<(), Box<dyn std::error::Error>> {
     // The receive queue from INIT on: the receives are posted before the exchange (as
     // ibv_rc_pingpong does), the send queue is taken once the exchange has connected the QP.
     let mut rq = qp.recv_queue()?;
-    let slice = buf.try_slice(0..o.size)?;
+    let slice = buf.slice(0..o.size)?;
     println!(
         "  local address:  LID {:#06x}, QPN {:#08x}, PSN {:#08x}, GID {}",
         me.lid, me.qpn, me.psn, me.gid
@@ -507,20 +507,27 @@ pub(crate) struct Damage {
 /// `damage`, then zeroes the buffer so the next message is checked afresh (lockstep: no other
 /// message is in flight now). A damaged message does not stop the run: the peer finishes in
 /// step, and the run fails at the end.
-fn check_message(buf: &MrBuf, size: usize, n: u64, damage: &mut Damage) {
-    check_at(buf, 0, size, FILL, n, damage);
+fn check_message(buf: &MrBuf, size: usize, n: u64, damage: &mut Damage) -> Result<(), BufError> {
+    check_at(buf, 0, size, FILL, n, damage)
 }
 
 /// Checks that `buf[at..at + size]` is all `fill`, noting a wrong byte in `damage`, then zeroes
 /// the buffer (see [`check_message`]).
-pub(crate) fn check_at(buf: &MrBuf, at: usize, size: usize, fill: u8, n: u64, damage: &mut Damage) {
+pub(crate) fn check_at(
+    buf: &MrBuf,
+    at: usize,
+    size: usize,
+    fill: u8,
+    n: u64,
+    damage: &mut Damage,
+) -> Result<(), BufError> {
     let mut got = vec![0u8; size];
-    buf.read(at, &mut got);
+    buf.read(at, &mut got)?;
     if let Some(at) = got.iter().position(|&b| b != fill) {
         damage.messages += 1;
         damage.first.get_or_insert((n, at, got[at]));
     }
-    buf.fill(at..at + size, if fill == 0 { 0xff } else { 0 });
+    buf.fill(at..at + size, if fill == 0 { 0xff } else { 0 })
 }
 
 fn post_recvs(
@@ -530,7 +537,7 @@ fn post_recvs(
     n: u32,
 ) -> Result<(), Box<dyn std::error::Error>> {
     for _ in 0..n {
-        rq.post(RECV_WRID, buf.try_slice(0..size)?)?;
+        rq.post(RECV_WRID, buf.slice(0..size)?)?;
     }
     Ok(())
 }
@@ -632,7 +639,7 @@ fn session<S: Into<zverbs::SendQueue>, R: Into<RecvQueue>, C: PollCq + PollCqTim
                     if let (Some(ts), Some(mask)) = (stamp, mask) {
                         stats.note(ts, mask);
                     }
-                    check_message(buf, o.size, rcnt, &mut damage);
+                    check_message(buf, o.size, rcnt, &mut damage)?;
                     routs -= 1;
                     if routs <= 1 {
                         post_recvs(&mut rq, buf, o.size, o.rx_depth - routs)?;

@@ -27,7 +27,7 @@ use zverbs::connect::Endpoint;
 use zverbs::connect::exchange::{self, DONE, MSG_LEN};
 use zverbs::{
     AccessFlags, Completion, ConnectAttr, ContextOptions, MrBuf, PollCq, PostRecv, PostSend, Qp,
-    RecvWr, SendQueue, SendWr,
+    RecvWr, Registered, SendQueue, SendWr,
 };
 use zverbs_tools::args::Parser;
 
@@ -58,7 +58,7 @@ fn run(o: &Opts) -> Res<()> {
     let pd = ctx.alloc_pd()?;
     let sbuf = pd.alloc_buf(o.size, AccessFlags::LOCAL_WRITE)?;
     let rbuf = pd.alloc_buf(o.size * o.rx_depth as usize, AccessFlags::LOCAL_WRITE)?;
-    rbuf.fill(0..o.size * o.rx_depth as usize, 0xff);
+    rbuf.fill(0..o.size * o.rx_depth as usize, 0xff)?;
     let cq = ctx.cq_builder().cqe(o.rx_depth + o.num_qp).build()?;
     let srq = pd.create_srq(o.rx_depth, 1)?;
     let qps: Vec<Qp> = (0..n)
@@ -206,7 +206,7 @@ fn recv_records(s: &mut TcpStream, n: usize, mine: &[Endpoint], by: Instant) -> 
 
 /// Posts the receive of buffer slot `slot` to the SRQ.
 fn post_recv(rq: &mut impl PostRecv, buf: &MrBuf, size: usize, slot: usize) -> Res<()> {
-    let sgl = [buf.sge(slot * size..(slot + 1) * size)];
+    let sgl = [buf.sge(slot * size..(slot + 1) * size)?];
     // SAFETY: the slot is registered memory of `buf`, which outlives the SRQ's receives (the
     // queues are dropped before it); this side reads the slot only after the receive's
     // completion, and posts it again only after that read.
@@ -215,7 +215,7 @@ fn post_recv(rq: &mut impl PostRecv, buf: &MrBuf, size: usize, slot: usize) -> R
 }
 
 fn send(sq: &mut SendQueue, buf: &MrBuf, size: usize) -> Res<()> {
-    let sgl = [buf.sge(0..size)];
+    let sgl = [buf.sge(0..size)?];
     // SAFETY: the send buffer is registered, never written after set-up, and outlives the
     // queues.
     unsafe { sq.post(&SendWr::send(SEND_WRID, &sgl).signaled()) }?;
@@ -267,7 +267,7 @@ fn session<R: PostRecv, C: PollCq>(
                 pending[i] &= !SENT;
             } else if c.wr_id & RECV_TAG != 0 {
                 let slot = (c.wr_id & !RECV_TAG) as usize;
-                rc::check_at(rbuf, slot * o.size, o.size, 0, rcnt, &mut damage);
+                rc::check_at(rbuf, slot * o.size, o.size, 0, rcnt, &mut damage)?;
                 post_recv(&mut rq, rbuf, o.size, slot)?;
                 rcnt += 1;
                 pending[i] &= !RECV;

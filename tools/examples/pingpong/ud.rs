@@ -57,7 +57,7 @@ fn run(o: &Opts) -> Result<(), Box<dyn std::error::Error>> {
     let pd = ctx.alloc_pd()?;
     let buf = pd.alloc_buf(o.size + GRH, AccessFlags::LOCAL_WRITE)?;
     let rbuf = pd.alloc_buf(o.size + GRH, AccessFlags::LOCAL_WRITE)?;
-    buf.fill(0..o.size + GRH, FILL);
+    buf.fill(0..o.size + GRH, FILL)?;
     let cq = ctx.cq_builder().cqe(o.rx_depth + 1).build()?;
     let qp = pd
         .qp_builder(&cq, &cq)
@@ -88,7 +88,7 @@ fn run(o: &Opts) -> Result<(), Box<dyn std::error::Error>> {
     qp.to_init_ud(&ud)?;
     let mut rq = qp.recv_queue()?;
     for _ in 0..o.rx_depth {
-        rq.post(RECV_WRID, rbuf.try_slice(0..o.size + GRH)?)?;
+        rq.post(RECV_WRID, rbuf.slice(0..o.size + GRH)?)?;
     }
     println!(
         "  local address:  LID {:#06x}, QPN {:#08x}, PSN {:#08x}, GID {}",
@@ -164,7 +164,7 @@ fn session<S: Into<zverbs::SendQueue>, R: Into<zverbs::RecvQueue>, C: PollCq>(
 ) -> Result<Instant, Box<dyn std::error::Error>> {
     let mut sq: zverbs::SendQueue = sq.into();
     let mut rq: zverbs::RecvQueue = rq.into();
-    let slice = buf.try_slice(GRH..GRH + o.size)?;
+    let slice = buf.slice(GRH..GRH + o.size)?;
     let start = Instant::now();
     let mut routs = o.rx_depth;
     let (mut scnt, mut rcnt) = (0u64, 0u64);
@@ -184,11 +184,11 @@ fn session<S: Into<zverbs::SendQueue>, R: Into<zverbs::RecvQueue>, C: PollCq>(
             match c.wr_id {
                 SEND_WRID => scnt += 1,
                 RECV_WRID => {
-                    rc::check_at(rbuf, GRH, o.size, FILL, rcnt, &mut damage);
+                    rc::check_at(rbuf, GRH, o.size, FILL, rcnt, &mut damage)?;
                     routs -= 1;
                     if routs <= 1 {
                         for _ in routs..o.rx_depth {
-                            rq.post(RECV_WRID, rbuf.try_slice(0..o.size + GRH)?)?;
+                            rq.post(RECV_WRID, rbuf.slice(0..o.size + GRH)?)?;
                         }
                         routs = o.rx_depth;
                     }

@@ -26,7 +26,7 @@ use zverbs::connect::RemoteRegion;
 use zverbs::connect::pmix::{DcMeshPeer, Job};
 use zverbs::{
     AccessFlags, BackendRequest, Completion, ContextOptions, Cq, MrBuf, PollCq, PostSend,
-    RemoteBuf, SendQueue, SendWr, Sge,
+    Registered, RemoteBuf, SendQueue, SendWr, Sge,
 };
 use zverbs_tools::args::{self, Arg::*, Parser};
 use zverbs_tools::device;
@@ -263,7 +263,7 @@ pub(crate) fn run(o: &Opts) -> Result<()> {
     for r in 0..n {
         let at = recv_len + r as usize * slot;
         let bytes: Vec<u8> = (0..slot).map(|i| pattern(me, r, i)).collect();
-        buf.write(at, &bytes);
+        buf.write(at, &bytes)?;
     }
 
     // Every process starts the set-up together: its time is the mesh's, not the wait for the
@@ -310,7 +310,7 @@ pub(crate) fn run(o: &Opts) -> Result<()> {
         let region = p.region.ok_or("a peer published no region")?;
         targets.push(region.try_at(me as usize * slot)?);
         sges.push([
-            buf.sge(recv_len + p.rank as usize * slot..recv_len + (p.rank as usize + 1) * slot)
+            buf.sge(recv_len + p.rank as usize * slot..recv_len + (p.rank as usize + 1) * slot)?
         ]);
     }
     let backend = peers_v
@@ -475,7 +475,7 @@ fn run_dc(run: &Run<'_>, pd: &zverbs::Pd) -> Result<()> {
         let region = p.region.ok_or("a peer published no region")?;
         targets.push(region.try_at(me as usize * slot)?);
         let at = run.recv_len + p.rank as usize * slot;
-        sges.push([buf.sge(at..at + slot)]);
+        sges.push([buf.sge(at..at + slot)?]);
     }
     let backend = mesh.dci().backend().to_string();
 
@@ -586,7 +586,7 @@ impl Run<'_> {
         job.fence()?;
         let mut got = vec![0u8; slot];
         for p in peers {
-            buf.read(p as usize * slot, &mut got);
+            buf.read(p as usize * slot, &mut got)?;
             mine.bad += got
                 .iter()
                 .enumerate()

@@ -193,11 +193,11 @@ impl Rx {
                     let c = c.ok()?;
                     let at = c.wr_id as usize * SLOT;
                     let len = (c.byte_len as usize).min(head.len());
-                    buf.read(at, &mut head[..len]);
+                    buf.read(at, &mut head[..len])?;
                     if let Some(seq) = test_seq(&head[..len]) {
                         f(seq);
                     }
-                    rq.post(c.wr_id, buf.slice(at..at + SLOT))?;
+                    rq.post(c.wr_id, buf.slice(at..at + SLOT)?)?;
                 }
                 Ok(done.len())
             }
@@ -239,7 +239,7 @@ impl Tx {
             return Ok(false);
         }
         let at = (seq % self.depth) as usize * self.payload;
-        self.payloads.write(at, &seq.to_be_bytes());
+        self.payloads.write(at, &seq.to_be_bytes())?;
         let frame = if signaled {
             &self.signaled
         } else {
@@ -247,7 +247,7 @@ impl Tx {
         };
         match self
             .sq
-            .post_frame(frame, seq, self.payloads.slice(at..at + self.payload))
+            .post_frame(frame, seq, self.payloads.slice(at..at + self.payload)?)
         {
             Ok(()) => Ok(true),
             Err(zverbs::safe::SafePostError::Post(
@@ -341,7 +341,7 @@ fn side(ctx: &Context, pd: &Pd, port: u8, opts: &Opts, mac: [u8; 6]) -> Result<S
         let buf = pd.alloc_buf(rx_depth as usize * SLOT, AccessFlags::LOCAL_WRITE)?;
         let mut rq = qp.recv_queue()?;
         for i in 0..rx_depth as usize {
-            rq.post(i as u64, buf.slice(i * SLOT..(i + 1) * SLOT))?;
+            rq.post(i as u64, buf.slice(i * SLOT..(i + 1) * SLOT)?)?;
         }
         Rx::Ordinary {
             rq,

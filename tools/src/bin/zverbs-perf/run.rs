@@ -9,8 +9,8 @@ use zverbs::connect::exchange::{self, Hello, Wire};
 use zverbs::connect::{Endpoint, RemoteRegion};
 use zverbs::{
     AccessFlags, Completion, ConnectAttr, ContextOptions, DeviceClock, Error, MrBuf, PollCq,
-    PollCqTimed, PostError, PostRecv, PostSend, RecvWr, SendFlags, SendWr, Sge, TimedCompletion,
-    UdAttr, UdDest, WcOpcode, WcStatus,
+    PollCqTimed, PostError, PostRecv, PostSend, RecvWr, Registered, SendFlags, SendWr, Sge,
+    TimedCompletion, UdAttr, UdDest, WcOpcode, WcStatus,
 };
 
 use zverbs_tools::latency::{self, Recorder};
@@ -413,7 +413,7 @@ fn check_tag(peer: &[u8], mine: &str) -> zverbs::Result<()> {
 }
 
 fn post_receives(rq: &mut impl PostRecv, buf: &MrBuf, lay: Layout, n: u32) -> Result<()> {
-    let sgl = [recv_sge(buf, lay)];
+    let sgl = [recv_sge(buf, lay)?];
     for _ in 0..n {
         // SAFETY: the receive area lies in `buf`, a registered buffer alive for the test; Rust
         // only touches it through copies.
@@ -422,8 +422,8 @@ fn post_receives(rq: &mut impl PostRecv, buf: &MrBuf, lay: Layout, n: u32) -> Re
     Ok(())
 }
 
-fn recv_sge(buf: &MrBuf, lay: Layout) -> Sge {
-    buf.sge(lay.c()..lay.c() + lay.slot)
+fn recv_sge(buf: &MrBuf, lay: Layout) -> Result<Sge> {
+    Ok(buf.sge(lay.c()..lay.c() + lay.slot)?)
 }
 
 /// Posts `wr`, polling completions while the queue or the CQ is full (as long as `env`'s
@@ -626,9 +626,9 @@ where
     };
     let buf = &env.buf;
     let lay = env.lay;
-    let src = [buf.try_sge(lay.b()..lay.b() + o.size)?];
+    let src = [buf.sge(lay.b()..lay.b() + o.size)?];
     let target = env.remote.at(0);
-    let recv = [recv_sge(buf, lay)];
+    let recv = [recv_sge(buf, lay)?];
     let repost = |rq: &mut R, n: u64| -> Result<()> {
         for _ in 0..n {
             // SAFETY: the receive area lies in the registered test buffer.
@@ -651,7 +651,7 @@ where
                 let v = (i % 255 + 1) as u8;
                 if env.client {
                     laps.mark(i, &mut lat);
-                    buf.store_u8(lay.b() + o.size - 1, v);
+                    buf.store_u8(lay.b() + o.size - 1, v)?;
                     post(
                         &mut q.sq,
                         &mut q.cq,
@@ -662,12 +662,12 @@ where
                     q.sq.ring();
                 }
                 let mut w = env.answer();
-                while buf.load_u8(flag_at) != v {
+                while buf.load_u8(flag_at)? != v {
                     drain(&mut q.cq, &mut seen)?;
                     w.idle("waiting for the peer's WRITE")?;
                 }
                 if !env.client {
-                    buf.store_u8(lay.b() + o.size - 1, v);
+                    buf.store_u8(lay.b() + o.size - 1, v)?;
                     post(
                         &mut q.sq,
                         &mut q.cq,
@@ -715,8 +715,8 @@ where
             }
         }
         (Test::ReadLat | Test::AtomicLat, true) => {
-            let dst = [buf.try_sge(lay.d()..lay.d() + 8)?];
-            let rdst = [buf.try_sge(lay.c()..lay.c() + o.size)?];
+            let dst = [buf.sge(lay.d()..lay.d() + 8)?];
+            let rdst = [buf.sge(lay.c()..lay.c() + o.size)?];
             for i in 0..total as u64 {
                 let wr = if o.test == Test::ReadLat {
                     SendWr::read(i, &rdst, target)
