@@ -417,3 +417,47 @@ fn split_seg(seg: &[u8; 16]) -> (u64, u64) {
     hi.copy_from_slice(&seg[8..]);
     (u64::from_ne_bytes(lo), u64::from_ne_bytes(hi))
 }
+
+impl Doorbell {
+    /// Publishes the ring up to producer counter `pi` after one WQE of one basic block, or two
+    /// (`two`), the first ring block `first` (of `sq`), rung alone on the queue's own
+    /// register: with BlueFlame (`BF`), each of its segments read back from the ring into a
+    /// register with one load and copied with one store, block by block following the ring's
+    /// wrap, no loop; without, the doorbell `word0` (the WQE's first 8 bytes). As
+    /// [`Doorbell::ring_block_copy`], no trailing flush: each block is a whole 64-byte line.
+    ///
+    /// # Safety
+    ///
+    /// `BF == self.has_blueflame()`, and with BlueFlame the WQE fits the buffer (`two` only
+    /// with `bf_size >= 128`); the register is not shared ([`Doorbell::lock`] is `None`).
+    #[inline(always)]
+    pub(crate) unsafe fn ring_blocks_back<const BF: bool>(
+        &mut self,
+        sq: SegRing,
+        pi: u32,
+        first: u32,
+        two: bool,
+        word0: u64,
+    ) {
+        debug_assert!(BF == self.has_blueflame() && self.shared.is_none());
+        debug_assert!(!BF || self.bf_blocks >= 1 + u32::from(two));
+        if !BF {
+            self.publish(pi);
+            self.doorbell_only(word0);
+            return;
+        }
+        let buf = self.take(None);
+        self.publish(pi);
+        for (s, r) in sq.block_regs(first).into_iter().enumerate() {
+            // SAFETY: (caller) the first block fits the buffer, 16-byte aligned (as in
+            // `ring_block_regs`).
+            unsafe { r.store_mmio(&buf.0, s) };
+        }
+        if two {
+            for (s, r) in sq.block_regs(first.wrapping_add(1)).into_iter().enumerate() {
+                // SAFETY: (caller) with `two`, the second block fits the buffer too.
+                unsafe { r.store_mmio(&buf.0, 4 + s) };
+            }
+        }
+    }
+}

@@ -159,6 +159,28 @@ impl BlockRegs {
     }
 }
 
+impl SegReg {
+    /// The segment `b` (16 bytes in memory order) in a register, read with one load.
+    #[inline(always)]
+    pub(crate) fn from_seg(b: &[u8; 16]) -> Self {
+        #[cfg(all(target_arch = "x86_64", not(zverbs_loom)))]
+        // SAFETY: `b` is 16 readable bytes; an unaligned load; SSE2 is in every x86_64
+        // target's baseline.
+        let r = unsafe { core::arch::x86_64::_mm_loadu_si128(b.as_ptr().cast()) };
+        #[cfg(not(all(target_arch = "x86_64", not(zverbs_loom))))]
+        let r = {
+            let (lo, hi) = b.split_at(8);
+            let word = |h: &[u8]| {
+                let mut a = [0u8; 8];
+                a.copy_from_slice(h);
+                u64::from_ne_bytes(a)
+            };
+            [word(lo), word(hi)]
+        };
+        Self(r)
+    }
+}
+
 #[cfg(all(test, not(zverbs_loom)))]
 mod tests {
     use core::ptr::NonNull;

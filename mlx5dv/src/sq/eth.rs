@@ -22,7 +22,7 @@
 //! patched for its payload, and one data segment for the payload. The checksums are the
 //! device's (`cs_flags`).
 
-use zverbs_core::{PostError, SendFlags, SendOp, SendWr, Sge, SqCaps};
+use zverbs_core::{MIN_FRAME, PostError, SendFlags, SendOp, SendWr, Sge, SqCaps};
 
 use super::{
     CheckedSend, Ethernet, FM_CE_SE, FM_CE_SE_FLAGS, Plan, Room, SendQueue, SqTransport, Vouched,
@@ -178,16 +178,24 @@ impl<P: SqStateRef> SendQueue<P, Ethernet> {
         };
         let mut image = image;
         image[0][1] = word2(u32::from(fm_ce_se), 0);
+        let blocks = [
+            (ds - 1).div_ceil(SEGS_PER_BB as u32) as u8,
+            ds.div_ceil(SEGS_PER_BB as u32) as u8,
+        ];
+        // The key of the post's common case (`SendQueue::post_frame`): the QPN, the gate or-ed
+        // in; with bit 63 against the key of a queue with BlueFlame when its buffer cannot
+        // carry the WQE (no gate or QPN has the bit: that compare always fails).
+        let key = u64::from(self.qpn) << 32;
+        let bf_fits = u32::from(blocks[1]) * SEND_WQE_BB as u32 <= self.doorbell.bf_size();
         Ok(PreparedFrame {
             qpn: self.qpn,
+            key,
+            key_bf: if bf_fits { key } else { key | 1 << 63 },
             signaled: checked.signaled(),
             headers: h as u16,
             max_payload: max_frame.saturating_sub(h as u32),
             data_unit: 1 + eth_segs as u8,
-            blocks: [
-                (ds - 1).div_ceil(SEGS_PER_BB as u32) as u8,
-                ds.div_ceil(SEGS_PER_BB as u32) as u8,
-            ],
+            blocks,
             ctrl0: [
                 word2(u32::from(opcode::SEND), qpn_ds(ds - 1)),
                 word2(u32::from(opcode::SEND), qpn_ds(ds)),
@@ -203,6 +211,13 @@ impl<P: SqStateRef> SendQueue<P, Ethernet> {
     /// (none for an empty one). The WQE and the doorbell are those of
     /// [`PostSend::post`](zverbs_core::PostSend::post) for a SEND of the same bytes with
     /// the headers inlined.
+    ///
+    /// The common case (a payload of 1 byte to the largest, the queue open and with room,
+    /// nothing staged, the register the queue's own) is one compare per check, as a prepared
+    /// request's post (`sq/prepared.rs`): the gate and the frame's QPN against the key the
+    /// queue keeps, the payload's length, the credit; the BlueFlame copy is read back from the
+    /// ring a segment at a time, without a loop. Everything else (refusals included) goes out
+    /// of line to the exact checks.
     ///
     /// # Safety
     ///
@@ -223,9 +238,112 @@ impl<P: SqStateRef> SendQueue<P, Ethernet> {
         wr_id: u64,
         payload: Sge,
     ) -> Result<(), PostError> {
+        // The gate as this queue last passed it and the frame's QPN in one word, against the
+        // key of a queue with BlueFlame (`prep_key`; a frame whose WQE the buffer cannot
+        // carry has a key that never matches it) or without (`prep_key_db`); each is
+        // `u64::MAX`, which no key is, unless the queue is of that kind. A payload of at
+        // least one byte (one data segment) and at most the largest: one compare.
+        let g = u64::from(self.state.gate().peek());
+        if payload.length.wrapping_sub(1) < p.max_payload {
+            // SAFETY: (caller) the posting contract; the key that passed says the doorbell's
+            // kind and that the register is the queue's own, and (with BlueFlame) that the
+            // frame's WQE fits the buffer.
+            unsafe {
+                if g | p.key_bf == self.prep_key {
+                    return self.post_frame_fast::<true>(p, wr_id, payload);
+                }
+                if g | p.key == self.prep_key_db {
+                    return self.post_frame_fast::<false>(p, wr_id, payload);
+                }
+            }
+        }
+        // SAFETY: (caller) the posting contract.
+        unsafe { self.post_frame_slow(p, wr_id, payload.addr, payload.length, payload.lkey) }
+    }
+
+    /// The rest of [`SendQueue::post_frame`]'s common case: the credit, then the WQE, stored to
+    /// the ring, and the doorbell, with BlueFlame (`BF`) or without.
+    ///
+    /// # Safety
+    ///
+    /// As [`SendQueue::post_frame`]; the payload is 1 byte to `p.max_payload`, the gate and the
+    /// frame's QPN passed, the register is the queue's own, `BF` says whether it has
+    /// BlueFlame, and with BlueFlame the frame's WQE fits the buffer.
+    #[inline(always)]
+    unsafe fn post_frame_fast<const BF: bool>(
+        &mut self,
+        p: &PreparedFrame,
+        wr_id: u64,
+        payload: Sge,
+    ) -> Result<(), PostError> {
+        let blocks = u32::from(p.blocks[1]);
+        // Taken down before the compare: the slow path sets a short credit again.
+        let (credit, short) = self.credit.overflowing_sub(blocks);
+        self.credit = credit;
+        if short {
+            // SAFETY: (caller) the posting contract.
+            return unsafe {
+                self.post_frame_slow(p, wr_id, payload.addr, payload.length, payload.lkey)
+            };
+        }
+        // SAFETY: the credit covers its blocks (and its CQE) with nothing staged.
+        let room = unsafe { Room::checked() };
+        // Locals: the ring as the WQE's stores address it (not read again after them).
+        let (ring, pi) = (self.ring, self.pi);
+        let start = self.write_frame::<true>(p, wr_id, &payload, blocks, room);
+        debug_assert_eq!(start, pi.wrapping_mul(SEGS_PER_BB as u32));
+        let word0 = p.ctrl0[1] | word2(u32::from(pi as u16) << 8, 0);
+        // SAFETY: (caller) `BF` as the doorbell is, the register the queue's own, the WQE
+        // fits the buffer with BlueFlame.
+        unsafe {
+            self.doorbell.ring_blocks_back::<BF>(
+                ring,
+                pi.wrapping_add(blocks),
+                pi,
+                blocks > 1,
+                word0,
+            )
+        };
+        Ok(())
+    }
+
+    /// [`SendQueue::post_frame`] when a compare of the common case failed: the exact checks,
+    /// the WQE and the doorbell; a frame that passes them on a register of the queue's own
+    /// opens the common case to the next posts (the keys).
+    ///
+    /// # Safety
+    ///
+    /// As [`SendQueue::post_frame`].
+    #[cold]
+    #[inline(never)]
+    unsafe fn post_frame_slow(
+        &mut self,
+        p: &PreparedFrame,
+        wr_id: u64,
+        addr: u64,
+        len: u32,
+        lkey: u32,
+    ) -> Result<(), PostError> {
+        // (The payload as scalars: an `Sge` argument would be kept in memory on the fast path.)
+        let payload = Sge::new(addr, len, lkey);
+        // No credit until the checks pass (the fast path may have taken it below zero).
+        self.credit = 0;
         let blocks = self.check_frame(p, &payload)?;
         let room = self.single_room(blocks, u32::from(p.signaled))?;
-        let start = self.write_frame(p, wr_id, &payload, blocks, room);
+        // The gate passed (open, of this incarnation) and the frame is this queue's.
+        if self.doorbell.lock().is_none() {
+            let key = u64::from(self.gate) | p.key;
+            if self.doorbell.has_blueflame() {
+                self.prep_key = key;
+            } else {
+                self.prep_key_db = key;
+            }
+        }
+        let start = if payload.length != 0 {
+            self.write_frame::<true>(p, wr_id, &payload, blocks, room)
+        } else {
+            self.write_frame::<false>(p, wr_id, &payload, blocks, room)
+        };
         self.doorbell.ring_any(self.ring, self.pi, start, blocks);
         Ok(())
     }
@@ -250,7 +368,11 @@ impl<P: SqStateRef> SendQueue<P, Ethernet> {
     ) -> Result<(), PostError> {
         let blocks = self.check_frame(p, &payload)?;
         let room = self.room_for(blocks, u32::from(p.signaled))?;
-        let start = self.write_frame(p, wr_id, &payload, blocks, room);
+        let start = if payload.length != 0 {
+            self.write_frame::<true>(p, wr_id, &payload, blocks, room)
+        } else {
+            self.write_frame::<false>(p, wr_id, &payload, blocks, room)
+        };
         self.note_pending(start, blocks);
         Ok(())
     }
@@ -268,9 +390,10 @@ impl<P: SqStateRef> SendQueue<P, Ethernet> {
     }
 
     /// Writes a prepared frame's WQE (`blocks` basic blocks) at the producer counter, records
-    /// it and advances the counters; the segment counter of its control segment.
+    /// it and advances the counters; the segment counter of its control segment. `DATA` says
+    /// whether the payload has bytes (a data segment).
     #[inline(always)]
-    fn write_frame(
+    fn write_frame<const DATA: bool>(
         &mut self,
         p: &PreparedFrame,
         wr_id: u64,
@@ -285,7 +408,8 @@ impl<P: SqStateRef> SendQueue<P, Ethernet> {
         let (ring, pi) = (&{ self.ring }, self.pi);
         let start = pi.wrapping_mul(SEGS_PER_BB as u32);
         let wqe = room.reserve(ring, start, blocks);
-        let has_data = payload.length != 0;
+        debug_assert_eq!(DATA, payload.length != 0);
+        let has_data = DATA;
         // `opmod_idx_opcode` bytes 1..3: the WQE index (opmod and opcode are prepared).
         let mut first = p.image[0];
         first[0] = p.ctrl0[usize::from(has_data)] | word2(u32::from(pi as u16) << 8, 0);
@@ -345,6 +469,130 @@ fn frame_refused(p: &PreparedFrame, payload_len: u32) -> PostError {
 }
 
 impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
+    /// [`PostSend::post`](zverbs_core::PostSend::post) of one request on an Ethernet queue:
+    /// the common frame, a SEND of one entry by reference holding more than the bytes the
+    /// queue inlines and at most the queue's largest frame, is checked here with what it
+    /// needs of the core's check (the queue's transport, its entry count, the frame's length,
+    /// the flags' inline bit; an Ethernet queue allows checksum offload) and written as the
+    /// words of its one basic block (control, Ethernet, one data segment), stored to the ring
+    /// and to the BlueFlame register, as the single posts of the other transports; every
+    /// other request takes the general path. The WQE and the result are those of the general
+    /// path.
+    #[inline(always)]
+    pub(super) fn post_eth_one(&mut self, v: Vouched<'_, '_>) -> Result<(), PostError> {
+        let wr = v.wr();
+        let SendOp::Send { sgl: [s] } = wr.op else {
+            return self.post_eth_general(v);
+        };
+        // The largest frame, or 0 (no frame passes) on a queue that takes no entry: one
+        // compare for both. (An Ethernet queue's transport is Ethernet: `new_eth` checked it.)
+        let zverbs_core::Transport::Ethernet { max_frame } = self.caps.transport else {
+            return self.post_eth_general(v);
+        };
+        let most = if self.caps.max_send_sge != 0 {
+            max_frame
+        } else {
+            0
+        };
+        if s.length > most || wr.flags.contains(SendFlags::INLINE) {
+            return self.post_eth_general(v);
+        }
+        // The queue inlines 0 or 18 bytes (`new_eth`). The shortest frame of this shape: 14
+        // bytes without inlining (the shortest frame), 19 with 18 inlined (a data segment
+        // after them).
+        if self.eth_inline == 0 {
+            if s.length < MIN_FRAME {
+                return self.post_eth_general(v);
+            }
+            self.post_frame_block::<false>(v, s)
+        } else {
+            debug_assert_eq!(self.eth_inline, ETH_L2_INLINE_HEADER_SIZE);
+            if s.length <= u32::from(ETH_L2_INLINE_HEADER_SIZE) {
+                return self.post_eth_general(v);
+            }
+            self.post_frame_block::<true>(v, s)
+        }
+    }
+
+    /// [`SendQueue::post_eth_one`] of any other request: the general path.
+    #[inline(always)]
+    fn post_eth_general(&mut self, v: Vouched<'_, '_>) -> Result<(), PostError> {
+        let plan = self.plan(v.wr())?;
+        let room = self.single_room(plan.blocks, u32::from(plan.signaled))?;
+        self.write_and_ring(v, &plan, room);
+        Ok(())
+    }
+
+    /// [`SendQueue::post_eth_one`] of a frame whose one entry `s` holds more than the bytes the
+    /// queue inlines (`HDR`: 18, else none) and at most its largest frame: its block in
+    /// registers, stored to the ring and rung. (A path of its own for each kind of queue: the
+    /// words of the two are kept in registers of their own.)
+    #[inline(always)]
+    fn post_frame_block<const HDR: bool>(
+        &mut self,
+        v: Vouched<'_, '_>,
+        s: &Sge,
+    ) -> Result<(), PostError> {
+        let wr = v.wr();
+        let flags = if self.caps.sig_all {
+            wr.flags.union(SendFlags::SIGNALED)
+        } else {
+            wr.flags
+        };
+        let signaled = flags.contains(SendFlags::SIGNALED);
+        // The frame's first bytes, read before the room check (which may go out of line) as
+        // the general path reads them; `None` only for an entry shorter than 18 bytes, which
+        // the caller's check refused.
+        let head = if HDR {
+            let Some(h) = frame_head(v) else {
+                return self.post_eth_general(v);
+            };
+            h
+        } else {
+            [0; 18]
+        };
+        let room = self.single_room(1, u32::from(signaled))?;
+        // The producer counter after the room check, which restarts it on a queue pair reset
+        // and connected again.
+        let (ring, pi) = (self.ring, self.pi);
+        let ctrl0 = |n: u32| {
+            word2((u32::from(pi as u16) << 8) | u32::from(opcode::SEND), n / 2) | self.qpn_word
+        };
+        let fm_ce_se = FM_CE_SE[(flags.bits() & FM_CE_SE_FLAGS) as usize];
+        let ctrl1 = word2(u32::from(fm_ce_se), 0);
+        // `rsvd0`, `cs_flags`, `rsvd1`, `mss`.
+        let eth0 = word2(0, u32::from(cs_flags_of(flags)) << 24);
+        let words = if !HDR {
+            let data = [word2(s.length, s.lkey), word64(s.addr)];
+            [ctrl0(6), ctrl1, eth0, 0, data[0], data[1], 0, 0]
+        } else {
+            let (h, n) = (head, u32::from(ETH_L2_INLINE_HEADER_SIZE));
+            let hdr = ETH_L2_INLINE_HEADER_SIZE.to_be_bytes();
+            // `rsvd2`, `inline_hdr_sz`, the first two bytes; then the next sixteen.
+            let eth1 = u64::from_ne_bytes([0, 0, 0, 0, hdr[0], hdr[1], h[0], h[1]]);
+            let w4 = u64::from_ne_bytes([h[2], h[3], h[4], h[5], h[6], h[7], h[8], h[9]]);
+            let w5 = u64::from_ne_bytes([h[10], h[11], h[12], h[13], h[14], h[15], h[16], h[17]]);
+            let data = [
+                word2(s.length - n, s.lkey),
+                word64(s.addr.wrapping_add(u64::from(n))),
+            ];
+            [ctrl0(8), ctrl1, eth0, eth1, w4, w5, data[0], data[1]]
+        };
+        let (start, next) = (pi.wrapping_mul(SEGS_PER_BB as u32), pi.wrapping_add(1));
+        let sig = u16::from(signaled);
+        self.record_block(
+            wr.wr_id,
+            opcode::SEND,
+            signaled,
+            sig,
+            ring.seg_of(start),
+            next,
+        );
+        room.reserve(&ring, start, 1).block_words(&words, 8);
+        self.doorbell.ring_block_any(next, &words, 8);
+        Ok(())
+    }
+
     /// Plans a frame's SEND on an Ethernet queue (`plan` is [`Plan::of`] the request and its
     /// check `c`): the Ethernet segment with the queue's minimum inline, then the rest of the
     /// frame as data segments (the entries after the inlined bytes, the one they end in
@@ -571,6 +819,12 @@ impl FrameLengths {
 pub struct PreparedFrame {
     /// The QP number of the queue it was prepared for.
     qpn: u32,
+    /// The QPN in the high half, for the gate to be or-ed in: compared with the key of a queue
+    /// without BlueFlame (`SendQueue::prep_key_db`).
+    key: u64,
+    /// `key`, compared with the key of a queue with BlueFlame (`SendQueue::prep_key`); with
+    /// bit 63 set (never equal) when the queue's buffer cannot carry the WQE.
+    key_bf: u64,
     signaled: bool,
     /// Header bytes inlined.
     headers: u16,
