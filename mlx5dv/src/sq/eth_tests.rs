@@ -578,3 +578,167 @@ fn frames_fail_flush_and_drain_as_every_queue_does() {
     );
     assert_eq!(u32::from(sq.retired16()), rig.mem.dbrec(1), "drained");
 }
+
+/// What a queue shows after a post: the result, the ring, the BlueFlame buffers, the doorbell
+/// record and the producer counter.
+type Seen = (Result<(), PostError>, Vec<u8>, Vec<u8>, u32, u32);
+
+fn seen(rig: &Rig<Ethernet>, r: Result<(), PostError>) -> Seen {
+    (
+        r,
+        rig.mem.sq_bytes(),
+        rig.mem.bf_bytes(),
+        rig.mem.dbrec(1),
+        rig.sq.producer(),
+    )
+}
+
+/// The request flags a frame may carry, from bits: checksum offload, signaled, solicited,
+/// fenced, inline.
+fn frame_flags(bits: u8) -> SendFlags {
+    [
+        SendFlags::IP_CSUM,
+        SendFlags::SIGNALED,
+        SendFlags::SOLICITED,
+        SendFlags::FENCE,
+        SendFlags::INLINE,
+    ]
+    .into_iter()
+    .enumerate()
+    .filter(|(i, _)| bits & (1 << i) != 0)
+    .fold(SendFlags::NONE, |a, (_, f)| a.union(f))
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(
+        if cfg!(miri) { 4 } else { 96 }
+    ))]
+
+    /// A frame of one entry posted and rung at once (`post`, whose common frame has a path of
+    /// its own) writes the ring, the BlueFlame buffer and the doorbell record as the general
+    /// path does (`stage`, then `ring`), and is refused as it refuses: any length around the
+    /// limits, any flags, either minimum inline, with and without entries, BlueFlame or not,
+    /// at every wrap position.
+    #[test]
+    fn one_entry_frames_post_what_the_general_path_writes(
+        len in proptest::prop_oneof![0u32..40, 1490u32..1530, 0u32..1600],
+        bits in 0u8..32,
+        min_inline in proptest::sample::select(vec![0u16, 18]),
+        max_send_sge in 0u32..3,
+        sig_all in proptest::bool::ANY,
+        bf_size in proptest::sample::select(vec![0u32, 64, 256]),
+        pi in 0u32..8,
+    ) {
+        let frame: Vec<u8> = (0..1600).map(|i| (i * 7 + 3) as u8).collect();
+        let caps = SqCaps { sig_all, ..eth_caps(max_send_sge, 256) };
+        let mut one = Rig::new_eth(8, bf_size, caps, min_inline);
+        let mut general = Rig::new_eth(8, bf_size, caps, min_inline);
+        advance(&mut one, pi);
+        advance(&mut general, pi);
+        let sgl = [Sge::new(frame.as_ptr() as u64, len, 0x77)];
+        let wr = SendWr::send(5, &sgl).with_flags(frame_flags(bits));
+        for _ in 0..2 {
+            // SAFETY: never executed; the entry names `frame`.
+            let r = unsafe { one.sq.post(&wr) };
+            // SAFETY: as above.
+            let g = unsafe { general.sq.stage(&wr) };
+            general.sq.ring();
+            proptest::prop_assert_eq!(seen(&one, r), seen(&general, g));
+        }
+    }
+
+    /// A prepared frame's posts (whose common case has a path of its own: the key, the
+    /// BlueFlame copy read back from the ring) write what staging the same frame and ringing
+    /// writes (the general writer and the general doorbell): any headers of 14 to 82 bytes,
+    /// any length fields, flags and payloads, either minimum inline, BlueFlame buffers of no,
+    /// one and two blocks and more, at every wrap position.
+    #[test]
+    fn prepared_frame_posts_write_what_staging_them_writes(
+        h in 14usize..=82,
+        ip in proptest::option::of(0usize..82),
+        udp in proptest::option::of(0usize..82),
+        bits in 0u8..16,
+        min_inline in proptest::sample::select(vec![0u16, 18]),
+        bf_size in proptest::sample::select(vec![0u32, 64, 128, 256]),
+        pi in 0u32..16,
+        lens in proptest::collection::vec(
+            proptest::prop_oneof![0u32..4, 0u32..1600],
+            1..5,
+        ),
+    ) {
+        let frame: Vec<u8> = (0..1600).map(|i| (i * 5 + 1) as u8).collect();
+        let mut one = Rig::new_eth(16, bf_size, eth_caps(2, 64), min_inline);
+        let mut staged = Rig::new_eth(16, bf_size, eth_caps(2, 64), min_inline);
+        advance(&mut one, pi);
+        advance(&mut staged, pi);
+        let lengths = FrameLengths { ipv4_total_at: ip, udp_len_at: udp };
+        let flags = frame_flags(bits);
+        let p = one.sq.prepare_frame(&frame[..h], flags, lengths);
+        proptest::prop_assert_eq!(p, staged.sq.prepare_frame(&frame[..h], flags, lengths));
+        let Ok(p) = p else {
+            return Ok(());
+        };
+        for (i, &len) in lens.iter().enumerate() {
+            let sge = Sge::new(frame.as_ptr() as u64 + 100, len, 0x66);
+            // SAFETY: never executed; the payload names `frame`.
+            let r = unsafe { one.sq.post_frame(&p, i as u64, sge) };
+            // SAFETY: as above.
+            let s = unsafe { staged.sq.stage_frame(&p, i as u64, sge) };
+            staged.sq.ring();
+            proptest::prop_assert_eq!(seen(&one, r), seen(&staged, s), "post {}", i);
+        }
+    }
+}
+
+/// A queue pair reset and connected again restarts the producer counter at 0: the next frame,
+/// posted by either fast path, carries WQE index 0, not the old counter.
+#[test]
+fn frames_after_a_reset_start_the_ring_again() {
+    let frame = market_frame();
+    for prepared in [false, true] {
+        let mut rig = Rig::new_eth(8, 256, eth_caps(2, 64), 18);
+        let p = rig
+            .sq
+            .prepare_frame(&frame[..42], SendFlags::SIGNALED, FrameLengths::IPV4_UDP)
+            .unwrap();
+        let sgl = [Sge::new(frame.as_ptr() as u64, 64, 1)];
+        let post = |rig: &mut Rig<Ethernet>, id: u64| {
+            // SAFETY: never executed; the entries name `frame`.
+            unsafe {
+                if prepared {
+                    rig.sq
+                        .post_frame(&p, id, Sge::new(frame.as_ptr() as u64 + 42, 22, 1))
+                } else {
+                    rig.sq.post(&SendWr::send(id, &sgl).signaled())
+                }
+            }
+        };
+        for i in 0..3 {
+            post(&mut rig, i).unwrap();
+        }
+        assert_ne!(rig.sq.producer(), 0);
+        let sq = rig.bindings[0].sq.clone().unwrap();
+        sq.gate().close();
+        rig.bindings[0].rq.as_ref().unwrap().gate().close();
+        // SAFETY: nothing polls or posts meanwhile.
+        unsafe {
+            crate::clear_doorbell_record(&rig.mem.qp_layout(QPN, 8, 256));
+            sq.restart();
+            rig.bindings[0].rq.as_ref().unwrap().restart();
+        }
+        sq.gate().open();
+        rig.mem.fill_sq(0);
+        post(&mut rig, 9).unwrap();
+        let blocks = rig.sq.producer();
+        assert!(
+            blocks == 1 || blocks == 2,
+            "prepared {prepared}: restarted at 0"
+        );
+        let ring = rig.mem.sq_bytes();
+        // `opmod_idx_opcode`: WQE index 0, SEND.
+        assert_eq!(&ring[0..4], &u32::from(opcode::SEND).to_be_bytes());
+        assert_eq!(rig.mem.dbrec(1), blocks);
+        // The fourth copy: in the second buffer (the toggle is kept across the reset).
+        assert_eq!(&rig.mem.bf_bytes()[256..264], &ring[..8]);
+    }
+}
