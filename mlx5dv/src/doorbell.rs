@@ -440,7 +440,7 @@ impl Doorbell {
         word0: u64,
     ) {
         debug_assert!(BF == self.has_blueflame() && self.shared.is_none());
-        debug_assert!(!BF || self.bf_blocks >= 1 + u32::from(two));
+        debug_assert!(!BF || self.bf_blocks > u32::from(two));
         if !BF {
             self.publish(pi);
             self.doorbell_only(word0);
