@@ -152,25 +152,17 @@ impl SegRing {
         }
     }
 
-    /// Basic block `block` (masked) as its four segments, each read into a register with one
-    /// load (a copy to device memory then takes one store a segment). The ring must consist of
-    /// whole blocks, as for [`SegRing::for_each_word`].
+    /// The address of basic block `block` (masked) of the ring: its 64 bytes, contiguous (the
+    /// ring is whole blocks), 16-byte aligned (`new`'s contract).
+    #[cfg(not(zverbs_loom))]
     #[inline(always)]
-    pub(crate) fn block_regs(&self, block: u32) -> [crate::segreg::SegReg; 4] {
+    pub(crate) fn block_ptr(&self, block: u32) -> *const u8 {
         let first = block.wrapping_mul(4) & self.mask;
-        #[cfg(not(zverbs_loom))]
-        {
-            // SAFETY: as in `for_each_word`: the block's four segments are in the ring (`first`
-            // is a multiple of 4 below the segment count), and only the ring's owner, the
-            // caller, writes them, not during this call.
-            core::array::from_fn(|s| unsafe {
-                crate::segreg::SegReg::from_seg(&*self.base.as_ptr().add(first as usize + s).cast())
-            })
-        }
-        #[cfg(zverbs_loom)]
-        {
-            core::array::from_fn(|s| self.with(first + s as u32, crate::segreg::SegReg::from_seg))
-        }
+        self.base
+            .as_ptr()
+            .wrapping_add(first as usize)
+            .cast::<u8>()
+            .cast_const()
     }
 
     /// Whether the `n` segments from segment `seg` of the ring (`seg_of` a counter: not

@@ -110,21 +110,18 @@ impl SegReg {
     /// The segment lies in `reg`, whose base is 16-byte aligned.
     #[inline(always)]
     pub(crate) unsafe fn store_mmio(self, reg: &MmioRegion, seg: usize) {
-        #[cfg(all(target_arch = "x86_64", not(zverbs_loom)))]
         // SAFETY: (caller) in the region and aligned; a volatile store, never a reference to
-        // the device's memory (`MmioRegion`'s rule).
+        // the device's memory (`MmioRegion`'s rule); elsewhere both words lie in the region.
         unsafe {
+            #[cfg(all(target_arch = "x86_64", not(zverbs_loom)))]
             reg.base()
                 .as_ptr()
                 .cast::<imp::Repr>()
                 .add(seg)
-                .write_volatile(self.0)
-        };
-        #[cfg(not(all(target_arch = "x86_64", not(zverbs_loom))))]
-        {
-            let [a, b] = self.0;
-            // SAFETY: (caller) both words lie in the region.
-            unsafe {
+                .write_volatile(self.0);
+            #[cfg(not(all(target_arch = "x86_64", not(zverbs_loom))))]
+            {
+                let [a, b] = self.0;
                 reg.write_u64(2 * seg, a);
                 reg.write_u64(2 * seg + 1, b);
             }
@@ -159,24 +156,14 @@ impl BlockRegs {
     }
 }
 
+/// How a segment is held in a register ([`SegReg`]): read from memory as this type, 16-byte
+/// aligned, it is one load.
+pub(crate) type SegRepr = imp::Repr;
+
 impl SegReg {
-    /// The segment `b` (16 bytes in memory order) in a register, read with one load.
+    /// The segment read as a [`SegRepr`].
     #[inline(always)]
-    pub(crate) fn from_seg(b: &[u8; 16]) -> Self {
-        #[cfg(all(target_arch = "x86_64", not(zverbs_loom)))]
-        // SAFETY: `b` is 16 readable bytes; an unaligned load; SSE2 is in every x86_64
-        // target's baseline.
-        let r = unsafe { core::arch::x86_64::_mm_loadu_si128(b.as_ptr().cast()) };
-        #[cfg(not(all(target_arch = "x86_64", not(zverbs_loom))))]
-        let r = {
-            let (lo, hi) = b.split_at(8);
-            let word = |h: &[u8]| {
-                let mut a = [0u8; 8];
-                a.copy_from_slice(h);
-                u64::from_ne_bytes(a)
-            };
-            [word(lo), word(hi)]
-        };
+    pub(crate) fn from_repr(r: SegRepr) -> Self {
         Self(r)
     }
 }

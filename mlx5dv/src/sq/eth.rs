@@ -182,15 +182,8 @@ impl<P: SqStateRef> SendQueue<P, Ethernet> {
             (ds - 1).div_ceil(SEGS_PER_BB as u32) as u8,
             ds.div_ceil(SEGS_PER_BB as u32) as u8,
         ];
-        // The key of the post's common case (`SendQueue::post_frame`): the QPN, the gate or-ed
-        // in; with bit 63 against the key of a queue with BlueFlame when its buffer cannot
-        // carry the WQE (no gate or QPN has the bit: that compare always fails).
-        let key = u64::from(self.qpn) << 32;
-        let bf_fits = u32::from(blocks[1]) * SEND_WQE_BB as u32 <= self.doorbell.bf_size();
         Ok(PreparedFrame {
             qpn: self.qpn,
-            key,
-            key_bf: if bf_fits { key } else { key | 1 << 63 },
             signaled: checked.signaled(),
             headers: h as u16,
             max_payload: max_frame.saturating_sub(h as u32),
@@ -212,12 +205,9 @@ impl<P: SqStateRef> SendQueue<P, Ethernet> {
     /// [`PostSend::post`](zverbs_core::PostSend::post) for a SEND of the same bytes with
     /// the headers inlined.
     ///
-    /// The common case (a payload of 1 byte to the largest, the queue open and with room,
-    /// nothing staged, the register the queue's own) is one compare per check, as a prepared
-    /// request's post (`sq/prepared.rs`): the gate and the frame's QPN against the key the
-    /// queue keeps, the payload's length, the credit; the BlueFlame copy is read back from the
-    /// ring a segment at a time, without a loop. Everything else (refusals included) goes out
-    /// of line to the exact checks.
+    /// A payload of at least one byte (the common case) is rung with the BlueFlame copy read
+    /// back from the ring a segment at a time, without a loop
+    /// (`Doorbell::ring_blocks_back`).
     ///
     /// # Safety
     ///
@@ -238,85 +228,27 @@ impl<P: SqStateRef> SendQueue<P, Ethernet> {
         wr_id: u64,
         payload: Sge,
     ) -> Result<(), PostError> {
-        // The gate as this queue last passed it and the frame's QPN in one word, against the
-        // key of a queue with BlueFlame (`prep_key`; a frame whose WQE the buffer cannot
-        // carry has a key that never matches it) or without (`prep_key_db`); each is
-        // `u64::MAX`, which no key is, unless the queue is of that kind. A payload of at
-        // least one byte (one data segment) and at most the largest: one compare.
-        let g = u64::from(self.state.gate().peek());
-        if payload.length.wrapping_sub(1) < p.max_payload {
-            // SAFETY: (caller) the posting contract; the key that passed says the doorbell's
-            // kind and that the register is the queue's own, and (with BlueFlame) that the
-            // frame's WQE fits the buffer.
-            unsafe {
-                if g | p.key_bf == self.prep_key {
-                    return self.post_frame_fast::<true>(p, wr_id, payload);
-                }
-                if g | p.key == self.prep_key_db {
-                    return self.post_frame_fast::<false>(p, wr_id, payload);
-                }
-            }
+        // The common case in one compare each: a payload of 1 byte to the largest (one data
+        // segment: the WQE's size prepared), the frame this queue's.
+        if payload.length.wrapping_sub(1) >= p.max_payload || p.qpn != self.qpn {
+            return self.post_frame_other(p, wr_id, payload.addr, payload.length, payload.lkey);
         }
-        // SAFETY: (caller) the posting contract.
-        unsafe { self.post_frame_slow(p, wr_id, payload.addr, payload.length, payload.lkey) }
-    }
-
-    /// The rest of [`SendQueue::post_frame`]'s common case: the credit, then the WQE, stored to
-    /// the ring, and the doorbell, with BlueFlame (`BF`) or without.
-    ///
-    /// # Safety
-    ///
-    /// As [`SendQueue::post_frame`]; the payload is 1 byte to `p.max_payload`, the gate and the
-    /// frame's QPN passed, the register is the queue's own, `BF` says whether it has
-    /// BlueFlame, and with BlueFlame the frame's WQE fits the buffer.
-    #[inline(always)]
-    unsafe fn post_frame_fast<const BF: bool>(
-        &mut self,
-        p: &PreparedFrame,
-        wr_id: u64,
-        payload: Sge,
-    ) -> Result<(), PostError> {
         let blocks = u32::from(p.blocks[1]);
-        // Taken down before the compare: the slow path sets a short credit again.
-        let (credit, short) = self.credit.overflowing_sub(blocks);
-        self.credit = credit;
-        if short {
-            // SAFETY: (caller) the posting contract.
-            return unsafe {
-                self.post_frame_slow(p, wr_id, payload.addr, payload.length, payload.lkey)
-            };
-        }
-        // SAFETY: the credit covers its blocks (and its CQE) with nothing staged.
-        let room = unsafe { Room::checked() };
-        // Locals: the ring as the WQE's stores address it (not read again after them).
-        let (ring, pi) = (self.ring, self.pi);
-        let start = self.write_frame::<true>(p, wr_id, &payload, blocks, room);
-        debug_assert_eq!(start, pi.wrapping_mul(SEGS_PER_BB as u32));
+        let room = self.single_room(blocks, u32::from(p.signaled))?;
+        let pi = self.pi;
+        self.write_frame::<true>(p, wr_id, &payload, blocks, room);
         let word0 = p.ctrl0[1] | word2(u32::from(pi as u16) << 8, 0);
-        // SAFETY: (caller) `BF` as the doorbell is, the register the queue's own, the WQE
-        // fits the buffer with BlueFlame.
-        unsafe {
-            self.doorbell.ring_blocks_back::<BF>(
-                ring,
-                pi.wrapping_add(blocks),
-                pi,
-                blocks > 1,
-                word0,
-            )
-        };
+        self.doorbell
+            .ring_blocks_back(&self.ring, pi.wrapping_add(blocks), pi, blocks, word0);
         Ok(())
     }
 
-    /// [`SendQueue::post_frame`] when a compare of the common case failed: the exact checks,
-    /// the WQE and the doorbell; a frame that passes them on a register of the queue's own
-    /// opens the common case to the next posts (the keys).
-    ///
-    /// # Safety
-    ///
-    /// As [`SendQueue::post_frame`].
+    /// [`SendQueue::post_frame`] of an empty payload (no data segment), or refused, out of
+    /// line. (The payload as scalars: an `Sge` argument would be kept in memory on the common
+    /// path.)
     #[cold]
     #[inline(never)]
-    unsafe fn post_frame_slow(
+    fn post_frame_other(
         &mut self,
         p: &PreparedFrame,
         wr_id: u64,
@@ -324,22 +256,10 @@ impl<P: SqStateRef> SendQueue<P, Ethernet> {
         len: u32,
         lkey: u32,
     ) -> Result<(), PostError> {
-        // (The payload as scalars: an `Sge` argument would be kept in memory on the fast path.)
         let payload = Sge::new(addr, len, lkey);
-        // No credit until the checks pass (the fast path may have taken it below zero).
-        self.credit = 0;
         let blocks = self.check_frame(p, &payload)?;
         let room = self.single_room(blocks, u32::from(p.signaled))?;
-        // The gate passed (open, of this incarnation) and the frame is this queue's.
-        if self.doorbell.lock().is_none() {
-            let key = u64::from(self.gate) | p.key;
-            if self.doorbell.has_blueflame() {
-                self.prep_key = key;
-            } else {
-                self.prep_key_db = key;
-            }
-        }
-        let start = if payload.length != 0 {
+        let start = if len != 0 {
             self.write_frame::<true>(p, wr_id, &payload, blocks, room)
         } else {
             self.write_frame::<false>(p, wr_id, &payload, blocks, room)
@@ -819,12 +739,6 @@ impl FrameLengths {
 pub struct PreparedFrame {
     /// The QP number of the queue it was prepared for.
     qpn: u32,
-    /// The QPN in the high half, for the gate to be or-ed in: compared with the key of a queue
-    /// without BlueFlame (`SendQueue::prep_key_db`).
-    key: u64,
-    /// `key`, compared with the key of a queue with BlueFlame (`SendQueue::prep_key`); with
-    /// bit 63 set (never equal) when the queue's buffer cannot carry the WQE.
-    key_bf: u64,
     signaled: bool,
     /// Header bytes inlined.
     headers: u16,
