@@ -482,9 +482,17 @@ fn prepared_frames_refuse_bad_headers_and_frames() {
         sq.prepare_frame(&frame[..42], SendFlags::INLINE, none),
         Err(PostError::InlineNotAllowed)
     );
-    // Outside the headers, before its header's start, at an odd offset.
+    // Headers of exactly the minimum inline are enough.
+    assert!(
+        sq.prepare_frame(&frame[..18], SendFlags::NONE, none)
+            .is_ok()
+    );
+    // Outside the headers (its last byte or both past them), before its header's start, at
+    // an odd offset.
     for (ip, udp, at) in [
         (Some(41), None, 41),
+        (Some(42), None, 42),
+        (None, Some(42), 42),
         (Some(1), None, 1),
         (None, Some(2), 2),
         (Some(17), None, 17),
@@ -507,6 +515,20 @@ fn prepared_frames_refuse_bad_headers_and_frames() {
         Err(PostError::InlineTooLarge { len: 83, max: 82 })
     );
     assert!(sq.prepare_frame(&long[..82], SendFlags::NONE, none).is_ok());
+    // A queue sized for one entry and no inline data: control, the Ethernet segment of the 18
+    // bytes it inlines, one data segment; a prepared frame's headers fit what it was sized
+    // for, not the most a prepared frame holds.
+    let small = Rig::new_eth(8, 256, eth_caps(1, 0), 18);
+    assert_eq!(
+        small.sq.prepare_frame(&long[..19], SendFlags::NONE, none),
+        Err(PostError::InlineTooLarge { len: 19, max: 18 })
+    );
+    assert!(
+        small
+            .sq
+            .prepare_frame(&long[..18], SendFlags::NONE, none)
+            .is_ok()
+    );
     let p = sq
         .prepare_frame(&frame[..42], SendFlags::NONE, FrameLengths::IPV4_UDP)
         .unwrap();
