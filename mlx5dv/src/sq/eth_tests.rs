@@ -764,3 +764,26 @@ fn frames_after_a_reset_start_the_ring_again() {
         assert_eq!(&rig.mem.bf_bytes()[256..264], &ring[..8]);
     }
 }
+
+/// A prepared frame's post without payload takes the blocks of its WQE without a data
+/// segment: 30 header bytes are control and four Ethernet units, one block (with a payload,
+/// the data segment makes it two).
+#[test]
+fn an_empty_payload_takes_the_blocks_of_its_wqe() {
+    let frame = market_frame();
+    let mut rig = Rig::new_eth(8, 256, eth_caps(2, 64), 18);
+    let p = rig
+        .sq
+        .prepare_frame(&frame[..30], SendFlags::NONE, FrameLengths::default())
+        .unwrap();
+    // SAFETY: never executed.
+    unsafe { rig.sq.post_frame(&p, 1, Sge::new(0, 0, 0)) }.unwrap();
+    assert_eq!((rig.sq.producer(), rig.mem.dbrec(1)), (1, 1));
+    // SAFETY: never executed; the payload names `frame`.
+    unsafe {
+        rig.sq
+            .post_frame(&p, 2, Sge::new(frame.as_ptr() as u64, 8, 1))
+    }
+    .unwrap();
+    assert_eq!((rig.sq.producer(), rig.mem.dbrec(1)), (3, 3));
+}
