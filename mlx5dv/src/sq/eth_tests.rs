@@ -464,6 +464,17 @@ fn prepared_frames_write_the_model_with_their_lengths() {
     }
 }
 
+/// The market frame's headers prepared on `rig`'s queue, both lengths set.
+fn p2(rig: &Rig<Ethernet>) -> PreparedFrame {
+    rig.sq
+        .prepare_frame(
+            &market_frame()[..42],
+            SendFlags::NONE,
+            FrameLengths::IPV4_UDP,
+        )
+        .unwrap()
+}
+
 #[test]
 fn prepared_frames_refuse_bad_headers_and_frames() {
     let frame = market_frame();
@@ -549,9 +560,23 @@ fn prepared_frames_refuse_bad_headers_and_frames() {
     // SAFETY: refused.
     let e = unsafe { q2.post_frame(&p, 1, Sge::new(0x1000, 10, 1)) };
     assert_eq!(e, Err(PostError::Unsupported));
+    // Another queue's, with the longest payload: still another queue's.
+    // SAFETY: refused.
+    let e = unsafe { q2.post_frame(&p, 1, Sge::new(0x1000, 1514 - 42, 1)) };
+    assert_eq!(e, Err(PostError::Unsupported));
     drop(other);
     assert!(rig.mem.sq_bytes().iter().all(|&b| b == 0xcd));
     assert_eq!((rig.sq.producer(), rig.mem.dbrec(1)), (0, 0));
+    // The longest frame is staged (the exact check).
+    let mut longest = Rig::new_eth(8, 256, eth_caps(2, 64), 18);
+    // SAFETY: never executed.
+    unsafe {
+        longest
+            .sq
+            .stage_frame(&p2(&longest), 1, Sge::new(0x1000, 1514 - 42, 1))
+    }
+    .unwrap();
+    assert_eq!(longest.sq.pending(), 1);
     // A staged frame waits for the ring.
     // SAFETY: never executed.
     unsafe { rig.sq.stage_frame(&p, 2, Sge::new(0x1000, 22, 1)) }.unwrap();
