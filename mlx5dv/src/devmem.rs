@@ -152,6 +152,19 @@ impl SegRing {
         }
     }
 
+    /// The address of basic block `block` (masked) of the ring: its 64 bytes, contiguous (the
+    /// ring is whole blocks), 16-byte aligned (`new`'s contract).
+    #[cfg(not(zverbs_loom))]
+    #[inline(always)]
+    pub(crate) fn block_ptr(&self, block: u32) -> *const u8 {
+        let first = block.wrapping_mul(4) & self.mask;
+        self.base
+            .as_ptr()
+            .wrapping_add(first as usize)
+            .cast::<u8>()
+            .cast_const()
+    }
+
     /// Whether the `n` segments from segment `seg` of the ring (`seg_of` a counter: not
     /// masked again) lie before its end, so that they are contiguous in memory.
     #[inline(always)]

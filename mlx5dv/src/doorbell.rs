@@ -417,3 +417,67 @@ fn split_seg(seg: &[u8; 16]) -> (u64, u64) {
     hi.copy_from_slice(&seg[8..]);
     (u64::from_ne_bytes(lo), u64::from_ne_bytes(hi))
 }
+
+impl Doorbell {
+    /// Publishes the ring up to producer counter `pi` after one WQE of `blocks` basic blocks
+    /// (1 or 2), the first ring block `first` (of `sq`), rung alone: on a register of the
+    /// queue's own whose BlueFlame buffer carries the WQE, each of its segments read back
+    /// from the ring into a register with one load and copied with one store, block by block
+    /// following the ring's wrap, no loop (as [`Doorbell::ring_block_copy`], no trailing
+    /// flush: each block is a whole 64-byte line); without BlueFlame, the doorbell `word0`
+    /// (the WQE's first 8 bytes); on a shared register or one whose buffer is too small, as
+    /// [`Doorbell::ring_any`].
+    #[inline(always)]
+    pub(crate) fn ring_blocks_back(
+        &mut self,
+        sq: &SegRing,
+        pi: u32,
+        first: u32,
+        blocks: u32,
+        word0: u64,
+    ) {
+        debug_assert!(blocks == 1 || blocks == 2);
+        // One compare for the common case: `key` is `bf_blocks` for a register of the queue's
+        // own (negative for a shared one).
+        if self.key < blocks as i32 {
+            if self.key == 0 {
+                self.publish(pi);
+                self.doorbell_only(word0);
+            } else {
+                self.ring_any(*sq, pi, first.wrapping_mul(SEGS_PER_BB as u32), blocks);
+            }
+            return;
+        }
+        let buf = self.take(None);
+        self.publish(pi);
+        let reg = &buf.0;
+        // SAFETY: the register is the queue's own and its buffer, which `buf` starts, 16-byte
+        // aligned (as in `ring_block_regs`), holds `blocks` blocks (`key`: `bf_blocks`). Each
+        // block's 64 bytes are in the ring at `block_ptr`, 16-byte aligned, and only the
+        // ring's owner, the caller, writes them, not during this call.
+        unsafe {
+            // Each block's four segments, read and stored: the first block, then the second
+            // (straight-line code, no loop).
+            #[cfg(not(zverbs_loom))]
+            let copy = |src: *const u8, at: usize| {
+                for s in 0..4 {
+                    let seg = src.add(16 * s).cast::<crate::segreg::SegRepr>().read();
+                    crate::segreg::SegReg::from_repr(seg).store_mmio(reg, at + s);
+                }
+            };
+            #[cfg(not(zverbs_loom))]
+            {
+                copy(sq.block_ptr(first), 0);
+                if blocks > 1 {
+                    copy(sq.block_ptr(first.wrapping_add(1)), 4);
+                }
+            }
+            #[cfg(zverbs_loom)]
+            for b in 0..blocks {
+                sq.for_each_word(first.wrapping_add(b), |i, w| {
+                    reg.write_u64(8 * b as usize + i, w)
+                });
+            }
+        }
+    }
+}

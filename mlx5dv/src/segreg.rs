@@ -110,21 +110,18 @@ impl SegReg {
     /// The segment lies in `reg`, whose base is 16-byte aligned.
     #[inline(always)]
     pub(crate) unsafe fn store_mmio(self, reg: &MmioRegion, seg: usize) {
-        #[cfg(all(target_arch = "x86_64", not(zverbs_loom)))]
         // SAFETY: (caller) in the region and aligned; a volatile store, never a reference to
-        // the device's memory (`MmioRegion`'s rule).
+        // the device's memory (`MmioRegion`'s rule); elsewhere both words lie in the region.
         unsafe {
+            #[cfg(all(target_arch = "x86_64", not(zverbs_loom)))]
             reg.base()
                 .as_ptr()
                 .cast::<imp::Repr>()
                 .add(seg)
-                .write_volatile(self.0)
-        };
-        #[cfg(not(all(target_arch = "x86_64", not(zverbs_loom))))]
-        {
-            let [a, b] = self.0;
-            // SAFETY: (caller) both words lie in the region.
-            unsafe {
+                .write_volatile(self.0);
+            #[cfg(not(all(target_arch = "x86_64", not(zverbs_loom))))]
+            {
+                let [a, b] = self.0;
                 reg.write_u64(2 * seg, a);
                 reg.write_u64(2 * seg + 1, b);
             }
@@ -156,6 +153,18 @@ impl BlockRegs {
             }
             None => ([c0, c1, d0, d1, 0, 0, 0, 0], 4),
         }
+    }
+}
+
+/// How a segment is held in a register ([`SegReg`]): read from memory as this type, 16-byte
+/// aligned, it is one load.
+pub(crate) type SegRepr = imp::Repr;
+
+impl SegReg {
+    /// The segment read as a [`SegRepr`].
+    #[inline(always)]
+    pub(crate) fn from_repr(r: SegRepr) -> Self {
+        Self(r)
     }
 }
 

@@ -981,6 +981,10 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
     /// rest goes out of line to the exact checks ([`SendQueue::post_room`]).
     #[inline(always)]
     fn post_one(&mut self, v: Vouched<'_, '_>) -> Result<(), PostError> {
+        if T::ETH {
+            // A frame's own checks and plan (`sq/eth.rs`).
+            return self.post_eth_one(v);
+        }
         let plan = self.plan(v.wr())?;
         let room = self.single_room(plan.blocks, u32::from(plan.signaled))?;
         self.write_and_ring(v, &plan, room);

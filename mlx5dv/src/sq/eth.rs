@@ -22,7 +22,7 @@
 //! patched for its payload, and one data segment for the payload. The checksums are the
 //! device's (`cs_flags`).
 
-use zverbs_core::{PostError, SendFlags, SendOp, SendWr, Sge, SqCaps};
+use zverbs_core::{MIN_FRAME, PostError, SendFlags, SendOp, SendWr, Sge, SqCaps};
 
 use super::{
     CheckedSend, Ethernet, FM_CE_SE, FM_CE_SE_FLAGS, Plan, Room, SendQueue, SqTransport, Vouched,
@@ -178,16 +178,17 @@ impl<P: SqStateRef> SendQueue<P, Ethernet> {
         };
         let mut image = image;
         image[0][1] = word2(u32::from(fm_ce_se), 0);
+        let blocks = [
+            (ds - 1).div_ceil(SEGS_PER_BB as u32) as u8,
+            ds.div_ceil(SEGS_PER_BB as u32) as u8,
+        ];
         Ok(PreparedFrame {
             qpn: self.qpn,
             signaled: checked.signaled(),
             headers: h as u16,
             max_payload: max_frame.saturating_sub(h as u32),
             data_unit: 1 + eth_segs as u8,
-            blocks: [
-                (ds - 1).div_ceil(SEGS_PER_BB as u32) as u8,
-                ds.div_ceil(SEGS_PER_BB as u32) as u8,
-            ],
+            blocks,
             ctrl0: [
                 word2(u32::from(opcode::SEND), qpn_ds(ds - 1)),
                 word2(u32::from(opcode::SEND), qpn_ds(ds)),
@@ -203,6 +204,10 @@ impl<P: SqStateRef> SendQueue<P, Ethernet> {
     /// (none for an empty one). The WQE and the doorbell are those of
     /// [`PostSend::post`](zverbs_core::PostSend::post) for a SEND of the same bytes with
     /// the headers inlined.
+    ///
+    /// A payload of at least one byte (the common case) is rung with the BlueFlame copy read
+    /// back from the ring a segment at a time, without a loop
+    /// (`Doorbell::ring_blocks_back`).
     ///
     /// # Safety
     ///
@@ -223,9 +228,42 @@ impl<P: SqStateRef> SendQueue<P, Ethernet> {
         wr_id: u64,
         payload: Sge,
     ) -> Result<(), PostError> {
+        // The common case in one compare each: a payload of 1 byte to the largest (one data
+        // segment: the WQE's size prepared), the frame this queue's.
+        if payload.length.wrapping_sub(1) >= p.max_payload || p.qpn != self.qpn {
+            return self.post_frame_other(p, wr_id, payload.addr, payload.length, payload.lkey);
+        }
+        let blocks = u32::from(p.blocks[1]);
+        let room = self.single_room(blocks, u32::from(p.signaled))?;
+        let pi = self.pi;
+        self.write_frame::<true>(p, wr_id, &payload, blocks, room);
+        let word0 = p.ctrl0[1] | word2(u32::from(pi as u16) << 8, 0);
+        self.doorbell
+            .ring_blocks_back(&self.ring, pi.wrapping_add(blocks), pi, blocks, word0);
+        Ok(())
+    }
+
+    /// [`SendQueue::post_frame`] of an empty payload (no data segment), or refused, out of
+    /// line. (The payload as scalars: an `Sge` argument would be kept in memory on the common
+    /// path.)
+    #[cold]
+    #[inline(never)]
+    fn post_frame_other(
+        &mut self,
+        p: &PreparedFrame,
+        wr_id: u64,
+        addr: u64,
+        len: u32,
+        lkey: u32,
+    ) -> Result<(), PostError> {
+        let payload = Sge::new(addr, len, lkey);
         let blocks = self.check_frame(p, &payload)?;
         let room = self.single_room(blocks, u32::from(p.signaled))?;
-        let start = self.write_frame(p, wr_id, &payload, blocks, room);
+        let start = if len != 0 {
+            self.write_frame::<true>(p, wr_id, &payload, blocks, room)
+        } else {
+            self.write_frame::<false>(p, wr_id, &payload, blocks, room)
+        };
         self.doorbell.ring_any(self.ring, self.pi, start, blocks);
         Ok(())
     }
@@ -250,7 +288,11 @@ impl<P: SqStateRef> SendQueue<P, Ethernet> {
     ) -> Result<(), PostError> {
         let blocks = self.check_frame(p, &payload)?;
         let room = self.room_for(blocks, u32::from(p.signaled))?;
-        let start = self.write_frame(p, wr_id, &payload, blocks, room);
+        let start = if payload.length != 0 {
+            self.write_frame::<true>(p, wr_id, &payload, blocks, room)
+        } else {
+            self.write_frame::<false>(p, wr_id, &payload, blocks, room)
+        };
         self.note_pending(start, blocks);
         Ok(())
     }
@@ -268,9 +310,10 @@ impl<P: SqStateRef> SendQueue<P, Ethernet> {
     }
 
     /// Writes a prepared frame's WQE (`blocks` basic blocks) at the producer counter, records
-    /// it and advances the counters; the segment counter of its control segment.
+    /// it and advances the counters; the segment counter of its control segment. `DATA` says
+    /// whether the payload has bytes (a data segment).
     #[inline(always)]
-    fn write_frame(
+    fn write_frame<const DATA: bool>(
         &mut self,
         p: &PreparedFrame,
         wr_id: u64,
@@ -285,7 +328,8 @@ impl<P: SqStateRef> SendQueue<P, Ethernet> {
         let (ring, pi) = (&{ self.ring }, self.pi);
         let start = pi.wrapping_mul(SEGS_PER_BB as u32);
         let wqe = room.reserve(ring, start, blocks);
-        let has_data = payload.length != 0;
+        debug_assert_eq!(DATA, payload.length != 0);
+        let has_data = DATA;
         // `opmod_idx_opcode` bytes 1..3: the WQE index (opmod and opcode are prepared).
         let mut first = p.image[0];
         first[0] = p.ctrl0[usize::from(has_data)] | word2(u32::from(pi as u16) << 8, 0);
@@ -345,6 +389,130 @@ fn frame_refused(p: &PreparedFrame, payload_len: u32) -> PostError {
 }
 
 impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
+    /// [`PostSend::post`](zverbs_core::PostSend::post) of one request on an Ethernet queue:
+    /// the common frame, a SEND of one entry by reference holding more than the bytes the
+    /// queue inlines and at most the queue's largest frame, is checked here with what it
+    /// needs of the core's check (the queue's transport, its entry count, the frame's length,
+    /// the flags' inline bit; an Ethernet queue allows checksum offload) and written as the
+    /// words of its one basic block (control, Ethernet, one data segment), stored to the ring
+    /// and to the BlueFlame register, as the single posts of the other transports; every
+    /// other request takes the general path. The WQE and the result are those of the general
+    /// path.
+    #[inline(always)]
+    pub(super) fn post_eth_one(&mut self, v: Vouched<'_, '_>) -> Result<(), PostError> {
+        let wr = v.wr();
+        let SendOp::Send { sgl: [s] } = wr.op else {
+            return self.post_eth_general(v);
+        };
+        // The largest frame, or 0 (no frame passes) on a queue that takes no entry: one
+        // compare for both. (An Ethernet queue's transport is Ethernet: `new_eth` checked it.)
+        let zverbs_core::Transport::Ethernet { max_frame } = self.caps.transport else {
+            return self.post_eth_general(v);
+        };
+        let most = if self.caps.max_send_sge != 0 {
+            max_frame
+        } else {
+            0
+        };
+        if s.length > most || wr.flags.contains(SendFlags::INLINE) {
+            return self.post_eth_general(v);
+        }
+        // The queue inlines 0 or 18 bytes (`new_eth`). The shortest frame of this shape: 14
+        // bytes without inlining (the shortest frame), 19 with 18 inlined (a data segment
+        // after them).
+        if self.eth_inline == 0 {
+            if s.length < MIN_FRAME {
+                return self.post_eth_general(v);
+            }
+            self.post_frame_block::<false>(v, s)
+        } else {
+            debug_assert_eq!(self.eth_inline, ETH_L2_INLINE_HEADER_SIZE);
+            if s.length <= u32::from(ETH_L2_INLINE_HEADER_SIZE) {
+                return self.post_eth_general(v);
+            }
+            self.post_frame_block::<true>(v, s)
+        }
+    }
+
+    /// [`SendQueue::post_eth_one`] of any other request: the general path.
+    #[inline(always)]
+    fn post_eth_general(&mut self, v: Vouched<'_, '_>) -> Result<(), PostError> {
+        let plan = self.plan(v.wr())?;
+        let room = self.single_room(plan.blocks, u32::from(plan.signaled))?;
+        self.write_and_ring(v, &plan, room);
+        Ok(())
+    }
+
+    /// [`SendQueue::post_eth_one`] of a frame whose one entry `s` holds more than the bytes the
+    /// queue inlines (`HDR`: 18, else none) and at most its largest frame: its block in
+    /// registers, stored to the ring and rung. (A path of its own for each kind of queue: the
+    /// words of the two are kept in registers of their own.)
+    #[inline(always)]
+    fn post_frame_block<const HDR: bool>(
+        &mut self,
+        v: Vouched<'_, '_>,
+        s: &Sge,
+    ) -> Result<(), PostError> {
+        let wr = v.wr();
+        let flags = if self.caps.sig_all {
+            wr.flags.union(SendFlags::SIGNALED)
+        } else {
+            wr.flags
+        };
+        let signaled = flags.contains(SendFlags::SIGNALED);
+        // The frame's first bytes, read before the room check (which may go out of line) as
+        // the general path reads them; `None` only for an entry shorter than 18 bytes, which
+        // the caller's check refused.
+        let head = if HDR {
+            let Some(h) = frame_head(v) else {
+                return self.post_eth_general(v);
+            };
+            h
+        } else {
+            [0; 18]
+        };
+        let room = self.single_room(1, u32::from(signaled))?;
+        // The producer counter after the room check, which restarts it on a queue pair reset
+        // and connected again.
+        let (ring, pi) = (self.ring, self.pi);
+        let ctrl0 = |n: u32| {
+            word2((u32::from(pi as u16) << 8) | u32::from(opcode::SEND), n / 2) | self.qpn_word
+        };
+        let fm_ce_se = FM_CE_SE[(flags.bits() & FM_CE_SE_FLAGS) as usize];
+        let ctrl1 = word2(u32::from(fm_ce_se), 0);
+        // `rsvd0`, `cs_flags`, `rsvd1`, `mss`.
+        let eth0 = word2(0, u32::from(cs_flags_of(flags)) << 24);
+        let words = if !HDR {
+            let data = [word2(s.length, s.lkey), word64(s.addr)];
+            [ctrl0(6), ctrl1, eth0, 0, data[0], data[1], 0, 0]
+        } else {
+            let (h, n) = (head, u32::from(ETH_L2_INLINE_HEADER_SIZE));
+            let hdr = ETH_L2_INLINE_HEADER_SIZE.to_be_bytes();
+            // `rsvd2`, `inline_hdr_sz`, the first two bytes; then the next sixteen.
+            let eth1 = u64::from_ne_bytes([0, 0, 0, 0, hdr[0], hdr[1], h[0], h[1]]);
+            let w4 = u64::from_ne_bytes([h[2], h[3], h[4], h[5], h[6], h[7], h[8], h[9]]);
+            let w5 = u64::from_ne_bytes([h[10], h[11], h[12], h[13], h[14], h[15], h[16], h[17]]);
+            let data = [
+                word2(s.length - n, s.lkey),
+                word64(s.addr.wrapping_add(u64::from(n))),
+            ];
+            [ctrl0(8), ctrl1, eth0, eth1, w4, w5, data[0], data[1]]
+        };
+        let (start, next) = (pi.wrapping_mul(SEGS_PER_BB as u32), pi.wrapping_add(1));
+        let sig = u16::from(signaled);
+        self.record_block(
+            wr.wr_id,
+            opcode::SEND,
+            signaled,
+            sig,
+            ring.seg_of(start),
+            next,
+        );
+        room.reserve(&ring, start, 1).block_words(&words, 8);
+        self.doorbell.ring_block_any(next, &words, 8);
+        Ok(())
+    }
+
     /// Plans a frame's SEND on an Ethernet queue (`plan` is [`Plan::of`] the request and its
     /// check `c`): the Ethernet segment with the queue's minimum inline, then the rest of the
     /// frame as data segments (the entries after the inlined bytes, the one they end in

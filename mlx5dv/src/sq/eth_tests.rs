@@ -464,6 +464,17 @@ fn prepared_frames_write_the_model_with_their_lengths() {
     }
 }
 
+/// The market frame's headers prepared on `rig`'s queue, both lengths set.
+fn p2(rig: &Rig<Ethernet>) -> PreparedFrame {
+    rig.sq
+        .prepare_frame(
+            &market_frame()[..42],
+            SendFlags::NONE,
+            FrameLengths::IPV4_UDP,
+        )
+        .unwrap()
+}
+
 #[test]
 fn prepared_frames_refuse_bad_headers_and_frames() {
     let frame = market_frame();
@@ -482,9 +493,17 @@ fn prepared_frames_refuse_bad_headers_and_frames() {
         sq.prepare_frame(&frame[..42], SendFlags::INLINE, none),
         Err(PostError::InlineNotAllowed)
     );
-    // Outside the headers, before its header's start, at an odd offset.
+    // Headers of exactly the minimum inline are enough.
+    assert!(
+        sq.prepare_frame(&frame[..18], SendFlags::NONE, none)
+            .is_ok()
+    );
+    // Outside the headers (its last byte or both past them), before its header's start, at
+    // an odd offset.
     for (ip, udp, at) in [
         (Some(41), None, 41),
+        (Some(42), None, 42),
+        (None, Some(42), 42),
         (Some(1), None, 1),
         (None, Some(2), 2),
         (Some(17), None, 17),
@@ -507,6 +526,20 @@ fn prepared_frames_refuse_bad_headers_and_frames() {
         Err(PostError::InlineTooLarge { len: 83, max: 82 })
     );
     assert!(sq.prepare_frame(&long[..82], SendFlags::NONE, none).is_ok());
+    // A queue sized for one entry and no inline data: control, the Ethernet segment of the 18
+    // bytes it inlines, one data segment; a prepared frame's headers fit what it was sized
+    // for, not the most a prepared frame holds.
+    let small = Rig::new_eth(8, 256, eth_caps(1, 0), 18);
+    assert_eq!(
+        small.sq.prepare_frame(&long[..19], SendFlags::NONE, none),
+        Err(PostError::InlineTooLarge { len: 19, max: 18 })
+    );
+    assert!(
+        small
+            .sq
+            .prepare_frame(&long[..18], SendFlags::NONE, none)
+            .is_ok()
+    );
     let p = sq
         .prepare_frame(&frame[..42], SendFlags::NONE, FrameLengths::IPV4_UDP)
         .unwrap();
@@ -527,9 +560,23 @@ fn prepared_frames_refuse_bad_headers_and_frames() {
     // SAFETY: refused.
     let e = unsafe { q2.post_frame(&p, 1, Sge::new(0x1000, 10, 1)) };
     assert_eq!(e, Err(PostError::Unsupported));
+    // Another queue's, with the longest payload: still another queue's.
+    // SAFETY: refused.
+    let e = unsafe { q2.post_frame(&p, 1, Sge::new(0x1000, 1514 - 42, 1)) };
+    assert_eq!(e, Err(PostError::Unsupported));
     drop(other);
     assert!(rig.mem.sq_bytes().iter().all(|&b| b == 0xcd));
     assert_eq!((rig.sq.producer(), rig.mem.dbrec(1)), (0, 0));
+    // The longest frame is staged (the exact check).
+    let mut longest = Rig::new_eth(8, 256, eth_caps(2, 64), 18);
+    // SAFETY: never executed.
+    unsafe {
+        longest
+            .sq
+            .stage_frame(&p2(&longest), 1, Sge::new(0x1000, 1514 - 42, 1))
+    }
+    .unwrap();
+    assert_eq!(longest.sq.pending(), 1);
     // A staged frame waits for the ring.
     // SAFETY: never executed.
     unsafe { rig.sq.stage_frame(&p, 2, Sge::new(0x1000, 22, 1)) }.unwrap();
@@ -577,4 +624,191 @@ fn frames_fail_flush_and_drain_as_every_queue_does() {
         (DRAIN_WR_ID, WcStatus::WrFlushErr)
     );
     assert_eq!(u32::from(sq.retired16()), rig.mem.dbrec(1), "drained");
+}
+
+/// What a queue shows after a post: the result, the ring, the BlueFlame buffers, the doorbell
+/// record and the producer counter.
+type Seen = (Result<(), PostError>, Vec<u8>, Vec<u8>, u32, u32);
+
+fn seen(rig: &Rig<Ethernet>, r: Result<(), PostError>) -> Seen {
+    (
+        r,
+        rig.mem.sq_bytes(),
+        rig.mem.bf_bytes(),
+        rig.mem.dbrec(1),
+        rig.sq.producer(),
+    )
+}
+
+/// The request flags a frame may carry, from bits: checksum offload, signaled, solicited,
+/// fenced, inline.
+fn frame_flags(bits: u8) -> SendFlags {
+    [
+        SendFlags::IP_CSUM,
+        SendFlags::SIGNALED,
+        SendFlags::SOLICITED,
+        SendFlags::FENCE,
+        SendFlags::INLINE,
+    ]
+    .into_iter()
+    .enumerate()
+    .filter(|(i, _)| bits & (1 << i) != 0)
+    .fold(SendFlags::NONE, |a, (_, f)| a.union(f))
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(
+        if cfg!(miri) { 4 } else { 96 }
+    ))]
+
+    /// A frame of one entry posted and rung at once (`post`, whose common frame has a path of
+    /// its own) writes the ring, the BlueFlame buffer and the doorbell record as the general
+    /// path does (`stage`, then `ring`), and is refused as it refuses: any length around the
+    /// limits, any flags, either minimum inline, with and without entries, BlueFlame or not,
+    /// at every wrap position.
+    #[test]
+    fn one_entry_frames_post_what_the_general_path_writes(
+        len in proptest::prop_oneof![0u32..40, 1490u32..1530, 0u32..1600],
+        bits in 0u8..32,
+        min_inline in proptest::sample::select(vec![0u16, 18]),
+        max_send_sge in 0u32..3,
+        sig_all in proptest::bool::ANY,
+        bf_size in proptest::sample::select(vec![0u32, 64, 256]),
+        pi in 0u32..8,
+    ) {
+        let frame: Vec<u8> = (0..1600).map(|i| (i * 7 + 3) as u8).collect();
+        let caps = SqCaps { sig_all, ..eth_caps(max_send_sge, 256) };
+        let mut one = Rig::new_eth(8, bf_size, caps, min_inline);
+        let mut general = Rig::new_eth(8, bf_size, caps, min_inline);
+        advance(&mut one, pi);
+        advance(&mut general, pi);
+        let sgl = [Sge::new(frame.as_ptr() as u64, len, 0x77)];
+        let wr = SendWr::send(5, &sgl).with_flags(frame_flags(bits));
+        for _ in 0..2 {
+            // SAFETY: never executed; the entry names `frame`.
+            let r = unsafe { one.sq.post(&wr) };
+            // SAFETY: as above.
+            let g = unsafe { general.sq.stage(&wr) };
+            general.sq.ring();
+            proptest::prop_assert_eq!(seen(&one, r), seen(&general, g));
+        }
+    }
+
+    /// A prepared frame's posts (whose common case has a path of its own: the key, the
+    /// BlueFlame copy read back from the ring) write what staging the same frame and ringing
+    /// writes (the general writer and the general doorbell): any headers of 14 to 82 bytes,
+    /// any length fields, flags and payloads, either minimum inline, BlueFlame buffers of no,
+    /// one and two blocks and more, at every wrap position.
+    #[test]
+    fn prepared_frame_posts_write_what_staging_them_writes(
+        h in 14usize..=82,
+        ip in proptest::option::of(0usize..82),
+        udp in proptest::option::of(0usize..82),
+        bits in 0u8..16,
+        min_inline in proptest::sample::select(vec![0u16, 18]),
+        bf_size in proptest::sample::select(vec![0u32, 64, 128, 256]),
+        pi in 0u32..16,
+        lens in proptest::collection::vec(
+            proptest::prop_oneof![0u32..4, 0u32..1600],
+            1..5,
+        ),
+    ) {
+        let frame: Vec<u8> = (0..1600).map(|i| (i * 5 + 1) as u8).collect();
+        let mut one = Rig::new_eth(16, bf_size, eth_caps(2, 64), min_inline);
+        let mut staged = Rig::new_eth(16, bf_size, eth_caps(2, 64), min_inline);
+        advance(&mut one, pi);
+        advance(&mut staged, pi);
+        let lengths = FrameLengths { ipv4_total_at: ip, udp_len_at: udp };
+        let flags = frame_flags(bits);
+        let p = one.sq.prepare_frame(&frame[..h], flags, lengths);
+        proptest::prop_assert_eq!(p, staged.sq.prepare_frame(&frame[..h], flags, lengths));
+        let Ok(p) = p else {
+            return Ok(());
+        };
+        for (i, &len) in lens.iter().enumerate() {
+            let sge = Sge::new(frame.as_ptr() as u64 + 100, len, 0x66);
+            // SAFETY: never executed; the payload names `frame`.
+            let r = unsafe { one.sq.post_frame(&p, i as u64, sge) };
+            // SAFETY: as above.
+            let s = unsafe { staged.sq.stage_frame(&p, i as u64, sge) };
+            staged.sq.ring();
+            proptest::prop_assert_eq!(seen(&one, r), seen(&staged, s), "post {}", i);
+        }
+    }
+}
+
+/// A queue pair reset and connected again restarts the producer counter at 0: the next frame,
+/// posted by either fast path, carries WQE index 0, not the old counter.
+#[test]
+fn frames_after_a_reset_start_the_ring_again() {
+    let frame = market_frame();
+    for prepared in [false, true] {
+        let mut rig = Rig::new_eth(8, 256, eth_caps(2, 64), 18);
+        let p = rig
+            .sq
+            .prepare_frame(&frame[..42], SendFlags::SIGNALED, FrameLengths::IPV4_UDP)
+            .unwrap();
+        let sgl = [Sge::new(frame.as_ptr() as u64, 64, 1)];
+        let post = |rig: &mut Rig<Ethernet>, id: u64| {
+            // SAFETY: never executed; the entries name `frame`.
+            unsafe {
+                if prepared {
+                    rig.sq
+                        .post_frame(&p, id, Sge::new(frame.as_ptr() as u64 + 42, 22, 1))
+                } else {
+                    rig.sq.post(&SendWr::send(id, &sgl).signaled())
+                }
+            }
+        };
+        for i in 0..3 {
+            post(&mut rig, i).unwrap();
+        }
+        assert_ne!(rig.sq.producer(), 0);
+        let sq = rig.bindings[0].sq.clone().unwrap();
+        sq.gate().close();
+        rig.bindings[0].rq.as_ref().unwrap().gate().close();
+        // SAFETY: nothing polls or posts meanwhile.
+        unsafe {
+            crate::clear_doorbell_record(&rig.mem.qp_layout(QPN, 8, 256));
+            sq.restart();
+            rig.bindings[0].rq.as_ref().unwrap().restart();
+        }
+        sq.gate().open();
+        rig.mem.fill_sq(0);
+        post(&mut rig, 9).unwrap();
+        let blocks = rig.sq.producer();
+        assert!(
+            blocks == 1 || blocks == 2,
+            "prepared {prepared}: restarted at 0"
+        );
+        let ring = rig.mem.sq_bytes();
+        // `opmod_idx_opcode`: WQE index 0, SEND.
+        assert_eq!(&ring[0..4], &u32::from(opcode::SEND).to_be_bytes());
+        assert_eq!(rig.mem.dbrec(1), blocks);
+        // The fourth copy: in the second buffer (the toggle is kept across the reset).
+        assert_eq!(&rig.mem.bf_bytes()[256..264], &ring[..8]);
+    }
+}
+
+/// A prepared frame's post without payload takes the blocks of its WQE without a data
+/// segment: 30 header bytes are control and four Ethernet units, one block (with a payload,
+/// the data segment makes it two).
+#[test]
+fn an_empty_payload_takes_the_blocks_of_its_wqe() {
+    let frame = market_frame();
+    let mut rig = Rig::new_eth(8, 256, eth_caps(2, 64), 18);
+    let p = rig
+        .sq
+        .prepare_frame(&frame[..30], SendFlags::NONE, FrameLengths::default())
+        .unwrap();
+    // SAFETY: never executed.
+    unsafe { rig.sq.post_frame(&p, 1, Sge::new(0, 0, 0)) }.unwrap();
+    assert_eq!((rig.sq.producer(), rig.mem.dbrec(1)), (1, 1));
+    // SAFETY: never executed; the payload names `frame`.
+    unsafe {
+        rig.sq
+            .post_frame(&p, 2, Sge::new(frame.as_ptr() as u64, 8, 1))
+    }
+    .unwrap();
+    assert_eq!((rig.sq.producer(), rig.mem.dbrec(1)), (3, 3));
 }
