@@ -282,9 +282,9 @@ impl<P: SqStateRef> SendQueue<P, Ethernet> {
         // written (the slot's record then adds 0), as a prepared request's post does.
         self.sig_posted = self.sig_posted.wrapping_add(u16::from(p.signaled));
         // Locals, not fields, as in `SendQueue::write_after`.
-        let (ring, pi) = (&{ self.ring }, self.pi);
+        let pi = self.pi;
         let start = pi.wrapping_mul(SEGS_PER_BB as u32);
-        let wqe = room.reserve(ring, start, blocks);
+        let wqe = self.take::<true, true>(room, blocks, wr_id, opcode::SEND, p.signaled, 0);
         let has_data = payload.length != 0;
         // `opmod_idx_opcode` bytes 1..3: the WQE index (opmod and opcode are prepared).
         let mut first = p.image[0];
@@ -316,14 +316,6 @@ impl<P: SqStateRef> SendQueue<P, Ethernet> {
                 DataSeg::new_unchecked(b).set(payload.length, payload.lkey, payload.addr)
             });
         }
-        self.record_block(
-            wr_id,
-            opcode::SEND,
-            p.signaled,
-            0,
-            ring.seg_of(start),
-            pi.wrapping_add(blocks),
-        );
         start
     }
 }
