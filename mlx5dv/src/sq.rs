@@ -55,6 +55,8 @@ struct Plan<'w> {
 impl<'w> Plan<'w> {
     /// The WQE for `op`, from its check's summary `c`. Cannot fail: every operation has a WQE,
     /// and the check bounded its size (the queue's construction checked that the largest fits).
+    /// Kept apart from [`SendQueue::plan`], its one caller: the same code written into it
+    /// costs a batch six instructions a request more (`cargo xtask bench --instructions`).
     #[inline(always)]
     fn of(op: &SendOp<'w>, c: &CheckedSend<'w>) -> Self {
         let e = WQE_HEAD[op_index(op)];
@@ -747,7 +749,8 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
         Ok(())
     }
 
-    /// Checks `wr` against the queue's limits and plans its WQE. Writes nothing.
+    /// Checks `wr` against the queue's limits ([`SendWr::check_as`]) and plans its WQE: the
+    /// opcode, the size in segments and basic blocks, the control flags. Writes nothing.
     #[inline(always)]
     fn plan<'w>(&self, wr: &SendWr<'w>) -> Result<Plan<'w>, PostError> {
         // The transport is a type: a connected queue has no code for datagrams past the
@@ -840,7 +843,7 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
 
     /// Writes the planned WQE at the producer counter (for which `room` was checked), records
     /// it and advances the counters. Returns the segment counter of its control segment.
-    /// `plan` is `Plan::of` the request and of its check against `self.caps`.
+    /// `plan` is [`SendQueue::plan`] of the request.
     #[inline(always)]
     fn write(&mut self, v: Vouched<'_, '_>, plan: &Plan<'_>, room: Room) -> u32 {
         // No header segments.
@@ -955,17 +958,31 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
         start
     }
 
-    /// [`PostSend::post`] of one request: checks and plans it; then, when the fast path's
-    /// credit covers its blocks and the gate is as this queue last found it, writes it and
-    /// rings it alone (a one-block WQE of the common shapes as words in registers, stored to
-    /// the ring and to the BlueFlame register; an inline WRITE or SEND of one entry with
-    /// fixed-size moves; any other with the field-wise writer). The
-    /// rest goes out of line to the exact checks ([`SendQueue::post_room`]).
+    /// [`PostSend::post`] of one request: checks and plans it ([`SendQueue::plan`]); then,
+    /// when the gate is as this queue last found it and the fast path's credit covers its
+    /// blocks ([`SendQueue::single_room`]: one compare each), writes it and rings it alone. A one-block WQE of the common shapes is built
+    /// as words in registers ([`SendQueue::block_words`]), stored to the ring and to the
+    /// BlueFlame register; an inline WRITE or SEND of one entry is written with fixed-size
+    /// moves ([`SendQueue::write_inline_and_ring`]), any other by the field-wise writer,
+    /// each with the BlueFlame copy read back from the ring.
     #[inline(always)]
     fn post_one(&mut self, v: Vouched<'_, '_>) -> Result<(), PostError> {
-        let plan = self.plan(v.wr())?;
+        let wr = v.wr();
+        let plan = self.plan(wr)?;
         let room = self.single_room(plan.blocks, u32::from(plan.signaled))?;
-        self.write_and_ring(v, &plan, room);
+        let pi = self.pi;
+        if let Some((words, n)) = self.block_words(v, &plan, pi) {
+            let sig = u16::from(plan.signaled);
+            let wqe = self.take::<true, true>(room, 1, wr.wr_id, plan.opcode, plan.signaled, sig);
+            wqe.block_words(&words, n);
+            self.doorbell.ring_block_any(pi.wrapping_add(1), &words, n);
+        } else if let Some((head, k)) = self.inline_head_words(wr, &plan, pi) {
+            self.write_inline_and_ring(v, &plan, &head, k, room);
+        } else {
+            let start = self.write(v, &plan, room);
+            self.doorbell
+                .ring_any(self.ring, self.pi, start, plan.blocks);
+        }
         Ok(())
     }
 
@@ -985,32 +1002,6 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
         self.reload_credit();
         self.credit = self.credit.max(blocks);
         Ok(())
-    }
-
-    /// Writes the planned request and rings it alone: a one-block WQE of the common shapes
-    /// ([`SendQueue::block_words`]) as words in registers, stored to the ring and to the
-    /// BlueFlame register; an inline WRITE or SEND of one entry with fixed-size moves
-    /// ([`SendQueue::write_inline_and_ring`]) and any other with the field-wise writer,
-    /// each with the BlueFlame copy read back from the ring.
-    ///
-    /// `plan` is `Plan::of` the request and of its check against `self.caps`, `room` was
-    /// checked for it, and nothing is staged.
-    #[inline(always)]
-    fn write_and_ring(&mut self, v: Vouched<'_, '_>, plan: &Plan<'_>, room: Room) {
-        let wr = v.wr();
-        let pi = self.pi;
-        if let Some((words, n)) = self.block_words(v, plan, pi) {
-            let sig = u16::from(plan.signaled);
-            let wqe = self.take::<true, true>(room, 1, wr.wr_id, plan.opcode, plan.signaled, sig);
-            wqe.block_words(&words, n);
-            self.doorbell.ring_block_any(pi.wrapping_add(1), &words, n);
-        } else if let Some((head, k)) = self.inline_head_words(wr, plan, pi) {
-            self.write_inline_and_ring(v, plan, &head, k, room);
-        } else {
-            let start = self.write(v, plan, room);
-            self.doorbell
-                .ring_any(self.ring, self.pi, start, plan.blocks);
-        }
     }
 
     /// The WQE of `wr` (planned as `plan`, at producer counter `pi`) as the 64-bit words of
@@ -1145,7 +1136,7 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
     /// one block is read back as words and rung as [`SendQueue::block_words`]' are; a larger
     /// one as the field-wise writer's.
     ///
-    /// As [`SendQueue::write_and_ring`]; `plan` is an inline request of one entry of at least
+    /// As [`SendQueue::post_one`]; `plan` is an inline request of one entry of at least
     /// one byte.
     #[inline(always)]
     fn write_inline_and_ring(

@@ -337,7 +337,7 @@ fn frame_refused(p: &PreparedFrame, payload_len: u32) -> PostError {
 }
 
 impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
-    /// Plans a frame's SEND on an Ethernet queue (`plan` is [`Plan::of`] the request and its
+    /// Plans a frame's SEND on an Ethernet queue (`plan` is the request's, from its
     /// check `c`): the Ethernet segment with the queue's minimum inline, then the rest of the
     /// frame as data segments (the entries after the inlined bytes, the one they end in
     /// resumed) or as inline data.
