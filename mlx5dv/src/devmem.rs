@@ -227,15 +227,8 @@ impl Wqe {
     }
 
     /// Writes `words[..n]` (64-bit words holding the bytes in memory order, `n <= 8`) at the
-    /// start of the WQE's first block: the segments of one block, written without a copy
-    /// through a byte array.
-    #[inline(always)]
-    pub(crate) fn block_words(&self, words: &[u64; 8], n: usize) {
-        self.block_words_in(0, words, n);
-    }
-
-    /// [`Wqe::block_words`] at the start of the WQE's block `j`, which follows the ring's
-    /// wrap. A block past the reservation (`j >= blocks`, a caller's mistake) is not written:
+    /// start of the WQE's block `j` (0: its first), which follows the ring's wrap: the
+    /// segments of one block, written without a copy through a byte array. A block past the reservation (`j >= blocks`, a caller's mistake) is not written:
     /// checked in every build, a compare the callers' constants fold away.
     #[inline(always)]
     pub(crate) fn block_words_in(&self, j: u32, words: &[u64; 8], n: usize) {
@@ -272,7 +265,7 @@ impl Wqe {
         }
     }
 
-    /// As [`Wqe::block_words`], at ring segment `seg`, the WQE's first segment as
+    /// As [`Wqe::block_words_in`] block 0, at ring segment `seg`, the WQE's first segment as
     /// [`SegRing::seg_of`] gives it (not masked again).
     #[inline(always)]
     pub(crate) fn block_words_at(&self, seg: u32, words: &[u64; 8], n: usize) {
@@ -290,7 +283,7 @@ impl Wqe {
             }
         }
         #[cfg(zverbs_loom)]
-        self.block_words(words, n);
+        self.block_words_in(0, words, n);
     }
 
     /// Writes the one-block WQE `b` at 64-bit word `word` of the ring, the WQE's first word as
@@ -329,7 +322,7 @@ impl Wqe {
         #[cfg(zverbs_loom)]
         {
             let (words, n) = b.words();
-            self.block_words(&words, n);
+            self.block_words_in(0, &words, n);
         }
     }
 

@@ -974,7 +974,7 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
         if let Some((words, n)) = self.block_words(v, &plan, pi) {
             let sig = u16::from(plan.signaled);
             let wqe = self.take::<true, true>(room, 1, wr.wr_id, plan.opcode, plan.signaled, sig);
-            wqe.block_words(&words, n);
+            wqe.block_words_in(0, &words, n);
             self.doorbell.ring_block_any(pi.wrapping_add(1), &words, n);
         } else if let Some((head, k)) = self.inline_head_words(wr, &plan, pi) {
             self.write_inline_and_ring(v, &plan, &head, k, room);
@@ -1309,7 +1309,7 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
             let start = pi.wrapping_mul(SEGS_PER_BB as u32);
             let sig = u16::from(plan.signaled);
             let wqe = self.take::<true, true>(room, 1, wr.wr_id, plan.opcode, plan.signaled, sig);
-            wqe.block_words(&words, n);
+            wqe.block_words_in(0, &words, n);
             then(self, start, 1)
         } else {
             let start = self.write(v, plan, room);
