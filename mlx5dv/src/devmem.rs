@@ -240,18 +240,15 @@ impl Wqe {
     }
 
     /// Writes `words[..n]` (64-bit words holding the bytes in memory order, `n <= 8`) at the
-    /// start of the WQE's first block: the segments of one block, written without a copy
-    /// through a byte array.
-    #[inline(always)]
-    pub(crate) fn block_words(&self, words: &[u64; 8], n: usize) {
-        self.block_words_in(0, words, n);
-    }
-
-    /// [`Wqe::block_words`] at the start of the WQE's block `j` (`j < blocks`), which follows
-    /// the ring's wrap.
+    /// start of the WQE's block `j` (0: its first), which follows the ring's wrap: the
+    /// segments of one block, written without a copy through a byte array. A block past the reservation (`j >= blocks`, a caller's mistake) is not written:
+    /// checked in every build, a compare the callers' constants fold away.
     #[inline(always)]
     pub(crate) fn block_words_in(&self, j: u32, words: &[u64; 8], n: usize) {
-        debug_assert!(n <= 8 && j < self.blocks);
+        debug_assert!(n <= 8);
+        if j >= self.blocks {
+            return;
+        }
         #[cfg(not(zverbs_loom))]
         {
             // SAFETY: `start + 4 j` masked is a multiple of 4 at most `mask - 3` (the ring is
@@ -281,7 +278,7 @@ impl Wqe {
         }
     }
 
-    /// As [`Wqe::block_words`], at ring segment `seg`, the WQE's first segment as
+    /// As [`Wqe::block_words_in`] block 0, at ring segment `seg`, the WQE's first segment as
     /// [`SegRing::seg_of`] gives it (not masked again).
     #[inline(always)]
     pub(crate) fn block_words_at(&self, seg: u32, words: &[u64; 8], n: usize) {
@@ -299,7 +296,7 @@ impl Wqe {
             }
         }
         #[cfg(zverbs_loom)]
-        self.block_words(words, n);
+        self.block_words_in(0, words, n);
     }
 
     /// Writes the one-block WQE `b` at 64-bit word `word` of the ring, the WQE's first word as
@@ -338,7 +335,7 @@ impl Wqe {
         #[cfg(zverbs_loom)]
         {
             let (words, n) = b.words();
-            self.block_words(&words, n);
+            self.block_words_in(0, &words, n);
         }
     }
 
@@ -832,5 +829,43 @@ impl OwnedCqe {
         Some(f(unsafe {
             &*self.ring.base.as_ptr().add(off).sub(64).cast::<[u8; 64]>()
         }))
+    }
+}
+
+#[cfg(all(test, not(zverbs_loom)))]
+mod tests {
+    extern crate std;
+
+    use super::SegRing;
+    use core::ptr::NonNull;
+
+    /// A block past a WQE's reservation is not written, whatever the caller asks.
+    #[test]
+    fn block_words_stay_inside_the_reservation() {
+        // A ring of four blocks (16 segments), 16-byte aligned.
+        let mut mem = [0u128; 16];
+        let base = NonNull::new(mem.as_mut_ptr().cast::<u8>()).unwrap();
+        // SAFETY: `mem` is 16 segments, aligned, and outlives the ring; nothing else uses it.
+        let ring = unsafe { SegRing::new(base, 16) };
+        let words = [u64::MAX; 8];
+        {
+            // SAFETY: blocks 1 and 2 of the ring are nobody's.
+            let wqe = unsafe { ring.reserve(4, 1) };
+            wqe.block_words_in(0, &words, 8);
+            wqe.block_words_in(1, &words, 8);
+        }
+        {
+            // SAFETY: as above.
+            let wqe = unsafe { ring.reserve(12, 2) };
+            wqe.block_words_in(1, &words, 8);
+            wqe.block_words_in(2, &words, 8);
+        }
+        let written: std::vec::Vec<bool> = mem.iter().map(|s| *s != 0).collect();
+        // Block 1 (segments 4..8) and block 0 (the second block of the WQE at block 3, past
+        // the ring's end) written; blocks 2 and 3 not.
+        let mut want = [false; 16];
+        want[4..8].fill(true);
+        want[0..4].fill(true);
+        assert_eq!(written, want);
     }
 }

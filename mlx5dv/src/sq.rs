@@ -55,6 +55,8 @@ struct Plan<'w> {
 impl<'w> Plan<'w> {
     /// The WQE for `op`, from its check's summary `c`. Cannot fail: every operation has a WQE,
     /// and the check bounded its size (the queue's construction checked that the largest fits).
+    /// Kept apart from [`SendQueue::plan`], its one caller: the same code written into it
+    /// costs a batch six instructions a request more (`cargo xtask bench --instructions`).
     #[inline(always)]
     fn of(op: &SendOp<'w>, c: &CheckedSend<'w>) -> Self {
         let e = WQE_HEAD[op_index(op)];
@@ -222,8 +224,8 @@ impl<'a, 'w> VouchedAll<'a, 'w> {
 /// Proof that room was checked for the request about to be written at the producer counter:
 /// its blocks are free (the device completed what was there) and past the counter the device
 /// was given. Made by the room checks of the post paths, the one unsafe step of writing a
-/// request; spent by [`Room::reserve`], which hands out the WQE's blocks. Costs nothing: the
-/// reservation is made where the blocks are written.
+/// request; spent by [`SendQueue::take`], which records the request and hands out the WQE's
+/// blocks. Costs nothing: the reservation is made where the blocks are written.
 #[derive(Debug)]
 pub(crate) struct Room(());
 
@@ -237,16 +239,6 @@ impl Room {
     #[inline(always)]
     pub(crate) unsafe fn checked() -> Self {
         Self(())
-    }
-
-    /// The blocks of the WQE whose control segment is segment counter `start`, the producer
-    /// counter's, `blocks` of them (the request's plan).
-    #[inline(always)]
-    pub(crate) fn reserve(self, ring: &SegRing, start: u32, blocks: u32) -> Wqe {
-        // SAFETY: the room check (`Room::checked`): the blocks at the producer counter are
-        // free and unpublished, and a checked request's blocks fit the ring (the largest WQE
-        // was checked at construction).
-        unsafe { ring.reserve(start, blocks) }
     }
 }
 
@@ -757,7 +749,8 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
         Ok(())
     }
 
-    /// Checks `wr` against the queue's limits and plans its WQE. Writes nothing.
+    /// Checks `wr` against the queue's limits ([`SendWr::check_as`]) and plans its WQE: the
+    /// opcode, the size in segments and basic blocks, the control flags. Writes nothing.
     #[inline(always)]
     fn plan<'w>(&self, wr: &SendWr<'w>) -> Result<Plan<'w>, PostError> {
         // The transport is a type: a connected queue has no code for datagrams past the
@@ -850,7 +843,7 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
 
     /// Writes the planned WQE at the producer counter (for which `room` was checked), records
     /// it and advances the counters. Returns the segment counter of its control segment.
-    /// `plan` is `Plan::of` the request and of its check against `self.caps`.
+    /// `plan` is [`SendQueue::plan`] of the request.
     #[inline(always)]
     fn write(&mut self, v: Vouched<'_, '_>, plan: &Plan<'_>, room: Room) -> u32 {
         // No header segments.
@@ -876,9 +869,11 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
         let wr = v.wr();
         // Locals, not fields: the compiler cannot prove that the ring stores below do not
         // alias `self`, and would reload fields after each one.
-        let (ring, pi, qpn) = (&{ self.ring }, self.pi, self.qpn);
+        let (pi, qpn) = (self.pi, self.qpn);
         let start = pi.wrapping_mul(SEGS_PER_BB as u32);
-        let wqe = room.reserve(ring, start, plan.blocks);
+        let sig = u16::from(plan.signaled);
+        let wqe =
+            self.take::<true, true>(room, plan.blocks, wr.wr_id, plan.opcode, plan.signaled, sig);
         // The plan's fields by value: a closure holding the plan by reference would keep the
         // whole plan in memory wherever the compiler does not inline it.
         let (opcode, fm_ce_se, ds, imm) = (plan.opcode, plan.fm_ce_se, plan.ds as u8, plan.imm);
@@ -960,34 +955,41 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
                 }
             }
         }
-        // Recorded only now, after the WQE's stores: nothing of it held in a register across
-        // them.
-        self.record_block(
-            wr.wr_id,
-            plan.opcode,
-            plan.signaled,
-            u16::from(plan.signaled),
-            ring.seg_of(start),
-            pi.wrapping_add(plan.blocks),
-        );
         start
     }
 
-    /// [`PostSend::post`] of one request: checks and plans it; then, when the fast path's
-    /// credit covers its blocks and the gate is as this queue last found it, writes it and
-    /// rings it alone (a one-block WQE of the common shapes as words in registers, stored to
-    /// the ring and to the BlueFlame register; an inline WRITE or SEND of one entry with
-    /// fixed-size moves; any other with the field-wise writer). The
-    /// rest goes out of line to the exact checks ([`SendQueue::post_room`]).
+    /// [`PostSend::post`] of one request: checks and plans it ([`SendQueue::plan`]); then,
+    /// when the gate is as this queue last found it and the fast path's credit covers its
+    /// blocks ([`SendQueue::single_room`]: one compare each), writes it and rings it alone. A one-block WQE of the common shapes is built
+    /// as words in registers ([`SendQueue::block_words`]), stored to the ring and to the
+    /// BlueFlame register; an inline WRITE or SEND of one entry is written with fixed-size
+    /// moves ([`SendQueue::write_inline_and_ring`]), any other by the field-wise writer,
+    /// each with the BlueFlame copy read back from the ring.
     #[inline(always)]
     fn post_one(&mut self, v: Vouched<'_, '_>) -> Result<(), PostError> {
         if T::ETH {
-            // A frame's own checks and plan (`sq/eth.rs`).
-            return self.post_eth_one(v);
+            // A frame's own checks and plan (`sq/eth.rs`); any other request on an Ethernet
+            // queue goes on below.
+            if let Some(r) = self.post_eth_one(v) {
+                return r;
+            }
         }
-        let plan = self.plan(v.wr())?;
+        let wr = v.wr();
+        let plan = self.plan(wr)?;
         let room = self.single_room(plan.blocks, u32::from(plan.signaled))?;
-        self.write_and_ring(v, &plan, room);
+        let pi = self.pi;
+        if let Some((words, n)) = self.block_words(v, &plan, pi) {
+            let sig = u16::from(plan.signaled);
+            let wqe = self.take::<true, true>(room, 1, wr.wr_id, plan.opcode, plan.signaled, sig);
+            wqe.block_words_in(0, &words, n);
+            self.doorbell.ring_block_any(pi.wrapping_add(1), &words, n);
+        } else if let Some((head, k)) = self.inline_head_words(wr, &plan, pi) {
+            self.write_inline_and_ring(v, &plan, &head, k, room);
+        } else {
+            let start = self.write(v, &plan, room);
+            self.doorbell
+                .ring_any(self.ring, self.pi, start, plan.blocks);
+        }
         Ok(())
     }
 
@@ -1007,43 +1009,6 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
         self.reload_credit();
         self.credit = self.credit.max(blocks);
         Ok(())
-    }
-
-    /// Writes the planned request and rings it alone: a one-block WQE of the common shapes
-    /// ([`SendQueue::block_words`]) as words in registers, stored to the ring and to the
-    /// BlueFlame register; an inline WRITE or SEND of one entry with fixed-size moves
-    /// ([`SendQueue::write_inline_and_ring`]) and any other with the field-wise writer,
-    /// each with the BlueFlame copy read back from the ring.
-    ///
-    /// `plan` is `Plan::of` the request and of its check against `self.caps`, `room` was
-    /// checked for it, and nothing is staged.
-    #[inline(always)]
-    fn write_and_ring(&mut self, v: Vouched<'_, '_>, plan: &Plan<'_>, room: Room) {
-        let wr = v.wr();
-        let pi = self.pi;
-        if let Some((words, n)) = self.block_words(v, plan, pi) {
-            let start = pi.wrapping_mul(SEGS_PER_BB as u32);
-            let next = pi.wrapping_add(1);
-            // A local, as in `SendQueue::write`.
-            let ring = self.ring;
-            let sig = u16::from(plan.signaled);
-            self.record_block(
-                wr.wr_id,
-                plan.opcode,
-                plan.signaled,
-                sig,
-                ring.seg_of(start),
-                next,
-            );
-            room.reserve(&ring, start, 1).block_words(&words, n);
-            self.doorbell.ring_block_any(next, &words, n);
-        } else if let Some((head, k)) = self.inline_head_words(wr, plan, pi) {
-            self.write_inline_and_ring(v, plan, &head, k, room);
-        } else {
-            let start = self.write(v, plan, room);
-            self.doorbell
-                .ring_any(self.ring, self.pi, start, plan.blocks);
-        }
     }
 
     /// The WQE of `wr` (planned as `plan`, at producer counter `pi`) as the 64-bit words of
@@ -1178,7 +1143,7 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
     /// one block is read back as words and rung as [`SendQueue::block_words`]' are; a larger
     /// one as the field-wise writer's.
     ///
-    /// As [`SendQueue::write_and_ring`]; `plan` is an inline request of one entry of at least
+    /// As [`SendQueue::post_one`]; `plan` is an inline request of one entry of at least
     /// one byte.
     #[inline(always)]
     fn write_inline_and_ring(
@@ -1192,12 +1157,18 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
         let pi = self.pi;
         let start = pi.wrapping_mul(SEGS_PER_BB as u32);
         let next = pi.wrapping_add(plan.blocks);
+        let sig = u16::from(plan.signaled);
+        let wqe = self.take::<false, false>(
+            room,
+            plan.blocks,
+            v.wr().wr_id,
+            plan.opcode,
+            plan.signaled,
+            sig,
+        );
         // A local, as in `SendQueue::write`.
         let ring = self.ring;
-        let wqe = room.reserve(&ring, start, plan.blocks);
         let seg = ring.seg_of(start);
-        let sig = u16::from(plan.signaled);
-        self.record_block(v.wr().wr_id, plan.opcode, plan.signaled, sig, seg, next);
         // The head: in the first block of the WQE.
         wqe.block_words_at(seg, head, 2 * k as usize);
         let (src, len) = match plan.sgl {
@@ -1208,8 +1179,8 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
         // The inline segment: segments `k..ds` of the WQE.
         let inl = seg + k;
         // SAFETY: the request is vouched for (`v`): `src..src + len` is readable. The
-        // segments from `inl` on are the WQE's (reserved above): contiguous up to segment
-        // `ds` when they fit before the ring's end (checked), else copied across it.
+        // segments from `inl` on are the WQE's (taken above): contiguous up to segment `ds`
+        // when they fit before the ring's end (checked), else copied across it by the token.
         unsafe {
             if ring.fits_before_end(inl, plan.ds - k) {
                 // The last segment zeroed first: the payload then overwrites all of it but
@@ -1225,7 +1196,7 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
                     len as usize,
                 );
             } else {
-                write_inline_wrapping(self.ring, inl, src, len);
+                write_inline_wrapping(wqe, inl, src, len);
             }
         }
         if plan.blocks == 1 {
@@ -1238,49 +1209,79 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
         }
     }
 
-    /// Records a WQE in the slot of its first basic block (`seg`, its first segment in the
-    /// ring) and advances the counters to `next` (`sig` is `signaled` as a count).
+    /// Takes the WQE of `blocks` basic blocks at the producer counter, for the request `room`
+    /// was checked for: records it in the slot of its first block (`SlotData`: `wr_id`, the
+    /// counter after it, `opcode`, `signaled`), advances the counters past it (`sig`:
+    /// `signaled` as a count, or 0 when the caller counted it already) and hands out its
+    /// blocks. The one place a send path records a WQE and reserves its blocks: the slot is
+    /// the producer counter's block's, in the state's slots by construction (one slot per
+    /// block of the ring: checked by `new`), and the blocks are free and unpublished
+    /// (`room`). Recorded before the WQE is written, so that nothing of the record is held in
+    /// a register across the WQE's stores.
+    ///
+    /// `RING_FIRST` and `SIG_FIRST` change no byte written, only the order of the loads and
+    /// stores, which the compiler keeps (it cannot prove that the slot's stores leave `self`
+    /// alone): the ring read before the slot's stores (and the slot addressed from its first
+    /// segment) or after them (from its first word), the signaled count added before or after
+    /// them. Each path takes the order that costs it least (`cargo xtask bench
+    /// --instructions`).
     #[inline(always)]
-    fn record_block(
+    fn take<const RING_FIRST: bool, const SIG_FIRST: bool>(
         &mut self,
+        room: Room,
+        blocks: u32,
         wr_id: u64,
         opcode: u8,
         signaled: bool,
         sig: u16,
-        seg: u32,
-        next: u32,
-    ) {
-        // Slot `seg / 4`, addressed as `seg` times a quarter slot: the same index as the
-        // ring's, scaled by the addressing mode rather than shifted once more.
-        self.record_block_at(wr_id, opcode, signaled, sig, seg as usize * 4, next);
-    }
-
-    /// [`SendQueue::record_block`] with the slot given by its offset in bytes (16 a block:
-    /// the caller's ring index, scaled), `at`.
-    #[inline(always)]
-    pub(super) fn record_block_at(
-        &mut self,
-        wr_id: u64,
-        opcode: u8,
-        signaled: bool,
-        sig: u16,
-        at: usize,
-        next: u32,
-    ) {
-        debug_assert!(at.is_multiple_of(16) && at / 16 < self.state.slots().len());
-        // SAFETY: in bounds (one slot per block, checked by `new`, and `at` is a block's
-        // slot offset) of the state's slots, which `self.slots` starts and `self.state`
-        // keeps alive; the slot is free (room was checked) and the WQE is not published yet.
-        unsafe {
-            self.slots.slot(at).record(SlotData {
-                wr_id,
-                next,
-                opcode,
-                signaled,
-            })
+    ) -> Wqe {
+        let Room(()) = room;
+        let pi = self.pi;
+        let next = pi.wrapping_add(blocks);
+        // Records in the slot at byte offset `at` (16 a block) and advances the counters.
+        let record = |q: &mut Self, at: usize| {
+            // Counted before the slot's stores or after them: whichever keeps fewer values in
+            // registers across them (`sig` 0, counted by the caller: before, so that it costs
+            // nothing).
+            if SIG_FIRST {
+                q.sig_posted = q.sig_posted.wrapping_add(sig);
+            }
+            // SAFETY: `at` is block `pi`'s slot, masked into the ring (below), so in bounds of
+            // the state's slots (one per block: checked by `new`), which `q.slots` starts and
+            // `q.state` keeps alive; the slot is free (room was checked: `room`) and the WQE
+            // is not published yet.
+            unsafe {
+                q.slots.slot(at).record(SlotData {
+                    wr_id,
+                    next,
+                    opcode,
+                    signaled,
+                })
+            };
+            if !SIG_FIRST {
+                q.sig_posted = q.sig_posted.wrapping_add(sig);
+            }
+            q.pi = next;
         };
-        self.sig_posted = self.sig_posted.wrapping_add(sig);
-        self.pi = next;
+        // The slot addressed from the block's first segment (4 a block, so times 4) or first
+        // word (8 a block, so times 2) in the ring; the ring (its address and mask) read
+        // before the slot's stores, which the compiler cannot prove leave `self` alone, or
+        // after them.
+        let ring = if RING_FIRST {
+            let ring = self.ring;
+            record(
+                self,
+                ring.seg_of(pi.wrapping_mul(SEGS_PER_BB as u32)) as usize * 4,
+            );
+            ring
+        } else {
+            record(self, self.ring.word_of_block(pi) as usize * 2);
+            self.ring
+        };
+        // SAFETY: the room check (`room`): the blocks at the producer counter are free and
+        // unpublished, and a checked request's blocks fit the ring (the largest WQE was
+        // checked at construction). The counter moved past them: no later take covers them.
+        unsafe { ring.reserve(pi.wrapping_mul(SEGS_PER_BB as u32), blocks) }
     }
 
     /// [`PostSend::stage`] of one request: checked, its room checked, then written
@@ -1313,18 +1314,9 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
         let pi = self.pi;
         if let Some((words, n)) = self.block_words(v, plan, pi) {
             let start = pi.wrapping_mul(SEGS_PER_BB as u32);
-            // A local, as in `SendQueue::write`.
-            let ring = self.ring;
             let sig = u16::from(plan.signaled);
-            self.record_block(
-                wr.wr_id,
-                plan.opcode,
-                plan.signaled,
-                sig,
-                ring.seg_of(start),
-                pi.wrapping_add(1),
-            );
-            room.reserve(&ring, start, 1).block_words(&words, n);
+            let wqe = self.take::<true, true>(room, 1, wr.wr_id, plan.opcode, plan.signaled, sig);
+            wqe.block_words_in(0, &words, n);
             then(self, start, 1)
         } else {
             let start = self.write(v, plan, room);
@@ -1546,25 +1538,21 @@ fn gather_in<const WHOLE: bool>(
     at
 }
 
-/// [`write_inline`] of one entry at `src`, `len` bytes, from ring segment `seg` on, out of
-/// line: for an inline segment that meets the end of the ring (rare), so that the posting
-/// code keeps its registers (the ring passed by value, nothing by reference: the request stays
-/// in registers on the fast path).
+/// [`write_inline`] of one entry at `src`, `len` bytes, from ring segment `seg` on, into the
+/// WQE `wqe` (the caller's token, handed over), out of line: for an inline segment that meets
+/// the end of the ring (rare), so that the posting code keeps its registers (nothing by
+/// reference: the request stays in registers on the fast path).
 ///
 /// # Safety
 ///
-/// The segments the inline segment takes from `seg` on, and the rest of the block of `seg`,
-/// are a reserved WQE's; `src..src + len` is readable.
+/// `src..src + len` is readable.
 #[cold]
 #[inline(never)]
-unsafe fn write_inline_wrapping(ring: SegRing, seg: u32, src: u64, len: u32) {
+unsafe fn write_inline_wrapping(wqe: Wqe, seg: u32, src: u64, len: u32) {
     let sge = Sge::new(src, len, 0);
     let wr = SendWr::send(0, core::slice::from_ref(&sge));
-    // The blocks from the one of `seg` to the inline segment's last.
-    let blocks = ((seg % 4) * 16 + 4 + len).div_ceil(64);
-    // SAFETY: (caller) those blocks are reserved: free and unpublished; the one entry of `wr`
-    // is readable.
-    let (wqe, v) = unsafe { (ring.reserve(seg & !3, blocks), Vouched::new(&wr)) };
+    // SAFETY: (caller) the one entry of `wr` is readable.
+    let v = unsafe { Vouched::new(&wr) };
     write_inline(&wqe, seg, v.list(), 0, len);
 }
 

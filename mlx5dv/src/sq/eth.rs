@@ -325,9 +325,9 @@ impl<P: SqStateRef> SendQueue<P, Ethernet> {
         // written (the slot's record then adds 0), as a prepared request's post does.
         self.sig_posted = self.sig_posted.wrapping_add(u16::from(p.signaled));
         // Locals, not fields, as in `SendQueue::write_after`.
-        let (ring, pi) = (&{ self.ring }, self.pi);
+        let pi = self.pi;
         let start = pi.wrapping_mul(SEGS_PER_BB as u32);
-        let wqe = room.reserve(ring, start, blocks);
+        let wqe = self.take::<true, true>(room, blocks, wr_id, opcode::SEND, p.signaled, 0);
         debug_assert_eq!(DATA, payload.length != 0);
         let has_data = DATA;
         // `opmod_idx_opcode` bytes 1..3: the WQE index (opmod and opcode are prepared).
@@ -360,14 +360,6 @@ impl<P: SqStateRef> SendQueue<P, Ethernet> {
                 DataSeg::new_unchecked(b).set(payload.length, payload.lkey, payload.addr)
             });
         }
-        self.record_block(
-            wr_id,
-            opcode::SEND,
-            p.signaled,
-            0,
-            ring.seg_of(start),
-            pi.wrapping_add(blocks),
-        );
         start
     }
 }
@@ -396,18 +388,18 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
     /// the flags' inline bit; an Ethernet queue allows checksum offload) and written as the
     /// words of its one basic block (control, Ethernet, one data segment), stored to the ring
     /// and to the BlueFlame register, as the single posts of the other transports; every
-    /// other request takes the general path. The WQE and the result are those of the general
-    /// path.
+    /// other request (`None`) takes the general path. The WQE and the result are those of the
+    /// general path.
     #[inline(always)]
-    pub(super) fn post_eth_one(&mut self, v: Vouched<'_, '_>) -> Result<(), PostError> {
+    pub(super) fn post_eth_one(&mut self, v: Vouched<'_, '_>) -> Option<Result<(), PostError>> {
         let wr = v.wr();
         let SendOp::Send { sgl: [s] } = wr.op else {
-            return self.post_eth_general(v);
+            return None;
         };
         // The largest frame, or 0 (no frame passes) on a queue that takes no entry: one
         // compare for both. (An Ethernet queue's transport is Ethernet: `new_eth` checked it.)
         let zverbs_core::Transport::Ethernet { max_frame } = self.caps.transport else {
-            return self.post_eth_general(v);
+            return None;
         };
         let most = if self.caps.max_send_sge != 0 {
             max_frame
@@ -415,32 +407,23 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
             0
         };
         if s.length > most || wr.flags.contains(SendFlags::INLINE) {
-            return self.post_eth_general(v);
+            return None;
         }
         // The queue inlines 0 or 18 bytes (`new_eth`). The shortest frame of this shape: 14
         // bytes without inlining (the shortest frame), 19 with 18 inlined (a data segment
         // after them).
         if self.eth_inline == 0 {
             if s.length < MIN_FRAME {
-                return self.post_eth_general(v);
+                return None;
             }
             self.post_frame_block::<false>(v, s)
         } else {
             debug_assert_eq!(self.eth_inline, ETH_L2_INLINE_HEADER_SIZE);
             if s.length <= u32::from(ETH_L2_INLINE_HEADER_SIZE) {
-                return self.post_eth_general(v);
+                return None;
             }
             self.post_frame_block::<true>(v, s)
         }
-    }
-
-    /// [`SendQueue::post_eth_one`] of any other request: the general path.
-    #[inline(always)]
-    fn post_eth_general(&mut self, v: Vouched<'_, '_>) -> Result<(), PostError> {
-        let plan = self.plan(v.wr())?;
-        let room = self.single_room(plan.blocks, u32::from(plan.signaled))?;
-        self.write_and_ring(v, &plan, room);
-        Ok(())
     }
 
     /// [`SendQueue::post_eth_one`] of a frame whose one entry `s` holds more than the bytes the
@@ -452,7 +435,7 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
         &mut self,
         v: Vouched<'_, '_>,
         s: &Sge,
-    ) -> Result<(), PostError> {
+    ) -> Option<Result<(), PostError>> {
         let wr = v.wr();
         let flags = if self.caps.sig_all {
             wr.flags.union(SendFlags::SIGNALED)
@@ -465,16 +448,19 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
         // the caller's check refused.
         let head = if HDR {
             let Some(h) = frame_head(v) else {
-                return self.post_eth_general(v);
+                return None;
             };
             h
         } else {
             [0; 18]
         };
-        let room = self.single_room(1, u32::from(signaled))?;
+        let room = match self.single_room(1, u32::from(signaled)) {
+            Ok(room) => room,
+            Err(e) => return Some(Err(e)),
+        };
         // The producer counter after the room check, which restarts it on a queue pair reset
         // and connected again.
-        let (ring, pi) = (self.ring, self.pi);
+        let pi = self.pi;
         let ctrl0 = |n: u32| {
             word2((u32::from(pi as u16) << 8) | u32::from(opcode::SEND), n / 2) | self.qpn_word
         };
@@ -498,22 +484,14 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
             ];
             [ctrl0(8), ctrl1, eth0, eth1, w4, w5, data[0], data[1]]
         };
-        let (start, next) = (pi.wrapping_mul(SEGS_PER_BB as u32), pi.wrapping_add(1));
         let sig = u16::from(signaled);
-        self.record_block(
-            wr.wr_id,
-            opcode::SEND,
-            signaled,
-            sig,
-            ring.seg_of(start),
-            next,
-        );
-        room.reserve(&ring, start, 1).block_words(&words, 8);
-        self.doorbell.ring_block_any(next, &words, 8);
-        Ok(())
+        let wqe = self.take::<true, true>(room, 1, wr.wr_id, opcode::SEND, signaled, sig);
+        wqe.block_words_in(0, &words, 8);
+        self.doorbell.ring_block_any(pi.wrapping_add(1), &words, 8);
+        Some(Ok(()))
     }
 
-    /// Plans a frame's SEND on an Ethernet queue (`plan` is [`Plan::of`] the request and its
+    /// Plans a frame's SEND on an Ethernet queue (`plan` is the request's, from its
     /// check `c`): the Ethernet segment with the queue's minimum inline, then the rest of the
     /// frame as data segments (the entries after the inlined bytes, the one they end in
     /// resumed) or as inline data.

@@ -28,7 +28,7 @@
 
 use zverbs_core::{MAX_MESSAGE, PostError, SendOp, SendWr};
 
-use super::{Connected, SendQueue, word2, word64};
+use super::{Connected, Room, SendQueue, word2, word64};
 use crate::doorbell::Lock;
 use crate::prm::wqe::{ctrl, data, raddr};
 use crate::segreg::{BlockRegs, SegReg, SegWords};
@@ -323,12 +323,11 @@ impl<P: SqStateRef> SendQueue<P, Connected> {
         // slot is addressed from it too (16 bytes a block: the word index times 2).
         let word = self.ring.word_of_block(pi);
         let next = pi.wrapping_add(1);
-        self.record_block_at(c.wr_id, p.opcode, p.signaled, 0, word as usize * 2, next);
-        let ring = self.ring;
-        // SAFETY: (caller) block `pi` is free (room was checked) and not yet published; the
-        // WQE is one block; `BF` as the doorbell is.
+        // SAFETY: (caller) block `pi` is free (room was checked) and not yet published; `BF`
+        // as the doorbell is, `lock` the doorbell's.
         unsafe {
-            let wqe = ring.reserve(pi.wrapping_mul(crate::prm::SEGS_PER_BB as u32), 1);
+            let wqe =
+                self.take::<false, true>(Room::checked(), 1, c.wr_id, p.opcode, p.signaled, 0);
             // `word` is block `pi`'s first word in the ring.
             wqe.block_regs_at(word, &block);
             self.doorbell.ring_block_regs::<BF>(next, &block, lock);
@@ -438,8 +437,7 @@ impl<P: SqStateRef> SendQueue<P, Connected> {
         p: &Prepared<REMOTE>,
         c: Changes,
     ) -> u32 {
-        // Locals, not fields, as in `SendQueue::write`.
-        let (ring, pi) = (&{ self.ring }, self.pi);
+        let pi = self.pi;
         let start = pi.wrapping_mul(crate::prm::SEGS_PER_BB as u32);
         let has_data = c.len != 0;
         let mid = if has_data {
@@ -449,9 +447,10 @@ impl<P: SqStateRef> SendQueue<P, Connected> {
         };
         // `opmod_idx_opcode`: opmod 0, the WQE index (16 bits), the opcode.
         let idx_opcode = (u32::from(pi as u16) << 8) | u32::from(p.opcode);
-        // SAFETY: block `pi` (the WQE at `start`, a block boundary) is free (room was
-        // checked: caller) and not yet published.
-        let wqe = unsafe { ring.reserve(start, 1) };
+        // SAFETY: block `pi` is free (room was checked: caller) and not yet published.
+        let room = unsafe { Room::checked() };
+        let sig = u16::from(p.signaled);
+        let wqe = self.take::<false, true>(room, 1, c.wr_id, p.opcode, p.signaled, sig);
         wqe.seg(0, |b| {
             b[ctrl::OPMOD_IDX_OPCODE].copy_from_slice(&idx_opcode.to_be_bytes());
             b[ctrl::QPN_DS.start..ctrl::IMM.start].copy_from_slice(&mid);
@@ -472,14 +471,6 @@ impl<P: SqStateRef> SendQueue<P, Connected> {
                 b[data::ADDR].copy_from_slice(&c.addr.to_be_bytes());
             });
         }
-        self.record_block(
-            c.wr_id,
-            p.opcode,
-            p.signaled,
-            u16::from(p.signaled),
-            ring.seg_of(start),
-            pi.wrapping_add(1),
-        );
         start
     }
 }
