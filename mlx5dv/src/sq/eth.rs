@@ -447,10 +447,7 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
         // the general path reads them; `None` only for an entry shorter than 18 bytes, which
         // the caller's check refused.
         let head = if HDR {
-            let Some(h) = frame_head(v) else {
-                return None;
-            };
-            h
+            frame_head(v)?
         } else {
             [0; 18]
         };
