@@ -967,13 +967,6 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
     /// each with the BlueFlame copy read back from the ring.
     #[inline(always)]
     fn post_one(&mut self, v: Vouched<'_, '_>) -> Result<(), PostError> {
-        if T::ETH {
-            // A frame's own checks and plan (`sq/eth.rs`); any other request on an Ethernet
-            // queue goes on below.
-            if let Some(r) = self.post_eth_one(v) {
-                return r;
-            }
-        }
         let wr = v.wr();
         let plan = self.plan(wr)?;
         let room = self.single_room(plan.blocks, u32::from(plan.signaled))?;
@@ -1593,6 +1586,8 @@ impl<P: SqStateRef, T: SelfAddressed> PostSend for SendQueue<P, T> {
         match wr.op {
             SendOp::Write { .. } => self.post_one(v),
             SendOp::WriteImm { .. } => self.post_one(v),
+            // A frame's own checks and plan on an Ethernet queue (`sq/eth.rs`).
+            SendOp::Send { .. } if T::ETH => self.post_eth_one(v),
             SendOp::Send { .. } => self.post_one(v),
             SendOp::SendImm { .. } => self.post_one(v),
             SendOp::Read { .. } => self.post_one(v),

@@ -388,18 +388,18 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
     /// the flags' inline bit; an Ethernet queue allows checksum offload) and written as the
     /// words of its one basic block (control, Ethernet, one data segment), stored to the ring
     /// and to the BlueFlame register, as the single posts of the other transports; every
-    /// other request (`None`) takes the general path. The WQE and the result are those of the
-    /// general path.
+    /// other request takes the general path ([`SendQueue::post_one`]). The WQE and the result
+    /// are those of the general path.
     #[inline(always)]
-    pub(super) fn post_eth_one(&mut self, v: Vouched<'_, '_>) -> Option<Result<(), PostError>> {
+    pub(super) fn post_eth_one(&mut self, v: Vouched<'_, '_>) -> Result<(), PostError> {
         let wr = v.wr();
         let SendOp::Send { sgl: [s] } = wr.op else {
-            return None;
+            return self.post_one(v);
         };
         // The largest frame, or 0 (no frame passes) on a queue that takes no entry: one
         // compare for both. (An Ethernet queue's transport is Ethernet: `new_eth` checked it.)
         let zverbs_core::Transport::Ethernet { max_frame } = self.caps.transport else {
-            return None;
+            return self.post_one(v);
         };
         let most = if self.caps.max_send_sge != 0 {
             max_frame
@@ -407,20 +407,20 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
             0
         };
         if s.length > most || wr.flags.contains(SendFlags::INLINE) {
-            return None;
+            return self.post_one(v);
         }
         // The queue inlines 0 or 18 bytes (`new_eth`). The shortest frame of this shape: 14
         // bytes without inlining (the shortest frame), 19 with 18 inlined (a data segment
         // after them).
         if self.eth_inline == 0 {
             if s.length < MIN_FRAME {
-                return None;
+                return self.post_one(v);
             }
             self.post_frame_block::<false>(v, s)
         } else {
             debug_assert_eq!(self.eth_inline, ETH_L2_INLINE_HEADER_SIZE);
             if s.length <= u32::from(ETH_L2_INLINE_HEADER_SIZE) {
-                return None;
+                return self.post_one(v);
             }
             self.post_frame_block::<true>(v, s)
         }
@@ -435,7 +435,7 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
         &mut self,
         v: Vouched<'_, '_>,
         s: &Sge,
-    ) -> Option<Result<(), PostError>> {
+    ) -> Result<(), PostError> {
         let wr = v.wr();
         let flags = if self.caps.sig_all {
             wr.flags.union(SendFlags::SIGNALED)
@@ -447,14 +447,14 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
         // the general path reads them; `None` only for an entry shorter than 18 bytes, which
         // the caller's check refused.
         let head = if HDR {
-            frame_head(v)?
+            let Some(h) = frame_head(v) else {
+                return self.post_one(v);
+            };
+            h
         } else {
             [0; 18]
         };
-        let room = match self.single_room(1, u32::from(signaled)) {
-            Ok(room) => room,
-            Err(e) => return Some(Err(e)),
-        };
+        let room = self.single_room(1, u32::from(signaled))?;
         // The producer counter after the room check, which restarts it on a queue pair reset
         // and connected again.
         let pi = self.pi;
@@ -485,7 +485,7 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
         let wqe = self.take::<true, true>(room, 1, wr.wr_id, opcode::SEND, signaled, sig);
         wqe.block_words_in(0, &words, 8);
         self.doorbell.ring_block_any(pi.wrapping_add(1), &words, 8);
-        Some(Ok(()))
+        Ok(())
     }
 
     /// Plans a frame's SEND on an Ethernet queue (`plan` is the request's, from its
