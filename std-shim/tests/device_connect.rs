@@ -135,11 +135,21 @@ fn traffic(c: &Side, to_s: RemoteRegion, s: &Side, to_c: RemoteRegion) {
     c.buf.write(0, &pattern(20, 2000)).unwrap();
     s.buf.write(0, &pattern(21, 2000)).unwrap();
     let sig = SendFlags::SIGNALED;
-    csq.write(3, c.buf.slice(0..2000).unwrap(), to_s.at(8192), sig)
-        .unwrap();
+    csq.write(
+        3,
+        c.buf.slice(0..2000).unwrap(),
+        to_s.at(8192).unwrap(),
+        sig,
+    )
+    .unwrap();
     csq.send(4, c.buf.slice(0..100).unwrap(), sig).unwrap();
-    ssq.write(5, s.buf.slice(0..2000).unwrap(), to_c.at(8192), sig)
-        .unwrap();
+    ssq.write(
+        5,
+        s.buf.slice(0..2000).unwrap(),
+        to_c.at(8192).unwrap(),
+        sig,
+    )
+    .unwrap();
     ssq.send(6, s.buf.slice(0..100).unwrap(), sig).unwrap();
     for (cq, ids, recv) in [(&mut ccq, [3, 4], 1), (&mut scq, [5, 6], 2)] {
         let mut w = wait(cq, 3);

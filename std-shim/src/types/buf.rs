@@ -156,12 +156,3 @@ impl fmt::Display for BufError {
 }
 
 impl std::error::Error for BufError {}
-
-/// The value of `r`, or a panic with its error at the caller's location.
-#[track_caller]
-pub(crate) fn or_panic<T>(r: Result<T, BufError>) -> T {
-    match r {
-        Ok(v) => v,
-        Err(e) => panic!("{e}"),
-    }
-}

@@ -308,7 +308,7 @@ pub(crate) fn run(o: &Opts) -> Result<()> {
     for p in &peers_v {
         sqs.push(p.qp.send_queue()?);
         let region = p.region.ok_or("a peer published no region")?;
-        targets.push(region.try_at(me as usize * slot)?);
+        targets.push(region.at(me as usize * slot)?);
         sges.push([
             buf.sge(recv_len + p.rank as usize * slot..recv_len + (p.rank as usize + 1) * slot)?
         ]);
@@ -473,7 +473,7 @@ fn run_dc(run: &Run<'_>, pd: &zverbs::Pd) -> Result<()> {
     let mut sges = Vec::with_capacity(peers.len());
     for p in peers {
         let region = p.region.ok_or("a peer published no region")?;
-        targets.push(region.try_at(me as usize * slot)?);
+        targets.push(region.at(me as usize * slot)?);
         let at = run.recv_len + p.rank as usize * slot;
         sges.push([buf.sge(at..at + slot)?]);
     }

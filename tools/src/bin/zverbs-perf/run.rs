@@ -627,7 +627,7 @@ where
     let buf = &env.buf;
     let lay = env.lay;
     let src = [buf.sge(lay.b()..lay.b() + o.size)?];
-    let target = env.remote.at(0);
+    let target = env.remote.at(0)?;
     let recv = [recv_sge(buf, lay)?];
     let repost = |rq: &mut R, n: u64| -> Result<()> {
         for _ in 0..n {
