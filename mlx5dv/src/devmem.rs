@@ -203,7 +203,8 @@ unsafe fn move_at<T: Copy>(dst: *mut u8, src: *const u8, i: usize) {
 /// A WQE's basic blocks, reserved by [`SegRing::reserve`]: free, unpublished and this token's
 /// alone, so that its writes need no further argument. Segment `k` is counted from the control
 /// segment and follows the ring's wrap; the writes stay inside the reservation
-/// (`k < 4 * blocks`, checked in debug builds; in any build they stay inside the ring). Not
+/// (`k < 4 * blocks`, checked in debug builds; in any build they stay inside the ring; the
+/// first-block writes of [`Wqe::block_words_at`] take their position from the token). Not
 /// `Copy`: one reservation, one token, handed down to the code that writes the WQE.
 #[derive(Debug)]
 pub(crate) struct Wqe {
@@ -279,15 +280,20 @@ impl Wqe {
     }
 
     /// As [`Wqe::block_words_in`] block 0, at ring segment `seg`, the WQE's first segment as
-    /// [`SegRing::seg_of`] gives it (not masked again).
+    /// [`SegRing::seg_of`] gives it. The block written is the token's first whatever `seg`
+    /// says (a caller's mistake cannot write elsewhere, in any build): the position is
+    /// derived from the token, the caller's computation, which the compiler shares (no
+    /// instruction added).
     #[inline(always)]
     pub(crate) fn block_words_at(&self, seg: u32, words: &[u64; 8], n: usize) {
-        debug_assert!(seg == self.ring.seg_of(self.start) && n <= 8);
+        debug_assert!(n <= 8);
+        let _ = seg;
+        let seg = self.ring.seg_of(self.start);
         #[cfg(not(zverbs_loom))]
         {
-            // SAFETY: `seg` is the WQE's first segment, a multiple of 4 below the ring's size:
-            // the block's 64 bytes, the words `i < 8` written, are in the ring, 16-byte aligned
-            // (constructor contract), and the token's.
+            // SAFETY: `seg` is the WQE's first segment (the token's own), a multiple of 4
+            // below the ring's size: the block's 64 bytes, the words `i < 8` written, are in
+            // the ring, 16-byte aligned (constructor contract), and the token's.
             unsafe {
                 let dst = self.ring.base.as_ptr().add(seg as usize).cast::<u64>();
                 for (i, w) in words.iter().take(n).enumerate() {
@@ -867,5 +873,30 @@ mod tests {
         want[4..8].fill(true);
         want[0..4].fill(true);
         assert_eq!(written, want);
+    }
+
+    /// Which of a four-block ring's 16 segments are no longer what `fill` put there after
+    /// `f` wrote through a one-block WQE at block 1 (segments 4..8).
+    fn changed_by(fill: u128, f: impl FnOnce(&super::Wqe)) -> std::vec::Vec<usize> {
+        let mut mem = [fill; 16];
+        let base = NonNull::new(mem.as_mut_ptr().cast::<u8>()).unwrap();
+        // SAFETY: `mem` is 16 segments, aligned, and outlives the ring; nothing else uses it.
+        let ring = unsafe { SegRing::new(base, 16) };
+        {
+            // SAFETY: block 1 of the ring is nobody's.
+            let wqe = unsafe { ring.reserve(4, 1) };
+            f(&wqe);
+        }
+        (0..16).filter(|&i| mem[i] != fill).collect()
+    }
+
+    /// The WQE's first block is written, whatever segment the caller names.
+    #[test]
+    fn block_words_at_writes_only_the_wqe_s_first_block() {
+        let words = [u64::MAX; 8];
+        for seg in [4, 8, 0, 12] {
+            let got = changed_by(0, |w| w.block_words_at(seg, &words, 8));
+            assert_eq!(got, [4, 5, 6, 7], "at {seg}");
+        }
     }
 }
