@@ -279,15 +279,12 @@ impl Wqe {
         }
     }
 
-    /// As [`Wqe::block_words_in`] block 0, at ring segment `seg`, the WQE's first segment as
-    /// [`SegRing::seg_of`] gives it. The block written is the token's first whatever `seg`
-    /// says (a caller's mistake cannot write elsewhere, in any build): the position is
-    /// derived from the token, the caller's computation, which the compiler shares (no
-    /// instruction added).
+    /// As [`Wqe::block_words_in`] block 0, without its block check: the block written is the
+    /// token's first, its position derived from the token (the computation the caller makes
+    /// for its own use, which the compiler shares: no instruction added).
     #[inline(always)]
-    pub(crate) fn block_words_at(&self, seg: u32, words: &[u64; 8], n: usize) {
+    pub(crate) fn block_words_at(&self, words: &[u64; 8], n: usize) {
         debug_assert!(n <= 8);
-        let _ = seg;
         let seg = self.ring.seg_of(self.start);
         #[cfg(not(zverbs_loom))]
         {
@@ -890,13 +887,11 @@ mod tests {
         (0..16).filter(|&i| mem[i] != fill).collect()
     }
 
-    /// The WQE's first block is written, whatever segment the caller names.
+    /// The WQE's first block is written, and nothing else.
     #[test]
     fn block_words_at_writes_only_the_wqe_s_first_block() {
         let words = [u64::MAX; 8];
-        for seg in [4, 8, 0, 12] {
-            let got = changed_by(0, |w| w.block_words_at(seg, &words, 8));
-            assert_eq!(got, [4, 5, 6, 7], "at {seg}");
-        }
+        let got = changed_by(0, |w| w.block_words_at(&words, 8));
+        assert_eq!(got, [4, 5, 6, 7]);
     }
 }

@@ -1163,7 +1163,7 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
         let ring = self.ring;
         let seg = ring.seg_of(start);
         // The head: in the first block of the WQE.
-        wqe.block_words_at(seg, head, 2 * k as usize);
+        wqe.block_words_at(head, 2 * k as usize);
         let (src, len) = match plan.sgl {
             [s] => (s.addr, s.length),
             _ => (0, 0),
