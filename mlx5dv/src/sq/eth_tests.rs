@@ -657,9 +657,16 @@ fn frame_flags(bits: u8) -> SendFlags {
 }
 
 proptest::proptest! {
-    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(
-        if cfg!(miri) { 4 } else { 96 }
-    ))]
+    #![proptest_config(proptest::prelude::ProptestConfig {
+        cases: if cfg!(miri) { 4 } else { 96 },
+        // Under Miri's isolation there is no file system for the regressions file.
+        failure_persistence: if cfg!(miri) {
+            None
+        } else {
+            proptest::prelude::ProptestConfig::default().failure_persistence
+        },
+        ..proptest::prelude::ProptestConfig::default()
+    })]
 
     /// A frame of one entry posted and rung at once (`post`, whose common frame has a path of
     /// its own) writes the ring, the BlueFlame buffer and the doorbell record as the general
