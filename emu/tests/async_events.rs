@@ -15,7 +15,7 @@ use common::in_emulator;
 use zverbs::connect::{Endpoint, random_psn};
 use zverbs::{
     AccessFlags, AsyncEvent, Completion, ConnectAttr, ContextOptions, PollCq, PortState, PostRecv,
-    PostSend, RecvWr, SendWr, WcStatus,
+    PostSend, RecvWr, Registered, SendWr, WcStatus,
 };
 use zverbs_emu::async_events::{Fault, inject};
 
@@ -88,9 +88,9 @@ fn libibverbs_reads_injected_port_and_qp_events() {
     assert_eq!(ctx.port(1).unwrap().state, PortState::Down);
     let mut sq = a.send_queue().unwrap();
     let mut poller = cq.poller().unwrap();
-    let sgl = [buf.sge(0..64)];
+    let sgl = [buf.sge(0..64).unwrap()];
     // SAFETY: registered memory that outlives the request's completion.
-    unsafe { sq.post(&SendWr::write(7, &sgl, buf.remote(1024)).signaled()) }.unwrap();
+    unsafe { sq.post(&SendWr::write(7, &sgl, buf.remote(1024).unwrap()).signaled()) }.unwrap();
     let c = one(&mut poller);
     assert_eq!((c.wr_id, c.status), (7, WcStatus::RetryExcErr));
     let ev = events.next(WAIT).unwrap().unwrap();
@@ -173,7 +173,7 @@ fn the_srq_limit_reaches_libibverbs() {
     let buf = pd.alloc_buf(4096, AccessFlags::ALL).unwrap();
     let mut rq = srq.queue().unwrap();
     for i in 0..3u64 {
-        let sgl = [buf.sge(i as usize * 64..(i as usize + 1) * 64)];
+        let sgl = [buf.sge(i as usize * 64..(i as usize + 1) * 64).unwrap()];
         // SAFETY: registered, outlives the receives, read only after their completions.
         unsafe { PostRecv::post(&mut rq, &RecvWr::new(i, &sgl)) }.unwrap();
     }
@@ -181,7 +181,7 @@ fn the_srq_limit_reaches_libibverbs() {
     let mut sq = peer.send_queue().unwrap();
     let mut poller = cq.poller().unwrap();
     let mut peer_poller = peer_cq.poller().unwrap();
-    let sgl = [buf.sge(2048..2056)];
+    let sgl = [buf.sge(2048..2056).unwrap()];
     for id in 0..2 {
         // SAFETY: registered memory that outlives the request's completion.
         unsafe { sq.post(&SendWr::send(id, &sgl).signaled()) }.unwrap();

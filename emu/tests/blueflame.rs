@@ -38,7 +38,7 @@ mod run {
     use zverbs::connect::{Endpoint, random_psn};
     use zverbs::{
         AccessFlags, AhAttr, BlueFlame, Completion, ConnectAttr, ContextOptions, PollCq, PostRecv,
-        PostSend, RecvWr, SendWr, Sge, UdAttr, UdDest, WcOpcode,
+        PostSend, RecvWr, Registered, SendWr, Sge, UdAttr, UdDest, WcOpcode,
     };
     use zverbs_emu::watch::WatchStats;
 
@@ -189,7 +189,7 @@ mod run {
         // Every QP's part holds its last pattern (UD: checked at each receive).
         for q in (0..QPS).filter(|_| kind == Kind::Rc) {
             let mut got = [0u8; 64];
-            buf.read(q * PART, &mut got);
+            buf.read(q * PART, &mut got).unwrap();
             assert_eq!(got, pattern(q, POSTS - 1)[..64], "QP {q}'s last write");
         }
         let after = watch_stats();
@@ -219,7 +219,7 @@ mod run {
             let first = round * BURST;
             for (q, d, _) in &mut mine {
                 for i in first..first + BURST {
-                    let sgl = [buf.sge(slot(*q, i)..slot(*q, i) + SLOT)];
+                    let sgl = [buf.sge(slot(*q, i)..slot(*q, i) + SLOT).unwrap()];
                     // SAFETY: this QP's own slot of a registered buffer that outlives the run,
                     // read only after the receive's completion.
                     unsafe { d.rq.post(&RecvWr::new(i as u64, &sgl)) }.unwrap();
@@ -287,7 +287,7 @@ mod run {
             let len = datagram_len(i);
             assert_eq!(c.byte_len as usize, 40 + len, "QP {q}: {c:?}");
             let mut data = vec![0u8; len];
-            buf.read(slot(q, i) + 40, &mut data);
+            buf.read(slot(q, i) + 40, &mut data).unwrap();
             assert_eq!(data, pattern(q, i)[..len], "QP {q}, datagram {i}");
         }
     }
@@ -304,7 +304,7 @@ mod run {
         let len = if i % 2 == 0 { 24 } else { 64 };
         let data = &data[..64];
         let sgl = [zverbs::Sge::from_slice(&data[..len], 0)];
-        let wr = SendWr::write(i as u64, &sgl, buf.remote(q * PART))
+        let wr = SendWr::write(i as u64, &sgl, buf.remote(q * PART).unwrap())
             .inline()
             .signaled();
         // SAFETY: inline data is copied into the WQE; the target is this QP's part of a

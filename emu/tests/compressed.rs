@@ -15,7 +15,7 @@ use common::in_emulator;
 use zverbs::backend::Queues;
 use zverbs::{
     AccessFlags, BackendKind, BackendRequest, Completion, ContextOptions, MiniCqeFormat, PollCq,
-    PostRecv, PostSend, RecvWr, SendWr,
+    PostRecv, PostSend, RecvWr, Registered, SendWr,
 };
 
 fn run() {
@@ -43,13 +43,15 @@ fn run() {
         };
         let n = 40u32;
         for i in 0..n {
-            let sgl = [buf_b.sge(i as usize * 1024..(i as usize + 1) * 1024)];
+            let sgl = [buf_b
+                .sge(i as usize * 1024..(i as usize + 1) * 1024)
+                .unwrap()];
             // SAFETY: registered memory, which Rust does not touch while the receive is posted.
             unsafe { qb.rq.post(&RecvWr::new(1000 + u64::from(i), &sgl)) }.unwrap();
         }
         // A burst of SENDs, one doorbell each, the last one signaled.
         for i in 0..n {
-            let sgl = [buf_a.sge(0..(i as usize * 7 + 1))];
+            let sgl = [buf_a.sge(0..(i as usize * 7 + 1)).unwrap()];
             let wr = SendWr::send(u64::from(i), &sgl);
             let wr = if i + 1 == n { wr.signaled() } else { wr };
             // SAFETY: as above.

@@ -1099,7 +1099,7 @@ fn zverbs_multicast_receiver(rss: bool) {
         .unwrap();
     for (q, r) in rq.iter_mut().enumerate() {
         for i in q * ring..(q + 1) * ring {
-            r.post(i as u64, buf.slice(i * SLOT..(i + 1) * SLOT))
+            r.post(i as u64, buf.slice(i * SLOT..(i + 1) * SLOT).unwrap())
                 .unwrap();
         }
     }
@@ -1118,7 +1118,7 @@ fn zverbs_multicast_receiver(rss: bool) {
                 // The frame: Ethernet 14, IPv4 20, UDP 8, then the payload.
                 assert_eq!(c.byte_len, 42 + 22, "{c:?}");
                 let mut seq = [0u8; 8];
-                buf.read(slot * SLOT + 42, &mut seq);
+                buf.read(slot * SLOT + 42, &mut seq).unwrap();
                 let seq = u64::from_be_bytes(seq);
                 received += 1;
                 in_order += u64::from(seq == next);
@@ -1129,7 +1129,7 @@ fn zverbs_multicast_receiver(rss: bool) {
                     None => panic!("sequence number {seq} out of range"),
                 }
                 rq[q]
-                    .post(c.wr_id, buf.slice(slot * SLOT..(slot + 1) * SLOT))
+                    .post(c.wr_id, buf.slice(slot * SLOT..(slot + 1) * SLOT).unwrap())
                     .unwrap();
             }
         }
@@ -1239,12 +1239,12 @@ fn zverbs_frame_sender(port: u16, backend: zverbs::BackendRequest) {
         while posted < COUNT && posted - done < 128 {
             let slot = (posted % SLOTS) as usize * 64;
             let frame = frame_to_peer(port, posted);
-            buf.write(slot, &frame);
+            buf.write(slot, &frame).unwrap();
             if posted < COUNT / 2 {
-                sq.send_frame(posted, buf.slice(slot..slot + 64), flags)
+                sq.send_frame(posted, buf.slice(slot..slot + 64).unwrap(), flags)
                     .unwrap();
             } else {
-                sq.post_frame(&prepared, posted, buf.slice(slot + 42..slot + 64))
+                sq.post_frame(&prepared, posted, buf.slice(slot + 42..slot + 64).unwrap())
                     .unwrap();
             }
             posted += 1;

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use common::in_emulator;
 use zverbs::{
     AccessFlags, BackendRequest, Completion, ContextOptions, PollCq, Poller, PostRecv, PostSend,
-    RecvQueue, RecvWr, SendQueue, SendWr, WcOpcode, WcStatus,
+    RecvQueue, RecvWr, Registered, SendQueue, SendWr, WcOpcode, WcStatus,
 };
 
 const STALE: u8 = 0xee;
@@ -58,13 +58,13 @@ fn run(backend: BackendRequest, room: usize) {
     {
         for imm in [false, true] {
             let msg: Vec<u8> = (0..len).map(|i| (i * 3 + k + 1) as u8).collect();
-            buf_a.write(0, &msg);
-            buf_b.fill(0..1024, STALE);
-            let rx = [buf_b.sge(0..10), buf_b.sge(512..1024)];
+            buf_a.write(0, &msg).unwrap();
+            buf_b.fill(0..1024, STALE).unwrap();
+            let rx = [buf_b.sge(0..10).unwrap(), buf_b.sge(512..1024).unwrap()];
             let id = (k * 2 + usize::from(imm)) as u64;
             // SAFETY: registered buffers, which Rust does not touch while the requests run.
             unsafe { PostRecv::post(&mut rq, &RecvWr::new(id, &rx)) }.unwrap();
-            let tx = [buf_a.sge(0..len)];
+            let tx = [buf_a.sge(0..len).unwrap()];
             let wr = if imm {
                 SendWr::send_imm(id, &tx, 0xaabb_ccdd)
             } else {
@@ -83,7 +83,7 @@ fn run(backend: BackendRequest, room: usize) {
             );
             assert_eq!(w.imm(), imm.then_some(0xaabb_ccdd), "{case}");
             let mut got = vec![0u8; 1024];
-            buf_b.read(0, &mut got);
+            buf_b.read(0, &mut got).unwrap();
             let first = len.min(10);
             assert_eq!(&got[..first], &msg[..first], "{case}");
             assert_eq!(&got[512..512 + len - first], &msg[first..], "{case}");

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use common::in_emulator;
 use zverbs::backend::Queues;
 use zverbs::{
-    AccessFlags, BackendKind, BackendRequest, ContextOptions, PollCqTimed, PostSend, SendWr,
-    TimedCompletion,
+    AccessFlags, BackendKind, BackendRequest, ContextOptions, PollCqTimed, PostSend, Registered,
+    SendWr, TimedCompletion,
 };
 use zverbs_sim::clock::{CLOCK_KHZ, CLOCK_MASK, CLOCK_MULT, CLOCK_SHIFT};
 
@@ -52,8 +52,8 @@ fn run(backend: BackendRequest) {
     let mut stamps = Vec::new();
     let started = Instant::now();
     for i in 0..200u64 {
-        let sgl = [buf_a.sge(0..8)];
-        let wr = SendWr::write(i, &sgl, buf_b.remote(0)).signaled();
+        let sgl = [buf_a.sge(0..8).unwrap()];
+        let wr = SendWr::write(i, &sgl, buf_b.remote(0).unwrap()).signaled();
         let mut out = [TimedCompletion::EMPTY; 1];
         let deadline = Instant::now() + Duration::from_secs(30);
         let got = |out: &mut [TimedCompletion; 1], q: &mut Queues| match q {
