@@ -460,6 +460,11 @@ impl<P: StridingStateRef> StridingRq<P> {
     }
 
     /// The poll both forms share: `emit(k, packet)` for the `k`-th packet of this poll.
+    ///
+    /// `emit` is never handed to a function out of line (which would make what it captures,
+    /// a caller's running sum say, live in memory through the whole poll): a compressed
+    /// session's entries are decoded out of line ([`StridingRq::take_session`]) and emitted
+    /// here.
     #[inline(always)]
     fn poll_with<'a, B: Bindings>(
         &'a self,
@@ -469,54 +474,72 @@ impl<P: StridingStateRef> StridingRq<P> {
     ) -> usize {
         let mut n = 0;
         let mut consumed = false;
-        if self.session.get().left != 0 {
-            // A poll ended inside a session: its next entry is at the consumer counter.
-            n = self.expand(cq, max, n, &mut emit);
-            consumed = true;
-        }
-        while n < max {
-            let Some((cqe, op_own)) = cq.peek_owned() else {
-                break;
-            };
-            let c = cqe.with(|b| {
-                let c = Cqe64::new_unchecked(b);
-                (c.srqn(), c.wqe_id(), c.wqe_counter(), c.byte_cnt())
-            });
-            let (uidx, wqe_id, stride, byte_cnt) = c;
-            if self.uidx.is_some_and(|u| u != uidx) {
-                break;
-            }
-            let cqe_op = op_own >> OPCODE_SHIFT;
-            if !(op::RESP_WR_IMM..=op::RESP_SEND_INV).contains(&cqe_op) {
-                if cqe_op == op::RESP_ERR {
-                    self.failed(cqe);
-                    cq.advance();
-                    consumed = true;
-                }
-                break;
-            }
-            if is_title(op_own) {
+        'polls: loop {
+            if self.session.get().left != 0 {
+                // A session is open (a poll ended inside one, or a title was just read): its
+                // next entry is at the consumer counter.
                 consumed = true;
-                if self.open(cq, cqe, byte_cnt, wqe_id) {
-                    n = self.expand(cq, max, n, &mut emit);
+                let mut batch = [(0u16, 0u32); PER_ARRAY];
+                let k = self.take_session(cq, max - n, &mut batch);
+                let s = self.session.get();
+                for &(stride, byte_cnt) in &batch[..k] {
+                    if let Some(p) = self.packet(s.wqe_id, u32::from(stride), byte_cnt, s.meta) {
+                        emit(n, p);
+                        n += 1;
+                    }
                 }
-                continue;
-            }
-            let meta = cqe.with(|b| {
-                let c = Cqe64::new_unchecked(b);
-                Meta {
-                    timestamp: c.timestamp(),
-                    flow_tag: c.qpn(),
-                    hds_ip_ext: c.hds_ip_ext(),
-                    in_session: false,
+                if s.left != 0 {
+                    if n < max {
+                        continue 'polls;
+                    }
+                    break 'polls;
                 }
-            });
-            cq.advance();
-            consumed = true;
-            if let Some(p) = self.packet(wqe_id, u32::from(stride), byte_cnt, meta) {
-                emit(n, p);
-                n += 1;
             }
+            while n < max {
+                let Some((cqe, op_own)) = cq.peek_owned() else {
+                    break 'polls;
+                };
+                let c = cqe.with(|b| {
+                    let c = Cqe64::new_unchecked(b);
+                    (c.srqn(), c.wqe_id(), c.wqe_counter(), c.byte_cnt())
+                });
+                let (uidx, wqe_id, stride, byte_cnt) = c;
+                if self.uidx.is_some_and(|u| u != uidx) {
+                    break 'polls;
+                }
+                let cqe_op = op_own >> OPCODE_SHIFT;
+                if !(op::RESP_WR_IMM..=op::RESP_SEND_INV).contains(&cqe_op) {
+                    if cqe_op == op::RESP_ERR {
+                        self.failed(cqe);
+                        cq.advance();
+                        consumed = true;
+                    }
+                    break 'polls;
+                }
+                if is_title(op_own) {
+                    consumed = true;
+                    if self.open(cq, cqe, byte_cnt, wqe_id) {
+                        continue 'polls;
+                    }
+                    continue;
+                }
+                let meta = cqe.with(|b| {
+                    let c = Cqe64::new_unchecked(b);
+                    Meta {
+                        timestamp: c.timestamp(),
+                        flow_tag: c.qpn(),
+                        hds_ip_ext: c.hds_ip_ext(),
+                        in_session: false,
+                    }
+                });
+                cq.advance();
+                consumed = true;
+                if let Some(p) = self.packet(wqe_id, u32::from(stride), byte_cnt, meta) {
+                    emit(n, p);
+                    n += 1;
+                }
+            }
+            break;
         }
         if consumed {
             cq.publish_ci();
@@ -632,21 +655,23 @@ impl<P: StridingStateRef> StridingRq<P> {
         true
     }
 
-    /// Hands out the open session's packets, from `n` up to `max`; leaves the session open
-    /// when `max` comes first.
+    /// Takes up to `room` (and at most [`PER_ARRAY`]) entries of the open session into
+    /// `out` as (first stride, striding byte count), advancing past them; the count taken.
+    /// Leaves the session open when it has more.
     #[cold]
     #[inline(never)]
-    fn expand<'a, B: Bindings>(
-        &'a self,
+    fn take_session<B: Bindings>(
+        &self,
         cq: &mut CompletionQueue<B>,
-        max: usize,
-        mut n: usize,
-        emit: &mut impl FnMut(usize, Packet<'a>),
+        room: usize,
+        out: &mut [(u16, u32); PER_ARRAY],
     ) -> usize {
         let mut s = self.session.get();
-        while s.left != 0 && n < max {
+        let mut k = 0;
+        while s.left != 0 && k < room.min(PER_ARRAY) {
             let mini = MiniCqe::new_unchecked(&s.array[s.next as usize % PER_ARRAY]);
-            let (stride, byte_cnt) = (mini.stride_idx(), mini.byte_cnt());
+            out[k] = (mini.stride_idx(), mini.byte_cnt());
+            k += 1;
             self.session_entry(cq, 0).set_op_own(INVALID_OP_OWN);
             cq.advance();
             s.next += 1;
@@ -656,10 +681,6 @@ impl<P: StridingStateRef> StridingRq<P> {
                 // The next array is in the entry of its first completion, now at the counter.
                 s.array = read_array(self.session_entry(cq, 0));
             }
-            if let Some(p) = self.packet(s.wqe_id, u32::from(stride), byte_cnt, s.meta) {
-                emit(n, p);
-                n += 1;
-            }
         }
         if s.left != 0 {
             // Stopped inside: the entry at the counter (its array, if any, copied) must not
@@ -667,7 +688,7 @@ impl<P: StridingStateRef> StridingRq<P> {
             self.session_entry(cq, 0).set_op_own(INVALID_OP_OWN);
         }
         self.session.set(s);
-        n
+        k
     }
 }
 
