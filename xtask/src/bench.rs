@@ -32,7 +32,9 @@ use std::path::Path;
 use std::process::Command;
 
 use crate::cli::{self, Arg, Parser, usage};
-use crate::report::{DOC, machine, ratio_stats, replace_block, verdict};
+use crate::report::{
+    DOC, QUIET_LOAD, load_average, machine, quiet, ratio_stats, replace_block, verdict,
+};
 use crate::util::{self, Result, Table, anyhow, bail};
 
 /// The benchmarks' package, bench target and counting example.
@@ -178,7 +180,9 @@ fn times(o: &Options, out: &Path) -> Result {
         cmd.args(["--warm-up-time", "0.2", "--measurement-time", "0.5"]);
     }
     cmd.args(&o.criterion).env("ZVERBS_BENCH_OUT", &tsv);
+    let start = load_average();
     util::run(&mut cmd)?;
+    let end = load_average();
     let Ok(text) = std::fs::read_to_string(&tsv) else {
         bail!(
             "the benchmark wrote no {} (did a filter leave no case with both sides?)",
@@ -186,6 +190,21 @@ fn times(o: &Options, out: &Path) -> Result {
         );
     };
     let rows = parse_times(&text);
+    let load = match (start, end) {
+        (Some(a), Some(b)) => {
+            let verdict = if quiet(a, b) {
+                "quiet: the ratios can be trusted to a few percent".to_string()
+            } else {
+                format!(
+                    "NOT QUIET (above {QUIET_LOAD}): something else ran beside the benchmark, \
+                     and its times say little; trust the instruction counts, or run again alone"
+                )
+            };
+            format!("One-minute load average {a:.2} at the start, {b:.2} at the end: {verdict}.")
+        }
+        _ => "The load average could not be read.".into(),
+    };
+    println!("\n{load}");
     let svg = times_svg(&rows);
     let svg_path = out.join("times.svg");
     std::fs::write(&svg_path, &svg)?;
@@ -193,14 +212,14 @@ fn times(o: &Options, out: &Path) -> Result {
     if o.write_docs {
         let root = util::root();
         std::fs::write(root.join(DOC_SVG), &svg)?;
-        replace_block(&root.join(DOC), "times", &times_markdown(&rows))?;
+        replace_block(&root.join(DOC), "times", &times_markdown(&rows, &load))?;
         println!("wrote {DOC_SVG} and the times in {DOC}");
     }
     Ok(())
 }
 
-/// The markdown table of times, with the machine it was measured on.
-fn times_markdown(rows: &[TimeRow]) -> String {
+/// The markdown table of times, with the machine it was measured on and its load.
+fn times_markdown(rows: &[TimeRow], load: &str) -> String {
     let mut s = String::from(
         "| case | what one unit is | zverbs ns | C ns | zverbs / C | medians (zverbs, C) |\n\
          |---|---|---:|---:|---:|---:|\n",
@@ -220,7 +239,7 @@ fn times_markdown(rows: &[TimeRow]) -> String {
             r.ours / r.c
         );
     }
-    let _ = write!(s, "\n{}", machine());
+    let _ = write!(s, "\n{}{load}\n", machine());
     s
 }
 

@@ -127,6 +127,28 @@ pub fn machine() -> String {
     )
 }
 
+/// The one-minute load average (`/proc/loadavg`), if it can be read.
+pub fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Whether a timed run at one-minute load averages `start` and `end` had the machine to
+/// itself: the benchmark keeps one CPU busy, so a load above 1.5 (on any number of CPUs: a
+/// second busy thread shares caches, memory bandwidth and, in a VM, the host) means something
+/// else ran beside it. Times taken that way move by tens of percent from run to run (a
+/// ratio can double or halve), while the instruction counts do not move at all.
+pub fn quiet(start: f64, end: f64) -> bool {
+    start.max(end) <= QUIET_LOAD
+}
+
+/// The highest one-minute load average at which a timed run counts as quiet ([`quiet`]).
+pub const QUIET_LOAD: f64 = 1.5;
+
 /// Replaces the text between `<!-- bench:NAME:begin -->` and `<!-- bench:NAME:end -->` in
 /// `path` with `body`.
 pub fn replace_block(path: &Path, name: &str, body: &str) -> Result {
@@ -153,6 +175,16 @@ pub fn with_block(text: &str, name: &str, body: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_timed_run_is_quiet_only_when_nothing_ran_beside_it() {
+        // The benchmark alone keeps the load near 1.
+        assert!(quiet(0.9, 1.2));
+        assert!(quiet(1.5, 1.5));
+        // A build beside it (the runs behind the old 1.57x batch8 row: 3.7 at the end).
+        assert!(!quiet(0.9, 3.3));
+        assert!(!quiet(3.7, 1.0));
+    }
 
     #[test]
     fn blocks_are_replaced_between_markers() {
