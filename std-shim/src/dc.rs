@@ -157,7 +157,7 @@ impl DcPeer {
     }
 
     /// The address handle to the target's port it holds.
-    pub fn address_handle(&self) -> &AddressHandle {
+    pub(crate) fn address_handle(&self) -> &AddressHandle {
         &self._ah
     }
 }

@@ -57,7 +57,7 @@ impl AddressHandle {
     }
 
     /// The protection domain it was made in.
-    pub fn pd(&self) -> &Pd {
+    pub(crate) fn pd(&self) -> &Pd {
         &self.inner._pd
     }
 
@@ -96,7 +96,7 @@ impl UdTarget {
     }
 
     /// The address handle it holds.
-    pub fn address_handle(&self) -> &AddressHandle {
+    pub(crate) fn address_handle(&self) -> &AddressHandle {
         &self._ah
     }
 }
