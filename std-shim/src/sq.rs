@@ -1189,36 +1189,54 @@ impl SendQueue {
             remote_addr,
             imm: c.imm,
         };
-        // What the ordinary post of the other transports and the fallback take.
+        // SAFETY (each arm, here and below): the span lies in the prepared span (checked
+        // above), a span of an `MrBuf` the prepared request borrows, registered under the
+        // prepared key (as for every safe post: `safe`'s docs); a target's address vector is a
+        // copy in the `UdTarget` or `DcPeer` the request borrows, which keeps its address
+        // handle (the fallback's `ibv_ah`) alive.
+        let r = match (&mut self.e, &p.built) {
+            // SAFETY: as above.
+            (TypedSq::Rc(q), Built::Rdma(b)) => unsafe { q.q.post_prepared(b, changes) },
+            // SAFETY: as above.
+            (TypedSq::Rc(q), Built::Send(b)) => unsafe { q.q.post_prepared(b, changes) },
+            (TypedSq::Rc(_), _) | (_, Built::Rdma(_) | Built::Send(_)) => {
+                return Err(SafePostError::ForeignPrepared);
+            }
+            (_, Built::Ordinary) => {
+                return self.post_ordinary(p, c.wr_id, addr, len, c.imm, remote_addr);
+            }
+        };
+        r.map_err(Into::into)
+    }
+
+    /// The ordinary post of a prepared request checked by [`SendQueue::post_prepared`]: the
+    /// UD and DC queues' (with the request's target) and the fallback's.
+    #[inline(always)]
+    fn post_ordinary(
+        &mut self,
+        p: &Prepared<'_>,
+        wr_id: u64,
+        addr: u64,
+        len: u32,
+        imm: u32,
+        remote_addr: u64,
+    ) -> Result<(), SafePostError> {
         let sgl = [Sge {
             addr,
             length: len,
             lkey: p.local.lkey,
         }];
         let remote = RemoteBuf::new(remote_addr, p.remote.rkey);
-        let wr = || wr_of(p.op, c.wr_id, &sgl, remote, c.imm, p.target).with_flags(p.flags);
-        // SAFETY (each arm): the span lies in the prepared span (checked above), a span of an
-        // `MrBuf` the prepared request borrows, registered under the prepared key (as for
-        // every safe post: `safe`'s docs); a target's address vector is a copy in the
-        // `UdTarget` or `DcPeer` it borrows, whose address handle (the fallback's `ibv_ah`)
-        // that keeps alive.
-        match (&mut self.e, &p.built, p.target) {
-            // SAFETY: as above.
-            (TypedSq::Rc(q), Built::Rdma(b), _) => unsafe { q.q.post_prepared(b, changes) },
-            // SAFETY: as above.
-            (TypedSq::Rc(q), Built::Send(b), _) => unsafe { q.q.post_prepared(b, changes) },
-            // SAFETY: as above.
-            (TypedSq::Dc(q), Built::Ordinary, Target::Dc(dest)) => unsafe {
-                q.q.post_to(dest, &wr())
-            },
-            // SAFETY: as above.
-            (TypedSq::Ud(q), Built::Ordinary, Target::Ud(_)) => unsafe { q.q.post(&wr()) },
-            // SAFETY: as above.
-            (TypedSq::Eth(q), Built::Ordinary, Target::Peer) => unsafe { q.q.post(&wr()) },
-            // SAFETY: as above.
-            (TypedSq::Verbs(q), Built::Ordinary, Target::Peer | Target::Ud(_)) => unsafe {
-                q.post(&wr())
-            },
+        let wr = wr_of(p.op, wr_id, &sgl, remote, imm, p.target).with_flags(p.flags);
+        match (&mut self.e, p.target) {
+            // SAFETY: as in `post_prepared`.
+            (TypedSq::Dc(q), Target::Dc(dest)) => unsafe { q.q.post_to(dest, &wr) },
+            // SAFETY: as in `post_prepared`.
+            (TypedSq::Ud(q), Target::Ud(_)) => unsafe { q.q.post(&wr) },
+            // SAFETY: as in `post_prepared`.
+            (TypedSq::Eth(q), Target::Peer) => unsafe { q.q.post(&wr) },
+            // SAFETY: as in `post_prepared`.
+            (TypedSq::Verbs(q), Target::Peer | Target::Ud(_)) => unsafe { q.post(&wr) },
             _ => return Err(SafePostError::ForeignPrepared),
         }
         .map_err(Into::into)
