@@ -155,6 +155,11 @@ impl DcPeer {
     pub fn addr(&self) -> &DcAddr {
         &self.addr
     }
+
+    /// The address handle to the target's port it holds.
+    pub(crate) fn address_handle(&self) -> &AddressHandle {
+        &self._ah
+    }
 }
 
 impl Pd {

@@ -382,6 +382,11 @@ pub enum SafePostError {
     /// A prepared request posted on a queue it was not prepared for.
     #[error("the request was prepared for another send queue")]
     ForeignPrepared,
+    /// A UD or DC request prepared to a target whose address handle was made in another
+    /// protection domain than the queue's QP (a QP sends only through address handles of its
+    /// own PD).
+    #[error("the target's address handle belongs to another protection domain than the queue's QP")]
+    ForeignTarget,
 }
 
 /// Why [`Poller::wait`](crate::Poller::wait) (spinning) or

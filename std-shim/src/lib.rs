@@ -123,7 +123,7 @@
 //!   feature is on. A breaking change in any of them is a breaking release of `zverbs`.
 //! - **Not covered**: [`ffi`] (`zverbs-ffi`, the raw rdma-core binding). It follows rdma-core's
 //!   headers and ABI, and a compatible release of `zverbs` may move to a binding whose items
-//!   were added, changed or removed; that includes the raw pointer types that [`fallback`]'s
+//!   were added, changed or removed; that includes the raw pointer types that [`backend::verbs`]'s
 //!   `unsafe` constructors take, the one place the binding shows in this crate's API. Code
 //!   that relies on the binding itself depends on `zverbs-ffi` directly.
 //! - **Not API**: items hidden from the documentation (the loom models' mutants in
@@ -220,7 +220,7 @@ pub mod dc;
 mod device;
 mod env;
 mod error;
-pub mod fallback;
+mod fallback;
 mod flow;
 mod mcast;
 mod mr;
@@ -400,7 +400,7 @@ pub use zverbs_core::{PollCqTimed, TimedCompletion};
 /// **Not covered by this crate's semver.** It follows rdma-core's headers and ABI, not the
 /// evolution of this crate's API: a compatible release of `zverbs` may move to a binding whose
 /// items were added, changed or removed. Applications use the safe API and reach for it only
-/// for a raw handle (the raw pointers that [`fallback`]'s `unsafe` constructors take are its
+/// for a raw handle (the raw pointers that [`backend::verbs`]'s `unsafe` constructors take are its
 /// types); code that relies on the binding itself depends on `zverbs-ffi` directly.
 #[doc(inline)]
 pub use zverbs_ffi as ffi;

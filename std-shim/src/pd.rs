@@ -66,4 +66,9 @@ impl Pd {
     pub fn context(&self) -> &Context {
         &self.inner.ctx
     }
+
+    /// Whether `other` is this PD (or a clone of it).
+    pub(crate) fn is(&self, other: &Pd) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
 }

@@ -18,7 +18,9 @@
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use zverbs_core::{BatchError, PostError, PostSend, RemoteBuf, SendFlags, SendWr, Sge, SqCaps};
+use zverbs_core::{
+    BatchError, DcDest, PostError, PostSend, RemoteBuf, SendFlags, SendWr, Sge, SqCaps, UdDest,
+};
 use zverbs_mlx5dv::{
     Connected, Datagram, Dci, Ethernet, FRAME_HEADERS_MAX, FrameLengths, PreparedRdma, PreparedSend,
 };
@@ -27,11 +29,12 @@ use crate::dc::DcPeer;
 use crate::error::{Result, SafePostError};
 use crate::fallback;
 use crate::mr::MrBuf;
+use crate::pd::Pd;
 use crate::qp::{QpData, QpInner};
 use crate::queues::{direct, no_entry, qp_ptr};
 use crate::safe::BufSlice;
 use crate::types::backend::BackendKind;
-use crate::ud::UdTarget;
+use crate::ud::{AddressHandle, UdTarget};
 
 /// The send operations, each building its request and handing it to `$submit` (post and ring,
 /// or stage): written once for [`SendQueue`], [`Batch`] and [`To`].
@@ -611,7 +614,7 @@ pub struct To<'q, 'p> {
     stage: bool,
 }
 
-impl To<'_, '_> {
+impl<'p> To<'_, 'p> {
     #[inline(always)]
     fn submit(&mut self, wr: &SendWr<'_>) -> Result<(), SafePostError> {
         // SAFETY: as in `SendQueue::submit`: the safe operations' entries are checked spans of
@@ -627,6 +630,110 @@ impl To<'_, '_> {
     }
 
     send_ops!("posted to the DC target, and the doorbell rung (staged in a batch)");
+
+    /// Prepares an RDMA WRITE of (parts of) `local` to `remote` (and past it) on the DC
+    /// target, for [`SendQueue::post_prepared`]: the request carries its target (it borrows
+    /// the [`DcPeer`]).
+    ///
+    /// # Errors
+    ///
+    /// What posting the request would return for the request itself (the queue's limits);
+    /// [`PostError::WrongTransport`] on a queue that is not a DC initiator's;
+    /// [`SafePostError::ForeignTarget`] for a peer made in another PD than the queue's QP.
+    pub fn prepare_write<'b>(
+        &self,
+        local: BufSlice<'b>,
+        remote: RemoteBuf,
+        flags: SendFlags,
+    ) -> Result<Prepared<'b>, SafePostError>
+    where
+        'p: 'b,
+    {
+        self.prepare(local.sge(), remote, PrepOp::Write, flags)
+    }
+
+    /// Prepares an RDMA WRITE with immediate on the DC target (each post gives its immediate).
+    ///
+    /// # Errors
+    ///
+    /// As [`To::prepare_write`].
+    pub fn prepare_write_imm<'b>(
+        &self,
+        local: BufSlice<'b>,
+        remote: RemoteBuf,
+        flags: SendFlags,
+    ) -> Result<Prepared<'b>, SafePostError>
+    where
+        'p: 'b,
+    {
+        self.prepare(local.sge(), remote, PrepOp::WriteImm, flags)
+    }
+
+    /// Prepares an RDMA READ of `remote` (and past it) on the DC target into (parts of)
+    /// `local`.
+    ///
+    /// # Errors
+    ///
+    /// [`SafePostError::NotWritable`] unless `local`'s buffer has `LOCAL_WRITE`; as
+    /// [`To::prepare_write`].
+    pub fn prepare_read<'b>(
+        &self,
+        local: BufSlice<'b>,
+        remote: RemoteBuf,
+        flags: SendFlags,
+    ) -> Result<Prepared<'b>, SafePostError>
+    where
+        'p: 'b,
+    {
+        self.prepare(local.writable()?, remote, PrepOp::Read, flags)
+    }
+
+    /// Prepares a SEND of (parts of) `local` into the DC target's next receive (from its SRQ).
+    ///
+    /// # Errors
+    ///
+    /// As [`To::prepare_write`].
+    pub fn prepare_send<'b>(
+        &self,
+        local: BufSlice<'b>,
+        flags: SendFlags,
+    ) -> Result<Prepared<'b>, SafePostError>
+    where
+        'p: 'b,
+    {
+        self.prepare(local.sge(), RemoteBuf::new(0, 0), PrepOp::Send, flags)
+    }
+
+    /// Prepares a SEND with immediate to the DC target (each post gives its immediate).
+    ///
+    /// # Errors
+    ///
+    /// As [`To::prepare_write`].
+    pub fn prepare_send_imm<'b>(
+        &self,
+        local: BufSlice<'b>,
+        flags: SendFlags,
+    ) -> Result<Prepared<'b>, SafePostError>
+    where
+        'p: 'b,
+    {
+        self.prepare(local.sge(), RemoteBuf::new(0, 0), PrepOp::SendImm, flags)
+    }
+
+    fn prepare<'b>(
+        &self,
+        local: Sge,
+        remote: RemoteBuf,
+        op: PrepOp,
+        flags: SendFlags,
+    ) -> Result<Prepared<'b>, SafePostError>
+    where
+        'p: 'b,
+    {
+        let target = Target::Dc(self.peer.dest());
+        let ah = self.peer.address_handle();
+        self.sq.prepare(local, remote, op, flags, target, Some(ah))
+    }
 }
 
 /// Requests staged on a [`SendQueue`] behind one doorbell ([`SendQueue::batch`]): the queue's
@@ -688,6 +795,17 @@ enum PrepOp {
     SendImm,
 }
 
+/// Where a [`Prepared`] request goes.
+#[derive(Clone, Copy, Debug)]
+enum Target<'b> {
+    /// The queue's one peer (RC), or the frame's addresses (raw packet).
+    Peer,
+    /// A UD destination, borrowed from its [`UdTarget`].
+    Ud(&'b UdDest),
+    /// A DC target, borrowed from its [`DcPeer`].
+    Dc(&'b DcDest),
+}
+
 /// What the direct backend built once for a [`Prepared`] request.
 #[derive(Clone, Copy, Debug)]
 enum Built {
@@ -698,13 +816,49 @@ enum Built {
     Ordinary,
 }
 
-/// A request prepared once from a checked buffer span ([`SendQueue::prepare_write`] and the
-/// others), then posted any number of times with what changes ([`SendQueue::post_prepared`]).
+/// A request prepared once from a checked buffer span, then posted any number of times with
+/// what changes ([`SendQueue::post_prepared`]): on an RC queue by [`SendQueue::prepare_write`]
+/// and the others, on a UD queue by [`SendQueue::prepare_send_to`] (and `_imm`), on a DC
+/// initiator's by [`To::prepare_write`] and the others (`sq.to(&peer).prepare_write(..)`).
 ///
-/// On the direct backend the invariant part of its WQE is built once, in device byte order,
-/// and a post converts only what changes (`zverbs_mlx5dv`'s `Prepared`); on the fallback the
-/// same calls are served by ordinary posts. Borrows the buffer it was prepared from, so that
-/// every post's span lies in a live registration.
+/// On an RC queue driven directly the invariant part of its WQE is built once, in device byte
+/// order, and a post converts only what changes (`zverbs_mlx5dv`'s `Prepared`). UD and DC
+/// requests on the direct backend, and every request on the fallback, are checked once when
+/// prepared and served by the queue's ordinary post with the target (the WQE built by the
+/// ordinary path: not cached). Borrows the buffer it was prepared from, so that every post's
+/// span lies in a live registration, and the [`UdTarget`] or [`DcPeer`] it goes to, so that
+/// the address handle it names lives as long.
+///
+/// A UD request prepared and posted on the software device:
+///
+/// ```
+/// # #[cfg(feature = "sim")] {
+/// # fn main() -> zverbs::Result<()> {
+/// # let ctx = zverbs::open_device(Some(zverbs::SOFTWARE_DEVICE), &zverbs::ContextOptions::default())?;
+/// use std::time::{Duration, Instant};
+/// use zverbs::{AccessFlags, AhAttr, Changes, Registered, SendFlags, UdAttr};
+///
+/// let pd = ctx.alloc_pd()?;
+/// let (cq_a, cq_b) = (ctx.cq_builder().build()?, ctx.cq_builder().build()?);
+/// let a = pd.qp_builder(&cq_a, &cq_a).ud().build()?;
+/// let b = pd.qp_builder(&cq_b, &cq_b).ud().build()?;
+/// a.ready_ud(&UdAttr::new(0x1111))?;
+/// b.ready_ud(&UdAttr::new(0x1111))?;
+/// let port = ctx.active_port()?;
+/// let ah = pd.create_ah(&AhAttr { dlid: ctx.port(port)?.lid, port, ..AhAttr::default() })?;
+/// let to_b = ah.target(b.qpn(), 0x1111);
+/// let buf = pd.alloc_buf(4096, AccessFlags::ALL)?;
+/// let (mut qa, mut qb) = (a.queues(&cq_a)?, b.queues(&cq_b)?);
+/// buf.write(0, b"datagram")?;
+/// let p = qa.sq.prepare_send_to(&to_b, buf.slice(0..8)?, SendFlags::SIGNALED)?;
+/// qb.rq.post(1, buf.slice(1024..2048)?)?; // 40 bytes for the GRH, then the payload
+/// qa.sq.post_prepared(&p, Changes::new(2).local(0, 4))?; // the first 4 bytes
+/// let deadline = Instant::now() + Duration::from_secs(5);
+/// qa.cq.wait(1, deadline)?[0].ok()?;
+/// assert_eq!(qb.cq.wait(1, deadline)?[0].ok()?.byte_len, 40 + 4);
+/// # Ok(()) }
+/// # main().unwrap(); }
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub struct Prepared<'b> {
     /// The prepared span: every post's local span lies in it.
@@ -716,6 +870,7 @@ pub struct Prepared<'b> {
     /// The queue it was prepared for (its QP number).
     qpn: u32,
     built: Built,
+    target: Target<'b>,
     _buf: PhantomData<&'b MrBuf>,
 }
 
@@ -791,7 +946,8 @@ impl SendQueue {
     }
 
     /// Prepares an RDMA WRITE of (parts of) `local` to `remote` (and past it), for
-    /// [`SendQueue::post_prepared`].
+    /// [`SendQueue::post_prepared`]. A DC initiator's requests are prepared to their target
+    /// ([`To::prepare_write`]), a UD queue's SENDs to theirs ([`SendQueue::prepare_send_to`]).
     ///
     /// # Errors
     ///
@@ -803,7 +959,14 @@ impl SendQueue {
         remote: RemoteBuf,
         flags: SendFlags,
     ) -> Result<Prepared<'b>, SafePostError> {
-        self.prepare(local.sge(), remote, PrepOp::Write, flags)
+        self.prepare(
+            local.sge(),
+            remote,
+            PrepOp::Write,
+            flags,
+            Target::Peer,
+            None,
+        )
     }
 
     /// Prepares an RDMA WRITE with immediate (each post gives its immediate).
@@ -817,7 +980,14 @@ impl SendQueue {
         remote: RemoteBuf,
         flags: SendFlags,
     ) -> Result<Prepared<'b>, SafePostError> {
-        self.prepare(local.sge(), remote, PrepOp::WriteImm, flags)
+        self.prepare(
+            local.sge(),
+            remote,
+            PrepOp::WriteImm,
+            flags,
+            Target::Peer,
+            None,
+        )
     }
 
     /// Prepares an RDMA READ of `remote` (and past it) into (parts of) `local`.
@@ -832,7 +1002,14 @@ impl SendQueue {
         remote: RemoteBuf,
         flags: SendFlags,
     ) -> Result<Prepared<'b>, SafePostError> {
-        self.prepare(local.writable()?, remote, PrepOp::Read, flags)
+        self.prepare(
+            local.writable()?,
+            remote,
+            PrepOp::Read,
+            flags,
+            Target::Peer,
+            None,
+        )
     }
 
     /// Prepares a SEND of (parts of) `local`.
@@ -845,7 +1022,8 @@ impl SendQueue {
         local: BufSlice<'b>,
         flags: SendFlags,
     ) -> Result<Prepared<'b>, SafePostError> {
-        self.prepare(local.sge(), RemoteBuf::new(0, 0), PrepOp::Send, flags)
+        let remote = RemoteBuf::new(0, 0);
+        self.prepare(local.sge(), remote, PrepOp::Send, flags, Target::Peer, None)
     }
 
     /// Prepares a SEND with immediate (each post gives its immediate).
@@ -858,33 +1036,110 @@ impl SendQueue {
         local: BufSlice<'b>,
         flags: SendFlags,
     ) -> Result<Prepared<'b>, SafePostError> {
-        self.prepare(local.sge(), RemoteBuf::new(0, 0), PrepOp::SendImm, flags)
+        let remote = RemoteBuf::new(0, 0);
+        self.prepare(
+            local.sge(),
+            remote,
+            PrepOp::SendImm,
+            flags,
+            Target::Peer,
+            None,
+        )
     }
 
+    /// Prepares a UD SEND of (parts of) `local` to `dest` on a UD queue, for
+    /// [`SendQueue::post_prepared`]: the request carries its destination (it borrows the
+    /// [`UdTarget`], and so its address handle).
+    ///
+    /// # Errors
+    ///
+    /// What posting the request would return for the request itself (the queue's limits,
+    /// [`PostError::DatagramTooLong`] for a span longer than the path MTU);
+    /// [`PostError::WrongTransport`] on a queue that is not UD;
+    /// [`SafePostError::ForeignTarget`] for a target whose address handle was made in another
+    /// PD than the queue's QP.
+    pub fn prepare_send_to<'b>(
+        &self,
+        dest: &'b UdTarget,
+        local: BufSlice<'b>,
+        flags: SendFlags,
+    ) -> Result<Prepared<'b>, SafePostError> {
+        let (remote, ah) = (RemoteBuf::new(0, 0), Some(dest.address_handle()));
+        let target = Target::Ud(dest.dest());
+        self.prepare(local.sge(), remote, PrepOp::Send, flags, target, ah)
+    }
+
+    /// Prepares a UD SEND with immediate to `dest` (each post gives its immediate).
+    ///
+    /// # Errors
+    ///
+    /// As [`SendQueue::prepare_send_to`].
+    pub fn prepare_send_to_imm<'b>(
+        &self,
+        dest: &'b UdTarget,
+        local: BufSlice<'b>,
+        flags: SendFlags,
+    ) -> Result<Prepared<'b>, SafePostError> {
+        let (remote, ah) = (RemoteBuf::new(0, 0), Some(dest.address_handle()));
+        let target = Target::Ud(dest.dest());
+        self.prepare(local.sge(), remote, PrepOp::SendImm, flags, target, ah)
+    }
+
+    /// The PD of the queue's QP, when the queue is one this crate made.
+    fn pd(&self) -> Option<&Pd> {
+        match &self.e {
+            TypedSq::Rc(q) => Some(&q._qp._pd),
+            TypedSq::Ud(q) => Some(&q._qp._pd),
+            TypedSq::Dc(q) => Some(&q._qp._pd),
+            TypedSq::Eth(q) => Some(&q._qp._pd),
+            TypedSq::Verbs(q) => q
+                .owner()
+                .and_then(|o| o.downcast_ref::<QpInner>())
+                .map(|qp| &qp._pd),
+        }
+    }
+
+    /// Checks a request for `target` once, as its post would, and builds what does not change:
+    /// the WQE's segments for an RC queue driven directly, else the fields of an ordinary post.
     fn prepare<'b>(
         &self,
         local: Sge,
         remote: RemoteBuf,
         op: PrepOp,
         flags: SendFlags,
+        target: Target<'b>,
+        ah: Option<&AddressHandle>,
     ) -> Result<Prepared<'b>, SafePostError> {
         if flags.contains(SendFlags::INLINE) {
             return Err(PostError::Unsupported.into());
         }
+        // A DC initiator takes only requests to a DC target, a UD queue only datagrams.
+        let caps = self.caps();
+        let dci = matches!(self.e, TypedSq::Dc(_));
+        if dci != matches!(target, Target::Dc(_)) || caps.is_ud() != matches!(target, Target::Ud(_))
+        {
+            return Err(PostError::WrongTransport.into());
+        }
+        // A queue made over a caller's own QP (`From<backend::verbs::SendQueue>`) has no PD
+        // to compare: the caller vouched for that QP.
+        if let (Some(ah), Some(pd)) = (ah, self.pd())
+            && !ah.pd().is(pd)
+        {
+            return Err(SafePostError::ForeignTarget);
+        }
         let sgl = [local];
-        let wr = wr_of(op, 0, &sgl, remote, 0).with_flags(flags);
+        let wr = wr_of(op, 0, &sgl, remote, 0, target).with_flags(flags);
         let built = match &self.e {
             TypedSq::Rc(q) => match op {
                 PrepOp::Send | PrepOp::SendImm => Built::Send(q.q.prepare_send(&wr)?),
                 _ => Built::Rdma(q.q.prepare_rdma(&wr)?),
             },
-            // A DC request needs its target, which a prepared one does not carry.
-            TypedSq::Dc(_) => return Err(PostError::WrongTransport.into()),
+            // The fallback posts a datagram through its verbs handle (as its post refuses).
+            TypedSq::Verbs(_) if matches!(target, Target::Ud(d) if d.ah == 0) => {
+                return Err(PostError::Unsupported.into());
+            }
+            // A DCI's caps are an RC queue's: its requests are RC requests with a target.
             _ => {
-                let caps = self.caps();
-                if caps.is_ud() {
-                    return Err(PostError::WrongTransport.into());
-                }
                 wr.check(&caps)?;
                 Built::Ordinary
             }
@@ -896,6 +1151,7 @@ impl SendQueue {
             flags,
             qpn: self.qpn(),
             built,
+            target,
             _buf: PhantomData,
         })
     }
@@ -908,8 +1164,9 @@ impl SendQueue {
     ///
     /// [`SafePostError::OutsidePrepared`] for a span outside the prepared one or a remote
     /// address past the end of the address space; [`SafePostError::ForeignPrepared`] for a
-    /// request prepared on another queue; [`SafePostError::Post`] when the queue refuses it
-    /// (full, the QP in the error state, ...). Then nothing was written.
+    /// request prepared on another queue (a UD or DC one too: its target goes with the queue
+    /// it was prepared on); [`SafePostError::Post`] when the queue refuses it (full, the QP
+    /// in the error state, ...). Then nothing was written.
     #[inline(always)]
     pub fn post_prepared(&mut self, p: &Prepared<'_>, c: Changes) -> Result<(), SafePostError> {
         let span = p.local.length;
@@ -932,25 +1189,54 @@ impl SendQueue {
             remote_addr,
             imm: c.imm,
         };
-        match (&mut self.e, &p.built) {
-            // SAFETY: the span lies in the prepared span (checked above), a span of an `MrBuf`
-            // the prepared request borrows, registered under the prepared key (as for every
-            // safe post: `safe`'s docs).
+        // SAFETY (each arm, here and below): the span lies in the prepared span (checked
+        // above), a span of an `MrBuf` the prepared request borrows, registered under the
+        // prepared key (as for every safe post: `safe`'s docs); a target's address vector is a
+        // copy in the `UdTarget` or `DcPeer` the request borrows, which keeps its address
+        // handle (the fallback's `ibv_ah`) alive.
+        let r = match (&mut self.e, &p.built) {
+            // SAFETY: as above.
             (TypedSq::Rc(q), Built::Rdma(b)) => unsafe { q.q.post_prepared(b, changes) },
             // SAFETY: as above.
             (TypedSq::Rc(q), Built::Send(b)) => unsafe { q.q.post_prepared(b, changes) },
-            (TypedSq::Rc(_), Built::Ordinary) => return Err(SafePostError::ForeignPrepared),
-            (_, Built::Ordinary) => {
-                let sgl = [Sge {
-                    addr,
-                    length: len,
-                    lkey: p.local.lkey,
-                }];
-                let remote = RemoteBuf::new(remote_addr, p.remote.rkey);
-                let wr = wr_of(p.op, c.wr_id, &sgl, remote, c.imm).with_flags(p.flags);
-                // SAFETY: as above.
-                unsafe { PostSend::post(self, &wr) }
+            (TypedSq::Rc(_), _) | (_, Built::Rdma(_) | Built::Send(_)) => {
+                return Err(SafePostError::ForeignPrepared);
             }
+            (_, Built::Ordinary) => {
+                return self.post_ordinary(p, c.wr_id, addr, len, c.imm, remote_addr);
+            }
+        };
+        r.map_err(Into::into)
+    }
+
+    /// The ordinary post of a prepared request checked by [`SendQueue::post_prepared`]: the
+    /// UD and DC queues' (with the request's target) and the fallback's.
+    #[inline(always)]
+    fn post_ordinary(
+        &mut self,
+        p: &Prepared<'_>,
+        wr_id: u64,
+        addr: u64,
+        len: u32,
+        imm: u32,
+        remote_addr: u64,
+    ) -> Result<(), SafePostError> {
+        let sgl = [Sge {
+            addr,
+            length: len,
+            lkey: p.local.lkey,
+        }];
+        let remote = RemoteBuf::new(remote_addr, p.remote.rkey);
+        let wr = wr_of(p.op, wr_id, &sgl, remote, imm, p.target).with_flags(p.flags);
+        match (&mut self.e, p.target) {
+            // SAFETY: as in `post_prepared`.
+            (TypedSq::Dc(q), Target::Dc(dest)) => unsafe { q.q.post_to(dest, &wr) },
+            // SAFETY: as in `post_prepared`.
+            (TypedSq::Ud(q), Target::Ud(_)) => unsafe { q.q.post(&wr) },
+            // SAFETY: as in `post_prepared`.
+            (TypedSq::Eth(q), Target::Peer) => unsafe { q.q.post(&wr) },
+            // SAFETY: as in `post_prepared`.
+            (TypedSq::Verbs(q), Target::Peer | Target::Ud(_)) => unsafe { q.post(&wr) },
             _ => return Err(SafePostError::ForeignPrepared),
         }
         .map_err(Into::into)
@@ -1144,14 +1430,24 @@ fn outside(offset: u32, len: u32, span: u32) -> SafePostError {
     SafePostError::OutsidePrepared { offset, len, span }
 }
 
-/// The request a prepared operation stands for.
+/// The request a prepared operation stands for (a DC request's target goes beside it, to
+/// `post_to`).
 #[inline(always)]
-fn wr_of<'a>(op: PrepOp, wr_id: u64, sgl: &'a [Sge], remote: RemoteBuf, imm: u32) -> SendWr<'a> {
-    match op {
-        PrepOp::Write => SendWr::write(wr_id, sgl, remote),
-        PrepOp::WriteImm => SendWr::write_imm(wr_id, sgl, remote, imm),
-        PrepOp::Read => SendWr::read(wr_id, sgl, remote),
-        PrepOp::Send => SendWr::send(wr_id, sgl),
-        PrepOp::SendImm => SendWr::send_imm(wr_id, sgl, imm),
+fn wr_of<'a>(
+    op: PrepOp,
+    wr_id: u64,
+    sgl: &'a [Sge],
+    remote: RemoteBuf,
+    imm: u32,
+    target: Target<'a>,
+) -> SendWr<'a> {
+    match (op, target) {
+        (PrepOp::Send, Target::Ud(dest)) => SendWr::send_to(wr_id, sgl, dest),
+        (PrepOp::SendImm, Target::Ud(dest)) => SendWr::send_to_imm(wr_id, sgl, dest, imm),
+        (PrepOp::Write, _) => SendWr::write(wr_id, sgl, remote),
+        (PrepOp::WriteImm, _) => SendWr::write_imm(wr_id, sgl, remote, imm),
+        (PrepOp::Read, _) => SendWr::read(wr_id, sgl, remote),
+        (PrepOp::Send, _) => SendWr::send(wr_id, sgl),
+        (PrepOp::SendImm, _) => SendWr::send_imm(wr_id, sgl, imm),
     }
 }

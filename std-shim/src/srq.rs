@@ -80,7 +80,7 @@ impl Srq {
     }
 
     /// The rdma-core SRQ, for the fallback's `ibv_post_srq_recv`
-    /// ([`fallback::SrqQueue`](crate::fallback::SrqQueue)); `None` on the software device.
+    /// ([`backend::verbs::raw::SrqQueue`](crate::backend::verbs::raw::SrqQueue)); `None` on the software device.
     pub fn as_raw(&self) -> Option<NonNull<ibv_srq>> {
         match self.inner.provider.engine() {
             SrqEngine::Verbs(p) => Some(p),

@@ -443,6 +443,184 @@ fn prepared_requests_on_the_fallback_are_ordinary_posts() {
     assert_eq!(s[1].sges[0], Sge::new(buf.addr(), 32, 0x1111));
 }
 
+/// On the fallback a UD SEND prepared to its destination is an ordinary SEND to it: the
+/// `ibv_send_wr` carries the span each post names and the target's `wr.ud`, and no post
+/// allocates; an RC operation or a SEND without destination on the UD queue, an address
+/// handle of another PD and a span outside the prepared one are refused, nothing posted.
+#[test]
+fn prepared_datagrams_on_the_fallback_are_ordinary_sends_to_their_target() {
+    use crate::sq::Changes;
+    use zverbs_ffi::types::{IBV_WR_SEND, IBV_WR_SEND_WITH_IMM};
+    let log = new_log();
+    let ctx = ctx_with(&log, |c| c.set_ud());
+    let pd = ctx.alloc_pd().unwrap();
+    let buf = pd.alloc_buf(4096, AccessFlags::ALL).unwrap();
+    let cq = ctx.cq_builder().build().unwrap();
+    let qp = pd.qp_builder(&cq, &cq).ud().build().unwrap();
+    qp.ready_ud(&UdAttr::new(0x1111_1111)).unwrap();
+    let mut sq = qp.send_queue().unwrap();
+    assert_eq!(sq.kind(), BackendKind::Verbs);
+    let ah = pd.create_ah(&AhAttr::default()).unwrap();
+    let dest = ah.target(0x42, 0x2222);
+    let sig = SendFlags::SIGNALED;
+    let send = sq
+        .prepare_send_to(&dest, buf.slice(64..128).unwrap(), sig)
+        .unwrap();
+    let imm = sq
+        .prepare_send_to_imm(&dest, buf.slice(0..32).unwrap(), SendFlags::NONE)
+        .unwrap();
+    let mut results = Vec::with_capacity(2);
+    let allocs = crate::test_alloc::count_allocs(|| {
+        results.push(sq.post_prepared(&send, Changes::new(1).local(8, 16)));
+        results.push(sq.post_prepared(&imm, Changes::new(2).imm(0xbeef)));
+    });
+    assert_eq!(allocs, 0, "allocations posting prepared datagrams");
+    assert_eq!(results, [Ok(()), Ok(())]);
+    let s = with(|f| f.sends.clone());
+    assert_eq!(s.len(), 2);
+    let ud = Some((ah.as_raw() as usize, 0x42, 0x2222));
+    assert_eq!(
+        (s[0].opcode, s[0].sges[0], s[0].ud),
+        (IBV_WR_SEND, Sge::new(buf.addr() + 72, 16, 0x1111), ud)
+    );
+    assert_eq!(
+        (s[1].opcode, s[1].imm_data, s[1].sges[0], s[1].ud),
+        (
+            IBV_WR_SEND_WITH_IMM,
+            0xbeef_u32.to_be(),
+            Sge::new(buf.addr(), 32, 0x1111),
+            ud
+        )
+    );
+    let wrong = Err(SafePostError::Post(PostError::WrongTransport));
+    let remote = buf.remote(0).unwrap();
+    let write = sq.prepare_write(buf.slice(0..8).unwrap(), remote, sig);
+    assert_eq!(write.map(drop), wrong);
+    assert_eq!(
+        sq.prepare_send(buf.slice(0..8).unwrap(), sig).map(drop),
+        wrong
+    );
+    let other = ctx.alloc_pd().unwrap();
+    let far = other
+        .create_ah(&AhAttr::default())
+        .unwrap()
+        .target(0x42, 0x2222);
+    let foreign = sq.prepare_send_to(&far, buf.slice(0..8).unwrap(), sig);
+    assert_eq!(foreign.map(drop), Err(SafePostError::ForeignTarget));
+    assert!(matches!(
+        sq.post_prepared(&send, Changes::new(3).local(60, 8)),
+        Err(SafePostError::OutsidePrepared { .. })
+    ));
+    assert_eq!(
+        with(|f| f.sends.len()),
+        2,
+        "the refused ones reached nothing"
+    );
+    // The fallback sends a datagram through the handle's `ibv_ah`: one without is refused
+    // when prepared, as its post would be.
+    let ctx = ctx_with(&log, |c| {
+        c.set_ud();
+        c.ah_without_handle = true;
+    });
+    let pd = ctx.alloc_pd().unwrap();
+    let buf = pd.alloc_buf(4096, AccessFlags::ALL).unwrap();
+    let cq = ctx.cq_builder().build().unwrap();
+    let qp = pd.qp_builder(&cq, &cq).ud().build().unwrap();
+    qp.ready_ud(&UdAttr::new(0x1111_1111)).unwrap();
+    let sq = qp.send_queue().unwrap();
+    let dest = pd.create_ah(&AhAttr::default()).unwrap().target(0x42, 1);
+    assert!(dest.dest().ah == 0);
+    let none = sq.prepare_send_to(&dest, buf.slice(0..8).unwrap(), sig);
+    assert_eq!(
+        none.map(drop),
+        Err(SafePostError::Post(PostError::Unsupported))
+    );
+}
+
+/// On the software device, driven directly, a UD SEND and a DC WRITE prepared to their
+/// targets post through the ordinary post with the target, allocating nothing; the bytes
+/// arrive.
+#[cfg(feature = "sim")]
+#[test]
+fn prepared_datagrams_and_dc_requests_post_without_allocating() {
+    use crate::sq::Changes;
+    use std::time::{Duration, Instant};
+    let options = ContextOptions::default();
+    let ctx = crate::open_device(Some(crate::SOFTWARE_DEVICE), &options).unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let buf = pd.alloc_buf(1 << 14, AccessFlags::ALL).unwrap();
+    let cq = ctx.cq_builder().cqe(256).build().unwrap();
+    let qp = || pd.qp_builder(&cq, &cq).max_send_wr(8).max_recv_wr(8);
+    let (a, b) = (qp().ud().build().unwrap(), qp().ud().build().unwrap());
+    a.ready_ud(&UdAttr::new(0x1111)).unwrap();
+    b.ready_ud(&UdAttr::new(0x1111)).unwrap();
+    let port = ctx.active_port().unwrap();
+    let lid = ctx.port(port).unwrap().lid;
+    let ah = pd
+        .create_ah(&AhAttr {
+            dlid: lid,
+            port,
+            ..AhAttr::default()
+        })
+        .unwrap();
+    let dest = ah.target(b.qpn(), 0x1111);
+    let srq = pd.create_srq(4, 1).unwrap();
+    let dct = pd
+        .qp_builder(&cq, &cq)
+        .srq(&srq)
+        .dc_target(7)
+        .build()
+        .unwrap();
+    dct.ready_dc().unwrap();
+    let dci = qp().dc_initiator().build().unwrap();
+    dci.ready_dc().unwrap();
+    let peer = pd.dc_peer(&dct.dc_addr().unwrap()).unwrap();
+    let (mut usq, mut brq) = (a.send_queue().unwrap(), b.recv_queue().unwrap());
+    let mut dsq = dci.send_queue().unwrap();
+    let mut poller = cq.poller().unwrap();
+    brq.post(10, buf.slice(8192..8192 + 128).unwrap()).unwrap();
+    brq.post(11, buf.slice(8448..8448 + 128).unwrap()).unwrap();
+    buf.write(0, b"datagram").unwrap();
+    buf.write(64, b"over DC!").unwrap();
+    let sig = SendFlags::SIGNALED;
+    let ud = usq
+        .prepare_send_to(&dest, buf.slice(0..8).unwrap(), sig)
+        .unwrap();
+    let dc = dsq
+        .to(&peer)
+        .prepare_write(buf.slice(64..72).unwrap(), buf.remote(4096).unwrap(), sig)
+        .unwrap();
+    let mut results = Vec::with_capacity(4);
+    let allocs = crate::test_alloc::count_allocs(|| {
+        results.push(usq.post_prepared(&ud, Changes::new(1)));
+        results.push(dsq.post_prepared(&dc, Changes::new(2)));
+        results.push(usq.post_prepared(&ud, Changes::new(3).local(4, 4)));
+        let c = Changes::new(4).local(5, 3).remote_offset(64);
+        results.push(dsq.post_prepared(&dc, c));
+    });
+    assert_eq!(allocs, 0, "allocations posting prepared UD and DC requests");
+    assert_eq!(results, [Ok(()), Ok(()), Ok(()), Ok(())]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut ids: Vec<u64> = poller
+        .wait(6, deadline)
+        .unwrap()
+        .iter()
+        .map(|c| c.ok().unwrap().wr_id)
+        .collect();
+    ids.sort_unstable();
+    assert_eq!(ids, [1, 2, 3, 4, 10, 11]);
+    let bytes = |at: usize, len: usize| {
+        let mut v = vec![0u8; len];
+        buf.read(at, &mut v).unwrap();
+        v
+    };
+    assert_eq!(bytes(4096, 8), b"over DC!");
+    assert_eq!(bytes(4096 + 64, 3), b"DC!");
+    // Each UD receive: 40 bytes for the GRH, then the datagram.
+    assert_eq!(bytes(8192 + 40, 8), b"datagram");
+    assert_eq!(bytes(8448 + 40, 4), b"gram");
+}
+
 #[test]
 fn mr_buf_copies_in_and_out() {
     let log = new_log();

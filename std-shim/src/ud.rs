@@ -56,6 +56,11 @@ impl AddressHandle {
         &self.inner.attr
     }
 
+    /// The protection domain it was made in.
+    pub(crate) fn pd(&self) -> &Pd {
+        &self.inner._pd
+    }
+
     /// The destination of UD sends through this handle to QP `remote_qpn` (24 bits;
     /// [`MULTICAST_QPN`] for a group) with Q_Key `qkey`: its address vector for the direct
     /// path (zeros on a device that has none) and its verbs handle for the fallback. Made once
@@ -88,6 +93,11 @@ impl UdTarget {
     #[inline(always)]
     pub fn dest(&self) -> &zverbs_core::UdDest {
         &self.dest
+    }
+
+    /// The address handle it holds.
+    pub(crate) fn address_handle(&self) -> &AddressHandle {
+        &self._ah
     }
 }
 

@@ -495,6 +495,28 @@ fn prepared_requests_post_what_changes_and_refuse_what_reaches_outside() {
             .write(6, a.buf.slice(0..8).unwrap(), b.buf.remote(0).unwrap(), SIG),
         Err(SafePostError::Post(PostError::WrongTransport))
     );
+    // Nor is a request prepared to a DC target or a UD destination on an RC queue.
+    let to_dc =
+        qa.sq
+            .to(&peer)
+            .prepare_write(a.buf.slice(0..8).unwrap(), b.buf.remote(0).unwrap(), SIG);
+    assert_eq!(
+        to_dc.map(drop),
+        Err(SafePostError::Post(PostError::WrongTransport))
+    );
+    let ah = pd
+        .create_ah(&zverbs::AhAttr {
+            dlid: local.lid,
+            port: 1,
+            ..Default::default()
+        })
+        .unwrap();
+    let ud = ah.target(b.qp.qpn(), 1);
+    let to_ud = qa.sq.prepare_send_to(&ud, a.buf.slice(0..8).unwrap(), SIG);
+    assert_eq!(
+        to_ud.map(drop),
+        Err(SafePostError::Post(PostError::WrongTransport))
+    );
     assert_eq!(qa.sq.mlx5_producer(), sent + 1, "only the SEND");
     // An inline request is not prepared (its bytes are the request).
     assert!(matches!(

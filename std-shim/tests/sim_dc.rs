@@ -78,3 +78,8 @@ fn a_dc_address_round_trips_through_its_bytes() {
         "DCT number above 24 bits"
     );
 }
+
+#[test]
+fn prepared_requests_to_targets() {
+    dc::prepared_requests_to_targets(&ctx());
+}

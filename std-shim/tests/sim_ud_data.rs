@@ -102,6 +102,123 @@ fn ud_send_and_send_imm_reach_the_peer_with_the_senders_address() {
     );
 }
 
+/// A UD SEND prepared to its destination (`prepare_send_to`, `_imm`) and posted with what
+/// changes reaches the peer as an ordinary one does. Refused with nothing written: an RC
+/// operation or a SEND without destination prepared on a UD queue, a span above the path MTU,
+/// an address handle of another PD, a span outside the prepared one, and a request prepared
+/// on another queue.
+#[test]
+fn prepared_datagrams_carry_their_destination() {
+    use zverbs::safe::SafePostError;
+    use zverbs::{Changes, PostError};
+    let ctx = ctx();
+    let pd = ctx.alloc_pd().unwrap();
+    let cqs: Vec<_> = (0..3)
+        .map(|_| ctx.cq_builder().cqe(256).build().unwrap())
+        .collect();
+    let qps: Vec<_> = cqs
+        .iter()
+        .map(|cq| pd.qp_builder(cq, cq).ud().build().unwrap())
+        .collect();
+    for qp in &qps {
+        qp.ready_ud(&UdAttr::new(QKEY)).unwrap();
+    }
+    let (a, b, c) = (&qps[0], &qps[1], &qps[2]);
+    let lid = ctx.port(1).unwrap().lid;
+    let attr = AhAttr {
+        dlid: lid,
+        port: 1,
+        ..AhAttr::default()
+    };
+    let dest = pd.create_ah(&attr).unwrap().target(b.qpn(), QKEY);
+    let mtu = ctx.port(1).unwrap().active_mtu.bytes() as usize;
+    let sbuf = pd.alloc_buf(2 * mtu + 4096, AccessFlags::ALL).unwrap();
+    let rbuf = pd.alloc_buf(4096, AccessFlags::ALL).unwrap();
+    let mut qa = a.queues(&cqs[0]).unwrap();
+    let mut qb = b.queues(&cqs[1]).unwrap();
+    let mut qc = c.queues(&cqs[2]).unwrap();
+    qb.rq.post(1, rbuf.slice(0..GRH + 64).unwrap()).unwrap();
+    qb.rq
+        .post(2, rbuf.slice(1024..1024 + GRH + 64).unwrap())
+        .unwrap();
+    sbuf.write(0, b"prepared datagram").unwrap();
+    let sig = SendFlags::SIGNALED;
+    let send = qa
+        .sq
+        .prepare_send_to(&dest, sbuf.slice(0..17).unwrap(), sig)
+        .unwrap();
+    let send_imm = qa
+        .sq
+        .prepare_send_to_imm(&dest, sbuf.slice(0..17).unwrap(), sig)
+        .unwrap();
+    qa.sq.post_prepared(&send, Changes::new(10)).unwrap();
+    qa.sq
+        .post_prepared(&send_imm, Changes::new(11).local(9, 8).imm(0xfeed))
+        .unwrap();
+    let sent: Vec<_> = qa
+        .cq
+        .wait(2, deadline())
+        .unwrap()
+        .iter()
+        .map(|c| (c.wr_id, c.status.is_success()))
+        .collect();
+    assert_eq!(sent, [(10, true), (11, true)]);
+    let got: Vec<Completion> = qb.cq.wait(2, deadline()).unwrap().to_vec();
+    let e = |wr_id, data, imm| Expect {
+        wr_id,
+        qp_num: b.qpn(),
+        src_qp: a.qpn(),
+        data,
+        imm,
+        grh: false,
+    };
+    check_datagram(&got[0], &e(1, b"prepared datagram", None), &rbuf, 0, 0, 0);
+    check_datagram(&got[1], &e(2, b"datagram", Some(0xfeed)), &rbuf, 1024, 0, 0);
+
+    // Refused, nothing written.
+    let before = a.outstanding();
+    let wrong = |r: Result<zverbs::Prepared<'_>, SafePostError>| {
+        r.map(drop) == Err(SafePostError::Post(PostError::WrongTransport))
+    };
+    let remote = rbuf.remote(0).unwrap();
+    assert!(wrong(qa.sq.prepare_write(
+        sbuf.slice(0..8).unwrap(),
+        remote,
+        sig
+    )));
+    assert!(wrong(qa.sq.prepare_send(sbuf.slice(0..8).unwrap(), sig)));
+    let long = qa
+        .sq
+        .prepare_send_to(&dest, sbuf.slice(0..mtu + 1).unwrap(), sig);
+    assert!(
+        matches!(
+            long,
+            Err(SafePostError::Post(PostError::DatagramTooLong { .. }))
+        ),
+        "{long:?}"
+    );
+    let other_pd = ctx.alloc_pd().unwrap();
+    let far = other_pd.create_ah(&attr).unwrap().target(b.qpn(), QKEY);
+    let foreign = qa.sq.prepare_send_to(&far, sbuf.slice(0..8).unwrap(), sig);
+    assert_eq!(foreign.map(drop), Err(SafePostError::ForeignTarget));
+    for ch in [Changes::new(12).local(10, 8), Changes::new(12).local(18, 0)] {
+        assert!(
+            matches!(
+                qa.sq.post_prepared(&send, ch),
+                Err(SafePostError::OutsidePrepared { .. })
+            ),
+            "{ch:?}"
+        );
+    }
+    assert_eq!(a.outstanding(), before);
+    let before_c = c.outstanding();
+    assert_eq!(
+        qc.sq.post_prepared(&send, Changes::new(13)),
+        Err(SafePostError::ForeignPrepared)
+    );
+    assert_eq!(c.outstanding(), before_c);
+}
+
 #[test]
 fn a_datagram_to_a_group_reaches_every_attached_qp() {
     let ctx = ctx();

@@ -56,16 +56,14 @@ assert_not_impl_any!(verbs::SendQueue: Sync);
 assert_not_impl_any!(verbs::RecvQueue: Sync);
 assert_not_impl_any!(verbs::Poller: Sync);
 
-assert_impl_all!(zverbs::fallback::SendQueue: Send);
-assert_impl_all!(zverbs::fallback::RecvQueue: Send);
-assert_impl_all!(zverbs::fallback::Poller: Send);
-assert_not_impl_any!(zverbs::fallback::SendQueue: Sync);
-assert_not_impl_any!(zverbs::fallback::RecvQueue: Sync);
-assert_not_impl_any!(zverbs::fallback::Poller: Sync);
+assert_impl_all!(zverbs::backend::verbs::raw::RecvQueue: Send);
+assert_impl_all!(zverbs::backend::verbs::raw::Poller: Send);
+assert_not_impl_any!(zverbs::backend::verbs::raw::RecvQueue: Sync);
+assert_not_impl_any!(zverbs::backend::verbs::raw::Poller: Sync);
 
 // What a fallback queue shares with its poller, and the direct backend's equivalents.
-assert_impl_all!(zverbs::fallback::SqShared: Send, Sync);
-assert_impl_all!(zverbs::fallback::RqShared: Send, Sync);
+assert_impl_all!(zverbs::backend::verbs::SqShared: Send, Sync);
+assert_impl_all!(zverbs::backend::verbs::RqShared: Send, Sync);
 assert_impl_all!(direct::SqStateHandle: Send, Sync);
 assert_impl_all!(direct::RqStateHandle: Send, Sync);
 

@@ -1,9 +1,10 @@
 //! What a newcomer writes first: two RC queue pairs of one process, on the software mlx5
 //! device, connected to each other; a WRITE with immediate, a SEND into a posted receive, a
 //! READ, a fetch-and-add, a SEND into a shared receive queue (SRQ), a prepared WRITE posted
-//! with what changes, a WRITE and a SEND over the dynamically connected transport (DC), then N
-//! timed round trips (a WRITE with immediate each way). No `unsafe` anywhere (the crate
-//! attribute below makes one a build error).
+//! with what changes, a prepared WRITE and a SEND over the dynamically connected transport
+//! (DC), a prepared SEND over unreliable datagrams (UD), then N timed round trips (a WRITE
+//! with immediate each way). No `unsafe` anywhere (the crate attribute below makes one a build
+//! error).
 //!
 //! ```text
 //! cargo run -p zverbs-tools --example newcomer -- [round trips]
@@ -18,7 +19,7 @@
 use std::time::{Duration, Instant};
 
 use zverbs::dc::DcAddr;
-use zverbs::{AccessFlags, Changes, ContextOptions, Registered, SendFlags};
+use zverbs::{AccessFlags, AhAttr, Changes, ContextOptions, Registered, SendFlags, UdAttr};
 
 fn main() -> zverbs::Result<()> {
     let rounds: u32 = match std::env::args_os().nth(1) {
@@ -33,7 +34,7 @@ fn main() -> zverbs::Result<()> {
     // Set-up: one device, one protection domain, a CQ, a QP and a buffer for each side.
     let ctx = zverbs::open_device(Some("zverbs_sim0"), &ContextOptions::default())?;
     let pd = ctx.alloc_pd()?;
-    // A's CQ serves the QPs of steps 5 and 7 too: room for all of their requests.
+    // A's CQ serves the QPs of steps 5, 7 and 8 too: room for all of their requests.
     let (cq_a, cq_b) = (
         ctx.cq_builder().cqe(2048).build()?,
         ctx.cq_builder().build()?,
@@ -127,8 +128,8 @@ fn main() -> zverbs::Result<()> {
     buf_b.read(400, &mut got)?;
     println!("prepared: {:?}", String::from_utf8_lossy(&got));
 
-    // 7. DC: one initiator reaches any target, each request naming its own. A target has an
-    // access key and an SRQ; its address travels as bytes.
+    // 7. DC: one initiator reaches any target, each request naming its own (a prepared one
+    // carries it). A target has an access key and an SRQ; its address travels as bytes.
     let dct = pd
         .qp_builder(&cq_s, &cq_s)
         .srq(&srq)
@@ -141,9 +142,11 @@ fn main() -> zverbs::Result<()> {
     let peer = pd.dc_peer(&DcAddr::from_bytes(&wire)?)?;
     let mut dc_sq = dci.send_queue()?;
     buf_a.write(500, b"over DC")?;
-    dc_sq
-        .to(&peer)
-        .write(13, buf_a.slice(500..507)?, buf_b.remote(500)?, sig)?;
+    let dc_write =
+        dc_sq
+            .to(&peer)
+            .prepare_write(buf_a.slice(500..507)?, buf_b.remote(500)?, sig)?;
+    dc_sq.post_prepared(&dc_write, Changes::new(13))?;
     qa.cq.wait(1, deadline())?[0].ok()?;
     srq_q.post(14, buf_b.slice(2048..3000)?)?;
     dc_sq.to(&peer).send(15, buf_a.slice(500..507)?, sig)?;
@@ -157,7 +160,38 @@ fn main() -> zverbs::Result<()> {
         got.byte_len
     );
 
-    // 8. Round trips: A writes with immediate, B answers the same way.
+    // 8. UD: datagram QPs need no connection; each SEND names its destination (an address
+    // handle to the peer's port, the peer's QP number and Q_Key), here prepared once.
+    let cq_u = ctx.cq_builder().build()?;
+    let ua = pd.qp_builder(&cq_a, &cq_a).ud().build()?;
+    let ub = pd.qp_builder(&cq_u, &cq_u).ud().build()?;
+    ua.ready_ud(&UdAttr::new(0x1111))?;
+    ub.ready_ud(&UdAttr::new(0x1111))?;
+    let port = ctx.active_port()?;
+    let lid = ctx.port(port)?.lid;
+    let ah = pd.create_ah(&AhAttr {
+        dlid: lid,
+        port,
+        ..AhAttr::default()
+    })?;
+    let to_ub = ah.target(ub.qpn(), 0x1111);
+    let (mut ua_sq, mut ub_q) = (ua.send_queue()?, ub.queues(&cq_u)?);
+    buf_a.write(600, b"datagram")?;
+    let datagram = ua_sq.prepare_send_to(&to_ub, buf_a.slice(600..608)?, sig)?;
+    let mut parts = Vec::new();
+    for i in 0..2u32 {
+        // A UD receive starts with 40 bytes for the GRH; the datagram follows.
+        ub_q.rq.post(16, buf_b.slice(3072..4096)?)?;
+        ua_sq.post_prepared(&datagram, Changes::new(17).local(4 * i, 4))?;
+        qa.cq.wait(1, deadline())?[0].ok()?;
+        let len = ub_q.cq.wait(1, deadline())?[0].ok()?.byte_len - 40;
+        let mut got = vec![0; len as usize];
+        buf_b.read(3072 + 40, &mut got)?;
+        parts.push(String::from_utf8_lossy(&got).into_owned());
+    }
+    println!("ud: {parts:?}, one prepared SEND posted twice");
+
+    // 9. Round trips: A writes with immediate, B answers the same way.
     qa.rq.post(7, buf_a.slice(1024..2048)?)?;
     qb.rq.post(7, buf_b.slice(1024..2048)?)?;
     let t0 = Instant::now();

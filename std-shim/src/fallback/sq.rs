@@ -99,6 +99,11 @@ impl SendQueue {
         self
     }
 
+    /// What keeps the QP alive, when the queue is the zverbs crate's.
+    pub(crate) fn owner(&self) -> Option<&(dyn std::any::Any + Send + Sync)> {
+        self.keep.as_deref()
+    }
+
     /// The QP number.
     pub fn qpn(&self) -> u32 {
         // SAFETY: the QP is live while the queue lives (the constructor's contract).

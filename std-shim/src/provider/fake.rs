@@ -52,6 +52,8 @@ pub(crate) struct FakeContext {
     pub(crate) mem: Arc<Mutex<Vec<DirectMem>>>,
     /// The direct QPs' BlueFlame registers.
     pub(crate) blueflame: FakeBf,
+    /// Make address handles without a verbs handle (as the software device's are).
+    pub(crate) ah_without_handle: bool,
 }
 
 /// What BlueFlame registers the fake's direct QPs get.
@@ -145,7 +147,15 @@ impl FakeContext {
             direct: false,
             mem: Arc::default(),
             blueflame: FakeBf::None,
+            ah_without_handle: false,
         }
+    }
+}
+
+impl FakeContext {
+    /// Makes the fake verbs QP a UD QP: the fallback's sends are read through `wr.ud`.
+    pub(crate) fn set_ud(&self) {
+        self.dev.0.set_ud();
     }
 }
 
@@ -238,6 +248,7 @@ impl ContextProvider for FakeContext {
             reg_fail: self.reg_fail,
             mem: self.mem.clone(),
             blueflame: self.blueflame.clone(),
+            ah_without_handle: self.ah_without_handle,
         }))
     }
     fn create_cq(&self, cqe: u32, direct: bool) -> Result<(Box<dyn CqProvider>, EngineNote)> {
@@ -282,6 +293,7 @@ struct FakePd {
     reg_fail: Option<i32>,
     mem: Arc<Mutex<Vec<DirectMem>>>,
     blueflame: FakeBf,
+    ah_without_handle: bool,
 }
 
 impl Drop for FakePd {
@@ -370,7 +382,14 @@ impl PdProvider for FakePd {
     }
     fn create_ah(&self, attr: &crate::types::ah::AhAttr) -> Result<Box<dyn super::AhProvider>> {
         note(&self.log, format!("create_ah {attr:?}"));
-        Ok(Box::new(FakeAh))
+        let handle = ibv_ah {
+            context: std::ptr::null_mut(),
+            pd: std::ptr::null_mut(),
+            handle: 0,
+        };
+        Ok(Box::new(FakeAh(
+            (!self.ah_without_handle).then(|| Box::new(handle)),
+        )))
     }
     fn create_srq(
         &self,
@@ -382,15 +401,24 @@ impl PdProvider for FakePd {
     }
 }
 
+/// An address handle with a verbs handle of its own (which the fake provider only records)
+/// and no address vector.
 #[derive(Debug)]
-struct FakeAh;
+struct FakeAh(Option<Box<ibv_ah>>);
+
+// SAFETY: test-only; the handle is plain memory nothing writes after it is made.
+unsafe impl Send for FakeAh {}
+// SAFETY: as above.
+unsafe impl Sync for FakeAh {}
 
 impl super::AhProvider for FakeAh {
     fn av(&self) -> Option<&[u8; 48]> {
         None
     }
     fn raw(&self) -> *mut ibv_ah {
-        std::ptr::null_mut()
+        self.0
+            .as_deref()
+            .map_or(std::ptr::null_mut(), |h| std::ptr::from_ref(h).cast_mut())
     }
 }
 

@@ -541,3 +541,148 @@ pub fn safe_operations_to_targets(ctx: &Context) {
     };
     assert_eq!(faa, 40, "FAA's original");
 }
+
+/// Prepared requests to two targets, each carrying its own (`sq.to(&peer).prepare_*`), posted
+/// through the one `post_prepared` with what changes: WRITE, READ, SEND and WRITE with
+/// immediate; the target's receive completions name it. Refused with nothing written: a
+/// prepared request without a target, a UD one, a peer made in another PD, a span outside the
+/// prepared one, and a request prepared on another initiator.
+pub fn prepared_requests_to_targets(ctx: &Context) {
+    use zverbs::safe::{SafePostError, WaitError};
+    use zverbs::{Changes, SendFlags};
+    let dc = Dc::new(ctx, 2, 2);
+    let (dci, cq) = &dc.dcis[0];
+    let mut sq = dci.send_queue().unwrap();
+    let mut tx = cq.poller().unwrap();
+    let mut rx = dc.dct_cq.poller().unwrap();
+    let mut srq = dc.srq.queue().unwrap();
+    let b = &dc.buf;
+    let peers: Vec<DcPeer> = (0..2).map(|t| dc.peer(t)).collect();
+    let sig = SendFlags::SIGNALED;
+    b.write(0, b"prepared to zero").unwrap();
+    b.write(64, b"prepared to one!").unwrap();
+    let w0 = sq
+        .to(&peers[0])
+        .prepare_write(b.slice(0..16).unwrap(), b.remote(4096).unwrap(), sig)
+        .unwrap();
+    let w1 = sq
+        .to(&peers[1])
+        .prepare_write(b.slice(64..80).unwrap(), b.remote(8192).unwrap(), sig)
+        .unwrap();
+    let read = sq
+        .to(&peers[0])
+        .prepare_read(b.slice(512..528).unwrap(), b.remote(4096).unwrap(), sig)
+        .unwrap();
+    let send = sq
+        .to(&peers[1])
+        .prepare_send_imm(b.slice(0..16).unwrap(), sig)
+        .unwrap();
+    let wimm = sq
+        .to(&peers[0])
+        .prepare_write_imm(b.slice(64..80).unwrap(), b.remote(12288).unwrap(), sig)
+        .unwrap();
+    sq.post_prepared(&w0, Changes::new(1)).unwrap();
+    // "to one!": 7 bytes from offset 9, 9 bytes past the prepared remote address.
+    sq.post_prepared(&w1, Changes::new(2).local(9, 7).remote_offset(9))
+        .unwrap();
+    let done: Vec<_> = wait(&mut tx, 2)
+        .iter()
+        .map(|c| (c.wr_id, c.status))
+        .collect();
+    assert_eq!(done, [(1, WcStatus::Success), (2, WcStatus::Success)]);
+    let bytes = |off: usize, len: usize| {
+        let mut v = vec![0u8; len];
+        b.read(off, &mut v).unwrap();
+        v
+    };
+    assert_eq!(bytes(4096, 16), b"prepared to zero");
+    assert_eq!(bytes(8192 + 9, 7), b"to one!");
+    assert_eq!(bytes(8192, 9), [0; 9], "only the span posted");
+    sq.post_prepared(&read, Changes::new(3)).unwrap();
+    for k in 0..2 {
+        let sgl = [b.sge(16384 + 256 * k..16384 + 256 * k + 64).unwrap()];
+        // SAFETY: in the registered buffer.
+        unsafe { PostRecv::post(&mut srq, &RecvWr::new(0x100 + k as u64, &sgl)) }.unwrap();
+    }
+    sq.post_prepared(&send, Changes::new(4).local(0, 8).imm(0xd1))
+        .unwrap();
+    sq.post_prepared(&wimm, Changes::new(5).imm(0xd0)).unwrap();
+    let done: Vec<_> = wait(&mut tx, 3)
+        .iter()
+        .map(|c| (c.wr_id, c.status))
+        .collect();
+    assert_eq!(
+        done,
+        [
+            (3, WcStatus::Success),
+            (4, WcStatus::Success),
+            (5, WcStatus::Success)
+        ]
+    );
+    assert_eq!(bytes(512, 16), b"prepared to zero", "READ back");
+    assert_eq!(bytes(12288, 16), b"prepared to one!");
+    let got: Vec<_> = wait(&mut rx, 2)
+        .iter()
+        .map(|c| (c.wr_id, c.qp_num, c.byte_len, c.imm()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (0x100, dc.dcts[1].qpn(), 8, Some(0xd1)),
+            (0x101, dc.dcts[0].qpn(), 16, Some(0xd0)),
+        ],
+        "each request reached its own target"
+    );
+    assert_eq!(bytes(16384, 8), b"prepared");
+
+    // Refused, nothing written.
+    let before = dci.outstanding();
+    let no_target = sq.prepare_write(b.slice(0..8).unwrap(), b.remote(0).unwrap(), sig);
+    assert_eq!(
+        no_target.map(drop),
+        Err(SafePostError::Post(PostError::WrongTransport))
+    );
+    let ah = dc
+        .pd
+        .create_ah(&zverbs::AhAttr {
+            dlid: dc.addrs[0].lid,
+            port: 1,
+            ..Default::default()
+        })
+        .unwrap();
+    let ud = ah.target(dc.dcts[0].qpn(), 1);
+    let datagram = sq.prepare_send_to(&ud, b.slice(0..8).unwrap(), sig);
+    assert_eq!(
+        datagram.map(drop),
+        Err(SafePostError::Post(PostError::WrongTransport))
+    );
+    let other_pd = ctx.alloc_pd().unwrap();
+    let far = other_pd.dc_peer(&dc.addrs[0]).unwrap();
+    let foreign = sq
+        .to(&far)
+        .prepare_write(b.slice(0..8).unwrap(), b.remote(0).unwrap(), sig);
+    assert_eq!(foreign.map(drop), Err(SafePostError::ForeignTarget));
+    for c in [
+        Changes::new(6).local(8, 9),
+        Changes::new(6).remote_offset(u64::MAX),
+    ] {
+        assert!(
+            matches!(
+                sq.post_prepared(&w0, c),
+                Err(SafePostError::OutsidePrepared { .. })
+            ),
+            "{c:?}"
+        );
+    }
+    assert_eq!(dci.outstanding(), before);
+    let (dci2, _) = &dc.dcis[1];
+    let mut sq2 = dci2.send_queue().unwrap();
+    let before2 = dci2.outstanding();
+    assert_eq!(
+        sq2.post_prepared(&w0, Changes::new(7)),
+        Err(SafePostError::ForeignPrepared)
+    );
+    assert_eq!(dci2.outstanding(), before2);
+    let none = tx.wait(1, Instant::now()).map(drop);
+    assert_eq!(none, Err(WaitError::Timeout { wanted: 1, got: 0 }));
+}
