@@ -1031,8 +1031,12 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
         }
         let wr = v.wr();
         // The control segment's first word for a WQE of `n` words (`n / 2` segments: the
-        // same `ds` as the plan's, a constant here), and its second word.
-        let ctrl0 = |n: u32| self.ctrl(pi, plan.opcode, n / 2, plan.fm_ce_se, plan.imm)[0];
+        // same `ds` as the plan's, a constant here), the request's part or-ed with the
+        // queue's; and its second word, which does not depend on the size. (Each written as
+        // it is, rather than both words from one call per size: that costs `write_inline8`
+        // three instructions, `cargo xtask bench --instructions`.)
+        let ctrl0 =
+            |n: u32| words::ctrl_op(pi as u16, plan.opcode, 0, n / 2, 0, 0)[0] | self.qpn_word;
         let ctrl1 = self.ctrl(pi, plan.opcode, 0, plan.fm_ce_se, plan.imm)[1];
         let data = match plan.sgl {
             [s] if s.length != 0 => Some(words::data(s.length, s.lkey, s.addr)),
