@@ -166,7 +166,7 @@ pub fn eth(cs_flags: u8, inline_hdr_sz: u16, start: [u8; 2]) -> Seg {
 
 /// An Ethernet segment inlining the frame's first 18 bytes `head`
 /// ([`ETH_L2_INLINE_HEADER_SIZE`](crate::prm::ETH_L2_INLINE_HEADER_SIZE)): its two units,
-/// [`eth`] then the next 16 bytes.
+/// [`eth()`] then the next 16 bytes.
 #[inline(always)]
 pub fn eth_l2(cs_flags: u8, head: &[u8; 18]) -> [u64; 4] {
     let h = head;
