@@ -1,5 +1,6 @@
-//! Send WQE segments: zverbs' setters write the bytes rdma-core's helpers and structs write,
-//! and zverbs' getters read the C bytes back to the values given.
+//! Send WQE segments: zverbs' setters and prm's encoders (`prm::wqe::words`) write the bytes
+//! rdma-core's helpers and structs write, and zverbs' getters read the C bytes back to the
+//! values given.
 //!
 //! Property tests (`proptest`, see `zverbs_crosscheck::prop`): each draws its inputs from a
 //! fixed seed, with edge values (0, 1, the maximum, the top bit) one time in four per field,
@@ -11,7 +12,7 @@ use zverbs_crosscheck::ffi::{ZvAvFields, ZvDgramArgs};
 use zverbs_crosscheck::probe::{self, CtrlArgs};
 use zverbs_crosscheck::prop::{check, edgy_u8, edgy_u16, edgy_u32, edgy_u64, garbage};
 use zverbs_mlx5dv::prm::EXTENDED_UD_AV;
-use zverbs_mlx5dv::prm::wqe::{AtomicSeg, CtrlSeg, DataSeg, DatagramSeg, RaddrSeg};
+use zverbs_mlx5dv::prm::wqe::{AtomicSeg, CtrlSeg, DataSeg, DatagramSeg, RaddrSeg, words};
 
 /// Randomized cases per segment kind.
 const CASES: u32 = 100_000;
@@ -52,6 +53,8 @@ fn ctrl_seg_matches_mlx5dv_set_ctrl_seg() {
             CtrlSeg::new_unchecked(&mut ours)
                 .set(a.pi, a.opcode, a.opmod, a.qpn, a.fm_ce_se, a.ds, a.imm);
             assert_eq!(ours, c, "bytes differ for {a:?}");
+            let value = words::ctrl(a.pi, a.opcode, a.opmod, a.qpn, a.fm_ce_se, a.ds, a.imm);
+            assert_eq!(words::to_bytes(value), c, "encoder differs for {a:?}");
 
             // The header's SSSE3 variant writes all 16 bytes, dci_stream_channel_id zero as ours
             // does, but takes only 24 bits of the QP number (as `qpn << 8` keeps).
@@ -112,6 +115,8 @@ fn data_seg_matches_mlx5dv_set_data_seg() {
             probe::set_data_seg(&mut c, len, lkey, addr);
             DataSeg::new_unchecked(&mut ours).set(len, lkey, addr);
             assert_eq!(ours, c, "({len:#x}, {lkey:#x}, {addr:#x})");
+            let value = words::to_bytes(words::data(len, lkey, addr));
+            assert_eq!(value, c, "encoder: ({len:#x}, {lkey:#x}, {addr:#x})");
             let v = DataSeg::new_unchecked(&c);
             assert_eq!(
                 (v.byte_count(), v.lkey(), v.addr()),
@@ -135,6 +140,8 @@ fn raddr_seg_matches_struct_mlx5_wqe_raddr_seg() {
             probe::set_raddr_seg(&mut c, raddr, rkey);
             RaddrSeg::new_unchecked(&mut ours).set(raddr, rkey);
             assert_eq!(ours, c, "({raddr:#x}, {rkey:#x})");
+            let value = words::to_bytes(words::raddr(raddr, rkey));
+            assert_eq!(value, c, "encoder: ({raddr:#x}, {rkey:#x})");
             let v = RaddrSeg::new_unchecked(&c);
             assert_eq!((v.raddr(), v.rkey()), (raddr, rkey), "getters on C bytes");
         },
@@ -154,6 +161,8 @@ fn atomic_seg_matches_struct_mlx5_wqe_atomic_seg() {
             probe::set_atomic_seg(&mut c, swap_add, compare);
             AtomicSeg::new_unchecked(&mut ours).set(swap_add, compare);
             assert_eq!(ours, c, "({swap_add:#x}, {compare:#x})");
+            let value = words::to_bytes(words::atomic(swap_add, compare));
+            assert_eq!(value, c, "encoder: ({swap_add:#x}, {compare:#x})");
             let v = AtomicSeg::new_unchecked(&c);
             assert_eq!(
                 (v.swap_add(), v.compare()),

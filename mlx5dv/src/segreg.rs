@@ -3,7 +3,8 @@
 //! 64-bit words elsewhere and under loom.
 //!
 //! The prepared posts (`sq/prepared.rs`) build the segments made of one changing word and
-//! one constant word (the control segment, the remote-address segment) this way: one move
+//! one constant word (the control segment, the remote-address segment: prm's encoders'
+//! values, `prm::wqe::words`) this way: one move
 //! and one `or` with the prepared segment build it, one store writes it to the ring and one
 //! to the BlueFlame buffer, where two 64-bit words take two of each and two general
 //! registers. The bytes are the same; a 16-byte store lands in the BlueFlame buffer's
@@ -181,14 +182,12 @@ mod tests {
     ];
 
     fn ctrl() -> SegReg {
-        let prepared = SegWords([
-            u64::from_ne_bytes([0, 0, 0, 8, 0, 0, 1, 3]),
-            u64::from_ne_bytes([0, 0, 0, 8, 0, 0, 0, 0]),
-        ]);
+        use crate::prm::wqe::words;
+        let prepared = SegWords(words::ctrl(0, 8, 0, 1, 8, 3, 0));
         SegReg::or(
             &prepared,
-            u64::from_ne_bytes([0, 0x12, 0x34, 0, 0, 0, 0, 0]),
-            u64::from_ne_bytes([0, 0, 0, 0, 0xaa, 0xbb, 0xcc, 0xdd]),
+            words::ctrl_index(0x1234)[0],
+            words::ctrl_imm(0xaabb_ccdd)[1],
         )
     }
 

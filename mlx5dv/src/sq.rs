@@ -21,10 +21,10 @@ use crate::bf::{BfMode, SharedBf};
 use crate::devmem::{DbrecWord, SegRing, Wqe};
 use crate::doorbell::Doorbell;
 use crate::layout::{LayoutError, QpLayout, SqCaps};
-use crate::prm::wqe::{
-    AtomicSeg, CtrlSeg, DataSeg, DatagramSeg, RaddrSeg, UD_HEADER_DS, eth_ds, inline_byte_count,
-    inline_ds,
-};
+use crate::prm::wqe::{UD_HEADER_DS, eth_ds, inline_ds, words};
+// The field views, for the tests (`use super::*`), which read the segments back through them.
+#[cfg(test)]
+use crate::prm::wqe::{AtomicSeg, CtrlSeg, DataSeg, DatagramSeg, RaddrSeg, inline_byte_count};
 use crate::prm::{MAX_DS, SEGS_PER_BB, SND_DBR, fm_ce_se, opcode};
 use crate::state::{SlotData, SlotsAt, SqStateRef};
 
@@ -355,8 +355,8 @@ pub struct SendQueue<P, T = Connected> {
     /// The frame bytes an Ethernet queue inlines into each WQE's Ethernet segment (0 or 18:
     /// the device's minimum); 0 on the other transports.
     eth_inline: u16,
-    /// The control segment's `qpn_ds` with `ds` 0, as the second half of its first 64-bit
-    /// word in memory order ([`word2`]): a one-block post ors the rest in.
+    /// The control segment's QP number, the first word of [`words::ctrl_qpn`]: a post ors
+    /// the rest of its control segment in ([`SendQueue::ctrl`]).
     qpn_word: u64,
     /// WQEs written since the last ring, and where the last one starts.
     pending: u32,
@@ -584,7 +584,7 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
             credit: 0,
             qpn: layout.qpn,
             eth_inline: min_inline,
-            qpn_word: word2(0, layout.qpn << 8),
+            qpn_word: words::ctrl_qpn(layout.qpn)[0],
             pending: 0,
             last_seg: 0,
             last_blocks: 0,
@@ -749,6 +749,14 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
         Ok(())
     }
 
+    /// The control segment of a WQE at producer counter `pi` of `ds` units: the request's
+    /// part ([`words::ctrl_op`]) or-ed with the queue's (`qpn_word`, [`words::ctrl_qpn`]).
+    #[inline(always)]
+    fn ctrl(&self, pi: u32, opcode: u8, ds: u32, fm_ce_se: u8, imm: u32) -> words::Seg {
+        let [c0, c1] = words::ctrl_op(pi as u16, opcode, 0, ds, fm_ce_se, imm);
+        [c0 | self.qpn_word, c1]
+    }
+
     /// Checks `wr` against the queue's limits ([`SendWr::check_as`]) and plans its WQE: the
     /// opcode, the size in segments and basic blocks, the control flags. Writes nothing.
     #[inline(always)]
@@ -869,16 +877,17 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
         let wr = v.wr();
         // Locals, not fields: the compiler cannot prove that the ring stores below do not
         // alias `self`, and would reload fields after each one.
-        let (pi, qpn) = (self.pi, self.qpn);
+        let (pi, qpn_word) = (self.pi, self.qpn_word);
         let start = pi.wrapping_mul(SEGS_PER_BB as u32);
         let sig = u16::from(plan.signaled);
         let wqe =
             self.take::<true, true>(room, plan.blocks, wr.wr_id, plan.opcode, plan.signaled, sig);
         // The plan's fields by value: a closure holding the plan by reference would keep the
         // whole plan in memory wherever the compiler does not inline it.
-        let (opcode, fm_ce_se, ds, imm) = (plan.opcode, plan.fm_ce_se, plan.ds as u8, plan.imm);
+        let (opcode, fm_ce_se, ds, imm) = (plan.opcode, plan.fm_ce_se, plan.ds, plan.imm);
         wqe.seg(0, move |b| {
-            CtrlSeg::new_unchecked(b).set(pi as u16, opcode, 0, qpn, fm_ce_se, ds, imm)
+            let [c0, c1] = words::ctrl_op(pi as u16, opcode, 0, ds, fm_ce_se, imm);
+            words::put(b, [c0 | qpn_word, c1]);
         });
         header(&wqe);
         // The next segment to write, counted from the control segment.
@@ -887,9 +896,7 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
             SendOp::Write { remote, .. }
             | SendOp::WriteImm { remote, .. }
             | SendOp::Read { remote, .. } => {
-                wqe.seg(k, |b| {
-                    RaddrSeg::new_unchecked(b).set(remote.addr, remote.rkey)
-                });
+                put(&wqe, k, words::raddr(remote.addr, remote.rkey));
                 k += 1;
             }
             SendOp::CompareSwap {
@@ -1024,13 +1031,15 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
         }
         let wr = v.wr();
         // The control segment's first word for a WQE of `n` words (`n / 2` segments: the
-        // same `ds` as the plan's, a constant here).
-        let ctrl0 = |n: u32| {
-            word2((u32::from(pi as u16) << 8) | u32::from(plan.opcode), n / 2) | self.qpn_word
-        };
-        let ctrl1 = word2(u32::from(plan.fm_ce_se), plan.imm);
+        // same `ds` as the plan's, a constant here), the request's part or-ed with the
+        // queue's; and its second word, which does not depend on the size. (Each written as
+        // it is, rather than both words from one call per size: that costs `write_inline8`
+        // three instructions, `cargo xtask bench --instructions`.)
+        let ctrl0 =
+            |n: u32| words::ctrl_op(pi as u16, plan.opcode, 0, n / 2, 0, 0)[0] | self.qpn_word;
+        let ctrl1 = self.ctrl(pi, plan.opcode, 0, plan.fm_ce_se, plan.imm)[1];
         let data = match plan.sgl {
-            [s] if s.length != 0 => Some([word2(s.length, s.lkey), word64(s.addr)]),
+            [s] if s.length != 0 => Some(words::data(s.length, s.lkey, s.addr)),
             _ => None,
         };
         match &wr.op {
@@ -1038,8 +1047,8 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
             | SendOp::WriteImm { remote, .. }
             | SendOp::Read { remote, .. } => {
                 let [d0, d1] = data?;
-                let raddr = [word64(remote.addr), word2(remote.rkey, 0)];
-                Some(([ctrl0(6), ctrl1, raddr[0], raddr[1], d0, d1, 0, 0], 6))
+                let [r0, r1] = words::raddr(remote.addr, remote.rkey);
+                Some(([ctrl0(6), ctrl1, r0, r1, d0, d1, 0, 0], 6))
             }
             SendOp::Send { .. } | SendOp::SendImm { .. } => {
                 let [d0, d1] = data?;
@@ -1050,32 +1059,18 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
                 remote,
                 compare,
                 swap,
-            } => Some((
-                [
-                    ctrl0(8),
-                    ctrl1,
-                    word64(remote.addr),
-                    word2(remote.rkey, 0),
-                    word64(*swap),
-                    word64(*compare),
-                    word2(8, local.lkey),
-                    word64(local.addr),
-                ],
-                8,
-            )),
-            SendOp::FetchAdd { local, remote, add } => Some((
-                [
-                    ctrl0(8),
-                    ctrl1,
-                    word64(remote.addr),
-                    word2(remote.rkey, 0),
-                    word64(*add),
-                    0,
-                    word2(8, local.lkey),
-                    word64(local.addr),
-                ],
-                8,
-            )),
+            } => {
+                let [r0, r1] = words::raddr(remote.addr, remote.rkey);
+                let [a0, a1] = words::atomic(*swap, *compare);
+                let [d0, d1] = words::data(8, local.lkey, local.addr);
+                Some(([ctrl0(8), ctrl1, r0, r1, a0, a1, d0, d1], 8))
+            }
+            SendOp::FetchAdd { local, remote, add } => {
+                let [r0, r1] = words::raddr(remote.addr, remote.rkey);
+                let [a0, a1] = words::atomic(*add, 0);
+                let [d0, d1] = words::data(8, local.lkey, local.addr);
+                Some(([ctrl0(8), ctrl1, r0, r1, a0, a1, d0, d1], 8))
+            }
             SendOp::Nop => Some(([ctrl0(2), ctrl1, 0, 0, 0, 0, 0, 0], 2)),
             SendOp::SendTo { .. } | SendOp::SendToImm { .. } => None,
         }
@@ -1103,28 +1098,13 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
         if !((len != 0) & (plan.sgl.len() == 1)) {
             return None;
         }
-        let ctrl0 = word2(
-            (u32::from(pi as u16) << 8) | u32::from(plan.opcode),
-            plan.ds,
-        ) | self.qpn_word;
-        let ctrl1 = word2(u32::from(plan.fm_ce_se), plan.imm);
+        let [c0, c1] = self.ctrl(pi, plan.opcode, plan.ds, plan.fm_ce_se, plan.imm);
         match &wr.op {
-            SendOp::Write { remote, .. } | SendOp::WriteImm { remote, .. } => Some((
-                [
-                    ctrl0,
-                    ctrl1,
-                    word64(remote.addr),
-                    word2(remote.rkey, 0),
-                    0,
-                    0,
-                    0,
-                    0,
-                ],
-                2,
-            )),
-            SendOp::Send { .. } | SendOp::SendImm { .. } => {
-                Some(([ctrl0, ctrl1, 0, 0, 0, 0, 0, 0], 1))
+            SendOp::Write { remote, .. } | SendOp::WriteImm { remote, .. } => {
+                let [r0, r1] = words::raddr(remote.addr, remote.rkey);
+                Some(([c0, c1, r0, r1, 0, 0, 0, 0], 2))
             }
+            SendOp::Send { .. } | SendOp::SendImm { .. } => Some(([c0, c1, 0, 0, 0, 0, 0, 0], 1)),
             _ => None,
         }
     }
@@ -1180,9 +1160,7 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
                 // the padding.
                 wqe.zero_seg_at(seg + plan.ds - 1);
                 // (`k < 4`: in the first block.)
-                wqe.seg(k, |b| {
-                    b[..4].copy_from_slice(&inline_byte_count(len).to_be_bytes())
-                });
+                wqe.seg(k, |b| b[..4].copy_from_slice(&words::inline_head(len)));
                 wqe.copy_in_short_at(
                     inl as usize * 16 + 4,
                     core::ptr::with_exposed_provenance(src as usize),
@@ -1384,22 +1362,13 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
     }
 }
 
-/// The 64-bit word holding `a` then `b`, big-endian, in memory order.
+/// Stores segment `seg` ([`words`]) as segment `k` of `wqe`.
 #[inline(always)]
-fn word2(a: u32, b: u32) -> u64 {
-    let mut w = [0u8; 8];
-    w[..4].copy_from_slice(&a.to_be_bytes());
-    w[4..].copy_from_slice(&b.to_be_bytes());
-    u64::from_ne_bytes(w)
+fn put(wqe: &Wqe, k: u32, seg: words::Seg) {
+    wqe.seg(k, |b| words::put(b, seg));
 }
 
-/// The 64-bit word holding `x` big-endian, in memory order.
-#[inline(always)]
-fn word64(x: u64) -> u64 {
-    u64::from_ne_bytes(x.to_be_bytes())
-}
-
-///// Writes an atomic's segments (remote address, atomic, the 8-byte local data segment) as
+/// Writes an atomic's segments (remote address, atomic, the 8-byte local data segment) as
 /// segments `k..k + 3` of `wqe` (RC: 1, 2, 3; DC: after the address vector, in the second
 /// basic block, which may wrap to slot 0).
 #[inline(always)]
@@ -1413,30 +1382,25 @@ fn write_atomic(
     swap_add: u64,
     compare: u64,
 ) {
-    wqe.seg(k, |b| RaddrSeg::new_unchecked(b).set(raddr, rkey));
-    wqe.seg(k + 1, |b| {
-        AtomicSeg::new_unchecked(b).set(swap_add, compare)
-    });
-    wqe.seg(k + 2, |b| {
-        DataSeg::new_unchecked(b).set(8, local.lkey, local.addr)
-    });
+    put(wqe, k, words::raddr(raddr, rkey));
+    put(wqe, k + 1, words::atomic(swap_add, compare));
+    put(wqe, k + 2, words::data(8, local.lkey, local.addr));
 }
 
 /// Writes the datagram segment for `dest`, segments 1, 2 and 3 of `wqe` (with the control
 /// segment, the first basic block: it never wraps).
 #[inline(never)]
 fn write_datagram(wqe: &Wqe, dest: &UdDest) {
-    let mut seg = [0u8; 48];
-    DatagramSeg::new_unchecked(&mut seg[..]).set_from_av(&dest.av, dest.remote_qpn, dest.qkey);
+    let seg = words::datagram(&dest.av, dest.remote_qpn, dest.qkey);
     write_datagram_seg(wqe, &seg);
 }
 
-/// Copies the 48 bytes of a datagram segment `seg` (a UD or DC address) into segments 1, 2
-/// and 3 of `wqe`.
+/// Stores a datagram segment `seg` ([`words::datagram`], [`words::dc_datagram`]: a UD or DC
+/// address) as segments 1, 2 and 3 of `wqe`.
 #[inline(always)]
-pub(super) fn write_datagram_seg(wqe: &Wqe, seg: &[u8; 48]) {
-    for (k, part) in (1..).zip(seg.chunks_exact(16)) {
-        wqe.seg(k, |b| b.copy_from_slice(part));
+pub(super) fn write_datagram_seg(wqe: &Wqe, seg: &[u64; 6]) {
+    for (k, part) in (1..).zip(seg.as_chunks::<2>().0) {
+        put(wqe, k, *part);
     }
 }
 
@@ -1449,9 +1413,7 @@ fn skipped(s: &Sge, n: u32) -> Sge {
 /// Writes a data segment for `s` as segment `k` of `wqe`.
 #[inline(always)]
 fn write_data(wqe: &Wqe, k: u32, s: &Sge) {
-    wqe.seg(k, |b| {
-        DataSeg::new_unchecked(b).set(s.length, s.lkey, s.addr)
-    });
+    put(wqe, k, words::data(s.length, s.lkey, s.addr));
 }
 
 /// Writes an inline segment carrying bytes `skip..skip + len` of the request's gather list
@@ -1463,9 +1425,7 @@ fn write_inline(wqe: &Wqe, seg: u32, list: VouchedList<'_>, skip: u32, len: u32)
     if len == 0 {
         return;
     }
-    wqe.seg_at(seg, |b| {
-        b[..4].copy_from_slice(&inline_byte_count(len).to_be_bytes())
-    });
+    wqe.seg_at(seg, |b| b[..4].copy_from_slice(&words::inline_head(len)));
     // A byte counter into the ring (free-running like the segment counter, 16 per segment).
     let at = seg.wrapping_mul(16).wrapping_add(4);
     // All of the list (every transport but a frame's, whose first bytes are elsewhere): each

@@ -29,6 +29,23 @@
 
 use super::{Field, get_be16, get_be32, get_be64, set_be16, set_be32, set_be64};
 
+pub mod words;
+
+/// Stores segment `s` at the start of `b`.
+#[inline(always)]
+fn put_seg(b: &mut [u8], s: words::Seg) {
+    b[..8].copy_from_slice(&s[0].to_ne_bytes());
+    b[8..16].copy_from_slice(&s[1].to_ne_bytes());
+}
+
+/// Stores a datagram segment's words `w` at the start of `b`.
+#[inline(always)]
+fn put_av(b: &mut [u8], w: [u64; 6]) {
+    for (c, w) in b[..av::LEN].chunks_exact_mut(8).zip(w) {
+        c.copy_from_slice(&w.to_ne_bytes());
+    }
+}
+
 /// Field offsets of the control segment (`struct mlx5_wqe_ctrl_seg`, packed, align 4).
 pub mod ctrl {
     use super::Field;
@@ -295,18 +312,10 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> CtrlSeg<T> {
         ds: u8,
         imm: u32,
     ) {
-        let b = self.buffer.as_mut();
-        set_be32(
-            b,
-            ctrl::OPMOD_IDX_OPCODE,
-            (u32::from(opmod) << 24) | (u32::from(wqe_index) << 8) | u32::from(opcode),
+        put_seg(
+            self.buffer.as_mut(),
+            words::ctrl(wqe_index, opcode, opmod, qpn, fm_ce_se, ds, imm),
         );
-        set_be32(b, ctrl::QPN_DS, (qpn << 8) | u32::from(ds));
-        // `signature`, `dci_stream_channel_id` and `fm_ce_se` in one store: bytes 8..12 are
-        // [0, 0, 0, fm_ce_se].
-        const _: () = assert!(ctrl::SIGNATURE == 8 && ctrl::FM_CE_SE == 11);
-        set_be32(b, ctrl::SIGNATURE..ctrl::FM_CE_SE + 1, u32::from(fm_ce_se));
-        set_be32(b, ctrl::IMM, imm);
     }
 }
 
@@ -333,10 +342,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> RaddrSeg<T> {
     /// Writes the segment with a zero reserved word.
     #[inline(always)]
     pub fn set(&mut self, raddr: u64, rkey: u32) {
-        let b = self.buffer.as_mut();
-        set_be64(b, raddr::RADDR, raddr);
-        set_be32(b, raddr::RKEY, rkey);
-        set_be32(b, raddr::RESERVED, 0);
+        put_seg(self.buffer.as_mut(), words::raddr(raddr, rkey));
     }
 }
 
@@ -365,7 +371,9 @@ impl<T: AsRef<[u8]>> DataSeg<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> DataSeg<T> {
-    /// Writes the segment, as `mlx5dv_set_data_seg` does.
+    /// Writes the segment, as `mlx5dv_set_data_seg` does: the bytes of [`words::data`],
+    /// stored field by field (a first word built of the two 32-bit fields costs an
+    /// instruction more where the fields arrive in registers of their own).
     #[inline(always)]
     pub fn set(&mut self, byte_count: u32, lkey: u32, addr: u64) {
         let b = self.buffer.as_mut();
@@ -398,9 +406,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> AtomicSeg<T> {
     /// Writes the segment. For fetch-and-add pass `compare = 0`.
     #[inline(always)]
     pub fn set(&mut self, swap_add: u64, compare: u64) {
-        let b = self.buffer.as_mut();
-        set_be64(b, atomic::SWAP_ADD, swap_add);
-        set_be64(b, atomic::COMPARE, compare);
+        put_seg(self.buffer.as_mut(), words::atomic(swap_add, compare));
     }
 }
 
@@ -493,10 +499,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> DatagramSeg<T> {
     /// the top byte. Checking it is the caller's business.
     #[inline(always)]
     pub fn set_from_av(&mut self, av: &[u8; av::LEN], remote_qpn: u32, qkey: u32) {
-        let b = self.buffer.as_mut();
-        b[..av::LEN].copy_from_slice(av);
-        set_be32(b, av::DQP_DCT, remote_qpn | super::EXTENDED_UD_AV);
-        set_be32(b, av::QKEY, qkey);
+        put_av(self.buffer.as_mut(), words::datagram(av, remote_qpn, qkey));
     }
     /// What a DC initiator writes per request, as libmlx5's `mlx5dv_wr_set_dc_addr` does: the
     /// address vector `av` (as for [`DatagramSeg::set_from_av`]), then the DCT number and
@@ -507,11 +510,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> DatagramSeg<T> {
     /// is the caller's business.
     #[inline(always)]
     pub fn set_dc_from_av(&mut self, av: &[u8; av::LEN], dctn: u32, dc_key: u64) {
-        let b = self.buffer.as_mut();
-        b[..av::LEN].copy_from_slice(av);
-        let dqp_dct = get_be32(av, av::DQP_DCT);
-        set_be32(b, av::DQP_DCT, dqp_dct | dctn | super::EXTENDED_UD_AV);
-        set_be64(b, av::DC_KEY, dc_key);
+        put_av(self.buffer.as_mut(), words::dc_datagram(av, dctn, dc_key));
     }
     /// Sets the Q_Key (`key.qkey.qkey`) alone.
     #[inline]
@@ -651,21 +650,17 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> EthSeg<T> {
     /// are inlined).
     #[inline(always)]
     pub fn set(&mut self, cs_flags: u8, inline_hdr_sz: u16, start: [u8; 2]) {
-        self.buffer.as_mut()[..16].copy_from_slice(&eth_seg_head(cs_flags, inline_hdr_sz, start));
+        put_seg(
+            self.buffer.as_mut(),
+            words::eth(cs_flags, inline_hdr_sz, start),
+        );
     }
 }
 
-/// The first 16 bytes of an Ethernet segment, as a value ([`EthSeg::set`]).
+/// The first 16 bytes of an Ethernet segment ([`EthSeg::set`], [`words::eth`]).
 #[inline(always)]
-pub const fn eth_seg_head(cs_flags: u8, inline_hdr_sz: u16, start: [u8; 2]) -> [u8; 16] {
-    let mut b = [0u8; 16];
-    b[eth::CS_FLAGS] = cs_flags;
-    let sz = inline_hdr_sz.to_be_bytes();
-    b[eth::INLINE_HDR_SZ.start] = sz[0];
-    b[eth::INLINE_HDR_SZ.start + 1] = sz[1];
-    b[eth::INLINE_HDR_START] = start[0];
-    b[eth::INLINE_HDR_START + 1] = start[1];
-    b
+pub fn eth_seg_head(cs_flags: u8, inline_hdr_sz: u16, start: [u8; 2]) -> [u8; 16] {
+    words::to_bytes(words::eth(cs_flags, inline_hdr_sz, start))
 }
 
 /// The inline segment header: `byte_count` with [`INLINE_SEG`](super::INLINE_SEG) set.

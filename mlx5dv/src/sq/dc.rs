@@ -23,7 +23,7 @@ use super::{Dci, Plan, Room, SendQueue, Vouched, write_datagram_seg};
 use crate::bf::SharedBf;
 use crate::devmem::Wqe;
 use crate::layout::{LayoutError, QpLayout};
-use crate::prm::wqe::{DatagramSeg, UD_HEADER_DS};
+use crate::prm::wqe::{UD_HEADER_DS, words};
 use crate::state::SqStateRef;
 
 /// Segments the datagram segment adds to an RC WQE (48 bytes).
@@ -124,7 +124,6 @@ impl<P: SqStateRef> SendQueue<P, Dci> {
 /// segment, the first basic block: it never wraps).
 #[inline(always)]
 fn write_dc_av(wqe: &Wqe, dest: &DcDest) {
-    let mut seg = [0u8; 48];
-    DatagramSeg::new_unchecked(&mut seg[..]).set_dc_from_av(&dest.av, dest.dctn, dest.dc_key);
+    let seg = words::dc_datagram(&dest.av, dest.dctn, dest.dc_key);
     write_datagram_seg(wqe, &seg);
 }

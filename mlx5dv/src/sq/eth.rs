@@ -26,12 +26,12 @@ use zverbs_core::{MIN_FRAME, PostError, SendFlags, SendOp, SendWr, Sge, SqCaps};
 
 use super::{
     CheckedSend, Ethernet, FM_CE_SE, FM_CE_SE_FLAGS, Plan, Room, SendQueue, SqTransport, Vouched,
-    VouchedList, gather_in, word2, word64,
+    VouchedList, gather_in,
 };
 use crate::bf::SharedBf;
 use crate::devmem::Wqe;
 use crate::layout::{LayoutError, QpLayout};
-use crate::prm::wqe::{DataSeg, eth, eth_ds, eth_seg_head, inline_ds};
+use crate::prm::wqe::{DataSeg, eth, eth_ds, inline_ds, words};
 use crate::prm::{
     ETH_L2_INLINE_HEADER_SIZE, MAX_DS, SEGS_PER_BB, SEND_WQE_BB, WQE_SEG, cs_flags, opcode,
 };
@@ -137,7 +137,11 @@ impl<P: SqStateRef> SendQueue<P, Ethernet> {
         };
         let eth_at = WQE_SEG;
         let start = eth_at + eth::INLINE_HDR_START;
-        image[eth_at..eth_at + WQE_SEG].copy_from_slice(&eth_seg_head(cs, h as u16, [0, 0]));
+        image[eth_at..eth_at + WQE_SEG].copy_from_slice(&words::to_bytes(words::eth(
+            cs,
+            h as u16,
+            [0, 0],
+        )));
         image[start..start + h].copy_from_slice(headers);
         // A length field: inside the headers, at least `before` bytes from their start (the
         // header it belongs to starts there), at an even offset (headers are whole 16-bit
@@ -168,16 +172,17 @@ impl<P: SqStateRef> SendQueue<P, Ethernet> {
         let image: [[u64; 8]; 2] = core::array::from_fn(|b| {
             core::array::from_fn(|i| u64::from_ne_bytes(words[8 * b + i]))
         });
-        // With a data segment, and without (an empty payload).
+        // With a data segment, and without (an empty payload); the WQE index 0, or-ed in per
+        // post.
         let ds = 2 + eth_segs as u32;
-        let qpn_ds = |ds: u32| (self.qpn << 8) | ds;
         let fm_ce_se = FM_CE_SE[(checked.flags().bits() & FM_CE_SE_FLAGS) as usize];
+        let ctrl = |ds: u32| words::ctrl(0, opcode::SEND, 0, self.qpn, fm_ce_se, ds as u8, 0);
         let max_frame = match self.caps.transport {
             zverbs_core::Transport::Ethernet { max_frame } => max_frame,
             _ => 0,
         };
         let mut image = image;
-        image[0][1] = word2(u32::from(fm_ce_se), 0);
+        [image[0][0], image[0][1]] = ctrl(ds);
         let blocks = [
             (ds - 1).div_ceil(SEGS_PER_BB as u32) as u8,
             ds.div_ceil(SEGS_PER_BB as u32) as u8,
@@ -189,10 +194,7 @@ impl<P: SqStateRef> SendQueue<P, Ethernet> {
             max_payload: max_frame.saturating_sub(h as u32),
             data_unit: 1 + eth_segs as u8,
             blocks,
-            ctrl0: [
-                word2(u32::from(opcode::SEND), qpn_ds(ds - 1)),
-                word2(u32::from(opcode::SEND), qpn_ds(ds)),
-            ],
+            ctrl0: [ctrl(ds - 1)[0], ctrl(ds)[0]],
             image,
             lengths: [ip, udp],
         })
@@ -237,7 +239,7 @@ impl<P: SqStateRef> SendQueue<P, Ethernet> {
         let room = self.single_room(blocks, u32::from(p.signaled))?;
         let pi = self.pi;
         self.write_frame::<true>(p, wr_id, &payload, blocks, room);
-        let word0 = p.ctrl0[1] | word2(u32::from(pi as u16) << 8, 0);
+        let word0 = p.ctrl0[1] | words::ctrl_index(pi as u16)[0];
         self.doorbell
             .ring_blocks_back(&self.ring, pi.wrapping_add(blocks), pi, blocks, word0);
         Ok(())
@@ -332,7 +334,7 @@ impl<P: SqStateRef> SendQueue<P, Ethernet> {
         let has_data = DATA;
         // `opmod_idx_opcode` bytes 1..3: the WQE index (opmod and opcode are prepared).
         let mut first = p.image[0];
-        first[0] = p.ctrl0[usize::from(has_data)] | word2(u32::from(pi as u16) << 8, 0);
+        first[0] = p.ctrl0[usize::from(has_data)] | words::ctrl_index(pi as u16)[0];
         wqe.block_words_in(0, &first, 8);
         if blocks > 1 {
             // The second block's first three units: the most of the Ethernet segment it
@@ -458,28 +460,22 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
         // The producer counter after the room check, which restarts it on a queue pair reset
         // and connected again.
         let pi = self.pi;
-        let ctrl0 = |n: u32| {
-            word2((u32::from(pi as u16) << 8) | u32::from(opcode::SEND), n / 2) | self.qpn_word
+        let ctrl = |n: u32| {
+            let fm_ce_se = FM_CE_SE[(flags.bits() & FM_CE_SE_FLAGS) as usize];
+            self.ctrl(pi, opcode::SEND, n / 2, fm_ce_se, 0)
         };
-        let fm_ce_se = FM_CE_SE[(flags.bits() & FM_CE_SE_FLAGS) as usize];
-        let ctrl1 = word2(u32::from(fm_ce_se), 0);
-        // `rsvd0`, `cs_flags`, `rsvd1`, `mss`.
-        let eth0 = word2(0, u32::from(cs_flags_of(flags)) << 24);
+        let cs = cs_flags_of(flags);
         let words = if !HDR {
-            let data = [word2(s.length, s.lkey), word64(s.addr)];
-            [ctrl0(6), ctrl1, eth0, 0, data[0], data[1], 0, 0]
+            let [c0, c1] = ctrl(6);
+            let [e0, e1] = words::eth(cs, 0, [0, 0]);
+            let [d0, d1] = words::data(s.length, s.lkey, s.addr);
+            [c0, c1, e0, e1, d0, d1, 0, 0]
         } else {
-            let (h, n) = (head, u32::from(ETH_L2_INLINE_HEADER_SIZE));
-            let hdr = ETH_L2_INLINE_HEADER_SIZE.to_be_bytes();
-            // `rsvd2`, `inline_hdr_sz`, the first two bytes; then the next sixteen.
-            let eth1 = u64::from_ne_bytes([0, 0, 0, 0, hdr[0], hdr[1], h[0], h[1]]);
-            let w4 = u64::from_ne_bytes([h[2], h[3], h[4], h[5], h[6], h[7], h[8], h[9]]);
-            let w5 = u64::from_ne_bytes([h[10], h[11], h[12], h[13], h[14], h[15], h[16], h[17]]);
-            let data = [
-                word2(s.length - n, s.lkey),
-                word64(s.addr.wrapping_add(u64::from(n))),
-            ];
-            [ctrl0(8), ctrl1, eth0, eth1, w4, w5, data[0], data[1]]
+            let n = u32::from(ETH_L2_INLINE_HEADER_SIZE);
+            let [c0, c1] = ctrl(8);
+            let [e0, e1, e2, e3] = words::eth_l2(cs, &head);
+            let [d0, d1] = words::data(s.length - n, s.lkey, s.addr.wrapping_add(u64::from(n)));
+            [c0, c1, e0, e1, e2, e3, d0, d1]
         };
         let sig = u16::from(signaled);
         let wqe = self.take::<true, true>(room, 1, wr.wr_id, opcode::SEND, signaled, sig);
@@ -535,21 +531,20 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
         if plan.inline.is_some() {
             return None;
         }
-        // The control segment's first word for a WQE of `n` words (as `block_words`).
-        let ctrl0 = |n: u32| {
-            word2((u32::from(pi as u16) << 8) | u32::from(plan.opcode), n / 2) | self.qpn_word
-        };
-        let ctrl1 = word2(u32::from(plan.fm_ce_se), 0);
+        // The control segment of a WQE of `n` words (as `block_words`).
+        let ctrl = |n: u32| self.ctrl(pi, plan.opcode, n / 2, plan.fm_ce_se, 0);
         match v.wr().op {
             SendOp::Send { .. } => {}
-            SendOp::Nop => return Some(([ctrl0(2), ctrl1, 0, 0, 0, 0, 0, 0], 2)),
+            SendOp::Nop => {
+                let [c0, c1] = ctrl(2);
+                return Some(([c0, c1, 0, 0, 0, 0, 0, 0], 2));
+            }
             _ => return None,
         }
         let [s] = plan.sgl else {
             return None;
         };
-        // `rsvd0`, `cs_flags`, `rsvd1`, `mss`.
-        let eth0 = word2(0, u32::from(cs_flags_of(v.wr().flags)) << 24);
+        let cs = cs_flags_of(v.wr().flags);
         // The plan's size tells the shapes apart (`plan_frame`), without the queue's minimum
         // inline read again and the entry's length compared again: one entry by reference
         // has 4 units only with 18 bytes inlined from an entry that holds more; 3 without
@@ -557,10 +552,12 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
         if plan.ds != 4 {
             if plan.ds == 3 && self.eth_inline == 0 {
                 // (A frame is at least 14 bytes: the entry has data.)
-                let data = [word2(s.length, s.lkey), word64(s.addr)];
+                let [c0, c1] = ctrl(6);
+                let [e0, e1] = words::eth(cs, 0, [0, 0]);
+                let [d0, d1] = words::data(s.length, s.lkey, s.addr);
                 // Eight words, the last two zeros past the WQE in its block: the count a
                 // constant, so that the stores are eight moves, not a copy of variable length.
-                return Some(([ctrl0(6), ctrl1, eth0, 0, data[0], data[1], 0, 0], 8));
+                return Some(([c0, c1, e0, e1, d0, d1, 0, 0], 8));
             }
             return None;
         }
@@ -569,19 +566,11 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
                 && s.length > u32::from(ETH_L2_INLINE_HEADER_SIZE)
         );
         let h = frame_head(v)?;
-        let hdr = ETH_L2_INLINE_HEADER_SIZE.to_be_bytes();
-        // `rsvd2`, `inline_hdr_sz`, the first two bytes; then the next sixteen.
-        let eth1 = u64::from_ne_bytes([0, 0, 0, 0, hdr[0], hdr[1], h[0], h[1]]);
-        let (w4, w5) = (
-            u64::from_ne_bytes([h[2], h[3], h[4], h[5], h[6], h[7], h[8], h[9]]),
-            u64::from_ne_bytes([h[10], h[11], h[12], h[13], h[14], h[15], h[16], h[17]]),
-        );
         let n = u32::from(ETH_L2_INLINE_HEADER_SIZE);
-        let data = [
-            word2(s.length - n, s.lkey),
-            word64(s.addr.wrapping_add(u64::from(n))),
-        ];
-        Some(([ctrl0(8), ctrl1, eth0, eth1, w4, w5, data[0], data[1]], 8))
+        let [c0, c1] = ctrl(8);
+        let [e0, e1, e2, e3] = words::eth_l2(cs, &h);
+        let [d0, d1] = words::data(s.length - n, s.lkey, s.addr.wrapping_add(u64::from(n)));
+        Some(([c0, c1, e0, e1, e2, e3, d0, d1], 8))
     }
 
     /// The largest WQE the queue was sized for, in units (checked at construction to fit).
@@ -676,7 +665,7 @@ fn frame_head(v: Vouched<'_, '_>) -> Option<[u8; 18]> {
 /// padding). Returns the units it takes.
 #[inline(always)]
 pub(super) fn write_eth(wqe: &Wqe, start: u32, list: VouchedList<'_>, cs: u8, hdr: u16) -> u32 {
-    wqe.seg(1, |b| *b = eth_seg_head(cs, hdr, [0, 0]));
+    wqe.seg(1, |b| words::put(b, words::eth(cs, hdr, [0, 0])));
     if hdr != 0 {
         let at = start
             .wrapping_add(1)

@@ -28,9 +28,9 @@
 
 use zverbs_core::{MAX_MESSAGE, PostError, SendOp, SendWr};
 
-use super::{Connected, Room, SendQueue, word2, word64};
+use super::{Connected, Room, SendQueue, put};
 use crate::doorbell::Lock;
-use crate::prm::wqe::{ctrl, data, raddr};
+use crate::prm::wqe::words;
 use crate::segreg::{BlockRegs, SegReg, SegWords};
 use crate::state::SqStateRef;
 
@@ -46,26 +46,19 @@ pub struct Prepared<const REMOTE: bool> {
     opcode: u8,
     /// Whether the request asks for a CQE.
     signaled: bool,
-    /// All ones for the operations with an immediate, else 0 (the control segment's `imm`
-    /// is then 0, as the generic path writes it).
-    imm_mask: u32,
-    /// Bytes 4..12 of the control segment (`qpn_ds`, `signature`, `dci_stream_channel_id`,
-    /// `fm_ce_se`) with a data segment, and without one (a zero-length post).
-    ctrl_mid: [u8; 8],
-    ctrl_mid_empty: [u8; 8],
-    /// Bytes 8..16 of the remote-address segment (`rkey`, `reserved`).
-    raddr_tail: [u8; 8],
-    /// The data segment's `lkey`.
-    lkey: [u8; 4],
-    /// The WQE's segments and words, as the post stores them (64-bit words holding the bytes
-    /// in memory order, see [`Prepared::block`]), with the changing fields 0: the control
-    /// segment without the WQE index and with immediate 0 (`opcode`, `qpn_ds` with a data
-    /// segment, `fm_ce_se`), the remote-address segment without the address (`rkey`), and
-    /// the data segment's bytes 0..8 with `byte_count` 0 (`lkey`).
+    /// The WQE's segments as prm encodes them ([`words`]: 64-bit words holding the bytes in
+    /// memory order), with the fields a post sets 0, for it to or in (see
+    /// [`Prepared::block`]): the control segment with WQE index 0 and immediate 0
+    /// (`opcode`, `qpn_ds`, `fm_ce_se`), with a data segment and without one (a zero-length
+    /// post: one unit less); the remote-address segment with address 0 (`rkey`); the data
+    /// segment with length and address 0 (`lkey`).
     ctrl: SegWords,
+    ctrl_empty: SegWords,
     raddr: SegWords,
-    data0: u64,
-    /// `imm_mask` where the immediate goes in `ctrl1`.
+    data: words::Seg,
+    /// The immediate's place in the control segment's second word ([`words::ctrl_imm`]),
+    /// all ones for the operations with an immediate, else 0 (their `imm` is then 0, as the
+    /// generic path writes it).
     imm_mask64: u64,
     /// The QPN in the high half, for the one compare of the post's fast path (see
     /// `SendQueue::prep_key`).
@@ -116,22 +109,38 @@ impl<const REMOTE: bool> Prepared<REMOTE> {
 
     /// The WQE of a post at producer counter `pi` with `c` (a length of at least 1): the
     /// control segment, the remote-address segment (`REMOTE`), the data segment. Each
-    /// changing field is converted once and or-ed into its prepared segment or word.
+    /// changing field is encoded alone by prm's encoder of its segment and or-ed into the
+    /// prepared segment.
     #[inline(always)]
     fn block(&self, pi: u32, c: Changes) -> BlockRegs {
-        // `opmod_idx_opcode` bytes 1..3: the WQE index, big-endian (opmod and opcode are
-        // prepared around it); the immediate in bytes 12..16.
-        let raddr = REMOTE.then(|| SegReg::or(&self.raddr, word64(c.remote_addr), 0));
-        let data0 = self.data0 | word2(c.len, 0);
-        let data1 = word64(c.addr);
-        let idx = word2(u32::from(pi as u16) << 8, 0);
-        let imm = word2(0, c.imm) & self.imm_mask64;
+        let raddr = REMOTE.then(|| SegReg::or(&self.raddr, words::raddr(c.remote_addr, 0)[0], 0));
+        let [len, addr] = words::data(c.len, 0, c.addr);
+        let idx = words::ctrl_index(pi as u16)[0];
+        let imm = words::ctrl_imm(c.imm)[1] & self.imm_mask64;
         let ctrl = SegReg::or(&self.ctrl, idx, imm);
         BlockRegs {
             ctrl,
             raddr,
-            data: [data0, data1],
+            data: [self.data[0] | len, addr],
         }
+    }
+
+    /// The segments of a post at producer counter `pi` with `c` as [`Prepared::block`]
+    /// builds them, as values: the control segment (with a data segment or without), the
+    /// remote-address segment, the data segment.
+    #[inline(always)]
+    fn segs(&self, pi: u32, c: Changes) -> [words::Seg; 3] {
+        let ctrl = if c.len != 0 {
+            self.ctrl
+        } else {
+            self.ctrl_empty
+        };
+        let imm = [0, words::ctrl_imm(c.imm)[1] & self.imm_mask64];
+        [
+            words::or(words::or(ctrl.0, words::ctrl_index(pi as u16)), imm),
+            words::or(self.raddr.0, words::raddr(c.remote_addr, 0)),
+            words::or(self.data, words::data(c.len, 0, c.addr)),
+        ]
     }
 }
 
@@ -182,32 +191,30 @@ impl<P: SqStateRef> SendQueue<P, Connected> {
         if plan.inline.is_some() {
             return Err(PostError::Unsupported);
         }
-        // ctrl, raddr (RDMA), data: one basic block. Each word holds its two big-endian
-        // halves in memory order ([`word2`]); see `Prepared::block` for how a post completes
-        // them.
+        // ctrl, raddr (RDMA), data: one basic block; see `Prepared::block` for how a post
+        // completes the segments.
         let ds = if REMOTE { 3 } else { 2 };
-        let qpn_ds = |ds: u32| (self.qpn << 8) | ds;
-        let fm_ce_se = u32::from(plan.fm_ce_se);
-        let mid = |ds: u32| word2(qpn_ds(ds), fm_ce_se).to_ne_bytes();
-        let raddr1 = word2(rkey, 0);
+        let ctrl = |ds: u8| {
+            SegWords(words::ctrl(
+                0,
+                plan.opcode,
+                0,
+                self.qpn,
+                plan.fm_ce_se,
+                ds,
+                0,
+            ))
+        };
         let imm_mask: u32 = if template.op.imm().is_some() { !0 } else { 0 };
         Ok(Prepared {
             qpn: self.qpn,
             opcode: plan.opcode,
             signaled: plan.signaled,
-            imm_mask,
-            ctrl_mid: mid(ds),
-            ctrl_mid_empty: mid(ds - 1),
-            raddr_tail: raddr1.to_ne_bytes(),
-            lkey: sge.lkey.to_be_bytes(),
-            // `opmod_idx_opcode` with opmod and the WQE index 0: the opcode in its last byte.
-            ctrl: SegWords([
-                word2(u32::from(plan.opcode), qpn_ds(ds)),
-                word2(fm_ce_se, 0),
-            ]),
-            raddr: SegWords([0, raddr1]),
-            data0: word2(0, sge.lkey),
-            imm_mask64: word2(0, imm_mask),
+            ctrl: ctrl(ds),
+            ctrl_empty: ctrl(ds - 1),
+            raddr: SegWords(words::raddr(0, rkey)),
+            data: words::data(0, sge.lkey, 0),
+            imm_mask64: words::ctrl_imm(imm_mask)[1],
             key: u64::from(self.qpn) << 32,
             sig16: u16::from(plan.signaled),
         })
@@ -439,37 +446,19 @@ impl<P: SqStateRef> SendQueue<P, Connected> {
     ) -> u32 {
         let pi = self.pi;
         let start = pi.wrapping_mul(crate::prm::SEGS_PER_BB as u32);
-        let has_data = c.len != 0;
-        let mid = if has_data {
-            p.ctrl_mid
-        } else {
-            p.ctrl_mid_empty
-        };
-        // `opmod_idx_opcode`: opmod 0, the WQE index (16 bits), the opcode.
-        let idx_opcode = (u32::from(pi as u16) << 8) | u32::from(p.opcode);
+        let [ctrl, raddr, data] = p.segs(pi, c);
         // SAFETY: block `pi` is free (room was checked: caller) and not yet published.
         let room = unsafe { Room::checked() };
         let sig = u16::from(p.signaled);
         let wqe = self.take::<false, true>(room, 1, c.wr_id, p.opcode, p.signaled, sig);
-        wqe.seg(0, |b| {
-            b[ctrl::OPMOD_IDX_OPCODE].copy_from_slice(&idx_opcode.to_be_bytes());
-            b[ctrl::QPN_DS.start..ctrl::IMM.start].copy_from_slice(&mid);
-            b[ctrl::IMM].copy_from_slice(&(c.imm & p.imm_mask).to_be_bytes());
-        });
+        put(&wqe, 0, ctrl);
         let mut k = 1;
         if REMOTE {
-            wqe.seg(k, |b| {
-                b[raddr::RADDR].copy_from_slice(&c.remote_addr.to_be_bytes());
-                b[raddr::RKEY.start..].copy_from_slice(&p.raddr_tail);
-            });
+            put(&wqe, k, raddr);
             k += 1;
         }
-        if has_data {
-            wqe.seg(k, |b| {
-                b[data::BYTE_COUNT].copy_from_slice(&c.len.to_be_bytes());
-                b[data::LKEY].copy_from_slice(&p.lkey);
-                b[data::ADDR].copy_from_slice(&c.addr.to_be_bytes());
-            });
+        if c.len != 0 {
+            put(&wqe, k, data);
         }
         start
     }
