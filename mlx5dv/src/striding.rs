@@ -184,6 +184,22 @@ struct Meta {
     in_session: bool,
 }
 
+impl Meta {
+    /// What a packet's CQE (or, for a session's packets, its title) says beside the packet.
+    #[inline(always)]
+    fn of(cqe: &OwnedCqe, in_session: bool) -> Self {
+        cqe.with(|b| {
+            let c = Cqe64::new_unchecked(b);
+            Meta {
+                timestamp: c.timestamp(),
+                flow_tag: c.qpn(),
+                hds_ip_ext: c.hds_ip_ext(),
+                in_session,
+            }
+        })
+    }
+}
+
 /// A compressed session being expanded (kept between polls when one ends inside it).
 #[derive(Clone, Copy, Debug)]
 struct Session {
@@ -523,15 +539,7 @@ impl<P: StridingStateRef> StridingRq<P> {
                     }
                     continue;
                 }
-                let meta = cqe.with(|b| {
-                    let c = Cqe64::new_unchecked(b);
-                    Meta {
-                        timestamp: c.timestamp(),
-                        flow_tag: c.qpn(),
-                        hds_ip_ext: c.hds_ip_ext(),
-                        in_session: false,
-                    }
-                });
+                let meta = Meta::of(&cqe, false);
                 cq.advance();
                 consumed = true;
                 if let Some(p) = self.packet(wqe_id, u32::from(stride), byte_cnt, meta) {
@@ -633,15 +641,7 @@ impl<P: StridingStateRef> StridingRq<P> {
             cq.advance();
             return false;
         }
-        let meta = cqe.with(|b| {
-            let c = Cqe64::new_unchecked(b);
-            Meta {
-                timestamp: c.timestamp(),
-                flow_tag: c.qpn(),
-                hds_ip_ext: c.hds_ip_ext(),
-                in_session: true,
-            }
-        });
+        let meta = Meta::of(&cqe, true);
         let mut s = Session {
             left: count,
             next: 0,
