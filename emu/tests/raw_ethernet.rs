@@ -20,7 +20,9 @@
 //! - zverbs itself, through rdma-core (the test binary run again inside the namespace under
 //!   the emulator): kernel multicast received after a `McastMembership` join on the device's
 //!   netdev and a `FlowRule::multicast` on a raw packet QP, and on an RSS QP over two work
-//!   queues, every datagram in order; frames a zverbs raw packet QP sends, received by a
+//!   queues, every datagram in order, on the libibverbs fallback and on the direct backend
+//!   (each receive queue on a CQ of its own, which the direct backend asks: a second receive
+//!   queue on such a CQ is refused); frames a zverbs raw packet QP sends, received by a
 //!   kernel UDP socket on the peer, every one in order; and the `market_data` example of
 //!   `zverbs-tools`, unmodified, on the direct backend (a striding work queue through
 //!   `mlx5dv_create_wq`, packets in place, device timestamps) fed by a kernel socket; and
@@ -1068,9 +1070,12 @@ fn until_ready(child: &mut Child) -> std::thread::JoinHandle<String> {
 /// The zverbs receiver (the child): joins [`GROUP`] on the device's netdev with a kernel
 /// socket (the kernel then lists the group under `zve`), steers the group's UDP port 31000 to
 /// a raw packet QP with a flow rule, says `ready`, and counts [`COUNT`] datagrams by the
-/// sequence number at the start of their payload, re-posting each receive.
-fn zverbs_multicast_receiver(rss: bool) {
-    use zverbs::{AccessFlags, BackendRequest, ContextOptions, FlowRule, RxHash, WqShape};
+/// sequence number at the start of their payload, re-posting each receive. With `rss` through
+/// an RSS QP over two ordinary work queues; with `backend` the direct one, each receive queue
+/// on a CQ of its own (its completions name it only by libmlx5's user index: the direct
+/// poller takes every receive completion of the CQ as that queue's).
+fn zverbs_multicast_receiver(rss: bool, backend: zverbs::BackendRequest) {
+    use zverbs::{AccessFlags, ContextOptions, FlowRule, RxHash, WqShape};
     let ctx = zverbs::open_device(Some("mlx5_1"), &ContextOptions::default()).unwrap();
     assert_eq!(ctx.netdevs(), ["zve"], "the Ethernet function's netdev");
     let join = ctx.join_multicast(GROUP, None).unwrap();
@@ -1085,29 +1090,16 @@ fn zverbs_multicast_receiver(rss: bool) {
         "the kernel lists {GROUP} under zve: {igmp}"
     );
     let pd = ctx.alloc_pd().unwrap();
-    // On the direct backend an ordinary Ethernet receive queue is refused: its completions
-    // name it only by the user index libmlx5 chose (the flow tag is where the QP number would
-    // be), which no verb reports.
-    {
-        let dcq = ctx
-            .cq_builder()
-            .backend(BackendRequest::Direct)
-            .build()
-            .unwrap();
-        let dqp = pd.create_raw_qp(1, &dcq, &dcq, Default::default()).unwrap();
-        let e = dqp.recv_queue().unwrap_err();
-        assert!(
-            matches!(e, zverbs::Error::Backend { .. }) && e.to_string().contains("user index"),
-            "{e}"
-        );
-    }
     let ring = 1024usize;
     let new_cq = || {
-        ctx.cq_builder()
+        let cq = ctx
+            .cq_builder()
             .cqe(2 * ring as u32)
-            .backend(BackendRequest::Verbs)
+            .backend(backend)
             .build()
-            .unwrap()
+            .unwrap();
+        assert_eq!(cq.backend().kind, backend_kind(backend));
+        cq
     };
     let cq = new_cq();
     // Either a raw packet QP's own receive queue, or the standard set-up: an RSS QP over two
@@ -1132,7 +1124,7 @@ fn zverbs_multicast_receiver(rss: bool) {
             .qp_builder(&cq, &cq)
             .max_recv_wr(ring as u32)
             .max_send_wr(1)
-            .backend(BackendRequest::Verbs)
+            .backend(backend)
             .raw_packet(1)
             .build()
             .unwrap();
@@ -1197,24 +1189,127 @@ fn zverbs_multicast_receiver(rss: bool) {
 }
 
 /// UDP multicast sent by the kernel's socket stack on the peer reaches zverbs on the emulated
-/// port (rdma-core, the libibverbs fallback) after a `McastMembership` join on the device's
-/// netdev and a multicast flow rule on a raw packet QP: every datagram, in order, none lost.
+/// port (rdma-core) after a `McastMembership` join on the device's netdev and a multicast
+/// flow rule, into a raw packet QP and into an RSS QP over two work queues, on the libibverbs
+/// fallback and on the direct backend: every datagram, in order, none lost.
 #[test]
 fn zverbs_receives_kernel_multicast_after_a_join_and_a_rule() {
     const NAME: &str = "zverbs_receives_kernel_multicast_after_a_join_and_a_rule";
     if let Some(role) = std::env::var_os(ZVERBS_CHILD) {
-        zverbs_multicast_receiver(role == "rss");
+        let role = role.to_string_lossy();
+        let backend = if role.starts_with("direct") {
+            zverbs::BackendRequest::Direct
+        } else {
+            zverbs::BackendRequest::Verbs
+        };
+        zverbs_multicast_receiver(role.ends_with("rss"), backend);
         return;
     }
     let Some(ns) = netns(NAME) else { return };
     let tree = Tree::new("zverbs-mcast");
-    for role in ["raw", "rss"] {
+    for role in ["raw", "rss", "direct-raw", "direct-rss"] {
         zverbs_receives_kernel_multicast(&ns, &tree, NAME, role);
     }
 }
 
+fn backend_kind(b: zverbs::BackendRequest) -> zverbs::BackendKind {
+    match b {
+        zverbs::BackendRequest::Direct => zverbs::BackendKind::Direct,
+        _ => zverbs::BackendKind::Verbs,
+    }
+}
+
+/// On the direct backend an ordinary Ethernet receive queue's completions name it only by
+/// the user index libmlx5 chose, so its CQ serves it alone: a second receive queue on that
+/// CQ (a raw packet QP's, a work queue's) is refused with `Error::SoleReceiverCq`, and so is
+/// taking the receive queue of a raw QP whose CQ already serves another queue; the refused
+/// CQ still serves what it served, and once the queue is gone its CQ takes others again.
+#[test]
+fn zverbs_direct_ethernet_receives_need_a_cq_of_their_own() {
+    const NAME: &str = "zverbs_direct_ethernet_receives_need_a_cq_of_their_own";
+    if std::env::var_os(ZVERBS_CHILD).is_some() {
+        direct_receive_cq_refusals();
+        return;
+    }
+    let Some(ns) = netns(NAME) else { return };
+    let tree = Tree::new("zverbs-sole");
+    let child = zverbs_child(&ns, &tree, NAME, "refusals").spawn().unwrap();
+    let (ok, out, err) = finish(child, "zverbs refusals");
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("refusals checked"), "{out}");
+}
+
+/// The child of [`zverbs_direct_ethernet_receives_need_a_cq_of_their_own`].
+fn direct_receive_cq_refusals() {
+    use zverbs::{BackendRequest, ContextOptions, Error, WqShape};
+    let ctx = zverbs::open_device(Some("mlx5_1"), &ContextOptions::default()).unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let direct_cq = || {
+        ctx.cq_builder()
+            .cqe(4096)
+            .backend(BackendRequest::Direct)
+            .build()
+            .unwrap()
+    };
+    let sole = |e: Error, what: &str| {
+        assert!(
+            matches!(e, Error::SoleReceiverCq { .. }) && e.to_string().contains(what),
+            "{e}"
+        );
+    };
+    let ordinary = WqShape::Ordinary { max_sge: 1 };
+    // One raw QP, its sends and receives on one CQ: its receive queue takes the CQ.
+    let cq = direct_cq();
+    let qp = pd.create_raw_qp(1, &cq, &cq, Default::default()).unwrap();
+    let rq = qp.recv_queue().unwrap();
+    let mut poller = cq.poller().unwrap();
+    // A second receive queue on that CQ: refused, as a raw QP and as a work queue.
+    sole(
+        pd.create_raw_qp(1, &cq, &cq, Default::default())
+            .unwrap_err(),
+        "create another CQ for this queue",
+    );
+    let other = direct_cq();
+    sole(
+        pd.create_raw_qp(1, &other, &cq, Default::default())
+            .unwrap_err(),
+        "create another CQ for this queue",
+    );
+    sole(
+        pd.create_wq(&cq, 64, ordinary).unwrap_err(),
+        "create another CQ for this queue",
+    );
+    // A CQ that serves two raw QPs already: neither's receive queue may take it.
+    let shared = direct_cq();
+    let a = pd
+        .create_raw_qp(1, &shared, &shared, Default::default())
+        .unwrap();
+    let b = pd
+        .create_raw_qp(1, &shared, &shared, Default::default())
+        .unwrap();
+    sole(a.recv_queue().unwrap_err(), "create a CQ for it alone");
+    sole(b.recv_queue().unwrap_err(), "create a CQ for it alone");
+    // Nor a work queue's, on a CQ a raw QP holds entries of.
+    let wq = pd.create_wq(&other, 64, ordinary).unwrap();
+    let c = pd
+        .create_raw_qp(1, &other, &other, Default::default())
+        .unwrap();
+    sole(wq.recv_queue().unwrap_err(), "create a CQ for it alone");
+    // With the refused QP gone, the work queue's receive queue takes its CQ.
+    drop(c);
+    let _wq_rq = wq.recv_queue().unwrap();
+    // The first CQ still serves its QP, and takes another queue once the QP is gone.
+    assert!(poller.ready().is_empty());
+    drop((rq, poller, qp));
+    let again = pd.create_raw_qp(1, &cq, &cq, Default::default()).unwrap();
+    let _again_rq = again.recv_queue().unwrap();
+    drop((a, b));
+    println!("refusals checked");
+}
+
 /// One run of [`zverbs_receives_kernel_multicast_after_a_join_and_a_rule`]: the child as
-/// `role` (`raw`: a raw packet QP's own receive queue; `rss`: an RSS QP over two work queues).
+/// `role` (`raw`: a raw packet QP's own receive queue; `rss`: an RSS QP over two work queues;
+/// both on the libibverbs fallback, and as `direct-raw`, `direct-rss` on the direct backend).
 fn zverbs_receives_kernel_multicast(ns: &Netns, tree: &Tree, name: &str, role: &str) {
     let mut child = zverbs_child(ns, tree, name, role).spawn().unwrap();
     let rest = until_ready(&mut child);
@@ -1227,14 +1322,20 @@ fn zverbs_receives_kernel_multicast(ns: &Netns, tree: &Tree, name: &str, role: &
         .find(|l| l.starts_with("received "))
         .unwrap_or_else(|| panic!("no counts in {out}"));
     let c = parse_counts(line);
-    let target = match role {
-        "rss" => "an RSS QP over two work queues",
-        _ => "a raw packet QP",
+    let target = if role.ends_with("rss") {
+        "an RSS QP over two work queues"
+    } else {
+        "a raw packet QP"
+    };
+    let backend = if role.starts_with("direct") {
+        "direct backend, a CQ of its own for each receive queue"
+    } else {
+        "libibverbs fallback"
     };
     println!(
         "kernel UDP multicast to {GROUP}:31000 from {IP_P} (a std::net::UdpSocket on zvp) -> \
-         zverbs (McastMembership on zve, FlowRule::multicast, {target}, libibverbs fallback) \
-         on the emulated mlx5_1: sent {sent}, received {}, in order {}, lost {}",
+         zverbs (McastMembership on zve, FlowRule::multicast, {target}, {backend}) on the \
+         emulated mlx5_1: sent {sent}, received {}, in order {}, lost {}",
         c.received, c.in_order, c.lost
     );
     assert_all_in_order(&c, "kernel multicast into zverbs");
