@@ -216,6 +216,7 @@ impl<'a> QpBuilder<'a> {
                     port: self.raw_port,
                     min_inline: s.min_inline,
                     max_frame: s.max_frame,
+                    ip_csum: s.caps.ip_csum,
                 })
             }
             _ => None,
@@ -384,6 +385,7 @@ impl<'a> QpBuilder<'a> {
             transport: match raw {
                 Some(r) => zverbs_mlx5dv::Transport::Ethernet {
                     max_frame: r.max_frame,
+                    ip_csum: r.ip_csum,
                 },
                 None => zverbs_mlx5dv::Transport::Rc,
             },
