@@ -490,9 +490,7 @@ fn udp_frame(
 fn capture(n: u64, port: u16) -> Vec<u8> {
     let mut p = Vec::new();
     // pcap file header: magic, version 2.4, zone, sigfigs, snaplen, LINKTYPE_ETHERNET.
-    for w in [0xa1b2_c3d4u32] {
-        p.extend_from_slice(&w.to_le_bytes());
-    }
+    p.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
     p.extend_from_slice(&2u16.to_le_bytes());
     p.extend_from_slice(&4u16.to_le_bytes());
     for w in [0u32, 0, 65535, 1] {
@@ -1001,11 +999,7 @@ fn testpmd_rx(ns: &Netns, tree: &Tree, pcap: &Path, devargs: &str) -> u64 {
         .max()
         .unwrap_or(0);
     let actual = report.lines().find(|l| l.contains("Actual:")).unwrap_or("");
-    let emu_line = err
-        .lines()
-        .filter(|l| l.contains("Ethernet:"))
-        .last()
-        .unwrap_or("");
+    let emu_line = err.lines().rfind(|l| l.contains("Ethernet:")).unwrap_or("");
     println!(
         "dpdk-testpmd {} (started in {:.1} s) on the emulated mlx5_1 (zve) <- tcpreplay -i zvp \
          --topspeed fast.pcap ({total} frames): tcpreplay {}; testpmd received {rx} of \
