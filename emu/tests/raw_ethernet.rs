@@ -1109,8 +1109,10 @@ fn zverbs_multicast_receiver(rss: bool, backend: zverbs::BackendRequest) {
             .create_rss_qp(1, &[&w0, &w1], &RxHash::default())
             .unwrap();
         let flow = rss.create_flow(&rule).unwrap();
-        let queues = vec![w0.recv_queue().unwrap(), w1.recv_queue().unwrap()];
+        // The pollers first here (the raw QP's below comes after its queue): on the direct
+        // backend a queue taken while its CQ's poller is out reaches it by a new table.
         let pollers = vec![cq.poller().unwrap(), cq2.poller().unwrap()];
+        let queues = vec![w0.recv_queue().unwrap(), w1.recv_queue().unwrap()];
         let keep: Box<dyn std::any::Any> = Box::new((rss, flow, w0, w1, cq2));
         (queues, pollers, keep)
     } else {
