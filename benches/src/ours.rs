@@ -35,7 +35,10 @@ pub const CAPS: SqCaps = SqCaps {
 /// The capabilities of the raw Ethernet fixtures' queues: [`CAPS`] on a raw packet QP, frames
 /// up to 1514 bytes.
 pub const ETH_CAPS: SqCaps = SqCaps {
-    transport: zverbs_core::Transport::Ethernet { max_frame: 1514 },
+    transport: zverbs_core::Transport::Ethernet {
+        max_frame: 1514,
+        ip_csum: true,
+    },
     ..CAPS
 };
 

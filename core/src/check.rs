@@ -24,7 +24,8 @@
 //! connected operation on a datagram queue) and a datagram's length against the path MTU
 //! ([`PostError::DatagramTooLong`]), then an atomic's operands ([`PostError::AtomicSize`], then [`PostError::AtomicAlignment`]), the number of
 //! entries ([`PostError::TooManySges`]), checksum offload on a queue that is not a raw
-//! Ethernet one ([`PostError::ChecksumNotAvailable`]), then for an inline request
+//! Ethernet one, or on one whose device does not offer it
+//! ([`PostError::ChecksumNotAvailable`]), then for an inline request
 //! [`PostError::InlineNotAllowed`] and [`PostError::InlineTooLarge`], otherwise
 //! [`PostError::MessageTooLong`].
 //!
@@ -85,6 +86,11 @@ pub enum Transport {
         /// The largest frame in bytes (the port's MTU plus the Ethernet header, and a VLAN
         /// tag if one is sent).
         max_frame: u32,
+        /// Whether the device computes a frame's IPv4 and TCP/UDP checksums
+        /// (`IBV_DEVICE_RAW_IP_CSUM`, which libmlx5 asks of a raw packet QP before it takes
+        /// `IBV_SEND_IP_CSUM`): without it [`SendFlags::IP_CSUM`] is
+        /// [`PostError::ChecksumNotAvailable`].
+        ip_csum: bool,
     },
 }
 
@@ -279,8 +285,11 @@ impl<'w> SendWr<'w> {
         // A raw Ethernet queue's own checks first (SEND or NOP, a frame's length); on the other
         // queues, checksum offload refused: one flag test.
         let ethernet = KIND == kind::ETH || (KIND == kind::ANY && caps.is_ethernet());
+        // Whether checksum offload is refused on this Ethernet queue (its device has none):
+        // then it is tested with the inline flag below, as on the other queues.
+        let mut no_csum = false;
         if M::CHECKS && ethernet {
-            frame::<M>(self, caps)?;
+            no_csum = !frame::<M>(self, caps)?;
         }
         // Whether the queue is known at compile time, and then whether it is a datagram queue
         // (an Ethernet queue refused every operation but SEND and NOP above, so it takes the
@@ -339,17 +348,18 @@ impl<'w> SendWr<'w> {
         if KIND == kind::ANY && !ethernet && self.flags.contains(SendFlags::IP_CSUM) {
             M::refuse(PostError::ChecksumNotAvailable)?;
         }
-        let unusual = if known_other {
-            SendFlags::INLINE.union(SendFlags::IP_CSUM)
-        } else {
-            SendFlags::INLINE
-        };
+        // On an Ethernet queue the flag joins the test when the device has no checksum
+        // offload (a flag set from the queue's transport: no branch of its own).
+        let refuse_csum = known_other || no_csum;
+        let unusual = SendFlags::INLINE.union(SendFlags::from_bits_retain(
+            SendFlags::IP_CSUM.bits() * u32::from(refuse_csum),
+        ));
         let mut inline_len = 0;
         let mut data_sges = 0;
         if self.flags.intersects(unusual) {
             // One branch for both refusals: checksum offload (on a queue known not to be an
             // Ethernet one), an operation that carries nothing inline.
-            let csum = known_other && self.flags.contains(SendFlags::IP_CSUM);
+            let csum = refuse_csum && self.flags.contains(SendFlags::IP_CSUM);
             if csum || !self.op.can_inline() {
                 M::refuse(if csum {
                     PostError::ChecksumNotAvailable
@@ -401,17 +411,22 @@ impl<'w> SendWr<'w> {
 
 /// The checks of a raw Ethernet queue's own, before the others: the operation is a SEND (a
 /// frame, at least [`MIN_FRAME`] bytes and at most the queue's largest frame, its entries
-/// summed) or a NOP; anything else is [`PostError::WrongTransport`].
+/// summed) or a NOP; anything else is [`PostError::WrongTransport`]. Returns whether the
+/// queue's device offers checksum offload.
 #[inline(always)]
-fn frame<M: Mode>(wr: &SendWr<'_>, caps: &SqCaps) -> Result<(), M::Error> {
+fn frame<M: Mode>(wr: &SendWr<'_>, caps: &SqCaps) -> Result<bool, M::Error> {
+    let Transport::Ethernet {
+        max_frame: max,
+        ip_csum,
+    } = caps.transport
+    else {
+        // (Called for Ethernet queues only.)
+        return M::refuse(PostError::WrongTransport).map(|()| true);
+    };
     let sgl = match wr.op {
         SendOp::Send { sgl } => sgl,
-        SendOp::Nop => return Ok(()),
-        _ => return M::refuse(PostError::WrongTransport),
-    };
-    let Transport::Ethernet { max_frame: max } = caps.transport else {
-        // (Called for Ethernet queues only.)
-        return M::refuse(PostError::WrongTransport);
+        SendOp::Nop => return Ok(ip_csum),
+        _ => return M::refuse(PostError::WrongTransport).map(|()| ip_csum),
     };
     let len = match sgl {
         [s] => u64::from(s.length),
@@ -421,15 +436,17 @@ fn frame<M: Mode>(wr: &SendWr<'_>, caps: &SqCaps) -> Result<(), M::Error> {
         return M::refuse(PostError::FrameTooShort {
             len: len as u32,
             min: MIN_FRAME,
-        });
+        })
+        .map(|()| ip_csum);
     }
     if len > u64::from(max) {
         return M::refuse(PostError::FrameTooLong {
             len: len.min(u64::from(u32::MAX)) as u32,
             max,
-        });
+        })
+        .map(|()| ip_csum);
     }
-    Ok(())
+    Ok(ip_csum)
 }
 
 /// The checks of a datagram's own: the queue is a UD queue, and the datagram fits its path MTU.
@@ -1043,7 +1060,10 @@ mod tests {
         max_inline_data: 64,
         sig_all: false,
         max_signaled: 16,
-        transport: Transport::Ethernet { max_frame: 1514 },
+        transport: Transport::Ethernet {
+            max_frame: 1514,
+            ip_csum: true,
+        },
     };
 
     /// Both checks of an Ethernet queue (at run time and known at compile time) give the same
@@ -1104,7 +1124,10 @@ mod tests {
             64
         );
         let tiny = SqCaps {
-            transport: Transport::Ethernet { max_frame: 60 },
+            transport: Transport::Ethernet {
+                max_frame: 60,
+                ip_csum: true,
+            },
             ..ETH
         };
         assert_eq!(
@@ -1194,6 +1217,52 @@ mod tests {
                 .with_flags(SendFlags::IP_CSUM)
                 .check_as::<false>(&CAPS),
             Err(PostError::ChecksumNotAvailable)
+        );
+    }
+
+    /// An Ethernet queue whose device computes no checksums refuses the flag (single and
+    /// gathered frames, inline or not, a NOP), at run time and known at compile time, and
+    /// takes the same requests without it.
+    #[test]
+    fn checksum_offload_only_where_the_device_has_it() {
+        let sgl = [Sge::new(0x10, 64, 1)];
+        let two = [Sge::new(0x10, 30, 1), Sge::new(0x40, 34, 1)];
+        let no_csum = SqCaps {
+            transport: Transport::Ethernet {
+                max_frame: 1514,
+                ip_csum: false,
+            },
+            ..ETH
+        };
+        for list in [&sgl[..], &two[..]] {
+            for inline in [false, true] {
+                let mut wr = SendWr::send(1, list);
+                if inline {
+                    wr = wr.inline();
+                }
+                let plain = eth_check(&wr, &no_csum).unwrap();
+                assert!(!plain.flags().contains(SendFlags::IP_CSUM));
+                let wr = wr.with_flags(SendFlags::IP_CSUM | SendFlags::SIGNALED);
+                assert_eq!(
+                    eth_check(&wr, &no_csum),
+                    Err(PostError::ChecksumNotAvailable),
+                    "{wr:?}"
+                );
+                assert!(eth_check(&wr, &ETH).is_ok(), "{wr:?}");
+            }
+        }
+        assert_eq!(
+            eth_check(&SendWr::nop(1).with_flags(SendFlags::IP_CSUM), &no_csum),
+            Err(PostError::ChecksumNotAvailable)
+        );
+        // A frame's own faults come first.
+        let short = [Sge::new(0x10, 13, 1)];
+        assert_eq!(
+            eth_check(
+                &SendWr::send(1, &short).with_flags(SendFlags::IP_CSUM),
+                &no_csum
+            ),
+            Err(PostError::FrameTooShort { len: 13, min: 14 })
         );
     }
 

@@ -97,8 +97,14 @@ pub enum PostError {
         headers: u32,
     },
     /// [`SendFlags::IP_CSUM`](crate::SendFlags::IP_CSUM) on a queue that is not a raw
-    /// Ethernet queue: only a raw packet QP has the device compute a frame's checksums.
-    #[error("checksum offload is only available on a raw Ethernet queue")]
+    /// Ethernet queue (only a raw packet QP has the device compute a frame's checksums), or on
+    /// a raw Ethernet queue whose device does not compute them (it reports no
+    /// `IBV_DEVICE_RAW_IP_CSUM`): fill in the checksums before the post, or leave them 0 (a
+    /// UDP checksum of 0 over IPv4 means none). Nothing was written.
+    #[error(
+        "checksum offload is not available: only a raw Ethernet queue whose device computes \
+         IPv4/UDP/TCP checksums (IBV_DEVICE_RAW_IP_CSUM) takes IP_CSUM"
+    )]
     ChecksumNotAvailable,
     /// The backend does not implement this operation (for example NOP through libibverbs).
     #[error("operation not supported by this backend")]

@@ -38,6 +38,7 @@ const CONFIGS: &[Config] = &[
         max_inline_data: 28,
         transport: Transport::Ethernet {
             max_frame: MAX_FRAME,
+            ip_csum: true,
         },
         bf_size: 64,
         sig_all: false,
@@ -50,6 +51,7 @@ const CONFIGS: &[Config] = &[
         max_inline_data: 92,
         transport: Transport::Ethernet {
             max_frame: MAX_FRAME,
+            ip_csum: true,
         },
         bf_size: 256,
         sig_all: false,
@@ -62,6 +64,7 @@ const CONFIGS: &[Config] = &[
         max_inline_data: 204,
         transport: Transport::Ethernet {
             max_frame: MAX_FRAME,
+            ip_csum: true,
         },
         bf_size: 0,
         sig_all: true,
@@ -74,6 +77,7 @@ const CONFIGS: &[Config] = &[
         max_inline_data: 460,
         transport: Transport::Ethernet {
             max_frame: MAX_FRAME,
+            ip_csum: true,
         },
         bf_size: 512,
         sig_all: false,

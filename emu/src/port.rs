@@ -24,6 +24,7 @@ use zverbs_sim::{Device, EthPort};
 /// `SOL_PACKET` socket options and ring constants (`<linux/if_packet.h>`).
 const SOL_PACKET: libc::c_int = 263;
 const PACKET_RX_RING: libc::c_int = 5;
+const PACKET_STATISTICS: libc::c_int = 6;
 const PACKET_VERSION: libc::c_int = 10;
 const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
 const TPACKET_V2: libc::c_int = 1;
@@ -76,14 +77,53 @@ pub struct PortCounters {
     pub received: AtomicU64,
     /// Frames longer than a ring slot, dropped.
     pub too_long: AtomicU64,
+    /// Frames the kernel dropped because the ring was full (the port's thread behind): the
+    /// socket's `PACKET_STATISTICS` `tp_drops`, as a ConnectX counts frames its port buffer
+    /// had no room for (`rx_discards_phy`). Brought up to date by [`counters`].
+    pub ring_dropped: AtomicU64,
 }
 
-/// The counters of this process's port, once it is open.
-static COUNTERS: std::sync::OnceLock<&'static PortCounters> = std::sync::OnceLock::new();
+/// `struct tpacket_stats` (what `PACKET_STATISTICS` answers for a `TPACKET_V2` socket).
+#[repr(C)]
+#[derive(Default)]
+struct TpacketStats {
+    /// Frames seen, dropped ones included (unread: the ring's own count is `received`).
+    #[allow(dead_code)]
+    tp_packets: u32,
+    tp_drops: u32,
+}
 
-/// The counters of this process's port, if one was opened.
+/// The counters of this process's port, once it is open, and its socket.
+static COUNTERS: std::sync::OnceLock<(&'static PortCounters, libc::c_int)> =
+    std::sync::OnceLock::new();
+
+/// The counters of this process's port, if one was opened, with the ring's drops brought up
+/// to date.
 pub fn counters() -> Option<&'static PortCounters> {
-    COUNTERS.get().copied()
+    let &(c, fd) = COUNTERS.get()?;
+    collect_ring_drops(fd, c);
+    Some(c)
+}
+
+/// Adds the drops the kernel counted since the last call (reading `PACKET_STATISTICS`
+/// resets them, so concurrent callers each add a disjoint share) to `c.ring_dropped`.
+fn collect_ring_drops(fd: libc::c_int, c: &PortCounters) {
+    let mut st = TpacketStats::default();
+    let mut len = core::mem::size_of::<TpacketStats>() as libc::socklen_t;
+    // SAFETY: `st` has room for the `len` bytes the kernel may write, `len` is its size.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            SOL_PACKET,
+            PACKET_STATISTICS,
+            (&raw mut st).cast(),
+            &raw mut len,
+        )
+    };
+    if r == 0 {
+        c.ring_dropped
+            .fetch_add(u64::from(st.tp_drops), Ordering::Relaxed);
+    }
 }
 
 /// The bound socket, which the device sends through.
@@ -203,7 +243,7 @@ pub fn open(dev: &'static Device, ifname: &str) -> io::Result<PacketPort> {
         return Err(fail(&format!("bind to {ifname}")));
     }
     let counters: &'static PortCounters = Box::leak(Box::default());
-    let _ = COUNTERS.set(counters);
+    let _ = COUNTERS.set((counters, fd));
     let base = ring as usize;
     std::thread::Builder::new()
         .name(format!("zverbs-emu-port-{ifname}"))
@@ -234,6 +274,7 @@ fn receive_loop(dev: &'static Device, fd: libc::c_int, base: usize, c: &'static 
             };
             // SAFETY: one valid pollfd.
             unsafe { libc::poll(&mut pfd, 1, 100) };
+            collect_ring_drops(fd, c);
             continue;
         }
         // SAFETY: the slot's header, handed to user space by TP_STATUS_USER (the Acquire

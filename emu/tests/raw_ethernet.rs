@@ -20,7 +20,9 @@
 //! - zverbs itself, through rdma-core (the test binary run again inside the namespace under
 //!   the emulator): kernel multicast received after a `McastMembership` join on the device's
 //!   netdev and a `FlowRule::multicast` on a raw packet QP, and on an RSS QP over two work
-//!   queues, every datagram in order; frames a zverbs raw packet QP sends, received by a
+//!   queues, every datagram in order, on the libibverbs fallback and on the direct backend
+//!   (each receive queue on a CQ of its own, which the direct backend asks: a second receive
+//!   queue on such a CQ is refused); frames a zverbs raw packet QP sends, received by a
 //!   kernel UDP socket on the peer, every one in order; and the `market_data` example of
 //!   `zverbs-tools`, unmodified, on the direct backend (a striding work queue through
 //!   `mlx5dv_create_wq`, packets in place, device timestamps) fed by a kernel socket; and
@@ -278,6 +280,8 @@ struct Counts {
     out_of_order: u64,
     duplicates: u64,
     lost: u64,
+    /// Datagrams below the sequence number expected next: late (reordered) or repeated.
+    behind: u64,
 }
 
 /// Microseconds from the first datagram `rawqp recv` took to the last.
@@ -305,6 +309,7 @@ fn parse_counts(line: &str) -> Counts {
         out_of_order: get("out_of_order"),
         duplicates: get("duplicates"),
         lost: get("lost"),
+        behind: get("behind"),
     }
 }
 
@@ -352,8 +357,9 @@ fn receiver_counts(child: Child) -> Counts {
     receiver_report(child).0
 }
 
-/// Ends the receiver started by [`start_receiver`]: its counts and its span.
-fn receiver_report(child: Child) -> (Counts, u64) {
+/// Ends the receiver started by [`start_receiver`]: its counts, its span and what the
+/// emulator said on its stderr (`ZVERBS_EMU_ETH_STATS`).
+fn receiver_report(child: Child) -> (Counts, u64, String) {
     let (ok, _, err) = finish(child, "rawqp recv");
     let out = RECEIVER_OUT
         .with(|r| r.borrow_mut().take())
@@ -363,7 +369,23 @@ fn receiver_report(child: Child) -> (Counts, u64) {
     assert!(ok, "rawqp recv failed: {out}{err}");
     print!("{err}");
     let line = out.lines().last().unwrap_or("");
-    (parse_counts(line), span_us(line))
+    (parse_counts(line), span_us(line), err)
+}
+
+/// A count the emulator's Ethernet report (`ZVERBS_EMU_ETH_STATS=1`, on stderr) gives after
+/// `key` (the first such word after `part`: "device" or "port").
+fn eth_stat(err: &str, part: &str, key: &str) -> u64 {
+    let line = err
+        .lines()
+        .find(|l| l.contains("] Ethernet: device"))
+        .unwrap_or_else(|| panic!("no Ethernet report in {err:?}"));
+    let w: Vec<&str> = line.split_whitespace().collect();
+    let from = w.iter().position(|x| *x == part).unwrap();
+    let i = w[from..]
+        .iter()
+        .position(|x| *x == key)
+        .unwrap_or_else(|| panic!("no {part} {key} in {line:?}"));
+    w[from + i + 1].trim_end_matches(';').parse().unwrap()
 }
 
 fn assert_all_in_order(c: &Counts, what: &str) {
@@ -468,9 +490,7 @@ fn udp_frame(
 fn capture(n: u64, port: u16) -> Vec<u8> {
     let mut p = Vec::new();
     // pcap file header: magic, version 2.4, zone, sigfigs, snaplen, LINKTYPE_ETHERNET.
-    for w in [0xa1b2_c3d4u32] {
-        p.extend_from_slice(&w.to_le_bytes());
-    }
+    p.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
     p.extend_from_slice(&2u16.to_le_bytes());
     p.extend_from_slice(&4u16.to_le_bytes());
     for w in [0u32, 0, 65535, 1] {
@@ -798,8 +818,17 @@ fn a_raw_qp_needs_cap_net_raw() {
 }
 
 /// The same capture as DPDK's test below ([`FAST`] frames) replayed at tcpreplay's top speed
-/// into a raw QP (`rawqp recv`, 8192 receives posted): every frame, in order; the receive
-/// rate is printed beside testpmd's.
+/// into a raw QP (`rawqp recv`, 8192 receives posted, each posted again once read); the
+/// receive rate is printed beside testpmd's.
+///
+/// Ethernet has no flow control, so top speed promises no delivery: when the receiver falls
+/// behind (a busy machine preempts it), the device finds no receive WQE and drops the frame,
+/// counting it (`no_wqe`, a ConnectX's `rx_out_of_buffer`), and when the port's thread falls
+/// behind, the kernel drops the frame at the port's ring (`ring_dropped`, as a ConnectX's
+/// `rx_discards_phy`). What it does promise is checked: every frame tcpreplay sent is either
+/// received, once and in order, or counted by one of those two counters, and nothing else
+/// happens to it (no rule missed, nothing too long). The paced replay
+/// ([`tcpreplayed_capture_reaches_a_raw_qp`]) is where no frame may be lost.
 #[test]
 fn topspeed_capture_into_a_raw_qp() {
     require("/usr/bin/tcpreplay", "tcpreplay");
@@ -817,27 +846,47 @@ fn topspeed_capture_into_a_raw_qp() {
         .unwrap();
     let report = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "tcpreplay: {report}");
-    let (c, span) = receiver_report(rx);
+    let (c, span, err) = receiver_report(rx);
     let actual = report.lines().find(|l| l.contains("Actual:")).unwrap_or("");
+    // "Actual: N packets (B bytes) sent in S seconds": the frames that left.
+    let sent: u64 = actual
+        .split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no packet count in tcpreplay's report: {report}"));
+    let no_wqe = eth_stat(&err, "device", "no_wqe");
+    let ring_dropped = eth_stat(&err, "port", "ring_dropped");
     println!(
         "tcpreplay -q -i zvp --topspeed fast.pcap ({FAST} frames) -> rawqp recv on the emulated \
-         mlx5_1 (zve): tcpreplay {}; received {}, in order {}, lost {}, {:.0} frames/s from \
-         the first to the last",
+         mlx5_1 (zve): tcpreplay {}; received {}, in order {}, lost {} (dropped by the device \
+         for want of a receive WQE {no_wqe}, by the port's ring {ring_dropped}), {:.0} \
+         frames/s from the first to the last",
         actual.trim(),
         c.received,
         c.in_order,
         c.lost,
         c.received as f64 * 1e6 / span.max(1) as f64
     );
+    assert_eq!(sent, FAST, "tcpreplay sent the whole capture: {report}");
     assert_eq!(
-        c,
-        Counts {
-            received: FAST,
-            distinct: FAST,
-            in_order: FAST,
-            ..Counts::default()
-        }
+        (c.received, c.duplicates, c.behind),
+        (c.distinct, 0, 0),
+        "every frame received once, in order: {c:?}"
     );
+    assert_eq!(
+        c.received + no_wqe + ring_dropped,
+        sent,
+        "every frame sent either received or counted as dropped: {c:?}, no_wqe {no_wqe}, \
+         ring_dropped {ring_dropped}; {err}"
+    );
+    for (part, key) in [
+        ("device", "no_rule"),
+        ("device", "too_long"),
+        ("device", "bad"),
+        ("port", "too_long"),
+    ] {
+        assert_eq!(eth_stat(&err, part, key), 0, "{part} {key}: {err}");
+    }
 }
 
 /// DPDK's `dpdk-testpmd` with the mlx5 driver in its Verbs mode (`dv_flow_en=0`; the
@@ -950,11 +999,7 @@ fn testpmd_rx(ns: &Netns, tree: &Tree, pcap: &Path, devargs: &str) -> u64 {
         .max()
         .unwrap_or(0);
     let actual = report.lines().find(|l| l.contains("Actual:")).unwrap_or("");
-    let emu_line = err
-        .lines()
-        .filter(|l| l.contains("Ethernet:"))
-        .last()
-        .unwrap_or("");
+    let emu_line = err.lines().rfind(|l| l.contains("Ethernet:")).unwrap_or("");
     println!(
         "dpdk-testpmd {} (started in {:.1} s) on the emulated mlx5_1 (zve) <- tcpreplay -i zvp \
          --topspeed fast.pcap ({total} frames): tcpreplay {}; testpmd received {rx} of \
@@ -1019,9 +1064,12 @@ fn until_ready(child: &mut Child) -> std::thread::JoinHandle<String> {
 /// The zverbs receiver (the child): joins [`GROUP`] on the device's netdev with a kernel
 /// socket (the kernel then lists the group under `zve`), steers the group's UDP port 31000 to
 /// a raw packet QP with a flow rule, says `ready`, and counts [`COUNT`] datagrams by the
-/// sequence number at the start of their payload, re-posting each receive.
-fn zverbs_multicast_receiver(rss: bool) {
-    use zverbs::{AccessFlags, BackendRequest, ContextOptions, FlowRule, RxHash, WqShape};
+/// sequence number at the start of their payload, re-posting each receive. With `rss` through
+/// an RSS QP over two ordinary work queues; with `backend` the direct one, each receive queue
+/// on a CQ of its own (its completions name it only by libmlx5's user index: the direct
+/// poller takes every receive completion of the CQ as that queue's).
+fn zverbs_multicast_receiver(rss: bool, backend: zverbs::BackendRequest) {
+    use zverbs::{AccessFlags, ContextOptions, FlowRule, RxHash, WqShape};
     let ctx = zverbs::open_device(Some("mlx5_1"), &ContextOptions::default()).unwrap();
     assert_eq!(ctx.netdevs(), ["zve"], "the Ethernet function's netdev");
     let join = ctx.join_multicast(GROUP, None).unwrap();
@@ -1036,29 +1084,16 @@ fn zverbs_multicast_receiver(rss: bool) {
         "the kernel lists {GROUP} under zve: {igmp}"
     );
     let pd = ctx.alloc_pd().unwrap();
-    // On the direct backend an ordinary Ethernet receive queue is refused: its completions
-    // name it only by the user index libmlx5 chose (the flow tag is where the QP number would
-    // be), which no verb reports.
-    {
-        let dcq = ctx
-            .cq_builder()
-            .backend(BackendRequest::Direct)
-            .build()
-            .unwrap();
-        let dqp = pd.create_raw_qp(1, &dcq, &dcq, Default::default()).unwrap();
-        let e = dqp.recv_queue().unwrap_err();
-        assert!(
-            matches!(e, zverbs::Error::Backend { .. }) && e.to_string().contains("user index"),
-            "{e}"
-        );
-    }
     let ring = 1024usize;
     let new_cq = || {
-        ctx.cq_builder()
+        let cq = ctx
+            .cq_builder()
             .cqe(2 * ring as u32)
-            .backend(BackendRequest::Verbs)
+            .backend(backend)
             .build()
-            .unwrap()
+            .unwrap();
+        assert_eq!(cq.backend().kind, backend_kind(backend));
+        cq
     };
     let cq = new_cq();
     // Either a raw packet QP's own receive queue, or the standard set-up: an RSS QP over two
@@ -1074,8 +1109,10 @@ fn zverbs_multicast_receiver(rss: bool) {
             .create_rss_qp(1, &[&w0, &w1], &RxHash::default())
             .unwrap();
         let flow = rss.create_flow(&rule).unwrap();
-        let queues = vec![w0.recv_queue().unwrap(), w1.recv_queue().unwrap()];
+        // The pollers first here (the raw QP's below comes after its queue): on the direct
+        // backend a queue taken while its CQ's poller is out reaches it by a new table.
         let pollers = vec![cq.poller().unwrap(), cq2.poller().unwrap()];
+        let queues = vec![w0.recv_queue().unwrap(), w1.recv_queue().unwrap()];
         let keep: Box<dyn std::any::Any> = Box::new((rss, flow, w0, w1, cq2));
         (queues, pollers, keep)
     } else {
@@ -1083,7 +1120,7 @@ fn zverbs_multicast_receiver(rss: bool) {
             .qp_builder(&cq, &cq)
             .max_recv_wr(ring as u32)
             .max_send_wr(1)
-            .backend(BackendRequest::Verbs)
+            .backend(backend)
             .raw_packet(1)
             .build()
             .unwrap();
@@ -1105,6 +1142,7 @@ fn zverbs_multicast_receiver(rss: bool) {
     }
     println!("ready");
     let (mut received, mut in_order, mut next, mut dup) = (0u64, 0u64, 0u64, 0u64);
+    let mut behind = 0u64;
     let mut seen = vec![false; COUNT as usize];
     let mut per_queue = vec![0u64; rq.len()];
     let deadline = Instant::now() + RUN_LIMIT;
@@ -1122,6 +1160,7 @@ fn zverbs_multicast_receiver(rss: bool) {
                 let seq = u64::from_be_bytes(seq);
                 received += 1;
                 in_order += u64::from(seq == next);
+                behind += u64::from(seq < next);
                 next = seq + 1;
                 match seen.get_mut(seq as usize) {
                     Some(s) if *s => dup += 1,
@@ -1138,7 +1177,7 @@ fn zverbs_multicast_receiver(rss: bool) {
     println!("per queue {per_queue:?}");
     println!(
         "received {received} distinct {distinct} in_order {in_order} out_of_order {} \
-         duplicates {dup} lost {}",
+         duplicates {dup} lost {} behind {behind}",
         received - in_order,
         COUNT - distinct
     );
@@ -1146,24 +1185,127 @@ fn zverbs_multicast_receiver(rss: bool) {
 }
 
 /// UDP multicast sent by the kernel's socket stack on the peer reaches zverbs on the emulated
-/// port (rdma-core, the libibverbs fallback) after a `McastMembership` join on the device's
-/// netdev and a multicast flow rule on a raw packet QP: every datagram, in order, none lost.
+/// port (rdma-core) after a `McastMembership` join on the device's netdev and a multicast
+/// flow rule, into a raw packet QP and into an RSS QP over two work queues, on the libibverbs
+/// fallback and on the direct backend: every datagram, in order, none lost.
 #[test]
 fn zverbs_receives_kernel_multicast_after_a_join_and_a_rule() {
     const NAME: &str = "zverbs_receives_kernel_multicast_after_a_join_and_a_rule";
     if let Some(role) = std::env::var_os(ZVERBS_CHILD) {
-        zverbs_multicast_receiver(role == "rss");
+        let role = role.to_string_lossy();
+        let backend = if role.starts_with("direct") {
+            zverbs::BackendRequest::Direct
+        } else {
+            zverbs::BackendRequest::Verbs
+        };
+        zverbs_multicast_receiver(role.ends_with("rss"), backend);
         return;
     }
     let Some(ns) = netns(NAME) else { return };
     let tree = Tree::new("zverbs-mcast");
-    for role in ["raw", "rss"] {
+    for role in ["raw", "rss", "direct-raw", "direct-rss"] {
         zverbs_receives_kernel_multicast(&ns, &tree, NAME, role);
     }
 }
 
+fn backend_kind(b: zverbs::BackendRequest) -> zverbs::BackendKind {
+    match b {
+        zverbs::BackendRequest::Direct => zverbs::BackendKind::Direct,
+        _ => zverbs::BackendKind::Verbs,
+    }
+}
+
+/// On the direct backend an ordinary Ethernet receive queue's completions name it only by
+/// the user index libmlx5 chose, so its CQ serves it alone: a second receive queue on that
+/// CQ (a raw packet QP's, a work queue's) is refused with `Error::SoleReceiverCq`, and so is
+/// taking the receive queue of a raw QP whose CQ already serves another queue; the refused
+/// CQ still serves what it served, and once the queue is gone its CQ takes others again.
+#[test]
+fn zverbs_direct_ethernet_receives_need_a_cq_of_their_own() {
+    const NAME: &str = "zverbs_direct_ethernet_receives_need_a_cq_of_their_own";
+    if std::env::var_os(ZVERBS_CHILD).is_some() {
+        direct_receive_cq_refusals();
+        return;
+    }
+    let Some(ns) = netns(NAME) else { return };
+    let tree = Tree::new("zverbs-sole");
+    let child = zverbs_child(&ns, &tree, NAME, "refusals").spawn().unwrap();
+    let (ok, out, err) = finish(child, "zverbs refusals");
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("refusals checked"), "{out}");
+}
+
+/// The child of [`zverbs_direct_ethernet_receives_need_a_cq_of_their_own`].
+fn direct_receive_cq_refusals() {
+    use zverbs::{BackendRequest, ContextOptions, Error, WqShape};
+    let ctx = zverbs::open_device(Some("mlx5_1"), &ContextOptions::default()).unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let direct_cq = || {
+        ctx.cq_builder()
+            .cqe(4096)
+            .backend(BackendRequest::Direct)
+            .build()
+            .unwrap()
+    };
+    let sole = |e: Error, what: &str| {
+        assert!(
+            matches!(e, Error::SoleReceiverCq { .. }) && e.to_string().contains(what),
+            "{e}"
+        );
+    };
+    let ordinary = WqShape::Ordinary { max_sge: 1 };
+    // One raw QP, its sends and receives on one CQ: its receive queue takes the CQ.
+    let cq = direct_cq();
+    let qp = pd.create_raw_qp(1, &cq, &cq, Default::default()).unwrap();
+    let rq = qp.recv_queue().unwrap();
+    let mut poller = cq.poller().unwrap();
+    // A second receive queue on that CQ: refused, as a raw QP and as a work queue.
+    sole(
+        pd.create_raw_qp(1, &cq, &cq, Default::default())
+            .unwrap_err(),
+        "create another CQ for this queue",
+    );
+    let other = direct_cq();
+    sole(
+        pd.create_raw_qp(1, &other, &cq, Default::default())
+            .unwrap_err(),
+        "create another CQ for this queue",
+    );
+    sole(
+        pd.create_wq(&cq, 64, ordinary).unwrap_err(),
+        "create another CQ for this queue",
+    );
+    // A CQ that serves two raw QPs already: neither's receive queue may take it.
+    let shared = direct_cq();
+    let a = pd
+        .create_raw_qp(1, &shared, &shared, Default::default())
+        .unwrap();
+    let b = pd
+        .create_raw_qp(1, &shared, &shared, Default::default())
+        .unwrap();
+    sole(a.recv_queue().unwrap_err(), "create a CQ for it alone");
+    sole(b.recv_queue().unwrap_err(), "create a CQ for it alone");
+    // Nor a work queue's, on a CQ a raw QP holds entries of.
+    let wq = pd.create_wq(&other, 64, ordinary).unwrap();
+    let c = pd
+        .create_raw_qp(1, &other, &other, Default::default())
+        .unwrap();
+    sole(wq.recv_queue().unwrap_err(), "create a CQ for it alone");
+    // With the refused QP gone, the work queue's receive queue takes its CQ.
+    drop(c);
+    let _wq_rq = wq.recv_queue().unwrap();
+    // The first CQ still serves its QP, and takes another queue once the QP is gone.
+    assert!(poller.ready().is_empty());
+    drop((rq, poller, qp));
+    let again = pd.create_raw_qp(1, &cq, &cq, Default::default()).unwrap();
+    let _again_rq = again.recv_queue().unwrap();
+    drop((a, b));
+    println!("refusals checked");
+}
+
 /// One run of [`zverbs_receives_kernel_multicast_after_a_join_and_a_rule`]: the child as
-/// `role` (`raw`: a raw packet QP's own receive queue; `rss`: an RSS QP over two work queues).
+/// `role` (`raw`: a raw packet QP's own receive queue; `rss`: an RSS QP over two work queues;
+/// both on the libibverbs fallback, and as `direct-raw`, `direct-rss` on the direct backend).
 fn zverbs_receives_kernel_multicast(ns: &Netns, tree: &Tree, name: &str, role: &str) {
     let mut child = zverbs_child(ns, tree, name, role).spawn().unwrap();
     let rest = until_ready(&mut child);
@@ -1176,14 +1318,20 @@ fn zverbs_receives_kernel_multicast(ns: &Netns, tree: &Tree, name: &str, role: &
         .find(|l| l.starts_with("received "))
         .unwrap_or_else(|| panic!("no counts in {out}"));
     let c = parse_counts(line);
-    let target = match role {
-        "rss" => "an RSS QP over two work queues",
-        _ => "a raw packet QP",
+    let target = if role.ends_with("rss") {
+        "an RSS QP over two work queues"
+    } else {
+        "a raw packet QP"
+    };
+    let backend = if role.starts_with("direct") {
+        "direct backend, a CQ of its own for each receive queue"
+    } else {
+        "libibverbs fallback"
     };
     println!(
         "kernel UDP multicast to {GROUP}:31000 from {IP_P} (a std::net::UdpSocket on zvp) -> \
-         zverbs (McastMembership on zve, FlowRule::multicast, {target}, libibverbs fallback) \
-         on the emulated mlx5_1: sent {sent}, received {}, in order {}, lost {}",
+         zverbs (McastMembership on zve, FlowRule::multicast, {target}, {backend}) on the \
+         emulated mlx5_1: sent {sent}, received {}, in order {}, lost {}",
         c.received, c.in_order, c.lost
     );
     assert_all_in_order(&c, "kernel multicast into zverbs");

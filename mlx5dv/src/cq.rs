@@ -438,6 +438,10 @@ impl<B: Bindings> CompletionQueue<B> {
             let uidx = cqe.with(|b| Cqe64::new_unchecked(b).srqn());
             if let Some(h) = self.binding(uidx) {
                 (qpn, hit) = (uidx, Some(h));
+            } else {
+                // The CQ's one receive queue, when it has one (`CqBinding::SOLE_RECEIVER`);
+                // the completion keeps the CQE's QP number field (the flow tag).
+                hit = self.binding(crate::state::SOLE_RECEIVER);
             }
         }
         let (sq, rq, srq) = match hit {
@@ -1399,7 +1403,8 @@ mod scatter_tests;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::{QPN, Rig, caps, err_cqe, req_cqe, resp_cqe};
+    use crate::testutil::{QPN, Rig, RigBindings, caps, err_cqe, req_cqe, resp_cqe};
+    extern crate std;
     use zverbs_core::{PostRecv, PostSend, RecvWr, RemoteBuf, SendWr, Sge};
 
     fn wcs() -> [Completion; 8] {
@@ -1879,6 +1884,47 @@ mod tests {
             assert_eq!(rig.cq.poll(&mut wc), 1);
             assert_eq!(wc[0].flags, WcFlags::NONE);
         }
+    }
+
+    /// Ethernet receive CQEs carry a flow tag where the QP number would be, and a user index
+    /// no binding holds (libmlx5's, which no verb reports): the receive queue bound under
+    /// `CqBinding::SOLE_RECEIVER` takes them, in order, errors included, while the QP's
+    /// send completions are still found by its number.
+    #[test]
+    fn the_sole_receiver_takes_receives_that_name_no_binding() {
+        let mut rig = Rig::new(8, 256, caps(1, 0));
+        let (sq, rq) = (rig.bindings[0].sq.clone(), rig.bindings[0].rq.clone());
+        let mut table: RigBindings = std::boxed::Box::new([
+            CqBinding::new(QPN, sq, rq.clone()),
+            CqBinding::new(CqBinding::<(), ()>::SOLE_RECEIVER, None, rq),
+        ]);
+        // SAFETY: the same states, of the rig's QP, on the rig's CQ.
+        unsafe { rig.cq.swap_bindings(&mut table) };
+        post_receives(&mut rig, 3);
+        send(&mut rig, &SendWr::nop(5).signaled());
+        let mut with_uidx = resp_cqe(0x77, 2, 60, 0, 0);
+        with_uidx[48..52].copy_from_slice(&0x0abc_u32.to_be_bytes()); // srqn_uidx
+        rig.mem.put_cqe(0, with_uidx);
+        rig.mem.put_cqe(1, req_cqe(QPN, opcode::NOP, 0, 0, 0));
+        rig.mem.put_cqe(2, resp_cqe(0, 2, 61, 0, 0));
+        rig.mem.put_cqe(3, err_cqe(0x77, 14, 2, 0x01, 0x51, 0));
+        let mut wc = wcs();
+        assert_eq!(rig.cq.poll(&mut wc), 4);
+        let got: std::vec::Vec<_> = wc[..4]
+            .iter()
+            .map(|c| (c.wr_id, c.status, c.opcode, c.qp_num))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (100, WcStatus::Success, WcOpcode::Recv, 0x77),
+                (5, WcStatus::Success, WcOpcode::Nop, QPN),
+                (101, WcStatus::Success, WcOpcode::Recv, 0),
+                (102, WcStatus::LocLenErr, WcOpcode::Recv, 0x77),
+            ]
+        );
+        assert_eq!((wc[0].byte_len, wc[2].byte_len), (60, 61));
+        assert_eq!(rig.rq.free(), 8);
     }
 
     #[test]

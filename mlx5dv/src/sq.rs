@@ -355,6 +355,10 @@ pub struct SendQueue<P, T = Connected> {
     /// The frame bytes an Ethernet queue inlines into each WQE's Ethernet segment (0 or 18:
     /// the device's minimum); 0 on the other transports.
     eth_inline: u16,
+    /// The longest frame an Ethernet queue's one-entry fast path takes with
+    /// [`SendFlags::IP_CSUM`]: 0 (the general path, which refuses the flag) where the device
+    /// has no checksum offload; see `sq/eth.rs`.
+    eth_csum_most: u32,
     /// The control segment's QP number, the first word of [`words::ctrl_qpn`]: a post ors
     /// the rest of its control segment in ([`SendQueue::ctrl`]).
     qpn_word: u64,
@@ -584,6 +588,7 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
             credit: 0,
             qpn: layout.qpn,
             eth_inline: min_inline,
+            eth_csum_most: eth::csum_most(&caps),
             qpn_word: words::ctrl_qpn(layout.qpn)[0],
             pending: 0,
             last_seg: 0,

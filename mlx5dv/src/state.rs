@@ -747,6 +747,23 @@ pub struct CqBinding<Sq, Rq, Srq = SrqRef<'static>> {
     pub srq: Option<Srq>,
 }
 
+/// The `qpn` of a binding that takes every receive completion no other binding names
+/// ([`CqBinding::SOLE_RECEIVER`]): above the 24 bits a CQE's QP number or user index has, so no
+/// CQE names it, and not `u32::MAX`, which the poller keeps for "no binding yet".
+pub(crate) const SOLE_RECEIVER: u32 = 1 << 31;
+
+impl<Sq, Rq, Srq> CqBinding<Sq, Rq, Srq> {
+    /// The `qpn` under which a binding takes every receive completion (and receive error)
+    /// whose CQE names no binding, by its QP number or by its user index (`srqn_uidx`, CQE
+    /// version 1): an Ethernet receive CQE carries the steering rule's flow tag where the QP
+    /// number would be, and names its queue only by the user index, which libmlx5 chooses and
+    /// no verb reports. Bind a raw packet QP's or a work queue's receive queue under it when
+    /// it is the only receive queue whose completions go to the CQ (the caller makes sure of
+    /// that): each such CQE is then its. Found on the poller's out-of-line path, as a CQE of
+    /// an unknown queue is; the fast path never sees it.
+    pub const SOLE_RECEIVER: u32 = SOLE_RECEIVER;
+}
+
 impl<Sq, Rq> CqBinding<Sq, Rq> {
     /// A binding of both queues of QP `qpn`.
     pub const fn new(qpn: u32, sq: Option<Sq>, rq: Option<Rq>) -> Self {

@@ -1296,6 +1296,20 @@ impl Device {
         self.engine().set_mtu(mtu)
     }
 
+    /// Whether the device computes a frame's IPv4 and TCP/UDP checksums on send, as a ConnectX
+    /// with `IBV_DEVICE_RAW_IP_CSUM` does (on by default). Off, it models a device without
+    /// that capability: a driver reports none (the `zverbs` crate's software provider then
+    /// reports no checksum offload and refuses `IP_CSUM`), and the device leaves a frame's
+    /// checksum fields as they were sent, whatever its WQE's `cs_flags` say.
+    pub fn set_checksum_offload(&self, on: bool) {
+        self.engine().set_checksum_offload(on);
+    }
+
+    /// Whether the device computes checksums on send ([`Device::set_checksum_offload`]).
+    pub fn checksum_offload(&self) -> bool {
+        self.engine().checksum_offload()
+    }
+
     /// A frame arriving at the port from outside (what an attached port feeds in), from the
     /// destination MAC to the end of the payload, without the FCS: steered by the flow rules
     /// into receive queues, or dropped and counted in [`Stats`]. Must not be called from

@@ -41,7 +41,10 @@ fn sender(dev: &'static Device, max_send_wr: u32, min_inline: u16) -> Sender {
     dev.ready_raw(qp.qpn).unwrap();
     let (sqs, cq) = send_only(&qp, &cq.layout);
     let caps = SqCaps {
-        transport: Transport::Ethernet { max_frame: 1514 },
+        transport: Transport::Ethernet {
+            max_frame: 1514,
+            ip_csum: true,
+        },
         ..qp.caps()
     };
     // SAFETY: the device (leaked) outlives the queue, its ring's only driver; the state is
@@ -191,6 +194,35 @@ fn frames_arrive_whole_with_their_checksums() {
         completed(&mut tx.cq, &[1, 2, 3, 4]);
         assert_eq!(tx.qp.qpn, tx.sq.qpn());
     }
+}
+
+/// A device set without checksum offload (`Device::set_checksum_offload(false)`, a ConnectX
+/// that reports no `IBV_DEVICE_RAW_IP_CSUM`) says so and computes no checksums, whatever a
+/// WQE's `cs_flags` ask: the frame arrives as it was sent.
+#[test]
+fn a_device_without_checksum_offload_leaves_the_checksums() {
+    let mut w = World::new();
+    assert!(w.dev.checksum_offload());
+    w.dev.set_checksum_offload(false);
+    assert!(!w.dev.checksum_offload());
+    let mut tx = sender(w.dev, 16, 18);
+    let frame = udp_frame(
+        MAC_B,
+        Ipv4Addr::new(10, 0, 0, 1),
+        GROUP,
+        (30000, 31000),
+        22,
+        8,
+    );
+    assert_ne!(with_checksums(&frame), frame);
+    w.mem.write(0, &frame);
+    let one = [w.sge(0, 64)];
+    w.expect(1);
+    let wr = SendWr::send(1, &one).with_flags(SendFlags::IP_CSUM | SendFlags::SIGNALED);
+    // SAFETY: the entry names the registered arena, untouched until completion.
+    unsafe { tx.sq.post(&wr) }.unwrap();
+    assert_eq!(w.arrived(1), [frame]);
+    completed(&mut tx.cq, &[1]);
 }
 
 /// A batch and staged frames go out in order behind one doorbell; a refused batch sends

@@ -575,7 +575,10 @@ fn library_raw_ethernet_sends_allocate_nothing() {
     let sqs: SqRef<'static> = leak(SqState::new(&*tx.sq_slots().leak()).unwrap());
     let binds: Binds = Box::leak(Box::new([CqBinding::send_only(tx.qpn, sqs)]));
     let caps = SqCaps {
-        transport: Transport::Ethernet { max_frame: 1514 },
+        transport: Transport::Ethernet {
+            max_frame: 1514,
+            ip_csum: true,
+        },
         ..tx.caps()
     };
     // SAFETY: the device (leaked) outlives the queues; the ring has one driver; the state is

@@ -39,6 +39,9 @@ pub type SrqStateHandle = Arc<SrqState<Box<[SrqSlot]>>>;
 pub(crate) struct WqBinding {
     pub(crate) wqn: u32,
     pub(crate) rq: WqRq,
+    /// It is its CQ's one receive queue on the direct poller (`Cq::claim_sole_receiver`):
+    /// an ordinary work queue of an rdma-core device.
+    pub(crate) sole_receiver: std::sync::atomic::AtomicBool,
 }
 
 /// A work queue's receive bookkeeping.

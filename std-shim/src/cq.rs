@@ -1,6 +1,7 @@
 //! Completion queues.
 
 use std::any::Any;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::backend::{BackendKind, BackendReport, BackendRequest, want_direct};
@@ -252,6 +253,10 @@ pub(crate) struct Registry {
     pub(crate) poller_taken: bool,
     /// A striding work queue holds every entry: nothing else may complete on the CQ.
     pub(crate) exclusive: bool,
+    /// An ordinary Ethernet receive queue of an rdma-core device completes on the direct
+    /// poller as the CQ's one receive queue ([`Cq::claim_sole_receiver`]): no other queue may
+    /// hold entries of the CQ.
+    pub(crate) sole_receiver: bool,
     /// Entries held by the QPs and SRQs attached ([`Cq::hold`]): their receives and their
     /// signaled sends.
     pub(crate) held: u32,
@@ -336,6 +341,12 @@ impl Cq {
                 "the CQ serves a striding work queue alone; give {what} a CQ of its own"
             )));
         }
+        if reg.sole_receiver && n != 0 {
+            return Err(Error::SoleReceiverCq {
+                what,
+                reason: SERVES_ONE.into(),
+            });
+        }
         let left = cqe.saturating_sub(reg.held);
         if n > left {
             return Err(Error::CqTooSmall {
@@ -362,7 +373,7 @@ impl Cq {
     pub(crate) fn hold_exclusive(&self, n: u32, what: &'static str) -> Result<()> {
         let cqe = self.cqe();
         let mut reg = self.registry();
-        if reg.held != 0 || reg.exclusive || reg.poller_taken {
+        if reg.held != 0 || reg.exclusive || reg.sole_receiver || reg.poller_taken {
             return Err(Error::InvalidArgument(format!(
                 "{what} needs a CQ of its own: this one serves other queues, or its poller was \
                  taken"
@@ -387,4 +398,65 @@ impl Cq {
         reg.held = 0;
         reg.exclusive = false;
     }
+
+    /// Makes the CQ serve one ordinary Ethernet receive queue alone, on the direct poller:
+    /// its receive completions name no queue that poller can read (the flow tag where the QP
+    /// number would be, libmlx5's user index), so the poller takes each as that queue's
+    /// (`CqBinding::SOLE_RECEIVER`). `owner` is the queue's QP or work queue (its address in
+    /// the registry), `own` the entries it holds of the CQ, `mark` its flag that the poller's
+    /// table reads ([`direct_table`](crate::qp::direct_table)). Refused when anything else
+    /// is attached or holds entries; from then on [`Cq::hold`] refuses every other queue.
+    /// Asking again for the same queue is a no-op.
+    pub(crate) fn claim_sole_receiver(
+        &self,
+        owner: *const (),
+        own: u32,
+        mark: &AtomicBool,
+        what: &'static str,
+    ) -> Result<()> {
+        let mut reg = self.registry();
+        if mark.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let other_qp = reg
+            .qps
+            .iter()
+            .filter_map(Weak::upgrade)
+            .any(|q| Arc::as_ptr(&q).cast::<()>() != owner);
+        let other_wq = reg
+            .wqs
+            .iter()
+            .filter_map(Weak::upgrade)
+            .any(|w| Arc::as_ptr(&w).cast::<()>() != owner);
+        if reg.exclusive || reg.sole_receiver || other_qp || other_wq || reg.held != own {
+            return Err(Error::SoleReceiverCq {
+                what,
+                reason: format!(
+                    "on the direct backend an ordinary Ethernet receive queue's completions name \
+                     it only by a user index libmlx5 chose, so its CQ must serve it alone, and \
+                     this one serves other queues ({} entries held, {own} of them its own); \
+                     create a CQ for it alone (its QP's sends may share it), receive through a \
+                     striding work queue (WorkQueue::striding_queue), or poll the CQ with the \
+                     verbs backend (CqBuilder::backend)",
+                    reg.held
+                ),
+            });
+        }
+        reg.sole_receiver = true;
+        mark.store(true, Ordering::Release);
+        let reached = crate::qp::republish(self, &mut reg);
+        drop(reg);
+        drop(reached);
+        Ok(())
+    }
+
+    /// Ends what [`Cq::claim_sole_receiver`] made (its queue goes).
+    pub(crate) fn release_sole_receiver(&self) {
+        self.registry().sole_receiver = false;
+    }
 }
+
+/// Why [`Cq::hold`] refuses a queue on a CQ that serves one Ethernet receive queue alone.
+const SERVES_ONE: &str = "the CQ completes the receives of an ordinary Ethernet receive queue \
+    alone on the direct backend (on an rdma-core device their completions name no queue the \
+    direct poller can read, so it takes each as that queue's); create another CQ for this queue";

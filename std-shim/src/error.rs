@@ -259,6 +259,20 @@ pub enum Error {
     /// A flow rule was refused, by the library's check or by the kernel.
     #[error(transparent)]
     FlowRule(#[from] FlowRuleError),
+    /// An ordinary (one frame per WQE) Ethernet receive queue driven by the direct backend
+    /// on an rdma-core device needs its receive CQ to itself: its completions carry the flow
+    /// tag where the QP number would be and name the queue only by a user index libmlx5
+    /// chose, so the direct poller takes every receive completion of the CQ as that queue's.
+    /// Refused when the CQ serves other queues, and refused to any other queue on a CQ that
+    /// serves one such queue. The message says the way out.
+    #[error("{what} cannot complete on this CQ: {reason}")]
+    SoleReceiverCq {
+        /// The queue refused: a raw packet QP's or a work queue's receive queue, or another
+        /// queue asking for entries of the CQ.
+        what: &'static str,
+        /// Why, and what to do instead.
+        reason: String,
+    },
     /// A striding receive work queue was asked of the libibverbs fallback, which cannot drive
     /// one: `ibv_post_wq_recv` writes no striding WQE and `ibv_poll_cq` retires one WQE per
     /// completion (use the direct backend, on an mlx5 device).

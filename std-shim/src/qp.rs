@@ -9,7 +9,7 @@ use zverbs_mlx5dv::{RqSlot, RqState, SqCaps, SqSlot, SqState};
 use crate::backend::{
     BackendChoice, BackendKind, BackendReport, BackendRequest, BlueFlame, RequestSource,
 };
-use crate::bindings::{DirectTable, Tables, VerbsTable, WqBinding, WqRq};
+use crate::bindings::{DirectBinding, DirectTable, Tables, VerbsTable, WqBinding, WqRq};
 pub use crate::bindings::{RqStateHandle, SqStateHandle};
 use crate::blueflame::{self, SharedRegister};
 use crate::cq::{Cq, Registry};
@@ -216,6 +216,7 @@ impl<'a> QpBuilder<'a> {
                     port: self.raw_port,
                     min_inline: s.min_inline,
                     max_frame: s.max_frame,
+                    ip_csum: s.caps.ip_csum,
                 })
             }
             _ => None,
@@ -384,6 +385,7 @@ impl<'a> QpBuilder<'a> {
             transport: match raw {
                 Some(r) => zverbs_mlx5dv::Transport::Ethernet {
                     max_frame: r.max_frame,
+                    ip_csum: r.ip_csum,
                 },
                 None => zverbs_mlx5dv::Transport::Rc,
             },
@@ -427,6 +429,7 @@ impl<'a> QpBuilder<'a> {
             psn: AtomicU32::new(random_psn()),
             drain_marker: std::sync::atomic::AtomicBool::new(false),
             holds,
+            sole_receiver: std::sync::atomic::AtomicBool::new(false),
             ud_mtu: AtomicU32::new(0),
             raw,
             send_cq: self.send_cq.clone(),
@@ -610,6 +613,9 @@ pub(crate) struct QpInner {
     pub(crate) drain_marker: std::sync::atomic::AtomicBool,
     /// The entries its CQs hold for it (given back when it goes).
     pub(crate) holds: Holds,
+    /// Its receive queue is its receive CQ's one receive queue on the direct poller
+    /// ([`Cq::claim_sole_receiver`]): a raw packet QP of an rdma-core device.
+    pub(crate) sole_receiver: std::sync::atomic::AtomicBool,
     /// A UD QP's path MTU in bytes (its largest datagram), set by [`Qp::ready_ud`] from its
     /// port; 0 before, and for other QPs.
     pub(crate) ud_mtu: AtomicU32,
@@ -635,6 +641,9 @@ impl Drop for QpInner {
     fn drop(&mut self) {
         self.send_cq.release(self.holds.send);
         self.recv_cq.release(self.holds.recv);
+        if self.sole_receiver.load(Ordering::Acquire) {
+            self.recv_cq.release_sole_receiver();
+        }
         let cqs = [&self.send_cq, &self.recv_cq];
         for (i, cq) in cqs.into_iter().enumerate() {
             if i == 1 && self.send_cq.is(&self.recv_cq) {
@@ -1045,6 +1054,11 @@ pub(crate) fn direct_table(cq: &Cq, qps: &[Arc<QpInner>], wqs: &[Arc<WqBinding>]
                 srq: None,
             },
         });
+        if on_cq && qp.sole_receiver.load(Ordering::Acquire) {
+            // The CQ's one receive queue: its receives name no binding (`Cq::hold` keeps any
+            // other queue off the CQ).
+            bindings.push(sole_receiver(d.rq_state.clone()));
+        }
     }
     for wq in wqs {
         if let WqRq::Direct(rq) = &wq.rq {
@@ -1054,11 +1068,24 @@ pub(crate) fn direct_table(cq: &Cq, qps: &[Arc<QpInner>], wqs: &[Arc<WqBinding>]
                 rq: Some(rq.clone()),
                 srq: None,
             });
+            if wq.sole_receiver.load(Ordering::Acquire) {
+                bindings.push(sole_receiver(rq.clone()));
+            }
         }
     }
     DirectTable {
         bindings: bindings.into_boxed_slice(),
         srqs,
+    }
+}
+
+/// The binding of a CQ's one receive queue, whose receive completions name no binding.
+fn sole_receiver(rq: crate::bindings::RqStateHandle) -> DirectBinding {
+    zverbs_mlx5dv::CqBinding {
+        qpn: DirectBinding::SOLE_RECEIVER,
+        sq: None,
+        rq: Some(rq),
+        srq: None,
     }
 }
 

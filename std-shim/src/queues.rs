@@ -291,20 +291,6 @@ pub(crate) fn qp_ptr(qp: &QpInner) -> Result<*mut zverbs_ffi::types::ibv_qp> {
 /// Refuses an ordinary Ethernet receive queue on the direct backend where its completions
 /// cannot be told apart: the direct poller finds them by their user index (their QP number's
 /// place holds the flow tag), which libmlx5 chooses and no verb reports.
-pub(crate) fn direct_eth_receives(user_index: Option<u32>) -> Result<()> {
-    match user_index {
-        Some(_) => Ok(()),
-        None => Err(Error::Backend {
-            requested: BackendKind::Direct,
-            reason: "an ordinary Ethernet receive queue's completions name it only by the user \
-                     index libmlx5 chose, which no verb reports: receive through a striding \
-                     work queue (WorkQueue::striding_queue), or create the CQ with the verbs \
-                     backend"
-                .into(),
-        }),
-    }
-}
-
 pub(crate) fn no_entry(what: &str) -> Error {
     Error::Backend {
         requested: BackendKind::Verbs,
@@ -316,9 +302,6 @@ impl AnyRecvQueue {
     pub(crate) fn new(qp: &Arc<QpInner>) -> Result<Self> {
         match &qp.data {
             QpData::Direct(d) => {
-                if qp.qp_type == crate::types::qp::QpType::RawPacket {
-                    direct_eth_receives(qp.provider.user_index())?;
-                }
                 // SAFETY: as for the send queue.
                 let mut q =
                     unsafe { zverbs_mlx5dv::RecvQueue::new(&d.layout, d.rq_state.clone())? };

@@ -10,6 +10,8 @@
 //! so the receive queue is handed out from RTR on ([`Qp::recv_queue`]); [`Qp::ready_raw`]
 //! goes all the way to RTS in one call.
 
+use std::sync::Arc;
+
 use crate::cq::Cq;
 use crate::error::{Error, Result};
 use crate::pd::Pd;
@@ -94,6 +96,32 @@ impl Qp {
 
     /// Refuses a raw packet QP's receive queue before RTR (libmlx5 rewrites the receive
     /// doorbell record at the transition to RTR).
+    /// On the direct backend, a raw packet QP whose receive completions name it only by the
+    /// user index libmlx5 chose (an rdma-core device; the software device's is the QP number)
+    /// makes its receive CQ serve its receive queue alone ([`Cq::claim_sole_receiver`]), or
+    /// is refused ([`Error::SoleReceiverCq`]).
+    pub(crate) fn raw_recv_cq(&self) -> Result<()> {
+        let qp = &self.inner;
+        if qp.qp_type != QpType::RawPacket
+            || !matches!(qp.data, crate::qp::QpData::Direct(_))
+            || qp.provider.user_index().is_some()
+        {
+            return Ok(());
+        }
+        let own = qp.holds.recv
+            + if qp.send_cq.is(&qp.recv_cq) {
+                qp.holds.send
+            } else {
+                0
+            };
+        qp.recv_cq.claim_sole_receiver(
+            Arc::as_ptr(qp).cast(),
+            own,
+            &qp.sole_receiver,
+            "a raw packet QP's receive queue",
+        )
+    }
+
     pub(crate) fn raw_recv_ready(&self) -> Result<()> {
         if self.qp_type() != QpType::RawPacket {
             return Ok(());

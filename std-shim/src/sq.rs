@@ -1292,7 +1292,10 @@ impl SendQueue {
     /// As [`SendQueue::send`]; [`PostError::FrameTooShort`] / [`PostError::FrameTooLong`]
     /// for a frame shorter than an Ethernet header or longer than the port's largest;
     /// [`PostError::ChecksumNotAvailable`] for `IP_CSUM` on a queue that is not a raw packet
-    /// QP's. Nothing was written.
+    /// QP's, or on one whose device computes no checksums ([`RawCaps::ip_csum`]). Nothing was
+    /// written.
+    ///
+    /// [`RawCaps::ip_csum`]: crate::RawCaps::ip_csum
     #[inline(always)]
     pub fn send_frame(
         &mut self,
@@ -1314,7 +1317,8 @@ impl SendQueue {
     /// [`PostError::WrongTransport`] on a queue that is not a raw packet QP's;
     /// [`PostError::FrameTooShort`], [`PostError::InlineTooLarge`],
     /// [`PostError::InlineNotAllowed`], [`PostError::FrameLengthField`] as
-    /// `zverbs_mlx5dv`'s `prepare_frame` says.
+    /// `zverbs_mlx5dv`'s `prepare_frame` says; [`PostError::ChecksumNotAvailable`] for
+    /// [`SendFlags::IP_CSUM`] on a queue whose device computes no checksums.
     pub fn prepare_frame(
         &self,
         headers: &[u8],

@@ -54,12 +54,17 @@ impl Qp {
     ///
     /// # Errors
     ///
-    /// [`Error::NotReady`] before INIT; as [`Qp::send_queue`].
+    /// [`Error::NotReady`] before INIT (a raw packet QP: before RTR); as [`Qp::send_queue`];
+    /// [`Error::SoleReceiverCq`] for a raw packet QP of an rdma-core device on the direct
+    /// backend whose receive CQ serves other queues: its completions name it only by a user
+    /// index libmlx5 chose, so its CQ serves it alone (its own sends may share it), and from
+    /// then on the CQ takes no other queue.
     pub fn recv_queue(&self) -> Result<RecvQueue> {
         not_dc(self, "Qp::recv_queue")?;
         self.own_receives()?;
         self.recv_ready()?;
         self.raw_recv_ready()?;
+        self.raw_recv_cq()?;
         self.take_once("receive queue", |t| &mut t.1)?;
         AnyRecvQueue::new(&self.inner).map(RecvQueue::new)
     }

@@ -8,6 +8,7 @@
 //! only: libibverbs cannot post or poll one, brief §0 finding 6). It is created ready
 //! (`IBV_WQS_RDY`): frames are placed as soon as receives are posted.
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use zverbs_mlx5dv::{QpLayout, RqSlot, RqState};
@@ -64,6 +65,9 @@ impl Drop for WqInner {
         match self.shape {
             WqShape::Ordinary { .. } => self.cq.release(self.hold),
             WqShape::Striding(_) => self.cq.release_exclusive(),
+        }
+        if self.binding.sole_receiver.load(Ordering::Acquire) {
+            self.cq.release_sole_receiver();
         }
     }
 }
@@ -144,6 +148,7 @@ impl Pd {
                 // by its key on the fallback's.
                 wqn: provider.user_index().unwrap_or(provider.wqn()),
                 rq,
+                sole_receiver: std::sync::atomic::AtomicBool::new(false),
             }),
             provider,
             shape,
@@ -193,7 +198,10 @@ impl WorkQueue {
     ///
     /// [`Error::AlreadyTaken`]; [`Error::InvalidArgument`] for a striding queue (its WQEs
     /// are posted by the direct backend's striding queue); [`Error::Layout`] when the direct
-    /// backend rejects the ring.
+    /// backend rejects the ring; [`Error::SoleReceiverCq`] on the direct backend of an
+    /// rdma-core device when its CQ serves other queues: its completions name it only by a
+    /// user index libmlx5 chose, so its CQ serves it alone, and from then on takes no other
+    /// queue.
     pub fn recv_queue(&self) -> Result<RecvQueue> {
         let WqShape::Ordinary { .. } = self.inner.shape else {
             return Err(Error::InvalidArgument(
@@ -202,12 +210,24 @@ impl WorkQueue {
                     .into(),
             ));
         };
+        if let (WqEngine::Direct { .. }, None) = (
+            self.inner.provider.engine(),
+            self.inner.provider.user_index(),
+        ) {
+            // Its completions name it only by libmlx5's user index: the CQ must serve it
+            // alone, and the direct poller takes every receive completion as its.
+            self.inner.cq.claim_sole_receiver(
+                Arc::as_ptr(&self.inner.binding).cast(),
+                self.inner.hold,
+                &self.inner.binding.sole_receiver,
+                "an ordinary work queue's receive queue",
+            )?;
+        }
         self.take()?;
         let (wqe_cnt, max_sge) = self.caps();
         let owner = self.inner.clone() as Arc<dyn std::fmt::Debug + Send + Sync>;
         let q = match (self.inner.provider.engine(), &self.inner.binding.rq) {
             (WqEngine::Direct { layout, dbrec }, WqRq::Direct(state)) => {
-                crate::queues::direct_eth_receives(self.inner.provider.user_index())?;
                 // A work queue's ring is a QP's receive ring without a send ring: its
                 // doorbell record is one word, the receive counter, as the QP's first.
                 let as_qp = QpLayout {

@@ -472,6 +472,86 @@ fn frames_sent_through_the_send_queue_arrive_through_a_rule() {
     ));
 }
 
+/// A device without checksum offload (the software device told so) reports none, and a raw
+/// packet QP created on it refuses `IP_CSUM` with a typed error and writes nothing: a whole
+/// frame, an inline frame, a prepared frame; the same frames without the flag go out and
+/// arrive, their checksum fields as sent.
+#[test]
+fn checksum_offload_is_refused_on_a_device_without_it() {
+    use zverbs::safe::SafePostError;
+    use zverbs::{FrameLengths, PostError, SendFlags, WcOpcode};
+    let _g = lock();
+    let ctx = ctx();
+    let sim = ctx.sim().unwrap();
+    /// Turns checksum offload back on however the test ends (the device is the process's).
+    struct On<'a>(zverbs::SimControl<'a>);
+    impl Drop for On<'_> {
+        fn drop(&mut self) {
+            self.0.set_checksum_offload(true);
+        }
+    }
+    sim.set_checksum_offload(false);
+    let _on = On(sim);
+    let caps = ctx.raw_caps(1).unwrap();
+    assert!(!caps.ip_csum, "{caps:?}");
+    assert_eq!(
+        caps.raw_packet_caps & zverbs::ffi::eth::IBV_RAW_PACKET_CAP_IP_CSUM,
+        0
+    );
+    assert!(caps.has_raw_qps());
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.cq_builder().cqe(512).build().unwrap();
+    let tx = pd.create_raw_qp(1, &cq, &cq, QpCaps::default()).unwrap();
+    let rx = pd.create_raw_qp(1, &cq, &cq, QpCaps::default()).unwrap();
+    let mac = [0x02, 0x55, 0, 0, 0, 9];
+    let _flow = rx.create_flow(&FlowRule::dst_mac(mac)).unwrap();
+    let sbuf = pd.alloc_buf(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    let rbuf = pd.alloc_buf(4 * 2048, AccessFlags::LOCAL_WRITE).unwrap();
+    let mut sq = tx.send_queue().unwrap();
+    let mut rq = rx.recv_queue().unwrap();
+    post_slices(&mut rq, &rbuf, 4, 2048);
+    let mut poller = cq.poller().unwrap();
+    let src = (Ipv4Addr::new(10, 6, 0, 1), 9000);
+    let dst = (Ipv4Addr::new(10, 6, 0, 2), 9001);
+    let f = udp_frame(mac, src, dst, b"no checksum offload here");
+    sbuf.write(0, &f).unwrap();
+    let refused = |r: Result<(), SafePostError>| {
+        assert!(
+            matches!(r, Err(SafePostError::Post(PostError::ChecksumNotAvailable))),
+            "{r:?}"
+        );
+    };
+    let csum = SendFlags::SIGNALED | SendFlags::IP_CSUM;
+    let sent = sim.stats().eth_sent;
+    refused(sq.send_frame(1, sbuf.slice(0..f.len()).unwrap(), csum));
+    refused(sq.send_inline(2, &f, csum));
+    assert!(matches!(
+        sq.prepare_frame(&f[..42], csum, FrameLengths::IPV4_UDP),
+        Err(SafePostError::Post(PostError::ChecksumNotAvailable))
+    ));
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    assert!(poller.ready().is_empty());
+    assert_eq!(sim.stats().eth_sent, sent, "nothing left the device");
+    // Without the flag: sent, and received as sent (the IPv4 checksum still 0).
+    sq.send_frame(3, sbuf.slice(0..f.len()).unwrap(), SendFlags::SIGNALED)
+        .unwrap();
+    let p = sq
+        .prepare_frame(&f[..42], SendFlags::SIGNALED, FrameLengths::IPV4_UDP)
+        .unwrap();
+    sq.post_frame(&p, 4, sbuf.slice(42..f.len()).unwrap())
+        .unwrap();
+    let got = successes(&mut poller, 4);
+    let mut sends: Vec<u64> = got
+        .iter()
+        .filter(|c| c.opcode == WcOpcode::Send)
+        .map(|c| c.wr_id)
+        .collect();
+    sends.sort_unstable();
+    assert_eq!(sends, [3, 4]);
+    assert_eq!(bytes(&rbuf, 0, f.len()), f);
+    assert_eq!(bytes(&rbuf, 2048, f.len()), f);
+}
+
 /// The standard set-up with a striding work queue: a raw QP sends frames of mixed sizes that
 /// loop back through a tagged multicast rule on an RSS QP into a striding queue, polled in
 /// place, many times round its ring: every frame once, whole, in order, with the rule's tag, a

@@ -247,18 +247,19 @@ impl Emu {
             return;
         }
         let s = self.dev.stats();
-        let (mut sent, mut failed, mut received, mut long) = (0, 0, 0, 0);
+        let (mut sent, mut failed, mut received, mut long, mut ring) = (0, 0, 0, 0, 0);
         if let Some(c) = crate::port::counters() {
             use std::sync::atomic::Ordering::Relaxed;
             sent = c.sent.load(Relaxed);
             failed = c.send_failed.load(Relaxed);
             received = c.received.load(Relaxed);
             long = c.too_long.load(Relaxed);
+            ring = c.ring_dropped.load(Relaxed);
         }
         eprintln!(
             "[zverbs-emu {}] Ethernet: device sent {} arrived {} delivered {} no_rule {} \
              no_wqe {} too_long {} bad {} fillers {}; port sent {sent} send_failed {failed} \
-             received {received} too_long {long}",
+             received {received} too_long {long} ring_dropped {ring}",
             std::process::id(),
             s.eth_sent,
             s.eth_arrived,

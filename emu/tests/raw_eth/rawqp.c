@@ -6,8 +6,10 @@
  *     prints "ready" once the rule is in place, then counts the datagrams that arrive, each
  *     carrying an 8-byte big-endian sequence number at the start of its UDP payload, until
  *     EXPECT have come or none came for IDLE_MS. Prints one line:
- *     "received R distinct D in_order I out_of_order O duplicates U lost L span_us S" (S: from
- *     the first datagram to the last).
+ *     "received R distinct D in_order I out_of_order O duplicates U lost L behind B span_us S"
+ *     (I: datagrams that follow their predecessor; O: the others, after a gap or not; B: those
+ *     whose sequence number is below the one expected, i.e. that came late or twice; S: from the
+ *     first datagram to the last).
  *
  *   rawqp send DEV SRC_MAC DST_MAC SRC_IP DST_IP UDP_PORT COUNT
  *     Sends COUNT UDP datagrams (sequence numbers 0..COUNT-1, 64-byte frames) from a raw
@@ -139,7 +141,8 @@ static int recv_main(char **argv) {
     printf("ready\n");
     fflush(stdout);
     uint8_t *seen = calloc(expect ? expect : 1, 1);
-    uint64_t received = 0, distinct = 0, in_order = 0, out_of_order = 0, dup = 0, next = 0;
+    uint64_t received = 0, distinct = 0, in_order = 0, out_of_order = 0, dup = 0, behind = 0;
+    uint64_t next = 0;
     uint64_t last = now_ms();
     struct timespec first_ts = {0, 0}, last_ts = {0, 0};
     while (received < expect && now_ms() - last < idle) {
@@ -170,6 +173,8 @@ static int recv_main(char **argv) {
                 in_order++;
             else
                 out_of_order++;
+            if (seq < next)
+                behind++;
             next = seq + 1;
             struct ibv_sge sge = {(uintptr_t)p, BUF, mr->lkey};
             struct ibv_recv_wr wr = {.wr_id = wc[k].wr_id, .sg_list = &sge, .num_sge = 1}, *bad;
@@ -181,10 +186,11 @@ static int recv_main(char **argv) {
     long long span_us = (last_ts.tv_sec - first_ts.tv_sec) * 1000000LL +
                         (last_ts.tv_nsec - first_ts.tv_nsec) / 1000;
     printf("received %llu distinct %llu in_order %llu out_of_order %llu duplicates %llu lost %llu "
-           "span_us %lld\n",
+           "behind %llu span_us %lld\n",
            (unsigned long long)received, (unsigned long long)distinct,
            (unsigned long long)in_order, (unsigned long long)out_of_order,
-           (unsigned long long)dup, (unsigned long long)(expect - distinct), span_us);
+           (unsigned long long)dup, (unsigned long long)(expect - distinct),
+           (unsigned long long)behind, span_us);
     if (ibv_destroy_flow(flow) || ibv_destroy_qp(qp) || ibv_destroy_cq(cq) || ibv_dereg_mr(mr))
         die("teardown");
     ibv_dealloc_pd(pd);

@@ -178,7 +178,7 @@ impl<P: SqStateRef> SendQueue<P, Ethernet> {
         let fm_ce_se = FM_CE_SE[(checked.flags().bits() & FM_CE_SE_FLAGS) as usize];
         let ctrl = |ds: u32| words::ctrl(0, opcode::SEND, 0, self.qpn, fm_ce_se, ds as u8, 0);
         let max_frame = match self.caps.transport {
-            zverbs_core::Transport::Ethernet { max_frame } => max_frame,
+            zverbs_core::Transport::Ethernet { max_frame, .. } => max_frame,
             _ => 0,
         };
         let mut image = image;
@@ -369,6 +369,20 @@ impl<P: SqStateRef> SendQueue<P, Ethernet> {
 /// Why a prepared frame was refused ([`SendQueue::check_frame`]), out of line: too long, or
 /// another queue's.
 #[cold]
+/// The longest frame the one-entry fast path of an Ethernet queue with `caps` takes with
+/// [`SendFlags::IP_CSUM`] ([`SendQueue::post_eth_one`]): its largest frame, or 0 on a queue
+/// that takes no entry or whose device computes no checksums (every such frame then takes the
+/// general path, whose check refuses the flag).
+pub(super) fn csum_most(caps: &SqCaps) -> u32 {
+    match caps.transport {
+        zverbs_core::Transport::Ethernet {
+            max_frame,
+            ip_csum: true,
+        } if caps.max_send_sge != 0 => max_frame,
+        _ => 0,
+    }
+}
+
 #[inline(never)]
 fn frame_refused(p: &PreparedFrame, payload_len: u32) -> PostError {
     if payload_len > p.max_payload {
@@ -387,7 +401,8 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
     /// the common frame, a SEND of one entry by reference holding more than the bytes the
     /// queue inlines and at most the queue's largest frame, is checked here with what it
     /// needs of the core's check (the queue's transport, its entry count, the frame's length,
-    /// the flags' inline bit; an Ethernet queue allows checksum offload) and written as the
+    /// the flags' inline bit, and the checksum bit on a queue whose device has no checksum
+    /// offload) and written as the
     /// words of its one basic block (control, Ethernet, one data segment), stored to the ring
     /// and to the BlueFlame register, as the single posts of the other transports; every
     /// other request takes the general path ([`SendQueue::post_one`]). The WQE and the result
@@ -400,10 +415,14 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
         };
         // The largest frame, or 0 (no frame passes) on a queue that takes no entry: one
         // compare for both. (An Ethernet queue's transport is Ethernet: `new_eth` checked it.)
-        let zverbs_core::Transport::Ethernet { max_frame } = self.caps.transport else {
+        let zverbs_core::Transport::Ethernet { max_frame, .. } = self.caps.transport else {
             return self.post_one(v);
         };
-        let most = if self.caps.max_send_sge != 0 {
+        // With checksum offload, the longest frame the queue's device takes it for (0 where
+        // it has none: the general path refuses the flag), set when the queue was made.
+        let most = if wr.flags.contains(SendFlags::IP_CSUM) {
+            self.eth_csum_most
+        } else if self.caps.max_send_sge != 0 {
             max_frame
         } else {
             0

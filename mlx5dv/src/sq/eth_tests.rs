@@ -37,7 +37,10 @@ fn market_frame() -> [u8; 64] {
 /// frames up to 1514 bytes.
 fn eth_caps(max_send_sge: u32, max_inline_data: u32) -> SqCaps {
     SqCaps {
-        transport: Transport::Ethernet { max_frame: 1514 },
+        transport: Transport::Ethernet {
+            max_frame: 1514,
+            ip_csum: true,
+        },
         ..caps(max_send_sge, max_inline_data)
     }
 }
@@ -372,6 +375,66 @@ fn bad_frames_write_nothing() {
     // SAFETY: refused.
     let e = unsafe { rc.sq.post(&wr) };
     assert_eq!(e, Err(PostError::ChecksumNotAvailable));
+}
+
+/// On a queue whose device computes no checksums (no `IBV_DEVICE_RAW_IP_CSUM`), a frame or a
+/// prepared frame asking for them is refused before anything is written, as libmlx5 refuses
+/// `IBV_SEND_IP_CSUM` there; the same frames without the flag go out.
+#[test]
+fn checksum_offload_is_refused_where_the_device_has_none() {
+    let buf = [0x5au8; 64];
+    let no_csum = SqCaps {
+        transport: Transport::Ethernet {
+            max_frame: 1514,
+            ip_csum: false,
+        },
+        ..eth_caps(2, 64)
+    };
+    let mut rig = Rig::new_eth(8, 256, no_csum, 18);
+    rig.mem.fill_sq(0xcd);
+    let ok = [Sge::from_slice(&buf, 1)];
+    let two = [
+        Sge::from_slice(&buf[..30], 1),
+        Sge::from_slice(&buf[30..], 1),
+    ];
+    let csum = SendFlags::IP_CSUM;
+    let cases = [
+        SendWr::send(1, &ok).with_flags(csum),
+        SendWr::send(1, &two).with_flags(csum | SendFlags::SIGNALED),
+        SendWr::send(1, &ok).with_flags(csum).inline(),
+        SendWr::nop(1).with_flags(csum),
+    ];
+    for wr in cases {
+        // SAFETY: refused before anything is read or written.
+        let posted = unsafe { rig.sq.post(&wr) };
+        assert_eq!(posted, Err(PostError::ChecksumNotAvailable), "{wr:?}");
+        // SAFETY: as above.
+        let staged = unsafe { rig.sq.stage(&wr) };
+        assert_eq!(staged, Err(PostError::ChecksumNotAvailable), "{wr:?}");
+    }
+    assert_eq!(
+        rig.sq
+            .prepare_frame(&market_frame()[..42], csum, FrameLengths::IPV4_UDP),
+        Err(PostError::ChecksumNotAvailable)
+    );
+    assert!(rig.mem.sq_bytes().iter().all(|&b| b == 0xcd));
+    // A batch refused at its second request: the first's WQE is scratch past the producer
+    // counter, nothing the device may read moved.
+    for wr in cases {
+        // SAFETY: as above; the first request names `buf`, live for the post.
+        let e = unsafe { rig.sq.post_all(&[SendWr::send(0, &ok), wr]) }.unwrap_err();
+        assert_eq!((e.index, e.error), (1, PostError::ChecksumNotAvailable));
+    }
+    assert_eq!(
+        (rig.sq.producer(), rig.mem.dbrec(1), rig.sq.pending()),
+        (0, 0, 0)
+    );
+    assert!(rig.mem.bf_bytes().iter().all(|&b| b == 0));
+    // Without the flag the queue sends, and prepares.
+    // SAFETY: `buf` is live for the post; the ring is not executed.
+    unsafe { rig.sq.post(&SendWr::send(1, &ok)) }.unwrap();
+    assert_eq!(rig.sq.producer(), 1);
+    assert!(p2(&rig).headers_len() == 42);
 }
 
 #[test]

@@ -516,6 +516,7 @@ fn ethernet() -> Result<(), c_int> {
         128,
         Transport::Ethernet {
             max_frame: black_box(1514),
+            ip_csum: true,
         },
     );
     let sq_slots: [SqSlot; SQ_BBS] = core::array::from_fn(|_| SqSlot::new());

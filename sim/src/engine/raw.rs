@@ -119,6 +119,9 @@ pub(crate) struct EthState {
     mtu: u32,
     /// Frames sent are offered to this device's own receive side.
     loopback: bool,
+    /// The device computes IPv4/UDP/TCP checksums on send (`IBV_DEVICE_RAW_IP_CSUM`): on by
+    /// default; off, it reports none and leaves `cs_flags` unheeded.
+    ip_csum: bool,
     /// What the port is connected to.
     port: Option<Arc<dyn EthPort>>,
     flows: Vec<Flow>,
@@ -135,6 +138,7 @@ impl Default for EthState {
             frame: Vec::new(),
             mtu: eth::DEFAULT_MTU,
             loopback: true,
+            ip_csum: true,
             port: None,
             flows: Vec::new(),
             wqs: Vec::new(),
@@ -272,7 +276,9 @@ impl Engine {
                 if total > self.eth.mtu as usize + eth::ETH_HLEN + vlan {
                     Err(Fault::new(LOC_LEN, vendor::RAW_FRAME_LEN))
                 } else {
-                    eth::fill_checksums(f, &h, cs_flags);
+                    if self.eth.ip_csum {
+                        eth::fill_checksums(f, &h, cs_flags);
+                    }
                     Ok(())
                 }
             }
@@ -607,6 +613,14 @@ impl Engine {
 
     pub(crate) fn set_loopback(&mut self, on: bool) {
         self.eth.loopback = on;
+    }
+
+    pub(crate) fn set_checksum_offload(&mut self, on: bool) {
+        self.eth.ip_csum = on;
+    }
+
+    pub(crate) fn checksum_offload(&self) -> bool {
+        self.eth.ip_csum
     }
 
     pub(crate) fn set_mtu(&mut self, mtu: u32) -> Result<(), SimError> {

@@ -263,6 +263,46 @@ fn invalid_requests_are_refused_and_stage_nothing() {
     assert_eq!(r.sq.free(), MAX_WR);
 }
 
+/// A raw packet QP's queue on a device without checksum offload refuses `IP_CSUM` before
+/// anything reaches the provider (libmlx5 would refuse it too, with EINVAL at the ring);
+/// the same frame without the flag goes out.
+#[test]
+fn checksum_offload_is_refused_where_the_device_has_none() {
+    let eth = |ip_csum| SqCaps {
+        transport: zverbs_mlx5dv::Transport::Ethernet {
+            max_frame: 1514,
+            ip_csum,
+        },
+        ..caps()
+    };
+    let frame = [0u8; 64];
+    let sgl = [Sge::from_slice(&frame, 0x11)];
+    let mut r = rig_with(eth(false));
+    for wr in [
+        SendWr::send(1, &sgl).with_flags(SendFlags::IP_CSUM),
+        SendWr::send(1, &sgl[..])
+            .with_flags(SendFlags::IP_CSUM)
+            .inline(),
+    ] {
+        assert_eq!(post(&mut r, &wr), Err(PostError::ChecksumNotAvailable));
+    }
+    assert_eq!(r.sq.pending(), 0);
+    r.sq.ring();
+    assert!(with(|f| f.send_calls.is_empty()));
+    post(&mut r, &SendWr::send(2, &sgl)).unwrap();
+    r.sq.ring();
+    assert_eq!(with(|f| f.send_calls.clone()), vec![1]);
+    drop(r);
+    let mut r = rig_with(eth(true));
+    post(
+        &mut r,
+        &SendWr::send(3, &sgl).with_flags(SendFlags::IP_CSUM),
+    )
+    .unwrap();
+    r.sq.ring();
+    assert_eq!(with(|f| f.send_calls.clone()), vec![1]);
+}
+
 #[test]
 fn full_queue_and_full_cq_are_refused() {
     let mut r = rig();

@@ -290,10 +290,16 @@ impl ContextProvider for SimContext {
         // The device models a ConnectX's Ethernet side on its one port beside the InfiniBand
         // one: raw packet QPs, checksums, flow steering. With no part number it inlines the
         // 18-byte L2 header, the size every ConnectX accepts.
+        // Checksum offload as the device is set (`SimControl::set_checksum_offload`).
+        let ip_csum = device().checksum_offload();
         Ok(RawSupport {
             caps: RawCaps {
-                raw_packet_caps: zverbs_ffi::eth::IBV_RAW_PACKET_CAP_IP_CSUM,
-                ip_csum: true,
+                raw_packet_caps: if ip_csum {
+                    zverbs_ffi::eth::IBV_RAW_PACKET_CAP_IP_CSUM
+                } else {
+                    0
+                },
+                ip_csum,
                 flow_steering: true,
             },
             min_inline: crate::types::eth::min_inline_for_part(0),
@@ -1056,6 +1062,15 @@ impl SimControl<'_> {
     /// The device's counters.
     pub fn stats(&self) -> sim::Stats {
         device().stats()
+    }
+
+    /// Whether the device computes IPv4 and TCP/UDP checksums on send (on by default): off, it
+    /// reports no checksum offload ([`Context::raw_caps`](crate::Context::raw_caps)), raw packet
+    /// QPs created from then on refuse [`SendFlags::IP_CSUM`](crate::SendFlags::IP_CSUM)
+    /// ([`PostError::ChecksumNotAvailable`](crate::PostError::ChecksumNotAvailable)), and the
+    /// device computes none. The device is one per process: set it back when done.
+    pub fn set_checksum_offload(&self, on: bool) {
+        device().set_checksum_offload(on);
     }
 
     /// A frame arriving at the device's Ethernet port from outside, from the destination MAC

@@ -305,6 +305,9 @@ pub(crate) struct RawInfo {
     pub(crate) min_inline: u16,
     /// The largest frame it sends.
     pub(crate) max_frame: u32,
+    /// Whether its device computes checksums on send ([`RawCaps::ip_csum`]): without it a
+    /// send asking for them is refused.
+    pub(crate) ip_csum: bool,
 }
 
 /// Whether the calling thread holds `CAP_NET_RAW` in its effective set (its
