@@ -42,6 +42,9 @@ mod run {
     };
     use zverbs_emu::watch::WatchStats;
 
+    /// A QP's register report at creation and at the end, and its name.
+    pub type Registers = (Option<BlueFlame>, Option<BlueFlame>, String);
+
     pub const QPS: usize = 16;
     pub const THREADS: usize = 8;
     /// Posts per QP: rounds of a burst on each of a thread's QPs, then their completions.
@@ -74,12 +77,7 @@ mod run {
 
     /// Runs the sixteen QPs on eight threads; returns each QP's register report (at
     /// creation, and at the end) and the device's counts of this run.
-    pub fn sixteen_qps(
-        kind: Kind,
-    ) -> (
-        Vec<(Option<BlueFlame>, Option<BlueFlame>, String)>,
-        WatchStats,
-    ) {
+    pub fn sixteen_qps(kind: Kind) -> (Vec<Registers>, WatchStats) {
         let ctx = zverbs::open_device(Some("mlx5_0"), &ContextOptions::default()).unwrap();
         let port = ctx.active_port().unwrap();
         let local = ctx.address(port, None).unwrap();
@@ -248,7 +246,7 @@ mod run {
 
     /// The bytes of the `i`-th datagram: two basic blocks with its inline data, or three.
     fn datagram_len(i: usize) -> usize {
-        if i % 2 == 0 { 8 } else { 100 }
+        if i.is_multiple_of(2) { 8 } else { 100 }
     }
 
     /// Waits for the completions of QP `q`'s burst from `first` (each send and its receive),
@@ -301,7 +299,7 @@ mod run {
     /// block) or 64 (two) in turn, each rung at once (a BlueFlame copy).
     fn post_one(buf: &zverbs::MrBuf, q: usize, i: usize, sq: &mut impl PostSend) {
         let data = pattern(q, i);
-        let len = if i % 2 == 0 { 24 } else { 64 };
+        let len = if i.is_multiple_of(2) { 24 } else { 64 };
         let data = &data[..64];
         let sgl = [zverbs::Sge::from_slice(&data[..len], 0)];
         let wr = SendWr::write(i as u64, &sgl, buf.remote(q * PART).unwrap())

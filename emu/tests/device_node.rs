@@ -50,24 +50,36 @@ fn the_device_node_passes_checks_and_maps_by_a_raw_system_call() {
         return;
     }
     let path = CString::new(NODE).unwrap();
-    // SAFETY (all calls below): libc with a NUL-terminated path and out-structs of ours.
-    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    let zeroed = || {
+        // SAFETY: `struct stat` is plain integers, for which all zeroes is a value.
+        unsafe { core::mem::zeroed::<libc::stat>() }
+    };
+    let mut st = zeroed();
+    // SAFETY: a NUL-terminated path and an out-struct of ours.
     stat_of("stat", unsafe { libc::stat(path.as_ptr(), &mut st) }, &st);
-    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    let mut st = zeroed();
+    // SAFETY: as above.
     stat_of("lstat", unsafe { libc::lstat(path.as_ptr(), &mut st) }, &st);
     let rw = libc::R_OK | libc::W_OK;
+    // SAFETY: a NUL-terminated path.
     assert_eq!(unsafe { libc::access(path.as_ptr(), rw) }, 0, "access");
     assert_eq!(
+        // SAFETY: as above.
         unsafe { libc::faccessat(libc::AT_FDCWD, path.as_ptr(), rw, 0) },
         0,
         "faccessat"
     );
+    // SAFETY: as above; the descriptor is closed at the end.
     let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
     assert!(fd >= 0, "open {NODE}");
-    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    let mut st = zeroed();
+    // SAFETY: a descriptor of ours and an out-struct of ours.
     stat_of("fstat", unsafe { libc::fstat(fd, &mut st) }, &st);
     // A raw mmap of the first static UAR page, which the shim's `mmap` never sees.
+    // SAFETY: no arguments; reads a constant of the system.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+    // SAFETY: a new shared mapping (no address asked for) of the open node: it replaces no
+    // memory of ours; it is unmapped below.
     let p = unsafe {
         libc::syscall(
             libc::SYS_mmap,

@@ -62,7 +62,7 @@ use std::time::Duration;
 
 use common::{Rng, in_emulator};
 use differ::{
-    Compared, Draw, READ_DST, READ_SRC, RECV, Req, SRC, Start, WRITE_DST, assert_mode,
+    Compared, Draw, READ_DST, READ_SRC, RECV, Req, SRC, Start, StaticCq, WRITE_DST, assert_mode,
     assert_same_completions, direct_state, flags, in_mode, mask_inline_pad, mask_qpn,
     mask_unwritten, poll_both, random_ahs, random_source, sq_caps, sq_pi, start, wqe_bytes,
 };
@@ -281,7 +281,7 @@ fn direct_rc(
 ) -> (
     SendQueue<SqRef<'static>, Connected>,
     RecvQueue<RqRef<'static>>,
-    CompletionQueue<&'static [CqBinding<SqRef<'static>, RqRef<'static>>]>,
+    StaticCq,
 ) {
     let (l, c) = (&qps.l_ours, &qps.c_ours);
     let (sq_state, rq_state, cq) = direct_state(l, c, qps.q_ours.qpn, true);
@@ -1085,12 +1085,13 @@ fn run_prepared(mode: &str) {
         rc.with_wr(&template, 0, &tsgl, &mut |w| {
             let w = w.with_flags(r.flags());
             let sq = &mut p.sq;
-            // SAFETY: the entry lies in the registered arena, which outlives the request.
             let posted = if matches!(op, IBV_WR_SEND | IBV_WR_SEND_WITH_IMM) {
                 let prep = sq.prepare_send(&w).unwrap();
+                // SAFETY: the entry lies in the registered arena, which outlives the request.
                 unsafe { sq.post_prepared(&prep, c) }
             } else {
                 let prep = sq.prepare_rdma(&w).unwrap();
+                // SAFETY: as above.
                 unsafe { sq.post_prepared(&prep, c) }
             };
             posted.unwrap_or_else(|e| panic!("prepared post {r:?}: {e:?}"));

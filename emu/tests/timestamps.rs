@@ -61,10 +61,12 @@ fn run(backend: BackendRequest) {
             Queues::DirectUd(q) => q.cq.poll_timed(out),
             Queues::Verbs(q) => q.cq.poll_timed(out),
         };
-        // SAFETY: registered buffers, which Rust does not touch while the request runs.
         match &mut queues {
+            // SAFETY: registered buffers, which Rust does not touch while the request runs.
             Queues::Direct(q) => unsafe { q.sq.post(&wr) }.unwrap(),
+            // SAFETY: as above.
             Queues::DirectUd(q) => unsafe { q.sq.post(&wr) }.unwrap(),
+            // SAFETY: as above.
             Queues::Verbs(q) => unsafe { q.sq.post(&wr) }.unwrap(),
         }
         while got(&mut out, &mut queues) == 0 {

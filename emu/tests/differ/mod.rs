@@ -21,6 +21,9 @@ use zverbs_mlx5dv::{
     SqState,
 };
 
+/// A direct poller over bindings leaked for the process's life.
+pub type StaticCq = CompletionQueue<&'static [CqBinding<SqRef<'static>, RqRef<'static>>]>;
+
 /// The registered arena's size, and where in it each kind of request reads or writes.
 pub const ARENA: usize = 1 << 20;
 /// Gather entries and inline data of WRITEs and SENDs.
@@ -293,11 +296,7 @@ pub fn direct_state(
     c: &CqLayout,
     qpn: u32,
     rq: bool,
-) -> (
-    SqRef<'static>,
-    Option<RqRef<'static>>,
-    CompletionQueue<&'static [CqBinding<SqRef<'static>, RqRef<'static>>]>,
-) {
+) -> (SqRef<'static>, Option<RqRef<'static>>, StaticCq) {
     let sq_slots: &'static [SqSlot] = (0..l.sq.wqe_cnt)
         .map(|_| SqSlot::new())
         .collect::<Vec<_>>()

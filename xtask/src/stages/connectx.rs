@@ -637,6 +637,20 @@ type ToolRun = (
     &'static str,
 );
 
+/// The emulator's test targets that run under it (`test = false` in its manifest, so outside
+/// `--all-targets`): the clippy stage names them one by one.
+pub const EMU_TESTS: &[&str] = &[
+    "differential",
+    "differential_dc",
+    "blueflame",
+    "async_events",
+    "timestamps",
+    "device_node",
+    "compressed",
+    "scatter",
+    "raw_ethernet",
+];
+
 /// The `connectx` stage.
 pub fn run(run: &mut Run) -> Result<Option<String>> {
     let emu = build()?;
