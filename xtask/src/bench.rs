@@ -1,8 +1,9 @@
 //! `cargo xtask bench`: the direct path against the C baselines, in one run.
 //!
-//! - `cargo xtask bench [--quick] [-- criterion args]`: the criterion benchmarks of
-//!   `zverbs-benches` (every case on both sides, then the table of median ns per unit with the
-//!   ratio zverbs / C and the goals), and an SVG plot of the figures;
+//! - `cargo xtask bench [--quick] [--runs N] [-- criterion args]`: the criterion benchmarks of
+//!   `zverbs-benches` (every case on both sides, one after the other), run `N` times (3 unless
+//!   told), then the table of median ns per unit with the median of the runs' ratios zverbs /
+//!   C, their range, and the load (whether the machine was quiet), and an SVG plot;
 //! - `cargo xtask bench --instructions [--calls N]`: callgrind instruction counts of the same
 //!   cases (the out-of-line function of each side, `--toggle-collect`), with the ratios:
 //!   stable where times are noisy;
@@ -60,6 +61,8 @@ struct Options {
     quick: bool,
     write_docs: bool,
     calls: Option<u64>,
+    /// Timed runs, one after another (each case's two sides side by side in each).
+    runs: Option<u32>,
     criterion: Vec<String>,
     ucx: bool,
 }
@@ -76,6 +79,7 @@ fn parse(mut p: Parser) -> Result<Options> {
             Arg::Long("quick") => o.quick = true,
             Arg::Long("write-docs") => o.write_docs = true,
             Arg::Long("calls") => o.calls = Some(cli::value(&mut p, "--calls")?),
+            Arg::Long("runs") => o.runs = Some(cli::value(&mut p, "--runs")?),
             Arg::Long("ucx") => o.ucx = true,
             // After `--`: for the benchmark (criterion), the example or the rxe figures.
             Arg::Value(v) => {
@@ -85,7 +89,7 @@ fn parse(mut p: Parser) -> Result<Options> {
             arg => {
                 return Err(usage!(
                     "{} for `bench`; try --instructions, --fallback [--host], --rxe [--host], --scale, \
-                     --ucx, --quick, --write-docs, --calls N, -- <args>",
+                     --ucx, --quick, --runs N, --write-docs, --calls N, -- <args>",
                     arg.unexpected()
                 ));
             }
@@ -149,6 +153,8 @@ pub struct TimeRow {
     pub about: String,
     /// zverbs and C, median samples.
     pub medians: Option<(f64, f64)>,
+    /// Each run's ratio of the median samples, zverbs / C (empty for one parsed run).
+    pub run_ratios: Vec<f64>,
 }
 
 /// Parses `times.tsv` (`case units ours_ns c_ns about [ours_median c_median]`, with a header
@@ -167,32 +173,45 @@ pub fn parse_times(text: &str) -> Vec<TimeRow> {
                     .get(5)
                     .zip(f.get(6))
                     .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?))),
+                run_ratios: Vec::new(),
             })
         })
         .collect()
 }
 
+/// Timed runs unless `--runs` says otherwise: three, so that the median of the runs' ratios
+/// is not one run's luck.
+const DEFAULT_RUNS: u32 = 3;
+
 fn times(o: &Options, out: &Path) -> Result {
     let tsv = out.join("times.tsv");
-    let _ = std::fs::remove_file(&tsv);
-    let mut cmd = util::cargo(["bench", "-p", PACKAGE, "--bench", BENCH, "--"]);
-    if o.quick {
-        cmd.args(["--warm-up-time", "0.2", "--measurement-time", "0.5"]);
+    let runs = o.runs.unwrap_or(DEFAULT_RUNS).max(1);
+    let mut all = Vec::new();
+    let mut loads = Vec::new();
+    for i in 0..runs {
+        let _ = std::fs::remove_file(&tsv);
+        let mut cmd = util::cargo(["bench", "-p", PACKAGE, "--bench", BENCH, "--"]);
+        if o.quick {
+            cmd.args(["--warm-up-time", "0.2", "--measurement-time", "0.5"]);
+        }
+        cmd.args(&o.criterion).env("ZVERBS_BENCH_OUT", &tsv);
+        println!("\n== timed run {} of {runs}", i + 1);
+        loads.extend(load_average());
+        util::run(&mut cmd)?;
+        loads.extend(load_average());
+        let Ok(text) = std::fs::read_to_string(&tsv) else {
+            bail!(
+                "the benchmark wrote no {} (did a filter leave no case with both sides?)",
+                tsv.display()
+            );
+        };
+        std::fs::write(out.join(format!("times.{}.tsv", i + 1)), &text)?;
+        all.push(parse_times(&text));
     }
-    cmd.args(&o.criterion).env("ZVERBS_BENCH_OUT", &tsv);
-    let start = load_average();
-    util::run(&mut cmd)?;
-    let end = load_average();
-    let Ok(text) = std::fs::read_to_string(&tsv) else {
-        bail!(
-            "the benchmark wrote no {} (did a filter leave no case with both sides?)",
-            tsv.display()
-        );
-    };
-    let rows = parse_times(&text);
-    let load = match (start, end) {
-        (Some(a), Some(b)) => {
-            let verdict = if quiet(a, b) {
+    let rows = combine_runs(&all);
+    let load = match (loads.first(), loads.iter().copied().reduce(f64::max)) {
+        (Some(&a), Some(most)) => {
+            let verdict = if quiet(a, most) {
                 "quiet: the ratios can be trusted to a few percent".to_string()
             } else {
                 format!(
@@ -200,11 +219,14 @@ fn times(o: &Options, out: &Path) -> Result {
                      and its times say little; trust the instruction counts, or run again alone"
                 )
             };
-            format!("One-minute load average {a:.2} at the start, {b:.2} at the end: {verdict}.")
+            format!(
+                "{runs} run(s); one-minute load average {a:.2} at the start, {most:.2} at most \
+                 between runs: {verdict}."
+            )
         }
         _ => "The load average could not be read.".into(),
     };
-    println!("\n{load}");
+    println!("\n{}", times_markdown(&rows, &load));
     let svg = times_svg(&rows);
     let svg_path = out.join("times.svg");
     std::fs::write(&svg_path, &svg)?;
@@ -218,25 +240,83 @@ fn times(o: &Options, out: &Path) -> Result {
     Ok(())
 }
 
-/// The markdown table of times, with the machine it was measured on and its load.
+/// The median of `v` (the mean of the middle two for an even count); `NaN` for none.
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// One row per case of the first run, over every run that has it: the median of each
+/// column, and the runs' ratios of median samples (zverbs / C), whose median is the row's
+/// ratio.
+pub fn combine_runs(runs: &[Vec<TimeRow>]) -> Vec<TimeRow> {
+    let Some(first) = runs.first() else {
+        return Vec::new();
+    };
+    first
+        .iter()
+        .map(|r0| {
+            let same: Vec<&TimeRow> = runs
+                .iter()
+                .filter_map(|run| run.iter().find(|r| r.case == r0.case))
+                .collect();
+            let col = |f: &dyn Fn(&TimeRow) -> Option<f64>| {
+                median(same.iter().filter_map(|r| f(r)).collect())
+            };
+            let medians = r0.medians.map(|_| {
+                (
+                    col(&|r| r.medians.map(|m| m.0)),
+                    col(&|r| r.medians.map(|m| m.1)),
+                )
+            });
+            TimeRow {
+                case: r0.case.clone(),
+                ours: col(&|r| Some(r.ours)),
+                c: col(&|r| Some(r.c)),
+                about: r0.about.clone(),
+                medians,
+                run_ratios: same
+                    .iter()
+                    .map(|r| match r.medians {
+                        Some((a, b)) => a / b,
+                        None => r.ours / r.c,
+                    })
+                    .collect(),
+            }
+        })
+        .collect()
+}
+
+/// The markdown table of times, with the machine it was measured on and its load: per case
+/// the median samples (median over the runs), the median of the runs' ratios of median
+/// samples and their range, and the fastest samples.
 fn times_markdown(rows: &[TimeRow], load: &str) -> String {
     let mut s = String::from(
-        "| case | what one unit is | zverbs ns | C ns | zverbs / C | medians (zverbs, C) |\n\
-         |---|---|---:|---:|---:|---:|\n",
+        "| case | what one unit is | zverbs ns | C ns | zverbs / C | runs' ratios | fastest (zverbs, C) |\n\
+         |---|---|---:|---:|---:|---:|---:|\n",
     );
     for r in rows {
-        let medians = r
-            .medians
-            .map(|(a, b)| format!("{a:.2}, {b:.2}"))
-            .unwrap_or_default();
+        let (ours, c) = r.medians.unwrap_or((r.ours, r.c));
+        let ratio = if r.run_ratios.is_empty() {
+            ours / c
+        } else {
+            median(r.run_ratios.clone())
+        };
+        let range = match (
+            r.run_ratios.iter().copied().reduce(f64::min),
+            r.run_ratios.iter().copied().reduce(f64::max),
+        ) {
+            (Some(lo), Some(hi)) => format!("{lo:.2}–{hi:.2}"),
+            _ => String::new(),
+        };
         let _ = writeln!(
             s,
-            "| `{}` | {} | {:.2} | {:.2} | {:.2}× | {medians} |",
-            r.case,
-            r.about,
-            r.ours,
-            r.c,
-            r.ours / r.c
+            "| `{}` | {} | {ours:.2} | {c:.2} | {ratio:.2}× | {range} | {:.2}, {:.2} |",
+            r.case, r.about, r.ours, r.c
         );
     }
     let _ = write!(s, "\n{}{load}\n", machine());
@@ -667,6 +747,37 @@ fn escape(s: &str) -> String {
 mod tests {
     use super::*;
 
+    #[test]
+    fn runs_combine_into_the_median_of_their_ratios() {
+        let run = |case: &str, ours: f64, c: f64| TimeRow {
+            case: case.into(),
+            ours: ours - 1.0,
+            c: c - 1.0,
+            about: String::new(),
+            medians: Some((ours, c)),
+            run_ratios: Vec::new(),
+        };
+        // Three runs, the second disturbed (its zverbs side slow); a case missing from the
+        // third run is combined over the two that have it.
+        let rows = combine_runs(&[
+            vec![run("write", 9.0, 10.0), run("poll1", 5.0, 5.0)],
+            vec![run("write", 30.0, 10.0), run("poll1", 6.0, 5.0)],
+            vec![run("write", 9.5, 10.0)],
+        ]);
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0].run_ratios, vec![0.9, 3.0, 0.95]);
+        assert_eq!(median(rows[0].run_ratios.clone()), 0.95);
+        assert_eq!(rows[0].medians, Some((9.5, 10.0)));
+        assert_eq!(rows[0].ours, 8.5);
+        assert_eq!(rows[1].run_ratios, vec![1.0, 1.2]);
+        assert!((median(rows[1].run_ratios.clone()) - 1.1).abs() < 1e-12);
+        let md = times_markdown(&rows, "");
+        assert!(
+            md.contains("| `write` |  | 9.50 | 10.00 | 0.95× | 0.90–3.00 | 8.50, 9.00 |"),
+            "{md}"
+        );
+    }
+
     fn parsed(line: &str) -> Result<Options> {
         parse(Parser::from_args(line.split_whitespace()))
     }
@@ -697,6 +808,7 @@ mod tests {
                 c: 10.0,
                 about: "RDMA WRITE".into(),
                 medians: Some((9.9, 10.5)),
+                run_ratios: Vec::new(),
             }]
         );
         let cases =
@@ -717,6 +829,7 @@ mod tests {
             c,
             about: String::new(),
             medians: None,
+            run_ratios: Vec::new(),
         };
         let svg = times_svg(&[
             row("write", 9.0, 8.5),
