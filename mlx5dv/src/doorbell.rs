@@ -226,11 +226,13 @@ impl Doorbell {
         Self::give_back(lock);
     }
 
-    /// Publishes the ring up to producer counter `pi` (basic blocks). `last_seg` is the segment
-    /// counter of the last WQE's control segment and `last_blocks` its size; `single` says it
-    /// is the only WQE since the previous ring (so BlueFlame may carry it); `lock` is the
-    /// shared register's ([`Doorbell::lock`]), or `None` on the paths of a queue with a
-    /// register of its own.
+    /// [`Doorbell::ring`] of a [`Back`] WQE, as the generic single post and the inline post
+    /// ring it ([`Doorbell::ring_any`]): `last_seg` is the segment counter of the last WQE's
+    /// control segment and `last_blocks` its size; `single` says it is the only WQE since the
+    /// previous ring; `lock` is the shared register's, or `None` for one of the queue's own.
+    /// Kept apart from the generic ring because routed through it those two posts hold one
+    /// register more across the barriers (`opaque` and `write_inline8` two instructions more:
+    /// `cargo xtask bench --instructions`).
     #[inline(always)]
     fn ring_back(
         &mut self,
@@ -274,8 +276,8 @@ impl Doorbell {
         Self::give_back(lock);
     }
 
-    /// [`Doorbell::ring`] on the register the queue has, for the single posts: one predictable
-    /// branch, as [`Doorbell::ring_block_any`].
+    /// [`Doorbell::ring_back`] on the register the queue has, for the generic single post and
+    /// the inline post: one predictable branch, a shared register's ring out of line.
     #[inline(always)]
     pub(crate) fn ring_any(&mut self, sq: SegRing, pi: u32, last_seg: u32, last_blocks: u32) {
         if self.key >= 0 {
@@ -285,7 +287,7 @@ impl Doorbell {
         }
     }
 
-    /// [`Doorbell::ring`] under the shared register's lock `s`.
+    /// [`Doorbell::ring_back`] under the shared register's lock `s`.
     #[cold]
     #[inline(never)]
     fn ring_back_locked(
