@@ -32,7 +32,7 @@ use zverbs_core::sync::atomic::Ordering;
 use crate::bf::{BfMode, SharedBf};
 use crate::devmem::{DbrecWord, SegRing};
 use crate::prm::SEGS_PER_BB;
-use crate::segreg::BlockRegs;
+use crate::segreg::{BlockRegs, SegReg};
 
 /// A register shared with other queues, as a ring holds it: the [`SharedBf`] whose lock it
 /// takes, or `None` for a register of the queue's own. The fast paths, which only a queue
@@ -156,13 +156,85 @@ impl Doorbell {
         self.bf_size
     }
 
-    /// Publishes the ring up to producer counter `pi` (basic blocks). `last_seg` is the segment
-    /// counter of the last WQE's control segment and `last_blocks` its size; `single` says it
-    /// is the only WQE since the previous ring (so BlueFlame may carry it); `lock` is the
-    /// shared register's ([`Doorbell::lock`]), or `None` on the paths of a queue with a
-    /// register of its own.
+    /// Publishes the ring up to producer counter `pi` (basic blocks) after `wqe`, the last WQE
+    /// written; `single` says it is the only WQE since the previous ring (so BlueFlame may
+    /// carry it). The one ring of the send queues: `wqe` is a constant variant at each call
+    /// site ([`RingWqe`]); the register's mode is `key`, tested once: 0 for the doorbell only,
+    /// a register of the queue's own whose buffer carries `key` blocks, or negative for a
+    /// shared one, whose ring goes out of line under its lock. A variant that knows the mode
+    /// ([`RingWqe::KEY`]) gives it as a constant, and the test folds away.
     #[inline(always)]
-    pub(crate) fn ring(
+    pub(crate) fn ring<W: RingWqe>(&mut self, pi: u32, wqe: W, single: bool) {
+        let key = match W::KEY {
+            Some(k) => k,
+            None => self.key,
+        };
+        debug_assert!(key == self.key || (0 <= key && key <= self.key));
+        // Everything the steps below need is decided before the barriers, which make the
+        // compiler reload whatever it keeps in memory, and kept in locals.
+        if W::APART && key == 0 {
+            // Without BlueFlame the buffer is always the first (`bf_size == 0`, so the toggle
+            // is 0): 3.-5., then 6b., the doorbell; the register takes no copy, so nothing is
+            // left for a flush to push. (The other variants take the branch below, whose
+            // `take` flips a toggle of 0: one test less.)
+            self.publish(pi);
+            self.doorbell_only(wqe.word0());
+        } else if W::OWN || key >= 0 {
+            // (`key >= 0`, the register's `bf_blocks`: read again for the variants whose size
+            // is not constant, rather than held in a register.)
+            let limit = if W::APART { key as u32 } else { self.bf_blocks };
+            let fits = single && wqe.blocks() <= limit;
+            // 2. The register's next buffer.
+            let buf = self.take(None);
+            self.publish(pi);
+            if fits {
+                // 6a. BlueFlame, whole 64-byte lines, which the CPU sends without waiting for
+                // more stores; this queue's next copy goes to the other buffer after its own
+                // `wc_start`, which drains this one first: no trailing flush (as UCX writes
+                // it: docs/performance.md).
+                wqe.copy(&BfFit::new(&buf.0, wqe.blocks()));
+            } else {
+                // 6b., 7. The doorbell, and out of the write-combining buffer now.
+                buf.doorbell(wqe.word0());
+                barrier::wc_flush();
+            }
+        } else {
+            self.ring_locked(pi, wqe, single);
+        }
+    }
+
+    /// [`Doorbell::ring`] on a shared register: steps 2 to 8 under its lock (`wqe` by value,
+    /// so that the fast paths keep a variant's words in registers).
+    #[cold]
+    #[inline(never)]
+    fn ring_locked<W: RingWqe>(&mut self, pi: u32, wqe: W, single: bool) {
+        let lock = self.shared;
+        let fits = single && wqe.blocks() <= self.bf_blocks;
+        // 2. The register, locked, and the buffer to write.
+        let buf = self.take(lock);
+        self.publish(pi);
+        if fits {
+            // 6a. BlueFlame: the WQE fits the buffer (`blocks <= bf_blocks`).
+            wqe.copy(&BfFit::new(&buf.0, wqe.blocks()));
+        } else {
+            // 6b. The doorbell.
+            buf.doorbell(wqe.word0());
+        }
+        // 7. Out of the write-combining buffer now, before anyone else may write the register.
+        barrier::wc_flush();
+        // 8. The register back to the queues that share it.
+        Self::give_back(lock);
+    }
+
+    /// [`Doorbell::ring`] of a [`Back`] WQE, as the generic single post and the inline post
+    /// ring it ([`Doorbell::ring_any`]): `last_seg` is the segment counter of the last WQE's
+    /// control segment and `last_blocks` its size; `single` says it is the only WQE since the
+    /// previous ring; `lock` is the shared register's, or `None` for one of the queue's own.
+    /// Kept apart from the generic ring because routed through it those two posts hold one
+    /// register more across the barriers (`opaque` and `write_inline8` two instructions more:
+    /// `cargo xtask bench --instructions`).
+    #[inline(always)]
+    fn ring_back(
         &mut self,
         sq: SegRing,
         pi: u32,
@@ -186,13 +258,12 @@ impl Doorbell {
         if blueflame {
             // 6a. BlueFlame: the whole WQE, 64-bit stores in order, block by block following
             // the ring's wrap (`last_blocks >= 1` and `bf_blocks == 0` without BlueFlame).
-            let first = last_seg / SEGS_PER_BB as u32;
+            let (first, buf) = (
+                last_seg / SEGS_PER_BB as u32,
+                BfFit::new(&reg.0, last_blocks),
+            );
             for b in 0..last_blocks {
-                let w = 8 * b as usize;
-                sq.for_each_word(first.wrapping_add(b), |i, word| {
-                    // SAFETY: word `w + i` lies in the buffer because the WQE fits it.
-                    unsafe { reg.0.write_u64(w + i, word) };
-                });
+                sq.for_each_word(first.wrapping_add(b), |i, word| buf.word(b, i, word));
             }
         } else {
             // 6b. Doorbell: the first 8 bytes of the last control segment.
@@ -205,109 +276,21 @@ impl Doorbell {
         Self::give_back(lock);
     }
 
-    /// Publishes the ring up to producer counter `pi` after one single-block WQE whose first
-    /// `n` words (`n <= 8`, 64-bit words holding its bytes in memory order) are `words`: the
-    /// steps of [`Doorbell::ring`], with the BlueFlame copy made from `words` as the caller
-    /// holds them (not read back from the ring). The copy is the whole 64-byte block, as
-    /// every BlueFlame copy: the device reads the WQE's `ds` segments of it, and the words
-    /// past `n` are zeros. `lock` as for [`Doorbell::ring`].
-    #[inline(always)]
-    pub(crate) fn ring_block(&mut self, pi: u32, words: &[u64; 8], n: usize, lock: Lock) {
-        if self.bf_blocks == 0 {
-            self.ring_block_doorbell(pi, words[0], lock);
-        } else {
-            self.ring_block_copy(pi, words, n, lock);
-        }
-    }
-
-    /// [`Doorbell::ring_block`] without BlueFlame (`bf_blocks == 0`): the doorbell `word0`.
-    #[inline(always)]
-    fn ring_block_doorbell(&mut self, pi: u32, word0: u64, lock: Lock) {
-        debug_assert_eq!(self.bf_blocks, 0);
-        // 2. Without BlueFlame the buffer is always the first (`bf_size == 0`); a shared
-        // register is still taken, for its lock.
-        if lock.is_some() {
-            self.take(lock);
-        }
-        self.publish(pi);
-        // 6b. Doorbell: the first 8 bytes of the control segment.
-        self.doorbell_only(word0);
-        Self::flush_shared(lock);
-    }
-
-    /// [`Doorbell::ring_block`] with BlueFlame (`bf_blocks >= 1`): the block copied.
-    #[inline(always)]
-    fn ring_block_copy(&mut self, pi: u32, words: &[u64; 8], n: usize, lock: Lock) {
-        debug_assert!(n <= 8 && self.bf_blocks >= 1);
-        // 2. The register (its lock, if shared), and the buffer to write: a region of
-        // its own, so that the stores address it from one register.
-        let buf = self.take(lock);
-        self.publish(pi);
-        // 6a. BlueFlame: the block's eight words, in order.
-        for (i, &word) in words.iter().enumerate() {
-            let w = if i < n { word } else { 0 };
-            // SAFETY: one block fits the buffer (`bf_blocks >= 1`), which `buf` starts.
-            unsafe { buf.0.write_u64(i, w) };
-        }
-        Self::flush_shared(lock);
-    }
-
-    /// Steps 7 and 8 of a one-block ring: out of the write-combining buffer now, for a shared
-    /// register: before the next holder's copy (docs/architecture.md); then the register
-    /// back. A dedicated register's next copy, this queue's, goes to the other buffer after
-    /// its own `wc_start`, which drains this one first; and the copy is a whole 64-byte line,
-    /// which the CPU sends without waiting for more stores (so a single-threaded BlueFlame
-    /// needs no trailing flush, as UCX writes it: docs/performance.md).
-    #[inline(always)]
-    fn flush_shared(lock: Lock) {
-        if lock.is_some() {
-            barrier::wc_flush();
-            Self::give_back(lock);
-        }
-    }
-
-    /// [`Doorbell::ring_block`] on the register the queue has, for the single posts: one
-    /// compare of the mode, whose third outcome, a shared register, goes to an out-of-line
-    /// ring under its lock (the words passed by value there, so that the fast path keeps them
-    /// in registers).
-    #[inline(always)]
-    pub(crate) fn ring_block_any(&mut self, pi: u32, words: &[u64; 8], n: usize) {
-        // One load and one test of `key` (a shared register's is negative), as the
-        // doorbell-only test a dedicated register makes anyway: the doorbell-only ring pays
-        // nothing for sharing, the BlueFlame one a branch not taken.
-        let key = self.key;
-        if key == 0 {
-            self.ring_block_doorbell(pi, words[0], None)
-        } else if key > 0 {
-            self.ring_block_copy(pi, words, n, None)
-        } else {
-            self.ring_block_locked(pi, *words, n)
-        }
-    }
-
-    /// [`Doorbell::ring_block`] under the shared register's lock.
-    #[cold]
-    #[inline(never)]
-    fn ring_block_locked(&mut self, pi: u32, words: [u64; 8], n: usize) {
-        let lock = self.shared;
-        self.ring_block(pi, &words, n, lock);
-    }
-
-    /// [`Doorbell::ring`] on the register the queue has, for the single posts: one predictable
-    /// branch, as [`Doorbell::ring_block_any`].
+    /// [`Doorbell::ring_back`] on the register the queue has, for the generic single post and
+    /// the inline post: one predictable branch, a shared register's ring out of line.
     #[inline(always)]
     pub(crate) fn ring_any(&mut self, sq: SegRing, pi: u32, last_seg: u32, last_blocks: u32) {
         if self.key >= 0 {
-            self.ring(sq, pi, last_seg, last_blocks, true, None)
+            self.ring_back(sq, pi, last_seg, last_blocks, true, None)
         } else if let Some(s) = self.shared {
-            self.ring_locked(sq, pi, last_seg, last_blocks, true, s)
+            self.ring_back_locked(sq, pi, last_seg, last_blocks, true, s)
         }
     }
 
-    /// [`Doorbell::ring`] under the shared register's lock `s`.
+    /// [`Doorbell::ring_back`] under the shared register's lock `s`.
     #[cold]
     #[inline(never)]
-    pub(crate) fn ring_locked(
+    fn ring_back_locked(
         &mut self,
         sq: SegRing,
         pi: u32,
@@ -316,70 +299,14 @@ impl Doorbell {
         single: bool,
         s: NonNull<SharedBf>,
     ) {
-        self.ring(sq, pi, last_seg, last_blocks, single, Some(s));
+        self.ring_back(sq, pi, last_seg, last_blocks, single, Some(s));
     }
 
     /// Whether a one-block WQE goes by BlueFlame (`bf.size >= 64`), for the prepared posts,
-    /// which decide it once ([`Doorbell::ring_block_regs`]).
+    /// which decide it once ([`Regs`]).
     #[inline(always)]
     pub(crate) fn has_blueflame(&self) -> bool {
         self.bf_blocks != 0
-    }
-
-    /// [`Doorbell::ring_block`] for the one-block WQE of a prepared post, `b`, whose
-    /// segments held in registers are copied with one store each; `BF` is
-    /// [`Doorbell::has_blueflame`], decided by the caller.
-    ///
-    /// # Safety
-    ///
-    /// `BF == self.has_blueflame()` (with BlueFlame the copy is 64 bytes, without it the
-    /// region may hold 8). `lock` as for [`Doorbell::ring`].
-    #[inline(always)]
-    pub(crate) unsafe fn ring_block_regs<const BF: bool>(
-        &mut self,
-        pi: u32,
-        b: &BlockRegs,
-        lock: Lock,
-    ) {
-        debug_assert_eq!(BF, self.has_blueflame());
-        if !BF {
-            // 2. As in `ring_block`.
-            if lock.is_some() {
-                self.take(lock);
-            }
-            self.publish(pi);
-            // 6b. Doorbell: the first 8 bytes of the control segment.
-            self.doorbell_only(b.ctrl.low());
-        } else {
-            // 2. The register (its lock, if shared), and the buffer to write.
-            let buf = self.take(lock);
-            let buf = &buf.0;
-            self.publish(pi);
-            // 6a. BlueFlame: the block's four segments, in order.
-            // SAFETY: one block fits the buffer (`bf_blocks >= 1`: `BF`), which `buf` starts,
-            // 16-byte aligned: the register is, and the buffer is its base or `bf_size` past
-            // it, a multiple of 64 (the queue's constructor refuses a layout otherwise).
-            unsafe {
-                b.ctrl.store_mmio(buf, 0);
-                let d = match b.raddr {
-                    Some(r) => {
-                        r.store_mmio(buf, 1);
-                        4
-                    }
-                    None => 2,
-                };
-                buf.write_u64(d, b.data[0]);
-                buf.write_u64(d + 1, b.data[1]);
-                for w in d + 2..8 {
-                    buf.write_u64(w, 0);
-                }
-            }
-        }
-        // 7., 8. As in `ring_block`.
-        if lock.is_some() {
-            barrier::wc_flush();
-            Self::give_back(lock);
-        }
     }
 
     /// Steps 3 to 5 of [`Doorbell::ring`]: the WQE stores before the doorbell record, the
@@ -418,66 +345,286 @@ fn split_seg(seg: &[u8; 16]) -> (u64, u64) {
     (u64::from_ne_bytes(lo), u64::from_ne_bytes(hi))
 }
 
-impl Doorbell {
-    /// Publishes the ring up to producer counter `pi` after one WQE of `blocks` basic blocks
-    /// (1 or 2), the first ring block `first` (of `sq`), rung alone: on a register of the
-    /// queue's own whose BlueFlame buffer carries the WQE, each of its segments read back
-    /// from the ring into a register with one load and copied with one store, block by block
-    /// following the ring's wrap, no loop (as [`Doorbell::ring_block_copy`], no trailing
-    /// flush: each block is a whole 64-byte line); without BlueFlame, the doorbell `word0`
-    /// (the WQE's first 8 bytes); on a shared register or one whose buffer is too small, as
-    /// [`Doorbell::ring_any`].
+/// A WQE as [`Doorbell::ring`] rings it, one variant per call site, each inlined: its size
+/// in basic blocks, its first 8 bytes (the doorbell) and its BlueFlame copy.
+///
+/// # Safety
+///
+/// [`RingWqe::blocks`] is at least 1 and the same at each call (the token of the copy,
+/// [`BfFit`], holds the buffer to it); [`RingWqe::KEY`], when given, is the ringing doorbell's key or `0 <= KEY <= key`, and with
+/// [`RingWqe::OWN`] the doorbell's key is not negative (which a variant giving either has the
+/// caller of its constructor promise).
+pub(crate) unsafe trait RingWqe {
+    /// The register's mode when the variant knows it ([`Doorbell::ring`]); `None`: the
+    /// doorbell's own.
+    const KEY: Option<i32> = None;
+    /// Whether the register is known to be the queue's own (not shared: `key >= 0`), which
+    /// a variant giving it has the caller of its constructor promise.
+    const OWN: bool = false;
+    /// Whether a register without BlueFlame (`key == 0`) takes a branch of its own, without
+    /// the `take` and the flush (one test more for the others).
+    const APART: bool = true;
+    /// The WQE's size in basic blocks (at least 1).
+    fn blocks(&self) -> u32;
+    /// Step 6b: the doorbell, the first 8 bytes of the WQE's control segment.
+    fn word0(&self) -> u64;
+    /// Step 6a: the BlueFlame copy, whole blocks in order, into `buf`, which holds them.
+    fn copy(&self, buf: &BfFit<'_>);
+}
+
+/// The BlueFlame buffer taken for one ring, made only where the WQE was found to fit it
+/// (`blocks <= bf_blocks`): proof that the WQE's [`RingWqe::blocks`] blocks lie in it, 16-byte
+/// aligned (the register is, and the buffer is its base or `bf_size` past it, a multiple of 64:
+/// the queue's constructor refuses a layout otherwise).
+pub(crate) struct BfFit<'a> {
+    reg: &'a MmioRegion,
+    /// The WQE's last block (`blocks - 1`).
+    last: u32,
+}
+
+impl<'a> BfFit<'a> {
+    /// The token for a WQE of `blocks` blocks (at least 1) found to fit the buffer `reg`
+    /// (`blocks <= bf_blocks`): made only where that was checked.
     #[inline(always)]
-    pub(crate) fn ring_blocks_back(
-        &mut self,
-        sq: &SegRing,
-        pi: u32,
-        first: u32,
-        blocks: u32,
-        word0: u64,
-    ) {
-        debug_assert!(blocks == 1 || blocks == 2);
-        // One compare for the common case: `key` is `bf_blocks` for a register of the queue's
-        // own (negative for a shared one).
-        if self.key < blocks as i32 {
-            if self.key == 0 {
-                self.publish(pi);
-                self.doorbell_only(word0);
-            } else {
-                self.ring_any(*sq, pi, first.wrapping_mul(SEGS_PER_BB as u32), blocks);
-            }
-            return;
+    fn new(reg: &'a MmioRegion, blocks: u32) -> Self {
+        Self {
+            reg,
+            last: blocks.wrapping_sub(1),
         }
-        let buf = self.take(None);
-        self.publish(pi);
-        let reg = &buf.0;
-        // SAFETY: the register is the queue's own and its buffer, which `buf` starts, 16-byte
-        // aligned (as in `ring_block_regs`), holds `blocks` blocks (`key`: `bf_blocks`). Each
-        // block's 64 bytes are in the ring at `block_ptr`, 16-byte aligned, and only the
-        // ring's owner, the caller, writes them, not during this call.
-        unsafe {
-            // Each block's four segments, read and stored: the first block, then the second
-            // (straight-line code, no loop).
-            #[cfg(not(zverbs_loom))]
-            let copy = |src: *const u8, at: usize| {
-                for s in 0..4 {
-                    let seg = src.add(16 * s).cast::<crate::segreg::SegRepr>().read();
-                    crate::segreg::SegReg::from_repr(seg).store_mmio(reg, at + s);
-                }
-            };
-            #[cfg(not(zverbs_loom))]
-            {
-                copy(sq.block_ptr(first), 0);
-                if blocks > 1 {
-                    copy(sq.block_ptr(first.wrapping_add(1)), 4);
-                }
+    }
+
+    /// Stores `word` as word `i` (`< 8`) of block `block` (of the WQE's) of the copy, in the
+    /// order called; outside the WQE, nothing. The indices are constants or loop counters
+    /// where it is called, so that the test folds away.
+    #[inline(always)]
+    pub(crate) fn word(&self, block: u32, i: usize, word: u64) {
+        if block <= self.last && i < 8 {
+            // SAFETY: the word lies in the WQE's blocks, which lie in the buffer (`new`).
+            unsafe { self.reg.write_u64(8 * block as usize + i, word) };
+        }
+    }
+
+    /// Stores `seg` as segment `s` (`< 4`) of block `block` of the copy, as
+    /// [`BfFit::word`].
+    #[inline(always)]
+    pub(crate) fn seg(&self, block: u32, s: usize, seg: SegReg) {
+        if block <= self.last && s < 4 {
+            // SAFETY: as in `word`; 16-byte aligned: the buffer is (the register is, and the
+            // buffer is its base or `bf_size` past it, a multiple of 64: the queue's
+            // constructor refuses a layout otherwise), and so is each segment of it.
+            unsafe { seg.store_mmio(self.reg, 4 * block as usize + s) };
+        }
+    }
+}
+
+/// A one-block WQE as words in registers: the whole 64-byte block, eight 64-bit words holding
+/// its bytes in memory order, zeros past the WQE's `ds` segments (the device reads those of
+/// the copy, which is the whole block, as every BlueFlame copy).
+#[derive(Clone, Copy)]
+pub(crate) struct Words(pub(crate) [u64; 8]);
+
+// SAFETY: one block.
+unsafe impl RingWqe for Words {
+    #[inline(always)]
+    fn blocks(&self) -> u32 {
+        1
+    }
+    #[inline(always)]
+    fn word0(&self) -> u64 {
+        self.0[0]
+    }
+    #[inline(always)]
+    fn copy(&self, buf: &BfFit<'_>) {
+        for (i, &word) in self.0.iter().enumerate() {
+            buf.word(0, i, word);
+        }
+    }
+}
+
+/// The one-block WQE of a prepared post, whose segments held in registers are copied with one
+/// store each; `FIXED`: the register is the queue's own, with BlueFlame (`BF`) or without, a
+/// constant ([`Regs::new`]).
+#[derive(Clone, Copy)]
+pub(crate) struct Regs<'a, const FIXED: bool, const BF: bool>(&'a BlockRegs);
+
+impl<'a, const FIXED: bool, const BF: bool> Regs<'a, FIXED, BF> {
+    /// The block `b` to ring.
+    ///
+    /// # Safety
+    ///
+    /// With `FIXED`, the doorbell that rings it has a register of the queue's own (not
+    /// shared) and `BF` says whether it has BlueFlame ([`Doorbell::has_blueflame`]).
+    #[inline(always)]
+    pub(crate) unsafe fn new(b: &'a BlockRegs) -> Self {
+        Self(b)
+    }
+}
+
+// SAFETY: one block; `KEY` as `new`'s caller promised: 1 (one block fits
+// a register of the queue's own with BlueFlame) or 0 (a register of the queue's own).
+unsafe impl<const FIXED: bool, const BF: bool> RingWqe for Regs<'_, FIXED, BF> {
+    const KEY: Option<i32> = if FIXED { Some(BF as i32) } else { None };
+    #[inline(always)]
+    fn blocks(&self) -> u32 {
+        1
+    }
+    #[inline(always)]
+    fn word0(&self) -> u64 {
+        self.0.ctrl.low()
+    }
+    #[inline(always)]
+    fn copy(&self, buf: &BfFit<'_>) {
+        let b = self.0;
+        buf.seg(0, 0, b.ctrl);
+        let d = match b.raddr {
+            Some(r) => {
+                buf.seg(0, 1, r);
+                4
             }
-            #[cfg(zverbs_loom)]
-            for b in 0..blocks {
-                sq.for_each_word(first.wrapping_add(b), |i, w| {
-                    reg.write_u64(8 * b as usize + i, w)
-                });
+            None => 2,
+        };
+        buf.word(0, d, b.data[0]);
+        buf.word(0, d + 1, b.data[1]);
+        for w in d + 2..8 {
+            buf.word(0, w, 0);
+        }
+    }
+}
+
+/// A WQE read back from the ring `sq` (a [`SegRing`], or a reference to one: [`RingAt`]): its
+/// control segment at segment counter `last_seg`, its size `blocks`; the copy word by word,
+/// block by block following the ring's wrap. `OWN`: rung on a register known to be the
+/// queue's own ([`Back::own`]).
+#[derive(Clone, Copy)]
+pub(crate) struct Back<R, const OWN: bool = false> {
+    sq: R,
+    last_seg: u32,
+    blocks: u32,
+}
+
+/// Where a [`Back`] finds the ring: a copy the caller holds in registers, or a reference to
+/// the queue's, read after the barriers (fewer registers held across them); which is cheaper
+/// depends on the call site.
+pub(crate) trait RingAt: Copy {
+    /// The ring, into a local (which the MMIO stores cannot change).
+    fn ring(&self) -> SegRing;
+}
+
+impl RingAt for SegRing {
+    #[inline(always)]
+    fn ring(&self) -> SegRing {
+        *self
+    }
+}
+
+impl RingAt for &SegRing {
+    #[inline(always)]
+    fn ring(&self) -> SegRing {
+        **self
+    }
+}
+
+impl<R: RingAt> Back<R> {
+    /// The WQE of `blocks` basic blocks whose control segment is at segment counter
+    /// `last_seg` of `sq`.
+    #[inline(always)]
+    pub(crate) fn new(sq: R, last_seg: u32, blocks: u32) -> Self {
+        Self {
+            sq,
+            last_seg,
+            blocks,
+        }
+    }
+}
+
+impl<R: RingAt> Back<R, true> {
+    /// [`Back::new`] for a doorbell whose register is the queue's own, so that its ring
+    /// has no test for a shared one.
+    ///
+    /// # Safety
+    ///
+    /// The doorbell that rings it has a register of the queue's own (not shared).
+    #[inline(always)]
+    pub(crate) unsafe fn own(sq: R, last_seg: u32, blocks: u32) -> Self {
+        Self {
+            sq,
+            last_seg,
+            blocks,
+        }
+    }
+}
+
+// SAFETY: `blocks` as the caller gave it, a WQE's size (at least 1); `OWN` as `own`'s caller promised.
+unsafe impl<R: RingAt, const OWN: bool> RingWqe for Back<R, OWN> {
+    const OWN: bool = OWN;
+    const APART: bool = false;
+    #[inline(always)]
+    fn blocks(&self) -> u32 {
+        self.blocks
+    }
+    #[inline(always)]
+    fn word0(&self) -> u64 {
+        let sq = self.sq.ring();
+        sq.with(self.last_seg, split_seg).0
+    }
+    #[inline(always)]
+    fn copy(&self, buf: &BfFit<'_>) {
+        let (sq, first) = (self.sq.ring(), self.last_seg / SEGS_PER_BB as u32);
+        for b in 0..self.blocks() {
+            sq.for_each_word(first.wrapping_add(b), |i, word| buf.word(b, i, word));
+        }
+    }
+}
+
+/// A WQE of 1 or 2 blocks from ring block `first`, whose doorbell `word0` the caller holds:
+/// the copy read back from the ring a segment at a time into a register with one load and
+/// copied with one store, no loop.
+#[derive(Clone, Copy)]
+pub(crate) struct BackSegs<'a> {
+    pub(crate) sq: &'a SegRing,
+    pub(crate) first: u32,
+    pub(crate) blocks: u32,
+    pub(crate) word0: u64,
+}
+
+// SAFETY: `blocks` as the caller gave it, 1 or 2.
+unsafe impl RingWqe for BackSegs<'_> {
+    #[inline(always)]
+    fn blocks(&self) -> u32 {
+        debug_assert!(self.blocks == 1 || self.blocks == 2);
+        self.blocks
+    }
+    #[inline(always)]
+    fn word0(&self) -> u64 {
+        self.word0
+    }
+    #[inline(always)]
+    fn copy(&self, buf: &BfFit<'_>) {
+        let (sq, first) = (self.sq, self.first);
+        // Each block's four segments, read and stored: the first block, then the second
+        // (straight-line code, no loop).
+        #[cfg(not(zverbs_loom))]
+        let copy = |b: u32| {
+            let src = sq.block_ptr(first.wrapping_add(b));
+            for s in 0..4 {
+                // SAFETY: the block's 64 bytes are in the ring at `block_ptr`, 16-byte
+                // aligned, and only the ring's owner, the caller, writes them, not during
+                // this call.
+                let seg = unsafe { src.add(16 * s).cast::<crate::segreg::SegRepr>().read() };
+                buf.seg(b, s, SegReg::from_repr(seg));
             }
+        };
+        #[cfg(not(zverbs_loom))]
+        {
+            copy(0);
+            // (`blocks > 1`, as the token holds it: one test.)
+            if buf.last > 0 {
+                copy(1);
+            }
+        }
+        #[cfg(zverbs_loom)]
+        for b in 0..self.blocks {
+            sq.for_each_word(first.wrapping_add(b), |i, w| buf.word(b, i, w));
         }
     }
 }

@@ -19,7 +19,7 @@ use zverbs_core::mmio::MmioRegion;
 
 use crate::bf::SharedBf;
 use crate::devmem::{DbrecWord, SegRing};
-use crate::doorbell::Doorbell;
+use crate::doorbell::{Back, Doorbell};
 use crate::layout::{LayoutError, QpLayout};
 use crate::prm::wqe::CtrlSeg;
 use crate::prm::{SEGS_PER_BB, SND_DBR, fm_ce_se, opcode};
@@ -118,14 +118,8 @@ pub unsafe fn post_drain_marker<S: StableDeref<Target = [SqSlot]>>(
     let lock = shared.map(NonNull::from);
     let mut db = Doorbell::new(dbrec, reg, layout.bf.size, lock);
     // An 8-byte doorbell for the one-block WQE at `pi` (the send queue's steps).
-    db.ring(
-        ring,
-        pi.wrapping_add(1),
-        pi * SEGS_PER_BB as u32,
-        1,
-        false,
-        lock,
-    );
+    let wqe = Back::new(&ring, pi * SEGS_PER_BB as u32, 1);
+    db.ring(pi.wrapping_add(1), wqe, false);
     Ok(true)
 }
 

@@ -19,7 +19,7 @@ use zverbs_core::{
 
 use crate::bf::{BfMode, SharedBf};
 use crate::devmem::{DbrecWord, SegRing, Wqe};
-use crate::doorbell::Doorbell;
+use crate::doorbell::{Back, Doorbell, Words};
 use crate::layout::{LayoutError, QpLayout, SqCaps};
 use crate::prm::wqe::{UD_HEADER_DS, eth_ds, inline_ds, words};
 // The field views, for the tests (`use super::*`), which read the segments back through them.
@@ -987,7 +987,7 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
             let sig = u16::from(plan.signaled);
             let wqe = self.take::<true, true>(room, 1, wr.wr_id, plan.opcode, plan.signaled, sig);
             wqe.block_words_in(0, &words, n);
-            self.doorbell.ring_block_any(pi.wrapping_add(1), &words, n);
+            self.doorbell.ring(pi.wrapping_add(1), Words(words), true);
         } else if let Some((head, k)) = self.inline_head_words(wr, &plan, pi) {
             self.write_inline_and_ring(v, &plan, &head, k, room);
         } else {
@@ -1179,7 +1179,7 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
             // One block: its words read back once and rung as a one-block WQE's.
             let mut words = [0u64; 8];
             ring.for_each_word(pi, |i, w| words[i] = w);
-            self.doorbell.ring_block_any(next, &words, 8);
+            self.doorbell.ring(next, Words(words), true);
         } else {
             self.doorbell.ring_any(ring, next, start, plan.blocks);
         }
@@ -1331,15 +1331,14 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
             self.ring_slow();
             return;
         }
-        self.doorbell.ring(
-            self.ring,
-            self.pi,
-            self.last_seg,
-            self.last_blocks,
-            self.pending == 1,
-            None,
-        );
+        // Nothing pending from here: the ring is the last step (a shared register's, out of
+        // line, a jump).
+        let single = self.pending == 1;
         self.pending = 0;
+        // SAFETY: `fast_gate` is `u64::MAX` for a shared register, which no gate word equals:
+        // the register is the queue's own.
+        let wqe = unsafe { Back::own(&self.ring, self.last_seg, self.last_blocks) };
+        self.doorbell.ring(self.pi, wqe, single);
     }
 
     /// [`SendQueue::ring`] when the fast compare turned it away: the gate changed, or the
@@ -1354,16 +1353,12 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
             self.credit = 0;
             return;
         }
-        let lock = self.doorbell.lock();
-        self.doorbell.ring(
-            self.ring,
-            self.pi,
-            self.last_seg,
-            self.last_blocks,
-            self.pending == 1,
-            lock,
-        );
+        // Nothing pending from here: the ring is the last step (a shared register's, out of
+        // line, a jump).
+        let single = self.pending == 1;
         self.pending = 0;
+        let wqe = Back::new(&self.ring, self.last_seg, self.last_blocks);
+        self.doorbell.ring(self.pi, wqe, single);
     }
 }
 

@@ -22,6 +22,7 @@ use zverbs_core::{DcDest, PostError, SendWr, SqCaps};
 use super::{Dci, Plan, Room, SendQueue, Vouched, write_datagram_seg};
 use crate::bf::SharedBf;
 use crate::devmem::Wqe;
+use crate::doorbell::Back;
 use crate::layout::{LayoutError, QpLayout};
 use crate::prm::wqe::{UD_HEADER_DS, words};
 use crate::state::SqStateRef;
@@ -102,9 +103,8 @@ impl<P: SqStateRef> SendQueue<P, Dci> {
         // SAFETY: as in `stage_to`.
         let (v, room) = unsafe { (Vouched::new(wr), Room::checked()) };
         let start = self.write_to(dest, v, &plan, room);
-        let lock = self.doorbell.lock();
-        self.doorbell
-            .ring(self.ring, self.pi, start, plan.blocks, true, lock);
+        let wqe = Back::new(&self.ring, start, plan.blocks);
+        self.doorbell.ring(self.pi, wqe, true);
         Ok(())
     }
 

@@ -30,6 +30,7 @@ use super::{
 };
 use crate::bf::SharedBf;
 use crate::devmem::Wqe;
+use crate::doorbell::{Back, BackSegs, Words};
 use crate::layout::{LayoutError, QpLayout};
 use crate::prm::wqe::{DataSeg, eth, eth_ds, inline_ds, words};
 use crate::prm::{
@@ -209,7 +210,7 @@ impl<P: SqStateRef> SendQueue<P, Ethernet> {
     ///
     /// A payload of at least one byte (the common case) is rung with the BlueFlame copy read
     /// back from the ring a segment at a time, without a loop
-    /// (`Doorbell::ring_blocks_back`).
+    /// (`doorbell::BackSegs`).
     ///
     /// # Safety
     ///
@@ -240,8 +241,13 @@ impl<P: SqStateRef> SendQueue<P, Ethernet> {
         let pi = self.pi;
         self.write_frame::<true>(p, wr_id, &payload, blocks, room);
         let word0 = p.ctrl0[1] | words::ctrl_index(pi as u16)[0];
-        self.doorbell
-            .ring_blocks_back(&self.ring, pi.wrapping_add(blocks), pi, blocks, word0);
+        let wqe = BackSegs {
+            sq: &self.ring,
+            first: pi,
+            blocks,
+            word0,
+        };
+        self.doorbell.ring(pi.wrapping_add(blocks), wqe, true);
         Ok(())
     }
 
@@ -266,7 +272,8 @@ impl<P: SqStateRef> SendQueue<P, Ethernet> {
         } else {
             self.write_frame::<false>(p, wr_id, &payload, blocks, room)
         };
-        self.doorbell.ring_any(self.ring, self.pi, start, blocks);
+        let wqe = Back::new(&self.ring, start, blocks);
+        self.doorbell.ring(self.pi, wqe, true);
         Ok(())
     }
 
@@ -499,7 +506,7 @@ impl<P: SqStateRef, T: SqTransport> SendQueue<P, T> {
         let sig = u16::from(signaled);
         let wqe = self.take::<true, true>(room, 1, wr.wr_id, opcode::SEND, signaled, sig);
         wqe.block_words_in(0, &words, 8);
-        self.doorbell.ring_block_any(pi.wrapping_add(1), &words, 8);
+        self.doorbell.ring(pi.wrapping_add(1), Words(words), true);
         Ok(())
     }
 

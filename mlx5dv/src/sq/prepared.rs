@@ -29,7 +29,7 @@
 use zverbs_core::{MAX_MESSAGE, PostError, SendOp, SendWr};
 
 use super::{Connected, Room, SendQueue, put};
-use crate::doorbell::Lock;
+use crate::doorbell::{Back, Regs};
 use crate::prm::wqe::words;
 use crate::segreg::{BlockRegs, SegReg, SegWords};
 use crate::state::SqStateRef;
@@ -296,7 +296,7 @@ impl<P: SqStateRef> SendQueue<P, Connected> {
                 self.held = c;
                 return self.post_prepared_slow(p);
             }
-            self.write_block_and_ring::<REMOTE, BF>(p, c, None);
+            self.write_block_and_ring::<REMOTE, true, BF>(p, c);
         }
         Ok(())
     }
@@ -306,15 +306,14 @@ impl<P: SqStateRef> SendQueue<P, Connected> {
     ///
     /// # Safety
     ///
-    /// `c.len >= 1`, [`SendQueue::check_prepared`] passed, nothing is staged, `BF` says
-    /// whether the doorbell has BlueFlame, `lock` is the doorbell's (or `None` for a register
-    /// of the queue's own), and the caller upholds the posting contract.
+    /// `c.len >= 1`, [`SendQueue::check_prepared`] passed, nothing is staged, with `FIXED`
+    /// the register is the queue's own and `BF` says whether it has BlueFlame, and the caller
+    /// upholds the posting contract.
     #[inline(always)]
-    unsafe fn write_block_and_ring<const REMOTE: bool, const BF: bool>(
+    unsafe fn write_block_and_ring<const REMOTE: bool, const FIXED: bool, const BF: bool>(
         &mut self,
         p: &Prepared<REMOTE>,
         c: Changes,
-        lock: Lock,
     ) {
         // Counted first, so that the count is not held in a register while the slot is
         // recorded (which then adds 0).
@@ -330,14 +329,15 @@ impl<P: SqStateRef> SendQueue<P, Connected> {
         // slot is addressed from it too (16 bytes a block: the word index times 2).
         let word = self.ring.word_of_block(pi);
         let next = pi.wrapping_add(1);
-        // SAFETY: (caller) block `pi` is free (room was checked) and not yet published; `BF`
-        // as the doorbell is, `lock` the doorbell's.
+        // SAFETY: (caller) block `pi` is free (room was checked) and not yet published; with
+        // `FIXED`, `BF` as the doorbell is, its register the queue's own.
         unsafe {
             let wqe =
                 self.take::<false, true>(Room::checked(), 1, c.wr_id, p.opcode, p.signaled, 0);
             // `word` is block `pi`'s first word in the ring.
             wqe.block_regs_at(word, &block);
-            self.doorbell.ring_block_regs::<BF>(next, &block, lock);
+            self.doorbell
+                .ring(next, Regs::<FIXED, BF>::new(&block), true);
         }
     }
 
@@ -376,17 +376,14 @@ impl<P: SqStateRef> SendQueue<P, Connected> {
             self.ring_pending();
         }
         // SAFETY: checked, nothing staged; the caller upholds the posting contract. A length
-        // of at least one byte goes as a block, `BF` as the doorbell is.
+        // of at least one byte goes as a block, with the doorbell's own key.
         unsafe {
             if len != 0 {
-                if bf {
-                    self.write_block_and_ring::<REMOTE, true>(p, c, lock)
-                } else {
-                    self.write_block_and_ring::<REMOTE, false>(p, c, lock)
-                }
+                self.write_block_and_ring::<REMOTE, false, false>(p, c)
             } else {
                 let start = self.write_prepared(p, c);
-                self.doorbell.ring(self.ring, self.pi, start, 1, true, lock);
+                let wqe = Back::new(&self.ring, start, 1);
+                self.doorbell.ring(self.pi, wqe, true);
             }
         }
         self.reload_credit();
