@@ -158,6 +158,28 @@ fn packets_in_place_across_wqes_fillers_and_wraps() {
     assert_eq!(rq.error(), None);
 }
 
+/// A poll of plain CQEs hands out `max` packets at most, and stops there with more waiting:
+/// five frames polled two at a time come as 2, 2, 1, then none.
+#[test]
+fn a_poll_takes_at_most_max_packets() {
+    let (dev, mem, mr) = device_with_arena(16 * 1024);
+    let cq = dev.create_cq(CqConfig { cqe: 63 }).unwrap();
+    let w = striding_wq(dev, cq.cqn, 4, 3, MAC_A);
+    let rq = direct(&w, mem, &mr, 0);
+    let mut cq = poller(&cq.layout);
+    for i in 0..5u8 {
+        dev.receive_frame(&udp_frame(MAC_A, SRC, GROUP, (1, 2), 64, i));
+    }
+    dev.run_until_idle();
+    let mut order = Vec::new();
+    for want in [2, 2, 1, 0] {
+        // The first payload byte is the frame's seed.
+        let n = rq.poll_packets(&mut cq, 2, |p| order.push(p.bytes()[42]));
+        assert_eq!(n, want);
+    }
+    assert_eq!(order, [0, 1, 2, 3, 4]);
+}
+
 /// A packet kept holds its WQE, and the WQEs after it, from being posted again (they are
 /// posted in ring order); given back, all of them go at once.
 #[test]
