@@ -498,7 +498,7 @@ impl<P: StridingStateRef> StridingRq<P> {
                 let mut batch = [(0u16, 0u32); PER_ARRAY];
                 let k = self.take_session(cq, max - n, &mut batch);
                 let s = self.session.get();
-                for &(stride, byte_cnt) in &batch[..k] {
+                for &(stride, byte_cnt) in batch.iter().take(k) {
                     if let Some(p) = self.packet(s.wqe_id, u32::from(stride), byte_cnt, s.meta) {
                         emit(n, p);
                         n += 1;
