@@ -542,6 +542,10 @@ fn prepared_datagrams_on_the_fallback_are_ordinary_sends_to_their_target() {
 /// arrive.
 #[cfg(feature = "sim")]
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "opens the device list through libibverbs: Miri calls no C library"
+)]
 fn prepared_datagrams_and_dc_requests_post_without_allocating() {
     use crate::sq::Changes;
     use std::time::{Duration, Instant};
