@@ -34,7 +34,7 @@ use std::process::Command;
 
 use crate::cli::{self, Arg, Parser, usage};
 use crate::report::{
-    DOC, QUIET_LOAD, load_average, machine, quiet, ratio_stats, replace_block, verdict,
+    DOC, QUIET_LOAD, load_average, machine, median, quiet, ratio_stats, replace_block, verdict,
 };
 use crate::util::{self, Result, Table, anyhow, bail};
 
@@ -240,16 +240,6 @@ fn times(o: &Options, out: &Path) -> Result {
     Ok(())
 }
 
-/// The median of `v` (the mean of the middle two for an even count); `NaN` for none.
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
 /// One row per case of the first run, over every run that has it: the median of each
 /// column, and the runs' ratios of median samples (zverbs / C), whose median is the row's
 /// ratio.
@@ -265,7 +255,7 @@ pub fn combine_runs(runs: &[Vec<TimeRow>]) -> Vec<TimeRow> {
                 .filter_map(|run| run.iter().find(|r| r.case == r0.case))
                 .collect();
             let col = |f: &dyn Fn(&TimeRow) -> Option<f64>| {
-                median(same.iter().filter_map(|r| f(r)).collect())
+                median(&mut same.iter().filter_map(|r| f(r)).collect::<Vec<_>>())
             };
             let medians = r0.medians.map(|_| {
                 (
@@ -304,7 +294,7 @@ fn times_markdown(rows: &[TimeRow], load: &str) -> String {
         let ratio = if r.run_ratios.is_empty() {
             ours / c
         } else {
-            median(r.run_ratios.clone())
+            median(&mut r.run_ratios.clone())
         };
         let range = match (
             r.run_ratios.iter().copied().reduce(f64::min),
@@ -766,11 +756,11 @@ mod tests {
         ]);
         assert_eq!(rows.len(), 2);
         assert_eq!(rows[0].run_ratios, vec![0.9, 3.0, 0.95]);
-        assert_eq!(median(rows[0].run_ratios.clone()), 0.95);
+        assert_eq!(median(&mut rows[0].run_ratios.clone()), 0.95);
         assert_eq!(rows[0].medians, Some((9.5, 10.0)));
         assert_eq!(rows[0].ours, 8.5);
         assert_eq!(rows[1].run_ratios, vec![1.0, 1.2]);
-        assert!((median(rows[1].run_ratios.clone()) - 1.1).abs() < 1e-12);
+        assert!((median(&mut rows[1].run_ratios.clone()) - 1.1).abs() < 1e-12);
         let md = times_markdown(&rows, "");
         assert!(
             md.contains("| `write` |  | 9.50 | 10.00 | 0.95× | 0.90–3.00 | 8.50, 9.00 |"),

@@ -25,7 +25,9 @@ pub struct RatioStats {
     pub of_totals: f64,
 }
 
-fn median_of(v: &mut [f64]) -> f64 {
+/// The median of `v` (the mean of the middle two for an even count; `NaN` for none), sorting
+/// it in place.
+pub fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
     if n == 0 {
@@ -40,7 +42,7 @@ fn median_of(v: &mut [f64]) -> f64 {
 /// The statistics of the rounds' ratios (deterministic: the resampling uses a fixed seed).
 pub fn ratio_stats(rounds: &[(f64, f64)]) -> RatioStats {
     let ratios: Vec<f64> = rounds.iter().map(|(o, c)| o / c).collect();
-    let median = median_of(&mut ratios.clone());
+    let middle = median(&mut ratios.clone());
     let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
     let mut next = move || {
         seed ^= seed << 13;
@@ -54,7 +56,7 @@ pub fn ratio_stats(rounds: &[(f64, f64)]) -> RatioStats {
         for x in sample.iter_mut() {
             *x = ratios[(next() % ratios.len().max(1) as u64) as usize];
         }
-        medians.push(median_of(&mut sample));
+        medians.push(median(&mut sample));
     }
     medians.sort_by(f64::total_cmp);
     let at = |q: f64| {
@@ -68,7 +70,7 @@ pub fn ratio_stats(rounds: &[(f64, f64)]) -> RatioStats {
         .fold((0.0, 0.0), |(a, b), (o, c)| (a + o, b + c));
     RatioStats {
         rounds: rounds.len(),
-        median,
+        median: middle,
         low: at(0.025),
         high: at(0.975),
         of_totals: o / c,

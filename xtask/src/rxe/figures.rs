@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use super::checks::{self, Check, Kind, Ready};
 use crate::cli::{self, Arg, Parser, usage};
+use crate::report::median;
 use crate::util::{self, Result, Table, bail};
 use crate::vm::topology::Topology;
 
@@ -169,15 +170,6 @@ struct Case {
     size: usize,
     ours: Vec<usize>,
     theirs: Vec<usize>,
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
 }
 
 /// `cargo xtask bench --rxe`.
@@ -348,8 +340,8 @@ pub fn run(o: &Options, out: &Path) -> Result {
             .iter()
             .map(|&i| figures(i))
             .collect::<Result<_>>()?;
-        let typ = |v: &[Latency]| median(v.iter().map(|l| l.typical).collect());
-        let p99 = |v: &[Latency]| median(v.iter().map(|l| l.p99).collect());
+        let typ = |v: &[Latency]| median(&mut v.iter().map(|l| l.typical).collect::<Vec<_>>());
+        let p99 = |v: &[Latency]| median(&mut v.iter().map(|l| l.p99).collect::<Vec<_>>());
         let (ot, tt, op, tp) = (typ(&ours), typ(&theirs), p99(&ours), p99(&theirs));
         // Round k of ours against round k of perftest's, run next to each other.
         let each: Vec<f64> = ours
